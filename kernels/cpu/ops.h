@@ -1,0 +1,102 @@
+// The op table, CPU backend: the reference numerics of Atoll (llm.c style).
+//
+// Conventions shared by every op (and by the CUDA backend, which implements the same table):
+// - Row-major. N = number of rows (tokens, B*T), C = channels.
+// - Linear weights are stored as PyTorch stores them: W (OC, IC); y = x · Wᵀ.
+// - *_backward ops ACCUMULATE (+=) into every gradient they produce (dx, dw, ...), so residual
+//   branches and tied weights just add up. Callers zero gradient buffers once per step.
+// - Every op is a template instantiated for float (training) and double (finite-difference
+//   gradient checks in double precision).
+// - Deterministic: results do not depend on the number of threads. Threading splits over
+//   independent outputs; reductions run in a fixed order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace atl::kernels::cpu {
+
+// Threads used by non-GEMM ops (OpenMP) and by OpenBLAS. 0 = all cores.
+void set_num_threads(int n);
+int num_threads();
+
+// ---- embedding: out (N, C) = table[tokens[n]] ; table (V, C)
+template <typename T>
+void embedding_forward(T* out, const int32_t* tokens, const T* table, int N, int V, int C);
+// dtable (V, C) += scatter of dout (N, C)
+template <typename T>
+void embedding_backward(T* dtable, const T* dout, const int32_t* tokens, int N, int V, int C);
+
+// ---- RMSNorm: out (N, C) = x * rstd * w, rstd (N) = 1/sqrt(mean(x²) + eps)
+template <typename T>
+void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int N, int C, double eps);
+template <typename T>
+void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const T* rstd, int N,
+                      int C);
+
+// ---- matmul (OpenBLAS gemm): out (N, OC) = x (N, IC) · w (OC, IC)ᵀ
+template <typename T>
+void matmul_forward(T* out, const T* x, const T* w, int N, int IC, int OC);
+// dx (N, IC) += dout · w ; dw (OC, IC) += doutᵀ · x. Either may be nullptr (skipped).
+template <typename T>
+void matmul_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, int N, int IC, int OC);
+
+// ---- RoPE, in place on x (B, T, H, D) viewed with row stride `row_stride` elements per token
+// (so q and k inside a fused qkv buffer (B, T, 3C) can be rotated where they are).
+// Rotates adjacent pairs (x[2i], x[2i+1]) of each head by angle pos * base^(-2i/D).
+template <typename T>
+void rope_forward(T* x, int B, int T_, int H, int D, int row_stride, double base);
+// Backward is the inverse rotation of the gradient, in place.
+template <typename T>
+void rope_backward(T* dx, int B, int T_, int H, int D, int row_stride, double base);
+
+// ---- causal multi-head attention.
+// qkv (B, T, 3C) with q | k | v along the last axis, C = H * D; RoPE already applied.
+// out (B, T, C); att (B, H, T, T) keeps the softmax probabilities for backward.
+// scale = 1/sqrt(D).
+template <typename T>
+void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int H, int D);
+// dqkv (B, T, 3C) += ; needs the forward's qkv and att.
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int T_, int H,
+                        int D);
+
+// ---- SwiGLU: gu (N, 2F) = gate | up ; out (N, F) = silu(gate) * up
+template <typename T>
+void swiglu_forward(T* out, const T* gu, int N, int F);
+template <typename T>
+void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F);
+
+// ---- residual: out (n) = a + b
+template <typename T>
+void add_forward(T* out, const T* a, const T* b, size_t n);
+
+// ---- fused softmax + cross-entropy over the vocabulary.
+// logits (N, V); targets (N) in [0, V) or -1 (ignored). losses (N) = -log softmax[target].
+// If dlogits != nullptr, writes (not accumulates) dlogits = dloss * (softmax - onehot) for each
+// row (0 for ignored rows); dlogits may alias logits (in-place, saves N*V floats).
+template <typename T>
+void softmax_xent(T* losses, T* dlogits, const T* logits, const int32_t* targets, int N, int V,
+                  double dloss);
+
+// ---- optimizer pieces (fp32 only; master weights are fp32)
+struct AdamWParams {
+  float lr = 3e-4f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // decoupled: p -= lr * wd * p
+};
+// PyTorch AdamW semantics. step is 1-based (bias correction uses it).
+void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWParams& hp,
+                  int64_t step);
+// sqrt(sum g²), accumulated in double over fixed-size blocks: deterministic for any threads.
+double global_norm(const float* g, size_t n);
+// If norm > max_norm: g *= max_norm / (norm + 1e-6). Returns the scale applied (1 if none).
+float clip_by_global_norm(float* g, size_t n, double norm, double max_norm);
+// Linear warmup from 0 to max_lr over warmup steps, then cosine decay to min_lr at total_steps.
+// step is 0-based.
+double lr_schedule(int64_t step, int64_t warmup, int64_t total_steps, double max_lr,
+                   double min_lr);
+
+}  // namespace atl::kernels::cpu
