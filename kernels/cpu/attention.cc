@@ -8,7 +8,6 @@
 // count.
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <vector>
 
 #include "kernels/cpu/blas.h"
@@ -48,8 +47,7 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int H, int D
   const int C = H * D, C3 = 3 * C;
   const T scale = T(1) / std::sqrt(T(D));
   const bool par = B * H > 1 && omp_get_max_threads() > 1;
-  std::optional<detail::OpenBlasSingleThread> blas_guard;  // only while threads split (b, h)
-  if (par) blas_guard.emplace();
+  detail::OpenBlasSingleThread blas_guard;
 #pragma omp parallel for schedule(static) if (par)
   for (int bh = 0; bh < B * H; ++bh) {
     const int b = bh / H, h = bh % H;
@@ -79,8 +77,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
   const int C = H * D, C3 = 3 * C;
   const T scale = T(1) / std::sqrt(T(D));
   const bool par = B * H > 1 && omp_get_max_threads() > 1;
-  std::optional<detail::OpenBlasSingleThread> blas_guard;  // only while threads split (b, h)
-  if (par) blas_guard.emplace();
+  detail::OpenBlasSingleThread blas_guard;
 #pragma omp parallel if (par)
   {
     std::vector<T> ds(size_t(std::min(kQueryBlock, T_)) * T_);  // dS block (M, nk), ld nk

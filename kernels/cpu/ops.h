@@ -16,7 +16,8 @@
 
 namespace atl::kernels::cpu {
 
-// Threads used by non-GEMM ops (OpenMP) and by OpenBLAS. 0 = all cores.
+// Threads used by every op (OpenMP; GEMMs are split into fixed tiles, each a single-threaded
+// OpenBLAS call, so OpenBLAS's own thread count is set to 1). 0 = all cores.
 void set_num_threads(int n);
 int num_threads();
 
