@@ -10,7 +10,7 @@ namespace atl::algorithms {
 AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& cfg)
     : cfg_(cfg), m_(layout), v_(layout) {}
 
-void AdamW::step(ParamSet& params, const ParamSet& grads, float lr) {
+void AdamW::step(ParamSet& params, const ParamSet& grads, double lr) {
   if (!(params.layout() == m_.layout()) || !(grads.layout() == m_.layout())) {
     std::fprintf(stderr, "atoll: internal error: AdamW::step: layout mismatch\n");
     std::abort();
@@ -30,7 +30,7 @@ void AdamW::step(ParamSet& params, const ParamSet& grads, float lr) {
     while (j < views.size() && decays(views[j]) == d) ++j;
     const size_t begin = views[i].offset;
     const size_t end = views[j - 1].offset + views[j - 1].numel();
-    hp.weight_decay = d ? cfg_.weight_decay : 0.0f;
+    hp.weight_decay = d ? cfg_.weight_decay : 0.0;
     kernels::cpu::adamw_update(params.data() + begin, grads.data() + begin, m_.data() + begin,
                                v_.data() + begin, end - begin, hp, step_);
     i = j;

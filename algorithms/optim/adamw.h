@@ -15,10 +15,11 @@
 namespace atl::algorithms {
 
 struct AdamWConfig {
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  float weight_decay = 0.1f;  // decoupled: p -= lr * weight_decay * p (>= 2-D views only)
+  // double like PyTorch's Python floats; the update kernel rounds derived factors to fp32 once.
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;  // decoupled: p -= lr * weight_decay * p (>= 2-D views only)
 };
 
 class AdamW {
@@ -28,7 +29,7 @@ class AdamW {
 
   // One update of every parameter with learning rate lr; increments step_count() first, so the
   // first call uses bias-correction step 1. grads and params must have the moments' layout.
-  void step(ParamSet& params, const ParamSet& grads, float lr);
+  void step(ParamSet& params, const ParamSet& grads, double lr);
 
   // True if the view gets weight decay (>= 2 dimensions).
   static bool decays(const ParamView& v) { return v.shape.size() >= 2; }

@@ -14,10 +14,10 @@ namespace {
 
 AdamWConfig adamw_config(const TrainerConfig& t) {
   AdamWConfig a;
-  a.beta1 = static_cast<float>(t.beta1);
-  a.beta2 = static_cast<float>(t.beta2);
-  a.eps = static_cast<float>(t.eps);
-  a.weight_decay = static_cast<float>(t.weight_decay);
+  a.beta1 = t.beta1;
+  a.beta2 = t.beta2;
+  a.eps = t.eps;
+  a.weight_decay = t.weight_decay;
   return a;
 }
 
@@ -90,7 +90,7 @@ StepStats InnerTrainer::step(ParamSet& params, const int32_t* tokens, int64_t gl
   if (tcfg_.grad_clip > 0)
     ops::clip_by_global_norm(grads_.data(), grads_.numel(), s.grad_norm, tcfg_.grad_clip);
   s.lr = ops::lr_schedule(global_step, tcfg_.warmup, tcfg_.total_steps, tcfg_.lr, tcfg_.min_lr);
-  adamw_.step(params, grads_, static_cast<float>(s.lr));
+  adamw_.step(params, grads_, s.lr);
   s.tokens = static_cast<int64_t>(B) * T;
   return s;
 }
