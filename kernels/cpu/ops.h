@@ -72,7 +72,8 @@ template <typename T>
 void add_forward(T* out, const T* a, const T* b, size_t n);
 
 // ---- fused softmax + cross-entropy over the vocabulary.
-// logits (N, V); targets (N) in [0, V) or -1 (ignored). losses (N) = -log softmax[target].
+// logits (N, V); targets (N) in [0, V) or -1 (ignored). losses (N) = -log softmax[target]
+// (0 for ignored rows).
 // If dlogits != nullptr, writes (not accumulates) dlogits = dloss * (softmax - onehot) for each
 // row (0 for ignored rows); dlogits may alias logits (in-place, saves N*V floats).
 template <typename T>
@@ -80,12 +81,14 @@ void softmax_xent(T* losses, T* dlogits, const T* logits, const int32_t* targets
                   double dloss);
 
 // ---- optimizer pieces (fp32 only; master weights are fp32)
+// Hyperparameters are double, like PyTorch's Python floats: bias corrections and step sizes
+// are formed in double and rounded to fp32 once, so runs track torch.optim.AdamW closely.
 struct AdamWParams {
-  float lr = 3e-4f;
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;  // decoupled: p -= lr * wd * p
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // decoupled: p *= 1 - lr * wd
 };
 // PyTorch AdamW semantics. step is 1-based (bias correction uses it).
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWParams& hp,
@@ -94,8 +97,8 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const 
 double global_norm(const float* g, size_t n);
 // If norm > max_norm: g *= max_norm / (norm + 1e-6). Returns the scale applied (1 if none).
 float clip_by_global_norm(float* g, size_t n, double norm, double max_norm);
-// Linear warmup from 0 to max_lr over warmup steps, then cosine decay to min_lr at total_steps.
-// step is 0-based.
+// Linear warmup to max_lr over warmup steps (max_lr·(step+1)/warmup for step < warmup), then
+// cosine decay from max_lr to min_lr at total_steps, min_lr after. step is 0-based.
 double lr_schedule(int64_t step, int64_t warmup, int64_t total_steps, double max_lr,
                    double min_lr);
 

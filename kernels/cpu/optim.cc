@@ -1,0 +1,88 @@
+// Optimizer pieces on flat fp32 buffers: AdamW, global gradient norm, clipping, LR schedule.
+#include <cmath>
+#include <numbers>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/vec_math.h"
+
+namespace atl::kernels::cpu {
+
+// PyTorch torch.optim.AdamW (foreach=False, amsgrad=False, maximize=False), operation by
+// operation as torch 1.13 / 2.x _single_tensor_adamw runs it on fp32 tensors:
+//   p *= f32(1 − lr·wd)
+//   m  = fma(g, f32(1 − β1), m·f32(β1))            (mul_ then add_(alpha): a vector fmadd)
+//   v  = v·f32(β2) + (f32(1 − β2)·g)·g              (mul_ then addcmul_)
+//   p += (f32(−lr / (1 − β1^t)) · m) / (sqrt(v) / f32(sqrt(1 − β2^t)) + f32(eps))
+// Scalars are formed in double, as Python does, then rounded to fp32 as PyTorch's kernels do.
+void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWParams& hp,
+                  int64_t step) {
+  const double t = double(step);
+  const double bc1 = 1.0 - std::pow(double(hp.beta1), t);
+  const double bc2 = 1.0 - std::pow(double(hp.beta2), t);
+  const float decay = float(1.0 - double(hp.lr) * double(hp.weight_decay));
+  const float b1 = float(hp.beta1), omb1 = float(1.0 - double(hp.beta1));
+  const float b2 = float(hp.beta2), omb2 = float(1.0 - double(hp.beta2));
+  const float neg_step = float(-(double(hp.lr) / bc1));
+  const float bc2_sqrt = float(std::sqrt(bc2));
+  const float eps = float(hp.eps);
+  const long long nn = static_cast<long long>(n);
+#pragma omp parallel for simd schedule(static) if (detail::worth_threads(double(n) * 8))
+  for (long long i = 0; i < nn; ++i) {
+    const float gi = g[i];
+    const float pi = p[i] * decay;
+    const float mi = std::fma(gi, omb1, m[i] * b1);
+    const float vi = v[i] * b2 + (omb2 * gi) * gi;
+    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi + (neg_step * mi) / denom;
+  }
+}
+
+// Fixed 4096-element blocks, each summed in double in a fixed order; partial sums are then added
+// block by block. Threads split blocks, so the result does not depend on the thread count.
+double global_norm(const float* g, size_t n) {
+  constexpr size_t kBlock = 4096;
+  const long long nblocks = static_cast<long long>((n + kBlock - 1) / kBlock);
+  std::vector<double> partial(static_cast<size_t>(nblocks), 0.0);
+#pragma omp parallel for schedule(static) if (detail::worth_threads(double(n)))
+  for (long long blk = 0; blk < nblocks; ++blk) {
+    const size_t i0 = size_t(blk) * kBlock;
+    const size_t i1 = i0 + kBlock < n ? i0 + kBlock : n;
+    double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+    for (size_t i = i0; i < i1; ++i) acc += double(g[i]) * double(g[i]);
+    partial[size_t(blk)] = acc;
+  }
+  double total = 0.0;
+  for (double s : partial) total += s;
+  return std::sqrt(total);
+}
+
+// torch.nn.utils.clip_grad_norm_ factor: max_norm / (norm + 1e-6), applied only when it shrinks.
+float clip_by_global_norm(float* g, size_t n, double norm, double max_norm) {
+  if (!(norm > max_norm)) return 1.0f;
+  const float scale = float(max_norm / (norm + 1e-6));
+  const long long nn = static_cast<long long>(n);
+#pragma omp parallel for simd schedule(static) if (detail::worth_threads(double(n)))
+  for (long long i = 0; i < nn; ++i) g[i] *= scale;
+  return scale;
+}
+
+// step (0-based) < warmup: max_lr · (step + 1) / warmup, so the first step already moves and
+// step warmup−1 uses max_lr. Then cosine from max_lr (at step = warmup) to min_lr (at
+// step = total_steps); min_lr from there on. warmup <= 0 means no warmup; total_steps <= warmup
+// means no decay phase (min_lr after warmup).
+double lr_schedule(int64_t step, int64_t warmup, int64_t total_steps, double max_lr,
+                   double min_lr) {
+  if (step < 0) step = 0;
+  if (warmup > 0 && step < warmup) return max_lr * double(step + 1) / double(warmup);
+  const int64_t start = warmup > 0 ? warmup : 0;
+  const int64_t span = total_steps - start;
+  if (span <= 0 || step >= total_steps) return min_lr;
+  const double progress = double(step - start) / double(span);
+  return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + std::cos(std::numbers::pi * progress));
+}
+
+}  // namespace atl::kernels::cpu
