@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -186,8 +187,12 @@ TEST(Llama, BackwardAccumulatesAndShapesCanShrink) {
   m.forward(p, x.data(), y.data(), 2, 16);
   m.backward(p, g2);
   m.forward(p, x.data(), y.data(), 2, 16);
-  m.backward(p, g2);  // g2 = 2 * g1 (accumulated)
-  for (size_t i = 0; i < g1.numel(); ++i) ASSERT_EQ(2.0f * g1.data()[i], g2.data()[i]) << i;
+  m.backward(p, g2);  // g2 = 2 * g1 (accumulated; GEMM's beta=1 path may round differently)
+  float gmax = 0;
+  for (float x : g1.vec()) gmax = std::max(gmax, std::fabs(x));
+  ASSERT_GT(gmax, 0.0f);
+  for (size_t i = 0; i < g1.numel(); ++i)
+    ASSERT_NEAR(2.0f * g1.data()[i], g2.data()[i], 1e-6f * gmax) << i;
   // A smaller shape after a larger one reuses the buffers and gives the same numbers as a
   // fresh model.
   const float l_small = m.forward(p, x.data(), y.data(), 1, 8);
