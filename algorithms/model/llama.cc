@@ -1,0 +1,350 @@
+#include "algorithms/model/llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+
+#include "kernels/core/philox.h"
+#include "kernels/cpu/ops.h"
+
+namespace atl::algorithms {
+
+namespace ops = atl::kernels::cpu;
+
+namespace {
+
+std::string layer_name(int l, const char* suffix) {
+  return "model.layers." + std::to_string(l) + "." + suffix;
+}
+
+[[noreturn]] void die(const std::string& msg) {
+  std::fprintf(stderr, "atoll: internal error: %s\n", msg.c_str());
+  std::abort();
+}
+
+}  // namespace
+
+Status validate(const ModelConfig& c) {
+  auto pos = [](const char* name, long long v) -> Status {
+    if (v <= 0) return InvalidArgument(std::string(name) + " must be positive, got " + std::to_string(v));
+    return Status::Ok();
+  };
+  ATOLL_RETURN_IF_ERROR(pos("vocab", c.vocab));
+  ATOLL_RETURN_IF_ERROR(pos("dim", c.dim));
+  ATOLL_RETURN_IF_ERROR(pos("layers", c.layers));
+  ATOLL_RETURN_IF_ERROR(pos("heads", c.heads));
+  ATOLL_RETURN_IF_ERROR(pos("ffn_hidden", c.ffn_hidden));
+  ATOLL_RETURN_IF_ERROR(pos("seq_len", c.seq_len));
+  if (c.dim % c.heads != 0)
+    return InvalidArgument("dim " + std::to_string(c.dim) + " is not divisible by heads " +
+                           std::to_string(c.heads));
+  const int D = c.dim / c.heads;
+  if (D % 2 != 0)
+    return InvalidArgument("head dim " + std::to_string(D) + " (dim " + std::to_string(c.dim) +
+                           " / heads " + std::to_string(c.heads) +
+                           ") must be even: RoPE rotates pairs of dimensions");
+  if (!(c.rope_base > 1.0) || !std::isfinite(c.rope_base))
+    return InvalidArgument("rope_base must be a finite number > 1, got " +
+                           std::to_string(c.rope_base));
+  if (!(c.norm_eps > 0.0) || !std::isfinite(c.norm_eps))
+    return InvalidArgument("norm_eps must be a finite number > 0, got " +
+                           std::to_string(c.norm_eps));
+  // Every GEMM dimension and every activation index must fit the int arguments of the op table;
+  // the largest single activation is att (B, H, T, T) per layer, checked per shape at run time.
+  const long long C = c.dim, V = c.vocab, F = c.ffn_hidden;
+  if (V * C > (1LL << 31) - 1 || 2 * F * C > (1LL << 31) - 1 || 3 * C * C > (1LL << 31) - 1)
+    return InvalidArgument("model too large: a weight matrix would exceed 2^31 elements");
+  return Status::Ok();
+}
+
+ParamLayout make_layout(const ModelConfig& c) {
+  const int64_t V = c.vocab, C = c.dim, F = c.ffn_hidden;
+  ParamLayout L;
+  L.add("model.embed_tokens.weight", {V, C});
+  for (int l = 0; l < c.layers; ++l) {
+    L.add(layer_name(l, "input_layernorm.weight"), {C});
+    L.add(layer_name(l, "self_attn.q_proj.weight"), {C, C});
+    L.add(layer_name(l, "self_attn.k_proj.weight"), {C, C});
+    L.add(layer_name(l, "self_attn.v_proj.weight"), {C, C});
+    L.add(layer_name(l, "self_attn.o_proj.weight"), {C, C});
+    L.add(layer_name(l, "post_attention_layernorm.weight"), {C});
+    L.add(layer_name(l, "mlp.gate_proj.weight"), {F, C});
+    L.add(layer_name(l, "mlp.up_proj.weight"), {F, C});
+    L.add(layer_name(l, "mlp.down_proj.weight"), {C, F});
+  }
+  L.add("model.norm.weight", {C});
+  return L;
+}
+
+int64_t count_params(const ModelConfig& c) {
+  const int64_t V = c.vocab, C = c.dim, F = c.ffn_hidden, L = c.layers;
+  return V * C + L * (2 * C + 4 * C * C + 3 * F * C) + C;
+}
+
+void init_params(ParamSet& params, const ModelConfig& cfg, uint64_t seed) {
+  if (!(params.layout() == make_layout(cfg))) die("init_params: layout does not match the config");
+  const double std_base = 0.02;
+  const double resid_scale = 1.0 / std::sqrt(2.0 * cfg.layers);
+  const auto& views = params.layout().views();
+  for (size_t i = 0; i < views.size(); ++i) {
+    const ParamView& v = views[i];
+    float* p = params.data() + v.offset;
+    const size_t n = v.numel();
+    if (v.shape.size() == 1) {  // RMSNorm gains
+      std::fill(p, p + n, 1.0f);
+      continue;
+    }
+    const bool resid = v.name.ends_with("o_proj.weight") || v.name.ends_with("down_proj.weight");
+    const double sd = std_base * (resid ? resid_scale : 1.0);
+    const Philox rng(seed, static_cast<uint64_t>(i) + 1);
+#pragma omp parallel for schedule(static)
+    for (size_t j = 0; j < n; ++j) p[j] = static_cast<float>(sd * rng.normal(j));
+  }
+}
+
+double flops_per_token(const ModelConfig& c, int T) {
+  return 6.0 * static_cast<double>(count_params(c)) +
+         12.0 * static_cast<double>(c.layers) * c.dim * static_cast<double>(T);
+}
+
+// ---- Llama --------------------------------------------------------------------------------------
+
+Llama::Llama(const ModelConfig& cfg) : cfg_(cfg) {
+  Status st = validate(cfg);
+  if (!st.ok()) die("Llama: invalid config: " + st.message());
+  layout_ = make_layout(cfg);
+  off_embed_ = layout_.find("model.embed_tokens.weight")->offset;
+  off_norm_ = layout_.find("model.norm.weight")->offset;
+  off_.resize(cfg.layers);
+  for (int l = 0; l < cfg.layers; ++l) {
+    auto at = [&](const char* s) { return layout_.find(layer_name(l, s))->offset; };
+    off_[l] = {at("input_layernorm.weight"), at("self_attn.q_proj.weight"),
+               at("self_attn.o_proj.weight"), at("post_attention_layernorm.weight"),
+               at("mlp.gate_proj.weight"), at("mlp.down_proj.weight")};
+  }
+}
+
+void Llama::check_params(const ParamSet& p, const char* what) const {
+  if (!(p.layout() == layout_))
+    die(std::string("Llama::") + what + ": parameter layout does not match the model config");
+}
+
+void Llama::ensure_shape(int B, int T) {
+  if (B <= 0 || T <= 0 || T > cfg_.seq_len)
+    die("Llama: bad batch shape B=" + std::to_string(B) + " T=" + std::to_string(T) +
+        " (seq_len " + std::to_string(cfg_.seq_len) + ")");
+  const size_t N = static_cast<size_t>(B) * T, C = cfg_.dim, F = cfg_.ffn_hidden,
+               V = cfg_.vocab, H = cfg_.heads, L = cfg_.layers;
+  const size_t att = static_cast<size_t>(B) * H * T * T;
+  if (att > (1ULL << 31) - 1 || N * V > (1ULL << 31) - 1 || N * 3 * C > (1ULL << 31) - 1)
+    die("Llama: batch shape too large for 32-bit indexing");
+  const size_t per_layer = N * C * 5 /* x ln1 atty h ln2 */ + N * 2 /* rstd1 rstd2 */ +
+                           N * 3 * C + att + N * 2 * F + N * F;
+  const size_t total = L * per_layer + N * C * 3 /* out lnf scratch */ + N + N * V + N;
+  if (acts_.size() < total) acts_.resize(total);  // grows only; smaller shapes reuse it
+  B_ = B;
+  T_ = T;
+  float* p = acts_.data();
+  auto take = [&p](size_t n) {
+    float* r = p;
+    p += n;
+    return r;
+  };
+  la_.resize(L);
+  for (size_t l = 0; l < L; ++l) {
+    LayerActs& a = la_[l];
+    a.x = take(N * C);
+    a.ln1 = take(N * C);
+    a.rstd1 = take(N);
+    a.qkv = take(N * 3 * C);
+    a.att = take(att);
+    a.atty = take(N * C);
+    a.h = take(N * C);
+    a.ln2 = take(N * C);
+    a.rstd2 = take(N);
+    a.gu = take(N * 2 * F);
+    a.swi = take(N * F);
+  }
+  out_ = take(N * C);
+  lnf_ = take(N * C);
+  rstdf_ = take(N);
+  scratch_ = take(N * C);
+  logits_ = take(N * V);
+  losses_ = take(N);
+}
+
+float Llama::forward(const ParamSet& params, const int32_t* tokens, const int32_t* targets, int B,
+                     int T) {
+  check_params(params, "forward");
+  ensure_shape(B, T);
+  const int N = B * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab, H = cfg_.heads,
+            D = C / H;
+  tokens_.assign(tokens, tokens + N);
+  for (int i = 0; i < N; ++i)
+    if (tokens[i] < 0 || tokens[i] >= V)
+      die("Llama::forward: token " + std::to_string(tokens[i]) + " at " + std::to_string(i) +
+          " is outside the vocabulary [0, " + std::to_string(V) + ")");
+  have_targets_ = targets != nullptr;
+  num_targets_ = 0;
+  if (have_targets_) {
+    targets_.assign(targets, targets + N);
+    for (int i = 0; i < N; ++i) {
+      if (targets[i] < -1 || targets[i] >= V)
+        die("Llama::forward: target " + std::to_string(targets[i]) + " at " + std::to_string(i) +
+            " is outside [-1, " + std::to_string(V) + ")");
+      num_targets_ += targets[i] >= 0;
+    }
+  }
+  const float* P = params.data();
+  const float* wte = P + off_embed_;
+
+  // x0 (N, C) = wte[tokens]
+  ops::embedding_forward(la_[0].x, tokens, wte, N, V, C);
+  for (int l = 0; l < cfg_.layers; ++l) {
+    const LayerOffsets& o = off_[l];
+    LayerActs& a = la_[l];
+    float* next = (l + 1 < cfg_.layers) ? la_[l + 1].x : out_;
+    // attention sub-block
+    ops::rmsnorm_forward(a.ln1, a.rstd1, a.x, P + o.ln1, N, C, cfg_.norm_eps);
+    ops::matmul_forward(a.qkv, a.ln1, P + o.qkv, N, C, 3 * C);        // (N, C) -> (N, 3C)
+    ops::rope_forward(a.qkv, B, T, H, D, 3 * C, cfg_.rope_base);      // q in place
+    ops::rope_forward(a.qkv + C, B, T, H, D, 3 * C, cfg_.rope_base);  // k in place
+    ops::attention_forward(a.atty, a.att, a.qkv, B, T, H, D);         // -> (N, C)
+    ops::matmul_forward(scratch_, a.atty, P + o.o, N, C, C);
+    ops::add_forward(a.h, a.x, scratch_, static_cast<size_t>(N) * C);
+    // MLP sub-block
+    ops::rmsnorm_forward(a.ln2, a.rstd2, a.h, P + o.ln2, N, C, cfg_.norm_eps);
+    ops::matmul_forward(a.gu, a.ln2, P + o.gu, N, C, 2 * F);  // (N, C) -> (N, 2F)
+    ops::swiglu_forward(a.swi, a.gu, N, F);                   // -> (N, F)
+    ops::matmul_forward(scratch_, a.swi, P + o.down, N, F, C);
+    ops::add_forward(next, a.h, scratch_, static_cast<size_t>(N) * C);
+  }
+  ops::rmsnorm_forward(lnf_, rstdf_, out_, P + off_norm_, N, C, cfg_.norm_eps);
+  ops::matmul_forward(logits_, lnf_, wte, N, C, V);  // tied head: (N, C) -> (N, V)
+
+  std::fill(losses_, losses_ + N, 0.0f);
+  if (!have_targets_) return 0.0f;
+  ops::softmax_xent(losses_, static_cast<float*>(nullptr), logits_, targets, N, V, 0.0);
+  // Mean in double, in index order: deterministic.
+  double sum = 0.0;
+  for (int i = 0; i < N; ++i)
+    if (targets[i] >= 0) sum += losses_[i];
+  return num_targets_ ? static_cast<float>(sum / static_cast<double>(num_targets_)) : 0.0f;
+}
+
+void Llama::backward(const ParamSet& params, ParamSet& grads) {
+  check_params(params, "backward");
+  check_params(grads, "backward (grads)");
+  if (!have_targets_ || B_ == 0) die("Llama::backward without a forward with targets");
+  const int B = B_, T = T_, N = B * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab,
+            H = cfg_.heads, D = C / H;
+  const size_t NC = static_cast<size_t>(N) * C;
+  // Activation gradients, one allocation: dres (N,C) dln (N,C) dqkv (N,3C) datty (N,C)
+  // dgu (N,2F) dswi (N,F).
+  const size_t total = NC * 3 + NC * 3 + static_cast<size_t>(N) * 3 * F;
+  if (grads_.size() < total) grads_.resize(total);
+  float* dres = grads_.data();
+  float* dln = dres + NC;
+  float* datty = dln + NC;
+  float* dqkv = datty + NC;
+  float* dgu = dqkv + 3 * NC;
+  float* dswi = dgu + static_cast<size_t>(N) * 2 * F;
+  auto zero = [](float* p, size_t n) { std::memset(p, 0, n * sizeof(float)); };
+
+  const float* P = params.data();
+  float* G = grads.data();
+  const float* wte = P + off_embed_;
+  float* dwte = G + off_embed_;
+
+  // Loss = mean over the num_targets_ valid positions, so dloss/dlosses[i] = 1/num_targets_.
+  const double dloss = num_targets_ ? 1.0 / static_cast<double>(num_targets_) : 0.0;
+  ops::softmax_xent(losses_, logits_ /* dlogits, in place */, logits_, targets_.data(), N, V,
+                    dloss);
+  // Tied head: dlnf (N, C) = dlogits · wte ; dwte += dlogitsᵀ · lnf.
+  zero(dln, NC);
+  ops::matmul_backward(dln, dwte, logits_, lnf_, wte, N, C, V);
+  zero(dres, NC);
+  ops::rmsnorm_backward(dres, G + off_norm_, dln, out_, P + off_norm_, rstdf_, N, C);
+
+  for (int l = cfg_.layers - 1; l >= 0; --l) {
+    const LayerOffsets& o = off_[l];
+    const LayerActs& a = la_[l];
+    // dres = d(block output). out = h + down(swi): both branches receive dres.
+    zero(dswi, static_cast<size_t>(N) * F);
+    ops::matmul_backward(dswi, G + o.down, dres, a.swi, P + o.down, N, F, C);
+    zero(dgu, static_cast<size_t>(N) * 2 * F);
+    ops::swiglu_backward(dgu, dswi, a.gu, N, F);
+    zero(dln, NC);
+    ops::matmul_backward(dln, G + o.gu, dgu, a.ln2, P + o.gu, N, C, 2 * F);
+    ops::rmsnorm_backward(dres, G + o.ln2, dln, a.h, P + o.ln2, a.rstd2, N, C);  // dres = dh
+    // h = x + o_proj(atty): both branches receive dh.
+    zero(datty, NC);
+    ops::matmul_backward(datty, G + o.o, dres, a.atty, P + o.o, N, C, C);
+    zero(dqkv, 3 * NC);
+    ops::attention_backward(dqkv, datty, a.qkv, a.att, B, T, H, D);
+    ops::rope_backward(dqkv, B, T, H, D, 3 * C, cfg_.rope_base);      // dq before RoPE
+    ops::rope_backward(dqkv + C, B, T, H, D, 3 * C, cfg_.rope_base);  // dk before RoPE
+    zero(dln, NC);
+    ops::matmul_backward(dln, G + o.qkv, dqkv, a.ln1, P + o.qkv, N, C, 3 * C);
+    ops::rmsnorm_backward(dres, G + o.ln1, dln, a.x, P + o.ln1, a.rstd1, N, C);  // dres = dx
+  }
+  ops::embedding_backward(dwte, dres, tokens_.data(), N, V, C);
+}
+
+StatusOr<std::vector<int32_t>> Llama::generate(const ParamSet& params,
+                                               const std::vector<int32_t>& prompt, int n_new,
+                                               float temperature, int top_k, uint64_t seed) {
+  if (prompt.empty()) return InvalidArgument("generate: the prompt must have at least one token");
+  if (n_new < 0) return InvalidArgument("generate: n_new must be >= 0, got " + std::to_string(n_new));
+  const int V = cfg_.vocab;
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || prompt[i] >= V)
+      return InvalidArgument("generate: prompt token " + std::to_string(prompt[i]) +
+                             " at position " + std::to_string(i) +
+                             " is outside the vocabulary [0, " + std::to_string(V) + ")");
+  if (!(params.layout() == layout_))
+    return InvalidArgument("generate: parameter layout does not match the model config");
+  const int k = (top_k <= 0 || top_k >= V) ? V : top_k;
+  // Stream id for sampling draws, distinct from the init streams (view index + 1).
+  const Philox rng(seed, 0x67656e6572617465ULL /* "generate" */);
+
+  std::vector<int32_t> ctx = prompt, out;
+  out.reserve(n_new);
+  std::vector<int> order(V);
+  std::vector<double> prob(k);
+  for (int step = 0; step < n_new; ++step) {
+    const int T = static_cast<int>(std::min<size_t>(ctx.size(), cfg_.seq_len));
+    forward(params, ctx.data() + (ctx.size() - T), nullptr, 1, T);
+    const float* lg = logits_ + static_cast<size_t>(T - 1) * V;
+    int next = 0;
+    // Largest logits first; ties broken by the lower token id, so the order is total.
+    std::iota(order.begin(), order.end(), 0);
+    auto cmp = [lg](int a, int b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); };
+    if (temperature <= 0.0f) {
+      next = *std::min_element(order.begin(), order.end(), cmp);
+    } else {
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), cmp);
+      const double mx = lg[order[0]];
+      double z = 0.0;
+      for (int i = 0; i < k; ++i) z += prob[i] = std::exp((lg[order[i]] - mx) / temperature);
+      const double u = rng.uniform_double(static_cast<uint64_t>(step)) * z;
+      double acc = 0.0;
+      next = order[k - 1];
+      for (int i = 0; i < k; ++i) {
+        acc += prob[i];
+        if (u < acc) {
+          next = order[i];
+          break;
+        }
+      }
+    }
+    ctx.push_back(next);
+    out.push_back(next);
+  }
+  return out;
+}
+
+}  // namespace atl::algorithms

@@ -1,0 +1,152 @@
+// Llama-style decoder on the CPU op table (kernels/cpu/ops.h), fp32, llm.c style: parameters in
+// one flat ParamSet (Hugging Face Llama names), activations in one flat buffer carved into
+// views, forward and backward written out op by op.
+//
+// Architecture: token embedding -> L pre-norm blocks -> final RMSNorm -> tied output head.
+//   block:  h   = x + o_proj(attention(rope(q), rope(k), v)),  q|k|v = input_layernorm(x)·Wqkvᵀ
+//           out = h + down_proj(silu(gate) * up),              gate|up = post_attention_layernorm(h)·Wguᵀ
+// RMSNorm (eps from the config, default 1e-5), RoPE on adjacent pairs (x[2i], x[2i+1]) with
+// angle pos·base^(-2i/D), causal softmax attention with scale 1/sqrt(D), SwiGLU, no biases.
+// The output head is the embedding matrix itself (no lm_head tensor).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "algorithms/model/param_set.h"
+#include "kernels/core/status.h"
+
+namespace atl::algorithms {
+
+struct ModelConfig {
+  int vocab = 256;        // V
+  int dim = 256;          // C = heads * head_dim
+  int layers = 4;         // L
+  int heads = 4;          // H
+  int ffn_hidden = 768;   // F, hidden size of the SwiGLU FFN
+  int seq_len = 256;      // longest context the model is trained / sampled with
+  double rope_base = 10000.0;
+  double norm_eps = 1e-5;
+};
+
+// OK, or the first problem found, one line that names the field and the value.
+Status validate(const ModelConfig& cfg);
+
+// Parameter layout, Hugging Face Llama names and shapes (PyTorch order):
+//   model.embed_tokens.weight                          (V, C)  also the output head (tied)
+//   per layer l, in this order:
+//   model.layers.{l}.input_layernorm.weight            (C)
+//   model.layers.{l}.self_attn.q_proj.weight           (C, C) \  adjacent: one (3C, C)
+//   model.layers.{l}.self_attn.k_proj.weight           (C, C)  > matrix for a single fused
+//   model.layers.{l}.self_attn.v_proj.weight           (C, C) /  q|k|v GEMM
+//   model.layers.{l}.self_attn.o_proj.weight           (C, C)
+//   model.layers.{l}.post_attention_layernorm.weight   (C)
+//   model.layers.{l}.mlp.gate_proj.weight              (F, C) \  adjacent: one (2F, C) GEMM
+//   model.layers.{l}.mlp.up_proj.weight                (F, C) /
+//   model.layers.{l}.mlp.down_proj.weight              (C, F)
+//   model.norm.weight                                  (C)
+ParamLayout make_layout(const ModelConfig& cfg);
+
+// Number of parameters (= make_layout(cfg).numel()).
+int64_t count_params(const ModelConfig& cfg);
+
+// Deterministic init, a pure function of `seed`: every matrix ~ N(0, 0.02) (GPT-2 / llm.c),
+// o_proj and down_proj (the projections that write into the residual stream) scaled by
+// 1/sqrt(2·layers) so the residual variance does not grow with depth; norm weights = 1.
+// View i draws from Philox stream (seed, i + 1), element j from counter j, so the result does
+// not depend on threads or on other tensors. `params` must have make_layout(cfg).
+void init_params(ParamSet& params, const ModelConfig& cfg, uint64_t seed);
+
+// Training FLOPs per token for a context of T tokens (forward + backward, multiply-add = 2):
+//   6·P + 12·L·C·T
+// 6·P: every parameter is used in one multiply-add per token forward and two backward; the
+// tied embedding is counted once, as the output head GEMM (the lookup itself is free).
+// 12·L·C·T: attention scores Q·Kᵀ and the weighted sum A·V, each 2·C·T per token forward,
+// twice that backward (PaLM, appendix B; nanoGPT's estimate_mfu). The causal mask halves the
+// useful work, but the convention counts the full T×T square, as peers report it.
+double flops_per_token(const ModelConfig& cfg, int T);
+
+// The model: forward, backward and sampling. Holds activations (not parameters), so one Llama
+// serves any ParamSet with the matching layout. Not thread-safe; one per training thread.
+class Llama {
+ public:
+  // cfg must pass validate() (aborts otherwise: a programming error, configs are validated at
+  // load time).
+  explicit Llama(const ModelConfig& cfg);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ParamLayout& layout() const { return layout_; }
+
+  // tokens (B, T) in [0, V); targets (B, T) in [0, V) or -1 (ignored), may be nullptr.
+  // Returns the mean cross-entropy over non-ignored targets (0 if there are none, or if
+  // targets is nullptr). T <= seq_len. Activation memory grows to the largest (B, T) seen and
+  // is reused for any smaller shape. Aborts on out-of-range tokens (the data layer validates).
+  float forward(const ParamSet& params, const int32_t* tokens, const int32_t* targets, int B,
+                int T);
+
+  // Gradient of the mean loss of the last forward (which must have had targets) with respect
+  // to every parameter, ACCUMULATED (+=) into grads (layout of params; zero it first). Destroys
+  // the logits (the loss gradient is written over them to save B·T·V floats).
+  void backward(const ParamSet& params, ParamSet& grads);
+
+  // Logits (B, T, V) of the last forward; valid until backward() or the next forward().
+  const float* logits() const { return logits_; }
+  // Per-position losses (B, T) of the last forward (0 where ignored).
+  const float* losses() const { return losses_; }
+  // Number of non-ignored targets in the last forward.
+  int64_t num_targets() const { return num_targets_; }
+
+  // Samples n_new tokens after `prompt` (non-empty, tokens in [0, V)). Each step recomputes a
+  // full forward over the last seq_len tokens of the context (simple, and cheap at this scale).
+  // temperature <= 0: greedy (argmax, lowest id on ties). Otherwise softmax(logits/temperature)
+  // restricted to the top_k largest logits (top_k <= 0 or >= V: all), drawn with Philox
+  // (seed, position): the same arguments give the same tokens. Returns only the new tokens.
+  StatusOr<std::vector<int32_t>> generate(const ParamSet& params,
+                                          const std::vector<int32_t>& prompt, int n_new,
+                                          float temperature, int top_k, uint64_t seed);
+
+ private:
+  // Per-layer parameter offsets into the flat buffer (resolved once from the layout).
+  struct LayerOffsets {
+    size_t ln1, qkv, o, ln2, gu, down;
+  };
+  // Per-layer activation views into acts_ (shapes for the current B, T; N = B·T).
+  struct LayerActs {
+    float* x;       // (N, C)  block input = previous block's output (or the embedding)
+    float* ln1;     // (N, C)
+    float* rstd1;   // (N)
+    float* qkv;     // (N, 3C) q and k after RoPE
+    float* att;     // (B, H, T, T) softmax probabilities
+    float* atty;    // (N, C)  attention output before o_proj
+    float* h;       // (N, C)  x + o_proj(atty)
+    float* ln2;     // (N, C)
+    float* rstd2;   // (N)
+    float* gu;      // (N, 2F) gate | up
+    float* swi;     // (N, F)  silu(gate) * up
+  };
+
+  void ensure_shape(int B, int T);
+  void check_params(const ParamSet& p, const char* what) const;
+
+  ModelConfig cfg_;
+  ParamLayout layout_;
+  size_t off_embed_ = 0, off_norm_ = 0;
+  std::vector<LayerOffsets> off_;
+
+  int B_ = 0, T_ = 0;
+  std::vector<float> acts_;   // every forward activation, one allocation
+  std::vector<float> grads_;  // activation gradients for backward, one allocation
+  std::vector<LayerActs> la_;
+  float* out_ = nullptr;      // (N, C) output of the last block
+  float* lnf_ = nullptr;      // (N, C)
+  float* rstdf_ = nullptr;    // (N)
+  float* scratch_ = nullptr;  // (N, C) o_proj / down_proj output before the residual add
+  float* logits_ = nullptr;   // (N, V)
+  float* losses_ = nullptr;   // (N)
+  std::vector<int32_t> tokens_, targets_;  // (N) copies for backward
+  bool have_targets_ = false;
+  int64_t num_targets_ = 0;
+};
+
+}  // namespace atl::algorithms

@@ -1,0 +1,113 @@
+#include "algorithms/optim/inner_trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "kernels/cpu/ops.h"
+
+namespace atl::algorithms {
+
+namespace {
+
+AdamWConfig adamw_config(const TrainerConfig& t) {
+  AdamWConfig a;
+  a.beta1 = t.beta1;
+  a.beta2 = t.beta2;
+  a.eps = t.eps;
+  a.weight_decay = t.weight_decay;
+  return a;
+}
+
+Status check_real(const char* name, double v, double lo, double hi, bool lo_open) {
+  const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi;
+  if (!ok)
+    return InvalidArgument(std::string(name) + " must be in " + (lo_open ? "(" : "[") +
+                           std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                           std::to_string(v));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status validate(const TrainerConfig& t, const ModelConfig& m) {
+  if (t.batch <= 0) return InvalidArgument("batch must be positive, got " + std::to_string(t.batch));
+  if (t.seq <= 0) return InvalidArgument("seq must be positive, got " + std::to_string(t.seq));
+  if (t.seq > m.seq_len)
+    return InvalidArgument("seq " + std::to_string(t.seq) + " is longer than the model's seq_len " +
+                           std::to_string(m.seq_len));
+  ATOLL_RETURN_IF_ERROR(check_real("lr", t.lr, 0.0, 1e3, false));
+  ATOLL_RETURN_IF_ERROR(check_real("min_lr", t.min_lr, 0.0, 1e3, false));
+  if (t.min_lr > t.lr)
+    return InvalidArgument("min_lr " + std::to_string(t.min_lr) + " is larger than lr " +
+                           std::to_string(t.lr));
+  if (t.warmup < 0) return InvalidArgument("warmup must be >= 0, got " + std::to_string(t.warmup));
+  if (t.total_steps <= 0)
+    return InvalidArgument("total_steps must be positive, got " + std::to_string(t.total_steps));
+  ATOLL_RETURN_IF_ERROR(check_real("weight_decay", t.weight_decay, 0.0, 1e3, false));
+  ATOLL_RETURN_IF_ERROR(check_real("beta1", t.beta1, 0.0, 1.0, false));
+  ATOLL_RETURN_IF_ERROR(check_real("beta2", t.beta2, 0.0, 1.0, false));
+  if (t.beta1 >= 1.0 || t.beta2 >= 1.0)
+    return InvalidArgument("beta1 and beta2 must be < 1");
+  ATOLL_RETURN_IF_ERROR(check_real("eps", t.eps, 0.0, 1.0, true));
+  if (!std::isfinite(t.grad_clip))
+    return InvalidArgument("grad_clip must be finite (<= 0 disables clipping)");
+  return Status::Ok();
+}
+
+InnerTrainer::InnerTrainer(const ModelConfig& model, const TrainerConfig& train)
+    : tcfg_(train), model_(model), grads_(model_.layout()),
+      adamw_(model_.layout(), adamw_config(train)) {
+  Status st = validate(train, model);
+  if (!st.ok()) {
+    std::fprintf(stderr, "atoll: internal error: InnerTrainer: %s\n", st.message().c_str());
+    std::abort();
+  }
+}
+
+void InnerTrainer::split_rows(const int32_t* tokens, int rows) {
+  const int T = tcfg_.seq;
+  inputs_.resize(static_cast<size_t>(rows) * T);
+  targets_.resize(static_cast<size_t>(rows) * T);
+  for (int b = 0; b < rows; ++b) {
+    const int32_t* row = tokens + static_cast<size_t>(b) * (T + 1);
+    std::copy(row, row + T, inputs_.data() + static_cast<size_t>(b) * T);
+    std::copy(row + 1, row + T + 1, targets_.data() + static_cast<size_t>(b) * T);
+  }
+}
+
+StepStats InnerTrainer::step(ParamSet& params, const int32_t* tokens, int64_t global_step) {
+  namespace ops = kernels::cpu;
+  const int B = tcfg_.batch, T = tcfg_.seq;
+  split_rows(tokens, B);
+  grads_.zero();
+  StepStats s;
+  s.loss = model_.forward(params, inputs_.data(), targets_.data(), B, T);
+  model_.backward(params, grads_);
+  s.grad_norm = ops::global_norm(grads_.data(), grads_.numel());
+  if (tcfg_.grad_clip > 0)
+    ops::clip_by_global_norm(grads_.data(), grads_.numel(), s.grad_norm, tcfg_.grad_clip);
+  s.lr = ops::lr_schedule(global_step, tcfg_.warmup, tcfg_.total_steps, tcfg_.lr, tcfg_.min_lr);
+  adamw_.step(params, grads_, s.lr);
+  s.tokens = static_cast<int64_t>(B) * T;
+  return s;
+}
+
+float InnerTrainer::evaluate(const ParamSet& params, const int32_t* tokens, int rows) {
+  const int T = tcfg_.seq;
+  double sum = 0.0;
+  int64_t count = 0;
+  for (int r0 = 0; r0 < rows; r0 += tcfg_.batch) {
+    const int b = std::min(tcfg_.batch, rows - r0);
+    split_rows(tokens + static_cast<size_t>(r0) * (T + 1), b);
+    model_.forward(params, inputs_.data(), targets_.data(), b, T);
+    const float* l = model_.losses();  // (b, T), 0 where the target is ignored
+    for (size_t i = 0; i < static_cast<size_t>(b) * T; ++i) sum += l[i];
+    count += model_.num_targets();
+  }
+  return count ? static_cast<float>(sum / static_cast<double>(count)) : 0.0f;
+}
+
+}  // namespace atl::algorithms

@@ -1,0 +1,221 @@
+// The whole model against PyTorch (Debian's python3-torch): same weights and batch, exchanged as
+// safetensors files, must give the same logits, loss and every parameter's gradient, and 10
+// AdamW steps (through InnerTrainer: clipping, schedule, AdamW) must track PyTorch's losses.
+// The PyTorch side is tests/tools/torch_llama.py.
+//
+// Relative error of a tensor a against the reference b:  max_i |a_i - b_i| / max(max_i |b_i|, tiny)
+// i.e. the largest absolute error scaled by the tensor's largest magnitude (an elementwise ratio
+// would blow up on entries that are ~0 in both).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "algorithms/model/llama.h"
+#include "algorithms/model/safetensors.h"
+#include "algorithms/optim/inner_trainer.h"
+#include "kernels/core/philox.h"
+
+namespace atl::algorithms {
+namespace {
+
+namespace fs = std::filesystem;
+
+template <typename A, typename B>
+double rel_err(const A* a, const B* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    num = std::max(num, std::fabs(double(a[i]) - double(b[i])));
+    den = std::max(den, std::fabs(double(b[i])));
+  }
+  return num / std::max(den, 1e-30);
+}
+
+// A private temp dir, removed at scope exit.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "atoll-torch-XXXXXX").string();
+    if (mkdtemp(tmpl.data())) path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path.empty()) fs::remove_all(path, ec);
+  }
+};
+
+bool write_file(const fs::path& p, const std::vector<uint8_t>& b) {
+  std::ofstream f(p, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  return static_cast<bool>(f);
+}
+
+std::vector<uint8_t> read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+}
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+TEST(TorchReference, LogitsLossGradientsAndAdamWStepsMatchPyTorch) {
+  const std::string python = ATOLL_PYTHON;
+  if (!fs::exists(python) ||
+      std::system((quote(python) + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0) {
+    FAIL() << python << " with PyTorch is required for this test (Debian package python3-torch); "
+           << "run deploy/install-deps.sh (make test runs it)";
+  }
+  const std::string script = std::string(ATOLL_SOURCE_DIR) + "/tests/tools/torch_llama.py";
+
+  ModelConfig c;
+  c.vocab = 256;
+  c.dim = 64;
+  c.layers = 2;
+  c.heads = 4;
+  c.ffn_hidden = 160;
+  c.seq_len = 32;
+  const int B = 2, T = 32;
+  const int kSteps = 10;
+  TrainerConfig tc;
+  tc.batch = B;
+  tc.seq = T;
+  tc.lr = 1e-3;
+  tc.min_lr = 1e-3;  // constant learning rate: PyTorch's side has no schedule
+  tc.warmup = 0;
+  tc.total_steps = kSteps;
+  tc.weight_decay = 0.1;
+  tc.grad_clip = 1.0;  // active: the gradient norm at init is above 1
+
+  ParamSet p(make_layout(c));
+  init_params(p, c, 2024);
+  // Norm gains away from 1, so their gradients and their effect on the forward are exercised.
+  Philox rng(99, 1);
+  uint64_t k = 0;
+  for (const auto& v : p.layout().views())
+    if (v.shape.size() == 1)
+      for (size_t i = 0; i < v.numel(); ++i)
+        p.data()[v.offset + i] = static_cast<float>(1.0 + 0.2 * rng.normal(k++));
+
+  std::vector<int32_t> inputs(B * T), targets(B * T), rows(B * (T + 1));
+  for (int i = 0; i < B * T; ++i) {
+    inputs[i] = static_cast<int32_t>(rng.below(1000 + i, c.vocab));
+    targets[i] = (i % 7 == 3) ? -1 : static_cast<int32_t>(rng.below(5000 + i, c.vocab));
+  }
+  for (int i = 0; i < B * (T + 1); ++i) rows[i] = static_cast<int32_t>(rng.below(9000 + i, c.vocab));
+
+  Safetensors in;
+  append_params(in, p);
+  in.tensors.push_back(make_tensor("batch.inputs", {B, T}, inputs.data()));
+  in.tensors.push_back(make_tensor("batch.targets", {B, T}, targets.data()));
+  in.tensors.push_back(make_tensor("train.rows", {B, T + 1}, rows.data()));
+  auto num = [](double x) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%.17g", x);
+    return std::string(b);
+  };
+  in.metadata = {{"vocab", std::to_string(c.vocab)},
+                 {"dim", std::to_string(c.dim)},
+                 {"layers", std::to_string(c.layers)},
+                 {"heads", std::to_string(c.heads)},
+                 {"ffn_hidden", std::to_string(c.ffn_hidden)},
+                 {"rope_base", num(c.rope_base)},
+                 {"norm_eps", num(c.norm_eps)},
+                 {"lr", num(tc.lr)},
+                 {"beta1", num(tc.beta1)},
+                 {"beta2", num(tc.beta2)},
+                 {"eps", num(tc.eps)},
+                 {"weight_decay", num(tc.weight_decay)},
+                 {"grad_clip", num(tc.grad_clip)},
+                 {"steps", std::to_string(kSteps)}};
+
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty()) << "cannot create a temp dir";
+  const fs::path in_path = dir.path / "in.safetensors", out_path = dir.path / "out.safetensors";
+  auto enc = encode_safetensors(in);
+  ASSERT_TRUE(enc.ok()) << enc.status().message();
+  ASSERT_TRUE(write_file(in_path, *enc));
+  const std::string cmd = quote(python) + " " + quote(script) + " " + quote(in_path.string()) +
+                          " " + quote(out_path.string());
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "failed: " << cmd;
+  const std::vector<uint8_t> out_bytes = read_file(out_path);
+  auto ref = decode_safetensors(out_bytes.data(), out_bytes.size());
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  auto get = [&](const std::string& name) -> const StTensor& {
+    const StTensor* t = ref->find(name);
+    if (!t) {
+      ADD_FAILURE() << "PyTorch output lacks " << name;
+      std::abort();
+    }
+    return *t;
+  };
+
+  // ---- forward + backward on (inputs, targets)
+  Llama model(c);
+  ParamSet grads(model.layout());
+  const float loss = model.forward(p, inputs.data(), targets.data(), B, T);
+  const std::vector<float> ref_logits = get("logits").to_f32();
+  ASSERT_EQ(ref_logits.size(), size_t(B) * T * c.vocab);
+  const double logits_err = rel_err(model.logits(), ref_logits.data(), ref_logits.size());
+  model.backward(p, grads);
+  const float ref_loss = get("loss").to_f32()[0];
+  const double ref_loss64 = get("loss_f64").to_f64()[0];
+  std::printf("  loss  C++ %.8f  torch f32 %.8f  torch f64 %.10f\n", loss, ref_loss, ref_loss64);
+  std::printf("  logits rel err %.3g\n", logits_err);
+  EXPECT_LT(logits_err, 1e-5);
+  EXPECT_LT(std::fabs(double(loss) - ref_loss) / std::fabs(ref_loss), 1e-5);
+
+  double worst = 0, worst64 = 0, torch32_vs_64 = 0;
+  std::string worst_name;
+  for (const auto& v : p.layout().views()) {
+    const std::vector<float> g = get("grad." + v.name).to_f32();
+    const std::vector<double> g64 = get("grad_f64." + v.name).to_f64();
+    ASSERT_EQ(g.size(), v.numel()) << v.name;
+    const float* mine = grads.data() + v.offset;
+    const double e = rel_err(mine, g.data(), g.size());
+    EXPECT_LT(e, 1e-4) << "gradient of " << v.name;
+    if (e > worst) worst = e, worst_name = v.name;
+    worst64 = std::max(worst64, rel_err(mine, g64.data(), g.size()));
+    torch32_vs_64 = std::max(torch32_vs_64, rel_err(g.data(), g64.data(), g.size()));
+  }
+  std::printf("  gradients: worst rel err vs torch f32 %.3g (%s); vs torch f64 %.3g "
+              "(torch f32 vs f64: %.3g)\n",
+              worst, worst_name.c_str(), worst64, torch32_vs_64);
+
+  // ---- 10 AdamW steps on train.rows through the inner trainer
+  InnerTrainer tr(c, tc);
+  ParamSet q = p;
+  const std::vector<float> ref_losses = get("train.losses").to_f32();
+  const std::vector<double> ref_norms = get("train.grad_norms").to_f64();
+  ASSERT_EQ(ref_losses.size(), size_t(kSteps));
+  bool clipped = false;
+  for (int s = 0; s < kSteps; ++s) {
+    StepStats st = tr.step(q, rows.data(), s);
+    EXPECT_DOUBLE_EQ(st.lr, tc.lr);
+    const double le = std::fabs(double(st.loss) - ref_losses[s]) / std::fabs(ref_losses[s]);
+    const double ne = std::fabs(st.grad_norm - ref_norms[s]) / ref_norms[s];
+    std::printf("  step %d  loss C++ %.7f torch %.7f (rel %.2g)  grad norm %.5f / %.5f\n", s,
+                st.loss, ref_losses[s], le, st.grad_norm, ref_norms[s]);
+    EXPECT_LT(le, 1e-4) << "step " << s;
+    EXPECT_LT(ne, 1e-4) << "step " << s;
+    clipped |= st.grad_norm > tc.grad_clip;
+  }
+  EXPECT_TRUE(clipped) << "the test is meant to exercise gradient clipping";
+  EXPECT_LT(ref_losses.back(), ref_losses.front());  // it trains at all
+  double final_err = 0;
+  for (const auto& v : q.layout().views()) {
+    const std::vector<float> f = get("final." + v.name).to_f32();
+    final_err = std::max(final_err, rel_err(q.data() + v.offset, f.data(), f.size()));
+  }
+  std::printf("  parameters after %d steps: worst rel err %.3g\n", kSteps, final_err);
+  EXPECT_LT(final_err, 1e-3);
+}
+
+}  // namespace
+}  // namespace atl::algorithms

@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Reference Llama in plain PyTorch for tests/algorithms/torch_reference_test.cc.
+
+    torch_llama.py INPUT.safetensors OUTPUT.safetensors
+
+INPUT (written by the C++ test) holds
+  - every parameter under its Hugging Face Llama name (F32), output head tied to
+    model.embed_tokens.weight;
+  - batch.inputs (B, T) I32, batch.targets (B, T) I32 (-1 = ignored): the forward/backward batch;
+  - train.rows (B, T + 1) I32: the batch for the AdamW steps (inputs = first T, targets = last T);
+  - __metadata__: vocab, dim, layers, heads, ffn_hidden, rope_base, norm_eps, lr, beta1, beta2,
+    eps, weight_decay, grad_clip, steps (decimal strings).
+OUTPUT holds
+  - logits (B, T, V) F32, loss () F32, grad.<name> F32 for every parameter (float32 run);
+  - loss_f64 () F64 and grad_f64.<name> F64 (the same in float64, to show how far float32 is
+    from exact);
+  - train.losses (steps,) F32 and train.grad_norms (steps,) F64: loss and pre-clip gradient norm
+    before each AdamW step; final.<name> F32: parameters after the last step.
+
+The model matches algorithms/model/llama.h: RMSNorm (x * rsqrt(mean(x^2) + eps) * w), RoPE on
+ADJACENT pairs (x[2i], x[2i+1]) rotated by pos * base^(-2i/D) (not Hugging Face's rotate_half
+layout), causal softmax attention with scale 1/sqrt(D), SwiGLU, no biases, pre-norm blocks,
+final norm, tied head, mean cross-entropy over non-ignored targets. AdamW is torch.optim.AdamW
+with weight decay only on parameters with >= 2 dimensions, and gradient clipping with
+torch.nn.utils.clip_grad_norm_.
+
+No `safetensors` package is needed: the format is parsed and written with struct + json.
+"""
+import json
+import math
+import struct
+import sys
+
+import torch
+import torch.nn.functional as F
+
+DTYPES = {  # safetensors dtype -> (torch dtype, bytes)
+    "F32": (torch.float32, 4),
+    "F64": (torch.float64, 8),
+    "I32": (torch.int32, 4),
+    "I64": (torch.int64, 8),
+    "U8": (torch.uint8, 1),
+}
+TORCH_TO_ST = {v[0]: k for k, v in DTYPES.items()}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        buf = f.read()
+    (n,) = struct.unpack("<Q", buf[:8])
+    header = json.loads(buf[8 : 8 + n].decode("utf-8"))
+    meta = header.pop("__metadata__", {})
+    data = buf[8 + n :]
+    tensors = {}
+    for name, e in header.items():
+        dtype, size = DTYPES[e["dtype"]]
+        b, end = e["data_offsets"]
+        shape = e["shape"]
+        raw = bytearray(data[b:end])
+        t = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+        tensors[name] = t.reshape(shape).clone()
+    return tensors, meta
+
+
+def write_safetensors(path, tensors, meta=None):
+    header = {}
+    if meta:
+        header["__metadata__"] = {k: str(v) for k, v in meta.items()}
+    blobs = []
+    offset = 0
+    for name, t in tensors.items():
+        t = t.detach().contiguous().cpu()
+        raw = t.numpy().tobytes()
+        header[name] = {
+            "dtype": TORCH_TO_ST[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + len(raw)],
+        }
+        blobs.append(raw)
+        offset += len(raw)
+    h = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for raw in blobs:
+            f.write(raw)
+
+
+class Config:
+    def __init__(self, meta):
+        self.vocab = int(meta["vocab"])
+        self.dim = int(meta["dim"])
+        self.layers = int(meta["layers"])
+        self.heads = int(meta["heads"])
+        self.ffn = int(meta["ffn_hidden"])
+        self.rope_base = float(meta["rope_base"])
+        self.eps = float(meta["norm_eps"])
+
+
+def rmsnorm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope(x, base):
+    """x (B, T, H, D): rotate adjacent pairs (x[..., 2i], x[..., 2i+1]) by t * base^(-2i/D)."""
+    B, T, H, D = x.shape
+    i = torch.arange(D // 2, dtype=torch.float64)
+    inv_freq = base ** (-2.0 * i / D)  # (D/2)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]  # (T, D/2)
+    cos = torch.cos(ang).to(x.dtype)[None, :, None, :]
+    sin = torch.sin(ang).to(x.dtype)[None, :, None, :]
+    xp = x.reshape(B, T, H, D // 2, 2)
+    x0, x1 = xp[..., 0], xp[..., 1]
+    out = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
+    return out.reshape(B, T, H, D)
+
+
+def forward(p, cfg, inputs):
+    """inputs (B, T) int64 -> logits (B, T, V)."""
+    B, T = inputs.shape
+    C, H = cfg.dim, cfg.heads
+    D = C // H
+    wte = p["model.embed_tokens.weight"]
+    x = wte[inputs]  # (B, T, C)
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    for l in range(cfg.layers):
+        pre = f"model.layers.{l}."
+        h = rmsnorm(x, p[pre + "input_layernorm.weight"], cfg.eps)
+        q = (h @ p[pre + "self_attn.q_proj.weight"].t()).view(B, T, H, D)
+        k = (h @ p[pre + "self_attn.k_proj.weight"].t()).view(B, T, H, D)
+        v = (h @ p[pre + "self_attn.v_proj.weight"].t()).view(B, T, H, D)
+        q, k = rope(q, cfg.rope_base), rope(k, cfg.rope_base)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ p[pre + "self_attn.o_proj.weight"].t()
+        h = rmsnorm(x, p[pre + "post_attention_layernorm.weight"], cfg.eps)
+        g = h @ p[pre + "mlp.gate_proj.weight"].t()
+        u = h @ p[pre + "mlp.up_proj.weight"].t()
+        x = x + (F.silu(g) * u) @ p[pre + "mlp.down_proj.weight"].t()
+    x = rmsnorm(x, p["model.norm.weight"], cfg.eps)
+    return x @ wte.t()  # tied head
+
+
+def loss_fn(logits, targets):
+    V = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1)
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit("usage: torch_llama.py INPUT.safetensors OUTPUT.safetensors")
+    torch.manual_seed(0)
+    tensors, meta = read_safetensors(sys.argv[1])
+    cfg = Config(meta)
+    names = [n for n in tensors if n.startswith("model.")]
+    inputs = tensors["batch.inputs"].long()
+    targets = tensors["batch.targets"].long()
+    out = {}
+
+    # float32 (compared against the C++ float32 engine) and float64 (how far float32 is from exact).
+    for dtype, tag in ((torch.float32, ""), (torch.float64, "_f64")):
+        p = {n: tensors[n].to(dtype).clone().requires_grad_(True) for n in names}
+        logits = forward(p, cfg, inputs)
+        loss = loss_fn(logits, targets)
+        loss.backward()
+        if tag == "":
+            out["logits"] = logits.detach()
+        out["loss" + tag] = loss.detach().reshape(())
+        for n in names:
+            out[("grad" if tag == "" else "grad_f64") + "." + n] = p[n].grad.detach()
+
+    # AdamW steps on train.rows, float32.
+    rows = tensors["train.rows"].long()
+    tin, ttg = rows[:, :-1], rows[:, 1:]
+    p = {n: tensors[n].clone().requires_grad_(True) for n in names}
+    decay = [p[n] for n in names if p[n].dim() >= 2]
+    no_decay = [p[n] for n in names if p[n].dim() < 2]
+    opt = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": float(meta["weight_decay"])},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=float(meta["lr"]),
+        betas=(float(meta["beta1"]), float(meta["beta2"])),
+        eps=float(meta["eps"]),
+    )
+    clip = float(meta["grad_clip"])
+    losses, norms = [], []
+    for _ in range(int(meta["steps"])):
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(forward(p, cfg, tin), ttg)
+        loss.backward()
+        if clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_([p[n] for n in names], clip)
+        else:
+            norm = torch.sqrt(sum((p[n].grad.double() ** 2).sum() for n in names))
+        losses.append(loss.item())
+        norms.append(float(norm))
+        opt.step()
+    out["train.losses"] = torch.tensor(losses, dtype=torch.float32)
+    out["train.grad_norms"] = torch.tensor(norms, dtype=torch.float64)
+    for n in names:
+        out["final." + n] = p[n].detach()
+
+    write_safetensors(sys.argv[2], out, {"torch_version": torch.__version__})
+
+
+if __name__ == "__main__":
+    main()
