@@ -1,0 +1,101 @@
+// Token datasets and the global batch.
+//
+// The global batch of step s is a pure function of (seed, s): row r is a window of T+1 tokens
+// starting at a Philox-random offset keyed by (seed, s, r). It does not depend on how many
+// workers share the step, so a run resumed on a different number of nodes sees the same
+// batches; batch_sha256 makes that checkable.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "algorithms/data/brown.h"
+#include "algorithms/data/tokenizer.h"
+#include "kernels/core/status.h"
+
+namespace atl::algorithms::data {
+
+// Neither tokenizer has special tokens: documents are joined with this text, encoded like any
+// other text: to a model a document boundary looks like a paragraph break. No vocabulary slot
+// is reserved, so the byte tokenizer stays at exactly 256 ids.
+inline constexpr std::string_view kDocumentSeparator = "\n\n";
+
+// One flat token array.
+struct TokenDataset {
+  std::vector<int32_t> tokens;  // (N,), each in [0, vocab_size)
+  int32_t vocab_size = 0;
+  // Bytes of text the tokens decode to (documents and separators), for bits per byte; 0 when
+  // unknown (pre-tokenized data).
+  int64_t bytes = 0;
+  int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+};
+
+// tokens = enc(doc0) enc(sep) enc(doc1) enc(sep) ... enc(docN-1): each document encoded on its
+// own (a BPE chunk never spans two documents), no separator after the last one.
+TokenDataset build_dataset(std::span<const Document> docs, const Tokenizer& tokenizer);
+// Pre-tokenized data; every id must be in [0, vocab_size).
+StatusOr<TokenDataset> dataset_from_tokens(std::vector<int32_t> tokens, int32_t vocab_size);
+
+// Documents split by is_validation (order kept within each part).
+struct DocumentSplit {
+  std::vector<Document> train, validation;
+};
+DocumentSplit split_documents(std::vector<Document> docs);
+
+// B rows of T+1 tokens, row-major: inputs are columns [0, T), targets columns [1, T+1).
+struct GlobalBatch {
+  int B = 0, T = 0;
+  std::vector<int32_t> tokens;  // (B, T+1)
+  std::span<const int32_t> row(int r) const {
+    return std::span<const int32_t>(tokens).subspan(static_cast<size_t>(r) * (T + 1), T + 1);
+  }
+};
+
+// Rows [begin, end) of the global batch.
+struct RowRange {
+  int begin = 0, end = 0;
+  int size() const { return end - begin; }
+};
+// Worker w of W gets a contiguous block; the first B % W workers get one row more. Blocks are
+// in worker order and cover [0, B) exactly (workers beyond B get empty ranges).
+// Requires W >= 1, 0 <= w < W, B >= 0.
+RowRange rows_for_worker(int B, int W, int w);
+
+// Checks that a dataset can serve windows of T+1 tokens and that B, T are positive. Callers
+// run this once up front; the samplers below abort on a violated precondition.
+Status check_sampling(const TokenDataset& data, int B, int T);
+
+// Start of row `row`'s window at `step`, uniform in [0, N - T - 1]:
+// Philox(seed ^ kDataSalt, stream = step).below(row, N - T). The salt keeps data sampling
+// independent of other draws keyed by the same (seed, step).
+int64_t window_offset(const TokenDataset& data, uint64_t seed, int64_t step, int row, int T);
+// Rows [rows.begin, rows.end) of step `step`'s global batch: a (rows.size(), T+1) batch.
+GlobalBatch sample_rows(const TokenDataset& data, uint64_t seed, int64_t step, RowRange rows,
+                        int T);
+// The whole (B, T+1) global batch of step `step`.
+GlobalBatch sample_global_batch(const TokenDataset& data, uint64_t seed, int64_t step, int B,
+                                int T);
+
+// SHA-256 (hex) of the tokens as little-endian int32, row after row. The concatenation of
+// the workers' rows (in worker order) hashes the same as the global batch.
+std::string batch_sha256(std::span<const int32_t> tokens);
+inline std::string batch_sha256(const GlobalBatch& batch) { return batch_sha256(batch.tokens); }
+
+// Validation: windows of T+1 tokens starting at 0, T, 2T, ... (consecutive windows share one
+// token, so every token after the first is a target exactly once), K = min((N-1)/T,
+// max_tokens/T) windows (max_tokens <= 0: no limit), grouped into batches of at most B rows
+// in order; the last batch may be shorter. Deterministic, no randomness.
+std::vector<GlobalBatch> evaluation_batches(const TokenDataset& data, int T, int64_t max_tokens,
+                                            int B);
+
+// Bytes of text the targets (columns 1..T of every row) stand for.
+int64_t target_bytes(const GlobalBatch& batch, const Tokenizer& tokenizer);
+
+// Bits per byte from a mean cross-entropy in nats per token over `tokens` targets covering
+// `bytes` bytes: loss * tokens / (ln 2 * bytes). NaN when bytes <= 0.
+double bits_per_byte(double mean_loss_nats_per_token, int64_t tokens, int64_t bytes);
+
+}  // namespace atl::algorithms::data

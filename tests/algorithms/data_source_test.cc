@@ -1,0 +1,165 @@
+// Data specs and loading from disk: Brown, text files and directories, token files.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "data_test_util.h"
+#include "node/data_source.h"
+
+namespace atl::node {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory under the system temp dir, removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() /
+            ("atoll_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  void write(const std::string& name, const std::string& data) const {
+    std::ofstream(file(name), std::ios::binary) << data;
+  }
+  std::string str() const { return path_.string(); }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+};
+
+TEST(DataSource, ParsesGoodSpecs) {
+  auto s = parse_data_spec("brown");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->kind, DataSpec::Kind::kBrown);
+  EXPECT_EQ(s->genres, "");
+  s = parse_data_spec("brown:f,a,b");
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_EQ(s->genres, "abf");
+  EXPECT_EQ(s->to_string(), "brown:a,b,f");
+  EXPECT_EQ(*parse_data_spec(s->to_string()), *s);
+  s = parse_data_spec("text:corpus/my books");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->kind, DataSpec::Kind::kText);
+  EXPECT_EQ(s->path, "corpus/my books");
+  EXPECT_EQ(s->to_string(), "text:corpus/my books");
+  s = parse_data_spec("tokens:shards/train.u16");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->kind, DataSpec::Kind::kTokens);
+  EXPECT_TRUE(parse_data_spec("tokens:x.i32").ok());
+  EXPECT_TRUE(parse_data_spec("text:a:b.txt").ok());  // only the first ':' separates
+}
+
+TEST(DataSource, RejectsBadSpecsWithOneClearLine) {
+  struct Case {
+    const char* spec;
+    const char* needle;
+  };
+  for (const Case& c : {Case{"", "expected 'brown'"}, Case{"brwn", "expected 'brown'"},
+                        Case{"Brown", "expected 'brown'"}, Case{"brown:", "no genres"},
+                        Case{"brown:z", "'z' is not a Brown genre letter"},
+                        Case{"brown:a,,b", "'' is not a Brown genre"},
+                        Case{"brown:ab", "'ab' is not a Brown genre"},
+                        Case{"brown:a,i", "'i' is not"}, Case{"brown:a,a", "listed twice"},
+                        Case{"text:", "missing path"}, Case{"text", "missing path"},
+                        Case{"tokens:", "missing path"},
+                        Case{"tokens:train.bin", "must end in .u16"}}) {
+    auto r = parse_data_spec(c.spec);
+    ASSERT_FALSE(r.ok()) << c.spec;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(c.needle), std::string::npos)
+        << c.spec << " -> " << r.status().message();
+    EXPECT_NE(r.status().message().find(std::string("'") + c.spec + "'"), std::string::npos)
+        << "names the spec: " << r.status().message();
+    EXPECT_EQ(r.status().message().find('\n'), std::string::npos);
+  }
+}
+
+TEST(DataSource, LoadsSelectedBrownGenres) {
+  auto docs = load_documents(*parse_data_spec("brown:m,r"), algorithms::data::testing::brown_dir());
+  ASSERT_TRUE(docs.ok()) << docs.status().to_string();
+  ASSERT_EQ(docs->size(), 15u);  // 6 science fiction + 9 humor
+  EXPECT_EQ((*docs)[0].name, "cm01");
+  EXPECT_EQ((*docs)[0].genre_name, "science_fiction");
+  EXPECT_EQ((*docs)[14].name, "cr09");
+  EXPECT_EQ((*docs)[14].genre, "r");
+}
+
+TEST(DataSource, MissingBrownCorpusSaysHowToFixIt) {
+  TempDir dir;
+  auto r = load_documents(DataSpec{}, dir.file("nowhere"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "Brown corpus not found at " + dir.file("nowhere") + ": run deploy/install-deps.sh");
+  // A directory without the files.
+  dir.write("ca01", "The/at end/nn ./.\n");
+  r = load_documents(*parse_data_spec("brown:a"), dir.str());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("missing ca02"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("deploy/install-deps.sh"), std::string::npos);
+}
+
+TEST(DataSource, LoadsTextFilesAndDirectories) {
+  TempDir dir;
+  dir.write("b.txt", "second file\n");
+  dir.write("a.txt", "first file \xC3\xA9\n");
+  dir.write("notes.md", "ignored");
+  fs::create_directories(dir.file("sub.txt"));  // a directory named *.txt is not a file
+  auto docs = load_documents(*parse_data_spec("text:" + dir.str()));
+  ASSERT_TRUE(docs.ok()) << docs.status().to_string();
+  ASSERT_EQ(docs->size(), 2u);
+  EXPECT_EQ((*docs)[0].name, "a.txt");
+  EXPECT_EQ((*docs)[0].text, "first file \xC3\xA9\n");
+  EXPECT_EQ((*docs)[0].genre, "");
+  EXPECT_EQ((*docs)[0].genre_name, "text");
+  EXPECT_EQ((*docs)[1].name, "b.txt");
+  auto one = load_documents(*parse_data_spec("text:" + dir.file("notes.md")));
+  ASSERT_TRUE(one.ok());
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_EQ((*one)[0].text, "ignored");
+  auto missing = load_documents(*parse_data_spec("text:" + dir.file("nope")));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("not found"), std::string::npos);
+  TempDir empty;
+  auto none = load_documents(*parse_data_spec("text:" + empty.str()));
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("no *.txt files"), std::string::npos);
+  EXPECT_FALSE(load_documents(*parse_data_spec("tokens:x.u16")).ok());
+}
+
+TEST(DataSource, TokenFilesRoundTripAndRejectBadData) {
+  TempDir dir;
+  std::vector<int32_t> ids = {0, 1, 255, 256, 65535};
+  ASSERT_TRUE(write_token_file(dir.file("t.u16"), ids).ok());
+  EXPECT_EQ(fs::file_size(dir.file("t.u16")), 10u);
+  auto back = load_token_file(dir.file("t.u16"));
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(*back, ids);
+  // Little-endian on disk, whatever the host.
+  EXPECT_EQ(read_file(dir.file("t.u16"))->substr(6, 2), std::string("\x00\x01", 2));
+  ids.push_back(1 << 20);
+  EXPECT_FALSE(write_token_file(dir.file("t.u16"), ids).ok());
+  ASSERT_TRUE(write_token_file(dir.file("t.i32"), ids).ok());
+  EXPECT_EQ(*load_token_file(dir.file("t.i32")), ids);
+  dir.write("odd.u16", "abc");
+  auto odd = load_token_file(dir.file("odd.u16"));
+  ASSERT_FALSE(odd.ok());
+  EXPECT_EQ(odd.status().code(), StatusCode::kDataLoss);
+  dir.write("neg.i32", std::string("\xff\xff\xff\xff", 4));
+  EXPECT_FALSE(load_token_file(dir.file("neg.i32")).ok());
+  EXPECT_FALSE(load_token_file(dir.file("absent.i32")).ok());
+  EXPECT_FALSE(load_token_file(dir.file("t.bin")).ok());
+}
+
+}  // namespace
+}  // namespace atl::node
