@@ -8,6 +8,7 @@
 #include <openssl/x509v3.h>
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <system_error>
 
@@ -167,12 +168,25 @@ std::string key_path(const std::string& dir, const std::string& name) {
   return (fs::path(dir) / (name + ".key")).string();
 }
 
-Status validate_cert_name(const std::string& name) {
-  if (name.empty() || name.size() > kMaxNameLength) {
+Status validate_cert_name(const std::string& raw) {
+  // Echo the name back safely: control bytes and non-ASCII as \xNN, long names cut short.
+  std::string name;
+  for (size_t i = 0; i < raw.size() && i < 80; ++i) {
+    const auto c = static_cast<unsigned char>(raw[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      name += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      name += buf;
+    }
+  }
+  if (raw.size() > 80) name += "...";
+  if (raw.empty() || raw.size() > kMaxNameLength) {
     return InvalidArgument("certificate name '" + name + "' must be 1 to " +
                            std::to_string(kMaxNameLength) + " characters long");
   }
-  for (char c : name) {
+  for (char c : raw) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
               c == '.' || c == '_' || c == '-';
     if (!ok) {
@@ -180,7 +194,7 @@ Status validate_cert_name(const std::string& name) {
                              "' may only contain letters, digits, '.', '_' and '-'");
     }
   }
-  if (name == "." || name == ".." || name == "ca") {
+  if (raw == "." || raw == ".." || raw == "ca") {
     return InvalidArgument("certificate name '" + name + "' is reserved");
   }
   return Status::Ok();
