@@ -1,0 +1,27 @@
+// Channel and server settings shared by every Atoll endpoint: message size bounds and the
+// TLS name override.
+#pragma once
+
+#include <grpcpp/channel.h>
+#include <grpcpp/server_builder.h>
+
+#include <memory>
+#include <string>
+
+#include "transport/tensor_stream.h"
+#include "transport/tls/credentials.h"
+
+namespace atl::transport {
+
+// Largest serialized message either side accepts or sends: one full TensorChunk (1 MiB of
+// data) plus its header and framing. Everything else in the protocol is far smaller.
+inline constexpr int kMaxMessageBytes = static_cast<int>(kMaxChunkBytes) + (64 << 10);
+
+// Applies the message bounds to a server under construction.
+void apply_server_limits(grpc::ServerBuilder& builder);
+
+// A channel to `target` ("host:port") with the message bounds and, when set, the TLS server
+// name override. Does not connect yet (gRPC connects lazily).
+std::shared_ptr<grpc::Channel> create_channel(const std::string& target, const ClientTls& tls);
+
+}  // namespace atl::transport

@@ -1,0 +1,78 @@
+// Tensor streams: a byte payload travels as TensorChunk messages of at most 1 MiB, the first
+// carrying the TensorHeader (with the SHA-256 of the whole payload), every chunk carrying the
+// CRC-32C of its data. ChunkAssembler is the receiving side and trusts nothing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/core/sha256.h"
+#include "kernels/core/status.h"
+#include "transport/proto/atoll.pb.h"
+
+namespace atl::transport {
+
+inline constexpr uint32_t kWireVersion = 1;
+inline constexpr size_t kMaxChunkBytes = size_t{1} << 20;  // data bytes per TensorChunk
+
+// Calls `sink` once per chunk, in order. Fills header.wire_version, payload_bytes and
+// payload_sha256 (the caller sets the rest). An empty payload is one chunk with no data, so the
+// header always arrives. `chunk_bytes` must be in [1, kMaxChunkBytes]. Stops at and returns
+// the first non-OK status of `sink` (e.g. a broken stream).
+Status for_each_chunk(atoll_pb::v1::TensorHeader header, std::string_view payload,
+                      const std::function<Status(const atoll_pb::v1::TensorChunk&)>& sink,
+                      size_t chunk_bytes = kMaxChunkBytes);
+
+// Convenience: all chunks at once (copies the payload; fine for tests and small tensors).
+StatusOr<std::vector<atoll_pb::v1::TensorChunk>> chunk_payload(
+    atoll_pb::v1::TensorHeader header, std::string_view payload,
+    size_t chunk_bytes = kMaxChunkBytes);
+
+// Receives one stream. Usage: add() each chunk as it arrives, then finish(). The first error
+// is sticky: later calls return it again. Errors:
+//   InvalidArgument — malformed stream (no header / second header, wrong wire_version, bad
+//                     sha256 field, empty non-first chunk, numel inconsistent with codec none)
+//   OutOfRange      — declared payload above the limit, chunk above 1 MiB, data past the end
+//   DataLoss        — CRC-32C mismatch, gap (missing chunk), overlap (reordered/duplicate
+//                     chunk), stream ended short, SHA-256 mismatch
+class ChunkAssembler {
+ public:
+  // max_payload_bytes: the largest payload this receiver accepts; checked against the header's
+  // declaration before any allocation.
+  explicit ChunkAssembler(uint64_t max_payload_bytes);
+
+  Status add(const atoll_pb::v1::TensorChunk& chunk);
+  // All bytes received and the SHA-256 matches. Call once after the last chunk.
+  Status finish();
+
+  bool has_header() const { return has_header_; }
+  const atoll_pb::v1::TensorHeader& header() const { return header_; }
+  uint64_t bytes_received() const { return payload_.size(); }
+  size_t chunks_received() const { return chunks_; }
+  // The payload; valid after finish() returned OK.
+  std::string take_payload() { return std::move(payload_); }
+
+ private:
+  Status fail(Status st);
+
+  uint64_t max_payload_bytes_;
+  atoll_pb::v1::TensorHeader header_;
+  bool has_header_ = false;
+  bool finished_ = false;
+  size_t chunks_ = 0;
+  std::string payload_;
+  Sha256 sha_;
+  Status error_;
+};
+
+// fp32 payloads (codec "none"): little-endian IEEE-754 binary32, 4 bytes per element.
+std::string floats_to_bytes(std::span<const float> values);
+// InvalidArgument when the size is not a multiple of 4.
+StatusOr<std::vector<float>> bytes_to_floats(std::string_view bytes);
+
+}  // namespace atl::transport

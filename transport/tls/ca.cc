@@ -1,0 +1,363 @@
+#include "transport/tls/ca.h"
+
+#include <arpa/inet.h>
+#include <openssl/bn.h>
+#include <openssl/ec.h>
+#include <openssl/evp.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <system_error>
+
+#include "transport/tls/openssl_util.h"
+
+namespace atl::transport {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace ossl;
+
+// Tolerated clock skew between the issuing machine and the sites: certificates are valid from
+// five minutes in the past.
+constexpr long kBackdateSeconds = 300;
+constexpr size_t kMaxNameLength = 64;
+
+StatusOr<PkeyPtr> generate_p256() {
+  PkeyPtr key(EVP_EC_gen("P-256"));
+  if (!key) return Internal("EC P-256 key generation failed: " + last_error());
+  return key;
+}
+
+// 159 random bits: positive, at most 20 octets (RFC 5280 §4.1.2.2), unpredictable.
+Status set_random_serial(X509* cert) {
+  BignumPtr bn(BN_new());
+  if (!bn || BN_rand(bn.get(), 159, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) != 1) {
+    return Internal("cannot draw a random serial: " + last_error());
+  }
+  Asn1IntegerPtr serial(BN_to_ASN1_INTEGER(bn.get(), nullptr));
+  if (!serial || X509_set_serialNumber(cert, serial.get()) != 1) {
+    return Internal("cannot set serial: " + last_error());
+  }
+  return Status::Ok();
+}
+
+Status add_name_entry(X509_NAME* name, const char* field, const std::string& value) {
+  if (X509_NAME_add_entry_by_txt(name, field, MBSTRING_UTF8,
+                                 reinterpret_cast<const unsigned char*>(value.c_str()),
+                                 static_cast<int>(value.size()), -1, 0) != 1) {
+    return Internal(std::string("cannot set ") + field + ": " + last_error());
+  }
+  return Status::Ok();
+}
+
+// Adds an extension from a constant OpenSSL config string (never user input).
+Status add_conf_ext(X509* cert, X509V3_CTX* ctx, int nid, const char* value) {
+  X509ExtPtr ext(X509V3_EXT_conf_nid(nullptr, ctx, nid, value));
+  if (!ext || X509_add_ext(cert, ext.get(), -1) != 1) {
+    return Internal(std::string("cannot add extension ") + OBJ_nid2sn(nid) + "=" + value + ": " +
+                    last_error());
+  }
+  return Status::Ok();
+}
+
+bool is_ip_literal(const std::string& s) {
+  unsigned char buf[16];
+  return inet_pton(AF_INET, s.c_str(), buf) == 1 || inet_pton(AF_INET6, s.c_str(), buf) == 1;
+}
+
+bool valid_dns_san(const std::string& s) {
+  if (s.empty() || s.size() > 253) return false;
+  for (char c : s) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '-' || c == '*';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// Builds the subjectAltName from (already validated) names, without going through OpenSSL's
+// config-string parser, so no name can smuggle in another entry.
+Status add_sans(X509* cert, const std::vector<std::string>& names) {
+  GeneralNamesPtr gens(GENERAL_NAMES_new());
+  if (!gens) return Internal("GENERAL_NAMES_new failed");
+  for (const std::string& n : names) {
+    GENERAL_NAME* gen = nullptr;
+    if (is_ip_literal(n)) {
+      ASN1_OCTET_STRING* ip = a2i_IPADDRESS(n.c_str());
+      if (ip == nullptr) return InvalidArgument("bad IP address in SAN: " + n);
+      gen = GENERAL_NAME_new();
+      if (gen == nullptr) {
+        ASN1_OCTET_STRING_free(ip);
+        return Internal("GENERAL_NAME_new failed");
+      }
+      GENERAL_NAME_set0_value(gen, GEN_IPADD, ip);
+    } else {
+      ASN1_IA5STRING* dns = ASN1_IA5STRING_new();
+      if (dns == nullptr || ASN1_STRING_set(dns, n.data(), static_cast<int>(n.size())) != 1) {
+        ASN1_IA5STRING_free(dns);
+        return Internal("cannot encode DNS SAN " + n);
+      }
+      gen = GENERAL_NAME_new();
+      if (gen == nullptr) {
+        ASN1_IA5STRING_free(dns);
+        return Internal("GENERAL_NAME_new failed");
+      }
+      GENERAL_NAME_set0_value(gen, GEN_DNS, dns);
+    }
+    if (sk_GENERAL_NAME_push(gens.get(), gen) == 0) {
+      GENERAL_NAME_free(gen);
+      return Internal("cannot append SAN");
+    }
+  }
+  if (X509_add1_ext_i2d(cert, NID_subject_alt_name, gens.get(), 0, X509V3_ADD_DEFAULT) != 1) {
+    return Internal("cannot add subjectAltName: " + last_error());
+  }
+  return Status::Ok();
+}
+
+bool exists(const std::string& path) {
+  std::error_code ec;
+  return fs::exists(path, ec);
+}
+
+// Writes key (0600) then certificate (0644); removes the key again if the certificate fails,
+// so a failed issue leaves nothing half-done behind.
+Status write_pair(const std::string& key_file, const std::string& cert_file, EVP_PKEY* key,
+                  X509* cert) {
+  ATOLL_ASSIGN_OR_RETURN(std::string key_pem, private_key_to_pem(key));
+  ATOLL_ASSIGN_OR_RETURN(std::string cert_pem, certificate_to_pem(cert));
+  ATOLL_RETURN_IF_ERROR(write_new_file(key_file, key_pem, 0600));
+  Status st = write_new_file(cert_file, cert_pem, 0644);
+  if (!st.ok()) {
+    std::error_code ec;
+    fs::remove(key_file, ec);
+  }
+  return st;
+}
+
+}  // namespace
+
+const char* role_name(Role role) {
+  switch (role) {
+    case Role::kNode:
+      return "node";
+    case Role::kAdmin:
+      return "admin";
+    case Role::kServer:
+      return "server";
+  }
+  return "?";
+}
+
+StatusOr<Role> parse_role(const std::string& text) {
+  if (text == "node") return Role::kNode;
+  if (text == "admin") return Role::kAdmin;
+  if (text == "server") return Role::kServer;
+  return InvalidArgument("unknown role '" + text + "': expected node, admin or server");
+}
+
+std::string ca_cert_path(const std::string& dir) { return (fs::path(dir) / "ca.crt").string(); }
+std::string ca_key_path(const std::string& dir) { return (fs::path(dir) / "ca.key").string(); }
+std::string cert_path(const std::string& dir, const std::string& name) {
+  return (fs::path(dir) / (name + ".crt")).string();
+}
+std::string key_path(const std::string& dir, const std::string& name) {
+  return (fs::path(dir) / (name + ".key")).string();
+}
+
+Status validate_cert_name(const std::string& name) {
+  if (name.empty() || name.size() > kMaxNameLength) {
+    return InvalidArgument("certificate name '" + name + "' must be 1 to " +
+                           std::to_string(kMaxNameLength) + " characters long");
+  }
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-';
+    if (!ok) {
+      return InvalidArgument("certificate name '" + name +
+                             "' may only contain letters, digits, '.', '_' and '-'");
+    }
+  }
+  if (name == "." || name == ".." || name == "ca") {
+    return InvalidArgument("certificate name '" + name + "' is reserved");
+  }
+  return Status::Ok();
+}
+
+Status ca_init(const std::string& dir, const CaOptions& options) {
+  if (dir.empty()) return InvalidArgument("ca init: --dir is empty");
+  if (options.validity_days <= 0) {
+    return InvalidArgument("ca init: validity must be at least one day");
+  }
+  if (exists(ca_key_path(dir)) || exists(ca_cert_path(dir))) {
+    return AlreadyExists("a CA already exists in " + dir +
+                         " (ca.crt/ca.key); refusing to overwrite it: choose another --dir");
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return IoError("cannot create " + dir + ": " + ec.message());
+  // Private keys live here: owner-only directory.
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+
+  ATOLL_ASSIGN_OR_RETURN(PkeyPtr key, generate_p256());
+  X509Ptr cert(X509_new());
+  if (!cert) return Internal("X509_new failed");
+  X509_set_version(cert.get(), X509_VERSION_3);
+  ATOLL_RETURN_IF_ERROR(set_random_serial(cert.get()));
+  X509_gmtime_adj(X509_getm_notBefore(cert.get()), -kBackdateSeconds);
+  X509_gmtime_adj(X509_getm_notAfter(cert.get()), long{options.validity_days} * 24 * 3600);
+  X509_NAME* name = X509_get_subject_name(cert.get());
+  ATOLL_RETURN_IF_ERROR(add_name_entry(name, "O", "Atoll"));
+  ATOLL_RETURN_IF_ERROR(add_name_entry(name, "CN", options.common_name));
+  X509_set_issuer_name(cert.get(), name);
+  X509_set_pubkey(cert.get(), key.get());
+
+  X509V3_CTX ctx;
+  X509V3_set_ctx_nodb(&ctx);
+  X509V3_set_ctx(&ctx, cert.get(), cert.get(), nullptr, nullptr, 0);
+  ATOLL_RETURN_IF_ERROR(
+      add_conf_ext(cert.get(), &ctx, NID_basic_constraints, "critical,CA:TRUE,pathlen:0"));
+  ATOLL_RETURN_IF_ERROR(add_conf_ext(cert.get(), &ctx, NID_key_usage, "critical,keyCertSign,cRLSign"));
+  ATOLL_RETURN_IF_ERROR(add_conf_ext(cert.get(), &ctx, NID_subject_key_identifier, "hash"));
+  ATOLL_RETURN_IF_ERROR(
+      add_conf_ext(cert.get(), &ctx, NID_authority_key_identifier, "keyid:always"));
+  if (X509_sign(cert.get(), key.get(), EVP_sha256()) <= 0) {
+    return Internal("cannot sign CA certificate: " + last_error());
+  }
+  return write_pair(ca_key_path(dir), ca_cert_path(dir), key.get(), cert.get());
+}
+
+Status ca_issue(const std::string& dir, const std::string& name, Role role,
+                const IssueOptions& options) {
+  ATOLL_RETURN_IF_ERROR(validate_cert_name(name));
+  if (options.validity_seconds == 0) return InvalidArgument("ca issue: validity must not be 0");
+  auto ca_pem = read_file(ca_cert_path(dir));
+  auto ca_key_pem = read_file(ca_key_path(dir));
+  if (!ca_pem.ok() || !ca_key_pem.ok()) {
+    if (ca_pem.status().code() == StatusCode::kNotFound ||
+        ca_key_pem.status().code() == StatusCode::kNotFound) {
+      return NotFound("no CA in " + dir + ": run `atoll ca init --dir " + dir + "` first");
+    }
+    return !ca_pem.ok() ? ca_pem.status() : ca_key_pem.status();
+  }
+  ATOLL_ASSIGN_OR_RETURN(X509Ptr ca_cert, parse_certificate_pem(*ca_pem, ca_cert_path(dir)));
+  ATOLL_ASSIGN_OR_RETURN(PkeyPtr ca_key, parse_private_key_pem(*ca_key_pem, ca_key_path(dir)));
+  if (X509_check_private_key(ca_cert.get(), ca_key.get()) != 1) {
+    last_error();
+    return InvalidArgument("ca.key in " + dir + " does not match ca.crt");
+  }
+  if (X509_cmp_current_time(X509_get0_notAfter(ca_cert.get())) < 0) {
+    return FailedPrecondition("the CA in " + dir + " expired on " +
+                              time_to_string(X509_get0_notAfter(ca_cert.get())) +
+                              ": create a new one with `atoll ca init`");
+  }
+  if (exists(key_path(dir, name)) || exists(cert_path(dir, name))) {
+    return AlreadyExists("a certificate named '" + name + "' already exists in " + dir +
+                         "; remove " + name + ".crt and " + name + ".key to re-issue it");
+  }
+
+  std::vector<std::string> sans = {name};
+  if (role == Role::kServer) {
+    for (const char* s : {"localhost", "127.0.0.1", "::1"}) {
+      if (s != name) sans.emplace_back(s);
+    }
+    for (const std::string& s : options.extra_sans) {
+      if (!is_ip_literal(s) && !valid_dns_san(s)) {
+        return InvalidArgument("subject alternative name '" + s +
+                               "' is neither an IP address nor a DNS name");
+      }
+      sans.push_back(s);
+    }
+  }
+
+  ATOLL_ASSIGN_OR_RETURN(PkeyPtr key, generate_p256());
+  X509Ptr cert(X509_new());
+  if (!cert) return Internal("X509_new failed");
+  X509_set_version(cert.get(), X509_VERSION_3);
+  ATOLL_RETURN_IF_ERROR(set_random_serial(cert.get()));
+  const long v = static_cast<long>(options.validity_seconds);
+  if (v > 0) {
+    X509_gmtime_adj(X509_getm_notBefore(cert.get()), -kBackdateSeconds);
+    X509_gmtime_adj(X509_getm_notAfter(cert.get()), v);
+  } else {
+    // Already expired: a window entirely in the past.
+    X509_gmtime_adj(X509_getm_notBefore(cert.get()), 2 * v);
+    X509_gmtime_adj(X509_getm_notAfter(cert.get()), v);
+  }
+  X509_NAME* subject = X509_get_subject_name(cert.get());
+  ATOLL_RETURN_IF_ERROR(add_name_entry(subject, "O", "Atoll"));
+  ATOLL_RETURN_IF_ERROR(add_name_entry(subject, "OU", role_name(role)));
+  ATOLL_RETURN_IF_ERROR(add_name_entry(subject, "CN", name));
+  X509_set_issuer_name(cert.get(), X509_get_subject_name(ca_cert.get()));
+  X509_set_pubkey(cert.get(), key.get());
+
+  X509V3_CTX ctx;
+  X509V3_set_ctx_nodb(&ctx);
+  X509V3_set_ctx(&ctx, ca_cert.get(), cert.get(), nullptr, nullptr, 0);
+  ATOLL_RETURN_IF_ERROR(add_conf_ext(cert.get(), &ctx, NID_basic_constraints, "critical,CA:FALSE"));
+  ATOLL_RETURN_IF_ERROR(add_conf_ext(cert.get(), &ctx, NID_key_usage, "critical,digitalSignature"));
+  ATOLL_RETURN_IF_ERROR(add_conf_ext(cert.get(), &ctx, NID_ext_key_usage,
+                                     role == Role::kServer ? "serverAuth" : "clientAuth"));
+  ATOLL_RETURN_IF_ERROR(add_conf_ext(cert.get(), &ctx, NID_subject_key_identifier, "hash"));
+  ATOLL_RETURN_IF_ERROR(add_conf_ext(cert.get(), &ctx, NID_authority_key_identifier, "keyid"));
+  ATOLL_RETURN_IF_ERROR(add_sans(cert.get(), sans));
+  if (X509_sign(cert.get(), ca_key.get(), EVP_sha256()) <= 0) {
+    return Internal("cannot sign certificate: " + last_error());
+  }
+  return write_pair(key_path(dir, name), cert_path(dir, name), key.get(), cert.get());
+}
+
+StatusOr<CertInfo> inspect_certificate_pem(const std::string& pem) {
+  ATOLL_ASSIGN_OR_RETURN(X509Ptr cert, parse_certificate_pem(pem, "certificate"));
+  CertInfo info;
+  const X509_NAME* subject = X509_get_subject_name(cert.get());
+  info.common_name = name_entry(subject, NID_commonName);
+  info.role = name_entry(subject, NID_organizationalUnitName);
+  info.is_ca = (X509_get_extension_flags(cert.get()) & EXFLAG_CA) != 0;
+  info.subject = name_oneline(subject);
+  info.issuer = name_oneline(X509_get_issuer_name(cert.get()));
+  {
+    BignumPtr bn(ASN1_INTEGER_to_BN(X509_get0_serialNumber(cert.get()), nullptr));
+    if (bn) {
+      char* hex = BN_bn2hex(bn.get());
+      if (hex != nullptr) {
+        info.serial_hex = hex;
+        OPENSSL_free(hex);
+      }
+    }
+  }
+  ATOLL_ASSIGN_OR_RETURN(info.not_before_unix, time_to_unix(X509_get0_notBefore(cert.get())));
+  ATOLL_ASSIGN_OR_RETURN(info.not_after_unix, time_to_unix(X509_get0_notAfter(cert.get())));
+  info.not_after = time_to_string(X509_get0_notAfter(cert.get()));
+  ATOLL_ASSIGN_OR_RETURN(info.fingerprint_sha256, fingerprint_sha256(cert.get()));
+  GeneralNamesPtr gens(static_cast<GENERAL_NAMES*>(
+      X509_get_ext_d2i(cert.get(), NID_subject_alt_name, nullptr, nullptr)));
+  for (int i = 0; gens && i < sk_GENERAL_NAME_num(gens.get()); ++i) {
+    const GENERAL_NAME* gen = sk_GENERAL_NAME_value(gens.get(), i);
+    if (gen->type == GEN_DNS) {
+      const ASN1_IA5STRING* s = gen->d.dNSName;
+      info.sans.push_back("DNS:" + std::string(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
+                                               static_cast<size_t>(ASN1_STRING_length(s))));
+    } else if (gen->type == GEN_IPADD) {
+      const ASN1_OCTET_STRING* ip = gen->d.iPAddress;
+      char buf[INET6_ADDRSTRLEN] = {};
+      int len = ASN1_STRING_length(ip);
+      int family = len == 4 ? AF_INET : len == 16 ? AF_INET6 : -1;
+      if (family != -1 && inet_ntop(family, ASN1_STRING_get0_data(ip), buf, sizeof(buf))) {
+        info.sans.push_back(std::string("IP:") + buf);
+      }
+    }
+  }
+  return info;
+}
+
+StatusOr<CertInfo> inspect_certificate(const std::string& path) {
+  ATOLL_ASSIGN_OR_RETURN(std::string pem, read_file(path));
+  auto info = inspect_certificate_pem(pem);
+  if (!info.ok()) return Status(info.status().code(), path + ": " + info.status().message());
+  return info;
+}
+
+}  // namespace atl::transport
