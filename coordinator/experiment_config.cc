@@ -1,0 +1,375 @@
+#include "coordinator/experiment_config.h"
+
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "coordinator/store.h"
+
+namespace atl::coordinator {
+namespace {
+
+std::string fmt_double(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
+std::string show(const toml::node& n) {
+  std::ostringstream os;
+  if (n.is_table()) {
+    os << "{...}";
+  } else if (auto* sv = n.as_string()) {
+    os << '"' << sv->get() << '"';
+  } else if (auto* a = n.as_array()) {
+    os << *a;
+  } else {
+    n.visit([&](auto&& v) { os << v; });
+  }
+  std::string s = os.str();
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return s;
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// One accepted key: how to store its value. Returns "" or the complaint ("must be an integer").
+using Setter = std::function<std::string(const toml::node&)>;
+struct Key {
+  std::string name;
+  Setter set;
+};
+
+Setter u32(uint32_t* out) {
+  return [out](const toml::node& n) -> std::string {
+    auto v = n.value_exact<int64_t>();
+    if (!v) return "must be an integer";
+    if (*v < 0 || *v > std::numeric_limits<uint32_t>::max())
+      return "must be an integer in [0, 4294967295]";
+    *out = static_cast<uint32_t>(*v);
+    return "";
+  };
+}
+Setter u64(uint64_t* out) {
+  return [out](const toml::node& n) -> std::string {
+    auto v = n.value_exact<int64_t>();
+    if (!v) return "must be an integer";
+    if (*v < 0) return "must be a non-negative integer";
+    *out = static_cast<uint64_t>(*v);
+    return "";
+  };
+}
+Setter f64(double* out) {
+  return [out](const toml::node& n) -> std::string {
+    if (auto d = n.value_exact<double>()) {
+      *out = *d;
+    } else if (auto i = n.value_exact<int64_t>()) {
+      *out = static_cast<double>(*i);
+    } else {
+      return "must be a number";
+    }
+    if (!std::isfinite(*out)) return "must be a finite number";
+    return "";
+  };
+}
+Setter str(std::string* out) {
+  return [out](const toml::node& n) -> std::string {
+    auto v = n.value_exact<std::string>();
+    if (!v) return "must be a string (in double quotes)";
+    *out = *v;
+    return "";
+  };
+}
+Setter boolean(bool* out) {
+  return [out](const toml::node& n) -> std::string {
+    auto v = n.value_exact<bool>();
+    if (!v) return "must be true or false";
+    *out = *v;
+    return "";
+  };
+}
+Setter str_list(std::vector<std::string>* out) {
+  return [out](const toml::node& n) -> std::string {
+    const toml::array* a = n.as_array();
+    if (!a) return "must be an array of strings, e.g. [\"a.txt\", \"b.txt\"]";
+    out->clear();
+    for (const auto& e : *a) {
+      auto v = e.value_exact<std::string>();
+      if (!v) return "must be an array of strings, e.g. [\"a.txt\", \"b.txt\"]";
+      out->push_back(*v);
+    }
+    return "";
+  };
+}
+
+struct Table {
+  std::string name;  // "" = top level
+  std::vector<Key> keys;
+};
+
+Status apply_table(const toml::table& t, const Table& schema, std::string_view source,
+                   const std::vector<std::string>& subtables) {
+  const std::string prefix = schema.name.empty() ? "" : schema.name + ".";
+  for (const auto& [k, node] : t) {
+    const std::string key(k.str());
+    if (schema.name.empty() &&
+        std::find(subtables.begin(), subtables.end(), key) != subtables.end()) {
+      if (!node.is_table())
+        return InvalidArgument(std::string(source) + ": " + key + " must be a table ([" + key +
+                               "])");
+      continue;  // handled by its own schema
+    }
+    const Key* match = nullptr;
+    for (const auto& sk : schema.keys)
+      if (sk.name == key) match = &sk;
+    if (!match) {
+      std::string known, best;
+      size_t best_d = 3;  // suggest only close matches
+      for (const auto& sk : schema.keys) {
+        known += (known.empty() ? "" : ", ") + sk.name;
+        const size_t d = edit_distance(key, sk.name);
+        if (d < best_d) best_d = d, best = sk.name;
+      }
+      if (schema.name.empty())
+        for (const auto& st : subtables) known += ", [" + st + "]";
+      std::string msg = std::string(source) + ": unknown key " + prefix + key;
+      if (!best.empty()) msg += " (did you mean " + prefix + best + "?)";
+      msg += "; known keys" + (schema.name.empty() ? std::string() : " in [" + schema.name + "]") +
+             ": " + known;
+      return InvalidArgument(msg);
+    }
+    const std::string why = match->set(node);
+    if (!why.empty())
+      return InvalidArgument(std::string(source) + ": " + prefix + key + " = " + show(node) + " " +
+                             why);
+  }
+  return Status::Ok();
+}
+
+Status range_error(std::string_view source, const std::string& key, const std::string& value,
+                   const std::string& rule) {
+  return InvalidArgument(std::string(source) + ": " + key + " = " + value + " " + rule);
+}
+
+}  // namespace
+
+Status validate_experiment_config(const ExperimentConfig& c, std::string_view src) {
+  auto u = [](uint64_t v) { return std::to_string(v); };
+  auto d = fmt_double;
+  if (!valid_id(c.name))
+    return range_error(src, "name", "\"" + c.name + "\"",
+                       "must be 1-64 characters of [A-Za-z0-9._-]");
+  const ModelSection& m = c.model;
+  if (m.vocab < 2) return range_error(src, "model.vocab", u(m.vocab), "must be >= 2");
+  if (m.dim < 1) return range_error(src, "model.dim", u(m.dim), "must be >= 1");
+  if (m.layers < 1) return range_error(src, "model.layers", u(m.layers), "must be >= 1");
+  if (m.heads < 1) return range_error(src, "model.heads", u(m.heads), "must be >= 1");
+  if (m.dim % m.heads != 0)
+    return range_error(src, "model.dim", u(m.dim),
+                       "must be divisible by model.heads = " + u(m.heads));
+  if ((m.dim / m.heads) % 2 != 0)
+    return range_error(src, "model.heads", u(m.heads),
+                       "must make dim/heads even (RoPE rotates pairs); dim = " + u(m.dim));
+  if (m.ffn_hidden < 1) return range_error(src, "model.ffn_hidden", u(m.ffn_hidden), "must be >= 1");
+  if (m.seq_len < 1) return range_error(src, "model.seq_len", u(m.seq_len), "must be >= 1");
+  if (!(m.rope_base > 0)) return range_error(src, "model.rope_base", d(m.rope_base), "must be > 0");
+  if (!(m.norm_eps > 0)) return range_error(src, "model.norm_eps", d(m.norm_eps), "must be > 0");
+
+  const TrainSection& t = c.train;
+  if (t.batch_size < 1) return range_error(src, "train.batch_size", u(t.batch_size), "must be >= 1");
+  if (!(t.lr > 0)) return range_error(src, "train.lr", d(t.lr), "must be > 0");
+  if (!(t.min_lr >= 0 && t.min_lr <= t.lr))
+    return range_error(src, "train.min_lr", d(t.min_lr), "must be in [0, train.lr = " + d(t.lr) + "]");
+  if (!(t.weight_decay >= 0))
+    return range_error(src, "train.weight_decay", d(t.weight_decay), "must be >= 0");
+  if (!(t.beta1 >= 0 && t.beta1 < 1)) return range_error(src, "train.beta1", d(t.beta1), "must be in [0, 1)");
+  if (!(t.beta2 >= 0 && t.beta2 < 1)) return range_error(src, "train.beta2", d(t.beta2), "must be in [0, 1)");
+  if (!(t.grad_clip >= 0))
+    return range_error(src, "train.grad_clip", d(t.grad_clip), "must be >= 0 (0 = no clipping)");
+  if (t.codec.empty() || t.codec.size() > 128 ||
+      t.codec.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789:.+_-") != std::string::npos)
+    return range_error(src, "train.codec", "\"" + t.codec + "\"",
+                       "must be a codec spec such as \"none\", \"bf16\" or \"topk:0.02+int4\"");
+
+  const DilocoSection& g = c.diloco;
+  if (g.rounds < 1) return range_error(src, "diloco.rounds", u(g.rounds), "must be >= 1");
+  if (g.inner_steps < 1) return range_error(src, "diloco.inner_steps", u(g.inner_steps), "must be >= 1");
+  if (!(g.outer_lr > 0)) return range_error(src, "diloco.outer_lr", d(g.outer_lr), "must be > 0");
+  if (!(g.outer_momentum >= 0 && g.outer_momentum < 1))
+    return range_error(src, "diloco.outer_momentum", d(g.outer_momentum), "must be in [0, 1)");
+  if (g.min_nodes < 1) return range_error(src, "diloco.min_nodes", u(g.min_nodes), "must be >= 1");
+  if (g.max_nodes < g.min_nodes)
+    return range_error(src, "diloco.max_nodes", u(g.max_nodes),
+                       "must be >= diloco.min_nodes = " + u(g.min_nodes));
+  if (!(g.round_deadline_s > 0))
+    return range_error(src, "diloco.round_deadline_s", d(g.round_deadline_s), "must be > 0 seconds");
+  if (!(g.heartbeat_interval_s > 0))
+    return range_error(src, "diloco.heartbeat_interval_s", d(g.heartbeat_interval_s),
+                       "must be > 0 seconds");
+  if (g.lost_after_heartbeats < 2)
+    return range_error(src, "diloco.lost_after_heartbeats", u(g.lost_after_heartbeats), "must be >= 2");
+  if (!(g.start_wait_s >= 0))
+    return range_error(src, "diloco.start_wait_s", d(g.start_wait_s), "must be >= 0 seconds");
+  if (g.keep_params < 1) return range_error(src, "diloco.keep_params", u(g.keep_params), "must be >= 1");
+
+  const DataSection& a = c.data;
+  if (a.source != "brown" && a.source != "text" && a.source != "tokens")
+    return range_error(src, "data.source", "\"" + a.source + "\"",
+                       "must be one of \"brown\", \"text\", \"tokens\"");
+  if (a.source != "brown" && a.paths.empty())
+    return range_error(src, "data.paths", "[]",
+                       "must list at least one file or directory when data.source = \"" +
+                           a.source + "\"");
+  if (a.tokenizer != "bytes" && a.tokenizer != "bpe")
+    return range_error(src, "data.tokenizer", "\"" + a.tokenizer + "\"",
+                       "must be \"bytes\" or \"bpe\"");
+  if (a.tokenizer == "bytes" && m.vocab < 256)
+    return range_error(src, "model.vocab", u(m.vocab), "must be >= 256 with data.tokenizer = \"bytes\"");
+  if (a.split != "genre" && a.split != "iid")
+    return range_error(src, "data.split", "\"" + a.split + "\"", "must be \"genre\" or \"iid\"");
+  if (!(a.val_fraction > 0 && a.val_fraction <= 0.5))
+    return range_error(src, "data.val_fraction", d(a.val_fraction), "must be in (0, 0.5]");
+  return Status::Ok();
+}
+
+StatusOr<ExperimentConfig> parse_experiment_config(std::string_view text, std::string_view source) {
+  toml::table root;
+#if TOML_EXCEPTIONS
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    return InvalidArgument(std::string(source) + ":" + std::to_string(b.line) + ":" +
+                           std::to_string(b.column) + ": TOML syntax error: " +
+                           std::string(e.description()));
+  }
+#else
+  toml::parse_result r = toml::parse(text, source);
+  if (!r) {
+    const auto& b = r.error().source().begin;
+    return InvalidArgument(std::string(source) + ":" + std::to_string(b.line) + ":" +
+                           std::to_string(b.column) + ": TOML syntax error: " +
+                           std::string(r.error().description()));
+  }
+  root = std::move(r).table();
+#endif
+  ExperimentConfig c;
+  const std::vector<std::string> subtables = {"model", "train", "diloco", "data"};
+  const std::vector<Table> schemas = {
+      {"", {{"name", str(&c.name)}, {"seed", u64(&c.seed)}}},
+      {"model",
+       {{"vocab", u32(&c.model.vocab)},
+        {"dim", u32(&c.model.dim)},
+        {"layers", u32(&c.model.layers)},
+        {"heads", u32(&c.model.heads)},
+        {"ffn_hidden", u32(&c.model.ffn_hidden)},
+        {"seq_len", u32(&c.model.seq_len)},
+        {"rope_base", f64(&c.model.rope_base)},
+        {"norm_eps", f64(&c.model.norm_eps)}}},
+      {"train",
+       {{"batch_size", u32(&c.train.batch_size)},
+        {"lr", f64(&c.train.lr)},
+        {"min_lr", f64(&c.train.min_lr)},
+        {"warmup_steps", u32(&c.train.warmup_steps)},
+        {"weight_decay", f64(&c.train.weight_decay)},
+        {"beta1", f64(&c.train.beta1)},
+        {"beta2", f64(&c.train.beta2)},
+        {"grad_clip", f64(&c.train.grad_clip)},
+        {"codec", str(&c.train.codec)},
+        {"error_feedback", boolean(&c.train.error_feedback)}}},
+      {"diloco",
+       {{"rounds", u32(&c.diloco.rounds)},
+        {"inner_steps", u32(&c.diloco.inner_steps)},
+        {"outer_lr", f64(&c.diloco.outer_lr)},
+        {"outer_momentum", f64(&c.diloco.outer_momentum)},
+        {"min_nodes", u32(&c.diloco.min_nodes)},
+        {"max_nodes", u32(&c.diloco.max_nodes)},
+        {"round_deadline_s", f64(&c.diloco.round_deadline_s)},
+        {"heartbeat_interval_s", f64(&c.diloco.heartbeat_interval_s)},
+        {"lost_after_heartbeats", u32(&c.diloco.lost_after_heartbeats)},
+        {"start_wait_s", f64(&c.diloco.start_wait_s)},
+        {"keep_params", u32(&c.diloco.keep_params)}}},
+      {"data",
+       {{"source", str(&c.data.source)},
+        {"paths", str_list(&c.data.paths)},
+        {"tokenizer", str(&c.data.tokenizer)},
+        {"split", str(&c.data.split)},
+        {"val_fraction", f64(&c.data.val_fraction)}}},
+  };
+  ATOLL_RETURN_IF_ERROR(apply_table(root, schemas[0], source, subtables));
+  for (size_t i = 1; i < schemas.size(); ++i) {
+    if (const toml::table* t = root[schemas[i].name].as_table())
+      ATOLL_RETURN_IF_ERROR(apply_table(*t, schemas[i], source, subtables));
+  }
+  ATOLL_RETURN_IF_ERROR(validate_experiment_config(c, source));
+  return c;
+}
+
+StatusOr<ExperimentConfig> load_experiment_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return NotFound(path + ": cannot open experiment config (check the path passed with --config)");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  if (text.size() > (1u << 20)) return InvalidArgument(path + ": config larger than 1 MiB");
+  const size_t slash = path.find_last_of('/');
+  return parse_experiment_config(text, slash == std::string::npos ? path : path.substr(slash + 1));
+}
+
+std::string to_toml(const ExperimentConfig& c) {
+  auto q = [](const std::string& s) {
+    std::string o = "\"";
+    for (char ch : s) {
+      if (ch == '"' || ch == '\\') o += '\\';
+      o += ch;
+    }
+    return o + "\"";
+  };
+  // Doubles always carry a '.' or exponent so they re-parse as floats.
+  auto f = [](double v) {
+    std::string s = fmt_double(v);
+    if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+    return s;
+  };
+  std::ostringstream o;
+  o << "name = " << q(c.name) << "\nseed = " << c.seed << "\n\n[model]\n"
+    << "vocab = " << c.model.vocab << "\ndim = " << c.model.dim << "\nlayers = " << c.model.layers
+    << "\nheads = " << c.model.heads << "\nffn_hidden = " << c.model.ffn_hidden
+    << "\nseq_len = " << c.model.seq_len << "\nrope_base = " << f(c.model.rope_base)
+    << "\nnorm_eps = " << f(c.model.norm_eps) << "\n\n[train]\n"
+    << "batch_size = " << c.train.batch_size << "\nlr = " << f(c.train.lr)
+    << "\nmin_lr = " << f(c.train.min_lr) << "\nwarmup_steps = " << c.train.warmup_steps
+    << "\nweight_decay = " << f(c.train.weight_decay) << "\nbeta1 = " << f(c.train.beta1)
+    << "\nbeta2 = " << f(c.train.beta2) << "\ngrad_clip = " << f(c.train.grad_clip)
+    << "\ncodec = " << q(c.train.codec)
+    << "\nerror_feedback = " << (c.train.error_feedback ? "true" : "false") << "\n\n[diloco]\n"
+    << "rounds = " << c.diloco.rounds << "\ninner_steps = " << c.diloco.inner_steps
+    << "\nouter_lr = " << f(c.diloco.outer_lr) << "\nouter_momentum = " << f(c.diloco.outer_momentum)
+    << "\nmin_nodes = " << c.diloco.min_nodes << "\nmax_nodes = " << c.diloco.max_nodes
+    << "\nround_deadline_s = " << f(c.diloco.round_deadline_s)
+    << "\nheartbeat_interval_s = " << f(c.diloco.heartbeat_interval_s)
+    << "\nlost_after_heartbeats = " << c.diloco.lost_after_heartbeats
+    << "\nstart_wait_s = " << f(c.diloco.start_wait_s) << "\nkeep_params = " << c.diloco.keep_params
+    << "\n\n[data]\nsource = " << q(c.data.source) << "\npaths = [";
+  for (size_t i = 0; i < c.data.paths.size(); ++i) o << (i ? ", " : "") << q(c.data.paths[i]);
+  o << "]\ntokenizer = " << q(c.data.tokenizer) << "\nsplit = " << q(c.data.split)
+    << "\nval_fraction = " << f(c.data.val_fraction) << "\n";
+  return o.str();
+}
+
+}  // namespace atl::coordinator

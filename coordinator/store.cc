@@ -1,0 +1,551 @@
+#include "coordinator/store.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+#include <bit>
+#include <boost/json.hpp>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "kernels/core/sha256.h"
+
+namespace atl::coordinator {
+namespace json = boost::json;
+
+static_assert(std::endian::native == std::endian::little, "blobs are little-endian fp32");
+
+namespace {
+
+constexpr char kBlobMagic[4] = {'A', 'T', 'B', '1'};
+constexpr size_t kBlobHeader = 4 + 8 + 32;
+
+uint64_t now_unix_ms() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+Status from_rocks(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return Status::Ok();
+  if (s.IsNotFound()) return NotFound(what + ": not found");
+  if (s.IsCorruption()) return DataLoss("store: " + what + ": " + s.ToString());
+  return IoError("store: " + what + ": " + s.ToString());
+}
+
+std::string encode_blob(std::span<const float> v) {
+  std::string out(kBlobHeader + v.size_bytes(), '\0');
+  std::memcpy(out.data(), kBlobMagic, 4);
+  const uint64_t n = v.size();
+  std::memcpy(out.data() + 4, &n, 8);
+  const Sha256Digest d = sha256(v.data(), v.size_bytes());
+  std::memcpy(out.data() + 12, d.data(), 32);
+  if (!v.empty()) std::memcpy(out.data() + kBlobHeader, v.data(), v.size_bytes());
+  return out;
+}
+
+StatusOr<std::vector<float>> decode_blob(const std::string& blob, const std::string& what) {
+  if (blob.size() < kBlobHeader || std::memcmp(blob.data(), kBlobMagic, 4) != 0)
+    return DataLoss("store: " + what + " is corrupt (bad header, " + std::to_string(blob.size()) +
+                    " bytes)");
+  uint64_t n = 0;
+  std::memcpy(&n, blob.data() + 4, 8);
+  if (n > (blob.size() - kBlobHeader) / 4 || blob.size() - kBlobHeader != n * 4)
+    return DataLoss("store: " + what + " is corrupt (header says " + std::to_string(n) +
+                    " floats, value holds " + std::to_string(blob.size() - kBlobHeader) +
+                    " bytes)");
+  std::vector<float> v(n);
+  if (n) std::memcpy(v.data(), blob.data() + kBlobHeader, n * 4);
+  const Sha256Digest d = sha256(v.data(), n * 4);
+  if (std::memcmp(d.data(), blob.data() + 12, 32) != 0)
+    return DataLoss("store: " + what + " is corrupt (SHA-256 mismatch)");
+  return v;
+}
+
+// ---- JSON (de)serialisation; every accessor checks the type so corrupt values give a Status.
+struct Reader {
+  const json::object* o;
+  std::string what;
+  Status err;
+  const json::value* field(const char* k) {
+    if (!err.ok()) return nullptr;
+    auto it = o->find(k);
+    if (it == o->end()) {
+      err = DataLoss("store: " + what + " is corrupt (missing field '" + k + "')");
+      return nullptr;
+    }
+    return &it->value();
+  }
+  std::string str(const char* k) {
+    const json::value* v = field(k);
+    if (!v) return {};
+    if (!v->is_string()) {
+      err = DataLoss("store: " + what + " is corrupt (field '" + k + "' is not a string)");
+      return {};
+    }
+    return std::string(v->get_string());
+  }
+  uint64_t u64(const char* k) {
+    const json::value* v = field(k);
+    if (!v) return 0;
+    if (v->is_uint64()) return v->get_uint64();
+    if (v->is_int64() && v->get_int64() >= 0) return static_cast<uint64_t>(v->get_int64());
+    err = DataLoss("store: " + what + " is corrupt (field '" + k + "' is not an unsigned integer)");
+    return 0;
+  }
+  double dbl(const char* k) {
+    const json::value* v = field(k);
+    if (!v) return 0;
+    if (v->is_double()) return v->get_double();
+    if (v->is_int64()) return static_cast<double>(v->get_int64());
+    if (v->is_uint64()) return static_cast<double>(v->get_uint64());
+    err = DataLoss("store: " + what + " is corrupt (field '" + k + "' is not a number)");
+    return 0;
+  }
+  bool boolean(const char* k) {
+    const json::value* v = field(k);
+    if (!v) return false;
+    if (!v->is_bool()) {
+      err = DataLoss("store: " + what + " is corrupt (field '" + k + "' is not a boolean)");
+      return false;
+    }
+    return v->get_bool();
+  }
+};
+
+StatusOr<json::object> parse_object(const std::string& text, const std::string& what) {
+  boost::system::error_code ec;
+  json::value v = json::parse(text, ec);
+  if (ec || !v.is_object())
+    return DataLoss("store: " + what + " is corrupt (not a JSON object" +
+                    (ec ? ": " + ec.message() : std::string()) + ")");
+  return std::move(v.as_object());
+}
+
+std::string experiment_to_json(const ExperimentRecord& e) {
+  json::object o;
+  o["id"] = e.id;
+  o["state"] = experiment_state_name(e.state);
+  o["current_round"] = e.current_round;
+  o["params_fingerprint"] = e.params_fingerprint;
+  o["layout_fingerprint"] = e.layout_fingerprint;
+  o["numel"] = e.numel;
+  o["config_toml"] = e.config_toml;
+  o["created_unix_ms"] = e.created_unix_ms;
+  o["failure"] = e.failure;
+  return json::serialize(o);
+}
+
+StatusOr<ExperimentRecord> experiment_from_json(const std::string& text, const std::string& what) {
+  ATOLL_ASSIGN_OR_RETURN(json::object o, parse_object(text, what));
+  Reader r{&o, what, {}};
+  ExperimentRecord e;
+  e.id = r.str("id");
+  const std::string state = r.str("state");
+  e.current_round = r.u64("current_round");
+  e.params_fingerprint = r.str("params_fingerprint");
+  e.layout_fingerprint = r.str("layout_fingerprint");
+  e.numel = r.u64("numel");
+  e.config_toml = r.str("config_toml");
+  e.created_unix_ms = r.u64("created_unix_ms");
+  e.failure = r.str("failure");
+  if (!r.err.ok()) return r.err;
+  auto st = parse_experiment_state(state);
+  if (!st.ok()) return DataLoss("store: " + what + " is corrupt (" + st.status().message() + ")");
+  e.state = *st;
+  return e;
+}
+
+std::string round_to_json(const RoundRecord& r) {
+  json::object o;
+  o["round"] = r.round;
+  json::array ps;
+  for (const auto& p : r.participants) {
+    json::object j;
+    j["node_id"] = p.node_id;
+    j["pushed"] = p.pushed;
+    j["tokens"] = p.tokens;
+    j["loss"] = p.loss;
+    j["bytes_up"] = p.bytes_up;
+    j["bytes_down"] = p.bytes_down;
+    ps.push_back(std::move(j));
+  }
+  o["participants"] = std::move(ps);
+  o["tokens"] = r.tokens;
+  o["mean_loss"] = r.mean_loss;
+  o["bytes_up"] = r.bytes_up;
+  o["bytes_down"] = r.bytes_down;
+  o["duration_s"] = r.duration_s;
+  o["base_fingerprint"] = r.base_fingerprint;
+  o["params_fingerprint"] = r.params_fingerprint;
+  o["momentum_fingerprint"] = r.momentum_fingerprint;
+  o["committed_unix_ms"] = r.committed_unix_ms;
+  return json::serialize(o);
+}
+
+StatusOr<RoundRecord> round_from_json(const std::string& text, const std::string& what) {
+  ATOLL_ASSIGN_OR_RETURN(json::object o, parse_object(text, what));
+  Reader r{&o, what, {}};
+  RoundRecord rr;
+  rr.round = r.u64("round");
+  const json::value* ps = r.field("participants");
+  if (ps && !ps->is_array()) return DataLoss("store: " + what + " is corrupt (participants)");
+  if (ps) {
+    for (const auto& pv : ps->get_array()) {
+      if (!pv.is_object()) return DataLoss("store: " + what + " is corrupt (participant)");
+      Reader pr{&pv.get_object(), what, {}};
+      ParticipantRecord p;
+      p.node_id = pr.str("node_id");
+      p.pushed = pr.boolean("pushed");
+      p.tokens = pr.u64("tokens");
+      p.loss = pr.dbl("loss");
+      p.bytes_up = pr.u64("bytes_up");
+      p.bytes_down = pr.u64("bytes_down");
+      if (!pr.err.ok()) return pr.err;
+      rr.participants.push_back(std::move(p));
+    }
+  }
+  rr.tokens = r.u64("tokens");
+  rr.mean_loss = r.dbl("mean_loss");
+  rr.bytes_up = r.u64("bytes_up");
+  rr.bytes_down = r.u64("bytes_down");
+  rr.duration_s = r.dbl("duration_s");
+  rr.base_fingerprint = r.str("base_fingerprint");
+  rr.params_fingerprint = r.str("params_fingerprint");
+  rr.momentum_fingerprint = r.str("momentum_fingerprint");
+  rr.committed_unix_ms = r.u64("committed_unix_ms");
+  if (!r.err.ok()) return r.err;
+  return rr;
+}
+
+std::string node_to_json(const NodeRecord& n) {
+  json::object o;
+  o["node_id"] = n.node_id;
+  o["state"] = n.state;
+  o["device"] = n.device;
+  o["threads"] = n.threads;
+  o["budget"] = n.budget;
+  o["joined_unix_ms"] = n.joined_unix_ms;
+  o["last_seen_unix_ms"] = n.last_seen_unix_ms;
+  return json::serialize(o);
+}
+
+StatusOr<NodeRecord> node_from_json(const std::string& text, const std::string& what) {
+  ATOLL_ASSIGN_OR_RETURN(json::object o, parse_object(text, what));
+  Reader r{&o, what, {}};
+  NodeRecord n;
+  n.node_id = r.str("node_id");
+  n.state = r.str("state");
+  n.device = r.str("device");
+  n.threads = static_cast<uint32_t>(r.u64("threads"));
+  n.budget = r.dbl("budget");
+  n.joined_unix_ms = r.u64("joined_unix_ms");
+  n.last_seen_unix_ms = r.u64("last_seen_unix_ms");
+  if (!r.err.ok()) return r.err;
+  return n;
+}
+
+std::string hex16(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64, v);
+  return buf;
+}
+
+}  // namespace
+
+const char* experiment_state_name(ExperimentState s) {
+  switch (s) {
+    case ExperimentState::kCreated: return "created";
+    case ExperimentState::kRunning: return "running";
+    case ExperimentState::kPaused: return "paused";
+    case ExperimentState::kFinished: return "finished";
+    case ExperimentState::kFailed: return "failed";
+  }
+  return "unknown";
+}
+
+StatusOr<ExperimentState> parse_experiment_state(const std::string& s) {
+  for (auto st : {ExperimentState::kCreated, ExperimentState::kRunning, ExperimentState::kPaused,
+                  ExperimentState::kFinished, ExperimentState::kFailed})
+    if (s == experiment_state_name(st)) return st;
+  return InvalidArgument("unknown experiment state '" + s + "'");
+}
+
+bool valid_id(const std::string& id) {
+  if (id.empty() || id.size() > 64) return false;
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+const std::vector<std::string>& Store::column_family_names() {
+  // Index order matches the Cf enum; "default" is RocksDB's own and stays unused.
+  static const std::vector<std::string> names = {"experiments", "nodes",   "rounds", "params",
+                                                 "outer_state", "metrics", "audit"};
+  return names;
+}
+
+std::string Store::round_key(const std::string& experiment_id, uint64_t round) {
+  return experiment_id + "/" + hex16(round);
+}
+
+void Store::HandleDeleter::operator()(rocksdb::ColumnFamilyHandle* h) const {
+  if (h) db->DestroyColumnFamilyHandle(h);
+}
+
+Store::Store(std::string dir, StoreOptions options) : dir_(std::move(dir)), options_(options) {}
+
+Store::~Store() {
+  cfs_.clear();  // handles before the DB
+  if (db_) db_->Close();
+}
+
+StatusOr<std::unique_ptr<Store>> Store::open(const std::string& dir, StoreOptions options) {
+  if (options.keep_params < 1) return InvalidArgument("store: keep_params must be >= 1");
+  std::unique_ptr<Store> store(new Store(dir, options));
+  rocksdb::DBOptions db_opts;
+  db_opts.create_if_missing = true;
+  db_opts.create_missing_column_families = true;
+  db_opts.paranoid_checks = true;
+  db_opts.max_background_jobs = 2;
+  db_opts.keep_log_file_num = 4;
+  std::vector<rocksdb::ColumnFamilyDescriptor> descs;
+  descs.emplace_back(rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions());
+  for (const auto& n : column_family_names()) {
+    rocksdb::ColumnFamilyOptions cf_opts;
+    if (n == "params" || n == "outer_state") {
+      // θ blobs are large and incompressible; keep them out of the block cache churn.
+      cf_opts.compression = rocksdb::kNoCompression;
+    }
+    descs.emplace_back(n, cf_opts);
+  }
+  std::vector<rocksdb::ColumnFamilyHandle*> raw;
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(db_opts, dir, descs, &raw, &db);
+  if (!s.ok()) {
+    std::string msg = s.ToString();
+    if (s.IsIOError() && msg.find("lock") != std::string::npos)
+      return IoError("store " + dir + " is in use by another process (" + msg + ")");
+    return IoError("cannot open store " + dir + ": " + msg);
+  }
+  store->db_.reset(db);
+  // raw[0] is the default CF; we keep only our own.
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (i == 0) {
+      db->DestroyColumnFamilyHandle(raw[i]);
+      continue;
+    }
+    store->cfs_.emplace_back(raw[i], HandleDeleter{db});
+  }
+  return store;
+}
+
+Status Store::get(Cf cf, const std::string& key, std::string* value) const {
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  return from_rocks(db_->Get(ro, cfs_[cf].get(), key, value),
+                    column_family_names()[cf] + "/" + key);
+}
+
+StatusOr<std::vector<std::string>> Store::scan_prefix(Cf cf, const std::string& prefix) const {
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cfs_[cf].get()));
+  std::vector<std::string> out;
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next())
+    out.push_back(it->value().ToString());
+  ATOLL_RETURN_IF_ERROR(from_rocks(it->status(), "scan " + column_family_names()[cf]));
+  return out;
+}
+
+Status Store::create_experiment(const ExperimentRecord& record, std::span<const float> theta0) {
+  if (!valid_id(record.id))
+    return InvalidArgument("experiment id '" + record.id +
+                           "' must be 1-64 characters of [A-Za-z0-9._-]");
+  std::string existing;
+  Status st = get(kExperiments, record.id, &existing);
+  if (st.ok()) return AlreadyExists("experiment '" + record.id + "' already exists in the store");
+  if (st.code() != StatusCode::kNotFound) return st;
+  if (record.numel != theta0.size())
+    return InvalidArgument("create_experiment: numel " + std::to_string(record.numel) +
+                           " != θ size " + std::to_string(theta0.size()));
+  rocksdb::WriteBatch batch;
+  batch.Put(cfs_[kParams].get(), round_key(record.id, record.current_round), encode_blob(theta0));
+  batch.Put(cfs_[kExperiments].get(), record.id, experiment_to_json(record));
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync;
+  return from_rocks(db_->Write(wo, &batch), "create experiment " + record.id);
+}
+
+Status Store::put_experiment(const ExperimentRecord& record) {
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync;
+  return from_rocks(db_->Put(wo, cfs_[kExperiments].get(), record.id, experiment_to_json(record)),
+                    "put experiment " + record.id);
+}
+
+StatusOr<ExperimentRecord> Store::load_experiment(const std::string& id) const {
+  std::string v;
+  Status st = get(kExperiments, id, &v);
+  if (st.code() == StatusCode::kNotFound)
+    return NotFound("experiment '" + id + "' is not in the store");
+  ATOLL_RETURN_IF_ERROR(st);
+  return experiment_from_json(v, "experiment record '" + id + "'");
+}
+
+StatusOr<std::vector<std::string>> Store::list_experiments() const {
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), cfs_[kExperiments].get()));
+  std::vector<std::string> ids;
+  for (it->SeekToFirst(); it->Valid(); it->Next()) ids.push_back(it->key().ToString());
+  ATOLL_RETURN_IF_ERROR(from_rocks(it->status(), "list experiments"));
+  return ids;
+}
+
+StatusOr<std::vector<float>> Store::load_params(const std::string& id, uint64_t round) const {
+  std::string v;
+  Status st = get(kParams, round_key(id, round), &v);
+  if (st.code() == StatusCode::kNotFound)
+    return NotFound("store has no parameters for experiment '" + id + "' round " +
+                    std::to_string(round));
+  ATOLL_RETURN_IF_ERROR(st);
+  return decode_blob(v, "parameters of '" + id + "' round " + std::to_string(round));
+}
+
+StatusOr<std::vector<uint64_t>> Store::list_param_rounds(const std::string& id) const {
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), cfs_[kParams].get()));
+  const std::string prefix = id + "/";
+  std::vector<uint64_t> rounds;
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    const std::string k = it->key().ToString().substr(prefix.size());
+    rounds.push_back(std::strtoull(k.c_str(), nullptr, 16));
+  }
+  ATOLL_RETURN_IF_ERROR(from_rocks(it->status(), "list params"));
+  return rounds;
+}
+
+StatusOr<RoundRecord> Store::load_round(const std::string& id, uint64_t round) const {
+  std::string v;
+  Status st = get(kRounds, round_key(id, round), &v);
+  if (st.code() == StatusCode::kNotFound)
+    return NotFound("store has no record of experiment '" + id + "' round " +
+                    std::to_string(round));
+  ATOLL_RETURN_IF_ERROR(st);
+  return round_from_json(v, "round record '" + id + "' " + std::to_string(round));
+}
+
+StatusOr<CommittedState> Store::load_state(const std::string& id) const {
+  CommittedState s;
+  ATOLL_ASSIGN_OR_RETURN(s.experiment, load_experiment(id));
+  const ExperimentRecord& e = s.experiment;
+  ATOLL_ASSIGN_OR_RETURN(s.params, load_params(id, e.current_round));
+  if (s.params.size() != e.numel)
+    return DataLoss("store: parameters of '" + id + "' round " + std::to_string(e.current_round) +
+                    " have " + std::to_string(s.params.size()) + " elements, record says " +
+                    std::to_string(e.numel));
+  const std::string fp = sha256_hex(s.params.data(), s.params.size() * 4);
+  if (fp != e.params_fingerprint)
+    return DataLoss("store: parameters of '" + id + "' round " + std::to_string(e.current_round) +
+                    " have fingerprint " + fp + ", record says " + e.params_fingerprint);
+  std::string blob;
+  Status st = get(kOuterState, id, &blob);
+  if (st.ok()) {
+    ATOLL_ASSIGN_OR_RETURN(std::vector<float> m, decode_blob(blob, "momentum of '" + id + "'"));
+    if (m.size() != e.numel) return DataLoss("store: momentum of '" + id + "' has wrong size");
+    if (e.current_round > 0) {
+      // The momentum must be the one committed with the current round.
+      ATOLL_ASSIGN_OR_RETURN(RoundRecord last, load_round(id, e.current_round - 1));
+      const std::string mfp = sha256_hex(m.data(), m.size() * 4);
+      if (mfp != last.momentum_fingerprint)
+        return DataLoss("store: momentum of '" + id + "' does not match round " +
+                        std::to_string(e.current_round - 1) + "'s record");
+    }
+    s.momentum = std::move(m);
+  } else if (st.code() != StatusCode::kNotFound) {
+    return st;
+  } else if (e.current_round > 0) {
+    return DataLoss("store: experiment '" + id + "' is at round " +
+                    std::to_string(e.current_round) + " but its momentum is missing");
+  }
+  return s;
+}
+
+Status Store::commit_round(const ExperimentRecord& experiment, const RoundRecord& round,
+                           std::span<const float> theta_next, std::span<const float> momentum) {
+  if (experiment.current_round != round.round + 1)
+    return InvalidArgument("commit_round: experiment.current_round must be round + 1");
+  if (theta_next.size() != experiment.numel || momentum.size() != experiment.numel)
+    return InvalidArgument("commit_round: θ/momentum size does not match the experiment");
+  const std::string& id = experiment.id;
+  rocksdb::WriteBatch batch;
+  auto* params = cfs_[kParams].get();
+  batch.Put(params, round_key(id, experiment.current_round), encode_blob(theta_next));
+  // Keep the newest keep_params versions: delete [id/0, id/(next - keep + 1)).
+  const uint64_t next = experiment.current_round;
+  if (next + 1 > options_.keep_params) {
+    const uint64_t first_kept = next + 1 - options_.keep_params;  // ≤ next: current survives
+    batch.DeleteRange(params, round_key(id, 0), round_key(id, first_kept));
+  }
+  batch.Put(cfs_[kOuterState].get(), id, encode_blob(momentum));
+  batch.Put(cfs_[kRounds].get(), round_key(id, round.round), round_to_json(round));
+  batch.Put(cfs_[kExperiments].get(), id, experiment_to_json(experiment));
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync;
+  return from_rocks(db_->Write(wo, &batch), "commit round " + std::to_string(round.round) +
+                                                " of " + id);
+}
+
+Status Store::put_node(const std::string& experiment_id, const NodeRecord& node) {
+  rocksdb::WriteOptions wo;
+  return from_rocks(
+      db_->Put(wo, cfs_[kNodes].get(), experiment_id + "/" + node.node_id, node_to_json(node)),
+      "put node " + node.node_id);
+}
+
+StatusOr<std::vector<NodeRecord>> Store::list_nodes(const std::string& experiment_id) const {
+  ATOLL_ASSIGN_OR_RETURN(auto values, scan_prefix(kNodes, experiment_id + "/"));
+  std::vector<NodeRecord> out;
+  for (const auto& v : values) {
+    ATOLL_ASSIGN_OR_RETURN(NodeRecord n, node_from_json(v, "node record"));
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+Status Store::put_metrics(const std::string& experiment_id, const std::string& node_id,
+                          uint64_t round, const std::string& json_text) {
+  const std::string key = experiment_id + "/" + node_id + "/" + hex16(round) + "/" +
+                          hex16(seq_.fetch_add(1));
+  return from_rocks(db_->Put(rocksdb::WriteOptions(), cfs_[kMetrics].get(), key, json_text),
+                    "put metrics");
+}
+
+StatusOr<std::vector<std::string>> Store::list_metrics(const std::string& experiment_id) const {
+  return scan_prefix(kMetrics, experiment_id + "/");
+}
+
+Status Store::append_audit(const std::string& experiment_id, const std::string& event,
+                           const std::string& detail) {
+  const uint64_t t = now_unix_ms();
+  json::object o;
+  o["unix_ms"] = t;
+  o["event"] = event;
+  o["detail"] = detail;
+  const std::string key = experiment_id + "/" + hex16(t) + "/" + hex16(seq_.fetch_add(1));
+  return from_rocks(
+      db_->Put(rocksdb::WriteOptions(), cfs_[kAudit].get(), key, json::serialize(o)),
+      "append audit");
+}
+
+StatusOr<std::vector<std::string>> Store::list_audit(const std::string& experiment_id) const {
+  return scan_prefix(kAudit, experiment_id + "/");
+}
+
+}  // namespace atl::coordinator

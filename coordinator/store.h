@@ -1,0 +1,164 @@
+// Coordinator state in RocksDB. Nothing committed is ever lost: a round commits θ_{r+1}, the
+// outer momentum, the round record and the experiment's current-round pointer in ONE
+// WriteBatch with a synced write, so after a crash the store shows all of round r or none of it.
+//
+// Column families and keys (<exp> = experiment id, <r> = round as 16 hex digits so keys sort
+// by round):
+//   experiments  <exp>                  JSON ExperimentRecord (state, current round, fingerprints)
+//   nodes        <exp>/<node>           JSON NodeRecord
+//   rounds       <exp>/<r>              JSON RoundRecord of the committed round r
+//   params       <exp>/<r>              blob: θ at the START of round r (θ_0 = initial params)
+//   outer_state  <exp>                  blob: outer Nesterov momentum after the last commit
+//   metrics      <exp>/<node>/<r>/<seq> JSON metrics reported by a node
+//   audit        <exp>/<unix_ms>/<seq>  JSON audit event (joins, rejections, lifecycle)
+// Blob = "ATB1" | numel (u64 LE) | SHA-256 of the data (32 bytes) | numel fp32 LE.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/core/status.h"
+
+namespace rocksdb {
+class DB;
+class ColumnFamilyHandle;
+}  // namespace rocksdb
+
+namespace atl::coordinator {
+
+enum class ExperimentState { kCreated, kRunning, kPaused, kFinished, kFailed };
+const char* experiment_state_name(ExperimentState s);  // "created", "running", ...
+StatusOr<ExperimentState> parse_experiment_state(const std::string& s);
+
+struct ExperimentRecord {
+  std::string id;                   // [A-Za-z0-9._-]{1,64}
+  ExperimentState state = ExperimentState::kCreated;
+  uint64_t current_round = 0;       // θ_current is the parameters at the start of this round
+  std::string params_fingerprint;   // SHA-256 hex of θ_current
+  std::string layout_fingerprint;   // SHA-256 hex of the parameter layout
+  uint64_t numel = 0;               // fp32 elements of θ
+  std::string config_toml;          // the experiment config, as given at creation
+  uint64_t created_unix_ms = 0;
+  std::string failure;              // why, when state == kFailed
+};
+
+struct ParticipantRecord {
+  std::string node_id;
+  bool pushed = false;     // false: assigned but its update did not arrive before the close
+  uint64_t tokens = 0;
+  double loss = 0.0;       // mean inner training loss over the round
+  uint64_t bytes_up = 0;   // update payload bytes received
+  uint64_t bytes_down = 0; // θ payload bytes sent for this round
+};
+
+struct RoundRecord {
+  uint64_t round = 0;
+  std::vector<ParticipantRecord> participants;  // sorted by node id
+  uint64_t tokens = 0;               // Σ tokens of accepted updates
+  double mean_loss = 0.0;            // token-weighted mean of the accepted updates' losses
+  uint64_t bytes_up = 0;
+  uint64_t bytes_down = 0;
+  double duration_s = 0.0;           // round start to commit
+  std::string base_fingerprint;      // θ_r
+  std::string params_fingerprint;    // θ_{r+1}
+  std::string momentum_fingerprint;  // momentum after this round's outer step
+  uint64_t committed_unix_ms = 0;
+};
+
+struct NodeRecord {
+  std::string node_id;
+  std::string state;  // "active", "lost", "left"
+  std::string device;
+  uint32_t threads = 0;
+  double budget = 1.0;
+  uint64_t joined_unix_ms = 0;
+  uint64_t last_seen_unix_ms = 0;
+};
+
+// The latest committed state of an experiment, with fingerprints verified against the record.
+struct CommittedState {
+  ExperimentRecord experiment;
+  std::vector<float> params;            // θ_current (numel)
+  std::optional<std::vector<float>> momentum;  // absent before the first commit
+};
+
+struct StoreOptions {
+  // θ versions kept per experiment (the newest ones); the current θ is never deleted. ≥ 1.
+  uint32_t keep_params = 3;
+  // fsync every commit. Only tests of the store itself may want false.
+  bool sync = true;
+};
+
+class Store {
+ public:
+  // Opens (or creates) the database in `dir`, creating missing column families.
+  static StatusOr<std::unique_ptr<Store>> open(const std::string& dir, StoreOptions options = {});
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Writes the record and θ_0 (as params of record.current_round) atomically. ALREADY_EXISTS if
+  // the experiment exists.
+  Status create_experiment(const ExperimentRecord& record, std::span<const float> theta0);
+  // Lifecycle changes only (state, failure); never the round pointer's params.
+  Status put_experiment(const ExperimentRecord& record);
+  StatusOr<ExperimentRecord> load_experiment(const std::string& id) const;  // NOT_FOUND if absent
+  StatusOr<std::vector<std::string>> list_experiments() const;
+
+  // The latest committed state: record, θ of its current round and momentum. DATA_LOSS if a
+  // value is corrupt or its fingerprint does not match the record.
+  StatusOr<CommittedState> load_state(const std::string& id) const;
+
+  // One WriteBatch, synced: θ_{r+1} (params of round r+1), momentum, the round record r and the
+  // experiment record (current_round = r+1, params_fingerprint = fingerprint of θ_{r+1}). Old θ
+  // versions beyond keep_params are deleted in the same batch. Requires
+  // experiment.current_round == round.round + 1.
+  Status commit_round(const ExperimentRecord& experiment, const RoundRecord& round,
+                      std::span<const float> theta_next, std::span<const float> momentum);
+
+  StatusOr<std::vector<float>> load_params(const std::string& id, uint64_t round) const;
+  StatusOr<std::vector<uint64_t>> list_param_rounds(const std::string& id) const;
+  StatusOr<RoundRecord> load_round(const std::string& id, uint64_t round) const;
+
+  Status put_node(const std::string& experiment_id, const NodeRecord& node);
+  StatusOr<std::vector<NodeRecord>> list_nodes(const std::string& experiment_id) const;
+
+  // `json` is an object produced by the caller (node, round, step, metrics).
+  Status put_metrics(const std::string& experiment_id, const std::string& node_id, uint64_t round,
+                     const std::string& json);
+  StatusOr<std::vector<std::string>> list_metrics(const std::string& experiment_id) const;
+  Status append_audit(const std::string& experiment_id, const std::string& event,
+                      const std::string& detail);
+  StatusOr<std::vector<std::string>> list_audit(const std::string& experiment_id) const;
+
+  // Key helpers (tests use them to corrupt values on purpose).
+  static std::string round_key(const std::string& experiment_id, uint64_t round);
+  static const std::vector<std::string>& column_family_names();
+
+ private:
+  struct HandleDeleter {
+    rocksdb::DB* db;
+    void operator()(rocksdb::ColumnFamilyHandle* h) const;
+  };
+  using Handle = std::unique_ptr<rocksdb::ColumnFamilyHandle, HandleDeleter>;
+  enum Cf { kExperiments, kNodes, kRounds, kParams, kOuterState, kMetrics, kAudit, kNumCf };
+
+  Store(std::string dir, StoreOptions options);
+  Status get(Cf cf, const std::string& key, std::string* value) const;
+  StatusOr<std::vector<std::string>> scan_prefix(Cf cf, const std::string& prefix) const;
+
+  std::string dir_;
+  StoreOptions options_;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::vector<Handle> cfs_;  // destroyed before db_ (declared after it)
+  std::atomic<uint64_t> seq_{0};  // disambiguates metrics/audit keys written in the same ms
+};
+
+bool valid_id(const std::string& id);  // [A-Za-z0-9._-]{1,64}
+
+}  // namespace atl::coordinator

@@ -1,0 +1,109 @@
+// Experiment config (TOML): defaults, round trip, and one clear line for each kind of mistake.
+#include <gtest/gtest.h>
+
+#include "coordinator/experiment_config.h"
+
+namespace atl::coordinator {
+namespace {
+
+std::string error_of(const std::string& toml) {
+  auto c = parse_experiment_config(toml);
+  if (c.ok()) return "OK";
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message().find('\n'), std::string::npos) << "must be one line";
+  return c.status().message();
+}
+
+TEST(ExperimentConfig, EmptyFileGivesDocumentedDefaults) {
+  auto c = parse_experiment_config("");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->name, "demo");
+  EXPECT_DOUBLE_EQ(c->diloco.outer_lr, 0.7);
+  EXPECT_DOUBLE_EQ(c->diloco.outer_momentum, 0.9);
+  EXPECT_EQ(c->train.codec, "none");
+  EXPECT_EQ(c->diloco.keep_params, 3u);
+}
+
+TEST(ExperimentConfig, ParsesEverySectionAndRoundTrips) {
+  const char* text = R"(
+name = "brown-4"
+seed = 42
+[model]
+vocab = 256
+dim = 64
+layers = 2
+heads = 4
+ffn_hidden = 192
+seq_len = 64
+[train]
+batch_size = 4
+lr = 1e-3
+min_lr = 0
+warmup_steps = 5
+codec = "topk:0.02+int4"
+[diloco]
+rounds = 3
+inner_steps = 10
+outer_lr = 1      # integers are accepted for floats
+outer_momentum = 0.5
+min_nodes = 2
+max_nodes = 4
+round_deadline_s = 30
+[data]
+source = "text"
+paths = ["a.txt", "b dir"]
+split = "iid"
+)";
+  auto c = parse_experiment_config(text);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->name, "brown-4");
+  EXPECT_EQ(c->seed, 42u);
+  EXPECT_EQ(c->model.dim, 64u);
+  EXPECT_DOUBLE_EQ(c->diloco.outer_lr, 1.0);
+  EXPECT_EQ(c->diloco.min_nodes, 2u);
+  EXPECT_EQ(c->data.paths.size(), 2u);
+  auto again = parse_experiment_config(to_toml(*c));
+  ASSERT_TRUE(again.ok()) << again.status().to_string() << "\n" << to_toml(*c);
+  EXPECT_EQ(to_toml(*again), to_toml(*c));
+}
+
+TEST(ExperimentConfig, OneLineErrorsNameTheKeyAndTheFix) {
+  EXPECT_EQ(error_of("[diloco]\nouter_momentum = 1.5\n"),
+            "config.toml: diloco.outer_momentum = 1.5 must be in [0, 1)");
+  EXPECT_EQ(error_of("[diloco]\nouter_momentun = 0.5\n"),
+            "config.toml: unknown key diloco.outer_momentun (did you mean diloco.outer_momentum?); "
+            "known keys in [diloco]: rounds, inner_steps, outer_lr, outer_momentum, min_nodes, "
+            "max_nodes, round_deadline_s, heartbeat_interval_s, lost_after_heartbeats, "
+            "start_wait_s, keep_params");
+  EXPECT_EQ(error_of("[model]\ndim = \"big\"\n"), "config.toml: model.dim = \"big\" must be an integer");
+  EXPECT_EQ(error_of("[model]\ndim = 100\nheads = 3\n"),
+            "config.toml: model.dim = 100 must be divisible by model.heads = 3");
+  EXPECT_EQ(error_of("[train]\nlr = -1\n"), "config.toml: train.lr = -1 must be > 0");
+  EXPECT_EQ(error_of("[diloco]\nmin_nodes = 5\nmax_nodes = 2\n"),
+            "config.toml: diloco.max_nodes = 2 must be >= diloco.min_nodes = 5");
+  EXPECT_EQ(error_of("[diloco]\nrounds = -3\n"),
+            "config.toml: diloco.rounds = -3 must be an integer in [0, 4294967295]");
+  EXPECT_EQ(error_of("name = \"a/b\"\n"),
+            "config.toml: name = \"a/b\" must be 1-64 characters of [A-Za-z0-9._-]");
+  EXPECT_EQ(error_of("[data]\nsplit = \"random\"\n"),
+            "config.toml: data.split = \"random\" must be \"genre\" or \"iid\"");
+  EXPECT_EQ(error_of("[data]\nsource = \"text\"\n"),
+            "config.toml: data.paths = [] must list at least one file or directory when "
+            "data.source = \"text\"");
+  EXPECT_EQ(error_of("bogus = 1\n").rfind("config.toml: unknown key bogus; known keys: name, seed, "
+                                          "[model], [train], [diloco], [data]", 0),
+            0u);
+  EXPECT_EQ(error_of("model = 3\n"), "config.toml: model must be a table ([model])");
+  const std::string syntax = error_of("[diloco\nrounds = 3\n");
+  EXPECT_EQ(syntax.rfind("config.toml:1:", 0), 0u) << syntax;
+  EXPECT_NE(syntax.find("TOML syntax error"), std::string::npos) << syntax;
+}
+
+TEST(ExperimentConfig, MissingFileIsNotFound) {
+  auto c = load_experiment_config("no/such/config.toml");
+  EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(c.status().message().find("cannot open"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace atl::coordinator

@@ -1,0 +1,60 @@
+// Helpers shared by the coordinator tests: temp dirs, a small parameter layout, conditions
+// waited on with deadlines.
+#pragma once
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "algorithms/model/param_set.h"
+
+namespace atl::testing_util {
+
+// A fresh directory under the system temp dir, removed (recursively) on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "atoll-coord-XXXXXX").string();
+    char* p = mkdtemp(tmpl.data());
+    path_ = p ? p : "";
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string sub(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Two views, `numel` elements in total (≥ 2), deterministic values.
+inline algorithms::ParamSet toy_params(size_t numel, float scale = 1.0f) {
+  algorithms::ParamLayout layout;
+  const int64_t first = static_cast<int64_t>(numel / 2);
+  layout.add("a.weight", {first});
+  layout.add("b.weight", {static_cast<int64_t>(numel) - first});
+  algorithms::ParamSet p(layout);
+  for (size_t j = 0; j < numel; ++j)
+    p.data()[j] = scale * static_cast<float>(static_cast<int>(j % 97) - 48) / 64.0f;
+  return p;
+}
+
+// Polls `cond` (cheap, thread-safe) until true or the deadline; returns its last value. Used
+// only where no notification exists (e.g. another process's progress).
+inline bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return cond();
+}
+
+}  // namespace atl::testing_util
