@@ -1,0 +1,159 @@
+#include "kernels/formats/convert.h"
+
+#include <array>
+#include <cassert>
+#include <cstddef>
+
+#include "kernels/formats/scalar.h"
+#include "kernels/formats/stochastic.h"
+
+namespace atl::kernels::formats {
+namespace {
+
+// 256-entry decode tables for the 8-bit formats, built at compile time from the scalar decoder.
+template <MinifloatSpec S>
+constexpr std::array<float, 256> make_table() {
+  std::array<float, 256> t{};
+  for (uint32_t c = 0; c < 256; ++c) t[c] = minifloat_decode<S>(c);
+  return t;
+}
+constexpr std::array<float, 256> kE4M3Table = make_table<kE4M3Spec>();
+constexpr std::array<float, 256> kE5M2Table = make_table<kE5M2Spec>();
+
+// Stochastic loops: random words come in chunks from a stack buffer so the Philox cost is one
+// block per four elements and the conversion loop itself stays branch-free.
+template <typename Out, typename Fn>
+void sr_loop(std::span<const float> in, std::span<Out> out, const Philox& rng, uint64_t first,
+             Fn fn) {
+  assert(in.size() == out.size());
+  uint32_t r[kRandomChunk];
+  for (size_t base = 0; base < in.size(); base += kRandomChunk) {
+    const size_t n = std::min(kRandomChunk, in.size() - base);
+    philox_fill(rng, first + base, r, n);
+    const float* x = in.data() + base;
+    Out* y = out.data() + base;
+    for (size_t i = 0; i < n; ++i) y[i] = fn(x[i], r[i]);
+  }
+}
+
+}  // namespace
+
+void quantize_bf16(std::span<const float> in, std::span<uint16_t> out) {
+  assert(in.size() == out.size());
+  const float* x = in.data();
+  uint16_t* y = out.data();
+  const size_t n = in.size();
+  for (size_t i = 0; i < n; ++i) y[i] = bf16_from_f32(x[i]);
+}
+void quantize_bf16_sr(std::span<const float> in, std::span<uint16_t> out, const Philox& rng,
+                      uint64_t first_index) {
+  sr_loop(in, out, rng, first_index, [](float x, uint32_t r) { return bf16_from_f32_sr(x, r); });
+}
+void dequantize_bf16(std::span<const uint16_t> in, std::span<float> out) {
+  assert(in.size() == out.size());
+  const uint16_t* x = in.data();
+  float* y = out.data();
+  const size_t n = in.size();
+  for (size_t i = 0; i < n; ++i) y[i] = f32_from_bf16(x[i]);
+}
+
+void quantize_fp16(std::span<const float> in, std::span<uint16_t> out, Overflow ov) {
+  assert(in.size() == out.size());
+  const float* x = in.data();
+  uint16_t* y = out.data();
+  const size_t n = in.size();
+  if (ov == Overflow::kInfinity) {
+    for (size_t i = 0; i < n; ++i) y[i] = fp16_from_f32(x[i], Overflow::kInfinity);
+  } else {
+    for (size_t i = 0; i < n; ++i) y[i] = fp16_from_f32(x[i], Overflow::kSaturate);
+  }
+}
+void quantize_fp16_sr(std::span<const float> in, std::span<uint16_t> out, const Philox& rng,
+                      uint64_t first_index, Overflow ov) {
+  sr_loop(in, out, rng, first_index, [ov](float x, uint32_t r) { return fp16_from_f32_sr(x, r, ov); });
+}
+void dequantize_fp16(std::span<const uint16_t> in, std::span<float> out) {
+  assert(in.size() == out.size());
+  const uint16_t* x = in.data();
+  float* y = out.data();
+  const size_t n = in.size();
+  for (size_t i = 0; i < n; ++i) y[i] = f32_from_fp16(x[i]);
+}
+
+void quantize_e4m3(std::span<const float> in, std::span<uint8_t> out, Overflow ov) {
+  assert(in.size() == out.size());
+  const float* x = in.data();
+  uint8_t* y = out.data();
+  const size_t n = in.size();
+  if (ov == Overflow::kSaturate) {
+    for (size_t i = 0; i < n; ++i) y[i] = e4m3_from_f32(x[i], Overflow::kSaturate);
+  } else {
+    for (size_t i = 0; i < n; ++i) y[i] = e4m3_from_f32(x[i], Overflow::kInfinity);
+  }
+}
+void quantize_e4m3_sr(std::span<const float> in, std::span<uint8_t> out, const Philox& rng,
+                      uint64_t first_index, Overflow ov) {
+  sr_loop(in, out, rng, first_index, [ov](float x, uint32_t r) { return e4m3_from_f32_sr(x, r, ov); });
+}
+void dequantize_e4m3(std::span<const uint8_t> in, std::span<float> out) {
+  assert(in.size() == out.size());
+  const uint8_t* x = in.data();
+  float* y = out.data();
+  const size_t n = in.size();
+  for (size_t i = 0; i < n; ++i) y[i] = kE4M3Table[x[i]];
+}
+
+void quantize_e5m2(std::span<const float> in, std::span<uint8_t> out, Overflow ov) {
+  assert(in.size() == out.size());
+  const float* x = in.data();
+  uint8_t* y = out.data();
+  const size_t n = in.size();
+  if (ov == Overflow::kInfinity) {
+    for (size_t i = 0; i < n; ++i) y[i] = e5m2_from_f32(x[i], Overflow::kInfinity);
+  } else {
+    for (size_t i = 0; i < n; ++i) y[i] = e5m2_from_f32(x[i], Overflow::kSaturate);
+  }
+}
+void quantize_e5m2_sr(std::span<const float> in, std::span<uint8_t> out, const Philox& rng,
+                      uint64_t first_index, Overflow ov) {
+  sr_loop(in, out, rng, first_index, [ov](float x, uint32_t r) { return e5m2_from_f32_sr(x, r, ov); });
+}
+void dequantize_e5m2(std::span<const uint8_t> in, std::span<float> out) {
+  assert(in.size() == out.size());
+  const uint8_t* x = in.data();
+  float* y = out.data();
+  const size_t n = in.size();
+  for (size_t i = 0; i < n; ++i) y[i] = kE5M2Table[x[i]];
+}
+
+void quantize_e4m3_scaled(std::span<const float> in, float inv_scale, std::span<uint8_t> out) {
+  assert(in.size() == out.size());
+  const float* x = in.data();
+  uint8_t* y = out.data();
+  const size_t n = in.size();
+  for (size_t i = 0; i < n; ++i) y[i] = e4m3_from_f32(x[i] * inv_scale, Overflow::kSaturate);
+}
+void dequantize_e4m3_scaled(std::span<const uint8_t> in, float scale, std::span<float> out) {
+  assert(in.size() == out.size());
+  const uint8_t* x = in.data();
+  float* y = out.data();
+  const size_t n = in.size();
+  for (size_t i = 0; i < n; ++i) y[i] = kE4M3Table[x[i]] * scale;
+}
+
+AbsMax abs_max(std::span<const float> in) {
+  // Integer max over |bits|: for non-negative floats the bit order is the numeric order, and
+  // anything >= 0x7f800000 is inf or NaN. Two accumulators keep the loop vectorizable.
+  const float* x = in.data();
+  const size_t n = in.size();
+  uint32_t finite_max = 0, any_max = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t a = std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu;
+    any_max = a > any_max ? a : any_max;
+    const uint32_t f = a < 0x7f800000u ? a : 0u;
+    finite_max = f > finite_max ? f : finite_max;
+  }
+  return {std::bit_cast<float>(finite_max), any_max < 0x7f800000u};
+}
+
+}  // namespace atl::kernels::formats

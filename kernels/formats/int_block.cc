@@ -1,0 +1,170 @@
+#include "kernels/formats/int_block.h"
+
+#include <algorithm>
+#include <bit>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/formats/stochastic.h"
+
+namespace atl::kernels::formats {
+namespace {
+
+// Round to nearest even for |y| < 2^22 without libm: adding 1.5 * 2^23 pushes the fraction out of
+// the fp32 mantissa with the FPU's (nearest-even) rounding. Vectorizes to one add and one sub.
+inline float rne_small(float y) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  return (y + kMagic) - kMagic;
+}
+
+// Shared block setup: copy (zero-padded), find amax / non-finite; returns the scale and sets inv
+// (0 when the block is stored as zeros).
+template <int B>
+inline float prepare(std::span<const float> in, size_t b, float (&v)[B], float qmax, float& inv) {
+  const size_t begin = b * B;
+  const size_t n = std::min<size_t>(B, in.size() - begin);
+  std::memset(v, 0, sizeof(v));
+  std::memcpy(v, in.data() + begin, n * sizeof(float));
+  uint32_t amax_bits = 0;
+  for (int j = 0; j < B; ++j) {
+    amax_bits = std::max(amax_bits, std::bit_cast<uint32_t>(v[j]) & 0x7fffffffu);
+  }
+  if (amax_bits >= 0x7f800000u) {
+    inv = 0.0f;
+    return std::bit_cast<float>(0x7fc00000u);
+  }
+  const float amax = std::bit_cast<float>(amax_bits);
+  const float i = qmax / amax;  // inf for amax = 0 or tiny amax
+  if (!(i <= 3.0e38f)) {
+    inv = 0.0f;
+    return 0.0f;
+  }
+  inv = i;
+  return amax / qmax;
+}
+
+template <int B, bool kSr>
+void q8_impl(std::span<const float> in, std::span<BlockQ8<B>> out, const Philox* rng,
+             uint64_t first) {
+  assert(out.size() == int_num_blocks<B>(in.size()));
+  for (size_t b = 0; b < out.size(); ++b) {
+    float v[B];
+    float inv;
+    out[b].scale = prepare<B>(in, b, v, 127.0f, inv);
+    if constexpr (kSr) {
+      uint32_t r[B];
+      philox_fill(*rng, first + b * B, r, B);
+      for (int j = 0; j < B; ++j) {
+        const float y = v[j] * inv + static_cast<float>(r[j] >> 8) * (1.0f / 16777216.0f);
+        float f = rne_small(y);
+        f -= f > y ? 1.0f : 0.0f;  // floor
+        out[b].q[j] = static_cast<int8_t>(std::clamp(f, -127.0f, 127.0f));
+      }
+    } else {
+      for (int j = 0; j < B; ++j) {
+        out[b].q[j] = static_cast<int8_t>(std::clamp(rne_small(v[j] * inv), -127.0f, 127.0f));
+      }
+    }
+  }
+}
+
+template <int B, bool kSr>
+void q4_impl(std::span<const float> in, std::span<BlockQ4<B>> out, const Philox* rng,
+             uint64_t first) {
+  assert(out.size() == int_num_blocks<B>(in.size()));
+  for (size_t b = 0; b < out.size(); ++b) {
+    float v[B];
+    float inv;
+    out[b].scale = prepare<B>(in, b, v, 7.0f, inv);
+    int32_t c[B];
+    if constexpr (kSr) {
+      uint32_t r[B];
+      philox_fill(*rng, first + b * B, r, B);
+      for (int j = 0; j < B; ++j) {
+        const float y = v[j] * inv + static_cast<float>(r[j] >> 8) * (1.0f / 16777216.0f);
+        float f = rne_small(y);
+        f -= f > y ? 1.0f : 0.0f;
+        c[j] = static_cast<int32_t>(std::clamp(f, -7.0f, 7.0f));
+      }
+    } else {
+      for (int j = 0; j < B; ++j) {
+        c[j] = static_cast<int32_t>(std::clamp(rne_small(v[j] * inv), -7.0f, 7.0f));
+      }
+    }
+    for (int j = 0; j < B / 2; ++j) {
+      out[b].q[j] = static_cast<uint8_t>((c[2 * j] & 0xf) | ((c[2 * j + 1] & 0xf) << 4));
+    }
+  }
+}
+
+}  // namespace
+
+template <int B>
+void quantize_q8(std::span<const float> in, std::span<BlockQ8<B>> out) {
+  q8_impl<B, false>(in, out, nullptr, 0);
+}
+template <int B>
+void quantize_q4(std::span<const float> in, std::span<BlockQ4<B>> out) {
+  q4_impl<B, false>(in, out, nullptr, 0);
+}
+template <int B>
+void quantize_q8_sr(std::span<const float> in, std::span<BlockQ8<B>> out, const Philox& rng,
+                    uint64_t first_index) {
+  q8_impl<B, true>(in, out, &rng, first_index);
+}
+template <int B>
+void quantize_q4_sr(std::span<const float> in, std::span<BlockQ4<B>> out, const Philox& rng,
+                    uint64_t first_index) {
+  q4_impl<B, true>(in, out, &rng, first_index);
+}
+
+template <int B>
+void dequantize_q8(std::span<const BlockQ8<B>> in, std::span<float> out) {
+  assert(out.size() <= in.size() * B);
+  const size_t full = out.size() / B;
+  for (size_t b = 0; b < full; ++b) {
+    const float s = in[b].scale;
+    float* y = out.data() + b * B;
+    for (int j = 0; j < B; ++j) y[j] = static_cast<float>(in[b].q[j]) * s;
+  }
+  for (size_t i = full * B; i < out.size(); ++i) {
+    out[i] = static_cast<float>(in[full].q[i - full * B]) * in[full].scale;
+  }
+}
+
+template <int B>
+void dequantize_q4(std::span<const BlockQ4<B>> in, std::span<float> out) {
+  assert(out.size() <= in.size() * B);
+  for (size_t b = 0; b < in.size(); ++b) {
+    const size_t begin = b * B;
+    if (begin >= out.size()) break;
+    const float s = in[b].scale;
+    float v[B];
+    for (int j = 0; j < B / 2; ++j) {
+      // Sign-extend each nibble: shift it to the top of an int8 and shift back arithmetically.
+      const int8_t lo = static_cast<int8_t>(static_cast<uint8_t>(in[b].q[j] << 4)) >> 4;
+      const int8_t hi = static_cast<int8_t>(in[b].q[j]) >> 4;
+      v[2 * j] = static_cast<float>(lo) * s;
+      v[2 * j + 1] = static_cast<float>(hi) * s;
+    }
+    std::memcpy(out.data() + begin, v, std::min<size_t>(B, out.size() - begin) * sizeof(float));
+  }
+}
+
+#define ATL_INSTANTIATE_INT_BLOCK(B)                                                          \
+  template void quantize_q8<B>(std::span<const float>, std::span<BlockQ8<B>>);                \
+  template void quantize_q4<B>(std::span<const float>, std::span<BlockQ4<B>>);                \
+  template void quantize_q8_sr<B>(std::span<const float>, std::span<BlockQ8<B>>, const Philox&, \
+                                  uint64_t);                                                  \
+  template void quantize_q4_sr<B>(std::span<const float>, std::span<BlockQ4<B>>, const Philox&, \
+                                  uint64_t);                                                  \
+  template void dequantize_q8<B>(std::span<const BlockQ8<B>>, std::span<float>);              \
+  template void dequantize_q4<B>(std::span<const BlockQ4<B>>, std::span<float>);
+ATL_INSTANTIATE_INT_BLOCK(32)
+ATL_INSTANTIATE_INT_BLOCK(64)
+ATL_INSTANTIATE_INT_BLOCK(128)
+ATL_INSTANTIATE_INT_BLOCK(256)
+#undef ATL_INSTANTIATE_INT_BLOCK
+
+}  // namespace atl::kernels::formats
