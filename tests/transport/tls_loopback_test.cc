@@ -1,15 +1,14 @@
 // Real gRPC server, real TLS, loopback, ephemeral port.
 #include <arpa/inet.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
-#include <grpcpp/server.h>
-#include <grpcpp/server_builder.h>
 
 #include <chrono>
 #include <memory>
@@ -18,8 +17,8 @@
 #include "transport/grpc_status.h"
 #include "transport/proto/atoll.grpc.pb.h"
 #include "transport/proto/atoll.pb.h"
-#include "transport/tensor_stream.h"
 #include "transport/temp_dir.h"
+#include "transport/tensor_stream.h"
 #include "transport/tls/ca.h"
 #include "transport/tls/credentials.h"
 #include "transport/tls/openssl_util.h"
@@ -140,6 +139,10 @@ class TlsLoopback : public ::testing::Test {
     ASSERT_NE(server_->server, nullptr);
     ASSERT_GT(server_->port, 0);
   }
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr) << "test server did not start";
+    ASSERT_NE(server_->server, nullptr) << "test server did not start";
+  }
   static void TearDownTestSuite() {
     delete server_;
     server_ = nullptr;
@@ -226,9 +229,9 @@ TEST_F(TlsLoopback, ExpiredCertificateIsCaughtBeforeConnectingAndRefusedIfForced
   EXPECT_NE(tls.status().message().find("certificate node-old expired on"), std::string::npos)
       << tls.status().message();
   EXPECT_NE(tls.status().message().find("atoll ca issue"), std::string::npos);
-  expect_refused(raw_client(ca_cert_path(ca_), key_path(ca_, "node-old"),
-                            cert_path(ca_, "node-old"), "coord"),
-                 "expired certificate");
+  expect_refused(
+      raw_client(ca_cert_path(ca_), key_path(ca_, "node-old"), cert_path(ca_, "node-old"), "coord"),
+      "expired certificate");
 }
 
 TEST_F(TlsLoopback, WrongServerNameFails) {
@@ -268,10 +271,11 @@ int handshake(int port, int max_version, const std::string& dir) {
   if (!ctx) return 0;
   SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
   SSL_CTX_set_max_proto_version(ctx.get(), max_version);
-  EXPECT_EQ(SSL_CTX_use_certificate_file(ctx.get(), cert_path(dir, "node-1").c_str(),
-                                         SSL_FILETYPE_PEM), 1);
-  EXPECT_EQ(SSL_CTX_use_PrivateKey_file(ctx.get(), key_path(dir, "node-1").c_str(),
-                                        SSL_FILETYPE_PEM), 1);
+  EXPECT_EQ(
+      SSL_CTX_use_certificate_file(ctx.get(), cert_path(dir, "node-1").c_str(), SSL_FILETYPE_PEM),
+      1);
+  EXPECT_EQ(
+      SSL_CTX_use_PrivateKey_file(ctx.get(), key_path(dir, "node-1").c_str(), SSL_FILETYPE_PEM), 1);
   EXPECT_EQ(SSL_CTX_load_verify_locations(ctx.get(), ca_cert_path(dir).c_str(), nullptr), 1);
   SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
   static const unsigned char kAlpn[] = {2, 'h', '2'};
@@ -371,7 +375,8 @@ TEST(InsecureMode, PlaintextWorksButCarriesNoIdentity) {
   RunningServer server;
   server.start(insecure_server_credentials());
   ASSERT_GT(server.port, 0);
-  auto stub = pb::Coordinator::NewStub(create_channel(server.target(), insecure_client_credentials()));
+  auto stub =
+      pb::Coordinator::NewStub(create_channel(server.target(), insecure_client_credentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + kRpcDeadline);
   pb::JoinResponse resp;
