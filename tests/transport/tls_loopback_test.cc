@@ -172,6 +172,17 @@ class TlsLoopback : public ::testing::Test {
     EXPECT_TRUE(resp.node_id().empty()) << what;
   }
 
+  // The refusal, explained the way a node reports it.
+  static std::string explained(const ClientTls& tls) {
+    pb::JoinResponse resp;
+    grpc::Status st = join(tls, &resp);
+    EXPECT_FALSE(st.ok());
+    Status ex = explain_call_error(st, server_->target(), tls);
+    EXPECT_EQ(ex.code(), StatusCode::kUnavailable);
+    EXPECT_EQ(ex.message().find('\n'), std::string::npos);
+    return ex.message();
+  }
+
   static inline TempDir* tmp_ = nullptr;
   static inline RunningServer* server_ = nullptr;
   static inline std::string ca_, other_;
@@ -205,17 +216,22 @@ TEST_F(TlsLoopback, AdminRoleAndLocalhostSan) {
 TEST_F(TlsLoopback, CertificateFromAnotherCaIsRefused) {
   // The client trusts our CA (so only the server's check is tested) but presents a
   // certificate from the other CA.
-  expect_refused(raw_client(ca_cert_path(ca_), key_path(other_, "node-1"),
-                            cert_path(other_, "node-1"), "coord"),
-                 "certificate from another CA");
+  const ClientTls stranger = raw_client(ca_cert_path(ca_), key_path(other_, "node-1"),
+                                        cert_path(other_, "node-1"), "coord");
+  expect_refused(stranger, "certificate from another CA");
+  EXPECT_NE(explained(stranger).find("does not accept this node's certificate"), std::string::npos)
+      << explained(stranger);
   // A client of the other experiment does not trust our server either.
   auto foreign = client_credentials(other_, "node-1", "coord");
   ASSERT_TRUE(foreign.ok());
   expect_refused(*foreign, "client of another CA");
+  EXPECT_NE(explained(*foreign).find("not issued by this experiment's CA"), std::string::npos)
+      << explained(*foreign);
 }
 
 TEST_F(TlsLoopback, PlaintextClientIsRefused) {
   expect_refused(insecure_client_credentials(), "plaintext client");
+  EXPECT_NE(explained(insecure_client_credentials()).find("requires TLS"), std::string::npos);
 }
 
 TEST_F(TlsLoopback, MissingClientCertificateIsRefused) {
@@ -238,6 +254,8 @@ TEST_F(TlsLoopback, WrongServerNameFails) {
   auto tls = client_credentials(ca_, "node-1", "not-the-coordinator");
   ASSERT_TRUE(tls.ok());
   expect_refused(*tls, "server name not in the certificate");
+  EXPECT_NE(explained(*tls).find("not valid for the name 'not-the-coordinator'"), std::string::npos)
+      << explained(*tls);
 }
 
 TEST_F(TlsLoopback, ServerPreValidation) {
@@ -369,6 +387,30 @@ TEST_F(TlsLoopback, TensorStreamsOverGrpc) {
   // Our own channel refuses to send it in the first place.
   st = push({huge}, &resp, stub.get());
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+}
+
+TEST(ExplainCallError, NothingListening) {
+  // Bind and release a port so that nothing listens on it.
+  int port = 0;
+  {
+    RunningServer s;
+    s.start(insecure_server_credentials());
+    port = s.port;
+  }
+  const std::string target = "127.0.0.1:" + std::to_string(port);
+  auto stub = pb::Coordinator::NewStub(create_channel(target, insecure_client_credentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + kRpcDeadline);
+  pb::JoinResponse resp;
+  grpc::Status st = stub->Join(&ctx, pb::JoinRequest(), &resp);
+  ASSERT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
+  Status ex = explain_call_error(st, target, insecure_client_credentials());
+  EXPECT_NE(ex.message().find("nothing is listening"), std::string::npos) << ex.message();
+  // Non-connection errors pass through.
+  EXPECT_EQ(explain_call_error(grpc::Status(grpc::StatusCode::DATA_LOSS, "crc"), target,
+                               insecure_client_credentials())
+                .code(),
+            StatusCode::kDataLoss);
 }
 
 TEST(InsecureMode, PlaintextWorksButCarriesNoIdentity) {
