@@ -6,8 +6,8 @@
 #include <ctime>
 #include <filesystem>
 
-#include "transport/tls/credentials.h"
 #include "transport/temp_dir.h"
+#include "transport/tls/credentials.h"
 
 namespace atl::transport {
 namespace {
@@ -94,7 +94,8 @@ TEST(Ca, IssueNodeAndServerCertificates) {
 TEST(Ca, NameValidation) {
   TempDir tmp;
   ASSERT_TRUE(ca_init(tmp.path()).ok());
-  for (const std::string& bad : std::vector<std::string>{"../x", "a/b", "", "..", ".", "ca", "x y", "n\n", "é",
+  for (const std::string& bad :
+       std::vector<std::string>{"../x", "a/b", "", "..", ".", "ca", "x y", "n\n", "é",
                                 std::string(65, 'a'), std::string("a\0b", 3)}) {
     Status st = ca_issue(tmp.path(), bad, Role::kNode);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad;
@@ -131,7 +132,8 @@ TEST(Ca, PreValidationMessages) {
 
   Status st = validate_identity(dir, "old", Role::kNode);
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(contains(st.message(), "certificate old expired on " + old->not_after)) << st.message();
+  EXPECT_TRUE(contains(st.message(), "certificate old expired on " + old->not_after))
+      << st.message();
   EXPECT_TRUE(contains(st.message(), "atoll ca issue --dir " + dir + " --name old --role node"));
 
   st = validate_identity(dir, "ghost", Role::kNode);

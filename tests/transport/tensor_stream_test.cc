@@ -1,12 +1,12 @@
 #include "transport/tensor_stream.h"
 
-#include "transport/crc32c.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <random>
+
+#include "transport/crc32c.h"
 
 namespace atl::transport {
 namespace {
@@ -221,8 +221,13 @@ TEST(TensorStream, CodecNoneNeedsConsistentNumel) {
 }
 
 TEST(TensorStream, FloatBytesAreLittleEndianAndRoundTrip) {
-  std::vector<float> v = {1.0f, -2.5f, 0.0f, -0.0f, std::numeric_limits<float>::infinity(),
-                          std::numeric_limits<float>::denorm_min(), 3.14159265f};
+  std::vector<float> v = {1.0f,
+                          -2.5f,
+                          0.0f,
+                          -0.0f,
+                          std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::denorm_min(),
+                          3.14159265f};
   const std::string bytes = floats_to_bytes(v);
   ASSERT_EQ(bytes.size(), v.size() * 4);
   // 1.0f = 0x3F800000, little-endian on the wire.

@@ -1,15 +1,14 @@
 // Real gRPC server, real TLS, loopback, ephemeral port.
 #include <arpa/inet.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
-#include <grpcpp/server.h>
-#include <grpcpp/server_builder.h>
 
 #include <chrono>
 #include <memory>
@@ -18,8 +17,8 @@
 #include "transport/grpc_status.h"
 #include "transport/proto/atoll.grpc.pb.h"
 #include "transport/proto/atoll.pb.h"
-#include "transport/tensor_stream.h"
 #include "transport/temp_dir.h"
+#include "transport/tensor_stream.h"
 #include "transport/tls/ca.h"
 #include "transport/tls/credentials.h"
 #include "transport/tls/openssl_util.h"
@@ -140,6 +139,10 @@ class TlsLoopback : public ::testing::Test {
     ASSERT_NE(server_->server, nullptr);
     ASSERT_GT(server_->port, 0);
   }
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr) << "test server did not start";
+    ASSERT_NE(server_->server, nullptr) << "test server did not start";
+  }
   static void TearDownTestSuite() {
     delete server_;
     server_ = nullptr;
@@ -167,6 +170,17 @@ class TlsLoopback : public ::testing::Test {
     EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << what << ": " << st.error_message();
     EXPECT_LT(std::chrono::steady_clock::now() - t0, kRpcDeadline) << what;
     EXPECT_TRUE(resp.node_id().empty()) << what;
+  }
+
+  // The refusal, explained the way a node reports it.
+  static std::string explained(const ClientTls& tls) {
+    pb::JoinResponse resp;
+    grpc::Status st = join(tls, &resp);
+    EXPECT_FALSE(st.ok());
+    Status ex = explain_call_error(st, server_->target(), tls);
+    EXPECT_EQ(ex.code(), StatusCode::kUnavailable);
+    EXPECT_EQ(ex.message().find('\n'), std::string::npos);
+    return ex.message();
   }
 
   static inline TempDir* tmp_ = nullptr;
@@ -202,17 +216,22 @@ TEST_F(TlsLoopback, AdminRoleAndLocalhostSan) {
 TEST_F(TlsLoopback, CertificateFromAnotherCaIsRefused) {
   // The client trusts our CA (so only the server's check is tested) but presents a
   // certificate from the other CA.
-  expect_refused(raw_client(ca_cert_path(ca_), key_path(other_, "node-1"),
-                            cert_path(other_, "node-1"), "coord"),
-                 "certificate from another CA");
+  const ClientTls stranger = raw_client(ca_cert_path(ca_), key_path(other_, "node-1"),
+                                        cert_path(other_, "node-1"), "coord");
+  expect_refused(stranger, "certificate from another CA");
+  EXPECT_NE(explained(stranger).find("does not accept this node's certificate"), std::string::npos)
+      << explained(stranger);
   // A client of the other experiment does not trust our server either.
   auto foreign = client_credentials(other_, "node-1", "coord");
   ASSERT_TRUE(foreign.ok());
   expect_refused(*foreign, "client of another CA");
+  EXPECT_NE(explained(*foreign).find("not issued by this experiment's CA"), std::string::npos)
+      << explained(*foreign);
 }
 
 TEST_F(TlsLoopback, PlaintextClientIsRefused) {
   expect_refused(insecure_client_credentials(), "plaintext client");
+  EXPECT_NE(explained(insecure_client_credentials()).find("requires TLS"), std::string::npos);
 }
 
 TEST_F(TlsLoopback, MissingClientCertificateIsRefused) {
@@ -226,15 +245,17 @@ TEST_F(TlsLoopback, ExpiredCertificateIsCaughtBeforeConnectingAndRefusedIfForced
   EXPECT_NE(tls.status().message().find("certificate node-old expired on"), std::string::npos)
       << tls.status().message();
   EXPECT_NE(tls.status().message().find("atoll ca issue"), std::string::npos);
-  expect_refused(raw_client(ca_cert_path(ca_), key_path(ca_, "node-old"),
-                            cert_path(ca_, "node-old"), "coord"),
-                 "expired certificate");
+  expect_refused(
+      raw_client(ca_cert_path(ca_), key_path(ca_, "node-old"), cert_path(ca_, "node-old"), "coord"),
+      "expired certificate");
 }
 
 TEST_F(TlsLoopback, WrongServerNameFails) {
   auto tls = client_credentials(ca_, "node-1", "not-the-coordinator");
   ASSERT_TRUE(tls.ok());
   expect_refused(*tls, "server name not in the certificate");
+  EXPECT_NE(explained(*tls).find("not valid for the name 'not-the-coordinator'"), std::string::npos)
+      << explained(*tls);
 }
 
 TEST_F(TlsLoopback, ServerPreValidation) {
@@ -268,10 +289,11 @@ int handshake(int port, int max_version, const std::string& dir) {
   if (!ctx) return 0;
   SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
   SSL_CTX_set_max_proto_version(ctx.get(), max_version);
-  EXPECT_EQ(SSL_CTX_use_certificate_file(ctx.get(), cert_path(dir, "node-1").c_str(),
-                                         SSL_FILETYPE_PEM), 1);
-  EXPECT_EQ(SSL_CTX_use_PrivateKey_file(ctx.get(), key_path(dir, "node-1").c_str(),
-                                        SSL_FILETYPE_PEM), 1);
+  EXPECT_EQ(
+      SSL_CTX_use_certificate_file(ctx.get(), cert_path(dir, "node-1").c_str(), SSL_FILETYPE_PEM),
+      1);
+  EXPECT_EQ(
+      SSL_CTX_use_PrivateKey_file(ctx.get(), key_path(dir, "node-1").c_str(), SSL_FILETYPE_PEM), 1);
   EXPECT_EQ(SSL_CTX_load_verify_locations(ctx.get(), ca_cert_path(dir).c_str(), nullptr), 1);
   SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
   static const unsigned char kAlpn[] = {2, 'h', '2'};
@@ -367,11 +389,36 @@ TEST_F(TlsLoopback, TensorStreamsOverGrpc) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
 }
 
+TEST(ExplainCallError, NothingListening) {
+  // Bind and release a port so that nothing listens on it.
+  int port = 0;
+  {
+    RunningServer s;
+    s.start(insecure_server_credentials());
+    port = s.port;
+  }
+  const std::string target = "127.0.0.1:" + std::to_string(port);
+  auto stub = pb::Coordinator::NewStub(create_channel(target, insecure_client_credentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + kRpcDeadline);
+  pb::JoinResponse resp;
+  grpc::Status st = stub->Join(&ctx, pb::JoinRequest(), &resp);
+  ASSERT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
+  Status ex = explain_call_error(st, target, insecure_client_credentials());
+  EXPECT_NE(ex.message().find("nothing is listening"), std::string::npos) << ex.message();
+  // Non-connection errors pass through.
+  EXPECT_EQ(explain_call_error(grpc::Status(grpc::StatusCode::DATA_LOSS, "crc"), target,
+                               insecure_client_credentials())
+                .code(),
+            StatusCode::kDataLoss);
+}
+
 TEST(InsecureMode, PlaintextWorksButCarriesNoIdentity) {
   RunningServer server;
   server.start(insecure_server_credentials());
   ASSERT_GT(server.port, 0);
-  auto stub = pb::Coordinator::NewStub(create_channel(server.target(), insecure_client_credentials()));
+  auto stub =
+      pb::Coordinator::NewStub(create_channel(server.target(), insecure_client_credentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + kRpcDeadline);
   pb::JoinResponse resp;

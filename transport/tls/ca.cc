@@ -159,8 +159,12 @@ StatusOr<Role> parse_role(const std::string& text) {
   return InvalidArgument("unknown role '" + text + "': expected node, admin or server");
 }
 
-std::string ca_cert_path(const std::string& dir) { return (fs::path(dir) / "ca.crt").string(); }
-std::string ca_key_path(const std::string& dir) { return (fs::path(dir) / "ca.key").string(); }
+std::string ca_cert_path(const std::string& dir) {
+  return (fs::path(dir) / "ca.crt").string();
+}
+std::string ca_key_path(const std::string& dir) {
+  return (fs::path(dir) / "ca.key").string();
+}
 std::string cert_path(const std::string& dir, const std::string& name) {
   return (fs::path(dir) / (name + ".crt")).string();
 }
@@ -210,18 +214,23 @@ Status ca_init(const std::string& dir, const CaOptions& options) {
                          " (ca.crt/ca.key); refusing to overwrite it: choose another --dir");
   }
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  const bool created = fs::create_directories(dir, ec);
   if (ec) return IoError("cannot create " + dir + ": " + ec.message());
-  // Private keys live here: owner-only directory.
-  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  // Private keys live here: a directory we create is owner-only. An existing one keeps its
+  // mode (it is the user's); the key files themselves are 0600 either way.
+  if (created) fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
 
   ATOLL_ASSIGN_OR_RETURN(PkeyPtr key, generate_p256());
   X509Ptr cert(X509_new());
   if (!cert) return Internal("X509_new failed");
   X509_set_version(cert.get(), X509_VERSION_3);
   ATOLL_RETURN_IF_ERROR(set_random_serial(cert.get()));
-  X509_gmtime_adj(X509_getm_notBefore(cert.get()), -kBackdateSeconds);
-  X509_gmtime_adj(X509_getm_notAfter(cert.get()), long{options.validity_days} * 24 * 3600);
+  if (X509_gmtime_adj(X509_getm_notBefore(cert.get()), -kBackdateSeconds) == nullptr ||
+      X509_gmtime_adj(X509_getm_notAfter(cert.get()), long{options.validity_days} * 24 * 3600) ==
+          nullptr) {
+    return InvalidArgument("ca init: validity of " + std::to_string(options.validity_days) +
+                           " days is out of range");
+  }
   X509_NAME* name = X509_get_subject_name(cert.get());
   ATOLL_RETURN_IF_ERROR(add_name_entry(name, "O", "Atoll"));
   ATOLL_RETURN_IF_ERROR(add_name_entry(name, "CN", options.common_name));
@@ -233,7 +242,8 @@ Status ca_init(const std::string& dir, const CaOptions& options) {
   X509V3_set_ctx(&ctx, cert.get(), cert.get(), nullptr, nullptr, 0);
   ATOLL_RETURN_IF_ERROR(
       add_conf_ext(cert.get(), &ctx, NID_basic_constraints, "critical,CA:TRUE,pathlen:0"));
-  ATOLL_RETURN_IF_ERROR(add_conf_ext(cert.get(), &ctx, NID_key_usage, "critical,keyCertSign,cRLSign"));
+  ATOLL_RETURN_IF_ERROR(
+      add_conf_ext(cert.get(), &ctx, NID_key_usage, "critical,keyCertSign,cRLSign"));
   ATOLL_RETURN_IF_ERROR(add_conf_ext(cert.get(), &ctx, NID_subject_key_identifier, "hash"));
   ATOLL_RETURN_IF_ERROR(
       add_conf_ext(cert.get(), &ctx, NID_authority_key_identifier, "keyid:always"));
@@ -291,14 +301,18 @@ Status ca_issue(const std::string& dir, const std::string& name, Role role,
   if (!cert) return Internal("X509_new failed");
   X509_set_version(cert.get(), X509_VERSION_3);
   ATOLL_RETURN_IF_ERROR(set_random_serial(cert.get()));
+  // Beyond ±100 years is a typo, and keeps the arithmetic below far from overflow.
+  constexpr int64_t kMaxValidity = 100LL * 366 * 24 * 3600;
+  if (options.validity_seconds > kMaxValidity || options.validity_seconds < -kMaxValidity) {
+    return InvalidArgument("ca issue: validity of " + std::to_string(options.validity_seconds) +
+                           " seconds is out of range");
+  }
   const long v = static_cast<long>(options.validity_seconds);
-  if (v > 0) {
-    X509_gmtime_adj(X509_getm_notBefore(cert.get()), -kBackdateSeconds);
-    X509_gmtime_adj(X509_getm_notAfter(cert.get()), v);
-  } else {
-    // Already expired: a window entirely in the past.
-    X509_gmtime_adj(X509_getm_notBefore(cert.get()), 2 * v);
-    X509_gmtime_adj(X509_getm_notAfter(cert.get()), v);
+  // Already expired when negative: a window entirely in the past.
+  const long from = v > 0 ? -kBackdateSeconds : 2 * v;
+  if (X509_gmtime_adj(X509_getm_notBefore(cert.get()), from) == nullptr ||
+      X509_gmtime_adj(X509_getm_notAfter(cert.get()), v) == nullptr) {
+    return InvalidArgument("ca issue: validity is out of range");
   }
   X509_NAME* subject = X509_get_subject_name(cert.get());
   ATOLL_RETURN_IF_ERROR(add_name_entry(subject, "O", "Atoll"));
@@ -352,8 +366,9 @@ StatusOr<CertInfo> inspect_certificate_pem(const std::string& pem) {
     const GENERAL_NAME* gen = sk_GENERAL_NAME_value(gens.get(), i);
     if (gen->type == GEN_DNS) {
       const ASN1_IA5STRING* s = gen->d.dNSName;
-      info.sans.push_back("DNS:" + std::string(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
-                                               static_cast<size_t>(ASN1_STRING_length(s))));
+      info.sans.push_back("DNS:" +
+                          std::string(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
+                                      static_cast<size_t>(ASN1_STRING_length(s))));
     } else if (gen->type == GEN_IPADD) {
       const ASN1_OCTET_STRING* ip = gen->d.iPAddress;
       char buf[INET6_ADDRSTRLEN] = {};
