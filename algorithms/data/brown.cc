@@ -28,7 +28,9 @@ constexpr std::array<BrownGenre, 15> kGenres = {{
     {'r', "humor", 9},
 }};
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 struct Token {
   std::string_view word, tag;
@@ -75,7 +77,9 @@ bool attaches_left(std::string_view w) {
 }
 
 // Tokens written without a space after them.
-bool attaches_right(std::string_view w) { return w == "(" || w == "[" || w == "{" || w == "$"; }
+bool attaches_right(std::string_view w) {
+  return w == "(" || w == "[" || w == "{" || w == "$";
+}
 
 // Appends one paragraph of tokens as readable text.
 void append_paragraph(const std::vector<Token>& tokens, std::string& out) {
@@ -131,7 +135,9 @@ std::string brown_name(char letter, int number) {
 
 }  // namespace
 
-std::span<const BrownGenre> brown_genres() { return kGenres; }
+std::span<const BrownGenre> brown_genres() {
+  return kGenres;
+}
 
 const BrownGenre* find_brown_genre(char letter) {
   for (const BrownGenre& g : kGenres)

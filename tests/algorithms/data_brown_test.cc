@@ -123,7 +123,8 @@ TEST(DataBrown, ValidationSplitIsDeterministicAndCoversEveryGenre) {
     EXPECT_LT(split.train[i - 1].name, split.train[i].name);
   // Non-Brown documents: about 10% by hash.
   int val = 0;
-  for (int i = 0; i < 2000; ++i) val += is_validation(Document{"file" + std::to_string(i) + ".txt", "", "text", ""});
+  for (int i = 0; i < 2000; ++i)
+    val += is_validation(Document{"file" + std::to_string(i) + ".txt", "", "text", ""});
   EXPECT_GT(val, 140);
   EXPECT_LT(val, 260);
 }
