@@ -86,7 +86,14 @@ void append_paragraph(const std::vector<Token>& tokens, std::string& out) {
   if (tokens.empty()) return;
   if (!out.empty()) out.append("\n\n");
   bool first = true, glue_next = false, single_open = false;
+  const Token* prev = nullptr;
   for (const Token& t : tokens) {
+    // The corpus doubles sentence-final ; ? ! : (";/. ;/."), thousands of times: write one.
+    const bool doubled = prev && prev->word == t.word && t.tag.starts_with(".") &&
+                         prev->tag.starts_with(".") &&
+                         (t.word == ";" || t.word == "?" || t.word == "!" || t.word == ":");
+    prev = &t;
+    if (doubled) continue;
     std::string_view text = t.word;
     bool left = false, right = false;
     if (t.word == "``") {
