@@ -66,8 +66,8 @@ StatusOr<DataSpec> parse_data_spec(std::string_view spec) {
     out.kind = DataSpec::Kind::kBrown;
     if (!has_arg) return out;
     if (arg.empty())
-      return InvalidArgument(quoted + ": no genres after 'brown:' (genres are " +
-                             genre_letters() + ")");
+      return InvalidArgument(quoted + ": no genres after 'brown:' (genres are " + genre_letters() +
+                             ")");
     for (size_t i = 0; i <= arg.size();) {
       size_t comma = arg.find(',', i);
       if (comma == std::string_view::npos) comma = arg.size();
@@ -169,8 +169,7 @@ StatusOr<std::vector<Document>> load_text(const std::string& path) {
 
 }  // namespace
 
-StatusOr<std::vector<Document>> load_documents(const DataSpec& spec,
-                                               const std::string& brown_dir) {
+StatusOr<std::vector<Document>> load_documents(const DataSpec& spec, const std::string& brown_dir) {
   switch (spec.kind) {
     case DataSpec::Kind::kBrown:
       return load_brown(spec, brown_dir);

@@ -28,7 +28,9 @@ constexpr std::array<BrownGenre, 15> kGenres = {{
     {'r', "humor", 9},
 }};
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 struct Token {
   std::string_view word, tag;
@@ -75,14 +77,23 @@ bool attaches_left(std::string_view w) {
 }
 
 // Tokens written without a space after them.
-bool attaches_right(std::string_view w) { return w == "(" || w == "[" || w == "{" || w == "$"; }
+bool attaches_right(std::string_view w) {
+  return w == "(" || w == "[" || w == "{" || w == "$";
+}
 
 // Appends one paragraph of tokens as readable text.
 void append_paragraph(const std::vector<Token>& tokens, std::string& out) {
   if (tokens.empty()) return;
   if (!out.empty()) out.append("\n\n");
   bool first = true, glue_next = false, single_open = false;
+  const Token* prev = nullptr;
   for (const Token& t : tokens) {
+    // The corpus doubles sentence-final ; ? ! : (";/. ;/."), thousands of times: write one.
+    const bool doubled = prev && prev->word == t.word && t.tag.starts_with(".") &&
+                         prev->tag.starts_with(".") &&
+                         (t.word == ";" || t.word == "?" || t.word == "!" || t.word == ":");
+    prev = &t;
+    if (doubled) continue;
     std::string_view text = t.word;
     bool left = false, right = false;
     if (t.word == "``") {
@@ -131,7 +142,9 @@ std::string brown_name(char letter, int number) {
 
 }  // namespace
 
-std::span<const BrownGenre> brown_genres() { return kGenres; }
+std::span<const BrownGenre> brown_genres() {
+  return kGenres;
+}
 
 const BrownGenre* find_brown_genre(char letter) {
   for (const BrownGenre& g : kGenres)

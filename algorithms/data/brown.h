@@ -36,6 +36,7 @@ bool is_brown_document_name(std::string_view name);
 // Tagged Brown text -> readable text.
 //   - Each whitespace-separated token is word/TAG; the tag (after the LAST '/') is dropped, so
 //     "1/2/cd" is "1/2". A token without '/' is kept whole.
+//   - The corpus writes sentence-final ; ? ! : twice (";/. ;/."); they are written once.
 //   - `` and '' become ". A lone ' alternates: the first in a paragraph opens a quote, the
 //     next closes it.
 //   - No space before , . ; : ! ? ) ] } % closing quotes, or the clitics 's 're 've 'll 'd 'm

@@ -82,7 +82,9 @@ GlobalBatch sample_global_batch(const TokenDataset& data, uint64_t seed, int64_t
 // SHA-256 (hex) of the tokens as little-endian int32, row after row. The concatenation of
 // the workers' rows (in worker order) hashes the same as the global batch.
 std::string batch_sha256(std::span<const int32_t> tokens);
-inline std::string batch_sha256(const GlobalBatch& batch) { return batch_sha256(batch.tokens); }
+inline std::string batch_sha256(const GlobalBatch& batch) {
+  return batch_sha256(batch.tokens);
+}
 
 // Validation: windows of T+1 tokens starting at 0, T, 2T, ... (consecutive windows share one
 // token, so every token after the first is a target exactly once), K = min((N-1)/T,

@@ -36,7 +36,9 @@ constexpr std::array<ByteClass, 256> make_class_table() {
 }
 constexpr std::array<ByteClass, 256> kClass = make_class_table();
 
-inline ByteClass byte_class(char c) { return kClass[static_cast<unsigned char>(c)]; }
+inline ByteClass byte_class(char c) {
+  return kClass[static_cast<unsigned char>(c)];
+}
 
 // Length of the contraction suffix starting at s[i] == '\'' ('s 't 'm 'd 're 've 'll), or 0.
 size_t contraction_length(std::string_view s, size_t i) {
@@ -124,7 +126,8 @@ size_t merge_pair(int32_t* ids, size_t n, int32_t a, int32_t b, int32_t c) {
 // earlier merges) and no pair is merged twice.
 Status validate_merges(const std::vector<BpeMerge>& merges) {
   if (merges.size() > static_cast<size_t>(BpeTokenizer::kMaxVocab - 256))
-    return InvalidArgument("BPE: " + std::to_string(merges.size()) + " merges exceed the limit of " +
+    return InvalidArgument("BPE: " + std::to_string(merges.size()) +
+                           " merges exceed the limit of " +
                            std::to_string(BpeTokenizer::kMaxVocab - 256));
   std::unordered_map<uint64_t, size_t> seen;
   seen.reserve(merges.size() * 2);
@@ -133,7 +136,8 @@ Status validate_merges(const std::vector<BpeMerge>& merges) {
     const int64_t next_id = 256 + static_cast<int64_t>(i);
     if (m.left < 0 || m.right < 0 || m.left >= next_id || m.right >= next_id)
       return InvalidArgument("BPE merge " + std::to_string(i) + " (" + std::to_string(m.left) +
-                             " " + std::to_string(m.right) + ") refers to an id not defined before it (ids so far: 0.." +
+                             " " + std::to_string(m.right) +
+                             ") refers to an id not defined before it (ids so far: 0.." +
                              std::to_string(next_id - 1) + ")");
     auto [it, inserted] = seen.emplace(pack_pair(m.left, m.right), i);
     if (!inserted)
@@ -472,8 +476,8 @@ StatusOr<BpeTokenizer> BpeTokenizer::deserialize(std::string_view data) {
                "' (written by an incompatible version?)");
   ++line_no;
   int64_t n = 0;
-  if (!next_line(rest, line) || !line.starts_with("merges ") ||
-      !parse_int(line.substr(7), n) || n < 0)
+  if (!next_line(rest, line) || !line.starts_with("merges ") || !parse_int(line.substr(7), n) ||
+      n < 0)
     return bad("expected 'merges <count>'");
   if (n > kMaxVocab - 256)
     return bad("merge count " + std::to_string(n) + " exceeds the limit of " +
@@ -491,8 +495,8 @@ StatusOr<BpeTokenizer> BpeTokenizer::deserialize(std::string_view data) {
       return bad("expected '<left id> <right id>', got '" + std::string(line.substr(0, 40)) + "'");
     const int64_t next_id = 256 + i;
     if (l < 0 || r < 0 || l >= next_id || r >= next_id)
-      return bad("merge " + std::to_string(i) + " (" + std::to_string(l) + " " +
-                 std::to_string(r) + ") refers to an id not defined before it (ids so far: 0.." +
+      return bad("merge " + std::to_string(i) + " (" + std::to_string(l) + " " + std::to_string(r) +
+                 ") refers to an id not defined before it (ids so far: 0.." +
                  std::to_string(next_id - 1) + ")");
     merges.push_back({static_cast<int32_t>(l), static_cast<int32_t>(r)});
   }
@@ -502,9 +506,8 @@ StatusOr<BpeTokenizer> BpeTokenizer::deserialize(std::string_view data) {
     return bad("expected 'sha256 <hex>' after the merges");
   std::string digest = sha256_hex(all.data(), body_size);
   if (line.substr(7) != digest)
-    return Status(StatusCode::kDataLoss,
-                  "BPE tokenizer file, line " + std::to_string(line_no) +
-                      ": checksum mismatch (file is corrupt or was edited)");
+    return Status(StatusCode::kDataLoss, "BPE tokenizer file, line " + std::to_string(line_no) +
+                                             ": checksum mismatch (file is corrupt or was edited)");
   if (!rest.empty()) return bad("unexpected data after the sha256 line");
   auto tok = from_merges(std::move(merges));
   if (!tok.ok()) return bad(tok.status().message());

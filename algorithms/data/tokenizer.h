@@ -101,8 +101,7 @@ class BpeTokenizer final : public Tokenizer {
   // the lowest (left, right) ids. Pair counts are updated incrementally (only the chunks that
   // contain the merged pair are touched). Stops early, with a smaller vocabulary, when no
   // pair occurs at least twice. vocab_size in [256, kMaxVocab].
-  static StatusOr<BpeTokenizer> train(std::span<const std::string_view> texts,
-                                      int32_t vocab_size);
+  static StatusOr<BpeTokenizer> train(std::span<const std::string_view> texts, int32_t vocab_size);
   // From an explicit merge list (validated like deserialize).
   static StatusOr<BpeTokenizer> from_merges(std::vector<BpeMerge> merges);
 

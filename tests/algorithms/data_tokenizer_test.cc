@@ -34,8 +34,8 @@ std::string random_textish(uint64_t seed, size_t n) {
 }
 
 TEST(DataTokenizer, SplitChunksFollowsTheRules) {
-  std::vector<std::string_view> expect = {"Hello", " world", ",", " it", "'s", " 2024", "!",
-                                          "\n\n ",  " ok",   "\n", "x",  "  "};
+  std::vector<std::string_view> expect = {"Hello", " world", ",",   " it", "'s", " 2024",
+                                          "!",     "\n\n ",  " ok", "\n",  "x",  "  "};
   EXPECT_EQ(split_chunks("Hello world, it's 2024!\n\n  ok\nx  "), expect);
   // As in GPT-2, a punctuation run swallows a following apostrophe: " ...'" then "ll".
   expect = {"caf\xC3\xA9", " na\xC3\xAFve", " ...'", "ll", "'", "x", "'ll"};
@@ -71,7 +71,9 @@ TEST(DataTokenizer, ByteTokenizerRoundTripsAllOfBrownAndRandomBytes) {
   std::string bytes = random_bytes(7, 10000);
   EXPECT_EQ(tok.decode(tok.encode(bytes)), bytes);
   std::vector<int32_t> bad = {65, 256, -1, 66};
-  EXPECT_EQ(tok.decode(bad), "A\xEF\xBF\xBD\xEF\xBF\xBD" "B");
+  EXPECT_EQ(tok.decode(bad),
+            "A\xEF\xBF\xBD\xEF\xBF\xBD"
+            "B");
 }
 
 TEST(DataTokenizer, BpeTrainingTiesGoToLowestPairAndStopsWhenPairsRunOut) {
@@ -192,9 +194,10 @@ TEST(DataTokenizer, BpeRoundTripsAllOfBrownAndCompressesIt) {
   int64_t bytes = 0;
   for (int32_t id : ids) bytes += tok.token_bytes(id);
   EXPECT_EQ(bytes, static_cast<int64_t>(text.size()));
-  std::printf("[ info ] bpe-1024 on Brown: %zu bytes -> %zu tokens (%.2f bytes/token), encode %.0f ms\n",
-              text.size(), ids.size(), bytes_per_token,
-              std::chrono::duration<double, std::milli>(t1 - t0).count());
+  std::printf(
+      "[ info ] bpe-1024 on Brown: %zu bytes -> %zu tokens (%.2f bytes/token), encode %.0f ms\n",
+      text.size(), ids.size(), bytes_per_token,
+      std::chrono::duration<double, std::milli>(t1 - t0).count());
   // encode_many (shared cache) agrees with encode, document by document.
   const auto& docs = testing::all_brown();
   std::vector<std::string_view> some = {docs[0].text, docs[100].text, docs[499].text};
