@@ -50,8 +50,7 @@ TEST(AdamWTorch, BitwiseEqualToTorchOptimAdamW) {
     f.write(reinterpret_cast<const char*>(grads.data()), std::streamsize(4 * n * steps));
   }
   const std::string cmd = std::string(ATOLL_PYTHON) + " " + ATOLL_SOURCE_DIR +
-                          "/tests/kernels/adamw_reference.py " + in.string() + " " +
-                          out.string();
+                          "/tests/kernels/adamw_reference.py " + in.string() + " " + out.string();
   const int status = std::system(cmd.c_str());
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   if (code == 77) {
