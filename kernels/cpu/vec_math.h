@@ -1,8 +1,6 @@
 // Internal helpers shared by the CPU kernels (not part of the op table).
 #pragma once
 
-#include <omp.h>
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
