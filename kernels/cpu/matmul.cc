@@ -30,7 +30,7 @@ template void matmul_forward<float>(float*, const float*, const float*, int, int
 template void matmul_forward<double>(double*, const double*, const double*, int, int, int);
 template void matmul_backward<float>(float*, float*, const float*, const float*, const float*, int,
                                      int, int);
-template void matmul_backward<double>(double*, double*, const double*, const double*,
-                                      const double*, int, int, int);
+template void matmul_backward<double>(double*, double*, const double*, const double*, const double*,
+                                      int, int, int);
 
 }  // namespace atl::kernels::cpu

@@ -1,6 +1,5 @@
 // RMSNorm (Llama): out = x * rstd * w with rstd = 1/sqrt(mean(x²) + eps), per row.
 #include <cmath>
-#include <vector>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/vec_math.h"

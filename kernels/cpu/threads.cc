@@ -15,7 +15,9 @@ void set_num_threads(int n) {
   openblas_set_num_threads(1);
 }
 
-int num_threads() { return omp_get_max_threads(); }
+int num_threads() {
+  return omp_get_max_threads();
+}
 
 namespace detail {
 OpenBlasSingleThread::OpenBlasSingleThread() : prev_(openblas_get_num_threads()) {
