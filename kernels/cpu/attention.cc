@@ -8,7 +8,6 @@
 // count.
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <vector>
 
 #include "kernels/cpu/blas.h"
@@ -47,9 +46,8 @@ template <typename T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int H, int D) {
   const int C = H * D, C3 = 3 * C;
   const T scale = T(1) / std::sqrt(T(D));
-  const bool par = B * H > 1 && omp_get_max_threads() > 1;
-  std::optional<detail::OpenBlasSingleThread> blas_guard;  // only while threads split (b, h)
-  if (par) blas_guard.emplace();
+  const bool par = B * H > 1 && detail::worth_threads(double(B) * H * T_ * T_ * D);
+  detail::OpenBlasSingleThread blas_guard;
 #pragma omp parallel for schedule(static) if (par)
   for (int bh = 0; bh < B * H; ++bh) {
     const int b = bh / H, h = bh % H;
@@ -62,11 +60,9 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int H, int D
       const int M = std::min(kQueryBlock, T_ - r0);
       const int nk = r0 + M;  // keys 0 .. nk-1 are visible to some row of this block
       T* ab = a + size_t(r0) * T_;
-      gemm(CblasNoTrans, CblasTrans, M, nk, D, scale, q + size_t(r0) * C3, C3, k, C3, T(0), ab,
-           T_);
+      gemm(CblasNoTrans, CblasTrans, M, nk, D, scale, q + size_t(r0) * C3, C3, k, C3, T(0), ab, T_);
       for (int i = 0; i < M; ++i) causal_softmax_row(ab + size_t(i) * T_, r0 + i + 1, T_);
-      gemm(CblasNoTrans, CblasNoTrans, M, D, nk, T(1), ab, T_, v, C3, T(0),
-           o + size_t(r0) * C, C);
+      gemm(CblasNoTrans, CblasNoTrans, M, D, nk, T(1), ab, T_, v, C3, T(0), o + size_t(r0) * C, C);
     }
   }
 }
@@ -78,9 +74,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
                         int D) {
   const int C = H * D, C3 = 3 * C;
   const T scale = T(1) / std::sqrt(T(D));
-  const bool par = B * H > 1 && omp_get_max_threads() > 1;
-  std::optional<detail::OpenBlasSingleThread> blas_guard;  // only while threads split (b, h)
-  if (par) blas_guard.emplace();
+  const bool par = B * H > 1 && detail::worth_threads(double(B) * H * T_ * T_ * D);
+  detail::OpenBlasSingleThread blas_guard;
 #pragma omp parallel if (par)
   {
     std::vector<T> ds(size_t(std::min(kQueryBlock, T_)) * T_);  // dS block (M, nk), ld nk
@@ -114,8 +109,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
           for (int j = 0; j < n; ++j) s[j] = p[j] * (s[j] - dot);
           std::fill(s + n, s + nk, T(0));
         }
-        gemm(CblasNoTrans, CblasNoTrans, M, D, nk, scale, S, nk, k, C3, T(1),
-             dq + size_t(r0) * C3, C3);
+        gemm(CblasNoTrans, CblasNoTrans, M, D, nk, scale, S, nk, k, C3, T(1), dq + size_t(r0) * C3,
+             C3);
         gemm(CblasTrans, CblasNoTrans, nk, D, M, scale, S, nk, q + size_t(r0) * C3, C3, T(1), dk,
              C3);
         gemm(CblasTrans, CblasNoTrans, nk, D, M, T(1), P, T_, dOb, C, T(1), dv, C3);

@@ -1,7 +1,16 @@
-// Internal: one GEMM name for float and double (row-major cblas).
+// Internal: GEMM for float and double (row-major cblas), and a threaded GEMM whose result does
+// not depend on the thread count.
+//
+// Why not OpenBLAS's own threads: OpenBLAS 0.3.21 blocks the reduction dimension differently
+// when threaded (e.g. K = 520 gives different bits with 1 and 2 threads), so the op table runs
+// OpenBLAS single-threaded and splits each product itself into fixed tiles of the output, one
+// single-threaded GEMM per tile, tiles shared out by OpenMP. The tiling depends only on the
+// shapes. One thread pool (OpenMP) also means no contention between two spinning pools.
 #pragma once
 
 #include <cblas.h>
+
+#include "kernels/cpu/vec_math.h"
 
 namespace atl::kernels::cpu::detail {
 
@@ -13,6 +22,37 @@ inline void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, do
                  const double* A, int lda, const double* B, int ldb, double beta, double* C,
                  int ldc) {
   cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// C (M, N) = alpha · op(A) · op(B) + beta · C, row-major, threaded over fixed 64-wide tiles of
+// the larger of M and N (products under 2^18 multiply-adds run as one call).
+template <typename T>
+void gemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, T alpha, const T* A,
+                int lda, const T* B, int ldb, T beta, T* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  OpenBlasSingleThread blas_guard;
+  constexpr int kTile = 64;
+  const bool split_rows = M >= N;
+  const int extent = split_rows ? M : N;
+  const int ntiles = (double(M) * N * K < double(1 << 18)) ? 1 : (extent + kTile - 1) / kTile;
+  if (ntiles == 1) {
+    gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < ntiles; ++t) {
+    const int i0 = t * kTile;
+    const int len = i0 + kTile <= extent ? kTile : extent - i0;
+    if (split_rows) {
+      // Rows i0.. of op(A) and C. op(A) row i is A + i·lda (NoTrans) or column i of A (Trans).
+      const T* Ai = ta == CblasNoTrans ? A + size_t(i0) * lda : A + i0;
+      gemm(ta, tb, len, N, K, alpha, Ai, lda, B, ldb, beta, C + size_t(i0) * ldc, ldc);
+    } else {
+      // Columns i0.. of op(B) and C. op(B) column j is column j of B (NoTrans) or row j (Trans).
+      const T* Bj = tb == CblasNoTrans ? B + i0 : B + size_t(i0) * ldb;
+      gemm(ta, tb, M, len, K, alpha, A, lda, Bj, ldb, beta, C + i0, ldc);
+    }
+  }
 }
 
 }  // namespace atl::kernels::cpu::detail

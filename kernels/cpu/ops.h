@@ -16,7 +16,8 @@
 
 namespace atl::kernels::cpu {
 
-// Threads used by non-GEMM ops (OpenMP) and by OpenBLAS. 0 = all cores.
+// Threads used by every op (OpenMP; GEMMs are split into fixed tiles, each a single-threaded
+// OpenBLAS call, so OpenBLAS's own thread count is set to 1). 0 = all cores.
 void set_num_threads(int n);
 int num_threads();
 
@@ -99,7 +100,6 @@ double global_norm(const float* g, size_t n);
 float clip_by_global_norm(float* g, size_t n, double norm, double max_norm);
 // Linear warmup to max_lr over warmup steps (max_lr·(step+1)/warmup for step < warmup), then
 // cosine decay from max_lr to min_lr at total_steps, min_lr after. step is 0-based.
-double lr_schedule(int64_t step, int64_t warmup, int64_t total_steps, double max_lr,
-                   double min_lr);
+double lr_schedule(int64_t step, int64_t warmup, int64_t total_steps, double max_lr, double min_lr);
 
 }  // namespace atl::kernels::cpu

@@ -12,9 +12,10 @@ namespace atl::kernels::cpu {
 // operation as torch 1.13 / 2.x _single_tensor_adamw runs it on fp32 tensors:
 //   p *= f32(1 − lr·wd)
 //   m  = fma(g, f32(1 − β1), m·f32(β1))            (mul_ then add_(alpha): a vector fmadd)
-//   v  = v·f32(β2) + (f32(1 − β2)·g)·g              (mul_ then addcmul_)
+//   v  = fma(f32(1 − β2)·g, g, v·f32(β2))          (mul_ then addcmul_, which GCC contracts)
 //   p += (f32(−lr / (1 − β1^t)) · m) / (sqrt(v) / f32(sqrt(1 − β2^t)) + f32(eps))
 // Scalars are formed in double, as Python does, then rounded to fp32 as PyTorch's kernels do.
+// Checked against Debian's torch 1.13 on 10 steps: m and v bitwise equal, p to rounding.
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWParams& hp,
                   int64_t step) {
   const double t = double(step);
@@ -32,7 +33,7 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const 
     const float gi = g[i];
     const float pi = p[i] * decay;
     const float mi = std::fma(gi, omb1, m[i] * b1);
-    const float vi = v[i] * b2 + (omb2 * gi) * gi;
+    const float vi = std::fma(omb2 * gi, gi, v[i] * b2);
     const float denom = std::sqrt(vi) / bc2_sqrt + eps;
     m[i] = mi;
     v[i] = vi;

@@ -15,13 +15,13 @@ namespace atl::kernels::cpu::detail {
 // are still right. Max error about 1 ulp over the whole float range (checked by the tests
 // against std::exp in double). Overflow gives +inf, underflow 0, NaN propagates.
 inline float exp_vec(float x) {
-  const float kHi = 88.72283935546875f;  // log(FLT_MAX) rounded up: exp overflows above
+  const float kHi = 88.72283935546875f;    // log(FLT_MAX) rounded up: exp overflows above
   const float kLo = -103.97208404541016f;  // below this exp rounds to 0 in float
   float xc = x < kLo ? kLo : x;
   xc = xc > kHi ? kHi : xc;
   const float n = std::nearbyint(xc * 1.44269504088896341f);  // round(x / ln2)
-  float r = std::fma(n, -0.693359375f, xc);   // ln2 high part (exact product)
-  r = std::fma(n, 2.12194440e-4f, r);         // ln2 low part
+  float r = std::fma(n, -0.693359375f, xc);                   // ln2 high part (exact product)
+  r = std::fma(n, 2.12194440e-4f, r);                         // ln2 low part
   float p = 1.9875691500e-4f;
   p = std::fma(p, r, 1.3981999507e-3f);
   p = std::fma(p, r, 8.3334519073e-3f);
@@ -44,7 +44,9 @@ inline float exp_vec(float x) {
   y = x != x ? x : y;
   return y;
 }
-inline double exp_vec(double x) { return std::exp(x); }
+inline double exp_vec(double x) {
+  return std::exp(x);
+}
 
 // Runs OpenBLAS single-threaded while alive: for GEMMs issued from inside an OpenMP parallel
 // region (one call per thread), so OpenBLAS's own thread pool is not oversubscribed.
@@ -61,6 +63,8 @@ class OpenBlasSingleThread {
 
 // True when a loop of `work` scalar operations is worth an OpenMP region. Only decides
 // whether to fork; results never depend on it (work is split over independent outputs).
-inline bool worth_threads(double work) { return work >= 32768.0; }
+inline bool worth_threads(double work) {
+  return work >= 32768.0;
+}
 
 }  // namespace atl::kernels::cpu::detail

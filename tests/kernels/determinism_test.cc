@@ -90,8 +90,10 @@ TEST(Determinism, OneThreadEqualsTwo) {
     clip_by_global_norm(gg.data(), P, norm, 1.0);
     AdamWParams hp;
     hp.weight_decay = 0.1;
-    for (int step = 1; step <= 2; ++step) adamw_update(p.data(), gg.data(), m.data(), v.data(), P, hp, step);
-    return std::vector<std::vector<float>>{{float(norm), float(norm - double(float(norm)))}, gg, p, m, v};
+    for (int step = 1; step <= 2; ++step)
+      adamw_update(p.data(), gg.data(), m.data(), v.data(), P, hp, step);
+    return std::vector<std::vector<float>>{
+        {float(norm), float(norm - double(float(norm)))}, gg, p, m, v};
   });
 }
 

@@ -89,10 +89,14 @@ void attention_gradcheck(int B, int T, int H, int D, uint64_t seed) {
   expect_grad_matches("dqkv", qkv, dqkv, loss);
 }
 
-TEST(GradCheck, AttentionCausal) { attention_gradcheck(2, 5, 2, 4, 11); }
+TEST(GradCheck, AttentionCausal) {
+  attention_gradcheck(2, 5, 2, 4, 11);
+}
 
 // More rows than one query block (64), and a partial last block.
-TEST(GradCheck, AttentionSeveralQueryBlocks) { attention_gradcheck(1, 70, 1, 2, 13); }
+TEST(GradCheck, AttentionSeveralQueryBlocks) {
+  attention_gradcheck(1, 70, 1, 2, 13);
+}
 
 TEST(GradCheck, SwiGLU) {
   const int N = 3, F = 5;

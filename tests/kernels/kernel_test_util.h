@@ -82,8 +82,8 @@ inline void expect_grad_matches(const char* what, std::vector<double>& x,
     const double err = std::abs(analytic[i] - numeric);
     if (err > rtol * (std::abs(analytic[i]) + std::abs(numeric)) + atol) {
       if (++failures <= 5) {
-        ADD_FAILURE() << what << "[" << i << "]: analytic " << analytic[i] << " numeric "
-                      << numeric << " err " << err;
+        ADD_FAILURE() << what << "[" << i << "]: analytic " << analytic[i] << " numeric " << numeric
+                      << " err " << err;
       }
     }
   }

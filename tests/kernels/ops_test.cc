@@ -1,5 +1,7 @@
 // Properties of the forward ops: float agrees with double, RoPE layout and angles, causality,
 // in-place cross-entropy, backward ops accumulating, hand-checked values.
+#include "kernels/cpu/ops.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +9,6 @@
 #include <vector>
 
 #include "kernel_test_util.h"
-#include "kernels/cpu/ops.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace atl::kernels::cpu::testing {
@@ -122,7 +123,8 @@ TEST(Rope, LeavesTheRestOfTheRowAlone) {
   auto y = x;
   rope_forward(y.data(), 1, T, H, D, stride, 10000.0);  // rotates the first H·D of each row
   for (int t = 0; t < T; ++t) {
-    for (int c = H * D; c < stride; ++c) EXPECT_EQ(y[size_t(t) * stride + c], x[size_t(t) * stride + c]);
+    for (int c = H * D; c < stride; ++c)
+      EXPECT_EQ(y[size_t(t) * stride + c], x[size_t(t) * stride + c]);
   }
   EXPECT_NE(y[size_t(2) * stride], x[size_t(2) * stride]);
 }
@@ -216,8 +218,8 @@ TEST(SoftmaxXent, LargeLogitsStayFinite) {
 // Every backward adds into its gradient buffers: G0 + grad, not grad.
 TEST(Backward, Accumulates) {
   const int N = 6, C = 8, V = 5, OC = 4, B = 1, T = 6, H = 2, D = 4, F = 8;
-  auto check = [](const char* what, const std::vector<double>& g0,
-                  const std::vector<double>& fresh, const std::vector<double>& acc) {
+  auto check = [](const char* what, const std::vector<double>& g0, const std::vector<double>& fresh,
+                  const std::vector<double>& acc) {
     for (size_t i = 0; i < g0.size(); ++i) {
       ASSERT_NEAR(acc[i], g0[i] + fresh[i], 1e-12) << what << "[" << i << "]";
     }
@@ -234,9 +236,8 @@ TEST(Backward, Accumulates) {
   auto w = random_vec<double>(C, 42);
   auto dout = random_vec<double>(size_t(N) * C, 43);
   std::vector<int32_t> tok = {1, 1, 4, 0, 1, 2};
-  run_both("embedding", size_t(V) * C, [&](double* g) {
-    embedding_backward(g, dout.data(), tok.data(), N, V, C);
-  });
+  run_both("embedding", size_t(V) * C,
+           [&](double* g) { embedding_backward(g, dout.data(), tok.data(), N, V, C); });
   std::vector<double> out(x.size()), rstd(N);
   rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5);
   run_both("rmsnorm dx", x.size(), [&](double* g) {
@@ -263,9 +264,8 @@ TEST(Backward, Accumulates) {
   });
   auto gu = random_vec<double>(size_t(N) * 2 * F, 48);
   auto sdout = random_vec<double>(size_t(N) * F, 49);
-  run_both("swiglu", gu.size(), [&](double* g) {
-    swiglu_backward(g, sdout.data(), gu.data(), N, F);
-  });
+  run_both("swiglu", gu.size(),
+           [&](double* g) { swiglu_backward(g, sdout.data(), gu.data(), N, F); });
 }
 
 // The vectorizable float exp against exp in double, over the whole float range.

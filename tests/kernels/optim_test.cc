@@ -64,7 +64,7 @@ TEST(LrSchedule, WarmupThenCosine) {
   EXPECT_DOUBLE_EQ(lr_schedule(0, 10, 110, mx, mn), 1e-4);  // (0+1)/10 · max
   EXPECT_DOUBLE_EQ(lr_schedule(4, 10, 110, mx, mn), 5e-4);
   EXPECT_DOUBLE_EQ(lr_schedule(9, 10, 110, mx, mn), 1e-3);
-  EXPECT_DOUBLE_EQ(lr_schedule(10, 10, 110, mx, mn), 1e-3);  // cosine starts at max
+  EXPECT_DOUBLE_EQ(lr_schedule(10, 10, 110, mx, mn), 1e-3);      // cosine starts at max
   EXPECT_NEAR(lr_schedule(60, 10, 110, mx, mn), 5.5e-4, 1e-15);  // halfway
   EXPECT_NEAR(lr_schedule(35, 10, 110, mx, mn),
               mn + 0.5 * (mx - mn) * (1 + std::cos(std::numbers::pi * 0.25)), 1e-15);
@@ -72,8 +72,10 @@ TEST(LrSchedule, WarmupThenCosine) {
   EXPECT_DOUBLE_EQ(lr_schedule(500, 10, 110, mx, mn), mn);
   EXPECT_DOUBLE_EQ(lr_schedule(0, 0, 100, mx, mn), mx);  // no warmup
   // Monotone: up during warmup, down after.
-  for (int s = 1; s < 10; ++s) EXPECT_GT(lr_schedule(s, 10, 110, mx, mn), lr_schedule(s - 1, 10, 110, mx, mn));
-  for (int s = 11; s <= 110; ++s) EXPECT_LT(lr_schedule(s, 10, 110, mx, mn), lr_schedule(s - 1, 10, 110, mx, mn));
+  for (int s = 1; s < 10; ++s)
+    EXPECT_GT(lr_schedule(s, 10, 110, mx, mn), lr_schedule(s - 1, 10, 110, mx, mn));
+  for (int s = 11; s <= 110; ++s)
+    EXPECT_LT(lr_schedule(s, 10, 110, mx, mn), lr_schedule(s - 1, 10, 110, mx, mn));
 }
 
 TEST(GlobalNorm, ValuesAndClip) {
