@@ -29,7 +29,8 @@ std::string layer_name(int l, const char* suffix) {
 
 Status validate(const ModelConfig& c) {
   auto pos = [](const char* name, long long v) -> Status {
-    if (v <= 0) return InvalidArgument(std::string(name) + " must be positive, got " + std::to_string(v));
+    if (v <= 0)
+      return InvalidArgument(std::string(name) + " must be positive, got " + std::to_string(v));
     return Status::Ok();
   };
   ATOLL_RETURN_IF_ERROR(pos("vocab", c.vocab));
@@ -121,9 +122,9 @@ Llama::Llama(const ModelConfig& cfg) : cfg_(cfg) {
   off_.resize(cfg.layers);
   for (int l = 0; l < cfg.layers; ++l) {
     auto at = [&](const char* s) { return layout_.find(layer_name(l, s))->offset; };
-    off_[l] = {at("input_layernorm.weight"), at("self_attn.q_proj.weight"),
+    off_[l] = {at("input_layernorm.weight"),  at("self_attn.q_proj.weight"),
                at("self_attn.o_proj.weight"), at("post_attention_layernorm.weight"),
-               at("mlp.gate_proj.weight"), at("mlp.down_proj.weight")};
+               at("mlp.gate_proj.weight"),    at("mlp.down_proj.weight")};
   }
 }
 
@@ -134,15 +135,15 @@ void Llama::check_params(const ParamSet& p, const char* what) const {
 
 void Llama::ensure_shape(int B, int T) {
   if (B <= 0 || T <= 0 || T > cfg_.seq_len)
-    die("Llama: bad batch shape B=" + std::to_string(B) + " T=" + std::to_string(T) +
-        " (seq_len " + std::to_string(cfg_.seq_len) + ")");
-  const size_t N = static_cast<size_t>(B) * T, C = cfg_.dim, F = cfg_.ffn_hidden,
-               V = cfg_.vocab, H = cfg_.heads, L = cfg_.layers;
+    die("Llama: bad batch shape B=" + std::to_string(B) + " T=" + std::to_string(T) + " (seq_len " +
+        std::to_string(cfg_.seq_len) + ")");
+  const size_t N = static_cast<size_t>(B) * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab,
+               H = cfg_.heads, L = cfg_.layers;
   const size_t att = static_cast<size_t>(B) * H * T * T;
   if (att > (1ULL << 31) - 1 || N * V > (1ULL << 31) - 1 || N * 3 * C > (1ULL << 31) - 1)
     die("Llama: batch shape too large for 32-bit indexing");
-  const size_t per_layer = N * C * 5 /* x ln1 atty h ln2 */ + N * 2 /* rstd1 rstd2 */ +
-                           N * 3 * C + att + N * 2 * F + N * F;
+  const size_t per_layer = N * C * 5 /* x ln1 atty h ln2 */ + N * 2 /* rstd1 rstd2 */ + N * 3 * C +
+                           att + N * 2 * F + N * F;
   const size_t total = L * per_layer + N * C * 3 /* out lnf scratch */ + N + N * V + N;
   if (acts_.size() < total) acts_.resize(total);  // grows only; smaller shapes reuse it
   B_ = B;
@@ -180,8 +181,7 @@ float Llama::forward(const ParamSet& params, const int32_t* tokens, const int32_
                      int T) {
   check_params(params, "forward");
   ensure_shape(B, T);
-  const int N = B * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab, H = cfg_.heads,
-            D = C / H;
+  const int N = B * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab, H = cfg_.heads, D = C / H;
   tokens_.assign(tokens, tokens + N);
   for (int i = 0; i < N; ++i)
     if (tokens[i] < 0 || tokens[i] >= V)
@@ -298,7 +298,8 @@ StatusOr<std::vector<int32_t>> Llama::generate(const ParamSet& params,
                                                const std::vector<int32_t>& prompt, int n_new,
                                                float temperature, int top_k, uint64_t seed) {
   if (prompt.empty()) return InvalidArgument("generate: the prompt must have at least one token");
-  if (n_new < 0) return InvalidArgument("generate: n_new must be >= 0, got " + std::to_string(n_new));
+  if (n_new < 0)
+    return InvalidArgument("generate: n_new must be >= 0, got " + std::to_string(n_new));
   const int V = cfg_.vocab;
   for (size_t i = 0; i < prompt.size(); ++i)
     if (prompt[i] < 0 || prompt[i] >= V)

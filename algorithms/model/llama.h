@@ -4,7 +4,8 @@
 //
 // Architecture: token embedding -> L pre-norm blocks -> final RMSNorm -> tied output head.
 //   block:  h   = x + o_proj(attention(rope(q), rope(k), v)),  q|k|v = input_layernorm(x)·Wqkvᵀ
-//           out = h + down_proj(silu(gate) * up),              gate|up = post_attention_layernorm(h)·Wguᵀ
+//           out = h + down_proj(silu(gate) * up),              gate|up =
+//           post_attention_layernorm(h)·Wguᵀ
 // RMSNorm (eps from the config, default 1e-5), RoPE on adjacent pairs (x[2i], x[2i+1]) with
 // angle pos·base^(-2i/D), causal softmax attention with scale 1/sqrt(D), SwiGLU, no biases.
 // The output head is the embedding matrix itself (no lm_head tensor).
@@ -20,12 +21,12 @@
 namespace atl::algorithms {
 
 struct ModelConfig {
-  int vocab = 256;        // V
-  int dim = 256;          // C = heads * head_dim
-  int layers = 4;         // L
-  int heads = 4;          // H
-  int ffn_hidden = 768;   // F, hidden size of the SwiGLU FFN
-  int seq_len = 256;      // longest context the model is trained / sampled with
+  int vocab = 256;       // V
+  int dim = 256;         // C = heads * head_dim
+  int layers = 4;        // L
+  int heads = 4;         // H
+  int ffn_hidden = 768;  // F, hidden size of the SwiGLU FFN
+  int seq_len = 256;     // longest context the model is trained / sampled with
   double rope_base = 10000.0;
   double norm_eps = 1e-5;
 };
@@ -113,17 +114,17 @@ class Llama {
   };
   // Per-layer activation views into acts_ (shapes for the current B, T; N = B·T).
   struct LayerActs {
-    float* x;       // (N, C)  block input = previous block's output (or the embedding)
-    float* ln1;     // (N, C)
-    float* rstd1;   // (N)
-    float* qkv;     // (N, 3C) q and k after RoPE
-    float* att;     // (B, H, T, T) softmax probabilities
-    float* atty;    // (N, C)  attention output before o_proj
-    float* h;       // (N, C)  x + o_proj(atty)
-    float* ln2;     // (N, C)
-    float* rstd2;   // (N)
-    float* gu;      // (N, 2F) gate | up
-    float* swi;     // (N, F)  silu(gate) * up
+    float* x;      // (N, C)  block input = previous block's output (or the embedding)
+    float* ln1;    // (N, C)
+    float* rstd1;  // (N)
+    float* qkv;    // (N, 3C) q and k after RoPE
+    float* att;    // (B, H, T, T) softmax probabilities
+    float* atty;   // (N, C)  attention output before o_proj
+    float* h;      // (N, C)  x + o_proj(atty)
+    float* ln2;    // (N, C)
+    float* rstd2;  // (N)
+    float* gu;     // (N, 2F) gate | up
+    float* swi;    // (N, F)  silu(gate) * up
   };
 
   void ensure_shape(int B, int T);

@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <bit>
+#include <boost/json.hpp>
+#include <boost/json/basic_parser_impl.hpp>  // basic_parser<Handler> member definitions
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>
 #include <string_view>
-
-#include <boost/json.hpp>
-#include <boost/json/basic_parser_impl.hpp>  // basic_parser<Handler> member definitions
 
 namespace atl::algorithms {
 
@@ -26,11 +25,11 @@ struct DTypeInfo {
   size_t size;
 };
 constexpr DTypeInfo kDTypes[] = {
-    {DType::kF64, "F64", 8},   {DType::kF32, "F32", 4},         {DType::kF16, "F16", 2},
+    {DType::kF64, "F64", 8},   {DType::kF32, "F32", 4},        {DType::kF16, "F16", 2},
     {DType::kBF16, "BF16", 2}, {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kF8E5M2, "F8_E5M2", 1},
-    {DType::kI64, "I64", 8},   {DType::kI32, "I32", 4},         {DType::kI16, "I16", 2},
-    {DType::kI8, "I8", 1},     {DType::kU64, "U64", 8},         {DType::kU32, "U32", 4},
-    {DType::kU16, "U16", 2},   {DType::kU8, "U8", 1},           {DType::kBool, "BOOL", 1},
+    {DType::kI64, "I64", 8},   {DType::kI32, "I32", 4},        {DType::kI16, "I16", 2},
+    {DType::kI8, "I8", 1},     {DType::kU64, "U64", 8},        {DType::kU32, "U32", 4},
+    {DType::kU16, "U16", 2},   {DType::kU8, "U8", 1},          {DType::kBool, "BOOL", 1},
 };
 
 const DTypeInfo* dtype_by_name(std::string_view s) {
@@ -66,8 +65,8 @@ struct DuplicateKeyHandler {
   static constexpr std::size_t max_key_size = static_cast<std::size_t>(-1);
 
   std::vector<std::set<std::string>> objects;  // keys seen in each open object
-  std::string key;                              // key being assembled from parts
-  std::string duplicate;                        // first duplicate found
+  std::string key;                             // key being assembled from parts
+  std::string duplicate;                       // first duplicate found
 
   bool on_document_begin(json::error_code&) { return true; }
   bool on_document_end(json::error_code&) { return true; }
@@ -120,7 +119,9 @@ bool as_u64(const json::value& v, uint64_t* out) {
   return false;
 }
 
-Status bad(const std::string& msg) { return InvalidArgument("safetensors: " + msg); }
+Status bad(const std::string& msg) {
+  return InvalidArgument("safetensors: " + msg);
+}
 
 struct Entry {
   std::string name;
@@ -174,9 +175,15 @@ StTensor make_typed(std::string name, std::vector<int64_t> shape, const T* value
 }
 }  // namespace
 
-std::vector<float> StTensor::to_f32() const { return typed_copy<float>(*this, DType::kF32); }
-std::vector<double> StTensor::to_f64() const { return typed_copy<double>(*this, DType::kF64); }
-std::vector<int32_t> StTensor::to_i32() const { return typed_copy<int32_t>(*this, DType::kI32); }
+std::vector<float> StTensor::to_f32() const {
+  return typed_copy<float>(*this, DType::kF32);
+}
+std::vector<double> StTensor::to_f64() const {
+  return typed_copy<double>(*this, DType::kF64);
+}
+std::vector<int32_t> StTensor::to_i32() const {
+  return typed_copy<int32_t>(*this, DType::kI32);
+}
 
 StTensor make_tensor(std::string name, std::vector<int64_t> shape, const float* v) {
   return make_typed(std::move(name), std::move(shape), v, DType::kF32);
@@ -324,8 +331,8 @@ StatusOr<Safetensors> decode_safetensors(const uint8_t* bytes, size_t n,
       bytes_needed *= x;
       if (bytes_needed > data_size) bytes_needed = static_cast<unsigned __int128>(data_size) + 1;
     }
-    if (!off->is_array() || off->get_array().size() != 2 || !as_u64(off->get_array()[0], &en.begin) ||
-        !as_u64(off->get_array()[1], &en.end))
+    if (!off->is_array() || off->get_array().size() != 2 ||
+        !as_u64(off->get_array()[0], &en.begin) || !as_u64(off->get_array()[1], &en.end))
       return bad(who + ": data_offsets is not a pair of non-negative integers");
     if (en.begin > en.end)
       return bad(who + ": data_offsets [" + std::to_string(en.begin) + ", " +

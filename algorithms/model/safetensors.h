@@ -22,8 +22,21 @@
 namespace atl::algorithms {
 
 enum class DType {
-  kF64, kF32, kF16, kBF16, kF8E4M3, kF8E5M2,
-  kI64, kI32, kI16, kI8, kU64, kU32, kU16, kU8, kBool
+  kF64,
+  kF32,
+  kF16,
+  kBF16,
+  kF8E4M3,
+  kF8E5M2,
+  kI64,
+  kI32,
+  kI16,
+  kI8,
+  kU64,
+  kU32,
+  kU16,
+  kU8,
+  kBool
 };
 
 // "F32", "I32", ... as written in the header.
@@ -34,8 +47,8 @@ size_t dtype_size(DType d);
 struct StTensor {
   std::string name;
   DType dtype = DType::kF32;
-  std::vector<int64_t> shape;   // empty = scalar (1 element)
-  std::vector<uint8_t> data;    // raw little-endian bytes, numel · dtype_size
+  std::vector<int64_t> shape;  // empty = scalar (1 element)
+  std::vector<uint8_t> data;   // raw little-endian bytes, numel · dtype_size
 
   size_t numel() const;
   // Typed copies; the caller checks dtype first (these abort on a mismatch).
@@ -51,7 +64,7 @@ StTensor make_tensor(std::string name, std::vector<int64_t> shape, const int32_t
 StTensor make_tensor(std::string name, std::vector<int64_t> shape, const uint8_t* values);
 
 struct Safetensors {
-  std::vector<StTensor> tensors;               // in data order
+  std::vector<StTensor> tensors;                // in data order
   std::map<std::string, std::string> metadata;  // "__metadata__"
 
   const StTensor* find(const std::string& name) const;  // nullptr if absent

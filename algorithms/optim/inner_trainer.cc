@@ -33,7 +33,8 @@ Status check_real(const char* name, double v, double lo, double hi, bool lo_open
 }  // namespace
 
 Status validate(const TrainerConfig& t, const ModelConfig& m) {
-  if (t.batch <= 0) return InvalidArgument("batch must be positive, got " + std::to_string(t.batch));
+  if (t.batch <= 0)
+    return InvalidArgument("batch must be positive, got " + std::to_string(t.batch));
   if (t.seq <= 0) return InvalidArgument("seq must be positive, got " + std::to_string(t.seq));
   if (t.seq > m.seq_len)
     return InvalidArgument("seq " + std::to_string(t.seq) + " is longer than the model's seq_len " +
@@ -49,8 +50,7 @@ Status validate(const TrainerConfig& t, const ModelConfig& m) {
   ATOLL_RETURN_IF_ERROR(check_real("weight_decay", t.weight_decay, 0.0, 1e3, false));
   ATOLL_RETURN_IF_ERROR(check_real("beta1", t.beta1, 0.0, 1.0, false));
   ATOLL_RETURN_IF_ERROR(check_real("beta2", t.beta2, 0.0, 1.0, false));
-  if (t.beta1 >= 1.0 || t.beta2 >= 1.0)
-    return InvalidArgument("beta1 and beta2 must be < 1");
+  if (t.beta1 >= 1.0 || t.beta2 >= 1.0) return InvalidArgument("beta1 and beta2 must be < 1");
   ATOLL_RETURN_IF_ERROR(check_real("eps", t.eps, 0.0, 1.0, true));
   if (!std::isfinite(t.grad_clip))
     return InvalidArgument("grad_clip must be finite (<= 0 disables clipping)");
@@ -58,7 +58,9 @@ Status validate(const TrainerConfig& t, const ModelConfig& m) {
 }
 
 InnerTrainer::InnerTrainer(const ModelConfig& model, const TrainerConfig& train)
-    : tcfg_(train), model_(model), grads_(model_.layout()),
+    : tcfg_(train),
+      model_(model),
+      grads_(model_.layout()),
       adamw_(model_.layout(), adamw_config(train)) {
   Status st = validate(train, model);
   if (!st.ok()) {

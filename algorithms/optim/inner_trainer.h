@@ -15,27 +15,27 @@
 namespace atl::algorithms {
 
 struct TrainerConfig {
-  int batch = 8;                // B, rows per step
-  int seq = 256;                // T, tokens per row (each row carries T + 1 tokens)
-  double lr = 3e-4;             // peak learning rate
-  double min_lr = 3e-5;         // end of the cosine decay
-  int64_t warmup = 100;         // linear warmup steps (from 0)
-  int64_t total_steps = 1000;   // cosine reaches min_lr here
-  double weight_decay = 0.1;    // decoupled, >= 2-D views only (see adamw.h)
+  int batch = 8;               // B, rows per step
+  int seq = 256;               // T, tokens per row (each row carries T + 1 tokens)
+  double lr = 3e-4;            // peak learning rate
+  double min_lr = 3e-5;        // end of the cosine decay
+  int64_t warmup = 100;        // linear warmup steps (from 0)
+  int64_t total_steps = 1000;  // cosine reaches min_lr here
+  double weight_decay = 0.1;   // decoupled, >= 2-D views only (see adamw.h)
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
-  double grad_clip = 1.0;       // max global L2 norm; <= 0 disables clipping
+  double grad_clip = 1.0;  // max global L2 norm; <= 0 disables clipping
 };
 
 // One line naming the first bad field, or OK. Also checks seq against the model's seq_len.
 Status validate(const TrainerConfig& t, const ModelConfig& m);
 
 struct StepStats {
-  float loss = 0;         // mean cross-entropy of the batch before the update (nats/token)
-  double grad_norm = 0;   // global L2 norm before clipping
-  double lr = 0;          // learning rate used for this step
-  int64_t tokens = 0;     // target tokens in the batch (B·T)
+  float loss = 0;        // mean cross-entropy of the batch before the update (nats/token)
+  double grad_norm = 0;  // global L2 norm before clipping
+  double lr = 0;         // learning rate used for this step
+  int64_t tokens = 0;    // target tokens in the batch (B·T)
 };
 
 class InnerTrainer {

@@ -121,7 +121,8 @@ TEST(ModelInit, DeterministicAndScaled) {
   auto stddev = [&](const std::string& name) {
     const ParamView* v = a.layout().find(name);
     double s = 0;
-    for (size_t i = 0; i < v->numel(); ++i) s += double(a.data()[v->offset + i]) * a.data()[v->offset + i];
+    for (size_t i = 0; i < v->numel(); ++i)
+      s += double(a.data()[v->offset + i]) * a.data()[v->offset + i];
     return std::sqrt(s / v->numel());
   };
   EXPECT_NEAR(stddev("model.embed_tokens.weight"), 0.02, 0.001);

@@ -7,7 +7,6 @@
 // i.e. the largest absolute error scaled by the tensor's largest magnitude (an elementwise ratio
 // would blow up on entries that are ~0 in both).
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -63,7 +62,9 @@ std::vector<uint8_t> read_file(const fs::path& p) {
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
 }
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
+std::string quote(const std::string& s) {
+  return "'" + s + "'";
+}
 
 TEST(TorchReference, LogitsLossGradientsAndAdamWStepsMatchPyTorch) {
   const std::string python = ATOLL_PYTHON;
@@ -108,7 +109,8 @@ TEST(TorchReference, LogitsLossGradientsAndAdamWStepsMatchPyTorch) {
     inputs[i] = static_cast<int32_t>(rng.below(1000 + i, c.vocab));
     targets[i] = (i % 7 == 3) ? -1 : static_cast<int32_t>(rng.below(5000 + i, c.vocab));
   }
-  for (int i = 0; i < B * (T + 1); ++i) rows[i] = static_cast<int32_t>(rng.below(9000 + i, c.vocab));
+  for (int i = 0; i < B * (T + 1); ++i)
+    rows[i] = static_cast<int32_t>(rng.below(9000 + i, c.vocab));
 
   Safetensors in;
   append_params(in, p);
@@ -184,9 +186,10 @@ TEST(TorchReference, LogitsLossGradientsAndAdamWStepsMatchPyTorch) {
     worst64 = std::max(worst64, rel_err(mine, g64.data(), g.size()));
     torch32_vs_64 = std::max(torch32_vs_64, rel_err(g.data(), g64.data(), g.size()));
   }
-  std::printf("  gradients: worst rel err vs torch f32 %.3g (%s); vs torch f64 %.3g "
-              "(torch f32 vs f64: %.3g)\n",
-              worst, worst_name.c_str(), worst64, torch32_vs_64);
+  std::printf(
+      "  gradients: worst rel err vs torch f32 %.3g (%s); vs torch f64 %.3g "
+      "(torch f32 vs f64: %.3g)\n",
+      worst, worst_name.c_str(), worst64, torch32_vs_64);
 
   // ---- 10 AdamW steps on train.rows through the inner trainer
   InnerTrainer tr(c, tc);
