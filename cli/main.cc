@@ -1,1 +1,58 @@
-int main(int argc, char** argv) { return 0; }
+// atoll: one binary, one subcommand per job.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+
+namespace atl::cli {
+
+int fail(const std::string& command, const std::string& message, int code) {
+  std::fprintf(stderr, "atoll %s: %s\n", command.c_str(), message.c_str());
+  return code;
+}
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(const Args&);
+  const char* help;
+};
+
+const Command kCommands[] = {
+    {"demo", cmd_demo, "DiLoCo across 4 local sites over mTLS gRPC (Atoll's main job)"},
+    {"train", cmd_train, "train a model on one site"},
+    {"generate", cmd_generate, "sample text from a checkpoint"},
+    {"ca", cmd_ca, "experiment certificate authority: `ca init`, `ca issue`"},
+    {"coordinator", cmd_coordinator, "run a coordinator"},
+    {"node", cmd_node, "run a node that joins a coordinator"},
+    {"bench", cmd_bench, "benchmarks: `bench train`, `bench sgemm`"},
+};
+
+void print_usage(FILE* out) {
+  std::fprintf(out, "usage: atoll <command> [flags]   (atoll <command> --help for its flags)\n\n");
+  for (const auto& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.help);
+}
+
+}  // namespace
+}  // namespace atl::cli
+
+int main(int argc, char** argv) {
+  using namespace atl::cli;
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    print_usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::printf("atoll 0.1.0\n");
+    return 0;
+  }
+  Args args(argv + 2, argv + argc);
+  for (const auto& c : kCommands)
+    if (!std::strcmp(argv[1], c.name)) return c.run(args);
+  std::fprintf(stderr, "atoll: unknown command '%s' (run `atoll --help` for the list)\n", argv[1]);
+  return 2;
+}

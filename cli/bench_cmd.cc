@@ -1,0 +1,113 @@
+// `atoll bench train|sgemm`: machine-readable speed measurements (one JSON line with --json).
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "algorithms/optim/inner_trainer.h"
+#include "cli/bench_common.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "cli/train_setup.h"
+#include "kernels/core/philox.h"
+#include "kernels/cpu/ops.h"
+
+namespace atl::cli {
+
+namespace {
+
+int bench_train(const Args& args) {
+  auto specs = common_model_flags();
+  specs.push_back({"steps", true, "timed steps (after 2 warm-up steps)", "10"});
+  specs.push_back({"json", false, "print one JSON line", ""});
+  specs.push_back({"sgemm-n", true, "size of the square sgemm measured alongside", "1024"});
+  Flags flags("bench train", specs);
+  if (Status s = flags.parse(args); !s.ok()) return fail("bench train", s.message(), 2);
+  if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
+  algorithms::ModelConfig model;
+  algorithms::TrainerConfig trainer;
+  uint64_t seed = 0;
+  int threads = 0;
+  if (Status s = apply_model_flags(flags, model, trainer, seed, threads); !s.ok())
+    return fail("bench train", s.message(), 2);
+  auto steps = flags.get_int("steps", 10, 1, 100000);
+  auto sgemm_n = flags.get_int("sgemm-n", 1024, 64, 8192);
+  if (!steps.ok()) return fail("bench train", steps.status().message(), 2);
+  if (!sgemm_n.ok()) return fail("bench train", sgemm_n.status().message(), 2);
+  if (Status s = algorithms::validate(model); !s.ok()) return fail("bench train", s.message(), 2);
+  trainer.total_steps = *steps + 2;
+  if (Status s = algorithms::validate(trainer, model); !s.ok())
+    return fail("bench train", s.message(), 2);
+  kernels::cpu::set_num_threads(threads);
+  const int used_threads = kernels::cpu::num_threads();
+
+  // Synthetic tokens: the speed of a step does not depend on the text.
+  const int B = trainer.batch, T = trainer.seq;
+  std::vector<int32_t> tokens(static_cast<size_t>(B) * (T + 1));
+  Philox rng(seed, 7);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<int32_t>(rng.below(i, static_cast<uint64_t>(model.vocab)));
+
+  algorithms::InnerTrainer tr(model, trainer);
+  algorithms::ParamSet params(algorithms::make_layout(model));
+  algorithms::init_params(params, model, seed);
+  for (int i = 0; i < 2; ++i) (void)tr.step(params, tokens.data(), i);
+  using clock = std::chrono::steady_clock;
+  auto t0 = clock::now();
+  for (int64_t i = 0; i < *steps; ++i) (void)tr.step(params, tokens.data(), i + 2);
+  double seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  const double step_ms = seconds * 1e3 / static_cast<double>(*steps);
+  const double tokens_per_step = static_cast<double>(B) * T;
+  const double tps = tokens_per_step / (step_ms / 1e3);
+  const double gflops = algorithms::flops_per_token(model, T) * tps / 1e9;
+  const double peak = measure_sgemm_gflops(static_cast<int>(*sgemm_n), threads, 1.0);
+  if (flags.has("json")) {
+    std::printf("{\"bench\":\"train\",\"params\":%zu,\"layers\":%d,\"dim\":%d,\"heads\":%d,"
+                "\"ffn\":%d,\"seq\":%d,\"batch\":%d,\"vocab\":%d,\"threads\":%d,\"steps\":%lld,"
+                "\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"gflops\":%.2f,\"sgemm_gflops\":%.2f,"
+                "\"fraction_of_sgemm\":%.3f}\n",
+                params.numel(), model.layers, model.dim, model.heads, model.ffn_hidden, T, B,
+                model.vocab, used_threads, static_cast<long long>(*steps), step_ms, tps, gflops,
+                peak, gflops / peak);
+  } else {
+    std::printf("params %zu | step %.1f ms | %.0f tokens/s | %.2f GFLOP/s | sgemm %.2f GFLOP/s "
+                "(%.0f%%)\n",
+                params.numel(), step_ms, tps, gflops, peak, 100.0 * gflops / peak);
+  }
+  return 0;
+}
+
+int bench_sgemm(const Args& args) {
+  Flags flags("bench sgemm", {{"n", true, "matrix size", "1024"},
+                              {"threads", true, "threads (0 = all cores)", "0"},
+                              {"json", false, "print one JSON line", ""}});
+  if (Status s = flags.parse(args); !s.ok()) return fail("bench sgemm", s.message(), 2);
+  if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
+  auto n = flags.get_int("n", 1024, 16, 16384);
+  auto threads = flags.get_int("threads", 0, 0, 1024);
+  if (!n.ok()) return fail("bench sgemm", n.status().message(), 2);
+  if (!threads.ok()) return fail("bench sgemm", threads.status().message(), 2);
+  double g = measure_sgemm_gflops(static_cast<int>(*n), static_cast<int>(*threads), 1.0);
+  if (flags.has("json"))
+    std::printf("{\"bench\":\"sgemm\",\"n\":%lld,\"threads\":%d,\"gflops\":%.2f}\n",
+                static_cast<long long>(*n), kernels::cpu::num_threads(), g);
+  else
+    std::printf("sgemm %lldx%lld: %.2f GFLOP/s\n", static_cast<long long>(*n),
+                static_cast<long long>(*n), g);
+  return 0;
+}
+
+}  // namespace
+
+int cmd_bench(const Args& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::printf("usage: atoll bench train [flags] [--json]\n"
+                "       atoll bench sgemm [--n N] [--threads N] [--json]\n");
+    return args.empty() ? 2 : 0;
+  }
+  Args rest(args.begin() + 1, args.end());
+  if (args[0] == "train") return bench_train(rest);
+  if (args[0] == "sgemm") return bench_sgemm(rest);
+  return fail("bench", "unknown benchmark '" + args[0] + "': use train or sgemm", 2);
+}
+
+}  // namespace atl::cli

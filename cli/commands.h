@@ -1,0 +1,23 @@
+// Subcommands of the atoll binary. Each takes the arguments after its command words and
+// returns the process exit code (0 ok, 1 runtime failure, 2 bad usage).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace atl::cli {
+
+using Args = std::vector<std::string>;
+
+int cmd_train(const Args& args);
+int cmd_generate(const Args& args);
+int cmd_ca(const Args& args);
+int cmd_coordinator(const Args& args);
+int cmd_node(const Args& args);
+int cmd_demo(const Args& args);
+int cmd_bench(const Args& args);
+
+// Prints "atoll <command>: <message>" to stderr (one line) and returns the exit code.
+int fail(const std::string& command, const std::string& message, int code = 1);
+
+}  // namespace atl::cli

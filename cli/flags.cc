@@ -1,0 +1,127 @@
+#include "cli/flags.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+namespace atl::cli {
+
+Flags::Flags(std::string command, std::vector<FlagSpec> specs)
+    : command_(std::move(command)), specs_(std::move(specs)) {}
+
+const FlagSpec* Flags::find(const std::string& name) const {
+  for (const auto& s : specs_)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+Status Flags::parse(const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      help_ = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0) {
+      positional_.push_back(a);
+      continue;
+    }
+    std::string name = a.substr(2), value;
+    bool inline_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      inline_value = true;
+    }
+    const FlagSpec* spec = find(name);
+    if (!spec) {
+      return InvalidArgument("unknown flag --" + name + " for `atoll " + command_ +
+                             "` (see `atoll " + command_ + " --help`)");
+    }
+    if (spec->takes_value) {
+      if (!inline_value) {
+        if (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0) {
+          return InvalidArgument("flag --" + name + " needs a value (e.g. --" + name + " " +
+                                 (spec->default_text.empty() ? "VALUE" : spec->default_text) +
+                                 ")");
+        }
+        value = args[++i];
+      }
+    } else if (inline_value) {
+      return InvalidArgument("flag --" + name + " takes no value (write just --" + name + ")");
+    }
+    if (values_.count(name)) {
+      return InvalidArgument("flag --" + name + " given twice; give it once");
+    }
+    values_[name] = value;
+  }
+  return Status::Ok();
+}
+
+std::string Flags::usage() const {
+  std::string s = "usage: atoll " + command_ + " [flags]\n";
+  for (const auto& f : specs_) {
+    std::string left = "  --" + f.name + (f.takes_value ? " VALUE" : "");
+    if (left.size() < 28) left.resize(28, ' ');
+    s += left + " " + f.help;
+    if (!f.default_text.empty()) s += " (default " + f.default_text + ")";
+    s += "\n";
+  }
+  return s;
+}
+
+bool Flags::has(const std::string& name) const { return values_.count(name) > 0; }
+
+std::optional<std::string> Flags::get(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string Flags::get_or(const std::string& name, const std::string& def) const {
+  auto v = get(name);
+  return v ? *v : def;
+}
+
+StatusOr<int64_t> parse_int(const std::string& text, const std::string& what) {
+  if (text.empty()) return InvalidArgument(what + " is empty; give an integer");
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno || *end != '\0') return InvalidArgument(what + " = '" + text + "' is not an integer");
+  return static_cast<int64_t>(v);
+}
+
+StatusOr<double> parse_double(const std::string& text, const std::string& what) {
+  if (text.empty()) return InvalidArgument(what + " is empty; give a number");
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (errno || *end != '\0' || !std::isfinite(v))
+    return InvalidArgument(what + " = '" + text + "' is not a finite number");
+  return v;
+}
+
+StatusOr<int64_t> Flags::get_int(const std::string& name, int64_t def, int64_t min,
+                                 int64_t max) const {
+  auto v = get(name);
+  if (!v) return def;
+  ATOLL_ASSIGN_OR_RETURN(int64_t x, parse_int(*v, "--" + name));
+  if (x < min || x > max)
+    return InvalidArgument("--" + name + " " + *v + " is out of range [" + std::to_string(min) +
+                           ", " + std::to_string(max) + "]");
+  return x;
+}
+
+StatusOr<double> Flags::get_double(const std::string& name, double def, double min,
+                                   double max) const {
+  auto v = get(name);
+  if (!v) return def;
+  ATOLL_ASSIGN_OR_RETURN(double x, parse_double(*v, "--" + name));
+  if (x < min || x > max)
+    return InvalidArgument("--" + name + " " + *v + " is out of range [" + std::to_string(min) +
+                           ", " + std::to_string(max) + "]");
+  return x;
+}
+
+}  // namespace atl::cli

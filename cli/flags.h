@@ -1,0 +1,52 @@
+// A small flag parser for `atoll <command> [--flag value] [--switch]`. Every mistake becomes one
+// line that names the flag and says how to fix it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kernels/core/status.h"
+
+namespace atl::cli {
+
+struct FlagSpec {
+  std::string name;     // without dashes, e.g. "threads"
+  bool takes_value = true;
+  std::string help;
+  std::string default_text;  // shown in --help
+};
+
+class Flags {
+ public:
+  Flags(std::string command, std::vector<FlagSpec> specs);
+  // Parses argv (after the command words). Positional arguments are collected in order.
+  Status parse(const std::vector<std::string>& args);
+  bool help_requested() const { return help_; }
+  std::string usage() const;
+
+  bool has(const std::string& name) const;
+  std::optional<std::string> get(const std::string& name) const;
+  std::string get_or(const std::string& name, const std::string& def) const;
+  // Typed getters: an unparsable or out-of-range value is an InvalidArgument naming the flag.
+  StatusOr<int64_t> get_int(const std::string& name, int64_t def, int64_t min, int64_t max) const;
+  StatusOr<double> get_double(const std::string& name, double def, double min, double max) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+  const std::string& command() const { return command_; }
+
+ private:
+  const FlagSpec* find(const std::string& name) const;
+  std::string command_;
+  std::vector<FlagSpec> specs_;
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+  bool help_ = false;
+};
+
+StatusOr<int64_t> parse_int(const std::string& text, const std::string& what);
+StatusOr<double> parse_double(const std::string& text, const std::string& what);
+
+}  // namespace atl::cli

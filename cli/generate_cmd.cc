@@ -1,0 +1,45 @@
+// `atoll generate --checkpoint F --prompt TEXT`: a quick look at what a model learned.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "node/checkpoint.h"
+#include "node/site_data.h"
+
+namespace atl::cli {
+
+int cmd_generate(const Args& args) {
+  Flags flags("generate", {{"checkpoint", true, "checkpoint (.safetensors) to sample from", ""},
+                           {"prompt", true, "text to continue", "The "},
+                           {"tokens", true, "tokens to generate", "200"},
+                           {"temperature", true, "sampling temperature (0 = greedy)", "0.8"},
+                           {"top-k", true, "sample among the k most likely tokens (0 = all)", "40"},
+                           {"seed", true, "sampling seed", "1"}});
+  if (Status s = flags.parse(args); !s.ok()) return fail("generate", s.message(), 2);
+  if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
+  auto path = flags.get("checkpoint");
+  if (!path) return fail("generate", "--checkpoint is required (a file written by atoll train)", 2);
+  auto n = flags.get_int("tokens", 200, 1, 1 << 20);
+  auto temp = flags.get_double("temperature", 0.8, 0, 100);
+  auto top_k = flags.get_int("top-k", 40, 0, 1 << 20);
+  auto seed = flags.get_int("seed", 1, 0, INT64_MAX);
+  if (!n.ok()) return fail("generate", n.status().message(), 2);
+  if (!temp.ok()) return fail("generate", temp.status().message(), 2);
+  if (!top_k.ok()) return fail("generate", top_k.status().message(), 2);
+  if (!seed.ok()) return fail("generate", seed.status().message(), 2);
+  auto ck = node::load_checkpoint(*path);
+  if (!ck.ok()) return fail("generate", ck.status().message());
+  auto tok = node::tokenizer_from_blob(ck->meta.tokenizer);
+  if (!tok.ok()) return fail("generate", tok.status().message());
+  const std::string prompt = flags.get_or("prompt", "The ");
+  auto ids = (*tok)->encode(prompt);
+  if (ids.empty()) return fail("generate", "--prompt is empty; give some text to continue", 2);
+  algorithms::Llama model(ck->meta.model);
+  auto out = model.generate(ck->params, ids, static_cast<int>(*n), static_cast<float>(*temp),
+                            static_cast<int>(*top_k), static_cast<uint64_t>(*seed));
+  if (!out.ok()) return fail("generate", out.status().message());
+  std::printf("%s%s\n", prompt.c_str(), (*tok)->decode(*out).c_str());
+  return 0;
+}
+
+}  // namespace atl::cli

@@ -1,0 +1,43 @@
+#include "cli/progress.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace atl::cli {
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "kB", "MB", "GB", "TB"};
+  int u = 0;
+  while (std::fabs(bytes) >= 1000.0 && u < 4) {
+    bytes /= 1000.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  char buf[32];
+  long s = std::lround(seconds);
+  if (seconds < 60) {
+    std::snprintf(buf, sizeof(buf), seconds < 10 ? "%.1fs" : "%.0fs", seconds);
+  } else if (s < 3600) {
+    std::snprintf(buf, sizeof(buf), "%ldm%02lds", s / 60, s % 60);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%ldh%02ldm", s / 3600, (s % 3600) / 60);
+  }
+  return buf;
+}
+
+std::string format_count(double n) {
+  char buf[32];
+  if (n >= 1e9) std::snprintf(buf, sizeof(buf), "%.2fG", n / 1e9);
+  else if (n >= 1e6) std::snprintf(buf, sizeof(buf), "%.2fM", n / 1e6);
+  else if (n >= 1e3) std::snprintf(buf, sizeof(buf), "%.1fk", n / 1e3);
+  else std::snprintf(buf, sizeof(buf), "%.0f", n);
+  return buf;
+}
+
+}  // namespace atl::cli

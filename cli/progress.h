@@ -1,0 +1,13 @@
+// Human-readable figures for progress lines: durations, byte counts, rates.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace atl::cli {
+
+std::string format_bytes(double bytes);        // "1.23 MB" (SI, 1 MB = 1e6 bytes)
+std::string format_duration(double seconds);   // "42s", "3m05s", "1h02m"
+std::string format_count(double n);           // "12.3k", "4.56M"
+
+}  // namespace atl::cli

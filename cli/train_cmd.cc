@@ -1,0 +1,197 @@
+// `atoll train`: single-site training with progress, validation in bits per byte, safetensors
+// checkpoints and a bitwise-exact --resume.
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "algorithms/data/dataset.h"
+#include "algorithms/optim/inner_trainer.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "cli/progress.h"
+#include "cli/train_setup.h"
+#include "coordinator/experiment_config.h"
+#include "kernels/cpu/ops.h"
+#include "node/checkpoint.h"
+#include "node/site_data.h"
+
+namespace atl::cli {
+
+namespace {
+
+using algorithms::InnerTrainer;
+using algorithms::ParamSet;
+
+std::vector<FlagSpec> train_flags() {
+  auto f = common_model_flags();
+  f.push_back({"steps", true, "optimizer steps to run in total", "200"});
+  f.push_back({"log-every", true, "print progress every N steps", "10"});
+  f.push_back({"eval-every", true, "validation every N steps (0 = only at the end)", "100"});
+  f.push_back({"eval-tokens", true, "validation tokens per evaluation (0 = all)", "65536"});
+  f.push_back({"checkpoint-every", true, "write a checkpoint every N steps (0 = at the end)", "0"});
+  f.push_back({"out", true, "directory for checkpoints (checkpoint.safetensors)", "runs/train"});
+  f.push_back({"resume", true, "continue bitwise-exactly from this checkpoint", ""});
+  f.push_back({"sample", true, "after training, print N sampled tokens of text", "0"});
+  return f;
+}
+
+// Validation loss → bits per byte over (at most) eval_tokens tokens of the validation set.
+double validation_bpb(InnerTrainer& trainer, const ParamSet& params, const TrainSetup& setup,
+                      int64_t eval_tokens) {
+  const int T = setup.trainer.seq;
+  auto batches = algorithms::data::evaluation_batches(setup.site.validation, T, eval_tokens,
+                                                      setup.trainer.batch);
+  double loss_sum = 0;
+  int64_t tokens = 0, bytes = 0;
+  for (const auto& b : batches) {
+    float loss = trainer.evaluate(params, b.tokens.data(), b.B);
+    loss_sum += static_cast<double>(loss) * b.B * T;
+    tokens += static_cast<int64_t>(b.B) * T;
+    bytes += algorithms::data::target_bytes(b, *setup.site.tokenizer);
+  }
+  if (tokens == 0) return NAN;
+  return algorithms::data::bits_per_byte(loss_sum / tokens, tokens, bytes);
+}
+
+}  // namespace
+
+int cmd_train(const Args& args) {
+  Flags flags("train", train_flags());
+  if (Status s = flags.parse(args); !s.ok()) return fail("train", s.message(), 2);
+  if (flags.help_requested()) {
+    std::printf("%s", flags.usage().c_str());
+    return 0;
+  }
+  auto steps = flags.get_int("steps", 200, 1, int64_t{1} << 40);
+  auto log_every = flags.get_int("log-every", 10, 1, int64_t{1} << 40);
+  auto eval_every = flags.get_int("eval-every", 100, 0, int64_t{1} << 40);
+  auto eval_tokens = flags.get_int("eval-tokens", 65536, 0, int64_t{1} << 40);
+  auto ckpt_every = flags.get_int("checkpoint-every", 0, 0, int64_t{1} << 40);
+  auto sample_n = flags.get_int("sample", 0, 0, 1 << 20);
+  for (const auto* r : {&steps, &log_every, &eval_every, &eval_tokens, &ckpt_every, &sample_n})
+    if (!r->ok()) return fail("train", r->status().message(), 2);
+
+  // Resume: the checkpoint's model, seed and tokenizer win; flags may only extend the run.
+  std::optional<node::LoadedCheckpoint> resumed;
+  if (auto path = flags.get("resume")) {
+    auto ck = node::load_checkpoint(*path);
+    if (!ck.ok()) return fail("train", "cannot resume: " + ck.status().message());
+    resumed = std::move(ck).value();
+  }
+  auto setup_or = make_train_setup(flags, resumed ? &*resumed : nullptr, *steps);
+  if (!setup_or.ok()) return fail("train", setup_or.status().message(), 2);
+  TrainSetup& setup = *setup_or;
+
+  InnerTrainer trainer(setup.model, setup.trainer);
+  ParamSet params(algorithms::make_layout(setup.model));
+  int64_t start = 0;
+  if (resumed) {
+    params = std::move(resumed->params);
+    if (!resumed->has_optimizer)
+      return fail("train", "cannot resume from " + *flags.get("resume") +
+                               ": it has no optimizer state (it is a model-only checkpoint)");
+    trainer.optimizer().m() = std::move(resumed->m);
+    trainer.optimizer().v() = std::move(resumed->v);
+    trainer.optimizer().set_step_count(resumed->optimizer_step);
+    start = resumed->meta.step;
+    if (start >= *steps)
+      return fail("train", "checkpoint is at step " + std::to_string(start) +
+                               ", nothing to do for --steps " + std::to_string(*steps) +
+                               " (raise --steps)", 2);
+  } else {
+    algorithms::init_params(params, setup.model, setup.seed);
+  }
+
+  const std::string out_dir = flags.get_or("out", "runs/train");
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return fail("train", "cannot create --out directory " + out_dir + ": " + ec.message());
+  const std::string ckpt_path = out_dir + "/checkpoint.safetensors";
+
+  auto save = [&](int64_t step_done) -> bool {
+    node::CheckpointMeta meta;
+    meta.model = setup.model;
+    meta.step = step_done;
+    meta.seed = setup.seed;
+    meta.tokenizer = setup.site.tokenizer_blob;
+    meta.extra["data"] = setup.data_spec;
+    meta.extra["trainer"] = setup.trainer_summary;
+    Status s = node::save_checkpoint(ckpt_path, meta, params, &trainer.optimizer());
+    if (!s.ok()) {
+      std::fprintf(stderr, "atoll train: cannot write checkpoint: %s\n", s.message().c_str());
+      return false;
+    }
+    std::printf("checkpoint: %s (step %" PRId64 ", sha256 %s)\n", ckpt_path.c_str(), step_done,
+                params.fingerprint().substr(0, 16).c_str());
+    return true;
+  };
+
+  std::printf("atoll train: %s params, data %s (%s train / %s val tokens), tokenizer %s, "
+              "B=%d T=%d, steps %" PRId64 "%s\n",
+              format_count(static_cast<double>(params.numel())).c_str(), setup.data_spec.c_str(),
+              format_count(static_cast<double>(setup.site.train.size())).c_str(),
+              format_count(static_cast<double>(setup.site.validation.size())).c_str(),
+              setup.tokenizer_name.c_str(), setup.trainer.batch, setup.trainer.seq, *steps,
+              resumed ? (" (resuming at step " + std::to_string(start) + ")").c_str() : "");
+  std::fflush(stdout);
+
+  using clock = std::chrono::steady_clock;
+  auto t_start = clock::now();
+  auto t_window = t_start;
+  int64_t window_tokens = 0;
+  double window_loss = 0;
+  int window_steps = 0;
+  for (int64_t step = start; step < *steps; ++step) {
+    auto batch = algorithms::data::sample_global_batch(setup.site.train, setup.seed, step,
+                                                       setup.trainer.batch, setup.trainer.seq);
+    auto st = trainer.step(params, batch.tokens.data(), step);
+    if (!std::isfinite(st.loss))
+      return fail("train", "loss became " + std::to_string(st.loss) + " at step " +
+                               std::to_string(step) + ": lower --lr or enable --grad-clip");
+    window_tokens += st.tokens;
+    window_loss += st.loss;
+    ++window_steps;
+    const int64_t done = step + 1;
+    if (done % *log_every == 0 || done == *steps) {
+      auto now = clock::now();
+      double dt = std::chrono::duration<double>(now - t_window).count();
+      double tps = dt > 0 ? window_tokens / dt : 0;
+      double elapsed = std::chrono::duration<double>(now - t_start).count();
+      double eta = (elapsed / static_cast<double>(done - start)) * static_cast<double>(*steps - done);
+      std::printf("step %6" PRId64 "/%" PRId64 " | loss %.4f | lr %.2e | grad %.3f | %s tok/s | "
+                  "ETA %s\n",
+                  done, *steps, window_loss / window_steps, st.lr, st.grad_norm,
+                  format_count(tps).c_str(), format_duration(eta).c_str());
+      std::printf("batch %" PRId64 " sha256 %s\n", step,
+                  algorithms::data::batch_sha256(batch).substr(0, 16).c_str());
+      std::fflush(stdout);
+      t_window = now;
+      window_tokens = 0;
+      window_loss = 0;
+      window_steps = 0;
+    }
+    if ((*eval_every > 0 && done % *eval_every == 0) || done == *steps) {
+      double bpb = validation_bpb(trainer, params, setup, *eval_tokens);
+      std::printf("eval  step %" PRId64 " | val bpb %.4f\n", done, bpb);
+      std::fflush(stdout);
+    }
+    if ((*ckpt_every > 0 && done % *ckpt_every == 0) || done == *steps) {
+      if (!save(done)) return 1;
+    }
+  }
+  std::printf("final sha256 %s\n", params.fingerprint().c_str());
+  if (*sample_n > 0) {
+    std::vector<int32_t> prompt = setup.site.tokenizer->encode("The ");
+    auto gen = trainer.model().generate(params, prompt, static_cast<int>(*sample_n), 0.8f, 40,
+                                        setup.seed);
+    if (gen.ok()) {
+      std::printf("sample: The %s\n", setup.site.tokenizer->decode(*gen).c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace atl::cli

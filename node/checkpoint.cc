@@ -1,0 +1,158 @@
+#include "node/checkpoint.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <vector>
+
+#include "algorithms/model/safetensors.h"
+#include "node/data_source.h"
+#include "node/file_io.h"
+
+namespace atl::node {
+
+using algorithms::ParamSet;
+
+namespace {
+
+constexpr const char* kFormat = "atoll-checkpoint-1";
+
+StatusOr<int64_t> meta_int(const std::map<std::string, std::string>& md, const std::string& key,
+                           const std::string& what) {
+  auto it = md.find(key);
+  if (it == md.end()) return InvalidArgument(what + ": metadata key " + key + " is missing");
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(it->second.c_str(), &end, 10);
+  if (errno || it->second.empty() || *end != '\0')
+    return InvalidArgument(what + ": metadata " + key + " = '" + it->second +
+                           "' is not an integer");
+  return static_cast<int64_t>(v);
+}
+
+StatusOr<double> meta_double(const std::map<std::string, std::string>& md,
+                             const std::string& key, const std::string& what) {
+  auto it = md.find(key);
+  if (it == md.end()) return InvalidArgument(what + ": metadata key " + key + " is missing");
+  char* end = nullptr;
+  double v = std::strtod(it->second.c_str(), &end);
+  if (it->second.empty() || *end != '\0')
+    return InvalidArgument(what + ": metadata " + key + " = '" + it->second +
+                           "' is not a number");
+  return v;
+}
+
+std::string exact(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
+}  // namespace
+
+StatusOr<std::string> encode_checkpoint(const CheckpointMeta& meta, const ParamSet& params,
+                                        const algorithms::AdamW* optimizer) {
+  algorithms::Safetensors st;
+  algorithms::append_params(st, params);
+  auto& md = st.metadata;
+  md["format"] = kFormat;
+  const auto& m = meta.model;
+  md["atoll.model.vocab"] = std::to_string(m.vocab);
+  md["atoll.model.dim"] = std::to_string(m.dim);
+  md["atoll.model.layers"] = std::to_string(m.layers);
+  md["atoll.model.heads"] = std::to_string(m.heads);
+  md["atoll.model.ffn_hidden"] = std::to_string(m.ffn_hidden);
+  md["atoll.model.seq_len"] = std::to_string(m.seq_len);
+  md["atoll.model.rope_base"] = exact(m.rope_base);
+  md["atoll.model.norm_eps"] = exact(m.norm_eps);
+  md["atoll.step"] = std::to_string(meta.step);
+  md["atoll.seed"] = std::to_string(meta.seed);
+  md["atoll.tokenizer"] = meta.tokenizer;
+  md["atoll.experiment"] = meta.experiment;
+  md["atoll.round"] = std::to_string(meta.round);
+  md["atoll.fingerprint"] = params.fingerprint();
+  for (const auto& [k, v] : meta.extra) md["atoll.x." + k] = v;
+  if (optimizer) {
+    algorithms::append_params(st, optimizer->m(), "optimizer.m.");
+    algorithms::append_params(st, optimizer->v(), "optimizer.v.");
+    md["atoll.optimizer.step"] = std::to_string(optimizer->step_count());
+  }
+  ATOLL_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, algorithms::encode_safetensors(st));
+  return std::string(bytes.begin(), bytes.end());
+}
+
+Status save_checkpoint(const std::string& path, const CheckpointMeta& meta,
+                       const ParamSet& params, const algorithms::AdamW* optimizer) {
+  ATOLL_ASSIGN_OR_RETURN(std::string bytes, encode_checkpoint(meta, params, optimizer));
+  return write_file_atomic(path, bytes);
+}
+
+StatusOr<LoadedCheckpoint> decode_checkpoint(const std::string& bytes, const std::string& what) {
+  ATOLL_ASSIGN_OR_RETURN(
+      algorithms::Safetensors st,
+      algorithms::decode_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                     bytes.size()));
+  const auto& md = st.metadata;
+  auto fmt = md.find("format");
+  if (fmt == md.end() || fmt->second != kFormat)
+    return InvalidArgument(what + " is a safetensors file but not an Atoll checkpoint (no "
+                                  "format = " + std::string(kFormat) + " in its metadata)");
+  LoadedCheckpoint ck;
+  auto& m = ck.meta.model;
+  ATOLL_ASSIGN_OR_RETURN(int64_t vocab, meta_int(md, "atoll.model.vocab", what));
+  ATOLL_ASSIGN_OR_RETURN(int64_t dim, meta_int(md, "atoll.model.dim", what));
+  ATOLL_ASSIGN_OR_RETURN(int64_t layers, meta_int(md, "atoll.model.layers", what));
+  ATOLL_ASSIGN_OR_RETURN(int64_t heads, meta_int(md, "atoll.model.heads", what));
+  ATOLL_ASSIGN_OR_RETURN(int64_t ffn, meta_int(md, "atoll.model.ffn_hidden", what));
+  ATOLL_ASSIGN_OR_RETURN(int64_t seq, meta_int(md, "atoll.model.seq_len", what));
+  ATOLL_ASSIGN_OR_RETURN(m.rope_base, meta_double(md, "atoll.model.rope_base", what));
+  ATOLL_ASSIGN_OR_RETURN(m.norm_eps, meta_double(md, "atoll.model.norm_eps", what));
+  const int64_t kMaxDim = 1 << 20;
+  for (int64_t v : {vocab, dim, layers, heads, ffn, seq})
+    if (v <= 0 || v > kMaxDim) return InvalidArgument(what + ": model metadata out of range");
+  m.vocab = static_cast<int>(vocab);
+  m.dim = static_cast<int>(dim);
+  m.layers = static_cast<int>(layers);
+  m.heads = static_cast<int>(heads);
+  m.ffn_hidden = static_cast<int>(ffn);
+  m.seq_len = static_cast<int>(seq);
+  if (Status s = algorithms::validate(m); !s.ok())
+    return InvalidArgument(what + ": " + s.message());
+  ATOLL_ASSIGN_OR_RETURN(ck.meta.step, meta_int(md, "atoll.step", what));
+  ATOLL_ASSIGN_OR_RETURN(int64_t seed, meta_int(md, "atoll.seed", what));
+  ck.meta.seed = static_cast<uint64_t>(seed);
+  ATOLL_ASSIGN_OR_RETURN(ck.meta.round, meta_int(md, "atoll.round", what));
+  if (auto it = md.find("atoll.tokenizer"); it != md.end()) ck.meta.tokenizer = it->second;
+  if (auto it = md.find("atoll.experiment"); it != md.end()) ck.meta.experiment = it->second;
+  for (const auto& [k, v] : md)
+    if (k.rfind("atoll.x.", 0) == 0) ck.meta.extra[k.substr(8)] = v;
+
+  const auto layout = algorithms::make_layout(m);
+  ck.params = ParamSet(layout);
+  // Not strict: the optimizer moments live under their own prefixes in the same file.
+  if (Status s = algorithms::read_params(st, ck.params, "", false); !s.ok())
+    return InvalidArgument(what + ": " + s.message());
+  auto fp = md.find("atoll.fingerprint");
+  if (fp == md.end()) return InvalidArgument(what + ": metadata atoll.fingerprint is missing");
+  ck.meta.fingerprint = fp->second;
+  if (ck.params.fingerprint() != fp->second)
+    return DataLoss(what + ": parameters do not match the recorded SHA-256 fingerprint (the "
+                           "file is damaged)");
+  if (md.count("atoll.optimizer.step")) {
+    ck.has_optimizer = true;
+    ATOLL_ASSIGN_OR_RETURN(ck.optimizer_step, meta_int(md, "atoll.optimizer.step", what));
+    ck.m = ParamSet(layout);
+    ck.v = ParamSet(layout);
+    if (Status s = algorithms::read_params(st, ck.m, "optimizer.m.", false); !s.ok())
+      return InvalidArgument(what + ": " + s.message());
+    if (Status s = algorithms::read_params(st, ck.v, "optimizer.v.", false); !s.ok())
+      return InvalidArgument(what + ": " + s.message());
+  }
+  return ck;
+}
+
+StatusOr<LoadedCheckpoint> load_checkpoint(const std::string& path) {
+  ATOLL_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
+  return decode_checkpoint(bytes, path);
+}
+
+}  // namespace atl::node

@@ -1,0 +1,49 @@
+// Checkpoints are safetensors files: the parameters under their Hugging Face Llama names (so
+// the ecosystem can read them), optionally the AdamW moments under "optimizer.m." and
+// "optimizer.v.", and Atoll metadata in the header (model config, step, seed, tokenizer,
+// experiment, round, SHA-256 fingerprint of the parameters).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "algorithms/model/llama.h"
+#include "algorithms/model/param_set.h"
+#include "algorithms/optim/adamw.h"
+#include "kernels/core/status.h"
+
+namespace atl::node {
+
+struct CheckpointMeta {
+  algorithms::ModelConfig model;
+  int64_t step = 0;          // training steps completed (next step to run)
+  uint64_t seed = 0;
+  std::string tokenizer;     // serialized BPE, "" = bytes
+  std::string experiment;    // DiLoCo experiment name, "" for single-site runs
+  int64_t round = -1;        // DiLoCo round of θ, -1 for single-site runs
+  std::string fingerprint;   // SHA-256 of the parameters (checked on load)
+  std::map<std::string, std::string> extra;  // free-form ("atoll.x.*" keys)
+};
+
+// Encodes params (+ optimizer state when given) and metadata as safetensors bytes.
+StatusOr<std::string> encode_checkpoint(const CheckpointMeta& meta,
+                                        const algorithms::ParamSet& params,
+                                        const algorithms::AdamW* optimizer);
+Status save_checkpoint(const std::string& path, const CheckpointMeta& meta,
+                       const algorithms::ParamSet& params, const algorithms::AdamW* optimizer);
+
+struct LoadedCheckpoint {
+  CheckpointMeta meta;
+  algorithms::ParamSet params;
+  bool has_optimizer = false;
+  algorithms::ParamSet m, v;
+  int64_t optimizer_step = 0;
+};
+
+// Validates everything: format, model config, every tensor's name and shape, the fingerprint.
+StatusOr<LoadedCheckpoint> decode_checkpoint(const std::string& bytes, const std::string& what);
+StatusOr<LoadedCheckpoint> load_checkpoint(const std::string& path);
+
+}  // namespace atl::node

@@ -1,0 +1,87 @@
+#include "node/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace atl::node {
+namespace {
+
+// Closes a POSIX file descriptor on scope exit.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+
+ private:
+  int fd_;
+};
+
+std::string errno_text() { return std::strerror(errno); }
+
+}  // namespace
+
+StatusOr<std::string> read_file_bounded(const std::string& path, uint64_t max_bytes) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return IoError("cannot open " + path + ": " + errno_text());
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return IoError("cannot stat " + path + ": " + errno_text());
+  if (!S_ISREG(st.st_mode)) return InvalidArgument(path + " is not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > max_bytes)
+    return InvalidArgument(path + " is " + std::to_string(st.st_size) + " bytes, more than the " +
+                           std::to_string(max_bytes) + " allowed");
+  std::string data(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < data.size()) {
+    ssize_t n = ::read(fd.get(), data.data() + got, data.size() - got);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return IoError("cannot read " + path + ": " + errno_text());
+    }
+    if (n == 0) return DataLoss(path + " shrank while being read");
+    got += static_cast<size_t>(n);
+  }
+  return data;
+}
+
+Status write_file_atomic(const std::string& path, std::string_view bytes) {
+  const std::string tmp = path + ".tmp";
+  {
+    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (fd.get() < 0) return IoError("cannot create " + tmp + ": " + errno_text());
+    size_t done = 0;
+    while (done < bytes.size()) {
+      ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return IoError("cannot write " + tmp + ": " + errno_text());
+      }
+      done += static_cast<size_t>(n);
+    }
+    if (::fsync(fd.get()) != 0) return IoError("cannot fsync " + tmp + ": " + errno_text());
+    if (::close(fd.release()) != 0) return IoError("cannot close " + tmp + ": " + errno_text());
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    return IoError("cannot rename " + tmp + " to " + path + ": " + errno_text());
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dfd.get() >= 0) ::fsync(dfd.get());
+  return Status::Ok();
+}
+
+}  // namespace atl::node

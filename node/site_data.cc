@@ -1,0 +1,107 @@
+#include "node/site_data.h"
+
+#include <string_view>
+#include <vector>
+
+namespace atl::node {
+
+using algorithms::data::BpeTokenizer;
+using algorithms::data::ByteTokenizer;
+using algorithms::data::Tokenizer;
+
+std::string TokenizerChoice::to_string() const {
+  if (kind == "bpe") return "bpe:" + std::to_string(bpe_vocab);
+  if (kind == "bpe-file") return "bpe-file:" + path;
+  return "bytes";
+}
+
+StatusOr<TokenizerChoice> parse_tokenizer_choice(const std::string& text) {
+  TokenizerChoice c;
+  if (text == "bytes") return c;
+  if (text.rfind("bpe:", 0) == 0) {
+    const std::string n = text.substr(4);
+    char* end = nullptr;
+    long v = std::strtol(n.c_str(), &end, 10);
+    if (n.empty() || *end != '\0' || v < 257 || v > 65536)
+      return InvalidArgument("tokenizer '" + text +
+                             "': the BPE vocabulary must be an integer in [257, 65536], e.g. "
+                             "bpe:4096");
+    c.kind = "bpe";
+    c.bpe_vocab = static_cast<int32_t>(v);
+    return c;
+  }
+  if (text.rfind("bpe-file:", 0) == 0 && text.size() > 9) {
+    c.kind = "bpe-file";
+    c.path = text.substr(9);
+    return c;
+  }
+  return InvalidArgument("unknown tokenizer '" + text +
+                         "': use bytes, bpe:VOCAB (e.g. bpe:4096) or bpe-file:PATH");
+}
+
+StatusOr<SiteData> load_site_data_with_blob(const DataSpec& spec, const std::string& blob,
+                                            const std::string& brown_dir) {
+  TokenizerChoice choice;
+  choice.kind = blob.empty() ? "bytes" : "blob";
+  choice.blob = blob;
+  return load_site_data(spec, choice, brown_dir);
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> tokenizer_from_blob(const std::string& blob) {
+  if (blob.empty()) return std::unique_ptr<Tokenizer>(std::make_unique<ByteTokenizer>());
+  ATOLL_ASSIGN_OR_RETURN(BpeTokenizer bpe, BpeTokenizer::deserialize(blob));
+  return std::unique_ptr<Tokenizer>(std::make_unique<BpeTokenizer>(std::move(bpe)));
+}
+
+StatusOr<SiteData> load_site_data(const DataSpec& spec, const TokenizerChoice& choice,
+                                  const std::string& brown_dir) {
+  SiteData site;
+  if (spec.kind == DataSpec::Kind::kTokens) {
+    if (choice.kind != "bytes")
+      return InvalidArgument("pre-tokenized data (" + spec.to_string() +
+                             ") cannot be re-tokenized: drop --tokenizer");
+    ATOLL_ASSIGN_OR_RETURN(std::vector<int32_t> ids, load_token_file(spec.path));
+    int32_t vocab = 0;
+    for (int32_t id : ids) vocab = std::max(vocab, id + 1);
+    const size_t n_val = ids.size() / 20;
+    std::vector<int32_t> train(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(n_val));
+    std::vector<int32_t> val(ids.end() - static_cast<std::ptrdiff_t>(n_val), ids.end());
+    ATOLL_ASSIGN_OR_RETURN(site.train,
+                           algorithms::data::dataset_from_tokens(std::move(train), vocab));
+    ATOLL_ASSIGN_OR_RETURN(site.validation,
+                           algorithms::data::dataset_from_tokens(std::move(val), vocab));
+    site.tokenizer = std::make_unique<ByteTokenizer>();
+    return site;
+  }
+  ATOLL_ASSIGN_OR_RETURN(auto docs, load_documents(spec, brown_dir));
+  if (docs.empty()) return InvalidArgument("data " + spec.to_string() + " holds no documents");
+  auto split = algorithms::data::split_documents(std::move(docs));
+  if (split.train.empty() || split.validation.empty())
+    return InvalidArgument("data " + spec.to_string() + " has " +
+                           std::to_string(split.train.size()) + " training and " +
+                           std::to_string(split.validation.size()) +
+                           " validation documents; both must be non-empty (add documents)");
+  site.train_documents = static_cast<int64_t>(split.train.size());
+  site.validation_documents = static_cast<int64_t>(split.validation.size());
+  if (choice.kind == "bytes") {
+    site.tokenizer = std::make_unique<ByteTokenizer>();
+  } else if (choice.kind == "bpe") {
+    std::vector<std::string_view> texts;
+    for (const auto& d : split.train) texts.push_back(d.text);
+    ATOLL_ASSIGN_OR_RETURN(BpeTokenizer bpe, BpeTokenizer::train(texts, choice.bpe_vocab));
+    site.tokenizer_blob = bpe.serialize();
+    site.tokenizer = std::make_unique<BpeTokenizer>(std::move(bpe));
+  } else if (choice.kind == "bpe-file") {
+    ATOLL_ASSIGN_OR_RETURN(std::string blob, read_file(choice.path));
+    ATOLL_ASSIGN_OR_RETURN(site.tokenizer, tokenizer_from_blob(blob));
+    site.tokenizer_blob = std::move(blob);
+  } else {
+    ATOLL_ASSIGN_OR_RETURN(site.tokenizer, tokenizer_from_blob(choice.blob));
+    site.tokenizer_blob = choice.blob;
+  }
+  site.train = algorithms::data::build_dataset(split.train, *site.tokenizer);
+  site.validation = algorithms::data::build_dataset(split.validation, *site.tokenizer);
+  return site;
+}
+
+}  // namespace atl::node
