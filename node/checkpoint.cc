@@ -41,6 +41,14 @@ StatusOr<double> meta_double(const std::map<std::string, std::string>& md,
   return v;
 }
 
+// SHA-256 over the moments m then v, so a damaged optimizer state is caught like damaged θ.
+std::string optimizer_fingerprint(const ParamSet& m, const ParamSet& v) {
+  Sha256 h;
+  h.update(m.data(), m.numel() * sizeof(float));
+  h.update(v.data(), v.numel() * sizeof(float));
+  return to_hex(h.finish());
+}
+
 std::string exact(double v) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.17g", v);
@@ -75,6 +83,7 @@ StatusOr<std::string> encode_checkpoint(const CheckpointMeta& meta, const ParamS
     algorithms::append_params(st, optimizer->m(), "optimizer.m.");
     algorithms::append_params(st, optimizer->v(), "optimizer.v.");
     md["atoll.optimizer.step"] = std::to_string(optimizer->step_count());
+    md["atoll.optimizer.fingerprint"] = optimizer_fingerprint(optimizer->m(), optimizer->v());
   }
   ATOLL_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, algorithms::encode_safetensors(st));
   return std::string(bytes.begin(), bytes.end());
@@ -146,6 +155,10 @@ StatusOr<LoadedCheckpoint> decode_checkpoint(const std::string& bytes, const std
       return InvalidArgument(what + ": " + s.message());
     if (Status s = algorithms::read_params(st, ck.v, "optimizer.v.", false); !s.ok())
       return InvalidArgument(what + ": " + s.message());
+    auto ofp = md.find("atoll.optimizer.fingerprint");
+    if (ofp == md.end() || ofp->second != optimizer_fingerprint(ck.m, ck.v))
+      return DataLoss(what + ": optimizer state does not match the recorded SHA-256 fingerprint "
+                             "(the file is damaged)");
   }
   return ck;
 }

@@ -1,0 +1,142 @@
+// `atoll train` as a user runs it: a real process, real Brown data, real checkpoint files.
+#include <regex>
+
+#include "node/checkpoint.h"
+#include "tests/integration/cli_test_util.h"
+
+namespace atl::testing {
+namespace {
+
+// A model small enough that 12 steps take a second or two on one core.
+const std::vector<std::string> kSmall = {"--dim", "32", "--layers", "2", "--heads", "2",
+                                         "--ffn", "64", "--seq", "32", "--batch", "4",
+                                         "--threads", "1", "--log-every", "2",
+                                         "--eval-tokens", "2048",
+                                         "--data", "brown:a,b"};
+
+std::vector<std::string> train_args(std::vector<std::string> extra) {
+  std::vector<std::string> a = {"train"};
+  a.insert(a.end(), kSmall.begin(), kSmall.end());
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+std::string final_sha(const std::string& out) {
+  std::smatch m;
+  std::regex re("final sha256 ([0-9a-f]{64})");
+  return std::regex_search(out, m, re) ? m[1].str() : "";
+}
+
+TEST(TrainCli, ResumeIsBitwiseIdenticalToAnUninterruptedRun) {
+  TempDir dir;
+  auto full = run_atoll(train_args({"--steps", "12", "--out", dir / "full"}), dir / "full.log");
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  const std::string sha_full = final_sha(full.output);
+  ASSERT_EQ(sha_full.size(), 64u) << full.output;
+
+  auto part = run_atoll(train_args({"--steps", "12", "--stop-after", "5", "--out", dir / "r"}),
+                        dir / "part.log");
+  ASSERT_EQ(part.exit_code, 0) << part.output;
+  EXPECT_NE(part.output.find("stopped after step 5 of 12"), std::string::npos) << part.output;
+  auto ck = node::load_checkpoint(dir / "r/checkpoint.safetensors");
+  ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+  EXPECT_EQ(ck->meta.step, 5);
+  ASSERT_TRUE(ck->has_optimizer);
+  EXPECT_NE(ck->params.fingerprint(), sha_full);
+
+  auto rest = run_atoll(train_args({"--steps", "12", "--resume", dir / "r/checkpoint.safetensors",
+                                    "--out", dir / "r"}),
+                        dir / "rest.log");
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  EXPECT_EQ(final_sha(rest.output), sha_full) << rest.output;
+}
+
+TEST(TrainCli, SameSeedSameBitsDifferentSeedDifferentBits) {
+  TempDir dir;
+  auto a = run_atoll(train_args({"--steps", "4", "--out", dir / "a"}), dir / "a.log");
+  auto b = run_atoll(train_args({"--steps", "4", "--out", dir / "b"}), dir / "b.log");
+  auto c = run_atoll(train_args({"--steps", "4", "--seed", "7", "--out", dir / "c"}), dir / "c.log");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_EQ(final_sha(a.output), final_sha(b.output));
+  EXPECT_NE(final_sha(a.output), final_sha(c.output));
+}
+
+TEST(TrainCli, LossDecreasesAndValidationIsReportedInBitsPerByte) {
+  TempDir dir;
+  auto r = run_atoll(train_args({"--steps", "30", "--lr", "1e-2", "--eval-every", "30",
+                                 "--out", dir / "o"}),
+                     dir / "o.log");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::regex re("step +(\\d+)/30 \\| loss ([0-9.]+)");
+  std::vector<double> losses;
+  for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), re);
+       it != std::sregex_iterator(); ++it)
+    losses.push_back(std::stod((*it)[2].str()));
+  ASSERT_GE(losses.size(), 10u) << r.output;
+  EXPECT_LT(losses.back(), losses.front() - 1.0) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("val bpb ([0-9.]+)"))) << r.output;
+  // Bytes are 8 bits; a model that learned anything does better than uniform.
+  EXPECT_LT(std::stod(m[1].str()), 8.0);
+}
+
+struct BadInput {
+  std::vector<std::string> args;
+  std::string expected;  // a fragment of the one-line error
+};
+
+TEST(TrainCli, BadFlagsAndConfigsGiveOneClearLineAndExitCode2) {
+  TempDir dir;
+  const std::string bad_toml = dir / "bad.toml";
+  {
+    std::ofstream(bad_toml) << "[model]\ndim = 250\nheads = 4\n";
+  }
+  const std::string unknown_toml = dir / "unknown.toml";
+  {
+    std::ofstream(unknown_toml) << "[model]\ndimm = 64\n";
+  }
+  std::vector<BadInput> cases = {
+      {{"train", "--stepz", "3"}, "unknown flag --stepz"},
+      {{"train", "--steps", "abc"}, "--steps = 'abc' is not an integer"},
+      {{"train", "--steps", "0"}, "--steps 0 is out of range"},
+      {{"train", "--steps"}, "flag --steps needs a value"},
+      {{"train", "--data", "brown:z"}, "brown:z"},
+      {{"train", "--tokenizer", "wordpiece"}, "unknown tokenizer 'wordpiece'"},
+      {{"train", "--dim", "30", "--heads", "4"}, "dim 30 is not divisible by heads 4"},
+      {{"train", "--config", bad_toml}, "250"},
+      {{"train", "--config", unknown_toml}, "dimm"},
+      {{"train", "--config", dir / "missing.toml"}, "missing.toml"},
+      {{"train", "--resume", dir / "nothing.safetensors"}, "cannot resume"},
+  };
+  int i = 0;
+  for (const auto& c : cases) {
+    auto r = run_atoll(c.args, dir / ("bad" + std::to_string(i++) + ".log"));
+    EXPECT_NE(r.exit_code, 0) << c.args[1];
+    EXPECT_NE(r.output.find(c.expected), std::string::npos)
+        << "args " << c.args[1] << ": " << r.output;
+    // One line: the message, a newline, nothing else.
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_EQ(r.output.rfind("atoll train: ", 0), 0u) << r.output;
+  }
+}
+
+TEST(TrainCli, CorruptCheckpointIsRefusedWithoutTouchingIt) {
+  TempDir dir;
+  auto r = run_atoll(train_args({"--steps", "2", "--out", dir / "o"}), dir / "o.log");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string ck = dir / "o/checkpoint.safetensors";
+  std::string bytes = read_text(ck);
+  ASSERT_GT(bytes.size(), 1000u);
+  bytes[bytes.size() - 10] ^= 0x40;  // flip a bit in the last tensor's data
+  std::ofstream(ck, std::ios::binary) << bytes;
+  auto bad = run_atoll(train_args({"--steps", "4", "--resume", ck, "--out", dir / "o"}),
+                       dir / "bad.log");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("fingerprint"), std::string::npos) << bad.output;
+  EXPECT_TRUE(read_text(ck) == bytes) << "a refused checkpoint must be left as it was";
+}
+
+}  // namespace
+}  // namespace atl::testing
