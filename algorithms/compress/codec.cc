@@ -424,6 +424,12 @@ StatusOr<Codec> Codec::create(std::string_view spec_text) {
 }
 
 StatusOr<std::vector<uint8_t>> Codec::encode(std::span<const float> values) const {
+  std::vector<uint8_t> msg;
+  ATOLL_RETURN_IF_ERROR(encode_into(values, msg));
+  return msg;
+}
+
+Status Codec::encode_into(std::span<const float> values, std::vector<uint8_t>& msg) const {
   const uint64_t n = values.size();
   if (n > kMaxNumel) return InvalidArgument("codec: more than 2^36 values");
   if (spec_.sparsifier == Sparsifier::kTopk && n >= (uint64_t{1} << 32)) {
@@ -435,7 +441,7 @@ StatusOr<std::vector<uint8_t>> Codec::encode(std::span<const float> values) cons
 
   const std::string spec_text = spec_.to_string();
   const uint64_t payload = payload_bytes(spec_, n);
-  std::vector<uint8_t> msg(kHeaderBytes + spec_text.size() + payload);
+  msg.resize(kHeaderBytes + spec_text.size() + payload);
   uint8_t* p = msg.data();
   std::memcpy(p, kMagic, 4);
   store<uint16_t>(p + 4, kCodecVersion);
@@ -475,7 +481,7 @@ StatusOr<std::vector<uint8_t>> Codec::encode(std::span<const float> values) cons
     encode_values(spec_, vals, vmax, out + index_section_bytes(spec_, n));
   }
   store<uint32_t>(p + 24, message_crc(msg));
-  return msg;
+  return Status::Ok();
 }
 
 Status Codec::decode_into(std::span<const uint8_t> bytes, std::span<float> out) const {

@@ -36,6 +36,9 @@ class Codec {
   // Rejects non-finite input (InvalidArgument) and numel above kMaxNumel; exact top-k needs
   // numel < 2^32.
   StatusOr<std::vector<uint8_t>> encode(std::span<const float> values) const;
+  // Same, into out (resized; its capacity is reused across rounds, which avoids page-faulting
+  // a fresh buffer every time).
+  Status encode_into(std::span<const float> values, std::vector<uint8_t>& out) const;
   // Also checks that the message was made with this codec's spec.
   StatusOr<std::vector<float>> decode(std::span<const uint8_t> bytes, uint64_t numel) const;
   // Decodes into out (size numel) without allocating.
