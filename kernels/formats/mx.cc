@@ -1,6 +1,7 @@
 #include "kernels/formats/mx.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cassert>
 #include <cstring>
@@ -10,6 +11,18 @@
 
 namespace atl::kernels::formats {
 namespace {
+
+// Decode tables: E2M1 by nibble, E4M3 by byte (built at compile time from the scalar decoder).
+constexpr std::array<float, 16> kE2M1Table = [] {
+  std::array<float, 16> t{};
+  for (uint32_t c = 0; c < 16; ++c) t[c] = minifloat_decode<kE2M1Spec>(c);
+  return t;
+}();
+constexpr std::array<float, 256> kE4M3Table = [] {
+  std::array<float, 256> t{};
+  for (uint32_t c = 0; c < 256; ++c) t[c] = minifloat_decode<kE4M3Spec>(c);
+  return t;
+}();
 
 constexpr int kE4M3Emax = 8;
 constexpr uint32_t kE4M3MaxMant = 0x600000;  // 448 = 1.75 * 2^8
@@ -127,7 +140,7 @@ void dequantize_mxfp8(std::span<const BlockMxfp8> in, std::span<float> out) {
   for (size_t b = 0; b < in.size(); ++b) {
     const float x = f32_from_e8m0(in[b].scale);
     float v[kMxBlockSize];
-    for (int j = 0; j < kMxBlockSize; ++j) v[j] = f32_from_e4m3(in[b].q[j]) * x;
+    for (int j = 0; j < kMxBlockSize; ++j) v[j] = kE4M3Table[in[b].q[j]] * x;
     const size_t begin = b * kMxBlockSize;
     if (begin >= out.size()) break;
     std::memcpy(out.data() + begin, v,
@@ -140,8 +153,8 @@ void dequantize_mxfp4(std::span<const BlockMxfp4> in, std::span<float> out) {
     const float x = f32_from_e8m0(in[b].scale);
     float v[kMxBlockSize];
     for (int j = 0; j < kMxBlockSize / 2; ++j) {
-      v[2 * j] = f32_from_e2m1(in[b].q[j] & 0xf) * x;
-      v[2 * j + 1] = f32_from_e2m1(in[b].q[j] >> 4) * x;
+      v[2 * j] = kE2M1Table[in[b].q[j] & 0xf] * x;
+      v[2 * j + 1] = kE2M1Table[in[b].q[j] >> 4] * x;
     }
     const size_t begin = b * kMxBlockSize;
     if (begin >= out.size()) break;

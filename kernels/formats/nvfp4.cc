@@ -1,6 +1,7 @@
 #include "kernels/formats/nvfp4.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cassert>
 #include <cfloat>
@@ -12,6 +13,18 @@
 
 namespace atl::kernels::formats {
 namespace {
+
+// Decode tables: E2M1 by nibble, E4M3 by byte (built at compile time from the scalar decoder).
+constexpr std::array<float, 16> kE2M1Table = [] {
+  std::array<float, 16> t{};
+  for (uint32_t c = 0; c < 16; ++c) t[c] = minifloat_decode<kE2M1Spec>(c);
+  return t;
+}();
+constexpr std::array<float, 256> kE4M3Table = [] {
+  std::array<float, 256> t{};
+  for (uint32_t c = 0; c < 256; ++c) t[c] = minifloat_decode<kE4M3Spec>(c);
+  return t;
+}();
 
 constexpr uint8_t kE4M3NanCode = 0x7f;
 
@@ -79,8 +92,8 @@ void dequantize_nvfp4(std::span<const BlockNvfp4> in, float tensor_scale, std::s
     const float x = f32_from_e4m3(in[b].scale) * tensor_scale;
     float v[kNvfp4BlockSize];
     for (int j = 0; j < kNvfp4BlockSize / 2; ++j) {
-      v[2 * j] = f32_from_e2m1(in[b].q[j] & 0xf) * x;
-      v[2 * j + 1] = f32_from_e2m1(in[b].q[j] >> 4) * x;
+      v[2 * j] = kE2M1Table[in[b].q[j] & 0xf] * x;
+      v[2 * j + 1] = kE2M1Table[in[b].q[j] >> 4] * x;
     }
     std::memcpy(out.data() + begin, v,
                 std::min<size_t>(kNvfp4BlockSize, out.size() - begin) * sizeof(float));

@@ -1,0 +1,517 @@
+#include "algorithms/compress/codec.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "algorithms/compress/crc32c.h"
+#include "algorithms/compress/topk.h"
+#include "kernels/formats/convert.h"
+#include "kernels/formats/int_block.h"
+#include "kernels/formats/mx.h"
+#include "kernels/formats/nvfp4.h"
+#include "kernels/formats/scalar.h"
+
+namespace atl::algorithms::compress {
+
+namespace fmt = atl::kernels::formats;
+
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "wire format is little-endian");
+
+constexpr char kMagic[4] = {'A', 'T', 'L', 'C'};
+constexpr size_t kMaxSpecBytes = 128;
+// Inputs beyond this magnitude are rejected: scales times codes must stay finite on decode.
+constexpr float kMaxAbsInput = 1e38f;
+
+// ---- sizes ----------------------------------------------------------------------------------
+
+uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+// Bits per index for positions in [0, range).
+uint32_t index_bits(uint64_t range) {
+  return range <= 1 ? 1u : static_cast<uint32_t>(std::bit_width(range - 1));
+}
+
+uint64_t index_section_bytes(const CodecSpec& s, uint64_t n) {
+  switch (s.sparsifier) {
+    case Sparsifier::kDense: return 0;
+    case Sparsifier::kTopk: return ceil_div(kept_count(s, n) * index_bits(n), 8);
+    case Sparsifier::kTopkChunked:
+      return ceil_div(kept_count(s, n) * index_bits(std::min<uint64_t>(s.chunk, n)), 8);
+  }
+  return 0;
+}
+
+uint64_t value_section_bytes(const CodecSpec& s, uint64_t m) {
+  const uint64_t b = static_cast<uint64_t>(s.block);
+  switch (s.quantizer) {
+    case Quantizer::kFp32: return 4 * m;
+    case Quantizer::kBf16:
+    case Quantizer::kFp16: return 2 * m;
+    case Quantizer::kFp8: return 4 + m;  // fp32 tensor scale + E4M3 codes
+    case Quantizer::kMxfp8: return ceil_div(m, 32) * sizeof(fmt::BlockMxfp8);
+    case Quantizer::kMxfp4: return ceil_div(m, 32) * sizeof(fmt::BlockMxfp4);
+    case Quantizer::kNvfp4: return 4 + ceil_div(m, 16) * sizeof(fmt::BlockNvfp4);
+    case Quantizer::kInt8: return ceil_div(m, b) * (4 + b);
+    case Quantizer::kInt4: return ceil_div(m, b) * (4 + b / 2);
+  }
+  return 0;
+}
+
+// ---- bit packing (LSB first) -------------------------------------------------------------------
+
+class BitWriter {
+ public:
+  explicit BitWriter(uint8_t* out) : out_(out) {}
+  void put(uint64_t v, uint32_t bits) {
+    acc_ |= v << fill_;
+    fill_ += bits;
+    while (fill_ >= 8) {
+      *out_++ = static_cast<uint8_t>(acc_);
+      acc_ >>= 8;
+      fill_ -= 8;
+    }
+  }
+  void flush() {
+    if (fill_ > 0) *out_++ = static_cast<uint8_t>(acc_);
+    acc_ = 0;
+    fill_ = 0;
+  }
+
+ private:
+  uint8_t* out_;
+  uint64_t acc_ = 0;
+  uint32_t fill_ = 0;
+};
+
+class BitReader {
+ public:
+  explicit BitReader(const uint8_t* in) : in_(in) {}
+  uint64_t get(uint32_t bits) {  // bits <= 40
+    while (fill_ < bits) {
+      acc_ |= static_cast<uint64_t>(*in_++) << fill_;
+      fill_ += 8;
+    }
+    const uint64_t v = acc_ & ((uint64_t{1} << bits) - 1);
+    acc_ >>= bits;
+    fill_ -= bits;
+    return v;
+  }
+  // Bits left in the partially consumed byte must be zero (one valid encoding per message).
+  bool rest_is_zero() const { return acc_ == 0; }
+
+ private:
+  const uint8_t* in_;
+  uint64_t acc_ = 0;
+  uint32_t fill_ = 0;
+};
+
+// ---- value sections ----------------------------------------------------------------------------
+
+// Runs fn(values_chunk, block_chunk) over chunks of kChunkBlocks blocks through a stack buffer,
+// copying the blocks to/from unaligned wire bytes.
+constexpr size_t kChunkValues = 4096;
+
+template <typename Block, size_t kPerBlock, typename Fn>
+void encode_blocks(std::span<const float> v, uint8_t* out, Fn fn) {
+  constexpr size_t kBlocks = kChunkValues / kPerBlock;
+  Block tmp[kBlocks];
+  for (size_t i = 0; i < v.size(); i += kChunkValues) {
+    const auto part = v.subspan(i, std::min(kChunkValues, v.size() - i));
+    const size_t nb = ceil_div(part.size(), kPerBlock);
+    fn(part, std::span<Block>(tmp, nb));
+    std::memcpy(out, tmp, nb * sizeof(Block));
+    out += nb * sizeof(Block);
+  }
+}
+
+template <typename Block, size_t kPerBlock, typename Fn>
+void decode_blocks(const uint8_t* in, std::span<float> v, Fn fn) {
+  constexpr size_t kBlocks = kChunkValues / kPerBlock;
+  Block tmp[kBlocks];
+  for (size_t i = 0; i < v.size(); i += kChunkValues) {
+    const auto part = v.subspan(i, std::min(kChunkValues, v.size() - i));
+    const size_t nb = ceil_div(part.size(), kPerBlock);
+    std::memcpy(tmp, in, nb * sizeof(Block));
+    in += nb * sizeof(Block);
+    fn(std::span<const Block>(tmp, nb), part);
+  }
+}
+
+template <int B>
+void encode_int(const CodecSpec& s, std::span<const float> v, uint8_t* out) {
+  if (s.quantizer == Quantizer::kInt8) {
+    encode_blocks<fmt::BlockQ8<B>, B>(v, out, [](auto in, auto o) { fmt::quantize_q8<B>(in, o); });
+  } else {
+    encode_blocks<fmt::BlockQ4<B>, B>(v, out, [](auto in, auto o) { fmt::quantize_q4<B>(in, o); });
+  }
+}
+template <int B>
+void decode_int(const CodecSpec& s, const uint8_t* in, std::span<float> v) {
+  if (s.quantizer == Quantizer::kInt8) {
+    decode_blocks<fmt::BlockQ8<B>, B>(in, v, [](auto i, auto o) { fmt::dequantize_q8<B>(i, o); });
+  } else {
+    decode_blocks<fmt::BlockQ4<B>, B>(in, v, [](auto i, auto o) { fmt::dequantize_q4<B>(i, o); });
+  }
+}
+
+// Elementwise formats through a stack buffer of codes.
+template <typename Code, typename Fn>
+void encode_elems(std::span<const float> v, uint8_t* out, Fn fn) {
+  Code tmp[kChunkValues];
+  for (size_t i = 0; i < v.size(); i += kChunkValues) {
+    const size_t n = std::min(kChunkValues, v.size() - i);
+    fn(v.subspan(i, n), std::span<Code>(tmp, n));
+    std::memcpy(out + i * sizeof(Code), tmp, n * sizeof(Code));
+  }
+}
+template <typename Code, typename Fn>
+void decode_elems(const uint8_t* in, std::span<float> v, Fn fn) {
+  Code tmp[kChunkValues];
+  for (size_t i = 0; i < v.size(); i += kChunkValues) {
+    const size_t n = std::min(kChunkValues, v.size() - i);
+    std::memcpy(tmp, in + i * sizeof(Code), n * sizeof(Code));
+    fn(std::span<const Code>(tmp, n), v.subspan(i, n));
+  }
+}
+
+float load_f32(const uint8_t* p) {
+  float f;
+  std::memcpy(&f, p, 4);
+  return f;
+}
+
+// v (m values, finite, |v| <= kMaxAbsInput, amax given) -> value_section_bytes(s, m) bytes.
+void encode_values(const CodecSpec& s, std::span<const float> v, float amax, uint8_t* out) {
+  switch (s.quantizer) {
+    case Quantizer::kFp32:
+      std::memcpy(out, v.data(), v.size() * 4);
+      return;
+    case Quantizer::kBf16:
+      // bf16 has fp32's range; nothing below kMaxAbsInput rounds to inf.
+      encode_elems<uint16_t>(v, out, [](auto in, auto o) { fmt::quantize_bf16(in, o); });
+      return;
+    case Quantizer::kFp16:
+      encode_elems<uint16_t>(v, out, [](auto in, auto o) {
+        fmt::quantize_fp16(in, o, fmt::Overflow::kSaturate);
+      });
+      return;
+    case Quantizer::kFp8: {
+      // Per-tensor scale so that amax maps to E4M3's max.
+      const float scale = amax > 0 ? amax / fmt::kE4M3Max : 1.0f;
+      const float inv = amax > 0 ? fmt::kE4M3Max / amax : 1.0f;
+      std::memcpy(out, &scale, 4);
+      encode_elems<uint8_t>(v, out + 4, [inv](auto in, auto o) {
+        fmt::quantize_e4m3_scaled(in, std::isfinite(inv) ? inv : 0.0f, o);
+      });
+      return;
+    }
+    case Quantizer::kMxfp8:
+      encode_blocks<fmt::BlockMxfp8, 32>(v, out, [](auto in, auto o) { fmt::quantize_mxfp8(in, o); });
+      return;
+    case Quantizer::kMxfp4:
+      encode_blocks<fmt::BlockMxfp4, 32>(v, out, [](auto in, auto o) { fmt::quantize_mxfp4(in, o); });
+      return;
+    case Quantizer::kNvfp4: {
+      float ts = amax / (fmt::kE4M3Max * fmt::kE2M1Max);
+      if (!(ts >= 1.17549435e-38f)) ts = 1.0f;
+      std::memcpy(out, &ts, 4);
+      encode_blocks<fmt::BlockNvfp4, 16>(v, out + 4, [ts](auto in, auto o) {
+        fmt::quantize_nvfp4(in, ts, o);
+      });
+      return;
+    }
+    case Quantizer::kInt8:
+    case Quantizer::kInt4:
+      switch (s.block) {
+        case 32: return encode_int<32>(s, v, out);
+        case 64: return encode_int<64>(s, v, out);
+        case 128: return encode_int<128>(s, v, out);
+        default: return encode_int<256>(s, v, out);
+      }
+  }
+}
+
+// value_section_bytes(s, m) bytes -> v (m values). Finiteness is checked by the caller.
+void decode_values(const CodecSpec& s, const uint8_t* in, std::span<float> v) {
+  switch (s.quantizer) {
+    case Quantizer::kFp32:
+      std::memcpy(v.data(), in, v.size() * 4);
+      return;
+    case Quantizer::kBf16:
+      decode_elems<uint16_t>(in, v, [](auto i, auto o) { fmt::dequantize_bf16(i, o); });
+      return;
+    case Quantizer::kFp16:
+      decode_elems<uint16_t>(in, v, [](auto i, auto o) { fmt::dequantize_fp16(i, o); });
+      return;
+    case Quantizer::kFp8: {
+      const float scale = load_f32(in);
+      decode_elems<uint8_t>(in + 4, v, [scale](auto i, auto o) {
+        fmt::dequantize_e4m3_scaled(i, scale, o);
+      });
+      return;
+    }
+    case Quantizer::kMxfp8:
+      decode_blocks<fmt::BlockMxfp8, 32>(in, v, [](auto i, auto o) { fmt::dequantize_mxfp8(i, o); });
+      return;
+    case Quantizer::kMxfp4:
+      decode_blocks<fmt::BlockMxfp4, 32>(in, v, [](auto i, auto o) { fmt::dequantize_mxfp4(i, o); });
+      return;
+    case Quantizer::kNvfp4: {
+      const float ts = load_f32(in);
+      decode_blocks<fmt::BlockNvfp4, 16>(in + 4, v, [ts](auto i, auto o) {
+        fmt::dequantize_nvfp4(i, ts, o);
+      });
+      return;
+    }
+    case Quantizer::kInt8:
+    case Quantizer::kInt4:
+      switch (s.block) {
+        case 32: return decode_int<32>(s, in, v);
+        case 64: return decode_int<64>(s, in, v);
+        case 128: return decode_int<128>(s, in, v);
+        default: return decode_int<256>(s, in, v);
+      }
+  }
+}
+
+bool all_finite(std::span<const float> v) {
+  uint32_t bad = 0;
+  for (float x : v) bad |= (std::bit_cast<uint32_t>(x) & 0x7f800000u) == 0x7f800000u;
+  return bad == 0;
+}
+
+template <typename T>
+void store(uint8_t* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+template <typename T>
+T load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+uint32_t message_crc(std::span<const uint8_t> msg) {
+  uint32_t c = crc32c(0, msg.data(), 24);
+  return crc32c(c, msg.data() + 28, msg.size() - 28);
+}
+
+struct Parsed {
+  CodecSpec spec;
+  std::span<const uint8_t> payload;
+};
+
+StatusOr<Parsed> parse_message(std::span<const uint8_t> bytes, uint64_t numel) {
+  if (bytes.size() < kHeaderBytes) {
+    return DataLoss("codec message truncated: " + std::to_string(bytes.size()) +
+                    " bytes, the header alone is 32");
+  }
+  const uint8_t* p = bytes.data();
+  if (std::memcmp(p, kMagic, 4) != 0) return DataLoss("not a codec message (bad magic)");
+  const uint16_t version = load<uint16_t>(p + 4);
+  if (version != kCodecVersion) {
+    return InvalidArgument("codec message version " + std::to_string(version) +
+                           " is not supported (this build reads version 1)");
+  }
+  const uint16_t spec_len = load<uint16_t>(p + 6);
+  const uint64_t declared_numel = load<uint64_t>(p + 8);
+  const uint64_t payload_len = load<uint64_t>(p + 16);
+  if (spec_len == 0 || spec_len > kMaxSpecBytes) return DataLoss("codec message: bad spec length");
+  if (load<uint32_t>(p + 28) != 0) return DataLoss("codec message: reserved field is not zero");
+  if (bytes.size() < kHeaderBytes + spec_len ||
+      bytes.size() - kHeaderBytes - spec_len != payload_len) {
+    return DataLoss("codec message: length " + std::to_string(bytes.size()) +
+                    " does not match its header");
+  }
+  if (load<uint32_t>(p + 24) != message_crc(bytes)) return DataLoss("codec message: bad checksum");
+  if (declared_numel != numel) {
+    return InvalidArgument("codec message holds " + std::to_string(declared_numel) +
+                           " values, expected " + std::to_string(numel));
+  }
+  auto spec = parse_spec(std::string_view(reinterpret_cast<const char*>(p + kHeaderBytes), spec_len));
+  if (!spec.ok()) return DataLoss("codec message: " + spec.status().message());
+  if (spec->sparsifier == Sparsifier::kTopk && numel >= (uint64_t{1} << 32)) {
+    return InvalidArgument("codec message: exact top-k over 2^32 or more values");
+  }
+  if (payload_bytes(*spec, numel) != payload_len) {
+    return DataLoss("codec message: payload of " + std::to_string(payload_len) +
+                    " bytes, spec " + spec->to_string() + " implies " +
+                    std::to_string(payload_bytes(*spec, numel)));
+  }
+  return Parsed{*spec, bytes.subspan(kHeaderBytes + spec_len)};
+}
+
+Status decode_payload(const CodecSpec& s, std::span<const uint8_t> payload, std::span<float> out) {
+  const uint64_t n = out.size();
+  if (s.sparsifier == Sparsifier::kDense) {
+    decode_values(s, payload.data(), out);
+    if (!all_finite(out)) return DataLoss("codec message decodes to non-finite values");
+    return Status::Ok();
+  }
+  const uint64_t k = kept_count(s, n);
+  std::vector<uint32_t> idx(k);
+  BitReader br(payload.data());
+  if (s.sparsifier == Sparsifier::kTopk) {
+    const uint32_t w = index_bits(n);
+    for (uint64_t j = 0; j < k; ++j) {
+      const uint64_t i = br.get(w);
+      if (i >= n || (j > 0 && i <= idx[j - 1])) {
+        return DataLoss("codec message: top-k indices not strictly increasing and in range");
+      }
+      idx[j] = static_cast<uint32_t>(i);
+    }
+  } else {
+    const uint64_t chunk = s.chunk;
+    const uint32_t w = index_bits(std::min<uint64_t>(chunk, n));
+    uint64_t j = 0;
+    for (uint64_t base = 0; base < n; base += chunk) {
+      const uint64_t len = std::min(chunk, n - base);
+      const uint64_t kc = kept_in(s.fraction, len);
+      uint64_t prev = 0;
+      for (uint64_t t = 0; t < kc; ++t, ++j) {
+        const uint64_t i = br.get(w);
+        if (i >= len || (t > 0 && i <= prev)) {
+          return DataLoss("codec message: chunked top-k indices not increasing and in range");
+        }
+        prev = i;
+        idx[j] = static_cast<uint32_t>(i);  // local to its chunk; made global when scattering
+      }
+    }
+  }
+  if (!br.rest_is_zero()) return DataLoss("codec message: nonzero padding after indices");
+  std::vector<float> vals(k);
+  decode_values(s, payload.data() + index_section_bytes(s, n), vals);
+  if (!all_finite(vals)) return DataLoss("codec message decodes to non-finite values");
+  std::fill(out.begin(), out.end(), 0.0f);
+  if (s.sparsifier == Sparsifier::kTopk) {
+    for (uint64_t j = 0; j < k; ++j) out[idx[j]] = vals[j];
+  } else {
+    uint64_t j = 0;
+    for (uint64_t base = 0; base < n; base += s.chunk) {
+      const uint64_t kc = kept_in(s.fraction, std::min<uint64_t>(s.chunk, n - base));
+      for (uint64_t t = 0; t < kc; ++t, ++j) out[base + idx[j]] = vals[j];
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+uint64_t payload_bytes(const CodecSpec& spec, uint64_t numel) {
+  return index_section_bytes(spec, numel) + value_section_bytes(spec, kept_count(spec, numel));
+}
+
+uint64_t encoded_bytes(const CodecSpec& spec, uint64_t numel) {
+  return kHeaderBytes + spec.to_string().size() + payload_bytes(spec, numel);
+}
+
+StatusOr<double> bits_per_value(std::string_view spec_text, uint64_t numel) {
+  auto spec = parse_spec(spec_text);
+  if (!spec.ok()) return spec.status();
+  if (numel == 0) return InvalidArgument("bits_per_value: numel must be positive");
+  return 8.0 * static_cast<double>(encoded_bytes(*spec, numel)) / static_cast<double>(numel);
+}
+
+StatusOr<Codec> Codec::create(std::string_view spec_text) {
+  auto spec = parse_spec(spec_text);
+  if (!spec.ok()) return spec.status();
+  return Codec(*spec);
+}
+
+StatusOr<std::vector<uint8_t>> Codec::encode(std::span<const float> values) const {
+  std::vector<uint8_t> msg;
+  ATOLL_RETURN_IF_ERROR(encode_into(values, msg));
+  return msg;
+}
+
+Status Codec::encode_into(std::span<const float> values, std::vector<uint8_t>& msg) const {
+  const uint64_t n = values.size();
+  if (n > kMaxNumel) return InvalidArgument("codec: more than 2^36 values");
+  if (spec_.sparsifier == Sparsifier::kTopk && n >= (uint64_t{1} << 32)) {
+    return InvalidArgument("codec: exact top-k needs fewer than 2^32 values; use topk-chunked");
+  }
+  const fmt::AbsMax am = fmt::abs_max(values);
+  if (!am.all_finite) return InvalidArgument("codec: input has NaN or infinite values");
+  if (am.amax > kMaxAbsInput) return InvalidArgument("codec: input has |x| > 1e38");
+
+  const std::string spec_text = spec_.to_string();
+  const uint64_t payload = payload_bytes(spec_, n);
+  msg.resize(kHeaderBytes + spec_text.size() + payload);
+  uint8_t* p = msg.data();
+  std::memcpy(p, kMagic, 4);
+  store<uint16_t>(p + 4, kCodecVersion);
+  store<uint16_t>(p + 6, static_cast<uint16_t>(spec_text.size()));
+  store<uint64_t>(p + 8, n);
+  store<uint64_t>(p + 16, payload);
+  store<uint32_t>(p + 28, 0);
+  std::memcpy(p + kHeaderBytes, spec_text.data(), spec_text.size());
+  uint8_t* out = p + kHeaderBytes + spec_text.size();
+
+  if (spec_.sparsifier == Sparsifier::kDense) {
+    encode_values(spec_, values, am.amax, out);
+  } else {
+    const uint64_t k = kept_count(spec_, n);
+    std::vector<float> vals;
+    vals.reserve(k);
+    BitWriter bw(out);
+    if (spec_.sparsifier == Sparsifier::kTopk) {
+      const uint32_t w = index_bits(n);
+      for (uint32_t i : topk_indices(values, k)) {
+        bw.put(i, w);
+        vals.push_back(values[i]);
+      }
+    } else {
+      const uint32_t w = index_bits(std::min<uint64_t>(spec_.chunk, n));
+      for (uint64_t base = 0; base < n; base += spec_.chunk) {
+        const auto part = values.subspan(base, std::min<uint64_t>(spec_.chunk, n - base));
+        for (uint32_t i : topk_indices(part, kept_in(spec_.fraction, part.size()))) {
+          bw.put(i, w);
+          vals.push_back(part[i]);
+        }
+      }
+    }
+    bw.flush();
+    float vmax = 0;
+    for (float v : vals) vmax = std::max(vmax, std::fabs(v));
+    encode_values(spec_, vals, vmax, out + index_section_bytes(spec_, n));
+  }
+  store<uint32_t>(p + 24, message_crc(msg));
+  return Status::Ok();
+}
+
+Status Codec::decode_into(std::span<const uint8_t> bytes, std::span<float> out) const {
+  auto parsed = parse_message(bytes, out.size());
+  if (!parsed.ok()) return parsed.status();
+  if (!(parsed->spec == spec_)) {
+    return InvalidArgument("codec message was encoded with '" + parsed->spec.to_string() +
+                           "', expected '" + spec_.to_string() + "'");
+  }
+  return decode_payload(parsed->spec, parsed->payload, out);
+}
+
+StatusOr<std::vector<float>> Codec::decode(std::span<const uint8_t> bytes, uint64_t numel) const {
+  if (numel > kMaxNumel) return InvalidArgument("codec: more than 2^36 values");
+  std::vector<float> out(numel);
+  ATOLL_RETURN_IF_ERROR(decode_into(bytes, out));
+  return out;
+}
+
+Status decode_into(std::span<const uint8_t> bytes, std::span<float> out) {
+  auto parsed = parse_message(bytes, out.size());
+  if (!parsed.ok()) return parsed.status();
+  return decode_payload(parsed->spec, parsed->payload, out);
+}
+
+StatusOr<std::vector<float>> decode(std::span<const uint8_t> bytes, uint64_t numel) {
+  if (numel > kMaxNumel) return InvalidArgument("codec: more than 2^36 values");
+  std::vector<float> out(numel);
+  ATOLL_RETURN_IF_ERROR(decode_into(bytes, out));
+  return out;
+}
+
+}  // namespace atl::algorithms::compress

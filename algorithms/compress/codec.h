@@ -1,0 +1,62 @@
+// Pseudo-gradient codecs: fp32 values -> self-describing bytes -> fp32 values.
+//
+// Bytes on the wire (little-endian; full layout in docs/formats.md):
+//   [0,4)   magic "ATLC"            [4,6)  version (1)      [6,8)  spec length L (1..128)
+//   [8,16)  numel                   [16,24) payload length P
+//   [24,28) CRC-32C of every byte of the message except these four
+//   [28,32) reserved, zero          [32,32+L) canonical spec text    [32+L, 32+L+P) payload
+//
+// Decoders trust nothing: lengths, version, checksum, the declared numel against the caller's,
+// the payload length against the one the spec implies, index order and range, and finiteness
+// of every decoded value are checked, and a failure is a Status, never a crash. Allocation is
+// bounded by the caller's numel, never by a field of the message.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "algorithms/compress/spec.h"
+#include "kernels/core/status.h"
+
+namespace atl::algorithms::compress {
+
+inline constexpr uint32_t kCodecVersion = 1;
+inline constexpr size_t kHeaderBytes = 32;
+// Largest tensor a codec message may describe (2^36 values, 256 GiB of fp32).
+inline constexpr uint64_t kMaxNumel = uint64_t{1} << 36;
+
+class Codec {
+ public:
+  static StatusOr<Codec> create(std::string_view spec_text);
+  explicit Codec(const CodecSpec& spec) : spec_(spec) {}
+
+  const CodecSpec& spec() const { return spec_; }
+  // Rejects non-finite input (InvalidArgument) and numel above kMaxNumel; exact top-k needs
+  // numel < 2^32.
+  StatusOr<std::vector<uint8_t>> encode(std::span<const float> values) const;
+  // Same, into out (resized; its capacity is reused across rounds, which avoids page-faulting
+  // a fresh buffer every time).
+  Status encode_into(std::span<const float> values, std::vector<uint8_t>& out) const;
+  // Also checks that the message was made with this codec's spec.
+  StatusOr<std::vector<float>> decode(std::span<const uint8_t> bytes, uint64_t numel) const;
+  // Decodes into out (size numel) without allocating.
+  Status decode_into(std::span<const uint8_t> bytes, std::span<float> out) const;
+
+ private:
+  CodecSpec spec_;
+};
+
+// Decodes any codec message; the spec comes from the message itself.
+StatusOr<std::vector<float>> decode(std::span<const uint8_t> bytes, uint64_t numel);
+Status decode_into(std::span<const uint8_t> bytes, std::span<float> out);
+
+// Payload bytes for numel values (exact: every codec has a fixed size for a given numel).
+uint64_t payload_bytes(const CodecSpec& spec, uint64_t numel);
+// Whole message bytes (header + spec + payload).
+uint64_t encoded_bytes(const CodecSpec& spec, uint64_t numel);
+// Bits on the wire per input value, header included.
+StatusOr<double> bits_per_value(std::string_view spec_text, uint64_t numel);
+
+}  // namespace atl::algorithms::compress

@@ -1,0 +1,395 @@
+// Codec pipeline: spec parsing, round trips with error bounds per codec, exact sizes, top-k
+// selection and tie-breaks, validation of hostile messages, error feedback.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "algorithms/compress/codec.h"
+#include "algorithms/compress/crc32c.h"
+#include "algorithms/compress/error_feedback.h"
+#include "algorithms/compress/spec.h"
+#include "kernels/core/philox.h"
+
+namespace atl::algorithms::compress {
+namespace {
+
+std::vector<float> gradient_like(size_t n, uint64_t seed, float scale = 1e-3f) {
+  const Philox rng(seed, 1);
+  std::vector<float> v(n);
+  // Heavy-ish tails: normal times a per-256 magnitude drift, like layers of a pseudo-gradient.
+  for (size_t i = 0; i < n; ++i) {
+    v[i] = scale * static_cast<float>(rng.normal(i)) * (1.0f + static_cast<float>((i / 256) % 7));
+  }
+  return v;
+}
+
+Codec make(const std::string& s) {
+  auto c = Codec::create(s);
+  EXPECT_TRUE(c.ok()) << s << ": " << c.status().to_string();
+  return *c;
+}
+
+TEST(CompressSpec, ParseAndCanonicalForm) {
+  const std::vector<std::pair<std::string, std::string>> ok = {
+      {"none", "none"},          {"fp32", "none"},
+      {"bf16", "bf16"},          {"fp16", "fp16"},
+      {"fp8", "fp8"},            {"int8", "int8:32"},
+      {"int8:64", "int8:64"},    {"int4", "int4:32"},
+      {"int4:256", "int4:256"},  {"nvfp4", "nvfp4"},
+      {"mxfp4", "mxfp4"},        {"mxfp8", "mxfp8"},
+      {"topk:0.02", "topk:0.02"}, {"topk:0.02+int4", "topk:0.02+int4:32"},
+      {"topk:1", "topk:1"},      {"topk-chunked:0.01", "topk-chunked:0.01:4096"},
+      {"topk-chunked:0.1:512+nvfp4", "topk-chunked:0.1:512+nvfp4"},
+      {"topk:0.5+fp32", "topk:0.5"},
+  };
+  for (const auto& [in, canon] : ok) {
+    auto s = parse_spec(in);
+    ASSERT_TRUE(s.ok()) << in << ": " << s.status().to_string();
+    EXPECT_EQ(s->to_string(), canon) << in;
+    auto again = parse_spec(s->to_string());
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(*again, *s) << in;
+  }
+  for (const char* bad : {"", "zip", "topk", "topk:", "topk:0", "topk:1.5", "topk:-0.1",
+                          "topk:nan", "topk:0.1x", "int8:33", "int8:", "int4:32:1", "bf16:3",
+                          "bf16+int8", "int8+topk:0.1", "topk:0.1+topk:0.2", "none+bf16",
+                          "topk-chunked:0.1:8", "topk-chunked:0.1:99999999999",
+                          "topk:0.1+bf16+int8", "BF16", " bf16"}) {
+    auto s = parse_spec(bad);
+    EXPECT_FALSE(s.ok()) << "'" << bad << "' parsed";
+    if (!s.ok()) {
+      EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    }
+  }
+}
+
+TEST(CompressCodec, Crc32cKnownVector) {
+  EXPECT_EQ(crc32c(0, "123456789", 9), 0xE3069283u);
+  EXPECT_EQ(crc32c(crc32c(0, "1234", 4), "56789", 5), 0xE3069283u);
+  EXPECT_EQ(crc32c(0, "", 0), 0u);
+}
+
+// Per-element error bound for each dense codec, given the block max around the element.
+struct Bound {
+  std::string spec;
+  int block;          // elements per scale block (0: whole tensor)
+  double rel;         // times |x|
+  double rel_amax;    // times the block (or tensor) amax
+};
+
+TEST(CompressCodec, DenseRoundTripsWithinBounds) {
+  const std::vector<Bound> bounds = {
+      {"none", 0, 0, 0},
+      {"bf16", 0, 1.0 / 256, 0},
+      {"fp16", 0, 1.0 / 2048, 1e-4},  // fp16 subnormals near 1e-8 relative to amax ~1e-2
+      {"fp8", 0, 1.0 / 16, 1.0 / 448 / 512},
+      {"int8", 32, 0, 1.0 / 254},
+      {"int8:256", 256, 0, 1.0 / 254},
+      {"int4", 32, 0, 1.0 / 14},
+      {"int4:64", 64, 0, 1.0 / 14},
+      {"mxfp8", 32, 0, 1.0 / 14},
+      {"mxfp4", 32, 0, 1.0 / 3},
+      {"nvfp4", 16, 0, 1.0 / 4},
+  };
+  for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{33}, size_t{10007}}) {
+    const auto x = gradient_like(n, n + 1);
+    for (const Bound& b : bounds) {
+      const Codec c = make(b.spec);
+      auto bytes = c.encode(x);
+      ASSERT_TRUE(bytes.ok()) << b.spec;
+      EXPECT_EQ(bytes->size(), encoded_bytes(c.spec(), n)) << b.spec;
+      if (n > 0) {
+        EXPECT_DOUBLE_EQ(*bits_per_value(b.spec, n), 8.0 * bytes->size() / n);
+      }
+      auto y = c.decode(*bytes, n);
+      ASSERT_TRUE(y.ok()) << b.spec << ": " << y.status().to_string();
+      auto y2 = decode(*bytes, n);  // spec from the message
+      ASSERT_TRUE(y2.ok());
+      ASSERT_EQ(*y, *y2);
+      for (size_t i = 0; i < n; ++i) {
+        double amax = 0;
+        const size_t lo = b.block ? i / b.block * b.block : 0;
+        const size_t hi = b.block ? std::min(n, lo + b.block) : n;
+        for (size_t j = lo; j < hi; ++j) amax = std::max(amax, std::fabs(double{x[j]}));
+        const double err = std::fabs(double{(*y)[i]} - x[i]);
+        ASSERT_LE(err, (b.rel * std::fabs(x[i]) + b.rel_amax * amax) * 1.0001 + 1e-30)
+            << b.spec << " n=" << n << " i=" << i << " x=" << x[i] << " y=" << (*y)[i];
+      }
+    }
+  }
+  // Sizes: bits per value of the dense codecs at large n (header amortized).
+  const uint64_t big = uint64_t{1} << 24;
+  EXPECT_NEAR(*bits_per_value("none", big), 32, 1e-3);
+  EXPECT_NEAR(*bits_per_value("bf16", big), 16, 1e-3);
+  EXPECT_NEAR(*bits_per_value("fp8", big), 8, 1e-3);
+  EXPECT_NEAR(*bits_per_value("int8", big), 9, 1e-3);
+  EXPECT_NEAR(*bits_per_value("int4", big), 5, 1e-3);
+  EXPECT_NEAR(*bits_per_value("mxfp4", big), 4.25, 1e-3);
+  EXPECT_NEAR(*bits_per_value("nvfp4", big), 4.5, 1e-3);
+  EXPECT_NEAR(*bits_per_value("topk:0.02+int4", big), 0.02 * (24 + 5), 1e-3);  // 24-bit index + 5-bit int4
+  EXPECT_FALSE(bits_per_value("nope", 10).ok());
+}
+
+TEST(CompressCodec, TopkIsExactWithIndexTieBreak) {
+  const size_t n = 5000;
+  auto x = gradient_like(n, 9);
+  const Codec c = make("topk:0.03");
+  auto y = c.decode(*c.encode(x), n);
+  ASSERT_TRUE(y.ok());
+  const uint64_t k = kept_in(0.03, n);
+  EXPECT_EQ(k, 150u);
+  float min_kept = std::numeric_limits<float>::infinity(), max_dropped = 0;
+  uint64_t kept = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if ((*y)[i] != 0) {
+      ++kept;
+      EXPECT_EQ((*y)[i], x[i]);  // fp32 values are sent exactly
+      min_kept = std::min(min_kept, std::fabs(x[i]));
+    } else {
+      max_dropped = std::max(max_dropped, std::fabs(x[i]));
+    }
+  }
+  EXPECT_EQ(kept, k);
+  EXPECT_GE(min_kept, max_dropped);
+  // Ties: all equal magnitudes, alternating sign -> the k lowest indices win.
+  std::vector<float> t(100);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = (i % 2) ? -1.0f : 1.0f;
+  const Codec c10 = make("topk:0.1");
+  auto yt = c10.decode(*c10.encode(t), t.size());
+  ASSERT_TRUE(yt.ok());
+  for (size_t i = 0; i < t.size(); ++i) EXPECT_EQ((*yt)[i], i < 10 ? t[i] : 0.0f) << i;
+  // A larger value later still wins over ties.
+  t[77] = 2.0f;
+  yt = c10.decode(*c10.encode(t), t.size());
+  EXPECT_EQ((*yt)[77], 2.0f);
+  EXPECT_EQ((*yt)[9], 0.0f);
+  EXPECT_EQ((*yt)[8], 1.0f);
+}
+
+TEST(CompressCodec, ChunkedTopkAndCombos) {
+  const size_t n = 4096 * 3 + 100;
+  const auto x = gradient_like(n, 5);
+  const Codec c = make("topk-chunked:0.05:4096");
+  auto y = c.decode(*c.encode(x), n);
+  ASSERT_TRUE(y.ok());
+  for (size_t base = 0; base < n; base += 4096) {
+    const size_t len = std::min<size_t>(4096, n - base);
+    size_t kept = 0;
+    float min_kept = 1e30f, max_dropped = 0;
+    for (size_t i = base; i < base + len; ++i) {
+      if ((*y)[i] != 0) {
+        ++kept;
+        min_kept = std::min(min_kept, std::fabs(x[i]));
+      } else {
+        max_dropped = std::max(max_dropped, std::fabs(x[i]));
+      }
+    }
+    EXPECT_EQ(kept, kept_in(0.05, len));
+    EXPECT_GE(min_kept, max_dropped);
+  }
+  // topk + quantizer: same support as plain top-k, values within the quantizer's bound.
+  const Codec plain = make("topk:0.02");
+  const Codec q = make("topk:0.02+int4");
+  auto yp = plain.decode(*plain.encode(x), n);
+  auto yq = q.decode(*q.encode(x), n);
+  ASSERT_TRUE(yp.ok() && yq.ok());
+  float amax = 0;
+  for (float v : *yp) amax = std::max(amax, std::fabs(v));
+  for (size_t i = 0; i < n; ++i) {
+    if ((*yq)[i] != 0) {
+      EXPECT_NE((*yp)[i], 0.0f) << i;  // nothing outside the top-k support
+    }
+    EXPECT_LE(std::fabs((*yq)[i] - (*yp)[i]), amax / 14 * 1.001f) << i;
+  }
+  for (const char* s : {"topk:0.1+bf16", "topk:0.1+fp8", "topk:0.1+nvfp4", "topk:0.1+mxfp4",
+                        "topk-chunked:0.1:64+int8:64", "topk:1+int8"}) {
+    const Codec cc = make(s);
+    for (size_t m : {size_t{1}, size_t{17}, size_t{1000}}) {
+      auto b = cc.encode(std::span(x).first(m));
+      ASSERT_TRUE(b.ok()) << s;
+      EXPECT_EQ(b->size(), encoded_bytes(cc.spec(), m)) << s;
+      ASSERT_TRUE(cc.decode(*b, m).ok()) << s << " m=" << m;
+    }
+  }
+}
+
+TEST(CompressCodec, EncoderRejectsNonFinite) {
+  std::vector<float> x(10, 1.0f);
+  x[3] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_FALSE(make("int8").encode(x).ok());
+  x[3] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(make("none").encode(x).ok());
+  x[3] = 3e38f;
+  EXPECT_FALSE(make("bf16").encode(x).ok());
+}
+
+// ---- hostile messages ----------------------------------------------------------------------------
+
+void fix_crc(std::vector<uint8_t>& m) {
+  uint32_t c = crc32c(0, m.data(), 24);
+  c = crc32c(c, m.data() + 28, m.size() - 28);
+  std::memcpy(m.data() + 24, &c, 4);
+}
+
+size_t payload_offset(const std::vector<uint8_t>& m) {
+  uint16_t l;
+  std::memcpy(&l, m.data() + 6, 2);
+  return 32 + l;
+}
+
+TEST(CompressCodec, RejectsMalformedMessages) {
+  const size_t n = 300;
+  const auto x = gradient_like(n, 3);
+  const Codec c = make("topk:0.1");
+  const auto good = *c.encode(x);
+  ASSERT_TRUE(c.decode(good, n).ok());
+  // Every truncation and every extension.
+  for (size_t len = 0; len < good.size(); ++len) {
+    EXPECT_FALSE(c.decode(std::span(good).first(len), n).ok()) << len;
+  }
+  auto longer = good;
+  longer.push_back(0);
+  EXPECT_FALSE(c.decode(longer, n).ok());
+  // Wrong numel, wrong codec.
+  EXPECT_EQ(c.decode(good, n + 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(make("topk:0.2").decode(good, n).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(decode(good, n).ok());
+  // Field-level corruption with a valid checksum, so the structural checks are what catch it.
+  auto mutate = [&](auto fn) {
+    auto m = good;
+    fn(m);
+    fix_crc(m);
+    return c.decode(m, n);
+  };
+  EXPECT_FALSE(mutate([](auto& m) { m[0] = 'X'; }).ok());
+  EXPECT_FALSE(mutate([](auto& m) { m[4] = 2; }).ok());           // version
+  EXPECT_FALSE(mutate([](auto& m) { m[28] = 1; }).ok());          // reserved
+  EXPECT_FALSE(mutate([](auto& m) { m[16] ^= 1; }).ok());         // payload length
+  EXPECT_FALSE(mutate([](auto& m) { m[6] = 0; }).ok());           // spec length
+  EXPECT_FALSE(mutate([](auto& m) { m[8] ^= 4; }).ok());          // numel
+  EXPECT_FALSE(mutate([](auto& m) { m[32 + 5] = '9'; }).ok());    // spec text changes sizes
+  // Indices: 9 bits each (n = 300). Make the second index equal to the first: not increasing.
+  EXPECT_FALSE(mutate([&](auto& m) {
+                 const size_t p = payload_offset(m);
+                 const uint32_t first = m[p] | ((m[p + 1] & 1) << 8);
+                 m[p + 1] = static_cast<uint8_t>((m[p + 1] & 1) | ((first & 0x7f) << 1));
+                 m[p + 2] = static_cast<uint8_t>((m[p + 2] & ~3) | ((first >> 7) & 3));
+               }).ok());
+  // An index out of range: all ones in the first 9 bits is 511 >= 300.
+  EXPECT_FALSE(mutate([&](auto& m) {
+                 const size_t p = payload_offset(m);
+                 m[p] = 0xff;
+                 m[p + 1] |= 1;
+               }).ok());
+  // A NaN among the fp32 values.
+  EXPECT_FALSE(mutate([&](auto& m) {
+                 const float nan = std::numeric_limits<float>::quiet_NaN();
+                 std::memcpy(m.data() + m.size() - 4, &nan, 4);
+               }).ok());
+  // Dense codecs: NaN / inf through scales or codes.
+  auto dense_mutate = [&](const char* spec, size_t at_from_payload, uint8_t v) {
+    const Codec d = make(spec);
+    auto m = *d.encode(x);
+    m[payload_offset(m) + at_from_payload] = v;
+    fix_crc(m);
+    return d.decode(m, n);
+  };
+  EXPECT_FALSE(dense_mutate("bf16", 1, 0x7f).ok() && dense_mutate("bf16", 0, 0x80).ok());
+  EXPECT_FALSE(dense_mutate("int8", 3, 0x7f).ok());  // scale -> NaN/inf exponent
+  EXPECT_FALSE(dense_mutate("fp8", 3, 0x7f).ok());   // tensor scale
+  EXPECT_FALSE(dense_mutate("fp8", 4, 0x7f).ok());   // E4M3 NaN code
+  EXPECT_FALSE(dense_mutate("mxfp4", 0, 0xff).ok()); // E8M0 NaN scale
+  EXPECT_FALSE(dense_mutate("nvfp4", 4, 0x7f).ok()); // E4M3 NaN block scale
+  EXPECT_FALSE(dense_mutate("nvfp4", 3, 0x7f).ok()); // tensor scale
+}
+
+TEST(CompressCodec, RandomMutationsNeverCrash) {
+  const Philox rng(77, 0);
+  uint64_t draw = 0;
+  const std::vector<std::string> specs = {"none", "bf16", "fp16", "fp8", "int8", "int4:64",
+                                          "nvfp4", "mxfp4", "mxfp8", "topk:0.05+int4",
+                                          "topk-chunked:0.1:64+nvfp4", "topk:0.3"};
+  int rejected = 0, total = 0;
+  for (const auto& s : specs) {
+    const Codec c = make(s);
+    const size_t n = 257;
+    const auto good = *c.encode(gradient_like(n, 1));
+    for (int t = 0; t < 400; ++t) {
+      auto m = good;
+      const int kind = static_cast<int>(rng.below(draw++, 4));
+      const int flips = 1 + static_cast<int>(rng.below(draw++, 4));
+      for (int f = 0; f < flips; ++f) {
+        const size_t at = rng.below(draw++, m.size());
+        m[at] ^= static_cast<uint8_t>(1u << rng.below(draw++, 8));
+      }
+      if (kind == 1) m.resize(rng.below(draw++, m.size()));
+      if (kind >= 2 && m.size() >= 32) fix_crc(m);  // get past the checksum
+      auto y = decode(m, n);
+      ++total;
+      if (!y.ok()) {
+        ++rejected;
+      } else {
+        for (float v : *y) ASSERT_TRUE(std::isfinite(v)) << s;
+      }
+      if (kind == 0) {
+        ASSERT_FALSE(y.ok()) << s << ": checksum missed a bit flip";
+      }
+    }
+    // Pure garbage of random lengths.
+    for (int t = 0; t < 100; ++t) {
+      std::vector<uint8_t> g(rng.below(draw++, 200));
+      for (auto& b : g) b = static_cast<uint8_t>(rng.u32(draw++));
+      if (g.size() >= 4) std::memcpy(g.data(), "ATLC", 4);
+      ASSERT_FALSE(decode(g, n).ok());
+    }
+  }
+  EXPECT_GT(rejected, total / 4);
+}
+
+// ---- error feedback ---------------------------------------------------------------------------
+
+TEST(CompressCodec, ErrorFeedbackTracksRunningSum) {
+  const size_t n = 4096;
+  const int rounds = 40;
+  for (const char* s : {"int4", "topk:0.02+int4", "nvfp4", "topk-chunked:0.05:512"}) {
+    const Codec c = make(s);
+    ErrorFeedback ef(n);
+    std::vector<double> sum_in(n, 0), sum_out(n, 0), sum_out_no_ef(n, 0);
+    double max_gap = 0, max_gap_no_ef = 0;
+    for (int r = 0; r < rounds; ++r) {
+      // A persistent bias plus noise: without feedback, small coordinates are never sent.
+      auto x = gradient_like(n, 1000 + r);
+      for (size_t i = 0; i < n; ++i) x[i] += 2e-4f * static_cast<float>(i % 5);
+      auto bytes = ef.encode(c, x);
+      ASSERT_TRUE(bytes.ok()) << s;
+      auto y = c.decode(*bytes, n);
+      auto y0 = c.decode(*c.encode(x), n);
+      ASSERT_TRUE(y.ok() && y0.ok());
+      for (size_t i = 0; i < n; ++i) {
+        sum_in[i] += x[i];
+        sum_out[i] += (*y)[i];
+        sum_out_no_ef[i] += (*y0)[i];
+        // Invariant: sum of inputs - sum of what was sent == residual.
+        ASSERT_NEAR(sum_in[i] - sum_out[i], ef.residual()[i], 1e-5) << s << " i=" << i;
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      max_gap = std::max(max_gap, std::fabs(sum_in[i] - sum_out[i]));
+      max_gap_no_ef = std::max(max_gap_no_ef, std::fabs(sum_in[i] - sum_out_no_ef[i]));
+    }
+    EXPECT_LT(max_gap, max_gap_no_ef / 2) << s;
+    ef.reset();
+    EXPECT_EQ(ef.residual()[0], 0.0f);
+  }
+  ErrorFeedback small(3);
+  EXPECT_FALSE(small.encode(make("int8"), std::vector<float>(4)).ok());
+}
+
+}  // namespace
+}  // namespace atl::algorithms::compress

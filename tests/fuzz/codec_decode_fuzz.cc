@@ -1,0 +1,34 @@
+// libFuzzer target for the codec decoders: any bytes, any expected numel (bounded), must give a
+// Status or finite values, never a crash, leak or out-of-bounds access. Input: 2 bytes numel
+// (0..65535, little-endian), 1 flag byte, then the message. When the flag is odd the message's
+// CRC is recomputed first, so mutations get past the checksum and reach the structural checks.
+// Build and run: tests/fuzz/run.sh [seconds].
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "algorithms/compress/crc32c.h"
+
+#include "algorithms/compress/codec.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 3) return 0;
+  const uint64_t numel = data[0] | (uint64_t{data[1]} << 8);
+  std::vector<uint8_t> msg(data + 3, data + size);
+  if ((data[2] & 1) && msg.size() >= 32) {
+    using atl::algorithms::compress::crc32c;
+    const uint32_t c = crc32c(crc32c(0, msg.data(), 24), msg.data() + 28, msg.size() - 28);
+    std::memcpy(msg.data() + 24, &c, 4);
+  }
+  auto out = atl::algorithms::compress::decode(msg, numel);
+  if (out.ok()) {
+    for (float v : *out) {
+      if (!std::isfinite(v)) std::abort();  // decoders promise finite output
+    }
+  }
+  return 0;
+}
