@@ -16,6 +16,7 @@
 #include "coordinator/experiment_config.h"
 #include "kernels/cpu/ops.h"
 #include "node/checkpoint.h"
+#include "node/evaluate.h"
 #include "node/site_data.h"
 
 namespace atl::cli {
@@ -40,22 +41,12 @@ std::vector<FlagSpec> train_flags() {
   return f;
 }
 
-// Validation loss → bits per byte over (at most) eval_tokens tokens of the validation set.
 double validation_bpb(InnerTrainer& trainer, const ParamSet& params, const TrainSetup& setup,
                       int64_t eval_tokens) {
-  const int T = setup.trainer.seq;
-  auto batches = algorithms::data::evaluation_batches(setup.site.validation, T, eval_tokens,
-                                                      setup.trainer.batch);
-  double loss_sum = 0;
-  int64_t tokens = 0, bytes = 0;
-  for (const auto& b : batches) {
-    float loss = trainer.evaluate(params, b.tokens.data(), b.B);
-    loss_sum += static_cast<double>(loss) * b.B * T;
-    tokens += static_cast<int64_t>(b.B) * T;
-    bytes += algorithms::data::target_bytes(b, *setup.site.tokenizer);
-  }
-  if (tokens == 0) return NAN;
-  return algorithms::data::bits_per_byte(loss_sum / tokens, tokens, bytes);
+  return node::evaluate_bpb(trainer.model(), params, setup.site.validation,
+                            *setup.site.tokenizer, setup.trainer.seq, setup.trainer.batch,
+                            eval_tokens)
+      .bpb;
 }
 
 }  // namespace

@@ -1,0 +1,40 @@
+// Starting a coordinator (store + service + gRPC server) from an experiment config: shared by
+// `atoll coordinator` and the coordinator embedded in `atoll demo`.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "algorithms/model/llama.h"
+#include "coordinator/experiment_config.h"
+#include "coordinator/server.h"
+#include "coordinator/service.h"
+#include "coordinator/store.h"
+
+namespace atl::cli {
+
+algorithms::ModelConfig model_config_of(const coordinator::ExperimentConfig& cfg);
+
+struct CoordinatorLaunch {
+  coordinator::ExperimentConfig config;
+  std::string store_dir;
+  std::string listen = "127.0.0.1:0";
+  std::string tls_dir;                      // CA dir with the server's certificate
+  std::string server_name = "coordinator";  // certificate name of the coordinator
+  bool insecure = false;
+  std::function<void(const coordinator::Event&)> on_event;
+};
+
+struct RunningCoordinator {
+  std::unique_ptr<coordinator::Store> store;
+  std::unique_ptr<coordinator::CoordinatorService> service;
+  std::unique_ptr<coordinator::CoordinatorServer> server;
+  algorithms::ModelConfig model;
+  ~RunningCoordinator();  // server first, then service, then store
+};
+
+// Opens (or resumes) the experiment and starts serving; the experiment is not started yet.
+StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const CoordinatorLaunch& launch);
+
+}  // namespace atl::cli

