@@ -24,4 +24,12 @@ void apply_server_limits(grpc::ServerBuilder& builder);
 // name override. Does not connect yet (gRPC connects lazily).
 std::shared_ptr<grpc::Channel> create_channel(const std::string& target, const ClientTls& tls);
 
+// Turns a failed call's status into one line a user can act on. Connection failures (gRPC's
+// "failed to connect to all addresses; last error: ...") are recognised and explained: the
+// coordinator's certificate is from another CA or lacks the expected name, the coordinator
+// closed the handshake (it does not accept this node's certificate, or expects plaintext/TLS),
+// or nothing listens at the target. Everything else keeps its code and message.
+Status explain_call_error(const grpc::Status& status, const std::string& target,
+                          const ClientTls& tls);
+
 }  // namespace atl::transport

@@ -51,12 +51,16 @@ uint32_t crc32c_extend(uint32_t crc, const void* data, size_t n) {
   }
   return ~c32;
 }
-bool crc32c_hardware() { return true; }
+bool crc32c_hardware() {
+  return true;
+}
 #else
 uint32_t crc32c_extend(uint32_t crc, const void* data, size_t n) {
   return crc32c_extend_portable(crc, data, n);
 }
-bool crc32c_hardware() { return false; }
+bool crc32c_hardware() {
+  return false;
+}
 #endif
 
 }  // namespace atl::transport

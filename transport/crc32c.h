@@ -12,8 +12,12 @@ namespace atl::transport {
 // Uses the SSE4.2 crc32 instruction when the build targets it, the table otherwise; both give
 // identical results.
 uint32_t crc32c_extend(uint32_t crc, const void* data, size_t n);
-inline uint32_t crc32c(const void* data, size_t n) { return crc32c_extend(0, data, n); }
-inline uint32_t crc32c(std::string_view s) { return crc32c(s.data(), s.size()); }
+inline uint32_t crc32c(const void* data, size_t n) {
+  return crc32c_extend(0, data, n);
+}
+inline uint32_t crc32c(std::string_view s) {
+  return crc32c(s.data(), s.size());
+}
 
 // The byte-at-a-time table implementation, always available (tests compare the two).
 uint32_t crc32c_extend_portable(uint32_t crc, const void* data, size_t n);

@@ -100,8 +100,8 @@ Status ChunkAssembler::add(const TensorChunk& chunk) {
     if (!is_lower_hex(h.payload_sha256(), 64)) {
       return fail(InvalidArgument(where + ": payload_sha256 is not 64 lower-case hex digits"));
     }
-    if (h.codec() == "none" &&
-        (h.payload_bytes() % sizeof(float) != 0 || h.numel() != h.payload_bytes() / sizeof(float))) {
+    if (h.codec() == "none" && (h.payload_bytes() % sizeof(float) != 0 ||
+                                h.numel() != h.payload_bytes() / sizeof(float))) {
       return fail(InvalidArgument(where + ": codec none needs 4 bytes per element, but numel is " +
                                   std::to_string(h.numel()) + " and payload_bytes " +
                                   std::to_string(h.payload_bytes())));
@@ -153,8 +153,7 @@ Status ChunkAssembler::finish() {
   if (!has_header_) return fail(InvalidArgument("tensor stream ended before any chunk arrived"));
   if (payload_.size() != header_.payload_bytes()) {
     return fail(DataLoss("tensor stream ended after " + std::to_string(payload_.size()) + " of " +
-                         std::to_string(header_.payload_bytes()) +
-                         " bytes: chunks are missing"));
+                         std::to_string(header_.payload_bytes()) + " bytes: chunks are missing"));
   }
   const std::string got = to_hex(sha_.finish());
   if (got != header_.payload_sha256()) {

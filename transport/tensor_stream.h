@@ -29,9 +29,9 @@ Status for_each_chunk(atoll_pb::v1::TensorHeader header, std::string_view payloa
                       size_t chunk_bytes = kMaxChunkBytes);
 
 // Convenience: all chunks at once (copies the payload; fine for tests and small tensors).
-StatusOr<std::vector<atoll_pb::v1::TensorChunk>> chunk_payload(
-    atoll_pb::v1::TensorHeader header, std::string_view payload,
-    size_t chunk_bytes = kMaxChunkBytes);
+StatusOr<std::vector<atoll_pb::v1::TensorChunk>> chunk_payload(atoll_pb::v1::TensorHeader header,
+                                                               std::string_view payload,
+                                                               size_t chunk_bytes = kMaxChunkBytes);
 
 // Receives one stream. Usage: add() each chunk as it arrives, then finish(). The first error
 // is sticky: later calls return it again. Errors:

@@ -8,6 +8,7 @@
 #include <openssl/x509v3.h>
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <system_error>
 
@@ -158,8 +159,12 @@ StatusOr<Role> parse_role(const std::string& text) {
   return InvalidArgument("unknown role '" + text + "': expected node, admin or server");
 }
 
-std::string ca_cert_path(const std::string& dir) { return (fs::path(dir) / "ca.crt").string(); }
-std::string ca_key_path(const std::string& dir) { return (fs::path(dir) / "ca.key").string(); }
+std::string ca_cert_path(const std::string& dir) {
+  return (fs::path(dir) / "ca.crt").string();
+}
+std::string ca_key_path(const std::string& dir) {
+  return (fs::path(dir) / "ca.key").string();
+}
 std::string cert_path(const std::string& dir, const std::string& name) {
   return (fs::path(dir) / (name + ".crt")).string();
 }
@@ -167,12 +172,25 @@ std::string key_path(const std::string& dir, const std::string& name) {
   return (fs::path(dir) / (name + ".key")).string();
 }
 
-Status validate_cert_name(const std::string& name) {
-  if (name.empty() || name.size() > kMaxNameLength) {
+Status validate_cert_name(const std::string& raw) {
+  // Echo the name back safely: control bytes and non-ASCII as \xNN, long names cut short.
+  std::string name;
+  for (size_t i = 0; i < raw.size() && i < 80; ++i) {
+    const auto c = static_cast<unsigned char>(raw[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      name += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      name += buf;
+    }
+  }
+  if (raw.size() > 80) name += "...";
+  if (raw.empty() || raw.size() > kMaxNameLength) {
     return InvalidArgument("certificate name '" + name + "' must be 1 to " +
                            std::to_string(kMaxNameLength) + " characters long");
   }
-  for (char c : name) {
+  for (char c : raw) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
               c == '.' || c == '_' || c == '-';
     if (!ok) {
@@ -180,7 +198,7 @@ Status validate_cert_name(const std::string& name) {
                              "' may only contain letters, digits, '.', '_' and '-'");
     }
   }
-  if (name == "." || name == ".." || name == "ca") {
+  if (raw == "." || raw == ".." || raw == "ca") {
     return InvalidArgument("certificate name '" + name + "' is reserved");
   }
   return Status::Ok();
@@ -196,18 +214,23 @@ Status ca_init(const std::string& dir, const CaOptions& options) {
                          " (ca.crt/ca.key); refusing to overwrite it: choose another --dir");
   }
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  const bool created = fs::create_directories(dir, ec);
   if (ec) return IoError("cannot create " + dir + ": " + ec.message());
-  // Private keys live here: owner-only directory.
-  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  // Private keys live here: a directory we create is owner-only. An existing one keeps its
+  // mode (it is the user's); the key files themselves are 0600 either way.
+  if (created) fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
 
   ATOLL_ASSIGN_OR_RETURN(PkeyPtr key, generate_p256());
   X509Ptr cert(X509_new());
   if (!cert) return Internal("X509_new failed");
   X509_set_version(cert.get(), X509_VERSION_3);
   ATOLL_RETURN_IF_ERROR(set_random_serial(cert.get()));
-  X509_gmtime_adj(X509_getm_notBefore(cert.get()), -kBackdateSeconds);
-  X509_gmtime_adj(X509_getm_notAfter(cert.get()), long{options.validity_days} * 24 * 3600);
+  if (X509_gmtime_adj(X509_getm_notBefore(cert.get()), -kBackdateSeconds) == nullptr ||
+      X509_gmtime_adj(X509_getm_notAfter(cert.get()), long{options.validity_days} * 24 * 3600) ==
+          nullptr) {
+    return InvalidArgument("ca init: validity of " + std::to_string(options.validity_days) +
+                           " days is out of range");
+  }
   X509_NAME* name = X509_get_subject_name(cert.get());
   ATOLL_RETURN_IF_ERROR(add_name_entry(name, "O", "Atoll"));
   ATOLL_RETURN_IF_ERROR(add_name_entry(name, "CN", options.common_name));
@@ -219,7 +242,8 @@ Status ca_init(const std::string& dir, const CaOptions& options) {
   X509V3_set_ctx(&ctx, cert.get(), cert.get(), nullptr, nullptr, 0);
   ATOLL_RETURN_IF_ERROR(
       add_conf_ext(cert.get(), &ctx, NID_basic_constraints, "critical,CA:TRUE,pathlen:0"));
-  ATOLL_RETURN_IF_ERROR(add_conf_ext(cert.get(), &ctx, NID_key_usage, "critical,keyCertSign,cRLSign"));
+  ATOLL_RETURN_IF_ERROR(
+      add_conf_ext(cert.get(), &ctx, NID_key_usage, "critical,keyCertSign,cRLSign"));
   ATOLL_RETURN_IF_ERROR(add_conf_ext(cert.get(), &ctx, NID_subject_key_identifier, "hash"));
   ATOLL_RETURN_IF_ERROR(
       add_conf_ext(cert.get(), &ctx, NID_authority_key_identifier, "keyid:always"));
@@ -277,14 +301,18 @@ Status ca_issue(const std::string& dir, const std::string& name, Role role,
   if (!cert) return Internal("X509_new failed");
   X509_set_version(cert.get(), X509_VERSION_3);
   ATOLL_RETURN_IF_ERROR(set_random_serial(cert.get()));
+  // Beyond ±100 years is a typo, and keeps the arithmetic below far from overflow.
+  constexpr int64_t kMaxValidity = 100LL * 366 * 24 * 3600;
+  if (options.validity_seconds > kMaxValidity || options.validity_seconds < -kMaxValidity) {
+    return InvalidArgument("ca issue: validity of " + std::to_string(options.validity_seconds) +
+                           " seconds is out of range");
+  }
   const long v = static_cast<long>(options.validity_seconds);
-  if (v > 0) {
-    X509_gmtime_adj(X509_getm_notBefore(cert.get()), -kBackdateSeconds);
-    X509_gmtime_adj(X509_getm_notAfter(cert.get()), v);
-  } else {
-    // Already expired: a window entirely in the past.
-    X509_gmtime_adj(X509_getm_notBefore(cert.get()), 2 * v);
-    X509_gmtime_adj(X509_getm_notAfter(cert.get()), v);
+  // Already expired when negative: a window entirely in the past.
+  const long from = v > 0 ? -kBackdateSeconds : 2 * v;
+  if (X509_gmtime_adj(X509_getm_notBefore(cert.get()), from) == nullptr ||
+      X509_gmtime_adj(X509_getm_notAfter(cert.get()), v) == nullptr) {
+    return InvalidArgument("ca issue: validity is out of range");
   }
   X509_NAME* subject = X509_get_subject_name(cert.get());
   ATOLL_RETURN_IF_ERROR(add_name_entry(subject, "O", "Atoll"));
@@ -338,8 +366,9 @@ StatusOr<CertInfo> inspect_certificate_pem(const std::string& pem) {
     const GENERAL_NAME* gen = sk_GENERAL_NAME_value(gens.get(), i);
     if (gen->type == GEN_DNS) {
       const ASN1_IA5STRING* s = gen->d.dNSName;
-      info.sans.push_back("DNS:" + std::string(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
-                                               static_cast<size_t>(ASN1_STRING_length(s))));
+      info.sans.push_back("DNS:" +
+                          std::string(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
+                                      static_cast<size_t>(ASN1_STRING_length(s))));
     } else if (gen->type == GEN_IPADD) {
       const ASN1_OCTET_STRING* ip = gen->d.iPAddress;
       char buf[INET6_ADDRSTRLEN] = {};

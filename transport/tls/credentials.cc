@@ -21,11 +21,12 @@ std::string issue_hint(const std::string& dir, const std::string& name, Role rol
   return "`atoll ca issue --dir " + dir + " --name " + name + " --role " + role_name(role) + "`";
 }
 
-std::string side(Role role) { return role == Role::kServer ? "server" : "client"; }
+std::string side(Role role) {
+  return role == Role::kServer ? "server" : "client";
+}
 
 // Reads and checks the three files; on success returns their PEM text for gRPC.
-StatusOr<LoadedIdentity> load_identity(const std::string& dir, const std::string& name,
-                                       Role role) {
+StatusOr<LoadedIdentity> load_identity(const std::string& dir, const std::string& name, Role role) {
   ATOLL_RETURN_IF_ERROR(validate_cert_name(name));
   LoadedIdentity out;
   const std::string who = std::string(role_name(role)) + " " + name;
@@ -35,7 +36,8 @@ StatusOr<LoadedIdentity> load_identity(const std::string& dir, const std::string
     if (ca_pem.status().code() == StatusCode::kNotFound) {
       return NotFound("no CA certificate (ca.crt) in " + dir +
                       ": copy the experiment's ca.crt there, or create a CA with `atoll ca init "
-                      "--dir " + dir + "`");
+                      "--dir " +
+                      dir + "`");
     }
     return ca_pem.status();
   }
@@ -94,8 +96,8 @@ StatusOr<LoadedIdentity> load_identity(const std::string& dir, const std::string
       X509_STORE_CTX_init(ctx.get(), store.get(), cert.get(), nullptr) != 1) {
     return Internal("cannot set up certificate verification: " + last_error());
   }
-  X509_STORE_CTX_set_purpose(ctx.get(), role == Role::kServer ? X509_PURPOSE_SSL_SERVER
-                                                              : X509_PURPOSE_SSL_CLIENT);
+  X509_STORE_CTX_set_purpose(
+      ctx.get(), role == Role::kServer ? X509_PURPOSE_SSL_SERVER : X509_PURPOSE_SSL_CLIENT);
   if (X509_verify_cert(ctx.get()) != 1) {
     const int err = X509_STORE_CTX_get_error(ctx.get());
     last_error();
@@ -166,7 +168,8 @@ StatusOr<PeerIdentity> peer_identity(const grpc::ServerContext& context) {
   if (pems.empty()) return Unauthenticated("the caller's TLS session carries no certificate");
   const std::string pem(pems.front().data(), pems.front().size());
   auto info = inspect_certificate_pem(pem);
-  if (!info.ok()) return Unauthenticated("unreadable client certificate: " + info.status().message());
+  if (!info.ok())
+    return Unauthenticated("unreadable client certificate: " + info.status().message());
   if (info->common_name.empty()) return Unauthenticated("client certificate has no common name");
   PeerIdentity id;
   id.name = info->common_name;

@@ -59,8 +59,13 @@ Status write_new_file(const std::string& path, const std::string& data, unsigned
     }
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    return IoError("cannot write " + path + ": " + std::strerror(errno));
+  const bool synced = ::fsync(fd) == 0;
+  const int sync_errno = errno;
+  const bool closed = ::close(fd) == 0;
+  if (!synced || !closed) {
+    const int err = !synced ? sync_errno : errno;
+    ::unlink(path.c_str());
+    return IoError("cannot write " + path + ": " + std::strerror(err));
   }
   return Status::Ok();
 }
@@ -100,7 +105,8 @@ StatusOr<std::string> certificate_to_pem(X509* cert) {
 StatusOr<std::string> private_key_to_pem(EVP_PKEY* key) {
   BioPtr bio(BIO_new(BIO_s_mem()));
   // PKCS#8, unencrypted: the file mode (0600) protects it, as for ssh host keys.
-  if (!bio || PEM_write_bio_PrivateKey(bio.get(), key, nullptr, nullptr, 0, nullptr, nullptr) != 1) {
+  if (!bio ||
+      PEM_write_bio_PrivateKey(bio.get(), key, nullptr, nullptr, 0, nullptr, nullptr) != 1) {
     return Internal("cannot encode private key: " + last_error());
   }
   return bio_contents(bio.get());

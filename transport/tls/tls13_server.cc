@@ -26,8 +26,8 @@ class CoreServerCredentials final : public grpc::ServerCredentials {
                         const std::string& cert_pem) {
     grpc_ssl_pem_key_cert_pair pair{key_pem.c_str(), cert_pem.c_str()};
     creds_ = grpc_ssl_server_credentials_create_ex(
-        client_ca_pem.c_str(), &pair, 1,
-        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY, nullptr);
+        client_ca_pem.c_str(), &pair, 1, GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY,
+        nullptr);
   }
   ~CoreServerCredentials() override {
     if (creds_ != nullptr) grpc_server_credentials_release(creds_);

@@ -1,0 +1,192 @@
+#include "transport/tls/ca.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <ctime>
+#include <filesystem>
+
+#include "transport/temp_dir.h"
+#include "transport/tls/credentials.h"
+
+namespace atl::transport {
+namespace {
+
+using atl::testing::TempDir;
+
+unsigned file_mode(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 0777;
+}
+
+bool contains(const std::string& s, const std::string& what) {
+  return s.find(what) != std::string::npos;
+}
+
+TEST(Ca, InitCreatesSelfSignedCaAndRefusesToOverwrite) {
+  TempDir tmp;
+  const std::string dir = tmp.sub("tls");
+  ASSERT_TRUE(ca_init(dir).ok());
+  EXPECT_EQ(file_mode(ca_key_path(dir)), 0600u);
+  auto info = inspect_certificate(ca_cert_path(dir));
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  EXPECT_TRUE(info->is_ca);
+  EXPECT_EQ(info->subject, info->issuer);
+  EXPECT_EQ(info->fingerprint_sha256.size(), 64u);
+  EXPECT_GT(info->not_after_unix, std::time(nullptr) + 3000LL * 24 * 3600);
+
+  auto before = inspect_certificate(ca_cert_path(dir));
+  Status again = ca_init(dir);
+  EXPECT_EQ(again.code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(contains(again.message(), "refusing to overwrite")) << again.message();
+  auto after = inspect_certificate(ca_cert_path(dir));
+  EXPECT_EQ(before->fingerprint_sha256, after->fingerprint_sha256);
+}
+
+TEST(Ca, IssueNodeAndServerCertificates) {
+  TempDir tmp;
+  const std::string dir = tmp.path();
+  CaOptions ca_opts;
+  ca_opts.validity_days = 30;
+  ASSERT_TRUE(ca_init(dir, ca_opts).ok());
+  ASSERT_TRUE(ca_issue(dir, "node-1", Role::kNode).ok());
+  IssueOptions server_opts;
+  server_opts.extra_sans = {"coord.example.org", "10.1.2.3"};
+  ASSERT_TRUE(ca_issue(dir, "coord", Role::kServer, server_opts).ok());
+  EXPECT_EQ(file_mode(key_path(dir, "node-1")), 0600u);
+
+  auto ca = inspect_certificate(ca_cert_path(dir));
+  auto node = inspect_certificate(cert_path(dir, "node-1"));
+  ASSERT_TRUE(node.ok()) << node.status().to_string();
+  EXPECT_EQ(node->common_name, "node-1");
+  EXPECT_EQ(node->role, "node");
+  EXPECT_FALSE(node->is_ca);
+  EXPECT_EQ(node->issuer, ca->subject);
+  EXPECT_EQ(node->sans, std::vector<std::string>{"DNS:node-1"});
+  const int64_t year = 365LL * 24 * 3600;
+  EXPECT_NEAR(static_cast<double>(node->not_after_unix - std::time(nullptr)), double(year), 60.0);
+
+  auto server = inspect_certificate(cert_path(dir, "coord"));
+  ASSERT_TRUE(server.ok());
+  EXPECT_EQ(server->role, "server");
+  EXPECT_EQ(server->sans,
+            (std::vector<std::string>{"DNS:coord", "DNS:localhost", "IP:127.0.0.1", "IP:::1",
+                                      "DNS:coord.example.org", "IP:10.1.2.3"}));
+
+  // Serials are random and distinct.
+  ASSERT_TRUE(ca_issue(dir, "node-2", Role::kNode).ok());
+  auto node2 = inspect_certificate(cert_path(dir, "node-2"));
+  EXPECT_NE(node->serial_hex, node2->serial_hex);
+  EXPECT_GE(node->serial_hex.size(), 30u);
+
+  // Same name again: refused, files untouched.
+  Status dup = ca_issue(dir, "node-1", Role::kNode);
+  EXPECT_EQ(dup.code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(inspect_certificate(cert_path(dir, "node-1"))->fingerprint_sha256,
+            node->fingerprint_sha256);
+
+  // Identity checks used before connecting.
+  EXPECT_TRUE(validate_identity(dir, "node-1", Role::kNode).ok());
+  EXPECT_TRUE(validate_identity(dir, "coord", Role::kServer).ok());
+}
+
+TEST(Ca, NameValidation) {
+  TempDir tmp;
+  ASSERT_TRUE(ca_init(tmp.path()).ok());
+  for (const std::string& bad :
+       std::vector<std::string>{"../x", "a/b", "", "..", ".", "ca", "x y", "n\n", "é",
+                                std::string(65, 'a'), std::string("a\0b", 3)}) {
+    Status st = ca_issue(tmp.path(), bad, Role::kNode);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(st.message().find('\n'), std::string::npos) << "one line: " << st.message();
+  }
+  Status st = ca_issue(tmp.path(), "../x", Role::kNode);
+  EXPECT_TRUE(contains(st.message(), "may only contain")) << st.message();
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(tmp.path()).parent_path() / "x.key"));
+  EXPECT_TRUE(ca_issue(tmp.path(), std::string(64, 'a'), Role::kNode).ok());
+  EXPECT_TRUE(ca_issue(tmp.path(), "Site_3.gpu-a", Role::kAdmin).ok());
+  // Bad extra SAN for a server.
+  IssueOptions o;
+  o.extra_sans = {"a,DNS:evil"};
+  EXPECT_EQ(ca_issue(tmp.path(), "srv", Role::kServer, o).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Ca, IssueWithoutCaSaysHowToCreateOne) {
+  TempDir tmp;
+  Status st = ca_issue(tmp.path(), "node-1", Role::kNode);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_TRUE(contains(st.message(), "atoll ca init")) << st.message();
+}
+
+TEST(Ca, PreValidationMessages) {
+  TempDir tmp;
+  const std::string dir = tmp.sub("a"), other = tmp.sub("b");
+  ASSERT_TRUE(ca_init(dir).ok());
+  ASSERT_TRUE(ca_init(other).ok());
+  IssueOptions expired;
+  expired.validity_seconds = -3600;
+  ASSERT_TRUE(ca_issue(dir, "old", Role::kNode, expired).ok());
+  auto old = inspect_certificate(cert_path(dir, "old"));
+  EXPECT_LT(old->not_after_unix, std::time(nullptr));
+
+  Status st = validate_identity(dir, "old", Role::kNode);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(contains(st.message(), "certificate old expired on " + old->not_after))
+      << st.message();
+  EXPECT_TRUE(contains(st.message(), "atoll ca issue --dir " + dir + " --name old --role node"));
+
+  st = validate_identity(dir, "ghost", Role::kNode);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_EQ(st.message(), "no certificate for node ghost in " + dir +
+                              ": run `atoll ca issue --dir " + dir + " --name ghost --role node`");
+
+  // A certificate from another CA copied into dir.
+  ASSERT_TRUE(ca_issue(other, "stranger", Role::kNode).ok());
+  std::filesystem::copy_file(cert_path(other, "stranger"), cert_path(dir, "stranger"));
+  std::filesystem::copy_file(key_path(other, "stranger"), key_path(dir, "stranger"));
+  st = validate_identity(dir, "stranger", Role::kNode);
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(contains(st.message(), "certificate stranger was not issued by the CA in " + dir))
+      << st.message();
+
+  // Key of another identity.
+  ASSERT_TRUE(ca_issue(dir, "n1", Role::kNode).ok());
+  ASSERT_TRUE(ca_issue(dir, "n2", Role::kNode).ok());
+  std::filesystem::copy_file(key_path(dir, "n2"), key_path(dir, "n1"),
+                             std::filesystem::copy_options::overwrite_existing);
+  EXPECT_TRUE(contains(validate_identity(dir, "n1", Role::kNode).message(), "does not belong"));
+
+  // Role mismatch: a node certificate cannot serve, a server certificate cannot be a client.
+  ASSERT_TRUE(ca_issue(dir, "srv", Role::kServer).ok());
+  ASSERT_TRUE(ca_issue(dir, "n3", Role::kNode).ok());
+  st = validate_identity(dir, "n3", Role::kServer);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(st.message(), "cannot be used as a TLS server")) << st.message();
+  EXPECT_EQ(validate_identity(dir, "srv", Role::kNode).code(), StatusCode::kInvalidArgument);
+
+  // Missing CA certificate.
+  TempDir empty;
+  st = validate_identity(empty.path(), "n", Role::kNode);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_TRUE(contains(st.message(), "ca.crt")) << st.message();
+
+  // Garbage files.
+  TempDir junk;
+  ASSERT_TRUE(ca_init(junk.path()).ok());
+  ASSERT_TRUE(ca_issue(junk.path(), "n", Role::kNode).ok());
+  std::filesystem::resize_file(cert_path(junk.path(), "n"), 40);
+  EXPECT_EQ(validate_identity(junk.path(), "n", Role::kNode).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(inspect_certificate(cert_path(junk.path(), "n")).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(Ca, RoleParsing) {
+  EXPECT_EQ(*parse_role("node"), Role::kNode);
+  EXPECT_EQ(*parse_role("admin"), Role::kAdmin);
+  EXPECT_EQ(*parse_role("server"), Role::kServer);
+  EXPECT_EQ(parse_role("root").status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace atl::transport

@@ -1,0 +1,249 @@
+#include "transport/tensor_stream.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "transport/crc32c.h"
+
+namespace atl::transport {
+namespace {
+
+using atoll_pb::v1::TensorChunk;
+using atoll_pb::v1::TensorHeader;
+
+std::string random_bytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+TensorHeader test_header() {
+  TensorHeader h;
+  h.set_experiment_id("exp");
+  h.set_round(3);
+  h.set_codec("bytes");
+  return h;
+}
+
+std::vector<TensorChunk> chunks_of(const std::string& payload, size_t chunk = kMaxChunkBytes) {
+  auto chunks = chunk_payload(test_header(), payload, chunk);
+  EXPECT_TRUE(chunks.ok()) << chunks.status().to_string();
+  return std::move(chunks).value();
+}
+
+Status assemble(const std::vector<TensorChunk>& chunks, uint64_t max, std::string* out = nullptr) {
+  ChunkAssembler a(max);
+  for (const auto& c : chunks) ATOLL_RETURN_IF_ERROR(a.add(c));
+  ATOLL_RETURN_IF_ERROR(a.finish());
+  if (out) *out = a.take_payload();
+  return Status::Ok();
+}
+
+constexpr uint64_t kLimit = 64ull << 20;
+
+TEST(TensorStream, RoundTripSizes) {
+  for (size_t n : {size_t{0}, size_t{1}, kMaxChunkBytes, kMaxChunkBytes + 1, 5 * kMaxChunkBytes}) {
+    const std::string payload = random_bytes(n, n);
+    auto chunks = chunks_of(payload);
+    const size_t expected_chunks = n == 0 ? 1 : (n + kMaxChunkBytes - 1) / kMaxChunkBytes;
+    ASSERT_EQ(chunks.size(), expected_chunks) << n;
+    ASSERT_TRUE(chunks[0].has_header());
+    EXPECT_EQ(chunks[0].header().payload_bytes(), n);
+    EXPECT_EQ(chunks[0].header().wire_version(), kWireVersion);
+    EXPECT_EQ(chunks[0].header().payload_sha256(), sha256_hex(payload.data(), payload.size()));
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      EXPECT_LE(chunks[i].data().size(), kMaxChunkBytes);
+      EXPECT_EQ(chunks[i].has_header(), i == 0);
+      // Each chunk must also fit the gRPC message bound with its header.
+      EXPECT_LT(chunks[i].ByteSizeLong(), kMaxChunkBytes + 4096);
+    }
+    ChunkAssembler a(kLimit);
+    for (const auto& c : chunks) ASSERT_TRUE(a.add(c).ok()) << n;
+    ASSERT_TRUE(a.finish().ok()) << n;
+    EXPECT_EQ(a.header().experiment_id(), "exp");
+    EXPECT_EQ(a.header().round(), 3u);
+    EXPECT_EQ(a.take_payload(), payload) << n;
+  }
+}
+
+TEST(TensorStream, SmallChunksRoundTrip) {
+  const std::string payload = random_bytes(1000, 1);
+  auto chunks = chunks_of(payload, 7);
+  EXPECT_EQ(chunks.size(), 143u);
+  std::string out;
+  ASSERT_TRUE(assemble(chunks, kLimit, &out).ok());
+  EXPECT_EQ(out, payload);
+  EXPECT_FALSE(chunk_payload(test_header(), payload, 0).ok());
+  EXPECT_FALSE(chunk_payload(test_header(), payload, kMaxChunkBytes + 1).ok());
+}
+
+TEST(TensorStream, RejectsFlippedBit) {
+  const std::string payload = random_bytes(3 * kMaxChunkBytes / 2, 2);
+  auto chunks = chunks_of(payload);
+  std::string& data = *chunks[1].mutable_data();
+  data[12345] ^= 0x10;
+  Status st = assemble(chunks, kLimit);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("CRC-32C mismatch"), std::string::npos) << st.message();
+}
+
+TEST(TensorStream, RejectsFlippedBitWithMatchingCrc) {
+  // A sender that computes the CRC over corrupted data: only the SHA-256 can catch it.
+  const std::string payload = random_bytes(1000, 3);
+  auto chunks = chunks_of(payload, 100);
+  std::string& data = *chunks[4].mutable_data();
+  data[0] ^= 1;
+  chunks[4].set_crc32c(crc32c_extend_portable(0, data.data(), data.size()));
+  Status st = assemble(chunks, kLimit);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("SHA-256 mismatch"), std::string::npos) << st.message();
+}
+
+TEST(TensorStream, RejectsMissingChunk) {
+  auto chunks = chunks_of(random_bytes(3 * kMaxChunkBytes, 4));
+  chunks.erase(chunks.begin() + 1);
+  Status st = assemble(chunks, kLimit);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("missing"), std::string::npos) << st.message();
+}
+
+TEST(TensorStream, RejectsMissingLastChunk) {
+  auto chunks = chunks_of(random_bytes(3 * kMaxChunkBytes, 5));
+  chunks.pop_back();
+  Status st = assemble(chunks, kLimit);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("ended after"), std::string::npos) << st.message();
+}
+
+TEST(TensorStream, RejectsReorderedChunk) {
+  auto chunks = chunks_of(random_bytes(4 * kMaxChunkBytes, 6));
+  std::swap(chunks[1], chunks[2]);
+  Status st = assemble(chunks, kLimit);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  // chunk 2 arrives first: a gap.
+  EXPECT_NE(st.message().find("missing"), std::string::npos) << st.message();
+}
+
+TEST(TensorStream, RejectsDuplicatedChunk) {
+  auto chunks = chunks_of(random_bytes(3 * kMaxChunkBytes, 7));
+  chunks.insert(chunks.begin() + 2, chunks[1]);
+  Status st = assemble(chunks, kLimit);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("reordered or duplicated"), std::string::npos) << st.message();
+}
+
+TEST(TensorStream, RejectsOversizeDeclarationBeforeAllocating) {
+  TensorChunk c;
+  TensorHeader* h = c.mutable_header();
+  h->set_wire_version(kWireVersion);
+  h->set_payload_bytes(std::numeric_limits<uint64_t>::max());  // would throw if reserved
+  h->set_payload_sha256(std::string(64, '0'));
+  ChunkAssembler a(kLimit);
+  Status st = a.add(c);
+  EXPECT_EQ(st.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(st.message().find("exceeds the limit"), std::string::npos) << st.message();
+  // Sticky.
+  EXPECT_EQ(a.finish().code(), StatusCode::kOutOfRange);
+
+  auto chunks = chunks_of(random_bytes(2 * kMaxChunkBytes, 8));
+  EXPECT_EQ(assemble(chunks, 2 * kMaxChunkBytes - 1).code(), StatusCode::kOutOfRange);
+  EXPECT_TRUE(assemble(chunks, 2 * kMaxChunkBytes).ok());
+}
+
+TEST(TensorStream, RejectsSecondHeader) {
+  auto chunks = chunks_of(random_bytes(2 * kMaxChunkBytes, 9));
+  *chunks[1].mutable_header() = chunks[0].header();
+  Status st = assemble(chunks, kLimit);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("second header"), std::string::npos) << st.message();
+}
+
+TEST(TensorStream, RejectsMissingHeaderAndBadFields) {
+  auto chunks = chunks_of(random_bytes(100, 10));
+  TensorChunk no_header = chunks[0];
+  no_header.clear_header();
+  ChunkAssembler a(kLimit);
+  EXPECT_EQ(a.add(no_header).code(), StatusCode::kInvalidArgument);
+
+  TensorChunk bad_version = chunks[0];
+  bad_version.mutable_header()->set_wire_version(2);
+  ChunkAssembler b(kLimit);
+  Status st = b.add(bad_version);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("wire_version"), std::string::npos);
+
+  TensorChunk bad_sha = chunks[0];
+  bad_sha.mutable_header()->set_payload_sha256("xyz");
+  ChunkAssembler c(kLimit);
+  EXPECT_EQ(c.add(bad_sha).code(), StatusCode::kInvalidArgument);
+
+  ChunkAssembler empty(kLimit);
+  EXPECT_EQ(empty.finish().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TensorStream, RejectsOversizeChunkAndDataPastEnd) {
+  const std::string payload = random_bytes(kMaxChunkBytes + 1, 11);
+  TensorHeader h = test_header();
+  h.set_wire_version(kWireVersion);
+  h.set_payload_bytes(payload.size());
+  h.set_payload_sha256(sha256_hex(payload.data(), payload.size()));
+  TensorChunk big;
+  *big.mutable_header() = h;
+  big.set_data(payload);
+  big.set_crc32c(crc32c(payload));
+  ChunkAssembler a(kLimit);
+  Status st = a.add(big);
+  EXPECT_EQ(st.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(st.message().find("chunk limit"), std::string::npos) << st.message();
+
+  auto chunks = chunks_of(random_bytes(10, 12));
+  chunks[0].mutable_header()->set_payload_bytes(5);
+  EXPECT_EQ(assemble(chunks, kLimit).code(), StatusCode::kOutOfRange);
+}
+
+TEST(TensorStream, CodecNoneNeedsConsistentNumel) {
+  std::vector<float> v = {1.f, 2.f, 3.f};
+  const std::string bytes = floats_to_bytes(v);
+  TensorHeader h = test_header();
+  h.set_codec("none");
+  h.set_numel(4);  // wrong: 3 floats
+  auto chunks = chunk_payload(h, bytes);
+  ASSERT_TRUE(chunks.ok());
+  EXPECT_EQ(assemble(*chunks, kLimit).code(), StatusCode::kInvalidArgument);
+  h.set_numel(3);
+  chunks = chunk_payload(h, bytes);
+  ASSERT_TRUE(chunks.ok());
+  EXPECT_TRUE(assemble(*chunks, kLimit).ok());
+}
+
+TEST(TensorStream, FloatBytesAreLittleEndianAndRoundTrip) {
+  std::vector<float> v = {1.0f,
+                          -2.5f,
+                          0.0f,
+                          -0.0f,
+                          std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::denorm_min(),
+                          3.14159265f};
+  const std::string bytes = floats_to_bytes(v);
+  ASSERT_EQ(bytes.size(), v.size() * 4);
+  // 1.0f = 0x3F800000, little-endian on the wire.
+  EXPECT_EQ(static_cast<uint8_t>(bytes[0]), 0x00);
+  EXPECT_EQ(static_cast<uint8_t>(bytes[2]), 0x80);
+  EXPECT_EQ(static_cast<uint8_t>(bytes[3]), 0x3F);
+  auto back = bytes_to_floats(bytes);
+  ASSERT_TRUE(back.ok());
+  ASSERT_EQ(back->size(), v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    EXPECT_EQ(std::signbit((*back)[i]), std::signbit(v[i]));
+    EXPECT_EQ((*back)[i], v[i]);
+  }
+  EXPECT_EQ(bytes_to_floats("abcde").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(bytes_to_floats("").ok());
+}
+
+}  // namespace
+}  // namespace atl::transport

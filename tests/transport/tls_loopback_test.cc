@@ -1,0 +1,431 @@
+// Real gRPC server, real TLS, loopback, ephemeral port.
+#include <arpa/inet.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <openssl/ssl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+
+#include "transport/channel.h"
+#include "transport/grpc_status.h"
+#include "transport/proto/atoll.grpc.pb.h"
+#include "transport/proto/atoll.pb.h"
+#include "transport/temp_dir.h"
+#include "transport/tensor_stream.h"
+#include "transport/tls/ca.h"
+#include "transport/tls/credentials.h"
+#include "transport/tls/openssl_util.h"
+
+namespace atl::transport {
+namespace {
+
+using atl::testing::TempDir;
+namespace pb = atoll_pb::v1;
+
+constexpr auto kRpcDeadline = std::chrono::seconds(10);
+
+std::string deterministic_payload(size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 2654435761u) >> 13);
+  return s;
+}
+
+// Join echoes the caller's certificate identity; PullParams streams `round` KiB; PushUpdate
+// assembles and validates what it receives.
+class TestCoordinator final : public pb::Coordinator::Service {
+ public:
+  grpc::Status Join(grpc::ServerContext* ctx, const pb::JoinRequest*,
+                    pb::JoinResponse* resp) override {
+    auto id = peer_identity(*ctx);
+    if (!id.ok()) return to_grpc(id.status());
+    resp->set_node_id(id->name);
+    resp->set_experiment_id(id->role);  // test service only: echo the role here
+    return grpc::Status::OK;
+  }
+
+  grpc::Status PullParams(grpc::ServerContext*, const pb::PullParamsRequest* req,
+                          grpc::ServerWriter<pb::TensorChunk>* writer) override {
+    const std::string payload = deterministic_payload(req->round() * 1024);
+    pb::TensorHeader header;
+    header.set_round(req->round());
+    header.set_codec("bytes");
+    return to_grpc(for_each_chunk(header, payload, [&](const pb::TensorChunk& c) {
+      return writer->Write(c) ? Status::Ok() : Unavailable("client went away");
+    }));
+  }
+
+  grpc::Status PushUpdate(grpc::ServerContext*, grpc::ServerReader<pb::TensorChunk>* reader,
+                          pb::PushUpdateResponse* resp) override {
+    ChunkAssembler assembler(8u << 20);
+    pb::TensorChunk chunk;
+    while (reader->Read(&chunk)) {
+      Status st = assembler.add(chunk);
+      if (!st.ok()) return to_grpc(st);
+    }
+    Status st = assembler.finish();
+    if (!st.ok()) return to_grpc(st);
+    resp->set_accepted(true);
+    resp->set_message(assembler.header().payload_sha256());
+    return grpc::Status::OK;
+  }
+};
+
+struct RunningServer {
+  TestCoordinator service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+
+  void start(const std::shared_ptr<grpc::ServerCredentials>& creds) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", creds, &port);
+    apply_server_limits(builder);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+  }
+  ~RunningServer() {
+    if (server) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+  std::string target() const { return "127.0.0.1:" + std::to_string(port); }
+};
+
+std::string read(const std::string& path) {
+  auto s = ossl::read_file(path);
+  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  return s.ok() ? *s : "";
+}
+
+// Builds client credentials straight from files, bypassing pre-validation: what a careless or
+// hostile client could do.
+ClientTls raw_client(const std::string& ca_file, const std::string& key_file,
+                     const std::string& cert_file, const std::string& server_name) {
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = read(ca_file);
+  if (!key_file.empty()) o.pem_private_key = read(key_file);
+  if (!cert_file.empty()) o.pem_cert_chain = read(cert_file);
+  ClientTls tls;
+  tls.credentials = grpc::SslCredentials(o);
+  tls.server_name_override = server_name;
+  return tls;
+}
+
+class TlsLoopback : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new TempDir();
+    ca_ = tmp_->sub("ca");
+    other_ = tmp_->sub("other-ca");
+    ASSERT_TRUE(ca_init(ca_).ok());
+    ASSERT_TRUE(ca_init(other_).ok());
+    ASSERT_TRUE(ca_issue(ca_, "coord", Role::kServer).ok());
+    ASSERT_TRUE(ca_issue(ca_, "node-1", Role::kNode).ok());
+    ASSERT_TRUE(ca_issue(ca_, "ops", Role::kAdmin).ok());
+    IssueOptions expired;
+    expired.validity_seconds = -24 * 3600;
+    ASSERT_TRUE(ca_issue(ca_, "node-old", Role::kNode, expired).ok());
+    ASSERT_TRUE(ca_issue(other_, "coord", Role::kServer).ok());
+    ASSERT_TRUE(ca_issue(other_, "node-1", Role::kNode).ok());
+
+    auto creds = server_credentials(ca_, "coord");
+    ASSERT_TRUE(creds.ok()) << creds.status().to_string();
+    server_ = new RunningServer();
+    server_->start(*creds);
+    ASSERT_NE(server_->server, nullptr);
+    ASSERT_GT(server_->port, 0);
+  }
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr) << "test server did not start";
+    ASSERT_NE(server_->server, nullptr) << "test server did not start";
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+    delete tmp_;
+    tmp_ = nullptr;
+  }
+
+  static grpc::Status join(const ClientTls& tls, pb::JoinResponse* resp,
+                           const std::string& target = "") {
+    auto channel = create_channel(target.empty() ? server_->target() : target, tls);
+    auto stub = pb::Coordinator::NewStub(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + kRpcDeadline);
+    pb::JoinRequest req;
+    req.set_node_name("hint-is-ignored");
+    return stub->Join(&ctx, req, resp);
+  }
+
+  // A refused connection must fail promptly and visibly, never as a deadline.
+  static void expect_refused(const ClientTls& tls, const char* what) {
+    pb::JoinResponse resp;
+    const auto t0 = std::chrono::steady_clock::now();
+    grpc::Status st = join(tls, &resp);
+    EXPECT_FALSE(st.ok()) << what << " was accepted as " << resp.node_id();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << what << ": " << st.error_message();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, kRpcDeadline) << what;
+    EXPECT_TRUE(resp.node_id().empty()) << what;
+  }
+
+  // The refusal, explained the way a node reports it.
+  static std::string explained(const ClientTls& tls) {
+    pb::JoinResponse resp;
+    grpc::Status st = join(tls, &resp);
+    EXPECT_FALSE(st.ok());
+    Status ex = explain_call_error(st, server_->target(), tls);
+    EXPECT_EQ(ex.code(), StatusCode::kUnavailable);
+    EXPECT_EQ(ex.message().find('\n'), std::string::npos);
+    return ex.message();
+  }
+
+  static inline TempDir* tmp_ = nullptr;
+  static inline RunningServer* server_ = nullptr;
+  static inline std::string ca_, other_;
+};
+
+TEST_F(TlsLoopback, NodeCertificateIdentityReachesTheServer) {
+  auto tls = client_credentials(ca_, "node-1", "coord");
+  ASSERT_TRUE(tls.ok()) << tls.status().to_string();
+  pb::JoinResponse resp;
+  grpc::Status st = join(*tls, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(resp.node_id(), "node-1");  // from the certificate, not from the request
+  EXPECT_EQ(resp.experiment_id(), "node");
+}
+
+TEST_F(TlsLoopback, AdminRoleAndLocalhostSan) {
+  auto tls = client_credentials(ca_, "ops", "localhost");
+  ASSERT_TRUE(tls.ok()) << tls.status().to_string();
+  pb::JoinResponse resp;
+  grpc::Status st = join(*tls, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(resp.node_id(), "ops");
+  EXPECT_EQ(resp.experiment_id(), "admin");
+  // No override: the target's host 127.0.0.1 must match the IP SAN.
+  auto by_ip = client_credentials(ca_, "node-1");
+  ASSERT_TRUE(by_ip.ok());
+  st = join(*by_ip, &resp);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+}
+
+TEST_F(TlsLoopback, CertificateFromAnotherCaIsRefused) {
+  // The client trusts our CA (so only the server's check is tested) but presents a
+  // certificate from the other CA.
+  const ClientTls stranger = raw_client(ca_cert_path(ca_), key_path(other_, "node-1"),
+                                        cert_path(other_, "node-1"), "coord");
+  expect_refused(stranger, "certificate from another CA");
+  EXPECT_NE(explained(stranger).find("does not accept this node's certificate"), std::string::npos)
+      << explained(stranger);
+  // A client of the other experiment does not trust our server either.
+  auto foreign = client_credentials(other_, "node-1", "coord");
+  ASSERT_TRUE(foreign.ok());
+  expect_refused(*foreign, "client of another CA");
+  EXPECT_NE(explained(*foreign).find("not issued by this experiment's CA"), std::string::npos)
+      << explained(*foreign);
+}
+
+TEST_F(TlsLoopback, PlaintextClientIsRefused) {
+  expect_refused(insecure_client_credentials(), "plaintext client");
+  EXPECT_NE(explained(insecure_client_credentials()).find("requires TLS"), std::string::npos);
+}
+
+TEST_F(TlsLoopback, MissingClientCertificateIsRefused) {
+  expect_refused(raw_client(ca_cert_path(ca_), "", "", "coord"), "client without certificate");
+}
+
+TEST_F(TlsLoopback, ExpiredCertificateIsCaughtBeforeConnectingAndRefusedIfForced) {
+  auto tls = client_credentials(ca_, "node-old", "coord");
+  ASSERT_FALSE(tls.ok());
+  EXPECT_EQ(tls.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(tls.status().message().find("certificate node-old expired on"), std::string::npos)
+      << tls.status().message();
+  EXPECT_NE(tls.status().message().find("atoll ca issue"), std::string::npos);
+  expect_refused(
+      raw_client(ca_cert_path(ca_), key_path(ca_, "node-old"), cert_path(ca_, "node-old"), "coord"),
+      "expired certificate");
+}
+
+TEST_F(TlsLoopback, WrongServerNameFails) {
+  auto tls = client_credentials(ca_, "node-1", "not-the-coordinator");
+  ASSERT_TRUE(tls.ok());
+  expect_refused(*tls, "server name not in the certificate");
+  EXPECT_NE(explained(*tls).find("not valid for the name 'not-the-coordinator'"), std::string::npos)
+      << explained(*tls);
+}
+
+TEST_F(TlsLoopback, ServerPreValidation) {
+  auto missing = server_credentials(ca_, "nobody");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("--role server"), std::string::npos)
+      << missing.status().message();
+  auto node_as_server = server_credentials(ca_, "node-1");
+  EXPECT_EQ(node_as_server.status().code(), StatusCode::kInvalidArgument);
+  auto bad_name = server_credentials(ca_, "../coord");
+  EXPECT_EQ(bad_name.status().code(), StatusCode::kInvalidArgument);
+}
+
+// Raw OpenSSL client: which TLS versions does the server accept?
+struct SslCtxDel {
+  void operator()(SSL_CTX* p) const { SSL_CTX_free(p); }
+};
+struct SslDel {
+  void operator()(SSL* p) const { SSL_free(p); }
+};
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Returns the negotiated protocol version, or 0 when the handshake failed.
+int handshake(int port, int max_version, const std::string& dir) {
+  std::unique_ptr<SSL_CTX, SslCtxDel> ctx(SSL_CTX_new(TLS_client_method()));
+  if (!ctx) return 0;
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  SSL_CTX_set_max_proto_version(ctx.get(), max_version);
+  EXPECT_EQ(
+      SSL_CTX_use_certificate_file(ctx.get(), cert_path(dir, "node-1").c_str(), SSL_FILETYPE_PEM),
+      1);
+  EXPECT_EQ(
+      SSL_CTX_use_PrivateKey_file(ctx.get(), key_path(dir, "node-1").c_str(), SSL_FILETYPE_PEM), 1);
+  EXPECT_EQ(SSL_CTX_load_verify_locations(ctx.get(), ca_cert_path(dir).c_str(), nullptr), 1);
+  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+  static const unsigned char kAlpn[] = {2, 'h', '2'};
+  SSL_CTX_set_alpn_protos(ctx.get(), kAlpn, sizeof(kAlpn));
+
+  Fd sock{::socket(AF_INET, SOCK_STREAM, 0)};
+  timeval tv{5, 0};  // a stuck handshake fails the test instead of hanging it
+  setsockopt(sock.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(sock.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(sock.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return 0;
+  std::unique_ptr<SSL, SslDel> ssl(SSL_new(ctx.get()));
+  SSL_set_fd(ssl.get(), sock.fd);
+  SSL_set_tlsext_host_name(ssl.get(), "coord");
+  SSL_set1_host(ssl.get(), "coord");
+  const int rc = SSL_connect(ssl.get());
+  const int version = rc == 1 ? SSL_version(ssl.get()) : 0;
+  if (rc == 1) SSL_shutdown(ssl.get());
+  ossl::last_error();  // drop queued errors of the failed handshake
+  return version;
+}
+
+TEST_F(TlsLoopback, ServerSpeaksOnlyTls13) {
+  EXPECT_EQ(handshake(server_->port, TLS1_3_VERSION, ca_), TLS1_3_VERSION);
+  EXPECT_EQ(handshake(server_->port, TLS1_2_VERSION, ca_), 0) << "a TLS 1.2 client was accepted";
+}
+
+TEST_F(TlsLoopback, TensorStreamsOverGrpc) {
+  auto tls = client_credentials(ca_, "node-1", "coord");
+  ASSERT_TRUE(tls.ok());
+  auto stub = pb::Coordinator::NewStub(create_channel(server_->target(), *tls));
+
+  // Pull 3 MiB + 5 KiB: four chunks, each under the message bound.
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + kRpcDeadline);
+    pb::PullParamsRequest req;
+    req.set_round(3 * 1024 + 5);
+    auto reader = stub->PullParams(&ctx, req);
+    ChunkAssembler assembler(16u << 20);
+    pb::TensorChunk chunk;
+    while (reader->Read(&chunk)) ASSERT_TRUE(assembler.add(chunk).ok());
+    ASSERT_TRUE(reader->Finish().ok());
+    ASSERT_TRUE(assembler.finish().ok());
+    EXPECT_EQ(assembler.chunks_received(), 4u);
+    EXPECT_EQ(assembler.take_payload(), deterministic_payload((3 * 1024 + 5) * 1024));
+  }
+
+  auto push = [&](const std::vector<pb::TensorChunk>& chunks, pb::PushUpdateResponse* resp,
+                  pb::Coordinator::Stub* via) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + kRpcDeadline);
+    auto writer = via->PushUpdate(&ctx, resp);
+    for (const auto& c : chunks) {
+      if (!writer->Write(c)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  };
+
+  const std::string payload = deterministic_payload(2 * kMaxChunkBytes + 17);
+  auto chunks = chunk_payload(pb::TensorHeader(), payload);
+  ASSERT_TRUE(chunks.ok());
+  pb::PushUpdateResponse resp;
+  grpc::Status st = push(*chunks, &resp, stub.get());
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_TRUE(resp.accepted());
+  EXPECT_EQ(resp.message(), sha256_hex(payload.data(), payload.size()));
+
+  // Corruption is reported back with the assembler's code and message.
+  auto corrupt = *chunks;
+  (*corrupt[1].mutable_data())[99] ^= 4;
+  st = push(corrupt, &resp, stub.get());
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DATA_LOSS);
+  EXPECT_NE(st.error_message().find("CRC-32C mismatch"), std::string::npos) << st.error_message();
+  EXPECT_EQ(from_grpc(st).code(), StatusCode::kDataLoss);
+
+  // An oversize message is refused by the server's bound even if the client does not limit it.
+  pb::TensorChunk huge;
+  huge.set_data(std::string(2 * kMaxChunkBytes, 'x'));
+  grpc::ChannelArguments args;
+  args.SetSslTargetNameOverride("coord");
+  args.SetMaxSendMessageSize(-1);
+  auto unbounded = pb::Coordinator::NewStub(
+      grpc::CreateCustomChannel(server_->target(), tls->credentials, args));
+  st = push({huge}, &resp, unbounded.get());
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  // Our own channel refuses to send it in the first place.
+  st = push({huge}, &resp, stub.get());
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+}
+
+TEST(ExplainCallError, NothingListening) {
+  // Bind and release a port so that nothing listens on it.
+  int port = 0;
+  {
+    RunningServer s;
+    s.start(insecure_server_credentials());
+    port = s.port;
+  }
+  const std::string target = "127.0.0.1:" + std::to_string(port);
+  auto stub = pb::Coordinator::NewStub(create_channel(target, insecure_client_credentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + kRpcDeadline);
+  pb::JoinResponse resp;
+  grpc::Status st = stub->Join(&ctx, pb::JoinRequest(), &resp);
+  ASSERT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
+  Status ex = explain_call_error(st, target, insecure_client_credentials());
+  EXPECT_NE(ex.message().find("nothing is listening"), std::string::npos) << ex.message();
+  // Non-connection errors pass through.
+  EXPECT_EQ(explain_call_error(grpc::Status(grpc::StatusCode::DATA_LOSS, "crc"), target,
+                               insecure_client_credentials())
+                .code(),
+            StatusCode::kDataLoss);
+}
+
+TEST(InsecureMode, PlaintextWorksButCarriesNoIdentity) {
+  RunningServer server;
+  server.start(insecure_server_credentials());
+  ASSERT_GT(server.port, 0);
+  auto stub =
+      pb::Coordinator::NewStub(create_channel(server.target(), insecure_client_credentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + kRpcDeadline);
+  pb::JoinResponse resp;
+  grpc::Status st = stub->Join(&ctx, pb::JoinRequest(), &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
+  EXPECT_NE(st.error_message().find("no verified client certificate"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace atl::transport
