@@ -11,38 +11,19 @@
 #include <cmath>
 #include <string_view>
 
+#include "transport/grpc_status.h"
 #include "transport/tensor_stream.h"
 #include "transport/tls/credentials.h"
 
 namespace atl::coordinator {
 namespace pb = atoll_pb::v1;
+using transport::to_grpc;
 
 namespace {
 
 constexpr char kNodeMetadata[] = "atoll-node";
 constexpr size_t kMaxMetrics = 256;
 constexpr size_t kMaxMetricName = 128;
-
-grpc::Status to_grpc(const Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  grpc::StatusCode c = grpc::StatusCode::INTERNAL;
-  switch (s.code()) {
-    case StatusCode::kOk: c = grpc::StatusCode::OK; break;
-    case StatusCode::kInvalidArgument: c = grpc::StatusCode::INVALID_ARGUMENT; break;
-    case StatusCode::kNotFound: c = grpc::StatusCode::NOT_FOUND; break;
-    case StatusCode::kAlreadyExists: c = grpc::StatusCode::ALREADY_EXISTS; break;
-    case StatusCode::kFailedPrecondition: c = grpc::StatusCode::FAILED_PRECONDITION; break;
-    case StatusCode::kOutOfRange: c = grpc::StatusCode::OUT_OF_RANGE; break;
-    case StatusCode::kPermissionDenied: c = grpc::StatusCode::PERMISSION_DENIED; break;
-    case StatusCode::kUnauthenticated: c = grpc::StatusCode::UNAUTHENTICATED; break;
-    case StatusCode::kUnavailable: c = grpc::StatusCode::UNAVAILABLE; break;
-    case StatusCode::kDeadlineExceeded: c = grpc::StatusCode::DEADLINE_EXCEEDED; break;
-    case StatusCode::kDataLoss: c = grpc::StatusCode::DATA_LOSS; break;
-    case StatusCode::kInternal: c = grpc::StatusCode::INTERNAL; break;
-    case StatusCode::kIoError: c = grpc::StatusCode::INTERNAL; break;
-  }
-  return grpc::Status(c, s.message());
-}
 
 std::string short_fp(const std::string& fp) { return fp.substr(0, 12); }
 

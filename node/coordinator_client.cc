@@ -30,7 +30,8 @@ Status CoordinatorClient::from_grpc(const grpc::Status& s, const char* rpc,
   const std::string msg = s.error_message();
   switch (s.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
-      return Unavailable("coordinator at " + t + " unreachable: " + msg);
+      // Connection-level failures (TLS refused, nothing listening) get one actionable line.
+      return transport::explain_call_error(s, t, options_.tls);
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       return Status(StatusCode::kDeadlineExceeded,
                     "coordinator at " + t + " did not answer " + rpc + " within " +
