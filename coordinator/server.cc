@@ -34,6 +34,8 @@ void CoordinatorServer::shutdown() {
   server_.reset();
 }
 
-CoordinatorServer::~CoordinatorServer() { shutdown(); }
+CoordinatorServer::~CoordinatorServer() {
+  shutdown();
+}
 
 }  // namespace atl::coordinator

@@ -28,7 +28,7 @@ class CoordinatorServer {
  public:
   // `service` must outlive the server.
   static StatusOr<std::unique_ptr<CoordinatorServer>> start(CoordinatorService& service,
-                                                           ServerOptions options);
+                                                            ServerOptions options);
   ~CoordinatorServer();
   CoordinatorServer(const CoordinatorServer&) = delete;
   CoordinatorServer& operator=(const CoordinatorServer&) = delete;

@@ -25,7 +25,9 @@ constexpr char kNodeMetadata[] = "atoll-node";
 constexpr size_t kMaxMetrics = 256;
 constexpr size_t kMaxMetricName = 128;
 
-std::string short_fp(const std::string& fp) { return fp.substr(0, 12); }
+std::string short_fp(const std::string& fp) {
+  return fp.substr(0, 12);
+}
 
 }  // namespace
 
@@ -80,7 +82,8 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* ctx, const pb::JoinRe
   const std::string id = *id_or;
   const double budget = req->budget() == 0 ? 1.0 : req->budget();
   if (!(budget > 0 && budget <= 1))
-    return to_grpc(InvalidArgument("budget " + std::to_string(req->budget()) + " must be in (0, 1]"));
+    return to_grpc(
+        InvalidArgument("budget " + std::to_string(req->budget()) + " must be in (0, 1]"));
   if (req->capabilities().device().size() > 64)
     return to_grpc(InvalidArgument("capabilities.device is longer than 64 characters"));
 
@@ -102,10 +105,10 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* ctx, const pb::JoinRe
   n.record.device = req->capabilities().device();
   n.record.threads = req->capabilities().threads();
   n.record.budget = budget;
-  n.record.joined_unix_ms = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(
-          std::chrono::system_clock::now().time_since_epoch())
-          .count());
+  n.record.joined_unix_ms =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count());
   n.record.last_seen_unix_ms = n.record.joined_unix_ms;
   if (Status st = store_.put_node(experiment_id_, n.record); !st.ok()) return to_grpc(st);
   audit(rejoin ? "node_rejoined" : "node_joined", id + " device " + n.record.device);
@@ -164,8 +167,8 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::NextTask(grpc::ServerContext* ctx,
-                                          const pb::NextTaskRequest* req, pb::Task* task) {
+grpc::Status CoordinatorService::NextTask(grpc::ServerContext* ctx, const pb::NextTaskRequest* req,
+                                          pb::Task* task) {
   std::unique_lock<std::mutex> lk(mu_);
   auto id_or = member_locked(*ctx, req->experiment_id());
   if (!id_or.ok()) return to_grpc(id_or.status());
@@ -222,10 +225,10 @@ grpc::Status CoordinatorService::NextTask(grpc::ServerContext* ctx,
       task->set_round(experiment_.current_round);
       task->set_reason(s == ExperimentState::kPaused    ? "experiment paused"
                        : s == ExperimentState::kCreated ? "experiment not started yet"
-                       : round_.open ? "round " + std::to_string(round_.round) + " in progress"
-                                     : "waiting for diloco.min_nodes = " +
-                                           std::to_string(config_.diloco.min_nodes) +
-                                           " ready nodes");
+                       : round_.open
+                           ? "round " + std::to_string(round_.round) + " in progress"
+                           : "waiting for diloco.min_nodes = " +
+                                 std::to_string(config_.diloco.min_nodes) + " ready nodes");
       break;
     }
   }
@@ -276,7 +279,8 @@ grpc::Status CoordinatorService::PushUpdate(grpc::ServerContext* ctx,
                                             pb::PushUpdateResponse* resp) {
   pb::TensorChunk first;
   if (!reader->Read(&first))
-    return to_grpc(InvalidArgument("PushUpdate: empty stream (the first chunk carries the header)"));
+    return to_grpc(
+        InvalidArgument("PushUpdate: empty stream (the first chunk carries the header)"));
   if (!first.has_header())
     return to_grpc(InvalidArgument("PushUpdate: the first chunk has no header"));
   const pb::TensorHeader& h = first.header();
@@ -372,12 +376,12 @@ grpc::Status CoordinatorService::PushUpdate(grpc::ServerContext* ctx,
     delta = std::move(*d);
   }
   if (delta.size() != numel)
-    return reject(InvalidArgument("wrong shape: payload decodes to " +
-                                  std::to_string(delta.size()) + " elements, θ has " +
-                                  std::to_string(numel)),
-                  true);
-  if (Status f = algorithms::check_finite(delta, "update from '" + id + "' for round " +
-                                                     std::to_string(h.round()));
+    return reject(
+        InvalidArgument("wrong shape: payload decodes to " + std::to_string(delta.size()) +
+                        " elements, θ has " + std::to_string(numel)),
+        true);
+  if (Status f = algorithms::check_finite(
+          delta, "update from '" + id + "' for round " + std::to_string(h.round()));
       !f.ok())
     return reject(f, true);
 
@@ -415,8 +419,7 @@ grpc::Status CoordinatorService::PushUpdate(grpc::ServerContext* ctx,
 }
 
 grpc::Status CoordinatorService::ReportMetrics(grpc::ServerContext* ctx,
-                                               const pb::MetricsReport* req,
-                                               pb::MetricsAck* resp) {
+                                               const pb::MetricsReport* req, pb::MetricsAck* resp) {
   std::string id;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -425,8 +428,8 @@ grpc::Status CoordinatorService::ReportMetrics(grpc::ServerContext* ctx,
     id = *id_or;
   }
   if (static_cast<size_t>(req->metrics_size()) > kMaxMetrics)
-    return to_grpc(InvalidArgument("at most " + std::to_string(kMaxMetrics) +
-                                   " metrics per report"));
+    return to_grpc(
+        InvalidArgument("at most " + std::to_string(kMaxMetrics) + " metrics per report"));
   boost::json::object o;
   o["node"] = id;
   o["round"] = req->round();

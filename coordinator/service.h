@@ -44,18 +44,18 @@ using Clock = std::chrono::steady_clock;
 // Progress and lifecycle, delivered in order on the service's event thread.
 struct Event {
   enum class Kind {
-    kStateChanged,    // message: "running", "paused", ...
+    kStateChanged,  // message: "running", "paused", ...
     kNodeJoined,
-    kNodeLost,        // silent for lost_after_heartbeats × heartbeat_interval_s
+    kNodeLost,  // silent for lost_after_heartbeats × heartbeat_interval_s
     kNodeLeft,
-    kRoundStarted,    // participants in `participants`
+    kRoundStarted,  // participants in `participants`
     kUpdateAccepted,
     kUpdateRejected,  // message: why (the status returned to the node)
     kRoundCommitted,  // `record` holds the committed RoundRecord
     kRoundRestarted,  // quorum not reached; message: why
     kMetrics,         // `metrics` from ReportMetrics
     kFinished,
-    kFailed,          // message: why
+    kFailed,  // message: why
   };
   explicit Event(Kind k) : kind(k) {}
   Kind kind;
@@ -200,11 +200,11 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;  // any state change: rounds, nodes, lifecycle, shutdown
   bool stopping_ = false;
-  ExperimentRecord experiment_;                     // as committed (+ lifecycle changes)
+  ExperimentRecord experiment_;                      // as committed (+ lifecycle changes)
   std::shared_ptr<const std::vector<float>> theta_;  // θ_current, immutable once published
-  std::vector<float> momentum_;                     // numel; meaningful when has_momentum_
+  std::vector<float> momentum_;                      // numel; meaningful when has_momentum_
   bool has_momentum_ = false;
-  std::map<std::string, NodeState> nodes_;          // sorted by node id
+  std::map<std::string, NodeState> nodes_;  // sorted by node id
   Round round_;
   std::optional<Clock::time_point> quorum_since_;  // min_nodes ready, waiting for the rest
 

@@ -24,18 +24,30 @@ Clock::duration seconds(double s) {
 
 const char* event_kind_name(Event::Kind k) {
   switch (k) {
-    case Event::Kind::kStateChanged: return "state";
-    case Event::Kind::kNodeJoined: return "node_joined";
-    case Event::Kind::kNodeLost: return "node_lost";
-    case Event::Kind::kNodeLeft: return "node_left";
-    case Event::Kind::kRoundStarted: return "round_started";
-    case Event::Kind::kUpdateAccepted: return "update_accepted";
-    case Event::Kind::kUpdateRejected: return "update_rejected";
-    case Event::Kind::kRoundCommitted: return "round_committed";
-    case Event::Kind::kRoundRestarted: return "round_restarted";
-    case Event::Kind::kMetrics: return "metrics";
-    case Event::Kind::kFinished: return "finished";
-    case Event::Kind::kFailed: return "failed";
+    case Event::Kind::kStateChanged:
+      return "state";
+    case Event::Kind::kNodeJoined:
+      return "node_joined";
+    case Event::Kind::kNodeLost:
+      return "node_lost";
+    case Event::Kind::kNodeLeft:
+      return "node_left";
+    case Event::Kind::kRoundStarted:
+      return "round_started";
+    case Event::Kind::kUpdateAccepted:
+      return "update_accepted";
+    case Event::Kind::kUpdateRejected:
+      return "update_rejected";
+    case Event::Kind::kRoundCommitted:
+      return "round_committed";
+    case Event::Kind::kRoundRestarted:
+      return "round_restarted";
+    case Event::Kind::kMetrics:
+      return "metrics";
+    case Event::Kind::kFinished:
+      return "finished";
+    case Event::Kind::kFailed:
+      return "failed";
   }
   return "unknown";
 }
@@ -49,8 +61,8 @@ CoordinatorService::CoordinatorService(Store& store, ExperimentConfig config,
       outer_(algorithms::OuterNesterovOptions{static_cast<float>(config_.diloco.outer_lr),
                                               static_cast<float>(config_.diloco.outer_momentum)}),
       heartbeat_interval_(seconds(config_.diloco.heartbeat_interval_s)),
-      lost_timeout_(seconds(config_.diloco.heartbeat_interval_s *
-                            config_.diloco.lost_after_heartbeats)) {}
+      lost_timeout_(
+          seconds(config_.diloco.heartbeat_interval_s * config_.diloco.lost_after_heartbeats)) {}
 
 StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::open(
     Store& store, const ExperimentConfig& config, const algorithms::ParamSet& initial,
@@ -123,8 +135,8 @@ Status CoordinatorService::start() {
   const ExperimentState s = experiment_.state;
   if (s == ExperimentState::kRunning) return Status::Ok();
   if (s == ExperimentState::kFinished || s == ExperimentState::kFailed)
-    return FailedPrecondition("experiment '" + experiment_id_ + "' is " +
-                              experiment_state_name(s) + " and cannot be started again");
+    return FailedPrecondition("experiment '" + experiment_id_ + "' is " + experiment_state_name(s) +
+                              " and cannot be started again");
   set_state_locked(ExperimentState::kRunning, "started");
   maybe_start_round_locked(Clock::now());
   return Status::Ok();
@@ -164,10 +176,10 @@ StatusOr<ExperimentState> CoordinatorService::wait_until_finished(
            experiment_.state == ExperimentState::kFailed;
   };
   if (!cv_.wait_until(lk, deadline, final_state))
-    return Status(StatusCode::kDeadlineExceeded,
-                  "experiment '" + experiment_id_ + "' still " +
-                      experiment_state_name(experiment_.state) + " at round " +
-                      std::to_string(experiment_.current_round));
+    return Status(StatusCode::kDeadlineExceeded, "experiment '" + experiment_id_ + "' still " +
+                                                     experiment_state_name(experiment_.state) +
+                                                     " at round " +
+                                                     std::to_string(experiment_.current_round));
   return experiment_.state;
 }
 
@@ -268,9 +280,9 @@ void CoordinatorService::maybe_close_round_locked(Clock::time_point now) {
         " s deadline; raise diloco.round_deadline_s or lower diloco.min_nodes");
   }
   if (outstanding == 0 && round_.receiving.empty())
-    return restart_round_locked("every live participant is done but only " +
-                                std::to_string(pushed) + " of diloco.min_nodes = " +
-                                std::to_string(quorum) + " updates arrived");
+    return restart_round_locked(
+        "every live participant is done but only " + std::to_string(pushed) +
+        " of diloco.min_nodes = " + std::to_string(quorum) + " updates arrived");
 }
 
 void CoordinatorService::restart_round_locked(const std::string& why) {
@@ -372,8 +384,8 @@ void CoordinatorService::check_lost_locked(Clock::time_point now) {
     Event e{Event::Kind::kNodeLost};
     e.round = experiment_.current_round;
     e.node_id = id;
-    e.message = "no heartbeat for " + std::to_string(config_.diloco.lost_after_heartbeats) +
-                " intervals";
+    e.message =
+        "no heartbeat for " + std::to_string(config_.diloco.lost_after_heartbeats) + " intervals";
     emit_locked(std::move(e));
   }
 }
@@ -387,8 +399,8 @@ void CoordinatorService::ticker_loop() {
     maybe_start_round_locked(now);
     // Next wake-up: a fraction of the heartbeat interval (lost detection), the round deadline
     // and the end of a start wait, whichever comes first. Any state change also wakes us.
-    Clock::time_point wake = now + std::max<Clock::duration>(heartbeat_interval_ / 4,
-                                                             std::chrono::milliseconds(10));
+    Clock::time_point wake =
+        now + std::max<Clock::duration>(heartbeat_interval_ / 4, std::chrono::milliseconds(10));
     if (round_.open) wake = std::min(wake, round_.deadline);
     if (quorum_since_) wake = std::min(wake, *quorum_since_ + seconds(config_.diloco.start_wait_s));
     cv_.wait_until(lk, wake);

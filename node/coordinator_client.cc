@@ -33,12 +33,13 @@ Status CoordinatorClient::from_grpc(const grpc::Status& s, const char* rpc,
       // Connection-level failures (TLS refused, nothing listening) get one actionable line.
       return transport::explain_call_error(s, t, options_.tls);
     case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return Status(StatusCode::kDeadlineExceeded,
-                    "coordinator at " + t + " did not answer " + rpc + " within " +
-                        std::to_string(timeout.count()) + " ms");
+      return Status(StatusCode::kDeadlineExceeded, "coordinator at " + t + " did not answer " +
+                                                       rpc + " within " +
+                                                       std::to_string(timeout.count()) + " ms");
     case grpc::StatusCode::INVALID_ARGUMENT:
       return InvalidArgument(std::string(rpc) + " rejected by " + t + ": " + msg);
-    case grpc::StatusCode::NOT_FOUND: return NotFound(std::string(rpc) + ": " + msg);
+    case grpc::StatusCode::NOT_FOUND:
+      return NotFound(std::string(rpc) + ": " + msg);
     case grpc::StatusCode::ALREADY_EXISTS:
       return AlreadyExists(std::string(rpc) + " rejected: " + msg);
     case grpc::StatusCode::FAILED_PRECONDITION:
@@ -49,7 +50,8 @@ Status CoordinatorClient::from_grpc(const grpc::Status& s, const char* rpc,
       return PermissionDenied("coordinator at " + t + " refused " + rpc + ": " + msg);
     case grpc::StatusCode::UNAUTHENTICATED:
       return Unauthenticated("coordinator at " + t + " did not accept our identity: " + msg);
-    case grpc::StatusCode::DATA_LOSS: return DataLoss(std::string(rpc) + ": " + msg);
+    case grpc::StatusCode::DATA_LOSS:
+      return DataLoss(std::string(rpc) + ": " + msg);
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
       return Unavailable("coordinator at " + t + " refused " + rpc + ": " + msg);
     default:
@@ -116,7 +118,8 @@ StatusOr<PulledParams> CoordinatorClient::pull_params(uint64_t round,
     }
   }
   const grpc::Status gs = reader->Finish();
-  if (!st.ok()) return Status(st.code(), "PullParams from " + options_.target + ": " + st.message());
+  if (!st.ok())
+    return Status(st.code(), "PullParams from " + options_.target + ": " + st.message());
   ATOLL_RETURN_IF_ERROR(from_grpc(gs, "PullParams", options_.stream_timeout));
   if (Status f = assembler.finish(); !f.ok())
     return Status(f.code(), "PullParams from " + options_.target + ": " + f.message());
@@ -136,8 +139,8 @@ StatusOr<PulledParams> CoordinatorClient::pull_params(uint64_t round,
   out.fingerprint = sha256_hex(out.values.data(), out.values.size() * sizeof(float));
   out.layout_fingerprint = h.layout_fingerprint();
   if (out.fingerprint != h.params_fingerprint())
-    return DataLoss("PullParams: θ fingerprint " + out.fingerprint + " does not match the header's " +
-                    h.params_fingerprint());
+    return DataLoss("PullParams: θ fingerprint " + out.fingerprint +
+                    " does not match the header's " + h.params_fingerprint());
   if (!expected_fingerprint.empty() && out.fingerprint != expected_fingerprint)
     return FailedPrecondition("PullParams: θ of round " + std::to_string(round) + " is " +
                               out.fingerprint + ", the task announced " + expected_fingerprint);

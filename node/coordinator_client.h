@@ -33,14 +33,14 @@
 namespace atl::node {
 
 struct ClientOptions {
-  std::string target;          // coordinator "HOST:PORT"
-  transport::ClientTls tls;    // transport::client_credentials(...) or insecure_client_credentials()
+  std::string target;        // coordinator "HOST:PORT"
+  transport::ClientTls tls;  // transport::client_credentials(...) or insecure_client_credentials()
   // Identity in --insecure mode (sent with Join and as "atoll-node" metadata on every call).
   // With mTLS the coordinator takes the identity from the certificate instead.
   std::string node_name;
-  std::chrono::milliseconds rpc_timeout{10000};     // unary calls (+ wait_ms for NextTask)
-  std::chrono::milliseconds stream_timeout{300000}; // PullParams / PushUpdate of a whole θ
-  uint64_t max_param_bytes = uint64_t{4} << 30;     // refuse a θ announced larger than this
+  std::chrono::milliseconds rpc_timeout{10000};      // unary calls (+ wait_ms for NextTask)
+  std::chrono::milliseconds stream_timeout{300000};  // PullParams / PushUpdate of a whole θ
+  uint64_t max_param_bytes = uint64_t{4} << 30;      // refuse a θ announced larger than this
 };
 
 struct PulledParams {
@@ -86,8 +86,7 @@ class CoordinatorClient {
 
  private:
   void prepare(grpc::ClientContext& ctx, std::chrono::milliseconds timeout) const;
-  Status from_grpc(const grpc::Status& s, const char* rpc,
-                   std::chrono::milliseconds timeout) const;
+  Status from_grpc(const grpc::Status& s, const char* rpc, std::chrono::milliseconds timeout) const;
 
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -48,7 +48,9 @@ inline std::vector<float> fake_delta(const std::vector<float>& theta, uint32_t i
                                   static_cast<float>(static_cast<int>(j % 13) - 6);
   return d;
 }
-inline uint64_t fake_tokens(uint32_t index) { return 1000 * (index + 1); }
+inline uint64_t fake_tokens(uint32_t index) {
+  return 1000 * (index + 1);
+}
 inline double fake_loss(uint32_t index, uint64_t round) {
   return 5.0 / (1.0 + static_cast<double>(round)) + 0.1 * index;
 }
@@ -81,11 +83,10 @@ struct Coordinator {
   std::unique_ptr<CoordinatorServer> server;
 
   // Opens (or resumes) the experiment in `dir` and serves it on `listen`.
-  static std::unique_ptr<Coordinator> start(const std::string& dir, const ExperimentConfig& cfg,
-                                            const algorithms::ParamSet& initial,
-                                            ServiceOptions options = {},
-                                            std::shared_ptr<grpc::ServerCredentials> creds = nullptr,
-                                            const std::string& listen = "127.0.0.1:0") {
+  static std::unique_ptr<Coordinator> start(
+      const std::string& dir, const ExperimentConfig& cfg, const algorithms::ParamSet& initial,
+      ServiceOptions options = {}, std::shared_ptr<grpc::ServerCredentials> creds = nullptr,
+      const std::string& listen = "127.0.0.1:0") {
     auto c = std::make_unique<Coordinator>();
     auto s = Store::open(dir, {.keep_params = cfg.diloco.keep_params});
     EXPECT_TRUE(s.ok()) << s.status().to_string();
@@ -168,14 +169,16 @@ struct FakeNode {
         continue;
       }
       const std::vector<float> delta = fake_delta(theta->values, index);
-      node::UpdateHeader h{r, fake_tokens(index), fake_loss(index, r), theta->fingerprint, layout_fp};
+      node::UpdateHeader h{r, fake_tokens(index), fake_loss(index, r), theta->fingerprint,
+                           layout_fp};
       auto pushed = client.push_update(h, delta);
       if (!pushed.ok()) {
         errors.push_back(pushed.status().to_string());
         joined = false;
         continue;
       }
-      (void)client.report_metrics(r, (r + 1) * 10, {{"loss", fake_loss(index, r)}, {"tokens", 1.0}});
+      (void)client.report_metrics(r, (r + 1) * 10,
+                                  {{"loss", fake_loss(index, r)}, {"tokens", 1.0}});
       rounds_done.push_back(r);
       last_done = r;
     }
@@ -186,8 +189,8 @@ struct FakeNode {
 inline std::string expected_fingerprint(const algorithms::ParamSet& initial, uint32_t n,
                                         uint32_t rounds, const ExperimentConfig& cfg) {
   std::vector<float> theta = initial.vec(), m(theta.size()), agg(theta.size());
-  algorithms::OuterNesterov opt({static_cast<float>(cfg.diloco.outer_lr),
-                                 static_cast<float>(cfg.diloco.outer_momentum)});
+  algorithms::OuterNesterov opt(
+      {static_cast<float>(cfg.diloco.outer_lr), static_cast<float>(cfg.diloco.outer_momentum)});
   for (uint32_t r = 0; r < rounds; ++r) {
     std::vector<std::vector<float>> deltas;
     std::vector<algorithms::Update> ups;

@@ -239,7 +239,8 @@ TEST(CoordinatorService, SilentParticipantDoesNotHoldTheRoundPastItsDeadline) {
   // node-2 never pushes. Quorum (2) is met; the round must close at its 1 s deadline.
   EXPECT_EQ(o.c->service->current_round(), 0u);
   ASSERT_TRUE(o.c->service->wait_for_round(1, started + 4s));
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   EXPECT_LT(waited, 2.5);
   auto rec = o.c->store->load_round("deadline", 0);
   ASSERT_TRUE(rec.ok());
@@ -273,8 +274,8 @@ TEST(CoordinatorService, LostParticipantClosesTheRoundEarlyOnceQuorumIsIn) {
   // heartbeat, no poll): lost after 0.3 s, then the round closes and round 1 starts without it.
   std::vector<std::future<StatusOr<pb::Task>>> polls;
   for (int i = 0; i < 2; ++i)
-    polls.push_back(std::async(std::launch::async,
-                               [&cl = o.clients[i]] { return cl->next_task(0, 5000); }));
+    polls.push_back(
+        std::async(std::launch::async, [&cl = o.clients[i]] { return cl->next_task(0, 5000); }));
   ASSERT_TRUE(o.c->service->wait_for_round(1, std::chrono::steady_clock::now() + 5s));
   for (auto& p : polls) {
     auto t = p.get();
@@ -345,8 +346,7 @@ TEST(CoordinatorService, RestartResumesAtTheSameRoundAndFingerprintAndFinishesBi
 TEST(CoordinatorService, LongPollIsCappedAndExplainsWhy) {
   TempDir dir;
   auto cfg = testing::small_config("poll", 2, 2);
-  auto c = Coordinator::start(dir.path(), cfg, testing_util::toy_params(100),
-                              capped_wait(200));
+  auto c = Coordinator::start(dir.path(), cfg, testing_util::toy_params(100), capped_wait(200));
   ASSERT_TRUE(c);
   node::CoordinatorClient a(testing::insecure_client(c->address(), "node-0"));
   ASSERT_TRUE(a.join().ok());
