@@ -163,6 +163,12 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx,
     resp->set_known(false);  // not a member: the node should Join again
     return grpc::Status::OK;
   }
+  NodeState& n = nodes_[*id];
+  n.progress = *req;
+  n.record.last_seen_unix_ms =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count());
   resp->set_known(true);
   return grpc::Status::OK;
 }

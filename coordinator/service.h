@@ -79,6 +79,18 @@ enum class IdentitySource {
 
 // Decodes a pseudo-gradient payload into numel fp32 values. The default knows codec "none"
 // (raw little-endian fp32); compressed codecs plug in here.
+// A node as the coordinator sees it (for progress displays and the dashboard).
+struct NodeSnapshot {
+  std::string node_id;
+  std::string status;  // "active", "lost", "left"
+  bool ready = false;  // waiting for a task
+  // Latest heartbeat progress.
+  uint64_t round = 0;
+  uint32_t inner_step = 0;
+  double loss = 0.0;
+  double tokens_per_s = 0.0;
+};
+
 using PayloadDecoder = std::function<StatusOr<std::vector<float>>(
     const std::string& codec, const std::string& payload, uint64_t numel)>;
 
@@ -117,7 +129,8 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
   ExperimentState state() const;
   uint64_t current_round() const;
   std::string params_fingerprint() const;
-  std::vector<float> params() const;  // copy of θ_current
+  std::vector<float> params() const;        // copy of θ_current
+  std::vector<NodeSnapshot> nodes() const;  // sorted by node id
   // Waits until the experiment is finished or failed; DEADLINE_EXCEEDED otherwise.
   StatusOr<ExperimentState> wait_until_finished(Clock::time_point deadline) const;
   // Waits until current_round() ≥ round (or a final state); false at the deadline.
@@ -148,6 +161,7 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
     int polling = 0;     // NextTask calls in flight: a polling node is alive
     bool ready = false;  // polled since it was last assigned a round
     NodeRecord record;
+    atoll_pb::v1::HeartbeatRequest progress;  // latest heartbeat
   };
   struct PendingUpdate {
     std::vector<float> delta;  // numel

@@ -168,6 +168,25 @@ std::vector<float> CoordinatorService::params() const {
   return *theta_;
 }
 
+std::vector<NodeSnapshot> CoordinatorService::nodes() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<NodeSnapshot> out;
+  for (const auto& [id, n] : nodes_) {
+    NodeSnapshot s;
+    s.node_id = id;
+    s.status = n.status == NodeStatus::kActive ? "active"
+               : n.status == NodeStatus::kLost ? "lost"
+                                               : "left";
+    s.ready = n.ready;
+    s.round = n.progress.round();
+    s.inner_step = n.progress.inner_step();
+    s.loss = n.progress.loss();
+    s.tokens_per_s = n.progress.tokens_per_s();
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 StatusOr<ExperimentState> CoordinatorService::wait_until_finished(
     Clock::time_point deadline) const {
   std::unique_lock<std::mutex> lk(mu_);

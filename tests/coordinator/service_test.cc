@@ -293,6 +293,16 @@ TEST(CoordinatorService, LostParticipantClosesTheRoundEarlyOnceQuorumIsIn) {
   auto hb = o.clients[2]->heartbeat(0, 0, 0, 0);
   ASSERT_TRUE(hb.ok()) << hb.status().to_string();
   EXPECT_FALSE(*hb);  // the coordinator tells it to join again
+  hb = o.clients[0]->heartbeat(1, 7, 3.25, 1500.0);
+  ASSERT_TRUE(hb.ok());
+  EXPECT_TRUE(*hb);
+  const auto snap = o.c->service->nodes();
+  ASSERT_EQ(snap.size(), 3u);
+  EXPECT_EQ(snap[0].node_id, "node-0");
+  EXPECT_EQ(snap[0].status, "active");
+  EXPECT_EQ(snap[0].inner_step, 7u);
+  EXPECT_DOUBLE_EQ(snap[0].loss, 3.25);
+  EXPECT_EQ(snap[2].status, "lost");
 }
 
 TEST(CoordinatorService, RestartResumesAtTheSameRoundAndFingerprintAndFinishesBitwise) {
