@@ -1,12 +1,13 @@
 #include "coordinator/experiment_config.h"
 
+#include <toml++/toml.h>
+
 #include <charconv>
 #include <cmath>
 #include <fstream>
 #include <functional>
 #include <limits>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "coordinator/store.h"
 
@@ -184,20 +185,25 @@ Status validate_experiment_config(const ExperimentConfig& c, std::string_view sr
   if ((m.dim / m.heads) % 2 != 0)
     return range_error(src, "model.heads", u(m.heads),
                        "must make dim/heads even (RoPE rotates pairs); dim = " + u(m.dim));
-  if (m.ffn_hidden < 1) return range_error(src, "model.ffn_hidden", u(m.ffn_hidden), "must be >= 1");
+  if (m.ffn_hidden < 1)
+    return range_error(src, "model.ffn_hidden", u(m.ffn_hidden), "must be >= 1");
   if (m.seq_len < 1) return range_error(src, "model.seq_len", u(m.seq_len), "must be >= 1");
   if (!(m.rope_base > 0)) return range_error(src, "model.rope_base", d(m.rope_base), "must be > 0");
   if (!(m.norm_eps > 0)) return range_error(src, "model.norm_eps", d(m.norm_eps), "must be > 0");
 
   const TrainSection& t = c.train;
-  if (t.batch_size < 1) return range_error(src, "train.batch_size", u(t.batch_size), "must be >= 1");
+  if (t.batch_size < 1)
+    return range_error(src, "train.batch_size", u(t.batch_size), "must be >= 1");
   if (!(t.lr > 0)) return range_error(src, "train.lr", d(t.lr), "must be > 0");
   if (!(t.min_lr >= 0 && t.min_lr <= t.lr))
-    return range_error(src, "train.min_lr", d(t.min_lr), "must be in [0, train.lr = " + d(t.lr) + "]");
+    return range_error(src, "train.min_lr", d(t.min_lr),
+                       "must be in [0, train.lr = " + d(t.lr) + "]");
   if (!(t.weight_decay >= 0))
     return range_error(src, "train.weight_decay", d(t.weight_decay), "must be >= 0");
-  if (!(t.beta1 >= 0 && t.beta1 < 1)) return range_error(src, "train.beta1", d(t.beta1), "must be in [0, 1)");
-  if (!(t.beta2 >= 0 && t.beta2 < 1)) return range_error(src, "train.beta2", d(t.beta2), "must be in [0, 1)");
+  if (!(t.beta1 >= 0 && t.beta1 < 1))
+    return range_error(src, "train.beta1", d(t.beta1), "must be in [0, 1)");
+  if (!(t.beta2 >= 0 && t.beta2 < 1))
+    return range_error(src, "train.beta2", d(t.beta2), "must be in [0, 1)");
   if (!(t.grad_clip >= 0))
     return range_error(src, "train.grad_clip", d(t.grad_clip), "must be >= 0 (0 = no clipping)");
   if (t.codec.empty() || t.codec.size() > 128 ||
@@ -207,7 +213,8 @@ Status validate_experiment_config(const ExperimentConfig& c, std::string_view sr
 
   const DilocoSection& g = c.diloco;
   if (g.rounds < 1) return range_error(src, "diloco.rounds", u(g.rounds), "must be >= 1");
-  if (g.inner_steps < 1) return range_error(src, "diloco.inner_steps", u(g.inner_steps), "must be >= 1");
+  if (g.inner_steps < 1)
+    return range_error(src, "diloco.inner_steps", u(g.inner_steps), "must be >= 1");
   if (!(g.outer_lr > 0)) return range_error(src, "diloco.outer_lr", d(g.outer_lr), "must be > 0");
   if (!(g.outer_momentum >= 0 && g.outer_momentum < 1))
     return range_error(src, "diloco.outer_momentum", d(g.outer_momentum), "must be in [0, 1)");
@@ -216,29 +223,33 @@ Status validate_experiment_config(const ExperimentConfig& c, std::string_view sr
     return range_error(src, "diloco.max_nodes", u(g.max_nodes),
                        "must be >= diloco.min_nodes = " + u(g.min_nodes));
   if (!(g.round_deadline_s > 0))
-    return range_error(src, "diloco.round_deadline_s", d(g.round_deadline_s), "must be > 0 seconds");
+    return range_error(src, "diloco.round_deadline_s", d(g.round_deadline_s),
+                       "must be > 0 seconds");
   if (!(g.heartbeat_interval_s > 0))
     return range_error(src, "diloco.heartbeat_interval_s", d(g.heartbeat_interval_s),
                        "must be > 0 seconds");
   if (g.lost_after_heartbeats < 2)
-    return range_error(src, "diloco.lost_after_heartbeats", u(g.lost_after_heartbeats), "must be >= 2");
+    return range_error(src, "diloco.lost_after_heartbeats", u(g.lost_after_heartbeats),
+                       "must be >= 2");
   if (!(g.start_wait_s >= 0))
     return range_error(src, "diloco.start_wait_s", d(g.start_wait_s), "must be >= 0 seconds");
-  if (g.keep_params < 1) return range_error(src, "diloco.keep_params", u(g.keep_params), "must be >= 1");
+  if (g.keep_params < 1)
+    return range_error(src, "diloco.keep_params", u(g.keep_params), "must be >= 1");
 
   const DataSection& a = c.data;
   if (a.source != "brown" && a.source != "text" && a.source != "tokens")
     return range_error(src, "data.source", "\"" + a.source + "\"",
                        "must be one of \"brown\", \"text\", \"tokens\"");
   if (a.source != "brown" && a.paths.empty())
-    return range_error(src, "data.paths", "[]",
-                       "must list at least one file or directory when data.source = \"" +
-                           a.source + "\"");
+    return range_error(
+        src, "data.paths", "[]",
+        "must list at least one file or directory when data.source = \"" + a.source + "\"");
   if (a.tokenizer != "bytes" && a.tokenizer != "bpe")
     return range_error(src, "data.tokenizer", "\"" + a.tokenizer + "\"",
                        "must be \"bytes\" or \"bpe\"");
   if (a.tokenizer == "bytes" && m.vocab < 256)
-    return range_error(src, "model.vocab", u(m.vocab), "must be >= 256 with data.tokenizer = \"bytes\"");
+    return range_error(src, "model.vocab", u(m.vocab),
+                       "must be >= 256 with data.tokenizer = \"bytes\"");
   if (a.split != "genre" && a.split != "iid")
     return range_error(src, "data.split", "\"" + a.split + "\"", "must be \"genre\" or \"iid\"");
   if (!(a.val_fraction > 0 && a.val_fraction <= 0.5))
@@ -254,16 +265,16 @@ StatusOr<ExperimentConfig> parse_experiment_config(std::string_view text, std::s
   } catch (const toml::parse_error& e) {
     const auto& b = e.source().begin;
     return InvalidArgument(std::string(source) + ":" + std::to_string(b.line) + ":" +
-                           std::to_string(b.column) + ": TOML syntax error: " +
-                           std::string(e.description()));
+                           std::to_string(b.column) +
+                           ": TOML syntax error: " + std::string(e.description()));
   }
 #else
   toml::parse_result r = toml::parse(text, source);
   if (!r) {
     const auto& b = r.error().source().begin;
     return InvalidArgument(std::string(source) + ":" + std::to_string(b.line) + ":" +
-                           std::to_string(b.column) + ": TOML syntax error: " +
-                           std::string(r.error().description()));
+                           std::to_string(b.column) +
+                           ": TOML syntax error: " + std::string(r.error().description()));
   }
   root = std::move(r).table();
 #endif
@@ -359,8 +370,9 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\ncodec = " << q(c.train.codec)
     << "\nerror_feedback = " << (c.train.error_feedback ? "true" : "false") << "\n\n[diloco]\n"
     << "rounds = " << c.diloco.rounds << "\ninner_steps = " << c.diloco.inner_steps
-    << "\nouter_lr = " << f(c.diloco.outer_lr) << "\nouter_momentum = " << f(c.diloco.outer_momentum)
-    << "\nmin_nodes = " << c.diloco.min_nodes << "\nmax_nodes = " << c.diloco.max_nodes
+    << "\nouter_lr = " << f(c.diloco.outer_lr)
+    << "\nouter_momentum = " << f(c.diloco.outer_momentum) << "\nmin_nodes = " << c.diloco.min_nodes
+    << "\nmax_nodes = " << c.diloco.max_nodes
     << "\nround_deadline_s = " << f(c.diloco.round_deadline_s)
     << "\nheartbeat_interval_s = " << f(c.diloco.heartbeat_interval_s)
     << "\nlost_after_heartbeats = " << c.diloco.lost_after_heartbeats

@@ -258,11 +258,16 @@ std::string hex16(uint64_t v) {
 
 const char* experiment_state_name(ExperimentState s) {
   switch (s) {
-    case ExperimentState::kCreated: return "created";
-    case ExperimentState::kRunning: return "running";
-    case ExperimentState::kPaused: return "paused";
-    case ExperimentState::kFinished: return "finished";
-    case ExperimentState::kFailed: return "failed";
+    case ExperimentState::kCreated:
+      return "created";
+    case ExperimentState::kRunning:
+      return "running";
+    case ExperimentState::kPaused:
+      return "paused";
+    case ExperimentState::kFinished:
+      return "finished";
+    case ExperimentState::kFailed:
+      return "failed";
   }
   return "unknown";
 }
@@ -498,8 +503,8 @@ Status Store::commit_round(const ExperimentRecord& experiment, const RoundRecord
   batch.Put(cfs_[kExperiments].get(), id, experiment_to_json(experiment));
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
-  return from_rocks(db_->Write(wo, &batch), "commit round " + std::to_string(round.round) +
-                                                " of " + id);
+  return from_rocks(db_->Write(wo, &batch),
+                    "commit round " + std::to_string(round.round) + " of " + id);
 }
 
 Status Store::put_node(const std::string& experiment_id, const NodeRecord& node) {
@@ -521,8 +526,8 @@ StatusOr<std::vector<NodeRecord>> Store::list_nodes(const std::string& experimen
 
 Status Store::put_metrics(const std::string& experiment_id, const std::string& node_id,
                           uint64_t round, const std::string& json_text) {
-  const std::string key = experiment_id + "/" + node_id + "/" + hex16(round) + "/" +
-                          hex16(seq_.fetch_add(1));
+  const std::string key =
+      experiment_id + "/" + node_id + "/" + hex16(round) + "/" + hex16(seq_.fetch_add(1));
   return from_rocks(db_->Put(rocksdb::WriteOptions(), cfs_[kMetrics].get(), key, json_text),
                     "put metrics");
 }
@@ -539,9 +544,8 @@ Status Store::append_audit(const std::string& experiment_id, const std::string& 
   o["event"] = event;
   o["detail"] = detail;
   const std::string key = experiment_id + "/" + hex16(t) + "/" + hex16(seq_.fetch_add(1));
-  return from_rocks(
-      db_->Put(rocksdb::WriteOptions(), cfs_[kAudit].get(), key, json::serialize(o)),
-      "append audit");
+  return from_rocks(db_->Put(rocksdb::WriteOptions(), cfs_[kAudit].get(), key, json::serialize(o)),
+                    "append audit");
 }
 
 StatusOr<std::vector<std::string>> Store::list_audit(const std::string& experiment_id) const {

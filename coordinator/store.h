@@ -36,31 +36,31 @@ const char* experiment_state_name(ExperimentState s);  // "created", "running", 
 StatusOr<ExperimentState> parse_experiment_state(const std::string& s);
 
 struct ExperimentRecord {
-  std::string id;                   // [A-Za-z0-9._-]{1,64}
+  std::string id;  // [A-Za-z0-9._-]{1,64}
   ExperimentState state = ExperimentState::kCreated;
-  uint64_t current_round = 0;       // θ_current is the parameters at the start of this round
-  std::string params_fingerprint;   // SHA-256 hex of θ_current
-  std::string layout_fingerprint;   // SHA-256 hex of the parameter layout
-  uint64_t numel = 0;               // fp32 elements of θ
-  std::string config_toml;          // the experiment config, as given at creation
+  uint64_t current_round = 0;      // θ_current is the parameters at the start of this round
+  std::string params_fingerprint;  // SHA-256 hex of θ_current
+  std::string layout_fingerprint;  // SHA-256 hex of the parameter layout
+  uint64_t numel = 0;              // fp32 elements of θ
+  std::string config_toml;         // the experiment config, as given at creation
   uint64_t created_unix_ms = 0;
-  std::string failure;              // why, when state == kFailed
+  std::string failure;  // why, when state == kFailed
 };
 
 struct ParticipantRecord {
   std::string node_id;
-  bool pushed = false;     // false: assigned but its update did not arrive before the close
+  bool pushed = false;  // false: assigned but its update did not arrive before the close
   uint64_t tokens = 0;
-  double loss = 0.0;       // mean inner training loss over the round
-  uint64_t bytes_up = 0;   // update payload bytes received
-  uint64_t bytes_down = 0; // θ payload bytes sent for this round
+  double loss = 0.0;        // mean inner training loss over the round
+  uint64_t bytes_up = 0;    // update payload bytes received
+  uint64_t bytes_down = 0;  // θ payload bytes sent for this round
 };
 
 struct RoundRecord {
   uint64_t round = 0;
   std::vector<ParticipantRecord> participants;  // sorted by node id
-  uint64_t tokens = 0;               // Σ tokens of accepted updates
-  double mean_loss = 0.0;            // token-weighted mean of the accepted updates' losses
+  uint64_t tokens = 0;                          // Σ tokens of accepted updates
+  double mean_loss = 0.0;  // token-weighted mean of the accepted updates' losses
   uint64_t bytes_up = 0;
   uint64_t bytes_down = 0;
   double duration_s = 0.0;           // round start to commit
@@ -83,7 +83,7 @@ struct NodeRecord {
 // The latest committed state of an experiment, with fingerprints verified against the record.
 struct CommittedState {
   ExperimentRecord experiment;
-  std::vector<float> params;            // θ_current (numel)
+  std::vector<float> params;                   // θ_current (numel)
   std::optional<std::vector<float>> momentum;  // absent before the first commit
 };
 
@@ -155,7 +155,7 @@ class Store {
   std::string dir_;
   StoreOptions options_;
   std::unique_ptr<rocksdb::DB> db_;
-  std::vector<Handle> cfs_;  // destroyed before db_ (declared after it)
+  std::vector<Handle> cfs_;       // destroyed before db_ (declared after it)
   std::atomic<uint64_t> seq_{0};  // disambiguates metrics/audit keys written in the same ms
 };
 

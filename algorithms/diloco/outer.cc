@@ -16,7 +16,8 @@ Status aggregate_pseudo_gradients(const std::vector<Update>& updates, std::span<
       return InvalidArgument("aggregate: update from " + u.node_id + " has " +
                              std::to_string(u.delta.size()) + " elements, expected " +
                              std::to_string(out.size()));
-    if (u.tokens == 0) return InvalidArgument("aggregate: update from " + u.node_id + " has 0 tokens");
+    if (u.tokens == 0)
+      return InvalidArgument("aggregate: update from " + u.node_id + " has 0 tokens");
     if (i > 0 && !(updates[i - 1].node_id < u.node_id))
       return InvalidArgument("aggregate: updates must be sorted by node id without duplicates (" +
                              updates[i - 1].node_id + " before " + u.node_id + ")");

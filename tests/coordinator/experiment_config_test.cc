@@ -1,7 +1,7 @@
 // Experiment config (TOML): defaults, round trip, and one clear line for each kind of mistake.
-#include <gtest/gtest.h>
-
 #include "coordinator/experiment_config.h"
+
+#include <gtest/gtest.h>
 
 namespace atl::coordinator {
 namespace {
@@ -75,7 +75,8 @@ TEST(ExperimentConfig, OneLineErrorsNameTheKeyAndTheFix) {
             "known keys in [diloco]: rounds, inner_steps, outer_lr, outer_momentum, min_nodes, "
             "max_nodes, round_deadline_s, heartbeat_interval_s, lost_after_heartbeats, "
             "start_wait_s, keep_params");
-  EXPECT_EQ(error_of("[model]\ndim = \"big\"\n"), "config.toml: model.dim = \"big\" must be an integer");
+  EXPECT_EQ(error_of("[model]\ndim = \"big\"\n"),
+            "config.toml: model.dim = \"big\" must be an integer");
   EXPECT_EQ(error_of("[model]\ndim = 100\nheads = 3\n"),
             "config.toml: model.dim = 100 must be divisible by model.heads = 3");
   EXPECT_EQ(error_of("[train]\nlr = -1\n"), "config.toml: train.lr = -1 must be > 0");
@@ -90,8 +91,10 @@ TEST(ExperimentConfig, OneLineErrorsNameTheKeyAndTheFix) {
   EXPECT_EQ(error_of("[data]\nsource = \"text\"\n"),
             "config.toml: data.paths = [] must list at least one file or directory when "
             "data.source = \"text\"");
-  EXPECT_EQ(error_of("bogus = 1\n").rfind("config.toml: unknown key bogus; known keys: name, seed, "
-                                          "[model], [train], [diloco], [data]", 0),
+  EXPECT_EQ(error_of("bogus = 1\n")
+                .rfind("config.toml: unknown key bogus; known keys: name, seed, "
+                       "[model], [train], [diloco], [data]",
+                       0),
             0u);
   EXPECT_EQ(error_of("model = 3\n"), "config.toml: model must be a table ([model])");
   const std::string syntax = error_of("[diloco\nrounds = 3\n");

@@ -1,14 +1,14 @@
 // DiLoCo outer math: weighted aggregation (fixed order, bitwise deterministic) and outer
 // Nesterov (PyTorch SGD nesterov=True, dampening 0), against hand-computed values and a direct
 // double-precision formula.
+#include "algorithms/diloco/outer.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
-
-#include "algorithms/diloco/outer.h"
 
 namespace atl::algorithms {
 namespace {
@@ -34,7 +34,8 @@ TEST(Aggregate, MatchesDirectDoubleFormulaAndIsBitwiseDeterministic) {
     for (auto& x : d) x = nd(rng);
   const std::vector<uint64_t> tokens = {1000, 2048, 7, 123456, 999};
   std::vector<Update> ups;
-  for (size_t i = 0; i < k; ++i) ups.push_back({"n" + std::to_string(i), tokens[i], deltas[i]});
+  const std::vector<std::string> ids = {"n0", "n1", "n2", "n3", "n4"};
+  for (size_t i = 0; i < k; ++i) ups.push_back({ids[i], tokens[i], deltas[i]});
   std::vector<float> out(n), again(n);
   ASSERT_TRUE(aggregate_pseudo_gradients(ups, out).ok());
   ASSERT_TRUE(aggregate_pseudo_gradients(ups, again).ok());

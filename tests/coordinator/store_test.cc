@@ -1,5 +1,7 @@
 // Coordinator store on a real RocksDB in a temp dir: reopen gives the same round and
 // fingerprint, a commit is all-or-nothing even under SIGKILL, θ retention, corrupt values.
+#include "coordinator/store.h"
+
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 #include <signal.h>
@@ -11,7 +13,6 @@
 #include <cstring>
 
 #include "algorithms/diloco/outer.h"
-#include "coordinator/store.h"
 #include "test_util.h"
 
 extern char** environ;

@@ -1,0 +1,41 @@
+#include "coordinator/server.h"
+
+#include <grpcpp/server_builder.h>
+
+#include "transport/channel.h"
+
+namespace atl::coordinator {
+
+StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(CoordinatorService& service,
+                                                                      ServerOptions options) {
+  if (!options.credentials)
+    return InvalidArgument("coordinator server: no credentials (use TLS, or --insecure)");
+  const size_t colon = options.listen.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == options.listen.size())
+    return InvalidArgument("--listen " + options.listen + " must be HOST:PORT, e.g. 0.0.0.0:7070");
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer(service, options.shutdown_grace));
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, options.credentials, &s->port_);
+  builder.RegisterService(&service);
+  transport::apply_server_limits(builder);
+  s->server_ = builder.BuildAndStart();
+  if (!s->server_ || s->port_ == 0)
+    return Unavailable("cannot listen on " + options.listen +
+                       " (address in use, or not an address of this machine)");
+  s->address_ = options.listen.substr(0, colon) + ":" + std::to_string(s->port_);
+  return s;
+}
+
+void CoordinatorServer::shutdown() {
+  if (!server_) return;
+  service_.shutdown();  // long-polls return now instead of at their wait_ms
+  server_->Shutdown(std::chrono::system_clock::now() + grace_);
+  server_->Wait();
+  server_.reset();
+}
+
+CoordinatorServer::~CoordinatorServer() {
+  shutdown();
+}
+
+}  // namespace atl::coordinator

@@ -1,0 +1,213 @@
+#include "node/coordinator_client.h"
+
+#include <grpcpp/client_context.h>
+
+#include "kernels/core/sha256.h"
+#include "transport/channel.h"
+#include "transport/tensor_stream.h"
+
+namespace atl::node {
+namespace pb = atoll_pb::v1;
+
+namespace {
+constexpr char kNodeMetadata[] = "atoll-node";
+}
+
+CoordinatorClient::CoordinatorClient(ClientOptions options)
+    : options_(std::move(options)),
+      channel_(transport::create_channel(options_.target, options_.tls)),
+      stub_(pb::Coordinator::NewStub(channel_)) {}
+
+void CoordinatorClient::prepare(grpc::ClientContext& ctx, std::chrono::milliseconds timeout) const {
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  if (!options_.node_name.empty()) ctx.AddMetadata(kNodeMetadata, options_.node_name);
+}
+
+Status CoordinatorClient::from_grpc(const grpc::Status& s, const char* rpc,
+                                    std::chrono::milliseconds timeout) const {
+  if (s.ok()) return Status::Ok();
+  const std::string& t = options_.target;
+  const std::string msg = s.error_message();
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+      // Connection-level failures (TLS refused, nothing listening) get one actionable line.
+      return transport::explain_call_error(s, t, options_.tls);
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return Status(StatusCode::kDeadlineExceeded, "coordinator at " + t + " did not answer " +
+                                                       rpc + " within " +
+                                                       std::to_string(timeout.count()) + " ms");
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return InvalidArgument(std::string(rpc) + " rejected by " + t + ": " + msg);
+    case grpc::StatusCode::NOT_FOUND:
+      return NotFound(std::string(rpc) + ": " + msg);
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return AlreadyExists(std::string(rpc) + " rejected: " + msg);
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return FailedPrecondition(std::string(rpc) + " rejected: " + msg);
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return OutOfRange(std::string(rpc) + " rejected: " + msg);
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return PermissionDenied("coordinator at " + t + " refused " + rpc + ": " + msg);
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return Unauthenticated("coordinator at " + t + " did not accept our identity: " + msg);
+    case grpc::StatusCode::DATA_LOSS:
+      return DataLoss(std::string(rpc) + ": " + msg);
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return Unavailable("coordinator at " + t + " refused " + rpc + ": " + msg);
+    default:
+      return Internal(std::string(rpc) + " to " + t + " failed (" +
+                      std::to_string(static_cast<int>(s.error_code())) + "): " + msg);
+  }
+}
+
+StatusOr<pb::JoinResponse> CoordinatorClient::join(pb::JoinRequest req) {
+  if (req.node_name().empty()) req.set_node_name(options_.node_name);
+  grpc::ClientContext ctx;
+  prepare(ctx, options_.rpc_timeout);
+  pb::JoinResponse resp;
+  ATOLL_RETURN_IF_ERROR(from_grpc(stub_->Join(&ctx, req, &resp), "Join", options_.rpc_timeout));
+  experiment_id_ = resp.experiment_id();
+  return resp;
+}
+
+StatusOr<bool> CoordinatorClient::heartbeat(uint64_t round, uint32_t inner_step, double loss,
+                                            double tokens_per_s) {
+  pb::HeartbeatRequest req;
+  req.set_experiment_id(experiment_id_);
+  req.set_round(round);
+  req.set_inner_step(inner_step);
+  req.set_loss(loss);
+  req.set_tokens_per_s(tokens_per_s);
+  grpc::ClientContext ctx;
+  prepare(ctx, options_.rpc_timeout);
+  pb::HeartbeatResponse resp;
+  ATOLL_RETURN_IF_ERROR(
+      from_grpc(stub_->Heartbeat(&ctx, req, &resp), "Heartbeat", options_.rpc_timeout));
+  return resp.known();
+}
+
+StatusOr<pb::Task> CoordinatorClient::next_task(uint64_t last_round_done, uint32_t wait_ms) {
+  pb::NextTaskRequest req;
+  req.set_experiment_id(experiment_id_);
+  req.set_last_round_done(last_round_done);
+  req.set_wait_ms(wait_ms);
+  grpc::ClientContext ctx;
+  const auto timeout = options_.rpc_timeout + std::chrono::milliseconds(wait_ms);
+  prepare(ctx, timeout);
+  pb::Task task;
+  ATOLL_RETURN_IF_ERROR(from_grpc(stub_->NextTask(&ctx, req, &task), "NextTask", timeout));
+  return task;
+}
+
+StatusOr<PulledParams> CoordinatorClient::pull_params(uint64_t round,
+                                                      const std::string& expected_fingerprint) {
+  pb::PullParamsRequest req;
+  req.set_experiment_id(experiment_id_);
+  req.set_round(round);
+  grpc::ClientContext ctx;
+  prepare(ctx, options_.stream_timeout);
+  auto reader = stub_->PullParams(&ctx, req);
+  transport::ChunkAssembler assembler(options_.max_param_bytes);
+  pb::TensorChunk chunk;
+  Status st;
+  while (reader->Read(&chunk)) {
+    if (st.ok()) st = assembler.add(chunk);
+    if (!st.ok()) {
+      ctx.TryCancel();
+      break;
+    }
+  }
+  const grpc::Status gs = reader->Finish();
+  if (!st.ok())
+    return Status(st.code(), "PullParams from " + options_.target + ": " + st.message());
+  ATOLL_RETURN_IF_ERROR(from_grpc(gs, "PullParams", options_.stream_timeout));
+  if (Status f = assembler.finish(); !f.ok())
+    return Status(f.code(), "PullParams from " + options_.target + ": " + f.message());
+  const pb::TensorHeader h = assembler.header();
+  if (h.codec() != "none")
+    return InvalidArgument("PullParams: unsupported codec '" + h.codec() + "'");
+  if (h.round() != round)
+    return FailedPrecondition("PullParams: asked for round " + std::to_string(round) +
+                              ", got round " + std::to_string(h.round()));
+  PulledParams out;
+  out.bytes = assembler.bytes_received();
+  ATOLL_ASSIGN_OR_RETURN(out.values, transport::bytes_to_floats(assembler.take_payload()));
+  if (out.values.size() != h.numel())
+    return DataLoss("PullParams: payload holds " + std::to_string(out.values.size()) +
+                    " values, header says " + std::to_string(h.numel()));
+  out.round = h.round();
+  out.fingerprint = sha256_hex(out.values.data(), out.values.size() * sizeof(float));
+  out.layout_fingerprint = h.layout_fingerprint();
+  if (out.fingerprint != h.params_fingerprint())
+    return DataLoss("PullParams: θ fingerprint " + out.fingerprint +
+                    " does not match the header's " + h.params_fingerprint());
+  if (!expected_fingerprint.empty() && out.fingerprint != expected_fingerprint)
+    return FailedPrecondition("PullParams: θ of round " + std::to_string(round) + " is " +
+                              out.fingerprint + ", the task announced " + expected_fingerprint);
+  return out;
+}
+
+StatusOr<uint64_t> CoordinatorClient::push_update(const UpdateHeader& header,
+                                                  std::span<const float> delta) {
+  const std::string payload(reinterpret_cast<const char*>(delta.data()), delta.size_bytes());
+  return push_encoded(header, "none", delta.size(), payload);
+}
+
+StatusOr<uint64_t> CoordinatorClient::push_encoded(const UpdateHeader& header,
+                                                   const std::string& codec, uint64_t numel,
+                                                   const std::string& payload) {
+  pb::TensorHeader h;
+  h.set_experiment_id(experiment_id_);
+  h.set_round(header.round);
+  h.set_codec(codec);
+  h.set_numel(numel);
+  h.set_layout_fingerprint(header.layout_fingerprint);
+  h.set_params_fingerprint(header.base_fingerprint);
+  h.set_tokens(header.tokens);
+  h.set_train_loss(header.train_loss);
+  grpc::ClientContext ctx;
+  prepare(ctx, options_.stream_timeout);
+  pb::PushUpdateResponse resp;
+  auto writer = stub_->PushUpdate(&ctx, &resp);
+  // A failed Write means the server already answered (e.g. rejected the header): stop sending
+  // and read its status from Finish().
+  Status st = transport::for_each_chunk(h, payload, [&](const pb::TensorChunk& c) -> Status {
+    if (!writer->Write(c)) return Unavailable("stream closed by the coordinator");
+    return Status::Ok();
+  });
+  writer->WritesDone();
+  const grpc::Status gs = writer->Finish();
+  ATOLL_RETURN_IF_ERROR(from_grpc(gs, "PushUpdate", options_.stream_timeout));
+  if (!st.ok()) return st;
+  if (!resp.accepted()) return FailedPrecondition("PushUpdate not accepted: " + resp.message());
+  return static_cast<uint64_t>(payload.size());
+}
+
+Status CoordinatorClient::report_metrics(
+    uint64_t round, uint64_t step, const std::vector<std::pair<std::string, double>>& metrics) {
+  pb::MetricsReport req;
+  req.set_experiment_id(experiment_id_);
+  req.set_round(round);
+  req.set_step(step);
+  for (const auto& [name, value] : metrics) {
+    pb::Metric* m = req.add_metrics();
+    m->set_name(name);
+    m->set_value(value);
+  }
+  grpc::ClientContext ctx;
+  prepare(ctx, options_.rpc_timeout);
+  pb::MetricsAck ack;
+  return from_grpc(stub_->ReportMetrics(&ctx, req, &ack), "ReportMetrics", options_.rpc_timeout);
+}
+
+Status CoordinatorClient::leave(const std::string& reason) {
+  pb::LeaveRequest req;
+  req.set_experiment_id(experiment_id_);
+  req.set_reason(reason);
+  grpc::ClientContext ctx;
+  prepare(ctx, options_.rpc_timeout);
+  pb::LeaveResponse resp;
+  return from_grpc(stub_->Leave(&ctx, req, &resp), "Leave", options_.rpc_timeout);
+}
+
+}  // namespace atl::node
