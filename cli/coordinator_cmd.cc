@@ -25,6 +25,12 @@ void print_event(const coordinator::Event& e) {
       break;
     case K::kMetrics:
       return;
+    case K::kRoundStarted: {
+      std::string who;
+      for (const auto& p : e.participants) who += (who.empty() ? "" : ",") + p;
+      std::printf("round_started %" PRIu64 ": %s\n", e.round, who.c_str());
+      break;
+    }
     default:
       std::printf("%s%s%s%s%s\n", coordinator::event_kind_name(e.kind),
                   e.node_id.empty() ? "" : " ", e.node_id.c_str(), e.message.empty() ? "" : ": ",

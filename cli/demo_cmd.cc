@@ -3,6 +3,8 @@
 // (non-IID), DiLoCo for R rounds × H inner steps, progress per round and a summary.
 #include <unistd.h>
 
+#include <csignal>
+
 #include <chrono>
 #include <cinttypes>
 #include <cmath>

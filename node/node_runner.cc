@@ -108,6 +108,13 @@ bool retryable(const Status& s) {
   return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
 }
 
+// A refused TLS handshake or certificate will not fix itself by retrying: report it at once.
+// (Only before the first successful join: afterwards a coordinator restart can look alike.)
+bool security_refusal(const Status& s) {
+  const std::string& m = s.message();
+  return m.find("certificate") != std::string::npos || m.find("TLS") != std::string::npos;
+}
+
 }  // namespace
 
 uint64_t site_seed(uint64_t experiment_seed, const std::string& node_id) {
@@ -140,6 +147,7 @@ Status run_node(const NodeOptions& opt) {
   kernels::cpu::set_num_threads(opt.threads);
 
   // Join, retrying while the coordinator is unreachable.
+  bool joined_once = false;
   auto join = [&]() -> StatusOr<atoll_pb::v1::JoinResponse> {
     atoll_pb::v1::JoinRequest req;
     req.set_node_name(opt.name);
@@ -153,7 +161,11 @@ Status run_node(const NodeOptions& opt) {
     auto backoff = std::chrono::milliseconds(200);
     while (true) {
       auto r = client.join(req);
-      if (r.ok() || !retryable(r.status())) return r;
+      if (r.ok()) {
+        joined_once = true;
+        return r;
+      }
+      if (!retryable(r.status()) || (!joined_once && security_refusal(r.status()))) return r;
       if (stopping()) return r.status();
       if (Clock::now() + backoff > give_up)
         return Unavailable(r.status().message() + " (gave up after " +

