@@ -247,5 +247,35 @@ TEST(DilocoProcesses, CoordinatorKilledAndRestartedResumesBitwise) {
   }
 }
 
+// SIGTERM makes a node leave cleanly: exit code 0 and a Leave seen by the coordinator.
+TEST(DilocoProcesses, SigtermMakesANodeLeaveCleanly) {
+  Cluster c;
+  c.make_ca({"node-1", "node-2"});
+  c.start_coordinator(config_toml(50, 1, 60, 42, 3, 20));
+  c.start_node("node-1", "brown:a");
+  c.start_node("node-2", "brown:b");
+  std::string text;
+  ASSERT_TRUE(wait_for_log(c.dir / "coordinator.log", std::regex("round 1 committed"), 60s, &text))
+      << text;
+  c.nodes[1].signal(SIGTERM);
+  auto code = c.nodes[1].wait_for(30s);
+  ASSERT_TRUE(code.has_value()) << read_text(c.dir / "node-2.log");
+  EXPECT_EQ(*code, 0) << read_text(c.dir / "node-2.log");
+  ASSERT_TRUE(wait_for_log(c.dir / "coordinator.log", std::regex("node_left node-2"), 30s, &text))
+      << text;
+  // The other node keeps training: more rounds commit after the leave.
+  std::smatch m;
+  std::regex_search(text, m, std::regex("node_left node-2"));
+  const size_t left_at = static_cast<size_t>(m.position(0));
+  ASSERT_TRUE(wait_for_log(c.dir / "coordinator.log",
+                           std::regex("node_left node-2[^]*round \\d+ committed"), 60s, &text))
+      << text;
+  EXPECT_GT(text.size(), left_at);
+  c.nodes[0].signal(SIGTERM);
+  auto code0 = c.nodes[0].wait_for(30s);
+  ASSERT_TRUE(code0.has_value());
+  EXPECT_EQ(*code0, 0);
+}
+
 }  // namespace
 }  // namespace atl::testing
