@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-#include "algorithms/compress/crc32c.h"
+#include "kernels/core/crc32c.h"
 #include "algorithms/compress/topk.h"
 #include "kernels/formats/convert.h"
 #include "kernels/formats/int_block.h"
@@ -297,8 +297,7 @@ T load(const uint8_t* p) {
 }
 
 uint32_t message_crc(std::span<const uint8_t> msg) {
-  uint32_t c = crc32c(0, msg.data(), 24);
-  return crc32c(c, msg.data() + 28, msg.size() - 28);
+  return crc32c_extend(crc32c(msg.data(), 24), msg.data() + 28, msg.size() - 28);
 }
 
 struct Parsed {
