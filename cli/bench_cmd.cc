@@ -1,4 +1,4 @@
-// `atoll bench train|sgemm`: machine-readable speed measurements (one JSON line with --json).
+// `atoll bench train|sgemm|codecs`: machine-readable speed measurements (JSON with --json).
 #include <chrono>
 #include <cstdio>
 #include <vector>
@@ -101,13 +101,15 @@ int bench_sgemm(const Args& args) {
 int cmd_bench(const Args& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::printf("usage: atoll bench train [flags] [--json]\n"
-                "       atoll bench sgemm [--n N] [--threads N] [--json]\n");
+                "       atoll bench sgemm [--n N] [--threads N] [--json]\n"
+                "       atoll bench codecs [--numel N] [--threads N] [--json]\n");
     return args.empty() ? 2 : 0;
   }
   Args rest(args.begin() + 1, args.end());
   if (args[0] == "train") return bench_train(rest);
   if (args[0] == "sgemm") return bench_sgemm(rest);
-  return fail("bench", "unknown benchmark '" + args[0] + "': use train or sgemm", 2);
+  if (args[0] == "codecs") return bench_codecs(rest);
+  return fail("bench", "unknown benchmark '" + args[0] + "': use train, sgemm or codecs", 2);
 }
 
 }  // namespace atl::cli

@@ -1,8 +1,13 @@
 #pragma once
 
+#include "cli/commands.h"
+
 namespace atl::cli {
 
 // GFLOP/s of an n×n×n sgemm with `threads` threads, timed for at least min_seconds.
 double measure_sgemm_gflops(int n, int threads, double min_seconds);
+
+// `atoll bench codecs`: codec encode/decode GB/s against memcpy (cli/bench_codecs.cc).
+int bench_codecs(const Args& args);
 
 }  // namespace atl::cli

@@ -3,7 +3,7 @@
 #include <bit>
 #include <cstring>
 
-#include "transport/crc32c.h"
+#include "kernels/core/crc32c.h"
 
 namespace atl::transport {
 

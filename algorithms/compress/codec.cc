@@ -6,7 +6,8 @@
 #include <cstring>
 #include <string>
 
-#include "algorithms/compress/crc32c.h"
+#include "kernels/core/crc32c.h"
+#include "algorithms/compress/bit_pack.h"
 #include "algorithms/compress/topk.h"
 #include "kernels/formats/convert.h"
 #include "kernels/formats/int_block.h"
@@ -62,69 +63,41 @@ uint64_t value_section_bytes(const CodecSpec& s, uint64_t m) {
   return 0;
 }
 
-// ---- bit packing (LSB first) -------------------------------------------------------------------
-
-class BitWriter {
- public:
-  explicit BitWriter(uint8_t* out) : out_(out) {}
-  void put(uint64_t v, uint32_t bits) {
-    acc_ |= v << fill_;
-    fill_ += bits;
-    while (fill_ >= 8) {
-      *out_++ = static_cast<uint8_t>(acc_);
-      acc_ >>= 8;
-      fill_ -= 8;
-    }
-  }
-  void flush() {
-    if (fill_ > 0) *out_++ = static_cast<uint8_t>(acc_);
-    acc_ = 0;
-    fill_ = 0;
-  }
-
- private:
-  uint8_t* out_;
-  uint64_t acc_ = 0;
-  uint32_t fill_ = 0;
-};
-
-class BitReader {
- public:
-  explicit BitReader(const uint8_t* in) : in_(in) {}
-  uint64_t get(uint32_t bits) {  // bits <= 40
-    while (fill_ < bits) {
-      acc_ |= static_cast<uint64_t>(*in_++) << fill_;
-      fill_ += 8;
-    }
-    const uint64_t v = acc_ & ((uint64_t{1} << bits) - 1);
-    acc_ >>= bits;
-    fill_ -= bits;
-    return v;
-  }
-  // Bits left in the partially consumed byte must be zero (one valid encoding per message).
-  bool rest_is_zero() const { return acc_ == 0; }
-
- private:
-  const uint8_t* in_;
-  uint64_t acc_ = 0;
-  uint32_t fill_ = 0;
-};
-
 // ---- value sections ----------------------------------------------------------------------------
 
-// Runs fn(values_chunk, block_chunk) over chunks of kChunkBlocks blocks through a stack buffer,
+// Runs fn(values_chunk, block_chunk) over chunks of kChunkValues values through a stack buffer,
 // copying the blocks to/from unaligned wire bytes.
 constexpr size_t kChunkValues = 4096;
 
+// Per-chunk work of the encoder around each chunk's quantization: the input chunk is validated
+// (when no tensor-wide pass was needed for a scale) and the bytes it became are folded into the
+// message CRC while still in L1. The encoder so reads its input from memory once and never
+// rereads its output: one pass instead of three (validate, quantize, checksum).
+struct ChunkSink {
+  bool validate = false;  // check each input chunk: finite and |x| <= kMaxAbsInput
+  bool bad = false;       // a chunk failed the check; encoding stopped there
+  uint32_t crc = 0;       // CRC-32C of the message bytes written so far
+
+  bool before(std::span<const float> part) {
+    if (!validate) return true;
+    const fmt::AbsMax am = fmt::abs_max(part);
+    bad = !am.all_finite || am.amax > kMaxAbsInput;
+    return !bad;
+  }
+  void after(const void* bytes, size_t n) { crc = crc32c_extend(crc, bytes, n); }
+};
+
 template <typename Block, size_t kPerBlock, typename Fn>
-void encode_blocks(std::span<const float> v, uint8_t* out, Fn fn) {
+void encode_blocks(std::span<const float> v, uint8_t* out, ChunkSink& sink, Fn fn) {
   constexpr size_t kBlocks = kChunkValues / kPerBlock;
   Block tmp[kBlocks];
   for (size_t i = 0; i < v.size(); i += kChunkValues) {
     const auto part = v.subspan(i, std::min(kChunkValues, v.size() - i));
+    if (!sink.before(part)) return;
     const size_t nb = ceil_div(part.size(), kPerBlock);
     fn(part, std::span<Block>(tmp, nb));
     std::memcpy(out, tmp, nb * sizeof(Block));
+    sink.after(tmp, nb * sizeof(Block));
     out += nb * sizeof(Block);
   }
 }
@@ -143,11 +116,13 @@ void decode_blocks(const uint8_t* in, std::span<float> v, Fn fn) {
 }
 
 template <int B>
-void encode_int(const CodecSpec& s, std::span<const float> v, uint8_t* out) {
+void encode_int(const CodecSpec& s, std::span<const float> v, uint8_t* out, ChunkSink& sink) {
   if (s.quantizer == Quantizer::kInt8) {
-    encode_blocks<fmt::BlockQ8<B>, B>(v, out, [](auto in, auto o) { fmt::quantize_q8<B>(in, o); });
+    encode_blocks<fmt::BlockQ8<B>, B>(v, out, sink,
+                                      [](auto in, auto o) { fmt::quantize_q8<B>(in, o); });
   } else {
-    encode_blocks<fmt::BlockQ4<B>, B>(v, out, [](auto in, auto o) { fmt::quantize_q4<B>(in, o); });
+    encode_blocks<fmt::BlockQ4<B>, B>(v, out, sink,
+                                      [](auto in, auto o) { fmt::quantize_q4<B>(in, o); });
   }
 }
 template <int B>
@@ -161,12 +136,14 @@ void decode_int(const CodecSpec& s, const uint8_t* in, std::span<float> v) {
 
 // Elementwise formats through a stack buffer of codes.
 template <typename Code, typename Fn>
-void encode_elems(std::span<const float> v, uint8_t* out, Fn fn) {
+void encode_elems(std::span<const float> v, uint8_t* out, ChunkSink& sink, Fn fn) {
   Code tmp[kChunkValues];
   for (size_t i = 0; i < v.size(); i += kChunkValues) {
     const size_t n = std::min(kChunkValues, v.size() - i);
+    if (!sink.before(v.subspan(i, n))) return;
     fn(v.subspan(i, n), std::span<Code>(tmp, n));
     std::memcpy(out + i * sizeof(Code), tmp, n * sizeof(Code));
+    sink.after(tmp, n * sizeof(Code));
   }
 }
 template <typename Code, typename Fn>
@@ -185,18 +162,25 @@ float load_f32(const uint8_t* p) {
   return f;
 }
 
-// v (m values, finite, |v| <= kMaxAbsInput, amax given) -> value_section_bytes(s, m) bytes.
-void encode_values(const CodecSpec& s, std::span<const float> v, float amax, uint8_t* out) {
+// Quantizers whose scale depends on the whole tensor's amax (computed in a pass of its own);
+// the others validate their input chunk by chunk as they go.
+bool needs_tensor_amax(Quantizer q) { return q == Quantizer::kFp8 || q == Quantizer::kNvfp4; }
+
+// v (m values) -> value_section_bytes(s, m) bytes. With needs_tensor_amax(s.quantizer), amax is
+// v's and v was validated (finite, |v| <= kMaxAbsInput); otherwise the sink validates.
+void encode_values(const CodecSpec& s, std::span<const float> v, float amax, uint8_t* out,
+                   ChunkSink& sink) {
   switch (s.quantizer) {
     case Quantizer::kFp32:
-      std::memcpy(out, v.data(), v.size() * 4);
+      encode_elems<float>(v, out, sink,
+                          [](auto in, auto o) { std::copy(in.begin(), in.end(), o.begin()); });
       return;
     case Quantizer::kBf16:
       // bf16 has fp32's range; nothing below kMaxAbsInput rounds to inf.
-      encode_elems<uint16_t>(v, out, [](auto in, auto o) { fmt::quantize_bf16(in, o); });
+      encode_elems<uint16_t>(v, out, sink, [](auto in, auto o) { fmt::quantize_bf16(in, o); });
       return;
     case Quantizer::kFp16:
-      encode_elems<uint16_t>(v, out, [](auto in, auto o) {
+      encode_elems<uint16_t>(v, out, sink, [](auto in, auto o) {
         fmt::quantize_fp16(in, o, fmt::Overflow::kSaturate);
       });
       return;
@@ -205,22 +189,26 @@ void encode_values(const CodecSpec& s, std::span<const float> v, float amax, uin
       const float scale = amax > 0 ? amax / fmt::kE4M3Max : 1.0f;
       const float inv = amax > 0 ? fmt::kE4M3Max / amax : 1.0f;
       std::memcpy(out, &scale, 4);
-      encode_elems<uint8_t>(v, out + 4, [inv](auto in, auto o) {
+      sink.after(out, 4);
+      encode_elems<uint8_t>(v, out + 4, sink, [inv](auto in, auto o) {
         fmt::quantize_e4m3_scaled(in, std::isfinite(inv) ? inv : 0.0f, o);
       });
       return;
     }
     case Quantizer::kMxfp8:
-      encode_blocks<fmt::BlockMxfp8, 32>(v, out, [](auto in, auto o) { fmt::quantize_mxfp8(in, o); });
+      encode_blocks<fmt::BlockMxfp8, 32>(v, out, sink,
+                                         [](auto in, auto o) { fmt::quantize_mxfp8(in, o); });
       return;
     case Quantizer::kMxfp4:
-      encode_blocks<fmt::BlockMxfp4, 32>(v, out, [](auto in, auto o) { fmt::quantize_mxfp4(in, o); });
+      encode_blocks<fmt::BlockMxfp4, 32>(v, out, sink,
+                                         [](auto in, auto o) { fmt::quantize_mxfp4(in, o); });
       return;
     case Quantizer::kNvfp4: {
       float ts = amax / (fmt::kE4M3Max * fmt::kE2M1Max);
       if (!(ts >= 1.17549435e-38f)) ts = 1.0f;
       std::memcpy(out, &ts, 4);
-      encode_blocks<fmt::BlockNvfp4, 16>(v, out + 4, [ts](auto in, auto o) {
+      sink.after(out, 4);
+      encode_blocks<fmt::BlockNvfp4, 16>(v, out + 4, sink, [ts](auto in, auto o) {
         fmt::quantize_nvfp4(in, ts, o);
       });
       return;
@@ -228,12 +216,18 @@ void encode_values(const CodecSpec& s, std::span<const float> v, float amax, uin
     case Quantizer::kInt8:
     case Quantizer::kInt4:
       switch (s.block) {
-        case 32: return encode_int<32>(s, v, out);
-        case 64: return encode_int<64>(s, v, out);
-        case 128: return encode_int<128>(s, v, out);
-        default: return encode_int<256>(s, v, out);
+        case 32: return encode_int<32>(s, v, out, sink);
+        case 64: return encode_int<64>(s, v, out, sink);
+        case 128: return encode_int<128>(s, v, out, sink);
+        default: return encode_int<256>(s, v, out, sink);
       }
   }
+}
+
+Status check_input(const fmt::AbsMax& am) {
+  if (!am.all_finite) return InvalidArgument("codec: input has NaN or infinite values");
+  if (am.amax > kMaxAbsInput) return InvalidArgument("codec: input has |x| > 1e38");
+  return Status::Ok();
 }
 
 // value_section_bytes(s, m) bytes -> v (m values). Finiteness is checked by the caller.
@@ -297,8 +291,7 @@ T load(const uint8_t* p) {
 }
 
 uint32_t message_crc(std::span<const uint8_t> msg) {
-  uint32_t c = crc32c(0, msg.data(), 24);
-  return crc32c(c, msg.data() + 28, msg.size() - 28);
+  return crc32c_extend(crc32c(msg.data(), 24), msg.data() + 28, msg.size() - 28);
 }
 
 struct Parsed {
@@ -435,9 +428,15 @@ Status Codec::encode_into(std::span<const float> values, std::vector<uint8_t>& m
   if (spec_.sparsifier == Sparsifier::kTopk && n >= (uint64_t{1} << 32)) {
     return InvalidArgument("codec: exact top-k needs fewer than 2^32 values; use topk-chunked");
   }
-  const fmt::AbsMax am = fmt::abs_max(values);
-  if (!am.all_finite) return InvalidArgument("codec: input has NaN or infinite values");
-  if (am.amax > kMaxAbsInput) return InvalidArgument("codec: input has |x| > 1e38");
+  const bool dense = spec_.sparsifier == Sparsifier::kDense;
+  // A separate validation pass only where a tensor-wide scale or top-k selection needs the
+  // values checked first; dense block and elementwise codecs validate chunk by chunk.
+  float amax = 0.0f;
+  if (!dense || needs_tensor_amax(spec_.quantizer)) {
+    const fmt::AbsMax am = fmt::abs_max(values);
+    ATOLL_RETURN_IF_ERROR(check_input(am));
+    amax = am.amax;
+  }
 
   const std::string spec_text = spec_.to_string();
   const uint64_t payload = payload_bytes(spec_, n);
@@ -452,8 +451,13 @@ Status Codec::encode_into(std::span<const float> values, std::vector<uint8_t>& m
   std::memcpy(p + kHeaderBytes, spec_text.data(), spec_text.size());
   uint8_t* out = p + kHeaderBytes + spec_text.size();
 
-  if (spec_.sparsifier == Sparsifier::kDense) {
-    encode_values(spec_, values, am.amax, out);
+  if (dense) {
+    ChunkSink sink;
+    sink.validate = !needs_tensor_amax(spec_.quantizer);
+    sink.crc = crc32c_extend(crc32c(p, 24), p + 28, out - (p + 28));
+    encode_values(spec_, values, amax, out, sink);
+    if (sink.bad) return check_input(fmt::abs_max(values));  // which check failed, for the message
+    store<uint32_t>(p + 24, sink.crc);
   } else {
     const uint64_t k = kept_count(spec_, n);
     std::vector<float> vals;
@@ -478,9 +482,10 @@ Status Codec::encode_into(std::span<const float> values, std::vector<uint8_t>& m
     bw.flush();
     float vmax = 0;
     for (float v : vals) vmax = std::max(vmax, std::fabs(v));
-    encode_values(spec_, vals, vmax, out + index_section_bytes(spec_, n));
+    ChunkSink unused;  // values already validated; the (small) message is checksummed at the end
+    encode_values(spec_, vals, vmax, out + index_section_bytes(spec_, n), unused);
+    store<uint32_t>(p + 24, message_crc(msg));
   }
-  store<uint32_t>(p + 24, message_crc(msg));
   return Status::Ok();
 }
 

@@ -37,7 +37,8 @@ class Codec {
   // numel < 2^32.
   StatusOr<std::vector<uint8_t>> encode(std::span<const float> values) const;
   // Same, into out (resized; its capacity is reused across rounds, which avoids page-faulting
-  // a fresh buffer every time).
+  // a fresh buffer every time). Dense codecs validate and checksum chunk by chunk in the same
+  // pass that quantizes, so on an error out holds a partial message (never a valid one).
   Status encode_into(std::span<const float> values, std::vector<uint8_t>& out) const;
   // Also checks that the message was made with this codec's spec.
   StatusOr<std::vector<float>> decode(std::span<const uint8_t> bytes, uint64_t numel) const;

@@ -143,17 +143,24 @@ void dequantize_e4m3_scaled(std::span<const uint8_t> in, float scale, std::span<
 
 AbsMax abs_max(std::span<const float> in) {
   // Integer max over |bits|: for non-negative floats the bit order is the numeric order, and
-  // anything >= 0x7f800000 is inf or NaN. Two accumulators keep the loop vectorizable.
+  // anything >= 0x7f800000 is inf or NaN. The common case is one unsigned max reduction (which
+  // compilers vectorize; a second, conditional accumulator defeats that); only an input with
+  // inf or NaN pays a second pass for the largest finite value.
   const float* x = in.data();
   const size_t n = in.size();
-  uint32_t finite_max = 0, any_max = 0;
+  uint32_t any_max = 0;
   for (size_t i = 0; i < n; ++i) {
     const uint32_t a = std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu;
     any_max = a > any_max ? a : any_max;
+  }
+  if (any_max < 0x7f800000u) return {std::bit_cast<float>(any_max), true};
+  uint32_t finite_max = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t a = std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu;
     const uint32_t f = a < 0x7f800000u ? a : 0u;
     finite_max = f > finite_max ? f : finite_max;
   }
-  return {std::bit_cast<float>(finite_max), any_max < 0x7f800000u};
+  return {std::bit_cast<float>(finite_max), false};
 }
 
 }  // namespace atl::kernels::formats

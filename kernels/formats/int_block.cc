@@ -18,14 +18,20 @@ inline float rne_small(float y) {
   return (y + kMagic) - kMagic;
 }
 
-// Shared block setup: copy (zero-padded), find amax / non-finite; returns the scale and sets inv
-// (0 when the block is stored as zeros).
+// Shared block setup: point v at the block (in place when full, else a zero-padded copy in pad:
+// copying every block and reloading it as vectors stalls on store forwarding), find amax /
+// non-finite; returns the scale and sets inv (0 when the block is stored as zeros).
 template <int B>
-inline float prepare(std::span<const float> in, size_t b, float (&v)[B], float qmax, float& inv) {
+inline float prepare(std::span<const float> in, size_t b, float (&pad)[B], const float*& v,
+                     float qmax, float& inv) {
   const size_t begin = b * B;
   const size_t n = std::min<size_t>(B, in.size() - begin);
-  std::memset(v, 0, sizeof(v));
-  std::memcpy(v, in.data() + begin, n * sizeof(float));
+  v = in.data() + begin;
+  if (n < static_cast<size_t>(B)) {
+    std::memset(pad, 0, sizeof(pad));
+    std::memcpy(pad, v, n * sizeof(float));
+    v = pad;
+  }
   uint32_t amax_bits = 0;
   for (int j = 0; j < B; ++j) {
     amax_bits = std::max(amax_bits, std::bit_cast<uint32_t>(v[j]) & 0x7fffffffu);
@@ -49,9 +55,10 @@ void q8_impl(std::span<const float> in, std::span<BlockQ8<B>> out, const Philox*
              uint64_t first) {
   assert(out.size() == int_num_blocks<B>(in.size()));
   for (size_t b = 0; b < out.size(); ++b) {
-    float v[B];
+    float pad[B];
+    const float* v;
     float inv;
-    out[b].scale = prepare<B>(in, b, v, 127.0f, inv);
+    out[b].scale = prepare<B>(in, b, pad, v, 127.0f, inv);
     if constexpr (kSr) {
       uint32_t r[B];
       philox_fill(*rng, first + b * B, r, B);
@@ -74,9 +81,10 @@ void q4_impl(std::span<const float> in, std::span<BlockQ4<B>> out, const Philox*
              uint64_t first) {
   assert(out.size() == int_num_blocks<B>(in.size()));
   for (size_t b = 0; b < out.size(); ++b) {
-    float v[B];
+    float pad[B];
+    const float* v;
     float inv;
-    out[b].scale = prepare<B>(in, b, v, 7.0f, inv);
+    out[b].scale = prepare<B>(in, b, pad, v, 7.0f, inv);
     int32_t c[B];
     if constexpr (kSr) {
       uint32_t r[B];

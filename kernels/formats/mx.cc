@@ -35,14 +35,19 @@ inline float pow2(int e) {
                    : std::bit_cast<float>(0x00400000u >> (-127 - e));
 }
 
-// Loads up to 32 values of block b (zero-padded) and returns its scale code; sets inv to
-// 1/X (exact, a power of two) or 0 for a NaN block.
-inline uint8_t load_block(std::span<const float> in, size_t b, float (&v)[kMxBlockSize], int emax,
-                          uint32_t max_mant, float& inv) {
+// Points v at the 32 values of block b (in place for a full block, else a zero-padded copy in
+// pad: copying every block and reloading it as vectors stalls on store forwarding) and returns
+// its scale code; sets inv to 1/X (exact, a power of two) or 0 for a NaN block.
+inline uint8_t load_block(std::span<const float> in, size_t b, float (&pad)[kMxBlockSize],
+                          const float*& v, int emax, uint32_t max_mant, float& inv) {
   const size_t begin = b * kMxBlockSize;
   const size_t n = std::min<size_t>(kMxBlockSize, in.size() - begin);
-  std::memset(v, 0, sizeof(v));
-  std::memcpy(v, in.data() + begin, n * sizeof(float));
+  v = in.data() + begin;
+  if (n < kMxBlockSize) {
+    std::memset(pad, 0, sizeof(pad));
+    std::memcpy(pad, v, n * sizeof(float));
+    v = pad;
+  }
   uint32_t amax_bits = 0;
   for (int j = 0; j < kMxBlockSize; ++j) {
     const uint32_t a = std::bit_cast<uint32_t>(v[j]) & 0x7fffffffu;
@@ -63,10 +68,11 @@ void mxfp8_impl(std::span<const float> in, std::span<BlockMxfp8> out, const Phil
                 uint64_t first) {
   assert(out.size() == mx_num_blocks(in.size()));
   for (size_t b = 0; b < out.size(); ++b) {
-    float v[kMxBlockSize];
+    float pad[kMxBlockSize];
+    const float* v;
     float inv;
     BlockMxfp8& blk = out[b];
-    blk.scale = load_block(in, b, v, kE4M3Emax, kE4M3MaxMant, inv);
+    blk.scale = load_block(in, b, pad, v, kE4M3Emax, kE4M3MaxMant, inv);
     if constexpr (kStochastic) {
       uint32_t r[kMxBlockSize];
       philox_fill(*rng, first + b * kMxBlockSize, r, kMxBlockSize);
@@ -82,10 +88,11 @@ void mxfp4_impl(std::span<const float> in, std::span<BlockMxfp4> out, const Phil
                 uint64_t first) {
   assert(out.size() == mx_num_blocks(in.size()));
   for (size_t b = 0; b < out.size(); ++b) {
-    float v[kMxBlockSize];
+    float pad[kMxBlockSize];
+    const float* v;
     float inv;
     BlockMxfp4& blk = out[b];
-    blk.scale = load_block(in, b, v, kE2M1Emax, kE2M1MaxMant, inv);
+    blk.scale = load_block(in, b, pad, v, kE2M1Emax, kE2M1MaxMant, inv);
     uint8_t c[kMxBlockSize];
     if constexpr (kStochastic) {
       uint32_t r[kMxBlockSize];

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/formats/convert.h"
+#include "kernels/formats/pack.h"
 #include "kernels/formats/scalar.h"
 #include "kernels/formats/stochastic.h"
 
@@ -28,42 +29,77 @@ constexpr std::array<float, 256> kE4M3Table = [] {
 
 constexpr uint8_t kE4M3NanCode = 0x7f;
 
-template <bool kStochastic>
-void nvfp4_impl(std::span<const float> in, float ts, std::span<BlockNvfp4> out,
-                NvfpScaleRounding rounding, const Philox* rng, uint64_t first) {
+// Blocks are processed in groups of kGroup (256 values) in phases, each a loop over the group
+// that the compiler vectorizes: block amaxes, block scales (E4M3 encode, decode and reciprocal
+// for 16 blocks at once), elements, packing. One block at a time, the scalar scale arithmetic
+// and the per-block reductions dominated.
+constexpr size_t kGroup = 16;
+
+template <bool kStochastic, Rounding kScaleRounding>
+void nvfp4_impl(std::span<const float> in, float ts, std::span<BlockNvfp4> out, const Philox* rng,
+                uint64_t first) {
   assert(out.size() == nvfp4_num_blocks(in.size()));
-  for (size_t b = 0; b < out.size(); ++b) {
-    const size_t begin = b * kNvfp4BlockSize;
-    const size_t n = std::min<size_t>(kNvfp4BlockSize, in.size() - begin);
-    float v[kNvfp4BlockSize] = {};
-    std::memcpy(v, in.data() + begin, n * sizeof(float));
-    uint32_t amax_bits = 0;
-    for (int j = 0; j < kNvfp4BlockSize; ++j) {
-      amax_bits = std::max(amax_bits, std::bit_cast<uint32_t>(v[j]) & 0x7fffffffu);
+  constexpr size_t kValues = kGroup * kNvfp4BlockSize;
+  for (size_t g = 0; g < out.size(); g += kGroup) {
+    const size_t begin = g * kNvfp4BlockSize;
+    const size_t nb = std::min(kGroup, out.size() - g);
+    const size_t n = std::min(kValues, in.size() - begin);
+    // A full group is read in place; a partial one through a zero-padded copy.
+    float pad[kValues];
+    const float* v = in.data() + begin;
+    if (n < kValues) {
+      std::memset(pad, 0, sizeof(pad));
+      std::memcpy(pad, v, n * sizeof(float));
+      v = pad;
     }
-    BlockNvfp4& blk = out[b];
-    uint8_t c[kNvfp4BlockSize] = {};
-    if (amax_bits >= 0x7f800000u) {
-      blk.scale = kE4M3NanCode;
+    uint32_t amax_bits[kGroup];
+    for (size_t b = 0; b < kGroup; ++b) {
+      uint32_t m = 0;
+      for (int j = 0; j < kNvfp4BlockSize; ++j) {
+        const uint32_t a = std::bit_cast<uint32_t>(v[b * kNvfp4BlockSize + j]) & 0x7fffffffu;
+        m = a > m ? a : m;
+      }
+      amax_bits[b] = m;
+    }
+    uint8_t scale[kGroup];
+    float inv[kGroup];
+    for (size_t b = 0; b < kGroup; ++b) {
+      const float want = std::bit_cast<float>(amax_bits[b]) / (kE2M1Max * ts);
+      const auto sc = static_cast<uint8_t>(minifloat_encode<kE4M3Spec, kScaleRounding>(want));
+      const float denom = minifloat_decode<kE4M3Spec>(sc) * ts;
+      const bool nan_block = amax_bits[b] >= 0x7f800000u;
+      scale[b] = nan_block ? kE4M3NanCode : sc;
+      // denom == 0 only for an all-zero block (or kNearest underflow): elements stay 0. A block
+      // with inf or NaN gets the NaN scale and zero elements (below).
+      inv[b] = (denom > 0.0f && !nan_block) ? 1.0f / denom : 0.0f;
+    }
+    uint8_t c[kValues];
+    if constexpr (kStochastic) {
+      uint32_t r[kValues];
+      philox_fill(*rng, first + begin, r, nb * kNvfp4BlockSize);
+      for (size_t b = 0; b < nb; ++b) {
+        for (int j = 0; j < kNvfp4BlockSize; ++j) {
+          const size_t i = b * kNvfp4BlockSize + j;
+          c[i] = e2m1_from_f32_sr(v[i] * inv[b], r[i]);
+        }
+      }
     } else {
-      const float want = std::bit_cast<float>(amax_bits) / (kE2M1Max * ts);
-      uint8_t sc = rounding == NvfpScaleRounding::kUp
-                       ? static_cast<uint8_t>(minifloat_encode<kE4M3Spec, Rounding::kAwayFromZero>(want))
-                       : e4m3_from_f32(want);
-      blk.scale = sc;
-      const float denom = f32_from_e4m3(sc) * ts;
-      // denom == 0 only for an all-zero block (or kNearest underflow): elements stay 0.
-      const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;
-      if constexpr (kStochastic) {
-        uint32_t r[kNvfp4BlockSize];
-        philox_fill(*rng, first + begin, r, kNvfp4BlockSize);
-        for (int j = 0; j < kNvfp4BlockSize; ++j) c[j] = e2m1_from_f32_sr(v[j] * inv, r[j]);
-      } else {
-        for (int j = 0; j < kNvfp4BlockSize; ++j) c[j] = e2m1_from_f32(v[j] * inv);
+      for (size_t b = 0; b < kGroup; ++b) {
+        for (int j = 0; j < kNvfp4BlockSize; ++j) {
+          const size_t i = b * kNvfp4BlockSize + j;
+          c[i] = e2m1_from_f32(v[i] * inv[b]);
+        }
       }
     }
-    for (int j = 0; j < kNvfp4BlockSize / 2; ++j) {
-      blk.q[j] = static_cast<uint8_t>(c[2 * j] | (c[2 * j + 1] << 4));
+    for (size_t b = 0; b < nb; ++b) {
+      BlockNvfp4& blk = out[g + b];
+      blk.scale = scale[b];
+      if (scale[b] == kE4M3NanCode) {
+        std::memset(blk.q, 0, sizeof(blk.q));
+      } else {
+        pack_nibbles8(c + b * kNvfp4BlockSize, blk.q);
+        pack_nibbles8(c + b * kNvfp4BlockSize + 8, blk.q + 4);
+      }
     }
   }
 }
@@ -77,11 +113,19 @@ float nvfp4_tensor_scale(std::span<const float> in) {
 
 void quantize_nvfp4(std::span<const float> in, float tensor_scale, std::span<BlockNvfp4> out,
                     NvfpScaleRounding rounding) {
-  nvfp4_impl<false>(in, tensor_scale, out, rounding, nullptr, 0);
+  if (rounding == NvfpScaleRounding::kUp) {
+    nvfp4_impl<false, Rounding::kAwayFromZero>(in, tensor_scale, out, nullptr, 0);
+  } else {
+    nvfp4_impl<false, Rounding::kNearestEven>(in, tensor_scale, out, nullptr, 0);
+  }
 }
 void quantize_nvfp4_sr(std::span<const float> in, float tensor_scale, std::span<BlockNvfp4> out,
                        const Philox& rng, uint64_t first_index, NvfpScaleRounding rounding) {
-  nvfp4_impl<true>(in, tensor_scale, out, rounding, &rng, first_index);
+  if (rounding == NvfpScaleRounding::kUp) {
+    nvfp4_impl<true, Rounding::kAwayFromZero>(in, tensor_scale, out, &rng, first_index);
+  } else {
+    nvfp4_impl<true, Rounding::kNearestEven>(in, tensor_scale, out, &rng, first_index);
+  }
 }
 
 void dequantize_nvfp4(std::span<const BlockNvfp4> in, float tensor_scale, std::span<float> out) {

@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-#include "algorithms/compress/crc32c.h"
+#include "kernels/core/crc32c.h"
 
 #include "algorithms/compress/codec.h"
 
@@ -20,8 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint64_t numel = data[0] | (uint64_t{data[1]} << 8);
   std::vector<uint8_t> msg(data + 3, data + size);
   if ((data[2] & 1) && msg.size() >= 32) {
-    using atl::algorithms::compress::crc32c;
-    const uint32_t c = crc32c(crc32c(0, msg.data(), 24), msg.data() + 28, msg.size() - 28);
+    const uint32_t c = atl::crc32c_extend(atl::crc32c(msg.data(), 24), msg.data() + 28,
+                                          msg.size() - 28);
     std::memcpy(msg.data() + 24, &c, 4);
   }
   auto out = atl::algorithms::compress::decode(msg, numel);

@@ -8,8 +8,8 @@ out=${FUZZ_OUT:-build/fuzz}
 mkdir -p "$out/corpus"
 clang++ -std=c++20 -O1 -g -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
   tests/fuzz/codec_decode_fuzz.cc algorithms/compress/*.cc kernels/formats/*.cc \
-  kernels/core/philox.cc kernels/core/status.cc -o "$out/codec_decode_fuzz"
+  kernels/core/philox.cc kernels/core/status.cc kernels/core/crc32c.cc -o "$out/codec_decode_fuzz"
 clang++ -std=c++20 -O1 -I. tests/fuzz/make_seeds.cc algorithms/compress/*.cc \
-  kernels/formats/*.cc kernels/core/philox.cc kernels/core/status.cc -o "$out/make_seeds"
+  kernels/formats/*.cc kernels/core/philox.cc kernels/core/status.cc kernels/core/crc32c.cc -o "$out/make_seeds"
 "$out/make_seeds" "$out/corpus"
 "$out/codec_decode_fuzz" -max_total_time="$secs" -max_len=4096 "$out/corpus"

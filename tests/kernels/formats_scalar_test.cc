@@ -285,6 +285,18 @@ TEST(FormatsScalar, EightBitMatchDoubleReferenceOnRandomFloats) {
   }
 }
 
+// The compare-based E2M1 encoder against the generic integer rounding, on every sign, exponent
+// and top-11 mantissa bit pattern of fp32 with four choices of the low 12 bits (NaN included).
+TEST(FormatsScalar, E2m1FastEncoderMatchesGenericOnSweep) {
+  for (uint32_t hi = 0; hi < (1u << 20); ++hi) {
+    for (uint32_t lo : {0x000u, 0x001u, 0x800u, 0xfffu}) {
+      const float x = std::bit_cast<float>((hi << 12) | lo);
+      ASSERT_EQ(uint32_t{e2m1_from_f32(x)}, minifloat_encode<kE2M1Spec>(x))
+          << "bits " << std::hex << ((hi << 12) | lo);
+    }
+  }
+}
+
 TEST(FormatsScalar, SpanKernelsMatchScalarOnEveryCode) {
   std::vector<float> xs;
   for (uint32_t c = 0; c < 65536; ++c) xs.push_back(f32_from_fp16(static_cast<uint16_t>(c)));

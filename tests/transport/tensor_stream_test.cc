@@ -6,7 +6,7 @@
 #include <limits>
 #include <random>
 
-#include "transport/crc32c.h"
+#include "kernels/core/crc32c.h"
 
 namespace atl::transport {
 namespace {

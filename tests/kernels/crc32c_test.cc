@@ -1,12 +1,13 @@
-#include "transport/crc32c.h"
+#include "kernels/core/crc32c.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
 
-namespace atl::transport {
+namespace atl {
 namespace {
 
 TEST(Crc32c, KnownVectors) {
@@ -27,7 +28,10 @@ TEST(Crc32c, KnownVectors) {
 
 TEST(Crc32c, PortableMatchesFastPathOnRandomData) {
   std::mt19937_64 rng(7);
-  for (size_t len : {0, 1, 7, 8, 9, 15, 16, 63, 64, 65, 1000, 4097}) {
+  // Lengths around the three-stream threshold (3 x 8192 bytes) exercise the interleaved path,
+  // its join and the serial tail.
+  for (size_t len :
+       {0, 1, 7, 8, 9, 15, 16, 63, 64, 65, 1000, 4097, 24575, 24576, 24577, 49152, 49159, 100003}) {
     for (size_t misalign = 0; misalign < 8; ++misalign) {
       std::vector<uint8_t> buf(len + misalign);
       for (auto& b : buf) b = static_cast<uint8_t>(rng());
@@ -43,7 +47,20 @@ TEST(Crc32c, ExtendIsConcatenation) {
   const std::string a = "The quick brown fox ", b = "jumps over the lazy dog";
   EXPECT_EQ(crc32c_extend(crc32c(a), b.data(), b.size()), crc32c(a + b));
   EXPECT_EQ(crc32c_extend_portable(crc32c(a), b.data(), b.size()), crc32c(a + b));
+  EXPECT_EQ(crc32c_extend(crc32c("1234", 4), "56789", 5), 0xE3069283u);
+}
+
+TEST(Crc32c, CombineMatchesConcatenation) {
+  std::mt19937_64 rng(11);
+  std::vector<uint8_t> buf(70000);
+  for (auto& b : buf) b = static_cast<uint8_t>(rng());
+  for (size_t split : {0, 1, 13, 4096, 30000, 69999, 70000}) {
+    const uint32_t a = crc32c(buf.data(), split);
+    const uint32_t b = crc32c(buf.data() + split, buf.size() - split);
+    EXPECT_EQ(crc32c_combine(a, b, buf.size() - split), crc32c(buf.data(), buf.size()))
+        << "split " << split;
+  }
 }
 
 }  // namespace
-}  // namespace atl::transport
+}  // namespace atl

@@ -1,0 +1,91 @@
+// `atoll bench codecs --json` on the real binary: one well-formed JSON object with memcpy and
+// per-codec throughput, sizes that match the codec definitions, and no stray output.
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+
+#include "integration/cli_test_util.h"
+
+namespace atl::testing {
+namespace {
+
+double number(const boost::json::object& o, const char* key) {
+  const auto* v = o.if_contains(key);
+  if (v == nullptr || !v->is_number()) {
+    ADD_FAILURE() << "missing numeric key '" << key << "' in " << boost::json::serialize(o);
+    return std::nan("");
+  }
+  return v->to_number<double>();
+}
+
+TEST(BenchCodecsCli, PrintsOneJsonObjectWithEveryCodec) {
+  TempDir dir;
+  const RunResult r = run_atoll({"bench", "codecs", "--numel", "65536", "--reps", "1", "--json"},
+                                dir / "log.txt", std::chrono::seconds(120));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  boost::system::error_code ec;
+  const boost::json::value doc = boost::json::parse(r.output, ec);  // whole output: JSON only
+  ASSERT_FALSE(ec) << ec.message() << "\n" << r.output;
+  ASSERT_TRUE(doc.is_object()) << r.output;
+  const auto& top = doc.as_object();
+  const double memcpy_gbps = number(top, "memcpy_gbps");
+  EXPECT_GT(memcpy_gbps, 0.01);
+  EXPECT_LT(memcpy_gbps, 10000.0);
+  EXPECT_EQ(number(top, "numel"), 65536.0);
+  ASSERT_TRUE(top.contains("codecs") && top.at("codecs").is_array()) << r.output;
+
+  // Expected wire bits per value at 65536 values: payload plus header (32 bytes + spec text).
+  auto bpv = [](double payload_bytes, const std::string& spec) {
+    return 8.0 * (payload_bytes + 32 + static_cast<double>(spec.size())) / 65536.0;
+  };
+  const double k = std::round(0.02 * 65536);  // 1311 values kept by topk:0.02
+  const std::map<std::string, double> expected = {
+      {"bf16", bpv(2.0 * 65536, "bf16")},
+      {"fp8", bpv(4 + 65536, "fp8")},
+      {"int8", bpv(65536 / 32 * 36.0, "int8:32")},
+      {"int4", bpv(65536 / 32 * 20.0, "int4:32")},
+      {"nvfp4", bpv(4 + 65536 / 16 * 9.0, "nvfp4")},
+      {"mxfp4", bpv(65536 / 32 * 17.0, "mxfp4")},
+      {"topk:0.02", bpv(std::ceil(k * 16 / 8) + 4 * k, "topk:0.02")},
+      {"topk:0.02+int4", bpv(std::ceil(k * 16 / 8) + std::ceil(k / 32) * 20, "topk:0.02+int4:32")},
+  };
+  std::set<std::string> seen;
+  for (const auto& item : top.at("codecs").as_array()) {
+    ASSERT_TRUE(item.is_object());
+    const auto& row = item.as_object();
+    ASSERT_TRUE(row.contains("codec") && row.at("codec").is_string());
+    const std::string codec(row.at("codec").as_string());
+    ASSERT_TRUE(row.contains("canonical") && row.at("canonical").is_string());
+    seen.insert(codec);
+    const double enc = number(row, "encode_gbps"), dec = number(row, "decode_gbps");
+    const double bits = number(row, "bits_per_value");
+    EXPECT_GT(enc, 0.0) << codec;
+    EXPECT_GT(dec, 0.0) << codec;
+    EXPECT_LT(enc, 10000.0) << codec;
+    EXPECT_LT(dec, 10000.0) << codec;
+    EXPECT_GT(bits, 0.0) << codec;
+    EXPECT_LT(bits, 32.0) << codec;  // every codec in the set compresses
+    if (auto it = expected.find(codec); it != expected.end()) {
+      EXPECT_NEAR(bits, it->second, 1e-3) << codec;
+    }
+  }
+  for (const char* want : {"bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4", "topk:0.02",
+                           "topk:0.02+int4", "topk-chunked:0.02+int4"}) {
+    EXPECT_TRUE(seen.count(want)) << "no row for " << want << " in " << r.output;
+  }
+}
+
+TEST(BenchCodecsCli, BadSpecIsOneLineAndExitCode2) {
+  TempDir dir;
+  const RunResult r = run_atoll({"bench", "codecs", "--numel", "4096", "--codecs", "int9"},
+                                dir / "log.txt", std::chrono::seconds(60));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("int9"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace atl::testing
