@@ -28,7 +28,7 @@ const Command kCommands[] = {
     {"ca", cmd_ca, "experiment certificate authority: `ca init`, `ca issue`"},
     {"coordinator", cmd_coordinator, "run a coordinator"},
     {"node", cmd_node, "run a node that joins a coordinator"},
-    {"bench", cmd_bench, "benchmarks: `bench train`, `bench sgemm`"},
+    {"bench", cmd_bench, "benchmarks: `bench train`, `bench sgemm`, `bench codecs`"},
 };
 
 void print_usage(FILE* out) {
