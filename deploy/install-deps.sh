@@ -11,6 +11,7 @@ APT_PACKAGES=(
   libtomlplusplus-dev libgtest-dev libgmock-dev libopenblas-dev
   python3 python3-torch python3-numpy
   nodejs npm chromium
+  clang libclang-rt-14-dev
 )
 
 missing=()
