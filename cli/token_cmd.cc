@@ -23,11 +23,12 @@ StatusOr<std::unique_ptr<coordinator::Store>> open_store(const Flags& flags) {
 
 int cmd_token(const Args& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::printf("usage: atoll token create --role viewer|admin --store DIR [--label TEXT]\n"
-                "       atoll token list --store DIR\n"
-                "       atoll token revoke --store DIR --hash PREFIX\n"
-                "Viewers read the dashboard and the API; admins also create, start, pause,\n"
-                "stop and delete experiments. Only the SHA-256 of a token is stored.\n");
+    std::printf(
+        "usage: atoll token create --role viewer|admin --store DIR [--label TEXT]\n"
+        "       atoll token list --store DIR\n"
+        "       atoll token revoke --store DIR --hash PREFIX\n"
+        "Viewers read the dashboard and the API; admins also create, start, pause,\n"
+        "stop and delete experiments. Only the SHA-256 of a token is stored.\n");
     return args.empty() ? 2 : 0;
   }
   const std::string sub = args[0];
@@ -76,10 +77,12 @@ int cmd_token(const Args& args) {
     const coordinator::TokenRecord* match = nullptr;
     for (const auto& t : *tokens) {
       if (t.hash.compare(0, prefix.size(), prefix) != 0) continue;
-      if (match) return fail(cmd, "--hash " + prefix + " matches several tokens; give more digits", 2);
+      if (match)
+        return fail(cmd, "--hash " + prefix + " matches several tokens; give more digits", 2);
       match = &t;
     }
-    if (!match) return fail(cmd, "no token hash starts with " + prefix + " (see `atoll token list`)");
+    if (!match)
+      return fail(cmd, "no token hash starts with " + prefix + " (see `atoll token list`)");
     if (Status s = (*store)->delete_token(match->hash); !s.ok()) return fail(cmd, s.message());
     std::printf("revoked %s token %s\n", match->role.c_str(), match->hash.c_str());
     return 0;

@@ -283,8 +283,8 @@ Status ExperimentManager::stop(const std::string& id) {
   r.state = ExperimentState::kFinished;
   ATOLL_RETURN_IF_ERROR(store_.put_experiment(r));
   (void)store_.append_audit(id, "state", "finished: stopped from the API");
-  emit({id, "state", json::serialize(json::object{{"state", "finished"},
-                                                  {"round", r.current_round}})});
+  emit({id, "state",
+        json::serialize(json::object{{"state", "finished"}, {"round", r.current_round}})});
   return Status::Ok();
 }
 

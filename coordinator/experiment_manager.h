@@ -80,8 +80,9 @@ struct ManagerEvent {
 
 // Encodes θ as a safetensors checkpoint (node/checkpoint.h lives above this layer, so the
 // binary provides it).
-using CheckpointEncoder = std::function<StatusOr<std::string>(
-    const ExperimentRecord& record, const ExperimentConfig& config, const std::vector<float>& params)>;
+using CheckpointEncoder = std::function<StatusOr<std::string>(const ExperimentRecord& record,
+                                                              const ExperimentConfig& config,
+                                                              const std::vector<float>& params)>;
 
 struct ManagerOptions {
   // Largest model create() accepts, in fp32 parameters (θ_0 is allocated at creation).
@@ -135,7 +136,7 @@ class ExperimentManager {
 
  private:
   StatusOr<ExperimentSummary> summarize(const ExperimentRecord& record) const;  // svc_mu_ held
-  bool is_live(const std::string& id) const;                                   // svc_mu_ held
+  bool is_live(const std::string& id) const;                                    // svc_mu_ held
   void emit(ManagerEvent e);
 
   Store& store_;

@@ -40,17 +40,24 @@ json::object to_json(const ExperimentConfig& c) {
   json::object o;
   o["name"] = c.name;
   o["seed"] = c.seed;
-  o["model"] = {{"vocab", c.model.vocab},         {"dim", c.model.dim},
-                {"layers", c.model.layers},       {"heads", c.model.heads},
+  o["model"] = {{"vocab", c.model.vocab},           {"dim", c.model.dim},
+                {"layers", c.model.layers},         {"heads", c.model.heads},
                 {"ffn_hidden", c.model.ffn_hidden}, {"seq_len", c.model.seq_len}};
-  o["train"] = {{"batch_size", c.train.batch_size}, {"lr", c.train.lr},
-                {"codec", c.train.codec}, {"error_feedback", c.train.error_feedback}};
-  o["diloco"] = {{"rounds", c.diloco.rounds},           {"inner_steps", c.diloco.inner_steps},
-                 {"outer_lr", c.diloco.outer_lr},       {"outer_momentum", c.diloco.outer_momentum},
-                 {"min_nodes", c.diloco.min_nodes},     {"max_nodes", c.diloco.max_nodes},
+  o["train"] = {{"batch_size", c.train.batch_size},
+                {"lr", c.train.lr},
+                {"codec", c.train.codec},
+                {"error_feedback", c.train.error_feedback}};
+  o["diloco"] = {{"rounds", c.diloco.rounds},
+                 {"inner_steps", c.diloco.inner_steps},
+                 {"outer_lr", c.diloco.outer_lr},
+                 {"outer_momentum", c.diloco.outer_momentum},
+                 {"min_nodes", c.diloco.min_nodes},
+                 {"max_nodes", c.diloco.max_nodes},
                  {"round_deadline_s", c.diloco.round_deadline_s}};
-  o["data"] = {{"source", c.data.source}, {"tokenizer", c.data.tokenizer},
-               {"split", c.data.split}, {"val_fraction", c.data.val_fraction}};
+  o["data"] = {{"source", c.data.source},
+               {"tokenizer", c.data.tokenizer},
+               {"split", c.data.split},
+               {"val_fraction", c.data.val_fraction}};
   return o;
 }
 

@@ -112,8 +112,7 @@ Response Api::handle(const Request& req) const {
   if (req.method != "GET") return error(405, "static files answer GET only");
   auto f = files_.get(path);
   if (!f.ok()) {
-    if (f.status().code() == StatusCode::kInvalidArgument)
-      return error(400, f.status().message());
+    if (f.status().code() == StatusCode::kInvalidArgument) return error(400, f.status().message());
     return error(404, "not found: " + path.substr(0, 200));
   }
   Response r;
@@ -243,7 +242,8 @@ Response Api::handle_api(const Request& req, const std::string& path,
     if (!rounds.ok()) return fail(rounds.status());
     json::array a;
     for (const auto& r : *rounds) a.push_back(to_json(r));
-    return json_response(200, json::object{{"total", total}, {"from", *from}, {"rounds", std::move(a)}});
+    return json_response(200,
+                         json::object{{"total", total}, {"from", *from}, {"rounds", std::move(a)}});
   }
   if (what == "metrics") {
     auto max_points = query_uint(q, "max_points", 500, 2, 5000);

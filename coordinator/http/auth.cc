@@ -21,7 +21,9 @@ bool plausible_token(std::string_view t) {
 }
 }  // namespace
 
-const char* role_name(Role role) { return role == Role::kAdmin ? "admin" : "viewer"; }
+const char* role_name(Role role) {
+  return role == Role::kAdmin ? "admin" : "viewer";
+}
 
 StatusOr<Role> parse_role(std::string_view text) {
   if (text == "viewer") return Role::kViewer;
@@ -29,7 +31,9 @@ StatusOr<Role> parse_role(std::string_view text) {
   return InvalidArgument("role must be \"viewer\" or \"admin\", not \"" + std::string(text) + "\"");
 }
 
-std::string hash_token(std::string_view token) { return sha256_hex(token.data(), token.size()); }
+std::string hash_token(std::string_view token) {
+  return sha256_hex(token.data(), token.size());
+}
 
 StatusOr<std::string> create_token(Store& store, Role role, const std::string& label) {
   if (label.size() > 200) return InvalidArgument("token label is longer than 200 characters");
@@ -45,18 +49,19 @@ StatusOr<std::string> create_token(Store& store, Role role, const std::string& l
   rec.hash = hash_token(token);
   rec.role = role_name(role);
   rec.label = label;
-  rec.created_unix_ms = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(
-          std::chrono::system_clock::now().time_since_epoch())
-          .count());
+  rec.created_unix_ms =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count());
   ATOLL_RETURN_IF_ERROR(store.put_token(rec));
   return token;
 }
 
 StatusOr<Role> authenticate(const Store& store, std::string_view authorization) {
   if (authorization.empty())
-    return Unauthenticated("missing token: send \"Authorization: Bearer <token>\" "
-                           "(create one with `atoll token create`)");
+    return Unauthenticated(
+        "missing token: send \"Authorization: Bearer <token>\" "
+        "(create one with `atoll token create`)");
   constexpr std::string_view kBearer = "Bearer ";
   if (authorization.size() <= kBearer.size() || authorization.substr(0, kBearer.size()) != kBearer)
     return Unauthenticated("the Authorization header must be \"Bearer <token>\"");

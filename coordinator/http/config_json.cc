@@ -1,7 +1,7 @@
 #include "coordinator/http/config_json.h"
 
-#include <cmath>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 

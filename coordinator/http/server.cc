@@ -112,9 +112,9 @@ class Session : public std::enable_shared_from_this<Session> {
                                       std::to_string(shared_.options.max_body_bytes) + " bytes"),
                   false, true);
     if (ec == bhttp::error::header_limit)
-      return send(Api::error(431, "request headers larger than " + std::to_string(kHeaderLimit) +
-                                      " bytes"),
-                  false, true);
+      return send(
+          Api::error(431, "request headers larger than " + std::to_string(kHeaderLimit) + " bytes"),
+          false, true);
     if (ec && is_parse_error(ec))
       return send(Api::error(400, "malformed HTTP request: " + ec.message()), false, true);
     if (ec) return;  // timeout, reset, TLS error
@@ -146,14 +146,14 @@ class Session : public std::enable_shared_from_this<Session> {
     msg->keep_alive(keep_alive);
     msg->prepare_payload();
     beast::get_lowest_layer(stream_).expires_after(kWriteTimeout);
-    bhttp::async_write(stream_, *msg,
-                       [self = shared_from_this(), msg, keep_alive, drain](beast::error_code ec,
-                                                                          size_t) {
-                         if (ec) return;
-                         if (drain) return self->do_drain(0);
-                         if (!keep_alive) return self->do_close();
-                         self->do_read();
-                       });
+    bhttp::async_write(
+        stream_, *msg,
+        [self = shared_from_this(), msg, keep_alive, drain](beast::error_code ec, size_t) {
+          if (ec) return;
+          if (drain) return self->do_drain(0);
+          if (!keep_alive) return self->do_close();
+          self->do_read();
+        });
   }
 
   // After refusing a request whose body was not read: read and discard what the client is still
@@ -252,8 +252,8 @@ StatusOr<std::pair<std::string, uint16_t>> split_host_port(const std::string& li
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
     host = host.substr(1, host.size() - 2);
   const std::string port = listen.substr(colon + 1);
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
-      std::stoul(port) > 65535)
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos || std::stoul(port) > 65535)
     return InvalidArgument("--http " + listen + ": the port must be a number in 0-65535");
   if (host == "localhost") host = "127.0.0.1";
   return std::make_pair(host, static_cast<uint16_t>(std::stoul(port)));
@@ -309,9 +309,13 @@ struct HttpServer::Impl {
 
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-HttpServer::~HttpServer() { shutdown(); }
+HttpServer::~HttpServer() {
+  shutdown();
+}
 
-int HttpServer::port() const { return impl_->port; }
+int HttpServer::port() const {
+  return impl_->port;
+}
 
 std::string HttpServer::url() const {
   std::string host = impl_->host;
@@ -344,8 +348,8 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(ExperimentManager& manag
   // TLS 1.3 only, the coordinator's server certificate.
   beast::error_code ec;
   impl->ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
-                        ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
-                        ssl::context::no_tlsv1_1 | ssl::context::no_tlsv1_2);
+                        ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
+                        ssl::context::no_tlsv1_2);
   if (SSL_CTX_set_min_proto_version(impl->ctx.native_handle(), TLS1_3_VERSION) != 1)
     return Internal("dashboard: cannot require TLS 1.3");
   impl->ctx.use_certificate_chain_file(cert, ec);

@@ -20,8 +20,8 @@
 namespace atl::coordinator::http {
 
 struct HttpOptions {
-  std::string listen = "127.0.0.1:0";  // HOST:PORT; port 0 picks a free one (see port())
-  std::string tls_dir;                 // certificate directory (atoll ca)
+  std::string listen = "127.0.0.1:0";     // HOST:PORT; port 0 picks a free one (see port())
+  std::string tls_dir;                    // certificate directory (atoll ca)
   std::string cert_name = "coordinator";  // <tls_dir>/<cert_name>.crt and .key
   std::vector<Mount> mounts;              // static files; empty = API only
   uint64_t max_body_bytes = 1 << 20;

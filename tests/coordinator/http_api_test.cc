@@ -198,10 +198,12 @@ TEST_F(HttpApiTest, CreateListGetStopDelete) {
   Reply c = client_->send("POST", "/api/experiments", admin_, small_config("exp1"));
   ASSERT_EQ(c.status, 201u) << c.body;
   EXPECT_EQ(c.json().as_object().at("id").as_string(), "exp1");
-  EXPECT_EQ(c.json().as_object().at("params").as_int64(), 16 * 256 + (4 * 16 * 16 + 3 * 32 * 16 + 32) + 16);
+  EXPECT_EQ(c.json().as_object().at("params").as_int64(),
+            16 * 256 + (4 * 16 * 16 + 3 * 32 * 16 + 32) + 16);
   // TOML form too.
-  Reply t = client_->send("POST", "/api/experiments", admin_,
-                          R"({"config_toml":"name = \"exp2\"\n[model]\ndim = 16\nlayers = 1\nheads = 2\nffn_hidden = 32\nseq_len = 16\n"})");
+  Reply t = client_->send(
+      "POST", "/api/experiments", admin_,
+      R"({"config_toml":"name = \"exp2\"\n[model]\ndim = 16\nlayers = 1\nheads = 2\nffn_hidden = 32\nseq_len = 16\n"})");
   ASSERT_EQ(t.status, 201u) << t.body;
   Reply dup = client_->send("POST", "/api/experiments", admin_, small_config("exp1"));
   EXPECT_EQ(dup.status, 409u);
@@ -217,7 +219,15 @@ TEST_F(HttpApiTest, CreateListGetStopDelete) {
 
   Reply g = client_->send("GET", "/api/experiments/exp1", viewer_);
   ASSERT_EQ(g.status, 200u);
-  EXPECT_EQ(g.json().as_object().at("config").as_object().at("diloco").as_object().at("rounds").as_int64(), 3);
+  EXPECT_EQ(g.json()
+                .as_object()
+                .at("config")
+                .as_object()
+                .at("diloco")
+                .as_object()
+                .at("rounds")
+                .as_int64(),
+            3);
   EXPECT_EQ(client_->send("GET", "/api/experiments/exp1/rounds", viewer_).status, 200u);
   EXPECT_EQ(client_->send("GET", "/api/experiments/exp1/nodes", viewer_).status, 200u);
   Reply m = client_->send("GET", "/api/experiments/exp1/metrics?max_points=10", viewer_);
@@ -258,8 +268,18 @@ TEST_F(HttpApiTest, LiveExperimentIsDrivenThroughItsService) {
   Reply s = client_->send("POST", "/api/experiments/live/start", admin_);
   ASSERT_EQ(s.status, 200u) << s.body;
   EXPECT_EQ(s.json().as_object().at("state").as_string(), "running");
-  EXPECT_EQ(client_->send("POST", "/api/experiments/live/pause", admin_).json().as_object().at("state").as_string(), "paused");
-  EXPECT_EQ(client_->send("POST", "/api/experiments/live/resume", admin_).json().as_object().at("state").as_string(), "running");
+  EXPECT_EQ(client_->send("POST", "/api/experiments/live/pause", admin_)
+                .json()
+                .as_object()
+                .at("state")
+                .as_string(),
+            "paused");
+  EXPECT_EQ(client_->send("POST", "/api/experiments/live/resume", admin_)
+                .json()
+                .as_object()
+                .at("state")
+                .as_string(),
+            "running");
   EXPECT_EQ(client_->send("DELETE", "/api/experiments/live", admin_).status, 409u);
   EXPECT_EQ(client_->send("POST", "/api/experiments/live/stop", admin_).status, 200u);
   EXPECT_EQ(service_->state(), ExperimentState::kFinished);
@@ -271,27 +291,34 @@ TEST_F(HttpApiTest, BadBodiesAre4xxWithAMessage) {
   EXPECT_EQ(r.status, 400u);
   EXPECT_NE(r.error().find("malformed JSON"), std::string::npos) << r.body;
   EXPECT_EQ(client_->send("POST", "/api/experiments", admin_, "[1,2,3]").status, 400u);
-  EXPECT_EQ(client_->send("POST", "/api/experiments", admin_, R"({"name":{"a":{"b":1}}})").status, 400u);
+  EXPECT_EQ(client_->send("POST", "/api/experiments", admin_, R"({"name":{"a":{"b":1}}})").status,
+            400u);
   EXPECT_EQ(client_->send("POST", "/api/experiments", admin_, R"({"name":null})").status, 400u);
   EXPECT_EQ(client_->send("POST", "/api/experiments", admin_, R"({"bad key":1})").status, 400u);
-  Reply unknown = client_->send("POST", "/api/experiments", admin_, R"({"name":"x","model":{"depth":3}})");
+  Reply unknown =
+      client_->send("POST", "/api/experiments", admin_, R"({"name":"x","model":{"depth":3}})");
   EXPECT_EQ(unknown.status, 400u);
   EXPECT_EQ(unknown.json().as_object().at("field").as_string(), "model.depth");
-  Reply range = client_->send("POST", "/api/experiments", admin_, R"({"name":"x","diloco":{"rounds":0}})");
+  Reply range =
+      client_->send("POST", "/api/experiments", admin_, R"({"name":"x","diloco":{"rounds":0}})");
   EXPECT_EQ(range.status, 400u);
   EXPECT_EQ(range.error(), "request: diloco.rounds = 0 must be >= 1");
   EXPECT_EQ(range.json().as_object().at("field").as_string(), "diloco.rounds");
-  Reply type = client_->send("POST", "/api/experiments", admin_, R"({"name":"x","diloco":{"rounds":"ten"}})");
+  Reply type = client_->send("POST", "/api/experiments", admin_,
+                             R"({"name":"x","diloco":{"rounds":"ten"}})");
   EXPECT_EQ(type.status, 400u);
   // A TOML injection through a string value stays a string (and fails validation as a name).
-  Reply inj = client_->send("POST", "/api/experiments", admin_, R"({"name":"x\"\n[model]\ndim = 0\n#"})");
+  Reply inj =
+      client_->send("POST", "/api/experiments", admin_, R"({"name":"x\"\n[model]\ndim = 0\n#"})");
   EXPECT_EQ(inj.status, 400u);
   EXPECT_EQ(inj.json().as_object().at("field").as_string(), "name");
-  Reply huge = client_->send("POST", "/api/experiments", admin_,
-                             R"({"name":"huge","model":{"dim":8192,"layers":200,"heads":64,"ffn_hidden":65536}})");
+  Reply huge = client_->send(
+      "POST", "/api/experiments", admin_,
+      R"({"name":"huge","model":{"dim":8192,"layers":200,"heads":64,"ffn_hidden":65536}})");
   EXPECT_EQ(huge.status, 400u);
   EXPECT_NE(huge.error().find("parameters"), std::string::npos) << huge.body;
-  Reply codec = client_->send("POST", "/api/experiments", admin_, R"({"name":"x","train":{"codec":"zip"}})");
+  Reply codec =
+      client_->send("POST", "/api/experiments", admin_, R"({"name":"x","train":{"codec":"zip"}})");
   EXPECT_EQ(codec.status, 400u);
   EXPECT_EQ(codec.json().as_object().at("field").as_string(), "train.codec");
   EXPECT_EQ(client_->send("GET", "/api/experiments/x/metrics?max_points=abc", admin_).status, 400u);
@@ -315,7 +342,8 @@ TEST_F(HttpApiTest, UnknownIdsAndRoutesAre404) {
                         "/api/experiments/bad%2Fid", "/api/experiments/..", "/api/nothing"})
     EXPECT_EQ(client_->send("GET", p, viewer_).status, 404u) << p;
   for (const char* a : {"start", "pause", "resume", "stop"})
-    EXPECT_EQ(client_->send("POST", std::string("/api/experiments/nope/") + a, admin_).status, 404u);
+    EXPECT_EQ(client_->send("POST", std::string("/api/experiments/nope/") + a, admin_).status,
+              404u);
   EXPECT_EQ(client_->send("DELETE", "/api/experiments/nope", admin_).status, 404u);
 }
 
