@@ -285,7 +285,7 @@ function lineChart(canvas, { logY = false, yTitle = '', bar = false } = {}) {
         x: { type: 'linear', title: { display: true, text: 'round' }, ticks: { precision: 0 } },
         y: {
           type: logY ? 'logarithmic' : 'linear', title: { display: !!yTitle, text: yTitle },
-          ticks: logY ? { callback: v => { const e = Math.log10(v); return Math.abs(e - Math.round(e)) < 1e-9 ? fmtBytes(v) : ''; } } : {},
+          ticks: logY ? { callback: v => { const m = v / 10 ** Math.floor(Math.log10(v)); return [1, 2, 5].some(k => Math.abs(m - k) < 1e-6) ? fmtBytes(v) : ''; } } : {},
         },
       },
     },
