@@ -16,6 +16,7 @@ int cmd_coordinator(const Args& args);
 int cmd_node(const Args& args);
 int cmd_demo(const Args& args);
 int cmd_bench(const Args& args);
+int cmd_token(const Args& args);
 
 // Prints "atoll <command>: <message>" to stderr (one line) and returns the exit code.
 int fail(const std::string& command, const std::string& message, int code = 1);

@@ -8,6 +8,7 @@
 #include "cli/coordinator_setup.h"
 #include "cli/flags.h"
 #include "cli/signals.h"
+#include "coordinator/http/auth.h"
 
 namespace atl::cli {
 
@@ -46,7 +47,10 @@ int cmd_coordinator(const Args& args) {
                {"listen", true, "HOST:PORT to serve gRPC on", "127.0.0.1:7070"},
                {"tls", true, "TLS directory with ca.crt and the server certificate", ""},
                {"server-name", true, "certificate name of this coordinator", "coordinator"},
-               {"insecure", false, "plaintext, no authentication (local development only)", ""}});
+               {"insecure", false, "plaintext, no authentication (local development only)", ""},
+               {"http", true, "dashboard HOST:PORT (HTTPS; port 0 = any free port; off = none)",
+                "127.0.0.1:0"},
+               {"web", true, "dashboard files (default: web/ of the source tree)", ""}});
   if (Status s = flags.parse(args); !s.ok()) return fail("coordinator", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
   CoordinatorLaunch l;
@@ -65,6 +69,9 @@ int cmd_coordinator(const Args& args) {
   if (!l.insecure && l.tls_dir.empty())
     return fail("coordinator", "--tls DIR is required (or --insecure for local development)", 2);
   l.on_event = print_event;
+  if (const std::string http = flags.get_or("http", "127.0.0.1:0"); http != "off")
+    l.http_listen = http;
+  l.web_root = flags.get_or("web", "");
   auto running = launch_coordinator(l);
   if (!running.ok()) return fail("coordinator", running.status().message());
   auto& rc = **running;
@@ -72,6 +79,17 @@ int cmd_coordinator(const Args& args) {
               rc.service->experiment_id().c_str(), rc.server->address().c_str(),
               l.insecure ? "INSECURE plaintext" : "TLS 1.3, mTLS", rc.service->current_round(),
               rc.service->params_fingerprint().substr(0, 16).c_str());
+  if (rc.http) {
+    std::printf("dashboard: %s\n", rc.http->url().c_str());
+    // First start of a store: bootstrap one admin token (later ones: `atoll token create`).
+    auto tokens = rc.store->list_tokens();
+    if (tokens.ok() && tokens->empty()) {
+      auto token = coordinator::http::create_token(*rc.store, coordinator::http::Role::kAdmin,
+                                                   "bootstrap");
+      if (!token.ok()) return fail("coordinator", token.status().message());
+      std::printf("token: %s\n", token->c_str());
+    }
+  }
   std::fflush(stdout);
   if (Status s = rc.service->start(); !s.ok()) return fail("coordinator", s.message());
   const auto* stop = install_stop_signals();

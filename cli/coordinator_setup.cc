@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "algorithms/compress/codec.h"
+#include "node/checkpoint.h"
 #include "transport/tls/credentials.h"
 
 namespace atl::cli {
@@ -22,10 +23,28 @@ algorithms::ModelConfig model_config_of(const coordinator::ExperimentConfig& cfg
 }
 
 RunningCoordinator::~RunningCoordinator() {
+  http.reset();
   if (server) server->shutdown();
   server.reset();
+  if (manager) manager->attach(nullptr);
   service.reset();
+  manager.reset();
   store.reset();
+}
+
+std::string find_tree_dir(const std::string& relative) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(relative, ec)) return relative;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    // build/atoll → build/../<relative>
+    for (const fs::path& base : {exe.parent_path().parent_path(), exe.parent_path()}) {
+      const fs::path p = base / relative;
+      if (fs::is_directory(p, ec)) return p.string();
+    }
+  }
+  return relative;
 }
 
 StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const CoordinatorLaunch& l) {
@@ -41,6 +60,28 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
   std::filesystem::create_directories(l.store_dir, ec);
   if (ec) return IoError("cannot create store directory " + l.store_dir + ": " + ec.message());
   ATOLL_ASSIGN_OR_RETURN(rc->store, coordinator::Store::open(l.store_dir));
+  coordinator::ManagerOptions mo;
+  mo.encode_checkpoint = [](const coordinator::ExperimentRecord& rec,
+                            const coordinator::ExperimentConfig& cfg,
+                            const std::vector<float>& params) -> StatusOr<std::string> {
+    const algorithms::ModelConfig model = model_config_of(cfg);
+    algorithms::ParamSet p(algorithms::make_layout(model));
+    if (p.numel() != params.size())
+      return FailedPrecondition("experiment '" + rec.id + "': its config describes " +
+                                std::to_string(p.numel()) + " parameters, the store holds " +
+                                std::to_string(params.size()));
+    std::copy(params.begin(), params.end(), p.data());
+    node::CheckpointMeta meta;
+    meta.model = model;
+    meta.step = static_cast<int64_t>(rec.current_round) * cfg.diloco.inner_steps;
+    meta.seed = cfg.seed;
+    meta.experiment = rec.id;
+    meta.round = static_cast<int64_t>(rec.current_round);
+    meta.fingerprint = rec.params_fingerprint;
+    return node::encode_checkpoint(meta, p, nullptr);
+  };
+  mo.serve_hint = "atoll coordinator --config FILE --store " + l.store_dir;
+  rc->manager = std::make_unique<coordinator::ExperimentManager>(*rc->store, std::move(mo));
 
   algorithms::ParamSet theta0(algorithms::make_layout(rc->model));
   algorithms::init_params(theta0, rc->model, l.config.seed);
@@ -48,7 +89,10 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
   coordinator::ServiceOptions so;
   so.identity = l.insecure ? coordinator::IdentitySource::kInsecureNodeName
                            : coordinator::IdentitySource::kTlsCertificate;
-  so.on_event = l.on_event;
+  so.on_event = [user = l.on_event, manager = rc->manager.get()](const coordinator::Event& e) {
+    manager->on_event(e);
+    if (user) user(e);
+  };
   const std::string expected_codec = l.config.train.codec;
   so.decode = [expected_codec](const std::string& codec, const std::string& payload,
                                uint64_t numel) -> StatusOr<std::vector<float>> {
@@ -79,6 +123,19 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
                            transport::server_credentials(l.tls_dir, l.server_name));
   }
   ATOLL_ASSIGN_OR_RETURN(rc->server, coordinator::CoordinatorServer::start(*rc->service, srv));
+  rc->manager->attach(rc->service.get());
+
+  if (!l.http_listen.empty() && !l.insecure) {
+    coordinator::http::HttpOptions ho;
+    ho.listen = l.http_listen;
+    ho.tls_dir = l.tls_dir;
+    ho.cert_name = l.server_name;
+    const std::string web = l.web_root.empty() ? find_tree_dir("web") : l.web_root;
+    const std::string npm = l.node_modules.empty() ? find_tree_dir("node_modules") : l.node_modules;
+    ho.mounts = {{"/", web}, {"/vendor/chartjs/", npm + "/chart.js/dist"}};
+    ATOLL_ASSIGN_OR_RETURN(rc->http,
+                           coordinator::http::HttpServer::start(*rc->manager, *rc->store, ho));
+  }
   return rc;
 }
 

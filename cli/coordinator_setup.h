@@ -8,6 +8,8 @@
 
 #include "algorithms/model/llama.h"
 #include "coordinator/experiment_config.h"
+#include "coordinator/experiment_manager.h"
+#include "coordinator/http/server.h"
 #include "coordinator/server.h"
 #include "coordinator/service.h"
 #include "coordinator/store.h"
@@ -24,15 +26,26 @@ struct CoordinatorLaunch {
   std::string server_name = "coordinator";  // certificate name of the coordinator
   bool insecure = false;
   std::function<void(const coordinator::Event&)> on_event;
+  // Dashboard and REST API over HTTPS with the same server certificate; "" = none (always none
+  // with `insecure`: the dashboard needs TLS).
+  std::string http_listen;
+  std::string web_root;      // dashboard files; "" = web/ in the working directory or the tree
+  std::string node_modules;  // npm packages (chart.js); "" = found like web_root
 };
 
 struct RunningCoordinator {
   std::unique_ptr<coordinator::Store> store;
+  std::unique_ptr<coordinator::ExperimentManager> manager;
   std::unique_ptr<coordinator::CoordinatorService> service;
   std::unique_ptr<coordinator::CoordinatorServer> server;
+  std::unique_ptr<coordinator::http::HttpServer> http;  // null without a dashboard
   algorithms::ModelConfig model;
-  ~RunningCoordinator();  // server first, then service, then store
+  ~RunningCoordinator();  // dashboard, gRPC server, service, manager, store
 };
+
+// A directory of the source tree (web, node_modules): in the working directory, else next to
+// the binary's build directory. Returns `relative` unchanged when neither exists.
+std::string find_tree_dir(const std::string& relative);
 
 // Opens (or resumes) the experiment and starts serving; the experiment is not started yet.
 StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const CoordinatorLaunch& launch);

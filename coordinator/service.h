@@ -89,6 +89,8 @@ struct NodeSnapshot {
   uint32_t inner_step = 0;
   double loss = 0.0;
   double tokens_per_s = 0.0;
+  uint64_t last_seen_unix_ms = 0;  // last call of any kind (heartbeat, poll, push)
+  std::string device;              // as reported at Join
 };
 
 using PayloadDecoder = std::function<StatusOr<std::vector<float>>(
@@ -121,6 +123,9 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
   // updates, no new round starts); finished and failed are final.
   Status start();
   Status pause();
+  // created|running|paused → finished, for good: no new round starts, an open round is
+  // abandoned (its updates are discarded, θ stays at the last commit) and nodes get STOP.
+  Status stop(const std::string& why);
   // Wakes every long-poll and refuses new calls (UNAVAILABLE); the server calls it before
   // grpc::Server::Shutdown so that no handler holds the shutdown up.
   void shutdown();

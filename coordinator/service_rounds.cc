@@ -151,6 +151,26 @@ Status CoordinatorService::pause() {
   return Status::Ok();
 }
 
+Status CoordinatorService::stop(const std::string& why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const ExperimentState s = experiment_.state;
+  if (s == ExperimentState::kFinished || s == ExperimentState::kFailed)
+    return FailedPrecondition("experiment '" + experiment_id_ + "' is already " +
+                              experiment_state_name(s));
+  if (round_.open) {
+    audit("round", "round " + std::to_string(round_.round) + " abandoned: " + why);
+    round_ = Round{};
+    round_.round = experiment_.current_round;
+  }
+  quorum_since_.reset();
+  set_state_locked(ExperimentState::kFinished, "stopped: " + why);
+  Event f{Event::Kind::kFinished};
+  f.round = experiment_.current_round;
+  f.message = "stopped after " + std::to_string(experiment_.current_round) + " rounds: " + why;
+  emit_locked(std::move(f));
+  return Status::Ok();
+}
+
 ExperimentState CoordinatorService::state() const {
   std::lock_guard<std::mutex> lk(mu_);
   return experiment_.state;
@@ -182,6 +202,8 @@ std::vector<NodeSnapshot> CoordinatorService::nodes() const {
     s.inner_step = n.progress.inner_step();
     s.loss = n.progress.loss();
     s.tokens_per_s = n.progress.tokens_per_s();
+    s.last_seen_unix_ms = n.record.last_seen_unix_ms;
+    s.device = n.record.device;
     out.push_back(std::move(s));
   }
   return out;

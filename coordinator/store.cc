@@ -248,6 +248,27 @@ StatusOr<NodeRecord> node_from_json(const std::string& text, const std::string& 
   return n;
 }
 
+std::string token_to_json(const TokenRecord& t) {
+  json::object o;
+  o["hash"] = t.hash;
+  o["role"] = t.role;
+  o["label"] = t.label;
+  o["created_unix_ms"] = t.created_unix_ms;
+  return json::serialize(o);
+}
+
+StatusOr<TokenRecord> token_from_json(const std::string& text, const std::string& what) {
+  ATOLL_ASSIGN_OR_RETURN(json::object o, parse_object(text, what));
+  Reader r{&o, what, {}};
+  TokenRecord t;
+  t.hash = r.str("hash");
+  t.role = r.str("role");
+  t.label = r.str("label");
+  t.created_unix_ms = r.u64("created_unix_ms");
+  if (!r.err.ok()) return r.err;
+  return t;
+}
+
 std::string hex16(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016" PRIx64, v);
@@ -292,7 +313,7 @@ bool valid_id(const std::string& id) {
 const std::vector<std::string>& Store::column_family_names() {
   // Index order matches the Cf enum; "default" is RocksDB's own and stays unused.
   static const std::vector<std::string> names = {"experiments", "nodes",   "rounds", "params",
-                                                 "outer_state", "metrics", "audit"};
+                                                 "outer_state", "metrics", "audit",  "tokens"};
   return names;
 }
 
@@ -550,6 +571,60 @@ Status Store::append_audit(const std::string& experiment_id, const std::string& 
 
 StatusOr<std::vector<std::string>> Store::list_audit(const std::string& experiment_id) const {
   return scan_prefix(kAudit, experiment_id + "/");
+}
+
+Status Store::delete_experiment(const std::string& id) {
+  if (!valid_id(id)) return NotFound("experiment '" + id + "' is not in the store");
+  std::string existing;
+  Status st = get(kExperiments, id, &existing);
+  if (st.code() == StatusCode::kNotFound)
+    return NotFound("experiment '" + id + "' is not in the store");
+  ATOLL_RETURN_IF_ERROR(st);
+  // Keys under an experiment are "<id>/..."; '0' is the byte after '/', so [<id>/, <id>0)
+  // holds exactly them (ids never contain '/').
+  const std::string begin = id + "/", end = id + "0";
+  rocksdb::WriteBatch batch;
+  for (Cf cf : {kNodes, kRounds, kParams, kMetrics, kAudit})
+    batch.DeleteRange(cfs_[cf].get(), begin, end);
+  batch.Delete(cfs_[kOuterState].get(), id);
+  batch.Delete(cfs_[kExperiments].get(), id);
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync;
+  return from_rocks(db_->Write(wo, &batch), "delete experiment " + id);
+}
+
+Status Store::put_token(const TokenRecord& token) {
+  if (token.hash.size() != 64) return InvalidArgument("token hash must be 64 hex digits");
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync;
+  return from_rocks(db_->Put(wo, cfs_[kTokens].get(), token.hash, token_to_json(token)),
+                    "put token");
+}
+
+StatusOr<TokenRecord> Store::load_token(const std::string& hash) const {
+  std::string v;
+  Status st = get(kTokens, hash, &v);
+  if (st.code() == StatusCode::kNotFound) return NotFound("unknown token");
+  ATOLL_RETURN_IF_ERROR(st);
+  return token_from_json(v, "token record");
+}
+
+StatusOr<std::vector<TokenRecord>> Store::list_tokens() const {
+  ATOLL_ASSIGN_OR_RETURN(auto values, scan_prefix(kTokens, ""));
+  std::vector<TokenRecord> out;
+  for (const auto& v : values) {
+    ATOLL_ASSIGN_OR_RETURN(TokenRecord t, token_from_json(v, "token record"));
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+Status Store::delete_token(const std::string& hash) {
+  std::string v;
+  ATOLL_RETURN_IF_ERROR(get(kTokens, hash, &v));
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync;
+  return from_rocks(db_->Delete(wo, cfs_[kTokens].get(), hash), "delete token");
 }
 
 }  // namespace atl::coordinator

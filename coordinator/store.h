@@ -11,6 +11,7 @@
 //   outer_state  <exp>                  blob: outer Nesterov momentum after the last commit
 //   metrics      <exp>/<node>/<r>/<seq> JSON metrics reported by a node
 //   audit        <exp>/<unix_ms>/<seq>  JSON audit event (joins, rejections, lifecycle)
+//   tokens       <sha256 hex of token>  JSON TokenRecord (dashboard/API tokens; never the token)
 // Blob = "ATB1" | numel (u64 LE) | SHA-256 of the data (32 bytes) | numel fp32 LE.
 #pragma once
 
@@ -80,6 +81,14 @@ struct NodeRecord {
   uint64_t last_seen_unix_ms = 0;
 };
 
+// A dashboard/API token as stored: only the SHA-256 of the secret is kept.
+struct TokenRecord {
+  std::string hash;   // SHA-256 hex of the token (the key)
+  std::string role;   // "viewer" or "admin"
+  std::string label;  // free text chosen at creation ("" allowed)
+  uint64_t created_unix_ms = 0;
+};
+
 // The latest committed state of an experiment, with fingerprints verified against the record.
 struct CommittedState {
   ExperimentRecord experiment;
@@ -136,6 +145,16 @@ class Store {
                       const std::string& detail);
   StatusOr<std::vector<std::string>> list_audit(const std::string& experiment_id) const;
 
+  // Removes the experiment and everything keyed under it (nodes, rounds, params, momentum,
+  // metrics, audit) in one WriteBatch. NOT_FOUND if the experiment is absent.
+  Status delete_experiment(const std::string& id);
+
+  // Tokens (global, not per experiment). put_token overwrites a record with the same hash.
+  Status put_token(const TokenRecord& token);
+  StatusOr<TokenRecord> load_token(const std::string& hash) const;  // NOT_FOUND if unknown
+  StatusOr<std::vector<TokenRecord>> list_tokens() const;
+  Status delete_token(const std::string& hash);
+
   // Key helpers (tests use them to corrupt values on purpose).
   static std::string round_key(const std::string& experiment_id, uint64_t round);
   static const std::vector<std::string>& column_family_names();
@@ -146,7 +165,17 @@ class Store {
     void operator()(rocksdb::ColumnFamilyHandle* h) const;
   };
   using Handle = std::unique_ptr<rocksdb::ColumnFamilyHandle, HandleDeleter>;
-  enum Cf { kExperiments, kNodes, kRounds, kParams, kOuterState, kMetrics, kAudit, kNumCf };
+  enum Cf {
+    kExperiments,
+    kNodes,
+    kRounds,
+    kParams,
+    kOuterState,
+    kMetrics,
+    kAudit,
+    kTokens,
+    kNumCf
+  };
 
   Store(std::string dir, StoreOptions options);
   Status get(Cf cf, const std::string& key, std::string* value) const;

@@ -1,0 +1,443 @@
+#include "coordinator/experiment_manager.h"
+
+#include <algorithm>
+#include <boost/json.hpp>
+#include <chrono>
+#include <cmath>
+
+#include "algorithms/compress/codec.h"
+#include "algorithms/diloco/outer.h"
+#include "algorithms/model/llama.h"
+#include "coordinator/json_views.h"
+
+namespace atl::coordinator {
+namespace json = boost::json;
+
+namespace {
+
+uint64_t unix_ms_now() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+algorithms::ModelConfig model_of(const ExperimentConfig& cfg) {
+  algorithms::ModelConfig m;
+  m.vocab = static_cast<int>(cfg.model.vocab);
+  m.dim = static_cast<int>(cfg.model.dim);
+  m.layers = static_cast<int>(cfg.model.layers);
+  m.heads = static_cast<int>(cfg.model.heads);
+  m.ffn_hidden = static_cast<int>(cfg.model.ffn_hidden);
+  m.seq_len = static_cast<int>(cfg.model.seq_len);
+  m.rope_base = cfg.model.rope_base;
+  m.norm_eps = cfg.model.norm_eps;
+  return m;
+}
+
+// Averages whole buckets of `bucket` consecutive points (x and y alike).
+Series downsample(const Series& s, uint64_t bucket) {
+  if (bucket <= 1) return s;
+  Series out;
+  out.reserve(s.size() / bucket + 1);
+  for (size_t i = 0; i < s.size(); i += bucket) {
+    const size_t e = std::min(s.size(), i + static_cast<size_t>(bucket));
+    double x = 0, y = 0;
+    for (size_t j = i; j < e; ++j) x += s[j].round, y += s[j].value;
+    out.push_back({x / static_cast<double>(e - i), y / static_cast<double>(e - i)});
+  }
+  return out;
+}
+
+const char* node_event_name(Event::Kind k) {
+  switch (k) {
+    case Event::Kind::kNodeJoined:
+      return "joined";
+    case Event::Kind::kNodeLost:
+      return "lost";
+    default:
+      return "left";
+  }
+}
+
+}  // namespace
+
+ExperimentManager::ExperimentManager(Store& store, ManagerOptions options)
+    : store_(store), options_(std::move(options)) {}
+
+void ExperimentManager::attach(CoordinatorService* service) {
+  std::unique_lock<std::shared_mutex> lk(svc_mu_);
+  service_ = service;
+}
+
+bool ExperimentManager::is_live(const std::string& id) const {
+  return service_ != nullptr && service_->experiment_id() == id;
+}
+
+uint64_t ExperimentManager::subscribe(Listener listener) {
+  std::lock_guard<std::mutex> lk(listeners_mu_);
+  const uint64_t id = next_listener_++;
+  listeners_.emplace(id, std::move(listener));
+  return id;
+}
+
+void ExperimentManager::unsubscribe(uint64_t id) {
+  std::lock_guard<std::mutex> lk(listeners_mu_);
+  listeners_.erase(id);
+}
+
+void ExperimentManager::emit(ManagerEvent e) {
+  std::lock_guard<std::mutex> lk(listeners_mu_);
+  for (auto& [id, l] : listeners_) l(e);
+}
+
+void ExperimentManager::on_event(const Event& e) {
+  using K = Event::Kind;
+  std::string experiment;
+  {
+    std::shared_lock<std::shared_mutex> lk(svc_mu_);
+    if (!service_) return;
+    experiment = service_->experiment_id();
+  }
+  json::object o;
+  o["round"] = e.round;
+  std::string kind;
+  switch (e.kind) {
+    case K::kStateChanged:
+      kind = "state";
+      o["state"] = e.message;
+      break;
+    case K::kFinished:
+    case K::kFailed:
+      kind = "state";
+      o["state"] = e.kind == K::kFinished ? "finished" : "failed";
+      o["message"] = e.message;
+      break;
+    case K::kNodeJoined:
+    case K::kNodeLost:
+    case K::kNodeLeft:
+      kind = "node";
+      o["node_id"] = e.node_id;
+      o["event"] = node_event_name(e.kind);
+      break;
+    case K::kRoundStarted: {
+      kind = "round_started";
+      json::array ps;
+      for (const auto& p : e.participants) ps.push_back(json::string(p));
+      o["participants"] = std::move(ps);
+      break;
+    }
+    case K::kRoundCommitted:
+      if (!e.record) return;
+      kind = "round";
+      o = to_json(*e.record);
+      break;
+    case K::kMetrics: {
+      kind = "metrics";
+      o["node_id"] = e.node_id;
+      json::object m;
+      for (const auto& [name, v] : e.metrics) m[name] = json_number(v);
+      o["metrics"] = std::move(m);
+      break;
+    }
+    case K::kUpdateAccepted:
+    case K::kUpdateRejected:
+    case K::kRoundRestarted:
+      kind = "log";
+      o["event"] = event_kind_name(e.kind);
+      o["node_id"] = e.node_id;
+      o["message"] = e.message;
+      break;
+  }
+  emit({experiment, kind, json::serialize(o)});
+}
+
+Status ExperimentManager::publish_metric(const std::string& experiment_id, uint64_t round,
+                                         const std::string& name, double value) {
+  if (!std::isfinite(value)) return InvalidArgument("metric '" + name + "' is not finite");
+  json::object o;
+  o["node"] = kCoordinatorNode;
+  o["round"] = round;
+  o["unix_ms"] = unix_ms_now();
+  o["metrics"] = json::object{{name, value}};
+  ATOLL_RETURN_IF_ERROR(
+      store_.put_metrics(experiment_id, kCoordinatorNode, round, json::serialize(o)));
+  json::object ev{{"round", round}, {"name", name}, {"value", value}};
+  emit({experiment_id, "eval", json::serialize(ev)});
+  return Status::Ok();
+}
+
+StatusOr<ExperimentSummary> ExperimentManager::summarize(const ExperimentRecord& record) const {
+  ExperimentSummary s;
+  s.record = record;
+  if (auto cfg = parse_experiment_config(record.config_toml, "stored config"); cfg.ok())
+    s.config = *cfg;
+  if (is_live(record.id)) {
+    s.live = true;
+    // The service's view is newer than the store's for lifecycle changes in flight.
+    s.record.state = service_->state();
+    s.record.current_round = service_->current_round();
+    for (const auto& n : service_->nodes())
+      if (n.status == "active") ++s.active_nodes;
+  }
+  return s;
+}
+
+StatusOr<ExperimentSummary> ExperimentManager::create(const ExperimentConfig& config) {
+  ATOLL_RETURN_IF_ERROR(validate_experiment_config(config, "config"));
+  if (config.train.codec != "none") {
+    auto c = algorithms::compress::Codec::create(config.train.codec);
+    if (!c.ok()) return InvalidArgument("config: train.codec: " + c.status().message());
+  }
+  const algorithms::ModelConfig model = model_of(config);
+  if (Status s = algorithms::validate(model); !s.ok())
+    return InvalidArgument("config: model: " + s.message());
+  const int64_t numel = algorithms::count_params(model);
+  if (numel <= 0 || static_cast<uint64_t>(numel) > options_.max_params)
+    return InvalidArgument("config: model has " + std::to_string(numel) +
+                           " parameters; this coordinator creates models of at most " +
+                           std::to_string(options_.max_params) +
+                           " (reduce model.dim, model.layers or model.ffn_hidden)");
+  if (store_.load_experiment(config.name).ok())
+    return AlreadyExists("config: name = \"" + config.name +
+                         "\" is taken: an experiment with that name exists");
+  algorithms::ParamSet theta0(algorithms::make_layout(model));
+  algorithms::init_params(theta0, model, config.seed);
+  ExperimentRecord e;
+  e.id = config.name;
+  e.state = ExperimentState::kCreated;
+  e.current_round = 0;
+  e.params_fingerprint = theta0.fingerprint();
+  e.layout_fingerprint = algorithms::layout_fingerprint(theta0.layout());
+  e.numel = theta0.numel();
+  e.config_toml = to_toml(config);
+  e.created_unix_ms = unix_ms_now();
+  ATOLL_RETURN_IF_ERROR(store_.create_experiment(e, theta0.vec()));
+  (void)store_.append_audit(e.id, "create", "created from the API");
+  emit({e.id, "experiments", json::serialize(json::object{{"id", e.id}, {"event", "created"}})});
+  std::shared_lock<std::shared_mutex> lk(svc_mu_);
+  return summarize(e);
+}
+
+StatusOr<std::vector<ExperimentSummary>> ExperimentManager::list() const {
+  ATOLL_ASSIGN_OR_RETURN(std::vector<std::string> ids, store_.list_experiments());
+  std::shared_lock<std::shared_mutex> lk(svc_mu_);
+  std::vector<ExperimentSummary> out;
+  for (const auto& id : ids) {
+    ATOLL_ASSIGN_OR_RETURN(ExperimentRecord r, store_.load_experiment(id));
+    ATOLL_ASSIGN_OR_RETURN(ExperimentSummary s, summarize(r));
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+StatusOr<ExperimentSummary> ExperimentManager::get(const std::string& id) const {
+  if (!valid_id(id)) return NotFound("experiment '" + id + "' does not exist");
+  ATOLL_ASSIGN_OR_RETURN(ExperimentRecord r, store_.load_experiment(id));
+  std::shared_lock<std::shared_mutex> lk(svc_mu_);
+  return summarize(r);
+}
+
+Status ExperimentManager::start(const std::string& id) {
+  ATOLL_ASSIGN_OR_RETURN(ExperimentSummary s, get(id));
+  std::shared_lock<std::shared_mutex> lk(svc_mu_);
+  if (!is_live(id)) {
+    const std::string live = service_ ? "'" + service_->experiment_id() + "'" : "none";
+    return FailedPrecondition("experiment '" + id +
+                              "' is not served by this coordinator (it serves " + live +
+                              "); serve it with `" + options_.serve_hint + "` using its config");
+  }
+  if (s.record.state == ExperimentState::kPaused)
+    return FailedPrecondition("experiment '" + id + "' is paused; resume it instead");
+  return service_->start();
+}
+
+Status ExperimentManager::resume(const std::string& id) {
+  ATOLL_ASSIGN_OR_RETURN(ExperimentSummary s, get(id));
+  std::shared_lock<std::shared_mutex> lk(svc_mu_);
+  if (s.record.state != ExperimentState::kPaused)
+    return FailedPrecondition("experiment '" + id + "' is " +
+                              experiment_state_name(s.record.state) + ", not paused");
+  if (!is_live(id))
+    return FailedPrecondition("experiment '" + id + "' is not served by this coordinator");
+  return service_->start();
+}
+
+Status ExperimentManager::pause(const std::string& id) {
+  ATOLL_ASSIGN_OR_RETURN(ExperimentSummary s, get(id));
+  std::shared_lock<std::shared_mutex> lk(svc_mu_);
+  if (!is_live(id))
+    return FailedPrecondition("experiment '" + id + "' is " +
+                              experiment_state_name(s.record.state) +
+                              " and not served by this coordinator; nothing to pause");
+  return service_->pause();
+}
+
+Status ExperimentManager::stop(const std::string& id) {
+  ATOLL_ASSIGN_OR_RETURN(ExperimentSummary s, get(id));
+  std::shared_lock<std::shared_mutex> lk(svc_mu_);
+  if (is_live(id)) return service_->stop("stopped from the API");
+  ExperimentRecord r = s.record;
+  if (r.state == ExperimentState::kFinished || r.state == ExperimentState::kFailed)
+    return FailedPrecondition("experiment '" + id + "' is already " +
+                              experiment_state_name(r.state));
+  r.state = ExperimentState::kFinished;
+  ATOLL_RETURN_IF_ERROR(store_.put_experiment(r));
+  (void)store_.append_audit(id, "state", "finished: stopped from the API");
+  emit({id, "state",
+        json::serialize(json::object{{"state", "finished"}, {"round", r.current_round}})});
+  return Status::Ok();
+}
+
+Status ExperimentManager::remove(const std::string& id) {
+  if (!valid_id(id)) return NotFound("experiment '" + id + "' does not exist");
+  std::shared_lock<std::shared_mutex> lk(svc_mu_);
+  if (is_live(id))
+    return FailedPrecondition("experiment '" + id +
+                              "' is served by this coordinator and cannot be deleted while it "
+                              "runs here; stop the coordinator first");
+  ATOLL_RETURN_IF_ERROR(store_.delete_experiment(id));
+  emit({id, "experiments", json::serialize(json::object{{"id", id}, {"event", "deleted"}})});
+  return Status::Ok();
+}
+
+StatusOr<std::vector<NodeView>> ExperimentManager::nodes(const std::string& id) const {
+  ATOLL_ASSIGN_OR_RETURN(ExperimentSummary s, get(id));
+  ATOLL_ASSIGN_OR_RETURN(std::vector<NodeRecord> records, store_.list_nodes(id));
+  std::map<std::string, NodeView> views;
+  for (const auto& r : records) {
+    NodeView& v = views[r.node_id];
+    v.node_id = r.node_id;
+    v.status = r.state;
+    v.device = r.device;
+    v.joined_unix_ms = r.joined_unix_ms;
+    v.last_seen_unix_ms = r.last_seen_unix_ms;
+  }
+  {
+    std::shared_lock<std::shared_mutex> lk(svc_mu_);
+    if (is_live(id)) {
+      for (const auto& n : service_->nodes()) {
+        NodeView& v = views[n.node_id];
+        v.node_id = n.node_id;
+        v.status = n.status;
+        if (!n.device.empty()) v.device = n.device;
+        v.ready = n.ready;
+        v.round = n.round;
+        v.inner_step = n.inner_step;
+        v.loss = n.loss;
+        v.tokens_per_s = n.tokens_per_s;
+        v.last_seen_unix_ms = std::max(v.last_seen_unix_ms, n.last_seen_unix_ms);
+      }
+    }
+  }
+  for (uint64_t r = 0; r < s.record.current_round; ++r) {
+    auto rec = store_.load_round(id, r);
+    if (!rec.ok()) continue;
+    for (const auto& p : rec->participants) {
+      auto it = views.find(p.node_id);
+      if (it == views.end()) continue;
+      NodeView& v = it->second;
+      if (p.pushed) ++v.rounds;
+      v.tokens += p.tokens;
+      v.bytes_up += p.bytes_up;
+      v.bytes_down += p.bytes_down;
+    }
+  }
+  std::vector<NodeView> out;
+  for (auto& [k, v] : views) out.push_back(std::move(v));
+  return out;
+}
+
+StatusOr<std::vector<RoundRecord>> ExperimentManager::rounds(const std::string& id, uint64_t from,
+                                                             uint64_t limit) const {
+  ATOLL_ASSIGN_OR_RETURN(ExperimentSummary s, get(id));
+  std::vector<RoundRecord> out;
+  const uint64_t end = std::min(s.record.current_round, from + std::min<uint64_t>(limit, 100000));
+  for (uint64_t r = from; r < end; ++r) {
+    auto rec = store_.load_round(id, r);
+    if (rec.status().code() == StatusCode::kNotFound) continue;
+    if (!rec.ok()) return rec.status();
+    out.push_back(std::move(rec).value());
+  }
+  return out;
+}
+
+StatusOr<MetricSeries> ExperimentManager::metrics(const std::string& id,
+                                                  uint32_t max_points) const {
+  ATOLL_ASSIGN_OR_RETURN(ExperimentSummary s, get(id));
+  max_points = std::max<uint32_t>(max_points, 2);
+  MetricSeries m;
+  m.total_rounds = s.record.current_round;
+  m.bucket = (m.total_rounds + max_points - 1) / max_points;
+  if (m.bucket < 1) m.bucket = 1;
+  const double param_bytes = static_cast<double>(s.record.numel) * 4.0;
+  const double steps = s.config.diloco.inner_steps;
+  for (uint64_t r = 0; r < s.record.current_round; ++r) {
+    auto rec = store_.load_round(id, r);
+    if (!rec.ok()) continue;
+    const double x = static_cast<double>(r + 1);
+    double pushed = 0;
+    for (const auto& p : rec->participants) {
+      if (!p.pushed) continue;
+      pushed += 1;
+      m.per_node["loss"][p.node_id].push_back({x, p.loss});
+      m.per_node["bytes_up"][p.node_id].push_back({x, static_cast<double>(p.bytes_up)});
+    }
+    m.global["mean_loss"].push_back({x, rec->mean_loss});
+    m.global["tokens"].push_back({x, static_cast<double>(rec->tokens)});
+    m.global["bytes"].push_back({x, static_cast<double>(rec->bytes_up + rec->bytes_down)});
+    // A ring all-reduce of the fp32 gradient every inner step: 2(N−1)·P·4 bytes in total.
+    m.global["ddp_bytes"].push_back({x, steps * 2.0 * std::max(0.0, pushed - 1) * param_bytes});
+    m.global["duration_s"].push_back({x, rec->duration_s});
+  }
+  ATOLL_ASSIGN_OR_RETURN(std::vector<std::string> reports, store_.list_metrics(id));
+  std::map<std::string, std::map<double, double>> coord;  // name → round → value (latest wins)
+  for (const auto& text : reports) {
+    boost::system::error_code ec;
+    json::value v = json::parse(text, ec);
+    if (ec || !v.is_object()) continue;
+    const auto& o = v.get_object();
+    const auto* node = o.if_contains("node");
+    const auto* round = o.if_contains("round");
+    const auto* values = o.if_contains("metrics");
+    if (!node || !node->is_string() || !round || !values || !values->is_object()) continue;
+    const double r = round->is_uint64()  ? static_cast<double>(round->get_uint64())
+                     : round->is_int64() ? static_cast<double>(round->get_int64())
+                                         : -1;
+    if (r < 0) continue;
+    const std::string n(node->get_string());
+    for (const auto& kv : values->get_object()) {
+      if (!kv.value().is_number()) continue;
+      const double val = kv.value().to_number<double>();
+      if (n == kCoordinatorNode) {
+        coord[std::string(kv.key())][r] = val;
+      } else if (kv.key() == "tokens_per_s") {
+        m.per_node["tokens_per_s"][n].push_back({r + 1, val});
+      }
+    }
+  }
+  for (auto& [name, byround] : coord) {
+    Series& out = m.global[name];
+    for (const auto& [r, v] : byround) out.push_back({r, v});
+  }
+  for (auto& [name, series] : m.global) series = downsample(series, m.bucket);
+  for (auto& [metric, nodes] : m.per_node)
+    for (auto& [node, series] : nodes) {
+      std::sort(series.begin(), series.end(),
+                [](const SeriesPoint& a, const SeriesPoint& b) { return a.round < b.round; });
+      series = downsample(series, m.bucket);
+    }
+  return m;
+}
+
+StatusOr<std::string> ExperimentManager::checkpoint(const std::string& id,
+                                                    std::string* filename) const {
+  ATOLL_ASSIGN_OR_RETURN(ExperimentSummary s, get(id));
+  if (!options_.encode_checkpoint)
+    return FailedPrecondition("this coordinator was started without checkpoint export");
+  ATOLL_ASSIGN_OR_RETURN(CommittedState st, store_.load_state(id));
+  if (filename)
+    *filename = id + "-round" + std::to_string(st.experiment.current_round) + ".safetensors";
+  return options_.encode_checkpoint(st.experiment, s.config, st.params);
+}
+
+}  // namespace atl::coordinator

@@ -1,0 +1,151 @@
+// Experiments as the dashboard and the REST API see them: every experiment in the Store, plus
+// the ONE whose CoordinatorService this process hosts on its gRPC server (the "live" one).
+//
+// A CoordinatorService runs one experiment; nodes find it through the coordinator's gRPC
+// address. The manager therefore creates, lists, inspects, stops and deletes experiments in
+// the store, and forwards lifecycle changes (start, pause, resume, stop) to the live service.
+// Starting an experiment that is not live is refused with a message naming the command that
+// serves it (docs/decisions.md, "Dashboard: one live experiment per coordinator").
+//
+// Threads: every method may be called from any thread. The live service pointer is guarded by
+// a shared mutex held (shared) for the duration of each call into the service, so attach()
+// (exclusive) returns only once no call is in flight; detach before destroying the service.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "coordinator/experiment_config.h"
+#include "coordinator/service.h"
+#include "coordinator/store.h"
+#include "kernels/core/status.h"
+
+namespace atl::coordinator {
+
+struct ExperimentSummary {
+  ExperimentRecord record;
+  ExperimentConfig config;  // parsed from record.config_toml (defaults if it cannot be parsed)
+  bool live = false;        // hosted by this process's gRPC server
+  uint32_t active_nodes = 0;
+};
+
+struct NodeView {
+  std::string node_id;
+  std::string status;  // "active", "lost", "left"
+  std::string device;
+  bool ready = false;
+  uint64_t round = 0;  // latest heartbeat progress (live experiment only)
+  uint32_t inner_step = 0;
+  double loss = 0.0;
+  double tokens_per_s = 0.0;
+  uint64_t joined_unix_ms = 0;
+  uint64_t last_seen_unix_ms = 0;  // last heartbeat (or join)
+  // Totals over the committed rounds this node took part in.
+  uint64_t rounds = 0;
+  uint64_t tokens = 0;
+  uint64_t bytes_up = 0;
+  uint64_t bytes_down = 0;
+};
+
+// x = rounds completed (0 = the initial parameters), y = the value.
+struct SeriesPoint {
+  double round = 0;
+  double value = 0;
+};
+using Series = std::vector<SeriesPoint>;
+
+struct MetricSeries {
+  uint64_t total_rounds = 0;  // committed rounds
+  uint64_t bucket = 1;        // rounds averaged into one point (1 = every round)
+  // "mean_loss", "tokens", "bytes" (up + down per round), "ddp_bytes" (what data-parallel
+  // training would move for the same steps), "duration_s", and what the coordinator published
+  // (e.g. "val_bpb").
+  std::map<std::string, Series> global;
+  // metric → node → series: "loss" (mean inner loss per round), "tokens_per_s", "bytes_up".
+  std::map<std::string, std::map<std::string, Series>> per_node;
+};
+
+// A change listeners hear about; `json` is an object (see json_views.h for its fields).
+struct ManagerEvent {
+  std::string experiment_id;
+  std::string kind;  // "state", "node", "round_started", "round", "metrics", "eval", "log",
+                     // "experiments"
+  std::string json;
+};
+
+// Encodes θ as a safetensors checkpoint (node/checkpoint.h lives above this layer, so the
+// binary provides it).
+using CheckpointEncoder = std::function<StatusOr<std::string>(const ExperimentRecord& record,
+                                                              const ExperimentConfig& config,
+                                                              const std::vector<float>& params)>;
+
+struct ManagerOptions {
+  // Largest model create() accepts, in fp32 parameters (θ_0 is allocated at creation).
+  uint64_t max_params = uint64_t{1} << 28;
+  // Empty: checkpoint() answers FAILED_PRECONDITION.
+  CheckpointEncoder encode_checkpoint;
+  // What start() says when asked to start an experiment that is not live.
+  std::string serve_hint = "atoll coordinator --config FILE --store DIR";
+};
+
+class ExperimentManager {
+ public:
+  explicit ExperimentManager(Store& store, ManagerOptions options = {});
+  ExperimentManager(const ExperimentManager&) = delete;
+  ExperimentManager& operator=(const ExperimentManager&) = delete;
+
+  // The service the gRPC server hosts; nullptr detaches. Blocks until no call is in flight.
+  void attach(CoordinatorService* service);
+  // Forward ServiceOptions::on_event of the live service here.
+  void on_event(const Event& e);
+  // A value the coordinator computed itself, e.g. "val_bpb" after round r (x = rounds
+  // completed). Stored with the metrics (node id "@coordinator") and announced as "eval".
+  Status publish_metric(const std::string& experiment_id, uint64_t round, const std::string& name,
+                        double value);
+
+  using Listener = std::function<void(const ManagerEvent&)>;
+  // Listeners run on the thread that produced the event; they must not block or call back.
+  uint64_t subscribe(Listener listener);
+  void unsubscribe(uint64_t id);
+
+  StatusOr<ExperimentSummary> create(const ExperimentConfig& config);
+  StatusOr<std::vector<ExperimentSummary>> list() const;
+  StatusOr<ExperimentSummary> get(const std::string& id) const;
+  Status start(const std::string& id);
+  Status pause(const std::string& id);
+  Status resume(const std::string& id);
+  Status stop(const std::string& id);
+  // Not for the live experiment (its service holds it open).
+  Status remove(const std::string& id);
+
+  StatusOr<std::vector<NodeView>> nodes(const std::string& id) const;
+  // Committed rounds [from, from + limit), oldest first.
+  StatusOr<std::vector<RoundRecord>> rounds(const std::string& id, uint64_t from,
+                                            uint64_t limit) const;
+  // Every series downsampled to at most max_points points (≥ 2) by averaging whole buckets.
+  StatusOr<MetricSeries> metrics(const std::string& id, uint32_t max_points) const;
+  // Safetensors bytes of the latest committed θ; `filename` gets "<id>-round<r>.safetensors".
+  StatusOr<std::string> checkpoint(const std::string& id, std::string* filename) const;
+
+  static constexpr const char* kCoordinatorNode = "@coordinator";
+
+ private:
+  StatusOr<ExperimentSummary> summarize(const ExperimentRecord& record) const;  // svc_mu_ held
+  bool is_live(const std::string& id) const;                                    // svc_mu_ held
+  void emit(ManagerEvent e);
+
+  Store& store_;
+  const ManagerOptions options_;
+  mutable std::shared_mutex svc_mu_;
+  CoordinatorService* service_ = nullptr;
+  std::mutex listeners_mu_;
+  std::map<uint64_t, Listener> listeners_;
+  uint64_t next_listener_ = 1;
+};
+
+}  // namespace atl::coordinator

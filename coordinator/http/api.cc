@@ -1,0 +1,275 @@
+#include "coordinator/http/api.h"
+
+#include <boost/json.hpp>
+#include <charconv>
+#include <map>
+
+#include "coordinator/http/auth.h"
+#include "coordinator/http/config_json.h"
+#include "coordinator/json_views.h"
+
+namespace atl::coordinator::http {
+namespace json = boost::json;
+
+namespace {
+
+Response json_response(unsigned status, const json::value& v) {
+  Response r;
+  r.status = status;
+  r.body = json::serialize(v);
+  return r;
+}
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> out;
+  size_t start = 1;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    out.push_back(path.substr(start, end - start));
+    start = end + 1;
+  }
+  if (!out.empty() && out.back().empty()) out.pop_back();  // trailing '/'
+  return out;
+}
+
+std::map<std::string, std::string> parse_query(const std::string& q) {
+  std::map<std::string, std::string> out;
+  size_t start = 0;
+  while (start < q.size()) {
+    size_t end = q.find('&', start);
+    if (end == std::string::npos) end = q.size();
+    const std::string kv = q.substr(start, end - start);
+    const size_t eq = kv.find('=');
+    auto k = percent_decode(kv.substr(0, eq));
+    auto v = percent_decode(eq == std::string::npos ? "" : kv.substr(eq + 1));
+    if (k.ok() && v.ok()) out[*k] = *v;
+    start = end + 1;
+  }
+  return out;
+}
+
+// A query integer in [lo, hi]; `def` when absent.
+StatusOr<uint64_t> query_uint(const std::map<std::string, std::string>& q, const std::string& key,
+                              uint64_t def, uint64_t lo, uint64_t hi) {
+  auto it = q.find(key);
+  if (it == q.end()) return def;
+  uint64_t v = 0;
+  const auto* b = it->second.data();
+  const auto* e = b + it->second.size();
+  auto [p, ec] = std::from_chars(b, e, v);
+  if (ec != std::errc() || p != e || v < lo || v > hi)
+    return InvalidArgument("query parameter " + key + " must be an integer in [" +
+                           std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v;
+}
+
+}  // namespace
+
+Api::Api(ExperimentManager& manager, Store& store, std::vector<Mount> mounts)
+    : manager_(manager), store_(store), files_(std::move(mounts)) {}
+
+unsigned Api::http_status(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kOk:
+      return 200;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange:
+      return 400;
+    case StatusCode::kUnauthenticated:
+      return 401;
+    case StatusCode::kPermissionDenied:
+      return 403;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kAlreadyExists:
+    case StatusCode::kFailedPrecondition:
+      return 409;
+    case StatusCode::kUnavailable:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+Response Api::error(unsigned status, const std::string& message, const std::string& field) {
+  json::object o;
+  o["error"] = message;
+  if (!field.empty()) o["field"] = field;
+  return json_response(status, o);
+}
+
+Response Api::handle(const Request& req) const {
+  const size_t qpos = req.target.find('?');
+  const std::string path = req.target.substr(0, qpos);
+  const std::string query = qpos == std::string::npos ? "" : req.target.substr(qpos + 1);
+  if (path.empty() || path[0] != '/') return error(400, "request target must be an absolute path");
+  if (path == "/api" || path.compare(0, 5, "/api/") == 0) {
+    Response r = handle_api(req, path, query);
+    r.headers.emplace_back("Cache-Control", "no-store");
+    return r;
+  }
+  if (req.method != "GET") return error(405, "static files answer GET only");
+  auto f = files_.get(path);
+  if (!f.ok()) {
+    if (f.status().code() == StatusCode::kInvalidArgument) return error(400, f.status().message());
+    return error(404, "not found: " + path.substr(0, 200));
+  }
+  Response r;
+  r.content_type = f->content_type;
+  r.body = std::move(f->body);
+  r.headers.emplace_back("Cache-Control", "no-cache");
+  return r;
+}
+
+Response Api::handle_api(const Request& req, const std::string& path,
+                         const std::string& query) const {
+  const std::vector<std::string> seg = split_path(path);  // seg[0] == "api"
+  const std::string& m = req.method;
+  auto method_is = [&](const char* want) { return m == want; };
+  if (seg.size() == 2 && seg[1] == "health") {
+    if (!method_is("GET")) return error(405, "use GET");
+    return json_response(200, json::object{{"ok", true}});
+  }
+  if (seg.size() == 2 && seg[1] == "openapi.json") {
+    if (!method_is("GET")) return error(405, "use GET");
+    Response r;
+    r.body = openapi_json();
+    return r;
+  }
+
+  // Everything else needs a token; changes need an admin token.
+  auto role = authenticate(store_, req.authorization);
+  if (!role.ok()) {
+    Response r = error(http_status(role.status()), role.status().message());
+    if (r.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
+    return r;
+  }
+  const bool mutation = !(method_is("GET") || method_is("HEAD"));
+  if (mutation && *role != Role::kAdmin)
+    return error(403, "this token has the viewer role; changes need an admin token");
+  const auto q = parse_query(query);
+
+  if (seg.size() == 2 && seg[1] == "whoami") {
+    if (!method_is("GET")) return error(405, "use GET");
+    return json_response(200, json::object{{"role", role_name(*role)}});
+  }
+  if (seg.size() == 2 && seg[1] == "events") {
+    if (!method_is("GET")) return error(405, "use GET");
+    Response r;
+    r.stream = "";
+    return r;
+  }
+  if (seg.size() < 2 || seg[1] != "experiments") return error(404, "no such API route");
+
+  if (seg.size() == 2) {
+    if (method_is("GET")) {
+      auto list = manager_.list();
+      if (!list.ok()) return error(http_status(list.status()), list.status().message());
+      json::array a;
+      for (const auto& s : *list) a.push_back(to_json(s));
+      return json_response(200, json::object{{"experiments", std::move(a)}});
+    }
+    if (method_is("POST")) {
+      boost::system::error_code ec;
+      json::value body = json::parse(req.body, ec);
+      if (ec) return error(400, "malformed JSON body: " + ec.message());
+      auto cfg = config_from_json(body);
+      if (!cfg.ok())
+        return error(http_status(cfg.status()), cfg.status().message(),
+                     field_of_message(cfg.status().message()));
+      auto created = manager_.create(*cfg);
+      if (!created.ok())
+        return error(http_status(created.status()), created.status().message(),
+                     created.status().code() == StatusCode::kAlreadyExists
+                         ? "name"
+                         : field_of_message(created.status().message()));
+      Response r = json_response(201, to_json(*created));
+      r.headers.emplace_back("Location", "/api/experiments/" + created->record.id);
+      return r;
+    }
+    return error(405, "use GET or POST");
+  }
+
+  const std::string& id = seg[2];
+  if (!valid_id(id)) return error(404, "experiment '" + id.substr(0, 64) + "' does not exist");
+  auto fail = [](const Status& s) { return error(http_status(s), s.message()); };
+
+  if (seg.size() == 3) {
+    if (method_is("GET")) {
+      auto s = manager_.get(id);
+      if (!s.ok()) return fail(s.status());
+      return json_response(200, to_json(*s));
+    }
+    if (method_is("DELETE")) {
+      if (Status st = manager_.remove(id); !st.ok()) return fail(st);
+      return json_response(200, json::object{{"deleted", id}});
+    }
+    return error(405, "use GET or DELETE");
+  }
+  if (seg.size() != 4) return error(404, "no such API route");
+  const std::string& what = seg[3];
+
+  if (what == "start" || what == "pause" || what == "resume" || what == "stop") {
+    if (!method_is("POST")) return error(405, "use POST");
+    Status st = what == "start"    ? manager_.start(id)
+                : what == "pause"  ? manager_.pause(id)
+                : what == "resume" ? manager_.resume(id)
+                                   : manager_.stop(id);
+    if (!st.ok()) return fail(st);
+    auto s = manager_.get(id);
+    if (!s.ok()) return fail(s.status());
+    return json_response(200, to_json(*s));
+  }
+  if (!method_is("GET")) return error(405, "use GET");
+  if (what == "nodes") {
+    auto nodes = manager_.nodes(id);
+    if (!nodes.ok()) return fail(nodes.status());
+    json::array a;
+    for (const auto& n : *nodes) a.push_back(to_json(n));
+    return json_response(200, json::object{{"nodes", std::move(a)}});
+  }
+  if (what == "rounds") {
+    auto s = manager_.get(id);
+    if (!s.ok()) return fail(s.status());
+    auto limit = query_uint(q, "limit", 200, 1, 1000);
+    if (!limit.ok()) return fail(limit.status());
+    const uint64_t total = s->record.current_round;
+    const uint64_t last_page = total > *limit ? total - *limit : 0;
+    auto from = query_uint(q, "from", last_page, 0, UINT64_MAX / 2);
+    if (!from.ok()) return fail(from.status());
+    auto rounds = manager_.rounds(id, *from, *limit);
+    if (!rounds.ok()) return fail(rounds.status());
+    json::array a;
+    for (const auto& r : *rounds) a.push_back(to_json(r));
+    return json_response(200,
+                         json::object{{"total", total}, {"from", *from}, {"rounds", std::move(a)}});
+  }
+  if (what == "metrics") {
+    auto max_points = query_uint(q, "max_points", 500, 2, 5000);
+    if (!max_points.ok()) return fail(max_points.status());
+    auto series = manager_.metrics(id, static_cast<uint32_t>(*max_points));
+    if (!series.ok()) return fail(series.status());
+    return json_response(200, to_json(*series));
+  }
+  if (what == "checkpoint") {
+    std::string filename;
+    auto bytes = manager_.checkpoint(id, &filename);
+    if (!bytes.ok()) return fail(bytes.status());
+    Response r;
+    r.content_type = "application/octet-stream";
+    r.body = std::move(bytes).value();
+    r.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + filename + "\"");
+    return r;
+  }
+  if (what == "events") {
+    auto s = manager_.get(id);
+    if (!s.ok()) return fail(s.status());
+    Response r;
+    r.stream = id;
+    return r;
+  }
+  return error(404, "no such API route");
+}
+
+}  // namespace atl::coordinator::http

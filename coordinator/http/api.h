@@ -1,0 +1,73 @@
+// The REST API and static files, independent of the transport: a Request in, a Response out
+// (server.cc speaks HTTPS with Boost.Beast and streams the live events).
+//
+// Routes (JSON unless noted; {id} = experiment id):
+//   GET    /api/health                        no token
+//   GET    /api/openapi.json                  no token: the OpenAPI 3 document
+//   GET    /api/whoami                        the caller's role
+//   GET    /api/experiments                   list
+//   POST   /api/experiments                   create (admin): config as JSON (config_json.h)
+//   GET    /api/experiments/{id}              one experiment
+//   DELETE /api/experiments/{id}              delete (admin)
+//   POST   /api/experiments/{id}/start|pause|resume|stop   (admin)
+//   GET    /api/experiments/{id}/nodes        node table
+//   GET    /api/experiments/{id}/rounds       ?from=R&limit=N (limit ≤ 1000, default 200: last)
+//   GET    /api/experiments/{id}/metrics      ?max_points=N (2..5000, default 500)
+//   GET    /api/experiments/{id}/checkpoint   safetensors of the current θ (octet-stream)
+//   GET    /api/events  /api/experiments/{id}/events   live events (text/event-stream)
+//   GET    anything else                      static files (static_files.h), no token
+// Errors: {"error": "<one line>", "field": "<config key or absent>"} with 400 (bad input),
+// 401 (no or unknown token), 403 (viewer changing something), 404 (unknown id or route),
+// 405 (method), 409 (state conflict, name taken), 413 (body too large), 500.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "coordinator/experiment_manager.h"
+#include "coordinator/http/static_files.h"
+#include "coordinator/store.h"
+
+namespace atl::coordinator::http {
+
+struct Request {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // path and query, as received
+  std::string authorization;
+  std::string body;
+};
+
+struct Response {
+  unsigned status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+  // Set when the server should stream live events instead of sending `body`: the experiment
+  // id whose events are wanted ("" = every experiment).
+  std::optional<std::string> stream;
+};
+
+class Api {
+ public:
+  Api(ExperimentManager& manager, Store& store, std::vector<Mount> mounts);
+  Response handle(const Request& request) const;
+
+  // A JSON error response: {"error": message[, "field": field]}.
+  static Response error(unsigned status, const std::string& message, const std::string& field = "");
+  static unsigned http_status(const Status& s);
+
+ private:
+  Response handle_api(const Request& request, const std::string& path,
+                      const std::string& query) const;
+
+  ExperimentManager& manager_;
+  Store& store_;
+  StaticFiles files_;
+};
+
+// The OpenAPI 3.0 document served at /api/openapi.json.
+const std::string& openapi_json();
+
+}  // namespace atl::coordinator::http

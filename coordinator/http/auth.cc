@@ -1,0 +1,80 @@
+#include "coordinator/http/auth.h"
+
+#include <openssl/rand.h>
+
+#include <chrono>
+
+#include "kernels/core/sha256.h"
+
+namespace atl::coordinator::http {
+
+namespace {
+constexpr std::string_view kPrefix = "atl_";
+constexpr size_t kTokenBytes = 32;
+
+bool plausible_token(std::string_view t) {
+  if (t.size() != kPrefix.size() + 2 * kTokenBytes || t.substr(0, kPrefix.size()) != kPrefix)
+    return false;
+  for (char c : t.substr(kPrefix.size()))
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+}  // namespace
+
+const char* role_name(Role role) {
+  return role == Role::kAdmin ? "admin" : "viewer";
+}
+
+StatusOr<Role> parse_role(std::string_view text) {
+  if (text == "viewer") return Role::kViewer;
+  if (text == "admin") return Role::kAdmin;
+  return InvalidArgument("role must be \"viewer\" or \"admin\", not \"" + std::string(text) + "\"");
+}
+
+std::string hash_token(std::string_view token) {
+  return sha256_hex(token.data(), token.size());
+}
+
+StatusOr<std::string> create_token(Store& store, Role role, const std::string& label) {
+  if (label.size() > 200) return InvalidArgument("token label is longer than 200 characters");
+  unsigned char raw[kTokenBytes];
+  if (RAND_bytes(raw, sizeof(raw)) != 1) return Internal("OpenSSL RAND_bytes failed");
+  static const char* hex = "0123456789abcdef";
+  std::string token(kPrefix);
+  for (unsigned char b : raw) {
+    token += hex[b >> 4];
+    token += hex[b & 15];
+  }
+  TokenRecord rec;
+  rec.hash = hash_token(token);
+  rec.role = role_name(role);
+  rec.label = label;
+  rec.created_unix_ms =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count());
+  ATOLL_RETURN_IF_ERROR(store.put_token(rec));
+  return token;
+}
+
+StatusOr<Role> authenticate(const Store& store, std::string_view authorization) {
+  if (authorization.empty())
+    return Unauthenticated(
+        "missing token: send \"Authorization: Bearer <token>\" "
+        "(create one with `atoll token create`)");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (authorization.size() <= kBearer.size() || authorization.substr(0, kBearer.size()) != kBearer)
+    return Unauthenticated("the Authorization header must be \"Bearer <token>\"");
+  const std::string_view token = authorization.substr(kBearer.size());
+  if (!plausible_token(token)) return Unauthenticated("invalid token");
+  auto rec = store.load_token(hash_token(token));
+  if (!rec.ok()) {
+    if (rec.status().code() == StatusCode::kNotFound) return Unauthenticated("invalid token");
+    return rec.status();
+  }
+  auto role = parse_role(rec->role);
+  if (!role.ok()) return Unauthenticated("invalid token (unknown role in the store)");
+  return *role;
+}
+
+}  // namespace atl::coordinator::http

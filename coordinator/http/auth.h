@@ -1,0 +1,28 @@
+// Dashboard/API tokens. A token is "atl_" + 64 hex digits (256 random bits); the store keeps
+// only its SHA-256 and a role. Viewers read; admins also change (create, start, stop, ...).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "coordinator/store.h"
+#include "kernels/core/status.h"
+
+namespace atl::coordinator::http {
+
+enum class Role { kViewer, kAdmin };
+
+const char* role_name(Role role);  // "viewer", "admin"
+StatusOr<Role> parse_role(std::string_view text);
+
+// SHA-256 hex of the token text (the store key).
+std::string hash_token(std::string_view token);
+
+// Creates a token, stores its hash and role, and returns the token itself (shown once).
+StatusOr<std::string> create_token(Store& store, Role role, const std::string& label);
+
+// The role of the token in an "Authorization: Bearer <token>" header. UNAUTHENTICATED when the
+// header is missing, malformed or the token is unknown.
+StatusOr<Role> authenticate(const Store& store, std::string_view authorization);
+
+}  // namespace atl::coordinator::http

@@ -1,0 +1,120 @@
+// The OpenAPI 3.0 description of the REST API (api.h lists the same routes).
+#include "coordinator/http/api.h"
+
+namespace atl::coordinator::http {
+
+const std::string& openapi_json() {
+  static const std::string doc = R"JSON({
+  "openapi": "3.0.3",
+  "info": {
+    "title": "Atoll coordinator API",
+    "version": "1",
+    "description": "Experiments, nodes, rounds, metrics and checkpoints of an Atoll coordinator. Every route except /api/health and /api/openapi.json needs 'Authorization: Bearer <token>' (atoll token create). Viewer tokens read; admin tokens also change. Errors are {\"error\": \"one line\", \"field\": \"config key (when known)\"}."
+  },
+  "servers": [{"url": "/"}],
+  "components": {
+    "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+    "parameters": {
+      "id": {"name": "id", "in": "path", "required": true,
+             "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"}}
+    },
+    "responses": {
+      "Error": {"description": "Error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+      "Experiment": {"description": "The experiment", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Experiment"}}}}
+    },
+    "schemas": {
+      "Error": {"type": "object", "required": ["error"],
+                "properties": {"error": {"type": "string"}, "field": {"type": "string"}}},
+      "Experiment": {"type": "object", "properties": {
+        "id": {"type": "string"},
+        "state": {"type": "string", "enum": ["created", "running", "paused", "finished", "failed"]},
+        "live": {"type": "boolean", "description": "served by this coordinator's gRPC server"},
+        "current_round": {"type": "integer"}, "rounds": {"type": "integer"},
+        "params": {"type": "integer"}, "params_fingerprint": {"type": "string"},
+        "created_unix_ms": {"type": "integer"}, "failure": {"type": "string"},
+        "active_nodes": {"type": "integer"}, "config": {"type": "object"},
+        "config_toml": {"type": "string"}}},
+      "CreateExperiment": {"type": "object",
+        "description": "Either {config_toml} or the TOML structure as JSON (docs/configuration.md): name, seed, model{vocab,dim,layers,heads,ffn_hidden,seq_len}, train{batch_size,lr,codec,...}, diloco{rounds,inner_steps,min_nodes,max_nodes,...}, data{source,split,...}.",
+        "properties": {"config_toml": {"type": "string"}, "name": {"type": "string"},
+          "seed": {"type": "integer"}, "model": {"type": "object"}, "train": {"type": "object"},
+          "diloco": {"type": "object"}, "data": {"type": "object"}}},
+      "Node": {"type": "object", "properties": {
+        "node_id": {"type": "string"}, "status": {"type": "string", "enum": ["active", "lost", "left"]},
+        "device": {"type": "string"}, "ready": {"type": "boolean"}, "round": {"type": "integer"},
+        "inner_step": {"type": "integer"}, "loss": {"type": "number", "nullable": true},
+        "tokens_per_s": {"type": "number", "nullable": true}, "joined_unix_ms": {"type": "integer"},
+        "last_seen_unix_ms": {"type": "integer"}, "rounds": {"type": "integer"},
+        "tokens": {"type": "integer"}, "bytes_up": {"type": "integer"}, "bytes_down": {"type": "integer"}}},
+      "Round": {"type": "object", "properties": {
+        "round": {"type": "integer"},
+        "participants": {"type": "array", "items": {"type": "object", "properties": {
+          "node_id": {"type": "string"}, "pushed": {"type": "boolean"}, "tokens": {"type": "integer"},
+          "loss": {"type": "number", "nullable": true}, "bytes_up": {"type": "integer"},
+          "bytes_down": {"type": "integer"}}}},
+        "tokens": {"type": "integer"}, "mean_loss": {"type": "number", "nullable": true},
+        "bytes_up": {"type": "integer"}, "bytes_down": {"type": "integer"},
+        "duration_s": {"type": "number", "nullable": true}, "base_fingerprint": {"type": "string"},
+        "params_fingerprint": {"type": "string"}, "committed_unix_ms": {"type": "integer"}}},
+      "Series": {"type": "array", "description": "[round, value] pairs; round = rounds completed",
+                 "items": {"type": "array", "items": {"type": "number", "nullable": true}}},
+      "Metrics": {"type": "object", "properties": {
+        "total_rounds": {"type": "integer"},
+        "bucket": {"type": "integer", "description": "rounds averaged into one point"},
+        "global": {"type": "object", "description": "val_bpb, mean_loss, tokens, bytes, ddp_bytes, duration_s",
+                   "additionalProperties": {"$ref": "#/components/schemas/Series"}},
+        "per_node": {"type": "object", "description": "loss, tokens_per_s, bytes_up: node id -> series",
+                     "additionalProperties": {"type": "object",
+                       "additionalProperties": {"$ref": "#/components/schemas/Series"}}}}}
+    }
+  },
+  "security": [{"bearer": []}],
+  "paths": {
+    "/api/health": {"get": {"summary": "Liveness", "security": [], "responses": {"200": {"description": "ok"}}}},
+    "/api/openapi.json": {"get": {"summary": "This document", "security": [], "responses": {"200": {"description": "OpenAPI 3"}}}},
+    "/api/whoami": {"get": {"summary": "Role of the token", "responses": {
+      "200": {"description": "role", "content": {"application/json": {"schema": {"type": "object", "properties": {"role": {"type": "string", "enum": ["viewer", "admin"]}}}}}},
+      "401": {"$ref": "#/components/responses/Error"}}}},
+    "/api/events": {"get": {"summary": "Live events of every experiment (server-sent events: state, node, round_started, round, metrics, eval, log, experiments)",
+      "responses": {"200": {"description": "text/event-stream", "content": {"text/event-stream": {}}}, "401": {"$ref": "#/components/responses/Error"}}}},
+    "/api/experiments": {
+      "get": {"summary": "List experiments", "responses": {
+        "200": {"description": "experiments", "content": {"application/json": {"schema": {"type": "object", "properties": {"experiments": {"type": "array", "items": {"$ref": "#/components/schemas/Experiment"}}}}}}},
+        "401": {"$ref": "#/components/responses/Error"}}},
+      "post": {"summary": "Create an experiment (admin); validated like a config file",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CreateExperiment"}}}},
+        "responses": {"201": {"$ref": "#/components/responses/Experiment"},
+          "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
+          "403": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"},
+          "413": {"$ref": "#/components/responses/Error"}}}},
+    "/api/experiments/{id}": {
+      "parameters": [{"$ref": "#/components/parameters/id"}],
+      "get": {"summary": "One experiment", "responses": {"200": {"$ref": "#/components/responses/Experiment"}, "404": {"$ref": "#/components/responses/Error"}}},
+      "delete": {"summary": "Delete an experiment and its data (admin; not the live one)", "responses": {"200": {"description": "deleted"}, "403": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}}},
+    "/api/experiments/{id}/start": {"parameters": [{"$ref": "#/components/parameters/id"}],
+      "post": {"summary": "Start (admin; the live experiment only)", "responses": {"200": {"$ref": "#/components/responses/Experiment"}, "403": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}}},
+    "/api/experiments/{id}/pause": {"parameters": [{"$ref": "#/components/parameters/id"}],
+      "post": {"summary": "Pause: no new round starts (admin)", "responses": {"200": {"$ref": "#/components/responses/Experiment"}, "403": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}}},
+    "/api/experiments/{id}/resume": {"parameters": [{"$ref": "#/components/parameters/id"}],
+      "post": {"summary": "Resume a paused experiment (admin)", "responses": {"200": {"$ref": "#/components/responses/Experiment"}, "403": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}}},
+    "/api/experiments/{id}/stop": {"parameters": [{"$ref": "#/components/parameters/id"}],
+      "post": {"summary": "Stop for good: state finished, nodes get STOP (admin)", "responses": {"200": {"$ref": "#/components/responses/Experiment"}, "403": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}}},
+    "/api/experiments/{id}/nodes": {"parameters": [{"$ref": "#/components/parameters/id"}],
+      "get": {"summary": "Nodes: status, last heartbeat, tokens/s, bytes", "responses": {"200": {"description": "nodes", "content": {"application/json": {"schema": {"type": "object", "properties": {"nodes": {"type": "array", "items": {"$ref": "#/components/schemas/Node"}}}}}}}, "404": {"$ref": "#/components/responses/Error"}}}},
+    "/api/experiments/{id}/rounds": {"parameters": [{"$ref": "#/components/parameters/id"},
+        {"name": "from", "in": "query", "schema": {"type": "integer", "minimum": 0}, "description": "first round (default: the last `limit` rounds)"},
+        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 200}}],
+      "get": {"summary": "Committed rounds", "responses": {"200": {"description": "rounds", "content": {"application/json": {"schema": {"type": "object", "properties": {"total": {"type": "integer"}, "from": {"type": "integer"}, "rounds": {"type": "array", "items": {"$ref": "#/components/schemas/Round"}}}}}}}, "400": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}}}},
+    "/api/experiments/{id}/metrics": {"parameters": [{"$ref": "#/components/parameters/id"},
+        {"name": "max_points", "in": "query", "schema": {"type": "integer", "minimum": 2, "maximum": 5000, "default": 500}}],
+      "get": {"summary": "Metric series per round, downsampled by averaging buckets", "responses": {"200": {"description": "series", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Metrics"}}}}, "400": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}}}},
+    "/api/experiments/{id}/checkpoint": {"parameters": [{"$ref": "#/components/parameters/id"}],
+      "get": {"summary": "Safetensors checkpoint of the current parameters", "responses": {"200": {"description": "safetensors", "content": {"application/octet-stream": {}}}, "404": {"$ref": "#/components/responses/Error"}}}},
+    "/api/experiments/{id}/events": {"parameters": [{"$ref": "#/components/parameters/id"}],
+      "get": {"summary": "Live events of one experiment (server-sent events)", "responses": {"200": {"description": "text/event-stream", "content": {"text/event-stream": {}}}, "404": {"$ref": "#/components/responses/Error"}}}}
+  }
+})JSON";
+  return doc;
+}
+
+}  // namespace atl::coordinator::http

@@ -1,0 +1,384 @@
+#include "coordinator/http/server.h"
+
+#include <openssl/ssl.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "coordinator/http/api.h"
+#include "transport/tls/ca.h"
+
+namespace atl::coordinator::http {
+
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+namespace net = boost::asio;
+namespace ssl = net::ssl;
+using tcp = net::ip::tcp;
+
+namespace {
+
+constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
+constexpr auto kReadTimeout = std::chrono::seconds(30);
+constexpr auto kWriteTimeout = std::chrono::seconds(30);
+constexpr auto kDrainTimeout = std::chrono::seconds(2);
+constexpr auto kPingInterval = std::chrono::seconds(15);
+constexpr size_t kMaxQueued = 1024;
+constexpr uint32_t kHeaderLimit = 16 * 1024;
+constexpr uint64_t kMaxDrainBytes = 64u << 20;
+
+class Session;
+
+// What every connection shares; outlives all sessions (see Impl's member order).
+struct Shared {
+  Shared(ExperimentManager& m, Store& s, HttpOptions o)
+      : api(m, s, o.mounts), options(std::move(o)) {}
+  Api api;
+  HttpOptions options;
+  std::atomic<uint32_t> connections{0};
+  std::mutex subs_mu;
+  std::map<uint64_t, std::weak_ptr<Session>> subs;  // event-stream sessions
+  uint64_t next_sub = 1;
+};
+
+bool is_parse_error(const beast::error_code& ec) {
+  return ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category();
+}
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket&& socket, ssl::context& ctx, Shared& shared)
+      : stream_(std::move(socket), ctx), shared_(shared), ping_(stream_.get_executor()) {
+    ++shared_.connections;
+  }
+  ~Session() {
+    --shared_.connections;
+    if (sub_id_) {
+      std::lock_guard<std::mutex> lk(shared_.subs_mu);
+      shared_.subs.erase(sub_id_);
+    }
+  }
+
+  net::any_io_executor executor() { return stream_.get_executor(); }
+
+  void run() {
+    net::dispatch(stream_.get_executor(),
+                  beast::bind_front_handler(&Session::on_run, shared_from_this()));
+  }
+
+  // On the session's strand: queue one event for an event-stream session.
+  void push(const ManagerEvent& e) {
+    if (!streaming_ || closed_) return;
+    if (!filter_.empty() && e.experiment_id != filter_) return;
+    enqueue("event: " + e.kind + "\ndata: {\"experiment\":\"" + e.experiment_id +
+            "\",\"data\":" + e.json + "}\n\n");
+  }
+
+ private:
+  void on_run() {
+    beast::get_lowest_layer(stream_).expires_after(kHandshakeTimeout);
+    stream_.async_handshake(ssl::stream_base::server,
+                            beast::bind_front_handler(&Session::on_handshake, shared_from_this()));
+  }
+
+  void on_handshake(beast::error_code ec) {
+    if (ec) return;  // not TLS, TLS < 1.3, timeout: nothing to answer
+    do_read();
+  }
+
+  void do_read() {
+    parser_.emplace();
+    parser_->body_limit(shared_.options.max_body_bytes);
+    parser_->header_limit(kHeaderLimit);
+    beast::get_lowest_layer(stream_).expires_after(kReadTimeout);
+    bhttp::async_read(stream_, buffer_, *parser_,
+                      beast::bind_front_handler(&Session::on_read, shared_from_this()));
+  }
+
+  void on_read(beast::error_code ec, size_t) {
+    if (ec == bhttp::error::end_of_stream) return do_close();
+    if (ec == bhttp::error::body_limit)
+      return send(Api::error(413, "request body larger than " +
+                                      std::to_string(shared_.options.max_body_bytes) + " bytes"),
+                  false, true);
+    if (ec == bhttp::error::header_limit)
+      return send(
+          Api::error(431, "request headers larger than " + std::to_string(kHeaderLimit) + " bytes"),
+          false, true);
+    if (ec && is_parse_error(ec))
+      return send(Api::error(400, "malformed HTTP request: " + ec.message()), false, true);
+    if (ec) return;  // timeout, reset, TLS error
+    auto req = parser_->release();
+    Request r;
+    r.method = std::string(req.method_string());
+    r.target = std::string(req.target());
+    r.authorization = std::string(req[bhttp::field::authorization]);
+    r.body = std::move(req.body());
+    Response res = shared_.api.handle(r);
+    if (res.stream) return start_stream(*res.stream);
+    send(std::move(res), req.keep_alive(), false);
+  }
+
+  void send(Response res, bool keep_alive, bool drain) {
+    auto msg = std::make_shared<bhttp::response<bhttp::string_body>>();
+    msg->version(11);
+    msg->result(res.status);
+    msg->set(bhttp::field::server, "atoll");
+    msg->set(bhttp::field::content_type, res.content_type);
+    msg->set("X-Content-Type-Options", "nosniff");
+    msg->set("Referrer-Policy", "no-referrer");
+    msg->set("Strict-Transport-Security", "max-age=31536000");
+    msg->set("Content-Security-Policy",
+             "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+             "frame-ancestors 'none'; base-uri 'none'; form-action 'self'");
+    for (const auto& [k, v] : res.headers) msg->set(k, v);
+    msg->body() = std::move(res.body);
+    msg->keep_alive(keep_alive);
+    msg->prepare_payload();
+    beast::get_lowest_layer(stream_).expires_after(kWriteTimeout);
+    bhttp::async_write(
+        stream_, *msg,
+        [self = shared_from_this(), msg, keep_alive, drain](beast::error_code ec, size_t) {
+          if (ec) return;
+          if (drain) return self->do_drain(0);
+          if (!keep_alive) return self->do_close();
+          self->do_read();
+        });
+  }
+
+  // After refusing a request whose body was not read: read and discard what the client is still
+  // sending (bounded in bytes and time), so that closing does not reset the connection before
+  // the client has read the answer.
+  void do_drain(uint64_t total) {
+    if (total > kMaxDrainBytes) return do_close();
+    if (total == 0) beast::get_lowest_layer(stream_).expires_after(kDrainTimeout);
+    stream_.async_read_some(net::buffer(scratch_),
+                            [self = shared_from_this(), total](beast::error_code ec, size_t n) {
+                              if (ec) return self->do_close();
+                              self->do_drain(total + n);
+                            });
+  }
+
+  void do_close() {
+    beast::get_lowest_layer(stream_).expires_after(std::chrono::seconds(2));
+    stream_.async_shutdown([self = shared_from_this()](beast::error_code) {
+      beast::error_code ignored;
+      beast::get_lowest_layer(self->stream_).socket().close(ignored);
+    });
+  }
+
+  void start_stream(const std::string& filter) {
+    streaming_ = true;
+    filter_ = filter;
+    {
+      std::lock_guard<std::mutex> lk(shared_.subs_mu);
+      sub_id_ = shared_.next_sub++;
+      shared_.subs[sub_id_] = weak_from_this();
+    }
+    enqueue(
+        "HTTP/1.1 200 OK\r\nServer: atoll\r\nContent-Type: text/event-stream\r\n"
+        "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n"
+        "retry: 2000\n: connected\n\n");
+    schedule_ping();
+  }
+
+  void schedule_ping() {
+    ping_.expires_after(kPingInterval);
+    ping_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec || self->closed_) return;
+      self->enqueue(": ping\n\n");
+      self->schedule_ping();
+    });
+  }
+
+  void enqueue(std::string msg) {
+    if (closed_) return;
+    if (queue_.size() >= kMaxQueued) return close_now();  // a client that does not read
+    queue_.push_back(std::move(msg));
+    if (!writing_) write_next();
+  }
+
+  void write_next() {
+    writing_ = true;
+    beast::get_lowest_layer(stream_).expires_after(kWriteTimeout);
+    net::async_write(stream_, net::buffer(queue_.front()),
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       self->writing_ = false;
+                       if (ec) return self->close_now();
+                       self->queue_.pop_front();
+                       beast::get_lowest_layer(self->stream_).expires_never();
+                       if (!self->queue_.empty()) self->write_next();
+                     });
+  }
+
+  void close_now() {
+    if (closed_) return;
+    closed_ = true;
+    ping_.cancel();
+    beast::error_code ignored;
+    beast::get_lowest_layer(stream_).socket().close(ignored);
+  }
+
+  beast::ssl_stream<beast::tcp_stream> stream_;
+  Shared& shared_;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::array<char, 16384> scratch_{};
+  // Event stream.
+  net::steady_timer ping_;
+  bool streaming_ = false;
+  bool closed_ = false;
+  bool writing_ = false;
+  std::string filter_;
+  std::deque<std::string> queue_;
+  uint64_t sub_id_ = 0;
+};
+
+StatusOr<std::pair<std::string, uint16_t>> split_host_port(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos || colon == 0)
+    return InvalidArgument("--http " + listen + ": expected HOST:PORT, e.g. 127.0.0.1:8443");
+  std::string host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  const std::string port = listen.substr(colon + 1);
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos || std::stoul(port) > 65535)
+    return InvalidArgument("--http " + listen + ": the port must be a number in 0-65535");
+  if (host == "localhost") host = "127.0.0.1";
+  return std::make_pair(host, static_cast<uint16_t>(std::stoul(port)));
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Impl(ExperimentManager& m, Store& s, HttpOptions o)
+      : manager(m), shared(m, s, std::move(o)), ctx(ssl::context::tls_server), acceptor(ioc) {}
+
+  void do_accept() {
+    acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+      if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
+      if (!ec) {
+        if (shared.connections.load() >= shared.options.max_connections) {
+          beast::error_code ignored;
+          socket.close(ignored);
+        } else {
+          std::make_shared<Session>(std::move(socket), ctx, shared)->run();
+        }
+      }
+      do_accept();
+    });
+  }
+
+  void broadcast(const ManagerEvent& e) {
+    // Sessions are collected under the lock and used outside it: the last reference may be
+    // dropped here, and a session's destructor takes the same lock.
+    std::vector<std::shared_ptr<Session>> live;
+    {
+      std::lock_guard<std::mutex> lk(shared.subs_mu);
+      for (auto& [id, weak] : shared.subs)
+        if (auto s = weak.lock()) live.push_back(std::move(s));
+    }
+    for (auto& s : live) net::post(s->executor(), [s, e] { s->push(e); });
+  }
+
+  ExperimentManager& manager;
+  uint64_t listener_id = 0;
+  std::string host;
+  int port = 0;
+  bool stopped = false;
+  std::mutex stop_mu;
+  // Destroyed in reverse order: workers, acceptor, io_context (and with it every session), the
+  // TLS context, then what sessions share.
+  Shared shared;
+  ssl::context ctx;
+  net::io_context ioc;
+  tcp::acceptor acceptor;
+  std::vector<std::thread> workers;
+};
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpServer::~HttpServer() {
+  shutdown();
+}
+
+int HttpServer::port() const {
+  return impl_->port;
+}
+
+std::string HttpServer::url() const {
+  std::string host = impl_->host;
+  if (host == "0.0.0.0" || host == "::") host = "localhost";
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  return "https://" + host + ":" + std::to_string(impl_->port) + "/";
+}
+
+void HttpServer::shutdown() {
+  std::lock_guard<std::mutex> lk(impl_->stop_mu);
+  if (impl_->stopped) return;
+  impl_->stopped = true;
+  impl_->manager.unsubscribe(impl_->listener_id);
+  impl_->ioc.stop();
+  for (auto& t : impl_->workers)
+    if (t.joinable()) t.join();
+  beast::error_code ignored;
+  impl_->acceptor.close(ignored);
+}
+
+StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(ExperimentManager& manager, Store& store,
+                                                        HttpOptions options) {
+  ATOLL_ASSIGN_OR_RETURN(auto hp, split_host_port(options.listen));
+  if (options.threads < 1) options.threads = 1;
+  const std::string cert = transport::cert_path(options.tls_dir, options.cert_name);
+  const std::string key = transport::key_path(options.tls_dir, options.cert_name);
+  auto impl = std::make_unique<Impl>(manager, store, std::move(options));
+  impl->host = hp.first;
+
+  // TLS 1.3 only, the coordinator's server certificate.
+  beast::error_code ec;
+  impl->ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                        ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
+                        ssl::context::no_tlsv1_2);
+  if (SSL_CTX_set_min_proto_version(impl->ctx.native_handle(), TLS1_3_VERSION) != 1)
+    return Internal("dashboard: cannot require TLS 1.3");
+  impl->ctx.use_certificate_chain_file(cert, ec);
+  if (ec)
+    return InvalidArgument("dashboard: cannot load certificate " + cert + " (" + ec.message() +
+                           "); issue it with `atoll ca issue --role server`");
+  impl->ctx.use_private_key_file(key, ssl::context::pem, ec);
+  if (ec) return InvalidArgument("dashboard: cannot load key " + key + " (" + ec.message() + ")");
+
+  const auto addr = net::ip::make_address(hp.first, ec);
+  if (ec)
+    return InvalidArgument("--http " + impl->shared.options.listen +
+                           ": the host must be an IP address or localhost");
+  const tcp::endpoint ep(addr, hp.second);
+  impl->acceptor.open(ep.protocol(), ec);
+  if (!ec) impl->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) impl->acceptor.bind(ep, ec);
+  if (!ec) impl->acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec)
+    return Unavailable("dashboard: cannot listen on " + impl->shared.options.listen + ": " +
+                       ec.message());
+  impl->port = impl->acceptor.local_endpoint().port();
+
+  Impl* raw = impl.get();
+  impl->listener_id = manager.subscribe([raw](const ManagerEvent& e) { raw->broadcast(e); });
+  impl->do_accept();
+  for (int i = 0; i < impl->shared.options.threads; ++i)
+    impl->workers.emplace_back([raw] { raw->ioc.run(); });
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+}  // namespace atl::coordinator::http
