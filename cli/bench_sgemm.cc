@@ -1,14 +1,13 @@
 // `atoll bench sgemm`: the machine's own single-precision GEMM rate (OpenBLAS with its own
 // threads on one large square product), the yardstick for the training benchmark's "fraction of
 // peak".
-#include "cli/bench_common.h"
-
 #include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
 #include <vector>
 
+#include "cli/bench_common.h"
 #include "kernels/cpu/ops.h"
 
 namespace atl::cli {
