@@ -1,6 +1,8 @@
 // `atoll bench train|sgemm|codecs`: machine-readable speed measurements (JSON with --json).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <numeric>
 #include <vector>
 
 #include "algorithms/optim/inner_trainer.h"
@@ -51,27 +53,39 @@ int bench_train(const Args& args) {
   algorithms::ParamSet params(algorithms::make_layout(model));
   algorithms::init_params(params, model, seed);
   for (int i = 0; i < 2; ++i) (void)tr.step(params, tokens.data(), i);
+  // Every step is timed; step_ms is the median (a burst of other work on a shared machine moves
+  // the mean, not the median), step_ms_mean the mean.
   using clock = std::chrono::steady_clock;
-  auto t0 = clock::now();
-  for (int64_t i = 0; i < *steps; ++i) (void)tr.step(params, tokens.data(), i + 2);
-  double seconds = std::chrono::duration<double>(clock::now() - t0).count();
-  const double step_ms = seconds * 1e3 / static_cast<double>(*steps);
+  std::vector<double> ms(static_cast<size_t>(*steps));
+  for (int64_t i = 0; i < *steps; ++i) {
+    const auto t0 = clock::now();
+    (void)tr.step(params, tokens.data(), i + 2);
+    ms[static_cast<size_t>(i)] = std::chrono::duration<double>(clock::now() - t0).count() * 1e3;
+  }
+  const double mean_ms =
+      std::accumulate(ms.begin(), ms.end(), 0.0) / static_cast<double>(ms.size());
+  std::sort(ms.begin(), ms.end());
+  const size_t mid = ms.size() / 2;
+  const double step_ms = ms.size() % 2 ? ms[mid] : 0.5 * (ms[mid - 1] + ms[mid]);
   const double tokens_per_step = static_cast<double>(B) * T;
   const double tps = tokens_per_step / (step_ms / 1e3);
   const double gflops = algorithms::flops_per_token(model, T) * tps / 1e9;
   const double peak = measure_sgemm_gflops(static_cast<int>(*sgemm_n), threads, 1.0);
   if (flags.has("json")) {
-    std::printf("{\"bench\":\"train\",\"params\":%zu,\"layers\":%d,\"dim\":%d,\"heads\":%d,"
-                "\"ffn\":%d,\"seq\":%d,\"batch\":%d,\"vocab\":%d,\"threads\":%d,\"steps\":%lld,"
-                "\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"gflops\":%.2f,\"sgemm_gflops\":%.2f,"
-                "\"fraction_of_sgemm\":%.3f}\n",
-                params.numel(), model.layers, model.dim, model.heads, model.ffn_hidden, T, B,
-                model.vocab, used_threads, static_cast<long long>(*steps), step_ms, tps, gflops,
-                peak, gflops / peak);
+    std::printf(
+        "{\"bench\":\"train\",\"params\":%zu,\"layers\":%d,\"dim\":%d,\"heads\":%d,"
+        "\"ffn\":%d,\"seq\":%d,\"batch\":%d,\"vocab\":%d,\"threads\":%d,\"steps\":%lld,"
+        "\"step_ms\":%.3f,\"step_ms_mean\":%.3f,\"tokens_per_s\":%.1f,\"gflops\":%.2f,\"sgemm_"
+        "gflops\":%.2f,"
+        "\"fraction_of_sgemm\":%.3f}\n",
+        params.numel(), model.layers, model.dim, model.heads, model.ffn_hidden, T, B, model.vocab,
+        used_threads, static_cast<long long>(*steps), step_ms, mean_ms, tps, gflops, peak,
+        gflops / peak);
   } else {
-    std::printf("params %zu | step %.1f ms | %.0f tokens/s | %.2f GFLOP/s | sgemm %.2f GFLOP/s "
-                "(%.0f%%)\n",
-                params.numel(), step_ms, tps, gflops, peak, 100.0 * gflops / peak);
+    std::printf(
+        "params %zu | step %.1f ms | %.0f tokens/s | %.2f GFLOP/s | sgemm %.2f GFLOP/s "
+        "(%.0f%%)\n",
+        params.numel(), step_ms, tps, gflops, peak, 100.0 * gflops / peak);
   }
   return 0;
 }

@@ -4,7 +4,8 @@
 
 namespace atl::cli {
 
-// GFLOP/s of an n×n×n sgemm with `threads` threads, timed for at least min_seconds.
+// GFLOP/s of an n×n×n sgemm (OpenBLAS, `threads` threads, 0 = all cores): the fastest of the
+// products run in at least min_seconds.
 double measure_sgemm_gflops(int n, int threads, double min_seconds);
 
 // `atoll bench codecs`: codec encode/decode GB/s against memcpy (cli/bench_codecs.cc).

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <numeric>
 
 #include "kernels/core/philox.h"
@@ -210,8 +209,7 @@ float Llama::forward(const ParamSet& params, const int32_t* tokens, const int32_
     // attention sub-block
     ops::rmsnorm_forward(a.ln1, a.rstd1, a.x, P + o.ln1, N, C, cfg_.norm_eps);
     ops::matmul_forward(a.qkv, a.ln1, P + o.qkv, N, C, 3 * C);        // (N, C) -> (N, 3C)
-    ops::rope_forward(a.qkv, B, T, H, D, 3 * C, cfg_.rope_base);      // q in place
-    ops::rope_forward(a.qkv + C, B, T, H, D, 3 * C, cfg_.rope_base);  // k in place
+    ops::rope_forward(a.qkv, B, T, 2 * H, D, 3 * C, cfg_.rope_base);  // q and k in place
     ops::attention_forward(a.atty, a.att, a.qkv, B, T, H, D);         // -> (N, C)
     ops::matmul_forward(scratch_, a.atty, P + o.o, N, C, C);
     ops::add_forward(a.h, a.x, scratch_, static_cast<size_t>(N) * C);
@@ -252,7 +250,7 @@ void Llama::backward(const ParamSet& params, ParamSet& grads) {
   float* dqkv = datty + NC;
   float* dgu = dqkv + 3 * NC;
   float* dswi = dgu + static_cast<size_t>(N) * 2 * F;
-  auto zero = [](float* p, size_t n) { std::memset(p, 0, n * sizeof(float)); };
+  auto zero = [](float* p, size_t n) { ops::zero_fill(p, n); };
 
   const float* P = params.data();
   float* G = grads.data();
@@ -285,8 +283,7 @@ void Llama::backward(const ParamSet& params, ParamSet& grads) {
     ops::matmul_backward(datty, G + o.o, dres, a.atty, P + o.o, N, C, C);
     zero(dqkv, 3 * NC);
     ops::attention_backward(dqkv, datty, a.qkv, a.att, B, T, H, D);
-    ops::rope_backward(dqkv, B, T, H, D, 3 * C, cfg_.rope_base);      // dq before RoPE
-    ops::rope_backward(dqkv + C, B, T, H, D, 3 * C, cfg_.rope_base);  // dk before RoPE
+    ops::rope_backward(dqkv, B, T, 2 * H, D, 3 * C, cfg_.rope_base);  // dq, dk before RoPE
     zero(dln, NC);
     ops::matmul_backward(dln, G + o.qkv, dqkv, a.ln1, P + o.qkv, N, C, 3 * C);
     ops::rmsnorm_backward(dres, G + o.ln1, dln, a.x, P + o.ln1, a.rstd1, N, C);  // dres = dx

@@ -84,7 +84,7 @@ StepStats InnerTrainer::step(ParamSet& params, const int32_t* tokens, int64_t gl
   namespace ops = kernels::cpu;
   const int B = tcfg_.batch, T = tcfg_.seq;
   split_rows(tokens, B);
-  grads_.zero();
+  ops::zero_fill(grads_.data(), grads_.numel());
   StepStats s;
   s.loss = model_.forward(params, inputs_.data(), targets_.data(), B, T);
   model_.backward(params, grads_);

@@ -5,7 +5,8 @@
 // products are OpenBLAS GEMMs reading q, k, v where they lie inside qkv (leading dimension 3C).
 // Threads split the (batch, head) pairs, which own disjoint parts of every output, and OpenBLAS
 // runs single-threaded inside. Every sum runs in a fixed order: identical bits for any thread
-// count.
+// count. Pairs are handed out dynamically: which thread computes a pair does not change its
+// bits, and a thread paused by the OS on a busy machine does not hold the others up.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -48,7 +49,7 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int H, int D
   const T scale = T(1) / std::sqrt(T(D));
   const bool par = B * H > 1 && detail::worth_threads(double(B) * H * T_ * T_ * D);
   detail::OpenBlasSingleThread blas_guard;
-#pragma omp parallel for schedule(static) if (par)
+#pragma omp parallel for schedule(dynamic, 1) if (par)
   for (int bh = 0; bh < B * H; ++bh) {
     const int b = bh / H, h = bh % H;
     const T* q = qkv + size_t(b) * T_ * C3 + size_t(h) * D;
@@ -79,7 +80,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
 #pragma omp parallel if (par)
   {
     std::vector<T> ds(size_t(std::min(kQueryBlock, T_)) * T_);  // dS block (M, nk), ld nk
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
     for (int bh = 0; bh < B * H; ++bh) {
       const int b = bh / H, h = bh % H;
       const size_t base = size_t(b) * T_ * C3 + size_t(h) * D;

@@ -71,6 +71,9 @@ void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F);
 // ---- residual: out (n) = a + b
 template <typename T>
 void add_forward(T* out, const T* a, const T* b, size_t n);
+// ---- out (n) = 0, threaded (clears gradient buffers before *_backward ops accumulate into them)
+template <typename T>
+void zero_fill(T* out, size_t n);
 
 // ---- fused softmax + cross-entropy over the vocabulary.
 // logits (N, V); targets (N) in [0, V) or -1 (ignored). losses (N) = -log softmax[target]
