@@ -10,16 +10,7 @@
 namespace atl::cli {
 
 algorithms::ModelConfig model_config_of(const coordinator::ExperimentConfig& cfg) {
-  algorithms::ModelConfig m;
-  m.vocab = static_cast<int>(cfg.model.vocab);
-  m.dim = static_cast<int>(cfg.model.dim);
-  m.layers = static_cast<int>(cfg.model.layers);
-  m.heads = static_cast<int>(cfg.model.heads);
-  m.ffn_hidden = static_cast<int>(cfg.model.ffn_hidden);
-  m.seq_len = static_cast<int>(cfg.model.seq_len);
-  m.rope_base = cfg.model.rope_base;
-  m.norm_eps = cfg.model.norm_eps;
-  return m;
+  return coordinator::model_config(cfg);
 }
 
 RunningCoordinator::~RunningCoordinator() {

@@ -354,17 +354,9 @@ int cmd_demo(const Args& args) {
                 *batch, steps);
     std::fflush(stdout);
     kernels::cpu::set_num_threads(0);
-    algorithms::TrainerConfig tc;
+    algorithms::TrainerConfig tc =
+        coordinator::trainer_config(cfg, static_cast<int64_t>(steps));
     tc.batch = N * static_cast<int>(*batch);
-    tc.seq = model.seq_len;
-    tc.lr = cfg.train.lr;
-    tc.min_lr = cfg.train.min_lr;
-    tc.warmup = cfg.train.warmup_steps;
-    tc.total_steps = static_cast<int64_t>(steps);
-    tc.weight_decay = cfg.train.weight_decay;
-    tc.beta1 = cfg.train.beta1;
-    tc.beta2 = cfg.train.beta2;
-    tc.grad_clip = cfg.train.grad_clip;
     algorithms::InnerTrainer trainer(model, tc);
     algorithms::ParamSet p(layout);
     algorithms::init_params(p, model, cfg.seed);

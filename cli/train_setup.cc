@@ -37,23 +37,8 @@ Status apply_model_flags(const Flags& flags, algorithms::ModelConfig& m,
   if (auto path = flags.get("config")) {
     ATOLL_ASSIGN_OR_RETURN(cfg, coordinator::load_experiment_config(*path));
   }
-  m.vocab = static_cast<int>(cfg.model.vocab);
-  m.dim = static_cast<int>(cfg.model.dim);
-  m.layers = static_cast<int>(cfg.model.layers);
-  m.heads = static_cast<int>(cfg.model.heads);
-  m.ffn_hidden = static_cast<int>(cfg.model.ffn_hidden);
-  m.seq_len = static_cast<int>(cfg.model.seq_len);
-  m.rope_base = cfg.model.rope_base;
-  m.norm_eps = cfg.model.norm_eps;
-  t.batch = static_cast<int>(cfg.train.batch_size);
-  t.seq = m.seq_len;
-  t.lr = cfg.train.lr;
-  t.min_lr = cfg.train.min_lr;
-  t.warmup = cfg.train.warmup_steps;
-  t.weight_decay = cfg.train.weight_decay;
-  t.beta1 = cfg.train.beta1;
-  t.beta2 = cfg.train.beta2;
-  t.grad_clip = cfg.train.grad_clip;
+  m = coordinator::model_config(cfg);
+  t = coordinator::trainer_config(cfg, t.total_steps);
   seed = cfg.seed;
 
   auto i = [&](const char* name, int64_t def, int64_t lo, int64_t hi) {

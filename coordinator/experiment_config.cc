@@ -384,4 +384,32 @@ std::string to_toml(const ExperimentConfig& c) {
   return o.str();
 }
 
+algorithms::ModelConfig model_config(const ExperimentConfig& cfg) {
+  algorithms::ModelConfig m;
+  m.vocab = static_cast<int>(cfg.model.vocab);
+  m.dim = static_cast<int>(cfg.model.dim);
+  m.layers = static_cast<int>(cfg.model.layers);
+  m.heads = static_cast<int>(cfg.model.heads);
+  m.ffn_hidden = static_cast<int>(cfg.model.ffn_hidden);
+  m.seq_len = static_cast<int>(cfg.model.seq_len);
+  m.rope_base = cfg.model.rope_base;
+  m.norm_eps = cfg.model.norm_eps;
+  return m;
+}
+
+algorithms::TrainerConfig trainer_config(const ExperimentConfig& cfg, int64_t total_steps) {
+  algorithms::TrainerConfig t;
+  t.batch = static_cast<int>(cfg.train.batch_size);
+  t.seq = static_cast<int>(cfg.model.seq_len);
+  t.lr = cfg.train.lr;
+  t.min_lr = cfg.train.min_lr;
+  t.warmup = cfg.train.warmup_steps;
+  t.total_steps = total_steps;
+  t.weight_decay = cfg.train.weight_decay;
+  t.beta1 = cfg.train.beta1;
+  t.beta2 = cfg.train.beta2;
+  t.grad_clip = cfg.train.grad_clip;
+  return t;
+}
+
 }  // namespace atl::coordinator

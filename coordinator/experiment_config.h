@@ -54,6 +54,8 @@
 #include <string_view>
 #include <vector>
 
+#include "algorithms/model/llama.h"
+#include "algorithms/optim/inner_trainer.h"
 #include "kernels/core/status.h"
 
 namespace atl::coordinator {
@@ -120,6 +122,11 @@ StatusOr<ExperimentConfig> parse_experiment_config(std::string_view toml_text,
 StatusOr<ExperimentConfig> load_experiment_config(const std::string& path);
 // Cross-field and range checks on an already-built config (parse calls it).
 Status validate_experiment_config(const ExperimentConfig& cfg, std::string_view source);
+// The model an experiment trains (algorithms/model/llama.h), from its [model] section.
+algorithms::ModelConfig model_config(const ExperimentConfig& cfg);
+// The inner optimizer of its [train] section, with a cosine schedule of total_steps.
+algorithms::TrainerConfig trainer_config(const ExperimentConfig& cfg, int64_t total_steps);
+
 // Canonical TOML with every key, re-parses to an equal config (stored with the experiment).
 std::string to_toml(const ExperimentConfig& cfg);
 

@@ -21,18 +21,6 @@ uint64_t unix_ms_now() {
                                    .count());
 }
 
-algorithms::ModelConfig model_of(const ExperimentConfig& cfg) {
-  algorithms::ModelConfig m;
-  m.vocab = static_cast<int>(cfg.model.vocab);
-  m.dim = static_cast<int>(cfg.model.dim);
-  m.layers = static_cast<int>(cfg.model.layers);
-  m.heads = static_cast<int>(cfg.model.heads);
-  m.ffn_hidden = static_cast<int>(cfg.model.ffn_hidden);
-  m.seq_len = static_cast<int>(cfg.model.seq_len);
-  m.rope_base = cfg.model.rope_base;
-  m.norm_eps = cfg.model.norm_eps;
-  return m;
-}
 
 // Averages whole buckets of `bucket` consecutive points (x and y alike).
 Series downsample(const Series& s, uint64_t bucket) {
@@ -188,7 +176,7 @@ StatusOr<ExperimentSummary> ExperimentManager::create(const ExperimentConfig& co
     auto c = algorithms::compress::Codec::create(config.train.codec);
     if (!c.ok()) return InvalidArgument("config: train.codec: " + c.status().message());
   }
-  const algorithms::ModelConfig model = model_of(config);
+  const algorithms::ModelConfig model = model_config(config);
   if (Status s = algorithms::validate(model); !s.ok())
     return InvalidArgument("config: model: " + s.message());
   const int64_t numel = algorithms::count_params(model);

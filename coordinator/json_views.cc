@@ -32,6 +32,7 @@ json::object to_json(const RoundRecord& r) {
   o["duration_s"] = json_number(r.duration_s);
   o["base_fingerprint"] = r.base_fingerprint;
   o["params_fingerprint"] = r.params_fingerprint;
+  o["momentum_fingerprint"] = r.momentum_fingerprint;
   o["committed_unix_ms"] = r.committed_unix_ms;
   return o;
 }

@@ -1,5 +1,7 @@
 #include "coordinator/store.h"
 
+#include "coordinator/json_views.h"
+
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
@@ -159,32 +161,8 @@ StatusOr<ExperimentRecord> experiment_from_json(const std::string& text, const s
   return e;
 }
 
-std::string round_to_json(const RoundRecord& r) {
-  json::object o;
-  o["round"] = r.round;
-  json::array ps;
-  for (const auto& p : r.participants) {
-    json::object j;
-    j["node_id"] = p.node_id;
-    j["pushed"] = p.pushed;
-    j["tokens"] = p.tokens;
-    j["loss"] = p.loss;
-    j["bytes_up"] = p.bytes_up;
-    j["bytes_down"] = p.bytes_down;
-    ps.push_back(std::move(j));
-  }
-  o["participants"] = std::move(ps);
-  o["tokens"] = r.tokens;
-  o["mean_loss"] = r.mean_loss;
-  o["bytes_up"] = r.bytes_up;
-  o["bytes_down"] = r.bytes_down;
-  o["duration_s"] = r.duration_s;
-  o["base_fingerprint"] = r.base_fingerprint;
-  o["params_fingerprint"] = r.params_fingerprint;
-  o["momentum_fingerprint"] = r.momentum_fingerprint;
-  o["committed_unix_ms"] = r.committed_unix_ms;
-  return json::serialize(o);
-}
+// The same JSON the API serves (json_views.h); finite values only reach a commit.
+std::string round_to_json(const RoundRecord& r) { return json::serialize(to_json(r)); }
 
 StatusOr<RoundRecord> round_from_json(const std::string& text, const std::string& what) {
   ATOLL_ASSIGN_OR_RETURN(json::object o, parse_object(text, what));
