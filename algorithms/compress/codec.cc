@@ -8,6 +8,7 @@
 
 #include "kernels/core/crc32c.h"
 #include "algorithms/compress/bit_pack.h"
+#include "algorithms/compress/wire.h"
 #include "algorithms/compress/topk.h"
 #include "kernels/formats/convert.h"
 #include "kernels/formats/int_block.h"
@@ -279,20 +280,6 @@ bool all_finite(std::span<const float> v) {
   return bad == 0;
 }
 
-template <typename T>
-void store(uint8_t* p, T v) {
-  std::memcpy(p, &v, sizeof(T));
-}
-template <typename T>
-T load(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-
-uint32_t message_crc(std::span<const uint8_t> msg) {
-  return crc32c_extend(crc32c(msg.data(), 24), msg.data() + 28, msg.size() - 28);
-}
 
 struct Parsed {
   CodecSpec spec;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "algorithms/compress/bit_pack.h"
+#include "algorithms/compress/wire.h"
 #include "kernels/core/crc32c.h"
 #include "kernels/formats/scalar.h"
 
@@ -27,20 +28,6 @@ uint64_t index_bytes(uint64_t n, uint64_t k) {
   return (k * index_width(n) + 7) / 8;
 }
 
-template <typename T>
-void store(uint8_t* p, T v) {
-  std::memcpy(p, &v, sizeof(T));
-}
-template <typename T>
-T load(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-
-uint32_t message_crc(std::span<const uint8_t> msg) {
-  return crc32c_extend(crc32c(msg.data(), 24), msg.data() + 28, msg.size() - 28);
-}
 
 bool bf16_finite(uint16_t h) {
   return (h & 0x7f80u) != 0x7f80u;
