@@ -283,6 +283,8 @@ int cmd_demo(const Args& args) {
   std::map<uint64_t, uint64_t> sync_bytes;
   uint64_t initial_pull_bytes = 0;
   const uint64_t total_syncs = cfg.diloco.rounds;
+  uint64_t outer_up = 0, outer_down = 0;  // since the last progress line (P syncs)
+  double outer_s = 0;
   bool finished = false, failed = false;
   std::string failure;
   while (!finished && !failed) {
@@ -307,6 +309,9 @@ int cmd_demo(const Args& args) {
       if (rec.round == 0) initial_pull_bytes = rec.bytes_down;
       else sync_bytes[rec.round - 1] += rec.bytes_down;
       ++rounds_done;
+      outer_up += rec.bytes_up;
+      outer_down += rec.bytes_down;
+      outer_s += rec.duration_s;
       // Streaming: evaluate once per outer round (after every fragment synced once).
       if ((rec.round + 1) % P != 0 && rec.round + 1 < total_syncs) continue;
       auto p = rc.store->load_params(rc.service->experiment_id(), rec.round + 1);
@@ -324,9 +329,11 @@ int cmd_demo(const Args& args) {
       std::printf("round %3" PRIu64 "/%" PRIu64 " | val bpb %.4f | loss%s | up %s down %s | "
                   "%s | ETA %s\n",
                   (rec.round + 1) / P, static_cast<uint64_t>(*rounds), final_bpb, losses.c_str(),
-                  format_bytes(static_cast<double>(rec.bytes_up)).c_str(),
-                  format_bytes(static_cast<double>(rec.bytes_down)).c_str(),
-                  format_duration(rec.duration_s).c_str(), format_duration(eta).c_str());
+                  format_bytes(static_cast<double>(outer_up)).c_str(),
+                  format_bytes(static_cast<double>(outer_down)).c_str(),
+                  format_duration(outer_s).c_str(), format_duration(eta).c_str());
+      outer_up = outer_down = 0;
+      outer_s = 0;
       std::fflush(stdout);
     } else if (e->kind == K::kFinished) {
       finished = true;
@@ -353,7 +360,10 @@ int cmd_demo(const Args& args) {
   uint64_t peak_sync = 0;
   for (const auto& [r, b] : sync_bytes) peak_sync = std::max(peak_sync, b);
   // Plain DiLoCo on the same run, for comparison: every sync pushes the whole Δ (through the
-  // codec) and pulls the whole θ, from every node.
+  // codec) and pulls the whole θ, from every node. Its total: R pushes and R pulls per node
+  // (the first pull, then one after each round but the last). Streaming moves the same bytes
+  // per outer round, spread over P syncs, plus (1 − 1/P)·θ per node: it pulls the result of
+  // every sync but the very last, plain DiLoCo skips the pull after its last round.
   uint64_t plain_up = layout.numel() * 4;
   if (cfg.train.codec != "none") {
     if (auto bits = algorithms::compress::bits_per_value(cfg.train.codec, layout.numel());
