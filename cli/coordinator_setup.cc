@@ -50,7 +50,9 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
   std::error_code ec;
   std::filesystem::create_directories(l.store_dir, ec);
   if (ec) return IoError("cannot create store directory " + l.store_dir + ": " + ec.message());
-  ATOLL_ASSIGN_OR_RETURN(rc->store, coordinator::Store::open(l.store_dir));
+  // θ versions kept = diloco.keep_params: the bases a pull may name for a delta.
+  ATOLL_ASSIGN_OR_RETURN(rc->store, coordinator::Store::open(
+                                        l.store_dir, {.keep_params = l.config.diloco.keep_params}));
   coordinator::ManagerOptions mo;
   mo.encode_checkpoint = [](const coordinator::ExperimentRecord& rec,
                             const coordinator::ExperimentConfig& cfg,

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <thread>
 
+#include "algorithms/compress/codec.h"
 #include "algorithms/data/brown.h"
 #include "algorithms/data/dataset.h"
 #include "algorithms/model/llama.h"
@@ -102,6 +103,11 @@ int cmd_demo(const Args& args) {
                {"insecure", false, "plaintext gRPC instead of mTLS (local development only)", ""},
                {"codec", true, "pseudo-gradient codec: none, bf16, int8, topk:0.02+int4, ...",
                 "none"},
+               {"fragments", true, "Streaming DiLoCo fragments P (1 = plain DiLoCo)", "1"},
+               {"overlap", true, "Streaming DiLoCo: inner steps overlapping each sync (tau)", "0"},
+               {"merge-alpha", true, "Streaming DiLoCo: weight of the local fragment in the merge",
+                "0.5"},
+               {"pull-codec", true, "theta pulls: exact, sparse-delta or full", "exact"},
                {"seed", true, "experiment seed", "1234"},
                {"dim", true, "model width", "128"},
                {"layers", true, "transformer blocks", "4"},
@@ -141,10 +147,13 @@ int cmd_demo(const Args& args) {
   auto outer_mom = gd("outer-momentum", 0.9, 0, 0.999999);
   auto serve_after = gi("serve-after-done-s", -1, 0, 7 * 24 * 3600);
   if (!serve_after.ok()) return fail("demo", serve_after.status().message(), 2);
+  auto fragments = gi("fragments", 1, 1, 4096);
+  auto overlap = gi("overlap", 0, 0, 1000000);
+  auto merge_alpha = gd("merge-alpha", 0.5, 0, 0.999999);
   for (const auto* r : {&nodes, &rounds, &inner, &seed, &dim, &layers, &heads, &ffn, &seq, &batch,
-                        &eval_tokens, &threads})
+                        &eval_tokens, &threads, &fragments, &overlap})
     if (!r->ok()) return fail("demo", r->status().message(), 2);
-  for (const auto* r : {&lr, &outer_lr, &outer_mom})
+  for (const auto* r : {&lr, &outer_lr, &outer_mom, &merge_alpha})
     if (!r->ok()) return fail("demo", r->status().message(), 2);
   const int N = static_cast<int>(*nodes);
   const bool insecure = flags.has("insecure");
@@ -165,7 +174,14 @@ int cmd_demo(const Args& args) {
   cfg.train.min_lr = *lr / 10;
   cfg.train.warmup_steps = static_cast<uint32_t>(std::min<int64_t>(20, *inner));
   cfg.train.codec = flags.get_or("codec", "none");
-  cfg.diloco.rounds = static_cast<uint32_t>(*rounds);
+  // Streaming DiLoCo: R outer rounds of P syncs each (one fragment per sync, H/P inner steps
+  // apart), so every fragment is synced R times over the same R·H inner steps as plain DiLoCo.
+  const uint32_t P = static_cast<uint32_t>(*fragments);
+  cfg.diloco.rounds = static_cast<uint32_t>(*rounds) * P;
+  cfg.diloco.streaming_fragments = P;
+  cfg.diloco.overlap_steps = static_cast<uint32_t>(*overlap);
+  cfg.diloco.merge_alpha = *merge_alpha;
+  cfg.diloco.pull_codec = flags.get_or("pull-codec", "exact");
   cfg.diloco.inner_steps = static_cast<uint32_t>(*inner);
   cfg.diloco.outer_lr = *outer_lr;
   cfg.diloco.outer_momentum = *outer_mom;
@@ -284,6 +300,13 @@ int cmd_demo(const Args& args) {
   auto t0 = Clock::now();
   double final_bpb = initial_bpb;
   uint64_t bytes_up = 0, bytes_down = 0, rounds_done = 0;
+  // Bytes of each sync r: Δ pushed in round r + the pull of its result θ_{r+1} (made in round
+  // r+1). The first pull of θ (round 0) is the bootstrap, reported on its own.
+  std::map<uint64_t, uint64_t> sync_bytes;
+  uint64_t initial_pull_bytes = 0;
+  const uint64_t total_syncs = cfg.diloco.rounds;
+  uint64_t outer_up = 0, outer_down = 0;  // since the last progress line (P syncs)
+  double outer_s = 0;
   bool finished = false, failed = false;
   std::string failure;
   while (!finished && !failed) {
@@ -302,28 +325,39 @@ int cmd_demo(const Args& args) {
     using K = coordinator::Event::Kind;
     if (e->kind == K::kRoundCommitted && e->record) {
       const auto& rec = *e->record;
+      bytes_up += rec.bytes_up;
+      bytes_down += rec.bytes_down;
+      sync_bytes[rec.round] += rec.bytes_up;
+      if (rec.round == 0) initial_pull_bytes = rec.bytes_down;
+      else sync_bytes[rec.round - 1] += rec.bytes_down;
+      ++rounds_done;
+      outer_up += rec.bytes_up;
+      outer_down += rec.bytes_down;
+      outer_s += rec.duration_s;
+      // Streaming: evaluate once per outer round (after every fragment synced once).
+      if ((rec.round + 1) % P != 0 && rec.round + 1 < total_syncs) continue;
       auto p = rc.store->load_params(rc.service->experiment_id(), rec.round + 1);
       if (p.ok()) std::copy(p->begin(), p->end(), theta.data());
       final_bpb = evaluate(theta);
-      (void)rc.manager->publish_metric(rc.service->experiment_id(), rec.round + 1, "val_bpb",
-                                       final_bpb);
-      bytes_up += rec.bytes_up;
-      bytes_down += rec.bytes_down;
-      ++rounds_done;
+      (void)rc.manager->publish_metric(rc.service->experiment_id(), (rec.round + 1) / P,
+                                       "val_bpb", final_bpb);
       double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-      double eta = elapsed / rounds_done * (static_cast<double>(*rounds - start_round) - rounds_done);
+      double eta = elapsed / rounds_done *
+                   (static_cast<double>(total_syncs - start_round) - rounds_done);
       std::string losses;
       for (const auto& part : rec.participants) {
         char buf[64];
         std::snprintf(buf, sizeof(buf), " %s %.3f", part.node_id.c_str(), part.loss);
         losses += buf;
       }
-      std::printf("round %3" PRIu64 "/%" PRId64 " | val bpb %.4f | loss%s | up %s down %s | "
+      std::printf("round %3" PRIu64 "/%" PRIu64 " | val bpb %.4f | loss%s | up %s down %s | "
                   "%s | ETA %s\n",
-                  rec.round + 1, *rounds, final_bpb, losses.c_str(),
-                  format_bytes(static_cast<double>(rec.bytes_up)).c_str(),
-                  format_bytes(static_cast<double>(rec.bytes_down)).c_str(),
-                  format_duration(rec.duration_s).c_str(), format_duration(eta).c_str());
+                  (rec.round + 1) / P, static_cast<uint64_t>(*rounds), final_bpb, losses.c_str(),
+                  format_bytes(static_cast<double>(outer_up)).c_str(),
+                  format_bytes(static_cast<double>(outer_down)).c_str(),
+                  format_duration(outer_s).c_str(), format_duration(eta).c_str());
+      outer_up = outer_down = 0;
+      outer_s = 0;
       std::fflush(stdout);
     } else if (e->kind == K::kFinished) {
       finished = true;
@@ -347,6 +381,21 @@ int cmd_demo(const Args& args) {
   const double steps = static_cast<double>(*rounds) * static_cast<double>(*inner);
   const double ddp_bytes = steps * 2.0 * (N - 1) * param_bytes;
   const double sent = static_cast<double>(bytes_up + bytes_down);
+  uint64_t peak_sync = 0;
+  for (const auto& [r, b] : sync_bytes) peak_sync = std::max(peak_sync, b);
+  // Plain DiLoCo on the same run, for comparison: every sync pushes the whole Δ (through the
+  // codec) and pulls the whole θ, from every node. Its total: R pushes and R pulls per node
+  // (the first pull, then one after each round but the last). Streaming moves the same bytes
+  // per outer round, spread over P syncs, plus (1 − 1/P)·θ per node: it pulls the result of
+  // every sync but the very last, plain DiLoCo skips the pull after its last round.
+  uint64_t plain_up = layout.numel() * 4;
+  if (cfg.train.codec != "none") {
+    if (auto bits = algorithms::compress::bits_per_value(cfg.train.codec, layout.numel());
+        bits.ok())
+      plain_up = static_cast<uint64_t>(std::ceil(*bits * static_cast<double>(layout.numel()) / 8.0));
+  }
+  const uint64_t plain_sync = static_cast<uint64_t>(N) * (plain_up + layout.numel() * 4);
+  const uint64_t plain_total = static_cast<uint64_t>(*rounds) * plain_sync;
 
   double baseline_bpb = NAN;
   if (flags.has("baseline")) {
@@ -384,7 +433,7 @@ int cmd_demo(const Args& args) {
   }
 
   std::printf("\nsummary: %d nodes, %" PRIu64 " rounds x %" PRId64 " inner steps, %s\n", N,
-              rounds_done, *inner, insecure ? "plaintext" : "TLS 1.3 mTLS");
+              rounds_done / P, *inner, insecure ? "plaintext" : "TLS 1.3 mTLS");
   std::printf("  validation bpb   %.4f -> %.4f\n", initial_bpb, final_bpb);
   if (std::isfinite(baseline_bpb))
     std::printf("  data-parallel    %.4f (same tokens; DiLoCo is %+.2f%%)\n", baseline_bpb,
@@ -392,6 +441,14 @@ int cmd_demo(const Args& args) {
   std::printf("  bytes sent       %s (up %s, down %s)\n", format_bytes(sent).c_str(),
               format_bytes(static_cast<double>(bytes_up)).c_str(),
               format_bytes(static_cast<double>(bytes_down)).c_str());
+  std::printf("  peak per sync    %s (plain DiLoCo: %s); %" PRIu64 " syncs, first pull %s\n",
+              format_bytes(static_cast<double>(peak_sync)).c_str(),
+              format_bytes(static_cast<double>(plain_sync)).c_str(), rounds_done,
+              format_bytes(static_cast<double>(initial_pull_bytes)).c_str());
+  if (P > 1 || *overlap > 0)
+    std::printf("  streaming        %u fragments, overlap %" PRId64 " steps, merge alpha %.2f "
+                "(plain DiLoCo would send %s)\n",
+                P, *overlap, *merge_alpha, format_bytes(static_cast<double>(plain_total)).c_str());
   std::printf("  data-parallel    %s for the same tokens (%.1fx more)\n",
               format_bytes(ddp_bytes).c_str(), sent > 0 ? ddp_bytes / sent : 0.0);
   std::printf("  wall time        %s\n", format_duration(wall).c_str());
@@ -405,8 +462,15 @@ int cmd_demo(const Args& args) {
     out << ",\"bytes_sent\":" << static_cast<uint64_t>(sent)
         << ",\"ddp_bytes_equivalent\":" << static_cast<uint64_t>(ddp_bytes)
         << ",\"tls\":" << (insecure ? "false" : "true") << ",\"nodes\":" << N
-        << ",\"rounds\":" << rounds_done << ",\"inner_steps\":" << *inner
+        << ",\"rounds\":" << rounds_done / P << ",\"inner_steps\":" << *inner
         << ",\"codec\":\"" << cfg.train.codec << "\""
+        << ",\"fragments\":" << P << ",\"overlap_steps\":" << *overlap
+        << ",\"merge_alpha\":" << json_number(*merge_alpha)
+        << ",\"pull_codec\":\"" << cfg.diloco.pull_codec << "\""
+        << ",\"syncs\":" << rounds_done << ",\"peak_bytes_per_sync\":" << peak_sync
+        << ",\"initial_pull_bytes\":" << initial_pull_bytes
+        << ",\"plain_peak_bytes_per_sync\":" << plain_sync
+        << ",\"plain_bytes_sent\":" << plain_total
         << ",\"final_fingerprint\":\"" << rc.service->params_fingerprint() << "\""
         << ",\"wall_s\":" << json_number(wall) << "}\n";
     if (!out) return fail("demo", "cannot write --summary-json " + *path);

@@ -235,6 +235,29 @@ Status validate_experiment_config(const ExperimentConfig& c, std::string_view sr
     return range_error(src, "diloco.start_wait_s", d(g.start_wait_s), "must be >= 0 seconds");
   if (g.keep_params < 1)
     return range_error(src, "diloco.keep_params", u(g.keep_params), "must be >= 1");
+  if (g.pull_codec != "exact" && g.pull_codec != "sparse-delta" && g.pull_codec != "full")
+    return range_error(src, "diloco.pull_codec", "\"" + g.pull_codec + "\"",
+                       "must be \"exact\", \"sparse-delta\" or \"full\"");
+  // The model has 9 tensors per layer plus the embedding and the final norm; fragment
+  // boundaries fall on tensor boundaries.
+  const uint64_t tensors = 9 * uint64_t{m.layers} + 2;
+  if (g.streaming_fragments < 1 || g.streaming_fragments > tensors)
+    return range_error(src, "diloco.streaming_fragments", u(g.streaming_fragments),
+                       "must be in [1, " + u(tensors) + "] (1 = plain DiLoCo; at most one "
+                       "fragment per tensor of the model)");
+  if (g.inner_steps % g.streaming_fragments != 0)
+    return range_error(src, "diloco.inner_steps", u(g.inner_steps),
+                       "must be a multiple of diloco.streaming_fragments = " +
+                           u(g.streaming_fragments) +
+                           " (each round syncs one fragment after inner_steps / fragments steps)");
+  if (g.overlap_steps > g.inner_steps / g.streaming_fragments)
+    return range_error(src, "diloco.overlap_steps", u(g.overlap_steps),
+                       "must be <= diloco.inner_steps / diloco.streaming_fragments = " +
+                           u(g.inner_steps / g.streaming_fragments) +
+                           " (the inner steps of one round)");
+  if (!(g.merge_alpha >= 0 && g.merge_alpha < 1))
+    return range_error(src, "diloco.merge_alpha", d(g.merge_alpha),
+                       "must be in [0, 1) (0 = replace the local fragment by the global one)");
 
   const DataSection& a = c.data;
   if (a.source != "brown" && a.source != "text" && a.source != "tokens")
@@ -313,7 +336,11 @@ StatusOr<ExperimentConfig> parse_experiment_config(std::string_view text, std::s
         {"heartbeat_interval_s", f64(&c.diloco.heartbeat_interval_s)},
         {"lost_after_heartbeats", u32(&c.diloco.lost_after_heartbeats)},
         {"start_wait_s", f64(&c.diloco.start_wait_s)},
-        {"keep_params", u32(&c.diloco.keep_params)}}},
+        {"keep_params", u32(&c.diloco.keep_params)},
+        {"pull_codec", str(&c.diloco.pull_codec)},
+        {"streaming_fragments", u32(&c.diloco.streaming_fragments)},
+        {"overlap_steps", u32(&c.diloco.overlap_steps)},
+        {"merge_alpha", f64(&c.diloco.merge_alpha)}}},
       {"data",
        {{"source", str(&c.data.source)},
         {"paths", str_list(&c.data.paths)},
@@ -377,6 +404,10 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\nheartbeat_interval_s = " << f(c.diloco.heartbeat_interval_s)
     << "\nlost_after_heartbeats = " << c.diloco.lost_after_heartbeats
     << "\nstart_wait_s = " << f(c.diloco.start_wait_s) << "\nkeep_params = " << c.diloco.keep_params
+    << "\npull_codec = " << q(c.diloco.pull_codec)
+    << "\nstreaming_fragments = " << c.diloco.streaming_fragments
+    << "\noverlap_steps = " << c.diloco.overlap_steps
+    << "\nmerge_alpha = " << f(c.diloco.merge_alpha)
     << "\n\n[data]\nsource = " << q(c.data.source) << "\npaths = [";
   for (size_t i = 0; i < c.data.paths.size(); ++i) o << (i ? ", " : "") << q(c.data.paths[i]);
   o << "]\ntokenizer = " << q(c.data.tokenizer) << "\nsplit = " << q(c.data.split)

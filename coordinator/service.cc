@@ -11,6 +11,8 @@
 #include <cmath>
 #include <string_view>
 
+#include "algorithms/compress/exact_delta.h"
+#include "algorithms/compress/sparse_delta.h"
 #include "transport/grpc_status.h"
 #include "transport/tensor_stream.h"
 #include "transport/tls/credentials.h"
@@ -137,7 +139,7 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* ctx, const pb::JoinRe
   t->set_min_lr(tc.min_lr);
   t->set_warmup_steps(tc.warmup_steps);
   t->set_total_inner_steps(static_cast<uint64_t>(config_.diloco.rounds) *
-                           config_.diloco.inner_steps);
+                           config_.diloco.steps_per_round());
   t->set_weight_decay(tc.weight_decay);
   t->set_beta1(tc.beta1);
   t->set_beta2(tc.beta2);
@@ -145,6 +147,11 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* ctx, const pb::JoinRe
   t->set_seed(config_.seed);
   t->set_codec(tc.codec);
   t->set_error_feedback(tc.error_feedback);
+  if (config_.diloco.streaming()) {
+    t->set_streaming_fragments(config_.diloco.streaming_fragments);
+    t->set_overlap_steps(config_.diloco.overlap_steps);
+    t->set_merge_alpha(config_.diloco.merge_alpha);
+  }
   resp->set_heartbeat_interval_ms(
       static_cast<uint32_t>(std::lround(config_.diloco.heartbeat_interval_s * 1000.0)));
   resp->set_node_index(static_cast<uint32_t>(std::distance(nodes_.begin(), nodes_.find(id))));
@@ -219,10 +226,17 @@ grpc::Status CoordinatorService::NextTask(grpc::ServerContext* ctx, const pb::Ne
     if (is_participant_locked(id) && !round_.updates.count(id) && !round_.receiving.count(id)) {
       task->set_kind(pb::Task::TRAIN);
       task->set_round(round_.round);
-      task->set_inner_steps(config_.diloco.inner_steps);
+      task->set_inner_steps(config_.diloco.steps_per_round());
       task->set_params_fingerprint(experiment_.params_fingerprint);
       task->set_deadline_unix_ms(round_.deadline_unix_ms);
-      task->set_global_step(round_.round * config_.diloco.inner_steps);
+      task->set_global_step(round_.round * config_.diloco.steps_per_round());
+      if (!fragments_.empty()) {
+        const algorithms::FragmentRange f = fragment_of_locked(round_.round);
+        task->set_fragment(
+            algorithms::fragment_of_round(round_.round, config_.diloco.streaming_fragments));
+        task->set_fragment_offset(f.offset);
+        task->set_fragment_numel(f.numel);
+      }
       n.ready = false;
       break;
     }
@@ -243,12 +257,52 @@ grpc::Status CoordinatorService::NextTask(grpc::ServerContext* ctx, const pb::Ne
   return result;
 }
 
+StatusOr<std::shared_ptr<const CoordinatorService::PullPayload>>
+CoordinatorService::delta_payload(uint64_t base_round, uint64_t round,
+                                  const std::shared_ptr<const std::vector<float>>& theta) {
+  {
+    std::lock_guard<std::mutex> lk(pull_mu_);
+    auto it = pull_cache_.find({base_round, round});
+    if (it != pull_cache_.end()) return it->second;
+  }
+  namespace cx = algorithms::compress;
+  ATOLL_ASSIGN_OR_RETURN(std::vector<float> base, store_.load_params(experiment_id_, base_round));
+  if (base.size() != theta->size())
+    return DataLoss("θ of round " + std::to_string(base_round) + " in the store has " +
+                    std::to_string(base.size()) + " values, θ has " +
+                    std::to_string(theta->size()));
+  // Candidates by actual message size; the full θ is numel·4 bytes.
+  const uint64_t full = theta->size() * sizeof(float);
+  const cx::exact_delta::Plan exact = cx::exact_delta::plan(*theta, base);
+  uint64_t lossy = UINT64_MAX;
+  if (config_.diloco.pull_codec == "sparse-delta")
+    lossy = cx::sparse_delta::message_bytes(theta->size(),
+                                            cx::sparse_delta::count_changed(*theta, base));
+  std::shared_ptr<PullPayload> out;
+  if (exact.bytes < full && exact.bytes <= lossy) {
+    ATOLL_ASSIGN_OR_RETURN(auto bytes, cx::exact_delta::encode(*theta, base));
+    out = std::make_shared<PullPayload>(
+        PullPayload{cx::exact_delta::kName, std::string(bytes.begin(), bytes.end())});
+  } else if (lossy < full) {
+    ATOLL_ASSIGN_OR_RETURN(auto bytes, cx::sparse_delta::encode(*theta, base));
+    out = std::make_shared<PullPayload>(
+        PullPayload{"sparse-delta", std::string(bytes.begin(), bytes.end())});
+  }
+  std::lock_guard<std::mutex> lk(pull_mu_);
+  // Only deltas to the current θ are asked for again: drop those to older rounds.
+  for (auto it = pull_cache_.begin(); it != pull_cache_.end();)
+    it = it->first.second < round ? pull_cache_.erase(it) : std::next(it);
+  pull_cache_[{base_round, round}] = out;
+  return std::shared_ptr<const PullPayload>(out);
+}
+
 grpc::Status CoordinatorService::PullParams(grpc::ServerContext* ctx,
                                             const pb::PullParamsRequest* req,
                                             grpc::ServerWriter<pb::TensorChunk>* writer) {
   std::shared_ptr<const std::vector<float>> theta;
   pb::TensorHeader header;
   std::string id;
+  std::optional<uint64_t> base_round;  // a θ version the node holds and the store still has
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto id_or = member_locked(*ctx, req->experiment_id());
@@ -265,9 +319,26 @@ grpc::Status CoordinatorService::PullParams(grpc::ServerContext* ctx,
     header.set_numel(theta->size());
     header.set_layout_fingerprint(experiment_.layout_fingerprint);
     header.set_params_fingerprint(experiment_.params_fingerprint);
+    const std::string& have = req->have_fingerprint();
+    if (config_.diloco.pull_codec != "full" && !have.empty() &&
+        have != experiment_.params_fingerprint) {
+      auto v = versions_.find(have);
+      if (v != versions_.end() && v->second < experiment_.current_round) base_round = v->second;
+    }
   }
-  const std::string_view payload(reinterpret_cast<const char*>(theta->data()),
-                                 theta->size() * sizeof(float));
+  std::string_view payload(reinterpret_cast<const char*>(theta->data()),
+                           theta->size() * sizeof(float));
+  std::shared_ptr<const PullPayload> delta;
+  if (base_round) {
+    // A base the store has since dropped (or cannot read) just means the full θ.
+    auto d = delta_payload(*base_round, header.round(), theta);
+    if (d.ok() && *d) {
+      delta = *d;
+      payload = delta->bytes;
+      header.set_codec(delta->codec);
+      header.set_base_fingerprint(req->have_fingerprint());
+    }
+  }
   Status st = transport::for_each_chunk(header, payload, [&](const pb::TensorChunk& c) -> Status {
     if (ctx->IsCancelled()) return Unavailable("PullParams cancelled by the node");
     if (!writer->Write(c)) return Unavailable("node '" + id + "' went away during PullParams");
@@ -316,6 +387,8 @@ grpc::Status CoordinatorService::PushUpdate(grpc::ServerContext* ctx,
     if (!id_or.ok()) return to_grpc(id_or.status());
     id = *id_or;
     numel = theta_->size();
+    // Streaming DiLoCo: the update covers the round's fragment only.
+    const algorithms::FragmentRange frag = fragment_of_locked(round_.round);
     Status st;
     const bool in_round = round_.open && h.round() == round_.round && is_participant_locked(id);
     if (h.wire_version() != transport::kWireVersion) {
@@ -333,7 +406,13 @@ grpc::Status CoordinatorService::PushUpdate(grpc::ServerContext* ctx,
                              (is_participant_locked(id) ? "" : " without '" + id + "'")
                        : "no round is open (current round " +
                              std::to_string(experiment_.current_round) + ")"));
-    } else if (h.numel() != numel) {
+    } else if (!fragments_.empty() &&
+               (h.fragment_offset() != frag.offset || h.numel() != frag.numel)) {
+      st = InvalidArgument("wrong shape: update covers elements [" +
+                           std::to_string(h.fragment_offset()) + ", +" + std::to_string(h.numel()) +
+                           "), round " + std::to_string(round_.round) + " syncs fragment [" +
+                           std::to_string(frag.offset) + ", +" + std::to_string(frag.numel) + ")");
+    } else if (fragments_.empty() && (h.numel() != numel || h.fragment_offset() != 0)) {
       st = InvalidArgument("wrong shape: update has " + std::to_string(h.numel()) +
                            " elements, θ has " + std::to_string(numel));
     } else if (h.layout_fingerprint() != experiment_.layout_fingerprint) {
@@ -348,8 +427,8 @@ grpc::Status CoordinatorService::PushUpdate(grpc::ServerContext* ctx,
     } else if (h.codec() != "none" && !options_.decode) {
       st = InvalidArgument("codec '" + h.codec().substr(0, 64) +
                            "' is not supported by this coordinator (use \"none\")");
-    } else if (h.codec() == "none" && h.payload_bytes() != numel * sizeof(float)) {
-      st = InvalidArgument("wrong shape: codec none needs " + std::to_string(numel * 4) +
+    } else if (h.codec() == "none" && h.payload_bytes() != h.numel() * sizeof(float)) {
+      st = InvalidArgument("wrong shape: codec none needs " + std::to_string(h.numel() * 4) +
                            " payload bytes, header says " + std::to_string(h.payload_bytes()));
     } else if (h.tokens() == 0) {
       st = InvalidArgument("tokens must be > 0 (the aggregation weight)");
@@ -357,6 +436,7 @@ grpc::Status CoordinatorService::PushUpdate(grpc::ServerContext* ctx,
       st = InvalidArgument("train_loss is not finite");
     }
     if (st.ok()) round_.receiving.insert(id);
+    if (st.ok()) numel = h.numel();  // elements of this update: θ, or the round's fragment
     header_status = st;
   }
   if (!header_status.ok()) return reject(header_status, false);
@@ -384,7 +464,7 @@ grpc::Status CoordinatorService::PushUpdate(grpc::ServerContext* ctx,
   if (delta.size() != numel)
     return reject(
         InvalidArgument("wrong shape: payload decodes to " + std::to_string(delta.size()) +
-                        " elements, θ has " + std::to_string(numel)),
+                        " elements, the update has " + std::to_string(numel)),
         true);
   if (Status f = algorithms::check_finite(
           delta, "update from '" + id + "' for round " + std::to_string(h.round()));

@@ -10,6 +10,16 @@
 // round record and round pointer. A round that cannot reach quorum (deadline passed, or every
 // live participant done) is restarted with θ_r unchanged.
 //
+// Pulls. A node names the θ it holds (have_fingerprint); when the store still has that version
+// and an encoded delta against it is smaller than θ, PullParams streams the delta
+// (sparse-delta-exact by default, or the lossy bf16 sparse-delta with diloco.pull_codec =
+// "sparse-delta"); otherwise the full θ (codec "none").
+//
+// Streaming DiLoCo (diloco.streaming_fragments = P > 1 or overlap_steps > 0): round r
+// synchronizes fragment r mod P (algorithms/diloco/streaming.h): its TRAIN task carries the
+// fragment's element range and inner_steps / P steps, updates cover only that range, and the
+// outer step changes only that slice of θ and of the momentum.
+//
 // Threads. gRPC handler threads, one ticker thread (deadlines, lost nodes, delayed starts) and
 // one event thread (delivers Events to the callback in order, never under the service lock).
 // All state is guarded by one mutex; long-polls wait on a condition variable with a deadline.
@@ -31,6 +41,7 @@
 #include <vector>
 
 #include "algorithms/diloco/outer.h"
+#include "algorithms/diloco/streaming.h"
 #include "algorithms/model/param_set.h"
 #include "coordinator/experiment_config.h"
 #include "coordinator/store.h"
@@ -174,6 +185,11 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
     double loss = 0.0;
     uint64_t bytes = 0;  // payload bytes received
   };
+  // An encoded θ delta for a pull, shared by every node that holds the same base.
+  struct PullPayload {
+    std::string codec;  // "sparse-delta-exact" or "sparse-delta"
+    std::string bytes;
+  };
   struct Round {
     bool open = false;
     uint64_t round = 0;
@@ -207,6 +223,15 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
   void emit_locked(Event e);
   void event_loop();
   void audit(const std::string& event, const std::string& detail);
+  // The fragment round r synchronizes; the whole θ in plain DiLoCo.
+  algorithms::FragmentRange fragment_of_locked(uint64_t round) const;
+  // Records θ of `round` (fingerprint fp) as pullable as a delta base; forgets versions the
+  // store no longer keeps.
+  void remember_version_locked(uint64_t round, const std::string& fp);
+  // The smallest allowed delta of θ_round (= theta) against θ_base, or nullptr when none is
+  // smaller than the full θ. Cached per (base, round).
+  StatusOr<std::shared_ptr<const PullPayload>> delta_payload(
+      uint64_t base_round, uint64_t round, const std::shared_ptr<const std::vector<float>>& theta);
 
   Store& store_;
   const ExperimentConfig config_;
@@ -226,6 +251,13 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
   std::map<std::string, NodeState> nodes_;  // sorted by node id
   Round round_;
   std::optional<Clock::time_point> quorum_since_;  // min_nodes ready, waiting for the rest
+  // Streaming DiLoCo: the P fragments of θ (empty in plain DiLoCo).
+  std::vector<algorithms::FragmentRange> fragments_;
+  // θ versions a pull may name as its base: fingerprint → round (the newest keep_params).
+  std::map<std::string, uint64_t> versions_;
+
+  std::mutex pull_mu_;  // guards pull_cache_ (never held with mu_)
+  std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const PullPayload>> pull_cache_;
 
   std::mutex event_mu_;
   std::condition_variable event_cv_;

@@ -102,6 +102,25 @@ StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::open(
   } else {
     return existing.status();
   }
+  if (config.diloco.streaming()) {
+    auto frags = algorithms::fragment_ranges(initial.layout(), config.diloco.streaming_fragments);
+    if (!frags.ok())
+      return InvalidArgument("diloco.streaming_fragments = " +
+                             std::to_string(config.diloco.streaming_fragments) + ": " +
+                             frags.status().message());
+    svc->fragments_ = std::move(*frags);
+  }
+  // θ versions still in the store can be delta bases for pulls: θ_v's fingerprint is the base
+  // fingerprint of round record v (the current one is the experiment's).
+  if (auto rounds = store.list_param_rounds(config.name); rounds.ok()) {
+    for (uint64_t v : *rounds) {
+      if (v >= svc->experiment_.current_round) continue;
+      if (auto rec = store.load_round(config.name, v); rec.ok())
+        svc->remember_version_locked(v, rec->base_fingerprint);
+    }
+  }
+  svc->remember_version_locked(svc->experiment_.current_round,
+                               svc->experiment_.params_fingerprint);
   // Previously known nodes are remembered (for audit) but must Join again to take part.
   svc->round_.round = svc->experiment_.current_round;
   svc->audit("open", "round " + std::to_string(svc->experiment_.current_round) + " state " +
@@ -339,15 +358,40 @@ void CoordinatorService::restart_round_locked(const std::string& why) {
   maybe_start_round_locked(Clock::now());
 }
 
+algorithms::FragmentRange CoordinatorService::fragment_of_locked(uint64_t round) const {
+  if (fragments_.empty()) return {0, theta_->size()};
+  return fragments_[algorithms::fragment_of_round(round, config_.diloco.streaming_fragments)];
+}
+
+void CoordinatorService::remember_version_locked(uint64_t round, const std::string& fp) {
+  versions_[fp] = round;
+  // The store keeps θ of rounds [current + 1 − keep_params, current].
+  const uint64_t keep = config_.diloco.keep_params;
+  for (auto it = versions_.begin(); it != versions_.end();) {
+    if (it->second + keep <= round)
+      it = versions_.erase(it);
+    else
+      ++it;
+  }
+}
+
 void CoordinatorService::close_round_locked(Clock::time_point now) {
   const uint64_t r = round_.round;
-  const size_t numel = theta_->size();
+  // Plain DiLoCo: the whole θ. Streaming: the round's fragment, a slice of θ and momentum
+  // (both per element), so the other fragments are untouched bit for bit.
+  const algorithms::FragmentRange frag = fragment_of_locked(r);
   // Updates in sorted node order (std::map): the aggregate is bitwise reproducible.
   std::vector<algorithms::Update> ups;
   for (const auto& [id, u] : round_.updates) ups.push_back({id, u.tokens, u.delta});
-  std::vector<float> delta(numel), theta_next(*theta_), momentum_next = momentum_;
+  std::vector<float> delta(frag.numel), theta_next(*theta_), momentum_next = momentum_;
+  // A fragment's momentum buffer starts at its first sync (round < P), as PyTorch's does.
+  const bool first_step =
+      fragments_.empty() ? !has_momentum_ : r < config_.diloco.streaming_fragments;
   Status st = algorithms::aggregate_pseudo_gradients(ups, delta);
-  if (st.ok()) st = outer_.step(theta_next, momentum_next, delta, !has_momentum_);
+  if (st.ok())
+    st = outer_.step(std::span<float>(theta_next).subspan(frag.offset, frag.numel),
+                     std::span<float>(momentum_next).subspan(frag.offset, frag.numel), delta,
+                     first_step);
   if (st.ok() && !algorithms::all_finite(theta_next))
     st = Internal("outer step produced non-finite parameters");
 
@@ -393,6 +437,7 @@ void CoordinatorService::close_round_locked(Clock::time_point now) {
     return;
   }
   experiment_ = next;
+  remember_version_locked(r + 1, rec.params_fingerprint);
   theta_ = std::make_shared<const std::vector<float>>(std::move(theta_next));
   momentum_ = std::move(momentum_next);
   has_momentum_ = true;

@@ -2,6 +2,8 @@
 
 #include <grpcpp/client_context.h>
 
+#include "algorithms/compress/exact_delta.h"
+#include "algorithms/compress/sparse_delta.h"
 #include "kernels/core/sha256.h"
 #include "transport/channel.h"
 #include "transport/tensor_stream.h"
@@ -100,10 +102,12 @@ StatusOr<pb::Task> CoordinatorClient::next_task(uint64_t last_round_done, uint32
 }
 
 StatusOr<PulledParams> CoordinatorClient::pull_params(uint64_t round,
-                                                      const std::string& expected_fingerprint) {
+                                                      const std::string& expected_fingerprint,
+                                                      const HeldParams* held) {
   pb::PullParamsRequest req;
   req.set_experiment_id(experiment_id_);
   req.set_round(round);
+  if (held) req.set_have_fingerprint(held->fingerprint);
   grpc::ClientContext ctx;
   prepare(ctx, options_.stream_timeout);
   auto reader = stub_->PullParams(&ctx, req);
@@ -124,23 +128,47 @@ StatusOr<PulledParams> CoordinatorClient::pull_params(uint64_t round,
   if (Status f = assembler.finish(); !f.ok())
     return Status(f.code(), "PullParams from " + options_.target + ": " + f.message());
   const pb::TensorHeader h = assembler.header();
-  if (h.codec() != "none")
-    return InvalidArgument("PullParams: unsupported codec '" + h.codec() + "'");
+  const std::string where = "PullParams from " + options_.target + ": ";
   if (h.round() != round)
     return FailedPrecondition("PullParams: asked for round " + std::to_string(round) +
                               ", got round " + std::to_string(h.round()));
   PulledParams out;
   out.bytes = assembler.bytes_received();
-  ATOLL_ASSIGN_OR_RETURN(out.values, transport::bytes_to_floats(assembler.take_payload()));
+  out.codec = h.codec();
+  if (h.codec() == "none") {
+    ATOLL_ASSIGN_OR_RETURN(out.values, transport::bytes_to_floats(assembler.take_payload()));
+  } else if (h.codec() == algorithms::compress::exact_delta::kName || h.codec() == "sparse-delta") {
+    // A delta against the θ this node named; decoders validate everything before writing.
+    if (!held || h.base_fingerprint() != held->fingerprint)
+      return FailedPrecondition(where + "a " + h.codec() + " against θ " +
+                                h.base_fingerprint().substr(0, 12) +
+                                ", which this node does not hold");
+    const std::string payload = assembler.take_payload();
+    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(payload.data()),
+                                         payload.size());
+    out.values.resize(held->values.size());
+    Status d = h.codec() == "sparse-delta"
+                   ? algorithms::compress::sparse_delta::decode_into(bytes, held->values, out.values)
+                   : algorithms::compress::exact_delta::decode_into(bytes, held->values, out.values);
+    if (!d.ok()) return Status(d.code(), where + d.message());
+    // An exact delta on an exact base is θ bit for bit; anything lossy stays approximate.
+    out.exact = h.codec() != "sparse-delta" && held->exact;
+  } else {
+    return InvalidArgument("PullParams: unsupported codec '" + h.codec().substr(0, 64) + "'");
+  }
   if (out.values.size() != h.numel())
     return DataLoss("PullParams: payload holds " + std::to_string(out.values.size()) +
                     " values, header says " + std::to_string(h.numel()));
   out.round = h.round();
-  out.fingerprint = sha256_hex(out.values.data(), out.values.size() * sizeof(float));
   out.layout_fingerprint = h.layout_fingerprint();
-  if (out.fingerprint != h.params_fingerprint())
-    return DataLoss("PullParams: θ fingerprint " + out.fingerprint +
-                    " does not match the header's " + h.params_fingerprint());
+  if (out.exact) {
+    out.fingerprint = sha256_hex(out.values.data(), out.values.size() * sizeof(float));
+    if (out.fingerprint != h.params_fingerprint())
+      return DataLoss("PullParams: θ fingerprint " + out.fingerprint +
+                      " does not match the header's " + h.params_fingerprint());
+  } else {
+    out.fingerprint = h.params_fingerprint();  // the version told, not a hash of the values
+  }
   if (!expected_fingerprint.empty() && out.fingerprint != expected_fingerprint)
     return FailedPrecondition("PullParams: θ of round " + std::to_string(round) + " is " +
                               out.fingerprint + ", the task announced " + expected_fingerprint);
@@ -165,6 +193,7 @@ StatusOr<uint64_t> CoordinatorClient::push_encoded(const UpdateHeader& header,
   h.set_params_fingerprint(header.base_fingerprint);
   h.set_tokens(header.tokens);
   h.set_train_loss(header.train_loss);
+  h.set_fragment_offset(header.fragment_offset);
   grpc::ClientContext ctx;
   prepare(ctx, options_.stream_timeout);
   pb::PushUpdateResponse resp;

@@ -46,9 +46,20 @@ struct ClientOptions {
 struct PulledParams {
   uint64_t round = 0;
   std::vector<float> values;       // numel fp32
-  std::string fingerprint;         // SHA-256 of values, verified
+  // The version's SHA-256: of `values`, verified, when exact; otherwise the version the
+  // coordinator announced (values approximate it at bf16 precision, see docs/protocol.md).
+  std::string fingerprint;
   std::string layout_fingerprint;  // as announced by the coordinator
   uint64_t bytes = 0;              // payload bytes received
+  std::string codec;               // "none" (full θ), "sparse-delta-exact", "sparse-delta"
+  bool exact = true;               // values are θ of `round` bit for bit
+};
+
+// θ the node holds, named in the pull so that the coordinator can send a delta against it.
+struct HeldParams {
+  std::span<const float> values;
+  std::string fingerprint;  // the version it was told it holds (PulledParams::fingerprint)
+  bool exact = true;        // PulledParams::exact of that pull
 };
 
 struct UpdateHeader {
@@ -57,6 +68,8 @@ struct UpdateHeader {
   double train_loss = 0.0;         // mean inner loss over the round
   std::string base_fingerprint;    // θ the update was computed from (PulledParams::fingerprint)
   std::string layout_fingerprint;  // algorithms::layout_fingerprint(layout)
+  // Streaming DiLoCo: the update covers θ[fragment_offset, fragment_offset + numel).
+  uint64_t fragment_offset = 0;
 };
 
 class CoordinatorClient {
@@ -73,8 +86,10 @@ class CoordinatorClient {
   // Long-poll for up to wait_ms (the coordinator caps it).
   StatusOr<atoll_pb::v1::Task> next_task(uint64_t last_round_done, uint32_t wait_ms);
   // θ of `round`, assembled and checked (CRC-32C per chunk, SHA-256 of the payload, fingerprint
-  // of the values; expected_fingerprint too when given, e.g. Task::params_fingerprint).
-  StatusOr<PulledParams> pull_params(uint64_t round, const std::string& expected_fingerprint = "");
+  // of the values; expected_fingerprint too when given, e.g. Task::params_fingerprint). With
+  // `held`, the coordinator may answer with a delta against it, which is decoded here.
+  StatusOr<PulledParams> pull_params(uint64_t round, const std::string& expected_fingerprint = "",
+                                     const HeldParams* held = nullptr);
   // Δ as raw little-endian fp32 (codec "none"), chunked ≤ 1 MiB. Returns payload bytes sent.
   StatusOr<uint64_t> push_update(const UpdateHeader& header, std::span<const float> delta);
   // An already-encoded payload (codec spec + numel it decodes to).

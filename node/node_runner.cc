@@ -4,6 +4,8 @@
 #include <cinttypes>
 #include <condition_variable>
 #include <cstdio>
+#include <future>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -12,6 +14,7 @@
 #include "algorithms/compress/error_feedback.h"
 #include "algorithms/data/dataset.h"
 #include "algorithms/diloco/outer.h"
+#include "algorithms/diloco/streaming.h"
 #include "algorithms/model/llama.h"
 #include "algorithms/optim/inner_trainer.h"
 #include "kernels/core/sha256.h"
@@ -206,11 +209,32 @@ Status run_node(const NodeOptions& opt) {
   algorithms::InnerTrainer trainer(model_cfg, train_cfg);
   const auto layout = algorithms::make_layout(model_cfg);
   const std::string layout_fp = algorithms::layout_fingerprint(layout);
+  // theta: the global θ as last pulled (exact unless a lossy delta was applied); local: the
+  // parameters this node trains.
   algorithms::ParamSet theta(layout), local(layout);
   std::string held_fingerprint;
+  bool held_exact = true;
   std::vector<float> delta(layout.numel());
   algorithms::compress::ErrorFeedback feedback(layout.numel());
   const bool use_feedback = codec && joined.train().error_feedback();
+
+  // Streaming DiLoCo (docs/coordinator.md): each round syncs one fragment; the exchange (push,
+  // next task, pull) runs on a background thread while this thread trains overlap_steps more
+  // inner steps, then the new global fragment is merged into the local one.
+  const bool streaming =
+      joined.train().streaming_fragments() > 1 || joined.train().overlap_steps() > 0;
+  const uint32_t overlap = joined.train().overlap_steps();
+  const float alpha = static_cast<float>(joined.train().merge_alpha());
+  const uint64_t total_steps = joined.train().total_inner_steps();
+  if (streaming && !(alpha >= 0 && alpha < 1))
+    return InvalidArgument("the coordinator's merge_alpha " + std::to_string(alpha) +
+                           " is not in [0, 1)");
+  std::map<uint64_t, algorithms::compress::ErrorFeedback> fragment_feedback;  // by offset
+  std::optional<Task> next;  // streaming: the next task, obtained by the exchange
+  bool warm = false;         // streaming: theta and local continue from the exchange
+  uint32_t pre_steps = 0;    // inner steps of `next` already trained during the overlap
+  double pre_loss = 0;
+  uint64_t pre_tokens = 0;
 
   Heartbeater heart(client, std::chrono::milliseconds(
                                 std::max<uint32_t>(100, joined.heartbeat_interval_ms())));
@@ -218,67 +242,113 @@ Status run_node(const NodeOptions& opt) {
   bool have_done = false;
   auto unreachable_since = std::optional<Clock::time_point>();
 
-  while (!stopping()) {
-    if (heart.unknown()) {
-      log("the coordinator no longer knows this node; joining again");
-      ATOLL_ASSIGN_OR_RETURN(joined, join());
-      heart.clear_unknown();
-    }
-    auto task = client.next_task(have_done ? last_done : 0, 2000);
-    if (!task.ok()) {
-      if (!retryable(task.status()) && task.status().code() != StatusCode::kNotFound &&
-          task.status().code() != StatusCode::kFailedPrecondition)
-        return task.status();
-      if (!unreachable_since) unreachable_since = Clock::now();
-      if (std::chrono::duration<double>(Clock::now() - *unreachable_since).count() >
-          opt.give_up_after_s)
-        return Unavailable("coordinator at " + opt.coordinator + " unreachable for " +
-                           std::to_string(static_cast<int>(opt.give_up_after_s)) + " s: " +
-                           task.status().message());
-      log("next task failed (" + task.status().message() + "); reconnecting");
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      auto re = join();
-      if (!re.ok() && !retryable(re.status())) return re.status();
-      continue;
-    }
-    unreachable_since.reset();
-    if (task->kind() == Task::STOP) {
-      log("stop: " + task->reason());
-      break;
-    }
-    if (task->kind() != Task::TRAIN) continue;
+  // Pulls θ of `task`: a delta against what this node holds when the coordinator finds that
+  // smaller than the full θ.
+  auto pull = [&](const Task& task) -> StatusOr<PulledParams> {
+    HeldParams held{theta.vec(), held_fingerprint, held_exact};
+    return client.pull_params(task.round(), task.params_fingerprint(),
+                              held_fingerprint.empty() ? nullptr : &held);
+  };
+  // A θ of another size is another model: not retryable.
+  auto check_size = [&](const PulledParams& p) -> Status {
+    if (p.values.size() == theta.numel()) return Status::Ok();
+    return InvalidArgument("the coordinator's θ has " + std::to_string(p.values.size()) +
+                           " values, this node's model has " + std::to_string(theta.numel()));
+  };
+  auto adopt = [&](PulledParams& p) {
+    theta.vec().swap(p.values);
+    held_fingerprint = p.fingerprint;
+    held_exact = p.exact;
+  };
 
-    const uint64_t round = task->round();
-    if (held_fingerprint != task->params_fingerprint()) {
-      auto pulled = client.pull_params(round, task->params_fingerprint());
-      if (!pulled.ok()) {
-        log("pull of round " + std::to_string(round) + " failed: " + pulled.status().message());
+  while (!stopping()) {
+    Task cur;
+    if (next) {
+      cur = std::move(*next);
+      next.reset();
+      if (cur.kind() == Task::STOP) {
+        log("stop: " + cur.reason());
+        break;
+      }
+    } else {
+      warm = false;
+      if (heart.unknown()) {
+        log("the coordinator no longer knows this node; joining again");
+        ATOLL_ASSIGN_OR_RETURN(joined, join());
+        heart.clear_unknown();
+      }
+      auto task = client.next_task(have_done ? last_done : 0, 2000);
+      if (!task.ok()) {
+        if (!retryable(task.status()) && task.status().code() != StatusCode::kNotFound &&
+            task.status().code() != StatusCode::kFailedPrecondition)
+          return task.status();
+        if (!unreachable_since) unreachable_since = Clock::now();
+        if (std::chrono::duration<double>(Clock::now() - *unreachable_since).count() >
+            opt.give_up_after_s)
+          return Unavailable("coordinator at " + opt.coordinator + " unreachable for " +
+                             std::to_string(static_cast<int>(opt.give_up_after_s)) + " s: " +
+                             task.status().message());
+        log("next task failed (" + task.status().message() + "); reconnecting");
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        auto re = join();
+        if (!re.ok() && !retryable(re.status())) return re.status();
         continue;
       }
-      if (pulled->values.size() != theta.numel())
-        return InvalidArgument("the coordinator's θ has " + std::to_string(pulled->values.size()) +
-                               " values, this node's model has " +
-                               std::to_string(theta.numel()));
-      std::copy(pulled->values.begin(), pulled->values.end(), theta.data());
-      held_fingerprint = pulled->fingerprint;
+      unreachable_since.reset();
+      if (task->kind() == Task::STOP) {
+        log("stop: " + task->reason());
+        break;
+      }
+      if (task->kind() != Task::TRAIN) continue;
+      cur = std::move(*task);
     }
-    std::copy(theta.data(), theta.data() + theta.numel(), local.data());
+
+    const uint64_t round = cur.round();
+    if (!warm) {
+      if (held_fingerprint != cur.params_fingerprint()) {
+        auto pulled = pull(cur);
+        if (!pulled.ok()) {
+          log("pull of round " + std::to_string(round) + " failed: " + pulled.status().message());
+          continue;
+        }
+        ATOLL_RETURN_IF_ERROR(check_size(*pulled));
+        adopt(*pulled);
+      }
+      std::copy(theta.data(), theta.data() + theta.numel(), local.data());
+      pre_steps = 0;
+      pre_loss = 0;
+      pre_tokens = 0;
+    }
+    // The elements this round synchronizes: the whole θ, or the task's fragment.
+    size_t frag_off = 0, frag_n = theta.numel();
+    if (streaming && cur.fragment_numel() > 0) {
+      if (cur.fragment_offset() > theta.numel() ||
+          cur.fragment_numel() > theta.numel() - cur.fragment_offset())
+        return InvalidArgument("the coordinator's fragment [" +
+                               std::to_string(cur.fragment_offset()) + ", +" +
+                               std::to_string(cur.fragment_numel()) + ") is outside θ (" +
+                               std::to_string(theta.numel()) + " values)");
+      frag_off = cur.fragment_offset();
+      frag_n = cur.fragment_numel();
+    }
 
     auto t0 = Clock::now();
-    double loss_sum = 0;
-    uint64_t tokens = 0;
-    const uint32_t H = task->inner_steps();
-    uint32_t done_steps = 0;
-    for (uint32_t k = 0; k < H && !stopping(); ++k) {
-      const int64_t step = static_cast<int64_t>(task->global_step()) + k;
+    double loss_sum = pre_loss;
+    uint64_t tokens = pre_tokens;
+    const uint32_t H = cur.inner_steps();
+    uint32_t done_steps = std::min(pre_steps, H);
+    auto train_step = [&](uint64_t r, int64_t step, uint32_t k, double& lsum, uint64_t& toks) {
       auto batch = algorithms::data::sample_global_batch(site.train, seed, step, train_cfg.batch,
                                                          train_cfg.seq);
       auto st = trainer.step(local, batch.tokens.data(), step);
-      loss_sum += st.loss;
-      tokens += static_cast<uint64_t>(st.tokens);
-      ++done_steps;
+      lsum += st.loss;
+      toks += static_cast<uint64_t>(st.tokens);
       double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-      heart.progress(round, k + 1, st.loss, secs > 0 ? tokens / secs : 0);
+      heart.progress(r, k + 1, st.loss, secs > 0 ? toks / secs : 0);
+    };
+    for (uint32_t k = done_steps; k < H && !stopping(); ++k) {
+      train_step(round, static_cast<int64_t>(cur.global_step()) + k, k, loss_sum, tokens);
+      ++done_steps;
     }
     if (stopping()) break;
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -287,25 +357,116 @@ Status run_node(const NodeOptions& opt) {
       return Internal("inner training diverged in round " + std::to_string(round) +
                       " (loss is not finite): lower the experiment's lr");
 
-    // Δ = θ − θ_local (+ what the codec dropped last round).
-    for (size_t i = 0; i < delta.size(); ++i) delta[i] = theta.data()[i] - local.data()[i];
+    // Δ = θ − θ_local over the synchronized elements (+ what the codec dropped last time).
+    const std::span<float> d(delta.data(), frag_n);
+    for (size_t i = 0; i < frag_n; ++i)
+      d[i] = theta.data()[frag_off + i] - local.data()[frag_off + i];
     UpdateHeader h;
     h.round = round;
     h.tokens = tokens;
     h.train_loss = mean_loss;
     h.base_fingerprint = held_fingerprint;
     h.layout_fingerprint = layout_fp;
-    StatusOr<uint64_t> sent = uint64_t{0};
+    h.fragment_offset = streaming ? frag_off : 0;
+    std::optional<std::string> encoded_payload;  // empty: codec "none"
     if (codec) {
-      auto encoded = use_feedback ? feedback.encode(*codec, delta) : codec->encode(delta);
+      algorithms::compress::ErrorFeedback* fb = &feedback;
+      if (streaming)
+        fb = &fragment_feedback.try_emplace(frag_off, frag_n).first->second;
+      auto encoded = use_feedback ? fb->encode(*codec, d) : codec->encode(d);
       if (!encoded.ok()) return encoded.status();
-      sent = client.push_encoded(h, codec_spec, delta.size(),
-                                 std::string(encoded->begin(), encoded->end()));
+      encoded_payload.emplace(encoded->begin(), encoded->end());
+    }
+    auto push = [&]() -> StatusOr<uint64_t> {
+      if (encoded_payload) return client.push_encoded(h, codec_spec, frag_n, *encoded_payload);
+      return client.push_update(h, d);
+    };
+
+    StatusOr<uint64_t> sent = uint64_t{0};
+    if (!streaming) {
+      sent = push();
     } else {
-      sent = client.push_update(h, delta);
+      // The exchange: push Δ, wait for the next round's task, pull its θ (a delta against
+      // theta, which this thread leaves alone until the exchange is joined).
+      struct Exchange {
+        StatusOr<uint64_t> sent = uint64_t{0};
+        StatusOr<Task> task = Task{};
+        std::optional<StatusOr<PulledParams>> pulled;
+      };
+      auto exchange = std::async(std::launch::async, [&]() {
+        Exchange x;
+        x.sent = push();
+        if (!x.sent.ok()) return x;
+        for (;;) {
+          x.task = client.next_task(round, 2000);
+          if (!x.task.ok() || x.task->kind() != Task::WAIT || stopping()) break;
+        }
+        if (x.task.ok() && x.task->kind() == Task::TRAIN &&
+            x.task->params_fingerprint() != held_fingerprint)
+          x.pulled = pull(*x.task);
+        return x;
+      });
+      // Overlap: the first τ inner steps of the next round (if there is one) while the
+      // exchange is in flight. Deterministic: the merge always happens after exactly these.
+      const uint64_t next_step = (round + 1) * uint64_t{H};
+      uint32_t overlapped = 0;
+      double next_loss = 0;
+      uint64_t next_tokens = 0;
+      auto t_overlap = Clock::now();
+      for (uint32_t k = 0; k < std::min(overlap, H) && next_step + k < total_steps && !stopping();
+           ++k) {
+        train_step(round + 1, static_cast<int64_t>(next_step + k), k, next_loss, next_tokens);
+        ++overlapped;
+      }
+      const double overlap_s = std::chrono::duration<double>(Clock::now() - t_overlap).count();
+      Exchange x = exchange.get();
+      if (stopping()) break;
+      sent = x.sent;
+      if (sent.ok() && !x.task.ok()) {
+        log("next task after round " + std::to_string(round) +
+            " failed: " + x.task.status().message());
+      } else if (sent.ok() && x.task->kind() == Task::STOP) {
+        next = std::move(*x.task);  // handled as a fresh task: logs and stops
+        warm = false;
+      } else if (sent.ok() && x.task->kind() == Task::TRAIN) {
+        bool ok = true;
+        if (x.pulled) {
+          if (!x.pulled->ok()) {
+            log("pull of round " + std::to_string(x.task->round()) +
+                " failed: " + x.pulled->status().message());
+            ok = false;
+          } else {
+            ATOLL_RETURN_IF_ERROR(check_size(**x.pulled));
+            adopt(**x.pulled);
+          }
+        }
+        // Merge the fragment this round synced: θ_local ← α·θ_local + (1−α)·θ_global.
+        const bool continues = ok && x.task->round() == round + 1 &&
+                               x.task->global_step() == next_step && x.task->inner_steps() == H;
+        if (continues) {
+          algorithms::merge_fragment(std::span<float>(local.data() + frag_off, frag_n),
+                                     std::span<const float>(theta.data() + frag_off, frag_n),
+                                     alpha);
+          pre_steps = overlapped;
+          pre_loss = next_loss;
+          pre_tokens = next_tokens;
+        } else if (ok) {
+          log("round " + std::to_string(x.task->round()) + " does not follow round " +
+              std::to_string(round) + ": restarting from the global θ");
+        }
+        next = std::move(*x.task);
+        warm = continues;
+      }
+      if (overlapped > 0 && sent.ok()) {
+        char line[160];
+        std::snprintf(line, sizeof(line), "round %" PRIu64 ": %u inner steps overlapped the sync "
+                      "(%.2f s)", round, overlapped, overlap_s);
+        log(line);
+      }
     }
     if (!sent.ok()) {
       log("update for round " + std::to_string(round) + " refused: " + sent.status().message());
+      next.reset();
       continue;
     }
     last_done = round;
@@ -315,7 +476,7 @@ Status run_node(const NodeOptions& opt) {
                   "round %" PRIu64 ": %u steps, loss %.4f, %.0f tok/s, sent %" PRIu64 " bytes",
                   round, done_steps, mean_loss, secs > 0 ? tokens / secs : 0.0, *sent);
     log(line);
-    (void)client.report_metrics(round, task->global_step() + H,
+    (void)client.report_metrics(round, cur.global_step() + H,
                                 {{"loss", mean_loss},
                                  {"tokens_per_s", secs > 0 ? tokens / secs : 0.0},
                                  {"bytes_up", static_cast<double>(*sent)},

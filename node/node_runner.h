@@ -1,8 +1,13 @@
 // `atoll node`: the DiLoCo worker loop. Join the coordinator (identity from the mTLS
 // certificate), long-poll for tasks, pull θ, run H inner AdamW steps on the site's own data
 // (optimizer state kept across rounds), push Δ = θ − θ_local through the experiment's codec
-// (with error feedback), report metrics. Reconnects with backoff when the coordinator goes
-// away; a stop request (SIGTERM) ends with Leave and a clean exit.
+// (with error feedback), report metrics. Pulls name the θ the node holds, so the coordinator
+// may send a delta. With Streaming DiLoCo (TrainSpec.streaming_fragments > 1 or overlap_steps
+// > 0) the local parameters persist across rounds, each round pushes only its fragment, and
+// the exchange runs on a background thread while overlap_steps more inner steps train, then
+// the global fragment is merged in with merge_alpha (docs/coordinator.md). Reconnects with
+// backoff when the coordinator goes away; a stop request (SIGTERM) ends with Leave and a clean
+// exit.
 #pragma once
 
 #include <atomic>

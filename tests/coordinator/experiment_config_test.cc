@@ -74,7 +74,8 @@ TEST(ExperimentConfig, OneLineErrorsNameTheKeyAndTheFix) {
             "config.toml: unknown key diloco.outer_momentun (did you mean diloco.outer_momentum?); "
             "known keys in [diloco]: rounds, inner_steps, outer_lr, outer_momentum, min_nodes, "
             "max_nodes, round_deadline_s, heartbeat_interval_s, lost_after_heartbeats, "
-            "start_wait_s, keep_params");
+            "start_wait_s, keep_params, pull_codec, streaming_fragments, overlap_steps, "
+            "merge_alpha");
   EXPECT_EQ(error_of("[model]\ndim = \"big\"\n"),
             "config.toml: model.dim = \"big\" must be an integer");
   EXPECT_EQ(error_of("[model]\ndim = 100\nheads = 3\n"),
@@ -100,6 +101,42 @@ TEST(ExperimentConfig, OneLineErrorsNameTheKeyAndTheFix) {
   const std::string syntax = error_of("[diloco\nrounds = 3\n");
   EXPECT_EQ(syntax.rfind("config.toml:1:", 0), 0u) << syntax;
   EXPECT_NE(syntax.find("TOML syntax error"), std::string::npos) << syntax;
+}
+
+TEST(ExperimentConfig, StreamingAndPullKeys) {
+  auto c = parse_experiment_config("");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->diloco.pull_codec, "exact");
+  EXPECT_EQ(c->diloco.streaming_fragments, 1u);
+  EXPECT_EQ(c->diloco.overlap_steps, 0u);
+  EXPECT_DOUBLE_EQ(c->diloco.merge_alpha, 0.5);
+  EXPECT_FALSE(c->diloco.streaming());
+  auto s = parse_experiment_config(
+      "[diloco]\ninner_steps = 40\nstreaming_fragments = 4\noverlap_steps = 5\n"
+      "merge_alpha = 0\npull_codec = \"sparse-delta\"\n");
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_TRUE(s->diloco.streaming());
+  EXPECT_EQ(s->diloco.steps_per_round(), 10u);
+  auto again = parse_experiment_config(to_toml(*s));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(to_toml(*again), to_toml(*s));
+
+  EXPECT_EQ(error_of("[diloco]\npull_codec = \"zip\"\n"),
+            "config.toml: diloco.pull_codec = \"zip\" must be \"exact\", \"sparse-delta\" or "
+            "\"full\"");
+  EXPECT_EQ(error_of("[diloco]\ninner_steps = 50\nstreaming_fragments = 3\n"),
+            "config.toml: diloco.inner_steps = 50 must be a multiple of "
+            "diloco.streaming_fragments = 3 (each round syncs one fragment after inner_steps / "
+            "fragments steps)");
+  EXPECT_EQ(error_of("[diloco]\nstreaming_fragments = 0\n"),
+            "config.toml: diloco.streaming_fragments = 0 must be in [1, 38] (1 = plain DiLoCo; "
+            "at most one fragment per tensor of the model)");
+  EXPECT_EQ(error_of("[diloco]\ninner_steps = 20\nstreaming_fragments = 4\noverlap_steps = 6\n"),
+            "config.toml: diloco.overlap_steps = 6 must be <= diloco.inner_steps / "
+            "diloco.streaming_fragments = 5 (the inner steps of one round)");
+  EXPECT_EQ(error_of("[diloco]\nmerge_alpha = 1\n"),
+            "config.toml: diloco.merge_alpha = 1 must be in [0, 1) (0 = replace the local "
+            "fragment by the global one)");
 }
 
 TEST(ExperimentConfig, MissingFileIsNotFound) {

@@ -1,5 +1,7 @@
-// libFuzzer target for the codec decoders: any bytes, any expected numel (bounded), must give a
-// Status or finite values, never a crash, leak or out-of-bounds access. Input: 2 bytes numel
+// libFuzzer target for the codec decoders and the θ-delta decoders (sparse-delta,
+// sparse-delta-exact; chosen by the message's magic, decoded against a fixed base of numel
+// values): any bytes, any expected numel (bounded), must give a Status or finite values, never a
+// crash, leak or out-of-bounds access. Input: 2 bytes numel
 // (0..65535, little-endian), 1 flag byte, then the message. When the flag is odd the message's
 // CRC is recomputed first, so mutations get past the checksum and reach the structural checks.
 // Build and run: tests/fuzz/run.sh [seconds].
@@ -14,6 +16,8 @@
 #include "kernels/core/crc32c.h"
 
 #include "algorithms/compress/codec.h"
+#include "algorithms/compress/exact_delta.h"
+#include "algorithms/compress/sparse_delta.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 3) return 0;
@@ -24,7 +28,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                           msg.size() - 28);
     std::memcpy(msg.data() + 24, &c, 4);
   }
-  auto out = atl::algorithms::compress::decode(msg, numel);
+  namespace cx = atl::algorithms::compress;
+  atl::StatusOr<std::vector<float>> out = std::vector<float>{};
+  if (msg.size() >= 4 && (std::memcmp(msg.data(), "ATLE", 4) == 0 ||
+                          std::memcmp(msg.data(), "ATLD", 4) == 0)) {
+    std::vector<float> base(numel);
+    for (size_t i = 0; i < numel; ++i) base[i] = 0.001f * static_cast<float>(i % 997) - 0.5f;
+    out = msg[3] == 'E' ? cx::exact_delta::decode(msg, base) : cx::sparse_delta::decode(msg, base);
+  } else {
+    out = cx::decode(msg, numel);
+  }
   if (out.ok()) {
     for (float v : *out) {
       if (!std::isfinite(v)) std::abort();  // decoders promise finite output

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "algorithms/compress/codec.h"
+#include "algorithms/compress/exact_delta.h"
 #include "algorithms/compress/sparse_delta.h"
 #include "algorithms/model/safetensors.h"
 #ifdef ATL_FUZZ_PROTO
@@ -43,6 +44,19 @@ int main(int argc, char** argv) {
   int k = 0;
   for (const char* s : specs) {
     if (!write(root + "/codec", k++, numel_prefix, *cmp::Codec::create(s)->encode(x))) return 1;
+  }
+  {
+    // Exact θ deltas (the codec target decodes them against its base 0.001·(i mod 997) − 0.5):
+    // scattered changes (indices layout) and one contiguous range (runs layout).
+    std::vector<float> b(x.size());
+    for (size_t i = 0; i < b.size(); ++i) b[i] = 0.001f * static_cast<float>(i % 997) - 0.5f;
+    std::vector<float> scattered = b, contiguous = b;
+    for (size_t i = 0; i < x.size(); i += 17) scattered[i] += 0.25f;
+    for (size_t i = 40; i < 120; ++i) contiguous[i] -= 0.125f;
+    if (!write(root + "/codec", k++, numel_prefix, *cmp::exact_delta::encode(scattered, b)))
+      return 1;
+    if (!write(root + "/codec", k++, numel_prefix, *cmp::exact_delta::encode(contiguous, b)))
+      return 1;
   }
 
   // sparse-delta against the target's fixed base (0.01 (i mod 97) - 0.4).

@@ -45,6 +45,39 @@ TEST(Demo, SmallRunWritesASummaryAndBeatsTheInitialModel) {
   EXPECT_GT(ddp / sent, 3.0);
 }
 
+// Streaming DiLoCo from the demo: P = 4 fragments, tau = 1; the summary reports the peak bytes
+// per sync beside plain DiLoCo's, about a quarter of it.
+TEST(Demo, StreamingReportsPeakBytesPerSync) {
+  TempDir dir;
+  const std::string summary = dir / "summary.json";
+  auto r = run_atoll({"demo", "--nodes", "2", "--rounds", "2", "--inner-steps", "8", "--dim",
+                      "32", "--layers", "2", "--heads", "2", "--ffn", "64", "--seq", "32",
+                      "--batch", "4", "--lr", "1e-2", "--eval-tokens", "4096", "--fragments", "4",
+                      "--overlap", "1", "--store", dir / "run", "--summary-json", summary},
+                     dir / "demo.log", std::chrono::seconds(240));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("round   2/2 | val bpb"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("streaming        4 fragments, overlap 1 steps"), std::string::npos)
+      << r.output;
+  boost::system::error_code ec;
+  auto v = boost::json::parse(read_text(summary), ec);
+  ASSERT_FALSE(ec) << read_text(summary);
+  const auto& o = v.as_object();
+  EXPECT_EQ(o.at("fragments").to_number<int>(), 4);
+  EXPECT_EQ(o.at("syncs").to_number<int>(), 8);
+  EXPECT_EQ(o.at("rounds").to_number<int>(), 2);
+  const double peak = o.at("peak_bytes_per_sync").to_number<double>();
+  const double plain = o.at("plain_peak_bytes_per_sync").to_number<double>();
+  EXPECT_GT(peak, 0.15 * plain) << read_text(summary);
+  EXPECT_LT(peak, 0.4 * plain) << read_text(summary);
+  // The same bytes per outer round as plain DiLoCo, spread over P syncs; streaming also pulls
+  // the result of every sync but the very last, (1 − 1/P)·θ more per node: ~1.19x here.
+  EXPECT_LT(o.at("bytes_sent").to_number<double>(),
+            1.3 * o.at("plain_bytes_sent").to_number<double>());
+  EXPECT_LT(o.at("final_val_bpb").to_number<double>(),
+            o.at("initial_val_bpb").to_number<double>() - 0.5);
+}
+
 TEST(Demo, BadFlagsFailFast) {
   TempDir dir;
   auto r = run_atoll({"demo", "--nodes", "0"}, dir / "a.log");
@@ -53,6 +86,11 @@ TEST(Demo, BadFlagsFailFast) {
   auto c = run_atoll({"demo", "--codec", "zip"}, dir / "b.log");
   EXPECT_NE(c.exit_code, 0);
   EXPECT_NE(c.output.find("zip"), std::string::npos) << c.output;
+  auto f = run_atoll({"demo", "--fragments", "3", "--inner-steps", "25"}, dir / "c.log");
+  EXPECT_EQ(f.exit_code, 2);
+  EXPECT_NE(f.output.find("diloco.inner_steps = 25 must be a multiple of diloco.streaming_fragments = 3"),
+            std::string::npos)
+      << f.output;
 }
 
 }  // namespace
