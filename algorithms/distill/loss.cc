@@ -36,8 +36,7 @@ Status validate(const LossConfig& c) {
     return InvalidArgument("distill tau (temperature) must be a finite number > 0, got " +
                            std::to_string(c.tau));
   if (c.rows <= 0)
-    return InvalidArgument("distill rows per tile must be positive, got " +
-                           std::to_string(c.rows));
+    return InvalidArgument("distill rows per tile must be positive, got " + std::to_string(c.rows));
   if (c.shards <= 0)
     return InvalidArgument("distill vocabulary shards must be positive, got " +
                            std::to_string(c.shards));
@@ -163,7 +162,7 @@ StatusOr<LossStats> FusedDistillLoss<T>::run_impl(const T* h, const T* W, int N,
   // The cross-entropy is always measured (students report it), but its gradient is only formed
   // when α < 1.
   const DistillTerms terms{true, alpha > 0.0, tau};
-  const DistillTerms grad_terms{alpha < 1.0, alpha > 0.0, tau};
+  const DistillTerms grad_terms{alpha<1.0, alpha> 0.0, tau};
   const bool grad = dh != nullptr || dW != nullptr;
   const int R = std::min(cfg_.rows, N), S = std::min(cfg_.shards, V);
   const int vs_max = (V + S - 1) / S;
@@ -262,8 +261,7 @@ StatusOr<LossStats> FusedDistillLoss<T>::run_impl(const T* h, const T* W, int N,
       f.w = w;
       sum_ce += ce;
       sum_kl += kl;
-      if (row_loss != nullptr)
-        row_loss[r0 + r] = T(alpha * tau * tau * kl + (1.0 - alpha) * ce);
+      if (row_loss != nullptr) row_loss[r0 + r] = T(alpha * tau * tau * kl + (1.0 - alpha) * ce);
     }
     if (!grad) continue;
     // Pass 2: gradients, shard by shard. With S = 1 the tiles of pass 1 are still in place.

@@ -40,9 +40,9 @@ namespace atl::algorithms::distill {
 
 struct LossConfig {
   double alpha = 0.5;  // weight of the KL term, in [0, 1]: 0 = plain cross-entropy
-  double tau = 1.0;    // temperature, > 0 (the KL term is scaled by τ² so its gradient keeps scale)
-  int rows = 256;      // R, rows per tile (clamped to N)
-  int shards = 4;      // S, vocabulary shards (clamped to V)
+  double tau = 1.0;  // temperature, > 0 (the KL term is scaled by τ² so its gradient keeps scale)
+  int rows = 256;    // R, rows per tile (clamped to N)
+  int shards = 4;    // S, vocabulary shards (clamped to V)
 };
 
 // One line naming the first bad field, or OK.
@@ -104,11 +104,11 @@ class HeadTeacherLogits final : public TeacherLogits<T> {
 // Top-k teacher targets for N rows (what the top-k wire codec carries; build with topk.h).
 template <typename T>
 struct TopKTargets {
-  int k = 0;                    // ids per row, 1 ≤ k ≤ V
+  int k = 0;                     // ids per row, 1 ≤ k ≤ V
   const int32_t* ids = nullptr;  // (N, k) distinct ids per row, any order
   const T* logits = nullptr;     // (N, k) raw teacher logits z_t at those ids (not divided by τ)
-  const T* tail_lse = nullptr;   // (N) log Σ_{j ∉ ids} e^(z_t,j / τ), at the loss's τ; −inf when
-                                 // the row has no tail (k = V)
+  const T* tail_lse = nullptr;  // (N) log Σ_{j ∉ ids} e^(z_t,j / τ), at the loss's τ; −inf when
+                                // the row has no tail (k = V)
 };
 
 // Checks untrusted top-k targets (e.g. decoded from the network): k in [1, V], ids in [0, V) and
@@ -136,22 +136,21 @@ class FusedDistillLoss {
                           T* row_loss = nullptr);
 
   // The same loss with top-k teacher targets (KL replaced by its bucketed form, topk.h).
-  StatusOr<LossStats> run_topk(const T* h, const T* W, int N, int C, int V,
-                               const int32_t* targets, const TopKTargets<T>& teacher, T* dh,
-                               T* dW, double dloss = 1.0, T* row_loss = nullptr);
+  StatusOr<LossStats> run_topk(const T* h, const T* W, int N, int C, int V, const int32_t* targets,
+                               const TopKTargets<T>& teacher, T* dh, T* dW, double dloss = 1.0,
+                               T* row_loss = nullptr);
 
   // Extra memory a call with these shapes holds, in bytes (tile buffers and row states): the
   // O(R·V/S) of the header comment, computed, not measured.
   size_t workspace_bytes(int N, int V, bool with_teacher_tile, int k = 0) const;
 
  private:
-  StatusOr<LossStats> run_impl(const T* h, const T* W, int N, int C, int V,
-                               const int32_t* targets, TeacherLogits<T>* full,
-                               const TopKTargets<T>* topk, T* dh, T* dW, double dloss,
-                               T* row_loss);
+  StatusOr<LossStats> run_impl(const T* h, const T* W, int N, int C, int V, const int32_t* targets,
+                               TeacherLogits<T>* full, const TopKTargets<T>* topk, T* dh, T* dW,
+                               double dloss, T* row_loss);
 
   LossConfig cfg_;
-  std::vector<T> zs_, zt_;                             // (R, ⌈V/S⌉) student / teacher tile
+  std::vector<T> zs_, zt_;                            // (R, ⌈V/S⌉) student / teacher tile
   std::vector<kernels::cpu::DistillRowState> state_;  // (R)
   std::vector<kernels::cpu::DistillRowFinal> fin_;    // (R)
   std::vector<double> pk_;                            // (R, k) top-k teacher probabilities

@@ -147,15 +147,14 @@ LossStats reference_topk_loss(const LossConfig& cfg, const T* h, const T* W, int
 template LossStats reference_loss<float>(const LossConfig&, const float*, const float*, int, int,
                                          int, const int32_t*, const float*, float*, float*, double,
                                          float*);
-template LossStats reference_loss<double>(const LossConfig&, const double*, const double*, int,
-                                          int, int, const int32_t*, const double*, double*,
-                                          double*, double, double*);
+template LossStats reference_loss<double>(const LossConfig&, const double*, const double*, int, int,
+                                          int, const int32_t*, const double*, double*, double*,
+                                          double, double*);
 template LossStats reference_topk_loss<float>(const LossConfig&, const float*, const float*, int,
                                               int, int, const int32_t*, const TopKTargets<float>&,
                                               float*, float*, double, float*);
-template LossStats reference_topk_loss<double>(const LossConfig&, const double*, const double*,
-                                               int, int, int, const int32_t*,
-                                               const TopKTargets<double>&, double*, double*,
-                                               double, double*);
+template LossStats reference_topk_loss<double>(const LossConfig&, const double*, const double*, int,
+                                               int, int, const int32_t*, const TopKTargets<double>&,
+                                               double*, double*, double, double*);
 
 }  // namespace atl::algorithms::distill

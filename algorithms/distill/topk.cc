@@ -18,8 +18,8 @@ template <typename T>
 void build_topk(TeacherLogits<T>& teacher, int N, int V, int k, double tau, int rows, int shards,
                 int32_t* ids, T* logits, T* tail_lse) {
   if (k < 1 || k > V || rows < 1 || shards < 1 || !(tau > 0)) {
-    std::fprintf(stderr, "atoll: internal error: build_topk: bad k=%d rows=%d shards=%d\n", k,
-                 rows, shards);
+    std::fprintf(stderr, "atoll: internal error: build_topk: bad k=%d rows=%d shards=%d\n", k, rows,
+                 shards);
     std::abort();
   }
   const int R = std::min(rows, std::max(N, 1)), S = std::min(shards, V);
@@ -79,7 +79,7 @@ void build_topk(TeacherLogits<T>& teacher, int N, int V, int k, double tau, int 
 
 template void build_topk<float>(TeacherLogits<float>&, int, int, int, double, int, int, int32_t*,
                                 float*, float*);
-template void build_topk<double>(TeacherLogits<double>&, int, int, int, double, int, int,
-                                 int32_t*, double*, double*);
+template void build_topk<double>(TeacherLogits<double>&, int, int, int, double, int, int, int32_t*,
+                                 double*, double*);
 
 }  // namespace atl::algorithms::distill

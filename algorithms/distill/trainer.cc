@@ -24,8 +24,8 @@ AdamWConfig adamw_config(const TrainerConfig& t) {
 
 }  // namespace
 
-Status validate(const ModelConfig& student, const ModelConfig& teacher,
-                const TrainerConfig& train, const LossConfig& loss) {
+Status validate(const ModelConfig& student, const ModelConfig& teacher, const TrainerConfig& train,
+                const LossConfig& loss) {
   if (Status s = atl::algorithms::validate(student); !s.ok())
     return InvalidArgument("student: " + s.message());
   if (Status s = atl::algorithms::validate(teacher); !s.ok())
@@ -77,7 +77,8 @@ LossStats DistillTrainer::loss_on(const ParamSet& student, const ParamSet& teach
   const bool use_teacher = loss_.config().alpha > 0;
   // Teacher first: its hidden states (N, Ct) stay valid in its own buffers while the student
   // runs; its logits are formed tile by tile inside the loss.
-  const float* ht = use_teacher ? teacher_.forward_hidden(teacher, inputs_.data(), rows, T) : nullptr;
+  const float* ht =
+      use_teacher ? teacher_.forward_hidden(teacher, inputs_.data(), rows, T) : nullptr;
   const float* hs = student_.forward_hidden(student, inputs_.data(), rows, T);
   HeadTeacherLogits<float> head(ht, teacher.data() + off_embed_t_, tc.dim);
   float* dh = nullptr;

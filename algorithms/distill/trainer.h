@@ -23,13 +23,13 @@ namespace atl::algorithms::distill {
 
 // One line naming the first problem: each config on its own, the vocabularies must match, seq
 // must fit the teacher's seq_len.
-Status validate(const ModelConfig& student, const ModelConfig& teacher,
-                const TrainerConfig& train, const LossConfig& loss);
+Status validate(const ModelConfig& student, const ModelConfig& teacher, const TrainerConfig& train,
+                const LossConfig& loss);
 
 struct DistillStepStats {
-  float loss = 0;        // α·τ²·KL + (1 − α)·CE, mean over the batch's targets, before the update
-  double kl = 0;         // mean KL(teacher ‖ student) at temperature τ, nats/token
-  double ce = 0;         // mean cross-entropy of the student, nats/token
+  float loss = 0;  // α·τ²·KL + (1 − α)·CE, mean over the batch's targets, before the update
+  double kl = 0;   // mean KL(teacher ‖ student) at temperature τ, nats/token
+  double ce = 0;   // mean cross-entropy of the student, nats/token
   double grad_norm = 0;  // global L2 norm before clipping
   double lr = 0;
   int64_t tokens = 0;  // target tokens (B·T)
@@ -38,8 +38,8 @@ struct DistillStepStats {
 class DistillTrainer {
  public:
   // The configs must pass validate() (aborts otherwise: validate at load time).
-  DistillTrainer(const ModelConfig& student, const ModelConfig& teacher,
-                 const TrainerConfig& train, const LossConfig& loss);
+  DistillTrainer(const ModelConfig& student, const ModelConfig& teacher, const TrainerConfig& train,
+                 const LossConfig& loss);
 
   // tokens (batch, seq + 1), as InnerTrainer::step. The teacher parameters are only read.
   DistillStepStats step(ParamSet& student, const ParamSet& teacher, const int32_t* tokens,
@@ -69,8 +69,8 @@ class DistillTrainer {
   AdamW adamw_;
   FusedDistillLoss<float> loss_;
   size_t off_embed_s_ = 0, off_embed_t_ = 0;  // tied heads inside each ParamSet
-  std::vector<float> dh_;                    // (B·T, C) gradient of the student's final hidden
-  std::vector<int32_t> inputs_, targets_;    // (rows, seq)
+  std::vector<float> dh_;                     // (B·T, C) gradient of the student's final hidden
+  std::vector<int32_t> inputs_, targets_;     // (rows, seq)
 };
 
 }  // namespace atl::algorithms::distill

@@ -104,7 +104,7 @@ void distill_tile_grad(T* zs, const T* zt, int R, int Vs, int ld, int v0, const 
       continue;
     }
     const DistillRowFinal& f = fin[r];
-    const T a1 = terms.ce ? T(f.w * (1.0 - alpha)) : T(0);  // cross-entropy weight
+    const T a1 = terms.ce ? T(f.w * (1.0 - alpha)) : T(0);      // cross-entropy weight
     const T a2 = terms.kl ? T(f.w * alpha * terms.tau) : T(0);  // KL weight (α·τ²/τ)
     const T l1 = T(f.lse1), lq = T(f.lseq), lt = T(f.lset);
     if (terms.ce && !terms.kl) {
@@ -179,8 +179,8 @@ void distill_topk_tile_stats(DistillRowState* rows, const T* zs, int R, int Vs, 
 
 template <typename T>
 void distill_topk_tile_grad(T* zs, int R, int Vs, int ld, int v0, const int32_t* targets,
-                            const int32_t* ids, const double* pk, int k,
-                            const DistillRowFinal* fin, double alpha, const DistillTerms& terms) {
+                            const int32_t* ids, const double* pk, int k, const DistillRowFinal* fin,
+                            double alpha, const DistillTerms& terms) {
   const T inv_tau = T(1.0 / terms.tau);
 #pragma omp parallel if (detail::worth_threads(double(R) * Vs * 8))
   {
@@ -230,17 +230,17 @@ void distill_topk_tile_grad(T* zs, int R, int Vs, int ld, int v0, const int32_t*
   }
 }
 
-#define ATOLL_DISTILL_INSTANTIATE(T)                                                            \
-  template void distill_tile_stats<T>(DistillRowState*, const T*, const T*, int, int, int, int, \
-                                      const int32_t*, const DistillTerms&);                     \
-  template void distill_tile_grad<T>(T*, const T*, int, int, int, int, const int32_t*,          \
-                                     const DistillRowFinal*, double, const DistillTerms&);      \
-  template void distill_topk_tile_stats<T>(DistillRowState*, const T*, int, int, int, int,      \
-                                           const int32_t*, const int32_t*, const double*, int,  \
-                                           const DistillTerms&);                                \
-  template void distill_topk_tile_grad<T>(T*, int, int, int, int, const int32_t*,               \
-                                          const int32_t*, const double*, int,                   \
-                                          const DistillRowFinal*, double, const DistillTerms&);
+#define ATOLL_DISTILL_INSTANTIATE(T)                                                              \
+  template void distill_tile_stats<T>(DistillRowState*, const T*, const T*, int, int, int, int,   \
+                                      const int32_t*, const DistillTerms&);                       \
+  template void distill_tile_grad<T>(T*, const T*, int, int, int, int, const int32_t*,            \
+                                     const DistillRowFinal*, double, const DistillTerms&);        \
+  template void distill_topk_tile_stats<T>(DistillRowState*, const T*, int, int, int, int,        \
+                                           const int32_t*, const int32_t*, const double*, int,    \
+                                           const DistillTerms&);                                  \
+  template void distill_topk_tile_grad<T>(T*, int, int, int, int, const int32_t*, const int32_t*, \
+                                          const double*, int, const DistillRowFinal*, double,     \
+                                          const DistillTerms&);
 ATOLL_DISTILL_INSTANTIATE(float)
 ATOLL_DISTILL_INSTANTIATE(double)
 #undef ATOLL_DISTILL_INSTANTIATE

@@ -25,12 +25,12 @@ namespace atl::kernels::cpu {
 // Kept in double: a merge costs O(1) per row and tile, so the tile sums (in T) are the only
 // place float rounding enters.
 struct DistillRowState {
-  double m1, s1;      // z_s:      running max, Σ e^(z_s − m1)                 -> LSE(z_s)
-  double mq, sq;      // z_s / τ:  running max, Σ e^(z_s/τ − mq)               -> LSE(z_s/τ)
+  double m1, s1;  // z_s:      running max, Σ e^(z_s − m1)                 -> LSE(z_s)
+  double mq, sq;  // z_s / τ:  running max, Σ e^(z_s/τ − mq)               -> LSE(z_s/τ)
   double mt, st, at;  // z_t / τ:  running max, Σ e^(z_t/τ − mt), Σ e^(z_t/τ − mt)·(z_t − z_s)/τ
-  double tail;        // top-k:    Σ_{j ∉ K} e^(z_s/τ − mq) (same scale as sq)
-  double zk;          // top-k:    Σ_{j ∈ K} pt_j · z_s,j / τ
-  double zy;          // z_s[y], set when y's shard passes
+  double tail;  // top-k:    Σ_{j ∉ K} e^(z_s/τ − mq) (same scale as sq)
+  double zk;    // top-k:    Σ_{j ∈ K} pt_j · z_s,j / τ
+  double zy;    // z_s[y], set when y's shard passes
 };
 // Sets every row to the empty state (maxima −inf, sums 0).
 void distill_rows_init(DistillRowState* rows, int R);
@@ -38,8 +38,8 @@ void distill_rows_init(DistillRowState* rows, int R);
 // Which terms a pass computes (α = 0 needs no teacher, α = 1 no cross-entropy; τ = 1 makes
 // q = p, so LSE(z_s/τ) is copied from LSE(z_s) instead of summed again).
 struct DistillTerms {
-  bool ce;   // α < 1
-  bool kl;   // α > 0
+  bool ce;  // α < 1
+  bool kl;  // α > 0
   double tau;
 };
 
@@ -81,7 +81,7 @@ void distill_topk_tile_stats(DistillRowState* rows, const T* zs, int R, int Vs, 
 // completed teacher distribution pt_j for j ∈ K and c·q_j for j ∉ K.
 template <typename T>
 void distill_topk_tile_grad(T* zs, int R, int Vs, int ld, int v0, const int32_t* targets,
-                            const int32_t* ids, const double* pk, int k,
-                            const DistillRowFinal* fin, double alpha, const DistillTerms& terms);
+                            const int32_t* ids, const double* pk, int k, const DistillRowFinal* fin,
+                            double alpha, const DistillTerms& terms);
 
 }  // namespace atl::kernels::cpu
