@@ -144,7 +144,7 @@ void Llama::ensure_shape(int B, int T, bool with_logits) {
     die("Llama: batch shape too large for 32-bit indexing");
   const size_t per_layer = N * C * 5 /* x ln1 atty h ln2 */ + N * 2 /* rstd1 rstd2 */ + N * 3 * C +
                            att + N * 2 * F + N * F;
-  // The (N, V) logits come last and only when asked for: forward_hidden never needs them.
+  // The (N, V) logits only when asked for: forward_hidden never needs them.
   const size_t total =
       L * per_layer + N * C * 3 /* out lnf scratch */ + N + N + (with_logits ? N * V : 0);
   if (acts_.size() < total) acts_.resize(total);  // grows only; smaller shapes reuse it
@@ -175,8 +175,10 @@ void Llama::ensure_shape(int B, int T, bool with_logits) {
   lnf_ = take(N * C);
   rstdf_ = take(N);
   scratch_ = take(N * C);
-  losses_ = take(N);
+  // Same offsets as always when the logits are wanted (forward()), so its bits cannot depend on
+  // forward_hidden() existing.
   logits_ = with_logits ? take(N * V) : nullptr;
+  losses_ = take(N);
 }
 
 void Llama::check_tokens(const int32_t* tokens, int N) const {
