@@ -114,16 +114,20 @@ int bench_sgemm(const Args& args) {
 
 int cmd_bench(const Args& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::printf("usage: atoll bench train [flags] [--json]\n"
-                "       atoll bench sgemm [--n N] [--threads N] [--json]\n"
-                "       atoll bench codecs [--numel N] [--threads N] [--json]\n");
+    std::printf(
+        "usage: atoll bench train [flags] [--json]\n"
+        "       atoll bench sgemm [--n N] [--threads N] [--json]\n"
+        "       atoll bench codecs [--numel N] [--threads N] [--json]\n"
+        "       atoll bench distill-loss [--n N] [--vocab V] [--tiles RxS,...] [--json]\n");
     return args.empty() ? 2 : 0;
   }
   Args rest(args.begin() + 1, args.end());
   if (args[0] == "train") return bench_train(rest);
   if (args[0] == "sgemm") return bench_sgemm(rest);
   if (args[0] == "codecs") return bench_codecs(rest);
-  return fail("bench", "unknown benchmark '" + args[0] + "': use train, sgemm or codecs", 2);
+  if (args[0] == "distill-loss") return bench_distill_loss(rest);
+  return fail("bench",
+              "unknown benchmark '" + args[0] + "': use train, sgemm, codecs or distill-loss", 2);
 }
 
 }  // namespace atl::cli

@@ -11,4 +11,8 @@ double measure_sgemm_gflops(int n, int threads, double min_seconds);
 // `atoll bench codecs`: codec encode/decode GB/s against memcpy (cli/bench_codecs.cc).
 int bench_codecs(const Args& args);
 
+// `atoll bench distill-loss`: fused vs unfused distillation loss, time and peak extra memory
+// (cli/bench_distill.cc).
+int bench_distill_loss(const Args& args);
+
 }  // namespace atl::cli

@@ -132,18 +132,21 @@ void Llama::check_params(const ParamSet& p, const char* what) const {
     die(std::string("Llama::") + what + ": parameter layout does not match the model config");
 }
 
-void Llama::ensure_shape(int B, int T) {
+void Llama::ensure_shape(int B, int T, bool with_logits) {
   if (B <= 0 || T <= 0 || T > cfg_.seq_len)
     die("Llama: bad batch shape B=" + std::to_string(B) + " T=" + std::to_string(T) + " (seq_len " +
         std::to_string(cfg_.seq_len) + ")");
   const size_t N = static_cast<size_t>(B) * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab,
                H = cfg_.heads, L = cfg_.layers;
   const size_t att = static_cast<size_t>(B) * H * T * T;
-  if (att > (1ULL << 31) - 1 || N * V > (1ULL << 31) - 1 || N * 3 * C > (1ULL << 31) - 1)
+  if (att > (1ULL << 31) - 1 || (with_logits && N * V > (1ULL << 31) - 1) ||
+      N * 3 * C > (1ULL << 31) - 1)
     die("Llama: batch shape too large for 32-bit indexing");
   const size_t per_layer = N * C * 5 /* x ln1 atty h ln2 */ + N * 2 /* rstd1 rstd2 */ + N * 3 * C +
                            att + N * 2 * F + N * F;
-  const size_t total = L * per_layer + N * C * 3 /* out lnf scratch */ + N + N * V + N;
+  // The (N, V) logits only when asked for: forward_hidden never needs them.
+  const size_t total =
+      L * per_layer + N * C * 3 /* out lnf scratch */ + N + N + (with_logits ? N * V : 0);
   if (acts_.size() < total) acts_.resize(total);  // grows only; smaller shapes reuse it
   B_ = B;
   T_ = T;
@@ -172,32 +175,23 @@ void Llama::ensure_shape(int B, int T) {
   lnf_ = take(N * C);
   rstdf_ = take(N);
   scratch_ = take(N * C);
-  logits_ = take(N * V);
+  // Same offsets as always when the logits are wanted (forward()), so its bits cannot depend on
+  // forward_hidden() existing.
+  logits_ = with_logits ? take(N * V) : nullptr;
   losses_ = take(N);
 }
 
-float Llama::forward(const ParamSet& params, const int32_t* tokens, const int32_t* targets, int B,
-                     int T) {
-  check_params(params, "forward");
-  ensure_shape(B, T);
-  const int N = B * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab, H = cfg_.heads, D = C / H;
-  tokens_.assign(tokens, tokens + N);
+void Llama::check_tokens(const int32_t* tokens, int N) const {
+  const int V = cfg_.vocab;
   for (int i = 0; i < N; ++i)
     if (tokens[i] < 0 || tokens[i] >= V)
       die("Llama::forward: token " + std::to_string(tokens[i]) + " at " + std::to_string(i) +
           " is outside the vocabulary [0, " + std::to_string(V) + ")");
-  have_targets_ = targets != nullptr;
-  num_targets_ = 0;
-  if (have_targets_) {
-    targets_.assign(targets, targets + N);
-    for (int i = 0; i < N; ++i) {
-      if (targets[i] < -1 || targets[i] >= V)
-        die("Llama::forward: target " + std::to_string(targets[i]) + " at " + std::to_string(i) +
-            " is outside [-1, " + std::to_string(V) + ")");
-      num_targets_ += targets[i] >= 0;
-    }
-  }
-  const float* P = params.data();
+}
+
+void Llama::forward_trunk(const float* P, const int32_t* tokens) {
+  const int B = B_, T = T_;
+  const int N = B * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab, H = cfg_.heads, D = C / H;
   const float* wte = P + off_embed_;
 
   // x0 (N, C) = wte[tokens]
@@ -221,7 +215,42 @@ float Llama::forward(const ParamSet& params, const int32_t* tokens, const int32_
     ops::add_forward(next, a.h, scratch_, static_cast<size_t>(N) * C);
   }
   ops::rmsnorm_forward(lnf_, rstdf_, out_, P + off_norm_, N, C, cfg_.norm_eps);
-  ops::matmul_forward(logits_, lnf_, wte, N, C, V);  // tied head: (N, C) -> (N, V)
+}
+
+const float* Llama::forward_hidden(const ParamSet& params, const int32_t* tokens, int B, int T) {
+  check_params(params, "forward_hidden");
+  ensure_shape(B, T, /*with_logits=*/false);
+  const int N = B * T;
+  check_tokens(tokens, N);
+  tokens_.assign(tokens, tokens + N);
+  have_targets_ = false;
+  num_targets_ = 0;
+  std::fill(losses_, losses_ + N, 0.0f);
+  forward_trunk(params.data(), tokens);
+  return lnf_;
+}
+
+float Llama::forward(const ParamSet& params, const int32_t* tokens, const int32_t* targets, int B,
+                     int T) {
+  check_params(params, "forward");
+  ensure_shape(B, T, /*with_logits=*/true);
+  const int N = B * T, C = cfg_.dim, V = cfg_.vocab;
+  check_tokens(tokens, N);
+  tokens_.assign(tokens, tokens + N);
+  have_targets_ = targets != nullptr;
+  num_targets_ = 0;
+  if (have_targets_) {
+    targets_.assign(targets, targets + N);
+    for (int i = 0; i < N; ++i) {
+      if (targets[i] < -1 || targets[i] >= V)
+        die("Llama::forward: target " + std::to_string(targets[i]) + " at " + std::to_string(i) +
+            " is outside [-1, " + std::to_string(V) + ")");
+      num_targets_ += targets[i] >= 0;
+    }
+  }
+  const float* P = params.data();
+  forward_trunk(P, tokens);
+  ops::matmul_forward(logits_, lnf_, P + off_embed_, N, C, V);  // tied head: (N, C) -> (N, V)
 
   std::fill(losses_, losses_ + N, 0.0f);
   if (!have_targets_) return 0.0f;
@@ -233,24 +262,22 @@ float Llama::forward(const ParamSet& params, const int32_t* tokens, const int32_
   return num_targets_ ? static_cast<float>(sum / static_cast<double>(num_targets_)) : 0.0f;
 }
 
+void Llama::ensure_grad_buffers() {
+  const size_t N = static_cast<size_t>(B_) * T_, NC = N * cfg_.dim;
+  // Activation gradients, one allocation: dres (N,C) dln (N,C) datty (N,C) dqkv (N,3C)
+  // dgu (N,2F) dswi (N,F).
+  const size_t total = NC * 3 + NC * 3 + N * 3 * cfg_.ffn_hidden;
+  if (grads_.size() < total) grads_.resize(total);
+}
+
 void Llama::backward(const ParamSet& params, ParamSet& grads) {
   check_params(params, "backward");
   check_params(grads, "backward (grads)");
   if (!have_targets_ || B_ == 0) die("Llama::backward without a forward with targets");
-  const int B = B_, T = T_, N = B * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab,
-            H = cfg_.heads, D = C / H;
+  const int N = B_ * T_, C = cfg_.dim, V = cfg_.vocab;
   const size_t NC = static_cast<size_t>(N) * C;
-  // Activation gradients, one allocation: dres (N,C) dln (N,C) dqkv (N,3C) datty (N,C)
-  // dgu (N,2F) dswi (N,F).
-  const size_t total = NC * 3 + NC * 3 + static_cast<size_t>(N) * 3 * F;
-  if (grads_.size() < total) grads_.resize(total);
-  float* dres = grads_.data();
-  float* dln = dres + NC;
-  float* datty = dln + NC;
-  float* dqkv = datty + NC;
-  float* dgu = dqkv + 3 * NC;
-  float* dswi = dgu + static_cast<size_t>(N) * 2 * F;
-  auto zero = [](float* p, size_t n) { ops::zero_fill(p, n); };
+  ensure_grad_buffers();
+  float* dln = grads_.data() + NC;  // see backward_trunk for the layout
 
   const float* P = params.data();
   float* G = grads.data();
@@ -262,10 +289,36 @@ void Llama::backward(const ParamSet& params, ParamSet& grads) {
   ops::softmax_xent(losses_, logits_ /* dlogits, in place */, logits_, targets_.data(), N, V,
                     dloss);
   // Tied head: dlnf (N, C) = dlogits · wte ; dwte += dlogitsᵀ · lnf.
-  zero(dln, NC);
+  ops::zero_fill(dln, NC);
   ops::matmul_backward(dln, dwte, logits_, lnf_, wte, N, C, V);
+  backward_trunk(P, G, dln);
+}
+
+void Llama::backward_from_hidden(const ParamSet& params, ParamSet& grads, const float* dh) {
+  check_params(params, "backward_from_hidden");
+  check_params(grads, "backward_from_hidden (grads)");
+  if (B_ == 0) die("Llama::backward_from_hidden without a forward");
+  ensure_grad_buffers();
+  backward_trunk(params.data(), grads.data(), dh);
+}
+
+void Llama::backward_trunk(const float* P, float* G, const float* dlnf) {
+  const int B = B_, T = T_, N = B * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab,
+            H = cfg_.heads, D = C / H;
+  const size_t NC = static_cast<size_t>(N) * C;
+  float* dres = grads_.data();
+  float* dln = dres + NC;
+  float* datty = dln + NC;
+  float* dqkv = datty + NC;
+  float* dgu = dqkv + 3 * NC;
+  float* dswi = dgu + static_cast<size_t>(N) * 2 * F;
+  auto zero = [](float* p, size_t n) { ops::zero_fill(p, n); };
+  float* dwte = G + off_embed_;
+
+  // Final norm: dres (N, C) = d(last block output). dlnf may be dln itself (from backward()): it
+  // is read here, before dln is reused as scratch below.
   zero(dres, NC);
-  ops::rmsnorm_backward(dres, G + off_norm_, dln, out_, P + off_norm_, rstdf_, N, C);
+  ops::rmsnorm_backward(dres, G + off_norm_, dlnf, out_, P + off_norm_, rstdf_, N, C);
 
   for (int l = cfg_.layers - 1; l >= 0; --l) {
     const LayerOffsets& o = off_[l];

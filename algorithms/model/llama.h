@@ -91,6 +91,20 @@ class Llama {
   // the logits (the loss gradient is written over them to save B·T·V floats).
   void backward(const ParamSet& params, ParamSet& grads);
 
+  // Forward up to the final RMSNorm only: no LM head, no loss, and no (B, T, V) logits buffer
+  // (for losses computed outside the model, such as the fused distillation loss against the
+  // tied head model.embed_tokens.weight (V, C)). Returns the final hidden states (B·T, C), the
+  // input the head would multiply, valid until the next forward. Same arithmetic as forward()
+  // up to that point (bitwise). Aborts on out-of-range tokens, like forward().
+  const float* forward_hidden(const ParamSet& params, const int32_t* tokens, int B, int T);
+
+  // Backward of the last forward (or forward_hidden) from dh (B·T, C), the gradient of some loss
+  // with respect to the final hidden states: ACCUMULATES (+=) into grads the gradients of the
+  // final norm, every block and the embedding lookup. The head's own gradient (the tied
+  // embedding used as W) is the caller's, added before or after (sums commute up to rounding;
+  // backward() adds the head first). dh may point anywhere but into this model's buffers.
+  void backward_from_hidden(const ParamSet& params, ParamSet& grads, const float* dh);
+
   // Logits (B, T, V) of the last forward; valid until backward() or the next forward().
   const float* logits() const { return logits_; }
   // Per-position losses (B, T) of the last forward (0 where ignored).
@@ -127,7 +141,15 @@ class Llama {
     float* swi;    // (N, F)  silu(gate) * up
   };
 
-  void ensure_shape(int B, int T);
+  // Points the activation views at acts_ for (B, T); the (N, V) logits only when with_logits.
+  void ensure_shape(int B, int T, bool with_logits);
+  void check_tokens(const int32_t* tokens, int N) const;
+  // Embedding, blocks and final norm (to lnf_) for the shape set by ensure_shape.
+  void forward_trunk(const float* P, const int32_t* tokens);
+  // dlnf (N, C) -> every gradient below the head (see backward_from_hidden).
+  void backward_trunk(const float* P, float* G, const float* dlnf);
+  // Grows grads_ (activation gradients) to the current shape.
+  void ensure_grad_buffers();
   void check_params(const ParamSet& p, const char* what) const;
 
   ModelConfig cfg_;
