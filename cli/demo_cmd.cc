@@ -99,6 +99,8 @@ int cmd_demo(const Args& args) {
                {"insecure", false, "plaintext gRPC instead of mTLS (local development only)", ""},
                {"codec", true, "pseudo-gradient codec: none, bf16, int8, topk:0.02+int4, ...",
                 "none"},
+               {"error-feedback", true, "keep what the codec dropped for the next round: on|off",
+                "on"},
                {"seed", true, "experiment seed", "1234"},
                {"dim", true, "model width", "128"},
                {"layers", true, "transformer blocks", "4"},
@@ -155,6 +157,10 @@ int cmd_demo(const Args& args) {
   cfg.train.min_lr = *lr / 10;
   cfg.train.warmup_steps = static_cast<uint32_t>(std::min<int64_t>(20, *inner));
   cfg.train.codec = flags.get_or("codec", "none");
+  if (const auto ef = flags.get_or("error-feedback", "on"); ef == "on" || ef == "off")
+    cfg.train.error_feedback = ef == "on";
+  else
+    return fail("demo", "--error-feedback must be on or off, not " + ef, 2);
   cfg.diloco.rounds = static_cast<uint32_t>(*rounds);
   cfg.diloco.inner_steps = static_cast<uint32_t>(*inner);
   cfg.diloco.outer_lr = *outer_lr;
@@ -386,11 +392,13 @@ int cmd_demo(const Args& args) {
     out << "{\"initial_val_bpb\":" << json_number(initial_bpb)
         << ",\"final_val_bpb\":" << json_number(final_bpb);
     if (std::isfinite(baseline_bpb)) out << ",\"baseline_val_bpb\":" << json_number(baseline_bpb);
-    out << ",\"bytes_sent\":" << static_cast<uint64_t>(sent)
+    out << ",\"bytes_sent\":" << static_cast<uint64_t>(sent) << ",\"bytes_up\":" << bytes_up
+        << ",\"bytes_down\":" << bytes_down
         << ",\"ddp_bytes_equivalent\":" << static_cast<uint64_t>(ddp_bytes)
         << ",\"tls\":" << (insecure ? "false" : "true") << ",\"nodes\":" << N
         << ",\"rounds\":" << rounds_done << ",\"inner_steps\":" << *inner
         << ",\"codec\":\"" << cfg.train.codec << "\""
+        << ",\"error_feedback\":" << (cfg.train.error_feedback ? "true" : "false")
         << ",\"final_fingerprint\":\"" << rc.service->params_fingerprint() << "\""
         << ",\"wall_s\":" << json_number(wall) << "}\n";
     if (!out) return fail("demo", "cannot write --summary-json " + *path);

@@ -43,6 +43,9 @@ TEST(Demo, SmallRunWritesASummaryAndBeatsTheInitialModel) {
   const double ddp = o.at("ddp_bytes_equivalent").to_number<double>();
   EXPECT_GT(sent, 0);
   EXPECT_GT(ddp / sent, 3.0);
+  // Pulls of θ plus pushes of Δ, reported apart too.
+  EXPECT_EQ(o.at("bytes_up").to_number<double>() + o.at("bytes_down").to_number<double>(), sent);
+  EXPECT_TRUE(o.at("error_feedback").as_bool());
 }
 
 TEST(Demo, BadFlagsFailFast) {
@@ -53,6 +56,9 @@ TEST(Demo, BadFlagsFailFast) {
   auto c = run_atoll({"demo", "--codec", "zip"}, dir / "b.log");
   EXPECT_NE(c.exit_code, 0);
   EXPECT_NE(c.output.find("zip"), std::string::npos) << c.output;
+  auto f = run_atoll({"demo", "--error-feedback", "maybe"}, dir / "c.log");
+  EXPECT_EQ(f.exit_code, 2);
+  EXPECT_NE(f.output.find("--error-feedback must be on or off"), std::string::npos) << f.output;
 }
 
 }  // namespace
