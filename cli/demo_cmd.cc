@@ -108,6 +108,8 @@ int cmd_demo(const Args& args) {
                {"merge-alpha", true, "Streaming DiLoCo: weight of the local fragment in the merge",
                 "0.5"},
                {"pull-codec", true, "theta pulls: exact, sparse-delta or full", "exact"},
+               {"error-feedback", true, "keep what the codec dropped for the next round: on|off",
+                "on"},
                {"seed", true, "experiment seed", "1234"},
                {"dim", true, "model width", "128"},
                {"layers", true, "transformer blocks", "4"},
@@ -174,6 +176,10 @@ int cmd_demo(const Args& args) {
   cfg.train.min_lr = *lr / 10;
   cfg.train.warmup_steps = static_cast<uint32_t>(std::min<int64_t>(20, *inner));
   cfg.train.codec = flags.get_or("codec", "none");
+  if (const auto ef = flags.get_or("error-feedback", "on"); ef == "on" || ef == "off")
+    cfg.train.error_feedback = ef == "on";
+  else
+    return fail("demo", "--error-feedback must be on or off, not " + ef, 2);
   // Streaming DiLoCo: R outer rounds of P syncs each (one fragment per sync, H/P inner steps
   // apart), so every fragment is synced R times over the same R·H inner steps as plain DiLoCo.
   const uint32_t P = static_cast<uint32_t>(*fragments);
@@ -459,7 +465,8 @@ int cmd_demo(const Args& args) {
     out << "{\"initial_val_bpb\":" << json_number(initial_bpb)
         << ",\"final_val_bpb\":" << json_number(final_bpb);
     if (std::isfinite(baseline_bpb)) out << ",\"baseline_val_bpb\":" << json_number(baseline_bpb);
-    out << ",\"bytes_sent\":" << static_cast<uint64_t>(sent)
+    out << ",\"bytes_sent\":" << static_cast<uint64_t>(sent) << ",\"bytes_up\":" << bytes_up
+        << ",\"bytes_down\":" << bytes_down
         << ",\"ddp_bytes_equivalent\":" << static_cast<uint64_t>(ddp_bytes)
         << ",\"tls\":" << (insecure ? "false" : "true") << ",\"nodes\":" << N
         << ",\"rounds\":" << rounds_done / P << ",\"inner_steps\":" << *inner
@@ -471,6 +478,7 @@ int cmd_demo(const Args& args) {
         << ",\"initial_pull_bytes\":" << initial_pull_bytes
         << ",\"plain_peak_bytes_per_sync\":" << plain_sync
         << ",\"plain_bytes_sent\":" << plain_total
+        << ",\"error_feedback\":" << (cfg.train.error_feedback ? "true" : "false")
         << ",\"final_fingerprint\":\"" << rc.service->params_fingerprint() << "\""
         << ",\"wall_s\":" << json_number(wall) << "}\n";
     if (!out) return fail("demo", "cannot write --summary-json " + *path);

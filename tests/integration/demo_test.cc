@@ -43,6 +43,9 @@ TEST(Demo, SmallRunWritesASummaryAndBeatsTheInitialModel) {
   const double ddp = o.at("ddp_bytes_equivalent").to_number<double>();
   EXPECT_GT(sent, 0);
   EXPECT_GT(ddp / sent, 3.0);
+  // Pulls of θ plus pushes of Δ, reported apart too.
+  EXPECT_EQ(o.at("bytes_up").to_number<double>() + o.at("bytes_down").to_number<double>(), sent);
+  EXPECT_TRUE(o.at("error_feedback").as_bool());
 }
 
 // Streaming DiLoCo from the demo: P = 4 fragments, tau = 1; the summary reports the peak bytes
@@ -91,6 +94,9 @@ TEST(Demo, BadFlagsFailFast) {
   EXPECT_NE(f.output.find("diloco.inner_steps = 25 must be a multiple of diloco.streaming_fragments = 3"),
             std::string::npos)
       << f.output;
+  auto g = run_atoll({"demo", "--error-feedback", "maybe"}, dir / "d.log");
+  EXPECT_EQ(g.exit_code, 2);
+  EXPECT_NE(g.output.find("--error-feedback must be on or off"), std::string::npos) << g.output;
 }
 
 }  // namespace
