@@ -108,6 +108,10 @@ int cmd_demo(const Args& args) {
                {"merge-alpha", true, "Streaming DiLoCo: weight of the local fragment in the merge",
                 "0.5"},
                {"pull-codec", true, "theta pulls: exact, sparse-delta or full", "exact"},
+               {"split", true,
+                "how sites divide Brown: genre (each site its own genres, non-IID) or iid "
+                "(every site samples all genres)",
+                "genre"},
                {"error-feedback", true, "keep what the codec dropped for the next round: on|off",
                 "on"},
                {"seed", true, "experiment seed", "1234"},
@@ -274,7 +278,10 @@ int cmd_demo(const Args& args) {
   } else if (insecure && launch.http_listen.size()) {
     std::printf("dashboard: off (it needs TLS; drop --insecure)\n");
   }
-  auto splits = genre_splits(N);
+  const std::string split = flags.get_or("split", "genre");
+  if (split != "genre" && split != "iid")
+    return fail("demo", "--split must be genre or iid, not " + split, 2);
+  auto splits = split == "iid" ? std::vector<std::string>(N, "brown") : genre_splits(N);
   for (int i = 0; i < N; ++i) std::printf("  %s: %s\n", names[i].c_str(), splits[i].c_str());
   std::printf("round %3" PRIu64 " | val bpb %.4f (initial)\n", start_round, initial_bpb);
   std::fflush(stdout);

@@ -48,6 +48,8 @@ OUTER_LR=${DILOCO_OUTER_LR:-1.0}
 OUTER_MOM=${DILOCO_OUTER_MOMENTUM:-0}
 EVAL_TOKENS=32768
 SEED=1234
+# How sites divide Brown: genre (non-IID, the default) or iid (every site samples all genres).
+SPLIT=${DILOCO_SPLIT:-genre}
 
 if [[ $QUICK == 1 ]]; then
   NODES_GRID=(2 4)
@@ -91,7 +93,7 @@ for r in "${runs[@]}"; do
   tag="m${m}-h${h}-${codec//[:+]/_}"
   printf '[%2d/%d] M=%d H=%d R=%d codec=%s ... ' "$i" "${#runs[@]}" "$m" "$h" "$rounds" "$codec"
   t0=$SECONDS
-  if ! "$ATOLL" demo --nodes "$m" --rounds "$rounds" --inner-steps "$h" --codec "$codec" \
+  if ! "$ATOLL" demo --nodes "$m" --rounds "$rounds" --inner-steps "$h" --codec "$codec" --split "$SPLIT" \
       "${MODEL[@]}" --lr "$LR" --outer-lr "$OUTER_LR" --outer-momentum "$OUTER_MOM" \
       --eval-tokens "$EVAL_TOKENS" --seed "$SEED" --threads 1 --baseline \
       --brown-dir "$BROWN_DIR" --store "$WORK/$tag" --summary-json "$WORK/$tag.json" \

@@ -97,6 +97,9 @@ TEST(Demo, BadFlagsFailFast) {
   auto g = run_atoll({"demo", "--error-feedback", "maybe"}, dir / "d.log");
   EXPECT_EQ(g.exit_code, 2);
   EXPECT_NE(g.output.find("--error-feedback must be on or off"), std::string::npos) << g.output;
+  auto h = run_atoll({"demo", "--split", "random"}, dir / "e.log");
+  EXPECT_EQ(h.exit_code, 2);
+  EXPECT_NE(h.output.find("--split must be genre or iid"), std::string::npos) << h.output;
 }
 
 }  // namespace
