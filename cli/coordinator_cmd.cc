@@ -94,15 +94,17 @@ int cmd_coordinator(const Args& args) {
   if (Status s = rc.service->start(); !s.ok()) return fail("coordinator", s.message());
   const auto* stop = install_stop_signals();
   while (!stop->load()) {
-    auto st = rc.service->wait_until_finished(coordinator::Clock::now() +
-                                              std::chrono::milliseconds(200));
-    if (st.ok()) {
+    // The live experiment: the config's, until the dashboard starts another stored one.
+    auto live = rc.manager->live();
+    if (!live) break;
+    auto st = live->wait_until_finished(coordinator::Clock::now() + std::chrono::milliseconds(200));
+    if (st.ok() && live == rc.manager->live()) {
       // Let nodes collect their STOP task before the server goes away.
       std::this_thread::sleep_for(std::chrono::seconds(2));
+      if (live != rc.manager->live()) continue;  // the dashboard started another experiment
       std::printf("experiment %s: %s at round %" PRIu64 ", sha256 %s\n",
-                  rc.service->experiment_id().c_str(),
-                  coordinator::experiment_state_name(*st), rc.service->current_round(),
-                  rc.service->params_fingerprint().c_str());
+                  live->experiment_id().c_str(), coordinator::experiment_state_name(*st),
+                  live->current_round(), live->params_fingerprint().c_str());
       return *st == coordinator::ExperimentState::kFinished ? 0 : 1;
     }
   }

@@ -20,6 +20,7 @@ RunningCoordinator::~RunningCoordinator() {
   if (manager) manager->attach(nullptr);
   service.reset();
   manager.reset();
+  router.reset();
   store.reset();
 }
 
@@ -37,6 +38,45 @@ std::string find_tree_dir(const std::string& relative) {
   }
   return relative;
 }
+
+namespace {
+
+// Options for a service of experiment `experiment_id` whose updates use `update_codec`; its events go
+// to the manager (and to `user`, when given).
+coordinator::ServiceOptions service_options(bool insecure, const std::string& experiment_id,
+                                            const std::string& update_codec,
+                                            coordinator::ExperimentManager* manager,
+                                            std::function<void(const coordinator::Event&)> user) {
+  coordinator::ServiceOptions so;
+  so.identity = insecure ? coordinator::IdentitySource::kInsecureNodeName
+                         : coordinator::IdentitySource::kTlsCertificate;
+  so.on_event = [user = std::move(user), manager,
+                 experiment_id](const coordinator::Event& e) {
+    manager->on_event(experiment_id, e);
+    if (user) user(e);
+  };
+  const std::string expected_codec = update_codec;
+  so.decode = [expected_codec](const std::string& codec, const std::string& payload,
+                               uint64_t numel) -> StatusOr<std::vector<float>> {
+    if (codec != expected_codec)
+      return InvalidArgument("update encoded with codec '" + codec + "', the experiment uses '" +
+                             expected_codec + "'");
+    if (codec == "none") {
+      if (payload.size() != numel * 4)
+        return InvalidArgument("raw fp32 payload has " + std::to_string(payload.size()) +
+                               " bytes, expected " + std::to_string(numel * 4));
+      std::vector<float> v(numel);
+      std::memcpy(v.data(), payload.data(), payload.size());
+      return v;
+    }
+    return algorithms::compress::decode(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(payload.data()), payload.size()),
+        numel);
+  };
+  return so;
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const CoordinatorLaunch& l) {
   auto rc = std::make_unique<RunningCoordinator>();
@@ -74,38 +114,35 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     return node::encode_checkpoint(meta, p, nullptr);
   };
   mo.serve_hint = "atoll coordinator --config FILE --store " + l.store_dir;
+  rc->router = std::make_unique<coordinator::ServiceRouter>();
+  mo.router = rc->router.get();
+  // Starting a stored experiment from the dashboard: a service on the same store, resuming its
+  // stored θ (the layout only describes the model; its values are not used). Events go to the
+  // manager only: `on_event` belongs to the launch config's experiment.
+  mo.open_service = [rcp = rc.get(), insecure = l.insecure](
+                        const coordinator::ExperimentRecord& rec,
+                        const coordinator::ExperimentConfig& cfg)
+      -> StatusOr<std::shared_ptr<coordinator::CoordinatorService>> {
+    const algorithms::ModelConfig model = model_config_of(cfg);
+    ATOLL_RETURN_IF_ERROR(algorithms::validate(model));
+    algorithms::ParamSet layout(algorithms::make_layout(model));
+    ATOLL_ASSIGN_OR_RETURN(
+        std::unique_ptr<coordinator::CoordinatorService> svc,
+        coordinator::CoordinatorService::open(
+            *rcp->store, cfg, layout,
+            service_options(insecure, rec.id, cfg.train.codec, rcp->manager.get(), nullptr)));
+    return std::shared_ptr<coordinator::CoordinatorService>(std::move(svc));
+  };
   rc->manager = std::make_unique<coordinator::ExperimentManager>(*rc->store, std::move(mo));
 
   algorithms::ParamSet theta0(algorithms::make_layout(rc->model));
   algorithms::init_params(theta0, rc->model, l.config.seed);
 
-  coordinator::ServiceOptions so;
-  so.identity = l.insecure ? coordinator::IdentitySource::kInsecureNodeName
-                           : coordinator::IdentitySource::kTlsCertificate;
-  so.on_event = [user = l.on_event, manager = rc->manager.get()](const coordinator::Event& e) {
-    manager->on_event(e);
-    if (user) user(e);
-  };
-  const std::string expected_codec = l.config.train.codec;
-  so.decode = [expected_codec](const std::string& codec, const std::string& payload,
-                               uint64_t numel) -> StatusOr<std::vector<float>> {
-    if (codec != expected_codec)
-      return InvalidArgument("update encoded with codec '" + codec + "', the experiment uses '" +
-                             expected_codec + "'");
-    if (codec == "none") {
-      if (payload.size() != numel * 4)
-        return InvalidArgument("raw fp32 payload has " + std::to_string(payload.size()) +
-                               " bytes, expected " + std::to_string(numel * 4));
-      std::vector<float> v(numel);
-      std::memcpy(v.data(), payload.data(), payload.size());
-      return v;
-    }
-    return algorithms::compress::decode(
-        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(payload.data()), payload.size()),
-        numel);
-  };
-  ATOLL_ASSIGN_OR_RETURN(rc->service,
-                         coordinator::CoordinatorService::open(*rc->store, l.config, theta0, so));
+  ATOLL_ASSIGN_OR_RETURN(
+      rc->service, coordinator::CoordinatorService::open(
+                       *rc->store, l.config, theta0,
+                       service_options(l.insecure, l.config.name, l.config.train.codec,
+                                       rc->manager.get(), l.on_event)));
 
   coordinator::ServerOptions srv;
   srv.listen = l.listen;
@@ -115,8 +152,8 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     ATOLL_ASSIGN_OR_RETURN(srv.credentials,
                            transport::server_credentials(l.tls_dir, l.server_name));
   }
-  ATOLL_ASSIGN_OR_RETURN(rc->server, coordinator::CoordinatorServer::start(*rc->service, srv));
-  rc->manager->attach(rc->service.get());
+  rc->manager->attach(rc->service);
+  ATOLL_ASSIGN_OR_RETURN(rc->server, coordinator::CoordinatorServer::start(*rc->router, srv));
 
   if (!l.http_listen.empty() && !l.insecure) {
     coordinator::http::HttpOptions ho;

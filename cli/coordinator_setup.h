@@ -10,6 +10,7 @@
 #include "coordinator/experiment_config.h"
 #include "coordinator/experiment_manager.h"
 #include "coordinator/http/server.h"
+#include "coordinator/router.h"
 #include "coordinator/server.h"
 #include "coordinator/service.h"
 #include "coordinator/store.h"
@@ -35,12 +36,17 @@ struct CoordinatorLaunch {
 
 struct RunningCoordinator {
   std::unique_ptr<coordinator::Store> store;
+  // Forwards nodes' gRPC calls to the live service (the manager switches it when the dashboard
+  // starts another stored experiment).
+  std::unique_ptr<coordinator::ServiceRouter> router;
   std::unique_ptr<coordinator::ExperimentManager> manager;
-  std::unique_ptr<coordinator::CoordinatorService> service;
+  // The experiment of the launch config (live until the dashboard starts another one; see
+  // manager->live()).
+  std::shared_ptr<coordinator::CoordinatorService> service;
   std::unique_ptr<coordinator::CoordinatorServer> server;
   std::unique_ptr<coordinator::http::HttpServer> http;  // null without a dashboard
   algorithms::ModelConfig model;
-  ~RunningCoordinator();  // dashboard, gRPC server, service, manager, store
+  ~RunningCoordinator();  // dashboard, gRPC server, services, manager, router, store
 };
 
 // A directory of the source tree (web, node_modules): in the working directory, else next to

@@ -4,6 +4,7 @@
 #include <boost/json.hpp>
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 #include "algorithms/compress/codec.h"
 #include "algorithms/diloco/outer.h"
@@ -52,9 +53,21 @@ const char* node_event_name(Event::Kind k) {
 ExperimentManager::ExperimentManager(Store& store, ManagerOptions options)
     : store_(store), options_(std::move(options)) {}
 
-void ExperimentManager::attach(CoordinatorService* service) {
+void ExperimentManager::attach(std::shared_ptr<CoordinatorService> service) {
+  std::shared_ptr<CoordinatorService> release;  // destroyed after the lock
   std::unique_lock<std::shared_mutex> lk(svc_mu_);
-  service_ = service;
+  release = std::exchange(service_, std::move(service));
+  if (options_.router) (void)options_.router->set(service_);
+}
+
+void ExperimentManager::attach(CoordinatorService* service) {
+  attach(service ? std::shared_ptr<CoordinatorService>(service, [](CoordinatorService*) {})
+                 : nullptr);
+}
+
+std::shared_ptr<CoordinatorService> ExperimentManager::live() const {
+  std::shared_lock<std::shared_mutex> lk(svc_mu_);
+  return service_;
 }
 
 bool ExperimentManager::is_live(const std::string& id) const {
@@ -79,13 +92,17 @@ void ExperimentManager::emit(ManagerEvent e) {
 }
 
 void ExperimentManager::on_event(const Event& e) {
-  using K = Event::Kind;
   std::string experiment;
   {
     std::shared_lock<std::shared_mutex> lk(svc_mu_);
     if (!service_) return;
     experiment = service_->experiment_id();
   }
+  on_event(experiment, e);
+}
+
+void ExperimentManager::on_event(const std::string& experiment, const Event& e) {
+  using K = Event::Kind;
   json::object o;
   o["round"] = e.round;
   std::string kind;
@@ -225,29 +242,63 @@ StatusOr<ExperimentSummary> ExperimentManager::get(const std::string& id) const 
   return summarize(r);
 }
 
-Status ExperimentManager::start(const std::string& id) {
-  ATOLL_ASSIGN_OR_RETURN(ExperimentSummary s, get(id));
-  std::shared_lock<std::shared_mutex> lk(svc_mu_);
-  if (!is_live(id)) {
+Status ExperimentManager::switch_to_locked(const std::string& id,
+                                           std::shared_ptr<CoordinatorService>* release) {
+  if (service_ && service_->state() == ExperimentState::kRunning)
+    return FailedPrecondition("experiment '" + service_->experiment_id() +
+                              "' is running; pause or stop it first");
+  if (!options_.open_service || !options_.router) {
     const std::string live = service_ ? "'" + service_->experiment_id() + "'" : "none";
     return FailedPrecondition("experiment '" + id +
                               "' is not served by this coordinator (it serves " + live +
                               "); serve it with `" + options_.serve_hint + "` using its config");
   }
-  if (s.record.state == ExperimentState::kPaused)
-    return FailedPrecondition("experiment '" + id + "' is paused; resume it instead");
-  return service_->start();
+  ATOLL_ASSIGN_OR_RETURN(ExperimentRecord r, store_.load_experiment(id));
+  if (r.state == ExperimentState::kFinished || r.state == ExperimentState::kFailed)
+    return FailedPrecondition("experiment '" + id + "' is " + experiment_state_name(r.state) +
+                              " and cannot be started again");
+  ATOLL_ASSIGN_OR_RETURN(ExperimentConfig cfg,
+                         parse_experiment_config(r.config_toml, "experiment '" + id + "'"));
+  ATOLL_ASSIGN_OR_RETURN(std::shared_ptr<CoordinatorService> svc, options_.open_service(r, cfg));
+  if (Status st = svc->start(); !st.ok()) {
+    *release = std::move(svc);
+    return st;
+  }
+  *release = std::exchange(service_, std::move(svc));
+  (void)options_.router->set(service_);
+  (void)store_.append_audit(id, "live", "made live and started from the API");
+  return Status::Ok();
+}
+
+Status ExperimentManager::start(const std::string& id) {
+  ATOLL_RETURN_IF_ERROR(get(id).status());
+  std::shared_ptr<CoordinatorService> release;  // destroyed after the lock
+  {
+    std::unique_lock<std::shared_mutex> lk(svc_mu_);
+    if (is_live(id)) {
+      if (service_->state() == ExperimentState::kPaused)
+        return FailedPrecondition("experiment '" + id + "' is paused; resume it instead");
+      return service_->start();
+    }
+    ATOLL_RETURN_IF_ERROR(switch_to_locked(id, &release));
+  }
+  emit({id, "experiments", json::serialize(json::object{{"id", id}, {"event", "live"}})});
+  return Status::Ok();
 }
 
 Status ExperimentManager::resume(const std::string& id) {
   ATOLL_ASSIGN_OR_RETURN(ExperimentSummary s, get(id));
-  std::shared_lock<std::shared_mutex> lk(svc_mu_);
   if (s.record.state != ExperimentState::kPaused)
     return FailedPrecondition("experiment '" + id + "' is " +
                               experiment_state_name(s.record.state) + ", not paused");
-  if (!is_live(id))
-    return FailedPrecondition("experiment '" + id + "' is not served by this coordinator");
-  return service_->start();
+  std::shared_ptr<CoordinatorService> release;  // destroyed after the lock
+  {
+    std::unique_lock<std::shared_mutex> lk(svc_mu_);
+    if (is_live(id)) return service_->start();
+    ATOLL_RETURN_IF_ERROR(switch_to_locked(id, &release));
+  }
+  emit({id, "experiments", json::serialize(json::object{{"id", id}, {"event", "live"}})});
+  return Status::Ok();
 }
 
 Status ExperimentManager::pause(const std::string& id) {

@@ -1,26 +1,34 @@
 // Experiments as the dashboard and the REST API see them: every experiment in the Store, plus
-// the ONE whose CoordinatorService this process hosts on its gRPC server (the "live" one).
+// the ONE whose CoordinatorService this process's gRPC server routes nodes to (the "live" one).
 //
 // A CoordinatorService runs one experiment; nodes find it through the coordinator's gRPC
-// address. The manager therefore creates, lists, inspects, stops and deletes experiments in
-// the store, and forwards lifecycle changes (start, pause, resume, stop) to the live service.
-// Starting an experiment that is not live is refused with a message naming the command that
-// serves it (docs/decisions.md, "Dashboard: one live experiment per coordinator").
+// address, where a ServiceRouter forwards their calls to the live service. The manager creates,
+// lists, inspects, stops and deletes experiments in the store, and forwards lifecycle changes
+// (start, pause, resume, stop) to the live service. Starting (or resuming) a stored experiment
+// that is not live switches the live one: when the live experiment is not running (created,
+// paused, finished or failed), the manager opens a service for the stored one
+// (ManagerOptions::open_service), starts it and makes it live (ManagerOptions::router); while
+// the live one runs, the start is refused (docs/decisions.md, "Dashboard: one live experiment
+// per coordinator").
 //
-// Threads: every method may be called from any thread. The live service pointer is guarded by
-// a shared mutex held (shared) for the duration of each call into the service, so attach()
-// (exclusive) returns only once no call is in flight; detach before destroying the service.
+// Threads: every method may be called from any thread. The live service is a shared_ptr guarded
+// by a shared mutex: readers and lifecycle calls hold it shared, attach() and a switch hold it
+// exclusively (a switch opens and starts the new service under it, so two switches never race).
+// A replaced service is released only after the mutex is unlocked: its destructor joins its
+// event thread, whose callback (on_event with an id) never takes the mutex.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <vector>
 
 #include "coordinator/experiment_config.h"
+#include "coordinator/router.h"
 #include "coordinator/service.h"
 #include "coordinator/store.h"
 #include "kernels/core/status.h"
@@ -84,12 +92,22 @@ using CheckpointEncoder = std::function<StatusOr<std::string>(const ExperimentRe
                                                               const ExperimentConfig& config,
                                                               const std::vector<float>& params)>;
 
+// Opens a CoordinatorService for a stored experiment (its config and stored θ), with its events
+// wired to ExperimentManager::on_event(record.id, e). The service is not started.
+using ServiceFactory = std::function<StatusOr<std::shared_ptr<CoordinatorService>>(
+    const ExperimentRecord& record, const ExperimentConfig& config)>;
+
 struct ManagerOptions {
   // Largest model create() accepts, in fp32 parameters (θ_0 is allocated at creation).
   uint64_t max_params = uint64_t{1} << 28;
   // Empty: checkpoint() answers FAILED_PRECONDITION.
   CheckpointEncoder encode_checkpoint;
-  // What start() says when asked to start an experiment that is not live.
+  // Empty: start() of an experiment that is not live answers FAILED_PRECONDITION (serve_hint).
+  ServiceFactory open_service;
+  // Where nodes' calls go: attach() and a switch make the live service current there. Must
+  // outlive the manager. Null: the caller serves the attached service itself.
+  ServiceRouter* router = nullptr;
+  // What start() says when asked to start an experiment that is not live and cannot switch.
   std::string serve_hint = "atoll coordinator --config FILE --store DIR";
 };
 
@@ -99,9 +117,16 @@ class ExperimentManager {
   ExperimentManager(const ExperimentManager&) = delete;
   ExperimentManager& operator=(const ExperimentManager&) = delete;
 
-  // The service the gRPC server hosts; nullptr detaches. Blocks until no call is in flight.
+  // The live service (shared ownership); nullptr detaches. Blocks until no manager call is in
+  // flight; the previous service is released after the lock.
+  void attach(std::shared_ptr<CoordinatorService> service);
+  // Not owned: `service` must outlive its attachment.
   void attach(CoordinatorService* service);
-  // Forward ServiceOptions::on_event of the live service here.
+  std::shared_ptr<CoordinatorService> live() const;
+  // Forward ServiceOptions::on_event of a service here, naming its experiment (services opened
+  // by a switch must use this form; it never takes the service mutex).
+  void on_event(const std::string& experiment_id, const Event& e);
+  // The same for the live service (looks its id up).
   void on_event(const Event& e);
   // A value the coordinator computed itself, e.g. "val_bpb" after round r (x = rounds
   // completed). Stored with the metrics (node id "@coordinator") and announced as "eval".
@@ -116,6 +141,8 @@ class ExperimentManager {
   StatusOr<ExperimentSummary> create(const ExperimentConfig& config);
   StatusOr<std::vector<ExperimentSummary>> list() const;
   StatusOr<ExperimentSummary> get(const std::string& id) const;
+  // The live experiment: starts it (created → running). Another one, created or paused: makes
+  // it live and starts it, if the live one is not running (FAILED_PRECONDITION otherwise).
   Status start(const std::string& id);
   Status pause(const std::string& id);
   Status resume(const std::string& id);
@@ -138,11 +165,14 @@ class ExperimentManager {
   StatusOr<ExperimentSummary> summarize(const ExperimentRecord& record) const;  // svc_mu_ held
   bool is_live(const std::string& id) const;                                    // svc_mu_ held
   void emit(ManagerEvent e);
+  // Opens, starts and makes `id` live; the replaced service lands in *release (svc_mu_ held
+  // exclusively).
+  Status switch_to_locked(const std::string& id, std::shared_ptr<CoordinatorService>* release);
 
   Store& store_;
   const ManagerOptions options_;
   mutable std::shared_mutex svc_mu_;
-  CoordinatorService* service_ = nullptr;
+  std::shared_ptr<CoordinatorService> service_;
   std::mutex listeners_mu_;
   std::map<uint64_t, Listener> listeners_;
   uint64_t next_listener_ = 1;

@@ -8,12 +8,22 @@ namespace atl::coordinator {
 
 StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(CoordinatorService& service,
                                                                       ServerOptions options) {
+  return start_with(service, [&service] { service.shutdown(); }, std::move(options));
+}
+
+StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(ServiceRouter& router,
+                                                                      ServerOptions options) {
+  return start_with(router, [&router] { router.shutdown(); }, std::move(options));
+}
+
+StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start_with(
+    grpc::Service& service, std::function<void()> wake, ServerOptions options) {
   if (!options.credentials)
     return InvalidArgument("coordinator server: no credentials (use TLS, or --insecure)");
   const size_t colon = options.listen.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == options.listen.size())
     return InvalidArgument("--listen " + options.listen + " must be HOST:PORT, e.g. 0.0.0.0:7070");
-  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer(service, options.shutdown_grace));
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer(std::move(wake), options.shutdown_grace));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, options.credentials, &s->port_);
   builder.RegisterService(&service);
@@ -28,7 +38,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start(Coordinato
 
 void CoordinatorServer::shutdown() {
   if (!server_) return;
-  service_.shutdown();  // long-polls return now instead of at their wait_ms
+  wake_();  // long-polls return now instead of at their wait_ms
   server_->Shutdown(std::chrono::system_clock::now() + grace_);
   server_->Wait();
   server_.reset();

@@ -1,4 +1,5 @@
-// A gRPC server hosting a CoordinatorService on HOST:PORT (port 0 → an ephemeral port, reported
+// A gRPC server hosting a CoordinatorService (or a ServiceRouter that forwards to the current
+// one) on HOST:PORT (port 0 → an ephemeral port, reported
 // by port()). Message sizes are bounded (transport::apply_server_limits). RAII: destruction
 // wakes the service's long-polls and shuts the server down.
 #pragma once
@@ -7,9 +8,11 @@
 #include <grpcpp/server.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "coordinator/router.h"
 #include "coordinator/service.h"
 #include "kernels/core/status.h"
 
@@ -29,6 +32,9 @@ class CoordinatorServer {
   // `service` must outlive the server.
   static StatusOr<std::unique_ptr<CoordinatorServer>> start(CoordinatorService& service,
                                                             ServerOptions options);
+  // `router` must outlive the server.
+  static StatusOr<std::unique_ptr<CoordinatorServer>> start(ServiceRouter& router,
+                                                            ServerOptions options);
   ~CoordinatorServer();
   CoordinatorServer(const CoordinatorServer&) = delete;
   CoordinatorServer& operator=(const CoordinatorServer&) = delete;
@@ -40,9 +46,12 @@ class CoordinatorServer {
   void shutdown();
 
  private:
-  CoordinatorServer(CoordinatorService& service, std::chrono::milliseconds grace)
-      : service_(service), grace_(grace) {}
-  CoordinatorService& service_;
+  CoordinatorServer(std::function<void()> wake, std::chrono::milliseconds grace)
+      : wake_(std::move(wake)), grace_(grace) {}
+  static StatusOr<std::unique_ptr<CoordinatorServer>> start_with(grpc::Service& service,
+                                                                 std::function<void()> wake,
+                                                                 ServerOptions options);
+  std::function<void()> wake_;  // wakes long-polls before shutdown
   std::chrono::milliseconds grace_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

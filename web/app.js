@@ -14,7 +14,7 @@ const COLORS = ['#0e7490', '#c2410c', '#7c3aed', '#15803d', '#be185d', '#1d4ed8'
   '#0f766e', '#9333ea', '#b91c1c', '#4d7c0f', '#0369a1', '#c026d3', '#57534e', '#ea580c'];
 
 const $ = (sel, root = document) => root.querySelector(sel);
-const state = { role: null, view: null, experiment: null, charts: {}, stream: null, refreshTimer: null, pollTimer: null };
+const state = { role: null, view: null, experiment: null, charts: {}, stream: null, refreshTimer: null, pollTimer: null, selected: new Set(), compare: [] };
 
 // ---- formatting -----------------------------------------------------------------------------
 function fmtBytes(b) {
@@ -158,6 +158,8 @@ async function route() {
   if (!(await ensureSession())) { location.hash = '#/login'; return; }
   const m = hash.match(/^#\/e\/([A-Za-z0-9._-]{1,64})$/);
   if (m) return showExperiment(m[1]);
+  const c = hash.match(/^#\/compare\/([A-Za-z0-9._,-]{1,1000})$/);
+  if (c) return showCompare(c[1].split(',').filter(Boolean));
   if (hash === '#/new') return showCreate();
   return showList();
 }
@@ -187,7 +189,8 @@ async function act(id, action) {
 }
 function actionsFor(x) {
   const acts = [];
-  if (x.live && x.state === 'created') acts.push('start');
+  // Not live: starting it makes it live, when the live experiment is not running.
+  if (x.state === 'created') acts.push('start');
   if (x.state === 'running') acts.push('pause');
   if (x.state === 'paused') acts.push('resume');
   if (x.state !== 'finished' && x.state !== 'failed') acts.push('stop');
@@ -201,7 +204,10 @@ async function renderList() {
     $('#list-error').textContent = e.message; show($('#list-error'), true); return;
   }
   const tbody = $('#experiments-table tbody');
+  const ids = new Set(data.experiments.map(x => x.id));
+  for (const id of [...state.selected]) if (!ids.has(id)) state.selected.delete(id);
   tbody.replaceChildren(...data.experiments.map(x => el('tr', { dataset: { id: x.id } },
+    el('td', { class: 'pick' }, pickBox(x.id)),
     el('td', {}, el('a', { href: `#/e/${x.id}` }, x.id), x.live ? el('span', { class: 'muted' }, ' · live') : ''),
     el('td', {}, el('span', { class: `state ${x.state}` }, x.state)),
     el('td', { class: 'num' }, `${x.current_round} / ${x.rounds}`),
@@ -213,6 +219,21 @@ async function renderList() {
       el('button', { class: `small ${a === 'stop' || a === 'delete' ? 'danger' : ''}`, onclick: () => act(x.id, a) }, a))),
   )));
   show($('#list-empty'), data.experiments.length === 0);
+  updateCompareButton();
+}
+function pickBox(id) {
+  const box = el('input', { type: 'checkbox', 'aria-label': `select ${id} to compare`, dataset: { pick: id } });
+  box.checked = state.selected.has(id);
+  box.addEventListener('change', () => {
+    if (box.checked) state.selected.add(id); else state.selected.delete(id);
+    updateCompareButton();
+  });
+  return box;
+}
+function updateCompareButton() {
+  const b = $('#compare-button');
+  b.disabled = state.selected.size < 2;
+  b.textContent = state.selected.size >= 2 ? `Compare ${state.selected.size}` : 'Compare selected';
 }
 
 // ---- create ---------------------------------------------------------------------------------
@@ -429,6 +450,67 @@ async function downloadCheckpoint(ev) {
   }
 }
 
+// ---- compare experiments --------------------------------------------------------------------
+// Overlays each experiment's validation bpb and mean inner loss (one dataset per experiment)
+// and tabulates final values, from the same metric API the experiment page uses.
+function ensureCompareCharts() {
+  if (state.charts.cmpBpb) return;
+  state.charts.cmpBpb = lineChart($('#chart-compare-bpb'), { yTitle: 'bits per byte' });
+  state.charts.cmpLoss = lineChart($('#chart-compare-loss'), { yTitle: 'loss (nats)' });
+}
+async function refreshCompare() {
+  const ids = state.compare;
+  if (state.view !== 'compare') return;
+  let rows;
+  try {
+    rows = await Promise.all(ids.map(async id => {
+      const [x, m] = await Promise.all([api(`api/experiments/${id}`), api(`api/experiments/${id}/metrics?max_points=400`)]);
+      return { x, m };
+    }));
+  } catch (e) {
+    $('#c-error').textContent = e.message;
+    show($('#c-error'), true);
+    return;
+  }
+  if (state.view !== 'compare' || state.compare !== ids) return;
+  show($('#c-error'), false);
+  ensureCompareCharts();
+  const g = r => r.m.global || {};
+  setDatasets(state.charts.cmpBpb, rows.map(r => ({ label: r.x.id, data: pts(g(r).val_bpb) })));
+  setDatasets(state.charts.cmpLoss, rows.map(r => ({ label: r.x.id, data: pts(g(r).mean_loss) })));
+  $('#chart-compare-bpb').dataset.datasets = String(state.charts.cmpBpb.data.datasets.length);
+  $('#chart-compare-loss').dataset.datasets = String(state.charts.cmpLoss.data.datasets.length);
+  const last = s => (s && s.length ? s[s.length - 1][1] : null);
+  const best = s => (s && s.length ? Math.min(...s.map(p => p[1])) : null);
+  const sum = (s, b) => (s || []).reduce((a, p) => a + (p[1] || 0), 0) * (b || 1);
+  $('#compare-table tbody').replaceChildren(...rows.map(({ x, m }, i) => {
+    const gl = m.global || {};
+    const sent = sum(gl.bytes, m.bucket), ddp = sum(gl.ddp_bytes, m.bucket);
+    return el('tr', { dataset: { id: x.id } },
+      el('td', {}, el('span', { class: 'swatch', style: `background:${COLORS[i % COLORS.length]}` }), ' ', el('a', { href: `#/e/${x.id}` }, x.id)),
+      el('td', {}, el('span', { class: `state ${x.state}` }, x.state)),
+      el('td', { class: 'num' }, `${x.current_round} / ${x.rounds}`),
+      el('td', { class: 'num' }, fmtNum(last(gl.val_bpb))),
+      el('td', { class: 'num' }, fmtNum(best(gl.val_bpb))),
+      el('td', { class: 'num' }, fmtNum(last(gl.mean_loss))),
+      el('td', { class: 'num' }, fmtBytes(sent)),
+      el('td', { class: 'num' }, ddp > 0 && sent > 0 ? `${(ddp / sent).toFixed(1)}× less` : '–'),
+      el('td', { class: 'mono' }, x.config.train.codec),
+      el('td', { class: 'num' }, fmtCount(x.params)),
+    );
+  }));
+}
+async function showCompare(ids) {
+  state.view = 'compare';
+  state.compare = ids;
+  state.selected = new Set(ids);
+  $('#c-title').textContent = ids.join(' · ');
+  show($('#view-compare'), true);
+  await refreshCompare();
+  startStream('api/events', () => scheduleRefresh(refreshCompare, 1000));
+  state.pollTimer = setInterval(refreshCompare, 10000);
+}
+
 // ---- wiring ---------------------------------------------------------------------------------
 $('#login-form').addEventListener('submit', async ev => {
   ev.preventDefault();
@@ -446,6 +528,9 @@ $('#login-form').addEventListener('submit', async ev => {
   }
 });
 $('#logout').addEventListener('click', () => logout());
+$('#compare-button').addEventListener('click', () => {
+  if (state.selected.size >= 2) location.hash = `#/compare/${[...state.selected].join(',')}`;
+});
 $('#create-form').addEventListener('submit', submitCreate);
 for (const b of document.querySelectorAll('#x-actions button'))
   b.addEventListener('click', () => act(state.experiment, b.dataset.action));

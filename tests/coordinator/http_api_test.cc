@@ -15,6 +15,9 @@
 #include "coordinator/experiment_manager.h"
 #include "coordinator/http/auth.h"
 #include "coordinator/http/server.h"
+#include "coordinator/router.h"
+#include "coordinator/server.h"
+#include "coordinator/service_harness.h"
 #include "coordinator/service.h"
 #include "coordinator/test_util.h"
 #include "transport/tls/ca.h"
@@ -132,9 +135,11 @@ class HttpApiTest : public ::testing::Test {
   }
   void TearDown() override {
     server_.reset();
+    grpc_.reset();
     if (manager_) manager_->attach(nullptr);
     service_.reset();
     manager_.reset();
+    router_.reset();
     store_.reset();
   }
 
@@ -150,6 +155,8 @@ class HttpApiTest : public ::testing::Test {
   std::unique_ptr<Store> store_;
   std::unique_ptr<ExperimentManager> manager_;
   std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<ServiceRouter> router_;      // outlives manager_
+  std::unique_ptr<CoordinatorServer> grpc_;    // serves router_
   std::unique_ptr<http::HttpServer> server_;
   std::unique_ptr<Client> client_;
   std::string admin_, viewer_;
@@ -284,6 +291,100 @@ TEST_F(HttpApiTest, LiveExperimentIsDrivenThroughItsService) {
   EXPECT_EQ(client_->send("POST", "/api/experiments/live/stop", admin_).status, 200u);
   EXPECT_EQ(service_->state(), ExperimentState::kFinished);
   EXPECT_EQ(client_->send("POST", "/api/experiments/live/start", admin_).status, 409u);
+}
+
+// A coordinator that can switch: a gRPC server on a ServiceRouter, and a manager that opens
+// services for stored experiments. Experiment A is live; B is created from the API.
+TEST_F(HttpApiTest, StartingAStoredExperimentMakesItLive) {
+  server_.reset();
+  manager_.reset();
+  router_ = std::make_unique<ServiceRouter>();
+  ManagerOptions mo;
+  mo.router = router_.get();
+  mo.open_service = [this](const ExperimentRecord& rec, const ExperimentConfig& cfg)
+      -> StatusOr<std::shared_ptr<CoordinatorService>> {
+    algorithms::ParamSet layout(algorithms::make_layout(model_config(cfg)));
+    ServiceOptions so;
+    so.on_event = [m = manager_.get(), id = rec.id](const Event& e) { m->on_event(id, e); };
+    ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorService> svc,
+                           CoordinatorService::open(*store_, cfg, layout, so));
+    return std::shared_ptr<CoordinatorService>(std::move(svc));
+  };
+  manager_ = std::make_unique<ExperimentManager>(*store_, mo);
+  http::HttpOptions ho;
+  ho.tls_dir = tls_;
+  auto server = http::HttpServer::start(*manager_, *store_, ho);
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  server_ = std::move(server).value();
+  client_ = std::make_unique<Client>(transport::ca_cert_path(tls_), server_->port());
+
+  auto cfg_a = parse_experiment_config(
+      "name = \"expA\"\n[model]\ndim = 16\nlayers = 1\nheads = 2\nffn_hidden = 32\nseq_len = 16\n",
+      "test");
+  ASSERT_TRUE(cfg_a.ok()) << cfg_a.status().to_string();
+  ServiceOptions so_a;
+  so_a.on_event = [m = manager_.get()](const Event& e) { m->on_event("expA", e); };
+  algorithms::ParamSet theta_a(algorithms::make_layout(model_config(*cfg_a)));
+  auto svc_a = CoordinatorService::open(*store_, *cfg_a, theta_a, so_a);
+  ASSERT_TRUE(svc_a.ok()) << svc_a.status().to_string();
+  manager_->attach(std::shared_ptr<CoordinatorService>(std::move(svc_a).value()));
+  auto grpc = CoordinatorServer::start(
+      *router_, {.listen = "127.0.0.1:0", .credentials = transport::insecure_server_credentials()});
+  ASSERT_TRUE(grpc.ok()) << grpc.status().to_string();
+  grpc_ = std::move(grpc).value();
+
+  ASSERT_EQ(client_->send("POST", "/api/experiments", admin_, small_config("expB")).status, 201u);
+  ASSERT_EQ(client_->send("POST", "/api/experiments/expA/start", admin_).status, 200u);
+  // A runs: B cannot take over.
+  Reply busy = client_->send("POST", "/api/experiments/expB/start", admin_);
+  EXPECT_EQ(busy.status, 409u);
+  EXPECT_NE(busy.error().find("'expA' is running; pause or stop it first"), std::string::npos)
+      << busy.body;
+  EXPECT_FALSE(client_->send("GET", "/api/experiments/expB", viewer_)
+                   .json()
+                   .as_object()
+                   .at("live")
+                   .as_bool());
+
+  // A paused: starting B makes it live and running.
+  ASSERT_EQ(client_->send("POST", "/api/experiments/expA/pause", admin_).status, 200u);
+  Reply started = client_->send("POST", "/api/experiments/expB/start", admin_);
+  ASSERT_EQ(started.status, 200u) << started.body;
+  Reply b = client_->send("GET", "/api/experiments/expB", viewer_);
+  EXPECT_TRUE(b.json().as_object().at("live").as_bool()) << b.body;
+  EXPECT_EQ(b.json().as_object().at("state").as_string(), "running");
+  Reply a = client_->send("GET", "/api/experiments/expA", viewer_);
+  EXPECT_FALSE(a.json().as_object().at("live").as_bool()) << a.body;
+  EXPECT_EQ(a.json().as_object().at("state").as_string(), "paused");
+  // B runs now: A cannot take over again.
+  EXPECT_EQ(client_->send("POST", "/api/experiments/expA/resume", admin_).status, 409u);
+
+  // A node at the same gRPC address joins B and trains it to the end (3 rounds).
+  auto cfg_b = manager_->get("expB");
+  ASSERT_TRUE(cfg_b.ok());
+  testing::FakeNode node;
+  node.options = testing::insecure_client(grpc_->address(), "node-0");
+  node.layout_fp = algorithms::layout_fingerprint(algorithms::make_layout(model_config(cfg_b->config)));
+  node.run(std::chrono::steady_clock::now() + std::chrono::seconds(30));
+  EXPECT_TRUE(node.stopped);
+  EXPECT_TRUE(node.errors.empty()) << node.errors.front();
+  EXPECT_EQ(node.rounds_done.size(), 3u);
+  Reply done = client_->send("GET", "/api/experiments/expB", viewer_);
+  EXPECT_EQ(done.json().as_object().at("state").as_string(), "finished") << done.body;
+  EXPECT_EQ(done.json().as_object().at("current_round").as_int64(), 3) << done.body;
+  Reply rounds = client_->send("GET", "/api/experiments/expB/rounds", viewer_);
+  ASSERT_EQ(rounds.status, 200u);
+  EXPECT_EQ(rounds.json().as_object().at("rounds").as_array().size(), 3u) << rounds.body;
+
+  // B finished: the paused A can be resumed (it becomes live again, from its stored round).
+  Reply back = client_->send("POST", "/api/experiments/expA/resume", admin_);
+  EXPECT_EQ(back.status, 200u) << back.body;
+  EXPECT_TRUE(client_->send("GET", "/api/experiments/expA", viewer_)
+                  .json()
+                  .as_object()
+                  .at("live")
+                  .as_bool());
+  EXPECT_EQ(client_->send("POST", "/api/experiments/expB/start", admin_).status, 409u);
 }
 
 TEST_F(HttpApiTest, BadBodiesAre4xxWithAMessage) {

@@ -2,7 +2,8 @@
 // TLS 1.3, node processes) and Debian's headless Chromium driven by playwright-core.
 //   log in with the printed token → create an experiment (first with a bad value: the server's
 //   message shows inline) → open the running demo → rounds arrive live and the charts grow →
-//   screenshot kept as a test artifact.
+//   screenshot kept as a test artifact → select the demo and the new experiment in the list and
+//   compare them (one chart dataset per experiment, a table row each; screenshot kept too).
 // Run from the repository root: node tests/e2e/dashboard.spec.mjs
 // Environment: ATOLL_BINARY (default build/atoll), ATOLL_ARTIFACTS (default build/test-artifacts),
 // CHROMIUM (default /usr/bin/chromium).
@@ -149,6 +150,32 @@ try {
   const shot = path.join(ARTIFACTS, 'dashboard.png');
   await page.screenshot({ path: shot, fullPage: true });
   step(`screenshot ${shot}`);
+
+  // ---- compare two experiments ----------------------------------------------------------------
+  await page.click('header a[href="#/"]');
+  await page.waitForSelector(`#experiments-table tr[data-id="${name}"] input[type=checkbox]`);
+  await page.check('#experiments-table tr[data-id="demo"] input[type=checkbox]');
+  await page.check(`#experiments-table tr[data-id="${name}"] input[type=checkbox]`);
+  await page.click('#compare-button:not([disabled])');
+  await page.waitForSelector('#view-compare:not([hidden])');
+  await page.waitForSelector('#chart-compare-bpb[data-datasets]');
+  const sets = Number(await page.getAttribute('#chart-compare-bpb', 'data-datasets'));
+  const lossSets = Number(await page.getAttribute('#chart-compare-loss', 'data-datasets'));
+  if (sets !== 2 || lossSets !== 2)
+    throw new Error(`compare charts have ${sets} bpb and ${lossSets} loss datasets, expected 2 each`);
+  const labels = await page.evaluate(() =>
+    Chart.getChart(document.querySelector('#chart-compare-bpb')).data.datasets.map(d => d.label).sort());
+  if (labels.join(',') !== ['demo', name].sort().join(','))
+    throw new Error(`compare datasets are ${labels.join(', ')}, expected demo and ${name}`);
+  const demoPoints = await page.evaluate(() =>
+    Chart.getChart(document.querySelector('#chart-compare-bpb')).data.datasets.find(d => d.label === 'demo').data.length);
+  if (demoPoints < 2) throw new Error(`the demo's bpb curve has ${demoPoints} points in the compare view`);
+  const cmpRows = await page.$$eval('#compare-table tbody tr', rows => rows.map(r => r.dataset.id));
+  if (cmpRows.length !== 2) throw new Error(`compare table has ${cmpRows.length} rows, expected 2`);
+  const cmpShot = path.join(ARTIFACTS, 'dashboard-compare.png');
+  await page.screenshot({ path: cmpShot, fullPage: true });
+  step(`compare view: ${labels.join(' vs ')}, screenshot ${cmpShot}`);
+
   if (pageErrors.length) throw new Error(`errors in the page: ${pageErrors.join(' | ')}`);
   clearTimeout(watchdog);
   await cleanup();
