@@ -30,6 +30,7 @@ RunningCoordinator::~RunningCoordinator() {
   service.reset();
   manager.reset();
   store.reset();
+  refusals.reset();
 }
 
 std::string find_tree_dir(const std::string& relative) {
@@ -121,6 +122,7 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
   } else {
     ATOLL_ASSIGN_OR_RETURN(srv.credentials,
                            transport::server_credentials(l.tls_dir, l.server_name));
+    rc->refusals = std::make_unique<transport::HandshakeRefusalLog>();
   }
   ATOLL_ASSIGN_OR_RETURN(rc->server, coordinator::CoordinatorServer::start(*rc->service, srv));
   rc->manager->attach(rc->service.get());

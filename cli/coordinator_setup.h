@@ -13,6 +13,7 @@
 #include "coordinator/server.h"
 #include "coordinator/service.h"
 #include "coordinator/store.h"
+#include "transport/tls/handshake_log.h"
 
 namespace atl::cli {
 
@@ -34,13 +35,15 @@ struct CoordinatorLaunch {
 };
 
 struct RunningCoordinator {
+  // With TLS: each connection the gRPC server refuses is one clear line on stderr.
+  std::unique_ptr<transport::HandshakeRefusalLog> refusals;
   std::unique_ptr<coordinator::Store> store;
   std::unique_ptr<coordinator::ExperimentManager> manager;
   std::unique_ptr<coordinator::CoordinatorService> service;
   std::unique_ptr<coordinator::CoordinatorServer> server;
   std::unique_ptr<coordinator::http::HttpServer> http;  // null without a dashboard
   algorithms::ModelConfig model;
-  ~RunningCoordinator();  // dashboard, gRPC server, service, manager, store
+  ~RunningCoordinator();  // dashboard, gRPC server, service, manager, store, refusal log
 };
 
 // A directory of the source tree (web, node_modules): in the working directory, else next to
