@@ -12,7 +12,6 @@
 #include "cli/global_eval.h"
 #include "cli/serve_after_done.h"
 #include "cli/signals.h"
-#include "coordinator/http/auth.h"
 #include "kernels/cpu/ops.h"
 
 namespace atl::cli {
@@ -121,18 +120,10 @@ int cmd_coordinator(const Args& args) {
               rc.service->experiment_id().c_str(), rc.server->address().c_str(),
               l.insecure ? "INSECURE plaintext" : "TLS 1.3, mTLS", rc.service->current_round(),
               rc.service->params_fingerprint().substr(0, 16).c_str());
-  if (rc.http) {
-    std::printf("dashboard: %s\n", rc.http->url().c_str());
-    // First start of a store: bootstrap one admin token (later ones: POST /api/tokens, or
-    // `atoll token create` while no coordinator runs).
-    auto tokens = rc.store->list_tokens();
-    if (tokens.ok() && tokens->empty()) {
-      auto token = coordinator::http::create_token(*rc.store, coordinator::http::Role::kAdmin,
-                                                   "bootstrap");
-      if (!token.ok()) return fail("coordinator", token.status().message());
-      std::printf("token: %s\n", token->c_str());
-    }
-  }
+  // First start of a store: bootstrap one admin token (later ones: POST /api/tokens, or
+  // `atoll token create` while no coordinator runs).
+  if (Status st = announce_dashboard(rc, "bootstrap", /*always=*/false); !st.ok())
+    return fail("coordinator", st.message());
   if (evaluator) {
     auto v = evaluator->evaluate_and_publish(rc, rc.service->current_round());
     if (!v.ok()) return fail("coordinator", "evaluation: " + v.status().message());

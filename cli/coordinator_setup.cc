@@ -1,9 +1,11 @@
 #include "cli/coordinator_setup.h"
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "algorithms/compress/codec.h"
+#include "coordinator/http/auth.h"
 #include "node/checkpoint.h"
 #include "transport/tls/credentials.h"
 
@@ -139,6 +141,22 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
                            coordinator::http::HttpServer::start(*rc->manager, *rc->store, ho));
   }
   return rc;
+}
+
+Status announce_dashboard(RunningCoordinator& rc, const std::string& label, bool always) {
+  if (!rc.http) return Status::Ok();
+  std::string token;
+  if (!always) {
+    ATOLL_ASSIGN_OR_RETURN(std::vector<coordinator::TokenRecord> tokens, rc.store->list_tokens());
+    always = tokens.empty();
+  }
+  if (always) {
+    ATOLL_ASSIGN_OR_RETURN(
+        token, coordinator::http::create_token(*rc.store, coordinator::http::Role::kAdmin, label));
+  }
+  std::printf("dashboard: %s\n", rc.http->url().c_str());
+  if (!token.empty()) std::printf("token: %s\n", token.c_str());
+  return Status::Ok();
 }
 
 }  // namespace atl::cli

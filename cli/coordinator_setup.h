@@ -53,4 +53,9 @@ std::string find_tree_dir(const std::string& relative);
 // Opens (or resumes) the experiment and starts serving; the experiment is not started yet.
 StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const CoordinatorLaunch& launch);
 
+// With a dashboard: prints "dashboard: URL" and, when `always` or the store holds no token yet,
+// creates an admin token labelled `label` and prints "token: atl_..." (shown once). Without a
+// dashboard it does nothing.
+Status announce_dashboard(RunningCoordinator& rc, const std::string& label, bool always);
+
 }  // namespace atl::cli

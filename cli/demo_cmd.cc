@@ -24,7 +24,6 @@
 #include "cli/progress.h"
 #include "cli/serve_after_done.h"
 #include "cli/signals.h"
-#include "coordinator/http/auth.h"
 #include "kernels/cpu/ops.h"
 #include "node/node_runner.h"
 #include "node/site_data.h"
@@ -208,10 +207,8 @@ int cmd_demo(const Args& args) {
               cfg.train.codec.c_str(), insecure ? "INSECURE plaintext" : "TLS 1.3 mTLS");
   std::printf("coordinator %s, store %s\n", rc.server->address().c_str(), store_dir.c_str());
   if (rc.http) {
-    auto token = coordinator::http::create_token(*rc.store, coordinator::http::Role::kAdmin, "demo");
-    if (!token.ok()) return fail("demo", token.status().message());
-    std::printf("dashboard: %s\n", rc.http->url().c_str());
-    std::printf("token: %s\n", token->c_str());
+    if (Status st = announce_dashboard(rc, "demo", /*always=*/true); !st.ok())
+      return fail("demo", st.message());
   } else if (insecure && launch.http_listen.size()) {
     std::printf("dashboard: off (it needs TLS; drop --insecure)\n");
   }
