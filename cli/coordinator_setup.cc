@@ -1,9 +1,11 @@
 #include "cli/coordinator_setup.h"
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "algorithms/compress/codec.h"
+#include "coordinator/http/auth.h"
 #include "node/checkpoint.h"
 #include "transport/tls/credentials.h"
 
@@ -22,6 +24,7 @@ RunningCoordinator::~RunningCoordinator() {
   manager.reset();
   router.reset();
   store.reset();
+  refusals.reset();
 }
 
 std::string find_tree_dir(const std::string& relative) {
@@ -151,6 +154,7 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
   } else {
     ATOLL_ASSIGN_OR_RETURN(srv.credentials,
                            transport::server_credentials(l.tls_dir, l.server_name));
+    rc->refusals = std::make_unique<transport::HandshakeRefusalLog>();
   }
   rc->manager->attach(rc->service);
   ATOLL_ASSIGN_OR_RETURN(rc->server, coordinator::CoordinatorServer::start(*rc->router, srv));
@@ -167,6 +171,22 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
                            coordinator::http::HttpServer::start(*rc->manager, *rc->store, ho));
   }
   return rc;
+}
+
+Status announce_dashboard(RunningCoordinator& rc, const std::string& label, bool always) {
+  if (!rc.http) return Status::Ok();
+  std::string token;
+  if (!always) {
+    ATOLL_ASSIGN_OR_RETURN(std::vector<coordinator::TokenRecord> tokens, rc.store->list_tokens());
+    always = tokens.empty();
+  }
+  if (always) {
+    ATOLL_ASSIGN_OR_RETURN(
+        token, coordinator::http::create_token(*rc.store, coordinator::http::Role::kAdmin, label));
+  }
+  std::printf("dashboard: %s\n", rc.http->url().c_str());
+  if (!token.empty()) std::printf("token: %s\n", token.c_str());
+  return Status::Ok();
 }
 
 }  // namespace atl::cli

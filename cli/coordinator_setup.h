@@ -14,6 +14,7 @@
 #include "coordinator/server.h"
 #include "coordinator/service.h"
 #include "coordinator/store.h"
+#include "transport/tls/handshake_log.h"
 
 namespace atl::cli {
 
@@ -35,6 +36,8 @@ struct CoordinatorLaunch {
 };
 
 struct RunningCoordinator {
+  // With TLS: each connection the gRPC server refuses is one clear line on stderr.
+  std::unique_ptr<transport::HandshakeRefusalLog> refusals;
   std::unique_ptr<coordinator::Store> store;
   // Forwards nodes' gRPC calls to the live service (the manager switches it when the dashboard
   // starts another stored experiment).
@@ -46,7 +49,7 @@ struct RunningCoordinator {
   std::unique_ptr<coordinator::CoordinatorServer> server;
   std::unique_ptr<coordinator::http::HttpServer> http;  // null without a dashboard
   algorithms::ModelConfig model;
-  ~RunningCoordinator();  // dashboard, gRPC server, services, manager, router, store
+  ~RunningCoordinator();  // dashboard, gRPC server, services, manager, router, store, refusal log
 };
 
 // A directory of the source tree (web, node_modules): in the working directory, else next to
@@ -55,5 +58,10 @@ std::string find_tree_dir(const std::string& relative);
 
 // Opens (or resumes) the experiment and starts serving; the experiment is not started yet.
 StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const CoordinatorLaunch& launch);
+
+// With a dashboard: prints "dashboard: URL" and, when `always` or the store holds no token yet,
+// creates an admin token labelled `label` and prints "token: atl_..." (shown once). Without a
+// dashboard it does nothing.
+Status announce_dashboard(RunningCoordinator& rc, const std::string& label, bool always);
 
 }  // namespace atl::cli

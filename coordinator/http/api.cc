@@ -3,6 +3,7 @@
 #include <boost/json.hpp>
 #include <charconv>
 #include <map>
+#include <optional>
 
 #include "coordinator/http/auth.h"
 #include "coordinator/http/config_json.h"
@@ -160,6 +161,7 @@ Response Api::handle_api(const Request& req, const std::string& path,
     r.stream = "";
     return r;
   }
+  if (seg.size() >= 2 && seg[1] == "tokens") return handle_tokens(req, seg, *role);
   if (seg.size() < 2 || seg[1] != "experiments") return error(404, "no such API route");
 
   if (seg.size() == 2) {
@@ -270,6 +272,81 @@ Response Api::handle_api(const Request& req, const std::string& path,
     return r;
   }
   return error(404, "no such API route");
+}
+
+// Tokens while the coordinator runs (its store is locked to `atoll token`). Admin only, reads
+// included: the list shows who has access.
+Response Api::handle_tokens(const Request& req, const std::vector<std::string>& seg,
+                            Role role) const {
+  if (role != Role::kAdmin) return error(403, "tokens are managed with an admin token");
+  auto fail = [](const Status& s) { return error(http_status(s), s.message()); };
+  if (seg.size() == 2) {
+    if (req.method == "GET") {
+      auto tokens = store_.list_tokens();
+      if (!tokens.ok()) return fail(tokens.status());
+      json::array a;
+      for (const auto& t : *tokens)
+        a.push_back(json::object{{"hash", t.hash},
+                                 {"role", t.role},
+                                 {"label", t.label},
+                                 {"created_unix_ms", t.created_unix_ms}});
+      return json_response(200, json::object{{"tokens", std::move(a)}});
+    }
+    if (req.method != "POST") return error(405, "use GET or POST");
+    boost::system::error_code ec;
+    json::value body = json::parse(req.body, ec);
+    if (ec) return error(400, "malformed JSON body: " + ec.message());
+    if (!body.is_object())
+      return error(400,
+                   "the body must be a JSON object {\"role\": \"viewer\"|\"admin\", "
+                   "\"label\": \"...\"}");
+    std::string label;
+    std::optional<Role> new_role;
+    for (const auto& [key, value] : body.as_object()) {
+      if (key == "role") {
+        if (!value.is_string()) return error(400, "role must be a string", "role");
+        auto r = parse_role(std::string(value.as_string()));
+        if (!r.ok()) return error(400, r.status().message(), "role");
+        new_role = *r;
+      } else if (key == "label") {
+        if (!value.is_string()) return error(400, "label must be a string", "label");
+        label = std::string(value.as_string());
+      } else {
+        return error(400,
+                     "unknown field '" + std::string(key).substr(0, 64) +
+                         "' (a token has a role and a label)",
+                     std::string(key).substr(0, 64));
+      }
+    }
+    if (!new_role) return error(400, "role is required: \"viewer\" or \"admin\"", "role");
+    auto token = create_token(store_, *new_role, label);
+    if (!token.ok()) return fail(token.status());
+    // The token itself appears only in this response; the store keeps its hash.
+    return json_response(201, json::object{{"token", *token},
+                                           {"hash", hash_token(*token)},
+                                           {"role", role_name(*new_role)},
+                                           {"label", label}});
+  }
+  if (seg.size() != 3) return error(404, "no such API route");
+  if (req.method != "DELETE") return error(405, "use DELETE");
+  auto match = find_token(store_, seg[2]);
+  if (!match.ok()) {
+    if (match.status().code() == StatusCode::kInvalidArgument)
+      return error(400, match.status().message());
+    return fail(match.status());
+  }
+  if (match->role == role_name(Role::kAdmin)) {
+    // Revoking the last admin token would leave nobody able to change anything while the
+    // coordinator runs.
+    auto tokens = store_.list_tokens();
+    if (!tokens.ok()) return fail(tokens.status());
+    int admins = 0;
+    for (const auto& t : *tokens) admins += t.role == role_name(Role::kAdmin) ? 1 : 0;
+    if (admins <= 1)
+      return error(409, "this is the last admin token; create another admin token first");
+  }
+  if (Status st = store_.delete_token(match->hash); !st.ok()) return fail(st);
+  return json_response(200, json::object{{"revoked", match->hash}, {"role", match->role}});
 }
 
 }  // namespace atl::coordinator::http

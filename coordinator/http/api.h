@@ -15,6 +15,10 @@
 //   GET    /api/experiments/{id}/metrics      ?max_points=N (2..5000, default 500)
 //   GET    /api/experiments/{id}/checkpoint   safetensors of the current θ (octet-stream)
 //   GET    /api/events  /api/experiments/{id}/events   live events (text/event-stream)
+//   GET    /api/tokens                        token hashes, roles, labels (admin)
+//   POST   /api/tokens                        create (admin): {"role", "label"}; the token is in
+//                                             this response only
+//   DELETE /api/tokens/{hash-prefix}          revoke (admin; ≥ 8 hex digits, unique)
 //   GET    anything else                      static files (static_files.h), no token
 // Errors: {"error": "<one line>", "field": "<config key or absent>"} with 400 (bad input),
 // 401 (no or unknown token), 403 (viewer changing something), 404 (unknown id or route),
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "coordinator/experiment_manager.h"
+#include "coordinator/http/auth.h"
 #include "coordinator/http/static_files.h"
 #include "coordinator/store.h"
 
@@ -61,6 +66,8 @@ class Api {
  private:
   Response handle_api(const Request& request, const std::string& path,
                       const std::string& query) const;
+  Response handle_tokens(const Request& request, const std::vector<std::string>& seg,
+                         Role role) const;
 
   ExperimentManager& manager_;
   Store& store_;

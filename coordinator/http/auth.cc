@@ -57,6 +57,25 @@ StatusOr<std::string> create_token(Store& store, Role role, const std::string& l
   return token;
 }
 
+StatusOr<TokenRecord> find_token(const Store& store, std::string_view prefix) {
+  if (prefix.size() < 8 || prefix.size() > 64)
+    return InvalidArgument("a token hash prefix needs 8 to 64 hex digits");
+  for (char c : prefix)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+      return InvalidArgument("a token hash prefix is lowercase hex digits");
+  ATOLL_ASSIGN_OR_RETURN(std::vector<TokenRecord> tokens, store.list_tokens());
+  const TokenRecord* match = nullptr;
+  for (const auto& t : tokens) {
+    if (t.hash.compare(0, prefix.size(), prefix) != 0) continue;
+    if (match)
+      return FailedPrecondition("hash prefix " + std::string(prefix) +
+                                " matches several tokens; give more digits");
+    match = &t;
+  }
+  if (!match) return NotFound("no token hash starts with " + std::string(prefix));
+  return *match;
+}
+
 StatusOr<Role> authenticate(const Store& store, std::string_view authorization) {
   if (authorization.empty())
     return Unauthenticated(

@@ -21,6 +21,10 @@ std::string hash_token(std::string_view token);
 // Creates a token, stores its hash and role, and returns the token itself (shown once).
 StatusOr<std::string> create_token(Store& store, Role role, const std::string& label);
 
+// The token whose hash starts with `hash_prefix` (≥ 8 hex digits): INVALID_ARGUMENT for a short
+// or non-hex prefix, NOT_FOUND when none matches, FAILED_PRECONDITION when several do.
+StatusOr<TokenRecord> find_token(const Store& store, std::string_view hash_prefix);
+
 // The role of the token in an "Authorization: Bearer <token>" header. UNAUTHENTICATED when the
 // header is missing, malformed or the token is unknown.
 StatusOr<Role> authenticate(const Store& store, std::string_view authorization);

@@ -56,6 +56,13 @@ const std::string& openapi_json() {
         "bytes_up": {"type": "integer"}, "bytes_down": {"type": "integer"},
         "duration_s": {"type": "number", "nullable": true}, "base_fingerprint": {"type": "string"},
         "params_fingerprint": {"type": "string"}, "committed_unix_ms": {"type": "integer"}}},
+      "Token": {"type": "object", "properties": {
+        "hash": {"type": "string", "description": "SHA-256 hex of the token"},
+        "role": {"type": "string", "enum": ["viewer", "admin"]}, "label": {"type": "string"},
+        "created_unix_ms": {"type": "integer"}}},
+      "CreateToken": {"type": "object", "required": ["role"], "additionalProperties": false,
+        "properties": {"role": {"type": "string", "enum": ["viewer", "admin"]},
+                       "label": {"type": "string", "maxLength": 200}}},
       "Series": {"type": "array", "description": "[round, value] pairs; round = rounds completed",
                  "items": {"type": "array", "items": {"type": "number", "nullable": true}}},
       "Metrics": {"type": "object", "properties": {
@@ -77,6 +84,23 @@ const std::string& openapi_json() {
       "401": {"$ref": "#/components/responses/Error"}}}},
     "/api/events": {"get": {"summary": "Live events of every experiment (server-sent events: state, node, round_started, round, metrics, eval, log, experiments)",
       "responses": {"200": {"description": "text/event-stream", "content": {"text/event-stream": {}}}, "401": {"$ref": "#/components/responses/Error"}}}},
+    "/api/tokens": {
+      "get": {"summary": "Tokens: hashes, roles, labels (admin)", "responses": {
+        "200": {"description": "tokens", "content": {"application/json": {"schema": {"type": "object", "properties": {"tokens": {"type": "array", "items": {"$ref": "#/components/schemas/Token"}}}}}}},
+        "401": {"$ref": "#/components/responses/Error"}, "403": {"$ref": "#/components/responses/Error"}}},
+      "post": {"summary": "Create a token (admin); works while the coordinator runs, unlike `atoll token create`. The token is in this response only; the store keeps its hash",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CreateToken"}}}},
+        "responses": {"201": {"description": "created", "content": {"application/json": {"schema": {"allOf": [{"$ref": "#/components/schemas/Token"}, {"type": "object", "properties": {"token": {"type": "string", "description": "atl_ + 64 hex digits, shown once"}}}]}}}},
+          "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
+          "403": {"$ref": "#/components/responses/Error"}, "413": {"$ref": "#/components/responses/Error"}}}},
+    "/api/tokens/{hash_prefix}": {
+      "parameters": [{"name": "hash_prefix", "in": "path", "required": true, "description": "the token's hash or a unique prefix of it (8 to 64 hex digits)",
+                      "schema": {"type": "string", "pattern": "^[0-9a-f]{8,64}$"}}],
+      "delete": {"summary": "Revoke a token (admin; not the last admin token)", "responses": {
+        "200": {"description": "revoked", "content": {"application/json": {"schema": {"type": "object", "properties": {"revoked": {"type": "string"}, "role": {"type": "string"}}}}}},
+        "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
+        "403": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"},
+        "409": {"$ref": "#/components/responses/Error"}}}},
     "/api/experiments": {
       "get": {"summary": "List experiments", "responses": {
         "200": {"description": "experiments", "content": {"application/json": {"schema": {"type": "object", "properties": {"experiments": {"type": "array", "items": {"$ref": "#/components/schemas/Experiment"}}}}}}},

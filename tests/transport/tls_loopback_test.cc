@@ -11,7 +11,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <regex>
+#include <vector>
 
 #include "transport/channel.h"
 #include "transport/grpc_status.h"
@@ -21,6 +26,7 @@
 #include "transport/tensor_stream.h"
 #include "transport/tls/ca.h"
 #include "transport/tls/credentials.h"
+#include "transport/tls/handshake_log.h"
 #include "transport/tls/openssl_util.h"
 
 namespace atl::transport {
@@ -322,6 +328,111 @@ int handshake(int port, int max_version, const std::string& dir) {
 TEST_F(TlsLoopback, ServerSpeaksOnlyTls13) {
   EXPECT_EQ(handshake(server_->port, TLS1_3_VERSION, ca_), TLS1_3_VERSION);
   EXPECT_EQ(handshake(server_->port, TLS1_2_VERSION, ca_), 0) << "a TLS 1.2 client was accepted";
+}
+
+// Collects the server's refusal lines (HandshakeRefusalLog) for one client at a time.
+class RefusalLines {
+ public:
+  RefusalLines()
+      : log_([this](const std::string& line) {
+          std::lock_guard<std::mutex> l(mu_);
+          lines_.push_back(line);
+          cv_.notify_all();
+        }) {}
+  // Runs `connect`, then waits at most `wait` for the server's line about it (the server may log
+  // just after the client has seen the failure).
+  std::vector<std::string> refusals_of(const std::function<void()>& connect,
+                                       std::chrono::milliseconds wait = std::chrono::seconds(10)) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      lines_.clear();
+    }
+    connect();
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait_for(l, wait, [this] { return !lines_.empty(); });
+    return lines_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> lines_;
+  HandshakeRefusalLog log_;
+};
+
+// Every line the server logged for one client starts "refused a connection" and matches `want`.
+void expect_refusal_line(const std::vector<std::string>& lines, const std::string& want,
+                         const char* what) {
+  ASSERT_FALSE(lines.empty()) << what << ": the server logged no refusal";
+  for (const auto& line : lines) {
+    EXPECT_EQ(line.rfind("refused a connection", 0), 0u) << what << ": " << line;
+    EXPECT_TRUE(std::regex_search(line, std::regex(want))) << what << ": " << line;
+    EXPECT_EQ(line.find('\n'), std::string::npos) << what << ": " << line;
+  }
+}
+
+TEST_F(TlsLoopback, ServerExplainsEachRefusedConnectionInOneLine) {
+  RefusalLines server_log;
+  auto refusals = [&](const ClientTls& tls) {
+    return server_log.refusals_of([&] {
+      pb::JoinResponse resp;
+      EXPECT_FALSE(join(tls, &resp).ok());
+    });
+  };
+  expect_refusal_line(refusals(raw_client(ca_cert_path(ca_), key_path(other_, "node-1"),
+                                          cert_path(other_, "node-1"), "coord")),
+                      "not issued by this experiment's CA", "certificate of another CA");
+  expect_refusal_line(refusals(raw_client(ca_cert_path(ca_), key_path(ca_, "node-old"),
+                                          cert_path(ca_, "node-old"), "coord")),
+                      "or it has expired", "expired certificate");
+  expect_refusal_line(refusals(raw_client(ca_cert_path(ca_), "", "", "coord")),
+                      "presented no certificate", "no client certificate");
+  expect_refusal_line(refusals(insecure_client_credentials()), "a plaintext client",
+                      "plaintext client");
+  // A client of another experiment: the server rejects its certificate, unless the client
+  // rejected the server's first and hung up (both happen, depending on timing).
+  auto foreign = client_credentials(other_, "node-1", "coord");
+  ASSERT_TRUE(foreign.ok());
+  expect_refusal_line(refusals(*foreign),
+                      "not issued by this experiment's CA|does not trust this coordinator's "
+                      "certificate",
+                      "client of another experiment");
+  expect_refusal_line(
+      server_log.refusals_of([&] { EXPECT_EQ(handshake(server_->port, TLS1_2_VERSION, ca_), 0); }),
+      "older than 1.3", "TLS 1.2 client");
+  // An accepted client is not reported.
+  auto good = client_credentials(ca_, "node-1", "coord");
+  ASSERT_TRUE(good.ok());
+  pb::JoinResponse resp;
+  EXPECT_TRUE(server_log
+                  .refusals_of([&] { EXPECT_TRUE(join(*good, &resp).ok()); },
+                               std::chrono::milliseconds(500))
+                  .empty());
+}
+
+TEST(HandshakeRefusal, ClassifiesGrpcHandshakeMessages) {
+  const std::string pre =
+      "Handshake failed with fatal error SSL_ERROR_SSL: error:0A000086:SSL "
+      "routines::";
+  EXPECT_FALSE(explain_handshake_failure("Server listening on 127.0.0.1:1").has_value());
+  auto expired = explain_handshake_failure(pre + "certificate verify failed.");
+  ASSERT_TRUE(expired.has_value());
+  EXPECT_NE(expired->find("atoll ca issue"), std::string::npos) << *expired;
+  auto other = explain_handshake_failure(pre + "something new.");
+  ASSERT_TRUE(other.has_value());
+  EXPECT_EQ(*other, "refused a connection: TLS handshake failed (something new)");
+  // The debug-level report of a client that hung up carries its address.
+  auto hung = explain_handshake_failure(
+      "Security handshake failed: UNKNOWN:Handshake read failed {file_line:487, children:"
+      "[INTERNAL:Socket closed {target_address:\"ipv4:127.0.0.1:53426\", grpc_status:14}]}");
+  ASSERT_TRUE(hung.has_value());
+  EXPECT_EQ(hung->rfind("refused a connection from 127.0.0.1:53426: the client hung up", 0), 0u)
+      << *hung;
+  // gRPC's debug-level repeat of a TLS failure is not a second refusal.
+  EXPECT_FALSE(explain_handshake_failure(
+                   "Security handshake failed: UNKNOWN:Ssl handshake failed: SSL_ERROR_SSL: "
+                   "error:0A000086:SSL routines::certificate verify failed {tsi_code:10}")
+                   .has_value());
 }
 
 TEST_F(TlsLoopback, TensorStreamsOverGrpc) {

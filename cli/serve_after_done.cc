@@ -1,0 +1,49 @@
+#include "cli/serve_after_done.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <thread>
+
+namespace atl::cli {
+
+std::vector<FlagSpec> with_after_done_flags(std::vector<FlagSpec> specs) {
+  specs.push_back(
+      {"exit-when-done", false, "exit when the experiment ends even on a terminal", ""});
+  specs.push_back({"serve-after-done-s", true,
+                   "keep serving the dashboard this many seconds after the experiment ends", ""});
+  return specs;
+}
+
+StatusOr<AfterDone> parse_after_done(const Flags& flags) {
+  AfterDone out;
+  out.exit_when_done = flags.has("exit-when-done");
+  ATOLL_ASSIGN_OR_RETURN(out.serve_after_s,
+                         flags.get_int("serve-after-done-s", -1, 0, 7 * 24 * 3600));
+  return out;
+}
+
+bool keep_serving(const AfterDone& after, bool has_dashboard, bool stdout_is_terminal) {
+  if (!has_dashboard || after.exit_when_done) return false;
+  return after.serve_after_s >= 0 || stdout_is_terminal;
+}
+
+void serve_after_done(const coordinator::http::HttpServer* http, const AfterDone& after,
+                      const std::atomic<bool>* stop) {
+  if (!keep_serving(after, http != nullptr, ::isatty(STDOUT_FILENO) == 1)) return;
+  using Clock = std::chrono::steady_clock;
+  const bool bounded = after.serve_after_s >= 0;
+  if (bounded)
+    std::printf("\ndashboard: still serving %s for %" PRId64 " s (Ctrl-C to exit)\n",
+                http->url().c_str(), after.serve_after_s);
+  else
+    std::printf("\ndashboard: still serving %s (Ctrl-C to exit)\n", http->url().c_str());
+  std::fflush(stdout);
+  const auto until = Clock::now() + std::chrono::seconds(bounded ? after.serve_after_s : 0);
+  while (!stop->load() && (!bounded || Clock::now() < until))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+}
+
+}  // namespace atl::cli

@@ -1,0 +1,182 @@
+#include "transport/tls/handshake_log.h"
+
+#include <grpc/support/log.h>
+
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <utility>
+
+namespace atl::transport {
+namespace {
+
+bool has(std::string_view text, std::string_view what) {
+  return text.find(what) != std::string_view::npos;
+}
+
+// OpenSSL's reason, e.g. "certificate verify failed" out of
+// "... error:0A000086:SSL routines::certificate verify failed." ("" when absent).
+std::string openssl_reason(std::string_view m) {
+  const size_t routines = m.find("routines:");
+  if (routines == std::string_view::npos) return "";
+  size_t b = m.find(':', routines + 9);
+  b = b == std::string_view::npos ? routines + 9 : b + 1;
+  std::string_view r = m.substr(b);
+  r = r.substr(0, r.find_first_of("{\n"));
+  while (!r.empty() && (r.back() == '.' || r.back() == ' ')) r.remove_suffix(1);
+  return std::string(r);
+}
+
+// "127.0.0.1:53426" out of `target_address:"ipv4:127.0.0.1:53426"` ("" when absent).
+std::string peer_address(std::string_view m) {
+  constexpr std::string_view kKey = "target_address:\"";
+  const size_t k = m.find(kKey);
+  if (k == std::string_view::npos) return "";
+  std::string_view a = m.substr(k + kKey.size());
+  a = a.substr(0, a.find('"'));
+  for (std::string_view scheme : {"ipv4:", "ipv6:"})
+    if (a.substr(0, scheme.size()) == scheme) a.remove_prefix(scheme.size());
+  return std::string(a.substr(0, 100));
+}
+
+// gRPC repeats a handshake failure at debug level (security_handshaker.cc, chttp2_server.cc);
+// the line explain_handshake_failure made from the first one says it all.
+bool repeats_a_handshake_failure(std::string_view m) {
+  return has(m, "Handshaking failed:") ||
+         (has(m, "Security handshake failed:") && has(m, "Ssl handshake failed"));
+}
+
+const char* severity_letter(gpr_log_severity s) {
+  switch (s) {
+    case GPR_LOG_SEVERITY_DEBUG:
+      return "D";
+    case GPR_LOG_SEVERITY_INFO:
+      return "I";
+    default:
+      return "E";
+  }
+}
+
+// What GRPC_VERBOSITY asks for (gRPC's default: errors only). kNothing for NONE.
+constexpr int kNothing = GPR_LOG_SEVERITY_ERROR + 1;
+int configured_min_severity() {
+  const char* v = std::getenv("GRPC_VERBOSITY");
+  std::string s = v == nullptr ? "" : v;
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (s == "DEBUG") return GPR_LOG_SEVERITY_DEBUG;
+  if (s == "INFO") return GPR_LOG_SEVERITY_INFO;
+  if (s == "NONE") return kNothing;
+  return GPR_LOG_SEVERITY_ERROR;
+}
+
+// gRPC's own layout, minus the timestamp and thread id: "E file:line] message".
+void print(gpr_log_func_args* args) {
+  std::fprintf(stderr, "%s %s:%d] %s\n", severity_letter(args->severity), args->file, args->line,
+               args->message);
+  std::fflush(stderr);
+}
+
+// gRPC's log hook is a plain function pointer with no user data: the instance that installed
+// it and the verbosity asked for are found here.
+std::mutex g_mu;
+const HandshakeRefusalLog::Sink* g_sink = nullptr;
+int g_min_severity = GPR_LOG_SEVERITY_ERROR;
+
+void pass_through(gpr_log_func_args* args) {
+  if (static_cast<int>(args->severity) >= g_min_severity) print(args);
+}
+
+void classify(gpr_log_func_args* args) {
+  if (auto line = explain_handshake_failure(args->message)) {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_sink != nullptr && *g_sink) {
+      (*g_sink)(*line);
+    } else {
+      std::fprintf(stderr, "%s\n", line->c_str());
+      std::fflush(stderr);
+    }
+    return;
+  }
+  if (repeats_a_handshake_failure(args->message) && g_min_severity > GPR_LOG_SEVERITY_DEBUG) return;
+  pass_through(args);
+}
+
+}  // namespace
+
+std::optional<std::string> explain_handshake_failure(std::string_view m) {
+  const std::string head = "refused a connection: ";
+  // The client went away mid-handshake (gRPC says so only at debug level, with its address):
+  // an Atoll node does that when the coordinator's certificate does not verify against its
+  // ca.crt. A TLS failure of our own is reported by the line below, not this one.
+  if (has(m, "Security handshake failed:") && !has(m, "Ssl handshake failed")) {
+    const std::string peer = peer_address(m);
+    const std::string from = peer.empty() ? head : "refused a connection from " + peer + ": ";
+    if (has(m, "Socket closed") || has(m, "Connection reset") || has(m, "Broken pipe"))
+      return from +
+             "the client hung up during the TLS handshake, most likely because it does not "
+             "trust this coordinator's certificate (its ca.crt is from another experiment); give "
+             "the node this experiment's ca.crt";
+    if (has(m, "timed out") || has(m, "Deadline") || has(m, "deadline"))
+      return from + "the client did not complete the TLS handshake in time";
+    return std::nullopt;  // e.g. shutdown: not a refusal
+  }
+  // gRPC's TSI layer logs exactly one of these per failed handshake (ssl_transport_security.cc).
+  if (!has(m, "Handshake failed with fatal error")) return std::nullopt;
+  // The client's certificate: OpenSSL checked it against ca.crt and it did not verify. gRPC
+  // keeps neither OpenSSL's detail nor the certificate, so expired and foreign are one case here;
+  // the node says which (it checks its own certificate before connecting).
+  if (has(m, "certificate verify failed"))
+    return head +
+           "the client's certificate was not issued by this experiment's CA, or it has expired "
+           "or is not yet valid (the node's log names which); issue it a new one with `atoll ca "
+           "issue --dir DIR --name NAME --role node` from this experiment's CA";
+  if (has(m, "peer did not return a certificate"))
+    return head +
+           "the client presented no certificate (mutual TLS is required); start the node with "
+           "--tls DIR holding its certificate from `atoll ca issue`";
+  // Plaintext HTTP/2 (or HTTP/1) bytes where a TLS record was expected.
+  if (has(m, "wrong version number") || has(m, "http request") ||
+      has(m, "packet length too long") || has(m, "record layer failure") ||
+      has(m, "unknown protocol"))
+    return head +
+           "a plaintext client (no TLS): this coordinator requires TLS 1.3 with a client "
+           "certificate; start the node with --tls DIR instead of --insecure";
+  if (has(m, "unsupported protocol") || has(m, "no protocols available") ||
+      has(m, "version too low"))
+    return head +
+           "the client offered only TLS versions older than 1.3; this coordinator speaks TLS 1.3 "
+           "only";
+  // The client hung up with an alert about our certificate.
+  if (has(m, "alert unknown ca") || has(m, "alert bad certificate") ||
+      has(m, "alert certificate unknown"))
+    return head +
+           "the client does not trust this coordinator's certificate (its ca.crt is from another "
+           "experiment); give the node this experiment's ca.crt";
+  if (has(m, "alert certificate expired"))
+    return head + "the client says this coordinator's certificate has expired; issue a new one";
+  const std::string reason = openssl_reason(m);
+  return head + "TLS handshake failed (" + (reason.empty() ? std::string(m) : reason) + ")";
+}
+
+HandshakeRefusalLog::HandshakeRefusalLog(Sink sink) : sink_(std::move(sink)) {
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_sink = &sink_;
+    g_min_severity = configured_min_severity();
+  }
+  gpr_set_log_function(classify);
+  // A client that hangs up mid-handshake is reported only at debug level; classify() passes
+  // on just what GRPC_VERBOSITY asked for.
+  gpr_set_log_verbosity(GPR_LOG_SEVERITY_DEBUG);
+}
+
+HandshakeRefusalLog::~HandshakeRefusalLog() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_sink == &sink_) {
+    gpr_set_log_function(pass_through);
+    g_sink = nullptr;
+  }
+}
+
+}  // namespace atl::transport
