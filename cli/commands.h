@@ -14,6 +14,8 @@ int cmd_generate(const Args& args);
 int cmd_ca(const Args& args);
 int cmd_coordinator(const Args& args);
 int cmd_node(const Args& args);
+// `atoll node --role teacher|student` (cli/distill_node.cc).
+int cmd_distill_node(const Args& args, const std::string& role);
 int cmd_demo(const Args& args);
 int cmd_bench(const Args& args);
 int cmd_token(const Args& args);

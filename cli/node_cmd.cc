@@ -1,4 +1,5 @@
 // `atoll node --coordinator HOST:PORT --tls DIR --name N --data SPEC [--device cpu] [--threads N]`
+// (`--role teacher|student`: distillation, cli/distill_node.cc)
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -11,6 +12,8 @@
 namespace atl::cli {
 
 int cmd_node(const Args& args) {
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == "--role" && args[i + 1] != "diloco") return cmd_distill_node(args, args[i + 1]);
   Flags flags("node",
               {{"coordinator", true, "coordinator address HOST:PORT", ""},
                {"tls", true, "TLS directory with ca.crt and NAME.crt/.key (from `atoll ca`)", ""},
