@@ -10,19 +10,6 @@ namespace atl::algorithms::distill {
 
 namespace ops = atl::kernels::cpu;
 
-namespace {
-
-AdamWConfig adamw_config(const TrainerConfig& t) {
-  AdamWConfig a;
-  a.beta1 = t.beta1;
-  a.beta2 = t.beta2;
-  a.eps = t.eps;
-  a.weight_decay = t.weight_decay;
-  return a;
-}
-
-}  // namespace
-
 StudentTrainer::StudentTrainer(const ModelConfig& model, const TrainerConfig& train,
                                const LossConfig& loss)
     : tcfg_(train),

@@ -10,8 +10,6 @@
 
 namespace atl::algorithms {
 
-namespace {
-
 AdamWConfig adamw_config(const TrainerConfig& t) {
   AdamWConfig a;
   a.beta1 = t.beta1;
@@ -20,6 +18,8 @@ AdamWConfig adamw_config(const TrainerConfig& t) {
   a.weight_decay = t.weight_decay;
   return a;
 }
+
+namespace {
 
 Status check_real(const char* name, double v, double lo, double hi, bool lo_open) {
   const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi;

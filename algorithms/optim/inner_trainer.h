@@ -31,6 +31,9 @@ struct TrainerConfig {
 // One line naming the first bad field, or OK. Also checks seq against the model's seq_len.
 Status validate(const TrainerConfig& t, const ModelConfig& m);
 
+// The AdamW hyperparameters of a trainer config (shared by every trainer built on AdamW).
+AdamWConfig adamw_config(const TrainerConfig& t);
+
 struct StepStats {
   float loss = 0;        // mean cross-entropy of the batch before the update (nats/token)
   double grad_norm = 0;  // global L2 norm before clipping
