@@ -118,6 +118,15 @@ bool security_refusal(const Status& s) {
   return m.find("certificate") != std::string::npos || m.find("TLS") != std::string::npos;
 }
 
+// A node is set up for one experiment (model, optimizer, codec); when the coordinator now
+// serves another one (the dashboard switched the live experiment), stop with a clear line
+// rather than train the wrong model.
+Status same_experiment(const std::string& was, const atoll_pb::v1::JoinResponse& now) {
+  if (now.experiment_id() == was) return Status::Ok();
+  return FailedPrecondition("the coordinator now serves experiment '" + now.experiment_id() +
+                            "' instead of '" + was + "': start the node again to join it");
+}
+
 }  // namespace
 
 uint64_t site_seed(uint64_t experiment_seed, const std::string& node_id) {
@@ -274,7 +283,9 @@ Status run_node(const NodeOptions& opt) {
       warm = false;
       if (heart.unknown()) {
         log("the coordinator no longer knows this node; joining again");
+        const std::string was = joined.experiment_id();
         ATOLL_ASSIGN_OR_RETURN(joined, join());
+        ATOLL_RETURN_IF_ERROR(same_experiment(was, joined));
         heart.clear_unknown();
       }
       auto task = client.next_task(have_done ? last_done : 0, 2000);
@@ -292,6 +303,7 @@ Status run_node(const NodeOptions& opt) {
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
         auto re = join();
         if (!re.ok() && !retryable(re.status())) return re.status();
+        if (re.ok()) ATOLL_RETURN_IF_ERROR(same_experiment(joined.experiment_id(), *re));
         continue;
       }
       unreachable_since.reset();
