@@ -412,10 +412,11 @@ int cmd_demo(const Args& args) {
   std::printf("  bytes sent       %s (up %s, down %s)\n", format_bytes(sent).c_str(),
               format_bytes(static_cast<double>(bytes_up)).c_str(),
               format_bytes(static_cast<double>(bytes_down)).c_str());
-  std::printf("  peak per sync    %s (plain DiLoCo: %s); %" PRIu64 " syncs, first pull %s\n",
-              format_bytes(static_cast<double>(peak_sync)).c_str(),
-              format_bytes(static_cast<double>(plain_sync)).c_str(), rounds_done,
-              format_bytes(static_cast<double>(initial_pull_bytes)).c_str());
+  if (P > 1)
+    std::printf("  peak per sync    %s (plain DiLoCo: %s); %" PRIu64 " syncs, first pull %s\n",
+                format_bytes(static_cast<double>(peak_sync)).c_str(),
+                format_bytes(static_cast<double>(plain_sync)).c_str(), rounds_done,
+                format_bytes(static_cast<double>(initial_pull_bytes)).c_str());
   if (P > 1 || *overlap > 0)
     std::printf("  streaming        %u fragments, overlap %" PRId64 " steps, merge alpha %.2f "
                 "(plain DiLoCo would send %s)\n",
