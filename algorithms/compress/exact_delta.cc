@@ -1,3 +1,4 @@
+#include "algorithms/compress/wire.h"
 #include "algorithms/compress/exact_delta.h"
 
 #include <bit>
@@ -15,15 +16,6 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "wire format is little-endian");
 
 constexpr char kMagic[4] = {'A', 'T', 'L', 'E'};
-// Largest tensor a message may describe, as for codec messages (2^36 values).
-constexpr uint64_t kMaxNumel = uint64_t{1} << 36;
-
-uint32_t index_width(uint64_t n) {
-  return n <= 1 ? 1u : static_cast<uint32_t>(std::bit_width(n - 1));
-}
-uint64_t index_bytes(uint64_t n, uint64_t k) {
-  return (k * index_width(n) + 7) / 8;
-}
 uint64_t indices_message_bytes(uint64_t n, uint64_t k) {
   return kHeaderBytes + index_bytes(n, k) + 4 * k;
 }
@@ -95,7 +87,7 @@ StatusOr<std::vector<uint8_t>> encode(std::span<const float> current, std::span<
   if (base.size() != n)
     return InvalidArgument("sparse-delta-exact: current has " + std::to_string(n) +
                            " values, base " + std::to_string(base.size()));
-  if (n > kMaxNumel) return InvalidArgument("sparse-delta-exact: more than 2^36 values");
+  if (n > kMaxDeltaNumel) return InvalidArgument("sparse-delta-exact: more than 2^36 values");
   for (size_t i = 0; i < n; ++i)
     if (!finite_bits(bits(current[i])))
       return InvalidArgument("sparse-delta-exact: current value " + std::to_string(i) +

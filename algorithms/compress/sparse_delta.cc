@@ -18,15 +18,6 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "wire format is little-endian");
 
 constexpr char kMagic[4] = {'A', 'T', 'L', 'D'};
-// Largest tensor a message may describe, as for codec messages (2^36 values).
-constexpr uint64_t kMaxNumel = uint64_t{1} << 36;
-
-uint32_t index_width(uint64_t n) {
-  return n <= 1 ? 1u : static_cast<uint32_t>(std::bit_width(n - 1));
-}
-uint64_t index_bytes(uint64_t n, uint64_t k) {
-  return (k * index_width(n) + 7) / 8;
-}
 
 
 bool bf16_finite(uint16_t h) {
@@ -54,7 +45,7 @@ StatusOr<std::vector<uint8_t>> encode(std::span<const float> current, std::span<
     return InvalidArgument("sparse-delta: current has " + std::to_string(n) + " values, base " +
                            std::to_string(base.size()));
   }
-  if (n > kMaxNumel) return InvalidArgument("sparse-delta: more than 2^36 values");
+  if (n > kMaxDeltaNumel) return InvalidArgument("sparse-delta: more than 2^36 values");
   uint64_t k = 0;
   for (size_t i = 0; i < n; ++i) {
     const uint16_t c = fmt::bf16_from_f32(current[i]);
