@@ -84,6 +84,20 @@ struct Cluster {
     address = (*m)[1].str();
   }
 
+  // Waits for the coordinator to finish the experiment (exit 0) and every node to exit 0;
+  // *log gets the coordinator's log.
+  void run_to_completion(std::chrono::seconds timeout, std::string* log) {
+    auto code = coordinator.wait_for(timeout);
+    *log = read_text(dir / "coordinator.log");
+    ASSERT_TRUE(code.has_value()) << "coordinator did not finish: " << *log;
+    ASSERT_EQ(*code, 0) << *log;
+    for (auto& n : nodes) {
+      auto nc = n.wait_for(30s);
+      ASSERT_TRUE(nc.has_value());
+      EXPECT_EQ(*nc, 0);
+    }
+  }
+
   void start_node(const std::string& name, const std::string& data,
                   const std::string& tls_dir = "", std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = {ATOLL_BINARY, "node", "--coordinator", address,
@@ -125,15 +139,9 @@ TEST(DilocoProcesses, ThreeNodesCompleteRoundsDeterministically) {
     c.start_node("node-1", "brown:a");
     c.start_node("node-2", "brown:b");
     c.start_node("node-3", "brown:f");
-    auto code = c.coordinator.wait_for(120s);
-    std::string log = read_text(c.dir / "coordinator.log");
-    ASSERT_TRUE(code.has_value()) << "coordinator did not finish: " << log;
-    ASSERT_EQ(*code, 0) << log;
-    for (auto& n : c.nodes) {
-      auto nc = n.wait_for(30s);
-      ASSERT_TRUE(nc.has_value());
-      EXPECT_EQ(*nc, 0);
-    }
+    std::string log;
+    c.run_to_completion(120s, &log);
+    if (::testing::Test::HasFatalFailure()) return;
     auto rounds = committed_rounds(log);
     ASSERT_EQ(rounds.size(), 4u) << log;
     EXPECT_LT(rounds.back().loss, rounds.front().loss - 0.3) << log;
@@ -386,15 +394,9 @@ TEST(DilocoStreaming, TwoFragmentsWithOverlapCompleteDeterministically) {
     c.start_coordinator(toml);
     c.start_node("node-1", "brown:a");
     c.start_node("node-2", "brown:b");
-    auto code = c.coordinator.wait_for(180s);
-    std::string log = read_text(c.dir / "coordinator.log");
-    ASSERT_TRUE(code.has_value()) << "coordinator did not finish: " << log;
-    ASSERT_EQ(*code, 0) << log;
-    for (auto& n : c.nodes) {
-      auto nc = n.wait_for(30s);
-      ASSERT_TRUE(nc.has_value());
-      EXPECT_EQ(*nc, 0);
-    }
+    std::string log;
+    c.run_to_completion(180s, &log);
+    if (::testing::Test::HasFatalFailure()) return;
     auto rounds = committed_rounds(log);
     ASSERT_EQ(rounds.size(), 8u) << log;
     EXPECT_LT(rounds.back().loss, rounds.front().loss - 0.3) << log;
