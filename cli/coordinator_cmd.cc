@@ -157,8 +157,15 @@ int cmd_coordinator(const Args& args) {
     auto st = live->wait_until_finished(coordinator::Clock::now());
     if (st.ok() && live == rc.manager->live()) {
       while (auto e = events.pop(std::chrono::milliseconds(0))) handle(*e);
-      // Let nodes collect their STOP task before the server goes away.
-      std::this_thread::sleep_for(std::chrono::seconds(2));
+      // Let nodes collect their STOP task and Leave before the server goes away (at most 5 s).
+      const auto leave_deadline = coordinator::Clock::now() + std::chrono::seconds(5);
+      auto anyone_active = [&] {
+        for (const auto& n : live->nodes())
+          if (n.status == "active") return true;
+        return false;
+      };
+      while (anyone_active() && coordinator::Clock::now() < leave_deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
       if (live != rc.manager->live()) continue;  // the dashboard started another experiment
       std::printf("experiment %s: %s at round %" PRIu64 ", sha256 %s\n",
                   live->experiment_id().c_str(), coordinator::experiment_state_name(*st),
