@@ -1,0 +1,95 @@
+#include "kernels/cuda/nccl_group.h"
+
+#include <string>
+
+#if defined(ATOLL_HAVE_NCCL)
+#include <nccl.h>
+#endif
+
+namespace atl::kernels::cuda {
+
+#if defined(ATOLL_HAVE_NCCL)
+
+namespace {
+Status check_nccl(ncclResult_t r, const char* what) {
+  if (r == ncclSuccess) return Status::Ok();
+  return Internal(std::string("NCCL error in ") + what + ": " + ncclGetErrorString(r));
+}
+}  // namespace
+
+bool nccl_available() {
+  return true;
+}
+
+StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::create(const std::vector<int>& devices) {
+  if (devices.empty()) return InvalidArgument("NcclGroup: no devices given");
+  std::unique_ptr<NcclGroup> g(new NcclGroup());
+  for (int d : devices) {
+    ATOLL_ASSIGN_OR_RETURN(auto ctx, Context::create(d));
+    g->contexts_.push_back(std::move(ctx));
+  }
+  std::vector<ncclComm_t> comms(devices.size(), nullptr);
+  ATOLL_RETURN_IF_ERROR(
+      check_nccl(ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()),
+                 "ncclCommInitAll"));
+  for (ncclComm_t c : comms) g->comms_.push_back(c);
+  return g;
+}
+
+NcclGroup::~NcclGroup() {
+  for (void* c : comms_) {
+    if (c != nullptr) (void)ncclCommDestroy(static_cast<ncclComm_t>(c));
+  }
+}
+
+Status NcclGroup::all_reduce(const std::vector<float*>& bufs, size_t n, bool mean) {
+  if (bufs.size() != contexts_.size()) {
+    return InvalidArgument("all_reduce: " + std::to_string(bufs.size()) + " buffers for " +
+                           std::to_string(contexts_.size()) + " devices");
+  }
+  if (n == 0) return Status::Ok();
+  ATOLL_RETURN_IF_ERROR(check_nccl(ncclGroupStart(), "ncclGroupStart"));
+  Status first;
+  for (size_t r = 0; r < bufs.size(); ++r) {
+    const Status st =
+        check_nccl(ncclAllReduce(bufs[r], bufs[r], n, ncclFloat32, mean ? ncclAvg : ncclSum,
+                                 static_cast<ncclComm_t>(comms_[r]), contexts_[r]->stream()),
+                   "ncclAllReduce");
+    if (!st.ok() && first.ok()) first = st;
+  }
+  // The group must be closed even after an error, or NCCL stays inside it.
+  const Status end = check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+  ATOLL_RETURN_IF_ERROR(first);
+  return end;
+}
+
+#else  // !ATOLL_HAVE_NCCL
+
+bool nccl_available() {
+  return false;
+}
+
+StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::create(const std::vector<int>& devices) {
+  return FailedPrecondition(
+      "this build has no NCCL, so a worker cannot span several GPUs; "
+      "install NCCL (libnccl-dev) and rebuild, or pass one device");
+}
+NcclGroup::~NcclGroup() = default;
+Status NcclGroup::all_reduce(const std::vector<float*>&, size_t, bool) {
+  return FailedPrecondition("this build has no NCCL");
+}
+
+#endif
+
+Status NcclGroup::all_reduce_mean(const std::vector<float*>& bufs, size_t n) {
+  return all_reduce(bufs, n, true);
+}
+Status NcclGroup::all_reduce_sum(const std::vector<float*>& bufs, size_t n) {
+  return all_reduce(bufs, n, false);
+}
+Status NcclGroup::synchronize() {
+  for (auto& c : contexts_) ATOLL_RETURN_IF_ERROR(c->synchronize());
+  return Status::Ok();
+}
+
+}  // namespace atl::kernels::cuda
