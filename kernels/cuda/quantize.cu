@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/quantize.h"
+#include "kernels/cuda/quantize_blocks.cuh"
 #include "kernels/formats/int_block.h"
 #include "kernels/formats/scalar.h"
 
@@ -23,46 +24,10 @@ namespace fm = atl::kernels::formats;
 using detail::blocks_for;
 using detail::launch_status;
 
-// ---- Philox4x32-10, the device twin of kernels/core/philox.h (tests compare the two) ---------
-__device__ inline uint4 philox_block(uint64_t key, uint64_t stream, uint64_t index) {
-  uint32_t c0 = uint32_t(index), c1 = uint32_t(index >> 32), c2 = uint32_t(stream),
-           c3 = uint32_t(stream >> 32);
-  uint32_t k0 = uint32_t(key), k1 = uint32_t(key >> 32);
-  for (int r = 0; r < 10; ++r) {
-    const uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
-    const uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
-    c0 = hi1 ^ c1 ^ k0;
-    c1 = lo1;
-    c2 = hi0 ^ c3 ^ k1;
-    c3 = lo0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  return make_uint4(c0, c1, c2, c3);
-}
-// Random words for elements first..first+count-1 of the stream (count <= 256).
-__device__ inline void philox_fill(const SrKey& k, uint64_t first, uint32_t* r, int count) {
-  int j = 0;
-  while (j < count) {
-    const uint64_t idx = first + j;
-    const uint4 b = philox_block(k.seed, k.stream, idx >> 2);
-    const uint32_t w[4] = {b.x, b.y, b.z, b.w};
-    for (uint64_t q = idx & 3; q < 4 && j < count; ++q, ++j) r[j] = w[q];
-  }
-}
+using blocks::mul_x86;
+using blocks::philox_fill;
 
-// a · b with x86 SSE NaN results (the host's truth): a NaN operand comes back quieted (first
-// operand first), and an invalid product (inf · 0) is the x86 default NaN 0xFFC00000. The GPU's
-// own NaN is 0x7FFFFFFF, whose sign would change E4M3/E2M1 codes.
-__device__ inline float mul_x86(float a, float b) {
-  if (isnan(a)) return __uint_as_float(__float_as_uint(a) | 0x400000u);
-  if (isnan(b)) return __uint_as_float(__float_as_uint(b) | 0x400000u);
-  const float p = __fmul_rn(a, b);
-  return isnan(p) ? __uint_as_float(0xffc00000u) : p;
-}
-
-// ---- elementwise formats
-// -------------------------------------------------------------------------
+// ---- elementwise formats (16 values per thread) ----------------------------------------
 struct ElemParams {
   Overflow ov;
   bool sr;
@@ -121,7 +86,7 @@ __global__ void quantize_elem_kernel(const float* in, CodeT<F>* out, size_t n, E
       for (int j = 0; j < cnt; ++j) v[j] = in[i0 + j];
     }
     uint32_t r[kGroup] = {};
-    if (p.sr) philox_fill(p.key, p.key.first_index + i0, r, cnt);
+    if (p.sr) philox_fill(p.key.seed, p.key.stream, p.key.first_index + i0, r, cnt);
     alignas(16) CodeT<F> c[kGroup];
 #pragma unroll
     for (int j = 0; j < kGroup; ++j) c[j] = CodeT<F>(encode<F>(v[j], p, r[j]));
@@ -163,84 +128,31 @@ __global__ void abs_max_kernel(const float* in, size_t n, unsigned* result) {
   }
 }
 
-// ---- MX
-// ------------------------------------------------------------------------------------------ Loads
-// the 32 values of block b (zero-padded past n), returns max |bits|.
-__device__ inline uint32_t load_block32(const float* in, size_t n, size_t b, float (&v)[32],
-                                        bool vec) {
-  const size_t i0 = b * 32;
-  if (vec && i0 + 32 <= n) {
+// ---- MX (one thread per 32-value block) ---------------------------------------------------
+// Loads B values from i0 (zero-padded past n): 16-byte loads when aligned and full.
+__device__ inline void load_block(const float* in, size_t n, size_t i0, int B, float* v, bool vec) {
+  if (vec && i0 + B <= n) {
     const float4* src = reinterpret_cast<const float4*>(in + i0);
-#pragma unroll
-    for (int q = 0; q < 8; ++q) {
+    for (int q = 0; q < B / 4; ++q) {
       const float4 f = src[q];
       v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
     }
   } else {
-    for (int j = 0; j < 32; ++j) v[j] = i0 + j < n ? in[i0 + j] : 0.0f;
+    for (int j = 0; j < B; ++j) v[j] = i0 + j < n ? in[i0 + j] : 0.0f;
   }
-  uint32_t m = 0;
-#pragma unroll
-  for (int j = 0; j < 32; ++j) m = max(m, __float_as_uint(v[j]) & 0x7fffffffu);
-  return m;
 }
 
-// formats::mx_shared_exponent, on the device.
-__device__ inline int mx_exponent(uint32_t a, int emax, uint32_t max_mant) {
-  if (a == 0) return 0;
-  int fl;
-  uint32_t mant;
-  if ((a >> 23) != 0) {
-    fl = int(a >> 23) - 127;
-    mant = a & 0x7fffffu;
-  } else {
-    const int lead = 31 - __clz(a);
-    fl = lead - 149;
-    mant = (a << (23 - lead)) & 0x7fffffu;
-  }
-  int s = fl - emax;
-  if (mant > max_mant) s += 1;
-  return min(max(s, -127), 127);
-}
-__device__ inline float pow2(int e) {
-  return e >= -126 ? __uint_as_float(uint32_t(e + 127) << 23)
-                   : __uint_as_float(0x00400000u >> (-127 - e));
-}
-
-// grid over blocks, one thread per block. fp4: MXFP4 (17-byte blocks) else MXFP8 (33 bytes).
+// fp4: MXFP4 (17-byte blocks) else MXFP8 (33 bytes).
 __global__ void quantize_mx_kernel(const float* in, size_t n, uint8_t* out, size_t nblocks,
                                    bool fp4, bool sr, SrKey key, bool vec) {
   const size_t stride = size_t(gridDim.x) * blockDim.x;
+  const size_t bytes = fp4 ? sizeof(fm::BlockMxfp4) : sizeof(fm::BlockMxfp8);
   for (size_t b = size_t(blockIdx.x) * blockDim.x + threadIdx.x; b < nblocks; b += stride) {
     float v[32];
-    const uint32_t amax = load_block32(in, n, b, v, vec);
-    uint8_t scale;
-    float inv;
-    if (amax >= 0x7f800000u) {
-      scale = fm::kE8M0Nan;
-      inv = 0.0f;
-    } else {
-      const int s = fp4 ? mx_exponent(amax, 2, 0x400000u) : mx_exponent(amax, 8, 0x600000u);
-      inv = pow2(-s);
-      scale = fm::e8m0_from_exponent(s);
-    }
-    uint32_t r[32] = {};
-    if (sr) philox_fill(key, key.first_index + b * 32, r, 32);
-    uint8_t* blk = out + b * (fp4 ? sizeof(fm::BlockMxfp4) : sizeof(fm::BlockMxfp8));
-    blk[0] = scale;
-    if (fp4) {
-      for (int j = 0; j < 16; ++j) {
-        const float x0 = mul_x86(v[2 * j], inv), x1 = mul_x86(v[2 * j + 1], inv);
-        const uint8_t c0 = sr ? fm::e2m1_from_f32_sr(x0, r[2 * j]) : fm::e2m1_from_f32(x0);
-        const uint8_t c1 = sr ? fm::e2m1_from_f32_sr(x1, r[2 * j + 1]) : fm::e2m1_from_f32(x1);
-        blk[1 + j] = uint8_t(c0 | (c1 << 4));
-      }
-    } else {
-      for (int j = 0; j < 32; ++j) {
-        const float x = mul_x86(v[j], inv);
-        blk[1 + j] = sr ? fm::e4m3_from_f32_sr(x, r[j]) : fm::e4m3_from_f32(x);
-      }
-    }
+    load_block(in, n, b * 32, 32, v, vec);
+    uint32_t r[32];
+    if (sr) philox_fill(key.seed, key.stream, key.first_index + b * 32, r, 32);
+    blocks::encode_mx_block(v, fp4, sr ? r : nullptr, out + b * bytes);
   }
 }
 
@@ -257,50 +169,16 @@ __global__ void dequantize_mx_kernel(const uint8_t* in, float* out, size_t n, bo
   }
 }
 
-// ---- NVFP4
-// ---------------------------------------------------------------------------------------
+// ---- NVFP4 (one thread per 16-value block) ----------------------------------------------
 __global__ void quantize_nvfp4_kernel(const float* in, size_t n, float ts, uint8_t* out,
                                       size_t nblocks, bool round_up, bool sr, SrKey key, bool vec) {
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   for (size_t b = size_t(blockIdx.x) * blockDim.x + threadIdx.x; b < nblocks; b += stride) {
-    const size_t i0 = b * 16;
     float v[16];
-    if (vec && i0 + 16 <= n) {
-      const float4* src = reinterpret_cast<const float4*>(in + i0);
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const float4 f = src[q];
-        v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
-      }
-    } else {
-      for (int j = 0; j < 16; ++j) v[j] = i0 + j < n ? in[i0 + j] : 0.0f;
-    }
-    uint32_t amax = 0;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) amax = max(amax, __float_as_uint(v[j]) & 0x7fffffffu);
-    // As kernels/formats/nvfp4.cc: want = amax / (6 · ts), scale = E4M3(want) (up or nearest),
-    // inv = 1 / (decode(scale) · ts).
-    const float want = __fdiv_rn(__uint_as_float(amax), __fmul_rn(fm::kE2M1Max, ts));
-    const uint8_t sc =
-        round_up ? uint8_t(fm::minifloat_encode<fm::kE4M3Spec, fm::Rounding::kAwayFromZero>(want))
-                 : uint8_t(fm::minifloat_encode<fm::kE4M3Spec, fm::Rounding::kNearestEven>(want));
-    const float denom = __fmul_rn(fm::minifloat_decode<fm::kE4M3Spec>(sc), ts);
-    const bool nan_block = amax >= 0x7f800000u;
-    uint8_t* blk = out + b * sizeof(fm::BlockNvfp4);
-    blk[0] = nan_block ? uint8_t(0x7f) : sc;
-    if (nan_block) {
-      for (int j = 0; j < 8; ++j) blk[1 + j] = 0;
-      continue;
-    }
-    const float inv = denom > 0.0f ? __fdiv_rn(1.0f, denom) : 0.0f;
-    uint32_t r[16] = {};
-    if (sr) philox_fill(key, key.first_index + i0, r, 16);
-    for (int j = 0; j < 8; ++j) {
-      const float x0 = __fmul_rn(v[2 * j], inv), x1 = __fmul_rn(v[2 * j + 1], inv);
-      const uint8_t c0 = sr ? fm::e2m1_from_f32_sr(x0, r[2 * j]) : fm::e2m1_from_f32(x0);
-      const uint8_t c1 = sr ? fm::e2m1_from_f32_sr(x1, r[2 * j + 1]) : fm::e2m1_from_f32(x1);
-      blk[1 + j] = uint8_t(c0 | (c1 << 4));
-    }
+    load_block(in, n, b * 16, 16, v, vec);
+    uint32_t r[16];
+    if (sr) philox_fill(key.seed, key.stream, key.first_index + b * 16, r, 16);
+    blocks::encode_nvfp4_block(v, ts, round_up, sr ? r : nullptr, out + b * sizeof(fm::BlockNvfp4));
   }
 }
 
@@ -314,67 +192,33 @@ __global__ void dequantize_nvfp4_kernel(const uint8_t* in, float ts, float* out,
   }
 }
 
-// ---- int8 / int4 blocks
-// -------------------------------------------------------------------------- Matches
-// kernels/formats/int_block.cc as the host compiler builds it with FMA contraction
-// (-march=native on x86-64 with FMA, the default build): round-to-nearest is
-// fma(x, inv, 1.5·2^23) − 1.5·2^23 and the stochastic value is fma(x, inv, u) with u = r/2^24.
+// ---- int8 / int4 blocks (one thread per block) ------------------------------------------
+// A pass for the block max (16-byte loads when aligned), then the codes 32 values at a time
+// (the random words of 32 values stay in registers). Arithmetic: see quantize_blocks.cuh.
 __global__ void quantize_int_kernel(const float* in, size_t n, uint8_t* out, size_t nblocks,
                                     int bits, int B, bool sr, SrKey key, bool vec) {
-  constexpr float kMagic = 12582912.0f;
   const float qmax = bits == 8 ? 127.0f : 7.0f;
   const size_t bytes = 4 + size_t(bits == 8 ? B : B / 2);
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   for (size_t b = size_t(blockIdx.x) * blockDim.x + threadIdx.x; b < nblocks; b += stride) {
     const size_t i0 = b * size_t(B);
-    const bool full = vec && i0 + B <= n;
-    auto load = [&](int j) { return i0 + j < n ? in[i0 + j] : 0.0f; };
     uint32_t amax = 0;
-    if (full) {
-      const float4* src = reinterpret_cast<const float4*>(in + i0);
-      for (int q = 0; q < B / 4; ++q) {
-        const float4 f = src[q];
-        amax = max(
-            amax, max(max(__float_as_uint(f.x) & 0x7fffffffu, __float_as_uint(f.y) & 0x7fffffffu),
-                      max(__float_as_uint(f.z) & 0x7fffffffu, __float_as_uint(f.w) & 0x7fffffffu)));
-      }
-    } else {
-      for (int j = 0; j < B; ++j) amax = max(amax, __float_as_uint(load(j)) & 0x7fffffffu);
+    for (int j0 = 0; j0 < B; j0 += 32) {
+      float v[32];
+      load_block(in, n, i0 + j0, 32, v, vec);
+      for (int j = 0; j < 32; ++j) amax = max(amax, __float_as_uint(v[j]) & 0x7fffffffu);
     }
     uint8_t* blk = out + b * bytes;
-    float scale, inv;
-    if (amax >= 0x7f800000u) {
-      scale = __uint_as_float(0x7fc00000u);
-      inv = 0.0f;
-    } else {
-      const float a = __uint_as_float(amax);
-      const float i = __fdiv_rn(qmax, a);
-      if (!(i <= 3.0e38f)) {
-        scale = 0.0f;
-        inv = 0.0f;
-      } else {
-        scale = __fdiv_rn(a, qmax);
-        inv = i;
-      }
-    }
+    float inv;
+    const float scale = blocks::int_block_scale(amax, qmax, inv);
     memcpy(blk, &scale, 4);
-    const bool zero = inv == 0.0f;        // non-finite or all-zero / tiny block: codes 0
-    for (int j0 = 0; j0 < B; j0 += 32) {  // 32 values at a time keeps the random words in registers
+    for (int j0 = 0; j0 < B; j0 += 32) {
+      float v[32];
+      load_block(in, n, i0 + j0, 32, v, vec);
       uint32_t r[32] = {};
-      if (sr && !zero) philox_fill(key, key.first_index + i0 + j0, r, 32);
+      if (sr && inv != 0.0f) philox_fill(key.seed, key.stream, key.first_index + i0 + j0, r, 32);
       int c[32];
-      for (int j = 0; j < 32; ++j) {
-        const float x = load(j0 + j);
-        float f;
-        if (sr) {
-          const float y = __fmaf_rn(x, inv, __fmul_rn(float(r[j] >> 8), 1.0f / 16777216.0f));
-          f = __fsub_rn(__fadd_rn(y, kMagic), kMagic);
-          f = f > y ? __fsub_rn(f, 1.0f) : f;
-        } else {
-          f = __fsub_rn(__fmaf_rn(x, inv, kMagic), kMagic);
-        }
-        c[j] = zero ? 0 : int(fminf(fmaxf(f, -qmax), qmax));
-      }
+      for (int j = 0; j < 32; ++j) c[j] = blocks::int_code(v[j], inv, qmax, sr, r[j]);
       if (bits == 8) {
         for (int j = 0; j < 32; ++j) blk[4 + j0 + j] = uint8_t(int8_t(c[j]));
       } else {
