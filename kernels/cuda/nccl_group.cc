@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "kernels/cuda/devices.h"
+
 #if defined(ATOLL_HAVE_NCCL)
 #include <nccl.h>
 #endif
@@ -87,6 +89,17 @@ Status NcclGroup::all_reduce_mean(const std::vector<float*>& bufs, size_t n) {
 Status NcclGroup::all_reduce_sum(const std::vector<float*>& bufs, size_t n) {
   return all_reduce(bufs, n, false);
 }
+StatusOr<std::unique_ptr<NcclGroup>> open_worker_devices(std::string_view spec) {
+  ATOLL_ASSIGN_OR_RETURN(const std::vector<int> ids, parse_devices(spec));
+  auto n = device_count();
+  if (!n.ok()) {
+    return Unavailable("--devices " + std::string(spec) +
+                       ": no CUDA device: " + n.status().message());
+  }
+  ATOLL_RETURN_IF_ERROR(validate_devices(ids, *n));
+  return NcclGroup::create(ids);
+}
+
 Status NcclGroup::synchronize() {
   for (auto& c : contexts_) ATOLL_RETURN_IF_ERROR(c->synchronize());
   return Status::Ok();

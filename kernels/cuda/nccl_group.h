@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "kernels/core/status.h"
@@ -46,5 +47,9 @@ class NcclGroup {
 
 // Whether this build has NCCL.
 bool nccl_available();
+
+// The one call a node makes for `--devices <spec>`: parse_devices, then the machine's device
+// count (Unavailable "no CUDA device: ..." without a GPU), validate_devices, NcclGroup::create.
+StatusOr<std::unique_ptr<NcclGroup>> open_worker_devices(std::string_view spec);
 
 }  // namespace atl::kernels::cuda

@@ -33,6 +33,26 @@ TEST(DevicesTest, RejectsBadListsWithOneClearLine) {
   EXPECT_NE(st.message().find("cuda:2 does not exist"), std::string::npos) << st.message();
 }
 
+TEST(DevicesTest, OpenWorkerDevicesSaysWhatIsWrong) {
+  auto bad = open_worker_devices("cuda:0,gpu:1");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  auto n = device_count();
+  if (!n.ok()) {
+    // This machine: the flag is well-formed but there is nothing to run on.
+    auto none = open_worker_devices("cuda:0");
+    ASSERT_FALSE(none.ok());
+    EXPECT_EQ(none.status().code(), StatusCode::kUnavailable);
+    EXPECT_NE(none.status().message().find("no CUDA device"), std::string::npos)
+        << none.status().message();
+    return;
+  }
+  auto missing = open_worker_devices("cuda:" + std::to_string(*n));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.status().message().find("does not exist"), std::string::npos);
+}
+
 // Two GPUs as one worker: each holds its own gradient; after the all-reduce both hold the mean.
 TEST(NcclGroupTest, AllReduceMeanOverTwoGpus) {
   auto n = device_count();
