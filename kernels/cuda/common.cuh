@@ -1,4 +1,4 @@
-// Device-side helpers shared by the .cu files of kernels/cuda (nvcc only).
+// Device-side pieces shared by the .cu files of kernels/cuda (nvcc only).
 #pragma once
 
 #include <cuda_runtime.h>
