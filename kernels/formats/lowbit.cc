@@ -66,8 +66,14 @@ void quantize_sign(std::span<const float> in, std::span<BlockSign<B>> out) {
       continue;
     }
     put_scale(o.scale, bf16_from_f32(static_cast<float>(mean)));
-    for (size_t j = 0; j < len; ++j) {
-      o.bits[j / 8] |= static_cast<uint8_t>((v[j] < 0.0f ? 1u : 0u) << (j % 8));
+    // One byte per 8 values from compares (x < 0, so -0 sends +s), which vectorize.
+    for (size_t i = 0; i < (len + 7) / 8; ++i) {
+      uint32_t byte = 0;
+      for (size_t k = 0; k < 8; ++k) {
+        const size_t j = 8 * i + k;
+        byte |= (j < len && v[j] < 0.0f ? 1u : 0u) << k;
+      }
+      o.bits[i] = static_cast<uint8_t>(byte);
     }
   }
 }
@@ -86,29 +92,27 @@ void quantize_ternary(std::span<const float> in, std::span<BlockTernary<B>> out)
       continue;
     }
     // The threshold is taken in double so that a block of ±s and zeros (mean = s * c / len,
-    // c <= len) never puts an s at or below it: 0.7 * s * c / len < s.
+    // c <= len) never puts an s at or below it: 0.7 * s * c / len < s. For float |x|,
+    // |x| > t exactly when |x| > tf, tf = t rounded down to float; the loop compares floats.
     const double t = static_cast<double>(kTernaryThreshold) * mean;
-    double sum = 0;
-    size_t count = 0;
-    uint8_t trit[B] = {};
+    float tf = static_cast<float>(t);
+    if (static_cast<double>(tf) > t) tf = std::nextafter(tf, 0.0f);
+    double sum = 0;  // in index order (adding +0 for the values not kept changes nothing)
+    uint32_t count = 0;
+    uint8_t trit[5 * BlockTernary<B>::kBytes] = {};
     for (size_t j = 0; j < len; ++j) {
-      const double a = std::fabs(static_cast<double>(v[j]));
-      if (a > t) {
-        sum += a;
-        ++count;
-        trit[j] = v[j] < 0.0f ? 2 : 1;
-      }
+      const float a = std::fabs(v[j]);
+      const bool keep = a > tf;
+      sum += keep ? static_cast<double>(a) : 0.0;
+      count += keep;
+      trit[j] = static_cast<uint8_t>(keep ? (v[j] < 0.0f ? 2 : 1) : 0);
     }
     const float s = count > 0 ? static_cast<float>(sum / static_cast<double>(count)) : 0.0f;
     put_scale(o.scale, bf16_from_f32(s));
     if (s == 0.0f) continue;  // all zero: keep zero codes
     for (int i = 0; i < BlockTernary<B>::kBytes; ++i) {
-      uint32_t byte = 0;
-      for (int k = 4; k >= 0; --k) {
-        const int j = 5 * i + k;
-        byte = byte * 3 + (j < B ? trit[j] : 0u);
-      }
-      o.trits[i] = static_cast<uint8_t>(byte);
+      const uint8_t* c = trit + 5 * i;
+      o.trits[i] = static_cast<uint8_t>(c[0] + 3 * c[1] + 9 * c[2] + 27 * c[3] + 81 * c[4]);
     }
   }
 }
@@ -127,7 +131,12 @@ bool dequantize_sign(std::span<const BlockSign<B>> in, std::span<float> out) {
       continue;
     }
     const float s = f32_from_bf16(h);
-    for (size_t j = 0; j < len; ++j) y[j] = (in[b].bits[j / 8] >> (j % 8)) & 1u ? -s : s;
+    // Flip the sign bit of s where the code is 1 (-s for s = 0 is -0, as written).
+    const uint32_t sb = std::bit_cast<uint32_t>(s);
+    for (size_t j = 0; j < len; ++j) {
+      const uint32_t bit = (in[b].bits[j / 8] >> (j % 8)) & 1u;
+      y[j] = std::bit_cast<float>(sb ^ (bit << 31));
+    }
   }
   return ok;
 }
