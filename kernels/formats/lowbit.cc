@@ -28,17 +28,35 @@ inline uint16_t get_scale(const uint8_t (&src)[2]) {
   return h;
 }
 
-// mean |v| over len values, summed in double in index order; false when a value is not finite.
-inline bool mean_abs(const float* v, size_t len, double& mean) {
-  double sum = 0;
-  uint32_t bad = 0;
+// Blocks are encoded in groups of kGroup full blocks (then one at a time): each block's sums
+// are serial double additions in index order, a chain bound by the add latency, so the group's
+// kGroup chains run side by side (one vector of doubles) with the same result per block.
+constexpr size_t kGroup = 4;
+
+// sum[g] = sum |v| over block g of G consecutive blocks of len values each (stride B), in double,
+// in index order; bad[g] when block g holds a non-finite value.
+template <int B, size_t G>
+inline void abs_sums(const float* v, size_t len, double (&sum)[G], bool (&bad)[G]) {
+  uint32_t nf[G] = {};
+  for (size_t g = 0; g < G; ++g) sum[g] = 0;
   for (size_t j = 0; j < len; ++j) {
-    const uint32_t u = std::bit_cast<uint32_t>(v[j]);
-    bad |= (u & 0x7f800000u) == 0x7f800000u;
-    sum += std::fabs(static_cast<double>(v[j]));
+    for (size_t g = 0; g < G; ++g) {
+      const float x = v[g * B + j];
+      nf[g] |= (std::bit_cast<uint32_t>(x) & 0x7f800000u) == 0x7f800000u;
+      sum[g] += std::fabs(static_cast<double>(x));
+    }
   }
-  mean = sum / static_cast<double>(len);
-  return bad == 0;
+  for (size_t g = 0; g < G; ++g) bad[g] = nf[g] != 0;
+}
+
+// Calls fn.template operator()<G>(first_block, len) over in (n values): groups of kGroup full
+// blocks, then single blocks (the last may be short).
+template <int B, typename Fn>
+inline void for_block_groups(size_t n, Fn&& fn) {
+  const size_t full = n / B, blocks = (n + B - 1) / B;
+  size_t b = 0;
+  for (; b + kGroup <= full; b += kGroup) fn.template operator()<kGroup>(b, size_t{B});
+  for (; b < blocks; ++b) fn.template operator()<1>(b, block_len<B>(n, b));
 }
 
 // The first byte index and the largest valid value of the last code byte of a ternary block
@@ -55,66 +73,91 @@ constexpr uint32_t last_byte_limit() {
 template <int B>
 void quantize_sign(std::span<const float> in, std::span<BlockSign<B>> out) {
   assert(out.size() == lowbit_num_blocks<B>(in.size()));
-  for (size_t b = 0; b < out.size(); ++b) {
-    const size_t len = block_len<B>(in.size(), b);
-    const float* v = in.data() + b * B;
-    BlockSign<B>& o = out[b];
-    std::memset(o.bits, 0, sizeof(o.bits));
-    double mean;
-    if (!mean_abs(v, len, mean)) {
-      put_scale(o.scale, kBf16Nan);
-      continue;
-    }
-    put_scale(o.scale, bf16_from_f32(static_cast<float>(mean)));
-    // One byte per 8 values from compares (x < 0, so -0 sends +s), which vectorize.
-    for (size_t i = 0; i < (len + 7) / 8; ++i) {
-      uint32_t byte = 0;
-      for (size_t k = 0; k < 8; ++k) {
-        const size_t j = 8 * i + k;
-        byte |= (j < len && v[j] < 0.0f ? 1u : 0u) << k;
+  for_block_groups<B>(in.size(), [&]<size_t G>(size_t b0, size_t len) {
+    double sum[G];
+    bool bad[G];
+    abs_sums<B, G>(in.data() + b0 * B, len, sum, bad);
+    for (size_t g = 0; g < G; ++g) {
+      const float* v = in.data() + (b0 + g) * B;
+      BlockSign<B>& o = out[b0 + g];
+      std::memset(o.bits, 0, sizeof(o.bits));
+      if (bad[g]) {
+        put_scale(o.scale, kBf16Nan);
+        continue;
       }
-      o.bits[i] = static_cast<uint8_t>(byte);
+      const double mean = sum[g] / static_cast<double>(len);
+      put_scale(o.scale, bf16_from_f32(static_cast<float>(mean)));
+      // One byte per 8 values from compares (x < 0, so -0 sends +s), which vectorize.
+      for (size_t i = 0; i < (len + 7) / 8; ++i) {
+        uint32_t byte = 0;
+        for (size_t k = 0; k < 8; ++k) {
+          const size_t j = 8 * i + k;
+          byte |= (j < len && v[j] < 0.0f ? 1u : 0u) << k;
+        }
+        o.bits[i] = static_cast<uint8_t>(byte);
+      }
     }
-  }
+  });
 }
 
 template <int B>
 void quantize_ternary(std::span<const float> in, std::span<BlockTernary<B>> out) {
   assert(out.size() == lowbit_num_blocks<B>(in.size()));
-  for (size_t b = 0; b < out.size(); ++b) {
-    const size_t len = block_len<B>(in.size(), b);
-    const float* v = in.data() + b * B;
-    BlockTernary<B>& o = out[b];
-    std::memset(o.trits, 0, sizeof(o.trits));
-    double mean;
-    if (!mean_abs(v, len, mean)) {
-      put_scale(o.scale, kBf16Nan);
-      continue;
-    }
+  constexpr int kBytes = BlockTernary<B>::kBytes;
+  for_block_groups<B>(in.size(), [&]<size_t G>(size_t b0, size_t len) {
+    const float* v = in.data() + b0 * B;
+    double sum[G];
+    bool bad[G];
+    abs_sums<B, G>(v, len, sum, bad);
     // The threshold is taken in double so that a block of ±s and zeros (mean = s * c / len,
     // c <= len) never puts an s at or below it: 0.7 * s * c / len < s. For float |x|,
     // |x| > t exactly when |x| > tf, tf = t rounded down to float; the loop compares floats.
-    const double t = static_cast<double>(kTernaryThreshold) * mean;
-    float tf = static_cast<float>(t);
-    if (static_cast<double>(tf) > t) tf = std::nextafter(tf, 0.0f);
-    double sum = 0;  // in index order (adding +0 for the values not kept changes nothing)
-    uint32_t count = 0;
-    uint8_t trit[5 * BlockTernary<B>::kBytes] = {};
+    float tf[G];
+    for (size_t g = 0; g < G; ++g) {
+      const double t = static_cast<double>(kTernaryThreshold) * (sum[g] / static_cast<double>(len));
+      tf[g] = static_cast<float>(t);
+      if (static_cast<double>(tf[g]) > t) tf[g] = std::nextafter(tf[g], 0.0f);
+      if (bad[g]) tf[g] = 0.0f;  // any value; the block is written as NaN below
+    }
+    // Sums of the kept |x| in index order (adding +0 for the others changes nothing), then the
+    // codes block by block: separate loops, each of which vectorizes.
+    double kept[G] = {};
+    uint32_t count[G] = {};
     for (size_t j = 0; j < len; ++j) {
-      const float a = std::fabs(v[j]);
-      const bool keep = a > tf;
-      sum += keep ? static_cast<double>(a) : 0.0;
-      count += keep;
-      trit[j] = static_cast<uint8_t>(keep ? (v[j] < 0.0f ? 2 : 1) : 0);
+      for (size_t g = 0; g < G; ++g) {
+        // Masks instead of selects: a branch per value mispredicts on half of them.
+        const float a = std::fabs(v[g * B + j]);
+        const uint32_t keep = a > tf[g] ? 1u : 0u;
+        const uint64_t mask = 0 - static_cast<uint64_t>(keep);
+        kept[g] += std::bit_cast<double>(std::bit_cast<uint64_t>(static_cast<double>(a)) & mask);
+        count[g] += keep;
+      }
     }
-    const float s = count > 0 ? static_cast<float>(sum / static_cast<double>(count)) : 0.0f;
-    put_scale(o.scale, bf16_from_f32(s));
-    if (s == 0.0f) continue;  // all zero: keep zero codes
-    for (int i = 0; i < BlockTernary<B>::kBytes; ++i) {
-      const uint8_t* c = trit + 5 * i;
-      o.trits[i] = static_cast<uint8_t>(c[0] + 3 * c[1] + 9 * c[2] + 27 * c[3] + 81 * c[4]);
+    uint8_t trit[G][5 * kBytes] = {};
+    for (size_t g = 0; g < G; ++g) {
+      for (size_t j = 0; j < len; ++j) {
+        const float x = v[g * B + j];
+        const uint32_t keep = std::fabs(x) > tf[g] ? 1u : 0u;
+        trit[g][j] = static_cast<uint8_t>(keep + (keep & (x < 0.0f ? 1u : 0u)));
+      }
     }
-  }
+    for (size_t g = 0; g < G; ++g) {
+      BlockTernary<B>& o = out[b0 + g];
+      std::memset(o.trits, 0, sizeof(o.trits));
+      if (bad[g]) {
+        put_scale(o.scale, kBf16Nan);
+        continue;
+      }
+      const float s =
+          count[g] > 0 ? static_cast<float>(kept[g] / static_cast<double>(count[g])) : 0.0f;
+      put_scale(o.scale, bf16_from_f32(s));
+      if (s == 0.0f) continue;  // all zero: keep zero codes
+      for (int i = 0; i < kBytes; ++i) {
+        const uint8_t* c = trit[g] + 5 * i;
+        o.trits[i] = static_cast<uint8_t>(c[0] + 3 * c[1] + 9 * c[2] + 27 * c[3] + 81 * c[4]);
+      }
+    }
+  });
 }
 
 template <int B>
