@@ -59,8 +59,8 @@ inline void for_block_groups(size_t n, Fn&& fn) {
   for (; b < blocks; ++b) fn.template operator()<1>(b, block_len<B>(n, b));
 }
 
-// The first byte index and the largest valid value of the last code byte of a ternary block
-// (trits beyond B must be 0): 3^(B - 5 * (kBytes - 1)).
+// One past the largest valid value of a ternary block's last code byte, which holds the block's
+// last B - 5 (kBytes - 1) trits (the trits beyond B must be 0): 3^(B - 5 (kBytes - 1)).
 template <int B>
 constexpr uint32_t last_byte_limit() {
   uint32_t lim = 1;

@@ -163,8 +163,7 @@ TEST(FormatsLowbit, TernaryThresholdAndScale) {
   std::vector<float> y(10);
   ASSERT_TRUE(dequantize_ternary<32>(t, y));
   EXPECT_EQ(y, (std::vector<float>{s, -s, 0, 0, 0, s, 0, 0, s, -s}));
-  // A value exactly at the threshold goes to 0: {1, 0.7 * 2 / (2 - 0.7)...} is not exact in
-  // binary, so take t = 0 instead: a block of zeros and one -0 keeps every code 0.
+  // With t = 0 (an all-zero block, -0 included) nothing is above the threshold: codes stay 0.
   const std::vector<float> zm = {0.0f, -0.0f, 0.0f};
   quantize_ternary<32>(zm, t);
   for (uint8_t c : t[0].trits) EXPECT_EQ(c, 0);
@@ -208,6 +207,34 @@ TEST(FormatsLowbit, NonFiniteHugeAndInvalidBlocks) {
   EXPECT_EQ(y[0], 0.0f);
   set_scale(t[0], 0x8000);
   EXPECT_FALSE(dequantize_ternary<32>(t, y));
+}
+
+// Full blocks are encoded four at a time; the bytes must equal encoding each block on its own.
+template <int B>
+void groups_match_single_blocks() {
+  const size_t n = 9 * B + B / 2;  // two groups of four, one single block, a short tail
+  const Philox rng(3, 2);
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>(rng.normal(i)) * (1 + i / B);
+  x[5 * B + 7] = kInf;  // a non-finite block inside a group
+  std::vector<BlockSign<B>> s(lowbit_num_blocks<B>(n)), s1(1);
+  std::vector<BlockTernary<B>> t(lowbit_num_blocks<B>(n)), t1(1);
+  quantize_sign<B>(x, s);
+  quantize_ternary<B>(x, t);
+  for (size_t b = 0; b < s.size(); ++b) {
+    const auto part = std::span(x).subspan(b * B, std::min<size_t>(B, n - b * B));
+    quantize_sign<B>(part, s1);
+    quantize_ternary<B>(part, t1);
+    ASSERT_EQ(std::memcmp(&s[b], &s1[0], sizeof(s1[0])), 0) << "sign block " << b;
+    ASSERT_EQ(std::memcmp(&t[b], &t1[0], sizeof(t1[0])), 0) << "ternary block " << b;
+  }
+}
+
+TEST(FormatsLowbit, GroupedEncodingMatchesSingleBlocks) {
+  groups_match_single_blocks<32>();
+  groups_match_single_blocks<64>();
+  groups_match_single_blocks<128>();
+  groups_match_single_blocks<256>();
 }
 
 TEST(FormatsLowbit, ErrorOnGaussianBlocks) {
