@@ -111,14 +111,20 @@ def table(out, settings, md_key):
         ef = "n/a" if s["codec"] == "none" else ("on" if s["error_feedback"] else "off")
         upper = ("%+.2f%%" % (s["bpb_vs_fp32_percent_mean"] + 2 * s["bpb_vs_fp32_percent_sem"])
                  if s["bpb_vs_fp32_percent_sem"] is not None and s["codec"] != "none" else "—")
-        verdict = ("**yes** (confident)" if s["meets_target_confident"] else
+        verdict = ("—" if s["codec"] == "none" else
+                   "**yes** (confident)" if s["meets_target_confident"] else
                    "**yes**" if s["meets_target"] else "no")
-        lines.append("| %s | %s | %d | %.4f | %+.2f%% ± %.2f | %s | %+.2f%% / %+.2f%% | %s | %.1f× "
-                     "| %.2f× | %s |" % (
-                         s["codec"], ef, s["n_seeds"], s["final_val_bpb_mean"],
-                         s["bpb_vs_fp32_percent_mean"], s["bpb_vs_fp32_percent_std"], upper,
-                         s["bpb_vs_fp32_percent_min"], s["bpb_vs_fp32_percent_max"],
-                         mb(s["bytes_up"]), s["up_reduction"], s["total_reduction"], verdict))
+        if s["codec"] == "none":
+            gap = spread = "—"
+        elif s["n_seeds"] == 1:
+            gap, spread = "%+.2f%% (one seed)" % s["bpb_vs_fp32_percent_mean"], "—"
+        else:
+            gap = "%+.2f%% ± %.2f" % (s["bpb_vs_fp32_percent_mean"], s["bpb_vs_fp32_percent_std"])
+            spread = "%+.2f%% / %+.2f%%" % (s["bpb_vs_fp32_percent_min"],
+                                           s["bpb_vs_fp32_percent_max"])
+        lines.append("| %s | %s | %d | %.4f | %s | %s | %s | %s | %.1f× | %.2f× | %s |" % (
+            s["codec"], ef, s["n_seeds"], s["final_val_bpb_mean"], gap, upper, spread,
+            mb(s["bytes_up"]), s["up_reduction"], s["total_reduction"], verdict))
     text = "\n".join(lines)
     print(text)
     if md_key == "-":
