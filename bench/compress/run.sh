@@ -29,7 +29,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 source bench/common.sh
-bench_args 2,25 "$@"
+bench_args 2,27 "$@"
 
 NODES=4
 MODEL=(--dim 64 --layers 2 --heads 4 --ffn 192 --seq 64 --batch 8)
