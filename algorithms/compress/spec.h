@@ -9,7 +9,7 @@
 // F is in (0, 1]; C in [16, 2^20]. "none" means fp32, dense. A sparsifier alone sends fp32
 // values. Examples: "bf16", "int8:64", "topk:0.02+int4", "topk-chunked:0.01:8192+nvfp4",
 // "sign", "ternary:256" (kernels/formats/lowbit.h: 1 and log2(3) bits a value plus a bf16 scale
-// per block; meant to be used with error feedback).
+// per block; in DiLoCo they did best dense without error feedback, bench/RESULTS.md).
 #pragma once
 
 #include <cstdint>

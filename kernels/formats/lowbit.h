@@ -1,5 +1,6 @@
-// Sub-2-bit block formats for pseudo-gradients sent with error feedback: a block of B values is
-// one non-negative bf16 scale s plus a code per value.
+// Sub-2-bit block formats for pseudo-gradients (1.125 and 1.75 bits a value at B = 128, the only
+// dense codes past 16x below fp32): a block of B values is one non-negative bf16 scale s plus a
+// code per value.
 //   sign:    x ≈ ±s,      s = mean |x| over the block      1 bit/value  (B = 128: 1.125 bits)
 //   ternary: x ≈ {-s,0,s}, s = mean |x| over |x| > t,       log2(3) bits, packed 5 per byte
 //            t = 0.7 * mean |x| over the block             (B = 128: 1.75 bits)
