@@ -19,6 +19,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/formats/convert.h"
 #include "kernels/formats/int_block.h"
+#include "kernels/formats/lowbit.h"
 #include "kernels/formats/mx.h"
 #include "kernels/formats/nvfp4.h"
 
@@ -98,6 +99,8 @@ std::vector<KernelRow> bench_kernels(const std::vector<float>& x, int reps) {
   std::vector<fmt::BlockNvfp4> nv(fmt::nvfp4_num_blocks(n));
   std::vector<fmt::BlockMxfp4> mx4(fmt::mx_num_blocks(n));
   std::vector<fmt::BlockMxfp8> mx8(fmt::mx_num_blocks(n));
+  std::vector<fmt::BlockSign<128>> sg(fmt::lowbit_num_blocks<128>(n));
+  std::vector<fmt::BlockTernary<128>> tr(fmt::lowbit_num_blocks<128>(n));
   const Philox rng(1, 2);
   const float ts = fmt::nvfp4_tensor_scale(x);
   std::vector<KernelRow> rows;
@@ -123,12 +126,17 @@ std::vector<KernelRow> bench_kernels(const std::vector<float>& x, int reps) {
   run("mxfp4_dequantize", [&] { fmt::dequantize_mxfp4(mx4, y); });
   run("mxfp8_quantize", [&] { fmt::quantize_mxfp8(x, mx8); });
   run("mxfp8_dequantize", [&] { fmt::dequantize_mxfp8(mx8, y); });
+  run("sign_128_quantize", [&] { fmt::quantize_sign<128>(x, sg); });
+  run("sign_128_dequantize", [&] { (void)fmt::dequantize_sign<128>(sg, y); });
+  run("ternary_128_quantize", [&] { fmt::quantize_ternary<128>(x, tr); });
+  run("ternary_128_dequantize", [&] { (void)fmt::dequantize_ternary<128>(tr, y); });
   return rows;
 }
 
 const char* const kDefaultSpecs[] = {
     "bf16",  "fp8",   "int8",      "int4",           "nvfp4",
-    "mxfp4", "mxfp8", "topk:0.02", "topk:0.02+int4", "topk-chunked:0.02+int4"};
+    "mxfp4", "mxfp8", "topk:0.02", "topk:0.02+int4", "topk-chunked:0.02+int4",
+    "sign",  "ternary", "topk-chunked:0.015625:4096+sign"};
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include "algorithms/compress/topk.h"
 #include "kernels/formats/convert.h"
 #include "kernels/formats/int_block.h"
+#include "kernels/formats/lowbit.h"
 #include "kernels/formats/mx.h"
 #include "kernels/formats/nvfp4.h"
 #include "kernels/formats/scalar.h"
@@ -60,6 +61,8 @@ uint64_t value_section_bytes(const CodecSpec& s, uint64_t m) {
     case Quantizer::kNvfp4: return 4 + ceil_div(m, 16) * sizeof(fmt::BlockNvfp4);
     case Quantizer::kInt8: return ceil_div(m, b) * (4 + b);
     case Quantizer::kInt4: return ceil_div(m, b) * (4 + b / 2);
+    case Quantizer::kSign: return ceil_div(m, b) * (2 + b / 8);
+    case Quantizer::kTernary: return ceil_div(m, b) * (2 + ceil_div(b, 5));
   }
   return 0;
 }
@@ -133,6 +136,30 @@ void decode_int(const CodecSpec& s, const uint8_t* in, std::span<float> v) {
   } else {
     decode_blocks<fmt::BlockQ4<B>, B>(in, v, [](auto i, auto o) { fmt::dequantize_q4<B>(i, o); });
   }
+}
+
+template <int B>
+void encode_lowbit(const CodecSpec& s, std::span<const float> v, uint8_t* out, ChunkSink& sink) {
+  if (s.quantizer == Quantizer::kSign) {
+    encode_blocks<fmt::BlockSign<B>, B>(v, out, sink,
+                                        [](auto in, auto o) { fmt::quantize_sign<B>(in, o); });
+  } else {
+    encode_blocks<fmt::BlockTernary<B>, B>(
+        v, out, sink, [](auto in, auto o) { fmt::quantize_ternary<B>(in, o); });
+  }
+}
+// False when a block is not a valid encoding (lowbit.h).
+template <int B>
+bool decode_lowbit(const CodecSpec& s, const uint8_t* in, std::span<float> v) {
+  bool ok = true;
+  if (s.quantizer == Quantizer::kSign) {
+    decode_blocks<fmt::BlockSign<B>, B>(
+        in, v, [&ok](auto i, auto o) { ok &= fmt::dequantize_sign<B>(i, o); });
+  } else {
+    decode_blocks<fmt::BlockTernary<B>, B>(
+        in, v, [&ok](auto i, auto o) { ok &= fmt::dequantize_ternary<B>(i, o); });
+  }
+  return ok;
 }
 
 // Elementwise formats through a stack buffer of codes.
@@ -222,6 +249,14 @@ void encode_values(const CodecSpec& s, std::span<const float> v, float amax, uin
         case 128: return encode_int<128>(s, v, out, sink);
         default: return encode_int<256>(s, v, out, sink);
       }
+    case Quantizer::kSign:
+    case Quantizer::kTernary:
+      switch (s.block) {
+        case 32: return encode_lowbit<32>(s, v, out, sink);
+        case 64: return encode_lowbit<64>(s, v, out, sink);
+        case 128: return encode_lowbit<128>(s, v, out, sink);
+        default: return encode_lowbit<256>(s, v, out, sink);
+      }
   }
 }
 
@@ -231,47 +266,57 @@ Status check_input(const fmt::AbsMax& am) {
   return Status::Ok();
 }
 
-// value_section_bytes(s, m) bytes -> v (m values). Finiteness is checked by the caller.
-void decode_values(const CodecSpec& s, const uint8_t* in, std::span<float> v) {
+// value_section_bytes(s, m) bytes -> v (m values). Finiteness is checked by the caller; false
+// when the codes themselves are invalid (only sign / ternary have invalid codes).
+bool decode_values(const CodecSpec& s, const uint8_t* in, std::span<float> v) {
   switch (s.quantizer) {
     case Quantizer::kFp32:
       std::memcpy(v.data(), in, v.size() * 4);
-      return;
+      return true;
     case Quantizer::kBf16:
       decode_elems<uint16_t>(in, v, [](auto i, auto o) { fmt::dequantize_bf16(i, o); });
-      return;
+      return true;
     case Quantizer::kFp16:
       decode_elems<uint16_t>(in, v, [](auto i, auto o) { fmt::dequantize_fp16(i, o); });
-      return;
+      return true;
     case Quantizer::kFp8: {
       const float scale = load_f32(in);
       decode_elems<uint8_t>(in + 4, v, [scale](auto i, auto o) {
         fmt::dequantize_e4m3_scaled(i, scale, o);
       });
-      return;
+      return true;
     }
     case Quantizer::kMxfp8:
       decode_blocks<fmt::BlockMxfp8, 32>(in, v, [](auto i, auto o) { fmt::dequantize_mxfp8(i, o); });
-      return;
+      return true;
     case Quantizer::kMxfp4:
       decode_blocks<fmt::BlockMxfp4, 32>(in, v, [](auto i, auto o) { fmt::dequantize_mxfp4(i, o); });
-      return;
+      return true;
     case Quantizer::kNvfp4: {
       const float ts = load_f32(in);
       decode_blocks<fmt::BlockNvfp4, 16>(in + 4, v, [ts](auto i, auto o) {
         fmt::dequantize_nvfp4(i, ts, o);
       });
-      return;
+      return true;
     }
     case Quantizer::kInt8:
     case Quantizer::kInt4:
       switch (s.block) {
-        case 32: return decode_int<32>(s, in, v);
-        case 64: return decode_int<64>(s, in, v);
-        case 128: return decode_int<128>(s, in, v);
-        default: return decode_int<256>(s, in, v);
+        case 32: decode_int<32>(s, in, v); return true;
+        case 64: decode_int<64>(s, in, v); return true;
+        case 128: decode_int<128>(s, in, v); return true;
+        default: decode_int<256>(s, in, v); return true;
+      }
+    case Quantizer::kSign:
+    case Quantizer::kTernary:
+      switch (s.block) {
+        case 32: return decode_lowbit<32>(s, in, v);
+        case 64: return decode_lowbit<64>(s, in, v);
+        case 128: return decode_lowbit<128>(s, in, v);
+        default: return decode_lowbit<256>(s, in, v);
       }
   }
+  return true;
 }
 
 bool all_finite(std::span<const float> v) {
@@ -326,10 +371,13 @@ StatusOr<Parsed> parse_message(std::span<const uint8_t> bytes, uint64_t numel) {
   return Parsed{*spec, bytes.subspan(kHeaderBytes + spec_len)};
 }
 
+constexpr const char* kBadCodes =
+    "codec message: invalid sign/ternary block (negative scale or a code byte out of range)";
+
 Status decode_payload(const CodecSpec& s, std::span<const uint8_t> payload, std::span<float> out) {
   const uint64_t n = out.size();
   if (s.sparsifier == Sparsifier::kDense) {
-    decode_values(s, payload.data(), out);
+    if (!decode_values(s, payload.data(), out)) return DataLoss(kBadCodes);
     if (!all_finite(out)) return DataLoss("codec message decodes to non-finite values");
     return Status::Ok();
   }
@@ -365,7 +413,9 @@ Status decode_payload(const CodecSpec& s, std::span<const uint8_t> payload, std:
   }
   if (!br.rest_is_zero()) return DataLoss("codec message: nonzero padding after indices");
   std::vector<float> vals(k);
-  decode_values(s, payload.data() + index_section_bytes(s, n), vals);
+  if (!decode_values(s, payload.data() + index_section_bytes(s, n), vals)) {
+    return DataLoss(kBadCodes);
+  }
   if (!all_finite(vals)) return DataLoss("codec message decodes to non-finite values");
   std::fill(out.begin(), out.end(), 0.0f);
   if (s.sparsifier == Sparsifier::kTopk) {

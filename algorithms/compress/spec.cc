@@ -48,14 +48,16 @@ const char* quantizer_name(Quantizer q) {
     case Quantizer::kNvfp4: return "nvfp4";
     case Quantizer::kInt8: return "int8";
     case Quantizer::kInt4: return "int4";
+    case Quantizer::kSign: return "sign";
+    case Quantizer::kTernary: return "ternary";
   }
   return "?";
 }
 
 Status bad(std::string_view text, const std::string& why) {
   return InvalidArgument("codec spec '" + std::string(text) + "': " + why +
-                         " (expected e.g. none, bf16, fp8, int8, int4:64, nvfp4, mxfp4, "
-                         "topk:0.02, topk-chunked:0.01:4096+int4)");
+                         " (expected e.g. none, bf16, fp8, int8, int4:64, nvfp4, mxfp4, sign, "
+                         "ternary:256, topk:0.02, topk-chunked:0.01:4096+int4)");
 }
 
 }  // namespace
@@ -95,7 +97,8 @@ std::string CodecSpec::to_string() const {
   if (quantizer == Quantizer::kFp32) return s.empty() ? "none" : s;
   if (!s.empty()) s += "+";
   s += quantizer_name(quantizer);
-  if (quantizer == Quantizer::kInt8 || quantizer == Quantizer::kInt4) {
+  if (quantizer == Quantizer::kInt8 || quantizer == Quantizer::kInt4 ||
+      quantizer == Quantizer::kSign || quantizer == Quantizer::kTernary) {
     s += ":";
     s += std::to_string(block);
   }
@@ -130,10 +133,14 @@ StatusOr<CodecSpec> parse_spec(std::string_view text) {
     }
     if (have_quantizer) return bad(text, "only one quantizer");
     have_quantizer = true;
-    if (name == "int8" || name == "int4") {
-      spec.quantizer = name == "int8" ? Quantizer::kInt8 : Quantizer::kInt4;
+    if (name == "int8" || name == "int4" || name == "sign" || name == "ternary") {
+      spec.quantizer = name == "int8"   ? Quantizer::kInt8
+                       : name == "int4" ? Quantizer::kInt4
+                       : name == "sign" ? Quantizer::kSign
+                                        : Quantizer::kTernary;
       if (parts.size() > 2) return bad(text, std::string(name) + " takes one block size");
-      uint32_t b = 32;
+      // int formats: block 32 (fp32 scale); sign/ternary: 128 (bf16 scale, 1/8 bit a value).
+      uint32_t b = name == "int8" || name == "int4" ? 32 : 128;
       if (parts.size() == 2 && !parse_u32(parts[1], b)) return bad(text, "bad block size");
       if (b != 32 && b != 64 && b != 128 && b != 256) {
         return bad(text, "block size must be 32, 64, 128 or 256");

@@ -47,6 +47,9 @@ TEST(CompressSpec, ParseAndCanonicalForm) {
       {"topk:1", "topk:1"},      {"topk-chunked:0.01", "topk-chunked:0.01:4096"},
       {"topk-chunked:0.1:512+nvfp4", "topk-chunked:0.1:512+nvfp4"},
       {"topk:0.5+fp32", "topk:0.5"},
+      {"sign", "sign:128"},      {"sign:32", "sign:32"},
+      {"ternary", "ternary:128"}, {"ternary:256", "ternary:256"},
+      {"topk-chunked:0.015625:4096+sign:64", "topk-chunked:0.015625:4096+sign:64"},
   };
   for (const auto& [in, canon] : ok) {
     auto s = parse_spec(in);
@@ -60,7 +63,8 @@ TEST(CompressSpec, ParseAndCanonicalForm) {
                           "topk:nan", "topk:0.1x", "int8:33", "int8:", "int4:32:1", "bf16:3",
                           "bf16+int8", "int8+topk:0.1", "topk:0.1+topk:0.2", "none+bf16",
                           "topk-chunked:0.1:8", "topk-chunked:0.1:99999999999",
-                          "topk:0.1+bf16+int8", "BF16", " bf16"}) {
+                          "topk:0.1+bf16+int8", "BF16", " bf16", "sign:16", "sign:129",
+                          "ternary:", "ternary:128:1", "int2"}) {
     auto s = parse_spec(bad);
     EXPECT_FALSE(s.ok()) << "'" << bad << "' parsed";
     if (!s.ok()) {
@@ -127,7 +131,66 @@ TEST(CompressCodec, DenseRoundTripsWithinBounds) {
   EXPECT_NEAR(*bits_per_value("mxfp4", big), 4.25, 1e-3);
   EXPECT_NEAR(*bits_per_value("nvfp4", big), 4.5, 1e-3);
   EXPECT_NEAR(*bits_per_value("topk:0.02+int4", big), 0.02 * (24 + 5), 1e-3);  // 24-bit index + 5-bit int4
+  // Sub-2-bit: 1 bit + 16/B (sign), 8/5 bits rounded up per block + 16/B (ternary).
+  EXPECT_NEAR(*bits_per_value("sign", big), 1.125, 1e-3);
+  EXPECT_NEAR(*bits_per_value("sign:256", big), 1.0625, 1e-3);
+  EXPECT_NEAR(*bits_per_value("ternary", big), 28.0 * 8 / 128, 1e-3);
+  EXPECT_NEAR(*bits_per_value("ternary:256", big), 54.0 * 8 / 256, 1e-3);
+  // 64 of 4096 with a 12-bit chunk-local index and a sign bit, a bf16 scale per 128 kept.
+  EXPECT_NEAR(*bits_per_value("topk-chunked:0.015625:4096+sign", big),
+              (64 * 13 + 64.0 / 128 * 16) / 4096, 1e-3);
   EXPECT_FALSE(bits_per_value("nope", 10).ok());
+}
+
+TEST(CompressCodec, SignAndTernaryRoundTrip) {
+  for (size_t n : {size_t{1}, size_t{15}, size_t{129}, size_t{10007}}) {
+    const auto x = gradient_like(n, n + 5);
+    for (const char* spec : {"sign", "sign:32", "ternary", "ternary:256"}) {
+      const Codec c = make(spec);
+      const int b = c.spec().block;
+      auto bytes = c.encode(x);
+      ASSERT_TRUE(bytes.ok()) << spec;
+      EXPECT_EQ(bytes->size(), encoded_bytes(c.spec(), n)) << spec;
+      auto y = c.decode(*bytes, n);
+      ASSERT_TRUE(y.ok()) << spec << ": " << y.status().to_string();
+      ASSERT_EQ(*y, *decode(*bytes, n));
+      const bool sign = c.spec().quantizer == Quantizer::kSign;
+      for (size_t lo = 0; lo < n; lo += b) {
+        const size_t hi = std::min(n, lo + b);
+        double mean = 0, err = 0, energy = 0;
+        for (size_t i = lo; i < hi; ++i) mean += std::fabs(double{x[i]}) / double(hi - lo);
+        for (size_t i = lo; i < hi; ++i) {
+          const double yi = (*y)[i];
+          if (sign) {
+            // Every value is ±mean|x| of its block (bf16-rounded), with x's sign.
+            ASSERT_NEAR(std::fabs(yi), mean, mean / 256) << spec << " i=" << i;
+            ASSERT_EQ(yi < 0, x[i] < 0) << spec << " i=" << i;
+          } else if (yi != 0) {
+            ASSERT_EQ(yi < 0, x[i] < 0) << spec << " i=" << i;
+            ASSERT_GT(std::fabs(double{x[i]}), 0.7 * mean * 0.999) << spec << " i=" << i;
+          }
+          err += (yi - x[i]) * (yi - x[i]);
+          energy += double{x[i]} * x[i];
+        }
+        // Never worse than sending zeros: the scale is the least-squares one for the codes.
+        ASSERT_LE(err, energy * 1.01 + 1e-30) << spec << " block at " << lo;
+      }
+    }
+  }
+  // Chunked top-k with sign values: the kept positions are the top 64 of each chunk.
+  const size_t n = 3 * 4096 + 100;
+  const auto x = gradient_like(n, 9);
+  const Codec c = make("topk-chunked:0.015625:4096+sign:64");
+  auto y = c.decode(*c.encode(x), n);
+  ASSERT_TRUE(y.ok());
+  size_t nonzero = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if ((*y)[i] != 0) {
+      ++nonzero;
+      ASSERT_EQ((*y)[i] < 0, x[i] < 0);
+    }
+  }
+  EXPECT_EQ(nonzero, 3 * 64 + 2);  // round(100 / 64) = 2 kept in the tail chunk
 }
 
 TEST(CompressCodec, TopkIsExactWithIndexTieBreak) {
@@ -300,6 +363,24 @@ TEST(CompressCodec, RejectsMalformedMessages) {
   EXPECT_FALSE(dense_mutate("mxfp4", 0, 0xff).ok()); // E8M0 NaN scale
   EXPECT_FALSE(dense_mutate("nvfp4", 4, 0x7f).ok()); // E4M3 NaN block scale
   EXPECT_FALSE(dense_mutate("nvfp4", 3, 0x7f).ok()); // tensor scale
+  // Sign / ternary: a negative or NaN bf16 scale, a ternary code byte >= 243, a nonzero trit
+  // beyond the block in the last code byte (byte 27 of a ternary:128 block holds 3 trits).
+  EXPECT_FALSE(dense_mutate("sign", 1, 0x80).ok());
+  {
+    const Codec d = make("sign");
+    auto m = *d.encode(x);
+    m[payload_offset(m)] = 0xc0;  // bf16 0x7fc0: NaN
+    m[payload_offset(m) + 1] = 0x7f;
+    fix_crc(m);
+    EXPECT_FALSE(d.decode(m, n).ok());
+  }
+  EXPECT_FALSE(dense_mutate("ternary", 1, 0xbf).ok());
+  EXPECT_FALSE(dense_mutate("ternary", 2, 243).ok());
+  EXPECT_FALSE(dense_mutate("ternary", 27, 27).ok());
+  EXPECT_TRUE(dense_mutate("ternary", 27, 26).ok());
+  // After 90 9-bit indices (102 bytes), a ternary:32 block: 2 scale bytes, then codes.
+  EXPECT_FALSE(dense_mutate("topk:0.3+ternary:32", 102 + 2, 255).ok());
+  EXPECT_TRUE(dense_mutate("topk:0.3+ternary:32", 102 + 2, 242).ok());
 }
 
 TEST(CompressCodec, RandomMutationsNeverCrash) {
@@ -307,7 +388,8 @@ TEST(CompressCodec, RandomMutationsNeverCrash) {
   uint64_t draw = 0;
   const std::vector<std::string> specs = {"none", "bf16", "fp16", "fp8", "int8", "int4:64",
                                           "nvfp4", "mxfp4", "mxfp8", "topk:0.05+int4",
-                                          "topk-chunked:0.1:64+nvfp4", "topk:0.3"};
+                                          "topk-chunked:0.1:64+nvfp4", "topk:0.3", "sign",
+                                          "ternary:32", "topk-chunked:0.1:64+ternary"};
   int rejected = 0, total = 0;
   for (const auto& s : specs) {
     const Codec c = make(s);
@@ -350,7 +432,8 @@ TEST(CompressCodec, RandomMutationsNeverCrash) {
 TEST(CompressCodec, ErrorFeedbackTracksRunningSum) {
   const size_t n = 4096;
   const int rounds = 40;
-  for (const char* s : {"int4", "topk:0.02+int4", "nvfp4", "topk-chunked:0.05:512"}) {
+  for (const char* s : {"int4", "topk:0.02+int4", "nvfp4", "topk-chunked:0.05:512", "sign",
+                        "ternary", "topk-chunked:0.05:512+sign:32"}) {
     const Codec c = make(s);
     ErrorFeedback ef(n);
     std::vector<double> sum_in(n, 0), sum_out(n, 0), sum_out_no_ef(n, 0);

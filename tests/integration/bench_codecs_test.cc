@@ -52,6 +52,11 @@ TEST(BenchCodecsCli, PrintsOneJsonObjectWithEveryCodec) {
       {"mxfp4", bpv(65536 / 32 * 17.0, "mxfp4")},
       {"topk:0.02", bpv(std::ceil(k * 16 / 8) + 4 * k, "topk:0.02")},
       {"topk:0.02+int4", bpv(std::ceil(k * 16 / 8) + std::ceil(k / 32) * 20, "topk:0.02+int4:32")},
+      {"sign", bpv(65536 / 128 * 18.0, "sign:128")},        // bf16 scale + 128 bits
+      {"ternary", bpv(65536 / 128 * 28.0, "ternary:128")},  // bf16 scale + 26 bytes of trits
+      // 64 of each 4096 (12-bit local indices), sign values with a scale per 128 kept.
+      {"topk-chunked:0.015625:4096+sign",
+       bpv(16 * 64 * 12 / 8.0 + 16 * 64 / 128 * 18.0, "topk-chunked:0.015625:4096+sign:128")},
   };
   std::set<std::string> seen;
   for (const auto& item : top.at("codecs").as_array()) {
@@ -74,7 +79,8 @@ TEST(BenchCodecsCli, PrintsOneJsonObjectWithEveryCodec) {
     }
   }
   for (const char* want : {"bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4", "topk:0.02",
-                           "topk:0.02+int4", "topk-chunked:0.02+int4"}) {
+                           "topk:0.02+int4", "topk-chunked:0.02+int4", "sign", "ternary",
+                           "topk-chunked:0.015625:4096+sign"}) {
     EXPECT_TRUE(seen.count(want)) << "no row for " << want << " in " << r.output;
   }
 }

@@ -1,0 +1,230 @@
+#include "kernels/formats/lowbit.h"
+
+#include <algorithm>
+#include <bit>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/formats/scalar.h"
+
+namespace atl::kernels::formats {
+namespace {
+
+constexpr uint16_t kBf16Nan = 0x7fc0;
+
+// Number of real values in block b of an array of n values.
+template <int B>
+inline size_t block_len(size_t n, size_t b) {
+  return std::min<size_t>(B, n - b * B);
+}
+
+inline void put_scale(uint8_t (&dst)[2], uint16_t h) {
+  std::memcpy(dst, &h, 2);
+}
+inline uint16_t get_scale(const uint8_t (&src)[2]) {
+  uint16_t h;
+  std::memcpy(&h, src, 2);
+  return h;
+}
+
+// Blocks are encoded in groups of kGroup full blocks (then one at a time): each block's sums
+// are serial double additions in index order, a chain bound by the add latency, so the group's
+// kGroup chains run side by side (one vector of doubles) with the same result per block.
+constexpr size_t kGroup = 4;
+
+// sum[g] = sum |v| over block g of G consecutive blocks of len values each (stride B), in double,
+// in index order; bad[g] when block g holds a non-finite value.
+template <int B, size_t G>
+inline void abs_sums(const float* v, size_t len, double (&sum)[G], bool (&bad)[G]) {
+  uint32_t nf[G] = {};
+  for (size_t g = 0; g < G; ++g) sum[g] = 0;
+  for (size_t j = 0; j < len; ++j) {
+    for (size_t g = 0; g < G; ++g) {
+      const float x = v[g * B + j];
+      nf[g] |= (std::bit_cast<uint32_t>(x) & 0x7f800000u) == 0x7f800000u;
+      sum[g] += std::fabs(static_cast<double>(x));
+    }
+  }
+  for (size_t g = 0; g < G; ++g) bad[g] = nf[g] != 0;
+}
+
+// Calls fn.template operator()<G>(first_block, len) over in (n values): groups of kGroup full
+// blocks, then single blocks (the last may be short).
+template <int B, typename Fn>
+inline void for_block_groups(size_t n, Fn&& fn) {
+  const size_t full = n / B, blocks = (n + B - 1) / B;
+  size_t b = 0;
+  for (; b + kGroup <= full; b += kGroup) fn.template operator()<kGroup>(b, size_t{B});
+  for (; b < blocks; ++b) fn.template operator()<1>(b, block_len<B>(n, b));
+}
+
+// One past the largest valid value of a ternary block's last code byte, which holds the block's
+// last B - 5 (kBytes - 1) trits (the trits beyond B must be 0): 3^(B - 5 (kBytes - 1)).
+template <int B>
+constexpr uint32_t last_byte_limit() {
+  uint32_t lim = 1;
+  for (int i = 0; i < B - 5 * (BlockTernary<B>::kBytes - 1); ++i) lim *= 3;
+  return lim;
+}
+
+}  // namespace
+
+template <int B>
+void quantize_sign(std::span<const float> in, std::span<BlockSign<B>> out) {
+  assert(out.size() == lowbit_num_blocks<B>(in.size()));
+  for_block_groups<B>(in.size(), [&]<size_t G>(size_t b0, size_t len) {
+    double sum[G];
+    bool bad[G];
+    abs_sums<B, G>(in.data() + b0 * B, len, sum, bad);
+    for (size_t g = 0; g < G; ++g) {
+      const float* v = in.data() + (b0 + g) * B;
+      BlockSign<B>& o = out[b0 + g];
+      std::memset(o.bits, 0, sizeof(o.bits));
+      if (bad[g]) {
+        put_scale(o.scale, kBf16Nan);
+        continue;
+      }
+      const double mean = sum[g] / static_cast<double>(len);
+      put_scale(o.scale, bf16_from_f32(static_cast<float>(mean)));
+      // One byte per 8 values from compares (x < 0, so -0 sends +s), which vectorize.
+      for (size_t i = 0; i < (len + 7) / 8; ++i) {
+        uint32_t byte = 0;
+        for (size_t k = 0; k < 8; ++k) {
+          const size_t j = 8 * i + k;
+          byte |= (j < len && v[j] < 0.0f ? 1u : 0u) << k;
+        }
+        o.bits[i] = static_cast<uint8_t>(byte);
+      }
+    }
+  });
+}
+
+template <int B>
+void quantize_ternary(std::span<const float> in, std::span<BlockTernary<B>> out) {
+  assert(out.size() == lowbit_num_blocks<B>(in.size()));
+  constexpr int kBytes = BlockTernary<B>::kBytes;
+  for_block_groups<B>(in.size(), [&]<size_t G>(size_t b0, size_t len) {
+    const float* v = in.data() + b0 * B;
+    double sum[G];
+    bool bad[G];
+    abs_sums<B, G>(v, len, sum, bad);
+    // The threshold is taken in double so that a block of ±s and zeros (mean = s * c / len,
+    // c <= len) never puts an s at or below it: 0.7 * s * c / len < s. For float |x|,
+    // |x| > t exactly when |x| > tf, tf = t rounded down to float; the loop compares floats.
+    float tf[G];
+    for (size_t g = 0; g < G; ++g) {
+      const double t = static_cast<double>(kTernaryThreshold) * (sum[g] / static_cast<double>(len));
+      tf[g] = static_cast<float>(t);
+      if (static_cast<double>(tf[g]) > t) tf[g] = std::nextafter(tf[g], 0.0f);
+      if (bad[g]) tf[g] = 0.0f;  // any value; the block is written as NaN below
+    }
+    // Sums of the kept |x| in index order (adding +0 for the others changes nothing), then the
+    // codes block by block: separate loops, each of which vectorizes.
+    double kept[G] = {};
+    uint32_t count[G] = {};
+    for (size_t j = 0; j < len; ++j) {
+      for (size_t g = 0; g < G; ++g) {
+        // Masks instead of selects: a branch per value mispredicts on half of them.
+        const float a = std::fabs(v[g * B + j]);
+        const uint32_t keep = a > tf[g] ? 1u : 0u;
+        const uint64_t mask = 0 - static_cast<uint64_t>(keep);
+        kept[g] += std::bit_cast<double>(std::bit_cast<uint64_t>(static_cast<double>(a)) & mask);
+        count[g] += keep;
+      }
+    }
+    uint8_t trit[G][5 * kBytes] = {};
+    for (size_t g = 0; g < G; ++g) {
+      for (size_t j = 0; j < len; ++j) {
+        const float x = v[g * B + j];
+        const uint32_t keep = std::fabs(x) > tf[g] ? 1u : 0u;
+        trit[g][j] = static_cast<uint8_t>(keep + (keep & (x < 0.0f ? 1u : 0u)));
+      }
+    }
+    for (size_t g = 0; g < G; ++g) {
+      BlockTernary<B>& o = out[b0 + g];
+      std::memset(o.trits, 0, sizeof(o.trits));
+      if (bad[g]) {
+        put_scale(o.scale, kBf16Nan);
+        continue;
+      }
+      const float s =
+          count[g] > 0 ? static_cast<float>(kept[g] / static_cast<double>(count[g])) : 0.0f;
+      put_scale(o.scale, bf16_from_f32(s));
+      if (s == 0.0f) continue;  // all zero: keep zero codes
+      for (int i = 0; i < kBytes; ++i) {
+        const uint8_t* c = trit[g] + 5 * i;
+        o.trits[i] = static_cast<uint8_t>(c[0] + 3 * c[1] + 9 * c[2] + 27 * c[3] + 81 * c[4]);
+      }
+    }
+  });
+}
+
+template <int B>
+bool dequantize_sign(std::span<const BlockSign<B>> in, std::span<float> out) {
+  assert(out.size() <= in.size() * B);
+  bool ok = true;
+  for (size_t b = 0; b < in.size() && b * B < out.size(); ++b) {
+    const size_t len = block_len<B>(out.size(), b);
+    const uint16_t h = get_scale(in[b].scale);
+    float* y = out.data() + b * B;
+    if (h & 0x8000u) {
+      ok = false;
+      std::fill(y, y + len, 0.0f);
+      continue;
+    }
+    const float s = f32_from_bf16(h);
+    // Flip the sign bit of s where the code is 1 (-s for s = 0 is -0, as written).
+    const uint32_t sb = std::bit_cast<uint32_t>(s);
+    for (size_t j = 0; j < len; ++j) {
+      const uint32_t bit = (in[b].bits[j / 8] >> (j % 8)) & 1u;
+      y[j] = std::bit_cast<float>(sb ^ (bit << 31));
+    }
+  }
+  return ok;
+}
+
+template <int B>
+bool dequantize_ternary(std::span<const BlockTernary<B>> in, std::span<float> out) {
+  assert(out.size() <= in.size() * B);
+  constexpr int kBytes = BlockTernary<B>::kBytes;
+  bool ok = true;
+  for (size_t b = 0; b < in.size() && b * B < out.size(); ++b) {
+    const size_t len = block_len<B>(out.size(), b);
+    const uint16_t h = get_scale(in[b].scale);
+    const float s = f32_from_bf16(h);
+    // 0 * s: a NaN scale (a non-finite input block) decodes to NaN everywhere, zeros included.
+    const float level[3] = {0.0f * s, s, -s};
+    bool valid = (h & 0x8000u) == 0 && in[b].trits[kBytes - 1] < last_byte_limit<B>();
+    float v[5 * kBytes];
+    for (int i = 0; i < kBytes; ++i) {
+      uint32_t byte = in[b].trits[i];
+      valid &= byte < 243;
+      for (int k = 0; k < 5; ++k) {
+        v[5 * i + k] = level[byte % 3];
+        byte /= 3;
+      }
+    }
+    float* y = out.data() + b * B;
+    if (!valid) {
+      ok = false;
+      std::fill(y, y + len, 0.0f);
+      continue;
+    }
+    std::memcpy(y, v, len * sizeof(float));
+  }
+  return ok;
+}
+
+#define ATL_INSTANTIATE_LOWBIT(B)                                                        \
+  template void quantize_sign<B>(std::span<const float>, std::span<BlockSign<B>>);       \
+  template void quantize_ternary<B>(std::span<const float>, std::span<BlockTernary<B>>); \
+  template bool dequantize_sign<B>(std::span<const BlockSign<B>>, std::span<float>);     \
+  template bool dequantize_ternary<B>(std::span<const BlockTernary<B>>, std::span<float>);
+ATL_INSTANTIATE_LOWBIT(32)
+ATL_INSTANTIATE_LOWBIT(64)
+ATL_INSTANTIATE_LOWBIT(128)
+ATL_INSTANTIATE_LOWBIT(256)
+#undef ATL_INSTANTIATE_LOWBIT
+
+}  // namespace atl::kernels::formats
