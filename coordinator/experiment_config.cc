@@ -446,7 +446,6 @@ algorithms::ModelConfig model_config(const ExperimentConfig& cfg) {
   m.seq_len = static_cast<int>(cfg.model.seq_len);
   m.rope_base = cfg.model.rope_base;
   m.norm_eps = cfg.model.norm_eps;
-  return m;
   m.moe_experts = static_cast<int>(cfg.model.moe_experts);
   m.moe_top_k = static_cast<int>(cfg.model.moe_top_k);
   m.moe_hidden = static_cast<int>(cfg.model.moe_hidden);
@@ -455,6 +454,7 @@ algorithms::ModelConfig model_config(const ExperimentConfig& cfg) {
   m.moe_shared_hidden = static_cast<int>(cfg.model.moe_shared_hidden);
   m.moe_aux_coef = cfg.model.moe_aux_coef;
   m.moe_z_coef = cfg.model.moe_z_coef;
+  return m;
 }
 
 algorithms::TrainerConfig trainer_config(const ExperimentConfig& cfg, int64_t total_steps) {

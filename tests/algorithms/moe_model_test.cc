@@ -8,6 +8,7 @@
 
 #include "algorithms/model/llama.h"
 #include "algorithms/optim/inner_trainer.h"
+#include "coordinator/experiment_config.h"
 #include "kernels/core/philox.h"
 #include "kernels/cpu/ops.h"
 #include "node/checkpoint.h"
@@ -220,6 +221,40 @@ TEST(MoeModel, CheckpointRoundTripKeepsTheMoeConfig) {
   auto dck = node::decode_checkpoint(*dbytes, "dense.safetensors");
   ASSERT_TRUE(dck.ok()) << dck.status().message();
   EXPECT_EQ(dck->meta.model.moe_experts, 0);
+}
+
+TEST(MoeModel, ExperimentTomlCarriesTheMoeKeys) {
+  const std::string toml =
+      "name = \"m\"\n[model]\ndim = 32\nlayers = 4\nheads = 2\nffn_hidden = 64\nseq_len = 32\n"
+      "moe_experts = 8\nmoe_top_k = 2\nmoe_hidden = 16\nmoe_every = 2\nmoe_score = \"sigmoid\"\n"
+      "moe_shared_hidden = 24\nmoe_aux_coef = 0.02\nmoe_z_coef = 0.0005\n";
+  auto cfg = coordinator::parse_experiment_config(toml, "moe.toml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  const ModelConfig m = coordinator::model_config(*cfg);
+  EXPECT_EQ(m.moe_experts, 8);
+  EXPECT_EQ(m.moe_top_k, 2);
+  EXPECT_EQ(m.moe_hidden, 16);
+  EXPECT_EQ(m.moe_every, 2);
+  EXPECT_EQ(m.moe_score, "sigmoid");
+  EXPECT_EQ(m.moe_shared_hidden, 24);
+  EXPECT_EQ(m.moe_aux_coef, 0.02);
+  EXPECT_EQ(m.moe_z_coef, 0.0005);
+  // The canonical TOML re-parses to the same model.
+  auto again = coordinator::parse_experiment_config(coordinator::to_toml(*cfg), "again.toml");
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(coordinator::model_config(*again).moe_score, "sigmoid");
+  EXPECT_EQ(make_layout(coordinator::model_config(*again)) == make_layout(m), true);
+  // A bad combination: one line naming the file and the key.
+  std::string bad = toml;
+  bad.replace(bad.find("moe_top_k = 2"), 13, "moe_top_k = 9");
+  auto err = coordinator::parse_experiment_config(bad, "moe.toml");
+  ASSERT_FALSE(err.ok());
+  EXPECT_NE(
+      err.status().message().find("moe.toml: model.moe_top_k must be in [1, moe_experts = 8]"),
+      std::string::npos)
+      << err.status().message();
+  auto unknown = coordinator::parse_experiment_config(toml + "moe_typo = 1\n", "moe.toml");
+  EXPECT_FALSE(unknown.ok());
 }
 
 }  // namespace
