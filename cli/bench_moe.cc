@@ -5,10 +5,12 @@
 //
 // Every configuration runs on N tokens of random inputs; each variant is timed as the fastest
 // of repeated forward+backward passes over at least --seconds (fastest: the least disturbed by
-// other work on the machine). Gradients are zeroed outside the timed region.
+// other work on the machine), MoE and dense passes alternating so both see the same load.
+// Gradients are zeroed outside the timed region.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,23 +39,33 @@ struct Timing {
   int reps = 0;
 };
 
-// Runs fwd() then bwd() until min_s has passed (at least 3 times); keeps the fastest of each.
-template <typename Fwd, typename Bwd, typename Zero>
-Timing time_it(double min_s, Fwd fwd, Bwd bwd, Zero zero) {
+// One timed variant: zero() (untimed) then fwd() and bwd(), the fastest of each kept.
+struct Variant {
+  std::function<void()> fwd, bwd, zero;
   Timing t;
+};
+
+// Alternates the two variants until min_s has passed (at least 3 rounds), so both see the same
+// load from whatever else runs on the machine.
+void time_pair(double min_s, Variant& a, Variant& b) {
   const auto start = Clock::now();
-  while (t.reps < 3 || std::chrono::duration<double>(Clock::now() - start).count() < min_s) {
-    zero();
-    const auto a = Clock::now();
-    fwd();
-    const auto b = Clock::now();
-    bwd();
-    const auto c = Clock::now();
-    t.fwd_ms = std::min(t.fwd_ms, std::chrono::duration<double, std::milli>(b - a).count());
-    t.bwd_ms = std::min(t.bwd_ms, std::chrono::duration<double, std::milli>(c - b).count());
-    ++t.reps;
+  int rounds = 0;
+  while (rounds < 3 || std::chrono::duration<double>(Clock::now() - start).count() < min_s) {
+    for (Variant* v : {&a, &b}) {
+      v->zero();
+      const auto t0 = Clock::now();
+      v->fwd();
+      const auto t1 = Clock::now();
+      v->bwd();
+      const auto t2 = Clock::now();
+      v->t.fwd_ms =
+          std::min(v->t.fwd_ms, std::chrono::duration<double, std::milli>(t1 - t0).count());
+      v->t.bwd_ms =
+          std::min(v->t.bwd_ms, std::chrono::duration<double, std::milli>(t2 - t1).count());
+      ++v->t.reps;
+    }
+    ++rounds;
   }
-  return t;
 }
 
 struct Config {
@@ -103,54 +115,51 @@ int bench_moe(const Args& args) {
                              experts = randn(size_t(cf.E) * 3 * cf.Fe * c, 4, 0.02);
     std::vector<float> out(size_t(n) * c), dx(out.size()), dr(router.size()), de(experts.size());
     ops::MoeFfnWork<float> ws;
-    const Timing tm = time_it(
-        *secs,
-        [&] {
-          ops::moe_ffn_forward<float>(ws, out.data(), x.data(), router.data(), experts.data(),
-                                      nullptr, nullptr, n, s);
-        },
-        [&] {
-          ops::moe_ffn_backward<float>(ws, dx.data(), dr.data(), de.data(), nullptr, nullptr,
-                                       dout.data(), x.data(), router.data(), experts.data(),
-                                       nullptr, nullptr, s, 0.01, 0.001);
-        },
-        [&] {
-          ops::zero_fill(dx.data(), dx.size());
-          ops::zero_fill(dr.data(), dr.size());
-          ops::zero_fill(de.data(), de.size());
-        });
-    // Balance of the routing in the timed pass (random weights route unevenly).
-    int max_group = 0;
-    for (int e = 0; e < cf.E; ++e)
-      max_group = std::max(max_group, ws.plan.offsets[e + 1] - ws.plan.offsets[e]);
-
+    Variant vm{[&] {
+                 ops::moe_ffn_forward<float>(ws, out.data(), x.data(), router.data(),
+                                             experts.data(), nullptr, nullptr, n, s);
+               },
+               [&] {
+                 ops::moe_ffn_backward<float>(ws, dx.data(), dr.data(), de.data(), nullptr, nullptr,
+                                              dout.data(), x.data(), router.data(), experts.data(),
+                                              nullptr, nullptr, s, 0.01, 0.001);
+               },
+               [&] {
+                 ops::zero_fill(dx.data(), dx.size());
+                 ops::zero_fill(dr.data(), dr.size());
+                 ops::zero_fill(de.data(), de.size());
+               }};
     // Dense SwiGLU FFN with hidden K·Fe: the same expert GEMM FLOPs per token.
     const int F = cf.K * cf.Fe;
     const std::vector<float> wgu = randn(size_t(2) * F * c, 5, 0.02),
                              wd = randn(size_t(c) * F, 6, 0.02);
     std::vector<float> gu(size_t(n) * 2 * F), swi(size_t(n) * F), dgu(gu.size()), dswi(swi.size()),
         dwgu(wgu.size()), dwd(wd.size());
-    const Timing td = time_it(
-        *secs,
-        [&] {
-          ops::matmul_forward(gu.data(), x.data(), wgu.data(), n, c, 2 * F);
-          ops::swiglu_forward(swi.data(), gu.data(), n, F);
-          ops::matmul_forward(out.data(), swi.data(), wd.data(), n, F, c);
-        },
-        [&] {
-          ops::zero_fill(dswi.data(), dswi.size());
-          ops::matmul_backward(dswi.data(), dwd.data(), dout.data(), swi.data(), wd.data(), n, F,
-                               c);
-          ops::zero_fill(dgu.data(), dgu.size());
-          ops::swiglu_backward(dgu.data(), dswi.data(), gu.data(), n, F);
-          ops::matmul_backward(dx.data(), dwgu.data(), dgu.data(), x.data(), wgu.data(), n, c,
-                               2 * F);
-        },
-        [&] {
-          ops::zero_fill(dx.data(), dx.size());
-          ops::zero_fill(dwgu.data(), dwgu.size());
-          ops::zero_fill(dwd.data(), dwd.size());
-        });
+    Variant vd{[&] {
+                 ops::matmul_forward(gu.data(), x.data(), wgu.data(), n, c, 2 * F);
+                 ops::swiglu_forward(swi.data(), gu.data(), n, F);
+                 ops::matmul_forward(out.data(), swi.data(), wd.data(), n, F, c);
+               },
+               [&] {
+                 ops::zero_fill(dswi.data(), dswi.size());
+                 ops::matmul_backward(dswi.data(), dwd.data(), dout.data(), swi.data(), wd.data(),
+                                      n, F, c);
+                 ops::zero_fill(dgu.data(), dgu.size());
+                 ops::swiglu_backward(dgu.data(), dswi.data(), gu.data(), n, F);
+                 ops::matmul_backward(dx.data(), dwgu.data(), dgu.data(), x.data(), wgu.data(), n,
+                                      c, 2 * F);
+               },
+               [&] {
+                 ops::zero_fill(dx.data(), dx.size());
+                 ops::zero_fill(dwgu.data(), dwgu.size());
+                 ops::zero_fill(dwd.data(), dwd.size());
+               }};
+    time_pair(*secs, vm, vd);
+    const Timing &tm = vm.t, &td = vd.t;
+    // Balance of the routing in the timed passes (random weights route unevenly).
+    int max_group = 0;
+    for (int e = 0; e < cf.E; ++e)
+      max_group = std::max(max_group, ws.plan.offsets[e + 1] - ws.plan.offsets[e]);
     const double moe_ms = tm.fwd_ms + tm.bwd_ms, dense_ms = td.fwd_ms + td.bwd_ms;
     // Active training FLOPs per pass (forward 2·, backward 4· per multiply-add), MoE: experts and
     // router; dense: its three matrices.

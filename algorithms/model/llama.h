@@ -139,6 +139,7 @@ class Llama {
   // final norm, every block and the embedding lookup. The head's own gradient (the tied
   // embedding used as W) is the caller's, added before or after (sums commute up to rounding;
   // backward() adds the head first). dh may point anywhere but into this model's buffers.
+  // MoE layers also add the gradients of their router losses (aux_loss()), as in backward().
   void backward_from_hidden(const ParamSet& params, ParamSet& grads, const float* dh);
 
   // Logits (B, T, V) of the last forward; valid until backward() or the next forward().
