@@ -118,7 +118,8 @@ int cmd_bench(const Args& args) {
         "usage: atoll bench train [flags] [--json]\n"
         "       atoll bench sgemm [--n N] [--threads N] [--json]\n"
         "       atoll bench codecs [--numel N] [--threads N] [--json]\n"
-        "       atoll bench distill-loss [--n N] [--vocab V] [--tiles RxS,...] [--json]\n");
+        "       atoll bench distill-loss [--n N] [--vocab V] [--tiles RxS,...] [--json]\n"
+        "       atoll bench moe [--tokens N] [--dim C] [--configs E:K:Fe,...] [--json]\n");
     return args.empty() ? 2 : 0;
   }
   Args rest(args.begin() + 1, args.end());
@@ -126,8 +127,10 @@ int cmd_bench(const Args& args) {
   if (args[0] == "sgemm") return bench_sgemm(rest);
   if (args[0] == "codecs") return bench_codecs(rest);
   if (args[0] == "distill-loss") return bench_distill_loss(rest);
+  if (args[0] == "moe") return bench_moe(rest);
   return fail("bench",
-              "unknown benchmark '" + args[0] + "': use train, sgemm, codecs or distill-loss", 2);
+              "unknown benchmark '" + args[0] + "': use train, sgemm, codecs, distill-loss or moe",
+              2);
 }
 
 }  // namespace atl::cli

@@ -15,4 +15,8 @@ int bench_codecs(const Args& args);
 // (cli/bench_distill.cc).
 int bench_distill_loss(const Args& args);
 
+// `atoll bench moe`: MoE FFN layer forward+backward against a dense FFN of equal active FLOPs
+// (cli/bench_moe.cc).
+int bench_moe(const Args& args);
+
 }  // namespace atl::cli

@@ -28,6 +28,14 @@ std::vector<FlagSpec> common_model_flags() {
       {"warmup", true, "linear warmup steps", "20"},
       {"weight-decay", true, "AdamW decoupled weight decay (matrices only)", "0.1"},
       {"grad-clip", true, "max global gradient norm (0 = off)", "1.0"},
+      {"moe-experts", true, "routed experts per MoE layer (0 = dense model)", "0"},
+      {"moe-top-k", true, "experts per token", "2"},
+      {"moe-hidden", true, "SwiGLU hidden size of each expert", "0"},
+      {"moe-every", true, "every Nth layer is MoE (1 = all, 2 = layers 1, 3, ...)", "1"},
+      {"moe-score", true, "router scores: softmax or sigmoid", "softmax"},
+      {"moe-shared", true, "hidden size of the always-on shared expert (0 = none)", "0"},
+      {"moe-aux-coef", true, "load-balancing loss weight per MoE layer", "0.01"},
+      {"moe-z-coef", true, "router z-loss weight per MoE layer", "0.001"},
   };
 }
 
@@ -61,6 +69,21 @@ Status apply_model_flags(const Flags& flags, algorithms::ModelConfig& m,
   ATOLL_ASSIGN_OR_RETURN(t.min_lr, d("min-lr", t.min_lr, 0, 10));
   ATOLL_ASSIGN_OR_RETURN(t.weight_decay, d("weight-decay", t.weight_decay, 0, 10));
   ATOLL_ASSIGN_OR_RETURN(t.grad_clip, d("grad-clip", t.grad_clip, 0, 1e9));
+  ATOLL_ASSIGN_OR_RETURN(int64_t moe_e, i("moe-experts", m.moe_experts, 0, 4096));
+  ATOLL_ASSIGN_OR_RETURN(int64_t moe_k, i("moe-top-k", m.moe_top_k, 1, 4096));
+  ATOLL_ASSIGN_OR_RETURN(int64_t moe_h, i("moe-hidden", m.moe_hidden, 0, 1 << 20));
+  ATOLL_ASSIGN_OR_RETURN(int64_t moe_every, i("moe-every", m.moe_every, 1, 1024));
+  ATOLL_ASSIGN_OR_RETURN(int64_t moe_sh, i("moe-shared", m.moe_shared_hidden, 0, 1 << 20));
+  ATOLL_ASSIGN_OR_RETURN(m.moe_aux_coef, d("moe-aux-coef", m.moe_aux_coef, 0, 1e6));
+  ATOLL_ASSIGN_OR_RETURN(m.moe_z_coef, d("moe-z-coef", m.moe_z_coef, 0, 1e6));
+  m.moe_score = flags.get_or("moe-score", m.moe_score);
+  if (m.moe_score != "softmax" && m.moe_score != "sigmoid")
+    return InvalidArgument("--moe-score must be softmax or sigmoid, got \"" + m.moe_score + "\"");
+  m.moe_experts = static_cast<int>(moe_e);
+  m.moe_top_k = static_cast<int>(moe_k);
+  m.moe_hidden = static_cast<int>(moe_h);
+  m.moe_every = static_cast<int>(moe_every);
+  m.moe_shared_hidden = static_cast<int>(moe_sh);
   m.dim = static_cast<int>(dim);
   m.layers = static_cast<int>(layers);
   m.heads = static_cast<int>(heads);
@@ -97,9 +120,20 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
     const auto& rm = resumed->meta.model;
     const auto& m = setup.model;
     const std::pair<const char*, bool> differs[] = {
-        {"dim", m.dim != rm.dim},       {"layers", m.layers != rm.layers},
-        {"heads", m.heads != rm.heads}, {"ffn", m.ffn_hidden != rm.ffn_hidden},
-        {"seq", m.seq_len != rm.seq_len}, {"seed", setup.seed != resumed->meta.seed}};
+        {"dim", m.dim != rm.dim},
+        {"layers", m.layers != rm.layers},
+        {"heads", m.heads != rm.heads},
+        {"ffn", m.ffn_hidden != rm.ffn_hidden},
+        {"seq", m.seq_len != rm.seq_len},
+        {"seed", setup.seed != resumed->meta.seed},
+        {"moe-experts", m.moe_experts != rm.moe_experts},
+        {"moe-top-k", m.moe_top_k != rm.moe_top_k},
+        {"moe-hidden", m.moe_hidden != rm.moe_hidden},
+        {"moe-every", m.moe_every != rm.moe_every},
+        {"moe-score", m.moe_score != rm.moe_score},
+        {"moe-shared", m.moe_shared_hidden != rm.moe_shared_hidden},
+        {"moe-aux-coef", m.moe_aux_coef != rm.moe_aux_coef},
+        {"moe-z-coef", m.moe_z_coef != rm.moe_z_coef}};
     for (const auto& [name, d] : differs)
       if (flags.has(name) && d)
         return InvalidArgument(std::string("--") + name +

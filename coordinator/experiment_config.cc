@@ -190,6 +190,14 @@ Status validate_experiment_config(const ExperimentConfig& c, std::string_view sr
   if (m.seq_len < 1) return range_error(src, "model.seq_len", u(m.seq_len), "must be >= 1");
   if (!(m.rope_base > 0)) return range_error(src, "model.rope_base", d(m.rope_base), "must be > 0");
   if (!(m.norm_eps > 0)) return range_error(src, "model.norm_eps", d(m.norm_eps), "must be > 0");
+  if (m.moe_experts > 0) {  // the MoE keys, with the model's own checks (names match the keys)
+    if (m.moe_experts > 4096 || m.moe_hidden > (1u << 20) || m.moe_shared_hidden > (1u << 20) ||
+        m.moe_top_k > 4096 || m.moe_every > 4096)
+      return InvalidArgument(std::string(src) +
+                             ": model.moe_* value too large (experts <= 4096, sizes <= 2^20)");
+    if (Status s = algorithms::validate(model_config(c)); !s.ok())
+      return InvalidArgument(std::string(src) + ": model." + s.message());
+  }
 
   const TrainSection& t = c.train;
   if (t.batch_size < 1)
@@ -313,7 +321,15 @@ StatusOr<ExperimentConfig> parse_experiment_config(std::string_view text, std::s
         {"ffn_hidden", u32(&c.model.ffn_hidden)},
         {"seq_len", u32(&c.model.seq_len)},
         {"rope_base", f64(&c.model.rope_base)},
-        {"norm_eps", f64(&c.model.norm_eps)}}},
+        {"norm_eps", f64(&c.model.norm_eps)},
+        {"moe_experts", u32(&c.model.moe_experts)},
+        {"moe_top_k", u32(&c.model.moe_top_k)},
+        {"moe_hidden", u32(&c.model.moe_hidden)},
+        {"moe_every", u32(&c.model.moe_every)},
+        {"moe_score", str(&c.model.moe_score)},
+        {"moe_shared_hidden", u32(&c.model.moe_shared_hidden)},
+        {"moe_aux_coef", f64(&c.model.moe_aux_coef)},
+        {"moe_z_coef", f64(&c.model.moe_z_coef)}}},
       {"train",
        {{"batch_size", u32(&c.train.batch_size)},
         {"lr", f64(&c.train.lr)},
@@ -389,7 +405,12 @@ std::string to_toml(const ExperimentConfig& c) {
     << "vocab = " << c.model.vocab << "\ndim = " << c.model.dim << "\nlayers = " << c.model.layers
     << "\nheads = " << c.model.heads << "\nffn_hidden = " << c.model.ffn_hidden
     << "\nseq_len = " << c.model.seq_len << "\nrope_base = " << f(c.model.rope_base)
-    << "\nnorm_eps = " << f(c.model.norm_eps) << "\n\n[train]\n"
+    << "\nnorm_eps = " << f(c.model.norm_eps) << "\nmoe_experts = " << c.model.moe_experts
+    << "\nmoe_top_k = " << c.model.moe_top_k << "\nmoe_hidden = " << c.model.moe_hidden
+    << "\nmoe_every = " << c.model.moe_every << "\nmoe_score = " << q(c.model.moe_score)
+    << "\nmoe_shared_hidden = " << c.model.moe_shared_hidden
+    << "\nmoe_aux_coef = " << f(c.model.moe_aux_coef) << "\nmoe_z_coef = " << f(c.model.moe_z_coef)
+    << "\n\n[train]\n"
     << "batch_size = " << c.train.batch_size << "\nlr = " << f(c.train.lr)
     << "\nmin_lr = " << f(c.train.min_lr) << "\nwarmup_steps = " << c.train.warmup_steps
     << "\nweight_decay = " << f(c.train.weight_decay) << "\nbeta1 = " << f(c.train.beta1)
@@ -425,6 +446,14 @@ algorithms::ModelConfig model_config(const ExperimentConfig& cfg) {
   m.seq_len = static_cast<int>(cfg.model.seq_len);
   m.rope_base = cfg.model.rope_base;
   m.norm_eps = cfg.model.norm_eps;
+  m.moe_experts = static_cast<int>(cfg.model.moe_experts);
+  m.moe_top_k = static_cast<int>(cfg.model.moe_top_k);
+  m.moe_hidden = static_cast<int>(cfg.model.moe_hidden);
+  m.moe_every = static_cast<int>(cfg.model.moe_every);
+  m.moe_score = cfg.model.moe_score;
+  m.moe_shared_hidden = static_cast<int>(cfg.model.moe_shared_hidden);
+  m.moe_aux_coef = cfg.model.moe_aux_coef;
+  m.moe_z_coef = cfg.model.moe_z_coef;
   return m;
 }
 

@@ -12,6 +12,14 @@
 //   seq_len = 256              # ≥ 1, tokens per sequence
 //   rope_base = 10000.0        # > 0
 //   norm_eps = 1e-5            # > 0
+//   moe_experts = 0            # ≥ 0 routed experts per MoE layer (0 = dense model; docs/moe.md)
+//   moe_top_k = 2              # in [1, moe_experts], experts per token
+//   moe_hidden = 0             # ≥ 1 when moe_experts > 0, SwiGLU hidden size of each expert
+//   moe_every = 1              # in [1, layers]: layer l is MoE when (l + 1) % moe_every == 0
+//   moe_score = "softmax"      # router scores: "softmax" (Mixtral) or "sigmoid" (DeepSeek-V3)
+//   moe_shared_hidden = 0      # ≥ 0, hidden size of the always-on shared expert (0 = none)
+//   moe_aux_coef = 0.01        # ≥ 0, load-balancing loss weight per MoE layer
+//   moe_z_coef = 0.001         # ≥ 0, router z-loss weight per MoE layer
 //
 //   [train]                    # inner optimizer (AdamW) on every node
 //   batch_size = 8             # ≥ 1 sequences per inner step, per node
@@ -77,6 +85,14 @@ struct ModelSection {
   uint32_t seq_len = 256;
   double rope_base = 10000.0;
   double norm_eps = 1e-5;
+  uint32_t moe_experts = 0;
+  uint32_t moe_top_k = 2;
+  uint32_t moe_hidden = 0;
+  uint32_t moe_every = 1;
+  std::string moe_score = "softmax";
+  uint32_t moe_shared_hidden = 0;
+  double moe_aux_coef = 0.01;
+  double moe_z_coef = 0.001;
 };
 
 struct TrainSection {

@@ -132,6 +132,14 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* ctx, const pb::JoinRe
   m->set_seq_len(mc.seq_len);
   m->set_rope_base(mc.rope_base);
   m->set_norm_eps(mc.norm_eps);
+  m->set_moe_experts(mc.moe_experts);
+  m->set_moe_top_k(mc.moe_top_k);
+  m->set_moe_hidden(mc.moe_hidden);
+  m->set_moe_every(mc.moe_every);
+  m->set_moe_score(mc.moe_score);
+  m->set_moe_shared_hidden(mc.moe_shared_hidden);
+  m->set_moe_aux_coef(mc.moe_aux_coef);
+  m->set_moe_z_coef(mc.moe_z_coef);
   pb::TrainSpec* t = resp->mutable_train();
   const TrainSection& tc = config_.train;
   t->set_batch_size(tc.batch_size);

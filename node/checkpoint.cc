@@ -71,6 +71,16 @@ StatusOr<std::string> encode_checkpoint(const CheckpointMeta& meta, const ParamS
   md["atoll.model.ffn_hidden"] = std::to_string(m.ffn_hidden);
   md["atoll.model.seq_len"] = std::to_string(m.seq_len);
   md["atoll.model.rope_base"] = exact(m.rope_base);
+  if (m.moe_experts > 0) {  // MoE keys only for MoE models (dense checkpoints stay as they were)
+    md["atoll.model.moe_experts"] = std::to_string(m.moe_experts);
+    md["atoll.model.moe_top_k"] = std::to_string(m.moe_top_k);
+    md["atoll.model.moe_hidden"] = std::to_string(m.moe_hidden);
+    md["atoll.model.moe_every"] = std::to_string(m.moe_every);
+    md["atoll.model.moe_score"] = m.moe_score;
+    md["atoll.model.moe_shared_hidden"] = std::to_string(m.moe_shared_hidden);
+    md["atoll.model.moe_aux_coef"] = exact(m.moe_aux_coef);
+    md["atoll.model.moe_z_coef"] = exact(m.moe_z_coef);
+  }
   md["atoll.model.norm_eps"] = exact(m.norm_eps);
   md["atoll.step"] = std::to_string(meta.step);
   md["atoll.seed"] = std::to_string(meta.seed);
@@ -124,6 +134,27 @@ StatusOr<LoadedCheckpoint> decode_checkpoint(const std::string& bytes, const std
   m.heads = static_cast<int>(heads);
   m.ffn_hidden = static_cast<int>(ffn);
   m.seq_len = static_cast<int>(seq);
+  if (md.count("atoll.model.moe_experts")) {
+    int64_t v[5];
+    const char* keys[5] = {"atoll.model.moe_experts", "atoll.model.moe_top_k",
+                           "atoll.model.moe_hidden", "atoll.model.moe_every",
+                           "atoll.model.moe_shared_hidden"};
+    for (int i = 0; i < 5; ++i) {
+      ATOLL_ASSIGN_OR_RETURN(v[i], meta_int(md, keys[i], what));
+      if (v[i] < 0 || v[i] > kMaxDim)
+        return InvalidArgument(what + ": model metadata out of range");
+    }
+    m.moe_experts = static_cast<int>(v[0]);
+    m.moe_top_k = static_cast<int>(v[1]);
+    m.moe_hidden = static_cast<int>(v[2]);
+    m.moe_every = static_cast<int>(v[3]);
+    m.moe_shared_hidden = static_cast<int>(v[4]);
+    auto sc = md.find("atoll.model.moe_score");
+    if (sc == md.end()) return InvalidArgument(what + ": metadata atoll.model.moe_score missing");
+    m.moe_score = sc->second;
+    ATOLL_ASSIGN_OR_RETURN(m.moe_aux_coef, meta_double(md, "atoll.model.moe_aux_coef", what));
+    ATOLL_ASSIGN_OR_RETURN(m.moe_z_coef, meta_double(md, "atoll.model.moe_z_coef", what));
+  }
   if (Status s = algorithms::validate(m); !s.ok())
     return InvalidArgument(what + ": " + s.message());
   ATOLL_ASSIGN_OR_RETURN(ck.meta.step, meta_int(md, "atoll.step", what));

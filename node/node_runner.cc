@@ -40,6 +40,16 @@ algorithms::ModelConfig model_from_spec(const atoll_pb::v1::ModelSpec& m) {
   c.seq_len = static_cast<int>(m.seq_len());
   c.rope_base = m.rope_base();
   c.norm_eps = m.norm_eps();
+  if (m.moe_experts() > 0) {  // otherwise the defaults: a dense model
+    c.moe_experts = static_cast<int>(m.moe_experts());
+    c.moe_top_k = static_cast<int>(m.moe_top_k());
+    c.moe_hidden = static_cast<int>(m.moe_hidden());
+    c.moe_every = static_cast<int>(m.moe_every());
+    c.moe_score = m.moe_score();
+    c.moe_shared_hidden = static_cast<int>(m.moe_shared_hidden());
+    c.moe_aux_coef = m.moe_aux_coef();
+    c.moe_z_coef = m.moe_z_coef();
+  }
   return c;
 }
 

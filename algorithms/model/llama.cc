@@ -26,6 +26,49 @@ std::string layer_name(int l, const char* suffix) {
 
 }  // namespace
 
+bool is_moe_layer(const ModelConfig& c, int l) {
+  return c.moe_experts > 0 && c.moe_every > 0 && (l + 1) % c.moe_every == 0;
+}
+
+std::string moe_param_name(int l, const std::string& suffix) {
+  return layer_name(l, "mlp.") + suffix;
+}
+
+// The MoE fields (docs/moe.md); only checked when moe_experts > 0, except moe_experts itself.
+static Status validate_moe(const ModelConfig& c) {
+  auto num = [](long long v) { return std::to_string(v); };
+  if (c.moe_experts < 0)
+    return InvalidArgument("moe_experts must be >= 0 (0 = dense model), got " + num(c.moe_experts));
+  if (c.moe_experts == 0) return Status::Ok();
+  if (c.moe_experts > 4096)
+    return InvalidArgument("moe_experts must be <= 4096, got " + num(c.moe_experts));
+  if (c.moe_top_k < 1 || c.moe_top_k > c.moe_experts)
+    return InvalidArgument("moe_top_k must be in [1, moe_experts = " + num(c.moe_experts) +
+                           "], got " + num(c.moe_top_k));
+  if (c.moe_hidden < 1)
+    return InvalidArgument("moe_hidden (the expert FFN hidden size) must be >= 1 when " +
+                           std::string("moe_experts > 0, got ") + num(c.moe_hidden));
+  if (c.moe_every < 1 || c.moe_every > c.layers)
+    return InvalidArgument("moe_every must be in [1, layers = " + num(c.layers) + "], got " +
+                           num(c.moe_every) + " (1 = every layer is MoE, 2 = every other)");
+  if (c.moe_score != "softmax" && c.moe_score != "sigmoid")
+    return InvalidArgument("moe_score must be \"softmax\" or \"sigmoid\", got \"" + c.moe_score +
+                           "\"");
+  if (c.moe_shared_hidden < 0)
+    return InvalidArgument("moe_shared_hidden must be >= 0 (0 = no shared expert), got " +
+                           num(c.moe_shared_hidden));
+  if (!(c.moe_aux_coef >= 0.0) || !std::isfinite(c.moe_aux_coef))
+    return InvalidArgument("moe_aux_coef must be a finite number >= 0, got " +
+                           std::to_string(c.moe_aux_coef));
+  if (!(c.moe_z_coef >= 0.0) || !std::isfinite(c.moe_z_coef))
+    return InvalidArgument("moe_z_coef must be a finite number >= 0, got " +
+                           std::to_string(c.moe_z_coef));
+  const long long C = c.dim, E = c.moe_experts, Fe = c.moe_hidden, Fs = c.moe_shared_hidden;
+  if (2 * Fe * C > (1LL << 31) - 1 || 2 * Fs * C > (1LL << 31) - 1 || E * C > (1LL << 31) - 1)
+    return InvalidArgument("model too large: an MoE weight matrix would exceed 2^31 elements");
+  return Status::Ok();
+}
+
 Status validate(const ModelConfig& c) {
   auto pos = [](const char* name, long long v) -> Status {
     if (v <= 0)
@@ -57,7 +100,7 @@ Status validate(const ModelConfig& c) {
   const long long C = c.dim, V = c.vocab, F = c.ffn_hidden;
   if (V * C > (1LL << 31) - 1 || 2 * F * C > (1LL << 31) - 1 || 3 * C * C > (1LL << 31) - 1)
     return InvalidArgument("model too large: a weight matrix would exceed 2^31 elements");
-  return Status::Ok();
+  return validate_moe(c);
 }
 
 ParamLayout make_layout(const ModelConfig& c) {
@@ -71,6 +114,22 @@ ParamLayout make_layout(const ModelConfig& c) {
     L.add(layer_name(l, "self_attn.v_proj.weight"), {C, C});
     L.add(layer_name(l, "self_attn.o_proj.weight"), {C, C});
     L.add(layer_name(l, "post_attention_layernorm.weight"), {C});
+    if (is_moe_layer(c, l)) {
+      const int64_t E = c.moe_experts, Fe = c.moe_hidden, Fs = c.moe_shared_hidden;
+      L.add(moe_param_name(l, "gate.weight"), {E, C});
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string ex = "experts." + std::to_string(e) + ".";
+        L.add(moe_param_name(l, ex + "gate_proj.weight"), {Fe, C});
+        L.add(moe_param_name(l, ex + "up_proj.weight"), {Fe, C});
+        L.add(moe_param_name(l, ex + "down_proj.weight"), {C, Fe});
+      }
+      if (Fs > 0) {
+        L.add(moe_param_name(l, "shared_expert.gate_proj.weight"), {Fs, C});
+        L.add(moe_param_name(l, "shared_expert.up_proj.weight"), {Fs, C});
+        L.add(moe_param_name(l, "shared_expert.down_proj.weight"), {C, Fs});
+      }
+      continue;
+    }
     L.add(layer_name(l, "mlp.gate_proj.weight"), {F, C});
     L.add(layer_name(l, "mlp.up_proj.weight"), {F, C});
     L.add(layer_name(l, "mlp.down_proj.weight"), {C, F});
@@ -79,9 +138,29 @@ ParamLayout make_layout(const ModelConfig& c) {
   return L;
 }
 
+namespace {
+// Parameters of layer l's FFN when `experts` of its routed experts count.
+int64_t ffn_params(const ModelConfig& c, int l, int64_t experts) {
+  const int64_t C = c.dim;
+  if (!is_moe_layer(c, l)) return 3 * static_cast<int64_t>(c.ffn_hidden) * C;
+  return static_cast<int64_t>(c.moe_experts) * C + experts * 3 * c.moe_hidden * C +
+         3 * static_cast<int64_t>(c.moe_shared_hidden) * C;
+}
+int64_t params_with(const ModelConfig& c, bool active) {
+  const int64_t V = c.vocab, C = c.dim;
+  int64_t n = V * C + C;
+  for (int l = 0; l < c.layers; ++l)
+    n += 2 * C + 4 * C * C + ffn_params(c, l, active ? c.moe_top_k : c.moe_experts);
+  return n;
+}
+}  // namespace
+
 int64_t count_params(const ModelConfig& c) {
-  const int64_t V = c.vocab, C = c.dim, F = c.ffn_hidden, L = c.layers;
-  return V * C + L * (2 * C + 4 * C * C + 3 * F * C) + C;
+  return params_with(c, false);
+}
+
+int64_t count_active_params(const ModelConfig& c) {
+  return params_with(c, true);
 }
 
 void init_params(ParamSet& params, const ModelConfig& cfg, uint64_t seed) {
@@ -106,7 +185,7 @@ void init_params(ParamSet& params, const ModelConfig& cfg, uint64_t seed) {
 }
 
 double flops_per_token(const ModelConfig& c, int T) {
-  return 6.0 * static_cast<double>(count_params(c)) +
+  return 6.0 * static_cast<double>(count_active_params(c)) +
          12.0 * static_cast<double>(c.layers) * c.dim * static_cast<double>(T);
 }
 
@@ -120,12 +199,20 @@ Llama::Llama(const ModelConfig& cfg) : cfg_(cfg) {
   off_norm_ = layout_.find("model.norm.weight")->offset;
   off_.resize(cfg.layers);
   for (int l = 0; l < cfg.layers; ++l) {
-    auto at = [&](const char* s) { return layout_.find(layer_name(l, s))->offset; };
+    auto at = [&](const char* s) {
+      const ParamView* v = layout_.find(layer_name(l, s));
+      return v ? v->offset : size_t(0);  // the mlp.* tensors are absent in MoE layers
+    };
     off_[l] = {at("input_layernorm.weight"),  at("self_attn.q_proj.weight"),
                at("self_attn.o_proj.weight"), at("post_attention_layernorm.weight"),
                at("mlp.gate_proj.weight"),    at("mlp.down_proj.weight")};
   }
+  if (cfg.moe_experts > 0) moe_ = std::make_unique<MoeBlocks>(cfg, layout_);
 }
+
+Llama::~Llama() = default;
+Llama::Llama(Llama&&) noexcept = default;
+Llama& Llama::operator=(Llama&&) noexcept = default;
 
 void Llama::check_params(const ParamSet& p, const char* what) const {
   if (!(p.layout() == layout_))
@@ -142,11 +229,15 @@ void Llama::ensure_shape(int B, int T, bool with_logits) {
   if (att > (1ULL << 31) - 1 || (with_logits && N * V > (1ULL << 31) - 1) ||
       N * 3 * C > (1ULL << 31) - 1)
     die("Llama: batch shape too large for 32-bit indexing");
-  const size_t per_layer = N * C * 5 /* x ln1 atty h ln2 */ + N * 2 /* rstd1 rstd2 */ + N * 3 * C +
-                           att + N * 2 * F + N * F;
+  // The dense FFN's gu and swi only for dense layers (MoE layers keep theirs in moe_).
+  const auto ffn_f = [&](size_t l) { return moe_ && moe_->is_moe(int(l)) ? size_t(0) : F; };
+  size_t layers_total = 0;
+  for (size_t l = 0; l < L; ++l)
+    layers_total += N * C * 5 /* x ln1 atty h ln2 */ + N * 2 /* rstd1 rstd2 */ + N * 3 * C + att +
+                    N * 3 * ffn_f(l);
   // The (N, V) logits only when asked for: forward_hidden never needs them.
   const size_t total =
-      L * per_layer + N * C * 3 /* out lnf scratch */ + N + N + (with_logits ? N * V : 0);
+      layers_total + N * C * 3 /* out lnf scratch */ + N + N + (with_logits ? N * V : 0);
   if (acts_.size() < total) acts_.resize(total);  // grows only; smaller shapes reuse it
   B_ = B;
   T_ = T;
@@ -168,8 +259,8 @@ void Llama::ensure_shape(int B, int T, bool with_logits) {
     a.h = take(N * C);
     a.ln2 = take(N * C);
     a.rstd2 = take(N);
-    a.gu = take(N * 2 * F);
-    a.swi = take(N * F);
+    a.gu = take(N * 2 * ffn_f(l));
+    a.swi = take(N * ffn_f(l));
   }
   out_ = take(N * C);
   lnf_ = take(N * C);
@@ -207,11 +298,15 @@ void Llama::forward_trunk(const float* P, const int32_t* tokens) {
     ops::attention_forward(a.atty, a.att, a.qkv, B, T, H, D);         // -> (N, C)
     ops::matmul_forward(scratch_, a.atty, P + o.o, N, C, C);
     ops::add_forward(a.h, a.x, scratch_, static_cast<size_t>(N) * C);
-    // MLP sub-block
+    // MLP sub-block (dense SwiGLU, or the MoE layer of moe_block.h)
     ops::rmsnorm_forward(a.ln2, a.rstd2, a.h, P + o.ln2, N, C, cfg_.norm_eps);
-    ops::matmul_forward(a.gu, a.ln2, P + o.gu, N, C, 2 * F);  // (N, C) -> (N, 2F)
-    ops::swiglu_forward(a.swi, a.gu, N, F);                   // -> (N, F)
-    ops::matmul_forward(scratch_, a.swi, P + o.down, N, F, C);
+    if (moe_ && moe_->is_moe(l)) {
+      moe_->forward(l, P, a.ln2, scratch_, N);
+    } else {
+      ops::matmul_forward(a.gu, a.ln2, P + o.gu, N, C, 2 * F);  // (N, C) -> (N, 2F)
+      ops::swiglu_forward(a.swi, a.gu, N, F);                   // -> (N, F)
+      ops::matmul_forward(scratch_, a.swi, P + o.down, N, F, C);
+    }
     ops::add_forward(next, a.h, scratch_, static_cast<size_t>(N) * C);
   }
   ops::rmsnorm_forward(lnf_, rstdf_, out_, P + off_norm_, N, C, cfg_.norm_eps);
@@ -323,13 +418,18 @@ void Llama::backward_trunk(const float* P, float* G, const float* dlnf) {
   for (int l = cfg_.layers - 1; l >= 0; --l) {
     const LayerOffsets& o = off_[l];
     const LayerActs& a = la_[l];
-    // dres = d(block output). out = h + down(swi): both branches receive dres.
-    zero(dswi, static_cast<size_t>(N) * F);
-    ops::matmul_backward(dswi, G + o.down, dres, a.swi, P + o.down, N, F, C);
-    zero(dgu, static_cast<size_t>(N) * 2 * F);
-    ops::swiglu_backward(dgu, dswi, a.gu, N, F);
-    zero(dln, NC);
-    ops::matmul_backward(dln, G + o.gu, dgu, a.ln2, P + o.gu, N, C, 2 * F);
+    // dres = d(block output). out = h + ffn(ln2): both branches receive dres.
+    if (moe_ && moe_->is_moe(l)) {
+      zero(dln, NC);
+      moe_->backward(l, P, G, a.ln2, dres, dln);  // also the layer's router-loss gradients
+    } else {
+      zero(dswi, static_cast<size_t>(N) * F);
+      ops::matmul_backward(dswi, G + o.down, dres, a.swi, P + o.down, N, F, C);
+      zero(dgu, static_cast<size_t>(N) * 2 * F);
+      ops::swiglu_backward(dgu, dswi, a.gu, N, F);
+      zero(dln, NC);
+      ops::matmul_backward(dln, G + o.gu, dgu, a.ln2, P + o.gu, N, C, 2 * F);
+    }
     ops::rmsnorm_backward(dres, G + o.ln2, dln, a.h, P + o.ln2, a.rstd2, N, C);  // dres = dh
     // h = x + o_proj(atty): both branches receive dh.
     zero(datty, NC);

@@ -12,9 +12,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "algorithms/model/moe_block.h"
 #include "algorithms/model/param_set.h"
 #include "kernels/core/status.h"
 
@@ -29,7 +31,24 @@ struct ModelConfig {
   int seq_len = 256;     // longest context the model is trained / sampled with
   double rope_base = 10000.0;
   double norm_eps = 1e-5;
+
+  // Mixture of experts (docs/moe.md). moe_experts = 0: every layer has the dense SwiGLU FFN.
+  // Otherwise layer l's FFN is an MoE layer when (l + 1) % moe_every == 0 (1: every layer,
+  // 2: layers 1, 3, ... as in Switch Transformer), the others stay dense (ffn_hidden).
+  int moe_experts = 0;                // E routed experts per MoE layer
+  int moe_top_k = 2;                  // K experts per token, 1 <= K <= E
+  int moe_hidden = 0;                 // SwiGLU hidden size of each routed expert (>= 1 with MoE)
+  int moe_every = 1;                  // MoE layer period, 1 <= moe_every <= layers
+  std::string moe_score = "softmax";  // router scores: "softmax" (Mixtral) or "sigmoid" (DS-V3)
+  int moe_shared_hidden = 0;          // hidden size of the always-on shared expert, 0 = none
+  double moe_aux_coef = 0.01;         // weight of the load-balancing loss, per MoE layer
+  double moe_z_coef = 0.001;          // weight of the router z-loss, per MoE layer
 };
+
+// Whether layer l's FFN is an MoE layer (see ModelConfig).
+bool is_moe_layer(const ModelConfig& cfg, int l);
+// "model.layers.{l}.mlp." + suffix, the prefix of every MoE tensor of layer l.
+std::string moe_param_name(int l, const std::string& suffix);
 
 // OK, or the first problem found, one line that names the field and the value.
 Status validate(const ModelConfig& cfg);
@@ -46,11 +65,25 @@ Status validate(const ModelConfig& cfg);
 //   model.layers.{l}.mlp.gate_proj.weight              (F, C) \  adjacent: one (2F, C) GEMM
 //   model.layers.{l}.mlp.up_proj.weight                (F, C) /
 //   model.layers.{l}.mlp.down_proj.weight              (C, F)
+//   an MoE layer has instead of the three mlp.* tensors (Qwen2-MoE / Mixtral names, Fe =
+//   moe_hidden, Fs = moe_shared_hidden):
+//   model.layers.{l}.mlp.gate.weight                   (E, C)  router
+//   per expert e = 0 .. E-1 (adjacent: expert e's block starts at e·3·Fe·C):
+//   model.layers.{l}.mlp.experts.{e}.gate_proj.weight  (Fe, C)
+//   model.layers.{l}.mlp.experts.{e}.up_proj.weight    (Fe, C)
+//   model.layers.{l}.mlp.experts.{e}.down_proj.weight  (C, Fe)
+//   and when Fs > 0:
+//   model.layers.{l}.mlp.shared_expert.gate_proj.weight (Fs, C)
+//   model.layers.{l}.mlp.shared_expert.up_proj.weight   (Fs, C)
+//   model.layers.{l}.mlp.shared_expert.down_proj.weight (C, Fs)
 //   model.norm.weight                                  (C)
 ParamLayout make_layout(const ModelConfig& cfg);
 
 // Number of parameters (= make_layout(cfg).numel()).
 int64_t count_params(const ModelConfig& cfg);
+// Parameters one token uses: count_params less the (E − K) routed experts it skips in every
+// MoE layer (the router and the shared expert count in full). = count_params for a dense model.
+int64_t count_active_params(const ModelConfig& cfg);
 
 // Deterministic init, a pure function of `seed`: every matrix ~ N(0, 0.02) (GPT-2 / llm.c),
 // o_proj and down_proj (the projections that write into the residual stream) scaled by
@@ -60,8 +93,8 @@ int64_t count_params(const ModelConfig& cfg);
 void init_params(ParamSet& params, const ModelConfig& cfg, uint64_t seed);
 
 // Training FLOPs per token for a context of T tokens (forward + backward, multiply-add = 2):
-//   6·P + 12·L·C·T
-// 6·P: every parameter is used in one multiply-add per token forward and two backward; the
+//   6·P + 12·L·C·T,  P = count_active_params (MoE: the experts a token is routed to)
+// 6·P: every (active) parameter is used in one multiply-add per token forward and two backward; the
 // tied embedding is counted once, as the output head GEMM (the lookup itself is free).
 // 12·L·C·T: attention scores Q·Kᵀ and the weighted sum A·V, each 2·C·T per token forward,
 // twice that backward (PaLM, appendix B; nanoGPT's estimate_mfu). The causal mask halves the
@@ -75,6 +108,9 @@ class Llama {
   // cfg must pass validate() (aborts otherwise: a programming error, configs are validated at
   // load time).
   explicit Llama(const ModelConfig& cfg);
+  ~Llama();
+  Llama(Llama&&) noexcept;
+  Llama& operator=(Llama&&) noexcept;
 
   const ModelConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
@@ -103,6 +139,7 @@ class Llama {
   // final norm, every block and the embedding lookup. The head's own gradient (the tied
   // embedding used as W) is the caller's, added before or after (sums commute up to rounding;
   // backward() adds the head first). dh may point anywhere but into this model's buffers.
+  // MoE layers also add the gradients of their router losses (aux_loss()), as in backward().
   void backward_from_hidden(const ParamSet& params, ParamSet& grads, const float* dh);
 
   // Logits (B, T, V) of the last forward; valid until backward() or the next forward().
@@ -111,6 +148,14 @@ class Llama {
   const float* losses() const { return losses_; }
   // Number of non-ignored targets in the last forward.
   int64_t num_targets() const { return num_targets_; }
+  // MoE router losses of the last forward (0 for a dense model): Σ over MoE layers of
+  // moe_aux_coef·L_aux + moe_z_coef·L_z. The training objective is forward()'s cross-entropy
+  // plus this term; forward() returns the cross-entropy alone (so loss and bpb compare with
+  // dense models), backward() differentiates the sum.
+  double aux_loss() const { return moe_ ? moe_->weighted_loss() : 0.0; }
+  // The unscaled sums over MoE layers of L_aux and L_z of the last forward.
+  double balance_loss_sum() const { return moe_ ? moe_->aux_loss_sum() : 0.0; }
+  double z_loss_sum() const { return moe_ ? moe_->z_loss_sum() : 0.0; }
 
   // Samples n_new tokens after `prompt` (non-empty, tokens in [0, V)). Each step recomputes a
   // full forward over the last seq_len tokens of the context (simple, and cheap at this scale).
@@ -168,6 +213,7 @@ class Llama {
   float* logits_ = nullptr;   // (N, V)
   float* losses_ = nullptr;   // (N)
   std::vector<int32_t> tokens_, targets_;  // (N) copies for backward
+  std::unique_ptr<MoeBlocks> moe_;         // null for a dense model
   bool have_targets_ = false;
   int64_t num_targets_ = 0;
 };

@@ -66,7 +66,9 @@ std::string quote(const std::string& s) {
   return "'" + s + "'";
 }
 
-TEST(TorchReference, LogitsLossGradientsAndAdamWStepsMatchPyTorch) {
+// Runs the comparison for model c (see the file comment); the MoE router losses (0 for a dense
+// model) are compared beside the cross-entropy and are part of the differentiated loss.
+void compare_with_torch(const ModelConfig& c) {
   const std::string python = ATOLL_PYTHON;
   if (!fs::exists(python) ||
       std::system((quote(python) + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0) {
@@ -75,13 +77,6 @@ TEST(TorchReference, LogitsLossGradientsAndAdamWStepsMatchPyTorch) {
   }
   const std::string script = std::string(ATOLL_SOURCE_DIR) + "/tests/tools/torch_llama.py";
 
-  ModelConfig c;
-  c.vocab = 256;
-  c.dim = 64;
-  c.layers = 2;
-  c.heads = 4;
-  c.ffn_hidden = 160;
-  c.seq_len = 32;
   const int B = 2, T = 32;
   const int kSteps = 10;
   TrainerConfig tc;
@@ -136,6 +131,16 @@ TEST(TorchReference, LogitsLossGradientsAndAdamWStepsMatchPyTorch) {
                  {"weight_decay", num(tc.weight_decay)},
                  {"grad_clip", num(tc.grad_clip)},
                  {"steps", std::to_string(kSteps)}};
+  if (c.moe_experts > 0) {
+    in.metadata["moe_experts"] = std::to_string(c.moe_experts);
+    in.metadata["moe_top_k"] = std::to_string(c.moe_top_k);
+    in.metadata["moe_hidden"] = std::to_string(c.moe_hidden);
+    in.metadata["moe_every"] = std::to_string(c.moe_every);
+    in.metadata["moe_score"] = c.moe_score;
+    in.metadata["moe_shared_hidden"] = std::to_string(c.moe_shared_hidden);
+    in.metadata["moe_aux_coef"] = num(c.moe_aux_coef);
+    in.metadata["moe_z_coef"] = num(c.moe_z_coef);
+  }
 
   TempDir dir;
   ASSERT_FALSE(dir.path.empty()) << "cannot create a temp dir";
@@ -172,6 +177,16 @@ TEST(TorchReference, LogitsLossGradientsAndAdamWStepsMatchPyTorch) {
   std::printf("  logits rel err %.3g\n", logits_err);
   EXPECT_LT(logits_err, 1e-5);
   EXPECT_LT(std::fabs(double(loss) - ref_loss) / std::fabs(ref_loss), 1e-5);
+  const double ref_aux = get("aux").to_f32()[0], ref_aux64 = get("aux_f64").to_f64()[0];
+  std::printf("  router losses  C++ %.8f  torch f32 %.8f  torch f64 %.10f\n", model.aux_loss(),
+              ref_aux, ref_aux64);
+  if (c.moe_experts > 0) {
+    EXPECT_GT(ref_aux64, 0.0);
+    EXPECT_LT(std::fabs(model.aux_loss() - ref_aux64) / ref_aux64, 1e-5);
+  } else {
+    EXPECT_EQ(model.aux_loss(), 0.0);
+    EXPECT_EQ(ref_aux, 0.0);
+  }
 
   double worst = 0, worst64 = 0, torch32_vs_64 = 0;
   std::string worst_name;
@@ -218,6 +233,55 @@ TEST(TorchReference, LogitsLossGradientsAndAdamWStepsMatchPyTorch) {
   }
   std::printf("  parameters after %d steps: worst rel err %.3g\n", kSteps, final_err);
   EXPECT_LT(final_err, 1e-3);
+}
+
+}  // namespace
+}  // namespace atl::algorithms
+
+namespace atl::algorithms {
+namespace {
+
+ModelConfig small_model() {
+  ModelConfig c;
+  c.vocab = 256;
+  c.dim = 64;
+  c.layers = 2;
+  c.heads = 4;
+  c.ffn_hidden = 160;
+  c.seq_len = 32;
+  return c;
+}
+
+TEST(TorchReference, LogitsLossGradientsAndAdamWStepsMatchPyTorch) {
+  compare_with_torch(small_model());
+}
+
+// Dense layers 0 and 2, MoE layer 1 (moe_every = 2): softmax router, 4 experts, top-2, a shared
+// expert; coefficients far above the defaults so the router losses weigh in the gradients.
+TEST(TorchReference, MixedDenseAndMoeModelMatchesPyTorch) {
+  ModelConfig c = small_model();
+  c.layers = 3;
+  c.moe_experts = 4;
+  c.moe_top_k = 2;
+  c.moe_hidden = 48;
+  c.moe_every = 2;
+  c.moe_shared_hidden = 32;
+  c.moe_aux_coef = 0.1;
+  c.moe_z_coef = 0.01;
+  compare_with_torch(c);
+}
+
+// Every layer MoE with sigmoid scores (DeepSeek-V3 style), top-3 of 6, no shared expert.
+TEST(TorchReference, SigmoidRoutedMoeModelMatchesPyTorch) {
+  ModelConfig c = small_model();
+  c.moe_experts = 6;
+  c.moe_top_k = 3;
+  c.moe_hidden = 40;
+  c.moe_every = 1;
+  c.moe_score = "sigmoid";
+  c.moe_aux_coef = 0.1;
+  c.moe_z_coef = 0.01;
+  compare_with_torch(c);
 }
 
 }  // namespace

@@ -9,9 +9,12 @@ INPUT (written by the C++ test) holds
   - batch.inputs (B, T) I32, batch.targets (B, T) I32 (-1 = ignored): the forward/backward batch;
   - train.rows (B, T + 1) I32: the batch for the AdamW steps (inputs = first T, targets = last T);
   - __metadata__: vocab, dim, layers, heads, ffn_hidden, rope_base, norm_eps, lr, beta1, beta2,
-    eps, weight_decay, grad_clip, steps (decimal strings).
+    eps, weight_decay, grad_clip, steps (decimal strings); for a model with MoE layers also
+    moe_experts, moe_top_k, moe_hidden, moe_every, moe_score, moe_shared_hidden, moe_aux_coef,
+    moe_z_coef (docs/moe.md).
 OUTPUT holds
-  - logits (B, T, V) F32, loss () F32, grad.<name> F32 for every parameter (float32 run);
+  - logits (B, T, V) F32, loss () F32 (the cross-entropy), aux () F32 (the weighted MoE router
+    losses, 0 for a dense model), grad.<name> F32 for every parameter of loss + aux (float32 run);
   - loss_f64 () F64 and grad_f64.<name> F64 (the same in float64, to show how far float32 is
     from exact);
   - train.losses (steps,) F32 and train.grad_norms (steps,) F64: loss and pre-clip gradient norm
@@ -20,7 +23,12 @@ OUTPUT holds
 The model matches algorithms/model/llama.h: RMSNorm (x * rsqrt(mean(x^2) + eps) * w), RoPE on
 ADJACENT pairs (x[2i], x[2i+1]) rotated by pos * base^(-2i/D) (not Hugging Face's rotate_half
 layout), causal softmax attention with scale 1/sqrt(D), SwiGLU, no biases, pre-norm blocks,
-final norm, tied head, mean cross-entropy over non-ignored targets. AdamW is torch.optim.AdamW
+final norm, tied head, mean cross-entropy over non-ignored targets. An MoE layer (every
+moe_every-th) replaces the SwiGLU FFN by a router (softmax or sigmoid scores), top-k experts per
+token (lower id on ties), weights renormalized over the k, SwiGLU experts run per expert on the
+tokens routed to it (a plain loop, not the permuted grouped path of the C++ side), an optional
+always-on shared expert, and the load-balancing loss E * sum_e f_e * P_e and z-loss
+mean(logsumexp^2), weighted by their coefficients and summed over MoE layers. AdamW is torch.optim.AdamW
 with weight decay only on parameters with >= 2 dimensions, and gradient clipping with
 torch.nn.utils.clip_grad_norm_.
 
@@ -96,6 +104,54 @@ class Config:
         self.ffn = int(meta["ffn_hidden"])
         self.rope_base = float(meta["rope_base"])
         self.eps = float(meta["norm_eps"])
+        self.experts = int(meta.get("moe_experts", "0"))
+        if self.experts:
+            self.top_k = int(meta["moe_top_k"])
+            self.every = int(meta["moe_every"])
+            self.score = meta["moe_score"]
+            self.shared = int(meta["moe_shared_hidden"])
+            self.aux_coef = float(meta["moe_aux_coef"])
+            self.z_coef = float(meta["moe_z_coef"])
+
+    def is_moe(self, l):
+        return self.experts > 0 and (l + 1) % self.every == 0
+
+
+def swiglu_ffn(x, gate, up, down):
+    return (F.silu(x @ gate.t()) * (x @ up.t())) @ down.t()
+
+
+def moe_ffn(h, p, pre, cfg):
+    """h (B, T, C) -> (out (B, T, C), L_aux, L_z) of one MoE layer."""
+    B, T, C = h.shape
+    E, K = cfg.experts, cfg.top_k
+    x = h.reshape(-1, C)
+    N = x.shape[0]
+    logits = x @ p[pre + "mlp.gate.weight"].t()  # (N, E)
+    s = logits.softmax(-1) if cfg.score == "softmax" else torch.sigmoid(logits)
+    # Top-k, the lower expert id first on equal scores (a stable descending sort).
+    _, order = torch.sort(s, dim=-1, descending=True, stable=True)
+    idx = order[:, :K]  # (N, K)
+    w = s.gather(1, idx)
+    w = w / w.sum(-1, keepdim=True)
+    out = torch.zeros_like(x)
+    for e in range(E):
+        tok, slot = (idx == e).nonzero(as_tuple=True)
+        if tok.numel() == 0:
+            continue
+        ex = f"{pre}mlp.experts.{e}."
+        y = swiglu_ffn(x[tok], p[ex + "gate_proj.weight"], p[ex + "up_proj.weight"],
+                       p[ex + "down_proj.weight"])
+        out = out.index_add(0, tok, y * w[tok, slot].unsqueeze(-1))
+    if cfg.shared:
+        sh = pre + "mlp.shared_expert."
+        out = out + swiglu_ffn(x, p[sh + "gate_proj.weight"], p[sh + "up_proj.weight"],
+                               p[sh + "down_proj.weight"])
+    f = F.one_hot(idx, E).sum((0, 1)).to(x.dtype) / (N * K)  # fraction of assignments (no grad)
+    probs = s if cfg.score == "softmax" else s / s.sum(-1, keepdim=True)
+    aux = E * (f * probs.mean(0)).sum()
+    z = torch.logsumexp(logits, -1).pow(2).mean()
+    return out.view(B, T, C), aux, z
 
 
 def rmsnorm(x, w, eps):
@@ -117,13 +173,14 @@ def rope(x, base):
 
 
 def forward(p, cfg, inputs):
-    """inputs (B, T) int64 -> logits (B, T, V)."""
+    """inputs (B, T) int64 -> (logits (B, T, V), weighted MoE router losses)."""
     B, T = inputs.shape
     C, H = cfg.dim, cfg.heads
     D = C // H
     wte = p["model.embed_tokens.weight"]
     x = wte[inputs]  # (B, T, C)
     mask = torch.ones(T, T, dtype=torch.bool).tril()
+    aux_total = torch.zeros((), dtype=x.dtype)
     for l in range(cfg.layers):
         pre = f"model.layers.{l}."
         h = rmsnorm(x, p[pre + "input_layernorm.weight"], cfg.eps)
@@ -137,11 +194,15 @@ def forward(p, cfg, inputs):
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         x = x + y @ p[pre + "self_attn.o_proj.weight"].t()
         h = rmsnorm(x, p[pre + "post_attention_layernorm.weight"], cfg.eps)
-        g = h @ p[pre + "mlp.gate_proj.weight"].t()
-        u = h @ p[pre + "mlp.up_proj.weight"].t()
-        x = x + (F.silu(g) * u) @ p[pre + "mlp.down_proj.weight"].t()
+        if cfg.is_moe(l):
+            y, aux, z = moe_ffn(h, p, pre, cfg)
+            x = x + y
+            aux_total = aux_total + cfg.aux_coef * aux + cfg.z_coef * z
+        else:
+            x = x + swiglu_ffn(h, p[pre + "mlp.gate_proj.weight"], p[pre + "mlp.up_proj.weight"],
+                               p[pre + "mlp.down_proj.weight"])
     x = rmsnorm(x, p["model.norm.weight"], cfg.eps)
-    return x @ wte.t()  # tied head
+    return x @ wte.t(), aux_total  # tied head
 
 
 def loss_fn(logits, targets):
@@ -163,12 +224,13 @@ def main():
     # float32 (compared against the C++ float32 engine) and float64 (how far float32 is from exact).
     for dtype, tag in ((torch.float32, ""), (torch.float64, "_f64")):
         p = {n: tensors[n].to(dtype).clone().requires_grad_(True) for n in names}
-        logits = forward(p, cfg, inputs)
+        logits, aux = forward(p, cfg, inputs)
         loss = loss_fn(logits, targets)
-        loss.backward()
+        (loss + aux).backward()
         if tag == "":
             out["logits"] = logits.detach()
         out["loss" + tag] = loss.detach().reshape(())
+        out["aux" + tag] = aux.detach().reshape(())
         for n in names:
             out[("grad" if tag == "" else "grad_f64") + "." + n] = p[n].grad.detach()
 
@@ -191,8 +253,9 @@ def main():
     losses, norms = [], []
     for _ in range(int(meta["steps"])):
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(forward(p, cfg, tin), ttg)
-        loss.backward()
+        logits, aux = forward(p, cfg, tin)
+        loss = loss_fn(logits, ttg)
+        (loss + aux).backward()
         if clip > 0:
             norm = torch.nn.utils.clip_grad_norm_([p[n] for n in names], clip)
         else:
