@@ -118,7 +118,8 @@ int cmd_bench(const Args& args) {
         "usage: atoll bench train [flags] [--json]\n"
         "       atoll bench sgemm [--n N] [--threads N] [--json]\n"
         "       atoll bench codecs [--numel N] [--threads N] [--json]\n"
-        "       atoll bench distill-loss [--n N] [--vocab V] [--tiles RxS,...] [--json]\n");
+        "       atoll bench distill-loss [--n N] [--vocab V] [--tiles RxS,...] [--json]\n"
+        "       atoll bench hydra [--quick flags, see --help] [--json]\n");
     return args.empty() ? 2 : 0;
   }
   Args rest(args.begin() + 1, args.end());
@@ -126,6 +127,7 @@ int cmd_bench(const Args& args) {
   if (args[0] == "sgemm") return bench_sgemm(rest);
   if (args[0] == "codecs") return bench_codecs(rest);
   if (args[0] == "distill-loss") return bench_distill_loss(rest);
+  if (args[0] == "hydra") return bench_hydra(rest);
   return fail("bench",
               "unknown benchmark '" + args[0] + "': use train, sgemm, codecs or distill-loss", 2);
 }

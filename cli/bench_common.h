@@ -15,4 +15,8 @@ int bench_codecs(const Args& args);
 // (cli/bench_distill.cc).
 int bench_distill_loss(const Args& args);
 
+// `atoll bench hydra`: five subnetwork fine-tuning methods at heterogeneous budgets
+// (cli/bench_hydra.cc).
+int bench_hydra(const Args& args);
+
 }  // namespace atl::cli

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kernels/core/sha256.h"
+
 namespace atl::algorithms {
 
 Subnet full_subnet(const ModelConfig& cfg, int ffn_blocks, bool train) {
@@ -112,6 +114,11 @@ std::string to_string(const Subnet& s) {
     for (uint8_t v : s.layers[l].ffn_blocks) out += static_cast<char>('0' + v);
   }
   return out;
+}
+
+std::string subnet_fingerprint(const Subnet& s) {
+  const std::string t = to_string(s);
+  return sha256_hex(t.data(), t.size());
 }
 
 StatusOr<Subnet> subnet_from_string(const std::string& text, const ModelConfig& cfg,

@@ -60,6 +60,8 @@ int lowest_trained_layer(const Subnet& s);
 // (frozen), then ':' heads as 0/1 digits, ':' FFN blocks as 0/1 digits; layers joined by '|'.
 // e.g. "F:1111:1111|T:0110:1001".
 std::string to_string(const Subnet& s);
+// SHA-256 (hex) of to_string(s): the mask fingerprint a Hydra update carries.
+std::string subnet_fingerprint(const Subnet& s);
 StatusOr<Subnet> subnet_from_string(const std::string& text, const ModelConfig& cfg,
                                     int ffn_blocks);
 
