@@ -56,7 +56,8 @@ int bench_hydra(const Args& args) {
        seq = gi("seq", 64, 2, 4096), batch = gi("batch", 8, 1, 4096),
        eval_tokens = gi("eval-tokens", 16384, 64, 1 << 26), seed = gi("seed", 1234, 0, 1LL << 62),
        threads = gi("threads", 1, 0, 1024);
-  auto lr = flags.get_double("lr", 1e-3, 1e-8, 10), base_lr = flags.get_double("base-lr", 3e-3, 1e-8, 10);
+  auto lr = flags.get_double("lr", 1e-3, 1e-8, 10),
+       base_lr = flags.get_double("base-lr", 3e-3, 1e-8, 10);
   for (const auto* r : {&base_steps, &rounds, &inner, &dim, &layers, &heads, &ffn, &blocks, &seq,
                         &batch, &eval_tokens, &seed, &threads})
     if (!r->ok()) return fail("bench hydra", r->status().message(), 2);
@@ -111,7 +112,10 @@ int bench_hydra(const Args& args) {
   }
 
   // The base model: trained on the other genres (fine-tuning, not pretraining).
-  auto base_spec = node::parse_data_spec("brown:" + flags.get_or("base-genres", "bcdeghklmpr"));
+  std::string base_genres;  // "bcd" -> "b,c,d"
+  for (char g : flags.get_or("base-genres", "bcdeghklmpr"))
+    base_genres += (base_genres.empty() ? "" : ",") + std::string(1, g);
+  auto base_spec = node::parse_data_spec("brown:" + base_genres);
   if (!base_spec.ok()) return fail("bench hydra", base_spec.status().message(), 2);
   auto base_data = node::load_site_data(*base_spec, node::TokenizerChoice{}, brown);
   if (!base_data.ok()) return fail("bench hydra", base_data.status().message(), 1);

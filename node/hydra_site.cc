@@ -9,8 +9,7 @@ StatusOr<atoll_pb::v1::ImportanceReport> measure_importance(
     const algorithms::data::TokenDataset& train, uint64_t seed, uint64_t round, int batches, int B,
     int T, int ffn_blocks) {
   if (batches <= 0 || batches > 64)
-    return InvalidArgument("importance_batches " + std::to_string(batches) +
-                           " must be in [1, 64]");
+    return InvalidArgument("importance_batches " + std::to_string(batches) + " must be in [1, 64]");
   std::vector<int32_t> rows;
   // Steps far from the training schedule's (which counts up from 0): a distinct stream.
   const int64_t base = (int64_t{1} << 40) + static_cast<int64_t>(round) * 64;
@@ -20,7 +19,7 @@ StatusOr<atoll_pb::v1::ImportanceReport> measure_importance(
   }
   algorithms::Llama llama(model);
   ATOLL_ASSIGN_OR_RETURN(auto sc, algorithms::hydra::taylor_importance(llama, theta, rows.data(),
-                                                                        batches, B, T, ffn_blocks));
+                                                                       batches, B, T, ffn_blocks));
   atoll_pb::v1::ImportanceReport r;
   r.set_round(round);
   r.set_batches(static_cast<uint32_t>(batches));

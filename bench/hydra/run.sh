@@ -20,10 +20,10 @@ source bench/common.sh
 bench_args 2,16 "$@"
 
 if [[ $QUICK == 1 ]]; then
-  ARGS=(--base-steps 120 --rounds 4 --inner 8 --eval-tokens 8192)
+  ARGS=(--base-steps 800 --rounds 6 --inner 20 --lr 3e-3 --eval-tokens 16384)
   OUT=${OUT:-bench/results/hydra-quick.json}
 else
-  ARGS=(--base-steps 300 --rounds 8 --inner 15 --eval-tokens 16384)
+  ARGS=(--base-steps 1500 --rounds 10 --inner 25 --lr 3e-3 --eval-tokens 32768)
   OUT=${OUT:-bench/results/hydra.json}
 fi
 MODEL=(--dim 64 --layers 4 --heads 4 --ffn 192 --ffn-blocks 4 --seq 64 --batch 8)

@@ -36,8 +36,10 @@ const double kBudgets[] = {1.0, 0.5, 0.25};
 
 algorithms::hydra::UnitScores fake_scores(const ExperimentConfig& c, uint32_t index) {
   auto s = algorithms::hydra::empty_scores(model_config(c), static_cast<int>(c.hydra.ffn_blocks));
-  for (size_t i = 0; i < s.head.size(); ++i) s.head[i] = 1.0 + static_cast<double>((i * 7 + index * 3) % 5);
-  for (size_t i = 0; i < s.ffn.size(); ++i) s.ffn[i] = 2.0 + static_cast<double>((i * 5 + index) % 3);
+  for (size_t i = 0; i < s.head.size(); ++i)
+    s.head[i] = 1.0 + static_cast<double>((i * 7 + index * 3) % 5);
+  for (size_t i = 0; i < s.ffn.size(); ++i)
+    s.ffn[i] = 2.0 + static_cast<double>((i * 5 + index) % 3);
   for (size_t i = 0; i < s.layer.size(); ++i) s.layer[i] = 10.0 + i;
   return s;
 }
@@ -47,8 +49,8 @@ std::vector<float> fake_masked_delta(const std::vector<float>& theta,
                                      const std::vector<uint32_t>& idx, uint32_t index) {
   std::vector<float> d(idx.size());
   for (size_t i = 0; i < idx.size(); ++i)
-    d[i] = 0.05f * theta[idx[i]] +
-           0.001f * static_cast<float>(index + 1) * static_cast<float>(static_cast<int>(idx[i] % 13) - 6);
+    d[i] = 0.05f * theta[idx[i]] + 0.001f * static_cast<float>(index + 1) *
+                                       static_cast<float>(static_cast<int>(idx[i] % 13) - 6);
   return d;
 }
 
@@ -88,7 +90,8 @@ struct HydraNode {
         continue;
       }
       if (task->kind() != pb::Task::TRAIN) continue;
-      auto sub = algorithms::subnet_from_string(task->subnet(), mc, static_cast<int>(cfg.hydra.ffn_blocks));
+      auto sub = algorithms::subnet_from_string(task->subnet(), mc,
+                                                static_cast<int>(cfg.hydra.ffn_blocks));
       if (!sub.ok()) return errors.push_back(sub.status().to_string());
       subnets.push_back(task->subnet());
       const auto idx = algorithms::trainable_indices(*sub, mc);
@@ -114,7 +117,7 @@ struct HydraNode {
 };
 
 TEST(HydraService, HeterogeneousBudgetsMaskedRoundsBitwiseAndWrongMaskRefused) {
-  TempDir dir;
+  testing_util::TempDir dir;
   const ExperimentConfig cfg = hydra_config();
   const auto mc = model_config(cfg);
   algorithms::ParamSet init(algorithms::make_layout(mc));
@@ -164,11 +167,11 @@ TEST(HydraService, HeterogeneousBudgetsMaskedRoundsBitwiseAndWrongMaskRefused) {
       ups.push_back({"node-" + std::to_string(i), testing::fake_tokens(i), idx[i], d[i]});
     }
     ASSERT_TRUE(algorithms::hydra::aggregate_masked(ups, delta, held).ok());
-    ASSERT_TRUE(algorithms::hydra::masked_outer_step(
-                    {static_cast<float>(cfg.diloco.outer_lr),
-                     static_cast<float>(cfg.diloco.outer_momentum)},
-                    theta, mom, delta, held, r == 0)
-                    .ok());
+    ASSERT_TRUE(
+        algorithms::hydra::masked_outer_step({static_cast<float>(cfg.diloco.outer_lr),
+                                              static_cast<float>(cfg.diloco.outer_momentum)},
+                                             theta, mom, delta, held, r == 0)
+            .ok());
   }
   EXPECT_EQ(coord->service->params_fingerprint(), algorithms::params_fingerprint(theta));
   // Elements no site holds (the embedding) are exactly θ_0.

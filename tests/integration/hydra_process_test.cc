@@ -5,9 +5,9 @@
 #include <regex>
 #include <thread>
 
+#include "algorithms/diloco/outer.h"
 #include "algorithms/model/llama.h"
 #include "algorithms/model/subnet.h"
-#include "algorithms/diloco/outer.h"
 #include "node/coordinator_client.h"
 #include "node/subprocess.h"
 #include "tests/integration/cli_test_util.h"
@@ -51,14 +51,14 @@ TEST(HydraProcesses, HeterogeneousBudgetsOverMtlsWithWrongMaskRefused) {
   for (const char* n : {"site-a", "site-b", "site-c", "site-d"})
     ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls, "--name", n}, dir / "ca.log").exit_code, 0);
   { std::ofstream(dir / "exp.toml") << kToml; }
-  auto coord = node::Subprocess::spawn({ATOLL_BINARY, "coordinator", "--config", dir / "exp.toml",
-                                        "--store", dir / "store", "--listen", "127.0.0.1:0",
-                                        "--tls", tls},
-                                       dir / "coordinator.log");
+  auto coord =
+      node::Subprocess::spawn({ATOLL_BINARY, "coordinator", "--config", dir / "exp.toml", "--store",
+                               dir / "store", "--listen", "127.0.0.1:0", "--tls", tls},
+                              dir / "coordinator.log");
   ASSERT_TRUE(coord.ok()) << coord.status().to_string();
   std::string text;
-  auto m = wait_for_log(dir / "coordinator.log", std::regex("on (127\\.0\\.0\\.1:\\d+)"), 30s,
-                        &text);
+  auto m =
+      wait_for_log(dir / "coordinator.log", std::regex("on (127\\.0\\.0\\.1:\\d+)"), 30s, &text);
   ASSERT_TRUE(m.has_value()) << text;
   const std::string address = (*m)[1].str();
   std::vector<node::Subprocess> nodes;
@@ -102,7 +102,10 @@ TEST(HydraProcesses, HeterogeneousBudgetsOverMtlsWithWrongMaskRefused) {
   while (Clock::now() < until) {
     auto task = client.next_task(last, 2000);
     ASSERT_TRUE(task.ok()) << task.status().to_string();
-    if (task->kind() == pb::Task::STOP) break;
+    if (task->kind() == pb::Task::STOP) {
+      (void)client.leave("done");
+      break;
+    }
     if (task->kind() == pb::Task::SCORE) {
       pb::ImportanceReport rep;
       rep.set_round(task->round());
