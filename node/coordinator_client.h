@@ -71,7 +71,7 @@ struct UpdateHeader {
   // Streaming DiLoCo: the update covers θ[fragment_offset, fragment_offset + numel).
   uint64_t fragment_offset = 0;
   // Hydra: the Task's mask fingerprint (numel = the subnetwork's trained element count).
-  std::string mask_fingerprint;
+  std::string mask_fingerprint = "";
 };
 
 class CoordinatorClient {

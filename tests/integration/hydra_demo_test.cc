@@ -48,8 +48,9 @@ TEST(HydraDemo, SmallRunFinishesWithSubnetworksWithinBudgets) {
        it != std::sregex_iterator(); ++it, ++lines) {
     const double budget = std::stod((*it)[2].str()), flops = std::stod((*it)[3].str());
     EXPECT_LE(flops, budget + 0.005) << (*it)[0].str();
-    if ((*it)[1].str() == "site-a")
+    if ((*it)[1].str() == "site-a") {
       EXPECT_LT(std::stod((*it)[4].str()), std::stod((*it)[5].str())) << (*it)[0].str();
+    }
   }
   EXPECT_EQ(lines, 8) << r.output;  // 4 sites × 2 rounds
 }
