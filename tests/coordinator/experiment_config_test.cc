@@ -67,6 +67,25 @@ split = "iid"
   EXPECT_EQ(to_toml(*again), to_toml(*c));
 }
 
+TEST(ExperimentConfig, HydraSectionParsesAndRoundTrips) {
+  auto c = parse_experiment_config(
+      "algorithm = \"hydra\"\n[model]\nffn_hidden = 96\n[hydra]\nreselect_every = 3\n"
+      "min_coverage = 2\nffn_blocks = 6\nimportance_batches = 2\nmin_train_share = 0.25\n");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_TRUE(c->is_hydra());
+  EXPECT_EQ(c->hydra.reselect_every, 3u);
+  EXPECT_EQ(c->hydra.min_coverage, 2u);
+  EXPECT_EQ(c->hydra.ffn_blocks, 6u);
+  EXPECT_EQ(c->hydra.importance_batches, 2u);
+  EXPECT_DOUBLE_EQ(c->hydra.min_train_share, 0.25);
+  auto again = parse_experiment_config(to_toml(*c));
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(to_toml(*again), to_toml(*c));
+  auto plain = parse_experiment_config("");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->is_hydra());
+}
+
 TEST(ExperimentConfig, OneLineErrorsNameTheKeyAndTheFix) {
   EXPECT_EQ(error_of("[diloco]\nouter_momentum = 1.5\n"),
             "config.toml: diloco.outer_momentum = 1.5 must be in [0, 1)");
