@@ -119,7 +119,8 @@ int cmd_bench(const Args& args) {
         "       atoll bench sgemm [--n N] [--threads N] [--json]\n"
         "       atoll bench codecs [--numel N] [--threads N] [--json]\n"
         "       atoll bench distill-loss [--n N] [--vocab V] [--tiles RxS,...] [--json]\n"
-        "       atoll bench moe [--tokens N] [--dim C] [--configs E:K:Fe,...] [--json]\n");
+        "       atoll bench moe [--tokens N] [--dim C] [--configs E:K:Fe,...] [--json]\n"
+        "       atoll bench hydra [--quick flags, see --help] [--json]\n");
     return args.empty() ? 2 : 0;
   }
   Args rest(args.begin() + 1, args.end());
@@ -128,8 +129,10 @@ int cmd_bench(const Args& args) {
   if (args[0] == "codecs") return bench_codecs(rest);
   if (args[0] == "distill-loss") return bench_distill_loss(rest);
   if (args[0] == "moe") return bench_moe(rest);
+  if (args[0] == "hydra") return bench_hydra(rest);
   return fail("bench",
-              "unknown benchmark '" + args[0] + "': use train, sgemm, codecs, distill-loss or moe",
+              "unknown benchmark '" + args[0] +
+                  "': use train, sgemm, codecs, distill-loss, moe or hydra",
               2);
 }
 

@@ -18,5 +18,8 @@ int bench_distill_loss(const Args& args);
 // `atoll bench moe`: MoE FFN layer forward+backward against a dense FFN of equal active FLOPs
 // (cli/bench_moe.cc).
 int bench_moe(const Args& args);
+// `atoll bench hydra`: five subnetwork fine-tuning methods at heterogeneous budgets
+// (cli/bench_hydra.cc).
+int bench_hydra(const Args& args);
 
 }  // namespace atl::cli

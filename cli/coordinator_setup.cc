@@ -140,6 +140,12 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
 
   algorithms::ParamSet theta0(algorithms::make_layout(rc->model));
   algorithms::init_params(theta0, rc->model, l.config.seed);
+  if (!l.initial_theta.empty()) {
+    if (l.initial_theta.size() != theta0.numel())
+      return InvalidArgument("initial parameters have " + std::to_string(l.initial_theta.size()) +
+                             " values, the model has " + std::to_string(theta0.numel()));
+    theta0.vec() = l.initial_theta;
+  }
 
   ATOLL_ASSIGN_OR_RETURN(
       rc->service, coordinator::CoordinatorService::open(

@@ -33,6 +33,8 @@ struct CoordinatorLaunch {
   std::string http_listen;
   std::string web_root;      // dashboard files; "" = web/ in the working directory or the tree
   std::string node_modules;  // npm packages (chart.js); "" = found like web_root
+  // θ_0 of a new experiment (numel of the model); empty = init_params(model, seed).
+  std::vector<float> initial_theta;
 };
 
 struct RunningCoordinator {

@@ -64,6 +64,13 @@ std::string json_number(double v) {
 }  // namespace
 
 int cmd_demo(const Args& args) {
+  // `--algorithm hydra` runs the Hydra fine-tuning demo (cli/demo_hydra.cc).
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == "--algorithm" && args[i + 1] == "hydra") {
+      Args rest(args.begin(), args.begin() + i);
+      rest.insert(rest.end(), args.begin() + i + 2, args.end());
+      return demo_hydra(rest);
+    }
   Flags flags("demo",
               with_after_done_flags({{"nodes", true, "node processes (sites)", "4"},
                {"rounds", true, "DiLoCo rounds R", "8"},

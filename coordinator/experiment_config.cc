@@ -267,6 +267,24 @@ Status validate_experiment_config(const ExperimentConfig& c, std::string_view sr
     return range_error(src, "diloco.merge_alpha", d(g.merge_alpha),
                        "must be in [0, 1) (0 = replace the local fragment by the global one)");
 
+  if (c.algorithm != "diloco" && c.algorithm != "hydra")
+    return range_error(src, "algorithm", "\"" + c.algorithm + "\"",
+                       "must be \"diloco\" or \"hydra\"");
+  const HydraSection& hy = c.hydra;
+  if (hy.reselect_every < 1)
+    return range_error(src, "hydra.reselect_every", u(hy.reselect_every), "must be >= 1");
+  if (hy.ffn_blocks < 1 || m.ffn_hidden % hy.ffn_blocks != 0)
+    return range_error(src, "hydra.ffn_blocks", u(hy.ffn_blocks),
+                       "must be >= 1 and divide model.ffn_hidden = " + u(m.ffn_hidden));
+  if (hy.importance_batches < 1)
+    return range_error(src, "hydra.importance_batches", u(hy.importance_batches), "must be >= 1");
+  if (!(hy.min_train_share >= 0 && hy.min_train_share <= 1))
+    return range_error(src, "hydra.min_train_share", d(hy.min_train_share), "must be in [0, 1]");
+  if (c.is_hydra() && g.streaming())
+    return range_error(src, "algorithm", "\"hydra\"",
+                       "cannot be combined with Streaming DiLoCo; set diloco.streaming_fragments "
+                       "= 1 and diloco.overlap_steps = 0");
+
   const DataSection& a = c.data;
   if (a.source != "brown" && a.source != "text" && a.source != "tokens")
     return range_error(src, "data.source", "\"" + a.source + "\"",
@@ -310,9 +328,9 @@ StatusOr<ExperimentConfig> parse_experiment_config(std::string_view text, std::s
   root = std::move(r).table();
 #endif
   ExperimentConfig c;
-  const std::vector<std::string> subtables = {"model", "train", "diloco", "data"};
+  const std::vector<std::string> subtables = {"model", "train", "diloco", "hydra", "data"};
   const std::vector<Table> schemas = {
-      {"", {{"name", str(&c.name)}, {"seed", u64(&c.seed)}}},
+      {"", {{"name", str(&c.name)}, {"seed", u64(&c.seed)}, {"algorithm", str(&c.algorithm)}}},
       {"model",
        {{"vocab", u32(&c.model.vocab)},
         {"dim", u32(&c.model.dim)},
@@ -357,6 +375,12 @@ StatusOr<ExperimentConfig> parse_experiment_config(std::string_view text, std::s
         {"streaming_fragments", u32(&c.diloco.streaming_fragments)},
         {"overlap_steps", u32(&c.diloco.overlap_steps)},
         {"merge_alpha", f64(&c.diloco.merge_alpha)}}},
+      {"hydra",
+       {{"reselect_every", u32(&c.hydra.reselect_every)},
+        {"min_coverage", u32(&c.hydra.min_coverage)},
+        {"ffn_blocks", u32(&c.hydra.ffn_blocks)},
+        {"importance_batches", u32(&c.hydra.importance_batches)},
+        {"min_train_share", f64(&c.hydra.min_train_share)}}},
       {"data",
        {{"source", str(&c.data.source)},
         {"paths", str_list(&c.data.paths)},
@@ -401,7 +425,8 @@ std::string to_toml(const ExperimentConfig& c) {
     return s;
   };
   std::ostringstream o;
-  o << "name = " << q(c.name) << "\nseed = " << c.seed << "\n\n[model]\n"
+  o << "name = " << q(c.name) << "\nseed = " << c.seed << "\nalgorithm = " << q(c.algorithm)
+    << "\n\n[model]\n"
     << "vocab = " << c.model.vocab << "\ndim = " << c.model.dim << "\nlayers = " << c.model.layers
     << "\nheads = " << c.model.heads << "\nffn_hidden = " << c.model.ffn_hidden
     << "\nseq_len = " << c.model.seq_len << "\nrope_base = " << f(c.model.rope_base)
@@ -428,7 +453,11 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\npull_codec = " << q(c.diloco.pull_codec)
     << "\nstreaming_fragments = " << c.diloco.streaming_fragments
     << "\noverlap_steps = " << c.diloco.overlap_steps
-    << "\nmerge_alpha = " << f(c.diloco.merge_alpha)
+    << "\nmerge_alpha = " << f(c.diloco.merge_alpha) << "\n\n[hydra]\nreselect_every = "
+    << c.hydra.reselect_every << "\nmin_coverage = " << c.hydra.min_coverage
+    << "\nffn_blocks = " << c.hydra.ffn_blocks
+    << "\nimportance_batches = " << c.hydra.importance_batches
+    << "\nmin_train_share = " << f(c.hydra.min_train_share)
     << "\n\n[data]\nsource = " << q(c.data.source) << "\npaths = [";
   for (size_t i = 0; i < c.data.paths.size(); ++i) o << (i ? ", " : "") << q(c.data.paths[i]);
   o << "]\ntokenizer = " << q(c.data.tokenizer) << "\nsplit = " << q(c.data.split)

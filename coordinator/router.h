@@ -49,6 +49,9 @@ class ServiceRouter final : public atoll_pb::v1::Coordinator::Service {
                              atoll_pb::v1::MetricsAck* resp) override;
   grpc::Status Leave(grpc::ServerContext* ctx, const atoll_pb::v1::LeaveRequest* req,
                      atoll_pb::v1::LeaveResponse* resp) override;
+  grpc::Status ReportImportance(grpc::ServerContext* ctx,
+                                const atoll_pb::v1::ImportanceReport* req,
+                                atoll_pb::v1::ImportanceAck* resp) override;
 
  private:
   // The current service for a call naming `experiment_id` ("" = any), or the status to answer.

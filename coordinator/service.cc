@@ -155,6 +155,10 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* ctx, const pb::JoinRe
   t->set_seed(config_.seed);
   t->set_codec(tc.codec);
   t->set_error_feedback(tc.error_feedback);
+  if (config_.is_hydra()) {
+    t->set_algorithm("hydra");
+    t->set_ffn_blocks(config_.hydra.ffn_blocks);
+  }
   if (config_.diloco.streaming()) {
     t->set_streaming_fragments(config_.diloco.streaming_fragments);
     t->set_overlap_steps(config_.diloco.overlap_steps);
@@ -231,8 +235,24 @@ grpc::Status CoordinatorService::NextTask(grpc::ServerContext* ctx, const pb::Ne
       task->set_reason("node is no longer a member; Join again");
       break;
     }
-    if (is_participant_locked(id) && !round_.updates.count(id) && !round_.receiving.count(id)) {
+    if (round_.scoring && is_participant_locked(id) && !round_.scores.count(id)) {
+      // Hydra: measure importance on θ_r first (re-sent if the node polls again without it).
+      task->set_kind(pb::Task::SCORE);
+      task->set_round(round_.round);
+      task->set_params_fingerprint(experiment_.params_fingerprint);
+      task->set_deadline_unix_ms(round_.deadline_unix_ms);
+      task->set_importance_batches(config_.hydra.importance_batches);
+      n.ready = false;
+      break;
+    }
+    if (!round_.scoring && is_participant_locked(id) && !round_.updates.count(id) &&
+        !round_.receiving.count(id)) {
       task->set_kind(pb::Task::TRAIN);
+      if (config_.is_hydra()) {
+        const HydraMask& m = hydra_masks_.at(id);  // every TRAIN participant has one
+        task->set_subnet(m.subnet);
+        task->set_mask_fingerprint(m.fingerprint);
+      }
       task->set_round(round_.round);
       task->set_inner_steps(config_.diloco.steps_per_round());
       task->set_params_fingerprint(experiment_.params_fingerprint);
@@ -420,7 +440,21 @@ grpc::Status CoordinatorService::PushUpdate(grpc::ServerContext* ctx,
                            std::to_string(h.fragment_offset()) + ", +" + std::to_string(h.numel()) +
                            "), round " + std::to_string(round_.round) + " syncs fragment [" +
                            std::to_string(frag.offset) + ", +" + std::to_string(frag.numel) + ")");
-    } else if (fragments_.empty() && (h.numel() != numel || h.fragment_offset() != 0)) {
+    } else if (config_.is_hydra() &&
+               (!hydra_masks_.count(id) || h.fragment_offset() != 0 ||
+                h.mask_fingerprint() != hydra_masks_.at(id).fingerprint ||
+                h.numel() != hydra_masks_.at(id).indices.size())) {
+      const auto m = hydra_masks_.find(id);
+      st = InvalidArgument(
+          "wrong mask: update has " + std::to_string(h.numel()) + " elements and mask " +
+          short_fp(h.mask_fingerprint()) + ", round " + std::to_string(round_.round) +
+          " assigned '" + id + "' " +
+          (m == hydra_masks_.end() ? std::string("no subnetwork")
+                                   : std::to_string(m->second.indices.size()) +
+                                         " elements and mask " + short_fp(m->second.fingerprint)) +
+          "; train the Task's subnetwork");
+    } else if (fragments_.empty() && !config_.is_hydra() &&
+               (h.numel() != numel || h.fragment_offset() != 0)) {
       st = InvalidArgument("wrong shape: update has " + std::to_string(h.numel()) +
                            " elements, θ has " + std::to_string(numel));
     } else if (h.layout_fingerprint() != experiment_.layout_fingerprint) {
@@ -494,7 +528,15 @@ grpc::Status CoordinatorService::PushUpdate(grpc::ServerContext* ctx,
     emit_locked(std::move(e));
     return to_grpc(stale);
   }
+  if (config_.is_hydra() && (!hydra_masks_.count(id) ||
+                             hydra_masks_.at(id).fingerprint != h.mask_fingerprint())) {
+    const Status stale = FailedPrecondition("stale mask: the subnetwork of '" + id +
+                                            "' changed while the update was being received");
+    audit("update_rejected", id + ": " + stale.to_string());
+    return to_grpc(stale);
+  }
   PendingUpdate& u = round_.updates[id];
+  if (config_.is_hydra()) u.indices = hydra_masks_.at(id).indices;
   u.delta = std::move(delta);
   u.tokens = h.tokens();
   u.loss = h.train_loss();

@@ -42,6 +42,7 @@
 
 #include "algorithms/diloco/outer.h"
 #include "algorithms/diloco/streaming.h"
+#include "algorithms/hydra/importance.h"
 #include "algorithms/model/param_set.h"
 #include "coordinator/experiment_config.h"
 #include "coordinator/store.h"
@@ -168,6 +169,13 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
                              atoll_pb::v1::MetricsAck* resp) override;
   grpc::Status Leave(grpc::ServerContext* ctx, const atoll_pb::v1::LeaveRequest* req,
                      atoll_pb::v1::LeaveResponse* resp) override;
+  grpc::Status ReportImportance(grpc::ServerContext* ctx,
+                                const atoll_pb::v1::ImportanceReport* req,
+                                atoll_pb::v1::ImportanceAck* resp) override;
+
+  // Hydra: the subnetwork (text form, algorithms/model/subnet.h) each node was assigned by the
+  // latest selection, sorted by node id; empty before the first selection or without Hydra.
+  std::vector<std::pair<std::string, std::string>> hydra_subnets() const;
 
  private:
   enum class NodeStatus { kActive, kLost, kLeft };
@@ -180,6 +188,7 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
     atoll_pb::v1::HeartbeatRequest progress;  // latest heartbeat
   };
   struct PendingUpdate {
+    std::vector<uint32_t> indices;  // Hydra: the held elements delta covers (ascending)
     std::vector<float> delta;  // numel
     uint64_t tokens = 0;
     double loss = 0.0;
@@ -200,6 +209,16 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
     Clock::time_point started;
     Clock::time_point deadline;
     uint64_t deadline_unix_ms = 0;
+    // Hydra: the round first collects importance scores (SCORE tasks), then selects and trains.
+    bool scoring = false;
+    std::set<std::string> score_sent;  // SCORE task handed out
+    std::map<std::string, algorithms::hydra::UnitScores> scores;
+  };
+  // Hydra: one node's assignment from the latest selection.
+  struct HydraMask {
+    std::string subnet;       // text form
+    std::string fingerprint;  // SHA-256 of subnet
+    std::vector<uint32_t> indices;  // trained elements, ascending
   };
 
   CoordinatorService(Store& store, ExperimentConfig config, ServiceOptions options);
@@ -220,6 +239,14 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
   void set_state_locked(ExperimentState s, const std::string& why);
   bool is_participant_locked(const std::string& node) const;
   void ticker_loop();
+  // Hydra (coordinator/hydra_rounds.cc).
+  bool hydra_needs_scores_locked() const;
+  // Closes the scoring phase: selection over the reported nodes, masks, TRAIN phase. Returns
+  // false (and restarts the round) when fewer than min_nodes reported.
+  void hydra_finish_scoring_locked();
+  // Masked aggregation + outer step on held elements into theta/momentum.
+  Status hydra_aggregate_locked(std::vector<float>& theta, std::vector<float>& momentum,
+                                bool first_step) const;
   void emit_locked(Event e);
   void event_loop();
   void audit(const std::string& event, const std::string& detail);
@@ -255,6 +282,7 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
   std::vector<algorithms::FragmentRange> fragments_;
   // θ versions a pull may name as its base: fingerprint → round (the newest keep_params).
   std::map<std::string, uint64_t> versions_;
+  std::map<std::string, HydraMask> hydra_masks_;  // by node id (Hydra only)
 
   std::mutex pull_mu_;  // guards pull_cache_ (never held with mu_)
   std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const PullPayload>> pull_cache_;

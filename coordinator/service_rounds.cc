@@ -311,6 +311,7 @@ void CoordinatorService::maybe_start_round_locked(Clock::time_point now) {
   round_.deadline_unix_ms =
       unix_ms_now() + static_cast<uint64_t>(config_.diloco.round_deadline_s * 1000.0);
   for (const auto& id : ready) nodes_[id].ready = false;
+  round_.scoring = hydra_needs_scores_locked();
   std::string list;
   for (const auto& id : ready) list += (list.empty() ? "" : ",") + id;
   audit("round_started", "round " + std::to_string(round_.round) + " participants " + list);
@@ -323,6 +324,18 @@ void CoordinatorService::maybe_start_round_locked(Clock::time_point now) {
 
 void CoordinatorService::maybe_close_round_locked(Clock::time_point now) {
   if (!round_.open) return;
+  if (round_.scoring) {
+    // Hydra scoring phase: select once every live participant reported, or at the deadline.
+    size_t waiting = 0;
+    for (const auto& id : round_.participants) {
+      auto it = nodes_.find(id);
+      if (!round_.scores.count(id) && it != nodes_.end() &&
+          it->second.status == NodeStatus::kActive)
+        ++waiting;
+    }
+    if (waiting == 0 || now >= round_.deadline) hydra_finish_scoring_locked();
+    return;
+  }
   size_t outstanding = 0;  // live participants that have not pushed yet
   for (const auto& id : round_.participants) {
     if (round_.updates.count(id)) continue;
@@ -387,11 +400,16 @@ void CoordinatorService::close_round_locked(Clock::time_point now) {
   // A fragment's momentum buffer starts at its first sync (round < P), as PyTorch's does.
   const bool first_step =
       fragments_.empty() ? !has_momentum_ : r < config_.diloco.streaming_fragments;
-  Status st = algorithms::aggregate_pseudo_gradients(ups, delta);
-  if (st.ok())
-    st = outer_.step(std::span<float>(theta_next).subspan(frag.offset, frag.numel),
-                     std::span<float>(momentum_next).subspan(frag.offset, frag.numel), delta,
-                     first_step);
+  Status st;
+  if (config_.is_hydra()) {
+    st = hydra_aggregate_locked(theta_next, momentum_next, first_step);
+  } else {
+    st = algorithms::aggregate_pseudo_gradients(ups, delta);
+    if (st.ok())
+      st = outer_.step(std::span<float>(theta_next).subspan(frag.offset, frag.numel),
+                       std::span<float>(momentum_next).subspan(frag.offset, frag.numel), delta,
+                       first_step);
+  }
   if (st.ok() && !algorithms::all_finite(theta_next))
     st = Internal("outer step produced non-finite parameters");
 

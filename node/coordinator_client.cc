@@ -194,6 +194,7 @@ StatusOr<uint64_t> CoordinatorClient::push_encoded(const UpdateHeader& header,
   h.set_tokens(header.tokens);
   h.set_train_loss(header.train_loss);
   h.set_fragment_offset(header.fragment_offset);
+  h.set_mask_fingerprint(header.mask_fingerprint);
   grpc::ClientContext ctx;
   prepare(ctx, options_.stream_timeout);
   pb::PushUpdateResponse resp;
@@ -237,6 +238,18 @@ Status CoordinatorClient::leave(const std::string& reason) {
   prepare(ctx, options_.rpc_timeout);
   pb::LeaveResponse resp;
   return from_grpc(stub_->Leave(&ctx, req, &resp), "Leave", options_.rpc_timeout);
+}
+
+Status CoordinatorClient::report_importance(const pb::ImportanceReport& report) {
+  pb::ImportanceReport req = report;
+  req.set_experiment_id(experiment_id_);
+  grpc::ClientContext ctx;
+  prepare(ctx, options_.rpc_timeout);
+  pb::ImportanceAck resp;
+  Status st = from_grpc(stub_->ReportImportance(&ctx, req, &resp), "ReportImportance",
+                        options_.rpc_timeout);
+  if (st.ok() && !resp.accepted()) return InvalidArgument("importance refused: " + resp.message());
+  return st;
 }
 
 }  // namespace atl::node

@@ -70,6 +70,8 @@ struct UpdateHeader {
   std::string layout_fingerprint;  // algorithms::layout_fingerprint(layout)
   // Streaming DiLoCo: the update covers θ[fragment_offset, fragment_offset + numel).
   uint64_t fragment_offset = 0;
+  // Hydra: the Task's mask fingerprint (numel = the subnetwork's trained element count).
+  std::string mask_fingerprint = "";
 };
 
 class CoordinatorClient {
@@ -98,6 +100,8 @@ class CoordinatorClient {
   Status report_metrics(uint64_t round, uint64_t step,
                         const std::vector<std::pair<std::string, double>>& metrics);
   Status leave(const std::string& reason);
+  // Hydra: importance scores measured on θ of `round` (a SCORE task).
+  Status report_importance(const atoll_pb::v1::ImportanceReport& report);
 
  private:
   void prepare(grpc::ClientContext& ctx, std::chrono::milliseconds timeout) const;

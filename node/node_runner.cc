@@ -15,11 +15,13 @@
 #include "algorithms/data/dataset.h"
 #include "algorithms/diloco/outer.h"
 #include "algorithms/diloco/streaming.h"
+#include "algorithms/hydra/trainer.h"
 #include "algorithms/model/llama.h"
 #include "algorithms/optim/inner_trainer.h"
 #include "kernels/core/sha256.h"
 #include "kernels/cpu/ops.h"
 #include "node/coordinator_client.h"
+#include "node/hydra_site.h"
 #include "node/site_data.h"
 #include "transport/tls/credentials.h"
 
@@ -226,6 +228,19 @@ Status run_node(const NodeOptions& opt) {
   }
 
   algorithms::InnerTrainer trainer(model_cfg, train_cfg);
+  // Hydra (docs/hydra.md): SCORE tasks measure importance; TRAIN tasks name the subnetwork this
+  // node trains and pushes Δ for (its trained elements only, in index order).
+  const bool hydra = joined.train().algorithm() == "hydra";
+  const int ffn_blocks = static_cast<int>(joined.train().ffn_blocks());
+  if (hydra && (ffn_blocks <= 0 || model_cfg.ffn_hidden % ffn_blocks != 0))
+    return InvalidArgument("the coordinator's hydra ffn_blocks " + std::to_string(ffn_blocks) +
+                           " does not divide ffn_hidden " + std::to_string(model_cfg.ffn_hidden));
+  if (hydra && (joined.train().streaming_fragments() > 1 || joined.train().overlap_steps() > 0))
+    return InvalidArgument("the coordinator asks for Hydra with Streaming DiLoCo (unsupported)");
+  std::optional<algorithms::hydra::HydraTrainer> hydra_trainer;
+  if (hydra) hydra_trainer.emplace(model_cfg, train_cfg);
+  std::string hydra_fb_mask;  // the mask the error feedback buffer belongs to
+  std::optional<algorithms::compress::ErrorFeedback> hydra_feedback;
   const auto layout = algorithms::make_layout(model_cfg);
   const std::string layout_fp = algorithms::layout_fingerprint(layout);
   // theta: the global θ as last pulled (exact unless a lossy delta was applied); local: the
@@ -321,6 +336,26 @@ Status run_node(const NodeOptions& opt) {
         log("stop: " + task->reason());
         break;
       }
+      if (hydra && task->kind() == Task::SCORE) {
+        // Importance of θ_r on this site's data: scores only leave the site.
+        if (held_fingerprint != task->params_fingerprint()) {
+          auto pulled = pull(*task);
+          if (!pulled.ok()) {
+            log("pull for scoring failed: " + pulled.status().message());
+            continue;
+          }
+          ATOLL_RETURN_IF_ERROR(check_size(*pulled));
+          adopt(*pulled);
+        }
+        auto rep = measure_importance(model_cfg, theta, site.train, seed, task->round(),
+                                      static_cast<int>(task->importance_batches()),
+                                      train_cfg.batch, train_cfg.seq, ffn_blocks);
+        if (!rep.ok()) return rep.status();
+        Status st = client.report_importance(*rep);
+        log(st.ok() ? "round " + std::to_string(task->round()) + ": importance reported"
+                    : "importance report refused: " + st.message());
+        continue;
+      }
       if (task->kind() != Task::TRAIN) continue;
       cur = std::move(*task);
     }
@@ -354,6 +389,16 @@ Status run_node(const NodeOptions& opt) {
       frag_n = cur.fragment_numel();
     }
 
+    if (hydra) {
+      auto sub = algorithms::subnet_from_string(cur.subnet(), model_cfg, ffn_blocks);
+      if (!sub.ok())
+        return InvalidArgument("the coordinator's subnetwork is invalid: " +
+                               sub.status().message());
+      if (algorithms::subnet_fingerprint(*sub) != cur.mask_fingerprint())
+        return InvalidArgument("the coordinator's mask fingerprint does not match its subnetwork");
+      ATOLL_RETURN_IF_ERROR(hydra_trainer->set_subnet(*sub));
+      frag_n = hydra_trainer->indices().size();
+    }
     auto t0 = Clock::now();
     double loss_sum = pre_loss;
     uint64_t tokens = pre_tokens;
@@ -362,7 +407,8 @@ Status run_node(const NodeOptions& opt) {
     auto train_step = [&](uint64_t r, int64_t step, uint32_t k, double& lsum, uint64_t& toks) {
       auto batch = algorithms::data::sample_global_batch(site.train, seed, step, train_cfg.batch,
                                                          train_cfg.seq);
-      auto st = trainer.step(local, batch.tokens.data(), step);
+      auto st = hydra ? hydra_trainer->step(local, batch.tokens.data(), step)
+                      : trainer.step(local, batch.tokens.data(), step);
       lsum += st.loss;
       toks += static_cast<uint64_t>(st.tokens);
       double secs = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -381,8 +427,12 @@ Status run_node(const NodeOptions& opt) {
 
     // Δ = θ − θ_local over the synchronized elements (+ what the codec dropped last time).
     const std::span<float> d(delta.data(), frag_n);
-    for (size_t i = 0; i < frag_n; ++i)
-      d[i] = theta.data()[frag_off + i] - local.data()[frag_off + i];
+    if (hydra) {
+      masked_delta(theta.vec(), local.vec(), hydra_trainer->indices(), d);
+    } else {
+      for (size_t i = 0; i < frag_n; ++i)
+        d[i] = theta.data()[frag_off + i] - local.data()[frag_off + i];
+    }
     UpdateHeader h;
     h.round = round;
     h.tokens = tokens;
@@ -390,11 +440,17 @@ Status run_node(const NodeOptions& opt) {
     h.base_fingerprint = held_fingerprint;
     h.layout_fingerprint = layout_fp;
     h.fragment_offset = streaming ? frag_off : 0;
+    if (hydra) h.mask_fingerprint = cur.mask_fingerprint();
     std::optional<std::string> encoded_payload;  // empty: codec "none"
     if (codec) {
       algorithms::compress::ErrorFeedback* fb = &feedback;
       if (streaming)
         fb = &fragment_feedback.try_emplace(frag_off, frag_n).first->second;
+      if (hydra) {  // the residual is per held element: it restarts with a new mask
+        if (hydra_fb_mask != cur.mask_fingerprint()) hydra_feedback.emplace(frag_n);
+        hydra_fb_mask = cur.mask_fingerprint();
+        fb = &*hydra_feedback;
+      }
       auto encoded = use_feedback ? fb->encode(*codec, d) : codec->encode(d);
       if (!encoded.ok()) return encoded.status();
       encoded_payload.emplace(encoded->begin(), encoded->end());

@@ -67,6 +67,25 @@ split = "iid"
   EXPECT_EQ(to_toml(*again), to_toml(*c));
 }
 
+TEST(ExperimentConfig, HydraSectionParsesAndRoundTrips) {
+  auto c = parse_experiment_config(
+      "algorithm = \"hydra\"\n[model]\nffn_hidden = 96\n[hydra]\nreselect_every = 3\n"
+      "min_coverage = 2\nffn_blocks = 6\nimportance_batches = 2\nmin_train_share = 0.25\n");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_TRUE(c->is_hydra());
+  EXPECT_EQ(c->hydra.reselect_every, 3u);
+  EXPECT_EQ(c->hydra.min_coverage, 2u);
+  EXPECT_EQ(c->hydra.ffn_blocks, 6u);
+  EXPECT_EQ(c->hydra.importance_batches, 2u);
+  EXPECT_DOUBLE_EQ(c->hydra.min_train_share, 0.25);
+  auto again = parse_experiment_config(to_toml(*c));
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(to_toml(*again), to_toml(*c));
+  auto plain = parse_experiment_config("");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->is_hydra());
+}
+
 TEST(ExperimentConfig, OneLineErrorsNameTheKeyAndTheFix) {
   EXPECT_EQ(error_of("[diloco]\nouter_momentum = 1.5\n"),
             "config.toml: diloco.outer_momentum = 1.5 must be in [0, 1)");
@@ -93,11 +112,21 @@ TEST(ExperimentConfig, OneLineErrorsNameTheKeyAndTheFix) {
             "config.toml: data.paths = [] must list at least one file or directory when "
             "data.source = \"text\"");
   EXPECT_EQ(error_of("bogus = 1\n")
-                .rfind("config.toml: unknown key bogus; known keys: name, seed, "
-                       "[model], [train], [diloco], [data]",
+                .rfind("config.toml: unknown key bogus; known keys: name, seed, algorithm, "
+                       "[model], [train], [diloco], [hydra], [data]",
                        0),
             0u);
   EXPECT_EQ(error_of("model = 3\n"), "config.toml: model must be a table ([model])");
+  // Hydra (docs/hydra.md).
+  EXPECT_EQ(error_of("algorithm = \"hydro\"\n"),
+            "config.toml: algorithm = \"hydro\" must be \"diloco\" or \"hydra\"");
+  EXPECT_EQ(error_of("algorithm = \"hydra\"\n[hydra]\nffn_blocks = 5\n"),
+            "config.toml: hydra.ffn_blocks = 5 must be >= 1 and divide model.ffn_hidden = 768");
+  EXPECT_EQ(error_of("[hydra]\nreselect_every = 0\n"),
+            "config.toml: hydra.reselect_every = 0 must be >= 1");
+  EXPECT_NE(error_of("algorithm = \"hydra\"\n[diloco]\nstreaming_fragments = 2\ninner_steps = 50\n")
+                .find("cannot be combined with Streaming DiLoCo"),
+            std::string::npos);
   const std::string syntax = error_of("[diloco\nrounds = 3\n");
   EXPECT_EQ(syntax.rfind("config.toml:1:", 0), 0u) << syntax;
   EXPECT_NE(syntax.find("TOML syntax error"), std::string::npos) << syntax;

@@ -1,0 +1,82 @@
+#include "algorithms/hydra/aggregate.h"
+
+#include <cmath>
+#include <vector>
+
+namespace atl::algorithms::hydra {
+
+Status check_masked_update(const MaskedUpdate& u, size_t numel) {
+  if (u.indices.size() != u.values.size())
+    return InvalidArgument("masked update from " + u.node_id + ": " +
+                           std::to_string(u.indices.size()) + " indices but " +
+                           std::to_string(u.values.size()) + " values");
+  if (u.tokens == 0) return InvalidArgument("masked update from " + u.node_id + " has 0 tokens");
+  for (size_t i = 0; i < u.indices.size(); ++i) {
+    if (u.indices[i] >= numel || (i && u.indices[i] <= u.indices[i - 1]))
+      return InvalidArgument("masked update from " + u.node_id + ": index " +
+                             std::to_string(u.indices[i]) + " at " + std::to_string(i) +
+                             " is out of range or not ascending");
+    if (!std::isfinite(u.values[i]))
+      return InvalidArgument("masked update from " + u.node_id + ": value at index " +
+                             std::to_string(u.indices[i]) + " is not finite");
+  }
+  return Status::Ok();
+}
+
+Status aggregate_masked(const std::vector<MaskedUpdate>& updates, std::span<float> delta,
+                        std::span<uint32_t> held) {
+  if (updates.empty()) return InvalidArgument("masked aggregate: no updates");
+  if (held.size() != delta.size()) return InvalidArgument("masked aggregate: size mismatch");
+  const size_t n = delta.size();
+  for (size_t i = 0; i < updates.size(); ++i) {
+    ATOLL_RETURN_IF_ERROR(check_masked_update(updates[i], n));
+    if (i > 0 && !(updates[i - 1].node_id < updates[i].node_id))
+      return InvalidArgument(
+          "masked aggregate: updates must be sorted by node id without "
+          "duplicates (" +
+          updates[i - 1].node_id + " before " + updates[i].node_id + ")");
+  }
+  // Per element numerator and denominator in double, sites visited in node-id order.
+  std::vector<double> num(n, 0.0), den(n, 0.0);
+  for (const auto& u : updates) {
+    const double a = static_cast<double>(u.tokens);
+    for (size_t i = 0; i < u.indices.size(); ++i) {
+      num[u.indices[i]] += a * static_cast<double>(u.values[i]);
+      den[u.indices[i]] += a;
+    }
+  }
+  std::fill(held.begin(), held.end(), 0u);
+  for (const auto& u : updates)
+    for (uint32_t j : u.indices) ++held[j];
+  for (size_t j = 0; j < n; ++j) delta[j] = held[j] ? static_cast<float>(num[j] / den[j]) : 0.0f;
+  return Status::Ok();
+}
+
+Status masked_outer_step(const OuterNesterovOptions& opt, std::span<float> theta,
+                         std::span<float> momentum, std::span<const float> delta,
+                         std::span<const uint32_t> held, bool first_step) {
+  const size_t n = delta.size();
+  if (theta.size() != n || momentum.size() != n || held.size() != n)
+    return InvalidArgument("masked outer step: theta/momentum/delta/held sizes differ");
+  const float mu = opt.momentum, lr = opt.lr;
+  for (size_t j = 0; j < n; ++j) {
+    if (!held[j]) continue;
+    // Same fp32 operation order as OuterNesterov::step (torch.optim.SGD, nesterov=True).
+    const float d = delta[j];
+    float m;
+    if (first_step) {
+      m = d;
+    } else {
+      const float decayed = mu * momentum[j];
+      m = decayed + d;
+    }
+    momentum[j] = m;
+    const float look = mu * m;
+    const float u = d + look;
+    const float step = -lr * u;
+    theta[j] = theta[j] + step;
+  }
+  return Status::Ok();
+}
+
+}  // namespace atl::algorithms::hydra

@@ -1,0 +1,47 @@
+// Masked aggregation of Hydra pseudo-gradients (DESIGN.md "Hydra subnetworks").
+//
+// Site k holds the elements Mₖ (its trained elements, ascending indices) and sends Δₖ only
+// there. Per element j, with αₖ = tokens site k processed in the round:
+//   Δ[j] = Σₖ αₖMₖ[j]Δₖ[j] / Σₖ αₖMₖ[j]        if some site holds j
+//   held[j] = number of sites holding j         (0: j is untouched this round)
+// then the outer Nesterov step (outer.h) runs on held elements only:
+//   m[j] ← μm[j] + Δ[j];  θ[j] ← θ[j] − η(Δ[j] + μm[j])          (held[j] > 0)
+//   θ[j], m[j] unchanged                                        (held[j] = 0)
+// Momentum of an element nobody trained this round is frozen, not decayed: decaying it would
+// silently shrink a direction that the next holder would otherwise resume, and applying it would
+// move parameters nobody trained. Sums are per element in double in ascending node-id order:
+// bitwise identical whatever order updates arrived in.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "algorithms/diloco/outer.h"
+#include "kernels/core/status.h"
+
+namespace atl::algorithms::hydra {
+
+struct MaskedUpdate {
+  std::string node_id;
+  uint64_t tokens = 0;                // αₖ > 0
+  std::span<const uint32_t> indices;  // ascending, distinct, < numel
+  std::span<const float> values;      // Δₖ at indices (same length)
+};
+
+// delta (numel) and held (numel) are overwritten; delta is 0 where held is 0. Updates must be
+// sorted by node_id, strictly ascending.
+Status aggregate_masked(const std::vector<MaskedUpdate>& sorted_by_node_id, std::span<float> delta,
+                        std::span<uint32_t> held);
+
+// The outer step on held elements only (see above). first_step as in OuterNesterov::step: the
+// momentum buffer is initialised to Δ where held.
+Status masked_outer_step(const OuterNesterovOptions& opt, std::span<float> theta,
+                         std::span<float> momentum, std::span<const float> delta,
+                         std::span<const uint32_t> held, bool first_step);
+
+// OK iff indices are ascending, distinct and < numel, and values are finite with the same length.
+Status check_masked_update(const MaskedUpdate& u, size_t numel);
+
+}  // namespace atl::algorithms::hydra

@@ -1,0 +1,252 @@
+#include "algorithms/hydra/select.h"
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include "algorithms/hydra/knapsack.h"
+
+namespace atl::algorithms::hydra {
+
+namespace {
+
+struct Unit {
+  int layer;
+  bool block;
+  int idx;
+};
+
+std::vector<Unit> units_of(const CostModel& cm, const std::vector<uint8_t>& S, bool in_S) {
+  std::vector<Unit> u;
+  for (int l = 0; l < cm.model.layers; ++l) {
+    if ((S[l] != 0) != in_S) continue;
+    for (int h = 0; h < cm.model.heads; ++h) u.push_back({l, false, h});
+    for (int b = 0; b < cm.ffn_blocks; ++b) u.push_back({l, true, b});
+  }
+  return u;
+}
+
+double score(const UnitScores& s, const Unit& u) {
+  return u.block ? s.ffn[static_cast<size_t>(u.layer) * s.ffn_blocks + u.idx]
+                 : s.head[static_cast<size_t>(u.layer) * s.heads + u.idx];
+}
+
+void set_unit(Subnet& sn, const Unit& u) {
+  (u.block ? sn.layers[u.layer].ffn_blocks : sn.layers[u.layer].heads)[u.idx] = 1;
+}
+
+struct Evaluated {
+  std::vector<SiteSelection> sites;
+  std::vector<std::vector<uint8_t>> held;  // (sites) × units(S)
+  double total = 0;
+  int uncovered = 0;
+};
+
+// Every site's subnetwork for S, with coverage repair.
+Evaluated evaluate(const CostModel& cm, const std::vector<SiteInput>& sites,
+                   const std::vector<uint8_t>& S, const SelectOptions& opt) {
+  const std::vector<Unit> us = units_of(cm, S, true);
+  const size_t K = sites.size(), U = us.size();
+  Evaluated ev;
+  std::vector<std::vector<uint8_t>> forced(K, std::vector<uint8_t>(U, 0));
+  auto held_of = [&](const SiteSelection& sel) {
+    std::vector<uint8_t> h(U, 0);
+    for (size_t i = 0; i < U; ++i) {
+      const auto& x = sel.subnet.layers[us[i].layer];
+      h[i] = (us[i].block ? x.ffn_blocks : x.heads)[us[i].idx];
+    }
+    return h;
+  };
+  for (size_t k = 0; k < K; ++k) {
+    ev.sites.push_back(select_site(cm, sites[k], S, opt));
+    ev.held.push_back(held_of(ev.sites.back()));
+  }
+  const int need = std::min<int>(opt.min_coverage, static_cast<int>(K));
+  auto coverage = [&](size_t i) {
+    int c = 0;
+    for (size_t k = 0; k < K; ++k) c += ev.held[k][i];
+    return c;
+  };
+  for (size_t i = 0; i < U; ++i) {
+    while (coverage(i) < need) {
+      int best = -1;
+      double best_loss = 0;
+      SiteSelection best_sel;
+      std::vector<uint8_t> best_forced;
+      for (size_t k = 0; k < K; ++k) {
+        if (ev.held[k][i]) continue;
+        // Keep what this site already contributes to thinly covered units.
+        std::vector<uint8_t> f = forced[k];
+        f[i] = 1;
+        for (size_t j = 0; j < U; ++j)
+          if (ev.held[k][j] && coverage(j) <= need) f[j] = 1;
+        SiteSelection sel = select_site(cm, sites[k], S, opt, f);
+        if (!sel.within_budget || !held_of(sel)[i]) continue;
+        const double loss = ev.sites[k].value - sel.value;
+        if (best < 0 || loss < best_loss) {
+          best = static_cast<int>(k);
+          best_loss = loss;
+          best_sel = std::move(sel);
+          best_forced = std::move(f);
+        }
+      }
+      if (best < 0) break;  // the budgets do not allow it
+      forced[best] = std::move(best_forced);
+      ev.sites[best] = std::move(best_sel);
+      ev.held[best] = held_of(ev.sites[best]);
+    }
+  }
+  for (size_t i = 0; i < U; ++i) ev.uncovered += coverage(i) < need;
+  for (const auto& s : ev.sites) ev.total += s.value;
+  return ev;
+}
+
+// true iff a is a better objective than b (see select.h).
+bool better(const Evaluated& a, const std::vector<uint8_t>& Sa, const Evaluated& b,
+            const std::vector<uint8_t>& Sb) {
+  if (a.uncovered != b.uncovered) return a.uncovered < b.uncovered;
+  if (a.total != b.total) return a.total > b.total;
+  return Sa < Sb;
+}
+
+}  // namespace
+
+SiteSelection select_site(const CostModel& cm, const SiteInput& site, const std::vector<uint8_t>& S,
+                          const SelectOptions& opt, const std::vector<uint8_t>& forced) {
+  SiteSelection out;
+  out.id = site.id;
+  out.subnet.ffn_blocks = cm.ffn_blocks;
+  int l0 = -1;
+  for (int l = cm.model.layers - 1; l >= 0; --l)
+    if (S[l]) l0 = l;
+  for (int l = 0; l < cm.model.layers; ++l)
+    out.subnet.layers.push_back({std::vector<uint8_t>(cm.model.heads, 0),
+                                 std::vector<uint8_t>(cm.ffn_blocks, 0), S[l] != 0});
+  const int64_t cap = static_cast<int64_t>(std::floor(site.budget * cm.full_flops_per_token()));
+  const int64_t fixed = cm.lm_fwd() + (l0 >= 0 ? cm.lm_fwd() : 0);
+  // 2. frozen units
+  std::vector<Unit> fz = units_of(cm, S, false);
+  auto fcost = [&](const Unit& u) { return cm.unit_cost(u.block, false, l0 >= 0 && u.layer > l0); };
+  int64_t fz_total = 0;
+  for (const auto& u : fz) fz_total += fcost(u);
+  const int64_t fz_cap =
+      static_cast<int64_t>(std::floor((1.0 - opt.min_train_share) * static_cast<double>(cap))) -
+      fixed;
+  int64_t used = 0;
+  if (fz_total <= fz_cap) {
+    for (const auto& u : fz) set_unit(out.subnet, u);
+    used = fz_total;
+  } else {
+    std::vector<size_t> order(fz.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return score(site.scores, fz[a]) > score(site.scores, fz[b]);  // ties: unit order
+    });
+    for (size_t i : order)
+      if (used + fcost(fz[i]) <= fz_cap) {
+        set_unit(out.subnet, fz[i]);
+        used += fcost(fz[i]);
+      }
+  }
+  // 3. trained units: exact knapsack on what is left.
+  const std::vector<Unit> tu = units_of(cm, S, true);
+  std::vector<KnapsackItem> items;
+  for (size_t i = 0; i < tu.size(); ++i)
+    items.push_back({cm.unit_cost(tu[i].block, true, false), score(site.scores, tu[i]),
+                     i < forced.size() && forced[i] != 0});
+  const int64_t left = cap - fixed - used;
+  KnapsackResult kr = solve_knapsack(items, std::max<int64_t>(left, 0));
+  if (left < 0 || !kr.feasible) {
+    out.within_budget = false;
+    kr.take.assign(items.size(), 0);
+    kr.value = 0;
+  }
+  for (size_t i = 0; i < tu.size(); ++i)
+    if (kr.take[i]) set_unit(out.subnet, tu[i]);
+  out.value = kr.value;
+  out.cost_fraction = cost_fraction(cm, out.subnet);
+  return out;
+}
+
+StatusOr<Selection> select_subnetworks(const CostModel& cm, std::vector<SiteInput> sites,
+                                       const SelectOptions& opt) {
+  ATOLL_RETURN_IF_ERROR(validate(cm.model));
+  if (cm.ffn_blocks <= 0 || cm.model.ffn_hidden % cm.ffn_blocks != 0)
+    return InvalidArgument("hydra: ffn_blocks must divide ffn_hidden");
+  if (sites.empty()) return InvalidArgument("hydra: no sites to select for");
+  if (opt.min_coverage < 0) return InvalidArgument("hydra: min_coverage must be >= 0");
+  if (!(opt.min_train_share >= 0 && opt.min_train_share <= 1))
+    return InvalidArgument("hydra: min_train_share must be in [0, 1]");
+  std::sort(sites.begin(), sites.end(),
+            [](const SiteInput& a, const SiteInput& b) { return a.id < b.id; });
+  for (size_t k = 0; k < sites.size(); ++k) {
+    if (k && sites[k].id == sites[k - 1].id)
+      return InvalidArgument("hydra: duplicate site id '" + sites[k].id + "'");
+    if (!(sites[k].budget > 0 && sites[k].budget <= 1))
+      return InvalidArgument("hydra: site '" + sites[k].id + "' budget " +
+                             std::to_string(sites[k].budget) + " must be in (0, 1]");
+    ATOLL_RETURN_IF_ERROR(validate(sites[k].scores, cm.model, cm.ffn_blocks));
+  }
+  const int L = cm.model.layers;
+  std::vector<uint8_t> bestS;
+  Evaluated best;
+  auto consider = [&](const std::vector<uint8_t>& S) {
+    Evaluated ev = evaluate(cm, sites, S, opt);
+    if (bestS.empty() || better(ev, S, best, bestS)) {
+      best = std::move(ev);
+      bestS = S;
+      return true;
+    }
+    return false;
+  };
+  if (L <= opt.exhaustive_max_layers) {
+    for (uint64_t m = 1; m < (1ULL << L); ++m) {
+      std::vector<uint8_t> S(L);
+      for (int l = 0; l < L; ++l) S[l] = (m >> l) & 1u;
+      consider(S);
+    }
+  } else {
+    // Greedy: start from the single best layer, add layers while the objective improves.
+    for (int l = 0; l < L; ++l) {
+      std::vector<uint8_t> S(L, 0);
+      S[l] = 1;
+      consider(S);
+    }
+    for (bool improved = true; improved;) {
+      improved = false;
+      std::vector<uint8_t> base = bestS;
+      for (int l = 0; l < L; ++l) {
+        if (base[l]) continue;
+        std::vector<uint8_t> S = base;
+        S[l] = 1;
+        improved |= consider(S);
+      }
+    }
+    // Local search: single add / remove / swap, first improvement, fixed order.
+    for (int iter = 0; iter < 4 * L * L; ++iter) {
+      const std::vector<uint8_t> base = bestS;
+      bool moved = false;
+      for (int a = 0; a < L && !moved; ++a) {
+        std::vector<uint8_t> S = base;
+        S[a] ^= 1;
+        if (std::count(S.begin(), S.end(), 1) > 0) moved = consider(S);
+        for (int b = 0; b < L && !moved; ++b) {
+          if (base[a] == base[b] || !base[a]) continue;
+          std::vector<uint8_t> T = base;
+          T[a] = 0;
+          T[b] = 1;
+          moved = consider(T);
+        }
+      }
+      if (!moved) break;
+    }
+  }
+  Selection out;
+  out.layers = bestS;
+  out.sites = std::move(best.sites);
+  out.total_value = best.total;
+  out.uncovered_units = best.uncovered;
+  return out;
+}
+
+}  // namespace atl::algorithms::hydra

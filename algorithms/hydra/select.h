@@ -1,0 +1,69 @@
+// Hydra selection (DESIGN.md "Hydra subnetworks"): from every site's budget and importance
+// scores, choose the global trainable layer set S and each site's subnetwork.
+//
+// Per site k and candidate S (l0 = min S), costs from cost.h, capacity = budget_k × full FLOPs:
+//  1. fixed: the output head (forward + backward).
+//  2. frozen layers (∉ S) run forward only and keep all their units when that fits in
+//     (1 − min_train_share) of the capacity; otherwise they keep their most important units
+//     (greedy by score, ties by layer, kind, index) within that share — a small site drops the
+//     least useful frozen heads/blocks instead of training nothing.
+//  3. trained units Hₖ ⊆ units(S) (heads and FFN blocks of S's layers): exact 0/1 knapsack,
+//     value = the site's importance score, cost 3·a, capacity = what 1. and 2. left. Units of S
+//     not chosen are removed from the site's computation.
+// Objective of S: first the number of units of S held by fewer than min_coverage sites
+// (smaller is better; "when the budgets allow" = coverage is repaired first: an uncovered unit
+// is forced into the site that loses the least value by taking it), then Σₖ Σ_{u∈Hₖ} score,
+// then the lexicographically smallest S (as a bit string from layer 0): deterministic.
+// S is searched exhaustively (every non-empty subset) for L <= exhaustive_max_layers, beyond
+// that greedily (add the best layer while the objective improves) then by local search (single
+// add, remove or swap moves, first improvement in a fixed order) until no move improves.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "algorithms/hydra/cost.h"
+#include "algorithms/hydra/importance.h"
+#include "algorithms/model/subnet.h"
+#include "kernels/core/status.h"
+
+namespace atl::algorithms::hydra {
+
+struct SiteInput {
+  std::string id;     // sites are processed in ascending id order
+  double budget = 1;  // fraction of the full model's training FLOPs, (0, 1]
+  UnitScores scores;
+};
+
+struct SelectOptions {
+  int min_coverage = 1;          // every unit of S held by at least this many sites
+  double min_train_share = 0.5;  // of each budget kept for training when frozen units compete
+  int exhaustive_max_layers = 12;
+};
+
+struct SiteSelection {
+  std::string id;
+  Subnet subnet;
+  double value = 0;           // Σ score of the trained units
+  double cost_fraction = 0;   // cost_fraction(subnet)
+  bool within_budget = true;  // false only when even the output head exceeds the budget
+};
+
+struct Selection {
+  std::vector<uint8_t> layers;       // (L) 1 = in S
+  std::vector<SiteSelection> sites;  // ascending id
+  double total_value = 0;
+  int uncovered_units = 0;  // units of S held by fewer than min_coverage sites
+};
+
+// One line naming the problem for bad options, budgets, duplicate ids or mismatched scores.
+StatusOr<Selection> select_subnetworks(const CostModel& cm, std::vector<SiteInput> sites,
+                                       const SelectOptions& opt);
+
+// The subnetwork of one site for a fixed S (steps 1-3 above), optionally with units forced in
+// (indices into units(S) in the order: layers of S ascending, per layer heads then blocks).
+SiteSelection select_site(const CostModel& cm, const SiteInput& site, const std::vector<uint8_t>& S,
+                          const SelectOptions& opt, const std::vector<uint8_t>& forced = {});
+
+}  // namespace atl::algorithms::hydra

@@ -1,0 +1,64 @@
+#include "algorithms/hydra/trainer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "kernels/cpu/ops.h"
+
+namespace atl::algorithms::hydra {
+
+HydraTrainer::HydraTrainer(const ModelConfig& model, const TrainerConfig& train)
+    : mcfg_(model), tcfg_(train), model_(model), grads_(make_layout(model)) {
+  Status st = validate(train, model);
+  if (!st.ok()) {
+    std::fprintf(stderr, "atoll: internal error: HydraTrainer: %s\n", st.message().c_str());
+    std::abort();
+  }
+}
+
+Status HydraTrainer::set_subnet(const Subnet& s) {
+  if (have_subnet_ && to_string(s) == to_string(model_.subnet()) &&
+      s.ffn_blocks == model_.subnet().ffn_blocks)
+    return Status::Ok();
+  ATOLL_RETURN_IF_ERROR(model_.set_subnet(s));
+  indices_ = trainable_indices(s, mcfg_);
+  opt_ = MaskedAdamW(grads_.layout(), indices_, adamw_config(tcfg_));
+  grads_.zero();
+  have_subnet_ = true;
+  return Status::Ok();
+}
+
+StepStats HydraTrainer::step(ParamSet& params, const int32_t* tokens, int64_t global_step) {
+  namespace ops = kernels::cpu;
+  if (!have_subnet_) {
+    std::fprintf(stderr, "atoll: internal error: HydraTrainer::step before set_subnet\n");
+    std::abort();
+  }
+  const int B = tcfg_.batch, T = tcfg_.seq;
+  inputs_.resize(static_cast<size_t>(B) * T);
+  targets_.resize(inputs_.size());
+  for (int b = 0; b < B; ++b) {
+    const int32_t* row = tokens + static_cast<size_t>(b) * (T + 1);
+    std::copy(row, row + T, inputs_.data() + static_cast<size_t>(b) * T);
+    std::copy(row + 1, row + T + 1, targets_.data() + static_cast<size_t>(b) * T);
+  }
+  float* g = grads_.data();
+  for (uint32_t i : indices_) g[i] = 0.0f;  // only held elements are ever written
+  StepStats s;
+  s.loss = model_.forward(params, inputs_.data(), targets_.data(), B, T);
+  model_.backward(params, grads_);
+  double sq = 0.0;  // in index order: deterministic
+  for (uint32_t i : indices_) sq += static_cast<double>(g[i]) * g[i];
+  s.grad_norm = std::sqrt(sq);
+  if (tcfg_.grad_clip > 0 && s.grad_norm > tcfg_.grad_clip) {
+    const float scale = static_cast<float>(tcfg_.grad_clip / (s.grad_norm + 1e-6));
+    for (uint32_t i : indices_) g[i] *= scale;
+  }
+  s.lr = ops::lr_schedule(global_step, tcfg_.warmup, tcfg_.total_steps, tcfg_.lr, tcfg_.min_lr);
+  opt_.step(params, grads_, s.lr);
+  s.tokens = static_cast<int64_t>(B) * T;
+  return s;
+}
+
+}  // namespace atl::algorithms::hydra

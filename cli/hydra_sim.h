@@ -1,0 +1,66 @@
+// In-process Hydra rounds for the benchmark (bench/hydra): every site trains its subnetwork on
+// its own Brown genre from the same base model, and the round is aggregated with the same code
+// the coordinator runs (algorithms/hydra/aggregate.h). The distributed path (real coordinator,
+// nodes and mTLS) is tested separately (tests/integration/hydra_process_test.cc); this runs the
+// sites one after the other in one process so five methods fit in minutes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "algorithms/data/dataset.h"
+#include "algorithms/model/llama.h"
+#include "algorithms/model/param_set.h"
+#include "algorithms/optim/inner_trainer.h"
+#include "kernels/core/status.h"
+
+namespace atl::cli {
+
+struct SimSite {
+  std::string genre;  // Brown genre letter(s), e.g. "a"
+  double budget = 1.0;
+  algorithms::data::TokenDataset train, validation;
+};
+
+struct SimOptions {
+  algorithms::ModelConfig model;
+  algorithms::TrainerConfig train;  // inner AdamW (total_steps = rounds · inner)
+  int ffn_blocks = 4;
+  int rounds = 4;
+  int inner_steps = 10;
+  int importance_batches = 2;
+  int reselect_every = 1;
+  double min_train_share = 0.5;  // hydra.min_train_share (select.h)
+  double outer_lr = 1.0;
+  double outer_momentum = 0.0;
+  int64_t eval_tokens = 16384;  // validation targets per site evaluation
+  uint64_t seed = 1;
+};
+
+struct SimSiteResult {
+  double val_bpb = 0;
+  double flops_fraction = 0;  // mean over rounds, counted by SubnetLlama
+  double peak_mem_mb = 0;     // θ_local + gradient + optimizer state + activations (buffers)
+  double step_ms = 0;         // mean inner step wall time (noisy on a shared machine)
+  std::string last_subnet;
+};
+
+struct SimResult {
+  std::string method;
+  std::vector<SimSiteResult> sites;
+  double mean_bpb = 0, worst_bpb = 0;
+  double seconds = 0;
+};
+
+// method: "full", "heterofl", "fedrolex", "random", "hydra".
+StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& opt,
+                                  const std::vector<SimSite>& sites,
+                                  const algorithms::ParamSet& base);
+
+// Validation bits per byte of θ on `data` (byte tokenizer: one token per byte), at most
+// max_tokens targets in rows of T + 1.
+double eval_bpb(algorithms::InnerTrainer& evaluator, const algorithms::ParamSet& params,
+                const algorithms::data::TokenDataset& data, int T, int64_t max_tokens);
+
+}  // namespace atl::cli

@@ -1,0 +1,186 @@
+// Hydra over the real service (in-process gRPC, real RocksDB): nodes with budgets 1.0, 0.5 and
+// 0.25 report importance, receive their subnetworks, push masked updates; a wrong-mask update is
+// refused; θ after the rounds equals the selection + masked aggregation computed directly, bit
+// for bit.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "algorithms/hydra/aggregate.h"
+#include "algorithms/hydra/select.h"
+#include "algorithms/model/llama.h"
+#include "algorithms/model/subnet.h"
+#include "service_harness.h"
+
+namespace atl::coordinator {
+namespace {
+
+using namespace std::chrono_literals;
+namespace pb = atoll_pb::v1;
+
+ExperimentConfig hydra_config() {
+  ExperimentConfig c = testing::small_config("hydra", 2, 3);
+  c.algorithm = "hydra";
+  c.model.vocab = 256;
+  c.model.dim = 32;
+  c.model.layers = 2;
+  c.model.heads = 2;
+  c.model.ffn_hidden = 64;
+  c.model.seq_len = 16;
+  c.hydra.ffn_blocks = 2;
+  c.hydra.reselect_every = 1;
+  return c;
+}
+
+const double kBudgets[] = {1.0, 0.5, 0.25};
+
+algorithms::hydra::UnitScores fake_scores(const ExperimentConfig& c, uint32_t index) {
+  auto s = algorithms::hydra::empty_scores(model_config(c), static_cast<int>(c.hydra.ffn_blocks));
+  for (size_t i = 0; i < s.head.size(); ++i)
+    s.head[i] = 1.0 + static_cast<double>((i * 7 + index * 3) % 5);
+  for (size_t i = 0; i < s.ffn.size(); ++i)
+    s.ffn[i] = 2.0 + static_cast<double>((i * 5 + index) % 3);
+  for (size_t i = 0; i < s.layer.size(); ++i) s.layer[i] = 10.0 + i;
+  return s;
+}
+
+// Δ at held elements, deterministic from θ.
+std::vector<float> fake_masked_delta(const std::vector<float>& theta,
+                                     const std::vector<uint32_t>& idx, uint32_t index) {
+  std::vector<float> d(idx.size());
+  for (size_t i = 0; i < idx.size(); ++i)
+    d[i] = 0.05f * theta[idx[i]] + 0.001f * static_cast<float>(index + 1) *
+                                       static_cast<float>(static_cast<int>(idx[i] % 13) - 6);
+  return d;
+}
+
+struct HydraNode {
+  node::ClientOptions options;
+  uint32_t index = 0;
+  std::string layout_fp;
+  bool try_wrong_mask = false;
+  std::string wrong_mask_error;
+  std::vector<std::string> errors;
+  std::vector<std::string> subnets;  // per round
+  int scored = 0;
+
+  void run(const ExperimentConfig& cfg, std::chrono::steady_clock::time_point until) {
+    node::CoordinatorClient client(options);
+    pb::JoinRequest jr;
+    jr.set_budget(kBudgets[index]);
+    auto j = client.join(jr);
+    if (!j.ok()) return errors.push_back(j.status().to_string());
+    if (j->train().algorithm() != "hydra") errors.push_back("join: algorithm not hydra");
+    uint64_t last = 0;
+    const auto mc = model_config(cfg);
+    while (std::chrono::steady_clock::now() < until) {
+      auto task = client.next_task(last, 2000);
+      if (!task.ok()) return errors.push_back(task.status().to_string());
+      if (task->kind() == pb::Task::STOP) return;
+      if (task->kind() == pb::Task::SCORE) {
+        const auto s = fake_scores(cfg, index);
+        pb::ImportanceReport rep;
+        rep.set_round(task->round());
+        rep.set_batches(1);
+        for (double x : s.layer) rep.add_layer(x);
+        for (double x : s.head) rep.add_head(x);
+        for (double x : s.ffn) rep.add_ffn(x);
+        if (Status st = client.report_importance(rep); !st.ok()) errors.push_back(st.to_string());
+        ++scored;
+        continue;
+      }
+      if (task->kind() != pb::Task::TRAIN) continue;
+      auto sub = algorithms::subnet_from_string(task->subnet(), mc,
+                                                static_cast<int>(cfg.hydra.ffn_blocks));
+      if (!sub.ok()) return errors.push_back(sub.status().to_string());
+      subnets.push_back(task->subnet());
+      const auto idx = algorithms::trainable_indices(*sub, mc);
+      auto theta = client.pull_params(task->round(), task->params_fingerprint());
+      if (!theta.ok()) return errors.push_back(theta.status().to_string());
+      node::UpdateHeader h{task->round(), testing::fake_tokens(index), 1.0, theta->fingerprint,
+                           layout_fp};
+      h.mask_fingerprint = task->mask_fingerprint();
+      if (try_wrong_mask) {
+        // One element more than the mask holds, and a mask fingerprint of another subnetwork.
+        std::vector<float> wrong(idx.size() + 1, 0.0f);
+        node::UpdateHeader bad = h;
+        bad.mask_fingerprint = std::string(64, 'a');
+        auto r = client.push_update(bad, wrong);
+        wrong_mask_error = r.ok() ? "accepted" : r.status().message();
+        try_wrong_mask = false;
+      }
+      auto pushed = client.push_update(h, fake_masked_delta(theta->values, idx, index));
+      if (!pushed.ok()) return errors.push_back(pushed.status().to_string());
+      last = task->round();
+    }
+  }
+};
+
+TEST(HydraService, HeterogeneousBudgetsMaskedRoundsBitwiseAndWrongMaskRefused) {
+  testing_util::TempDir dir;
+  const ExperimentConfig cfg = hydra_config();
+  const auto mc = model_config(cfg);
+  algorithms::ParamSet init(algorithms::make_layout(mc));
+  algorithms::init_params(init, mc, 5);
+  auto coord = testing::Coordinator::start(dir.path(), cfg, init);
+  ASSERT_TRUE(coord);
+  ASSERT_TRUE(coord->service->start().ok());
+  const std::string layout_fp = algorithms::layout_fingerprint(init.layout());
+  std::vector<HydraNode> nodes(3);
+  std::vector<std::thread> threads;
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  for (uint32_t i = 0; i < 3; ++i) {
+    nodes[i].options = testing::insecure_client(coord->address(), "node-" + std::to_string(i));
+    nodes[i].index = i;
+    nodes[i].layout_fp = layout_fp;
+    nodes[i].try_wrong_mask = i == 2;
+  }
+  for (uint32_t i = 0; i < 3; ++i) threads.emplace_back([&, i] { nodes[i].run(cfg, until); });
+  auto done = coord->service->wait_until_finished(std::chrono::steady_clock::now() + 60s);
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(done.ok()) << done.status().to_string();
+  for (const auto& n : nodes) {
+    EXPECT_TRUE(n.errors.empty()) << n.errors.front();
+    EXPECT_EQ(n.scored, 2) << "reselect_every = 1: one SCORE per round";
+    EXPECT_EQ(n.subnets.size(), 2u);
+  }
+  EXPECT_NE(nodes[2].wrong_mask_error.find("wrong mask"), std::string::npos)
+      << nodes[2].wrong_mask_error;
+
+  // The same selection and masked rounds, computed directly.
+  algorithms::hydra::CostModel cm{mc, 2, mc.seq_len};
+  std::vector<algorithms::hydra::SiteInput> sites;
+  for (uint32_t i = 0; i < 3; ++i)
+    sites.push_back({"node-" + std::to_string(i), kBudgets[i], fake_scores(cfg, i)});
+  auto sel = algorithms::hydra::select_subnetworks(cm, sites, {});
+  ASSERT_TRUE(sel.ok());
+  std::vector<float> theta = init.vec(), mom(theta.size()), delta(theta.size());
+  std::vector<uint32_t> held(theta.size());
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::vector<uint32_t>> idx(3);
+    std::vector<std::vector<float>> d(3);
+    std::vector<algorithms::hydra::MaskedUpdate> ups;
+    for (uint32_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(nodes[i].subnets[r], algorithms::to_string(sel->sites[i].subnet));
+      idx[i] = algorithms::trainable_indices(sel->sites[i].subnet, mc);
+      d[i] = fake_masked_delta(theta, idx[i], i);
+      ups.push_back({"node-" + std::to_string(i), testing::fake_tokens(i), idx[i], d[i]});
+    }
+    ASSERT_TRUE(algorithms::hydra::aggregate_masked(ups, delta, held).ok());
+    ASSERT_TRUE(
+        algorithms::hydra::masked_outer_step({static_cast<float>(cfg.diloco.outer_lr),
+                                              static_cast<float>(cfg.diloco.outer_momentum)},
+                                             theta, mom, delta, held, r == 0)
+            .ok());
+  }
+  EXPECT_EQ(coord->service->params_fingerprint(), algorithms::params_fingerprint(theta));
+  // Elements no site holds (the embedding) are exactly θ_0.
+  const auto final_theta = coord->service->params();
+  const size_t emb = static_cast<size_t>(mc.vocab) * mc.dim;
+  EXPECT_TRUE(std::equal(final_theta.begin(), final_theta.begin() + emb, init.vec().begin()));
+  EXPECT_NE(final_theta, init.vec());
+  EXPECT_EQ(coord->service->hydra_subnets().size(), 3u);
+}
+
+}  // namespace
+}  // namespace atl::coordinator
