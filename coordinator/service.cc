@@ -147,6 +147,7 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* ctx, const pb::JoinRe
   t->set_seed(config_.seed);
   t->set_codec(tc.codec);
   t->set_error_feedback(tc.error_feedback);
+  t->set_precision(tc.precision);
   if (config_.diloco.streaming()) {
     t->set_streaming_fragments(config_.diloco.streaming_fragments);
     t->set_overlap_steps(config_.diloco.overlap_steps);
