@@ -85,14 +85,12 @@ TEST(TrainCli, LossDecreasesAndValidationIsReportedInBitsPerByte) {
 TEST(TrainCli, PrecisionFromFlagOrConfigChangesTheNumericsReproducibly) {
   TempDir dir;
   const std::string toml = dir / "nvfp4.toml";
-  {
-    std::ofstream(toml) << "[train]\nprecision = \"nvfp4\"\n";
-  }
+  { std::ofstream(toml) << "[train]\nprecision = \"nvfp4\"\n"; }
   auto fp32 = run_atoll(train_args({"--steps", "4", "--out", dir / "a"}), dir / "a.log");
   auto flag = run_atoll(train_args({"--steps", "4", "--precision", "nvfp4", "--out", dir / "b"}),
                         dir / "b.log");
-  auto cfg = run_atoll(train_args({"--steps", "4", "--config", toml, "--out", dir / "c"}),
-                       dir / "c.log");
+  auto cfg =
+      run_atoll(train_args({"--steps", "4", "--config", toml, "--out", dir / "c"}), dir / "c.log");
   auto fp8 = run_atoll(train_args({"--steps", "4", "--precision", "fp8", "--out", dir / "d"}),
                        dir / "d.log");
   for (const auto* r : {&fp32, &flag, &cfg, &fp8}) ASSERT_EQ(r->exit_code, 0) << r->output;
