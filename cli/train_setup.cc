@@ -36,6 +36,7 @@ std::vector<FlagSpec> common_model_flags() {
       {"moe-shared", true, "hidden size of the always-on shared expert (0 = none)", "0"},
       {"moe-aux-coef", true, "load-balancing loss weight per MoE layer", "0.01"},
       {"moe-z-coef", true, "router z-loss weight per MoE layer", "0.001"},
+      {"precision", true, "training GEMM precision: fp32, bf16, fp8, mxfp8, nvfp4", "fp32"},
   };
 }
 
@@ -95,6 +96,12 @@ Status apply_model_flags(const Flags& flags, algorithms::ModelConfig& m,
   t.warmup = warmup;
   seed = static_cast<uint64_t>(s);
   threads = static_cast<int>(th);
+  if (auto p = flags.get("precision")) {
+    auto parsed = algorithms::parse_precision(*p);
+    if (!parsed.ok()) return InvalidArgument("--precision: " + parsed.status().message());
+    t.precision = *parsed;
+  }
+  t.precision_seed = seed;
   if (t.min_lr > t.lr)
     return InvalidArgument("--min-lr " + std::to_string(t.min_lr) + " is above --lr " +
                            std::to_string(t.lr) + "; make it smaller");
@@ -145,6 +152,7 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
     setup.model = rm;
     setup.trainer.seq = rm.seq_len;
     setup.seed = resumed->meta.seed;
+    setup.trainer.precision_seed = setup.seed;
   }
   if (resumed) {
     ATOLL_ASSIGN_OR_RETURN(setup.site,
@@ -167,12 +175,14 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
   ATOLL_RETURN_IF_ERROR(
       algorithms::data::check_sampling(setup.site.train, setup.trainer.batch, setup.trainer.seq));
   char buf[256];
-  std::snprintf(buf, sizeof(buf),
-                "adamw lr=%g min_lr=%g warmup=%lld total=%lld wd=%g b1=%g b2=%g clip=%g B=%d T=%d",
-                setup.trainer.lr, setup.trainer.min_lr, static_cast<long long>(setup.trainer.warmup),
-                static_cast<long long>(setup.trainer.total_steps), setup.trainer.weight_decay,
-                setup.trainer.beta1, setup.trainer.beta2, setup.trainer.grad_clip,
-                setup.trainer.batch, setup.trainer.seq);
+  std::snprintf(
+      buf, sizeof(buf),
+      "adamw lr=%g min_lr=%g warmup=%lld total=%lld wd=%g b1=%g b2=%g clip=%g B=%d T=%d "
+      "precision=%s",
+      setup.trainer.lr, setup.trainer.min_lr, static_cast<long long>(setup.trainer.warmup),
+      static_cast<long long>(setup.trainer.total_steps), setup.trainer.weight_decay,
+      setup.trainer.beta1, setup.trainer.beta2, setup.trainer.grad_clip, setup.trainer.batch,
+      setup.trainer.seq, algorithms::precision_name(setup.trainer.precision));
   setup.trainer_summary = buf;
   return setup;
 }

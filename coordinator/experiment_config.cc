@@ -218,6 +218,9 @@ Status validate_experiment_config(const ExperimentConfig& c, std::string_view sr
       t.codec.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789:.+_-") != std::string::npos)
     return range_error(src, "train.codec", "\"" + t.codec + "\"",
                        "must be a codec spec such as \"none\", \"bf16\" or \"topk:0.02+int4\"");
+  if (!algorithms::parse_precision(t.precision).ok())
+    return range_error(src, "train.precision", "\"" + t.precision + "\"",
+                       "must be one of \"fp32\", \"bf16\", \"fp8\", \"mxfp8\", \"nvfp4\"");
 
   const DilocoSection& g = c.diloco;
   if (g.rounds < 1) return range_error(src, "diloco.rounds", u(g.rounds), "must be >= 1");
@@ -358,7 +361,8 @@ StatusOr<ExperimentConfig> parse_experiment_config(std::string_view text, std::s
         {"beta2", f64(&c.train.beta2)},
         {"grad_clip", f64(&c.train.grad_clip)},
         {"codec", str(&c.train.codec)},
-        {"error_feedback", boolean(&c.train.error_feedback)}}},
+        {"error_feedback", boolean(&c.train.error_feedback)},
+        {"precision", str(&c.train.precision)}}},
       {"diloco",
        {{"rounds", u32(&c.diloco.rounds)},
         {"inner_steps", u32(&c.diloco.inner_steps)},
@@ -441,7 +445,8 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\nweight_decay = " << f(c.train.weight_decay) << "\nbeta1 = " << f(c.train.beta1)
     << "\nbeta2 = " << f(c.train.beta2) << "\ngrad_clip = " << f(c.train.grad_clip)
     << "\ncodec = " << q(c.train.codec)
-    << "\nerror_feedback = " << (c.train.error_feedback ? "true" : "false") << "\n\n[diloco]\n"
+    << "\nerror_feedback = " << (c.train.error_feedback ? "true" : "false")
+    << "\nprecision = " << q(c.train.precision) << "\n\n[diloco]\n"
     << "rounds = " << c.diloco.rounds << "\ninner_steps = " << c.diloco.inner_steps
     << "\nouter_lr = " << f(c.diloco.outer_lr)
     << "\nouter_momentum = " << f(c.diloco.outer_momentum) << "\nmin_nodes = " << c.diloco.min_nodes
@@ -498,6 +503,10 @@ algorithms::TrainerConfig trainer_config(const ExperimentConfig& cfg, int64_t to
   t.beta1 = cfg.train.beta1;
   t.beta2 = cfg.train.beta2;
   t.grad_clip = cfg.train.grad_clip;
+  // Validated at parse time; an unparsable value (a config built in code) stays fp32.
+  const auto precision = algorithms::parse_precision(cfg.train.precision);
+  t.precision = precision.ok() ? *precision : algorithms::Precision::kFp32;
+  t.precision_seed = cfg.seed;
   return t;
 }
 

@@ -34,6 +34,8 @@
 //   grad_clip = 1.0            # ≥ 0 (0 = no clipping), global L2 norm
 //   codec = "none"             # pseudo-gradient codec spec: "none", "bf16", "topk:0.02+int4", ...
 //   error_feedback = true      # keep what the codec dropped and add it to the next Δ
+//   precision = "fp32"         # GEMM precision of inner training: "fp32", "bf16", "fp8",
+//                              # "mxfp8", "nvfp4" (algorithms/model/precision.h)
 //
 //   [diloco]
 //   rounds = 10                # ≥ 1 outer rounds
@@ -115,6 +117,7 @@ struct TrainSection {
   double grad_clip = 1.0;
   std::string codec = "none";
   bool error_feedback = true;
+  std::string precision = "fp32";
 };
 
 struct DilocoSection {

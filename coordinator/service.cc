@@ -159,6 +159,7 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* ctx, const pb::JoinRe
     t->set_algorithm("hydra");
     t->set_ffn_blocks(config_.hydra.ffn_blocks);
   }
+  t->set_precision(tc.precision);
   if (config_.diloco.streaming()) {
     t->set_streaming_fragments(config_.diloco.streaming_fragments);
     t->set_overlap_steps(config_.diloco.overlap_steps);

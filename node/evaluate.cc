@@ -9,6 +9,9 @@ Evaluation evaluate_bpb(algorithms::Llama& model, const algorithms::ParamSet& pa
                         const algorithms::data::Tokenizer& tokenizer, int T, int B,
                         int64_t max_tokens) {
   Evaluation e;
+  // Validation measures the fp32 master weights in fp32, whatever the training precision.
+  const bool enabled = model.gemm().enabled();
+  model.gemm().set_enabled(false);
   auto batches = algorithms::data::evaluation_batches(validation, T, max_tokens, B);
   std::vector<int32_t> inputs, targets;
   double loss_sum = 0;
@@ -26,6 +29,7 @@ Evaluation evaluate_bpb(algorithms::Llama& model, const algorithms::ParamSet& pa
     e.tokens += static_cast<int64_t>(b.B) * T;
     bytes += algorithms::data::target_bytes(b, tokenizer);
   }
+  model.gemm().set_enabled(enabled);
   if (e.tokens == 0) {
     e.bpb = e.loss = NAN;
     return e;

@@ -204,9 +204,14 @@ Status run_node(const NodeOptions& opt) {
   ATOLL_ASSIGN_OR_RETURN(auto joined, join());
   const auto model_cfg = model_from_spec(joined.model());
   ATOLL_RETURN_IF_ERROR(algorithms::validate(model_cfg));
-  const auto train_cfg = trainer_from_spec(joined.train(), model_cfg.seq_len);
+  auto train_cfg = trainer_from_spec(joined.train(), model_cfg.seq_len);
   ATOLL_RETURN_IF_ERROR(algorithms::validate(train_cfg, model_cfg));
   const uint64_t seed = site_seed(joined.train().seed(), joined.node_id());
+  if (!joined.train().precision().empty()) {
+    ATOLL_ASSIGN_OR_RETURN(train_cfg.precision,
+                           algorithms::parse_precision(joined.train().precision()));
+  }
+  train_cfg.precision_seed = seed;  // this node's own stochastic-rounding streams
   log("joined " + joined.experiment_id() + " as " + joined.node_id() + " (index " +
       std::to_string(joined.node_index()) + ")");
 

@@ -219,6 +219,15 @@ void Llama::check_params(const ParamSet& p, const char* what) const {
     die(std::string("Llama::") + what + ": parameter layout does not match the model config");
 }
 
+GemmSite Llama::site(int l, int k) const {
+  GemmSite s;
+  s.id = static_cast<uint32_t>(l) * 4 + static_cast<uint32_t>(k);
+  // The head always; nvfp4 also its last blocks (see set_precision in the header).
+  s.high_precision = l == cfg_.layers || (gemm_.precision() == Precision::kNvfp4 &&
+                                          l >= cfg_.layers - nvfp4_bf16_tail_layers(cfg_.layers));
+  return s;
+}
+
 void Llama::ensure_shape(int B, int T, bool with_logits) {
   if (B <= 0 || T <= 0 || T > cfg_.seq_len)
     die("Llama: bad batch shape B=" + std::to_string(B) + " T=" + std::to_string(T) + " (seq_len " +
@@ -293,19 +302,19 @@ void Llama::forward_trunk(const float* P, const int32_t* tokens) {
     float* next = (l + 1 < cfg_.layers) ? la_[l + 1].x : out_;
     // attention sub-block
     ops::rmsnorm_forward(a.ln1, a.rstd1, a.x, P + o.ln1, N, C, cfg_.norm_eps);
-    ops::matmul_forward(a.qkv, a.ln1, P + o.qkv, N, C, 3 * C);        // (N, C) -> (N, 3C)
+    gemm_.forward(a.qkv, a.ln1, P + o.qkv, N, C, 3 * C, site(l, 0));  // (N, C) -> (N, 3C)
     ops::rope_forward(a.qkv, B, T, 2 * H, D, 3 * C, cfg_.rope_base);  // q and k in place
     ops::attention_forward(a.atty, a.att, a.qkv, B, T, H, D);         // -> (N, C)
-    ops::matmul_forward(scratch_, a.atty, P + o.o, N, C, C);
+    gemm_.forward(scratch_, a.atty, P + o.o, N, C, C, site(l, 1));
     ops::add_forward(a.h, a.x, scratch_, static_cast<size_t>(N) * C);
     // MLP sub-block (dense SwiGLU, or the MoE layer of moe_block.h)
     ops::rmsnorm_forward(a.ln2, a.rstd2, a.h, P + o.ln2, N, C, cfg_.norm_eps);
     if (moe_ && moe_->is_moe(l)) {
-      moe_->forward(l, P, a.ln2, scratch_, N);
+      moe_->forward(l, P, a.ln2, scratch_, N);  // expert GEMMs in fp32 under every recipe
     } else {
-      ops::matmul_forward(a.gu, a.ln2, P + o.gu, N, C, 2 * F);  // (N, C) -> (N, 2F)
-      ops::swiglu_forward(a.swi, a.gu, N, F);                   // -> (N, F)
-      ops::matmul_forward(scratch_, a.swi, P + o.down, N, F, C);
+      gemm_.forward(a.gu, a.ln2, P + o.gu, N, C, 2 * F, site(l, 2));  // (N, C) -> (N, 2F)
+      ops::swiglu_forward(a.swi, a.gu, N, F);                         // -> (N, F)
+      gemm_.forward(scratch_, a.swi, P + o.down, N, F, C, site(l, 3));
     }
     ops::add_forward(next, a.h, scratch_, static_cast<size_t>(N) * C);
   }
@@ -345,7 +354,7 @@ float Llama::forward(const ParamSet& params, const int32_t* tokens, const int32_
   }
   const float* P = params.data();
   forward_trunk(P, tokens);
-  ops::matmul_forward(logits_, lnf_, P + off_embed_, N, C, V);  // tied head: (N, C) -> (N, V)
+  gemm_.forward(logits_, lnf_, P + off_embed_, N, C, V, site(cfg_.layers, 0));  // tied head
 
   std::fill(losses_, losses_ + N, 0.0f);
   if (!have_targets_) return 0.0f;
@@ -385,7 +394,7 @@ void Llama::backward(const ParamSet& params, ParamSet& grads) {
                     dloss);
   // Tied head: dlnf (N, C) = dlogits · wte ; dwte += dlogitsᵀ · lnf.
   ops::zero_fill(dln, NC);
-  ops::matmul_backward(dln, dwte, logits_, lnf_, wte, N, C, V);
+  gemm_.backward(dln, dwte, logits_, lnf_, wte, N, C, V, site(cfg_.layers, 0));
   backward_trunk(P, G, dln);
 }
 
@@ -424,21 +433,21 @@ void Llama::backward_trunk(const float* P, float* G, const float* dlnf) {
       moe_->backward(l, P, G, a.ln2, dres, dln);  // also the layer's router-loss gradients
     } else {
       zero(dswi, static_cast<size_t>(N) * F);
-      ops::matmul_backward(dswi, G + o.down, dres, a.swi, P + o.down, N, F, C);
+      gemm_.backward(dswi, G + o.down, dres, a.swi, P + o.down, N, F, C, site(l, 3));
       zero(dgu, static_cast<size_t>(N) * 2 * F);
       ops::swiglu_backward(dgu, dswi, a.gu, N, F);
       zero(dln, NC);
-      ops::matmul_backward(dln, G + o.gu, dgu, a.ln2, P + o.gu, N, C, 2 * F);
+      gemm_.backward(dln, G + o.gu, dgu, a.ln2, P + o.gu, N, C, 2 * F, site(l, 2));
     }
     ops::rmsnorm_backward(dres, G + o.ln2, dln, a.h, P + o.ln2, a.rstd2, N, C);  // dres = dh
     // h = x + o_proj(atty): both branches receive dh.
     zero(datty, NC);
-    ops::matmul_backward(datty, G + o.o, dres, a.atty, P + o.o, N, C, C);
+    gemm_.backward(datty, G + o.o, dres, a.atty, P + o.o, N, C, C, site(l, 1));
     zero(dqkv, 3 * NC);
     ops::attention_backward(dqkv, datty, a.qkv, a.att, B, T, H, D);
     ops::rope_backward(dqkv, B, T, 2 * H, D, 3 * C, cfg_.rope_base);  // dq, dk before RoPE
     zero(dln, NC);
-    ops::matmul_backward(dln, G + o.qkv, dqkv, a.ln1, P + o.qkv, N, C, 3 * C);
+    gemm_.backward(dln, G + o.qkv, dqkv, a.ln1, P + o.qkv, N, C, 3 * C, site(l, 0));
     ops::rmsnorm_backward(dres, G + o.ln1, dln, a.x, P + o.ln1, a.rstd1, N, C);  // dres = dx
   }
   ops::embedding_backward(dwte, dres, tokens_.data(), N, V, C);

@@ -18,6 +18,7 @@
 
 #include "algorithms/model/moe_block.h"
 #include "algorithms/model/param_set.h"
+#include "algorithms/model/precision.h"
 #include "kernels/core/status.h"
 
 namespace atl::algorithms {
@@ -142,6 +143,12 @@ class Llama {
   // MoE layers also add the gradients of their router losses (aux_loss()), as in backward().
   void backward_from_hidden(const ParamSet& params, ParamSet& grads, const float* dh);
 
+  // Training precision of the linear layers' GEMMs (algorithms/model/precision.h; default fp32).
+  // The LM head is computed in bf16 by every low-precision recipe, and nvfp4 also keeps its last
+  // nvfp4_bf16_tail_layers(layers) blocks in bf16. Attention's own products stay fp32.
+  void set_precision(Precision p, uint64_t seed) { gemm_.configure(p, seed); }
+  PrecisionGemm& gemm() { return gemm_; }
+
   // Logits (B, T, V) of the last forward; valid until backward() or the next forward().
   const float* logits() const { return logits_; }
   // Per-position losses (B, T) of the last forward (0 where ignored).
@@ -196,6 +203,8 @@ class Llama {
   // Grows grads_ (activation gradients) to the current shape.
   void ensure_grad_buffers();
   void check_params(const ParamSet& p, const char* what) const;
+  // GEMM k (0 qkv, 1 o, 2 gate|up, 3 down) of layer l; l = layers is the LM head.
+  GemmSite site(int l, int k) const;
 
   ModelConfig cfg_;
   ParamLayout layout_;
@@ -215,6 +224,7 @@ class Llama {
   std::vector<int32_t> tokens_, targets_;  // (N) copies for backward
   std::unique_ptr<MoeBlocks> moe_;         // null for a dense model
   bool have_targets_ = false;
+  PrecisionGemm gemm_;
   int64_t num_targets_ = 0;
 };
 

@@ -67,6 +67,7 @@ InnerTrainer::InnerTrainer(const ModelConfig& model, const TrainerConfig& train)
     std::fprintf(stderr, "atoll: internal error: InnerTrainer: %s\n", st.message().c_str());
     std::abort();
   }
+  model_.set_precision(train.precision, train.precision_seed);
 }
 
 void InnerTrainer::split_rows(const int32_t* tokens, int rows) {
@@ -86,6 +87,7 @@ StepStats InnerTrainer::step(ParamSet& params, const int32_t* tokens, int64_t gl
   split_rows(tokens, B);
   ops::zero_fill(grads_.data(), grads_.numel());
   StepStats s;
+  model_.gemm().begin_step(static_cast<uint64_t>(global_step));
   s.loss = model_.forward(params, inputs_.data(), targets_.data(), B, T);
   model_.backward(params, grads_);
   s.grad_norm = ops::global_norm(grads_.data(), grads_.numel());
@@ -101,6 +103,7 @@ float InnerTrainer::evaluate(const ParamSet& params, const int32_t* tokens, int 
   const int T = tcfg_.seq;
   double sum = 0.0;
   int64_t count = 0;
+  model_.gemm().set_enabled(false);  // the fp32 master weights, in fp32
   for (int r0 = 0; r0 < rows; r0 += tcfg_.batch) {
     const int b = std::min(tcfg_.batch, rows - r0);
     split_rows(tokens + static_cast<size_t>(r0) * (T + 1), b);
@@ -109,6 +112,7 @@ float InnerTrainer::evaluate(const ParamSet& params, const int32_t* tokens, int 
     for (size_t i = 0; i < static_cast<size_t>(b) * T; ++i) sum += l[i];
     count += model_.num_targets();
   }
+  model_.gemm().set_enabled(true);
   return count ? static_cast<float>(sum / static_cast<double>(count)) : 0.0f;
 }
 

@@ -26,6 +26,10 @@ struct TrainerConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double grad_clip = 1.0;  // max global L2 norm; <= 0 disables clipping
+  // GEMM precision of the training steps (algorithms/model/precision.h); evaluate() always
+  // runs the fp32 master weights in fp32. precision_seed keys its random streams.
+  Precision precision = Precision::kFp32;
+  uint64_t precision_seed = 0;
 };
 
 // One line naming the first bad field, or OK. Also checks seq against the model's seq_len.

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cassert>
+#include <cfloat>
 #include <cstddef>
 
 #include "kernels/formats/scalar.h"
@@ -139,6 +140,27 @@ void dequantize_e4m3_scaled(std::span<const uint8_t> in, float scale, std::span<
   float* y = out.data();
   const size_t n = in.size();
   for (size_t i = 0; i < n; ++i) y[i] = kE4M3Table[x[i]] * scale;
+}
+
+void quantize_e5m2_scaled(std::span<const float> in, float inv_scale, std::span<uint8_t> out) {
+  assert(in.size() == out.size());
+  const float* x = in.data();
+  uint8_t* y = out.data();
+  const size_t n = in.size();
+  for (size_t i = 0; i < n; ++i) y[i] = e5m2_from_f32(x[i] * inv_scale, Overflow::kSaturate);
+}
+void dequantize_e5m2_scaled(std::span<const uint8_t> in, float scale, std::span<float> out) {
+  assert(in.size() == out.size());
+  const uint8_t* x = in.data();
+  float* y = out.data();
+  const size_t n = in.size();
+  for (size_t i = 0; i < n; ++i) y[i] = kE5M2Table[x[i]] * scale;
+}
+
+float current_inv_scale(float amax, float fmax) {
+  if (!(amax >= FLT_MIN) || !(amax <= FLT_MAX)) return 1.0f;
+  const float inv = fmax / amax;
+  return inv <= FLT_MAX ? inv : 1.0f;
 }
 
 AbsMax abs_max(std::span<const float> in) {

@@ -42,6 +42,18 @@ void dequantize_e5m2(std::span<const uint8_t> in, std::span<float> out);
 void quantize_e4m3_scaled(std::span<const float> in, float inv_scale, std::span<uint8_t> out);
 void dequantize_e4m3_scaled(std::span<const uint8_t> in, float scale, std::span<float> out);
 
+// Scaled E5M2, the gradient format of FP8 training: out[i] = E5M2(in[i] * inv_scale), saturating
+// at +-57344 (a current-scaled tensor never exceeds it; saturation keeps a rounding overshoot of
+// the amax element finite instead of +-inf). NaN stays NaN. Decode: code * scale.
+void quantize_e5m2_scaled(std::span<const float> in, float inv_scale, std::span<uint8_t> out);
+void dequantize_e5m2_scaled(std::span<const uint8_t> in, float scale, std::span<float> out);
+
+// Per-tensor current scaling (Transformer Engine's Float8CurrentScaling): the factor that maps
+// the tensor's finite amax onto the format's largest finite value fmax, inv_scale = fmax / amax,
+// so that quantize(x * inv_scale) uses the whole range; decode multiplies by 1 / inv_scale.
+// Returns 1 when amax is 0, subnormal or not finite, or when fmax / amax would overflow.
+float current_inv_scale(float amax, float fmax);
+
 // Largest |x| over the finite elements, and whether every element is finite. One pass.
 struct AbsMax {
   float amax = 0.0f;

@@ -6,6 +6,7 @@
 #include <cassert>
 #include <cfloat>
 #include <cstring>
+#include <vector>
 
 #include "kernels/formats/convert.h"
 #include "kernels/formats/pack.h"
@@ -104,7 +105,77 @@ void nvfp4_impl(std::span<const float> in, float ts, std::span<BlockNvfp4> out, 
   }
 }
 
+// Scale code and element multiplier of one block or tile from its amax (as bits), by the rule of
+// nvfp4_impl: the same arithmetic, so a 16x16 tile and a 1x16 block with the same amax agree.
+template <Rounding kScaleRounding>
+void block_scale(uint32_t amax_bits, float ts, uint8_t* scale, float* inv) {
+  const float want = std::bit_cast<float>(amax_bits) / (kE2M1Max * ts);
+  const auto sc = static_cast<uint8_t>(minifloat_encode<kE4M3Spec, kScaleRounding>(want));
+  const float denom = minifloat_decode<kE4M3Spec>(sc) * ts;
+  const bool nan_block = amax_bits >= 0x7f800000u;
+  *scale = nan_block ? kE4M3NanCode : sc;
+  *inv = (denom > 0.0f && !nan_block) ? 1.0f / denom : 0.0f;
+}
+
+template <Rounding kScaleRounding>
+void nvfp4_2d_impl(std::span<const float> in, size_t rows, size_t cols, float ts,
+                   std::span<BlockNvfp4> out) {
+  assert(in.size() == rows * cols);
+  assert(out.size() == nvfp4_2d_num_blocks(rows, cols));
+  const size_t nb = nvfp4_num_blocks(cols);
+  constexpr size_t kT = kNvfp4BlockSize;
+  std::vector<uint32_t> amax(nb);
+  std::vector<uint8_t> scale(nb);
+  std::vector<float> inv(nb);
+  for (size_t r0 = 0; r0 < rows; r0 += kT) {
+    const size_t r1 = std::min(rows, r0 + kT);
+    // Tile amaxes of this band of (up to) 16 rows, one per column block.
+    std::fill(amax.begin(), amax.end(), 0u);
+    for (size_t r = r0; r < r1; ++r) {
+      const float* row = in.data() + r * cols;
+      for (size_t c = 0; c < cols; ++c) {
+        const uint32_t a = std::bit_cast<uint32_t>(row[c]) & 0x7fffffffu;
+        uint32_t& m = amax[c / kT];
+        m = a > m ? a : m;
+      }
+    }
+    for (size_t b = 0; b < nb; ++b) block_scale<kScaleRounding>(amax[b], ts, &scale[b], &inv[b]);
+    for (size_t r = r0; r < r1; ++r) {
+      const float* row = in.data() + r * cols;
+      for (size_t b = 0; b < nb; ++b) {
+        BlockNvfp4& blk = out[r * nb + b];
+        blk.scale = scale[b];
+        uint8_t c[kT] = {};
+        if (scale[b] != kE4M3NanCode) {
+          const size_t n = std::min(kT, cols - b * kT);
+          for (size_t j = 0; j < n; ++j) c[j] = e2m1_from_f32(row[b * kT + j] * inv[b]);
+        }
+        pack_nibbles8(c, blk.q);
+        pack_nibbles8(c + 8, blk.q + 4);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+void quantize_nvfp4_2d(std::span<const float> in, size_t rows, size_t cols, float tensor_scale,
+                       std::span<BlockNvfp4> out, NvfpScaleRounding rounding) {
+  if (rounding == NvfpScaleRounding::kUp) {
+    nvfp4_2d_impl<Rounding::kAwayFromZero>(in, rows, cols, tensor_scale, out);
+  } else {
+    nvfp4_2d_impl<Rounding::kNearestEven>(in, rows, cols, tensor_scale, out);
+  }
+}
+
+void dequantize_nvfp4_2d(std::span<const BlockNvfp4> in, size_t rows, size_t cols,
+                         float tensor_scale, std::span<float> out) {
+  assert(in.size() == nvfp4_2d_num_blocks(rows, cols));
+  assert(out.size() == rows * cols);
+  const size_t nb = nvfp4_num_blocks(cols);
+  for (size_t r = 0; r < rows; ++r)
+    dequantize_nvfp4(in.subspan(r * nb, nb), tensor_scale, out.subspan(r * cols, cols));
+}
 
 float nvfp4_tensor_scale(std::span<const float> in) {
   const float ts = abs_max(in).amax / (kE4M3Max * kE2M1Max);

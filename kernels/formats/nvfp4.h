@@ -52,4 +52,24 @@ void quantize_nvfp4_sr(std::span<const float> in, float tensor_scale, std::span<
 // in (ceil(n/16) blocks) -> out (n).
 void dequantize_nvfp4(std::span<const BlockNvfp4> in, float tensor_scale, std::span<float> out);
 
+// ---- 16x16 two-dimensional blocks (NVIDIA's NVFP4 training recipe quantizes weights so) ------
+// in: a (rows, cols) row-major matrix. One E4M3 scale per 16x16 tile (rows 16i..16i+15, columns
+// 16j..16j+15; edge tiles are partial), chosen from the tile's amax by the same rule (and the
+// same NvfpScaleRounding) as a 1x16 block, and elements rounded to nearest even. Because the
+// scale is shared by the whole tile, the quantized matrix is the same whether its blocks are read
+// along rows or along columns: the transpose of quantize_2d(A) equals quantize_2d(Aᵀ) (tested),
+// so a GEMM that reduces over either axis sees the same weights.
+// Layout of out: the 1x16 layout of each row, rows after each other: row r owns blocks
+// [r * nb, (r + 1) * nb) with nb = ceil(cols / 16), each carrying its tile's scale; a row's tail
+// is zero-padded. out.size() must be rows * nb. A tile with NaN or +-inf gets the NaN scale.
+constexpr size_t nvfp4_2d_num_blocks(size_t rows, size_t cols) {
+  return rows * nvfp4_num_blocks(cols);
+}
+void quantize_nvfp4_2d(std::span<const float> in, size_t rows, size_t cols, float tensor_scale,
+                       std::span<BlockNvfp4> out,
+                       NvfpScaleRounding rounding = NvfpScaleRounding::kUp);
+// Blocks in the layout above -> out (rows, cols) row-major.
+void dequantize_nvfp4_2d(std::span<const BlockNvfp4> in, size_t rows, size_t cols,
+                         float tensor_scale, std::span<float> out);
+
 }  // namespace atl::kernels::formats

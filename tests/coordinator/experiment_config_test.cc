@@ -168,6 +168,24 @@ TEST(ExperimentConfig, StreamingAndPullKeys) {
             "fragment by the global one)");
 }
 
+TEST(ExperimentConfig, TrainPrecision) {
+  auto d = parse_experiment_config("");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->train.precision, "fp32");
+  EXPECT_EQ(trainer_config(*d, 10).precision, algorithms::Precision::kFp32);
+  auto c = parse_experiment_config("seed = 9\n[train]\nprecision = \"nvfp4\"\n");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const auto t = trainer_config(*c, 10);
+  EXPECT_EQ(t.precision, algorithms::Precision::kNvfp4);
+  EXPECT_EQ(t.precision_seed, 9u);
+  auto again = parse_experiment_config(to_toml(*c));
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->train.precision, "nvfp4");
+  EXPECT_EQ(error_of("[train]\nprecision = \"fp16\"\n"),
+            "config.toml: train.precision = \"fp16\" must be one of \"fp32\", \"bf16\", \"fp8\", "
+            "\"mxfp8\", \"nvfp4\"");
+}
+
 TEST(ExperimentConfig, MissingFileIsNotFound) {
   auto c = load_experiment_config("no/such/config.toml");
   EXPECT_EQ(c.status().code(), StatusCode::kNotFound);

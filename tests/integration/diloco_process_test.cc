@@ -152,6 +152,28 @@ TEST(DilocoProcesses, ThreeNodesCompleteRoundsDeterministically) {
     EXPECT_EQ(runs[0][r].sha, runs[1][r].sha) << "round " << r;
 }
 
+// `[train] precision` reaches the nodes: the same experiment in nvfp4 commits other θs than in
+// fp32, and still learns.
+TEST(DilocoProcesses, NodesTrainWithTheExperimentsPrecision) {
+  std::vector<std::vector<Committed>> runs;
+  for (const char* precision : {"fp32", "nvfp4"}) {
+    Cluster c;
+    c.make_ca({"node-1"});
+    std::string toml = config_toml(2, 1, 60);
+    toml.insert(toml.find("[diloco]"), std::string("precision = \"") + precision + "\"\n");
+    c.start_coordinator(toml);
+    c.start_node("node-1", "brown:a");
+    std::string log;
+    c.run_to_completion(120s, &log);
+    if (::testing::Test::HasFatalFailure()) return;
+    auto rounds = committed_rounds(log);
+    ASSERT_EQ(rounds.size(), 2u) << log;
+    EXPECT_LT(rounds.back().loss, rounds.front().loss) << log;
+    runs.push_back(rounds);
+  }
+  EXPECT_NE(runs[0].back().sha, runs[1].back().sha);
+}
+
 // A node whose certificate comes from another CA, and a plaintext node, are refused with a
 // clear message; the coordinator keeps running and the legitimate node trains.
 TEST(DilocoProcesses, ForeignCaAndPlaintextNodesAreRefused) {

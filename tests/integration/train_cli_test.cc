@@ -82,6 +82,24 @@ TEST(TrainCli, LossDecreasesAndValidationIsReportedInBitsPerByte) {
   EXPECT_LT(std::stod(m[1].str()), 8.0);
 }
 
+TEST(TrainCli, PrecisionFromFlagOrConfigChangesTheNumericsReproducibly) {
+  TempDir dir;
+  const std::string toml = dir / "nvfp4.toml";
+  { std::ofstream(toml) << "[train]\nprecision = \"nvfp4\"\n"; }
+  auto fp32 = run_atoll(train_args({"--steps", "4", "--out", dir / "a"}), dir / "a.log");
+  auto flag = run_atoll(train_args({"--steps", "4", "--precision", "nvfp4", "--out", dir / "b"}),
+                        dir / "b.log");
+  auto cfg =
+      run_atoll(train_args({"--steps", "4", "--config", toml, "--out", dir / "c"}), dir / "c.log");
+  auto fp8 = run_atoll(train_args({"--steps", "4", "--precision", "fp8", "--out", dir / "d"}),
+                       dir / "d.log");
+  for (const auto* r : {&fp32, &flag, &cfg, &fp8}) ASSERT_EQ(r->exit_code, 0) << r->output;
+  EXPECT_EQ(final_sha(flag.output), final_sha(cfg.output));  // same recipe, same bits
+  EXPECT_NE(final_sha(flag.output), final_sha(fp32.output));
+  EXPECT_NE(final_sha(fp8.output), final_sha(fp32.output));
+  EXPECT_NE(final_sha(fp8.output), final_sha(flag.output));
+}
+
 struct BadInput {
   std::vector<std::string> args;
   std::string expected;  // a fragment of the one-line error
@@ -109,6 +127,8 @@ TEST(TrainCli, BadFlagsAndConfigsGiveOneClearLineAndExitCode2) {
       {{"train", "--config", unknown_toml}, "dimm"},
       {{"train", "--config", dir / "missing.toml"}, "missing.toml"},
       {{"train", "--resume", dir / "nothing.safetensors"}, "cannot resume"},
+      {{"train", "--precision", "fp16"},
+       "--precision: unknown precision \"fp16\"; use one of fp32, bf16, fp8, mxfp8, nvfp4"},
   };
   int i = 0;
   for (const auto& c : cases) {

@@ -1,0 +1,341 @@
+// Low-precision training GEMMs: each recipe and GEMM role against an explicit quantize /
+// dequantize + fp32 GEMM built from kernels/formats, fp32 bitwise unchanged, determinism (seed,
+// threads), unbiased stochastic rounding, orthogonal Hadamard transform, training runs.
+#include "algorithms/model/precision.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "algorithms/model/llama.h"
+#include "algorithms/optim/inner_trainer.h"
+#include "kernels/core/philox.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/formats/convert.h"
+#include "kernels/formats/mx.h"
+#include "kernels/formats/nvfp4.h"
+#include "kernels/formats/scalar.h"
+
+namespace atl::algorithms {
+namespace {
+
+namespace f = atl::kernels::formats;
+namespace ops = atl::kernels::cpu;
+
+using Mat = std::vector<float>;
+
+Mat random_mat(size_t rows, size_t cols, uint64_t seed, double sd = 1.0) {
+  const Philox rng(seed, 11);
+  Mat m(rows * cols);
+  for (size_t i = 0; i < m.size(); ++i) m[i] = static_cast<float>(sd * rng.normal(i));
+  return m;
+}
+
+Mat transposed(const Mat& m, size_t rows, size_t cols) {
+  Mat t(m.size());
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) t[c * rows + r] = m[r * cols + c];
+  return t;
+}
+
+bool same_bits(const Mat& a, const Mat& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// ---- Reference quantizers, straight from kernels/formats, row blocks along cols ---------------
+Mat ref_bf16(const Mat& m) {
+  std::vector<uint16_t> q(m.size());
+  Mat y(m.size());
+  f::quantize_bf16(m, q);
+  f::dequantize_bf16(q, y);
+  return y;
+}
+Mat ref_fp8(const Mat& m, bool e5m2) {
+  const float fmax = e5m2 ? f::kE5M2Max : f::kE4M3Max;
+  const float inv = f::current_inv_scale(f::abs_max(m).amax, fmax);
+  std::vector<uint8_t> q(m.size());
+  Mat y(m.size());
+  if (e5m2) {
+    f::quantize_e5m2_scaled(m, inv, q);
+    f::dequantize_e5m2_scaled(q, 1.0f / inv, y);
+  } else {
+    f::quantize_e4m3_scaled(m, inv, q);
+    f::dequantize_e4m3_scaled(q, 1.0f / inv, y);
+  }
+  return y;
+}
+Mat ref_mx(const Mat& m, size_t rows, size_t cols) {
+  Mat y(m.size());
+  std::vector<f::BlockMxfp8> b(f::mx_num_blocks(cols));
+  for (size_t r = 0; r < rows; ++r) {
+    f::quantize_mxfp8(std::span(m).subspan(r * cols, cols), b);
+    f::dequantize_mxfp8(b, std::span(y).subspan(r * cols, cols));
+  }
+  return y;
+}
+Mat ref_nv(const Mat& m, size_t rows, size_t cols, const Philox* sr) {
+  const float ts = f::nvfp4_tensor_scale(m);
+  Mat y(m.size());
+  std::vector<f::BlockNvfp4> b(f::nvfp4_num_blocks(cols));
+  for (size_t r = 0; r < rows; ++r) {
+    const auto in = std::span(m).subspan(r * cols, cols);
+    if (sr) {
+      f::quantize_nvfp4_sr(in, ts, b, *sr, r * cols);
+    } else {
+      f::quantize_nvfp4(in, ts, b);
+    }
+    f::dequantize_nvfp4(b, ts, std::span(y).subspan(r * cols, cols));
+  }
+  return y;
+}
+Mat ref_nv2d(const Mat& m, size_t rows, size_t cols) {
+  const float ts = f::nvfp4_tensor_scale(m);
+  std::vector<f::BlockNvfp4> b(f::nvfp4_2d_num_blocks(rows, cols));
+  Mat y(m.size());
+  f::quantize_nvfp4_2d(m, rows, cols, ts, b);
+  f::dequantize_nvfp4_2d(b, rows, cols, ts, y);
+  return y;
+}
+// Blocks along the rows (the reduction axis of dgrad's W and of both wgrad operands).
+template <typename Fn>
+Mat along_rows(const Mat& m, size_t rows, size_t cols, Fn q) {
+  return transposed(q(transposed(m, rows, cols), cols, rows), cols, rows);
+}
+
+// The recipe as documented in precision.h, operand by operand.
+Mat reference(PrecisionGemm& g, Precision p, const Mat& m, size_t rows, size_t cols, Operand role,
+              GemmSite site) {
+  const bool grad = role == Operand::kDgradDy || role == Operand::kWgradDy;
+  const bool weight = role == Operand::kFwdW || role == Operand::kDgradW;
+  const bool by_rows =
+      role == Operand::kDgradW || role == Operand::kWgradDy || role == Operand::kWgradX;
+  if (p == Precision::kFp32) return m;
+  if (site.high_precision || p == Precision::kBf16) return ref_bf16(m);
+  if (p == Precision::kFp8) return ref_fp8(m, grad);
+  if (p == Precision::kMxfp8) {
+    auto q = [](const Mat& a, size_t r, size_t c) { return ref_mx(a, r, c); };
+    return by_rows ? along_rows(m, rows, cols, q) : q(m, rows, cols);
+  }
+  // nvfp4
+  if (weight) return ref_nv2d(m, rows, cols);
+  Mat src = m;
+  if (role == Operand::kWgradDy || role == Operand::kWgradX)
+    g.hadamard_rows(src.data(), static_cast<int>(rows), static_cast<int>(cols));
+  const Philox rng = g.rounding_rng(site, role);
+  auto q = [&](const Mat& a, size_t r, size_t c) { return ref_nv(a, r, c, grad ? &rng : nullptr); };
+  return by_rows ? along_rows(src, rows, cols, q) : q(src, rows, cols);
+}
+
+constexpr Precision kRecipes[] = {Precision::kFp32, Precision::kBf16, Precision::kFp8,
+                                  Precision::kMxfp8, Precision::kNvfp4};
+
+TEST(Precision, WrapperEqualsExplicitQuantizeDequantizeGemm) {
+  // Odd sizes: row tails of every block size, a Hadamard tail of 50 % 16 = 2 tokens.
+  const int N = 50, IC = 72, OC = 40;
+  const Mat x = random_mat(N, IC, 1), w = random_mat(OC, IC, 2, 0.05),
+            dy = random_mat(N, OC, 3, 1e-3);
+  for (Precision p : kRecipes)
+    for (bool high : {false, true}) {
+      SCOPED_TRACE(std::string(precision_name(p)) + (high ? " high" : ""));
+      PrecisionGemm g;
+      g.configure(p, 77);
+      g.begin_step(5);
+      const GemmSite site{3, high};
+      // forward
+      Mat out(N * OC), want(N * OC);
+      g.forward(out.data(), x.data(), w.data(), N, IC, OC, site);
+      const Mat xq = reference(g, p, x, N, IC, Operand::kFwdX, site);
+      const Mat wq = reference(g, p, w, OC, IC, Operand::kFwdW, site);
+      ops::matmul_forward(want.data(), xq.data(), wq.data(), N, IC, OC);
+      EXPECT_TRUE(same_bits(out, want));
+      if (p != Precision::kFp32) {
+        EXPECT_FALSE(same_bits(xq, x));  // something was quantized
+      }
+      // dgrad and wgrad, accumulating onto nonzero outputs
+      Mat dx = random_mat(N, IC, 4), dw = random_mat(OC, IC, 5);
+      Mat dx_want = dx, dw_want = dw;
+      g.backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), N, IC, OC, site);
+      const Mat dq = reference(g, p, dy, N, OC, Operand::kDgradDy, site);
+      const Mat wq2 = reference(g, p, w, OC, IC, Operand::kDgradW, site);
+      const Mat gq = reference(g, p, dy, N, OC, Operand::kWgradDy, site);
+      const Mat xq2 = reference(g, p, x, N, IC, Operand::kWgradX, site);
+      ops::matmul_backward(dx_want.data(), static_cast<float*>(nullptr), dq.data(),
+                           static_cast<const float*>(nullptr), wq2.data(), N, IC, OC);
+      ops::matmul_backward(static_cast<float*>(nullptr), dw_want.data(), gq.data(), xq2.data(),
+                           static_cast<const float*>(nullptr), N, IC, OC);
+      EXPECT_TRUE(same_bits(dx, dx_want));
+      EXPECT_TRUE(same_bits(dw, dw_want));
+      // The 16x16 weight tiles make forward and dgrad see the same quantized W.
+      if (p == Precision::kNvfp4 && !high) {
+        EXPECT_TRUE(same_bits(wq, wq2));
+      }
+    }
+}
+
+TEST(Precision, Fp32IsBitwiseTheFp32Gemm) {
+  const int N = 33, IC = 20, OC = 17;
+  const Mat x = random_mat(N, IC, 1), w = random_mat(OC, IC, 2), dy = random_mat(N, OC, 3);
+  PrecisionGemm g;  // default recipe: fp32
+  Mat out(N * OC), want(N * OC);
+  g.forward(out.data(), x.data(), w.data(), N, IC, OC, GemmSite{1, true});
+  ops::matmul_forward(want.data(), x.data(), w.data(), N, IC, OC);
+  EXPECT_TRUE(same_bits(out, want));
+  Mat dx(N * IC, 0.5f), dw(OC * IC, 0.25f), dx2 = dx, dw2 = dw;
+  g.backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), N, IC, OC, GemmSite{1, true});
+  ops::matmul_backward(dx2.data(), dw2.data(), dy.data(), x.data(), w.data(), N, IC, OC);
+  EXPECT_TRUE(same_bits(dx, dx2));
+  EXPECT_TRUE(same_bits(dw, dw2));
+}
+
+TEST(Precision, StochasticRoundingIsUnbiased) {
+  // The nvfp4 gradient operand, averaged over many steps (each step draws fresh bits), converges
+  // to the fp32 gradient; nearest rounding (the activation) has a fixed error that does not.
+  const int N = 16, OC = 32;
+  const Mat dy = random_mat(N, OC, 9);
+  PrecisionGemm g;
+  g.configure(Precision::kNvfp4, 3);
+  const int draws = 4000;
+  std::vector<double> mean(dy.size(), 0.0);
+  Mat q(dy.size());
+  for (int s = 0; s < draws; ++s) {
+    g.begin_step(s);
+    g.quantize_operand(dy.data(), N, OC, Operand::kDgradDy, GemmSite{0, false}, q.data());
+    for (size_t i = 0; i < q.size(); ++i) mean[i] += q[i] / draws;
+  }
+  const float ts = f::nvfp4_tensor_scale(dy);
+  double worst = 0, rne_err = 0;
+  g.quantize_operand(dy.data(), N, OC, Operand::kFwdX, GemmSite{0, false}, q.data());
+  for (size_t i = 0; i < dy.size(); ++i) {
+    worst = std::max(worst, std::fabs(mean[i] - dy[i]));
+    rne_err = std::max(rne_err, std::fabs(static_cast<double>(q[i]) - dy[i]));
+  }
+  // One E2M1 step at the top of a block is 2 * block_scale * ts <= 2 * amax / 6 ... the standard
+  // error of the mean over 4000 draws is below 1/60 of a step; allow 1/20 of the largest step.
+  const double step = 2.0 * 448.0 * ts;
+  EXPECT_LT(worst, step / 20) << "step " << step;
+  EXPECT_GT(rne_err, worst * 2);  // rounding to nearest is visibly biased on the same data
+}
+
+TEST(Precision, HadamardIsOrthogonal) {
+  PrecisionGemm g;
+  g.configure(Precision::kNvfp4, 12);
+  // H itself: the transform of the identity, columns of H; HᵀH = I.
+  Mat id(16 * 16, 0.0f);
+  for (int i = 0; i < 16; ++i) id[i * 16 + i] = 1.0f;
+  g.hadamard_rows(id.data(), 16, 16);
+  int negatives = 0;
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j) {
+      double dot = 0;
+      for (int k = 0; k < 16; ++k) dot += id[k * 16 + i] * id[k * 16 + j];
+      EXPECT_NEAR(dot, i == j ? 1.0 : 0.0, 1e-6);
+      EXPECT_EQ(std::fabs(id[i * 16 + j]), 0.25f);
+      negatives += id[i * 16 + j] < 0;
+    }
+  EXPECT_GT(negatives, 0);
+  // Applied to both wgrad operands, dYᵀ·x is unchanged (to float tolerance); a tail of rows is
+  // left alone.
+  const int N = 37, IC = 24, OC = 20;
+  Mat x = random_mat(N, IC, 1), dy = random_mat(N, OC, 2);
+  Mat dw(OC * IC, 0.0f), dw_h(OC * IC, 0.0f);
+  ops::matmul_backward(static_cast<float*>(nullptr), dw.data(), dy.data(), x.data(),
+                       static_cast<const float*>(nullptr), N, IC, OC);
+  Mat xh = x, dyh = dy;
+  g.hadamard_rows(xh.data(), N, IC);
+  g.hadamard_rows(dyh.data(), N, OC);
+  EXPECT_FALSE(same_bits(xh, x));
+  for (int r = 32; r < N; ++r)
+    for (int c = 0; c < IC; ++c) EXPECT_EQ(xh[r * IC + c], x[r * IC + c]);
+  ops::matmul_backward(static_cast<float*>(nullptr), dw_h.data(), dyh.data(), xh.data(),
+                       static_cast<const float*>(nullptr), N, IC, OC);
+  for (size_t i = 0; i < dw.size(); ++i) EXPECT_NEAR(dw_h[i], dw[i], 1e-4) << i;
+}
+
+TEST(Precision, ParseNamesTheAcceptedValues) {
+  for (Precision p : kRecipes) EXPECT_EQ(*parse_precision(precision_name(p)), p);
+  auto bad = parse_precision("fp16");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("\"fp16\""), std::string::npos);
+  EXPECT_NE(bad.status().message().find("nvfp4"), std::string::npos);
+  EXPECT_EQ(nvfp4_bf16_tail_layers(1), 1);
+  EXPECT_EQ(nvfp4_bf16_tail_layers(4), 1);
+  EXPECT_EQ(nvfp4_bf16_tail_layers(32), 4);
+}
+
+// ---- Training with each recipe ----------------------------------------------------------------
+ModelConfig tiny() {
+  ModelConfig c;
+  c.vocab = 64;
+  c.dim = 32;
+  c.layers = 2;
+  c.heads = 2;
+  c.ffn_hidden = 64;
+  c.seq_len = 32;
+  return c;
+}
+
+// Params after `steps` inner steps of recipe p, with the given seed and thread count.
+ParamSet train(Precision p, uint64_t seed, int threads, int steps, float* last_loss) {
+  ops::set_num_threads(threads);
+  const ModelConfig mc = tiny();
+  TrainerConfig tc;
+  tc.batch = 4;
+  tc.seq = 32;
+  tc.lr = 3e-3;
+  tc.warmup = 2;
+  tc.total_steps = steps;
+  tc.precision = p;
+  tc.precision_seed = seed;
+  InnerTrainer tr(mc, tc);
+  ParamSet params(make_layout(mc));
+  init_params(params, mc, 1);
+  // A learnable stream: token t+1 = (3 t + 1) mod 64 with a random start per row.
+  std::vector<int32_t> tokens(static_cast<size_t>(tc.batch) * (tc.seq + 1));
+  for (int s = 0; s < steps; ++s) {
+    const Philox rng(5, static_cast<uint64_t>(s));
+    for (int b = 0; b < tc.batch; ++b) {
+      int32_t t = static_cast<int32_t>(rng.below(b, 64));
+      for (int i = 0; i <= tc.seq; ++i, t = (3 * t + 1) % 64) tokens[b * (tc.seq + 1) + i] = t;
+    }
+    const StepStats st = tr.step(params, tokens.data(), s);
+    if (last_loss) *last_loss = st.loss;
+  }
+  ops::set_num_threads(0);
+  return params;
+}
+
+bool same_params(const ParamSet& a, const ParamSet& b) {
+  return std::memcmp(a.data(), b.data(), a.numel() * sizeof(float)) == 0;
+}
+
+TEST(Precision, TrainingIsDeterministicAcrossSeedsAndThreads) {
+  const ParamSet fp32 = train(Precision::kFp32, 1, 1, 4, nullptr);
+  for (Precision p : {Precision::kFp8, Precision::kNvfp4}) {
+    SCOPED_TRACE(precision_name(p));
+    const ParamSet a = train(p, 1, 1, 4, nullptr);
+    const ParamSet b = train(p, 1, 2, 4, nullptr);
+    EXPECT_TRUE(same_params(a, b));      // 1 vs 2 threads, same bits
+    EXPECT_FALSE(same_params(a, fp32));  // the recipe changed the numerics
+    if (p == Precision::kNvfp4) {
+      const ParamSet c = train(p, 2, 1, 4, nullptr);
+      EXPECT_FALSE(same_params(a, c));  // another seed, other stochastic rounding
+    }
+  }
+}
+
+TEST(Precision, EveryRecipeLearns) {
+  for (Precision p : kRecipes) {
+    SCOPED_TRACE(precision_name(p));
+    float first = 0, last = 0;
+    train(p, 1, 1, 1, &first);
+    train(p, 1, 1, 30, &last);
+    EXPECT_TRUE(std::isfinite(last));
+    EXPECT_LT(last, first * 0.8f) << first << " -> " << last;
+  }
+}
+
+}  // namespace
+}  // namespace atl::algorithms
