@@ -17,6 +17,8 @@ int cmd_node(const Args& args);
 // `atoll node --role teacher|student` (cli/distill_node.cc).
 int cmd_distill_node(const Args& args, const std::string& role);
 int cmd_demo(const Args& args);
+// `atoll demo --algorithm distill` (cli/demo_distill.cc).
+int cmd_demo_distill(const Args& args);
 int cmd_bench(const Args& args);
 int cmd_token(const Args& args);
 

@@ -20,6 +20,7 @@
 #include "kernels/core/sha256.h"
 #include "kernels/cpu/ops.h"
 #include "node/coordinator_client.h"
+#include "node/distill_inner.h"
 #include "node/site_data.h"
 #include "transport/tls/credentials.h"
 
@@ -182,8 +183,8 @@ Status run_node(const NodeOptions& opt) {
       if (Clock::now() + backoff > give_up)
         return Unavailable(r.status().message() + " (gave up after " +
                            std::to_string(static_cast<int>(opt.give_up_after_s)) + " s)");
-      log("coordinator unreachable, retrying in " + std::to_string(backoff.count()) + " ms: " +
-          r.status().message());
+      log("coordinator unreachable, retrying in " + std::to_string(backoff.count()) +
+          " ms: " + r.status().message());
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
     }
@@ -200,10 +201,9 @@ Status run_node(const NodeOptions& opt) {
 
   ATOLL_ASSIGN_OR_RETURN(SiteData site, load_site_data(spec, TokenizerChoice{}, opt.brown_dir));
   if (site.tokenizer->vocab_size() > model_cfg.vocab)
-    return InvalidArgument("the site's tokenizer has " +
-                           std::to_string(site.tokenizer->vocab_size()) +
-                           " ids but the experiment's model has vocab " +
-                           std::to_string(model_cfg.vocab));
+    return InvalidArgument(
+        "the site's tokenizer has " + std::to_string(site.tokenizer->vocab_size()) +
+        " ids but the experiment's model has vocab " + std::to_string(model_cfg.vocab));
   ATOLL_RETURN_IF_ERROR(
       algorithms::data::check_sampling(site.train, train_cfg.batch, train_cfg.seq));
   log("data " + spec.to_string() + ": " + std::to_string(site.train.size()) + " train tokens");
@@ -216,6 +216,21 @@ Status run_node(const NodeOptions& opt) {
   }
 
   algorithms::InnerTrainer trainer(model_cfg, train_cfg);
+  // Distillation from remote teachers: the inner loss is the distillation loss.
+  std::unique_ptr<DistillInnerStep> distiller;
+  if (!opt.distill.teachers.empty()) {
+    transport::ClientTls teacher_tls;
+    if (opt.insecure) {
+      teacher_tls = transport::insecure_client_credentials();
+    } else {
+      ATOLL_ASSIGN_OR_RETURN(teacher_tls, transport::client_credentials(opt.tls_dir, opt.name,
+                                                                        opt.distill.server_name));
+    }
+    ATOLL_ASSIGN_OR_RETURN(distiller, DistillInnerStep::create(opt.distill, teacher_tls, model_cfg,
+                                                               train_cfg, opt.stop));
+    log("distilling from teachers " + distiller->describe() + " (" + opt.distill.codec +
+        ", alpha " + std::to_string(opt.distill.alpha).substr(0, 5) + ")");
+  }
   const auto layout = algorithms::make_layout(model_cfg);
   const std::string layout_fp = algorithms::layout_fingerprint(layout);
   // theta: the global θ as last pulled (exact unless a lossy delta was applied); local: the
@@ -245,8 +260,8 @@ Status run_node(const NodeOptions& opt) {
   double pre_loss = 0;
   uint64_t pre_tokens = 0;
 
-  Heartbeater heart(client, std::chrono::milliseconds(
-                                std::max<uint32_t>(100, joined.heartbeat_interval_ms())));
+  Heartbeater heart(
+      client, std::chrono::milliseconds(std::max<uint32_t>(100, joined.heartbeat_interval_ms())));
   uint64_t last_done = 0;
   bool have_done = false;
   auto unreachable_since = std::optional<Clock::time_point>();
@@ -297,8 +312,8 @@ Status run_node(const NodeOptions& opt) {
         if (std::chrono::duration<double>(Clock::now() - *unreachable_since).count() >
             opt.give_up_after_s)
           return Unavailable("coordinator at " + opt.coordinator + " unreachable for " +
-                             std::to_string(static_cast<int>(opt.give_up_after_s)) + " s: " +
-                             task.status().message());
+                             std::to_string(static_cast<int>(opt.give_up_after_s)) +
+                             " s: " + task.status().message());
         log("next task failed (" + task.status().message() + "); reconnecting");
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
         auto re = join();
@@ -352,14 +367,31 @@ Status run_node(const NodeOptions& opt) {
     auto train_step = [&](uint64_t r, int64_t step, uint32_t k, double& lsum, uint64_t& toks) {
       auto batch = algorithms::data::sample_global_batch(site.train, seed, step, train_cfg.batch,
                                                          train_cfg.seq);
-      auto st = trainer.step(local, batch.tokens.data(), step);
+      algorithms::StepStats st;
+      if (distiller) {
+        // The batch of step + 1 too: its teacher targets are fetched while this step trains.
+        std::optional<algorithms::data::GlobalBatch> after;
+        if (static_cast<uint64_t>(step) + 1 < total_steps)
+          after = algorithms::data::sample_global_batch(site.train, seed, step + 1, train_cfg.batch,
+                                                        train_cfg.seq);
+        auto ds = distiller->step(local, batch.tokens, step, after ? &after->tokens : nullptr);
+        if (!ds.ok()) return ds.status();
+        st.loss = ds->loss;
+        st.grad_norm = ds->grad_norm;
+        st.lr = ds->lr;
+        st.tokens = ds->tokens;
+      } else {
+        st = trainer.step(local, batch.tokens.data(), step);
+      }
       lsum += st.loss;
       toks += static_cast<uint64_t>(st.tokens);
       double secs = std::chrono::duration<double>(Clock::now() - t0).count();
       heart.progress(r, k + 1, st.loss, secs > 0 ? toks / secs : 0);
+      return Status::Ok();
     };
     for (uint32_t k = done_steps; k < H && !stopping(); ++k) {
-      train_step(round, static_cast<int64_t>(cur.global_step()) + k, k, loss_sum, tokens);
+      ATOLL_RETURN_IF_ERROR(
+          train_step(round, static_cast<int64_t>(cur.global_step()) + k, k, loss_sum, tokens));
       ++done_steps;
     }
     if (stopping()) break;
@@ -383,8 +415,7 @@ Status run_node(const NodeOptions& opt) {
     std::optional<std::string> encoded_payload;  // empty: codec "none"
     if (codec) {
       algorithms::compress::ErrorFeedback* fb = &feedback;
-      if (streaming)
-        fb = &fragment_feedback.try_emplace(frag_off, frag_n).first->second;
+      if (streaming) fb = &fragment_feedback.try_emplace(frag_off, frag_n).first->second;
       auto encoded = use_feedback ? fb->encode(*codec, d) : codec->encode(d);
       if (!encoded.ok()) return encoded.status();
       encoded_payload.emplace(encoded->begin(), encoded->end());
@@ -427,7 +458,8 @@ Status run_node(const NodeOptions& opt) {
       auto t_overlap = Clock::now();
       for (uint32_t k = 0; k < std::min(overlap, H) && next_step + k < total_steps && !stopping();
            ++k) {
-        train_step(round + 1, static_cast<int64_t>(next_step + k), k, next_loss, next_tokens);
+        ATOLL_RETURN_IF_ERROR(
+            train_step(round + 1, static_cast<int64_t>(next_step + k), k, next_loss, next_tokens));
         ++overlapped;
       }
       const double overlap_s = std::chrono::duration<double>(Clock::now() - t_overlap).count();
@@ -471,8 +503,11 @@ Status run_node(const NodeOptions& opt) {
       }
       if (overlapped > 0 && sent.ok()) {
         char line[160];
-        std::snprintf(line, sizeof(line), "round %" PRIu64 ": %u inner steps overlapped the sync "
-                      "(%.2f s)", round, overlapped, overlap_s);
+        std::snprintf(line, sizeof(line),
+                      "round %" PRIu64
+                      ": %u inner steps overlapped the sync "
+                      "(%.2f s)",
+                      round, overlapped, overlap_s);
         log(line);
       }
     }
@@ -487,7 +522,13 @@ Status run_node(const NodeOptions& opt) {
     std::snprintf(line, sizeof(line),
                   "round %" PRIu64 ": %u steps, loss %.4f, %.0f tok/s, sent %" PRIu64 " bytes",
                   round, done_steps, mean_loss, secs > 0 ? tokens / secs : 0.0, *sent);
-    log(line);
+    std::string tail;
+    if (distiller) {
+      char t[96];
+      std::snprintf(t, sizeof(t), ", teacher %.1f bytes/token", distiller->bytes_per_token());
+      tail = t;
+    }
+    log(line + tail);
     (void)client.report_metrics(round, cur.global_step() + H,
                                 {{"loss", mean_loss},
                                  {"tokens_per_s", secs > 0 ? tokens / secs : 0.0},
