@@ -187,7 +187,7 @@ StatusOr<RunResult> run_students(const DemoSetup& d, const std::string& label,
 int cmd_demo_distill(const Args& args) {
   Flags flags("demo --algorithm distill",
               {{"sites", true, "student sites (node processes)", "2"},
-               {"rounds", true, "DiLoCo rounds R of the students", "4"},
+               {"rounds", true, "DiLoCo rounds R of the students", "8"},
                {"inner-steps", true, "inner steps per round H", "25"},
                {"teacher-checkpoint", true, "load this teacher instead of training one", ""},
                {"teacher-steps", true, "steps of the teacher's training", "300"},
@@ -221,7 +221,7 @@ int cmd_demo_distill(const Args& args) {
   auto gd = [&](const char* n, double d, double lo, double hi) {
     return flags.get_double(n, d, lo, hi);
   };
-  auto sites = gi("sites", 2, 1, 15), rounds = gi("rounds", 4, 1, 100000),
+  auto sites = gi("sites", 2, 1, 15), rounds = gi("rounds", 8, 1, 100000),
        inner = gi("inner-steps", 25, 1, 1000000), tsteps = gi("teacher-steps", 300, 1, 10000000),
        tdim = gi("teacher-dim", 128, 2, 8192), tlayers = gi("teacher-layers", 4, 1, 256),
        theads = gi("teacher-heads", 4, 1, 256), tffn = gi("teacher-ffn", 384, 1, 65536),
