@@ -183,8 +183,8 @@ Status run_node(const NodeOptions& opt) {
       if (Clock::now() + backoff > give_up)
         return Unavailable(r.status().message() + " (gave up after " +
                            std::to_string(static_cast<int>(opt.give_up_after_s)) + " s)");
-      log("coordinator unreachable, retrying in " + std::to_string(backoff.count()) +
-          " ms: " + r.status().message());
+      log("coordinator unreachable, retrying in " + std::to_string(backoff.count()) + " ms: " +
+          r.status().message());
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
     }
@@ -201,9 +201,10 @@ Status run_node(const NodeOptions& opt) {
 
   ATOLL_ASSIGN_OR_RETURN(SiteData site, load_site_data(spec, TokenizerChoice{}, opt.brown_dir));
   if (site.tokenizer->vocab_size() > model_cfg.vocab)
-    return InvalidArgument(
-        "the site's tokenizer has " + std::to_string(site.tokenizer->vocab_size()) +
-        " ids but the experiment's model has vocab " + std::to_string(model_cfg.vocab));
+    return InvalidArgument("the site's tokenizer has " +
+                           std::to_string(site.tokenizer->vocab_size()) +
+                           " ids but the experiment's model has vocab " +
+                           std::to_string(model_cfg.vocab));
   ATOLL_RETURN_IF_ERROR(
       algorithms::data::check_sampling(site.train, train_cfg.batch, train_cfg.seq));
   log("data " + spec.to_string() + ": " + std::to_string(site.train.size()) + " train tokens");
@@ -260,8 +261,8 @@ Status run_node(const NodeOptions& opt) {
   double pre_loss = 0;
   uint64_t pre_tokens = 0;
 
-  Heartbeater heart(
-      client, std::chrono::milliseconds(std::max<uint32_t>(100, joined.heartbeat_interval_ms())));
+  Heartbeater heart(client, std::chrono::milliseconds(
+                                std::max<uint32_t>(100, joined.heartbeat_interval_ms())));
   uint64_t last_done = 0;
   bool have_done = false;
   auto unreachable_since = std::optional<Clock::time_point>();
@@ -312,8 +313,8 @@ Status run_node(const NodeOptions& opt) {
         if (std::chrono::duration<double>(Clock::now() - *unreachable_since).count() >
             opt.give_up_after_s)
           return Unavailable("coordinator at " + opt.coordinator + " unreachable for " +
-                             std::to_string(static_cast<int>(opt.give_up_after_s)) +
-                             " s: " + task.status().message());
+                             std::to_string(static_cast<int>(opt.give_up_after_s)) + " s: " +
+                             task.status().message());
         log("next task failed (" + task.status().message() + "); reconnecting");
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
         auto re = join();
@@ -415,7 +416,8 @@ Status run_node(const NodeOptions& opt) {
     std::optional<std::string> encoded_payload;  // empty: codec "none"
     if (codec) {
       algorithms::compress::ErrorFeedback* fb = &feedback;
-      if (streaming) fb = &fragment_feedback.try_emplace(frag_off, frag_n).first->second;
+      if (streaming)
+        fb = &fragment_feedback.try_emplace(frag_off, frag_n).first->second;
       auto encoded = use_feedback ? fb->encode(*codec, d) : codec->encode(d);
       if (!encoded.ok()) return encoded.status();
       encoded_payload.emplace(encoded->begin(), encoded->end());
@@ -503,11 +505,8 @@ Status run_node(const NodeOptions& opt) {
       }
       if (overlapped > 0 && sent.ok()) {
         char line[160];
-        std::snprintf(line, sizeof(line),
-                      "round %" PRIu64
-                      ": %u inner steps overlapped the sync "
-                      "(%.2f s)",
-                      round, overlapped, overlap_s);
+        std::snprintf(line, sizeof(line), "round %" PRIu64 ": %u inner steps overlapped the sync "
+                      "(%.2f s)", round, overlapped, overlap_s);
         log(line);
       }
     }
