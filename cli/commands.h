@@ -19,6 +19,8 @@ int cmd_distill_node(const Args& args, const std::string& role);
 int cmd_demo(const Args& args);
 // `atoll demo --algorithm hydra` (cli/demo_hydra.cc).
 int demo_hydra(const Args& args);
+// `atoll demo --algorithm distill` (cli/demo_distill.cc).
+int cmd_demo_distill(const Args& args);
 int cmd_bench(const Args& args);
 int cmd_token(const Args& args);
 

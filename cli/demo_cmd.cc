@@ -61,16 +61,39 @@ std::string json_number(double v) {
   return buf;
 }
 
+// `--algorithm NAME` (or --algorithm=NAME): which demo to run; "" when absent. The DiLoCo demo
+// is this file's; each other algorithm's demo lives in its own file.
+std::string demo_algorithm(const Args& args, Args* rest) {
+  std::string name;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--algorithm" && i + 1 < args.size()) {
+      name = args[++i];
+    } else if (args[i].rfind("--algorithm=", 0) == 0) {
+      name = args[i].substr(12);
+    } else {
+      rest->push_back(args[i]);
+    }
+  }
+  return name;
+}
+
+int cmd_demo_diloco(const Args& args);
+
 }  // namespace
 
 int cmd_demo(const Args& args) {
-  // `--algorithm hydra` runs the Hydra fine-tuning demo (cli/demo_hydra.cc).
-  for (size_t i = 0; i + 1 < args.size(); ++i)
-    if (args[i] == "--algorithm" && args[i + 1] == "hydra") {
-      Args rest(args.begin(), args.begin() + i);
-      rest.insert(rest.end(), args.begin() + i + 2, args.end());
-      return demo_hydra(rest);
-    }
+  Args rest;
+  const std::string algorithm = demo_algorithm(args, &rest);
+  if (algorithm == "distill") return cmd_demo_distill(rest);
+  if (algorithm == "hydra") return demo_hydra(rest);  // cli/demo_hydra.cc
+  if (!algorithm.empty() && algorithm != "diloco")
+    return fail("demo", "--algorithm " + algorithm + " must be diloco, distill or hydra", 2);
+  return cmd_demo_diloco(rest);
+}
+
+namespace {
+
+int cmd_demo_diloco(const Args& args) {
   Flags flags("demo",
               with_after_done_flags({{"nodes", true, "node processes (sites)", "4"},
                {"rounds", true, "DiLoCo rounds R", "8"},
@@ -459,5 +482,7 @@ int cmd_demo(const Args& args) {
   serve_after_done(rc.http.get(), *after, stop);
   return 0;
 }
+
+}  // namespace
 
 }  // namespace atl::cli

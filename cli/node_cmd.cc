@@ -25,7 +25,19 @@ int cmd_node(const Args& args) {
                {"device", true, "cpu or cuda:N", "cpu"},
                {"threads", true, "CPU threads", "1"},
                {"budget", true, "fraction of the full model's compute this site offers", "1.0"},
-               {"give-up-after", true, "seconds without a coordinator before exiting", "120"}});
+               {"give-up-after", true, "seconds without a coordinator before exiting", "120"},
+               {"teacher", true,
+                "distill from teacher(s) HOST:PORT[,...] (one per vocabulary shard): the inner "
+                "loss becomes the distillation loss",
+                ""},
+               {"teacher-name", true, "name in the teachers' certificates", "teacher"},
+               {"codec", true, "teacher targets over the link: bf16 or topk:K", "bf16"},
+               {"alpha", true, "weight of the KL term", "0.5"},
+               {"tau", true, "distillation temperature", "1.0"},
+               {"loss-rows", true, "rows per loss tile R", "256"},
+               {"loss-shards", true, "vocabulary shards S of the loss", "4"},
+               {"teacher-timeout", true, "deadline of every teacher call, seconds", "30"},
+               {"teacher-wait", true, "how long to wait for an absent teacher, seconds", "60"}});
   if (Status s = flags.parse(args); !s.ok()) return fail("node", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
   node::NodeOptions o;
@@ -51,6 +63,33 @@ int cmd_node(const Args& args) {
   o.threads = static_cast<int>(*threads);
   o.budget = *budget;
   o.give_up_after_s = *give_up;
+  if (auto t = flags.get("teacher")) {
+    for (size_t b = 0; b <= t->size();) {
+      size_t e = t->find(',', b);
+      if (e == std::string::npos) e = t->size();
+      if (e > b) o.distill.teachers.push_back(t->substr(b, e - b));
+      b = e + 1;
+    }
+    o.distill.server_name = flags.get_or("teacher-name", "teacher");
+    o.distill.codec = flags.get_or("codec", "bf16");
+    auto alpha = flags.get_double("alpha", 0.5, 1e-9, 1);
+    auto tau = flags.get_double("tau", 1.0, 1e-3, 1e3);
+    auto rows = flags.get_int("loss-rows", 256, 1, 1 << 20);
+    auto shards = flags.get_int("loss-shards", 4, 1, 1 << 20);
+    auto timeout = flags.get_double("teacher-timeout", 30, 0.01, 1e6);
+    auto wait = flags.get_double("teacher-wait", 60, 0, 1e7);
+    for (const auto* r : {&alpha, &tau, &timeout, &wait})
+      if (!r->ok()) return fail("node", r->status().message(), 2);
+    for (const auto* r : {&rows, &shards})
+      if (!r->ok()) return fail("node", r->status().message(), 2);
+    o.distill.alpha = *alpha;
+    o.distill.tau = *tau;
+    o.distill.loss_rows = static_cast<int>(*rows);
+    o.distill.loss_shards = static_cast<int>(*shards);
+    o.distill.rpc_timeout_s = *timeout;
+    o.distill.wait_s = *wait;
+    if (Status s = node::validate(o.distill); !s.ok()) return fail("node", s.message(), 2);
+  }
   o.stop = install_stop_signals();
   const std::string name = o.name;
   o.log = [name](const std::string& line) {

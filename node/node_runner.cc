@@ -22,6 +22,7 @@
 #include "kernels/cpu/ops.h"
 #include "node/coordinator_client.h"
 #include "node/hydra_site.h"
+#include "node/distill_inner.h"
 #include "node/site_data.h"
 #include "transport/tls/credentials.h"
 
@@ -242,10 +243,28 @@ Status run_node(const NodeOptions& opt) {
                            " does not divide ffn_hidden " + std::to_string(model_cfg.ffn_hidden));
   if (hydra && (joined.train().streaming_fragments() > 1 || joined.train().overlap_steps() > 0))
     return InvalidArgument("the coordinator asks for Hydra with Streaming DiLoCo (unsupported)");
+  if (hydra && !opt.distill.teachers.empty())
+    return InvalidArgument("--teacher cannot be used in a Hydra experiment (subnetwork training "
+                           "has no distillation loss); drop --teacher or use algorithm = diloco");
   std::optional<algorithms::hydra::HydraTrainer> hydra_trainer;
   if (hydra) hydra_trainer.emplace(model_cfg, train_cfg);
   std::string hydra_fb_mask;  // the mask the error feedback buffer belongs to
   std::optional<algorithms::compress::ErrorFeedback> hydra_feedback;
+  // Distillation from remote teachers: the inner loss is the distillation loss.
+  std::unique_ptr<DistillInnerStep> distiller;
+  if (!opt.distill.teachers.empty()) {
+    transport::ClientTls teacher_tls;
+    if (opt.insecure) {
+      teacher_tls = transport::insecure_client_credentials();
+    } else {
+      ATOLL_ASSIGN_OR_RETURN(teacher_tls, transport::client_credentials(opt.tls_dir, opt.name,
+                                                                        opt.distill.server_name));
+    }
+    ATOLL_ASSIGN_OR_RETURN(distiller, DistillInnerStep::create(opt.distill, teacher_tls, model_cfg,
+                                                               train_cfg, opt.stop));
+    log("distilling from teachers " + distiller->describe() + " (" + opt.distill.codec +
+        ", alpha " + std::to_string(opt.distill.alpha).substr(0, 5) + ")");
+  }
   const auto layout = algorithms::make_layout(model_cfg);
   const std::string layout_fp = algorithms::layout_fingerprint(layout);
   // theta: the global θ as last pulled (exact unless a lossy delta was applied); local: the
@@ -412,15 +431,33 @@ Status run_node(const NodeOptions& opt) {
     auto train_step = [&](uint64_t r, int64_t step, uint32_t k, double& lsum, uint64_t& toks) {
       auto batch = algorithms::data::sample_global_batch(site.train, seed, step, train_cfg.batch,
                                                          train_cfg.seq);
-      auto st = hydra ? hydra_trainer->step(local, batch.tokens.data(), step)
-                      : trainer.step(local, batch.tokens.data(), step);
+      algorithms::StepStats st;
+      if (distiller) {
+        // The batch of step + 1 too: its teacher targets are fetched while this step trains.
+        std::optional<algorithms::data::GlobalBatch> after;
+        if (static_cast<uint64_t>(step) + 1 < total_steps)
+          after = algorithms::data::sample_global_batch(site.train, seed, step + 1, train_cfg.batch,
+                                                        train_cfg.seq);
+        auto ds = distiller->step(local, batch.tokens, step, after ? &after->tokens : nullptr);
+        if (!ds.ok()) return ds.status();
+        st.loss = ds->loss;
+        st.grad_norm = ds->grad_norm;
+        st.lr = ds->lr;
+        st.tokens = ds->tokens;
+      } else if (hydra) {
+        st = hydra_trainer->step(local, batch.tokens.data(), step);
+      } else {
+        st = trainer.step(local, batch.tokens.data(), step);
+      }
       lsum += st.loss;
       toks += static_cast<uint64_t>(st.tokens);
       double secs = std::chrono::duration<double>(Clock::now() - t0).count();
       heart.progress(r, k + 1, st.loss, secs > 0 ? toks / secs : 0);
+      return Status::Ok();
     };
     for (uint32_t k = done_steps; k < H && !stopping(); ++k) {
-      train_step(round, static_cast<int64_t>(cur.global_step()) + k, k, loss_sum, tokens);
+      ATOLL_RETURN_IF_ERROR(
+          train_step(round, static_cast<int64_t>(cur.global_step()) + k, k, loss_sum, tokens));
       ++done_steps;
     }
     if (stopping()) break;
@@ -498,7 +535,8 @@ Status run_node(const NodeOptions& opt) {
       auto t_overlap = Clock::now();
       for (uint32_t k = 0; k < std::min(overlap, H) && next_step + k < total_steps && !stopping();
            ++k) {
-        train_step(round + 1, static_cast<int64_t>(next_step + k), k, next_loss, next_tokens);
+        ATOLL_RETURN_IF_ERROR(
+            train_step(round + 1, static_cast<int64_t>(next_step + k), k, next_loss, next_tokens));
         ++overlapped;
       }
       const double overlap_s = std::chrono::duration<double>(Clock::now() - t_overlap).count();
@@ -558,7 +596,13 @@ Status run_node(const NodeOptions& opt) {
     std::snprintf(line, sizeof(line),
                   "round %" PRIu64 ": %u steps, loss %.4f, %.0f tok/s, sent %" PRIu64 " bytes",
                   round, done_steps, mean_loss, secs > 0 ? tokens / secs : 0.0, *sent);
-    log(line);
+    std::string tail;
+    if (distiller) {
+      char t[96];
+      std::snprintf(t, sizeof(t), ", teacher %.1f bytes/token", distiller->bytes_per_token());
+      tail = t;
+    }
+    log(line + tail);
     (void)client.report_metrics(round, cur.global_step() + H,
                                 {{"loss", mean_loss},
                                  {"tokens_per_s", secs > 0 ? tokens / secs : 0.0},

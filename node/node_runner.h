@@ -16,13 +16,14 @@
 #include <string>
 
 #include "kernels/core/status.h"
+#include "node/distill_inner.h"
 
 namespace atl::node {
 
 struct NodeOptions {
-  std::string coordinator;  // HOST:PORT
-  std::string tls_dir;      // CA dir with <name>.crt/.key; empty with insecure
-  std::string name;         // certificate name (node id)
+  std::string coordinator;                  // HOST:PORT
+  std::string tls_dir;                      // CA dir with <name>.crt/.key; empty with insecure
+  std::string name;                         // certificate name (node id)
   std::string server_name = "coordinator";  // expected name in the coordinator's certificate
   bool insecure = false;
   std::string data_spec = "brown";
@@ -35,6 +36,9 @@ struct NodeOptions {
   // Set from a signal handler: finish the current inner step, Leave, return.
   const std::atomic<bool>* stop = nullptr;
   std::function<void(const std::string&)> log;  // one line per call
+  // Teachers to distill from (none by default): the inner loss becomes the distillation loss
+  // (node/distill_inner.h). The node's certificate authenticates it to the teachers too.
+  DistillNodeOptions distill;
 };
 
 // The data-sampling seed of a site: each site draws its own batches from its own data, keyed by

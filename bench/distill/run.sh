@@ -177,12 +177,13 @@ md = ["## Distillation across sites", "",
       ""]
 path = "bench/RESULTS.md"
 text = open(path).read()
-section = "\n".join(md)
-m = re.search(r"^## Distillation across sites\n.*?(?=^## |\Z)", text, re.M | re.S)
-if m:
-    text = text[:m.start()] + section + "\n" + text[m.end():]
+# Only between the markers: the seeds study below them (written by hand) stays.
+begin, end = "<!-- distill:begin -->", "<!-- distill:end -->"
+section = begin + "\n" + "\n".join(md).rstrip("\n") + "\n" + end
+if begin in text and end in text:
+    text = text[:text.index(begin)] + section + text[text.index(end) + len(end):]
 else:
-    text = text.rstrip("\n") + "\n\n" + section
+    text = text.rstrip("\n") + "\n\n" + section + "\n"
 open(path, "w").write(text)
 print("updated", path)
 EOF

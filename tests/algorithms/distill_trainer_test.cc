@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "algorithms/distill/student.h"
 #include "algorithms/distill/trainer.h"
 #include "algorithms/optim/inner_trainer.h"
 #include "kernels/core/philox.h"
@@ -196,6 +197,48 @@ TEST(DistillTrainer, StepIsBitwiseEqualOnOneAndTwoThreads) {
     return p;
   };
   EXPECT_TRUE(same(run(1), run(2)));
+}
+
+// The remote path with an exact (fp32) link: the teacher runs in its own Llama, as the teacher
+// service does, and its logits reach a StudentTrainer through a TeacherLogits. Over many steps
+// the parameters equal co-located DistillTrainer's bit for bit, so the only difference between
+// bench settings (2) and (3) is the bf16 rounding of the teacher's logits on the wire. A schedule,
+// clipping, normalization or batch mismatch between the two trainers fails here.
+TEST(StudentTrainer, Fp32TargetsGiveTheColocatedParametersBitwise) {
+  const ModelConfig sc = student_cfg(), tc = teacher_cfg();
+  TrainerConfig tr = train_cfg();
+  tr.warmup = 3;  // the schedule's warmup and decay both matter
+  tr.total_steps = 12;
+  tr.grad_clip = 0.05;  // small enough to clip: the clipping path is compared too
+  tr.weight_decay = 0.1;
+  const LossConfig lc{0.5, 2.0, 8, 5};
+  const ParamSet teacher = make_teacher(tc);
+  ParamSet colo(make_layout(sc));
+  init_params(colo, sc, 41);
+  ParamSet remote = colo;
+  DistillTrainer dist(sc, tc, tr, lc);
+  StudentTrainer stud(sc, tr, lc);
+  Llama teacher_model(tc);  // the teacher service's own model
+  const size_t off_t = teacher.layout().find("model.embed_tokens.weight")->offset;
+  const int B = tr.batch, T = tr.seq;
+  bool clipped = false;
+  for (int s = 0; s < 12; ++s) {
+    const auto tok = random_tokens(size_t(B) * (T + 1), sc.vocab, 100 + s);  // a batch per step
+    std::vector<int32_t> inputs(size_t(B) * T);
+    for (int b = 0; b < B; ++b)
+      std::copy(tok.begin() + b * (T + 1), tok.begin() + b * (T + 1) + T, inputs.begin() + b * T);
+    const float* h = teacher_model.forward_hidden(teacher, inputs.data(), B, T);
+    HeadTeacherLogits<float> head(h, teacher.data() + off_t, tc.dim);
+    const DistillStepStats a = dist.step(colo, teacher, tok.data(), s);
+    auto b = stud.step(remote, tok.data(), s, &head, nullptr);
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    EXPECT_EQ(a.loss, b->loss) << "step " << s;
+    EXPECT_EQ(a.grad_norm, b->grad_norm) << "step " << s;
+    EXPECT_EQ(a.lr, b->lr) << "step " << s;
+    clipped = clipped || a.grad_norm > tr.grad_clip;
+    ASSERT_TRUE(same(colo, remote)) << "parameters differ after step " << s;
+  }
+  EXPECT_TRUE(clipped) << "the test should exercise clipping";
 }
 
 }  // namespace

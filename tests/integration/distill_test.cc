@@ -71,11 +71,14 @@ class DistillProcesses : public ::testing::Test {
   }
 
   // Starts a teacher process and returns its address.
-  std::string start_teacher(const std::string& shard, const std::string& log) {
-    auto p = node::Subprocess::spawn({ATOLL_BINARY, "node", "--role", "teacher", "--checkpoint", ckpt_,
-                                      "--listen", "127.0.0.1:0", "--tls", tls_, "--data", "brown:a",
-                                      "--brown-dir", brown_dir(), "--vocab-shard", shard, "--threads", "1"},
-                                     *dir_ / log);
+  std::string start_teacher(const std::string& shard, const std::string& log,
+                            const std::string& listen = "127.0.0.1:0", std::string ckpt = "") {
+    if (ckpt.empty()) ckpt = ckpt_;
+    auto p = node::Subprocess::spawn(
+        {ATOLL_BINARY, "node", "--role", "teacher", "--checkpoint", ckpt, "--listen", listen,
+         "--tls", tls_, "--data", "brown:a", "--brown-dir", brown_dir(), "--vocab-shard", shard,
+         "--threads", "1"},
+        *dir_ / log);
     EXPECT_TRUE(p.ok()) << p.status().to_string();
     teachers_.push_back(std::move(p).value());
     std::string text;
@@ -243,6 +246,119 @@ TEST_F(DistillProcesses, ServiceRejectsBadRequests) {
   ctx.set_deadline(std::chrono::system_clock::now() + 5s);
   atoll_pb::v1::TeacherInfo info;
   EXPECT_FALSE(plain->Info(&ctx, atoll_pb::v1::TeacherInfoRequest(), &info).ok());
+}
+
+// The teacher dies and comes back (same address) within --teacher-wait: the student says it is
+// waiting, resumes when the teacher is back, and trains every step, none without its targets.
+TEST_F(DistillProcesses, TeacherRestartedMidRunStudentResumes) {
+  const std::string a = start_teacher("0/1", "t_back.log");
+  auto p = node::Subprocess::spawn(
+      [&] {
+        auto args = student_args({"--steps", "400", "--teacher", a, "--tls", tls_, "--teacher-wait",
+                                  "60", "--teacher-timeout", "5"});
+        args.insert(args.begin(), ATOLL_BINARY);
+        return args;
+      }(),
+      *dir_ / "s_back.log");
+  ASSERT_TRUE(p.ok());
+  std::string text;
+  ASSERT_TRUE(wait_for_log(*dir_ / "s_back.log", std::regex("step 2 loss"), 120s, &text)) << text;
+  teachers_.back().signal(SIGKILL);
+  (void)teachers_.back().wait_for(10s);
+  ASSERT_TRUE(
+      wait_for_log(*dir_ / "s_back.log", std::regex("waiting for the teacher at step"), 60s, &text))
+      << text;
+  EXPECT_EQ(start_teacher("0/1", "t_back2.log", a), a);
+  auto code = p->wait_for(120s);
+  ASSERT_TRUE(code.has_value()) << read_text(*dir_ / "s_back.log");
+  text = read_text(*dir_ / "s_back.log");
+  EXPECT_EQ(*code, 0) << text;
+  EXPECT_NE(text.find("teacher is back at step"), std::string::npos) << text;
+  auto lines = step_lines(text);
+  EXPECT_EQ(lines.size(), 400u);
+  EXPECT_NE(text.find("student done: disaggregated bf16"), std::string::npos) << text;
+}
+
+// A BPE vocabulary (V = 1024) split over three teacher processes (341 + 341 + 342 ids, S not
+// dividing V): the student merges the shards' logits into the full-vocabulary loss, equal to the
+// co-located loss up to bf16 rounding; top-k lists from the three shards merge too.
+TEST_F(DistillProcesses, BpeVocabularyOverThreeTeacherShards) {
+  auto r = run_atoll({"train",
+                      "--data",
+                      "brown:a",
+                      "--brown-dir",
+                      brown_dir(),
+                      "--tokenizer",
+                      "bpe:1024",
+                      "--dim",
+                      "32",
+                      "--layers",
+                      "1",
+                      "--heads",
+                      "2",
+                      "--ffn",
+                      "64",
+                      "--seq",
+                      "32",
+                      "--batch",
+                      "4",
+                      "--steps",
+                      "20",
+                      "--lr",
+                      "1e-2",
+                      "--eval-tokens",
+                      "256",
+                      "--threads",
+                      "1",
+                      "--out",
+                      *dir_ / "bpe-teacher"},
+                     *dir_ / "bpe-train.log");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string ck = *dir_ / "bpe-teacher/checkpoint.safetensors";
+  std::string addrs;
+  for (int i = 0; i < 3; ++i) {
+    const std::string shard = std::to_string(i) + "/3";
+    addrs +=
+        (i ? "," : "") + start_teacher(shard, "tb" + std::to_string(i) + ".log", "127.0.0.1:0", ck);
+  }
+  for (int i = 0; i < 3; ++i) {
+    const std::string log = read_text(*dir_ / ("tb" + std::to_string(i) + ".log"));
+    EXPECT_NE(log.find(i == 0   ? "vocab [0, 341) of 1024"
+                       : i == 1 ? "vocab [341, 682) of 1024"
+                                : "vocab [682, 1024) of 1024"),
+              std::string::npos)
+        << log;
+  }
+  auto bpe_args = [&](std::vector<std::string> extra) {
+    auto a = student_args(std::move(extra));
+    for (size_t i = 0; i + 1 < a.size(); ++i)
+      if (a[i] == "--tokenizer") a[i + 1] = "bpe:1024";  // trained on brown:a like the teacher's
+    return a;
+  };
+  auto remote = run_atoll(bpe_args({"--steps", "3", "--teacher", addrs, "--tls", tls_}),
+                          *dir_ / "sb_bf16.log");
+  ASSERT_EQ(remote.exit_code, 0) << remote.output;
+  auto topk =
+      run_atoll(bpe_args({"--steps", "3", "--teacher", addrs, "--tls", tls_, "--codec", "topk:8"}),
+                *dir_ / "sb_topk.log");
+  ASSERT_EQ(topk.exit_code, 0) << topk.output;
+  auto local =
+      run_atoll(bpe_args({"--steps", "3", "--teacher-checkpoint", ck}), *dir_ / "sb_local.log");
+  ASSERT_EQ(local.exit_code, 0) << local.output;
+  auto rb = step_lines(remote.output), tk = step_lines(topk.output), l = step_lines(local.output);
+  ASSERT_EQ(rb.size(), 3u) << remote.output;
+  ASSERT_EQ(l.size(), 3u) << local.output;
+  ASSERT_EQ(tk.size(), 3u) << topk.output;
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_NEAR(rb[s].kl, l[s].kl, 5e-3 * l[s].kl + 1e-4) << "step " << s;
+    EXPECT_NEAR(rb[s].loss, l[s].loss, 2e-3 * l[s].loss) << "step " << s;
+  }
+  EXPECT_GT(l[0].kl, 1e-3) << "a 20-step teacher should disagree with a fresh student";
+  EXPECT_NEAR(rb[0].ce, l[0].ce, 1e-5 * l[0].ce);
+  EXPECT_DOUBLE_EQ(rb[2].bytes_per_token, 2.0 * 1024);
+  // Top-8 of each of 3 shards, merged by the student: never above the full KL.
+  EXPECT_LE(tk[0].kl, l[0].kl * (1 + 1e-4) + 1e-6);
+  EXPECT_DOUBLE_EQ(tk[2].bytes_per_token, 3.0 * (8 * 8 + 4));
 }
 
 }  // namespace
