@@ -38,9 +38,11 @@ bench_args 2,31 "$@"
 # Model and optimiser: the same for every row (docs/decisions.md, "DiLoCo benchmark").
 MODEL=(--dim 64 --layers 2 --heads 4 --ffn 192 --seq 64 --batch 8)
 LR=${DILOCO_LR:-3e-3}
-# Outer Nesterov as in the DiLoCo paper (Douillard et al. 2023): lr 0.7, momentum 0.9.
-OUTER_LR=${DILOCO_OUTER_LR:-0.7}
-OUTER_MOM=${DILOCO_OUTER_MOMENTUM:-0.9}
+# Outer step: lr 1.0, momentum 0 (plain averaging of the nodes' θ), chosen over the DiLoCo
+# paper's Nesterov 0.7 / 0.9 and three others by tuning runs on another seed
+# (docs/decisions.md, "DiLoCo benchmark"; bench/results/diloco-tuning.json).
+OUTER_LR=${DILOCO_OUTER_LR:-1.0}
+OUTER_MOM=${DILOCO_OUTER_MOMENTUM:-0}
 EVAL_TOKENS=32768
 SEED=${DILOCO_SEED:-1234}
 PULL=${DILOCO_PULL:-bf16}
