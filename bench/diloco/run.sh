@@ -15,9 +15,9 @@
 # Bytes: DiLoCo's are measured on the wire by the coordinator (every node pulls θ and pushes
 # its Δ each round, message framing included). Data-parallel's are computed: a ring all-reduce
 # of the fp32 gradient every step, 2(M-1)·P·4 bytes per step summed over the M workers. The
-# main rows push Δ as int8 and pull θ as bf16 (about 1 + 2 bytes a value per node and round,
-# i.e. a ratio of about 8H(M-1)/(3M) >= 1.33 H for M >= 2); fp32 both ways would give only
-# H·(M-1)/M.
+# main rows push Δ as int8 and pull θ as bf16 (1.125 + 2 bytes a value per node and round:
+# int8 carries a scale per block; a ratio of 8H(M-1)/(3.125M) >= 1.28 H for M >= 2); fp32
+# both ways would give only H·(M-1)/M.
 #
 # Usage: bench/diloco/run.sh [--quick] [--out FILE] [--no-results-md]
 #   --quick          reduced grid and steps (finishes within 10 minutes on 2 cores)
@@ -46,7 +46,7 @@ OUTER_MOM=${DILOCO_OUTER_MOMENTUM:-0}
 EVAL_TOKENS=32768
 SEED=${DILOCO_SEED:-1234}
 PULL=${DILOCO_PULL:-bf16}
-read -r -a SPLITS <<<"${DILOCO_SPLITS:-iid genre}"
+read -r -a SPLITS <<<"${DILOCO_SPLITS:-${DILOCO_SPLIT:-iid genre}}"
 read -r -a CODECS <<<"${DILOCO_CODECS-int8}"
 
 if [[ $QUICK == 1 ]]; then

@@ -275,9 +275,6 @@ TEST(StreamingRounds, FragmentCountMustFitTheModel) {
       << svc.status().message();
 }
 
-}  // namespace
-}  // namespace atl::coordinator
-
 TEST(DeltaPulls, Bf16PullsAreDenseHalfSizeAndWithinOneUlp) {
   ExperimentConfig c = pull_config("bf16pull");
   c.diloco.pull_codec = "bf16";
@@ -305,3 +302,6 @@ TEST(DeltaPulls, Bf16PullsAreDenseHalfSizeAndWithinOneUlp) {
   node::UpdateHeader h{2, 100, 1.0, f.coord->service->params_fingerprint(), f.layout_fp};
   EXPECT_TRUE(f.client->push_update(h, sparse_delta(kNumel, 2)).ok());
 }
+
+}  // namespace
+}  // namespace atl::coordinator
