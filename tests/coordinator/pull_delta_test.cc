@@ -56,14 +56,15 @@ struct PullFixture {
         testing::insecure_client(coord->address(), "node-0"));
     EXPECT_TRUE(client->join().ok());
   }
-  // Runs `rounds` rounds with sparse Δ, pulling each θ_r in full (no held version).
+  // Runs `rounds` rounds with sparse Δ, pulling each θ_r in full (no held version; as bf16 with
+  // pull_codec = "bf16").
   void run_rounds(uint64_t rounds) {
     for (uint64_t r = 0; r < rounds; ++r) {
       auto t = train_task(*client, r);
       ASSERT_TRUE(t.ok()) << t.status().to_string();
       auto p = client->pull_params(r, t->params_fingerprint());
       ASSERT_TRUE(p.ok()) << p.status().to_string();
-      EXPECT_EQ(p->codec, "none");
+      EXPECT_EQ(p->codec, cfg.diloco.pull_codec == "bf16" ? "bf16" : "none");
       node::UpdateHeader h{r, 100, 1.0, p->fingerprint, layout_fp};
       ASSERT_TRUE(client->push_update(h, sparse_delta(kNumel, r)).ok());
       versions.push_back(std::move(*p));
