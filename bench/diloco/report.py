@@ -94,10 +94,10 @@ if write_md:
                                        "" if int(total) == (200 if quick else 1000)
                                        else " with `DILOCO_TOTAL=%s`" % total, out, int(grid_s)),
         "",
-        "Model `%s` (byte vocabulary, 123k parameters), T = %s inner steps per node for every H "
+        "Model `%s` (byte vocabulary), T = %s inner steps per node for every H "
         "(R = T / H rounds), inner AdamW lr %s (cosine to %g over T, 20 warm-up steps), "
-        "outer Nesterov lr %s, momentum %s (chosen on seed 99, one cell, see the reading notes of the full table; not tuned "
-        "per cell), seed %s; "
+        "outer Nesterov lr %s, momentum %s (chosen on seed 99, one cell, see the reading notes "
+        "of the full table; not tuned per cell), seed %s; "
         "the same settings for every row. Validation bpb on %s held-out tokens of every Brown "
         "genre. Data-parallel: the same tokens (M × batch rows per step, the same sampling), "
         "same inner optimiser and schedule; it is trained once per (split, M) and shared "

@@ -85,7 +85,11 @@ for split in "${SPLITS[@]}"; do
         continue
       fi
       for c in "${CODECS[@]+"${CODECS[@]}"}"; do
-        if [[ $c == none ]]; then runs+=("$split $m $h none exact"); else runs+=("$split $m $h $c $PULL"); fi
+        if [[ $c == none ]]; then
+          runs+=("$split $m $h none exact")
+        else
+          runs+=("$split $m $h $c $PULL")
+        fi
       done
     done
   done
