@@ -108,7 +108,7 @@ int cmd_demo_diloco(const Args& args) {
                {"overlap", true, "Streaming DiLoCo: inner steps overlapping each sync (tau)", "0"},
                {"merge-alpha", true, "Streaming DiLoCo: weight of the local fragment in the merge",
                 "0.5"},
-               {"pull-codec", true, "theta pulls: exact, sparse-delta or full", "exact"},
+               {"pull-codec", true, "theta pulls: exact, sparse-delta, full or bf16", "exact"},
                {"split", true,
                 "how sites divide Brown: genre (each site its own genres, non-IID) or iid "
                 "(every site samples all genres)",
@@ -176,7 +176,9 @@ int cmd_demo_diloco(const Args& args) {
   cfg.train.batch_size = static_cast<uint32_t>(*batch);
   cfg.train.lr = *lr;
   cfg.train.min_lr = *lr / 10;
-  cfg.train.warmup_steps = static_cast<uint32_t>(std::min<int64_t>(20, *inner));
+  // 20 warm-up steps of the global inner-step count (nodes schedule on round·H + step), so
+  // the schedule, and the data-parallel baseline, are the same for every H at equal tokens.
+  cfg.train.warmup_steps = static_cast<uint32_t>(std::min<int64_t>(20, *rounds * *inner));
   cfg.train.codec = flags.get_or("codec", "none");
   if (const auto ef = flags.get_or("error-feedback", "on"); ef == "on" || ef == "off")
     cfg.train.error_feedback = ef == "on";

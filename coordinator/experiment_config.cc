@@ -246,9 +246,10 @@ Status validate_experiment_config(const ExperimentConfig& c, std::string_view sr
     return range_error(src, "diloco.start_wait_s", d(g.start_wait_s), "must be >= 0 seconds");
   if (g.keep_params < 1)
     return range_error(src, "diloco.keep_params", u(g.keep_params), "must be >= 1");
-  if (g.pull_codec != "exact" && g.pull_codec != "sparse-delta" && g.pull_codec != "full")
+  if (g.pull_codec != "exact" && g.pull_codec != "sparse-delta" && g.pull_codec != "full" &&
+      g.pull_codec != "bf16")
     return range_error(src, "diloco.pull_codec", "\"" + g.pull_codec + "\"",
-                       "must be \"exact\", \"sparse-delta\" or \"full\"");
+                       "must be \"exact\", \"sparse-delta\", \"full\" or \"bf16\"");
   // The model has 9 tensors per layer plus the embedding and the final norm; fragment
   // boundaries fall on tensor boundaries.
   const uint64_t tensors = 9 * uint64_t{m.layers} + 2;

@@ -52,7 +52,8 @@
 //   keep_params = 3            # ≥ 1 θ versions kept in the store (current one always kept)
 //   pull_codec = "exact"       # θ pulls against the node's version: "exact" (sparse-delta-exact
 //                              # when smaller than θ), "sparse-delta" (also the lossy bf16 delta),
-//                              # "full" (always the whole θ)
+//                              # "full" (always the whole θ), "bf16" (always the whole θ as
+//                              # a dense bf16 codec message: half the bytes, lossy)
 //   streaming_fragments = 1    # P ≥ 1: Streaming DiLoCo, round r syncs fragment r mod P after
 //                              # inner_steps / P steps (1 = plain DiLoCo); ≤ tensors in the model
 //   overlap_steps = 0          # τ in [0, inner_steps / P]: inner steps trained while a sync is

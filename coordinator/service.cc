@@ -11,6 +11,7 @@
 #include <cmath>
 #include <string_view>
 
+#include "algorithms/compress/codec.h"
 #include "algorithms/compress/exact_delta.h"
 #include "algorithms/compress/sparse_delta.h"
 #include "transport/grpc_status.h"
@@ -325,6 +326,24 @@ CoordinatorService::delta_payload(uint64_t base_round, uint64_t round,
   return std::shared_ptr<const PullPayload>(out);
 }
 
+StatusOr<std::shared_ptr<const CoordinatorService::PullPayload>> CoordinatorService::bf16_payload(
+    uint64_t round, const std::shared_ptr<const std::vector<float>>& theta) {
+  {
+    std::lock_guard<std::mutex> lk(pull_mu_);
+    auto it = pull_cache_.find({round, round});
+    if (it != pull_cache_.end()) return it->second;
+  }
+  ATOLL_ASSIGN_OR_RETURN(auto codec, algorithms::compress::Codec::create("bf16"));
+  ATOLL_ASSIGN_OR_RETURN(auto bytes, codec.encode(*theta));
+  auto out =
+      std::make_shared<PullPayload>(PullPayload{"bf16", std::string(bytes.begin(), bytes.end())});
+  std::lock_guard<std::mutex> lk(pull_mu_);
+  for (auto it = pull_cache_.begin(); it != pull_cache_.end();)
+    it = it->first.second < round ? pull_cache_.erase(it) : std::next(it);
+  pull_cache_[{round, round}] = out;
+  return std::shared_ptr<const PullPayload>(out);
+}
+
 grpc::Status CoordinatorService::PullParams(grpc::ServerContext* ctx,
                                             const pb::PullParamsRequest* req,
                                             grpc::ServerWriter<pb::TensorChunk>* writer) {
@@ -358,7 +377,13 @@ grpc::Status CoordinatorService::PullParams(grpc::ServerContext* ctx,
   std::string_view payload(reinterpret_cast<const char*>(theta->data()),
                            theta->size() * sizeof(float));
   std::shared_ptr<const PullPayload> delta;
-  if (base_round) {
+  if (config_.diloco.pull_codec == "bf16") {
+    auto d = bf16_payload(header.round(), theta);
+    if (!d.ok()) return to_grpc(d.status());
+    delta = *d;
+    payload = delta->bytes;
+    header.set_codec(delta->codec);
+  } else if (base_round) {
     // A base the store has since dropped (or cannot read) just means the full θ.
     auto d = delta_payload(*base_round, header.round(), theta);
     if (d.ok() && *d) {

@@ -13,7 +13,8 @@
 // Pulls. A node names the θ it holds (have_fingerprint); when the store still has that version
 // and an encoded delta against it is smaller than θ, PullParams streams the delta
 // (sparse-delta-exact by default, or the lossy bf16 sparse-delta with diloco.pull_codec =
-// "sparse-delta"); otherwise the full θ (codec "none").
+// "sparse-delta"); otherwise the full θ (codec "none"). With diloco.pull_codec = "bf16" every
+// pull is the whole θ as a dense bf16 codec message (codec "bf16"), half the bytes of fp32.
 //
 // Streaming DiLoCo (diloco.streaming_fragments = P > 1 or overlap_steps > 0): round r
 // synchronizes fragment r mod P (algorithms/diloco/streaming.h): its TRAIN task carries the
@@ -196,7 +197,7 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
   };
   // An encoded θ delta for a pull, shared by every node that holds the same base.
   struct PullPayload {
-    std::string codec;  // "sparse-delta-exact" or "sparse-delta"
+    std::string codec;  // "sparse-delta-exact", "sparse-delta" or "bf16" (dense, any base)
     std::string bytes;
   };
   struct Round {
@@ -259,6 +260,10 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
   // smaller than the full θ. Cached per (base, round).
   StatusOr<std::shared_ptr<const PullPayload>> delta_payload(
       uint64_t base_round, uint64_t round, const std::shared_ptr<const std::vector<float>>& theta);
+  // diloco.pull_codec = "bf16": θ_round as one dense bf16 codec message (2 bytes a value plus
+  // a 36-byte header), whatever the node holds. Cached under (round, round).
+  StatusOr<std::shared_ptr<const PullPayload>> bf16_payload(
+      uint64_t round, const std::shared_ptr<const std::vector<float>>& theta);
 
   Store& store_;
   const ExperimentConfig config_;

@@ -2,6 +2,7 @@
 
 #include <grpcpp/client_context.h>
 
+#include "algorithms/compress/codec.h"
 #include "algorithms/compress/exact_delta.h"
 #include "algorithms/compress/sparse_delta.h"
 #include "kernels/core/sha256.h"
@@ -153,6 +154,21 @@ StatusOr<PulledParams> CoordinatorClient::pull_params(uint64_t round,
     if (!d.ok()) return Status(d.code(), where + d.message());
     // An exact delta on an exact base is θ bit for bit; anything lossy stays approximate.
     out.exact = h.codec() != "sparse-delta" && held->exact;
+  } else if (h.codec() == "bf16") {
+    // The whole θ as a dense bf16 codec message (diloco.pull_codec = "bf16"): the decoder checks
+    // the checksum, that the message was made by bf16, its numel and that every value is finite.
+    ATOLL_ASSIGN_OR_RETURN(auto codec, algorithms::compress::Codec::create("bf16"));
+    const std::string payload = assembler.take_payload();
+    // 2 bytes a value: a header announcing more values than the payload can hold is refused
+    // before anything is allocated for them.
+    if (h.numel() > payload.size() / 2)
+      return DataLoss(where + "a bf16 θ of " + std::to_string(h.numel()) + " values in " +
+                      std::to_string(payload.size()) + " bytes");
+    auto v =
+        codec.decode({reinterpret_cast<const uint8_t*>(payload.data()), payload.size()}, h.numel());
+    if (!v.ok()) return Status(v.status().code(), where + v.status().message());
+    out.values = std::move(v).value();
+    out.exact = false;  // θ_r at bf16 precision
   } else {
     return InvalidArgument("PullParams: unsupported codec '" + h.codec().substr(0, 64) + "'");
   }

@@ -51,7 +51,7 @@ struct PulledParams {
   std::string fingerprint;
   std::string layout_fingerprint;  // as announced by the coordinator
   uint64_t bytes = 0;              // payload bytes received
-  std::string codec;               // "none" (full θ), "sparse-delta-exact", "sparse-delta"
+  std::string codec;  // "none" (full θ), "sparse-delta-exact", "sparse-delta", "bf16"
   bool exact = true;               // values are θ of `round` bit for bit
 };
 

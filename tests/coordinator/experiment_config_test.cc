@@ -151,8 +151,8 @@ TEST(ExperimentConfig, StreamingAndPullKeys) {
   EXPECT_EQ(to_toml(*again), to_toml(*s));
 
   EXPECT_EQ(error_of("[diloco]\npull_codec = \"zip\"\n"),
-            "config.toml: diloco.pull_codec = \"zip\" must be \"exact\", \"sparse-delta\" or "
-            "\"full\"");
+            "config.toml: diloco.pull_codec = \"zip\" must be \"exact\", \"sparse-delta\", "
+            "\"full\" or \"bf16\"");
   EXPECT_EQ(error_of("[diloco]\ninner_steps = 50\nstreaming_fragments = 3\n"),
             "config.toml: diloco.inner_steps = 50 must be a multiple of "
             "diloco.streaming_fragments = 3 (each round syncs one fragment after inner_steps / "

@@ -56,14 +56,15 @@ struct PullFixture {
         testing::insecure_client(coord->address(), "node-0"));
     EXPECT_TRUE(client->join().ok());
   }
-  // Runs `rounds` rounds with sparse Δ, pulling each θ_r in full (no held version).
+  // Runs `rounds` rounds with sparse Δ, pulling each θ_r in full (no held version; as bf16 with
+  // pull_codec = "bf16").
   void run_rounds(uint64_t rounds) {
     for (uint64_t r = 0; r < rounds; ++r) {
       auto t = train_task(*client, r);
       ASSERT_TRUE(t.ok()) << t.status().to_string();
       auto p = client->pull_params(r, t->params_fingerprint());
       ASSERT_TRUE(p.ok()) << p.status().to_string();
-      EXPECT_EQ(p->codec, "none");
+      EXPECT_EQ(p->codec, cfg.diloco.pull_codec == "bf16" ? "bf16" : "none");
       node::UpdateHeader h{r, 100, 1.0, p->fingerprint, layout_fp};
       ASSERT_TRUE(client->push_update(h, sparse_delta(kNumel, r)).ok());
       versions.push_back(std::move(*p));
@@ -273,6 +274,34 @@ TEST(StreamingRounds, FragmentCountMustFitTheModel) {
   EXPECT_EQ(svc.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(svc.status().message().find("diloco.streaming_fragments = 5"), std::string::npos)
       << svc.status().message();
+}
+
+TEST(DeltaPulls, Bf16PullsAreDenseHalfSizeAndWithinOneUlp) {
+  ExperimentConfig c = pull_config("bf16pull");
+  c.diloco.pull_codec = "bf16";
+  PullFixture f(c);
+  f.run_rounds(2);
+  // Whatever the node holds (nothing, or θ_1), it gets the whole θ_2 as one bf16 message.
+  const node::HeldParams held = f.held(1);
+  for (const node::HeldParams* h : {static_cast<const node::HeldParams*>(nullptr), &held}) {
+    auto p = f.client->pull_params(2, f.coord->service->params_fingerprint(), h);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    EXPECT_EQ(p->codec, "bf16");
+    EXPECT_FALSE(p->exact);
+    EXPECT_EQ(p->fingerprint, f.coord->service->params_fingerprint());
+    // 2 bytes a value plus the codec header and chunk framing: about half of fp32.
+    EXPECT_GT(p->bytes, kNumel * 2);
+    EXPECT_LT(p->bytes, kNumel * 2 + 4096);
+    const std::vector<float> theta2 = f.coord->service->params();
+    ASSERT_EQ(p->values.size(), theta2.size());
+    for (size_t j = 0; j < kNumel; ++j)
+      ASSERT_NEAR(p->values[j], theta2[j], std::abs(theta2[j]) / 256 + 1e-30) << j;
+  }
+  // An update computed from it names that version and is accepted.
+  auto t = train_task(*f.client, 2);
+  ASSERT_TRUE(t.ok());
+  node::UpdateHeader h{2, 100, 1.0, f.coord->service->params_fingerprint(), f.layout_fp};
+  EXPECT_TRUE(f.client->push_update(h, sparse_delta(kNumel, 2)).ok());
 }
 
 }  // namespace
