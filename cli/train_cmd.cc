@@ -43,9 +43,8 @@ std::vector<FlagSpec> train_flags() {
 
 double validation_bpb(InnerTrainer& trainer, const ParamSet& params, const TrainSetup& setup,
                       int64_t eval_tokens) {
-  return node::evaluate_bpb(trainer.model(), params, setup.site.validation,
-                            *setup.site.tokenizer, setup.trainer.seq, setup.trainer.batch,
-                            eval_tokens)
+  return node::evaluate_bpb(trainer.model(), params, setup.site.validation, *setup.site.tokenizer,
+                            setup.trainer.seq, setup.trainer.batch, eval_tokens)
       .bpb;
 }
 
@@ -65,7 +64,8 @@ int cmd_train(const Args& args) {
   auto ckpt_every = flags.get_int("checkpoint-every", 0, 0, int64_t{1} << 40);
   auto sample_n = flags.get_int("sample", 0, 0, 1 << 20);
   auto stop_after = flags.get_int("stop-after", 0, 0, int64_t{1} << 40);
-  for (const auto* r : {&stop_after, &steps, &log_every, &eval_every, &eval_tokens, &ckpt_every, &sample_n})
+  for (const auto* r :
+       {&stop_after, &steps, &log_every, &eval_every, &eval_tokens, &ckpt_every, &sample_n})
     if (!r->ok()) return fail("train", r->status().message(), 2);
 
   // Resume: the checkpoint's model, seed and tokenizer win; flags may only extend the run.
@@ -75,9 +75,25 @@ int cmd_train(const Args& args) {
     if (!ck.ok()) return fail("train", "cannot resume: " + ck.status().message());
     resumed = std::move(ck).value();
   }
-  auto setup_or = make_train_setup(flags, resumed ? &*resumed : nullptr, *steps);
+  // Without --steps, a resumed run keeps the schedule length it was started with (the learning
+  // rate schedule depends on it), so it ends bitwise equal to the uninterrupted run.
+  int64_t total_steps = *steps;
+  std::string resumed_trainer;
+  if (resumed) {
+    if (auto it = resumed->meta.extra.find("trainer"); it != resumed->meta.extra.end())
+      resumed_trainer = it->second;
+    const size_t at = resumed_trainer.find(" total=");
+    if (!flags.has("steps") && at != std::string::npos)
+      total_steps = std::strtoll(resumed_trainer.c_str() + at + 7, nullptr, 10);
+  }
+  auto setup_or = make_train_setup(flags, resumed ? &*resumed : nullptr, total_steps);
   if (!setup_or.ok()) return fail("train", setup_or.status().message(), 2);
   TrainSetup& setup = *setup_or;
+  if (resumed && !resumed_trainer.empty() && resumed_trainer != setup.trainer_summary)
+    std::fprintf(stderr,
+                 "atoll train: note: optimizer settings differ from the checkpoint's (checkpoint: "
+                 "%s; now: %s): the run will not match an uninterrupted one\n",
+                 resumed_trainer.c_str(), setup.trainer_summary.c_str());
 
   InnerTrainer trainer(setup.model, setup.trainer);
   ParamSet params(algorithms::make_layout(setup.model));
@@ -91,10 +107,12 @@ int cmd_train(const Args& args) {
     trainer.optimizer().v() = std::move(resumed->v);
     trainer.optimizer().set_step_count(resumed->optimizer_step);
     start = resumed->meta.step;
-    if (start >= *steps)
-      return fail("train", "checkpoint is at step " + std::to_string(start) +
-                               ", nothing to do for --steps " + std::to_string(*steps) +
-                               " (raise --steps)", 2);
+    if (start >= total_steps)
+      return fail("train",
+                  "checkpoint is at step " + std::to_string(start) +
+                      ", nothing to do for --steps " + std::to_string(total_steps) +
+                      " (raise --steps)",
+                  2);
   } else {
     algorithms::init_params(params, setup.model, setup.seed);
   }
@@ -123,13 +141,14 @@ int cmd_train(const Args& args) {
     return true;
   };
 
-  std::printf("atoll train: %s params, data %s (%s train / %s val tokens), tokenizer %s, "
-              "B=%d T=%d, steps %" PRId64 "%s\n",
-              format_count(static_cast<double>(params.numel())).c_str(), setup.data_spec.c_str(),
-              format_count(static_cast<double>(setup.site.train.size())).c_str(),
-              format_count(static_cast<double>(setup.site.validation.size())).c_str(),
-              setup.tokenizer_name.c_str(), setup.trainer.batch, setup.trainer.seq, *steps,
-              resumed ? (" (resuming at step " + std::to_string(start) + ")").c_str() : "");
+  std::printf(
+      "atoll train: %s params, data %s (%s train / %s val tokens), tokenizer %s, "
+      "B=%d T=%d, steps %" PRId64 "%s\n",
+      format_count(static_cast<double>(params.numel())).c_str(), setup.data_spec.c_str(),
+      format_count(static_cast<double>(setup.site.train.size())).c_str(),
+      format_count(static_cast<double>(setup.site.validation.size())).c_str(),
+      setup.tokenizer_name.c_str(), setup.trainer.batch, setup.trainer.seq, total_steps,
+      resumed ? (" (resuming at step " + std::to_string(start) + ")").c_str() : "");
   std::fflush(stdout);
 
   using clock = std::chrono::steady_clock;
@@ -138,7 +157,7 @@ int cmd_train(const Args& args) {
   int64_t window_tokens = 0;
   double window_loss = 0;
   int window_steps = 0;
-  for (int64_t step = start; step < *steps; ++step) {
+  for (int64_t step = start; step < total_steps; ++step) {
     auto batch = algorithms::data::sample_global_batch(setup.site.train, setup.seed, step,
                                                        setup.trainer.batch, setup.trainer.seq);
     auto st = trainer.step(params, batch.tokens.data(), step);
@@ -149,15 +168,17 @@ int cmd_train(const Args& args) {
     window_loss += st.loss;
     ++window_steps;
     const int64_t done = step + 1;
-    if (done % *log_every == 0 || done == *steps) {
+    if (done % *log_every == 0 || done == total_steps) {
       auto now = clock::now();
       double dt = std::chrono::duration<double>(now - t_window).count();
       double tps = dt > 0 ? window_tokens / dt : 0;
       double elapsed = std::chrono::duration<double>(now - t_start).count();
-      double eta = (elapsed / static_cast<double>(done - start)) * static_cast<double>(*steps - done);
-      std::printf("step %6" PRId64 "/%" PRId64 " | loss %.4f | lr %.2e | grad %.3f | %s tok/s | "
+      double eta =
+          (elapsed / static_cast<double>(done - start)) * static_cast<double>(total_steps - done);
+      std::printf("step %6" PRId64 "/%" PRId64
+                  " | loss %.4f | lr %.2e | grad %.3f | %s tok/s | "
                   "ETA %s\n",
-                  done, *steps, window_loss / window_steps, st.lr, st.grad_norm,
+                  done, total_steps, window_loss / window_steps, st.lr, st.grad_norm,
                   format_count(tps).c_str(), format_duration(eta).c_str());
       std::printf("batch %" PRId64 " sha256 %s\n", step,
                   algorithms::data::batch_sha256(batch).substr(0, 16).c_str());
@@ -167,26 +188,26 @@ int cmd_train(const Args& args) {
       window_loss = 0;
       window_steps = 0;
     }
-    if ((*eval_every > 0 && done % *eval_every == 0) || done == *steps) {
+    if ((*eval_every > 0 && done % *eval_every == 0) || done == total_steps) {
       double bpb = validation_bpb(trainer, params, setup, *eval_tokens);
       std::printf("eval  step %" PRId64 " | val bpb %.4f\n", done, bpb);
       std::fflush(stdout);
     }
-    const bool stopping = *stop_after > 0 && done == *stop_after && done < *steps;
-    if ((*ckpt_every > 0 && done % *ckpt_every == 0) || done == *steps || stopping) {
+    const bool stopping = *stop_after > 0 && done == *stop_after && done < total_steps;
+    if ((*ckpt_every > 0 && done % *ckpt_every == 0) || done == total_steps || stopping) {
       if (!save(done)) return 1;
     }
     if (stopping) {
       std::printf("stopped after step %" PRId64 " of %" PRId64 ": continue with --resume %s\n",
-                  done, *steps, ckpt_path.c_str());
+                  done, total_steps, ckpt_path.c_str());
       break;
     }
   }
   std::printf("final sha256 %s\n", params.fingerprint().c_str());
   if (*sample_n > 0) {
     std::vector<int32_t> prompt = setup.site.tokenizer->encode("The ");
-    auto gen = trainer.model().generate(params, prompt, static_cast<int>(*sample_n), 0.8f, 40,
-                                        setup.seed);
+    auto gen =
+        trainer.model().generate(params, prompt, static_cast<int>(*sample_n), 0.8f, 40, setup.seed);
     if (gen.ok()) {
       std::printf("sample: The %s\n", setup.site.tokenizer->decode(*gen).c_str());
     }

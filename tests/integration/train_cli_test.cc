@@ -8,11 +8,10 @@ namespace atl::testing {
 namespace {
 
 // A model small enough that 12 steps take a second or two on one core.
-const std::vector<std::string> kSmall = {"--dim", "32", "--layers", "2", "--heads", "2",
-                                         "--ffn", "64", "--seq", "32", "--batch", "4",
-                                         "--threads", "1", "--log-every", "2",
-                                         "--eval-tokens", "2048",
-                                         "--data", "brown:a,b"};
+const std::vector<std::string> kSmall = {
+    "--dim",         "32",   "--layers", "2",        "--heads",   "2", "--ffn",       "64",
+    "--seq",         "32",   "--batch",  "4",        "--threads", "1", "--log-every", "2",
+    "--eval-tokens", "2048", "--data",   "brown:a,b"};
 
 std::vector<std::string> train_args(std::vector<std::string> extra) {
   std::vector<std::string> a = {"train"};
@@ -49,13 +48,33 @@ TEST(TrainCli, ResumeIsBitwiseIdenticalToAnUninterruptedRun) {
                         dir / "rest.log");
   ASSERT_EQ(rest.exit_code, 0) << rest.output;
   EXPECT_EQ(final_sha(rest.output), sha_full) << rest.output;
+
+  // Without --steps the resumed run keeps the checkpoint's schedule length (12, not the default
+  // 200), so it ends on the same bits too; a changed optimizer setting is pointed out.
+  auto again = run_atoll(train_args({"--stop-after", "5", "--steps", "12", "--out", dir / "s"}),
+                         dir / "again.log");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  auto implicit =
+      run_atoll(train_args({"--resume", dir / "s/checkpoint.safetensors", "--out", dir / "s"}),
+                dir / "implicit.log");
+  ASSERT_EQ(implicit.exit_code, 0) << implicit.output;
+  EXPECT_EQ(final_sha(implicit.output), sha_full) << implicit.output;
+  EXPECT_EQ(implicit.output.find("optimizer settings differ"), std::string::npos)
+      << implicit.output;
+  auto changed = run_atoll(train_args({"--resume", dir / "r/checkpoint.safetensors", "--steps",
+                                       "14", "--out", dir / "r"}),
+                           dir / "changed.log");
+  EXPECT_NE(changed.output.find("optimizer settings differ from the checkpoint's"),
+            std::string::npos)
+      << changed.output;
 }
 
 TEST(TrainCli, SameSeedSameBitsDifferentSeedDifferentBits) {
   TempDir dir;
   auto a = run_atoll(train_args({"--steps", "4", "--out", dir / "a"}), dir / "a.log");
   auto b = run_atoll(train_args({"--steps", "4", "--out", dir / "b"}), dir / "b.log");
-  auto c = run_atoll(train_args({"--steps", "4", "--seed", "7", "--out", dir / "c"}), dir / "c.log");
+  auto c =
+      run_atoll(train_args({"--steps", "4", "--seed", "7", "--out", dir / "c"}), dir / "c.log");
   ASSERT_EQ(a.exit_code, 0) << a.output;
   ASSERT_EQ(b.exit_code, 0) << b.output;
   ASSERT_EQ(c.exit_code, 0) << c.output;
@@ -65,9 +84,9 @@ TEST(TrainCli, SameSeedSameBitsDifferentSeedDifferentBits) {
 
 TEST(TrainCli, LossDecreasesAndValidationIsReportedInBitsPerByte) {
   TempDir dir;
-  auto r = run_atoll(train_args({"--steps", "30", "--lr", "1e-2", "--eval-every", "30",
-                                 "--out", dir / "o"}),
-                     dir / "o.log");
+  auto r = run_atoll(
+      train_args({"--steps", "30", "--lr", "1e-2", "--eval-every", "30", "--out", dir / "o"}),
+      dir / "o.log");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::regex re("step +(\\d+)/30 \\| loss ([0-9.]+)");
   std::vector<double> losses;
@@ -108,13 +127,9 @@ struct BadInput {
 TEST(TrainCli, BadFlagsAndConfigsGiveOneClearLineAndExitCode2) {
   TempDir dir;
   const std::string bad_toml = dir / "bad.toml";
-  {
-    std::ofstream(bad_toml) << "[model]\ndim = 250\nheads = 4\n";
-  }
+  { std::ofstream(bad_toml) << "[model]\ndim = 250\nheads = 4\n"; }
   const std::string unknown_toml = dir / "unknown.toml";
-  {
-    std::ofstream(unknown_toml) << "[model]\ndimm = 64\n";
-  }
+  { std::ofstream(unknown_toml) << "[model]\ndimm = 64\n"; }
   std::vector<BadInput> cases = {
       {{"train", "--stepz", "3"}, "unknown flag --stepz"},
       {{"train", "--steps", "abc"}, "--steps = 'abc' is not an integer"},
@@ -151,8 +166,8 @@ TEST(TrainCli, CorruptCheckpointIsRefusedWithoutTouchingIt) {
   ASSERT_GT(bytes.size(), 1000u);
   bytes[bytes.size() - 10] ^= 0x40;  // flip a bit in the last tensor's data
   std::ofstream(ck, std::ios::binary) << bytes;
-  auto bad = run_atoll(train_args({"--steps", "4", "--resume", ck, "--out", dir / "o"}),
-                       dir / "bad.log");
+  auto bad =
+      run_atoll(train_args({"--steps", "4", "--resume", ck, "--out", dir / "o"}), dir / "bad.log");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("fingerprint"), std::string::npos) << bad.output;
   EXPECT_TRUE(read_text(ck) == bytes) << "a refused checkpoint must be left as it was";
