@@ -288,6 +288,15 @@ Status validate_experiment_config(const ExperimentConfig& c, std::string_view sr
     return range_error(src, "algorithm", "\"hydra\"",
                        "cannot be combined with Streaming DiLoCo; set diloco.streaming_fragments "
                        "= 1 and diloco.overlap_steps = 0");
+  // The subnetwork model (algorithms/model/llama_subnet.h) has dense FFNs and fp32 GEMMs only.
+  if (c.is_hydra() && m.moe_experts > 0)
+    return range_error(src, "algorithm", "\"hydra\"",
+                       "does not support MoE models yet; set model.moe_experts = 0 or use "
+                       "algorithm = \"diloco\"");
+  if (c.is_hydra() && c.train.precision != "fp32" && !c.train.precision.empty())
+    return range_error(src, "algorithm", "\"hydra\"",
+                       "trains in fp32 only; set train.precision = \"fp32\" or use "
+                       "algorithm = \"diloco\"");
 
   const DataSection& a = c.data;
   if (a.source != "brown" && a.source != "text" && a.source != "tokens")

@@ -127,6 +127,12 @@ TEST(ExperimentConfig, OneLineErrorsNameTheKeyAndTheFix) {
   EXPECT_NE(error_of("algorithm = \"hydra\"\n[diloco]\nstreaming_fragments = 2\ninner_steps = 50\n")
                 .find("cannot be combined with Streaming DiLoCo"),
             std::string::npos);
+  EXPECT_NE(error_of("algorithm = \"hydra\"\n[model]\nmoe_experts = 4\nmoe_hidden = 64\n")
+                .find("\"hydra\" does not support MoE models yet"),
+            std::string::npos);
+  EXPECT_NE(error_of("algorithm = \"hydra\"\n[train]\nprecision = \"bf16\"\n")
+                .find("\"hydra\" trains in fp32 only"),
+            std::string::npos);
   const std::string syntax = error_of("[diloco\nrounds = 3\n");
   EXPECT_EQ(syntax.rfind("config.toml:1:", 0), 0u) << syntax;
   EXPECT_NE(syntax.find("TOML syntax error"), std::string::npos) << syntax;
