@@ -11,6 +11,18 @@
 
 namespace atl::cli {
 
+void set_demo_model(coordinator::ExperimentConfig& cfg, const DemoModel& m) {
+  cfg.model.vocab = 256;
+  cfg.model.dim = static_cast<uint32_t>(m.dim);
+  cfg.model.layers = static_cast<uint32_t>(m.layers);
+  cfg.model.heads = static_cast<uint32_t>(m.heads);
+  cfg.model.ffn_hidden = static_cast<uint32_t>(m.ffn);
+  cfg.model.seq_len = static_cast<uint32_t>(m.seq);
+  cfg.train.batch_size = static_cast<uint32_t>(m.batch);
+  cfg.train.lr = m.lr;
+  cfg.train.min_lr = m.lr / 10;
+}
+
 algorithms::ModelConfig model_config_of(const coordinator::ExperimentConfig& cfg) {
   return coordinator::model_config(cfg);
 }
@@ -44,8 +56,8 @@ std::string find_tree_dir(const std::string& relative) {
 
 namespace {
 
-// Options for a service of experiment `experiment_id` whose updates use `update_codec`; its events go
-// to the manager (and to `user`, when given).
+// Options for a service of experiment `experiment_id` whose updates use `update_codec`; its events
+// go to the manager (and to `user`, when given).
 coordinator::ServiceOptions service_options(bool insecure, const std::string& experiment_id,
                                             const std::string& update_codec,
                                             coordinator::ExperimentManager* manager,
@@ -53,8 +65,7 @@ coordinator::ServiceOptions service_options(bool insecure, const std::string& ex
   coordinator::ServiceOptions so;
   so.identity = insecure ? coordinator::IdentitySource::kInsecureNodeName
                          : coordinator::IdentitySource::kTlsCertificate;
-  so.on_event = [user = std::move(user), manager,
-                 experiment_id](const coordinator::Event& e) {
+  so.on_event = [user = std::move(user), manager, experiment_id](const coordinator::Event& e) {
     manager->on_event(experiment_id, e);
     if (user) user(e);
   };
@@ -147,11 +158,11 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     theta0.vec() = l.initial_theta;
   }
 
-  ATOLL_ASSIGN_OR_RETURN(
-      rc->service, coordinator::CoordinatorService::open(
-                       *rc->store, l.config, theta0,
-                       service_options(l.insecure, l.config.name, l.config.train.codec,
-                                       rc->manager.get(), l.on_event)));
+  ATOLL_ASSIGN_OR_RETURN(rc->service,
+                         coordinator::CoordinatorService::open(
+                             *rc->store, l.config, theta0,
+                             service_options(l.insecure, l.config.name, l.config.train.codec,
+                                             rc->manager.get(), l.on_event)));
 
   coordinator::ServerOptions srv;
   srv.listen = l.listen;

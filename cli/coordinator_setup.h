@@ -20,6 +20,14 @@ namespace atl::cli {
 
 algorithms::ModelConfig model_config_of(const coordinator::ExperimentConfig& cfg);
 
+// The demos' byte-level model and inner optimizer: vocabulary 256, the given shape, batch and
+// peak learning rate, decaying to lr / 10.
+struct DemoModel {
+  int64_t dim, layers, heads, ffn, seq, batch;
+  double lr;
+};
+void set_demo_model(coordinator::ExperimentConfig& cfg, const DemoModel& m);
+
 struct CoordinatorLaunch {
   coordinator::ExperimentConfig config;
   std::string store_dir;

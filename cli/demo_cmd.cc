@@ -167,15 +167,7 @@ int cmd_demo_diloco(const Args& args) {
   coordinator::ExperimentConfig cfg;
   cfg.name = "demo";
   cfg.seed = static_cast<uint64_t>(*seed);
-  cfg.model.vocab = 256;
-  cfg.model.dim = static_cast<uint32_t>(*dim);
-  cfg.model.layers = static_cast<uint32_t>(*layers);
-  cfg.model.heads = static_cast<uint32_t>(*heads);
-  cfg.model.ffn_hidden = static_cast<uint32_t>(*ffn);
-  cfg.model.seq_len = static_cast<uint32_t>(*seq);
-  cfg.train.batch_size = static_cast<uint32_t>(*batch);
-  cfg.train.lr = *lr;
-  cfg.train.min_lr = *lr / 10;
+  set_demo_model(cfg, {*dim, *layers, *heads, *ffn, *seq, *batch, *lr});
   // 20 warm-up steps of the global inner-step count (nodes schedule on round·H + step), so
   // the schedule, and the data-parallel baseline, are the same for every H at equal tokens.
   cfg.train.warmup_steps = static_cast<uint32_t>(std::min<int64_t>(20, *rounds * *inner));

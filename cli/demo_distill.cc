@@ -252,15 +252,7 @@ int cmd_demo_distill(const Args& args) {
   d.stop = stop;
   auto& cfg = d.cfg;
   cfg.seed = static_cast<uint64_t>(*seed);
-  cfg.model.vocab = 256;
-  cfg.model.dim = static_cast<uint32_t>(*dim);
-  cfg.model.layers = static_cast<uint32_t>(*layers);
-  cfg.model.heads = static_cast<uint32_t>(*heads);
-  cfg.model.ffn_hidden = static_cast<uint32_t>(*ffn);
-  cfg.model.seq_len = static_cast<uint32_t>(*seq);
-  cfg.train.batch_size = static_cast<uint32_t>(*batch);
-  cfg.train.lr = *lr;
-  cfg.train.min_lr = *lr / 10;
+  set_demo_model(cfg, {*dim, *layers, *heads, *ffn, *seq, *batch, *lr});
   cfg.train.warmup_steps = static_cast<uint32_t>(std::min<int64_t>(20, *inner));
   cfg.diloco.rounds = static_cast<uint32_t>(*rounds);
   cfg.diloco.inner_steps = static_cast<uint32_t>(*inner);

@@ -78,15 +78,7 @@ int demo_hydra(const Args& args) {
   cfg.name = "hydra-demo";
   cfg.seed = static_cast<uint64_t>(*seed);
   cfg.algorithm = "hydra";
-  cfg.model.vocab = 256;
-  cfg.model.dim = static_cast<uint32_t>(*dim);
-  cfg.model.layers = static_cast<uint32_t>(*layers);
-  cfg.model.heads = static_cast<uint32_t>(*heads);
-  cfg.model.ffn_hidden = static_cast<uint32_t>(*ffn);
-  cfg.model.seq_len = static_cast<uint32_t>(*seq);
-  cfg.train.batch_size = static_cast<uint32_t>(*batch);
-  cfg.train.lr = *lr;
-  cfg.train.min_lr = *lr / 10;
+  set_demo_model(cfg, {*dim, *layers, *heads, *ffn, *seq, *batch, *lr});
   cfg.train.warmup_steps = 0;
   cfg.train.weight_decay = 0.0;
   cfg.diloco.rounds = static_cast<uint32_t>(*rounds);

@@ -50,21 +50,8 @@ Status OuterNesterov::step(std::span<float> theta, std::span<float> momentum,
   //   buf.mul_(μ).add_(d_p); d_p = d_p.add(buf, alpha=μ); p.add_(d_p, alpha=-lr)
   // Separate statements so each product and sum is rounded to fp32 (no contraction).
 #pragma omp parallel for schedule(static) if (n > (1u << 16))
-  for (size_t j = 0; j < n; ++j) {
-    const float d = delta[j];
-    float m;
-    if (first_step) {
-      m = d;
-    } else {
-      const float decayed = mu * momentum[j];
-      m = decayed + d;
-    }
-    momentum[j] = m;
-    const float look = mu * m;
-    const float u = d + look;
-    const float step = -lr * u;
-    theta[j] = theta[j] + step;
-  }
+  for (size_t j = 0; j < n; ++j)
+    outer_nesterov_element(theta[j], momentum[j], delta[j], mu, lr, first_step);
   return Status::Ok();
 }
 

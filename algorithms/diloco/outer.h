@@ -37,6 +37,27 @@ struct OuterNesterovOptions {
   float momentum = 0.9f;  // μ, in [0, 1)
 };
 
+// One element of the outer Nesterov step, in the fp32 operation order of
+// torch.optim.SGD(nesterov=True):
+//   buf.mul_(μ).add_(d_p); d_p = d_p.add(buf, alpha=μ); p.add_(d_p, alpha=-lr)
+// Shared by OuterNesterov::step and Hydra's masked step (algorithms/hydra/aggregate.h), so both
+// round identically.
+inline void outer_nesterov_element(float& theta, float& momentum, float d, float mu, float lr,
+                                   bool first_step) {
+  float m;
+  if (first_step) {
+    m = d;
+  } else {
+    const float decayed = mu * momentum;
+    m = decayed + d;
+  }
+  momentum = m;
+  const float look = mu * m;
+  const float u = d + look;
+  const float step = -lr * u;
+  theta = theta + step;
+}
+
 // PyTorch SGD(nesterov=True, dampening=0, weight_decay=0), fp32 arithmetic in PyTorch's
 // operation order. Stateless: the momentum buffer belongs to the caller (the coordinator
 // persists it with θ in one atomic commit).

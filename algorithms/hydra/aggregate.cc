@@ -59,23 +59,8 @@ Status masked_outer_step(const OuterNesterovOptions& opt, std::span<float> theta
   if (theta.size() != n || momentum.size() != n || held.size() != n)
     return InvalidArgument("masked outer step: theta/momentum/delta/held sizes differ");
   const float mu = opt.momentum, lr = opt.lr;
-  for (size_t j = 0; j < n; ++j) {
-    if (!held[j]) continue;
-    // Same fp32 operation order as OuterNesterov::step (torch.optim.SGD, nesterov=True).
-    const float d = delta[j];
-    float m;
-    if (first_step) {
-      m = d;
-    } else {
-      const float decayed = mu * momentum[j];
-      m = decayed + d;
-    }
-    momentum[j] = m;
-    const float look = mu * m;
-    const float u = d + look;
-    const float step = -lr * u;
-    theta[j] = theta[j] + step;
-  }
+  for (size_t j = 0; j < n; ++j)
+    if (held[j]) outer_nesterov_element(theta[j], momentum[j], delta[j], mu, lr, first_step);
   return Status::Ok();
 }
 
