@@ -4,6 +4,7 @@
 // for bit.
 #include <gtest/gtest.h>
 
+#include <boost/json.hpp>
 #include <thread>
 
 #include "algorithms/hydra/aggregate.h"
@@ -192,7 +193,8 @@ TEST(HydraService, HeterogeneousBudgetsMaskedRoundsBitwiseAndWrongMaskRefused) {
   ASSERT_TRUE(token.ok());
   http::Api api(manager, *coord->store, {});
   const std::string id = coord->service->experiment_id();
-  http::Response r = api.handle({"GET", "/api/experiments/" + id + "/subnets", "Bearer " + *token});
+  http::Response r =
+      api.handle({"GET", "/api/experiments/" + id + "/subnets", "Bearer " + *token, ""});
   ASSERT_EQ(r.status, 200u) << r.body;
   const boost::json::object view = boost::json::parse(r.body).as_object();
   EXPECT_EQ(view.at("algorithm").as_string(), "hydra");
