@@ -395,7 +395,8 @@ function renderSubnets(x, data) {
   $('#subnet-grids').replaceChildren(...subnets.map(s => {
     const pct = s.flops_fraction == null ? '–' : `${(100 * s.flops_fraction).toFixed(1)}%`;
     return el('table', { class: 'grid subnet', dataset: { node: s.node_id } },
-      el('caption', {}, el('span', { class: 'mono' }, s.node_id), ` · ${pct} of the full model's training FLOPs`),
+      el('caption', { title: 'training FLOPs per token relative to the full model' },
+        el('span', { class: 'mono' }, s.node_id), ` · ${pct} of full FLOPs`),
       el('thead', {}, el('tr', {}, el('th', { scope: 'col' }, 'Layer'),
         ...heads.map(h => el('th', { scope: 'col' }, `H${h}`)), el('th', { scope: 'col' }, 'FFN blocks'))),
       el('tbody', {}, ...s.layers.map((l, i) => {
