@@ -22,7 +22,6 @@ uint64_t unix_ms_now() {
                                    .count());
 }
 
-
 // Averages whole buckets of `bucket` consecutive points (x and y alike).
 Series downsample(const Series& s, uint64_t bucket) {
   if (bucket <= 1) return s;
@@ -384,6 +383,15 @@ StatusOr<std::vector<NodeView>> ExperimentManager::nodes(const std::string& id) 
   std::vector<NodeView> out;
   for (auto& [k, v] : views) out.push_back(std::move(v));
   return out;
+}
+
+StatusOr<std::vector<std::pair<std::string, std::string>>> ExperimentManager::subnets(
+    const std::string& id) const {
+  ATOLL_ASSIGN_OR_RETURN(ExperimentSummary s, get(id));
+  std::shared_lock<std::shared_mutex> lk(svc_mu_);
+  if (!s.config.is_hydra() || !is_live(id))
+    return std::vector<std::pair<std::string, std::string>>{};
+  return service_->hydra_subnets();
 }
 
 StatusOr<std::vector<RoundRecord>> ExperimentManager::rounds(const std::string& id, uint64_t from,

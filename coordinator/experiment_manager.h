@@ -151,6 +151,10 @@ class ExperimentManager {
   Status remove(const std::string& id);
 
   StatusOr<std::vector<NodeView>> nodes(const std::string& id) const;
+  // Hydra: (node id, subnetwork text form) of the sites of the latest selection, sorted by node
+  // id. Known only for the live experiment (the service holds them, the store does not); empty
+  // for any other experiment and for algorithm = "diloco".
+  StatusOr<std::vector<std::pair<std::string, std::string>>> subnets(const std::string& id) const;
   // Committed rounds [from, from + limit), oldest first.
   StatusOr<std::vector<RoundRecord>> rounds(const std::string& id, uint64_t from,
                                             uint64_t limit) const;

@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#include "algorithms/hydra/cost.h"
+#include "algorithms/model/subnet.h"
+
 namespace atl::coordinator {
 namespace json = boost::json;
 
@@ -41,6 +44,7 @@ json::object to_json(const ExperimentConfig& c) {
   json::object o;
   o["name"] = c.name;
   o["seed"] = c.seed;
+  o["algorithm"] = c.algorithm;
   o["model"] = {{"vocab", c.model.vocab},           {"dim", c.model.dim},
                 {"layers", c.model.layers},         {"heads", c.model.heads},
                 {"ffn_hidden", c.model.ffn_hidden}, {"seq_len", c.model.seq_len}};
@@ -122,6 +126,34 @@ json::object to_json(const MetricSeries& m) {
     pn[metric] = std::move(per);
   }
   o["per_node"] = std::move(pn);
+  return o;
+}
+
+StatusOr<json::object> subnet_json(const std::string& node_id, const std::string& subnet,
+                                   const ExperimentConfig& c) {
+  const algorithms::ModelConfig model = model_config(c);
+  const int blocks = static_cast<int>(c.hydra.ffn_blocks);
+  ATOLL_ASSIGN_OR_RETURN(algorithms::Subnet s,
+                         algorithms::subnet_from_string(subnet, model, blocks));
+  algorithms::hydra::CostModel cm;
+  cm.model = model;
+  cm.ffn_blocks = blocks;
+  cm.seq = model.seq_len;  // the length sites train with (as the selection's cost model)
+  json::array layers;
+  for (const auto& l : s.layers) {
+    json::array heads;
+    for (size_t h = 0; h < l.heads.size(); ++h)
+      if (l.heads[h]) heads.push_back(static_cast<uint64_t>(h));
+    uint64_t kept = 0;
+    for (uint8_t b : l.ffn_blocks) kept += b ? 1 : 0;
+    layers.push_back(
+        json::object{{"trained", l.train}, {"heads", std::move(heads)}, {"ffn_blocks_kept", kept}});
+  }
+  json::object o;
+  o["node_id"] = node_id;
+  o["subnet"] = subnet;
+  o["flops_fraction"] = json_number(algorithms::hydra::cost_fraction(cm, s));
+  o["layers"] = std::move(layers);
   return o;
 }
 

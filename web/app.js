@@ -383,6 +383,37 @@ function renderNodes(nodes) {
     el('td', { class: 'num' }, fmtBytes(n.bytes_down)),
   )));
 }
+// Hydra: one layers × heads table per site (rows = layers, columns = heads), plus the layer's
+// kept FFN blocks; cells carry a letter and a title so the grid does not rely on colour alone.
+function renderSubnets(x, data) {
+  const hydra = x.config.algorithm === 'hydra';
+  show($('#x-subnets'), hydra);
+  if (!hydra) return;
+  const subnets = data.subnets || [];
+  show($('#subnets-empty'), subnets.length === 0);
+  const heads = [...Array(data.heads).keys()];
+  $('#subnet-grids').replaceChildren(...subnets.map(s => {
+    const pct = s.flops_fraction == null ? '–' : `${(100 * s.flops_fraction).toFixed(1)}%`;
+    return el('table', { class: 'grid subnet', dataset: { node: s.node_id } },
+      el('caption', { title: 'training FLOPs per token relative to the full model' },
+        el('span', { class: 'mono' }, s.node_id), ` · ${pct} of full FLOPs`),
+      el('thead', {}, el('tr', {}, el('th', { scope: 'col' }, 'Layer'),
+        ...heads.map(h => el('th', { scope: 'col' }, `H${h}`)), el('th', { scope: 'col' }, 'FFN blocks'))),
+      el('tbody', {}, ...s.layers.map((l, i) => {
+        const kept = new Set(l.heads);
+        return el('tr', {},
+          el('th', { scope: 'row' }, `L${i}`, el('span', { class: 'muted' }, l.trained ? ' · trained' : ' · frozen')),
+          ...heads.map(h => {
+            const k = !kept.has(h) ? 'removed' : l.trained ? 'trained' : 'frozen';
+            const what = { removed: 'removed', trained: 'kept and trained', frozen: 'kept, frozen' }[k];
+            return el('td', { class: `cell ${k}`, title: `${s.node_id}: layer ${i}, head ${h}: ${what}` },
+              { removed: '–', trained: 'T', frozen: 'F' }[k]);
+          }),
+          el('td', { class: 'num', title: `${l.ffn_blocks_kept} of ${data.ffn_blocks} FFN channel blocks kept` },
+            `${l.ffn_blocks_kept} / ${data.ffn_blocks}`));
+      })));
+  }));
+}
 function renderRounds(data) {
   const rounds = data.rounds;
   const maxD = Math.max(1e-9, ...rounds.map(r => r.duration_s || 0));
@@ -412,14 +443,16 @@ async function refreshExperiment() {
   const id = state.experiment;
   if (state.view !== 'experiment' || !id) return;
   try {
-    const [x, m, n, r] = await Promise.all([
+    const [x, m, n, r, sn] = await Promise.all([
       api(`api/experiments/${id}`), api(`api/experiments/${id}/metrics?max_points=400`),
       api(`api/experiments/${id}/nodes`), api(`api/experiments/${id}/rounds?limit=200`),
+      api(`api/experiments/${id}/subnets`),
     ]);
     if (state.view !== 'experiment' || state.experiment !== id) return;
     renderSummary(x, m);
     renderCharts(m);
     renderNodes(n.nodes);
+    renderSubnets(x, sn);
     renderRounds(r);
   } catch (e) {
     $('#x-error').textContent = e.status === 404 ? `Experiment ${id} does not exist.` : e.message;

@@ -231,6 +231,25 @@ Response Api::handle_api(const Request& req, const std::string& path,
     for (const auto& n : *nodes) a.push_back(to_json(n));
     return json_response(200, json::object{{"nodes", std::move(a)}});
   }
+  if (what == "subnets") {
+    auto s = manager_.get(id);
+    if (!s.ok()) return fail(s.status());
+    auto subnets = manager_.subnets(id);
+    if (!subnets.ok()) return fail(subnets.status());
+    json::array a;
+    for (const auto& [node, text] : *subnets) {
+      auto j = subnet_json(node, text, s->config);
+      if (!j.ok()) return error(500, "subnetwork of '" + node + "': " + j.status().message());
+      a.push_back(std::move(*j));
+    }
+    const auto& m = s->config.model;
+    return json_response(200, json::object{{"algorithm", s->config.algorithm},
+                                           {"live", s->live},
+                                           {"layers", m.layers},
+                                           {"heads", m.heads},
+                                           {"ffn_blocks", s->config.hydra.ffn_blocks},
+                                           {"subnets", std::move(a)}});
+  }
   if (what == "rounds") {
     auto s = manager_.get(id);
     if (!s.ok()) return fail(s.status());

@@ -11,6 +11,7 @@
 //   DELETE /api/experiments/{id}              delete (admin)
 //   POST   /api/experiments/{id}/start|pause|resume|stop   (admin)
 //   GET    /api/experiments/{id}/nodes        node table
+//   GET    /api/experiments/{id}/subnets      Hydra: each site's subnetwork (live experiment)
 //   GET    /api/experiments/{id}/rounds       ?from=R&limit=N (limit ≤ 1000, default 200: last)
 //   GET    /api/experiments/{id}/metrics      ?max_points=N (2..5000, default 500)
 //   GET    /api/experiments/{id}/checkpoint   safetensors of the current θ (octet-stream)

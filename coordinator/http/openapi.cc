@@ -46,6 +46,14 @@ const std::string& openapi_json() {
         "tokens_per_s": {"type": "number", "nullable": true}, "joined_unix_ms": {"type": "integer"},
         "last_seen_unix_ms": {"type": "integer"}, "rounds": {"type": "integer"},
         "tokens": {"type": "integer"}, "bytes_up": {"type": "integer"}, "bytes_down": {"type": "integer"}}},
+      "Subnet": {"type": "object", "description": "One Hydra site's subnetwork (docs/hydra.md)", "properties": {
+        "node_id": {"type": "string"},
+        "subnet": {"type": "string", "description": "text form: per layer T (trained) or F (frozen), ':' kept heads as 0/1, ':' kept FFN blocks as 0/1; layers joined by '|'"},
+        "flops_fraction": {"type": "number", "nullable": true, "description": "training FLOPs per token over the full model's"},
+        "layers": {"type": "array", "items": {"type": "object", "properties": {
+          "trained": {"type": "boolean"},
+          "heads": {"type": "array", "items": {"type": "integer"}, "description": "kept head indices, ascending"},
+          "ffn_blocks_kept": {"type": "integer"}}}}}},
       "Round": {"type": "object", "properties": {
         "round": {"type": "integer"},
         "participants": {"type": "array", "items": {"type": "object", "properties": {
@@ -125,6 +133,8 @@ const std::string& openapi_json() {
       "post": {"summary": "Stop for good: state finished, nodes get STOP (admin)", "responses": {"200": {"$ref": "#/components/responses/Experiment"}, "403": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}}},
     "/api/experiments/{id}/nodes": {"parameters": [{"$ref": "#/components/parameters/id"}],
       "get": {"summary": "Nodes: status, last heartbeat, tokens/s, bytes", "responses": {"200": {"description": "nodes", "content": {"application/json": {"schema": {"type": "object", "properties": {"nodes": {"type": "array", "items": {"$ref": "#/components/schemas/Node"}}}}}}}, "404": {"$ref": "#/components/responses/Error"}}}},
+    "/api/experiments/{id}/subnets": {"parameters": [{"$ref": "#/components/parameters/id"}],
+      "get": {"summary": "Hydra: each site's subnetwork of the latest selection (live experiment only; empty otherwise)", "responses": {"200": {"description": "subnetworks", "content": {"application/json": {"schema": {"type": "object", "properties": {"algorithm": {"type": "string", "enum": ["diloco", "hydra"]}, "live": {"type": "boolean"}, "layers": {"type": "integer"}, "heads": {"type": "integer"}, "ffn_blocks": {"type": "integer"}, "subnets": {"type": "array", "items": {"$ref": "#/components/schemas/Subnet"}}}}}}}, "404": {"$ref": "#/components/responses/Error"}}}},
     "/api/experiments/{id}/rounds": {"parameters": [{"$ref": "#/components/parameters/id"},
         {"name": "from", "in": "query", "schema": {"type": "integer", "minimum": 0}, "description": "first round (default: the last `limit` rounds)"},
         {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 200}}],

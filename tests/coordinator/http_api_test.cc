@@ -17,8 +17,8 @@
 #include "coordinator/http/server.h"
 #include "coordinator/router.h"
 #include "coordinator/server.h"
-#include "coordinator/service_harness.h"
 #include "coordinator/service.h"
+#include "coordinator/service_harness.h"
 #include "coordinator/test_util.h"
 #include "transport/tls/ca.h"
 
@@ -155,8 +155,8 @@ class HttpApiTest : public ::testing::Test {
   std::unique_ptr<Store> store_;
   std::unique_ptr<ExperimentManager> manager_;
   std::unique_ptr<CoordinatorService> service_;
-  std::unique_ptr<ServiceRouter> router_;      // outlives manager_
-  std::unique_ptr<CoordinatorServer> grpc_;    // serves router_
+  std::unique_ptr<ServiceRouter> router_;    // outlives manager_
+  std::unique_ptr<CoordinatorServer> grpc_;  // serves router_
   std::unique_ptr<http::HttpServer> server_;
   std::unique_ptr<Client> client_;
   std::string admin_, viewer_;
@@ -172,6 +172,7 @@ TEST_F(HttpApiTest, HealthAndOpenApiNeedNoToken) {
   EXPECT_EQ(doc.as_object().at("openapi").as_string(), "3.0.3");
   EXPECT_TRUE(doc.as_object().at("paths").as_object().contains("/api/experiments/{id}/metrics"));
   EXPECT_TRUE(doc.as_object().at("paths").as_object().contains("/api/tokens"));
+  EXPECT_TRUE(doc.as_object().at("paths").as_object().contains("/api/experiments/{id}/subnets"));
   EXPECT_TRUE(doc.as_object().at("paths").as_object().contains("/api/tokens/{hash_prefix}"));
 }
 
@@ -201,6 +202,30 @@ TEST_F(HttpApiTest, ViewerReadsButCannotChangeAnything) {
   Reply g = client_->send("GET", "/api/experiments/exp1", admin_);
   EXPECT_EQ(g.json().as_object().at("state").as_string(), "created");
   EXPECT_EQ(client_->send("GET", "/api/experiments/exp2", admin_).status, 404u);
+}
+
+// The Hydra grid's route: a DiLoCo experiment and a Hydra one that is not served here have no
+// sites (the sites' subnetworks of a live Hydra run: hydra_service_test.cc).
+TEST_F(HttpApiTest, SubnetsAreEmptyWithoutALiveHydraSelection) {
+  ASSERT_EQ(client_->send("POST", "/api/experiments", admin_, small_config("dl")).status, 201u);
+  std::string hydra = small_config("hy");
+  hydra.insert(1, R"("algorithm":"hydra","hydra":{"ffn_blocks":2},)");
+  Reply c = client_->send("POST", "/api/experiments", admin_, hydra);
+  ASSERT_EQ(c.status, 201u) << c.body;
+  EXPECT_EQ(c.json().as_object().at("config").as_object().at("algorithm").as_string(), "hydra");
+  for (const char* id : {"dl", "hy"}) {
+    Reply r = client_->send("GET", std::string("/api/experiments/") + id + "/subnets", viewer_);
+    ASSERT_EQ(r.status, 200u) << r.body;
+    const json::value v = r.json();
+    EXPECT_EQ(v.as_object().at("algorithm").as_string(),
+              id == std::string("dl") ? "diloco" : "hydra");
+    EXPECT_FALSE(v.as_object().at("live").as_bool());
+    EXPECT_EQ(v.as_object().at("heads").to_number<int>(), 2);
+    EXPECT_EQ(v.as_object().at("ffn_blocks").to_number<int>(), id == std::string("dl") ? 4 : 2);
+    EXPECT_TRUE(v.as_object().at("subnets").as_array().empty());
+  }
+  EXPECT_EQ(client_->send("GET", "/api/experiments/nope/subnets", viewer_).status, 404u);
+  EXPECT_EQ(client_->send("GET", "/api/experiments/hy/subnets").status, 401u);
 }
 
 TEST_F(HttpApiTest, CreateListGetStopDelete) {
@@ -303,8 +328,9 @@ TEST_F(HttpApiTest, StartingAStoredExperimentMakesItLive) {
   router_ = std::make_unique<ServiceRouter>();
   ManagerOptions mo;
   mo.router = router_.get();
-  mo.open_service = [this](const ExperimentRecord& rec, const ExperimentConfig& cfg)
-      -> StatusOr<std::shared_ptr<CoordinatorService>> {
+  mo.open_service =
+      [this](const ExperimentRecord& rec,
+             const ExperimentConfig& cfg) -> StatusOr<std::shared_ptr<CoordinatorService>> {
     algorithms::ParamSet layout(algorithms::make_layout(model_config(cfg)));
     ServiceOptions so;
     so.on_event = [m = manager_.get(), id = rec.id](const Event& e) { m->on_event(id, e); };
@@ -366,7 +392,8 @@ TEST_F(HttpApiTest, StartingAStoredExperimentMakesItLive) {
   ASSERT_TRUE(cfg_b.ok());
   testing::FakeNode node;
   node.options = testing::insecure_client(grpc_->address(), "node-0");
-  node.layout_fp = algorithms::layout_fingerprint(algorithms::make_layout(model_config(cfg_b->config)));
+  node.layout_fp =
+      algorithms::layout_fingerprint(algorithms::make_layout(model_config(cfg_b->config)));
   node.run(std::chrono::steady_clock::now() + std::chrono::seconds(30));
   EXPECT_TRUE(node.stopped);
   EXPECT_TRUE(node.errors.empty()) << node.errors.front();

@@ -4,12 +4,16 @@
 // for bit.
 #include <gtest/gtest.h>
 
+#include <boost/json.hpp>
 #include <thread>
 
 #include "algorithms/hydra/aggregate.h"
 #include "algorithms/hydra/select.h"
 #include "algorithms/model/llama.h"
 #include "algorithms/model/subnet.h"
+#include "coordinator/experiment_manager.h"
+#include "coordinator/http/api.h"
+#include "coordinator/http/auth.h"
 #include "service_harness.h"
 
 namespace atl::coordinator {
@@ -180,6 +184,52 @@ TEST(HydraService, HeterogeneousBudgetsMaskedRoundsBitwiseAndWrongMaskRefused) {
   EXPECT_TRUE(std::equal(final_theta.begin(), final_theta.begin() + emb, init.vec().begin()));
   EXPECT_NE(final_theta, init.vec());
   EXPECT_EQ(coord->service->hydra_subnets().size(), 3u);
+
+  // The dashboard API's view of the same subnetworks (GET /api/experiments/{id}/subnets, the
+  // real route and token check): per site the layers × heads grid and the FLOPs fraction.
+  ExperimentManager manager(*coord->store);
+  manager.attach(coord->service.get());
+  auto token = http::create_token(*coord->store, http::Role::kViewer, "viewer");
+  ASSERT_TRUE(token.ok());
+  http::Api api(manager, *coord->store, {});
+  const std::string id = coord->service->experiment_id();
+  http::Response r =
+      api.handle({"GET", "/api/experiments/" + id + "/subnets", "Bearer " + *token, ""});
+  ASSERT_EQ(r.status, 200u) << r.body;
+  const boost::json::object view = boost::json::parse(r.body).as_object();
+  EXPECT_EQ(view.at("algorithm").as_string(), "hydra");
+  EXPECT_TRUE(view.at("live").as_bool());
+  EXPECT_EQ(view.at("heads").to_number<int>(), 2);
+  EXPECT_EQ(view.at("layers").to_number<int>(), 2);
+  const auto& subnets = view.at("subnets").as_array();
+  ASSERT_EQ(subnets.size(), 3u);
+  for (uint32_t i = 0; i < 3; ++i) {
+    const auto& site = subnets[i].as_object();
+    const algorithms::Subnet& want = sel->sites[i].subnet;
+    EXPECT_EQ(site.at("node_id").as_string(), "node-" + std::to_string(i));
+    EXPECT_EQ(site.at("subnet").as_string(), algorithms::to_string(want));
+    EXPECT_DOUBLE_EQ(site.at("flops_fraction").as_double(),
+                     algorithms::hydra::cost_fraction(cm, want));
+    const auto& layers = site.at("layers").as_array();
+    ASSERT_EQ(layers.size(), want.layers.size());
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const auto& lj = layers[l].as_object();
+      EXPECT_EQ(lj.at("trained").as_bool(), want.layers[l].train) << "site " << i << " layer " << l;
+      std::vector<int> heads;
+      for (const auto& h : lj.at("heads").as_array()) heads.push_back(h.to_number<int>());
+      std::vector<int> want_heads;
+      for (size_t h = 0; h < want.layers[l].heads.size(); ++h)
+        if (want.layers[l].heads[h]) want_heads.push_back(static_cast<int>(h));
+      EXPECT_EQ(heads, want_heads) << "site " << i << " layer " << l;
+      int blocks = 0;
+      for (uint8_t b : want.layers[l].ffn_blocks) blocks += b;
+      EXPECT_EQ(lj.at("ffn_blocks_kept").to_number<int>(), blocks);
+    }
+  }
+  // Budgets 1.0, 0.5, 0.25: the 0.25 site gets a strictly cheaper subnetwork than the full one.
+  EXPECT_LT(subnets[2].as_object().at("flops_fraction").as_double(),
+            subnets[0].as_object().at("flops_fraction").as_double());
+  manager.attach(nullptr);
 }
 
 }  // namespace

@@ -142,6 +142,8 @@ try {
     [first, firstPoints], { timeout: Math.min(30000, left()) });
   const nodeRows = await page.$$eval('#nodes-table tbody tr', rows => rows.length);
   if (nodeRows !== 2) throw new Error(`node table has ${nodeRows} rows, expected 2`);
+  // The demo runs DiLoCo: the Hydra subnetwork grids stay hidden (their API answers no sites).
+  if (await page.isVisible('#x-subnets')) throw new Error('Hydra subnetworks shown for a DiLoCo experiment');
   const live = await page.getAttribute('#live-indicator', 'class');
   if (!/\bon\b/.test(live)) throw new Error('the live event stream is not connected');
   const now = Number(await page.getAttribute('#timeline', 'data-rounds'));
