@@ -356,12 +356,7 @@ int cmd_demo_diloco(const Args& args) {
       double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
       double eta =
           elapsed / rounds_done * (static_cast<double>(total_syncs - start_round) - rounds_done);
-      std::string losses;
-      for (const auto& part : rec.participants) {
-        char buf[64];
-        std::snprintf(buf, sizeof(buf), " %s %.3f", part.node_id.c_str(), part.loss);
-        losses += buf;
-      }
+      const std::string losses = format_participant_losses(rec);
       std::printf("round %3" PRIu64 "/%" PRIu64
                   " | val bpb %.4f | loss%s | up %s down %s | "
                   "%s | ETA %s\n",

@@ -139,12 +139,7 @@ StatusOr<RunResult> run_students(const DemoSetup& d, const std::string& label,
       res.bytes_down += rec.bytes_down;
       ++res.rounds;
       if (auto v = d.evaluator->evaluate_and_publish(rc, rec.round + 1); v.ok()) res.final_bpb = *v;
-      std::string losses;
-      for (const auto& part : rec.participants) {
-        char buf[64];
-        std::snprintf(buf, sizeof(buf), " %s %.3f", part.node_id.c_str(), part.loss);
-        losses += buf;
-      }
+      const std::string losses = format_participant_losses(rec);
       std::printf("[%s] round %3" PRIu64 "/%" PRIu64
                   " | val bpb %.4f | loss%s | sync up %s "
                   "down %s | %s\n",

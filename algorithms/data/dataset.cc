@@ -109,6 +109,17 @@ GlobalBatch sample_rows(const TokenDataset& data, uint64_t seed, int64_t step, R
   return out;
 }
 
+void split_inputs_targets(const int32_t* tokens, int rows, int T, std::vector<int32_t>& inputs,
+                          std::vector<int32_t>& targets) {
+  inputs.resize(static_cast<size_t>(rows) * T);
+  targets.resize(static_cast<size_t>(rows) * T);
+  for (int b = 0; b < rows; ++b) {
+    const int32_t* row = tokens + static_cast<size_t>(b) * (T + 1);
+    std::copy(row, row + T, inputs.data() + static_cast<size_t>(b) * T);
+    std::copy(row + 1, row + T + 1, targets.data() + static_cast<size_t>(b) * T);
+  }
+}
+
 GlobalBatch sample_global_batch(const TokenDataset& data, uint64_t seed, int64_t step, int B,
                                 int T) {
   if (Status s = check_sampling(data, B, T); !s.ok()) die(s);

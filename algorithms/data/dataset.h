@@ -54,6 +54,11 @@ struct GlobalBatch {
   }
 };
 
+// Splits `rows` rows of T+1 tokens (the GlobalBatch layout) into the model's inputs (rows, T)
+// = columns [0, T) and targets (rows, T) = columns [1, T+1); resizes both.
+void split_inputs_targets(const int32_t* tokens, int rows, int T, std::vector<int32_t>& inputs,
+                          std::vector<int32_t>& targets);
+
 // Rows [begin, end) of the global batch.
 struct RowRange {
   int begin = 0, end = 0;

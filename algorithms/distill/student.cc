@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "algorithms/data/dataset.h"
 #include "kernels/cpu/ops.h"
 
 namespace atl::algorithms::distill {
@@ -31,13 +32,7 @@ StatusOr<DistillStepStats> StudentTrainer::step(ParamSet& params, const int32_t*
   const ModelConfig& mc = model_.config();
   if (loss_.config().alpha > 0 && (full == nullptr) == (topk == nullptr))
     return InvalidArgument("student step: exactly one kind of teacher targets is needed");
-  inputs_.resize(static_cast<size_t>(N));
-  targets_.resize(static_cast<size_t>(N));
-  for (int b = 0; b < B; ++b) {
-    const int32_t* row = tokens + static_cast<size_t>(b) * (T + 1);
-    std::copy(row, row + T, inputs_.data() + static_cast<size_t>(b) * T);
-    std::copy(row + 1, row + T + 1, targets_.data() + static_cast<size_t>(b) * T);
-  }
+  data::split_inputs_targets(tokens, B, T, inputs_, targets_);
   if (topk != nullptr) ATOLL_RETURN_IF_ERROR(validate_topk(*topk, N, mc.vocab));
   ops::zero_fill(grads_.data(), grads_.numel());
   const float* hs = model_.forward_hidden(params, inputs_.data(), B, T);

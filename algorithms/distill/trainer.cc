@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "algorithms/data/dataset.h"
 #include "kernels/cpu/ops.h"
 
 namespace atl::algorithms::distill {
@@ -46,14 +47,7 @@ DistillTrainer::DistillTrainer(const ModelConfig& student, const ModelConfig& te
 }
 
 void DistillTrainer::split_rows(const int32_t* tokens, int rows) {
-  const int T = tcfg_.seq;
-  inputs_.resize(static_cast<size_t>(rows) * T);
-  targets_.resize(static_cast<size_t>(rows) * T);
-  for (int b = 0; b < rows; ++b) {
-    const int32_t* row = tokens + static_cast<size_t>(b) * (T + 1);
-    std::copy(row, row + T, inputs_.data() + static_cast<size_t>(b) * T);
-    std::copy(row + 1, row + T + 1, targets_.data() + static_cast<size_t>(b) * T);
-  }
+  data::split_inputs_targets(tokens, rows, tcfg_.seq, inputs_, targets_);
 }
 
 LossStats DistillTrainer::loss_on(const ParamSet& student, const ParamSet& teacher, int rows,

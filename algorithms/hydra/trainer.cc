@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "algorithms/data/dataset.h"
 #include "kernels/cpu/ops.h"
 
 namespace atl::algorithms::hydra {
@@ -36,13 +37,7 @@ StepStats HydraTrainer::step(ParamSet& params, const int32_t* tokens, int64_t gl
     std::abort();
   }
   const int B = tcfg_.batch, T = tcfg_.seq;
-  inputs_.resize(static_cast<size_t>(B) * T);
-  targets_.resize(inputs_.size());
-  for (int b = 0; b < B; ++b) {
-    const int32_t* row = tokens + static_cast<size_t>(b) * (T + 1);
-    std::copy(row, row + T, inputs_.data() + static_cast<size_t>(b) * T);
-    std::copy(row + 1, row + T + 1, targets_.data() + static_cast<size_t>(b) * T);
-  }
+  data::split_inputs_targets(tokens, B, T, inputs_, targets_);
   float* g = grads_.data();
   for (uint32_t i : indices_) g[i] = 0.0f;  // only held elements are ever written
   StepStats s;

@@ -124,61 +124,57 @@ void SubnetLlama::ensure_shape(int B, int T) {
   for (auto* w : {&wqkv_, &wo_, &wgu_, &wd_}) w->resize(maxw);
 }
 
+namespace {
+
+// The kept units of a weight matrix, as (offset into the full matrix, offset into the packed
+// one, length) runs in packed order. Row groups: the full matrix is (parts·R, C), R rows per
+// part, a unit owning g consecutive rows of every part (a head's q|k|v rows, a block's
+// gate|up rows); the packed matrix holds the kept units' rows part by part. Column groups: the
+// full matrix is (C, width), a unit owning g consecutive columns (o_proj, down_proj); the
+// packed matrix is (C, kept·g).
+template <typename Run>
+void for_row_groups(size_t parts, size_t R, size_t C, const std::vector<int>& keep, size_t g,
+                    Run run) {
+  size_t packed = 0;
+  for (size_t part = 0; part < parts; ++part)
+    for (int k : keep) {
+      run((part * R + k * g) * C, packed, g * C);
+      packed += g * C;
+    }
+}
+template <typename Run>
+void for_col_groups(size_t C, size_t width, const std::vector<int>& keep, size_t g, Run run) {
+  const size_t kept = keep.size() * g;
+  for (size_t r = 0; r < C; ++r)
+    for (size_t i = 0; i < keep.size(); ++i) run(r * width + keep[i] * g, r * kept + i * g, g);
+}
+
+auto copy_into(float* packed, const float* full) {
+  return
+      [=](size_t f, size_t p, size_t n) { std::memcpy(packed + p, full + f, n * sizeof(float)); };
+}
+auto add_into(float* full, const float* packed) {
+  return [=](size_t f, size_t p, size_t n) {
+    for (size_t i = 0; i < n; ++i) full[f + i] += packed[p + i];
+  };
+}
+
+}  // namespace
+
 void SubnetLlama::gather(const float* P, int l) {
   const size_t C = cfg_.dim, D = C / cfg_.heads, F = cfg_.ffn_hidden, Fb = F / sub_.ffn_blocks;
-  const auto& hs = heads_[l];
-  const auto& bs = blocks_[l];
-  const size_t Dk = hs.size() * D, Fk = bs.size() * Fb;
-  const float* wqkv = P + off_[l].qkv;  // (3C, C): q rows, then k rows, then v rows
-  float* q = wqkv_.data();
-  for (size_t part = 0; part < 3; ++part)
-    for (int h : hs) {
-      std::memcpy(q, wqkv + (part * C + h * D) * C, D * C * sizeof(float));
-      q += D * C;
-    }
-  const float* wo = P + off_[l].o;  // (C, C): columns of the kept heads
-  for (size_t r = 0; r < C; ++r)
-    for (size_t i = 0; i < hs.size(); ++i)
-      std::memcpy(wo_.data() + r * Dk + i * D, wo + r * C + hs[i] * D, D * sizeof(float));
-  const float* wgu = P + off_[l].gu;  // (2F, C): gate rows, then up rows
-  float* g = wgu_.data();
-  for (size_t part = 0; part < 2; ++part)
-    for (int b : bs) {
-      std::memcpy(g, wgu + (part * F + b * Fb) * C, Fb * C * sizeof(float));
-      g += Fb * C;
-    }
-  const float* wd = P + off_[l].down;  // (C, F): columns of the kept blocks
-  for (size_t r = 0; r < C; ++r)
-    for (size_t i = 0; i < bs.size(); ++i)
-      std::memcpy(wd_.data() + r * Fk + i * Fb, wd + r * F + bs[i] * Fb, Fb * sizeof(float));
+  for_row_groups(3, C, C, heads_[l], D, copy_into(wqkv_.data(), P + off_[l].qkv));
+  for_col_groups(C, C, heads_[l], D, copy_into(wo_.data(), P + off_[l].o));
+  for_row_groups(2, F, C, blocks_[l], Fb, copy_into(wgu_.data(), P + off_[l].gu));
+  for_col_groups(C, F, blocks_[l], Fb, copy_into(wd_.data(), P + off_[l].down));
 }
 
 void SubnetLlama::scatter_add(float* G, int l) const {
   const size_t C = cfg_.dim, D = C / cfg_.heads, F = cfg_.ffn_hidden, Fb = F / sub_.ffn_blocks;
-  const auto& hs = heads_[l];
-  const auto& bs = blocks_[l];
-  const size_t Dk = hs.size() * D, Fk = bs.size() * Fb;
-  auto add = [](float* dst, const float* src, size_t n) {
-    for (size_t i = 0; i < n; ++i) dst[i] += src[i];
-  };
-  const float* q = dwqkv_.data();
-  for (size_t part = 0; part < 3; ++part)
-    for (int h : hs) {
-      add(G + off_[l].qkv + (part * C + h * D) * C, q, D * C);
-      q += D * C;
-    }
-  for (size_t r = 0; r < C; ++r)
-    for (size_t i = 0; i < hs.size(); ++i)
-      add(G + off_[l].o + r * C + hs[i] * D, dwo_.data() + r * Dk + i * D, D);
-  const float* g = dwgu_.data();
-  for (size_t part = 0; part < 2; ++part)
-    for (int b : bs) {
-      add(G + off_[l].gu + (part * F + b * Fb) * C, g, Fb * C);
-      g += Fb * C;
-    }
-  for (size_t r = 0; r < C; ++r)
-    for (size_t i = 0; i < bs.size(); ++i)
-      add(G + off_[l].down + r * F + bs[i] * Fb, dwd_.data() + r * Fk + i * Fb, Fb);
+  for_row_groups(3, C, C, heads_[l], D, add_into(G + off_[l].qkv, dwqkv_.data()));
+  for_col_groups(C, C, heads_[l], D, add_into(G + off_[l].o, dwo_.data()));
+  for_row_groups(2, F, C, blocks_[l], Fb, add_into(G + off_[l].gu, dwgu_.data()));
+  for_col_groups(C, F, blocks_[l], Fb, add_into(G + off_[l].down, dwd_.data()));
 }
 
 float SubnetLlama::forward(const ParamSet& params, const int32_t* tokens, const int32_t* targets,

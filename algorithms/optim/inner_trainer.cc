@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "algorithms/data/dataset.h"
 #include "kernels/cpu/ops.h"
 
 namespace atl::algorithms {
@@ -71,14 +72,7 @@ InnerTrainer::InnerTrainer(const ModelConfig& model, const TrainerConfig& train)
 }
 
 void InnerTrainer::split_rows(const int32_t* tokens, int rows) {
-  const int T = tcfg_.seq;
-  inputs_.resize(static_cast<size_t>(rows) * T);
-  targets_.resize(static_cast<size_t>(rows) * T);
-  for (int b = 0; b < rows; ++b) {
-    const int32_t* row = tokens + static_cast<size_t>(b) * (T + 1);
-    std::copy(row, row + T, inputs_.data() + static_cast<size_t>(b) * T);
-    std::copy(row + 1, row + T + 1, targets_.data() + static_cast<size_t>(b) * T);
-  }
+  data::split_inputs_targets(tokens, rows, tcfg_.seq, inputs_, targets_);
 }
 
 StepStats InnerTrainer::step(ParamSet& params, const int32_t* tokens, int64_t global_step) {
