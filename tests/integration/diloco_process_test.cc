@@ -30,19 +30,6 @@ std::string config_toml(int rounds, int min_nodes, double deadline_s, uint64_t s
          "\n";
 }
 
-// Polls a log file until `re` matches (or the deadline passes); returns the first match.
-std::optional<std::smatch> wait_for_log(const std::string& path, const std::regex& re,
-                                        std::chrono::seconds timeout, std::string* text) {
-  auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    *text = read_text(path);
-    std::smatch m;
-    if (std::regex_search(*text, m, re)) return m;
-    std::this_thread::sleep_for(50ms);
-  }
-  return std::nullopt;
-}
-
 struct Cluster {
   TempDir dir;
   std::string tls;

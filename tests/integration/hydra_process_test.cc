@@ -28,18 +28,6 @@ const char* kToml =
     "heartbeat_interval_s = 0.3\nlost_after_heartbeats = 10\nstart_wait_s = 0.3\n"
     "[hydra]\nffn_blocks = 2\nimportance_batches = 2\n";
 
-std::optional<std::smatch> wait_for_log(const std::string& path, const std::regex& re,
-                                        std::chrono::seconds timeout, std::string* text) {
-  auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    *text = read_text(path);
-    std::smatch m;
-    if (std::regex_search(*text, m, re)) return m;
-    std::this_thread::sleep_for(50ms);
-  }
-  return std::nullopt;
-}
-
 TEST(HydraProcesses, HeterogeneousBudgetsOverMtlsWithWrongMaskRefused) {
   TempDir dir;
   const std::string tls = dir / "tls";
