@@ -80,11 +80,17 @@ int cmd_train(const Args& args) {
   int64_t total_steps = *steps;
   std::string resumed_trainer;
   if (resumed) {
-    if (auto it = resumed->meta.extra.find("trainer"); it != resumed->meta.extra.end())
-      resumed_trainer = it->second;
-    const size_t at = resumed_trainer.find(" total=");
-    if (!flags.has("steps") && at != std::string::npos)
-      total_steps = std::strtoll(resumed_trainer.c_str() + at + 7, nullptr, 10);
+    const auto& extra = resumed->meta.extra;
+    if (auto it = extra.find("trainer"); it != extra.end()) resumed_trainer = it->second;
+    if (auto it = extra.find("total_steps"); it != extra.end() && !flags.has("steps")) {
+      char* end = nullptr;
+      total_steps = std::strtoll(it->second.c_str(), &end, 10);
+      if (it->second.empty() || *end != '\0' || total_steps < 1)
+        return fail("train",
+                    "cannot resume: the checkpoint's total_steps '" + it->second +
+                        "' is not a step count (pass --steps N)",
+                    2);
+    }
   }
   auto setup_or = make_train_setup(flags, resumed ? &*resumed : nullptr, total_steps);
   if (!setup_or.ok()) return fail("train", setup_or.status().message(), 2);
@@ -131,6 +137,7 @@ int cmd_train(const Args& args) {
     meta.tokenizer = setup.site.tokenizer_blob;
     meta.extra["data"] = setup.data_spec;
     meta.extra["trainer"] = setup.trainer_summary;
+    meta.extra["total_steps"] = std::to_string(total_steps);
     Status s = node::save_checkpoint(ckpt_path, meta, params, &trainer.optimizer());
     if (!s.ok()) {
       std::fprintf(stderr, "atoll train: cannot write checkpoint: %s\n", s.message().c_str());
