@@ -62,6 +62,10 @@ int cmd_coordinator(const Args& args) {
            {"tls", true, "TLS directory with ca.crt and the server certificate", ""},
            {"server-name", true, "certificate name of this coordinator", "coordinator"},
            {"insecure", false, "plaintext, no authentication (local development only)", ""},
+           {"init-from", true,
+            "a new experiment starts from this checkpoint's parameters (warm start; ignored "
+            "when the store already holds the experiment)",
+            ""},
            {"http", true, "dashboard HOST:PORT (HTTPS; port 0 = any free port; off = none)",
             "127.0.0.1:0"},
            {"web", true, "dashboard files (default: web/ of the source tree)", ""},
@@ -82,10 +86,16 @@ int cmd_coordinator(const Args& args) {
   if (!eval_threads.ok()) return fail("coordinator", eval_threads.status().message(), 2);
   CoordinatorLaunch l;
   auto config = flags.get("config");
-  if (!config) return fail("coordinator", "--config FILE is required (see docs/configuration.md)", 2);
+  if (!config)
+    return fail("coordinator", "--config FILE is required (see docs/configuration.md)", 2);
   auto cfg = coordinator::load_experiment_config(*config);
   if (!cfg.ok()) return fail("coordinator", cfg.status().message(), 2);
   l.config = *cfg;
+  if (auto init = flags.get("init-from")) {
+    auto theta = initial_theta_from_checkpoint(*init, model_config_of(l.config));
+    if (!theta.ok()) return fail("coordinator", theta.status().message(), 2);
+    l.initial_theta = std::move(theta).value();
+  }
   auto store = flags.get("store");
   if (!store) return fail("coordinator", "--store DIR is required (where RocksDB keeps state)", 2);
   l.store_dir = *store;

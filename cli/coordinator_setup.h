@@ -46,9 +46,17 @@ struct CoordinatorLaunch {
   std::string http_listen;
   std::string web_root;      // dashboard files; "" = web/ in the working directory or the tree
   std::string node_modules;  // npm packages (chart.js); "" = found like web_root
-  // θ_0 of a new experiment (numel of the model); empty = init_params(model, seed).
+  // θ_0 of a new experiment (numel of the model); empty = init_params(model, seed). Ignored when
+  // the store already holds the experiment (it resumes from its last committed round).
   std::vector<float> initial_theta;
 };
+
+// θ_0 from a checkpoint written by `atoll train` (or a coordinator's model download): a warm
+// start, as the DiLoCo paper starts from a pretrained model. The checkpoint's model must be the
+// experiment's (same vocabulary, shape, MoE layout and RoPE base): otherwise one line naming the
+// first field that differs. Its optimizer state, step and data order are not used.
+StatusOr<std::vector<float>> initial_theta_from_checkpoint(const std::string& path,
+                                                           const algorithms::ModelConfig& model);
 
 struct RunningCoordinator {
   // With TLS: each connection the gRPC server refuses is one clear line on stderr.

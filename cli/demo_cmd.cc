@@ -88,6 +88,10 @@ int cmd_demo_diloco(const Args& args) {
            {"inner-steps", true, "inner steps per round H", "25"},
            {"store", true, "RocksDB directory (default: a fresh temp dir)", ""},
            {"summary-json", true, "write the summary as JSON here", ""},
+           {"init-from", true,
+            "start from this checkpoint's parameters (a warm start; `atoll train` writes one "
+            "with the same model flags) instead of a random init",
+            ""},
            {"baseline", false, "also train the data-parallel equivalent and compare", ""},
            {"insecure", false, "plaintext gRPC instead of mTLS (local development only)", ""},
            {"codec", true, "pseudo-gradient codec: none, bf16, int8, topk:0.02+int4, ...", "none"},
@@ -227,6 +231,11 @@ int cmd_demo_diloco(const Args& args) {
   launch.store_dir = store_dir;
   launch.tls_dir = tls_dir;
   launch.insecure = insecure;
+  if (auto init = flags.get("init-from")) {
+    auto theta = initial_theta_from_checkpoint(*init, model);
+    if (!theta.ok()) return fail("demo", theta.status().message(), 2);
+    launch.initial_theta = std::move(theta).value();
+  }
   launch.on_event = [&events](const coordinator::Event& e) { events.push(e); };
   if (const std::string http = flags.get_or("http", "127.0.0.1:0"); http != "off")
     launch.http_listen = http;
@@ -400,6 +409,7 @@ int cmd_demo_diloco(const Args& args) {
     algorithms::InnerTrainer trainer(model, tc);
     algorithms::ParamSet p(layout);
     algorithms::init_params(p, model, cfg.seed);
+    if (!launch.initial_theta.empty()) p.vec() = launch.initial_theta;  // the same θ_0 as DiLoCo
     std::vector<node::SiteData> sites;
     for (int i = 0; i < N; ++i) {
       auto sp = node::parse_data_spec(splits[i]);
@@ -466,6 +476,9 @@ int cmd_demo_diloco(const Args& args) {
         << ",\"plain_peak_bytes_per_sync\":" << plain_sync
         << ",\"plain_bytes_sent\":" << plain_total
         << ",\"error_feedback\":" << (cfg.train.error_feedback ? "true" : "false")
+        << ",\"outer_lr\":" << json_number(*outer_lr)
+        << ",\"outer_momentum\":" << json_number(*outer_mom)
+        << ",\"warm_start\":" << (launch.initial_theta.empty() ? "false" : "true")
         << ",\"final_fingerprint\":\"" << rc.service->params_fingerprint() << "\""
         << ",\"wall_s\":" << json_number(wall) << "}\n";
     if (!out) return fail("demo", "cannot write --summary-json " + *path);

