@@ -23,6 +23,7 @@
 #include "node/coordinator_client.h"
 #include "node/hydra_site.h"
 #include "node/distill_inner.h"
+#include "node/gpu_trainer.h"
 #include "node/site_data.h"
 #include "transport/tls/credentials.h"
 
@@ -154,9 +155,8 @@ Status run_node(const NodeOptions& opt) {
     if (opt.log) opt.log(line);
   };
   auto stopping = [&] { return opt.stop && opt.stop->load(); };
-  if (opt.device != "cpu")
-    return InvalidArgument("--device " + opt.device +
-                           " is not available in this build: use --device cpu");
+  // Before joining: a GPU flag this build or machine cannot honour is one line, not a join.
+  ATOLL_ASSIGN_OR_RETURN(const DeviceChoice devices, resolve_devices(opt.device, opt.devices));
 
   ClientOptions co;
   co.target = opt.coordinator;
@@ -176,7 +176,7 @@ Status run_node(const NodeOptions& opt) {
   auto join = [&]() -> StatusOr<atoll_pb::v1::JoinResponse> {
     atoll_pb::v1::JoinRequest req;
     req.set_node_name(opt.name);
-    req.mutable_capabilities()->set_device(opt.device);
+    req.mutable_capabilities()->set_device(devices.name);
     req.mutable_capabilities()->set_threads(static_cast<uint32_t>(opt.threads));
     req.set_budget(opt.budget);
     req.set_client_version("atoll 0.1.0");
@@ -248,6 +248,16 @@ Status run_node(const NodeOptions& opt) {
                            "has no distillation loss); drop --teacher or use algorithm = diloco");
   std::optional<algorithms::hydra::HydraTrainer> hydra_trainer;
   if (hydra) hydra_trainer.emplace(model_cfg, train_cfg);
+  // The GPU path (node/gpu_trainer.h): plain DiLoCo inner steps only, for now.
+  std::unique_ptr<GpuTrainer> gpu;
+  if (devices.gpu()) {
+    if (hydra || !opt.distill.teachers.empty())
+      return FailedPrecondition("--device " + devices.name + ": " +
+                                (hydra ? "Hydra subnetworks" : "distillation (--teacher)") +
+                                " train on the CPU only for now: use --device cpu");
+    ATOLL_ASSIGN_OR_RETURN(gpu, GpuTrainer::create(model_cfg, train_cfg, devices));
+    log("training on " + devices.name);
+  }
   std::string hydra_fb_mask;  // the mask the error feedback buffer belongs to
   std::optional<algorithms::compress::ErrorFeedback> hydra_feedback;
   // Distillation from remote teachers: the inner loss is the distillation loss.
@@ -446,6 +456,10 @@ Status run_node(const NodeOptions& opt) {
         st.tokens = ds->tokens;
       } else if (hydra) {
         st = hydra_trainer->step(local, batch.tokens.data(), step);
+      } else if (gpu) {
+        auto gs = gpu->step(local, batch.tokens.data(), step);
+        if (!gs.ok()) return gs.status();
+        st = *gs;
       } else {
         st = trainer.step(local, batch.tokens.data(), step);
       }
