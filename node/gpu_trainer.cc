@@ -51,9 +51,9 @@ StatusOr<DeviceChoice> resolve_devices(const std::string& device, const std::str
   c.name = spec;
   return c;
 #else
-  return FailedPrecondition(flag + ": this atoll was built without the CUDA backend (nvcc was " +
-                            "not found at build time): rebuild with the CUDA toolkit, or use " +
-                            "--device cpu");
+  return FailedPrecondition(flag + ": this atoll was built without the CUDA backend (no nvcc " +
+                            "at configure time, or -DATOLL_CUDA=OFF): rebuild with the CUDA " +
+                            "toolkit, or use --device cpu");
 #endif
 }
 

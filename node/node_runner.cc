@@ -176,7 +176,10 @@ Status run_node(const NodeOptions& opt) {
   auto join = [&]() -> StatusOr<atoll_pb::v1::JoinResponse> {
     atoll_pb::v1::JoinRequest req;
     req.set_node_name(opt.name);
-    req.mutable_capabilities()->set_device(devices.name);
+    // The coordinator takes at most 64 characters here (a long --devices list is summarized).
+    req.mutable_capabilities()->set_device(
+        devices.name.size() <= 64 ? devices.name
+                                  : std::to_string(devices.cuda.size()) + " CUDA devices");
     req.mutable_capabilities()->set_threads(static_cast<uint32_t>(opt.threads));
     req.set_budget(opt.budget);
     req.set_client_version("atoll 0.1.0");

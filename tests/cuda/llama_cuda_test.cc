@@ -47,8 +47,8 @@ TrainerConfig small_trainer(int batch) {
   TrainerConfig t;
   t.batch = batch;
   t.seq = 16;
-  t.lr = 3e-3;
-  t.min_lr = 3e-4;
+  t.lr = 1e-2;  // the CPU trainer drops ~0.7 nats in 20 steps on make_tokens' batches
+  t.min_lr = 1e-3;
   t.warmup = 2;
   t.total_steps = 20;
   return t;
@@ -178,7 +178,9 @@ TEST_F(CudaModelTest, TwentyStepsTrackTheCpuTrainer) {
   // AdamW divides by sqrt(v): rounding differences in tiny gradients grow into parameter
   // differences of order lr, so the curves are compared at 1e-3 relative, not bitwise.
   for (int s = 0; s < 20; ++s) EXPECT_NEAR(lg[s], lc[s], 1e-3 * lc[s]) << "step " << s;
-  EXPECT_LT(lg.back(), lg.front() - 0.3) << "the GPU path did not learn";
+  double first = 0, last = 0;
+  for (int s = 0; s < 5; ++s) first += lg[size_t(s)] / 5, last += lg[size_t(15 + s)] / 5;
+  EXPECT_LT(last, first - 0.3) << "the GPU path did not learn";
   EXPECT_EQ((*gpu)->adam_steps(), 20);
 }
 
