@@ -76,7 +76,7 @@ StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::create(const algorithms::Model
   std::unique_ptr<GpuTrainer> t(new GpuTrainer());
   auto ct = algorithms::cuda::CudaTrainer::create(model, train, devices.cuda);
   if (!ct.ok())
-    return Status(ct.status().code(), "--devices " + devices.name + ": " + ct.status().message());
+    return Status(ct.status().code(), "training on " + devices.name + ": " + ct.status().message());
   t->impl_->trainer = std::move(ct).value();
   return t;
 #else

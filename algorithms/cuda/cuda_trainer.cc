@@ -161,12 +161,11 @@ StatusOr<StepStats> CudaTrainer::step_device(const int32_t* tokens, int64_t glob
     ATOLL_RETURN_IF_ERROR(group_->all_reduce_sum(bufs, P));
   }
   StepStats s;
-  // The batch's mean loss: the ranks' sums in rank (= row) order, each in index order, so the
-  // additions are the CPU model's sequence.
+  // The batch's mean loss: one running sum over the ranks in rank (= row) order, each rank's
+  // positions in index order: the CPU model's sequence of additions.
   double loss_sum = 0.0;
   for (Rank& rk : ranks_) {
-    ATOLL_ASSIGN_OR_RETURN(const double part, rk.model->loss_sum());
-    loss_sum += part;
+    ATOLL_ASSIGN_OR_RETURN(loss_sum, rk.model->loss_sum(loss_sum));
   }
   s.loss = total_targets ? static_cast<float>(loss_sum / static_cast<double>(total_targets)) : 0.f;
   s.lr = kernels::cpu::lr_schedule(global_step, tcfg_.warmup, tcfg_.total_steps, tcfg_.lr,

@@ -129,6 +129,8 @@ Status CudaLlama::ensure_shape(int B, int T) {
 
 Status CudaLlama::forward(const float* P, const int32_t* tokens, const int32_t* targets, int B,
                           int T) {
+  have_targets_ = false;  // until this forward's inputs are known good
+  num_targets_ = 0;
   ATOLL_RETURN_IF_ERROR(ctx_.make_current());
   ATOLL_RETURN_IF_ERROR(ensure_shape(B, T));
   const int N = B * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab, H = cfg_.heads, D = C / H;
@@ -137,16 +139,17 @@ Status CudaLlama::forward(const float* P, const int32_t* tokens, const int32_t* 
       return InvalidArgument("CUDA model: token " + std::to_string(tokens[i]) + " at " +
                              std::to_string(i) + " is outside the vocabulary [0, " +
                              std::to_string(V) + ")");
-  have_targets_ = targets != nullptr;
-  num_targets_ = 0;
-  if (have_targets_) {
-    host_targets_.assign(targets, targets + N);
+  if (targets != nullptr) {
+    int64_t count = 0;
     for (int i = 0; i < N; ++i) {
       if (targets[i] < -1 || targets[i] >= V)
         return InvalidArgument("CUDA model: target " + std::to_string(targets[i]) + " at " +
                                std::to_string(i) + " is outside [-1, " + std::to_string(V) + ")");
-      num_targets_ += targets[i] >= 0;
+      count += targets[i] >= 0;
     }
+    host_targets_.assign(targets, targets + N);
+    have_targets_ = true;
+    num_targets_ = count;
   }
   int32_t* dtok = tok_.data();
   int32_t* dtgt = dtok + N;
@@ -184,13 +187,13 @@ Status CudaLlama::forward(const float* P, const int32_t* tokens, const int32_t* 
   return kc::softmax_xent(ctx_, losses_, nullptr, logits_, dtgt, N, V, 0.0);
 }
 
-StatusOr<double> CudaLlama::loss_sum() {
+StatusOr<double> CudaLlama::loss_sum(double start) {
   if (B_ == 0) return FailedPrecondition("CUDA model: loss_sum() before any forward");
   const size_t N = size_t(B_) * T_;
   std::vector<float> l(N);
   ATOLL_RETURN_IF_ERROR(ctx_.make_current());
   ATOLL_RETURN_IF_ERROR(d2h(ctx_, l.data(), losses_, N * sizeof(float)));
-  double sum = 0.0;  // in index order, as Llama::forward
+  double sum = start;  // in index order, as Llama::forward
   if (have_targets_)
     for (size_t i = 0; i < N; ++i)
       if (host_targets_[i] >= 0) sum += l[i];

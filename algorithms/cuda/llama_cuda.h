@@ -47,9 +47,11 @@ class CudaLlama {
   // Leaves the per-position losses (B·T) on the device; loss_sum() reads them.
   Status forward(const float* P, const int32_t* tokens, const int32_t* targets, int B, int T);
 
-  // Σ of the per-position losses of the last forward over non-ignored targets, summed in double
-  // in index order on the host (as the CPU model does before dividing). Synchronizes the stream.
-  StatusOr<double> loss_sum();
+  // start + Σ of the per-position losses of the last forward over non-ignored targets, added in
+  // double in index order on the host (as the CPU model does before dividing; a multi-GPU worker
+  // passes the previous ranks' running sum, so the additions stay the CPU's sequence).
+  // Synchronizes the stream.
+  StatusOr<double> loss_sum(double start = 0.0);
   // Number of non-ignored targets in the last forward.
   int64_t num_targets() const { return num_targets_; }
   // The mean loss of the last forward (loss_sum / num_targets, 0 without targets).
