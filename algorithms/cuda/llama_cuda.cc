@@ -71,11 +71,14 @@ Status CudaLlama::ensure_shape(int B, int T) {
     return InvalidArgument("CUDA model: batch shape B=" + std::to_string(B) +
                            " T=" + std::to_string(T) +
                            " is too large for 32-bit indexing: use a smaller batch");
-  // Same carving as Llama::ensure_shape (dense layers only).
-  const size_t per_layer = N * C * 5 + N * 2 + N * 3 * C + att + N * 3 * F;
-  const size_t total = per_layer * L + N * C * 3 + N * V + N;
+  // Same views as Llama::ensure_shape (dense layers only), each rounded up to 64 floats so every
+  // GEMM operand starts 256-byte aligned (cuBLASLt's fastest kernels need it).
+  const auto pad = [](size_t n) { return (n + 63) / 64 * 64; };
+  const size_t per_layer =
+      pad(N * C) * 5 + pad(N) * 2 + pad(N * 3 * C) + pad(att) + pad(N * 2 * F) + pad(N * F);
+  const size_t total = per_layer * L + pad(N * C) * 3 + pad(N) + pad(N * V) + pad(N);
   // Activation gradients: dres dln datty (N, C) each, dqkv (N, 3C), dgu (N, 2F), dswi (N, F).
-  const size_t gtotal = N * C * 6 + N * 3 * F;
+  const size_t gtotal = pad(N * C) * 3 + pad(N * 3 * C) + pad(N * 2 * F) + pad(N * F);
   if (total > acts_cap_ || gtotal > grads_cap_ || 2 * N > tok_cap_) {
     // Queued kernels may still read the old buffers: drain the stream before freeing them.
     ATOLL_RETURN_IF_ERROR(ctx_.synchronize());
@@ -98,9 +101,9 @@ Status CudaLlama::ensure_shape(int B, int T) {
   B_ = B;
   T_ = T;
   float* p = acts_.data();
-  auto take = [&p](size_t n) {
+  auto take = [&p, &pad](size_t n) {
     float* r = p;
-    p += n;
+    p += pad(n);
     return r;
   };
   la_.resize(L);
@@ -214,12 +217,13 @@ Status CudaLlama::backward(const float* P, float* G, int64_t denom) {
   const size_t NC = size_t(N) * C;
   const int32_t* dtok = tok_.data();
   const int32_t* dtgt = dtok + N;
+  const auto pad = [](size_t n) { return (n + 63) / 64 * 64; };  // as in ensure_shape
   float* dres = grads_.data();
-  float* dln = dres + NC;
-  float* datty = dln + NC;
-  float* dqkv = datty + NC;
-  float* dgu = dqkv + 3 * NC;
-  float* dswi = dgu + size_t(N) * 2 * F;
+  float* dln = dres + pad(NC);
+  float* datty = dln + pad(NC);
+  float* dqkv = datty + pad(NC);
+  float* dgu = dqkv + pad(3 * NC);
+  float* dswi = dgu + pad(size_t(N) * 2 * F);
   const float* wte = P + off_embed_;
   float* dwte = G + off_embed_;
   auto zero = [&](float* p, size_t n) { return kc::zero_fill(ctx_, p, n); };
