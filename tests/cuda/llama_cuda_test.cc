@@ -187,13 +187,14 @@ TEST_F(CudaModelTest, TwentyStepsTrackTheCpuTrainer) {
     auto b = (*gpu)->step(p_gpu, tok.data(), s);
     ASSERT_TRUE(b.ok()) << b.status().to_string();
     EXPECT_EQ(b->lr, a.lr);  // the same schedule function
-    EXPECT_NEAR(b->grad_norm, a.grad_norm, 1e-3 * a.grad_norm) << "step " << s;
+    EXPECT_NEAR(b->grad_norm, a.grad_norm, 1e-4 * a.grad_norm) << "step " << s;
     lc.push_back(a.loss);
     lg.push_back(b->loss);
   }
-  // AdamW divides by sqrt(v): rounding differences in tiny gradients grow into parameter
-  // differences of order lr, so the curves are compared at 1e-3 relative, not bitwise.
-  for (int s = 0; s < 20; ++s) EXPECT_NEAR(lg[s], lc[s], 1e-3 * lc[s]) << "step " << s;
+  // Rounding differences do not grow much over 20 steps here: on the CPU, parameters perturbed
+  // by a few ulps (relative 4e-7) move the loss by at most 1.3e-7 relative over these 20 steps.
+  // The GPU's per-step differences are ~1e-6 relative; 1e-4 leaves two orders of margin.
+  for (int s = 0; s < 20; ++s) EXPECT_NEAR(lg[s], lc[s], 1e-4 * lc[s]) << "step " << s;
   double first = 0, last = 0;
   for (int s = 0; s < 5; ++s) first += lg[size_t(s)] / 5, last += lg[size_t(15 + s)] / 5;
   EXPECT_LT(last, first - 0.3) << "the GPU path did not learn";
