@@ -250,12 +250,17 @@ TEST_F(CudaModelTest, TwoDevicesEqualOneDeviceOnTheConcatenatedBatch) {
   ASSERT_TRUE((*two)->download_grads(g2r1, 1).ok());
   EXPECT_TRUE(same_bits(g2r0.vec(), g2r1.vec())) << "the ranks' gradients differ";
   EXPECT_TRUE(views_close(g2r0, g1, 2e-4));
-  // Same gradients => the same AdamW step up to the few elements whose sign AdamW's first step
-  // (≈ lr·sign(g)) reads from a near-zero gradient: compare the parameters at 2·lr.
-  size_t far = 0;
-  for (size_t i = 0; i < init.numel(); ++i)
-    far += std::abs(p2.data()[i] - p1.data()[i]) > 2 * tc.lr;
+  // Same gradients => the same AdamW step. Its first update is ≈ lr·g/(|g| + eps), so an element
+  // whose gradient is within rounding of 0 may move by up to 2·lr the other way: no element may
+  // differ by more than that, and under 1% of them by more than lr/100.
+  size_t far = 0, apart = 0;
+  for (size_t i = 0; i < init.numel(); ++i) {
+    const double d = std::abs(double(p2.data()[i]) - double(p1.data()[i]));
+    far += d > 2 * tc.lr;
+    apart += d > tc.lr / 100;
+  }
   EXPECT_EQ(far, 0u);
+  EXPECT_LT(apart, init.numel() / 100);
   EXPECT_NE(p2.fingerprint(), init.fingerprint());
 }
 
