@@ -101,10 +101,10 @@ Status CudaTrainer::load_params(const ParamSet& params) {
   return Status::Ok();
 }
 
-Status CudaTrainer::store_params(ParamSet& params) {
-  if (!(params.layout() == layout_))
-    return InvalidArgument("CUDA trainer: parameter layout does not match the model config");
-  Rank& rk = ranks_[0];
+Status CudaTrainer::store_params(ParamSet& params, int rank) {
+  if (!(params.layout() == layout_) || rank < 0 || rank >= num_devices())
+    return InvalidArgument("CUDA trainer: bad layout or rank in store_params");
+  Rank& rk = ranks_[size_t(rank)];
   ATOLL_RETURN_IF_ERROR(rk.ctx->make_current());
   return d2h(*rk.ctx, params.data(), rk.params.data(), params.numel() * sizeof(float));
 }

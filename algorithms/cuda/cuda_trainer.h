@@ -45,8 +45,8 @@ class CudaTrainer {
   StatusOr<StepStats> step(ParamSet& params, const int32_t* tokens, int64_t global_step);
 
   // The pieces of step(), for callers that keep θ on the device across steps:
-  Status load_params(const ParamSet& params);  // θ to every device
-  Status store_params(ParamSet& params);       // θ of rank 0 to the host
+  Status load_params(const ParamSet& params);           // θ to every device
+  Status store_params(ParamSet& params, int rank = 0);  // θ of `rank` to the host
   // tokens: host (batch, seq + 1) rows, as InnerTrainer::step.
   StatusOr<StepStats> step_device(const int32_t* tokens, int64_t global_step);
 

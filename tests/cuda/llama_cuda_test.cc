@@ -262,6 +262,10 @@ TEST_F(CudaModelTest, TwoDevicesEqualOneDeviceOnTheConcatenatedBatch) {
   EXPECT_EQ(far, 0u);
   EXPECT_LT(apart, init.numel() / 100);
   EXPECT_NE(p2.fingerprint(), init.fingerprint());
+  // The replicas stay identical: rank 1's θ has rank 0's bits.
+  ParamSet r1(init.layout());
+  ASSERT_TRUE((*two)->store_params(r1, 1).ok());
+  EXPECT_TRUE(same_bits(r1.vec(), p2.vec()));
 }
 
 }  // namespace
