@@ -98,4 +98,33 @@ StatusOr<algorithms::StepStats> GpuTrainer::step(algorithms::ParamSet& params,
 #endif
 }
 
+Status GpuTrainer::load(const algorithms::ParamSet& params) {
+#if defined(ATOLL_HAVE_CUDA)
+  return impl_->trainer->load_params(params);
+#else
+  (void)params;
+  return FailedPrecondition("this atoll was built without the CUDA backend");
+#endif
+}
+
+StatusOr<algorithms::StepStats> GpuTrainer::step_device(const int32_t* tokens,
+                                                        int64_t global_step) {
+#if defined(ATOLL_HAVE_CUDA)
+  return impl_->trainer->step_device(tokens, global_step);
+#else
+  (void)tokens;
+  (void)global_step;
+  return FailedPrecondition("this atoll was built without the CUDA backend");
+#endif
+}
+
+Status GpuTrainer::store(algorithms::ParamSet& params) {
+#if defined(ATOLL_HAVE_CUDA)
+  return impl_->trainer->store_params(params);
+#else
+  (void)params;
+  return FailedPrecondition("this atoll was built without the CUDA backend");
+#endif
+}
+
 }  // namespace atl::node

@@ -46,6 +46,11 @@ class GpuTrainer {
 
   StatusOr<algorithms::StepStats> step(algorithms::ParamSet& params, const int32_t* tokens,
                                        int64_t global_step);
+  // For a run of consecutive steps: load θ once, step on the device, store θ once (the host
+  // copy is stale in between; nothing may read or write it until store()).
+  Status load(const algorithms::ParamSet& params);
+  StatusOr<algorithms::StepStats> step_device(const int32_t* tokens, int64_t global_step);
+  Status store(algorithms::ParamSet& params);
 
  private:
   GpuTrainer();

@@ -459,8 +459,8 @@ Status run_node(const NodeOptions& opt) {
         st.tokens = ds->tokens;
       } else if (hydra) {
         st = hydra_trainer->step(local, batch.tokens.data(), step);
-      } else if (gpu) {
-        auto gs = gpu->step(local, batch.tokens.data(), step);
+      } else if (gpu) {  // θ is on the device for the loop's duration (load/store below)
+        auto gs = gpu->step_device(batch.tokens.data(), step);
         if (!gs.ok()) return gs.status();
         st = *gs;
       } else {
@@ -472,11 +472,13 @@ Status run_node(const NodeOptions& opt) {
       heart.progress(r, k + 1, st.loss, secs > 0 ? toks / secs : 0);
       return Status::Ok();
     };
+    if (gpu) ATOLL_RETURN_IF_ERROR(gpu->load(local));  // one copy of θ each way per loop
     for (uint32_t k = done_steps; k < H && !stopping(); ++k) {
       ATOLL_RETURN_IF_ERROR(
           train_step(round, static_cast<int64_t>(cur.global_step()) + k, k, loss_sum, tokens));
       ++done_steps;
     }
+    if (gpu) ATOLL_RETURN_IF_ERROR(gpu->store(local));
     if (stopping()) break;
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     const double mean_loss = loss_sum / std::max<uint32_t>(done_steps, 1);
@@ -550,12 +552,14 @@ Status run_node(const NodeOptions& opt) {
       double next_loss = 0;
       uint64_t next_tokens = 0;
       auto t_overlap = Clock::now();
+      if (gpu) ATOLL_RETURN_IF_ERROR(gpu->load(local));
       for (uint32_t k = 0; k < std::min(overlap, H) && next_step + k < total_steps && !stopping();
            ++k) {
         ATOLL_RETURN_IF_ERROR(
             train_step(round + 1, static_cast<int64_t>(next_step + k), k, next_loss, next_tokens));
         ++overlapped;
       }
+      if (gpu) ATOLL_RETURN_IF_ERROR(gpu->store(local));
       const double overlap_s = std::chrono::duration<double>(Clock::now() - t_overlap).count();
       Exchange x = exchange.get();
       if (stopping()) break;

@@ -1,8 +1,9 @@
 // Tokens/s of the CUDA training path (algorithms/cuda/cuda_trainer.h) on cuda:0, for the
 // benchmark config of bench/RESULTS.md and a larger one. Prints one JSON object on stdout; run
 // by bench/gpu/check.sh. Each config: a few warm-up steps, then `steps` timed inner steps with θ
-// kept on the device (step_device), then `steps` timed with the node's host round trip of θ
-// (step: one H2D and one D2H copy of the flat parameters per step).
+// kept on the device (step_device, as the node runs a round), then `steps` timed with a host
+// round trip of θ on every step (step: one H2D and one D2H copy of the flat parameters), the
+// worst case of the copy cost.
 #include <chrono>
 #include <cstdio>
 #include <random>
