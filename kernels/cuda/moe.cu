@@ -108,7 +108,7 @@ __global__ void k_plan_count(int32_t* counts, int32_t* bad, const int32_t* idx, 
   int32_t* c = counts + size_t(ch) * E;
   for (int e = 0; e < E; ++e) c[e] = 0;
   bad[ch] = 0;
-  const int end = min(M, (ch + 1) * kChunk);
+  const int end = int(min(static_cast<long long>(M), (ch + 1LL) * kChunk));
   for (int i = ch * kChunk; i < end; ++i) {
     const int e = idx[i];
     if (e < 0 || e >= E) {
@@ -155,9 +155,11 @@ __global__ void k_plan_scatter(int32_t* row_token, int32_t* slot, int32_t* next,
   const int ch = blockIdx.x * blockDim.x + threadIdx.x;
   if (ch >= chunks) return;
   int32_t* nx = next + size_t(ch) * E;
-  const int end = min(M, (ch + 1) * kChunk);
+  const int end = int(min(static_cast<long long>(M), (ch + 1LL) * kChunk));
   for (int i = ch * kChunk; i < end; ++i) {  // pair order = (token, k) order: stable
-    const int32_t r = nx[idx[i]]++;
+    const int e = idx[i];
+    if (e < 0 || e >= E) continue;  // reported by the host from k_plan_count's flags
+    const int32_t r = nx[e]++;
     row_token[r] = i / K;
     slot[i] = r;
   }
@@ -300,24 +302,28 @@ Status moe_plan(Context& ctx, MoeDevicePlan& p, const int32_t* idx, int N, int E
   const unsigned cb = blocks_for(size_t(chunks), 64);
   k_plan_count<<<cb, 64, 0, ctx.stream()>>>(cnt, bad, idx, int(M), E, chunks);
   ATOLL_RETURN_IF_ERROR(launch_status("moe_plan (count)"));
-  std::vector<int32_t> flags(2 * size_t(chunks));
-  ATOLL_CUDA_CHECK(cudaMemcpyAsync(flags.data(), bad, flags.size() * sizeof(int32_t),
-                                   cudaMemcpyDeviceToHost, ctx.stream()));
-  ATOLL_RETURN_IF_ERROR(ctx.synchronize());
-  for (int ch = 0; ch < chunks; ++ch)
-    if (flags[ch] != 0)
-      return InvalidArgument("moe_plan: expert id " + std::to_string(flags[chunks + ch]) +
-                             " outside [0, E = " + std::to_string(E) + ")");
   k_plan_scan<<<1, 256, size_t(E) * sizeof(int32_t), ctx.stream()>>>(cnt, p.offsets.data(), E,
                                                                      chunks);
   ATOLL_RETURN_IF_ERROR(launch_status("moe_plan (scan)"));
   k_plan_scatter<<<cb, 64, 0, ctx.stream()>>>(p.row_token.data(), p.slot.data(), cnt, idx, int(M),
                                               E, K, chunks);
   ATOLL_RETURN_IF_ERROR(launch_status("moe_plan (scatter)"));
+  // One synchronization: the group bounds and the range flags come back together.
+  std::vector<int32_t> flags(2 * size_t(chunks));
+  ATOLL_CUDA_CHECK(cudaMemcpyAsync(flags.data(), bad, flags.size() * sizeof(int32_t),
+                                   cudaMemcpyDeviceToHost, ctx.stream()));
   ATOLL_CUDA_CHECK(cudaMemcpyAsync(p.host_offsets.data(), p.offsets.data(),
                                    (size_t(E) + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                    ctx.stream()));
-  return ctx.synchronize();
+  ATOLL_RETURN_IF_ERROR(ctx.synchronize());
+  for (int ch = 0; ch < chunks; ++ch) {
+    if (flags[ch] != 0) {
+      p.host_offsets.clear();  // unusable: the grouped GEMM refuses an unbuilt plan
+      return InvalidArgument("moe_plan: expert id " + std::to_string(flags[chunks + ch]) +
+                             " outside [0, E = " + std::to_string(E) + ")");
+    }
+  }
+  return Status::Ok();
 }
 
 Status moe_gather_forward(Context& ctx, float* xp, const float* x, const MoeDevicePlan& p, int C) {
