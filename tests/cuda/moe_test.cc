@@ -19,6 +19,7 @@
 #include "cuda/cuda_test_util.h"
 #include "kernels/cpu/moe_ops.h"
 #include "kernels/cuda/moe_ops.h"
+#include "kernels/cuda/ops.h"
 
 namespace atl::kernels::cuda {
 namespace {
@@ -194,6 +195,65 @@ TEST_F(MoeTest, GroupedMatmulMatchesCpuWithAnEmptyGroup) {
   EXPECT_FALSE(moe_grouped_matmul_forward(ctx(), d_out.data(), d_x.data(), d_w.data(), stride,
                                           unbuilt, IC, OC)
                    .ok());
+}
+
+// The routed MoE layer composed of the device ops (as bench_moe.cc runs it) against the CPU
+// layer moe_ffn_forward/backward without router losses: output, dx and every weight gradient.
+// Tolerance 1e-4 (the grouped GEMMs' through three chained GEMMs). Random logits keep the K-th
+// and (K+1)-th scores of every token far apart next to the ~1e-7 score difference, so both sides
+// route identically (checked: idx equal).
+TEST_F(MoeTest, RoutedLayerMatchesTheCpuLayer) {
+  const int N = 256, C = 64, E = 8, K = 2, F = 32;
+  const size_t M = size_t(N) * K, stride = size_t(3) * F * C, down = size_t(2) * F * C;
+  const auto x = randn(size_t(N) * C, 30), router = randn(size_t(E) * C, 31, 0.3f),
+             experts = randn(E * stride, 32, 0.1f), dout = randn(size_t(N) * C, 33);
+  cpu::MoeFfnShape shape;
+  shape.C = C, shape.E = E, shape.K = K, shape.F = F;
+  cpu::MoeFfnWork<float> ws;
+  std::vector<float> out(size_t(N) * C), dx(size_t(N) * C, 0.0f), dr(size_t(E) * C, 0.0f),
+      de(E * stride, 0.0f);
+  cpu::moe_ffn_forward<float>(ws, out.data(), x.data(), router.data(), experts.data(), nullptr,
+                              nullptr, N, shape);
+  cpu::moe_ffn_backward<float>(ws, dx.data(), dr.data(), de.data(), nullptr, nullptr, dout.data(),
+                               x.data(), router.data(), experts.data(), nullptr, nullptr, shape,
+                               0.0, 0.0);
+  auto z = [&](size_t n) { return to_device(std::vector<float>(n, 0.0f)); };
+  auto d_x = to_device(x), d_r = to_device(router), d_e = to_device(experts);
+  auto d_dout = to_device(dout);
+  auto lg = z(size_t(N) * E), sc = z(size_t(N) * E), w = z(M), xp = z(M * C), gu = z(M * 2 * F);
+  auto swi = z(M * F), yp = z(M * C), o = z(size_t(N) * C), dyp = z(M * C), dw = z(M);
+  auto dswi = z(M * F), dgu = z(M * 2 * F), dxp = z(M * C), ddx = z(size_t(N) * C);
+  auto dsc = z(size_t(N) * E), dlg = z(size_t(N) * E), ddr = z(size_t(E) * C), dde = z(E * stride);
+  auto idx = to_device(std::vector<int32_t>(M));
+  const float* W = d_e.data();
+  MoeDevicePlan p;
+  ASSERT_OK(matmul_forward(ctx(), lg.data(), d_x.data(), d_r.data(), N, C, E));
+  ASSERT_OK(moe_scores_forward(ctx(), sc.data(), lg.data(), N, E, MoeScore::kSoftmax));
+  ASSERT_OK(moe_topk_forward(ctx(), idx.data(), w.data(), sc.data(), N, E, K, true));
+  ASSERT_OK(moe_plan(ctx(), p, idx.data(), N, E, K));
+  ASSERT_OK(moe_gather_forward(ctx(), xp.data(), d_x.data(), p, C));
+  ASSERT_OK(moe_grouped_matmul_forward(ctx(), gu.data(), xp.data(), W, stride, p, C, 2 * F));
+  ASSERT_OK(swiglu_forward(ctx(), swi.data(), gu.data(), int(M), F));
+  ASSERT_OK(moe_grouped_matmul_forward(ctx(), yp.data(), swi.data(), W + down, stride, p, F, C));
+  ASSERT_OK(moe_combine_forward(ctx(), o.data(), yp.data(), w.data(), p, C));
+  ASSERT_OK(
+      moe_combine_backward(ctx(), dyp.data(), dw.data(), d_dout.data(), yp.data(), w.data(), p, C));
+  ASSERT_OK(moe_grouped_matmul_backward(ctx(), dswi.data(), dde.data() + down, dyp.data(),
+                                        swi.data(), W + down, stride, p, F, C));
+  ASSERT_OK(swiglu_backward(ctx(), dgu.data(), dswi.data(), gu.data(), int(M), F));
+  ASSERT_OK(moe_grouped_matmul_backward(ctx(), dxp.data(), dde.data(), dgu.data(), xp.data(), W,
+                                        stride, p, C, 2 * F));
+  ASSERT_OK(moe_gather_backward(ctx(), ddx.data(), dxp.data(), p, C));
+  ASSERT_OK(moe_topk_backward(ctx(), dsc.data(), dw.data(), sc.data(), idx.data(), N, E, K, true));
+  ASSERT_OK(
+      moe_scores_backward(ctx(), dlg.data(), dsc.data(), sc.data(), N, E, MoeScore::kSoftmax));
+  ASSERT_OK(
+      matmul_backward(ctx(), ddx.data(), ddr.data(), dlg.data(), d_x.data(), d_r.data(), N, C, E));
+  ASSERT_EQ(to_host(idx, M), std::vector<int32_t>(ws.idx.begin(), ws.idx.begin() + M));
+  EXPECT_TRUE(close(to_host(o, out.size()), out, 1e-4, 1e-4));
+  EXPECT_TRUE(close(to_host(ddx, dx.size()), dx, 1e-4, 1e-4));
+  EXPECT_TRUE(close(to_host(ddr, dr.size()), dr, 1e-4, 1e-4));
+  EXPECT_TRUE(close(to_host(dde, de.size()), de, 1e-4, 1e-4));
 }
 
 // The whole routed path twice on the same inputs: the same bits (no atomics anywhere).
