@@ -98,8 +98,8 @@ class PrecisionGemm {
   // expert group and per expert weight, never over the whole permuted tensor (one expert's range
   // would set every expert's scale); wgrad blocks and Hadamard groups of 16 run over the group's
   // own tokens. One site serves all the experts of a weight kind: group e's operand is quantized
-  // with first_index = offsets[e]·cols, so its stochastic rounding draws from its own stretch of
-  // the site's stream (element i of the whole permuted operand draws u32(i)).
+  // with first_index = offsets[e]·cols, so its stochastic rounding draws the counters
+  // [offsets[e]·cols, offsets[e+1]·cols) of the site's stream: no two elements share one.
   void grouped_forward(float* out, const float* x, const float* w, size_t w_stride,
                        const kernels::cpu::MoePlan& plan, int IC, int OC, GemmSite site);
   void grouped_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
