@@ -228,6 +228,15 @@ GemmSite Llama::site(int l, int k) const {
   return s;
 }
 
+MoeSites Llama::moe_sites(int l) const {
+  // Routed experts reuse the ids of the dense FFN's gate|up and down (an MoE layer has no dense
+  // FFN); the shared expert's ids lie above every dense id (l·4 + k < 2^19 for any model).
+  MoeSites s{site(l, 2), site(l, 3), site(l, 2), site(l, 3)};
+  s.shared_gu.id = (1u << 19) + static_cast<uint32_t>(l) * 2;
+  s.shared_down.id = s.shared_gu.id + 1;
+  return s;
+}
+
 void Llama::ensure_shape(int B, int T, bool with_logits) {
   if (B <= 0 || T <= 0 || T > cfg_.seq_len)
     die("Llama: bad batch shape B=" + std::to_string(B) + " T=" + std::to_string(T) + " (seq_len " +
@@ -310,7 +319,7 @@ void Llama::forward_trunk(const float* P, const int32_t* tokens) {
     // MLP sub-block (dense SwiGLU, or the MoE layer of moe_block.h)
     ops::rmsnorm_forward(a.ln2, a.rstd2, a.h, P + o.ln2, N, C, cfg_.norm_eps);
     if (moe_ && moe_->is_moe(l)) {
-      moe_->forward(l, P, a.ln2, scratch_, N);  // expert GEMMs in fp32 under every recipe
+      moe_->forward(l, P, a.ln2, scratch_, N, gemm_, moe_sites(l));  // experts follow the recipe
     } else {
       gemm_.forward(a.gu, a.ln2, P + o.gu, N, C, 2 * F, site(l, 2));  // (N, C) -> (N, 2F)
       ops::swiglu_forward(a.swi, a.gu, N, F);                         // -> (N, F)
@@ -430,7 +439,7 @@ void Llama::backward_trunk(const float* P, float* G, const float* dlnf) {
     // dres = d(block output). out = h + ffn(ln2): both branches receive dres.
     if (moe_ && moe_->is_moe(l)) {
       zero(dln, NC);
-      moe_->backward(l, P, G, a.ln2, dres, dln);  // also the layer's router-loss gradients
+      moe_->backward(l, P, G, a.ln2, dres, dln, gemm_, moe_sites(l));  // + router-loss grads
     } else {
       zero(dswi, static_cast<size_t>(N) * F);
       gemm_.backward(dswi, G + o.down, dres, a.swi, P + o.down, N, F, C, site(l, 3));

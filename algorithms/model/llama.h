@@ -205,6 +205,8 @@ class Llama {
   void check_params(const ParamSet& p, const char* what) const;
   // GEMM k (0 qkv, 1 o, 2 gate|up, 3 down) of layer l; l = layers is the LM head.
   GemmSite site(int l, int k) const;
+  // The expert GemmSites of MoE layer l (same high_precision as the layer's dense sites).
+  MoeSites moe_sites(int l) const;
 
   ModelConfig cfg_;
   ParamLayout layout_;

@@ -7,6 +7,38 @@ namespace atl::algorithms {
 
 namespace ops = atl::kernels::cpu;
 
+namespace {
+
+// The expert GEMMs of moe_ffn_forward/backward through a PrecisionGemm (`which`: 0 gate|up,
+// 1 down).
+class RecipeGemms final : public ops::MoeExpertGemms<float> {
+ public:
+  RecipeGemms(PrecisionGemm& g, const MoeSites& s) : g_(g), s_(s) {}
+  void dense_forward(float* out, const float* x, const float* w, int N, int IC, int OC,
+                     int which) override {
+    g_.forward(out, x, w, N, IC, OC, which == 0 ? s_.shared_gu : s_.shared_down);
+  }
+  void dense_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, int N,
+                      int IC, int OC, int which) override {
+    g_.backward(dx, dw, dy, x, w, N, IC, OC, which == 0 ? s_.shared_gu : s_.shared_down);
+  }
+  void grouped_forward(float* out, const float* x, const float* w, size_t w_stride,
+                       const ops::MoePlan& plan, int IC, int OC, int which) override {
+    g_.grouped_forward(out, x, w, w_stride, plan, IC, OC, which == 0 ? s_.gu : s_.down);
+  }
+  void grouped_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
+                        size_t w_stride, const ops::MoePlan& plan, int IC, int OC,
+                        int which) override {
+    g_.grouped_backward(dx, dw, dy, x, w, w_stride, plan, IC, OC, which == 0 ? s_.gu : s_.down);
+  }
+
+ private:
+  PrecisionGemm& g_;
+  MoeSites s_;
+};
+
+}  // namespace
+
 struct MoeBlocks::Impl {
   ops::MoeFfnShape shape;
   double aux_coef = 0, z_coef = 0;
@@ -42,23 +74,26 @@ MoeBlocks::MoeBlocks(const ModelConfig& cfg, const ParamLayout& layout)
 
 MoeBlocks::~MoeBlocks() = default;
 
-void MoeBlocks::forward(int layer, const float* P, const float* x, float* out, int N) {
+void MoeBlocks::forward(int layer, const float* P, const float* x, float* out, int N,
+                        PrecisionGemm& gemm, const MoeSites& sites) {
   const Offsets& o = off_[index_[layer]];
   const bool sh = impl_->shape.Fs > 0;
+  RecipeGemms g(gemm, sites);
   ops::moe_ffn_forward(impl_->work[index_[layer]], out, x, P + o.router, P + o.experts,
                        sh ? P + o.shared_gu : nullptr, sh ? P + o.shared_down : nullptr, N,
-                       impl_->shape);
+                       impl_->shape, gemm.active() ? &g : nullptr);
 }
 
 void MoeBlocks::backward(int layer, const float* P, float* G, const float* x, const float* dout,
-                         float* dx) {
+                         float* dx, PrecisionGemm& gemm, const MoeSites& sites) {
   const Offsets& o = off_[index_[layer]];
   const bool sh = impl_->shape.Fs > 0;
+  RecipeGemms g(gemm, sites);
   ops::moe_ffn_backward(impl_->work[index_[layer]], dx, G + o.router, G + o.experts,
                         sh ? G + o.shared_gu : nullptr, sh ? G + o.shared_down : nullptr, dout, x,
                         P + o.router, P + o.experts, sh ? P + o.shared_gu : nullptr,
                         sh ? P + o.shared_down : nullptr, impl_->shape, impl_->aux_coef,
-                        impl_->z_coef);
+                        impl_->z_coef, gemm.active() ? &g : nullptr);
 }
 
 double MoeBlocks::aux_loss_sum() const {

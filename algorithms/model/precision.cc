@@ -150,7 +150,7 @@ Philox PrecisionGemm::rounding_rng(GemmSite site, Operand role) const {
 }
 
 void PrecisionGemm::quantize_rows(const float* m, int rows, int cols, Operand role, GemmSite site,
-                                  float* out) {
+                                  float* out, uint64_t first_index) {
   const size_t n = static_cast<size_t>(rows) * cols;
   const std::span<const float> in(m, n);
   const std::span<float> dst(out, n);
@@ -199,7 +199,7 @@ void PrecisionGemm::quantize_rows(const float* m, int rows, int cols, Operand ro
       for (int r = 0; r < rows; ++r) {
         const size_t off = static_cast<size_t>(r) * cols;
         if (sr) {
-          fmt::quantize_nvfp4_sr(in.subspan(off, cols), ts, blk, rng, off);
+          fmt::quantize_nvfp4_sr(in.subspan(off, cols), ts, blk, rng, first_index + off);
         } else {
           fmt::quantize_nvfp4(in.subspan(off, cols), ts, blk);
         }
@@ -219,7 +219,7 @@ void PrecisionGemm::quantize_rows(const float* m, int rows, int cols, Operand ro
 }
 
 void PrecisionGemm::quantize_operand(const float* m, int rows, int cols, Operand role,
-                                     GemmSite site, float* out) {
+                                     GemmSite site, float* out, uint64_t first_index) {
   const Fmt f = format_of(precision_, role, site.high_precision);
   const bool hadamard = precision_ == Precision::kNvfp4 && !site.high_precision && is_wgrad(role);
   // Elementwise formats and 16x16 tiles do not depend on the layout; row blocks along cols need
@@ -233,13 +233,13 @@ void PrecisionGemm::quantize_operand(const float* m, int rows, int cols, Operand
     src = out;
   }
   if (!blocked || !reduces_over_rows(role)) {
-    quantize_rows(src, rows, cols, role, site, out);
+    quantize_rows(src, rows, cols, role, site, out, first_index);
     return;
   }
   float* t = grow(t_, n);
   float* u = grow(u_, n);
   transpose(src, rows, cols, t);  // (cols, rows): the reduction axis is now contiguous
-  quantize_rows(t, cols, rows, role, site, u);
+  quantize_rows(t, cols, rows, role, site, u, first_index);
   transpose(u, cols, rows, out);
 }
 

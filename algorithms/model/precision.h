@@ -39,6 +39,7 @@
 
 #include "kernels/core/philox.h"
 #include "kernels/core/status.h"
+#include "kernels/cpu/moe_ops.h"
 #include "kernels/formats/mx.h"
 #include "kernels/formats/nvfp4.h"
 
@@ -91,12 +92,28 @@ class PrecisionGemm {
   void backward(float* dx, float* dw, const float* dy, const float* x, const float* w, int N,
                 int IC, int OC, GemmSite site);
 
+  // Grouped GEMMs of the MoE experts, in place of kernels/cpu moe_grouped_matmul_forward /
+  // _backward (same arguments; W_e = w + e·w_stride). Each non-empty group of `plan` is its own
+  // GEMM and is quantized as one: per-tensor scales (fp8, nvfp4's fp32 scale) are taken per
+  // expert group and per expert weight, never over the whole permuted tensor (one expert's range
+  // would set every expert's scale); wgrad blocks and Hadamard groups of 16 run over the group's
+  // own tokens. One site serves all the experts of a weight kind: group e's operand is quantized
+  // with first_index = offsets[e]·cols, so its stochastic rounding draws the counters
+  // [offsets[e]·cols, offsets[e+1]·cols) of the site's stream: no two elements share one.
+  void grouped_forward(float* out, const float* x, const float* w, size_t w_stride,
+                       const kernels::cpu::MoePlan& plan, int IC, int OC, GemmSite site);
+  void grouped_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
+                        size_t w_stride, const kernels::cpu::MoePlan& plan, int IC, int OC,
+                        GemmSite site);
+
   // The dequantized value of one operand as the recipe quantizes it for `role`, written in the
   // operand's own layout: m (rows, cols) row-major, rows = N for x and dY, OC for W. Exposed
   // for tests and for callers that quantize an operand once and reuse it. Uses the recipe of
-  // `site` (bf16 when site.high_precision) at the current step.
-  void quantize_operand(const float* m, int rows, int cols, Operand role, GemmSite site,
-                        float* out);
+  // `site` (bf16 when site.high_precision) at the current step. Stochastic rounding draws
+  // u32(first_index + i) for element i of the operand in its quantization layout (transposed
+  // for the column-blocked roles).
+  void quantize_operand(const float* m, int rows, int cols, Operand role, GemmSite site, float* out,
+                        uint64_t first_index = 0);
 
   // Applies the 16x16 random Hadamard transform of the wgrad inputs along the rows of m
   // (rows, cols): each full group of 16 consecutive rows r is replaced by H · group, with
@@ -110,7 +127,8 @@ class PrecisionGemm {
 
  private:
   // Quantize m (rows, cols) with blocks along its rows (the reduction axis is cols).
-  void quantize_rows(const float* m, int rows, int cols, Operand role, GemmSite site, float* out);
+  void quantize_rows(const float* m, int rows, int cols, Operand role, GemmSite site, float* out,
+                     uint64_t first_index);
 
   Precision precision_ = Precision::kFp32;
   uint64_t seed_ = 0;
@@ -118,7 +136,7 @@ class PrecisionGemm {
   bool enabled_ = true;
   float signs_[16] = {};  // random Hadamard signs (+-1), from the seed
   // Scratch, grown to the largest GEMM and reused.
-  std::vector<float> a_, b_, t_, u_;
+  std::vector<float> a_, b_, t_, u_, gw_;  // gw_: the quantized expert weights (grouped)
   std::vector<uint16_t> h16_;
   std::vector<uint8_t> u8_;
   std::vector<kernels::formats::BlockMxfp8> mx_;

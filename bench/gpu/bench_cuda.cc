@@ -2,6 +2,8 @@
 //   copy:      device-to-device cudaMemcpy GB/s (bytes read + bytes written per second)
 //   quantize:  GB/s of every quantizer and dequantizer, same accounting, and its ratio to copy
 //   gemm:      TFLOP/s of the fp32 / bf16 / FP8 cuBLASLt paths at a square and a model shape
+//   moe:       MoE layer forward + backward against a dense FFN of equal active FLOPs
+//              (bench_moe.cc)
 // Usage: bench_cuda [--quick]  (--quick: smaller buffers and fewer repetitions)
 #include <cuda_runtime_api.h>
 
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/gpu/bench_moe.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/quantize.h"
 
@@ -211,10 +214,11 @@ int main(int argc, char** argv) {
     g += buf;
   }
   g += "]";
+  const std::string moe = atl::bench::bench_moe_layer(ctx, quick);
   CHECK(ctx.synchronize());
   std::printf(
       "{\"device\": \"%s\", \"sm\": \"%d.%d\", \"elements\": %zu, \"copy_gbs\": %.1f, "
-      "\"quantize\": %s, \"gemm\": %s}\n",
-      prop.name, prop.major, prop.minor, n, copy_gbs, q.c_str(), g.c_str());
+      "\"quantize\": %s, \"gemm\": %s, \"moe\": %s}\n",
+      prop.name, prop.major, prop.minor, n, copy_gbs, q.c_str(), g.c_str(), moe.c_str());
   return 0;
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU check of the CUDA backend: configure with -DATOLL_CUDA=ON, build, run every CUDA test
-# (they must run, not skip), time quantize GB/s per format against device-to-device copy GB/s
-# and the cuBLASLt GEMM paths, then run the CPU kernel tests briefly if the budget allows.
+# (they must run, not skip), time quantize GB/s per format against device-to-device copy GB/s,
+# the cuBLASLt GEMM paths and the MoE layer's forward + backward against a dense FFN of equal
+# active FLOPs, then run the CPU kernel tests briefly if the budget allows.
 # Writes into ${ATOLL_BENCH_OUT:-bench/out}: test_cuda.json (gtest), test_cuda.log,
 # bench_cuda.json, bench_model.json (training tokens/s of the CUDA model path), summary.json.
 # Fails loudly (non-zero exit, one line) without a GPU.

