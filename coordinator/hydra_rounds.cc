@@ -85,6 +85,7 @@ void CoordinatorService::hydra_finish_scoring_locked() {
   algorithms::hydra::SelectOptions opt;
   opt.min_coverage = static_cast<int>(config_.hydra.min_coverage);
   opt.min_train_share = config_.hydra.min_train_share;
+  opt.removal_penalty = config_.hydra.removal_penalty;
   auto sel = algorithms::hydra::select_subnetworks(cm, sites, opt);
   if (!sel.ok()) {
     set_state_locked(ExperimentState::kFailed, "hydra selection failed: " + sel.status().message());

@@ -261,7 +261,7 @@ Status run_node(const NodeOptions& opt) {
     ATOLL_ASSIGN_OR_RETURN(gpu, GpuTrainer::create(model_cfg, train_cfg, devices));
     log("training on " + devices.name);
   }
-  std::string hydra_fb_mask;  // the mask the error feedback buffer belongs to
+  std::vector<uint32_t> hydra_fb_indices;  // the trained elements the error feedback belongs to
   std::optional<algorithms::compress::ErrorFeedback> hydra_feedback;
   // Distillation from remote teachers: the inner loss is the distillation loss.
   std::unique_ptr<DistillInnerStep> distiller;
@@ -507,9 +507,12 @@ Status run_node(const NodeOptions& opt) {
       algorithms::compress::ErrorFeedback* fb = &feedback;
       if (streaming)
         fb = &fragment_feedback.try_emplace(frag_off, frag_n).first->second;
-      if (hydra) {  // the residual is per held element: it restarts with a new mask
-        if (hydra_fb_mask != cur.mask_fingerprint()) hydra_feedback.emplace(frag_n);
-        hydra_fb_mask = cur.mask_fingerprint();
+      if (hydra) {  // the residual is per trained element: it restarts when they change (a
+                    // new mask that only moves frozen units keeps it, like the optimizer)
+        if (!hydra_feedback || hydra_fb_indices != hydra_trainer->indices()) {
+          hydra_feedback.emplace(frag_n);
+          hydra_fb_indices = hydra_trainer->indices();
+        }
         fb = &*hydra_feedback;
       }
       auto encoded = use_feedback ? fb->encode(*codec, d) : codec->encode(d);

@@ -124,46 +124,62 @@ SiteSelection select_site(const CostModel& cm, const SiteInput& site, const std:
                                  std::vector<uint8_t>(cm.ffn_blocks, 0), S[l] != 0});
   const int64_t cap = static_cast<int64_t>(std::floor(site.budget * cm.full_flops_per_token()));
   const int64_t fixed = cm.lm_fwd() + (l0 >= 0 ? cm.lm_fwd() : 0);
-  // 2. frozen units
-  std::vector<Unit> fz = units_of(cm, S, false);
+  // 2. frozen units: keep the most score (= least removal damage) within their share, exactly.
+  const std::vector<Unit> fz = units_of(cm, S, false);
   auto fcost = [&](const Unit& u) { return cm.unit_cost(u.block, false, l0 >= 0 && u.layer > l0); };
-  int64_t fz_total = 0;
-  for (const auto& u : fz) fz_total += fcost(u);
+  std::vector<KnapsackItem> fitems;
+  for (const auto& u : fz) fitems.push_back({fcost(u), score(site.scores, u), false});
   const int64_t fz_cap =
       static_cast<int64_t>(std::floor((1.0 - opt.min_train_share) * static_cast<double>(cap))) -
       fixed;
+  std::vector<uint8_t> fz_keep(fz.size(), 0);
   int64_t used = 0;
-  if (fz_total <= fz_cap) {
-    for (const auto& u : fz) set_unit(out.subnet, u);
-    used = fz_total;
-  } else {
-    std::vector<size_t> order(fz.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return score(site.scores, fz[a]) > score(site.scores, fz[b]);  // ties: unit order
-    });
-    for (size_t i : order)
-      if (used + fcost(fz[i]) <= fz_cap) {
-        set_unit(out.subnet, fz[i]);
-        used += fcost(fz[i]);
-      }
+  if (fz_cap > 0) {
+    const KnapsackResult fr = solve_knapsack(fitems, fz_cap);
+    fz_keep = fr.take;
+    used = fr.cost;
   }
-  // 3. trained units: exact knapsack on what is left.
+  // 3. trained units Hₖ ⊆ units(S): exact knapsack on what is left. Taking a unit of S gains its
+  // score and avoids the removal damage λ·score, hence value (1 + λ)·score.
   const std::vector<Unit> tu = units_of(cm, S, true);
   std::vector<KnapsackItem> items;
   for (size_t i = 0; i < tu.size(); ++i)
-    items.push_back({cm.unit_cost(tu[i].block, true, false), score(site.scores, tu[i]),
+    items.push_back({cm.unit_cost(tu[i].block, true, false),
+                     (1.0 + opt.removal_penalty) * score(site.scores, tu[i]),
                      i < forced.size() && forced[i] != 0});
   const int64_t left = cap - fixed - used;
   KnapsackResult kr = solve_knapsack(items, std::max<int64_t>(left, 0));
   if (left < 0 || !kr.feasible) {
     out.within_budget = false;
     kr.take.assign(items.size(), 0);
-    kr.value = 0;
+    kr.cost = 0;
   }
-  for (size_t i = 0; i < tu.size(); ++i)
-    if (kr.take[i]) set_unit(out.subnet, tu[i]);
-  out.value = kr.value;
+  // 4. what training left over goes back to the frozen units that did not fit their share.
+  const int64_t rest = std::max<int64_t>(left, 0) - kr.cost;
+  if (out.within_budget && rest > 0) {
+    std::vector<KnapsackItem> more = fitems;
+    for (size_t i = 0; i < fz.size(); ++i)
+      if (fz_keep[i]) more[i].cost = 0, more[i].value = 0;  // already kept
+    const KnapsackResult mr = solve_knapsack(more, rest);
+    for (size_t i = 0; i < fz.size(); ++i) fz_keep[i] |= mr.take[i];
+  }
+  double removed = 0;
+  for (size_t i = 0; i < fz.size(); ++i) {
+    if (fz_keep[i])
+      set_unit(out.subnet, fz[i]);
+    else
+      removed += score(site.scores, fz[i]);
+  }
+  for (size_t i = 0; i < tu.size(); ++i) {
+    if (kr.take[i]) {
+      set_unit(out.subnet, tu[i]);
+      out.trained_value += score(site.scores, tu[i]);
+    } else {
+      removed += score(site.scores, tu[i]);
+    }
+  }
+  out.removed_score = removed;
+  out.value = out.trained_value - opt.removal_penalty * removed;
   out.cost_fraction = cost_fraction(cm, out.subnet);
   return out;
 }
@@ -177,6 +193,8 @@ StatusOr<Selection> select_subnetworks(const CostModel& cm, std::vector<SiteInpu
   if (opt.min_coverage < 0) return InvalidArgument("hydra: min_coverage must be >= 0");
   if (!(opt.min_train_share >= 0 && opt.min_train_share <= 1))
     return InvalidArgument("hydra: min_train_share must be in [0, 1]");
+  if (!(opt.removal_penalty >= 0 && opt.removal_penalty <= 100))
+    return InvalidArgument("hydra: removal_penalty must be in [0, 100]");
   std::sort(sites.begin(), sites.end(),
             [](const SiteInput& a, const SiteInput& b) { return a.id < b.id; });
   for (size_t k = 0; k < sites.size(); ++k) {

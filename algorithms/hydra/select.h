@@ -1,18 +1,25 @@
 // Hydra selection (DESIGN.md "Hydra subnetworks"): from every site's budget and importance
 // scores, choose the global trainable layer set S and each site's subnetwork.
 //
+// Objective of a site (docs/hydra.md, "Selection objective"): the importance of what it trains
+// minus λ (removal_penalty) times the importance of what it removes from its forward pass,
+//   value_k = Σ_{u∈Hₖ} score_k(u) − λ · Σ_{u removed} score_k(u).
+// The Taylor score |g·w| is the first-order loss change of zeroing the unit, so the second sum
+// is the damage a pruned forward does to the function the site trains; a frozen unit runs
+// forward only and does no damage. λ = 0 is the plain issue-7 objective (only trained units
+// count), under which a small site prunes most of the network to train a few units everywhere.
+//
 // Per site k and candidate S (l0 = min S), costs from cost.h, capacity = budget_k × full FLOPs:
 //  1. fixed: the output head (forward + backward).
-//  2. frozen layers (∉ S) run forward only and keep all their units when that fits in
-//     (1 − min_train_share) of the capacity; otherwise they keep their most important units
-//     (greedy by score, ties by layer, kind, index) within that share — a small site drops the
-//     least useful frozen heads/blocks instead of training nothing.
+//  2. frozen units (layers ∉ S, forward only) within (1 − min_train_share) of the capacity: exact
+//     0/1 knapsack maximizing the kept score (= least removal damage).
 //  3. trained units Hₖ ⊆ units(S) (heads and FFN blocks of S's layers): exact 0/1 knapsack,
-//     value = the site's importance score, cost 3·a, capacity = what 1. and 2. left. Units of S
-//     not chosen are removed from the site's computation.
+//     value (1 + λ)·score (training a unit of S also keeps it in the forward), cost 3·a, capacity
+//     = what 1. and 2. left. Units of S not chosen are removed from the site's computation.
+//  4. capacity that 3. did not use goes to the frozen units 2. left out (exact knapsack).
 // Objective of S: first the number of units of S held by fewer than min_coverage sites
 // (smaller is better; "when the budgets allow" = coverage is repaired first: an uncovered unit
-// is forced into the site that loses the least value by taking it), then Σₖ Σ_{u∈Hₖ} score,
+// is forced into the site that loses the least value by taking it), then Σₖ value_k,
 // then the lexicographically smallest S (as a bit string from layer 0): deterministic.
 // S is searched exhaustively (every non-empty subset) for L <= exhaustive_max_layers, beyond
 // that greedily (add the best layer while the objective improves) then by local search (single
@@ -37,15 +44,18 @@ struct SiteInput {
 };
 
 struct SelectOptions {
-  int min_coverage = 1;          // every unit of S held by at least this many sites
-  double min_train_share = 0.5;  // of each budget kept for training when frozen units compete
+  int min_coverage = 1;           // every unit of S held by at least this many sites
+  double min_train_share = 0.5;   // of each budget kept for training when frozen units compete
+  double removal_penalty = 10.0;  // λ in [0, 100]: weight of the removed units' scores
   int exhaustive_max_layers = 12;
 };
 
 struct SiteSelection {
   std::string id;
   Subnet subnet;
-  double value = 0;           // Σ score of the trained units
+  double value = 0;           // trained_value − λ · removed_score (the site's objective)
+  double trained_value = 0;   // Σ score of the trained units (Hₖ)
+  double removed_score = 0;   // Σ score of the units removed from the forward pass
   double cost_fraction = 0;   // cost_fraction(subnet)
   bool within_budget = true;  // false only when even the output head exceeds the budget
 };
@@ -53,8 +63,8 @@ struct SiteSelection {
 struct Selection {
   std::vector<uint8_t> layers;       // (L) 1 = in S
   std::vector<SiteSelection> sites;  // ascending id
-  double total_value = 0;
-  int uncovered_units = 0;  // units of S held by fewer than min_coverage sites
+  double total_value = 0;            // Σₖ value_k
+  int uncovered_units = 0;           // units of S held by fewer than min_coverage sites
 };
 
 // One line naming the problem for bad options, budgets, duplicate ids or mismatched scores.

@@ -23,7 +23,12 @@ Status HydraTrainer::set_subnet(const Subnet& s) {
       s.ffn_blocks == model_.subnet().ffn_blocks)
     return Status::Ok();
   ATOLL_RETURN_IF_ERROR(model_.set_subnet(s));
-  indices_ = trainable_indices(s, mcfg_);
+  std::vector<uint32_t> idx = trainable_indices(s, mcfg_);
+  // Only frozen units changed (kept or removed forward-only units): the AdamW moments belong to
+  // the trained elements, which are the same, so they stay valid. A re-selection that moves a
+  // small site's frozen units every round would otherwise restart its optimizer every round.
+  if (have_subnet_ && idx == indices_) return Status::Ok();
+  indices_ = std::move(idx);
   opt_ = MaskedAdamW(grads_.layout(), indices_, adamw_config(tcfg_));
   grads_.zero();
   have_subnet_ = true;

@@ -22,7 +22,8 @@ class HydraTrainer {
  public:
   HydraTrainer(const ModelConfig& model, const TrainerConfig& train);
 
-  // Sets the subnetwork; resets the optimizer unless it is the same as the current one.
+  // Sets the subnetwork; resets the optimizer unless the trained elements are the same as the
+  // current ones (a change of frozen units only keeps the moments).
   Status set_subnet(const Subnet& s);
   const Subnet& subnet() const { return model_.subnet(); }
   // Held (trained) element indices, ascending.
@@ -33,6 +34,7 @@ class HydraTrainer {
 
   SubnetLlama& model() { return model_; }
   size_t optimizer_state_bytes() const { return opt_.state_bytes(); }
+  int64_t optimizer_steps() const { return opt_.step_count(); }  // since the last reset
   // FLOPs of the last step (forward + backward, as counted by SubnetLlama).
   double last_step_flops() const {
     return model_.last_forward_flops() + model_.last_backward_flops();

@@ -27,12 +27,15 @@ else
   OUT=${OUT:-bench/results/hydra.json}
 fi
 MODEL=(--dim 64 --layers 4 --heads 4 --ffn 192 --ffn-blocks 4 --seq 64 --batch 8)
+# Hydra's selection weighs the removal damage of a unit 10x its training value (docs/hydra.md,
+# "Selection objective"); the random baseline draws its units with the plain objective (0).
+HYDRA=(--removal-penalty 10)
 RAW=$(mktemp)
 trap 'rm -f "$RAW"' EXIT
-"$ATOLL" bench hydra "${MODEL[@]}" "${ARGS[@]}" --threads 1 --brown-dir "$BROWN_DIR" --json \
+"$ATOLL" bench hydra "${MODEL[@]}" "${ARGS[@]}" "${HYDRA[@]}" --threads 1 --brown-dir "$BROWN_DIR" --json \
   | tee "$RAW"
 
-python3 - "$RAW" "$OUT" "$QUICK" "$WRITE_MD" "${MODEL[*]} ${ARGS[*]}" <<'PYEOF'
+python3 - "$RAW" "$OUT" "$QUICK" "$WRITE_MD" "${MODEL[*]} ${ARGS[*]} ${HYDRA[*]}" <<'PYEOF'
 import json, os, re, sys
 raw, out, quick, write_md, flags = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4] == "1", sys.argv[5]
 rows = [json.loads(l) for l in open(raw) if l.startswith("{")]
@@ -85,12 +88,14 @@ if write_md:
         "<!-- %s:begin -->" % key,
         "## Hydra subnetworks" + (" (quick)" if quick else ""),
         "",
-        "Measured 2026-11-29 on %s (shared with other work while it ran: step times are noisy), "
+        "Measured 2026-11-30 on %s (shared with other work while it ran: step times are noisy), "
         "by `bench/hydra/run.sh%s`; rows in `%s`." % (settings["machine"], " --quick" if quick else "", out),
         "",
         "Four sites, budgets 1.0 / 0.5 / 0.25 / 0.25 on Brown genres a / f / j / n, fine-tuning a "
         "base model trained on the other genres; flags `%s`; outer step lr 1.0, momentum 0 "
-        "(FedAvg of the masked pseudo-gradients, per element over the holders). Sites run "
+        "(FedAvg of the masked pseudo-gradients, per element over the holders); Hydra's "
+        "selection subtracts 10x the importance of the units a site removes from its forward "
+        "pass (`hydra.removal_penalty`, docs/hydra.md). Sites run "
         "in-process with the coordinator's aggregation code. bpb = validation bits per byte of "
         "the global model on the site's own genre. FLOPs fraction = counted training FLOPs of the "
         "site's step / full model (6P + 12LCT). Buffer MB = θ copy + gradient + optimizer state + "

@@ -186,7 +186,9 @@ TEST(HydraSelect, DeterministicWithinBudgetAndCovered) {
     EXPECT_TRUE(a->sites[k].within_budget);
     EXPECT_LE(a->sites[k].cost_fraction, sites[k].budget + 1e-12) << k;
     EXPECT_DOUBLE_EQ(a->sites[k].cost_fraction, cost_fraction(cm, a->sites[k].subnet));
-    EXPECT_GT(a->sites[k].value, 0) << "every site trains something";
+    EXPECT_GT(a->sites[k].trained_value, 0) << "every site trains something";
+    EXPECT_DOUBLE_EQ(a->sites[k].value,
+                     a->sites[k].trained_value - opt.removal_penalty * a->sites[k].removed_score);
   }
   EXPECT_EQ(a->total_value, b->total_value);
   EXPECT_EQ(a->uncovered_units, 0);
@@ -241,9 +243,10 @@ TEST(HydraSelect, GreedySearchBeyondExhaustiveLimit) {
   auto a = select_subnetworks(cm, sites, ex);
   auto b = select_subnetworks(cm, sites, gr);
   ASSERT_TRUE(a.ok() && b.ok());
-  // Local search reaches at least 90% of the exhaustive optimum here, and never beats it.
+  // Local search comes within 10% of the exhaustive optimum here, and never beats it (the
+  // objective subtracts removal damage, so it may be negative).
   EXPECT_LE(b->total_value, a->total_value + 1e-9);
-  EXPECT_GE(b->total_value, 0.9 * a->total_value);
+  EXPECT_GE(b->total_value, a->total_value - 0.1 * std::abs(a->total_value));
   for (size_t k = 0; k < 4; ++k) EXPECT_LE(b->sites[k].cost_fraction, sites[k].budget + 1e-12);
 }
 

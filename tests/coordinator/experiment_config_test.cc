@@ -70,7 +70,8 @@ split = "iid"
 TEST(ExperimentConfig, HydraSectionParsesAndRoundTrips) {
   auto c = parse_experiment_config(
       "algorithm = \"hydra\"\n[model]\nffn_hidden = 96\n[hydra]\nreselect_every = 3\n"
-      "min_coverage = 2\nffn_blocks = 6\nimportance_batches = 2\nmin_train_share = 0.25\n");
+      "min_coverage = 2\nffn_blocks = 6\nimportance_batches = 2\nmin_train_share = 0.25\n"
+      "removal_penalty = 3.5\n");
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_TRUE(c->is_hydra());
   EXPECT_EQ(c->hydra.reselect_every, 3u);
@@ -78,6 +79,7 @@ TEST(ExperimentConfig, HydraSectionParsesAndRoundTrips) {
   EXPECT_EQ(c->hydra.ffn_blocks, 6u);
   EXPECT_EQ(c->hydra.importance_batches, 2u);
   EXPECT_DOUBLE_EQ(c->hydra.min_train_share, 0.25);
+  EXPECT_DOUBLE_EQ(c->hydra.removal_penalty, 3.5);
   auto again = parse_experiment_config(to_toml(*c));
   ASSERT_TRUE(again.ok()) << again.status().to_string();
   EXPECT_EQ(to_toml(*again), to_toml(*c));

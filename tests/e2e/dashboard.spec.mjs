@@ -3,7 +3,9 @@
 //   log in with the printed token → create an experiment (first with a bad value: the server's
 //   message shows inline) → open the running demo → rounds arrive live and the charts grow →
 //   screenshot kept as a test artifact → select the demo and the new experiment in the list and
-//   compare them (one chart dataset per experiment, a table row each; screenshot kept too).
+//   compare them (one chart dataset per experiment, a table row each; screenshot kept too) →
+//   a Hydra demo (four sites, budgets 1.0 / 0.5 / 0.25 / 0.25): its experiment page shows one
+//   layers × heads grid per site, the full-budget site keeps every head, a quarter site does not.
 // Run from the repository root: node tests/e2e/dashboard.spec.mjs
 // Environment: ATOLL_BINARY (default build/atoll), ATOLL_ARTIFACTS (default build/test-artifacts),
 // CHROMIUM (default /usr/bin/chromium).
@@ -16,7 +18,7 @@ import { chromium } from 'playwright-core';
 const ATOLL = process.env.ATOLL_BINARY || 'build/atoll';
 const ARTIFACTS = process.env.ATOLL_ARTIFACTS || 'build/test-artifacts';
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
-const TOTAL_BUDGET_MS = 58000;
+const TOTAL_BUDGET_MS = 85000;
 const started = Date.now();
 const left = () => Math.max(1000, TOTAL_BUDGET_MS - (Date.now() - started));
 
@@ -37,24 +39,32 @@ fs.mkdirSync(ARTIFACTS, { recursive: true });
 
 // A small model and many short rounds: rounds keep arriving while the browser watches; the test
 // stops the demo when it is done (the demo would otherwise serve a bounded time after training).
-const demo = spawn(ATOLL, [
+let demo = spawn(ATOLL, [
   'demo', '--nodes', '2', '--rounds', '400', '--inner-steps', '12', '--dim', '48', '--layers', '2',
   '--heads', '2', '--ffn', '96', '--seq', '48', '--batch', '4', '--eval-tokens', '2048',
   '--store', path.join(tmp, 'run'), '--http', '127.0.0.1:0', '--serve-after-done-s', '20',
 ], { stdio: ['ignore', 'pipe', 'pipe'] });
 let demoOut = '';
-demo.stdout.on('data', d => { demoOut += d; });
-demo.stderr.on('data', d => { demoOut += d; });
 let demoExited = false;
-demo.on('exit', () => { demoExited = true; });
-
-let context = null;
-async function cleanup() {
-  if (context) await context.close().catch(() => {});
+function watch(proc) {
+  demoOut = '';
+  demoExited = false;
+  proc.stdout.on('data', d => { demoOut += d; });
+  proc.stderr.on('data', d => { demoOut += d; });
+  proc.on('exit', () => { demoExited = true; });
+}
+watch(demo);
+async function stopDemo() {
   if (!demoExited) demo.kill('SIGINT');
   const t = Date.now();
   while (!demoExited && Date.now() - t < 10000) await new Promise(r => setTimeout(r, 50));
   if (!demoExited) demo.kill('SIGKILL');
+}
+
+let context = null;
+async function cleanup() {
+  if (context) await context.close().catch(() => {});
+  await stopDemo();
   fs.rmSync(tmp, { recursive: true, force: true });
 }
 const watchdog = setTimeout(async () => {
@@ -177,6 +187,53 @@ try {
   const cmpShot = path.join(ARTIFACTS, 'dashboard-compare.png');
   await page.screenshot({ path: cmpShot, fullPage: true });
   step(`compare view: ${labels.join(' vs ')}, screenshot ${cmpShot}`);
+
+  if (pageErrors.length) throw new Error(`errors in the page: ${pageErrors.join(' | ')}`);
+
+  // ---- Hydra: one layers × heads grid per site ----------------------------------------------
+  // A second demo (its own CA and dashboard): 2 layers × 4 heads, two short rounds; it keeps
+  // serving after it finishes, and the grids show the last selection.
+  await page.goto('about:blank');  // the DiLoCo page stops polling before its server goes
+  await stopDemo();
+  pageErrors.length = 0;
+  const LAYERS = 2, HEADS = 4;
+  demo = spawn(ATOLL, [
+    'demo', '--algorithm', 'hydra', '--rounds', '2', '--inner-steps', '4', '--base-steps', '20',
+    '--dim', '32', '--layers', String(LAYERS), '--heads', String(HEADS), '--ffn', '64',
+    '--ffn-blocks', '2', '--seq', '32', '--batch', '2', '--eval-tokens', '512',
+    '--store', path.join(tmp, 'hydra'), '--http', '127.0.0.1:0', '--serve-after-done-s', '40',
+  ], { stdio: ['ignore', 'pipe', 'pipe'] });
+  watch(demo);
+  const [, hurl] = await waitFor(() => demoOut.match(/^dashboard: (https:\/\/\S+)$/m), 'the Hydra dashboard: line', 25000);
+  const [, htoken] = await waitFor(() => demoOut.match(/^token: (atl_[0-9a-f]{64})$/m), 'the Hydra token: line', 5000);
+  await waitFor(() => /^round 0 committed/m.test(demoOut), 'the first Hydra round', 30000);
+  await page.goto(hurl);
+  await page.waitForSelector('#view-login:not([hidden])');
+  await page.fill('#token-input', htoken);
+  await page.click('#login-form button[type=submit]');
+  const hid = await (await page.waitForSelector('#experiments-table tr[data-id]')).getAttribute('data-id');
+  await page.click(`#experiments-table a[href="#/e/${hid}"]`);
+  await page.waitForSelector('#view-experiment:not([hidden])');
+  await page.waitForSelector('#x-subnets:not([hidden]) table.grid.subnet');
+  const grids = await page.$$eval('#subnet-grids table.grid.subnet', ts => ts.map(t => ({
+    node: t.dataset.node,
+    rows: t.querySelectorAll('tbody tr').length,
+    cells: [...t.querySelectorAll('tbody tr')].map(r => r.querySelectorAll('td.cell').length),
+    removed: t.querySelectorAll('td.cell.removed').length,
+  })));
+  const nodes = grids.map(g => g.node).sort().join(',');
+  if (nodes !== 'site-a,site-f,site-j,site-n') throw new Error(`Hydra grids for ${nodes}, expected the four sites`);
+  for (const g of grids) {
+    if (g.rows !== LAYERS || g.cells.some(c => c !== HEADS))
+      throw new Error(`${g.node}: grid of ${g.rows} rows with ${g.cells.join('/')} head cells, expected ${LAYERS} x ${HEADS}`);
+  }
+  const byNode = Object.fromEntries(grids.map(g => [g.node, g]));
+  if (byNode['site-a'].removed !== 0) throw new Error(`the full-budget site shows ${byNode['site-a'].removed} removed heads`);
+  if (byNode['site-j'].removed === 0) throw new Error('the budget-0.25 site shows no removed head (its forward pass cannot fit)');
+  if (await page.isVisible('#subnets-empty')) throw new Error('"no selection yet" shown next to the grids');
+  const hshot = path.join(ARTIFACTS, 'dashboard-hydra.png');
+  await page.screenshot({ path: hshot, fullPage: true });
+  step(`Hydra grids: ${grids.map(g => `${g.node} ${g.rows}x${HEADS} (${g.removed} removed)`).join(', ')}; screenshot ${hshot}`);
 
   if (pageErrors.length) throw new Error(`errors in the page: ${pageErrors.join(' | ')}`);
   clearTimeout(watchdog);
