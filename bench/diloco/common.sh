@@ -1,14 +1,20 @@
 # Shared by bench/diloco/run.sh (the table) and bench/diloco/tune.sh (the outer step per cell),
-# sourced after bench/common.sh: the model, the inner optimiser, the warm start and one run.
+# sourced after bench_args (bench/common.sh): the model, the inner optimiser, the warm start and one run.
 
 # Model and inner optimiser: the same for every row (docs/decisions.md, "DiLoCo benchmark").
 MODEL=(--dim 64 --layers 2 --heads 4 --ffn 192 --seq 64 --batch 8)
 LR=${DILOCO_LR:-3e-3}
 EVAL_TOKENS=32768
 PULL=${DILOCO_PULL:-bf16}
-# Inner steps per node T (R = T / H rounds) and warm-start steps W of the base model.
-TOTAL=${DILOCO_TOTAL:-500}
-WARM=${DILOCO_WARM:-1000}
+# Inner steps per node T (R = T / H rounds) and warm-start steps W of the base model (--quick:
+# T = 200, W = 300).
+if [[ $QUICK == 1 ]]; then
+  TOTAL=${DILOCO_TOTAL:-200}
+  WARM=${DILOCO_WARM:-300}
+else
+  TOTAL=${DILOCO_TOTAL:-500}
+  WARM=${DILOCO_WARM:-1000}
+fi
 # Seed of the base model (its init and data order); the same base model for the table and the
 # tuning runs, which differ in the DiLoCo seed (the nodes' data order).
 WARM_SEED=${DILOCO_WARM_SEED:-1234}

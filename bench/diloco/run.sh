@@ -42,10 +42,6 @@ cd "$(dirname "$0")/../.."
 source bench/common.sh
 bench_args 2,39 "$@"
 
-if [[ $QUICK == 1 ]]; then
-  DILOCO_TOTAL=${DILOCO_TOTAL:-200}
-  DILOCO_WARM=${DILOCO_WARM:-300}
-fi
 source bench/diloco/common.sh
 SEED=${DILOCO_SEED:-1234}
 read -r -a SPLITS <<<"${DILOCO_SPLITS:-${DILOCO_SPLIT:-iid genre}}"

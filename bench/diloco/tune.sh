@@ -19,10 +19,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/common.sh
 bench_args 2,19 "$@"
-if [[ $QUICK == 1 ]]; then
-  DILOCO_TOTAL=${DILOCO_TOTAL:-200}
-  DILOCO_WARM=${DILOCO_WARM:-300}
-fi
 source bench/diloco/common.sh
 
 SEED=${DILOCO_TUNE_SEED:-99}

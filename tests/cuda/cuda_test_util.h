@@ -14,6 +14,13 @@
 
 #include "kernels/cuda/runtime.h"
 
+// A Status-returning call that must succeed (the status is printed when it does not).
+#define ASSERT_OK(expr)                     \
+  do {                                      \
+    const ::atl::Status _s = (expr);        \
+    ASSERT_TRUE(_s.ok()) << _s.to_string(); \
+  } while (0)
+
 namespace atl::kernels::cuda::testing {
 
 // Skips the test with "no CUDA device: <reason>" when the machine has none; otherwise gives a

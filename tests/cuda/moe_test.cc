@@ -32,12 +32,6 @@ using testing::same_bits;
 
 using MoeTest = CudaTest;
 
-#define ASSERT_OK(expr)                     \
-  do {                                      \
-    const ::atl::Status _s = (expr);        \
-    ASSERT_TRUE(_s.ok()) << _s.to_string(); \
-  } while (0)
-
 // Scores with exact ties (values drawn from 8 levels) so the lower-id rule decides often.
 std::vector<float> tied_scores(int N, int E, uint32_t seed) {
   std::mt19937 g(seed);

@@ -17,12 +17,6 @@ using testing::same_bits;
 
 using OpsTest = CudaTest;
 
-#define ASSERT_OK(expr)                     \
-  do {                                      \
-    const ::atl::Status _s = (expr);        \
-    ASSERT_TRUE(_s.ok()) << _s.to_string(); \
-  } while (0)
-
 std::vector<int32_t> random_tokens(int N, int V, uint32_t seed) {
   std::mt19937 g(seed);
   std::vector<int32_t> t(static_cast<size_t>(N));

@@ -24,12 +24,6 @@ using testing::same_bits;
 
 using QuantizeTest = CudaTest;
 
-#define ASSERT_OK(expr)                     \
-  do {                                      \
-    const ::atl::Status _s = (expr);        \
-    ASSERT_TRUE(_s.ok()) << _s.to_string(); \
-  } while (0)
-
 // n values: normals over ±2^-30..2^20, ties of small formats, zeros, subnormals; with_special
 // adds ±inf and NaN in a few places.
 std::vector<float> tricky(size_t n, uint32_t seed, bool with_special) {
