@@ -14,22 +14,10 @@
 #include "algorithms/model/llama.h"
 #include "algorithms/model/subnet.h"
 #include "kernels/core/philox.h"
+#include "tests/algorithms/hydra_test_util.h"
 
 namespace atl::algorithms::hydra {
 namespace {
-
-CostModel bench_cost() {  // the bench model: C 64, L 4, H 4, F 192 in 4 blocks, T 64
-  CostModel cm;
-  cm.model.vocab = 256;
-  cm.model.dim = 64;
-  cm.model.layers = 4;
-  cm.model.heads = 4;
-  cm.model.ffn_hidden = 192;
-  cm.model.seq_len = 64;
-  cm.ffn_blocks = 4;
-  cm.seq = 64;
-  return cm;
-}
 
 SiteInput random_site(const CostModel& cm, const std::string& id, double budget, uint64_t seed) {
   SiteInput in{id, budget, empty_scores(cm.model, cm.ffn_blocks)};

@@ -11,6 +11,7 @@
 #include "algorithms/hydra/select.h"
 #include "algorithms/model/llama.h"
 #include "kernels/core/philox.h"
+#include "tests/algorithms/hydra_test_util.h"
 
 namespace atl::algorithms::hydra {
 namespace {
@@ -137,19 +138,6 @@ TEST(HydraKnapsack, MatchesBruteForceOnRandomInstances) {
   }
 }
 
-CostModel demo_cost() {
-  CostModel cm;
-  cm.model.vocab = 256;
-  cm.model.dim = 64;
-  cm.model.layers = 4;
-  cm.model.heads = 4;
-  cm.model.ffn_hidden = 192;
-  cm.model.seq_len = 64;
-  cm.ffn_blocks = 4;
-  cm.seq = 64;
-  return cm;
-}
-
 std::vector<SiteInput> random_sites(const CostModel& cm, uint64_t seed) {
   const double budgets[] = {1.0, 0.5, 0.25, 0.25};
   std::vector<SiteInput> s;
@@ -169,7 +157,7 @@ std::vector<SiteInput> random_sites(const CostModel& cm, uint64_t seed) {
 }
 
 TEST(HydraSelect, DeterministicWithinBudgetAndCovered) {
-  const CostModel cm = demo_cost();
+  const CostModel cm = bench_cost();
   auto sites = random_sites(cm, 9);
   SelectOptions opt;
   auto a = select_subnetworks(cm, sites, opt);
@@ -209,7 +197,7 @@ TEST(HydraSelect, DeterministicWithinBudgetAndCovered) {
 }
 
 TEST(HydraSelect, MinCoverageTwoIsMetOrReported) {
-  const CostModel cm = demo_cost();
+  const CostModel cm = bench_cost();
   auto sites = random_sites(cm, 4);
   SelectOptions opt;
   opt.min_coverage = 2;
@@ -235,7 +223,7 @@ TEST(HydraSelect, MinCoverageTwoIsMetOrReported) {
 }
 
 TEST(HydraSelect, GreedySearchBeyondExhaustiveLimit) {
-  CostModel cm = demo_cost();
+  CostModel cm = bench_cost();
   cm.model.layers = 6;
   auto sites = random_sites(cm, 2);
   SelectOptions ex, gr;
@@ -251,7 +239,7 @@ TEST(HydraSelect, GreedySearchBeyondExhaustiveLimit) {
 }
 
 TEST(HydraSelect, BadInputIsOneLine) {
-  const CostModel cm = demo_cost();
+  const CostModel cm = bench_cost();
   auto sites = random_sites(cm, 1);
   sites[1].budget = 0;
   auto a = select_subnetworks(cm, sites, {});

@@ -126,4 +126,15 @@ inline Mat reference(PrecisionGemm& g, Precision p, const Mat& m, size_t rows, s
   return by_rows ? along_rows(src, rows, cols, q) : q(src, rows, cols);
 }
 
+// A learnable stream for short training runs: row b of step s starts at a Philox(5, s) draw in
+// [0, 64) and continues t+1 = (3 t + 1) mod 64. tokens: batch rows of seq + 1.
+inline void fill_learnable_stream(std::vector<int32_t>& tokens, int batch, int seq, int step) {
+  tokens.resize(static_cast<size_t>(batch) * (seq + 1));
+  const Philox rng(5, static_cast<uint64_t>(step));
+  for (int b = 0; b < batch; ++b) {
+    int32_t t = static_cast<int32_t>(rng.below(b, 64));
+    for (int i = 0; i <= seq; ++i, t = (3 * t + 1) % 64) tokens[b * (seq + 1) + i] = t;
+  }
+}
+
 }  // namespace atl::algorithms::precision_ref

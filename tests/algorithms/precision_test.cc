@@ -194,11 +194,7 @@ ParamSet train(Precision p, uint64_t seed, int threads, int steps, float* last_l
   // A learnable stream: token t+1 = (3 t + 1) mod 64 with a random start per row.
   std::vector<int32_t> tokens(static_cast<size_t>(tc.batch) * (tc.seq + 1));
   for (int s = 0; s < steps; ++s) {
-    const Philox rng(5, static_cast<uint64_t>(s));
-    for (int b = 0; b < tc.batch; ++b) {
-      int32_t t = static_cast<int32_t>(rng.below(b, 64));
-      for (int i = 0; i <= tc.seq; ++i, t = (3 * t + 1) % 64) tokens[b * (tc.seq + 1) + i] = t;
-    }
+    precision_ref::fill_learnable_stream(tokens, tc.batch, tc.seq, s);
     const StepStats st = tr.step(params, tokens.data(), s);
     if (last_loss) *last_loss = st.loss;
   }
