@@ -158,30 +158,9 @@ ModelConfig moe_tiny() {
   return c;
 }
 
-// Params after `steps` steps of recipe p on a learnable stream (token t+1 = (3t + 1) mod 64).
+// Params after `steps` steps of recipe p on the MoE model (precision_ref::train_recipe).
 ParamSet train(Precision p, int threads, int steps, std::vector<float>* losses) {
-  const int prev = ops::num_threads();
-  ops::set_num_threads(threads);
-  const ModelConfig mc = moe_tiny();
-  TrainerConfig tc;
-  tc.batch = 4;
-  tc.seq = 32;
-  tc.lr = 3e-3;
-  tc.warmup = 2;
-  tc.total_steps = steps;
-  tc.precision = p;
-  tc.precision_seed = 9;
-  InnerTrainer tr(mc, tc);
-  ParamSet params(make_layout(mc));
-  init_params(params, mc, 1);
-  std::vector<int32_t> tokens(static_cast<size_t>(tc.batch) * (tc.seq + 1));
-  for (int s = 0; s < steps; ++s) {
-    precision_ref::fill_learnable_stream(tokens, tc.batch, tc.seq, s);
-    const StepStats st = tr.step(params, tokens.data(), s);
-    if (losses) losses->push_back(st.loss);
-  }
-  ops::set_num_threads(prev);
-  return params;
+  return precision_ref::train_recipe(moe_tiny(), p, 9, threads, steps, losses);
 }
 
 TEST(MoePrecision, EveryRecipeTrainsTheMoeModel) {

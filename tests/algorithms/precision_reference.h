@@ -7,8 +7,12 @@
 #include <span>
 #include <vector>
 
+#include "algorithms/model/llama.h"
+#include "algorithms/model/param_set.h"
 #include "algorithms/model/precision.h"
+#include "algorithms/optim/inner_trainer.h"
 #include "kernels/core/philox.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/formats/convert.h"
 #include "kernels/formats/mx.h"
 #include "kernels/formats/nvfp4.h"
@@ -126,15 +130,37 @@ inline Mat reference(PrecisionGemm& g, Precision p, const Mat& m, size_t rows, s
   return by_rows ? along_rows(src, rows, cols, q) : q(src, rows, cols);
 }
 
-// A learnable stream for short training runs: row b of step s starts at a Philox(5, s) draw in
-// [0, 64) and continues t+1 = (3 t + 1) mod 64. tokens: batch rows of seq + 1.
-inline void fill_learnable_stream(std::vector<int32_t>& tokens, int batch, int seq, int step) {
-  tokens.resize(static_cast<size_t>(batch) * (seq + 1));
-  const Philox rng(5, static_cast<uint64_t>(step));
-  for (int b = 0; b < batch; ++b) {
-    int32_t t = static_cast<int32_t>(rng.below(b, 64));
-    for (int i = 0; i <= seq; ++i, t = (3 * t + 1) % 64) tokens[b * (seq + 1) + i] = t;
+// Params after `steps` inner steps of recipe p on a learnable stream (row b of step s starts at
+// a Philox(5, s) draw in [0, 64) and continues t+1 = (3 t + 1) mod 64), batch 4 × 32 tokens, lr
+// 3e-3, 2 warm-up steps, recipe streams keyed by `seed`, with `threads` CPU threads (restored
+// after). Each step's loss is appended to *losses when given.
+inline ParamSet train_recipe(const ModelConfig& mc, Precision p, uint64_t seed, int threads,
+                             int steps, std::vector<float>* losses) {
+  const int prev = kernels::cpu::num_threads();
+  kernels::cpu::set_num_threads(threads);
+  TrainerConfig tc;
+  tc.batch = 4;
+  tc.seq = 32;
+  tc.lr = 3e-3;
+  tc.warmup = 2;
+  tc.total_steps = steps;
+  tc.precision = p;
+  tc.precision_seed = seed;
+  InnerTrainer tr(mc, tc);
+  ParamSet params(make_layout(mc));
+  init_params(params, mc, 1);
+  std::vector<int32_t> tokens(static_cast<size_t>(tc.batch) * (tc.seq + 1));
+  for (int s = 0; s < steps; ++s) {
+    const Philox rng(5, static_cast<uint64_t>(s));
+    for (int b = 0; b < tc.batch; ++b) {
+      int32_t t = static_cast<int32_t>(rng.below(b, 64));
+      for (int i = 0; i <= tc.seq; ++i, t = (3 * t + 1) % 64) tokens[b * (tc.seq + 1) + i] = t;
+    }
+    const StepStats st = tr.step(params, tokens.data(), s);
+    if (losses) losses->push_back(st.loss);
   }
+  kernels::cpu::set_num_threads(prev);
+  return params;
 }
 
 }  // namespace atl::algorithms::precision_ref

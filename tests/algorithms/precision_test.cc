@@ -178,27 +178,9 @@ ModelConfig tiny() {
 
 // Params after `steps` inner steps of recipe p, with the given seed and thread count.
 ParamSet train(Precision p, uint64_t seed, int threads, int steps, float* last_loss) {
-  ops::set_num_threads(threads);
-  const ModelConfig mc = tiny();
-  TrainerConfig tc;
-  tc.batch = 4;
-  tc.seq = 32;
-  tc.lr = 3e-3;
-  tc.warmup = 2;
-  tc.total_steps = steps;
-  tc.precision = p;
-  tc.precision_seed = seed;
-  InnerTrainer tr(mc, tc);
-  ParamSet params(make_layout(mc));
-  init_params(params, mc, 1);
-  // A learnable stream: token t+1 = (3 t + 1) mod 64 with a random start per row.
-  std::vector<int32_t> tokens(static_cast<size_t>(tc.batch) * (tc.seq + 1));
-  for (int s = 0; s < steps; ++s) {
-    precision_ref::fill_learnable_stream(tokens, tc.batch, tc.seq, s);
-    const StepStats st = tr.step(params, tokens.data(), s);
-    if (last_loss) *last_loss = st.loss;
-  }
-  ops::set_num_threads(0);
+  std::vector<float> losses;
+  ParamSet params = train_recipe(tiny(), p, seed, threads, steps, &losses);
+  if (last_loss && !losses.empty()) *last_loss = losses.back();
   return params;
 }
 
