@@ -1,5 +1,7 @@
 #include "cli/coordinator_setup.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -8,6 +10,7 @@
 #include "algorithms/data/brown.h"
 #include "coordinator/http/auth.h"
 #include "node/checkpoint.h"
+#include "transport/tls/ca.h"
 #include "transport/tls/credentials.h"
 
 namespace atl::cli {
@@ -54,6 +57,32 @@ RunningCoordinator::~RunningCoordinator() {
   router.reset();
   store.reset();
   refusals.reset();
+}
+
+StatusOr<std::string> demo_run_dir(const std::optional<std::string>& store,
+                                   const std::string& prefix) {
+  if (store) {
+    std::error_code ec;
+    std::filesystem::create_directories(*store, ec);
+    if (ec) return InvalidArgument("--store " + *store + ": cannot create it: " + ec.message());
+    return *store;
+  }
+  std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+  if (!::mkdtemp(tmpl.data()))
+    return IoError("cannot create a temp directory in " +
+                   std::filesystem::temp_directory_path().string() + ": " + std::strerror(errno));
+  return tmpl;
+}
+
+Status provision_dev_ca(const std::string& tls_dir, const std::vector<std::string>& servers,
+                        const std::vector<std::string>& nodes) {
+  if (std::filesystem::exists(transport::ca_cert_path(tls_dir))) return Status::Ok();
+  ATOLL_RETURN_IF_ERROR(transport::ca_init(tls_dir));
+  for (const auto& name : servers)
+    ATOLL_RETURN_IF_ERROR(transport::ca_issue(tls_dir, name, transport::Role::kServer));
+  for (const auto& name : nodes)
+    ATOLL_RETURN_IF_ERROR(transport::ca_issue(tls_dir, name, transport::Role::kNode));
+  return Status::Ok();
 }
 
 std::string find_tree_dir(const std::string& relative) {

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,17 @@ void set_demo_model(coordinator::ExperimentConfig& cfg, const DemoModel& m);
 // The 15 Brown genres split into n contiguous groups, as data specs ("brown:a,b,c"), so the
 // demos' sites hold different kinds of text (non-IID).
 std::vector<std::string> brown_genre_splits(int n);
+
+// A demo's run directory: `store` (created if missing) when given, else a fresh
+// <temp>/<prefix>-XXXXXX.
+StatusOr<std::string> demo_run_dir(const std::optional<std::string>& store,
+                                   const std::string& prefix);
+
+// A demo's dev CA in tls_dir, unless one is there already (a rerun on the same --store keeps
+// its certificates): the CA, a server certificate per name in `servers` and a node
+// certificate per name in `nodes`.
+Status provision_dev_ca(const std::string& tls_dir, const std::vector<std::string>& servers,
+                        const std::vector<std::string>& nodes);
 
 struct CoordinatorLaunch {
   coordinator::ExperimentConfig config;

@@ -1,8 +1,6 @@
 // `atoll demo` (= `make demo`): Atoll's main job on one machine. An embedded coordinator with a
 // fresh dev CA, N node processes over mTLS gRPC, each site holding different Brown genres
 // (non-IID), DiLoCo for R rounds × H inner steps, progress per round and a summary.
-#include <unistd.h>
-
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
@@ -29,7 +27,6 @@
 #include "node/node_runner.h"
 #include "node/site_data.h"
 #include "node/subprocess.h"
-#include "transport/tls/ca.h"
 
 namespace atl::cli {
 
@@ -192,26 +189,16 @@ int cmd_demo_diloco(const Args& args) {
   if (Status s = algorithms::validate(model); !s.ok()) return fail("demo", s.message(), 2);
 
   // ---- run directory, dev CA, certificates ---------------------------------------------------
-  std::string run_dir;
-  if (auto st = flags.get("store")) {
-    run_dir = *st;
-  } else {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "atoll-demo-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) return fail("demo", "cannot create a temp directory");
-    run_dir = tmpl;
-  }
+  auto run_dir_or = demo_run_dir(flags.get("store"), "atoll-demo");
+  if (!run_dir_or.ok()) return fail("demo", run_dir_or.status().message());
+  const std::string run_dir = *run_dir_or;
   const std::string tls_dir = run_dir + "/tls";
   const std::string store_dir = run_dir + "/store";
   std::vector<std::string> names;
   for (int i = 0; i < N; ++i) names.push_back("node-" + std::to_string(i + 1));
-  if (!insecure && !std::filesystem::exists(transport::ca_cert_path(tls_dir))) {
-    if (Status s = transport::ca_init(tls_dir); !s.ok()) return fail("demo", s.message());
-    if (Status s = transport::ca_issue(tls_dir, "coordinator", transport::Role::kServer); !s.ok())
+  if (!insecure)
+    if (Status s = provision_dev_ca(tls_dir, {"coordinator"}, names); !s.ok())
       return fail("demo", s.message());
-    for (const auto& n : names)
-      if (Status s = transport::ca_issue(tls_dir, n, transport::Role::kNode); !s.ok())
-        return fail("demo", s.message());
-  }
 
   // ---- validation data: held-out documents of every genre -------------------------------------
   GlobalEvalOptions eval_options;

@@ -8,7 +8,6 @@
 //   4. progress per round (validation bpb of the coordinator's θ, each site's loss) and a
 //      summary: student bpb, teacher bpb, bytes per token from the teacher, bytes of the DiLoCo
 //      syncs; with --baseline the same DiLoCo run without a teacher, for comparison.
-#include <unistd.h>
 
 #include <chrono>
 #include <cinttypes>
@@ -30,7 +29,6 @@
 #include "cli/signals.h"
 #include "kernels/cpu/ops.h"
 #include "node/subprocess.h"
-#include "transport/tls/ca.h"
 
 namespace atl::cli {
 
@@ -249,26 +247,14 @@ int cmd_demo_distill(const Args& args) {
   if (Status s = algorithms::validate(model); !s.ok()) return fail("demo", s.message(), 2);
 
   // ---- run directory, dev CA: coordinator and teacher are servers, the sites nodes -----------
-  if (auto st = flags.get("store")) {
-    d.run_dir = *st;
-    std::error_code ec;
-    std::filesystem::create_directories(d.run_dir, ec);
-  } else {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "atoll-demo-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) return fail("demo", "cannot create a temp directory");
-    d.run_dir = tmpl;
-  }
+  auto run_dir = demo_run_dir(flags.get("store"), "atoll-demo");
+  if (!run_dir.ok()) return fail("demo", run_dir.status().message());
+  d.run_dir = *run_dir;
   d.tls_dir = d.run_dir + "/tls";
   for (int i = 0; i < *sites; ++i) d.names.push_back("site-" + std::to_string(i + 1));
   d.splits = brown_genre_splits(static_cast<int>(*sites));
-  if (!std::filesystem::exists(transport::ca_cert_path(d.tls_dir))) {
-    Status s = transport::ca_init(d.tls_dir);
-    if (s.ok()) s = transport::ca_issue(d.tls_dir, "coordinator", transport::Role::kServer);
-    if (s.ok()) s = transport::ca_issue(d.tls_dir, "teacher", transport::Role::kServer);
-    for (const auto& n : d.names)
-      if (s.ok()) s = transport::ca_issue(d.tls_dir, n, transport::Role::kNode);
-    if (!s.ok()) return fail("demo", s.message());
-  }
+  if (Status s = provision_dev_ca(d.tls_dir, {"coordinator", "teacher"}, d.names); !s.ok())
+    return fail("demo", s.message());
   std::printf("atoll demo --algorithm distill: %" PRId64 " sites, %" PRId64 " rounds x %" PRId64
               " inner steps, alpha %.2f tau %.2f, codec %s, TLS 1.3 mTLS, run dir %s\n",
               *sites, *rounds, *inner, *alpha, *tau, codec.c_str(), d.run_dir.c_str());

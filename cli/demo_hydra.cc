@@ -3,7 +3,6 @@
 // four `atoll node` processes with budgets 1.0, 0.5, 0.25, 0.25 on genres a, f, j, n run Hydra
 // rounds: importance, selection, masked training and aggregation. Prints each site's
 // subnetwork and its validation bpb on its own genre after every round.
-#include <unistd.h>
 
 #include <chrono>
 #include <cinttypes>
@@ -25,7 +24,6 @@
 #include "node/data_source.h"
 #include "node/site_data.h"
 #include "node/subprocess.h"
-#include "transport/tls/ca.h"
 
 namespace atl::cli {
 
@@ -147,23 +145,15 @@ int demo_hydra(const Args& args) {
   for (auto& s : sites) s.base_bpb = eval_bpb(trainer, base, s.validation, bt.seq, *eval_tokens);
 
   // ---- coordinator and sites -----------------------------------------------------------------
-  std::string run_dir;
-  if (auto st = flags.get("store")) {
-    run_dir = *st;
-    std::filesystem::create_directories(run_dir);
-  } else {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "atoll-hydra-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) return fail("demo", "cannot create a temp directory");
-    run_dir = tmpl;
-  }
+  auto run_dir_or = demo_run_dir(flags.get("store"), "atoll-hydra");
+  if (!run_dir_or.ok()) return fail("demo", run_dir_or.status().message());
+  const std::string run_dir = *run_dir_or;
   const std::string tls_dir = run_dir + "/tls";
-  if (!insecure && !std::filesystem::exists(transport::ca_cert_path(tls_dir))) {
-    if (Status s = transport::ca_init(tls_dir); !s.ok()) return fail("demo", s.message());
-    if (Status s = transport::ca_issue(tls_dir, "coordinator", transport::Role::kServer); !s.ok())
-      return fail("demo", s.message());
-    for (const auto& s : sites)
-      if (Status st = transport::ca_issue(tls_dir, s.name, transport::Role::kNode); !st.ok())
-        return fail("demo", st.message());
+  if (!insecure) {
+    std::vector<std::string> names;
+    for (const auto& s : sites) names.push_back(s.name);
+    if (Status st = provision_dev_ca(tls_dir, {"coordinator"}, names); !st.ok())
+      return fail("demo", st.message());
   }
   EventQueue events;
   CoordinatorLaunch launch;
