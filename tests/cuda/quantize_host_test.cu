@@ -23,32 +23,7 @@ namespace {
 
 namespace fm = atl::kernels::formats;
 namespace bl = atl::kernels::cuda::blocks;
-
-std::vector<float> tricky(size_t n, uint32_t seed, bool with_special) {
-  std::mt19937 g(seed);
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) {
-    const int kind = int(g() % 10);
-    const float m = float(g() % 100000) / 50000.0f - 1.0f;
-    if (kind < 6)
-      v[i] = std::ldexp(m, int(g() % 50) - 30);
-    else if (kind == 6)
-      v[i] = float(int(g() % 64) - 32) * 0.25f;
-    else if (kind == 7)
-      v[i] = 0.0f;
-    else if (kind == 8)
-      v[i] = std::bit_cast<float>(uint32_t(g() % 0x7fffff));
-    else
-      v[i] = m * 1000.0f;
-  }
-  if (with_special && n > 100) {
-    v[3] = std::numeric_limits<float>::infinity();
-    v[50] = -std::numeric_limits<float>::infinity();
-    v[77] = std::numeric_limits<float>::quiet_NaN();
-    v[99] = -std::numeric_limits<float>::quiet_NaN();
-  }
-  return v;
-}
+using testing::tricky;
 
 constexpr uint64_t kSeed = 99, kStream = 3, kFirst = 1001;
 

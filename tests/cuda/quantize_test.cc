@@ -21,36 +21,9 @@ namespace {
 namespace fm = atl::kernels::formats;
 using testing::CudaTest;
 using testing::same_bits;
+using testing::tricky;
 
 using QuantizeTest = CudaTest;
-
-// n values: normals over ±2^-30..2^20, ties of small formats, zeros, subnormals; with_special
-// adds ±inf and NaN in a few places.
-std::vector<float> tricky(size_t n, uint32_t seed, bool with_special) {
-  std::mt19937 g(seed);
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) {
-    const int kind = int(g() % 10);
-    const float m = float(g() % 100000) / 50000.0f - 1.0f;
-    if (kind < 6)
-      v[i] = std::ldexp(m, int(g() % 50) - 30);
-    else if (kind == 6)
-      v[i] = float(int(g() % 64) - 32) * 0.25f;  // ties of E2M1 / int codes
-    else if (kind == 7)
-      v[i] = 0.0f;
-    else if (kind == 8)
-      v[i] = std::bit_cast<float>(uint32_t(g() % 0x7fffff));  // subnormal
-    else
-      v[i] = m * 1000.0f;
-  }
-  if (with_special && n > 100) {
-    v[3] = std::numeric_limits<float>::infinity();
-    v[50] = -std::numeric_limits<float>::infinity();
-    v[77] = std::numeric_limits<float>::quiet_NaN();
-    v[99] = -std::numeric_limits<float>::quiet_NaN();
-  }
-  return v;
-}
 
 template <typename T>
 std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
