@@ -142,29 +142,13 @@ StatusOr<std::vector<float>> initial_theta_from_checkpoint(const std::string& pa
                                                            const algorithms::ModelConfig& model) {
   auto ck = node::load_checkpoint(path);
   if (!ck.ok()) return InvalidArgument("--init-from " + path + ": " + ck.status().message());
-  const algorithms::ModelConfig& got = ck->meta.model;
-  // The fields that decide the parameters' shapes and the function they compute.
-  const std::pair<const char*, std::pair<std::string, std::string>> fields[] = {
-      {"vocab", {std::to_string(got.vocab), std::to_string(model.vocab)}},
-      {"dim", {std::to_string(got.dim), std::to_string(model.dim)}},
-      {"layers", {std::to_string(got.layers), std::to_string(model.layers)}},
-      {"heads", {std::to_string(got.heads), std::to_string(model.heads)}},
-      {"ffn_hidden", {std::to_string(got.ffn_hidden), std::to_string(model.ffn_hidden)}},
-      {"rope_base", {std::to_string(got.rope_base), std::to_string(model.rope_base)}},
-      {"norm_eps", {std::to_string(got.norm_eps), std::to_string(model.norm_eps)}},
-      {"moe_experts", {std::to_string(got.moe_experts), std::to_string(model.moe_experts)}},
-      {"moe_top_k", {std::to_string(got.moe_top_k), std::to_string(model.moe_top_k)}},
-      {"moe_hidden", {std::to_string(got.moe_hidden), std::to_string(model.moe_hidden)}},
-      {"moe_every", {std::to_string(got.moe_every), std::to_string(model.moe_every)}},
-      {"moe_score", {got.moe_score, model.moe_score}},
-      {"moe_shared_hidden",
-       {std::to_string(got.moe_shared_hidden), std::to_string(model.moe_shared_hidden)}},
-  };
-  for (const auto& [name, values] : fields) {
-    if (values.first != values.second)
-      return InvalidArgument("--init-from " + path + ": the checkpoint's model has " + name +
-                             " = " + values.first + ", the experiment's has " + values.second +
-                             " (train the checkpoint with the experiment's model flags)");
+  // seq_len (RoPE has no learned positions) and the MoE loss weights do not change θ or what it
+  // computes; every other field does.
+  for (const auto& d : algorithms::model_differences(ck->meta.model, model)) {
+    if (d.field == "seq_len" || d.field == "moe_aux_coef" || d.field == "moe_z_coef") continue;
+    return InvalidArgument("--init-from " + path + ": the checkpoint's model has " + d.field +
+                           " = " + d.a + ", the experiment's has " + d.b +
+                           " (train the checkpoint with the experiment's model flags)");
   }
   if (static_cast<int64_t>(ck->params.numel()) != algorithms::count_params(model))
     return InvalidArgument("--init-from " + path + ": the checkpoint has " +

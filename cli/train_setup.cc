@@ -125,38 +125,43 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
   if (resumed) {
     // The checkpoint fixes what defines the run; a flag that disagrees with it is a mistake.
     const auto& rm = resumed->meta.model;
-    const auto& m = setup.model;
-    const std::pair<const char*, bool> differs[] = {
-        {"dim", m.dim != rm.dim},
-        {"layers", m.layers != rm.layers},
-        {"heads", m.heads != rm.heads},
-        {"ffn", m.ffn_hidden != rm.ffn_hidden},
-        {"seq", m.seq_len != rm.seq_len},
-        {"seed", setup.seed != resumed->meta.seed},
-        {"moe-experts", m.moe_experts != rm.moe_experts},
-        {"moe-top-k", m.moe_top_k != rm.moe_top_k},
-        {"moe-hidden", m.moe_hidden != rm.moe_hidden},
-        {"moe-every", m.moe_every != rm.moe_every},
-        {"moe-score", m.moe_score != rm.moe_score},
-        {"moe-shared", m.moe_shared_hidden != rm.moe_shared_hidden},
-        {"moe-aux-coef", m.moe_aux_coef != rm.moe_aux_coef},
-        {"moe-z-coef", m.moe_z_coef != rm.moe_z_coef}};
-    for (const auto& [name, d] : differs)
-      if (flags.has(name) && d)
-        return InvalidArgument(std::string("--") + name +
+    // Model fields that have a flag here (experiment-config key -> flag), and the seed.
+    static const std::pair<const char*, const char*> kFlagOf[] = {
+        {"dim", "dim"},
+        {"layers", "layers"},
+        {"heads", "heads"},
+        {"ffn_hidden", "ffn"},
+        {"seq_len", "seq"},
+        {"moe_experts", "moe-experts"},
+        {"moe_top_k", "moe-top-k"},
+        {"moe_hidden", "moe-hidden"},
+        {"moe_every", "moe-every"},
+        {"moe_score", "moe-score"},
+        {"moe_shared_hidden", "moe-shared"},
+        {"moe_aux_coef", "moe-aux-coef"},
+        {"moe_z_coef", "moe-z-coef"}};
+    std::vector<std::string> differing;
+    for (const auto& d : algorithms::model_differences(setup.model, rm))
+      for (const auto& [field, flag] : kFlagOf)
+        if (d.field == field) differing.push_back(flag);
+    if (setup.seed != resumed->meta.seed) differing.push_back("seed");
+    for (const auto& name : differing)
+      if (flags.has(name))
+        return InvalidArgument("--" + name +
                                " differs from the checkpoint being resumed, which fixes the "
                                "model and seed (drop the flag)");
     if (flags.has("tokenizer"))
-      return InvalidArgument("--tokenizer cannot be given with --resume: the checkpoint carries "
-                             "its tokenizer (drop the flag)");
+      return InvalidArgument(
+          "--tokenizer cannot be given with --resume: the checkpoint carries "
+          "its tokenizer (drop the flag)");
     setup.model = rm;
     setup.trainer.seq = rm.seq_len;
     setup.seed = resumed->meta.seed;
     setup.trainer.precision_seed = setup.seed;
   }
   if (resumed) {
-    ATOLL_ASSIGN_OR_RETURN(setup.site,
-                           node::load_site_data_with_blob(spec, resumed->meta.tokenizer, brown_dir));
+    ATOLL_ASSIGN_OR_RETURN(
+        setup.site, node::load_site_data_with_blob(spec, resumed->meta.tokenizer, brown_dir));
     setup.tokenizer_name = resumed->meta.tokenizer.empty() ? "bytes" : "bpe (from checkpoint)";
   } else {
     ATOLL_ASSIGN_OR_RETURN(setup.site, node::load_site_data(spec, tok, brown_dir));
@@ -166,10 +171,9 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
   if (spec.kind == node::DataSpec::Kind::kTokens && !resumed)
     setup.model.vocab = std::max(setup.model.vocab, setup.site.train.vocab_size);
   if (setup.site.tokenizer->vocab_size() > setup.model.vocab)
-    return InvalidArgument("the tokenizer has " +
-                           std::to_string(setup.site.tokenizer->vocab_size()) +
-                           " ids but the model's vocabulary is " +
-                           std::to_string(setup.model.vocab));
+    return InvalidArgument(
+        "the tokenizer has " + std::to_string(setup.site.tokenizer->vocab_size()) +
+        " ids but the model's vocabulary is " + std::to_string(setup.model.vocab));
   ATOLL_RETURN_IF_ERROR(algorithms::validate(setup.model));
   ATOLL_RETURN_IF_ERROR(algorithms::validate(setup.trainer, setup.model));
   ATOLL_RETURN_IF_ERROR(

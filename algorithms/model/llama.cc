@@ -69,6 +69,34 @@ static Status validate_moe(const ModelConfig& c) {
   return Status::Ok();
 }
 
+std::vector<ModelFieldDifference> model_differences(const ModelConfig& a, const ModelConfig& b) {
+  std::vector<ModelFieldDifference> out;
+  auto num = [&out](const char* field, double x, double y) {
+    if (x == y) return;
+    char bx[32], by[32];
+    std::snprintf(bx, sizeof(bx), "%.17g", x);
+    std::snprintf(by, sizeof(by), "%.17g", y);
+    out.push_back({field, bx, by});
+  };
+  num("vocab", a.vocab, b.vocab);
+  num("dim", a.dim, b.dim);
+  num("layers", a.layers, b.layers);
+  num("heads", a.heads, b.heads);
+  num("ffn_hidden", a.ffn_hidden, b.ffn_hidden);
+  num("seq_len", a.seq_len, b.seq_len);
+  num("rope_base", a.rope_base, b.rope_base);
+  num("norm_eps", a.norm_eps, b.norm_eps);
+  num("moe_experts", a.moe_experts, b.moe_experts);
+  num("moe_top_k", a.moe_top_k, b.moe_top_k);
+  num("moe_hidden", a.moe_hidden, b.moe_hidden);
+  num("moe_every", a.moe_every, b.moe_every);
+  if (a.moe_score != b.moe_score) out.push_back({"moe_score", a.moe_score, b.moe_score});
+  num("moe_shared_hidden", a.moe_shared_hidden, b.moe_shared_hidden);
+  num("moe_aux_coef", a.moe_aux_coef, b.moe_aux_coef);
+  num("moe_z_coef", a.moe_z_coef, b.moe_z_coef);
+  return out;
+}
+
 Status validate(const ModelConfig& c) {
   auto pos = [](const char* name, long long v) -> Status {
     if (v <= 0)

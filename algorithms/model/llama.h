@@ -54,6 +54,14 @@ std::string moe_param_name(int l, const std::string& suffix);
 // OK, or the first problem found, one line that names the field and the value.
 Status validate(const ModelConfig& cfg);
 
+// One field in which two model configs differ: its experiment-config key and both values.
+struct ModelFieldDifference {
+  std::string field;  // "dim", "ffn_hidden", "moe_score", ...
+  std::string a, b;   // the values, as text
+};
+// Every field of `a` and `b` that differs, in declaration order (empty: the same model).
+std::vector<ModelFieldDifference> model_differences(const ModelConfig& a, const ModelConfig& b);
+
 // Parameter layout, Hugging Face Llama names and shapes (PyTorch order):
 //   model.embed_tokens.weight                          (V, C)  also the output head (tied)
 //   per layer l, in this order:
