@@ -142,11 +142,16 @@ Status global_norm(Context& ctx, double* norm_out, const float* g, size_t n) {
 }
 
 StatusOr<double> global_norm_host(Context& ctx, const float* g, size_t n) {
-  ATOLL_ASSIGN_OR_RETURN(auto out, DeviceBuffer<double>::alloc(1));
-  ATOLL_RETURN_IF_ERROR(global_norm(ctx, out.data(), g, n));
+  // The result lives in the context's scratch right after global_norm's partials (it asks for
+  // the first nblocks doubles of the same, already large enough, area): no device allocation
+  // on the training step's path.
+  const size_t nblocks = n == 0 ? 1 : (n + kNormBlock - 1) / kNormBlock;
+  ATOLL_ASSIGN_OR_RETURN(void* scratch, ctx.scratch((nblocks + 1) * sizeof(double)));
+  double* out = static_cast<double*>(scratch) + nblocks;
+  ATOLL_RETURN_IF_ERROR(global_norm(ctx, out, g, n));
   double norm = 0.0;
   ATOLL_CUDA_CHECK(
-      cudaMemcpyAsync(&norm, out.data(), sizeof(double), cudaMemcpyDeviceToHost, ctx.stream()));
+      cudaMemcpyAsync(&norm, out, sizeof(double), cudaMemcpyDeviceToHost, ctx.stream()));
   ATOLL_RETURN_IF_ERROR(ctx.synchronize());
   return norm;
 }
