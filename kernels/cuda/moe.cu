@@ -48,11 +48,11 @@ __global__ void k_scores_bwd(float* dl, const float* dsc, const float* sc, int N
   for (int e = 0; e < E; ++e) d[e] += s[e] * (ds[e] - dot);
 }
 
-// (score a, id ia) comes before (score b, id ib) in the top-k order.
-__device__ inline bool before(float a, int ia, float b, int ib) {
-  return a > b || (a == b && ia < ib);
-}
-
+// The CPU op's selection, step for step: pass k takes the largest score among the experts not
+// yet taken (ascending e with a strict '>', so the lower id wins ties), "taken" being a scan of
+// the ids already written (K is small). The same picks as the CPU for every input, NaN scores
+// included: a NaN never wins a comparison, so a pass always takes some untaken expert and every
+// id stays in [0, E) (an "after the previous pick" rule would find none once a NaN was picked).
 __global__ void k_topk_fwd(int32_t* idx, float* w, const float* scores, int N, int E, int K,
                            bool renorm) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
@@ -61,17 +61,17 @@ __global__ void k_topk_fwd(int32_t* idx, float* w, const float* scores, int N, i
   int32_t* id = idx + size_t(n) * K;
   float* wn = w + size_t(n) * K;
   float sum = 0.0f;
-  int prev = -1;
   for (int k = 0; k < K; ++k) {
     int best = -1;
     for (int e = 0; e < E; ++e) {
-      if (prev >= 0 && !before(s[prev], prev, s[e], e)) continue;  // already picked
-      if (best < 0 || s[e] > s[best]) best = e;  // ascending e, strict '>': lower id on ties
+      bool taken = false;
+      for (int j = 0; j < k; ++j) taken |= id[j] == e;
+      if (taken) continue;
+      if (best < 0 || s[e] > s[best]) best = e;
     }
-    id[k] = best;
+    id[k] = best;  // K <= E (checked on the host): an untaken expert always exists
     wn[k] = s[best];
     sum += s[best];
-    prev = best;
   }
   if (renorm) {
     const float inv = 1.0f / sum;
