@@ -5,6 +5,7 @@
 // the CPU op is exact (top-k, the plan, gather).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe_ops.h"
+#include "kernels/cuda/moe_rows.cuh"
 
 namespace atl::kernels::cuda {
 namespace {
@@ -48,35 +49,12 @@ __global__ void k_scores_bwd(float* dl, const float* dsc, const float* sc, int N
   for (int e = 0; e < E; ++e) d[e] += s[e] * (ds[e] - dot);
 }
 
-// The CPU op's selection, step for step: pass k takes the largest score among the experts not
-// yet taken (ascending e with a strict '>', so the lower id wins ties), "taken" being a scan of
-// the ids already written (K is small). The same picks as the CPU for every input, NaN scores
-// included: a NaN never wins a comparison, so a pass always takes some untaken expert and every
-// id stays in [0, E) (an "after the previous pick" rule would find none once a NaN was picked).
+// One thread per token: rows::topk_row (moe_rows.cuh, shared with its host twin test).
 __global__ void k_topk_fwd(int32_t* idx, float* w, const float* scores, int N, int E, int K,
                            bool renorm) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
-  const float* s = scores + size_t(n) * E;
-  int32_t* id = idx + size_t(n) * K;
-  float* wn = w + size_t(n) * K;
-  float sum = 0.0f;
-  for (int k = 0; k < K; ++k) {
-    int best = -1;
-    for (int e = 0; e < E; ++e) {
-      bool taken = false;
-      for (int j = 0; j < k; ++j) taken |= id[j] == e;
-      if (taken) continue;
-      if (best < 0 || s[e] > s[best]) best = e;
-    }
-    id[k] = best;  // K <= E (checked on the host): an untaken expert always exists
-    wn[k] = s[best];
-    sum += s[best];
-  }
-  if (renorm) {
-    const float inv = 1.0f / sum;
-    for (int k = 0; k < K; ++k) wn[k] *= inv;
-  }
+  rows::topk_row(scores + size_t(n) * E, E, K, renorm, idx + size_t(n) * K, w + size_t(n) * K);
 }
 
 __global__ void k_topk_bwd(float* dscores, const float* dw, const float* scores, const int32_t* idx,
