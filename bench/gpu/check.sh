@@ -17,7 +17,8 @@
 #   bench.log        the two benches' stderr;          test_kernels.log  CPU kernel tests
 #   summary.json     every stage's status, the reruns and both benches' JSON
 # Without a GPU it stops at once (one line, exit 1).
-# Budget: under 8 minutes on one H200 (a build there is most of it; timing is ~1 minute).
+# Budget: under 8 minutes on one H200 (ATOLL_GPU_CHECK_BUDGET_S, default 470 s; a build there is
+# most of it, timing ~1 minute).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${ATOLL_BENCH_OUT:-bench/out}"
@@ -27,6 +28,16 @@ JOBS="$(nproc 2>/dev/null || echo 4)"
 mkdir -p "$OUT"
 start=$(date +%s)
 elapsed() { echo $(($(date +%s) - start)); }
+# Every stage's timeout is cut to what is left of the budget, so the script ends (with its
+# summary) inside the 8 minutes even when something hangs; summary.json is rewritten after each
+# stage, so a run killed from outside still leaves the stages it finished.
+BUDGET_S="${ATOLL_GPU_CHECK_BUDGET_S:-470}"
+limit() {  # $1: the stage's own timeout; prints min($1, seconds left), at least 1 (timeout 0 = none)
+  local left=$((BUDGET_S - $(elapsed)))
+  [ "$left" -lt 1 ] && left=1
+  [ "$left" -lt "$1" ] && echo "$left" || echo "$1"
+}
+out_of_time() { [ $((BUDGET_S - $(elapsed))) -lt 15 ]; }
 say() { echo "bench/gpu/check.sh: $*" >&2; }
 
 # Stage results: name -> "passed" | "failed: why" | "not run: why" | "skipped: why".
@@ -110,14 +121,14 @@ use_pack() {  # $1: why; succeeds when the pack's binaries load here
 }
 build_here() {  # succeeds when test_cuda was built; the benches are built one by one
   echo "== configure + build ($BUILD, -j$JOBS)" | tee -a "$OUT/build.log"
-  if ! cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DATOLL_CUDA=ON ${ATOLL_CMAKE_FLAGS:-} \
-    >>"$OUT/build.log" 2>&1; then
+  if ! timeout "$(limit 120)" cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DATOLL_CUDA=ON \
+    ${ATOLL_CMAKE_FLAGS:-} >>"$OUT/build.log" 2>&1; then
     say "cmake configure failed (missing build dependencies? log: $OUT/build.log)"
     return 1
   fi
   local t built=""
   for t in test_cuda bench_cuda bench_cuda_model; do
-    if cmake --build "$BUILD" -j "$JOBS" --target "$t" >>"$OUT/build.log" 2>&1; then
+    if timeout "$(limit 400)" cmake --build "$BUILD" -j "$JOBS" --target "$t" >>"$OUT/build.log" 2>&1; then
       built="$built $t"
     else
       say "building $t failed (log: $OUT/build.log)"
@@ -147,8 +158,14 @@ else
 fi
 
 # ---- tests/cuda ---------------------------------------------------------------------------------
+write_summary
 echo "== tests/cuda"
-timeout 300 "$BIN/test_cuda" --gtest_output="json:$OUT/test_cuda.json" >"$OUT/test_cuda.log" 2>&1
+cuda_rc=0
+if out_of_time; then
+  result[tests_cuda]="not run: time budget (the build took it)"
+  finish
+fi
+timeout "$(limit 300)" "$BIN/test_cuda" --gtest_output="json:$OUT/test_cuda.json" >"$OUT/test_cuda.log" 2>&1
 cuda_rc=$?
 cat "$OUT/test_cuda.log"
 if [ "$cuda_rc" -eq 0 ]; then
@@ -164,12 +181,12 @@ else
   reruns="{"
   for t in $all; do
     grep -qxF "$t" <<<"$done_ok" && continue
-    if [ "$(elapsed)" -gt 390 ]; then
+    if [ "$(elapsed)" -gt $((BUDGET_S - 200)) ]; then  # keep 200 s for the benches
       reruns="$reruns$([ "$reruns" = "{" ] || echo ", ")\"$t\": \"not rerun (time budget)\""
       continue
     fi
     echo "== rerun alone: $t" >>"$OUT/test_cuda.log"
-    if timeout 60 "$BIN/test_cuda" --gtest_filter="$t" >>"$OUT/test_cuda.log" 2>&1; then
+    if timeout "$(limit 60)" "$BIN/test_cuda" --gtest_filter="$t" >>"$OUT/test_cuda.log" 2>&1; then
       r=passed
       passed_alone+=("$t")
     else
@@ -187,11 +204,15 @@ if grep -q "no CUDA device" "$OUT/test_cuda.log"; then
   result[tests_cuda]="failed: tests skipped for lack of a CUDA device although nvidia-smi sees one"
 fi
 
+write_summary
+
 # ---- timing -------------------------------------------------------------------------------------
 echo "== timing"
 : >"$OUT/bench.log"
-if [ -x "$BIN/bench_cuda" ]; then
-  if timeout 180 "$BIN/bench_cuda" >"$OUT/bench_cuda.json" 2>>"$OUT/bench.log"; then
+if out_of_time; then
+  result[bench_cuda]="not run: time budget"
+elif [ -x "$BIN/bench_cuda" ]; then
+  if timeout "$(limit 180)" "$BIN/bench_cuda" >"$OUT/bench_cuda.json" 2>>"$OUT/bench.log"; then
     result[bench_cuda]="passed"
   else
     result[bench_cuda]="failed: exit $? (bench.log)"
@@ -201,9 +222,12 @@ else
   result[bench_cuda]="not run: no binary"
 fi
 # Tokens/s of the CUDA training path (algorithms/cuda): the bench config and a larger one.
+write_summary
 echo "== model tokens/s"
-if [ -x "$BIN/bench_cuda_model" ]; then
-  if timeout 180 "$BIN/bench_cuda_model" >"$OUT/bench_model.json" 2>>"$OUT/bench.log"; then
+if out_of_time; then
+  result[bench_model]="not run: time budget"
+elif [ -x "$BIN/bench_cuda_model" ]; then
+  if timeout "$(limit 180)" "$BIN/bench_cuda_model" >"$OUT/bench_model.json" 2>>"$OUT/bench.log"; then
     result[bench_model]="passed"
   else
     result[bench_model]="failed: exit $? (bench.log)"
@@ -213,6 +237,7 @@ else
   result[bench_model]="not run: no binary"
 fi
 cat "$OUT/bench.log"
+write_summary
 
 # ---- CPU kernel tests: they need the whole project built (their target depends on the atoll
 # binary), so only in a build here, and only while the 8-minute budget allows.
@@ -222,9 +247,9 @@ elif [ "$(elapsed)" -ge 240 ]; then
   result[tests_cpu_kernels]="skipped: over 4 minutes already spent"
 else
   echo "== CPU kernel tests (brief)"
-  if ! timeout 200 cmake --build "$BUILD" -j "$JOBS" --target test_kernels >>"$OUT/build.log" 2>&1; then
+  if ! timeout "$(limit 200)" cmake --build "$BUILD" -j "$JOBS" --target test_kernels >>"$OUT/build.log" 2>&1; then
     result[tests_cpu_kernels]="failed: could not build test_kernels (build.log)"
-  elif timeout 60 "$BUILD/test_kernels" --gtest_brief=1 >"$OUT/test_kernels.log" 2>&1; then
+  elif timeout "$(limit 60)" "$BUILD/test_kernels" --gtest_brief=1 >"$OUT/test_kernels.log" 2>&1; then
     result[tests_cpu_kernels]="passed"
   else
     tail -20 "$OUT/test_kernels.log"
