@@ -10,7 +10,7 @@
 # run's later failures may be collateral), and summary.json says which stage passed, failed or
 # could not run. Exit status: 0 when every stage passed, 1 otherwise.
 #
-# Files in ${ATOLL_BENCH_OUT:-bench/out} (8 at most, what the GPU machine's runner returns):
+# Files in ${ATOLL_BENCH_OUT:-bench/out} (8 at most, so that a remote run can return them all):
 #   build.log        configure + build output, or the prebuilt pack's load check
 #   test_cuda.json   gtest's report of the full run;  test_cuda.log  its output + the reruns
 #   bench_cuda.json  quantize / GEMM / MoE figures;    bench_model.json  model tokens/s
@@ -102,16 +102,18 @@ done
 py_libs="$(python3 -c 'import glob, os, site
 print(":".join(d for sp in site.getsitepackages() for d in sorted(glob.glob(os.path.join(sp, "nvidia", "*", "lib")))))' 2>/dev/null || true)"
 use_pack() {  # $1: why; succeeds when the pack's binaries load here
-  export LD_LIBRARY_PATH="$PWD/$PREBUILT/lib${cuda_libs}${py_libs:+:$py_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # Only for the pack's binaries (LDP, below): its libstdc++ must not replace a newer one in the
+  # tools this script runs.
+  LDP="$PWD/$PREBUILT/lib${cuda_libs}${py_libs:+:$py_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   chmod +x "$PREBUILT"/bin/* 2>/dev/null
   echo "== using $PREBUILT ($1)" | tee -a "$OUT/build.log"
   local b ok=0
   for b in test_cuda bench_cuda bench_cuda_model; do
-    if ldd "$PREBUILT/bin/$b" 2>&1 | grep -E "not found|version .* not found" >>"$OUT/build.log"; then
+    if LD_LIBRARY_PATH="$LDP" ldd "$PREBUILT/bin/$b" 2>&1 | grep -E "not found|version .* not found" >>"$OUT/build.log"; then
       ok=1
     fi
   done
-  if [ "$ok" -ne 0 ] || ! "$PREBUILT/bin/test_cuda" --gtest_list_tests >/dev/null 2>>"$OUT/build.log"; then
+  if [ "$ok" -ne 0 ] || ! LD_LIBRARY_PATH="$LDP" "$PREBUILT/bin/test_cuda" --gtest_list_tests >/dev/null 2>>"$OUT/build.log"; then
     say "the prebuilt binaries do not load here (missing libraries: see $OUT/build.log)"
     return 1
   fi
@@ -139,6 +141,7 @@ build_here() {  # succeeds when test_cuda was built; the benches are built one b
   [[ " $built " == *" test_cuda "* ]]
 }
 BIN=""
+LDP="${LD_LIBRARY_PATH:-}"
 pack_hash=""
 [ -f "$PREBUILT/tree.sha256" ] && pack_hash="$(cat "$PREBUILT/tree.sha256")"
 tree_hash="$(bench/gpu/tree_hash.sh 2>/dev/null || echo unknown)"
@@ -152,7 +155,7 @@ elif build_here; then
 elif [ -n "$pack_hash" ] && use_pack "STALE: built from other sources than this tree"; then
   result[binaries]="failed: no build possible here; ran a stale pack (rerun bench/gpu/pack.sh)"
 else
-  result[binaries]="failed: cannot build here and no usable $PREBUILT (run bench/gpu/pack.sh on a machine with the build dependencies and carry build-prebuilt)"
+  result[binaries]="failed: cannot build here and no usable $PREBUILT (run bench/gpu/pack.sh on a machine with the build dependencies and copy build-prebuilt/ here)"
   tail -30 "$OUT/build.log"
   finish
 fi
@@ -165,14 +168,14 @@ if out_of_time; then
   result[tests_cuda]="not run: time budget (the build took it)"
   finish
 fi
-timeout "$(limit 300)" "$BIN/test_cuda" --gtest_output="json:$OUT/test_cuda.json" >"$OUT/test_cuda.log" 2>&1
+LD_LIBRARY_PATH="$LDP" timeout "$(limit 300)" "$BIN/test_cuda" --gtest_output="json:$OUT/test_cuda.json" >"$OUT/test_cuda.log" 2>&1
 cuda_rc=$?
 cat "$OUT/test_cuda.log"
 if [ "$cuda_rc" -eq 0 ]; then
   result[tests_cuda]="passed"
 else
   # Rerun every test that did not pass or skip, each in a process of its own.
-  all="$("$BIN/test_cuda" --gtest_list_tests 2>/dev/null |
+  all="$(LD_LIBRARY_PATH="$LDP" "$BIN/test_cuda" --gtest_list_tests 2>/dev/null |
     awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}')"
   done_ok="$(grep -E '^\[ +(OK|SKIPPED) +\] ' "$OUT/test_cuda.log" | awk '{print $(NF-2)}' |
     sort -u)"
@@ -186,7 +189,7 @@ else
       continue
     fi
     echo "== rerun alone: $t" >>"$OUT/test_cuda.log"
-    if timeout "$(limit 60)" "$BIN/test_cuda" --gtest_filter="$t" >>"$OUT/test_cuda.log" 2>&1; then
+    if LD_LIBRARY_PATH="$LDP" timeout "$(limit 60)" "$BIN/test_cuda" --gtest_filter="$t" >>"$OUT/test_cuda.log" 2>&1; then
       r=passed
       passed_alone+=("$t")
     else
@@ -212,7 +215,7 @@ echo "== timing"
 if out_of_time; then
   result[bench_cuda]="not run: time budget"
 elif [ -x "$BIN/bench_cuda" ]; then
-  if timeout "$(limit 180)" "$BIN/bench_cuda" >"$OUT/bench_cuda.json" 2>>"$OUT/bench.log"; then
+  if LD_LIBRARY_PATH="$LDP" timeout "$(limit 180)" "$BIN/bench_cuda" >"$OUT/bench_cuda.json" 2>>"$OUT/bench.log"; then
     result[bench_cuda]="passed"
   else
     result[bench_cuda]="failed: exit $? (bench.log)"
@@ -227,7 +230,7 @@ echo "== model tokens/s"
 if out_of_time; then
   result[bench_model]="not run: time budget"
 elif [ -x "$BIN/bench_cuda_model" ]; then
-  if timeout "$(limit 180)" "$BIN/bench_cuda_model" >"$OUT/bench_model.json" 2>>"$OUT/bench.log"; then
+  if LD_LIBRARY_PATH="$LDP" timeout "$(limit 180)" "$BIN/bench_cuda_model" >"$OUT/bench_model.json" 2>>"$OUT/bench.log"; then
     result[bench_model]="passed"
   else
     result[bench_model]="failed: exit $? (bench.log)"

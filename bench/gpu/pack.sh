@@ -6,7 +6,7 @@
 #   build-prebuilt/lib/  libopenblas, libgfortran, libquadmath, libgomp, libcrypto, libstdc++, ...
 #   build-prebuilt/tree.sha256  hash of the sources they were built from (check.sh compares)
 # A GPU machine whose image has CUDA 13 but none of the project's other dependencies then runs
-# `bench/gpu/check.sh` with build-prebuilt/ carried next to the tree: check.sh uses it when its
+# `bench/gpu/check.sh` with build-prebuilt/ copied into the tree: check.sh uses it when its
 # hash matches the tree, builds when it can, and falls back to a stale pack (saying so) when it
 # cannot. Portable code: -DATOLL_NATIVE=OFF (the GPU machine's CPU is not this one), CUDA for
 # sm_80 and sm_90a as always.
@@ -40,4 +40,4 @@ done
 bench/gpu/tree_hash.sh >"$DEST/tree.sha256"
 du -sh "$DEST"
 ls "$DEST/bin" "$DEST/lib"
-echo "pack.sh: carry build-prebuilt with the tree (run's carry: [\"build-prebuilt\"])"
+echo "pack.sh: copy build-prebuilt/ into the tree on the GPU machine, then run bench/gpu/check.sh"
