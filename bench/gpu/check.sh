@@ -91,6 +91,9 @@ if ! nvidia-smi -L | grep -q GPU; then
 fi
 nvidia-smi -L
 result[gpu]="passed"
+# fp32 means fp32: an image that sets NVIDIA_TF32_OVERRIDE=1 would let cuBLAS run the fp32
+# GEMMs in TF32 and fail every fp32 tolerance. 0 forbids TF32 for this run.
+export NVIDIA_TF32_OVERRIDE=0
 
 # ---- binaries: a matching pack, else a build here, else a stale pack ---------------------------
 # Runtime libraries for the pack: its own lib/, then the CUDA toolkit's, then python3's nvidia-*
