@@ -212,8 +212,8 @@ Status moe_scores_forward(Context& ctx, float* scores, const float* logits, int 
                           MoeScore fn) {
   ATOLL_RETURN_IF_ERROR(check_shape("moe_scores_forward", N, E, 0));
   if (N == 0 || E == 0) return Status::Ok();
-  k_scores_fwd<<<blocks_for(N, kThreads), kThreads, 0, ctx.stream()>>>(scores, logits, N, E,
-                                                                       fn == MoeScore::kSigmoid);
+  k_scores_fwd<<<detail::blocks_exact(N, kThreads), kThreads, 0, ctx.stream()>>>(
+      scores, logits, N, E, fn == MoeScore::kSigmoid);
   return launch_status("moe_scores_forward");
 }
 
@@ -221,8 +221,8 @@ Status moe_scores_backward(Context& ctx, float* dlogits, const float* dscores, c
                            int N, int E, MoeScore fn) {
   ATOLL_RETURN_IF_ERROR(check_shape("moe_scores_backward", N, E, 0));
   if (N == 0 || E == 0) return Status::Ok();
-  k_scores_bwd<<<blocks_for(N, kThreads), kThreads, 0, ctx.stream()>>>(dlogits, dscores, scores, N,
-                                                                       E, fn == MoeScore::kSigmoid);
+  k_scores_bwd<<<detail::blocks_exact(N, kThreads), kThreads, 0, ctx.stream()>>>(
+      dlogits, dscores, scores, N, E, fn == MoeScore::kSigmoid);
   return launch_status("moe_scores_backward");
 }
 
@@ -232,8 +232,8 @@ Status moe_topk_forward(Context& ctx, int32_t* idx, float* w, const float* score
     return InvalidArgument("moe_topk_forward: K must be in [1, E = " + std::to_string(E) +
                            "], got " + std::to_string(K));
   if (N <= 0) return check_shape("moe_topk_forward", N, E, K);
-  k_topk_fwd<<<blocks_for(N, kThreads), kThreads, 0, ctx.stream()>>>(idx, w, scores, N, E, K,
-                                                                     renormalize);
+  k_topk_fwd<<<detail::blocks_exact(N, kThreads), kThreads, 0, ctx.stream()>>>(idx, w, scores, N, E,
+                                                                               K, renormalize);
   return launch_status("moe_topk_forward");
 }
 
@@ -241,8 +241,8 @@ Status moe_topk_backward(Context& ctx, float* dscores, const float* dw, const fl
                          const int32_t* idx, int N, int E, int K, bool renormalize) {
   ATOLL_RETURN_IF_ERROR(check_shape("moe_topk_backward", N, E, K));
   if (N == 0 || K == 0) return Status::Ok();
-  k_topk_bwd<<<blocks_for(N, kThreads), kThreads, 0, ctx.stream()>>>(dscores, dw, scores, idx, N, E,
-                                                                     K, renormalize);
+  k_topk_bwd<<<detail::blocks_exact(N, kThreads), kThreads, 0, ctx.stream()>>>(
+      dscores, dw, scores, idx, N, E, K, renormalize);
   return launch_status("moe_topk_backward");
 }
 
