@@ -106,7 +106,7 @@ py_libs="$(python3 -c 'import glob, os, site
 print(":".join(d for sp in site.getsitepackages() for d in sorted(glob.glob(os.path.join(sp, "nvidia", "*", "lib")))))' 2>/dev/null || true)"
 use_pack() {  # $1: why; succeeds when the pack's binaries load here
   # Only for the pack's binaries (LDP, below): its libstdc++ must not replace a newer one in the
-  # tools this script runs.
+  # programs this script runs.
   LDP="$PWD/$PREBUILT/lib${cuda_libs}${py_libs:+:$py_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   chmod +x "$PREBUILT"/bin/* 2>/dev/null
   echo "== using $PREBUILT ($1)" | tee -a "$OUT/build.log"

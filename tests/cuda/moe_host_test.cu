@@ -1,7 +1,7 @@
 // The MoE top-k row logic of the CUDA kernel (kernels/cuda/moe_rows.cuh), run on the HOST
 // against the CPU op (kernels/cpu/moe.cc): expert ids and weights bit for bit, with exact ties,
-// E past the CPU op's 64-bit mask, and NaN scores. Runs on every machine (no GPU needed);
-// tests/cuda/moe_test.cc checks the kernel itself on a GPU.
+// E past the CPU op's 64-bit mask, and NaN scores. Also the launch-grid functions of common.cuh.
+// Runs on every machine (no GPU needed); tests/cuda/moe_test.cc checks the kernel on a GPU.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cpu/moe_ops.h"
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe_rows.cuh"
 
 namespace atl::kernels::cuda {
@@ -59,6 +60,19 @@ TEST(MoeRowsHostTest, TopkRowIsTheCpuOp) {
       }
     }
   }
+}
+
+// A kernel with one thread per item and no grid-stride loop needs blocks_exact: blocks_for's cap
+// (for grid-stride kernels) leaves items uncovered past 65535·16 blocks.
+TEST(LaunchGridHostTest, BlocksExactCoversEveryItem) {
+  for (size_t n : {size_t(1), size_t(255), size_t(256), size_t(257), size_t(300'000'000),
+                   size_t(0x7fffffff)}) {
+    const size_t blocks = detail::blocks_exact(n, 256);
+    EXPECT_GE(blocks * 256, n) << n;
+    EXPECT_LT((blocks - 1) * 256, n) << n;
+  }
+  EXPECT_EQ(detail::blocks_exact(0, 256), 1u);  // never an empty grid
+  EXPECT_LT(size_t(detail::blocks_for(300'000'000, 256)) * 256, size_t(300'000'000));  // capped
 }
 
 }  // namespace
