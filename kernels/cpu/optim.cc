@@ -31,7 +31,13 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const 
 #pragma omp parallel for simd schedule(static) if (detail::worth_threads(double(n) * 8))
   for (long long i = 0; i < nn; ++i) {
     const float gi = g[i];
-    const float pi = p[i] * decay;
+    // p·decay is rounded on its own, as torch's separate mul_ does. A compiler that contracts
+    // (GCC does for C++ wherever FMA exists, e.g. -march=native) may otherwise fuse it with the
+    // final add into one fma, or not, as its tuning decides: the bits would depend on the build,
+    // and neither torch's nor the CUDA op's (which rounds twice) could be matched bitwise. The
+    // volatile is the barrier; the loop is not vectorized anyway (sqrt, division, fma calls).
+    volatile float pi_rounded = p[i] * decay;
+    const float pi = pi_rounded;
     const float mi = std::fma(gi, omb1, m[i] * b1);
     const float vi = std::fma(omb2 * gi, gi, v[i] * b2);
     const float denom = std::sqrt(vi) / bc2_sqrt + eps;

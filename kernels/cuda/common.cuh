@@ -17,9 +17,15 @@ inline Status launch_status(const char* kernel) {
   return check_cuda(cudaGetLastError(), (std::string("launching ") + kernel).c_str());
 }
 
+// Blocks for n items at `threads` per block, at most `cap`: only for kernels with a grid-stride
+// loop, which cover any n with fewer blocks. A kernel with one thread per item and no such loop
+// takes blocks_exact (capped only by the grid's x limit), or items past the cap are skipped.
 inline unsigned blocks_for(size_t n, unsigned threads, unsigned cap = 65535u * 16u) {
   const size_t b = (n + threads - 1) / threads;
   return b == 0 ? 1u : (b > cap ? cap : static_cast<unsigned>(b));
+}
+inline unsigned blocks_exact(size_t n, unsigned threads) {
+  return blocks_for(n, threads, 0x7fffffffu);
 }
 
 // Fixed-tree reductions: butterfly shuffles within a warp, then warp 0 reduces the per-warp

@@ -195,7 +195,7 @@ Status embedding_backward(Context& ctx, float* dtable, const float* dout, const 
   int32_t* pos_in = keys + N;
   int32_t* pos = pos_in + N;
   void* temp = static_cast<int32_t*>(scratch) + ints;
-  iota_kernel<<<blocks_for(N, 256), 256, 0, ctx.stream()>>>(pos_in, N);
+  iota_kernel<<<detail::blocks_exact(N, 256), 256, 0, ctx.stream()>>>(pos_in, N);
   ATOLL_RETURN_IF_ERROR(launch_status("iota_kernel"));
   ATOLL_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, keys,
                                                    static_cast<const int32_t*>(pos_in), pos, N, 0,

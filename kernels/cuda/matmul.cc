@@ -93,11 +93,20 @@ Status lt_matmul(Context& ctx, int m, int n, int k, const Operand& a, const Oper
       pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  ATOLL_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(
-      ctx.lt(), op.get(), la.get(), lb.get(), ld.get(), ld.get(), pref.get(), 1, &result, &found));
-  if (found == 0) {
+  // No algorithm comes back as CUBLAS_STATUS_NOT_SUPPORTED or as found == 0: either way one line
+  // with everything that decides it (shapes, types, transposes, operand alignments).
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(
+      ctx.lt(), op.get(), la.get(), lb.get(), ld.get(), ld.get(), pref.get(), 1, &result, &found);
+  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
     return Internal(std::string(what) + ": cuBLASLt has no algorithm for m=" + std::to_string(m) +
-                    " n=" + std::to_string(n) + " k=" + std::to_string(k) + " on this GPU");
+                    " n=" + std::to_string(n) + " k=" + std::to_string(k) + " (A type " +
+                    std::to_string(int(a.type)) + (at ? " T" : " N") + " ld " +
+                    std::to_string(a.ld) + " align " + std::to_string(al_a) + ", B type " +
+                    std::to_string(int(b.type)) + (bt ? " T" : " N") + " ld " +
+                    std::to_string(b.ld) + " align " + std::to_string(al_b) + ", D align " +
+                    std::to_string(al_d) + ") on this GPU" +
+                    (hs != CUBLAS_STATUS_SUCCESS ? std::string(": ") + cublasLtGetStatusName(hs)
+                                                 : std::string()));
   }
   const float alpha = 1.0f;
   ATOLL_CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), op.get(), &alpha, a.p, la.get(), b.p, lb.get(), &beta,

@@ -5,6 +5,7 @@
 // the CPU op is exact (top-k, the plan, gather).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe_ops.h"
+#include "kernels/cuda/moe_rows.cuh"
 
 namespace atl::kernels::cuda {
 namespace {
@@ -48,35 +49,12 @@ __global__ void k_scores_bwd(float* dl, const float* dsc, const float* sc, int N
   for (int e = 0; e < E; ++e) d[e] += s[e] * (ds[e] - dot);
 }
 
-// (score a, id ia) comes before (score b, id ib) in the top-k order.
-__device__ inline bool before(float a, int ia, float b, int ib) {
-  return a > b || (a == b && ia < ib);
-}
-
+// One thread per token: rows::topk_row (moe_rows.cuh, shared with its host twin test).
 __global__ void k_topk_fwd(int32_t* idx, float* w, const float* scores, int N, int E, int K,
                            bool renorm) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
-  const float* s = scores + size_t(n) * E;
-  int32_t* id = idx + size_t(n) * K;
-  float* wn = w + size_t(n) * K;
-  float sum = 0.0f;
-  int prev = -1;
-  for (int k = 0; k < K; ++k) {
-    int best = -1;
-    for (int e = 0; e < E; ++e) {
-      if (prev >= 0 && !before(s[prev], prev, s[e], e)) continue;  // already picked
-      if (best < 0 || s[e] > s[best]) best = e;  // ascending e, strict '>': lower id on ties
-    }
-    id[k] = best;
-    wn[k] = s[best];
-    sum += s[best];
-    prev = best;
-  }
-  if (renorm) {
-    const float inv = 1.0f / sum;
-    for (int k = 0; k < K; ++k) wn[k] *= inv;
-  }
+  rows::topk_row(scores + size_t(n) * E, E, K, renorm, idx + size_t(n) * K, w + size_t(n) * K);
 }
 
 __global__ void k_topk_bwd(float* dscores, const float* dw, const float* scores, const int32_t* idx,
@@ -234,8 +212,8 @@ Status moe_scores_forward(Context& ctx, float* scores, const float* logits, int 
                           MoeScore fn) {
   ATOLL_RETURN_IF_ERROR(check_shape("moe_scores_forward", N, E, 0));
   if (N == 0 || E == 0) return Status::Ok();
-  k_scores_fwd<<<blocks_for(N, kThreads), kThreads, 0, ctx.stream()>>>(scores, logits, N, E,
-                                                                       fn == MoeScore::kSigmoid);
+  k_scores_fwd<<<detail::blocks_exact(N, kThreads), kThreads, 0, ctx.stream()>>>(
+      scores, logits, N, E, fn == MoeScore::kSigmoid);
   return launch_status("moe_scores_forward");
 }
 
@@ -243,8 +221,8 @@ Status moe_scores_backward(Context& ctx, float* dlogits, const float* dscores, c
                            int N, int E, MoeScore fn) {
   ATOLL_RETURN_IF_ERROR(check_shape("moe_scores_backward", N, E, 0));
   if (N == 0 || E == 0) return Status::Ok();
-  k_scores_bwd<<<blocks_for(N, kThreads), kThreads, 0, ctx.stream()>>>(dlogits, dscores, scores, N,
-                                                                       E, fn == MoeScore::kSigmoid);
+  k_scores_bwd<<<detail::blocks_exact(N, kThreads), kThreads, 0, ctx.stream()>>>(
+      dlogits, dscores, scores, N, E, fn == MoeScore::kSigmoid);
   return launch_status("moe_scores_backward");
 }
 
@@ -254,8 +232,8 @@ Status moe_topk_forward(Context& ctx, int32_t* idx, float* w, const float* score
     return InvalidArgument("moe_topk_forward: K must be in [1, E = " + std::to_string(E) +
                            "], got " + std::to_string(K));
   if (N <= 0) return check_shape("moe_topk_forward", N, E, K);
-  k_topk_fwd<<<blocks_for(N, kThreads), kThreads, 0, ctx.stream()>>>(idx, w, scores, N, E, K,
-                                                                     renormalize);
+  k_topk_fwd<<<detail::blocks_exact(N, kThreads), kThreads, 0, ctx.stream()>>>(idx, w, scores, N, E,
+                                                                               K, renormalize);
   return launch_status("moe_topk_forward");
 }
 
@@ -263,8 +241,8 @@ Status moe_topk_backward(Context& ctx, float* dscores, const float* dw, const fl
                          const int32_t* idx, int N, int E, int K, bool renormalize) {
   ATOLL_RETURN_IF_ERROR(check_shape("moe_topk_backward", N, E, K));
   if (N == 0 || K == 0) return Status::Ok();
-  k_topk_bwd<<<blocks_for(N, kThreads), kThreads, 0, ctx.stream()>>>(dscores, dw, scores, idx, N, E,
-                                                                     K, renormalize);
+  k_topk_bwd<<<detail::blocks_exact(N, kThreads), kThreads, 0, ctx.stream()>>>(
+      dscores, dw, scores, idx, N, E, K, renormalize);
   return launch_status("moe_topk_backward");
 }
 

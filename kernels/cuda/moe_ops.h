@@ -29,9 +29,9 @@ Status moe_scores_backward(Context& ctx, float* dlogits, const float* dscores, c
                            int N, int E, MoeScore fn);
 
 // Top-k per row, the CPU op's total order: larger score first, equal scores to the lower expert
-// id. Pass k picks the largest element that comes after pick k-1 in that order, so no "taken"
-// set is needed and any E works. Bitwise equal to the CPU op for the same scores (comparisons
-// are exact; w = s · (1/Σ s) with the sum in k order).
+// id. Pass k picks the largest score among the experts not yet picked, as the CPU op does, so
+// the picks equal the CPU's for any scores, NaN included, and any E. Bitwise equal to the CPU op
+// for the same scores (comparisons are exact; w = s · (1/Σ s) with the sum in k order).
 Status moe_topk_forward(Context& ctx, int32_t* idx, float* w, const float* scores, int N, int E,
                         int K, bool renormalize);
 // dscores (N, E) += ∂w/∂scores · dw (no gradient through idx).

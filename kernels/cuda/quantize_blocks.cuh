@@ -204,8 +204,8 @@ ATL_HD void encode_nvfp4_block(const float* v, float ts, bool round_up, const ui
 }
 
 // ---- int8 / int4 blocks (B values -> fp32 scale + codes) -------------------------------------
-// Matches kernels/formats/int_block.cc as the host compiler builds it with FMA contraction
-// (-march=native on x86-64 with FMA, the default build): round-to-nearest is
+// Matches kernels/formats/int_block.cc, which writes its fused steps as explicit std::fma (so its
+// codes do not depend on the host compiler's contraction): round-to-nearest is
 // fma(x, inv, 1.5·2^23) − 1.5·2^23 and the stochastic value is fma(x, inv, u), u = (r >> 8)/2^24.
 // Scale of the block from its max |bits| (amax); sets inv (0: codes are 0).
 ATL_HD float int_block_scale(uint32_t amax, float qmax, float& inv) {

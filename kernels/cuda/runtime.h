@@ -65,6 +65,12 @@ class DeviceMemory {
 };
 
 // A typed device array of n elements of T, with synchronous host copies (tests, setup).
+// upload/download synchronize the whole current device around the copy: cudaMemcpy runs on the
+// legacy default stream, which does not order with the Contexts' non-blocking streams, and a
+// pageable host-to-device cudaMemcpy may return before its last DMA has landed. Without the
+// device-wide syncs a kernel enqueued on a Context stream right after upload() could read the
+// buffer before the copy ends, and download() could read it before the kernels writing it end.
+// Call them with the buffer's device current (Context::make_current).
 template <typename T>
 class DeviceBuffer {
  public:
@@ -81,11 +87,16 @@ class DeviceBuffer {
   // Copies min(n, size()) elements; n must not exceed size().
   Status upload(const T* host, size_t n) {
     if (n > n_) return InvalidArgument("DeviceBuffer::upload: more elements than the buffer");
-    return check_cuda(cudaMemcpy(data(), host, n * sizeof(T), cudaMemcpyHostToDevice),
-                      "cudaMemcpy (upload)");
+    if (n == 0) return Status::Ok();
+    ATOLL_RETURN_IF_ERROR(check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (upload)"));
+    ATOLL_RETURN_IF_ERROR(check_cuda(
+        cudaMemcpy(data(), host, n * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy (upload)"));
+    return check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (upload)");
   }
   Status download(T* host, size_t n) const {
     if (n > n_) return InvalidArgument("DeviceBuffer::download: more elements than the buffer");
+    if (n == 0) return Status::Ok();
+    ATOLL_RETURN_IF_ERROR(check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (download)"));
     return check_cuda(cudaMemcpy(host, data(), n * sizeof(T), cudaMemcpyDeviceToHost),
                       "cudaMemcpy (download)");
   }

@@ -99,6 +99,22 @@ TEST_F(MoeTest, TopkIsBitwiseTheCpuOpWithTiesToTheLowerId) {
       }
     }
   }
+  // NaN scores (a diverged router): the same picks as the CPU, every id in [0, E).
+  {
+    const int E = 8, K = 3;
+    auto s = tied_scores(N, E, 40);
+    for (int n = 0; n < N; n += 7) s[size_t(n) * E + size_t(n % E)] = std::nanf("");
+    for (int e = 0; e < E; ++e) s[size_t(3) * E + size_t(e)] = std::nanf("");  // a NaN row
+    std::vector<int32_t> idx(size_t(N) * K);
+    std::vector<float> w(size_t(N) * K);
+    cpu::moe_topk_forward(idx.data(), w.data(), s.data(), N, E, K, true);
+    auto d_s = to_device(s);
+    auto d_idx = to_device(std::vector<int32_t>(idx.size(), -7));
+    auto d_w = to_device(std::vector<float>(w.size()));
+    ASSERT_OK(moe_topk_forward(ctx(), d_idx.data(), d_w.data(), d_s.data(), N, E, K, true));
+    EXPECT_EQ(to_host(d_idx, idx.size()), idx);
+    EXPECT_TRUE(same_bits(to_host(d_w, w.size()), w, /*nan_any=*/true));
+  }
   auto d_s = to_device(std::vector<float>(8));
   auto d_i = to_device(std::vector<int32_t>(8));
   EXPECT_FALSE(moe_topk_forward(ctx(), d_i.data(), d_s.data(), d_s.data(), 1, 4, 5, true).ok());

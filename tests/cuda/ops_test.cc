@@ -102,26 +102,57 @@ TEST_F(OpsTest, LowPrecisionMatmulsMatchCpuOnDecodedOperands) {
   EXPECT_TRUE(close(to_host(d_out, ref.size()), ref, 1e-4, 1e-4));
 
   if (ctx().cc_major() * 10 + ctx().cc_minor() < 89) GTEST_SKIP() << "no FP8 on this GPU";
-  // E4M3 codes: random bytes avoiding the NaN codes 0x7f / 0xff; per-tensor scales.
+  // FP8 operands whose products and partial sums are small integers: Hopper's FP8 tensor cores
+  // add products in a narrower format than fp32 (about 14 significant bits before cuBLASLt
+  // promotes to fp32), so random full-range codes would differ from the fp32 CPU sum by more
+  // than any useful tolerance. Integer codes of |v| <= 8 give products <= 64 and sums over
+  // IC = 128 of at most 8192 in magnitude, exact in any accumulator of >= 14 bits, and
+  // power-of-two scales keep them exact: the result must equal the CPU's up to the sign of zero.
+  // This still checks what is ours: the TN layout, both operand types (E4M3 x E4M3 and
+  // E5M2 x E4M3), the scale pointers (which scale goes with which operand) and beta.
   std::mt19937 g(17);
+  auto integer_codes = [&g](std::vector<uint8_t>& codes, bool e5m2) {
+    for (auto& c : codes) {
+      for (;;) {
+        c = uint8_t(g());
+        const float v = e5m2 ? formats::f32_from_e5m2(c) : formats::f32_from_e4m3(c);
+        if (std::isfinite(v) && std::abs(v) <= 8.0f && v == std::trunc(v)) break;
+      }
+    }
+  };
   std::vector<uint8_t> x8(x.size()), w8(w.size());
-  for (auto& c : x8) c = uint8_t(g() % 127) | uint8_t(g() & 0x80);
-  for (auto& c : w8) c = uint8_t(g() % 127) | uint8_t(g() & 0x80);
   const float xs = 0.5f, ws = 0.25f;
-  for (size_t i = 0; i < x8.size(); ++i) xd[i] = formats::f32_from_e4m3(x8[i]) * xs;
-  for (size_t i = 0; i < w8.size(); ++i) wd[i] = formats::f32_from_e4m3(w8[i]) * ws;
-  cpu::matmul_forward(ref.data(), xd.data(), wd.data(), N, IC, OC);
-  auto d_x8 = to_device(x8), d_w8 = to_device(w8);
   auto d_scales = to_device(std::vector<float>{xs, ws});
-  ASSERT_OK(matmul_fp8(ctx(), d_out.data(), d_x8.data(), Fp8Format::kE4M3, d_scales.data(),
-                       d_w8.data(), Fp8Format::kE4M3, d_scales.data() + 1, N, IC, OC, false));
-  // Tolerance: fp32 sums of 128 products up to ~2.5e4 (cuBLASLt FP8 accumulates in fp32).
-  EXPECT_TRUE(close(to_host(d_out, ref.size()), ref, 1e-3, 1.0));
-  // Misaligned shapes are refused with a message, not run.
+  for (const bool x_e5m2 : {false, true}) {
+    SCOPED_TRACE(x_e5m2 ? "x E5M2, w E4M3" : "x E4M3, w E4M3");
+    integer_codes(x8, x_e5m2);
+    integer_codes(w8, false);
+    for (size_t i = 0; i < x8.size(); ++i)
+      xd[i] = (x_e5m2 ? formats::f32_from_e5m2(x8[i]) : formats::f32_from_e4m3(x8[i])) * xs;
+    for (size_t i = 0; i < w8.size(); ++i) wd[i] = formats::f32_from_e4m3(w8[i]) * ws;
+    cpu::matmul_forward(ref.data(), xd.data(), wd.data(), N, IC, OC);
+    auto d_x8 = to_device(x8), d_w8 = to_device(w8);
+    const Fp8Format xf = x_e5m2 ? Fp8Format::kE5M2 : Fp8Format::kE4M3;
+    ASSERT_OK(matmul_fp8(ctx(), d_out.data(), d_x8.data(), xf, d_scales.data(), d_w8.data(),
+                         Fp8Format::kE4M3, d_scales.data() + 1, N, IC, OC, false));
+    EXPECT_TRUE(close(to_host(d_out, ref.size()), ref, 0.0, 1e-6));
+    // accumulate: out += the same product, still exact.
+    ASSERT_OK(matmul_fp8(ctx(), d_out.data(), d_x8.data(), xf, d_scales.data(), d_w8.data(),
+                         Fp8Format::kE4M3, d_scales.data() + 1, N, IC, OC, true));
+    std::vector<float> twice(ref);
+    for (auto& v : twice) v *= 2.0f;
+    EXPECT_TRUE(close(to_host(d_out, ref.size()), twice, 0.0, 1e-6));
+  }
+  // Misaligned shapes and E5M2 x E5M2 are refused with a message, not run.
+  auto d_x8 = to_device(x8), d_w8 = to_device(w8);
   const Status bad =
       matmul_fp8(ctx(), d_out.data(), d_x8.data(), Fp8Format::kE4M3, d_scales.data(), d_w8.data(),
                  Fp8Format::kE4M3, d_scales.data() + 1, N, IC - 1, OC, false);
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  const Status both_e5m2 =
+      matmul_fp8(ctx(), d_out.data(), d_x8.data(), Fp8Format::kE5M2, d_scales.data(), d_w8.data(),
+                 Fp8Format::kE5M2, d_scales.data() + 1, N, IC, OC, false);
+  EXPECT_EQ(both_e5m2.code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(OpsTest, RopeForwardAndBackwardMatchCpu) {

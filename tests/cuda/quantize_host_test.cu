@@ -145,8 +145,8 @@ void check_int(const std::vector<float>& x) {
   }
 }
 
-// Finite inputs (see quantize.h on the codes of non-finite int blocks). This is where the host
-// build's FMA contraction of int_block.cc shows: the encoders here assume it.
+// Finite inputs (see quantize.h on the codes of non-finite int blocks). The FMA-sensitive blocks
+// pin the fused rounding steps: int_block.cc's explicit std::fma and the twin's f_fma must agree.
 TEST(QuantizeBlocksHostTest, IntBlocksEqualCpu) {
   auto x = tricky(256 * 6, 70, false);
   // Values whose codes differ between a contracted (FMA) and an uncontracted host build.
