@@ -152,9 +152,17 @@ StatusOr<StepStats> CudaTrainer::step_device(const int32_t* tokens, int64_t glob
     total_targets += rk.model->num_targets();
   }
   // Backward: each rank's gradient of Σ its losses / total_targets, so their sum is the
-  // gradient of the whole batch's mean loss.
-  for (Rank& rk : ranks_)
-    ATOLL_RETURN_IF_ERROR(rk.model->backward(rk.params.data(), rk.grads.data(), total_targets));
+  // gradient of the whole batch's mean loss. MoE router losses are each rank's own (over its
+  // tokens), weighted by its share of the rows: on one device exactly the CPU objective; on
+  // several the z-loss sums to the batch's exactly and the balance loss becomes the
+  // token-weighted mean of the ranks' (docs/cuda.md).
+  for (int r = 0; r < R; ++r) {
+    Rank& rk = ranks_[size_t(r)];
+    const double share = R == 1 ? 1.0 : double(data::rows_for_worker(B, R, r).size()) / double(B);
+    ATOLL_RETURN_IF_ERROR(rk.ctx->make_current());
+    ATOLL_RETURN_IF_ERROR(
+        rk.model->backward(rk.params.data(), rk.grads.data(), total_targets, share));
+  }
   if (R > 1) {
     std::vector<float*> bufs;
     for (Rank& rk : ranks_) bufs.push_back(rk.grads.data());

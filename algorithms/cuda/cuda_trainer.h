@@ -13,8 +13,9 @@
 // rank then runs the same clip and AdamW on the same bits, so the replicas stay identical.
 // The result equals one device's step on the whole batch up to summation order.
 //
-// Refuses (one line) MoE models and --precision other than fp32. Built only with the CUDA
-// backend (target atoll_algorithms_cuda).
+// Dense and MoE models (llama_cuda.h); MoE router losses on several devices are each rank's
+// own, weighted by its share of the rows (docs/cuda.md). Refuses (one line) --precision other
+// than fp32. Built only with the CUDA backend (target atoll_algorithms_cuda).
 #pragma once
 
 #include <cstdint>

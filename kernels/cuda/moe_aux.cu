@@ -1,0 +1,180 @@
+// The MoE router losses of the CUDA backend (moe_aux.h): load balance and z-loss, forward and
+// backward, in double like the CPU ops (kernels/cpu/moe.cc). No atomics: per-token values are
+// one thread each, sums over tokens are one block each with every thread summing a contiguous
+// run of tokens in order and the fixed block tree of common.cuh on top. The CPU's
+// multiply-then-add steps use the _rn intrinsics so nvcc cannot contract them into an FMA the
+// CPU does not do.
+#include <string>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/moe_aux.h"
+
+namespace atl::kernels::cuda {
+namespace {
+
+using detail::block_sum;
+using detail::blocks_for;
+using detail::launch_status;
+
+constexpr unsigned kThreads = 256;
+
+// inv[n] = 1 / (row normalizer of the probabilities): 1 for softmax, 1 / Σ_e s[n, e] for sigmoid
+// (the CPU's prob_norm, summed in increasing e in double).
+__global__ void k_aux_rownorm(double* inv, const float* scores, int N, int E, bool sigmoid) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  double S = 1.0;
+  if (sigmoid) {
+    const float* s = scores + size_t(n) * E;
+    S = 0.0;
+    for (int e = 0; e < E; ++e) S += double(s[e]);
+  }
+  inv[n] = 1.0 / S;
+}
+
+// psum[e] = Σ_n s[n, e] · inv[n]; block e, thread t the tokens [t·chunk, (t+1)·chunk).
+__global__ void k_aux_colsum(double* psum, const float* scores, const double* inv, int N, int E) {
+  __shared__ double shm[32];
+  const int e = blockIdx.x;
+  const int chunk = (N + int(blockDim.x) - 1) / int(blockDim.x);
+  const int n0 = int(threadIdx.x) * chunk, n1 = min(N, n0 + chunk);
+  double acc = 0.0;
+  for (int n = n0; n < n1; ++n)
+    acc = __dadd_rn(acc, __dmul_rn(double(scores[size_t(n) * E + e]), inv[n]));
+  const double total = block_sum(acc, shm);
+  if (threadIdx.x == 0) psum[e] = total;
+}
+
+// loss = E · Σ_e f_e · (psum_e / N), f_e = group size / (N·K); one thread, e in order.
+__global__ void k_aux_final(double* loss, const double* psum, const int32_t* offsets, int N, int E,
+                            int K) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  const double inv = 1.0 / (double(N) * K);
+  double l = 0.0;
+  for (int e = 0; e < E; ++e) {
+    const double f = double(offsets[e + 1] - offsets[e]) * inv;
+    l = __dadd_rn(l, __dmul_rn(f, psum[e] / N));
+  }
+  *loss = E * l;
+}
+
+// g_e = dloss · E · f_e / N. Softmax: ds += g. Sigmoid (p = s / S): ds_j += (g_j − Σ g·p) / S.
+__global__ void k_aux_bwd(float* dscores, const float* scores, const int32_t* offsets, int N, int E,
+                          int K, bool sigmoid, double dloss) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const double inv = 1.0 / (double(N) * K);
+  auto g = [&](int e) {
+    const double f = double(offsets[e + 1] - offsets[e]) * inv;
+    return dloss * E * f / N;
+  };
+  float* ds = dscores + size_t(n) * E;
+  if (!sigmoid) {
+    for (int e = 0; e < E; ++e) ds[e] += float(g(e));
+    return;
+  }
+  const float* s = scores + size_t(n) * E;
+  double S = 0.0;
+  for (int e = 0; e < E; ++e) S += double(s[e]);
+  double dot = 0.0;
+  for (int e = 0; e < E; ++e) dot = __dadd_rn(dot, __dmul_rn(g(e), double(s[e]) / S));
+  for (int e = 0; e < E; ++e) ds[e] += float((g(e) - dot) / S);
+}
+
+// logsumexp of one row in double, the CPU's row_lse loop order.
+__device__ inline double row_lse(const float* l, int E) {
+  double mx = l[0];
+  for (int e = 1; e < E; ++e) mx = double(l[e]) > mx ? double(l[e]) : mx;
+  double sum = 0.0;
+  for (int e = 0; e < E; ++e) sum += exp(double(l[e]) - mx);
+  return mx + log(sum);
+}
+
+__global__ void k_z_rows(double* sq, const float* logits, int N, int E) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const double lse = row_lse(logits + size_t(n) * E, E);
+  sq[n] = lse * lse;
+}
+
+// loss = (Σ_n sq[n]) / N, one block: thread t sums [t·chunk, (t+1)·chunk) in order, then the tree.
+__global__ void k_z_sum(double* loss, const double* sq, int N) {
+  __shared__ double shm[32];
+  const int chunk = (N + int(blockDim.x) - 1) / int(blockDim.x);
+  const int n0 = int(threadIdx.x) * chunk, n1 = min(N, n0 + chunk);
+  double acc = 0.0;
+  for (int n = n0; n < n1; ++n) acc += sq[n];
+  const double total = block_sum(acc, shm);
+  if (threadIdx.x == 0) *loss = total / N;
+}
+
+__global__ void k_z_bwd(float* dlogits, const float* logits, int N, int E, double dloss) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const float* l = logits + size_t(n) * E;
+  float* dl = dlogits + size_t(n) * E;
+  const double lse = row_lse(l, E);
+  const double scale = dloss * 2.0 * lse / N;
+  for (int e = 0; e < E; ++e) dl[e] += float(scale * exp(double(l[e]) - lse));
+}
+
+Status check_sizes(const char* op, int N, int E) {
+  if (N < 0 || E < 1)
+    return InvalidArgument(std::string(op) + ": need N >= 0 and E >= 1, got N = " +
+                           std::to_string(N) + ", E = " + std::to_string(E));
+  return Status::Ok();
+}
+
+Status zero_loss(Context& ctx, double* loss) {
+  return check_cuda(cudaMemsetAsync(loss, 0, sizeof(double), ctx.stream()),
+                    "cudaMemsetAsync (router loss)");
+}
+
+}  // namespace
+
+Status moe_aux_loss_forward(Context& ctx, double* loss, double* work, const float* scores,
+                            const MoeDevicePlan& plan, MoeScore fn) {
+  const int N = plan.N, E = plan.E, K = plan.K;
+  ATOLL_RETURN_IF_ERROR(check_sizes("moe_aux_loss_forward", N, E));
+  if (N == 0 || K == 0) return zero_loss(ctx, loss);
+  double* inv = work;
+  double* psum = work + N;
+  k_aux_rownorm<<<blocks_for(size_t(N), kThreads), kThreads, 0, ctx.stream()>>>(
+      inv, scores, N, E, fn == MoeScore::kSigmoid);
+  ATOLL_RETURN_IF_ERROR(launch_status("moe_aux_loss_forward (row norm)"));
+  k_aux_colsum<<<unsigned(E), kThreads, 0, ctx.stream()>>>(psum, scores, inv, N, E);
+  ATOLL_RETURN_IF_ERROR(launch_status("moe_aux_loss_forward (expert sums)"));
+  k_aux_final<<<1, 1, 0, ctx.stream()>>>(loss, psum, plan.offsets.data(), N, E, K);
+  return launch_status("moe_aux_loss_forward (loss)");
+}
+
+Status moe_aux_loss_backward(Context& ctx, float* dscores, const float* scores,
+                             const MoeDevicePlan& plan, MoeScore fn, double dloss) {
+  const int N = plan.N, E = plan.E, K = plan.K;
+  ATOLL_RETURN_IF_ERROR(check_sizes("moe_aux_loss_backward", N, E));
+  if (N == 0 || K == 0) return Status::Ok();
+  k_aux_bwd<<<blocks_for(size_t(N), kThreads), kThreads, 0, ctx.stream()>>>(
+      dscores, scores, plan.offsets.data(), N, E, K, fn == MoeScore::kSigmoid, dloss);
+  return launch_status("moe_aux_loss_backward");
+}
+
+Status moe_z_loss_forward(Context& ctx, double* loss, double* work, const float* logits, int N,
+                          int E) {
+  ATOLL_RETURN_IF_ERROR(check_sizes("moe_z_loss_forward", N, E));
+  if (N == 0) return zero_loss(ctx, loss);
+  k_z_rows<<<blocks_for(size_t(N), kThreads), kThreads, 0, ctx.stream()>>>(work, logits, N, E);
+  ATOLL_RETURN_IF_ERROR(launch_status("moe_z_loss_forward (rows)"));
+  k_z_sum<<<1, kThreads, 0, ctx.stream()>>>(loss, work, N);
+  return launch_status("moe_z_loss_forward (sum)");
+}
+
+Status moe_z_loss_backward(Context& ctx, float* dlogits, const float* logits, int N, int E,
+                           double dloss) {
+  ATOLL_RETURN_IF_ERROR(check_sizes("moe_z_loss_backward", N, E));
+  if (N == 0) return Status::Ok();
+  k_z_bwd<<<blocks_for(size_t(N), kThreads), kThreads, 0, ctx.stream()>>>(dlogits, logits, N, E,
+                                                                          dloss);
+  return launch_status("moe_z_loss_backward");
+}
+
+}  // namespace atl::kernels::cuda
