@@ -37,7 +37,24 @@ Status check_supported(const ModelConfig& cfg) {
   return validate(cfg);
 }
 
-CudaLlama::CudaLlama(const ModelConfig& cfg, kc::Context& ctx) : cfg_(cfg), ctx_(ctx) {}
+CudaLlama::CudaLlama(const ModelConfig& cfg, kc::Context& ctx) : cfg_(cfg), ctx_(ctx), gemm_(ctx) {}
+
+GemmSite CudaLlama::site(int l, int k) const {
+  // Llama::site: the same ids and the same bf16 layers (the head always; nvfp4 its tail blocks).
+  GemmSite s;
+  s.id = static_cast<uint32_t>(l) * 4 + static_cast<uint32_t>(k);
+  s.high_precision = l == cfg_.layers || (gemm_.precision() == Precision::kNvfp4 &&
+                                          l >= cfg_.layers - nvfp4_bf16_tail_layers(cfg_.layers));
+  return s;
+}
+
+MoeSites CudaLlama::moe_sites(int l) const {
+  // Llama::moe_sites: routed experts reuse the dense FFN's ids, the shared expert's lie above.
+  MoeSites s{site(l, 2), site(l, 3), site(l, 2), site(l, 3)};
+  s.shared_gu.id = (1u << 19) + static_cast<uint32_t>(l) * 2;
+  s.shared_down.id = s.shared_gu.id + 1;
+  return s;
+}
 
 CudaLlama::~CudaLlama() = default;
 
@@ -172,26 +189,27 @@ Status CudaLlama::forward(const float* P, const int32_t* tokens, const int32_t* 
     // attention sub-block
     ATOLL_RETURN_IF_ERROR(
         kc::rmsnorm_forward(ctx_, a.ln1, a.rstd1, a.x, P + o.ln1, N, C, cfg_.norm_eps));
-    ATOLL_RETURN_IF_ERROR(kc::matmul_forward(ctx_, a.qkv, a.ln1, P + o.qkv, N, C, 3 * C));
+    ATOLL_RETURN_IF_ERROR(gemm_.forward(a.qkv, a.ln1, P + o.qkv, N, C, 3 * C, site(l, 0)));
     ATOLL_RETURN_IF_ERROR(kc::rope_forward(ctx_, a.qkv, B, T, 2 * H, D, 3 * C, cfg_.rope_base));
     ATOLL_RETURN_IF_ERROR(kc::attention_forward(ctx_, a.atty, a.att, a.qkv, B, T, H, D));
-    ATOLL_RETURN_IF_ERROR(kc::matmul_forward(ctx_, scratch_, a.atty, P + o.o, N, C, C));
+    ATOLL_RETURN_IF_ERROR(gemm_.forward(scratch_, a.atty, P + o.o, N, C, C, site(l, 1)));
     ATOLL_RETURN_IF_ERROR(kc::add_forward(ctx_, a.h, a.x, scratch_, NC));
     // MLP sub-block (dense SwiGLU, or the MoE layer of llama_cuda_moe.h)
     ATOLL_RETURN_IF_ERROR(
         kc::rmsnorm_forward(ctx_, a.ln2, a.rstd2, a.h, P + o.ln2, N, C, cfg_.norm_eps));
     if (moe_ && moe_->is_moe(l)) {
-      ATOLL_RETURN_IF_ERROR(moe_->forward(l, P, a.ln2, scratch_, N));
+      ATOLL_RETURN_IF_ERROR(moe_->forward(l, P, a.ln2, scratch_, N, gemm_, moe_sites(l)));
     } else {
-      ATOLL_RETURN_IF_ERROR(kc::matmul_forward(ctx_, a.gu, a.ln2, P + o.gu, N, C, 2 * F));
+      ATOLL_RETURN_IF_ERROR(gemm_.forward(a.gu, a.ln2, P + o.gu, N, C, 2 * F, site(l, 2)));
       ATOLL_RETURN_IF_ERROR(kc::swiglu_forward(ctx_, a.swi, a.gu, N, F));
-      ATOLL_RETURN_IF_ERROR(kc::matmul_forward(ctx_, scratch_, a.swi, P + o.down, N, F, C));
+      ATOLL_RETURN_IF_ERROR(gemm_.forward(scratch_, a.swi, P + o.down, N, F, C, site(l, 3)));
     }
     ATOLL_RETURN_IF_ERROR(kc::add_forward(ctx_, next, a.h, scratch_, NC));
   }
   ATOLL_RETURN_IF_ERROR(
       kc::rmsnorm_forward(ctx_, lnf_, rstdf_, out_, P + off_norm_, N, C, cfg_.norm_eps));
-  ATOLL_RETURN_IF_ERROR(kc::matmul_forward(ctx_, logits_, lnf_, wte, N, C, V));  // tied head
+  ATOLL_RETURN_IF_ERROR(
+      gemm_.forward(logits_, lnf_, wte, N, C, V, site(cfg_.layers, 0)));  // tied head
   ATOLL_RETURN_IF_ERROR(kc::zero_fill(ctx_, losses_, size_t(N)));
   if (!have_targets_) return Status::Ok();
   return kc::softmax_xent(ctx_, losses_, nullptr, logits_, dtgt, N, V, 0.0);
@@ -254,7 +272,8 @@ Status CudaLlama::backward(const float* P, float* G, int64_t denom, double route
   ATOLL_RETURN_IF_ERROR(kc::softmax_xent(ctx_, losses_, logits_, logits_, dtgt, N, V, dloss));
   // Tied head: dlnf (N, C) = dlogits · wte ; dwte += dlogitsᵀ · lnf.
   ATOLL_RETURN_IF_ERROR(zero(dln, NC));
-  ATOLL_RETURN_IF_ERROR(kc::matmul_backward(ctx_, dln, dwte, logits_, lnf_, wte, N, C, V));
+  ATOLL_RETURN_IF_ERROR(
+      gemm_.backward(dln, dwte, logits_, lnf_, wte, N, C, V, site(cfg_.layers, 0)));
 
   // Final norm: dres = d(last block output).
   ATOLL_RETURN_IF_ERROR(zero(dres, NC));
@@ -266,30 +285,31 @@ Status CudaLlama::backward(const float* P, float* G, int64_t denom, double route
     // out = h + ffn(ln2): both branches receive dres.
     if (moe_ && moe_->is_moe(l)) {
       ATOLL_RETURN_IF_ERROR(zero(dln, NC));  // + the router losses' gradients
-      ATOLL_RETURN_IF_ERROR(moe_->backward(l, P, G, a.ln2, dres, dln, router_scale));
+      ATOLL_RETURN_IF_ERROR(
+          moe_->backward(l, P, G, a.ln2, dres, dln, router_scale, gemm_, moe_sites(l)));
     } else {
       ATOLL_RETURN_IF_ERROR(zero(dswi, size_t(N) * F));
       ATOLL_RETURN_IF_ERROR(
-          kc::matmul_backward(ctx_, dswi, G + o.down, dres, a.swi, P + o.down, N, F, C));
+          gemm_.backward(dswi, G + o.down, dres, a.swi, P + o.down, N, F, C, site(l, 3)));
       ATOLL_RETURN_IF_ERROR(zero(dgu, size_t(N) * 2 * F));
       ATOLL_RETURN_IF_ERROR(kc::swiglu_backward(ctx_, dgu, dswi, a.gu, N, F));
       ATOLL_RETURN_IF_ERROR(zero(dln, NC));
       ATOLL_RETURN_IF_ERROR(
-          kc::matmul_backward(ctx_, dln, G + o.gu, dgu, a.ln2, P + o.gu, N, C, 2 * F));
+          gemm_.backward(dln, G + o.gu, dgu, a.ln2, P + o.gu, N, C, 2 * F, site(l, 2)));
     }
     ATOLL_RETURN_IF_ERROR(  // dres = dh
         kc::rmsnorm_backward(ctx_, dres, G + o.ln2, dln, a.h, P + o.ln2, a.rstd2, N, C));
     // h = x + o_proj(atty): both branches receive dh.
     ATOLL_RETURN_IF_ERROR(zero(datty, NC));
     ATOLL_RETURN_IF_ERROR(
-        kc::matmul_backward(ctx_, datty, G + o.o, dres, a.atty, P + o.o, N, C, C));
+        gemm_.backward(datty, G + o.o, dres, a.atty, P + o.o, N, C, C, site(l, 1)));
     ATOLL_RETURN_IF_ERROR(zero(dqkv, 3 * NC));
     ATOLL_RETURN_IF_ERROR(kc::attention_backward(ctx_, dqkv, datty, a.qkv, a.att, B, T, H, D));
     ATOLL_RETURN_IF_ERROR(  // dq, dk before RoPE
         kc::rope_backward(ctx_, dqkv, B, T, 2 * H, D, 3 * C, cfg_.rope_base));
     ATOLL_RETURN_IF_ERROR(zero(dln, NC));
     ATOLL_RETURN_IF_ERROR(
-        kc::matmul_backward(ctx_, dln, G + o.qkv, dqkv, a.ln1, P + o.qkv, N, C, 3 * C));
+        gemm_.backward(dln, G + o.qkv, dqkv, a.ln1, P + o.qkv, N, C, 3 * C, site(l, 0)));
     ATOLL_RETURN_IF_ERROR(  // dres = dx
         kc::rmsnorm_backward(ctx_, dres, G + o.ln1, dln, a.x, P + o.ln1, a.rstd1, N, C));
   }

@@ -13,8 +13,8 @@
 // model (head first, then blocks L-1 .. 0, embedding last), and differentiates the CPU model's
 // objective: cross-entropy + Σ over MoE layers (moe_aux_coef·L_aux + moe_z_coef·L_z).
 //
-// Every valid ModelConfig is supported. Precision is fp32 only (the CUDA inner trainer refuses
-// the low-precision recipes with one line).
+// Every valid ModelConfig is supported, in every precision recipe of algorithms/model/precision.h
+// (set_precision; emulated as on the CPU, precision_cuda.h).
 //
 // Built only when the CUDA backend is (CMake target atoll_algorithms_cuda).
 #pragma once
@@ -24,6 +24,7 @@
 #include <memory>
 #include <vector>
 
+#include "algorithms/cuda/precision_cuda.h"
 #include "algorithms/model/llama.h"
 #include "algorithms/model/param_set.h"
 #include "kernels/core/status.h"
@@ -81,6 +82,14 @@ class CudaLlama {
   StatusOr<double> aux_loss();
   Status router_loss_sums(double& balance_sum, double& z_sum);
 
+  // Training precision of the linear layers' GEMMs, as Llama::set_precision (default fp32): the
+  // recipe's emulation on the device (precision_cuda.h), the same GemmSites as the CPU model
+  // (the LM head in bf16 under every low-precision recipe, nvfp4's tail blocks in bf16, MoE
+  // experts by the recipe, the router in fp32). Call gemm().begin_step(step) before each
+  // training step's forward.
+  void set_precision(Precision p, uint64_t seed) { gemm_.configure(p, seed); }
+  CudaPrecisionGemm& gemm() { return gemm_; }
+
   // Logits (B·T, V) of the last forward on the device (valid until backward / next forward).
   const float* logits() const { return logits_; }
 
@@ -94,6 +103,9 @@ class CudaLlama {
 
   CudaLlama(const ModelConfig& cfg, kernels::cuda::Context& ctx);
   Status ensure_shape(int B, int T);
+  // GEMM k (0 qkv, 1 o, 2 gate|up, 3 down) of layer l; l = layers is the LM head (Llama::site).
+  GemmSite site(int l, int k) const;
+  MoeSites moe_sites(int l) const;
 
   ModelConfig cfg_;
   kernels::cuda::Context& ctx_;
@@ -111,6 +123,7 @@ class CudaLlama {
   float *logits_ = nullptr, *losses_ = nullptr;
   std::vector<int32_t> host_targets_;   // (N) for loss_sum's mask
   std::unique_ptr<CudaMoeBlocks> moe_;  // null for a dense model
+  CudaPrecisionGemm gemm_;
   bool have_targets_ = false;
   int64_t num_targets_ = 0;
 };

@@ -86,7 +86,8 @@ Status CudaMoeBlocks::ensure(int N) {
   return Status::Ok();
 }
 
-Status CudaMoeBlocks::forward(int layer, const float* P, const float* x, float* out, int N) {
+Status CudaMoeBlocks::forward(int layer, const float* P, const float* x, float* out, int N,
+                              CudaPrecisionGemm& gemm, const MoeSites& sites) {
   const int li = index_[size_t(layer)];
   const Offsets& o = off_[size_t(li)];
   Layer& a = layers_[size_t(li)];
@@ -110,27 +111,30 @@ Status CudaMoeBlocks::forward(int layer, const float* P, const float* x, float* 
   ATOLL_RETURN_IF_ERROR(
       kc::moe_z_loss_forward(ctx_, loss + 1, work_.data(), a.logits.data(), N, E));
 
-  // Experts over their groups: xp (M, C) -> gu (M, 2F) -> swi (M, F) -> yp (M, C).
+  // Experts over their groups: xp (M, C) -> gu (M, 2F) -> swi (M, F) -> yp (M, C); the expert
+  // GEMMs by the precision recipe.
   ATOLL_RETURN_IF_ERROR(kc::moe_gather_forward(ctx_, a.xp.data(), x, a.plan, C));
-  ATOLL_RETURN_IF_ERROR(kc::moe_grouped_matmul_forward(ctx_, a.gu.data(), a.xp.data(), experts,
-                                                       stride, a.plan, C, 2 * F));
+  ATOLL_RETURN_IF_ERROR(
+      gemm.grouped_forward(a.gu.data(), a.xp.data(), experts, stride, a.plan, C, 2 * F, sites.gu));
   ATOLL_RETURN_IF_ERROR(kc::swiglu_forward(ctx_, a.swi.data(), a.gu.data(), M, F));
-  ATOLL_RETURN_IF_ERROR(kc::moe_grouped_matmul_forward(
-      ctx_, a.yp.data(), a.swi.data(), experts + size_t(2) * F * C, stride, a.plan, F, C));
+  ATOLL_RETURN_IF_ERROR(gemm.grouped_forward(a.yp.data(), a.swi.data(), experts + size_t(2) * F * C,
+                                             stride, a.plan, F, C, sites.down));
   ATOLL_RETURN_IF_ERROR(kc::moe_combine_forward(ctx_, out, a.yp.data(), a.w.data(), a.plan, C));
 
   if (Fs > 0) {  // shared expert, every token: out += down(swiglu(x · W_guᵀ))
-    ATOLL_RETURN_IF_ERROR(kc::matmul_forward(ctx_, a.sgu.data(), x, P + o.shared_gu, N, C, 2 * Fs));
+    ATOLL_RETURN_IF_ERROR(
+        gemm.forward(a.sgu.data(), x, P + o.shared_gu, N, C, 2 * Fs, sites.shared_gu));
     ATOLL_RETURN_IF_ERROR(kc::swiglu_forward(ctx_, a.sswi.data(), a.sgu.data(), N, Fs));
     ATOLL_RETURN_IF_ERROR(
-        kc::matmul_forward(ctx_, a.sy.data(), a.sswi.data(), P + o.shared_down, N, Fs, C));
+        gemm.forward(a.sy.data(), a.sswi.data(), P + o.shared_down, N, Fs, C, sites.shared_down));
     ATOLL_RETURN_IF_ERROR(kc::add_forward(ctx_, out, out, a.sy.data(), size_t(N) * C));
   }
   return Status::Ok();
 }
 
 Status CudaMoeBlocks::backward(int layer, const float* P, float* G, const float* x,
-                               const float* dout, float* dx, double scale) {
+                               const float* dout, float* dx, double scale, CudaPrecisionGemm& gemm,
+                               const MoeSites& sites) {
   const int li = index_[size_t(layer)];
   const Offsets& o = off_[size_t(li)];
   Layer& a = layers_[size_t(li)];
@@ -149,14 +153,14 @@ Status CudaMoeBlocks::backward(int layer, const float* P, float* G, const float*
                                                  a.w.data(), a.plan, C));
   // Experts, backwards through down, SwiGLU and gate|up; then back to token order.
   ATOLL_RETURN_IF_ERROR(zero(dswi_.data(), size_t(M) * F));
-  ATOLL_RETURN_IF_ERROR(kc::moe_grouped_matmul_backward(ctx_, dswi_.data(), dexperts + down_off,
-                                                        dyp_.data(), a.swi.data(),
-                                                        experts + down_off, stride, a.plan, F, C));
+  ATOLL_RETURN_IF_ERROR(gemm.grouped_backward(dswi_.data(), dexperts + down_off, dyp_.data(),
+                                              a.swi.data(), experts + down_off, stride, a.plan, F,
+                                              C, sites.down));
   ATOLL_RETURN_IF_ERROR(zero(dgu_.data(), size_t(M) * 2 * F));
   ATOLL_RETURN_IF_ERROR(kc::swiglu_backward(ctx_, dgu_.data(), dswi_.data(), a.gu.data(), M, F));
   ATOLL_RETURN_IF_ERROR(zero(dxp_.data(), size_t(M) * C));
-  ATOLL_RETURN_IF_ERROR(kc::moe_grouped_matmul_backward(
-      ctx_, dxp_.data(), dexperts, dgu_.data(), a.xp.data(), experts, stride, a.plan, C, 2 * F));
+  ATOLL_RETURN_IF_ERROR(gemm.grouped_backward(dxp_.data(), dexperts, dgu_.data(), a.xp.data(),
+                                              experts, stride, a.plan, C, 2 * F, sites.gu));
   ATOLL_RETURN_IF_ERROR(kc::moe_gather_backward(ctx_, dx, dxp_.data(), a.plan, C));
 
   // Router: dscores from the combine weights and the balance loss, dlogits from the scores and
@@ -178,13 +182,13 @@ Status CudaMoeBlocks::backward(int layer, const float* P, float* G, const float*
 
   if (Fs > 0) {  // the routed scratch is reused (sized for both in ensure())
     ATOLL_RETURN_IF_ERROR(zero(dswi_.data(), size_t(N) * Fs));
-    ATOLL_RETURN_IF_ERROR(kc::matmul_backward(ctx_, dswi_.data(), G + o.shared_down, dout,
-                                              a.sswi.data(), P + o.shared_down, N, Fs, C));
+    ATOLL_RETURN_IF_ERROR(gemm.backward(dswi_.data(), G + o.shared_down, dout, a.sswi.data(),
+                                        P + o.shared_down, N, Fs, C, sites.shared_down));
     ATOLL_RETURN_IF_ERROR(zero(dgu_.data(), size_t(N) * 2 * Fs));
     ATOLL_RETURN_IF_ERROR(
         kc::swiglu_backward(ctx_, dgu_.data(), dswi_.data(), a.sgu.data(), N, Fs));
-    ATOLL_RETURN_IF_ERROR(kc::matmul_backward(ctx_, dx, G + o.shared_gu, dgu_.data(), x,
-                                              P + o.shared_gu, N, C, 2 * Fs));
+    ATOLL_RETURN_IF_ERROR(gemm.backward(dx, G + o.shared_gu, dgu_.data(), x, P + o.shared_gu, N, C,
+                                        2 * Fs, sites.shared_gu));
   }
   return Status::Ok();
 }

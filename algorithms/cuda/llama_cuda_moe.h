@@ -12,13 +12,15 @@
 // Parameters: the make_layout(cfg) offsets of the CPU model (router, the E adjacent expert
 // blocks of 3·Fe·C floats, shared expert), so θ is the same flat buffer on host and device.
 // Activations: per MoE layer (kept from forward for backward), grown to the largest N seen;
-// backward scratch shared by the layers. fp32 only (the expert GEMMs are the fp32 cuBLASLt ops).
+// backward scratch shared by the layers. The expert GEMMs follow the model's precision recipe
+// (CudaPrecisionGemm, as MoeBlocks' RecipeGemms); the router GEMM is always fp32.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "algorithms/cuda/precision_cuda.h"
 #include "algorithms/model/llama.h"
 #include "algorithms/model/param_set.h"
 #include "kernels/core/status.h"
@@ -41,11 +43,15 @@ class CudaMoeBlocks {
 
   // x (N, C) the normalized FFN input (device) -> out (N, C) written. Records the layer's router
   // losses on the device. N <= the last ensure().
-  Status forward(int layer, const float* P, const float* x, float* out, int N);
+  // The expert GEMMs (routed and shared) go through `gemm` with `sites`, as MoeBlocks does; the
+  // router GEMM stays fp32.
+  Status forward(int layer, const float* P, const float* x, float* out, int N,
+                 CudaPrecisionGemm& gemm, const MoeSites& sites);
   // Backward of the last forward of `layer` for <dout, out> + scale·(aux_coef·L_aux +
   // z_coef·L_z): dx (N, C) += ; the layer's parameter gradients in G +=.
+  // Same gemm and sites as the forward.
   Status backward(int layer, const float* P, float* G, const float* x, const float* dout, float* dx,
-                  double scale);
+                  double scale, CudaPrecisionGemm& gemm, const MoeSites& sites);
 
   // Σ over MoE layers of the last forward of L_aux and of L_z (unscaled), read from the device
   // (synchronizes the stream), added in layer order in double as MoeBlocks does.
