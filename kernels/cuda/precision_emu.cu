@@ -1,16 +1,14 @@
-// Kernels of precision_emu.h. Every rounding step is an _rn intrinsic (no FMA contraction), in
-// the order of the host code each kernel mirrors, so the results are the host's bits.
+// Kernels of precision_emu.h. The per-element and per-tile work is precision_emu_blocks.cuh's
+// (host-tested against the CPU code it mirrors); the transpose only moves floats.
 #include <string>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/precision_emu.h"
-#include "kernels/formats/minifloat.h"
-#include "kernels/formats/scalar.h"
+#include "kernels/cuda/precision_emu_blocks.cuh"
 
 namespace atl::kernels::cuda {
 namespace {
 
-namespace fm = atl::kernels::formats;
 using detail::blocks_for;
 using detail::launch_status;
 
@@ -36,57 +34,22 @@ __global__ void k_transpose(float* out, const float* in, int rows, int cols) {
 __global__ void k_hadamard(float* m, int groups, int cols, HadamardSigns signs) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(groups) * cols) return;
-  const size_t g = i / size_t(cols), c = i % size_t(cols), C = size_t(cols);
-  float* base = m + g * 16 * C + c;
-  float v[16];
-  for (int j = 0; j < 16; ++j) v[j] = base[j * C];
-  for (int j = 0; j < 16; ++j)
-    if (signs.s[j] < 0) v[j] = -v[j];
-  for (int h = 1; h < 16; h <<= 1)
-    for (int a = 0; a < 16; a += 2 * h)
-      for (int j = a; j < a + h; ++j) {
-        const float u = v[j], w = v[j + h];
-        v[j] = __fadd_rn(u, w);
-        v[j + h] = __fsub_rn(u, w);
-      }
-  for (int j = 0; j < 16; ++j) base[j * C] = __fmul_rn(v[j], 0.25f);
+  const size_t g = i / size_t(cols), c = i % size_t(cols);
+  emu::hadamard16_column(m + g * 16 * size_t(cols) + c, size_t(cols), signs.s);
 }
 
 __global__ void k_qdq_e5m2(const float* in, float* out, size_t n, float inv, float scale) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    const uint8_t q = fm::e5m2_from_f32(__fmul_rn(in[i], inv), fm::Overflow::kSaturate);
-    out[i] = __fmul_rn(fm::f32_from_e5m2(q), scale);
-  }
+       i += size_t(gridDim.x) * blockDim.x)
+    out[i] = emu::qdq_e5m2_scaled(in[i], inv, scale);
 }
 
-// One thread per 16x16 tile (band of 16 rows, column block of 16), formats' nvfp4_2d_impl with
-// the scale rounded away from zero, then dequantize_nvfp4 of the tile's blocks.
+// One thread per 16x16 tile.
 __global__ void k_qdq_nvfp4_2d(const float* in, float* out, int rows, int cols, float ts) {
   const int nb = (cols + 15) / 16, bands = (rows + 15) / 16;
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= nb * bands) return;
-  const int r0 = (i / nb) * 16, c0 = (i % nb) * 16;
-  const int r1 = min(rows, r0 + 16), c1 = min(cols, c0 + 16);
-  uint32_t amax = 0;
-  for (int r = r0; r < r1; ++r)
-    for (int c = c0; c < c1; ++c) {
-      const uint32_t a = __float_as_uint(in[size_t(r) * cols + c]) & 0x7fffffffu;
-      amax = a > amax ? a : amax;
-    }
-  const float want = __fdiv_rn(__uint_as_float(amax), __fmul_rn(fm::kE2M1Max, ts));
-  const auto sc = uint8_t(fm::minifloat_encode<fm::kE4M3Spec, fm::Rounding::kAwayFromZero>(want));
-  const float denom = __fmul_rn(fm::minifloat_decode<fm::kE4M3Spec>(sc), ts);
-  const bool nan_tile = amax >= 0x7f800000u;
-  const uint8_t scale = nan_tile ? uint8_t(0x7f) : sc;
-  const float inv = (denom > 0.0f && !nan_tile) ? __fdiv_rn(1.0f, denom) : 0.0f;
-  const float x = __fmul_rn(fm::f32_from_e4m3(scale), ts);  // dequantize_nvfp4's block factor
-  for (int r = r0; r < r1; ++r)
-    for (int c = c0; c < c1; ++c) {
-      const size_t k = size_t(r) * cols + c;
-      const uint8_t q = scale != 0x7f ? fm::e2m1_from_f32(__fmul_rn(in[k], inv)) : uint8_t(0);
-      out[k] = __fmul_rn(fm::f32_from_e2m1(q), x);
-    }
+  emu::qdq_nvfp4_tile(in, out, rows, cols, (i / nb) * 16, (i % nb) * 16, ts);
 }
 
 Status check_dims(const char* op, long long rows, long long cols) {
