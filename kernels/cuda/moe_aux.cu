@@ -1,9 +1,10 @@
 // The MoE router losses of the CUDA backend (moe_aux.h): load balance and z-loss, forward and
 // backward, in double like the CPU ops (kernels/cpu/moe.cc). No atomics: per-token values are
 // one thread each, sums over tokens are one block each with every thread summing a contiguous
-// run of tokens in order and the fixed block tree of common.cuh on top. The CPU's
-// multiply-then-add steps use the _rn intrinsics so nvcc cannot contract them into an FMA the
-// CPU does not do.
+// run of tokens in order and the fixed block tree of common.cuh on top. Multiply-then-add steps
+// use the _rn intrinsics: one rounding each, whatever nvcc would contract (the CPU build may fuse
+// them or not, depending on the host's -march), so the device result does not depend on the
+// compiler; against the CPU it agrees to double rounding (tests/cuda/moe_aux_test.cc).
 #include <string>
 
 #include "kernels/cuda/common.cuh"
