@@ -1,14 +1,16 @@
 // The MoE router losses of the CUDA backend (moe_aux.h): load balance and z-loss, forward and
 // backward, in double like the CPU ops (kernels/cpu/moe.cc). No atomics: per-token values are
 // one thread each, sums over tokens are one block each with every thread summing a contiguous
-// run of tokens in order and the fixed block tree of common.cuh on top. Multiply-then-add steps
-// use the _rn intrinsics: one rounding each, whatever nvcc would contract (the CPU build may fuse
-// them or not, depending on the host's -march), so the device result does not depend on the
-// compiler; against the CPU it agrees to double rounding (tests/cuda/moe_aux_test.cc).
+// run of tokens in order and the fixed block tree of common.cuh on top. The per-token and
+// per-expert formulas are moe_aux_blocks.cuh's (host-tested against the CPU ops); multiply-then-
+// add steps round once each there, whatever nvcc would contract (the CPU build may fuse them or
+// not, depending on the host's -march), so against the CPU the device agrees to double rounding
+// (tests/cuda/moe_aux_test.cc).
 #include <string>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe_aux.h"
+#include "kernels/cuda/moe_aux_blocks.cuh"
 
 namespace atl::kernels::cuda {
 namespace {
@@ -19,82 +21,43 @@ using detail::launch_status;
 
 constexpr unsigned kThreads = 256;
 
-// inv[n] = 1 / (row normalizer of the probabilities): 1 for softmax, 1 / Σ_e s[n, e] for sigmoid
-// (the CPU's prob_norm, summed in increasing e in double).
+namespace ax = moe_aux;
+
+// inv[n] = 1 / (row normalizer of the probabilities), one thread per token.
 __global__ void k_aux_rownorm(double* inv, const float* scores, int N, int E, bool sigmoid) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
-  double S = 1.0;
-  if (sigmoid) {
-    const float* s = scores + size_t(n) * E;
-    S = 0.0;
-    for (int e = 0; e < E; ++e) S += double(s[e]);
-  }
-  inv[n] = 1.0 / S;
+  inv[n] = ax::inv_row_norm(scores + size_t(n) * E, E, sigmoid);
 }
 
-// psum[e] = Σ_n s[n, e] · inv[n]; block e, thread t the tokens [t·chunk, (t+1)·chunk).
+// psum[e] = Σ_n s[n, e] · inv[n]; block e, thread t the tokens [t·chunk, (t+1)·chunk), then the
+// fixed block tree.
 __global__ void k_aux_colsum(double* psum, const float* scores, const double* inv, int N, int E) {
   __shared__ double shm[32];
   const int e = blockIdx.x;
   const int chunk = (N + int(blockDim.x) - 1) / int(blockDim.x);
-  const int n0 = int(threadIdx.x) * chunk, n1 = min(N, n0 + chunk);
-  double acc = 0.0;
-  for (int n = n0; n < n1; ++n)
-    acc = __dadd_rn(acc, __dmul_rn(double(scores[size_t(n) * E + e]), inv[n]));
-  const double total = block_sum(acc, shm);
+  const int n0 = min(N, int(threadIdx.x) * chunk), n1 = min(N, n0 + chunk);
+  const double total = block_sum(ax::prob_sum(scores, inv, n0, n1, E, e), shm);
   if (threadIdx.x == 0) psum[e] = total;
 }
 
-// loss = E · Σ_e f_e · (psum_e / N), f_e = group size / (N·K); one thread, e in order.
 __global__ void k_aux_final(double* loss, const double* psum, const int32_t* offsets, int N, int E,
                             int K) {
-  if (blockIdx.x != 0 || threadIdx.x != 0) return;
-  const double inv = 1.0 / (double(N) * K);
-  double l = 0.0;
-  for (int e = 0; e < E; ++e) {
-    const double f = double(offsets[e + 1] - offsets[e]) * inv;
-    l = __dadd_rn(l, __dmul_rn(f, psum[e] / N));
-  }
-  *loss = E * l;
+  if (blockIdx.x == 0 && threadIdx.x == 0) *loss = ax::balance_loss(psum, offsets, N, E, K);
 }
 
-// g_e = dloss · E · f_e / N. Softmax: ds += g. Sigmoid (p = s / S): ds_j += (g_j − Σ g·p) / S.
 __global__ void k_aux_bwd(float* dscores, const float* scores, const int32_t* offsets, int N, int E,
                           int K, bool sigmoid, double dloss) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
-  const double inv = 1.0 / (double(N) * K);
-  auto g = [&](int e) {
-    const double f = double(offsets[e + 1] - offsets[e]) * inv;
-    return dloss * E * f / N;
-  };
-  float* ds = dscores + size_t(n) * E;
-  if (!sigmoid) {
-    for (int e = 0; e < E; ++e) ds[e] += float(g(e));
-    return;
-  }
-  const float* s = scores + size_t(n) * E;
-  double S = 0.0;
-  for (int e = 0; e < E; ++e) S += double(s[e]);
-  double dot = 0.0;
-  for (int e = 0; e < E; ++e) dot = __dadd_rn(dot, __dmul_rn(g(e), double(s[e]) / S));
-  for (int e = 0; e < E; ++e) ds[e] += float((g(e) - dot) / S);
-}
-
-// logsumexp of one row in double, the CPU's row_lse loop order.
-__device__ inline double row_lse(const float* l, int E) {
-  double mx = l[0];
-  for (int e = 1; e < E; ++e) mx = double(l[e]) > mx ? double(l[e]) : mx;
-  double sum = 0.0;
-  for (int e = 0; e < E; ++e) sum += exp(double(l[e]) - mx);
-  return mx + log(sum);
+  ax::balance_backward_row(dscores + size_t(n) * E, scores + size_t(n) * E, offsets, N, E, K,
+                           sigmoid, dloss);
 }
 
 __global__ void k_z_rows(double* sq, const float* logits, int N, int E) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
-  const double lse = row_lse(logits + size_t(n) * E, E);
+  const double lse = ax::row_lse(logits + size_t(n) * E, E);
   sq[n] = lse * lse;
 }
 
@@ -102,9 +65,9 @@ __global__ void k_z_rows(double* sq, const float* logits, int N, int E) {
 __global__ void k_z_sum(double* loss, const double* sq, int N) {
   __shared__ double shm[32];
   const int chunk = (N + int(blockDim.x) - 1) / int(blockDim.x);
-  const int n0 = int(threadIdx.x) * chunk, n1 = min(N, n0 + chunk);
+  const int n0 = min(N, int(threadIdx.x) * chunk), n1 = min(N, n0 + chunk);
   double acc = 0.0;
-  for (int n = n0; n < n1; ++n) acc += sq[n];
+  for (int n = n0; n < n1; ++n) acc = ax::d_add(acc, sq[n]);
   const double total = block_sum(acc, shm);
   if (threadIdx.x == 0) *loss = total / N;
 }
@@ -112,11 +75,7 @@ __global__ void k_z_sum(double* loss, const double* sq, int N) {
 __global__ void k_z_bwd(float* dlogits, const float* logits, int N, int E, double dloss) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
-  const float* l = logits + size_t(n) * E;
-  float* dl = dlogits + size_t(n) * E;
-  const double lse = row_lse(l, E);
-  const double scale = dloss * 2.0 * lse / N;
-  for (int e = 0; e < E; ++e) dl[e] += float(scale * exp(double(l[e]) - lse));
+  ax::z_backward_row(dlogits + size_t(n) * E, logits + size_t(n) * E, N, E, dloss);
 }
 
 Status check_sizes(const char* op, int N, int E) {
