@@ -35,8 +35,8 @@ StatusOr<DeviceChoice> resolve_devices(const std::string& device, const std::str
 // and out; AdamW state kept on the devices across calls and rounds).
 class GpuTrainer {
  public:
-  // One line when the model or trainer config is not supported on the GPU path (MoE, a
-  // precision other than fp32) or a device cannot be opened.
+  // Dense and MoE models alike, every precision recipe. One line when the configs are invalid,
+  // the build has no CUDA backend, or a device cannot be opened.
   static StatusOr<std::unique_ptr<GpuTrainer>> create(const algorithms::ModelConfig& model,
                                                       const algorithms::TrainerConfig& train,
                                                       const DeviceChoice& devices);

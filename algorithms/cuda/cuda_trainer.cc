@@ -14,12 +14,8 @@ namespace kc = atl::kernels::cuda;
 
 Status check_supported(const ModelConfig& model, const TrainerConfig& train) {
   ATOLL_RETURN_IF_ERROR(check_supported(model));
-  ATOLL_RETURN_IF_ERROR(validate(train, model));
-  if (train.precision != Precision::kFp32)
-    return FailedPrecondition(std::string("precision ") + precision_name(train.precision) +
-                              " is not available on the CUDA path yet (fp32 only): use " +
-                              "precision fp32, or --device cpu for the low-precision recipes");
-  return Status::Ok();
+  // Every precision recipe too (precision_cuda.h).
+  return validate(train, model);
 }
 
 CudaTrainer::~CudaTrainer() {
@@ -69,6 +65,7 @@ StatusOr<std::unique_ptr<CudaTrainer>> CudaTrainer::create(const ModelConfig& mo
     Rank rk;
     rk.ctx = ctx;
     ATOLL_ASSIGN_OR_RETURN(rk.model, CudaLlama::create(model, *ctx));
+    rk.model->set_precision(train.precision, train.precision_seed);
     ATOLL_ASSIGN_OR_RETURN(rk.params, kc::DeviceBuffer<float>::alloc(P));
     ATOLL_ASSIGN_OR_RETURN(rk.grads, kc::DeviceBuffer<float>::alloc(P));
     ATOLL_ASSIGN_OR_RETURN(rk.m, kc::DeviceBuffer<float>::alloc(P));
@@ -147,14 +144,23 @@ StatusOr<StepStats> CudaTrainer::step_device(const int32_t* tokens, int64_t glob
     const size_t at = size_t(rows.begin) * T;
     ATOLL_RETURN_IF_ERROR(rk.ctx->make_current());
     ATOLL_RETURN_IF_ERROR(kc::zero_fill(*rk.ctx, rk.grads.data(), P));
+    rk.model->gemm().begin_step(static_cast<uint64_t>(global_step));  // as InnerTrainer::step
     ATOLL_RETURN_IF_ERROR(rk.model->forward(rk.params.data(), inputs_.data() + at,
                                             targets_.data() + at, rows.size(), T));
     total_targets += rk.model->num_targets();
   }
   // Backward: each rank's gradient of Σ its losses / total_targets, so their sum is the
-  // gradient of the whole batch's mean loss.
-  for (Rank& rk : ranks_)
-    ATOLL_RETURN_IF_ERROR(rk.model->backward(rk.params.data(), rk.grads.data(), total_targets));
+  // gradient of the whole batch's mean loss. MoE router losses are each rank's own (over its
+  // tokens), weighted by its share of the rows: on one device exactly the CPU objective; on
+  // several the z-loss sums to the batch's exactly and the balance loss becomes the
+  // token-weighted mean of the ranks' (docs/cuda.md).
+  for (int r = 0; r < R; ++r) {
+    Rank& rk = ranks_[size_t(r)];
+    const double share = R == 1 ? 1.0 : double(data::rows_for_worker(B, R, r).size()) / double(B);
+    ATOLL_RETURN_IF_ERROR(rk.ctx->make_current());
+    ATOLL_RETURN_IF_ERROR(
+        rk.model->backward(rk.params.data(), rk.grads.data(), total_targets, share));
+  }
   if (R > 1) {
     std::vector<float*> bufs;
     for (Rank& rk : ranks_) bufs.push_back(rk.grads.data());

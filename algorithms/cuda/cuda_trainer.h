@@ -13,8 +13,11 @@
 // rank then runs the same clip and AdamW on the same bits, so the replicas stay identical.
 // The result equals one device's step on the whole batch up to summation order.
 //
-// Refuses (one line) MoE models and --precision other than fp32. Built only with the CUDA
-// backend (target atoll_algorithms_cuda).
+// Dense and MoE models (llama_cuda.h), every precision recipe (the trainer config's precision
+// and precision_seed, steps keyed by global_step as InnerTrainer's). On several devices, MoE
+// router losses are each rank's own, weighted by its share of the rows, and the recipes'
+// per-tensor scales and stochastic rounding are each rank's over its rows (docs/cuda.md).
+// Built only with the CUDA backend (target atoll_algorithms_cuda).
 #pragma once
 
 #include <cstdint>

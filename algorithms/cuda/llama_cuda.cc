@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "algorithms/cuda/llama_cuda_moe.h"
 #include "kernels/cuda/ops.h"
 
 namespace atl::algorithms::cuda {
@@ -32,16 +33,30 @@ Status d2h(kc::Context& ctx, void* dst, const void* src, size_t bytes) {
 }
 
 Status check_supported(const ModelConfig& cfg) {
-  ATOLL_RETURN_IF_ERROR(validate(cfg));
-  if (cfg.moe_experts > 0)
-    return FailedPrecondition(
-        "the CUDA model path has no MoE layers yet (moe_experts = " +
-        std::to_string(cfg.moe_experts) +
-        "): train this model with --device cpu, or use a dense model (moe_experts = 0)");
-  return Status::Ok();
+  // Dense and MoE layers (llama_cuda_moe.h) alike: every valid config.
+  return validate(cfg);
 }
 
-CudaLlama::CudaLlama(const ModelConfig& cfg, kc::Context& ctx) : cfg_(cfg), ctx_(ctx) {}
+CudaLlama::CudaLlama(const ModelConfig& cfg, kc::Context& ctx) : cfg_(cfg), ctx_(ctx), gemm_(ctx) {}
+
+GemmSite CudaLlama::site(int l, int k) const {
+  // Llama::site: the same ids and the same bf16 layers (the head always; nvfp4 its tail blocks).
+  GemmSite s;
+  s.id = static_cast<uint32_t>(l) * 4 + static_cast<uint32_t>(k);
+  s.high_precision = l == cfg_.layers || (gemm_.precision() == Precision::kNvfp4 &&
+                                          l >= cfg_.layers - nvfp4_bf16_tail_layers(cfg_.layers));
+  return s;
+}
+
+MoeSites CudaLlama::moe_sites(int l) const {
+  // Llama::moe_sites: routed experts reuse the dense FFN's ids, the shared expert's lie above.
+  MoeSites s{site(l, 2), site(l, 3), site(l, 2), site(l, 3)};
+  s.shared_gu.id = (1u << 19) + static_cast<uint32_t>(l) * 2;
+  s.shared_down.id = s.shared_gu.id + 1;
+  return s;
+}
+
+CudaLlama::~CudaLlama() = default;
 
 StatusOr<std::unique_ptr<CudaLlama>> CudaLlama::create(const ModelConfig& cfg, kc::Context& ctx) {
   ATOLL_RETURN_IF_ERROR(check_supported(cfg));
@@ -51,11 +66,15 @@ StatusOr<std::unique_ptr<CudaLlama>> CudaLlama::create(const ModelConfig& cfg, k
   m->off_norm_ = m->layout_.find("model.norm.weight")->offset;
   m->off_.resize(size_t(cfg.layers));
   for (int l = 0; l < cfg.layers; ++l) {
-    auto at = [&](const char* s) { return m->layout_.find(layer_name(l, s))->offset; };
+    auto at = [&](const char* s) {
+      const ParamView* v = m->layout_.find(layer_name(l, s));
+      return v ? v->offset : size_t(0);  // the mlp.* tensors are absent in MoE layers
+    };
     m->off_[size_t(l)] = {at("input_layernorm.weight"),  at("self_attn.q_proj.weight"),
                           at("self_attn.o_proj.weight"), at("post_attention_layernorm.weight"),
                           at("mlp.gate_proj.weight"),    at("mlp.down_proj.weight")};
   }
+  if (cfg.moe_experts > 0) m->moe_ = std::make_unique<CudaMoeBlocks>(cfg, m->layout_, ctx);
   return m;
 }
 
@@ -98,6 +117,7 @@ Status CudaLlama::ensure_shape(int B, int T) {
       tok_cap_ = 2 * N;
     }
   }
+  if (moe_) ATOLL_RETURN_IF_ERROR(moe_->ensure(int(N)));
   B_ = B;
   T_ = T;
   float* p = acts_.data();
@@ -169,22 +189,27 @@ Status CudaLlama::forward(const float* P, const int32_t* tokens, const int32_t* 
     // attention sub-block
     ATOLL_RETURN_IF_ERROR(
         kc::rmsnorm_forward(ctx_, a.ln1, a.rstd1, a.x, P + o.ln1, N, C, cfg_.norm_eps));
-    ATOLL_RETURN_IF_ERROR(kc::matmul_forward(ctx_, a.qkv, a.ln1, P + o.qkv, N, C, 3 * C));
+    ATOLL_RETURN_IF_ERROR(gemm_.forward(a.qkv, a.ln1, P + o.qkv, N, C, 3 * C, site(l, 0)));
     ATOLL_RETURN_IF_ERROR(kc::rope_forward(ctx_, a.qkv, B, T, 2 * H, D, 3 * C, cfg_.rope_base));
     ATOLL_RETURN_IF_ERROR(kc::attention_forward(ctx_, a.atty, a.att, a.qkv, B, T, H, D));
-    ATOLL_RETURN_IF_ERROR(kc::matmul_forward(ctx_, scratch_, a.atty, P + o.o, N, C, C));
+    ATOLL_RETURN_IF_ERROR(gemm_.forward(scratch_, a.atty, P + o.o, N, C, C, site(l, 1)));
     ATOLL_RETURN_IF_ERROR(kc::add_forward(ctx_, a.h, a.x, scratch_, NC));
-    // MLP sub-block (dense SwiGLU)
+    // MLP sub-block (dense SwiGLU, or the MoE layer of llama_cuda_moe.h)
     ATOLL_RETURN_IF_ERROR(
         kc::rmsnorm_forward(ctx_, a.ln2, a.rstd2, a.h, P + o.ln2, N, C, cfg_.norm_eps));
-    ATOLL_RETURN_IF_ERROR(kc::matmul_forward(ctx_, a.gu, a.ln2, P + o.gu, N, C, 2 * F));
-    ATOLL_RETURN_IF_ERROR(kc::swiglu_forward(ctx_, a.swi, a.gu, N, F));
-    ATOLL_RETURN_IF_ERROR(kc::matmul_forward(ctx_, scratch_, a.swi, P + o.down, N, F, C));
+    if (moe_ && moe_->is_moe(l)) {
+      ATOLL_RETURN_IF_ERROR(moe_->forward(l, P, a.ln2, scratch_, N, gemm_, moe_sites(l)));
+    } else {
+      ATOLL_RETURN_IF_ERROR(gemm_.forward(a.gu, a.ln2, P + o.gu, N, C, 2 * F, site(l, 2)));
+      ATOLL_RETURN_IF_ERROR(kc::swiglu_forward(ctx_, a.swi, a.gu, N, F));
+      ATOLL_RETURN_IF_ERROR(gemm_.forward(scratch_, a.swi, P + o.down, N, F, C, site(l, 3)));
+    }
     ATOLL_RETURN_IF_ERROR(kc::add_forward(ctx_, next, a.h, scratch_, NC));
   }
   ATOLL_RETURN_IF_ERROR(
       kc::rmsnorm_forward(ctx_, lnf_, rstdf_, out_, P + off_norm_, N, C, cfg_.norm_eps));
-  ATOLL_RETURN_IF_ERROR(kc::matmul_forward(ctx_, logits_, lnf_, wte, N, C, V));  // tied head
+  ATOLL_RETURN_IF_ERROR(
+      gemm_.forward(logits_, lnf_, wte, N, C, V, site(cfg_.layers, 0)));  // tied head
   ATOLL_RETURN_IF_ERROR(kc::zero_fill(ctx_, losses_, size_t(N)));
   if (!have_targets_) return Status::Ok();
   return kc::softmax_xent(ctx_, losses_, nullptr, logits_, dtgt, N, V, 0.0);
@@ -203,12 +228,25 @@ StatusOr<double> CudaLlama::loss_sum(double start) {
   return sum;
 }
 
+Status CudaLlama::router_loss_sums(double& balance_sum, double& z_sum) {
+  balance_sum = z_sum = 0.0;
+  if (!moe_) return Status::Ok();
+  if (B_ == 0) return FailedPrecondition("CUDA model: router losses before any forward");
+  return moe_->loss_sums(balance_sum, z_sum);
+}
+
+StatusOr<double> CudaLlama::aux_loss() {
+  double b = 0, z = 0;
+  ATOLL_RETURN_IF_ERROR(router_loss_sums(b, z));
+  return cfg_.moe_aux_coef * b + cfg_.moe_z_coef * z;  // MoeBlocks::weighted_loss
+}
+
 StatusOr<float> CudaLlama::loss() {
   ATOLL_ASSIGN_OR_RETURN(const double sum, loss_sum());
   return num_targets_ ? static_cast<float>(sum / static_cast<double>(num_targets_)) : 0.0f;
 }
 
-Status CudaLlama::backward(const float* P, float* G, int64_t denom) {
+Status CudaLlama::backward(const float* P, float* G, int64_t denom, double router_scale) {
   if (!have_targets_ || B_ == 0)
     return FailedPrecondition("CUDA model: backward() without a forward with targets");
   ATOLL_RETURN_IF_ERROR(ctx_.make_current());
@@ -234,7 +272,8 @@ Status CudaLlama::backward(const float* P, float* G, int64_t denom) {
   ATOLL_RETURN_IF_ERROR(kc::softmax_xent(ctx_, losses_, logits_, logits_, dtgt, N, V, dloss));
   // Tied head: dlnf (N, C) = dlogits · wte ; dwte += dlogitsᵀ · lnf.
   ATOLL_RETURN_IF_ERROR(zero(dln, NC));
-  ATOLL_RETURN_IF_ERROR(kc::matmul_backward(ctx_, dln, dwte, logits_, lnf_, wte, N, C, V));
+  ATOLL_RETURN_IF_ERROR(
+      gemm_.backward(dln, dwte, logits_, lnf_, wte, N, C, V, site(cfg_.layers, 0)));
 
   // Final norm: dres = d(last block output).
   ATOLL_RETURN_IF_ERROR(zero(dres, NC));
@@ -244,27 +283,33 @@ Status CudaLlama::backward(const float* P, float* G, int64_t denom) {
     const LayerOffsets& o = off_[size_t(l)];
     const LayerActs& a = la_[size_t(l)];
     // out = h + ffn(ln2): both branches receive dres.
-    ATOLL_RETURN_IF_ERROR(zero(dswi, size_t(N) * F));
-    ATOLL_RETURN_IF_ERROR(
-        kc::matmul_backward(ctx_, dswi, G + o.down, dres, a.swi, P + o.down, N, F, C));
-    ATOLL_RETURN_IF_ERROR(zero(dgu, size_t(N) * 2 * F));
-    ATOLL_RETURN_IF_ERROR(kc::swiglu_backward(ctx_, dgu, dswi, a.gu, N, F));
-    ATOLL_RETURN_IF_ERROR(zero(dln, NC));
-    ATOLL_RETURN_IF_ERROR(
-        kc::matmul_backward(ctx_, dln, G + o.gu, dgu, a.ln2, P + o.gu, N, C, 2 * F));
+    if (moe_ && moe_->is_moe(l)) {
+      ATOLL_RETURN_IF_ERROR(zero(dln, NC));  // + the router losses' gradients
+      ATOLL_RETURN_IF_ERROR(
+          moe_->backward(l, P, G, a.ln2, dres, dln, router_scale, gemm_, moe_sites(l)));
+    } else {
+      ATOLL_RETURN_IF_ERROR(zero(dswi, size_t(N) * F));
+      ATOLL_RETURN_IF_ERROR(
+          gemm_.backward(dswi, G + o.down, dres, a.swi, P + o.down, N, F, C, site(l, 3)));
+      ATOLL_RETURN_IF_ERROR(zero(dgu, size_t(N) * 2 * F));
+      ATOLL_RETURN_IF_ERROR(kc::swiglu_backward(ctx_, dgu, dswi, a.gu, N, F));
+      ATOLL_RETURN_IF_ERROR(zero(dln, NC));
+      ATOLL_RETURN_IF_ERROR(
+          gemm_.backward(dln, G + o.gu, dgu, a.ln2, P + o.gu, N, C, 2 * F, site(l, 2)));
+    }
     ATOLL_RETURN_IF_ERROR(  // dres = dh
         kc::rmsnorm_backward(ctx_, dres, G + o.ln2, dln, a.h, P + o.ln2, a.rstd2, N, C));
     // h = x + o_proj(atty): both branches receive dh.
     ATOLL_RETURN_IF_ERROR(zero(datty, NC));
     ATOLL_RETURN_IF_ERROR(
-        kc::matmul_backward(ctx_, datty, G + o.o, dres, a.atty, P + o.o, N, C, C));
+        gemm_.backward(datty, G + o.o, dres, a.atty, P + o.o, N, C, C, site(l, 1)));
     ATOLL_RETURN_IF_ERROR(zero(dqkv, 3 * NC));
     ATOLL_RETURN_IF_ERROR(kc::attention_backward(ctx_, dqkv, datty, a.qkv, a.att, B, T, H, D));
     ATOLL_RETURN_IF_ERROR(  // dq, dk before RoPE
         kc::rope_backward(ctx_, dqkv, B, T, 2 * H, D, 3 * C, cfg_.rope_base));
     ATOLL_RETURN_IF_ERROR(zero(dln, NC));
     ATOLL_RETURN_IF_ERROR(
-        kc::matmul_backward(ctx_, dln, G + o.qkv, dqkv, a.ln1, P + o.qkv, N, C, 3 * C));
+        gemm_.backward(dln, G + o.qkv, dqkv, a.ln1, P + o.qkv, N, C, 3 * C, site(l, 0)));
     ATOLL_RETURN_IF_ERROR(  // dres = dx
         kc::rmsnorm_backward(ctx_, dres, G + o.ln1, dln, a.x, P + o.ln1, a.rstd1, N, C));
   }

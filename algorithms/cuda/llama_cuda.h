@@ -4,13 +4,17 @@
 // between host and device is one copy.
 //
 // Mirror of Llama::forward / Llama::backward (fp32): embedding -> L blocks (RMSNorm, fused
-// q|k|v GEMM, RoPE on q and k, causal attention, o_proj, residual; RMSNorm, fused gate|up GEMM,
-// SwiGLU, down_proj, residual) -> final RMSNorm -> tied head (embedding matrix) -> softmax
-// cross-entropy. Backward walks the same ops in reverse, accumulating into the gradients in the
-// same order as the CPU model (head first, then blocks L-1 .. 0, embedding last).
+// q|k|v GEMM, RoPE on q and k, causal attention, o_proj, residual; RMSNorm, then the FFN:
+// fused gate|up GEMM, SwiGLU, down_proj in a dense layer, or in an MoE layer (the config's
+// moe_* fields, is_moe_layer) the CPU MoE block op for op (llama_cuda_moe.h: router, top-k,
+// dropless plan, grouped expert GEMMs, combine, optional shared expert, router losses);
+// residual) -> final RMSNorm -> tied head (embedding matrix) -> softmax cross-entropy. Backward
+// walks the same ops in reverse, accumulating into the gradients in the same order as the CPU
+// model (head first, then blocks L-1 .. 0, embedding last), and differentiates the CPU model's
+// objective: cross-entropy + Σ over MoE layers (moe_aux_coef·L_aux + moe_z_coef·L_z).
 //
-// Not supported (refused by create() with one line): MoE layers. Precision is fp32 only
-// (the CUDA inner trainer refuses other recipes).
+// Every valid ModelConfig is supported, in every precision recipe of algorithms/model/precision.h
+// (set_precision; emulated as on the CPU, precision_cuda.h).
 //
 // Built only when the CUDA backend is (CMake target atoll_algorithms_cuda).
 #pragma once
@@ -20,6 +24,7 @@
 #include <memory>
 #include <vector>
 
+#include "algorithms/cuda/precision_cuda.h"
 #include "algorithms/model/llama.h"
 #include "algorithms/model/param_set.h"
 #include "kernels/core/status.h"
@@ -27,7 +32,10 @@
 
 namespace atl::algorithms::cuda {
 
-// OK when the CUDA model can train cfg, else one line saying what it cannot do.
+class CudaMoeBlocks;  // llama_cuda_moe.h
+
+// OK when the CUDA model can train cfg (any config that passes validate(), dense or MoE), else
+// one line saying what is wrong.
 Status check_supported(const ModelConfig& cfg);
 
 class CudaLlama {
@@ -36,6 +44,7 @@ class CudaLlama {
   // op runs on ctx's device and stream.
   static StatusOr<std::unique_ptr<CudaLlama>> create(const ModelConfig& cfg,
                                                      kernels::cuda::Context& ctx);
+  ~CudaLlama();
 
   const ModelConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
@@ -59,10 +68,27 @@ class CudaLlama {
 
   // Enqueues the backward of the last forward (which must have had targets), ACCUMULATING (+=)
   // into G (device, layout().numel() floats; zero it first). The loss differentiated is
-  // Σ losses / denom; denom = 0 means num_targets() (the CPU model's mean). A multi-GPU worker
-  // passes the whole batch's target count, so summing the ranks' gradients gives the gradient of
-  // the whole batch's mean. Destroys the logits (the loss gradient is written over them).
-  Status backward(const float* P, float* G, int64_t denom = 0);
+  // Σ losses / denom + router_scale · aux_loss(); denom = 0 means num_targets() (with
+  // router_scale = 1: the CPU model's objective). A multi-GPU worker passes the whole batch's
+  // target count and its share of the batch's rows as router_scale, so summing the ranks'
+  // gradients gives the gradient of the whole batch's mean plus the token-weighted mean of the
+  // ranks' router losses (docs/cuda.md). Destroys the logits (the loss gradient is written over
+  // them).
+  Status backward(const float* P, float* G, int64_t denom = 0, double router_scale = 1.0);
+
+  // MoE router losses of the last forward (0 for a dense model), as Llama::aux_loss,
+  // balance_loss_sum and z_loss_sum: Σ over MoE layers of moe_aux_coef·L_aux + moe_z_coef·L_z,
+  // and the unscaled sums. Read from the device (synchronizes the stream).
+  StatusOr<double> aux_loss();
+  Status router_loss_sums(double& balance_sum, double& z_sum);
+
+  // Training precision of the linear layers' GEMMs, as Llama::set_precision (default fp32): the
+  // recipe's emulation on the device (precision_cuda.h), the same GemmSites as the CPU model
+  // (the LM head in bf16 under every low-precision recipe, nvfp4's tail blocks in bf16, MoE
+  // experts by the recipe, the router in fp32). Call gemm().begin_step(step) before each
+  // training step's forward.
+  void set_precision(Precision p, uint64_t seed) { gemm_.configure(p, seed); }
+  CudaPrecisionGemm& gemm() { return gemm_; }
 
   // Logits (B·T, V) of the last forward on the device (valid until backward / next forward).
   const float* logits() const { return logits_; }
@@ -77,6 +103,9 @@ class CudaLlama {
 
   CudaLlama(const ModelConfig& cfg, kernels::cuda::Context& ctx);
   Status ensure_shape(int B, int T);
+  // GEMM k (0 qkv, 1 o, 2 gate|up, 3 down) of layer l; l = layers is the LM head (Llama::site).
+  GemmSite site(int l, int k) const;
+  MoeSites moe_sites(int l) const;
 
   ModelConfig cfg_;
   kernels::cuda::Context& ctx_;
@@ -92,7 +121,9 @@ class CudaLlama {
   std::vector<LayerActs> la_;
   float *out_ = nullptr, *lnf_ = nullptr, *rstdf_ = nullptr, *scratch_ = nullptr;
   float *logits_ = nullptr, *losses_ = nullptr;
-  std::vector<int32_t> host_targets_;  // (N) for loss_sum's mask
+  std::vector<int32_t> host_targets_;   // (N) for loss_sum's mask
+  std::unique_ptr<CudaMoeBlocks> moe_;  // null for a dense model
+  CudaPrecisionGemm gemm_;
   bool have_targets_ = false;
   int64_t num_targets_ = 0;
 };

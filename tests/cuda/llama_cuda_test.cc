@@ -1,6 +1,8 @@
 // The CUDA model path (algorithms/cuda) against the CPU model, the reference: one forward +
 // backward, 20 training steps, run-to-run bits, and the 2-GPU worker against one GPU on the
-// same batch. GPU tests skip with "no CUDA device: ..." without one; the refusals run anywhere.
+// same batch; the same for models with MoE layers (softmax and sigmoid routers, with and without
+// a shared expert, mixed with dense layers). GPU tests skip with "no CUDA device: ..." without one;
+// the refusals run anywhere.
 //
 // Tolerances. The CUDA ops compute the CPU ops' arithmetic in fp32 but sum in other orders
 // (cuBLASLt's GEMM tiling, fixed-tree block reductions) and use the GPU's expf/logf, each a few
@@ -23,6 +25,7 @@
 #include "algorithms/model/llama.h"
 #include "algorithms/optim/inner_trainer.h"
 #include "cuda/cuda_test_util.h"
+#include "cuda/model_test_util.h"
 #include "kernels/cuda/nccl_group.h"
 #include "kernels/cuda/ops.h"
 
@@ -32,81 +35,32 @@ namespace {
 using kernels::cuda::testing::CudaTest;
 using kernels::cuda::testing::same_bits;
 
-ModelConfig small_model() {
-  ModelConfig c;
-  c.vocab = 64;
-  c.dim = 32;
-  c.layers = 2;
-  c.heads = 2;
-  c.ffn_hidden = 64;
-  c.seq_len = 16;
-  return c;
-}
-
-TrainerConfig small_trainer(int batch) {
-  TrainerConfig t;
-  t.batch = batch;
-  t.seq = 16;
-  t.lr = 1e-2;  // the CPU trainer drops ~0.7 nats in 20 steps on make_tokens' batches
-  t.min_lr = 1e-3;
-  t.warmup = 2;
-  t.total_steps = 20;
-  return t;
-}
-
-// (rows, seq + 1) tokens with structure to learn (a noisy arithmetic progression per row), a
-// pure function of (seed, rows).
-std::vector<int32_t> make_tokens(int rows, int seq, int vocab, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::vector<int32_t> t(static_cast<size_t>(rows) * (seq + 1));
-  for (int r = 0; r < rows; ++r) {
-    const int step = 1 + static_cast<int>(g() % 5), start = static_cast<int>(g() % vocab);
-    for (int i = 0; i <= seq; ++i) {
-      const bool noise = g() % 8 == 0;
-      t[size_t(r) * (seq + 1) + i] =
-          noise ? static_cast<int32_t>(g() % vocab) : (start + step * i) % vocab;
-    }
-  }
-  return t;
-}
-
-// Per view: max |a − b| <= rel · max |b| (+ a tiny floor for all-zero views).
-::testing::AssertionResult views_close(const ParamSet& a, const ParamSet& b, double rel) {
-  for (const ParamView& v : b.layout().views()) {
-    const float* pa = a.data() + v.offset;
-    const float* pb = b.data() + v.offset;
-    double scale = 0, worst = 0;
-    size_t wi = 0;
-    for (size_t i = 0; i < v.numel(); ++i) scale = std::max(scale, std::abs(double(pb[i])));
-    for (size_t i = 0; i < v.numel(); ++i) {
-      const double e = std::abs(double(pa[i]) - double(pb[i]));
-      if (!(e <= worst)) worst = e, wi = i;
-    }
-    if (!(worst <= rel * scale + 1e-12))
-      return ::testing::AssertionFailure()
-             << v.name << "[" << wi << "]: " << pa[wi] << " vs " << pb[wi] << " (|diff| " << worst
-             << " > " << rel << " x max " << scale << ")";
-  }
-  return ::testing::AssertionSuccess();
-}
+using testing::make_tokens;
+using testing::moe_model;
+using testing::small_model;
+using testing::small_trainer;
+using testing::views_close;
 
 using kernels::cuda::DeviceBuffer;
 
-TEST(CudaModelSupport, RefusesMoeAndLowPrecisionWithOneLine) {
-  ModelConfig moe = small_model();
-  moe.moe_experts = 4;
-  moe.moe_top_k = 2;
-  moe.moe_hidden = 16;
-  const Status a = check_supported(moe);
-  EXPECT_EQ(a.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(a.message().find("MoE"), std::string::npos) << a.message();
+TEST(CudaModelSupport, AcceptsMoeAndEveryPrecisionAndRefusesBadConfigsWithOneLine) {
+  const ModelConfig moe = moe_model("sigmoid", 24, 2);
+  EXPECT_TRUE(check_supported(moe).ok()) << check_supported(moe).to_string();
+  EXPECT_TRUE(check_supported(moe, small_trainer(4)).ok());
+  for (Precision p : {Precision::kBf16, Precision::kFp8, Precision::kMxfp8, Precision::kNvfp4}) {
+    TrainerConfig t = small_trainer(4);
+    t.precision = p;
+    EXPECT_TRUE(check_supported(moe, t).ok()) << precision_name(p);
+  }
+  ModelConfig bad = moe;
+  bad.moe_top_k = 5;  // > moe_experts: validate()'s line
+  const Status a = check_supported(bad);
+  EXPECT_EQ(a.code(), StatusCode::kInvalidArgument) << a.to_string();
+  EXPECT_NE(a.message().find("moe_top_k"), std::string::npos) << a.message();
   EXPECT_EQ(a.message().find('\n'), std::string::npos);
-  TrainerConfig bf16 = small_trainer(4);
-  bf16.precision = Precision::kBf16;
-  const Status b = check_supported(small_model(), bf16);
-  EXPECT_EQ(b.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(b.message().find("bf16"), std::string::npos) << b.message();
-  EXPECT_TRUE(check_supported(small_model(), small_trainer(4)).ok());
+  TrainerConfig long_rows = small_trainer(4);
+  long_rows.seq = 17;  // > seq_len
+  EXPECT_FALSE(check_supported(small_model(), long_rows).ok());
   // More devices than rows is refused before any device is touched.
   auto t = CudaTrainer::create(small_model(), small_trainer(1), {0, 1});
   ASSERT_FALSE(t.ok());
@@ -144,6 +98,17 @@ void forward_backward_vs_cpu(kernels::cuda::Context& ctx_ref, const ModelConfig&
   ASSERT_TRUE(loss.ok()) << loss.status().to_string();
   EXPECT_EQ((*model)->num_targets(), cpu.num_targets());
   EXPECT_NEAR(*loss, cpu_loss, 1e-5 * cpu_loss);
+  // MoE router losses (0 and 0 for a dense model): the CPU model's values.
+  double bal = -1, zl = -1;
+  ASSERT_TRUE((*model)->router_loss_sums(bal, zl).ok());
+  EXPECT_NEAR(bal, cpu.balance_loss_sum(), 1e-5 * cpu.balance_loss_sum());
+  EXPECT_NEAR(zl, cpu.z_loss_sum(), 1e-5 * cpu.z_loss_sum());
+  auto aux = (*model)->aux_loss();
+  ASSERT_TRUE(aux.ok()) << aux.status().to_string();
+  EXPECT_NEAR(*aux, cpu.aux_loss(), 1e-5 * cpu.aux_loss());
+  if (cfg.moe_experts > 0) {
+    EXPECT_GT(bal, 0.0);
+  }
   // Logits before backward overwrites them.
   std::vector<float> logits(size_t(B) * T * cfg.vocab);
   ASSERT_TRUE(d2h(ctx(), logits.data(), (*model)->logits(), logits.size() * 4).ok());
@@ -214,6 +179,86 @@ TEST_F(CudaModelTest, SameRunTwiceIsBitwiseEqual) {
     ASSERT_TRUE(t.ok()) << t.status().to_string();
     for (int s = 0; s < 6; ++s) {
       const auto tok = make_tokens(tc.batch, tc.seq, cfg.vocab, 500 + uint32_t(s));
+      auto st = (*t)->step(p, tok.data(), s);
+      ASSERT_TRUE(st.ok()) << st.status().to_string();
+      losses[size_t(run)].push_back(st->loss);
+    }
+    out.push_back(std::move(p));
+  }
+  EXPECT_TRUE(same_bits(losses[0], losses[1]));
+  EXPECT_TRUE(same_bits(out[0].vec(), out[1].vec()));
+  EXPECT_NE(out[0].fingerprint(), init.fingerprint());
+}
+
+// ---- MoE layers (llama_cuda_moe.h) against the CPU MoE block ----------------------------------
+// Same tolerances as the dense model: the MoE ops add reductions of at most max(E, K, Fe, Fs, C)
+// <= 64 terms. Top-k is a discontinuous choice: the CPU and the GPU pick the same experts unless
+// two scores of a token lie within rounding of each other (probability ~1e-6 per comparison for
+// these random weights), so one forward could in principle differ by a whole expert; a failure
+// of that kind shows up as O(1) differences in one expert's gradient and is not a tolerance
+// problem.
+
+TEST_F(CudaModelTest, MoeSoftmaxMixedWithDenseLayersMatchesTheCpuModel) {
+  forward_backward_vs_cpu(ctx(), moe_model("softmax", 0, 2), 4, 16);  // layer 1 MoE
+}
+
+TEST_F(CudaModelTest, MoeSigmoidWithSharedExpertMixedWithDenseLayersMatchesTheCpuModel) {
+  forward_backward_vs_cpu(ctx(), moe_model("sigmoid", 24, 2), 4, 16);
+}
+
+// Every layer MoE, odd sizes (E = 8, K = 3, Fe = 12, Fs = 20, N = 39) and router-loss weights
+// 10x the defaults, so a wrong balance- or z-loss gradient cannot hide under the tolerance.
+TEST_F(CudaModelTest, MoeEveryLayerSharedExpertOddSizesStrongRouterLossesMatchTheCpuModel) {
+  ModelConfig c = moe_model("softmax", 20, 1);
+  c.moe_experts = 8;
+  c.moe_top_k = 3;
+  c.moe_hidden = 12;
+  c.moe_aux_coef = 0.1;
+  c.moe_z_coef = 0.01;
+  forward_backward_vs_cpu(ctx(), c, 3, 13);
+}
+
+TEST_F(CudaModelTest, MoeSigmoidTopOneEveryLayerMatchesTheCpuModel) {
+  ModelConfig c = moe_model("sigmoid", 0, 1);
+  c.moe_top_k = 1;
+  c.moe_aux_coef = 0.05;
+  forward_backward_vs_cpu(ctx(), c, 4, 16);
+}
+
+TEST_F(CudaModelTest, MoeTenStepsTrackTheCpuTrainer) {
+  for (const ModelConfig& cfg : {moe_model("softmax", 0, 2), moe_model("sigmoid", 24, 1)}) {
+    SCOPED_TRACE(cfg.moe_score);
+    const TrainerConfig tc = small_trainer(4);
+    ParamSet p_cpu(make_layout(cfg));
+    init_params(p_cpu, cfg, 13);
+    ParamSet p_gpu = p_cpu;
+    InnerTrainer cpu(cfg, tc);
+    auto gpu = CudaTrainer::create(cfg, tc, {0});
+    ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+    for (int s = 0; s < 10; ++s) {
+      const auto tok = make_tokens(tc.batch, tc.seq, cfg.vocab, 300 + uint32_t(s));
+      const StepStats a = cpu.step(p_cpu, tok.data(), s);
+      auto b = (*gpu)->step(p_gpu, tok.data(), s);
+      ASSERT_TRUE(b.ok()) << b.status().to_string();
+      EXPECT_NEAR(b->grad_norm, a.grad_norm, 1e-4 * a.grad_norm) << "step " << s;
+      EXPECT_NEAR(b->loss, a.loss, 1e-4 * a.loss) << "step " << s;
+    }
+  }
+}
+
+TEST_F(CudaModelTest, MoeSameRunTwiceIsBitwiseEqual) {
+  const ModelConfig cfg = moe_model("sigmoid", 16, 1);
+  const TrainerConfig tc = small_trainer(4);
+  ParamSet init(make_layout(cfg));
+  init_params(init, cfg, 3);
+  std::vector<ParamSet> out;
+  std::vector<std::vector<float>> losses(2);
+  for (int run = 0; run < 2; ++run) {
+    ParamSet p = init;
+    auto t = CudaTrainer::create(cfg, tc, {0});
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    for (int s = 0; s < 4; ++s) {
+      const auto tok = make_tokens(tc.batch, tc.seq, cfg.vocab, 700 + uint32_t(s));
       auto st = (*t)->step(p, tok.data(), s);
       ASSERT_TRUE(st.ok()) << st.status().to_string();
       losses[size_t(run)].push_back(st->loss);

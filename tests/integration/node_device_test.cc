@@ -1,13 +1,16 @@
 // `atoll node --device cuda:N` / `--devices LIST` with the real binary: a GPU flag that this
 // build or machine cannot honour stops the node before it joins, with one line and exit code 2.
 // On a machine with a GPU the node accepts cuda:0 and goes on to join (here: an unreachable
-// coordinator, so it gives up after a second).
+// coordinator, so it gives up after a second). The node's GPU trainer takes MoE models: without
+// a GPU the only refusal left is the missing device (or CUDA build), never the model.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
+#include "algorithms/model/llama.h"
+#include "node/gpu_trainer.h"
 #include "tests/integration/cli_test_util.h"
 
 namespace atl::testing {
@@ -74,6 +77,51 @@ TEST(NodeDevice, BadDeviceFlagsAreOneLineAndExitCode2OnEveryMachine) {
                     [&](const std::string& s) { return r.output.find(s) != std::string::npos; }))
         << what << ": " << r.output;
   }
+}
+
+// The node learns its model from the coordinator after joining, so an MoE model reaches
+// GpuTrainer::create: with a GPU it trains (one step here), without one the line names the
+// missing device or build, not the model.
+TEST(NodeDevice, GpuTrainerTakesAnMoeModel) {
+  algorithms::ModelConfig m;
+  m.vocab = 64;
+  m.dim = 32;
+  m.layers = 2;
+  m.heads = 2;
+  m.ffn_hidden = 64;
+  m.seq_len = 16;
+  m.moe_experts = 4;
+  m.moe_top_k = 2;
+  m.moe_hidden = 16;
+  m.moe_every = 2;
+  m.moe_shared_hidden = 8;
+  algorithms::TrainerConfig t;
+  t.batch = 2;
+  t.seq = 16;
+  t.warmup = 1;
+  t.total_steps = 10;
+  node::DeviceChoice d;
+  d.cuda = {0};
+  d.name = "cuda:0";
+  auto g = node::GpuTrainer::create(m, t, d);
+  if (!g.ok()) {
+    const std::string msg = g.status().message();
+    EXPECT_EQ(msg.find("MoE"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    EXPECT_TRUE(msg.find("no CUDA device") != std::string::npos ||
+                msg.find("built without the CUDA backend") != std::string::npos)
+        << msg;
+    return;
+  }
+  algorithms::ParamSet p(algorithms::make_layout(m));
+  algorithms::init_params(p, m, 1);
+  const std::string before = p.fingerprint();
+  std::vector<int32_t> tok(size_t(t.batch) * (t.seq + 1));
+  for (size_t i = 0; i < tok.size(); ++i) tok[i] = int32_t((i * 7) % size_t(m.vocab));
+  auto s = (*g)->step(p, tok.data(), 0);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_GT(s->loss, 0.0f);
+  EXPECT_NE(p.fingerprint(), before);
 }
 
 }  // namespace
