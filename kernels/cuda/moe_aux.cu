@@ -16,7 +16,7 @@ namespace atl::kernels::cuda {
 namespace {
 
 using detail::block_sum;
-using detail::blocks_for;
+using detail::blocks_exact;
 using detail::launch_status;
 
 constexpr unsigned kThreads = 256;
@@ -99,7 +99,7 @@ Status moe_aux_loss_forward(Context& ctx, double* loss, double* work, const floa
   if (N == 0 || K == 0) return zero_loss(ctx, loss);
   double* inv = work;
   double* psum = work + N;
-  k_aux_rownorm<<<blocks_for(size_t(N), kThreads), kThreads, 0, ctx.stream()>>>(
+  k_aux_rownorm<<<blocks_exact(size_t(N), kThreads), kThreads, 0, ctx.stream()>>>(
       inv, scores, N, E, fn == MoeScore::kSigmoid);
   ATOLL_RETURN_IF_ERROR(launch_status("moe_aux_loss_forward (row norm)"));
   k_aux_colsum<<<unsigned(E), kThreads, 0, ctx.stream()>>>(psum, scores, inv, N, E);
@@ -113,7 +113,7 @@ Status moe_aux_loss_backward(Context& ctx, float* dscores, const float* scores,
   const int N = plan.N, E = plan.E, K = plan.K;
   ATOLL_RETURN_IF_ERROR(check_sizes("moe_aux_loss_backward", N, E));
   if (N == 0 || K == 0) return Status::Ok();
-  k_aux_bwd<<<blocks_for(size_t(N), kThreads), kThreads, 0, ctx.stream()>>>(
+  k_aux_bwd<<<blocks_exact(size_t(N), kThreads), kThreads, 0, ctx.stream()>>>(
       dscores, scores, plan.offsets.data(), N, E, K, fn == MoeScore::kSigmoid, dloss);
   return launch_status("moe_aux_loss_backward");
 }
@@ -122,7 +122,7 @@ Status moe_z_loss_forward(Context& ctx, double* loss, double* work, const float*
                           int E) {
   ATOLL_RETURN_IF_ERROR(check_sizes("moe_z_loss_forward", N, E));
   if (N == 0) return zero_loss(ctx, loss);
-  k_z_rows<<<blocks_for(size_t(N), kThreads), kThreads, 0, ctx.stream()>>>(work, logits, N, E);
+  k_z_rows<<<blocks_exact(size_t(N), kThreads), kThreads, 0, ctx.stream()>>>(work, logits, N, E);
   ATOLL_RETURN_IF_ERROR(launch_status("moe_z_loss_forward (rows)"));
   k_z_sum<<<1, kThreads, 0, ctx.stream()>>>(loss, work, N);
   return launch_status("moe_z_loss_forward (sum)");
@@ -132,8 +132,8 @@ Status moe_z_loss_backward(Context& ctx, float* dlogits, const float* logits, in
                            double dloss) {
   ATOLL_RETURN_IF_ERROR(check_sizes("moe_z_loss_backward", N, E));
   if (N == 0) return Status::Ok();
-  k_z_bwd<<<blocks_for(size_t(N), kThreads), kThreads, 0, ctx.stream()>>>(dlogits, logits, N, E,
-                                                                          dloss);
+  k_z_bwd<<<blocks_exact(size_t(N), kThreads), kThreads, 0, ctx.stream()>>>(dlogits, logits, N, E,
+                                                                            dloss);
   return launch_status("moe_z_loss_backward");
 }
 

@@ -9,6 +9,7 @@
 namespace atl::kernels::cuda {
 namespace {
 
+using detail::blocks_exact;
 using detail::blocks_for;
 using detail::launch_status;
 
@@ -76,7 +77,8 @@ Status hadamard16_rows(Context& ctx, float* m, int rows, int cols, const Hadamar
   if (total == 0) return Status::Ok();
   if (total > size_t(kThreads) * 65535u * 16u)
     return InvalidArgument("hadamard16_rows: matrix too large for one launch");
-  k_hadamard<<<blocks_for(total, kThreads), kThreads, 0, ctx.stream()>>>(m, rows / 16, cols, signs);
+  k_hadamard<<<blocks_exact(total, kThreads), kThreads, 0, ctx.stream()>>>(m, rows / 16, cols,
+                                                                           signs);
   return launch_status("hadamard16_rows");
 }
 
@@ -94,8 +96,8 @@ Status qdq_nvfp4_2d(Context& ctx, const float* in, float* out, int rows, int col
   const size_t tiles = size_t((rows + 15) / 16) * size_t((cols + 15) / 16);
   if (tiles == 0) return Status::Ok();
   if (tiles > size_t(INT32_MAX)) return InvalidArgument("qdq_nvfp4_2d: too many tiles");
-  k_qdq_nvfp4_2d<<<blocks_for(tiles, 128), 128, 0, ctx.stream()>>>(in, out, rows, cols,
-                                                                   tensor_scale);
+  k_qdq_nvfp4_2d<<<blocks_exact(tiles, 128), 128, 0, ctx.stream()>>>(in, out, rows, cols,
+                                                                     tensor_scale);
   return launch_status("qdq_nvfp4_2d");
 }
 
