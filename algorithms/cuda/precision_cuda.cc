@@ -1,6 +1,5 @@
 #include "algorithms/cuda/precision_cuda.h"
 
-#include "kernels/core/philox.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/quantize.h"
 #include "kernels/formats/convert.h"
@@ -13,42 +12,7 @@ namespace fmt = atl::kernels::formats;
 
 namespace {
 
-// precision.cc's stream of the Hadamard signs.
-constexpr uint64_t kHadamardStream = ~uint64_t{0};
-
-// What one operand becomes under a recipe: precision.cc's Fmt and format_of, verbatim.
-enum class Fmt : uint8_t { kCopy, kBf16, kE4M3T, kE5M2T, kMx8, kNv, kNvSr, kNv2d };
-
-bool is_grad(Operand r) {
-  return r == Operand::kDgradDy || r == Operand::kWgradDy;
-}
-bool is_weight(Operand r) {
-  return r == Operand::kFwdW || r == Operand::kDgradW;
-}
-bool is_wgrad(Operand r) {
-  return r == Operand::kWgradDy || r == Operand::kWgradX;
-}
-bool reduces_over_rows(Operand r) {
-  return r == Operand::kDgradW || r == Operand::kWgradDy || r == Operand::kWgradX;
-}
-
-Fmt format_of(Precision p, Operand r, bool high_precision) {
-  if (p == Precision::kFp32) return Fmt::kCopy;
-  if (high_precision) return Fmt::kBf16;
-  switch (p) {
-    case Precision::kFp32:
-      return Fmt::kCopy;
-    case Precision::kBf16:
-      return Fmt::kBf16;
-    case Precision::kFp8:
-      return is_grad(r) ? Fmt::kE5M2T : Fmt::kE4M3T;
-    case Precision::kMxfp8:
-      return Fmt::kMx8;
-    case Precision::kNvfp4:
-      return is_weight(r) ? Fmt::kNv2d : is_grad(r) ? Fmt::kNvSr : Fmt::kNv;
-  }
-  return Fmt::kCopy;
-}
+using Fmt = OperandFormat;
 
 // Grows b to n elements. Kernels queued on ctx may still read the old buffer: drain first.
 template <typename T>
@@ -67,21 +31,14 @@ StatusOr<T*> grow(kc::Context& ctx, kc::DeviceBuffer<T>& b, size_t n) {
 void CudaPrecisionGemm::configure(Precision p, uint64_t seed) {
   precision_ = p;
   seed_ = seed;
-  const Philox rng(seed, kHadamardStream);
-  for (int j = 0; j < 16; ++j) signs_.s[j] = (rng.u32(j) & 1u) ? -1.0f : 1.0f;
-}
-
-uint64_t CudaPrecisionGemm::stream(GemmSite site, Operand role) const {
-  // PrecisionGemm::rounding_rng: step, weight matrix (20 bits), operand role (4 bits).
-  return (step_ << 24) | (static_cast<uint64_t>(site.id & 0xfffffu) << 4) |
-         static_cast<uint64_t>(role);
+  hadamard_signs(seed, signs_.s);
 }
 
 Status CudaPrecisionGemm::quantize_rows(const float* m, int rows, int cols, Operand role,
                                         GemmSite site, float* out, uint64_t first_index) {
   const size_t n = size_t(rows) * cols;
   if (n == 0) return Status::Ok();
-  const Fmt f = format_of(precision_, role, site.high_precision);
+  const Fmt f = operand_format(precision_, role, site.high_precision);
   switch (f) {
     case Fmt::kCopy:
       if (m == out) return Status::Ok();
@@ -129,7 +86,7 @@ Status CudaPrecisionGemm::quantize_rows(const float* m, int rows, int cols, Oper
       ATOLL_ASSIGN_OR_RETURN(const float ts, kc::nvfp4_tensor_scale(ctx_, m, n));
       const size_t nb = fmt::nvfp4_num_blocks(size_t(cols));
       ATOLL_ASSIGN_OR_RETURN(fmt::BlockNvfp4 * blk, grow(ctx_, nv_, nb * size_t(rows)));
-      kc::SrKey key{seed_, stream(site, role), first_index};
+      kc::SrKey key{seed_, rounding_stream(step_, site, role), first_index};
       const kc::SrKey* sr = f == Fmt::kNvSr ? &key : nullptr;
       if (cols % 16 == 0) {
         ATOLL_RETURN_IF_ERROR(
@@ -156,8 +113,8 @@ Status CudaPrecisionGemm::quantize_rows(const float* m, int rows, int cols, Oper
 
 Status CudaPrecisionGemm::quantize_operand(const float* m, int rows, int cols, Operand role,
                                            GemmSite site, float* out, uint64_t first_index) {
-  const Fmt f = format_of(precision_, role, site.high_precision);
-  const bool hadamard = precision_ == Precision::kNvfp4 && !site.high_precision && is_wgrad(role);
+  const Fmt f = operand_format(precision_, role, site.high_precision);
+  const bool hadamard = hadamard_operand(precision_, role, site.high_precision);
   const bool blocked = f == Fmt::kMx8 || f == Fmt::kNv || f == Fmt::kNvSr;
   const size_t n = size_t(rows) * cols;
   if (n == 0) return Status::Ok();

@@ -64,7 +64,6 @@ class CudaPrecisionGemm {
  private:
   Status quantize_rows(const float* m, int rows, int cols, Operand role, GemmSite site, float* out,
                        uint64_t first_index);
-  uint64_t stream(GemmSite site, Operand role) const;
 
   kernels::cuda::Context& ctx_;
   Precision precision_ = Precision::kFp32;

@@ -23,49 +23,7 @@ constexpr Precision kAll[] = {Precision::kFp32, Precision::kBf16, Precision::kFp
 // bits hold the step, and no run has 2^40 steps.
 constexpr uint64_t kHadamardStream = ~uint64_t{0};
 
-// What one operand becomes under a recipe.
-enum class Fmt : uint8_t {
-  kCopy,   // fp32, unchanged
-  kBf16,   // bf16, nearest even
-  kE4M3T,  // E4M3 with a per-tensor current scale
-  kE5M2T,  // E5M2 with a per-tensor current scale
-  kMx8,    // MXFP8 along rows
-  kNv,     // NVFP4 1x16 along rows, nearest even
-  kNvSr,   // NVFP4 1x16 along rows, stochastic rounding
-  kNv2d,   // NVFP4 16x16 tiles (layout-independent)
-};
-
-bool is_grad(Operand r) {
-  return r == Operand::kDgradDy || r == Operand::kWgradDy;
-}
-bool is_weight(Operand r) {
-  return r == Operand::kFwdW || r == Operand::kDgradW;
-}
-bool is_wgrad(Operand r) {
-  return r == Operand::kWgradDy || r == Operand::kWgradX;
-}
-// Operands whose reduction axis is their row index (blocks run down the columns).
-bool reduces_over_rows(Operand r) {
-  return r == Operand::kDgradW || r == Operand::kWgradDy || r == Operand::kWgradX;
-}
-
-Fmt format_of(Precision p, Operand r, bool high_precision) {
-  if (p == Precision::kFp32) return Fmt::kCopy;
-  if (high_precision) return Fmt::kBf16;
-  switch (p) {
-    case Precision::kFp32:
-      return Fmt::kCopy;
-    case Precision::kBf16:
-      return Fmt::kBf16;
-    case Precision::kFp8:
-      return is_grad(r) ? Fmt::kE5M2T : Fmt::kE4M3T;
-    case Precision::kMxfp8:
-      return Fmt::kMx8;
-    case Precision::kNvfp4:
-      return is_weight(r) ? Fmt::kNv2d : is_grad(r) ? Fmt::kNvSr : Fmt::kNv;
-  }
-  return Fmt::kCopy;
-}
+using Fmt = OperandFormat;
 
 // out (cols, rows) = in (rows, cols)ᵀ, in tiles for cache locality.
 void transpose(const float* in, int rows, int cols, float* out) {
@@ -112,11 +70,49 @@ int nvfp4_bf16_tail_layers(int layers) {
   return std::max(1, static_cast<int>(std::lround(layers / 8.0)));
 }
 
+OperandFormat operand_format(Precision p, Operand role, bool high_precision) {
+  const bool grad = role == Operand::kDgradDy || role == Operand::kWgradDy;
+  const bool weight = role == Operand::kFwdW || role == Operand::kDgradW;
+  if (p == Precision::kFp32) return Fmt::kCopy;
+  if (high_precision) return Fmt::kBf16;
+  switch (p) {
+    case Precision::kFp32:
+      return Fmt::kCopy;
+    case Precision::kBf16:
+      return Fmt::kBf16;
+    case Precision::kFp8:
+      return grad ? Fmt::kE5M2T : Fmt::kE4M3T;
+    case Precision::kMxfp8:
+      return Fmt::kMx8;
+    case Precision::kNvfp4:
+      return weight ? Fmt::kNv2d : grad ? Fmt::kNvSr : Fmt::kNv;
+  }
+  return Fmt::kCopy;
+}
+
+bool hadamard_operand(Precision p, Operand role, bool high_precision) {
+  return p == Precision::kNvfp4 && !high_precision &&
+         (role == Operand::kWgradDy || role == Operand::kWgradX);
+}
+
+bool reduces_over_rows(Operand role) {
+  return role == Operand::kDgradW || role == Operand::kWgradDy || role == Operand::kWgradX;
+}
+
+uint64_t rounding_stream(uint64_t step, GemmSite site, Operand role) {
+  return (step << 24) | (static_cast<uint64_t>(site.id & 0xfffffu) << 4) |
+         static_cast<uint64_t>(role);
+}
+
+void hadamard_signs(uint64_t seed, float signs[16]) {
+  const Philox rng(seed, kHadamardStream);
+  for (int j = 0; j < 16; ++j) signs[j] = (rng.u32(j) & 1u) ? -1.0f : 1.0f;
+}
+
 void PrecisionGemm::configure(Precision p, uint64_t seed) {
   precision_ = p;
   seed_ = seed;
-  const Philox rng(seed, kHadamardStream);
-  for (int j = 0; j < 16; ++j) signs_[j] = (rng.u32(j) & 1u) ? -1.0f : 1.0f;
+  hadamard_signs(seed, signs_);
 }
 
 void PrecisionGemm::hadamard_rows(float* m, int rows, int cols) const {
@@ -144,9 +140,7 @@ void PrecisionGemm::hadamard_rows(float* m, int rows, int cols) const {
 }
 
 Philox PrecisionGemm::rounding_rng(GemmSite site, Operand role) const {
-  // Stream: step, weight matrix (20 bits), operand role (4 bits).
-  return Philox(seed_, (step_ << 24) | (static_cast<uint64_t>(site.id & 0xfffffu) << 4) |
-                           static_cast<uint64_t>(role));
+  return Philox(seed_, rounding_stream(step_, site, role));
 }
 
 void PrecisionGemm::quantize_rows(const float* m, int rows, int cols, Operand role, GemmSite site,
@@ -154,7 +148,7 @@ void PrecisionGemm::quantize_rows(const float* m, int rows, int cols, Operand ro
   const size_t n = static_cast<size_t>(rows) * cols;
   const std::span<const float> in(m, n);
   const std::span<float> dst(out, n);
-  switch (format_of(precision_, role, site.high_precision)) {
+  switch (operand_format(precision_, role, site.high_precision)) {
     case Fmt::kCopy:
       std::copy(m, m + n, out);
       return;
@@ -195,7 +189,7 @@ void PrecisionGemm::quantize_rows(const float* m, int rows, int cols, Operand ro
       const size_t nb = fmt::nvfp4_num_blocks(cols);
       const std::span<fmt::BlockNvfp4> blk(grow(nv_, nb), nb);
       const Philox rng = rounding_rng(site, role);
-      const bool sr = format_of(precision_, role, site.high_precision) == Fmt::kNvSr;
+      const bool sr = operand_format(precision_, role, site.high_precision) == Fmt::kNvSr;
       for (int r = 0; r < rows; ++r) {
         const size_t off = static_cast<size_t>(r) * cols;
         if (sr) {
@@ -220,8 +214,8 @@ void PrecisionGemm::quantize_rows(const float* m, int rows, int cols, Operand ro
 
 void PrecisionGemm::quantize_operand(const float* m, int rows, int cols, Operand role,
                                      GemmSite site, float* out, uint64_t first_index) {
-  const Fmt f = format_of(precision_, role, site.high_precision);
-  const bool hadamard = precision_ == Precision::kNvfp4 && !site.high_precision && is_wgrad(role);
+  const Fmt f = operand_format(precision_, role, site.high_precision);
+  const bool hadamard = hadamard_operand(precision_, role, site.high_precision);
   // Elementwise formats and 16x16 tiles do not depend on the layout; row blocks along cols need
   // no transpose either.
   const bool blocked = f == Fmt::kMx8 || f == Fmt::kNv || f == Fmt::kNvSr;

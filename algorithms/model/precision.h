@@ -73,6 +73,30 @@ enum class Operand : uint8_t {
   kWgradX,   // wgrad: x (N, IC), reduced along N
 };
 
+// The recipe, operand by operand, as code: shared by PrecisionGemm and the CUDA path
+// (algorithms/cuda/precision_cuda.h), so both quantize exactly the same way.
+enum class OperandFormat : uint8_t {
+  kCopy,   // fp32, unchanged
+  kBf16,   // bf16, nearest even
+  kE4M3T,  // E4M3 with a per-tensor current scale
+  kE5M2T,  // E5M2 with a per-tensor current scale
+  kMx8,    // MXFP8 along rows
+  kNv,     // NVFP4 1x16 along rows, nearest even
+  kNvSr,   // NVFP4 1x16 along rows, stochastic rounding
+  kNv2d,   // NVFP4 16x16 tiles (layout-independent)
+};
+OperandFormat operand_format(Precision p, Operand role, bool high_precision);
+// Whether the operand goes through the 16x16 random Hadamard transform first (NVFP4's wgrad
+// inputs).
+bool hadamard_operand(Precision p, Operand role, bool high_precision);
+// Operands whose reduction axis is their row index (blocks run down the columns).
+bool reduces_over_rows(Operand role);
+// The Philox stream of an operand's stochastic rounding: step, weight matrix (20 bits), operand
+// role (4 bits).
+uint64_t rounding_stream(uint64_t step, GemmSite site, Operand role);
+// The 16 signs (+-1) of the random Hadamard transform for a seed.
+void hadamard_signs(uint64_t seed, float signs[16]);
+
 class PrecisionGemm {
  public:
   PrecisionGemm() = default;
