@@ -166,8 +166,9 @@ TEST_F(CudaModelTest, TwentyStepsTrackTheCpuTrainer) {
   EXPECT_EQ((*gpu)->adam_steps(), 20);
 }
 
-TEST_F(CudaModelTest, SameRunTwiceIsBitwiseEqual) {
-  const ModelConfig cfg = small_model();
+// Trains cfg twice from the same θ on the same batches (`steps` CUDA trainer steps, batch seeds
+// token_seed + step): the losses and the final θ are the same bits, and θ moved.
+void expect_two_runs_bitwise_equal(const ModelConfig& cfg, int steps, uint32_t token_seed) {
   const TrainerConfig tc = small_trainer(4);
   ParamSet init(make_layout(cfg));
   init_params(init, cfg, 3);
@@ -177,8 +178,8 @@ TEST_F(CudaModelTest, SameRunTwiceIsBitwiseEqual) {
     ParamSet p = init;
     auto t = CudaTrainer::create(cfg, tc, {0});
     ASSERT_TRUE(t.ok()) << t.status().to_string();
-    for (int s = 0; s < 6; ++s) {
-      const auto tok = make_tokens(tc.batch, tc.seq, cfg.vocab, 500 + uint32_t(s));
+    for (int s = 0; s < steps; ++s) {
+      const auto tok = make_tokens(tc.batch, tc.seq, cfg.vocab, token_seed + uint32_t(s));
       auto st = (*t)->step(p, tok.data(), s);
       ASSERT_TRUE(st.ok()) << st.status().to_string();
       losses[size_t(run)].push_back(st->loss);
@@ -188,6 +189,10 @@ TEST_F(CudaModelTest, SameRunTwiceIsBitwiseEqual) {
   EXPECT_TRUE(same_bits(losses[0], losses[1]));
   EXPECT_TRUE(same_bits(out[0].vec(), out[1].vec()));
   EXPECT_NE(out[0].fingerprint(), init.fingerprint());
+}
+
+TEST_F(CudaModelTest, SameRunTwiceIsBitwiseEqual) {
+  expect_two_runs_bitwise_equal(small_model(), 6, 500);
 }
 
 // ---- MoE layers (llama_cuda_moe.h) against the CPU MoE block ----------------------------------
@@ -247,27 +252,7 @@ TEST_F(CudaModelTest, MoeTenStepsTrackTheCpuTrainer) {
 }
 
 TEST_F(CudaModelTest, MoeSameRunTwiceIsBitwiseEqual) {
-  const ModelConfig cfg = moe_model("sigmoid", 16, 1);
-  const TrainerConfig tc = small_trainer(4);
-  ParamSet init(make_layout(cfg));
-  init_params(init, cfg, 3);
-  std::vector<ParamSet> out;
-  std::vector<std::vector<float>> losses(2);
-  for (int run = 0; run < 2; ++run) {
-    ParamSet p = init;
-    auto t = CudaTrainer::create(cfg, tc, {0});
-    ASSERT_TRUE(t.ok()) << t.status().to_string();
-    for (int s = 0; s < 4; ++s) {
-      const auto tok = make_tokens(tc.batch, tc.seq, cfg.vocab, 700 + uint32_t(s));
-      auto st = (*t)->step(p, tok.data(), s);
-      ASSERT_TRUE(st.ok()) << st.status().to_string();
-      losses[size_t(run)].push_back(st->loss);
-    }
-    out.push_back(std::move(p));
-  }
-  EXPECT_TRUE(same_bits(losses[0], losses[1]));
-  EXPECT_TRUE(same_bits(out[0].vec(), out[1].vec()));
-  EXPECT_NE(out[0].fingerprint(), init.fingerprint());
+  expect_two_runs_bitwise_equal(moe_model("sigmoid", 16, 1), 4, 700);
 }
 
 TEST_F(CudaModelTest, TwoDevicesEqualOneDeviceOnTheConcatenatedBatch) {
