@@ -311,7 +311,10 @@ Status run_node(const NodeOptions& opt) {
                                 std::max<uint32_t>(100, joined.heartbeat_interval_ms())));
   uint64_t last_done = 0;
   bool have_done = false;
-  auto unreachable_since = std::optional<Clock::time_point>();
+  // When the coordinator became unreachable (valid while `unreachable`); a plain pair, since
+  // GCC's -Wmaybe-uninitialized misreads an optional time_point here.
+  bool unreachable = false;
+  Clock::time_point unreachable_since{};
 
   // Pulls θ of `task`: a delta against what this node holds when the coordinator finds that
   // smaller than the full θ.
@@ -355,8 +358,11 @@ Status run_node(const NodeOptions& opt) {
         if (!retryable(task.status()) && task.status().code() != StatusCode::kNotFound &&
             task.status().code() != StatusCode::kFailedPrecondition)
           return task.status();
-        if (!unreachable_since) unreachable_since = Clock::now();
-        if (std::chrono::duration<double>(Clock::now() - *unreachable_since).count() >
+        if (!unreachable) {
+          unreachable = true;
+          unreachable_since = Clock::now();
+        }
+        if (std::chrono::duration<double>(Clock::now() - unreachable_since).count() >
             opt.give_up_after_s)
           return Unavailable("coordinator at " + opt.coordinator + " unreachable for " +
                              std::to_string(static_cast<int>(opt.give_up_after_s)) + " s: " +
@@ -368,7 +374,7 @@ Status run_node(const NodeOptions& opt) {
         if (re.ok()) ATOLL_RETURN_IF_ERROR(same_experiment(joined.experiment_id(), *re));
         continue;
       }
-      unreachable_since.reset();
+      unreachable = false;
       if (task->kind() == Task::STOP) {
         log("stop: " + task->reason());
         break;
