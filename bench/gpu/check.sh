@@ -213,35 +213,30 @@ fi
 write_summary
 
 # ---- timing -------------------------------------------------------------------------------------
+# run_bench KEY BINARY JSON: one timing binary inside the budget, its JSON into $OUT/JSON and its
+# stderr into bench.log; the stage's status in result[KEY].
+run_bench() {
+  local key=$1 bin=$2 json=$3
+  if out_of_time; then
+    result[$key]="not run: time budget"
+  elif [ -x "$BIN/$bin" ]; then
+    if LD_LIBRARY_PATH="$LDP" timeout "$(limit 180)" "$BIN/$bin" >"$OUT/$json" 2>>"$OUT/bench.log"; then
+      result[$key]="passed"
+    else
+      result[$key]="failed: exit $? (bench.log)"
+    fi
+    cat "$OUT/$json"
+  else
+    result[$key]="not run: no binary"
+  fi
+  write_summary
+}
 echo "== timing"
 : >"$OUT/bench.log"
-if out_of_time; then
-  result[bench_cuda]="not run: time budget"
-elif [ -x "$BIN/bench_cuda" ]; then
-  if LD_LIBRARY_PATH="$LDP" timeout "$(limit 180)" "$BIN/bench_cuda" >"$OUT/bench_cuda.json" 2>>"$OUT/bench.log"; then
-    result[bench_cuda]="passed"
-  else
-    result[bench_cuda]="failed: exit $? (bench.log)"
-  fi
-  cat "$OUT/bench_cuda.json"
-else
-  result[bench_cuda]="not run: no binary"
-fi
+run_bench bench_cuda bench_cuda bench_cuda.json
 # Tokens/s of the CUDA training path (algorithms/cuda): the bench config and a larger one.
-write_summary
 echo "== model tokens/s"
-if out_of_time; then
-  result[bench_model]="not run: time budget"
-elif [ -x "$BIN/bench_cuda_model" ]; then
-  if LD_LIBRARY_PATH="$LDP" timeout "$(limit 180)" "$BIN/bench_cuda_model" >"$OUT/bench_model.json" 2>>"$OUT/bench.log"; then
-    result[bench_model]="passed"
-  else
-    result[bench_model]="failed: exit $? (bench.log)"
-  fi
-  cat "$OUT/bench_model.json"
-else
-  result[bench_model]="not run: no binary"
-fi
+run_bench bench_model bench_cuda_model bench_model.json
 cat "$OUT/bench.log"
 write_summary
 
