@@ -8,10 +8,10 @@ EVAL_TOKENS=32768
 PULL=${DILOCO_PULL:-bf16}
 # Inner steps per node T (R = T / H rounds) and warm-start steps W of the base model (default
 # W = 3000 since 2026-11-30; the tables before used W = 1000; --quick:
-# T = 200, W = 300).
+# T = 200, W = 1000; W = 300 before 2026-11-30).
 if [[ $QUICK == 1 ]]; then
   TOTAL=${DILOCO_TOTAL:-200}
-  WARM=${DILOCO_WARM:-300}
+  WARM=${DILOCO_WARM:-1000}
 else
   TOTAL=${DILOCO_TOTAL:-500}
   WARM=${DILOCO_WARM:-3000}

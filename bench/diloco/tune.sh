@@ -9,7 +9,7 @@
 # depend on the outer step.
 #
 # Usage: bench/diloco/tune.sh [--quick] [--out FILE]
-#   --quick     M in {2, 4}, H in {10, 50}, T = 200, W = 300 (the quick table's grid)
+#   --quick     M in {2, 4}, H in {10, 50}, T = 200, W = 1000 (the quick table's grid)
 #   --out FILE  JSON (default bench/results/diloco-outer.json, quick: diloco-outer-quick.json)
 # Environment: as run.sh (ATOLL, BROWN_DIR, DILOCO_TOTAL, DILOCO_WARM, DILOCO_NODES, DILOCO_H),
 # DILOCO_TUNE_SEED (default 99), DILOCO_TUNE_OUTER (candidates "lr/momentum ...", default
