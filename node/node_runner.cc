@@ -261,7 +261,7 @@ Status run_node(const NodeOptions& opt) {
     ATOLL_ASSIGN_OR_RETURN(gpu, GpuTrainer::create(model_cfg, train_cfg, devices));
     log("training on " + devices.name);
   }
-  std::vector<uint32_t> hydra_fb_indices;  // the trained elements the error feedback belongs to
+  uint64_t hydra_fb_generation = 0;  // the trained set the error feedback belongs to
   std::optional<algorithms::compress::ErrorFeedback> hydra_feedback;
   // Distillation from remote teachers: the inner loss is the distillation loss.
   std::unique_ptr<DistillInnerStep> distiller;
@@ -515,9 +515,9 @@ Status run_node(const NodeOptions& opt) {
         fb = &fragment_feedback.try_emplace(frag_off, frag_n).first->second;
       if (hydra) {  // the residual is per trained element: it restarts when they change (a
                     // new mask that only moves frozen units keeps it, like the optimizer)
-        if (!hydra_feedback || hydra_fb_indices != hydra_trainer->indices()) {
+        if (!hydra_feedback || hydra_fb_generation != hydra_trainer->trained_set_generation()) {
           hydra_feedback.emplace(frag_n);
-          hydra_fb_indices = hydra_trainer->indices();
+          hydra_fb_generation = hydra_trainer->trained_set_generation();
         }
         fb = &*hydra_feedback;
       }

@@ -29,6 +29,7 @@ Status HydraTrainer::set_subnet(const Subnet& s) {
   // small site's frozen units every round would otherwise restart its optimizer every round.
   if (have_subnet_ && idx == indices_) return Status::Ok();
   indices_ = std::move(idx);
+  ++generation_;
   opt_ = MaskedAdamW(grads_.layout(), indices_, adamw_config(tcfg_));
   grads_.zero();
   have_subnet_ = true;

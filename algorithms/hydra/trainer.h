@@ -28,6 +28,9 @@ class HydraTrainer {
   const Subnet& subnet() const { return model_.subnet(); }
   // Held (trained) element indices, ascending.
   const std::vector<uint32_t>& indices() const { return indices_; }
+  // Counts the changes of the trained elements (the optimizer restarts at each): state kept per
+  // trained element elsewhere (the node's error feedback) is stale when this moved.
+  uint64_t trained_set_generation() const { return generation_; }
 
   // tokens: (batch, seq + 1) rows as in InnerTrainer::step.
   StepStats step(ParamSet& params, const int32_t* tokens, int64_t global_step);
@@ -48,6 +51,7 @@ class HydraTrainer {
   std::vector<uint32_t> indices_;
   MaskedAdamW opt_;
   bool have_subnet_ = false;
+  uint64_t generation_ = 0;
   std::vector<int32_t> inputs_, targets_;
 };
 

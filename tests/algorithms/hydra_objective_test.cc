@@ -93,7 +93,9 @@ TEST(HydraObjective, SelectionOfSIsExhaustiveOverTheNewObjective) {
     double total = 0;
     for (const auto& s : sites) total += select_site(cm, s, S, opt).value;
     best = std::max(best, total);
-    if (S == sel->layers) EXPECT_DOUBLE_EQ(total, sel->total_value);
+    if (S == sel->layers) {
+      EXPECT_DOUBLE_EQ(total, sel->total_value);
+    }
   }
   EXPECT_DOUBLE_EQ(best, sel->total_value);
 }
@@ -129,13 +131,7 @@ TEST(HydraObjective, BadPenaltyIsOneLine) {
 }
 
 TEST(HydraTrainerState, OptimizerSurvivesFrozenOnlyChangesAndResetsOnTrainedOnes) {
-  ModelConfig c;
-  c.vocab = 64;
-  c.dim = 32;
-  c.layers = 3;
-  c.heads = 4;
-  c.ffn_hidden = 48;
-  c.seq_len = 16;
+  const ModelConfig c = small_subnet_model();
   TrainerConfig t;
   t.batch = 2;
   t.seq = 16;
@@ -150,6 +146,7 @@ TEST(HydraTrainerState, OptimizerSurvivesFrozenOnlyChangesAndResetsOnTrainedOnes
   Subnet a = full_subnet(c, 3, false);  // layers 0, 1 frozen, layer 2 trained
   a.layers[2].train = 1;
   ASSERT_TRUE(tr.set_subnet(a).ok());
+  const uint64_t gen_a = tr.trained_set_generation();
   tr.step(p, rows.data(), 0);
   tr.step(p, rows.data(), 1);
   EXPECT_EQ(tr.optimizer_steps(), 2);
@@ -159,6 +156,7 @@ TEST(HydraTrainerState, OptimizerSurvivesFrozenOnlyChangesAndResetsOnTrainedOnes
   ASSERT_TRUE(tr.set_subnet(b).ok());
   EXPECT_EQ(to_string(tr.subnet()), to_string(b)) << "the forward does change";
   EXPECT_EQ(tr.optimizer_steps(), 2);
+  EXPECT_EQ(tr.trained_set_generation(), gen_a) << "same trained elements";
   tr.step(p, rows.data(), 2);
   EXPECT_EQ(tr.optimizer_steps(), 3);
   // A trained head leaves: other elements, a fresh optimizer.
@@ -166,6 +164,7 @@ TEST(HydraTrainerState, OptimizerSurvivesFrozenOnlyChangesAndResetsOnTrainedOnes
   d.layers[2].heads[0] = 0;
   ASSERT_TRUE(tr.set_subnet(d).ok());
   EXPECT_EQ(tr.optimizer_steps(), 0);
+  EXPECT_EQ(tr.trained_set_generation(), gen_a + 1) << "the trained elements changed";
 }
 
 }  // namespace

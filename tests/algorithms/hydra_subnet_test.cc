@@ -14,20 +14,12 @@
 #include "algorithms/model/subnet.h"
 #include "algorithms/optim/masked_adamw.h"
 #include "kernels/core/philox.h"
+#include "tests/algorithms/hydra_test_util.h"
 
 namespace atl::algorithms {
 namespace {
 
-ModelConfig small() {
-  ModelConfig c;
-  c.vocab = 64;
-  c.dim = 32;
-  c.layers = 3;
-  c.heads = 4;
-  c.ffn_hidden = 48;
-  c.seq_len = 16;
-  return c;
-}
+ModelConfig small() { return hydra::small_subnet_model(); }
 
 void tokens(const ModelConfig& c, int B, int T, std::vector<int32_t>& in,
             std::vector<int32_t>& tg) {

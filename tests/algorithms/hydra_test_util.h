@@ -1,4 +1,4 @@
-// Shared by the Hydra selection tests.
+// Shared by the Hydra tests.
 #pragma once
 
 #include "algorithms/hydra/cost.h"
@@ -17,6 +17,18 @@ inline CostModel bench_cost() {
   cm.ffn_blocks = 4;
   cm.seq = 64;
   return cm;
+}
+
+// A small model for the subnetwork and trainer tests: C 32, L 3, H 4, F 48, T 16, vocab 64.
+inline ModelConfig small_subnet_model() {
+  ModelConfig c;
+  c.vocab = 64;
+  c.dim = 32;
+  c.layers = 3;
+  c.heads = 4;
+  c.ffn_hidden = 48;
+  c.seq_len = 16;
+  return c;
 }
 
 }  // namespace atl::algorithms::hydra
