@@ -63,20 +63,28 @@ Status CoordinatorClient::from_grpc(const grpc::Status& s, const char* rpc,
   }
 }
 
+std::string CoordinatorClient::current_experiment_id() const {
+  std::lock_guard<std::mutex> lock(id_mu_);
+  return experiment_id_;
+}
+
 StatusOr<pb::JoinResponse> CoordinatorClient::join(pb::JoinRequest req) {
   if (req.node_name().empty()) req.set_node_name(options_.node_name);
   grpc::ClientContext ctx;
   prepare(ctx, options_.rpc_timeout);
   pb::JoinResponse resp;
   ATOLL_RETURN_IF_ERROR(from_grpc(stub_->Join(&ctx, req, &resp), "Join", options_.rpc_timeout));
-  experiment_id_ = resp.experiment_id();
+  {
+    std::lock_guard<std::mutex> lock(id_mu_);
+    experiment_id_ = resp.experiment_id();
+  }
   return resp;
 }
 
 StatusOr<bool> CoordinatorClient::heartbeat(uint64_t round, uint32_t inner_step, double loss,
                                             double tokens_per_s) {
   pb::HeartbeatRequest req;
-  req.set_experiment_id(experiment_id_);
+  req.set_experiment_id(current_experiment_id());
   req.set_round(round);
   req.set_inner_step(inner_step);
   req.set_loss(loss);
@@ -91,7 +99,7 @@ StatusOr<bool> CoordinatorClient::heartbeat(uint64_t round, uint32_t inner_step,
 
 StatusOr<pb::Task> CoordinatorClient::next_task(uint64_t last_round_done, uint32_t wait_ms) {
   pb::NextTaskRequest req;
-  req.set_experiment_id(experiment_id_);
+  req.set_experiment_id(current_experiment_id());
   req.set_last_round_done(last_round_done);
   req.set_wait_ms(wait_ms);
   grpc::ClientContext ctx;
@@ -106,7 +114,7 @@ StatusOr<PulledParams> CoordinatorClient::pull_params(uint64_t round,
                                                       const std::string& expected_fingerprint,
                                                       const HeldParams* held) {
   pb::PullParamsRequest req;
-  req.set_experiment_id(experiment_id_);
+  req.set_experiment_id(current_experiment_id());
   req.set_round(round);
   if (held) req.set_have_fingerprint(held->fingerprint);
   grpc::ClientContext ctx;
@@ -201,7 +209,7 @@ StatusOr<uint64_t> CoordinatorClient::push_encoded(const UpdateHeader& header,
                                                    const std::string& codec, uint64_t numel,
                                                    const std::string& payload) {
   pb::TensorHeader h;
-  h.set_experiment_id(experiment_id_);
+  h.set_experiment_id(current_experiment_id());
   h.set_round(header.round);
   h.set_codec(codec);
   h.set_numel(numel);
@@ -232,7 +240,7 @@ StatusOr<uint64_t> CoordinatorClient::push_encoded(const UpdateHeader& header,
 Status CoordinatorClient::report_metrics(
     uint64_t round, uint64_t step, const std::vector<std::pair<std::string, double>>& metrics) {
   pb::MetricsReport req;
-  req.set_experiment_id(experiment_id_);
+  req.set_experiment_id(current_experiment_id());
   req.set_round(round);
   req.set_step(step);
   for (const auto& [name, value] : metrics) {
@@ -248,7 +256,7 @@ Status CoordinatorClient::report_metrics(
 
 Status CoordinatorClient::leave(const std::string& reason) {
   pb::LeaveRequest req;
-  req.set_experiment_id(experiment_id_);
+  req.set_experiment_id(current_experiment_id());
   req.set_reason(reason);
   grpc::ClientContext ctx;
   prepare(ctx, options_.rpc_timeout);
@@ -258,7 +266,7 @@ Status CoordinatorClient::leave(const std::string& reason) {
 
 Status CoordinatorClient::report_importance(const pb::ImportanceReport& report) {
   pb::ImportanceReport req = report;
-  req.set_experiment_id(experiment_id_);
+  req.set_experiment_id(current_experiment_id());
   grpc::ClientContext ctx;
   prepare(ctx, options_.rpc_timeout);
   pb::ImportanceAck resp;

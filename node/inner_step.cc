@@ -1,0 +1,149 @@
+#include "node/inner_step.h"
+
+#include <cstdio>
+#include <utility>
+
+#include "algorithms/hydra/trainer.h"
+
+namespace atl::node {
+
+namespace {
+
+namespace al = atl::algorithms;
+
+// The CPU model: dense or MoE, every precision recipe.
+class CpuInnerStep final : public InnerStep {
+ public:
+  CpuInnerStep(const al::ModelConfig& model, const al::TrainerConfig& train)
+      : trainer_(model, train) {}
+  StatusOr<al::StepStats> step(al::ParamSet& local, const al::data::GlobalBatch& batch,
+                               const al::data::GlobalBatch* /*next_batch*/,
+                               int64_t global_step) override {
+    return trainer_.step(local, batch.tokens.data(), global_step);
+  }
+
+ private:
+  al::InnerTrainer trainer_;
+};
+
+// Hydra: the subnetwork the coordinator assigned, with masked AdamW.
+class HydraInnerStep final : public InnerStep {
+ public:
+  HydraInnerStep(const al::ModelConfig& model, const al::TrainerConfig& train)
+      : trainer_(model, train) {}
+  StatusOr<al::StepStats> step(al::ParamSet& local, const al::data::GlobalBatch& batch,
+                               const al::data::GlobalBatch* /*next_batch*/,
+                               int64_t global_step) override {
+    return trainer_.step(local, batch.tokens.data(), global_step);
+  }
+  StatusOr<TrainedSet> set_subnet(const al::Subnet& s) override {
+    ATOLL_RETURN_IF_ERROR(trainer_.set_subnet(s));
+    return TrainedSet{trainer_.indices(), trainer_.trained_set_generation()};
+  }
+
+ private:
+  al::hydra::HydraTrainer trainer_;
+};
+
+// The CUDA model: θ stays on the device(s) between begin() and end().
+class CudaInnerStep final : public InnerStep {
+ public:
+  CudaInnerStep(std::unique_ptr<GpuTrainer> gpu, std::string device_name)
+      : gpu_(std::move(gpu)), device_name_(std::move(device_name)) {}
+  std::string describe() const override { return "training on " + device_name_; }
+  Status begin(al::ParamSet& local) override { return gpu_->load(local); }
+  Status end(al::ParamSet& local) override { return gpu_->store(local); }
+  StatusOr<al::StepStats> step(al::ParamSet& /*local: on the device*/,
+                               const al::data::GlobalBatch& batch,
+                               const al::data::GlobalBatch* /*next_batch*/,
+                               int64_t global_step) override {
+    return gpu_->step_device(batch.tokens.data(), global_step);
+  }
+
+ private:
+  std::unique_ptr<GpuTrainer> gpu_;
+  std::string device_name_;
+};
+
+// A distillation student: the inner loss is α·τ²·KL(teacher ‖ student) + (1 − α)·CE, with the
+// teacher's targets for each batch fetched from remote teachers.
+class DistillStudentStep final : public InnerStep {
+ public:
+  DistillStudentStep(std::unique_ptr<DistillInnerStep> distiller, DistillNodeOptions options)
+      : distiller_(std::move(distiller)), options_(std::move(options)) {}
+  std::string describe() const override {
+    return "distilling from teachers " + distiller_->describe() + " (" + options_.codec +
+           ", alpha " + std::to_string(options_.alpha).substr(0, 5) + ")";
+  }
+  StatusOr<al::StepStats> step(al::ParamSet& local, const al::data::GlobalBatch& batch,
+                               const al::data::GlobalBatch* next_batch,
+                               int64_t global_step) override {
+    ATOLL_ASSIGN_OR_RETURN(const al::distill::DistillStepStats ds,
+                           distiller_->step(local, batch.tokens, global_step,
+                                            next_batch != nullptr ? &next_batch->tokens : nullptr));
+    al::StepStats st;
+    st.loss = ds.loss;
+    st.grad_norm = ds.grad_norm;
+    st.lr = ds.lr;
+    st.tokens = ds.tokens;
+    return st;
+  }
+  bool wants_next_batch() const override { return true; }
+  std::string round_note() const override {
+    char t[96];
+    std::snprintf(t, sizeof(t), ", teacher %.1f bytes/token", distiller_->bytes_per_token());
+    return t;
+  }
+
+ private:
+  std::unique_ptr<DistillInnerStep> distiller_;
+  DistillNodeOptions options_;
+};
+
+}  // namespace
+
+StatusOr<TrainedSet> InnerStep::set_subnet(const algorithms::Subnet& /*s*/) {
+  return FailedPrecondition("this inner step trains the whole model, not a subnetwork");
+}
+
+Status check_inner_step(const SiteConfig& site, const InnerStepOptions& options) {
+  const bool distill = !options.distill.teachers.empty();
+  if (site.hydra()) {
+    const int ffn_blocks = static_cast<int>(site.spec.ffn_blocks());
+    if (ffn_blocks <= 0 || site.model.ffn_hidden % ffn_blocks != 0)
+      return InvalidArgument("the coordinator's hydra ffn_blocks " + std::to_string(ffn_blocks) +
+                             " does not divide ffn_hidden " +
+                             std::to_string(site.model.ffn_hidden));
+    if (distill)
+      return InvalidArgument(
+          "--teacher cannot be used in a Hydra experiment (subnetwork training has no "
+          "distillation loss); drop --teacher or use algorithm = diloco");
+  }
+  if (options.devices.gpu() && (site.hydra() || distill))
+    return FailedPrecondition("--device " + options.devices.name + ": " +
+                              (site.hydra() ? "Hydra subnetworks" : "distillation (--teacher)") +
+                              " train on the CPU only for now: use --device cpu");
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<InnerStep>> make_inner_step(const SiteConfig& site,
+                                                     const InnerStepOptions& options) {
+  ATOLL_RETURN_IF_ERROR(check_inner_step(site, options));
+  if (site.hydra())
+    return std::unique_ptr<InnerStep>(std::make_unique<HydraInnerStep>(site.model, site.train));
+  if (!options.distill.teachers.empty()) {
+    ATOLL_ASSIGN_OR_RETURN(
+        auto distiller, DistillInnerStep::create(options.distill, options.teacher_tls, site.model,
+                                                 site.train, options.stop));
+    return std::unique_ptr<InnerStep>(
+        std::make_unique<DistillStudentStep>(std::move(distiller), options.distill));
+  }
+  if (options.devices.gpu()) {
+    ATOLL_ASSIGN_OR_RETURN(auto gpu, GpuTrainer::create(site.model, site.train, options.devices));
+    return std::unique_ptr<InnerStep>(
+        std::make_unique<CudaInnerStep>(std::move(gpu), options.devices.name));
+  }
+  return std::unique_ptr<InnerStep>(std::make_unique<CpuInnerStep>(site.model, site.train));
+}
+
+}  // namespace atl::node

@@ -1,0 +1,88 @@
+// One optimizer step of a site on one batch, whatever trains it: the CPU model (dense or MoE,
+// every precision recipe: algorithms/optim/inner_trainer.h), the CUDA model
+// (node/gpu_trainer.h), Hydra's masked subnetwork (algorithms/hydra/trainer.h) or a
+// distillation student whose targets come from remote teachers (node/distill_inner.h). The site
+// worker (node/site_worker.h) runs every algorithm's rounds through this interface; which step a
+// site takes is decided once, from the coordinator's JoinResponse and the node's options, by
+// make_inner_step.
+//
+// Every implementation owns its optimizer state (AdamW moments), which persists across rounds;
+// θ_local is the caller's.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "algorithms/data/dataset.h"
+#include "algorithms/model/param_set.h"
+#include "algorithms/model/subnet.h"
+#include "algorithms/optim/inner_trainer.h"
+#include "kernels/core/status.h"
+#include "node/distill_inner.h"
+#include "node/gpu_trainer.h"
+#include "node/site_config.h"
+#include "transport/tls/credentials.h"
+
+namespace atl::node {
+
+// The elements a subnetwork step trains (Hydra).
+struct TrainedSet {
+  std::span<const uint32_t> indices;  // into θ, ascending; valid until the next set_subnet
+  // Moves whenever the indices change (the optimizer restarts then): state kept per trained
+  // element elsewhere, such as the error feedback of the update, is stale when it moved.
+  uint64_t generation = 0;
+};
+
+class InnerStep {
+ public:
+  virtual ~InnerStep() = default;
+
+  // One line for the log once the step is set up ("training on cuda:0"), or "".
+  virtual std::string describe() const { return ""; }
+
+  // θ residency around a run of consecutive steps on the same θ_local: begin() before the
+  // first, end() after the last. A GPU step copies θ to the device once and back once; nothing
+  // may read or write `local` in between. The CPU steps do nothing here.
+  virtual Status begin(algorithms::ParamSet& local) { return Status::Ok(); }
+  virtual Status end(algorithms::ParamSet& local) { return Status::Ok(); }
+
+  // One step on `batch` (B rows of T + 1 tokens) at `global_step` (0-based: the learning-rate
+  // schedule). `next_batch` is the batch of global_step + 1 when wants_next_batch() and the
+  // experiment has that step, null otherwise.
+  virtual StatusOr<algorithms::StepStats> step(algorithms::ParamSet& local,
+                                               const algorithms::data::GlobalBatch& batch,
+                                               const algorithms::data::GlobalBatch* next_batch,
+                                               int64_t global_step) = 0;
+  // A distillation student fetches the targets of the next batch while this one trains.
+  virtual bool wants_next_batch() const { return false; }
+
+  // Hydra: train only subnetwork `s` from now on (the optimizer state is kept when the trained
+  // elements stay the same). Steps that train the whole model refuse with FailedPrecondition.
+  virtual StatusOr<TrainedSet> set_subnet(const algorithms::Subnet& s);
+
+  // Appended to the round's log line, e.g. ", teacher 512.0 bytes/token"; "" for nothing.
+  virtual std::string round_note() const { return ""; }
+};
+
+struct InnerStepOptions {
+  DeviceChoice devices{{}, "cpu"};   // resolve_devices(--device, --devices)
+  DistillNodeOptions distill;        // teachers empty: the plain cross-entropy step
+  transport::ClientTls teacher_tls;  // how to reach the teachers (with distill.teachers only)
+  const std::atomic<bool>* stop = nullptr;  // ends a wait for an absent teacher
+};
+
+// Whether `site` and `options` name a step that can be built, without building it: one line
+// saying what is impossible and what to change (Hydra with a teacher; an FFN block count that
+// does not divide the model's; Hydra or a teacher on a GPU, which the CUDA model lacks).
+Status check_inner_step(const SiteConfig& site, const InnerStepOptions& options);
+
+// check_inner_step, then the step: the CPU model, the CUDA model (options.devices.gpu()),
+// Hydra's subnetwork (site.hydra()) or the distillation student (options.distill.teachers;
+// connects to the teachers, waiting up to distill.wait_s for them).
+StatusOr<std::unique_ptr<InnerStep>> make_inner_step(const SiteConfig& site,
+                                                     const InnerStepOptions& options);
+
+}  // namespace atl::node

@@ -1,0 +1,460 @@
+#include "node/site_worker.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "algorithms/data/dataset.h"
+#include "algorithms/diloco/outer.h"
+#include "algorithms/model/param_set.h"
+#include "node/gpu_trainer.h"
+#include "node/heartbeater.h"
+#include "node/held_theta.h"
+#include "node/inner_step.h"
+#include "node/site_data.h"
+#include "node/sync_strategy.h"
+
+namespace atl::node {
+
+namespace {
+
+namespace al = atl::algorithms;
+using Clock = std::chrono::steady_clock;
+using atoll_pb::v1::Task;
+
+bool retryable(const Status& s) {
+  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
+}
+
+// A refused TLS handshake or certificate will not fix itself by retrying: report it at once.
+// (Only before the first successful join: afterwards a coordinator restart can look alike.)
+bool security_refusal(const Status& s) {
+  const std::string& m = s.message();
+  return m.find("certificate") != std::string::npos || m.find("TLS") != std::string::npos;
+}
+
+// A node is set up for one experiment (model, optimizer, codec); when the coordinator now
+// serves another one (the dashboard switched the live experiment), stop with a clear line
+// rather than train the wrong model.
+Status same_experiment(const std::string& was, const atoll_pb::v1::JoinResponse& now) {
+  if (now.experiment_id() == was) return Status::Ok();
+  return FailedPrecondition("the coordinator now serves experiment '" + now.experiment_id() +
+                            "' instead of '" + was + "': start the node again to join it");
+}
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Loss and tokens summed over inner steps, timed from t0.
+struct Tally {
+  Clock::time_point t0;
+  double loss_sum = 0;
+  uint64_t tokens = 0;
+};
+
+enum class Next { kTrain, kAgain, kStop };  // what the loop does with a polled task
+enum class Flow { kContinue, kStop };       // after a round
+
+class SiteWorker {
+ public:
+  SiteWorker(CoordinatorLink& link, const SiteWorkerOptions& options)
+      : link_(link), opt_(options) {}
+  Status run();
+
+ private:
+  void log(const std::string& line) const {
+    if (opt_.log) opt_.log(line);
+  }
+  bool stopping() const { return opt_.stop != nullptr && opt_.stop->load(); }
+
+  StatusOr<atoll_pb::v1::JoinResponse> join();
+  Status set_up();
+  StatusOr<Next> next_task(Task& cur);
+  StatusOr<Next> poll_failed(const Status& failure);
+  Status score(const Task& task);
+  StatusOr<Flow> train_round(const Task& cur);
+  StatusOr<uint32_t> train_steps(uint64_t round, uint64_t first_step, uint32_t from, uint32_t to,
+                                 Tally& tally);
+  StatusOr<Flow> sync_round(const Task& cur, const EncodedUpdate& update, Clock::time_point t0,
+                            StatusOr<uint64_t>& sent);
+  Status take_next_task(const Task& cur, StatusOr<Task>& task,
+                        std::optional<StatusOr<PulledParams>>& pulled, uint32_t overlapped,
+                        const Tally& overlap);
+  void report_round(const Task& cur, uint32_t steps, double mean_loss, const Tally& tally,
+                    double secs, uint64_t sent);
+
+  CoordinatorLink& link_;
+  const SiteWorkerOptions& opt_;
+  DeviceChoice devices_;
+  DataSpec data_spec_;
+  bool joined_once_ = false;
+  atoll_pb::v1::JoinResponse joined_;
+  SiteConfig site_;
+  SiteData data_;
+  std::unique_ptr<InnerStep> inner_;
+  std::unique_ptr<SyncStrategy> sync_;
+  std::string layout_fingerprint_;
+  std::optional<HeldTheta> theta_;     // the global θ as last pulled
+  std::optional<al::ParamSet> local_;  // the parameters this site trains
+  std::unique_ptr<Heartbeater> heart_;
+  uint64_t last_done_ = 0;
+  bool have_done_ = false;
+  // When the coordinator became unreachable (valid while `unreachable_`).
+  bool unreachable_ = false;
+  Clock::time_point unreachable_since_{};
+  // Streaming DiLoCo: the next task, obtained by the exchange; whether θ and θ_local continue
+  // from it (warm); the inner steps of that task already trained during the overlap.
+  std::optional<Task> next_;
+  bool warm_ = false;
+  uint32_t pre_steps_ = 0;
+  double pre_loss_ = 0;
+  uint64_t pre_tokens_ = 0;
+};
+
+// Join, retrying with backoff while the coordinator is unreachable.
+StatusOr<atoll_pb::v1::JoinResponse> SiteWorker::join() {
+  atoll_pb::v1::JoinRequest req;
+  req.set_node_name(opt_.name);
+  // The coordinator takes at most 64 characters here (a long --devices list is summarized).
+  req.mutable_capabilities()->set_device(
+      devices_.name.size() <= 64 ? devices_.name
+                                 : std::to_string(devices_.cuda.size()) + " CUDA devices");
+  req.mutable_capabilities()->set_threads(static_cast<uint32_t>(opt_.threads));
+  req.set_budget(opt_.budget);
+  req.set_client_version("atoll 0.1.0");
+  req.mutable_data()->add_genres(data_spec_.to_string());
+  auto give_up = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(opt_.give_up_after_s));
+  auto backoff = std::chrono::milliseconds(200);
+  while (true) {
+    auto r = link_.join(req);
+    if (r.ok()) {
+      joined_once_ = true;
+      return r;
+    }
+    if (!retryable(r.status()) || (!joined_once_ && security_refusal(r.status()))) return r;
+    if (stopping()) return r.status();
+    if (Clock::now() + backoff > give_up)
+      return Unavailable(r.status().message() + " (gave up after " +
+                         std::to_string(static_cast<int>(opt_.give_up_after_s)) + " s)");
+    log("coordinator unreachable, retrying in " + std::to_string(backoff.count()) +
+        " ms: " + r.status().message());
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+  }
+}
+
+// After the first join: the experiment's configs, the impossible combinations refused (one line,
+// before anything is loaded), the site's data, the inner step and the sync strategy.
+Status SiteWorker::set_up() {
+  ATOLL_ASSIGN_OR_RETURN(site_, site_config_from_join(joined_));
+  log("joined " + joined_.experiment_id() + " as " + joined_.node_id() + " (index " +
+      std::to_string(joined_.node_index()) + ")");
+  InnerStepOptions step_options;
+  step_options.devices = devices_;
+  step_options.distill = opt_.distill;
+  step_options.teacher_tls = opt_.teacher_tls;
+  step_options.stop = opt_.stop;
+  ATOLL_RETURN_IF_ERROR(check_inner_step(site_, step_options));
+  ATOLL_RETURN_IF_ERROR(check_sync_strategy(site_));
+
+  ATOLL_ASSIGN_OR_RETURN(data_, load_site_data(data_spec_, TokenizerChoice{}, opt_.brown_dir));
+  if (data_.tokenizer->vocab_size() > site_.model.vocab)
+    return InvalidArgument(
+        "the site's tokenizer has " + std::to_string(data_.tokenizer->vocab_size()) +
+        " ids but the experiment's model has vocab " + std::to_string(site_.model.vocab));
+  ATOLL_RETURN_IF_ERROR(al::data::check_sampling(data_.train, site_.train.batch, site_.train.seq));
+  log("data " + data_spec_.to_string() + ": " + std::to_string(data_.train.size()) +
+      " train tokens");
+
+  ATOLL_ASSIGN_OR_RETURN(inner_, make_inner_step(site_, step_options));
+  if (const std::string line = inner_->describe(); !line.empty()) log(line);
+  ATOLL_ASSIGN_OR_RETURN(sync_, make_sync_strategy(site_, *inner_));
+  const auto layout = al::make_layout(site_.model);
+  layout_fingerprint_ = al::layout_fingerprint(layout);
+  theta_.emplace(layout);
+  local_.emplace(layout);
+  return Status::Ok();
+}
+
+Status SiteWorker::run() {
+  ATOLL_ASSIGN_OR_RETURN(devices_, resolve_devices(opt_.device, opt_.devices));
+  ATOLL_ASSIGN_OR_RETURN(data_spec_, parse_data_spec(opt_.data_spec));
+  ATOLL_ASSIGN_OR_RETURN(joined_, join());
+  ATOLL_RETURN_IF_ERROR(set_up());
+  heart_ = std::make_unique<Heartbeater>(
+      link_, std::chrono::milliseconds(std::max<uint32_t>(100, joined_.heartbeat_interval_ms())));
+  while (!stopping()) {
+    Task cur;
+    ATOLL_ASSIGN_OR_RETURN(const Next next, next_task(cur));
+    if (next == Next::kStop) break;
+    if (next == Next::kAgain) continue;
+    ATOLL_ASSIGN_OR_RETURN(const Flow flow, train_round(cur));
+    if (flow == Flow::kStop) break;
+  }
+  (void)link_.leave(stopping() ? "stop requested" : "experiment finished");
+  return Status::Ok();
+}
+
+// The task to train next into `cur`: the one the last exchange brought, or a polled one. SCORE
+// tasks are answered here.
+StatusOr<Next> SiteWorker::next_task(Task& cur) {
+  if (next_) {
+    cur = std::move(*next_);
+    next_.reset();
+    if (cur.kind() == Task::STOP) {
+      log("stop: " + cur.reason());
+      return Next::kStop;
+    }
+    return Next::kTrain;
+  }
+  warm_ = false;
+  if (heart_->unknown()) {
+    log("the coordinator no longer knows this node; joining again");
+    const std::string was = joined_.experiment_id();
+    ATOLL_ASSIGN_OR_RETURN(joined_, join());
+    ATOLL_RETURN_IF_ERROR(same_experiment(was, joined_));
+    heart_->clear_unknown();
+  }
+  auto task = link_.next_task(have_done_ ? last_done_ : 0, 2000);
+  if (!task.ok()) return poll_failed(task.status());
+  unreachable_ = false;
+  if (task->kind() == Task::STOP) {
+    log("stop: " + task->reason());
+    return Next::kStop;
+  }
+  if (task->kind() == Task::SCORE && sync_->scores()) {
+    ATOLL_RETURN_IF_ERROR(score(*task));
+    return Next::kAgain;
+  }
+  if (task->kind() != Task::TRAIN) return Next::kAgain;
+  cur = std::move(*task);
+  return Next::kTrain;
+}
+
+// A failed poll: reconnect while the coordinator is unreachable, up to give_up_after_s.
+StatusOr<Next> SiteWorker::poll_failed(const Status& failure) {
+  if (!retryable(failure) && failure.code() != StatusCode::kNotFound &&
+      failure.code() != StatusCode::kFailedPrecondition)
+    return failure;
+  if (!unreachable_) {
+    unreachable_ = true;
+    unreachable_since_ = Clock::now();
+  }
+  if (seconds_since(unreachable_since_) > opt_.give_up_after_s)
+    return Unavailable("coordinator at " + opt_.coordinator + " unreachable for " +
+                       std::to_string(static_cast<int>(opt_.give_up_after_s)) +
+                       " s: " + failure.message());
+  log("next task failed (" + failure.message() + "); reconnecting");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto re = join();
+  if (!re.ok() && !retryable(re.status())) return re.status();
+  if (re.ok()) ATOLL_RETURN_IF_ERROR(same_experiment(joined_.experiment_id(), *re));
+  return Next::kAgain;
+}
+
+// Hydra's SCORE task: importance of θ_r on this site's data; scores only leave the site.
+Status SiteWorker::score(const Task& task) {
+  if (!theta_->holds(task.params_fingerprint())) {
+    auto pulled = theta_->pull(link_, task);
+    if (!pulled.ok()) {
+      log("pull for scoring failed: " + pulled.status().message());
+      return Status::Ok();
+    }
+    ATOLL_RETURN_IF_ERROR(theta_->adopt(*pulled));
+  }
+  ATOLL_ASSIGN_OR_RETURN(const auto report,
+                         sync_->score(task, theta_->params(), data_.train, site_.seed));
+  Status st = link_.report_importance(report);
+  log(st.ok() ? "round " + std::to_string(task.round()) + ": importance reported"
+              : "importance report refused: " + st.message());
+  return Status::Ok();
+}
+
+// One TRAIN task: θ (pulled unless the exchange continued), H inner steps, the update, the
+// exchange, the report.
+StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
+  const uint64_t round = cur.round();
+  if (!warm_) {
+    if (!theta_->holds(cur.params_fingerprint())) {
+      auto pulled = theta_->pull(link_, cur);
+      if (!pulled.ok()) {
+        log("pull of round " + std::to_string(round) + " failed: " + pulled.status().message());
+        return Flow::kContinue;
+      }
+      ATOLL_RETURN_IF_ERROR(theta_->adopt(*pulled));
+    }
+    const al::ParamSet& theta = theta_->params();
+    std::copy(theta.data(), theta.data() + theta.numel(), local_->data());
+    pre_steps_ = 0;
+    pre_loss_ = 0;
+    pre_tokens_ = 0;
+  }
+  ATOLL_RETURN_IF_ERROR(sync_->plan(cur));
+  Tally tally{Clock::now(), pre_loss_, pre_tokens_};
+  const uint32_t H = cur.inner_steps();
+  ATOLL_ASSIGN_OR_RETURN(const uint32_t done_steps,
+                         train_steps(round, cur.global_step(), std::min(pre_steps_, H), H, tally));
+  if (stopping()) return Flow::kStop;
+  const double secs = seconds_since(tally.t0);
+  const double mean_loss = tally.loss_sum / std::max<uint32_t>(done_steps, 1);
+  if (!std::isfinite(mean_loss))
+    return Internal("inner training diverged in round " + std::to_string(round) +
+                    " (loss is not finite): lower the experiment's lr");
+
+  ATOLL_ASSIGN_OR_RETURN(EncodedUpdate update, sync_->make_update(theta_->params(), *local_));
+  update.header.round = round;
+  update.header.tokens = tally.tokens;
+  update.header.train_loss = mean_loss;
+  update.header.base_fingerprint = theta_->fingerprint();
+  update.header.layout_fingerprint = layout_fingerprint_;
+  StatusOr<uint64_t> sent = uint64_t{0};
+  ATOLL_ASSIGN_OR_RETURN(const Flow flow, sync_round(cur, update, tally.t0, sent));
+  if (flow == Flow::kStop) return Flow::kStop;
+  if (!sent.ok()) {
+    log("update for round " + std::to_string(round) + " refused: " + sent.status().message());
+    next_.reset();
+    return Flow::kContinue;
+  }
+  last_done_ = round;
+  have_done_ = true;
+  report_round(cur, done_steps, mean_loss, tally, secs, *sent);
+  return Flow::kContinue;
+}
+
+// Inner steps k ∈ [from, to) of a round whose step k = 0 is global step `first_step`, reported
+// to the heartbeat as round `round`. Returns where it stopped: `to`, or earlier on a stop
+// request.
+StatusOr<uint32_t> SiteWorker::train_steps(uint64_t round, uint64_t first_step, uint32_t from,
+                                           uint32_t to, Tally& tally) {
+  if (from >= to) return from;
+  const uint64_t total_steps = site_.spec.total_inner_steps();
+  const int B = site_.train.batch, T = site_.train.seq;
+  ATOLL_RETURN_IF_ERROR(inner_->begin(*local_));  // one copy of θ each way per run of steps
+  uint32_t k = from;
+  for (; k < to && !stopping(); ++k) {
+    const int64_t step = static_cast<int64_t>(first_step) + k;
+    const auto batch = al::data::sample_global_batch(data_.train, site_.seed, step, B, T);
+    // The batch of step + 1 too, for a step that prepares it while this one trains.
+    std::optional<al::data::GlobalBatch> after;
+    if (inner_->wants_next_batch() && static_cast<uint64_t>(step) + 1 < total_steps)
+      after = al::data::sample_global_batch(data_.train, site_.seed, step + 1, B, T);
+    ATOLL_ASSIGN_OR_RETURN(const al::StepStats st,
+                           inner_->step(*local_, batch, after ? &*after : nullptr, step));
+    tally.loss_sum += st.loss;
+    tally.tokens += static_cast<uint64_t>(st.tokens);
+    const double secs = seconds_since(tally.t0);
+    heart_->progress(round, k + 1, st.loss, secs > 0 ? tally.tokens / secs : 0);
+  }
+  ATOLL_RETURN_IF_ERROR(inner_->end(*local_));
+  return k;
+}
+
+// The exchange of `update`, overlapped (Streaming DiLoCo) with the first τ inner steps of the
+// next round, if there is one: deterministic, since the merge always happens after exactly these.
+StatusOr<Flow> SiteWorker::sync_round(const Task& cur, const EncodedUpdate& update,
+                                      Clock::time_point t0, StatusOr<uint64_t>& sent) {
+  const uint64_t round = cur.round();
+  const uint32_t H = cur.inner_steps();
+  auto exchange = sync_->exchange(link_, update, *theta_, round, opt_.stop);
+  const uint64_t next_step = (round + 1) * uint64_t{H};
+  const uint64_t total_steps = site_.spec.total_inner_steps();
+  uint32_t overlap = std::min(sync_->overlap_steps(), H);
+  if (next_step >= total_steps)
+    overlap = 0;
+  else
+    overlap = static_cast<uint32_t>(std::min<uint64_t>(overlap, total_steps - next_step));
+  Tally next{t0};  // the next round's steps; heartbeat tokens/s over this round's time
+  const auto t_overlap = Clock::now();
+  ATOLL_ASSIGN_OR_RETURN(const uint32_t overlapped,
+                         train_steps(round + 1, next_step, 0, overlap, next));
+  const double overlap_s = seconds_since(t_overlap);
+  ExchangeResult x = exchange.get();
+  if (site_.streaming() && stopping()) return Flow::kStop;
+  sent = std::move(x.sent);
+  if (sent.ok() && x.next_task)
+    ATOLL_RETURN_IF_ERROR(take_next_task(cur, *x.next_task, x.pulled, overlapped, next));
+  if (overlapped > 0 && sent.ok()) {
+    char line[160];
+    std::snprintf(line, sizeof(line),
+                  "round %" PRIu64 ": %u inner steps overlapped the sync (%.2f s)", round,
+                  overlapped, overlap_s);
+    log(line);
+  }
+  return Flow::kContinue;
+}
+
+// Streaming DiLoCo: the task the exchange brought after `cur`. When it continues `cur` (the next
+// round, same H), the synced fragment is merged and its overlapped steps count for it; otherwise
+// it restarts from the global θ.
+Status SiteWorker::take_next_task(const Task& cur, StatusOr<Task>& task,
+                                  std::optional<StatusOr<PulledParams>>& pulled,
+                                  uint32_t overlapped, const Tally& overlap) {
+  const uint64_t round = cur.round();
+  if (!task.ok()) {
+    log("next task after round " + std::to_string(round) + " failed: " + task.status().message());
+    return Status::Ok();
+  }
+  if (task->kind() == Task::STOP) {
+    next_ = std::move(*task);  // handled as a fresh task: logs and stops
+    warm_ = false;
+    return Status::Ok();
+  }
+  if (task->kind() != Task::TRAIN) return Status::Ok();
+  bool ok = true;
+  if (pulled) {
+    if (!pulled->ok()) {
+      log("pull of round " + std::to_string(task->round()) +
+          " failed: " + pulled->status().message());
+      ok = false;
+    } else {
+      ATOLL_RETURN_IF_ERROR(theta_->adopt(**pulled));
+    }
+  }
+  const uint32_t H = cur.inner_steps();
+  const bool continues = ok && task->round() == round + 1 &&
+                         task->global_step() == (round + 1) * uint64_t{H} &&
+                         task->inner_steps() == H;
+  if (continues) {
+    sync_->merge(*local_, theta_->params());
+    pre_steps_ = overlapped;
+    pre_loss_ = overlap.loss_sum;
+    pre_tokens_ = overlap.tokens;
+  } else if (ok) {
+    log("round " + std::to_string(task->round()) + " does not follow round " +
+        std::to_string(round) + ": restarting from the global θ");
+  }
+  next_ = std::move(*task);
+  warm_ = continues;
+  return Status::Ok();
+}
+
+void SiteWorker::report_round(const Task& cur, uint32_t steps, double mean_loss, const Tally& tally,
+                              double secs, uint64_t sent) {
+  const double tokens_per_s = secs > 0 ? tally.tokens / secs : 0.0;
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "round %" PRIu64 ": %u steps, loss %.4f, %.0f tok/s, sent %" PRIu64 " bytes",
+                cur.round(), steps, mean_loss, tokens_per_s, sent);
+  log(line + inner_->round_note());
+  (void)link_.report_metrics(cur.round(), cur.global_step() + cur.inner_steps(),
+                             {{"loss", mean_loss},
+                              {"tokens_per_s", tokens_per_s},
+                              {"bytes_up", static_cast<double>(sent)},
+                              {"round_seconds", secs}});
+}
+
+}  // namespace
+
+Status run_site_worker(CoordinatorLink& link, const SiteWorkerOptions& options) {
+  SiteWorker worker(link, options);
+  return worker.run();
+}
+
+}  // namespace atl::node

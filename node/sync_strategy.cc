@@ -1,0 +1,267 @@
+#include "node/sync_strategy.h"
+
+#include <map>
+#include <utility>
+
+#include "algorithms/diloco/streaming.h"
+#include "algorithms/model/subnet.h"
+#include "node/hydra_site.h"
+
+namespace atl::node {
+
+namespace {
+
+namespace al = atl::algorithms;
+using al::compress::ErrorFeedback;
+using atoll_pb::v1::Task;
+
+std::string codec_spec_of(const SiteConfig& site) {
+  return site.spec.codec().empty() ? "none" : site.spec.codec();
+}
+
+// Plain DiLoCo: Δ over the whole θ, one residual.
+class DilocoSync final : public SyncStrategy {
+ public:
+  DilocoSync(std::optional<al::compress::Codec> codec, std::string spec, bool ef, size_t numel)
+      : SyncStrategy(std::move(codec), std::move(spec), ef, numel), numel_(numel) {}
+  Status plan(const Task& /*task*/) override {
+    planned_numel_ = numel_;
+    return Status::Ok();
+  }
+
+ protected:
+  void fill_delta(const al::ParamSet& theta, const al::ParamSet& local,
+                  std::span<float> out) const override {
+    for (size_t i = 0; i < out.size(); ++i) out[i] = theta.data()[i] - local.data()[i];
+  }
+  ErrorFeedback& feedback() override {
+    if (!feedback_) feedback_.emplace(numel_);
+    return *feedback_;
+  }
+  void label(UpdateHeader& header) const override { header.fragment_offset = 0; }
+
+ private:
+  size_t numel_;
+  std::optional<ErrorFeedback> feedback_;  // made on first use (lossy codecs only)
+};
+
+// Streaming DiLoCo: the task's fragment, a residual per fragment, the exchange in the background.
+class StreamingSync final : public SyncStrategy {
+ public:
+  StreamingSync(std::optional<al::compress::Codec> codec, std::string spec, bool ef, size_t numel,
+                uint32_t overlap, float alpha)
+      : SyncStrategy(std::move(codec), std::move(spec), ef, numel),
+        numel_(numel),
+        overlap_(overlap),
+        alpha_(alpha) {}
+
+  Status plan(const Task& task) override {
+    fragment_ = {0, numel_};  // a task without a fragment syncs the whole θ
+    if (task.fragment_numel() > 0) {
+      if (task.fragment_offset() > numel_ ||
+          task.fragment_numel() > numel_ - task.fragment_offset())
+        return InvalidArgument("the coordinator's fragment [" +
+                               std::to_string(task.fragment_offset()) + ", +" +
+                               std::to_string(task.fragment_numel()) + ") is outside θ (" +
+                               std::to_string(numel_) + " values)");
+      fragment_ = {task.fragment_offset(), task.fragment_numel()};
+    }
+    planned_numel_ = fragment_.numel;
+    return Status::Ok();
+  }
+
+  std::future<ExchangeResult> exchange(CoordinatorLink& link, const EncodedUpdate& update,
+                                       const HeldTheta& held, uint64_t round,
+                                       const std::atomic<bool>* stop) override {
+    return std::async(std::launch::async, [&link, &update, &held, round, stop] {
+      ExchangeResult x;
+      x.sent = push(link, update);
+      if (!x.sent.ok()) return x;
+      StatusOr<Task> task = Task{};
+      for (;;) {
+        task = link.next_task(round, 2000);
+        if (!task.ok() || task->kind() != Task::WAIT || (stop != nullptr && stop->load())) break;
+      }
+      if (task.ok() && task->kind() == Task::TRAIN && !held.holds(task->params_fingerprint()))
+        x.pulled = held.pull(link, *task);
+      x.next_task = std::move(task);
+      return x;
+    });
+  }
+  uint32_t overlap_steps() const override { return overlap_; }
+  void merge(al::ParamSet& local, const al::ParamSet& theta) const override {
+    al::merge_fragment(std::span<float>(local.data() + fragment_.offset, fragment_.numel),
+                       std::span<const float>(theta.data() + fragment_.offset, fragment_.numel),
+                       alpha_);
+  }
+
+ protected:
+  void fill_delta(const al::ParamSet& theta, const al::ParamSet& local,
+                  std::span<float> out) const override {
+    const size_t off = fragment_.offset;
+    for (size_t i = 0; i < out.size(); ++i) out[i] = theta.data()[off + i] - local.data()[off + i];
+  }
+  ErrorFeedback& feedback() override {
+    auto key = std::make_pair(fragment_.offset, fragment_.numel);
+    return feedback_.try_emplace(key, fragment_.numel).first->second;
+  }
+  void label(UpdateHeader& header) const override { header.fragment_offset = fragment_.offset; }
+
+ private:
+  size_t numel_;
+  uint32_t overlap_;
+  float alpha_;
+  al::FragmentRange fragment_;
+  std::map<std::pair<size_t, size_t>, ErrorFeedback> feedback_;  // by (offset, numel)
+};
+
+// Hydra: the subnetwork's trained elements; importance for SCORE tasks.
+class HydraSync final : public SyncStrategy {
+ public:
+  HydraSync(std::optional<al::compress::Codec> codec, std::string spec, bool ef, size_t numel,
+            const SiteConfig& site, InnerStep& inner)
+      : SyncStrategy(std::move(codec), std::move(spec), ef, numel),
+        model_(site.model),
+        ffn_blocks_(static_cast<int>(site.spec.ffn_blocks())),
+        batch_(site.train.batch),
+        seq_(site.train.seq),
+        inner_(inner) {}
+
+  Status plan(const Task& task) override {
+    auto sub = al::subnet_from_string(task.subnet(), model_, ffn_blocks_);
+    if (!sub.ok())
+      return InvalidArgument("the coordinator's subnetwork is invalid: " + sub.status().message());
+    if (al::subnet_fingerprint(*sub) != task.mask_fingerprint())
+      return InvalidArgument("the coordinator's mask fingerprint does not match its subnetwork");
+    ATOLL_ASSIGN_OR_RETURN(trained_, inner_.set_subnet(*sub));
+    mask_fingerprint_ = task.mask_fingerprint();
+    planned_numel_ = trained_.indices.size();
+    return Status::Ok();
+  }
+
+  bool scores() const override { return true; }
+  StatusOr<atoll_pb::v1::ImportanceReport> score(const Task& task, const al::ParamSet& theta,
+                                                 const al::data::TokenDataset& train,
+                                                 uint64_t seed) const override {
+    return measure_importance(model_, theta, train, seed, task.round(),
+                              static_cast<int>(task.importance_batches()), batch_, seq_,
+                              ffn_blocks_);
+  }
+
+ protected:
+  void fill_delta(const al::ParamSet& theta, const al::ParamSet& local,
+                  std::span<float> out) const override {
+    masked_delta(theta.vec(), local.vec(), trained_.indices, out);
+  }
+  // The residual is per trained element: it restarts when they change (a new mask that only
+  // moves frozen units keeps it, like the optimizer).
+  ErrorFeedback& feedback() override {
+    if (!feedback_ || feedback_generation_ != trained_.generation) {
+      feedback_.emplace(planned_numel_);
+      feedback_generation_ = trained_.generation;
+    }
+    return *feedback_;
+  }
+  void label(UpdateHeader& header) const override {
+    header.fragment_offset = 0;
+    header.mask_fingerprint = mask_fingerprint_;
+  }
+
+ private:
+  al::ModelConfig model_;
+  int ffn_blocks_;
+  int batch_, seq_;  // B, T of the importance batches: the training batch shape
+  InnerStep& inner_;
+  TrainedSet trained_;
+  std::string mask_fingerprint_;
+  std::optional<ErrorFeedback> feedback_;
+  uint64_t feedback_generation_ = 0;  // the trained set feedback_ belongs to
+};
+
+}  // namespace
+
+StatusOr<uint64_t> push(CoordinatorLink& link, const EncodedUpdate& update) {
+  if (update.payload)
+    return link.push_encoded(update.header, update.codec, update.numel, *update.payload);
+  return link.push_update(update.header, update.delta);
+}
+
+SyncStrategy::SyncStrategy(std::optional<al::compress::Codec> codec, std::string codec_spec,
+                           bool error_feedback, size_t numel)
+    : codec_(std::move(codec)),
+      codec_spec_(std::move(codec_spec)),
+      error_feedback_(error_feedback),
+      delta_(numel) {}
+
+SyncStrategy::~SyncStrategy() = default;
+
+StatusOr<EncodedUpdate> SyncStrategy::make_update(const al::ParamSet& theta,
+                                                  const al::ParamSet& local) {
+  const std::span<float> d(delta_.data(), planned_numel_);
+  fill_delta(theta, local, d);
+  EncodedUpdate u;
+  label(u.header);
+  u.codec = codec_spec_;
+  u.numel = planned_numel_;
+  if (!codec_) {
+    u.delta = d;
+    return u;
+  }
+  auto encoded = error_feedback_ ? feedback().encode(*codec_, d) : codec_->encode(d);
+  if (!encoded.ok()) return encoded.status();
+  u.payload.emplace(encoded->begin(), encoded->end());
+  return u;
+}
+
+std::future<ExchangeResult> SyncStrategy::exchange(CoordinatorLink& link,
+                                                   const EncodedUpdate& update,
+                                                   const HeldTheta& /*held*/, uint64_t /*round*/,
+                                                   const std::atomic<bool>* /*stop*/) {
+  std::promise<ExchangeResult> done;
+  ExchangeResult x;
+  x.sent = push(link, update);
+  done.set_value(std::move(x));
+  return done.get_future();
+}
+
+StatusOr<atoll_pb::v1::ImportanceReport> SyncStrategy::score(
+    const Task& /*task*/, const al::ParamSet& /*theta*/, const al::data::TokenDataset& /*train*/,
+    uint64_t /*seed*/) const {
+  return FailedPrecondition("only Hydra experiments measure importance (a SCORE task)");
+}
+
+Status check_sync_strategy(const SiteConfig& site) {
+  const std::string spec = codec_spec_of(site);
+  if (spec != "none") ATOLL_RETURN_IF_ERROR(al::compress::Codec::create(spec).status());
+  if (site.hydra() && site.streaming())
+    return InvalidArgument("the coordinator asks for Hydra with Streaming DiLoCo (unsupported)");
+  const float alpha = static_cast<float>(site.spec.merge_alpha());
+  if (site.streaming() && !(alpha >= 0 && alpha < 1))
+    return InvalidArgument("the coordinator's merge_alpha " + std::to_string(alpha) +
+                           " is not in [0, 1)");
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<SyncStrategy>> make_sync_strategy(const SiteConfig& site,
+                                                           InnerStep& inner) {
+  ATOLL_RETURN_IF_ERROR(check_sync_strategy(site));
+  const std::string spec = codec_spec_of(site);
+  std::optional<al::compress::Codec> codec;
+  if (spec != "none") {
+    ATOLL_ASSIGN_OR_RETURN(auto c, al::compress::Codec::create(spec));
+    codec.emplace(std::move(c));
+  }
+  const bool error_feedback = codec.has_value() && site.spec.error_feedback();
+  const size_t numel = al::make_layout(site.model).numel();
+  if (site.hydra())
+    return std::unique_ptr<SyncStrategy>(
+        std::make_unique<HydraSync>(std::move(codec), spec, error_feedback, numel, site, inner));
+  if (site.streaming())
+    return std::unique_ptr<SyncStrategy>(std::make_unique<StreamingSync>(
+        std::move(codec), spec, error_feedback, numel, site.spec.overlap_steps(),
+        static_cast<float>(site.spec.merge_alpha())));
+  return std::unique_ptr<SyncStrategy>(
+      std::make_unique<DilocoSync>(std::move(codec), spec, error_feedback, numel));
+}
+
+}  // namespace atl::node

@@ -1,0 +1,176 @@
+// The inner-step factory: the step it picks trains exactly as the trainer it wraps (bit for
+// bit), Hydra's step reports its trained set, and impossible combinations are refused with one
+// line before anything is built or connected.
+#include "node/inner_step.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algorithms/data/dataset.h"
+#include "algorithms/hydra/trainer.h"
+#include "algorithms/model/llama.h"
+#include "algorithms/model/subnet.h"
+#include "algorithms/optim/inner_trainer.h"
+#include "kernels/core/philox.h"
+#include "node/site_config.h"
+#include "tests/node/node_test_util.h"
+
+namespace atl::node {
+namespace {
+
+namespace al = atl::algorithms;
+using testing::small_join;
+
+SiteConfig site_of(const atoll_pb::v1::JoinResponse& j) {
+  auto s = site_config_from_join(j);
+  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  return s.ok() ? *s : SiteConfig{};
+}
+
+al::data::GlobalBatch random_batch(const SiteConfig& site, uint64_t seed) {
+  al::data::GlobalBatch b;
+  b.B = site.train.batch;
+  b.T = site.train.seq;
+  b.tokens.resize(static_cast<size_t>(b.B) * (b.T + 1));
+  Philox r(seed, 3);
+  for (size_t i = 0; i < b.tokens.size(); ++i)
+    b.tokens[i] = static_cast<int32_t>(r.below(i, site.model.vocab));
+  return b;
+}
+
+InnerStepOptions on_gpu() {
+  InnerStepOptions o;
+  o.devices.cuda = {0};
+  o.devices.name = "cuda:0";
+  return o;
+}
+
+InnerStepOptions with_teacher() {
+  InnerStepOptions o;
+  o.distill.teachers = {"127.0.0.1:1"};
+  o.distill.wait_s = 0;
+  return o;
+}
+
+TEST(SiteConfig, ReadsTheJoinResponseWithThisSitesSeed) {
+  auto j = small_join();
+  j.mutable_train()->set_precision("bf16");
+  const SiteConfig s = site_of(j);
+  EXPECT_EQ(s.model.dim, 32);
+  EXPECT_EQ(s.train.batch, 2);
+  EXPECT_EQ(s.train.seq, 16);
+  EXPECT_EQ(s.seed, site_seed(42, "site-1"));
+  EXPECT_NE(s.seed, site_seed(42, "site-2"));
+  EXPECT_EQ(s.train.precision_seed, s.seed);
+  EXPECT_EQ(s.train.precision, al::Precision::kBf16);
+  EXPECT_FALSE(s.hydra());
+  EXPECT_FALSE(s.streaming());
+  auto bad = small_join();
+  bad.mutable_model()->set_heads(5);  // does not divide dim 32
+  EXPECT_FALSE(site_config_from_join(bad).ok());
+}
+
+// Three steps through the factory's CPU step and through InnerTrainer: the same θ, bit for bit.
+TEST(InnerStepFactory, CpuStepTrainsAsTheInnerTrainer) {
+  const SiteConfig site = site_of(small_join());
+  auto step = make_inner_step(site, InnerStepOptions{});
+  ASSERT_TRUE(step.ok()) << step.status().to_string();
+  EXPECT_EQ((*step)->describe(), "");
+  EXPECT_FALSE((*step)->wants_next_batch());
+  al::InnerTrainer reference(site.model, site.train);
+  al::ParamSet a(al::make_layout(site.model)), b(al::make_layout(site.model));
+  al::init_params(a, site.model, 5);
+  b.vec() = a.vec();
+  ASSERT_TRUE((*step)->begin(a).ok());
+  for (int64_t k = 0; k < 3; ++k) {
+    const auto batch = random_batch(site, k);
+    auto got = (*step)->step(a, batch, nullptr, k);
+    ASSERT_TRUE(got.ok());
+    const al::StepStats want = reference.step(b, batch.tokens.data(), k);
+    EXPECT_EQ(got->loss, want.loss);
+    EXPECT_EQ(got->lr, want.lr);
+    EXPECT_EQ(got->tokens, int64_t{site.train.batch} * site.train.seq);
+  }
+  ASSERT_TRUE((*step)->end(a).ok());
+  EXPECT_EQ(a.vec(), b.vec());
+  EXPECT_EQ((*step)->set_subnet(al::full_subnet(site.model, 3, true)).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
+TEST(InnerStepFactory, HydraStepTrainsTheSubnetworkAsHydraTrainer) {
+  const SiteConfig site = site_of(small_join("hydra"));
+  auto step = make_inner_step(site, InnerStepOptions{});
+  ASSERT_TRUE(step.ok()) << step.status().to_string();
+  al::hydra::HydraTrainer reference(site.model, site.train);
+  al::Subnet sub = al::full_subnet(site.model, 3, false);
+  sub.layers[1].train = true;
+  sub.layers[2].train = true;
+  sub.layers[2].ffn_blocks[1] = 0;
+  auto trained = (*step)->set_subnet(sub);
+  ASSERT_TRUE(trained.ok()) << trained.status().to_string();
+  ASSERT_TRUE(reference.set_subnet(sub).ok());
+  EXPECT_EQ(std::vector<uint32_t>(trained->indices.begin(), trained->indices.end()),
+            al::trainable_indices(sub, site.model));
+  EXPECT_EQ(trained->generation, reference.trained_set_generation());
+  al::ParamSet a(al::make_layout(site.model)), b(al::make_layout(site.model));
+  al::init_params(a, site.model, 6);
+  b.vec() = a.vec();
+  for (int64_t k = 0; k < 3; ++k) {
+    const auto batch = random_batch(site, 10 + k);
+    auto got = (*step)->step(a, batch, nullptr, k);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->loss, reference.step(b, batch.tokens.data(), k).loss);
+  }
+  EXPECT_EQ(a.vec(), b.vec());
+  // Another trained set: a new generation.
+  sub.layers[1].train = false;
+  auto again = (*step)->set_subnet(sub);
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(again->generation, trained->generation);
+}
+
+// Impossible combinations: one line, from check_inner_step and make_inner_step alike, before
+// any teacher is contacted or device opened.
+TEST(InnerStepFactory, RefusesImpossibleCombinationsWithOneLine) {
+  auto bad_blocks = small_join("hydra");
+  bad_blocks.mutable_train()->set_ffn_blocks(5);  // 48 is not a multiple of 5
+  struct Case {
+    SiteConfig site;
+    InnerStepOptions options;
+    StatusCode code;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {site_of(small_join("hydra")), with_teacher(), StatusCode::kInvalidArgument,
+       "--teacher cannot be used in a Hydra experiment"},
+      {site_of(bad_blocks), InnerStepOptions{}, StatusCode::kInvalidArgument,
+       "ffn_blocks 5 does not divide ffn_hidden 48"},
+      {site_of(small_join("hydra")), on_gpu(), StatusCode::kFailedPrecondition,
+       "--device cuda:0: Hydra subnetworks train on the CPU only"},
+      {site_of(small_join()),
+       [] {
+         InnerStepOptions o = with_teacher();
+         o.devices = on_gpu().devices;
+         return o;
+       }(),
+       StatusCode::kFailedPrecondition, "--device cuda:0: distillation (--teacher)"},
+  };
+  for (const Case& c : cases) {
+    Status checked = check_inner_step(c.site, c.options);
+    EXPECT_EQ(checked.code(), c.code) << c.says;
+    EXPECT_NE(checked.message().find(c.says), std::string::npos) << checked.message();
+    EXPECT_EQ(checked.message().find('\n'), std::string::npos);
+    auto made = make_inner_step(c.site, c.options);
+    ASSERT_FALSE(made.ok()) << c.says;
+    EXPECT_EQ(made.status().message(), checked.message());
+  }
+  EXPECT_TRUE(check_inner_step(site_of(small_join()), InnerStepOptions{}).ok());
+  EXPECT_TRUE(check_inner_step(site_of(small_join()), with_teacher()).ok());
+  EXPECT_TRUE(check_inner_step(site_of(small_join()), on_gpu()).ok());
+}
+
+}  // namespace
+}  // namespace atl::node
