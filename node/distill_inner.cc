@@ -62,7 +62,7 @@ Status validate(const DistillNodeOptions& o) {
 StatusOr<std::unique_ptr<DistillInnerStep>> DistillInnerStep::create(
     const DistillNodeOptions& o, const transport::ClientTls& tls,
     const algorithms::ModelConfig& model, const algorithms::TrainerConfig& train,
-    const std::atomic<bool>* stop) {
+    const std::atomic<bool>* stop, const DeviceChoice& devices) {
   ATOLL_RETURN_IF_ERROR(validate(o));
   algorithms::distill::LossConfig lc;
   lc.alpha = o.alpha;
@@ -71,6 +71,10 @@ StatusOr<std::unique_ptr<DistillInnerStep>> DistillInnerStep::create(
   lc.shards = o.loss_shards;
   ATOLL_RETURN_IF_ERROR(algorithms::distill::validate(model, model, train, lc));
   std::unique_ptr<DistillInnerStep> d(new DistillInnerStep());
+  // The device first: a GPU that cannot be opened is one line before any teacher is waited for.
+  if (devices.gpu()) {
+    ATOLL_ASSIGN_OR_RETURN(d->gpu_trainer_, GpuStudentTrainer::create(model, train, lc, devices));
+  }
   d->o_ = o;
   d->B_ = train.batch;
   d->T_ = train.seq;
@@ -86,7 +90,8 @@ StatusOr<std::unique_ptr<DistillInnerStep>> DistillInnerStep::create(
                      [&] { return TeacherClient::connect(co, model.vocab); });
   if (!c.ok()) return c.status();
   d->client_ = std::move(c).value();
-  d->trainer_ = std::make_unique<algorithms::distill::StudentTrainer>(model, train, lc);
+  if (!d->gpu_trainer_)
+    d->trainer_ = std::make_unique<algorithms::distill::StudentTrainer>(model, train, lc);
   return d;
 }
 
@@ -125,8 +130,11 @@ StatusOr<algorithms::distill::DistillStepStats> DistillInnerStep::step(
     full.emplace(targets);
   else
     topk = targets.topk();
-  auto r =
-      trainer_->step(params, tokens.data(), step, full ? &*full : nullptr, topk ? &*topk : nullptr);
+  algorithms::distill::TeacherLogits<float>* full_targets = full ? &*full : nullptr;
+  const algorithms::distill::TopKTargets<float>* topk_targets = topk ? &*topk : nullptr;
+  auto r = gpu_trainer_
+               ? gpu_trainer_->step(params, tokens.data(), step, full_targets, topk_targets)
+               : trainer_->step(params, tokens.data(), step, full_targets, topk_targets);
   if (r.ok()) {
     tokens_ += static_cast<uint64_t>(r->tokens);
     bytes_ += targets.wire_bytes;

@@ -21,6 +21,7 @@
 #include "algorithms/distill/student.h"
 #include "algorithms/model/param_set.h"
 #include "kernels/core/status.h"
+#include "node/gpu_trainer.h"
 #include "node/teacher_client.h"
 
 namespace atl::node {
@@ -43,12 +44,13 @@ Status validate(const DistillNodeOptions& o);
 
 class DistillInnerStep {
  public:
-  // Connects to the teachers (waiting up to wait_s for them) and checks their vocabulary.
-  static StatusOr<std::unique_ptr<DistillInnerStep>> create(const DistillNodeOptions& o,
-                                                            const transport::ClientTls& tls,
-                                                            const algorithms::ModelConfig& model,
-                                                            const algorithms::TrainerConfig& train,
-                                                            const std::atomic<bool>* stop);
+  // Connects to the teachers (waiting up to wait_s for them) and checks their vocabulary. The
+  // student trains on `devices`: the CPU (algorithms/distill/student.h) or one GPU
+  // (GpuStudentTrainer, node/gpu_trainer.h).
+  static StatusOr<std::unique_ptr<DistillInnerStep>> create(
+      const DistillNodeOptions& o, const transport::ClientTls& tls,
+      const algorithms::ModelConfig& model, const algorithms::TrainerConfig& train,
+      const std::atomic<bool>* stop, const DeviceChoice& devices = DeviceChoice{{}, "cpu"});
   ~DistillInnerStep();
 
   // One inner step on `tokens` (B, T + 1) at global step `step`; `next_tokens` (may be null) is
@@ -72,7 +74,8 @@ class DistillInnerStep {
   int B_ = 0, T_ = 0;
   const std::atomic<bool>* stop_ = nullptr;
   std::unique_ptr<TeacherClient> client_;
-  std::unique_ptr<algorithms::distill::StudentTrainer> trainer_;
+  std::unique_ptr<algorithms::distill::StudentTrainer> trainer_;  // on the CPU, or
+  std::unique_ptr<GpuStudentTrainer> gpu_trainer_;                // on a GPU
   // The prefetch in flight: targets of (pending_step_, pending_tokens_).
   int64_t pending_step_ = -1;
   std::vector<int32_t> pending_tokens_;

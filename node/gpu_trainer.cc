@@ -1,6 +1,8 @@
 #include "node/gpu_trainer.h"
 
 #if defined(ATOLL_HAVE_CUDA)
+#include "algorithms/cuda/cuda_hydra.h"
+#include "algorithms/cuda/cuda_student.h"
 #include "algorithms/cuda/cuda_trainer.h"
 #include "kernels/cuda/devices.h"
 #include "kernels/cuda/nccl_group.h"
@@ -123,6 +125,129 @@ Status GpuTrainer::store(algorithms::ParamSet& params) {
   return impl_->trainer->store_params(params);
 #else
   (void)params;
+  return FailedPrecondition("this atoll was built without the CUDA backend");
+#endif
+}
+
+namespace {
+
+// Hydra and distillation train on one device: the multi-GPU worker is CudaTrainer's.
+Status one_device(const DeviceChoice& devices, const char* what) {
+  if (!devices.gpu()) return InvalidArgument(std::string(what) + ": no GPU in the device choice");
+  if (devices.cuda.size() > 1)
+    return FailedPrecondition("--devices " + devices.name + ": " + what +
+                              " trains on one GPU: use --device cuda:N");
+  return Status::Ok();
+}
+
+}  // namespace
+
+#if defined(ATOLL_HAVE_CUDA)
+struct GpuHydraTrainer::Impl {
+  std::unique_ptr<algorithms::cuda::CudaHydraTrainer> trainer;
+};
+struct GpuStudentTrainer::Impl {
+  std::unique_ptr<algorithms::cuda::CudaStudentTrainer> trainer;
+};
+#else
+struct GpuHydraTrainer::Impl {
+  std::vector<uint32_t> none;
+};
+struct GpuStudentTrainer::Impl {};
+#endif
+
+GpuHydraTrainer::GpuHydraTrainer() : impl_(std::make_unique<Impl>()) {}
+GpuHydraTrainer::~GpuHydraTrainer() = default;
+
+StatusOr<std::unique_ptr<GpuHydraTrainer>> GpuHydraTrainer::create(
+    const algorithms::ModelConfig& model, const algorithms::TrainerConfig& train,
+    const DeviceChoice& devices) {
+  ATOLL_RETURN_IF_ERROR(one_device(devices, "a Hydra subnetwork"));
+#if defined(ATOLL_HAVE_CUDA)
+  std::unique_ptr<GpuHydraTrainer> t(new GpuHydraTrainer());
+  auto ct = algorithms::cuda::CudaHydraTrainer::create(model, train, devices.cuda[0]);
+  if (!ct.ok())
+    return Status(ct.status().code(), "training on " + devices.name + ": " + ct.status().message());
+  t->impl_->trainer = std::move(ct).value();
+  return t;
+#else
+  (void)model;
+  (void)train;
+  return FailedPrecondition("this atoll was built without the CUDA backend: use --device cpu");
+#endif
+}
+
+Status GpuHydraTrainer::set_subnet(const algorithms::Subnet& s) {
+#if defined(ATOLL_HAVE_CUDA)
+  return impl_->trainer->set_subnet(s);
+#else
+  (void)s;
+  return FailedPrecondition("this atoll was built without the CUDA backend");
+#endif
+}
+
+const std::vector<uint32_t>& GpuHydraTrainer::indices() const {
+#if defined(ATOLL_HAVE_CUDA)
+  return impl_->trainer->indices();
+#else
+  return impl_->none;
+#endif
+}
+
+uint64_t GpuHydraTrainer::trained_set_generation() const {
+#if defined(ATOLL_HAVE_CUDA)
+  return impl_->trainer->trained_set_generation();
+#else
+  return 0;
+#endif
+}
+
+StatusOr<algorithms::StepStats> GpuHydraTrainer::step(algorithms::ParamSet& params,
+                                                      const int32_t* tokens, int64_t global_step) {
+#if defined(ATOLL_HAVE_CUDA)
+  return impl_->trainer->step(params, tokens, global_step);
+#else
+  (void)params;
+  (void)tokens;
+  (void)global_step;
+  return FailedPrecondition("this atoll was built without the CUDA backend");
+#endif
+}
+
+GpuStudentTrainer::GpuStudentTrainer() : impl_(std::make_unique<Impl>()) {}
+GpuStudentTrainer::~GpuStudentTrainer() = default;
+
+StatusOr<std::unique_ptr<GpuStudentTrainer>> GpuStudentTrainer::create(
+    const algorithms::ModelConfig& model, const algorithms::TrainerConfig& train,
+    const algorithms::distill::LossConfig& loss, const DeviceChoice& devices) {
+  ATOLL_RETURN_IF_ERROR(one_device(devices, "a distillation student"));
+#if defined(ATOLL_HAVE_CUDA)
+  std::unique_ptr<GpuStudentTrainer> t(new GpuStudentTrainer());
+  auto ct = algorithms::cuda::CudaStudentTrainer::create(model, train, loss, devices.cuda[0]);
+  if (!ct.ok())
+    return Status(ct.status().code(), "training on " + devices.name + ": " + ct.status().message());
+  t->impl_->trainer = std::move(ct).value();
+  return t;
+#else
+  (void)model;
+  (void)train;
+  (void)loss;
+  return FailedPrecondition("this atoll was built without the CUDA backend: use --device cpu");
+#endif
+}
+
+StatusOr<algorithms::distill::DistillStepStats> GpuStudentTrainer::step(
+    algorithms::ParamSet& params, const int32_t* tokens, int64_t global_step,
+    algorithms::distill::TeacherLogits<float>* full,
+    const algorithms::distill::TopKTargets<float>* topk) {
+#if defined(ATOLL_HAVE_CUDA)
+  return impl_->trainer->step(params, tokens, global_step, full, topk);
+#else
+  (void)params;
+  (void)tokens;
+  (void)global_step;
+  (void)full;
+  (void)topk;
   return FailedPrecondition("this atoll was built without the CUDA backend");
 #endif
 }

@@ -1,7 +1,8 @@
 // The node's device choice (`--device cpu|cuda:N`, `--devices cuda:0,cuda:1`) and its GPU inner
-// trainer. Build-independent: with the CUDA backend compiled in, GpuTrainer runs
-// algorithms/cuda/cuda_trainer.h; without it, resolve_devices refuses every GPU flag with one
-// line, so `atoll node` stops before joining.
+// trainers. Build-independent: with the CUDA backend compiled in, GpuTrainer runs
+// algorithms/cuda/cuda_trainer.h, GpuHydraTrainer algorithms/cuda/cuda_hydra.h and
+// GpuStudentTrainer algorithms/cuda/cuda_student.h; without it, resolve_devices refuses every GPU
+// flag with one line, so `atoll node` stops before joining.
 #pragma once
 
 #include <cstdint>
@@ -9,8 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/distill/loss.h"
+#include "algorithms/distill/trainer.h"
 #include "algorithms/model/llama.h"
 #include "algorithms/model/param_set.h"
+#include "algorithms/model/subnet.h"
 #include "algorithms/optim/inner_trainer.h"
 #include "kernels/core/status.h"
 
@@ -54,6 +58,53 @@ class GpuTrainer {
 
  private:
   GpuTrainer();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Hydra's subnetwork step on one GPU, with HydraTrainer's contract (algorithms/hydra/trainer.h):
+// host θ in and out, the optimizer state of the trained elements kept across calls.
+class GpuHydraTrainer {
+ public:
+  // One device only: a --devices list is refused with one line.
+  static StatusOr<std::unique_ptr<GpuHydraTrainer>> create(const algorithms::ModelConfig& model,
+                                                           const algorithms::TrainerConfig& train,
+                                                           const DeviceChoice& devices);
+  ~GpuHydraTrainer();
+  GpuHydraTrainer(const GpuHydraTrainer&) = delete;
+  GpuHydraTrainer& operator=(const GpuHydraTrainer&) = delete;
+
+  Status set_subnet(const algorithms::Subnet& s);
+  const std::vector<uint32_t>& indices() const;  // held elements, ascending
+  uint64_t trained_set_generation() const;
+  StatusOr<algorithms::StepStats> step(algorithms::ParamSet& params, const int32_t* tokens,
+                                       int64_t global_step);
+
+ private:
+  GpuHydraTrainer();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The distillation student's step on one GPU, with StudentTrainer's contract
+// (algorithms/distill/student.h): host θ in and out, AdamW state kept across calls.
+class GpuStudentTrainer {
+ public:
+  // One device only: a --devices list is refused with one line.
+  static StatusOr<std::unique_ptr<GpuStudentTrainer>> create(
+      const algorithms::ModelConfig& model, const algorithms::TrainerConfig& train,
+      const algorithms::distill::LossConfig& loss, const DeviceChoice& devices);
+  ~GpuStudentTrainer();
+  GpuStudentTrainer(const GpuStudentTrainer&) = delete;
+  GpuStudentTrainer& operator=(const GpuStudentTrainer&) = delete;
+
+  StatusOr<algorithms::distill::DistillStepStats> step(
+      algorithms::ParamSet& params, const int32_t* tokens, int64_t global_step,
+      algorithms::distill::TeacherLogits<float>* full,
+      const algorithms::distill::TopKTargets<float>* topk);
+
+ private:
+  GpuStudentTrainer();
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -65,15 +65,41 @@ class CudaInnerStep final : public InnerStep {
   std::string device_name_;
 };
 
+// Hydra's subnetwork on one GPU (algorithms/cuda/cuda_hydra.h): θ goes to the device and the
+// gradient comes back each step; the masked optimizer runs on the host.
+class CudaHydraInnerStep final : public InnerStep {
+ public:
+  CudaHydraInnerStep(std::unique_ptr<GpuHydraTrainer> gpu, std::string device_name)
+      : gpu_(std::move(gpu)), device_name_(std::move(device_name)) {}
+  std::string describe() const override { return "training Hydra subnetworks on " + device_name_; }
+  StatusOr<al::StepStats> step(al::ParamSet& local, const al::data::GlobalBatch& batch,
+                               const al::data::GlobalBatch* /*next_batch*/,
+                               int64_t global_step) override {
+    return gpu_->step(local, batch.tokens.data(), global_step);
+  }
+  StatusOr<TrainedSet> set_subnet(const al::Subnet& s) override {
+    ATOLL_RETURN_IF_ERROR(gpu_->set_subnet(s));
+    return TrainedSet{gpu_->indices(), gpu_->trained_set_generation()};
+  }
+
+ private:
+  std::unique_ptr<GpuHydraTrainer> gpu_;
+  std::string device_name_;
+};
+
 // A distillation student: the inner loss is α·τ²·KL(teacher ‖ student) + (1 − α)·CE, with the
 // teacher's targets for each batch fetched from remote teachers.
 class DistillStudentStep final : public InnerStep {
  public:
-  DistillStudentStep(std::unique_ptr<DistillInnerStep> distiller, DistillNodeOptions options)
-      : distiller_(std::move(distiller)), options_(std::move(options)) {}
+  DistillStudentStep(std::unique_ptr<DistillInnerStep> distiller, DistillNodeOptions options,
+                     DeviceChoice devices)
+      : distiller_(std::move(distiller)),
+        options_(std::move(options)),
+        devices_(std::move(devices)) {}
   std::string describe() const override {
     return "distilling from teachers " + distiller_->describe() + " (" + options_.codec +
-           ", alpha " + std::to_string(options_.alpha).substr(0, 5) + ")";
+           ", alpha " + std::to_string(options_.alpha).substr(0, 5) + ")" +
+           (devices_.gpu() ? " on " + devices_.name : "");
   }
   StatusOr<al::StepStats> step(al::ParamSet& local, const al::data::GlobalBatch& batch,
                                const al::data::GlobalBatch* next_batch,
@@ -98,6 +124,7 @@ class DistillStudentStep final : public InnerStep {
  private:
   std::unique_ptr<DistillInnerStep> distiller_;
   DistillNodeOptions options_;
+  DeviceChoice devices_;
 };
 
 }  // namespace
@@ -119,29 +146,39 @@ Status check_inner_step(const SiteConfig& site, const InnerStepOptions& options)
           "--teacher cannot be used in a Hydra experiment (subnetwork training has no "
           "distillation loss); drop --teacher or use algorithm = diloco");
   }
-  if (options.devices.gpu() && (site.hydra() || distill))
-    return FailedPrecondition("--device " + options.devices.name + ": " +
+  // The CUDA trainers of Hydra and of the distillation student run on one device; several as
+  // one worker (NCCL) is the plain inner step's.
+  if (options.devices.cuda.size() > 1 && (site.hydra() || distill))
+    return FailedPrecondition("--devices " + options.devices.name + ": " +
                               (site.hydra() ? "Hydra subnetworks" : "distillation (--teacher)") +
-                              " train on the CPU only for now: use --device cpu");
+                              " train on one GPU: use --device cuda:N");
   return Status::Ok();
 }
 
 StatusOr<std::unique_ptr<InnerStep>> make_inner_step(const SiteConfig& site,
                                                      const InnerStepOptions& options) {
   ATOLL_RETURN_IF_ERROR(check_inner_step(site, options));
+  const bool gpu = options.devices.gpu();
+  if (site.hydra() && gpu) {
+    ATOLL_ASSIGN_OR_RETURN(auto trainer,
+                           GpuHydraTrainer::create(site.model, site.train, options.devices));
+    return std::unique_ptr<InnerStep>(
+        std::make_unique<CudaHydraInnerStep>(std::move(trainer), options.devices.name));
+  }
   if (site.hydra())
     return std::unique_ptr<InnerStep>(std::make_unique<HydraInnerStep>(site.model, site.train));
   if (!options.distill.teachers.empty()) {
     ATOLL_ASSIGN_OR_RETURN(
         auto distiller, DistillInnerStep::create(options.distill, options.teacher_tls, site.model,
-                                                 site.train, options.stop));
-    return std::unique_ptr<InnerStep>(
-        std::make_unique<DistillStudentStep>(std::move(distiller), options.distill));
+                                                 site.train, options.stop, options.devices));
+    return std::unique_ptr<InnerStep>(std::make_unique<DistillStudentStep>(
+        std::move(distiller), options.distill, options.devices));
   }
-  if (options.devices.gpu()) {
-    ATOLL_ASSIGN_OR_RETURN(auto gpu, GpuTrainer::create(site.model, site.train, options.devices));
+  if (gpu) {
+    ATOLL_ASSIGN_OR_RETURN(auto trainer,
+                           GpuTrainer::create(site.model, site.train, options.devices));
     return std::unique_ptr<InnerStep>(
-        std::make_unique<CudaInnerStep>(std::move(gpu), options.devices.name));
+        std::make_unique<CudaInnerStep>(std::move(trainer), options.devices.name));
   }
   return std::unique_ptr<InnerStep>(std::make_unique<CpuInnerStep>(site.model, site.train));
 }

@@ -1,7 +1,8 @@
 // One optimizer step of a site on one batch, whatever trains it: the CPU model (dense or MoE,
 // every precision recipe: algorithms/optim/inner_trainer.h), the CUDA model
 // (node/gpu_trainer.h), Hydra's masked subnetwork (algorithms/hydra/trainer.h) or a
-// distillation student whose targets come from remote teachers (node/distill_inner.h). The site
+// distillation student whose targets come from remote teachers (node/distill_inner.h); Hydra
+// and the student on a GPU too (algorithms/cuda/cuda_hydra.h, cuda_student.h). The site
 // worker (node/site_worker.h) runs every algorithm's rounds through this interface; which step a
 // site takes is decided once, from the coordinator's JoinResponse and the node's options, by
 // make_inner_step.
@@ -76,12 +77,12 @@ struct InnerStepOptions {
 
 // Whether `site` and `options` name a step that can be built, without building it: one line
 // saying what is impossible and what to change (Hydra with a teacher; an FFN block count that
-// does not divide the model's; Hydra or a teacher on a GPU, which the CUDA model lacks).
+// does not divide the model's; Hydra or a teacher on several GPUs, whose CUDA trainers use one).
 Status check_inner_step(const SiteConfig& site, const InnerStepOptions& options);
 
-// check_inner_step, then the step: the CPU model, the CUDA model (options.devices.gpu()),
-// Hydra's subnetwork (site.hydra()) or the distillation student (options.distill.teachers;
-// connects to the teachers, waiting up to distill.wait_s for them).
+// check_inner_step, then the step: Hydra's subnetwork (site.hydra()), the distillation student
+// (options.distill.teachers; connects to the teachers, waiting up to distill.wait_s for them) or
+// the plain step, each on the CPU or on options.devices (node/gpu_trainer.h).
 StatusOr<std::unique_ptr<InnerStep>> make_inner_step(const SiteConfig& site,
                                                      const InnerStepOptions& options);
 

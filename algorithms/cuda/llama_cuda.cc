@@ -150,9 +150,10 @@ Status CudaLlama::ensure_shape(int B, int T) {
   return Status::Ok();
 }
 
-Status CudaLlama::forward(const float* P, const int32_t* tokens, const int32_t* targets, int B,
-                          int T) {
+Status CudaLlama::forward_trunk(const float* P, const int32_t* tokens, const int32_t* targets,
+                                int B, int T) {
   have_targets_ = false;  // until this forward's inputs are known good
+  have_forward_ = false;
   num_targets_ = 0;
   ATOLL_RETURN_IF_ERROR(ctx_.make_current());
   ATOLL_RETURN_IF_ERROR(ensure_shape(B, T));
@@ -208,11 +209,26 @@ Status CudaLlama::forward(const float* P, const int32_t* tokens, const int32_t* 
   }
   ATOLL_RETURN_IF_ERROR(
       kc::rmsnorm_forward(ctx_, lnf_, rstdf_, out_, P + off_norm_, N, C, cfg_.norm_eps));
+  have_forward_ = true;
+  return Status::Ok();
+}
+
+Status CudaLlama::forward(const float* P, const int32_t* tokens, const int32_t* targets, int B,
+                          int T) {
+  ATOLL_RETURN_IF_ERROR(forward_trunk(P, tokens, targets, B, T));
+  const int N = B * T, C = cfg_.dim, V = cfg_.vocab;
+  const int32_t* dtgt = tok_.data() + N;
   ATOLL_RETURN_IF_ERROR(
-      gemm_.forward(logits_, lnf_, wte, N, C, V, site(cfg_.layers, 0)));  // tied head
+      gemm_.forward(logits_, lnf_, P + off_embed_, N, C, V, site(cfg_.layers, 0)));  // tied head
   ATOLL_RETURN_IF_ERROR(kc::zero_fill(ctx_, losses_, size_t(N)));
   if (!have_targets_) return Status::Ok();
   return kc::softmax_xent(ctx_, losses_, nullptr, logits_, dtgt, N, V, 0.0);
+}
+
+StatusOr<const float*> CudaLlama::forward_hidden(const float* P, const int32_t* tokens, int B,
+                                                 int T) {
+  ATOLL_RETURN_IF_ERROR(forward_trunk(P, tokens, nullptr, B, T));
+  return static_cast<const float*>(lnf_);
 }
 
 StatusOr<double> CudaLlama::loss_sum(double start) {
@@ -246,34 +262,58 @@ StatusOr<float> CudaLlama::loss() {
   return num_targets_ ? static_cast<float>(sum / static_cast<double>(num_targets_)) : 0.0f;
 }
 
+CudaLlama::GradViews CudaLlama::grad_views() {
+  const size_t N = size_t(B_) * T_, NC = N * cfg_.dim, F = cfg_.ffn_hidden;
+  const auto pad = [](size_t n) { return (n + 63) / 64 * 64; };  // as in ensure_shape
+  GradViews g;
+  g.dres = grads_.data();
+  g.dln = g.dres + pad(NC);
+  g.datty = g.dln + pad(NC);
+  g.dqkv = g.datty + pad(NC);
+  g.dgu = g.dqkv + pad(3 * NC);
+  g.dswi = g.dgu + pad(N * 2 * F);
+  return g;
+}
+
 Status CudaLlama::backward(const float* P, float* G, int64_t denom, double router_scale) {
   if (!have_targets_ || B_ == 0)
     return FailedPrecondition("CUDA model: backward() without a forward with targets");
   ATOLL_RETURN_IF_ERROR(ctx_.make_current());
-  const int B = B_, T = T_, N = B * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab,
-            H = cfg_.heads, D = C / H;
+  const int N = B_ * T_, C = cfg_.dim, V = cfg_.vocab;
   const size_t NC = size_t(N) * C;
-  const int32_t* dtok = tok_.data();
-  const int32_t* dtgt = dtok + N;
-  const auto pad = [](size_t n) { return (n + 63) / 64 * 64; };  // as in ensure_shape
-  float* dres = grads_.data();
-  float* dln = dres + pad(NC);
-  float* datty = dln + pad(NC);
-  float* dqkv = datty + pad(NC);
-  float* dgu = dqkv + pad(3 * NC);
-  float* dswi = dgu + pad(size_t(N) * 2 * F);
-  const float* wte = P + off_embed_;
-  float* dwte = G + off_embed_;
-  auto zero = [&](float* p, size_t n) { return kc::zero_fill(ctx_, p, n); };
+  const int32_t* dtgt = tok_.data() + N;
+  const GradViews g = grad_views();
 
   // Loss = Σ losses / denom, so dloss/dlosses[i] = 1/denom (the CPU model: denom = targets).
   const int64_t d = denom > 0 ? denom : num_targets_;
   const double dloss = d ? 1.0 / static_cast<double>(d) : 0.0;
   ATOLL_RETURN_IF_ERROR(kc::softmax_xent(ctx_, losses_, logits_, logits_, dtgt, N, V, dloss));
   // Tied head: dlnf (N, C) = dlogits · wte ; dwte += dlogitsᵀ · lnf.
-  ATOLL_RETURN_IF_ERROR(zero(dln, NC));
-  ATOLL_RETURN_IF_ERROR(
-      gemm_.backward(dln, dwte, logits_, lnf_, wte, N, C, V, site(cfg_.layers, 0)));
+  ATOLL_RETURN_IF_ERROR(kc::zero_fill(ctx_, g.dln, NC));
+  ATOLL_RETURN_IF_ERROR(gemm_.backward(g.dln, G + off_embed_, logits_, lnf_, P + off_embed_, N, C,
+                                       V, site(cfg_.layers, 0)));
+  return backward_trunk(P, G, router_scale);
+}
+
+Status CudaLlama::backward_from_hidden(const float* P, float* G, const float* dh,
+                                       double router_scale) {
+  if (!have_forward_ || B_ == 0)
+    return FailedPrecondition("CUDA model: backward_from_hidden() without a forward");
+  ATOLL_RETURN_IF_ERROR(ctx_.make_current());
+  const size_t NC = size_t(B_) * T_ * cfg_.dim;
+  ATOLL_RETURN_IF_ERROR(h2d(ctx_, grad_views().dln, dh, NC * sizeof(float)));
+  return backward_trunk(P, G, router_scale);
+}
+
+Status CudaLlama::backward_trunk(const float* P, float* G, double router_scale) {
+  const int B = B_, T = T_, N = B * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab,
+            H = cfg_.heads, D = C / H;
+  const size_t NC = size_t(N) * C;
+  const int32_t* dtok = tok_.data();
+  const GradViews g = grad_views();
+  float *dres = g.dres, *dln = g.dln, *datty = g.datty, *dqkv = g.dqkv, *dgu = g.dgu,
+        *dswi = g.dswi;
+  auto zero = [&](float* p, size_t n) { return kc::zero_fill(ctx_, p, n); };
 
   // Final norm: dres = d(last block output).
   ATOLL_RETURN_IF_ERROR(zero(dres, NC));
@@ -313,7 +353,7 @@ Status CudaLlama::backward(const float* P, float* G, int64_t denom, double route
     ATOLL_RETURN_IF_ERROR(  // dres = dx
         kc::rmsnorm_backward(ctx_, dres, G + o.ln1, dln, a.x, P + o.ln1, a.rstd1, N, C));
   }
-  return kc::embedding_backward(ctx_, dwte, dres, dtok, N, V, C);
+  return kc::embedding_backward(ctx_, G + off_embed_, dres, dtok, N, V, C);
 }
 
 }  // namespace atl::algorithms::cuda

@@ -76,6 +76,17 @@ class CudaLlama {
   // them).
   Status backward(const float* P, float* G, int64_t denom = 0, double router_scale = 1.0);
 
+  // The forward up to the final hidden states (the output of the final RMSNorm), without the
+  // head or a loss: Llama::forward_hidden on the device, for a loss computed elsewhere (the
+  // distillation student's, algorithms/cuda/cuda_student.h). Returns the device hidden states
+  // (B·T, C), valid until the next forward.
+  StatusOr<const float*> forward_hidden(const float* P, const int32_t* tokens, int B, int T);
+  // Llama::backward_from_hidden on the device: from dh (host, B·T × C), the gradient of some loss
+  // with respect to the last forward's final hidden states, ACCUMULATES (+=) into G the
+  // gradients of the final norm, every block (MoE router losses included, router_scale as in
+  // backward()) and the embedding lookup. The head's own gradient is the caller's.
+  Status backward_from_hidden(const float* P, float* G, const float* dh, double router_scale = 1.0);
+
   // MoE router losses of the last forward (0 for a dense model), as Llama::aux_loss,
   // balance_loss_sum and z_loss_sum: Σ over MoE layers of moe_aux_coef·L_aux + moe_z_coef·L_z,
   // and the unscaled sums. Read from the device (synchronizes the stream).
@@ -101,8 +112,19 @@ class CudaLlama {
     float *x, *ln1, *rstd1, *qkv, *att, *atty, *h, *ln2, *rstd2, *gu, *swi;
   };
 
+  // Activation-gradient views into grads_ for the current shape (as backward lays them out).
+  struct GradViews {
+    float *dres, *dln, *datty, *dqkv, *dgu, *dswi;
+  };
+
   CudaLlama(const ModelConfig& cfg, kernels::cuda::Context& ctx);
   Status ensure_shape(int B, int T);
+  GradViews grad_views();
+  // Embedding, blocks and final norm of forward() (targets may be null): leaves lnf_.
+  Status forward_trunk(const float* P, const int32_t* tokens, const int32_t* targets, int B,
+                       int T);
+  // From dlnf (in grad_views().dln) down: final norm, blocks L-1 .. 0, embedding lookup.
+  Status backward_trunk(const float* P, float* G, double router_scale);
   // GEMM k (0 qkv, 1 o, 2 gate|up, 3 down) of layer l; l = layers is the LM head (Llama::site).
   GemmSite site(int l, int k) const;
   MoeSites moe_sites(int l) const;
@@ -125,6 +147,7 @@ class CudaLlama {
   std::unique_ptr<CudaMoeBlocks> moe_;  // null for a dense model
   CudaPrecisionGemm gemm_;
   bool have_targets_ = false;
+  bool have_forward_ = false;  // a forward (or forward_hidden) ran with this shape
   int64_t num_targets_ = 0;
 };
 

@@ -37,7 +37,6 @@ Status HydraTrainer::set_subnet(const Subnet& s) {
 }
 
 StepStats HydraTrainer::step(ParamSet& params, const int32_t* tokens, int64_t global_step) {
-  namespace ops = kernels::cpu;
   if (!have_subnet_) {
     std::fprintf(stderr, "atoll: internal error: HydraTrainer::step before set_subnet\n");
     std::abort();
@@ -46,9 +45,29 @@ StepStats HydraTrainer::step(ParamSet& params, const int32_t* tokens, int64_t gl
   data::split_inputs_targets(tokens, B, T, inputs_, targets_);
   float* g = grads_.data();
   for (uint32_t i : indices_) g[i] = 0.0f;  // only held elements are ever written
-  StepStats s;
-  s.loss = model_.forward(params, inputs_.data(), targets_.data(), B, T);
+  const float loss = model_.forward(params, inputs_.data(), targets_.data(), B, T);
   model_.backward(params, grads_);
+  return finish_step(params, loss, global_step);
+}
+
+StepStats HydraTrainer::step_with_gradient(ParamSet& params, const ParamSet& grads, float loss,
+                                           int64_t global_step) {
+  if (!have_subnet_ || !(grads.layout() == grads_.layout())) {
+    std::fprintf(stderr,
+                 "atoll: internal error: HydraTrainer::step_with_gradient before set_subnet or "
+                 "with another layout\n");
+    std::abort();
+  }
+  float* g = grads_.data();
+  for (uint32_t i : indices_) g[i] = grads.data()[i];
+  return finish_step(params, loss, global_step);
+}
+
+StepStats HydraTrainer::finish_step(ParamSet& params, float loss, int64_t global_step) {
+  namespace ops = kernels::cpu;
+  float* g = grads_.data();
+  StepStats s;
+  s.loss = loss;
   double sq = 0.0;  // in index order: deterministic
   for (uint32_t i : indices_) sq += static_cast<double>(g[i]) * g[i];
   s.grad_norm = std::sqrt(sq);
@@ -58,7 +77,7 @@ StepStats HydraTrainer::step(ParamSet& params, const int32_t* tokens, int64_t gl
   }
   s.lr = ops::lr_schedule(global_step, tcfg_.warmup, tcfg_.total_steps, tcfg_.lr, tcfg_.min_lr);
   opt_.step(params, grads_, s.lr);
-  s.tokens = static_cast<int64_t>(B) * T;
+  s.tokens = static_cast<int64_t>(tcfg_.batch) * tcfg_.seq;
   return s;
 }
 

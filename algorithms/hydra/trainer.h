@@ -35,7 +35,15 @@ class HydraTrainer {
   // tokens: (batch, seq + 1) rows as in InnerTrainer::step.
   StepStats step(ParamSet& params, const int32_t* tokens, int64_t global_step);
 
+  // The same step with the forward and backward computed elsewhere (the CUDA model,
+  // algorithms/cuda/cuda_hydra.h): `grads` (full layout) holds the subnetwork's gradient at the
+  // held elements (other elements are not read), `loss` the batch's mean loss. Then, as step():
+  // the clip over the held elements, the scheduled lr and the masked AdamW.
+  StepStats step_with_gradient(ParamSet& params, const ParamSet& grads, float loss,
+                               int64_t global_step);
+
   SubnetLlama& model() { return model_; }
+  const TrainerConfig& config() const { return tcfg_; }
   size_t optimizer_state_bytes() const { return opt_.state_bytes(); }
   int64_t optimizer_steps() const { return opt_.step_count(); }  // since the last reset
   // FLOPs of the last step (forward + backward, as counted by SubnetLlama).
@@ -44,6 +52,9 @@ class HydraTrainer {
   }
 
  private:
+  // From the gradient in grads_ (held elements): clip, lr, masked AdamW.
+  StepStats finish_step(ParamSet& params, float loss, int64_t global_step);
+
   ModelConfig mcfg_;
   TrainerConfig tcfg_;
   SubnetLlama model_;

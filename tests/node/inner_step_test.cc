@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,10 +42,10 @@ al::data::GlobalBatch random_batch(const SiteConfig& site, uint64_t seed) {
   return b;
 }
 
-InnerStepOptions on_gpu() {
+InnerStepOptions on_gpus(std::vector<int> ids, std::string name) {
   InnerStepOptions o;
-  o.devices.cuda = {0};
-  o.devices.name = "cuda:0";
+  o.devices.cuda = std::move(ids);
+  o.devices.name = std::move(name);
   return o;
 }
 
@@ -133,7 +134,7 @@ TEST(InnerStepFactory, HydraStepTrainsTheSubnetworkAsHydraTrainer) {
 }
 
 // Impossible combinations: one line, from check_inner_step and make_inner_step alike, before
-// any teacher is contacted or device opened.
+// any teacher is contacted or device opened. Every algorithm takes one GPU.
 TEST(InnerStepFactory, RefusesImpossibleCombinationsWithOneLine) {
   auto bad_blocks = small_join("hydra");
   bad_blocks.mutable_train()->set_ffn_blocks(5);  // 48 is not a multiple of 5
@@ -148,15 +149,16 @@ TEST(InnerStepFactory, RefusesImpossibleCombinationsWithOneLine) {
        "--teacher cannot be used in a Hydra experiment"},
       {site_of(bad_blocks), InnerStepOptions{}, StatusCode::kInvalidArgument,
        "ffn_blocks 5 does not divide ffn_hidden 48"},
-      {site_of(small_join("hydra")), on_gpu(), StatusCode::kFailedPrecondition,
-       "--device cuda:0: Hydra subnetworks train on the CPU only"},
+      {site_of(small_join("hydra")), on_gpus({0, 1}, "cuda:0,cuda:1"),
+       StatusCode::kFailedPrecondition,
+       "--devices cuda:0,cuda:1: Hydra subnetworks train on one GPU: use --device cuda:N"},
       {site_of(small_join()),
        [] {
          InnerStepOptions o = with_teacher();
-         o.devices = on_gpu().devices;
+         o.devices = on_gpus({0, 1}, "cuda:0,cuda:1").devices;
          return o;
        }(),
-       StatusCode::kFailedPrecondition, "--device cuda:0: distillation (--teacher)"},
+       StatusCode::kFailedPrecondition, "--devices cuda:0,cuda:1: distillation (--teacher)"},
   };
   for (const Case& c : cases) {
     Status checked = check_inner_step(c.site, c.options);
@@ -169,7 +171,55 @@ TEST(InnerStepFactory, RefusesImpossibleCombinationsWithOneLine) {
   }
   EXPECT_TRUE(check_inner_step(site_of(small_join()), InnerStepOptions{}).ok());
   EXPECT_TRUE(check_inner_step(site_of(small_join()), with_teacher()).ok());
-  EXPECT_TRUE(check_inner_step(site_of(small_join()), on_gpu()).ok());
+  // One GPU takes every algorithm; several take the plain step.
+  EXPECT_TRUE(check_inner_step(site_of(small_join("hydra")), on_gpus({0}, "cuda:0")).ok());
+  InnerStepOptions student_on_gpu = with_teacher();
+  student_on_gpu.devices = on_gpus({0}, "cuda:0").devices;
+  EXPECT_TRUE(check_inner_step(site_of(small_join()), student_on_gpu).ok());
+  EXPECT_TRUE(check_inner_step(site_of(small_join()), on_gpus({0, 1}, "cuda:0,cuda:1")).ok());
+}
+
+// Hydra's step on cuda:0 against the CPU's, with a GPU and the CUDA build; elsewhere the factory
+// refuses the GPU with one line (the build or the device) and the test skips.
+TEST(InnerStepFactory, HydraStepOnAGpuTracksTheCpuStep) {
+  const SiteConfig site = site_of(small_join("hydra"));
+  auto devices = resolve_devices("cuda:0", "");
+  if (!devices.ok()) {
+    auto made = make_inner_step(site, on_gpus({0}, "cuda:0"));
+    ASSERT_FALSE(made.ok());
+    EXPECT_EQ(made.status().message().find('\n'), std::string::npos) << made.status().message();
+    EXPECT_NE(made.status().message().find("CUDA"), std::string::npos) << made.status().message();
+    GTEST_SKIP() << devices.status().message();
+  }
+  InnerStepOptions gpu_options;
+  gpu_options.devices = *devices;
+  auto gpu = make_inner_step(site, gpu_options);
+  auto cpu = make_inner_step(site, InnerStepOptions{});
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ((*gpu)->describe(), "training Hydra subnetworks on cuda:0");
+  al::Subnet sub = al::full_subnet(site.model, 3, false);
+  sub.layers[2].train = true;
+  sub.layers[1].heads[2] = 0;
+  sub.layers[2].ffn_blocks[0] = 0;
+  auto a = (*cpu)->set_subnet(sub);
+  auto b = (*gpu)->set_subnet(sub);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(
+      std::equal(a->indices.begin(), a->indices.end(), b->indices.begin(), b->indices.end()));
+  al::ParamSet pc(al::make_layout(site.model)), pg(al::make_layout(site.model));
+  al::init_params(pc, site.model, 8);
+  pg.vec() = pc.vec();
+  for (int64_t k = 0; k < 4; ++k) {
+    const auto batch = random_batch(site, 20 + k);
+    ASSERT_TRUE((*gpu)->begin(pg).ok());
+    auto sg = (*gpu)->step(pg, batch, nullptr, k);
+    ASSERT_TRUE((*gpu)->end(pg).ok());
+    auto sc = (*cpu)->step(pc, batch, nullptr, k);
+    ASSERT_TRUE(sg.ok() && sc.ok()) << sg.status().to_string();
+    EXPECT_NEAR(sg->loss, sc->loss, 1e-4 * sc->loss) << "step " << k;
+    EXPECT_NEAR(sg->grad_norm, sc->grad_norm, 1e-4 * sc->grad_norm) << "step " << k;
+  }
 }
 
 }  // namespace
