@@ -168,6 +168,10 @@ StatusOr<std::unique_ptr<InnerStep>> make_inner_step(const SiteConfig& site,
   if (site.hydra())
     return std::unique_ptr<InnerStep>(std::make_unique<HydraInnerStep>(site.model, site.train));
   if (!options.distill.teachers.empty()) {
+    if (!options.teacher_tls.credentials)
+      return InvalidArgument(
+          "teachers given without credentials to reach them: set teacher_tls "
+          "(transport::client_credentials, or insecure_client_credentials for plaintext)");
     ATOLL_ASSIGN_OR_RETURN(
         auto distiller, DistillInnerStep::create(options.distill, options.teacher_tls, site.model,
                                                  site.train, options.stop, options.devices));

@@ -169,6 +169,10 @@ TEST(InnerStepFactory, RefusesImpossibleCombinationsWithOneLine) {
     ASSERT_FALSE(made.ok()) << c.says;
     EXPECT_EQ(made.status().message(), checked.message());
   }
+  // A student needs credentials for its teachers (run_node builds them from --tls).
+  auto no_tls = make_inner_step(site_of(small_join()), with_teacher());
+  ASSERT_FALSE(no_tls.ok());
+  EXPECT_NE(no_tls.status().message().find("teacher_tls"), std::string::npos);
   EXPECT_TRUE(check_inner_step(site_of(small_join()), InnerStepOptions{}).ok());
   EXPECT_TRUE(check_inner_step(site_of(small_join()), with_teacher()).ok());
   // One GPU takes every algorithm; several take the plain step.
