@@ -17,6 +17,8 @@ int cmd_node(const Args& args);
 // `atoll node --role teacher|student` (cli/distill_node.cc).
 int cmd_distill_node(const Args& args, const std::string& role);
 int cmd_demo(const Args& args);
+// `atoll simulate` (cli/simulate_cmd.cc): the demo's experiment with in-process sites.
+int cmd_simulate(const Args& args);
 // `atoll demo --algorithm hydra` (cli/demo_hydra.cc).
 int demo_hydra(const Args& args);
 // `atoll demo --algorithm distill` (cli/demo_distill.cc).

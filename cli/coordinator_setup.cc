@@ -19,6 +19,11 @@ std::vector<std::string> brown_genre_splits(int n) {
   std::string letters;
   for (const auto& g : algorithms::data::brown_genres()) letters += g.letter;
   std::vector<std::string> out;
+  // More sites than genres (simulations): one genre each, in turn.
+  if (static_cast<size_t>(n) > letters.size()) {
+    for (int i = 0; i < n; ++i) out.push_back(std::string("brown:") + letters[i % letters.size()]);
+    return out;
+  }
   for (int i = 0; i < n; ++i) {
     size_t b = letters.size() * i / n, e = letters.size() * (i + 1) / n;
     std::string spec = "brown:";
@@ -239,7 +244,8 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     rc->refusals = std::make_unique<transport::HandshakeRefusalLog>();
   }
   rc->manager->attach(rc->service);
-  ATOLL_ASSIGN_OR_RETURN(rc->server, coordinator::CoordinatorServer::start(*rc->router, srv));
+  if (!l.listen.empty())
+    ATOLL_ASSIGN_OR_RETURN(rc->server, coordinator::CoordinatorServer::start(*rc->router, srv));
 
   if (!l.http_listen.empty() && !l.insecure) {
     coordinator::http::HttpOptions ho;

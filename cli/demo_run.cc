@@ -1,0 +1,391 @@
+#include "cli/demo_run.h"
+
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+
+#include "algorithms/compress/codec.h"
+#include "algorithms/model/llama.h"
+#include "cli/commands.h"
+#include "cli/coordinator_setup.h"
+#include "cli/demo_sites.h"
+#include "cli/event_queue.h"
+#include "cli/global_eval.h"
+#include "cli/progress.h"
+#include "cli/signals.h"
+#include "kernels/cpu/ops.h"
+#include "simulate/data_parallel.h"
+
+namespace atl::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+
+// This process's peak resident set (VmHWM) in bytes; 0 when /proc cannot tell.
+uint64_t peak_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+  return 0;
+}
+
+// What the progress loop adds up over the committed rounds.
+struct RunTotals {
+  double initial_bpb = 0, final_bpb = 0;
+  uint64_t bytes_up = 0, bytes_down = 0, rounds_done = 0;
+  // Bytes of each sync r: Δ pushed in round r + the pull of its result θ_{r+1} (made in round
+  // r+1). The first pull of θ (round 0) is the bootstrap, reported on its own.
+  std::map<uint64_t, uint64_t> sync_bytes;
+  uint64_t initial_pull_bytes = 0;
+  double wall_s = 0;
+  uint64_t peak_sync() const {
+    uint64_t peak = 0;
+    for (const auto& [r, b] : sync_bytes) peak = std::max(peak, b);
+    return peak;
+  }
+};
+
+// Everything a running demo holds, in destruction order: the sites go before the coordinator
+// whose engine they call.
+struct DemoRun {
+  const DemoExperiment& d;
+  SiteMode mode;
+  std::string run_dir, tls_dir, store_dir;
+  std::vector<float> initial_theta;  // --init-from, else empty (θ_0 = init_params)
+  std::unique_ptr<GlobalEvaluator> evaluator;
+  EventQueue events;
+  std::unique_ptr<RunningCoordinator> rc;
+  std::unique_ptr<DemoSites> sites;
+  uint32_t fragments() const { return d.config.diloco.streaming_fragments; }
+  bool tls() const { return mode == SiteMode::kProcesses && !d.insecure; }
+  const char* transport() const {
+    return mode == SiteMode::kInProcess ? "in-process" : d.insecure ? "plaintext" : "TLS 1.3 mTLS";
+  }
+};
+
+// Run directory, certificates, evaluator and the embedded coordinator. Exit code on failure.
+std::optional<int> prepare(const std::string& cmd, DemoRun& run) {
+  const DemoExperiment& d = run.d;
+  const auto model = model_config_of(d.config);
+  auto run_dir = demo_run_dir(d.store, "atoll-" + cmd);
+  if (!run_dir.ok()) return fail(cmd, run_dir.status().message());
+  run.run_dir = *run_dir;
+  run.tls_dir = run.run_dir + "/tls";
+  run.store_dir = run.run_dir + "/store";
+  // The dashboard is HTTPS with the coordinator's certificate, in-process sites too.
+  if (!d.insecure && (run.mode == SiteMode::kProcesses || d.http != "off"))
+    if (Status s = provision_dev_ca(run.tls_dir, {"coordinator"}, d.site_names); !s.ok())
+      return fail(cmd, s.message());
+  GlobalEvalOptions eval_options;
+  eval_options.data_spec = "brown";
+  eval_options.brown_dir = d.brown_dir;
+  eval_options.batch = static_cast<int>(d.config.train.batch_size);
+  eval_options.max_tokens = d.eval_tokens;
+  auto evaluator = GlobalEvaluator::create(model, eval_options);
+  if (!evaluator.ok()) return fail(cmd, evaluator.status().message());
+  run.evaluator = std::move(evaluator).value();
+  kernels::cpu::set_num_threads(static_cast<int>(run.mode == SiteMode::kInProcess ? d.threads : 1));
+
+  CoordinatorLaunch launch;
+  launch.config = d.config;
+  launch.store_dir = run.store_dir;
+  launch.tls_dir = run.tls_dir;
+  launch.insecure = d.insecure;
+  if (run.mode == SiteMode::kInProcess) launch.listen = "";  // no gRPC: the sites are threads
+  if (d.init_from) {
+    auto theta = initial_theta_from_checkpoint(*d.init_from, model);
+    if (!theta.ok()) return fail(cmd, theta.status().message(), 2);
+    run.initial_theta = std::move(theta).value();
+    launch.initial_theta = run.initial_theta;
+  }
+  launch.on_event = [&run](const coordinator::Event& e) { run.events.push(e); };
+  if (d.http != "off") launch.http_listen = d.http;
+  auto running = launch_coordinator(launch);
+  if (!running.ok()) return fail(cmd, running.status().message());
+  run.rc = std::move(running).value();
+  return std::nullopt;
+}
+
+void print_header(const DemoRun& run) {
+  const DemoExperiment& d = run.d;
+  const auto layout = algorithms::make_layout(run.rc->model);
+  std::printf("atoll %s: %zu sites, %" PRId64 " rounds x %" PRId64
+              " inner steps, model %s "
+              "params, codec %s, %s\n",
+              run.mode == SiteMode::kInProcess ? "simulate" : "demo", d.site_names.size(),
+              d.rounds, d.inner_steps, format_count(static_cast<double>(layout.numel())).c_str(),
+              d.config.train.codec.c_str(),
+              run.mode == SiteMode::kInProcess ? "in-process sites"
+              : d.insecure                     ? "INSECURE plaintext"
+                                               : "TLS 1.3 mTLS");
+  if (run.rc->server)
+    std::printf("coordinator %s, store %s\n", run.rc->server->address().c_str(),
+                run.store_dir.c_str());
+  else
+    std::printf("coordinator in-process, store %s\n", run.store_dir.c_str());
+}
+
+void print_sites(const DemoRun& run, double initial_bpb, uint64_t start_round) {
+  const DemoExperiment& d = run.d;
+  for (size_t i = 0; i < d.site_names.size(); ++i)
+    std::printf("  %s: %s\n", d.site_names[i].c_str(), d.site_data[i].c_str());
+  std::printf("round %3" PRIu64 " | val bpb %.4f (initial)\n", start_round, initial_bpb);
+  std::fflush(stdout);
+}
+
+Status start_sites(DemoRun& run) {
+  const DemoExperiment& d = run.d;
+  std::vector<SiteSpec> specs;
+  for (size_t i = 0; i < d.site_names.size(); ++i) specs.push_back({d.site_names[i], d.site_data[i]});
+  if (run.mode == SiteMode::kInProcess) {
+    ATOLL_ASSIGN_OR_RETURN(run.sites, start_virtual_sites(run.rc->service->engine(), specs,
+                                                          d.brown_dir, run.run_dir));
+  } else {
+    NodeProcessOptions o;
+    o.coordinator = run.rc->server->address();
+    o.tls_dir = run.tls_dir;
+    o.insecure = d.insecure;
+    o.threads = static_cast<int>(d.threads);
+    o.brown_dir = d.brown_dir;
+    o.log_dir = run.run_dir;
+    ATOLL_ASSIGN_OR_RETURN(run.sites, start_node_processes(specs, o));
+  }
+  return run.rc->service->start();
+}
+
+// One progress line per outer round (Streaming: after every fragment synced once).
+void on_round_committed(DemoRun& run, const coordinator::RoundRecord& rec, RunTotals& t,
+                        Clock::time_point t0, uint64_t start_round, uint64_t& outer_up,
+                        uint64_t& outer_down, double& outer_s) {
+  const uint32_t P = run.fragments();
+  const uint64_t total_syncs = run.d.config.diloco.rounds;
+  t.bytes_up += rec.bytes_up;
+  t.bytes_down += rec.bytes_down;
+  t.sync_bytes[rec.round] += rec.bytes_up;
+  if (rec.round == 0)
+    t.initial_pull_bytes = rec.bytes_down;
+  else
+    t.sync_bytes[rec.round - 1] += rec.bytes_down;
+  ++t.rounds_done;
+  outer_up += rec.bytes_up;
+  outer_down += rec.bytes_down;
+  outer_s += rec.duration_s;
+  if ((rec.round + 1) % P != 0 && rec.round + 1 < total_syncs) return;
+  if (auto v = run.evaluator->evaluate_and_publish(*run.rc, rec.round + 1, (rec.round + 1) / P);
+      v.ok())
+    t.final_bpb = *v;
+  const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double eta = elapsed / static_cast<double>(t.rounds_done) *
+                     (static_cast<double>(total_syncs - start_round) -
+                      static_cast<double>(t.rounds_done));
+  const std::string losses = format_participant_losses(rec);
+  std::printf("round %3" PRIu64 "/%" PRIu64
+              " | val bpb %.4f | loss%s | up %s down %s | "
+              "%s | ETA %s\n",
+              (rec.round + 1) / P, static_cast<uint64_t>(run.d.rounds), t.final_bpb,
+              losses.c_str(), format_bytes(static_cast<double>(outer_up)).c_str(),
+              format_bytes(static_cast<double>(outer_down)).c_str(),
+              format_duration(outer_s).c_str(), format_duration(eta).c_str());
+  outer_up = outer_down = 0;
+  outer_s = 0;
+  std::fflush(stdout);
+}
+
+// Follows the coordinator's events until the experiment finishes. Exit code when it does not.
+std::optional<int> watch_rounds(const std::string& cmd, DemoRun& run, RunTotals& t,
+                                uint64_t start_round) {
+  const auto* stop = install_stop_signals();
+  const auto t0 = Clock::now();
+  uint64_t outer_up = 0, outer_down = 0;  // since the last progress line (P syncs)
+  double outer_s = 0;
+  for (;;) {
+    if (stop->load()) {
+      std::printf("interrupted: the store in %s keeps every committed round\n",
+                  run.store_dir.c_str());
+      return 130;
+    }
+    if (auto failure = run.sites->failure()) return fail(cmd, *failure);
+    auto e = run.events.pop(std::chrono::milliseconds(200));
+    if (!e) continue;
+    using K = coordinator::Event::Kind;
+    if (e->kind == K::kRoundCommitted && e->record) {
+      on_round_committed(run, *e->record, t, t0, start_round, outer_up, outer_down, outer_s);
+    } else if (e->kind == K::kFinished) {
+      break;
+    } else if (e->kind == K::kFailed) {
+      run.sites->finish();
+      return fail(cmd, "experiment failed: " + e->message);
+    } else if (e->kind == K::kUpdateRejected || e->kind == K::kNodeLost ||
+               e->kind == K::kRoundRestarted) {
+      std::printf("%s %s: %s\n", coordinator::event_kind_name(e->kind), e->node_id.c_str(),
+                  e->message.c_str());
+    }
+  }
+  run.sites->finish();
+  t.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return std::nullopt;
+}
+
+// Validation bpb of the data-parallel equivalent (NaN without --baseline). Exit code on failure.
+StatusOr<double> baseline_bpb(DemoRun& run) {
+  const DemoExperiment& d = run.d;
+  if (!d.baseline) return NAN;
+  const int64_t steps = d.rounds * d.inner_steps;
+  std::printf("baseline: data-parallel, %zu workers x %u rows, %" PRId64 " steps ...\n",
+              d.site_names.size(), d.config.train.batch_size, steps);
+  std::fflush(stdout);
+  kernels::cpu::set_num_threads(0);
+  algorithms::ParamSet p(algorithms::make_layout(run.rc->model));
+  algorithms::init_params(p, run.rc->model, d.config.seed);
+  if (!run.initial_theta.empty()) p.vec() = run.initial_theta;  // the same θ_0 as DiLoCo
+  std::vector<simulate::DataParallelSite> sites;
+  for (size_t i = 0; i < d.site_names.size(); ++i) sites.push_back({d.site_names[i], d.site_data[i]});
+  simulate::DataParallelOptions o;
+  o.brown_dir = d.brown_dir;
+  o.stop = install_stop_signals();
+  ATOLL_RETURN_IF_ERROR(simulate::train_data_parallel(d.config, sites, p, o));
+  kernels::cpu::set_num_threads(1);
+  return run.evaluator->bpb(p);
+}
+
+// Plain DiLoCo's bytes on the same run, for comparison: every sync pushes the whole Δ (through
+// the codec) and pulls the whole θ, from every node.
+uint64_t plain_bytes_per_sync(const DemoRun& run, uint64_t numel) {
+  uint64_t plain_up = numel * 4;
+  const std::string& codec = run.d.config.train.codec;
+  if (codec != "none") {
+    if (auto bits = algorithms::compress::bits_per_value(codec, numel); bits.ok())
+      plain_up = static_cast<uint64_t>(std::ceil(*bits * static_cast<double>(numel) / 8.0));
+  }
+  return static_cast<uint64_t>(run.d.site_names.size()) * (plain_up + numel * 4);
+}
+
+void print_summary(const DemoRun& run, const RunTotals& t, double baseline) {
+  const DemoExperiment& d = run.d;
+  const uint32_t P = run.fragments();
+  const uint64_t numel = algorithms::make_layout(run.rc->model).numel();
+  const size_t N = d.site_names.size();
+  // Data-parallel training would all-reduce the fp32 gradient every inner step: a ring
+  // all-reduce makes each of the N workers send 2(N−1)/N · P·4 bytes per step.
+  const double steps = static_cast<double>(d.rounds) * static_cast<double>(d.inner_steps);
+  const double ddp_bytes = steps * 2.0 * static_cast<double>(N - 1) * static_cast<double>(numel) * 4.0;
+  const double sent = static_cast<double>(t.bytes_up + t.bytes_down);
+  const uint64_t plain_sync = plain_bytes_per_sync(run, numel);
+  // Streaming pulls the result of every sync but the very last; plain DiLoCo skips the pull
+  // after its last round.
+  const uint64_t plain_total = static_cast<uint64_t>(d.rounds) * plain_sync;
+  std::printf("\nsummary: %zu nodes, %" PRIu64 " rounds x %" PRId64 " inner steps, %s\n", N,
+              t.rounds_done / P, d.inner_steps, run.transport());
+  std::printf("  validation bpb   %.4f -> %.4f\n", t.initial_bpb, t.final_bpb);
+  if (std::isfinite(baseline))
+    std::printf("  data-parallel    %.4f (same tokens; DiLoCo is %+.2f%%)\n", baseline,
+                100.0 * (t.final_bpb - baseline) / baseline);
+  std::printf("  bytes sent       %s (up %s, down %s)\n", format_bytes(sent).c_str(),
+              format_bytes(static_cast<double>(t.bytes_up)).c_str(),
+              format_bytes(static_cast<double>(t.bytes_down)).c_str());
+  if (P > 1)
+    std::printf("  peak per sync    %s (plain DiLoCo: %s); %" PRIu64 " syncs, first pull %s\n",
+                format_bytes(static_cast<double>(t.peak_sync())).c_str(),
+                format_bytes(static_cast<double>(plain_sync)).c_str(), t.rounds_done,
+                format_bytes(static_cast<double>(t.initial_pull_bytes)).c_str());
+  if (P > 1 || d.config.diloco.overlap_steps > 0)
+    std::printf("  streaming        %u fragments, overlap %u steps, merge alpha %.2f "
+                "(plain DiLoCo would send %s)\n",
+                P, d.config.diloco.overlap_steps, d.config.diloco.merge_alpha,
+                format_bytes(static_cast<double>(plain_total)).c_str());
+  std::printf("  data-parallel    %s for the same tokens (%.1fx more)\n",
+              format_bytes(ddp_bytes).c_str(), sent > 0 ? ddp_bytes / sent : 0.0);
+  std::printf("  wall time        %s (%.3f rounds/s)\n", format_duration(t.wall_s).c_str(),
+              static_cast<double>(t.rounds_done) / t.wall_s);
+  if (run.mode == SiteMode::kInProcess)
+    std::printf("  peak memory      %s for %zu sites\n",
+                format_bytes(static_cast<double>(peak_rss_bytes())).c_str(), N);
+  std::printf("  final sha256     %s\n", run.rc->service->params_fingerprint().c_str());
+}
+
+Status write_summary_json(const DemoRun& run, const RunTotals& t, double baseline,
+                          const std::string& path) {
+  const DemoExperiment& d = run.d;
+  const coordinator::ExperimentConfig& cfg = d.config;
+  const uint32_t P = run.fragments();
+  const uint64_t numel = algorithms::make_layout(run.rc->model).numel();
+  const size_t N = d.site_names.size();
+  const double steps = static_cast<double>(d.rounds) * static_cast<double>(d.inner_steps);
+  const double ddp_bytes = steps * 2.0 * static_cast<double>(N - 1) * static_cast<double>(numel) * 4.0;
+  const uint64_t plain_sync = plain_bytes_per_sync(run, numel);
+  std::ofstream out(path);
+  out << "{\"initial_val_bpb\":" << json_number(t.initial_bpb)
+      << ",\"final_val_bpb\":" << json_number(t.final_bpb);
+  if (std::isfinite(baseline)) out << ",\"baseline_val_bpb\":" << json_number(baseline);
+  out << ",\"bytes_sent\":" << t.bytes_up + t.bytes_down << ",\"bytes_up\":" << t.bytes_up
+      << ",\"bytes_down\":" << t.bytes_down
+      << ",\"ddp_bytes_equivalent\":" << static_cast<uint64_t>(ddp_bytes)
+      << ",\"tls\":" << (run.tls() ? "true" : "false")
+      << ",\"sites\":\"" << (run.mode == SiteMode::kInProcess ? "in-process" : "processes") << "\""
+      << ",\"nodes\":" << N << ",\"rounds\":" << t.rounds_done / P
+      << ",\"inner_steps\":" << d.inner_steps << ",\"codec\":\"" << cfg.train.codec << "\""
+      << ",\"fragments\":" << P << ",\"overlap_steps\":" << cfg.diloco.overlap_steps
+      << ",\"merge_alpha\":" << json_number(cfg.diloco.merge_alpha) << ",\"pull_codec\":\""
+      << cfg.diloco.pull_codec << "\""
+      << ",\"syncs\":" << t.rounds_done << ",\"peak_bytes_per_sync\":" << t.peak_sync()
+      << ",\"initial_pull_bytes\":" << t.initial_pull_bytes
+      << ",\"plain_peak_bytes_per_sync\":" << plain_sync
+      << ",\"plain_bytes_sent\":" << static_cast<uint64_t>(d.rounds) * plain_sync
+      << ",\"error_feedback\":" << (cfg.train.error_feedback ? "true" : "false")
+      << ",\"outer_lr\":" << json_number(cfg.diloco.outer_lr)
+      << ",\"outer_momentum\":" << json_number(cfg.diloco.outer_momentum)
+      << ",\"warm_start\":" << (run.initial_theta.empty() ? "false" : "true")
+      << ",\"final_fingerprint\":\"" << run.rc->service->params_fingerprint() << "\""
+      << ",\"wall_s\":" << json_number(t.wall_s)
+      << ",\"rounds_per_s\":" << json_number(static_cast<double>(t.rounds_done) / t.wall_s)
+      << ",\"peak_rss_bytes\":" << peak_rss_bytes() << "}\n";
+  if (!out) return IoError("cannot write --summary-json " + path);
+  return Status::Ok();
+}
+
+}  // namespace
+
+int run_demo_experiment(const std::string& cmd, const DemoExperiment& d, SiteMode mode) {
+  DemoRun run{d, mode};
+  if (auto code = prepare(cmd, run)) return *code;
+  RunTotals totals;
+  const uint64_t start_round = run.rc->service->current_round();
+  auto initial = run.evaluator->evaluate_and_publish(*run.rc, start_round);
+  if (!initial.ok()) return fail(cmd, initial.status().message());
+  totals.initial_bpb = totals.final_bpb = *initial;
+  print_header(run);
+  if (run.rc->http) {
+    if (Status st = announce_dashboard(*run.rc, cmd, /*always=*/true); !st.ok())
+      return fail(cmd, st.message());
+  } else if (d.insecure && d.http != "off") {
+    std::printf("dashboard: off (it needs TLS; drop --insecure)\n");
+  }
+  print_sites(run, *initial, start_round);
+  if (Status s = start_sites(run); !s.ok()) return fail(cmd, s.message());
+  if (auto code = watch_rounds(cmd, run, totals, start_round)) return *code;
+  auto baseline = baseline_bpb(run);
+  if (!baseline.ok()) {
+    if (install_stop_signals()->load()) return 130;
+    return fail(cmd, baseline.status().message());
+  }
+  print_summary(run, totals, *baseline);
+  if (d.summary_json)
+    if (Status s = write_summary_json(run, totals, *baseline, *d.summary_json); !s.ok())
+      return fail(cmd, s.message());
+  serve_after_done(run.rc->http.get(), d.after, install_stop_signals());
+  return 0;
+}
+
+}  // namespace atl::cli

@@ -1,0 +1,139 @@
+#include "cli/demo_sites.h"
+
+#include <csignal>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "node/subprocess.h"
+#include "simulate/virtual_sites.h"
+
+namespace atl::cli {
+namespace {
+
+class NodeProcesses final : public DemoSites {
+ public:
+  NodeProcesses(std::vector<std::string> names, std::string log_dir)
+      : names_(std::move(names)), log_dir_(std::move(log_dir)) {}
+
+  Status spawn(const std::vector<std::string>& argv, const std::string& name) {
+    ATOLL_ASSIGN_OR_RETURN(node::Subprocess p,
+                           node::Subprocess::spawn(argv, log_dir_ + "/" + name + ".log"));
+    procs_.push_back(std::move(p));
+    return Status::Ok();
+  }
+
+  std::optional<std::string> failure() override {
+    for (size_t i = 0; i < procs_.size(); ++i) {
+      if (auto code = procs_[i].wait_for(std::chrono::milliseconds(0)); code && *code != 0)
+        return names_[i] + " exited with code " + std::to_string(*code) + " (see " + log_dir_ +
+               "/" + names_[i] + ".log)";
+    }
+    return std::nullopt;
+  }
+
+  void finish() override {
+    for (auto& p : procs_)
+      if (!p.wait_for(std::chrono::seconds(20))) p.signal(SIGTERM);
+  }
+
+ private:
+  std::vector<std::string> names_;
+  std::string log_dir_;
+  std::vector<node::Subprocess> procs_;
+};
+
+// Runs simulate::run_virtual_sites on a thread; its own stop flag ends the sites when the demo
+// returns early (the destructor joins the thread before the engine goes away).
+class VirtualSitesThread final : public DemoSites {
+ public:
+  VirtualSitesThread(coordinator::RoundEngine& engine, std::vector<simulate::VirtualSite> sites,
+                     const std::string& brown_dir, const std::string& log_dir) {
+    for (const auto& s : sites) {
+      std::FILE* f = std::fopen((log_dir + "/" + s.name + ".log").c_str(), "a");
+      if (f) logs_[s.name] = f;
+    }
+    options_.brown_dir = brown_dir;
+    options_.stop = &stop_;
+    options_.log = [this](const std::string& site, const std::string& line) {
+      auto it = logs_.find(site);
+      if (it == logs_.end()) return;
+      std::fprintf(it->second, "%s\n", line.c_str());
+      std::fflush(it->second);
+    };
+    thread_ = std::thread([this, &engine, sites = std::move(sites)] {
+      Status st = simulate::run_virtual_sites(engine, sites, options_);
+      std::lock_guard<std::mutex> lk(mu_);
+      result_ = st;
+    });
+  }
+  ~VirtualSitesThread() override {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    for (auto& [name, f] : logs_) std::fclose(f);
+  }
+
+  std::optional<std::string> failure() override {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (result_ && !result_->ok()) return result_->message();
+    return std::nullopt;
+  }
+
+  void finish() override {
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  simulate::VirtualSiteOptions options_;
+  std::map<std::string, std::FILE*> logs_;  // opened before the thread starts, then read-only
+  std::mutex mu_;
+  std::optional<Status> result_;  // set when every site has returned
+  std::thread thread_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<DemoSites>> start_node_processes(const std::vector<SiteSpec>& sites,
+                                                         const NodeProcessOptions& o) {
+  std::vector<std::string> names;
+  for (const auto& s : sites) names.push_back(s.name);
+  auto procs = std::make_unique<NodeProcesses>(names, o.log_dir);
+  for (const auto& s : sites) {
+    std::vector<std::string> argv = {node::self_executable(),
+                                     "node",
+                                     "--coordinator",
+                                     o.coordinator,
+                                     "--name",
+                                     s.name,
+                                     "--data",
+                                     s.data_spec,
+                                     "--threads",
+                                     std::to_string(o.threads),
+                                     "--brown-dir",
+                                     o.brown_dir,
+                                     "--give-up-after",
+                                     "60"};
+    if (o.insecure) {
+      argv.push_back("--insecure");
+    } else {
+      argv.push_back("--tls");
+      argv.push_back(o.tls_dir);
+    }
+    ATOLL_RETURN_IF_ERROR(procs->spawn(argv, s.name));
+  }
+  return std::unique_ptr<DemoSites>(std::move(procs));
+}
+
+StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngine& engine,
+                                                        const std::vector<SiteSpec>& sites,
+                                                        const std::string& brown_dir,
+                                                        const std::string& site_log_dir) {
+  std::vector<simulate::VirtualSite> virtual_sites;
+  for (const auto& s : sites) virtual_sites.push_back({s.name, s.data_spec, 1.0});
+  return std::unique_ptr<DemoSites>(std::make_unique<VirtualSitesThread>(
+      engine, std::move(virtual_sites), brown_dir, site_log_dir));
+}
+
+}  // namespace atl::cli

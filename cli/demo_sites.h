@@ -1,0 +1,51 @@
+// The sites of a running demo, whichever way they run: node processes (`atoll demo`) or virtual
+// sites on threads of this process (`atoll simulate`). The demo's progress loop asks them for a
+// failure between events and lets them leave once the experiment is over.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coordinator/round_engine.h"
+#include "kernels/core/status.h"
+
+namespace atl::cli {
+
+struct SiteSpec {
+  std::string name;       // certificate name / identity ("node-1")
+  std::string data_spec;  // "brown:a,b"
+};
+
+class DemoSites {
+ public:
+  virtual ~DemoSites() = default;
+  // One line naming the site that failed, or nullopt; does not block.
+  virtual std::optional<std::string> failure() = 0;
+  // After the experiment ended: wait for the sites to leave (a process that does not exit
+  // within 20 s gets SIGTERM).
+  virtual void finish() = 0;
+};
+
+struct NodeProcessOptions {
+  std::string coordinator;  // HOST:PORT
+  std::string tls_dir;      // empty with insecure
+  bool insecure = false;
+  int threads = 1;
+  std::string brown_dir;
+  std::string log_dir;  // <log_dir>/<name>.log
+};
+
+// One `atoll node` process per site.
+StatusOr<std::unique_ptr<DemoSites>> start_node_processes(const std::vector<SiteSpec>& sites,
+                                                         const NodeProcessOptions& options);
+
+// Every site on its own thread against `engine` (simulate/virtual_sites.h); the engine must
+// outlive the returned object. `site_log_dir`: each site's log lines go to <dir>/<name>.log.
+StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngine& engine,
+                                                        const std::vector<SiteSpec>& sites,
+                                                        const std::string& brown_dir,
+                                                        const std::string& site_log_dir);
+
+}  // namespace atl::cli

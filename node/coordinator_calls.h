@@ -1,0 +1,40 @@
+// The coordinator protocol's calls (transport/proto/atoll.proto) as a node makes them: one
+// method per RPC, protobuf messages in and out. The same messages travel over mTLS gRPC
+// (node/grpc_coordinator_calls.h, `atoll node`) or stay in memory (simulate/in_process_calls.h,
+// `atoll simulate`); CoordinatorClient builds the requests and checks the answers on top of
+// either, so a simulated site and a real one differ only below this interface.
+#pragma once
+
+#include <string>
+
+#include "kernels/core/status.h"
+#include "transport/proto/atoll.pb.h"
+
+namespace atl::node {
+
+class CoordinatorCalls {
+ public:
+  virtual ~CoordinatorCalls() = default;
+  // Where the calls go, for messages: "HOST:PORT" or "in-process coordinator".
+  virtual const std::string& target() const = 0;
+
+  virtual Status join(const atoll_pb::v1::JoinRequest& req, atoll_pb::v1::JoinResponse* resp) = 0;
+  virtual Status heartbeat(const atoll_pb::v1::HeartbeatRequest& req,
+                           atoll_pb::v1::HeartbeatResponse* resp) = 0;
+  // Long-poll: answers within req.wait_ms (capped by the coordinator) plus the call's timeout.
+  virtual Status next_task(const atoll_pb::v1::NextTaskRequest& req, atoll_pb::v1::Task* task) = 0;
+  // θ (or a delta against the θ the request names) as its header and whole payload; a chunked
+  // transport assembles and checks the chunks (CRC-32C, SHA-256) before returning.
+  virtual Status pull_params(const atoll_pb::v1::PullParamsRequest& req,
+                             atoll_pb::v1::TensorHeader* header, std::string* payload) = 0;
+  // One update: `header` (codec, numel, round, fingerprints, tokens) and its encoded payload.
+  virtual Status push_update(const atoll_pb::v1::TensorHeader& header, const std::string& payload,
+                             atoll_pb::v1::PushUpdateResponse* resp) = 0;
+  virtual Status report_metrics(const atoll_pb::v1::MetricsReport& req,
+                                atoll_pb::v1::MetricsAck* ack) = 0;
+  virtual Status leave(const atoll_pb::v1::LeaveRequest& req, atoll_pb::v1::LeaveResponse* resp) = 0;
+  virtual Status report_importance(const atoll_pb::v1::ImportanceReport& req,
+                                   atoll_pb::v1::ImportanceAck* resp) = 0;
+};
+
+}  // namespace atl::node

@@ -1,0 +1,61 @@
+#include "simulate/in_process_calls.h"
+
+#include "transport/tensor_stream.h"
+
+namespace atl::simulate {
+namespace pb = atoll_pb::v1;
+
+InProcessCalls::InProcessCalls(coordinator::RoundEngine& engine, std::string site_name)
+    : engine_(engine), site_(std::move(site_name)) {}
+
+Status InProcessCalls::join(const pb::JoinRequest& req, pb::JoinResponse* resp) {
+  ATOLL_ASSIGN_OR_RETURN(*resp, engine_.join(site_, req));
+  return Status::Ok();
+}
+
+Status InProcessCalls::heartbeat(const pb::HeartbeatRequest& req, pb::HeartbeatResponse* resp) {
+  ATOLL_ASSIGN_OR_RETURN(*resp, engine_.heartbeat(site_, req));
+  return Status::Ok();
+}
+
+Status InProcessCalls::next_task(const pb::NextTaskRequest& req, pb::Task* task) {
+  ATOLL_ASSIGN_OR_RETURN(*task, engine_.next_task(site_, req));
+  return Status::Ok();
+}
+
+Status InProcessCalls::pull_params(const pb::PullParamsRequest& req, pb::TensorHeader* header,
+                                   std::string* payload) {
+  ATOLL_ASSIGN_OR_RETURN(coordinator::PullPlan plan, engine_.pull(site_, req));
+  *header = plan.header;
+  payload->assign(plan.payload.data(), plan.payload.size());
+  engine_.pull_delivered(site_, header->round(), payload->size());
+  return Status::Ok();
+}
+
+Status InProcessCalls::push_update(const pb::TensorHeader& header, const std::string& payload,
+                                   pb::PushUpdateResponse* resp) {
+  // What the chunked stream would carry in its first chunk's header.
+  pb::TensorHeader h = header;
+  h.set_wire_version(transport::kWireVersion);
+  h.set_payload_bytes(payload.size());
+  ATOLL_RETURN_IF_ERROR(engine_.begin_update(site_, h));
+  ATOLL_ASSIGN_OR_RETURN(*resp, engine_.finish_update(site_, h, payload));
+  return Status::Ok();
+}
+
+Status InProcessCalls::report_metrics(const pb::MetricsReport& req, pb::MetricsAck*) {
+  return engine_.report_metrics(site_, req);
+}
+
+Status InProcessCalls::leave(const pb::LeaveRequest& req, pb::LeaveResponse*) {
+  return engine_.leave(site_, req);
+}
+
+Status InProcessCalls::report_importance(const pb::ImportanceReport& req,
+                                         pb::ImportanceAck* resp) {
+  ATOLL_RETURN_IF_ERROR(engine_.report_importance(site_, req));
+  resp->set_accepted(true);
+  return Status::Ok();
+}
+
+}  // namespace atl::simulate

