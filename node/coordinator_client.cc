@@ -1,67 +1,20 @@
 #include "node/coordinator_client.h"
 
-#include <grpcpp/client_context.h>
-
 #include "algorithms/compress/codec.h"
 #include "algorithms/compress/exact_delta.h"
 #include "algorithms/compress/sparse_delta.h"
 #include "kernels/core/sha256.h"
-#include "transport/channel.h"
+#include "node/grpc_coordinator_calls.h"
 #include "transport/tensor_stream.h"
 
 namespace atl::node {
 namespace pb = atoll_pb::v1;
 
-namespace {
-constexpr char kNodeMetadata[] = "atoll-node";
-}
-
 CoordinatorClient::CoordinatorClient(ClientOptions options)
-    : options_(std::move(options)),
-      channel_(transport::create_channel(options_.target, options_.tls)),
-      stub_(pb::Coordinator::NewStub(channel_)) {}
+    : CoordinatorClient(std::make_unique<GrpcCoordinatorCalls>(std::move(options))) {}
 
-void CoordinatorClient::prepare(grpc::ClientContext& ctx, std::chrono::milliseconds timeout) const {
-  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
-  if (!options_.node_name.empty()) ctx.AddMetadata(kNodeMetadata, options_.node_name);
-}
-
-Status CoordinatorClient::from_grpc(const grpc::Status& s, const char* rpc,
-                                    std::chrono::milliseconds timeout) const {
-  if (s.ok()) return Status::Ok();
-  const std::string& t = options_.target;
-  const std::string msg = s.error_message();
-  switch (s.error_code()) {
-    case grpc::StatusCode::UNAVAILABLE:
-      // Connection-level failures (TLS refused, nothing listening) get one actionable line.
-      return transport::explain_call_error(s, t, options_.tls);
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return Status(StatusCode::kDeadlineExceeded, "coordinator at " + t + " did not answer " +
-                                                       rpc + " within " +
-                                                       std::to_string(timeout.count()) + " ms");
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return InvalidArgument(std::string(rpc) + " rejected by " + t + ": " + msg);
-    case grpc::StatusCode::NOT_FOUND:
-      return NotFound(std::string(rpc) + ": " + msg);
-    case grpc::StatusCode::ALREADY_EXISTS:
-      return AlreadyExists(std::string(rpc) + " rejected: " + msg);
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      return FailedPrecondition(std::string(rpc) + " rejected: " + msg);
-    case grpc::StatusCode::OUT_OF_RANGE:
-      return OutOfRange(std::string(rpc) + " rejected: " + msg);
-    case grpc::StatusCode::PERMISSION_DENIED:
-      return PermissionDenied("coordinator at " + t + " refused " + rpc + ": " + msg);
-    case grpc::StatusCode::UNAUTHENTICATED:
-      return Unauthenticated("coordinator at " + t + " did not accept our identity: " + msg);
-    case grpc::StatusCode::DATA_LOSS:
-      return DataLoss(std::string(rpc) + ": " + msg);
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return Unavailable("coordinator at " + t + " refused " + rpc + ": " + msg);
-    default:
-      return Internal(std::string(rpc) + " to " + t + " failed (" +
-                      std::to_string(static_cast<int>(s.error_code())) + "): " + msg);
-  }
-}
+CoordinatorClient::CoordinatorClient(std::unique_ptr<CoordinatorCalls> calls)
+    : calls_(std::move(calls)) {}
 
 std::string CoordinatorClient::current_experiment_id() const {
   std::lock_guard<std::mutex> lock(id_mu_);
@@ -69,11 +22,8 @@ std::string CoordinatorClient::current_experiment_id() const {
 }
 
 StatusOr<pb::JoinResponse> CoordinatorClient::join(pb::JoinRequest req) {
-  if (req.node_name().empty()) req.set_node_name(options_.node_name);
-  grpc::ClientContext ctx;
-  prepare(ctx, options_.rpc_timeout);
   pb::JoinResponse resp;
-  ATOLL_RETURN_IF_ERROR(from_grpc(stub_->Join(&ctx, req, &resp), "Join", options_.rpc_timeout));
+  ATOLL_RETURN_IF_ERROR(calls_->join(req, &resp));
   {
     std::lock_guard<std::mutex> lock(id_mu_);
     experiment_id_ = resp.experiment_id();
@@ -89,11 +39,8 @@ StatusOr<bool> CoordinatorClient::heartbeat(uint64_t round, uint32_t inner_step,
   req.set_inner_step(inner_step);
   req.set_loss(loss);
   req.set_tokens_per_s(tokens_per_s);
-  grpc::ClientContext ctx;
-  prepare(ctx, options_.rpc_timeout);
   pb::HeartbeatResponse resp;
-  ATOLL_RETURN_IF_ERROR(
-      from_grpc(stub_->Heartbeat(&ctx, req, &resp), "Heartbeat", options_.rpc_timeout));
+  ATOLL_RETURN_IF_ERROR(calls_->heartbeat(req, &resp));
   return resp.known();
 }
 
@@ -102,11 +49,8 @@ StatusOr<pb::Task> CoordinatorClient::next_task(uint64_t last_round_done, uint32
   req.set_experiment_id(current_experiment_id());
   req.set_last_round_done(last_round_done);
   req.set_wait_ms(wait_ms);
-  grpc::ClientContext ctx;
-  const auto timeout = options_.rpc_timeout + std::chrono::milliseconds(wait_ms);
-  prepare(ctx, timeout);
   pb::Task task;
-  ATOLL_RETURN_IF_ERROR(from_grpc(stub_->NextTask(&ctx, req, &task), "NextTask", timeout));
+  ATOLL_RETURN_IF_ERROR(calls_->next_task(req, &task));
   return task;
 }
 
@@ -117,42 +61,24 @@ StatusOr<PulledParams> CoordinatorClient::pull_params(uint64_t round,
   req.set_experiment_id(current_experiment_id());
   req.set_round(round);
   if (held) req.set_have_fingerprint(held->fingerprint);
-  grpc::ClientContext ctx;
-  prepare(ctx, options_.stream_timeout);
-  auto reader = stub_->PullParams(&ctx, req);
-  transport::ChunkAssembler assembler(options_.max_param_bytes);
-  pb::TensorChunk chunk;
-  Status st;
-  while (reader->Read(&chunk)) {
-    if (st.ok()) st = assembler.add(chunk);
-    if (!st.ok()) {
-      ctx.TryCancel();
-      break;
-    }
-  }
-  const grpc::Status gs = reader->Finish();
-  if (!st.ok())
-    return Status(st.code(), "PullParams from " + options_.target + ": " + st.message());
-  ATOLL_RETURN_IF_ERROR(from_grpc(gs, "PullParams", options_.stream_timeout));
-  if (Status f = assembler.finish(); !f.ok())
-    return Status(f.code(), "PullParams from " + options_.target + ": " + f.message());
-  const pb::TensorHeader h = assembler.header();
-  const std::string where = "PullParams from " + options_.target + ": ";
+  pb::TensorHeader h;
+  std::string payload;
+  ATOLL_RETURN_IF_ERROR(calls_->pull_params(req, &h, &payload));
+  const std::string where = "PullParams from " + calls_->target() + ": ";
   if (h.round() != round)
     return FailedPrecondition("PullParams: asked for round " + std::to_string(round) +
                               ", got round " + std::to_string(h.round()));
   PulledParams out;
-  out.bytes = assembler.bytes_received();
+  out.bytes = payload.size();
   out.codec = h.codec();
   if (h.codec() == "none") {
-    ATOLL_ASSIGN_OR_RETURN(out.values, transport::bytes_to_floats(assembler.take_payload()));
+    ATOLL_ASSIGN_OR_RETURN(out.values, transport::bytes_to_floats(std::move(payload)));
   } else if (h.codec() == algorithms::compress::exact_delta::kName || h.codec() == "sparse-delta") {
     // A delta against the θ this node named; decoders validate everything before writing.
     if (!held || h.base_fingerprint() != held->fingerprint)
       return FailedPrecondition(where + "a " + h.codec() + " against θ " +
                                 h.base_fingerprint().substr(0, 12) +
                                 ", which this node does not hold");
-    const std::string payload = assembler.take_payload();
     const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(payload.data()),
                                          payload.size());
     out.values.resize(held->values.size());
@@ -166,7 +92,6 @@ StatusOr<PulledParams> CoordinatorClient::pull_params(uint64_t round,
     // The whole θ as a dense bf16 codec message (diloco.pull_codec = "bf16"): the decoder checks
     // the checksum, that the message was made by bf16, its numel and that every value is finite.
     ATOLL_ASSIGN_OR_RETURN(auto codec, algorithms::compress::Codec::create("bf16"));
-    const std::string payload = assembler.take_payload();
     // 2 bytes a value: a header announcing more values than the payload can hold is refused
     // before anything is allocated for them.
     if (h.numel() > payload.size() / 2)
@@ -219,20 +144,8 @@ StatusOr<uint64_t> CoordinatorClient::push_encoded(const UpdateHeader& header,
   h.set_train_loss(header.train_loss);
   h.set_fragment_offset(header.fragment_offset);
   h.set_mask_fingerprint(header.mask_fingerprint);
-  grpc::ClientContext ctx;
-  prepare(ctx, options_.stream_timeout);
   pb::PushUpdateResponse resp;
-  auto writer = stub_->PushUpdate(&ctx, &resp);
-  // A failed Write means the server already answered (e.g. rejected the header): stop sending
-  // and read its status from Finish().
-  Status st = transport::for_each_chunk(h, payload, [&](const pb::TensorChunk& c) -> Status {
-    if (!writer->Write(c)) return Unavailable("stream closed by the coordinator");
-    return Status::Ok();
-  });
-  writer->WritesDone();
-  const grpc::Status gs = writer->Finish();
-  ATOLL_RETURN_IF_ERROR(from_grpc(gs, "PushUpdate", options_.stream_timeout));
-  if (!st.ok()) return st;
+  ATOLL_RETURN_IF_ERROR(calls_->push_update(h, payload, &resp));
   if (!resp.accepted()) return FailedPrecondition("PushUpdate not accepted: " + resp.message());
   return static_cast<uint64_t>(payload.size());
 }
@@ -248,32 +161,25 @@ Status CoordinatorClient::report_metrics(
     m->set_name(name);
     m->set_value(value);
   }
-  grpc::ClientContext ctx;
-  prepare(ctx, options_.rpc_timeout);
   pb::MetricsAck ack;
-  return from_grpc(stub_->ReportMetrics(&ctx, req, &ack), "ReportMetrics", options_.rpc_timeout);
+  return calls_->report_metrics(req, &ack);
 }
 
 Status CoordinatorClient::leave(const std::string& reason) {
   pb::LeaveRequest req;
   req.set_experiment_id(current_experiment_id());
   req.set_reason(reason);
-  grpc::ClientContext ctx;
-  prepare(ctx, options_.rpc_timeout);
   pb::LeaveResponse resp;
-  return from_grpc(stub_->Leave(&ctx, req, &resp), "Leave", options_.rpc_timeout);
+  return calls_->leave(req, &resp);
 }
 
 Status CoordinatorClient::report_importance(const pb::ImportanceReport& report) {
   pb::ImportanceReport req = report;
   req.set_experiment_id(current_experiment_id());
-  grpc::ClientContext ctx;
-  prepare(ctx, options_.rpc_timeout);
   pb::ImportanceAck resp;
-  Status st = from_grpc(stub_->ReportImportance(&ctx, req, &resp), "ReportImportance",
-                        options_.rpc_timeout);
-  if (st.ok() && !resp.accepted()) return InvalidArgument("importance refused: " + resp.message());
-  return st;
+  ATOLL_RETURN_IF_ERROR(calls_->report_importance(req, &resp));
+  if (!resp.accepted()) return InvalidArgument("importance refused: " + resp.message());
+  return Status::Ok();
 }
 
 }  // namespace atl::node

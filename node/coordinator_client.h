@@ -29,39 +29,34 @@
 
 #include "kernels/core/status.h"
 #include "node/coordinator_link.h"
-#include "transport/proto/atoll.grpc.pb.h"
-#include "transport/tls/credentials.h"
+#include "node/coordinator_calls.h"
+#include "node/grpc_coordinator_calls.h"  // ClientOptions
 
 namespace atl::node {
 
-struct ClientOptions {
-  std::string target;        // coordinator "HOST:PORT"
-  transport::ClientTls tls;  // transport::client_credentials(...) or insecure_client_credentials()
-  // Identity in --insecure mode (sent with Join and as "atoll-node" metadata on every call).
-  // With mTLS the coordinator takes the identity from the certificate instead.
-  std::string node_name;
-  std::chrono::milliseconds rpc_timeout{10000};      // unary calls (+ wait_ms for NextTask)
-  std::chrono::milliseconds stream_timeout{300000};  // PullParams / PushUpdate of a whole θ
-  uint64_t max_param_bytes = uint64_t{4} << 30;      // refuse a θ announced larger than this
-};
-
-// The CoordinatorLink over gRPC (mTLS, or plaintext in --insecure mode). Thread-safe.
+// The CoordinatorLink on top of the protocol's calls: over gRPC (mTLS, or plaintext in
+// --insecure mode; node/grpc_coordinator_calls.h) or in memory (`atoll simulate`). Builds the
+// requests, decodes θ pulls (full, exact or lossy deltas, bf16) and checks their fingerprints,
+// whichever carries them. Thread-safe.
 class CoordinatorClient : public CoordinatorLink {
  public:
+  // Over gRPC.
   explicit CoordinatorClient(ClientOptions options);
-  const std::string& target() const { return options_.target; }
+  explicit CoordinatorClient(std::unique_ptr<CoordinatorCalls> calls);
+  const std::string& target() const { return calls_->target(); }
   // Not to be read while another thread joins (the calls below read a locked copy).
   const std::string& experiment_id() const override { return experiment_id_; }
 
-  // node_name in `req` defaults to options.node_name.
+  // node_name in `req` defaults to the calls' own (ClientOptions::node_name over gRPC).
   StatusOr<atoll_pb::v1::JoinResponse> join(atoll_pb::v1::JoinRequest req = {}) override;
   StatusOr<bool> heartbeat(uint64_t round, uint32_t inner_step, double loss,
                            double tokens_per_s) override;
   StatusOr<atoll_pb::v1::Task> next_task(uint64_t last_round_done, uint32_t wait_ms) override;
-  // Checked on arrival: CRC-32C per chunk, SHA-256 of the payload, fingerprint of the values.
+  // The transport checks the chunks (CRC-32C, SHA-256 of the payload); this checks the values'
+  // fingerprint and, for a delta, the base it names.
   StatusOr<PulledParams> pull_params(uint64_t round, const std::string& expected_fingerprint = "",
                                      const HeldParams* held = nullptr) override;
-  // Little-endian fp32, chunked ≤ 1 MiB.
+  // Little-endian fp32.
   StatusOr<uint64_t> push_update(const UpdateHeader& header,
                                  std::span<const float> delta) override;
   StatusOr<uint64_t> push_encoded(const UpdateHeader& header, const std::string& codec,
@@ -72,13 +67,9 @@ class CoordinatorClient : public CoordinatorLink {
   Status report_importance(const atoll_pb::v1::ImportanceReport& report) override;
 
  private:
-  void prepare(grpc::ClientContext& ctx, std::chrono::milliseconds timeout) const;
-  Status from_grpc(const grpc::Status& s, const char* rpc, std::chrono::milliseconds timeout) const;
   std::string current_experiment_id() const;
 
-  ClientOptions options_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<atoll_pb::v1::Coordinator::Stub> stub_;
+  const std::unique_ptr<CoordinatorCalls> calls_;
   mutable std::mutex id_mu_;  // guards experiment_id_: join() runs while heartbeats go out
   std::string experiment_id_;
 };

@@ -1,0 +1,149 @@
+#include "node/grpc_coordinator_calls.h"
+
+#include <grpcpp/client_context.h>
+
+#include "transport/channel.h"
+#include "transport/tensor_stream.h"
+
+namespace atl::node {
+namespace pb = atoll_pb::v1;
+
+namespace {
+constexpr char kNodeMetadata[] = "atoll-node";
+}
+
+GrpcCoordinatorCalls::GrpcCoordinatorCalls(ClientOptions options)
+    : options_(std::move(options)),
+      channel_(transport::create_channel(options_.target, options_.tls)),
+      stub_(pb::Coordinator::NewStub(channel_)) {}
+
+void GrpcCoordinatorCalls::prepare(grpc::ClientContext& ctx,
+                                   std::chrono::milliseconds timeout) const {
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  if (!options_.node_name.empty()) ctx.AddMetadata(kNodeMetadata, options_.node_name);
+}
+
+Status GrpcCoordinatorCalls::from_grpc(const grpc::Status& s, const char* rpc,
+                                    std::chrono::milliseconds timeout) const {
+  if (s.ok()) return Status::Ok();
+  const std::string& t = options_.target;
+  const std::string msg = s.error_message();
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+      // Connection-level failures (TLS refused, nothing listening) get one actionable line.
+      return transport::explain_call_error(s, t, options_.tls);
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return Status(StatusCode::kDeadlineExceeded, "coordinator at " + t + " did not answer " +
+                                                       rpc + " within " +
+                                                       std::to_string(timeout.count()) + " ms");
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return InvalidArgument(std::string(rpc) + " rejected by " + t + ": " + msg);
+    case grpc::StatusCode::NOT_FOUND:
+      return NotFound(std::string(rpc) + ": " + msg);
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return AlreadyExists(std::string(rpc) + " rejected: " + msg);
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return FailedPrecondition(std::string(rpc) + " rejected: " + msg);
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return OutOfRange(std::string(rpc) + " rejected: " + msg);
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return PermissionDenied("coordinator at " + t + " refused " + rpc + ": " + msg);
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return Unauthenticated("coordinator at " + t + " did not accept our identity: " + msg);
+    case grpc::StatusCode::DATA_LOSS:
+      return DataLoss(std::string(rpc) + ": " + msg);
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return Unavailable("coordinator at " + t + " refused " + rpc + ": " + msg);
+    default:
+      return Internal(std::string(rpc) + " to " + t + " failed (" +
+                      std::to_string(static_cast<int>(s.error_code())) + "): " + msg);
+  }
+}
+
+Status GrpcCoordinatorCalls::join(const pb::JoinRequest& req, pb::JoinResponse* resp) {
+  pb::JoinRequest named = req;
+  if (named.node_name().empty()) named.set_node_name(options_.node_name);
+  grpc::ClientContext ctx;
+  prepare(ctx, options_.rpc_timeout);
+  return from_grpc(stub_->Join(&ctx, named, resp), "Join", options_.rpc_timeout);
+}
+
+Status GrpcCoordinatorCalls::heartbeat(const pb::HeartbeatRequest& req,
+                                       pb::HeartbeatResponse* resp) {
+  grpc::ClientContext ctx;
+  prepare(ctx, options_.rpc_timeout);
+  return from_grpc(stub_->Heartbeat(&ctx, req, resp), "Heartbeat", options_.rpc_timeout);
+}
+
+Status GrpcCoordinatorCalls::next_task(const pb::NextTaskRequest& req, pb::Task* task) {
+  grpc::ClientContext ctx;
+  const auto timeout = options_.rpc_timeout + std::chrono::milliseconds(req.wait_ms());
+  prepare(ctx, timeout);
+  return from_grpc(stub_->NextTask(&ctx, req, task), "NextTask", timeout);
+}
+
+Status GrpcCoordinatorCalls::pull_params(const pb::PullParamsRequest& req,
+                                         pb::TensorHeader* header, std::string* payload) {
+  grpc::ClientContext ctx;
+  prepare(ctx, options_.stream_timeout);
+  auto reader = stub_->PullParams(&ctx, req);
+  transport::ChunkAssembler assembler(options_.max_param_bytes);
+  pb::TensorChunk chunk;
+  Status st;
+  while (reader->Read(&chunk)) {
+    if (st.ok()) st = assembler.add(chunk);
+    if (!st.ok()) {
+      ctx.TryCancel();
+      break;
+    }
+  }
+  const grpc::Status gs = reader->Finish();
+  if (!st.ok())
+    return Status(st.code(), "PullParams from " + options_.target + ": " + st.message());
+  ATOLL_RETURN_IF_ERROR(from_grpc(gs, "PullParams", options_.stream_timeout));
+  if (Status f = assembler.finish(); !f.ok())
+    return Status(f.code(), "PullParams from " + options_.target + ": " + f.message());
+  *header = assembler.header();
+  *payload = assembler.take_payload();
+  return Status::Ok();
+}
+
+Status GrpcCoordinatorCalls::push_update(const pb::TensorHeader& header,
+                                         const std::string& payload,
+                                         pb::PushUpdateResponse* resp) {
+  grpc::ClientContext ctx;
+  prepare(ctx, options_.stream_timeout);
+  auto writer = stub_->PushUpdate(&ctx, resp);
+  // A failed Write means the server already answered (e.g. rejected the header): stop sending
+  // and read its status from Finish().
+  Status st = transport::for_each_chunk(header, payload, [&](const pb::TensorChunk& c) -> Status {
+    if (!writer->Write(c)) return Unavailable("stream closed by the coordinator");
+    return Status::Ok();
+  });
+  writer->WritesDone();
+  const grpc::Status gs = writer->Finish();
+  ATOLL_RETURN_IF_ERROR(from_grpc(gs, "PushUpdate", options_.stream_timeout));
+  return st;
+}
+
+Status GrpcCoordinatorCalls::report_metrics(const pb::MetricsReport& req, pb::MetricsAck* ack) {
+  grpc::ClientContext ctx;
+  prepare(ctx, options_.rpc_timeout);
+  return from_grpc(stub_->ReportMetrics(&ctx, req, ack), "ReportMetrics", options_.rpc_timeout);
+}
+
+Status GrpcCoordinatorCalls::leave(const pb::LeaveRequest& req, pb::LeaveResponse* resp) {
+  grpc::ClientContext ctx;
+  prepare(ctx, options_.rpc_timeout);
+  return from_grpc(stub_->Leave(&ctx, req, resp), "Leave", options_.rpc_timeout);
+}
+
+Status GrpcCoordinatorCalls::report_importance(const pb::ImportanceReport& req,
+                                               pb::ImportanceAck* resp) {
+  grpc::ClientContext ctx;
+  prepare(ctx, options_.rpc_timeout);
+  return from_grpc(stub_->ReportImportance(&ctx, req, resp), "ReportImportance",
+                   options_.rpc_timeout);
+}
+
+}  // namespace atl::node

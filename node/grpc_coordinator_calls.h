@@ -1,0 +1,61 @@
+// The coordinator protocol's calls over gRPC (mTLS, or plaintext in --insecure mode): what
+// `atoll node` uses under its CoordinatorClient. Every call has a deadline; failures come back
+// as Status values with one clear line, e.g. "coordinator at 10.0.0.5:7070 unreachable: failed
+// to connect to all addresses". θ pulls and updates travel as chunk streams
+// (transport/tensor_stream.h: ≤ 1 MiB chunks, CRC-32C each, SHA-256 of the payload).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "node/coordinator_calls.h"
+#include "transport/proto/atoll.grpc.pb.h"
+#include "transport/tls/credentials.h"
+
+namespace atl::node {
+
+struct ClientOptions {
+  std::string target;        // coordinator "HOST:PORT"
+  transport::ClientTls tls;  // transport::client_credentials(...) or insecure_client_credentials()
+  // Identity in --insecure mode (sent with Join and as "atoll-node" metadata on every call).
+  // With mTLS the coordinator takes the identity from the certificate instead.
+  std::string node_name;
+  std::chrono::milliseconds rpc_timeout{10000};      // unary calls (+ wait_ms for NextTask)
+  std::chrono::milliseconds stream_timeout{300000};  // PullParams / PushUpdate of a whole θ
+  uint64_t max_param_bytes = uint64_t{4} << 30;      // refuse a θ announced larger than this
+};
+
+// Thread-safe (gRPC stubs are).
+class GrpcCoordinatorCalls final : public CoordinatorCalls {
+ public:
+  explicit GrpcCoordinatorCalls(ClientOptions options);
+
+  const std::string& target() const override { return options_.target; }
+  // node_name in `req` defaults to options.node_name.
+  Status join(const atoll_pb::v1::JoinRequest& req, atoll_pb::v1::JoinResponse* resp) override;
+  Status heartbeat(const atoll_pb::v1::HeartbeatRequest& req,
+                   atoll_pb::v1::HeartbeatResponse* resp) override;
+  Status next_task(const atoll_pb::v1::NextTaskRequest& req, atoll_pb::v1::Task* task) override;
+  Status pull_params(const atoll_pb::v1::PullParamsRequest& req,
+                     atoll_pb::v1::TensorHeader* header, std::string* payload) override;
+  // The header's wire_version, payload_bytes and payload_sha256 are filled in here.
+  Status push_update(const atoll_pb::v1::TensorHeader& header, const std::string& payload,
+                     atoll_pb::v1::PushUpdateResponse* resp) override;
+  Status report_metrics(const atoll_pb::v1::MetricsReport& req,
+                        atoll_pb::v1::MetricsAck* ack) override;
+  Status leave(const atoll_pb::v1::LeaveRequest& req, atoll_pb::v1::LeaveResponse* resp) override;
+  Status report_importance(const atoll_pb::v1::ImportanceReport& req,
+                           atoll_pb::v1::ImportanceAck* resp) override;
+
+ private:
+  void prepare(grpc::ClientContext& ctx, std::chrono::milliseconds timeout) const;
+  Status from_grpc(const grpc::Status& s, const char* rpc, std::chrono::milliseconds timeout) const;
+
+  ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<atoll_pb::v1::Coordinator::Stub> stub_;
+};
+
+}  // namespace atl::node
