@@ -567,14 +567,15 @@ grpc::Status CoordinatorService::PushUpdate(grpc::ServerContext* ctx,
   u.tokens = h.tokens();
   u.loss = h.train_loss();
   u.bytes = bytes;
+  const std::string progress = std::to_string(round_.updates.size()) + " of " +
+                               std::to_string(round_.participants.size()) + " updates";
   Event e{Event::Kind::kUpdateAccepted};
   e.round = h.round();
   e.node_id = id;
-  e.message = std::to_string(round_.updates.size()) + " of " +
-              std::to_string(round_.participants.size()) + " updates";
+  e.message = progress;
   emit_locked(std::move(e));
   resp->set_accepted(true);
-  resp->set_message("accepted update for round " + std::to_string(h.round()) + " (" + e.message +
+  resp->set_message("accepted update for round " + std::to_string(h.round()) + " (" + progress +
                     ")");
   maybe_close_round_locked(Clock::now());
   return grpc::Status::OK;
