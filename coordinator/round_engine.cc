@@ -1,0 +1,602 @@
+// RoundEngine: construction, lifecycle, queries, the round state machine (start, close, commit,
+// restart), the ticker and event delivery. Node calls are in round_engine_calls.cc and
+// round_engine_updates.cc.
+#include "coordinator/round_engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "algorithms/diloco/outer.h"
+
+namespace atl::coordinator {
+namespace {
+
+uint64_t unix_ms_now() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+Clock::duration seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+}  // namespace
+
+const char* event_kind_name(Event::Kind k) {
+  switch (k) {
+    case Event::Kind::kStateChanged:
+      return "state";
+    case Event::Kind::kNodeJoined:
+      return "node_joined";
+    case Event::Kind::kNodeLost:
+      return "node_lost";
+    case Event::Kind::kNodeLeft:
+      return "node_left";
+    case Event::Kind::kRoundStarted:
+      return "round_started";
+    case Event::Kind::kUpdateAccepted:
+      return "update_accepted";
+    case Event::Kind::kUpdateRejected:
+      return "update_rejected";
+    case Event::Kind::kRoundCommitted:
+      return "round_committed";
+    case Event::Kind::kRoundRestarted:
+      return "round_restarted";
+    case Event::Kind::kMetrics:
+      return "metrics";
+    case Event::Kind::kFinished:
+      return "finished";
+    case Event::Kind::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+RoundEngine::RoundEngine(Store& store, ExperimentConfig config, EngineOptions options,
+                         std::unique_ptr<RoundStrategy> strategy, PullPolicy policy)
+    : store_(store),
+      config_(std::move(config)),
+      options_(std::move(options)),
+      experiment_id_(config_.name),
+      heartbeat_interval_(seconds(config_.diloco.heartbeat_interval_s)),
+      lost_timeout_(
+          seconds(config_.diloco.heartbeat_interval_s * config_.diloco.lost_after_heartbeats)),
+      strategy_(std::move(strategy)),
+      pulls_(store, config_.name, std::move(policy)) {}
+
+StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
+                                                         const ExperimentConfig& config,
+                                                         const algorithms::ParamSet& initial,
+                                                         EngineOptions options) {
+  ATOLL_RETURN_IF_ERROR(validate_experiment_config(config, "experiment config"));
+  ATOLL_ASSIGN_OR_RETURN(PullPolicy policy, parse_pull_policy(config.diloco.pull_codec));
+  const std::string layout_fp = algorithms::layout_fingerprint(initial.layout());
+  auto existing = store.load_experiment(config.name);
+  if (!existing.ok() && existing.status().code() != StatusCode::kNotFound) return existing.status();
+  std::optional<CommittedState> resumed;
+  if (existing.ok()) {
+    ATOLL_ASSIGN_OR_RETURN(CommittedState st, store.load_state(config.name));
+    if (st.experiment.layout_fingerprint != layout_fp || st.experiment.numel != initial.numel())
+      return FailedPrecondition(
+          "experiment '" + config.name + "' in the store has a different model (" +
+          std::to_string(st.experiment.numel) + " parameters, layout " +
+          st.experiment.layout_fingerprint.substr(0, 12) + ") than the config (" +
+          std::to_string(initial.numel()) + " parameters, layout " + layout_fp.substr(0, 12) +
+          "); use another experiment name or store");
+    resumed = std::move(st);
+  }
+  ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<RoundStrategy> strategy,
+                         make_round_strategy(config, initial.layout()));
+  if (!resumed) {
+    ExperimentRecord e;
+    e.id = config.name;
+    e.state = ExperimentState::kCreated;
+    e.current_round = 0;
+    e.params_fingerprint = initial.fingerprint();
+    e.layout_fingerprint = layout_fp;
+    e.numel = initial.numel();
+    e.config_toml = to_toml(config);
+    e.created_unix_ms = unix_ms_now();
+    ATOLL_RETURN_IF_ERROR(store.create_experiment(e, initial.vec()));
+    resumed = CommittedState{std::move(e), initial.vec(), std::nullopt};
+  }
+  std::unique_ptr<RoundEngine> eng(
+      new RoundEngine(store, config, std::move(options), std::move(strategy), std::move(policy)));
+  eng->experiment_ = std::move(resumed->experiment);
+  eng->theta_ = std::make_shared<const std::vector<float>>(std::move(resumed->params));
+  eng->has_momentum_ = resumed->momentum.has_value();
+  eng->momentum_ = std::make_shared<const std::vector<float>>(
+      resumed->momentum ? std::move(*resumed->momentum) : std::vector<float>(initial.numel()));
+  // θ versions still in the store can be delta bases for pulls: θ_v's fingerprint is the base
+  // fingerprint of round record v (the current one is the experiment's).
+  if (auto rounds = store.list_param_rounds(config.name); rounds.ok()) {
+    for (uint64_t v : *rounds) {
+      if (v >= eng->experiment_.current_round) continue;
+      if (auto rec = store.load_round(config.name, v); rec.ok())
+        eng->remember_version_locked(v, rec->base_fingerprint);
+    }
+  }
+  eng->remember_version_locked(eng->experiment_.current_round, eng->experiment_.params_fingerprint);
+  // Previously known nodes are remembered (for audit) but must join again to take part.
+  eng->round_.round = eng->experiment_.current_round;
+  eng->audit("open", "round " + std::to_string(eng->experiment_.current_round) + " state " +
+                         experiment_state_name(eng->experiment_.state));
+  eng->event_thread_ = std::thread([e = eng.get()] { e->event_loop(); });
+  eng->ticker_ = std::thread([e = eng.get()] { e->ticker_loop(); });
+  return eng;
+}
+
+RoundEngine::~RoundEngine() {
+  shutdown();
+  if (ticker_.joinable()) ticker_.join();
+  {
+    // A commit running on a caller's thread still writes the store and publishes.
+    std::unique_lock<std::mutex> lk(mu_);
+    wait_commit_done(lk);
+  }
+  {
+    std::lock_guard<std::mutex> lk(event_mu_);
+    events_stop_ = true;
+  }
+  event_cv_.notify_all();
+  if (event_thread_.joinable()) event_thread_.join();
+}
+
+void RoundEngine::shutdown() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+}
+
+void RoundEngine::wait_commit_done(std::unique_lock<std::mutex>& lk) const {
+  cv_.wait(lk, [&] { return !committing_; });
+}
+
+Status RoundEngine::start() {
+  std::unique_lock<std::mutex> lk(mu_);
+  wait_commit_done(lk);
+  const ExperimentState s = experiment_.state;
+  if (s == ExperimentState::kRunning) return Status::Ok();
+  if (s == ExperimentState::kFinished || s == ExperimentState::kFailed)
+    return FailedPrecondition("experiment '" + experiment_id_ + "' is " + experiment_state_name(s) +
+                              " and cannot be started again");
+  set_state_locked(ExperimentState::kRunning, "started");
+  maybe_start_round_locked(Clock::now());
+  return Status::Ok();
+}
+
+Status RoundEngine::pause() {
+  std::unique_lock<std::mutex> lk(mu_);
+  wait_commit_done(lk);
+  if (experiment_.state != ExperimentState::kRunning)
+    return FailedPrecondition("experiment '" + experiment_id_ + "' is " +
+                              experiment_state_name(experiment_.state) + ", not running");
+  set_state_locked(ExperimentState::kPaused, "paused");
+  return Status::Ok();
+}
+
+Status RoundEngine::stop(const std::string& why) {
+  std::unique_lock<std::mutex> lk(mu_);
+  wait_commit_done(lk);
+  const ExperimentState s = experiment_.state;
+  if (s == ExperimentState::kFinished || s == ExperimentState::kFailed)
+    return FailedPrecondition("experiment '" + experiment_id_ + "' is already " +
+                              experiment_state_name(s));
+  if (round_.open) {
+    audit("round", "round " + std::to_string(round_.round) + " abandoned: " + why);
+    round_ = Round{};
+    round_.round = experiment_.current_round;
+  }
+  quorum_since_.reset();
+  set_state_locked(ExperimentState::kFinished, "stopped: " + why);
+  Event f{Event::Kind::kFinished};
+  f.round = experiment_.current_round;
+  f.message = "stopped after " + std::to_string(experiment_.current_round) + " rounds: " + why;
+  emit(std::move(f));
+  return Status::Ok();
+}
+
+ExperimentState RoundEngine::state() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return experiment_.state;
+}
+uint64_t RoundEngine::current_round() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return experiment_.current_round;
+}
+std::string RoundEngine::params_fingerprint() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return experiment_.params_fingerprint;
+}
+std::vector<float> RoundEngine::params() const {
+  std::shared_ptr<const std::vector<float>> theta;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    theta = theta_;  // immutable snapshot: copied without the lock
+  }
+  return *theta;
+}
+
+std::vector<NodeSnapshot> RoundEngine::nodes() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<NodeSnapshot> out;
+  for (const auto& [id, n] : nodes_) {
+    NodeSnapshot s;
+    s.node_id = id;
+    s.status = n.status == NodeStatus::kActive ? "active"
+               : n.status == NodeStatus::kLost ? "lost"
+                                               : "left";
+    s.ready = n.ready;
+    s.round = n.progress.round();
+    s.inner_step = n.progress.inner_step();
+    s.loss = n.progress.loss();
+    s.tokens_per_s = n.progress.tokens_per_s();
+    s.last_seen_unix_ms = n.record.last_seen_unix_ms;
+    s.device = n.record.device;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+StatusOr<ExperimentState> RoundEngine::wait_until_finished(Clock::time_point deadline) const {
+  std::unique_lock<std::mutex> lk(mu_);
+  auto final_state = [&] {
+    return experiment_.state == ExperimentState::kFinished ||
+           experiment_.state == ExperimentState::kFailed;
+  };
+  if (!cv_.wait_until(lk, deadline, final_state))
+    return Status(StatusCode::kDeadlineExceeded, "experiment '" + experiment_id_ + "' still " +
+                                                     experiment_state_name(experiment_.state) +
+                                                     " at round " +
+                                                     std::to_string(experiment_.current_round));
+  return experiment_.state;
+}
+
+bool RoundEngine::wait_for_round(uint64_t round, Clock::time_point deadline) const {
+  std::unique_lock<std::mutex> lk(mu_);
+  return cv_.wait_until(lk, deadline, [&] {
+    return experiment_.current_round >= round || experiment_.state == ExperimentState::kFailed ||
+           experiment_.state == ExperimentState::kFinished;
+  });
+}
+
+std::vector<std::pair<std::string, std::string>> RoundEngine::hydra_subnets() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return strategy_->subnets();
+}
+
+void RoundEngine::set_state_locked(ExperimentState s, const std::string& why) {
+  if (experiment_.state == s) return;
+  experiment_.state = s;
+  if (s == ExperimentState::kFailed) experiment_.failure = why;
+  Status st = store_.put_experiment(experiment_);
+  if (!st.ok() && s != ExperimentState::kFailed) {
+    // Lifecycle changes must persist too; a store that cannot write is a failed experiment.
+    experiment_.state = ExperimentState::kFailed;
+    experiment_.failure = st.to_string();
+  }
+  audit("state", experiment_state_name(experiment_.state) + std::string(": ") + why);
+  Event e{Event::Kind::kStateChanged};
+  e.round = experiment_.current_round;
+  e.message = experiment_state_name(experiment_.state);
+  emit(std::move(e));
+  if (experiment_.state == ExperimentState::kFailed) {
+    Event f{Event::Kind::kFailed};
+    f.round = experiment_.current_round;
+    f.message = experiment_.failure;
+    emit(std::move(f));
+  }
+  cv_.notify_all();
+}
+
+bool RoundEngine::is_participant_locked(const std::string& node) const {
+  return round_.open &&
+         std::binary_search(round_.participants.begin(), round_.participants.end(), node);
+}
+
+void RoundEngine::maybe_start_round_locked(Clock::time_point now) {
+  if (stopping_ || round_.open || committing_ || experiment_.state != ExperimentState::kRunning)
+    return;
+  if (experiment_.current_round >= config_.diloco.rounds) return;
+  std::vector<std::string> ready;
+  size_t live = 0;
+  for (const auto& [id, n] : nodes_) {
+    if (n.status != NodeStatus::kActive) continue;
+    ++live;
+    if (n.ready) ready.push_back(id);  // map order: sorted
+  }
+  if (ready.size() < config_.diloco.min_nodes) {
+    quorum_since_.reset();
+    return;
+  }
+  if (ready.size() < live) {
+    // Quorum, but some live nodes are still busy (e.g. pulling, restarting): give them
+    // start_wait_s to become ready so that rounds do not leave nodes out by a few ms.
+    if (!quorum_since_) quorum_since_ = now;
+    if (now - *quorum_since_ < seconds(config_.diloco.start_wait_s)) return;
+  }
+  quorum_since_.reset();
+  if (ready.size() > config_.diloco.max_nodes) ready.resize(config_.diloco.max_nodes);
+  round_ = Round{};
+  round_.open = true;
+  round_.round = experiment_.current_round;
+  round_.participants = ready;
+  round_.started = now;
+  round_.deadline = now + seconds(config_.diloco.round_deadline_s);
+  round_.deadline_unix_ms =
+      unix_ms_now() + static_cast<uint64_t>(config_.diloco.round_deadline_s * 1000.0);
+  for (const auto& id : ready) nodes_[id].ready = false;
+  round_.scoring = strategy_->needs_scores(round_.round, round_.participants);
+  std::string list;
+  for (const auto& id : ready) list += (list.empty() ? "" : ",") + id;
+  audit("round_started", "round " + std::to_string(round_.round) + " participants " + list);
+  Event e{Event::Kind::kRoundStarted};
+  e.round = round_.round;
+  e.participants = ready;
+  emit(std::move(e));
+  cv_.notify_all();
+}
+
+std::optional<RoundEngine::Commit> RoundEngine::maybe_close_round_locked(Clock::time_point now) {
+  if (!round_.open) return std::nullopt;
+  if (round_.scoring) {
+    // Scoring phase: select once every live participant reported, or at the deadline.
+    size_t waiting = 0;
+    for (const auto& id : round_.participants) {
+      auto it = nodes_.find(id);
+      if (!round_.scores.count(id) && it != nodes_.end() &&
+          it->second.status == NodeStatus::kActive)
+        ++waiting;
+    }
+    if (waiting == 0 || now >= round_.deadline) finish_scoring_locked();
+    return std::nullopt;
+  }
+  size_t outstanding = 0;  // live participants that have not pushed yet
+  for (const auto& id : round_.participants) {
+    if (round_.updates.count(id)) continue;
+    auto it = nodes_.find(id);
+    if (it != nodes_.end() && it->second.status == NodeStatus::kActive) ++outstanding;
+  }
+  const size_t pushed = round_.updates.size();
+  const size_t quorum = config_.diloco.min_nodes;
+  if (outstanding == 0 && pushed >= quorum) return prepare_commit_locked(now);
+  if (now >= round_.deadline) {
+    if (pushed >= quorum) return prepare_commit_locked(now);
+    restart_round_locked(
+        "only " + std::to_string(pushed) + " of diloco.min_nodes = " + std::to_string(quorum) +
+        " updates arrived before the " + std::to_string(config_.diloco.round_deadline_s) +
+        " s deadline; raise diloco.round_deadline_s or lower diloco.min_nodes");
+    return std::nullopt;
+  }
+  if (outstanding == 0 && round_.receiving.empty())
+    restart_round_locked("every live participant is done but only " + std::to_string(pushed) +
+                         " of diloco.min_nodes = " + std::to_string(quorum) + " updates arrived");
+  return std::nullopt;
+}
+
+void RoundEngine::restart_round_locked(const std::string& why) {
+  const uint64_t r = round_.round;
+  round_ = Round{};
+  round_.round = r;
+  audit("round_restarted", "round " + std::to_string(r) + ": " + why);
+  Event e{Event::Kind::kRoundRestarted};
+  e.round = r;
+  e.message = why;
+  emit(std::move(e));
+  cv_.notify_all();
+  maybe_start_round_locked(Clock::now());
+}
+
+void RoundEngine::finish_scoring_locked() {
+  // Participants that did not report by now leave the round; the rest need quorum.
+  std::vector<std::string> kept;
+  for (const auto& id : round_.participants)
+    if (round_.scores.count(id)) kept.push_back(id);
+  if (kept.size() < config_.diloco.min_nodes)
+    return restart_round_locked("only " + std::to_string(kept.size()) +
+                                " importance reports arrived, diloco.min_nodes = " +
+                                std::to_string(config_.diloco.min_nodes));
+  std::vector<ScoredNode> sites;
+  for (const auto& id : kept)
+    sites.push_back({id, nodes_.at(id).record.budget, round_.scores.at(id)});
+  Status st = strategy_->select(
+      round_.round, sites,
+      [this](const std::string& event, const std::string& detail) { audit(event, detail); });
+  if (!st.ok()) return set_state_locked(ExperimentState::kFailed, st.message());
+  round_.participants = kept;
+  round_.scoring = false;
+  cv_.notify_all();
+}
+
+void RoundEngine::remember_version_locked(uint64_t round, const std::string& fp) {
+  versions_[fp] = round;
+  // The store keeps θ of rounds [current + 1 − keep_params, current].
+  const uint64_t keep = config_.diloco.keep_params;
+  for (auto it = versions_.begin(); it != versions_.end();) {
+    if (it->second + keep <= round)
+      it = versions_.erase(it);
+    else
+      ++it;
+  }
+}
+
+RoundEngine::Commit RoundEngine::prepare_commit_locked(Clock::time_point now) {
+  Commit c;
+  c.round = round_.round;
+  c.theta = theta_;
+  c.momentum = momentum_;
+  c.has_momentum = has_momentum_;
+  RoundRecord& rec = c.record;
+  rec.round = c.round;
+  rec.base_fingerprint = experiment_.params_fingerprint;
+  double loss_weighted = 0;
+  for (const auto& id : round_.participants) {
+    ParticipantRecord p;
+    p.node_id = id;
+    auto bd = round_.bytes_down.find(id);
+    p.bytes_down = bd == round_.bytes_down.end() ? 0 : bd->second;
+    auto u = round_.updates.find(id);
+    if (u != round_.updates.end()) {
+      p.pushed = true;
+      p.tokens = u->second.tokens;
+      p.loss = u->second.loss;
+      p.bytes_up = u->second.bytes;
+      rec.tokens += p.tokens;
+      loss_weighted += p.loss * static_cast<double>(p.tokens);
+    }
+    rec.bytes_up += p.bytes_up;
+    rec.bytes_down += p.bytes_down;
+    rec.participants.push_back(std::move(p));
+  }
+  rec.mean_loss = rec.tokens ? loss_weighted / static_cast<double>(rec.tokens) : 0.0;
+  rec.duration_s = std::chrono::duration<double>(now - round_.started).count();
+  c.next = experiment_;
+  c.next.current_round = c.round + 1;
+  if (c.next.current_round >= config_.diloco.rounds) c.next.state = ExperimentState::kFinished;
+  c.updates = std::move(round_.updates);
+  // The round is closed: no task, update or pull counts for it any more.
+  round_ = Round{};
+  round_.round = c.round;
+  committing_ = true;
+  cv_.notify_all();
+  return c;
+}
+
+void RoundEngine::commit(Commit c) {
+  // Without the lock: θ_r and its momentum are immutable snapshots, the updates are ours.
+  std::vector<float> theta_next(*c.theta), momentum_next(*c.momentum);
+  Status st = strategy_->apply(c.round, c.updates, c.has_momentum, theta_next, momentum_next);
+  if (st.ok() && !algorithms::all_finite(theta_next))
+    st = Internal("outer step produced non-finite parameters");
+  RoundRecord& rec = c.record;
+  rec.params_fingerprint = algorithms::params_fingerprint(theta_next);
+  rec.momentum_fingerprint = algorithms::params_fingerprint(momentum_next);
+  rec.committed_unix_ms = unix_ms_now();
+  c.next.params_fingerprint = rec.params_fingerprint;
+  if (st.ok()) st = store_.commit_round(c.next, rec, theta_next, momentum_next);
+  // θ_{r+1} and its momentum become immutable snapshots too.
+  c.theta = std::make_shared<const std::vector<float>>(std::move(theta_next));
+  c.momentum = std::make_shared<const std::vector<float>>(std::move(momentum_next));
+  c.updates.clear();
+  // θ_r and its momentum are freed after the lock is released (hundreds of MB).
+  std::shared_ptr<const std::vector<float>> old_theta, old_momentum;
+  std::lock_guard<std::mutex> lk(mu_);
+  old_theta = theta_;
+  old_momentum = momentum_;
+  publish_commit_locked(c, st);
+}
+
+void RoundEngine::publish_commit_locked(Commit& c, const Status& st) {
+  const uint64_t r = c.round;
+  committing_ = false;
+  if (!st.ok()) {
+    // Nothing was committed: θ_r stays the current state, in memory and in the store.
+    round_ = Round{};
+    round_.round = r;
+    set_state_locked(ExperimentState::kFailed,
+                     "round " + std::to_string(r) + " could not be committed: " + st.to_string());
+    cv_.notify_all();
+    return;
+  }
+  experiment_ = c.next;
+  remember_version_locked(r + 1, c.record.params_fingerprint);
+  theta_ = std::move(c.theta);
+  momentum_ = std::move(c.momentum);
+  has_momentum_ = true;
+  round_ = Round{};
+  round_.round = r + 1;
+  Event e{Event::Kind::kRoundCommitted};
+  e.round = r;
+  e.record = c.record;
+  emit(std::move(e));
+  if (experiment_.state == ExperimentState::kFinished) {
+    audit("state", "finished");
+    Event f{Event::Kind::kFinished};
+    f.round = experiment_.current_round;
+    f.message = "finished after " + std::to_string(experiment_.current_round) + " rounds";
+    emit(std::move(f));
+  }
+  cv_.notify_all();
+  maybe_start_round_locked(Clock::now());
+}
+
+void RoundEngine::check_lost_locked(Clock::time_point now) {
+  for (auto& [id, n] : nodes_) {
+    if (n.status != NodeStatus::kActive || n.polling > 0) continue;
+    if (now - n.last_seen <= lost_timeout_) continue;
+    n.status = NodeStatus::kLost;
+    n.ready = false;
+    n.record.state = "lost";
+    (void)store_.put_node(experiment_id_, n.record);
+    audit("node_lost", id);
+    Event e{Event::Kind::kNodeLost};
+    e.round = experiment_.current_round;
+    e.node_id = id;
+    e.message =
+        "no heartbeat for " + std::to_string(config_.diloco.lost_after_heartbeats) + " intervals";
+    emit(std::move(e));
+  }
+}
+
+void RoundEngine::ticker_loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!stopping_) {
+    const Clock::time_point now = Clock::now();
+    check_lost_locked(now);
+    if (std::optional<Commit> c = maybe_close_round_locked(now)) {
+      lk.unlock();
+      commit(std::move(*c));
+      lk.lock();
+      continue;
+    }
+    maybe_start_round_locked(now);
+    // Next wake-up: a fraction of the heartbeat interval (lost detection), the round deadline
+    // and the end of a start wait, whichever comes first. Any state change also wakes us.
+    Clock::time_point wake =
+        now + std::max<Clock::duration>(heartbeat_interval_ / 4, std::chrono::milliseconds(10));
+    if (round_.open) wake = std::min(wake, round_.deadline);
+    if (quorum_since_) wake = std::min(wake, *quorum_since_ + seconds(config_.diloco.start_wait_s));
+    cv_.wait_until(lk, wake);
+  }
+}
+
+void RoundEngine::emit(Event e) {
+  if (!options_.on_event) return;
+  {
+    std::lock_guard<std::mutex> lk(event_mu_);
+    outbox_.emplace_back(std::move(e));
+  }
+  event_cv_.notify_one();
+}
+
+void RoundEngine::audit(const std::string& event, const std::string& detail) {
+  {
+    std::lock_guard<std::mutex> lk(event_mu_);
+    outbox_.emplace_back(AuditLine{event, detail});
+  }
+  event_cv_.notify_one();
+}
+
+void RoundEngine::event_loop() {
+  std::unique_lock<std::mutex> lk(event_mu_);
+  for (;;) {
+    event_cv_.wait(lk, [&] { return events_stop_ || !outbox_.empty(); });
+    if (outbox_.empty()) return;  // stop requested and drained
+    std::variant<Event, AuditLine> item = std::move(outbox_.front());
+    outbox_.pop_front();
+    lk.unlock();
+    if (const Event* e = std::get_if<Event>(&item)) {
+      options_.on_event(*e);
+    } else {
+      // The audit log is best effort: it never blocks progress.
+      const AuditLine& a = std::get<AuditLine>(item);
+      (void)store_.append_audit(experiment_id_, a.event, a.detail);
+    }
+    lk.lock();
+  }
+}
+
+}  // namespace atl::coordinator
