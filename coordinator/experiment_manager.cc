@@ -387,11 +387,10 @@ StatusOr<std::vector<NodeView>> ExperimentManager::nodes(const std::string& id) 
 
 StatusOr<std::vector<std::pair<std::string, std::string>>> ExperimentManager::subnets(
     const std::string& id) const {
-  ATOLL_ASSIGN_OR_RETURN(ExperimentSummary s, get(id));
+  ATOLL_RETURN_IF_ERROR(get(id).status());  // NOT_FOUND for an unknown experiment
   std::shared_lock<std::shared_mutex> lk(svc_mu_);
-  if (!s.config.is_hydra() || !is_live(id))
-    return std::vector<std::pair<std::string, std::string>>{};
-  return service_->hydra_subnets();
+  if (!is_live(id)) return std::vector<std::pair<std::string, std::string>>{};
+  return service_->hydra_subnets();  // empty unless the live experiment runs Hydra
 }
 
 StatusOr<std::vector<RoundRecord>> ExperimentManager::rounds(const std::string& id, uint64_t from,

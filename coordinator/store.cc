@@ -38,15 +38,32 @@ Status from_rocks(const rocksdb::Status& s, const std::string& what) {
   return IoError("store: " + what + ": " + s.ToString());
 }
 
-std::string encode_blob(std::span<const float> v) {
-  std::string out(kBlobHeader + v.size_bytes(), '\0');
+// The blob's header: magic, numel, SHA-256 of the data (the data follows it).
+std::string blob_header(std::span<const float> v) {
+  std::string out(kBlobHeader, '\0');
   std::memcpy(out.data(), kBlobMagic, 4);
   const uint64_t n = v.size();
   std::memcpy(out.data() + 4, &n, 8);
   const Sha256Digest d = sha256(v.data(), v.size_bytes());
   std::memcpy(out.data() + 12, d.data(), 32);
-  if (!v.empty()) std::memcpy(out.data() + kBlobHeader, v.data(), v.size_bytes());
   return out;
+}
+
+// Bytes a batch needs for the blob of v under `key` (value, key, and record framing).
+size_t blob_batch_bytes(std::span<const float> v, const std::string& key) {
+  return kBlobHeader + v.size_bytes() + key.size() + 32;
+}
+
+// batch[cf][key] = blob of v, copied once, into the batch (θ is hundreds of MB: no
+// intermediate copy of it).
+void put_blob(rocksdb::WriteBatch& batch, rocksdb::ColumnFamilyHandle* cf, const std::string& key,
+              std::span<const float> v) {
+  const std::string header = blob_header(v);
+  const rocksdb::Slice key_slice(key);
+  const rocksdb::Slice parts[2] = {
+      rocksdb::Slice(header),
+      rocksdb::Slice(reinterpret_cast<const char*>(v.data()), v.size_bytes())};
+  batch.Put(cf, rocksdb::SliceParts(&key_slice, 1), rocksdb::SliceParts(parts, 2));
 }
 
 StatusOr<std::vector<float>> decode_blob(const std::string& blob, const std::string& what) {
@@ -379,8 +396,9 @@ Status Store::create_experiment(const ExperimentRecord& record, std::span<const 
   if (record.numel != theta0.size())
     return InvalidArgument("create_experiment: numel " + std::to_string(record.numel) +
                            " != θ size " + std::to_string(theta0.size()));
-  rocksdb::WriteBatch batch;
-  batch.Put(cfs_[kParams].get(), round_key(record.id, record.current_round), encode_blob(theta0));
+  const std::string key = round_key(record.id, record.current_round);
+  rocksdb::WriteBatch batch(blob_batch_bytes(theta0, key) + 4096);
+  put_blob(batch, cfs_[kParams].get(), key, theta0);
   batch.Put(cfs_[kExperiments].get(), record.id, experiment_to_json(record));
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
@@ -488,16 +506,18 @@ Status Store::commit_round(const ExperimentRecord& experiment, const RoundRecord
   if (theta_next.size() != experiment.numel || momentum.size() != experiment.numel)
     return InvalidArgument("commit_round: θ/momentum size does not match the experiment");
   const std::string& id = experiment.id;
-  rocksdb::WriteBatch batch;
+  const std::string theta_key = round_key(id, experiment.current_round);
+  rocksdb::WriteBatch batch(blob_batch_bytes(theta_next, theta_key) +
+                            blob_batch_bytes(momentum, id) + 65536);
   auto* params = cfs_[kParams].get();
-  batch.Put(params, round_key(id, experiment.current_round), encode_blob(theta_next));
+  put_blob(batch, params, theta_key, theta_next);
   // Keep the newest keep_params versions: delete [id/0, id/(next - keep + 1)).
   const uint64_t next = experiment.current_round;
   if (next + 1 > options_.keep_params) {
     const uint64_t first_kept = next + 1 - options_.keep_params;  // ≤ next: current survives
     batch.DeleteRange(params, round_key(id, 0), round_key(id, first_kept));
   }
-  batch.Put(cfs_[kOuterState].get(), id, encode_blob(momentum));
+  put_blob(batch, cfs_[kOuterState].get(), id, momentum);
   batch.Put(cfs_[kRounds].get(), round_key(id, round.round), round_to_json(round));
   batch.Put(cfs_[kExperiments].get(), id, experiment_to_json(experiment));
   rocksdb::WriteOptions wo;

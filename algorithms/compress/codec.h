@@ -27,12 +27,19 @@ inline constexpr size_t kHeaderBytes = 32;
 // Largest tensor a codec message may describe (2^36 values, 256 GiB of fp32).
 inline constexpr uint64_t kMaxNumel = uint64_t{1} << 36;
 
+// Spec text of the identity codec (dense fp32). A TensorHeader naming codec "none" carries
+// the raw little-endian fp32 values, not a codec message (transport/tensor_stream.h).
+inline constexpr std::string_view kNoneSpec = "none";
+
 class Codec {
  public:
   static StatusOr<Codec> create(std::string_view spec_text);
   explicit Codec(const CodecSpec& spec) : spec_(spec) {}
+  // The identity codec "none" (also what "fp32" parses to).
+  static Codec none() { return Codec(CodecSpec{}); }
 
   const CodecSpec& spec() const { return spec_; }
+  bool is_none() const { return spec_ == CodecSpec{}; }
   // Rejects non-finite input (InvalidArgument) and numel above kMaxNumel; exact top-k needs
   // numel < 2^32.
   StatusOr<std::vector<uint8_t>> encode(std::span<const float> values) const;

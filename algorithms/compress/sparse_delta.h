@@ -27,6 +27,7 @@
 
 namespace atl::algorithms::compress::sparse_delta {
 
+inline constexpr char kName[] = "sparse-delta";  // codec name in a TensorHeader
 inline constexpr uint32_t kVersion = 1;
 inline constexpr size_t kHeaderBytes = 32;
 

@@ -276,6 +276,14 @@ TEST(CompressCodec, ChunkedTopkAndCombos) {
   }
 }
 
+TEST(CompressSpec, NoneIsTheIdentityCodec) {
+  EXPECT_TRUE(Codec::none().is_none());
+  EXPECT_EQ(Codec::none().spec().to_string(), kNoneSpec);
+  EXPECT_EQ(make(std::string(kNoneSpec)).spec(), Codec::none().spec());
+  EXPECT_TRUE(make("fp32").is_none());  // dense fp32 is the same codec
+  for (const char* s : {"bf16", "topk:0.5", "int8", "topk:1"}) EXPECT_FALSE(make(s).is_none()) << s;
+}
+
 TEST(CompressCodec, EncoderRejectsNonFinite) {
   std::vector<float> x(10, 1.0f);
   x[3] = std::numeric_limits<float>::quiet_NaN();

@@ -5,6 +5,8 @@
 #include <future>
 
 #include "service_harness.h"
+#include "transport/channel.h"
+#include "transport/tensor_stream.h"
 
 namespace atl::coordinator {
 namespace {
@@ -221,6 +223,39 @@ TEST(CoordinatorService, RejectsStaleReplayWrongShapeNanAndWrongBaseLeavingTheta
   EXPECT_EQ(o.c->service->params_fingerprint(), after);
   // Pulling a stale round is refused too.
   EXPECT_EQ(a.pull_params(0).status().code(), StatusCode::kFailedPrecondition);
+}
+
+// The PushUpdateResponse tells the node how far the round is ("1 of 3 updates"), through a raw
+// stub because the client keeps only the status.
+TEST(CoordinatorService, AcceptedPushAnswersWithTheRoundsProgress) {
+  TempDir dir;
+  auto cfg = testing::small_config("progress", 3, 3);
+  OpenRound o = open_round(dir.path(), cfg, 1000);
+  ASSERT_FALSE(o.theta.empty());
+  auto stub = pb::Coordinator::NewStub(
+      transport::create_channel(o.c->address(), transport::insecure_client_credentials()));
+  pb::TensorHeader h;
+  h.set_experiment_id("progress");
+  h.set_round(0);
+  h.set_codec("none");
+  h.set_numel(o.theta.size());
+  h.set_layout_fingerprint(o.layout_fp);
+  h.set_params_fingerprint(o.theta_fp);
+  h.set_tokens(1000);
+  h.set_train_loss(2.0);
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("atoll-node", "node-1");
+  pb::PushUpdateResponse resp;
+  auto writer = stub->PushUpdate(&ctx, &resp);
+  const std::string payload = transport::floats_to_bytes(testing::fake_delta(o.theta, 1));
+  ASSERT_TRUE(transport::for_each_chunk(h, payload, [&](const pb::TensorChunk& c) -> Status {
+                return writer->Write(c) ? Status::Ok() : Unavailable("stream closed");
+              }).ok());
+  writer->WritesDone();
+  const grpc::Status gs = writer->Finish();
+  ASSERT_TRUE(gs.ok()) << gs.error_message();
+  EXPECT_TRUE(resp.accepted());
+  EXPECT_EQ(resp.message(), "accepted update for round 0 (1 of 3 updates)");
 }
 
 TEST(CoordinatorService, SilentParticipantDoesNotHoldTheRoundPastItsDeadline) {

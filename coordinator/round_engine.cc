@@ -1,11 +1,12 @@
-// CoordinatorService: construction, lifecycle, the round state machine, the ticker and event
-// delivery. The gRPC handlers are in service.cc.
+// RoundEngine: construction, lifecycle, queries, the round state machine (start, close, commit,
+// restart), the ticker and event delivery. Node calls are in round_engine_calls.cc and
+// round_engine_updates.cc.
+#include "coordinator/round_engine.h"
+
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 
-#include "coordinator/service.h"
-#include "kernels/core/sha256.h"
+#include "algorithms/diloco/outer.h"
 
 namespace atl::coordinator {
 namespace {
@@ -52,26 +53,28 @@ const char* event_kind_name(Event::Kind k) {
   return "unknown";
 }
 
-CoordinatorService::CoordinatorService(Store& store, ExperimentConfig config,
-                                       ServiceOptions options)
+RoundEngine::RoundEngine(Store& store, ExperimentConfig config, EngineOptions options,
+                         std::unique_ptr<RoundStrategy> strategy, PullPolicy policy)
     : store_(store),
       config_(std::move(config)),
       options_(std::move(options)),
       experiment_id_(config_.name),
-      outer_(algorithms::OuterNesterovOptions{static_cast<float>(config_.diloco.outer_lr),
-                                              static_cast<float>(config_.diloco.outer_momentum)}),
       heartbeat_interval_(seconds(config_.diloco.heartbeat_interval_s)),
       lost_timeout_(
-          seconds(config_.diloco.heartbeat_interval_s * config_.diloco.lost_after_heartbeats)) {}
+          seconds(config_.diloco.heartbeat_interval_s * config_.diloco.lost_after_heartbeats)),
+      strategy_(std::move(strategy)),
+      pulls_(store, config_.name, std::move(policy)) {}
 
-StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::open(
-    Store& store, const ExperimentConfig& config, const algorithms::ParamSet& initial,
-    ServiceOptions options) {
+StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
+                                                         const ExperimentConfig& config,
+                                                         const algorithms::ParamSet& initial,
+                                                         EngineOptions options) {
   ATOLL_RETURN_IF_ERROR(validate_experiment_config(config, "experiment config"));
-  std::unique_ptr<CoordinatorService> svc(
-      new CoordinatorService(store, config, std::move(options)));
+  ATOLL_ASSIGN_OR_RETURN(PullPolicy policy, parse_pull_policy(config.diloco.pull_codec));
   const std::string layout_fp = algorithms::layout_fingerprint(initial.layout());
   auto existing = store.load_experiment(config.name);
+  if (!existing.ok() && existing.status().code() != StatusCode::kNotFound) return existing.status();
+  std::optional<CommittedState> resumed;
   if (existing.ok()) {
     ATOLL_ASSIGN_OR_RETURN(CommittedState st, store.load_state(config.name));
     if (st.experiment.layout_fingerprint != layout_fp || st.experiment.numel != initial.numel())
@@ -81,11 +84,11 @@ StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::open(
           st.experiment.layout_fingerprint.substr(0, 12) + ") than the config (" +
           std::to_string(initial.numel()) + " parameters, layout " + layout_fp.substr(0, 12) +
           "); use another experiment name or store");
-    svc->experiment_ = std::move(st.experiment);
-    svc->theta_ = std::make_shared<const std::vector<float>>(std::move(st.params));
-    svc->has_momentum_ = st.momentum.has_value();
-    svc->momentum_ = st.momentum ? std::move(*st.momentum) : std::vector<float>(initial.numel());
-  } else if (existing.status().code() == StatusCode::kNotFound) {
+    resumed = std::move(st);
+  }
+  ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<RoundStrategy> strategy,
+                         make_round_strategy(config, initial.layout()));
+  if (!resumed) {
     ExperimentRecord e;
     e.id = config.name;
     e.state = ExperimentState::kCreated;
@@ -96,43 +99,42 @@ StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::open(
     e.config_toml = to_toml(config);
     e.created_unix_ms = unix_ms_now();
     ATOLL_RETURN_IF_ERROR(store.create_experiment(e, initial.vec()));
-    svc->experiment_ = e;
-    svc->theta_ = std::make_shared<const std::vector<float>>(initial.vec());
-    svc->momentum_.assign(initial.numel(), 0.0f);
-  } else {
-    return existing.status();
+    resumed = CommittedState{std::move(e), initial.vec(), std::nullopt};
   }
-  if (config.diloco.streaming()) {
-    auto frags = algorithms::fragment_ranges(initial.layout(), config.diloco.streaming_fragments);
-    if (!frags.ok())
-      return InvalidArgument("diloco.streaming_fragments = " +
-                             std::to_string(config.diloco.streaming_fragments) + ": " +
-                             frags.status().message());
-    svc->fragments_ = std::move(*frags);
-  }
+  std::unique_ptr<RoundEngine> eng(
+      new RoundEngine(store, config, std::move(options), std::move(strategy), std::move(policy)));
+  eng->experiment_ = std::move(resumed->experiment);
+  eng->theta_ = std::make_shared<const std::vector<float>>(std::move(resumed->params));
+  eng->has_momentum_ = resumed->momentum.has_value();
+  eng->momentum_ = std::make_shared<const std::vector<float>>(
+      resumed->momentum ? std::move(*resumed->momentum) : std::vector<float>(initial.numel()));
   // θ versions still in the store can be delta bases for pulls: θ_v's fingerprint is the base
   // fingerprint of round record v (the current one is the experiment's).
   if (auto rounds = store.list_param_rounds(config.name); rounds.ok()) {
     for (uint64_t v : *rounds) {
-      if (v >= svc->experiment_.current_round) continue;
+      if (v >= eng->experiment_.current_round) continue;
       if (auto rec = store.load_round(config.name, v); rec.ok())
-        svc->remember_version_locked(v, rec->base_fingerprint);
+        eng->remember_version_locked(v, rec->base_fingerprint);
     }
   }
-  svc->remember_version_locked(svc->experiment_.current_round,
-                               svc->experiment_.params_fingerprint);
-  // Previously known nodes are remembered (for audit) but must Join again to take part.
-  svc->round_.round = svc->experiment_.current_round;
-  svc->audit("open", "round " + std::to_string(svc->experiment_.current_round) + " state " +
-                         experiment_state_name(svc->experiment_.state));
-  svc->event_thread_ = std::thread([s = svc.get()] { s->event_loop(); });
-  svc->ticker_ = std::thread([s = svc.get()] { s->ticker_loop(); });
-  return svc;
+  eng->remember_version_locked(eng->experiment_.current_round, eng->experiment_.params_fingerprint);
+  // Previously known nodes are remembered (for audit) but must join again to take part.
+  eng->round_.round = eng->experiment_.current_round;
+  eng->audit("open", "round " + std::to_string(eng->experiment_.current_round) + " state " +
+                         experiment_state_name(eng->experiment_.state));
+  eng->event_thread_ = std::thread([e = eng.get()] { e->event_loop(); });
+  eng->ticker_ = std::thread([e = eng.get()] { e->ticker_loop(); });
+  return eng;
 }
 
-CoordinatorService::~CoordinatorService() {
+RoundEngine::~RoundEngine() {
   shutdown();
   if (ticker_.joinable()) ticker_.join();
+  {
+    // A commit running on a caller's thread still writes the store and publishes.
+    std::unique_lock<std::mutex> lk(mu_);
+    wait_commit_done(lk);
+  }
   {
     std::lock_guard<std::mutex> lk(event_mu_);
     events_stop_ = true;
@@ -141,7 +143,7 @@ CoordinatorService::~CoordinatorService() {
   if (event_thread_.joinable()) event_thread_.join();
 }
 
-void CoordinatorService::shutdown() {
+void RoundEngine::shutdown() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stopping_ = true;
@@ -149,8 +151,13 @@ void CoordinatorService::shutdown() {
   cv_.notify_all();
 }
 
-Status CoordinatorService::start() {
-  std::lock_guard<std::mutex> lk(mu_);
+void RoundEngine::wait_commit_done(std::unique_lock<std::mutex>& lk) const {
+  cv_.wait(lk, [&] { return !committing_; });
+}
+
+Status RoundEngine::start() {
+  std::unique_lock<std::mutex> lk(mu_);
+  wait_commit_done(lk);
   const ExperimentState s = experiment_.state;
   if (s == ExperimentState::kRunning) return Status::Ok();
   if (s == ExperimentState::kFinished || s == ExperimentState::kFailed)
@@ -161,8 +168,9 @@ Status CoordinatorService::start() {
   return Status::Ok();
 }
 
-Status CoordinatorService::pause() {
-  std::lock_guard<std::mutex> lk(mu_);
+Status RoundEngine::pause() {
+  std::unique_lock<std::mutex> lk(mu_);
+  wait_commit_done(lk);
   if (experiment_.state != ExperimentState::kRunning)
     return FailedPrecondition("experiment '" + experiment_id_ + "' is " +
                               experiment_state_name(experiment_.state) + ", not running");
@@ -170,8 +178,9 @@ Status CoordinatorService::pause() {
   return Status::Ok();
 }
 
-Status CoordinatorService::stop(const std::string& why) {
-  std::lock_guard<std::mutex> lk(mu_);
+Status RoundEngine::stop(const std::string& why) {
+  std::unique_lock<std::mutex> lk(mu_);
+  wait_commit_done(lk);
   const ExperimentState s = experiment_.state;
   if (s == ExperimentState::kFinished || s == ExperimentState::kFailed)
     return FailedPrecondition("experiment '" + experiment_id_ + "' is already " +
@@ -186,28 +195,32 @@ Status CoordinatorService::stop(const std::string& why) {
   Event f{Event::Kind::kFinished};
   f.round = experiment_.current_round;
   f.message = "stopped after " + std::to_string(experiment_.current_round) + " rounds: " + why;
-  emit_locked(std::move(f));
+  emit(std::move(f));
   return Status::Ok();
 }
 
-ExperimentState CoordinatorService::state() const {
+ExperimentState RoundEngine::state() const {
   std::lock_guard<std::mutex> lk(mu_);
   return experiment_.state;
 }
-uint64_t CoordinatorService::current_round() const {
+uint64_t RoundEngine::current_round() const {
   std::lock_guard<std::mutex> lk(mu_);
   return experiment_.current_round;
 }
-std::string CoordinatorService::params_fingerprint() const {
+std::string RoundEngine::params_fingerprint() const {
   std::lock_guard<std::mutex> lk(mu_);
   return experiment_.params_fingerprint;
 }
-std::vector<float> CoordinatorService::params() const {
-  std::lock_guard<std::mutex> lk(mu_);
-  return *theta_;
+std::vector<float> RoundEngine::params() const {
+  std::shared_ptr<const std::vector<float>> theta;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    theta = theta_;  // immutable snapshot: copied without the lock
+  }
+  return *theta;
 }
 
-std::vector<NodeSnapshot> CoordinatorService::nodes() const {
+std::vector<NodeSnapshot> RoundEngine::nodes() const {
   std::lock_guard<std::mutex> lk(mu_);
   std::vector<NodeSnapshot> out;
   for (const auto& [id, n] : nodes_) {
@@ -228,8 +241,7 @@ std::vector<NodeSnapshot> CoordinatorService::nodes() const {
   return out;
 }
 
-StatusOr<ExperimentState> CoordinatorService::wait_until_finished(
-    Clock::time_point deadline) const {
+StatusOr<ExperimentState> RoundEngine::wait_until_finished(Clock::time_point deadline) const {
   std::unique_lock<std::mutex> lk(mu_);
   auto final_state = [&] {
     return experiment_.state == ExperimentState::kFinished ||
@@ -243,7 +255,7 @@ StatusOr<ExperimentState> CoordinatorService::wait_until_finished(
   return experiment_.state;
 }
 
-bool CoordinatorService::wait_for_round(uint64_t round, Clock::time_point deadline) const {
+bool RoundEngine::wait_for_round(uint64_t round, Clock::time_point deadline) const {
   std::unique_lock<std::mutex> lk(mu_);
   return cv_.wait_until(lk, deadline, [&] {
     return experiment_.current_round >= round || experiment_.state == ExperimentState::kFailed ||
@@ -251,7 +263,12 @@ bool CoordinatorService::wait_for_round(uint64_t round, Clock::time_point deadli
   });
 }
 
-void CoordinatorService::set_state_locked(ExperimentState s, const std::string& why) {
+std::vector<std::pair<std::string, std::string>> RoundEngine::hydra_subnets() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return strategy_->subnets();
+}
+
+void RoundEngine::set_state_locked(ExperimentState s, const std::string& why) {
   if (experiment_.state == s) return;
   experiment_.state = s;
   if (s == ExperimentState::kFailed) experiment_.failure = why;
@@ -265,23 +282,24 @@ void CoordinatorService::set_state_locked(ExperimentState s, const std::string& 
   Event e{Event::Kind::kStateChanged};
   e.round = experiment_.current_round;
   e.message = experiment_state_name(experiment_.state);
-  emit_locked(std::move(e));
+  emit(std::move(e));
   if (experiment_.state == ExperimentState::kFailed) {
     Event f{Event::Kind::kFailed};
     f.round = experiment_.current_round;
     f.message = experiment_.failure;
-    emit_locked(std::move(f));
+    emit(std::move(f));
   }
   cv_.notify_all();
 }
 
-bool CoordinatorService::is_participant_locked(const std::string& node) const {
+bool RoundEngine::is_participant_locked(const std::string& node) const {
   return round_.open &&
          std::binary_search(round_.participants.begin(), round_.participants.end(), node);
 }
 
-void CoordinatorService::maybe_start_round_locked(Clock::time_point now) {
-  if (stopping_ || round_.open || experiment_.state != ExperimentState::kRunning) return;
+void RoundEngine::maybe_start_round_locked(Clock::time_point now) {
+  if (stopping_ || round_.open || committing_ || experiment_.state != ExperimentState::kRunning)
+    return;
   if (experiment_.current_round >= config_.diloco.rounds) return;
   std::vector<std::string> ready;
   size_t live = 0;
@@ -311,21 +329,21 @@ void CoordinatorService::maybe_start_round_locked(Clock::time_point now) {
   round_.deadline_unix_ms =
       unix_ms_now() + static_cast<uint64_t>(config_.diloco.round_deadline_s * 1000.0);
   for (const auto& id : ready) nodes_[id].ready = false;
-  round_.scoring = hydra_needs_scores_locked();
+  round_.scoring = strategy_->needs_scores(round_.round, round_.participants);
   std::string list;
   for (const auto& id : ready) list += (list.empty() ? "" : ",") + id;
   audit("round_started", "round " + std::to_string(round_.round) + " participants " + list);
   Event e{Event::Kind::kRoundStarted};
   e.round = round_.round;
   e.participants = ready;
-  emit_locked(std::move(e));
+  emit(std::move(e));
   cv_.notify_all();
 }
 
-void CoordinatorService::maybe_close_round_locked(Clock::time_point now) {
-  if (!round_.open) return;
+std::optional<RoundEngine::Commit> RoundEngine::maybe_close_round_locked(Clock::time_point now) {
+  if (!round_.open) return std::nullopt;
   if (round_.scoring) {
-    // Hydra scoring phase: select once every live participant reported, or at the deadline.
+    // Scoring phase: select once every live participant reported, or at the deadline.
     size_t waiting = 0;
     for (const auto& id : round_.participants) {
       auto it = nodes_.find(id);
@@ -333,8 +351,8 @@ void CoordinatorService::maybe_close_round_locked(Clock::time_point now) {
           it->second.status == NodeStatus::kActive)
         ++waiting;
     }
-    if (waiting == 0 || now >= round_.deadline) hydra_finish_scoring_locked();
-    return;
+    if (waiting == 0 || now >= round_.deadline) finish_scoring_locked();
+    return std::nullopt;
   }
   size_t outstanding = 0;  // live participants that have not pushed yet
   for (const auto& id : round_.participants) {
@@ -344,21 +362,22 @@ void CoordinatorService::maybe_close_round_locked(Clock::time_point now) {
   }
   const size_t pushed = round_.updates.size();
   const size_t quorum = config_.diloco.min_nodes;
-  if (outstanding == 0 && pushed >= quorum) return close_round_locked(now);
+  if (outstanding == 0 && pushed >= quorum) return prepare_commit_locked(now);
   if (now >= round_.deadline) {
-    if (pushed >= quorum) return close_round_locked(now);
-    return restart_round_locked(
+    if (pushed >= quorum) return prepare_commit_locked(now);
+    restart_round_locked(
         "only " + std::to_string(pushed) + " of diloco.min_nodes = " + std::to_string(quorum) +
         " updates arrived before the " + std::to_string(config_.diloco.round_deadline_s) +
         " s deadline; raise diloco.round_deadline_s or lower diloco.min_nodes");
+    return std::nullopt;
   }
   if (outstanding == 0 && round_.receiving.empty())
-    return restart_round_locked(
-        "every live participant is done but only " + std::to_string(pushed) +
-        " of diloco.min_nodes = " + std::to_string(quorum) + " updates arrived");
+    restart_round_locked("every live participant is done but only " + std::to_string(pushed) +
+                         " of diloco.min_nodes = " + std::to_string(quorum) + " updates arrived");
+  return std::nullopt;
 }
 
-void CoordinatorService::restart_round_locked(const std::string& why) {
+void RoundEngine::restart_round_locked(const std::string& why) {
   const uint64_t r = round_.round;
   round_ = Round{};
   round_.round = r;
@@ -366,17 +385,33 @@ void CoordinatorService::restart_round_locked(const std::string& why) {
   Event e{Event::Kind::kRoundRestarted};
   e.round = r;
   e.message = why;
-  emit_locked(std::move(e));
+  emit(std::move(e));
   cv_.notify_all();
   maybe_start_round_locked(Clock::now());
 }
 
-algorithms::FragmentRange CoordinatorService::fragment_of_locked(uint64_t round) const {
-  if (fragments_.empty()) return {0, theta_->size()};
-  return fragments_[algorithms::fragment_of_round(round, config_.diloco.streaming_fragments)];
+void RoundEngine::finish_scoring_locked() {
+  // Participants that did not report by now leave the round; the rest need quorum.
+  std::vector<std::string> kept;
+  for (const auto& id : round_.participants)
+    if (round_.scores.count(id)) kept.push_back(id);
+  if (kept.size() < config_.diloco.min_nodes)
+    return restart_round_locked("only " + std::to_string(kept.size()) +
+                                " importance reports arrived, diloco.min_nodes = " +
+                                std::to_string(config_.diloco.min_nodes));
+  std::vector<ScoredNode> sites;
+  for (const auto& id : kept)
+    sites.push_back({id, nodes_.at(id).record.budget, round_.scores.at(id)});
+  Status st = strategy_->select(
+      round_.round, sites,
+      [this](const std::string& event, const std::string& detail) { audit(event, detail); });
+  if (!st.ok()) return set_state_locked(ExperimentState::kFailed, st.message());
+  round_.participants = kept;
+  round_.scoring = false;
+  cv_.notify_all();
 }
 
-void CoordinatorService::remember_version_locked(uint64_t round, const std::string& fp) {
+void RoundEngine::remember_version_locked(uint64_t round, const std::string& fp) {
   versions_[fp] = round;
   // The store keeps θ of rounds [current + 1 − keep_params, current].
   const uint64_t keep = config_.diloco.keep_params;
@@ -388,33 +423,14 @@ void CoordinatorService::remember_version_locked(uint64_t round, const std::stri
   }
 }
 
-void CoordinatorService::close_round_locked(Clock::time_point now) {
-  const uint64_t r = round_.round;
-  // Plain DiLoCo: the whole θ. Streaming: the round's fragment, a slice of θ and momentum
-  // (both per element), so the other fragments are untouched bit for bit.
-  const algorithms::FragmentRange frag = fragment_of_locked(r);
-  // Updates in sorted node order (std::map): the aggregate is bitwise reproducible.
-  std::vector<algorithms::Update> ups;
-  for (const auto& [id, u] : round_.updates) ups.push_back({id, u.tokens, u.delta});
-  std::vector<float> delta(frag.numel), theta_next(*theta_), momentum_next = momentum_;
-  // A fragment's momentum buffer starts at its first sync (round < P), as PyTorch's does.
-  const bool first_step =
-      fragments_.empty() ? !has_momentum_ : r < config_.diloco.streaming_fragments;
-  Status st;
-  if (config_.is_hydra()) {
-    st = hydra_aggregate_locked(theta_next, momentum_next, first_step);
-  } else {
-    st = algorithms::aggregate_pseudo_gradients(ups, delta);
-    if (st.ok())
-      st = outer_.step(std::span<float>(theta_next).subspan(frag.offset, frag.numel),
-                       std::span<float>(momentum_next).subspan(frag.offset, frag.numel), delta,
-                       first_step);
-  }
-  if (st.ok() && !algorithms::all_finite(theta_next))
-    st = Internal("outer step produced non-finite parameters");
-
-  RoundRecord rec;
-  rec.round = r;
+RoundEngine::Commit RoundEngine::prepare_commit_locked(Clock::time_point now) {
+  Commit c;
+  c.round = round_.round;
+  c.theta = theta_;
+  c.momentum = momentum_;
+  c.has_momentum = has_momentum_;
+  RoundRecord& rec = c.record;
+  rec.round = c.round;
   rec.base_fingerprint = experiment_.params_fingerprint;
   double loss_weighted = 0;
   for (const auto& id : round_.participants) {
@@ -437,46 +453,77 @@ void CoordinatorService::close_round_locked(Clock::time_point now) {
   }
   rec.mean_loss = rec.tokens ? loss_weighted / static_cast<double>(rec.tokens) : 0.0;
   rec.duration_s = std::chrono::duration<double>(now - round_.started).count();
+  c.next = experiment_;
+  c.next.current_round = c.round + 1;
+  if (c.next.current_round >= config_.diloco.rounds) c.next.state = ExperimentState::kFinished;
+  c.updates = std::move(round_.updates);
+  // The round is closed: no task, update or pull counts for it any more.
+  round_ = Round{};
+  round_.round = c.round;
+  committing_ = true;
+  cv_.notify_all();
+  return c;
+}
+
+void RoundEngine::commit(Commit c) {
+  // Without the lock: θ_r and its momentum are immutable snapshots, the updates are ours.
+  std::vector<float> theta_next(*c.theta), momentum_next(*c.momentum);
+  Status st = strategy_->apply(c.round, c.updates, c.has_momentum, theta_next, momentum_next);
+  if (st.ok() && !algorithms::all_finite(theta_next))
+    st = Internal("outer step produced non-finite parameters");
+  RoundRecord& rec = c.record;
   rec.params_fingerprint = algorithms::params_fingerprint(theta_next);
   rec.momentum_fingerprint = algorithms::params_fingerprint(momentum_next);
   rec.committed_unix_ms = unix_ms_now();
+  c.next.params_fingerprint = rec.params_fingerprint;
+  if (st.ok()) st = store_.commit_round(c.next, rec, theta_next, momentum_next);
+  // θ_{r+1} and its momentum become immutable snapshots too.
+  c.theta = std::make_shared<const std::vector<float>>(std::move(theta_next));
+  c.momentum = std::make_shared<const std::vector<float>>(std::move(momentum_next));
+  c.updates.clear();
+  // θ_r and its momentum are freed after the lock is released (hundreds of MB).
+  std::shared_ptr<const std::vector<float>> old_theta, old_momentum;
+  std::lock_guard<std::mutex> lk(mu_);
+  old_theta = theta_;
+  old_momentum = momentum_;
+  publish_commit_locked(c, st);
+}
 
-  ExperimentRecord next = experiment_;
-  next.current_round = r + 1;
-  next.params_fingerprint = rec.params_fingerprint;
-  if (next.current_round >= config_.diloco.rounds) next.state = ExperimentState::kFinished;
-  if (st.ok()) st = store_.commit_round(next, rec, theta_next, momentum_next);
+void RoundEngine::publish_commit_locked(Commit& c, const Status& st) {
+  const uint64_t r = c.round;
+  committing_ = false;
   if (!st.ok()) {
     // Nothing was committed: θ_r stays the current state, in memory and in the store.
     round_ = Round{};
     round_.round = r;
     set_state_locked(ExperimentState::kFailed,
                      "round " + std::to_string(r) + " could not be committed: " + st.to_string());
+    cv_.notify_all();
     return;
   }
-  experiment_ = next;
-  remember_version_locked(r + 1, rec.params_fingerprint);
-  theta_ = std::make_shared<const std::vector<float>>(std::move(theta_next));
-  momentum_ = std::move(momentum_next);
+  experiment_ = c.next;
+  remember_version_locked(r + 1, c.record.params_fingerprint);
+  theta_ = std::move(c.theta);
+  momentum_ = std::move(c.momentum);
   has_momentum_ = true;
   round_ = Round{};
   round_.round = r + 1;
   Event e{Event::Kind::kRoundCommitted};
   e.round = r;
-  e.record = rec;
-  emit_locked(std::move(e));
+  e.record = c.record;
+  emit(std::move(e));
   if (experiment_.state == ExperimentState::kFinished) {
     audit("state", "finished");
     Event f{Event::Kind::kFinished};
     f.round = experiment_.current_round;
     f.message = "finished after " + std::to_string(experiment_.current_round) + " rounds";
-    emit_locked(std::move(f));
+    emit(std::move(f));
   }
   cv_.notify_all();
-  maybe_start_round_locked(now);
+  maybe_start_round_locked(Clock::now());
 }
 
-void CoordinatorService::check_lost_locked(Clock::time_point now) {
+void RoundEngine::check_lost_locked(Clock::time_point now) {
   for (auto& [id, n] : nodes_) {
     if (n.status != NodeStatus::kActive || n.polling > 0) continue;
     if (now - n.last_seen <= lost_timeout_) continue;
@@ -490,16 +537,21 @@ void CoordinatorService::check_lost_locked(Clock::time_point now) {
     e.node_id = id;
     e.message =
         "no heartbeat for " + std::to_string(config_.diloco.lost_after_heartbeats) + " intervals";
-    emit_locked(std::move(e));
+    emit(std::move(e));
   }
 }
 
-void CoordinatorService::ticker_loop() {
+void RoundEngine::ticker_loop() {
   std::unique_lock<std::mutex> lk(mu_);
   while (!stopping_) {
     const Clock::time_point now = Clock::now();
     check_lost_locked(now);
-    maybe_close_round_locked(now);
+    if (std::optional<Commit> c = maybe_close_round_locked(now)) {
+      lk.unlock();
+      commit(std::move(*c));
+      lk.lock();
+      continue;
+    }
     maybe_start_round_locked(now);
     // Next wake-up: a fraction of the heartbeat interval (lost detection), the round deadline
     // and the end of a start wait, whichever comes first. Any state change also wakes us.
@@ -511,31 +563,40 @@ void CoordinatorService::ticker_loop() {
   }
 }
 
-void CoordinatorService::emit_locked(Event e) {
+void RoundEngine::emit(Event e) {
   if (!options_.on_event) return;
   {
     std::lock_guard<std::mutex> lk(event_mu_);
-    events_.push_back(std::move(e));
+    outbox_.emplace_back(std::move(e));
   }
   event_cv_.notify_one();
 }
 
-void CoordinatorService::event_loop() {
-  std::unique_lock<std::mutex> lk(event_mu_);
-  for (;;) {
-    event_cv_.wait(lk, [&] { return events_stop_ || !events_.empty(); });
-    if (events_.empty()) return;  // stop requested and drained
-    Event e = std::move(events_.front());
-    events_.pop_front();
-    lk.unlock();
-    options_.on_event(e);
-    lk.lock();
+void RoundEngine::audit(const std::string& event, const std::string& detail) {
+  {
+    std::lock_guard<std::mutex> lk(event_mu_);
+    outbox_.emplace_back(AuditLine{event, detail});
   }
+  event_cv_.notify_one();
 }
 
-void CoordinatorService::audit(const std::string& event, const std::string& detail) {
-  // The audit log is best effort: it never blocks progress.
-  (void)store_.append_audit(experiment_id_, event, detail);
+void RoundEngine::event_loop() {
+  std::unique_lock<std::mutex> lk(event_mu_);
+  for (;;) {
+    event_cv_.wait(lk, [&] { return events_stop_ || !outbox_.empty(); });
+    if (outbox_.empty()) return;  // stop requested and drained
+    std::variant<Event, AuditLine> item = std::move(outbox_.front());
+    outbox_.pop_front();
+    lk.unlock();
+    if (const Event* e = std::get_if<Event>(&item)) {
+      options_.on_event(*e);
+    } else {
+      // The audit log is best effort: it never blocks progress.
+      const AuditLine& a = std::get<AuditLine>(item);
+      (void)store_.append_audit(experiment_id_, a.event, a.detail);
+    }
+    lk.lock();
+  }
 }
 
 }  // namespace atl::coordinator

@@ -1,0 +1,157 @@
+// Hydra rounds (docs/hydra.md): importance reports in a scoring phase, one subnetwork per site
+// from the selection at its end, masked updates, and the masked aggregation + outer step.
+#include <algorithm>
+
+#include "algorithms/diloco/outer.h"
+#include "algorithms/hydra/aggregate.h"
+#include "algorithms/hydra/cost.h"
+#include "algorithms/hydra/select.h"
+#include "algorithms/model/subnet.h"
+#include "coordinator/round_strategy.h"
+
+namespace atl::coordinator {
+namespace {
+
+namespace pb = atoll_pb::v1;
+
+class HydraStrategy final : public RoundStrategy {
+ public:
+  explicit HydraStrategy(const ExperimentConfig& config)
+      : config_(config),
+        outer_({static_cast<float>(config.diloco.outer_lr),
+                static_cast<float>(config.diloco.outer_momentum)}) {}
+
+  void describe(pb::TrainSpec& train) const override {
+    train.set_algorithm("hydra");
+    train.set_ffn_blocks(config_.hydra.ffn_blocks);
+  }
+
+  bool needs_scores(uint64_t round, const std::vector<std::string>& participants) const override {
+    if (round % config_.hydra.reselect_every == 0) return true;
+    // A participant without a subnetwork (joined since the last selection) forces a
+    // re-selection.
+    for (const auto& id : participants)
+      if (!masks_.count(id)) return true;
+    return false;
+  }
+
+  Status check_importance_wanted(const std::string&) const override { return Status::Ok(); }
+
+  void fill_score_task(pb::Task& task) const override {
+    task.set_importance_batches(config_.hydra.importance_batches);
+  }
+
+  StatusOr<algorithms::hydra::UnitScores> parse_scores(
+      const pb::ImportanceReport& req) const override {
+    algorithms::hydra::UnitScores sc;
+    sc.layers = static_cast<int>(config_.model.layers);
+    sc.heads = static_cast<int>(config_.model.heads);
+    sc.ffn_blocks = static_cast<int>(config_.hydra.ffn_blocks);
+    sc.layer.assign(req.layer().begin(), req.layer().end());
+    sc.head.assign(req.head().begin(), req.head().end());
+    sc.ffn.assign(req.ffn().begin(), req.ffn().end());
+    sc.batches = static_cast<int>(req.batches());
+    ATOLL_RETURN_IF_ERROR(algorithms::hydra::validate(sc, model_config(config_), sc.ffn_blocks));
+    return sc;
+  }
+
+  Status select(uint64_t round, const std::vector<ScoredNode>& scored,
+                const AuditSink& audit) override {
+    algorithms::hydra::CostModel cm;
+    cm.model = model_config(config_);
+    cm.ffn_blocks = static_cast<int>(config_.hydra.ffn_blocks);
+    cm.seq = cm.model.seq_len;
+    std::vector<algorithms::hydra::SiteInput> sites;
+    for (const auto& s : scored) sites.push_back({s.node_id, s.budget, s.scores});
+    algorithms::hydra::SelectOptions opt;
+    opt.min_coverage = static_cast<int>(config_.hydra.min_coverage);
+    opt.min_train_share = config_.hydra.min_train_share;
+    opt.removal_penalty = config_.hydra.removal_penalty;
+    auto sel = algorithms::hydra::select_subnetworks(cm, sites, opt);
+    if (!sel.ok()) return Internal("hydra selection failed: " + sel.status().message());
+    masks_.clear();
+    std::string layers;
+    for (uint8_t b : sel->layers) layers += b ? '1' : '0';
+    for (const auto& s : sel->sites) {
+      Mask m;
+      m.subnet = algorithms::to_string(s.subnet);
+      m.fingerprint = algorithms::subnet_fingerprint(s.subnet);
+      m.indices = algorithms::trainable_indices(s.subnet, cm.model);
+      audit("hydra_subnet", "round " + std::to_string(round) + " " + s.id + " cost " +
+                                std::to_string(s.cost_fraction) + " " + m.subnet);
+      masks_[s.id] = std::move(m);
+    }
+    audit("hydra_selected", "round " + std::to_string(round) + " S " + layers + " uncovered " +
+                                std::to_string(sel->uncovered_units));
+    return Status::Ok();
+  }
+
+  void fill_train_task(const std::string& node, uint64_t, pb::Task& task) const override {
+    const Mask& m = masks_.at(node);  // every TRAIN participant has one
+    task.set_subnet(m.subnet);
+    task.set_mask_fingerprint(m.fingerprint);
+  }
+
+  Status check_update_shape(const std::string& node, uint64_t round,
+                            const pb::TensorHeader& h) const override {
+    const auto m = masks_.find(node);
+    if (m != masks_.end() && h.fragment_offset() == 0 &&
+        h.mask_fingerprint() == m->second.fingerprint && h.numel() == m->second.indices.size())
+      return Status::Ok();
+    return InvalidArgument("wrong mask: update has " + std::to_string(h.numel()) +
+                           " elements and mask " + short_fp(h.mask_fingerprint()) + ", round " +
+                           std::to_string(round) + " assigned '" + node + "' " +
+                           (m == masks_.end()
+                                ? std::string("no subnetwork")
+                                : std::to_string(m->second.indices.size()) + " elements and mask " +
+                                      short_fp(m->second.fingerprint)) +
+                           "; train the Task's subnetwork");
+  }
+
+  StatusOr<std::vector<uint32_t>> update_indices(const std::string& node,
+                                                 const pb::TensorHeader& h) const override {
+    const auto m = masks_.find(node);
+    if (m == masks_.end() || m->second.fingerprint != h.mask_fingerprint())
+      return FailedPrecondition("stale mask: the subnetwork of '" + node +
+                                "' changed while the update was being received");
+    return m->second.indices;
+  }
+
+  Status apply(uint64_t, const PendingUpdates& updates, bool has_momentum,
+               std::vector<float>& theta, std::vector<float>& momentum) const override {
+    std::vector<algorithms::hydra::MaskedUpdate> ups;  // std::map order: sorted node ids
+    for (const auto& [id, u] : updates) ups.push_back({id, u.tokens, u.indices, u.delta});
+    std::vector<float> delta(theta.size());
+    std::vector<uint32_t> held(theta.size());
+    ATOLL_RETURN_IF_ERROR(algorithms::hydra::aggregate_masked(ups, delta, held));
+    return algorithms::hydra::masked_outer_step(outer_.options(), theta, momentum, delta, held,
+                                                !has_momentum);
+  }
+
+  std::vector<std::pair<std::string, std::string>> subnets() const override {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& [id, m] : masks_) out.emplace_back(id, m.subnet);
+    return out;
+  }
+
+ private:
+  // One node's assignment from the latest selection.
+  struct Mask {
+    std::string subnet;             // text form (algorithms/model/subnet.h)
+    std::string fingerprint;        // SHA-256 of subnet
+    std::vector<uint32_t> indices;  // trained elements, ascending
+  };
+
+  const ExperimentConfig config_;
+  const algorithms::OuterNesterov outer_;
+  std::map<std::string, Mask> masks_;  // by node id
+};
+
+}  // namespace
+
+std::unique_ptr<RoundStrategy> make_hydra_strategy(const ExperimentConfig& config,
+                                                   const algorithms::ParamLayout&) {
+  return std::make_unique<HydraStrategy>(config);
+}
+
+}  // namespace atl::coordinator

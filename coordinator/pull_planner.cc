@@ -1,0 +1,114 @@
+#include "coordinator/pull_planner.h"
+
+#include <iterator>
+
+#include "algorithms/compress/exact_delta.h"
+#include "algorithms/compress/sparse_delta.h"
+
+namespace atl::coordinator {
+
+namespace cx = algorithms::compress;
+
+StatusOr<PullPolicy> parse_pull_policy(std::string_view pull_codec) {
+  PullPolicy p;
+  if (pull_codec == "exact") {
+    p.exact_delta = true;
+  } else if (pull_codec == "sparse-delta") {
+    p.exact_delta = true;
+    p.lossy_delta = true;
+  } else if (pull_codec == "bf16") {
+    ATOLL_ASSIGN_OR_RETURN(p.whole, cx::Codec::create("bf16"));
+  } else if (pull_codec != "full") {
+    return InvalidArgument("diloco.pull_codec = \"" + std::string(pull_codec.substr(0, 64)) +
+                           "\" must be \"exact\", \"sparse-delta\", \"full\" or \"bf16\"");
+  }
+  return p;
+}
+
+StatusOr<PullPlan> PullPlanner::plan(atoll_pb::v1::TensorHeader header,
+                                     std::shared_ptr<const std::vector<float>> theta,
+                                     std::optional<uint64_t> base_round,
+                                     const std::string& base_fingerprint) {
+  std::shared_ptr<const Encoded> encoded;
+  if (!policy_.whole.is_none()) {
+    ATOLL_ASSIGN_OR_RETURN(encoded, whole(header.round(), theta));
+  } else if (policy_.exact_delta && base_round) {
+    // A base the store has since dropped (or cannot read) just means the full θ.
+    auto d = delta(*base_round, header.round(), theta);
+    if (d.ok() && *d) {
+      encoded = *d;
+      header.set_base_fingerprint(base_fingerprint);
+    }
+  }
+  PullPlan out;
+  if (encoded) {
+    header.set_codec(encoded->codec);
+    out.payload = encoded->bytes;
+    out.keep_alive = std::move(encoded);
+  } else {
+    header.set_codec(std::string(cx::kNoneSpec));  // raw fp32
+    out.payload = std::string_view(reinterpret_cast<const char*>(theta->data()),
+                                   theta->size() * sizeof(float));
+    out.keep_alive = std::move(theta);
+  }
+  out.header = std::move(header);
+  return out;
+}
+
+StatusOr<std::shared_ptr<const PullPlanner::Encoded>> PullPlanner::delta(
+    uint64_t base_round, uint64_t round, const std::shared_ptr<const std::vector<float>>& theta) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = cache_.find({base_round, round});
+    if (it != cache_.end()) return it->second;
+  }
+  ATOLL_ASSIGN_OR_RETURN(std::vector<float> base, store_.load_params(experiment_id_, base_round));
+  if (base.size() != theta->size())
+    return DataLoss("θ of round " + std::to_string(base_round) + " in the store has " +
+                    std::to_string(base.size()) + " values, θ has " +
+                    std::to_string(theta->size()));
+  // Candidates by actual message size; the full θ is numel·4 bytes.
+  const uint64_t full = theta->size() * sizeof(float);
+  const cx::exact_delta::Plan exact = cx::exact_delta::plan(*theta, base);
+  uint64_t lossy = UINT64_MAX;
+  if (policy_.lossy_delta)
+    lossy = cx::sparse_delta::message_bytes(theta->size(),
+                                            cx::sparse_delta::count_changed(*theta, base));
+  std::shared_ptr<Encoded> out;
+  if (exact.bytes < full && exact.bytes <= lossy) {
+    ATOLL_ASSIGN_OR_RETURN(auto bytes, cx::exact_delta::encode(*theta, base));
+    out = std::make_shared<Encoded>(
+        Encoded{cx::exact_delta::kName, std::string(bytes.begin(), bytes.end())});
+  } else if (lossy < full) {
+    ATOLL_ASSIGN_OR_RETURN(auto bytes, cx::sparse_delta::encode(*theta, base));
+    out = std::make_shared<Encoded>(
+        Encoded{cx::sparse_delta::kName, std::string(bytes.begin(), bytes.end())});
+  }
+  remember({base_round, round}, out);
+  return std::shared_ptr<const Encoded>(out);
+}
+
+StatusOr<std::shared_ptr<const PullPlanner::Encoded>> PullPlanner::whole(
+    uint64_t round, const std::shared_ptr<const std::vector<float>>& theta) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = cache_.find({round, round});
+    if (it != cache_.end()) return it->second;
+  }
+  ATOLL_ASSIGN_OR_RETURN(auto bytes, policy_.whole.encode(*theta));
+  auto out = std::make_shared<const Encoded>(
+      Encoded{policy_.whole.spec().to_string(), std::string(bytes.begin(), bytes.end())});
+  remember({round, round}, out);
+  return out;
+}
+
+void PullPlanner::remember(std::pair<uint64_t, uint64_t> key,
+                           std::shared_ptr<const Encoded> value) {
+  std::lock_guard<std::mutex> lk(mu_);
+  // Only encodings of the current θ are asked for again: drop those of older rounds.
+  for (auto it = cache_.begin(); it != cache_.end();)
+    it = it->first.second < key.second ? cache_.erase(it) : std::next(it);
+  cache_[key] = std::move(value);
+}
+
+}  // namespace atl::coordinator

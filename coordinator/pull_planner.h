@@ -1,0 +1,85 @@
+// How θ travels in a pull (diloco.pull_codec). A node names the θ it holds (have_fingerprint);
+// when the store still has that version and an encoded delta against it is smaller than θ, the
+// pull is the delta (sparse-delta-exact, or also the lossy bf16 sparse-delta with pull_codec =
+// "sparse-delta"); otherwise the whole θ in the policy's codec: "none" (raw fp32) or, with
+// pull_codec = "bf16", one dense bf16 codec message (half the bytes, lossy) whatever the node
+// holds.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "algorithms/compress/codec.h"
+#include "coordinator/store.h"
+#include "kernels/core/status.h"
+#include "transport/proto/atoll.pb.h"
+
+namespace atl::coordinator {
+
+// diloco.pull_codec, parsed once.
+struct PullPolicy {
+  // The whole θ: Codec::none() (raw fp32 values) or a dense codec ("bf16").
+  algorithms::compress::Codec whole = algorithms::compress::Codec::none();
+  bool exact_delta = false;  // sparse-delta-exact against the node's version when smaller
+  bool lossy_delta = false;  // also the bf16 sparse-delta when smaller still
+};
+// "exact", "sparse-delta", "full" or "bf16" (experiment_config.h); InvalidArgument otherwise.
+StatusOr<PullPolicy> parse_pull_policy(std::string_view pull_codec);
+
+// What a pull streams: the header (codec, numel, fingerprints, round, base) and the payload.
+struct PullPlan {
+  atoll_pb::v1::TensorHeader header;
+  std::shared_ptr<const void> keep_alive;  // owns the bytes `payload` points to
+  std::string_view payload;
+};
+
+// Thread-safe; encodings are cached per (base round, round) and shared by every node that asks
+// for the same one. Only deltas to the newest θ are kept.
+class PullPlanner {
+ public:
+  // `store` (read for θ of base versions) must outlive the planner.
+  PullPlanner(Store& store, std::string experiment_id, PullPolicy policy)
+      : store_(store), experiment_id_(std::move(experiment_id)), policy_(std::move(policy)) {}
+
+  const PullPolicy& policy() const { return policy_; }
+  // Whether a node holding another version than the current one may get a delta.
+  bool sends_deltas() const { return policy_.exact_delta; }
+
+  // θ of `header.round()` (= theta) for a node that holds θ of base_round (fingerprint
+  // base_fingerprint; nullopt: no usable version). `header` comes with round, numel and
+  // fingerprints set; the plan sets its codec (and base_fingerprint for a delta). A base the
+  // store has since dropped or cannot read means the whole θ.
+  StatusOr<PullPlan> plan(atoll_pb::v1::TensorHeader header,
+                          std::shared_ptr<const std::vector<float>> theta,
+                          std::optional<uint64_t> base_round, const std::string& base_fingerprint);
+
+ private:
+  // An encoded θ for a pull.
+  struct Encoded {
+    std::string codec;  // "sparse-delta-exact", "sparse-delta" or the whole-θ codec
+    std::string bytes;
+  };
+  // The smallest allowed delta of θ_round (= theta) against θ_base, or nullptr when none is
+  // smaller than the full θ.
+  StatusOr<std::shared_ptr<const Encoded>> delta(
+      uint64_t base_round, uint64_t round, const std::shared_ptr<const std::vector<float>>& theta);
+  // θ_round as one message of the policy's whole-θ codec, cached under (round, round).
+  StatusOr<std::shared_ptr<const Encoded>> whole(
+      uint64_t round, const std::shared_ptr<const std::vector<float>>& theta);
+  void remember(std::pair<uint64_t, uint64_t> key, std::shared_ptr<const Encoded> value);
+
+  Store& store_;
+  const std::string experiment_id_;
+  const PullPolicy policy_;
+  std::mutex mu_;  // guards cache_
+  std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const Encoded>> cache_;
+};
+
+}  // namespace atl::coordinator

@@ -1,0 +1,253 @@
+// The rounds of ONE experiment, without any transport: membership, synchronous rounds, quorum,
+// deadlines, screening of updates, aggregation, the outer step and the commit to the store. The
+// gRPC service (coordinator/service.h) is glue over it; an in-process simulator can drive it
+// directly with the same messages.
+//
+// Rounds. θ_r is the parameters at the start of round r. A round starts when at least
+// diloco.min_nodes live nodes are ready (waiting in next_task): immediately once every live
+// node is ready, otherwise after diloco.start_wait_s. Each participant gets a TRAIN task, pulls
+// θ_r, trains and pushes Δᵢ = θ_r − θᵢ. The round closes when every live participant has
+// pushed, or at the deadline once min_nodes updates are in; then Δ = Σ wᵢΔᵢ / Σ wᵢ (sorted node
+// order, wᵢ = tokens), the outer Nesterov step, and ONE atomic store commit of θ_{r+1},
+// momentum, round record and round pointer. A round that cannot reach quorum (deadline passed,
+// or every live participant done) is restarted with θ_r unchanged. What differs between DiLoCo,
+// Streaming DiLoCo and Hydra is a RoundStrategy (coordinator/round_strategy.h), chosen at open.
+//
+// The commit. Closing a round takes its updates out under the lock and marks it committing;
+// the aggregation, outer step, fingerprints and the synced store write then run WITHOUT the
+// lock, on the thread that closed the round, so heartbeats, polls and pulls keep being
+// answered (an update for the committing round is refused as stale). The result is published
+// under the lock: θ_{r+1} and the next round, or, when the commit failed, nothing changes and
+// the experiment fails. Lifecycle changes (start, pause, stop) wait for a commit in progress.
+//
+// Pulls: coordinator/pull_planner.h.
+//
+// Threads. Callers' threads (one per node call), one ticker thread (deadlines, lost nodes,
+// delayed starts) and one event thread (delivers Events to the callback in order and writes the
+// audit log, never under the engine lock). State is guarded by one mutex; long-polls wait on a
+// condition variable with a deadline.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "algorithms/model/param_set.h"
+#include "coordinator/engine_types.h"
+#include "coordinator/experiment_config.h"
+#include "coordinator/pull_planner.h"
+#include "coordinator/round_strategy.h"
+#include "coordinator/store.h"
+#include "kernels/core/status.h"
+#include "transport/proto/atoll.pb.h"
+
+namespace atl::coordinator {
+
+struct EngineOptions {
+  // next_task holds a call at most this long, whatever the node asks for (ms).
+  uint32_t max_wait_ms = 30000;
+  // Called for every Event, in order, on the engine's event thread. May be empty.
+  std::function<void(const Event&)> on_event;
+  // Decodes update payloads of codecs other than "none". Empty: codec "none" only.
+  PayloadDecoder decode;
+  // Slack over numel·4 bytes accepted for encoded payloads (headers of compressed codecs).
+  uint64_t payload_slack_bytes = 1 << 16;
+};
+
+// OK iff `name` can name a node: 1-64 characters of [A-Za-z0-9._-].
+Status check_node_name(const std::string& name);
+
+class RoundEngine {
+ public:
+  // Opens experiment `config.name`: resumes its last committed round when the store has it
+  // (the layout fingerprint and numel must match `initial`), otherwise creates it with θ_0 =
+  // initial (state "created"). The store must outlive the engine.
+  static StatusOr<std::unique_ptr<RoundEngine>> open(Store& store, const ExperimentConfig& config,
+                                                     const algorithms::ParamSet& initial,
+                                                     EngineOptions options = {});
+  ~RoundEngine();
+  RoundEngine(const RoundEngine&) = delete;
+  RoundEngine& operator=(const RoundEngine&) = delete;
+
+  // Lifecycle: created|paused → running; running → paused (open rounds continue to collect
+  // updates, no new round starts); finished and failed are final.
+  Status start();
+  Status pause();
+  // created|running|paused → finished, for good: no new round starts, an open round is
+  // abandoned (its updates are discarded, θ stays at the last commit) and nodes get STOP.
+  Status stop(const std::string& why);
+  // Wakes every long-poll and refuses new calls (UNAVAILABLE).
+  void shutdown();
+
+  const std::string& experiment_id() const { return experiment_id_; }
+  const EngineOptions& options() const { return options_; }
+  ExperimentState state() const;
+  uint64_t current_round() const;
+  std::string params_fingerprint() const;
+  std::vector<float> params() const;        // copy of θ_current
+  std::vector<NodeSnapshot> nodes() const;  // sorted by node id
+  // Waits until the experiment is finished or failed; DEADLINE_EXCEEDED otherwise.
+  StatusOr<ExperimentState> wait_until_finished(Clock::time_point deadline) const;
+  // Waits until current_round() ≥ round (or a final state); false at the deadline.
+  bool wait_for_round(uint64_t round, Clock::time_point deadline) const;
+  // Hydra: the subnetwork (text form, algorithms/model/subnet.h) each node was assigned by the
+  // latest selection, sorted by node id; empty before the first selection or without Hydra.
+  std::vector<std::pair<std::string, std::string>> hydra_subnets() const;
+
+  // ---- Node calls (transport/proto/atoll.proto). node_id is the authenticated caller. ----
+  // What every call checks first: UNAVAILABLE while shutting down, NOT_FOUND for another
+  // experiment id ("" means this one). Transports check it before they authenticate.
+  Status admits(const std::string& experiment_id) const;
+  StatusOr<atoll_pb::v1::JoinResponse> join(const std::string& node_id,
+                                            const atoll_pb::v1::JoinRequest& req);
+  // known = false (not an error) for a node that is not a member: it should join again.
+  StatusOr<atoll_pb::v1::HeartbeatResponse> heartbeat(const std::string& node_id,
+                                                      const atoll_pb::v1::HeartbeatRequest& req);
+  // Long-polls up to min(req.wait_ms, max_wait_ms); `cancelled` (may be empty) is polled
+  // whenever the state changes.
+  StatusOr<atoll_pb::v1::Task> next_task(const std::string& node_id,
+                                         const atoll_pb::v1::NextTaskRequest& req,
+                                         const std::function<bool()>& cancelled = {});
+  // What to stream for θ of req.round() (the current round).
+  StatusOr<PullPlan> pull(const std::string& node_id, const atoll_pb::v1::PullParamsRequest& req);
+  // The pull of `round` reached the node: payload_bytes count as the round's bytes_down.
+  void pull_delivered(const std::string& node_id, uint64_t round, uint64_t payload_bytes);
+  // A push: begin_update screens the header (the node is then receiving, and the round waits
+  // for it), then either finish_update with the whole payload, or abort_update with why the
+  // payload did not arrive. Rejections are audited, reported as events and leave θ untouched.
+  // The header is the one a transport sends (transport/tensor_stream.h): wire_version and
+  // payload_bytes set; its payload_sha256 is the transport's to check. finish_update returns
+  // once the update is accepted, and when it completed the round, once the round is committed.
+  Status begin_update(const std::string& node_id, const atoll_pb::v1::TensorHeader& header);
+  StatusOr<atoll_pb::v1::PushUpdateResponse> finish_update(const std::string& node_id,
+                                                           const atoll_pb::v1::TensorHeader& header,
+                                                           std::string payload);
+  void abort_update(const std::string& node_id, const atoll_pb::v1::TensorHeader& header,
+                    const Status& why);
+  Status report_metrics(const std::string& node_id, const atoll_pb::v1::MetricsReport& req);
+  Status report_importance(const std::string& node_id, const atoll_pb::v1::ImportanceReport& req);
+  Status leave(const std::string& node_id, const atoll_pb::v1::LeaveRequest& req);
+
+ private:
+  enum class NodeStatus { kActive, kLost, kLeft };
+  struct NodeState {
+    NodeStatus status = NodeStatus::kActive;
+    Clock::time_point last_seen;
+    int polling = 0;     // next_task calls in flight: a polling node is alive
+    bool ready = false;  // polled since it was last assigned a round
+    NodeRecord record;
+    atoll_pb::v1::HeartbeatRequest progress;  // latest heartbeat
+  };
+  struct Round {
+    bool open = false;
+    uint64_t round = 0;
+    std::vector<std::string> participants;  // sorted
+    PendingUpdates updates;
+    std::set<std::string> receiving;  // header accepted, payload in flight
+    std::map<std::string, uint64_t> bytes_down;
+    Clock::time_point started;
+    Clock::time_point deadline;
+    uint64_t deadline_unix_ms = 0;
+    // The round first collects importance scores (SCORE tasks), then selects and trains.
+    bool scoring = false;
+    std::map<std::string, algorithms::hydra::UnitScores> scores;
+  };
+  // A closed round on its way to the store, prepared under the lock and computed without it.
+  struct Commit {
+    uint64_t round = 0;
+    PendingUpdates updates;
+    RoundRecord record;     // all but the fingerprints and the commit time
+    ExperimentRecord next;  // round pointer r + 1 and state; all but params_fingerprint
+    std::shared_ptr<const std::vector<float>> theta, momentum;  // θ_r and its momentum
+    bool has_momentum = false;
+  };
+  // A line of the audit log, written by the event thread.
+  struct AuditLine {
+    std::string event, detail;
+  };
+
+  RoundEngine(Store& store, ExperimentConfig config, EngineOptions options,
+              std::unique_ptr<RoundStrategy> strategy, PullPolicy policy);
+
+  // The caller's node, which must be an active member (marks it seen); error otherwise.
+  Status member_locked(const std::string& node_id, const std::string& experiment_id);
+  Status check_experiment(const std::string& experiment_id) const;
+
+  // Round state machine (round_engine.cc); all *_locked run under mu_.
+  void maybe_start_round_locked(Clock::time_point now);
+  // Closes the open round when it is complete or past its deadline. A returned Commit must be
+  // passed to commit() once the lock is released.
+  [[nodiscard]] std::optional<Commit> maybe_close_round_locked(Clock::time_point now);
+  Commit prepare_commit_locked(Clock::time_point now);
+  // Aggregates, steps, hashes and writes the store without the lock, then publishes under it.
+  void commit(Commit c);
+  void publish_commit_locked(Commit& c, const Status& st);
+  void restart_round_locked(const std::string& why);
+  void finish_scoring_locked();
+  void check_lost_locked(Clock::time_point now);
+  void set_state_locked(ExperimentState s, const std::string& why);
+  // Lifecycle changes wait for a commit in progress (its record carries the state).
+  void wait_commit_done(std::unique_lock<std::mutex>& lk) const;
+  bool is_participant_locked(const std::string& node) const;
+  Status screen_update_locked(const std::string& node_id, const atoll_pb::v1::TensorHeader& h);
+  StatusOr<std::vector<float>> decode_update(const std::string& node_id,
+                                             const atoll_pb::v1::TensorHeader& h,
+                                             const std::string& payload) const;
+  // Records a rejected update: audit line and event.
+  void record_rejection_locked(const std::string& node_id, const atoll_pb::v1::TensorHeader& h,
+                               const Status& why);
+  void ticker_loop();
+  void emit(Event e);
+  void audit(const std::string& event, const std::string& detail);
+  void event_loop();
+  // Records θ of `round` (fingerprint fp) as pullable as a delta base; forgets versions the
+  // store no longer keeps.
+  void remember_version_locked(uint64_t round, const std::string& fp);
+  void fill_join_response(const std::string& node_id, atoll_pb::v1::JoinResponse& resp) const;
+
+  Store& store_;
+  const ExperimentConfig config_;
+  const EngineOptions options_;
+  const std::string experiment_id_;
+  const Clock::duration heartbeat_interval_;
+  const Clock::duration lost_timeout_;
+  const std::unique_ptr<RoundStrategy> strategy_;  // guarded by mu_ (apply() excepted)
+  PullPlanner pulls_;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;  // any state change: rounds, nodes, lifecycle, shutdown
+  bool stopping_ = false;
+  bool committing_ = false;                             // round_.round is being committed
+  ExperimentRecord experiment_;                         // as committed (+ lifecycle changes)
+  std::shared_ptr<const std::vector<float>> theta_;     // θ_current, immutable once published
+  std::shared_ptr<const std::vector<float>> momentum_;  // numel; meaningful when has_momentum_
+  bool has_momentum_ = false;
+  std::map<std::string, NodeState> nodes_;  // sorted by node id
+  Round round_;
+  std::optional<Clock::time_point> quorum_since_;  // min_nodes ready, waiting for the rest
+  // θ versions a pull may name as its base: fingerprint → round (the newest keep_params).
+  std::map<std::string, uint64_t> versions_;
+  // Pushes between begin_update and finish/abort_update: node → the header it began with.
+  std::map<std::string, std::string> in_flight_;
+
+  std::mutex event_mu_;
+  std::condition_variable event_cv_;
+  std::deque<std::variant<Event, AuditLine>> outbox_;
+  bool events_stop_ = false;
+
+  std::thread ticker_;
+  std::thread event_thread_;
+};
+
+}  // namespace atl::coordinator

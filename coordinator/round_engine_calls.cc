@@ -1,0 +1,358 @@
+// RoundEngine: the node calls other than pushes (join, heartbeat, next_task, pull, metrics,
+// importance, leave). Each validates everything it receives before touching state.
+#include <algorithm>
+#include <boost/json.hpp>
+#include <chrono>
+#include <cmath>
+#include <iterator>
+
+#include "coordinator/round_engine.h"
+
+namespace atl::coordinator {
+namespace pb = atoll_pb::v1;
+
+namespace {
+
+constexpr size_t kMaxMetrics = 256;
+constexpr size_t kMaxMetricName = 128;
+
+uint64_t unix_ms_now() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+}  // namespace
+
+Status check_node_name(const std::string& name) {
+  if (!valid_id(name))
+    return InvalidArgument("node name '" + name.substr(0, 80) +
+                           "' must be 1-64 characters of [A-Za-z0-9._-]");
+  return Status::Ok();
+}
+
+Status RoundEngine::check_experiment(const std::string& experiment_id) const {
+  if (experiment_id.empty() || experiment_id == experiment_id_) return Status::Ok();
+  return NotFound("unknown experiment '" + experiment_id.substr(0, 80) +
+                  "'; this coordinator runs '" + experiment_id_ + "'");
+}
+
+Status RoundEngine::admits(const std::string& experiment_id) const {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_) return Unavailable("coordinator is shutting down; reconnect later");
+  }
+  return check_experiment(experiment_id);
+}
+
+Status RoundEngine::member_locked(const std::string& id, const std::string& experiment_id) {
+  if (stopping_) return Unavailable("coordinator is shutting down; reconnect later");
+  ATOLL_RETURN_IF_ERROR(check_experiment(experiment_id));
+  auto it = nodes_.find(id);
+  if (it == nodes_.end() || it->second.status != NodeStatus::kActive)
+    return NotFound("node '" + id + "' is not an active member of experiment '" + experiment_id_ +
+                    "' (never joined, lost or left); Join again");
+  it->second.last_seen = Clock::now();
+  return Status::Ok();
+}
+
+StatusOr<pb::JoinResponse> RoundEngine::join(const std::string& id, const pb::JoinRequest& req) {
+  ATOLL_RETURN_IF_ERROR(check_node_name(id));
+  const double budget = req.budget() == 0 ? 1.0 : req.budget();
+  if (!(budget > 0 && budget <= 1))
+    return InvalidArgument("budget " + std::to_string(req.budget()) + " must be in (0, 1]");
+  if (req.capabilities().device().size() > 64)
+    return InvalidArgument("capabilities.device is longer than 64 characters");
+
+  std::lock_guard<std::mutex> lk(mu_);
+  if (stopping_) return Unavailable("coordinator is shutting down; reconnect later");
+  size_t active = 0;
+  for (const auto& [nid, n] : nodes_) active += (n.status == NodeStatus::kActive && nid != id);
+  if (active >= config_.diloco.max_nodes)
+    return OutOfRange("experiment '" + experiment_id_ + "' already has diloco.max_nodes = " +
+                      std::to_string(config_.diloco.max_nodes) + " nodes");
+  const auto now = Clock::now();
+  NodeState& n = nodes_[id];
+  const bool rejoin = !n.record.node_id.empty();
+  n.status = NodeStatus::kActive;
+  n.last_seen = now;
+  n.record.node_id = id;
+  n.record.state = "active";
+  n.record.device = req.capabilities().device();
+  n.record.threads = req.capabilities().threads();
+  n.record.budget = budget;
+  n.record.joined_unix_ms = unix_ms_now();
+  n.record.last_seen_unix_ms = n.record.joined_unix_ms;
+  ATOLL_RETURN_IF_ERROR(store_.put_node(experiment_id_, n.record));
+  audit(rejoin ? "node_rejoined" : "node_joined", id + " device " + n.record.device);
+  Event e{Event::Kind::kNodeJoined};
+  e.round = experiment_.current_round;
+  e.node_id = id;
+  e.message = rejoin ? "rejoined" : "joined";
+  emit(std::move(e));
+  pb::JoinResponse resp;
+  fill_join_response(id, resp);
+  cv_.notify_all();
+  return resp;
+}
+
+void RoundEngine::fill_join_response(const std::string& id, pb::JoinResponse& resp) const {
+  resp.set_node_id(id);
+  resp.set_experiment_id(experiment_id_);
+  pb::ModelSpec* m = resp.mutable_model();
+  const ModelSection& mc = config_.model;
+  m->set_vocab(mc.vocab);
+  m->set_dim(mc.dim);
+  m->set_layers(mc.layers);
+  m->set_heads(mc.heads);
+  m->set_ffn_hidden(mc.ffn_hidden);
+  m->set_seq_len(mc.seq_len);
+  m->set_rope_base(mc.rope_base);
+  m->set_norm_eps(mc.norm_eps);
+  m->set_moe_experts(mc.moe_experts);
+  m->set_moe_top_k(mc.moe_top_k);
+  m->set_moe_hidden(mc.moe_hidden);
+  m->set_moe_every(mc.moe_every);
+  m->set_moe_score(mc.moe_score);
+  m->set_moe_shared_hidden(mc.moe_shared_hidden);
+  m->set_moe_aux_coef(mc.moe_aux_coef);
+  m->set_moe_z_coef(mc.moe_z_coef);
+  pb::TrainSpec* t = resp.mutable_train();
+  const TrainSection& tc = config_.train;
+  t->set_batch_size(tc.batch_size);
+  t->set_lr(tc.lr);
+  t->set_min_lr(tc.min_lr);
+  t->set_warmup_steps(tc.warmup_steps);
+  t->set_total_inner_steps(static_cast<uint64_t>(config_.diloco.rounds) *
+                           config_.diloco.steps_per_round());
+  t->set_weight_decay(tc.weight_decay);
+  t->set_beta1(tc.beta1);
+  t->set_beta2(tc.beta2);
+  t->set_grad_clip(tc.grad_clip);
+  t->set_seed(config_.seed);
+  t->set_codec(tc.codec);
+  t->set_error_feedback(tc.error_feedback);
+  t->set_precision(tc.precision);
+  strategy_->describe(*t);
+  resp.set_heartbeat_interval_ms(
+      static_cast<uint32_t>(std::lround(config_.diloco.heartbeat_interval_s * 1000.0)));
+  resp.set_node_index(static_cast<uint32_t>(std::distance(nodes_.begin(), nodes_.find(id))));
+}
+
+StatusOr<pb::HeartbeatResponse> RoundEngine::heartbeat(const std::string& id,
+                                                       const pb::HeartbeatRequest& req) {
+  std::lock_guard<std::mutex> lk(mu_);
+  pb::HeartbeatResponse resp;
+  if (Status st = member_locked(id, req.experiment_id()); !st.ok()) {
+    if (st.code() != StatusCode::kNotFound || !check_experiment(req.experiment_id()).ok())
+      return st;
+    resp.set_known(false);  // not a member: the node should join again
+    return resp;
+  }
+  NodeState& n = nodes_[id];
+  n.progress = req;
+  n.record.last_seen_unix_ms = unix_ms_now();
+  resp.set_known(true);
+  return resp;
+}
+
+StatusOr<pb::Task> RoundEngine::next_task(const std::string& id, const pb::NextTaskRequest& req,
+                                          const std::function<bool()>& cancelled) {
+  std::unique_lock<std::mutex> lk(mu_);
+  ATOLL_RETURN_IF_ERROR(member_locked(id, req.experiment_id()));
+  const auto now = Clock::now();
+  const auto deadline =
+      now + std::chrono::milliseconds(std::min(req.wait_ms(), options_.max_wait_ms));
+  NodeState& n = nodes_[id];
+  ++n.polling;
+  const bool assigned_open = is_participant_locked(id) && !round_.updates.count(id);
+  if (!assigned_open) n.ready = true;
+  maybe_start_round_locked(now);
+
+  Status result;
+  pb::Task task;
+  task.set_kind(pb::Task::WAIT);
+  for (;;) {
+    if (stopping_) {
+      result = Unavailable("coordinator is shutting down; reconnect later");
+      break;
+    }
+    const ExperimentState s = experiment_.state;
+    if (s == ExperimentState::kFinished || s == ExperimentState::kFailed) {
+      task.set_kind(pb::Task::STOP);
+      task.set_round(experiment_.current_round);
+      task.set_reason(s == ExperimentState::kFinished
+                          ? "experiment finished after " +
+                                std::to_string(experiment_.current_round) + " rounds"
+                          : "experiment failed: " + experiment_.failure);
+      break;
+    }
+    if (n.status != NodeStatus::kActive) {
+      task.set_kind(pb::Task::STOP);
+      task.set_reason("node is no longer a member; Join again");
+      break;
+    }
+    if (round_.scoring && is_participant_locked(id) && !round_.scores.count(id)) {
+      // Measure importance on θ_r first (re-sent if the node polls again without it).
+      task.set_kind(pb::Task::SCORE);
+      task.set_round(round_.round);
+      task.set_params_fingerprint(experiment_.params_fingerprint);
+      task.set_deadline_unix_ms(round_.deadline_unix_ms);
+      strategy_->fill_score_task(task);
+      n.ready = false;
+      break;
+    }
+    if (!round_.scoring && is_participant_locked(id) && !round_.updates.count(id) &&
+        !round_.receiving.count(id)) {
+      task.set_kind(pb::Task::TRAIN);
+      task.set_round(round_.round);
+      task.set_inner_steps(config_.diloco.steps_per_round());
+      task.set_params_fingerprint(experiment_.params_fingerprint);
+      task.set_deadline_unix_ms(round_.deadline_unix_ms);
+      task.set_global_step(round_.round * config_.diloco.steps_per_round());
+      strategy_->fill_train_task(id, round_.round, task);
+      n.ready = false;
+      break;
+    }
+    if ((cancelled && cancelled()) || cv_.wait_until(lk, deadline) == std::cv_status::timeout) {
+      task.set_kind(pb::Task::WAIT);
+      task.set_round(experiment_.current_round);
+      task.set_reason(
+          s == ExperimentState::kPaused    ? "experiment paused"
+          : s == ExperimentState::kCreated ? "experiment not started yet"
+          : committing_ ? "round " + std::to_string(round_.round) + " is being committed"
+          : round_.open ? "round " + std::to_string(round_.round) + " in progress"
+                        : "waiting for diloco.min_nodes = " +
+                              std::to_string(config_.diloco.min_nodes) + " ready nodes");
+      break;
+    }
+  }
+  --n.polling;
+  n.last_seen = Clock::now();
+  if (!result.ok()) return result;
+  return task;
+}
+
+StatusOr<PullPlan> RoundEngine::pull(const std::string& id, const pb::PullParamsRequest& req) {
+  std::shared_ptr<const std::vector<float>> theta;
+  pb::TensorHeader header;
+  std::optional<uint64_t> base_round;  // a θ version the node holds and the store still has
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ATOLL_RETURN_IF_ERROR(member_locked(id, req.experiment_id()));
+    if (req.round() != experiment_.current_round)
+      return FailedPrecondition("stale round: θ of round " + std::to_string(req.round()) +
+                                " requested, the current round is " +
+                                std::to_string(experiment_.current_round));
+    theta = theta_;  // immutable snapshot: encoded and streamed without the lock
+    header.set_experiment_id(experiment_id_);
+    header.set_round(experiment_.current_round);
+    header.set_numel(theta->size());
+    header.set_layout_fingerprint(experiment_.layout_fingerprint);
+    header.set_params_fingerprint(experiment_.params_fingerprint);
+    const std::string& have = req.have_fingerprint();
+    if (pulls_.sends_deltas() && !have.empty() && have != experiment_.params_fingerprint) {
+      auto v = versions_.find(have);
+      if (v != versions_.end() && v->second < experiment_.current_round) base_round = v->second;
+    }
+  }
+  return pulls_.plan(std::move(header), std::move(theta), base_round, req.have_fingerprint());
+}
+
+void RoundEngine::pull_delivered(const std::string& id, uint64_t round, uint64_t payload_bytes) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (round_.open && round_.round == round && is_participant_locked(id))
+    round_.bytes_down[id] += payload_bytes;
+}
+
+Status RoundEngine::report_metrics(const std::string& id, const pb::MetricsReport& req) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ATOLL_RETURN_IF_ERROR(member_locked(id, req.experiment_id()));
+  }
+  if (static_cast<size_t>(req.metrics_size()) > kMaxMetrics)
+    return InvalidArgument("at most " + std::to_string(kMaxMetrics) + " metrics per report");
+  boost::json::object o;
+  o["node"] = id;
+  o["round"] = req.round();
+  o["step"] = req.step();
+  o["unix_ms"] = unix_ms_now();
+  boost::json::object values;
+  std::vector<std::pair<std::string, double>> list;
+  for (const auto& m : req.metrics()) {
+    if (m.name().empty() || m.name().size() > kMaxMetricName)
+      return InvalidArgument("metric names must be 1-" + std::to_string(kMaxMetricName) +
+                             " characters");
+    if (!std::isfinite(m.value()))
+      return InvalidArgument("metric '" + m.name() + "' is not finite");
+    values[m.name()] = m.value();
+    list.emplace_back(m.name(), m.value());
+  }
+  o["metrics"] = std::move(values);
+  ATOLL_RETURN_IF_ERROR(
+      store_.put_metrics(experiment_id_, id, req.round(), boost::json::serialize(o)));
+  std::lock_guard<std::mutex> lk(mu_);  // events leave in the order of the state they report
+  Event e{Event::Kind::kMetrics};
+  e.round = req.round();
+  e.node_id = id;
+  e.metrics = std::move(list);
+  emit(std::move(e));
+  return Status::Ok();
+}
+
+Status RoundEngine::report_importance(const std::string& id, const pb::ImportanceReport& req) {
+  std::optional<Commit> commit_job;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ATOLL_RETURN_IF_ERROR(member_locked(id, req.experiment_id()));
+    Status st = strategy_->check_importance_wanted(experiment_id_);
+    if (st.ok() && (!round_.scoring || req.round() != round_.round || !is_participant_locked(id)))
+      st = FailedPrecondition("stale round: importance for round " + std::to_string(req.round()) +
+                              ", but no scoring phase of that round includes '" + id + "'");
+    if (st.ok() && round_.scores.count(id))
+      st = AlreadyExists("importance of '" + id + "' for round " + std::to_string(req.round()) +
+                         " was already received");
+    if (st.ok()) {
+      auto scores = strategy_->parse_scores(req);
+      if (scores.ok())
+        round_.scores[id] = std::move(*scores);
+      else
+        st = scores.status();
+    }
+    if (!st.ok()) {
+      audit("importance_rejected", id + ": " + st.to_string());
+      return st;
+    }
+    audit("importance", id + " round " + std::to_string(round_.round));
+    commit_job = maybe_close_round_locked(Clock::now());
+    cv_.notify_all();
+  }
+  if (commit_job) commit(std::move(*commit_job));
+  return Status::Ok();
+}
+
+Status RoundEngine::leave(const std::string& id, const pb::LeaveRequest& req) {
+  std::optional<Commit> commit_job;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ATOLL_RETURN_IF_ERROR(member_locked(id, req.experiment_id()));
+    NodeState& n = nodes_[id];
+    n.status = NodeStatus::kLeft;
+    n.ready = false;
+    n.record.state = "left";
+    (void)store_.put_node(experiment_id_, n.record);
+    const std::string reason = req.reason().substr(0, 200);
+    audit("node_left", id + ": " + reason);
+    Event e{Event::Kind::kNodeLeft};
+    e.round = experiment_.current_round;
+    e.node_id = id;
+    e.message = reason;
+    emit(std::move(e));
+    commit_job = maybe_close_round_locked(Clock::now());
+    cv_.notify_all();
+  }
+  if (commit_job) commit(std::move(*commit_job));
+  return Status::Ok();
+}
+
+}  // namespace atl::coordinator

@@ -1,0 +1,190 @@
+// RoundEngine: pushes. begin_update screens the header (everything that can be checked before
+// a byte of payload), finish_update decodes and checks the payload and accepts the update,
+// abort_update records a push whose payload never arrived whole. Rejections leave θ untouched.
+#include <cmath>
+
+#include "algorithms/compress/codec.h"
+#include "algorithms/diloco/outer.h"
+#include "coordinator/round_engine.h"
+#include "transport/tensor_stream.h"
+
+namespace atl::coordinator {
+namespace pb = atoll_pb::v1;
+
+namespace {
+
+// A payload of codec "none" is the raw little-endian fp32 values; any other codec's is a codec
+// message for EngineOptions::decode.
+bool raw_fp32(const pb::TensorHeader& h) {
+  return h.codec() == algorithms::compress::kNoneSpec;
+}
+
+}  // namespace
+
+Status RoundEngine::screen_update_locked(const std::string& id, const pb::TensorHeader& h) {
+  const uint64_t r = round_.round;
+  const bool in_round = round_.open && h.round() == r && is_participant_locked(id);
+  if (h.wire_version() != transport::kWireVersion)
+    return InvalidArgument("unsupported wire_version " + std::to_string(h.wire_version()));
+  if (in_round && round_.updates.count(id))
+    return AlreadyExists("replay: an update from '" + id + "' for round " +
+                         std::to_string(h.round()) + " was already accepted");
+  if (in_round && round_.receiving.count(id))
+    return AlreadyExists("an update from '" + id + "' for round " + std::to_string(h.round()) +
+                         " is already being received");
+  if (!in_round)
+    return FailedPrecondition(
+        "stale round: update for round " + std::to_string(h.round()) + ", but " +
+        (committing_ ? "round " + std::to_string(r) +
+                           " is closed and being committed (poll NextTask for the next round)"
+         : round_.open ? "round " + std::to_string(r) + " is open" +
+                             (is_participant_locked(id) ? "" : " without '" + id + "'")
+                       : "no round is open (current round " +
+                             std::to_string(experiment_.current_round) + ")"));
+  ATOLL_RETURN_IF_ERROR(strategy_->check_update_shape(id, r, h));
+  if (h.layout_fingerprint() != experiment_.layout_fingerprint)
+    return InvalidArgument("wrong shape: layout fingerprint " + short_fp(h.layout_fingerprint()) +
+                           " does not match the experiment's " +
+                           short_fp(experiment_.layout_fingerprint));
+  if (h.params_fingerprint() != experiment_.params_fingerprint)
+    return FailedPrecondition(
+        "wrong base: update was computed from θ " + short_fp(h.params_fingerprint()) + ", round " +
+        std::to_string(r) + " is θ " + short_fp(experiment_.params_fingerprint) + "; pull θ again");
+  if (!raw_fp32(h) && !options_.decode)
+    return InvalidArgument("codec '" + h.codec().substr(0, 64) +
+                           "' is not supported by this coordinator (use \"none\")");
+  if (raw_fp32(h) && h.payload_bytes() != h.numel() * sizeof(float))
+    return InvalidArgument("wrong shape: codec none needs " + std::to_string(h.numel() * 4) +
+                           " payload bytes, header says " + std::to_string(h.payload_bytes()));
+  if (h.tokens() == 0) return InvalidArgument("tokens must be > 0 (the aggregation weight)");
+  if (!std::isfinite(h.train_loss())) return InvalidArgument("train_loss is not finite");
+  return Status::Ok();
+}
+
+void RoundEngine::record_rejection_locked(const std::string& id, const pb::TensorHeader& h,
+                                          const Status& why) {
+  audit("update_rejected", id + " round " + std::to_string(h.round()) + ": " + why.to_string());
+  Event e{Event::Kind::kUpdateRejected};
+  e.round = h.round();
+  e.node_id = id;
+  e.message = why.to_string();
+  emit(std::move(e));
+}
+
+Status RoundEngine::begin_update(const std::string& id, const pb::TensorHeader& h) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ATOLL_RETURN_IF_ERROR(member_locked(id, h.experiment_id()));
+  if (Status st = screen_update_locked(id, h); !st.ok()) {
+    record_rejection_locked(id, h, st);
+    return st;
+  }
+  round_.receiving.insert(id);  // the round waits for this payload
+  in_flight_[id] = h.SerializeAsString();
+  return Status::Ok();
+}
+
+void RoundEngine::abort_update(const std::string& id, const pb::TensorHeader& h,
+                               const Status& why) {
+  std::optional<Commit> commit_job;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (auto it = in_flight_.find(id);
+        it != in_flight_.end() && it->second == h.SerializeAsString())
+      in_flight_.erase(it);
+    round_.receiving.erase(id);
+    record_rejection_locked(id, h, why);
+    commit_job = maybe_close_round_locked(Clock::now());
+  }
+  if (commit_job) commit(std::move(*commit_job));
+}
+
+StatusOr<std::vector<float>> RoundEngine::decode_update(const std::string& id,
+                                                        const pb::TensorHeader& h,
+                                                        const std::string& payload) const {
+  const uint64_t numel = h.numel();  // θ, the round's fragment or the mask (screened)
+  const uint64_t limit = numel * sizeof(float) + options_.payload_slack_bytes;
+  if (payload.size() > limit)
+    return OutOfRange("update payload of " + std::to_string(payload.size()) +
+                      " bytes exceeds the limit of " + std::to_string(limit) + " bytes");
+  std::vector<float> delta;
+  if (raw_fp32(h)) {
+    ATOLL_ASSIGN_OR_RETURN(delta, transport::bytes_to_floats(payload));
+  } else {
+    ATOLL_ASSIGN_OR_RETURN(delta, options_.decode(h.codec(), payload, numel));
+  }
+  if (delta.size() != numel)
+    return InvalidArgument("wrong shape: payload decodes to " + std::to_string(delta.size()) +
+                           " elements, the update has " + std::to_string(numel));
+  ATOLL_RETURN_IF_ERROR(algorithms::check_finite(
+      delta, "update from '" + id + "' for round " + std::to_string(h.round())));
+  return delta;
+}
+
+StatusOr<pb::PushUpdateResponse> RoundEngine::finish_update(const std::string& id,
+                                                            const pb::TensorHeader& h,
+                                                            std::string payload) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = in_flight_.find(id);
+    if (it == in_flight_.end() || it->second != h.SerializeAsString())
+      return FailedPrecondition("no update from '" + id + "' for round " +
+                                std::to_string(h.round()) +
+                                " is being received (begin_update accepts its header first)");
+  }
+  // Decoded and checked without the lock: a payload is up to numel values.
+  const uint64_t bytes = payload.size();
+  auto delta = decode_update(id, h, payload);
+  payload = std::string();
+  if (!delta.ok()) {
+    abort_update(id, h, delta.status());
+    return delta.status();
+  }
+
+  std::optional<Commit> commit_job;
+  pb::PushUpdateResponse resp;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    in_flight_.erase(id);
+    round_.receiving.erase(id);
+    // The round may have closed or restarted while the payload streamed in.
+    if (!(round_.open && round_.round == h.round() && is_participant_locked(id) &&
+          h.params_fingerprint() == experiment_.params_fingerprint)) {
+      const Status stale = FailedPrecondition("stale round: round " + std::to_string(h.round()) +
+                                              " closed while the update was being received");
+      audit("update_rejected", id + ": " + stale.to_string());
+      Event e{Event::Kind::kUpdateRejected};
+      e.round = h.round();
+      e.node_id = id;
+      e.message = stale.to_string();
+      emit(std::move(e));
+      return stale;
+    }
+    auto indices = strategy_->update_indices(id, h);
+    if (!indices.ok()) {
+      audit("update_rejected", id + ": " + indices.status().to_string());
+      return indices.status();
+    }
+    PendingUpdate& u = round_.updates[id];
+    u.indices = std::move(*indices);
+    u.delta = std::move(*delta);
+    u.tokens = h.tokens();
+    u.loss = h.train_loss();
+    u.bytes = bytes;
+    const std::string progress = std::to_string(round_.updates.size()) + " of " +
+                                 std::to_string(round_.participants.size()) + " updates";
+    Event e{Event::Kind::kUpdateAccepted};
+    e.round = h.round();
+    e.node_id = id;
+    e.message = progress;
+    emit(std::move(e));
+    resp.set_accepted(true);
+    resp.set_message("accepted update for round " + std::to_string(h.round()) + " (" + progress +
+                     ")");
+    commit_job = maybe_close_round_locked(Clock::now());
+  }
+  // The update that completes the round commits it on this thread, without the lock.
+  if (commit_job) commit(std::move(*commit_job));
+  return resp;
+}
+
+}  // namespace atl::coordinator

@@ -1,0 +1,345 @@
+// The round engine on its own, without gRPC: a real RocksDB store in a temp dir, nodes driven
+// by hand with the protocol's messages.
+#include "coordinator/round_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "algorithms/diloco/outer.h"
+#include "test_util.h"
+#include "transport/tensor_stream.h"
+
+namespace atl::coordinator {
+namespace {
+
+using namespace std::chrono_literals;
+using testing_util::TempDir;
+namespace pb = atoll_pb::v1;
+
+ExperimentConfig engine_config(const std::string& name, uint32_t rounds, uint32_t min_nodes) {
+  ExperimentConfig c;
+  c.name = name;
+  c.diloco.rounds = rounds;
+  c.diloco.inner_steps = 10;
+  c.diloco.min_nodes = min_nodes;
+  c.diloco.max_nodes = 8;
+  c.diloco.round_deadline_s = 60;
+  c.diloco.heartbeat_interval_s = 1.0;
+  c.diloco.lost_after_heartbeats = 10;
+  c.diloco.start_wait_s = 0.5;
+  return c;
+}
+
+// Δ of node `index` (deterministic, finite).
+std::vector<float> node_delta(size_t numel, uint32_t index) {
+  std::vector<float> d(numel);
+  for (size_t j = 0; j < numel; ++j)
+    d[j] =
+        0.001f * static_cast<float>(index + 1) * static_cast<float>(static_cast<int>(j % 13) - 6);
+  return d;
+}
+
+std::string raw_bytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+// raw_bytes(node_delta(numel, index)) without the intermediate vector (400 MB at 100M).
+std::string node_delta_bytes(size_t numel, uint32_t index) {
+  std::string out(numel * sizeof(float), '\0');
+  for (size_t j = 0; j < numel; ++j) {
+    const float d =
+        0.001f * static_cast<float>(index + 1) * static_cast<float>(static_cast<int>(j % 13) - 6);
+    std::memcpy(out.data() + j * sizeof(float), &d, sizeof(float));
+  }
+  return out;
+}
+
+// The header of a codec "none" update, as the node's transport would send it.
+pb::TensorHeader update_header(const RoundEngine& e, uint64_t round, uint64_t numel,
+                               const std::string& layout_fp, uint64_t tokens) {
+  pb::TensorHeader h;
+  h.set_wire_version(transport::kWireVersion);
+  h.set_experiment_id(e.experiment_id());
+  h.set_round(round);
+  h.set_codec("none");
+  h.set_numel(numel);
+  h.set_payload_bytes(numel * sizeof(float));
+  h.set_layout_fingerprint(layout_fp);
+  h.set_params_fingerprint(e.params_fingerprint());
+  h.set_tokens(tokens);
+  h.set_train_loss(2.5);
+  return h;
+}
+
+struct EngineFixture {
+  TempDir dir;
+  std::unique_ptr<Store> store;
+  std::unique_ptr<RoundEngine> engine;
+  std::string layout_fp;
+
+  EngineFixture(const ExperimentConfig& cfg, const algorithms::ParamSet& init,
+                EngineOptions options = {}) {
+    auto s = Store::open(dir.path(), {.keep_params = cfg.diloco.keep_params});
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    if (!s.ok()) return;
+    store = std::move(*s);
+    auto e = RoundEngine::open(*store, cfg, init, std::move(options));
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    if (!e.ok()) return;
+    engine = std::move(*e);
+    layout_fp = algorithms::layout_fingerprint(init.layout());
+  }
+  ~EngineFixture() {
+    engine.reset();  // before the store
+    store.reset();
+  }
+
+  // Joins the nodes, then polls for each in parallel until all hold a TRAIN task of `round`.
+  void join_and_get_tasks(const std::vector<std::string>& ids, uint64_t round) {
+    for (const auto& id : ids) {
+      pb::JoinRequest req;
+      auto j = engine->join(id, req);
+      ASSERT_TRUE(j.ok()) << j.status().to_string();
+      EXPECT_EQ(j->node_id(), id);
+      EXPECT_EQ(j->experiment_id(), engine->experiment_id());
+    }
+    std::vector<std::future<StatusOr<pb::Task>>> polls;
+    for (const auto& id : ids)
+      polls.push_back(std::async(std::launch::async, [this, id] {
+        pb::NextTaskRequest req;
+        req.set_wait_ms(10000);
+        return engine->next_task(id, req);
+      }));
+    for (auto& p : polls) {
+      auto t = p.get();
+      ASSERT_TRUE(t.ok()) << t.status().to_string();
+      EXPECT_EQ(t->kind(), pb::Task::TRAIN) << t->reason();
+      EXPECT_EQ(t->round(), round);
+      EXPECT_EQ(t->params_fingerprint(), engine->params_fingerprint());
+    }
+  }
+};
+
+TEST(RoundEngine, TwoNodesPushAndTheCommitIsTheDirectAggregateAndOuterStep) {
+  constexpr size_t kNumel = 4000;
+  const ExperimentConfig cfg = engine_config("engine", 3, 2);
+  const algorithms::ParamSet init = testing_util::toy_params(kNumel);
+  std::mutex mu;
+  std::vector<std::string> accepted;  // UpdateAccepted messages
+  EngineOptions opt;
+  opt.on_event = [&](const Event& e) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (e.kind == Event::Kind::kUpdateAccepted) accepted.push_back(e.message);
+  };
+  EngineFixture f(cfg, init, opt);
+  ASSERT_TRUE(f.engine);
+  ASSERT_TRUE(f.engine->start().ok());
+  f.join_and_get_tasks({"node-0", "node-1"}, 0);
+
+  // The pull of round 0 is all of θ_0 as raw fp32 (the node holds nothing).
+  pb::PullParamsRequest pr;
+  pr.set_round(0);
+  auto plan = f.engine->pull("node-0", pr);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EXPECT_EQ(plan->header.codec(), "none");
+  EXPECT_EQ(plan->header.numel(), kNumel);
+  EXPECT_EQ(plan->header.params_fingerprint(), init.fingerprint());
+  ASSERT_EQ(plan->payload.size(), kNumel * 4);
+  EXPECT_EQ(std::memcmp(plan->payload.data(), init.data(), kNumel * 4), 0);
+  f.engine->pull_delivered("node-0", 0, plan->payload.size());
+
+  const std::string theta0_fp = f.engine->params_fingerprint();
+  const pb::TensorHeader h0 = update_header(*f.engine, 0, kNumel, f.layout_fp, 1000);
+  ASSERT_TRUE(f.engine->begin_update("node-0", h0).ok());
+  auto r0 = f.engine->finish_update("node-0", h0, raw_bytes(node_delta(kNumel, 0)));
+  ASSERT_TRUE(r0.ok()) << r0.status().to_string();
+  EXPECT_TRUE(r0->accepted());
+  EXPECT_EQ(r0->message(), "accepted update for round 0 (1 of 2 updates)");
+
+  // Replay: node-0's second update for round 0 is refused and changes nothing.
+  Status replay = f.engine->begin_update("node-0", h0);
+  EXPECT_EQ(replay.code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(replay.message().find("replay"), std::string::npos) << replay.message();
+  EXPECT_EQ(f.engine->current_round(), 0u);
+
+  const pb::TensorHeader h1 = update_header(*f.engine, 0, kNumel, f.layout_fp, 3000);
+  ASSERT_TRUE(f.engine->begin_update("node-1", h1).ok());
+  auto r1 = f.engine->finish_update("node-1", h1, raw_bytes(node_delta(kNumel, 1)));
+  ASSERT_TRUE(r1.ok()) << r1.status().to_string();
+  EXPECT_EQ(r1->message(), "accepted update for round 0 (2 of 2 updates)");
+  // The update that completed the round committed it before its answer.
+  ASSERT_EQ(f.engine->current_round(), 1u);
+
+  // The same round computed directly.
+  std::vector<float> theta = init.vec(), momentum(kNumel), agg(kNumel);
+  const std::vector<float> d0 = node_delta(kNumel, 0), d1 = node_delta(kNumel, 1);
+  ASSERT_TRUE(
+      algorithms::aggregate_pseudo_gradients({{"node-0", 1000, d0}, {"node-1", 3000, d1}}, agg)
+          .ok());
+  const algorithms::OuterNesterov outer(
+      {static_cast<float>(cfg.diloco.outer_lr), static_cast<float>(cfg.diloco.outer_momentum)});
+  ASSERT_TRUE(outer.step(theta, momentum, agg, /*first_step=*/true).ok());
+  EXPECT_EQ(f.engine->params_fingerprint(), algorithms::params_fingerprint(theta));
+  EXPECT_EQ(f.engine->params(), theta);
+  auto rec = f.store->load_round("engine", 0);
+  ASSERT_TRUE(rec.ok()) << rec.status().to_string();
+  EXPECT_EQ(rec->base_fingerprint, theta0_fp);
+  EXPECT_EQ(rec->params_fingerprint, algorithms::params_fingerprint(theta));
+  EXPECT_EQ(rec->momentum_fingerprint, algorithms::params_fingerprint(momentum));
+  EXPECT_EQ(rec->tokens, 4000u);
+  ASSERT_EQ(rec->participants.size(), 2u);
+  EXPECT_EQ(rec->participants[0].bytes_down, kNumel * 4);
+  EXPECT_EQ(rec->participants[1].bytes_down, 0u);  // node-1 never pulled
+  EXPECT_EQ(rec->participants[1].bytes_up, kNumel * 4);
+
+  // Stale round: round 0 is committed; its updates and θ are refused from now on.
+  Status stale = f.engine->begin_update("node-0", h0);
+  EXPECT_EQ(stale.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(stale.message().find("stale round"), std::string::npos) << stale.message();
+  EXPECT_EQ(f.engine->pull("node-0", pr).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(f.engine->params_fingerprint(), algorithms::params_fingerprint(theta));
+
+  // Events carry the same progress text as the answers.
+  f.engine.reset();  // drains the event thread
+  std::lock_guard<std::mutex> lk(mu);
+  EXPECT_EQ(accepted, (std::vector<std::string>{"1 of 2 updates", "2 of 2 updates"}));
+}
+
+TEST(RoundEngine, RefusesStrangersOtherExperimentsAndPayloadsWithoutAHeader) {
+  constexpr size_t kNumel = 1000;
+  const ExperimentConfig cfg = engine_config("refuse", 2, 2);
+  const algorithms::ParamSet init = testing_util::toy_params(kNumel);
+  EngineFixture f(cfg, init);
+  ASSERT_TRUE(f.engine);
+  ASSERT_TRUE(f.engine->start().ok());
+  f.join_and_get_tasks({"node-0", "node-1"}, 0);
+  const pb::TensorHeader h = update_header(*f.engine, 0, kNumel, f.layout_fp, 1000);
+  const std::string payload = raw_bytes(node_delta(kNumel, 0));
+
+  Status st = f.engine->begin_update("stranger", h);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_NE(st.message().find("not an active member"), std::string::npos) << st.message();
+  pb::TensorHeader other = h;
+  other.set_experiment_id("another");
+  st = f.engine->begin_update("node-0", other);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_NE(st.message().find("unknown experiment 'another'"), std::string::npos);
+  EXPECT_EQ(f.engine->admits("another").code(), StatusCode::kNotFound);
+  EXPECT_TRUE(f.engine->admits("").ok());
+  EXPECT_EQ(f.engine->join("bad name!", pb::JoinRequest()).status().code(),
+            StatusCode::kInvalidArgument);
+
+  // A payload needs its header screened first.
+  auto r = f.engine->finish_update("node-0", h, payload);
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  // Wrong shape, refused at the header.
+  pb::TensorHeader short_h = h;
+  short_h.set_numel(kNumel - 1);
+  short_h.set_payload_bytes((kNumel - 1) * 4);
+  st = f.engine->begin_update("node-0", short_h);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("wrong shape"), std::string::npos) << st.message();
+  // An aborted push frees the node's slot: the next one is accepted.
+  ASSERT_TRUE(f.engine->begin_update("node-0", h).ok());
+  EXPECT_EQ(f.engine->begin_update("node-0", h).code(), StatusCode::kAlreadyExists);
+  f.engine->abort_update("node-0", h, Unavailable("stream broke"));
+  ASSERT_TRUE(f.engine->begin_update("node-0", h).ok());
+  // A payload that is not what the header announced is refused and leaves θ alone.
+  std::vector<float> nan_delta = node_delta(kNumel, 0);
+  nan_delta[17] = std::nanf("");
+  r = f.engine->finish_update("node-0", h, raw_bytes(nan_delta));
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("element 17 is nan"), std::string::npos);
+  EXPECT_EQ(f.engine->params_fingerprint(), init.fingerprint());
+  ASSERT_TRUE(f.engine->begin_update("node-0", h).ok());
+  ASSERT_TRUE(f.engine->finish_update("node-0", h, payload).ok());
+  EXPECT_EQ(f.engine->current_round(), 0u);  // node-1 has not pushed
+}
+
+// The commit runs without the engine lock: with 100M parameters (400 MB of θ, a commit of
+// seconds), a node's heartbeats keep being answered within 100 ms while it runs.
+TEST(RoundEngine, HeartbeatsAreAnsweredWhileA100MParameterRoundCommits) {
+  constexpr size_t kNumel = 100'000'000;
+  ExperimentConfig cfg = engine_config("big", 1, 2);
+  cfg.diloco.keep_params = 1;
+  cfg.diloco.heartbeat_interval_s = 5.0;   // nobody is lost while the test builds 400 MB buffers
+  std::atomic<int64_t> last_accept_ns{0};  // when the update that closes the round was reported
+  EngineOptions opt;
+  opt.on_event = [&](const Event& e) {
+    if (e.kind == Event::Kind::kUpdateAccepted && e.node_id == "node-1")
+      last_accept_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+  };
+  std::unique_ptr<EngineFixture> f;
+  {
+    const algorithms::ParamSet init = testing_util::toy_params(kNumel, 0.5f);
+    f = std::make_unique<EngineFixture>(cfg, init, opt);
+  }
+  ASSERT_TRUE(f->engine);
+  RoundEngine& engine = *f->engine;
+  ASSERT_TRUE(engine.start().ok());
+  f->join_and_get_tasks({"node-0", "node-1"}, 0);
+  ASSERT_TRUE(engine.join("node-2", pb::JoinRequest()).ok());  // not in the round: heartbeats
+
+  const pb::TensorHeader h0 = update_header(engine, 0, kNumel, f->layout_fp, 1000);
+  const pb::TensorHeader h1 = update_header(engine, 0, kNumel, f->layout_fp, 2000);
+  ASSERT_TRUE(engine.begin_update("node-0", h0).ok());
+  ASSERT_TRUE(engine.finish_update("node-0", h0, node_delta_bytes(kNumel, 0)).ok());
+  std::string payload1 = node_delta_bytes(kNumel, 1);
+  ASSERT_TRUE(engine.begin_update("node-1", h1).ok());
+
+  struct Beat {
+    int64_t sent_ns = 0;
+    int64_t latency_ns = 0;
+    uint64_t round_after = 0;  // current round once answered: 0 while the commit runs
+  };
+  std::vector<Beat> beats;
+  std::atomic<bool> done{false};
+  std::thread heart([&] {
+    pb::HeartbeatRequest hb;
+    while (!done) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto r = engine.heartbeat("node-2", hb);
+      const auto t1 = std::chrono::steady_clock::now();
+      EXPECT_TRUE(r.ok() && r->known());
+      beats.push_back({t0.time_since_epoch().count(), (t1 - t0).count(), engine.current_round()});
+      std::this_thread::sleep_for(5ms);  // a heartbeat every ~5 ms, not a busy loop
+    }
+  });
+  const auto close_begin = std::chrono::steady_clock::now();
+  auto r1 = engine.finish_update("node-1", h1, std::move(payload1));  // closes and commits
+  const auto close_end = std::chrono::steady_clock::now();
+  done = true;
+  heart.join();
+  ASSERT_TRUE(r1.ok()) << r1.status().to_string();
+  ASSERT_EQ(engine.current_round(), 1u);
+  ASSERT_EQ(engine.state(), ExperimentState::kFinished);
+  ASSERT_NE(last_accept_ns.load(), 0);
+
+  // Heartbeats sent after the round closed and answered before its commit was published.
+  int64_t max_latency_ns = 0;
+  size_t during_commit = 0;
+  for (const Beat& b : beats) {
+    if (b.sent_ns < close_begin.time_since_epoch().count() ||
+        b.sent_ns > close_end.time_since_epoch().count())
+      continue;
+    max_latency_ns = std::max(max_latency_ns, b.latency_ns);
+    if (b.sent_ns >= last_accept_ns && b.round_after == 0) ++during_commit;
+  }
+  const double commit_s = std::chrono::duration<double>(close_end - close_begin).count();
+  RecordProperty("close_to_publish_ms", static_cast<int>(commit_s * 1000));
+  RecordProperty("max_heartbeat_us", static_cast<int>(max_latency_ns / 1000));
+  RecordProperty("heartbeats_during_commit", static_cast<int>(during_commit));
+  EXPECT_GE(during_commit, 5u) << "the commit took " << commit_s << " s";
+  EXPECT_LT(max_latency_ns, 100'000'000) << "slowest heartbeat " << max_latency_ns / 1e6
+                                         << " ms during a commit of " << commit_s << " s";
+}
+
+}  // namespace
+}  // namespace atl::coordinator
