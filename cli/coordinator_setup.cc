@@ -234,18 +234,19 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
                              service_options(l.insecure, l.config.name, l.config.train.codec,
                                              rc->manager.get(), l.on_event)));
 
-  coordinator::ServerOptions srv;
-  srv.listen = l.listen;
-  if (l.insecure) {
-    srv.credentials = transport::insecure_server_credentials();
-  } else {
-    ATOLL_ASSIGN_OR_RETURN(srv.credentials,
-                           transport::server_credentials(l.tls_dir, l.server_name));
-    rc->refusals = std::make_unique<transport::HandshakeRefusalLog>();
-  }
   rc->manager->attach(rc->service);
-  if (!l.listen.empty())
+  if (!l.listen.empty()) {
+    coordinator::ServerOptions srv;
+    srv.listen = l.listen;
+    if (l.insecure) {
+      srv.credentials = transport::insecure_server_credentials();
+    } else {
+      ATOLL_ASSIGN_OR_RETURN(srv.credentials,
+                             transport::server_credentials(l.tls_dir, l.server_name));
+      rc->refusals = std::make_unique<transport::HandshakeRefusalLog>();
+    }
     ATOLL_ASSIGN_OR_RETURN(rc->server, coordinator::CoordinatorServer::start(*rc->router, srv));
+  }
 
   if (!l.http_listen.empty() && !l.insecure) {
     coordinator::http::HttpOptions ho;

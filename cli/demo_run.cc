@@ -60,8 +60,9 @@ struct RunTotals {
 // Everything a running demo holds, in destruction order: the sites go before the coordinator
 // whose engine they call.
 struct DemoRun {
+  DemoRun(const DemoExperiment& experiment, SiteMode site_mode) : d(experiment), mode(site_mode) {}
   const DemoExperiment& d;
-  SiteMode mode;
+  const SiteMode mode;
   std::string run_dir, tls_dir, store_dir;
   std::vector<float> initial_theta;  // --init-from, else empty (θ_0 = init_params)
   std::unique_ptr<GlobalEvaluator> evaluator;
@@ -358,7 +359,7 @@ Status write_summary_json(const DemoRun& run, const RunTotals& t, double baselin
 }  // namespace
 
 int run_demo_experiment(const std::string& cmd, const DemoExperiment& d, SiteMode mode) {
-  DemoRun run{d, mode};
+  DemoRun run(d, mode);
   if (auto code = prepare(cmd, run)) return *code;
   RunTotals totals;
   const uint64_t start_round = run.rc->service->current_round();
