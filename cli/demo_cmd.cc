@@ -400,6 +400,7 @@ int cmd_demo_diloco(const Args& args) {
     std::vector<node::SiteData> sites;
     for (int i = 0; i < N; ++i) {
       auto sp = node::parse_data_spec(splits[i]);
+      if (!sp.ok()) return fail("demo", sp.status().message(), 2);
       auto sd = node::load_site_data(*sp, node::TokenizerChoice{}, brown_dir);
       if (!sd.ok()) return fail("demo", sd.status().message());
       sites.push_back(std::move(sd).value());

@@ -1,8 +1,8 @@
 #include "algorithms/model/param_set.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
+
+#include "kernels/core/check.h"
 
 namespace atl::algorithms {
 
@@ -49,10 +49,7 @@ ParamSet::ParamSet(ParamLayout layout) : layout_(std::move(layout)), data_(layou
 
 float* ParamSet::ptr(const std::string& name) {
   const ParamView* v = layout_.find(name);
-  if (!v) {
-    std::fprintf(stderr, "atoll: internal error: no parameter named %s\n", name.c_str());
-    std::abort();
-  }
+  if (!v) internal_error("no parameter named " + name);
   return data_.data() + v->offset;
 }
 const float* ParamSet::ptr(const std::string& name) const {
