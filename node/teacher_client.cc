@@ -88,7 +88,7 @@ StatusOr<std::unique_ptr<TeacherClient>> TeacherClient::connect(TeacherClientOpt
   if (next != vocab)
     return FailedPrecondition("teacher shards do not tile the vocabulary [0, " +
                               std::to_string(vocab) + "): " + c->describe());
-  return std::move(c);
+  return c;
 }
 
 std::string TeacherClient::describe() const {

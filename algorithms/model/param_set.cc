@@ -39,7 +39,10 @@ std::string ParamLayout::describe() const {
   std::string s;
   for (const auto& v : views_) {
     s += v.name + " (";
-    for (size_t i = 0; i < v.shape.size(); ++i) s += (i ? "," : "") + std::to_string(v.shape[i]);
+    for (size_t i = 0; i < v.shape.size(); ++i) {
+      if (i) s += ',';
+      s += std::to_string(v.shape[i]);
+    }
     s += ")\n";
   }
   return s;
