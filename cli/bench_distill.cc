@@ -205,7 +205,7 @@ int bench_distill_loss(const Args& args) {
   for (Variant& v : vs) {
     dst::FusedDistillLoss<float> loss({base.alpha, base.tau, std::max(v.R, 1), std::max(v.S, 1)});
     std::vector<float> zt_full;
-    auto once = [&]() -> double {
+    auto once = [&]() -> StatusOr<double> {
       if (v.reference) {
         zt_full.resize(size_t(N) * V);
         kernels::cpu::matmul_forward(zt_full.data(), ht.data(), Wt.data(), N, Ct, V);
@@ -216,17 +216,25 @@ int bench_distill_loss(const Args& args) {
       }
       if (v.k > 0) {
         const dst::TopKTargets<float> t{v.k, k_ids.data(), k_logits.data(), k_tail.data()};
-        return loss.run_topk(h.data(), W.data(), N, C, V, y.data(), t, dh.data(), dW.data())->loss;
+        auto r = loss.run_topk(h.data(), W.data(), N, C, V, y.data(), t, dh.data(), dW.data());
+        if (!r.ok()) return r.status();
+        return r->loss;
       }
       dst::HeadTeacherLogits<float> teacher(ht.data(), Wt.data(), Ct);
-      return loss.run(h.data(), W.data(), N, C, V, y.data(), &teacher, dh.data(), dW.data())->loss;
+      auto r = loss.run(h.data(), W.data(), N, C, V, y.data(), &teacher, dh.data(), dW.data());
+      if (!r.ok()) return r.status();
+      return r->loss;
     };
-    v.loss = once();  // warm-up; sets the peak RSS of this variant
+    auto warm_loss = once();  // warm-up; sets the peak RSS of this variant
+    if (!warm_loss.ok())
+      return fail("bench distill-loss", v.name + ": " + warm_loss.status().message());
+    v.loss = *warm_loss;
     v.rss_growth = std::max(0LL, peak_rss_bytes() - rss0);
     std::vector<double> ms;
     for (int64_t i = 0; i < *reps; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
-      (void)once();
+      if (auto r = once(); !r.ok())
+        return fail("bench distill-loss", v.name + ": " + r.status().message());
       ms.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() *
                    1e3);
     }

@@ -125,8 +125,10 @@ int bench_hydra(const Args& args) {
 
   // The base model: trained on the other genres (fine-tuning, not pretraining).
   std::string base_genres;  // "bcd" -> "b,c,d"
-  for (char g : flags.get_or("base-genres", "bcdeghklmpr"))
-    base_genres += (base_genres.empty() ? "" : ",") + std::string(1, g);
+  for (char g : flags.get_or("base-genres", "bcdeghklmpr")) {
+    if (!base_genres.empty()) base_genres += ',';
+    base_genres += g;
+  }
   auto base_spec = node::parse_data_spec("brown:" + base_genres);
   if (!base_spec.ok()) return fail("bench hydra", base_spec.status().message(), 2);
   auto base_data = node::load_site_data(*base_spec, node::TokenizerChoice{}, brown);
@@ -184,8 +186,10 @@ int bench_hydra(const Args& args) {
           list([](const SimSiteResult& s) { return s.step_ms; }).c_str(),
           [&] {
             std::string o = "[";
-            for (size_t k = 0; k < sites.size(); ++k)
-              o += (k ? "," : "") + std::to_string(sites[k].budget);
+            for (size_t k = 0; k < sites.size(); ++k) {
+              if (k) o += ',';
+              o += std::to_string(sites[k].budget);
+            }
             return o + "]";
           }()
               .c_str(),

@@ -128,7 +128,8 @@ int bench_moe(const Args& args) {
                  ops::zero_fill(dx.data(), dx.size());
                  ops::zero_fill(dr.data(), dr.size());
                  ops::zero_fill(de.data(), de.size());
-               }};
+               },
+               {}};
     // Dense SwiGLU FFN with hidden K·Fe: the same expert GEMM FLOPs per token.
     const int F = cf.K * cf.Fe;
     const std::vector<float> wgu = randn(size_t(2) * F * c, 5, 0.02),
@@ -153,7 +154,8 @@ int bench_moe(const Args& args) {
                  ops::zero_fill(dx.data(), dx.size());
                  ops::zero_fill(dwgu.data(), dwgu.size());
                  ops::zero_fill(dwd.data(), dwd.size());
-               }};
+               },
+               {}};
     time_pair(*secs, vm, vd);
     const Timing &tm = vm.t, &td = vd.t;
     // Balance of the routing in the timed passes (random weights route unevenly).

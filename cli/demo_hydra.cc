@@ -120,6 +120,7 @@ int demo_hydra(const Args& args) {
 
   // ---- base model on the genres no site holds ---------------------------------------------------
   auto base_spec = node::parse_data_spec("brown:b,c,d,e,g,h,k,l,m,p,r");
+  if (!base_spec.ok()) return fail("demo", base_spec.status().message());
   auto base_data = node::load_site_data(*base_spec, node::TokenizerChoice{}, brown_dir);
   if (!base_data.ok()) return fail("demo", base_data.status().message());
   al::ParamSet base(al::make_layout(model));

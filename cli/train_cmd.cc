@@ -140,7 +140,7 @@ int cmd_train(const Args& args) {
     meta.extra["total_steps"] = std::to_string(total_steps);
     Status s = node::save_checkpoint(ckpt_path, meta, params, &trainer.optimizer());
     if (!s.ok()) {
-      std::fprintf(stderr, "atoll train: cannot write checkpoint: %s\n", s.message().c_str());
+      (void)fail("train", "cannot write checkpoint: " + s.message());
       return false;
     }
     std::printf("checkpoint: %s (step %" PRId64 ", sha256 %s)\n", ckpt_path.c_str(), step_done,

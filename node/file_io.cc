@@ -77,8 +77,8 @@ Status write_file_atomic(const std::string& path, std::string_view bytes) {
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0)
     return IoError("cannot rename " + tmp + " to " + path + ": " + errno_text());
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (dir.empty()) dir = std::filesystem::path(".");
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::string dir = parent.empty() ? std::string(".") : parent.string();
   Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dfd.get() >= 0) ::fsync(dfd.get());
   return Status::Ok();

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <bit>
-#include <cassert>
+
+#include "kernels/core/check.h"
 
 namespace atl::algorithms::compress {
 
 std::vector<uint32_t> topk_indices(std::span<const float> x, uint64_t k) {
-  assert(k <= x.size() && x.size() < (uint64_t{1} << 32));
+  ATOLL_CHECK(k <= x.size() && x.size() < (uint64_t{1} << 32),
+              "k exceeds the values, or 2^32 values or more");
   std::vector<uint32_t> out;
   if (k == 0) return out;
   out.reserve(k);

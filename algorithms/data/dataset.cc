@@ -3,10 +3,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <limits>
 
+#include "kernels/core/check.h"
 #include "kernels/core/philox.h"
 #include "kernels/core/sha256.h"
 
@@ -16,11 +15,6 @@ namespace {
 
 // "datasamp" in ASCII: separates the data sampler's Philox key from other uses of the seed.
 constexpr uint64_t kDataSalt = 0x6461746173616D70ull;
-
-[[noreturn]] void die(const Status& s) {
-  std::fprintf(stderr, "atoll: data sampler precondition violated: %s\n", s.to_string().c_str());
-  std::abort();
-}
 
 }  // namespace
 
@@ -68,8 +62,8 @@ DocumentSplit split_documents(std::vector<Document> docs) {
 
 RowRange rows_for_worker(int B, int W, int w) {
   if (W < 1 || w < 0 || w >= W || B < 0)
-    die(InvalidArgument("rows_for_worker(B=" + std::to_string(B) + ", W=" + std::to_string(W) +
-                        ", w=" + std::to_string(w) + ")"));
+    internal_error("data sampler precondition violated: rows_for_worker(B=" + std::to_string(B) +
+                   ", W=" + std::to_string(W) + ", w=" + std::to_string(w) + ")");
   const int base = B / W, extra = B % W;
   const int begin = w * base + std::min(w, extra);
   return {begin, begin + base + (w < extra ? 1 : 0)};
@@ -93,10 +87,11 @@ int64_t window_offset(const TokenDataset& data, uint64_t seed, int64_t step, int
 
 GlobalBatch sample_rows(const TokenDataset& data, uint64_t seed, int64_t step, RowRange rows,
                         int T) {
-  if (Status s = check_sampling(data, 1, T); !s.ok()) die(s);
+  if (Status s = check_sampling(data, 1, T); !s.ok())
+    internal_error("data sampler precondition violated: " + s.message());
   if (rows.begin < 0 || rows.end < rows.begin)
-    die(InvalidArgument("bad row range [" + std::to_string(rows.begin) + ", " +
-                        std::to_string(rows.end) + ")"));
+    internal_error("data sampler precondition violated: bad row range [" +
+                   std::to_string(rows.begin) + ", " + std::to_string(rows.end) + ")");
   GlobalBatch out;
   out.B = rows.size();
   out.T = T;
@@ -122,7 +117,8 @@ void split_inputs_targets(const int32_t* tokens, int rows, int T, std::vector<in
 
 GlobalBatch sample_global_batch(const TokenDataset& data, uint64_t seed, int64_t step, int B,
                                 int T) {
-  if (Status s = check_sampling(data, B, T); !s.ok()) die(s);
+  if (Status s = check_sampling(data, B, T); !s.ok())
+    internal_error("data sampler precondition violated: " + s.message());
   return sample_rows(data, seed, step, RowRange{0, B}, T);
 }
 
@@ -141,7 +137,8 @@ std::string batch_sha256(std::span<const int32_t> tokens) {
 
 std::vector<GlobalBatch> evaluation_batches(const TokenDataset& data, int T, int64_t max_tokens,
                                             int B) {
-  if (Status s = check_sampling(data, B, T); !s.ok()) die(s);
+  if (Status s = check_sampling(data, B, T); !s.ok())
+    internal_error("data sampler precondition violated: " + s.message());
   int64_t windows = (data.size() - 1) / T;
   if (max_tokens > 0) windows = std::min(windows, max_tokens / T);
   std::vector<GlobalBatch> out;

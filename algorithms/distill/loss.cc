@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <string>
 
+#include "kernels/core/check.h"
 #include "kernels/cpu/ops.h"
 
 namespace atl::algorithms::distill {
@@ -56,10 +55,7 @@ void DenseTeacherLogits<T>::tile(int r0, int r1, int v0, int v1, T* out, int ld)
 template <typename T>
 void HeadTeacherLogits<T>::tile(int r0, int r1, int v0, int v1, T* out, int ld) {
   // The op table's matmul writes a contiguous (rows, v1 − v0) block.
-  if (ld != v1 - v0) {
-    std::fprintf(stderr, "atoll: internal error: HeadTeacherLogits needs ld == v1 - v0\n");
-    std::abort();
-  }
+  ATOLL_CHECK(ld == v1 - v0, "HeadTeacherLogits needs ld == v1 - v0");
   ops::matmul_forward(out, h_ + size_t(r0) * Ct_, W_ + size_t(v0) * Ct_, r1 - r0, Ct_, v1 - v0);
 }
 
@@ -103,10 +99,7 @@ Status validate_topk(const TopKTargets<T>& t, int N, int V) {
 
 template <typename T>
 FusedDistillLoss<T>::FusedDistillLoss(const LossConfig& cfg) : cfg_(cfg) {
-  if (Status st = validate(cfg); !st.ok()) {
-    std::fprintf(stderr, "atoll: internal error: FusedDistillLoss: %s\n", st.message().c_str());
-    std::abort();
-  }
+  if (Status st = validate(cfg); !st.ok()) internal_error("FusedDistillLoss: " + st.message());
 }
 
 template <typename T>

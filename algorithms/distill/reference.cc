@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <vector>
 
+#include "kernels/core/check.h"
 #include "kernels/cpu/ops.h"
 
 namespace atl::algorithms::distill {
@@ -33,10 +32,8 @@ template <typename T, typename RowFn>
 LossStats run_reference(const LossConfig& cfg, const T* h, const T* W, int N, int C, int V,
                         const int32_t* targets, T* dh, T* dW, double dloss, T* row_loss,
                         RowFn row_fn) {
-  if (!validate(cfg).ok() || N < 0 || C <= 0 || V <= 0) {
-    std::fprintf(stderr, "atoll: internal error: reference_loss: bad config or shape\n");
-    std::abort();
-  }
+  if (!validate(cfg).ok() || N < 0 || C <= 0 || V <= 0)
+    internal_error("reference_loss: bad config or shape");
   const double alpha = cfg.alpha, tau = cfg.tau;
   std::vector<T> z(size_t(N) * V);  // (N, V) student logits, then their gradient
   ops::matmul_forward(z.data(), h, W, N, C, V);

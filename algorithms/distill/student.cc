@@ -1,10 +1,9 @@
 #include "algorithms/distill/student.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 
 #include "algorithms/data/dataset.h"
+#include "kernels/core/check.h"
 #include "kernels/cpu/ops.h"
 
 namespace atl::algorithms::distill {
@@ -18,10 +17,8 @@ StudentTrainer::StudentTrainer(const ModelConfig& model, const TrainerConfig& tr
       grads_(model_.layout()),
       adamw_(model_.layout(), adamw_config(train)),
       loss_(loss) {
-  if (Status st = validate(model, model, train, loss); !st.ok()) {
-    std::fprintf(stderr, "atoll: internal error: StudentTrainer: %s\n", st.message().c_str());
-    std::abort();
-  }
+  if (Status st = validate(model, model, train, loss); !st.ok())
+    internal_error("StudentTrainer: " + st.message());
   off_embed_ = model_.layout().find("model.embed_tokens.weight")->offset;
 }
 

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <utility>
 #include <vector>
+
+#include "kernels/core/check.h"
 
 namespace atl::algorithms::distill {
 
@@ -17,11 +17,9 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 template <typename T>
 void build_topk(TeacherLogits<T>& teacher, int N, int V, int k, double tau, int rows, int shards,
                 int32_t* ids, T* logits, T* tail_lse) {
-  if (k < 1 || k > V || rows < 1 || shards < 1 || !(tau > 0)) {
-    std::fprintf(stderr, "atoll: internal error: build_topk: bad k=%d rows=%d shards=%d\n", k, rows,
-                 shards);
-    std::abort();
-  }
+  if (k < 1 || k > V || rows < 1 || shards < 1 || !(tau > 0))
+    internal_error("build_topk: bad k=" + std::to_string(k) + " rows=" + std::to_string(rows) +
+                   " shards=" + std::to_string(shards));
   const int R = std::min(rows, std::max(N, 1)), S = std::min(shards, V);
   const int vs_max = (V + S - 1) / S;
   std::vector<T> tile(size_t(R) * vs_max);

@@ -1,11 +1,10 @@
 #include "algorithms/distill/trainer.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "algorithms/data/dataset.h"
+#include "kernels/core/check.h"
 #include "kernels/cpu/ops.h"
 
 namespace atl::algorithms::distill {
@@ -38,10 +37,8 @@ DistillTrainer::DistillTrainer(const ModelConfig& student, const ModelConfig& te
       grads_(student_.layout()),
       adamw_(student_.layout(), adamw_config(train)),
       loss_(loss) {
-  if (Status st = validate(student, teacher, train, loss); !st.ok()) {
-    std::fprintf(stderr, "atoll: internal error: DistillTrainer: %s\n", st.message().c_str());
-    std::abort();
-  }
+  if (Status st = validate(student, teacher, train, loss); !st.ok())
+    internal_error("DistillTrainer: " + st.message());
   off_embed_s_ = student_.layout().find("model.embed_tokens.weight")->offset;
   off_embed_t_ = teacher_.layout().find("model.embed_tokens.weight")->offset;
 }
@@ -72,12 +69,8 @@ LossStats DistillTrainer::loss_on(const ParamSet& student, const ParamSet& teach
   }
   StatusOr<LossStats> r = loss_.run(hs, student.data() + off_embed_s_, N, sc.dim, sc.vocab,
                                     targets_.data(), use_teacher ? &head : nullptr, dh, dW);
-  if (!r.ok()) {
-    // Shapes and targets come from validated configs and the data layer: a programming error.
-    std::fprintf(stderr, "atoll: internal error: DistillTrainer: %s\n",
-                 r.status().message().c_str());
-    std::abort();
-  }
+  // Shapes and targets come from validated configs and the data layer: a programming error.
+  if (!r.ok()) internal_error("DistillTrainer: " + r.status().message());
   return *r;
 }
 

@@ -1,7 +1,6 @@
 #include "algorithms/hydra/knapsack.h"
 
-#include <cstdio>
-#include <cstdlib>
+#include "kernels/core/check.h"
 
 namespace atl::algorithms::hydra {
 
@@ -72,10 +71,7 @@ KnapsackResult solve_knapsack(const std::vector<KnapsackItem>& items, int64_t ca
 }
 
 KnapsackResult brute_force_knapsack(const std::vector<KnapsackItem>& items, int64_t capacity) {
-  if (items.size() > 24) {
-    std::fprintf(stderr, "atoll: internal error: brute_force_knapsack: too many items\n");
-    std::abort();
-  }
+  if (items.size() > 24) internal_error("brute_force_knapsack: too many items");
   KnapsackResult best;
   best.take.assign(items.size(), 0);
   const uint32_t n = static_cast<uint32_t>(items.size());

@@ -241,16 +241,17 @@ StatusOr<Selection> select_subnetworks(const CostModel& cm, std::vector<SiteInpu
       }
     }
     // Local search: single add / remove / swap, first improvement, fixed order.
+    std::vector<uint8_t> S, T;  // the candidate sets, reused across moves
     for (int iter = 0; iter < 4 * L * L; ++iter) {
       const std::vector<uint8_t> base = bestS;
       bool moved = false;
       for (int a = 0; a < L && !moved; ++a) {
-        std::vector<uint8_t> S = base;
+        S = base;
         S[a] ^= 1;
         if (std::count(S.begin(), S.end(), 1) > 0) moved = consider(S);
         for (int b = 0; b < L && !moved; ++b) {
           if (base[a] == base[b] || !base[a]) continue;
-          std::vector<uint8_t> T = base;
+          T = base;
           T[a] = 0;
           T[b] = 1;
           moved = consider(T);

@@ -1,10 +1,9 @@
 #include "algorithms/hydra/trainer.h"
 
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 
 #include "algorithms/data/dataset.h"
+#include "kernels/core/check.h"
 #include "kernels/cpu/ops.h"
 
 namespace atl::algorithms::hydra {
@@ -12,10 +11,7 @@ namespace atl::algorithms::hydra {
 HydraTrainer::HydraTrainer(const ModelConfig& model, const TrainerConfig& train)
     : mcfg_(model), tcfg_(train), model_(model), grads_(make_layout(model)) {
   Status st = validate(train, model);
-  if (!st.ok()) {
-    std::fprintf(stderr, "atoll: internal error: HydraTrainer: %s\n", st.message().c_str());
-    std::abort();
-  }
+  if (!st.ok()) internal_error("HydraTrainer: " + st.message());
 }
 
 Status HydraTrainer::set_subnet(const Subnet& s) {
@@ -37,10 +33,7 @@ Status HydraTrainer::set_subnet(const Subnet& s) {
 }
 
 StepStats HydraTrainer::step(ParamSet& params, const int32_t* tokens, int64_t global_step) {
-  if (!have_subnet_) {
-    std::fprintf(stderr, "atoll: internal error: HydraTrainer::step before set_subnet\n");
-    std::abort();
-  }
+  if (!have_subnet_) internal_error("HydraTrainer::step before set_subnet");
   const int B = tcfg_.batch, T = tcfg_.seq;
   data::split_inputs_targets(tokens, B, T, inputs_, targets_);
   float* g = grads_.data();
@@ -52,12 +45,8 @@ StepStats HydraTrainer::step(ParamSet& params, const int32_t* tokens, int64_t gl
 
 StepStats HydraTrainer::step_with_gradient(ParamSet& params, const ParamSet& grads, float loss,
                                            int64_t global_step) {
-  if (!have_subnet_ || !(grads.layout() == grads_.layout())) {
-    std::fprintf(stderr,
-                 "atoll: internal error: HydraTrainer::step_with_gradient before set_subnet or "
-                 "with another layout\n");
-    std::abort();
-  }
+  if (!have_subnet_ || !(grads.layout() == grads_.layout()))
+    internal_error("HydraTrainer::step_with_gradient before set_subnet or with another layout");
   float* g = grads_.data();
   for (uint32_t i : indices_) g[i] = grads.data()[i];
   return finish_step(params, loss, global_step);

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <numeric>
 
+#include "kernels/core/check.h"
 #include "kernels/core/philox.h"
 #include "kernels/cpu/ops.h"
 
@@ -17,11 +17,6 @@ namespace {
 
 std::string layer_name(int l, const char* suffix) {
   return "model.layers." + std::to_string(l) + "." + suffix;
-}
-
-[[noreturn]] void die(const std::string& msg) {
-  std::fprintf(stderr, "atoll: internal error: %s\n", msg.c_str());
-  std::abort();
 }
 
 }  // namespace
@@ -192,7 +187,8 @@ int64_t count_active_params(const ModelConfig& c) {
 }
 
 void init_params(ParamSet& params, const ModelConfig& cfg, uint64_t seed) {
-  if (!(params.layout() == make_layout(cfg))) die("init_params: layout does not match the config");
+  if (!(params.layout() == make_layout(cfg)))
+    internal_error("init_params: layout does not match the config");
   const double std_base = 0.02;
   const double resid_scale = 1.0 / std::sqrt(2.0 * cfg.layers);
   const auto& views = params.layout().views();
@@ -221,7 +217,7 @@ double flops_per_token(const ModelConfig& c, int T) {
 
 Llama::Llama(const ModelConfig& cfg) : cfg_(cfg) {
   Status st = validate(cfg);
-  if (!st.ok()) die("Llama: invalid config: " + st.message());
+  if (!st.ok()) internal_error("Llama: invalid config: " + st.message());
   layout_ = make_layout(cfg);
   off_embed_ = layout_.find("model.embed_tokens.weight")->offset;
   off_norm_ = layout_.find("model.norm.weight")->offset;
@@ -244,7 +240,8 @@ Llama& Llama::operator=(Llama&&) noexcept = default;
 
 void Llama::check_params(const ParamSet& p, const char* what) const {
   if (!(p.layout() == layout_))
-    die(std::string("Llama::") + what + ": parameter layout does not match the model config");
+    internal_error(std::string("Llama::") + what +
+                   ": parameter layout does not match the model config");
 }
 
 GemmSite Llama::site(int l, int k) const {
@@ -267,14 +264,14 @@ MoeSites Llama::moe_sites(int l) const {
 
 void Llama::ensure_shape(int B, int T, bool with_logits) {
   if (B <= 0 || T <= 0 || T > cfg_.seq_len)
-    die("Llama: bad batch shape B=" + std::to_string(B) + " T=" + std::to_string(T) + " (seq_len " +
-        std::to_string(cfg_.seq_len) + ")");
+    internal_error("Llama: bad batch shape B=" + std::to_string(B) + " T=" + std::to_string(T) +
+                   " (seq_len " + std::to_string(cfg_.seq_len) + ")");
   const size_t N = static_cast<size_t>(B) * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab,
                H = cfg_.heads, L = cfg_.layers;
   const size_t att = static_cast<size_t>(B) * H * T * T;
   if (att > (1ULL << 31) - 1 || (with_logits && N * V > (1ULL << 31) - 1) ||
       N * 3 * C > (1ULL << 31) - 1)
-    die("Llama: batch shape too large for 32-bit indexing");
+    internal_error("Llama: batch shape too large for 32-bit indexing");
   // The dense FFN's gu and swi only for dense layers (MoE layers keep theirs in moe_).
   const auto ffn_f = [&](size_t l) { return moe_ && moe_->is_moe(int(l)) ? size_t(0) : F; };
   size_t layers_total = 0;
@@ -322,8 +319,9 @@ void Llama::check_tokens(const int32_t* tokens, int N) const {
   const int V = cfg_.vocab;
   for (int i = 0; i < N; ++i)
     if (tokens[i] < 0 || tokens[i] >= V)
-      die("Llama::forward: token " + std::to_string(tokens[i]) + " at " + std::to_string(i) +
-          " is outside the vocabulary [0, " + std::to_string(V) + ")");
+      internal_error("Llama::forward: token " + std::to_string(tokens[i]) + " at " +
+                     std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(V) +
+                     ")");
 }
 
 void Llama::forward_trunk(const float* P, const int32_t* tokens) {
@@ -384,8 +382,8 @@ float Llama::forward(const ParamSet& params, const int32_t* tokens, const int32_
     targets_.assign(targets, targets + N);
     for (int i = 0; i < N; ++i) {
       if (targets[i] < -1 || targets[i] >= V)
-        die("Llama::forward: target " + std::to_string(targets[i]) + " at " + std::to_string(i) +
-            " is outside [-1, " + std::to_string(V) + ")");
+        internal_error("Llama::forward: target " + std::to_string(targets[i]) + " at " +
+                       std::to_string(i) + " is outside [-1, " + std::to_string(V) + ")");
       num_targets_ += targets[i] >= 0;
     }
   }
@@ -414,7 +412,7 @@ void Llama::ensure_grad_buffers() {
 void Llama::backward(const ParamSet& params, ParamSet& grads) {
   check_params(params, "backward");
   check_params(grads, "backward (grads)");
-  if (!have_targets_ || B_ == 0) die("Llama::backward without a forward with targets");
+  if (!have_targets_ || B_ == 0) internal_error("Llama::backward without a forward with targets");
   const int N = B_ * T_, C = cfg_.dim, V = cfg_.vocab;
   const size_t NC = static_cast<size_t>(N) * C;
   ensure_grad_buffers();
@@ -438,7 +436,7 @@ void Llama::backward(const ParamSet& params, ParamSet& grads) {
 void Llama::backward_from_hidden(const ParamSet& params, ParamSet& grads, const float* dh) {
   check_params(params, "backward_from_hidden");
   check_params(grads, "backward_from_hidden (grads)");
-  if (B_ == 0) die("Llama::backward_from_hidden without a forward");
+  if (B_ == 0) internal_error("Llama::backward_from_hidden without a forward");
   ensure_grad_buffers();
   backward_trunk(params.data(), grads.data(), dh);
 }

@@ -1,10 +1,9 @@
 #include "algorithms/model/llama_subnet.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
+#include "kernels/core/check.h"
 #include "kernels/cpu/ops.h"
 
 namespace atl::algorithms {
@@ -12,10 +11,6 @@ namespace atl::algorithms {
 namespace ops = atl::kernels::cpu;
 
 namespace {
-[[noreturn]] void die(const std::string& msg) {
-  std::fprintf(stderr, "atoll: internal error: %s\n", msg.c_str());
-  std::abort();
-}
 std::string lname(int l, const char* s) {
   return "model.layers." + std::to_string(l) + "." + s;
 }
@@ -23,7 +18,7 @@ std::string lname(int l, const char* s) {
 
 SubnetLlama::SubnetLlama(const ModelConfig& cfg) : cfg_(cfg) {
   Status st = validate(cfg);
-  if (!st.ok()) die("SubnetLlama: invalid config: " + st.message());
+  if (!st.ok()) internal_error("SubnetLlama: invalid config: " + st.message());
   layout_ = make_layout(cfg);
   off_embed_ = layout_.find("model.embed_tokens.weight")->offset;
   off_norm_ = layout_.find("model.norm.weight")->offset;
@@ -59,7 +54,7 @@ size_t SubnetLlama::buffer_bytes() const {
 }
 
 void SubnetLlama::ensure_shape(int B, int T) {
-  if (B <= 0 || T <= 0 || T > cfg_.seq_len) die("SubnetLlama: bad batch shape");
+  if (B <= 0 || T <= 0 || T > cfg_.seq_len) internal_error("SubnetLlama: bad batch shape");
   const size_t N = static_cast<size_t>(B) * T, C = cfg_.dim, D = C / cfg_.heads,
                Fb = cfg_.ffn_hidden / sub_.ffn_blocks, V = cfg_.vocab, L = cfg_.layers;
   // Activations of one layer with h heads and f blocks kept (x excluded: see below).
@@ -179,14 +174,14 @@ void SubnetLlama::scatter_add(float* G, int l) const {
 
 float SubnetLlama::forward(const ParamSet& params, const int32_t* tokens, const int32_t* targets,
                            int B, int T) {
-  if (!(params.layout() == layout_)) die("SubnetLlama::forward: layout mismatch");
-  if (targets == nullptr) die("SubnetLlama::forward: targets are required");
+  if (!(params.layout() == layout_)) internal_error("SubnetLlama::forward: layout mismatch");
+  if (targets == nullptr) internal_error("SubnetLlama::forward: targets are required");
   if (B != B_ || T != T_) ensure_shape(B, T);
   const int N = B * T, C = cfg_.dim, V = cfg_.vocab, D = C / cfg_.heads,
             Fb = cfg_.ffn_hidden / sub_.ffn_blocks;
   for (int i = 0; i < N; ++i)
     if (tokens[i] < 0 || tokens[i] >= V || targets[i] < -1 || targets[i] >= V)
-      die("SubnetLlama::forward: token or target out of range");
+      internal_error("SubnetLlama::forward: token or target out of range");
   tokens_.assign(tokens, tokens + N);
   targets_.assign(targets, targets + N);
   const float* P = params.data();
@@ -239,8 +234,8 @@ float SubnetLlama::forward(const ParamSet& params, const int32_t* tokens, const 
 
 void SubnetLlama::backward(const ParamSet& params, ParamSet& grads) {
   if (!(params.layout() == layout_) || !(grads.layout() == layout_))
-    die("SubnetLlama::backward: layout mismatch");
-  if (B_ == 0) die("SubnetLlama::backward without a forward");
+    internal_error("SubnetLlama::backward: layout mismatch");
+  if (B_ == 0) internal_error("SubnetLlama::backward without a forward");
   bwd_flops_ = 0;
   if (lowest_ < 0) return;  // nothing trained: no backward at all
   const int B = B_, T = T_, N = B * T, C = cfg_.dim, V = cfg_.vocab, D = C / cfg_.heads,

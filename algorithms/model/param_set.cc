@@ -1,8 +1,8 @@
 #include "algorithms/model/param_set.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
+
+#include "kernels/core/check.h"
 
 namespace atl::algorithms {
 
@@ -39,7 +39,10 @@ std::string ParamLayout::describe() const {
   std::string s;
   for (const auto& v : views_) {
     s += v.name + " (";
-    for (size_t i = 0; i < v.shape.size(); ++i) s += (i ? "," : "") + std::to_string(v.shape[i]);
+    for (size_t i = 0; i < v.shape.size(); ++i) {
+      if (i) s += ',';
+      s += std::to_string(v.shape[i]);
+    }
     s += ")\n";
   }
   return s;
@@ -49,10 +52,7 @@ ParamSet::ParamSet(ParamLayout layout) : layout_(std::move(layout)), data_(layou
 
 float* ParamSet::ptr(const std::string& name) {
   const ParamView* v = layout_.find(name);
-  if (!v) {
-    std::fprintf(stderr, "atoll: internal error: no parameter named %s\n", name.c_str());
-    std::abort();
-  }
+  if (!v) internal_error("no parameter named " + name);
   return data_.data() + v->offset;
 }
 const float* ParamSet::ptr(const std::string& name) const {

@@ -4,11 +4,11 @@
 #include <bit>
 #include <boost/json.hpp>
 #include <boost/json/basic_parser_impl.hpp>  // basic_parser<Handler> member definitions
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <string_view>
+
+#include "kernels/core/check.h"
 
 namespace atl::algorithms {
 
@@ -153,11 +153,8 @@ size_t StTensor::numel() const {
 namespace {
 template <typename T>
 std::vector<T> typed_copy(const StTensor& t, DType want) {
-  if (t.dtype != want || t.data.size() != t.numel() * sizeof(T)) {
-    std::fprintf(stderr, "atoll: internal error: tensor %s is %s, read as %s\n", t.name.c_str(),
-                 dtype_name(t.dtype), dtype_name(want));
-    std::abort();
-  }
+  ATOLL_CHECK(t.dtype == want && t.data.size() == t.numel() * sizeof(T),
+              "tensor " + t.name + " is " + dtype_name(t.dtype) + ", read as " + dtype_name(want));
   std::vector<T> out(t.numel());
   if (!out.empty()) std::memcpy(out.data(), t.data.data(), t.data.size());
   return out;

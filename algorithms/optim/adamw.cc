@@ -1,8 +1,6 @@
 #include "algorithms/optim/adamw.h"
 
-#include <cstdio>
-#include <cstdlib>
-
+#include "kernels/core/check.h"
 #include "kernels/cpu/ops.h"
 
 namespace atl::algorithms {
@@ -11,10 +9,8 @@ AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& cfg)
     : cfg_(cfg), m_(layout), v_(layout) {}
 
 void AdamW::step(ParamSet& params, const ParamSet& grads, double lr) {
-  if (!(params.layout() == m_.layout()) || !(grads.layout() == m_.layout())) {
-    std::fprintf(stderr, "atoll: internal error: AdamW::step: layout mismatch\n");
-    std::abort();
-  }
+  ATOLL_CHECK(params.layout() == m_.layout() && grads.layout() == m_.layout(),
+              "AdamW::step: layout mismatch");
   ++step_;
   kernels::cpu::AdamWParams hp;
   hp.lr = lr;

@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "algorithms/data/dataset.h"
+#include "kernels/core/check.h"
 #include "kernels/cpu/ops.h"
 
 namespace atl::algorithms {
@@ -64,10 +63,7 @@ InnerTrainer::InnerTrainer(const ModelConfig& model, const TrainerConfig& train)
       grads_(model_.layout()),
       adamw_(model_.layout(), adamw_config(train)) {
   Status st = validate(train, model);
-  if (!st.ok()) {
-    std::fprintf(stderr, "atoll: internal error: InnerTrainer: %s\n", st.message().c_str());
-    std::abort();
-  }
+  if (!st.ok()) internal_error("InnerTrainer: " + st.message());
   model_.set_precision(train.precision, train.precision_seed);
 }
 

@@ -1,8 +1,6 @@
 #include "algorithms/optim/masked_adamw.h"
 
-#include <cstdio>
-#include <cstdlib>
-
+#include "kernels/core/check.h"
 #include "kernels/cpu/ops.h"
 
 namespace atl::algorithms {
@@ -16,10 +14,7 @@ MaskedAdamW::MaskedAdamW(const ParamLayout& layout, std::vector<uint32_t> indice
   size_t vi = 0;
   for (uint32_t i : indices) {
     while (vi < views.size() && views[vi].offset + views[vi].numel() <= i) ++vi;
-    if (vi == views.size()) {
-      std::fprintf(stderr, "atoll: internal error: MaskedAdamW: index %u out of range\n", i);
-      std::abort();
-    }
+    ATOLL_CHECK(vi < views.size(), "MaskedAdamW: index " + std::to_string(i) + " out of range");
     (AdamW::decays(views[vi]) ? idx_ : nodecay).push_back(i);
   }
   n_decay_ = idx_.size();

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bench/gpu/bench_moe.h"
+#include "kernels/core/check.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/quantize.h"
 
@@ -22,15 +23,7 @@ namespace fm = atl::kernels::formats;
 
 namespace {
 
-[[noreturn]] void die(const atl::Status& st, const char* what) {
-  std::fprintf(stderr, "bench_cuda: %s: %s\n", what, st.to_string().c_str());
-  std::exit(1);
-}
-#define CHECK(expr)                  \
-  do {                               \
-    const ::atl::Status _s = (expr); \
-    if (!_s.ok()) die(_s, #expr);    \
-  } while (0)
+#define CHECK(expr) ::atl::die_if_error((expr), "bench_cuda: " #expr)
 
 // Owned CUDA event pair timing a stretch of one stream.
 class Timer {
@@ -62,7 +55,7 @@ class Timer {
 template <typename T>
 cu::DeviceBuffer<T> alloc(size_t n) {
   auto b = cu::DeviceBuffer<T>::alloc(n);
-  if (!b.ok()) die(b.status(), "alloc");
+  atl::die_if_error(b.status(), "bench_cuda: alloc");
   return std::move(b).value();
 }
 
@@ -71,9 +64,9 @@ cu::DeviceBuffer<T> alloc(size_t n) {
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   auto n_dev = cu::device_count();
-  if (!n_dev.ok()) die(n_dev.status(), "no CUDA device");
+  atl::die_if_error(n_dev.status(), "bench_cuda: no CUDA device");
   auto ctx_or = cu::Context::create(0);
-  if (!ctx_or.ok()) die(ctx_or.status(), "Context::create");
+  atl::die_if_error(ctx_or.status(), "bench_cuda: Context::create");
   cu::Context& ctx = **ctx_or;
   cudaDeviceProp prop{};
   CHECK(cu::check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties"));

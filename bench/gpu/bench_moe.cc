@@ -8,9 +8,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <vector>
 
+#include "kernels/core/check.h"
 #include "kernels/cuda/moe_ops.h"
 #include "kernels/cuda/ops.h"
 
@@ -20,17 +20,12 @@ namespace cu = atl::kernels::cuda;
 
 namespace {
 
-void check(const Status& st, const char* what) {
-  if (st.ok()) return;
-  std::fprintf(stderr, "bench_cuda: %s: %s\n", what, st.to_string().c_str());
-  std::exit(1);
-}
-#define MOE_CHECK(expr) check((expr), #expr)
+#define MOE_CHECK(expr) die_if_error((expr), "bench_cuda: " #expr)
 
 template <typename T>
 cu::DeviceBuffer<T> buffer(size_t n) {
   auto b = cu::DeviceBuffer<T>::alloc(n);
-  check(b.status(), "alloc");
+  die_if_error(b.status(), "bench_cuda: alloc");
   return std::move(b).value();
 }
 

@@ -1,5 +1,7 @@
 #include "kernels/core/status.h"
 
+#include "kernels/core/check.h"
+
 namespace atl {
 
 const char* status_code_name(StatusCode code) {
@@ -25,5 +27,22 @@ std::string Status::to_string() const {
   if (ok()) return "OK";
   return std::string(status_code_name(code_)) + ": " + message_;
 }
+
+namespace detail {
+
+void statusor_value_of_error(const Status& status) {
+  internal_error("the value of a StatusOr holding an error was read (check ok() first): " +
+                 status.to_string());
+}
+
+Status statusor_error_from(Status status) {
+  if (status.ok())
+    return Internal(
+        "StatusOr made from an OK Status without a value (a function returning StatusOr<T> "
+        "returned a Status that was OK)");
+  return status;
+}
+
+}  // namespace detail
 
 }  // namespace atl

@@ -1,8 +1,10 @@
 // Errors are values (RocksDB/Abseil style): no exceptions cross a module boundary.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <variant>
 
@@ -61,23 +63,50 @@ inline Status Unauthenticated(std::string m) {
 }
 inline Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
 
-// A value or an error.
+namespace detail {
+// StatusOr's failure paths, out of line so that the checks cost one branch where they inline.
+[[noreturn]] void statusor_value_of_error(const Status& status);
+Status statusor_error_from(Status status);
+}  // namespace detail
+
+// A value or an error, never neither: a StatusOr made from an OK Status holds the INTERNAL
+// error "StatusOr made from an OK Status without a value" (else ATOLL_ASSIGN_OR_RETURN would
+// return OK from the middle of a function). Reading the value of an error (value(), *, ->)
+// prints the error and aborts, in every build type: check ok() first.
 template <typename T>
 class [[nodiscard]] StatusOr {
+  static_assert(!std::is_same_v<std::remove_cv_t<T>, Status>,
+                "StatusOr<Status> is ambiguous: return a Status");
+  static_assert(!std::is_reference_v<T>, "StatusOr<T&>: hold a pointer instead");
+
  public:
   StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
-  StatusOr(Status status) : status_(std::move(status)) {}  // NOLINT
+  StatusOr(Status status)                          // NOLINT: implicit by design
+      : status_(detail::statusor_error_from(std::move(status))) {}
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
-  T& operator*() & { return *value_; }
-  const T& operator*() const& { return *value_; }
+  T& value() & {
+    check_value();
+    return *value_;
+  }
+  const T& value() const& {
+    check_value();
+    return *value_;
+  }
+  T&& value() && {
+    check_value();
+    return std::move(*value_);
+  }
+  T* operator->() { return std::addressof(value()); }
+  const T* operator->() const { return std::addressof(value()); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
 
  private:
+  void check_value() const {
+    if (!value_.has_value()) detail::statusor_value_of_error(status_);
+  }
+
   Status status_;
   std::optional<T> value_;
 };

@@ -2,21 +2,13 @@
 // weighted combine and the router's auxiliary losses. Threads split tokens (or experts' GEMM
 // tiles); every sum runs in a fixed order, so results do not depend on the thread count.
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 
+#include "kernels/core/check.h"
 #include "kernels/cpu/moe_ops.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace atl::kernels::cpu {
-
-namespace {
-[[noreturn]] void moe_die(const char* msg, long long v) {
-  std::fprintf(stderr, "atoll: internal error: %s (%lld)\n", msg, v);
-  std::abort();
-}
-}  // namespace
 
 // ---- scores ------------------------------------------------------------------------------------
 
@@ -129,7 +121,8 @@ void moe_plan(MoePlan& p, const int32_t* idx, int N, int E, int K) {
   p.row_token.resize(M);
   p.slot.resize(M);
   for (size_t i = 0; i < M; ++i) {
-    if (idx[i] < 0 || idx[i] >= E) moe_die("moe_plan: expert id out of range", idx[i]);
+    ATOLL_CHECK(idx[i] >= 0 && idx[i] < E,
+                "moe_plan: expert id " + std::to_string(idx[i]) + " out of range");
     ++p.offsets[size_t(idx[i]) + 1];
   }
   for (int e = 0; e < E; ++e) p.offsets[e + 1] += p.offsets[e];

@@ -1,10 +1,10 @@
 #include "kernels/formats/convert.h"
 
 #include <array>
-#include <cassert>
 #include <cfloat>
 #include <cstddef>
 
+#include "kernels/core/check.h"
 #include "kernels/formats/scalar.h"
 #include "kernels/formats/stochastic.h"
 
@@ -26,7 +26,7 @@ constexpr std::array<float, 256> kE5M2Table = make_table<kE5M2Spec>();
 template <typename Out, typename Fn>
 void sr_loop(std::span<const float> in, std::span<Out> out, const Philox& rng, uint64_t first,
              Fn fn) {
-  assert(in.size() == out.size());
+  ATOLL_CHECK(in.size() == out.size(), "input and output spans differ in length");
   uint32_t r[kRandomChunk];
   for (size_t base = 0; base < in.size(); base += kRandomChunk) {
     const size_t n = std::min(kRandomChunk, in.size() - base);
@@ -40,7 +40,7 @@ void sr_loop(std::span<const float> in, std::span<Out> out, const Philox& rng, u
 }  // namespace
 
 void quantize_bf16(std::span<const float> in, std::span<uint16_t> out) {
-  assert(in.size() == out.size());
+  ATOLL_CHECK(in.size() == out.size(), "input and output spans differ in length");
   const float* x = in.data();
   uint16_t* y = out.data();
   const size_t n = in.size();
@@ -51,7 +51,7 @@ void quantize_bf16_sr(std::span<const float> in, std::span<uint16_t> out, const 
   sr_loop(in, out, rng, first_index, [](float x, uint32_t r) { return bf16_from_f32_sr(x, r); });
 }
 void dequantize_bf16(std::span<const uint16_t> in, std::span<float> out) {
-  assert(in.size() == out.size());
+  ATOLL_CHECK(in.size() == out.size(), "input and output spans differ in length");
   const uint16_t* x = in.data();
   float* y = out.data();
   const size_t n = in.size();
@@ -59,7 +59,7 @@ void dequantize_bf16(std::span<const uint16_t> in, std::span<float> out) {
 }
 
 void quantize_fp16(std::span<const float> in, std::span<uint16_t> out, Overflow ov) {
-  assert(in.size() == out.size());
+  ATOLL_CHECK(in.size() == out.size(), "input and output spans differ in length");
   const float* x = in.data();
   uint16_t* y = out.data();
   const size_t n = in.size();
@@ -74,7 +74,7 @@ void quantize_fp16_sr(std::span<const float> in, std::span<uint16_t> out, const 
   sr_loop(in, out, rng, first_index, [ov](float x, uint32_t r) { return fp16_from_f32_sr(x, r, ov); });
 }
 void dequantize_fp16(std::span<const uint16_t> in, std::span<float> out) {
-  assert(in.size() == out.size());
+  ATOLL_CHECK(in.size() == out.size(), "input and output spans differ in length");
   const uint16_t* x = in.data();
   float* y = out.data();
   const size_t n = in.size();
@@ -82,7 +82,7 @@ void dequantize_fp16(std::span<const uint16_t> in, std::span<float> out) {
 }
 
 void quantize_e4m3(std::span<const float> in, std::span<uint8_t> out, Overflow ov) {
-  assert(in.size() == out.size());
+  ATOLL_CHECK(in.size() == out.size(), "input and output spans differ in length");
   const float* x = in.data();
   uint8_t* y = out.data();
   const size_t n = in.size();
@@ -97,7 +97,7 @@ void quantize_e4m3_sr(std::span<const float> in, std::span<uint8_t> out, const P
   sr_loop(in, out, rng, first_index, [ov](float x, uint32_t r) { return e4m3_from_f32_sr(x, r, ov); });
 }
 void dequantize_e4m3(std::span<const uint8_t> in, std::span<float> out) {
-  assert(in.size() == out.size());
+  ATOLL_CHECK(in.size() == out.size(), "input and output spans differ in length");
   const uint8_t* x = in.data();
   float* y = out.data();
   const size_t n = in.size();
@@ -105,7 +105,7 @@ void dequantize_e4m3(std::span<const uint8_t> in, std::span<float> out) {
 }
 
 void quantize_e5m2(std::span<const float> in, std::span<uint8_t> out, Overflow ov) {
-  assert(in.size() == out.size());
+  ATOLL_CHECK(in.size() == out.size(), "input and output spans differ in length");
   const float* x = in.data();
   uint8_t* y = out.data();
   const size_t n = in.size();
@@ -120,7 +120,7 @@ void quantize_e5m2_sr(std::span<const float> in, std::span<uint8_t> out, const P
   sr_loop(in, out, rng, first_index, [ov](float x, uint32_t r) { return e5m2_from_f32_sr(x, r, ov); });
 }
 void dequantize_e5m2(std::span<const uint8_t> in, std::span<float> out) {
-  assert(in.size() == out.size());
+  ATOLL_CHECK(in.size() == out.size(), "input and output spans differ in length");
   const uint8_t* x = in.data();
   float* y = out.data();
   const size_t n = in.size();
@@ -128,14 +128,14 @@ void dequantize_e5m2(std::span<const uint8_t> in, std::span<float> out) {
 }
 
 void quantize_e4m3_scaled(std::span<const float> in, float inv_scale, std::span<uint8_t> out) {
-  assert(in.size() == out.size());
+  ATOLL_CHECK(in.size() == out.size(), "input and output spans differ in length");
   const float* x = in.data();
   uint8_t* y = out.data();
   const size_t n = in.size();
   for (size_t i = 0; i < n; ++i) y[i] = e4m3_from_f32(x[i] * inv_scale, Overflow::kSaturate);
 }
 void dequantize_e4m3_scaled(std::span<const uint8_t> in, float scale, std::span<float> out) {
-  assert(in.size() == out.size());
+  ATOLL_CHECK(in.size() == out.size(), "input and output spans differ in length");
   const uint8_t* x = in.data();
   float* y = out.data();
   const size_t n = in.size();
@@ -143,14 +143,14 @@ void dequantize_e4m3_scaled(std::span<const uint8_t> in, float scale, std::span<
 }
 
 void quantize_e5m2_scaled(std::span<const float> in, float inv_scale, std::span<uint8_t> out) {
-  assert(in.size() == out.size());
+  ATOLL_CHECK(in.size() == out.size(), "input and output spans differ in length");
   const float* x = in.data();
   uint8_t* y = out.data();
   const size_t n = in.size();
   for (size_t i = 0; i < n; ++i) y[i] = e5m2_from_f32(x[i] * inv_scale, Overflow::kSaturate);
 }
 void dequantize_e5m2_scaled(std::span<const uint8_t> in, float scale, std::span<float> out) {
-  assert(in.size() == out.size());
+  ATOLL_CHECK(in.size() == out.size(), "input and output spans differ in length");
   const uint8_t* x = in.data();
   float* y = out.data();
   const size_t n = in.size();

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <bit>
-#include <cassert>
 #include <cmath>
 #include <cstring>
 
+#include "kernels/core/check.h"
 #include "kernels/formats/stochastic.h"
 
 namespace atl::kernels::formats {
@@ -61,7 +61,7 @@ inline float prepare(std::span<const float> in, size_t b, float (&pad)[B], const
 template <int B, bool kSr>
 void q8_impl(std::span<const float> in, std::span<BlockQ8<B>> out, const Philox* rng,
              uint64_t first) {
-  assert(out.size() == int_num_blocks<B>(in.size()));
+  ATOLL_CHECK(out.size() == int_num_blocks<B>(in.size()), "the block span does not fit the values");
   for (size_t b = 0; b < out.size(); ++b) {
     float pad[B];
     const float* v;
@@ -87,7 +87,7 @@ void q8_impl(std::span<const float> in, std::span<BlockQ8<B>> out, const Philox*
 template <int B, bool kSr>
 void q4_impl(std::span<const float> in, std::span<BlockQ4<B>> out, const Philox* rng,
              uint64_t first) {
-  assert(out.size() == int_num_blocks<B>(in.size()));
+  ATOLL_CHECK(out.size() == int_num_blocks<B>(in.size()), "the block span does not fit the values");
   for (size_t b = 0; b < out.size(); ++b) {
     float pad[B];
     const float* v;
@@ -137,7 +137,7 @@ void quantize_q4_sr(std::span<const float> in, std::span<BlockQ4<B>> out, const 
 
 template <int B>
 void dequantize_q8(std::span<const BlockQ8<B>> in, std::span<float> out) {
-  assert(out.size() <= in.size() * B);
+  ATOLL_CHECK(out.size() <= in.size() * B, "more outputs than the blocks hold");
   const size_t full = out.size() / B;
   for (size_t b = 0; b < full; ++b) {
     const float s = in[b].scale;
@@ -151,7 +151,7 @@ void dequantize_q8(std::span<const BlockQ8<B>> in, std::span<float> out) {
 
 template <int B>
 void dequantize_q4(std::span<const BlockQ4<B>> in, std::span<float> out) {
-  assert(out.size() <= in.size() * B);
+  ATOLL_CHECK(out.size() <= in.size() * B, "more outputs than the blocks hold");
   for (size_t b = 0; b < in.size(); ++b) {
     const size_t begin = b * B;
     if (begin >= out.size()) break;

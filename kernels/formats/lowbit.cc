@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <bit>
-#include <cassert>
 #include <cmath>
 #include <cstring>
 
+#include "kernels/core/check.h"
 #include "kernels/formats/scalar.h"
 
 namespace atl::kernels::formats {
@@ -72,7 +72,8 @@ constexpr uint32_t last_byte_limit() {
 
 template <int B>
 void quantize_sign(std::span<const float> in, std::span<BlockSign<B>> out) {
-  assert(out.size() == lowbit_num_blocks<B>(in.size()));
+  ATOLL_CHECK(out.size() == lowbit_num_blocks<B>(in.size()),
+              "the block span does not fit the values");
   for_block_groups<B>(in.size(), [&]<size_t G>(size_t b0, size_t len) {
     double sum[G];
     bool bad[G];
@@ -102,7 +103,8 @@ void quantize_sign(std::span<const float> in, std::span<BlockSign<B>> out) {
 
 template <int B>
 void quantize_ternary(std::span<const float> in, std::span<BlockTernary<B>> out) {
-  assert(out.size() == lowbit_num_blocks<B>(in.size()));
+  ATOLL_CHECK(out.size() == lowbit_num_blocks<B>(in.size()),
+              "the block span does not fit the values");
   constexpr int kBytes = BlockTernary<B>::kBytes;
   for_block_groups<B>(in.size(), [&]<size_t G>(size_t b0, size_t len) {
     const float* v = in.data() + b0 * B;
@@ -162,7 +164,7 @@ void quantize_ternary(std::span<const float> in, std::span<BlockTernary<B>> out)
 
 template <int B>
 bool dequantize_sign(std::span<const BlockSign<B>> in, std::span<float> out) {
-  assert(out.size() <= in.size() * B);
+  ATOLL_CHECK(out.size() <= in.size() * B, "more outputs than the blocks hold");
   bool ok = true;
   for (size_t b = 0; b < in.size() && b * B < out.size(); ++b) {
     const size_t len = block_len<B>(out.size(), b);
@@ -186,7 +188,7 @@ bool dequantize_sign(std::span<const BlockSign<B>> in, std::span<float> out) {
 
 template <int B>
 bool dequantize_ternary(std::span<const BlockTernary<B>> in, std::span<float> out) {
-  assert(out.size() <= in.size() * B);
+  ATOLL_CHECK(out.size() <= in.size() * B, "more outputs than the blocks hold");
   constexpr int kBytes = BlockTernary<B>::kBytes;
   bool ok = true;
   for (size_t b = 0; b < in.size() && b * B < out.size(); ++b) {

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <cassert>
 #include <cstring>
 
+#include "kernels/core/check.h"
 #include "kernels/formats/scalar.h"
 #include "kernels/formats/stochastic.h"
 
@@ -66,7 +66,7 @@ inline uint8_t load_block(std::span<const float> in, size_t b, float (&pad)[kMxB
 template <bool kStochastic>
 void mxfp8_impl(std::span<const float> in, std::span<BlockMxfp8> out, const Philox* rng,
                 uint64_t first) {
-  assert(out.size() == mx_num_blocks(in.size()));
+  ATOLL_CHECK(out.size() == mx_num_blocks(in.size()), "the block span does not fit the values");
   for (size_t b = 0; b < out.size(); ++b) {
     float pad[kMxBlockSize];
     const float* v;
@@ -86,7 +86,7 @@ void mxfp8_impl(std::span<const float> in, std::span<BlockMxfp8> out, const Phil
 template <bool kStochastic>
 void mxfp4_impl(std::span<const float> in, std::span<BlockMxfp4> out, const Philox* rng,
                 uint64_t first) {
-  assert(out.size() == mx_num_blocks(in.size()));
+  ATOLL_CHECK(out.size() == mx_num_blocks(in.size()), "the block span does not fit the values");
   for (size_t b = 0; b < out.size(); ++b) {
     float pad[kMxBlockSize];
     const float* v;
@@ -143,7 +143,7 @@ void quantize_mxfp4_sr(std::span<const float> in, std::span<BlockMxfp4> out, con
 }
 
 void dequantize_mxfp8(std::span<const BlockMxfp8> in, std::span<float> out) {
-  assert(out.size() <= in.size() * kMxBlockSize);
+  ATOLL_CHECK(out.size() <= in.size() * kMxBlockSize, "more outputs than the blocks hold");
   for (size_t b = 0; b < in.size(); ++b) {
     const float x = f32_from_e8m0(in[b].scale);
     float v[kMxBlockSize];
@@ -155,7 +155,7 @@ void dequantize_mxfp8(std::span<const BlockMxfp8> in, std::span<float> out) {
   }
 }
 void dequantize_mxfp4(std::span<const BlockMxfp4> in, std::span<float> out) {
-  assert(out.size() <= in.size() * kMxBlockSize);
+  ATOLL_CHECK(out.size() <= in.size() * kMxBlockSize, "more outputs than the blocks hold");
   for (size_t b = 0; b < in.size(); ++b) {
     const float x = f32_from_e8m0(in[b].scale);
     float v[kMxBlockSize];

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <cassert>
 #include <cfloat>
 #include <cstring>
 #include <vector>
 
+#include "kernels/core/check.h"
 #include "kernels/formats/convert.h"
 #include "kernels/formats/pack.h"
 #include "kernels/formats/scalar.h"
@@ -39,7 +39,7 @@ constexpr size_t kGroup = 16;
 template <bool kStochastic, Rounding kScaleRounding>
 void nvfp4_impl(std::span<const float> in, float ts, std::span<BlockNvfp4> out, const Philox* rng,
                 uint64_t first) {
-  assert(out.size() == nvfp4_num_blocks(in.size()));
+  ATOLL_CHECK(out.size() == nvfp4_num_blocks(in.size()), "the block span does not fit the values");
   constexpr size_t kValues = kGroup * kNvfp4BlockSize;
   for (size_t g = 0; g < out.size(); g += kGroup) {
     const size_t begin = g * kNvfp4BlockSize;
@@ -120,8 +120,9 @@ void block_scale(uint32_t amax_bits, float ts, uint8_t* scale, float* inv) {
 template <Rounding kScaleRounding>
 void nvfp4_2d_impl(std::span<const float> in, size_t rows, size_t cols, float ts,
                    std::span<BlockNvfp4> out) {
-  assert(in.size() == rows * cols);
-  assert(out.size() == nvfp4_2d_num_blocks(rows, cols));
+  ATOLL_CHECK(in.size() == rows * cols, "the span does not hold rows x cols values");
+  ATOLL_CHECK(out.size() == nvfp4_2d_num_blocks(rows, cols),
+              "the block span does not fit the values");
   const size_t nb = nvfp4_num_blocks(cols);
   constexpr size_t kT = kNvfp4BlockSize;
   std::vector<uint32_t> amax(nb);
@@ -170,8 +171,9 @@ void quantize_nvfp4_2d(std::span<const float> in, size_t rows, size_t cols, floa
 
 void dequantize_nvfp4_2d(std::span<const BlockNvfp4> in, size_t rows, size_t cols,
                          float tensor_scale, std::span<float> out) {
-  assert(in.size() == nvfp4_2d_num_blocks(rows, cols));
-  assert(out.size() == rows * cols);
+  ATOLL_CHECK(in.size() == nvfp4_2d_num_blocks(rows, cols),
+              "the block span does not fit the values");
+  ATOLL_CHECK(out.size() == rows * cols, "the span does not hold rows x cols values");
   const size_t nb = nvfp4_num_blocks(cols);
   for (size_t r = 0; r < rows; ++r)
     dequantize_nvfp4(in.subspan(r * nb, nb), tensor_scale, out.subspan(r * cols, cols));
@@ -200,7 +202,7 @@ void quantize_nvfp4_sr(std::span<const float> in, float tensor_scale, std::span<
 }
 
 void dequantize_nvfp4(std::span<const BlockNvfp4> in, float tensor_scale, std::span<float> out) {
-  assert(out.size() <= in.size() * kNvfp4BlockSize);
+  ATOLL_CHECK(out.size() <= in.size() * kNvfp4BlockSize, "more outputs than the blocks hold");
   for (size_t b = 0; b < in.size(); ++b) {
     const size_t begin = b * kNvfp4BlockSize;
     if (begin >= out.size()) break;

@@ -109,6 +109,7 @@ TEST(ExactDelta, CorruptedMessagesAreRejectedBeforeWriting) {
       EXPECT_TRUE(bitwise_equal(out, base)) << what;
     };
     std::vector<uint8_t> m = *good;
+    ASSERT_GE(m.size(), 32u);
     m[m.size() - 10] ^= 0x40;
     expect_rejected(m, false, "flipped value bit, stale CRC");
     expect_rejected(std::vector<uint8_t>(good->begin(), good->end() - 1), true, "truncated");
@@ -176,8 +177,9 @@ TEST(ExactDelta, RandomMutationsNeverCrash) {
       m[rng.u32(3 * t + 1 + f) % m.size()] ^= static_cast<uint8_t>(1u << (rng.u32(7 * t + f) % 8));
     fix_crc(m);
     auto out = decode(m, base);
-    if (out.ok())
+    if (out.ok()) {
       for (float v : *out) ASSERT_TRUE(std::isfinite(v));
+    }
   }
 }
 

@@ -157,7 +157,9 @@ TEST(SubnetLlama, QuarterBudgetSiteCountsAtMostThirtyPercentOfTheFlops) {
   const double budgets[] = {1.0, 0.5, 0.25, 0.25};
   Philox r(8, 8);
   for (int k = 0; k < 4; ++k) {
-    hydra::SiteInput in{"s" + std::to_string(k), budgets[k], hydra::empty_scores(c, 4)};
+    // Not "s" + std::to_string(k): GCC 12's -Wrestrict misfires on that operator+ at -O3.
+    const std::string id = std::string("s").append(std::to_string(k));
+    hydra::SiteInput in{id, budgets[k], hydra::empty_scores(c, 4)};
     for (size_t i = 0; i < in.scores.head.size(); ++i)
       in.scores.head[i] = r.uniform_double(k * 100 + i);
     for (size_t i = 0; i < in.scores.ffn.size(); ++i)

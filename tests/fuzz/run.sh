@@ -38,7 +38,8 @@ fi
 san="-fsanitize=address,undefined -fno-sanitize-recover=all"
 flags="-std=c++20 -O1 -g -I. $proto_flags"
 srcs="algorithms/compress/*.cc kernels/formats/*.cc kernels/core/philox.cc kernels/core/status.cc
-      kernels/core/crc32c.cc algorithms/model/safetensors.cc algorithms/model/param_set.cc"
+      kernels/core/check.cc kernels/core/crc32c.cc algorithms/model/safetensors.cc
+      algorithms/model/param_set.cc"
 lib="$out/libfuzzdeps.a"
 stamp="$out/libfuzzdeps.flags"
 if [ ! -f "$lib" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$flags" ] ||

@@ -222,7 +222,9 @@ void check_int_blocks() {
     ASSERT_FLOAT_EQ(q4[b].scale, amax / 7);
     ASSERT_LE(std::fabs(y8[i] - x[i]), q8[b].scale * 0.5001f) << i;
     ASSERT_LE(std::fabs(y4[i] - x[i]), q4[b].scale * 0.5001f) << i;
-    if (std::fabs(x[i]) == amax) ASSERT_NEAR(y8[i], x[i], amax * 1e-6f);
+    if (std::fabs(x[i]) == amax) {
+      ASSERT_NEAR(y8[i], x[i], amax * 1e-6f);
+    }
   }
   // Zero and NaN/inf blocks.
   std::vector<float> z(3 * B, 0.0f);

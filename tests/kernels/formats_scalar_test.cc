@@ -58,8 +58,6 @@ std::vector<Fmt> all_formats() {
 
 uint32_t sign_bit(const Fmt& f) { return 1u << (f.code_bits - 1); }
 
-bool is_nan_code(const Fmt& f, uint32_t c) { return std::isnan(f.dec(c)); }
-
 // (value, code) for every finite code with the sign bit clear, sorted by value. +0 is first.
 std::vector<std::pair<double, uint32_t>> positive_grid(const Fmt& f) {
   std::vector<std::pair<double, uint32_t>> g;

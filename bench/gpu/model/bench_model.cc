@@ -14,6 +14,7 @@
 
 #include "algorithms/cuda/cuda_trainer.h"
 #include "algorithms/model/llama.h"
+#include "kernels/core/check.h"
 
 namespace {
 
@@ -29,22 +30,15 @@ struct Bench {
 
 std::string run(const Bench& b) {
   auto t = cuda::CudaTrainer::create(b.model, b.train, {0});
-  if (!t.ok()) {
-    std::fprintf(stderr, "bench_cuda_model: %s: %s\n", b.name, t.status().message().c_str());
-    std::exit(1);
-  }
+  const std::string context = std::string("bench_cuda_model: ") + b.name;
+  atl::die_if_error(t.status(), context);
   ParamSet p(make_layout(b.model));
   init_params(p, b.model, 1);
   const int B = b.train.batch, T = b.train.seq;
   std::mt19937 g(7);
   std::vector<int32_t> tok(size_t(B) * (T + 1));
   for (auto& x : tok) x = static_cast<int32_t>(g() % uint32_t(b.model.vocab));
-  auto check = [&](const atl::Status& s) {
-    if (!s.ok()) {
-      std::fprintf(stderr, "bench_cuda_model: %s: %s\n", b.name, s.message().c_str());
-      std::exit(1);
-    }
-  };
+  auto check = [&](const atl::Status& s) { atl::die_if_error(s, context); };
   check((*t)->load_params(p));
   float loss = 0;
   for (int s = 0; s < 3; ++s) check((*t)->step_device(tok.data(), s).status());
