@@ -1,6 +1,9 @@
-// Node side of the coordinator protocol (transport/proto/atoll.proto). Every call has a
-// deadline; failures come back as Status values with one clear line, e.g.
-// "coordinator at 10.0.0.5:7070 unreachable: failed to connect to all addresses".
+// Node side of the coordinator protocol (transport/proto/atoll.proto): what a site worker
+// (node/site_worker.h) needs from its coordinator, whatever carries the messages. It builds the
+// requests, decodes θ pulls (full, exact or lossy deltas, bf16) and checks their fingerprints on
+// top of the protocol's calls (node/coordinator_calls.h): over gRPC (mTLS, or plaintext in
+// --insecure mode; node/grpc_coordinator_calls.h: every call has a deadline, failures are one
+// clear line) or in memory (`atoll simulate`, simulate/in_process_calls.h).
 //
 // Typical loop (the trainer owns the model):
 //   CoordinatorClient c({.target = "host:7070", .tls = *transport::client_credentials(dir, name)});
@@ -15,7 +18,8 @@
 //                    .base_fingerprint = theta->fingerprint, .layout_fingerprint = lf}, delta);
 //   }
 //   c.leave("done");
-// Heartbeats go from a separate thread every heartbeat_interval_ms (the client is thread-safe).
+// Thread-safe: the worker sends heartbeats from a side thread while its main thread trains, and
+// Streaming DiLoCo pushes and pulls from a background thread.
 #pragma once
 
 #include <chrono>
@@ -28,43 +32,69 @@
 #include <vector>
 
 #include "kernels/core/status.h"
-#include "node/coordinator_link.h"
 #include "node/coordinator_calls.h"
 #include "node/grpc_coordinator_calls.h"  // ClientOptions
 
 namespace atl::node {
 
-// The CoordinatorLink on top of the protocol's calls: over gRPC (mTLS, or plaintext in
-// --insecure mode; node/grpc_coordinator_calls.h) or in memory (`atoll simulate`). Builds the
-// requests, decodes θ pulls (full, exact or lossy deltas, bf16) and checks their fingerprints,
-// whichever carries them. Thread-safe.
-class CoordinatorClient : public CoordinatorLink {
+struct PulledParams {
+  uint64_t round = 0;
+  std::vector<float> values;  // numel fp32
+  // The version's SHA-256: of `values`, verified, when exact; otherwise the version the
+  // coordinator announced (values approximate it at bf16 precision, see docs/protocol.md).
+  std::string fingerprint;
+  std::string layout_fingerprint;  // as announced by the coordinator
+  uint64_t bytes = 0;              // payload bytes received
+  std::string codec;               // "none" (full θ), "sparse-delta-exact", "sparse-delta", "bf16"
+  bool exact = true;               // values are θ of `round` bit for bit
+};
+
+// θ the node holds, named in the pull so that the coordinator can send a delta against it.
+struct HeldParams {
+  std::span<const float> values;
+  std::string fingerprint;  // the version it was told it holds (PulledParams::fingerprint)
+  bool exact = true;        // PulledParams::exact of that pull
+};
+
+struct UpdateHeader {
+  uint64_t round = 0;
+  uint64_t tokens = 0;             // tokens processed this round (> 0): aggregation weight
+  double train_loss = 0.0;         // mean inner loss over the round
+  std::string base_fingerprint;    // θ the update was computed from (PulledParams::fingerprint)
+  std::string layout_fingerprint;  // algorithms::layout_fingerprint(layout)
+  // Streaming DiLoCo: the update covers θ[fragment_offset, fragment_offset + numel).
+  uint64_t fragment_offset = 0;
+  // Hydra: the Task's mask fingerprint (numel = the subnetwork's trained element count).
+  std::string mask_fingerprint = "";
+};
+
+class CoordinatorClient {
  public:
   // Over gRPC.
   explicit CoordinatorClient(ClientOptions options);
   explicit CoordinatorClient(std::unique_ptr<CoordinatorCalls> calls);
   const std::string& target() const { return calls_->target(); }
   // Not to be read while another thread joins (the calls below read a locked copy).
-  const std::string& experiment_id() const override { return experiment_id_; }
+  const std::string& experiment_id() const { return experiment_id_; }
 
   // node_name in `req` defaults to the calls' own (ClientOptions::node_name over gRPC).
-  StatusOr<atoll_pb::v1::JoinResponse> join(atoll_pb::v1::JoinRequest req = {}) override;
+  StatusOr<atoll_pb::v1::JoinResponse> join(atoll_pb::v1::JoinRequest req = {});
   StatusOr<bool> heartbeat(uint64_t round, uint32_t inner_step, double loss,
-                           double tokens_per_s) override;
-  StatusOr<atoll_pb::v1::Task> next_task(uint64_t last_round_done, uint32_t wait_ms) override;
+                           double tokens_per_s);
+  StatusOr<atoll_pb::v1::Task> next_task(uint64_t last_round_done, uint32_t wait_ms);
   // The transport checks the chunks (CRC-32C, SHA-256 of the payload); this checks the values'
   // fingerprint and, for a delta, the base it names.
   StatusOr<PulledParams> pull_params(uint64_t round, const std::string& expected_fingerprint = "",
-                                     const HeldParams* held = nullptr) override;
+                                     const HeldParams* held = nullptr);
   // Little-endian fp32.
   StatusOr<uint64_t> push_update(const UpdateHeader& header,
-                                 std::span<const float> delta) override;
+                                 std::span<const float> delta);
   StatusOr<uint64_t> push_encoded(const UpdateHeader& header, const std::string& codec,
-                                  uint64_t numel, const std::string& payload) override;
+                                  uint64_t numel, const std::string& payload);
   Status report_metrics(uint64_t round, uint64_t step,
-                        const std::vector<std::pair<std::string, double>>& metrics) override;
-  Status leave(const std::string& reason) override;
-  Status report_importance(const atoll_pb::v1::ImportanceReport& report) override;
+                        const std::vector<std::pair<std::string, double>>& metrics);
+  Status leave(const std::string& reason);
+  Status report_importance(const atoll_pb::v1::ImportanceReport& report);
 
  private:
   std::string current_experiment_id() const;

@@ -2,7 +2,7 @@
 
 namespace atl::node {
 
-Heartbeater::Heartbeater(CoordinatorLink& link, std::chrono::milliseconds interval)
+Heartbeater::Heartbeater(CoordinatorClient& link, std::chrono::milliseconds interval)
     : link_(link), interval_(interval), thread_([this] { loop(); }) {}
 
 Heartbeater::~Heartbeater() {

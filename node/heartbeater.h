@@ -10,13 +10,13 @@
 #include <mutex>
 #include <thread>
 
-#include "node/coordinator_link.h"
+#include "node/coordinator_client.h"
 
 namespace atl::node {
 
 class Heartbeater {
  public:
-  Heartbeater(CoordinatorLink& link, std::chrono::milliseconds interval);
+  Heartbeater(CoordinatorClient& link, std::chrono::milliseconds interval);
   ~Heartbeater();  // stops and joins the thread
   Heartbeater(const Heartbeater&) = delete;
   Heartbeater& operator=(const Heartbeater&) = delete;
@@ -28,7 +28,7 @@ class Heartbeater {
  private:
   void loop();
 
-  CoordinatorLink& link_;
+  CoordinatorClient& link_;
   std::chrono::milliseconds interval_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -2,7 +2,7 @@
 
 namespace atl::node {
 
-StatusOr<PulledParams> HeldTheta::pull(CoordinatorLink& link,
+StatusOr<PulledParams> HeldTheta::pull(CoordinatorClient& link,
                                        const atoll_pb::v1::Task& task) const {
   HeldParams held{params_.vec(), fingerprint_, exact_};
   return link.pull_params(task.round(), task.params_fingerprint(),

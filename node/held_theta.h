@@ -6,7 +6,7 @@
 
 #include "algorithms/model/param_set.h"
 #include "kernels/core/status.h"
-#include "node/coordinator_link.h"
+#include "node/coordinator_client.h"
 #include "transport/proto/atoll.pb.h"
 
 namespace atl::node {
@@ -24,7 +24,7 @@ class HeldTheta {
   // θ of `task`'s round, as a delta against what is held when the coordinator finds that
   // smaller than the full θ. Reads this object only: another thread may pull while the owner
   // trains, as long as nothing adopts meanwhile.
-  StatusOr<PulledParams> pull(CoordinatorLink& link, const atoll_pb::v1::Task& task) const;
+  StatusOr<PulledParams> pull(CoordinatorClient& link, const atoll_pb::v1::Task& task) const;
 
   // Takes the pulled values (swapped with the previous ones). InvalidArgument when they are
   // another model's size (not retryable).

@@ -63,7 +63,7 @@ enum class Flow { kContinue, kStop };       // after a round
 
 class SiteWorker {
  public:
-  SiteWorker(CoordinatorLink& link, const SiteWorkerOptions& options)
+  SiteWorker(CoordinatorClient& link, const SiteWorkerOptions& options)
       : link_(link), opt_(options) {}
   Status run();
 
@@ -89,7 +89,7 @@ class SiteWorker {
   void report_round(const Task& cur, uint32_t steps, double mean_loss, const Tally& tally,
                     double secs, uint64_t sent);
 
-  CoordinatorLink& link_;
+  CoordinatorClient& link_;
   const SiteWorkerOptions& opt_;
   DeviceChoice devices_;
   DataSpec data_spec_;
@@ -452,7 +452,7 @@ void SiteWorker::report_round(const Task& cur, uint32_t steps, double mean_loss,
 
 }  // namespace
 
-Status run_site_worker(CoordinatorLink& link, const SiteWorkerOptions& options) {
+Status run_site_worker(CoordinatorClient& link, const SiteWorkerOptions& options) {
   SiteWorker worker(link, options);
   return worker.run();
 }

@@ -1,5 +1,5 @@
 // The site worker: one site's side of every algorithm (DiLoCo, Streaming DiLoCo, Hydra, a
-// distillation student), whatever carries its messages. It joins through a CoordinatorLink,
+// distillation student), whatever carries its messages. It joins through a CoordinatorClient,
 // long-polls for tasks, pulls θ, trains inner steps on the site's own data (an InnerStep:
 // node/inner_step.h), pushes the update and merges the next θ as the experiment's SyncStrategy
 // says (node/sync_strategy.h), and reports metrics; heartbeats go from a side thread.
@@ -17,7 +17,7 @@
 #include <string>
 
 #include "kernels/core/status.h"
-#include "node/coordinator_link.h"
+#include "node/coordinator_client.h"
 #include "node/distill_inner.h"
 #include "node/site_config.h"
 #include "transport/tls/credentials.h"
@@ -48,6 +48,6 @@ struct SiteWorkerOptions {
 // Returns OK after a STOP task or a stop request; an error when the coordinator refuses this
 // node (bad certificate, wrong model), the experiment asks for something this node cannot do
 // (one line, before any training), or the coordinator stays unreachable past give_up_after_s.
-Status run_site_worker(CoordinatorLink& link, const SiteWorkerOptions& options);
+Status run_site_worker(CoordinatorClient& link, const SiteWorkerOptions& options);
 
 }  // namespace atl::node

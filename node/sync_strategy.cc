@@ -70,7 +70,7 @@ class StreamingSync final : public SyncStrategy {
     return Status::Ok();
   }
 
-  std::future<ExchangeResult> exchange(CoordinatorLink& link, const EncodedUpdate& update,
+  std::future<ExchangeResult> exchange(CoordinatorClient& link, const EncodedUpdate& update,
                                        const HeldTheta& held, uint64_t round,
                                        const std::atomic<bool>* stop) override {
     return std::async(std::launch::async, [&link, &update, &held, round, stop] {
@@ -180,7 +180,7 @@ class HydraSync final : public SyncStrategy {
 
 }  // namespace
 
-StatusOr<uint64_t> push(CoordinatorLink& link, const EncodedUpdate& update) {
+StatusOr<uint64_t> push(CoordinatorClient& link, const EncodedUpdate& update) {
   if (update.payload)
     return link.push_encoded(update.header, update.codec, update.numel, *update.payload);
   return link.push_update(update.header, update.delta);
@@ -213,7 +213,7 @@ StatusOr<EncodedUpdate> SyncStrategy::make_update(const al::ParamSet& theta,
   return u;
 }
 
-std::future<ExchangeResult> SyncStrategy::exchange(CoordinatorLink& link,
+std::future<ExchangeResult> SyncStrategy::exchange(CoordinatorClient& link,
                                                    const EncodedUpdate& update,
                                                    const HeldTheta& /*held*/, uint64_t /*round*/,
                                                    const std::atomic<bool>* /*stop*/) {

@@ -31,7 +31,7 @@
 #include "algorithms/data/dataset.h"
 #include "algorithms/model/param_set.h"
 #include "kernels/core/status.h"
-#include "node/coordinator_link.h"
+#include "node/coordinator_client.h"
 #include "node/held_theta.h"
 #include "node/inner_step.h"
 #include "node/site_config.h"
@@ -51,7 +51,7 @@ struct EncodedUpdate {
 };
 
 // push_encoded or push_update, as the update's codec says. The payload bytes sent.
-StatusOr<uint64_t> push(CoordinatorLink& link, const EncodedUpdate& update);
+StatusOr<uint64_t> push(CoordinatorClient& link, const EncodedUpdate& update);
 
 // What a round's exchange with the coordinator brought back.
 struct ExchangeResult {
@@ -81,7 +81,7 @@ class SyncStrategy {
   // Pushes `update`. DiLoCo and Hydra push on the calling thread and return a ready future;
   // Streaming DiLoCo also polls for the task after `round` and pulls its θ, on a background
   // thread. `update` and `held` must stay alive and unchanged until the future is ready.
-  virtual std::future<ExchangeResult> exchange(CoordinatorLink& link, const EncodedUpdate& update,
+  virtual std::future<ExchangeResult> exchange(CoordinatorClient& link, const EncodedUpdate& update,
                                                const HeldTheta& held, uint64_t round,
                                                const std::atomic<bool>* stop);
   // Inner steps of the next round to train while the exchange is in flight (τ).
