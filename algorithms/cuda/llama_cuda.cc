@@ -40,20 +40,11 @@ Status check_supported(const ModelConfig& cfg) {
 CudaLlama::CudaLlama(const ModelConfig& cfg, kc::Context& ctx) : cfg_(cfg), ctx_(ctx), gemm_(ctx) {}
 
 GemmSite CudaLlama::site(int l, int k) const {
-  // Llama::site: the same ids and the same bf16 layers (the head always; nvfp4 its tail blocks).
-  GemmSite s;
-  s.id = static_cast<uint32_t>(l) * 4 + static_cast<uint32_t>(k);
-  s.high_precision = l == cfg_.layers || (gemm_.precision() == Precision::kNvfp4 &&
-                                          l >= cfg_.layers - nvfp4_bf16_tail_layers(cfg_.layers));
-  return s;
+  return gemm_site(cfg_.layers, gemm_.precision(), l, k);
 }
 
 MoeSites CudaLlama::moe_sites(int l) const {
-  // Llama::moe_sites: routed experts reuse the dense FFN's ids, the shared expert's lie above.
-  MoeSites s{site(l, 2), site(l, 3), site(l, 2), site(l, 3)};
-  s.shared_gu.id = (1u << 19) + static_cast<uint32_t>(l) * 2;
-  s.shared_down.id = s.shared_gu.id + 1;
-  return s;
+  return moe_gemm_sites(cfg_.layers, gemm_.precision(), l);
 }
 
 CudaLlama::~CudaLlama() = default;

@@ -245,21 +245,11 @@ void Llama::check_params(const ParamSet& p, const char* what) const {
 }
 
 GemmSite Llama::site(int l, int k) const {
-  GemmSite s;
-  s.id = static_cast<uint32_t>(l) * 4 + static_cast<uint32_t>(k);
-  // The head always; nvfp4 also its last blocks (see set_precision in the header).
-  s.high_precision = l == cfg_.layers || (gemm_.precision() == Precision::kNvfp4 &&
-                                          l >= cfg_.layers - nvfp4_bf16_tail_layers(cfg_.layers));
-  return s;
+  return gemm_site(cfg_.layers, gemm_.precision(), l, k);
 }
 
 MoeSites Llama::moe_sites(int l) const {
-  // Routed experts reuse the ids of the dense FFN's gate|up and down (an MoE layer has no dense
-  // FFN); the shared expert's ids lie above every dense id (l·4 + k < 2^19 for any model).
-  MoeSites s{site(l, 2), site(l, 3), site(l, 2), site(l, 3)};
-  s.shared_gu.id = (1u << 19) + static_cast<uint32_t>(l) * 2;
-  s.shared_down.id = s.shared_gu.id + 1;
-  return s;
+  return moe_gemm_sites(cfg_.layers, gemm_.precision(), l);
 }
 
 void Llama::ensure_shape(int B, int T, bool with_logits) {

@@ -112,4 +112,12 @@ double MoeBlocks::weighted_loss() const {
   return impl_->aux_coef * aux_loss_sum() + impl_->z_coef * z_loss_sum();
 }
 
+MoeSites moe_gemm_sites(int layers, Precision precision, int l) {
+  MoeSites s{gemm_site(layers, precision, l, 2), gemm_site(layers, precision, l, 3),
+             gemm_site(layers, precision, l, 2), gemm_site(layers, precision, l, 3)};
+  s.shared_gu.id = (1u << 19) + static_cast<uint32_t>(l) * 2;
+  s.shared_down.id = s.shared_gu.id + 1;
+  return s;
+}
+
 }  // namespace atl::algorithms

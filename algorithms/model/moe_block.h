@@ -23,6 +23,11 @@ struct MoeSites {
   GemmSite gu, down, shared_gu, shared_down;
 };
 
+// The expert GemmSites of MoE block l (same high_precision as the block's dense sites): routed
+// experts reuse the ids of the dense FFN's gate|up and down (an MoE block has no dense FFN); the
+// shared expert's ids lie above every dense id (l·4 + k < 2^19 for any model).
+MoeSites moe_gemm_sites(int layers, Precision precision, int l);
+
 class MoeBlocks {
  public:
   // layout must be make_layout(cfg).

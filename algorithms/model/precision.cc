@@ -70,6 +70,14 @@ int nvfp4_bf16_tail_layers(int layers) {
   return std::max(1, static_cast<int>(std::lround(layers / 8.0)));
 }
 
+GemmSite gemm_site(int layers, Precision precision, int l, int k) {
+  GemmSite s;
+  s.id = static_cast<uint32_t>(l) * 4 + static_cast<uint32_t>(k);
+  s.high_precision = l == layers || (precision == Precision::kNvfp4 &&
+                                     l >= layers - nvfp4_bf16_tail_layers(layers));
+  return s;
+}
+
 OperandFormat operand_format(Precision p, Operand role, bool high_precision) {
   const bool grad = role == Operand::kDgradDy || role == Operand::kWgradDy;
   const bool weight = role == Operand::kFwdW || role == Operand::kDgradW;

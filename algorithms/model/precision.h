@@ -63,6 +63,12 @@ struct GemmSite {
   bool high_precision = false;  // compute this GEMM in bf16 whatever the recipe (fp32: fp32)
 };
 
+// GEMM k (0 qkv, 1 o, 2 gate|up, 3 down) of block l of a model with `layers` blocks; l = layers
+// is the LM head. id = l·4 + k; high_precision for the head always and, with nvfp4, for the
+// last nvfp4_bf16_tail_layers blocks. The one scheme of every backend (CPU Llama, CudaLlama), so
+// both draw the same rounding streams.
+GemmSite gemm_site(int layers, Precision precision, int l, int k);
+
 // The operand roles of the three GEMMs, for the per-operand recipe (see the table above).
 enum class Operand : uint8_t {
   kFwdX,     // forward: activation x (N, IC), reduced along IC
