@@ -1,5 +1,6 @@
 #include "cli/demo_sites.h"
 
+#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <map>
@@ -93,6 +94,14 @@ class VirtualSitesThread final : public DemoSites {
   std::thread thread_;
 };
 
+// The shortest decimal that reads back as the same double: a node given --budget parses the
+// very value an in-process site gets.
+std::string round_trip_decimal(double v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<DemoSites>> start_node_processes(const std::vector<SiteSpec>& sites,
@@ -109,6 +118,8 @@ StatusOr<std::unique_ptr<DemoSites>> start_node_processes(const std::vector<Site
                                      s.name,
                                      "--data",
                                      s.data_spec,
+                                     "--budget",
+                                     round_trip_decimal(s.budget),
                                      "--threads",
                                      std::to_string(o.threads),
                                      "--brown-dir",
@@ -131,7 +142,7 @@ StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngin
                                                         const std::string& brown_dir,
                                                         const std::string& site_log_dir) {
   std::vector<simulate::VirtualSite> virtual_sites;
-  for (const auto& s : sites) virtual_sites.push_back({s.name, s.data_spec, 1.0});
+  for (const auto& s : sites) virtual_sites.push_back({s.name, s.data_spec, s.budget});
   return std::unique_ptr<DemoSites>(std::make_unique<VirtualSitesThread>(
       engine, std::move(virtual_sites), brown_dir, site_log_dir));
 }

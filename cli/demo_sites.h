@@ -16,6 +16,7 @@ namespace atl::cli {
 struct SiteSpec {
   std::string name;       // certificate name / identity ("node-1")
   std::string data_spec;  // "brown:a,b"
+  double budget = 1.0;    // Hydra: the share of the full model's compute this site offers
 };
 
 class DemoSites {
