@@ -79,8 +79,10 @@ int run_teacher(const Args& args) {
   if (!ck.ok()) return fail("node", "cannot load teacher checkpoint: " + ck.status().message());
   const int vocab = ck->meta.model.vocab;
   if (shard->second > vocab)
-    return fail("node", "--vocab-shard " + flags.get_or("vocab-shard", "0/1") +
-                            ": more shards than vocabulary ids", 2);
+    return fail(
+        "node",
+        "--vocab-shard " + flags.get_or("vocab-shard", "0/1") + ": more shards than vocabulary ids",
+        2);
   auto spec = node::parse_data_spec(flags.get_or("data", "brown"));
   if (!spec.ok()) return fail("node", spec.status().message(), 2);
   auto options = node::teacher_service_options(
@@ -189,10 +191,9 @@ struct StudentStep {
   std::unique_ptr<node::DistillInnerStep> step;
   std::string mode;
 };
-std::variant<StudentStep, int> make_student_step(const Flags& flags, const TrainSetup& setup,
-                                                 node::DistillNodeOptions o,
-                                                 const std::atomic<bool>* stop,
-                                                 std::optional<node::LoadedCheckpoint>& local_teacher) {
+std::variant<StudentStep, int> make_student_step(
+    const Flags& flags, const TrainSetup& setup, node::DistillNodeOptions o,
+    const std::atomic<bool>* stop, std::optional<node::LoadedCheckpoint>& local_teacher) {
   algorithms::distill::LossConfig lc;
   lc.alpha = o.alpha;
   lc.tau = o.tau;
@@ -212,9 +213,9 @@ std::variant<StudentStep, int> make_student_step(const Flags& flags, const Train
   }
   const bool remote = lc.alpha > 0 && flags.has("teacher");
   if (lc.alpha > 0 && !remote)
-    return fail("node",
-                "--role student needs --teacher HOST:PORT[,...], --teacher-checkpoint, or --alpha 0",
-                2);
+    return fail(
+        "node",
+        "--role student needs --teacher HOST:PORT[,...], --teacher-checkpoint, or --alpha 0", 2);
   if (!remote) {
     lc.alpha = 0;
     auto step = node::DistillInnerStep::create_without_teacher(lc, setup.model, setup.trainer);
@@ -275,9 +276,8 @@ int run_student(const Args& args) {
   const int64_t log_every = f->log_every, steps = f->steps;
   ro.on_step = [log_every, steps](const node::StudentStepReport& r) {
     if ((r.step + 1) % log_every != 0 && r.step + 1 != steps) return;
-    std::printf("step %" PRId64 " loss %.6f kl %.6f ce %.6f | %.1f bytes/token | %.1f ms\n",
-                r.step, static_cast<double>(r.stats.loss), r.stats.kl, r.stats.ce,
-                r.bytes_per_token, r.ms);
+    std::printf("step %" PRId64 " loss %.6f kl %.6f ce %.6f | %.1f bytes/token | %.1f ms\n", r.step,
+                static_cast<double>(r.stats.loss), r.stats.kl, r.stats.ce, r.bytes_per_token, r.ms);
     std::fflush(stdout);
   };
   const auto t_run = Clock::now();
@@ -285,10 +285,10 @@ int run_student(const Args& args) {
   if (!run.ok()) return fail("node", run.status().message());
   algorithms::Llama* model = student.step->student_model();
   if (model == nullptr) return fail("node", "the student has no CPU model to evaluate");
-  const double bpb = node::evaluate_bpb(*model, params, setup.site.validation,
-                                        *setup.site.tokenizer, setup.trainer.seq,
-                                        setup.trainer.batch, f->eval_tokens)
-                         .bpb;
+  const double bpb =
+      node::evaluate_bpb(*model, params, setup.site.validation, *setup.site.tokenizer,
+                         setup.trainer.seq, setup.trainer.batch, f->eval_tokens)
+          .bpb;
   const double secs = std::chrono::duration<double>(Clock::now() - t_run).count();
   std::printf(
       "student done: %s | val_bpb %.6f | bytes_per_token %.2f | student_step_ms %.2f | %.1fs\n",

@@ -101,9 +101,9 @@ StatusOr<std::unique_ptr<DistillInnerStep>> DistillInnerStep::create(
   co.tau = o.tau;
   co.window_rows = o.window_rows;
   co.send_tokens = o.send_tokens;
-  auto c = with_wait(o, stop, "no answer from the teachers", "the teachers",
-                     "the teachers answered",
-                     [&] { return TeacherClient::connect(co, model.vocab); });
+  auto c =
+      with_wait(o, stop, "no answer from the teachers", "the teachers", "the teachers answered",
+                [&] { return TeacherClient::connect(co, model.vocab); });
   if (!c.ok()) return c.status();
   d->client_ = std::move(c).value();
   if (!d->gpu_trainer_)

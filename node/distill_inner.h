@@ -109,7 +109,7 @@ class DistillInnerStep {
   std::unique_ptr<algorithms::distill::StudentTrainer> trainer_;  // on the CPU, or
   std::unique_ptr<GpuStudentTrainer> gpu_trainer_;                // on a GPU, or
   std::unique_ptr<algorithms::distill::DistillTrainer> colocated_;  // with the teacher here
-  const algorithms::ParamSet* teacher_params_ = nullptr;           // co-located only
+  const algorithms::ParamSet* teacher_params_ = nullptr;            // co-located only
   // The prefetch in flight: targets of (pending_step_, pending_tokens_).
   int64_t pending_step_ = -1;
   std::vector<int32_t> pending_tokens_;
@@ -127,8 +127,8 @@ struct StudentStepReport {
 };
 
 struct StudentRunOptions {
-  uint64_t seed = 0;    // batches: sample_global_batch(data, seed, step, B, T)
-  int64_t steps = 0;    // global steps 0 … steps − 1
+  uint64_t seed = 0;                        // batches: sample_global_batch(data, seed, step, B, T)
+  int64_t steps = 0;                        // global steps 0 … steps − 1
   const std::atomic<bool>* stop = nullptr;  // checked before every step: ends the run, OK
   std::function<void(const StudentStepReport&)> on_step;  // after every step; may be empty
 };

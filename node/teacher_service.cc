@@ -75,8 +75,8 @@ StatusOr<TeacherServiceOptions> teacher_service_options(LoadedCheckpoint checkpo
                                                         int shards, bool require_tls_identity) {
   const int vocab = checkpoint.meta.model.vocab;
   if (shards > vocab)
-    return InvalidArgument("--vocab-shard " + std::to_string(shard) + "/" +
-                           std::to_string(shards) + ": more shards than vocabulary ids");
+    return InvalidArgument("--vocab-shard " + std::to_string(shard) + "/" + std::to_string(shards) +
+                           ": more shards than vocabulary ids");
   ATOLL_ASSIGN_OR_RETURN(SiteData site,
                          load_site_data_with_blob(data, checkpoint.meta.tokenizer, brown_dir));
   TeacherServiceOptions o;
