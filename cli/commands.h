@@ -23,6 +23,8 @@ int cmd_simulate(const Args& args);
 int demo_hydra(const Args& args);
 // `atoll demo --algorithm distill` (cli/demo_distill.cc).
 int cmd_demo_distill(const Args& args);
+// `atoll simulate --algorithm distill` (cli/demo_distill.cc): the same, students in-process.
+int cmd_simulate_distill(const Args& args);
 int cmd_bench(const Args& args);
 int cmd_token(const Args& args);
 

@@ -13,22 +13,6 @@ namespace atl::cli {
 
 namespace {
 
-// `--algorithm NAME` (or --algorithm=NAME): which demo to run; "" when absent. The DiLoCo demo
-// is this file's; each other algorithm's demo lives in its own file.
-std::string demo_algorithm(const Args& args, Args* rest) {
-  std::string name;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--algorithm" && i + 1 < args.size()) {
-      name = args[++i];
-    } else if (args[i].rfind("--algorithm=", 0) == 0) {
-      name = args[i].substr(12);
-    } else {
-      rest->push_back(args[i]);
-    }
-  }
-  return name;
-}
-
 // Node processes are one per site on this machine: the demo keeps to the 15 Brown genres.
 constexpr int64_t kMaxDemoSites = 15;
 
@@ -45,7 +29,7 @@ int cmd_demo_diloco(const Args& args) {
 
 int cmd_demo(const Args& args) {
   Args rest;
-  const std::string algorithm = demo_algorithm(args, &rest);
+  const std::string algorithm = take_algorithm_flag(args, &rest);
   if (algorithm == "distill") return cmd_demo_distill(rest);
   if (algorithm == "hydra") return demo_hydra(rest);  // cli/demo_hydra.cc
   if (!algorithm.empty() && algorithm != "diloco")

@@ -6,6 +6,21 @@
 
 namespace atl::cli {
 
+std::string take_algorithm_flag(const std::vector<std::string>& args,
+                                std::vector<std::string>* rest) {
+  std::string name;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--algorithm" && i + 1 < args.size()) {
+      name = args[++i];
+    } else if (args[i].rfind("--algorithm=", 0) == 0) {
+      name = args[i].substr(12);
+    } else {
+      rest->push_back(args[i]);
+    }
+  }
+  return name;
+}
+
 std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
   return with_after_done_flags(
       {{"algorithm", true, "diloco (this demo), distill or hydra (see --algorithm NAME --help)",

@@ -34,6 +34,11 @@ struct DemoExperiment {
   AfterDone after;
 };
 
+// `--algorithm NAME` (or --algorithm=NAME) in `args`: NAME, "" when absent; every other argument
+// goes to *rest (each algorithm's demo has its own flags).
+std::string take_algorithm_flag(const std::vector<std::string>& args,
+                                std::vector<std::string>* rest);
+
 // The flags (for Flags' constructor); `max_sites` bounds --nodes.
 std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites);
 

@@ -9,18 +9,20 @@
 
 #include "node/subprocess.h"
 #include "simulate/virtual_sites.h"
+#include "transport/tls/credentials.h"
 
 namespace atl::cli {
 namespace {
 
 class NodeProcesses final : public DemoSites {
  public:
-  NodeProcesses(std::vector<std::string> names, std::string log_dir)
-      : names_(std::move(names)), log_dir_(std::move(log_dir)) {}
+  NodeProcesses(std::vector<std::string> names, std::string log_dir, std::string log_prefix = "")
+      : names_(std::move(names)),
+        log_dir_(std::move(log_dir)),
+        log_prefix_(std::move(log_prefix)) {}
 
   Status spawn(const std::vector<std::string>& argv, const std::string& name) {
-    ATOLL_ASSIGN_OR_RETURN(node::Subprocess p,
-                           node::Subprocess::spawn(argv, log_dir_ + "/" + name + ".log"));
+    ATOLL_ASSIGN_OR_RETURN(node::Subprocess p, node::Subprocess::spawn(argv, log_path(name)));
     procs_.push_back(std::move(p));
     return Status::Ok();
   }
@@ -28,8 +30,8 @@ class NodeProcesses final : public DemoSites {
   std::optional<std::string> failure() override {
     for (size_t i = 0; i < procs_.size(); ++i) {
       if (auto code = procs_[i].wait_for(std::chrono::milliseconds(0)); code && *code != 0)
-        return names_[i] + " exited with code " + std::to_string(*code) + " (see " + log_dir_ +
-               "/" + names_[i] + ".log)";
+        return names_[i] + " exited with code " + std::to_string(*code) + " (see " +
+               log_path(names_[i]) + ")";
     }
     return std::nullopt;
   }
@@ -40,8 +42,12 @@ class NodeProcesses final : public DemoSites {
   }
 
  private:
+  std::string log_path(const std::string& name) const {
+    return log_dir_ + "/" + log_prefix_ + name + ".log";
+  }
+
   std::vector<std::string> names_;
-  std::string log_dir_;
+  std::string log_dir_, log_prefix_;
   std::vector<node::Subprocess> procs_;
 };
 
@@ -50,9 +56,10 @@ class NodeProcesses final : public DemoSites {
 class VirtualSitesThread final : public DemoSites {
  public:
   VirtualSitesThread(coordinator::RoundEngine& engine, std::vector<simulate::VirtualSite> sites,
-                     const std::string& brown_dir, const std::string& log_dir) {
+                     const std::string& brown_dir, const std::string& log_dir,
+                     const std::string& log_prefix = "") {
     for (const auto& s : sites) {
-      std::FILE* f = std::fopen((log_dir + "/" + s.name + ".log").c_str(), "a");
+      std::FILE* f = std::fopen((log_dir + "/" + log_prefix + s.name + ".log").c_str(), "a");
       if (f) logs_[s.name] = f;
     }
     options_.brown_dir = brown_dir;
@@ -108,7 +115,7 @@ StatusOr<std::unique_ptr<DemoSites>> start_node_processes(const std::vector<Site
                                                          const NodeProcessOptions& o) {
   std::vector<std::string> names;
   for (const auto& s : sites) names.push_back(s.name);
-  auto procs = std::make_unique<NodeProcesses>(names, o.log_dir);
+  auto procs = std::make_unique<NodeProcesses>(names, o.log_dir, o.log_prefix);
   for (const auto& s : sites) {
     std::vector<std::string> argv = {node::self_executable(),
                                      "node",
@@ -132,6 +139,7 @@ StatusOr<std::unique_ptr<DemoSites>> start_node_processes(const std::vector<Site
       argv.push_back("--tls");
       argv.push_back(o.tls_dir);
     }
+    argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
     ATOLL_RETURN_IF_ERROR(procs->spawn(argv, s.name));
   }
   return std::unique_ptr<DemoSites>(std::move(procs));
@@ -145,6 +153,25 @@ StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngin
   for (const auto& s : sites) virtual_sites.push_back({s.name, s.data_spec, s.budget});
   return std::unique_ptr<DemoSites>(std::make_unique<VirtualSitesThread>(
       engine, std::move(virtual_sites), brown_dir, site_log_dir));
+}
+
+StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngine& engine,
+                                                         const std::vector<SiteSpec>& sites,
+                                                         const VirtualSitesOptions& options) {
+  std::vector<simulate::VirtualSite> virtual_sites;
+  for (const auto& s : sites) {
+    simulate::VirtualSite v{s.name, s.data_spec, 1.0};
+    if (!options.distill.teachers.empty()) {
+      v.distill = options.distill;
+      // The site's own certificate, as `atoll node --tls DIR --name NAME` presents it.
+      ATOLL_ASSIGN_OR_RETURN(v.teacher_tls,
+                             transport::client_credentials(options.teacher_tls_dir, s.name,
+                                                           options.distill.server_name));
+    }
+    virtual_sites.push_back(std::move(v));
+  }
+  return std::unique_ptr<DemoSites>(std::make_unique<VirtualSitesThread>(
+      engine, std::move(virtual_sites), options.brown_dir, options.log_dir, options.log_prefix));
 }
 
 }  // namespace atl::cli

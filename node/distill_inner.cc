@@ -20,26 +20,43 @@ bool retryable(const Status& s) {
 }
 
 // Retries `attempt` while the teacher is unavailable, until wait_s has passed or a stop request;
-// anything else fails at once.
+// anything else fails at once. `waiting` names what is waited for in the log ("the teacher at
+// step 5"); `back` is logged when the teacher answers after a wait.
 template <typename F>
-auto with_wait(double wait_s, const std::atomic<bool>* stop, const std::string& what, F&& attempt)
+auto with_wait(const DistillNodeOptions& o, const std::atomic<bool>* stop, const std::string& what,
+               const std::string& waiting, const std::string& back, F&& attempt)
     -> decltype(attempt()) {
-  const auto deadline = Clock::now() + std::chrono::duration<double>(wait_s);
+  const auto deadline = Clock::now() + std::chrono::duration<double>(o.wait_s);
   double backoff = 0.05;
+  bool said = false;
   while (true) {
     auto r = attempt();
-    if (r.ok()) return r;
+    if (r.ok()) {
+      if (said && o.log) o.log(back);
+      return r;
+    }
     if (!retryable(r.status()) || Clock::now() >= deadline || (stop && stop->load())) {
       char buf[64];
-      std::snprintf(buf, sizeof buf, " within --teacher-wait %.1f s: ", wait_s);
+      std::snprintf(buf, sizeof buf, " within --teacher-wait %.1f s: ", o.wait_s);
       return Status(r.status().code(), what + buf + r.status().message() +
                                            " (stopped; no step was trained without its targets)");
     }
+    if (!said && o.log) o.log("waiting for " + waiting + ": " + r.status().message());
+    said = true;
     const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
     std::this_thread::sleep_for(
         std::chrono::duration<double>(std::min(backoff, std::max(left, 0.0))));
     backoff = std::min(backoff * 2, 1.0);
   }
+}
+
+algorithms::distill::LossConfig loss_config(const DistillNodeOptions& o) {
+  algorithms::distill::LossConfig lc;
+  lc.alpha = o.alpha;
+  lc.tau = o.tau;
+  lc.rows = o.loss_rows;
+  lc.shards = o.loss_shards;
+  return lc;
 }
 
 }  // namespace
@@ -56,6 +73,7 @@ Status validate(const DistillNodeOptions& o) {
     return InvalidArgument("--loss-rows and --loss-shards must be >= 1");
   if (!(o.wait_s >= 0) || !(o.rpc_timeout_s > 0))
     return InvalidArgument("--teacher-wait must be >= 0 and --teacher-timeout > 0");
+  if (o.window_rows < 1) return InvalidArgument("--window-rows must be >= 1");
   return Status::Ok();
 }
 
@@ -64,11 +82,7 @@ StatusOr<std::unique_ptr<DistillInnerStep>> DistillInnerStep::create(
     const algorithms::ModelConfig& model, const algorithms::TrainerConfig& train,
     const std::atomic<bool>* stop, const DeviceChoice& devices) {
   ATOLL_RETURN_IF_ERROR(validate(o));
-  algorithms::distill::LossConfig lc;
-  lc.alpha = o.alpha;
-  lc.tau = o.tau;
-  lc.rows = o.loss_rows;
-  lc.shards = o.loss_shards;
+  const algorithms::distill::LossConfig lc = loss_config(o);
   ATOLL_RETURN_IF_ERROR(algorithms::distill::validate(model, model, train, lc));
   std::unique_ptr<DistillInnerStep> d(new DistillInnerStep());
   // The device first: a GPU that cannot be opened is one line before any teacher is waited for.
@@ -85,14 +99,61 @@ StatusOr<std::unique_ptr<DistillInnerStep>> DistillInnerStep::create(
   co.rpc_timeout_s = o.rpc_timeout_s;
   co.representation = o.codec;
   co.tau = o.tau;
-  co.send_tokens = true;  // the site's batches come from the site's own data
-  auto c = with_wait(o.wait_s, stop, "no answer from the teachers",
-                     [&] { return TeacherClient::connect(co, model.vocab); });
+  co.window_rows = o.window_rows;
+  co.send_tokens = o.send_tokens;
+  auto c =
+      with_wait(o, stop, "no answer from the teachers", "the teachers", "the teachers answered",
+                [&] { return TeacherClient::connect(co, model.vocab); });
   if (!c.ok()) return c.status();
   d->client_ = std::move(c).value();
   if (!d->gpu_trainer_)
     d->trainer_ = std::make_unique<algorithms::distill::StudentTrainer>(model, train, lc);
   return d;
+}
+
+StatusOr<std::unique_ptr<DistillInnerStep>> DistillInnerStep::create_colocated(
+    const algorithms::distill::LossConfig& loss, const algorithms::ModelConfig& teacher_model,
+    const algorithms::ParamSet& teacher, const algorithms::ModelConfig& model,
+    const algorithms::TrainerConfig& train) {
+  if (!(loss.alpha > 0))
+    return InvalidArgument("a co-located teacher needs alpha > 0 (alpha 0 trains without one)");
+  ATOLL_RETURN_IF_ERROR(algorithms::distill::validate(model, teacher_model, train, loss));
+  if (teacher.numel() != algorithms::make_layout(teacher_model).numel())
+    return InvalidArgument("the teacher's parameters do not fit its model");
+  std::unique_ptr<DistillInnerStep> d(new DistillInnerStep());
+  d->o_.alpha = loss.alpha;
+  d->o_.tau = loss.tau;
+  d->B_ = train.batch;
+  d->T_ = train.seq;
+  d->colocated_ =
+      std::make_unique<algorithms::distill::DistillTrainer>(model, teacher_model, train, loss);
+  d->teacher_params_ = &teacher;
+  return d;
+}
+
+StatusOr<std::unique_ptr<DistillInnerStep>> DistillInnerStep::create_without_teacher(
+    const algorithms::distill::LossConfig& loss, const algorithms::ModelConfig& model,
+    const algorithms::TrainerConfig& train) {
+  if (loss.alpha != 0)
+    return InvalidArgument("a student without a teacher needs alpha 0 (it has no KL term)");
+  ATOLL_RETURN_IF_ERROR(algorithms::distill::validate(model, model, train, loss));
+  std::unique_ptr<DistillInnerStep> d(new DistillInnerStep());
+  d->o_.alpha = 0;
+  d->o_.tau = loss.tau;
+  d->B_ = train.batch;
+  d->T_ = train.seq;
+  d->trainer_ = std::make_unique<algorithms::distill::StudentTrainer>(model, train, loss);
+  return d;
+}
+
+std::string DistillInnerStep::describe() const {
+  if (client_) return client_->describe();
+  return colocated_ ? "co-located" : "no teacher";
+}
+
+algorithms::Llama* DistillInnerStep::student_model() {
+  if (colocated_) return &colocated_->student_model();
+  return trainer_ ? &trainer_->model() : nullptr;
 }
 
 DistillInnerStep::~DistillInnerStep() {
@@ -101,13 +162,17 @@ DistillInnerStep::~DistillInnerStep() {
 
 StatusOr<TeacherTargets> DistillInnerStep::fetch_with_wait(
     int64_t step, const std::vector<int32_t>& tokens) const {
-  return with_wait(o_.wait_s, stop_, "no teacher targets for step " + std::to_string(step),
-                   [&] { return client_->fetch(0, step, B_, T_, tokens); });
+  const std::string at = "step " + std::to_string(step);
+  return with_wait(o_, stop_, "no teacher targets for " + at, "the teacher at " + at,
+                   "teacher is back at " + at,
+                   [&] { return client_->fetch(o_.request_seed, step, B_, T_, tokens); });
 }
 
 StatusOr<algorithms::distill::DistillStepStats> DistillInnerStep::step(
     algorithms::ParamSet& params, const std::vector<int32_t>& tokens, int64_t step,
     const std::vector<int32_t>* next_tokens) {
+  if (colocated_) return colocated_->step(params, *teacher_params_, tokens.data(), step);
+  if (!client_) return trainer_->step(params, tokens.data(), step, nullptr, nullptr);
   // The prefetched targets are used only when they are for exactly this batch (a new round may
   // start at another step, or a restarted round resample).
   std::optional<StatusOr<TeacherTargets>> got;
@@ -140,6 +205,35 @@ StatusOr<algorithms::distill::DistillStepStats> DistillInnerStep::step(
     bytes_ += targets.wire_bytes;
   }
   return r;
+}
+
+StatusOr<StudentRunResult> train_student(DistillInnerStep& step, algorithms::ParamSet& params,
+                                         const algorithms::data::TokenDataset& data,
+                                         const StudentRunOptions& o) {
+  const int B = step.batch(), T = step.seq();
+  auto batch_of = [&](int64_t s) {
+    return algorithms::data::sample_global_batch(data, o.seed, s, B, T).tokens;
+  };
+  StudentRunResult res;
+  std::vector<int32_t> next = o.steps > 0 ? batch_of(0) : std::vector<int32_t>{};
+  for (int64_t s = 0; s < o.steps && !(o.stop && o.stop->load()); ++s) {
+    const auto t0 = Clock::now();
+    const std::vector<int32_t> tokens = std::move(next);
+    if (s + 1 < o.steps) next = batch_of(s + 1);
+    ATOLL_ASSIGN_OR_RETURN(const algorithms::distill::DistillStepStats st,
+                           step.step(params, tokens, s, s + 1 < o.steps ? &next : nullptr));
+    if (!std::isfinite(st.loss))
+      return Internal("loss became " + std::to_string(st.loss) + " at step " + std::to_string(s));
+    StudentStepReport r;
+    r.step = s;
+    r.stats = st;
+    r.bytes_per_token = step.bytes_per_token();
+    r.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    res.step_ms_sum += r.ms;
+    res.steps_done = s + 1;
+    if (o.on_step) o.on_step(r);
+  }
+  return res;
 }
 
 }  // namespace atl::node

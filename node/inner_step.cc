@@ -120,6 +120,10 @@ class DistillStudentStep final : public InnerStep {
     std::snprintf(t, sizeof(t), ", teacher %.1f bytes/token", distiller_->bytes_per_token());
     return t;
   }
+  // Cumulative over the site's steps, as the round's log line says it.
+  std::vector<std::pair<std::string, double>> round_metrics() const override {
+    return {{"teacher_bytes_per_token", distiller_->bytes_per_token()}};
+  }
 
  private:
   std::unique_ptr<DistillInnerStep> distiller_;

@@ -16,6 +16,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "algorithms/data/dataset.h"
 #include "algorithms/model/param_set.h"
@@ -66,6 +68,9 @@ class InnerStep {
 
   // Appended to the round's log line, e.g. ", teacher 512.0 bytes/token"; "" for nothing.
   virtual std::string round_note() const { return ""; }
+  // Reported to the coordinator with the round's metrics (which keeps them in its store and
+  // shows them on the dashboard), e.g. {"teacher_bytes_per_token", 512}; none by default.
+  virtual std::vector<std::pair<std::string, double>> round_metrics() const { return {}; }
 };
 
 struct InnerStepOptions {

@@ -443,11 +443,12 @@ void SiteWorker::report_round(const Task& cur, uint32_t steps, double mean_loss,
                 "round %" PRIu64 ": %u steps, loss %.4f, %.0f tok/s, sent %" PRIu64 " bytes",
                 cur.round(), steps, mean_loss, tokens_per_s, sent);
   log(line + inner_->round_note());
-  (void)link_.report_metrics(cur.round(), cur.global_step() + cur.inner_steps(),
-                             {{"loss", mean_loss},
-                              {"tokens_per_s", tokens_per_s},
-                              {"bytes_up", static_cast<double>(sent)},
-                              {"round_seconds", secs}});
+  std::vector<std::pair<std::string, double>> metrics = {{"loss", mean_loss},
+                                                         {"tokens_per_s", tokens_per_s},
+                                                         {"bytes_up", static_cast<double>(sent)},
+                                                         {"round_seconds", secs}};
+  for (auto& m : inner_->round_metrics()) metrics.push_back(std::move(m));
+  (void)link_.report_metrics(cur.round(), cur.global_step() + cur.inner_steps(), metrics);
 }
 
 }  // namespace

