@@ -16,7 +16,9 @@ bench_args 2,11 "$@"
 
 if [[ $QUICK == 1 ]]; then SITES="1 8 16"; INNER=5; else SITES="1 8 64"; INNER=25; fi
 ROUNDS=2
-OUT=${OUT:-bench/results/simulate$([[ $QUICK == 1 ]] && echo -quick).json}
+if [[ -z $OUT ]]; then
+  if [[ $QUICK == 1 ]]; then OUT=bench/results/simulate-quick.json; else OUT=bench/results/simulate.json; fi
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/store.h"
+#include "tests/integration/committed_rounds.h"
 #include "tests/integration/cli_test_util.h"
 
 namespace atl::testing {
@@ -86,26 +86,6 @@ std::vector<std::string> students(const std::string& command, const std::string&
           run_dir + ".json"};
 }
 
-// Every committed round's θ fingerprint of the distilled run in the run directory's store.
-std::vector<std::string> round_fingerprints(const std::string& run_dir, uint64_t rounds) {
-  std::vector<std::string> out;
-  auto store = coordinator::Store::open(run_dir + "/store-distill");
-  EXPECT_TRUE(store.ok()) << store.status().to_string();
-  if (!store.ok()) return out;
-  for (uint64_t r = 0; r < rounds; ++r) {
-    auto rec = (*store)->load_round("demo-distill-distill", r);
-    EXPECT_TRUE(rec.ok()) << "round " << r << ": " << rec.status().to_string();
-    out.push_back(rec.ok() ? rec->params_fingerprint : "");
-  }
-  return out;
-}
-
-std::string final_sha256(const std::string& output) {
-  const std::string key = "final sha256       ";
-  const size_t at = output.find(key);
-  return at == std::string::npos ? "" : output.substr(at + key.size(), 64);
-}
-
 boost::json::object summary(const std::string& path) {
   boost::system::error_code ec;
   auto v = boost::json::parse(read_text(path), ec);
@@ -126,14 +106,15 @@ TEST(DistillSimulate, StudentsCommitTheSameThetaAsNodeProcesses) {
   EXPECT_NE(sim.output.find("in-process students, teacher over TLS 1.3 mTLS"), std::string::npos)
       << sim.output;
 
-  const auto demo_rounds = round_fingerprints(dir / "demo", 3);
-  const auto sim_rounds = round_fingerprints(dir / "sim", 3);
+  const std::string experiment = "demo-distill-distill";
+  const auto demo_rounds = committed_fingerprints(dir / "demo/store-distill", experiment, 3);
+  const auto sim_rounds = committed_fingerprints(dir / "sim/store-distill", experiment, 3);
   ASSERT_EQ(demo_rounds.size(), 3u);
   EXPECT_EQ(sim_rounds, demo_rounds);
   // The rounds moved θ: not one fingerprint repeated.
   for (size_t r = 1; r < demo_rounds.size(); ++r) EXPECT_NE(demo_rounds[r], demo_rounds[r - 1]);
-  EXPECT_EQ(final_sha256(demo.output), demo_rounds.back()) << demo.output;
-  EXPECT_EQ(final_sha256(sim.output), demo_rounds.back()) << sim.output;
+  EXPECT_EQ(printed_final_sha256(demo.output), demo_rounds.back()) << demo.output;
+  EXPECT_EQ(printed_final_sha256(sim.output), demo_rounds.back()) << sim.output;
 
   // Both distilled: the in-process sites fetched their targets from the teacher too (bf16: 256
   // logits of 2 bytes per token, as each site reported with its rounds), and learned.

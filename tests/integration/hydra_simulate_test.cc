@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/store.h"
+#include "tests/integration/committed_rounds.h"
 #include "tests/integration/cli_test_util.h"
 
 namespace atl::testing {
@@ -25,29 +25,6 @@ std::vector<std::string> small_hydra(const std::string& command, const std::stri
   return args;
 }
 
-// Every committed round's θ fingerprint of the one experiment in the run directory's store.
-std::vector<std::string> round_fingerprints(const std::string& run_dir) {
-  std::vector<std::string> out;
-  auto store = coordinator::Store::open(run_dir + "/store");
-  EXPECT_TRUE(store.ok()) << store.status().to_string();
-  if (!store.ok()) return out;
-  auto ids = (*store)->list_experiments();
-  EXPECT_TRUE(ids.ok() && ids->size() == 1u) << run_dir;
-  if (!ids.ok() || ids->size() != 1u) return out;
-  for (uint64_t r = 0; r < kRounds; ++r) {
-    auto rec = (*store)->load_round(ids->front(), r);
-    EXPECT_TRUE(rec.ok()) << "round " << r << ": " << rec.status().to_string();
-    out.push_back(rec.ok() ? rec->params_fingerprint : "");
-  }
-  return out;
-}
-
-std::string final_sha256(const std::string& output) {
-  const std::string key = "final sha256 ";
-  const size_t at = output.find(key);
-  return at == std::string::npos ? "" : output.substr(at + key.size(), 64);
-}
-
 TEST(HydraSimulate, CommitsTheSameThetaAsNodeProcesses) {
   TempDir dir;
   auto demo =
@@ -63,15 +40,15 @@ TEST(HydraSimulate, CommitsTheSameThetaAsNodeProcesses) {
     EXPECT_NE(out->find("site-j: brown:j, budget 0.25"), std::string::npos) << *out;
   }
 
-  const auto demo_rounds = round_fingerprints(dir / "demo");
-  const auto sim_rounds = round_fingerprints(dir / "sim");
+  const auto demo_rounds = committed_fingerprints(dir / "demo/store", "hydra-demo", kRounds);
+  const auto sim_rounds = committed_fingerprints(dir / "sim/store", "hydra-demo", kRounds);
   ASSERT_EQ(demo_rounds.size(), kRounds);
   EXPECT_EQ(sim_rounds, demo_rounds);
   // The rounds moved θ: not one fingerprint repeated.
   for (size_t r = 1; r < demo_rounds.size(); ++r) EXPECT_NE(demo_rounds[r], demo_rounds[r - 1]);
-  const std::string fp = final_sha256(demo.output);
+  const std::string fp = printed_final_sha256(demo.output);
   ASSERT_EQ(fp.size(), 64u) << demo.output;
-  EXPECT_EQ(final_sha256(sim.output), fp) << sim.output;
+  EXPECT_EQ(printed_final_sha256(sim.output), fp) << sim.output;
   EXPECT_EQ(fp, demo_rounds.back());
 }
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/store.h"
+#include "tests/integration/committed_rounds.h"
 #include "tests/integration/cli_test_util.h"
 
 namespace atl::testing {
@@ -20,26 +20,6 @@ std::vector<std::string> small_experiment(const std::string& run_dir,
                                    "--store", run_dir, "--seed",   "77"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
-}
-
-// Every committed round's θ fingerprint of experiment "demo" in the run directory's store.
-std::vector<std::string> round_fingerprints(const std::string& run_dir, uint64_t rounds) {
-  std::vector<std::string> out;
-  auto store = coordinator::Store::open(run_dir + "/store");
-  EXPECT_TRUE(store.ok()) << store.status().to_string();
-  if (!store.ok()) return out;
-  for (uint64_t r = 0; r < rounds; ++r) {
-    auto rec = (*store)->load_round("demo", r);
-    EXPECT_TRUE(rec.ok()) << "round " << r << ": " << rec.status().to_string();
-    out.push_back(rec.ok() ? rec->params_fingerprint : "");
-  }
-  return out;
-}
-
-std::string final_sha256(const std::string& output) {
-  const std::string key = "final sha256     ";
-  const size_t at = output.find(key);
-  return at == std::string::npos ? "" : output.substr(at + key.size(), 64);
 }
 
 // Runs the demo (processes, mTLS) and the simulation with the same flags and compares the
@@ -65,15 +45,15 @@ void expect_same_rounds(const std::vector<std::string>& extra, uint64_t syncs) {
   EXPECT_NE(demo.output.find("TLS 1.3 mTLS"), std::string::npos) << demo.output;
   EXPECT_NE(sim.output.find("in-process"), std::string::npos) << sim.output;
 
-  const auto demo_rounds = round_fingerprints(dir / "demo", syncs);
-  const auto sim_rounds = round_fingerprints(dir / "sim", syncs);
+  const auto demo_rounds = committed_fingerprints(dir / "demo/store", "demo", syncs);
+  const auto sim_rounds = committed_fingerprints(dir / "sim/store", "demo", syncs);
   ASSERT_EQ(demo_rounds.size(), syncs);
   EXPECT_EQ(sim_rounds, demo_rounds);
   // The rounds moved θ: not one fingerprint repeated.
   for (size_t r = 1; r < demo_rounds.size(); ++r) EXPECT_NE(demo_rounds[r], demo_rounds[r - 1]);
-  const std::string fp = final_sha256(demo.output);
+  const std::string fp = printed_final_sha256(demo.output);
   ASSERT_EQ(fp.size(), 64u) << demo.output;
-  EXPECT_EQ(final_sha256(sim.output), fp) << sim.output;
+  EXPECT_EQ(printed_final_sha256(sim.output), fp) << sim.output;
   EXPECT_EQ(fp, demo_rounds.back());
 }
 

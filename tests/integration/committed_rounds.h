@@ -1,0 +1,39 @@
+// What the `atoll demo` / `atoll simulate` comparisons read back: every committed round's θ
+// fingerprint from a run's store, and the `final sha256` a command printed.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "coordinator/store.h"
+
+namespace atl::testing {
+
+// The params_fingerprint of rounds 0 … rounds−1 of `experiment` in the store at store_dir
+// ("" for a round that cannot be read, with a test failure).
+inline std::vector<std::string> committed_fingerprints(const std::string& store_dir,
+                                                       const std::string& experiment,
+                                                       uint64_t rounds) {
+  std::vector<std::string> out;
+  auto store = coordinator::Store::open(store_dir);
+  EXPECT_TRUE(store.ok()) << store.status().to_string();
+  if (!store.ok()) return out;
+  for (uint64_t r = 0; r < rounds; ++r) {
+    auto rec = (*store)->load_round(experiment, r);
+    EXPECT_TRUE(rec.ok()) << "round " << r << ": " << rec.status().to_string();
+    out.push_back(rec.ok() ? rec->params_fingerprint : "");
+  }
+  return out;
+}
+
+// The 64 hex digits after "final sha256" in a command's output; "" when it printed none.
+inline std::string printed_final_sha256(const std::string& output) {
+  std::smatch m;
+  static const std::regex re("final sha256 +([0-9a-f]{64})");
+  return std::regex_search(output, m, re) ? m[1].str() : "";
+}
+
+}  // namespace atl::testing
