@@ -12,6 +12,7 @@
 #include "algorithms/model/llama.h"
 #include "cli/commands.h"
 #include "cli/coordinator_setup.h"
+#include "cli/demo_events.h"
 #include "cli/demo_sites.h"
 #include "cli/event_queue.h"
 #include "cli/global_eval.h"
@@ -207,33 +208,15 @@ void on_round_committed(DemoRun& run, const coordinator::RoundRecord& rec, RunTo
 // Follows the coordinator's events until the experiment finishes. Exit code when it does not.
 std::optional<int> watch_rounds(const std::string& cmd, DemoRun& run, RunTotals& t,
                                 uint64_t start_round) {
-  const auto* stop = install_stop_signals();
   const auto t0 = Clock::now();
   uint64_t outer_up = 0, outer_down = 0;  // since the last progress line (P syncs)
   double outer_s = 0;
-  for (;;) {
-    if (stop->load()) {
-      std::printf("interrupted: the store in %s keeps every committed round\n",
-                  run.store_dir.c_str());
-      return 130;
-    }
-    if (auto failure = run.sites->failure()) return fail(cmd, *failure);
-    auto e = run.events.pop(std::chrono::milliseconds(200));
-    if (!e) continue;
-    using K = coordinator::Event::Kind;
-    if (e->kind == K::kRoundCommitted && e->record) {
-      on_round_committed(run, *e->record, t, t0, start_round, outer_up, outer_down, outer_s);
-    } else if (e->kind == K::kFinished) {
-      break;
-    } else if (e->kind == K::kFailed) {
-      run.sites->finish();
-      return fail(cmd, "experiment failed: " + e->message);
-    } else if (e->kind == K::kUpdateRejected || e->kind == K::kNodeLost ||
-               e->kind == K::kRoundRestarted) {
-      std::printf("%s %s: %s\n", coordinator::event_kind_name(e->kind), e->node_id.c_str(),
-                  e->message.c_str());
-    }
-  }
+  DemoEventHandlers handlers;
+  handlers.on_round_committed = [&](const coordinator::Event& e) {
+    on_round_committed(run, *e.record, t, t0, start_round, outer_up, outer_down, outer_s);
+  };
+  if (auto code = follow_demo_events(cmd, run.events, *run.sites, run.store_dir, handlers))
+    return code;
   run.sites->finish();
   t.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
   return std::nullopt;
