@@ -151,19 +151,10 @@ Status start_sites(DemoRun& run) {
   const DemoExperiment& d = run.d;
   std::vector<SiteSpec> specs;
   for (size_t i = 0; i < d.site_names.size(); ++i) specs.push_back({d.site_names[i], d.site_data[i]});
-  if (run.mode == SiteMode::kInProcess) {
-    ATOLL_ASSIGN_OR_RETURN(run.sites, start_virtual_sites(run.rc->service->engine(), specs,
-                                                          d.brown_dir, run.run_dir));
-  } else {
-    NodeProcessOptions o;
-    o.coordinator = run.rc->server->address();
-    o.tls_dir = run.tls_dir;
-    o.insecure = d.insecure;
-    o.threads = static_cast<int>(d.threads);
-    o.brown_dir = d.brown_dir;
-    o.log_dir = run.run_dir;
-    ATOLL_ASSIGN_OR_RETURN(run.sites, start_node_processes(specs, o));
-  }
+  const SiteLaunch launch{run.mode, run.rc->server ? run.rc->server->address() : "",
+                          run.tls_dir, d.insecure, static_cast<int>(d.threads), d.brown_dir,
+                          run.run_dir};
+  ATOLL_ASSIGN_OR_RETURN(run.sites, launch_sites(run.rc->service->engine(), specs, launch));
   return run.rc->service->start();
 }
 

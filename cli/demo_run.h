@@ -7,13 +7,9 @@
 #include <string>
 
 #include "cli/demo_experiment.h"
+#include "cli/demo_sites.h"  // SiteMode
 
 namespace atl::cli {
-
-enum class SiteMode {
-  kProcesses,  // one `atoll node` process per site, mTLS gRPC (or --insecure plaintext)
-  kInProcess,  // one thread per site against the round engine, no network (simulate/)
-};
 
 // Returns the command's exit code (0 done, 1 failure, 2 bad usage, 130 interrupted).
 int run_demo_experiment(const std::string& command, const DemoExperiment& experiment,

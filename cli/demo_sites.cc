@@ -174,4 +174,19 @@ StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngin
       engine, std::move(virtual_sites), options.brown_dir, options.log_dir, options.log_prefix));
 }
 
+StatusOr<std::unique_ptr<DemoSites>> launch_sites(coordinator::RoundEngine& engine,
+                                                 const std::vector<SiteSpec>& sites,
+                                                 const SiteLaunch& launch) {
+  if (launch.mode == SiteMode::kInProcess)
+    return start_virtual_sites(engine, sites, launch.brown_dir, launch.run_dir);
+  NodeProcessOptions o;
+  o.coordinator = launch.coordinator;
+  o.tls_dir = launch.tls_dir;
+  o.insecure = launch.insecure;
+  o.threads = launch.threads;
+  o.brown_dir = launch.brown_dir;
+  o.log_dir = launch.run_dir;
+  return start_node_processes(sites, o);
+}
+
 }  // namespace atl::cli

@@ -14,6 +14,11 @@
 
 namespace atl::cli {
 
+enum class SiteMode {
+  kProcesses,  // one `atoll node` process per site, mTLS gRPC (or --insecure plaintext)
+  kInProcess,  // one thread per site against the round engine, no network (simulate/)
+};
+
 struct SiteSpec {
   std::string name;       // certificate name / identity ("node-1")
   std::string data_spec;  // "brown:a,b"
@@ -67,5 +72,21 @@ struct VirtualSitesOptions {
 StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngine& engine,
                                                          const std::vector<SiteSpec>& sites,
                                                          const VirtualSitesOptions& options);
+
+// How a demo starts its sites, either way.
+struct SiteLaunch {
+  SiteMode mode = SiteMode::kProcesses;
+  std::string coordinator;  // HOST:PORT of the gRPC server (processes only)
+  std::string tls_dir;      // processes only; empty with insecure
+  bool insecure = false;
+  int threads = 1;  // kernel threads per node process (in-process: the caller sets them)
+  std::string brown_dir;
+  std::string run_dir;  // each site's log: <run_dir>/<name>.log
+};
+
+// start_node_processes or start_virtual_sites, as launch.mode says.
+StatusOr<std::unique_ptr<DemoSites>> launch_sites(coordinator::RoundEngine& engine,
+                                                 const std::vector<SiteSpec>& sites,
+                                                 const SiteLaunch& launch);
 
 }  // namespace atl::cli

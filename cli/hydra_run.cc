@@ -136,18 +136,12 @@ Status start_sites(HydraRun& run) {
     // One process-wide setting: every site thread trains with x.threads kernel threads, as a
     // node process started with --threads would.
     kernels::cpu::set_num_threads(static_cast<int>(x.threads));
-    ATOLL_ASSIGN_OR_RETURN(run.running_sites, start_virtual_sites(run.rc->service->engine(), specs,
-                                                                  x.brown_dir, run.run_dir));
-  } else {
-    NodeProcessOptions o;
-    o.coordinator = run.rc->server->address();
-    o.tls_dir = run.tls_dir;
-    o.insecure = x.insecure;
-    o.threads = static_cast<int>(x.threads);
-    o.brown_dir = x.brown_dir;
-    o.log_dir = run.run_dir;
-    ATOLL_ASSIGN_OR_RETURN(run.running_sites, start_node_processes(specs, o));
   }
+  const SiteLaunch launch{run.mode, run.rc->server ? run.rc->server->address() : "",
+                          run.tls_dir, x.insecure, static_cast<int>(x.threads), x.brown_dir,
+                          run.run_dir};
+  ATOLL_ASSIGN_OR_RETURN(run.running_sites,
+                         launch_sites(run.rc->service->engine(), specs, launch));
   std::fflush(stdout);
   return run.rc->service->start();
 }

@@ -23,17 +23,12 @@ using namespace std::chrono_literals;
 using testing_util::TempDir;
 namespace pb = atoll_pb::v1;
 
+// small_config with room for slow machines: 60 s deadlines, 10 s before a silent node is lost.
 ExperimentConfig engine_config(const std::string& name, uint32_t rounds, uint32_t min_nodes) {
-  ExperimentConfig c;
-  c.name = name;
-  c.diloco.rounds = rounds;
-  c.diloco.inner_steps = 10;
-  c.diloco.min_nodes = min_nodes;
-  c.diloco.max_nodes = 8;
+  ExperimentConfig c = testing_util::small_config(name, rounds, min_nodes);
   c.diloco.round_deadline_s = 60;
   c.diloco.heartbeat_interval_s = 1.0;
   c.diloco.lost_after_heartbeats = 10;
-  c.diloco.start_wait_s = 0.5;
   return c;
 }
 

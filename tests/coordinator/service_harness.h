@@ -26,19 +26,7 @@ namespace atl::coordinator::testing {
 
 using namespace std::chrono_literals;
 
-inline ExperimentConfig small_config(const std::string& name, uint32_t rounds, uint32_t min_nodes) {
-  ExperimentConfig c;
-  c.name = name;
-  c.diloco.rounds = rounds;
-  c.diloco.inner_steps = 10;
-  c.diloco.min_nodes = min_nodes;
-  c.diloco.max_nodes = 8;
-  c.diloco.round_deadline_s = 20;
-  c.diloco.heartbeat_interval_s = 0.5;
-  c.diloco.lost_after_heartbeats = 4;
-  c.diloco.start_wait_s = 0.5;
-  return c;
-}
+using testing_util::small_config;
 
 // The fake trainer: Δ for node `index` from θ (numel), deterministic.
 inline std::vector<float> fake_delta(const std::vector<float>& theta, uint32_t index) {

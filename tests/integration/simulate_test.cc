@@ -45,16 +45,8 @@ void expect_same_rounds(const std::vector<std::string>& extra, uint64_t syncs) {
   EXPECT_NE(demo.output.find("TLS 1.3 mTLS"), std::string::npos) << demo.output;
   EXPECT_NE(sim.output.find("in-process"), std::string::npos) << sim.output;
 
-  const auto demo_rounds = committed_fingerprints(dir / "demo/store", "demo", syncs);
-  const auto sim_rounds = committed_fingerprints(dir / "sim/store", "demo", syncs);
-  ASSERT_EQ(demo_rounds.size(), syncs);
-  EXPECT_EQ(sim_rounds, demo_rounds);
-  // The rounds moved θ: not one fingerprint repeated.
-  for (size_t r = 1; r < demo_rounds.size(); ++r) EXPECT_NE(demo_rounds[r], demo_rounds[r - 1]);
-  const std::string fp = printed_final_sha256(demo.output);
-  ASSERT_EQ(fp.size(), 64u) << demo.output;
-  EXPECT_EQ(printed_final_sha256(sim.output), fp) << sim.output;
-  EXPECT_EQ(fp, demo_rounds.back());
+  expect_same_committed_theta(dir / "demo/store", dir / "sim/store", "demo", syncs, demo.output,
+                              sim.output);
 }
 
 TEST(Simulate, DilocoCommitsTheSameThetaAsNodeProcesses) {
