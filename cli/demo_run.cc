@@ -235,32 +235,41 @@ StatusOr<double> baseline_bpb(DemoRun& run) {
   return run.evaluator->bpb(p);
 }
 
-// Plain DiLoCo's bytes on the same run, for comparison: every sync pushes the whole Δ (through
-// the codec) and pulls the whole θ, from every node.
-uint64_t plain_bytes_per_sync(const DemoRun& run, uint64_t numel) {
+// What the run's bytes are compared with, in bytes.
+struct ByteComparison {
+  // Data-parallel training would all-reduce the fp32 gradient every inner step: a ring
+  // all-reduce makes each of the N workers send 2(N−1)/N · numel·4 bytes per step.
+  double ddp = 0;
+  // Plain DiLoCo on the same run: every sync pushes the whole Δ (through the codec) and pulls
+  // the whole θ, from every node; R such syncs. (Streaming pulls the result of every sync but the
+  // very last; plain DiLoCo skips the pull after its last round.)
+  uint64_t plain_per_sync = 0, plain_total = 0;
+};
+
+ByteComparison compare_bytes(const DemoRun& run) {
+  const DemoExperiment& d = run.d;
+  const uint64_t numel = algorithms::make_layout(run.rc->model).numel();
+  const size_t N = d.site_names.size();
+  ByteComparison c;
+  const double steps = static_cast<double>(d.rounds) * static_cast<double>(d.inner_steps);
+  c.ddp = steps * 2.0 * static_cast<double>(N - 1) * static_cast<double>(numel) * 4.0;
   uint64_t plain_up = numel * 4;
-  const std::string& codec = run.d.config.train.codec;
+  const std::string& codec = d.config.train.codec;
   if (codec != "none") {
     if (auto bits = algorithms::compress::bits_per_value(codec, numel); bits.ok())
       plain_up = static_cast<uint64_t>(std::ceil(*bits * static_cast<double>(numel) / 8.0));
   }
-  return static_cast<uint64_t>(run.d.site_names.size()) * (plain_up + numel * 4);
+  c.plain_per_sync = static_cast<uint64_t>(N) * (plain_up + numel * 4);
+  c.plain_total = static_cast<uint64_t>(d.rounds) * c.plain_per_sync;
+  return c;
 }
 
-void print_summary(const DemoRun& run, const RunTotals& t, double baseline) {
+void print_summary(const DemoRun& run, const RunTotals& t, double baseline,
+                   const ByteComparison& c) {
   const DemoExperiment& d = run.d;
   const uint32_t P = run.fragments();
-  const uint64_t numel = algorithms::make_layout(run.rc->model).numel();
   const size_t N = d.site_names.size();
-  // Data-parallel training would all-reduce the fp32 gradient every inner step: a ring
-  // all-reduce makes each of the N workers send 2(N−1)/N · P·4 bytes per step.
-  const double steps = static_cast<double>(d.rounds) * static_cast<double>(d.inner_steps);
-  const double ddp_bytes = steps * 2.0 * static_cast<double>(N - 1) * static_cast<double>(numel) * 4.0;
   const double sent = static_cast<double>(t.bytes_up + t.bytes_down);
-  const uint64_t plain_sync = plain_bytes_per_sync(run, numel);
-  // Streaming pulls the result of every sync but the very last; plain DiLoCo skips the pull
-  // after its last round.
-  const uint64_t plain_total = static_cast<uint64_t>(d.rounds) * plain_sync;
   std::printf("\nsummary: %zu nodes, %" PRIu64 " rounds x %" PRId64 " inner steps, %s\n", N,
               t.rounds_done / P, d.inner_steps, run.transport());
   std::printf("  validation bpb   %.4f -> %.4f\n", t.initial_bpb, t.final_bpb);
@@ -273,15 +282,15 @@ void print_summary(const DemoRun& run, const RunTotals& t, double baseline) {
   if (P > 1)
     std::printf("  peak per sync    %s (plain DiLoCo: %s); %" PRIu64 " syncs, first pull %s\n",
                 format_bytes(static_cast<double>(t.peak_sync())).c_str(),
-                format_bytes(static_cast<double>(plain_sync)).c_str(), t.rounds_done,
+                format_bytes(static_cast<double>(c.plain_per_sync)).c_str(), t.rounds_done,
                 format_bytes(static_cast<double>(t.initial_pull_bytes)).c_str());
   if (P > 1 || d.config.diloco.overlap_steps > 0)
     std::printf("  streaming        %u fragments, overlap %u steps, merge alpha %.2f "
                 "(plain DiLoCo would send %s)\n",
                 P, d.config.diloco.overlap_steps, d.config.diloco.merge_alpha,
-                format_bytes(static_cast<double>(plain_total)).c_str());
+                format_bytes(static_cast<double>(c.plain_total)).c_str());
   std::printf("  data-parallel    %s for the same tokens (%.1fx more)\n",
-              format_bytes(ddp_bytes).c_str(), sent > 0 ? ddp_bytes / sent : 0.0);
+              format_bytes(c.ddp).c_str(), sent > 0 ? c.ddp / sent : 0.0);
   std::printf("  wall time        %s (%.3f rounds/s)\n", format_duration(t.wall_s).c_str(),
               static_cast<double>(t.rounds_done) / t.wall_s);
   if (run.mode == SiteMode::kInProcess)
@@ -291,22 +300,18 @@ void print_summary(const DemoRun& run, const RunTotals& t, double baseline) {
 }
 
 Status write_summary_json(const DemoRun& run, const RunTotals& t, double baseline,
-                          const std::string& path) {
+                          const ByteComparison& c, const std::string& path) {
   const DemoExperiment& d = run.d;
   const coordinator::ExperimentConfig& cfg = d.config;
   const uint32_t P = run.fragments();
-  const uint64_t numel = algorithms::make_layout(run.rc->model).numel();
   const size_t N = d.site_names.size();
-  const double steps = static_cast<double>(d.rounds) * static_cast<double>(d.inner_steps);
-  const double ddp_bytes = steps * 2.0 * static_cast<double>(N - 1) * static_cast<double>(numel) * 4.0;
-  const uint64_t plain_sync = plain_bytes_per_sync(run, numel);
   std::ofstream out(path);
   out << "{\"initial_val_bpb\":" << json_number(t.initial_bpb)
       << ",\"final_val_bpb\":" << json_number(t.final_bpb);
   if (std::isfinite(baseline)) out << ",\"baseline_val_bpb\":" << json_number(baseline);
   out << ",\"bytes_sent\":" << t.bytes_up + t.bytes_down << ",\"bytes_up\":" << t.bytes_up
       << ",\"bytes_down\":" << t.bytes_down
-      << ",\"ddp_bytes_equivalent\":" << static_cast<uint64_t>(ddp_bytes)
+      << ",\"ddp_bytes_equivalent\":" << static_cast<uint64_t>(c.ddp)
       << ",\"tls\":" << (run.tls() ? "true" : "false")
       << ",\"sites\":\"" << (run.mode == SiteMode::kInProcess ? "in-process" : "processes") << "\""
       << ",\"nodes\":" << N << ",\"rounds\":" << t.rounds_done / P
@@ -316,8 +321,8 @@ Status write_summary_json(const DemoRun& run, const RunTotals& t, double baselin
       << cfg.diloco.pull_codec << "\""
       << ",\"syncs\":" << t.rounds_done << ",\"peak_bytes_per_sync\":" << t.peak_sync()
       << ",\"initial_pull_bytes\":" << t.initial_pull_bytes
-      << ",\"plain_peak_bytes_per_sync\":" << plain_sync
-      << ",\"plain_bytes_sent\":" << static_cast<uint64_t>(d.rounds) * plain_sync
+      << ",\"plain_peak_bytes_per_sync\":" << c.plain_per_sync
+      << ",\"plain_bytes_sent\":" << c.plain_total
       << ",\"error_feedback\":" << (cfg.train.error_feedback ? "true" : "false")
       << ",\"outer_lr\":" << json_number(cfg.diloco.outer_lr)
       << ",\"outer_momentum\":" << json_number(cfg.diloco.outer_momentum)
@@ -355,9 +360,10 @@ int run_demo_experiment(const std::string& cmd, const DemoExperiment& d, SiteMod
     if (install_stop_signals()->load()) return 130;
     return fail(cmd, baseline.status().message());
   }
-  print_summary(run, totals, *baseline);
+  const ByteComparison bytes = compare_bytes(run);
+  print_summary(run, totals, *baseline, bytes);
   if (d.summary_json)
-    if (Status s = write_summary_json(run, totals, *baseline, *d.summary_json); !s.ok())
+    if (Status s = write_summary_json(run, totals, *baseline, bytes, *d.summary_json); !s.ok())
       return fail(cmd, s.message());
   serve_after_done(run.rc->http.get(), d.after, install_stop_signals());
   return 0;
