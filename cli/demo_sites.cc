@@ -146,21 +146,11 @@ StatusOr<std::unique_ptr<DemoSites>> start_node_processes(const std::vector<Site
 }
 
 StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngine& engine,
-                                                        const std::vector<SiteSpec>& sites,
-                                                        const std::string& brown_dir,
-                                                        const std::string& site_log_dir) {
-  std::vector<simulate::VirtualSite> virtual_sites;
-  for (const auto& s : sites) virtual_sites.push_back({s.name, s.data_spec, s.budget});
-  return std::unique_ptr<DemoSites>(std::make_unique<VirtualSitesThread>(
-      engine, std::move(virtual_sites), brown_dir, site_log_dir));
-}
-
-StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngine& engine,
                                                          const std::vector<SiteSpec>& sites,
                                                          const VirtualSitesOptions& options) {
   std::vector<simulate::VirtualSite> virtual_sites;
   for (const auto& s : sites) {
-    simulate::VirtualSite v{s.name, s.data_spec, 1.0};
+    simulate::VirtualSite v{s.name, s.data_spec, s.budget};
     if (!options.distill.teachers.empty()) {
       v.distill = options.distill;
       // The site's own certificate, as `atoll node --tls DIR --name NAME` presents it.
@@ -177,8 +167,12 @@ StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngin
 StatusOr<std::unique_ptr<DemoSites>> launch_sites(coordinator::RoundEngine& engine,
                                                  const std::vector<SiteSpec>& sites,
                                                  const SiteLaunch& launch) {
-  if (launch.mode == SiteMode::kInProcess)
-    return start_virtual_sites(engine, sites, launch.brown_dir, launch.run_dir);
+  if (launch.mode == SiteMode::kInProcess) {
+    VirtualSitesOptions o;
+    o.brown_dir = launch.brown_dir;
+    o.log_dir = launch.run_dir;
+    return start_virtual_sites(engine, sites, o);
+  }
   NodeProcessOptions o;
   o.coordinator = launch.coordinator;
   o.tls_dir = launch.tls_dir;

