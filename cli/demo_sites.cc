@@ -132,7 +132,11 @@ StatusOr<std::unique_ptr<DemoSites>> start_node_processes(const std::vector<Site
                                      "--brown-dir",
                                      o.brown_dir,
                                      "--give-up-after",
-                                     "60"};
+                                     "60",
+                                     // The coordinator evaluates on Brown's held-out documents:
+                                     // the sites keep them out of training, as virtual sites do.
+                                     "--val-split",
+                                     "held-out"};
     if (o.insecure) {
       argv.push_back("--insecure");
     } else {

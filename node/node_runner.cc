@@ -36,6 +36,10 @@ Status run_node(const NodeOptions& opt) {
   wo.coordinator = opt.coordinator;
   wo.data_spec = opt.data_spec;
   wo.brown_dir = opt.brown_dir;
+  wo.holdout = opt.holdout;
+  wo.val_data_spec = opt.val_data_spec;
+  wo.val_tokens = opt.val_tokens;
+  wo.data = opt.data;
   wo.device = opt.device;
   wo.devices = opt.devices;
   wo.threads = opt.threads;

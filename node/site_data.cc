@@ -53,8 +53,20 @@ StatusOr<std::unique_ptr<Tokenizer>> tokenizer_from_blob(const std::string& blob
   return std::unique_ptr<Tokenizer>(std::make_unique<BpeTokenizer>(std::move(bpe)));
 }
 
+StatusOr<Holdout> parse_holdout(const std::string& text) {
+  if (text == "none") return Holdout::kNone;
+  if (text == "held-out") return Holdout::kHeldOut;
+  return InvalidArgument("unknown validation split '" + text +
+                         "': use none (every document trains) or held-out (about 10% of the "
+                         "documents, chosen by name, are kept for validation)");
+}
+
+const char* holdout_name(Holdout holdout) {
+  return holdout == Holdout::kNone ? "none" : "held-out";
+}
+
 StatusOr<SiteData> load_site_data(const DataSpec& spec, const TokenizerChoice& choice,
-                                  const std::string& brown_dir) {
+                                  const std::string& brown_dir, Holdout holdout) {
   SiteData site;
   if (spec.kind == DataSpec::Kind::kTokens) {
     if (choice.kind != "bytes")
@@ -63,20 +75,26 @@ StatusOr<SiteData> load_site_data(const DataSpec& spec, const TokenizerChoice& c
     ATOLL_ASSIGN_OR_RETURN(std::vector<int32_t> ids, load_token_file(spec.path));
     int32_t vocab = 0;
     for (int32_t id : ids) vocab = std::max(vocab, id + 1);
-    const size_t n_val = ids.size() / 20;
+    const size_t n_val = holdout == Holdout::kHeldOut ? ids.size() / 20 : 0;
     std::vector<int32_t> train(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(n_val));
     std::vector<int32_t> val(ids.end() - static_cast<std::ptrdiff_t>(n_val), ids.end());
     ATOLL_ASSIGN_OR_RETURN(site.train,
                            algorithms::data::dataset_from_tokens(std::move(train), vocab));
-    ATOLL_ASSIGN_OR_RETURN(site.validation,
-                           algorithms::data::dataset_from_tokens(std::move(val), vocab));
+    if (!val.empty()) {
+      ATOLL_ASSIGN_OR_RETURN(site.validation,
+                             algorithms::data::dataset_from_tokens(std::move(val), vocab));
+    }
     site.tokenizer = std::make_unique<ByteTokenizer>();
     return site;
   }
   ATOLL_ASSIGN_OR_RETURN(auto docs, load_documents(spec, brown_dir));
   if (docs.empty()) return InvalidArgument("data " + spec.to_string() + " holds no documents");
-  auto split = algorithms::data::split_documents(std::move(docs));
-  if (split.train.empty() || split.validation.empty())
+  algorithms::data::DocumentSplit split;
+  if (holdout == Holdout::kNone)
+    split.train = std::move(docs);
+  else
+    split = algorithms::data::split_documents(std::move(docs));
+  if (holdout == Holdout::kHeldOut && (split.train.empty() || split.validation.empty()))
     return InvalidArgument("data " + spec.to_string() + " has " +
                            std::to_string(split.train.size()) + " training and " +
                            std::to_string(split.validation.size()) +
@@ -100,7 +118,35 @@ StatusOr<SiteData> load_site_data(const DataSpec& spec, const TokenizerChoice& c
     site.tokenizer_blob = choice.blob;
   }
   site.train = algorithms::data::build_dataset(split.train, *site.tokenizer);
-  site.validation = algorithms::data::build_dataset(split.validation, *site.tokenizer);
+  if (!split.validation.empty())
+    site.validation = algorithms::data::build_dataset(split.validation, *site.tokenizer);
+  return site;
+}
+
+StatusOr<SiteData> load_site_training_data(const SiteDataOptions& options) {
+  auto spec = parse_data_spec(options.train_spec);
+  if (!spec.ok()) return InvalidArgument("--data: " + spec.status().message());
+  if (!options.val_spec.empty() && options.holdout == Holdout::kHeldOut)
+    return InvalidArgument(
+        "--val-data and --val-split held-out both give the site a validation set: use one");
+  auto site = load_site_data(*spec, TokenizerChoice{}, options.brown_dir, options.holdout);
+  if (!site.ok()) return InvalidArgument("--data: " + site.status().message());
+  // Two tokens are one input and one target: anything less cannot train a step.
+  if (site->train.size() < 2)
+    return InvalidArgument("--data " + spec->to_string() + " holds " +
+                           std::to_string(site->train.size()) +
+                           " training tokens, too few to train on: add documents");
+  if (options.val_spec.empty()) return site;
+  auto val_spec = parse_data_spec(options.val_spec);
+  if (!val_spec.ok()) return InvalidArgument("--val-data: " + val_spec.status().message());
+  auto val = load_site_data(*val_spec, TokenizerChoice{}, options.brown_dir, Holdout::kNone);
+  if (!val.ok()) return InvalidArgument("--val-data: " + val.status().message());
+  if (val->train.size() < 2)
+    return InvalidArgument("--val-data " + val_spec->to_string() + " holds " +
+                           std::to_string(val->train.size()) +
+                           " tokens, too few to evaluate: add documents");
+  site->validation = std::move(val->train);
+  site->validation_documents = val->train_documents;
   return site;
 }
 

