@@ -18,6 +18,7 @@
 #include "node/checkpoint.h"
 #include "node/evaluate.h"
 #include "node/site_data.h"
+#include "simulate/train_on_data.h"
 
 namespace atl::cli {
 
@@ -47,6 +48,48 @@ double validation_bpb(InnerTrainer& trainer, const ParamSet& params, const Train
                             setup.trainer.seq, setup.trainer.batch, eval_tokens)
       .bpb;
 }
+
+// The progress line every --log-every steps (mean loss, learning rate, gradient norm, tokens/s
+// and ETA over the window since the last line) and the batch's fingerprint.
+class StepProgress {
+ public:
+  StepProgress(int64_t first_step, int64_t total_steps, int64_t log_every)
+      : first_(first_step), total_(total_steps), every_(log_every) {}
+
+  void add(const simulate::TrainedStep& t, bool last) {
+    const algorithms::StepStats& st = *t.stats;
+    window_tokens_ += st.tokens;
+    window_loss_ += st.loss;
+    ++window_steps_;
+    const int64_t done = t.step + 1;
+    if (done % every_ != 0 && !last) return;
+    const auto now = Clock::now();
+    const double dt = std::chrono::duration<double>(now - window_start_).count();
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    const double eta =
+        (elapsed / static_cast<double>(done - first_)) * static_cast<double>(total_ - done);
+    std::printf("step %6" PRId64 "/%" PRId64 " | loss %.4f | lr %.2e | grad %.3f | %s tok/s | "
+                "ETA %s\n",
+                done, total_, window_loss_ / window_steps_, st.lr, st.grad_norm,
+                format_count(dt > 0 ? window_tokens_ / dt : 0).c_str(),
+                format_duration(eta).c_str());
+    std::printf("batch %" PRId64 " sha256 %s\n", t.step,
+                algorithms::data::batch_sha256(*t.batch).substr(0, 16).c_str());
+    std::fflush(stdout);
+    window_start_ = now;
+    window_tokens_ = 0;
+    window_loss_ = 0;
+    window_steps_ = 0;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  int64_t first_, total_, every_;
+  Clock::time_point start_ = Clock::now(), window_start_ = start_;
+  int64_t window_tokens_ = 0;
+  double window_loss_ = 0;
+  int window_steps_ = 0;
+};
 
 }  // namespace
 
@@ -129,7 +172,7 @@ int cmd_train(const Args& args) {
   if (ec) return fail("train", "cannot create --out directory " + out_dir + ": " + ec.message());
   const std::string ckpt_path = out_dir + "/checkpoint.safetensors";
 
-  auto save = [&](int64_t step_done) -> bool {
+  auto save = [&](int64_t step_done) -> Status {
     node::CheckpointMeta meta;
     meta.model = setup.model;
     meta.step = step_done;
@@ -139,13 +182,10 @@ int cmd_train(const Args& args) {
     meta.extra["trainer"] = setup.trainer_summary;
     meta.extra["total_steps"] = std::to_string(total_steps);
     Status s = node::save_checkpoint(ckpt_path, meta, params, &trainer.optimizer());
-    if (!s.ok()) {
-      (void)fail("train", "cannot write checkpoint: " + s.message());
-      return false;
-    }
+    if (!s.ok()) return Status(s.code(), "cannot write checkpoint: " + s.message());
     std::printf("checkpoint: %s (step %" PRId64 ", sha256 %s)\n", ckpt_path.c_str(), step_done,
                 params.fingerprint().substr(0, 16).c_str());
-    return true;
+    return Status::Ok();
   };
 
   std::printf(
@@ -158,58 +198,30 @@ int cmd_train(const Args& args) {
       resumed ? (" (resuming at step " + std::to_string(start) + ")").c_str() : "");
   std::fflush(stdout);
 
-  using clock = std::chrono::steady_clock;
-  auto t_start = clock::now();
-  auto t_window = t_start;
-  int64_t window_tokens = 0;
-  double window_loss = 0;
-  int window_steps = 0;
-  for (int64_t step = start; step < total_steps; ++step) {
-    auto batch = algorithms::data::sample_global_batch(setup.site.train, setup.seed, step,
-                                                       setup.trainer.batch, setup.trainer.seq);
-    auto st = trainer.step(params, batch.tokens.data(), step);
-    if (!std::isfinite(st.loss))
-      return fail("train", "loss became " + std::to_string(st.loss) + " at step " +
-                               std::to_string(step) + ": lower --lr or enable --grad-clip");
-    window_tokens += st.tokens;
-    window_loss += st.loss;
-    ++window_steps;
-    const int64_t done = step + 1;
-    if (done % *log_every == 0 || done == total_steps) {
-      auto now = clock::now();
-      double dt = std::chrono::duration<double>(now - t_window).count();
-      double tps = dt > 0 ? window_tokens / dt : 0;
-      double elapsed = std::chrono::duration<double>(now - t_start).count();
-      double eta =
-          (elapsed / static_cast<double>(done - start)) * static_cast<double>(total_steps - done);
-      std::printf("step %6" PRId64 "/%" PRId64
-                  " | loss %.4f | lr %.2e | grad %.3f | %s tok/s | "
-                  "ETA %s\n",
-                  done, total_steps, window_loss / window_steps, st.lr, st.grad_norm,
-                  format_count(tps).c_str(), format_duration(eta).c_str());
-      std::printf("batch %" PRId64 " sha256 %s\n", step,
-                  algorithms::data::batch_sha256(batch).substr(0, 16).c_str());
-      std::fflush(stdout);
-      t_window = now;
-      window_tokens = 0;
-      window_loss = 0;
-      window_steps = 0;
-    }
+  // Steps [start, end): the whole schedule, or up to --stop-after (then a checkpoint to resume).
+  const int64_t end =
+      *stop_after > start && *stop_after < total_steps ? *stop_after : total_steps;
+  StepProgress progress(start, total_steps, *log_every);
+  simulate::TrainOnDataOptions o;
+  o.data_seed = setup.seed;
+  o.first_step = start;
+  o.end_step = end;
+  o.after_step = [&](const simulate::TrainedStep& t) -> Status {
+    const int64_t done = t.step + 1;
+    progress.add(t, done == total_steps);
     if ((*eval_every > 0 && done % *eval_every == 0) || done == total_steps) {
-      double bpb = validation_bpb(trainer, params, setup, *eval_tokens);
-      std::printf("eval  step %" PRId64 " | val bpb %.4f\n", done, bpb);
+      std::printf("eval  step %" PRId64 " | val bpb %.4f\n", done,
+                  validation_bpb(trainer, params, setup, *eval_tokens));
       std::fflush(stdout);
     }
-    const bool stopping = *stop_after > 0 && done == *stop_after && done < total_steps;
-    if ((*ckpt_every > 0 && done % *ckpt_every == 0) || done == total_steps || stopping) {
-      if (!save(done)) return 1;
-    }
-    if (stopping) {
-      std::printf("stopped after step %" PRId64 " of %" PRId64 ": continue with --resume %s\n",
-                  done, total_steps, ckpt_path.c_str());
-      break;
-    }
-  }
+    if ((*ckpt_every > 0 && done % *ckpt_every == 0) || done == end) return save(done);
+    return Status::Ok();
+  };
+  if (Status s = simulate::train_on_data(trainer, params, setup.site.train, o); !s.ok())
+    return fail("train", s.message());
+  if (end < total_steps)
+    std::printf("stopped after step %" PRId64 " of %" PRId64 ": continue with --resume %s\n", end,
+                total_steps, ckpt_path.c_str());
   std::printf("final sha256 %s\n", params.fingerprint().c_str());
   if (*sample_n > 0) {
     std::vector<int32_t> prompt = setup.site.tokenizer->encode("The ");
