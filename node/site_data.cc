@@ -40,11 +40,11 @@ StatusOr<TokenizerChoice> parse_tokenizer_choice(const std::string& text) {
 }
 
 StatusOr<SiteData> load_site_data_with_blob(const DataSpec& spec, const std::string& blob,
-                                            const std::string& brown_dir) {
+                                            const std::string& brown_dir, Holdout holdout) {
   TokenizerChoice choice;
   choice.kind = blob.empty() ? "bytes" : "blob";
   choice.blob = blob;
-  return load_site_data(spec, choice, brown_dir);
+  return load_site_data(spec, choice, brown_dir, holdout);
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> tokenizer_from_blob(const std::string& blob) {
@@ -139,15 +139,35 @@ StatusOr<SiteData> load_site_training_data(const SiteDataOptions& options) {
   if (options.val_spec.empty()) return site;
   auto val_spec = parse_data_spec(options.val_spec);
   if (!val_spec.ok()) return InvalidArgument("--val-data: " + val_spec.status().message());
-  auto val = load_site_data(*val_spec, TokenizerChoice{}, options.brown_dir, Holdout::kNone);
-  if (!val.ok()) return InvalidArgument("--val-data: " + val.status().message());
-  if (val->train.size() < 2)
-    return InvalidArgument("--val-data " + val_spec->to_string() + " holds " +
-                           std::to_string(val->train.size()) +
-                           " tokens, too few to evaluate: add documents");
-  site->validation = std::move(val->train);
-  site->validation_documents = val->train_documents;
+  ATOLL_RETURN_IF_ERROR(set_validation_data(*site, *val_spec, options.brown_dir));
   return site;
+}
+
+Status set_validation_data(SiteData& site, const DataSpec& val, const std::string& brown_dir) {
+  const std::string what = "--val-data " + val.to_string();
+  if (val.kind == DataSpec::Kind::kTokens) {
+    auto ids = load_token_file(val.path);
+    if (!ids.ok()) return InvalidArgument(what + ": " + ids.status().message());
+    const int32_t vocab = site.tokenizer->vocab_size();
+    for (int32_t id : *ids)
+      if (id < 0 || id >= std::max(vocab, site.train.vocab_size))
+        return InvalidArgument(what + " holds token id " + std::to_string(id) +
+                               ", outside the training data's vocabulary");
+    auto tokens = algorithms::data::dataset_from_tokens(std::move(*ids), site.train.vocab_size);
+    if (!tokens.ok()) return InvalidArgument(what + ": " + tokens.status().message());
+    site.validation = std::move(*tokens);
+    site.validation_documents = 0;
+  } else {
+    auto docs = load_documents(val, brown_dir);
+    if (!docs.ok()) return InvalidArgument(what + ": " + docs.status().message());
+    if (docs->empty()) return InvalidArgument(what + " holds no documents: add documents");
+    site.validation = algorithms::data::build_dataset(*docs, *site.tokenizer);
+    site.validation_documents = static_cast<int64_t>(docs->size());
+  }
+  if (site.validation.size() < 2)
+    return InvalidArgument(what + " holds " + std::to_string(site.validation.size()) +
+                           " tokens, too few to evaluate: add documents");
+  return Status::Ok();
 }
 
 }  // namespace atl::node

@@ -47,6 +47,10 @@ StatusOr<SiteData> load_site_data(const DataSpec& spec, const TokenizerChoice& t
                                   const std::string& brown_dir,
                                   Holdout holdout = Holdout::kHeldOut);
 
+// Makes all of `val`'s documents (or tokens) the site's validation set, tokenized with the
+// site's tokenizer; InvalidArgument when they are missing, empty, or outside its vocabulary.
+Status set_validation_data(SiteData& site, const DataSpec& val, const std::string& brown_dir);
+
 // What a site trains on and validates with (`atoll node --data/--val-split/--val-data`).
 struct SiteDataOptions {
   std::string train_spec = "brown";  // DataSpec text
@@ -64,7 +68,8 @@ StatusOr<SiteData> load_site_training_data(const SiteDataOptions& options);
 
 // Same, with a tokenizer restored from a checkpoint (blob as tokenizer_from_blob takes it).
 StatusOr<SiteData> load_site_data_with_blob(const DataSpec& spec, const std::string& blob,
-                                            const std::string& brown_dir);
+                                            const std::string& brown_dir,
+                                            Holdout holdout = Holdout::kHeldOut);
 
 // Rebuilds a tokenizer saved with a checkpoint ("" = bytes).
 StatusOr<std::unique_ptr<algorithms::data::Tokenizer>> tokenizer_from_blob(

@@ -54,7 +54,29 @@ StatusOr<TokenDataset> dataset_from_tokens(std::vector<int32_t> tokens, int32_t 
   return out;
 }
 
+DocumentSplit split_lone_document(Document doc) {
+  const std::string& text = doc.text;
+  const size_t at = text.size() / 10 * 9 + (text.size() % 10) * 9 / 10;  // floor(0.9 · size)
+  size_t cut = text.find('\n', at == 0 ? 0 : at - 1);
+  if (cut != std::string::npos && cut + 1 < text.size()) {
+    cut += 1;  // the line after the break
+  } else {
+    cut = at;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  }
+  Document train = doc, validation = doc;
+  train.name += "[train]";
+  train.text = text.substr(0, cut);
+  validation.name += "[validation]";
+  validation.text = text.substr(cut);
+  DocumentSplit out;
+  if (!train.text.empty()) out.train.push_back(std::move(train));
+  if (!validation.text.empty()) out.validation.push_back(std::move(validation));
+  return out;
+}
+
 DocumentSplit split_documents(std::vector<Document> docs) {
+  if (docs.size() == 1) return split_lone_document(std::move(docs.front()));
   DocumentSplit out;
   for (Document& d : docs) (is_validation(d) ? out.validation : out.train).push_back(std::move(d));
   return out;

@@ -39,11 +39,19 @@ TokenDataset build_dataset(std::span<const Document> docs, const Tokenizer& toke
 // Pre-tokenized data; every id must be in [0, vocab_size).
 StatusOr<TokenDataset> dataset_from_tokens(std::vector<int32_t> tokens, int32_t vocab_size);
 
-// Documents split by is_validation (order kept within each part).
+// Documents split by is_validation (order kept within each part). A lone document (one text
+// file) is split by position instead: validation is its tail from the first line that starts at
+// or after 90% of its bytes (split_lone_document).
 struct DocumentSplit {
   std::vector<Document> train, validation;
 };
 DocumentSplit split_documents(std::vector<Document> docs);
+
+// The positional 90/10 split of one document: the cut is the start of the first line at or after
+// byte floor(0.9 · size); without a line break after that point, the cut is that byte itself,
+// moved back to the start of a UTF-8 character. The parts are named "NAME[train]" and
+// "NAME[validation]"; either may be empty for a tiny document.
+DocumentSplit split_lone_document(Document doc);
 
 // B rows of T+1 tokens, row-major: inputs are columns [0, T), targets columns [1, T+1).
 struct GlobalBatch {

@@ -215,5 +215,31 @@ TEST(SiteData, TooFewTokensToTrainIsOneLine) {
       << r.status().message();
 }
 
+// A lone document is split by position at the first line that starts at or after 90% of it.
+TEST(SiteData, LoneDocumentSplitsAtTheLineAfterNinetyPercent) {
+  using algorithms::data::Document;
+  std::string text;
+  for (int i = 0; i < 10; ++i) text += "line " + std::to_string(i) + " xxxx\n";  // 12 bytes each
+  auto split = algorithms::data::split_documents({Document{"one.txt", "", "", text}});
+  ASSERT_EQ(split.train.size(), 1u);
+  ASSERT_EQ(split.validation.size(), 1u);
+  EXPECT_EQ(split.validation[0].text, "line 9 xxxx\n");  // 90% of 120 bytes is byte 108
+  EXPECT_EQ(split.train[0].text + split.validation[0].text, text);
+  EXPECT_EQ(split.validation[0].name, "one.txt[validation]");
+  // No line break after 90%: cut at the byte, never inside a UTF-8 character.
+  const std::string utf8 = std::string(8, 'a') + "\xc3\xa9";  // 10 bytes, é at [8, 10)
+  auto cut = algorithms::data::split_lone_document(Document{"u.txt", "", "", utf8});
+  ASSERT_EQ(cut.validation.size(), 1u);
+  EXPECT_EQ(cut.validation[0].text, "\xc3\xa9");
+  const std::string mid = std::string(9, 'a') + "\xc3\xa9";  // 11 bytes: byte 9 starts é
+  auto cut2 = algorithms::data::split_lone_document(Document{"m.txt", "", "", mid});
+  ASSERT_EQ(cut2.validation.size(), 1u);
+  EXPECT_EQ(cut2.validation[0].text, "\xc3\xa9");
+  const std::string inside = std::string(8, 'a') + "\xe2\x82\xac" + "b";  // 12 bytes, € at 8..10
+  auto cut3 = algorithms::data::split_lone_document(Document{"e.txt", "", "", inside});
+  ASSERT_EQ(cut3.validation.size(), 1u);
+  EXPECT_EQ(cut3.validation[0].text, "\xe2\x82\xac" "b");  // 90% of 12 is byte 10, inside €
+}
+
 }  // namespace
 }  // namespace atl::node

