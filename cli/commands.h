@@ -11,6 +11,7 @@ using Args = std::vector<std::string>;
 
 int cmd_train(const Args& args);
 int cmd_generate(const Args& args);
+int cmd_eval(const Args& args);
 int cmd_ca(const Args& args);
 int cmd_coordinator(const Args& args);
 int cmd_node(const Args& args);

