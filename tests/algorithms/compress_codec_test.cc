@@ -14,6 +14,7 @@
 #include "kernels/core/crc32c.h"
 #include "algorithms/compress/error_feedback.h"
 #include "algorithms/compress/spec.h"
+#include "algorithms/compress/topk.h"
 #include "kernels/core/philox.h"
 
 namespace atl::algorithms::compress {
@@ -227,6 +228,41 @@ TEST(CompressCodec, TopkIsExactWithIndexTieBreak) {
   EXPECT_EQ((*yt)[77], 2.0f);
   EXPECT_EQ((*yt)[9], 0.0f);
   EXPECT_EQ((*yt)[8], 1.0f);
+}
+
+// The radix selection equals a full sort under "larger |x| first, then the smaller index", on
+// inputs with many ties (repeated magnitudes, zeros, both signs) and every bucket boundary.
+TEST(CompressTopk, RadixSelectionEqualsAFullSort) {
+  auto reference = [](std::span<const float> x, uint64_t k) {
+    std::vector<uint32_t> order(x.size());
+    for (uint32_t i = 0; i < x.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+      return std::fabs(x[a]) > std::fabs(x[b]);
+    });
+    order.resize(k);
+    std::sort(order.begin(), order.end());
+    return order;
+  };
+  const Philox rng(7, 3);
+  for (int trial = 0; trial < 40; ++trial) {
+    const size_t n = 1 + static_cast<size_t>(rng.below(static_cast<uint64_t>(trial), 5000));
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t r = rng.below((static_cast<uint64_t>(trial) << 32) | i, 1u << 20);
+      switch (trial % 4) {
+        case 0: x[i] = static_cast<float>(rng.normal((static_cast<uint64_t>(trial) << 32) | i)); break;
+        case 1: x[i] = static_cast<float>(static_cast<int>(r % 7) - 3); break;  // many ties, zeros
+        case 2: x[i] = std::ldexp(1.0f, static_cast<int>(r % 40) - 20) * ((r & 1) ? -1 : 1); break;
+        default: x[i] = (r % 3 == 0) ? 0.0f : std::nextafter(1.0f, 2.0f) * static_cast<float>(r % 5);
+      }
+    }
+    for (uint64_t k : {uint64_t{1}, uint64_t{2}, static_cast<uint64_t>(n / 50 + 1),
+                       static_cast<uint64_t>(n / 2), static_cast<uint64_t>(n - 1),
+                       static_cast<uint64_t>(n)}) {
+      if (k > n) continue;
+      EXPECT_EQ(topk_indices(x, k), reference(x, k)) << "trial " << trial << " n " << n << " k " << k;
+    }
+  }
 }
 
 TEST(CompressCodec, ChunkedTopkAndCombos) {
