@@ -4,10 +4,12 @@
 // Same base model (trained here on the other genres), rounds, data and seed for every method;
 // one JSON line per method (--json) with each site's validation bpb on its own genre, FLOPs
 // fraction, buffer memory and step time. Sites run in-process (cli/hydra_sim.h).
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <vector>
 
 #include "algorithms/data/dataset.h"
 #include "cli/bench_common.h"
@@ -23,8 +25,10 @@ namespace al = atl::algorithms;
 
 int bench_hydra(const Args& args) {
   Flags flags("bench hydra",
-              {{"methods", true, "comma-separated subset of full,heterofl,fedrolex,random,hydra",
-                "full,heterofl,fedrolex,random,hydra"},
+              {{"methods", true,
+                "comma-separated subset of base,local,full,heterofl,fedrolex,random,hydra (base: "
+                "the base model untrained; local: each site's Hydra subnetwork trained alone)",
+                "base,local,full,heterofl,fedrolex,random,hydra"},
                {"sites", true, "genre:budget per site", "a:1.0,f:0.5,j:0.25,n:0.25"},
                {"base-genres", true, "genres the base model is trained on", "bcdeghklmpr"},
                {"base-steps", true, "training steps of the base model", "150"},
@@ -150,57 +154,96 @@ int bench_hydra(const Args& args) {
   for (const auto& s : sites)
     base_bpb.push_back(eval_bpb(base_trainer, base, s.validation, opt.train.seq, opt.eval_tokens));
 
-  std::stringstream ms(flags.get_or("methods", "full,heterofl,fedrolex,random,hydra"));
-  for (std::string method; std::getline(ms, method, ',');) {
-    auto r = run_hydra_sim(method, opt, sites, base);
-    if (!r.ok()) return fail("bench hydra", r.status().message(), 1);
-    auto list = [&](auto f) {
-      std::string o = "[";
-      for (size_t k = 0; k < r->sites.size(); ++k) {
-        char b[32];
-        std::snprintf(b, sizeof(b), "%s%.4f", k ? "," : "", f(r->sites[k]));
-        o += b;
-      }
-      return o + "]";
-    };
-    std::string base_list = "[";
-    for (size_t k = 0; k < base_bpb.size(); ++k) {
-      char b[32];
-      std::snprintf(b, sizeof(b), "%s%.4f", k ? "," : "", base_bpb[k]);
-      base_list += b;
+  // Rows that answer a site owner come first: the base model as it is ("base"), and each
+  // site's Hydra subnetwork fine-tuned on its own data alone for the same rounds and steps
+  // ("local": a federation of one, which keeps the site's batches); every row then reports
+  // each site's gain over both.
+  std::vector<std::string> methods;
+  std::stringstream ms(flags.get_or("methods", "base,local,full,heterofl,fedrolex,random,hydra"));
+  for (std::string m; std::getline(ms, m, ',');) methods.push_back(m);
+  std::vector<double> local_bpb;
+  if (std::find(methods.begin(), methods.end(), "local") != methods.end()) {
+    SimOptions alone = opt;
+    alone.outer_lr = 1.0;  // θ ← θ_local after each round: plain local training
+    alone.outer_momentum = 0.0;
+    alone.trace = false;
+    for (size_t k = 0; k < sites.size(); ++k) {
+      SimSite site = sites[k];
+      site.seed_index = static_cast<int>(k);
+      auto r = run_hydra_sim("hydra", alone, {site}, base);
+      if (!r.ok()) return fail("bench hydra", "local site " + site.genre + ": " + r.status().message(), 1);
+      local_bpb.push_back(r->sites[0].val_bpb);
     }
-    base_list += "]";
+  }
+  auto list = [](const std::vector<double>& xs, const char* format) {
+    std::string o = "[";
+    for (size_t k = 0; k < xs.size(); ++k) {
+      char b[48];
+      std::snprintf(b, sizeof(b), format, xs[k]);
+      if (k) o += ',';
+      o += b;
+    }
+    return o + "]";
+  };
+  // Gain of a row over a reference, per site, in percent of the reference's bpb (> 0: better).
+  auto gains = [](const std::vector<double>& bpb, const std::vector<double>& ref) {
+    std::vector<double> g;
+    for (size_t k = 0; k < bpb.size() && k < ref.size(); ++k)
+      g.push_back(100.0 * (ref[k] - bpb[k]) / ref[k]);
+    return g;
+  };
+  std::vector<double> budgets;
+  for (const auto& s : sites) budgets.push_back(s.budget);
+  for (const std::string& method : methods) {
+    SimResult row;
+    if (method == "base" || method == "local") {
+      row.method = method;
+      for (double v : method == "base" ? base_bpb : local_bpb) {
+        row.sites.push_back({});
+        row.sites.back().val_bpb = v;
+        row.mean_bpb += v / static_cast<double>(sites.size());
+        row.worst_bpb = std::max(row.worst_bpb, v);
+      }
+    } else {
+      auto r = run_hydra_sim(method, opt, sites, base);
+      if (!r.ok()) return fail("bench hydra", r.status().message(), 1);
+      row = std::move(*r);
+    }
+    std::vector<double> bpb, flops, mem, step_ms;
     std::string subnets = "[";
-    for (size_t k = 0; k < r->sites.size(); ++k)
-      subnets += (k ? ",\"" : "\"") + r->sites[k].last_subnet + "\"";
+    for (size_t k = 0; k < row.sites.size(); ++k) {
+      const SimSiteResult& s = row.sites[k];
+      bpb.push_back(s.val_bpb);
+      flops.push_back(s.flops_fraction);
+      mem.push_back(s.peak_mem_mb);
+      step_ms.push_back(s.step_ms);
+      if (k) subnets += ',';
+      subnets += '"';
+      subnets += s.last_subnet;
+      subnets += '"';
+    }
     subnets += "]";
+    const auto vs_base = gains(bpb, base_bpb), vs_local = gains(bpb, local_bpb);
     if (flags.has("json")) {
       std::printf(
           "{\"method\":\"%s\",\"site_val_bpb\":%s,\"mean_bpb\":%.4f,\"worst_bpb\":%.4f,"
+          "\"gain_vs_base_percent\":%s,\"gain_vs_local_percent\":%s,"
           "\"site_flops_fraction\":%s,\"site_peak_mem_mb\":%s,\"site_step_ms\":%s,"
           "\"site_budget\":%s,\"base_site_val_bpb\":%s,\"site_subnet\":%s,\"seconds\":%.1f}\n",
-          method.c_str(), list([](const SimSiteResult& s) { return s.val_bpb; }).c_str(),
-          r->mean_bpb, r->worst_bpb,
-          list([](const SimSiteResult& s) { return s.flops_fraction; }).c_str(),
-          list([](const SimSiteResult& s) { return s.peak_mem_mb; }).c_str(),
-          list([](const SimSiteResult& s) { return s.step_ms; }).c_str(),
-          [&] {
-            std::string o = "[";
-            for (size_t k = 0; k < sites.size(); ++k) {
-              if (k) o += ',';
-              o += std::to_string(sites[k].budget);
-            }
-            return o + "]";
-          }()
-              .c_str(),
-          base_list.c_str(), subnets.c_str(), r->seconds);
+          method.c_str(), list(bpb, "%.4f").c_str(), row.mean_bpb, row.worst_bpb,
+          list(vs_base, "%.3f").c_str(), list(vs_local, "%.3f").c_str(),
+          list(flops, "%.4f").c_str(), list(mem, "%.4f").c_str(), list(step_ms, "%.4f").c_str(),
+          list(budgets, "%g").c_str(), list(base_bpb, "%.4f").c_str(), subnets.c_str(),
+          row.seconds);
     } else {
-      std::printf("%-9s mean bpb %.4f worst %.4f | per site:", method.c_str(), r->mean_bpb,
-                  r->worst_bpb);
-      for (const auto& s : r->sites)
-        std::printf(" %.4f (%.2f FLOPs, %.1f MB, %.1f ms)", s.val_bpb, s.flops_fraction,
-                    s.peak_mem_mb, s.step_ms);
-      std::printf(" | %.0f s\n", r->seconds);
+      std::printf("%-9s mean bpb %.4f worst %.4f | per site:", method.c_str(), row.mean_bpb,
+                  row.worst_bpb);
+      for (size_t k = 0; k < row.sites.size(); ++k) {
+        std::printf(" %.4f (%+.2f%% vs base", bpb[k], vs_base[k]);
+        if (k < vs_local.size()) std::printf(", %+.2f%% vs local", vs_local[k]);
+        std::printf(")");
+      }
+      std::printf(" | %.0f s\n", row.seconds);
     }
     std::fflush(stdout);
   }

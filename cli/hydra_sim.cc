@@ -61,6 +61,7 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
   const auto t_start = Clock::now();
   const al::ModelConfig& mc = opt.model;
   const int K = static_cast<int>(sites.size()), T = opt.train.seq, B = opt.train.batch;
+  auto seed_of = [&](int k) { return sites[k].seed_index >= 0 ? sites[k].seed_index : k; };
   hy::CostModel cm{mc, opt.ffn_blocks, T};
   std::vector<al::hydra::HydraTrainer> trainers;
   for (int k = 0; k < K; ++k) trainers.emplace_back(mc, opt.train);
@@ -90,13 +91,13 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
                         hy::empty_scores(mc, opt.ffn_blocks)};
         if (method == "hydra") {
           ATOLL_ASSIGN_OR_RETURN(
-              auto rep, node::measure_importance(mc, theta, sites[k].train, opt.seed + k, r,
+              auto rep, node::measure_importance(mc, theta, sites[k].train, opt.seed + seed_of(k), r,
                                                  opt.importance_batches, B, T, opt.ffn_blocks));
           s.scores.layer.assign(rep.layer().begin(), rep.layer().end());
           s.scores.head.assign(rep.head().begin(), rep.head().end());
           s.scores.ffn.assign(rep.ffn().begin(), rep.ffn().end());
         } else {  // random: the same selection machinery on uniform random scores
-          const Philox rng(opt.seed * 1000003 + r, static_cast<uint64_t>(k) + 17);
+          const Philox rng(opt.seed * 1000003 + r, static_cast<uint64_t>(seed_of(k)) + 17);
           uint64_t c = 0;
           for (double& x : s.scores.head) x = rng.uniform_double(c++);
           for (double& x : s.scores.ffn) x = rng.uniform_double(c++);
@@ -125,13 +126,13 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
       std::copy(theta.vec().begin(), theta.vec().end(), local.vec().begin());
       float first_loss = 0, last_loss = 0, full_loss = 0;
       if (opt.trace) {
-        auto b0 = al::data::sample_global_batch(sites[k].train, opt.seed + 101 * k,
+        auto b0 = al::data::sample_global_batch(sites[k].train, opt.seed + 101 * seed_of(k),
                                                 static_cast<int64_t>(r) * opt.inner_steps, B, T);
         full_loss = ev.evaluate(theta, b0.tokens.data(), B);
       }
       for (int s = 0; s < opt.inner_steps; ++s) {
         const int64_t step = static_cast<int64_t>(r) * opt.inner_steps + s;
-        auto batch = al::data::sample_global_batch(sites[k].train, opt.seed + 101 * k, step, B, T);
+        auto batch = al::data::sample_global_batch(sites[k].train, opt.seed + 101 * seed_of(k), step, B, T);
         const auto t0 = Clock::now();
         auto st = trainers[k].step(local, batch.tokens.data(), step);
         step_ms_sum[k] += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();

@@ -20,6 +20,10 @@ namespace atl::cli {
 struct SimSite {
   std::string genre;  // Brown genre letter(s), e.g. "a"
   double budget = 1.0;
+  // What keys the site's batches, importance and random draws: its index in the federation
+  // (-1: its position in the `sites` list). A site trained alone keeps its federation index so
+  // it sees the same batches as in the federation.
+  int seed_index = -1;
   algorithms::data::TokenDataset train, validation;
 };
 

@@ -2,7 +2,9 @@
 # Hydra benchmark (issue 7, "Benchmark"): four sites with budgets 1.0, 0.5, 0.25, 0.25 on
 # different Brown genres (a, f, j, n) fine-tune one base model (trained first on the other
 # genres) with five methods: full model everywhere (ignores budgets), HeteroFL width slicing,
-# FedRolex rolling windows, random layers + units at equal budget, Hydra. Same base model,
+# FedRolex rolling windows, random layers + units at equal budget, Hydra. Two reference rows
+# answer a site owner: the base model untouched, and each site's Hydra subnetwork trained on
+# its own data alone for the same steps; every row gives each site's gain over both. Same base model,
 # rounds, data, seed for every method. Per site: validation bpb on its own genre, FLOPs fraction
 # (counted by the subnetwork model), buffer memory and step time; mean and worst site.
 #
@@ -59,26 +61,33 @@ if h:
 settings = {"flags": flags, "quick": quick, "machine": cpu(), "outer_lr": 1.0,
             "outer_momentum": 0.0, "sites": "a:1.0,f:0.5,j:0.25,n:0.25",
             "base_genres": "bcdeghklmpr"}
-json.dump({"settings": settings, "rows": rows, "hydra_beats": verdict}, open(out, "w"), indent=1)
-open(out, "a").write("\n")
-print("wrote %s (%d rows)" % (out, len(rows)))
-names = {"full": "1. full model (ignores budgets)", "heterofl": "2. HeteroFL width slicing",
+
+names = {"base": "0. base model, no fine-tuning", "local": "0. each site alone (its Hydra subnetwork, same steps)",
+         "full": "1. full model (ignores budgets)", "heterofl": "2. HeteroFL width slicing",
          "fedrolex": "3. FedRolex rolling window", "random": "4. random layers + units",
          "hydra": "5. Hydra"}
 fmt = lambda xs, f: " / ".join(f % x for x in xs)
-lines = ["| method | site bpb (a / f / j / n) | mean | worst | FLOPs fraction | buffer MB | step ms |",
-         "|---|---|---|---|---|---|---|"]
+lines = ["| method | site bpb (a / f / j / n) | mean | worst | gain vs base % | gain vs alone % | FLOPs fraction | buffer MB | step ms |",
+         "|---|---|---|---|---|---|---|---|---|"]
 for r in rows:
-    lines.append("| %s | %s | %.4f | %.4f | %s | %s | %s |" % (
+    trained = r["method"] not in ("base", "local")
+    lines.append("| %s | %s | %.4f | %.4f | %s | %s | %s | %s | %s |" % (
         names.get(r["method"], r["method"]), fmt(r["site_val_bpb"], "%.4f"), r["mean_bpb"],
-        r["worst_bpb"], fmt(r["site_flops_fraction"], "%.2f"), fmt(r["site_peak_mem_mb"], "%.1f"),
-        fmt(r["site_step_ms"], "%.1f")))
-if rows:
-    lines.append("| base model (before fine-tuning) | %s | %.4f | %.4f | | | |" % (
-        fmt(rows[0]["base_site_val_bpb"], "%.4f"),
-        sum(rows[0]["base_site_val_bpb"]) / len(rows[0]["base_site_val_bpb"]),
-        max(rows[0]["base_site_val_bpb"])))
+        r["worst_bpb"], fmt(r["gain_vs_base_percent"], "%+.2f"),
+        fmt(r["gain_vs_local_percent"], "%+.2f"),
+        fmt(r["site_flops_fraction"], "%.2f") if trained else "",
+        fmt(r["site_peak_mem_mb"], "%.1f") if trained else "",
+        fmt(r["site_step_ms"], "%.1f") if trained else ""))
+# A site joins only if it ends better than its base model and than training alone.
+pays = {r["method"]: {"every_site_beats_base": all(g > 0 for g in r["gain_vs_base_percent"]),
+                      "every_site_beats_alone": bool(r["gain_vs_local_percent"]) and
+                      all(g > 0 for g in r["gain_vs_local_percent"])}
+        for r in rows if r["method"] not in ("base", "local")}
 table = "\n".join(lines)
+json.dump({"settings": settings, "rows": rows, "hydra_beats": verdict, "federation_pays": pays},
+          open(out, "w"), indent=1)
+open(out, "a").write("\n")
+print("wrote %s (%d rows)" % (out, len(rows)))
 print(table)
 vtext = "; ".join("vs %s: mean %s, worst %s" % (m, "better" if v["mean"] else "NOT better",
                   "better" if v["worst"] else "NOT better") for m, v in verdict.items())
@@ -104,6 +113,11 @@ if write_md:
         table,
         "",
         "Hydra " + (vtext or "n/a") + ".",
+        "",
+        "Does federation pay (every site better than its base model / than training alone)? " +
+        "; ".join("%s: %s / %s" % (m, "yes" if v["every_site_beats_base"] else "no",
+                                   "yes" if v["every_site_beats_alone"] else "no")
+                  for m, v in pays.items()) + ".",
         "<!-- %s:end -->" % key,
     ])
     path = "bench/RESULTS.md"
