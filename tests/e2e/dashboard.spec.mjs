@@ -68,7 +68,8 @@ async function stopDemo() {
   while (!demoExited && Date.now() - t < 10000) await new Promise(r => setTimeout(r, 50));
   if (!demoExited) demo.kill('SIGKILL');
 }
-const extraNodes = [];
+const extraNodes = [];  // the nodes the test starts with the page's join command
+let nodesOut = '';
 
 let context = null;
 async function cleanup() {
@@ -474,7 +475,10 @@ try {
     setArg('--tls', path.join(tmp, 'run', 'tls'));
     setArg('--name', `node-${i}`);
     setArg('--data', data);
-    extraNodes.push(spawn(ATOLL, args, { stdio: 'ignore' }));
+    const node = spawn(ATOLL, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    node.stdout.on('data', d => { nodesOut += d; });
+    node.stderr.on('data', d => { nodesOut += d; });
+    extraNodes.push(node);
   }
   await page.waitForSelector('#x-state.finished', { timeout: Math.min(30000, left()) });
   await page.waitForSelector('#x-charts:not([hidden])');
@@ -549,6 +553,7 @@ try {
 } catch (e) {
   clearTimeout(watchdog);
   console.error(demoOut.split('\n').slice(-30).join('\n'));
+  if (nodesOut) console.error(nodesOut.split('\n').slice(-20).join('\n'));
   await cleanup();
   die(e.message);
 }
