@@ -444,6 +444,15 @@ try {
   check(demoPoints >= 2, `the demo's bpb curve has ${demoPoints} points in the compare view`);
   const cmpRows = await page.$$eval('#compare-table tbody tr', rows => rows.map(r => r.dataset.id));
   check(cmpRows.length === 2, `compare table has ${cmpRows.length} rows, expected 2`);
+  await page.selectOption('#c-xaxis', 'bytes');  // bpb against bytes: what a codec buys
+  const cmpX = await page.evaluate(() => {
+    const c = Chart.getChart(document.querySelector('#chart-compare-bpb'));
+    const d = c.data.datasets.find(s => s.label === 'demo').data;
+    return { title: c.options.scales.x.title.text, lastX: d[d.length - 1].x, max: c.scales.x.max };
+  });
+  check(/bytes sent/.test(cmpX.title) && cmpX.lastX > 1e6 && cmpX.max >= cmpX.lastX,
+    `compare by bytes sent: x-axis "${cmpX.title}", the demo's last point at ${cmpX.lastX}, axis to ${cmpX.max}`);
+  await page.selectOption('#c-xaxis', 'round');
   await shoot(page, 'compare');
   await page.evaluate(() => { location.hash = '#/compare/demo,no-such-run'; });
   await page.waitForSelector('#c-error:not([hidden])');
