@@ -246,6 +246,7 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
       rc->refusals = std::make_unique<transport::HandshakeRefusalLog>();
     }
     ATOLL_ASSIGN_OR_RETURN(rc->server, coordinator::CoordinatorServer::start(*rc->router, srv));
+    rc->manager->set_node_address(rc->server->address());
   }
 
   if (!l.http_listen.empty() && !l.insecure) {

@@ -64,6 +64,11 @@ void ExperimentManager::attach(CoordinatorService* service) {
                  : nullptr);
 }
 
+void ExperimentManager::set_node_address(const std::string& address) {
+  std::unique_lock<std::shared_mutex> lk(svc_mu_);
+  node_address_ = address;
+}
+
 std::shared_ptr<CoordinatorService> ExperimentManager::live() const {
   std::shared_lock<std::shared_mutex> lk(svc_mu_);
   return service_;
@@ -175,6 +180,7 @@ StatusOr<ExperimentSummary> ExperimentManager::summarize(const ExperimentRecord&
   s.record = record;
   if (auto cfg = parse_experiment_config(record.config_toml, "stored config"); cfg.ok())
     s.config = *cfg;
+  s.node_address = node_address_;
   if (is_live(record.id)) {
     s.live = true;
     // The service's view is newer than the store's for lifecycle changes in flight.
@@ -456,8 +462,8 @@ StatusOr<MetricSeries> ExperimentManager::metrics(const std::string& id,
       const double val = kv.value().to_number<double>();
       if (n == kCoordinatorNode) {
         coord[std::string(kv.key())][r] = val;
-      } else if (kv.key() == "tokens_per_s") {
-        m.per_node["tokens_per_s"][n].push_back({r + 1, val});
+      } else if (kv.key() == "tokens_per_s" || kv.key() == "site_val_bpb") {
+        m.per_node[std::string(kv.key())][n].push_back({r + 1, val});
       }
     }
   }

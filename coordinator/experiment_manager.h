@@ -40,6 +40,7 @@ struct ExperimentSummary {
   ExperimentConfig config;  // parsed from record.config_toml (defaults if it cannot be parsed)
   bool live = false;        // hosted by this process's gRPC server
   uint32_t active_nodes = 0;
+  std::string node_address;  // HOST:PORT where nodes join the live experiment ("" = not known)
 };
 
 struct NodeView {
@@ -74,7 +75,8 @@ struct MetricSeries {
   // training would move for the same steps), "duration_s", and what the coordinator published
   // (e.g. "val_bpb").
   std::map<std::string, Series> global;
-  // metric → node → series: "loss" (mean inner loss per round), "tokens_per_s", "bytes_up".
+  // metric → node → series: "loss" (mean inner loss per round), "tokens_per_s", "bytes_up",
+  // "site_val_bpb" (the site's own validation bpb, from nodes that hold validation data).
   std::map<std::string, std::map<std::string, Series>> per_node;
 };
 
@@ -123,6 +125,9 @@ class ExperimentManager {
   // Not owned: `service` must outlive its attachment.
   void attach(CoordinatorService* service);
   std::shared_ptr<CoordinatorService> live() const;
+  // The gRPC address nodes join at (`atoll node --coordinator HOST:PORT`), shown by the
+  // dashboard while an experiment waits for nodes; set once the gRPC server listens.
+  void set_node_address(const std::string& address);
   // Forward ServiceOptions::on_event of a service here, naming its experiment (services opened
   // by a switch must use this form; it never takes the service mutex).
   void on_event(const std::string& experiment_id, const Event& e);
@@ -177,6 +182,7 @@ class ExperimentManager {
   const ManagerOptions options_;
   mutable std::shared_mutex svc_mu_;
   std::shared_ptr<CoordinatorService> service_;
+  std::string node_address_;  // guarded by svc_mu_
   std::mutex listeners_mu_;
   std::map<uint64_t, Listener> listeners_;
   uint64_t next_listener_ = 1;

@@ -79,6 +79,7 @@ json::object to_json(const ExperimentSummary& s) {
   o["created_unix_ms"] = r.created_unix_ms;
   o["failure"] = r.failure;
   o["active_nodes"] = s.active_nodes;
+  o["node_address"] = s.node_address;
   o["config"] = to_json(s.config);
   o["config_toml"] = r.config_toml;
   return o;

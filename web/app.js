@@ -1,37 +1,33 @@
 // Atoll dashboard: a small single-page app over the coordinator's REST API (/api, see
 // /api/openapi.json). The token lives in sessionStorage; live updates come from the
 // server-sent event stream, read with fetch so the token travels in a header, not in the URL.
+// Charts, number formats and exports: charts.js.
+//
+// Rounds are numbered from 1 for people, as the demo's terminal prints them ("round 5/30"): the
+// API's round record r (0-based) is round r + 1, which is also its x on the charts (x = rounds
+// completed, 0 = the initial parameters).
 'use strict';
 
 const TOKEN_KEY = 'atoll.token';
+const NEXT_KEY = 'atoll.next';  // where a sign-in continues (a deep link opened signed out)
 const MODEL_PRESETS = {
   tiny: { dim: 64, layers: 2, heads: 4, ffn_hidden: 192, seq_len: 128 },
   small: { dim: 128, layers: 4, heads: 4, ffn_hidden: 384, seq_len: 128 },
   base: { dim: 256, layers: 6, heads: 8, ffn_hidden: 768, seq_len: 256 },
   large: { dim: 512, layers: 8, heads: 8, ffn_hidden: 1536, seq_len: 256 },
 };
-const COLORS = ['#0e7490', '#c2410c', '#7c3aed', '#15803d', '#be185d', '#1d4ed8', '#a16207',
-  '#0f766e', '#9333ea', '#b91c1c', '#4d7c0f', '#0369a1', '#c026d3', '#57534e', '#ea580c'];
+const POLL_MS = 5000;    // heartbeat progress of a running live experiment (not an event)
+const LOG_MAX = 2000;    // log lines kept in the page
 
 const $ = (sel, root = document) => root.querySelector(sel);
-const state = { role: null, view: null, experiment: null, charts: {}, stream: null, refreshTimer: null, pollTimer: null, selected: new Set(), compare: [] };
+const state = {
+  role: null, view: null, stream: null, refreshTimer: null, pollTimer: null, tickTimer: null,
+  selected: new Set(), compare: [], xAxis: 'round', online: true, lastOk: 0,
+  experiment: null, tab: 'overview', x: null, logs: [], logKeys: new Set(), charts: {},
+  logView: { rebuild: true, filter: null, shown: 0, pending: false },  // what #log-lines shows
+};
 
-// ---- formatting -----------------------------------------------------------------------------
-function fmtBytes(b) {
-  if (b == null || !isFinite(b)) return '–';
-  const u = ['B', 'kB', 'MB', 'GB', 'TB'];
-  let i = 0;
-  while (Math.abs(b) >= 1000 && i < u.length - 1) { b /= 1000; i++; }
-  return `${b.toFixed(i ? 2 : 0)} ${u[i]}`;
-}
-function fmtNum(v, digits = 4) { return v == null || !isFinite(v) ? '–' : Number(v).toFixed(digits); }
-function fmtCount(v) {
-  if (v == null) return '–';
-  if (v >= 1e9) return (v / 1e9).toFixed(2) + ' G';
-  if (v >= 1e6) return (v / 1e6).toFixed(2) + ' M';
-  if (v >= 1e3) return (v / 1e3).toFixed(1) + ' k';
-  return String(v);
-}
+// ---- small helpers ---------------------------------------------------------------------------
 function fmtAgo(ms) {
   if (!ms) return '–';
   const s = Math.max(0, (Date.now() - ms) / 1000);
@@ -39,151 +35,241 @@ function fmtAgo(ms) {
   if (s < 3600) return `${(s / 60).toFixed(0)} min ago`;
   return new Date(ms).toLocaleString();
 }
-function fmtDuration(s) {
-  if (s == null || !isFinite(s)) return '–';
-  if (s < 1) return `${(s * 1000).toFixed(0)} ms`;
-  if (s < 120) return `${s.toFixed(1)} s`;
-  return `${(s / 60).toFixed(1)} min`;
+const CLOCK = { hour: '2-digit', minute: '2-digit', second: '2-digit', hourCycle: 'h23' };
+function fmtClock(ms) { return new Date(ms).toLocaleTimeString(undefined, CLOCK); }
+// Today: the time of day; otherwise date and time.
+function fmtTime(ms) {
+  if (!ms) return '–';
+  const d = new Date(ms);
+  return d.toDateString() === new Date().toDateString() ? fmtClock(ms) : d.toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'short', hourCycle: 'h23' });
 }
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
+    if (v == null) continue;
     if (k === 'class') e.className = v;
     else if (k === 'dataset') Object.assign(e.dataset, v);
     else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
     else e.setAttribute(k, v);
   }
-  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  for (const c of children) if (c != null && c !== '') e.append(c instanceof Node ? c : document.createTextNode(String(c)));
   return e;
 }
 function show(node, visible) { node.hidden = !visible; }
+function showError(node, message) { node.textContent = message || ''; show(node, !!message); }
+function setTitle(...parts) { document.title = [...parts, 'Atoll'].join(' · '); }
+const last = s => (s && s.length ? s[s.length - 1][1] : null);
+const sumSeries = (s, bucket) => (s || []).reduce((a, p) => a + (p[1] || 0), 0) * (bucket || 1);
 
-// ---- API ------------------------------------------------------------------------------------
+// ---- API and connection state ----------------------------------------------------------------
 class ApiError extends Error {
   constructor(status, message, field) { super(message); this.status = status; this.field = field; }
 }
+function authHeader() { return { Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY) || ''}` }; }
 async function api(path, { method = 'GET', body } = {}) {
-  const headers = { Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY) || ''}` };
+  const headers = authHeader();
   if (body !== undefined) headers['Content-Type'] = 'application/json';
-  const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  let res;
+  try {
+    res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  } catch (_) {
+    setOnline(false);
+    throw new ApiError(0, `cannot reach the coordinator at ${location.host}`);
+  }
+  setOnline(true);
   let data = null;
   try { data = await res.json(); } catch (_) { /* not JSON */ }
   if (!res.ok) {
-    if (res.status === 401) { logout(data && data.error); }
+    if (res.status === 401) logout(data && data.error, true);
     throw new ApiError(res.status, (data && data.error) || `HTTP ${res.status}`, data && data.field);
   }
   return data;
 }
+// A server that stopped answering gets a banner (announced: role alert), not a small
+// "Failed to fetch"; the page keeps what it showed and retries through the event stream.
+function setOnline(ok) {
+  if (ok) state.lastOk = Date.now();
+  if (ok === state.online) return;
+  state.online = ok;
+  const banner = $('#conn-banner');
+  if (ok) { show(banner, false); return; }
+  banner.textContent = `Cannot reach the coordinator at ${location.host}: it has stopped or the network is down. ` +
+    `Retrying every 2 s; the page shows what it had at ${fmtTime(state.lastOk || Date.now())}.`;
+  show(banner, true);
+  const ind = $('#live-indicator');
+  ind.className = 'live down';
+  ind.textContent = 'offline';
+}
 
 // ---- live events (server-sent events over fetch) ---------------------------------------------
+function setLive(on) {
+  const ind = $('#live-indicator');
+  ind.className = on ? 'live on' : state.online ? 'live off' : 'live down';
+  ind.textContent = state.online ? 'live' : 'offline';
+}
 function stopStream() {
   if (state.stream) { state.stream.abort(); state.stream = null; }
-  $('#live-indicator').className = 'live off';
+  setLive(false);
 }
-function startStream(path, onEvent) {
+// onEvent(kind, {experiment, data}); onConnect() after every (re)connection, to catch up.
+function startStream(path, onEvent, onConnect) {
   stopStream();
   const ctrl = new AbortController();
   state.stream = ctrl;
   const run = async () => {
+    let first = true;
     while (!ctrl.signal.aborted) {
       try {
-        const res = await fetch(path, { headers: { Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY)}` }, signal: ctrl.signal });
-        if (!res.ok || !res.body) throw new Error(`HTTP ${res.status}`);
-        $('#live-indicator').className = 'live on';
-        const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-        let buf = '';
-        for (;;) {
-          const { value, done } = await reader.read();
-          if (done) break;
-          buf += value;
-          let cut;
-          while ((cut = buf.indexOf('\n\n')) >= 0) {
-            const block = buf.slice(0, cut);
-            buf = buf.slice(cut + 2);
-            let kind = 'message', data = '';
-            for (const line of block.split('\n')) {
-              if (line.startsWith('event: ')) kind = line.slice(7);
-              else if (line.startsWith('data: ')) data += line.slice(6);
-            }
-            if (data) { try { onEvent(kind, JSON.parse(data)); } catch (_) { /* ignore */ } }
-          }
+        let res;
+        try {
+          res = await fetch(path, { headers: authHeader(), signal: ctrl.signal });
+        } catch (e) {
+          if (!ctrl.signal.aborted) setOnline(false);
+          throw e;
         }
+        if (!res.ok || !res.body) throw new Error(`HTTP ${res.status}`);
+        setOnline(true);
+        setLive(true);
+        if (!first && onConnect) onConnect();
+        first = false;
+        await readEvents(res.body, onEvent);
       } catch (_) { /* reconnect below */ }
       if (ctrl.signal.aborted) return;
-      $('#live-indicator').className = 'live off';
+      setLive(false);
       await new Promise(r => setTimeout(r, 2000));
     }
   };
   run();
 }
+async function readEvents(body, onEvent) {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += value;
+    let cut;
+    while ((cut = buf.indexOf('\n\n')) >= 0) {
+      const block = buf.slice(0, cut);
+      buf = buf.slice(cut + 2);
+      let kind = 'message', data = '';
+      for (const line of block.split('\n')) {
+        if (line.startsWith('event: ')) kind = line.slice(7);
+        else if (line.startsWith('data: ')) data += line.slice(6);
+      }
+      if (data) {
+        let msg = null;
+        try { msg = JSON.parse(data); } catch (_) { /* ignore */ }
+        if (msg) onEvent(kind, msg);
+      }
+    }
+  }
+}
 // At most one refresh per `delay` ms however many events arrive (a busy run sends several per
 // round; a debounce would never fire).
-function scheduleRefresh(fn, delay = 300) {
+function scheduleRefresh(fn, delay = 1000) {
   if (state.refreshTimer) return;
   state.refreshTimer = setTimeout(() => { state.refreshTimer = null; fn(); }, delay);
 }
+function clearTimers() {
+  clearTimeout(state.refreshTimer); state.refreshTimer = null;
+  clearTimeout(state.pollTimer); state.pollTimer = null;
+  clearInterval(state.tickTimer); state.tickTimer = null;
+}
 
 // ---- session --------------------------------------------------------------------------------
-function logout(message) {
+function logout(message, remember = false) {
+  if (remember && !/^#\/login/.test(location.hash)) sessionStorage.setItem(NEXT_KEY, location.hash || '#/');
   sessionStorage.removeItem(TOKEN_KEY);
   state.role = null;
   document.body.classList.remove('is-admin');
   $('#role').textContent = '';
   show($('#logout'), false);
   stopStream();
-  if (message) { $('#login-error').textContent = message; show($('#login-error'), true); }
+  if (message) showError($('#login-error'), message);
   location.hash = '#/login';
 }
+// true: signed in; false: no valid token; throws ApiError(0) when the server cannot be reached.
 async function ensureSession() {
   if (state.role) return true;
   if (!sessionStorage.getItem(TOKEN_KEY)) return false;
   try {
     const who = await api('api/whoami');
     state.role = who.role;
-    document.body.classList.toggle('is-admin', who.role === 'admin');
-    $('#role').textContent = who.role;
-    show($('#logout'), true);
-    return true;
-  } catch (_) {
+  } catch (e) {
+    if (e.status === 0) throw e;
     return false;
   }
+  document.body.classList.toggle('is-admin', state.role === 'admin');
+  $('#role').textContent = state.role;
+  show($('#logout'), true);
+  return true;
 }
 
 // ---- router ---------------------------------------------------------------------------------
+function parseHash(hash) {
+  if (hash === '#/login') return { view: 'login' };
+  if (hash === '#/new') return { view: 'new' };
+  const m = hash.match(/^#\/e\/([A-Za-z0-9._-]{1,64})(?:\/(config|logs))?$/);
+  if (m) return { view: 'experiment', id: m[1], tab: m[2] || 'overview' };
+  const c = hash.match(/^#\/compare\/([A-Za-z0-9._,-]{1,1000})$/);
+  if (c) return { view: 'compare', ids: c[1].split(',').filter(Boolean) };
+  return { view: 'list' };
+}
 async function route() {
   const hash = location.hash || '#/';
-  clearInterval(state.pollTimer);
-  for (const v of document.querySelectorAll('.view')) show(v, false);
-  if (hash === '#/login') { stopStream(); show($('#view-login'), true); $('#token-input').focus(); return; }
-  if (!(await ensureSession())) { location.hash = '#/login'; return; }
-  const m = hash.match(/^#\/e\/([A-Za-z0-9._-]{1,64})$/);
-  if (m) return showExperiment(m[1]);
-  const c = hash.match(/^#\/compare\/([A-Za-z0-9._,-]{1,1000})$/);
-  if (c) return showCompare(c[1].split(',').filter(Boolean));
-  if (hash === '#/new') return showCreate();
+  const r = parseHash(hash);
+  if (r.view === 'login') { leaveView(); return showLogin(); }
+  let signedIn;
+  try { signedIn = await ensureSession(); } catch (_) {
+    setTimeout(route, 2000);  // the banner says why; try again
+    return;
+  }
+  if (!signedIn) {
+    sessionStorage.setItem(NEXT_KEY, hash);
+    location.hash = '#/login';
+    return;
+  }
+  if (r.view === 'experiment' && state.view === 'experiment' && state.experiment === r.id)
+    return selectTab(r.tab);  // same experiment, another tab: nothing to fetch
+  leaveView();
+  if (r.view === 'experiment') return showExperiment(r.id, r.tab);
+  if (r.view === 'compare') return showCompare(r.ids);
+  if (r.view === 'new') return showCreate();
   return showList();
+}
+function leaveView() {
+  clearTimers();
+  stopStream();
+  state.view = null;
+  state.experiment = null;
+  for (const v of document.querySelectorAll('.view')) show(v, false);
+}
+function showLogin() {
+  show($('#view-login'), true);
+  setTitle('Sign in');
+  $('#token-input').focus();
 }
 
 // ---- experiments list -----------------------------------------------------------------------
 async function showList() {
   state.view = 'list';
   show($('#view-list'), true);
+  setTitle('Experiments');
   await renderList();
-  startStream('api/events', () => scheduleRefresh(renderList, 400));
-  state.pollTimer = setInterval(renderList, 10000);
+  // Every change (rounds, nodes, states, new experiments) is an event: no polling.
+  startStream('api/events', () => scheduleRefresh(renderList), renderList);
 }
 async function act(id, action) {
   if ((action === 'stop' || action === 'delete') &&
       !confirm(`${action === 'stop' ? 'Stop' : 'Delete'} experiment ${id}? This cannot be undone.`)) return;
+  const target = state.view === 'experiment' ? $('#x-error') : $('#list-error');
   try {
     if (action === 'delete') await api(`api/experiments/${id}`, { method: 'DELETE' });
     else await api(`api/experiments/${id}/${action}`, { method: 'POST' });
-    $('#list-error').hidden = true;
-    $('#x-error').hidden = true;
+    showError(target, '');
   } catch (e) {
-    const target = state.view === 'experiment' ? $('#x-error') : $('#list-error');
-    target.textContent = e.message;
-    target.hidden = false;
+    if (e.status !== 0) showError(target, `${action}: ${e.message}`);
   }
   if (state.view === 'experiment') refreshExperiment(); else renderList();
 }
@@ -201,8 +287,10 @@ async function renderList() {
   if (state.view !== 'list') return;
   let data;
   try { data = await api('api/experiments'); } catch (e) {
-    $('#list-error').textContent = e.message; show($('#list-error'), true); return;
+    if (e.status !== 0) showError($('#list-error'), e.message);
+    return;
   }
+  if (state.view !== 'list') return;
   const tbody = $('#experiments-table tbody');
   const ids = new Set(data.experiments.map(x => x.id));
   for (const id of [...state.selected]) if (!ids.has(id)) state.selected.delete(id);
@@ -239,12 +327,9 @@ function updateCompareButton() {
 // ---- create ---------------------------------------------------------------------------------
 function showCreate() {
   state.view = 'new';
-  stopStream();
   show($('#view-new'), true);
-  if (state.role !== 'admin') {
-    $('#create-error').textContent = 'Creating experiments needs an admin token.';
-    show($('#create-error'), true);
-  }
+  setTitle('New experiment');
+  showError($('#create-error'), state.role !== 'admin' ? 'Creating experiments needs an admin token.' : '');
   $('#f-name').focus();
 }
 const FIELD_OF_KEY = [
@@ -254,8 +339,8 @@ const FIELD_OF_KEY = [
 ];
 function clearFormErrors(form) {
   for (const p of form.querySelectorAll('.error[data-for]')) p.textContent = '';
-  for (const i of form.querySelectorAll('.invalid')) i.classList.remove('invalid');
-  show($('#create-error'), false);
+  for (const i of form.querySelectorAll('[aria-invalid]')) i.removeAttribute('aria-invalid');
+  showError($('#create-error'), '');
 }
 function intOrRaw(v) { return /^-?\d+$/.test(v.trim()) ? Number(v) : v; }
 async function submitCreate(ev) {
@@ -279,13 +364,11 @@ async function submitCreate(ev) {
   } catch (e) {
     const hit = e.field && FIELD_OF_KEY.find(([re]) => re.test(e.field));
     if (hit) {
-      const p = form.querySelector(`.error[data-for="${hit[1]}"]`);
-      p.textContent = e.message.replace(/^(request|config): /, '');
+      form.querySelector(`.error[data-for="${hit[1]}"]`).textContent = e.message.replace(/^(request|config): /, '');
       const input = form.querySelector(`[name="${hit[1]}"]`);
-      if (input) { input.classList.add('invalid'); input.focus(); }
+      if (input) { input.setAttribute('aria-invalid', 'true'); input.focus(); }
     } else {
-      $('#create-error').textContent = e.message;
-      show($('#create-error'), true);
+      showError($('#create-error'), e.message);
     }
   } finally {
     $('#create-submit').disabled = false;
@@ -293,108 +376,320 @@ async function submitCreate(ev) {
 }
 
 // ---- experiment page ------------------------------------------------------------------------
-function lineChart(canvas, { logY = false, yTitle = '', bar = false } = {}) {
-  return new Chart(canvas, {
-    type: bar ? 'bar' : 'line',
-    data: { datasets: [] },
-    options: {
-      animation: false, responsive: true, maintainAspectRatio: false, parsing: false, normalized: true,
-      interaction: { mode: 'nearest', intersect: false },
-      plugins: { legend: { display: true, labels: { boxWidth: 10 } } },
-      elements: { point: { radius: 2 }, line: { borderWidth: 2, tension: 0.2 } },
-      scales: {
-        x: { type: 'linear', title: { display: true, text: 'round' }, ticks: { precision: 0 } },
-        y: {
-          type: logY ? 'logarithmic' : 'linear', title: { display: !!yTitle, text: yTitle },
-          ticks: logY ? { callback: v => { const m = v / 10 ** Math.floor(Math.log10(v)); return [1, 2, 5].some(k => Math.abs(m - k) < 1e-6) ? fmtBytes(v) : ''; } } : {},
-        },
-      },
-    },
-  });
-}
+const TAB_NAMES = { overview: 'Overview', config: 'Config', logs: 'Logs' };
 function ensureCharts() {
   if (state.charts.bpb) return;
-  state.charts.bpb = lineChart($('#chart-bpb'), { yTitle: 'bits per byte' });
-  state.charts.loss = lineChart($('#chart-loss'), { yTitle: 'loss (nats)' });
-  state.charts.bytes = lineChart($('#chart-bytes'), { logY: true, yTitle: 'bytes per round' });
-  state.charts.duration = lineChart($('#chart-duration'), { bar: true, yTitle: 'seconds' });
+  const make = (key, o) => {
+    state.charts[key] = new LineChart($(`figure[data-chart="${key}"]`), { ...o, file: () => `${state.experiment}-${key}` });
+  };
+  make('bpb', { id: 'chart-bpb', caption: 'Validation bits per byte (global model)', yTitle: 'bits per byte' });
+  make('loss', { id: 'chart-loss', caption: 'Inner training loss per node', yTitle: 'loss (nats)' });
+  make('bytes', { id: 'chart-bytes', caption: 'Bytes per round vs data-parallel', yTitle: 'bytes per round', logY: true });
+  make('duration', { id: 'chart-duration', caption: 'Round duration', yTitle: 'seconds' });
 }
-const pts = s => (s || []).map(([x, y]) => ({ x, y }));
-function setDatasets(chart, sets) {
-  chart.data.datasets = sets.map((s, i) => ({
-    backgroundColor: s.color || COLORS[i % COLORS.length], borderColor: s.color || COLORS[i % COLORS.length], ...s,
-  }));
-  chart.update('none');
+// Everything of the previous experiment goes before the next one is fetched, so an unknown id
+// never shows the last experiment's title, numbers, charts or enabled buttons.
+function resetExperiment(id) {
+  state.experiment = id;
+  state.x = { id, summary: null, metrics: null, nodes: [], rounds: null, subnets: null, startMs: null, started: 0, applied: 0 };
+  state.logs = [];
+  state.logKeys = new Set();
+  state.logView = { rebuild: true, filter: null, shown: 0, pending: false };
+  $('#x-title').textContent = id;
+  show($('#x-state'), false);
+  show($('#x-actions'), false);
+  show($('#x-body'), false);
+  showError($('#x-error'), '');
+  $('#x-stats').replaceChildren();
+  show($('#x-note'), false);
+  show($('#x-waiting'), false);
+  show($('#x-charts'), false);
+  for (const k of ['bpb', 'loss', 'bytes', 'duration']) if (state.charts[k]) state.charts[k].clear();
+  $('#nodes-table thead tr').replaceChildren();
+  $('#nodes-table tbody').replaceChildren();
+  show($('#x-subnets'), false);
+  $('#subnet-grids').replaceChildren();
+  $('#timeline').replaceChildren();
+  delete $('#timeline').dataset.rounds;
+  $('#rounds-table tbody').replaceChildren();
+  $('#config-toml').textContent = '';
+  renderLogs();
+  for (const a of document.querySelectorAll('.tabs a')) {
+    a.href = `#/e/${id}${a.dataset.tab === 'overview' ? '' : '/' + a.dataset.tab}`;
+  }
 }
-function renderCharts(m) {
+function selectTab(tab) {
+  state.tab = tab;
+  for (const a of document.querySelectorAll('.tabs a')) {
+    if (a.dataset.tab === tab) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
+  }
+  show($('#x-overview'), tab === 'overview');
+  show($('#x-config'), tab === 'config');
+  show($('#x-logs'), tab === 'logs');
+  if (tab === 'logs') renderLogs();
+  // Chart.js measures its box when it becomes visible again.
+  if (tab === 'overview') for (const k of ['bpb', 'loss', 'bytes', 'duration']) if (state.charts[k]) state.charts[k].chart.resize();
+  setTitle(`${state.experiment} — ${TAB_NAMES[tab]}`);
+}
+async function showExperiment(id, tab) {
+  state.view = 'experiment';
   ensureCharts();
-  const g = m.global || {};
-  setDatasets(state.charts.bpb, [{ label: 'validation bpb', data: pts(g.val_bpb) }]);
-  const nodeLoss = (m.per_node && m.per_node.loss) || {};
-  setDatasets(state.charts.loss, Object.keys(nodeLoss).sort().map(n => ({ label: n, data: pts(nodeLoss[n]) })));
-  setDatasets(state.charts.bytes, [
-    { label: 'DiLoCo (sent + received)', data: pts(g.bytes) },
-    { label: 'data-parallel equivalent', data: pts(g.ddp_bytes), borderDash: [6, 4], color: '#94a3b8' },
-  ]);
-  setDatasets(state.charts.duration, [{ label: 'round duration (s)', data: pts(g.duration_s), barPercentage: 0.9 }]);
-  const canvas = $('#chart-bpb');
-  canvas.dataset.points = String((g.val_bpb || []).length);
-  canvas.dataset.rounds = String(m.total_rounds);
-  if (m.bucket > 1) $('#chart-bpb').closest('figure').querySelector('figcaption').textContent =
-    `Validation bits per byte (global model; ${m.bucket} rounds per point)`;
+  resetExperiment(id);
+  show($('#view-experiment'), true);
+  selectTab(tab);
+  await refreshExperiment();
+  if (state.view !== 'experiment' || state.experiment !== id || !state.x.summary) return;
+  startStream(`api/experiments/${id}/events`, onExperimentEvent, refreshExperiment);
 }
-function stat(k, v) { return el('div', { class: 'stat' }, el('div', { class: 'k' }, k), el('div', { class: 'v' }, v)); }
-function renderSummary(x, m) {
+function onExperimentEvent(kind, msg) {
+  if (msg.experiment !== state.experiment) return;
+  logEvent(kind, msg.data || {});
+  scheduleRefresh(refreshExperiment);
+}
+async function refreshExperiment() {
+  const id = state.experiment;
+  if (state.view !== 'experiment' || !id) return;
+  clearTimeout(state.pollTimer);
+  const seq = ++state.x.started;  // a slower, older refresh must not overwrite a newer one
+  let x, m, n, r, sn = null;
+  try {
+    [x, m, n, r] = await Promise.all([
+      api(`api/experiments/${id}`), api(`api/experiments/${id}/metrics?max_points=400`),
+      api(`api/experiments/${id}/nodes`), newRounds(id),
+    ]);
+    if (x.config.algorithm === 'hydra') sn = await api(`api/experiments/${id}/subnets`);
+    if (state.x.startMs == null && r.total > 0) {
+      const first = r.from === 0 && r.rounds.length ? r.rounds[0]
+        : (await api(`api/experiments/${id}/rounds?from=0&limit=1`)).rounds[0];
+      if (first) state.x.startMs = first.committed_unix_ms - 1000 * (first.duration_s || 0);
+    }
+  } catch (e) {
+    if (state.view !== 'experiment' || state.experiment !== id) return;
+    if (e.status === 404) return showNotFound(id);
+    if (e.status !== 0) showError($('#x-error'), e.message);
+    return;
+  }
+  if (state.view !== 'experiment' || state.experiment !== id || seq < state.x.applied) return;
+  state.x.applied = seq;
+  Object.assign(state.x, { summary: x, metrics: m, nodes: n.nodes, rounds: r, subnets: sn });
+  showError($('#x-error'), '');
+  show($('#x-body'), true);
+  renderExperiment();
+  // Only a running live experiment changes without telling: its nodes' heartbeat progress.
+  if (x.live && x.state === 'running') state.pollTimer = setTimeout(refreshExperiment, POLL_MS);
+  clearInterval(state.tickTimer);
+  state.tickTimer = x.state === 'running' ? setInterval(renderStats, 1000) : null;
+}
+// The last ROUNDS_KEPT committed rounds. Committed rounds never change: after the first page
+// only the rounds after the last one known are fetched.
+const ROUNDS_KEPT = 200;
+async function newRounds(id) {
+  const known = state.x.rounds;
+  const next = known && known.rounds.length ? known.rounds[known.rounds.length - 1].round + 1 : null;
+  const page = await api(`api/experiments/${id}/rounds?` + (next == null ? `limit=${ROUNDS_KEPT}` : `from=${next}&limit=${ROUNDS_KEPT}`));
+  if (next == null) return page;
+  if (page.total - next > ROUNDS_KEPT) return api(`api/experiments/${id}/rounds?limit=${ROUNDS_KEPT}`);  // far behind
+  const rounds = known.rounds.concat(page.rounds).slice(-ROUNDS_KEPT);
+  return { total: page.total, from: rounds.length ? rounds[0].round : page.total, rounds };
+}
+function showNotFound(id) {
+  clearTimers();
+  stopStream();
+  state.x.summary = null;
+  $('#x-title').textContent = id;
+  show($('#x-body'), false);
+  show($('#x-actions'), false);
+  show($('#x-state'), false);
+  const error = $('#x-error');
+  error.replaceChildren(`There is no experiment “${id}” in this coordinator's store. It may have been deleted, ` +
+    'or the link has a typo; ', el('a', { href: '#/' }, 'the experiments page'), ' lists what there is.');
+  show(error, true);
+  setTitle(`Not found: ${id}`);
+}
+function renderExperiment() {
+  const { summary: x, metrics: m, nodes, rounds, subnets } = state.x;
+  renderHeader(x);
+  renderStats();
+  renderNote(x);
+  renderWaiting(x);
+  const hasData = x.current_round > 0 || ((m.global || {}).val_bpb || []).length > 1;
+  show($('#x-charts'), hasData);
+  renderCharts();
+  renderNodes(x, m, nodes);
+  renderSubnets(x, subnets);
+  renderRounds(rounds);
+  if (!$('#config-toml').textContent) $('#config-toml').textContent = x.config_toml;
+  for (const rec of rounds.rounds) logRound(rec, true);
+}
+function renderHeader(x) {
   $('#x-title').textContent = x.id;
   const st = $('#x-state');
-  st.textContent = x.state + (x.live ? '' : ' · not served here');
+  st.textContent = x.state;
   st.className = `state ${x.state}`;
-  const g = m.global || {};
-  const last = s => (s && s.length ? s[s.length - 1][1] : null);
-  const sum = s => (s || []).reduce((a, p) => a + (p[1] || 0), 0);
-  const sent = sum(g.bytes) * (m.bucket || 1), ddp = sum(g.ddp_bytes) * (m.bucket || 1);
-  $('#x-stats').replaceChildren(
-    stat('Round', `${x.current_round} / ${x.rounds}`),
-    stat('Validation bpb', fmtNum(last(g.val_bpb))),
-    stat('Mean inner loss', fmtNum(last(g.mean_loss))),
-    stat('Parameters', fmtCount(x.params)),
-    stat('Bytes moved', fmtBytes(sent)),
-    stat('vs data-parallel', ddp > 0 && sent > 0 ? `${(ddp / sent).toFixed(1)}× less` : '–'),
-    stat('Codec', x.config.train.codec),
-    stat('Active nodes', x.live ? String(x.active_nodes) : '–'),
-  );
-  for (const b of document.querySelectorAll('#x-actions button')) {
-    b.disabled = !actionsFor(x).includes(b.dataset.action);
-  }
+  show(st, true);
+  show($('#x-actions'), true);
+  // Only what applies now (start a created one, pause a running one, ...).
+  for (const b of document.querySelectorAll('#x-actions button')) show(b, actionsFor(x).includes(b.dataset.action));
   $('#x-checkpoint').dataset.id = x.id;
   $('#x-checkpoint').dataset.round = x.current_round;
 }
-function renderNodes(nodes) {
-  $('#nodes-table tbody').replaceChildren(...nodes.map(n => el('tr', { dataset: { node: n.node_id } },
-    el('td', { class: 'mono' }, n.node_id),
-    el('td', {}, el('span', { class: `state ${n.status}` }, n.status), n.ready ? el('span', { class: 'muted' }, ' · ready') : ''),
-    el('td', {}, n.device || '–'),
-    el('td', { class: 'num' }, `${n.round} · ${n.inner_step}`),
-    el('td', { class: 'num' }, n.loss ? fmtNum(n.loss) : '–'),
-    el('td', { class: 'num' }, n.tokens_per_s ? fmtCount(Math.round(n.tokens_per_s)) : '–'),
-    el('td', {}, fmtAgo(n.last_seen_unix_ms)),
-    el('td', { class: 'num' }, n.rounds),
-    el('td', { class: 'num' }, fmtBytes(n.bytes_up)),
-    el('td', { class: 'num' }, fmtBytes(n.bytes_down)),
-  )));
+function stat(k, v, key) { return el('div', { class: 'stat', dataset: { stat: key } }, el('div', { class: 'k' }, k), el('div', { class: 'v' }, v)); }
+// Start: the first round's start (its commit time minus its duration). ETA as the terminal
+// computes it: the mean time per round so far times the rounds left, less the time since the
+// last commit.
+function runTimes(x, rounds) {
+  const start = state.x.startMs;
+  const lastRec = rounds && rounds.rounds.length ? rounds.rounds[rounds.rounds.length - 1] : null;
+  const lastCommit = lastRec ? lastRec.committed_unix_ms : null;
+  const ended = x.state === 'finished' || x.state === 'failed';
+  const t = { start, end: ended ? lastCommit : null, elapsed: null, eta: null };
+  if (start) t.elapsed = ((t.end || (x.state === 'running' ? Date.now() : lastCommit || Date.now())) - start) / 1000;
+  if (x.state === 'running' && start && lastCommit && x.current_round > 0) {
+    const perRound = (lastCommit - start) / 1000 / x.current_round;
+    t.eta = Math.max(0, perRound * (x.rounds - x.current_round) - (Date.now() - lastCommit) / 1000);
+  }
+  return t;
+}
+function renderStats() {
+  if (!state.x || !state.x.summary) return;
+  const { summary: x, metrics: m, rounds } = state.x;
+  const g = m.global || {};
+  const sent = sumSeries(g.bytes, m.bucket), ddp = sumSeries(g.ddp_bytes, m.bucket);
+  const t = runTimes(x, rounds);
+  $('#x-stats').replaceChildren(
+    stat('Rounds done', `${x.current_round} / ${x.rounds}`, 'rounds'),
+    stat('Validation bpb', fmtNum(last(g.val_bpb)), 'bpb'),
+    stat('Mean inner loss', fmtNum(last(g.mean_loss)), 'loss'),
+    stat('Parameters', fmtCount(x.params), 'params'),
+    stat('Bytes moved', fmtBytes(sent), 'bytes'),
+    stat('vs data-parallel', ddp > 0 && sent > 0 ? `${(ddp / sent).toFixed(1)}× less` : '–', 'ddp'),
+    stat('Codec', x.config.train.codec, 'codec'),
+    stat('Active nodes', x.live ? `${x.active_nodes} / ${x.config.diloco.min_nodes}` : '–', 'nodes'),
+    stat('Started', t.start ? fmtTime(t.start) : 'not yet', 'started'),
+    stat('Elapsed', fmtDuration(t.elapsed), 'elapsed'),
+    t.end ? stat('Ended', fmtTime(t.end), 'ended') : stat('ETA', x.state === 'running' ? fmtDuration(t.eta) : '–', 'eta'),
+  );
+}
+// Plain words for where this experiment stands when that is not obvious from the charts.
+function renderNote(x) {
+  let text = '';
+  const admin = state.role === 'admin';
+  if (x.state === 'failed') text = `This experiment failed: ${x.failure || 'no reason recorded'}.`;
+  else if (!x.live && x.state === 'created')
+    text = 'Not started yet.' + (admin ? ' Start makes it the experiment this coordinator serves; nodes then join it.' : '');
+  else if (!x.live && (x.state === 'running' || x.state === 'paused'))
+    text = 'This coordinator serves another experiment right now, so this page shows what its store keeps ' +
+      '(rounds, metrics, the config), without live node progress.' +
+      (admin ? ` ${x.state === 'paused' ? 'Resume' : 'Start'} makes it the served one once the current one is not running.` : '');
+  else if (x.live && x.state === 'paused') text = 'Paused: nodes wait until it is resumed.';
+  $('#x-note').textContent = text;
+  show($('#x-note'), !!text);
+}
+// A running experiment without enough nodes: how many are missing and the command that adds one.
+function renderWaiting(x) {
+  const box = $('#x-waiting');
+  const need = x.config.diloco.min_nodes - x.active_nodes;
+  if (!(x.live && x.state === 'running' && need > 0)) { show(box, false); return false; }
+  let addr = x.node_address || 'HOST:PORT';
+  addr = addr.replace(/^(0\.0\.0\.0|\[::\]|::):/, `${location.hostname}:`);
+  const cmd = `atoll node --coordinator ${addr} --tls DIR --name NAME --data brown:a,b`;
+  box.replaceChildren(
+    el('p', {}, el('strong', {}, `Waiting for ${need} node${need === 1 ? '' : 's'}`),
+      ` — ${x.active_nodes} of ${x.config.diloco.min_nodes} joined; ` +
+      (x.current_round > 0 ? 'rounds continue when enough are back.' : 'the first round starts when enough have joined.')),
+    el('p', {}, 'Join with:'),
+    el('pre', { class: 'code card', dataset: { command: cmd } }, cmd),
+    el('p', { class: 'muted' }, 'DIR holds ca.crt and the node\'s certificate NAME.crt / NAME.key (',
+      el('code', {}, 'atoll ca issue --dir DIR --name NAME'), '); --data names the node\'s own data (docs/data.md).'));
+  show(box, true);
+  return true;
+}
+function onAxisChange(ev) {
+  state.xAxis = ev.target.value;
+  for (const s of document.querySelectorAll('.xaxis-select')) s.value = state.xAxis;
+  if (state.view === 'experiment' && state.x && state.x.metrics) renderCharts();
+  if (state.view === 'compare' && state.compareRows) renderCompareCharts(state.compareRows);
+}
+function renderCharts() {
+  const { summary: x, metrics: m } = state.x;
+  const axis = state.xAxis;
+  const map = xMapper(m, axis);
+  const g = m.global || {};
+  const nodeLoss = (m.per_node && m.per_node.loss) || {};
+  const sets = {
+    bpb: [{ label: 'validation bpb', data: toPoints(g.val_bpb, map) }],
+    loss: Object.keys(nodeLoss).sort().map(n => ({ label: n, data: toPoints(nodeLoss[n], map) })),
+    bytes: [
+      { label: 'DiLoCo (sent + received)', data: toPoints(g.bytes, map) },
+      { label: 'data-parallel equivalent', data: toPoints(g.ddp_bytes, map), dash: [6, 4], color: '#94a3b8' },
+    ],
+    duration: [{ label: 'round duration (s)', data: toPoints(g.duration_s, map) }],
+  };
+  // One x range for all four: 0 to the end of the last committed round.
+  const xMax = Math.max(map(m.total_rounds || 0), maxX(...Object.values(sets)));
+  const note = m.bucket > 1 ? ` (${m.bucket} rounds per point)` : '';
+  const empty = {
+    bpb: x.config.algorithm === 'hydra'
+      ? 'No global validation: Hydra sites report their own bpb (Site val bpb in the node table).'
+      : 'No validation bpb for this experiment: it appears when the coordinator evaluates the global model (atoll demo; atoll coordinator --eval-data brown).',
+  };
+  for (const [k, s] of Object.entries(sets)) state.charts[k].set(s, axis, xMax, note, empty[k]);
+  $('#x-bucket').textContent = m.bucket > 1 ? `each point averages ${m.bucket} rounds` : '';
+  const canvas = $('#chart-bpb');
+  canvas.dataset.points = String((g.val_bpb || []).length);
+  canvas.dataset.rounds = String(m.total_rounds);
+  canvas.closest('.charts').dataset.experiment = x.id;
+}
+// A node's "now": the round it works on (1-based) and its step, from its last heartbeat. A
+// heartbeat older than the last commit (heartbeats come every second, rounds can be shorter)
+// says at least the round in progress; nodes that left or were lost, and experiments that are
+// not running, have no "now".
+function nodeNow(x, n) {
+  if (!(x.live && x.state === 'running' && n.status === 'active')) return { text: '–' };
+  const H = x.config.diloco.inner_steps;
+  if (n.round < x.current_round)
+    return { round: x.current_round + 1, text: `round ${x.current_round + 1}`, title: 'waiting for this node\'s next heartbeat' };
+  return { round: n.round + 1, text: `round ${n.round + 1} · step ${n.inner_step} / ${H}` };
+}
+function renderNodes(x, m, nodes) {
+  const siteVal = (m.per_node && m.per_node.site_val_bpb) || {};
+  const hasSiteVal = Object.keys(siteVal).length > 0;
+  const heads = ['Node', 'Status', 'Device', 'Now', 'Loss', 'Tokens/s', 'Last heartbeat', 'Rounds pushed',
+    ...(hasSiteVal ? ['Site val bpb'] : []), 'Sent', 'Received'];
+  $('#nodes-table thead tr').replaceChildren(...heads.map(h => el('th', { scope: 'col' }, h)));
+  $('#nodes-table tbody').replaceChildren(...nodes.map(n => {
+    const now = nodeNow(x, n);
+    const sv = siteVal[n.node_id];
+    const svLast = sv && sv.length ? sv[sv.length - 1] : null;
+    return el('tr', { dataset: { node: n.node_id, round: now.round == null ? '' : String(now.round) } },
+      el('td', { class: 'mono' }, n.node_id),
+      el('td', {}, el('span', { class: `state ${n.status}` }, n.status), n.ready ? el('span', { class: 'muted' }, ' · ready') : ''),
+      el('td', {}, n.device || '–'),
+      el('td', { class: 'num now', title: now.title }, now.text),
+      el('td', { class: 'num' }, n.loss ? fmtNum(n.loss) : '–'),
+      el('td', { class: 'num' }, n.tokens_per_s ? fmtCount(Math.round(n.tokens_per_s)) : '–'),
+      el('td', {}, fmtAgo(n.last_seen_unix_ms)),
+      el('td', { class: 'num' }, n.rounds),
+      hasSiteVal ? el('td', { class: 'num site-val', title: svLast ? `after round ${svLast[0]}` : null }, svLast ? fmtNum(svLast[1]) : '–') : null,
+      el('td', { class: 'num' }, fmtBytes(n.bytes_up)),
+      el('td', { class: 'num' }, fmtBytes(n.bytes_down)),
+    );
+  }));
+  show($('#nodes-empty'), nodes.length === 0);
+  show($('#nodes-wrap'), nodes.length > 0);
 }
 // Hydra: one layers × heads table per site (rows = layers, columns = heads), plus the layer's
 // kept FFN blocks; cells carry a letter and a title so the grid does not rely on colour alone.
 function renderSubnets(x, data) {
   const hydra = x.config.algorithm === 'hydra';
   show($('#x-subnets'), hydra);
-  if (!hydra) return;
+  if (!hydra || !data) return;
   const subnets = data.subnets || [];
   show($('#subnets-empty'), subnets.length === 0);
   const heads = [...Array(data.heads).keys()];
   $('#subnet-grids').replaceChildren(...subnets.map(s => {
     const pct = s.flops_fraction == null ? '–' : `${(100 * s.flops_fraction).toFixed(1)}%`;
-    return el('table', { class: 'grid subnet', dataset: { node: s.node_id } },
+    return el('div', { class: 'table-wrap' }, el('table', { class: 'grid subnet', dataset: { node: s.node_id } },
       el('caption', { title: 'training FLOPs per token relative to the full model' },
         el('span', { class: 'mono' }, s.node_id), ` · ${pct} of full FLOPs`),
       el('thead', {}, el('tr', {}, el('th', { scope: 'col' }, 'Layer'),
@@ -411,76 +706,139 @@ function renderSubnets(x, data) {
           }),
           el('td', { class: 'num', title: `${l.ffn_blocks_kept} of ${data.ffn_blocks} FFN channel blocks kept` },
             `${l.ffn_blocks_kept} / ${data.ffn_blocks}`));
-      })));
+      }))));
   }));
 }
 function renderRounds(data) {
   const rounds = data.rounds;
+  show($('#rounds-empty'), rounds.length === 0);
+  show($('#rounds-body'), rounds.length > 0);
   const maxD = Math.max(1e-9, ...rounds.map(r => r.duration_s || 0));
   const timeline = $('#timeline');
   timeline.replaceChildren(...rounds.map(r => {
     const partial = r.participants.some(p => !p.pushed);
     return el('div', {
-      class: `tick${partial ? ' partial' : ''}`,
+      class: `tick${partial ? ' partial' : ''}`, dataset: { round: String(r.round + 1) },
       style: `height:${Math.max(8, 44 * (r.duration_s || 0) / maxD)}px`,
-      title: `round ${r.round}: ${fmtDuration(r.duration_s)}, ${r.participants.length} participants, loss ${fmtNum(r.mean_loss)}`,
+      title: `round ${r.round + 1}: ${fmtDuration(r.duration_s)}, ${r.participants.length} participants, loss ${fmtNum(r.mean_loss)}`,
     });
   }));
   timeline.dataset.rounds = String(data.total);
+  timeline.setAttribute('aria-label', rounds.length
+    ? `durations of rounds ${rounds[0].round + 1} to ${rounds[rounds.length - 1].round + 1}: from ${fmtDuration(Math.min(...rounds.map(r => r.duration_s || 0)))} to ${fmtDuration(maxD)}`
+    : 'no committed round yet');
   timeline.scrollLeft = timeline.scrollWidth;
   const recent = rounds.slice(-25).reverse();
-  $('#rounds-table tbody').replaceChildren(...recent.map(r => el('tr', {},
-    el('td', { class: 'num' }, r.round),
-    el('td', {}, r.participants.map(p => p.pushed ? p.node_id : `${p.node_id} (missed)`).join(', ')),
+  $('#rounds-table tbody').replaceChildren(...recent.map(r => el('tr', { dataset: { round: String(r.round + 1) } },
+    el('td', { class: 'num' }, r.round + 1),
+    el('td', { class: 'wrap' }, r.participants.map(p => p.pushed ? p.node_id : `${p.node_id} (missed)`).join(', ')),
     el('td', { class: 'num' }, fmtNum(r.mean_loss)),
     el('td', { class: 'num' }, fmtCount(r.tokens)),
     el('td', { class: 'num' }, `${fmtBytes(r.bytes_up)} / ${fmtBytes(r.bytes_down)}`),
     el('td', { class: 'num' }, fmtDuration(r.duration_s)),
+    el('td', {}, fmtTime(r.committed_unix_ms)),
     el('td', { class: 'mono', title: r.params_fingerprint }, r.params_fingerprint.slice(0, 16)),
   )));
-}
-async function refreshExperiment() {
-  const id = state.experiment;
-  if (state.view !== 'experiment' || !id) return;
-  try {
-    const [x, m, n, r, sn] = await Promise.all([
-      api(`api/experiments/${id}`), api(`api/experiments/${id}/metrics?max_points=400`),
-      api(`api/experiments/${id}/nodes`), api(`api/experiments/${id}/rounds?limit=200`),
-      api(`api/experiments/${id}/subnets`),
-    ]);
-    if (state.view !== 'experiment' || state.experiment !== id) return;
-    renderSummary(x, m);
-    renderCharts(m);
-    renderNodes(n.nodes);
-    renderSubnets(x, sn);
-    renderRounds(r);
-  } catch (e) {
-    $('#x-error').textContent = e.status === 404 ? `Experiment ${id} does not exist.` : e.message;
-    show($('#x-error'), true);
-  }
-}
-async function showExperiment(id) {
-  state.view = 'experiment';
-  state.experiment = id;
-  show($('#x-error'), false);
-  show($('#view-experiment'), true);
-  await refreshExperiment();
-  startStream(`api/experiments/${id}/events`, () => scheduleRefresh(refreshExperiment));
-  state.pollTimer = setInterval(refreshExperiment, 5000);  // heartbeats are not events
 }
 async function downloadCheckpoint(ev) {
   ev.preventDefault();
   const id = ev.target.dataset.id;
   try {
-    const res = await fetch(`api/experiments/${id}/checkpoint`, { headers: { Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY)}` } });
+    const res = await fetch(`api/experiments/${id}/checkpoint`, { headers: authHeader() });
     if (!res.ok) throw new Error((await res.json()).error);
-    const url = URL.createObjectURL(await res.blob());
-    const a = el('a', { href: url, download: `${id}-round${ev.target.dataset.round}.safetensors` });
-    document.body.append(a); a.click(); a.remove();
-    setTimeout(() => URL.revokeObjectURL(url), 10000);
+    saveBlob(await res.blob(), `${id}-round${ev.target.dataset.round}.safetensors`);
   } catch (e) {
-    $('#x-error').textContent = `checkpoint: ${e.message}`; show($('#x-error'), true);
+    showError($('#x-error'), `checkpoint: ${e.message}`);
   }
+}
+
+// ---- logs -------------------------------------------------------------------------------------
+// Lines: {t (unix ms), level: info|warn|error, text, kind}. Events are appended as they arrive;
+// rounds read from the store (`sorted`) go in by commit time. `key` dedupes a round seen both
+// as an event and in the store.
+function addLog(t, level, text, key, kind, sorted = false) {
+  if (key) { if (state.logKeys.has(key)) return; state.logKeys.add(key); }
+  const line = { t, level, text, kind };
+  let i = state.logs.length;
+  if (sorted) while (i > 0 && state.logs[i - 1].t > t) i--;
+  if (i < state.logs.length) state.logView.rebuild = true;
+  state.logs.splice(i, 0, line);
+  // Trimmed in chunks: the list is rebuilt once per LOG_MAX / 10 lines, not on every line.
+  if (state.logs.length > LOG_MAX * 1.1) {
+    state.logs.splice(0, state.logs.length - LOG_MAX);
+    state.logView.rebuild = true;
+  }
+  scheduleLogRender();
+}
+function scheduleLogRender() {
+  if (state.logView.pending) return;
+  state.logView.pending = true;
+  requestAnimationFrame(() => { state.logView.pending = false; renderLogs(); });
+}
+function logItem(l) {
+  return el('li', { class: l.level, dataset: { kind: l.kind } },
+    el('span', { class: 't' }, fmtClock(l.t)), el('span', { class: 'lv' }, l.level), el('span', { class: 'm' }, l.text));
+}
+// Appends the lines that arrived since the last render; rebuilds the list only when lines were
+// inserted before the end, trimmed, or filtered differently.
+function renderLogs() {
+  $('#log-count').textContent = state.logs.length ? `(${state.logs.length})` : '';
+  const view = state.logView;
+  if (state.tab !== 'logs') { view.rebuild = true; return; }  // rendered when the tab opens
+  const list = $('#log-lines');
+  const filter = $('#log-filter').value;
+  const keep = l => filter !== 'warn' || l.level !== 'info';
+  const follow = list.scrollTop + list.clientHeight >= list.scrollHeight - 8;
+  if (view.rebuild || view.filter !== filter || view.shown > state.logs.length) {
+    list.replaceChildren(...state.logs.filter(keep).map(logItem));
+  } else {
+    const placeholder = list.querySelector('li.empty');
+    if (placeholder) placeholder.remove();
+    list.append(...state.logs.slice(view.shown).filter(keep).map(logItem));
+  }
+  Object.assign(view, { rebuild: false, filter, shown: state.logs.length });
+  if (!list.children.length)
+    list.append(el('li', { class: 'empty' }, filter === 'warn' ? 'No warnings or errors.' : 'Nothing yet.'));
+  if (follow) list.scrollTop = list.scrollHeight;
+}
+function logRound(r, fromStore = false) {
+  addLog(r.committed_unix_ms, r.participants.some(p => !p.pushed) ? 'warn' : 'info',
+    `round ${r.round + 1} committed: loss ${fmtNum(r.mean_loss)}, ${fmtCount(r.tokens)} tokens, ` +
+    `up ${fmtBytes(r.bytes_up)} / down ${fmtBytes(r.bytes_down)}, ${fmtDuration(r.duration_s)}` +
+    r.participants.filter(p => !p.pushed).map(p => `; ${p.node_id} missed it`).join(''), `round:${r.round}`, 'round', fromStore);
+}
+function logEvent(kind, d) {
+  const now = Date.now();
+  const k = d.round == null ? '' : d.round + 1;  // the round an event belongs to, 1-based
+  switch (kind) {
+    case 'round': return logRound(d);
+    case 'round_started':
+      return addLog(now, 'info', `round ${k} started: ${(d.participants || []).join(', ')}`, `started:${d.round}`, kind);
+    case 'log': {
+      const what = { update_accepted: 'update accepted', update_rejected: 'update rejected', round_restarted: 'round restarted' }[d.event] || d.event;
+      return addLog(now, d.event === 'update_accepted' ? 'info' : 'warn',
+        `round ${k}${d.node_id ? ` · ${d.node_id}` : ''}: ${what}${d.message ? ` (${d.message})` : ''}`, null, kind);
+    }
+    case 'node':
+      return addLog(now, d.event === 'lost' ? 'warn' : 'info', `${d.node_id} ${d.event} (round ${k})`, null, kind);
+    case 'state':
+      return addLog(now, d.state === 'failed' ? 'error' : 'info',
+        `experiment ${d.state}${d.message ? `: ${d.message}` : ''}`, `state:${d.state}:${d.round}`, kind);
+    case 'eval':
+      return addLog(now, 'info', `${d.name === 'val_bpb' ? 'validation bpb' : d.name} ${fmtNum(d.value)} ` +
+        (d.round ? `after round ${d.round}` : 'of the initial parameters'), `eval:${d.name}:${d.round}`, kind);
+    case 'metrics': {
+      const v = d.metrics || {};
+      const parts = [v.loss != null && `loss ${fmtNum(v.loss)}`, v.tokens_per_s != null && `${fmtCount(v.tokens_per_s)} tok/s`,
+        v.site_val_bpb != null && `site val ${fmtNum(v.site_val_bpb)} bpb`].filter(Boolean);
+      return addLog(now, 'info', `${d.node_id} round ${k}: ${parts.join(', ')}`, `metrics:${d.node_id}:${d.round}`, kind);
+    }
+    default: return undefined;
+  }
+}
+function downloadLogs() {
+  const text = state.logs.map(l => `${new Date(l.t).toISOString()} ${l.level} ${l.text}`).join('\n') + '\n';
+  saveBlob(new Blob([text], { type: 'text/plain' }), `${state.experiment}-log.txt`);
 }
 
 // ---- compare experiments --------------------------------------------------------------------
@@ -488,8 +846,18 @@ async function downloadCheckpoint(ev) {
 // and tabulates final values, from the same metric API the experiment page uses.
 function ensureCompareCharts() {
   if (state.charts.cmpBpb) return;
-  state.charts.cmpBpb = lineChart($('#chart-compare-bpb'), { yTitle: 'bits per byte' });
-  state.charts.cmpLoss = lineChart($('#chart-compare-loss'), { yTitle: 'loss (nats)' });
+  const file = key => () => `compare-${state.compare.join('-')}-${key}`;
+  state.charts.cmpBpb = new LineChart($('figure[data-chart="cmpBpb"]'),
+    { id: 'chart-compare-bpb', caption: 'Validation bits per byte (global model)', yTitle: 'bits per byte', file: file('bpb') });
+  state.charts.cmpLoss = new LineChart($('figure[data-chart="cmpLoss"]'),
+    { id: 'chart-compare-loss', caption: 'Mean inner training loss per round', yTitle: 'loss (nats)', file: file('loss') });
+}
+function clearCompare() {
+  state.compareRows = null;
+  for (const k of ['cmpBpb', 'cmpLoss']) if (state.charts[k]) state.charts[k].clear();
+  delete $('#chart-compare-bpb').dataset.datasets;
+  delete $('#chart-compare-loss').dataset.datasets;
+  $('#compare-table tbody').replaceChildren();
 }
 async function refreshCompare() {
   const ids = state.compare;
@@ -501,26 +869,39 @@ async function refreshCompare() {
       return { x, m };
     }));
   } catch (e) {
-    $('#c-error').textContent = e.message;
-    show($('#c-error'), true);
+    if (state.view !== 'compare' || state.compare !== ids || e.status === 0) return;
+    // Nothing half-compared: one unknown id clears the charts and the table.
+    clearCompare();
+    show($('#c-body'), false);
+    showError($('#c-error'), e.status === 404 ? `${e.message}: remove it from the list to compare the others.` : e.message);
     return;
   }
   if (state.view !== 'compare' || state.compare !== ids) return;
-  show($('#c-error'), false);
-  ensureCompareCharts();
+  showError($('#c-error'), '');
+  show($('#c-body'), true);
+  state.compareRows = rows;
+  renderCompareCharts(rows);
+  renderCompareTable(rows);
+}
+function renderCompareCharts(rows) {
+  const axis = state.xAxis;
   const g = r => r.m.global || {};
-  setDatasets(state.charts.cmpBpb, rows.map(r => ({ label: r.x.id, data: pts(g(r).val_bpb) })));
-  setDatasets(state.charts.cmpLoss, rows.map(r => ({ label: r.x.id, data: pts(g(r).mean_loss) })));
-  $('#chart-compare-bpb').dataset.datasets = String(state.charts.cmpBpb.data.datasets.length);
-  $('#chart-compare-loss').dataset.datasets = String(state.charts.cmpLoss.data.datasets.length);
-  const last = s => (s && s.length ? s[s.length - 1][1] : null);
+  const maps = rows.map(r => xMapper(r.m, axis));
+  const bpb = rows.map((r, i) => ({ label: r.x.id, data: toPoints(g(r).val_bpb, maps[i]) }));
+  const loss = rows.map((r, i) => ({ label: r.x.id, data: toPoints(g(r).mean_loss, maps[i]) }));
+  const xMax = Math.max(...rows.map((r, i) => maps[i](r.m.total_rounds || 0)), maxX(bpb, loss));
+  state.charts.cmpBpb.set(bpb, axis, xMax);
+  state.charts.cmpLoss.set(loss, axis, xMax);
+  $('#chart-compare-bpb').dataset.datasets = String(bpb.length);
+  $('#chart-compare-loss').dataset.datasets = String(loss.length);
+}
+function renderCompareTable(rows) {
   const best = s => (s && s.length ? Math.min(...s.map(p => p[1])) : null);
-  const sum = (s, b) => (s || []).reduce((a, p) => a + (p[1] || 0), 0) * (b || 1);
   $('#compare-table tbody').replaceChildren(...rows.map(({ x, m }, i) => {
     const gl = m.global || {};
-    const sent = sum(gl.bytes, m.bucket), ddp = sum(gl.ddp_bytes, m.bucket);
+    const sent = sumSeries(gl.bytes, m.bucket), ddp = sumSeries(gl.ddp_bytes, m.bucket);
     return el('tr', { dataset: { id: x.id } },
-      el('td', {}, el('span', { class: 'swatch', style: `background:${COLORS[i % COLORS.length]}` }), ' ', el('a', { href: `#/e/${x.id}` }, x.id)),
+      el('td', {}, el('span', { class: 'swatch', style: `background:${seriesColor(i)}` }), ' ', el('a', { href: `#/e/${x.id}` }, x.id)),
       el('td', {}, el('span', { class: `state ${x.state}` }, x.state)),
       el('td', { class: 'num' }, `${x.current_round} / ${x.rounds}`),
       el('td', { class: 'num' }, fmtNum(last(gl.val_bpb))),
@@ -537,11 +918,16 @@ async function showCompare(ids) {
   state.view = 'compare';
   state.compare = ids;
   state.selected = new Set(ids);
+  ensureCompareCharts();
+  clearCompare();
   $('#c-title').textContent = ids.join(' · ');
+  showError($('#c-error'), '');
   show($('#view-compare'), true);
+  setTitle(`Compare ${ids.join(', ')}`);
   await refreshCompare();
-  startStream('api/events', () => scheduleRefresh(refreshCompare, 1000));
-  state.pollTimer = setInterval(refreshCompare, 10000);
+  startStream('api/events', (kind, msg) => {
+    if (ids.includes(msg.experiment)) scheduleRefresh(refreshCompare);
+  }, refreshCompare);
 }
 
 // ---- wiring ---------------------------------------------------------------------------------
@@ -550,17 +936,23 @@ $('#login-form').addEventListener('submit', async ev => {
   const token = $('#token-input').value.trim();
   sessionStorage.setItem(TOKEN_KEY, token);
   state.role = null;
-  if (await ensureSession()) {
-    show($('#login-error'), false);
+  let ok = false;
+  try { ok = await ensureSession(); } catch (e) {
+    showError($('#login-error'), `${e.message}; try again when it is back.`);
+    return;
+  }
+  if (ok) {
+    showError($('#login-error'), '');
     $('#token-input').value = '';
-    location.hash = '#/';
+    const next = sessionStorage.getItem(NEXT_KEY);
+    sessionStorage.removeItem(NEXT_KEY);
+    location.hash = next && next !== '#/login' ? next : '#/';
   } else {
     sessionStorage.removeItem(TOKEN_KEY);
-    $('#login-error').textContent = 'That token was not accepted.';
-    show($('#login-error'), true);
+    showError($('#login-error'), 'That token was not accepted.');
   }
 });
-$('#logout').addEventListener('click', () => logout());
+$('#logout').addEventListener('click', () => { sessionStorage.removeItem(NEXT_KEY); logout(); });
 $('#compare-button').addEventListener('click', () => {
   if (state.selected.size >= 2) location.hash = `#/compare/${[...state.selected].join(',')}`;
 });
@@ -568,5 +960,20 @@ $('#create-form').addEventListener('submit', submitCreate);
 for (const b of document.querySelectorAll('#x-actions button'))
   b.addEventListener('click', () => act(state.experiment, b.dataset.action));
 $('#x-checkpoint').addEventListener('click', downloadCheckpoint);
+for (const s of document.querySelectorAll('.xaxis-select')) {
+  s.replaceChildren(...Object.entries(X_AXES).map(([k, a]) => el('option', { value: k }, a.option)));
+  s.addEventListener('change', onAxisChange);
+}
+$('#log-filter').addEventListener('change', renderLogs);
+$('#log-download').addEventListener('click', downloadLogs);
+$('#config-download').addEventListener('click', () => {
+  if (state.x && state.x.summary)
+    saveBlob(new Blob([state.x.summary.config_toml], { type: 'text/plain' }), `${state.experiment}.toml`);
+});
+applyChartTheme();
+darkQuery.addEventListener('change', () => {
+  applyChartTheme();
+  for (const c of Object.values(state.charts)) c.recolor();
+});
 window.addEventListener('hashchange', route);
 route();

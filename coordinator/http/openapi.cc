@@ -32,7 +32,9 @@ const std::string& openapi_json() {
         "current_round": {"type": "integer"}, "rounds": {"type": "integer"},
         "params": {"type": "integer"}, "params_fingerprint": {"type": "string"},
         "created_unix_ms": {"type": "integer"}, "failure": {"type": "string"},
-        "active_nodes": {"type": "integer"}, "config": {"type": "object"},
+        "active_nodes": {"type": "integer"},
+        "node_address": {"type": "string", "description": "HOST:PORT where nodes join the live experiment (atoll node --coordinator); empty when not known"},
+        "config": {"type": "object"},
         "config_toml": {"type": "string"}}},
       "CreateExperiment": {"type": "object",
         "description": "Either {config_toml} or the TOML structure as JSON (docs/configuration.md): name, seed, model{vocab,dim,layers,heads,ffn_hidden,seq_len}, train{batch_size,lr,codec,...}, diloco{rounds,inner_steps,min_nodes,max_nodes,...}, data{source,split,...}.",
@@ -78,7 +80,7 @@ const std::string& openapi_json() {
         "bucket": {"type": "integer", "description": "rounds averaged into one point"},
         "global": {"type": "object", "description": "val_bpb, mean_loss, tokens, bytes, ddp_bytes, duration_s",
                    "additionalProperties": {"$ref": "#/components/schemas/Series"}},
-        "per_node": {"type": "object", "description": "loss, tokens_per_s, bytes_up: node id -> series",
+        "per_node": {"type": "object", "description": "loss, tokens_per_s, bytes_up, site_val_bpb (nodes with validation data): node id -> series",
                      "additionalProperties": {"type": "object",
                        "additionalProperties": {"$ref": "#/components/schemas/Series"}}}}}
     }

@@ -285,6 +285,42 @@ TEST_F(HttpApiTest, CreateListGetStopDelete) {
   EXPECT_EQ(client_->send("GET", "/api/experiments/exp1/rounds", admin_).status, 404u);
 }
 
+// What the dashboard shows while an experiment waits for nodes (where they join), and the
+// validation bpb that nodes with data of their own report each round.
+TEST_F(HttpApiTest, NodeAddressAndSiteValidationBpb) {
+  ASSERT_EQ(client_->send("POST", "/api/experiments", admin_, small_config("exp1")).status, 201u);
+  auto address = [&](const std::string& target) {
+    json::value v = client_->send("GET", target, viewer_).json();
+    const json::object& x = target == "/api/experiments"
+                                ? v.as_object().at("experiments").as_array().at(0).as_object()
+                                : v.as_object();
+    return std::string(x.at("node_address").as_string());
+  };
+  EXPECT_EQ(address("/api/experiments/exp1"), "");  // no gRPC server in this process
+  manager_->set_node_address("127.0.0.1:7070");
+  EXPECT_EQ(address("/api/experiments/exp1"), "127.0.0.1:7070");
+  EXPECT_EQ(address("/api/experiments"), "127.0.0.1:7070");
+
+  // A node's report after round 0 (x = 1 round completed), as the round engine stores it.
+  ASSERT_TRUE(store_
+                  ->put_metrics("exp1", "site-a", 0,
+                                R"({"node":"site-a","round":0,"step":2,"metrics":)"
+                                R"({"loss":3.5,"tokens_per_s":100.0,"site_val_bpb":4.25}})")
+                  .ok());
+  Reply m = client_->send("GET", "/api/experiments/exp1/metrics", viewer_);
+  ASSERT_EQ(m.status, 200u) << m.body;
+  const json::value v = m.json();
+  const json::object& per_node = v.as_object().at("per_node").as_object();
+  ASSERT_TRUE(per_node.contains("site_val_bpb")) << m.body;
+  const json::array& site = per_node.at("site_val_bpb").as_object().at("site-a").as_array();
+  ASSERT_EQ(site.size(), 1u);
+  EXPECT_EQ(site[0].as_array()[0].to_number<double>(), 1.0);
+  EXPECT_EQ(site[0].as_array()[1].to_number<double>(), 4.25);
+  EXPECT_EQ(per_node.at("tokens_per_s").as_object().at("site-a").as_array().size(), 1u);
+  // The inner loss per node comes from committed rounds, not from reports.
+  EXPECT_FALSE(per_node.contains("loss")) << m.body;
+}
+
 TEST_F(HttpApiTest, LiveExperimentIsDrivenThroughItsService) {
   auto cfg = parse_experiment_config(
       "name = \"live\"\n[model]\ndim = 16\nlayers = 1\nheads = 2\nffn_hidden = 32\nseq_len = 16\n",

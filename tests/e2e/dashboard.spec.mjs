@@ -1,11 +1,16 @@
 // Browser end-to-end test of the dashboard: a real `atoll demo` (embedded coordinator, dev CA,
-// TLS 1.3, node processes) and Debian's headless Chromium driven by playwright-core.
-//   log in with the printed token → create an experiment (first with a bad value: the server's
-//   message shows inline) → open the running demo → rounds arrive live and the charts grow →
-//   screenshot kept as a test artifact → select the demo and the new experiment in the list and
-//   compare them (one chart dataset per experiment, a table row each; screenshot kept too) →
-//   a Hydra demo (four sites, budgets 1.0 / 0.5 / 0.25 / 0.25): its experiment page shows one
-//   layers × heads grid per site, the full-budget site keeps every head, a quarter site does not.
+// TLS 1.3, node processes) and Debian's headless Chromium driven by playwright-core, at a
+// desktop size (1440×900) and a phone size (390×844).
+//   a deep link opened signed out survives the sign-in → the running demo's page: rounds arrive
+//   live, the node table and the charts agree with the header and the rounds table, the charts'
+//   x-axes line up, the x-axis switch (bytes sent) and CSV export, the run times, the logs and
+//   config tabs, no horizontal overflow on the phone → an unknown experiment clears the page →
+//   stop the demo: a finished experiment is not polled; light and dark colours have contrast
+//   ≥ 4.5:1 → create an experiment (the server's message inline, aria-invalid) → compare, then
+//   compare with an unknown id → start the created experiment: "waiting for 2 nodes" with the
+//   join command, which the test runs → the coordinator stops: a banner says so →
+//   a Hydra demo: one layers × heads grid per site, and no node "now" once it has finished.
+// Every view is screenshot at both sizes into ATOLL_ARTIFACTS (dashboard-<view>-<size>.png).
 // Run from the repository root: node tests/e2e/dashboard.spec.mjs
 // Environment: ATOLL_BINARY (default build/atoll), ATOLL_ARTIFACTS (default build/test-artifacts),
 // CHROMIUM (default /usr/bin/chromium).
@@ -18,7 +23,9 @@ import { chromium } from 'playwright-core';
 const ATOLL = process.env.ATOLL_BINARY || 'build/atoll';
 const ARTIFACTS = process.env.ATOLL_ARTIFACTS || 'build/test-artifacts';
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
-const TOTAL_BUDGET_MS = 85000;
+const TOTAL_BUDGET_MS = 100000;  // CTest's TIMEOUT is 120 s
+const DESKTOP = { width: 1440, height: 900 };
+const PHONE = { width: 390, height: 844 };
 const started = Date.now();
 const left = () => Math.max(1000, TOTAL_BUDGET_MS - (Date.now() - started));
 
@@ -27,6 +34,7 @@ function die(message) {
   process.exit(1);
 }
 const step = message => console.log(`[${((Date.now() - started) / 1000).toFixed(1)}s] ${message}`);
+function check(ok, message) { if (!ok) throw new Error(message); }
 
 if (!fs.existsSync(CHROMIUM))
   die(`no browser at ${CHROMIUM}: install Debian's chromium (deploy/install-deps.sh or apt-get install chromium)`);
@@ -38,11 +46,11 @@ const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'atoll-e2e-'));
 fs.mkdirSync(ARTIFACTS, { recursive: true });
 
 // A small model and many short rounds: rounds keep arriving while the browser watches; the test
-// stops the demo when it is done (the demo would otherwise serve a bounded time after training).
+// stops the experiment from the page, then the demo (which would serve a bounded time after).
 let demo = spawn(ATOLL, [
   'demo', '--nodes', '2', '--rounds', '400', '--inner-steps', '12', '--dim', '48', '--layers', '2',
   '--heads', '2', '--ffn', '96', '--seq', '48', '--batch', '4', '--eval-tokens', '2048',
-  '--store', path.join(tmp, 'run'), '--http', '127.0.0.1:0', '--serve-after-done-s', '20',
+  '--store', path.join(tmp, 'run'), '--http', '127.0.0.1:0', '--serve-after-done-s', '60',
 ], { stdio: ['ignore', 'pipe', 'pipe'] });
 let demoOut = '';
 let demoExited = false;
@@ -60,10 +68,13 @@ async function stopDemo() {
   while (!demoExited && Date.now() - t < 10000) await new Promise(r => setTimeout(r, 50));
   if (!demoExited) demo.kill('SIGKILL');
 }
+const extraNodes = [];  // the nodes the test starts with the page's join command
+let nodesOut = '';
 
 let context = null;
 async function cleanup() {
   if (context) await context.close().catch(() => {});
+  for (const n of extraNodes) if (n.exitCode === null) n.kill('SIGKILL');
   await stopDemo();
   fs.rmSync(tmp, { recursive: true, force: true });
 }
@@ -84,40 +95,309 @@ async function waitFor(cond, what, timeoutMs) {
   }
 }
 
+// ---- checks that run inside the page ------------------------------------------------------------
+// Text whose contrast against its (blended) background is under 4.5:1 (WCAG AA), skipping
+// disabled controls and chart canvases (no DOM text).
+function lowContrastText() {
+  const parse = c => {
+    const m = c.match(/rgba?\(([^)]+)\)/);
+    if (!m) return null;
+    const v = m[1].split(/[\s,/]+/).filter(Boolean).map(Number);
+    return [v[0], v[1], v[2], v.length > 3 ? v[3] : 1];
+  };
+  const over = (top, bottom) => [0, 1, 2].map(i => top[i] * top[3] + bottom[i] * (1 - top[3])).concat(1);
+  const lum = c => {
+    const f = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+    return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]);
+  };
+  const backdrop = e => {
+    const layers = [];
+    for (let a = e; a; a = a.parentElement) {
+      const c = parse(getComputedStyle(a).backgroundColor);
+      if (c && c[3] > 0) { layers.push(c); if (c[3] >= 1) break; }
+    }
+    let bg = [255, 255, 255, 1];
+    for (let i = layers.length - 1; i >= 0; i--) bg = over(layers[i], bg);
+    return bg;
+  };
+  const fails = [];
+  const seen = new Set();
+  const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  while (walk.nextNode()) {
+    const text = walk.currentNode.textContent.trim();
+    const e = walk.currentNode.parentElement;
+    if (!text || seen.has(e)) continue;
+    seen.add(e);
+    if (!e.getClientRects().length || e.closest('option, script, style, button:disabled')) continue;
+    let opacity = 1;
+    for (let a = e; a; a = a.parentElement) opacity *= Number(getComputedStyle(a).opacity);
+    if (opacity < 1) continue;
+    const bg = backdrop(e);
+    const fg = over(parse(getComputedStyle(e).color), bg);
+    const [hi, lo] = [lum(fg), lum(bg)].sort((a, b) => b - a);
+    const ratio = (hi + 0.05) / (lo + 0.05);
+    if (ratio < 4.5) fails.push(`${e.tagName.toLowerCase()}${e.id ? '#' + e.id : ''} "${text.slice(0, 24)}" ${ratio.toFixed(2)}:1`);
+  }
+  return fails;
+}
+// Nothing wider than the viewport, and the header as wide as the page.
+function overflow() {
+  const header = document.querySelector('header.top').getBoundingClientRect();
+  const items = [...document.querySelectorAll('header.top > *')].filter(e => e.getClientRects().length);
+  return {
+    scrollWidth: document.scrollingElement.scrollWidth,
+    header: header.width,
+    headerItemsRight: Math.max(...items.map(e => e.getBoundingClientRect().right)),
+  };
+}
+// [min, max] of each experiment chart's x scale, and the last x of its data.
+function chartAxes() {
+  return ['bpb', 'loss', 'bytes', 'duration'].map(k => {
+    const c = Chart.getChart(document.querySelector(`#chart-${k}`));
+    const xs = c.data.datasets.flatMap(d => d.data.map(p => p.x));
+    return { chart: k, min: c.scales.x.min, max: c.scales.x.max, lastX: xs.length ? Math.max(...xs) : null };
+  });
+}
+const frames = page => page.evaluate(() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))));
+
+async function phoneChecks(page, view) {
+  const o = await page.evaluate(overflow);
+  check(o.scrollWidth <= PHONE.width, `${view} at ${PHONE.width} px: the page is ${o.scrollWidth} px wide`);
+  check(o.header >= o.scrollWidth && o.headerItemsRight <= o.header + 0.5,
+    `${view} at ${PHONE.width} px: the header is ${o.header} px wide, its items end at ${o.headerItemsRight} px`);
+}
+// Screenshots of the current view at both sizes (phone: no horizontal overflow), back at desktop.
+async function shoot(page, view, { fullPage = true } = {}) {
+  await page.screenshot({ path: path.join(ARTIFACTS, `dashboard-${view}-desktop.png`), fullPage });
+  await page.setViewportSize(PHONE);
+  await frames(page);
+  await phoneChecks(page, view);
+  await page.screenshot({ path: path.join(ARTIFACTS, `dashboard-${view}-phone.png`), fullPage });
+  await page.setViewportSize(DESKTOP);
+  await frames(page);
+}
+async function contrastChecks(page, view) {
+  const bad = await page.evaluate(lowContrastText);
+  check(!bad.length, `${view}: text below 4.5:1 contrast: ${bad.slice(0, 6).join(' | ')}`);
+}
+
 try {
   const [, url] = await waitFor(() => demoOut.match(/^dashboard: (https:\/\/\S+)$/m), 'the dashboard: line', 25000);
   const [, token] = await waitFor(() => demoOut.match(/^token: (atl_[0-9a-f]{64})$/m), 'the token: line', 5000);
+  const [, grpc] = await waitFor(() => demoOut.match(/^coordinator (\S+?),/m), 'the coordinator line', 5000);
   step(`demo serves ${url}`);
 
   context = await chromium.launchPersistentContext(path.join(tmp, 'profile'), {
     executablePath: CHROMIUM,
     headless: true,
     ignoreHTTPSErrors: true,  // the demo's certificate is signed by its own fresh dev CA
-    viewport: { width: 1360, height: 1000 },
+    viewport: DESKTOP,
+    acceptDownloads: true,
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
       '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   });
   const page = context.pages()[0] || await context.newPage();
   page.setDefaultTimeout(20000);
   const pageErrors = [];
+  const requests = [];
   page.on('pageerror', e => pageErrors.push(String(e)));
   page.on('console', m => { if (m.type() === 'error') pageErrors.push(m.text()); });
   page.on('response', r => { if (r.status() >= 500) pageErrors.push(`${r.status()} ${r.url()}`); });
+  page.on('request', r => requests.push(new URL(r.url()).pathname));
+  page.on('dialog', d => d.accept());  // "Stop experiment demo? This cannot be undone."
 
-  // ---- log in ---------------------------------------------------------------------------------
-  await page.goto(url);
+  // ---- a deep link opened signed out: sign in, land where the link pointed ------------------------
+  await page.goto(`${url}#/e/demo`);
   await page.waitForSelector('#view-login:not([hidden])');
+  check(!(await page.isVisible('#logout')), '"Log out" is shown while signed out');
+  check(/Sign in/.test(await page.title()), `the login page's title is "${await page.title()}"`);
   await page.fill('#token-input', 'atl_' + '0'.repeat(64));
   await page.click('#login-form button[type=submit]');
   await page.waitForSelector('#login-error:not([hidden])');  // an unknown token is refused
+  check((await page.getAttribute('#login-error', 'role')) === 'alert', 'the login error is not announced (role=alert)');
+  const favicons = requests.filter(p => p.endsWith('/favicon.svg')).length;
+  check(favicons <= 1, `favicon.svg fetched ${favicons} times while loading the page`);
+  await shoot(page, 'login');
   pageErrors.length = 0;  // the refused login logs its 401
   await page.fill('#token-input', token);
   await page.click('#login-form button[type=submit]');
-  await page.waitForSelector('#experiments-table tr[data-id="demo"]');
-  if ((await page.textContent('#role')) !== 'admin') throw new Error('the demo token is not an admin token');
-  step('logged in');
+  await page.waitForSelector('#view-experiment:not([hidden])');
+  const hash = await page.evaluate(() => location.hash);
+  check(hash === '#/e/demo', `signing in from a link to #/e/demo landed on ${hash}`);
+  check((await page.textContent('#role')) === 'admin', 'the demo token is not an admin token');
+  check((await page.title()).startsWith('demo'), `the experiment page's title is "${await page.title()}"`);
+  step('signed in through a deep link');
 
-  // ---- create an experiment -------------------------------------------------------------------
+  // ---- the running demo -----------------------------------------------------------------------------
+  await page.waitForFunction(() => Number(document.querySelector('#chart-bpb').dataset.points || 0) >= 2);
+  const first = Number(await page.getAttribute('#timeline', 'data-rounds'));
+  const firstPoints = Number(await page.getAttribute('#chart-bpb', 'data-points'));
+  // Live: more rounds and chart points arrive without reloading the page.
+  await page.waitForFunction(
+    ([r, p]) => Number(document.querySelector('#timeline').dataset.rounds) >= r + 3 &&
+      Number(document.querySelector('#chart-bpb').dataset.points) >= p + 3,
+    [first, firstPoints], { timeout: Math.min(30000, left()) });
+  const nodeRows = await page.$$eval('#nodes-table tbody tr', rows => rows.length);
+  check(nodeRows === 2, `node table has ${nodeRows} rows, expected 2`);
+  check(!(await page.isVisible('#x-subnets')), 'Hydra subnetworks shown for a DiLoCo experiment');
+  check(/\bon\b/.test(await page.getAttribute('#live-indicator', 'class')), 'the live event stream is not connected');
+  step(`rounds arrived live: ${first} -> ${await page.getAttribute('#timeline', 'data-rounds')}`);
+
+  // Each active node works on the round after the header's completed ones (1-based, as the
+  // rounds table): not on a round the header already counts as done.
+  const progress = await page.evaluate(() => ({
+    done: parseInt(document.querySelector('#x-stats .stat .v').textContent, 10),
+    nodes: [...document.querySelectorAll('#nodes-table tbody tr')].map(r => r.cells[3].textContent),
+  }));
+  for (const n of progress.nodes) {
+    const r = parseInt(n.replace(/^\D*/, ''), 10);
+    check(r >= progress.done + 1 && r <= progress.done + 2,
+      `node progress "${n}" with ${progress.done} rounds done (expected round ${progress.done + 1})`);
+  }
+  // The nodes hold validation data of their own: their latest site bpb is in the table.
+  await page.waitForFunction(() => document.querySelectorAll('#nodes-table tbody td.site-val').length === 2 &&
+    [...document.querySelectorAll('#nodes-table tbody td.site-val')].every(td => /^\d+\.\d{4}$/.test(td.textContent)));
+  // A round in the rounds table is the same round on the charts (same number, same duration).
+  // The table may hold a round the metrics did not have yet (separate requests): skipped.
+  const compared = await page.evaluate(() => {
+    const chart = Chart.getChart(document.querySelector('#chart-duration'));
+    const pts = chart.data.datasets[0].data;
+    return [...document.querySelectorAll('#rounds-table tbody tr')].slice(0, 8).map(r => {
+      const k = parseInt(r.cells[0].textContent, 10);
+      const p = pts.find(q => q.x === k);
+      if (!p) return null;
+      return fmtDuration(p.y) === r.cells[5].textContent ? 'same' : `row "${k}" says ${r.cells[5].textContent}, the chart at x=${k} ${fmtDuration(p.y)}`;
+    }).filter(Boolean);
+  });
+  const mismatched = compared.filter(c => c !== 'same');
+  check(compared.length >= 5 && !mismatched.length,
+    `rounds table and duration chart disagree (${compared.length} rounds compared): ${mismatched.join('; ')}`);
+  const sameAxes = async size => {
+    const axes = await page.evaluate(chartAxes);
+    const want = axes.find(a => a.chart === 'duration');
+    for (const a of axes)
+      check(a.min === 0 && a.max === want.max && a.max === want.lastX,
+        `${size}: x-axis of the ${a.chart} chart is [${a.min}, ${a.max}], expected [0, ${want.lastX}] like the others`);
+  };
+  await sameAxes('desktop');
+  // Run times: started, elapsed, ETA while running.
+  const times = await page.evaluate(() => Object.fromEntries([...document.querySelectorAll('#x-stats .stat')]
+    .map(s => [s.dataset.stat, s.querySelector('.v').textContent])));
+  check(/\d/.test(times.started || '') && /\d/.test(times.elapsed || '') && /\d/.test(times.eta || ''),
+    `run times missing: started "${times.started}", elapsed "${times.elapsed}", ETA "${times.eta}"`);
+  // Each chart has a text alternative.
+  const alts = await page.$$eval('#x-charts canvas', cs => cs.map(c => [c.getAttribute('role'), c.getAttribute('aria-label')]));
+  check(alts.length === 4 && alts.every(([role, label]) => role === 'img' && /\d+ points, last/.test(label || '')),
+    `chart text alternatives: ${JSON.stringify(alts)}`);
+  step(`node progress ${progress.nodes.join(', ')} at ${progress.done} rounds done; tables, charts and axes agree`);
+
+  // ---- x-axis: bytes sent; CSV of what the chart shows -------------------------------------------------
+  await page.selectOption('#x-xaxis', 'bytes');
+  const byBytes = await page.evaluate(async t => {
+    const chart = Chart.getChart(document.querySelector('#chart-bpb'));
+    const pts = chart.data.datasets[0].data.map(p => ({ x: p.x, round: p.round }));
+    const m = await (await fetch('api/experiments/demo/metrics?max_points=5000', { headers: { Authorization: `Bearer ${t}` } })).json();
+    const sent = r => m.global.bytes.filter(([x]) => x <= r).reduce((a, [, y]) => a + y, 0);
+    return { title: chart.options.scales.x.title.text, pts, want: pts.map(p => sent(p.round)) };
+  }, token);
+  check(/bytes sent/.test(byBytes.title), `x-axis title after choosing bytes: "${byBytes.title}"`);
+  byBytes.pts.forEach((p, i) => check(Math.abs(p.x - byBytes.want[i]) <= 1e-6 * Math.max(1, byBytes.want[i]),
+    `bpb after round ${p.round} is drawn at ${p.x} bytes; the rounds so far sent ${byBytes.want[i]}`));
+  await sameAxes('desktop, bytes');
+  const [download] = await Promise.all([page.waitForEvent('download'),
+    page.click('figure[data-chart="bpb"] button[data-export="csv"]')]);
+  const csv = fs.readFileSync(await download.path(), 'utf8').trim().split('\n');
+  check(csv[0] === 'round,bytes_sent,validation bpb', `CSV header "${csv[0]}"`);
+  check(csv.length - 1 >= byBytes.pts.length, `CSV has ${csv.length - 1} rows for ${byBytes.pts.length} points`);
+  const [r0, b0, v0] = csv[1].split(',').map(Number);
+  check(r0 === 0 && b0 === 0 && v0 > 0, `CSV first row "${csv[1]}" (expected the initial bpb at 0 bytes)`);
+  await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-experiment-bytes-desktop.png') });
+  await page.selectOption('#x-xaxis', 'time');
+  check(/wall time/.test(await page.evaluate(() => Chart.getChart(document.querySelector('#chart-loss')).options.scales.x.title.text)),
+    'x-axis title after choosing wall time');
+  await page.selectOption('#x-xaxis', 'round');
+  step(`x-axis by bytes: ${byBytes.pts.length} points match the bytes sent; CSV ${csv.length - 1} rows`);
+
+  await shoot(page, 'experiment');
+  await page.setViewportSize(PHONE);
+  await frames(page);
+  await sameAxes('phone');
+  await page.setViewportSize(DESKTOP);
+
+  // ---- logs and config tabs ------------------------------------------------------------------------
+  await page.click('.tabs a[data-tab="logs"]');
+  await page.waitForSelector('#x-logs:not([hidden]) #log-lines li[data-kind="log"]');
+  await page.waitForSelector('#log-lines li[data-kind="round"]');
+  check(/Logs/.test(await page.title()), `the logs tab's title is "${await page.title()}"`);
+  const logLines = await page.$$eval('#log-lines li', ls => ls.length);
+  await page.waitForFunction(n => document.querySelectorAll('#log-lines li').length > n, logLines);  // live
+  const accepted = await page.$$eval('#log-lines li[data-kind="log"]', ls => ls.map(l => l.textContent));
+  check(accepted.some(t => /update accepted/.test(t)), `no accepted update in the logs: ${accepted.slice(0, 3).join(' | ')}`);
+  await shoot(page, 'logs', { fullPage: false });
+  await page.click('.tabs a[data-tab="config"]');
+  await page.waitForSelector('#x-config:not([hidden])');
+  const toml = await page.textContent('#config-toml');
+  check(/\[diloco\]/.test(toml) && /^rounds = 400$/m.test(toml) && /^inner_steps = 12$/m.test(toml),
+    `the config view does not show the demo's config: ${toml.slice(0, 200)}`);
+  check(!(await page.isVisible('#x-charts')), 'charts shown on the config tab');
+  await shoot(page, 'config');
+  step(`logs tab: ${logLines}+ lines, live; config tab: ${toml.split('\n').length} lines of TOML`);
+
+  // ---- an unknown experiment: nothing of the previous one stays ----------------------------------------
+  await page.click('.tabs a[data-tab="overview"]');
+  await page.evaluate(() => { location.hash = '#/e/no-such-run'; });
+  await page.waitForSelector('#x-error:not([hidden])');
+  const unknown = await page.evaluate(() => ({
+    title: document.querySelector('#x-title').textContent,
+    stats: [...document.querySelectorAll('#x-stats .stat')].filter(s => s.getClientRects().length).length,
+    buttons: [...document.querySelectorAll('#x-actions button')].filter(b => b.getClientRects().length && !b.disabled).map(b => b.textContent),
+    charts: [...document.querySelectorAll('#view-experiment canvas')].filter(c => c.getClientRects().length).length,
+    error: document.querySelector('#x-error').textContent,
+    role: document.querySelector('#x-error').getAttribute('role'),
+  }));
+  check(unknown.title !== 'demo' && unknown.stats === 0 && unknown.buttons.length === 0 && unknown.charts === 0,
+    `after #/e/demo, #/e/no-such-run shows title "${unknown.title}", ${unknown.stats} stats, ` +
+    `buttons [${unknown.buttons.join(', ')}], ${unknown.charts} charts`);
+  check(/no-such-run/.test(unknown.error) && unknown.role === 'alert', `not-found error "${unknown.error}" (role ${unknown.role})`);
+  check(/no-such-run/.test(await page.title()), `the not-found page's title is "${await page.title()}"`);
+  pageErrors.length = 0;  // the 404s
+  step('unknown experiment: the previous one is gone');
+
+  // ---- stop the demo from its page: a finished experiment is not polled -------------------------------
+  await page.evaluate(() => { location.hash = '#/e/demo'; });
+  await page.waitForSelector('#x-actions button[data-action="stop"]:not([disabled])');
+  await page.click('#x-actions button[data-action="stop"]');
+  await page.waitForSelector('#x-state.finished');
+  // The nodes leave once they hear it is over (events, which refresh the page).
+  await page.waitForFunction(() => [...document.querySelectorAll('#nodes-table tbody tr')].every(r =>
+    r.querySelector('.state.left') && r.cells[3].textContent === '–'), null, { timeout: 15000 });
+  await page.waitForSelector('#x-stats .stat[data-stat="ended"]');
+  await new Promise(r => setTimeout(r, 500));  // the last event's refresh
+  const before = requests.length;
+  const quietFrom = Date.now();
+  // Meanwhile (no fetches either): light and dark colours, at both sizes.
+  await contrastChecks(page, 'experiment (light, desktop)');
+  await page.setViewportSize(PHONE);
+  await frames(page);
+  await contrastChecks(page, 'experiment (light, phone)');
+  await page.setViewportSize(DESKTOP);
+  await page.emulateMedia({ colorScheme: 'dark' });
+  await frames(page);
+  const darkBg = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+  const [cr, cg, cb] = darkBg.match(/\d+/g).map(Number);
+  check(cr + cg + cb < 120, `prefers-color-scheme: dark, yet the page background is ${darkBg}`);
+  await contrastChecks(page, 'experiment (dark, desktop)');
+  await shoot(page, 'experiment-dark');
+  await page.click('.tabs a[data-tab="logs"]');
+  await contrastChecks(page, 'logs (dark)');
+  await page.click('.tabs a[data-tab="overview"]');
+  await page.emulateMedia({ colorScheme: 'light' });
+  await new Promise(r => setTimeout(r, Math.max(0, 5600 - (Date.now() - quietFrom))));
+  const polled = requests.slice(before).filter(p => p.includes('/api/'));
+  check(polled.length === 0, `a finished experiment was fetched again within ${((Date.now() - quietFrom) / 1000).toFixed(1)} s: ${polled.join(', ')}`);
+  step('stopped the demo: no polling of the finished experiment; contrast >= 4.5:1 in light and dark');
+
+  // ---- create an experiment -------------------------------------------------------------------------
   const name = `e2e-${Date.now()}`;
   await page.click('header a[href="#/new"]');
   await page.waitForSelector('#view-new:not([hidden])');
@@ -125,47 +405,29 @@ try {
   await page.selectOption('#f-model', 'tiny');
   await page.fill('#f-nodes', '2');
   await page.fill('#f-rounds', '0');
-  await page.fill('#f-inner', '20');
+  await page.fill('#f-inner', '4');
   await page.fill('#f-codec', 'int8');
   await page.click('#create-submit');
   const inline = await page.waitForSelector('.error[data-for="rounds"]:not(:empty)');
   const msg = await inline.textContent();
-  if (!/diloco\.rounds = 0 must be >= 1/.test(msg)) throw new Error(`unexpected inline error: ${msg}`);
-  step(`inline validation error shown: ${msg}`);
+  check(/diloco\.rounds = 0 must be >= 1/.test(msg), `unexpected inline error: ${msg}`);
+  const described = await page.evaluate(() => {
+    const i = document.querySelector('#f-rounds');
+    const d = document.getElementById(i.getAttribute('aria-describedby'));
+    return { invalid: i.getAttribute('aria-invalid'), text: d && d.textContent, role: d && d.getAttribute('role') };
+  });
+  check(described.invalid === 'true' && described.text === msg && described.role === 'alert',
+    `the rounds field is not marked invalid and described by its error: ${JSON.stringify(described)}`);
+  await shoot(page, 'new');
   pageErrors.length = 0;  // the refused create logs its 400
-  await page.fill('#f-rounds', '5');
+  await page.fill('#f-rounds', '3');
   await page.click('#create-submit');
   await page.waitForSelector(`#experiments-table tr[data-id="${name}"]`);
-  step(`created ${name}`);
+  check(/Experiments/.test(await page.title()), `the list's title is "${await page.title()}"`);
+  await shoot(page, 'list');
+  step(`created ${name} (the inline error first)`);
 
-  // ---- watch the demo train -------------------------------------------------------------------
-  await page.click('#experiments-table a[href="#/e/demo"]');
-  await page.waitForSelector('#view-experiment:not([hidden])');
-  await page.waitForFunction(() => Number(document.querySelector('#chart-bpb').dataset.points || 0) >= 2);
-  const first = Number(await page.getAttribute('#timeline', 'data-rounds'));
-  const firstPoints = Number(await page.getAttribute('#chart-bpb', 'data-points'));
-  step(`experiment page shows ${first} rounds, ${firstPoints} bpb points`);
-  // Live: more rounds and chart points arrive without reloading the page.
-  await page.waitForFunction(
-    ([r, p]) => Number(document.querySelector('#timeline').dataset.rounds) >= r + 3 &&
-      Number(document.querySelector('#chart-bpb').dataset.points) >= p + 3,
-    [first, firstPoints], { timeout: Math.min(30000, left()) });
-  const nodeRows = await page.$$eval('#nodes-table tbody tr', rows => rows.length);
-  if (nodeRows !== 2) throw new Error(`node table has ${nodeRows} rows, expected 2`);
-  // The demo runs DiLoCo: the Hydra subnetwork grids stay hidden (their API answers no sites).
-  if (await page.isVisible('#x-subnets')) throw new Error('Hydra subnetworks shown for a DiLoCo experiment');
-  const live = await page.getAttribute('#live-indicator', 'class');
-  if (!/\bon\b/.test(live)) throw new Error('the live event stream is not connected');
-  const now = Number(await page.getAttribute('#timeline', 'data-rounds'));
-  step(`rounds arrived live: ${first} -> ${now}`);
-
-  const shot = path.join(ARTIFACTS, 'dashboard.png');
-  await page.screenshot({ path: shot, fullPage: true });
-  step(`screenshot ${shot}`);
-
-  // ---- compare two experiments ----------------------------------------------------------------
-  await page.click('header a[href="#/"]');
-  await page.waitForSelector(`#experiments-table tr[data-id="${name}"] input[type=checkbox]`);
+  // ---- compare two experiments, then an unknown one --------------------------------------------------
   await page.check('#experiments-table tr[data-id="demo"] input[type=checkbox]');
   await page.check(`#experiments-table tr[data-id="${name}"] input[type=checkbox]`);
   await page.click('#compare-button:not([disabled])');
@@ -173,28 +435,81 @@ try {
   await page.waitForSelector('#chart-compare-bpb[data-datasets]');
   const sets = Number(await page.getAttribute('#chart-compare-bpb', 'data-datasets'));
   const lossSets = Number(await page.getAttribute('#chart-compare-loss', 'data-datasets'));
-  if (sets !== 2 || lossSets !== 2)
-    throw new Error(`compare charts have ${sets} bpb and ${lossSets} loss datasets, expected 2 each`);
+  check(sets === 2 && lossSets === 2, `compare charts have ${sets} bpb and ${lossSets} loss datasets, expected 2 each`);
   const labels = await page.evaluate(() =>
     Chart.getChart(document.querySelector('#chart-compare-bpb')).data.datasets.map(d => d.label).sort());
-  if (labels.join(',') !== ['demo', name].sort().join(','))
-    throw new Error(`compare datasets are ${labels.join(', ')}, expected demo and ${name}`);
+  check(labels.join(',') === ['demo', name].sort().join(','), `compare datasets are ${labels.join(', ')}, expected demo and ${name}`);
   const demoPoints = await page.evaluate(() =>
     Chart.getChart(document.querySelector('#chart-compare-bpb')).data.datasets.find(d => d.label === 'demo').data.length);
-  if (demoPoints < 2) throw new Error(`the demo's bpb curve has ${demoPoints} points in the compare view`);
+  check(demoPoints >= 2, `the demo's bpb curve has ${demoPoints} points in the compare view`);
   const cmpRows = await page.$$eval('#compare-table tbody tr', rows => rows.map(r => r.dataset.id));
-  if (cmpRows.length !== 2) throw new Error(`compare table has ${cmpRows.length} rows, expected 2`);
-  const cmpShot = path.join(ARTIFACTS, 'dashboard-compare.png');
-  await page.screenshot({ path: cmpShot, fullPage: true });
-  step(`compare view: ${labels.join(' vs ')}, screenshot ${cmpShot}`);
+  check(cmpRows.length === 2, `compare table has ${cmpRows.length} rows, expected 2`);
+  await page.selectOption('#c-xaxis', 'bytes');  // bpb against bytes: what a codec buys
+  const cmpX = await page.evaluate(() => {
+    const c = Chart.getChart(document.querySelector('#chart-compare-bpb'));
+    const d = c.data.datasets.find(s => s.label === 'demo').data;
+    return { title: c.options.scales.x.title.text, lastX: d[d.length - 1].x, max: c.scales.x.max };
+  });
+  check(/bytes sent/.test(cmpX.title) && cmpX.lastX > 1e6 && cmpX.max >= cmpX.lastX,
+    `compare by bytes sent: x-axis "${cmpX.title}", the demo's last point at ${cmpX.lastX}, axis to ${cmpX.max}`);
+  await page.selectOption('#c-xaxis', 'round');
+  await shoot(page, 'compare');
+  await page.evaluate(() => { location.hash = '#/compare/demo,no-such-run'; });
+  await page.waitForSelector('#c-error:not([hidden])');
+  const stale = await page.evaluate(() => ({
+    rows: [...document.querySelectorAll('#compare-table tbody tr')].filter(r => r.getClientRects().length).length,
+    charts: [...document.querySelectorAll('#view-compare canvas')].filter(c => c.getClientRects().length &&
+      Chart.getChart(c).data.datasets.length).length,
+  }));
+  check(stale.rows === 0 && stale.charts === 0,
+    `#/compare/demo,no-such-run still shows ${stale.rows} table rows and ${stale.charts} charts of the previous comparison`);
+  pageErrors.length = 0;  // the 404
+  step(`compare view: ${labels.join(' vs ')}; an unknown id clears it`);
 
-  if (pageErrors.length) throw new Error(`errors in the page: ${pageErrors.join(' | ')}`);
+  // ---- start the created experiment: it waits for nodes, and the join command works -------------------
+  await page.evaluate(n => { location.hash = `#/e/${n}`; }, name);
+  await page.waitForSelector('#x-note:not([hidden])');
+  check(/Not started/.test(await page.textContent('#x-note')), `the created experiment's note: ${await page.textContent('#x-note')}`);
+  await page.click('#x-actions button[data-action="start"]');
+  await page.waitForSelector('#x-waiting:not([hidden])');
+  const waiting = await page.textContent('#x-waiting');
+  check(/Waiting for 2 nodes/.test(waiting), `waiting text: ${waiting}`);
+  check(!(await page.isVisible('#x-charts')), 'empty charts shown while no round has run');
+  const command = await page.getAttribute('#x-waiting [data-command]', 'data-command');
+  check(command.startsWith(`atoll node --coordinator ${grpc} `), `join command "${command}" (the coordinator is at ${grpc})`);
+  await shoot(page, 'waiting');
+  const args = command.split(/\s+/).slice(1);
+  const setArg = (flag, value) => { args[args.indexOf(flag) + 1] = value; };
+  for (const [i, data] of [[1, 'brown:a'], [2, 'brown:b']]) {
+    setArg('--tls', path.join(tmp, 'run', 'tls'));
+    setArg('--name', `node-${i}`);
+    setArg('--data', data);
+    const node = spawn(ATOLL, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    node.stdout.on('data', d => { nodesOut += d; });
+    node.stderr.on('data', d => { nodesOut += d; });
+    extraNodes.push(node);
+  }
+  await page.waitForSelector('#x-state.finished', { timeout: Math.min(30000, left()) });
+  await page.waitForSelector('#x-charts:not([hidden])');
+  check(!(await page.isVisible('#x-waiting')), '"waiting for nodes" still shown after the run');
+  step(`${name}: waited for 2 nodes, "${command.split(' --tls')[0]} ..." joined two, 3 rounds ran`);
+
+  // ---- the coordinator goes away: the page says so ---------------------------------------------------
+  await stopDemo();
+  await page.waitForSelector('#conn-banner:not([hidden])', { timeout: 10000 });
+  const banner = await page.textContent('#conn-banner');
+  check(/Cannot reach the coordinator/.test(banner), `banner: ${banner}`);
+  check((await page.getAttribute('#conn-banner', 'role')) === 'alert', 'the connection banner is not announced');
+  await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-offline-desktop.png') });
+  step('coordinator stopped: the banner says so');
+
+  if (pageErrors.some(e => !/Failed to load resource|ERR_CONNECTION_REFUSED|net::/.test(e)))
+    throw new Error(`errors in the page: ${pageErrors.join(' | ')}`);
 
   // ---- Hydra: one layers × heads grid per site ----------------------------------------------
   // A second demo (its own CA and dashboard): 2 layers × 4 heads, two short rounds; it keeps
   // serving after it finishes, and the grids show the last selection.
-  await page.goto('about:blank');  // the DiLoCo page stops polling before its server goes
-  await stopDemo();
+  await page.goto('about:blank');
   pageErrors.length = 0;
   const LAYERS = 2, HEADS = 4;
   demo = spawn(ATOLL, [
@@ -222,26 +537,32 @@ try {
     removed: t.querySelectorAll('td.cell.removed').length,
   })));
   const nodes = grids.map(g => g.node).sort().join(',');
-  if (nodes !== 'site-a,site-f,site-j,site-n') throw new Error(`Hydra grids for ${nodes}, expected the four sites`);
+  check(nodes === 'site-a,site-f,site-j,site-n', `Hydra grids for ${nodes}, expected the four sites`);
   for (const g of grids) {
-    if (g.rows !== LAYERS || g.cells.some(c => c !== HEADS))
-      throw new Error(`${g.node}: grid of ${g.rows} rows with ${g.cells.join('/')} head cells, expected ${LAYERS} x ${HEADS}`);
+    check(g.rows === LAYERS && g.cells.every(c => c === HEADS),
+      `${g.node}: grid of ${g.rows} rows with ${g.cells.join('/')} head cells, expected ${LAYERS} x ${HEADS}`);
   }
   const byNode = Object.fromEntries(grids.map(g => [g.node, g]));
-  if (byNode['site-a'].removed !== 0) throw new Error(`the full-budget site shows ${byNode['site-a'].removed} removed heads`);
-  if (byNode['site-j'].removed === 0) throw new Error('the budget-0.25 site shows no removed head (its forward pass cannot fit)');
-  if (await page.isVisible('#subnets-empty')) throw new Error('"no selection yet" shown next to the grids');
-  const hshot = path.join(ARTIFACTS, 'dashboard-hydra.png');
-  await page.screenshot({ path: hshot, fullPage: true });
-  step(`Hydra grids: ${grids.map(g => `${g.node} ${g.rows}x${HEADS} (${g.removed} removed)`).join(', ')}; screenshot ${hshot}`);
+  check(byNode['site-a'].removed === 0, `the full-budget site shows ${byNode['site-a'].removed} removed heads`);
+  check(byNode['site-j'].removed > 0, 'the budget-0.25 site shows no removed head (its forward pass cannot fit)');
+  check(!(await page.isVisible('#subnets-empty')), '"no selection yet" shown next to the grids');
+  // Once the run is over, no node is "now" on any round (sites that left keep their totals).
+  await page.waitForSelector('#x-state.finished', { timeout: Math.min(20000, left()) });
+  await page.waitForFunction(() => [...document.querySelectorAll('#nodes-table tbody tr')].every(r => r.querySelector('.state.left')),
+    null, { timeout: 15000 });
+  const hnow = await page.$$eval('#nodes-table tbody tr', rows => rows.map(r => `${r.cells[0].textContent} ${r.cells[3].textContent}`));
+  check(hnow.length === 4 && hnow.every(t => / –$/.test(t)), `finished Hydra run, node progress: ${hnow.join(', ')}`);
+  await shoot(page, 'hydra');
+  step(`Hydra grids: ${grids.map(g => `${g.node} ${g.rows}x${HEADS} (${g.removed} removed)`).join(', ')}`);
 
   if (pageErrors.length) throw new Error(`errors in the page: ${pageErrors.join(' | ')}`);
   clearTimeout(watchdog);
   await cleanup();
-  console.log('dashboard e2e: PASS');
+  console.log(`dashboard e2e: PASS (${((Date.now() - started) / 1000).toFixed(1)} s; screenshots in ${ARTIFACTS})`);
 } catch (e) {
   clearTimeout(watchdog);
   console.error(demoOut.split('\n').slice(-30).join('\n'));
+  if (nodesOut) console.error(nodesOut.split('\n').slice(-20).join('\n'));
   await cleanup();
   die(e.message);
 }

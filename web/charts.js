@@ -1,0 +1,288 @@
+// Atoll dashboard charts: Chart.js line charts whose x-axis is rounds completed, bytes sent,
+// tokens or wall time, with every chart of a page sharing one x range, a text alternative on
+// each canvas, and CSV / PNG export of what a chart shows. Loaded before app.js (plain script:
+// the page's CSP allows only scripts from the server itself).
+'use strict';
+
+// ---- formatting (shared with app.js) ---------------------------------------------------------
+function fmtBytes(b) {
+  if (b == null || !isFinite(b)) return '–';
+  const u = ['B', 'kB', 'MB', 'GB', 'TB'];
+  let i = 0;
+  while (Math.abs(b) >= 1000 && i < u.length - 1) { b /= 1000; i++; }
+  return `${b.toFixed(i ? 2 : 0)} ${u[i]}`;
+}
+function fmtNum(v, digits = 4) { return v == null || !isFinite(v) ? '–' : Number(v).toFixed(digits); }
+function fmtCount(v) {
+  if (v == null || !isFinite(v)) return '–';
+  if (v >= 1e9) return (v / 1e9).toFixed(2) + ' G';
+  if (v >= 1e6) return (v / 1e6).toFixed(2) + ' M';
+  if (v >= 1e3) return (v / 1e3).toFixed(1) + ' k';
+  return String(Math.round(v));
+}
+function fmtDuration(s) {
+  if (s == null || !isFinite(s)) return '–';
+  if (s < 1) return `${(s * 1000).toFixed(0)} ms`;
+  if (s < 120) return `${s.toFixed(1)} s`;
+  if (s < 7200) return `${(s / 60).toFixed(1)} min`;
+  return `${(s / 3600).toFixed(1)} h`;
+}
+
+// ---- x-axes ----------------------------------------------------------------------------------
+// Every series is [round, value] with round = rounds completed (0 = the initial parameters).
+// The other axes map a round to a running total of a per-round global series, so the same
+// points can be drawn against bytes, tokens or time.
+const X_AXES = {
+  round: { option: 'round', title: 'rounds completed', column: 'round', fmt: v => String(Math.round(v)) },
+  bytes: { option: 'bytes sent', title: 'bytes sent (up + down, cumulative)', column: 'bytes_sent', series: 'bytes', fmt: fmtBytes },
+  tokens: { option: 'tokens', title: 'tokens trained (cumulative)', column: 'tokens', series: 'tokens', fmt: fmtCount },
+  time: { option: 'wall time', title: 'wall time (sum of round durations)', column: 'seconds', series: 'duration_s', fmt: fmtDuration },
+};
+
+// Running totals of a per-round series as [round, total] knots, starting at (0, 0). With
+// `bucket` > 1 each point averages `bucket` rounds (the last bucket may be shorter).
+function cumulativeKnots(series, bucket, totalRounds) {
+  const knots = [[0, 0]];
+  let total = 0;
+  (series || []).forEach(([x, y], i) => {
+    const last = i === series.length - 1;
+    const rounds = bucket <= 1 ? 1 : last ? Math.max(1, totalRounds - bucket * i) : bucket;
+    total += (y || 0) * rounds;
+    knots.push([bucket <= 1 ? x : Math.min(totalRounds, bucket * (i + 1)), total]);
+  });
+  return knots;
+}
+// Piecewise linear through the knots; flat past the last one.
+function interpolate(knots, x) {
+  if (x <= knots[0][0]) return knots[0][1];
+  let lo = 0, hi = knots.length - 1;
+  if (x >= knots[hi][0]) return knots[hi][1];
+  while (hi - lo > 1) {
+    const mid = (lo + hi) >> 1;
+    if (knots[mid][0] <= x) lo = mid; else hi = mid;
+  }
+  const [x0, y0] = knots[lo], [x1, y1] = knots[hi];
+  return x1 === x0 ? y1 : y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+}
+// round -> x on `axis`, for one experiment's metrics (GET .../metrics).
+function xMapper(metrics, axis) {
+  const spec = X_AXES[axis];
+  if (!spec.series) return r => r;
+  const g = metrics.global || {};
+  const knots = cumulativeKnots(g[spec.series], metrics.bucket || 1, metrics.total_rounds || 0);
+  return r => interpolate(knots, r);
+}
+// [[round, value], ...] -> Chart.js points {x, y, round}.
+function toPoints(series, map) {
+  return (series || []).filter(p => p[1] != null).map(([r, y]) => ({ x: map(r), y, round: r }));
+}
+
+// ---- theme -------------------------------------------------------------------------------------
+const PALETTE = {
+  light: ['#0e7490', '#c2410c', '#7c3aed', '#15803d', '#be185d', '#1d4ed8', '#a16207',
+    '#0f766e', '#9333ea', '#b91c1c', '#4d7c0f', '#0369a1', '#c026d3', '#57534e', '#ea580c'],
+  dark: ['#22d3ee', '#fb923c', '#a78bfa', '#4ade80', '#f472b6', '#60a5fa', '#facc15',
+    '#2dd4bf', '#c084fc', '#f87171', '#a3e635', '#38bdf8', '#e879f9', '#d6d3d1', '#fdba74'],
+};
+const darkQuery = window.matchMedia('(prefers-color-scheme: dark)');
+function cssVar(name) { return getComputedStyle(document.documentElement).getPropertyValue(name).trim(); }
+function seriesColor(i) { return PALETTE[darkQuery.matches ? 'dark' : 'light'][i % PALETTE.light.length]; }
+const chartTheme = { text: '#4b5563', line: '#e2e8f0' };
+function applyChartTheme() {
+  chartTheme.text = cssVar('--muted');
+  chartTheme.line = cssVar('--line');
+  Chart.defaults.color = chartTheme.text;
+  Chart.defaults.borderColor = chartTheme.line;
+}
+
+// ---- one chart ---------------------------------------------------------------------------------
+// A <figure data-chart=KEY> becomes: caption with CSV/PNG buttons, and a canvas (role img,
+// aria-label = what the chart shows, in words).
+class LineChart {
+  constructor(figure, { id, caption, yTitle, logY = false, file }) {
+    this.caption = caption;
+    this.file = file;
+    this.yTitle = yTitle;
+    this.logY = logY;
+    this.axis = 'round';
+    this.sets = [];
+    this.captionText = document.createElement('span');
+    this.captionText.textContent = caption;
+    const button = (label, what, fn) => {
+      const b = document.createElement('button');
+      b.className = 'ghost small';
+      b.type = 'button';
+      b.textContent = label;
+      b.dataset.export = what;
+      b.setAttribute('aria-label', `${label} of “${caption}”`);
+      b.addEventListener('click', fn);
+      return b;
+    };
+    const tools = document.createElement('span');
+    tools.className = 'tools';
+    tools.append(button('CSV', 'csv', () => this.downloadCsv()), button('PNG', 'png', () => this.downloadPng()));
+    const cap = document.createElement('figcaption');
+    cap.append(this.captionText, tools);
+    this.canvas = document.createElement('canvas');
+    this.canvas.id = id;
+    this.canvas.setAttribute('role', 'img');
+    const box = document.createElement('div');
+    box.className = 'chart-box';
+    box.append(this.canvas);
+    this.empty = document.createElement('p');
+    this.empty.className = 'muted chart-empty';
+    this.empty.hidden = true;
+    figure.replaceChildren(cap, box, this.empty);
+    this.box = box;
+    this.chart = new Chart(this.canvas, this.options());
+    this.recolor();
+  }
+
+  options() {
+    const self = this;
+    return {
+      type: 'line',
+      data: { datasets: [] },
+      options: {
+        animation: false, responsive: true, maintainAspectRatio: false, parsing: false, normalized: true,
+        interaction: { mode: 'nearest', intersect: false },
+        plugins: {
+          legend: { display: true, labels: { boxWidth: 10 } },
+          tooltip: {
+            callbacks: {
+              title: items => items.length ? self.describeX(items[0].raw) : '',
+              label: item => `${item.dataset.label}: ${self.fmtY(item.raw.y)}`,
+            },
+          },
+        },
+        elements: { point: { radius: 2 }, line: { borderWidth: 2, tension: 0.2 } },
+        scales: {
+          x: {
+            type: 'linear', min: 0, title: { display: true, text: X_AXES.round.title },
+            ticks: { callback: v => X_AXES[self.axis].fmt(v), maxRotation: 0, autoSkipPadding: 12, includeBounds: false },
+          },
+          y: {
+            type: this.logY ? 'logarithmic' : 'linear', title: { display: !!this.yTitle, text: this.yTitle },
+            ticks: this.logY ? { callback: v => { const m = v / 10 ** Math.floor(Math.log10(v)); return [1, 2, 5].some(k => Math.abs(m - k) < 1e-6) ? fmtBytes(v) : ''; } } : {},
+          },
+        },
+      },
+    };
+  }
+
+  fmtY(y) { return this.logY ? fmtBytes(y) : this.yTitle === 'seconds' ? fmtDuration(y) : fmtNum(y); }
+  describeX(p) {
+    const r = `round ${Number.isInteger(p.round) ? p.round : p.round.toFixed(1)}`;
+    return this.axis === 'round' ? r : `${r} · ${X_AXES[this.axis].fmt(p.x)}`;
+  }
+
+  // sets: [{label, data: [{x, y, round}], color?, dash?}]; every chart of a page gets the same
+  // xMax so their axes line up. `emptyText`: what to say instead of empty axes.
+  set(sets, axis, xMax, captionNote = '', emptyText = 'No data yet.') {
+    const hasData = sets.some(s => s.data.length);
+    this.box.hidden = !hasData;
+    this.empty.hidden = hasData;
+    this.empty.textContent = emptyText;
+    this.sets = sets;
+    this.axis = axis;
+    this.captionText.textContent = this.caption + captionNote;
+    this.chart.data.datasets = sets.map((s, i) => {
+      const color = s.color || seriesColor(i);
+      return { label: s.label, data: s.data, borderColor: color, backgroundColor: color, borderDash: s.dash || [] };
+    });
+    const x = this.chart.options.scales.x;
+    x.min = 0;
+    x.max = xMax > 0 ? xMax : 1;
+    x.title.text = X_AXES[axis].title;
+    x.ticks.precision = axis === 'round' ? 0 : undefined;
+    this.chart.update('none');
+    this.describe();
+  }
+
+  clear() { this.set([], this.axis, 1); }
+
+  // After a theme change (and at creation): series, grid and text colours.
+  recolor() {
+    this.chart.data.datasets.forEach((d, i) => {
+      const color = this.sets[i] && this.sets[i].color ? this.sets[i].color : seriesColor(i);
+      d.borderColor = color; d.backgroundColor = color;
+    });
+    const o = this.chart.options;
+    for (const axis of [o.scales.x, o.scales.y]) {
+      axis.grid.color = chartTheme.line;
+      axis.border.color = chartTheme.line;
+      axis.ticks.color = chartTheme.text;
+      axis.title.color = chartTheme.text;
+    }
+    o.plugins.legend.labels.color = chartTheme.text;
+    this.chart.update('none');
+    this.describe();
+  }
+
+  // The text alternative: what is plotted, against what, and where each series ends.
+  describe() {
+    const withData = this.sets.filter(s => s.data.length);
+    let text = `${this.caption}: `;
+    if (!withData.length) text += 'no data yet.';
+    else {
+      const xs = X_AXES[this.axis];
+      text += `x-axis ${xs.title}, from 0 to ${xs.fmt(this.chart.options.scales.x.max)}. ` + withData.map(s => {
+        const last = s.data[s.data.length - 1];
+        return `${s.label}: ${s.data.length} points, last ${this.fmtY(last.y)} at ${this.describeX(last)}`;
+      }).join('; ') + '.';
+    }
+    this.canvas.setAttribute('aria-label', text);
+  }
+
+  // One row per round: round, the x-axis value when it is not the round, one column per series.
+  csv() {
+    const xs = X_AXES[this.axis];
+    const rows = new Map();
+    this.sets.forEach((s, i) => {
+      for (const p of s.data) {
+        if (!rows.has(p.round)) rows.set(p.round, { x: p.x, v: [] });
+        rows.get(p.round).v[i] = p.y;
+      }
+    });
+    const quote = v => (/[",\n]/.test(v) ? `"${v.replace(/"/g, '""')}"` : v);
+    const head = ['round', ...(this.axis === 'round' ? [] : [xs.column]), ...this.sets.map(s => quote(s.label))];
+    const lines = [head.join(',')];
+    for (const r of [...rows.keys()].sort((a, b) => a - b)) {
+      const row = rows.get(r);
+      lines.push([r, ...(this.axis === 'round' ? [] : [row.x]), ...this.sets.map((_, i) => (row.v[i] == null ? '' : row.v[i]))].join(','));
+    }
+    return lines.join('\n') + '\n';
+  }
+
+  downloadCsv() { saveBlob(new Blob([this.csv()], { type: 'text/csv' }), `${this.file()}-${this.axis}.csv`); }
+
+  // The canvas is transparent: draw it on the card colour first.
+  downloadPng() {
+    const src = this.canvas;
+    const out = document.createElement('canvas');
+    out.width = src.width; out.height = src.height;
+    const ctx = out.getContext('2d');
+    ctx.fillStyle = cssVar('--card') || '#fff';
+    ctx.fillRect(0, 0, out.width, out.height);
+    ctx.drawImage(src, 0, 0);
+    out.toBlob(b => saveBlob(b, `${this.file()}-${this.axis}.png`), 'image/png');
+  }
+}
+
+function saveBlob(blob, filename) {
+  const url = URL.createObjectURL(blob);
+  const a = document.createElement('a');
+  a.href = url;
+  a.download = filename;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
+
+// Largest x over the sets (the shared right end of a page's axes).
+function maxX(...setLists) {
+  let m = 0;
+  for (const sets of setLists) for (const s of sets) for (const p of s.data) if (p.x > m) m = p.x;
+  return m;
+}
