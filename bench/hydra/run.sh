@@ -38,7 +38,7 @@ trap 'rm -f "$RAW"' EXIT
   | tee "$RAW"
 
 python3 - "$RAW" "$OUT" "$QUICK" "$WRITE_MD" "${MODEL[*]} ${ARGS[*]} ${HYDRA[*]}" <<'PYEOF'
-import json, os, re, sys
+import datetime, json, os, re, sys
 raw, out, quick, write_md, flags = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4] == "1", sys.argv[5]
 rows = [json.loads(l) for l in open(raw) if l.startswith("{")]
 def cpu():
@@ -97,8 +97,9 @@ if write_md:
         "<!-- %s:begin -->" % key,
         "## Hydra subnetworks" + (" (quick)" if quick else ""),
         "",
-        "Measured 2026-11-30 on %s (shared with other work while it ran: step times are noisy), "
-        "by `bench/hydra/run.sh%s`; rows in `%s`." % (settings["machine"], " --quick" if quick else "", out),
+        "Measured %s on %s (shared with other work while it ran: step times are noisy), "
+        "by `bench/hydra/run.sh%s`; rows in `%s`." % (datetime.date.today().isoformat(),
+                                                      settings["machine"], " --quick" if quick else "", out),
         "",
         "Four sites, budgets 1.0 / 0.5 / 0.25 / 0.25 on Brown genres a / f / j / n, fine-tuning a "
         "base model trained on the other genres; flags `%s`; outer step lr 1.0, momentum 0 "
