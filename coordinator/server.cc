@@ -34,8 +34,9 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start_with(
   if (!s->server_ || s->port_ == 0) {
     // Bound by another process between the check above and gRPC's bind, or refused otherwise.
     Status why = transport::check_can_listen(options.listen, "--listen");
-    return why.ok() ? Unavailable("cannot listen on " + options.listen + " (gRPC refused the address)")
-                    : why;
+    return why.ok()
+               ? Unavailable("cannot listen on " + options.listen + " (gRPC refused the address)")
+               : why;
   }
   s->address_ = options.listen.substr(0, colon) + ":" + std::to_string(s->port_);
   return s;

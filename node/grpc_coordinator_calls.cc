@@ -79,7 +79,7 @@ Status GrpcCoordinatorCalls::join(const pb::JoinRequest& req, pb::JoinResponse* 
   // call.
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE)
     return transport::explain_connect_failure(s, options_.target, options_.tls,
-                                             "coordinator at " + options_.target);
+                                              "coordinator at " + options_.target);
   return from_grpc(s, "Join", options_.rpc_timeout);
 }
 

@@ -3,8 +3,9 @@
 // as Status values with one clear line (transport::explain_call_error), e.g. "coordinator at
 // 10.0.0.5:7070 not reachable (connection refused)": kUnavailable for transport errors,
 // kUnauthenticated for a certificate verdict. A failed Join also probes a cut TLS handshake for
-// the verdict gRPC does not report (transport::explain_connect_failure). θ pulls and updates travel as chunk streams
-// (transport/tensor_stream.h: ≤ 1 MiB chunks, CRC-32C each, SHA-256 of the payload).
+// the verdict gRPC does not report (transport::explain_connect_failure). θ pulls and updates travel
+// as chunk streams (transport/tensor_stream.h: ≤ 1 MiB chunks, CRC-32C each, SHA-256 of the
+// payload).
 #pragma once
 
 #include <chrono>

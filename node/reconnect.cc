@@ -13,7 +13,8 @@ Backoff::Backoff(BackoffOptions options, uint64_t seed)
 std::chrono::milliseconds Backoff::next() {
   const double cap = static_cast<double>(options_.max.count());
   std::uniform_real_distribution<double> factor(1 - options_.jitter, 1 + options_.jitter);
-  // Jitter never takes a delay past the cap: at the cap, delays spread over [cap·(1 − jitter), cap].
+  // Jitter never takes a delay past the cap: at the cap, delays spread over [cap·(1 − jitter),
+  // cap].
   const double ms = std::min(std::min(base_ms_, cap) * factor(rng_), cap);
   base_ms_ = std::min(base_ms_ * options_.multiplier, cap);
   return std::chrono::milliseconds(std::max<int64_t>(1, std::llround(ms)));
@@ -62,8 +63,8 @@ Status Reconnect::pause(const Status& failure) {
   const auto delay = std::min<Clock::duration>(backoff_.next(), give_up_at - now);
 
   const bool same = failure.message() == last_logged_;
-  if (!same || std::chrono::duration<double>(now - last_logged_at_).count() >=
-                   options_.repeat_log_after_s) {
+  if (!same ||
+      std::chrono::duration<double>(now - last_logged_at_).count() >= options_.repeat_log_after_s) {
     char tail[96];
     std::snprintf(tail, sizeof(tail), "; retrying in %.1f s",
                   std::chrono::duration<double>(delay).count());

@@ -45,8 +45,8 @@ class Backoff {
 };
 
 struct ReconnectOptions {
-  std::string coordinator;        // "HOST:PORT", for messages
-  double give_up_after_s = 120;   // unreachable this long (seconds): give up
+  std::string coordinator;       // "HOST:PORT", for messages
+  double give_up_after_s = 120;  // unreachable this long (seconds): give up
   const std::atomic<bool>* stop = nullptr;
   std::function<void(const std::string&)> log;  // may be empty
   BackoffOptions backoff;

@@ -259,8 +259,8 @@ StatusOr<Next> SiteWorker::next_task(Task& cur) {
 // then join again, since a restarted coordinator no longer knows this node. A coordinator that
 // answered but no longer knows the node or its experiment: join again at once.
 StatusOr<Next> SiteWorker::poll_failed(const Status& failure) {
-  const bool forgotten = failure.code() == StatusCode::kNotFound ||
-                         failure.code() == StatusCode::kFailedPrecondition;
+  const bool forgotten =
+      failure.code() == StatusCode::kNotFound || failure.code() == StatusCode::kFailedPrecondition;
   if (!retryable(failure) && !forgotten) return failure;
   if (forgotten) {
     log(failure.message() + "; joining again");

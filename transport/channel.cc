@@ -120,13 +120,13 @@ std::string last_error_text(const std::string& m) {
 }  // namespace
 
 LinkFailure classify_link_failure(const grpc::Status& status) {
-  if (status.ok() || status.error_code() != grpc::StatusCode::UNAVAILABLE) return LinkFailure::kNone;
+  if (status.ok() || status.error_code() != grpc::StatusCode::UNAVAILABLE)
+    return LinkFailure::kNone;
   const std::string& m = status.error_message();
   const bool connecting = has(m, kConnectFailure);
-  const bool cut = has(m, "Socket closed") || has(m, "Connection reset") ||
-                   has(m, "Broken pipe") || has(m, "Handshake read failed") ||
-                   has(m, "Handshake write failed") || has(m, "unexpected eof") ||
-                   has(m, "End of TCP stream");
+  const bool cut = has(m, "Socket closed") || has(m, "Connection reset") || has(m, "Broken pipe") ||
+                   has(m, "Handshake read failed") || has(m, "Handshake write failed") ||
+                   has(m, "unexpected eof") || has(m, "End of TCP stream");
   if (!connecting) {
     if (cut || has(m, "GOAWAY") || has(m, "Connection lost") || has(m, "keepalive"))
       return LinkFailure::kLost;
@@ -167,8 +167,8 @@ Status explain_call_error(const grpc::Status& status, const std::string& target,
       if (tls.insecure)
         return Unavailable(who + " closed the connection before answering (" + what +
                            "); it probably requires TLS (drop --insecure and pass --tls DIR)");
-      return Unavailable(who + " not reachable (the connection was cut during the TLS handshake: " +
-                         what + ")");
+      return Unavailable(
+          who + " not reachable (the connection was cut during the TLS handshake: " + what + ")");
     case LinkFailure::kServerCertificate:
       return Unauthenticated(who + " presents a certificate this node does not accept: it was " +
                              "not issued by this experiment's CA (ca.crt in the TLS directory), " +

@@ -66,11 +66,11 @@ inline bool is_certificate_verdict(LinkFailure f) {
 }
 
 // Turns a failed call's status into one line a user can act on, naming the server `who` ("" =
-// the target alone), e.g. "coordinator at 10.0.0.5:7070". Connection failures are explained from classify_link_failure: a
-// certificate verdict is kUnauthenticated (e.g. "coordinator at 10.0.0.5:7070 presents a
-// certificate this node does not accept: ..."), every transport error kUnavailable (e.g.
-// "coordinator at 10.0.0.5:7070 not reachable (connection refused)"). Everything else keeps its
-// code and message, after "<who>: ".
+// the target alone), e.g. "coordinator at 10.0.0.5:7070". Connection failures are explained from
+// classify_link_failure: a certificate verdict is kUnauthenticated (e.g. "coordinator
+// at 10.0.0.5:7070 presents a certificate this node does not accept: ..."), every transport error
+// kUnavailable (e.g. "coordinator at 10.0.0.5:7070 not reachable (connection refused)"). Everything
+// else keeps its code and message, after "<who>: ".
 Status explain_call_error(const grpc::Status& status, const std::string& target,
                           const ClientTls& tls, const std::string& who = "");
 

@@ -27,8 +27,8 @@ double seconds_since(Clock::time_point t) {
 TEST(Backoff, GrowsWithJitterUpToTheCapAndResets) {
   Backoff b(BackoffOptions{}, 7);
   // 100, 200, 400, 800 ms ± 20%, then the 1 s cap (jitter below it only).
-  const std::vector<std::pair<int, int>> bounds = {
-      {80, 120}, {160, 240}, {320, 480}, {640, 960}, {800, 1000}, {800, 1000}, {800, 1000}};
+  const std::vector<std::pair<int, int>> bounds = {{80, 120},   {160, 240},  {320, 480}, {640, 960},
+                                                   {800, 1000}, {800, 1000}, {800, 1000}};
   std::vector<int64_t> seen;
   for (const auto& [lo, hi] : bounds) {
     const int64_t d = b.next().count();
@@ -107,8 +107,7 @@ TEST(Reconnect, GivesUpAtTheConfiguredTimeNamingTheActualOutage) {
   const auto t0 = Clock::now();
   Status st;
   int attempts = 0;
-  while ((st = r.pause(Unavailable("coordinator at test:1 not reachable (test)"))).ok())
-    ++attempts;
+  while ((st = r.pause(Unavailable("coordinator at test:1 not reachable (test)"))).ok()) ++attempts;
   const double took = seconds_since(t0);
   EXPECT_GE(took, 0.8);
   EXPECT_LT(took, 1.5);  // not a whole further delay, nor a second deadline

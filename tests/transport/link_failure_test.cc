@@ -8,10 +8,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <thread>
 
+#include "tests/transport/cutting_server.h"
 #include "transport/channel.h"
 #include "transport/proto/atoll.grpc.pb.h"
 #include "transport/temp_dir.h"
@@ -66,9 +66,9 @@ TEST(LinkFailure, ClassifiesGrpcMessages) {
 
   // Verdicts are kUnauthenticated (not retried), everything else kUnavailable.
   ClientTls tls;
-  const Status cut = explain_call_error(
-      unavailable(connect + "UNAVAILABLE: ipv4:127.0.0.1:7443: Socket closed"), "127.0.0.1:7443",
-      tls, "coordinator at 127.0.0.1:7443");
+  const Status cut =
+      explain_call_error(unavailable(connect + "UNAVAILABLE: ipv4:127.0.0.1:7443: Socket closed"),
+                         "127.0.0.1:7443", tls, "coordinator at 127.0.0.1:7443");
   EXPECT_EQ(cut.code(), StatusCode::kUnavailable);
   EXPECT_EQ(cut.message(),
             "coordinator at 127.0.0.1:7443 not reachable (the connection was cut during the TLS "
@@ -85,50 +85,6 @@ TEST(LinkFailure, ClassifiesGrpcMessages) {
       << verdict.message();
 }
 
-// A TCP server that accepts, reads 10 bytes and hangs up, again and again: what a node sees when
-// a coordinator is killed mid-handshake, or a proxy or scanner holds the port.
-class CuttingServer {
- public:
-  CuttingServer() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    timeval tv{0, 100000};  // accept() wakes every 0.1 s to see the stop flag
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(fd_, 16) != 0 ||
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-      return;
-    port_ = ntohs(a.sin_port);
-    thread_ = std::thread([this] {
-      while (!stop_) {
-        const int c = ::accept(fd_, nullptr, nullptr);
-        if (c < 0) continue;
-        char buf[10];
-        (void)::recv(c, buf, sizeof(buf), MSG_WAITALL);
-        ::close(c);
-        accepted_.fetch_add(1);
-      }
-    });
-  }
-  ~CuttingServer() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-    ::close(fd_);
-  }
-  bool listening() const { return port_ > 0; }
-  std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
-  int accepted() const { return accepted_.load(); }
-
- private:
-  int fd_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::atomic<int> accepted_{0};
-  std::thread thread_;
-};
-
 TEST(LinkFailure, CutHandshakeIsATransportErrorNotAVerdict) {
   TempDir dir;
   const std::string ca = dir.sub("ca");
@@ -136,7 +92,7 @@ TEST(LinkFailure, CutHandshakeIsATransportErrorNotAVerdict) {
   ASSERT_TRUE(ca_issue(ca, "node-1", Role::kNode).ok());
   auto tls = client_credentials(ca, "node-1", "coordinator");
   ASSERT_TRUE(tls.ok()) << tls.status().to_string();
-  CuttingServer cutter;
+  atl::testing::CuttingServer cutter;
   ASSERT_TRUE(cutter.listening());
 
   auto stub = pb::Coordinator::NewStub(create_channel(cutter.target(), *tls));
@@ -147,12 +103,12 @@ TEST(LinkFailure, CutHandshakeIsATransportErrorNotAVerdict) {
   ASSERT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
   EXPECT_EQ(classify_link_failure(st), LinkFailure::kHandshakeCut) << st.error_message();
 
-  const ProbeResult probe = probe_tls_handshake(cutter.target(), *tls->identity,
-                                                std::chrono::seconds(5));
+  const ProbeResult probe =
+      probe_tls_handshake(cutter.target(), *tls->identity, std::chrono::seconds(5));
   EXPECT_EQ(probe.outcome, ProbeOutcome::kCut) << probe.detail;
 
-  const Status explained = explain_connect_failure(st, cutter.target(), *tls,
-                                                   "coordinator at " + cutter.target());
+  const Status explained =
+      explain_connect_failure(st, cutter.target(), *tls, "coordinator at " + cutter.target());
   EXPECT_EQ(explained.code(), StatusCode::kUnavailable) << explained.message();
   EXPECT_NE(explained.message().find("cut during the TLS handshake"), std::string::npos)
       << explained.message();

@@ -188,8 +188,8 @@ class TlsLoopback : public ::testing::Test {
     pb::JoinResponse resp;
     grpc::Status st = join(tls, &resp);
     EXPECT_FALSE(st.ok());
-    Status ex = explain_connect_failure(st, server_->target(), tls,
-                                        "coordinator at " + server_->target());
+    Status ex =
+        explain_connect_failure(st, server_->target(), tls, "coordinator at " + server_->target());
     EXPECT_EQ(ex.message().find('\n'), std::string::npos);
     EXPECT_EQ(ex.message().rfind("coordinator at " + server_->target(), 0), 0u) << ex.message();
     return ex;
@@ -609,7 +609,8 @@ TEST(ExplainCallError, NothingListening) {
   pb::JoinResponse resp;
   grpc::Status st = stub->Join(&ctx, pb::JoinRequest(), &resp);
   ASSERT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
-  Status ex = explain_call_error(st, target, insecure_client_credentials(), "coordinator at " + target);
+  Status ex =
+      explain_call_error(st, target, insecure_client_credentials(), "coordinator at " + target);
   EXPECT_EQ(ex.code(), StatusCode::kUnavailable);
   EXPECT_EQ(ex.message(), "coordinator at " + target + " not reachable (connection refused)");
   // Non-connection errors pass through.

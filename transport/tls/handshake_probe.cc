@@ -123,8 +123,10 @@ Socket connect_tcp(const std::string& host, const std::string& port, Clock::time
       pollfd p{s.fd(), POLLOUT, 0};
       const int ready = ::poll(&p, 1, millis_left(deadline));
       socklen_t len = sizeof(err);
-      if (ready <= 0) err = ETIMEDOUT;
-      else if (::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      if (ready <= 0)
+        err = ETIMEDOUT;
+      else if (::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+        err = errno;
     }
     if (err != 0) {
       *error = std::strerror(err);
@@ -149,7 +151,8 @@ SslCtxPtr client_context(const ClientIdentity& identity, std::string* error) {
     return nullptr;
   }
   X509_STORE* store = SSL_CTX_get_cert_store(ctx.get());
-  ossl::BioPtr bio(BIO_new_mem_buf(identity.ca_pem.data(), static_cast<int>(identity.ca_pem.size())));
+  ossl::BioPtr bio(
+      BIO_new_mem_buf(identity.ca_pem.data(), static_cast<int>(identity.ca_pem.size())));
   int cas = 0;
   while (bio) {
     ossl::X509Ptr ca(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
@@ -159,8 +162,7 @@ SslCtxPtr client_context(const ClientIdentity& identity, std::string* error) {
   ossl::last_error();  // the end of the PEM text reads as an error
   auto cert = ossl::parse_certificate_pem(identity.cert_pem, "client certificate");
   auto key = ossl::parse_private_key_pem(identity.key_pem, "client key");
-  if (cas == 0 || !cert.ok() || !key.ok() ||
-      SSL_CTX_use_certificate(ctx.get(), cert->get()) != 1 ||
+  if (cas == 0 || !cert.ok() || !key.ok() || SSL_CTX_use_certificate(ctx.get(), cert->get()) != 1 ||
       SSL_CTX_use_PrivateKey(ctx.get(), key->get()) != 1) {
     *error = "cannot load this client's CA, certificate or key: " + ossl::last_error();
     return nullptr;
@@ -204,8 +206,8 @@ bool is_not_tls(unsigned long err) {
 
 // Why an SSL call that returned `rc` failed.
 struct SslFailure {
-  std::string detail;  // in a few words: "connection closed", "TLS alert 'unknown CA'", ...
-  int alert = -1;      // the TLS alert the server sent, if any
+  std::string detail;      // in a few words: "connection closed", "TLS alert 'unknown CA'", ...
+  int alert = -1;          // the TLS alert the server sent, if any
   bool not_tls = false;    // the server answered with bytes that are not TLS
   bool timed_out = false;  // nothing came before the deadline
 };
@@ -225,8 +227,8 @@ SslFailure ssl_failure(SSL* ssl, int rc, int saved_errno) {
       f.detail = "connection closed";
     else
       f.detail = reason != nullptr ? reason : "TLS error";
-  } else if (kind == SSL_ERROR_WANT_READ || kind == SSL_ERROR_WANT_WRITE ||
-             saved_errno == EAGAIN || saved_errno == EWOULDBLOCK) {
+  } else if (kind == SSL_ERROR_WANT_READ || kind == SSL_ERROR_WANT_WRITE || saved_errno == EAGAIN ||
+             saved_errno == EWOULDBLOCK) {
     f.timed_out = true;
     f.detail = "timed out";
   } else if (kind == SSL_ERROR_ZERO_RETURN || saved_errno == 0) {
@@ -256,7 +258,8 @@ ProbeResult after_handshake(SSL* ssl) {
   if (f.timed_out)
     return {ProbeOutcome::kAccepted, "the server kept the connection open without answering"};
   if (f.alert >= 0 && !is_certificate_alert(f.alert)) return {ProbeOutcome::kCut, f.detail};
-  if (f.alert >= 0) return {ProbeOutcome::kClientCertificateRefused, "it answered with the " + f.detail};
+  if (f.alert >= 0)
+    return {ProbeOutcome::kClientCertificateRefused, "it answered with the " + f.detail};
   return {ProbeOutcome::kClientCertificateRefused,
           "it hung up right after the TLS handshake, before answering: " + f.detail};
 }
@@ -288,8 +291,7 @@ ProbeResult probe_tls_handshake(const std::string& target, const ClientIdentity&
   const long verify = SSL_get_verify_result(ssl.get());
   if (verify != X509_V_OK) {
     ossl::last_error();
-    return {ProbeOutcome::kServerCertificateRefused, X509_verify_cert_error_string(verify),
-            verify};
+    return {ProbeOutcome::kServerCertificateRefused, X509_verify_cert_error_string(verify), verify};
   }
   const SslFailure f = ssl_failure(ssl.get(), rc, saved_errno);
   if (f.not_tls) return {ProbeOutcome::kNotTls, f.detail};

@@ -35,7 +35,7 @@ enum class ProbeOutcome {
 
 struct ProbeResult {
   ProbeOutcome outcome = ProbeOutcome::kUnreachable;
-  std::string detail;  // what happened, in a few words ("connection reset by peer", an alert)
+  std::string detail;   // what happened, in a few words ("connection reset by peer", an alert)
   long x509_error = 0;  // kServerCertificateRefused: OpenSSL's X509_V_ERR_* verdict
 };
 
