@@ -33,9 +33,10 @@ void apply_exclusive_port(grpc::ServerBuilder& builder);
 // usual failure is this line alone, and again after gRPC failed to bind, to explain it.
 Status check_can_listen(const std::string& listen, const std::string& flag);
 
-// How long a channel waits before reconnecting after a failed attempt: from kInitial, ×1.6 per
-// failure with ±20% jitter (gRPC's own schedule), at most kMax, back to kInitial once connected.
-// gRPC's defaults (1 s up to 120 s) left nodes 16 s behind a coordinator restarted in 0.5 s.
+// How long a channel waits before reconnecting after a failed attempt (ms): from the initial
+// value, ×1.6 per failure with ±20% jitter (gRPC's own schedule), at most the max, back to the
+// initial value once connected. gRPC's defaults (1 s growing to 120 s) were one of the two reasons
+// nodes came back 16 s after a coordinator restarted in 0.5 s (docs/decisions.md, "Reconnects").
 inline constexpr int kReconnectInitialBackoffMs = 100;
 inline constexpr int kReconnectMaxBackoffMs = 1000;
 
