@@ -10,6 +10,7 @@
 #include "algorithms/data/brown.h"
 #include "coordinator/http/auth.h"
 #include "node/checkpoint.h"
+#include "transport/channel.h"
 #include "transport/tls/ca.h"
 #include "transport/tls/credentials.h"
 
@@ -171,6 +172,11 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     auto c = algorithms::compress::Codec::create(l.config.train.codec);
     if (!c.ok()) return InvalidArgument("train.codec: " + c.status().message());
   }
+  // A port held by another process fails here, in one line naming it, before the store is
+  // created or opened.
+  if (!l.listen.empty()) ATOLL_RETURN_IF_ERROR(transport::check_can_listen(l.listen, "--listen"));
+  if (!l.http_listen.empty() && !l.insecure)
+    ATOLL_RETURN_IF_ERROR(transport::check_can_listen(l.http_listen, "--http"));
   std::error_code ec;
   std::filesystem::create_directories(l.store_dir, ec);
   if (ec) return IoError("cannot create store directory " + l.store_dir + ": " + ec.message());

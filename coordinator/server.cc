@@ -24,14 +24,20 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start_with(
   if (colon == std::string::npos || colon == 0 || colon + 1 == options.listen.size())
     return InvalidArgument("--listen " + options.listen + " must be HOST:PORT, e.g. 0.0.0.0:7070");
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer(std::move(wake), options.shutdown_grace));
+  ATOLL_RETURN_IF_ERROR(transport::check_can_listen(options.listen, "--listen"));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, options.credentials, &s->port_);
   builder.RegisterService(&service);
   transport::apply_server_limits(builder);
+  transport::apply_exclusive_port(builder);
   s->server_ = builder.BuildAndStart();
-  if (!s->server_ || s->port_ == 0)
-    return Unavailable("cannot listen on " + options.listen +
-                       " (address in use, or not an address of this machine)");
+  if (!s->server_ || s->port_ == 0) {
+    // Bound by another process between the check above and gRPC's bind, or refused otherwise.
+    Status why = transport::check_can_listen(options.listen, "--listen");
+    return why.ok()
+               ? Unavailable("cannot listen on " + options.listen + " (gRPC refused the address)")
+               : why;
+  }
   s->address_ = options.listen.substr(0, colon) + ":" + std::to_string(s->port_);
   return s;
 }

@@ -5,7 +5,9 @@
 // either, so a simulated site and a real one differ only below this interface.
 #pragma once
 
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "kernels/core/status.h"
 #include "transport/proto/atoll.pb.h"
@@ -35,6 +37,15 @@ class CoordinatorCalls {
   virtual Status leave(const atoll_pb::v1::LeaveRequest& req, atoll_pb::v1::LeaveResponse* resp) = 0;
   virtual Status report_importance(const atoll_pb::v1::ImportanceReport& req,
                                    atoll_pb::v1::ImportanceAck* resp) = 0;
+
+  // The pause between two attempts to reach a coordinator that did not answer: returns true as
+  // soon as the link to it comes up (a transport that reconnects in the background), false after
+  // `max_wait` (at once when `max_wait` is 0). A link that was up already does not count: the
+  // failure was not the link's, and the caller backs off the whole `max_wait`. Default: sleeps.
+  virtual bool wait_for_link(std::chrono::milliseconds max_wait) {
+    std::this_thread::sleep_for(max_wait);
+    return false;
+  }
 };
 
 }  // namespace atl::node

@@ -95,6 +95,8 @@ class CoordinatorClient {
                         const std::vector<std::pair<std::string, double>>& metrics);
   Status leave(const std::string& reason);
   Status report_importance(const atoll_pb::v1::ImportanceReport& report);
+  // The pause before retrying an unanswered call: CoordinatorCalls::wait_for_link.
+  bool wait_for_link(std::chrono::milliseconds max_wait) { return calls_->wait_for_link(max_wait); }
 
  private:
   std::string current_experiment_id() const;

@@ -2,6 +2,8 @@
 
 #include <grpcpp/client_context.h>
 
+#include <thread>
+
 #include "transport/channel.h"
 #include "transport/tensor_stream.h"
 
@@ -30,8 +32,9 @@ Status GrpcCoordinatorCalls::from_grpc(const grpc::Status& s, const char* rpc,
   const std::string msg = s.error_message();
   switch (s.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
-      // Connection-level failures (TLS refused, nothing listening) get one actionable line.
-      return transport::explain_call_error(s, t, options_.tls);
+      // Connection-level failures (connection refused, a cut handshake, a certificate verdict)
+      // get one actionable line.
+      return transport::explain_call_error(s, t, options_.tls, "coordinator at " + t);
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       return Status(StatusCode::kDeadlineExceeded, "coordinator at " + t + " did not answer " +
                                                        rpc + " within " +
@@ -52,6 +55,11 @@ Status GrpcCoordinatorCalls::from_grpc(const grpc::Status& s, const char* rpc,
       return Unauthenticated("coordinator at " + t + " did not accept our identity: " + msg);
     case grpc::StatusCode::DATA_LOSS:
       return DataLoss(std::string(rpc) + ": " + msg);
+    case grpc::StatusCode::CANCELLED:
+      // The coordinator shut down with the call in flight (this side cancels only streams it
+      // already failed, and reports their own error).
+      return Unavailable("coordinator at " + t + " cancelled " + rpc + " (" + msg +
+                         "): it is shutting down or restarting");
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
       return Unavailable("coordinator at " + t + " refused " + rpc + ": " + msg);
     default:
@@ -65,7 +73,28 @@ Status GrpcCoordinatorCalls::join(const pb::JoinRequest& req, pb::JoinResponse* 
   if (named.node_name().empty()) named.set_node_name(options_.node_name);
   grpc::ClientContext ctx;
   prepare(ctx, options_.rpc_timeout);
-  return from_grpc(stub_->Join(&ctx, named, resp), "Join", options_.rpc_timeout);
+  const grpc::Status s = stub_->Join(&ctx, named, resp);
+  // Join is where a node learns whether the coordinator accepts it at all: a cut handshake is
+  // probed for a certificate verdict here (rarely: Join is retried with backoff), not on every
+  // call.
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE)
+    return transport::explain_connect_failure(s, options_.target, options_.tls,
+                                              "coordinator at " + options_.target);
+  return from_grpc(s, "Join", options_.rpc_timeout);
+}
+
+bool GrpcCoordinatorCalls::wait_for_link(std::chrono::milliseconds max_wait) {
+  const auto deadline = std::chrono::system_clock::now() + max_wait;
+  grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
+  if (state == GRPC_CHANNEL_READY) {
+    std::this_thread::sleep_until(deadline);
+    return false;
+  }
+  while (channel_->WaitForStateChange(state, deadline)) {
+    state = channel_->GetState(/*try_to_connect=*/true);
+    if (state == GRPC_CHANNEL_READY) return true;
+  }
+  return false;
 }
 
 Status GrpcCoordinatorCalls::heartbeat(const pb::HeartbeatRequest& req,

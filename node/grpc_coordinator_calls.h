@@ -1,8 +1,11 @@
 // The coordinator protocol's calls over gRPC (mTLS, or plaintext in --insecure mode): what
 // `atoll node` uses under its CoordinatorClient. Every call has a deadline; failures come back
-// as Status values with one clear line, e.g. "coordinator at 10.0.0.5:7070 unreachable: failed
-// to connect to all addresses". θ pulls and updates travel as chunk streams
-// (transport/tensor_stream.h: ≤ 1 MiB chunks, CRC-32C each, SHA-256 of the payload).
+// as Status values with one clear line (transport::explain_call_error), e.g. "coordinator at
+// 10.0.0.5:7070 not reachable (connection refused)": kUnavailable for transport errors,
+// kUnauthenticated for a certificate verdict. A failed Join also probes a cut TLS handshake for
+// the verdict gRPC does not report (transport::explain_connect_failure). θ pulls and updates travel
+// as chunk streams (transport/tensor_stream.h: ≤ 1 MiB chunks, CRC-32C each, SHA-256 of the
+// payload).
 #pragma once
 
 #include <chrono>
@@ -48,6 +51,11 @@ class GrpcCoordinatorCalls final : public CoordinatorCalls {
   Status leave(const atoll_pb::v1::LeaveRequest& req, atoll_pb::v1::LeaveResponse* resp) override;
   Status report_importance(const atoll_pb::v1::ImportanceReport& req,
                            atoll_pb::v1::ImportanceAck* resp) override;
+  // Watches the channel's connectivity state until it is READY. Watching also polls the channel
+  // from this thread: with no call in flight, nothing else would drive a new connection's TLS
+  // handshake but gRPC's backup poller, every 5 s (that, and gRPC's default reconnect backoff,
+  // kept nodes 16 s away from a coordinator restarted in 0.5 s).
+  bool wait_for_link(std::chrono::milliseconds max_wait) override;
 
  private:
   void prepare(grpc::ClientContext& ctx, std::chrono::milliseconds timeout) const;

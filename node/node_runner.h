@@ -3,8 +3,9 @@
 // the worker: join (identity from the certificate), long-poll for tasks, pull θ, train inner
 // steps on the site's own data, push the update through the experiment's codec, report metrics,
 // for DiLoCo, Streaming DiLoCo, Hydra and distillation students alike (docs/coordinator.md).
-// Reconnects with backoff when the coordinator goes away; a stop request (SIGTERM) ends with
-// Leave and a clean exit.
+// Reconnects within about a second of the coordinator coming back (node/reconnect.h); a stop
+// request (SIGTERM) ends with Leave and a clean exit, at once and without Leave while the
+// coordinator is unreachable.
 #pragma once
 
 #include <atomic>

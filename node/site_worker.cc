@@ -13,10 +13,11 @@
 #include "algorithms/diloco/outer.h"
 #include "algorithms/model/param_set.h"
 #include "node/gpu_trainer.h"
-#include "node/heartbeater.h"
 #include "node/evaluate.h"
+#include "node/heartbeater.h"
 #include "node/held_theta.h"
 #include "node/inner_step.h"
+#include "node/reconnect.h"
 #include "node/site_data.h"
 #include "node/sync_strategy.h"
 
@@ -28,15 +29,19 @@ namespace al = atl::algorithms;
 using Clock = std::chrono::steady_clock;
 using atoll_pb::v1::Task;
 
+// The coordinator did not answer (a transport error): retried. A certificate verdict is
+// kUnauthenticated (transport::explain_call_error) and stops the node at once.
 bool retryable(const Status& s) {
   return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
 }
 
-// A refused TLS handshake or certificate will not fix itself by retrying: report it at once.
-// (Only before the first successful join: afterwards a coordinator restart can look alike.)
-bool security_refusal(const Status& s) {
-  const std::string& m = s.message();
-  return m.find("certificate") != std::string::npos || m.find("TLS") != std::string::npos;
+ReconnectOptions reconnect_options(const SiteWorkerOptions& o) {
+  ReconnectOptions r;
+  r.coordinator = o.coordinator;
+  r.give_up_after_s = o.give_up_after_s;
+  r.stop = o.stop;
+  r.log = o.log;
+  return r;
 }
 
 // A node is set up for one experiment (model, optimizer, codec); when the coordinator now
@@ -65,7 +70,7 @@ enum class Flow { kContinue, kStop };       // after a round
 class SiteWorker {
  public:
   SiteWorker(CoordinatorClient& link, const SiteWorkerOptions& options)
-      : link_(link), opt_(options) {}
+      : link_(link), opt_(options), reconnect_(link, reconnect_options(options)) {}
   Status run();
 
  private:
@@ -76,6 +81,8 @@ class SiteWorker {
 
   StatusOr<atoll_pb::v1::JoinResponse> join();
   Status set_up();
+  Status serve();
+  Status stopped_or(const Status& failure);
   StatusOr<Next> next_task(Task& cur);
   StatusOr<Next> poll_failed(const Status& failure);
   Status score(const Task& task);
@@ -97,7 +104,6 @@ class SiteWorker {
   const SiteWorkerOptions& opt_;
   DeviceChoice devices_;
   DataSpec data_spec_;
-  bool joined_once_ = false;
   atoll_pb::v1::JoinResponse joined_;
   SiteConfig site_;
   std::shared_ptr<const SiteData> data_;
@@ -111,9 +117,7 @@ class SiteWorker {
   std::unique_ptr<Heartbeater> heart_;
   uint64_t last_done_ = 0;
   bool have_done_ = false;
-  // When the coordinator became unreachable (valid while `unreachable_`).
-  bool unreachable_ = false;
-  Clock::time_point unreachable_since_{};
+  Reconnect reconnect_;  // the backoff and the clock of an outage, shared by every call
   // Streaming DiLoCo: the next task, obtained by the exchange; whether θ and θ_local continue
   // from it (warm); the inner steps of that task already trained during the overlap.
   std::optional<Task> next_;
@@ -137,24 +141,14 @@ StatusOr<atoll_pb::v1::JoinResponse> SiteWorker::join() {
   req.mutable_data()->add_genres(data_spec_.to_string());
   // The coordinator refuses a site with fewer tokens than one of its sequences needs.
   req.mutable_data()->set_train_tokens(static_cast<uint64_t>(data_->train.size()));
-  auto give_up = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                    std::chrono::duration<double>(opt_.give_up_after_s));
-  auto backoff = std::chrono::milliseconds(200);
   while (true) {
     auto r = link_.join(req);
     if (r.ok()) {
-      joined_once_ = true;
+      reconnect_.reached();
       return r;
     }
-    if (!retryable(r.status()) || (!joined_once_ && security_refusal(r.status()))) return r;
-    if (stopping()) return r.status();
-    if (Clock::now() + backoff > give_up)
-      return Unavailable(r.status().message() + " (gave up after " +
-                         std::to_string(static_cast<int>(opt_.give_up_after_s)) + " s)");
-    log("coordinator unreachable, retrying in " + std::to_string(backoff.count()) +
-        " ms: " + r.status().message());
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+    if (!retryable(r.status())) return r;
+    ATOLL_RETURN_IF_ERROR(reconnect_.pause(r.status()));
   }
 }
 
@@ -246,10 +240,20 @@ std::optional<double> SiteWorker::site_validation_bpb() {
 Status SiteWorker::run() {
   ATOLL_ASSIGN_OR_RETURN(devices_, resolve_devices(opt_.device, opt_.devices));
   ATOLL_RETURN_IF_ERROR(load_data());
-  ATOLL_ASSIGN_OR_RETURN(joined_, join());
+  auto joined = join();
+  if (!joined.ok()) return stopped_or(joined.status());
+  joined_ = std::move(joined).value();
   ATOLL_RETURN_IF_ERROR(set_up());
   heart_ = std::make_unique<Heartbeater>(
       link_, std::chrono::milliseconds(std::max<uint32_t>(100, joined_.heartbeat_interval_ms())));
+  if (Status s = serve(); !s.ok()) return stopped_or(s);
+  if (stopping()) log("stopped on request; leaving the experiment");
+  (void)link_.leave(stopping() ? "stop requested" : "experiment finished");
+  return Status::Ok();
+}
+
+// Tasks until a STOP task or a stop request.
+Status SiteWorker::serve() {
   while (!stopping()) {
     Task cur;
     ATOLL_ASSIGN_OR_RETURN(const Next next, next_task(cur));
@@ -258,7 +262,20 @@ Status SiteWorker::run() {
     ATOLL_ASSIGN_OR_RETURN(const Flow flow, train_round(cur));
     if (flow == Flow::kStop) break;
   }
-  (void)link_.leave(stopping() ? "stop requested" : "experiment finished");
+  return Status::Ok();
+}
+
+// A stop request that came while the coordinator was unreachable ends the node cleanly, at once
+// and without Leave (which could not reach it either): the coordinator counts the node as lost
+// by its missed heartbeats. Any other failure stays one.
+Status SiteWorker::stopped_or(const Status& failure) {
+  if (!stopping() || !retryable(failure)) return failure;
+  char line[200];
+  std::snprintf(line, sizeof(line),
+                "stopped on request while the coordinator at %s was unreachable (for %.1f s); "
+                "exiting without Leave",
+                opt_.coordinator.c_str(), reconnect_.unreachable_s());
+  log(line);
   return Status::Ok();
 }
 
@@ -284,7 +301,7 @@ StatusOr<Next> SiteWorker::next_task(Task& cur) {
   }
   auto task = link_.next_task(have_done_ ? last_done_ : 0, 2000);
   if (!task.ok()) return poll_failed(task.status());
-  unreachable_ = false;
+  reconnect_.reached();
   if (task->kind() == Task::STOP) {
     log("stop: " + task->reason());
     return Next::kStop;
@@ -298,24 +315,21 @@ StatusOr<Next> SiteWorker::next_task(Task& cur) {
   return Next::kTrain;
 }
 
-// A failed poll: reconnect while the coordinator is unreachable, up to give_up_after_s.
+// A failed poll. Unreachable coordinator: pause (backoff, give-up, stop: node/reconnect.h),
+// then join again, since a restarted coordinator no longer knows this node. A coordinator that
+// answered but no longer knows the node or its experiment: join again at once.
 StatusOr<Next> SiteWorker::poll_failed(const Status& failure) {
-  if (!retryable(failure) && failure.code() != StatusCode::kNotFound &&
-      failure.code() != StatusCode::kFailedPrecondition)
-    return failure;
-  if (!unreachable_) {
-    unreachable_ = true;
-    unreachable_since_ = Clock::now();
+  const bool forgotten =
+      failure.code() == StatusCode::kNotFound || failure.code() == StatusCode::kFailedPrecondition;
+  if (!retryable(failure) && !forgotten) return failure;
+  if (forgotten) {
+    log(failure.message() + "; joining again");
+  } else {
+    ATOLL_RETURN_IF_ERROR(reconnect_.pause(failure));
   }
-  if (seconds_since(unreachable_since_) > opt_.give_up_after_s)
-    return Unavailable("coordinator at " + opt_.coordinator + " unreachable for " +
-                       std::to_string(static_cast<int>(opt_.give_up_after_s)) +
-                       " s: " + failure.message());
-  log("next task failed (" + failure.message() + "); reconnecting");
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  auto re = join();
-  if (!re.ok() && !retryable(re.status())) return re.status();
-  if (re.ok()) ATOLL_RETURN_IF_ERROR(same_experiment(joined_.experiment_id(), *re));
+  ATOLL_ASSIGN_OR_RETURN(const auto re, join());
+  ATOLL_RETURN_IF_ERROR(same_experiment(joined_.experiment_id(), re));
+  heart_->clear_unknown();  // joined just now: a heartbeat's "unknown" from before is stale
   return Next::kAgain;
 }
 

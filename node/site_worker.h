@@ -5,8 +5,10 @@
 // says (node/sync_strategy.h), and reports metrics; heartbeats go from a side thread.
 //
 // `atoll node` (node/node_runner.h) runs it over mTLS gRPC; an in-process link runs many in one
-// process. It reconnects with backoff while the coordinator is unreachable, joins again when the
-// coordinator forgets the node, and ends with Leave after a STOP task or a stop request.
+// process. It reconnects while the coordinator is unreachable (node/reconnect.h: capped backoff,
+// one give-up clock per outage), joins again when the coordinator forgets the node, stops at
+// once on a certificate verdict (kUnauthenticated), and ends with Leave after a STOP task or a
+// stop request (without Leave, at once, when the coordinator is unreachable).
 //
 // Threads: kernels::cpu::set_num_threads is process-global, so the worker never sets it; the
 // process that runs workers sets it once (run_node does, from NodeOptions::threads).

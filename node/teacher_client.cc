@@ -43,8 +43,8 @@ void set_deadline(grpc::ClientContext& ctx, double seconds) {
 }  // namespace
 
 Status TeacherClient::call_error(const Peer& p, const grpc::Status& s) const {
-  Status e = transport::explain_call_error(s, p.address, o_.tls);
-  return Status(e.code(), "teacher " + p.address + ": " + e.message());
+  // "teacher ADDR not reachable (...)" for a connection failure, "teacher ADDR: ..." else.
+  return transport::explain_call_error(s, p.address, o_.tls, "teacher " + p.address);
 }
 
 StatusOr<std::unique_ptr<TeacherClient>> TeacherClient::connect(TeacherClientOptions options,

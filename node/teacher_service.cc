@@ -275,14 +275,19 @@ StatusOr<std::unique_ptr<TeacherServer>> TeacherServer::start(
   if (colon == std::string::npos || colon == 0 || colon + 1 == listen.size())
     return InvalidArgument("--listen " + listen + " must be HOST:PORT, e.g. 0.0.0.0:7071");
   std::unique_ptr<TeacherServer> s(new TeacherServer());
+  ATOLL_RETURN_IF_ERROR(transport::check_can_listen(listen, "--listen"));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, credentials, &s->port_);
   builder.RegisterService(&service);
   transport::apply_server_limits(builder);
+  transport::apply_exclusive_port(builder);
   s->server_ = builder.BuildAndStart();
-  if (!s->server_ || s->port_ == 0)
-    return Unavailable("cannot listen on " + listen +
-                       " (address in use, or not an address of this machine)");
+  if (!s->server_ || s->port_ == 0) {
+    // Bound by another process between the check above and gRPC's bind, or refused otherwise.
+    Status why = transport::check_can_listen(listen, "--listen");
+    return why.ok() ? Unavailable("cannot listen on " + listen + " (gRPC refused the address)")
+                    : why;
+  }
   s->address_ = listen.substr(0, colon) + ":" + std::to_string(s->port_);
   return s;
 }

@@ -1,5 +1,6 @@
-// Channel and server settings shared by every Atoll endpoint: message size bounds and the
-// TLS name override.
+// Channel and server settings shared by every Atoll endpoint: message size bounds, exclusive
+// listening ports, reconnect backoff, the TLS name override, and one-line explanations of
+// connection and listening failures.
 #pragma once
 
 #include <grpcpp/channel.h>
@@ -20,16 +21,66 @@ inline constexpr int kMaxMessageBytes = static_cast<int>(kMaxChunkBytes) + (64 <
 // Applies the message bounds to a server under construction.
 void apply_server_limits(grpc::ServerBuilder& builder);
 
-// A channel to `target` ("host:port") with the message bounds and, when set, the TLS server
-// name override. Does not connect yet (gRPC connects lazily).
+// The server owns its port alone: gRPC's default SO_REUSEPORT lets a second process bind the same
+// HOST:PORT and take half of the connections (two coordinators would each run the experiment
+// with half of the nodes); without it the second BuildAndStart fails.
+void apply_exclusive_port(grpc::ServerBuilder& builder);
+
+// Whether a server can listen on `listen` ("HOST:PORT"), found by binding it with a plain socket
+// the way gRPC does: OK, or one line such as "port 127.0.0.1:7443 is already in use by another
+// process; stop it or choose another --listen" (also: not an address of this machine, no
+// permission). `flag` names the option to change. Servers check before starting, so that the
+// usual failure is this line alone, and again after gRPC failed to bind, to explain it.
+Status check_can_listen(const std::string& listen, const std::string& flag);
+
+// How long a channel waits before reconnecting after a failed attempt (ms): from the initial
+// value, ×1.6 per failure with ±20% jitter (gRPC's own schedule), at most the max, back to the
+// initial value once connected. gRPC's defaults (1 s growing to 120 s) were one of the two reasons
+// nodes came back 16 s after a coordinator restarted in 0.5 s (docs/decisions.md, "Reconnects").
+inline constexpr int kReconnectInitialBackoffMs = 100;
+inline constexpr int kReconnectMaxBackoffMs = 1000;
+
+// A channel to `target` ("host:port") with the message bounds, the reconnect backoff above and,
+// when set, the TLS server name override. Does not connect yet (gRPC connects lazily).
 std::shared_ptr<grpc::Channel> create_channel(const std::string& target, const ClientTls& tls);
 
-// Turns a failed call's status into one line a user can act on. Connection failures (gRPC's
-// "failed to connect to all addresses; last error: ...") are recognised and explained: the
-// coordinator's certificate is from another CA or lacks the expected name, the coordinator
-// closed the handshake (it does not accept this node's certificate, or expects plaintext/TLS),
-// or nothing listens at the target. Everything else keeps its code and message.
+// Why a call could not reach its server, read from gRPC's UNAVAILABLE message. gRPC 1.51 says
+// "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:7070: Failed to
+// connect to remote host: Connection refused" when a connection attempt failed, and "Socket
+// closed" or "recvmsg:Connection reset by peer" when an established connection broke.
+enum class LinkFailure {
+  kNone,               // not a connection failure (OK, or the server itself answered)
+  kRefused,            // connection refused: nothing accepts connections on that port now
+  kUnreachable,        // timed out, no route to the host, its name did not resolve
+  kLost,               // an established connection was closed or reset
+  kHandshakeCut,       // closed or reset before the TLS handshake completed: no verdict
+  kServerCertificate,  // this side refused the server's certificate (other CA, expired)
+  kServerName,         // the server's certificate is not valid for the expected name
+  kNotTls,             // the server does not answer in TLS (or, in --insecure mode, in plaintext)
+  kOther,              // another connection failure
+};
+LinkFailure classify_link_failure(const grpc::Status& status);
+
+// A verdict on a certificate: retrying cannot help.
+inline bool is_certificate_verdict(LinkFailure f) {
+  return f == LinkFailure::kServerCertificate || f == LinkFailure::kServerName;
+}
+
+// Turns a failed call's status into one line a user can act on, naming the server `who` ("" =
+// the target alone), e.g. "coordinator at 10.0.0.5:7070". Connection failures are explained from
+// classify_link_failure: a certificate verdict is kUnauthenticated (e.g. "coordinator
+// at 10.0.0.5:7070 presents a certificate this node does not accept: ..."), every transport error
+// kUnavailable (e.g. "coordinator at 10.0.0.5:7070 not reachable (connection refused)"). Everything
+// else keeps its code and message, after "<who>: ".
 Status explain_call_error(const grpc::Status& status, const std::string& target,
-                          const ClientTls& tls);
+                          const ClientTls& tls, const std::string& who = "");
+
+// explain_call_error, and when gRPC's account is ambiguous, a handshake of our own
+// (tls/handshake_probe.h) to find the verdict gRPC does not report: a cut TLS handshake becomes
+// kUnauthenticated when the server refuses this client's certificate (seen on two probes in a
+// row), and stays a transport error otherwise; a refused server certificate gets OpenSSL's
+// reason. Blocking (at most a few seconds); for the rare failed connect, not for every call.
+Status explain_connect_failure(const grpc::Status& status, const std::string& target,
+                               const ClientTls& tls, const std::string& who = "");
 
 }  // namespace atl::transport

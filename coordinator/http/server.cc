@@ -368,6 +368,9 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(ExperimentManager& manag
   if (!ec) impl->acceptor.set_option(net::socket_base::reuse_address(true), ec);
   if (!ec) impl->acceptor.bind(ep, ec);
   if (!ec) impl->acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec == net::error::address_in_use)
+    return Unavailable("dashboard: port " + impl->shared.options.listen +
+                       " is already in use by another process; stop it or choose another --http");
   if (ec)
     return Unavailable("dashboard: cannot listen on " + impl->shared.options.listen + ": " +
                        ec.message());

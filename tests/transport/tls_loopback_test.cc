@@ -27,6 +27,7 @@
 #include "transport/tls/ca.h"
 #include "transport/tls/credentials.h"
 #include "transport/tls/handshake_log.h"
+#include "transport/tls/handshake_probe.h"
 #include "transport/tls/openssl_util.h"
 
 namespace atl::transport {
@@ -118,6 +119,9 @@ ClientTls raw_client(const std::string& ca_file, const std::string& key_file,
   ClientTls tls;
   tls.credentials = grpc::SslCredentials(o);
   tls.server_name_override = server_name;
+  if (!key_file.empty() && !cert_file.empty())
+    tls.identity = std::make_shared<const ClientIdentity>(
+        ClientIdentity{o.pem_root_certs, o.pem_cert_chain, o.pem_private_key});
   return tls;
 }
 
@@ -178,15 +182,17 @@ class TlsLoopback : public ::testing::Test {
     EXPECT_TRUE(resp.node_id().empty()) << what;
   }
 
-  // The refusal, explained the way a node reports it.
-  static std::string explained(const ClientTls& tls) {
+  // The refusal, explained the way a node reports a failed Join (probing a cut handshake for
+  // the server's verdict).
+  static Status explained(const ClientTls& tls) {
     pb::JoinResponse resp;
     grpc::Status st = join(tls, &resp);
     EXPECT_FALSE(st.ok());
-    Status ex = explain_call_error(st, server_->target(), tls);
-    EXPECT_EQ(ex.code(), StatusCode::kUnavailable);
+    Status ex =
+        explain_connect_failure(st, server_->target(), tls, "coordinator at " + server_->target());
     EXPECT_EQ(ex.message().find('\n'), std::string::npos);
-    return ex.message();
+    EXPECT_EQ(ex.message().rfind("coordinator at " + server_->target(), 0), 0u) << ex.message();
+    return ex;
   }
 
   static inline TempDir* tmp_ = nullptr;
@@ -225,19 +231,33 @@ TEST_F(TlsLoopback, CertificateFromAnotherCaIsRefused) {
   const ClientTls stranger = raw_client(ca_cert_path(ca_), key_path(other_, "node-1"),
                                         cert_path(other_, "node-1"), "coord");
   expect_refused(stranger, "certificate from another CA");
-  EXPECT_NE(explained(stranger).find("does not accept this node's certificate"), std::string::npos)
-      << explained(stranger);
-  // A client of the other experiment does not trust our server either.
+  // gRPC reports only "Socket closed"; the probe finds the server's verdict: a certificate
+  // verdict, which a node does not retry.
+  const Status refused = explained(stranger);
+  EXPECT_EQ(refused.code(), StatusCode::kUnauthenticated) << refused.message();
+  EXPECT_NE(refused.message().find("does not accept this node's certificate"), std::string::npos)
+      << refused.message();
+  // A client of the other experiment does not trust our server either: OpenSSL's reason.
   auto foreign = client_credentials(other_, "node-1", "coord");
   ASSERT_TRUE(foreign.ok());
   expect_refused(*foreign, "client of another CA");
-  EXPECT_NE(explained(*foreign).find("not issued by this experiment's CA"), std::string::npos)
-      << explained(*foreign);
+  const Status distrusted = explained(*foreign);
+  EXPECT_EQ(distrusted.code(), StatusCode::kUnauthenticated) << distrusted.message();
+  EXPECT_NE(distrusted.message().find("not issued by this experiment's CA"), std::string::npos)
+      << distrusted.message();
+  // The server sends its chain, the other CA included: OpenSSL finds a self-signed certificate
+  // it does not trust.
+  EXPECT_NE(distrusted.message().find("(self-signed certificate in certificate chain)"),
+            std::string::npos)
+      << distrusted.message();
 }
 
 TEST_F(TlsLoopback, PlaintextClientIsRefused) {
   expect_refused(insecure_client_credentials(), "plaintext client");
-  EXPECT_NE(explained(insecure_client_credentials()).find("requires TLS"), std::string::npos);
+  // No verdict a plaintext client could check: a transport error, retried.
+  const Status plain = explained(insecure_client_credentials());
+  EXPECT_EQ(plain.code(), StatusCode::kUnavailable) << plain.message();
+  EXPECT_NE(plain.message().find("requires TLS"), std::string::npos) << plain.message();
 }
 
 TEST_F(TlsLoopback, MissingClientCertificateIsRefused) {
@@ -251,17 +271,23 @@ TEST_F(TlsLoopback, ExpiredCertificateIsCaughtBeforeConnectingAndRefusedIfForced
   EXPECT_NE(tls.status().message().find("certificate node-old expired on"), std::string::npos)
       << tls.status().message();
   EXPECT_NE(tls.status().message().find("atoll ca issue"), std::string::npos);
-  expect_refused(
-      raw_client(ca_cert_path(ca_), key_path(ca_, "node-old"), cert_path(ca_, "node-old"), "coord"),
-      "expired certificate");
+  const ClientTls forced =
+      raw_client(ca_cert_path(ca_), key_path(ca_, "node-old"), cert_path(ca_, "node-old"), "coord");
+  expect_refused(forced, "expired certificate");
+  const Status refused = explained(forced);
+  EXPECT_EQ(refused.code(), StatusCode::kUnauthenticated) << refused.message();
+  EXPECT_NE(refused.message().find("does not accept this node's certificate"), std::string::npos)
+      << refused.message();
 }
 
 TEST_F(TlsLoopback, WrongServerNameFails) {
   auto tls = client_credentials(ca_, "node-1", "not-the-coordinator");
   ASSERT_TRUE(tls.ok());
   expect_refused(*tls, "server name not in the certificate");
-  EXPECT_NE(explained(*tls).find("not valid for the name 'not-the-coordinator'"), std::string::npos)
-      << explained(*tls);
+  const Status wrong = explained(*tls);
+  EXPECT_EQ(wrong.code(), StatusCode::kUnauthenticated) << wrong.message();
+  EXPECT_NE(wrong.message().find("not valid for the name 'not-the-coordinator'"), std::string::npos)
+      << wrong.message();
 }
 
 TEST_F(TlsLoopback, ServerPreValidation) {
@@ -411,6 +437,73 @@ TEST_F(TlsLoopback, ServerExplainsEachRefusedConnectionInOneLine) {
                       "client of another experiment");
 }
 
+// The probe behind explain_connect_failure, case by case: a client the server accepts, one whose
+// certificate it refuses (gRPC says only "Socket closed"), and one that refuses the server's.
+TEST_F(TlsLoopback, HandshakeProbeFindsTheVerdictGrpcDoesNotReport) {
+  auto good = client_credentials(ca_, "node-1", "coord");
+  ASSERT_TRUE(good.ok() && good->identity);
+  ProbeResult r = probe_tls_handshake(server_->target(), *good->identity, kRpcDeadline);
+  EXPECT_EQ(r.outcome, ProbeOutcome::kAccepted) << r.detail;
+
+  const ClientTls stranger = raw_client(ca_cert_path(ca_), key_path(other_, "node-1"),
+                                        cert_path(other_, "node-1"), "coord");
+  r = probe_tls_handshake(server_->target(), *stranger.identity, kRpcDeadline);
+  EXPECT_EQ(r.outcome, ProbeOutcome::kClientCertificateRefused) << r.detail;
+
+  auto foreign = client_credentials(other_, "node-1", "coord");
+  ASSERT_TRUE(foreign.ok() && foreign->identity);
+  r = probe_tls_handshake(server_->target(), *foreign->identity, kRpcDeadline);
+  EXPECT_EQ(r.outcome, ProbeOutcome::kServerCertificateRefused) << r.detail;
+  EXPECT_EQ(r.x509_error, X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN) << r.detail;
+
+  // A plaintext server does not answer in TLS; nothing listening is no TLS answer at all.
+  RunningServer plain;
+  plain.start(insecure_server_credentials());
+  ASSERT_GT(plain.port, 0);
+  r = probe_tls_handshake(plain.target(), *good->identity, kRpcDeadline);
+  EXPECT_TRUE(r.outcome == ProbeOutcome::kNotTls || r.outcome == ProbeOutcome::kCut)
+      << static_cast<int>(r.outcome) << " " << r.detail;
+  const std::string gone = plain.target();
+  plain.server->Shutdown(std::chrono::system_clock::now());
+  plain.server->Wait();
+  plain.server.reset();
+  r = probe_tls_handshake(gone, *good->identity, kRpcDeadline);
+  EXPECT_EQ(r.outcome, ProbeOutcome::kUnreachable) << r.detail;
+}
+
+// Two servers that own their port (apply_exclusive_port, as the coordinator's and the teacher's
+// do): the second cannot bind the first one's port, and check_can_listen names it. (gRPC's
+// default, SO_REUSEPORT, would let both listen and split the clients between them.)
+TEST(ExclusivePort, SecondServerOnTheSamePortFails) {
+  TestCoordinator first_service, second_service;
+  int port = 0;
+  grpc::ServerBuilder first;
+  first.AddListeningPort("127.0.0.1:0", insecure_server_credentials(), &port);
+  first.RegisterService(&first_service);
+  apply_exclusive_port(first);
+  auto owner = first.BuildAndStart();
+  ASSERT_TRUE(owner && port > 0);
+  const std::string listen = "127.0.0.1:" + std::to_string(port);
+
+  int second_port = 0;
+  grpc::ServerBuilder second;
+  second.AddListeningPort(listen, insecure_server_credentials(), &second_port);
+  second.RegisterService(&second_service);
+  apply_exclusive_port(second);
+  auto intruder = second.BuildAndStart();
+  EXPECT_TRUE(intruder == nullptr || second_port == 0) << "a second server bound " << listen;
+
+  const Status why = check_can_listen(listen, "--listen");
+  EXPECT_EQ(why.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(why.message(), "port " + listen +
+                               " is already in use by another process; stop it or choose "
+                               "another --listen");
+  owner->Shutdown(std::chrono::system_clock::now());
+  owner->Wait();
+  owner.reset();
+  EXPECT_TRUE(check_can_listen(listen, "--listen").ok()) << "the port is free again";
+}
+
 TEST(HandshakeRefusal, ClassifiesGrpcHandshakeMessages) {
   const std::string pre =
       "Handshake failed with fatal error SSL_ERROR_SSL: error:0A000086:SSL "
@@ -516,8 +609,10 @@ TEST(ExplainCallError, NothingListening) {
   pb::JoinResponse resp;
   grpc::Status st = stub->Join(&ctx, pb::JoinRequest(), &resp);
   ASSERT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
-  Status ex = explain_call_error(st, target, insecure_client_credentials());
-  EXPECT_NE(ex.message().find("nothing is listening"), std::string::npos) << ex.message();
+  Status ex =
+      explain_call_error(st, target, insecure_client_credentials(), "coordinator at " + target);
+  EXPECT_EQ(ex.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(ex.message(), "coordinator at " + target + " not reachable (connection refused)");
   // Non-connection errors pass through.
   EXPECT_EQ(explain_call_error(grpc::Status(grpc::StatusCode::DATA_LOSS, "crc"), target,
                                insecure_client_credentials())

@@ -144,6 +144,8 @@ StatusOr<ClientTls> client_credentials(const std::string& dir, const std::string
   ClientTls out;
   out.credentials = grpc::SslCredentials(options);
   out.server_name_override = server_name_override;
+  out.identity = std::make_shared<const ClientIdentity>(
+      ClientIdentity{std::move(id.ca_pem), std::move(id.cert_pem), std::move(id.key_pem)});
   if (!out.credentials) return Internal("gRPC refused the client key/certificate");
   return out;
 }

@@ -29,12 +29,21 @@ Status validate_identity(const std::string& dir, const std::string& name, Role r
 StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials(
     const std::string& dir, const std::string& server_name);
 
+// The PEM texts behind a client's credentials, for a handshake of our own
+// (tls/handshake_probe.h) when gRPC's account of a failed one is ambiguous.
+struct ClientIdentity {
+  std::string ca_pem;    // the only CA trusted for the server
+  std::string cert_pem;  // this client's certificate
+  std::string key_pem;   // and its private key
+};
+
 // What a client needs to open a channel: credentials plus the name the server certificate must
 // carry (when it differs from the host in the target, e.g. dialing 127.0.0.1:PORT).
 struct ClientTls {
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   std::string server_name_override;  // "" = verify against the target's host
   bool insecure = false;
+  std::shared_ptr<const ClientIdentity> identity;  // null in --insecure mode
 };
 
 // Presents dir/<node_name>.{crt,key}; trusts only dir/ca.crt for the server.

