@@ -57,8 +57,10 @@ void SiteMetrics::pushed(uint64_t bytes) {
 }
 
 void SiteMetrics::round_done(double train_seconds, std::optional<double> site_val_bpb) {
-  rounds_.add();
+  // The observation first: a scrape in between sees the histogram's count at most one ahead of
+  // the rounds, never behind.
   round_seconds_.observe(train_seconds);
+  rounds_.add();
   // Registered with the first value: a site without validation data has no such series.
   if (site_val_bpb)
     registry_
