@@ -1,15 +1,22 @@
 // The coordinator's metrics (coordinator/coordinator_metrics.h) fed by a real service: a real
 // gRPC server and RocksDB store, one in-process node pushing refused and accepted updates, and
-// the `GET /metrics` route of the dashboard's API with its tokens.
+// the `GET /metrics` route of the dashboard's API with its tokens; and the names against
+// docs/dashboard.md and the Grafana dashboard.
 #include "coordinator/coordinator_metrics.h"
 
 #include <gtest/gtest.h>
 
+#include <boost/json.hpp>
 #include <cmath>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
 
 #include "coordinator/experiment_manager.h"
 #include "coordinator/http/api.h"
 #include "coordinator/http/auth.h"
+#include "node/site_metrics.h"
 #include "service_harness.h"
 #include "transport/metrics/registry.h"
 
@@ -169,6 +176,82 @@ TEST(CoordinatorMetrics, LiveGaugesAndTheDashboardRouteWithTokens) {
   r.authorization = "Bearer " + *viewer;
   EXPECT_EQ(bare.handle(r).status, 404u);
   manager.attach(nullptr);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The families of a rendered text, from its TYPE lines: name → type.
+std::map<std::string, std::string> families_of(const std::string& text) {
+  std::map<std::string, std::string> out;
+  const std::regex re("# TYPE (\\S+) (\\S+)\n");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
+       ++it)
+    out[(*it)[1].str()] = (*it)[2].str();
+  return out;
+}
+
+// Every metric the coordinator and a node export is listed in docs/dashboard.md ("Metrics and
+// logs"), and nothing else is; every metric the Grafana dashboard queries is exported.
+TEST(CoordinatorMetrics, NamesMatchTheDocsAndTheGrafanaDashboard) {
+  TempDir dir;
+  auto store = Store::open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  ExperimentManager manager(**store);
+  CoordinatorMetrics metrics(&manager);
+  auto svc = CoordinatorService::open(**store, testing::small_config("names", 1, 1),
+                                      testing_util::toy_params(kNumel), {});
+  ASSERT_TRUE(svc.ok()) << svc.status().to_string();
+  manager.attach(std::shared_ptr<CoordinatorService>(std::move(*svc)));
+  metrics.set_validation_bpb(1.0);  // registered at the first evaluation
+  node::SiteMetrics site;
+  site.joined("names", "node-a");
+  site.round_done(1.0, 2.0);  // the site bpb: registered with its first value
+  std::map<std::string, std::string> exported = families_of(metrics.render());
+  for (const auto& [name, type] : families_of(site.render())) exported[name] = type;
+  manager.attach(nullptr);
+
+  const std::string docs = read_file(std::string(ATOLL_SOURCE_DIR) + "/docs/dashboard.md");
+  const size_t from = docs.find("## Metrics and logs");
+  const size_t to = docs.find("### JSON logs", from);
+  ASSERT_TRUE(from != std::string::npos && to != std::string::npos);
+  const std::string section = docs.substr(from, to - from);
+  std::map<std::string, std::string> documented;
+  const std::regex row("\n\\| `([a-z_:]+)(\\{[a-z_,]*\\})?` \\| (counter|gauge|histogram)");
+  for (auto it = std::sregex_iterator(section.begin(), section.end(), row);
+       it != std::sregex_iterator(); ++it)
+    documented[(*it)[1].str()] = (*it)[3].str();
+  EXPECT_EQ(documented, exported);
+
+  const std::string dashboard =
+      read_file(std::string(ATOLL_SOURCE_DIR) + "/deploy/grafana/atoll.json");
+  boost::system::error_code ec;
+  const boost::json::value v = boost::json::parse(dashboard, ec);
+  ASSERT_FALSE(ec) << "deploy/grafana/atoll.json is not JSON: " << ec.message();
+  std::set<std::string> queried;
+  const std::regex name("\\b(atoll_[a-z_]+|process_[a-z_]+)");
+  for (const auto& panel : v.as_object().at("panels").as_array()) {
+    if (!panel.as_object().contains("targets")) continue;
+    for (const auto& target : panel.as_object().at("targets").as_array()) {
+      const std::string expr(target.as_object().at("expr").as_string());
+      for (auto it = std::sregex_iterator(expr.begin(), expr.end(), name);
+           it != std::sregex_iterator(); ++it) {
+        std::string n = (*it)[1].str();
+        for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+          const std::string s(suffix);
+          const std::string base = n.size() > s.size() ? n.substr(0, n.size() - s.size()) : "";
+          if (n.ends_with(s) && exported.count(base) && exported.at(base) == "histogram") n = base;
+        }
+        queried.insert(n);
+      }
+    }
+  }
+  EXPECT_GE(queried.size(), 10u);
+  for (const auto& n : queried) EXPECT_TRUE(exported.count(n)) << n << " is queried, not exported";
 }
 
 }  // namespace
