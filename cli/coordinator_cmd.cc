@@ -31,9 +31,8 @@ std::optional<std::string> event_line(const coordinator::Event& e, double val_bp
       std::string line = format_line(
           "round %" PRIu64 " committed | loss %.4f | %" PRIu64 " tokens | up %" PRIu64
           " B down %" PRIu64 " B | %.1fs | sha256 %s",
-          e.round, e.record->mean_loss, e.record->tokens, e.record->bytes_up,
-          e.record->bytes_down, e.record->duration_s,
-          e.record->params_fingerprint.substr(0, 16).c_str());
+          e.round, e.record->mean_loss, e.record->tokens, e.record->bytes_up, e.record->bytes_down,
+          e.record->duration_s, e.record->params_fingerprint.substr(0, 16).c_str());
       if (val_bpb >= 0) line += format_line(" | val bpb %.4f", val_bpb);
       return line;
     }
@@ -45,9 +44,8 @@ std::optional<std::string> event_line(const coordinator::Event& e, double val_bp
       return format_line("round_started %" PRIu64 ": %s", e.round, who.c_str());
     }
     default:
-      return std::string(coordinator::event_kind_name(e.kind)) +
-             (e.node_id.empty() ? "" : " ") + e.node_id + (e.message.empty() ? "" : ": ") +
-             e.message;
+      return std::string(coordinator::event_kind_name(e.kind)) + (e.node_id.empty() ? "" : " ") +
+             e.node_id + (e.message.empty() ? "" : ": ") + e.message;
   }
 }
 
@@ -271,8 +269,7 @@ int cmd_coordinator(const Args& args) {
       while (anyone_active() && coordinator::Clock::now() < leave_deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       if (live != rc.manager->live()) continue;  // the dashboard started another experiment
-      log.write(*st == coordinator::ExperimentState::kFinished ? LogLevel::kInfo
-                                                               : LogLevel::kError,
+      log.write(*st == coordinator::ExperimentState::kFinished ? LogLevel::kInfo : LogLevel::kError,
                 format_line("experiment %s: %s at round %" PRIu64 ", sha256 %s",
                             live->experiment_id().c_str(), coordinator::experiment_state_name(*st),
                             live->current_round(), live->params_fingerprint().c_str()));

@@ -216,12 +216,11 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     const algorithms::ModelConfig model = model_config_of(cfg);
     ATOLL_RETURN_IF_ERROR(algorithms::validate(model));
     algorithms::ParamSet layout(algorithms::make_layout(model));
-    ATOLL_ASSIGN_OR_RETURN(
-        std::unique_ptr<coordinator::CoordinatorService> svc,
-        coordinator::CoordinatorService::open(
-            *rcp->store, cfg, layout,
-            service_options(insecure, rec.id, cfg.train.codec, rcp->manager.get(),
-                            rcp->metrics.get(), nullptr)));
+    ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<coordinator::CoordinatorService> svc,
+                           coordinator::CoordinatorService::open(
+                               *rcp->store, cfg, layout,
+                               service_options(insecure, rec.id, cfg.train.codec,
+                                               rcp->manager.get(), rcp->metrics.get(), nullptr)));
     return std::shared_ptr<coordinator::CoordinatorService>(std::move(svc));
   };
   rc->manager = std::make_unique<coordinator::ExperimentManager>(*rc->store, std::move(mo));

@@ -97,8 +97,8 @@ void LogOutput::emit(std::FILE* out, LogLevel level, std::string_view text_line,
   } else {
     const std::string experiment = experiment_ ? experiment_() : "";
     if (!round && round_) round = round_();
-    line = json_log_line({std::chrono::system_clock::now(), level, component_, node_, experiment,
-                          round, message});
+    line = json_log_line(
+        {std::chrono::system_clock::now(), level, component_, node_, experiment, round, message});
   }
   line += '\n';
   std::fwrite(line.data(), 1, line.size(), out);

@@ -6,8 +6,9 @@
 //
 // time: RFC 3339, UTC, milliseconds; level: "info", "warn" or "error"; component:
 // "coordinator" or "node"; node: the node's name (nodes only); experiment: "" until known;
-// round: present when known; message: the text line (without the node's "[name] " prefix). Each line goes to the stream its text would go to (stdout, or stderr for errors)
-// in one write, so lines of several threads never interleave.
+// round: present when known; message: the text line (without the node's "[name] " prefix). Each
+// line goes to the stream its text would go to (stdout, or stderr for errors) in one write, so
+// lines of several threads never interleave.
 #pragma once
 
 #include <chrono>

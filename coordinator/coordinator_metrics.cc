@@ -29,8 +29,8 @@ constexpr const char* kNodesHelp = "Nodes of the live experiment by state.";
 
 CoordinatorMetrics::CoordinatorMetrics(const ExperimentManager* manager)
     : manager_(manager),
-      rounds_committed_(registry_.counter("atoll_rounds_committed_total",
-                                          "Rounds committed to the store.")),
+      rounds_committed_(
+          registry_.counter("atoll_rounds_committed_total", "Rounds committed to the store.")),
       rounds_restarted_(registry_.counter(
           "atoll_rounds_restarted_total",
           "Rounds restarted with the parameters unchanged because no quorum was reached.")),
@@ -130,9 +130,9 @@ void CoordinatorMetrics::collect_live() {
   nodes_active_.set(active);
   nodes_lost_.set(lost);
   nodes_left_.set(left);
-  registry_.set_info("atoll_experiment_info", "The live experiment (value 1).",
-                     {{"experiment", live->experiment_id()},
-                      {"algorithm", live->engine().config().algorithm}});
+  registry_.set_info(
+      "atoll_experiment_info", "The live experiment (value 1).",
+      {{"experiment", live->experiment_id()}, {"algorithm", live->engine().config().algorithm}});
 }
 
 std::string CoordinatorMetrics::render() const {

@@ -55,8 +55,8 @@ const char* event_kind_name(Event::Kind k) {
 
 const std::vector<const char*>& update_rejection_reasons() {
   static const std::vector<const char*> reasons = {
-      "wire_version", "duplicate", "stale_round", "wrong_shape", "wrong_base",
-      "codec",        "bad_header", "too_large",  "not_finite",  "transfer"};
+      "wire_version", "duplicate",  "stale_round", "wrong_shape", "wrong_base",
+      "codec",        "bad_header", "too_large",   "not_finite",  "transfer"};
   return reasons;
 }
 

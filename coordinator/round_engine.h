@@ -207,8 +207,7 @@ class RoundEngine {
                               const char** reason);
   StatusOr<std::vector<float>> decode_update(const std::string& node_id,
                                              const atoll_pb::v1::TensorHeader& h,
-                                             const std::string& payload,
-                                             const char** reason) const;
+                                             const std::string& payload, const char** reason) const;
   // Records a rejected update: audit line and event (with its reason word).
   void record_rejection_locked(const std::string& node_id, const atoll_pb::v1::TensorHeader& h,
                                const char* reason, const Status& why);

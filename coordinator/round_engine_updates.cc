@@ -30,16 +30,15 @@ Status RoundEngine::screen_update_locked(const std::string& id, const pb::Tensor
     return st;
   };
   if (h.wire_version() != transport::kWireVersion)
-    return refuse("wire_version", InvalidArgument("unsupported wire_version " +
-                                                  std::to_string(h.wire_version())));
+    return refuse("wire_version",
+                  InvalidArgument("unsupported wire_version " + std::to_string(h.wire_version())));
   if (in_round && round_.updates.count(id))
     return refuse("duplicate", AlreadyExists("replay: an update from '" + id + "' for round " +
-                                             std::to_string(h.round()) +
-                                             " was already accepted"));
+                                             std::to_string(h.round()) + " was already accepted"));
   if (in_round && round_.receiving.count(id))
-    return refuse("duplicate", AlreadyExists("an update from '" + id + "' for round " +
-                                             std::to_string(h.round()) +
-                                             " is already being received"));
+    return refuse("duplicate",
+                  AlreadyExists("an update from '" + id + "' for round " +
+                                std::to_string(h.round()) + " is already being received"));
   if (!in_round)
     return refuse(
         "stale_round",
@@ -59,19 +58,20 @@ Status RoundEngine::screen_update_locked(const std::string& id, const pb::Tensor
                                                  " does not match the experiment's " +
                                                  short_fp(experiment_.layout_fingerprint)));
   if (h.params_fingerprint() != experiment_.params_fingerprint)
-    return refuse("wrong_base",
-                  FailedPrecondition("wrong base: update was computed from θ " +
-                                     short_fp(h.params_fingerprint()) + ", round " +
-                                     std::to_string(r) + " is θ " +
-                                     short_fp(experiment_.params_fingerprint) + "; pull θ again"));
+    return refuse(
+        "wrong_base",
+        FailedPrecondition("wrong base: update was computed from θ " +
+                           short_fp(h.params_fingerprint()) + ", round " + std::to_string(r) +
+                           " is θ " + short_fp(experiment_.params_fingerprint) + "; pull θ again"));
   if (!raw_fp32(h) && !options_.decode)
-    return refuse("codec", InvalidArgument("codec '" + h.codec().substr(0, 64) +
-                                           "' is not supported by this coordinator (use \"none\")"));
+    return refuse("codec",
+                  InvalidArgument("codec '" + h.codec().substr(0, 64) +
+                                  "' is not supported by this coordinator (use \"none\")"));
   if (raw_fp32(h) && h.payload_bytes() != h.numel() * sizeof(float))
-    return refuse("wrong_shape",
-                  InvalidArgument("wrong shape: codec none needs " +
-                                  std::to_string(h.numel() * 4) + " payload bytes, header says " +
-                                  std::to_string(h.payload_bytes())));
+    return refuse(
+        "wrong_shape",
+        InvalidArgument("wrong shape: codec none needs " + std::to_string(h.numel() * 4) +
+                        " payload bytes, header says " + std::to_string(h.payload_bytes())));
   if (h.tokens() == 0)
     return refuse("bad_header", InvalidArgument("tokens must be > 0 (the aggregation weight)"));
   if (!std::isfinite(h.train_loss()))

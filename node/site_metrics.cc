@@ -21,8 +21,7 @@ SiteMetrics::SiteMetrics()
       tokens_(registry_.counter("atoll_node_tokens_total", "Training tokens of the inner steps.")),
       rounds_(registry_.counter("atoll_node_rounds_total", "Rounds whose update was pushed.")),
       bytes_up_(registry_.counter("atoll_node_bytes_total", kBytesHelp, {{"direction", "up"}})),
-      bytes_down_(
-          registry_.counter("atoll_node_bytes_total", kBytesHelp, {{"direction", "down"}})),
+      bytes_down_(registry_.counter("atoll_node_bytes_total", kBytesHelp, {{"direction", "down"}})),
       loss_(registry_.gauge("atoll_node_loss", "Training loss (nats) of the latest inner step.")),
       round_gauge_(registry_.gauge("atoll_node_round", "The round being trained.")),
       round_seconds_(registry_.histogram("atoll_node_round_duration_seconds",

@@ -137,8 +137,8 @@ TEST(CoordinatorMetrics, LiveGaugesAndTheDashboardRouteWithTokens) {
   ASSERT_TRUE(live->engine().join("node-b", {}).ok());
   ASSERT_TRUE(live->engine().leave("node-b", {}).ok());
   const std::string text = metrics.render();
-  EXPECT_EQ(sample_value(text, "atoll_experiment_info{experiment=\"live-one\",algorithm=\"diloco\"}"),
-            1)
+  EXPECT_EQ(
+      sample_value(text, "atoll_experiment_info{experiment=\"live-one\",algorithm=\"diloco\"}"), 1)
       << text;
   EXPECT_EQ(sample_value(text, "atoll_nodes{state=\"active\"}"), 1) << text;
   EXPECT_EQ(sample_value(text, "atoll_nodes{state=\"left\"}"), 1) << text;

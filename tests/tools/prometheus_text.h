@@ -17,9 +17,9 @@
 namespace atl::testing {
 
 struct ParsedMetrics {
-  bool parser_missing = false;  // prometheus_client is not installed: skip
-  bool ok = false;              // parsed and consistent
-  std::string log;              // the parser's complaint when !ok
+  bool parser_missing = false;   // prometheus_client is not installed: skip
+  bool ok = false;               // parsed and consistent
+  std::string log;               // the parser's complaint when !ok
   boost::json::object families;  // family name → type ("counter", "gauge", "histogram", ...)
   boost::json::object samples;   // "name{a=\"x\"}" (labels sorted by name) → value
 
@@ -74,11 +74,11 @@ inline ParsedMetrics parse_prometheus_text(const std::string& text, const std::s
 // In a test: parses `text`, skipping the test with the parser's message when it is not
 // installed, failing it when the text is refused. Use as
 //   ParsedMetrics m;  ASSERT_PROMETHEUS_TEXT(text, dir, m);
-#define ASSERT_PROMETHEUS_TEXT(text, scratch, parsed)                                           \
-  do {                                                                                        \
-    parsed = ::atl::testing::parse_prometheus_text((text), (scratch));                        \
+#define ASSERT_PROMETHEUS_TEXT(text, scratch, parsed)                                        \
+  do {                                                                                       \
+    parsed = ::atl::testing::parse_prometheus_text((text), (scratch));                       \
     if (parsed.parser_missing) GTEST_SKIP() << "the parser part is skipped: " << parsed.log; \
-    ASSERT_TRUE(parsed.ok) << parsed.log << "\n--- text ---\n" << (text);                     \
+    ASSERT_TRUE(parsed.ok) << parsed.log << "\n--- text ---\n" << (text);                    \
   } while (0)
 
 }  // namespace atl::testing

@@ -1,13 +1,12 @@
 // The plain-HTTP /metrics listener (transport/metrics/http_exporter.h) over a real socket: what it
 // answers to a scrape, and how it refuses everything else.
-#include "transport/metrics/http_exporter.h"
-
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <boost/asio.hpp>
 #include <string>
 
+#include "transport/metrics/http_exporter.h"
 #include "transport/metrics/registry.h"
 
 namespace atl::transport::metrics {
@@ -79,12 +78,12 @@ TEST_F(MetricsHttp, RefusesOtherMethodsPathsBodiesAndHugeHeaders) {
   EXPECT_NE(post.find("Allow: GET\r\n"), std::string::npos) << post;
   EXPECT_EQ(status_line(round_trip(port, "GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")),
             "HTTP/1.1 404 Not Found");
-  EXPECT_EQ(status_line(round_trip(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: "
-                                       "5\r\n\r\nhello")),
+  EXPECT_EQ(status_line(round_trip(port,
+                                   "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                                   "5\r\n\r\nhello")),
             "HTTP/1.1 413 Payload Too Large");
-  EXPECT_EQ(status_line(round_trip(
-                port, "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(9000, 'a') +
-                          "\r\n\r\n")),
+  EXPECT_EQ(status_line(round_trip(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " +
+                                             std::string(9000, 'a') + "\r\n\r\n")),
             "HTTP/1.1 431 Request Header Fields Too Large");
   EXPECT_EQ(status_line(round_trip(port, "NOT HTTP AT ALL\r\n\r\n")), "HTTP/1.1 400 Bad Request");
   // None of these rendered the metrics.

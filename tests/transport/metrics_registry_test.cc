@@ -1,8 +1,6 @@
 // The Prometheus registry (transport/metrics/registry.h): the exact text it renders (escaping,
 // cumulative histogram buckets ending in +Inf, _sum and _count, label order, info metrics),
 // thread safety, and the same text accepted by prometheus_client's parser.
-#include "transport/metrics/registry.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +9,7 @@
 #include <vector>
 
 #include "tests/tools/prometheus_text.h"
+#include "transport/metrics/registry.h"
 #include "transport/temp_dir.h"
 
 namespace atl::transport::metrics {
@@ -56,8 +55,8 @@ TEST(MetricsRegistry, FamiliesAndChildrenRenderInOrderAndCountersOnlyGoUp) {
   r.counter("t_b_total", "B.", {{"reason", "alpha"}}).add(2);
   r.gauge("t_a", "A.").set(1);
   b.add(1);
-  b.add(-5);                                       // ignored
-  b.add(std::numeric_limits<double>::quiet_NaN());  // ignored
+  b.add(-5);                                                           // ignored
+  b.add(std::numeric_limits<double>::quiet_NaN());                     // ignored
   EXPECT_EQ(&b, &r.counter("t_b_total", "B.", {{"reason", "zeta"}}));  // the same child
   EXPECT_EQ(r.render(),
             "# HELP t_a A.\n# TYPE t_a gauge\nt_a 1\n"

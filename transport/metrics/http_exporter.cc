@@ -75,10 +75,9 @@ class Session : public std::enable_shared_from_this<Session> {
     msg->body() = std::move(body);
     msg->prepare_payload();
     stream_.expires_after(kWriteTimeout);
-    bhttp::async_write(stream_, *msg,
-                       [self = shared_from_this(), msg](beast::error_code, size_t) {
-                         self->close();
-                       });
+    bhttp::async_write(stream_, *msg, [self = shared_from_this(), msg](beast::error_code, size_t) {
+      self->close();
+    });
   }
 
   void close() {
@@ -109,8 +108,7 @@ StatusOr<tcp::endpoint> parse_listen(const std::string& listen, const std::strin
   beast::error_code ec;
   const auto addr = net::ip::make_address(host, ec);
   if (ec)
-    return InvalidArgument(flag + " " + listen +
-                           ": the host must be an IP address or localhost");
+    return InvalidArgument(flag + " " + listen + ": the host must be an IP address or localhost");
   return tcp::endpoint(addr, static_cast<uint16_t>(std::stoul(port)));
 }
 

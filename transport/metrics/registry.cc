@@ -107,8 +107,7 @@ std::vector<double> exponential_buckets(double start, double factor, int count) 
 
 Registry::Family& Registry::family_locked(const std::string& name, Type type,
                                           const std::string& help,
-                                          const std::vector<double>& bounds,
-                                          const Labels& labels) {
+                                          const std::vector<double>& bounds, const Labels& labels) {
   ATOLL_CHECK(valid_name(name, true), "bad metric name '" + name + "'");
   ATOLL_CHECK(type != Type::kCounter ||
                   (name.size() > 6 && name.compare(name.size() - 6, 6, "_total") == 0),
@@ -127,8 +126,7 @@ Registry::Family& Registry::family_locked(const std::string& name, Type type,
   return it->second;
 }
 
-Counter& Registry::counter(const std::string& name, const std::string& help,
-                           const Labels& labels) {
+Counter& Registry::counter(const std::string& name, const std::string& help, const Labels& labels) {
   std::lock_guard<std::mutex> lk(mu_);
   auto& child = family_locked(name, Type::kCounter, help, {}, labels).counters[labels];
   if (!child) child = std::make_unique<Counter>();
@@ -256,8 +254,7 @@ uint64_t process_resident_memory_bytes() {
 
 void add_process_metrics(Registry& registry) {
   Gauge& rss = registry.gauge("process_resident_memory_bytes", "Resident memory size in bytes.");
-  registry.add_collector(
-      [&rss] { rss.set(static_cast<double>(process_resident_memory_bytes())); });
+  registry.add_collector([&rss] { rss.set(static_cast<double>(process_resident_memory_bytes())); });
 }
 
 }  // namespace atl::transport::metrics
