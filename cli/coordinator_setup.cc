@@ -54,12 +54,14 @@ algorithms::ModelConfig model_config_of(const coordinator::ExperimentConfig& cfg
 }
 
 RunningCoordinator::~RunningCoordinator() {
+  metrics_http.reset();
   http.reset();
   if (server) server->shutdown();
   server.reset();
   if (manager) manager->attach(nullptr);
   service.reset();
   manager.reset();
+  metrics.reset();
   router.reset();
   store.reset();
   refusals.reset();
@@ -109,16 +111,20 @@ std::string find_tree_dir(const std::string& relative) {
 namespace {
 
 // Options for a service of experiment `experiment_id` whose updates use `update_codec`; its events
-// go to the manager (and to `user`, when given).
+// go to the manager and the metrics (and to `user`, when given).
 coordinator::ServiceOptions service_options(bool insecure, const std::string& experiment_id,
                                             const std::string& update_codec,
                                             coordinator::ExperimentManager* manager,
+                                            coordinator::CoordinatorMetrics* metrics,
                                             std::function<void(const coordinator::Event&)> user) {
   coordinator::ServiceOptions so;
   so.identity = insecure ? coordinator::IdentitySource::kInsecureNodeName
                          : coordinator::IdentitySource::kTlsCertificate;
-  so.on_event = [user = std::move(user), manager, experiment_id](const coordinator::Event& e) {
+  so.metrics = metrics;
+  so.on_event = [user = std::move(user), manager, metrics,
+                 experiment_id](const coordinator::Event& e) {
     manager->on_event(experiment_id, e);
+    if (metrics) metrics->observe(e);
     if (user) user(e);
   };
   const std::string expected_codec = update_codec;
@@ -216,14 +222,15 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     const algorithms::ModelConfig model = model_config_of(cfg);
     ATOLL_RETURN_IF_ERROR(algorithms::validate(model));
     algorithms::ParamSet layout(algorithms::make_layout(model));
-    ATOLL_ASSIGN_OR_RETURN(
-        std::unique_ptr<coordinator::CoordinatorService> svc,
-        coordinator::CoordinatorService::open(
-            *rcp->store, cfg, layout,
-            service_options(insecure, rec.id, cfg.train.codec, rcp->manager.get(), nullptr)));
+    ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<coordinator::CoordinatorService> svc,
+                           coordinator::CoordinatorService::open(
+                               *rcp->store, cfg, layout,
+                               service_options(insecure, rec.id, cfg.train.codec,
+                                               rcp->manager.get(), rcp->metrics.get(), nullptr)));
     return std::shared_ptr<coordinator::CoordinatorService>(std::move(svc));
   };
   rc->manager = std::make_unique<coordinator::ExperimentManager>(*rc->store, std::move(mo));
+  rc->metrics = std::make_unique<coordinator::CoordinatorMetrics>(rc->manager.get());
 
   algorithms::ParamSet theta0(algorithms::make_layout(rc->model));
   algorithms::init_params(theta0, rc->model, l.config.seed);
@@ -238,7 +245,7 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
                          coordinator::CoordinatorService::open(
                              *rc->store, l.config, theta0,
                              service_options(l.insecure, l.config.name, l.config.train.codec,
-                                             rc->manager.get(), l.on_event)));
+                                             rc->manager.get(), rc->metrics.get(), l.on_event)));
 
   rc->manager->attach(rc->service);
   if (!l.listen.empty()) {
@@ -249,7 +256,7 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     } else {
       ATOLL_ASSIGN_OR_RETURN(srv.credentials,
                              transport::server_credentials(l.tls_dir, l.server_name));
-      rc->refusals = std::make_unique<transport::HandshakeRefusalLog>();
+      rc->refusals = std::make_unique<transport::HandshakeRefusalLog>(l.refusal_sink);
     }
     ATOLL_ASSIGN_OR_RETURN(rc->server, coordinator::CoordinatorServer::start(*rc->router, srv));
     rc->manager->set_node_address(rc->server->address());
@@ -263,13 +270,20 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     const std::string web = l.web_root.empty() ? find_tree_dir("web") : l.web_root;
     const std::string npm = l.node_modules.empty() ? find_tree_dir("node_modules") : l.node_modules;
     ho.mounts = {{"/", web}, {"/vendor/chartjs/", npm + "/chart.js/dist"}};
+    ho.metrics = [m = rc->metrics.get()] { return m->render(); };
     ATOLL_ASSIGN_OR_RETURN(rc->http,
                            coordinator::http::HttpServer::start(*rc->manager, *rc->store, ho));
+  }
+  if (!l.metrics_listen.empty()) {
+    ATOLL_ASSIGN_OR_RETURN(rc->metrics_http,
+                           transport::metrics::HttpExporter::start(
+                               l.metrics_listen, [m = rc->metrics.get()] { return m->render(); }));
   }
   return rc;
 }
 
-Status announce_dashboard(RunningCoordinator& rc, const std::string& label, bool always) {
+Status announce_dashboard(RunningCoordinator& rc, const std::string& label, bool always,
+                          const std::function<void(const std::string&)>& say) {
   if (!rc.http) return Status::Ok();
   std::string token;
   if (!always) {
@@ -280,8 +294,15 @@ Status announce_dashboard(RunningCoordinator& rc, const std::string& label, bool
     ATOLL_ASSIGN_OR_RETURN(
         token, coordinator::http::create_token(*rc.store, coordinator::http::Role::kAdmin, label));
   }
-  std::printf("dashboard: %s\n", rc.http->url().c_str());
-  if (!token.empty()) std::printf("token: %s\n", token.c_str());
+  auto line = [&say](const std::string& text) {
+    if (say) {
+      say(text);
+    } else {
+      std::printf("%s\n", text.c_str());
+    }
+  };
+  line("dashboard: " + rc.http->url());
+  if (!token.empty()) line("token: " + token);
   return Status::Ok();
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "algorithms/model/llama.h"
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/experiment_config.h"
 #include "coordinator/experiment_manager.h"
 #include "coordinator/http/server.h"
@@ -16,6 +17,7 @@
 #include "coordinator/server.h"
 #include "coordinator/service.h"
 #include "coordinator/store.h"
+#include "transport/metrics/http_exporter.h"
 #include "transport/tls/handshake_log.h"
 
 namespace atl::cli {
@@ -58,6 +60,11 @@ struct CoordinatorLaunch {
   // with `insecure`: the dashboard needs TLS).
   std::string http_listen;
   std::string web_root;      // dashboard files; "" = web/ in the working directory or the tree
+  // Plain-HTTP `GET /metrics` for scrapers (no authentication: a private address); "" = none.
+  // The dashboard's HTTPS port serves the same text to viewer tokens either way.
+  std::string metrics_listen;
+  // Where each refused connection's one line goes (default: stderr).
+  std::function<void(const std::string&)> refusal_sink;
   std::string node_modules;  // npm packages (chart.js); "" = found like web_root
   // θ_0 of a new experiment (numel of the model); empty = init_params(model, seed). Ignored when
   // the store already holds the experiment (it resumes from its last committed round).
@@ -75,6 +82,9 @@ struct RunningCoordinator {
   // With TLS: each connection the gRPC server refuses is one clear line on stderr.
   std::unique_ptr<transport::HandshakeRefusalLog> refusals;
   std::unique_ptr<coordinator::Store> store;
+  // Prometheus metrics of every service of this process (read by the dashboard's /metrics and
+  // by metrics_http).
+  std::unique_ptr<coordinator::CoordinatorMetrics> metrics;
   // Forwards nodes' gRPC calls to the live service (the manager switches it when the dashboard
   // starts another stored experiment).
   std::unique_ptr<coordinator::ServiceRouter> router;
@@ -84,8 +94,11 @@ struct RunningCoordinator {
   std::shared_ptr<coordinator::CoordinatorService> service;
   std::unique_ptr<coordinator::CoordinatorServer> server;  // null when listen is ""
   std::unique_ptr<coordinator::http::HttpServer> http;  // null without a dashboard
+  std::unique_ptr<transport::metrics::HttpExporter> metrics_http;  // null without metrics_listen
   algorithms::ModelConfig model;
-  ~RunningCoordinator();  // dashboard, gRPC server, services, manager, router, store, refusal log
+  // Metrics listener, dashboard, gRPC server, services, manager, metrics, router, store,
+  // refusal log.
+  ~RunningCoordinator();
 };
 
 // A directory of the source tree (web, node_modules): in the working directory, else next to
@@ -97,7 +110,8 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
 
 // With a dashboard: prints "dashboard: URL" and, when `always` or the store holds no token yet,
 // creates an admin token labelled `label` and prints "token: atl_..." (shown once). Without a
-// dashboard it does nothing.
-Status announce_dashboard(RunningCoordinator& rc, const std::string& label, bool always);
+// dashboard it does nothing. `say` (default: a line on stdout) prints each line.
+Status announce_dashboard(RunningCoordinator& rc, const std::string& label, bool always,
+                          const std::function<void(const std::string&)>& say = {});
 
 }  // namespace atl::cli

@@ -31,7 +31,8 @@ class GlobalEvaluator {
   double bpb(const algorithms::ParamSet& params);
 
   // Evaluates θ after `rounds_done` rounds as the store holds it, publishes it as "val_bpb" of
-  // the coordinator's experiment (x = rounds_done) and returns it.
+  // the coordinator's experiment (x = rounds_done) and as its metrics' validation bpb, and
+  // returns it.
   // publish_x: the x of the published point when it is not rounds_done (Streaming DiLoCo counts
   // outer rounds, the store counts fragment syncs).
   StatusOr<double> evaluate_and_publish(RunningCoordinator& rc, uint64_t rounds_done,

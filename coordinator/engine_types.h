@@ -41,8 +41,23 @@ struct Event {
   std::vector<std::string> participants;
   std::optional<RoundRecord> record;
   std::vector<std::pair<std::string, double>> metrics;
+  // kUpdateRejected: why, as one of update_rejection_reasons() (a metrics label).
+  std::string reason;
 };
 const char* event_kind_name(Event::Kind kind);
+
+// Why an update is refused, one word each (atoll_updates_rejected_total{reason=…}):
+//   wire_version   an unsupported wire_version in the header
+//   duplicate      the node's update for this round was already accepted or is being received
+//   stale_round    not for the open round (or the round closed while the payload streamed in)
+//   wrong_shape    the layout, fragment, mask or element count does not match
+//   wrong_base     computed from another θ than the round's
+//   codec          a codec this coordinator does not take, or a payload it cannot decode
+//   bad_header     tokens = 0 or a non-finite train_loss
+//   too_large      a payload over numel·4 bytes plus the codec slack
+//   not_finite     the decoded update holds NaN or Inf
+//   transfer       the payload did not arrive whole (stream broken, checksum, cancelled)
+const std::vector<const char*>& update_rejection_reasons();
 
 // A node as the coordinator sees it (for progress displays and the dashboard).
 struct NodeSnapshot {

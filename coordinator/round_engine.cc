@@ -53,6 +53,13 @@ const char* event_kind_name(Event::Kind k) {
   return "unknown";
 }
 
+const std::vector<const char*>& update_rejection_reasons() {
+  static const std::vector<const char*> reasons = {
+      "wire_version", "duplicate",  "stale_round", "wrong_shape", "wrong_base",
+      "codec",        "bad_header", "too_large",   "not_finite",  "transfer"};
+  return reasons;
+}
+
 RoundEngine::RoundEngine(Store& store, ExperimentConfig config, EngineOptions options,
                          std::unique_ptr<RoundStrategy> strategy, PullPolicy policy)
     : store_(store),

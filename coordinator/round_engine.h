@@ -91,6 +91,7 @@ class RoundEngine {
   void shutdown();
 
   const std::string& experiment_id() const { return experiment_id_; }
+  const ExperimentConfig& config() const { return config_; }
   const EngineOptions& options() const { return options_; }
   ExperimentState state() const;
   uint64_t current_round() const;
@@ -200,13 +201,19 @@ class RoundEngine {
   // Lifecycle changes wait for a commit in progress (its record carries the state).
   void wait_commit_done(std::unique_lock<std::mutex>& lk) const;
   bool is_participant_locked(const std::string& node) const;
-  Status screen_update_locked(const std::string& node_id, const atoll_pb::v1::TensorHeader& h);
+  // The checks of an update's header; on an error *reason gets its word
+  // (update_rejection_reasons()).
+  Status screen_update_locked(const std::string& node_id, const atoll_pb::v1::TensorHeader& h,
+                              const char** reason);
   StatusOr<std::vector<float>> decode_update(const std::string& node_id,
                                              const atoll_pb::v1::TensorHeader& h,
-                                             const std::string& payload) const;
-  // Records a rejected update: audit line and event.
+                                             const std::string& payload, const char** reason) const;
+  // Records a rejected update: audit line and event (with its reason word).
   void record_rejection_locked(const std::string& node_id, const atoll_pb::v1::TensorHeader& h,
-                               const Status& why);
+                               const char* reason, const Status& why);
+  // abort_update with the reason word of why the payload was refused.
+  void abort_update_for(const std::string& node_id, const atoll_pb::v1::TensorHeader& h,
+                        const char* reason, const Status& why);
   void ticker_loop();
   void emit(Event e);
   void audit(const std::string& event, const std::string& detail);

@@ -21,61 +21,81 @@ bool raw_fp32(const pb::TensorHeader& h) {
 
 }  // namespace
 
-Status RoundEngine::screen_update_locked(const std::string& id, const pb::TensorHeader& h) {
+Status RoundEngine::screen_update_locked(const std::string& id, const pb::TensorHeader& h,
+                                         const char** reason) {
   const uint64_t r = round_.round;
   const bool in_round = round_.open && h.round() == r && is_participant_locked(id);
+  auto refuse = [reason](const char* why, Status st) {
+    *reason = why;
+    return st;
+  };
   if (h.wire_version() != transport::kWireVersion)
-    return InvalidArgument("unsupported wire_version " + std::to_string(h.wire_version()));
+    return refuse("wire_version",
+                  InvalidArgument("unsupported wire_version " + std::to_string(h.wire_version())));
   if (in_round && round_.updates.count(id))
-    return AlreadyExists("replay: an update from '" + id + "' for round " +
-                         std::to_string(h.round()) + " was already accepted");
+    return refuse("duplicate", AlreadyExists("replay: an update from '" + id + "' for round " +
+                                             std::to_string(h.round()) + " was already accepted"));
   if (in_round && round_.receiving.count(id))
-    return AlreadyExists("an update from '" + id + "' for round " + std::to_string(h.round()) +
-                         " is already being received");
+    return refuse("duplicate",
+                  AlreadyExists("an update from '" + id + "' for round " +
+                                std::to_string(h.round()) + " is already being received"));
   if (!in_round)
-    return FailedPrecondition(
-        "stale round: update for round " + std::to_string(h.round()) + ", but " +
-        (committing_ ? "round " + std::to_string(r) +
-                           " is closed and being committed (poll NextTask for the next round)"
-         : round_.open ? "round " + std::to_string(r) + " is open" +
-                             (is_participant_locked(id) ? "" : " without '" + id + "'")
-                       : "no round is open (current round " +
-                             std::to_string(experiment_.current_round) + ")"));
-  ATOLL_RETURN_IF_ERROR(strategy_->check_update_shape(id, r, h));
+    return refuse(
+        "stale_round",
+        FailedPrecondition(
+            "stale round: update for round " + std::to_string(h.round()) + ", but " +
+            (committing_ ? "round " + std::to_string(r) +
+                               " is closed and being committed (poll NextTask for the next round)"
+             : round_.open ? "round " + std::to_string(r) + " is open" +
+                                 (is_participant_locked(id) ? "" : " without '" + id + "'")
+                           : "no round is open (current round " +
+                                 std::to_string(experiment_.current_round) + ")")));
+  if (Status st = strategy_->check_update_shape(id, r, h); !st.ok())
+    return refuse("wrong_shape", st);
   if (h.layout_fingerprint() != experiment_.layout_fingerprint)
-    return InvalidArgument("wrong shape: layout fingerprint " + short_fp(h.layout_fingerprint()) +
-                           " does not match the experiment's " +
-                           short_fp(experiment_.layout_fingerprint));
+    return refuse("wrong_shape", InvalidArgument("wrong shape: layout fingerprint " +
+                                                 short_fp(h.layout_fingerprint()) +
+                                                 " does not match the experiment's " +
+                                                 short_fp(experiment_.layout_fingerprint)));
   if (h.params_fingerprint() != experiment_.params_fingerprint)
-    return FailedPrecondition(
-        "wrong base: update was computed from θ " + short_fp(h.params_fingerprint()) + ", round " +
-        std::to_string(r) + " is θ " + short_fp(experiment_.params_fingerprint) + "; pull θ again");
+    return refuse(
+        "wrong_base",
+        FailedPrecondition("wrong base: update was computed from θ " +
+                           short_fp(h.params_fingerprint()) + ", round " + std::to_string(r) +
+                           " is θ " + short_fp(experiment_.params_fingerprint) + "; pull θ again"));
   if (!raw_fp32(h) && !options_.decode)
-    return InvalidArgument("codec '" + h.codec().substr(0, 64) +
-                           "' is not supported by this coordinator (use \"none\")");
+    return refuse("codec",
+                  InvalidArgument("codec '" + h.codec().substr(0, 64) +
+                                  "' is not supported by this coordinator (use \"none\")"));
   if (raw_fp32(h) && h.payload_bytes() != h.numel() * sizeof(float))
-    return InvalidArgument("wrong shape: codec none needs " + std::to_string(h.numel() * 4) +
-                           " payload bytes, header says " + std::to_string(h.payload_bytes()));
-  if (h.tokens() == 0) return InvalidArgument("tokens must be > 0 (the aggregation weight)");
-  if (!std::isfinite(h.train_loss())) return InvalidArgument("train_loss is not finite");
+    return refuse(
+        "wrong_shape",
+        InvalidArgument("wrong shape: codec none needs " + std::to_string(h.numel() * 4) +
+                        " payload bytes, header says " + std::to_string(h.payload_bytes())));
+  if (h.tokens() == 0)
+    return refuse("bad_header", InvalidArgument("tokens must be > 0 (the aggregation weight)"));
+  if (!std::isfinite(h.train_loss()))
+    return refuse("bad_header", InvalidArgument("train_loss is not finite"));
   return Status::Ok();
 }
 
 void RoundEngine::record_rejection_locked(const std::string& id, const pb::TensorHeader& h,
-                                          const Status& why) {
+                                          const char* reason, const Status& why) {
   audit("update_rejected", id + " round " + std::to_string(h.round()) + ": " + why.to_string());
   Event e{Event::Kind::kUpdateRejected};
   e.round = h.round();
   e.node_id = id;
   e.message = why.to_string();
+  e.reason = reason;
   emit(std::move(e));
 }
 
 Status RoundEngine::begin_update(const std::string& id, const pb::TensorHeader& h) {
   std::lock_guard<std::mutex> lk(mu_);
   ATOLL_RETURN_IF_ERROR(member_locked(id, h.experiment_id()));
-  if (Status st = screen_update_locked(id, h); !st.ok()) {
-    record_rejection_locked(id, h, st);
+  const char* reason = "";
+  if (Status st = screen_update_locked(id, h, &reason); !st.ok()) {
+    record_rejection_locked(id, h, reason, st);
     return st;
   }
   round_.receiving.insert(id);  // the round waits for this payload
@@ -85,6 +105,11 @@ Status RoundEngine::begin_update(const std::string& id, const pb::TensorHeader& 
 
 void RoundEngine::abort_update(const std::string& id, const pb::TensorHeader& h,
                                const Status& why) {
+  abort_update_for(id, h, "transfer", why);
+}
+
+void RoundEngine::abort_update_for(const std::string& id, const pb::TensorHeader& h,
+                                   const char* reason, const Status& why) {
   std::optional<Commit> commit_job;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -92,7 +117,7 @@ void RoundEngine::abort_update(const std::string& id, const pb::TensorHeader& h,
         it != in_flight_.end() && it->second == h.SerializeAsString())
       in_flight_.erase(it);
     round_.receiving.erase(id);
-    record_rejection_locked(id, h, why);
+    record_rejection_locked(id, h, reason, why);
     commit_job = maybe_close_round_locked(Clock::now());
   }
   if (commit_job) commit(std::move(*commit_job));
@@ -100,21 +125,26 @@ void RoundEngine::abort_update(const std::string& id, const pb::TensorHeader& h,
 
 StatusOr<std::vector<float>> RoundEngine::decode_update(const std::string& id,
                                                         const pb::TensorHeader& h,
-                                                        const std::string& payload) const {
+                                                        const std::string& payload,
+                                                        const char** reason) const {
   const uint64_t numel = h.numel();  // θ, the round's fragment or the mask (screened)
   const uint64_t limit = numel * sizeof(float) + options_.payload_slack_bytes;
+  *reason = "too_large";
   if (payload.size() > limit)
     return OutOfRange("update payload of " + std::to_string(payload.size()) +
                       " bytes exceeds the limit of " + std::to_string(limit) + " bytes");
   std::vector<float> delta;
+  *reason = "codec";
   if (raw_fp32(h)) {
     ATOLL_ASSIGN_OR_RETURN(delta, transport::bytes_to_floats(payload));
   } else {
     ATOLL_ASSIGN_OR_RETURN(delta, options_.decode(h.codec(), payload, numel));
   }
+  *reason = "wrong_shape";
   if (delta.size() != numel)
     return InvalidArgument("wrong shape: payload decodes to " + std::to_string(delta.size()) +
                            " elements, the update has " + std::to_string(numel));
+  *reason = "not_finite";
   ATOLL_RETURN_IF_ERROR(algorithms::check_finite(
       delta, "update from '" + id + "' for round " + std::to_string(h.round())));
   return delta;
@@ -133,10 +163,11 @@ StatusOr<pb::PushUpdateResponse> RoundEngine::finish_update(const std::string& i
   }
   // Decoded and checked without the lock: a payload is up to numel values.
   const uint64_t bytes = payload.size();
-  auto delta = decode_update(id, h, payload);
+  const char* reason = "";
+  auto delta = decode_update(id, h, payload, &reason);
   payload = std::string();
   if (!delta.ok()) {
-    abort_update(id, h, delta.status());
+    abort_update_for(id, h, reason, delta.status());
     return delta.status();
   }
 
@@ -156,12 +187,20 @@ StatusOr<pb::PushUpdateResponse> RoundEngine::finish_update(const std::string& i
       e.round = h.round();
       e.node_id = id;
       e.message = stale.to_string();
+      e.reason = "stale_round";
       emit(std::move(e));
       return stale;
     }
     auto indices = strategy_->update_indices(id, h);
     if (!indices.ok()) {
+      // The selection changed while the update streamed in.
       audit("update_rejected", id + ": " + indices.status().to_string());
+      Event e{Event::Kind::kUpdateRejected};
+      e.round = h.round();
+      e.node_id = id;
+      e.message = indices.status().to_string();
+      e.reason = "stale_round";
+      emit(std::move(e));
       return indices.status();
     }
     PendingUpdate& u = round_.updates[id];

@@ -31,7 +31,7 @@ StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::open(
   ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<RoundEngine> engine,
                          RoundEngine::open(store, config, initial, std::move(eo)));
   return std::unique_ptr<CoordinatorService>(
-      new CoordinatorService(options.identity, std::move(engine)));
+      new CoordinatorService(options.identity, std::move(engine), options.metrics));
 }
 
 CoordinatorService::~CoordinatorService() = default;
@@ -125,6 +125,7 @@ grpc::Status CoordinatorService::PullParams(grpc::ServerContext* ctx,
       });
   if (!st.ok()) return to_grpc(st);
   engine_->pull_delivered(*id, plan->header.round(), plan->payload.size());
+  if (metrics_) metrics_->add_bytes_down(plan->payload.size());
   return grpc::Status::OK;
 }
 
@@ -135,6 +136,7 @@ grpc::Status CoordinatorService::PushUpdate(grpc::ServerContext* ctx,
   if (!reader->Read(&first))
     return to_grpc(
         InvalidArgument("PushUpdate: empty stream (the first chunk carries the header)"));
+  const auto first_chunk_at = std::chrono::steady_clock::now();
   if (!first.has_header())
     return to_grpc(InvalidArgument("PushUpdate: the first chunk has no header"));
   const pb::TensorHeader& h = first.header();
@@ -154,8 +156,13 @@ grpc::Status CoordinatorService::PushUpdate(grpc::ServerContext* ctx,
     engine_->abort_update(*id, h, st);
     return to_grpc(st);
   }
-  auto r = engine_->finish_update(*id, h, assembler.take_payload());
+  std::string payload = assembler.take_payload();
+  if (metrics_) metrics_->add_bytes_up(payload.size());
+  auto r = engine_->finish_update(*id, h, std::move(payload));
   if (!r.ok()) return to_grpc(r.status());
+  if (metrics_)
+    metrics_->observe_push(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - first_chunk_at).count());
   *resp = std::move(*r);
   return grpc::Status::OK;
 }

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/engine_types.h"
 #include "coordinator/experiment_config.h"
 #include "coordinator/round_engine.h"
@@ -40,6 +41,9 @@ struct ServiceOptions {
   PayloadDecoder decode;
   // Slack over numel·4 bytes accepted for encoded payloads (headers of compressed codecs).
   uint64_t payload_slack_bytes = 1 << 16;
+  // Where the service counts payload bytes and push latency (not owned; must outlive the
+  // service). Null: not measured. Events reach metrics through on_event.
+  CoordinatorMetrics* metrics = nullptr;
 };
 
 class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
@@ -97,8 +101,9 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
                                 atoll_pb::v1::ImportanceAck* resp) override;
 
  private:
-  CoordinatorService(IdentitySource identity, std::unique_ptr<RoundEngine> engine)
-      : identity_(identity), engine_(std::move(engine)) {}
+  CoordinatorService(IdentitySource identity, std::unique_ptr<RoundEngine> engine,
+                     CoordinatorMetrics* metrics)
+      : identity_(identity), engine_(std::move(engine)), metrics_(metrics) {}
 
   // Identity of the caller (see IdentitySource); `join_name` only for Join.
   StatusOr<std::string> caller(const grpc::ServerContext& ctx, const std::string* join_name) const;
@@ -109,6 +114,7 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
 
   const IdentitySource identity_;
   const std::unique_ptr<RoundEngine> engine_;
+  CoordinatorMetrics* const metrics_;  // may be null
 };
 
 }  // namespace atl::coordinator

@@ -47,6 +47,7 @@ Status run_node(const NodeOptions& opt) {
   wo.give_up_after_s = opt.give_up_after_s;
   wo.stop = opt.stop;
   wo.log = opt.log;
+  wo.metrics = opt.metrics;
   wo.distill = opt.distill;
   return run_site_worker(client, wo);
 }

@@ -18,6 +18,7 @@
 #include "node/distill_inner.h"
 #include "node/site_config.h"  // site_seed
 #include "node/site_data.h"
+#include "node/site_metrics.h"
 
 namespace atl::node {
 
@@ -43,6 +44,7 @@ struct NodeOptions {
   // Set from a signal handler: finish the current inner step, Leave, return.
   const std::atomic<bool>* stop = nullptr;
   std::function<void(const std::string&)> log;  // one line per call
+  SiteMetrics* metrics = nullptr;               // updated as the site works; may be null
   // Teachers to distill from (none by default): the inner loss becomes the distillation loss
   // (node/distill_inner.h). The node's certificate authenticates it to the teachers too.
   DistillNodeOptions distill;

@@ -94,6 +94,8 @@ class SiteWorker {
   Status take_next_task(const Task& cur, StatusOr<Task>& task,
                         std::optional<StatusOr<PulledParams>>& pulled, uint32_t overlapped,
                         const Tally& overlap);
+  // Takes a pulled θ as the one held (and counts its bytes).
+  Status adopt(PulledParams& pulled);
   Status load_data();
   Status set_up_validation();
   std::optional<double> site_validation_bpb();
@@ -145,6 +147,7 @@ StatusOr<atoll_pb::v1::JoinResponse> SiteWorker::join() {
     auto r = link_.join(req);
     if (r.ok()) {
       reconnect_.reached();
+      if (opt_.metrics) opt_.metrics->joined(r->experiment_id(), r->node_id());
       return r;
     }
     if (!retryable(r.status())) return r;
@@ -333,6 +336,13 @@ StatusOr<Next> SiteWorker::poll_failed(const Status& failure) {
   return Next::kAgain;
 }
 
+Status SiteWorker::adopt(PulledParams& pulled) {
+  const uint64_t bytes = pulled.bytes;
+  ATOLL_RETURN_IF_ERROR(theta_->adopt(pulled));
+  if (opt_.metrics) opt_.metrics->pulled(bytes);
+  return Status::Ok();
+}
+
 // Hydra's SCORE task: importance of θ_r on this site's data; scores only leave the site.
 Status SiteWorker::score(const Task& task) {
   if (!theta_->holds(task.params_fingerprint())) {
@@ -341,7 +351,7 @@ Status SiteWorker::score(const Task& task) {
       log("pull for scoring failed: " + pulled.status().message());
       return Status::Ok();
     }
-    ATOLL_RETURN_IF_ERROR(theta_->adopt(*pulled));
+    ATOLL_RETURN_IF_ERROR(adopt(*pulled));
   }
   ATOLL_ASSIGN_OR_RETURN(const auto report,
                          sync_->score(task, theta_->params(), data_->train, site_.seed));
@@ -362,7 +372,7 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
         log("pull of round " + std::to_string(round) + " failed: " + pulled.status().message());
         return Flow::kContinue;
       }
-      ATOLL_RETURN_IF_ERROR(theta_->adopt(*pulled));
+      ATOLL_RETURN_IF_ERROR(adopt(*pulled));
     }
     const al::ParamSet& theta = theta_->params();
     std::copy(theta.data(), theta.data() + theta.numel(), local_->data());
@@ -424,6 +434,7 @@ StatusOr<uint32_t> SiteWorker::train_steps(uint64_t round, uint64_t first_step, 
                            inner_->step(*local_, batch, after ? &*after : nullptr, step));
     tally.loss_sum += st.loss;
     tally.tokens += static_cast<uint64_t>(st.tokens);
+    if (opt_.metrics) opt_.metrics->inner_step(round, st.loss, static_cast<uint64_t>(st.tokens));
     const double secs = seconds_since(tally.t0);
     heart_->progress(round, k + 1, st.loss, secs > 0 ? tally.tokens / secs : 0);
   }
@@ -489,7 +500,7 @@ Status SiteWorker::take_next_task(const Task& cur, StatusOr<Task>& task,
           " failed: " + pulled->status().message());
       ok = false;
     } else {
-      ATOLL_RETURN_IF_ERROR(theta_->adopt(**pulled));
+      ATOLL_RETURN_IF_ERROR(adopt(**pulled));
     }
   }
   const uint32_t H = cur.inner_steps();
@@ -526,6 +537,10 @@ void SiteWorker::report_round(const Task& cur, uint32_t steps, double mean_loss,
                                                          {"round_seconds", secs}};
   if (site_val_bpb) metrics.emplace_back("site_val_bpb", *site_val_bpb);
   for (auto& m : inner_->round_metrics()) metrics.push_back(std::move(m));
+  if (opt_.metrics) {
+    opt_.metrics->pushed(sent);
+    opt_.metrics->round_done(secs, site_val_bpb);
+  }
   (void)link_.report_metrics(cur.round(), cur.global_step() + cur.inner_steps(), metrics);
 }
 

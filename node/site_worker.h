@@ -24,6 +24,7 @@
 #include "node/distill_inner.h"
 #include "node/site_config.h"
 #include "node/site_data.h"
+#include "node/site_metrics.h"
 #include "transport/tls/credentials.h"
 
 namespace atl::node {
@@ -53,6 +54,8 @@ struct SiteWorkerOptions {
   // Set from a signal handler or another thread: finish the current inner step, Leave, return.
   const std::atomic<bool>* stop = nullptr;
   std::function<void(const std::string&)> log;  // one line per call; may be empty
+  // Live statistics the worker updates (not owned; must outlive the run); null: none.
+  SiteMetrics* metrics = nullptr;
   // Teachers to distill from (none by default): the inner loss becomes the distillation loss
   // (node/distill_inner.h), reached with teacher_tls.
   DistillNodeOptions distill;

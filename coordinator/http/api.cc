@@ -8,6 +8,7 @@
 #include "coordinator/http/auth.h"
 #include "coordinator/http/config_json.h"
 #include "coordinator/json_views.h"
+#include "transport/metrics/registry.h"
 
 namespace atl::coordinator::http {
 namespace json = boost::json;
@@ -67,8 +68,8 @@ StatusOr<uint64_t> query_uint(const std::map<std::string, std::string>& q, const
 
 }  // namespace
 
-Api::Api(ExperimentManager& manager, Store& store, std::vector<Mount> mounts)
-    : manager_(manager), store_(store), files_(std::move(mounts)) {}
+Api::Api(ExperimentManager& manager, Store& store, std::vector<Mount> mounts, MetricsText metrics)
+    : manager_(manager), store_(store), files_(std::move(mounts)), metrics_(std::move(metrics)) {}
 
 unsigned Api::http_status(const Status& s) {
   switch (s.code()) {
@@ -107,6 +108,11 @@ Response Api::handle(const Request& req) const {
   if (path.empty() || path[0] != '/') return error(400, "request target must be an absolute path");
   if (path == "/api" || path.compare(0, 5, "/api/") == 0) {
     Response r = handle_api(req, path, query);
+    r.headers.emplace_back("Cache-Control", "no-store");
+    return r;
+  }
+  if (path == "/metrics") {
+    Response r = handle_metrics(req);
     r.headers.emplace_back("Cache-Control", "no-store");
     return r;
   }
@@ -291,6 +297,23 @@ Response Api::handle_api(const Request& req, const std::string& path,
     return r;
   }
   return error(404, "no such API route");
+}
+
+// Prometheus scrapes with a viewer (or admin) token as its bearer token
+// (`authorization: {credentials_file: …}` in a scrape config).
+Response Api::handle_metrics(const Request& req) const {
+  if (!metrics_) return error(404, "this server does not export metrics");
+  auto role = authenticate(store_, req.authorization);
+  if (!role.ok()) {
+    Response r = error(http_status(role.status()), role.status().message());
+    if (r.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
+    return r;
+  }
+  if (req.method != "GET") return error(405, "use GET");
+  Response r;
+  r.content_type = transport::metrics::kContentType;
+  r.body = metrics_();
+  return r;
 }
 
 // Tokens while the coordinator runs (its store is locked to `atoll token`). Admin only, reads

@@ -20,12 +20,15 @@
 //   POST   /api/tokens                        create (admin): {"role", "label"}; the token is in
 //                                             this response only
 //   DELETE /api/tokens/{hash-prefix}          revoke (admin; ≥ 8 hex digits, unique)
+//   GET    /metrics                           Prometheus text format 0.0.4 (viewer or admin
+//                                             token; coordinator/coordinator_metrics.h)
 //   GET    anything else                      static files (static_files.h), no token
 // Errors: {"error": "<one line>", "field": "<config key or absent>"} with 400 (bad input),
 // 401 (no or unknown token), 403 (viewer changing something), 404 (unknown id or route),
 // 405 (method), 409 (state conflict, name taken), 413 (body too large), 500.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -55,9 +58,13 @@ struct Response {
   std::optional<std::string> stream;
 };
 
+// The text of `GET /metrics` (Prometheus' exposition format); empty: the route answers 404.
+using MetricsText = std::function<std::string()>;
+
 class Api {
  public:
-  Api(ExperimentManager& manager, Store& store, std::vector<Mount> mounts);
+  Api(ExperimentManager& manager, Store& store, std::vector<Mount> mounts,
+      MetricsText metrics = {});
   Response handle(const Request& request) const;
 
   // A JSON error response: {"error": message[, "field": field]}.
@@ -69,10 +76,12 @@ class Api {
                       const std::string& query) const;
   Response handle_tokens(const Request& request, const std::vector<std::string>& seg,
                          Role role) const;
+  Response handle_metrics(const Request& request) const;
 
   ExperimentManager& manager_;
   Store& store_;
   StaticFiles files_;
+  MetricsText metrics_;
 };
 
 // The OpenAPI 3.0 document served at /api/openapi.json.

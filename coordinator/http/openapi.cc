@@ -92,6 +92,8 @@ const std::string& openapi_json() {
     "/api/whoami": {"get": {"summary": "Role of the token", "responses": {
       "200": {"description": "role", "content": {"application/json": {"schema": {"type": "object", "properties": {"role": {"type": "string", "enum": ["viewer", "admin"]}}}}}},
       "401": {"$ref": "#/components/responses/Error"}}}},
+    "/metrics": {"get": {"summary": "Prometheus metrics of this coordinator, text exposition format 0.0.4 (viewer or admin token; docs/dashboard.md lists every metric)",
+      "responses": {"200": {"description": "text/plain; version=0.0.4", "content": {"text/plain": {}}}, "401": {"$ref": "#/components/responses/Error"}}}},
     "/api/events": {"get": {"summary": "Live events of every experiment (server-sent events: state, node, round_started, round, metrics, eval, log, experiments)",
       "responses": {"200": {"description": "text/event-stream", "content": {"text/event-stream": {}}}, "401": {"$ref": "#/components/responses/Error"}}}},
     "/api/tokens": {

@@ -42,7 +42,7 @@ class Session;
 // What every connection shares; outlives all sessions (see Impl's member order).
 struct Shared {
   Shared(ExperimentManager& m, Store& s, HttpOptions o)
-      : api(m, s, o.mounts), options(std::move(o)) {}
+      : api(m, s, o.mounts, o.metrics), options(std::move(o)) {}
   Api api;
   HttpOptions options;
   std::atomic<uint32_t> connections{0};

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,8 @@ struct HttpOptions {
   std::string tls_dir;                    // certificate directory (atoll ca)
   std::string cert_name = "coordinator";  // <tls_dir>/<cert_name>.crt and .key
   std::vector<Mount> mounts;              // static files; empty = API only
+  // `GET /metrics` (viewer token): the text of the coordinator's metrics; empty = not served.
+  std::function<std::string()> metrics;
   uint64_t max_body_bytes = 1 << 20;
   uint32_t max_connections = 256;
   int threads = 2;

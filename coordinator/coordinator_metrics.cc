@@ -1,0 +1,142 @@
+#include "coordinator/coordinator_metrics.h"
+
+#include "coordinator/experiment_manager.h"
+
+namespace atl::coordinator {
+
+namespace tm = transport::metrics;
+
+const std::vector<double>& round_duration_buckets() {
+  static const std::vector<double> b = {0.5, 1,   2.5, 5,    10,   30,  60,
+                                        120, 300, 600, 1800, 3600, 7200};
+  return b;
+}
+
+const std::vector<double>& push_duration_buckets() {
+  static const std::vector<double> b = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                        1,     2.5,  5,     10,   30,  60,   120};
+  return b;
+}
+
+namespace {
+
+constexpr const char* kBytesHelp =
+    "Payload bytes between the coordinator and its nodes: up = updates received, down = "
+    "parameters sent.";
+constexpr const char* kNodesHelp = "Nodes of the live experiment by state.";
+
+}  // namespace
+
+CoordinatorMetrics::CoordinatorMetrics(const ExperimentManager* manager)
+    : manager_(manager),
+      rounds_committed_(
+          registry_.counter("atoll_rounds_committed_total", "Rounds committed to the store.")),
+      rounds_restarted_(registry_.counter(
+          "atoll_rounds_restarted_total",
+          "Rounds restarted with the parameters unchanged because no quorum was reached.")),
+      updates_accepted_(
+          registry_.counter("atoll_updates_accepted_total", "Node updates accepted.")),
+      tokens_(registry_.counter("atoll_tokens_total",
+                                "Training tokens of the accepted updates of committed rounds.")),
+      bytes_up_(registry_.counter("atoll_bytes_total", kBytesHelp, {{"direction", "up"}})),
+      bytes_down_(registry_.counter("atoll_bytes_total", kBytesHelp, {{"direction", "down"}})),
+      round_(registry_.gauge("atoll_current_round",
+                             "The live experiment's current round (rounds committed so far).")),
+      train_loss_(registry_.gauge(
+          "atoll_train_loss",
+          "Token-weighted mean inner training loss (nats) of the last committed round.")),
+      nodes_active_(registry_.gauge("atoll_nodes", kNodesHelp, {{"state", "active"}})),
+      nodes_lost_(registry_.gauge("atoll_nodes", kNodesHelp, {{"state", "lost"}})),
+      nodes_left_(registry_.gauge("atoll_nodes", kNodesHelp, {{"state", "left"}})),
+      round_duration_(registry_.histogram("atoll_round_duration_seconds",
+                                          "Committed rounds, from their start to the commit.",
+                                          round_duration_buckets())),
+      push_duration_(registry_.histogram(
+          "atoll_push_duration_seconds",
+          "Accepted pushes, from the first chunk to the answer (for the update that completes "
+          "a round, the commit included).",
+          push_duration_buckets())) {
+  // Every reason at 0 from the start, so that rate() and increase() see the first rejection.
+  for (const char* reason : update_rejection_reasons())
+    registry_.counter("atoll_updates_rejected_total", "Node updates refused, by reason.",
+                      {{"reason", reason}});
+  tm::add_process_metrics(registry_);
+  registry_.add_collector([this] { collect_live(); });
+}
+
+void CoordinatorMetrics::observe(const Event& e) {
+  using K = Event::Kind;
+  switch (e.kind) {
+    case K::kRoundCommitted:
+      rounds_committed_.add();
+      if (e.record) {
+        tokens_.add(static_cast<double>(e.record->tokens));
+        train_loss_.set(e.record->mean_loss);
+        round_duration_.observe(e.record->duration_s);
+      }
+      if (!manager_) round_.set(static_cast<double>(e.round + 1));
+      break;
+    case K::kRoundRestarted:
+      rounds_restarted_.add();
+      break;
+    case K::kUpdateAccepted:
+      updates_accepted_.add();
+      break;
+    case K::kUpdateRejected:
+      registry_
+          .counter("atoll_updates_rejected_total", "Node updates refused, by reason.",
+                   {{"reason", e.reason.empty() ? "other" : e.reason}})
+          .add();
+      break;
+    default:
+      break;
+  }
+}
+
+void CoordinatorMetrics::add_bytes_down(uint64_t bytes) {
+  bytes_down_.add(static_cast<double>(bytes));
+}
+
+void CoordinatorMetrics::add_bytes_up(uint64_t bytes) {
+  bytes_up_.add(static_cast<double>(bytes));
+}
+
+void CoordinatorMetrics::observe_push(double seconds) {
+  push_duration_.observe(seconds);
+}
+
+void CoordinatorMetrics::set_validation_bpb(double bits_per_byte) {
+  // Registered at the first evaluation: a coordinator without --eval-data has no such series.
+  registry_
+      .gauge("atoll_validation_bits_per_byte",
+             "Global validation bits per byte of the latest evaluated parameters.")
+      .set(bits_per_byte);
+}
+
+void CoordinatorMetrics::collect_live() {
+  if (!manager_) return;
+  const std::shared_ptr<CoordinatorService> live = manager_->live();
+  if (!live) {
+    registry_.set_info("atoll_experiment_info", "The live experiment (value 1).", {});
+    return;
+  }
+  round_.set(static_cast<double>(live->current_round()));
+  double active = 0, lost = 0, left = 0;
+  for (const NodeSnapshot& n : live->nodes()) {
+    if (n.status == "active") active += 1;
+    if (n.status == "lost") lost += 1;
+    if (n.status == "left") left += 1;
+  }
+  nodes_active_.set(active);
+  nodes_lost_.set(lost);
+  nodes_left_.set(left);
+  registry_.set_info(
+      "atoll_experiment_info", "The live experiment (value 1).",
+      {{"experiment", live->experiment_id()}, {"algorithm", live->engine().config().algorithm}});
+}
+
+std::string CoordinatorMetrics::render() const {
+  return registry_.render();
+}
+
+}  // namespace atl::coordinator

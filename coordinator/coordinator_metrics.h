@@ -1,0 +1,76 @@
+// The coordinator's Prometheus metrics (docs/dashboard.md, "Metrics and logs"), served at
+// `GET /metrics` on the dashboard's HTTPS port (viewer token) and, with `atoll coordinator
+// --metrics HOST:PORT`, over plain HTTP:
+//   counted from the round engines' events   rounds committed and restarted, updates accepted
+//                                            and rejected by reason, tokens, round durations,
+//                                            the last round's train loss
+//   measured by the gRPC service             payload bytes by direction, push latency
+//   set by the coordinator's evaluation      validation bits per byte
+//   read from the live experiment at scrape  its round, its nodes by state, its name and
+//                                            algorithm (atoll_experiment_info), and the
+//                                            process's resident memory
+// Counters count this process's work, whichever experiment was live (the dashboard can switch
+// it); they start at 0 when the coordinator starts, as Prometheus expects of counters.
+//
+// Threads: every method may be called from any thread (transport/metrics/registry.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "coordinator/engine_types.h"
+#include "transport/metrics/registry.h"
+
+namespace atl::coordinator {
+
+class ExperimentManager;
+
+// Buckets of atoll_round_duration_seconds (a demo's round takes seconds, a real one hours) and
+// of atoll_push_duration_seconds (one update's upload, and for the last one the commit).
+const std::vector<double>& round_duration_buckets();
+const std::vector<double>& push_duration_buckets();
+
+class CoordinatorMetrics {
+ public:
+  // `manager` (may be null: no live-experiment gauges) must outlive this object; it is read
+  // at every render().
+  explicit CoordinatorMetrics(const ExperimentManager* manager);
+  CoordinatorMetrics(const CoordinatorMetrics&) = delete;
+  CoordinatorMetrics& operator=(const CoordinatorMetrics&) = delete;
+
+  // An event of any experiment's engine (ServiceOptions::on_event).
+  void observe(const Event& e);
+  // θ payload bytes streamed to a node (down) and update payload bytes received (up).
+  void add_bytes_down(uint64_t bytes);
+  void add_bytes_up(uint64_t bytes);
+  // An accepted PushUpdate: from its first chunk to the answer, in seconds.
+  void observe_push(double seconds);
+  // The global validation bits per byte of the latest evaluated θ.
+  void set_validation_bpb(double bits_per_byte);
+
+  // The text exposition (transport::metrics::kContentType).
+  std::string render() const;
+  transport::metrics::Registry& registry() { return registry_; }
+
+ private:
+  void collect_live();  // the gauges read from the live experiment
+
+  const ExperimentManager* manager_;
+  transport::metrics::Registry registry_;
+  transport::metrics::Counter& rounds_committed_;
+  transport::metrics::Counter& rounds_restarted_;
+  transport::metrics::Counter& updates_accepted_;
+  transport::metrics::Counter& tokens_;
+  transport::metrics::Counter& bytes_up_;
+  transport::metrics::Counter& bytes_down_;
+  transport::metrics::Gauge& round_;
+  transport::metrics::Gauge& train_loss_;
+  transport::metrics::Gauge& nodes_active_;
+  transport::metrics::Gauge& nodes_lost_;
+  transport::metrics::Gauge& nodes_left_;
+  transport::metrics::Histogram& round_duration_;
+  transport::metrics::Histogram& push_duration_;
+};
+
+}  // namespace atl::coordinator
