@@ -42,6 +42,9 @@ void print_event(const coordinator::Event& e, double val_bpb) {
       std::printf("round_started %" PRIu64 ": %s\n", e.round, who.c_str());
       break;
     }
+    case K::kStore:  // the line says it all ("store at DIR is full: ...; the experiment ...")
+      std::printf("%s\n", e.message.c_str());
+      break;
     default:
       std::printf("%s%s%s%s%s\n", coordinator::event_kind_name(e.kind),
                   e.node_id.empty() ? "" : " ", e.node_id.c_str(), e.message.empty() ? "" : ": ",
