@@ -43,6 +43,9 @@ std::optional<std::string> event_line(const coordinator::Event& e, double val_bp
       for (const auto& p : e.participants) who += (who.empty() ? "" : ",") + p;
       return format_line("round_started %" PRIu64 ": %s", e.round, who.c_str());
     }
+    case K::kStore:  // the line says it all ("store at DIR is full: ...; the experiment ...")
+      std::printf("%s\n", e.message.c_str());
+      break;
     default:
       return std::string(coordinator::event_kind_name(e.kind)) + (e.node_id.empty() ? "" : " ") +
              e.node_id + (e.message.empty() ? "" : ": ") + e.message;

@@ -28,6 +28,8 @@ std::optional<int> follow_demo_events(const std::string& cmd, EventQueue& events
       return std::nullopt;
     } else if (e->kind == K::kFailed) {
       return fail(cmd, "experiment failed: " + e->message);
+    } else if (e->kind == K::kStore) {
+      std::printf("%s\n", e->message.c_str());
     } else if (e->kind == K::kUpdateRejected || e->kind == K::kNodeLost ||
                e->kind == K::kRoundRestarted) {
       std::printf("%s %s: %s\n", coordinator::event_kind_name(e->kind), e->node_id.c_str(),

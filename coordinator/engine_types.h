@@ -31,7 +31,10 @@ struct Event {
     kRoundRestarted,  // quorum not reached; message: why
     kMetrics,         // `metrics` from ReportMetrics
     kFinished,
-    kFailed,  // message: why
+    kFailed,  // message: why (stores of earlier versions only: nothing enters `failed` now)
+    // The store could not be written (the experiment pauses) or can be again (it resumes);
+    // message: the line saying which and why.
+    kStore,
   };
   explicit Event(Kind k) : kind(k) {}
   Kind kind;

@@ -151,6 +151,7 @@ void ExperimentManager::on_event(const std::string& experiment, const Event& e) 
     case K::kUpdateAccepted:
     case K::kUpdateRejected:
     case K::kRoundRestarted:
+    case K::kStore:
       kind = "log";
       o["event"] = event_kind_name(e.kind);
       o["node_id"] = e.node_id;

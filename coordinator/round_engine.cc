@@ -49,6 +49,8 @@ const char* event_kind_name(Event::Kind k) {
       return "finished";
     case Event::Kind::kFailed:
       return "failed";
+    case Event::Kind::kStore:
+      return "store";
   }
   return "unknown";
 }
@@ -171,6 +173,9 @@ Status RoundEngine::start() {
     return FailedPrecondition("experiment '" + experiment_id_ + "' is " + experiment_state_name(s) +
                               " and cannot be started again");
   set_state_locked(ExperimentState::kRunning, "started");
+  if (paused_by_store_)
+    return Unavailable("the store at " + store_.dir() +
+                       " cannot be written; the experiment starts by itself when it can");
   maybe_start_round_locked(Clock::now());
   return Status::Ok();
 }
@@ -178,6 +183,12 @@ Status RoundEngine::start() {
 Status RoundEngine::pause() {
   std::unique_lock<std::mutex> lk(mu_);
   wait_commit_done(lk);
+  if (paused_by_store_) {
+    // Paused already, for the store: now it stays paused when the store can be written again.
+    paused_by_store_ = false;
+    audit("state", "paused (it was paused because the store could not be written)");
+    return Status::Ok();
+  }
   if (experiment_.state != ExperimentState::kRunning)
     return FailedPrecondition("experiment '" + experiment_id_ + "' is " +
                               experiment_state_name(experiment_.state) + ", not running");
@@ -277,14 +288,10 @@ std::vector<std::pair<std::string, std::string>> RoundEngine::hydra_subnets() co
 
 void RoundEngine::set_state_locked(ExperimentState s, const std::string& why) {
   if (experiment_.state == s) return;
+  paused_by_store_ = false;  // an explicit change replaces a pause for the store
   experiment_.state = s;
   if (s == ExperimentState::kFailed) experiment_.failure = why;
-  Status st = store_.put_experiment(experiment_);
-  if (!st.ok() && s != ExperimentState::kFailed) {
-    // Lifecycle changes must persist too; a store that cannot write is a failed experiment.
-    experiment_.state = ExperimentState::kFailed;
-    experiment_.failure = st.to_string();
-  }
+  const Status written = store_.put_experiment(experiment_);
   audit("state", experiment_state_name(experiment_.state) + std::string(": ") + why);
   Event e{Event::Kind::kStateChanged};
   e.round = experiment_.current_round;
@@ -295,6 +302,62 @@ void RoundEngine::set_state_locked(ExperimentState s, const std::string& why) {
     f.round = experiment_.current_round;
     f.message = experiment_.failure;
     emit(std::move(f));
+  }
+  cv_.notify_all();
+  // The change holds in memory; a running experiment pauses until the store takes it.
+  if (!written.ok()) store_blocked_locked(written);
+}
+
+void RoundEngine::store_blocked_locked(const Status& why) {
+  next_store_probe_ = Clock::now() + kStoreProbeInterval;
+  if (!store_blocked_) {
+    store_blocked_ = true;
+    Event e{Event::Kind::kStore};
+    e.round = experiment_.current_round;
+    e.message = why.message() + (store_.full()
+                                     ? "; the experiment is paused and resumes when space is freed"
+                                     : "; the experiment is paused and resumes when the store "
+                                       "can be written again");
+    emit(std::move(e));
+  }
+  if (experiment_.state == ExperimentState::kRunning) {
+    paused_by_store_ = true;
+    experiment_.state = ExperimentState::kPaused;
+    audit("state", "paused: the store cannot be written");
+    Event e{Event::Kind::kStateChanged};
+    e.round = experiment_.current_round;
+    e.message = experiment_state_name(experiment_.state);
+    emit(std::move(e));
+  }
+  cv_.notify_all();
+}
+
+void RoundEngine::probe_store_locked(Clock::time_point now) {
+  if (!store_blocked_ || now < next_store_probe_) return;
+  next_store_probe_ = now + kStoreProbeInterval;
+  ExperimentRecord record = experiment_;
+  if (paused_by_store_) record.state = ExperimentState::kRunning;
+  Status st = store_.put_experiment(record);
+  // RocksDB refuses every write after a failed one until it is told to resume.
+  if (!st.ok() && store_.recover().ok()) st = store_.put_experiment(record);
+  if (!st.ok()) return;
+  store_blocked_ = false;
+  Event e{Event::Kind::kStore};
+  e.round = experiment_.current_round;
+  e.message = "store at " + store_.dir() + " can be written again" +
+              (paused_by_store_
+                   ? ": the experiment resumes at round " + std::to_string(experiment_.current_round)
+                   : std::string());
+  emit(std::move(e));
+  if (paused_by_store_) {
+    paused_by_store_ = false;
+    experiment_.state = ExperimentState::kRunning;
+    audit("state", "running: the store can be written again");
+    Event r{Event::Kind::kStateChanged};
+    r.round = experiment_.current_round;
+    r.message = experiment_state_name(experiment_.state);
+    emit(std::move(r));
+    maybe_start_round_locked(now);
   }
   cv_.notify_all();
 }
@@ -412,7 +475,8 @@ void RoundEngine::finish_scoring_locked() {
   Status st = strategy_->select(
       round_.round, sites,
       [this](const std::string& event, const std::string& detail) { audit(event, detail); });
-  if (!st.ok()) return set_state_locked(ExperimentState::kFailed, st.message());
+  if (!st.ok())
+    return restart_round_locked(st.message() + "; the round starts again with new importance scores");
   round_.participants = kept;
   round_.scoring = false;
   cv_.notify_all();
@@ -475,15 +539,16 @@ RoundEngine::Commit RoundEngine::prepare_commit_locked(Clock::time_point now) {
 void RoundEngine::commit(Commit c) {
   // Without the lock: θ_r and its momentum are immutable snapshots, the updates are ours.
   std::vector<float> theta_next(*c.theta), momentum_next(*c.momentum);
-  Status st = strategy_->apply(c.round, c.updates, c.has_momentum, theta_next, momentum_next);
-  if (st.ok() && !algorithms::all_finite(theta_next))
-    st = Internal("outer step produced non-finite parameters");
+  Status outer = strategy_->apply(c.round, c.updates, c.has_momentum, theta_next, momentum_next);
+  if (outer.ok() && !algorithms::all_finite(theta_next))
+    outer = Internal("the outer step produced non-finite parameters");
   RoundRecord& rec = c.record;
   rec.params_fingerprint = algorithms::params_fingerprint(theta_next);
   rec.momentum_fingerprint = algorithms::params_fingerprint(momentum_next);
   rec.committed_unix_ms = unix_ms_now();
   c.next.params_fingerprint = rec.params_fingerprint;
-  if (st.ok()) st = store_.commit_round(c.next, rec, theta_next, momentum_next);
+  const Status written =
+      outer.ok() ? store_.commit_round(c.next, rec, theta_next, momentum_next) : Status::Ok();
   // θ_{r+1} and its momentum become immutable snapshots too.
   c.theta = std::make_shared<const std::vector<float>>(std::move(theta_next));
   c.momentum = std::make_shared<const std::vector<float>>(std::move(momentum_next));
@@ -493,19 +558,23 @@ void RoundEngine::commit(Commit c) {
   std::lock_guard<std::mutex> lk(mu_);
   old_theta = theta_;
   old_momentum = momentum_;
-  publish_commit_locked(c, st);
+  publish_commit_locked(c, outer, written);
 }
 
-void RoundEngine::publish_commit_locked(Commit& c, const Status& st) {
+void RoundEngine::publish_commit_locked(Commit& c, const Status& outer, const Status& written) {
   const uint64_t r = c.round;
   committing_ = false;
-  if (!st.ok()) {
-    // Nothing was committed: θ_r stays the current state, in memory and in the store.
+  if (!outer.ok() || !written.ok()) {
+    // Nothing was committed: θ_r stays the current state, in memory and in the store, and the
+    // round is done again (nodes redo it from the state they saved at its start). A store that
+    // cannot be written pauses the experiment until it can.
     round_ = Round{};
     round_.round = r;
-    set_state_locked(ExperimentState::kFailed,
-                     "round " + std::to_string(r) + " could not be committed: " + st.to_string());
-    cv_.notify_all();
+    if (!written.ok()) store_blocked_locked(written);
+    restart_round_locked(!outer.ok() ? "round " + std::to_string(r) + ": " + outer.message() +
+                                           "; its updates are discarded"
+                                     : "round " + std::to_string(r) +
+                                           " could not be committed: " + written.message());
     return;
   }
   experiment_ = c.next;
@@ -553,6 +622,7 @@ void RoundEngine::ticker_loop() {
   while (!stopping_) {
     const Clock::time_point now = Clock::now();
     check_lost_locked(now);
+    probe_store_locked(now);
     if (std::optional<Commit> c = maybe_close_round_locked(now)) {
       lk.unlock();
       commit(std::move(*c));
@@ -566,6 +636,7 @@ void RoundEngine::ticker_loop() {
         now + std::max<Clock::duration>(heartbeat_interval_ / 4, std::chrono::milliseconds(10));
     if (round_.open) wake = std::min(wake, round_.deadline);
     if (quorum_since_) wake = std::min(wake, *quorum_since_ + seconds(config_.diloco.start_wait_s));
+    if (store_blocked_) wake = std::min(wake, next_store_probe_);
     cv_.wait_until(lk, wake);
   }
 }

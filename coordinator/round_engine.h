@@ -18,7 +18,9 @@
 // lock, on the thread that closed the round, so heartbeats, polls and pulls keep being
 // answered (an update for the committing round is refused as stale). The result is published
 // under the lock: θ_{r+1} and the next round, or, when the commit failed, nothing changes and
-// the experiment fails. Lifecycle changes (start, pause, stop) wait for a commit in progress.
+// the round is done again (a store that cannot be written pauses the experiment until a probe
+// write succeeds; nothing makes an experiment fail). Lifecycle changes (start, pause, stop) wait
+// for a commit in progress.
 //
 // Pulls: coordinator/pull_planner.h.
 //
@@ -81,7 +83,9 @@ class RoundEngine {
   RoundEngine& operator=(const RoundEngine&) = delete;
 
   // Lifecycle: created|paused → running; running → paused (open rounds continue to collect
-  // updates, no new round starts); finished and failed are final.
+  // updates, no new round starts); finished is final. A store that cannot be written pauses a
+  // running experiment and resumes it once it can; start() then answers UNAVAILABLE. Nothing
+  // enters failed any more (a store written by an earlier version may hold it: final).
   Status start();
   Status pause();
   // created|running|paused → finished, for good: no new round starts, an open round is
@@ -193,11 +197,18 @@ class RoundEngine {
   Commit prepare_commit_locked(Clock::time_point now);
   // Aggregates, steps, hashes and writes the store without the lock, then publishes under it.
   void commit(Commit c);
-  void publish_commit_locked(Commit& c, const Status& st);
+  // outer: the aggregation and outer step; written: the store commit (OK when not tried).
+  void publish_commit_locked(Commit& c, const Status& outer, const Status& written);
   void restart_round_locked(const std::string& why);
   void finish_scoring_locked();
   void check_lost_locked(Clock::time_point now);
+  // The state in memory, then in the store; a store that refuses it blocks (below).
   void set_state_locked(ExperimentState s, const std::string& why);
+  // The store refused a write: one kStore line (the first time), and a running experiment is
+  // paused in memory until probe_store_locked gets a write through (every
+  // kStoreProbeInterval, from the ticker), which resumes it.
+  void store_blocked_locked(const Status& why);
+  void probe_store_locked(Clock::time_point now);
   // Lifecycle changes wait for a commit in progress (its record carries the state).
   void wait_commit_done(std::unique_lock<std::mutex>& lk) const;
   bool is_participant_locked(const std::string& node) const;
@@ -236,6 +247,11 @@ class RoundEngine {
   mutable std::condition_variable cv_;  // any state change: rounds, nodes, lifecycle, shutdown
   bool stopping_ = false;
   bool committing_ = false;                             // round_.round is being committed
+  // The store refused a write and no probe has got one through since (store_blocked_locked).
+  static constexpr Clock::duration kStoreProbeInterval = std::chrono::seconds(1);
+  bool store_blocked_ = false;
+  bool paused_by_store_ = false;  // paused by store_blocked_locked: resumes when it unblocks
+  Clock::time_point next_store_probe_{};
   ExperimentRecord experiment_;                         // as committed (+ lifecycle changes)
   std::shared_ptr<const std::vector<float>> theta_;     // θ_current, immutable once published
   std::shared_ptr<const std::vector<float>> momentum_;  // numel; meaningful when has_momentum_

@@ -6,6 +6,7 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
+#include <algorithm>
 #include <bit>
 #include <boost/json.hpp>
 #include <chrono>
@@ -320,7 +321,8 @@ void Store::HandleDeleter::operator()(rocksdb::ColumnFamilyHandle* h) const {
   if (h) db->DestroyColumnFamilyHandle(h);
 }
 
-Store::Store(std::string dir, StoreOptions options) : dir_(std::move(dir)), options_(options) {}
+Store::Store(std::string dir, StoreOptions options)
+    : dir_(std::move(dir)), options_(options), wal_limit_(kMinWalBytes) {}
 
 Store::~Store() {
   cfs_.clear();  // handles before the DB
@@ -335,7 +337,17 @@ StatusOr<std::unique_ptr<Store>> Store::open(const std::string& dir, StoreOption
   db_opts.create_missing_column_families = true;
   db_opts.paranoid_checks = true;
   db_opts.max_background_jobs = 2;
-  db_opts.keep_log_file_num = 4;
+  // Bounded size (docs/coordinator.md, "Store"): every commit writes θ and the momentum
+  // through the WAL, and a WAL file is deleted only when every column family with data in it
+  // has been flushed; the small column families (nodes, metrics, audit) never fill a memtable,
+  // so without a cap on the WAL it would keep every θ ever committed (RocksDB's default cap is
+  // 4 × the memtables, gigabytes). fit_wal_to() raises the cap to a few commits of the
+  // experiment's size; flushes then leave the live θ versions only, and compactions drop the
+  // versions deleted since.
+  db_opts.max_total_wal_size = kMinWalBytes;
+  db_opts.keep_log_file_num = 2;             // RocksDB's own LOG files ...
+  db_opts.max_log_file_size = 512 << 10;     // ... of at most this many bytes
+  db_opts.max_manifest_file_size = 1 << 20;  // then a new MANIFEST replaces it
   std::vector<rocksdb::ColumnFamilyDescriptor> descs;
   descs.emplace_back(rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions());
   for (const auto& n : column_family_names()) {
@@ -343,6 +355,9 @@ StatusOr<std::unique_ptr<Store>> Store::open(const std::string& dir, StoreOption
     if (n == "params" || n == "outer_state") {
       // θ blobs are large and incompressible; keep them out of the block cache churn.
       cf_opts.compression = rocksdb::kNoCompression;
+      // Every flush of these holds the live θ versions again: merge them after two flushes
+      // rather than four, so superseded copies do not pile up in level 0.
+      cf_opts.level0_file_num_compaction_trigger = 2;
     }
     descs.emplace_back(n, cf_opts);
   }
@@ -365,6 +380,42 @@ StatusOr<std::unique_ptr<Store>> Store::open(const std::string& dir, StoreOption
     store->cfs_.emplace_back(raw[i], HandleDeleter{db});
   }
   return store;
+}
+
+Status Store::written(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) {
+    full_ = false;
+    return Status::Ok();
+  }
+  // A full disk, or a write refused because an earlier one failed for that reason (RocksDB
+  // then holds the error until recover()).
+  full_ = s.IsNoSpace() || s.subcode() == rocksdb::Status::kNoSpace;
+  if (full_) return IoError("store at " + dir_ + " is full: " + what + ": " + s.ToString());
+  if (s.IsCorruption()) return DataLoss("store at " + dir_ + ": " + what + ": " + s.ToString());
+  return IoError("store at " + dir_ + " cannot be written: " + what + ": " + s.ToString());
+}
+
+Status Store::recover() {
+  const rocksdb::Status s = db_->Resume();
+  if (s.ok()) return Status::Ok();
+  return IoError("store at " + dir_ + " cannot resume writing: " + s.ToString());
+}
+
+void Store::fit_wal_to(uint64_t commit_bytes) {
+  // The WAL is cut (and the column families holding its oldest data flushed) once it exceeds
+  // this: kWalCommits commits' worth, so on disk θ exists ~kWalCommits times in the WAL at most.
+  const uint64_t want = std::max<uint64_t>(kMinWalBytes, kWalCommits * commit_bytes);
+  if (want <= wal_limit_) return;
+  if (db_->SetDBOptions({{"max_total_wal_size", std::to_string(want)}}).ok()) wal_limit_ = want;
+}
+
+void Store::compact_small_families() {
+  // Keys that only grow (round numbers, timestamps) make level compaction move each flushed
+  // file down unmerged, so these families would keep one small file per flush; merging them
+  // keeps the file count flat. Small data: milliseconds. A failure only leaves more files.
+  rocksdb::CompactRangeOptions o;
+  for (Cf cf : {kNodes, kRounds, kMetrics, kAudit, kExperiments})
+    (void)db_->CompactRange(o, cfs_[cf].get(), nullptr, nullptr);
 }
 
 Status Store::get(Cf cf, const std::string& key, std::string* value) const {
@@ -397,18 +448,19 @@ Status Store::create_experiment(const ExperimentRecord& record, std::span<const 
     return InvalidArgument("create_experiment: numel " + std::to_string(record.numel) +
                            " != θ size " + std::to_string(theta0.size()));
   const std::string key = round_key(record.id, record.current_round);
+  fit_wal_to(2 * blob_batch_bytes(theta0, key));  // θ and, from the first commit, momentum
   rocksdb::WriteBatch batch(blob_batch_bytes(theta0, key) + 4096);
   put_blob(batch, cfs_[kParams].get(), key, theta0);
   batch.Put(cfs_[kExperiments].get(), record.id, experiment_to_json(record));
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
-  return from_rocks(db_->Write(wo, &batch), "create experiment " + record.id);
+  return written(db_->Write(wo, &batch), "create experiment " + record.id);
 }
 
 Status Store::put_experiment(const ExperimentRecord& record) {
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
-  return from_rocks(db_->Put(wo, cfs_[kExperiments].get(), record.id, experiment_to_json(record)),
+  return written(db_->Put(wo, cfs_[kExperiments].get(), record.id, experiment_to_json(record)),
                     "put experiment " + record.id);
 }
 
@@ -507,8 +559,10 @@ Status Store::commit_round(const ExperimentRecord& experiment, const RoundRecord
     return InvalidArgument("commit_round: θ/momentum size does not match the experiment");
   const std::string& id = experiment.id;
   const std::string theta_key = round_key(id, experiment.current_round);
-  rocksdb::WriteBatch batch(blob_batch_bytes(theta_next, theta_key) +
-                            blob_batch_bytes(momentum, id) + 65536);
+  const size_t blob_bytes = blob_batch_bytes(theta_next, theta_key) +
+                            blob_batch_bytes(momentum, id);
+  fit_wal_to(blob_bytes);
+  rocksdb::WriteBatch batch(blob_bytes + 65536);
   auto* params = cfs_[kParams].get();
   put_blob(batch, params, theta_key, theta_next);
   // Keep the newest keep_params versions: delete [id/0, id/(next - keep + 1)).
@@ -522,13 +576,15 @@ Status Store::commit_round(const ExperimentRecord& experiment, const RoundRecord
   batch.Put(cfs_[kExperiments].get(), id, experiment_to_json(experiment));
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
-  return from_rocks(db_->Write(wo, &batch),
-                    "commit round " + std::to_string(round.round) + " of " + id);
+  ATOLL_RETURN_IF_ERROR(written(db_->Write(wo, &batch),
+                                "commit round " + std::to_string(round.round) + " of " + id));
+  if (round.round % kCompactEveryRounds == kCompactEveryRounds - 1) compact_small_families();
+  return Status::Ok();
 }
 
 Status Store::put_node(const std::string& experiment_id, const NodeRecord& node) {
   rocksdb::WriteOptions wo;
-  return from_rocks(
+  return written(
       db_->Put(wo, cfs_[kNodes].get(), experiment_id + "/" + node.node_id, node_to_json(node)),
       "put node " + node.node_id);
 }
@@ -547,7 +603,7 @@ Status Store::put_metrics(const std::string& experiment_id, const std::string& n
                           uint64_t round, const std::string& json_text) {
   const std::string key =
       experiment_id + "/" + node_id + "/" + hex16(round) + "/" + hex16(seq_.fetch_add(1));
-  return from_rocks(db_->Put(rocksdb::WriteOptions(), cfs_[kMetrics].get(), key, json_text),
+  return written(db_->Put(rocksdb::WriteOptions(), cfs_[kMetrics].get(), key, json_text),
                     "put metrics");
 }
 
@@ -563,7 +619,7 @@ Status Store::append_audit(const std::string& experiment_id, const std::string& 
   o["event"] = event;
   o["detail"] = detail;
   const std::string key = experiment_id + "/" + hex16(t) + "/" + hex16(seq_.fetch_add(1));
-  return from_rocks(db_->Put(rocksdb::WriteOptions(), cfs_[kAudit].get(), key, json::serialize(o)),
+  return written(db_->Put(rocksdb::WriteOptions(), cfs_[kAudit].get(), key, json::serialize(o)),
                     "append audit");
 }
 
@@ -588,14 +644,14 @@ Status Store::delete_experiment(const std::string& id) {
   batch.Delete(cfs_[kExperiments].get(), id);
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
-  return from_rocks(db_->Write(wo, &batch), "delete experiment " + id);
+  return written(db_->Write(wo, &batch), "delete experiment " + id);
 }
 
 Status Store::put_token(const TokenRecord& token) {
   if (token.hash.size() != 64) return InvalidArgument("token hash must be 64 hex digits");
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
-  return from_rocks(db_->Put(wo, cfs_[kTokens].get(), token.hash, token_to_json(token)),
+  return written(db_->Put(wo, cfs_[kTokens].get(), token.hash, token_to_json(token)),
                     "put token");
 }
 
@@ -622,7 +678,7 @@ Status Store::delete_token(const std::string& hash) {
   ATOLL_RETURN_IF_ERROR(get(kTokens, hash, &v));
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
-  return from_rocks(db_->Delete(wo, cfs_[kTokens].get(), hash), "delete token");
+  return written(db_->Delete(wo, cfs_[kTokens].get(), hash), "delete token");
 }
 
 }  // namespace atl::coordinator

@@ -28,6 +28,7 @@
 namespace rocksdb {
 class DB;
 class ColumnFamilyHandle;
+class Status;
 }  // namespace rocksdb
 
 namespace atl::coordinator {
@@ -156,6 +157,15 @@ class Store {
   StatusOr<std::vector<TokenRecord>> list_tokens() const;
   Status delete_token(const std::string& hash);
 
+  // Whether the last write failed because the disk is full (writes then fail with IO_ERROR
+  // "store at DIR is full: ..."). A later successful write clears it.
+  bool full() const { return full_; }
+  // After a failed write RocksDB refuses every write until it is told to resume: try that (it
+  // flushes what it holds, so it fails again while the disk is still full).
+  Status recover();
+
+  const std::string& dir() const { return dir_; }
+
   // Key helpers (tests use them to corrupt values on purpose).
   static std::string round_key(const std::string& experiment_id, uint64_t round);
   static const std::vector<std::string>& column_family_names();
@@ -178,8 +188,18 @@ class Store {
     kNumCf
   };
 
+  // The WAL cap: kWalCommits commits of the largest experiment written, at least kMinWalBytes.
+  static constexpr uint64_t kMinWalBytes = 1 << 20;
+  static constexpr uint64_t kWalCommits = 4;
+  // The small, ever-growing families are compacted into few files every this many rounds.
+  static constexpr uint64_t kCompactEveryRounds = 256;
+
   Store(std::string dir, StoreOptions options);
   Status get(Cf cf, const std::string& key, std::string* value) const;
+  // A write's RocksDB status as one line naming the store (and `full_` set for a full disk).
+  Status written(const rocksdb::Status& s, const std::string& what);
+  void fit_wal_to(uint64_t commit_bytes);
+  void compact_small_families();
   StatusOr<std::vector<std::string>> scan_prefix(Cf cf, const std::string& prefix) const;
 
   std::string dir_;
@@ -187,6 +207,8 @@ class Store {
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<Handle> cfs_;       // destroyed before db_ (declared after it)
   std::atomic<uint64_t> seq_{0};  // disambiguates metrics/audit keys written in the same ms
+  std::atomic<bool> full_{false};
+  std::atomic<uint64_t> wal_limit_;  // max_total_wal_size in force
 };
 
 bool valid_id(const std::string& id);  // [A-Za-z0-9._-]{1,64}

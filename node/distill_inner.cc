@@ -156,6 +156,12 @@ algorithms::Llama* DistillInnerStep::student_model() {
   return trainer_ ? &trainer_->model() : nullptr;
 }
 
+StatusOr<algorithms::AdamW*> DistillInnerStep::optimizer() {
+  if (colocated_) return &colocated_->optimizer();
+  if (trainer_) return &trainer_->optimizer();
+  return FailedPrecondition("the student trains on a GPU, whose optimizer state cannot be copied");
+}
+
 DistillInnerStep::~DistillInnerStep() {
   if (pending_.valid()) pending_.wait();
 }

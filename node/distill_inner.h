@@ -97,6 +97,9 @@ class DistillInnerStep {
   int seq() const { return T_; }
   // The student's CPU model (its buffers), for evaluating θ; null when it trains on a GPU.
   algorithms::Llama* student_model();
+  // The student's AdamW state, to save and put back around a DiLoCo round; FAILED_PRECONDITION
+  // when it trains on a GPU (the state is on the device).
+  StatusOr<algorithms::AdamW*> optimizer();
 
  private:
   DistillInnerStep() = default;

@@ -11,6 +11,26 @@ namespace {
 
 namespace al = atl::algorithms;
 
+// The saved state of a step whose state is a copyable value T.
+template <class T>
+struct ValueState final : InnerState {
+  explicit ValueState(T v) : value(std::move(v)) {}
+  T value;
+};
+
+template <class T>
+std::unique_ptr<InnerState> saved(T value) {
+  return std::make_unique<ValueState<T>>(std::move(value));
+}
+
+// The value inside a state made by saved<T>(); INTERNAL when another step made it.
+template <class T>
+StatusOr<const T*> saved_value(const InnerState& state) {
+  const auto* s = dynamic_cast<const ValueState<T>*>(&state);
+  if (s == nullptr) return Internal("restore_state: the state was saved by another kind of step");
+  return &s->value;
+}
+
 // The CPU model: dense or MoE, every precision recipe.
 class CpuInnerStep final : public InnerStep {
  public:
@@ -20,6 +40,14 @@ class CpuInnerStep final : public InnerStep {
                                const al::data::GlobalBatch* /*next_batch*/,
                                int64_t global_step) override {
     return trainer_.step(local, batch.tokens.data(), global_step);
+  }
+  StatusOr<std::unique_ptr<InnerState>> save_state() const override {
+    return saved(trainer_.optimizer());
+  }
+  Status restore_state(const InnerState& state) override {
+    ATOLL_ASSIGN_OR_RETURN(const al::AdamW* opt, saved_value<al::AdamW>(state));
+    trainer_.optimizer() = *opt;
+    return Status::Ok();
   }
 
  private:
@@ -39,6 +67,14 @@ class HydraInnerStep final : public InnerStep {
   StatusOr<TrainedSet> set_subnet(const al::Subnet& s) override {
     ATOLL_RETURN_IF_ERROR(trainer_.set_subnet(s));
     return TrainedSet{trainer_.indices(), trainer_.trained_set_generation()};
+  }
+  StatusOr<std::unique_ptr<InnerState>> save_state() const override {
+    return saved(trainer_.save_state());
+  }
+  Status restore_state(const InnerState& state) override {
+    ATOLL_ASSIGN_OR_RETURN(const al::hydra::HydraTrainer::State* s,
+                           saved_value<al::hydra::HydraTrainer::State>(state));
+    return trainer_.restore_state(*s);
   }
 
  private:
@@ -115,6 +151,16 @@ class DistillStudentStep final : public InnerStep {
     return st;
   }
   bool wants_next_batch() const override { return true; }
+  StatusOr<std::unique_ptr<InnerState>> save_state() const override {
+    ATOLL_ASSIGN_OR_RETURN(const al::AdamW* opt, distiller_->optimizer());
+    return saved(*opt);
+  }
+  Status restore_state(const InnerState& state) override {
+    ATOLL_ASSIGN_OR_RETURN(const al::AdamW* saved_opt, saved_value<al::AdamW>(state));
+    ATOLL_ASSIGN_OR_RETURN(al::AdamW * opt, distiller_->optimizer());
+    *opt = *saved_opt;
+    return Status::Ok();
+  }
   std::string round_note() const override {
     char t[96];
     std::snprintf(t, sizeof(t), ", teacher %.1f bytes/token", distiller_->bytes_per_token());
@@ -135,6 +181,16 @@ class DistillStudentStep final : public InnerStep {
 
 StatusOr<TrainedSet> InnerStep::set_subnet(const algorithms::Subnet& /*s*/) {
   return FailedPrecondition("this inner step trains the whole model, not a subnetwork");
+}
+
+StatusOr<std::unique_ptr<InnerState>> InnerStep::save_state() const {
+  return FailedPrecondition(
+      "this inner step keeps its optimizer state on a GPU and cannot copy it");
+}
+
+Status InnerStep::restore_state(const InnerState& /*state*/) {
+  return FailedPrecondition(
+      "this inner step keeps its optimizer state on a GPU and cannot restore it");
 }
 
 Status check_inner_step(const SiteConfig& site, const InnerStepOptions& options) {

@@ -8,7 +8,9 @@
 // make_inner_step.
 //
 // Every implementation owns its optimizer state (AdamW moments), which persists across rounds;
-// θ_local is the caller's.
+// θ_local is the caller's. save_state / restore_state copy that state out and back, so that a
+// round interrupted by a crash is redone from exactly the state it started from
+// (node/round_snapshot.h).
 #pragma once
 
 #include <atomic>
@@ -39,6 +41,13 @@ struct TrainedSet {
   uint64_t generation = 0;
 };
 
+// A copy of what an InnerStep's steps change (optimizer moments and step count; Hydra's
+// subnetwork too). Opaque: only the step that made it reads it.
+class InnerState {
+ public:
+  virtual ~InnerState() = default;
+};
+
 class InnerStep {
  public:
   virtual ~InnerStep() = default;
@@ -65,6 +74,13 @@ class InnerStep {
   // Hydra: train only subnetwork `s` from now on (the optimizer state is kept when the trained
   // elements stay the same). Steps that train the whole model refuse with FailedPrecondition.
   virtual StatusOr<TrainedSet> set_subnet(const algorithms::Subnet& s);
+
+  // A copy of the state the following steps change (one extra copy of the optimizer state:
+  // 2·numel floats for AdamW). FAILED_PRECONDITION where the state lives on a GPU: an interrupted
+  // round is then redone from the advanced state (docs/coordinator.md, "Restart").
+  virtual StatusOr<std::unique_ptr<InnerState>> save_state() const;
+  // Puts back a state this step's save_state() made; between begin() and end() never.
+  virtual Status restore_state(const InnerState& state);
 
   // Appended to the round's log line, e.g. ", teacher 512.0 bytes/token"; "" for nothing.
   virtual std::string round_note() const { return ""; }

@@ -18,6 +18,7 @@
 #include "node/held_theta.h"
 #include "node/inner_step.h"
 #include "node/reconnect.h"
+#include "node/round_snapshot.h"
 #include "node/site_data.h"
 #include "node/sync_strategy.h"
 
@@ -87,6 +88,8 @@ class SiteWorker {
   StatusOr<Next> poll_failed(const Status& failure);
   Status score(const Task& task);
   StatusOr<Flow> train_round(const Task& cur);
+  StatusOr<bool> start_from_snapshot(const Task& cur);
+  void snapshots_unavailable(const Status& why);
   StatusOr<uint32_t> train_steps(uint64_t round, uint64_t first_step, uint32_t from, uint32_t to,
                                  Tally& tally);
   StatusOr<Flow> sync_round(const Task& cur, const EncodedUpdate& update, Clock::time_point t0,
@@ -127,6 +130,13 @@ class SiteWorker {
   uint32_t pre_steps_ = 0;
   double pre_loss_ = 0;
   uint64_t pre_tokens_ = 0;
+  // Redoing a round bit for bit (node/round_snapshot.h): the state at the start of the round
+  // this site works on, and with Streaming DiLoCo the state after its update (the start of the
+  // next round, taken before the overlapped steps). Both are kept until the next task says
+  // which one the coordinator's committed state continues.
+  std::optional<RoundSnapshot> at_start_;
+  std::optional<RoundSnapshot> after_;
+  bool snapshots_ = true;  // false once the inner step said it cannot copy its state
 };
 
 // Join, retrying with backoff while the coordinator is unreachable.
@@ -374,11 +384,14 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
       }
       ATOLL_RETURN_IF_ERROR(adopt(*pulled));
     }
-    const al::ParamSet& theta = theta_->params();
-    std::copy(theta.data(), theta.data() + theta.numel(), local_->data());
-    pre_steps_ = 0;
-    pre_loss_ = 0;
-    pre_tokens_ = 0;
+    ATOLL_ASSIGN_OR_RETURN(const bool resumed, start_from_snapshot(cur));
+    if (!resumed) {
+      const al::ParamSet& theta = theta_->params();
+      std::copy(theta.data(), theta.data() + theta.numel(), local_->data());
+      pre_steps_ = 0;
+      pre_loss_ = 0;
+      pre_tokens_ = 0;
+    }
   }
   const std::optional<double> site_val_bpb = site_validation_bpb();
   ATOLL_RETURN_IF_ERROR(sync_->plan(cur));
@@ -411,6 +424,51 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
   have_done_ = true;
   report_round(cur, done_steps, mean_loss, tally, secs, *sent, site_val_bpb);
   return Flow::kContinue;
+}
+
+// The state a round that does not continue the previous exchange starts from. A snapshot of this
+// very round means an earlier attempt at it was thrown away (the coordinator restarted the round
+// after a crash or for lack of quorum): it is put back, and a streaming snapshot's overlapped
+// steps and merge are trained again; returns true then, with θ_local set. Otherwise the live
+// state is the state after the last committed round, and it is saved as this round's start.
+StatusOr<bool> SiteWorker::start_from_snapshot(const Task& cur) {
+  if (!snapshots_) return false;
+  const uint64_t round = cur.round();
+  if (after_ && after_->round == round) at_start_ = std::move(after_);
+  after_.reset();
+  if (!at_start_ || at_start_->round != round) {
+    auto snap = take_round_snapshot(round, *inner_, *sync_, nullptr, 0);
+    if (!snap.ok()) {
+      snapshots_unavailable(snap.status());
+      return false;
+    }
+    at_start_ = std::move(snap).value();
+    return false;
+  }
+  log("round " + std::to_string(round) +
+      " was not committed: redoing it from the state saved at its start");
+  ATOLL_RETURN_IF_ERROR(restore_round_snapshot(*at_start_, *inner_, *sync_, *local_));
+  if (!at_start_->local) return false;
+  // Streaming DiLoCo: θ_local is the previous round's; its overlapped steps, then the merge of
+  // the synced fragment of θ_r, exactly as in the first attempt.
+  Tally overlap{Clock::now()};
+  ATOLL_ASSIGN_OR_RETURN(
+      const uint32_t trained,
+      train_steps(round, cur.global_step(), 0, at_start_->overlap_steps, overlap));
+  sync_->merge(*local_, theta_->params());
+  pre_steps_ = trained;
+  pre_loss_ = overlap.loss_sum;
+  pre_tokens_ = overlap.tokens;
+  return true;
+}
+
+void SiteWorker::snapshots_unavailable(const Status& why) {
+  snapshots_ = false;
+  at_start_.reset();
+  after_.reset();
+  log("a round interrupted by a crash will be redone from the advanced optimizer state, not bit "
+      "for bit: " +
+      why.message());
 }
 
 // Inner steps k ∈ [from, to) of a round whose step k = 0 is global step `first_step`, reported
@@ -456,6 +514,14 @@ StatusOr<Flow> SiteWorker::sync_round(const Task& cur, const EncodedUpdate& upda
     overlap = 0;
   else
     overlap = static_cast<uint32_t>(std::min<uint64_t>(overlap, total_steps - next_step));
+  if (site_.streaming() && snapshots_) {
+    // The next round starts here, before this one is known to be committed.
+    auto snap = take_round_snapshot(round + 1, *inner_, *sync_, &*local_, overlap);
+    if (snap.ok())
+      after_ = std::move(snap).value();
+    else
+      snapshots_unavailable(snap.status());
+  }
   Tally next{t0};  // the next round's steps; heartbeat tokens/s over this round's time
   const auto t_overlap = Clock::now();
   ATOLL_ASSIGN_OR_RETURN(const uint32_t overlapped,
@@ -508,13 +574,16 @@ Status SiteWorker::take_next_task(const Task& cur, StatusOr<Task>& task,
                          task->global_step() == (round + 1) * uint64_t{H} &&
                          task->inner_steps() == H;
   if (continues) {
+    // Round `round` is committed: the next one starts from the state saved before its overlap.
+    if (after_ && after_->round == task->round()) at_start_ = std::move(after_);
+    after_.reset();
     sync_->merge(*local_, theta_->params());
     pre_steps_ = overlapped;
     pre_loss_ = overlap.loss_sum;
     pre_tokens_ = overlap.tokens;
   } else if (ok) {
     log("round " + std::to_string(task->round()) + " does not follow round " +
-        std::to_string(round) + ": restarting from the global θ");
+        std::to_string(round) + ": starting it afresh");
   }
   next_ = std::move(*task);
   warm_ = continues;

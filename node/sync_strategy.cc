@@ -15,6 +15,26 @@ namespace al = atl::algorithms;
 using al::compress::ErrorFeedback;
 using atoll_pb::v1::Task;
 
+// The saved state of a strategy whose state is a copyable value T.
+template <class T>
+struct ValueState final : SyncState {
+  explicit ValueState(T v) : value(std::move(v)) {}
+  T value;
+};
+
+template <class T>
+std::unique_ptr<SyncState> saved(T value) {
+  return std::make_unique<ValueState<T>>(std::move(value));
+}
+
+template <class T>
+StatusOr<const T*> saved_value(const SyncState& state) {
+  const auto* s = dynamic_cast<const ValueState<T>*>(&state);
+  if (s == nullptr)
+    return Internal("restore_state: the state was saved by another synchronization");
+  return &s->value;
+}
+
 std::string codec_spec_of(const SiteConfig& site) {
   return site.spec.codec().empty() ? "none" : site.spec.codec();
 }
@@ -26,6 +46,12 @@ class DilocoSync final : public SyncStrategy {
       : SyncStrategy(std::move(codec), std::move(spec), ef, numel), numel_(numel) {}
   Status plan(const Task& /*task*/) override {
     planned_numel_ = numel_;
+    return Status::Ok();
+  }
+  std::unique_ptr<SyncState> save_state() const override { return saved(feedback_); }
+  Status restore_state(const SyncState& state) override {
+    ATOLL_ASSIGN_OR_RETURN(const auto* fb, saved_value<std::optional<ErrorFeedback>>(state));
+    feedback_ = *fb;
     return Status::Ok();
   }
 
@@ -89,6 +115,16 @@ class StreamingSync final : public SyncStrategy {
     });
   }
   uint32_t overlap_steps() const override { return overlap_; }
+  std::unique_ptr<SyncState> save_state() const override {
+    return saved(Saved{fragment_, planned_numel_, feedback_});
+  }
+  Status restore_state(const SyncState& state) override {
+    ATOLL_ASSIGN_OR_RETURN(const Saved* s, saved_value<Saved>(state));
+    fragment_ = s->fragment;
+    planned_numel_ = s->planned_numel;
+    feedback_ = s->feedback;
+    return Status::Ok();
+  }
   void merge(al::ParamSet& local, const al::ParamSet& theta) const override {
     al::merge_fragment(std::span<float>(local.data() + fragment_.offset, fragment_.numel),
                        std::span<const float>(theta.data() + fragment_.offset, fragment_.numel),
@@ -108,11 +144,17 @@ class StreamingSync final : public SyncStrategy {
   void label(UpdateHeader& header) const override { header.fragment_offset = fragment_.offset; }
 
  private:
+  using Feedbacks = std::map<std::pair<size_t, size_t>, ErrorFeedback>;  // by (offset, numel)
+  struct Saved {
+    al::FragmentRange fragment;
+    size_t planned_numel;
+    Feedbacks feedback;
+  };
   size_t numel_;
   uint32_t overlap_;
   float alpha_;
   al::FragmentRange fragment_;
-  std::map<std::pair<size_t, size_t>, ErrorFeedback> feedback_;  // by (offset, numel)
+  Feedbacks feedback_;
 };
 
 // Hydra: the subnetwork's trained elements; importance for SCORE tasks.
@@ -136,6 +178,17 @@ class HydraSync final : public SyncStrategy {
     ATOLL_ASSIGN_OR_RETURN(trained_, inner_.set_subnet(*sub));
     mask_fingerprint_ = task.mask_fingerprint();
     planned_numel_ = trained_.indices.size();
+    return Status::Ok();
+  }
+
+  // The trained set is planned again from the (restored) inner step before the next update.
+  std::unique_ptr<SyncState> save_state() const override {
+    return saved(Saved{feedback_, feedback_generation_});
+  }
+  Status restore_state(const SyncState& state) override {
+    ATOLL_ASSIGN_OR_RETURN(const Saved* s, saved_value<Saved>(state));
+    feedback_ = s->feedback;
+    feedback_generation_ = s->generation;
     return Status::Ok();
   }
 
@@ -168,6 +221,10 @@ class HydraSync final : public SyncStrategy {
   }
 
  private:
+  struct Saved {
+    std::optional<ErrorFeedback> feedback;
+    uint64_t generation;
+  };
   al::ModelConfig model_;
   int ffn_blocks_;
   int batch_, seq_;  // B, T of the importance batches: the training batch shape

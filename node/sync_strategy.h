@@ -62,6 +62,14 @@ struct ExchangeResult {
   std::optional<StatusOr<PulledParams>> pulled;
 };
 
+// A copy of what a round changes in a SyncStrategy: the error feedback, and for Streaming
+// DiLoCo the planned fragment (the next round's merge folds in that fragment). Opaque: only the
+// strategy that made it reads it.
+class SyncState {
+ public:
+  virtual ~SyncState() = default;
+};
+
 class SyncStrategy {
  public:
   virtual ~SyncStrategy();
@@ -89,6 +97,12 @@ class SyncStrategy {
   // Streaming DiLoCo: merges the planned elements of θ_global into θ_local after the exchange.
   // The others do nothing (the next round starts from θ_global).
   virtual void merge(algorithms::ParamSet& local, const algorithms::ParamSet& theta) const {}
+
+  // A copy of the state the next make_update and plan change (at most numel residual floats),
+  // and putting it back: a round interrupted by a crash is redone from where it started
+  // (node/round_snapshot.h).
+  virtual std::unique_ptr<SyncState> save_state() const = 0;
+  virtual Status restore_state(const SyncState& state) = 0;
 
   // Hydra: whether SCORE tasks are answered, and the importance of θ on the site's data.
   virtual bool scores() const { return false; }

@@ -30,6 +30,9 @@ class StudentTrainer {
 
   Llama& model() { return model_; }
   const TrainerConfig& config() const { return tcfg_; }
+  // The AdamW state (moments, step count), e.g. to save and put back around a round.
+  AdamW& optimizer() { return adamw_; }
+  const AdamW& optimizer() const { return adamw_; }
 
  private:
   TrainerConfig tcfg_;

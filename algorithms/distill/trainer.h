@@ -55,6 +55,7 @@ class DistillTrainer {
   Llama& student_model() { return student_; }
   Llama& teacher_model() { return teacher_; }
   AdamW& optimizer() { return adamw_; }
+  const AdamW& optimizer() const { return adamw_; }
   // Gradients of the last step, after clipping.
   const ParamSet& grads() const { return grads_; }
 

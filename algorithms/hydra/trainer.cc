@@ -32,6 +32,25 @@ Status HydraTrainer::set_subnet(const Subnet& s) {
   return Status::Ok();
 }
 
+HydraTrainer::State HydraTrainer::save_state() const {
+  State s;
+  s.have_subnet = have_subnet_;
+  if (have_subnet_) s.subnet = model_.subnet();
+  s.indices = indices_;
+  s.opt = opt_;
+  s.generation = generation_;
+  return s;
+}
+
+Status HydraTrainer::restore_state(const State& s) {
+  if (s.have_subnet) ATOLL_RETURN_IF_ERROR(model_.set_subnet(s.subnet));
+  have_subnet_ = s.have_subnet;
+  indices_ = s.indices;
+  opt_ = s.opt;
+  generation_ = s.generation;
+  return Status::Ok();
+}
+
 StepStats HydraTrainer::step(ParamSet& params, const int32_t* tokens, int64_t global_step) {
   if (!have_subnet_) internal_error("HydraTrainer::step before set_subnet");
   const int B = tcfg_.batch, T = tcfg_.seq;

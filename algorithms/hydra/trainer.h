@@ -42,6 +42,19 @@ class HydraTrainer {
   StepStats step_with_gradient(ParamSet& params, const ParamSet& grads, float loss,
                                int64_t global_step);
 
+  // What the steps and set_subnet change: the subnetwork, its trained elements and their
+  // masked AdamW state. Saved at the start of a DiLoCo round and put back to redo the round
+  // exactly (node/round_snapshot.h); restore_state rebuilds the subnetwork model.
+  struct State {
+    bool have_subnet = false;
+    Subnet subnet;
+    std::vector<uint32_t> indices;
+    MaskedAdamW opt;
+    uint64_t generation = 0;
+  };
+  State save_state() const;
+  Status restore_state(const State& s);
+
   SubnetLlama& model() { return model_; }
   const TrainerConfig& config() const { return tcfg_; }
   size_t optimizer_state_bytes() const { return opt_.state_bytes(); }

@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "algorithms/diloco/outer.h"
 #include "test_util.h"
@@ -109,6 +110,48 @@ TEST(Store, KeepsLastKParamVersionsNeverTheCurrent) {
   e1 = commit_one(**one, e1, theta, m);
   EXPECT_EQ(*(*one)->list_param_rounds("k"), (std::vector<uint64_t>{1}));
   EXPECT_TRUE((*one)->load_state("k").ok());
+}
+
+uint64_t directory_bytes(const std::string& dir) {
+  uint64_t total = 0;
+  for (const auto& f : std::filesystem::directory_iterator(dir))
+    if (f.is_regular_file()) total += f.file_size();
+  return total;
+}
+
+// The store stays O(keep_params × θ + rounds × a small record) on disk: every commit writes θ
+// and the momentum (2·M bytes) through the WAL, yet after 300 rounds (600·M written) the
+// directory never held more than the bound below at any point. Before the WAL was capped it
+// kept every commit (2·M a round).
+TEST(Store, SizeOnDiskStaysBoundedByKeptVersions) {
+  TempDir dir;
+  constexpr size_t kNumel = 64 * 1024;
+  constexpr uint64_t M = kNumel * sizeof(float);  // bytes of one θ version
+  constexpr uint32_t kKeep = 3;
+  constexpr int kRounds = 300;
+  std::vector<float> theta(kNumel, 1.0f), m(kNumel, 0.0f);
+  auto s = Store::open(dir.path(), {.keep_params = kKeep, .sync = false});
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  ExperimentRecord e = make_record("big", theta);
+  ASSERT_TRUE((*s)->create_experiment(e, theta).ok());
+  // On disk at any time, in θ versions: the WAL up to 4 commits of θ + momentum past its cap
+  // of 4 commits (16), the kept versions and the momentum in up to three sorted runs while a
+  // compaction merges them (3 · (keep + 1)); plus per round its record, one metrics and one
+  // audit line (< 2 kB), and RocksDB's own files (LOG ≤ 1 MB, MANIFEST, OPTIONS: 2 MB).
+  const uint64_t bound = (16 + 3 * (kKeep + 1)) * M + kRounds * 2048 + (2u << 20);
+  uint64_t peak = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    e = commit_one(**s, e, theta, m);
+    ASSERT_TRUE((*s)->put_metrics("big", "n1", e.current_round, R"({"loss": 2.5})").ok());
+    ASSERT_TRUE((*s)->append_audit("big", "round", "committed").ok());
+    if (i % 10 == 9) peak = std::max(peak, directory_bytes(dir.path()));
+  }
+  EXPECT_LE(peak, bound) << "peak " << peak << " bytes, " << double(peak) / M
+                         << " θ versions; bound " << bound;
+  EXPECT_EQ(*(*s)->list_param_rounds("big"), (std::vector<uint64_t>{298, 299, 300}));
+  auto st = (*s)->load_state("big");
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  EXPECT_EQ(st->experiment.current_round, static_cast<uint64_t>(kRounds));
 }
 
 TEST(Store, CorruptValuesGiveDataLoss) {

@@ -16,6 +16,8 @@
 
 namespace atl::testing {
 
+using namespace std::chrono_literals;
+
 // A tiny DiLoCo experiment (dim 32, 2 layers, vocab 256, seq 32, batch 4): a round takes tens of
 // milliseconds on one CPU thread.
 inline std::string config_toml(int rounds, int min_nodes, double deadline_s, uint64_t seed = 42,

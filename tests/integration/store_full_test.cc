@@ -1,0 +1,120 @@
+// A full disk pauses the experiment and it resumes by itself when space is freed: the
+// coordinator's store on an 8 MiB tmpfs is filled up mid-run, then emptied again. The
+// experiment never fails, finishes every round, and commits the same θ in every round as a run
+// on a roomy disk (the round that could not be committed is redone from the nodes' snapshots).
+#include <signal.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "tests/integration/cli_test_util.h"
+#include "tests/integration/committed_rounds.h"
+#include "tests/integration/process_cluster.h"
+
+namespace atl::testing {
+namespace {
+
+constexpr int kRounds = 30;
+
+// A tmpfs of `megabytes` mounted at `dir` for the object's lifetime.
+class SmallTmpfs {
+ public:
+  SmallTmpfs(const std::string& dir, int megabytes) : dir_(dir) {
+    std::filesystem::create_directories(dir);
+    const std::string size = "size=" + std::to_string(megabytes) + "m";
+    if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, size.c_str()) == 0)
+      mounted_ = true;
+    else
+      error_ = std::strerror(errno);
+  }
+  ~SmallTmpfs() {
+    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string dir_;
+  bool mounted_ = false;
+  std::string error_;
+};
+
+// Writes `path` until the file system has no space left; returns the bytes written.
+uint64_t fill_up(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return 0;
+  std::vector<char> chunk(64 * 1024, 'x');
+  uint64_t written = 0;
+  for (;;) {
+    const size_t n = std::fwrite(chunk.data(), 1, chunk.size(), f);
+    written += n;
+    if (n < chunk.size() || std::fflush(f) != 0) break;
+  }
+  std::fclose(f);
+  return written;
+}
+
+std::string one_node_config() { return config_toml(kRounds, 1, 60, 42, 3, 5, 0.3); }
+
+TEST(CoordinatorStore, FullDiskPausesTheExperimentAndItResumesWhenSpaceIsFreed) {
+  if (::geteuid() != 0)
+    GTEST_SKIP() << "mounting the small tmpfs this test fills up needs root; run it as root";
+  std::vector<std::string> reference;
+  {
+    Cluster roomy;
+    roomy.make_ca({"node-1"});
+    roomy.start_coordinator(one_node_config());
+    roomy.start_node("node-1", "brown:a");
+    std::string log;
+    roomy.run_to_completion(120s, &log);
+    if (::testing::Test::HasFatalFailure()) return;
+    reference = committed_fingerprints(roomy.dir / "store", "itest", kRounds);
+  }
+
+  Cluster c;
+  c.make_ca({"node-1"});
+  SmallTmpfs disk(c.dir / "store", 8);
+  if (!disk.mounted())
+    GTEST_SKIP() << "cannot mount an 8 MiB tmpfs at " << c.dir / "store" << " (" << disk.error()
+                 << "); this test needs CAP_SYS_ADMIN";
+  c.start_coordinator(one_node_config());
+  c.start_node("node-1", "brown:a");
+  std::string text;
+  ASSERT_TRUE(wait_for_log(c.dir / "coordinator.log", std::regex("round 3 committed"), 60s, &text))
+      << text;
+  const std::string filler = c.dir / "store" / "filler";
+  ASSERT_GT(fill_up(filler), 0u);
+
+  ASSERT_TRUE(wait_for_log(c.dir / "coordinator.log",
+                           std::regex("store at [^ ]+ is full: .*; the experiment is paused and "
+                                      "resumes when space is freed"),
+                           60s, &text))
+      << text;
+  EXPECT_TRUE(c.coordinator.running()) << text;
+  // Paused: nothing commits while the disk stays full.
+  const size_t committed_when_full = committed_rounds(text).size();
+  std::this_thread::sleep_for(2s);
+  text = read_text(c.dir / "coordinator.log");
+  EXPECT_EQ(committed_rounds(text).size(), committed_when_full) << text;
+
+  std::filesystem::remove(filler);
+  ASSERT_TRUE(wait_for_log(c.dir / "coordinator.log",
+                           std::regex("store at [^ ]+ can be written again: the experiment "
+                                      "resumes at round \\d+"),
+                           60s, &text))
+      << text;
+  std::string log;
+  c.run_to_completion(120s, &log);
+  if (::testing::Test::HasFatalFailure()) return;
+  EXPECT_FALSE(std::regex_search(log, std::regex("(^|\n)(failed|state: failed)"))) << log;
+  EXPECT_EQ(committed_fingerprints(c.dir / "store", "itest", kRounds), reference) << log;
+}
+
+}  // namespace
+}  // namespace atl::testing
