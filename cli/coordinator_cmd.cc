@@ -44,8 +44,7 @@ std::optional<std::string> event_line(const coordinator::Event& e, double val_bp
       return format_line("round_started %" PRIu64 ": %s", e.round, who.c_str());
     }
     case K::kStore:  // the line says it all ("store at DIR is full: ...; the experiment ...")
-      std::printf("%s\n", e.message.c_str());
-      break;
+      return e.message;
     default:
       return std::string(coordinator::event_kind_name(e.kind)) + (e.node_id.empty() ? "" : " ") +
              e.node_id + (e.message.empty() ? "" : ": ") + e.message;
