@@ -20,8 +20,8 @@ using namespace std::chrono_literals;
 
 // The tiny experiment of the process tests (dim 32, 2 layers, batch 4 × 32 tokens).
 inline std::string config_toml(int rounds, int min_nodes, double deadline_s, uint64_t seed = 42,
-                        int lost_after_heartbeats = 3, int inner_steps = 5,
-                        double start_wait_s = 0.3) {
+                               int lost_after_heartbeats = 3, int inner_steps = 5,
+                               double start_wait_s = 0.3) {
   return "name = \"itest\"\nseed = " + std::to_string(seed) +
          "\n[model]\nvocab = 256\ndim = 32\nlayers = 2\nheads = 2\nffn_hidden = 64\n"
          "seq_len = 32\n[train]\nbatch_size = 4\nlr = 1e-2\nmin_lr = 1e-3\nwarmup_steps = 2\n"
