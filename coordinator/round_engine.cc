@@ -332,22 +332,31 @@ void RoundEngine::store_blocked_locked(const Status& why) {
   cv_.notify_all();
 }
 
-void RoundEngine::probe_store_locked(Clock::time_point now) {
+void RoundEngine::probe_store(std::unique_lock<std::mutex>& lk, Clock::time_point now) {
   if (!store_blocked_ || now < next_store_probe_) return;
   next_store_probe_ = now + kStoreProbeInterval;
   ExperimentRecord record = experiment_;
   if (paused_by_store_) record.state = ExperimentState::kRunning;
+  // The store's I/O (a reopen replays its WAL) runs without the lock: calls keep being answered.
+  lk.unlock();
   Status st = store_.put_experiment(record);
-  // RocksDB refuses every write after a failed one until it is told to resume.
+  // RocksDB refuses every write after a failed one until the store is opened again.
   if (!st.ok() && store_.recover().ok()) st = store_.put_experiment(record);
-  if (!st.ok()) return;
+  lk.lock();
+  if (!st.ok() || !store_blocked_) return;
+  const ExperimentState now_state =
+      paused_by_store_ ? ExperimentState::kRunning : experiment_.state;
+  if (now_state != record.state) {  // changed meanwhile: write that next
+    next_store_probe_ = Clock::now();
+    return;
+  }
   store_blocked_ = false;
   Event e{Event::Kind::kStore};
   e.round = experiment_.current_round;
   e.message = "store at " + store_.dir() + " can be written again" +
-              (paused_by_store_
-                   ? ": the experiment resumes at round " + std::to_string(experiment_.current_round)
-                   : std::string());
+              (paused_by_store_ ? ": the experiment resumes at round " +
+                                      std::to_string(experiment_.current_round)
+                                : std::string());
   emit(std::move(e));
   if (paused_by_store_) {
     paused_by_store_ = false;
@@ -357,7 +366,7 @@ void RoundEngine::probe_store_locked(Clock::time_point now) {
     r.round = experiment_.current_round;
     r.message = experiment_state_name(experiment_.state);
     emit(std::move(r));
-    maybe_start_round_locked(now);
+    maybe_start_round_locked(Clock::now());
   }
   cv_.notify_all();
 }
@@ -476,7 +485,8 @@ void RoundEngine::finish_scoring_locked() {
       round_.round, sites,
       [this](const std::string& event, const std::string& detail) { audit(event, detail); });
   if (!st.ok())
-    return restart_round_locked(st.message() + "; the round starts again with new importance scores");
+    return restart_round_locked(st.message() +
+                                "; the round starts again with new importance scores");
   round_.participants = kept;
   round_.scoring = false;
   cv_.notify_all();
@@ -571,10 +581,10 @@ void RoundEngine::publish_commit_locked(Commit& c, const Status& outer, const St
     round_ = Round{};
     round_.round = r;
     if (!written.ok()) store_blocked_locked(written);
-    restart_round_locked(!outer.ok() ? "round " + std::to_string(r) + ": " + outer.message() +
-                                           "; its updates are discarded"
-                                     : "round " + std::to_string(r) +
-                                           " could not be committed: " + written.message());
+    restart_round_locked(
+        !outer.ok()
+            ? "round " + std::to_string(r) + ": " + outer.message() + "; its updates are discarded"
+            : "round " + std::to_string(r) + " could not be committed: " + written.message());
     return;
   }
   experiment_ = c.next;
@@ -622,8 +632,9 @@ void RoundEngine::ticker_loop() {
   while (!stopping_) {
     const Clock::time_point now = Clock::now();
     check_lost_locked(now);
-    probe_store_locked(now);
-    if (std::optional<Commit> c = maybe_close_round_locked(now)) {
+    probe_store(lk, now);
+    if (stopping_) break;
+    if (std::optional<Commit> c = maybe_close_round_locked(Clock::now())) {
       lk.unlock();
       commit(std::move(*c));
       lk.lock();

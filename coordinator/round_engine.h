@@ -205,10 +205,10 @@ class RoundEngine {
   // The state in memory, then in the store; a store that refuses it blocks (below).
   void set_state_locked(ExperimentState s, const std::string& why);
   // The store refused a write: one kStore line (the first time), and a running experiment is
-  // paused in memory until probe_store_locked gets a write through (every
-  // kStoreProbeInterval, from the ticker), which resumes it.
+  // paused in memory until probe_store gets a write through (every kStoreProbeInterval, from
+  // the ticker; it releases `lk` for the store's I/O), which resumes it.
   void store_blocked_locked(const Status& why);
-  void probe_store_locked(Clock::time_point now);
+  void probe_store(std::unique_lock<std::mutex>& lk, Clock::time_point now);
   // Lifecycle changes wait for a commit in progress (its record carries the state).
   void wait_commit_done(std::unique_lock<std::mutex>& lk) const;
   bool is_participant_locked(const std::string& node) const;
@@ -246,7 +246,7 @@ class RoundEngine {
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;  // any state change: rounds, nodes, lifecycle, shutdown
   bool stopping_ = false;
-  bool committing_ = false;                             // round_.round is being committed
+  bool committing_ = false;  // round_.round is being committed
   // The store refused a write and no probe has got one through since (store_blocked_locked).
   static constexpr Clock::duration kStoreProbeInterval = std::chrono::seconds(1);
   bool store_blocked_ = false;

@@ -1,8 +1,7 @@
 #include "coordinator/store.h"
 
-#include "coordinator/json_views.h"
-
 #include <rocksdb/db.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
@@ -11,9 +10,15 @@
 #include <boost/json.hpp>
 #include <chrono>
 #include <cinttypes>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <mutex>
+#include <shared_mutex>
 
+#include "coordinator/json_views.h"
 #include "kernels/core/sha256.h"
 
 namespace atl::coordinator {
@@ -31,6 +36,58 @@ uint64_t now_unix_ms() {
                                    std::chrono::system_clock::now().time_since_epoch())
                                    .count());
 }
+
+// RocksDB's own log (DIR/LOG, rolled to DIR/LOG.old past kMaxBytes), written with stdio.
+// RocksDB's built-in logger must not be written to after a failed write (Debian's build asserts
+// and aborts the process when the disk was full); here a line that does not fit is dropped.
+class StoreLog final : public rocksdb::Logger {
+ public:
+  static constexpr long kMaxBytes = 512 << 10;
+  explicit StoreLog(const std::string& dir)
+      : rocksdb::Logger(rocksdb::InfoLogLevel::INFO_LEVEL), path_(dir + "/LOG") {
+    file_ = std::fopen(path_.c_str(), "a");
+  }
+  ~StoreLog() override {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (file_ != nullptr && std::ftell(file_) > kMaxBytes) {
+      std::fclose(file_);
+      std::error_code ec;
+      std::filesystem::rename(path_, path_ + ".old", ec);
+      file_ = std::fopen(path_.c_str(), "a");
+    }
+    if (file_ == nullptr) return;
+    char stamp[32];
+    const std::time_t now = std::time(nullptr);
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    std::strftime(stamp, sizeof(stamp), "%Y/%m/%d-%H:%M:%S ", &utc);
+    std::fputs(stamp, file_);
+    std::vfprintf(file_, format, ap);
+    std::fputc('\n', file_);
+    std::fflush(file_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::string path_;
+  std::FILE* file_ = nullptr;
+};
+
+// RocksDB recovers from a full disk by itself only once a whole write buffer (64 MB) is free
+// again, which a small disk never has; and while that recovery is pending it refuses a manual
+// DB::Resume. So its own recovery is turned off: the coordinator probes and resumes
+// (Store::recover), which needs only the space to flush what the memtables hold.
+class ManualRecoveryOnly final : public rocksdb::EventListener {
+ public:
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason /*reason*/, rocksdb::Status /*bg_error*/,
+                            bool* auto_recovery) override {
+    *auto_recovery = false;
+  }
+};
 
 Status from_rocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return Status::Ok();
@@ -180,7 +237,9 @@ StatusOr<ExperimentRecord> experiment_from_json(const std::string& text, const s
 }
 
 // The same JSON the API serves (json_views.h); finite values only reach a commit.
-std::string round_to_json(const RoundRecord& r) { return json::serialize(to_json(r)); }
+std::string round_to_json(const RoundRecord& r) {
+  return json::serialize(to_json(r));
+}
 
 StatusOr<RoundRecord> round_from_json(const std::string& text, const std::string& what) {
   ATOLL_ASSIGN_OR_RETURN(json::object o, parse_object(text, what));
@@ -325,13 +384,17 @@ Store::Store(std::string dir, StoreOptions options)
     : dir_(std::move(dir)), options_(options), wal_limit_(kMinWalBytes) {}
 
 Store::~Store() {
-  cfs_.clear();  // handles before the DB
-  if (db_) db_->Close();
+  close_db();
 }
 
 StatusOr<std::unique_ptr<Store>> Store::open(const std::string& dir, StoreOptions options) {
   if (options.keep_params < 1) return InvalidArgument("store: keep_params must be >= 1");
   std::unique_ptr<Store> store(new Store(dir, options));
+  ATOLL_RETURN_IF_ERROR(store->open_db());
+  return store;
+}
+
+Status Store::open_db() {
   rocksdb::DBOptions db_opts;
   db_opts.create_if_missing = true;
   db_opts.create_missing_column_families = true;
@@ -344,10 +407,16 @@ StatusOr<std::unique_ptr<Store>> Store::open(const std::string& dir, StoreOption
   // 4 × the memtables, gigabytes). fit_wal_to() raises the cap to a few commits of the
   // experiment's size; flushes then leave the live θ versions only, and compactions drop the
   // versions deleted since.
-  db_opts.max_total_wal_size = kMinWalBytes;
-  db_opts.keep_log_file_num = 2;             // RocksDB's own LOG files ...
-  db_opts.max_log_file_size = 512 << 10;     // ... of at most this many bytes
+  db_opts.max_total_wal_size = wal_limit_;
   db_opts.max_manifest_file_size = 1 << 20;  // then a new MANIFEST replaces it
+  // The WAL holds everything the memtables do; closing after a failed write must not flush.
+  db_opts.avoid_flush_during_shutdown = true;
+  {
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);  // for the log; Open reports what fails
+    db_opts.info_log = std::make_shared<StoreLog>(dir_);
+  }
+  db_opts.listeners.push_back(std::make_shared<ManualRecoveryOnly>());
   std::vector<rocksdb::ColumnFamilyDescriptor> descs;
   descs.emplace_back(rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions());
   for (const auto& n : column_family_names()) {
@@ -363,23 +432,42 @@ StatusOr<std::unique_ptr<Store>> Store::open(const std::string& dir, StoreOption
   }
   std::vector<rocksdb::ColumnFamilyHandle*> raw;
   rocksdb::DB* db = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(db_opts, dir, descs, &raw, &db);
+  rocksdb::Status s = rocksdb::DB::Open(db_opts, dir_, descs, &raw, &db);
   if (!s.ok()) {
     std::string msg = s.ToString();
     if (s.IsIOError() && msg.find("lock") != std::string::npos)
-      return Unavailable("store " + dir + " is in use by another process (" + msg + ")");
-    return IoError("cannot open store " + dir + ": " + msg);
+      return Unavailable("store " + dir_ + " is in use by another process (" + msg + ")");
+    return IoError("cannot open store " + dir_ + ": " + msg);
   }
-  store->db_.reset(db);
+  db_.reset(db);
   // raw[0] is the default CF; we keep only our own.
   for (size_t i = 0; i < raw.size(); ++i) {
     if (i == 0) {
       db->DestroyColumnFamilyHandle(raw[i]);
       continue;
     }
-    store->cfs_.emplace_back(raw[i], HandleDeleter{db});
+    cfs_.emplace_back(raw[i], HandleDeleter{db});
   }
-  return store;
+  return Status::Ok();
+}
+
+void Store::close_db() {
+  cfs_.clear();  // handles before the DB
+  if (db_) db_->Close();
+  db_.reset();
+}
+
+Status Store::not_open(const std::string& what) const {
+  return IoError("store at " + dir_ +
+                 " is closed after a failed write and could not be opened "
+                 "again yet: " +
+                 what);
+}
+
+Status Store::write(rocksdb::WriteBatch& batch, bool sync, const std::string& what) {
+  rocksdb::WriteOptions wo;
+  wo.sync = sync;
+  return written(db_->Write(wo, &batch), what);
 }
 
 Status Store::written(const rocksdb::Status& s, const std::string& what) {
@@ -396,9 +484,14 @@ Status Store::written(const rocksdb::Status& s, const std::string& what) {
 }
 
 Status Store::recover() {
-  const rocksdb::Status s = db_->Resume();
-  if (s.ok()) return Status::Ok();
-  return IoError("store at " + dir_ + " cannot resume writing: " + s.ToString());
+  // RocksDB refuses writes after a failed one, and its own way back (DB::Resume) can wait
+  // forever on a flush that failed: close the store and open it again, which replays the WAL
+  // (RocksDB keeps its records until a flush succeeds) and starts a new one.
+  std::unique_lock<std::shared_mutex> lk(db_mu_);
+  close_db();
+  Status st = open_db();
+  if (!st.ok()) full_ = true;  // most likely still no space for the recovery's flush
+  return st;
 }
 
 void Store::fit_wal_to(uint64_t commit_bytes) {
@@ -407,6 +500,23 @@ void Store::fit_wal_to(uint64_t commit_bytes) {
   const uint64_t want = std::max<uint64_t>(kMinWalBytes, kWalCommits * commit_bytes);
   if (want <= wal_limit_) return;
   if (db_->SetDBOptions({{"max_total_wal_size", std::to_string(want)}}).ok()) wal_limit_ = want;
+}
+
+void Store::keep_wal_within(uint64_t commit_bytes) {
+  // RocksDB starts a flush once the WAL passes its cap, but does not wait for it: commits that
+  // come faster than flushes (many a second) would grow the WAL past the cap meanwhile. More
+  // than one commit over it means the flush lags: wait for one here (rare; a flush of the kept
+  // θ versions takes about as long as writing them).
+  rocksdb::VectorLogPtr wals;
+  if (!db_->GetSortedWalFiles(wals).ok()) return;
+  uint64_t bytes = 0;
+  for (const auto& w : wals) bytes += w->SizeFileBytes();
+  if (bytes <= wal_limit_ + commit_bytes) return;
+  std::vector<rocksdb::ColumnFamilyHandle*> all;
+  for (const auto& h : cfs_) all.push_back(h.get());
+  rocksdb::FlushOptions f;
+  f.wait = true;
+  (void)db_->Flush(f, all);  // a failure shows in the next write
 }
 
 void Store::compact_small_families() {
@@ -419,6 +529,8 @@ void Store::compact_small_families() {
 }
 
 Status Store::get(Cf cf, const std::string& key, std::string* value) const {
+  std::shared_lock<std::shared_mutex> lk(db_mu_);
+  if (!db_) return not_open("read " + column_family_names()[cf] + "/" + key);
   rocksdb::ReadOptions ro;
   ro.verify_checksums = true;
   return from_rocks(db_->Get(ro, cfs_[cf].get(), key, value),
@@ -426,6 +538,8 @@ Status Store::get(Cf cf, const std::string& key, std::string* value) const {
 }
 
 StatusOr<std::vector<std::string>> Store::scan_prefix(Cf cf, const std::string& prefix) const {
+  std::shared_lock<std::shared_mutex> lk(db_mu_);
+  if (!db_) return not_open("scan " + column_family_names()[cf]);
   rocksdb::ReadOptions ro;
   ro.verify_checksums = true;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cfs_[cf].get()));
@@ -448,20 +562,21 @@ Status Store::create_experiment(const ExperimentRecord& record, std::span<const 
     return InvalidArgument("create_experiment: numel " + std::to_string(record.numel) +
                            " != θ size " + std::to_string(theta0.size()));
   const std::string key = round_key(record.id, record.current_round);
+  std::shared_lock<std::shared_mutex> db_lock(db_mu_);
+  if (!db_) return not_open("create experiment " + record.id);
   fit_wal_to(2 * blob_batch_bytes(theta0, key));  // θ and, from the first commit, momentum
   rocksdb::WriteBatch batch(blob_batch_bytes(theta0, key) + 4096);
   put_blob(batch, cfs_[kParams].get(), key, theta0);
   batch.Put(cfs_[kExperiments].get(), record.id, experiment_to_json(record));
-  rocksdb::WriteOptions wo;
-  wo.sync = options_.sync;
-  return written(db_->Write(wo, &batch), "create experiment " + record.id);
+  return write(batch, options_.sync, "create experiment " + record.id);
 }
 
 Status Store::put_experiment(const ExperimentRecord& record) {
-  rocksdb::WriteOptions wo;
-  wo.sync = options_.sync;
-  return written(db_->Put(wo, cfs_[kExperiments].get(), record.id, experiment_to_json(record)),
-                    "put experiment " + record.id);
+  std::shared_lock<std::shared_mutex> db_lock(db_mu_);
+  if (!db_) return not_open("put experiment " + record.id);
+  rocksdb::WriteBatch batch;
+  batch.Put(cfs_[kExperiments].get(), record.id, experiment_to_json(record));
+  return write(batch, options_.sync, "put experiment " + record.id);
 }
 
 StatusOr<ExperimentRecord> Store::load_experiment(const std::string& id) const {
@@ -474,6 +589,8 @@ StatusOr<ExperimentRecord> Store::load_experiment(const std::string& id) const {
 }
 
 StatusOr<std::vector<std::string>> Store::list_experiments() const {
+  std::shared_lock<std::shared_mutex> db_lock(db_mu_);
+  if (!db_) return not_open("list experiments");
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(rocksdb::ReadOptions(), cfs_[kExperiments].get()));
   std::vector<std::string> ids;
@@ -493,6 +610,8 @@ StatusOr<std::vector<float>> Store::load_params(const std::string& id, uint64_t 
 }
 
 StatusOr<std::vector<uint64_t>> Store::list_param_rounds(const std::string& id) const {
+  std::shared_lock<std::shared_mutex> db_lock(db_mu_);
+  if (!db_) return not_open("list params");
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(rocksdb::ReadOptions(), cfs_[kParams].get()));
   const std::string prefix = id + "/";
@@ -559,8 +678,10 @@ Status Store::commit_round(const ExperimentRecord& experiment, const RoundRecord
     return InvalidArgument("commit_round: θ/momentum size does not match the experiment");
   const std::string& id = experiment.id;
   const std::string theta_key = round_key(id, experiment.current_round);
-  const size_t blob_bytes = blob_batch_bytes(theta_next, theta_key) +
-                            blob_batch_bytes(momentum, id);
+  std::shared_lock<std::shared_mutex> db_lock(db_mu_);
+  if (!db_) return not_open("commit round " + std::to_string(round.round) + " of " + id);
+  const size_t blob_bytes =
+      blob_batch_bytes(theta_next, theta_key) + blob_batch_bytes(momentum, id);
   fit_wal_to(blob_bytes);
   rocksdb::WriteBatch batch(blob_bytes + 65536);
   auto* params = cfs_[kParams].get();
@@ -574,19 +695,19 @@ Status Store::commit_round(const ExperimentRecord& experiment, const RoundRecord
   put_blob(batch, cfs_[kOuterState].get(), id, momentum);
   batch.Put(cfs_[kRounds].get(), round_key(id, round.round), round_to_json(round));
   batch.Put(cfs_[kExperiments].get(), id, experiment_to_json(experiment));
-  rocksdb::WriteOptions wo;
-  wo.sync = options_.sync;
-  ATOLL_RETURN_IF_ERROR(written(db_->Write(wo, &batch),
-                                "commit round " + std::to_string(round.round) + " of " + id));
+  ATOLL_RETURN_IF_ERROR(
+      write(batch, options_.sync, "commit round " + std::to_string(round.round) + " of " + id));
+  keep_wal_within(blob_bytes);
   if (round.round % kCompactEveryRounds == kCompactEveryRounds - 1) compact_small_families();
   return Status::Ok();
 }
 
 Status Store::put_node(const std::string& experiment_id, const NodeRecord& node) {
-  rocksdb::WriteOptions wo;
-  return written(
-      db_->Put(wo, cfs_[kNodes].get(), experiment_id + "/" + node.node_id, node_to_json(node)),
-      "put node " + node.node_id);
+  std::shared_lock<std::shared_mutex> db_lock(db_mu_);
+  if (!db_) return not_open("put node " + node.node_id);
+  rocksdb::WriteBatch batch;
+  batch.Put(cfs_[kNodes].get(), experiment_id + "/" + node.node_id, node_to_json(node));
+  return write(batch, false, "put node " + node.node_id);
 }
 
 StatusOr<std::vector<NodeRecord>> Store::list_nodes(const std::string& experiment_id) const {
@@ -603,8 +724,11 @@ Status Store::put_metrics(const std::string& experiment_id, const std::string& n
                           uint64_t round, const std::string& json_text) {
   const std::string key =
       experiment_id + "/" + node_id + "/" + hex16(round) + "/" + hex16(seq_.fetch_add(1));
-  return written(db_->Put(rocksdb::WriteOptions(), cfs_[kMetrics].get(), key, json_text),
-                    "put metrics");
+  std::shared_lock<std::shared_mutex> db_lock(db_mu_);
+  if (!db_) return not_open("put metrics");
+  rocksdb::WriteBatch batch;
+  batch.Put(cfs_[kMetrics].get(), key, json_text);
+  return write(batch, false, "put metrics");
 }
 
 StatusOr<std::vector<std::string>> Store::list_metrics(const std::string& experiment_id) const {
@@ -619,8 +743,11 @@ Status Store::append_audit(const std::string& experiment_id, const std::string& 
   o["event"] = event;
   o["detail"] = detail;
   const std::string key = experiment_id + "/" + hex16(t) + "/" + hex16(seq_.fetch_add(1));
-  return written(db_->Put(rocksdb::WriteOptions(), cfs_[kAudit].get(), key, json::serialize(o)),
-                    "append audit");
+  std::shared_lock<std::shared_mutex> db_lock(db_mu_);
+  if (!db_) return not_open("append audit");
+  rocksdb::WriteBatch batch;
+  batch.Put(cfs_[kAudit].get(), key, json::serialize(o));
+  return write(batch, false, "append audit");
 }
 
 StatusOr<std::vector<std::string>> Store::list_audit(const std::string& experiment_id) const {
@@ -637,22 +764,23 @@ Status Store::delete_experiment(const std::string& id) {
   // Keys under an experiment are "<id>/..."; '0' is the byte after '/', so [<id>/, <id>0)
   // holds exactly them (ids never contain '/').
   const std::string begin = id + "/", end = id + "0";
+  std::shared_lock<std::shared_mutex> db_lock(db_mu_);
+  if (!db_) return not_open("delete experiment " + id);
   rocksdb::WriteBatch batch;
   for (Cf cf : {kNodes, kRounds, kParams, kMetrics, kAudit})
     batch.DeleteRange(cfs_[cf].get(), begin, end);
   batch.Delete(cfs_[kOuterState].get(), id);
   batch.Delete(cfs_[kExperiments].get(), id);
-  rocksdb::WriteOptions wo;
-  wo.sync = options_.sync;
-  return written(db_->Write(wo, &batch), "delete experiment " + id);
+  return write(batch, options_.sync, "delete experiment " + id);
 }
 
 Status Store::put_token(const TokenRecord& token) {
   if (token.hash.size() != 64) return InvalidArgument("token hash must be 64 hex digits");
-  rocksdb::WriteOptions wo;
-  wo.sync = options_.sync;
-  return written(db_->Put(wo, cfs_[kTokens].get(), token.hash, token_to_json(token)),
-                    "put token");
+  std::shared_lock<std::shared_mutex> db_lock(db_mu_);
+  if (!db_) return not_open("put token");
+  rocksdb::WriteBatch batch;
+  batch.Put(cfs_[kTokens].get(), token.hash, token_to_json(token));
+  return write(batch, options_.sync, "put token");
 }
 
 StatusOr<TokenRecord> Store::load_token(const std::string& hash) const {
@@ -676,9 +804,11 @@ StatusOr<std::vector<TokenRecord>> Store::list_tokens() const {
 Status Store::delete_token(const std::string& hash) {
   std::string v;
   ATOLL_RETURN_IF_ERROR(get(kTokens, hash, &v));
-  rocksdb::WriteOptions wo;
-  wo.sync = options_.sync;
-  return written(db_->Delete(wo, cfs_[kTokens].get(), hash), "delete token");
+  std::shared_lock<std::shared_mutex> db_lock(db_mu_);
+  if (!db_) return not_open("delete token");
+  rocksdb::WriteBatch batch;
+  batch.Delete(cfs_[kTokens].get(), hash);
+  return write(batch, options_.sync, "delete token");
 }
 
 }  // namespace atl::coordinator

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@ namespace rocksdb {
 class DB;
 class ColumnFamilyHandle;
 class Status;
+class WriteBatch;
 }  // namespace rocksdb
 
 namespace atl::coordinator {
@@ -160,8 +162,9 @@ class Store {
   // Whether the last write failed because the disk is full (writes then fail with IO_ERROR
   // "store at DIR is full: ..."). A later successful write clears it.
   bool full() const { return full_; }
-  // After a failed write RocksDB refuses every write until it is told to resume: try that (it
-  // flushes what it holds, so it fails again while the disk is still full).
+  // After a failed write RocksDB refuses every write: close the store and open it again (which
+  // flushes what the WAL holds, so it fails again while the disk is still full; calls meanwhile
+  // answer IO_ERROR "store at DIR is closed ..."). Waits for calls in progress.
   Status recover();
 
   const std::string& dir() const { return dir_; }
@@ -195,15 +198,25 @@ class Store {
   static constexpr uint64_t kCompactEveryRounds = 256;
 
   Store(std::string dir, StoreOptions options);
+  // db_ and cfs_ from dir_ (open_db) and back to nothing (close_db); under db_mu_ exclusively
+  // once the store is shared.
+  Status open_db();
+  void close_db();
+  Status not_open(const std::string& what) const;
+  // Writes `batch`; the caller holds db_mu_ (shared) and has checked db_.
+  Status write(rocksdb::WriteBatch& batch, bool sync, const std::string& what);
   Status get(Cf cf, const std::string& key, std::string* value) const;
   // A write's RocksDB status as one line naming the store (and `full_` set for a full disk).
   Status written(const rocksdb::Status& s, const std::string& what);
   void fit_wal_to(uint64_t commit_bytes);
+  void keep_wal_within(uint64_t commit_bytes);
   void compact_small_families();
   StatusOr<std::vector<std::string>> scan_prefix(Cf cf, const std::string& prefix) const;
 
   std::string dir_;
   StoreOptions options_;
+  // Shared by every call that uses db_ or cfs_, exclusive for recover()'s reopen.
+  mutable std::shared_mutex db_mu_;
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<Handle> cfs_;       // destroyed before db_ (declared after it)
   std::atomic<uint64_t> seq_{0};  // disambiguates metrics/audit keys written in the same ms

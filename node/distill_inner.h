@@ -109,8 +109,8 @@ class DistillInnerStep {
   int B_ = 0, T_ = 0;
   const std::atomic<bool>* stop_ = nullptr;
   std::unique_ptr<TeacherClient> client_;
-  std::unique_ptr<algorithms::distill::StudentTrainer> trainer_;  // on the CPU, or
-  std::unique_ptr<GpuStudentTrainer> gpu_trainer_;                // on a GPU, or
+  std::unique_ptr<algorithms::distill::StudentTrainer> trainer_;    // on the CPU, or
+  std::unique_ptr<GpuStudentTrainer> gpu_trainer_;                  // on a GPU, or
   std::unique_ptr<algorithms::distill::DistillTrainer> colocated_;  // with the teacher here
   const algorithms::ParamSet* teacher_params_ = nullptr;            // co-located only
   // The prefetch in flight: targets of (pending_step_, pending_tokens_).

@@ -452,9 +452,8 @@ StatusOr<bool> SiteWorker::start_from_snapshot(const Task& cur) {
   // Streaming DiLoCo: θ_local is the previous round's; its overlapped steps, then the merge of
   // the synced fragment of θ_r, exactly as in the first attempt.
   Tally overlap{Clock::now()};
-  ATOLL_ASSIGN_OR_RETURN(
-      const uint32_t trained,
-      train_steps(round, cur.global_step(), 0, at_start_->overlap_steps, overlap));
+  ATOLL_ASSIGN_OR_RETURN(const uint32_t trained, train_steps(round, cur.global_step(), 0,
+                                                             at_start_->overlap_steps, overlap));
   sync_->merge(*local_, theta_->params());
   pre_steps_ = trained;
   pre_loss_ = overlap.loss_sum;

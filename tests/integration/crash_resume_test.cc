@@ -60,9 +60,8 @@ std::vector<std::string> with_kills(const std::string& toml, int kills, std::str
   for (int k = 0; k < kills; ++k) {
     const int round = 2 + 3 * k;
     std::string text;
-    EXPECT_TRUE(wait_for_log(c.dir / log_name,
-                             std::regex("round_started " + std::to_string(round) + ":"), 90s,
-                             &text))
+    EXPECT_TRUE(wait_for_log(
+        c.dir / log_name, std::regex("round_started " + std::to_string(round) + ":"), 90s, &text))
         << text;
     if (::testing::Test::HasFailure()) return {};
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
