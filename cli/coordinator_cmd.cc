@@ -31,7 +31,15 @@ void print_event(const coordinator::Event& e, double val_bpb) {
                     e.record->bytes_down, e.record->duration_s,
                     e.record->params_fingerprint.substr(0, 16).c_str());
         if (val_bpb >= 0) std::printf(" | val bpb %.4f", val_bpb);
+        if (e.record->skipped) std::printf(" | SKIPPED: no update could be applied");
         std::printf("\n");
+        // Screening (docs/coordinator.md): each update clipped or left out, with its norm.
+        for (const auto& p : e.record->participants)
+          if (p.screen == "clipped" || p.screen == "dropped")
+            std::printf("round %" PRIu64
+                        " update from %s %s: norm %.4g, limit %.4g (median %.4g)\n",
+                        e.round, p.node_id.c_str(), p.screen.c_str(), p.norm, e.record->norm_limit,
+                        e.record->median_norm);
       }
       break;
     case K::kMetrics:

@@ -85,6 +85,7 @@ struct RunningCoordinator {
   std::unique_ptr<coordinator::CoordinatorServer> server;  // null when listen is ""
   std::unique_ptr<coordinator::http::HttpServer> http;  // null without a dashboard
   algorithms::ModelConfig model;
+  std::string store_dir;  // the launch's store directory
   ~RunningCoordinator();  // dashboard, gRPC server, services, manager, router, store, refusal log
 };
 
@@ -96,8 +97,10 @@ std::string find_tree_dir(const std::string& relative);
 StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const CoordinatorLaunch& launch);
 
 // With a dashboard: prints "dashboard: URL" and, when `always` or the store holds no token yet,
-// creates an admin token labelled `label` and prints "token: atl_..." (shown once). Without a
-// dashboard it does nothing.
+// creates an admin token labelled `label`, writes it to STORE/admin-token (mode 0600) and prints
+// "token file: PATH". The token itself is printed ("token: atl_...", shown once) only by the
+// demos (`always`) or when stdout is a terminal, so that a coordinator's log never holds it.
+// Without a dashboard it does nothing.
 Status announce_dashboard(RunningCoordinator& rc, const std::string& label, bool always);
 
 }  // namespace atl::cli

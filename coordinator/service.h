@@ -13,6 +13,7 @@
 
 #include "coordinator/engine_types.h"
 #include "coordinator/experiment_config.h"
+#include "coordinator/rate_limit.h"
 #include "coordinator/round_engine.h"
 #include "coordinator/store.h"
 #include "kernels/core/status.h"
@@ -40,6 +41,9 @@ struct ServiceOptions {
   PayloadDecoder decode;
   // Slack over numel·4 bytes accepted for encoded payloads (headers of compressed codecs).
   uint64_t payload_slack_bytes = 1 << 16;
+  // ReportMetrics per node: a node reports once per round; beyond this it gets
+  // RESOURCE_EXHAUSTED before anything is parsed or stored.
+  RateLimit metrics_rate{.burst = 20.0, .per_second = 5.0};
 };
 
 class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
@@ -97,8 +101,9 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
                                 atoll_pb::v1::ImportanceAck* resp) override;
 
  private:
-  CoordinatorService(IdentitySource identity, std::unique_ptr<RoundEngine> engine)
-      : identity_(identity), engine_(std::move(engine)) {}
+  CoordinatorService(IdentitySource identity, std::unique_ptr<RoundEngine> engine,
+                     RateLimit metrics_rate)
+      : identity_(identity), engine_(std::move(engine)), metrics_limiter_(metrics_rate) {}
 
   // Identity of the caller (see IdentitySource); `join_name` only for Join.
   StatusOr<std::string> caller(const grpc::ServerContext& ctx, const std::string* join_name) const;
@@ -109,6 +114,7 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
 
   const IdentitySource identity_;
   const std::unique_ptr<RoundEngine> engine_;
+  RateLimiter metrics_limiter_;  // ReportMetrics, per node
 };
 
 }  // namespace atl::coordinator

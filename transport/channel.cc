@@ -1,15 +1,24 @@
 #include "transport/channel.h"
 
 #include <grpcpp/create_channel.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/support/channel_arguments.h>
 
 #include "transport/grpc_status.h"
 
 namespace atl::transport {
 
-void apply_server_limits(grpc::ServerBuilder& builder) {
+void apply_server_limits(grpc::ServerBuilder& builder, const ServerLimits& limits) {
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(limits.handshake_timeout.count()));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             static_cast<int>(limits.max_connection_idle.count()));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams);
+  grpc::ResourceQuota quota("atoll-server");
+  quota.SetMaxThreads(limits.max_threads);
+  builder.SetResourceQuota(quota);
 }
 
 std::shared_ptr<grpc::Channel> create_channel(const std::string& target, const ClientTls& tls) {

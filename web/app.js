@@ -414,6 +414,13 @@ function renderSubnets(x, data) {
       })));
   }));
 }
+// A round's participant: its id, and what screening did with its update (docs/coordinator.md,
+// "Screening and robust aggregation").
+function participantLabel(p) {
+  if (!p.pushed) return `${p.node_id} (missed)`;
+  if (p.screen === 'clipped' || p.screen === 'dropped') return `${p.node_id} (${p.screen}, norm ${p.norm == null ? "–" : Number(p.norm).toPrecision(3)})`;
+  return p.node_id;
+}
 function renderRounds(data) {
   const rounds = data.rounds;
   const maxD = Math.max(1e-9, ...rounds.map(r => r.duration_s || 0));
@@ -430,8 +437,9 @@ function renderRounds(data) {
   timeline.scrollLeft = timeline.scrollWidth;
   const recent = rounds.slice(-25).reverse();
   $('#rounds-table tbody').replaceChildren(...recent.map(r => el('tr', {},
-    el('td', { class: 'num' }, r.round),
-    el('td', {}, r.participants.map(p => p.pushed ? p.node_id : `${p.node_id} (missed)`).join(', ')),
+    el('td', { class: 'num', title: r.skipped ? 'no update could be applied: θ unchanged' : '' },
+      r.skipped ? `${r.round} (skipped)` : r.round),
+    el('td', {}, r.participants.map(participantLabel).join(', ')),
     el('td', { class: 'num' }, fmtNum(r.mean_loss)),
     el('td', { class: 'num' }, fmtCount(r.tokens)),
     el('td', { class: 'num' }, `${fmtBytes(r.bytes_up)} / ${fmtBytes(r.bytes_down)}`),
