@@ -190,9 +190,19 @@ double lower_median_of(std::vector<double> values) {
   return values[(values.size() - 1) / 2];
 }
 
+double reference_norm(const std::vector<double>& norms) {
+  // Zero updates (a Hydra site whose subnetwork got no gradient, a node with nothing to add)
+  // say nothing about the round's scale and cannot be too large: they are left out, so that
+  // they cannot pull the limit down to 0.
+  std::vector<double> scale;
+  for (double n : norms)
+    if (n > 0 && std::isfinite(n)) scale.push_back(n);
+  return lower_median_of(std::move(scale));
+}
+
 ScreenDecision screen_norms(const std::vector<double>& norms, const ScreenOptions& o) {
   ScreenDecision d;
-  d.median_norm = lower_median_of(norms);
+  d.median_norm = reference_norm(norms);
   d.actions.assign(norms.size(), ScreenAction::kKept);
   d.limit = std::numeric_limits<double>::infinity();
   if (o.mode == ScreenMode::kOff) return d;
@@ -241,7 +251,7 @@ Status aggregate_robust(const std::vector<Update>& updates, const AggregatorOpti
     case AggregatorKind::kClippedMean: {
       std::vector<double> norms;
       for (const Update& u : updates) norms.push_back(l2_norm(u.delta));
-      const double limit = o.clip_multiple * lower_median_of(norms);
+      const double limit = o.clip_multiple * reference_norm(norms);
       std::vector<double> scale(updates.size(), 1.0);
       for (size_t i = 0; i < updates.size(); ++i)
         if (norms[i] > limit) scale[i] = limit / norms[i];

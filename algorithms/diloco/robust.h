@@ -5,9 +5,10 @@
 // Screening. nᵢ = ‖Δᵢ‖₂ (in double, element order). The round's limit is
 //   L = min(norm_multiple × med(n), max_norm)      (max_norm = 0: no absolute bound)
 // and an update with nᵢ > L is clipped (Δᵢ ← Δᵢ · L/nᵢ) or dropped. med is the LOWER median
-// (element ⌈k/2⌉ of the sorted norms): with two updates, one of them alone cannot raise the
-// limit above 10× the other (with the mean of the two middle norms a single huge update would
-// always be under 10× the median). Updates at or under L are left bit for bit untouched, so
+// (element ⌈k/2⌉ of the sorted norms) of the non-zero norms: with two updates, one of them alone
+// cannot raise the limit above 10× the other (with the mean of the two middle norms a single
+// huge update would always be under 10× the median), and zero updates (which cannot be too
+// large) do not pull the limit down to 0. Updates at or under L are left bit for bit untouched, so
 // screening costs an honest run nothing but the norms.
 //
 // Aggregators (all deterministic: updates sorted by node id, per-element sums in double in a
@@ -64,12 +65,16 @@ double l2_norm(std::span<const float> v);
 // one for an odd count and the smaller middle one for an even count; 0 when empty.
 double lower_median_of(std::vector<double> values);
 
+// The round's reference norm: the lower median of the non-zero finite norms (0 when none).
+// Screening and clipped-mean measure updates against it.
+double reference_norm(const std::vector<double>& norms);
+
 // What screening decided for one update.
 enum class ScreenAction { kKept, kClipped, kDropped };
 const char* screen_action_name(ScreenAction action);  // "kept", "clipped", "dropped"
 
 struct ScreenDecision {
-  double median_norm = 0.0;           // lower median of the norms
+  double median_norm = 0.0;           // lower median of the non-zero norms (0: none)
   double limit = 0.0;                 // L; +inf when screening is off
   std::vector<ScreenAction> actions;  // one per norm, in the same order
 };

@@ -64,7 +64,7 @@ Status aggregate_masked_robust(const std::vector<MaskedUpdate>& updates, const A
     case AggregatorKind::kClippedMean: {
       std::vector<double> norms;
       for (const auto& u : updates) norms.push_back(l2_norm(u.values));
-      const double limit = o.clip_multiple * lower_median_of(norms);
+      const double limit = o.clip_multiple * reference_norm(norms);
       std::vector<std::vector<float>> scaled(updates.size());
       std::vector<MaskedUpdate> views = updates;
       for (size_t i = 0; i < updates.size(); ++i) {

@@ -82,6 +82,17 @@ TEST(RobustScreen, TwoUpdatesOneHugeIsClippedToTenTimesTheOther) {
   EXPECT_EQ(screen_norms({1e30}, ScreenOptions{}).actions[0], ScreenAction::kKept);
 }
 
+TEST(RobustScreen, ZeroUpdatesDoNotPullTheLimitDown) {
+  // Two Hydra sites with nothing to train send Δ = 0: the limit comes from the others.
+  ScreenDecision d = screen_norms({0.0, 0.0, 0.09, 0.16}, ScreenOptions{});
+  EXPECT_EQ(d.median_norm, 0.09);
+  EXPECT_DOUBLE_EQ(d.limit, 0.9);
+  for (ScreenAction a : d.actions) EXPECT_EQ(a, ScreenAction::kKept);
+  // Only zeros: nothing to screen.
+  d = screen_norms({0.0, 0.0}, ScreenOptions{});
+  for (ScreenAction a : d.actions) EXPECT_EQ(a, ScreenAction::kKept);
+}
+
 TEST(RobustScreen, NormOfHugeFloatsIsFinite) {
   const std::vector<float> v(1000, 3e38f);
   const double n = l2_norm(v);
