@@ -34,6 +34,13 @@ std::optional<std::string> event_line(const coordinator::Event& e, double val_bp
           e.round, e.record->mean_loss, e.record->tokens, e.record->bytes_up, e.record->bytes_down,
           e.record->duration_s, e.record->params_fingerprint.substr(0, 16).c_str());
       if (val_bpb >= 0) line += format_line(" | val bpb %.4f", val_bpb);
+      if (e.record->skipped) line += " | SKIPPED: no update could be applied";
+      // Screening (docs/coordinator.md): each update clipped or left out, with its norm.
+      for (const auto& p : e.record->participants)
+        if (p.screen == "clipped" || p.screen == "dropped")
+          line += format_line(" | update from %s %s: norm %.4g, limit %.4g (median %.4g)",
+                              p.node_id.c_str(), p.screen.c_str(), p.norm, e.record->norm_limit,
+                              e.record->median_norm);
       return line;
     }
     case K::kMetrics:

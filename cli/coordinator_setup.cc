@@ -13,6 +13,7 @@
 #include "transport/channel.h"
 #include "transport/tls/ca.h"
 #include "transport/tls/credentials.h"
+#include "transport/tls/openssl_util.h"
 
 namespace atl::cli {
 
@@ -171,6 +172,7 @@ StatusOr<std::vector<float>> initial_theta_from_checkpoint(const std::string& pa
 
 StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const CoordinatorLaunch& l) {
   auto rc = std::make_unique<RunningCoordinator>();
+  rc->store_dir = l.store_dir;
   rc->model = model_config_of(l.config);
   ATOLL_RETURN_IF_ERROR(algorithms::validate(rc->model));
   if (l.config.train.codec != "none") {
@@ -286,13 +288,20 @@ Status announce_dashboard(RunningCoordinator& rc, const std::string& label, bool
                           const std::function<void(const std::string&)>& say) {
   if (!rc.http) return Status::Ok();
   std::string token;
+  const bool demo = always;
   if (!always) {
     ATOLL_ASSIGN_OR_RETURN(std::vector<coordinator::TokenRecord> tokens, rc.store->list_tokens());
     always = tokens.empty();
   }
+  std::string token_file;
   if (always) {
     ATOLL_ASSIGN_OR_RETURN(
         token, coordinator::http::create_token(*rc.store, coordinator::http::Role::kAdmin, label));
+    // Owner-only, replacing what an earlier bootstrap of this store left.
+    token_file = rc.store_dir + "/admin-token";
+    std::error_code ec;
+    std::filesystem::remove(token_file, ec);
+    ATOLL_RETURN_IF_ERROR(transport::ossl::write_new_file(token_file, token + "\n", 0600));
   }
   auto line = [&say](const std::string& text) {
     if (say) {
@@ -302,7 +311,9 @@ Status announce_dashboard(RunningCoordinator& rc, const std::string& label, bool
     }
   };
   line("dashboard: " + rc.http->url());
-  if (!token.empty()) line("token: " + token);
+  if (token.empty()) return Status::Ok();
+  line("token file: " + token_file + " (the admin token, mode 0600)");
+  if (demo || ::isatty(STDOUT_FILENO)) line("token: " + token);
   return Status::Ok();
 }
 

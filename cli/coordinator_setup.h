@@ -96,6 +96,7 @@ struct RunningCoordinator {
   std::unique_ptr<coordinator::http::HttpServer> http;  // null without a dashboard
   std::unique_ptr<transport::metrics::HttpExporter> metrics_http;  // null without metrics_listen
   algorithms::ModelConfig model;
+  std::string store_dir;  // the launch's store directory
   // Metrics listener, dashboard, gRPC server, services, manager, metrics, router, store,
   // refusal log.
   ~RunningCoordinator();
@@ -109,8 +110,10 @@ std::string find_tree_dir(const std::string& relative);
 StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const CoordinatorLaunch& launch);
 
 // With a dashboard: prints "dashboard: URL" and, when `always` or the store holds no token yet,
-// creates an admin token labelled `label` and prints "token: atl_..." (shown once). Without a
-// dashboard it does nothing. `say` (default: a line on stdout) prints each line.
+// creates an admin token labelled `label`, writes it to STORE/admin-token (mode 0600) and prints
+// "token file: PATH". The token itself is printed ("token: atl_...", shown once) only by the
+// demos (`always`) or when stdout is a terminal, so that a coordinator's log never holds it.
+// Without a dashboard it does nothing. `say` (default: a line on stdout) prints each line.
 Status announce_dashboard(RunningCoordinator& rc, const std::string& label, bool always,
                           const std::function<void(const std::string&)>& say = {});
 

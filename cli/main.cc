@@ -1,4 +1,6 @@
 // atoll: one binary, one subcommand per job.
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -19,19 +21,22 @@ struct Command {
   const char* name;
   int (*run)(const Args&);
   const char* help;
+  // Writes a coordinator store (θ, configs, token hashes, the audit log): everything the process
+  // creates is owner-only (umask 077), including the SST files RocksDB writes later.
+  bool private_files = false;
 };
 
 const Command kCommands[] = {
-    {"demo", cmd_demo, "DiLoCo across 4 local sites over mTLS gRPC (Atoll's main job)"},
+    {"demo", cmd_demo, "DiLoCo across 4 local sites over mTLS gRPC (Atoll's main job)", true},
     {"simulate", cmd_simulate,
-     "the demo's experiment with N virtual sites in this process (same θ, bit for bit)"},
+     "the demo's experiment with N virtual sites in this process (same θ, bit for bit)", true},
     {"train", cmd_train, "train a model on one site"},
     {"generate", cmd_generate, "sample text from a checkpoint"},
     {"eval", cmd_eval, "validation bits per byte of a checkpoint (--json: one JSON line)"},
     {"ca", cmd_ca, "experiment certificate authority: `ca init`, `ca issue`"},
-    {"coordinator", cmd_coordinator, "run a coordinator"},
+    {"coordinator", cmd_coordinator, "run a coordinator", true},
     {"node", cmd_node, "run a node that joins a coordinator"},
-    {"token", cmd_token, "dashboard/API tokens: `token create --role viewer|admin`"},
+    {"token", cmd_token, "dashboard/API tokens: `token create --role viewer|admin`", true},
     {"bench", cmd_bench, "benchmarks: `bench train`, `bench sgemm`, `bench codecs`"},
 };
 
@@ -55,8 +60,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   Args args(argv + 2, argv + argc);
-  for (const auto& c : kCommands)
-    if (!std::strcmp(argv[1], c.name)) return c.run(args);
+  for (const auto& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    if (c.private_files) ::umask(077);
+    return c.run(args);
+  }
   std::fprintf(stderr, "atoll: unknown command '%s' (run `atoll --help` for the list)\n", argv[1]);
   return 2;
 }

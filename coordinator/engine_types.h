@@ -17,6 +17,17 @@ namespace atl::coordinator {
 
 using Clock = std::chrono::steady_clock;
 
+// a + b and a · b, saturating at 2^64 − 1 instead of wrapping: token counts come from the
+// network and are summed over nodes and rounds.
+inline uint64_t add_saturating(uint64_t a, uint64_t b) {
+  uint64_t s = 0;
+  return __builtin_add_overflow(a, b, &s) ? UINT64_MAX : s;
+}
+inline uint64_t mul_saturating(uint64_t a, uint64_t b) {
+  uint64_t p = 0;
+  return __builtin_mul_overflow(a, b, &p) ? UINT64_MAX : p;
+}
+
 // Progress and lifecycle, delivered in order on the engine's event thread.
 struct Event {
   enum class Kind {

@@ -301,6 +301,33 @@ Status validate_experiment_config(const ExperimentConfig& c, std::string_view sr
                        "trains in fp32 only; set train.precision = \"fp32\" or use "
                        "algorithm = \"diloco\"");
 
+  const RobustSection& rb = c.robust;
+  if (!algorithms::parse_screen_mode(rb.screen).ok())
+    return range_error(src, "robust.screen", "\"" + rb.screen + "\"",
+                       "must be \"clip\", \"drop\" or \"off\"");
+  if (!(rb.norm_multiple >= 1))
+    return range_error(src, "robust.norm_multiple", d(rb.norm_multiple),
+                       "must be >= 1 (the limit is this multiple of the median update norm)");
+  if (!(rb.max_norm >= 0))
+    return range_error(src, "robust.max_norm", d(rb.max_norm),
+                       "must be >= 0 (0 = no absolute bound)");
+  const auto aggregator = algorithms::parse_aggregator(rb.aggregator);
+  if (!aggregator.ok())
+    return range_error(src, "robust.aggregator", "\"" + rb.aggregator + "\"",
+                       "must be \"mean\", \"clipped-mean\", \"trimmed-mean\", \"median\" or "
+                       "\"krum\"");
+  if (!(rb.clip_multiple > 0))
+    return range_error(src, "robust.clip_multiple", d(rb.clip_multiple), "must be > 0");
+  if (!(rb.trim_fraction >= 0 && rb.trim_fraction < 0.5))
+    return range_error(src, "robust.trim_fraction", d(rb.trim_fraction), "must be in [0, 0.5)");
+  if (rb.krum_keep < 1)
+    return range_error(src, "robust.krum_keep", u(rb.krum_keep),
+                       "must be >= 1 (1 = Krum, more = Multi-Krum)");
+  if (c.is_hydra() && *aggregator == algorithms::AggregatorKind::kKrum)
+    return range_error(src, "robust.aggregator", "\"krum\"",
+                       "cannot be used with algorithm = \"hydra\" (its sites train different "
+                       "elements); use \"median\" or \"trimmed-mean\"");
+
   const DataSection& a = c.data;
   if (a.source != "brown" && a.source != "text" && a.source != "tokens")
     return range_error(src, "data.source", "\"" + a.source + "\"",
@@ -344,7 +371,8 @@ StatusOr<ExperimentConfig> parse_experiment_config(std::string_view text, std::s
   root = std::move(r).table();
 #endif
   ExperimentConfig c;
-  const std::vector<std::string> subtables = {"model", "train", "diloco", "hydra", "data"};
+  const std::vector<std::string> subtables = {"model", "train", "diloco",
+                                              "hydra", "data",  "robust"};
   const std::vector<Table> schemas = {
       {"", {{"name", str(&c.name)}, {"seed", u64(&c.seed)}, {"algorithm", str(&c.algorithm)}}},
       {"model",
@@ -399,6 +427,15 @@ StatusOr<ExperimentConfig> parse_experiment_config(std::string_view text, std::s
         {"importance_batches", u32(&c.hydra.importance_batches)},
         {"min_train_share", f64(&c.hydra.min_train_share)},
         {"removal_penalty", f64(&c.hydra.removal_penalty)}}},
+      {"robust",
+       {{"screen", str(&c.robust.screen)},
+        {"norm_multiple", f64(&c.robust.norm_multiple)},
+        {"max_norm", f64(&c.robust.max_norm)},
+        {"aggregator", str(&c.robust.aggregator)},
+        {"clip_multiple", f64(&c.robust.clip_multiple)},
+        {"trim_fraction", f64(&c.robust.trim_fraction)},
+        {"krum_byzantine", u32(&c.robust.krum_byzantine)},
+        {"krum_keep", u32(&c.robust.krum_keep)}}},
       {"data",
        {{"source", str(&c.data.source)},
         {"paths", str_list(&c.data.paths)},
@@ -481,7 +518,13 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\n\n[data]\nsource = " << q(c.data.source) << "\npaths = [";
   for (size_t i = 0; i < c.data.paths.size(); ++i) o << (i ? ", " : "") << q(c.data.paths[i]);
   o << "]\ntokenizer = " << q(c.data.tokenizer) << "\nsplit = " << q(c.data.split)
-    << "\nval_fraction = " << f(c.data.val_fraction) << "\n";
+    << "\nval_fraction = " << f(c.data.val_fraction) << "\n\n[robust]\nscreen = "
+    << q(c.robust.screen) << "\nnorm_multiple = " << f(c.robust.norm_multiple)
+    << "\nmax_norm = " << f(c.robust.max_norm) << "\naggregator = " << q(c.robust.aggregator)
+    << "\nclip_multiple = " << f(c.robust.clip_multiple)
+    << "\ntrim_fraction = " << f(c.robust.trim_fraction)
+    << "\nkrum_byzantine = " << c.robust.krum_byzantine << "\nkrum_keep = " << c.robust.krum_keep
+    << "\n";
   return o.str();
 }
 
@@ -504,6 +547,24 @@ algorithms::ModelConfig model_config(const ExperimentConfig& cfg) {
   m.moe_aux_coef = cfg.model.moe_aux_coef;
   m.moe_z_coef = cfg.model.moe_z_coef;
   return m;
+}
+
+algorithms::ScreenOptions screen_options(const ExperimentConfig& cfg) {
+  algorithms::ScreenOptions o;
+  if (auto m = algorithms::parse_screen_mode(cfg.robust.screen); m.ok()) o.mode = *m;
+  o.norm_multiple = cfg.robust.norm_multiple;
+  o.max_norm = cfg.robust.max_norm;
+  return o;
+}
+
+algorithms::AggregatorOptions aggregator_options(const ExperimentConfig& cfg) {
+  algorithms::AggregatorOptions o;
+  if (auto k = algorithms::parse_aggregator(cfg.robust.aggregator); k.ok()) o.kind = *k;
+  o.clip_multiple = cfg.robust.clip_multiple;
+  o.trim_fraction = cfg.robust.trim_fraction;
+  o.krum_byzantine = cfg.robust.krum_byzantine;
+  o.krum_keep = cfg.robust.krum_keep;
+  return o;
 }
 
 algorithms::TrainerConfig trainer_config(const ExperimentConfig& cfg, int64_t total_steps) {

@@ -77,6 +77,20 @@
 //   split = "genre"            # "genre": sites hold different genres (non-IID); "iid"
 //   val_fraction = 0.05        # in (0, 0.5]: documents held out for validation
 //
+//   [robust]                   # screening and aggregation of updates (docs/coordinator.md)
+//   screen = "clip"            # "clip", "drop" or "off": an update whose L2 norm exceeds the
+//                              # round's limit is scaled down to it, or left out
+//   norm_multiple = 10.0       # ≥ 1: limit = norm_multiple × the (lower) median norm of the
+//                              # round's updates
+//   max_norm = 0.0             # ≥ 0: also limit = min(limit, max_norm) (0 = no absolute bound)
+//   aggregator = "mean"        # "mean" (token-weighted), "clipped-mean", "trimmed-mean",
+//                              # "median" or "krum" (not with Hydra)
+//   clip_multiple = 1.0        # > 0, clipped-mean: each Δ scaled to ≤ clip_multiple × the
+//                              # (lower) median norm
+//   trim_fraction = 0.1        # in [0, 0.5), trimmed-mean: share cut at each end per element
+//   krum_byzantine = 1         # ≥ 0, krum: f, Byzantine sites tolerated
+//   krum_keep = 1              # ≥ 1, krum: 1 = Krum, m > 1 = Multi-Krum (mean of the m best)
+//
 // Unknown keys and bad values are errors: one line naming the key and the fix.
 #pragma once
 
@@ -85,6 +99,7 @@
 #include <string_view>
 #include <vector>
 
+#include "algorithms/diloco/robust.h"
 #include "algorithms/model/llama.h"
 #include "algorithms/optim/inner_trainer.h"
 #include "kernels/core/status.h"
@@ -155,6 +170,17 @@ struct HydraSection {
   double removal_penalty = 10.0;
 };
 
+struct RobustSection {
+  std::string screen = "clip";
+  double norm_multiple = 10.0;
+  double max_norm = 0.0;
+  std::string aggregator = "mean";
+  double clip_multiple = 1.0;
+  double trim_fraction = 0.1;
+  uint32_t krum_byzantine = 1;
+  uint32_t krum_keep = 1;
+};
+
 struct DataSection {
   std::string source = "brown";
   std::vector<std::string> paths;
@@ -171,6 +197,7 @@ struct ExperimentConfig {
   TrainSection train;
   DilocoSection diloco;
   HydraSection hydra;
+  RobustSection robust;
   DataSection data;
   bool is_hydra() const { return algorithm == "hydra"; }
 };
@@ -186,6 +213,10 @@ Status validate_experiment_config(const ExperimentConfig& cfg, std::string_view 
 algorithms::ModelConfig model_config(const ExperimentConfig& cfg);
 // The inner optimizer of its [train] section, with a cosine schedule of total_steps.
 algorithms::TrainerConfig trainer_config(const ExperimentConfig& cfg, int64_t total_steps);
+
+// The [robust] section as the algorithms' options (validated: parse errors cannot happen).
+algorithms::ScreenOptions screen_options(const ExperimentConfig& cfg);
+algorithms::AggregatorOptions aggregator_options(const ExperimentConfig& cfg);
 
 // Canonical TOML with every key, re-parses to an equal config (stored with the experiment).
 std::string to_toml(const ExperimentConfig& cfg);

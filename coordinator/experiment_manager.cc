@@ -382,7 +382,7 @@ StatusOr<std::vector<NodeView>> ExperimentManager::nodes(const std::string& id) 
       if (it == views.end()) continue;
       NodeView& v = it->second;
       if (p.pushed) ++v.rounds;
-      v.tokens += p.tokens;
+      v.tokens = add_saturating(v.tokens, p.tokens);  // records written before the cap
       v.bytes_up += p.bytes_up;
       v.bytes_down += p.bytes_down;
     }

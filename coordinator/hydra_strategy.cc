@@ -18,6 +18,7 @@ class HydraStrategy final : public RoundStrategy {
  public:
   explicit HydraStrategy(const ExperimentConfig& config)
       : config_(config),
+        aggregator_(aggregator_options(config)),
         outer_({static_cast<float>(config.diloco.outer_lr),
                 static_cast<float>(config.diloco.outer_momentum)}) {}
 
@@ -123,7 +124,8 @@ class HydraStrategy final : public RoundStrategy {
     for (const auto& [id, u] : updates) ups.push_back({id, u.tokens, u.indices, u.delta});
     std::vector<float> delta(theta.size());
     std::vector<uint32_t> held(theta.size());
-    ATOLL_RETURN_IF_ERROR(algorithms::hydra::aggregate_masked(ups, delta, held));
+    ATOLL_RETURN_IF_ERROR(
+        algorithms::hydra::aggregate_masked_robust(ups, aggregator_, delta, held));
     return algorithms::hydra::masked_outer_step(outer_.options(), theta, momentum, delta, held,
                                                 !has_momentum);
   }
@@ -143,6 +145,7 @@ class HydraStrategy final : public RoundStrategy {
   };
 
   const ExperimentConfig config_;
+  const algorithms::AggregatorOptions aggregator_;  // robust.aggregator (not krum: validated)
   const algorithms::OuterNesterov outer_;
   std::map<std::string, Mask> masks_;  // by node id
 };

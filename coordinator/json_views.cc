@@ -25,6 +25,8 @@ json::object to_json(const RoundRecord& r) {
     j["loss"] = json_number(p.loss);
     j["bytes_up"] = p.bytes_up;
     j["bytes_down"] = p.bytes_down;
+    j["norm"] = json_number(p.norm);
+    j["screen"] = p.screen;
     ps.push_back(std::move(j));
   }
   o["participants"] = std::move(ps);
@@ -37,6 +39,10 @@ json::object to_json(const RoundRecord& r) {
   o["params_fingerprint"] = r.params_fingerprint;
   o["momentum_fingerprint"] = r.momentum_fingerprint;
   o["committed_unix_ms"] = r.committed_unix_ms;
+  o["aggregator"] = r.aggregator;
+  o["median_norm"] = json_number(r.median_norm);
+  o["norm_limit"] = json_number(r.norm_limit);
+  o["skipped"] = r.skipped;
   return o;
 }
 

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "algorithms/diloco/outer.h"
+#include "coordinator/update_screening.h"
 
 namespace atl::coordinator {
 namespace {
@@ -72,6 +73,9 @@ RoundEngine::RoundEngine(Store& store, ExperimentConfig config, EngineOptions op
       lost_timeout_(
           seconds(config_.diloco.heartbeat_interval_s * config_.diloco.lost_after_heartbeats)),
       strategy_(std::move(strategy)),
+      max_round_tokens_(
+          mul_saturating(mul_saturating(config_.diloco.steps_per_round(), config_.train.batch_size),
+                         config_.model.seq_len)),
       pulls_(store, config_.name, std::move(policy)) {}
 
 StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
@@ -525,7 +529,7 @@ RoundEngine::Commit RoundEngine::prepare_commit_locked(Clock::time_point now) {
       p.tokens = u->second.tokens;
       p.loss = u->second.loss;
       p.bytes_up = u->second.bytes;
-      rec.tokens += p.tokens;
+      rec.tokens = add_saturating(rec.tokens, p.tokens);
       loss_weighted += p.loss * static_cast<double>(p.tokens);
     }
     rec.bytes_up += p.bytes_up;
@@ -534,6 +538,7 @@ RoundEngine::Commit RoundEngine::prepare_commit_locked(Clock::time_point now) {
   }
   rec.mean_loss = rec.tokens ? loss_weighted / static_cast<double>(rec.tokens) : 0.0;
   rec.duration_s = std::chrono::duration<double>(now - round_.started).count();
+  rec.aggregator = config_.robust.aggregator;
   c.next = experiment_;
   c.next.current_round = c.round + 1;
   if (c.next.current_round >= config_.diloco.rounds) c.next.state = ExperimentState::kFinished;
@@ -546,12 +551,41 @@ RoundEngine::Commit RoundEngine::prepare_commit_locked(Clock::time_point now) {
   return c;
 }
 
+Status RoundEngine::screen_and_step(Commit& c, std::vector<float>& theta_next,
+                                    std::vector<float>& momentum_next) {
+  RoundRecord& rec = c.record;
+  const std::string round = "round " + std::to_string(c.round);
+  const ScreenOutcome screened = screen_updates(c.updates, screen_options(config_));
+  rec.median_norm = screened.median_norm;
+  rec.norm_limit = screened.limit;
+  for (ParticipantRecord& p : rec.participants) {
+    auto s = screened.by_node.find(p.node_id);
+    if (s == screened.by_node.end()) continue;
+    p.norm = s->second.norm;
+    p.screen = algorithms::screen_action_name(s->second.action);
+    if (!s->second.why.empty())
+      audit("update_screened", p.node_id + " " + round + ": " + s->second.why);
+  }
+  ATOLL_ASSIGN_OR_RETURN(const StepOutcome step,
+                         apply_finite_step(*strategy_, c.round, c.updates, c.has_momentum, *c.theta,
+                                           *c.momentum, theta_next, momentum_next));
+  for (const std::string& id : step.dropped_nonfinite) {
+    for (ParticipantRecord& p : rec.participants)
+      if (p.node_id == id)
+        p.screen = algorithms::screen_action_name(algorithms::ScreenAction::kDropped);
+    audit("update_screened", id + " " + round + ": dropped: the outer step with it is not finite");
+  }
+  rec.skipped = step.skipped;
+  c.stepped = !step.skipped;
+  if (step.skipped)
+    audit("round_skipped", round + ": no update could be applied; θ and momentum are unchanged");
+  return Status::Ok();
+}
+
 void RoundEngine::commit(Commit c) {
   // Without the lock: θ_r and its momentum are immutable snapshots, the updates are ours.
-  std::vector<float> theta_next(*c.theta), momentum_next(*c.momentum);
-  Status outer = strategy_->apply(c.round, c.updates, c.has_momentum, theta_next, momentum_next);
-  if (outer.ok() && !algorithms::all_finite(theta_next))
-    outer = Internal("the outer step produced non-finite parameters");
+  std::vector<float> theta_next, momentum_next;
+  const Status outer = screen_and_step(c, theta_next, momentum_next);
   RoundRecord& rec = c.record;
   rec.params_fingerprint = algorithms::params_fingerprint(theta_next);
   rec.momentum_fingerprint = algorithms::params_fingerprint(momentum_next);
@@ -591,7 +625,8 @@ void RoundEngine::publish_commit_locked(Commit& c, const Status& outer, const St
   remember_version_locked(r + 1, c.record.params_fingerprint);
   theta_ = std::move(c.theta);
   momentum_ = std::move(c.momentum);
-  has_momentum_ = true;
+  // A skipped round leaves the momentum as it was, including whether it exists yet.
+  has_momentum_ = has_momentum_ || c.stepped;
   round_ = Round{};
   round_.round = r + 1;
   Event e{Event::Kind::kRoundCommitted};

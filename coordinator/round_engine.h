@@ -7,11 +7,14 @@
 // diloco.min_nodes live nodes are ready (waiting in next_task): immediately once every live
 // node is ready, otherwise after diloco.start_wait_s. Each participant gets a TRAIN task, pulls
 // θ_r, trains and pushes Δᵢ = θ_r − θᵢ. The round closes when every live participant has
-// pushed, or at the deadline once min_nodes updates are in; then Δ = Σ wᵢΔᵢ / Σ wᵢ (sorted node
-// order, wᵢ = tokens), the outer Nesterov step, and ONE atomic store commit of θ_{r+1},
-// momentum, round record and round pointer. A round that cannot reach quorum (deadline passed,
-// or every live participant done) is restarted with θ_r unchanged. What differs between DiLoCo,
-// Streaming DiLoCo and Hydra is a RoundStrategy (coordinator/round_strategy.h), chosen at open.
+// pushed, or at the deadline once min_nodes updates are in; then screening (each update's norm
+// against the round's limit, coordinator/update_screening.h), Δ = Σ wᵢΔᵢ / Σ wᵢ (sorted node
+// order, wᵢ = tokens, at most what a round allows) or the experiment's robust aggregator, the
+// outer Nesterov step (never a non-finite θ: offending updates are left out, or the round is
+// skipped), and ONE atomic store commit of θ_{r+1}, momentum, round record and round pointer. A
+// round that cannot reach quorum (deadline passed, or every live participant done) is restarted
+// with θ_r unchanged. What differs between DiLoCo, Streaming DiLoCo and Hydra is a RoundStrategy
+// (coordinator/round_strategy.h), chosen at open.
 //
 // The commit. Closing a round takes its updates out under the lock and marks it committing;
 // the aggregation, outer step, fingerprints and the synced store write then run WITHOUT the
@@ -176,6 +179,7 @@ class RoundEngine {
     ExperimentRecord next;  // round pointer r + 1 and state; all but params_fingerprint
     std::shared_ptr<const std::vector<float>> theta, momentum;  // θ_r and its momentum
     bool has_momentum = false;
+    bool stepped = false;  // an outer step was applied (false: the round was skipped)
   };
   // A line of the audit log, written by the event thread.
   struct AuditLine {
@@ -225,6 +229,13 @@ class RoundEngine {
   // abort_update with the reason word of why the payload was refused.
   void abort_update_for(const std::string& node_id, const atoll_pb::v1::TensorHeader& h,
                         const char* reason, const Status& why);
+  // Screens the closed round's updates, applies the outer step so that θ_{r+1} is finite, and
+  // records both in the round record (without the lock; update_screening.h).
+  Status screen_and_step(Commit& c, std::vector<float>& theta_next,
+                         std::vector<float>& momentum_next);
+  // ReportMetrics checks that need the engine's state: the round window and the per-round
+  // count of reports of `node_id`.
+  Status admit_metrics_locked(const std::string& node_id, uint64_t round);
   void ticker_loop();
   void emit(Event e);
   void audit(const std::string& event, const std::string& detail);
@@ -241,6 +252,9 @@ class RoundEngine {
   const Clock::duration heartbeat_interval_;
   const Clock::duration lost_timeout_;
   const std::unique_ptr<RoundStrategy> strategy_;  // guarded by mu_ (apply() excepted)
+  // The most tokens a node can have trained on in one round: steps_per_round × batch_size ×
+  // seq_len (saturating). A push claiming more is refused; the aggregation weight is the claim.
+  const uint64_t max_round_tokens_;
   PullPlanner pulls_;
 
   mutable std::mutex mu_;
@@ -263,6 +277,8 @@ class RoundEngine {
   std::map<std::string, uint64_t> versions_;
   // Pushes between begin_update and finish/abort_update: node → the header it began with.
   std::map<std::string, std::string> in_flight_;
+  // Metrics reports accepted per node and round, for rounds inside the window only.
+  std::map<std::string, std::map<uint64_t, uint32_t>> metrics_reports_;
 
   std::mutex event_mu_;
   std::condition_variable event_cv_;

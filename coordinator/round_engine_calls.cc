@@ -13,8 +13,24 @@ namespace pb = atoll_pb::v1;
 
 namespace {
 
-constexpr size_t kMaxMetrics = 256;
-constexpr size_t kMaxMetricName = 128;
+// ReportMetrics bounds: what one report may hold, and how many reports a node may store per
+// round. Nodes report once per round, for the round they just pushed (by then the current round
+// may have moved on), so the window looks back only. Together they bound what a node can add to
+// the store: window × reports × metrics × name length per node.
+constexpr size_t kMaxMetrics = 64;
+constexpr size_t kMaxMetricName = 64;
+constexpr uint64_t kMetricsRoundWindow = 8;  // round ∈ [current − window, current]
+constexpr uint32_t kMaxReportsPerRound = 4;
+
+// 1-64 characters of [A-Za-z0-9._/-].
+bool valid_metric_name(const std::string& name) {
+  if (name.empty() || name.size() > kMaxMetricName) return false;
+  for (char c : name)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+          c == '_' || c == '/' || c == '-'))
+      return false;
+  return true;
+}
 
 uint64_t unix_ms_now() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -272,13 +288,33 @@ void RoundEngine::pull_delivered(const std::string& id, uint64_t round, uint64_t
     round_.bytes_down[id] += payload_bytes;
 }
 
+Status RoundEngine::admit_metrics_locked(const std::string& id, uint64_t round) {
+  const uint64_t current = experiment_.current_round;
+  const uint64_t oldest = current > kMetricsRoundWindow ? current - kMetricsRoundWindow : 0;
+  if (round < oldest || round > current)
+    return InvalidArgument("metrics for round " + std::to_string(round) +
+                           " refused: the current round is " + std::to_string(current) +
+                           " and reports are taken for rounds " + std::to_string(oldest) + " to " +
+                           std::to_string(current));
+  std::map<uint64_t, uint32_t>& counts = metrics_reports_[id];
+  counts.erase(counts.begin(), counts.lower_bound(oldest));  // rounds that left the window
+  uint32_t& n = counts[round];
+  if (n >= kMaxReportsPerRound)
+    return OutOfRange("metrics for round " + std::to_string(round) + " refused: node '" + id +
+                      "' already reported " + std::to_string(n) + " times for it (at most " +
+                      std::to_string(kMaxReportsPerRound) + ")");
+  ++n;
+  return Status::Ok();
+}
+
 Status RoundEngine::report_metrics(const std::string& id, const pb::MetricsReport& req) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     ATOLL_RETURN_IF_ERROR(member_locked(id, req.experiment_id()));
   }
   if (static_cast<size_t>(req.metrics_size()) > kMaxMetrics)
-    return InvalidArgument("at most " + std::to_string(kMaxMetrics) + " metrics per report");
+    return InvalidArgument("at most " + std::to_string(kMaxMetrics) + " metrics per report (got " +
+                           std::to_string(req.metrics_size()) + ")");
   boost::json::object o;
   o["node"] = id;
   o["round"] = req.round();
@@ -287,15 +323,19 @@ Status RoundEngine::report_metrics(const std::string& id, const pb::MetricsRepor
   boost::json::object values;
   std::vector<std::pair<std::string, double>> list;
   for (const auto& m : req.metrics()) {
-    if (m.name().empty() || m.name().size() > kMaxMetricName)
-      return InvalidArgument("metric names must be 1-" + std::to_string(kMaxMetricName) +
-                             " characters");
+    if (!valid_metric_name(m.name()))
+      return InvalidArgument("metric name '" + m.name().substr(0, kMaxMetricName) + "' must be 1-" +
+                             std::to_string(kMaxMetricName) + " characters of [A-Za-z0-9._/-]");
     if (!std::isfinite(m.value()))
       return InvalidArgument("metric '" + m.name() + "' is not finite");
     values[m.name()] = m.value();
     list.emplace_back(m.name(), m.value());
   }
   o["metrics"] = std::move(values);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ATOLL_RETURN_IF_ERROR(admit_metrics_locked(id, req.round()));
+  }
   ATOLL_RETURN_IF_ERROR(
       store_.put_metrics(experiment_id_, id, req.round(), boost::json::serialize(o)));
   std::lock_guard<std::mutex> lk(mu_);  // events leave in the order of the state they report

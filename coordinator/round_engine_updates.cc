@@ -74,6 +74,15 @@ Status RoundEngine::screen_update_locked(const std::string& id, const pb::Tensor
                         " payload bytes, header says " + std::to_string(h.payload_bytes())));
   if (h.tokens() == 0)
     return refuse("bad_header", InvalidArgument("tokens must be > 0 (the aggregation weight)"));
+  if (h.tokens() > max_round_tokens_)
+    return refuse(
+        "bad_header",
+        InvalidArgument(
+            "tokens = " + std::to_string(h.tokens()) + " is more than a round allows: " +
+            std::to_string(config_.diloco.steps_per_round()) + " inner steps × train.batch_size " +
+            std::to_string(config_.train.batch_size) + " × model.seq_len " +
+            std::to_string(config_.model.seq_len) + " = " + std::to_string(max_round_tokens_) +
+            " (the aggregation weight is the tokens a node trained on in the round)"));
   if (!std::isfinite(h.train_loss()))
     return refuse("bad_header", InvalidArgument("train_loss is not finite"));
   return Status::Ok();

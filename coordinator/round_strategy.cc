@@ -4,6 +4,7 @@
 #include <span>
 
 #include "algorithms/diloco/outer.h"
+#include "algorithms/diloco/robust.h"
 #include "algorithms/diloco/streaming.h"
 
 namespace atl::coordinator {
@@ -19,6 +20,7 @@ class DilocoStrategy final : public RoundStrategy {
       : diloco_(config.diloco),
         numel_(numel),
         fragments_(std::move(fragments)),
+        aggregator_(aggregator_options(config)),
         outer_({static_cast<float>(config.diloco.outer_lr),
                 static_cast<float>(config.diloco.outer_momentum)}) {}
 
@@ -81,7 +83,7 @@ class DilocoStrategy final : public RoundStrategy {
     std::vector<algorithms::Update> ups;  // std::map order: sorted node ids
     for (const auto& [id, u] : updates) ups.push_back({id, u.tokens, u.delta});
     std::vector<float> delta(frag.numel);
-    ATOLL_RETURN_IF_ERROR(algorithms::aggregate_pseudo_gradients(ups, delta));
+    ATOLL_RETURN_IF_ERROR(algorithms::aggregate_robust(ups, aggregator_, delta));
     // A fragment's momentum buffer starts at its first sync (round < P), as PyTorch's does.
     const bool first_step =
         fragments_.empty() ? !has_momentum : round < diloco_.streaming_fragments;
@@ -100,6 +102,7 @@ class DilocoStrategy final : public RoundStrategy {
   const DilocoSection diloco_;
   const size_t numel_;
   const std::vector<algorithms::FragmentRange> fragments_;
+  const algorithms::AggregatorOptions aggregator_;  // robust.aggregator and its parameters
   const algorithms::OuterNesterov outer_;
 };
 

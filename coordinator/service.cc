@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "transport/grpc_status.h"
 #include "transport/tensor_stream.h"
@@ -31,7 +32,8 @@ StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::open(
   ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<RoundEngine> engine,
                          RoundEngine::open(store, config, initial, std::move(eo)));
   return std::unique_ptr<CoordinatorService>(
-      new CoordinatorService(options.identity, std::move(engine), options.metrics));
+      new CoordinatorService(options.identity, std::move(engine), options.metrics,
+                             options.metrics_rate));
 }
 
 CoordinatorService::~CoordinatorService() = default;
@@ -171,7 +173,20 @@ grpc::Status CoordinatorService::ReportMetrics(grpc::ServerContext* ctx,
                                                const pb::MetricsReport* req, pb::MetricsAck*) {
   auto id = node_of(*ctx, req->experiment_id());
   if (!id.ok()) return to_grpc(id.status());
-  return to_grpc(engine_->report_metrics(*id, *req));
+  if (!metrics_limiter_.allow(*id)) {
+    const RateLimit& l = metrics_limiter_.limit();
+    char why[200];
+    std::snprintf(why, sizeof(why),
+                  "metrics from '%s' refused: more than %.0f reports at once or %.1f a second "
+                  "(nodes report once per round)",
+                  id->c_str(), l.burst, l.per_second);
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, why);
+  }
+  const Status st = engine_->report_metrics(*id, *req);
+  // The engine's OUT_OF_RANGE is the per-round report count: RESOURCE_EXHAUSTED on the wire.
+  if (st.code() == StatusCode::kOutOfRange)
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, st.message());
+  return to_grpc(st);
 }
 
 grpc::Status CoordinatorService::Leave(grpc::ServerContext* ctx, const pb::LeaveRequest* req,

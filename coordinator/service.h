@@ -14,6 +14,7 @@
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/engine_types.h"
 #include "coordinator/experiment_config.h"
+#include "coordinator/rate_limit.h"
 #include "coordinator/round_engine.h"
 #include "coordinator/store.h"
 #include "kernels/core/status.h"
@@ -44,6 +45,9 @@ struct ServiceOptions {
   // Where the service counts payload bytes and push latency (not owned; must outlive the
   // service). Null: not measured. Events reach metrics through on_event.
   CoordinatorMetrics* metrics = nullptr;
+  // ReportMetrics per node: a node reports once per round; beyond this it gets
+  // RESOURCE_EXHAUSTED before anything is parsed or stored.
+  RateLimit metrics_rate{.burst = 20.0, .per_second = 5.0};
 };
 
 class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
@@ -102,8 +106,11 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
 
  private:
   CoordinatorService(IdentitySource identity, std::unique_ptr<RoundEngine> engine,
-                     CoordinatorMetrics* metrics)
-      : identity_(identity), engine_(std::move(engine)), metrics_(metrics) {}
+                     CoordinatorMetrics* metrics, RateLimit metrics_rate)
+      : identity_(identity),
+        engine_(std::move(engine)),
+        metrics_(metrics),
+        metrics_limiter_(metrics_rate) {}
 
   // Identity of the caller (see IdentitySource); `join_name` only for Join.
   StatusOr<std::string> caller(const grpc::ServerContext& ctx, const std::string* join_name) const;
@@ -115,6 +122,7 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
   const IdentitySource identity_;
   const std::unique_ptr<RoundEngine> engine_;
   CoordinatorMetrics* const metrics_;  // may be null
+  RateLimiter metrics_limiter_;        // ReportMetrics, per node
 };
 
 }  // namespace atl::coordinator

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <shared_mutex>
 
@@ -182,6 +183,18 @@ struct Reader {
     err = DataLoss("store: " + what + " is corrupt (field '" + k + "' is not a number)");
     return 0;
   }
+  // Fields added after the first release: absent is `fallback`; JSON null (a non-finite
+  // double) reads as +inf.
+  bool has(const char* k) const { return o->find(k) != o->end(); }
+  double optional_dbl(const char* k, double fallback) {
+    if (!has(k)) return fallback;
+    if (o->at(k).is_null()) return std::numeric_limits<double>::infinity();
+    return dbl(k);
+  }
+  std::string optional_str(const char* k, const std::string& fallback = "") {
+    return has(k) ? str(k) : fallback;
+  }
+  bool optional_bool(const char* k) { return has(k) && boolean(k); }
   bool boolean(const char* k) {
     const json::value* v = field(k);
     if (!v) return false;
@@ -260,6 +273,9 @@ StatusOr<RoundRecord> round_from_json(const std::string& text, const std::string
       p.bytes_up = pr.u64("bytes_up");
       p.bytes_down = pr.u64("bytes_down");
       if (!pr.err.ok()) return pr.err;
+      // Screening fields: absent in records written before screening existed.
+      p.norm = pr.optional_dbl("norm", 0.0);
+      p.screen = pr.optional_str("screen");
       rr.participants.push_back(std::move(p));
     }
   }
@@ -272,6 +288,11 @@ StatusOr<RoundRecord> round_from_json(const std::string& text, const std::string
   rr.params_fingerprint = r.str("params_fingerprint");
   rr.momentum_fingerprint = r.str("momentum_fingerprint");
   rr.committed_unix_ms = r.u64("committed_unix_ms");
+  if (!r.err.ok()) return r.err;
+  rr.aggregator = r.optional_str("aggregator", "mean");
+  rr.median_norm = r.optional_dbl("median_norm", 0.0);
+  rr.norm_limit = r.optional_dbl("norm_limit", std::numeric_limits<double>::infinity());
+  rr.skipped = r.optional_bool("skipped");
   if (!r.err.ok()) return r.err;
   return rr;
 }
@@ -387,10 +408,42 @@ Store::~Store() {
   close_db();
 }
 
+namespace {
+
+// The store holds θ, configs, token hashes and the audit log: its directory is 0700 and its
+// files 0600, whatever the umask made of them (stores created before this rule included). Files
+// RocksDB creates later follow the process umask (the coordinator runs with 077, cli/main.cc).
+Status make_owner_only(const std::string& dir, bool files) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  if (ec) return IoError("cannot make store " + dir + " owner-only (mode 0700): " + ec.message());
+  if (!files) return Status::Ok();
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (!entry.is_regular_file(ec)) continue;
+    fs::permissions(entry.path(), fs::perms::owner_read | fs::perms::owner_write,
+                    fs::perm_options::replace, ec);
+    if (ec)
+      return IoError("cannot make " + entry.path().string() +
+                     " owner-only (mode 0600): " + ec.message());
+  }
+  if (ec) return IoError("cannot list store " + dir + ": " + ec.message());
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Store>> Store::open(const std::string& dir, StoreOptions options) {
   if (options.keep_params < 1) return InvalidArgument("store: keep_params must be >= 1");
+  {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return IoError("cannot create store directory " + dir + ": " + ec.message());
+    ATOLL_RETURN_IF_ERROR(make_owner_only(dir, /*files=*/false));
+  }
   std::unique_ptr<Store> store(new Store(dir, options));
   ATOLL_RETURN_IF_ERROR(store->open_db());
+  ATOLL_RETURN_IF_ERROR(make_owner_only(dir, /*files=*/true));
   return store;
 }
 

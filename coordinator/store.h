@@ -58,6 +58,11 @@ struct ParticipantRecord {
   double loss = 0.0;        // mean inner training loss over the round
   uint64_t bytes_up = 0;    // update payload bytes received
   uint64_t bytes_down = 0;  // θ payload bytes sent for this round
+  // Screening (docs/coordinator.md): the L2 norm of Δ as received, and what the commit did with
+  // it: "kept", "clipped" (scaled to the round's limit), "dropped" (left out of the aggregate);
+  // "" when the node did not push.
+  double norm = 0.0;
+  std::string screen = "";
 };
 
 struct RoundRecord {
@@ -72,6 +77,13 @@ struct RoundRecord {
   std::string params_fingerprint;    // θ_{r+1}
   std::string momentum_fingerprint;  // momentum after this round's outer step
   uint64_t committed_unix_ms = 0;
+  // Screening and aggregation: the aggregator (robust.aggregator), the lower median of the
+  // pushed updates' norms, the limit they were screened against (+inf, stored as null, when off),
+  // and whether no update was applied (θ_{r+1} = θ_r, momentum unchanged).
+  std::string aggregator = "mean";
+  double median_norm = 0.0;
+  double norm_limit = 0.0;
+  bool skipped = false;
 };
 
 struct NodeRecord {

@@ -2,6 +2,7 @@
 
 #include <grpc/grpc.h>
 #include <grpcpp/create_channel.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/support/channel_arguments.h>
 #include <netdb.h>
 #include <openssl/x509_vfy.h>
@@ -17,9 +18,17 @@
 
 namespace atl::transport {
 
-void apply_server_limits(grpc::ServerBuilder& builder) {
+void apply_server_limits(grpc::ServerBuilder& builder, const ServerLimits& limits) {
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(limits.handshake_timeout.count()));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             static_cast<int>(limits.max_connection_idle.count()));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams);
+  grpc::ResourceQuota quota("atoll-server");
+  quota.SetMaxThreads(limits.max_threads);
+  builder.SetResourceQuota(quota);
 }
 
 void apply_exclusive_port(grpc::ServerBuilder& builder) {

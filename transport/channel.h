@@ -6,6 +6,7 @@
 #include <grpcpp/channel.h>
 #include <grpcpp/server_builder.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -18,8 +19,22 @@ namespace atl::transport {
 // data) plus its header and framing. Everything else in the protocol is far smaller.
 inline constexpr int kMaxMessageBytes = static_cast<int>(kMaxChunkBytes) + (64 << 10);
 
-// Applies the message bounds to a server under construction.
-void apply_server_limits(grpc::ServerBuilder& builder);
+// What one server lets its clients hold. gRPC 1.51 (Debian 12) has no cap on accepted
+// connections (GRPC_ARG_MAX_ALLOWED_INCOMING_CONNECTIONS came in a later release); what it bounds
+// instead: a connection that has not finished its TLS handshake is closed after
+// handshake_timeout (so unauthenticated clients hold a socket for at most that long), an
+// authenticated connection with no call in flight is closed after max_connection_idle (clients
+// reconnect transparently), each connection carries at most max_concurrent_streams calls, and
+// the server runs at most max_threads handler threads (further calls get RESOURCE_EXHAUSTED).
+struct ServerLimits {
+  std::chrono::milliseconds handshake_timeout{10000};
+  std::chrono::milliseconds max_connection_idle{300000};
+  int max_concurrent_streams = 256;
+  int max_threads = 1024;
+};
+
+// Applies the message bounds and `limits` to a server under construction.
+void apply_server_limits(grpc::ServerBuilder& builder, const ServerLimits& limits = {});
 
 // The server owns its port alone: gRPC's default SO_REUSEPORT lets a second process bind the same
 // HOST:PORT and take half of the connections (two coordinators would each run the experiment

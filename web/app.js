@@ -709,6 +709,13 @@ function renderSubnets(x, data) {
       }))));
   }));
 }
+// A round's participant: its id, and what screening did with its update (docs/coordinator.md,
+// "Screening and robust aggregation").
+function participantLabel(p) {
+  if (!p.pushed) return `${p.node_id} (missed)`;
+  if (p.screen === 'clipped' || p.screen === 'dropped') return `${p.node_id} (${p.screen}, norm ${p.norm == null ? "–" : Number(p.norm).toPrecision(3)})`;
+  return p.node_id;
+}
 function renderRounds(data) {
   const rounds = data.rounds;
   show($('#rounds-empty'), rounds.length === 0);
@@ -730,8 +737,9 @@ function renderRounds(data) {
   timeline.scrollLeft = timeline.scrollWidth;
   const recent = rounds.slice(-25).reverse();
   $('#rounds-table tbody').replaceChildren(...recent.map(r => el('tr', { dataset: { round: String(r.round + 1) } },
-    el('td', { class: 'num' }, r.round + 1),
-    el('td', { class: 'wrap' }, r.participants.map(p => p.pushed ? p.node_id : `${p.node_id} (missed)`).join(', ')),
+    el('td', { class: 'num', title: r.skipped ? 'no update could be applied: θ unchanged' : '' },
+      r.skipped ? `${r.round + 1} (skipped)` : r.round + 1),
+    el('td', { class: 'wrap' }, r.participants.map(participantLabel).join(', ')),
     el('td', { class: 'num' }, fmtNum(r.mean_loss)),
     el('td', { class: 'num' }, fmtCount(r.tokens)),
     el('td', { class: 'num' }, `${fmtBytes(r.bytes_up)} / ${fmtBytes(r.bytes_down)}`),

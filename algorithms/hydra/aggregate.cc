@@ -52,6 +52,70 @@ Status aggregate_masked(const std::vector<MaskedUpdate>& updates, std::span<floa
   return Status::Ok();
 }
 
+Status aggregate_masked_robust(const std::vector<MaskedUpdate>& updates, const AggregatorOptions& o,
+                               std::span<float> delta, std::span<uint32_t> held) {
+  switch (o.kind) {
+    case AggregatorKind::kMean:
+      return aggregate_masked(updates, delta, held);
+    case AggregatorKind::kKrum:
+      return InvalidArgument(
+          "masked aggregate: krum compares whole updates, but Hydra's sites train different "
+          "elements; use median or trimmed-mean");
+    case AggregatorKind::kClippedMean: {
+      std::vector<double> norms;
+      for (const auto& u : updates) norms.push_back(l2_norm(u.values));
+      const double limit = o.clip_multiple * reference_norm(norms);
+      std::vector<std::vector<float>> scaled(updates.size());
+      std::vector<MaskedUpdate> views = updates;
+      for (size_t i = 0; i < updates.size(); ++i) {
+        if (!(norms[i] > limit)) continue;
+        scaled[i].assign(updates[i].values.begin(), updates[i].values.end());
+        scale_values(scaled[i], limit / norms[i]);
+        views[i].values = scaled[i];
+      }
+      return aggregate_masked(views, delta, held);
+    }
+    case AggregatorKind::kTrimmedMean:
+    case AggregatorKind::kMedian:
+      break;
+  }
+  if (!(o.trim_fraction >= 0 && o.trim_fraction < 0.5))
+    return InvalidArgument("masked aggregate: trim fraction must be in [0, 0.5)");
+  if (updates.empty()) return InvalidArgument("masked aggregate: no updates");
+  if (held.size() != delta.size()) return InvalidArgument("masked aggregate: size mismatch");
+  const size_t n = delta.size();
+  for (size_t i = 0; i < updates.size(); ++i) {
+    ATOLL_RETURN_IF_ERROR(check_masked_update(updates[i], n));
+    if (i > 0 && !(updates[i - 1].node_id < updates[i].node_id))
+      return InvalidArgument(
+          "masked aggregate: updates must be sorted by node id without "
+          "duplicates (" +
+          updates[i - 1].node_id + " before " + updates[i].node_id + ")");
+  }
+  // Per element, the values of the sites holding it: one cursor per site walks its ascending
+  // indices, so the columns are gathered in one pass over θ.
+  std::vector<size_t> cursor(updates.size(), 0);
+  std::vector<float> column;
+  column.reserve(updates.size());
+  for (size_t j = 0; j < n; ++j) {
+    column.clear();
+    for (size_t i = 0; i < updates.size(); ++i) {
+      const MaskedUpdate& u = updates[i];
+      if (cursor[i] < u.indices.size() && u.indices[cursor[i]] == j)
+        column.push_back(u.values[cursor[i]++]);
+    }
+    held[j] = static_cast<uint32_t>(column.size());
+    if (column.empty()) {
+      delta[j] = 0.0f;
+    } else if (o.kind == AggregatorKind::kMedian) {
+      delta[j] = median_value_of(column);
+    } else {
+      delta[j] = trimmed_mean_of(column, o.trim_fraction);
+    }
+  }
+  return Status::Ok();
+}
+
 Status masked_outer_step(const OuterNesterovOptions& opt, std::span<float> theta,
                          std::span<float> momentum, std::span<const float> delta,
                          std::span<const uint32_t> held, bool first_step) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "algorithms/diloco/outer.h"
+#include "algorithms/diloco/robust.h"
 #include "kernels/core/status.h"
 
 namespace atl::algorithms::hydra {
@@ -34,6 +35,14 @@ struct MaskedUpdate {
 // sorted by node_id, strictly ascending.
 Status aggregate_masked(const std::vector<MaskedUpdate>& sorted_by_node_id, std::span<float> delta,
                         std::span<uint32_t> held);
+
+// aggregate_masked with a robust aggregator (algorithms/diloco/robust.h): "mean" is
+// aggregate_masked itself; "clipped-mean" scales each update to at most clip_multiple × the lower
+// median of the updates' norms first; "trimmed-mean" and "median" take, per element, the values of
+// the sites holding it (unweighted). "krum" needs updates over the same elements and is refused.
+Status aggregate_masked_robust(const std::vector<MaskedUpdate>& sorted_by_node_id,
+                               const AggregatorOptions& options, std::span<float> delta,
+                               std::span<uint32_t> held);
 
 // The outer step on held elements only (see above). first_step as in OuterNesterov::step: the
 // momentum buffer is initialised to Δ where held.

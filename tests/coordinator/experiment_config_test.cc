@@ -67,6 +67,44 @@ split = "iid"
   EXPECT_EQ(to_toml(*again), to_toml(*c));
 }
 
+TEST(ExperimentConfig, RobustSectionDefaultsParseRoundTripAndErrors) {
+  auto d = parse_experiment_config("");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->robust.screen, "clip");
+  EXPECT_DOUBLE_EQ(d->robust.norm_multiple, 10.0);
+  EXPECT_DOUBLE_EQ(d->robust.max_norm, 0.0);
+  EXPECT_EQ(d->robust.aggregator, "mean");
+  auto c = parse_experiment_config(
+      "[robust]\nscreen = \"drop\"\nnorm_multiple = 4\nmax_norm = 1e3\naggregator = "
+      "\"trimmed-mean\"\ntrim_fraction = 0.25\nclip_multiple = 2.0\nkrum_byzantine = 2\n"
+      "krum_keep = 3\n");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(screen_options(*c).mode, algorithms::ScreenMode::kDrop);
+  EXPECT_DOUBLE_EQ(screen_options(*c).max_norm, 1e3);
+  EXPECT_EQ(aggregator_options(*c).kind, algorithms::AggregatorKind::kTrimmedMean);
+  EXPECT_DOUBLE_EQ(aggregator_options(*c).trim_fraction, 0.25);
+  EXPECT_EQ(aggregator_options(*c).krum_keep, 3u);
+  auto again = parse_experiment_config(to_toml(*c));
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(to_toml(*again), to_toml(*c));
+
+  EXPECT_NE(error_of("[robust]\nscreen = \"maybe\"\n").find("robust.screen"), std::string::npos);
+  EXPECT_NE(
+      error_of("[robust]\nnorm_multiple = 0.5\n").find("robust.norm_multiple = 0.5 must be >= 1"),
+      std::string::npos);
+  EXPECT_NE(error_of("[robust]\nmax_norm = -1\n").find("robust.max_norm"), std::string::npos);
+  EXPECT_NE(error_of("[robust]\naggregator = \"average\"\n").find("robust.aggregator"),
+            std::string::npos);
+  EXPECT_NE(error_of("[robust]\ntrim_fraction = 0.5\n").find("robust.trim_fraction"),
+            std::string::npos);
+  EXPECT_NE(error_of("[robust]\nkrum_keep = 0\n").find("robust.krum_keep"), std::string::npos);
+  EXPECT_NE(error_of("algorithm = \"hydra\"\n[robust]\naggregator = \"krum\"\n")
+                .find("cannot be used with algorithm = \"hydra\""),
+            std::string::npos);
+  EXPECT_NE(error_of("[robust]\nnorm_multiplier = 3\n").find("did you mean robust.norm_multiple"),
+            std::string::npos);
+}
+
 TEST(ExperimentConfig, HydraSectionParsesAndRoundTrips) {
   auto c = parse_experiment_config(
       "algorithm = \"hydra\"\n[model]\nffn_hidden = 96\n[hydra]\nreselect_every = 3\n"

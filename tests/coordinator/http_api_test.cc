@@ -147,7 +147,8 @@ class HttpApiTest : public ::testing::Test {
     return R"({"name":")" + name +
            R"(","model":{"dim":16,"layers":1,"heads":2,"ffn_hidden":32,"seq_len":16},)"
            R"("diloco":{"rounds":3,"inner_steps":2,"min_nodes":1,"max_nodes":2},)"
-           R"("train":{"codec":"none"},"data":{"split":"iid"}})";
+           // batch_size 64: the fake node's 1000 tokens fit a round (2 × 64 × 16 = 2048).
+           R"("train":{"codec":"none","batch_size":64},"data":{"split":"iid"}})";
   }
 
   testing_util::TempDir dir_;

@@ -31,6 +31,8 @@ ExperimentConfig hydra_config() {
   c.model.heads = 2;
   c.model.ffn_hidden = 64;
   c.model.seq_len = 16;
+  // The fake nodes claim up to 3000 tokens a round: 10 steps × 32 × 16 = 5120 allows them.
+  c.train.batch_size = 32;
   c.hydra.ffn_blocks = 2;
   c.hydra.reselect_every = 1;
   return c;

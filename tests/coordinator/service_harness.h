@@ -111,6 +111,20 @@ inline node::ClientOptions insecure_client(const std::string& target, const std:
   return o;
 }
 
+// A node's client over mTLS with certificate `cert_name` from the CA in `tls_dir`, dialing the
+// coordinator by its certificate name "coordinator".
+inline node::ClientOptions tls_client(const std::string& target, const std::string& tls_dir,
+                                      const std::string& cert_name) {
+  node::ClientOptions o;
+  o.target = target;
+  auto tls = transport::client_credentials(tls_dir, cert_name, "coordinator");
+  EXPECT_TRUE(tls.ok()) << tls.status().to_string();
+  if (tls.ok()) o.tls = *tls;
+  o.rpc_timeout = 5s;
+  o.stream_timeout = 20s;
+  return o;
+}
+
 // A fake trainer node: join, then TRAIN tasks until STOP or `until`. Reconnects (joins again)
 // when the coordinator goes away, so it survives a coordinator restart on the same address.
 struct FakeNode {

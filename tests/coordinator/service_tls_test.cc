@@ -11,19 +11,8 @@ namespace {
 using namespace std::chrono_literals;
 using testing::Coordinator;
 using testing::FakeNode;
+using testing::tls_client;
 using testing_util::TempDir;
-
-node::ClientOptions tls_client(const std::string& target, const std::string& tls_dir,
-                               const std::string& cert_name) {
-  node::ClientOptions o;
-  o.target = target;
-  auto tls = transport::client_credentials(tls_dir, cert_name, "coordinator");
-  EXPECT_TRUE(tls.ok()) << tls.status().to_string();
-  if (tls.ok()) o.tls = *tls;
-  o.rpc_timeout = 5s;
-  o.stream_timeout = 20s;
-  return o;
-}
 
 TEST(CoordinatorServiceTls, NodesJoinWithTheirCertificateNameAndCompleteRounds) {
   TempDir store_dir, tls_dir;

@@ -6,12 +6,15 @@
 #include <rocksdb/db.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "algorithms/diloco/outer.h"
 #include "test_util.h"
@@ -55,6 +58,47 @@ ExperimentRecord commit_one(Store& s, ExperimentRecord e, std::vector<float>& th
   Status st = s.commit_round(e, rr, theta, m);
   EXPECT_TRUE(st.ok()) << st.to_string();
   return e;
+}
+
+unsigned mode_of(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 0777;
+}
+
+// Every regular file directly in `dir` has mode 0600 (RocksDB's files live in one directory).
+void expect_files_owner_only(const std::string& dir) {
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    ++files;
+    EXPECT_EQ(mode_of(e.path().string()), 0600u) << e.path();
+  }
+  EXPECT_GT(files, 0u);
+}
+
+// θ, configs, token hashes and the audit log are for the coordinator's user only: the store
+// directory is 0700 and its files 0600, also when it existed with wider modes.
+TEST(Store, DirectoryAndFilesAreOwnerOnly) {
+  TempDir dir;
+  const std::string fresh = dir.sub("fresh");
+  {
+    auto s = Store::open(fresh);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    EXPECT_EQ(mode_of(fresh), 0700u);
+    expect_files_owner_only(fresh);
+  }
+  // A store left world-readable (as before this rule): opening it narrows everything.
+  ASSERT_EQ(::chmod(fresh.c_str(), 0755), 0);
+  for (const auto& e : std::filesystem::directory_iterator(fresh)) {
+    if (e.is_regular_file()) {
+      ASSERT_EQ(::chmod(e.path().c_str(), 0644), 0);
+    }
+  }
+  auto s = Store::open(fresh);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_EQ(mode_of(fresh), 0700u);
+  expect_files_owner_only(fresh);
 }
 
 TEST(Store, CommitThenReopenGivesSameRoundAndFingerprint) {
@@ -194,6 +238,65 @@ TEST(Store, CorruptValuesGiveDataLoss) {
   auto rr = (*s)->load_round("c", 0);
   EXPECT_EQ(rr.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(rr.status().message().find("not a JSON object"), std::string::npos);
+}
+
+// Screening fields round-trip (an infinite limit as JSON null), and a round record written
+// before they existed still loads, with "no screening" defaults.
+TEST(Store, RoundRecordScreeningFieldsRoundTripAndOldRecordsLoad) {
+  TempDir dir;
+  std::vector<float> theta(8, 1.0f), m(8, 0.0f);
+  {
+    auto s = Store::open(dir.path());
+    ASSERT_TRUE(s.ok());
+    ExperimentRecord e = make_record("r", theta);
+    ASSERT_TRUE((*s)->create_experiment(e, theta).ok());
+    RoundRecord rr;
+    rr.round = 0;
+    rr.base_fingerprint = rr.params_fingerprint = e.params_fingerprint;
+    rr.momentum_fingerprint = algorithms::params_fingerprint(m);
+    ParticipantRecord p{"n1", true, 10, 2.5, 40, 40};
+    p.norm = 1.5e40;
+    p.screen = "dropped";
+    rr.participants = {p};
+    rr.aggregator = "median";
+    rr.median_norm = 0.25;
+    rr.norm_limit = std::numeric_limits<double>::infinity();
+    rr.skipped = true;
+    e.current_round = 1;
+    ASSERT_TRUE((*s)->commit_round(e, rr, theta, m).ok());
+    auto back = (*s)->load_round("r", 0);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    EXPECT_DOUBLE_EQ(back->participants[0].norm, 1.5e40);  // JSON text, within an ulp
+    EXPECT_EQ(back->participants[0].screen, "dropped");
+    EXPECT_EQ(back->aggregator, "median");
+    EXPECT_EQ(back->median_norm, 0.25);
+    EXPECT_TRUE(std::isinf(back->norm_limit));
+    EXPECT_TRUE(back->skipped);
+  }
+  {
+    rocksdb::DBOptions o;
+    std::vector<rocksdb::ColumnFamilyDescriptor> descs = {{rocksdb::kDefaultColumnFamilyName, {}}};
+    for (const auto& n : Store::column_family_names()) descs.push_back({n, {}});
+    std::vector<rocksdb::ColumnFamilyHandle*> h;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(o, dir.path(), descs, &h, &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    const std::string old_record =
+        R"({"round":0,"participants":[{"node_id":"n1","pushed":true,"tokens":10,"loss":2.5,)"
+        R"("bytes_up":40,"bytes_down":40}],"tokens":10,"mean_loss":2.5,"bytes_up":40,)"
+        R"("bytes_down":40,"duration_s":1.0,"base_fingerprint":"a","params_fingerprint":"b",)"
+        R"("momentum_fingerprint":"c","committed_unix_ms":1})";
+    ASSERT_TRUE(db->Put({}, h[3], Store::round_key("r", 0), old_record).ok());  // rounds
+    for (auto* x : h) db->DestroyColumnFamilyHandle(x);
+  }
+  auto s = Store::open(dir.path());
+  ASSERT_TRUE(s.ok());
+  auto old = (*s)->load_round("r", 0);
+  ASSERT_TRUE(old.ok()) << old.status().to_string();
+  EXPECT_EQ(old->participants[0].screen, "");
+  EXPECT_EQ(old->aggregator, "mean");
+  EXPECT_FALSE(old->skipped);
+  EXPECT_TRUE(std::isinf(old->norm_limit));
 }
 
 TEST(Store, SecondOpenOfTheSameDirectoryIsAClearError) {

@@ -112,7 +112,8 @@ TEST(HydraProcesses, HeterogeneousBudgetsOverMtlsWithWrongMaskRefused) {
     const size_t held = algorithms::trainable_indices(*sub, mc).size();
     auto theta = client.pull_params(task->round(), task->params_fingerprint());
     ASSERT_TRUE(theta.ok()) << theta.status().to_string();
-    node::UpdateHeader h{task->round(), 1000, 3.0, theta->fingerprint, layout_fp};
+    // 384 tokens: the most a round allows (3 inner steps × batch 4 × seq_len 32).
+    node::UpdateHeader h{task->round(), 384, 3.0, theta->fingerprint, layout_fp};
     h.mask_fingerprint = task->mask_fingerprint();
     if (wrong_mask_error.empty()) {
       // The whole θ instead of the assigned subnetwork: refused before the payload is used.

@@ -44,6 +44,17 @@ TEST(Ca, InitCreatesSelfSignedCaAndRefusesToOverwrite) {
   EXPECT_EQ(before->fingerprint_sha256, after->fingerprint_sha256);
 }
 
+TEST(Ca, InitMakesAnExistingWideDirectoryOwnerOnly) {
+  TempDir tmp;
+  const std::string dir = tmp.sub("tls");
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);  // whatever the umask made of it
+  ASSERT_EQ(file_mode(dir), 0755u);
+  ASSERT_TRUE(ca_init(dir).ok());
+  EXPECT_EQ(file_mode(dir), 0700u);
+  EXPECT_EQ(file_mode(ca_key_path(dir)), 0600u);
+}
+
 TEST(Ca, IssueNodeAndServerCertificates) {
   TempDir tmp;
   const std::string dir = tmp.path();

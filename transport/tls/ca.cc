@@ -214,11 +214,14 @@ Status ca_init(const std::string& dir, const CaOptions& options) {
                          " (ca.crt/ca.key); refusing to overwrite it: choose another --dir");
   }
   std::error_code ec;
-  const bool created = fs::create_directories(dir, ec);
+  fs::create_directories(dir, ec);
   if (ec) return IoError("cannot create " + dir + ": " + ec.message());
-  // Private keys live here: a directory we create is owner-only. An existing one keeps its
-  // mode (it is the user's); the key files themselves are 0600 either way.
-  if (created) fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  // The CA's private key lives here, and every certificate's key after it: the directory is
+  // owner-only (0700) even when it existed with a wider mode.
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  if (ec)
+    return IoError("cannot make " + dir + " owner-only (mode 0700): " + ec.message() +
+                   "; choose a directory you own with --dir");
 
   ATOLL_ASSIGN_OR_RETURN(PkeyPtr key, generate_p256());
   X509Ptr cert(X509_new());

@@ -1,0 +1,385 @@
+// An authenticated but hostile site, and an unauthenticated flood, against the real gRPC server
+// over mTLS: each failure a tester found becomes a test. The sites here speak the protocol
+// directly (node::CoordinatorClient for the calls and streams, the generated stub where the
+// exact gRPC status matters, a bare TCP socket for the handshake), without the node's checks.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <future>
+
+#include "algorithms/diloco/robust.h"
+#include "service_harness.h"
+#include "transport/channel.h"
+#include "transport/tls/ca.h"
+
+namespace atl::coordinator {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Coordinator;
+using testing::EventLog;
+using testing::tls_client;
+using testing_util::TempDir;
+namespace pb = atoll_pb::v1;
+
+constexpr size_t kNumel = 4096;
+
+// A coordinator over mTLS on loopback with node certificates node-0 .. node-(n-1).
+struct TlsCoordinator {
+  TempDir store_dir, tls_dir;
+  std::string ca;
+  EventLog events;
+  algorithms::ParamSet init = testing_util::toy_params(kNumel);
+  std::string layout_fp = algorithms::layout_fingerprint(init.layout());
+  std::unique_ptr<Coordinator> c;
+
+  TlsCoordinator(const ExperimentConfig& cfg, int nodes) : ca(tls_dir.sub("tls")) {
+    EXPECT_TRUE(transport::ca_init(ca).ok());
+    EXPECT_TRUE(transport::ca_issue(ca, "coordinator", transport::Role::kServer).ok());
+    for (int i = 0; i < nodes; ++i)
+      EXPECT_TRUE(transport::ca_issue(ca, name(i), transport::Role::kNode).ok());
+    auto creds = transport::server_credentials(ca, "coordinator");
+    EXPECT_TRUE(creds.ok()) << creds.status().to_string();
+    ServiceOptions opts;
+    opts.identity = IdentitySource::kTlsCertificate;
+    opts.on_event = events.callback();
+    c = Coordinator::start(store_dir.path(), cfg, init, opts, *creds);
+  }
+  static std::string name(int i) { return "node-" + std::to_string(i); }
+  std::unique_ptr<node::CoordinatorClient> client(int i) const {
+    return std::make_unique<node::CoordinatorClient>(tls_client(c->address(), ca, name(i)));
+  }
+  // The generated stub over mTLS as node i: every gRPC status as the server sent it.
+  std::unique_ptr<pb::Coordinator::Stub> stub(int i) const {
+    auto tls = transport::client_credentials(ca, name(i), "coordinator");
+    EXPECT_TRUE(tls.ok()) << tls.status().to_string();
+    return pb::Coordinator::NewStub(transport::create_channel(c->address(), *tls));
+  }
+};
+
+// A participant of the open round: its client, its TRAIN task and θ_r.
+struct Site {
+  std::unique_ptr<node::CoordinatorClient> client;
+  pb::Task task;
+  node::PulledParams theta;
+
+  node::UpdateHeader header(uint64_t tokens, const std::string& layout_fp) const {
+    return {task.round(), tokens, 2.0, theta.fingerprint, layout_fp};
+  }
+};
+
+// Nodes `ids` join (once), poll together until each holds a TRAIN task, and pull θ.
+std::vector<Site> train_round(TlsCoordinator& t, const std::vector<int>& ids, bool join = true) {
+  std::vector<Site> sites(ids.size());
+  std::vector<std::future<void>> polls;
+  for (size_t k = 0; k < ids.size(); ++k) {
+    sites[k].client = t.client(ids[k]);
+    if (join) {
+      EXPECT_TRUE(sites[k].client->join().ok());
+    }
+  }
+  for (auto& s : sites)
+    polls.push_back(std::async(std::launch::async, [&s] {
+      for (int attempt = 0; attempt < 10; ++attempt) {
+        auto task = s.client->next_task(0, 5000);
+        ASSERT_TRUE(task.ok()) << task.status().to_string();
+        if (task->kind() != pb::Task::TRAIN) continue;
+        s.task = *task;
+        auto theta = s.client->pull_params(task->round(), task->params_fingerprint());
+        ASSERT_TRUE(theta.ok()) << theta.status().to_string();
+        s.theta = std::move(*theta);
+        return;
+      }
+      FAIL() << "no TRAIN task";
+    }));
+  for (auto& p : polls) p.get();
+  return sites;
+}
+
+// θ after one first outer step from θ_0 with `updates` (sorted by node id).
+std::string first_step_fingerprint(const algorithms::ParamSet& init, const ExperimentConfig& cfg,
+                                   const std::vector<algorithms::Update>& updates) {
+  std::vector<float> theta = init.vec(), m(theta.size()), agg(theta.size());
+  EXPECT_TRUE(algorithms::aggregate_pseudo_gradients(updates, agg).ok());
+  algorithms::OuterNesterov opt(
+      {static_cast<float>(cfg.diloco.outer_lr), static_cast<float>(cfg.diloco.outer_momentum)});
+  EXPECT_TRUE(opt.step(theta, m, agg, true).ok());
+  return algorithms::params_fingerprint(theta);
+}
+
+bool contains(const std::string& s, const std::string& what) {
+  return s.find(what) != std::string::npos;
+}
+
+// "One node steers θ": a claim of 2^63 − 1 tokens is refused; with the most tokens a round
+// allows, the liar weighs as much as the honest node, and the total does not overflow.
+TEST(HostileSite, InflatedTokenClaimIsRefusedAndTheHonestNodeCounts) {
+  ExperimentConfig cfg = testing::small_config("tokens", 1, 2);
+  cfg.robust.screen = "off";  // the weights alone decide θ here
+  TlsCoordinator t(cfg, 2);
+  ASSERT_TRUE(t.c);
+  ASSERT_TRUE(t.c->service->start().ok());
+  std::vector<Site> sites = train_round(t, {0, 1});
+  // steps_per_round × batch_size × seq_len of small_config: 10 × 8 × 256.
+  const uint64_t allowed = 10ull * 8 * 256;
+
+  const std::vector<float> ones(kNumel, 1.0f);
+  auto liar = sites[1].client->push_update(sites[1].header(INT64_MAX, t.layout_fp), ones);
+  ASSERT_EQ(liar.status().code(), StatusCode::kInvalidArgument) << liar.status().to_string();
+  EXPECT_TRUE(contains(liar.status().message(), "is more than a round allows"))
+      << liar.status().message();
+  auto over = sites[1].client->push_update(sites[1].header(allowed + 1, t.layout_fp), ones);
+  EXPECT_EQ(over.status().code(), StatusCode::kInvalidArgument);
+
+  // The most a round allows is accepted, from both.
+  const std::vector<float> honest = testing::fake_delta(sites[0].theta.values, 0);
+  ASSERT_TRUE(sites[1].client->push_update(sites[1].header(allowed, t.layout_fp), ones).ok());
+  ASSERT_TRUE(sites[0].client->push_update(sites[0].header(allowed, t.layout_fp), honest).ok());
+  auto fin = t.c->service->wait_until_finished(Clock::now() + 20s);
+  ASSERT_TRUE(fin.ok()) << fin.status().to_string();
+  EXPECT_EQ(*fin, ExperimentState::kFinished);
+
+  // θ_1 is the equal-weight mean of both updates: the honest one was not ignored.
+  EXPECT_EQ(t.c->service->params_fingerprint(),
+            first_step_fingerprint(t.init, cfg,
+                                   {{"node-0", allowed, honest}, {"node-1", allowed, ones}}));
+  auto rec = t.c->store->load_round("tokens", 0);
+  ASSERT_TRUE(rec.ok()) << rec.status().to_string();
+  EXPECT_EQ(rec->tokens, 2 * allowed);
+  // The refusal is logged (event and audit) with the claim.
+  bool evented = false;
+  for (const Event& e : t.events.of(Event::Kind::kUpdateRejected))
+    evented |= e.node_id == "node-1" && contains(e.message, "9223372036854775807");
+  EXPECT_TRUE(evented);
+  auto audit = t.c->store->list_audit("tokens");
+  ASSERT_TRUE(audit.ok());
+  bool audited = false;
+  for (const auto& line : *audit) audited |= contains(line, "9223372036854775807");
+  EXPECT_TRUE(audited);
+}
+
+// "One node ends an experiment for good", alone: Δ = 3e38 everywhere is finite, but its outer
+// step is not. The round is skipped (θ unchanged), and the experiment goes on.
+TEST(HostileSite, HugeUpdateFromTheOnlyNodeSkipsTheRoundInsteadOfFailing) {
+  ExperimentConfig cfg = testing::small_config("huge1", 2, 1);
+  TlsCoordinator t(cfg, 1);
+  ASSERT_TRUE(t.c);
+  ASSERT_TRUE(t.c->service->start().ok());
+  std::vector<Site> sites = train_round(t, {0});
+  const std::string theta0 = t.c->service->params_fingerprint();
+  const std::vector<float> huge(kNumel, 3e38f);
+  ASSERT_TRUE(sites[0].client->push_update(sites[0].header(1000, t.layout_fp), huge).ok());
+  ASSERT_TRUE(t.c->service->wait_for_round(1, Clock::now() + 20s));
+  EXPECT_EQ(t.c->service->state(), ExperimentState::kRunning);
+  EXPECT_EQ(t.c->service->params_fingerprint(), theta0);
+  auto rec = t.c->store->load_round("huge1", 0);
+  ASSERT_TRUE(rec.ok()) << rec.status().to_string();
+  EXPECT_TRUE(rec->skipped);
+  EXPECT_EQ(rec->params_fingerprint, rec->base_fingerprint);
+  ASSERT_EQ(rec->participants.size(), 1u);
+  EXPECT_EQ(rec->participants[0].screen, "dropped");
+  EXPECT_GT(rec->participants[0].norm, 1e39);
+
+  // The next round runs normally and the experiment finishes.
+  sites = train_round(t, {0}, /*join=*/false);
+  ASSERT_EQ(sites[0].task.round(), 1u);
+  const std::vector<float> honest = testing::fake_delta(sites[0].theta.values, 0);
+  ASSERT_TRUE(sites[0].client->push_update(sites[0].header(1000, t.layout_fp), honest).ok());
+  auto fin = t.c->service->wait_until_finished(Clock::now() + 20s);
+  ASSERT_TRUE(fin.ok()) << fin.status().to_string();
+  EXPECT_EQ(*fin, ExperimentState::kFinished);
+  for (float v : t.c->service->params()) ASSERT_TRUE(std::isfinite(v));
+  auto rec1 = t.c->store->load_round("huge1", 1);
+  ASSERT_TRUE(rec1.ok());
+  EXPECT_FALSE(rec1->skipped);
+  EXPECT_EQ(rec1->participants[0].screen, "kept");
+}
+
+// The same attack next to an honest node: the huge update is clipped to 10× the honest norm,
+// the round commits with a finite θ, computed exactly as screening says.
+TEST(HostileSite, HugeUpdateNextToAnHonestNodeIsClipped) {
+  ExperimentConfig cfg = testing::small_config("huge2", 1, 2);
+  TlsCoordinator t(cfg, 2);
+  ASSERT_TRUE(t.c);
+  ASSERT_TRUE(t.c->service->start().ok());
+  std::vector<Site> sites = train_round(t, {0, 1});
+  const std::vector<float> honest = testing::fake_delta(sites[0].theta.values, 0);
+  const std::vector<float> huge(kNumel, 3e38f);
+  ASSERT_TRUE(sites[1].client->push_update(sites[1].header(1000, t.layout_fp), huge).ok());
+  ASSERT_TRUE(sites[0].client->push_update(sites[0].header(1000, t.layout_fp), honest).ok());
+  auto fin = t.c->service->wait_until_finished(Clock::now() + 20s);
+  ASSERT_TRUE(fin.ok()) << fin.status().to_string();
+  EXPECT_EQ(*fin, ExperimentState::kFinished);
+  for (float v : t.c->service->params()) ASSERT_TRUE(std::isfinite(v));
+
+  const double honest_norm = algorithms::l2_norm(honest);
+  std::vector<float> clipped = huge;
+  algorithms::scale_values(clipped, 10.0 * honest_norm / algorithms::l2_norm(huge));
+  EXPECT_EQ(
+      t.c->service->params_fingerprint(),
+      first_step_fingerprint(t.init, cfg, {{"node-0", 1000, honest}, {"node-1", 1000, clipped}}));
+  auto rec = t.c->store->load_round("huge2", 0);
+  ASSERT_TRUE(rec.ok());
+  EXPECT_FALSE(rec->skipped);
+  EXPECT_EQ(rec->participants[0].screen, "kept");
+  EXPECT_EQ(rec->participants[1].screen, "clipped");
+  EXPECT_DOUBLE_EQ(rec->median_norm, honest_norm);
+  EXPECT_DOUBLE_EQ(rec->norm_limit, 10.0 * honest_norm);
+}
+
+// ReportMetrics over the wire: n metrics named m000.., for `round`.
+grpc::Status report(pb::Coordinator::Stub& stub, const std::string& experiment, uint64_t round,
+                    int n, const std::string& name_prefix = "m") {
+  pb::MetricsReport req;
+  req.set_experiment_id(experiment);
+  req.set_round(round);
+  req.set_step(1);
+  for (int i = 0; i < n; ++i) {
+    pb::Metric* m = req.add_metrics();
+    char index[8];
+    std::snprintf(index, sizeof(index), "%03d", i);
+    m->set_name(name_prefix + index);
+    m->set_value(i);
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  pb::MetricsAck ack;
+  return stub.ReportMetrics(&ctx, req, &ack);
+}
+
+// "Metrics flood" (3,000 × 256 metrics from round 1,000,000 up, scaled down): rounds outside the
+// window, names and counts out of bounds are refused, a node's reports per round are capped and
+// a burst beyond the rate limit is refused before anything is parsed; the store keeps at most
+// the few reports allowed.
+TEST(HostileSite, MetricsFloodIsRefusedAndTheStoreStaysBounded) {
+  ExperimentConfig cfg = testing::small_config("flood", 1, 3);
+  cfg.diloco.lost_after_heartbeats = 60;  // the idle nodes stay members while node-0 floods
+  TlsCoordinator t(cfg, 3);
+  ASSERT_TRUE(t.c);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(t.client(i)->join().ok());
+  const size_t stored_before = t.c->store->list_metrics("flood")->size();
+
+  // node-0: far-future rounds, as fast as it can.
+  auto stub = t.stub(0);
+  int ok = 0, invalid = 0, exhausted = 0;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 300; ++i) {
+    grpc::Status st = report(*stub, "flood", 1000000 + i, 64);
+    if (st.ok()) ++ok;
+    if (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      ++invalid;
+      EXPECT_TRUE(contains(st.error_message(), "the current round is 0")) << st.error_message();
+    }
+    if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) ++exhausted;
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_EQ(ok, 0);
+  EXPECT_EQ(invalid + exhausted, 300);
+  // At most the burst (20) plus 5 a second got past the rate limit.
+  EXPECT_LE(invalid, 20 + static_cast<int>(5 * secs) + 1) << secs << " s";
+  EXPECT_GE(exhausted, 300 - 20 - static_cast<int>(5 * secs) - 1);
+
+  // node-1: the current round, over and over: 4 reports are stored, then refused.
+  auto stub1 = t.stub(1);
+  int ok1 = 0, exhausted1 = 0;
+  for (int i = 0; i < 100; ++i) {
+    grpc::Status st = report(*stub1, "flood", 0, 64);
+    ok1 += st.ok();
+    exhausted1 += st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+  }
+  EXPECT_EQ(ok1, 4);
+  EXPECT_EQ(exhausted1, 96);
+
+  // node-2: bad names and too many metrics are INVALID_ARGUMENT.
+  auto stub2 = t.stub(2);
+  EXPECT_EQ(report(*stub2, "flood", 0, 65).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(report(*stub2, "flood", 0, 1, "bad name ").error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(report(*stub2, "flood", 0, 1, std::string(70, 'x')).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(report(*stub2, "flood", 0, 3).ok());
+
+  auto stored = t.c->store->list_metrics("flood");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->size() - stored_before, 5u);  // node-1's 4 and node-2's 1
+}
+
+// A TCP connection to 127.0.0.1:port, or -1.
+int connect_loopback(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// True once the peer closed `fd` (EOF or reset) before `deadline`.
+bool closed_by_peer(int fd, Clock::time_point deadline) {
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    char byte;
+    const ssize_t r = ::recv(fd, &byte, 1, 0);
+    if (r <= 0) return true;  // EOF or reset: the server let go
+  }
+}
+
+// "half-finished TLS handshakes are kept 120 s": connections that never send a ClientHello
+// are closed by the server within its 10 s handshake timeout, and while they are open a real
+// node still joins.
+TEST(HostileSite, IdleHalfOpenConnectionsAreDroppedWithinTheHandshakeTimeout) {
+  TlsCoordinator t(testing::small_config("idle", 1, 1), 1);
+  ASSERT_TRUE(t.c);
+  std::vector<int> fds;
+  const auto opened = Clock::now();
+  for (int i = 0; i < 64; ++i) {
+    const int fd = connect_loopback(t.c->server->port());
+    ASSERT_GE(fd, 0) << "connect failed: " << std::strerror(errno);
+    fds.push_back(fd);
+  }
+  auto joined = t.client(0)->join();
+  EXPECT_TRUE(joined.ok()) << joined.status().to_string();
+  // 10 s timeout, 3 s of margin for a loaded machine.
+  const auto deadline = opened + 13s;
+  for (int fd : fds) EXPECT_TRUE(closed_by_peer(fd, deadline)) << "fd " << fd << " still open";
+  const double secs = std::chrono::duration<double>(Clock::now() - opened).count();
+  // Not closed at once: it is the handshake timeout at work, not a refused connection.
+  EXPECT_GT(secs, 5.0);
+  for (int fd : fds) ::close(fd);
+}
+
+TEST(RateLimiter, BurstThenRefillPerKeyWithABoundedTable) {
+  RateLimiter limiter({.burst = 3, .per_second = 1}, /*max_keys=*/2);
+  const auto t0 = RateLimiter::Clock::now();
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(limiter.allow("a", t0));
+  EXPECT_FALSE(limiter.allow("a", t0));
+  EXPECT_FALSE(limiter.allow("a", t0 + 500ms));
+  EXPECT_TRUE(limiter.allow("a", t0 + 1000ms));  // one call refilled
+  EXPECT_FALSE(limiter.allow("a", t0 + 1000ms));
+  EXPECT_TRUE(limiter.allow("b", t0 + 1000ms));  // another key has its own bucket
+  // A third key while a and b are busy: refused rather than growing the table...
+  EXPECT_FALSE(limiter.allow("c", t0 + 1000ms));
+  // ...and admitted once an idle key (refilled completely) can be forgotten.
+  EXPECT_TRUE(limiter.allow("c", t0 + 10s));
+}
+
+}  // namespace
+}  // namespace atl::coordinator
