@@ -23,11 +23,13 @@ Status check_masked_update(const MaskedUpdate& u, size_t numel) {
   return Status::Ok();
 }
 
-Status aggregate_masked(const std::vector<MaskedUpdate>& updates, std::span<float> delta,
-                        std::span<uint32_t> held) {
+namespace {
+
+// The updates of one masked aggregation: at least one, each well-formed for n elements, sorted
+// by node id without duplicates; `held_size` must equal n.
+Status check_masked_updates(const std::vector<MaskedUpdate>& updates, size_t n, size_t held_size) {
   if (updates.empty()) return InvalidArgument("masked aggregate: no updates");
-  if (held.size() != delta.size()) return InvalidArgument("masked aggregate: size mismatch");
-  const size_t n = delta.size();
+  if (held_size != n) return InvalidArgument("masked aggregate: size mismatch");
   for (size_t i = 0; i < updates.size(); ++i) {
     ATOLL_RETURN_IF_ERROR(check_masked_update(updates[i], n));
     if (i > 0 && !(updates[i - 1].node_id < updates[i].node_id))
@@ -36,6 +38,15 @@ Status aggregate_masked(const std::vector<MaskedUpdate>& updates, std::span<floa
           "duplicates (" +
           updates[i - 1].node_id + " before " + updates[i].node_id + ")");
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status aggregate_masked(const std::vector<MaskedUpdate>& updates, std::span<float> delta,
+                        std::span<uint32_t> held) {
+  ATOLL_RETURN_IF_ERROR(check_masked_updates(updates, delta.size(), held.size()));
+  const size_t n = delta.size();
   // Per element numerator and denominator in double, sites visited in node-id order.
   std::vector<double> num(n, 0.0), den(n, 0.0);
   for (const auto& u : updates) {
@@ -81,17 +92,8 @@ Status aggregate_masked_robust(const std::vector<MaskedUpdate>& updates, const A
   }
   if (!(o.trim_fraction >= 0 && o.trim_fraction < 0.5))
     return InvalidArgument("masked aggregate: trim fraction must be in [0, 0.5)");
-  if (updates.empty()) return InvalidArgument("masked aggregate: no updates");
-  if (held.size() != delta.size()) return InvalidArgument("masked aggregate: size mismatch");
+  ATOLL_RETURN_IF_ERROR(check_masked_updates(updates, delta.size(), held.size()));
   const size_t n = delta.size();
-  for (size_t i = 0; i < updates.size(); ++i) {
-    ATOLL_RETURN_IF_ERROR(check_masked_update(updates[i], n));
-    if (i > 0 && !(updates[i - 1].node_id < updates[i].node_id))
-      return InvalidArgument(
-          "masked aggregate: updates must be sorted by node id without "
-          "duplicates (" +
-          updates[i - 1].node_id + " before " + updates[i].node_id + ")");
-  }
   // Per element, the values of the sites holding it: one cursor per site walks its ascending
   // indices, so the columns are gathered in one pass over θ.
   std::vector<size_t> cursor(updates.size(), 0);
