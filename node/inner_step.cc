@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "algorithms/hydra/trainer.h"
+#include "node/saved_value.h"
 
 namespace atl::node {
 
@@ -11,24 +12,14 @@ namespace {
 
 namespace al = atl::algorithms;
 
-// The saved state of a step whose state is a copyable value T.
-template <class T>
-struct ValueState final : InnerState {
-  explicit ValueState(T v) : value(std::move(v)) {}
-  T value;
-};
-
 template <class T>
 std::unique_ptr<InnerState> saved(T value) {
-  return std::make_unique<ValueState<T>>(std::move(value));
+  return save_value<InnerState>(std::move(value));
 }
 
-// The value inside a state made by saved<T>(); INTERNAL when another step made it.
 template <class T>
 StatusOr<const T*> saved_value(const InnerState& state) {
-  const auto* s = dynamic_cast<const ValueState<T>*>(&state);
-  if (s == nullptr) return Internal("restore_state: the state was saved by another kind of step");
-  return &s->value;
+  return node::saved_value<T>(state, "kind of step");
 }
 
 // The CPU model: dense or MoE, every precision recipe.

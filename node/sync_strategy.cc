@@ -6,6 +6,7 @@
 #include "algorithms/diloco/streaming.h"
 #include "algorithms/model/subnet.h"
 #include "node/hydra_site.h"
+#include "node/saved_value.h"
 
 namespace atl::node {
 
@@ -15,24 +16,14 @@ namespace al = atl::algorithms;
 using al::compress::ErrorFeedback;
 using atoll_pb::v1::Task;
 
-// The saved state of a strategy whose state is a copyable value T.
-template <class T>
-struct ValueState final : SyncState {
-  explicit ValueState(T v) : value(std::move(v)) {}
-  T value;
-};
-
 template <class T>
 std::unique_ptr<SyncState> saved(T value) {
-  return std::make_unique<ValueState<T>>(std::move(value));
+  return save_value<SyncState>(std::move(value));
 }
 
 template <class T>
 StatusOr<const T*> saved_value(const SyncState& state) {
-  const auto* s = dynamic_cast<const ValueState<T>*>(&state);
-  if (s == nullptr)
-    return Internal("restore_state: the state was saved by another synchronization");
-  return &s->value;
+  return node::saved_value<T>(state, "synchronization");
 }
 
 std::string codec_spec_of(const SiteConfig& site) {
