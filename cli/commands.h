@@ -28,6 +28,9 @@ int cmd_demo_distill(const Args& args);
 int cmd_simulate_distill(const Args& args);
 int cmd_bench(const Args& args);
 int cmd_token(const Args& args);
+// `atoll import hf DIR --out CKPT` and `atoll export hf CKPT --out DIR` (cli/hf_cmd.cc).
+int cmd_import(const Args& args);
+int cmd_export(const Args& args);
 
 // Prints "atoll <command>: <message>" to stderr (one line) and returns the exit code.
 int fail(const std::string& command, const std::string& message, int code = 1);

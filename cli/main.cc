@@ -38,6 +38,8 @@ const Command kCommands[] = {
     {"node", cmd_node, "run a node that joins a coordinator"},
     {"token", cmd_token, "dashboard/API tokens: `token create --role viewer|admin`", true},
     {"bench", cmd_bench, "benchmarks: `bench train`, `bench sgemm`, `bench codecs`"},
+    {"import", cmd_import, "`import hf DIR --out CKPT`: a Hugging Face Llama/Qwen2/Mistral model"},
+    {"export", cmd_export, "`export hf CKPT --out DIR`: a checkpoint as a Hugging Face model"},
 };
 
 void print_usage(FILE* out) {

@@ -41,6 +41,17 @@ StatusOr<double> meta_double(const std::map<std::string, std::string>& md,
   return v;
 }
 
+// "true" / "false", or `fallback` when the key is absent.
+StatusOr<bool> meta_bool(const std::map<std::string, std::string>& md, const std::string& key,
+                         bool fallback, const std::string& what) {
+  auto it = md.find(key);
+  if (it == md.end()) return fallback;
+  if (it->second == "true") return true;
+  if (it->second == "false") return false;
+  return InvalidArgument(what + ": metadata " + key + " = '" + it->second +
+                         "' is not true or false");
+}
+
 // SHA-256 over the moments m then v, so a damaged optimizer state is caught like damaged θ.
 std::string optimizer_fingerprint(const ParamSet& m, const ParamSet& v) {
   Sha256 h;
@@ -82,6 +93,13 @@ StatusOr<std::string> encode_checkpoint(const CheckpointMeta& meta, const ParamS
     md["atoll.model.moe_z_coef"] = exact(m.moe_z_coef);
   }
   md["atoll.model.norm_eps"] = exact(m.norm_eps);
+  if (algorithms::num_kv_heads(m) != m.heads)
+    md["atoll.model.kv_heads"] = std::to_string(algorithms::num_kv_heads(m));
+  if (!m.tie_word_embeddings) md["atoll.model.tie_word_embeddings"] = "false";
+  if (m.attention_bias) md["atoll.model.attention_bias"] = "true";
+  if (!meta.hf_tokenizer_json.empty()) md["atoll.tokenizer.hf_json"] = meta.hf_tokenizer_json;
+  if (!meta.hf_tokenizer_config_json.empty())
+    md["atoll.tokenizer.hf_config_json"] = meta.hf_tokenizer_config_json;
   md["atoll.step"] = std::to_string(meta.step);
   md["atoll.seed"] = std::to_string(meta.seed);
   md["atoll.tokenizer"] = meta.tokenizer;
@@ -155,6 +173,14 @@ StatusOr<LoadedCheckpoint> decode_checkpoint(const std::string& bytes, const std
     ATOLL_ASSIGN_OR_RETURN(m.moe_aux_coef, meta_double(md, "atoll.model.moe_aux_coef", what));
     ATOLL_ASSIGN_OR_RETURN(m.moe_z_coef, meta_double(md, "atoll.model.moe_z_coef", what));
   }
+  if (md.count("atoll.model.kv_heads")) {
+    ATOLL_ASSIGN_OR_RETURN(int64_t kv, meta_int(md, "atoll.model.kv_heads", what));
+    if (kv <= 0 || kv > kMaxDim) return InvalidArgument(what + ": model metadata out of range");
+    m.kv_heads = static_cast<int>(kv);
+  }
+  ATOLL_ASSIGN_OR_RETURN(m.tie_word_embeddings,
+                         meta_bool(md, "atoll.model.tie_word_embeddings", true, what));
+  ATOLL_ASSIGN_OR_RETURN(m.attention_bias, meta_bool(md, "atoll.model.attention_bias", false, what));
   if (Status s = algorithms::validate(m); !s.ok())
     return InvalidArgument(what + ": " + s.message());
   ATOLL_ASSIGN_OR_RETURN(ck.meta.step, meta_int(md, "atoll.step", what));
@@ -163,6 +189,10 @@ StatusOr<LoadedCheckpoint> decode_checkpoint(const std::string& bytes, const std
   ATOLL_ASSIGN_OR_RETURN(ck.meta.round, meta_int(md, "atoll.round", what));
   if (auto it = md.find("atoll.tokenizer"); it != md.end()) ck.meta.tokenizer = it->second;
   if (auto it = md.find("atoll.experiment"); it != md.end()) ck.meta.experiment = it->second;
+  if (auto it = md.find("atoll.tokenizer.hf_json"); it != md.end())
+    ck.meta.hf_tokenizer_json = it->second;
+  if (auto it = md.find("atoll.tokenizer.hf_config_json"); it != md.end())
+    ck.meta.hf_tokenizer_config_json = it->second;
   for (const auto& [k, v] : md)
     if (k.rfind("atoll.x.", 0) == 0) ck.meta.extra[k.substr(8)] = v;
 

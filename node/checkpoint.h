@@ -1,7 +1,9 @@
 // Checkpoints are safetensors files: the parameters under their Hugging Face Llama names (so
 // the ecosystem can read them), optionally the AdamW moments under "optimizer.m." and
 // "optimizer.v.", and Atoll metadata in the header (model config, step, seed, tokenizer,
-// experiment, round, SHA-256 fingerprint of the parameters).
+// experiment, round, SHA-256 fingerprint of the parameters). The Hugging Face model fields
+// (kv_heads, tie_word_embeddings, attention_bias) are written only when they differ from the
+// defaults, so checkpoints of the original architecture are byte-for-byte as before.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +23,11 @@ struct CheckpointMeta {
   int64_t step = 0;          // training steps completed (next step to run)
   uint64_t seed = 0;
   std::string tokenizer;     // serialized BPE, "" = bytes
+  // A Hugging Face tokenizer carried verbatim (atoll import hf): the bytes of tokenizer.json and
+  // of tokenizer_config.json ("" = none). Stored as metadata atoll.tokenizer.hf_json and
+  // atoll.tokenizer.hf_config_json (UTF-8 text, as Hugging Face writes them).
+  std::string hf_tokenizer_json;
+  std::string hf_tokenizer_config_json;
   std::string experiment;    // DiLoCo experiment name, "" for single-site runs
   int64_t round = -1;        // DiLoCo round of θ, -1 for single-site runs
   std::string fingerprint;   // SHA-256 of the parameters (checked on load)

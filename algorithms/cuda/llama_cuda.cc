@@ -33,8 +33,17 @@ Status d2h(kc::Context& ctx, void* dst, const void* src, size_t bytes) {
 }
 
 Status check_supported(const ModelConfig& cfg) {
-  // Dense and MoE layers (llama_cuda_moe.h) alike: every valid config.
-  return validate(cfg);
+  // Dense and MoE layers (llama_cuda_moe.h) alike: every valid config of the original
+  // architecture. The Hugging Face variants run on the CPU model only (docs/model.md).
+  ATOLL_RETURN_IF_ERROR(validate(cfg));
+  if (num_kv_heads(cfg) != cfg.heads || cfg.attention_bias || !cfg.tie_word_embeddings)
+    return InvalidArgument(
+        "the CUDA model does not support grouped-query attention, q/k/v biases or an untied "
+        "lm_head yet (this model: kv_heads " + std::to_string(num_kv_heads(cfg)) + " of heads " +
+        std::to_string(cfg.heads) + ", attention_bias " + (cfg.attention_bias ? "true" : "false") +
+        ", tie_word_embeddings " + (cfg.tie_word_embeddings ? "true" : "false") +
+        "); train it on the CPU");
+  return Status::Ok();
 }
 
 CudaLlama::CudaLlama(const ModelConfig& cfg, kc::Context& ctx) : cfg_(cfg), ctx_(ctx), gemm_(ctx) {}

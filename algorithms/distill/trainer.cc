@@ -19,6 +19,11 @@ Status validate(const ModelConfig& student, const ModelConfig& teacher, const Tr
     return InvalidArgument("teacher: " + s.message());
   ATOLL_RETURN_IF_ERROR(atl::algorithms::validate(train, student));
   ATOLL_RETURN_IF_ERROR(validate(loss));
+  // The fused loss multiplies the final hidden states by model.embed_tokens.weight.
+  if (!student.tie_word_embeddings || !teacher.tie_word_embeddings)
+    return InvalidArgument(std::string(!student.tie_word_embeddings ? "student" : "teacher") +
+                           ": distillation needs a tied output head (tie_word_embeddings = true); "
+                           "this model has a separate lm_head.weight");
   if (student.vocab != teacher.vocab)
     return InvalidArgument("teacher vocab " + std::to_string(teacher.vocab) +
                            " differs from the student's " + std::to_string(student.vocab) +

@@ -21,6 +21,14 @@ std::string layer_name(int l, const char* suffix) {
 
 }  // namespace
 
+int num_kv_heads(const ModelConfig& c) {
+  return c.kv_heads > 0 ? c.kv_heads : c.heads;
+}
+
+const char* head_param_name(const ModelConfig& c) {
+  return c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+}
+
 bool is_moe_layer(const ModelConfig& c, int l) {
   return c.moe_experts > 0 && c.moe_every > 0 && (l + 1) % c.moe_every == 0;
 }
@@ -81,6 +89,9 @@ std::vector<ModelFieldDifference> model_differences(const ModelConfig& a, const 
   num("seq_len", a.seq_len, b.seq_len);
   num("rope_base", a.rope_base, b.rope_base);
   num("norm_eps", a.norm_eps, b.norm_eps);
+  num("kv_heads", num_kv_heads(a), num_kv_heads(b));
+  num("tie_word_embeddings", a.tie_word_embeddings, b.tie_word_embeddings);
+  num("attention_bias", a.attention_bias, b.attention_bias);
   num("moe_experts", a.moe_experts, b.moe_experts);
   num("moe_top_k", a.moe_top_k, b.moe_top_k);
   num("moe_hidden", a.moe_hidden, b.moe_hidden);
@@ -112,6 +123,10 @@ Status validate(const ModelConfig& c) {
     return InvalidArgument("head dim " + std::to_string(D) + " (dim " + std::to_string(c.dim) +
                            " / heads " + std::to_string(c.heads) +
                            ") must be even: RoPE rotates pairs of dimensions");
+  if (c.kv_heads < 0 || (c.kv_heads > 0 && c.heads % c.kv_heads != 0))
+    return InvalidArgument("kv_heads " + std::to_string(c.kv_heads) + " must divide heads " +
+                           std::to_string(c.heads) +
+                           " (grouped-query attention; 0 = heads, plain multi-head attention)");
   if (!(c.rope_base > 1.0) || !std::isfinite(c.rope_base))
     return InvalidArgument("rope_base must be a finite number > 1, got " +
                            std::to_string(c.rope_base));
@@ -128,13 +143,19 @@ Status validate(const ModelConfig& c) {
 
 ParamLayout make_layout(const ModelConfig& c) {
   const int64_t V = c.vocab, C = c.dim, F = c.ffn_hidden;
+  const int64_t Ckv = C / c.heads * num_kv_heads(c);
   ParamLayout L;
   L.add("model.embed_tokens.weight", {V, C});
   for (int l = 0; l < c.layers; ++l) {
     L.add(layer_name(l, "input_layernorm.weight"), {C});
     L.add(layer_name(l, "self_attn.q_proj.weight"), {C, C});
-    L.add(layer_name(l, "self_attn.k_proj.weight"), {C, C});
-    L.add(layer_name(l, "self_attn.v_proj.weight"), {C, C});
+    L.add(layer_name(l, "self_attn.k_proj.weight"), {Ckv, C});
+    L.add(layer_name(l, "self_attn.v_proj.weight"), {Ckv, C});
+    if (c.attention_bias) {
+      L.add(layer_name(l, "self_attn.q_proj.bias"), {C});
+      L.add(layer_name(l, "self_attn.k_proj.bias"), {Ckv});
+      L.add(layer_name(l, "self_attn.v_proj.bias"), {Ckv});
+    }
     L.add(layer_name(l, "self_attn.o_proj.weight"), {C, C});
     L.add(layer_name(l, "post_attention_layernorm.weight"), {C});
     if (is_moe_layer(c, l)) {
@@ -158,6 +179,7 @@ ParamLayout make_layout(const ModelConfig& c) {
     L.add(layer_name(l, "mlp.down_proj.weight"), {C, F});
   }
   L.add("model.norm.weight", {C});
+  if (!c.tie_word_embeddings) L.add("lm_head.weight", {V, C});
   return L;
 }
 
@@ -170,10 +192,12 @@ int64_t ffn_params(const ModelConfig& c, int l, int64_t experts) {
          3 * static_cast<int64_t>(c.moe_shared_hidden) * C;
 }
 int64_t params_with(const ModelConfig& c, bool active) {
-  const int64_t V = c.vocab, C = c.dim;
-  int64_t n = V * C + C;
+  const int64_t V = c.vocab, C = c.dim, Ckv = C / c.heads * num_kv_heads(c);
+  // q and o (C, C), k and v (Ckv, C): 4·C·C without grouped-query attention.
+  const int64_t attn = 2 * C * C + 2 * Ckv * C + (c.attention_bias ? C + 2 * Ckv : 0);
+  int64_t n = V * C + C + (c.tie_word_embeddings ? 0 : V * C);
   for (int l = 0; l < c.layers; ++l)
-    n += 2 * C + 4 * C * C + ffn_params(c, l, active ? c.moe_top_k : c.moe_experts);
+    n += 2 * C + attn + ffn_params(c, l, active ? c.moe_top_k : c.moe_experts);
   return n;
 }
 }  // namespace
@@ -196,6 +220,10 @@ void init_params(ParamSet& params, const ModelConfig& cfg, uint64_t seed) {
     const ParamView& v = views[i];
     float* p = params.data() + v.offset;
     const size_t n = v.numel();
+    if (v.name.ends_with(".bias")) {  // q/k/v biases start at 0 (PyTorch's zero-init habit)
+      std::fill(p, p + n, 0.0f);
+      continue;
+    }
     if (v.shape.size() == 1) {  // RMSNorm gains
       std::fill(p, p + n, 1.0f);
       continue;
@@ -209,7 +237,9 @@ void init_params(ParamSet& params, const ModelConfig& cfg, uint64_t seed) {
 }
 
 double flops_per_token(const ModelConfig& c, int T) {
-  return 6.0 * static_cast<double>(count_active_params(c)) +
+  // Untied: the embedding table is only looked up; lm_head is the head GEMM (in P).
+  const int64_t lookup_only = c.tie_word_embeddings ? 0 : int64_t(c.vocab) * c.dim;
+  return 6.0 * static_cast<double>(count_active_params(c) - lookup_only) +
          12.0 * static_cast<double>(c.layers) * c.dim * static_cast<double>(T);
 }
 
@@ -221,6 +251,9 @@ Llama::Llama(const ModelConfig& cfg) : cfg_(cfg) {
   layout_ = make_layout(cfg);
   off_embed_ = layout_.find("model.embed_tokens.weight")->offset;
   off_norm_ = layout_.find("model.norm.weight")->offset;
+  off_head_ = layout_.find(head_param_name(cfg))->offset;
+  kv_heads_ = num_kv_heads(cfg);
+  qkv_dim_ = cfg.dim + 2 * (cfg.dim / cfg.heads) * kv_heads_;
   off_.resize(cfg.layers);
   for (int l = 0; l < cfg.layers; ++l) {
     auto at = [&](const char* s) {
@@ -229,7 +262,8 @@ Llama::Llama(const ModelConfig& cfg) : cfg_(cfg) {
     };
     off_[l] = {at("input_layernorm.weight"),  at("self_attn.q_proj.weight"),
                at("self_attn.o_proj.weight"), at("post_attention_layernorm.weight"),
-               at("mlp.gate_proj.weight"),    at("mlp.down_proj.weight")};
+               at("mlp.gate_proj.weight"),    at("mlp.down_proj.weight"),
+               at("self_attn.q_proj.bias")};
   }
   if (cfg.moe_experts > 0) moe_ = std::make_unique<MoeBlocks>(cfg, layout_);
 }
@@ -259,6 +293,7 @@ void Llama::ensure_shape(int B, int T, bool with_logits) {
   const size_t N = static_cast<size_t>(B) * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab,
                H = cfg_.heads, L = cfg_.layers;
   const size_t att = static_cast<size_t>(B) * H * T * T;
+  const bool gqa = kv_heads_ != cfg_.heads;
   if (att > (1ULL << 31) - 1 || (with_logits && N * V > (1ULL << 31) - 1) ||
       N * 3 * C > (1ULL << 31) - 1)
     internal_error("Llama: batch shape too large for 32-bit indexing");
@@ -269,8 +304,8 @@ void Llama::ensure_shape(int B, int T, bool with_logits) {
     layers_total += N * C * 5 /* x ln1 atty h ln2 */ + N * 2 /* rstd1 rstd2 */ + N * 3 * C + att +
                     N * 3 * ffn_f(l);
   // The (N, V) logits only when asked for: forward_hidden never needs them.
-  const size_t total =
-      layers_total + N * C * 3 /* out lnf scratch */ + N + N + (with_logits ? N * V : 0);
+  const size_t total = layers_total + N * C * 3 /* out lnf scratch */ + N + N +
+                       (with_logits ? N * V : 0) + (gqa ? N * size_t(qkv_dim_) : 0);
   if (acts_.size() < total) acts_.resize(total);  // grows only; smaller shapes reuse it
   B_ = B;
   T_ = T;
@@ -303,6 +338,7 @@ void Llama::ensure_shape(int B, int T, bool with_logits) {
   // forward_hidden() existing.
   logits_ = with_logits ? take(N * V) : nullptr;
   losses_ = take(N);
+  qkv_lin_ = gqa ? take(N * size_t(qkv_dim_)) : nullptr;
 }
 
 void Llama::check_tokens(const int32_t* tokens, int N) const {
@@ -317,6 +353,7 @@ void Llama::check_tokens(const int32_t* tokens, int N) const {
 void Llama::forward_trunk(const float* P, const int32_t* tokens) {
   const int B = B_, T = T_;
   const int N = B * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab, H = cfg_.heads, D = C / H;
+  const int KV = kv_heads_, QKV = qkv_dim_;
   const float* wte = P + off_embed_;
 
   // x0 (N, C) = wte[tokens]
@@ -327,9 +364,13 @@ void Llama::forward_trunk(const float* P, const int32_t* tokens) {
     float* next = (l + 1 < cfg_.layers) ? la_[l + 1].x : out_;
     // attention sub-block
     ops::rmsnorm_forward(a.ln1, a.rstd1, a.x, P + o.ln1, N, C, cfg_.norm_eps);
-    gemm_.forward(a.qkv, a.ln1, P + o.qkv, N, C, 3 * C, site(l, 0));  // (N, C) -> (N, 3C)
-    ops::rope_forward(a.qkv, B, T, 2 * H, D, 3 * C, cfg_.rope_base);  // q and k in place
-    ops::attention_forward(a.atty, a.att, a.qkv, B, T, H, D);         // -> (N, C)
+    // (N, C) -> (N, QKV), QKV = C + 2Ckv (3C without GQA, written straight into a.qkv)
+    float* lin = qkv_lin_ ? qkv_lin_ : a.qkv;
+    gemm_.forward(lin, a.ln1, P + o.qkv, N, C, QKV, site(l, 0));
+    if (cfg_.attention_bias) ops::bias_forward(lin, P + o.qkv_bias, N, QKV);
+    ops::rope_forward(lin, B, T, H + KV, D, QKV, cfg_.rope_base);  // q and k in place
+    if (qkv_lin_) ops::repeat_kv_forward(a.qkv, lin, N, H, KV, D);  // -> (N, 3C)
+    ops::attention_forward(a.atty, a.att, a.qkv, B, T, H, D);      // -> (N, C)
     gemm_.forward(scratch_, a.atty, P + o.o, N, C, C, site(l, 1));
     ops::add_forward(a.h, a.x, scratch_, static_cast<size_t>(N) * C);
     // MLP sub-block (dense SwiGLU, or the MoE layer of moe_block.h)
@@ -379,7 +420,7 @@ float Llama::forward(const ParamSet& params, const int32_t* tokens, const int32_
   }
   const float* P = params.data();
   forward_trunk(P, tokens);
-  gemm_.forward(logits_, lnf_, P + off_embed_, N, C, V, site(cfg_.layers, 0));  // tied head
+  gemm_.forward(logits_, lnf_, P + off_head_, N, C, V, site(cfg_.layers, 0));  // (N, C) -> (N, V)
 
   std::fill(losses_, losses_ + N, 0.0f);
   if (!have_targets_) return 0.0f;
@@ -394,8 +435,9 @@ float Llama::forward(const ParamSet& params, const int32_t* tokens, const int32_
 void Llama::ensure_grad_buffers() {
   const size_t N = static_cast<size_t>(B_) * T_, NC = N * cfg_.dim;
   // Activation gradients, one allocation: dres (N,C) dln (N,C) datty (N,C) dqkv (N,3C)
-  // dgu (N,2F) dswi (N,F).
-  const size_t total = NC * 3 + NC * 3 + N * 3 * cfg_.ffn_hidden;
+  // dgu (N,2F) dswi (N,F), and with GQA dqkv_lin (N, C + 2Ckv) after them.
+  const size_t total = NC * 3 + NC * 3 + N * 3 * cfg_.ffn_hidden +
+                       (kv_heads_ != cfg_.heads ? N * size_t(qkv_dim_) : 0);
   if (grads_.size() < total) grads_.resize(total);
 }
 
@@ -410,14 +452,14 @@ void Llama::backward(const ParamSet& params, ParamSet& grads) {
 
   const float* P = params.data();
   float* G = grads.data();
-  const float* wte = P + off_embed_;
-  float* dwte = G + off_embed_;
+  const float* wte = P + off_head_;  // the head: the embedding when tied, else lm_head
+  float* dwte = G + off_head_;
 
   // Loss = mean over the num_targets_ valid positions, so dloss/dlosses[i] = 1/num_targets_.
   const double dloss = num_targets_ ? 1.0 / static_cast<double>(num_targets_) : 0.0;
   ops::softmax_xent(losses_, logits_ /* dlogits, in place */, logits_, targets_.data(), N, V,
                     dloss);
-  // Tied head: dlnf (N, C) = dlogits · wte ; dwte += dlogitsᵀ · lnf.
+  // Head: dlnf (N, C) = dlogits · wte ; dwte += dlogitsᵀ · lnf.
   ops::zero_fill(dln, NC);
   gemm_.backward(dln, dwte, logits_, lnf_, wte, N, C, V, site(cfg_.layers, 0));
   backward_trunk(P, G, dln);
@@ -433,14 +475,16 @@ void Llama::backward_from_hidden(const ParamSet& params, ParamSet& grads, const 
 
 void Llama::backward_trunk(const float* P, float* G, const float* dlnf) {
   const int B = B_, T = T_, N = B * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab,
-            H = cfg_.heads, D = C / H;
+            H = cfg_.heads, D = C / H, KV = kv_heads_, QKV = qkv_dim_;
   const size_t NC = static_cast<size_t>(N) * C;
+  const bool gqa = KV != H;
   float* dres = grads_.data();
   float* dln = dres + NC;
   float* datty = dln + NC;
   float* dqkv = datty + NC;
   float* dgu = dqkv + 3 * NC;
   float* dswi = dgu + static_cast<size_t>(N) * 2 * F;
+  float* dqkv_lin = gqa ? dswi + static_cast<size_t>(N) * F : dqkv;  // (N, QKV)
   auto zero = [](float* p, size_t n) { ops::zero_fill(p, n); };
   float* dwte = G + off_embed_;
 
@@ -470,9 +514,14 @@ void Llama::backward_trunk(const float* P, float* G, const float* dlnf) {
     gemm_.backward(datty, G + o.o, dres, a.atty, P + o.o, N, C, C, site(l, 1));
     zero(dqkv, 3 * NC);
     ops::attention_backward(dqkv, datty, a.qkv, a.att, B, T, H, D);
-    ops::rope_backward(dqkv, B, T, 2 * H, D, 3 * C, cfg_.rope_base);  // dq, dk before RoPE
+    if (gqa) {  // fold the repeated KV heads back: dk, dv summed over each group
+      zero(dqkv_lin, static_cast<size_t>(N) * QKV);
+      ops::repeat_kv_backward(dqkv_lin, dqkv, N, H, KV, D);
+    }
+    ops::rope_backward(dqkv_lin, B, T, H + KV, D, QKV, cfg_.rope_base);  // dq, dk before RoPE
+    if (cfg_.attention_bias) ops::bias_backward(G + o.qkv_bias, dqkv_lin, N, QKV);
     zero(dln, NC);
-    gemm_.backward(dln, G + o.qkv, dqkv, a.ln1, P + o.qkv, N, C, 3 * C, site(l, 0));
+    gemm_.backward(dln, G + o.qkv, dqkv_lin, a.ln1, P + o.qkv, N, C, QKV, site(l, 0));
     ops::rmsnorm_backward(dres, G + o.ln1, dln, a.x, P + o.ln1, a.rstd1, N, C);  // dres = dx
   }
   ops::embedding_backward(dwte, dres, tokens_.data(), N, V, C);

@@ -9,6 +9,10 @@
 // RMSNorm (eps from the config, default 1e-5), RoPE on adjacent pairs (x[2i], x[2i+1]) with
 // angle pos·base^(-2i/D), causal softmax attention with scale 1/sqrt(D), SwiGLU, no biases.
 // The output head is the embedding matrix itself (no lm_head tensor).
+// Hugging Face Llama-family variants, each only when its field is set (the defaults are the
+// model above, bit for bit): grouped-query attention (kv_heads < heads; query head h reads KV
+// head h / (heads / kv_heads), as HF's repeat_kv), q/k/v biases (attention_bias, Qwen2), and an
+// untied output head lm_head.weight (tie_word_embeddings = false).
 #pragma once
 
 #include <cstdint>
@@ -30,8 +34,13 @@ struct ModelConfig {
   int heads = 4;         // H
   int ffn_hidden = 768;  // F, hidden size of the SwiGLU FFN
   int seq_len = 256;     // longest context the model is trained / sampled with
-  double rope_base = 10000.0;
-  double norm_eps = 1e-5;
+  double rope_base = 10000.0;  // HF rope_theta
+  double norm_eps = 1e-5;      // HF rms_norm_eps
+
+  // Hugging Face Llama-family fields (docs/model.md). ffn_hidden is HF intermediate_size.
+  int kv_heads = 0;                 // KV heads (HF num_key_value_heads), divides heads; 0 = heads
+  bool tie_word_embeddings = true;  // false: a separate output head lm_head.weight (V, C)
+  bool attention_bias = false;      // q/k/v projections have biases (Qwen2; no o_proj bias)
 
   // Mixture of experts (docs/moe.md). moe_experts = 0: every layer has the dense SwiGLU FFN.
   // Otherwise layer l's FFN is an MoE layer when (l + 1) % moe_every == 0 (1: every layer,
@@ -45,6 +54,11 @@ struct ModelConfig {
   double moe_aux_coef = 0.01;         // weight of the load-balancing loss, per MoE layer
   double moe_z_coef = 0.001;          // weight of the router z-loss, per MoE layer
 };
+
+// KV heads of the model: kv_heads, or heads when kv_heads = 0 (plain multi-head attention).
+int num_kv_heads(const ModelConfig& cfg);
+// Name of the output head's weight (V, C): "lm_head.weight" when untied, else the embedding.
+const char* head_param_name(const ModelConfig& cfg);
 
 // Whether layer l's FFN is an MoE layer (see ModelConfig).
 bool is_moe_layer(const ModelConfig& cfg, int l);
@@ -62,13 +76,18 @@ struct ModelFieldDifference {
 // Every field of `a` and `b` that differs, in declaration order (empty: the same model).
 std::vector<ModelFieldDifference> model_differences(const ModelConfig& a, const ModelConfig& b);
 
-// Parameter layout, Hugging Face Llama names and shapes (PyTorch order):
-//   model.embed_tokens.weight                          (V, C)  also the output head (tied)
+// Parameter layout, Hugging Face Llama names and shapes (PyTorch order), Ckv = num_kv_heads·D
+// (= C without grouped-query attention):
+//   model.embed_tokens.weight                          (V, C)  also the output head when tied
 //   per layer l, in this order:
 //   model.layers.{l}.input_layernorm.weight            (C)
-//   model.layers.{l}.self_attn.q_proj.weight           (C, C) \  adjacent: one (3C, C)
-//   model.layers.{l}.self_attn.k_proj.weight           (C, C)  > matrix for a single fused
-//   model.layers.{l}.self_attn.v_proj.weight           (C, C) /  q|k|v GEMM
+//   model.layers.{l}.self_attn.q_proj.weight           (C, C)   \  adjacent: one (C + 2Ckv, C)
+//   model.layers.{l}.self_attn.k_proj.weight           (Ckv, C)  > matrix for a single fused
+//   model.layers.{l}.self_attn.v_proj.weight           (Ckv, C) /  q|k|v GEMM
+//   only with attention_bias (adjacent: one (C + 2Ckv) vector added after the GEMM):
+//   model.layers.{l}.self_attn.q_proj.bias             (C)
+//   model.layers.{l}.self_attn.k_proj.bias             (Ckv)
+//   model.layers.{l}.self_attn.v_proj.bias             (Ckv)
 //   model.layers.{l}.self_attn.o_proj.weight           (C, C)
 //   model.layers.{l}.post_attention_layernorm.weight   (C)
 //   model.layers.{l}.mlp.gate_proj.weight              (F, C) \  adjacent: one (2F, C) GEMM
@@ -86,6 +105,10 @@ std::vector<ModelFieldDifference> model_differences(const ModelConfig& a, const 
 //   model.layers.{l}.mlp.shared_expert.up_proj.weight   (Fs, C)
 //   model.layers.{l}.mlp.shared_expert.down_proj.weight (C, Fs)
 //   model.norm.weight                                  (C)
+//   lm_head.weight                                     (V, C)  only when tie_word_embeddings
+//                                                               is false
+// The q and k rows (and biases) are in Atoll's adjacent-pair RoPE order; Hugging Face's
+// rotate-half order differs by a row permutation within each head (algorithms/model/hf_io.h).
 ParamLayout make_layout(const ModelConfig& cfg);
 
 // Number of parameters (= make_layout(cfg).numel()).
@@ -104,7 +127,8 @@ void init_params(ParamSet& params, const ModelConfig& cfg, uint64_t seed);
 // Training FLOPs per token for a context of T tokens (forward + backward, multiply-add = 2):
 //   6·P + 12·L·C·T,  P = count_active_params (MoE: the experts a token is routed to)
 // 6·P: every (active) parameter is used in one multiply-add per token forward and two backward; the
-// tied embedding is counted once, as the output head GEMM (the lookup itself is free).
+// tied embedding is counted once, as the output head GEMM (the lookup itself is free). With an
+// untied head the embedding table is left out of P (a lookup) and lm_head counts.
 // 12·L·C·T: attention scores Q·Kᵀ and the weighted sum A·V, each 2·C·T per token forward,
 // twice that backward (PaLM, appendix B; nanoGPT's estimate_mfu). The causal mask halves the
 // useful work, but the convention counts the full T×T square, as peers report it.
@@ -185,13 +209,14 @@ class Llama {
   // Per-layer parameter offsets into the flat buffer (resolved once from the layout).
   struct LayerOffsets {
     size_t ln1, qkv, o, ln2, gu, down;
+    size_t qkv_bias;  // q|k|v biases (C + 2Ckv), only with attention_bias
   };
   // Per-layer activation views into acts_ (shapes for the current B, T; N = B·T).
   struct LayerActs {
     float* x;      // (N, C)  block input = previous block's output (or the embedding)
     float* ln1;    // (N, C)
     float* rstd1;  // (N)
-    float* qkv;    // (N, 3C) q and k after RoPE
+    float* qkv;    // (N, 3C) q and k after RoPE (with GQA: the KV heads repeated, repeat_kv)
     float* att;    // (B, H, T, T) softmax probabilities
     float* atty;   // (N, C)  attention output before o_proj
     float* h;      // (N, C)  x + o_proj(atty)
@@ -219,6 +244,9 @@ class Llama {
   ModelConfig cfg_;
   ParamLayout layout_;
   size_t off_embed_ = 0, off_norm_ = 0;
+  size_t off_head_ = 0;  // the output head (V, C): off_embed_ when tied
+  int kv_heads_ = 0;     // num_kv_heads(cfg_)
+  int qkv_dim_ = 0;      // C + 2·Ckv, the width of the fused q|k|v GEMM
   std::vector<LayerOffsets> off_;
 
   int B_ = 0, T_ = 0;
@@ -231,6 +259,7 @@ class Llama {
   float* scratch_ = nullptr;  // (N, C) o_proj / down_proj output before the residual add
   float* logits_ = nullptr;   // (N, V)
   float* losses_ = nullptr;   // (N)
+  float* qkv_lin_ = nullptr;  // (N, C + 2Ckv) q|k|v before repeat_kv, only with GQA (scratch)
   std::vector<int32_t> tokens_, targets_;  // (N) copies for backward
   std::unique_ptr<MoeBlocks> moe_;         // null for a dense model
   bool have_targets_ = false;

@@ -62,6 +62,24 @@ template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int T_, int H,
                         int D);
 
+// ---- grouped-query attention (Hugging Face repeat_kv). qkv (N, (H + 2·KV)·D) = q | k | v with H
+// query heads and KV key/value heads (H % KV == 0); query head h reads KV head h / (H / KV).
+// full (N, 3·H·D) = q | k | v with every KV head repeated H / KV times: the layout
+// attention_forward takes.
+template <typename T>
+void repeat_kv_forward(T* full, const T* qkv, int N, int H, int KV, int D);
+// dqkv (N, (H + 2·KV)·D) += dfull (N, 3·H·D) folded back: dq copied, dk and dv of each KV head
+// summed over the H / KV query heads that read it, in head order.
+template <typename T>
+void repeat_kv_backward(T* dqkv, const T* dfull, int N, int H, int KV, int D);
+
+// ---- bias of a linear layer: out (N, OC) += b (OC) on every row.
+template <typename T>
+void bias_forward(T* out, const T* b, int N, int OC);
+// db (OC) += Σ_n dout (n, ·), rows summed in order (deterministic).
+template <typename T>
+void bias_backward(T* db, const T* dout, int N, int OC);
+
 // ---- SwiGLU: gu (N, 2F) = gate | up ; out (N, F) = silu(gate) * up
 template <typename T>
 void swiglu_forward(T* out, const T* gu, int N, int F);

@@ -103,6 +103,94 @@ TEST(ModelLayout, FlopsPerToken) {
   EXPECT_DOUBLE_EQ(flops_per_token(c, 256), 6.0 * 3475712 + 12.0 * 4 * 256 * 256);
 }
 
+// The Hugging Face variants: GQA shrinks k and v to (Ckv, C), biases sit after v_proj (q|k|v
+// stays one matrix and the biases one vector), an untied head comes last.
+TEST(ModelLayout, GroupedQueryBiasesAndUntiedHead) {
+  ModelConfig c = tiny();  // V 64, C 32, H 2 (D 16), L 2, F 48
+  c.heads = 4;             // D 8
+  c.kv_heads = 2;          // Ckv 16
+  c.attention_bias = true;
+  c.tie_word_embeddings = false;
+  ASSERT_TRUE(validate(c).ok());
+  const ParamLayout L = make_layout(c);
+  EXPECT_EQ(static_cast<int64_t>(L.numel()), count_params(c));
+  const int64_t per_layer = 2 * 32 + 32 * 32 * 2 + 16 * 32 * 2 + (32 + 16 + 16) + 3 * 48 * 32;
+  EXPECT_EQ(count_params(c), 64 * 32 * 2 + 32 + 2 * per_layer);
+  const ParamView* k = L.find("model.layers.0.self_attn.k_proj.weight");
+  const ParamView* v = L.find("model.layers.0.self_attn.v_proj.weight");
+  const ParamView* qb = L.find("model.layers.0.self_attn.q_proj.bias");
+  const ParamView* kb = L.find("model.layers.0.self_attn.k_proj.bias");
+  const ParamView* vb = L.find("model.layers.0.self_attn.v_proj.bias");
+  ASSERT_TRUE(k && v && qb && kb && vb);
+  EXPECT_EQ(k->shape, (std::vector<int64_t>{16, 32}));
+  EXPECT_EQ(v->offset, k->offset + k->numel());
+  EXPECT_EQ(qb->offset, v->offset + v->numel());
+  EXPECT_EQ(kb->offset, qb->offset + 32);
+  EXPECT_EQ(vb->offset, kb->offset + 16);
+  EXPECT_EQ(L.views().back().name, "lm_head.weight");
+  EXPECT_EQ(std::string(head_param_name(c)), "lm_head.weight");
+  // Untied: the embedding is a lookup, the head a GEMM.
+  EXPECT_DOUBLE_EQ(flops_per_token(c, 16),
+                   6.0 * double(count_params(c) - 64 * 32) + 12.0 * 2 * 32 * 16);
+  // Biases start at 0, the head like any matrix.
+  ParamSet p(L);
+  init_params(p, c, 3);
+  for (size_t i = 0; i < qb->numel(); ++i) EXPECT_EQ(p.data()[qb->offset + i], 0.0f);
+  EXPECT_NE(p.data()[L.find("lm_head.weight")->offset], 0.0f);
+  c.kv_heads = 3;
+  EXPECT_NE(validate(c).message().find("kv_heads 3 must divide heads 4"), std::string::npos);
+}
+
+// Central finite differences of the fp32 model's loss on the new parameters (grouped-query
+// k/v, q/k/v biases, untied head), at the coordinates with the largest analytic gradient.
+TEST(Llama, GroupedQueryBiasesUntiedHeadGradientsMatchFiniteDifferences) {
+  ModelConfig c = tiny();
+  c.vocab = 32;
+  c.dim = 16;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.layers = 1;
+  c.ffn_hidden = 24;
+  c.attention_bias = true;
+  c.tie_word_embeddings = false;
+  ParamSet p(make_layout(c));
+  init_params(p, c, 9);
+  Philox r(4, 4);
+  for (size_t i = 0; i < p.numel(); ++i)  // larger weights: gradients well above fp32 noise
+    p.data()[i] += static_cast<float>(0.3 * r.normal(i));
+  const int B = 2, T = 8;
+  auto tokens = random_tokens(B * T, c.vocab, 5), targets = random_tokens(B * T, c.vocab, 6);
+  Llama m(c);
+  ParamSet g(m.layout());
+  g.zero();
+  m.forward(p, tokens.data(), targets.data(), B, T);
+  m.backward(p, g);
+  for (const char* name :
+       {"model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.v_proj.weight",
+        "model.layers.0.self_attn.q_proj.bias", "model.layers.0.self_attn.k_proj.bias",
+        "model.layers.0.self_attn.v_proj.bias", "lm_head.weight"}) {
+    const ParamView* v = p.layout().find(name);
+    ASSERT_NE(v, nullptr) << name;
+    std::vector<size_t> idx(v->numel());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = v->offset + i;
+    std::partial_sort(idx.begin(), idx.begin() + 3, idx.end(), [&](size_t a, size_t b) {
+      return std::fabs(g.data()[a]) > std::fabs(g.data()[b]);
+    });
+    for (int j = 0; j < 3; ++j) {
+      const size_t i = idx[j];
+      const float keep = p.data()[i], h = 1e-2f;
+      p.data()[i] = keep + h;
+      const double up = m.forward(p, tokens.data(), targets.data(), B, T);
+      p.data()[i] = keep - h;
+      const double down = m.forward(p, tokens.data(), targets.data(), B, T);
+      p.data()[i] = keep;
+      const double fd = (up - down) / (2.0 * h), an = g.data()[i];
+      EXPECT_GT(std::fabs(an), 1e-3) << name << ": gradient too small to check";
+      EXPECT_NEAR(an, fd, 2e-2 * std::fabs(an)) << name << " element " << i - v->offset;
+    }
+  }
+}
+
 TEST(ModelInit, DeterministicAndScaled) {
   ModelConfig c;
   ParamSet a(make_layout(c)), b(make_layout(c)), d(make_layout(c));

@@ -94,10 +94,12 @@ void compare_with_torch(const ModelConfig& c) {
   // Norm gains away from 1, so their gradients and their effect on the forward are exercised.
   Philox rng(99, 1);
   uint64_t k = 0;
+  // q/k/v biases (zero at init) get small random values likewise.
   for (const auto& v : p.layout().views())
     if (v.shape.size() == 1)
       for (size_t i = 0; i < v.numel(); ++i)
-        p.data()[v.offset + i] = static_cast<float>(1.0 + 0.2 * rng.normal(k++));
+        p.data()[v.offset + i] = static_cast<float>(
+            (v.name.ends_with(".bias") ? 0.0 : 1.0) + 0.2 * rng.normal(k++));
 
   std::vector<int32_t> inputs(B * T), targets(B * T), rows(B * (T + 1));
   for (int i = 0; i < B * T; ++i) {
@@ -131,6 +133,9 @@ void compare_with_torch(const ModelConfig& c) {
                  {"weight_decay", num(tc.weight_decay)},
                  {"grad_clip", num(tc.grad_clip)},
                  {"steps", std::to_string(kSteps)}};
+  in.metadata["kv_heads"] = std::to_string(num_kv_heads(c));
+  in.metadata["attention_bias"] = c.attention_bias ? "1" : "0";
+  in.metadata["tie_word_embeddings"] = c.tie_word_embeddings ? "1" : "0";
   if (c.moe_experts > 0) {
     in.metadata["moe_experts"] = std::to_string(c.moe_experts);
     in.metadata["moe_top_k"] = std::to_string(c.moe_top_k);
@@ -266,6 +271,35 @@ TEST(TorchReference, MixedDenseAndMoeModelMatchesPyTorch) {
   c.moe_hidden = 48;
   c.moe_every = 2;
   c.moe_shared_hidden = 32;
+  c.moe_aux_coef = 0.1;
+  c.moe_z_coef = 0.01;
+  compare_with_torch(c);
+}
+
+// Grouped-query attention (2 query heads per KV head), q/k/v biases and an untied head: the
+// Hugging Face Llama-family variants, in Atoll's layout (adjacent-pair RoPE).
+TEST(TorchReference, GroupedQueryBiasesUntiedHeadMatchPyTorch) {
+  ModelConfig c = small_model();
+  c.kv_heads = 2;
+  c.attention_bias = true;
+  c.tie_word_embeddings = false;
+  compare_with_torch(c);
+}
+
+// Multi-query attention (one KV head for all 4) with a tied head and no biases.
+TEST(TorchReference, MultiQueryAttentionMatchesPyTorch) {
+  ModelConfig c = small_model();
+  c.kv_heads = 1;
+  compare_with_torch(c);
+}
+
+// Grouped-query attention under MoE layers (the attention and the FFN are independent).
+TEST(TorchReference, GroupedQueryWithMoeMatchesPyTorch) {
+  ModelConfig c = small_model();
+  c.kv_heads = 2;
+  c.moe_experts = 4;
+  c.moe_top_k = 2;
+  c.moe_hidden = 48;
   c.moe_aux_coef = 0.1;
   c.moe_z_coef = 0.01;
   compare_with_torch(c);

@@ -98,6 +98,56 @@ TEST(GradCheck, AttentionSeveralQueryBlocks) {
   attention_gradcheck(1, 70, 1, 2, 13);
 }
 
+// Grouped-query attention as the model runs it: repeat_kv, then attention over the full heads.
+// dk and dv of each KV head must sum the gradients of the query heads that share it.
+void gqa_attention_gradcheck(int B, int T, int H, int KV, int D, uint64_t seed) {
+  const int C = H * D, QKV = (H + 2 * KV) * D, N = B * T;
+  auto qkv = random_vec<double>(size_t(N) * QKV, seed);
+  auto R = random_vec<double>(size_t(N) * C, seed + 1);
+  std::vector<double> full(size_t(N) * 3 * C), out(size_t(N) * C), att(size_t(B) * H * T * T);
+  auto loss = [&] {
+    repeat_kv_forward(full.data(), qkv.data(), N, H, KV, D);
+    attention_forward(out.data(), att.data(), full.data(), B, T, H, D);
+    return dot(out, R);
+  };
+  loss();
+  std::vector<double> dfull(full.size(), 0.0), dqkv(qkv.size(), 0.0);
+  attention_backward(dfull.data(), R.data(), full.data(), att.data(), B, T, H, D);
+  repeat_kv_backward(dqkv.data(), dfull.data(), N, H, KV, D);
+  expect_grad_matches("dqkv", qkv, dqkv, loss);
+}
+
+TEST(GradCheck, GroupedQueryAttention) {
+  gqa_attention_gradcheck(2, 5, 4, 2, 4, 31);  // 2 query heads per KV head
+  gqa_attention_gradcheck(1, 6, 3, 1, 2, 33);  // multi-query: one KV head
+}
+
+TEST(GradCheck, RepeatKvWithOneGroupIsTheIdentity) {
+  const int N = 3, H = 2, D = 4;
+  auto qkv = random_vec<double>(size_t(N) * 3 * H * D, 35);
+  std::vector<double> full(qkv.size()), back(qkv.size(), 0.0);
+  repeat_kv_forward(full.data(), qkv.data(), N, H, H, D);
+  EXPECT_EQ(full, qkv);
+  repeat_kv_backward(back.data(), qkv.data(), N, H, H, D);
+  EXPECT_EQ(back, qkv);
+}
+
+TEST(GradCheck, Bias) {
+  const int N = 5, OC = 70;  // more than one 64-column block
+  auto b = random_vec<double>(OC, 36);
+  auto x = random_vec<double>(size_t(N) * OC, 37);
+  auto R = random_vec<double>(size_t(N) * OC, 38);
+  std::vector<double> out(x.size());
+  auto loss = [&] {
+    out = x;
+    bias_forward(out.data(), b.data(), N, OC);
+    return dot(out, R);
+  };
+  std::vector<double> db(OC, 0.0);
+  bias_backward(db.data(), R.data(), N, OC);
+  expect_grad_matches("db", b, db, loss);
+}
+
 TEST(GradCheck, SwiGLU) {
   const int N = 3, F = 5;
   auto gu = random_vec<double>(size_t(N) * 2 * F, 14, -3.0, 3.0);

@@ -1,7 +1,18 @@
 #!/usr/bin/env python3
-"""Reference Llama in plain PyTorch for tests/algorithms/torch_reference_test.cc.
+"""Reference Llama in plain PyTorch for tests/algorithms/torch_reference_test.cc and
+tests/node/hf_model_test.cc.
 
-    torch_llama.py INPUT.safetensors OUTPUT.safetensors
+    torch_llama.py INPUT.safetensors OUTPUT.safetensors          (Atoll layout, see below)
+    torch_llama.py hf MODEL_DIR INPUT.safetensors OUTPUT.safetensors
+
+The `hf` mode is an independent implementation of Hugging Face transformers' LlamaForCausalLM /
+Qwen2ForCausalLM / MistralForCausalLM forward (eager attention, float32), fed with a Hugging Face
+model directory: config.json and model.safetensors or model.safetensors.index.json + shards
+(F32, BF16 or F16, upcast to float32). RoPE is rotate_half with HF's float32 inv_freq and
+cos/sin, KV heads repeated with repeat_kv, q/k/v biases for Qwen2, lm_head.weight unless
+tie_word_embeddings. INPUT holds batch.inputs (B, T) I32 and gen.prompt (P,) I32 with metadata
+gen_tokens; OUTPUT holds logits (B, T, V) F32 and gen.tokens (gen_tokens,) I32, the greedy
+continuation of the prompt (argmax, the lowest id on ties, full recompute per token).
 
 INPUT (written by the C++ test) holds
   - every parameter under its Hugging Face Llama name (F32), output head tied to
@@ -9,7 +20,9 @@ INPUT (written by the C++ test) holds
   - batch.inputs (B, T) I32, batch.targets (B, T) I32 (-1 = ignored): the forward/backward batch;
   - train.rows (B, T + 1) I32: the batch for the AdamW steps (inputs = first T, targets = last T);
   - __metadata__: vocab, dim, layers, heads, ffn_hidden, rope_base, norm_eps, lr, beta1, beta2,
-    eps, weight_decay, grad_clip, steps (decimal strings); for a model with MoE layers also
+    eps, weight_decay, grad_clip, steps (decimal strings); optionally kv_heads (grouped-query
+    attention), attention_bias ("1": q/k/v biases model.layers.{l}.self_attn.{q,k,v}_proj.bias)
+    and tie_word_embeddings ("0": the head is lm_head.weight); for a model with MoE layers also
     moe_experts, moe_top_k, moe_hidden, moe_every, moe_score, moe_shared_hidden, moe_aux_coef,
     moe_z_coef (docs/moe.md).
 OUTPUT holds
@@ -48,6 +61,8 @@ DTYPES = {  # safetensors dtype -> (torch dtype, bytes)
     "I32": (torch.int32, 4),
     "I64": (torch.int64, 8),
     "U8": (torch.uint8, 1),
+    "BF16": (torch.bfloat16, 2),
+    "F16": (torch.float16, 2),
 }
 TORCH_TO_ST = {v[0]: k for k, v in DTYPES.items()}
 
@@ -104,6 +119,9 @@ class Config:
         self.ffn = int(meta["ffn_hidden"])
         self.rope_base = float(meta["rope_base"])
         self.eps = float(meta["norm_eps"])
+        self.kv_heads = int(meta.get("kv_heads", self.heads))
+        self.bias = meta.get("attention_bias", "0") == "1"
+        self.tied = meta.get("tie_word_embeddings", "1") == "1"
         self.experts = int(meta.get("moe_experts", "0"))
         if self.experts:
             self.top_k = int(meta["moe_top_k"])
@@ -184,10 +202,18 @@ def forward(p, cfg, inputs):
     for l in range(cfg.layers):
         pre = f"model.layers.{l}."
         h = rmsnorm(x, p[pre + "input_layernorm.weight"], cfg.eps)
-        q = (h @ p[pre + "self_attn.q_proj.weight"].t()).view(B, T, H, D)
-        k = (h @ p[pre + "self_attn.k_proj.weight"].t()).view(B, T, H, D)
-        v = (h @ p[pre + "self_attn.v_proj.weight"].t()).view(B, T, H, D)
+        KV = cfg.kv_heads
+        q = h @ p[pre + "self_attn.q_proj.weight"].t()
+        k = h @ p[pre + "self_attn.k_proj.weight"].t()
+        v = h @ p[pre + "self_attn.v_proj.weight"].t()
+        if cfg.bias:
+            q = q + p[pre + "self_attn.q_proj.bias"]
+            k = k + p[pre + "self_attn.k_proj.bias"]
+            v = v + p[pre + "self_attn.v_proj.bias"]
+        q, k, v = q.view(B, T, H, D), k.view(B, T, KV, D), v.view(B, T, KV, D)
         q, k = rope(q, cfg.rope_base), rope(k, cfg.rope_base)
+        # Grouped-query attention: query head h reads KV head h // (H // KV).
+        k, v = (t.repeat_interleave(H // KV, dim=2) for t in (k, v))
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
         att = att.masked_fill(~mask, float("-inf")).softmax(-1)
@@ -202,7 +228,8 @@ def forward(p, cfg, inputs):
             x = x + swiglu_ffn(h, p[pre + "mlp.gate_proj.weight"], p[pre + "mlp.up_proj.weight"],
                                p[pre + "mlp.down_proj.weight"])
     x = rmsnorm(x, p["model.norm.weight"], cfg.eps)
-    return x @ wte.t(), aux_total  # tied head
+    head = wte if cfg.tied else p["lm_head.weight"]
+    return x @ head.t(), aux_total
 
 
 def loss_fn(logits, targets):
@@ -210,13 +237,116 @@ def loss_fn(logits, targets):
     return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1)
 
 
+# ---- Hugging Face semantics (the `hf` mode), written after transformers' modeling_llama.py and
+# modeling_qwen2.py (eager attention path).
+
+
+def hf_load(model_dir):
+    with open(f"{model_dir}/config.json") as f:
+        config = json.load(f)
+    try:
+        with open(f"{model_dir}/model.safetensors.index.json") as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    except FileNotFoundError:
+        files = ["model.safetensors"]
+    weights = {}
+    for name in files:
+        tensors, _ = read_safetensors(f"{model_dir}/{name}")
+        weights.update({k: v.to(torch.float32) for k, v in tensors.items()})
+    return config, weights
+
+
+def hf_rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def hf_repeat_kv(x, n_rep):
+    """(B, KV, T, D) -> (B, KV * n_rep, T, D), as transformers' repeat_kv."""
+    b, kv, t, d = x.shape
+    if n_rep == 1:
+        return x
+    return x[:, :, None, :, :].expand(b, kv, n_rep, t, d).reshape(b, kv * n_rep, t, d)
+
+
+def hf_rmsnorm(x, w, eps):
+    variance = x.to(torch.float32).pow(2).mean(-1, keepdim=True)
+    return w * (x * torch.rsqrt(variance + eps))
+
+
+def hf_forward(config, w, input_ids):
+    """input_ids (B, T) int64 -> logits (B, T, V), float32."""
+    B, T = input_ids.shape
+    H = config["num_attention_heads"]
+    KV = config.get("num_key_value_heads") or H
+    C = config["hidden_size"]
+    D = C // H
+    eps = config.get("rms_norm_eps", 1e-6)
+    base = config.get("rope_theta", 10000.0)
+    qwen2 = config["architectures"][0] == "Qwen2ForCausalLM"
+    # LlamaRotaryEmbedding: float32 inv_freq, positions and angles.
+    inv_freq = 1.0 / (base ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
+    freqs = torch.arange(T, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos()[None, None], emb.sin()[None, None]  # (1, 1, T, D)
+    mask = torch.full((T, T), float("-inf")).triu(1)
+    x = w["model.embed_tokens.weight"][input_ids]
+    for l in range(config["num_hidden_layers"]):
+        pre = f"model.layers.{l}."
+        h = hf_rmsnorm(x, w[pre + "input_layernorm.weight"], eps)
+
+        def proj(name):
+            y = h @ w[pre + f"self_attn.{name}.weight"].t()
+            if qwen2 and name != "o_proj":
+                y = y + w[pre + f"self_attn.{name}.bias"]
+            return y
+
+        q = proj("q_proj").view(B, T, H, D).transpose(1, 2)
+        k = proj("k_proj").view(B, T, KV, D).transpose(1, 2)
+        v = proj("v_proj").view(B, T, KV, D).transpose(1, 2)
+        q = q * cos + hf_rotate_half(q) * sin
+        k = k * cos + hf_rotate_half(k) * sin
+        k, v = hf_repeat_kv(k, H // KV), hf_repeat_kv(v, H // KV)
+        att = (q @ k.transpose(2, 3)) / math.sqrt(D) + mask
+        att = att.softmax(dim=-1, dtype=torch.float32)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ w[pre + "self_attn.o_proj.weight"].t()
+        h = hf_rmsnorm(x, w[pre + "post_attention_layernorm.weight"], eps)
+        x = x + swiglu_ffn(h, w[pre + "mlp.gate_proj.weight"], w[pre + "mlp.up_proj.weight"],
+                           w[pre + "mlp.down_proj.weight"])
+    x = hf_rmsnorm(x, w["model.norm.weight"], eps)
+    tied = config.get("tie_word_embeddings", False)
+    head = w["model.embed_tokens.weight"] if tied else w["lm_head.weight"]
+    return x @ head.t()
+
+
+def hf_main(model_dir, in_path, out_path):
+    config, w = hf_load(model_dir)
+    tensors, meta = read_safetensors(in_path)
+    out = {}
+    with torch.no_grad():
+        out["logits"] = hf_forward(config, w, tensors["batch.inputs"].long())
+        ctx = tensors["gen.prompt"].long().tolist()
+        new = []
+        for _ in range(int(meta["gen_tokens"])):
+            logits = hf_forward(config, w, torch.tensor([ctx]))[0, -1]
+            nxt = int(torch.argmax(logits))  # the first (lowest) id among equal maxima
+            ctx.append(nxt)
+            new.append(nxt)
+        out["gen.tokens"] = torch.tensor(new, dtype=torch.int32)
+    write_safetensors(out_path, out, {"torch_version": torch.__version__})
+
+
 def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "hf":
+        hf_main(sys.argv[2], sys.argv[3], sys.argv[4])
+        return
     if len(sys.argv) != 3:
         sys.exit("usage: torch_llama.py INPUT.safetensors OUTPUT.safetensors")
     torch.manual_seed(0)
     tensors, meta = read_safetensors(sys.argv[1])
     cfg = Config(meta)
-    names = [n for n in tensors if n.startswith("model.")]
+    names = [n for n in tensors if n.startswith("model.") or n == "lm_head.weight"]
     inputs = tensors["batch.inputs"].long()
     targets = tensors["batch.targets"].long()
     out = {}

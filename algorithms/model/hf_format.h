@@ -1,0 +1,63 @@
+// Hugging Face Llama-family models (LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM) in
+// memory: config.json <-> ModelConfig, and their safetensors tensors <-> an Atoll ParamSet.
+// Files are the caller's business (node/hf_model.h reads and writes the directories).
+//
+// The one difference in the weights is RoPE's pairing. Atoll rotates adjacent pairs
+// (x[2i], x[2i+1]) of a head; Hugging Face's rotate_half rotates (x[i], x[i + D/2]), both by
+// pos·θ^(-2i/D). So within every head of q_proj and k_proj (rows, and the biases likewise):
+//   atoll row h·D + 2i     = hf row h·D + i
+//   atoll row h·D + 2i + 1 = hf row h·D + D/2 + i          (0 <= i < D/2)
+// a permutation, so import followed by export gives back the same bits.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "algorithms/model/llama.h"
+#include "algorithms/model/param_set.h"
+#include "algorithms/model/safetensors.h"
+#include "kernels/core/status.h"
+
+namespace atl::algorithms {
+
+// What a config.json describes, in Atoll's terms.
+struct HfModelInfo {
+  ModelConfig model;         // seq_len = max_position_embeddings unless overridden
+  std::string architecture;  // "LlamaForCausalLM", "Qwen2ForCausalLM" or "MistralForCausalLM"
+};
+
+// Parses config.json. seq_len_override > 0 replaces max_position_embeddings as Atoll's context.
+// One line for each refusal: unsupported architecture, rope_scaling present, hidden_act other
+// than silu, a sliding window shorter than the context, a head_dim that is not
+// hidden_size / num_attention_heads, an o_proj or MLP bias, or a missing / malformed field.
+StatusOr<HfModelInfo> parse_hf_config(const std::string& config_json, int seq_len_override = 0);
+
+// config.json for `cfg`: `base_json` (the config the model was imported from, "" for none)
+// with every model field rewritten from cfg, architecture, hidden_act "silu" and torch_dtype
+// ("float32" or "bfloat16"). architecture "" picks Qwen2ForCausalLM for a model with q/k/v
+// biases, else LlamaForCausalLM.
+StatusOr<std::string> hf_config_json(const ModelConfig& cfg, const std::string& architecture,
+                                     const std::string& base_json, const std::string& torch_dtype);
+
+// model.safetensors.index.json -> the shard files, in order of first appearance in weight_map.
+StatusOr<std::vector<std::string>> parse_hf_index(const std::string& index_json);
+
+// In place, rows (heads·head_dim, cols): Hugging Face rotate-half order -> Atoll pair order.
+void rope_rows_from_hf(float* rows, int heads, int head_dim, int64_t cols);
+// The inverse: Atoll pair order -> rotate-half order.
+void rope_rows_to_hf(float* rows, int heads, int head_dim, int64_t cols);
+
+// Fills `params` (layout make_layout(cfg)) from the tensors of one or more shards, converting
+// F32 / BF16 / F16 to fp32 and q/k rows to the pair layout. Refuses, naming the tensor: a
+// missing tensor, a mis-shaped one, one in another dtype, one present twice, or one the model
+// has no place for (rotary_emb.inv_freq buffers and, for a tied model, an lm_head.weight are
+// ignored).
+Status params_from_hf(const std::vector<const Safetensors*>& shards, const ModelConfig& cfg,
+                      ParamSet& params);
+
+// The parameters as Hugging Face tensors (rotate-half q/k rows), F32 or BF16 (round to nearest
+// even), in layout order; metadata {"format": "pt"}. No lm_head.weight for a tied model.
+StatusOr<Safetensors> params_to_hf(const ParamSet& params, const ModelConfig& cfg, DType dtype);
+
+}  // namespace atl::algorithms

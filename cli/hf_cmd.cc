@@ -1,0 +1,71 @@
+// `atoll import hf DIR --out CKPT` and `atoll export hf CKPT --out DIR [--dtype bf16]`:
+// Hugging Face Llama-family model directories in and out of Atoll checkpoints (docs/model.md).
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "node/checkpoint.h"
+#include "node/hf_model.h"
+
+namespace atl::cli {
+
+namespace {
+
+// The one positional argument after the format word "hf", or a usage error.
+StatusOr<std::string> hf_source(const Flags& flags, const char* what) {
+  const auto& pos = flags.positional();
+  if (pos.size() != 2 || pos[0] != "hf")
+    return InvalidArgument(std::string("usage: atoll ") + flags.command() + " hf " + what +
+                           " --out PATH (hf is the only format)");
+  return pos[1];
+}
+
+}  // namespace
+
+int cmd_import(const Args& args) {
+  Flags flags("import", {{"out", true, "checkpoint file to write (.safetensors)", ""},
+                         {"seq-len", true,
+                          "context length of the model (default: max_position_embeddings)", ""}});
+  if (Status s = flags.parse(args); !s.ok()) return fail("import", s.message(), 2);
+  if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
+  auto dir = hf_source(flags, "DIR");
+  if (!dir.ok()) return fail("import", dir.status().message(), 2);
+  auto out = flags.get("out");
+  if (!out) return fail("import", "--out is required (the checkpoint file to write)", 2);
+  auto seq = flags.get_int("seq-len", 0, 0, 1 << 20);
+  if (!seq.ok()) return fail("import", seq.status().message(), 2);
+  auto model = node::import_hf_dir(*dir, static_cast<int>(*seq));
+  if (!model.ok()) return fail("import", model.status().message());
+  if (Status s = node::save_checkpoint(*out, model->meta, model->params, nullptr); !s.ok())
+    return fail("import", s.message());
+  const auto& m = model->meta.model;
+  std::printf("imported %s: %lld parameters, %d layers, dim %d, heads %d (kv %d), vocab %d -> %s\n",
+              model->meta.extra["hf.architecture"].c_str(),
+              static_cast<long long>(model->params.numel()), m.layers, m.dim, m.heads,
+              algorithms::num_kv_heads(m), m.vocab, out->c_str());
+  return 0;
+}
+
+int cmd_export(const Args& args) {
+  Flags flags("export", {{"out", true, "directory to write (created if missing)", ""},
+                         {"dtype", true, "tensor dtype: fp32 or bf16", "fp32"}});
+  if (Status s = flags.parse(args); !s.ok()) return fail("export", s.message(), 2);
+  if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
+  auto ckpt = hf_source(flags, "CKPT");
+  if (!ckpt.ok()) return fail("export", ckpt.status().message(), 2);
+  auto out = flags.get("out");
+  if (!out) return fail("export", "--out is required (the directory to write)", 2);
+  const std::string dtype_text = flags.get_or("dtype", "fp32");
+  if (dtype_text != "fp32" && dtype_text != "bf16")
+    return fail("export", "--dtype must be fp32 or bf16, got '" + dtype_text + "'", 2);
+  auto ck = node::load_checkpoint(*ckpt);
+  if (!ck.ok()) return fail("export", ck.status().message());
+  const auto dtype = dtype_text == "bf16" ? algorithms::DType::kBF16 : algorithms::DType::kF32;
+  if (Status s = node::export_hf_dir(*ck, *out, dtype); !s.ok()) return fail("export", s.message());
+  std::printf("exported %s -> %s (config.json, model.safetensors %s%s)\n", ckpt->c_str(),
+              out->c_str(), dtype_text.c_str(),
+              ck->meta.hf_tokenizer_json.empty() ? "" : ", tokenizer");
+  return 0;
+}
+
+}  // namespace atl::cli

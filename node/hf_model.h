@@ -1,0 +1,31 @@
+// Hugging Face model directories <-> Atoll checkpoints (`atoll import hf`, `atoll export hf`).
+// The tensor and config.json conversions are algorithms/model/hf_format.h; this file reads and
+// writes the directories and carries the tokenizer files verbatim in the checkpoint.
+#pragma once
+
+#include <string>
+
+#include "algorithms/model/param_set.h"
+#include "algorithms/model/safetensors.h"
+#include "kernels/core/status.h"
+#include "node/checkpoint.h"
+
+namespace atl::node {
+
+struct HfImported {
+  CheckpointMeta meta;  // model, tokenizer files, extra "hf.architecture" and "hf.config"
+  algorithms::ParamSet params;
+};
+
+// Reads `dir`: config.json, the weights (model.safetensors, or model.safetensors.index.json and
+// the shards it names), tokenizer.json (required) and tokenizer_config.json (optional).
+// seq_len > 0 overrides max_position_embeddings as the model's context. Every problem is one
+// line naming the file and what is wrong (hf_format.h lists the refusals).
+StatusOr<HfImported> import_hf_dir(const std::string& dir, int seq_len = 0);
+
+// Writes `dir` (created if missing): config.json, model.safetensors (F32 or BF16) and the
+// tokenizer file(s) the checkpoint carries. Files are replaced atomically.
+Status export_hf_dir(const LoadedCheckpoint& checkpoint, const std::string& dir,
+                     algorithms::DType dtype);
+
+}  // namespace atl::node

@@ -1,0 +1,414 @@
+// `atoll import hf` / `atoll export hf` (node/hf_model.h, algorithms/model/hf_format.h).
+// Tiny Hugging Face model directories are written here in the Hugging Face layout (rotate-half
+// q/k rows) with random weights; the imported model must give the logits of an independent
+// PyTorch implementation of the Hugging Face semantics (tests/tools/torch_llama.py hf) within
+// 1e-5 relative and the same greedy continuation, and import -> export must give back every
+// tensor bit for bit.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "algorithms/model/hf_format.h"
+#include "algorithms/model/llama.h"
+#include "algorithms/model/safetensors.h"
+#include "kernels/core/philox.h"
+#include "kernels/formats/convert.h"
+#include "node/checkpoint.h"
+#include "node/hf_model.h"
+#include "transport/temp_dir.h"
+
+namespace atl::node {
+namespace {
+
+namespace fs = std::filesystem;
+using algorithms::DType;
+using algorithms::ModelConfig;
+using algorithms::Safetensors;
+using algorithms::StTensor;
+
+// A tiny Hugging Face model: its config.json fields and how its weights are stored.
+struct HfSpec {
+  std::string architecture = "LlamaForCausalLM";
+  int vocab = 96, dim = 48, layers = 2, heads = 4, kv_heads = 2, ffn = 80, ctx = 64;
+  bool tied = false;
+  DType dtype = DType::kF32;
+  int shards = 1;              // > 1: model.safetensors.index.json and that many files
+  std::string extra_config;    // appended inside config.json's object (",\"key\": value")
+};
+
+std::string write_text(const fs::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary) << text;
+  return text;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+std::string config_json(const HfSpec& s) {
+  char buf[1024];
+  std::snprintf(buf, sizeof buf,
+                "{\"architectures\": [\"%s\"], \"vocab_size\": %d, \"hidden_size\": %d, "
+                "\"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
+                "\"num_key_value_heads\": %d, \"intermediate_size\": %d, "
+                "\"max_position_embeddings\": %d, \"rms_norm_eps\": 1e-06, "
+                "\"rope_theta\": 500000.0, \"hidden_act\": \"silu\", "
+                "\"tie_word_embeddings\": %s, \"bos_token_id\": 1, \"eos_token_id\": 2",
+                s.architecture.c_str(), s.vocab, s.dim, s.layers, s.heads, s.kv_heads, s.ffn,
+                s.ctx, s.tied ? "true" : "false");
+  return std::string(buf) + s.extra_config + "}";
+}
+
+// The Atoll model that spec describes (its tensor names and shapes are the Hugging Face ones).
+ModelConfig model_of(const HfSpec& s) {
+  ModelConfig m;
+  m.vocab = s.vocab;
+  m.dim = s.dim;
+  m.layers = s.layers;
+  m.heads = s.heads;
+  m.kv_heads = s.kv_heads == s.heads ? 0 : s.kv_heads;
+  m.ffn_hidden = s.ffn;
+  m.seq_len = s.ctx;
+  m.tie_word_embeddings = s.tied;
+  m.attention_bias = s.architecture == "Qwen2ForCausalLM";
+  return m;
+}
+
+// Random tensors in the stored dtype: matrices N(0, 0.08), norm gains 1 ± 0.2, biases N(0, 0.1).
+std::vector<StTensor> random_hf_tensors(const HfSpec& s, uint64_t seed) {
+  std::vector<StTensor> out;
+  const auto layout = algorithms::make_layout(model_of(s));
+  uint64_t k = 0;
+  const Philox rng(seed, 7);
+  for (const auto& v : layout.views()) {
+    std::vector<float> x(v.numel());
+    const bool bias = v.name.ends_with(".bias");
+    for (float& e : x)
+      e = static_cast<float>(v.shape.size() == 2 ? 0.08 * rng.normal(k++)
+                             : bias             ? 0.1 * rng.normal(k++)
+                                                : 1.0 + 0.2 * rng.normal(k++));
+    if (s.dtype == DType::kF32) {
+      out.push_back(algorithms::make_tensor(v.name, v.shape, x.data()));
+      continue;
+    }
+    std::vector<uint16_t> bits(x.size());
+    if (s.dtype == DType::kBF16)
+      kernels::formats::quantize_bf16(x, bits);
+    else
+      kernels::formats::quantize_fp16(x, bits);
+    StTensor t;
+    t.name = v.name;
+    t.dtype = s.dtype;
+    t.shape = v.shape;
+    t.data.resize(bits.size() * 2);
+    std::memcpy(t.data.data(), bits.data(), t.data.size());
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+void write_st(const fs::path& p, const Safetensors& st) {
+  auto bytes = algorithms::encode_safetensors(st);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+  std::ofstream(p, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes->data()), std::streamsize(bytes->size()));
+}
+
+// Writes the directory; returns the tensors written (in the stored dtype).
+std::vector<StTensor> write_hf_dir(const fs::path& dir, const HfSpec& s, uint64_t seed = 5) {
+  fs::create_directories(dir);
+  write_text(dir / "config.json", config_json(s));
+  write_text(dir / "tokenizer.json",
+             "{\"version\": \"1.0\", \"model\": {\"type\": \"BPE\", \"vocab\": {\"\\u00e9\": 0}}}");
+  write_text(dir / "tokenizer_config.json", "{\"add_bos_token\": true}\n");
+  std::vector<StTensor> tensors = random_hf_tensors(s, seed);
+  if (s.shards <= 1) {
+    Safetensors st;
+    st.tensors = tensors;
+    write_st(dir / "model.safetensors", st);
+    return tensors;
+  }
+  std::vector<Safetensors> shards(size_t(s.shards));
+  std::string map;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const size_t f = i % shards.size();
+    shards[f].tensors.push_back(tensors[i]);
+    map += (i ? ", \"" : "\"") + tensors[i].name + "\": \"model-0000" + std::to_string(f + 1) +
+           ".safetensors\"";
+  }
+  for (size_t f = 0; f < shards.size(); ++f)
+    write_st(dir / ("model-0000" + std::to_string(f + 1) + ".safetensors"), shards[f]);
+  write_text(dir / "model.safetensors.index.json",
+             "{\"metadata\": {\"total_size\": 0}, \"weight_map\": {" + map + "}}");
+  return tensors;
+}
+
+template <typename A, typename B>
+double rel_err(const A* a, const B* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    num = std::max(num, std::fabs(double(a[i]) - double(b[i])));
+    den = std::max(den, std::fabs(double(b[i])));
+  }
+  return num / std::max(den, 1e-30);
+}
+
+std::string quote(const std::string& s) {
+  return "'" + s + "'";
+}
+
+// Imports spec's directory and compares logits and a greedy continuation with the PyTorch
+// Hugging Face reference.
+void compare_import_with_hf_reference(const HfSpec& spec) {
+  const std::string python = ATOLL_PYTHON;
+  ASSERT_TRUE(fs::exists(python) &&
+              std::system((quote(python) + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0)
+      << python << " with PyTorch is required (Debian package python3-torch)";
+  atl::testing::TempDir tmp;
+  const fs::path dir = tmp.sub("model");
+  write_hf_dir(dir, spec);
+  auto imported = import_hf_dir(dir.string());
+  ASSERT_TRUE(imported.ok()) << imported.status().message();
+  const ModelConfig& m = imported->meta.model;
+  EXPECT_EQ(algorithms::num_kv_heads(m), spec.kv_heads);
+  EXPECT_EQ(m.tie_word_embeddings, spec.tied);
+  EXPECT_EQ(m.attention_bias, spec.architecture == "Qwen2ForCausalLM");
+  EXPECT_EQ(m.rope_base, 500000.0);
+  EXPECT_EQ(m.norm_eps, 1e-6);
+
+  const int B = 2, T = 24, kGen = 8;
+  std::vector<int32_t> inputs(B * T), prompt = {3, 17, 42, 5, 60};
+  const Philox rng(11, 3);
+  for (int i = 0; i < B * T; ++i) inputs[i] = int32_t(rng.below(uint64_t(i), uint64_t(m.vocab)));
+  Safetensors in;
+  in.tensors.push_back(algorithms::make_tensor("batch.inputs", {B, T}, inputs.data()));
+  in.tensors.push_back(
+      algorithms::make_tensor("gen.prompt", {int64_t(prompt.size())}, prompt.data()));
+  in.metadata["gen_tokens"] = std::to_string(kGen);
+  const fs::path in_path = tmp.sub("in.safetensors"), out_path = tmp.sub("out.safetensors");
+  write_st(in_path, in);
+  const std::string script = std::string(ATOLL_SOURCE_DIR) + "/tests/tools/torch_llama.py";
+  const std::string cmd = quote(python) + " " + quote(script) + " hf " + quote(dir.string()) +
+                          " " + quote(in_path.string()) + " " + quote(out_path.string());
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "failed: " << cmd;
+  const std::string out_bytes = read_text(out_path);
+  auto ref = algorithms::decode_safetensors(reinterpret_cast<const uint8_t*>(out_bytes.data()),
+                                            out_bytes.size());
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  ASSERT_NE(ref->find("logits"), nullptr);
+  ASSERT_NE(ref->find("gen.tokens"), nullptr);
+  const std::vector<float> ref_logits = ref->find("logits")->to_f32();
+  const std::vector<int32_t> ref_gen = ref->find("gen.tokens")->to_i32();
+
+  algorithms::Llama model(m);
+  model.forward(imported->params, inputs.data(), nullptr, B, T);
+  ASSERT_EQ(ref_logits.size(), size_t(B) * T * m.vocab);
+  const double err = rel_err(model.logits(), ref_logits.data(), ref_logits.size());
+  std::printf("  %s: logits rel err vs the Hugging Face reference %.3g\n",
+              spec.architecture.c_str(), err);
+  EXPECT_LT(err, 1e-5);
+  auto gen = model.generate(imported->params, prompt, kGen, 0.0f, 0, 1);
+  ASSERT_TRUE(gen.ok()) << gen.status().message();
+  EXPECT_EQ(*gen, ref_gen) << "greedy continuations differ";
+}
+
+TEST(HfImport, LlamaGroupedQueryUntiedFp32MatchesHfReference) {
+  compare_import_with_hf_reference(HfSpec{});
+}
+
+TEST(HfImport, Qwen2BiasesTiedBf16ShardedMatchesHfReference) {
+  HfSpec s;
+  s.architecture = "Qwen2ForCausalLM";
+  s.kv_heads = 1;
+  s.tied = true;
+  s.dtype = DType::kBF16;
+  s.shards = 3;
+  s.extra_config = ", \"use_sliding_window\": false, \"sliding_window\": 16";
+  compare_import_with_hf_reference(s);
+}
+
+TEST(HfImport, MistralFp16WithLongWindowMatchesHfReference) {
+  HfSpec s;
+  s.architecture = "MistralForCausalLM";
+  s.kv_heads = 4;  // plain multi-head attention
+  s.dtype = DType::kF16;
+  s.extra_config = ", \"sliding_window\": 4096";
+  compare_import_with_hf_reference(s);
+}
+
+// import -> checkpoint file -> export: every tensor bit for bit, the tokenizer files byte for
+// byte, and a config.json that imports to the same model.
+void round_trip(const HfSpec& spec) {
+  atl::testing::TempDir tmp;
+  const fs::path src = tmp.sub("src"), out = tmp.sub("out");
+  const std::vector<StTensor> written = write_hf_dir(src, spec);
+  auto imported = import_hf_dir(src.string());
+  ASSERT_TRUE(imported.ok()) << imported.status().message();
+  const std::string ckpt = tmp.sub("model.safetensors");
+  ASSERT_TRUE(save_checkpoint(ckpt, imported->meta, imported->params, nullptr).ok());
+  auto loaded = load_checkpoint(ckpt);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_EQ(loaded->meta.hf_tokenizer_json, read_text(src / "tokenizer.json"));
+  EXPECT_EQ(loaded->meta.hf_tokenizer_config_json, read_text(src / "tokenizer_config.json"));
+  EXPECT_TRUE(algorithms::model_differences(loaded->meta.model, imported->meta.model).empty());
+
+  Status s = export_hf_dir(*loaded, out.string(), spec.dtype);
+  ASSERT_TRUE(s.ok()) << s.message();
+  const std::string bytes = read_text(out / "model.safetensors");
+  auto back = algorithms::decode_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                             bytes.size());
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->tensors.size(), written.size());
+  for (const StTensor& t : written) {
+    const StTensor* b = back->find(t.name);
+    ASSERT_NE(b, nullptr) << t.name;
+    EXPECT_EQ(b->dtype, t.dtype) << t.name;
+    EXPECT_EQ(b->shape, t.shape) << t.name;
+    EXPECT_TRUE(b->data == t.data) << t.name << " differs after import -> export";
+  }
+  EXPECT_EQ(read_text(out / "tokenizer.json"), read_text(src / "tokenizer.json"));
+  EXPECT_EQ(read_text(out / "tokenizer_config.json"), read_text(src / "tokenizer_config.json"));
+  auto again = algorithms::parse_hf_config(read_text(out / "config.json"));
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again->architecture, spec.architecture);
+  EXPECT_TRUE(algorithms::model_differences(again->model, imported->meta.model).empty());
+  EXPECT_NE(read_text(out / "config.json").find("\"bos_token_id\":1"), std::string::npos)
+      << "fields Atoll does not use are kept from the imported config.json";
+}
+
+TEST(HfImport, ImportExportIsBitwiseForFp32Sources) {
+  round_trip(HfSpec{});
+}
+
+TEST(HfImport, ImportExportIsBitwiseForBf16Sources) {
+  HfSpec s;
+  s.architecture = "Qwen2ForCausalLM";
+  s.dtype = DType::kBF16;
+  s.shards = 2;
+  round_trip(s);
+}
+
+// The RoPE row permutation: pair order row 2i <- half-split row i, 2i+1 <- D/2 + i, per head.
+TEST(HfImport, RopeRowPermutationPerHead) {
+  const int heads = 2, D = 4, cols = 3;
+  std::vector<float> rows(size_t(heads) * D * cols), orig;
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = float(i);
+  orig = rows;
+  algorithms::rope_rows_from_hf(rows.data(), heads, D, cols);
+  const int expect_src[D] = {0, 2, 1, 3};  // atoll row r comes from hf row expect_src[r]
+  for (int h = 0; h < heads; ++h)
+    for (int r = 0; r < D; ++r)
+      for (int c = 0; c < cols; ++c)
+        EXPECT_EQ(rows[size_t(h * D + r) * cols + c],
+                  orig[size_t(h * D + expect_src[r]) * cols + c]);
+  algorithms::rope_rows_to_hf(rows.data(), heads, D, cols);
+  EXPECT_EQ(rows, orig);
+}
+
+// Each refusal is one line that names the problem.
+void expect_import_error(const HfSpec& spec, const std::string& needle,
+                         void (*damage)(const fs::path&) = nullptr) {
+  atl::testing::TempDir tmp;
+  const fs::path dir = tmp.sub("m");
+  write_hf_dir(dir, spec);
+  if (damage) damage(dir);
+  auto r = import_hf_dir(dir.string());
+  ASSERT_FALSE(r.ok()) << "expected an error containing: " << needle;
+  const std::string msg = r.status().message();
+  EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << "one line: " << msg;
+}
+
+TEST(HfImport, RefusesWithOneClearLine) {
+  HfSpec arch;
+  arch.architecture = "GPT2LMHeadModel";
+  expect_import_error(arch, "unsupported architecture GPT2LMHeadModel");
+  HfSpec scaling;
+  scaling.extra_config = ", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}";
+  expect_import_error(scaling, "rope_scaling");
+  expect_import_error(HfSpec{}, "hidden_act", [](const fs::path& d) {
+    std::string c = read_text(d / "config.json");
+    c.replace(c.find("\"silu\""), 6, "\"gelu\"");
+    write_text(d / "config.json", c);
+  });
+  HfSpec window;
+  window.architecture = "MistralForCausalLM";
+  window.extra_config = ", \"sliding_window\": 32";  // context 64
+  expect_import_error(window, "sliding_window 32 is shorter than the context 64");
+  HfSpec head_dim;
+  head_dim.extra_config = ", \"head_dim\": 16";  // 48 / 4 = 12
+  expect_import_error(head_dim, "head_dim 16");
+  expect_import_error(HfSpec{}, "missing tensor model.layers.1.mlp.up_proj.weight",
+                      [](const fs::path& d) {
+                        const std::string b = read_text(d / "model.safetensors");
+                        auto st = algorithms::decode_safetensors(
+                            reinterpret_cast<const uint8_t*>(b.data()), b.size());
+                        std::erase_if(st->tensors, [](const StTensor& t) {
+                          return t.name == "model.layers.1.mlp.up_proj.weight";
+                        });
+                        write_st(d / "model.safetensors", *st);
+                      });
+  expect_import_error(HfSpec{}, "tensor model.layers.0.self_attn.k_proj.weight has shape (24, 48)",
+                      [](const fs::path& d) {
+                        // num_key_value_heads 1 in config.json, weights written for 2.
+                        std::string c = read_text(d / "config.json");
+                        c.replace(c.find("\"num_key_value_heads\": 2"), 24,
+                                  "\"num_key_value_heads\": 1");
+                        write_text(d / "config.json", c);
+                      });
+  expect_import_error(HfSpec{}, "dtype I8", [](const fs::path& d) {
+    const std::string b = read_text(d / "model.safetensors");
+    auto st = algorithms::decode_safetensors(reinterpret_cast<const uint8_t*>(b.data()), b.size());
+    for (StTensor& t : st->tensors)
+      if (t.name == "model.norm.weight") {
+        t.dtype = DType::kI8;
+        t.data.resize(t.numel());
+      }
+    write_st(d / "model.safetensors", *st);
+  });
+  expect_import_error(HfSpec{}, "no tokenizer.json",
+                      [](const fs::path& d) { fs::remove(d / "tokenizer.json"); });
+  HfSpec bias;
+  bias.extra_config = ", \"attention_bias\": true";
+  expect_import_error(bias, "o_proj bias");
+}
+
+// The command line: import and export exit 0 and write their files; a bad directory is one line
+// on stderr and exit 1.
+TEST(HfImport, CommandLineImportAndExport) {
+  atl::testing::TempDir tmp;
+  const fs::path src = tmp.sub("src"), out = tmp.sub("out");
+  write_hf_dir(src, HfSpec{});
+  const std::string bin = ATOLL_BINARY, ckpt = tmp.sub("ck.safetensors");
+  const std::string imp = quote(bin) + " import hf " + quote(src.string()) + " --out " +
+                          quote(ckpt) + " >/dev/null";
+  ASSERT_EQ(std::system(imp.c_str()), 0) << imp;
+  const std::string exp = quote(bin) + " export hf " + quote(ckpt) + " --out " +
+                          quote(out.string()) + " --dtype bf16 >/dev/null";
+  ASSERT_EQ(std::system(exp.c_str()), 0) << exp;
+  EXPECT_TRUE(fs::exists(out / "model.safetensors"));
+  EXPECT_NE(read_text(out / "config.json").find("\"torch_dtype\":\"bfloat16\""),
+            std::string::npos);
+  const std::string err_path = tmp.sub("err.txt");
+  const std::string bad = quote(bin) + " import hf " + quote(tmp.sub("nope")) + " --out " +
+                          quote(tmp.sub("x.safetensors")) + " 2>" + quote(err_path);
+  const int rc = std::system(bad.c_str());
+  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 1);
+  const std::string err = read_text(err_path);
+  EXPECT_NE(err.find("is not a directory"), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
+}  // namespace
+}  // namespace atl::node
