@@ -180,7 +180,8 @@ StatusOr<LoadedCheckpoint> decode_checkpoint(const std::string& bytes, const std
   }
   ATOLL_ASSIGN_OR_RETURN(m.tie_word_embeddings,
                          meta_bool(md, "atoll.model.tie_word_embeddings", true, what));
-  ATOLL_ASSIGN_OR_RETURN(m.attention_bias, meta_bool(md, "atoll.model.attention_bias", false, what));
+  ATOLL_ASSIGN_OR_RETURN(m.attention_bias,
+                         meta_bool(md, "atoll.model.attention_bias", false, what));
   if (Status s = algorithms::validate(m); !s.ok())
     return InvalidArgument(what + ": " + s.message());
   ATOLL_ASSIGN_OR_RETURN(ck.meta.step, meta_int(md, "atoll.step", what));

@@ -14,8 +14,8 @@ using algorithms::Safetensors;
 
 namespace {
 
-constexpr uint64_t kMaxJsonBytes = 1ULL << 30;     // config and tokenizer files
-constexpr uint64_t kMaxWeightBytes = 1ULL << 40;   // one safetensors file
+constexpr uint64_t kMaxJsonBytes = 1ULL << 30;    // config and tokenizer files
+constexpr uint64_t kMaxWeightBytes = 1ULL << 40;  // one safetensors file
 
 StatusOr<std::string> read_in(const fs::path& dir, const std::string& name, uint64_t max) {
   const fs::path p = dir / name;
@@ -26,8 +26,8 @@ StatusOr<std::string> read_in(const fs::path& dir, const std::string& name, uint
 
 StatusOr<Safetensors> read_weights(const fs::path& dir, const std::string& name) {
   ATOLL_ASSIGN_OR_RETURN(std::string bytes, read_in(dir, name, kMaxWeightBytes));
-  auto st = algorithms::decode_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                           bytes.size());
+  auto st =
+      algorithms::decode_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   if (!st.ok()) return InvalidArgument((dir / name).string() + ": " + st.status().message());
   return std::move(*st);
 }
@@ -38,12 +38,13 @@ StatusOr<HfImported> import_hf_dir(const std::string& dir_text, int seq_len) {
   const fs::path dir(dir_text);
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    return NotFound(dir_text + " is not a directory (give a Hugging Face model directory with "
-                               "config.json and model.safetensors)");
+    return NotFound(dir_text +
+                    " is not a directory (give a Hugging Face model directory with "
+                    "config.json and model.safetensors)");
   ATOLL_ASSIGN_OR_RETURN(std::string config, read_in(dir, "config.json", kMaxJsonBytes));
   auto info = algorithms::parse_hf_config(config, seq_len);
-  if (!info.ok()) return InvalidArgument((dir / "config.json").string() + ": " +
-                                         info.status().message());
+  if (!info.ok())
+    return InvalidArgument((dir / "config.json").string() + ": " + info.status().message());
 
   std::vector<Safetensors> shards;
   if (fs::exists(dir / "model.safetensors", ec)) {
@@ -53,15 +54,17 @@ StatusOr<HfImported> import_hf_dir(const std::string& dir_text, int seq_len) {
     ATOLL_ASSIGN_OR_RETURN(std::string index,
                            read_in(dir, "model.safetensors.index.json", kMaxJsonBytes));
     auto files = algorithms::parse_hf_index(index);
-    if (!files.ok()) return InvalidArgument((dir / "model.safetensors.index.json").string() +
-                                            ": " + files.status().message());
+    if (!files.ok())
+      return InvalidArgument((dir / "model.safetensors.index.json").string() + ": " +
+                             files.status().message());
     for (const std::string& f : *files) {
       ATOLL_ASSIGN_OR_RETURN(Safetensors st, read_weights(dir, f));
       shards.push_back(std::move(st));
     }
   } else {
-    return NotFound(dir_text + " has neither model.safetensors nor model.safetensors.index.json "
-                               "(PyTorch .bin weights are not read; save with safetensors)");
+    return NotFound(dir_text +
+                    " has neither model.safetensors nor model.safetensors.index.json "
+                    "(PyTorch .bin weights are not read; save with safetensors)");
   }
   std::vector<const Safetensors*> views;
   for (const Safetensors& s : shards) views.push_back(&s);
@@ -74,8 +77,9 @@ StatusOr<HfImported> import_hf_dir(const std::string& dir_text, int seq_len) {
 
   auto tok = read_in(dir, "tokenizer.json", kMaxJsonBytes);
   if (!tok.ok())
-    return NotFound(dir_text + " has no tokenizer.json; the checkpoint must carry the model's "
-                               "tokenizer (save it with tokenizer.save_pretrained)");
+    return NotFound(dir_text +
+                    " has no tokenizer.json; the checkpoint must carry the model's "
+                    "tokenizer (save it with tokenizer.save_pretrained)");
   out.meta.hf_tokenizer_json = std::move(*tok);
   if (fs::exists(dir / "tokenizer_config.json", ec)) {
     ATOLL_ASSIGN_OR_RETURN(out.meta.hf_tokenizer_config_json,
@@ -97,8 +101,7 @@ Status export_hf_dir(const LoadedCheckpoint& ck, const std::string& dir_text,
       algorithms::hf_config_json(ck.meta.model, arch == extra.end() ? "" : arch->second,
                                  base == extra.end() ? "" : base->second,
                                  dtype == algorithms::DType::kBF16 ? "bfloat16" : "float32"));
-  ATOLL_ASSIGN_OR_RETURN(Safetensors st,
-                         algorithms::params_to_hf(ck.params, ck.meta.model, dtype));
+  ATOLL_ASSIGN_OR_RETURN(Safetensors st, algorithms::params_to_hf(ck.params, ck.meta.model, dtype));
   ATOLL_ASSIGN_OR_RETURN(std::vector<uint8_t> weights, algorithms::encode_safetensors(st));
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -107,9 +110,9 @@ Status export_hf_dir(const LoadedCheckpoint& ck, const std::string& dir_text,
     return write_file_atomic((dir / name).string(), bytes);
   };
   ATOLL_RETURN_IF_ERROR(write("config.json", config));
-  ATOLL_RETURN_IF_ERROR(write(
-      "model.safetensors",
-      std::string_view(reinterpret_cast<const char*>(weights.data()), weights.size())));
+  ATOLL_RETURN_IF_ERROR(
+      write("model.safetensors",
+            std::string_view(reinterpret_cast<const char*>(weights.data()), weights.size())));
   if (!ck.meta.hf_tokenizer_json.empty())
     ATOLL_RETURN_IF_ERROR(write("tokenizer.json", ck.meta.hf_tokenizer_json));
   if (!ck.meta.hf_tokenizer_config_json.empty())

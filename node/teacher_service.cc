@@ -218,7 +218,8 @@ grpc::Status TeacherService::Targets(grpc::ServerContext* ctx, const pb::Targets
 
   std::lock_guard<std::mutex> lock(mu_);
   const float* h = model_.forward_hidden(o_.params, inputs.data(), static_cast<int>(rows), T);
-  const float* W = o_.params.data() + model_.layout().find(algorithms::head_param_name(o_.model))->offset;
+  const float* W =
+      o_.params.data() + model_.layout().find(algorithms::head_param_name(o_.model))->offset;
   HeadTeacherLogits<float> head(h, W, o_.model.dim);
   std::vector<float> tile;
   std::vector<uint16_t> codes;

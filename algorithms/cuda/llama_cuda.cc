@@ -39,10 +39,10 @@ Status check_supported(const ModelConfig& cfg) {
   if (num_kv_heads(cfg) != cfg.heads || cfg.attention_bias || !cfg.tie_word_embeddings)
     return InvalidArgument(
         "the CUDA model does not support grouped-query attention, q/k/v biases or an untied "
-        "lm_head yet (this model: kv_heads " + std::to_string(num_kv_heads(cfg)) + " of heads " +
-        std::to_string(cfg.heads) + ", attention_bias " + (cfg.attention_bias ? "true" : "false") +
-        ", tie_word_embeddings " + (cfg.tie_word_embeddings ? "true" : "false") +
-        "); train it on the CPU");
+        "lm_head yet (this model: kv_heads " +
+        std::to_string(num_kv_heads(cfg)) + " of heads " + std::to_string(cfg.heads) +
+        ", attention_bias " + (cfg.attention_bias ? "true" : "false") + ", tie_word_embeddings " +
+        (cfg.tie_word_embeddings ? "true" : "false") + "); train it on the CPU");
   return Status::Ok();
 }
 

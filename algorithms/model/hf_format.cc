@@ -81,8 +81,10 @@ void permute_rope_rows(float* rows, int heads, int D, int64_t cols, bool to_atol
 
 // Heads whose rows a tensor holds, when RoPE applies to it (q and k, weight or bias); else 0.
 int rope_heads(const std::string& name, const ModelConfig& cfg) {
-  const bool q = name.ends_with("self_attn.q_proj.weight") || name.ends_with("self_attn.q_proj.bias");
-  const bool k = name.ends_with("self_attn.k_proj.weight") || name.ends_with("self_attn.k_proj.bias");
+  const bool q =
+      name.ends_with("self_attn.q_proj.weight") || name.ends_with("self_attn.q_proj.bias");
+  const bool k =
+      name.ends_with("self_attn.k_proj.weight") || name.ends_with("self_attn.k_proj.bias");
   return q ? cfg.heads : k ? num_kv_heads(cfg) : 0;
 }
 
@@ -118,8 +120,9 @@ StatusOr<HfModelInfo> parse_hf_config(const std::string& config_json, int seq_le
   ATOLL_ASSIGN_OR_RETURN(bool o_bias, bool_field(o, "attention_bias", false));
   ATOLL_ASSIGN_OR_RETURN(bool mlp_bias, bool_field(o, "mlp_bias", false));
   if (!qwen2 && o_bias)
-    return InvalidArgument("config.json: attention_bias = true gives " + info.architecture +
-                           " an o_proj bias, which Atoll does not have (only Qwen2's q/k/v biases)");
+    return InvalidArgument(
+        "config.json: attention_bias = true gives " + info.architecture +
+        " an o_proj bias, which Atoll does not have (only Qwen2's q/k/v biases)");
   if (mlp_bias) return InvalidArgument("config.json: mlp_bias = true is not supported");
 
   ModelConfig& m = info.model;
@@ -141,9 +144,8 @@ StatusOr<HfModelInfo> parse_hf_config(const std::string& config_json, int seq_le
     ATOLL_ASSIGN_OR_RETURN(int64_t head_dim, int_field(o, "head_dim", 1, kMax));
     if (head_dim * heads != dim)
       return InvalidArgument("config.json: head_dim " + std::to_string(head_dim) +
-                             " is not hidden_size / num_attention_heads = " +
-                             std::to_string(dim) + " / " + std::to_string(heads) +
-                             "; Atoll needs C = heads · head_dim");
+                             " is not hidden_size / num_attention_heads = " + std::to_string(dim) +
+                             " / " + std::to_string(heads) + "; Atoll needs C = heads · head_dim");
   }
   // A sliding window at least as long as the context changes nothing; a shorter one would.
   const json::value* sw = o.if_contains("sliding_window");
@@ -173,8 +175,7 @@ StatusOr<HfModelInfo> parse_hf_config(const std::string& config_json, int seq_le
 }
 
 StatusOr<std::string> hf_config_json(const ModelConfig& cfg, const std::string& architecture,
-                                     const std::string& base_json,
-                                     const std::string& torch_dtype) {
+                                     const std::string& base_json, const std::string& torch_dtype) {
   json::object o;
   if (!base_json.empty()) {
     ATOLL_ASSIGN_OR_RETURN(o, parse_object(base_json, "the imported config.json"));
@@ -186,8 +187,7 @@ StatusOr<std::string> hf_config_json(const ModelConfig& cfg, const std::string& 
   if (!cfg.attention_bias && arch == "Qwen2ForCausalLM")
     return InvalidArgument("Qwen2ForCausalLM has q/k/v biases; this model has none");
   if (cfg.moe_experts > 0)
-    return InvalidArgument("atoll export hf writes dense Llama-family models; this one has MoE "
-                           "layers");
+    return InvalidArgument("atoll export hf writes dense models; this one has MoE layers");
   o["architectures"] = json::array{json::string(arch)};
   o["model_type"] = arch == "Qwen2ForCausalLM"     ? "qwen2"
                     : arch == "MistralForCausalLM" ? "mistral"
@@ -217,8 +217,8 @@ StatusOr<std::vector<std::string>> parse_hf_index(const std::string& index_json)
   std::set<std::string> seen;
   for (const auto& kv : wm->as_object()) {
     if (!kv.value().is_string())
-      return InvalidArgument("model.safetensors.index.json: weight_map[" +
-                             std::string(kv.key()) + "] is not a file name");
+      return InvalidArgument("model.safetensors.index.json: weight_map[" + std::string(kv.key()) +
+                             "] is not a file name");
     std::string f(kv.value().as_string());
     if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
       return InvalidArgument("model.safetensors.index.json names shard '" + f +

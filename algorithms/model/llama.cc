@@ -368,9 +368,9 @@ void Llama::forward_trunk(const float* P, const int32_t* tokens) {
     float* lin = qkv_lin_ ? qkv_lin_ : a.qkv;
     gemm_.forward(lin, a.ln1, P + o.qkv, N, C, QKV, site(l, 0));
     if (cfg_.attention_bias) ops::bias_forward(lin, P + o.qkv_bias, N, QKV);
-    ops::rope_forward(lin, B, T, H + KV, D, QKV, cfg_.rope_base);  // q and k in place
+    ops::rope_forward(lin, B, T, H + KV, D, QKV, cfg_.rope_base);   // q and k in place
     if (qkv_lin_) ops::repeat_kv_forward(a.qkv, lin, N, H, KV, D);  // -> (N, 3C)
-    ops::attention_forward(a.atty, a.att, a.qkv, B, T, H, D);      // -> (N, C)
+    ops::attention_forward(a.atty, a.att, a.qkv, B, T, H, D);       // -> (N, C)
     gemm_.forward(scratch_, a.atty, P + o.o, N, C, C, site(l, 1));
     ops::add_forward(a.h, a.x, scratch_, static_cast<size_t>(N) * C);
     // MLP sub-block (dense SwiGLU, or the MoE layer of moe_block.h)

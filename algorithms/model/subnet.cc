@@ -22,9 +22,10 @@ Status validate(const Subnet& s, const ModelConfig& cfg) {
   if (num_kv_heads(cfg) != cfg.heads || cfg.attention_bias || !cfg.tie_word_embeddings)
     return InvalidArgument(
         "subnet: Hydra's subnet model supports plain multi-head attention with a tied head and "
-        "no q/k/v biases; this model has kv_heads " + std::to_string(num_kv_heads(cfg)) +
-        ", attention_bias " + (cfg.attention_bias ? "true" : "false") +
-        ", tie_word_embeddings " + (cfg.tie_word_embeddings ? "true" : "false"));
+        "no q/k/v biases; this model has kv_heads " +
+        std::to_string(num_kv_heads(cfg)) + ", attention_bias " +
+        (cfg.attention_bias ? "true" : "false") + ", tie_word_embeddings " +
+        (cfg.tie_word_embeddings ? "true" : "false"));
   if (s.ffn_blocks <= 0 || cfg.ffn_hidden % s.ffn_blocks != 0)
     return InvalidArgument("subnet: ffn_blocks " + std::to_string(s.ffn_blocks) +
                            " must be positive and divide ffn_hidden " +

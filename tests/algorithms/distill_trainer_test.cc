@@ -128,6 +128,13 @@ TEST(DistillTrainer, ValidateNamesTheProblem) {
   EXPECT_FALSE(
       validate(student_cfg(), teacher_cfg(), train_cfg(), LossConfig{2.0, 1.0, 4, 4}).ok());
   EXPECT_TRUE(validate(student_cfg(), teacher_cfg(), train_cfg(), LossConfig{}).ok());
+  // The fused loss multiplies by the embedding: an untied head is refused, one line.
+  t = teacher_cfg();
+  t.tie_word_embeddings = false;
+  st = validate(student_cfg(), t, train_cfg(), LossConfig{});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("teacher: distillation needs a tied output head"), std::string::npos)
+      << st.message();
 }
 
 // α = 0: the distillation step is the plain InnerTrainer step. Not bitwise: the fused loss

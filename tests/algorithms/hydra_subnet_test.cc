@@ -65,6 +65,23 @@ ParamSet zero_removed(const ParamSet& p, const ModelConfig& c, const Subnet& s) 
   return z;
 }
 
+// Hydra's subnet model has no grouped-query attention, biases or untied head yet: refused when
+// the subnet is validated against the model, one line.
+TEST(SubnetLlama, RefusesHuggingFaceVariantsWithOneLine) {
+  ModelConfig c = small();
+  const Subnet s = full_subnet(c, 2, true);
+  ASSERT_TRUE(validate(s, c).ok());
+  c.kv_heads = c.heads / 2;
+  const Status st = validate(s, c);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("Hydra's subnet model supports plain multi-head attention"),
+            std::string::npos)
+      << st.message();
+  c = small();
+  c.tie_word_embeddings = false;
+  EXPECT_FALSE(validate(s, c).ok());
+}
+
 TEST(SubnetLlama, FullSubnetEqualsTheModelBitwise) {
   const ModelConfig c = small();
   ParamSet p(make_layout(c));

@@ -98,8 +98,8 @@ void compare_with_torch(const ModelConfig& c) {
   for (const auto& v : p.layout().views())
     if (v.shape.size() == 1)
       for (size_t i = 0; i < v.numel(); ++i)
-        p.data()[v.offset + i] = static_cast<float>(
-            (v.name.ends_with(".bias") ? 0.0 : 1.0) + 0.2 * rng.normal(k++));
+        p.data()[v.offset + i] =
+            static_cast<float>((v.name.ends_with(".bias") ? 0.0 : 1.0) + 0.2 * rng.normal(k++));
 
   std::vector<int32_t> inputs(B * T), targets(B * T), rows(B * (T + 1));
   for (int i = 0; i < B * T; ++i) {

@@ -67,6 +67,25 @@ TEST(CudaModelSupport, AcceptsMoeAndEveryPrecisionAndRefusesBadConfigsWithOneLin
   EXPECT_NE(t.status().message().find("fewer rows than"), std::string::npos);
 }
 
+// The Hugging Face variants run on the CPU model only for now: refused when the config is read,
+// one line naming the fields (CudaLlama::create and CudaTrainer::create call check_supported).
+TEST(CudaModelSupport, RefusesGroupedQueryBiasesAndUntiedHeadWithOneLine) {
+  for (int variant = 0; variant < 3; ++variant) {
+    ModelConfig c = small_model();
+    if (variant == 0) c.kv_heads = 1;
+    if (variant == 1) c.attention_bias = true;
+    if (variant == 2) c.tie_word_embeddings = false;
+    ASSERT_TRUE(validate(c).ok()) << variant;
+    const Status s = check_supported(c);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << variant;
+    EXPECT_NE(s.message().find("the CUDA model does not support grouped-query attention"),
+              std::string::npos)
+        << s.message();
+    EXPECT_EQ(s.message().find('\n'), std::string::npos);
+    EXPECT_FALSE(check_supported(c, small_trainer(4)).ok()) << variant;
+  }
+}
+
 class CudaModelTest : public CudaTest {};
 
 // One forward + backward of `cfg` on (B, T) against the CPU model.

@@ -4,6 +4,8 @@
 // PyTorch implementation of the Hugging Face semantics (tests/tools/torch_llama.py hf) within
 // 1e-5 relative and the same greedy continuation, and import -> export must give back every
 // tensor bit for bit.
+#include "node/hf_model.h"
+
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -24,7 +26,6 @@
 #include "kernels/core/philox.h"
 #include "kernels/formats/convert.h"
 #include "node/checkpoint.h"
-#include "node/hf_model.h"
 #include "transport/temp_dir.h"
 
 namespace atl::node {
@@ -42,8 +43,8 @@ struct HfSpec {
   int vocab = 96, dim = 48, layers = 2, heads = 4, kv_heads = 2, ffn = 80, ctx = 64;
   bool tied = false;
   DType dtype = DType::kF32;
-  int shards = 1;              // > 1: model.safetensors.index.json and that many files
-  std::string extra_config;    // appended inside config.json's object (",\"key\": value")
+  int shards = 1;            // > 1: model.safetensors.index.json and that many files
+  std::string extra_config;  // appended inside config.json's object (",\"key\": value")
 };
 
 std::string write_text(const fs::path& p, const std::string& text) {
@@ -65,8 +66,8 @@ std::string config_json(const HfSpec& s) {
                 "\"max_position_embeddings\": %d, \"rms_norm_eps\": 1e-06, "
                 "\"rope_theta\": 500000.0, \"hidden_act\": \"silu\", "
                 "\"tie_word_embeddings\": %s, \"bos_token_id\": 1, \"eos_token_id\": 2",
-                s.architecture.c_str(), s.vocab, s.dim, s.layers, s.heads, s.kv_heads, s.ffn,
-                s.ctx, s.tied ? "true" : "false");
+                s.architecture.c_str(), s.vocab, s.dim, s.layers, s.heads, s.kv_heads, s.ffn, s.ctx,
+                s.tied ? "true" : "false");
   return std::string(buf) + s.extra_config + "}";
 }
 
@@ -96,8 +97,8 @@ std::vector<StTensor> random_hf_tensors(const HfSpec& s, uint64_t seed) {
     const bool bias = v.name.ends_with(".bias");
     for (float& e : x)
       e = static_cast<float>(v.shape.size() == 2 ? 0.08 * rng.normal(k++)
-                             : bias             ? 0.1 * rng.normal(k++)
-                                                : 1.0 + 0.2 * rng.normal(k++));
+                             : bias              ? 0.1 * rng.normal(k++)
+                                                 : 1.0 + 0.2 * rng.normal(k++));
     if (s.dtype == DType::kF32) {
       out.push_back(algorithms::make_tensor(v.name, v.shape, x.data()));
       continue;
@@ -199,8 +200,8 @@ void compare_import_with_hf_reference(const HfSpec& spec) {
   const fs::path in_path = tmp.sub("in.safetensors"), out_path = tmp.sub("out.safetensors");
   write_st(in_path, in);
   const std::string script = std::string(ATOLL_SOURCE_DIR) + "/tests/tools/torch_llama.py";
-  const std::string cmd = quote(python) + " " + quote(script) + " hf " + quote(dir.string()) +
-                          " " + quote(in_path.string()) + " " + quote(out_path.string());
+  const std::string cmd = quote(python) + " " + quote(script) + " hf " + quote(dir.string()) + " " +
+                          quote(in_path.string()) + " " + quote(out_path.string());
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "failed: " << cmd;
   const std::string out_bytes = read_text(out_path);
   auto ref = algorithms::decode_safetensors(reinterpret_cast<const uint8_t*>(out_bytes.data()),
@@ -266,8 +267,8 @@ void round_trip(const HfSpec& spec) {
   Status s = export_hf_dir(*loaded, out.string(), spec.dtype);
   ASSERT_TRUE(s.ok()) << s.message();
   const std::string bytes = read_text(out / "model.safetensors");
-  auto back = algorithms::decode_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                             bytes.size());
+  auto back =
+      algorithms::decode_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->tensors.size(), written.size());
   for (const StTensor& t : written) {
@@ -349,16 +350,16 @@ TEST(HfImport, RefusesWithOneClearLine) {
   HfSpec head_dim;
   head_dim.extra_config = ", \"head_dim\": 16";  // 48 / 4 = 12
   expect_import_error(head_dim, "head_dim 16");
-  expect_import_error(HfSpec{}, "missing tensor model.layers.1.mlp.up_proj.weight",
-                      [](const fs::path& d) {
-                        const std::string b = read_text(d / "model.safetensors");
-                        auto st = algorithms::decode_safetensors(
-                            reinterpret_cast<const uint8_t*>(b.data()), b.size());
-                        std::erase_if(st->tensors, [](const StTensor& t) {
-                          return t.name == "model.layers.1.mlp.up_proj.weight";
-                        });
-                        write_st(d / "model.safetensors", *st);
-                      });
+  expect_import_error(
+      HfSpec{}, "missing tensor model.layers.1.mlp.up_proj.weight", [](const fs::path& d) {
+        const std::string b = read_text(d / "model.safetensors");
+        auto st =
+            algorithms::decode_safetensors(reinterpret_cast<const uint8_t*>(b.data()), b.size());
+        std::erase_if(st->tensors, [](const StTensor& t) {
+          return t.name == "model.layers.1.mlp.up_proj.weight";
+        });
+        write_st(d / "model.safetensors", *st);
+      });
   expect_import_error(HfSpec{}, "tensor model.layers.0.self_attn.k_proj.weight has shape (24, 48)",
                       [](const fs::path& d) {
                         // num_key_value_heads 1 in config.json, weights written for 2.
@@ -391,15 +392,14 @@ TEST(HfImport, CommandLineImportAndExport) {
   const fs::path src = tmp.sub("src"), out = tmp.sub("out");
   write_hf_dir(src, HfSpec{});
   const std::string bin = ATOLL_BINARY, ckpt = tmp.sub("ck.safetensors");
-  const std::string imp = quote(bin) + " import hf " + quote(src.string()) + " --out " +
-                          quote(ckpt) + " >/dev/null";
+  const std::string imp =
+      quote(bin) + " import hf " + quote(src.string()) + " --out " + quote(ckpt) + " >/dev/null";
   ASSERT_EQ(std::system(imp.c_str()), 0) << imp;
   const std::string exp = quote(bin) + " export hf " + quote(ckpt) + " --out " +
                           quote(out.string()) + " --dtype bf16 >/dev/null";
   ASSERT_EQ(std::system(exp.c_str()), 0) << exp;
   EXPECT_TRUE(fs::exists(out / "model.safetensors"));
-  EXPECT_NE(read_text(out / "config.json").find("\"torch_dtype\":\"bfloat16\""),
-            std::string::npos);
+  EXPECT_NE(read_text(out / "config.json").find("\"torch_dtype\":\"bfloat16\""), std::string::npos);
   const std::string err_path = tmp.sub("err.txt");
   const std::string bad = quote(bin) + " import hf " + quote(tmp.sub("nope")) + " --out " +
                           quote(tmp.sub("x.safetensors")) + " 2>" + quote(err_path);
