@@ -169,25 +169,16 @@ std::string quote(const std::string& s) {
   return "'" + s + "'";
 }
 
-// Imports spec's directory and compares logits and a greedy continuation with the PyTorch
-// Hugging Face reference.
-void compare_import_with_hf_reference(const HfSpec& spec) {
+// Runs the PyTorch Hugging Face reference on model directory `dir` and checks the Atoll model
+// (m, params) against it: logits of a random batch within 1e-5 relative, and the same greedy
+// 8-token continuation of a prompt.
+void expect_matches_hf_reference(const fs::path& dir, const ModelConfig& m,
+                                 const algorithms::ParamSet& params, const std::string& label) {
   const std::string python = ATOLL_PYTHON;
   ASSERT_TRUE(fs::exists(python) &&
               std::system((quote(python) + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0)
       << python << " with PyTorch is required (Debian package python3-torch)";
   atl::testing::TempDir tmp;
-  const fs::path dir = tmp.sub("model");
-  write_hf_dir(dir, spec);
-  auto imported = import_hf_dir(dir.string());
-  ASSERT_TRUE(imported.ok()) << imported.status().message();
-  const ModelConfig& m = imported->meta.model;
-  EXPECT_EQ(algorithms::num_kv_heads(m), spec.kv_heads);
-  EXPECT_EQ(m.tie_word_embeddings, spec.tied);
-  EXPECT_EQ(m.attention_bias, spec.architecture == "Qwen2ForCausalLM");
-  EXPECT_EQ(m.rope_base, 500000.0);
-  EXPECT_EQ(m.norm_eps, 1e-6);
-
   const int B = 2, T = 24, kGen = 8;
   std::vector<int32_t> inputs(B * T), prompt = {3, 17, 42, 5, 60};
   const Philox rng(11, 3);
@@ -200,8 +191,8 @@ void compare_import_with_hf_reference(const HfSpec& spec) {
   const fs::path in_path = tmp.sub("in.safetensors"), out_path = tmp.sub("out.safetensors");
   write_st(in_path, in);
   const std::string script = std::string(ATOLL_SOURCE_DIR) + "/tests/tools/torch_llama.py";
-  const std::string cmd = quote(python) + " " + quote(script) + " hf " + quote(dir.string()) + " " +
-                          quote(in_path.string()) + " " + quote(out_path.string());
+  const std::string cmd = quote(python) + " " + quote(script) + " hf " + quote(dir.string()) +
+                          " " + quote(in_path.string()) + " " + quote(out_path.string());
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "failed: " << cmd;
   const std::string out_bytes = read_text(out_path);
   auto ref = algorithms::decode_safetensors(reinterpret_cast<const uint8_t*>(out_bytes.data()),
@@ -213,15 +204,30 @@ void compare_import_with_hf_reference(const HfSpec& spec) {
   const std::vector<int32_t> ref_gen = ref->find("gen.tokens")->to_i32();
 
   algorithms::Llama model(m);
-  model.forward(imported->params, inputs.data(), nullptr, B, T);
+  model.forward(params, inputs.data(), nullptr, B, T);
   ASSERT_EQ(ref_logits.size(), size_t(B) * T * m.vocab);
   const double err = rel_err(model.logits(), ref_logits.data(), ref_logits.size());
-  std::printf("  %s: logits rel err vs the Hugging Face reference %.3g\n",
-              spec.architecture.c_str(), err);
+  std::printf("  %s: logits rel err vs the Hugging Face reference %.3g\n", label.c_str(), err);
   EXPECT_LT(err, 1e-5);
-  auto gen = model.generate(imported->params, prompt, kGen, 0.0f, 0, 1);
+  auto gen = model.generate(params, prompt, kGen, 0.0f, 0, 1);
   ASSERT_TRUE(gen.ok()) << gen.status().message();
   EXPECT_EQ(*gen, ref_gen) << "greedy continuations differ";
+}
+
+// Imports spec's directory and compares it with the PyTorch Hugging Face reference.
+void compare_import_with_hf_reference(const HfSpec& spec) {
+  atl::testing::TempDir tmp;
+  const fs::path dir = tmp.sub("model");
+  write_hf_dir(dir, spec);
+  auto imported = import_hf_dir(dir.string());
+  ASSERT_TRUE(imported.ok()) << imported.status().message();
+  const ModelConfig& m = imported->meta.model;
+  EXPECT_EQ(algorithms::num_kv_heads(m), spec.kv_heads);
+  EXPECT_EQ(m.tie_word_embeddings, spec.tied);
+  EXPECT_EQ(m.attention_bias, spec.architecture == "Qwen2ForCausalLM");
+  EXPECT_EQ(m.rope_base, 500000.0);
+  EXPECT_EQ(m.norm_eps, 1e-6);
+  expect_matches_hf_reference(dir, m, imported->params, spec.architecture);
 }
 
 TEST(HfImport, LlamaGroupedQueryUntiedFp32MatchesHfReference) {
@@ -286,6 +292,41 @@ void round_trip(const HfSpec& spec) {
   EXPECT_TRUE(algorithms::model_differences(again->model, imported->meta.model).empty());
   EXPECT_NE(read_text(out / "config.json").find("\"bos_token_id\":1"), std::string::npos)
       << "fields Atoll does not use are kept from the imported config.json";
+}
+
+// A model trained by Atoll (no imported config.json) exports to a directory that the Hugging
+// Face semantics read as the same network: Llama with GQA and an untied head, and Qwen2 (biases).
+TEST(HfExport, AtollModelExportsToTheSameHuggingFaceNetwork) {
+  for (bool qwen2 : {false, true}) {
+    ModelConfig m;
+    m.vocab = 80;
+    m.dim = 32;
+    m.layers = 2;
+    m.heads = 4;
+    m.kv_heads = 2;
+    m.ffn_hidden = 40;
+    m.seq_len = 48;
+    m.rope_base = 20000.0;
+    m.attention_bias = qwen2;
+    m.tie_word_embeddings = qwen2;
+    LoadedCheckpoint ck;
+    ck.meta.model = m;
+    ck.params = algorithms::ParamSet(algorithms::make_layout(m));
+    algorithms::init_params(ck.params, m, 77);
+    const Philox rng(8, 8);
+    for (size_t i = 0; i < ck.params.numel(); ++i)  // away from init: biases, gains, scale
+      ck.params.data()[i] += static_cast<float>(0.05 * rng.normal(i));
+    atl::testing::TempDir tmp;
+    const fs::path out = tmp.sub("out");
+    Status s = export_hf_dir(ck, out.string(), DType::kF32);
+    ASSERT_TRUE(s.ok()) << s.message();
+    auto cfg = algorithms::parse_hf_config(read_text(out / "config.json"));
+    ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+    EXPECT_EQ(cfg->architecture, qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM");
+    EXPECT_TRUE(algorithms::model_differences(cfg->model, m).empty());
+    EXPECT_FALSE(fs::exists(out / "tokenizer.json"));  // the checkpoint carries none
+    expect_matches_hf_reference(out, m, ck.params, "export " + cfg->architecture);
+  }
 }
 
 TEST(HfImport, ImportExportIsBitwiseForFp32Sources) {
