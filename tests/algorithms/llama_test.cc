@@ -191,6 +191,49 @@ TEST(Llama, GroupedQueryBiasesUntiedHeadGradientsMatchFiniteDifferences) {
   }
 }
 
+// Every training precision runs the Hugging Face variants (the q|k|v GEMM is (C + 2Ckv) wide,
+// the head lm_head): finite loss and gradients, the same bits on 1 thread and on all, and the
+// low-precision recipes within a few percent of fp32's loss.
+TEST(Llama, HuggingFaceVariantsTrainUnderEveryPrecision) {
+  ModelConfig c = tiny();
+  c.heads = 4;
+  c.kv_heads = 1;
+  c.attention_bias = true;
+  c.tie_word_embeddings = false;
+  ParamSet p(make_layout(c));
+  init_params(p, c, 12);
+  const int B = 2, T = 16;
+  auto tokens = random_tokens(B * T, c.vocab, 13), targets = random_tokens(B * T, c.vocab, 14);
+  double fp32_loss = 0;
+  for (Precision prec : {Precision::kFp32, Precision::kBf16, Precision::kFp8, Precision::kMxfp8,
+                         Precision::kNvfp4}) {
+    std::vector<float> first;
+    for (int run = 0; run < 2; ++run) {
+      kernels::cpu::set_num_threads(run == 0 ? 1 : 0);
+      Llama m(c);
+      m.set_precision(prec, 5);
+      ParamSet g(m.layout());
+      g.zero();
+      const float loss = m.forward(p, tokens.data(), targets.data(), B, T);
+      m.backward(p, g);
+      ASSERT_TRUE(std::isfinite(loss)) << precision_name(prec);
+      for (size_t i = 0; i < g.numel(); ++i)
+        ASSERT_TRUE(std::isfinite(g.data()[i])) << precision_name(prec) << " " << i;
+      std::vector<float> bits(g.data(), g.data() + g.numel());
+      bits.push_back(loss);
+      if (run == 0)
+        first = bits;
+      else
+        EXPECT_EQ(bits, first) << precision_name(prec) << ": not deterministic";
+      if (prec == Precision::kFp32)
+        fp32_loss = loss;
+      else
+        EXPECT_NEAR(loss, fp32_loss, 0.05 * fp32_loss) << precision_name(prec);
+    }
+  }
+  kernels::cpu::set_num_threads(0);
+}
+
 TEST(ModelInit, DeterministicAndScaled) {
   ModelConfig c;
   ParamSet a(make_layout(c)), b(make_layout(c)), d(make_layout(c));
