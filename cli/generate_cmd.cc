@@ -32,7 +32,10 @@ int cmd_generate(const Args& args) {
   if (!top_k.ok()) return fail("generate", top_k.status().message(), 2);
   if (!seed.ok()) return fail("generate", seed.status().message(), 2);
   auto ck = node::load_checkpoint(*path);
-  if (!ck.ok()) return fail("generate", ck.status().message(), 2);
+  if (!ck.ok()) {
+    const std::string& why = ck.status().message();
+    return fail("generate", why.find(*path) == std::string::npos ? *path + ": " + why : why, 2);
+  }
   auto tok = node::tokenizer_from_blob(ck->meta.tokenizer);
   if (!tok.ok()) return fail("generate", *path + ": its tokenizer: " + tok.status().message(), 2);
   const std::string prompt = flags.get_or("prompt", "The ");

@@ -11,7 +11,8 @@ namespace atl::cli {
 std::vector<FlagSpec> common_model_flags() {
   return {
       {"config", true, "experiment config (TOML): [model], [train], [data] sections", ""},
-      {"data", true, "data spec: brown, brown:a,b,f, text:PATH, tokens:PATH.u16|.i32", "brown"},
+      {"data", true, "data spec: brown, brown:a,b,f, text:PATH, jsonl:PATH, tokens:PATH.u16|.i32",
+       "brown"},
       {"val-data", true,
        "validation data (a data spec); then all of --data trains. Default: the held-out split "
        "of --data (docs/data.md; a single file: its last ~10%)",
