@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <fstream>
 
+#include "algorithms/data/hf_tokenizer.h"
 #include "algorithms/model/llama.h"
 #include "node/checkpoint.h"
 #include "node/site_data.h"
@@ -49,8 +50,7 @@ std::string independent_greedy(const std::string& checkpoint, const std::string&
   return prompt + (*tok)->decode(std::span<const int32_t>(ctx).subspan(prompt_len)) + "\n";
 }
 
-void expect_greedy_matches(const std::string& tokenizer) {
-  TempDir dir;
+void expect_greedy_matches(const std::string& tokenizer, const TempDir& dir) {
   const std::string ck = train_tiny(dir, tokenizer);
   const std::vector<std::string> args = {"generate", "--checkpoint",  ck,
                                          "--prompt", "The jury said", "--tokens",
@@ -64,11 +64,48 @@ void expect_greedy_matches(const std::string& tokenizer) {
 }
 
 TEST(GenerateCli, GreedyIsDeterministicAndMatchesAnIndependentLoopWithBytes) {
-  expect_greedy_matches("bytes");
+  TempDir dir;
+  expect_greedy_matches("bytes", dir);
 }
 
 TEST(GenerateCli, GreedyMatchesAnIndependentLoopWithTheCheckpointsBpe) {
-  expect_greedy_matches("bpe:300");
+  TempDir dir;
+  expect_greedy_matches("bpe:300", dir);
+}
+
+// A GPT-2-style tokenizer.json (all 256 bytes and a few English merges): the checkpoint carries
+// its text, and generate decodes with it.
+TEST(GenerateCli, GreedyMatchesAnIndependentLoopWithATokenizerJson) {
+  using algorithms::data::bytes_to_byte_level;
+  TempDir dir;
+  std::string vocab, merges;
+  int id = 0;
+  for (int b = 0; b < 256; ++b) {
+    const std::string key = bytes_to_byte_level(std::string(1, static_cast<char>(b)));
+    const std::string escaped = key == "\\" ? "\\\\" : key == "\"" ? "\\\"" : key;
+    vocab += std::string(b ? "," : "") + "\"" + escaped + "\":" + std::to_string(b);
+    ++id;
+  }
+  for (auto [l, r] : std::vector<std::pair<std::string, std::string>>{
+           {"t", "h"}, {"th", "e"}, {" ", "the"}, {" ", "a"}, {"i", "n"}, {" ", "s"}}) {
+    vocab += ",\"" + bytes_to_byte_level(l + r) + "\":" + std::to_string(id++);
+    merges += std::string(merges.empty() ? "" : ",") + "\"" + bytes_to_byte_level(l) + " " +
+              bytes_to_byte_level(r) + "\"";
+  }
+  {
+    std::ofstream(dir / "tokenizer.json")
+        << "{\"added_tokens\":[{\"id\":" << id
+        << ",\"content\":\"<|endoftext|>\",\"special\":true}],\"normalizer\":null,"
+           "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
+           "\"use_regex\":true},\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":"
+           "\"BPE\",\"vocab\":{"
+        << vocab << "},\"merges\":[" << merges << "]}}";
+  }
+  expect_greedy_matches("hf:" + (dir / "tokenizer.json"), dir);
+  auto ck = node::load_checkpoint(dir / "run/checkpoint.safetensors");
+  ASSERT_TRUE(ck.ok());
+  EXPECT_EQ(ck->meta.tokenizer, read_text(dir / "tokenizer.json"));
+  EXPECT_EQ(ck->meta.model.vocab, 256 + 6 + 1);
 }
 
 TEST(GenerateCli, SamplingWithASeedRepeatsAndTheSeedMatters) {
