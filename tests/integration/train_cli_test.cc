@@ -219,7 +219,8 @@ TEST(TrainCli, ASingleTextFileTrainsWithAPositionalValidationSplit) {
 }
 
 // Fine-tuning records: a jsonl file trains (loss on responses only) with a jsonl validation
-// source, `atoll eval` measures it, and a bad record is one line naming the file and line.
+// source, `atoll eval` measures it, a distillation teacher refuses it, and a bad record is one
+// line naming the file and line.
 TEST(TrainCli, JsonlRecordsTrainWithAnExplicitValidationSource) {
   TempDir dir;
   {
@@ -261,6 +262,15 @@ TEST(TrainCli, JsonlRecordsTrainWithAnExplicitValidationSource) {
   // 512 tokens of windows, of which only the responses (and separators) are targets.
   EXPECT_LT(std::stoll(e[2].str()), 400) << ev.output;
   EXPECT_GT(std::stoll(e[2].str()), 50) << ev.output;
+
+  // A distillation teacher scores every token: prompt/response records are refused, one line.
+  auto teacher = run_atoll(
+      {"node", "--role", "teacher", "--checkpoint", dir / "out/checkpoint.safetensors",
+       "--insecure", "--listen", "127.0.0.1:0", "--data", "jsonl:" + (dir / "train.jsonl")},
+      dir / "teacher.log", std::chrono::seconds(60));
+  EXPECT_EQ(teacher.exit_code, 2) << teacher.output;
+  EXPECT_NE(teacher.output.find("holds prompt/response records"), std::string::npos)
+      << teacher.output;
 
   auto bad = run_atoll(args({"--data", "jsonl:" + (dir / "bad.jsonl")}), dir / "bad.log");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
