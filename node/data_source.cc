@@ -8,6 +8,8 @@
 #include <fstream>
 #include <system_error>
 
+#include "algorithms/data/jsonl.h"
+
 namespace atl::node {
 
 namespace fs = std::filesystem;
@@ -17,8 +19,8 @@ using algorithms::data::Document;
 namespace {
 
 constexpr std::string_view kSpecHelp =
-    "expected 'brown', 'brown:<genre letters, comma-separated>', 'text:<file or directory>' or "
-    "'tokens:<file>.u16|.i32'";
+    "expected 'brown', 'brown:<genre letters, comma-separated>', 'text:<file or directory>', "
+    "'jsonl:<file>' or 'tokens:<file>.u16|.i32'";
 
 std::string genre_letters() {
   std::string s;
@@ -51,6 +53,8 @@ std::string DataSpec::to_string() const {
       return "text:" + path;
     case Kind::kTokens:
       return "tokens:" + path;
+    case Kind::kJsonl:
+      return "jsonl:" + path;
   }
   return "";
 }
@@ -84,10 +88,12 @@ StatusOr<DataSpec> parse_data_spec(std::string_view spec) {
     std::sort(out.genres.begin(), out.genres.end());
     return out;
   }
-  if (kind == "text" || kind == "tokens") {
+  if (kind == "text" || kind == "tokens" || kind == "jsonl") {
     if (!has_arg || arg.empty())
       return InvalidArgument(quoted + ": missing path after '" + std::string(kind) + ":'");
-    out.kind = kind == "text" ? DataSpec::Kind::kText : DataSpec::Kind::kTokens;
+    out.kind = kind == "text"    ? DataSpec::Kind::kText
+               : kind == "jsonl" ? DataSpec::Kind::kJsonl
+                                 : DataSpec::Kind::kTokens;
     out.path = std::string(arg);
     if (out.kind == DataSpec::Kind::kTokens && token_width(arg) == TokenWidth::kNone)
       return InvalidArgument(quoted +
@@ -175,6 +181,13 @@ StatusOr<std::vector<Document>> load_documents(const DataSpec& spec, const std::
       return load_brown(spec, brown_dir);
     case DataSpec::Kind::kText:
       return load_text(spec.path);
+    case DataSpec::Kind::kJsonl: {
+      std::error_code ec;
+      if (!fs::is_regular_file(spec.path, ec))
+        return NotFound("jsonl data not found: " + spec.path + " is not a file");
+      ATOLL_ASSIGN_OR_RETURN(std::string contents, read_file(spec.path));
+      return algorithms::data::parse_jsonl_records(contents, spec.path);
+    }
     case DataSpec::Kind::kTokens:
       return InvalidArgument("data spec '" + spec.to_string() +
                              "' is pre-tokenized: it has tokens, not documents (load_token_file)");

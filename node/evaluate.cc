@@ -17,16 +17,11 @@ Evaluation evaluate_bpb(algorithms::Llama& model, const algorithms::ParamSet& pa
   double loss_sum = 0;
   int64_t bytes = 0;
   for (const auto& b : batches) {
-    inputs.resize(static_cast<size_t>(b.B) * T);
-    targets.resize(inputs.size());
-    for (int r = 0; r < b.B; ++r) {
-      auto row = b.row(r);
-      std::copy(row.begin(), row.begin() + T, inputs.begin() + static_cast<ptrdiff_t>(r) * T);
-      std::copy(row.begin() + 1, row.end(), targets.begin() + static_cast<ptrdiff_t>(r) * T);
-    }
+    // Masked targets (prompt tokens) become -1: out of the loss, the count and the bytes.
+    algorithms::data::split_inputs_targets(b.tokens.data(), b.B, T, inputs, targets);
     float loss = model.forward(params, inputs.data(), targets.data(), b.B, T);
-    loss_sum += static_cast<double>(loss) * b.B * T;
-    e.tokens += static_cast<int64_t>(b.B) * T;
+    loss_sum += static_cast<double>(loss) * static_cast<double>(model.num_targets());
+    e.tokens += model.num_targets();
     bytes += algorithms::data::target_bytes(b, tokenizer);
   }
   model.gemm().set_enabled(enabled);

@@ -3,6 +3,8 @@
 #include <string_view>
 #include <vector>
 
+#include "algorithms/data/hf_tokenizer.h"
+
 namespace atl::node {
 
 using algorithms::data::BpeTokenizer;
@@ -12,6 +14,7 @@ using algorithms::data::Tokenizer;
 std::string TokenizerChoice::to_string() const {
   if (kind == "bpe") return "bpe:" + std::to_string(bpe_vocab);
   if (kind == "bpe-file") return "bpe-file:" + path;
+  if (kind == "hf") return "hf:" + path;
   return "bytes";
 }
 
@@ -35,8 +38,14 @@ StatusOr<TokenizerChoice> parse_tokenizer_choice(const std::string& text) {
     c.path = text.substr(9);
     return c;
   }
+  if (text.rfind("hf:", 0) == 0 && text.size() > 3) {
+    c.kind = "hf";
+    c.path = text.substr(3);
+    return c;
+  }
   return InvalidArgument("unknown tokenizer '" + text +
-                         "': use bytes, bpe:VOCAB (e.g. bpe:4096) or bpe-file:PATH");
+                         "': use bytes, bpe:VOCAB (e.g. bpe:4096), bpe-file:PATH or "
+                         "hf:PATH/tokenizer.json");
 }
 
 StatusOr<SiteData> load_site_data_with_blob(const DataSpec& spec, const std::string& blob,
@@ -49,8 +58,18 @@ StatusOr<SiteData> load_site_data_with_blob(const DataSpec& spec, const std::str
 
 StatusOr<std::unique_ptr<Tokenizer>> tokenizer_from_blob(const std::string& blob) {
   if (blob.empty()) return std::unique_ptr<Tokenizer>(std::make_unique<ByteTokenizer>());
+  const size_t first = blob.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && blob[first] == '{')
+    return algorithms::data::load_hf_tokenizer(blob);
   ATOLL_ASSIGN_OR_RETURN(BpeTokenizer bpe, BpeTokenizer::deserialize(blob));
   return std::unique_ptr<Tokenizer>(std::make_unique<BpeTokenizer>(std::move(bpe)));
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> load_hf_tokenizer_file(const std::string& path) {
+  ATOLL_ASSIGN_OR_RETURN(std::string json, read_file(path));
+  auto tok = algorithms::data::load_hf_tokenizer(json);
+  if (!tok.ok()) return InvalidArgument(path + ": " + tok.status().message());
+  return tok;
 }
 
 StatusOr<Holdout> parse_holdout(const std::string& text) {
@@ -113,6 +132,9 @@ StatusOr<SiteData> load_site_data(const DataSpec& spec, const TokenizerChoice& c
     ATOLL_ASSIGN_OR_RETURN(std::string blob, read_file(choice.path));
     ATOLL_ASSIGN_OR_RETURN(site.tokenizer, tokenizer_from_blob(blob));
     site.tokenizer_blob = std::move(blob);
+  } else if (choice.kind == "hf") {
+    ATOLL_ASSIGN_OR_RETURN(site.tokenizer, load_hf_tokenizer_file(choice.path));
+    ATOLL_ASSIGN_OR_RETURN(site.tokenizer_blob, read_file(choice.path));
   } else {
     ATOLL_ASSIGN_OR_RETURN(site.tokenizer, tokenizer_from_blob(choice.blob));
     site.tokenizer_blob = choice.blob;

@@ -13,7 +13,8 @@
 namespace atl::node {
 
 // "bytes" (vocab 256) or "bpe:N" (byte-level BPE with vocabulary N, trained on the site's
-// training documents; deterministic) or "bpe-file:PATH" (a saved BPE).
+// training documents; deterministic) or "bpe-file:PATH" (a saved BPE) or "hf:PATH" (a Hugging
+// Face tokenizer.json, algorithms/data/hf_tokenizer.h).
 struct TokenizerChoice {
   std::string kind = "bytes";
   int32_t bpe_vocab = 0;
@@ -25,7 +26,9 @@ StatusOr<TokenizerChoice> parse_tokenizer_choice(const std::string& text);
 
 struct SiteData {
   std::unique_ptr<algorithms::data::Tokenizer> tokenizer;
-  std::string tokenizer_blob;  // serialized BPE (empty for bytes), saved with checkpoints
+  // Saved with checkpoints: a serialized Atoll BPE, the text of a tokenizer.json, or empty
+  // (bytes); tokenizer_from_blob tells them apart.
+  std::string tokenizer_blob;
   algorithms::data::TokenDataset train, validation;
   int64_t train_documents = 0, validation_documents = 0;
 };
@@ -71,8 +74,13 @@ StatusOr<SiteData> load_site_data_with_blob(const DataSpec& spec, const std::str
                                             const std::string& brown_dir,
                                             Holdout holdout = Holdout::kHeldOut);
 
-// Rebuilds a tokenizer saved with a checkpoint ("" = bytes).
+// Rebuilds a tokenizer saved with a checkpoint: "" = bytes, a blob that starts with '{' (after
+// whitespace) = a tokenizer.json (load_hf_tokenizer), anything else = a serialized Atoll BPE.
 StatusOr<std::unique_ptr<algorithms::data::Tokenizer>> tokenizer_from_blob(
     const std::string& blob);
+
+// A tokenizer.json file; errors name the file.
+StatusOr<std::unique_ptr<algorithms::data::Tokenizer>> load_hf_tokenizer_file(
+    const std::string& path);
 
 }  // namespace atl::node

@@ -18,6 +18,9 @@ struct Document {
   std::string genre;
   std::string genre_name;
   std::string text;
+  // The first prompt_bytes bytes of text are a prompt: the model reads them but is never trained
+  // to predict them (a jsonl {"prompt", "response"} record; 0 for every other document).
+  size_t prompt_bytes = 0;
 };
 
 struct BrownGenre {

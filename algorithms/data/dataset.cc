@@ -19,9 +19,16 @@ constexpr uint64_t kDataSalt = 0x6461746173616D70ull;
 }  // namespace
 
 TokenDataset build_dataset(std::span<const Document> docs, const Tokenizer& tokenizer) {
+  // Text pieces to encode: per document its prompt (possibly empty) and the rest, then the
+  // separator last.
   std::vector<std::string_view> texts;
-  texts.reserve(docs.size() + 1);
-  for (const Document& d : docs) texts.push_back(d.text);
+  texts.reserve(2 * docs.size() + 1);
+  for (const Document& d : docs) {
+    const size_t prompt = std::min(d.prompt_bytes, d.text.size());
+    const std::string_view text(d.text);
+    texts.push_back(text.substr(0, prompt));
+    texts.push_back(text.substr(prompt));
+  }
   texts.push_back(kDocumentSeparator);
   std::vector<std::vector<int32_t>> encoded = tokenizer.encode_many(texts);
   const std::vector<int32_t>& sep = encoded.back();
@@ -29,15 +36,16 @@ TokenDataset build_dataset(std::span<const Document> docs, const Tokenizer& toke
   TokenDataset out;
   out.vocab_size = tokenizer.vocab_size();
   size_t total = 0;
-  for (size_t i = 0; i < docs.size(); ++i) total += encoded[i].size() + sep.size();
-  out.tokens.reserve(total);
+  for (size_t i = 0; i < 2 * docs.size(); ++i) total += encoded[i].size();
+  out.tokens.reserve(total + docs.size() * sep.size());
   for (size_t i = 0; i < docs.size(); ++i) {
     if (i > 0) {
       out.tokens.insert(out.tokens.end(), sep.begin(), sep.end());
       out.bytes += static_cast<int64_t>(kDocumentSeparator.size());
     }
-    out.tokens.insert(out.tokens.end(), encoded[i].begin(), encoded[i].end());
-    out.bytes += static_cast<int64_t>(docs[i].text.size());
+    for (int32_t id : encoded[2 * i]) out.tokens.push_back(masked_token(id));
+    out.tokens.insert(out.tokens.end(), encoded[2 * i + 1].begin(), encoded[2 * i + 1].end());
+    out.bytes += static_cast<int64_t>(texts[2 * i + 1].size());
   }
   return out;
 }
@@ -76,7 +84,9 @@ DocumentSplit split_lone_document(Document doc) {
 }
 
 DocumentSplit split_documents(std::vector<Document> docs) {
-  if (docs.size() == 1) return split_lone_document(std::move(docs.front()));
+  // A lone prompt/response record is not cut by position (that would split its response).
+  if (docs.size() == 1 && docs.front().prompt_bytes == 0)
+    return split_lone_document(std::move(docs.front()));
   DocumentSplit out;
   for (Document& d : docs) (is_validation(d) ? out.validation : out.train).push_back(std::move(d));
   return out;
@@ -132,8 +142,12 @@ void split_inputs_targets(const int32_t* tokens, int rows, int T, std::vector<in
   targets.resize(static_cast<size_t>(rows) * T);
   for (int b = 0; b < rows; ++b) {
     const int32_t* row = tokens + static_cast<size_t>(b) * (T + 1);
-    std::copy(row, row + T, inputs.data() + static_cast<size_t>(b) * T);
-    std::copy(row + 1, row + T + 1, targets.data() + static_cast<size_t>(b) * T);
+    int32_t* in = inputs.data() + static_cast<size_t>(b) * T;
+    int32_t* tg = targets.data() + static_cast<size_t>(b) * T;
+    for (int t = 0; t < T; ++t) {
+      in[t] = token_id(row[t]);
+      tg[t] = is_target(row[t + 1]) ? row[t + 1] : -1;
+    }
   }
 }
 
@@ -181,7 +195,8 @@ int64_t target_bytes(const GlobalBatch& batch, const Tokenizer& tokenizer) {
   int64_t bytes = 0;
   for (int r = 0; r < batch.B; ++r) {
     std::span<const int32_t> row = batch.row(r);
-    for (int t = 1; t <= batch.T; ++t) bytes += tokenizer.token_bytes(row[t]);
+    for (int t = 1; t <= batch.T; ++t)
+      if (is_target(row[t])) bytes += tokenizer.token_bytes(row[t]);
   }
   return bytes;
 }

@@ -23,9 +23,26 @@ namespace atl::algorithms::data {
 // is reserved, so the byte tokenizer stays at exactly 256 ids.
 inline constexpr std::string_view kDocumentSeparator = "\n\n";
 
+// Loss masks travel inside the token array, so every path that samples, hashes, ships or splits
+// rows carries them unchanged: a token the model reads but must not be trained to predict (a
+// prompt token) is stored as ~id, which is negative. split_inputs_targets turns it back into id
+// for the inputs and into the ignore marker -1 for the targets; the model leaves -1 targets out
+// of both the loss sum and its normalizing count, and target_bytes leaves them out of bpb's byte
+// count. Datasets without prompts hold no negative value, so nothing changes for them.
+inline constexpr int32_t masked_token(int32_t id) {
+  return ~id;
+}
+inline constexpr int32_t token_id(int32_t stored) {
+  return stored < 0 ? ~stored : stored;
+}
+inline constexpr bool is_target(int32_t stored) {
+  return stored >= 0;
+}
+
 // One flat token array.
 struct TokenDataset {
-  std::vector<int32_t> tokens;  // (N,), each in [0, vocab_size)
+  // (N,), each in [0, vocab_size), or ~id for a token that is never a target (see masked_token)
+  std::vector<int32_t> tokens;
   int32_t vocab_size = 0;
   // Bytes of text the tokens decode to (documents and separators), for bits per byte; 0 when
   // unknown (pre-tokenized data).
@@ -34,7 +51,10 @@ struct TokenDataset {
 };
 
 // tokens = enc(doc0) enc(sep) enc(doc1) enc(sep) ... enc(docN-1): each document encoded on its
-// own (a BPE chunk never spans two documents), no separator after the last one.
+// own (a BPE chunk never spans two documents), no separator after the last one. A document with
+// a prompt (prompt_bytes > 0) is encoded as enc(prompt) enc(rest), the prompt's tokens masked
+// (masked_token); the separator after it stays a target (it ends the response). `bytes` counts
+// only the text the unmasked tokens stand for.
 TokenDataset build_dataset(std::span<const Document> docs, const Tokenizer& tokenizer);
 // Pre-tokenized data; every id must be in [0, vocab_size).
 StatusOr<TokenDataset> dataset_from_tokens(std::vector<int32_t> tokens, int32_t vocab_size);
@@ -63,7 +83,8 @@ struct GlobalBatch {
 };
 
 // Splits `rows` rows of T+1 tokens (the GlobalBatch layout) into the model's inputs (rows, T)
-// = columns [0, T) and targets (rows, T) = columns [1, T+1); resizes both.
+// = columns [0, T) and targets (rows, T) = columns [1, T+1); resizes both. A masked token
+// (masked_token) becomes its id as an input and -1 (ignored) as a target.
 void split_inputs_targets(const int32_t* tokens, int rows, int T, std::vector<int32_t>& inputs,
                           std::vector<int32_t>& targets);
 
@@ -106,7 +127,7 @@ inline std::string batch_sha256(const GlobalBatch& batch) {
 std::vector<GlobalBatch> evaluation_batches(const TokenDataset& data, int T, int64_t max_tokens,
                                             int B);
 
-// Bytes of text the targets (columns 1..T of every row) stand for.
+// Bytes of text the targets (columns 1..T of every row) stand for; masked targets count 0.
 int64_t target_bytes(const GlobalBatch& batch, const Tokenizer& tokenizer);
 
 // Bits per byte from a mean cross-entropy in nats per token over `tokens` targets covering

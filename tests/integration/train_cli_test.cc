@@ -218,6 +218,68 @@ TEST(TrainCli, ASingleTextFileTrainsWithAPositionalValidationSplit) {
   EXPECT_NE(bad.output.find("--val-data"), std::string::npos) << bad.output;
 }
 
+// Fine-tuning records: a jsonl file trains (loss on responses only) with a jsonl validation
+// source, `atoll eval` measures it, a distillation teacher refuses it, and a bad record is one
+// line naming the file and line.
+TEST(TrainCli, JsonlRecordsTrainWithAnExplicitValidationSource) {
+  TempDir dir;
+  {
+    std::ofstream train(dir / "train.jsonl"), val(dir / "val.jsonl");
+    for (int i = 0; i < 120; ++i)
+      train << "{\"prompt\": \"Q: what follows " << i << "?\\nA: \", \"response\": \"" << i + 1
+            << " follows " << i << ".\"}\n";
+    for (int i = 0; i < 30; ++i)
+      val << "{\"prompt\": \"Q: what follows " << 500 + i << "?\\nA: \", \"response\": \""
+          << 501 + i << " follows " << 500 + i << ".\"}\n";
+    std::ofstream(dir / "bad.jsonl")
+        << "{\"prompt\": \"p\", \"response\": \"r\"}\n{\"text\": [1]}\n";
+  }
+  auto args = [&](std::vector<std::string> data) {
+    std::vector<std::string> a = {
+        "train", "--dim",         "32",  "--layers", "1",        "--heads",   "2", "--ffn",
+        "64",    "--seq",         "32",  "--batch",  "4",        "--threads", "1", "--steps",
+        "6",     "--eval-tokens", "512", "--out",    dir / "out"};
+    a.insert(a.end(), data.begin(), data.end());
+    return a;
+  };
+  auto r = run_atoll(args({"--data", "jsonl:" + (dir / "train.jsonl"), "--val-data",
+                           "jsonl:" + (dir / "val.jsonl")}),
+                     dir / "train.log");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("eval  step 6 \\| val bpb ([0-9.]+)")))
+      << r.output;
+  auto ev = run_atoll({"eval", "--checkpoint", dir / "out/checkpoint.safetensors", "--data",
+                       "jsonl:" + (dir / "train.jsonl"), "--val-data",
+                       "jsonl:" + (dir / "val.jsonl"), "--tokens", "512", "--batch", "4", "--json"},
+                      dir / "eval.log");
+  ASSERT_EQ(ev.exit_code, 0) << ev.output;
+  std::smatch e;
+  ASSERT_TRUE(
+      std::regex_search(ev.output, e, std::regex("\"val_bpb\":([0-9.eE+-]+).*\"tokens\":([0-9]+)")))
+      << ev.output;
+  EXPECT_NEAR(std::stod(e[1].str()), std::stod(m[1].str()), 5e-4) << ev.output;
+  // 512 tokens of windows, of which only the responses (and separators) are targets.
+  EXPECT_LT(std::stoll(e[2].str()), 400) << ev.output;
+  EXPECT_GT(std::stoll(e[2].str()), 50) << ev.output;
+
+  // A distillation teacher scores every token: prompt/response records are refused, one line.
+  auto teacher = run_atoll(
+      {"node", "--role", "teacher", "--checkpoint", dir / "out/checkpoint.safetensors",
+       "--insecure", "--listen", "127.0.0.1:0", "--data", "jsonl:" + (dir / "train.jsonl")},
+      dir / "teacher.log", std::chrono::seconds(60));
+  EXPECT_EQ(teacher.exit_code, 2) << teacher.output;
+  EXPECT_NE(teacher.output.find("holds prompt/response records"), std::string::npos)
+      << teacher.output;
+
+  auto bad = run_atoll(args({"--data", "jsonl:" + (dir / "bad.jsonl")}), dir / "bad.log");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find(dir / "bad.jsonl" + " line 2: \"text\" must be a string, got array"),
+            std::string::npos)
+      << bad.output;
+  EXPECT_EQ(std::count(bad.output.begin(), bad.output.end(), '\n'), 1) << bad.output;
+}
+
 // `atoll eval` measures a checkpoint the way `atoll train` measured it after its last step (same
 // held-out documents, windows and batch), and prints one JSON line with --json.
 TEST(TrainCli, EvalOfACheckpointMatchesTheTrainingRunsLastEvaluation) {
