@@ -5,6 +5,7 @@
 
 #include "algorithms/hydra/trainer.h"
 #include "node/saved_value.h"
+#include "node/state_bytes.h"
 
 namespace atl::node {
 
@@ -20,6 +21,28 @@ std::unique_ptr<InnerState> saved(T value) {
 template <class T>
 StatusOr<const T*> saved_value(const InnerState& state) {
   return node::saved_value<T>(state, "kind of step");
+}
+
+// AdamW's state as bytes: step count, m (numel), v (numel).
+StatusOr<std::string> encode_adamw(const InnerState& state) {
+  ATOLL_ASSIGN_OR_RETURN(const al::AdamW* opt, saved_value<al::AdamW>(state));
+  StateWriter w;
+  w.u64(static_cast<uint64_t>(opt->step_count()));
+  w.floats(opt->m().vec());
+  w.floats(opt->v().vec());
+  return w.take();
+}
+
+// `live` with the moments and step count of `bytes` (its config and layout are kept).
+StatusOr<std::unique_ptr<InnerState>> decode_adamw(const al::AdamW& live, std::string_view bytes) {
+  al::AdamW opt = live;
+  StateReader r(bytes);
+  ATOLL_ASSIGN_OR_RETURN(const uint64_t steps, r.u64());
+  ATOLL_ASSIGN_OR_RETURN(opt.m().vec(), r.floats(live.m().numel()));
+  ATOLL_ASSIGN_OR_RETURN(opt.v().vec(), r.floats(live.v().numel()));
+  if (!r.done()) return InvalidArgument("saved round state: bytes after the AdamW state");
+  opt.set_step_count(static_cast<int64_t>(steps));
+  return saved(std::move(opt));
 }
 
 // The CPU model: dense or MoE, every precision recipe.
@@ -39,6 +62,12 @@ class CpuInnerStep final : public InnerStep {
     ATOLL_ASSIGN_OR_RETURN(const al::AdamW* opt, saved_value<al::AdamW>(state));
     trainer_.optimizer() = *opt;
     return Status::Ok();
+  }
+  StatusOr<std::string> encode_state(const InnerState& state) const override {
+    return encode_adamw(state);
+  }
+  StatusOr<std::unique_ptr<InnerState>> decode_state(std::string_view bytes) const override {
+    return decode_adamw(trainer_.optimizer(), bytes);
   }
 
  private:
@@ -152,6 +181,13 @@ class DistillStudentStep final : public InnerStep {
     *opt = *saved_opt;
     return Status::Ok();
   }
+  StatusOr<std::string> encode_state(const InnerState& state) const override {
+    return encode_adamw(state);
+  }
+  StatusOr<std::unique_ptr<InnerState>> decode_state(std::string_view bytes) const override {
+    ATOLL_ASSIGN_OR_RETURN(al::AdamW * opt, distiller_->optimizer());
+    return decode_adamw(*opt, bytes);
+  }
   std::string round_note() const override {
     char t[96];
     std::snprintf(t, sizeof(t), ", teacher %.1f bytes/token", distiller_->bytes_per_token());
@@ -182,6 +218,14 @@ StatusOr<std::unique_ptr<InnerState>> InnerStep::save_state() const {
 Status InnerStep::restore_state(const InnerState& /*state*/) {
   return FailedPrecondition(
       "this inner step keeps its optimizer state on a GPU and cannot restore it");
+}
+
+StatusOr<std::string> InnerStep::encode_state(const InnerState& /*state*/) const {
+  return FailedPrecondition("this inner step's state is not written to disk");
+}
+
+StatusOr<std::unique_ptr<InnerState>> InnerStep::decode_state(std::string_view /*bytes*/) const {
+  return FailedPrecondition("this inner step's state is not read from disk");
 }
 
 Status check_inner_step(const SiteConfig& site, const InnerStepOptions& options) {

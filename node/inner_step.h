@@ -18,6 +18,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -81,6 +82,12 @@ class InnerStep {
   virtual StatusOr<std::unique_ptr<InnerState>> save_state() const;
   // Puts back a state this step's save_state() made; between begin() and end() never.
   virtual Status restore_state(const InnerState& state);
+  // The bytes of a state this step's save_state() made, and that state from its bytes: what a
+  // node writes to its --state-dir so that a restarted process redoes a round bit for bit
+  // (node/round_state_file.h). FAILED_PRECONDITION where the state is not
+  // written to disk (Hydra, a GPU's).
+  virtual StatusOr<std::string> encode_state(const InnerState& state) const;
+  virtual StatusOr<std::unique_ptr<InnerState>> decode_state(std::string_view bytes) const;
 
   // Appended to the round's log line, e.g. ", teacher 512.0 bytes/token"; "" for nothing.
   virtual std::string round_note() const { return ""; }
