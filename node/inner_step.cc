@@ -24,24 +24,36 @@ StatusOr<const T*> saved_value(const InnerState& state) {
 }
 
 // AdamW's state as bytes: step count, m (numel), v (numel).
+std::string encode_moments(int64_t steps, const al::ParamSet& m, const al::ParamSet& v) {
+  StateWriter w;
+  w.u64(static_cast<uint64_t>(steps));
+  w.floats(m.vec());
+  w.floats(v.vec());
+  return w.take();
+}
+
+// Reads what encode_moments wrote into m and v, which keep their layout (and size).
+Status decode_moments(std::string_view bytes, int64_t& steps, al::ParamSet& m, al::ParamSet& v) {
+  StateReader r(bytes);
+  ATOLL_ASSIGN_OR_RETURN(const uint64_t n, r.u64());
+  ATOLL_ASSIGN_OR_RETURN(m.vec(), r.floats(m.numel()));
+  ATOLL_ASSIGN_OR_RETURN(v.vec(), r.floats(v.numel()));
+  if (!r.done()) return InvalidArgument("saved round state: bytes after the AdamW state");
+  steps = static_cast<int64_t>(n);
+  return Status::Ok();
+}
+
 StatusOr<std::string> encode_adamw(const InnerState& state) {
   ATOLL_ASSIGN_OR_RETURN(const al::AdamW* opt, saved_value<al::AdamW>(state));
-  StateWriter w;
-  w.u64(static_cast<uint64_t>(opt->step_count()));
-  w.floats(opt->m().vec());
-  w.floats(opt->v().vec());
-  return w.take();
+  return encode_moments(opt->step_count(), opt->m(), opt->v());
 }
 
 // `live` with the moments and step count of `bytes` (its config and layout are kept).
 StatusOr<std::unique_ptr<InnerState>> decode_adamw(const al::AdamW& live, std::string_view bytes) {
   al::AdamW opt = live;
-  StateReader r(bytes);
-  ATOLL_ASSIGN_OR_RETURN(const uint64_t steps, r.u64());
-  ATOLL_ASSIGN_OR_RETURN(opt.m().vec(), r.floats(live.m().numel()));
-  ATOLL_ASSIGN_OR_RETURN(opt.v().vec(), r.floats(live.v().numel()));
-  if (!r.done()) return InvalidArgument("saved round state: bytes after the AdamW state");
-  opt.set_step_count(static_cast<int64_t>(steps));
+  int64_t steps = 0;
+  ATOLL_RETURN_IF_ERROR(decode_moments(bytes, steps, opt.m(), opt.v()));
+  opt.set_step_count(steps);
   return saved(std::move(opt));
 }
 
@@ -114,6 +126,25 @@ class CudaInnerStep final : public InnerStep {
                                const al::data::GlobalBatch* /*next_batch*/,
                                int64_t global_step) override {
     return gpu_->step_device(batch.tokens.data(), global_step);
+  }
+  // The device's AdamW state through the host (between rounds: never between begin and end).
+  StatusOr<std::unique_ptr<InnerState>> save_state() const override {
+    ATOLL_ASSIGN_OR_RETURN(GpuOptimizerState s, gpu_->save_optimizer());
+    return saved(std::move(s));
+  }
+  Status restore_state(const InnerState& state) override {
+    ATOLL_ASSIGN_OR_RETURN(const GpuOptimizerState* s, saved_value<GpuOptimizerState>(state));
+    return gpu_->restore_optimizer(*s);
+  }
+  // The CPU step's AdamW bytes: step count, m, v.
+  StatusOr<std::string> encode_state(const InnerState& state) const override {
+    ATOLL_ASSIGN_OR_RETURN(const GpuOptimizerState* s, saved_value<GpuOptimizerState>(state));
+    return encode_moments(s->adam_steps, s->m, s->v);
+  }
+  StatusOr<std::unique_ptr<InnerState>> decode_state(std::string_view bytes) const override {
+    ATOLL_ASSIGN_OR_RETURN(GpuOptimizerState s, gpu_->save_optimizer());  // layout and sizes
+    ATOLL_RETURN_IF_ERROR(decode_moments(bytes, s.adam_steps, s.m, s.v));
+    return saved(std::move(s));
   }
 
  private:
