@@ -10,8 +10,9 @@
 // So whatever the coordinator asks of a restarted node — round r again (its update never
 // arrived, or the round was restarted) or round r + 1 (round r committed) — a file holds its
 // start. As round r + 1 is written the files of rounds below r are deleted: only r and r + 1
-// can be asked for. Each file is written atomically (temp file, fsync, rename, fsync of the directory:
-// node/file_io.h) and ends with a CRC-32C of its bytes; a damaged file is refused, not used.
+// can be asked for. Each file is written atomically (temp file, fsync, rename, fsync of the
+// directory: node/file_io.h) and ends with a CRC-32C of its bytes; a damaged file is refused, not
+// used.
 //
 // File round-<R>.state, one directory per node:
 //   "ATLRSTA1"  magic (8 bytes)

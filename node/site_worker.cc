@@ -14,8 +14,8 @@
 #include "algorithms/data/dataset.h"
 #include "algorithms/diloco/outer.h"
 #include "algorithms/model/param_set.h"
-#include "node/gpu_trainer.h"
 #include "node/evaluate.h"
+#include "node/gpu_trainer.h"
 #include "node/heartbeater.h"
 #include "node/held_theta.h"
 #include "node/inner_step.h"
@@ -518,8 +518,8 @@ void SiteWorker::read_saved_states() {
 void SiteWorker::take_saved_state(uint64_t round) {
   auto it = read_back_.find(round);
   if (it != read_back_.end()) {
-    log("round " + std::to_string(round) + ": resuming from the state saved in " +
-        opt_.state_dir + " before this process started");
+    log("round " + std::to_string(round) + ": resuming from the state saved in " + opt_.state_dir +
+        " before this process started");
     at_start_ = std::move(it->second);
     after_.reset();
   } else {
@@ -539,8 +539,7 @@ void SiteWorker::save_to_disk(const RoundSnapshot& snapshot) {
   if (Status s = write_round_state(opt_.state_dir, owner, snapshot, *inner_, *sync_); !s.ok()) {
     on_disk_ = false;
     log("not writing round states to " + opt_.state_dir +
-        " any more (a restarted node will train on from a fresh optimizer state): " +
-        s.message());
+        " any more (a restarted node will train on from a fresh optimizer state): " + s.message());
     return;
   }
   last_written_ = snapshot.round;

@@ -84,10 +84,27 @@ NODE_JOINED = re.compile(r"joined \S+ as ", re.M)
 GENRES = "abcdefghjk"
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def restartable_port(rng):
+    """A free loopback port outside the kernel's ephemeral range: a port from bind(0) lies in
+    it, and while the coordinator is down the kernel may give it to any outgoing connection
+    (the nodes' reconnects included), so the restart would find it in use."""
+    lo, hi = 32768, 60999
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+    except OSError:
+        pass
+    candidates = list(range(10000, min(lo, 65536))) + list(range(max(hi + 1, 10000), 65536))
+    rng.shuffle(candidates)
+    for port in candidates:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    sys.exit(f"soak: no free port outside the ephemeral range {lo}-{hi}")
 
 
 def read(path):
@@ -120,7 +137,7 @@ class Cluster:
         with open(self.config, "w") as f:
             f.write(CONFIG.format(rounds=a.rounds, min_nodes=min_nodes, lost_after=lost_after,
                                   start_wait=start_wait, **MODEL))
-        self.listen = f"127.0.0.1:{free_port()}"
+        self.listen = f"127.0.0.1:{restartable_port(random.Random())}"
         self.names = [f"site-{i + 1}" for i in range(a.nodes)]
         self.coordinator, self.clog, self.clogs, self.nodes = None, None, [], {}
 

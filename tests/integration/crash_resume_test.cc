@@ -90,7 +90,8 @@ struct KilledRun {
 int last_committed(const std::string& log) {
   int top = -1;
   static const std::regex committed("round (\\d+) committed");
-  static const std::regex started("coordinator: experiment \\S+ on \\S+ \\([^)]*\\), round (\\d+),");
+  static const std::regex started(
+      "coordinator: experiment \\S+ on \\S+ \\([^)]*\\), round (\\d+),");
   for (auto it = std::sregex_iterator(log.begin(), log.end(), committed);
        it != std::sregex_iterator(); ++it)
     top = std::max(top, std::stoi((*it)[1].str()));
@@ -103,8 +104,8 @@ int last_committed(const std::string& log) {
 // How many rounds `log` says were committed, and whether the experiment finished.
 size_t commits_in(const std::string& log) {
   static const std::regex committed("round \\d+ committed|finished after");
-  return static_cast<size_t>(
-      std::distance(std::sregex_iterator(log.begin(), log.end(), committed), std::sregex_iterator()));
+  return static_cast<size_t>(std::distance(std::sregex_iterator(log.begin(), log.end(), committed),
+                                           std::sregex_iterator()));
 }
 
 // Waits up to 60 s for the coordinator's log to hold more than `before` commits; false: a hang.
@@ -123,7 +124,7 @@ KilledRun with_kills(const std::string& toml, const std::vector<Kill>& plan, int
   KilledRun out;
   Cluster c;
   c.make_ca(kNodes);
-  c.start_coordinator(toml);
+  c.start_coordinator(toml, c.restartable_listen());
   start_nodes(c);
   std::mt19937 rng(2024);
   std::uniform_int_distribution<int> delay_ms(0, max_delay_ms);
@@ -182,8 +183,7 @@ void expect_bitwise(const std::string& toml, const std::vector<Kill>& plan,
   ASSERT_EQ(reference.size(), static_cast<size_t>(rounds));
   const KilledRun killed = with_kills(toml, plan, rounds);
   ASSERT_EQ(killed.fingerprints.size(), static_cast<size_t>(rounds)) << killed.node_logs;
-  for (int r = 0; r < rounds; ++r)
-    EXPECT_EQ(killed.fingerprints[r], reference[r]) << "round " << r;
+  for (int r = 0; r < rounds; ++r) EXPECT_EQ(killed.fingerprints[r], reference[r]) << "round " << r;
   EXPECT_EQ(killed.rounds_lost, 0);
   EXPECT_EQ(killed.hangs, 0);
   size_t redone = 0;
@@ -226,7 +226,7 @@ TEST(NodeCrashes, StreamingRoundsInterruptedByNodeKillsAreRedoneBitwise) {
 // no hang (a round commits within 60 s of every restart), every θ the uninterrupted run's.
 TEST(KillLoops, TenCoordinatorAndNodeKillsLoseNoRoundAndKeepEveryFingerprint) {
   constexpr int kShortRounds = 16;
-  const std::vector<Kill> plan = {{1, -1}, {2, 0},  {4, -1}, {5, 1},  {7, -1},
+  const std::vector<Kill> plan = {{1, -1}, {2, 0},   {4, -1}, {5, 1},   {7, -1},
                                   {8, 2},  {10, -1}, {11, 0}, {13, -1}, {14, 1}};
   expect_bitwise(crash_config("", kShortRounds, 5), plan, kResumedAfterNodeCrash, kShortRounds);
 }

@@ -180,8 +180,8 @@ TEST(RoundStateFile, KeepsTheTwoNewestRoundsAndSkipsOtherOwners) {
     ASSERT_TRUE(theirs.ok());
     EXPECT_TRUE(theirs->empty());
   }
-  auto none = read_round_states(dir.str() + "/missing", s.owner, s.theta.numel(), *s.inner,
-                                *s.sync);
+  auto none =
+      read_round_states(dir.str() + "/missing", s.owner, s.theta.numel(), *s.inner, *s.sync);
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty());
 }
