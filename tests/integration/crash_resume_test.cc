@@ -83,6 +83,7 @@ struct KilledRun {
   // within 60 s.
   int rounds_lost = 0;
   int hangs = 0;
+  std::string hang_logs;  // for each hang: the coordinator's log and the nodes' since the kill
 };
 
 // The highest round `log` says was committed: its "round N committed" lines, and a start line
@@ -118,6 +119,15 @@ bool next_commit(Cluster& c, const std::string& log_name, size_t before) {
   return false;
 }
 
+void note_hang(Cluster& c, const std::string& log_name, const char* what, const Kill& kill,
+               KilledRun& out) {
+  ++out.hangs;
+  out.hang_logs += std::string("no round committed within 60 s of the ") + what + " at round " +
+                   std::to_string(kill.round) + "\n== " + log_name + "\n" +
+                   read_text(c.dir / log_name);
+  for (const auto& n : kNodes) out.hang_logs += "== " + n + "\n" + read_text(c.dir / (n + ".log"));
+}
+
 // The same experiment of `rounds` rounds with the kills of `plan` (in round order).
 KilledRun with_kills(const std::string& toml, const std::vector<Kill>& plan, int rounds,
                      int max_delay_ms = 60) {
@@ -142,7 +152,7 @@ KilledRun with_kills(const std::string& toml, const std::vector<Kill>& plan, int
       const size_t before = commits_in(read_text(c.dir / log_name));
       restart_node(c, static_cast<size_t>(kill.node));
       if (::testing::Test::HasFatalFailure()) return out;
-      out.hangs += !next_commit(c, log_name, before);
+      if (!next_commit(c, log_name, before)) note_hang(c, log_name, "node kill", kill, out);
       continue;
     }
     c.coordinator.signal(SIGKILL);
@@ -153,7 +163,7 @@ KilledRun with_kills(const std::string& toml, const std::vector<Kill>& plan, int
     if (::testing::Test::HasFatalFailure()) return out;
     // Its start line names the round it resumes at: every round committed before is kept.
     out.rounds_lost += std::max(0, committed_before - last_committed(read_text(c.dir / log_name)));
-    out.hangs += !next_commit(c, log_name, 0);
+    if (!next_commit(c, log_name, 0)) note_hang(c, log_name, "coordinator kill", kill, out);
   }
   auto code = c.coordinator.wait_for(180s);
   const std::string last = read_text(c.dir / log_name);
@@ -185,7 +195,7 @@ void expect_bitwise(const std::string& toml, const std::vector<Kill>& plan,
   ASSERT_EQ(killed.fingerprints.size(), static_cast<size_t>(rounds)) << killed.node_logs;
   for (int r = 0; r < rounds; ++r) EXPECT_EQ(killed.fingerprints[r], reference[r]) << "round " << r;
   EXPECT_EQ(killed.rounds_lost, 0);
-  EXPECT_EQ(killed.hangs, 0);
+  EXPECT_EQ(killed.hangs, 0) << killed.hang_logs;
   size_t redone = 0;
   for (size_t at = killed.node_logs.find(redo_line); at != std::string::npos;
        at = killed.node_logs.find(redo_line, at + 1))
