@@ -69,6 +69,10 @@ int cmd_node(const Args& args) {
                {"threads", true, "CPU threads", "1"},
                {"budget", true, "fraction of the full model's compute this site offers", "1.0"},
                {"give-up-after", true, "seconds without a coordinator before exiting", "120"},
+               {"state-dir", true,
+                "write the state each round starts from here (one directory per node), so that "
+                "this node started again after a crash redoes the round bit for bit",
+                ""},
                {"teacher", true,
                 "distill from teacher(s) HOST:PORT[,...] (one per vocabulary shard): the inner "
                 "loss becomes the distillation loss",
@@ -131,6 +135,7 @@ int cmd_node(const Args& args) {
   o.threads = static_cast<int>(*threads);
   o.budget = *budget;
   o.give_up_after_s = *give_up;
+  o.state_dir = flags.get_or("state-dir", "");
   if (Status s = read_distill_flags(flags, o.distill); !s.ok()) return log.fail(s.message(), 2);
   // The data is read and checked before the node connects: a spec that cannot train is one line
   // and exit code 2, and the coordinator never sees a join.

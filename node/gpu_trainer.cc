@@ -129,6 +129,26 @@ Status GpuTrainer::store(algorithms::ParamSet& params) {
 #endif
 }
 
+StatusOr<GpuOptimizerState> GpuTrainer::save_optimizer() {
+#if defined(ATOLL_HAVE_CUDA)
+  GpuOptimizerState s{algorithms::ParamSet(impl_->trainer->layout()),
+                      algorithms::ParamSet(impl_->trainer->layout()), impl_->trainer->adam_steps()};
+  ATOLL_RETURN_IF_ERROR(impl_->trainer->download_moments(s.m, s.v));
+  return s;
+#else
+  return FailedPrecondition("this atoll was built without the CUDA backend");
+#endif
+}
+
+Status GpuTrainer::restore_optimizer(const GpuOptimizerState& state) {
+#if defined(ATOLL_HAVE_CUDA)
+  return impl_->trainer->upload_moments(state.m, state.v, state.adam_steps);
+#else
+  (void)state;
+  return FailedPrecondition("this atoll was built without the CUDA backend");
+#endif
+}
+
 namespace {
 
 // Hydra and distillation train on one device: the multi-GPU worker is CudaTrainer's.

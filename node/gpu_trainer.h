@@ -35,6 +35,13 @@ bool cuda_built();
 // several. Errors are one line saying what is wrong and what to do.
 StatusOr<DeviceChoice> resolve_devices(const std::string& device, const std::string& devices);
 
+// A host copy of a GpuTrainer's AdamW state: moments m and v (numel floats each, the model's
+// layout) and the step count.
+struct GpuOptimizerState {
+  algorithms::ParamSet m, v;
+  int64_t adam_steps = 0;
+};
+
 // The inner step on the GPU(s) of a DeviceChoice, with InnerTrainer::step's contract (host θ in
 // and out; AdamW state kept on the devices across calls and rounds).
 class GpuTrainer {
@@ -55,6 +62,12 @@ class GpuTrainer {
   Status load(const algorithms::ParamSet& params);
   StatusOr<algorithms::StepStats> step_device(const int32_t* tokens, int64_t global_step);
   Status store(algorithms::ParamSet& params);
+
+  // The AdamW state copied to the host (rank 0's: the ranks hold the same bits), and put back on
+  // every device: a round snapshot (node/round_snapshot.h). Two D2H copies of numel floats to
+  // save, two H2D per device to restore.
+  StatusOr<GpuOptimizerState> save_optimizer();
+  Status restore_optimizer(const GpuOptimizerState& state);
 
  private:
   GpuTrainer();

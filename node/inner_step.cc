@@ -5,6 +5,7 @@
 
 #include "algorithms/hydra/trainer.h"
 #include "node/saved_value.h"
+#include "node/state_bytes.h"
 
 namespace atl::node {
 
@@ -20,6 +21,40 @@ std::unique_ptr<InnerState> saved(T value) {
 template <class T>
 StatusOr<const T*> saved_value(const InnerState& state) {
   return node::saved_value<T>(state, "kind of step");
+}
+
+// AdamW's state as bytes: step count, m (numel), v (numel).
+std::string encode_moments(int64_t steps, const al::ParamSet& m, const al::ParamSet& v) {
+  StateWriter w;
+  w.u64(static_cast<uint64_t>(steps));
+  w.floats(m.vec());
+  w.floats(v.vec());
+  return w.take();
+}
+
+// Reads what encode_moments wrote into m and v, which keep their layout (and size).
+Status decode_moments(std::string_view bytes, int64_t& steps, al::ParamSet& m, al::ParamSet& v) {
+  StateReader r(bytes);
+  ATOLL_ASSIGN_OR_RETURN(const uint64_t n, r.u64());
+  ATOLL_ASSIGN_OR_RETURN(m.vec(), r.floats(m.numel()));
+  ATOLL_ASSIGN_OR_RETURN(v.vec(), r.floats(v.numel()));
+  if (!r.done()) return InvalidArgument("saved round state: bytes after the AdamW state");
+  steps = static_cast<int64_t>(n);
+  return Status::Ok();
+}
+
+StatusOr<std::string> encode_adamw(const InnerState& state) {
+  ATOLL_ASSIGN_OR_RETURN(const al::AdamW* opt, saved_value<al::AdamW>(state));
+  return encode_moments(opt->step_count(), opt->m(), opt->v());
+}
+
+// `live` with the moments and step count of `bytes` (its config and layout are kept).
+StatusOr<std::unique_ptr<InnerState>> decode_adamw(const al::AdamW& live, std::string_view bytes) {
+  al::AdamW opt = live;
+  int64_t steps = 0;
+  ATOLL_RETURN_IF_ERROR(decode_moments(bytes, steps, opt.m(), opt.v()));
+  opt.set_step_count(steps);
+  return saved(std::move(opt));
 }
 
 // The CPU model: dense or MoE, every precision recipe.
@@ -39,6 +74,12 @@ class CpuInnerStep final : public InnerStep {
     ATOLL_ASSIGN_OR_RETURN(const al::AdamW* opt, saved_value<al::AdamW>(state));
     trainer_.optimizer() = *opt;
     return Status::Ok();
+  }
+  StatusOr<std::string> encode_state(const InnerState& state) const override {
+    return encode_adamw(state);
+  }
+  StatusOr<std::unique_ptr<InnerState>> decode_state(std::string_view bytes) const override {
+    return decode_adamw(trainer_.optimizer(), bytes);
   }
 
  private:
@@ -85,6 +126,25 @@ class CudaInnerStep final : public InnerStep {
                                const al::data::GlobalBatch* /*next_batch*/,
                                int64_t global_step) override {
     return gpu_->step_device(batch.tokens.data(), global_step);
+  }
+  // The device's AdamW state through the host (between rounds: never between begin and end).
+  StatusOr<std::unique_ptr<InnerState>> save_state() const override {
+    ATOLL_ASSIGN_OR_RETURN(GpuOptimizerState s, gpu_->save_optimizer());
+    return saved(std::move(s));
+  }
+  Status restore_state(const InnerState& state) override {
+    ATOLL_ASSIGN_OR_RETURN(const GpuOptimizerState* s, saved_value<GpuOptimizerState>(state));
+    return gpu_->restore_optimizer(*s);
+  }
+  // The CPU step's AdamW bytes: step count, m, v.
+  StatusOr<std::string> encode_state(const InnerState& state) const override {
+    ATOLL_ASSIGN_OR_RETURN(const GpuOptimizerState* s, saved_value<GpuOptimizerState>(state));
+    return encode_moments(s->adam_steps, s->m, s->v);
+  }
+  StatusOr<std::unique_ptr<InnerState>> decode_state(std::string_view bytes) const override {
+    ATOLL_ASSIGN_OR_RETURN(GpuOptimizerState s, gpu_->save_optimizer());  // layout and sizes
+    ATOLL_RETURN_IF_ERROR(decode_moments(bytes, s.adam_steps, s.m, s.v));
+    return saved(std::move(s));
   }
 
  private:
@@ -152,6 +212,13 @@ class DistillStudentStep final : public InnerStep {
     *opt = *saved_opt;
     return Status::Ok();
   }
+  StatusOr<std::string> encode_state(const InnerState& state) const override {
+    return encode_adamw(state);
+  }
+  StatusOr<std::unique_ptr<InnerState>> decode_state(std::string_view bytes) const override {
+    ATOLL_ASSIGN_OR_RETURN(al::AdamW * opt, distiller_->optimizer());
+    return decode_adamw(*opt, bytes);
+  }
   std::string round_note() const override {
     char t[96];
     std::snprintf(t, sizeof(t), ", teacher %.1f bytes/token", distiller_->bytes_per_token());
@@ -182,6 +249,14 @@ StatusOr<std::unique_ptr<InnerState>> InnerStep::save_state() const {
 Status InnerStep::restore_state(const InnerState& /*state*/) {
   return FailedPrecondition(
       "this inner step keeps its optimizer state on a GPU and cannot restore it");
+}
+
+StatusOr<std::string> InnerStep::encode_state(const InnerState& /*state*/) const {
+  return FailedPrecondition("this inner step's state is not written to disk");
+}
+
+StatusOr<std::unique_ptr<InnerState>> InnerStep::decode_state(std::string_view /*bytes*/) const {
+  return FailedPrecondition("this inner step's state is not read from disk");
 }
 
 Status check_inner_step(const SiteConfig& site, const InnerStepOptions& options) {

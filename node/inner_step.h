@@ -18,6 +18,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -76,11 +77,17 @@ class InnerStep {
   virtual StatusOr<TrainedSet> set_subnet(const algorithms::Subnet& s);
 
   // A copy of the state the following steps change (one extra copy of the optimizer state:
-  // 2·numel floats for AdamW). FAILED_PRECONDITION where the state lives on a GPU: an interrupted
-  // round is then redone from the advanced state (docs/coordinator.md, "Restart").
+  // 2·numel floats for AdamW; a CUDA step's through the host). FAILED_PRECONDITION where it is
+  // not copied (Hydra or a student on a GPU): an interrupted round is then redone from the
+  // advanced state (docs/coordinator.md, "Restart").
   virtual StatusOr<std::unique_ptr<InnerState>> save_state() const;
   // Puts back a state this step's save_state() made; between begin() and end() never.
   virtual Status restore_state(const InnerState& state);
+  // The bytes of a state this step's save_state() made, and that state from its bytes: what a
+  // node writes to its --state-dir so that a restarted process redoes a round bit for bit
+  // (node/round_state_file.h). FAILED_PRECONDITION where the state is not written (Hydra).
+  virtual StatusOr<std::string> encode_state(const InnerState& state) const;
+  virtual StatusOr<std::unique_ptr<InnerState>> decode_state(std::string_view bytes) const;
 
   // Appended to the round's log line, e.g. ", teacher 512.0 bytes/token"; "" for nothing.
   virtual std::string round_note() const { return ""; }

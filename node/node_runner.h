@@ -41,6 +41,8 @@ struct NodeOptions {
   double budget = 1.0;
   // Give up when the coordinator has been unreachable this long (seconds).
   double give_up_after_s = 120.0;
+  // Where the start state of each round is written (SiteWorkerOptions::state_dir); "" = none.
+  std::string state_dir;
   // Set from a signal handler: finish the current inner step, Leave, return.
   const std::atomic<bool>* stop = nullptr;
   std::function<void(const std::string&)> log;  // one line per call

@@ -5,6 +5,8 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -12,13 +14,14 @@
 #include "algorithms/data/dataset.h"
 #include "algorithms/diloco/outer.h"
 #include "algorithms/model/param_set.h"
-#include "node/gpu_trainer.h"
 #include "node/evaluate.h"
+#include "node/gpu_trainer.h"
 #include "node/heartbeater.h"
 #include "node/held_theta.h"
 #include "node/inner_step.h"
 #include "node/reconnect.h"
 #include "node/round_snapshot.h"
+#include "node/round_state_file.h"
 #include "node/site_data.h"
 #include "node/sync_strategy.h"
 
@@ -90,6 +93,9 @@ class SiteWorker {
   StatusOr<Flow> train_round(const Task& cur);
   StatusOr<bool> start_from_snapshot(const Task& cur);
   void snapshots_unavailable(const Status& why);
+  void read_saved_states();
+  void take_saved_state(uint64_t round);
+  void save_to_disk(const RoundSnapshot& snapshot);
   StatusOr<uint32_t> train_steps(uint64_t round, uint64_t first_step, uint32_t from, uint32_t to,
                                  Tally& tally);
   StatusOr<Flow> sync_round(const Task& cur, const EncodedUpdate& update, Clock::time_point t0,
@@ -137,6 +143,12 @@ class SiteWorker {
   std::optional<RoundSnapshot> at_start_;
   std::optional<RoundSnapshot> after_;
   bool snapshots_ = true;  // false once the inner step said it cannot copy its state
+  // --state-dir (node/round_state_file.h): whether snapshots are written there (false without
+  // the flag, or once a write failed), the round of the last file written, and the states read
+  // back at the start, used by the first round this process trains.
+  bool on_disk_ = false;
+  std::optional<uint64_t> last_written_;
+  std::map<uint64_t, RoundSnapshot> read_back_;
 };
 
 // Join, retrying with backoff while the coordinator is unreachable.
@@ -257,6 +269,7 @@ Status SiteWorker::run() {
   if (!joined.ok()) return stopped_or(joined.status());
   joined_ = std::move(joined).value();
   ATOLL_RETURN_IF_ERROR(set_up());
+  read_saved_states();
   heart_ = std::make_unique<Heartbeater>(
       link_, std::chrono::milliseconds(std::max<uint32_t>(100, joined_.heartbeat_interval_ms())));
   if (Status s = serve(); !s.ok()) return stopped_or(s);
@@ -434,6 +447,8 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
 StatusOr<bool> SiteWorker::start_from_snapshot(const Task& cur) {
   if (!snapshots_) return false;
   const uint64_t round = cur.round();
+  const bool from_disk = !read_back_.empty();
+  if (from_disk) take_saved_state(round);
   if (after_ && after_->round == round) at_start_ = std::move(after_);
   after_.reset();
   if (!at_start_ || at_start_->round != round) {
@@ -443,10 +458,12 @@ StatusOr<bool> SiteWorker::start_from_snapshot(const Task& cur) {
       return false;
     }
     at_start_ = std::move(snap).value();
+    if (last_written_ != round) save_to_disk(*at_start_);
     return false;
   }
-  log("round " + std::to_string(round) +
-      " was not committed: redoing it from the state saved at its start");
+  if (!from_disk)
+    log("round " + std::to_string(round) +
+        " was not committed: redoing it from the state saved at its start");
   ATOLL_RETURN_IF_ERROR(restore_round_snapshot(*at_start_, *inner_, *sync_, *local_));
   if (!at_start_->local) return false;
   // Streaming DiLoCo: θ_local is the previous round's; its overlapped steps, then the merge of
@@ -463,11 +480,69 @@ StatusOr<bool> SiteWorker::start_from_snapshot(const Task& cur) {
 
 void SiteWorker::snapshots_unavailable(const Status& why) {
   snapshots_ = false;
+  on_disk_ = false;
   at_start_.reset();
   after_.reset();
+  read_back_.clear();
   log("a round interrupted by a crash will be redone from the advanced optimizer state, not bit "
       "for bit: " +
       why.message());
+}
+
+// --state-dir: the states a previous process of this node wrote, read once after set_up. A
+// directory that cannot be created or read is one line; the node then trains on without it.
+void SiteWorker::read_saved_states() {
+  if (opt_.state_dir.empty() || !snapshots_) return;
+  std::error_code ec;
+  std::filesystem::create_directories(opt_.state_dir, ec);
+  if (ec) {
+    log("not writing round states: cannot create --state-dir " + opt_.state_dir + ": " +
+        ec.message());
+    return;
+  }
+  const RoundStateOwner owner{joined_.experiment_id(), joined_.node_id(), layout_fingerprint_};
+  auto states = read_round_states(opt_.state_dir, owner, local_->numel(), *inner_, *sync_);
+  if (!states.ok()) {
+    log("not resuming from saved round states: " + states.status().message());
+  } else {
+    read_back_ = std::move(states).value();
+    for (const auto& [round, snap] : read_back_)
+      log("round " + std::to_string(round) + ": its start state is saved in " + opt_.state_dir);
+  }
+  on_disk_ = true;
+}
+
+// The first round this process starts: the state read back for it becomes the round's start
+// (restored by start_from_snapshot); without one the node trains on from a fresh optimizer
+// state, and says so.
+void SiteWorker::take_saved_state(uint64_t round) {
+  auto it = read_back_.find(round);
+  if (it != read_back_.end()) {
+    log("round " + std::to_string(round) + ": resuming from the state saved in " + opt_.state_dir +
+        " before this process started");
+    at_start_ = std::move(it->second);
+    after_.reset();
+  } else {
+    log("no saved state for round " + std::to_string(round) + " in " + opt_.state_dir +
+        " (its rounds: " + std::to_string(read_back_.begin()->first) + ".." +
+        std::to_string(read_back_.rbegin()->first) +
+        "): training on from a fresh optimizer state, not bit for bit");
+  }
+  read_back_.clear();
+}
+
+// Writes a round's start state to --state-dir. A failed write (a full disk, a step whose state
+// is not encoded) is one line, and the node goes on without writing: training matters more.
+void SiteWorker::save_to_disk(const RoundSnapshot& snapshot) {
+  if (!on_disk_) return;
+  const RoundStateOwner owner{joined_.experiment_id(), joined_.node_id(), layout_fingerprint_};
+  if (Status s = write_round_state(opt_.state_dir, owner, snapshot, *inner_, *sync_); !s.ok()) {
+    on_disk_ = false;
+    log("not writing round states to " + opt_.state_dir +
+        " any more (a restarted node will train on from a fresh optimizer state): " + s.message());
+    return;
+  }
+  last_written_ = snapshot.round;
 }
 
 // Inner steps k ∈ [from, to) of a round whose step k = 0 is global step `first_step`, reported
@@ -505,7 +580,6 @@ StatusOr<Flow> SiteWorker::sync_round(const Task& cur, const EncodedUpdate& upda
                                       Clock::time_point t0, StatusOr<uint64_t>& sent) {
   const uint64_t round = cur.round();
   const uint32_t H = cur.inner_steps();
-  auto exchange = sync_->exchange(link_, update, *theta_, round, opt_.stop);
   const uint64_t next_step = (round + 1) * uint64_t{H};
   const uint64_t total_steps = site_.spec.total_inner_steps();
   uint32_t overlap = std::min(sync_->overlap_steps(), H);
@@ -513,14 +587,22 @@ StatusOr<Flow> SiteWorker::sync_round(const Task& cur, const EncodedUpdate& upda
     overlap = 0;
   else
     overlap = static_cast<uint32_t>(std::min<uint64_t>(overlap, total_steps - next_step));
-  if (site_.streaming() && snapshots_) {
-    // The next round starts here, before this one is known to be committed.
-    auto snap = take_round_snapshot(round + 1, *inner_, *sync_, &*local_, overlap);
-    if (snap.ok())
-      after_ = std::move(snap).value();
-    else
+  if (snapshots_ && (site_.streaming() || on_disk_)) {
+    // The next round starts here, before this one is known to be committed: with Streaming
+    // DiLoCo it is kept (the overlapped steps come next); with --state-dir it is written before
+    // the update leaves, so a process that dies once the coordinator has it can start round
+    // r + 1 from it.
+    const bool streaming = site_.streaming();
+    auto snap = take_round_snapshot(round + 1, *inner_, *sync_, streaming ? &*local_ : nullptr,
+                                    streaming ? overlap : 0);
+    if (snap.ok()) {
+      save_to_disk(*snap);
+      if (streaming) after_ = std::move(snap).value();
+    } else {
       snapshots_unavailable(snap.status());
+    }
   }
+  auto exchange = sync_->exchange(link_, update, *theta_, round, opt_.stop);
   Tally next{t0};  // the next round's steps; heartbeat tokens/s over this round's time
   const auto t_overlap = Clock::now();
   ATOLL_ASSIGN_OR_RETURN(const uint32_t overlapped,

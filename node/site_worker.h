@@ -60,6 +60,10 @@ struct SiteWorkerOptions {
   // (node/distill_inner.h), reached with teacher_tls.
   DistillNodeOptions distill;
   transport::ClientTls teacher_tls;
+  // Where the state each round starts from is written (node/round_state_file.h), so that this
+  // node started again after a crash redoes the interrupted round bit for bit; "" = kept in
+  // memory only (a restarted node then trains on with a fresh optimizer state). One per node.
+  std::string state_dir;
 };
 
 // Returns OK after a STOP task or a stop request; an error when the coordinator refuses this

@@ -7,6 +7,7 @@
 #include "algorithms/model/subnet.h"
 #include "node/hydra_site.h"
 #include "node/saved_value.h"
+#include "node/state_bytes.h"
 
 namespace atl::node {
 
@@ -44,6 +45,25 @@ class DilocoSync final : public SyncStrategy {
     ATOLL_ASSIGN_OR_RETURN(const auto* fb, saved_value<std::optional<ErrorFeedback>>(state));
     feedback_ = *fb;
     return Status::Ok();
+  }
+  // Whether there is a residual (0 or 1), then the residual (numel floats).
+  StatusOr<std::string> encode_state(const SyncState& state) const override {
+    ATOLL_ASSIGN_OR_RETURN(const auto* fb, saved_value<std::optional<ErrorFeedback>>(state));
+    StateWriter w;
+    w.u64(fb->has_value() ? 1 : 0);
+    if (fb->has_value()) w.floats((*fb)->residual());
+    return w.take();
+  }
+  StatusOr<std::unique_ptr<SyncState>> decode_state(std::string_view bytes) const override {
+    StateReader r(bytes);
+    ATOLL_ASSIGN_OR_RETURN(const uint64_t has, r.u64());
+    std::optional<ErrorFeedback> fb;
+    if (has == 1) {
+      ATOLL_ASSIGN_OR_RETURN(std::vector<float> residual, r.floats(numel_));
+      fb.emplace(std::move(residual));
+    }
+    if (has > 1 || !r.done()) return InvalidArgument("saved round state: bad DiLoCo residual");
+    return saved(std::move(fb));
   }
 
  protected:
@@ -116,6 +136,43 @@ class StreamingSync final : public SyncStrategy {
     feedback_ = s->feedback;
     return Status::Ok();
   }
+  // The planned fragment (offset, numel), planned_numel, the number of residuals, then each
+  // residual's fragment (offset, numel) and values.
+  StatusOr<std::string> encode_state(const SyncState& state) const override {
+    ATOLL_ASSIGN_OR_RETURN(const Saved* s, saved_value<Saved>(state));
+    StateWriter w;
+    w.u64(s->fragment.offset);
+    w.u64(s->fragment.numel);
+    w.u64(s->planned_numel);
+    w.u64(s->feedback.size());
+    for (const auto& [key, fb] : s->feedback) {
+      w.u64(key.first);
+      w.u64(key.second);
+      w.floats(fb.residual());
+    }
+    return w.take();
+  }
+  StatusOr<std::unique_ptr<SyncState>> decode_state(std::string_view bytes) const override {
+    StateReader r(bytes);
+    Saved s;
+    ATOLL_ASSIGN_OR_RETURN(s.fragment.offset, r.u64());
+    ATOLL_ASSIGN_OR_RETURN(s.fragment.numel, r.u64());
+    ATOLL_ASSIGN_OR_RETURN(s.planned_numel, r.u64());
+    ATOLL_ASSIGN_OR_RETURN(const uint64_t count, r.u64());
+    if (!inside(s.fragment) || s.planned_numel > numel_ || count > numel_)
+      return InvalidArgument("saved round state: a Streaming DiLoCo fragment outside θ");
+    for (uint64_t i = 0; i < count; ++i) {
+      al::FragmentRange f;
+      ATOLL_ASSIGN_OR_RETURN(f.offset, r.u64());
+      ATOLL_ASSIGN_OR_RETURN(f.numel, r.u64());
+      if (!inside(f))
+        return InvalidArgument("saved round state: a Streaming DiLoCo residual outside θ");
+      ATOLL_ASSIGN_OR_RETURN(std::vector<float> residual, r.floats(f.numel));
+      s.feedback.emplace(std::make_pair(f.offset, f.numel), ErrorFeedback(std::move(residual)));
+    }
+    if (!r.done()) return InvalidArgument("saved round state: bytes after the residuals");
+    return saved(std::move(s));
+  }
   void merge(al::ParamSet& local, const al::ParamSet& theta) const override {
     al::merge_fragment(std::span<float>(local.data() + fragment_.offset, fragment_.numel),
                        std::span<const float>(theta.data() + fragment_.offset, fragment_.numel),
@@ -138,9 +195,12 @@ class StreamingSync final : public SyncStrategy {
   using Feedbacks = std::map<std::pair<size_t, size_t>, ErrorFeedback>;  // by (offset, numel)
   struct Saved {
     al::FragmentRange fragment;
-    size_t planned_numel;
+    size_t planned_numel = 0;
     Feedbacks feedback;
   };
+  bool inside(const al::FragmentRange& f) const {
+    return f.offset <= numel_ && f.numel <= numel_ - f.offset;
+  }
   size_t numel_;
   uint32_t overlap_;
   float alpha_;
@@ -242,6 +302,14 @@ SyncStrategy::SyncStrategy(std::optional<al::compress::Codec> codec, std::string
       delta_(numel) {}
 
 SyncStrategy::~SyncStrategy() = default;
+
+StatusOr<std::string> SyncStrategy::encode_state(const SyncState& /*state*/) const {
+  return FailedPrecondition("this synchronization's state is not written to disk");
+}
+
+StatusOr<std::unique_ptr<SyncState>> SyncStrategy::decode_state(std::string_view /*bytes*/) const {
+  return FailedPrecondition("this synchronization's state is not read from disk");
+}
 
 StatusOr<EncodedUpdate> SyncStrategy::make_update(const al::ParamSet& theta,
                                                   const al::ParamSet& local) {

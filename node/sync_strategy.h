@@ -24,6 +24,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "algorithms/compress/codec.h"
@@ -103,6 +104,10 @@ class SyncStrategy {
   // (node/round_snapshot.h).
   virtual std::unique_ptr<SyncState> save_state() const = 0;
   virtual Status restore_state(const SyncState& state) = 0;
+  // The bytes of a state save_state() made, and that state from its bytes (a node's
+  // --state-dir: node/round_state_file.h). FAILED_PRECONDITION where not written (Hydra).
+  virtual StatusOr<std::string> encode_state(const SyncState& state) const;
+  virtual StatusOr<std::unique_ptr<SyncState>> decode_state(std::string_view bytes) const;
 
   // Hydra: whether SCORE tasks are answered, and the importance of θ on the site's data.
   virtual bool scores() const { return false; }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "algorithms/compress/codec.h"
@@ -15,6 +16,8 @@ namespace atl::algorithms::compress {
 class ErrorFeedback {
  public:
   explicit ErrorFeedback(size_t numel) : residual_(numel, 0.0f) {}
+  // A residual read back from a node's saved round state (node/round_state_file.h).
+  explicit ErrorFeedback(std::vector<float> residual) : residual_(std::move(residual)) {}
 
   // input (numel) -> message bytes; updates the residual. On error the residual is unchanged.
   StatusOr<std::vector<uint8_t>> encode(const Codec& codec, std::span<const float> input);

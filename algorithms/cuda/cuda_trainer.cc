@@ -123,6 +123,19 @@ Status CudaTrainer::download_moments(ParamSet& m, ParamSet& v) {
   return d2h(*rk.ctx, v.data(), rk.v.data(), v.numel() * sizeof(float));
 }
 
+Status CudaTrainer::upload_moments(const ParamSet& m, const ParamSet& v, int64_t adam_steps) {
+  if (!(m.layout() == layout_) || !(v.layout() == layout_))
+    return InvalidArgument("CUDA trainer: moment layout does not match the model config");
+  for (Rank& rk : ranks_) {
+    ATOLL_RETURN_IF_ERROR(rk.ctx->make_current());
+    ATOLL_RETURN_IF_ERROR(h2d(*rk.ctx, rk.m.data(), m.data(), m.numel() * sizeof(float)));
+    ATOLL_RETURN_IF_ERROR(h2d(*rk.ctx, rk.v.data(), v.data(), v.numel() * sizeof(float)));
+    ATOLL_RETURN_IF_ERROR(rk.ctx->synchronize());
+  }
+  adam_step_ = adam_steps;
+  return Status::Ok();
+}
+
 StatusOr<StepStats> CudaTrainer::step(ParamSet& params, const int32_t* tokens,
                                       int64_t global_step) {
   ATOLL_RETURN_IF_ERROR(load_params(params));

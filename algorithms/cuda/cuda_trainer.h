@@ -55,8 +55,11 @@ class CudaTrainer {
 
   // Gradients of the last step after all-reduce and clipping (rank `rank`) to the host.
   Status download_grads(ParamSet& grads, int rank = 0);
-  // AdamW moments of rank 0 to the host (checkpoints, tests).
+  // AdamW moments of rank 0 to the host (checkpoints, tests, a node's round snapshot).
   Status download_moments(ParamSet& m, ParamSet& v);
+  // Host moments to every rank and the AdamW step count: a round snapshot put back
+  // (node/round_snapshot.h), so a redone round starts from the state the first attempt did.
+  Status upload_moments(const ParamSet& m, const ParamSet& v, int64_t adam_steps);
 
   int num_devices() const { return static_cast<int>(ranks_.size()); }
   int64_t adam_steps() const { return adam_step_; }

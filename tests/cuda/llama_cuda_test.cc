@@ -214,6 +214,42 @@ TEST_F(CudaModelTest, SameRunTwiceIsBitwiseEqual) {
   expect_two_runs_bitwise_equal(small_model(), 6, 500);
 }
 
+// A node's round snapshot on a GPU (node/round_snapshot.h): the AdamW moments and step count
+// downloaded after some steps and uploaded again make the next steps repeat bit for bit; the
+// steps from the advanced state do not.
+TEST_F(CudaModelTest, MomentsUploadedAgainRedoTheStepsBitwise) {
+  const ModelConfig cfg = small_model();
+  const TrainerConfig tc = small_trainer(4);
+  ParamSet p(make_layout(cfg));
+  init_params(p, cfg, 5);
+  auto t = CudaTrainer::create(cfg, tc, {0});
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  auto steps = [&](int first, ParamSet& params) {
+    for (int s = first; s < first + 3; ++s) {
+      const auto tok = make_tokens(tc.batch, tc.seq, cfg.vocab, 700 + uint32_t(s));
+      auto st = (*t)->step(params, tok.data(), s);
+      ASSERT_TRUE(st.ok()) << st.status().to_string();
+    }
+  };
+  steps(0, p);
+  ParamSet m(make_layout(cfg)), v(make_layout(cfg));
+  ASSERT_TRUE((*t)->download_moments(m, v).ok());
+  const int64_t adam_steps = (*t)->adam_steps();
+  ASSERT_EQ(adam_steps, 3);
+  const ParamSet start = p;
+  steps(3, p);
+  const ParamSet first = p;
+  p = start;
+  steps(3, p);
+  EXPECT_FALSE(same_bits(p.vec(), first.vec())) << "the advanced state repeated the steps";
+  ASSERT_TRUE((*t)->upload_moments(m, v, adam_steps).ok());
+  EXPECT_EQ((*t)->adam_steps(), 3);
+  p = start;
+  steps(3, p);
+  EXPECT_TRUE(same_bits(p.vec(), first.vec()));
+  EXPECT_FALSE((*t)->upload_moments(ParamSet(), v, 0).ok());  // not the model's layout
+}
+
 // ---- MoE layers (llama_cuda_moe.h) against the CPU MoE block ----------------------------------
 // Same tolerances as the dense model: the MoE ops add reductions of at most max(E, K, Fe, Fs, C)
 // <= 64 terms. Top-k is a discontinuous choice: the CPU and the GPU pick the same experts unless

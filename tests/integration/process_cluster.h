@@ -3,10 +3,19 @@
 // and what they read back from the coordinator's log.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <optional>
+#include <random>
 #include <regex>
 #include <string>
 #include <vector>
@@ -35,6 +44,68 @@ inline std::string config_toml(int rounds, int min_nodes, double deadline_s, uin
          "\nstart_wait_s = " + std::to_string(start_wait_s) + "\n";
 }
 
+// A loopback port for a coordinator that a test kills and starts again on the same address.
+// A port from bind(0) lies in the kernel's ephemeral range (net.ipv4.ip_local_port_range), and
+// while its coordinator is down the kernel may give it to any outgoing connection on the
+// machine — the nodes' own reconnects to it included (a TCP self-connect) — or to another
+// test's bind(0); the restart then fails with "port … is already in use". So the port comes
+// from outside that range, and a lock file held while the object lives keeps concurrent test
+// processes off it.
+class ReservedPort {
+ public:
+  ReservedPort() {
+    int lo = 32768, hi = 60999;  // Linux's default ephemeral range
+    std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> lo >> hi;
+    std::vector<int> candidates;
+    for (int p = 10000; p < std::min(lo, 65536); ++p) candidates.push_back(p);
+    for (int p = std::max(hi + 1, 10000); p < 65536; ++p) candidates.push_back(p);
+    std::mt19937 rng(std::random_device{}());
+    std::shuffle(candidates.begin(), candidates.end(), rng);
+    for (int p : candidates) {
+      if (reserve(p)) return;
+    }
+    ADD_FAILURE() << "no free loopback port outside the ephemeral range " << lo << "-" << hi;
+  }
+  ~ReservedPort() {
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+  }
+  ReservedPort(const ReservedPort&) = delete;
+  ReservedPort& operator=(const ReservedPort&) = delete;
+  int port() const { return port_; }
+
+ private:
+  bool reserve(int p) {
+    const std::string lock = (std::filesystem::temp_directory_path() /
+                              ("atoll-test-port-" + std::to_string(p) + ".lock"))
+                                 .string();
+    const int fd = ::open(lock.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) return false;
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0 || !bindable(p)) {
+      ::close(fd);
+      return false;
+    }
+    lock_fd_ = fd;
+    port_ = p;
+    return true;
+  }
+  // Whether a listener could bind 127.0.0.1:p now (as the coordinator does: SO_REUSEADDR).
+  static bool bindable(int p) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    const int one = 1;
+    (void)::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(p));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool ok = ::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof(a)) == 0;
+    ::close(fd);
+    return ok;
+  }
+  int port_ = 0;
+  int lock_fd_ = -1;
+};
+
 struct Cluster {
   TempDir dir;
   std::string tls;
@@ -43,6 +114,13 @@ struct Cluster {
   std::vector<node::Subprocess> nodes;
 
   Cluster() : tls(dir / "tls") {}
+
+  // "127.0.0.1:P" on a ReservedPort: where a coordinator that the test restarts listens.
+  std::string restartable_listen() {
+    if (!reserved) reserved.emplace();
+    return "127.0.0.1:" + std::to_string(reserved->port());
+  }
+  std::optional<ReservedPort> reserved;
 
   void make_ca(const std::vector<std::string>& node_names) {
     ASSERT_EQ(run_atoll({"ca", "init", "--dir", tls}, dir / "ca.log").exit_code, 0);

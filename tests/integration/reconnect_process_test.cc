@@ -147,7 +147,7 @@ TEST(CoordinatorRestart, NodesAreBackWithinSecondsOfARestart) {
   Cluster c;
   c.make_ca({"node-1", "node-2"});
   const std::string toml = config_toml(100000, 2, 60);
-  c.start_coordinator(toml);
+  c.start_coordinator(toml, c.restartable_listen());
   if (::testing::Test::HasFatalFailure()) return;
   c.start_node("node-1", "brown:a");
   c.start_node("node-2", "brown:b");
