@@ -6,6 +6,7 @@
 #include "cli/flags.h"
 #include "node/checkpoint.h"
 #include "node/hf_model.h"
+#include "node/site_data.h"
 
 namespace atl::cli {
 
@@ -64,7 +65,7 @@ int cmd_export(const Args& args) {
   if (Status s = node::export_hf_dir(*ck, *out, dtype); !s.ok()) return fail("export", s.message());
   std::printf("exported %s -> %s (config.json, model.safetensors %s%s)\n", ckpt->c_str(),
               out->c_str(), dtype_text.c_str(),
-              ck->meta.hf_tokenizer_json.empty() ? "" : ", tokenizer");
+              node::is_hf_tokenizer_json(ck->meta.tokenizer) ? ", tokenizer" : "");
   return 0;
 }
 

@@ -97,7 +97,6 @@ StatusOr<std::string> encode_checkpoint(const CheckpointMeta& meta, const ParamS
     md["atoll.model.kv_heads"] = std::to_string(algorithms::num_kv_heads(m));
   if (!m.tie_word_embeddings) md["atoll.model.tie_word_embeddings"] = "false";
   if (m.attention_bias) md["atoll.model.attention_bias"] = "true";
-  if (!meta.hf_tokenizer_json.empty()) md["atoll.tokenizer.hf_json"] = meta.hf_tokenizer_json;
   if (!meta.hf_tokenizer_config_json.empty())
     md["atoll.tokenizer.hf_config_json"] = meta.hf_tokenizer_config_json;
   md["atoll.step"] = std::to_string(meta.step);
@@ -190,8 +189,6 @@ StatusOr<LoadedCheckpoint> decode_checkpoint(const std::string& bytes, const std
   ATOLL_ASSIGN_OR_RETURN(ck.meta.round, meta_int(md, "atoll.round", what));
   if (auto it = md.find("atoll.tokenizer"); it != md.end()) ck.meta.tokenizer = it->second;
   if (auto it = md.find("atoll.experiment"); it != md.end()) ck.meta.experiment = it->second;
-  if (auto it = md.find("atoll.tokenizer.hf_json"); it != md.end())
-    ck.meta.hf_tokenizer_json = it->second;
   if (auto it = md.find("atoll.tokenizer.hf_config_json"); it != md.end())
     ck.meta.hf_tokenizer_config_json = it->second;
   for (const auto& [k, v] : md)

@@ -22,11 +22,11 @@ struct CheckpointMeta {
   algorithms::ModelConfig model;
   int64_t step = 0;          // training steps completed (next step to run)
   uint64_t seed = 0;
-  std::string tokenizer;     // serialized BPE, "" = bytes
-  // A Hugging Face tokenizer carried verbatim (atoll import hf): the bytes of tokenizer.json and
-  // of tokenizer_config.json ("" = none). Stored as metadata atoll.tokenizer.hf_json and
-  // atoll.tokenizer.hf_config_json (UTF-8 text, as Hugging Face writes them).
-  std::string hf_tokenizer_json;
+  // The tokenizer, as node::tokenizer_from_blob reads it: "" = bytes, a serialized Atoll BPE, or
+  // the verbatim text of a Hugging Face tokenizer.json (atoll import hf, --tokenizer hf:PATH).
+  std::string tokenizer;
+  // tokenizer_config.json carried verbatim from a Hugging Face directory ("" = none), stored as
+  // metadata atoll.tokenizer.hf_config_json and written back by atoll export hf.
   std::string hf_tokenizer_config_json;
   std::string experiment;    // DiLoCo experiment name, "" for single-site runs
   int64_t round = -1;        // DiLoCo round of θ, -1 for single-site runs

@@ -6,6 +6,7 @@
 
 #include "algorithms/model/hf_format.h"
 #include "node/file_io.h"
+#include "node/site_data.h"
 
 namespace atl::node {
 
@@ -80,7 +81,7 @@ StatusOr<HfImported> import_hf_dir(const std::string& dir_text, int seq_len) {
     return NotFound(dir_text +
                     " has no tokenizer.json; the checkpoint must carry the model's "
                     "tokenizer (save it with tokenizer.save_pretrained)");
-  out.meta.hf_tokenizer_json = std::move(*tok);
+  out.meta.tokenizer = std::move(*tok);
   if (fs::exists(dir / "tokenizer_config.json", ec)) {
     ATOLL_ASSIGN_OR_RETURN(out.meta.hf_tokenizer_config_json,
                            read_in(dir, "tokenizer_config.json", kMaxJsonBytes));
@@ -113,8 +114,8 @@ Status export_hf_dir(const LoadedCheckpoint& ck, const std::string& dir_text,
   ATOLL_RETURN_IF_ERROR(
       write("model.safetensors",
             std::string_view(reinterpret_cast<const char*>(weights.data()), weights.size())));
-  if (!ck.meta.hf_tokenizer_json.empty())
-    ATOLL_RETURN_IF_ERROR(write("tokenizer.json", ck.meta.hf_tokenizer_json));
+  if (is_hf_tokenizer_json(ck.meta.tokenizer))
+    ATOLL_RETURN_IF_ERROR(write("tokenizer.json", ck.meta.tokenizer));
   if (!ck.meta.hf_tokenizer_config_json.empty())
     ATOLL_RETURN_IF_ERROR(write("tokenizer_config.json", ck.meta.hf_tokenizer_config_json));
   return Status::Ok();

@@ -56,11 +56,14 @@ StatusOr<SiteData> load_site_data_with_blob(const DataSpec& spec, const std::str
   return load_site_data(spec, choice, brown_dir, holdout);
 }
 
+bool is_hf_tokenizer_json(std::string_view blob) {
+  const size_t first = blob.find_first_not_of(" \t\r\n");
+  return first != std::string_view::npos && blob[first] == '{';
+}
+
 StatusOr<std::unique_ptr<Tokenizer>> tokenizer_from_blob(const std::string& blob) {
   if (blob.empty()) return std::unique_ptr<Tokenizer>(std::make_unique<ByteTokenizer>());
-  const size_t first = blob.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && blob[first] == '{')
-    return algorithms::data::load_hf_tokenizer(blob);
+  if (is_hf_tokenizer_json(blob)) return algorithms::data::load_hf_tokenizer(blob);
   ATOLL_ASSIGN_OR_RETURN(BpeTokenizer bpe, BpeTokenizer::deserialize(blob));
   return std::unique_ptr<Tokenizer>(std::make_unique<BpeTokenizer>(std::move(bpe)));
 }

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "algorithms/data/dataset.h"
 #include "algorithms/data/tokenizer.h"
@@ -73,6 +74,10 @@ StatusOr<SiteData> load_site_training_data(const SiteDataOptions& options);
 StatusOr<SiteData> load_site_data_with_blob(const DataSpec& spec, const std::string& blob,
                                             const std::string& brown_dir,
                                             Holdout holdout = Holdout::kHeldOut);
+
+// Whether a saved tokenizer blob is a Hugging Face tokenizer.json (its first non-space byte is '{';
+// a serialized Atoll BPE never starts so).
+bool is_hf_tokenizer_json(std::string_view blob);
 
 // Rebuilds a tokenizer saved with a checkpoint: "" = bytes, a blob that starts with '{' (after
 // whitespace) = a tokenizer.json (load_hf_tokenizer), anything else = a serialized Atoll BPE.

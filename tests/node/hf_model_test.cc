@@ -266,7 +266,7 @@ void round_trip(const HfSpec& spec) {
   ASSERT_TRUE(save_checkpoint(ckpt, imported->meta, imported->params, nullptr).ok());
   auto loaded = load_checkpoint(ckpt);
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
-  EXPECT_EQ(loaded->meta.hf_tokenizer_json, read_text(src / "tokenizer.json"));
+  EXPECT_EQ(loaded->meta.tokenizer, read_text(src / "tokenizer.json"));
   EXPECT_EQ(loaded->meta.hf_tokenizer_config_json, read_text(src / "tokenizer_config.json"));
   EXPECT_TRUE(algorithms::model_differences(loaded->meta.model, imported->meta.model).empty());
 
