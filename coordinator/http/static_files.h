@@ -28,9 +28,9 @@ struct Mount {
 
 struct StaticFile {
   std::string content_type;
-  std::string body;          // the file's bytes, gzip-compressed when `gzip`
-  std::string etag;          // quoted: "\"<32 hex digits>\"" (a "-gz" suffix for the gzip form)
-  bool gzip = false;         // send Content-Encoding: gzip
+  std::string body;   // the file's bytes, gzip-compressed when `gzip`
+  std::string etag;   // quoted: "\"<32 hex digits>\"" (a "-gz" suffix for the gzip form)
+  bool gzip = false;  // send Content-Encoding: gzip
 };
 
 // Percent-decodes `path` (no query). INVALID_ARGUMENT on a malformed escape or a NUL.

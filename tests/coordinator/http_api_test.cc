@@ -2,6 +2,7 @@
 // real RocksDB store: a Boost.Beast client checks authentication, roles, bounds, bad input,
 // unknown ids, path traversal and the create/list/get/stop/delete cycle.
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
@@ -9,8 +10,6 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <boost/json.hpp>
-#include <zlib.h>
-
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -97,7 +96,8 @@ class Client {
     r.status = parser.get().result_int();
     r.body = parser.get().body();
     r.content_type = std::string(parser.get()[bhttp::field::content_type]);
-    for (const auto& f : parser.get()) r.headers[std::string(f.name_string())] = std::string(f.value());
+    for (const auto& f : parser.get())
+      r.headers[std::string(f.name_string())] = std::string(f.value());
     beast::error_code ec;
     stream.shutdown(ec);
     return r;
@@ -158,7 +158,8 @@ class HttpApiTest : public ::testing::Test {
   // 64 kB of repetitive script (compresses well).
   static std::string big_script() {
     std::string s;
-    for (int i = 0; i < 1000; ++i) s += "console.log('line " + std::to_string(i) + " of the page');\n";
+    for (int i = 0; i < 1000; ++i)
+      s += "console.log('line " + std::to_string(i) + " of the page');\n";
     return s;
   }
 
@@ -546,7 +547,8 @@ TEST_F(HttpApiTest, CreateReportsEveryConfigErrorAtOnce) {
   Reply syntax = client_->send("POST", "/api/experiments", admin_, R"({"config_toml":"name = "})");
   EXPECT_EQ(syntax.status, 400u);
   EXPECT_EQ(syntax.json().as_object().at("errors").as_array().size(), 1u) << syntax.body;
-  Reply both = client_->send("POST", "/api/experiments", admin_, R"({"config_toml":"","name":"x"})");
+  Reply both =
+      client_->send("POST", "/api/experiments", admin_, R"({"config_toml":"","name":"x"})");
   EXPECT_EQ(both.json().as_object().at("errors").as_array().size(), 1u) << both.body;
   // Nothing was created.
   EXPECT_EQ(client_->send("GET", "/api/experiments/x", admin_).status, 404u);
@@ -617,7 +619,8 @@ TEST_F(HttpApiTest, StaticFilesAreGzippedWithETagsAnd304) {
   EXPECT_EQ(plain.header("Vary"), "Accept-Encoding");
   EXPECT_EQ(plain.header("Cache-Control"), "no-cache");
   // Accepting gzip: compressed, smaller, decompressing to the file; its own tag.
-  const std::vector<std::pair<std::string, std::string>> gz = {{"Accept-Encoding", "gzip, deflate, br"}};
+  const std::vector<std::pair<std::string, std::string>> gz = {
+      {"Accept-Encoding", "gzip, deflate, br"}};
   Reply zipped = client_->send("GET", "/big.js", "", "", false, gz);
   ASSERT_EQ(zipped.status, 200u);
   EXPECT_EQ(zipped.header("Content-Encoding"), "gzip");
