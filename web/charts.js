@@ -323,7 +323,8 @@ class LineChart {
     const y = this.chart.options.scales.y;
     const log = this.logY || v.logY;
     y.type = log ? 'logarithmic' : 'linear';
-    y.ticks.callback = log ? val => this.logTick(val) : undefined;
+    if (log) y.ticks.callback = val => this.logTick(val);
+    else delete y.ticks.callback;
     this.chart.update('none');
     this.describe();
   }

@@ -46,9 +46,9 @@ struct Request {
   std::string method;  // "GET", "POST", ...
   std::string target;  // path and query, as received
   std::string authorization;
+  std::string body;
   std::string accept_encoding;  // static files: gzip when it accepts it
   std::string if_none_match;    // static files: 304 when it matches the file's ETag
-  std::string body;
 };
 
 struct Response {

@@ -563,12 +563,12 @@ try {
   check(/Clone demo/.test(await page.title()), `the clone page's title is "${await page.title()}"`);
   const cloneToml = await page.inputValue('#f-toml');
   check(/^name = "demo-2"$/m.test(cloneToml) && /^\[robust\]$/m.test(cloneToml), `the clone's TOML: ${cloneToml.slice(0, 120)}`);
-  await page.fill('#f-toml', cloneToml.replace(/^rounds = 400$/m, 'rounds = 0').replace(/^lr = .*$/m, 'lr = 0.0').replace(/^\[data\]$/m, '[data]\nsplitt = "iid"'));
+  await page.fill('#f-toml', cloneToml.replace(/^rounds = 400$/m, 'rounds = 0').replace(/^beta1 = .*$/m, 'beta1 = 1.5').replace(/^\[data\]$/m, '[data]\nsplitt = "iid"'));
   await page.click('#create-submit');
   await page.waitForSelector('#f-toml-error li');
   const tomlErrors = await page.$$eval('#f-toml-error li', ls => ls.map(l => l.textContent));
   check(tomlErrors.length === 3 && tomlErrors.some(t => /unknown key data\.splitt \(did you mean data\.split\?\)/.test(t)) &&
-    tomlErrors.some(t => /diloco\.rounds = 0 must be >= 1/.test(t)) && tomlErrors.some(t => /train\.lr = 0 must be > 0/.test(t)),
+    tomlErrors.some(t => /diloco\.rounds = 0 must be >= 1/.test(t)) && tomlErrors.some(t => /train\.beta1 = 1\.5 must be in \[0, 1\)/.test(t)),
     `the edited TOML's errors: ${tomlErrors.join(' | ')}`);
   check((await page.getAttribute('#f-toml', 'aria-invalid')) === 'true', 'the TOML editor is not marked invalid');
   await shoot(page, 'clone');
