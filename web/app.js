@@ -385,13 +385,27 @@ async function showCreate(from) {
     }
     if (state.view !== 'new') return;
     const name = `${from}-2`.slice(0, 64);
-    $('#f-name').value = name;
+    fillForm(x.config, name);
     $('#f-toml').value = x.config_toml.replace(/^name = .*$/m, `name = ${JSON.stringify(name)}`);
     $('#toml-editor').open = true;
     $('#f-toml').focus();
     return;
   }
   $('#f-name').focus();
+}
+// The form's fields from a config (a clone's): what the TOML editor holds, field by field.
+function fillForm(c, name) {
+  const preset = Object.entries(MODEL_PRESETS).find(([, p]) => p.dim === c.model.dim && p.layers === c.model.layers);
+  const values = {
+    name, seed: c.seed, algorithm: c.algorithm, nodes: c.diloco.min_nodes, rounds: c.diloco.rounds,
+    inner_steps: c.diloco.inner_steps, lr: c.train.lr, outer_lr: c.diloco.outer_lr,
+    outer_momentum: c.diloco.outer_momentum, codec: c.train.codec, pull_codec: c.diloco.pull_codec,
+    split: c.data.split, model: preset ? preset[0] : null,
+  };
+  for (const [k, v] of Object.entries(values)) {
+    const input = $('#create-form').querySelector(`[name="${k}"]`);
+    if (input && v != null) input.value = String(v);
+  }
 }
 const FIELD_OF_KEY = [
   [/^name$/, 'name'], [/^seed$/, 'seed'], [/^algorithm$/, 'algorithm'], [/^model\./, 'model'],
@@ -819,7 +833,8 @@ function renderSites(x, m, nodes, subnets) {
       el('td', { class: 'num flops' }, f == null ? '–' : `${(100 * f).toFixed(1)}%`),
       el('td', { class: 'num base', title: 'the base model θ0 on this site\'s data' }, fmtNum(base)),
       el('td', { class: 'num latest', title: latest ? `reported with round ${latest[0]}` : null }, latest ? fmtNum(latest[1]) : '–'),
-      el('td', { class: 'num gain' }, gain == null ? '–' : `${gain >= 0 ? '' : '−'}${Math.abs(gain).toFixed(2)}% ${gain >= 0 ? 'lower' : 'higher'}`));
+      el('td', { class: 'num gain' }, gain == null ? '–' : Math.abs(gain) < 0.005 ? '0.00% (same)'
+        : `${Math.abs(gain).toFixed(2)}% ${gain > 0 ? 'lower' : 'higher'}`));
   }));
   const map = xMapper(m, state.xAxis);
   const sets = sorted.map(n => ({ label: n.node_id, data: toPoints(siteVal[n.node_id], map) }));

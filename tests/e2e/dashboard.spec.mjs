@@ -563,6 +563,8 @@ try {
   check(/Clone demo/.test(await page.title()), `the clone page's title is "${await page.title()}"`);
   const cloneToml = await page.inputValue('#f-toml');
   check(/^name = "demo-2"$/m.test(cloneToml) && /^\[robust\]$/m.test(cloneToml), `the clone's TOML: ${cloneToml.slice(0, 120)}`);
+  const cloneFields = await page.evaluate(() => ['name', 'rounds', 'inner_steps', 'nodes'].map(k => document.querySelector(`#create-form [name="${k}"]`).value).join(' '));
+  check(cloneFields === 'demo-2 400 12 2', `the clone's form fields (name rounds inner_steps nodes): ${cloneFields}`);
   await page.fill('#f-toml', cloneToml.replace(/^rounds = 400$/m, 'rounds = 0').replace(/^beta1 = .*$/m, 'beta1 = 1.5').replace(/^\[data\]$/m, '[data]\nsplitt = "iid"'));
   await page.click('#create-submit');
   await page.waitForSelector('#f-toml-error li');
