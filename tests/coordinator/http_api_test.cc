@@ -340,6 +340,48 @@ TEST_F(HttpApiTest, NodeAddressAndSiteValidationBpb) {
   EXPECT_EQ(per_node.at("tokens_per_s").as_object().at("site-a").as_array().size(), 1u);
   // The inner loss per node comes from committed rounds, not from reports.
   EXPECT_FALSE(per_node.contains("loss")) << m.body;
+  EXPECT_FALSE(per_node.contains("teacher_bytes_per_token")) << m.body;
+
+  // The list's totals: the coordinator's latest and lowest validation bpb (null before any),
+  // and no start or duration before a round is committed.
+  auto listed = [&] {
+    return client_->send("GET", "/api/experiments", viewer_)
+        .json()
+        .as_object()
+        .at("experiments")
+        .as_array()
+        .at(0)
+        .as_object();
+  };
+  EXPECT_TRUE(listed().at("final_val_bpb").is_null());
+  EXPECT_TRUE(listed().at("best_val_bpb").is_null());
+  for (const auto& [round, bpb] : std::vector<std::pair<int, double>>{{2, 4.5}, {0, 8.0}, {1, 4.0}})
+    ASSERT_TRUE(store_
+                    ->put_metrics("exp1", ExperimentManager::kCoordinatorNode, round,
+                                  R"({"node":"@coordinator","round":)" + std::to_string(round) +
+                                      R"(,"metrics":{"val_bpb":)" + std::to_string(bpb) + "}}")
+                    .ok());
+  const json::object x = listed();
+  EXPECT_EQ(x.at("final_val_bpb").to_number<double>(), 4.5);  // round 2's, the latest
+  EXPECT_EQ(x.at("best_val_bpb").to_number<double>(), 4.0);
+  EXPECT_EQ(x.at("started_unix_ms").to_number<double>(), 0.0);
+  EXPECT_EQ(x.at("duration_s").to_number<double>(), 0.0);
+  // A distillation student's teacher_bytes_per_token is forwarded per node.
+  ASSERT_TRUE(store_
+                  ->put_metrics("exp1", "site-a", 1,
+                                R"({"node":"site-a","round":1,"step":4,"metrics":)"
+                                R"({"loss":3.0,"teacher_bytes_per_token":512.0}})")
+                  .ok());
+  const json::value d = client_->send("GET", "/api/experiments/exp1/metrics", viewer_).json();
+  const json::array& teacher = d.as_object()
+                                   .at("per_node")
+                                   .as_object()
+                                   .at("teacher_bytes_per_token")
+                                   .as_object()
+                                   .at("site-a")
+                                   .as_array();
+  ASSERT_EQ(teacher.size(), 1u);
+  EXPECT_EQ(teacher[0].as_array()[1].to_number<double>(), 512.0);
 }
 
 TEST_F(HttpApiTest, LiveExperimentIsDrivenThroughItsService) {

@@ -734,7 +734,7 @@ try {
   const sites = await page.$$eval('#sites-table tbody tr', rows => Object.fromEntries(rows.map(r => [r.dataset.node,
     { budget: r.querySelector('.budget').textContent, flops: r.querySelector('.flops').textContent, gain: r.querySelector('.gain').textContent }])));
   check(sites['site-a'].budget === '1.00' && sites['site-f'].budget === '0.50' && sites['site-j'].budget === '0.25' &&
-    sites['site-n'].budget === '0.25' && Object.values(sites).every(v => /%$/.test(v.flops) && /% (lower|higher)$/.test(v.gain)),
+    sites['site-n'].budget === '0.25' && Object.values(sites).every(v => /%$/.test(v.flops) && /^\d+\.\d\d% (lower|higher|\(same\))$/.test(v.gain)),
     `Hydra sites: ${JSON.stringify(sites)}`);
   const siteSets = await page.evaluate(() => Chart.getChart(document.querySelector('#chart-sites')).data.datasets.map(d => d.label).join(','));
   check(siteSets === 'site-a,site-f,site-j,site-n', `site bpb chart curves: ${siteSets}`);
