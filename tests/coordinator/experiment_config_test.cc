@@ -273,11 +273,12 @@ streaming_fragments = 0
   // validate_experiment_config returns the first of experiment_config_errors.
   ExperimentConfig c;
   c.diloco.rounds = 0;
-  c.train.lr = 0;
+  c.train.beta1 = 1.5;
   const std::vector<Status> errors = experiment_config_errors(c, "x");
   ASSERT_EQ(errors.size(), 2u);
   EXPECT_EQ(validate_experiment_config(c, "x").message(), errors[0].message());
-  EXPECT_EQ(errors[0].message(), "x: train.lr = 0 must be > 0");
+  EXPECT_EQ(errors[0].message(), "x: train.beta1 = 1.5 must be in [0, 1)");
+  EXPECT_EQ(errors[1].message(), "x: diloco.rounds = 0 must be >= 1");
 }
 
 TEST(ExperimentConfig, MissingFileIsNotFound) {

@@ -561,18 +561,20 @@ TEST_F(HttpApiTest, CreateReportsEveryConfigErrorAtOnce) {
   // key order then validation order, each with its field; `error` and `field` are the first.
   const std::vector<std::pair<std::string, std::string>> want = {
       {"model.depth", "request: unknown key model.depth"},
-      {"train.lr", "request: train.lr = 0 must be > 0"},
+      {"train.beta1", "request: train.beta1 = 1.5 must be in [0, 1)"},
       {"diloco.rounds", "request: diloco.rounds = 0 must be >= 1"},
       {"diloco.outer_momentum", "request: diloco.outer_momentum = 1.5 must be in [0, 1)"},
   };
   for (const std::string& body :
-       {std::string(R"({"name":"x","model":{"depth":3},"train":{"lr":0},)"
+       {std::string(R"({"name":"x","model":{"depth":3},"train":{"beta1":1.5},)"
                     R"("diloco":{"rounds":0,"outer_momentum":1.5}})"),
-        std::string(R"({"config_toml":"name = \"x\"\n[model]\ndepth = 3\n[train]\nlr = 0.0\n)"
+        std::string(R"({"config_toml":"name = \"x\"\n[model]\ndepth = 3\n[train]\nbeta1 = 1.5\n)"
                     R"([diloco]\nrounds = 0\nouter_momentum = 1.5\n"})")}) {
     Reply r = client_->send("POST", "/api/experiments", admin_, body);
     ASSERT_EQ(r.status, 400u) << r.body;
-    const json::object& o = r.json().as_object();
+    const json::value v = r.json();
+    ASSERT_TRUE(v.is_object()) << r.body;
+    const json::object& o = v.as_object();
     const json::array& errors = o.at("errors").as_array();
     ASSERT_EQ(errors.size(), want.size()) << r.body;
     for (size_t i = 0; i < want.size(); ++i) {
