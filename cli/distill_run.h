@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cli/demo_run.h"
+#include "cli/serve_after_done.h"
 #include "coordinator/experiment_config.h"
 
 namespace atl::cli {
@@ -45,6 +46,10 @@ struct DistillExperiment {
   std::optional<std::string> store;  // run directory (default: a fresh temp dir)
   std::optional<std::string> summary_json;
   bool baseline = false;  // also run the students without a teacher
+  // The dashboard of each students' run (HOST:PORT, "off" = none): the demo's --http. After the
+  // last run it keeps serving as `after` says (cli/serve_after_done.h).
+  std::string http = "off";
+  AfterDone after;
 };
 
 // Returns the command's exit code (0 done, 1 failure, 130 interrupted).

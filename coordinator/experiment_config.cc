@@ -122,16 +122,17 @@ struct Table {
   std::vector<Key> keys;
 };
 
-Status apply_table(const toml::table& t, const Table& schema, std::string_view source,
-                   const std::vector<std::string>& subtables) {
+// Sets the schema's keys from `t`; every unknown key and bad value is appended to `errors`.
+void apply_table(const toml::table& t, const Table& schema, std::string_view source,
+                 const std::vector<std::string>& subtables, std::vector<Status>& errors) {
   const std::string prefix = schema.name.empty() ? "" : schema.name + ".";
   for (const auto& [k, node] : t) {
     const std::string key(k.str());
     if (schema.name.empty() &&
         std::find(subtables.begin(), subtables.end(), key) != subtables.end()) {
       if (!node.is_table())
-        return InvalidArgument(std::string(source) + ": " + key + " must be a table ([" + key +
-                               "])");
+        errors.push_back(
+            InvalidArgument(std::string(source) + ": " + key + " must be a table ([" + key + "])"));
       continue;  // handled by its own schema
     }
     const Key* match = nullptr;
@@ -151,14 +152,14 @@ Status apply_table(const toml::table& t, const Table& schema, std::string_view s
       if (!best.empty()) msg += " (did you mean " + prefix + best + "?)";
       msg += "; known keys" + (schema.name.empty() ? std::string() : " in [" + schema.name + "]") +
              ": " + known;
-      return InvalidArgument(msg);
+      errors.push_back(InvalidArgument(msg));
+      continue;
     }
     const std::string why = match->set(node);
     if (!why.empty())
-      return InvalidArgument(std::string(source) + ": " + prefix + key + " = " + show(node) + " " +
-                             why);
+      errors.push_back(InvalidArgument(std::string(source) + ": " + prefix + key + " = " +
+                                       show(node) + " " + why));
   }
-  return Status::Ok();
 }
 
 Status range_error(std::string_view source, const std::string& key, const std::string& value,
@@ -168,209 +169,228 @@ Status range_error(std::string_view source, const std::string& key, const std::s
 
 }  // namespace
 
-Status validate_experiment_config(const ExperimentConfig& c, std::string_view src) {
+std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::string_view src) {
+  std::vector<Status> errors;
+  auto add = [&errors](Status s) { errors.push_back(std::move(s)); };
   auto u = [](uint64_t v) { return std::to_string(v); };
   auto d = fmt_double;
   if (!valid_id(c.name))
-    return range_error(src, "name", "\"" + c.name + "\"",
-                       "must be 1-64 characters of [A-Za-z0-9._-]");
+    add(range_error(src, "name", "\"" + c.name + "\"",
+                    "must be 1-64 characters of [A-Za-z0-9._-]"));
   const ModelSection& m = c.model;
-  if (m.vocab < 2) return range_error(src, "model.vocab", u(m.vocab), "must be >= 2");
-  if (m.dim < 1) return range_error(src, "model.dim", u(m.dim), "must be >= 1");
-  if (m.layers < 1) return range_error(src, "model.layers", u(m.layers), "must be >= 1");
-  if (m.heads < 1) return range_error(src, "model.heads", u(m.heads), "must be >= 1");
-  if (m.dim % m.heads != 0)
-    return range_error(src, "model.dim", u(m.dim),
-                       "must be divisible by model.heads = " + u(m.heads));
-  if ((m.dim / m.heads) % 2 != 0)
-    return range_error(src, "model.heads", u(m.heads),
-                       "must make dim/heads even (RoPE rotates pairs); dim = " + u(m.dim));
-  if (m.ffn_hidden < 1)
-    return range_error(src, "model.ffn_hidden", u(m.ffn_hidden), "must be >= 1");
-  if (m.seq_len < 1) return range_error(src, "model.seq_len", u(m.seq_len), "must be >= 1");
-  if (!(m.rope_base > 0)) return range_error(src, "model.rope_base", d(m.rope_base), "must be > 0");
-  if (!(m.norm_eps > 0)) return range_error(src, "model.norm_eps", d(m.norm_eps), "must be > 0");
+  const size_t errors_before_model = errors.size();
+  if (m.vocab < 2) add(range_error(src, "model.vocab", u(m.vocab), "must be >= 2"));
+  if (m.dim < 1) add(range_error(src, "model.dim", u(m.dim), "must be >= 1"));
+  if (m.layers < 1) add(range_error(src, "model.layers", u(m.layers), "must be >= 1"));
+  if (m.heads < 1) add(range_error(src, "model.heads", u(m.heads), "must be >= 1"));
+  if (m.heads >= 1 && m.dim % m.heads != 0)
+    add(range_error(src, "model.dim", u(m.dim),
+                    "must be divisible by model.heads = " + u(m.heads)));
+  else if (m.heads >= 1 && (m.dim / m.heads) % 2 != 0)
+    add(range_error(src, "model.heads", u(m.heads),
+                    "must make dim/heads even (RoPE rotates pairs); dim = " + u(m.dim)));
+  if (m.ffn_hidden < 1) add(range_error(src, "model.ffn_hidden", u(m.ffn_hidden), "must be >= 1"));
+  if (m.seq_len < 1) add(range_error(src, "model.seq_len", u(m.seq_len), "must be >= 1"));
+  if (!(m.rope_base > 0)) add(range_error(src, "model.rope_base", d(m.rope_base), "must be > 0"));
+  if (!(m.norm_eps > 0)) add(range_error(src, "model.norm_eps", d(m.norm_eps), "must be > 0"));
   if (m.moe_experts > 0) {  // the MoE keys, with the model's own checks (names match the keys)
+    // The model's own checks assume that the dense keys above are valid.
+    const bool dense_valid = errors.size() == errors_before_model;
     if (m.moe_experts > 4096 || m.moe_hidden > (1u << 20) || m.moe_shared_hidden > (1u << 20) ||
-        m.moe_top_k > 4096 || m.moe_every > 4096)
-      return InvalidArgument(std::string(src) +
-                             ": model.moe_* value too large (experts <= 4096, sizes <= 2^20)");
-    if (Status s = algorithms::validate(model_config(c)); !s.ok())
-      return InvalidArgument(std::string(src) + ": model." + s.message());
+        m.moe_top_k > 4096 || m.moe_every > 4096) {
+      add(InvalidArgument(std::string(src) +
+                          ": model.moe_* value too large (experts <= 4096, sizes <= 2^20)"));
+    } else if (dense_valid) {
+      if (Status s = algorithms::validate(model_config(c)); !s.ok())
+        add(InvalidArgument(std::string(src) + ": model." + s.message()));
+    }
   }
 
   const TrainSection& t = c.train;
-  if (t.batch_size < 1)
-    return range_error(src, "train.batch_size", u(t.batch_size), "must be >= 1");
-  if (!(t.lr > 0)) return range_error(src, "train.lr", d(t.lr), "must be > 0");
+  if (t.batch_size < 1) add(range_error(src, "train.batch_size", u(t.batch_size), "must be >= 1"));
+  if (!(t.lr > 0)) add(range_error(src, "train.lr", d(t.lr), "must be > 0"));
   if (!(t.min_lr >= 0 && t.min_lr <= t.lr))
-    return range_error(src, "train.min_lr", d(t.min_lr),
-                       "must be in [0, train.lr = " + d(t.lr) + "]");
+    add(range_error(src, "train.min_lr", d(t.min_lr),
+                    "must be in [0, train.lr = " + d(t.lr) + "]"));
   if (!(t.weight_decay >= 0))
-    return range_error(src, "train.weight_decay", d(t.weight_decay), "must be >= 0");
+    add(range_error(src, "train.weight_decay", d(t.weight_decay), "must be >= 0"));
   if (!(t.beta1 >= 0 && t.beta1 < 1))
-    return range_error(src, "train.beta1", d(t.beta1), "must be in [0, 1)");
+    add(range_error(src, "train.beta1", d(t.beta1), "must be in [0, 1)"));
   if (!(t.beta2 >= 0 && t.beta2 < 1))
-    return range_error(src, "train.beta2", d(t.beta2), "must be in [0, 1)");
+    add(range_error(src, "train.beta2", d(t.beta2), "must be in [0, 1)"));
   if (!(t.grad_clip >= 0))
-    return range_error(src, "train.grad_clip", d(t.grad_clip), "must be >= 0 (0 = no clipping)");
+    add(range_error(src, "train.grad_clip", d(t.grad_clip), "must be >= 0 (0 = no clipping)"));
   if (t.codec.empty() || t.codec.size() > 128 ||
       t.codec.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789:.+_-") != std::string::npos)
-    return range_error(src, "train.codec", "\"" + t.codec + "\"",
-                       "must be a codec spec such as \"none\", \"bf16\" or \"topk:0.02+int4\"");
+    add(range_error(src, "train.codec", "\"" + t.codec + "\"",
+                    "must be a codec spec such as \"none\", \"bf16\" or \"topk:0.02+int4\""));
   if (!algorithms::parse_precision(t.precision).ok())
-    return range_error(src, "train.precision", "\"" + t.precision + "\"",
-                       "must be one of \"fp32\", \"bf16\", \"fp8\", \"mxfp8\", \"nvfp4\"");
+    add(range_error(src, "train.precision", "\"" + t.precision + "\"",
+                    "must be one of \"fp32\", \"bf16\", \"fp8\", \"mxfp8\", \"nvfp4\""));
 
   const DilocoSection& g = c.diloco;
-  if (g.rounds < 1) return range_error(src, "diloco.rounds", u(g.rounds), "must be >= 1");
+  if (g.rounds < 1) add(range_error(src, "diloco.rounds", u(g.rounds), "must be >= 1"));
   if (g.inner_steps < 1)
-    return range_error(src, "diloco.inner_steps", u(g.inner_steps), "must be >= 1");
-  if (!(g.outer_lr > 0)) return range_error(src, "diloco.outer_lr", d(g.outer_lr), "must be > 0");
+    add(range_error(src, "diloco.inner_steps", u(g.inner_steps), "must be >= 1"));
+  if (!(g.outer_lr > 0)) add(range_error(src, "diloco.outer_lr", d(g.outer_lr), "must be > 0"));
   if (!(g.outer_momentum >= 0 && g.outer_momentum < 1))
-    return range_error(src, "diloco.outer_momentum", d(g.outer_momentum), "must be in [0, 1)");
-  if (g.min_nodes < 1) return range_error(src, "diloco.min_nodes", u(g.min_nodes), "must be >= 1");
+    add(range_error(src, "diloco.outer_momentum", d(g.outer_momentum), "must be in [0, 1)"));
+  if (g.min_nodes < 1) add(range_error(src, "diloco.min_nodes", u(g.min_nodes), "must be >= 1"));
   if (g.max_nodes < g.min_nodes)
-    return range_error(src, "diloco.max_nodes", u(g.max_nodes),
-                       "must be >= diloco.min_nodes = " + u(g.min_nodes));
+    add(range_error(src, "diloco.max_nodes", u(g.max_nodes),
+                    "must be >= diloco.min_nodes = " + u(g.min_nodes)));
   if (!(g.round_deadline_s > 0))
-    return range_error(src, "diloco.round_deadline_s", d(g.round_deadline_s),
-                       "must be > 0 seconds");
+    add(range_error(src, "diloco.round_deadline_s", d(g.round_deadline_s), "must be > 0 seconds"));
   if (!(g.heartbeat_interval_s > 0))
-    return range_error(src, "diloco.heartbeat_interval_s", d(g.heartbeat_interval_s),
-                       "must be > 0 seconds");
+    add(range_error(src, "diloco.heartbeat_interval_s", d(g.heartbeat_interval_s),
+                    "must be > 0 seconds"));
   if (g.lost_after_heartbeats < 2)
-    return range_error(src, "diloco.lost_after_heartbeats", u(g.lost_after_heartbeats),
-                       "must be >= 2");
+    add(range_error(src, "diloco.lost_after_heartbeats", u(g.lost_after_heartbeats),
+                    "must be >= 2"));
   if (!(g.start_wait_s >= 0))
-    return range_error(src, "diloco.start_wait_s", d(g.start_wait_s), "must be >= 0 seconds");
+    add(range_error(src, "diloco.start_wait_s", d(g.start_wait_s), "must be >= 0 seconds"));
   if (g.keep_params < 1)
-    return range_error(src, "diloco.keep_params", u(g.keep_params), "must be >= 1");
+    add(range_error(src, "diloco.keep_params", u(g.keep_params), "must be >= 1"));
   if (g.pull_codec != "exact" && g.pull_codec != "sparse-delta" && g.pull_codec != "full" &&
       g.pull_codec != "bf16")
-    return range_error(src, "diloco.pull_codec", "\"" + g.pull_codec + "\"",
-                       "must be \"exact\", \"sparse-delta\", \"full\" or \"bf16\"");
+    add(range_error(src, "diloco.pull_codec", "\"" + g.pull_codec + "\"",
+                    "must be \"exact\", \"sparse-delta\", \"full\" or \"bf16\""));
   // The model has 9 tensors per layer plus the embedding and the final norm; fragment
   // boundaries fall on tensor boundaries.
   const uint64_t tensors = 9 * uint64_t{m.layers} + 2;
   if (g.streaming_fragments < 1 || g.streaming_fragments > tensors)
-    return range_error(src, "diloco.streaming_fragments", u(g.streaming_fragments),
-                       "must be in [1, " + u(tensors) + "] (1 = plain DiLoCo; at most one "
-                       "fragment per tensor of the model)");
-  if (g.inner_steps % g.streaming_fragments != 0)
-    return range_error(src, "diloco.inner_steps", u(g.inner_steps),
-                       "must be a multiple of diloco.streaming_fragments = " +
-                           u(g.streaming_fragments) +
-                           " (each round syncs one fragment after inner_steps / fragments steps)");
-  if (g.overlap_steps > g.inner_steps / g.streaming_fragments)
-    return range_error(src, "diloco.overlap_steps", u(g.overlap_steps),
-                       "must be <= diloco.inner_steps / diloco.streaming_fragments = " +
-                           u(g.inner_steps / g.streaming_fragments) +
-                           " (the inner steps of one round)");
+    add(range_error(src, "diloco.streaming_fragments", u(g.streaming_fragments),
+                    "must be in [1, " + u(tensors) +
+                        "] (1 = plain DiLoCo; at most one "
+                        "fragment per tensor of the model)"));
+  else if (g.inner_steps % g.streaming_fragments != 0)
+    add(range_error(
+        src, "diloco.inner_steps", u(g.inner_steps),
+        "must be a multiple of diloco.streaming_fragments = " + u(g.streaming_fragments) +
+            " (each round syncs one fragment after inner_steps / fragments steps)"));
+  if (g.streaming_fragments >= 1 && g.overlap_steps > g.inner_steps / g.streaming_fragments)
+    add(range_error(src, "diloco.overlap_steps", u(g.overlap_steps),
+                    "must be <= diloco.inner_steps / diloco.streaming_fragments = " +
+                        u(g.inner_steps / g.streaming_fragments) +
+                        " (the inner steps of one round)"));
   if (!(g.merge_alpha >= 0 && g.merge_alpha < 1))
-    return range_error(src, "diloco.merge_alpha", d(g.merge_alpha),
-                       "must be in [0, 1) (0 = replace the local fragment by the global one)");
+    add(range_error(src, "diloco.merge_alpha", d(g.merge_alpha),
+                    "must be in [0, 1) (0 = replace the local fragment by the global one)"));
 
   if (c.algorithm != "diloco" && c.algorithm != "hydra")
-    return range_error(src, "algorithm", "\"" + c.algorithm + "\"",
-                       "must be \"diloco\" or \"hydra\"");
+    add(range_error(src, "algorithm", "\"" + c.algorithm + "\"",
+                    "must be \"diloco\" or \"hydra\""));
   const HydraSection& hy = c.hydra;
   if (hy.reselect_every < 1)
-    return range_error(src, "hydra.reselect_every", u(hy.reselect_every), "must be >= 1");
+    add(range_error(src, "hydra.reselect_every", u(hy.reselect_every), "must be >= 1"));
   if (hy.ffn_blocks < 1 || m.ffn_hidden % hy.ffn_blocks != 0)
-    return range_error(src, "hydra.ffn_blocks", u(hy.ffn_blocks),
-                       "must be >= 1 and divide model.ffn_hidden = " + u(m.ffn_hidden));
+    add(range_error(src, "hydra.ffn_blocks", u(hy.ffn_blocks),
+                    "must be >= 1 and divide model.ffn_hidden = " + u(m.ffn_hidden)));
   if (hy.importance_batches < 1)
-    return range_error(src, "hydra.importance_batches", u(hy.importance_batches), "must be >= 1");
+    add(range_error(src, "hydra.importance_batches", u(hy.importance_batches), "must be >= 1"));
   if (!(hy.min_train_share >= 0 && hy.min_train_share <= 1))
-    return range_error(src, "hydra.min_train_share", d(hy.min_train_share), "must be in [0, 1]");
+    add(range_error(src, "hydra.min_train_share", d(hy.min_train_share), "must be in [0, 1]"));
   if (!(hy.removal_penalty >= 0 && hy.removal_penalty <= 100))
-    return range_error(src, "hydra.removal_penalty", d(hy.removal_penalty),
-                       "must be in [0, 100] (0 counts trained units only; docs/hydra.md)");
+    add(range_error(src, "hydra.removal_penalty", d(hy.removal_penalty),
+                    "must be in [0, 100] (0 counts trained units only; docs/hydra.md)"));
   if (c.is_hydra() && g.streaming())
-    return range_error(src, "algorithm", "\"hydra\"",
-                       "cannot be combined with Streaming DiLoCo; set diloco.streaming_fragments "
-                       "= 1 and diloco.overlap_steps = 0");
+    add(range_error(src, "algorithm", "\"hydra\"",
+                    "cannot be combined with Streaming DiLoCo; set diloco.streaming_fragments "
+                    "= 1 and diloco.overlap_steps = 0"));
   // The subnetwork model (algorithms/model/llama_subnet.h) has dense FFNs and fp32 GEMMs only.
   if (c.is_hydra() && m.moe_experts > 0)
-    return range_error(src, "algorithm", "\"hydra\"",
-                       "does not support MoE models yet; set model.moe_experts = 0 or use "
-                       "algorithm = \"diloco\"");
+    add(range_error(src, "algorithm", "\"hydra\"",
+                    "does not support MoE models yet; set model.moe_experts = 0 or use "
+                    "algorithm = \"diloco\""));
   if (c.is_hydra() && c.train.precision != "fp32" && !c.train.precision.empty())
-    return range_error(src, "algorithm", "\"hydra\"",
-                       "trains in fp32 only; set train.precision = \"fp32\" or use "
-                       "algorithm = \"diloco\"");
+    add(range_error(src, "algorithm", "\"hydra\"",
+                    "trains in fp32 only; set train.precision = \"fp32\" or use "
+                    "algorithm = \"diloco\""));
 
   const RobustSection& rb = c.robust;
   if (!algorithms::parse_screen_mode(rb.screen).ok())
-    return range_error(src, "robust.screen", "\"" + rb.screen + "\"",
-                       "must be \"clip\", \"drop\" or \"off\"");
+    add(range_error(src, "robust.screen", "\"" + rb.screen + "\"",
+                    "must be \"clip\", \"drop\" or \"off\""));
   if (!(rb.norm_multiple >= 1))
-    return range_error(src, "robust.norm_multiple", d(rb.norm_multiple),
-                       "must be >= 1 (the limit is this multiple of the median update norm)");
+    add(range_error(src, "robust.norm_multiple", d(rb.norm_multiple),
+                    "must be >= 1 (the limit is this multiple of the median update norm)"));
   if (!(rb.max_norm >= 0))
-    return range_error(src, "robust.max_norm", d(rb.max_norm),
-                       "must be >= 0 (0 = no absolute bound)");
+    add(range_error(src, "robust.max_norm", d(rb.max_norm),
+                    "must be >= 0 (0 = no absolute bound)"));
   const auto aggregator = algorithms::parse_aggregator(rb.aggregator);
   if (!aggregator.ok())
-    return range_error(src, "robust.aggregator", "\"" + rb.aggregator + "\"",
-                       "must be \"mean\", \"clipped-mean\", \"trimmed-mean\", \"median\" or "
-                       "\"krum\"");
+    add(range_error(src, "robust.aggregator", "\"" + rb.aggregator + "\"",
+                    "must be \"mean\", \"clipped-mean\", \"trimmed-mean\", \"median\" or "
+                    "\"krum\""));
   if (!(rb.clip_multiple > 0))
-    return range_error(src, "robust.clip_multiple", d(rb.clip_multiple), "must be > 0");
+    add(range_error(src, "robust.clip_multiple", d(rb.clip_multiple), "must be > 0"));
   if (!(rb.trim_fraction >= 0 && rb.trim_fraction < 0.5))
-    return range_error(src, "robust.trim_fraction", d(rb.trim_fraction), "must be in [0, 0.5)");
+    add(range_error(src, "robust.trim_fraction", d(rb.trim_fraction), "must be in [0, 0.5)"));
   if (rb.krum_keep < 1)
-    return range_error(src, "robust.krum_keep", u(rb.krum_keep),
-                       "must be >= 1 (1 = Krum, more = Multi-Krum)");
-  if (c.is_hydra() && *aggregator == algorithms::AggregatorKind::kKrum)
-    return range_error(src, "robust.aggregator", "\"krum\"",
-                       "cannot be used with algorithm = \"hydra\" (its sites train different "
-                       "elements); use \"median\" or \"trimmed-mean\"");
+    add(range_error(src, "robust.krum_keep", u(rb.krum_keep),
+                    "must be >= 1 (1 = Krum, more = Multi-Krum)"));
+  if (c.is_hydra() && aggregator.ok() && *aggregator == algorithms::AggregatorKind::kKrum)
+    add(range_error(src, "robust.aggregator", "\"krum\"",
+                    "cannot be used with algorithm = \"hydra\" (its sites train different "
+                    "elements); use \"median\" or \"trimmed-mean\""));
 
   const DataSection& a = c.data;
   if (a.source != "brown" && a.source != "text" && a.source != "tokens")
-    return range_error(src, "data.source", "\"" + a.source + "\"",
-                       "must be one of \"brown\", \"text\", \"tokens\"");
+    add(range_error(src, "data.source", "\"" + a.source + "\"",
+                    "must be one of \"brown\", \"text\", \"tokens\""));
   if (a.source != "brown" && a.paths.empty())
-    return range_error(
+    add(range_error(
         src, "data.paths", "[]",
-        "must list at least one file or directory when data.source = \"" + a.source + "\"");
+        "must list at least one file or directory when data.source = \"" + a.source + "\""));
   if (a.tokenizer != "bytes" && a.tokenizer != "bpe")
-    return range_error(src, "data.tokenizer", "\"" + a.tokenizer + "\"",
-                       "must be \"bytes\" or \"bpe\"");
+    add(range_error(src, "data.tokenizer", "\"" + a.tokenizer + "\"",
+                    "must be \"bytes\" or \"bpe\""));
   if (a.tokenizer == "bytes" && m.vocab < 256)
-    return range_error(src, "model.vocab", u(m.vocab),
-                       "must be >= 256 with data.tokenizer = \"bytes\"");
+    add(range_error(src, "model.vocab", u(m.vocab),
+                    "must be >= 256 with data.tokenizer = \"bytes\""));
   if (a.split != "genre" && a.split != "iid")
-    return range_error(src, "data.split", "\"" + a.split + "\"", "must be \"genre\" or \"iid\"");
+    add(range_error(src, "data.split", "\"" + a.split + "\"", "must be \"genre\" or \"iid\""));
   if (!(a.val_fraction > 0 && a.val_fraction <= 0.5))
-    return range_error(src, "data.val_fraction", d(a.val_fraction), "must be in (0, 0.5]");
-  return Status::Ok();
+    add(range_error(src, "data.val_fraction", d(a.val_fraction), "must be in (0, 0.5]"));
+  return errors;
+}
+
+Status validate_experiment_config(const ExperimentConfig& c, std::string_view src) {
+  std::vector<Status> errors = experiment_config_errors(c, src);
+  return errors.empty() ? Status::Ok() : errors.front();
 }
 
 StatusOr<ExperimentConfig> parse_experiment_config(std::string_view text, std::string_view source) {
+  ConfigCheck check = check_experiment_config(text, source);
+  if (!check.errors.empty()) return check.errors.front();
+  return std::move(check.config);
+}
+
+ConfigCheck check_experiment_config(std::string_view text, std::string_view source) {
+  ConfigCheck check;
   toml::table root;
 #if TOML_EXCEPTIONS
   try {
     root = toml::parse(text, source);
   } catch (const toml::parse_error& e) {
     const auto& b = e.source().begin;
-    return InvalidArgument(std::string(source) + ":" + std::to_string(b.line) + ":" +
-                           std::to_string(b.column) +
-                           ": TOML syntax error: " + std::string(e.description()));
+    check.errors.push_back(InvalidArgument(std::string(source) + ":" + std::to_string(b.line) +
+                                           ":" + std::to_string(b.column) +
+                                           ": TOML syntax error: " + std::string(e.description())));
+    return check;
   }
 #else
   toml::parse_result r = toml::parse(text, source);
   if (!r) {
     const auto& b = r.error().source().begin;
-    return InvalidArgument(std::string(source) + ":" + std::to_string(b.line) + ":" +
-                           std::to_string(b.column) +
-                           ": TOML syntax error: " + std::string(r.error().description()));
+    check.errors.push_back(InvalidArgument(
+        std::string(source) + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) +
+        ": TOML syntax error: " + std::string(r.error().description())));
+    return check;
   }
   root = std::move(r).table();
 #endif
-  ExperimentConfig c;
+  ExperimentConfig& c = check.config;
   const std::vector<std::string> subtables = {"model", "train", "diloco",
                                               "hydra", "data",  "robust"};
   const std::vector<Table> schemas = {
@@ -443,13 +463,13 @@ StatusOr<ExperimentConfig> parse_experiment_config(std::string_view text, std::s
         {"split", str(&c.data.split)},
         {"val_fraction", f64(&c.data.val_fraction)}}},
   };
-  ATOLL_RETURN_IF_ERROR(apply_table(root, schemas[0], source, subtables));
+  apply_table(root, schemas[0], source, subtables, check.errors);
   for (size_t i = 1; i < schemas.size(); ++i) {
     if (const toml::table* t = root[schemas[i].name].as_table())
-      ATOLL_RETURN_IF_ERROR(apply_table(*t, schemas[i], source, subtables));
+      apply_table(*t, schemas[i], source, subtables, check.errors);
   }
-  ATOLL_RETURN_IF_ERROR(validate_experiment_config(c, source));
-  return c;
+  for (Status& s : experiment_config_errors(c, source)) check.errors.push_back(std::move(s));
+  return check;
 }
 
 StatusOr<ExperimentConfig> load_experiment_config(const std::string& path) {

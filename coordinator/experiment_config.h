@@ -205,10 +205,22 @@ struct ExperimentConfig {
 // Parses and validates. `source` names the file in messages ("config.toml: ...").
 StatusOr<ExperimentConfig> parse_experiment_config(std::string_view toml_text,
                                                    std::string_view source = "config.toml");
+// Every problem of a config at once, for a form or an editor that shows them all: the TOML
+// syntax error alone, or each unknown key and bad value (in key order), then each failed
+// range and cross-field check (in validate_experiment_config's order). `errors` empty: valid.
+// parse_experiment_config returns the first of these errors.
+struct ConfigCheck {
+  ExperimentConfig config;
+  std::vector<Status> errors;
+};
+ConfigCheck check_experiment_config(std::string_view toml_text,
+                                    std::string_view source = "config.toml");
 // Reads the file, then parse_experiment_config with the file's name as source.
 StatusOr<ExperimentConfig> load_experiment_config(const std::string& path);
-// Cross-field and range checks on an already-built config (parse calls it).
+// Cross-field and range checks on an already-built config (parse calls it): the first failed
+// check, or every failed one.
 Status validate_experiment_config(const ExperimentConfig& cfg, std::string_view source);
+std::vector<Status> experiment_config_errors(const ExperimentConfig& cfg, std::string_view source);
 // The model an experiment trains (algorithms/model/llama.h), from its [model] section.
 algorithms::ModelConfig model_config(const ExperimentConfig& cfg);
 // The inner optimizer of its [train] section, with a cosine schedule of total_steps.

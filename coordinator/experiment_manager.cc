@@ -354,6 +354,7 @@ StatusOr<std::vector<NodeView>> ExperimentManager::nodes(const std::string& id) 
     v.node_id = r.node_id;
     v.status = r.state;
     v.device = r.device;
+    v.budget = r.budget;
     v.joined_unix_ms = r.joined_unix_ms;
     v.last_seen_unix_ms = r.last_seen_unix_ms;
   }
@@ -463,7 +464,8 @@ StatusOr<MetricSeries> ExperimentManager::metrics(const std::string& id,
       const double val = kv.value().to_number<double>();
       if (n == kCoordinatorNode) {
         coord[std::string(kv.key())][r] = val;
-      } else if (kv.key() == "tokens_per_s" || kv.key() == "site_val_bpb") {
+      } else if (kv.key() == "tokens_per_s" || kv.key() == "site_val_bpb" ||
+                 kv.key() == "teacher_bytes_per_token") {
         m.per_node[std::string(kv.key())][n].push_back({r + 1, val});
       }
     }
@@ -480,6 +482,40 @@ StatusOr<MetricSeries> ExperimentManager::metrics(const std::string& id,
       series = downsample(series, m.bucket);
     }
   return m;
+}
+
+StatusOr<ExperimentTotals> ExperimentManager::totals(const std::string& id) const {
+  ATOLL_ASSIGN_OR_RETURN(ExperimentSummary s, get(id));
+  ExperimentTotals t;
+  if (s.record.current_round > 0) {
+    auto first = store_.load_round(id, 0);
+    auto last = store_.load_round(id, s.record.current_round - 1);
+    if (first.ok())
+      t.started_unix_ms = first->committed_unix_ms -
+                          std::min<uint64_t>(first->committed_unix_ms,
+                                             static_cast<uint64_t>(1000.0 * first->duration_s));
+    if (last.ok()) t.last_commit_unix_ms = last->committed_unix_ms;
+  }
+  ATOLL_ASSIGN_OR_RETURN(std::vector<std::string> reports, store_.list_metrics(id));
+  double final_round = -1;
+  for (const auto& text : reports) {
+    boost::system::error_code ec;
+    json::value v = json::parse(text, ec);
+    if (ec || !v.is_object()) continue;
+    const auto& o = v.get_object();
+    const auto* node = o.if_contains("node");
+    const auto* round = o.if_contains("round");
+    const auto* values = o.if_contains("metrics");
+    if (!node || !node->is_string() || node->get_string() != kCoordinatorNode || !round ||
+        !round->is_number() || !values || !values->is_object())
+      continue;
+    const auto* bpb = values->get_object().if_contains("val_bpb");
+    if (!bpb || !bpb->is_number()) continue;
+    const double r = round->to_number<double>(), val = bpb->to_number<double>();
+    if (r >= final_round) final_round = r, t.final_val_bpb = val;
+    if (!t.best_val_bpb || val < *t.best_val_bpb) t.best_val_bpb = val;
+  }
+  return t;
 }
 
 StatusOr<std::string> ExperimentManager::checkpoint(const std::string& id,

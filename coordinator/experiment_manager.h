@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -47,6 +48,7 @@ struct NodeView {
   std::string node_id;
   std::string status;  // "active", "lost", "left"
   std::string device;
+  double budget = 1.0;  // Hydra: its share of the full model's cost, from its join
   bool ready = false;
   uint64_t round = 0;  // latest heartbeat progress (live experiment only)
   uint32_t inner_step = 0;
@@ -59,6 +61,14 @@ struct NodeView {
   uint64_t tokens = 0;
   uint64_t bytes_up = 0;
   uint64_t bytes_down = 0;
+};
+
+// What the experiment list shows of each run without fetching its series.
+struct ExperimentTotals {
+  std::optional<double> final_val_bpb;  // the coordinator's latest validation bpb
+  std::optional<double> best_val_bpb;   // its lowest
+  uint64_t started_unix_ms = 0;         // the first round's start (commit − duration); 0: none
+  uint64_t last_commit_unix_ms = 0;     // the latest round's commit; 0: none
 };
 
 // x = rounds completed (0 = the initial parameters), y = the value.
@@ -165,6 +175,9 @@ class ExperimentManager {
                                             uint64_t limit) const;
   // Every series downsampled to at most max_points points (≥ 2) by averaging whole buckets.
   StatusOr<MetricSeries> metrics(const std::string& id, uint32_t max_points) const;
+  // Final and best validation bpb and the run's start and last commit (two rounds read, and
+  // the metric reports).
+  StatusOr<ExperimentTotals> totals(const std::string& id) const;
   // Safetensors bytes of the latest committed θ; `filename` gets "<id>-round<r>.safetensors".
   StatusOr<std::string> checkpoint(const std::string& id, std::string* filename) const;
 

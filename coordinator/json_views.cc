@@ -69,6 +69,10 @@ json::object to_json(const ExperimentConfig& c) {
                {"tokenizer", c.data.tokenizer},
                {"split", c.data.split},
                {"val_fraction", c.data.val_fraction}};
+  o["robust"] = {{"screen", c.robust.screen},
+                 {"norm_multiple", c.robust.norm_multiple},
+                 {"max_norm", c.robust.max_norm},
+                 {"aggregator", c.robust.aggregator}};
   return o;
 }
 
@@ -96,6 +100,7 @@ json::object to_json(const NodeView& n) {
   o["node_id"] = n.node_id;
   o["status"] = n.status;
   o["device"] = n.device;
+  o["budget"] = json_number(n.budget);
   o["ready"] = n.ready;
   o["round"] = n.round;
   o["inner_step"] = n.inner_step;

@@ -22,7 +22,8 @@ const LOG_MAX = 2000;    // log lines kept in the page
 const $ = (sel, root = document) => root.querySelector(sel);
 const state = {
   role: null, view: null, stream: null, refreshTimer: null, pollTimer: null, tickTimer: null,
-  selected: new Set(), compare: [], xAxis: 'round', online: true, lastOk: 0,
+  selected: new Set(), compare: [], xAxis: 'round', online: true, lastOk: 0, groups: {},
+  listData: null, listSort: { key: null, dir: 1 },
   experiment: null, tab: 'overview', x: null, logs: [], logKeys: new Set(), charts: {},
   logView: { rebuild: true, filter: null, shown: 0, pending: false },  // what #log-lines shows
 };
@@ -63,7 +64,8 @@ const sumSeries = (s, bucket) => (s || []).reduce((a, p) => a + (p[1] || 0), 0) 
 
 // ---- API and connection state ----------------------------------------------------------------
 class ApiError extends Error {
-  constructor(status, message, field) { super(message); this.status = status; this.field = field; }
+  // errors: every error of a refused config ([{error, field}]), when the server lists them.
+  constructor(status, message, field, errors) { super(message); this.status = status; this.field = field; this.errors = errors; }
 }
 function authHeader() { return { Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY) || ''}` }; }
 async function api(path, { method = 'GET', body } = {}) {
@@ -81,7 +83,7 @@ async function api(path, { method = 'GET', body } = {}) {
   try { data = await res.json(); } catch (_) { /* not JSON */ }
   if (!res.ok) {
     if (res.status === 401) logout(data && data.error, true);
-    throw new ApiError(res.status, (data && data.error) || `HTTP ${res.status}`, data && data.field);
+    throw new ApiError(res.status, (data && data.error) || `HTTP ${res.status}`, data && data.field, data && data.errors);
   }
   return data;
 }
@@ -210,6 +212,8 @@ async function ensureSession() {
 function parseHash(hash) {
   if (hash === '#/login') return { view: 'login' };
   if (hash === '#/new') return { view: 'new' };
+  const clone = hash.match(/^#\/new\/([A-Za-z0-9._-]{1,64})$/);
+  if (clone) return { view: 'new', from: clone[1] };
   const m = hash.match(/^#\/e\/([A-Za-z0-9._-]{1,64})(?:\/(config|logs))?$/);
   if (m) return { view: 'experiment', id: m[1], tab: m[2] || 'overview' };
   const c = hash.match(/^#\/compare\/([A-Za-z0-9._,-]{1,1000})$/);
@@ -235,7 +239,7 @@ async function route() {
   leaveView();
   if (r.view === 'experiment') return showExperiment(r.id, r.tab);
   if (r.view === 'compare') return showCompare(r.ids);
-  if (r.view === 'new') return showCreate();
+  if (r.view === 'new') return showCreate(r.from);
   return showList();
 }
 function leaveView() {
@@ -291,14 +295,45 @@ async function renderList() {
     return;
   }
   if (state.view !== 'list') return;
-  const tbody = $('#experiments-table tbody');
   const ids = new Set(data.experiments.map(x => x.id));
   for (const id of [...state.selected]) if (!ids.has(id)) state.selected.delete(id);
-  tbody.replaceChildren(...data.experiments.map(x => el('tr', { dataset: { id: x.id } },
+  state.listData = data.experiments;
+  renderListRows();
+}
+// Sort keys of the list's columns (numbers sort numerically; missing values last).
+const LIST_SORT = {
+  id: x => x.id, state: x => x.state, rounds: x => x.current_round, bpb: x => x.final_val_bpb,
+  duration: x => (x.started_unix_ms ? x.duration_s : null), params: x => x.params,
+  codec: x => x.config.train.codec, created: x => x.created_unix_ms,
+};
+function renderListRows() {
+  const all = state.listData || [];
+  const words = $('#list-filter').value.trim().toLowerCase().split(/\s+/).filter(Boolean);
+  const want = $('#list-state').value;
+  const text = x => [x.id, x.state, x.config.train.codec, x.config.algorithm, x.live ? 'live' : ''].join(' ').toLowerCase();
+  let rows = all.filter(x => (!want || x.state === want) && words.every(w => text(x).includes(w)));
+  const { key, dir } = state.listSort;
+  if (key) {
+    const k = LIST_SORT[key];
+    rows = rows.slice().sort((a, b) => {
+      const va = k(a), vb = k(b);
+      if (va == null || vb == null) return va == null ? (vb == null ? 0 : 1) : -1;
+      return (typeof va === 'number' ? va - vb : String(va).localeCompare(String(vb))) * dir;
+    });
+  }
+  for (const th of document.querySelectorAll('#experiments-table th[data-sort]')) {
+    if (th.dataset.sort === key) th.setAttribute('aria-sort', dir > 0 ? 'ascending' : 'descending');
+    else th.removeAttribute('aria-sort');
+  }
+  $('#list-count').textContent = rows.length === all.length ? `${all.length} experiments` : `${rows.length} of ${all.length} experiments`;
+  const tbody = $('#experiments-table tbody');
+  tbody.replaceChildren(...rows.map(x => el('tr', { dataset: { id: x.id } },
     el('td', { class: 'pick' }, pickBox(x.id)),
     el('td', {}, el('a', { href: `#/e/${x.id}` }, x.id), x.live ? el('span', { class: 'muted' }, ' · live') : ''),
     el('td', {}, el('span', { class: `state ${x.state}` }, x.state)),
     el('td', { class: 'num' }, `${x.current_round} / ${x.rounds}`),
+    el('td', { class: 'num', dataset: { value: x.final_val_bpb == null ? '' : String(x.final_val_bpb) } }, fmtNum(x.final_val_bpb)),
+    el('td', { class: 'num', dataset: { value: x.started_unix_ms ? String(x.duration_s) : '' } }, x.started_unix_ms ? fmtDuration(x.duration_s) : '–'),
     el('td', { class: 'num' }, fmtCount(x.params)),
     el('td', { class: 'mono' }, x.config.train.codec),
     el('td', { class: 'num' }, x.live ? `${x.active_nodes} active` : `${x.config.diloco.min_nodes}`),
@@ -306,8 +341,14 @@ async function renderList() {
     el('td', { class: 'admin-only' }, ...actionsFor(x).map(a =>
       el('button', { class: `small ${a === 'stop' || a === 'delete' ? 'danger' : ''}`, onclick: () => act(x.id, a) }, a))),
   )));
-  show($('#list-empty'), data.experiments.length === 0);
+  show($('#list-empty'), all.length === 0);
+  show($('#list-none'), all.length > 0 && rows.length === 0);
   updateCompareButton();
+}
+function onSortClick(th) {
+  const key = th.dataset.sort;
+  state.listSort = state.listSort.key === key ? { key, dir: -state.listSort.dir } : { key, dir: 1 };
+  renderListRows();
 }
 function pickBox(id) {
   const box = el('input', { type: 'checkbox', 'aria-label': `select ${id} to compare`, dataset: { pick: id } });
@@ -325,23 +366,84 @@ function updateCompareButton() {
 }
 
 // ---- create ---------------------------------------------------------------------------------
-function showCreate() {
+// `from`: clone that experiment: its whole stored config in the TOML editor, under a new name.
+async function showCreate(from) {
   state.view = 'new';
+  const form = $('#create-form');
+  clearFormErrors(form);
   show($('#view-new'), true);
-  setTitle('New experiment');
+  setTitle(from ? `Clone ${from}` : 'New experiment');
+  $('#new-title').textContent = from ? `Clone ${from}` : 'New experiment';
   showError($('#create-error'), state.role !== 'admin' ? 'Creating experiments needs an admin token.' : '');
+  $('#f-toml').value = '';
+  $('#toml-editor').open = false;
+  if (from) {
+    let x;
+    try { x = await api(`api/experiments/${from}`); } catch (e) {
+      if (e.status !== 0) showError($('#create-error'), `clone: ${e.message}`);
+      return;
+    }
+    if (state.view !== 'new') return;
+    const name = `${from}-2`.slice(0, 64);
+    fillForm(x.config, name);
+    $('#f-toml').value = x.config_toml.replace(/^name = .*$/m, `name = ${JSON.stringify(name)}`);
+    $('#toml-editor').open = true;
+    $('#f-toml').focus();
+    return;
+  }
   $('#f-name').focus();
 }
+// The form's fields from a config (a clone's): what the TOML editor holds, field by field.
+function fillForm(c, name) {
+  const preset = Object.entries(MODEL_PRESETS).find(([, p]) => p.dim === c.model.dim && p.layers === c.model.layers);
+  const values = {
+    name, seed: c.seed, algorithm: c.algorithm, nodes: c.diloco.min_nodes, rounds: c.diloco.rounds,
+    inner_steps: c.diloco.inner_steps, lr: c.train.lr, outer_lr: c.diloco.outer_lr,
+    outer_momentum: c.diloco.outer_momentum, codec: c.train.codec, pull_codec: c.diloco.pull_codec,
+    split: c.data.split, model: preset ? preset[0] : null,
+  };
+  for (const [k, v] of Object.entries(values)) {
+    const input = $('#create-form').querySelector(`[name="${k}"]`);
+    if (input && v != null) input.value = String(v);
+  }
+}
 const FIELD_OF_KEY = [
-  [/^name$/, 'name'], [/^model\./, 'model'], [/^diloco\.(min|max)_nodes$/, 'nodes'],
-  [/^diloco\.rounds$/, 'rounds'], [/^diloco\.inner_steps$/, 'inner_steps'],
-  [/^train\.codec$/, 'codec'], [/^data\.split$/, 'split'],
+  [/^name$/, 'name'], [/^seed$/, 'seed'], [/^algorithm$/, 'algorithm'], [/^model\./, 'model'],
+  [/^diloco\.(min|max)_nodes$/, 'nodes'], [/^diloco\.rounds$/, 'rounds'], [/^diloco\.inner_steps$/, 'inner_steps'],
+  [/^train\.lr$/, 'lr'], [/^diloco\.outer_lr$/, 'outer_lr'], [/^diloco\.outer_momentum$/, 'outer_momentum'],
+  [/^train\.codec$/, 'codec'], [/^diloco\.pull_codec$/, 'pull_codec'], [/^data\.split$/, 'split'],
 ];
 function clearFormErrors(form) {
-  for (const p of form.querySelectorAll('.error[data-for]')) p.textContent = '';
+  for (const p of form.querySelectorAll('.error[data-for]')) p.replaceChildren();
   for (const i of form.querySelectorAll('[aria-invalid]')) i.removeAttribute('aria-invalid');
   showError($('#create-error'), '');
 }
+// Every error the server found (`errors`, or the one `error`): under its form field, or listed
+// under the TOML editor when the config came from there, or in the form's error line.
+function showCreateErrors(form, e, fromToml) {
+  const errors = e.errors && e.errors.length ? e.errors : [{ error: e.message, field: e.field }];
+  const text = m => m.replace(/^(request|config): /, '');
+  const rest = [];
+  let first = null;
+  for (const err of errors) {
+    const hit = !fromToml && err.field && FIELD_OF_KEY.find(([re]) => re.test(err.field));
+    const input = hit && form.querySelector(`[name="${hit[1]}"]`);
+    if (!input) { rest.push(text(err.error)); continue; }
+    const p = form.querySelector(`.error[data-for="${hit[1]}"]`);
+    p.textContent = p.textContent ? `${p.textContent} ${text(err.error)}` : text(err.error);
+    input.setAttribute('aria-invalid', 'true');
+    first = first || input;
+  }
+  if (fromToml) {
+    $('#f-toml-error').replaceChildren(...rest.map(m => el('li', {}, m)));
+    $('#f-toml').setAttribute('aria-invalid', 'true');
+    first = $('#f-toml');
+  } else if (rest.length) {
+    showError($('#create-error'), rest.join(' · '));
+  }
+  if (first) first.focus();
+}
+function numOrRaw(v) { const t = v.trim(); return t !== '' && isFinite(Number(t)) ? Number(t) : v; }
 function intOrRaw(v) { return /^-?\d+$/.test(v.trim()) ? Number(v) : v; }
 async function submitCreate(ev) {
   ev.preventDefault();
@@ -349,11 +451,17 @@ async function submitCreate(ev) {
   clearFormErrors(form);
   const f = Object.fromEntries(new FormData(form).entries());
   const nodes = intOrRaw(f.nodes);
-  const body = {
+  const fromToml = f.config_toml.trim() !== '';
+  const body = fromToml ? { config_toml: f.config_toml } : {
     name: f.name.trim(),
+    seed: intOrRaw(f.seed),
+    algorithm: f.algorithm,
     model: MODEL_PRESETS[f.model],
-    train: { codec: f.codec.trim() },
-    diloco: { rounds: intOrRaw(f.rounds), inner_steps: intOrRaw(f.inner_steps), min_nodes: nodes, max_nodes: nodes },
+    train: { codec: f.codec.trim(), lr: numOrRaw(f.lr) },
+    diloco: {
+      rounds: intOrRaw(f.rounds), inner_steps: intOrRaw(f.inner_steps), min_nodes: nodes, max_nodes: nodes,
+      outer_lr: numOrRaw(f.outer_lr), outer_momentum: numOrRaw(f.outer_momentum), pull_codec: f.pull_codec,
+    },
     data: { split: f.split },
   };
   $('#create-submit').disabled = true;
@@ -362,14 +470,7 @@ async function submitCreate(ev) {
     form.reset();
     location.hash = '#/';
   } catch (e) {
-    const hit = e.field && FIELD_OF_KEY.find(([re]) => re.test(e.field));
-    if (hit) {
-      form.querySelector(`.error[data-for="${hit[1]}"]`).textContent = e.message.replace(/^(request|config): /, '');
-      const input = form.querySelector(`[name="${hit[1]}"]`);
-      if (input) { input.setAttribute('aria-invalid', 'true'); input.focus(); }
-    } else {
-      showError($('#create-error'), e.message);
-    }
+    if (e.status !== 0) showCreateErrors(form, e, fromToml);
   } finally {
     $('#create-submit').disabled = false;
   }
@@ -377,20 +478,39 @@ async function submitCreate(ev) {
 
 // ---- experiment page ------------------------------------------------------------------------
 const TAB_NAMES = { overview: 'Overview', config: 'Config', logs: 'Logs' };
+// The smoothing slider, linear/log select and "Reset zoom" button of a page's chart group
+// (prefix "x" on the experiment page, "c" on the compare page).
+function chartControls(prefix) {
+  const group = new ChartGroup(view => {
+    $(`#${prefix}-smoothing`).value = String(view.smoothing);
+    $(`#${prefix}-smoothing-value`).textContent = String(view.smoothing);
+    $(`#${prefix}-yscale`).value = view.logY ? 'log' : 'linear';
+    show($(`#${prefix}-zoom-reset`), !!view.zoom);
+  });
+  $(`#${prefix}-smoothing`).addEventListener('input', ev => group.update({ smoothing: Number(ev.target.value) }));
+  $(`#${prefix}-yscale`).addEventListener('change', ev => group.update({ logY: ev.target.value === 'log' }));
+  $(`#${prefix}-zoom-reset`).addEventListener('click', () => group.resetZoom());
+  return group;
+}
 function ensureCharts() {
   if (state.charts.bpb) return;
+  state.groups.x = chartControls('x');
   const make = (key, o) => {
-    state.charts[key] = new LineChart($(`figure[data-chart="${key}"]`), { ...o, file: () => `${state.experiment}-${key}` });
+    state.charts[key] = new LineChart($(`figure[data-chart="${key}"]`), { ...o, group: state.groups.x, file: () => `${state.experiment}-${key}` });
   };
   make('bpb', { id: 'chart-bpb', caption: 'Validation bits per byte (global model)', yTitle: 'bits per byte' });
   make('loss', { id: 'chart-loss', caption: 'Inner training loss per node', yTitle: 'loss (nats)' });
-  make('bytes', { id: 'chart-bytes', caption: 'Bytes per round vs data-parallel', yTitle: 'bytes per round', logY: true });
-  make('duration', { id: 'chart-duration', caption: 'Round duration', yTitle: 'seconds' });
+  make('bytes', { id: 'chart-bytes', caption: 'Bytes per round vs data-parallel', yTitle: 'bytes per round', logY: true, unit: 'bytes' });
+  make('duration', { id: 'chart-duration', caption: 'Round duration', yTitle: 'seconds', unit: 'seconds' });
+  make('sites', { id: 'chart-sites', caption: 'Site validation bpb (each site on its own data)', yTitle: 'bits per byte' });
+  make('distill', { id: 'chart-distill', caption: 'Teacher bytes per training token, per site', yTitle: 'bytes per token' });
 }
+const X_CHARTS = ['bpb', 'loss', 'bytes', 'duration', 'sites', 'distill'];
 // Everything of the previous experiment goes before the next one is fetched, so an unknown id
 // never shows the last experiment's title, numbers, charts or enabled buttons.
 function resetExperiment(id) {
   state.experiment = id;
+  if (state.groups.x && state.groups.x.view.zoom) state.groups.x.update({ zoom: null });
   state.x = { id, summary: null, metrics: null, nodes: [], rounds: null, subnets: null, startMs: null, started: 0, applied: 0 };
   state.logs = [];
   state.logKeys = new Set();
@@ -404,7 +524,13 @@ function resetExperiment(id) {
   show($('#x-note'), false);
   show($('#x-waiting'), false);
   show($('#x-charts'), false);
-  for (const k of ['bpb', 'loss', 'bytes', 'duration']) if (state.charts[k]) state.charts[k].clear();
+  for (const k of X_CHARTS) if (state.charts[k]) state.charts[k].clear();
+  show($('#x-sites'), false);
+  $('#sites-table tbody').replaceChildren();
+  show($('#x-robust'), false);
+  $('#robust-reasons tbody').replaceChildren();
+  show($('#x-distill'), false);
+  $('#distill-table tbody').replaceChildren();
   $('#nodes-table thead tr').replaceChildren();
   $('#nodes-table tbody').replaceChildren();
   show($('#x-subnets'), false);
@@ -428,7 +554,7 @@ function selectTab(tab) {
   show($('#x-logs'), tab === 'logs');
   if (tab === 'logs') renderLogs();
   // Chart.js measures its box when it becomes visible again.
-  if (tab === 'overview') for (const k of ['bpb', 'loss', 'bytes', 'duration']) if (state.charts[k]) state.charts[k].chart.resize();
+  if (tab === 'overview') for (const k of X_CHARTS) if (state.charts[k]) state.charts[k].chart.resize();
   setTitle(`${state.experiment} — ${TAB_NAMES[tab]}`);
 }
 async function showExperiment(id, tab) {
@@ -451,13 +577,14 @@ async function refreshExperiment() {
   if (state.view !== 'experiment' || !id) return;
   clearTimeout(state.pollTimer);
   const seq = ++state.x.started;  // a slower, older refresh must not overwrite a newer one
-  let x, m, n, r, sn = null;
+  let x, m, n, r, sn = null, rejected = null;
   try {
     [x, m, n, r] = await Promise.all([
       api(`api/experiments/${id}`), api(`api/experiments/${id}/metrics?max_points=400`),
       api(`api/experiments/${id}/nodes`), newRounds(id),
     ]);
     if (x.config.algorithm === 'hydra') sn = await api(`api/experiments/${id}/subnets`);
+    if (x.live) rejected = await rejectionsByReason();
     if (state.x.startMs == null && r.total > 0) {
       const first = r.from === 0 && r.rounds.length ? r.rounds[0]
         : (await api(`api/experiments/${id}/rounds?from=0&limit=1`)).rounds[0];
@@ -471,7 +598,7 @@ async function refreshExperiment() {
   }
   if (state.view !== 'experiment' || state.experiment !== id || seq < state.x.applied) return;
   state.x.applied = seq;
-  Object.assign(state.x, { summary: x, metrics: m, nodes: n.nodes, rounds: r, subnets: sn });
+  Object.assign(state.x, { summary: x, metrics: m, nodes: n.nodes, rounds: r, subnets: sn, rejected });
   showError($('#x-error'), '');
   show($('#x-body'), true);
   renderExperiment();
@@ -507,7 +634,7 @@ function showNotFound(id) {
   setTitle(`Not found: ${id}`);
 }
 function renderExperiment() {
-  const { summary: x, metrics: m, nodes, rounds, subnets } = state.x;
+  const { summary: x, metrics: m, nodes, rounds, subnets, rejected } = state.x;
   renderHeader(x);
   renderStats();
   renderNote(x);
@@ -517,6 +644,9 @@ function renderExperiment() {
   renderCharts();
   renderNodes(x, m, nodes);
   renderSubnets(x, subnets);
+  renderSites(x, m, nodes, subnets);
+  renderRobust(x, rounds, rejected);
+  renderDistill(m);
   renderRounds(rounds);
   if (!$('#config-toml').textContent) $('#config-toml').textContent = x.config_toml;
   for (const rec of rounds.rounds) logRound(rec, true);
@@ -530,6 +660,7 @@ function renderHeader(x) {
   show($('#x-actions'), true);
   // Only what applies now (start a created one, pause a running one, ...).
   for (const b of document.querySelectorAll('#x-actions button')) show(b, actionsFor(x).includes(b.dataset.action));
+  $('#x-clone').href = `#/new/${x.id}`;
   $('#x-checkpoint').dataset.id = x.id;
   $('#x-checkpoint').dataset.round = x.current_round;
 }
@@ -606,6 +737,8 @@ function renderWaiting(x) {
 }
 function onAxisChange(ev) {
   state.xAxis = ev.target.value;
+  // A zoomed range is in the old axis' units.
+  for (const g of Object.values(state.groups)) if (g.view.zoom) g.update({ zoom: null });
   for (const s of document.querySelectorAll('.xaxis-select')) s.value = state.xAxis;
   if (state.view === 'experiment' && state.x && state.x.metrics) renderCharts();
   if (state.view === 'compare' && state.compareRows) renderCompareCharts(state.compareRows);
@@ -678,6 +811,87 @@ function renderNodes(x, m, nodes) {
   show($('#nodes-empty'), nodes.length === 0);
   show($('#nodes-wrap'), nodes.length > 0);
 }
+// ---- Hydra sites and robust aggregation ----------------------------------------------------
+// Hydra: each site's bpb on its own data against the base model θ_0 (its first report: round 1
+// trains from θ_0) and its budget, and the curves of those bpb per round.
+function renderSites(x, m, nodes, subnets) {
+  const hydra = x.config.algorithm === 'hydra';
+  show($('#x-sites'), hydra);
+  if (!hydra) return;
+  const siteVal = (m.per_node && m.per_node.site_val_bpb) || {};
+  const flops = new Map(((subnets && subnets.subnets) || []).map(s => [s.node_id, s.flops_fraction]));
+  const sorted = nodes.slice().sort((a, b) => a.node_id.localeCompare(b.node_id));
+  $('#sites-table tbody').replaceChildren(...sorted.map(n => {
+    const sv = siteVal[n.node_id] || [];
+    const base = sv.length && sv[0][0] === 1 ? sv[0][1] : null;
+    const latest = sv.length ? sv[sv.length - 1] : null;
+    const gain = base != null && latest ? 100 * (base - latest[1]) / base : null;
+    const f = flops.get(n.node_id);
+    return el('tr', { dataset: { node: n.node_id } },
+      el('th', { scope: 'row', class: 'mono' }, n.node_id),
+      el('td', { class: 'num budget' }, n.budget == null ? '–' : Number(n.budget).toFixed(2)),
+      el('td', { class: 'num flops' }, f == null ? '–' : `${(100 * f).toFixed(1)}%`),
+      el('td', { class: 'num base', title: 'the base model θ0 on this site\'s data' }, fmtNum(base)),
+      el('td', { class: 'num latest', title: latest ? `reported with round ${latest[0]}` : null }, latest ? fmtNum(latest[1]) : '–'),
+      el('td', { class: 'num gain' }, gain == null ? '–' : Math.abs(gain) < 0.005 ? '0.00% (same)'
+        : `${Math.abs(gain).toFixed(2)}% ${gain > 0 ? 'lower' : 'higher'}`));
+  }));
+  const map = xMapper(m, state.xAxis);
+  const sets = sorted.map(n => ({ label: n.node_id, data: toPoints(siteVal[n.node_id], map) }));
+  state.charts.sites.set(sets, state.xAxis, Math.max(map(m.total_rounds || 0), maxX(sets)), '',
+    'No site has reported its validation bpb yet (nodes report it with --val-split held-out or --val-data).');
+}
+// Distillation runs (atoll demo --algorithm distill): their sites report teacher_bytes_per_token.
+function renderDistill(m) {
+  const series = (m.per_node && m.per_node.teacher_bytes_per_token) || {};
+  const sites = Object.keys(series).sort();
+  show($('#x-distill'), sites.length > 0);
+  if (!sites.length) return;
+  $('#distill-table tbody').replaceChildren(...sites.map(n => {
+    const pts = series[n], lastPt = pts[pts.length - 1];
+    return el('tr', { dataset: { node: n } }, el('th', { scope: 'row', class: 'mono' }, n),
+      el('td', { class: 'num' }, lastPt ? fmtNum(lastPt[1], 1) : '–'), el('td', { class: 'num' }, lastPt ? String(lastPt[0]) : '–'));
+  }));
+  const map = xMapper(m, state.xAxis);
+  const sets = sites.map(n => ({ label: n, data: toPoints(series[n], map) }));
+  state.charts.distill.set(sets, state.xAxis, Math.max(map(m.total_rounds || 0), maxX(sets)));
+}
+// atoll_updates_rejected_total{reason="…"} of this coordinator's GET /metrics (the viewer
+// token reads it); null when it is not served.
+async function rejectionsByReason() {
+  try {
+    const res = await fetch('metrics', { headers: authHeader() });
+    if (!res.ok) return null;
+    const out = {};
+    for (const m of (await res.text()).matchAll(/^atoll_updates_rejected_total\{reason="([a-z_]+)"\} (\S+)$/gm)) out[m[1]] = Number(m[2]);
+    return Object.keys(out).length ? out : null;
+  } catch (_) {
+    return null;
+  }
+}
+function renderRobust(x, rounds, rejected) {
+  const recs = rounds ? rounds.rounds : [];
+  show($('#x-robust'), recs.length > 0 || !!rejected);
+  const rb = x.config.robust || {};
+  $('#robust-config').textContent = `screen = ${rb.screen} (limit ${rb.norm_multiple}× the median update norm` +
+    `${rb.max_norm > 0 ? `, at most ${rb.max_norm}` : ''}) · aggregator = ${rb.aggregator}`;
+  const count = what => recs.reduce((a, r) => a + r.participants.filter(what).length, 0);
+  const clipped = count(p => p.pushed && p.screen === 'clipped'), dropped = count(p => p.pushed && p.screen === 'dropped');
+  const missed = count(p => !p.pushed);
+  const line = $('#robust-rounds');
+  line.textContent = recs.length
+    ? `In the last ${recs.length} rounds: ${clipped} update${clipped === 1 ? '' : 's'} clipped, ${dropped} dropped by screening, ${missed} missed (no update in time).`
+    : '';
+  Object.assign(line.dataset, { clipped: String(clipped), dropped: String(dropped), missed: String(missed) });
+  show($('#robust-reasons-box'), !!rejected);
+  if (!rejected) return;
+  const entries = Object.entries(rejected).sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]));
+  const top = Math.max(1, ...entries.map(e => e[1]));
+  $('#robust-reasons tbody').replaceChildren(...entries.map(([reason, n]) => el('tr', { dataset: { reason, count: String(n) } },
+    el('td', { class: 'mono' }, reason), el('td', { class: 'num' }, fmtCount(n)),
+    el('td', {}, el('span', { class: 'bar', style: `width:${(100 * n / top).toFixed(1)}%`, role: 'img', 'aria-label': `${n} refused` })))));
+}
+
 // Hydra: one layers × heads table per site (rows = layers, columns = heads), plus the layer's
 // kept FFN blocks; cells carry a letter and a title so the grid does not rely on colour alone.
 function renderSubnets(x, data) {
@@ -855,10 +1069,11 @@ function downloadLogs() {
 function ensureCompareCharts() {
   if (state.charts.cmpBpb) return;
   const file = key => () => `compare-${state.compare.join('-')}-${key}`;
+  const group = state.groups.c = chartControls('c');
   state.charts.cmpBpb = new LineChart($('figure[data-chart="cmpBpb"]'),
-    { id: 'chart-compare-bpb', caption: 'Validation bits per byte (global model)', yTitle: 'bits per byte', file: file('bpb') });
+    { id: 'chart-compare-bpb', caption: 'Validation bits per byte (global model)', yTitle: 'bits per byte', file: file('bpb'), group });
   state.charts.cmpLoss = new LineChart($('figure[data-chart="cmpLoss"]'),
-    { id: 'chart-compare-loss', caption: 'Mean inner training loss per round', yTitle: 'loss (nats)', file: file('loss') });
+    { id: 'chart-compare-loss', caption: 'Mean inner training loss per round', yTitle: 'loss (nats)', file: file('loss'), group });
 }
 function clearCompare() {
   state.compareRows = null;
@@ -866,6 +1081,8 @@ function clearCompare() {
   delete $('#chart-compare-bpb').dataset.datasets;
   delete $('#chart-compare-loss').dataset.datasets;
   $('#compare-table tbody').replaceChildren();
+  $('#compare-diff tbody').replaceChildren();
+  $('#compare-diff-note').textContent = '';
 }
 async function refreshCompare() {
   const ids = state.compare;
@@ -903,7 +1120,36 @@ function renderCompareCharts(rows) {
   $('#chart-compare-bpb').dataset.datasets = String(bpb.length);
   $('#chart-compare-loss').dataset.datasets = String(loss.length);
 }
+// "key = value" lines of a stored config by "section.key" (the stored TOML is canonical: one
+// key per line, sections in brackets).
+function tomlEntries(text) {
+  const out = new Map();
+  let section = '';
+  for (const line of (text || '').split('\n')) {
+    const t = line.trim();
+    const sec = t.match(/^\[([^\]]+)\]$/);
+    if (sec) { section = sec[1]; continue; }
+    const kv = t.match(/^([A-Za-z0-9_]+)\s*=\s*(.*)$/);
+    if (kv) out.set(section ? `${section}.${kv[1]}` : kv[1], kv[2]);
+  }
+  return out;
+}
+// The keys whose values differ between the compared experiments (the name always differs).
+function renderConfigDiff(rows) {
+  const maps = rows.map(r => tomlEntries(r.x.config_toml));
+  const keys = [...new Set(maps.flatMap(m => [...m.keys()]))].filter(k => k !== 'name');
+  const differing = keys.filter(k => new Set(maps.map(m => m.get(k))).size > 1);
+  $('#compare-diff thead tr').replaceChildren(el('th', { scope: 'col' }, 'Key'), ...rows.map(r => el('th', { scope: 'col' }, r.x.id)));
+  $('#compare-diff tbody').replaceChildren(...differing.map(k => el('tr', { dataset: { key: k } },
+    el('th', { scope: 'row', class: 'mono' }, k),
+    ...maps.map(m => el('td', { class: 'mono diff' }, m.has(k) ? m.get(k) : '(absent)')))));
+  $('#compare-diff-note').textContent = differing.length
+    ? `${differing.length} of ${keys.length} keys differ (the name is not shown).`
+    : `The configs are the same apart from the name (${keys.length} keys).`;
+  show($('#compare-diff-wrap'), differing.length > 0);
+}
 function renderCompareTable(rows) {
+  renderConfigDiff(rows);
   const best = s => (s && s.length ? Math.min(...s.map(p => p[1])) : null);
   $('#compare-table tbody').replaceChildren(...rows.map(({ x, m }, i) => {
     const gl = m.global || {};
@@ -965,6 +1211,10 @@ $('#compare-button').addEventListener('click', () => {
   if (state.selected.size >= 2) location.hash = `#/compare/${[...state.selected].join(',')}`;
 });
 $('#create-form').addEventListener('submit', submitCreate);
+$('#list-filter').addEventListener('input', renderListRows);
+$('#list-state').addEventListener('change', renderListRows);
+for (const th of document.querySelectorAll('#experiments-table th[data-sort]'))
+  th.querySelector('button').addEventListener('click', () => onSortClick(th));
 for (const b of document.querySelectorAll('#x-actions button'))
   b.addEventListener('click', () => act(state.experiment, b.dataset.action));
 $('#x-checkpoint').addEventListener('click', downloadCheckpoint);

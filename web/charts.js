@@ -1,6 +1,9 @@
 // Atoll dashboard charts: Chart.js line charts whose x-axis is rounds completed, bytes sent,
 // tokens or wall time, with every chart of a page sharing one x range, a text alternative on
-// each canvas, and CSV / PNG export of what a chart shows. Loaded before app.js (plain script:
+// each canvas, and CSV / PNG export of what a chart shows. The charts of a page form a
+// ChartGroup with one view: smoothing (TensorBoard's debiased exponential moving average),
+// linear or log y, and a zoomed x range (drag across a chart; double-click, Esc or 0 resets;
+// with the chart focused, arrow keys pan and + / − zoom). Loaded before app.js (plain script:
 // the page's CSP allows only scripts from the server itself).
 'use strict';
 
@@ -76,6 +79,57 @@ function xMapper(metrics, axis) {
 function toPoints(series, map) {
   return (series || []).filter(p => p[1] != null).map(([r, y]) => ({ x: map(r), y, round: r }));
 }
+// TensorBoard's smoothing: an exponential moving average with weight `w` in [0, 1), debiased
+// so that the first points are not pulled towards 0 (w = 0: the points unchanged).
+function smoothPoints(points, w) {
+  let acc = 0;
+  return points.map((p, i) => {
+    acc = acc * w + (1 - w) * p.y;
+    return { ...p, y: w > 0 ? acc / (1 - w ** (i + 1)) : p.y };
+  });
+}
+
+// ---- a page's charts: one view --------------------------------------------------------------
+// view.smoothing: EMA weight; view.logY: log y on every chart; view.zoom: {min, max} of x or
+// null (0 to the end). `onChange` runs after every change (the page's controls follow).
+class ChartGroup {
+  constructor(onChange = () => {}) {
+    this.charts = [];
+    this.view = { smoothing: 0, logY: false, zoom: null };
+    this.onChange = onChange;
+  }
+  add(chart) { this.charts.push(chart); chart.group = this; return chart; }
+  // The right end of the shared range: the largest of the charts' own ends.
+  fullMax() { return Math.max(0, ...this.charts.map(c => c.fullMax || 0)); }
+  update(change) {
+    Object.assign(this.view, change);
+    const z = this.view.zoom;
+    if (z) {
+      const end = this.fullMax();
+      const min = Math.max(0, Math.min(z.min, z.max)), max = Math.min(end, Math.max(z.min, z.max));
+      this.view.zoom = max - min > end * 1e-6 && (min > 0 || max < end) ? { min, max } : null;
+    }
+    for (const c of this.charts) c.draw();
+    this.onChange(this.view);
+  }
+  resetZoom() { this.update({ zoom: null }); }
+  // factor < 1 zooms in around the middle; pan moves by `shift` widths (negative: left).
+  zoomBy(factor) {
+    const end = this.fullMax(), z = this.view.zoom || { min: 0, max: end };
+    const mid = (z.min + z.max) / 2, half = Math.min(end, (z.max - z.min) * factor) / 2;
+    let min = mid - half, max = mid + half;
+    if (min < 0) { max -= min; min = 0; }
+    if (max > end) { min -= max - end; max = end; }
+    this.update({ zoom: { min: Math.max(0, min), max } });
+  }
+  pan(shift) {
+    const end = this.fullMax(), z = this.view.zoom;
+    if (!z) return;
+    const width = z.max - z.min;
+    const min = Math.min(Math.max(0, z.min + shift * width), end - width);
+    this.update({ zoom: { min, max: min + width } });
+  }
+}
 
 // ---- theme -------------------------------------------------------------------------------------
 const PALETTE = {
@@ -99,13 +153,17 @@ function applyChartTheme() {
 // A <figure data-chart=KEY> becomes: caption with CSV/PNG buttons, and a canvas (role img,
 // aria-label = what the chart shows, in words).
 class LineChart {
-  constructor(figure, { id, caption, yTitle, logY = false, file }) {
+  constructor(figure, { id, caption, yTitle, logY = false, unit = 'plain', file, group }) {
     this.caption = caption;
     this.file = file;
     this.yTitle = yTitle;
-    this.logY = logY;
+    this.logY = logY;  // always log (bytes per round spans decades)
+    this.unit = unit;  // 'plain' | 'bytes' | 'seconds': how y values are written
     this.axis = 'round';
-    this.sets = [];
+    this.raw = [];     // the sets as given to set()
+    this.sets = [];    // the sets drawn (smoothed, plus the raw curves faded)
+    this.fullMax = 1;
+    (group || new ChartGroup()).add(this);
     this.captionText = document.createElement('span');
     this.captionText.textContent = caption;
     const button = (label, what, fn) => {
@@ -126,9 +184,14 @@ class LineChart {
     this.canvas = document.createElement('canvas');
     this.canvas.id = id;
     this.canvas.setAttribute('role', 'img');
+    this.canvas.tabIndex = 0;  // keyboard zoom and pan
+    this.canvas.setAttribute('aria-keyshortcuts', 'ArrowLeft ArrowRight + - 0 Escape');
     const box = document.createElement('div');
     box.className = 'chart-box';
-    box.append(this.canvas);
+    this.band = document.createElement('div');  // the range being dragged
+    this.band.className = 'zoom-band';
+    this.band.hidden = true;
+    box.append(this.canvas, this.band);
     this.empty = document.createElement('p');
     this.empty.className = 'muted chart-empty';
     this.empty.hidden = true;
@@ -136,6 +199,51 @@ class LineChart {
     this.box = box;
     this.chart = new Chart(this.canvas, this.options());
     this.recolor();
+    this.listen();
+  }
+
+  // Drag across the plot to zoom to that x range; double-click resets; keys when focused.
+  listen() {
+    const c = this.canvas;
+    let from = null;
+    const xAt = ev => {
+      const r = c.getBoundingClientRect(), a = this.chart.chartArea;
+      return Math.min(a.right, Math.max(a.left, ev.clientX - r.left));
+    };
+    c.addEventListener('pointerdown', ev => {
+      if (ev.button !== 0 || !this.chart.chartArea) return;
+      from = xAt(ev);
+      c.setPointerCapture(ev.pointerId);
+    });
+    c.addEventListener('pointermove', ev => {
+      if (from == null) return;
+      const to = xAt(ev), a = this.chart.chartArea;
+      Object.assign(this.band.style, { left: `${Math.min(from, to)}px`, width: `${Math.abs(to - from)}px`,
+        top: `${a.top}px`, height: `${a.bottom - a.top}px` });
+      this.band.hidden = Math.abs(to - from) < 4;
+    });
+    const end = ev => {
+      if (from == null) return;
+      const to = xAt(ev), start = from;
+      from = null;
+      this.band.hidden = true;
+      if (Math.abs(to - start) < 6) return;  // a click, not a drag
+      const x = this.chart.scales.x;
+      this.group.update({ zoom: { min: x.getValueForPixel(Math.min(start, to)), max: x.getValueForPixel(Math.max(start, to)) } });
+    };
+    c.addEventListener('pointerup', end);
+    c.addEventListener('pointercancel', () => { from = null; this.band.hidden = true; });
+    c.addEventListener('dblclick', () => this.group.resetZoom());
+    c.addEventListener('keydown', ev => {
+      const act = {
+        ArrowLeft: () => this.group.pan(-0.25), ArrowRight: () => this.group.pan(0.25),
+        '+': () => this.group.zoomBy(0.5), '=': () => this.group.zoomBy(0.5), '-': () => this.group.zoomBy(2),
+        '0': () => this.group.resetZoom(), Escape: () => this.group.resetZoom(), Home: () => this.group.resetZoom(),
+      }[ev.key];
+      if (!act) return;
+      ev.preventDefault();
+      act();
+    });
   }
 
   options() {
@@ -147,7 +255,7 @@ class LineChart {
         animation: false, responsive: true, maintainAspectRatio: false, parsing: false, normalized: true,
         interaction: { mode: 'nearest', intersect: false },
         plugins: {
-          legend: { display: true, labels: { boxWidth: 10 } },
+          legend: { display: true, labels: { boxWidth: 10, filter: item => !/ \(raw\)$/.test(item.text) } },
           tooltip: {
             callbacks: {
               title: items => items.length ? self.describeX(items[0].raw) : '',
@@ -163,14 +271,19 @@ class LineChart {
           },
           y: {
             type: this.logY ? 'logarithmic' : 'linear', title: { display: !!this.yTitle, text: this.yTitle },
-            ticks: this.logY ? { callback: v => { const m = v / 10 ** Math.floor(Math.log10(v)); return [1, 2, 5].some(k => Math.abs(m - k) < 1e-6) ? fmtBytes(v) : ''; } } : {},
+            ticks: {},
           },
         },
       },
     };
   }
 
-  fmtY(y) { return this.logY ? fmtBytes(y) : this.yTitle === 'seconds' ? fmtDuration(y) : fmtNum(y); }
+  fmtY(y) { return this.unit === 'bytes' ? fmtBytes(y) : this.unit === 'seconds' ? fmtDuration(y) : fmtNum(y); }
+  // Log ticks: only 1, 2 and 5 times a power of ten, written in the chart's unit.
+  logTick(v) {
+    const m = v / 10 ** Math.floor(Math.log10(v));
+    return [1, 2, 5].some(k => Math.abs(m - k) < 1e-6) ? (this.unit === 'plain' ? String(Number(v.toPrecision(3))) : this.fmtY(v)) : '';
+  }
   describeX(p) {
     const r = `round ${Number.isInteger(p.round) ? p.round : p.round.toFixed(1)}`;
     return this.axis === 'round' ? r : `${r} · ${X_AXES[this.axis].fmt(p.x)}`;
@@ -183,30 +296,51 @@ class LineChart {
     this.box.hidden = !hasData;
     this.empty.hidden = hasData;
     this.empty.textContent = emptyText;
-    this.sets = sets;
+    this.raw = sets.map((s, i) => ({ ...s, fixedColor: !!s.color, color: s.color || seriesColor(i) }));
     this.axis = axis;
+    this.fullMax = xMax > 0 ? xMax : 1;
     this.captionText.textContent = this.caption + captionNote;
-    this.chart.data.datasets = sets.map((s, i) => {
-      const color = s.color || seriesColor(i);
-      return { label: s.label, data: s.data, borderColor: color, backgroundColor: color, borderDash: s.dash || [] };
-    });
+    this.draw();
+  }
+
+  // The raw sets through the group's view: smoothed curves with the raw ones faded behind
+  // them (labelled "… (raw)", not in the legend), the y scale, the x range.
+  draw() {
+    const v = this.group.view;
+    this.sets = v.smoothing > 0
+      ? this.raw.flatMap(s => [{ ...s, data: smoothPoints(s.data, v.smoothing) }, { ...s, label: `${s.label} (raw)`, faded: true }])
+      : this.raw;
+    this.chart.data.datasets = this.sets.map(s => ({
+      label: s.label, data: s.data, borderDash: s.dash || [],
+      borderColor: s.faded ? `${s.color}55` : s.color, backgroundColor: s.faded ? `${s.color}55` : s.color,
+      borderWidth: s.faded ? 1 : 2, pointRadius: s.faded ? 0 : 2, order: s.faded ? 1 : 0,
+    }));
     const x = this.chart.options.scales.x;
-    x.min = 0;
-    x.max = xMax > 0 ? xMax : 1;
-    x.title.text = X_AXES[axis].title;
-    x.ticks.precision = axis === 'round' ? 0 : undefined;
+    x.min = v.zoom ? v.zoom.min : 0;
+    x.max = v.zoom ? v.zoom.max : this.fullMax;
+    x.title.text = X_AXES[this.axis].title;
+    x.ticks.precision = this.axis === 'round' ? 0 : undefined;
+    const y = this.chart.options.scales.y;
+    const log = this.logY || v.logY;
+    y.type = log ? 'logarithmic' : 'linear';
+    if (log) y.ticks.callback = val => this.logTick(val);
+    else delete y.ticks.callback;
     this.chart.update('none');
     this.describe();
   }
 
   clear() { this.set([], this.axis, 1); }
 
+  // Points inside the zoomed x range (all of them when not zoomed).
+  visible(points) {
+    const z = this.group.view.zoom;
+    return z ? points.filter(p => p.x >= z.min - 1e-9 && p.x <= z.max + 1e-9) : points;
+  }
+
   // After a theme change (and at creation): series, grid and text colours.
   recolor() {
-    this.chart.data.datasets.forEach((d, i) => {
-      const color = this.sets[i] && this.sets[i].color ? this.sets[i].color : seriesColor(i);
-      d.borderColor = color; d.backgroundColor = color;
-    });
+    this.raw.forEach((s, i) => { if (!s.fixedColor) s.color = seriesColor(i); });
+    this.draw();
     const o = this.chart.options;
     for (const axis of [o.scales.x, o.scales.y]) {
       axis.grid.color = chartTheme.line;
@@ -221,14 +355,16 @@ class LineChart {
 
   // The text alternative: what is plotted, against what, and where each series ends.
   describe() {
-    const withData = this.sets.filter(s => s.data.length);
+    const withData = this.sets.filter(s => !s.faded && this.visible(s.data).length);
+    const v = this.group ? this.group.view : { smoothing: 0, zoom: null };
     let text = `${this.caption}: `;
     if (!withData.length) text += 'no data yet.';
     else {
-      const xs = X_AXES[this.axis];
-      text += `x-axis ${xs.title}, from 0 to ${xs.fmt(this.chart.options.scales.x.max)}. ` + withData.map(s => {
-        const last = s.data[s.data.length - 1];
-        return `${s.label}: ${s.data.length} points, last ${this.fmtY(last.y)} at ${this.describeX(last)}`;
+      const xs = X_AXES[this.axis], x = this.chart.options.scales.x;
+      text += `x-axis ${xs.title}, ${v.zoom ? 'zoomed to' : 'from'} ${xs.fmt(x.min)} to ${xs.fmt(x.max)}` +
+        `${v.smoothing > 0 ? `, smoothed (weight ${v.smoothing})` : ''}. ` + withData.map(s => {
+        const pts = this.visible(s.data), last = pts[pts.length - 1];
+        return `${s.label}: ${pts.length} points, last ${this.fmtY(last.y)} at ${this.describeX(last)}`;
       }).join('; ') + '.';
     }
     this.canvas.setAttribute('aria-label', text);
@@ -239,7 +375,7 @@ class LineChart {
     const xs = X_AXES[this.axis];
     const rows = new Map();
     this.sets.forEach((s, i) => {
-      for (const p of s.data) {
+      for (const p of this.visible(s.data)) {
         if (!rows.has(p.round)) rows.set(p.round, { x: p.x, v: [] });
         rows.get(p.round).v[i] = p.y;
       }

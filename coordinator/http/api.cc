@@ -66,6 +66,22 @@ StatusOr<uint64_t> query_uint(const std::map<std::string, std::string>& q, const
   return v;
 }
 
+// The first error as `error` and `field` (as every error answer) and all of them, the first
+// included, as `errors`: [{"error", "field"}], so that a form marks every field at once.
+Response config_errors(const std::vector<Status>& errors) {
+  json::object o;
+  o["error"] = errors.front().message();
+  if (std::string f = field_of_message(errors.front().message()); !f.empty()) o["field"] = f;
+  json::array list;
+  for (const Status& s : errors) {
+    json::object e{{"error", s.message()}};
+    if (std::string f = field_of_message(s.message()); !f.empty()) e["field"] = f;
+    list.push_back(std::move(e));
+  }
+  o["errors"] = std::move(list);
+  return json_response(Api::http_status(errors.front()), o);
+}
+
 }  // namespace
 
 Api::Api(ExperimentManager& manager, Store& store, std::vector<Mount> mounts, MetricsText metrics)
@@ -117,15 +133,23 @@ Response Api::handle(const Request& req) const {
     return r;
   }
   if (req.method != "GET") return error(405, "static files answer GET only");
-  auto f = files_.get(path);
+  auto f = files_.get(path, accepts_gzip(req.accept_encoding));
   if (!f.ok()) {
     if (f.status().code() == StatusCode::kInvalidArgument) return error(400, f.status().message());
     return error(404, "not found: " + path.substr(0, 200));
   }
   Response r;
   r.content_type = f->content_type;
-  r.body = std::move(f->body);
+  // no-cache: the browser keeps the file and revalidates it with If-None-Match every time.
   r.headers.emplace_back("Cache-Control", "no-cache");
+  r.headers.emplace_back("ETag", f->etag);
+  r.headers.emplace_back("Vary", "Accept-Encoding");
+  if (!req.if_none_match.empty() && etag_matches(req.if_none_match, f->etag)) {
+    r.status = 304;
+    return r;
+  }
+  if (f->gzip) r.headers.emplace_back("Content-Encoding", "gzip");
+  r.body = std::move(f->body);
   return r;
 }
 
@@ -175,18 +199,27 @@ Response Api::handle_api(const Request& req, const std::string& path,
       auto list = manager_.list();
       if (!list.ok()) return error(http_status(list.status()), list.status().message());
       json::array a;
-      for (const auto& s : *list) a.push_back(to_json(s));
+      for (const auto& s : *list) {
+        json::object o = to_json(s);
+        // For the list's columns and sorting: final and best bpb, start and duration.
+        if (auto t = manager_.totals(s.record.id); t.ok()) {
+          o["final_val_bpb"] = t->final_val_bpb ? json::value(*t->final_val_bpb) : json::value();
+          o["best_val_bpb"] = t->best_val_bpb ? json::value(*t->best_val_bpb) : json::value();
+          o["started_unix_ms"] = t->started_unix_ms;
+          o["duration_s"] =
+              t->started_unix_ms ? (t->last_commit_unix_ms - t->started_unix_ms) / 1000.0 : 0.0;
+        }
+        a.push_back(std::move(o));
+      }
       return json_response(200, json::object{{"experiments", std::move(a)}});
     }
     if (method_is("POST")) {
       boost::system::error_code ec;
       json::value body = json::parse(req.body, ec);
       if (ec) return error(400, "malformed JSON body: " + ec.message());
-      auto cfg = config_from_json(body);
-      if (!cfg.ok())
-        return error(http_status(cfg.status()), cfg.status().message(),
-                     field_of_message(cfg.status().message()));
-      auto created = manager_.create(*cfg);
+      ConfigCheck cfg = check_config_json(body);
+      if (!cfg.errors.empty()) return config_errors(cfg.errors);
+      auto created = manager_.create(cfg.config);
       if (!created.ok())
         return error(http_status(created.status()), created.status().message(),
                      created.status().code() == StatusCode::kAlreadyExists

@@ -22,7 +22,8 @@
 //   DELETE /api/tokens/{hash-prefix}          revoke (admin; ≥ 8 hex digits, unique)
 //   GET    /metrics                           Prometheus text format 0.0.4 (viewer or admin
 //                                             token; coordinator/coordinator_metrics.h)
-//   GET    anything else                      static files (static_files.h), no token
+//   GET    anything else                      static files (static_files.h), no token; ETag and
+//                                             304 on If-None-Match, gzip when accepted
 // Errors: {"error": "<one line>", "field": "<config key or absent>"} with 400 (bad input),
 // 401 (no or unknown token), 403 (viewer changing something), 404 (unknown id or route),
 // 405 (method), 409 (state conflict, name taken), 413 (body too large), 500.
@@ -46,6 +47,8 @@ struct Request {
   std::string target;  // path and query, as received
   std::string authorization;
   std::string body;
+  std::string accept_encoding;  // static files: gzip when it accepts it
+  std::string if_none_match;    // static files: 304 when it matches the file's ETag
 };
 
 struct Response {

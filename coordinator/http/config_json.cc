@@ -90,17 +90,30 @@ StatusOr<std::string> json_to_toml(const json::object& o) {
   return top + tables;
 }
 
-StatusOr<ExperimentConfig> config_from_json(const json::value& v) {
-  if (!v.is_object()) return InvalidArgument("request body must be a JSON object");
+ConfigCheck check_config_json(const json::value& v) {
+  const auto refused = [](Status s) {
+    ConfigCheck check;
+    check.errors.push_back(std::move(s));
+    return check;
+  };
+  if (!v.is_object()) return refused(InvalidArgument("request body must be a JSON object"));
   const json::object& o = v.get_object();
   if (const auto* t = o.if_contains("config_toml")) {
-    if (!t->is_string()) return InvalidArgument("request: config_toml must be a string");
+    if (!t->is_string()) return refused(InvalidArgument("request: config_toml must be a string"));
     if (o.size() != 1)
-      return InvalidArgument("request: send either config_toml or the config fields, not both");
-    return parse_experiment_config(std::string(t->get_string()), kSource);
+      return refused(
+          InvalidArgument("request: send either config_toml or the config fields, not both"));
+    return check_experiment_config(std::string(t->get_string()), kSource);
   }
-  ATOLL_ASSIGN_OR_RETURN(std::string toml, json_to_toml(o));
-  return parse_experiment_config(toml, kSource);
+  auto toml = json_to_toml(o);
+  if (!toml.ok()) return refused(toml.status());
+  return check_experiment_config(*toml, kSource);
+}
+
+StatusOr<ExperimentConfig> config_from_json(const json::value& v) {
+  ConfigCheck check = check_config_json(v);
+  if (!check.errors.empty()) return check.errors.front();
+  return std::move(check.config);
 }
 
 std::string field_of_message(const std::string& message) {

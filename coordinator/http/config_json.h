@@ -3,7 +3,7 @@
 // or the TOML structure as JSON: {"name": "x", "seed": 1, "model": {"dim": 64, ...},
 // "train": {...}, "diloco": {...}, "data": {...}}. Both go through parse_experiment_config, so
 // the API validates exactly like `atoll coordinator --config` and reports the same one-line
-// messages ("request: diloco.rounds = 0 must be >= 1").
+// messages ("request: diloco.rounds = 0 must be >= 1"); check_config_json reports all of them.
 #pragma once
 
 #include <boost/json.hpp>
@@ -19,6 +19,9 @@ namespace atl::coordinator::http {
 StatusOr<std::string> json_to_toml(const boost::json::object& o);
 
 StatusOr<ExperimentConfig> config_from_json(const boost::json::value& v);
+// Every error of the config at once (check_experiment_config), for the create form; a body that
+// is not a config (not an object, both forms, an unsupported value) is one error.
+ConfigCheck check_config_json(const boost::json::value& v);
 
 // The config key a validation message is about ("diloco.rounds"), or "" if none is named.
 std::string field_of_message(const std::string& message);

@@ -24,7 +24,8 @@ const std::string& openapi_json() {
     },
     "schemas": {
       "Error": {"type": "object", "required": ["error"],
-                "properties": {"error": {"type": "string"}, "field": {"type": "string"}}},
+                "properties": {"error": {"type": "string"}, "field": {"type": "string"},
+                  "errors": {"type": "array", "description": "a refused config: every error at once, the first one included", "items": {"type": "object", "properties": {"error": {"type": "string"}, "field": {"type": "string"}}}}}},
       "Experiment": {"type": "object", "properties": {
         "id": {"type": "string"},
         "state": {"type": "string", "enum": ["created", "running", "paused", "finished", "failed"]},
@@ -35,7 +36,11 @@ const std::string& openapi_json() {
         "active_nodes": {"type": "integer"},
         "node_address": {"type": "string", "description": "HOST:PORT where nodes join the live experiment (atoll node --coordinator); empty when not known"},
         "config": {"type": "object"},
-        "config_toml": {"type": "string"}}},
+        "config_toml": {"type": "string"},
+        "final_val_bpb": {"type": "number", "nullable": true, "description": "list only: the latest global validation bpb"},
+        "best_val_bpb": {"type": "number", "nullable": true, "description": "list only: the lowest global validation bpb"},
+        "started_unix_ms": {"type": "integer", "description": "list only: the first round's start; 0 before any round"},
+        "duration_s": {"type": "number", "description": "list only: from the first round's start to the latest commit"}}},
       "CreateExperiment": {"type": "object",
         "description": "Either {config_toml} or the TOML structure as JSON (docs/configuration.md): name, seed, model{vocab,dim,layers,heads,ffn_hidden,seq_len}, train{batch_size,lr,codec,...}, diloco{rounds,inner_steps,min_nodes,max_nodes,...}, data{source,split,...}.",
         "properties": {"config_toml": {"type": "string"}, "name": {"type": "string"},
@@ -43,7 +48,8 @@ const std::string& openapi_json() {
           "diloco": {"type": "object"}, "data": {"type": "object"}}},
       "Node": {"type": "object", "properties": {
         "node_id": {"type": "string"}, "status": {"type": "string", "enum": ["active", "lost", "left"]},
-        "device": {"type": "string"}, "ready": {"type": "boolean"}, "round": {"type": "integer"},
+        "device": {"type": "string"}, "budget": {"type": "number", "description": "Hydra: the site's share of the full model's cost (1 = all of it)"},
+        "ready": {"type": "boolean"}, "round": {"type": "integer"},
         "inner_step": {"type": "integer"}, "loss": {"type": "number", "nullable": true},
         "tokens_per_s": {"type": "number", "nullable": true}, "joined_unix_ms": {"type": "integer"},
         "last_seen_unix_ms": {"type": "integer"}, "rounds": {"type": "integer"},

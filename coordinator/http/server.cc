@@ -123,6 +123,8 @@ class Session : public std::enable_shared_from_this<Session> {
     r.method = std::string(req.method_string());
     r.target = std::string(req.target());
     r.authorization = std::string(req[bhttp::field::authorization]);
+    r.accept_encoding = std::string(req[bhttp::field::accept_encoding]);
+    r.if_none_match = std::string(req[bhttp::field::if_none_match]);
     r.body = std::move(req.body());
     Response res = shared_.api.handle(r);
     if (res.stream) return start_stream(*res.stream);

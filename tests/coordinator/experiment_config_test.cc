@@ -232,6 +232,55 @@ TEST(ExperimentConfig, TrainPrecision) {
             "\"mxfp8\", \"nvfp4\"");
 }
 
+TEST(ExperimentConfig, CheckListsEveryErrorAndParseReturnsTheFirst) {
+  // An unknown key, a wrong type and range errors in three sections; heads = 0 and
+  // streaming_fragments = 0 must not lead to a division (their dependent checks are skipped).
+  const char* text = R"(
+[model]
+heads = 0
+depth = 3
+[train]
+lr = "fast"
+beta1 = 1.5
+[diloco]
+rounds = 0
+streaming_fragments = 0
+)";
+  const ConfigCheck check = check_experiment_config(text);
+  std::vector<std::string> got;
+  for (const Status& s : check.errors) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    got.push_back(s.message());
+  }
+  const std::vector<std::string> want_prefixes = {
+      "config.toml: unknown key model.depth",
+      "config.toml: train.lr = ",
+      "config.toml: model.heads = 0 must be >= 1",
+      "config.toml: train.beta1 = 1.5 must be in [0, 1)",
+      "config.toml: diloco.rounds = 0 must be >= 1",
+      "config.toml: diloco.streaming_fragments = 0 must be in [1, 38]",
+  };
+  ASSERT_EQ(got.size(), want_prefixes.size()) << ::testing::PrintToString(got);
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_EQ(got[i].substr(0, want_prefixes[i].size()), want_prefixes[i]) << got[i];
+  // parse_experiment_config: the first of them, as before.
+  EXPECT_EQ(error_of(text), got.front());
+  // A valid config has none; a syntax error is the only one.
+  EXPECT_TRUE(check_experiment_config("name = \"ok\"\n").errors.empty());
+  const ConfigCheck syntax = check_experiment_config("name = \n[model]\nheads = 0\n");
+  ASSERT_EQ(syntax.errors.size(), 1u);
+  EXPECT_NE(syntax.errors[0].message().find("TOML syntax error"), std::string::npos);
+  // validate_experiment_config returns the first of experiment_config_errors.
+  ExperimentConfig c;
+  c.diloco.rounds = 0;
+  c.train.beta1 = 1.5;
+  const std::vector<Status> errors = experiment_config_errors(c, "x");
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_EQ(validate_experiment_config(c, "x").message(), errors[0].message());
+  EXPECT_EQ(errors[0].message(), "x: train.beta1 = 1.5 must be in [0, 1)");
+  EXPECT_EQ(errors[1].message(), "x: diloco.rounds = 0 must be >= 1");
+}
+
 TEST(ExperimentConfig, MissingFileIsNotFound) {
   auto c = load_experiment_config("no/such/config.toml");
   EXPECT_EQ(c.status().code(), StatusCode::kNotFound);

@@ -2,6 +2,7 @@
 // real RocksDB store: a Boost.Beast client checks authentication, roles, bounds, bad input,
 // unknown ids, path traversal and the create/list/get/stop/delete cycle.
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
@@ -11,6 +12,7 @@
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "coordinator/experiment_manager.h"
 #include "coordinator/http/auth.h"
@@ -36,6 +38,11 @@ struct Reply {
   unsigned status = 0;
   std::string body;
   std::string content_type;
+  std::map<std::string, std::string> headers;
+  std::string header(const std::string& name) const {
+    auto it = headers.find(name);
+    return it == headers.end() ? "" : it->second;
+  }
   json::value json() const {
     boost::system::error_code ec;
     json::value v = json::parse(body, ec);
@@ -58,7 +65,8 @@ class Client {
   }
 
   Reply send(const std::string& method, const std::string& target, const std::string& token = "",
-             const std::string& body = "", bool raw_target = false) {
+             const std::string& body = "", bool raw_target = false,
+             const std::vector<std::pair<std::string, std::string>>& headers = {}) {
     net::io_context ioc;
     beast::ssl_stream<beast::tcp_stream> stream(ioc, ctx_);
     stream.set_verify_callback(ssl::host_name_verification("coordinator"));
@@ -73,6 +81,7 @@ class Client {
     req.version(11);
     req.set(bhttp::field::host, "coordinator");
     if (!token.empty()) req.set(bhttp::field::authorization, "Bearer " + token);
+    for (const auto& [k, v] : headers) req.set(k, v);
     if (!body.empty() || method == "POST") {
       req.set(bhttp::field::content_type, "application/json");
       req.body() = body;
@@ -87,6 +96,8 @@ class Client {
     r.status = parser.get().result_int();
     r.body = parser.get().body();
     r.content_type = std::string(parser.get()[bhttp::field::content_type]);
+    for (const auto& f : parser.get())
+      r.headers[std::string(f.name_string())] = std::string(f.value());
     beast::error_code ec;
     stream.shutdown(ec);
     return r;
@@ -117,6 +128,7 @@ class HttpApiTest : public ::testing::Test {
     std::filesystem::create_directories(web + "/sub");
     std::ofstream(web + "/index.html") << "<!doctype html><title>atoll</title>";
     std::ofstream(web + "/sub/app.js") << "console.log(1)";
+    std::ofstream(web + "/big.js") << big_script();
     std::ofstream(web + "/notes.key") << "not served";
     std::ofstream(dir_.sub("secret.txt")) << "SECRET";
     http::HttpOptions ho;
@@ -141,6 +153,14 @@ class HttpApiTest : public ::testing::Test {
     manager_.reset();
     router_.reset();
     store_.reset();
+  }
+
+  // 64 kB of repetitive script (compresses well).
+  static std::string big_script() {
+    std::string s;
+    for (int i = 0; i < 1000; ++i)
+      s += "console.log('line " + std::to_string(i) + " of the page');\n";
+    return s;
   }
 
   static std::string small_config(const std::string& name) {
@@ -320,6 +340,48 @@ TEST_F(HttpApiTest, NodeAddressAndSiteValidationBpb) {
   EXPECT_EQ(per_node.at("tokens_per_s").as_object().at("site-a").as_array().size(), 1u);
   // The inner loss per node comes from committed rounds, not from reports.
   EXPECT_FALSE(per_node.contains("loss")) << m.body;
+  EXPECT_FALSE(per_node.contains("teacher_bytes_per_token")) << m.body;
+
+  // The list's totals: the coordinator's latest and lowest validation bpb (null before any),
+  // and no start or duration before a round is committed.
+  auto listed = [&] {
+    return client_->send("GET", "/api/experiments", viewer_)
+        .json()
+        .as_object()
+        .at("experiments")
+        .as_array()
+        .at(0)
+        .as_object();
+  };
+  EXPECT_TRUE(listed().at("final_val_bpb").is_null());
+  EXPECT_TRUE(listed().at("best_val_bpb").is_null());
+  for (const auto& [round, bpb] : std::vector<std::pair<int, double>>{{2, 4.5}, {0, 8.0}, {1, 4.0}})
+    ASSERT_TRUE(store_
+                    ->put_metrics("exp1", ExperimentManager::kCoordinatorNode, round,
+                                  R"({"node":"@coordinator","round":)" + std::to_string(round) +
+                                      R"(,"metrics":{"val_bpb":)" + std::to_string(bpb) + "}}")
+                    .ok());
+  const json::object x = listed();
+  EXPECT_EQ(x.at("final_val_bpb").to_number<double>(), 4.5);  // round 2's, the latest
+  EXPECT_EQ(x.at("best_val_bpb").to_number<double>(), 4.0);
+  EXPECT_EQ(x.at("started_unix_ms").to_number<double>(), 0.0);
+  EXPECT_EQ(x.at("duration_s").to_number<double>(), 0.0);
+  // A distillation student's teacher_bytes_per_token is forwarded per node.
+  ASSERT_TRUE(store_
+                  ->put_metrics("exp1", "site-a", 1,
+                                R"({"node":"site-a","round":1,"step":4,"metrics":)"
+                                R"({"loss":3.0,"teacher_bytes_per_token":512.0}})")
+                  .ok());
+  const json::value d = client_->send("GET", "/api/experiments/exp1/metrics", viewer_).json();
+  const json::array& teacher = d.as_object()
+                                   .at("per_node")
+                                   .as_object()
+                                   .at("teacher_bytes_per_token")
+                                   .as_object()
+                                   .at("site-a")
+                                   .as_array();
+  ASSERT_EQ(teacher.size(), 1u);
+  EXPECT_EQ(teacher[0].as_array()[1].to_number<double>(), 512.0);
 }
 
 TEST_F(HttpApiTest, LiveExperimentIsDrivenThroughItsService) {
@@ -494,6 +556,48 @@ TEST_F(HttpApiTest, BadBodiesAre4xxWithAMessage) {
   EXPECT_EQ(client_->send("GET", "/api/health").status, 200u);
 }
 
+TEST_F(HttpApiTest, CreateReportsEveryConfigErrorAtOnce) {
+  // Four problems in three sections, as JSON fields and as TOML: all of them come back, in
+  // key order then validation order, each with its field; `error` and `field` are the first.
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"model.depth", "request: unknown key model.depth"},
+      {"train.beta1", "request: train.beta1 = 1.5 must be in [0, 1)"},
+      {"diloco.rounds", "request: diloco.rounds = 0 must be >= 1"},
+      {"diloco.outer_momentum", "request: diloco.outer_momentum = 1.5 must be in [0, 1)"},
+  };
+  for (const std::string& body :
+       {std::string(R"({"name":"x","model":{"depth":3},"train":{"beta1":1.5},)"
+                    R"("diloco":{"rounds":0,"outer_momentum":1.5}})"),
+        std::string(R"({"config_toml":"name = \"x\"\n[model]\ndepth = 3\n[train]\nbeta1 = 1.5\n)"
+                    R"([diloco]\nrounds = 0\nouter_momentum = 1.5\n"})")}) {
+    Reply r = client_->send("POST", "/api/experiments", admin_, body);
+    ASSERT_EQ(r.status, 400u) << r.body;
+    const json::value v = r.json();
+    ASSERT_TRUE(v.is_object()) << r.body;
+    const json::object& o = v.as_object();
+    const json::array& errors = o.at("errors").as_array();
+    ASSERT_EQ(errors.size(), want.size()) << r.body;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const json::object& e = errors[i].as_object();
+      EXPECT_EQ(e.at("field").as_string(), want[i].first) << r.body;
+      EXPECT_EQ(std::string(e.at("error").as_string()).substr(0, want[i].second.size()),
+                want[i].second)
+          << r.body;
+    }
+    EXPECT_EQ(o.at("error"), errors[0].as_object().at("error"));
+    EXPECT_EQ(o.at("field").as_string(), "model.depth");
+  }
+  // A TOML syntax error is the one error; so is a body that is not a config.
+  Reply syntax = client_->send("POST", "/api/experiments", admin_, R"({"config_toml":"name = "})");
+  EXPECT_EQ(syntax.status, 400u);
+  EXPECT_EQ(syntax.json().as_object().at("errors").as_array().size(), 1u) << syntax.body;
+  Reply both =
+      client_->send("POST", "/api/experiments", admin_, R"({"config_toml":"","name":"x"})");
+  EXPECT_EQ(both.json().as_object().at("errors").as_array().size(), 1u) << both.body;
+  // Nothing was created.
+  EXPECT_EQ(client_->send("GET", "/api/experiments/x", admin_).status, 404u);
+}
+
 TEST_F(HttpApiTest, OversizeBodyIs413) {
   const std::string big(200 * 1024, 'x');
   Reply r = client_->send("POST", "/api/experiments", admin_, big);
@@ -529,6 +633,94 @@ TEST_F(HttpApiTest, StaticFilesRefusePathTraversal) {
     EXPECT_EQ(r.body.find("SECRET"), std::string::npos) << p;
   }
   EXPECT_EQ(client_->send("POST", "/index.html", admin_, "{}").status, 405u);
+}
+
+// gunzip with zlib (inflate with gzip header detection).
+static std::string gunzip(const std::string& in) {
+  z_stream z{};
+  if (inflateInit2(&z, 15 + 16) != Z_OK) return "";
+  std::string out(in.size() * 50 + 1024, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  const int rc = inflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  inflateEnd(&z);
+  return rc == Z_STREAM_END ? out : "";
+}
+
+TEST_F(HttpApiTest, StaticFilesAreGzippedWithETagsAnd304) {
+  const std::string script = big_script();
+  // Without Accept-Encoding: the plain file, with a strong ETag.
+  Reply plain = client_->send("GET", "/big.js");
+  ASSERT_EQ(plain.status, 200u);
+  EXPECT_EQ(plain.body, script);
+  EXPECT_EQ(plain.header("Content-Encoding"), "");
+  const std::string etag = plain.header("ETag");
+  EXPECT_EQ(etag.size(), 34u) << etag;
+  EXPECT_EQ(etag.front(), '"');
+  EXPECT_EQ(plain.header("Vary"), "Accept-Encoding");
+  EXPECT_EQ(plain.header("Cache-Control"), "no-cache");
+  // Accepting gzip: compressed, smaller, decompressing to the file; its own tag.
+  const std::vector<std::pair<std::string, std::string>> gz = {
+      {"Accept-Encoding", "gzip, deflate, br"}};
+  Reply zipped = client_->send("GET", "/big.js", "", "", false, gz);
+  ASSERT_EQ(zipped.status, 200u);
+  EXPECT_EQ(zipped.header("Content-Encoding"), "gzip");
+  EXPECT_LT(zipped.body.size(), script.size() / 4);
+  EXPECT_EQ(gunzip(zipped.body), script);
+  const std::string gz_etag = zipped.header("ETag");
+  EXPECT_NE(gz_etag, etag);
+  EXPECT_EQ(zipped.header("Content-Type"), "text/javascript; charset=utf-8");
+  // A second request comes from the cache: the same bytes.
+  EXPECT_EQ(client_->send("GET", "/big.js", "", "", false, gz).body, zipped.body);
+  // gzip;q=0 refuses it; "*" accepts it.
+  EXPECT_EQ(client_->send("GET", "/big.js", "", "", false, {{"Accept-Encoding", "gzip;q=0"}})
+                .header("Content-Encoding"),
+            "");
+  EXPECT_EQ(client_->send("GET", "/big.js", "", "", false, {{"Accept-Encoding", "*"}})
+                .header("Content-Encoding"),
+            "gzip");
+  // If-None-Match with the current tag: 304 without a body, the tag repeated.
+  Reply same = client_->send("GET", "/big.js", "", "", false, {{"If-None-Match", etag}});
+  EXPECT_EQ(same.status, 304u);
+  EXPECT_TRUE(same.body.empty());
+  EXPECT_EQ(same.header("ETag"), etag);
+  std::vector<std::pair<std::string, std::string>> revalidate = gz;
+  revalidate.emplace_back("If-None-Match", "\"other\", W/" + gz_etag);
+  EXPECT_EQ(client_->send("GET", "/big.js", "", "", false, revalidate).status, 304u);
+  EXPECT_EQ(client_->send("GET", "/big.js", "", "", false, {{"If-None-Match", "*"}}).status, 304u);
+  // Another tag (the file changed since): the whole file.
+  EXPECT_EQ(client_->send("GET", "/big.js", "", "", false, {{"If-None-Match", "\"stale\""}}).status,
+            200u);
+  // The file changes: a new tag, the old one no longer matches, the compressed form is redone.
+  std::ofstream(dir_.sub("web") + "/big.js") << script << "console.log('changed');\n";
+  Reply changed = client_->send("GET", "/big.js", "", "", false, {{"If-None-Match", etag}});
+  EXPECT_EQ(changed.status, 200u);
+  EXPECT_NE(changed.header("ETag"), etag);
+  Reply changed_gz = client_->send("GET", "/big.js", "", "", false, gz);
+  EXPECT_EQ(gunzip(changed_gz.body), script + "console.log('changed');\n");
+  // Tiny files and API answers are not compressed; API answers have no ETag.
+  EXPECT_EQ(client_->send("GET", "/sub/app.js", "", "", false, gz).header("Content-Encoding"), "");
+  Reply api = client_->send("GET", "/api/health", "", "", false, gz);
+  EXPECT_EQ(api.header("ETag"), "");
+  EXPECT_EQ(api.header("Content-Encoding"), "");
+}
+
+TEST(StaticFilesHeaders, AcceptEncodingAndIfNoneMatch) {
+  EXPECT_TRUE(http::accepts_gzip("gzip"));
+  EXPECT_TRUE(http::accepts_gzip("deflate, GZIP;q=0.5"));
+  EXPECT_TRUE(http::accepts_gzip("br, *"));
+  EXPECT_FALSE(http::accepts_gzip(""));
+  EXPECT_FALSE(http::accepts_gzip("br, deflate"));
+  EXPECT_FALSE(http::accepts_gzip("gzip;q=0"));
+  EXPECT_FALSE(http::accepts_gzip("gzip; q=0.0"));
+  EXPECT_TRUE(http::etag_matches("\"a\"", "\"a\""));
+  EXPECT_TRUE(http::etag_matches("\"x\", W/\"a\"", "\"a\""));
+  EXPECT_TRUE(http::etag_matches("*", "\"a\""));
+  EXPECT_FALSE(http::etag_matches("\"b\"", "\"a\""));
+  EXPECT_FALSE(http::etag_matches("\"a-gz\"", "\"a\""));
 }
 
 TEST_F(HttpApiTest, TokensAreStoredHashed) {

@@ -196,7 +196,7 @@ TEST(HydraService, HeterogeneousBudgetsMaskedRoundsBitwiseAndWrongMaskRefused) {
   http::Api api(manager, *coord->store, {});
   const std::string id = coord->service->experiment_id();
   http::Response r =
-      api.handle({"GET", "/api/experiments/" + id + "/subnets", "Bearer " + *token, ""});
+      api.handle({"GET", "/api/experiments/" + id + "/subnets", "Bearer " + *token, "", "", ""});
   ASSERT_EQ(r.status, 200u) << r.body;
   const boost::json::object view = boost::json::parse(r.body).as_object();
   EXPECT_EQ(view.at("algorithm").as_string(), "hydra");

@@ -16,6 +16,7 @@
 // CHROMIUM (default /usr/bin/chromium).
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
@@ -23,7 +24,7 @@ import { chromium } from 'playwright-core';
 const ATOLL = process.env.ATOLL_BINARY || 'build/atoll';
 const ARTIFACTS = process.env.ATOLL_ARTIFACTS || 'build/test-artifacts';
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
-const TOTAL_BUDGET_MS = 100000;  // CTest's TIMEOUT is 120 s
+const TOTAL_BUDGET_MS = 170000;  // CTest's TIMEOUT is 200 s
 const DESKTOP = { width: 1440, height: 900 };
 const PHONE = { width: 390, height: 844 };
 const started = Date.now();
@@ -93,6 +94,19 @@ async function waitFor(cond, what, timeoutMs) {
     if (Date.now() - t > timeoutMs) throw new Error(`timed out waiting for ${what}`);
     await new Promise(r => setTimeout(r, 50));
   }
+}
+
+// A GET outside the browser (the demo's certificate is from its own dev CA): status, headers and
+// the raw (still compressed) body.
+function rawGet(url, headers = {}) {
+  return new Promise((resolve, reject) => {
+    const req = https.get(url, { headers, rejectUnauthorized: false }, res => {
+      const chunks = [];
+      res.on('data', c => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }));
+    });
+    req.on('error', reject);
+  });
 }
 
 // ---- checks that run inside the page ------------------------------------------------------------
@@ -186,6 +200,21 @@ try {
   const [, token] = await waitFor(() => demoOut.match(/^token: (atl_[0-9a-f]{64})$/m), 'the token: line', 5000);
   const [, grpc] = await waitFor(() => demoOut.match(/^coordinator (\S+?),/m), 'the coordinator line', 5000);
   step(`demo serves ${url}`);
+
+  // ---- static files: gzip when accepted, ETag, 304 on If-None-Match -----------------------------
+  const plainJs = await rawGet(`${url}app.js`);
+  const gzJs = await rawGet(`${url}app.js`, { 'Accept-Encoding': 'gzip' });
+  check(plainJs.status === 200 && !plainJs.headers['content-encoding'], `app.js without Accept-Encoding: ${plainJs.status} ${plainJs.headers['content-encoding']}`);
+  check(gzJs.headers['content-encoding'] === 'gzip' && gzJs.body.length < plainJs.body.length / 2,
+    `app.js with Accept-Encoding: gzip: encoding "${gzJs.headers['content-encoding']}", ${gzJs.body.length} of ${plainJs.body.length} bytes`);
+  const { gunzipSync } = await import('node:zlib');
+  check(gunzipSync(gzJs.body).equals(plainJs.body), 'the gzip form of app.js does not decompress to the file');
+  check(/^"[0-9a-f]{32}-gz"$/.test(gzJs.headers.etag || '') && gzJs.headers.vary === 'Accept-Encoding',
+    `app.js ETag "${gzJs.headers.etag}", Vary "${gzJs.headers.vary}"`);
+  const revalidated = await rawGet(`${url}app.js`, { 'Accept-Encoding': 'gzip', 'If-None-Match': gzJs.headers.etag });
+  check(revalidated.status === 304 && revalidated.body.length === 0, `If-None-Match with the current ETag: ${revalidated.status}, ${revalidated.body.length} bytes`);
+  check((await rawGet(`${url}app.js`, { 'If-None-Match': '"stale"' })).status === 200, 'a stale ETag did not get the file');
+  step(`static files: gzip ${gzJs.body.length}/${plainJs.body.length} bytes, ETag, 304`);
 
   context = await chromium.launchPersistentContext(path.join(tmp, 'profile'), {
     executablePath: CHROMIUM,
@@ -318,6 +347,92 @@ try {
   await page.selectOption('#x-xaxis', 'round');
   step(`x-axis by bytes: ${byBytes.pts.length} points match the bytes sent; CSV ${csv.length - 1} rows`);
 
+  // ---- chart controls: smoothing, log y, zoom (drag, keys, double-click) -----------------------------
+  await page.evaluate(() => { const r = document.querySelector('#x-smoothing'); r.value = '0.6'; r.dispatchEvent(new Event('input')); });
+  const smooth = await page.evaluate(() => {
+    const d = Chart.getChart(document.querySelector('#chart-bpb')).data.datasets;
+    return { labels: d.map(s => s.label), smoothed: d[0].data.map(p => p.y), raw: d[1] ? d[1].data.map(p => p.y) : [],
+      alt: document.querySelector('#chart-bpb').getAttribute('aria-label') };
+  });
+  check(smooth.labels.join('|') === 'validation bpb|validation bpb (raw)', `smoothed bpb datasets: ${smooth.labels.join(', ')}`);
+  let ema = 0;
+  const want = smooth.raw.map((y, i) => { ema = 0.6 * ema + 0.4 * y; return ema / (1 - 0.6 ** (i + 1)); });
+  check(want.length >= 3 && want.every((y, i) => Math.abs(y - smooth.smoothed[i]) < 1e-9) && want.some((y, i) => y !== smooth.raw[i]),
+    `the smoothed curve is not the debiased EMA (weight 0.6) of the raw one: ${smooth.smoothed.slice(0, 4)} vs ${want.slice(0, 4)}`);
+  check(/smoothed \(weight 0\.6\)/.test(smooth.alt), `text alternative while smoothed: ${smooth.alt}`);
+  const [smoothCsv] = await Promise.all([page.waitForEvent('download'), page.click('figure[data-chart="bpb"] button[data-export="csv"]')]);
+  const smoothHead = fs.readFileSync(await smoothCsv.path(), 'utf8').split('\n')[0];
+  check(smoothHead === 'round,validation bpb,validation bpb (raw)', `CSV header while smoothed: "${smoothHead}"`);
+  await page.evaluate(() => { const r = document.querySelector('#x-smoothing'); r.value = '0'; r.dispatchEvent(new Event('input')); });
+  await page.selectOption('#x-yscale', 'log');
+  const yTypes = await page.evaluate(() => ['bpb', 'loss', 'bytes', 'duration'].map(k => Chart.getChart(document.querySelector(`#chart-${k}`)).scales.y.type));
+  check(yTypes.every(t => t === 'logarithmic'), `y scales after choosing log: ${yTypes.join(', ')}`);
+  const [pngDl] = await Promise.all([page.waitForEvent('download'), page.click('figure[data-chart="loss"] button[data-export="png"]')]);
+  const png = fs.readFileSync(await pngDl.path());
+  check(png.length > 1000 && png.subarray(1, 4).toString() === 'PNG', `PNG export of the loss chart: ${png.length} bytes`);
+  await page.selectOption('#x-yscale', 'linear');
+  const yBack = await page.evaluate(() => ['bpb', 'bytes'].map(k => Chart.getChart(document.querySelector(`#chart-${k}`)).scales.y.type));
+  check(yBack[0] === 'linear' && yBack[1] === 'logarithmic', `y scales back to linear: ${yBack.join(', ')} (bytes stays log)`);
+  // Drag from 30% to 60% of the bpb plot: every chart shows that x range.
+  const area = await page.evaluate(() => {
+    const c = document.querySelector('#chart-bpb'), r = c.getBoundingClientRect(), a = Chart.getChart(c).chartArea;
+    return { left: r.left + a.left, width: a.right - a.left, y: r.top + (a.top + a.bottom) / 2 };
+  });
+  await page.mouse.move(area.left + 0.3 * area.width, area.y);
+  await page.mouse.down();
+  await page.mouse.move(area.left + 0.45 * area.width, area.y, { steps: 3 });
+  await page.mouse.move(area.left + 0.6 * area.width, area.y, { steps: 3 });
+  await page.mouse.up();
+  const ranges = () => page.evaluate(() => ['bpb', 'loss', 'bytes', 'duration'].map(k => {
+    const c = Chart.getChart(document.querySelector(`#chart-${k}`));
+    const xs = c.data.datasets.flatMap(d => d.data.map(p => p.x));
+    return { min: c.scales.x.min, max: c.scales.x.max, last: Math.max(...xs) };
+  }));
+  const zoomed = await ranges();
+  const z0 = zoomed[0];
+  check(z0.min > 0 && z0.max < z0.last && zoomed.every(z => Math.abs(z.min - z0.min) < 1e-9 && Math.abs(z.max - z0.max) < 1e-9),
+    `after dragging across 30-60% of the bpb chart, x ranges: ${JSON.stringify(zoomed)}`);
+  const frac = [(z0.min) / z0.last, z0.max / z0.last];
+  check(Math.abs(frac[0] - 0.3) < 0.1 && Math.abs(frac[1] - 0.6) < 0.1, `the zoomed range is ${frac.map(f => f.toFixed(2))} of the axis, dragged 0.30-0.60`);
+  check(await page.isVisible('#x-zoom-reset'), '"Reset zoom" not offered while zoomed');
+  check(/zoomed to/.test(await page.getAttribute('#chart-loss', 'aria-label')), 'the text alternative does not say the chart is zoomed');
+  // Keyboard: + halves the range around its middle, ← pans left, Esc resets.
+  await page.focus('#chart-bpb');
+  await page.keyboard.press('+');
+  const [k1] = await ranges();
+  check(Math.abs((k1.max - k1.min) - (z0.max - z0.min) / 2) < 1e-6 * z0.last && Math.abs((k1.max + k1.min) - (z0.max + z0.min)) < 1e-6 * z0.last,
+    `"+" on the focused chart: [${k1.min}, ${k1.max}] from [${z0.min}, ${z0.max}]`);
+  await page.keyboard.press('ArrowLeft');
+  const [k2] = await ranges();
+  check(k2.min < k1.min && Math.abs((k2.max - k2.min) - (k1.max - k1.min)) < 1e-6 * z0.last, `ArrowLeft: [${k2.min}, ${k2.max}] from [${k1.min}, ${k1.max}]`);
+  await page.keyboard.press('Escape');
+  const reset = await ranges();
+  check(reset.every(z => z.min === 0 && z.max >= z.last - 1e-9), `Escape did not reset the zoom: ${JSON.stringify(reset)}`);
+  check(!(await page.isVisible('#x-zoom-reset')), '"Reset zoom" still shown after the reset');
+  await page.mouse.move(area.left + 0.2 * area.width, area.y);
+  await page.mouse.down();
+  await page.mouse.move(area.left + 0.5 * area.width, area.y, { steps: 4 });
+  await page.mouse.up();
+  check((await ranges())[0].min > 0, 'a second drag did not zoom');
+  await page.mouse.dblclick(area.left + 0.5 * area.width, area.y);
+  check((await ranges()).every(z => z.min === 0), 'double-click did not reset the zoom');
+  step(`chart controls: EMA smoothing, log y, PNG, zoom by drag (${frac.map(f => f.toFixed(2)).join('-')}), keys, double-click`);
+
+  // ---- robust aggregation: screening of the rounds, refused updates by reason from /metrics -----------
+  await page.waitForSelector('#x-robust:not([hidden]) #robust-reasons tbody tr');
+  const robust = await page.evaluate(async t => {
+    const text = await (await fetch('metrics', { headers: { Authorization: `Bearer ${t}` } })).text();
+    const fromMetrics = [...text.matchAll(/^atoll_updates_rejected_total\{reason="([a-z_]+)"\} (\S+)$/gm)].map(m => [m[1], Number(m[2])]);
+    const shown = [...document.querySelectorAll('#robust-reasons tbody tr')].map(r => [r.dataset.reason, Number(r.dataset.count)]);
+    const line = document.querySelector('#robust-rounds');
+    return { fromMetrics, shown, text: line.textContent, kept: line.dataset };
+  }, token);
+  const shownReasons = new Map(robust.shown);
+  check(robust.fromMetrics.length >= 10 && robust.fromMetrics.every(([r, n]) => shownReasons.has(r) && shownReasons.get(r) <= n),
+    `refused updates by reason: page ${JSON.stringify(robust.shown)}, /metrics ${JSON.stringify(robust.fromMetrics)}`);
+  check(/In the last \d+ rounds: \d+ updates? clipped, \d+ dropped by screening, \d+ missed/.test(robust.text), `screening line: ${robust.text}`);
+  step(`robust aggregation: ${robust.shown.length} reasons from /metrics; "${robust.text}"`);
+
   await shoot(page, 'experiment');
   await page.setViewportSize(PHONE);
   await frames(page);
@@ -418,14 +533,78 @@ try {
   });
   check(described.invalid === 'true' && described.text === msg && described.role === 'alert',
     `the rounds field is not marked invalid and described by its error: ${JSON.stringify(described)}`);
+  // Three bad fields: the server answers all of them at once, each under its field.
+  await page.fill('#f-lr', '0');
+  await page.fill('#f-momentum', '1.5');
+  await page.click('#create-submit');
+  await page.waitForSelector('.error[data-for="outer_momentum"]:not(:empty)');
+  const many = await page.evaluate(() => ['rounds', 'lr', 'outer_momentum'].map(k => {
+    const p = document.querySelector(`.error[data-for="${k}"]`), i = document.querySelector(`[name="${k}"]`);
+    return { k, text: p.textContent, invalid: i.getAttribute('aria-invalid'), described: i.getAttribute('aria-describedby') === p.id };
+  }));
+  check(many.every(m => m.text && m.invalid === 'true' && m.described) && /diloco\.rounds = 0 must be >= 1/.test(many[0].text) &&
+    /train\.lr = 0 must be > 0/.test(many[1].text) && /diloco\.outer_momentum = 1\.5 must be in \[0, 1\)/.test(many[2].text),
+    `three refused fields at once: ${JSON.stringify(many)}`);
+  await contrastChecks(page, 'new experiment with errors (light)');
   await shoot(page, 'new');
+  await page.fill('#f-lr', '3e-3');
+  await page.fill('#f-momentum', '0.9');
   pageErrors.length = 0;  // the refused create logs its 400
   await page.fill('#f-rounds', '3');
   await page.click('#create-submit');
   await page.waitForSelector(`#experiments-table tr[data-id="${name}"]`);
   check(/Experiments/.test(await page.title()), `the list's title is "${await page.title()}"`);
+  step(`created ${name} (the inline errors first)`);
+
+  // ---- clone the demo: its whole config in the TOML editor; every error of the edited TOML ----------
+  await page.evaluate(() => { location.hash = '#/e/demo'; });
+  await page.click('#x-clone');
+  await page.waitForFunction(() => /^rounds = 400$/m.test(document.querySelector('#f-toml').value));
+  check(/Clone demo/.test(await page.title()), `the clone page's title is "${await page.title()}"`);
+  const cloneToml = await page.inputValue('#f-toml');
+  check(/^name = "demo-2"$/m.test(cloneToml) && /^\[robust\]$/m.test(cloneToml), `the clone's TOML: ${cloneToml.slice(0, 120)}`);
+  const cloneFields = await page.evaluate(() => ['name', 'rounds', 'inner_steps', 'nodes'].map(k => document.querySelector(`#create-form [name="${k}"]`).value).join(' '));
+  check(cloneFields === 'demo-2 400 12 2', `the clone's form fields (name rounds inner_steps nodes): ${cloneFields}`);
+  await page.fill('#f-toml', cloneToml.replace(/^rounds = 400$/m, 'rounds = 0').replace(/^beta1 = .*$/m, 'beta1 = 1.5').replace(/^\[data\]$/m, '[data]\nsplitt = "iid"'));
+  await page.click('#create-submit');
+  await page.waitForSelector('#f-toml-error li');
+  const tomlErrors = await page.$$eval('#f-toml-error li', ls => ls.map(l => l.textContent));
+  check(tomlErrors.length === 3 && tomlErrors.some(t => /unknown key data\.splitt \(did you mean data\.split\?\)/.test(t)) &&
+    tomlErrors.some(t => /diloco\.rounds = 0 must be >= 1/.test(t)) && tomlErrors.some(t => /train\.beta1 = 1\.5 must be in \[0, 1\)/.test(t)),
+    `the edited TOML's errors: ${tomlErrors.join(' | ')}`);
+  check((await page.getAttribute('#f-toml', 'aria-invalid')) === 'true', 'the TOML editor is not marked invalid');
+  await shoot(page, 'clone');
+  pageErrors.length = 0;  // the refused creates log their 400
+  await page.fill('#f-toml', cloneToml.replace(/^rounds = 400$/m, 'rounds = 5'));
+  await page.click('#create-submit');
+  await page.waitForSelector('#experiments-table tr[data-id="demo-2"]');
+  step(`cloned demo as demo-2 (first ${tomlErrors.length} errors of the edited TOML at once)`);
+
+  // ---- the list: final bpb and duration, sorting, filtering -------------------------------------------
+  const listed = await page.$$eval('#experiments-table tbody tr', rows => rows.map(r => ({
+    id: r.dataset.id, bpb: r.cells[4].dataset.value, duration: r.cells[5].dataset.value })));
+  const demoRow = listed.find(r => r.id === 'demo');
+  check(listed.length === 3 && Number(demoRow.bpb) > 0 && Number(demoRow.duration) > 0 &&
+    listed.filter(r => r.id !== 'demo').every(r => r.bpb === '' && r.duration === ''),
+    `list rows (final bpb, duration): ${JSON.stringify(listed)}`);
+  await page.click('#experiments-table th[data-sort="id"] button');
+  const asc = await page.$$eval('#experiments-table tbody tr', rows => rows.map(r => r.dataset.id));
+  check(asc.join(',') === [...asc].sort().join(',') && (await page.getAttribute('#experiments-table th[data-sort="id"]', 'aria-sort')) === 'ascending',
+    `sorted by name: ${asc.join(', ')}`);
+  await page.click('#experiments-table th[data-sort="id"] button');
+  const desc = await page.$$eval('#experiments-table tbody tr', rows => rows.map(r => r.dataset.id));
+  check(desc.join(',') === [...asc].reverse().join(','), `sorted by name, descending: ${desc.join(', ')}`);
+  await page.fill('#list-filter', 'demo-');
+  const filtered = await page.$$eval('#experiments-table tbody tr', rows => rows.map(r => r.dataset.id));
+  check(filtered.join(',') === 'demo-2' && /1 of 3/.test(await page.textContent('#list-count')), `filter "demo-": ${filtered.join(', ')}`);
+  await page.fill('#list-filter', '');
+  await page.selectOption('#list-state', 'finished');
+  const finished = await page.$$eval('#experiments-table tbody tr', rows => rows.map(r => r.dataset.id));
+  check(finished.join(',') === 'demo', `state filter "finished": ${finished.join(', ')}`);
+  await page.selectOption('#list-state', '');
+  await contrastChecks(page, 'list (light)');
   await shoot(page, 'list');
-  step(`created ${name} (the inline error first)`);
+  step('list: final bpb and duration, sorted both ways, filtered by text and state');
 
   // ---- compare two experiments, then an unknown one --------------------------------------------------
   await page.check('#experiments-table tr[data-id="demo"] input[type=checkbox]');
@@ -444,6 +623,9 @@ try {
   check(demoPoints >= 2, `the demo's bpb curve has ${demoPoints} points in the compare view`);
   const cmpRows = await page.$$eval('#compare-table tbody tr', rows => rows.map(r => r.dataset.id));
   check(cmpRows.length === 2, `compare table has ${cmpRows.length} rows, expected 2`);
+  const diff = await page.$$eval('#compare-diff tbody tr', rows => Object.fromEntries(rows.map(r => [r.dataset.key, [...r.cells].slice(1).map(c => c.textContent)])));
+  check(diff['diloco.rounds'] && diff['diloco.rounds'].slice().sort().join(',') === '3,400' && diff['model.dim'] && !('name' in diff),
+    `config diff: ${JSON.stringify(diff)}`);
   await page.selectOption('#c-xaxis', 'bytes');  // bpb against bytes: what a codec buys
   const cmpX = await page.evaluate(() => {
     const c = Chart.getChart(document.querySelector('#chart-compare-bpb'));
@@ -546,6 +728,16 @@ try {
   check(byNode['site-a'].removed === 0, `the full-budget site shows ${byNode['site-a'].removed} removed heads`);
   check(byNode['site-j'].removed > 0, 'the budget-0.25 site shows no removed head (its forward pass cannot fit)');
   check(!(await page.isVisible('#subnets-empty')), '"no selection yet" shown next to the grids');
+  // Each site against the base model θ0, with its budget.
+  await page.waitForFunction(() => [...document.querySelectorAll('#sites-table tbody tr')].length === 4 &&
+    [...document.querySelectorAll('#sites-table tbody td.base')].every(td => /^\d+\.\d{4}$/.test(td.textContent)));
+  const sites = await page.$$eval('#sites-table tbody tr', rows => Object.fromEntries(rows.map(r => [r.dataset.node,
+    { budget: r.querySelector('.budget').textContent, flops: r.querySelector('.flops').textContent, gain: r.querySelector('.gain').textContent }])));
+  check(sites['site-a'].budget === '1.00' && sites['site-f'].budget === '0.50' && sites['site-j'].budget === '0.25' &&
+    sites['site-n'].budget === '0.25' && Object.values(sites).every(v => /%$/.test(v.flops) && /^\d+\.\d\d% (lower|higher|\(same\))$/.test(v.gain)),
+    `Hydra sites: ${JSON.stringify(sites)}`);
+  const siteSets = await page.evaluate(() => Chart.getChart(document.querySelector('#chart-sites')).data.datasets.map(d => d.label).join(','));
+  check(siteSets === 'site-a,site-f,site-j,site-n', `site bpb chart curves: ${siteSets}`);
   // Once the run is over, no node is "now" on any round (sites that left keep their totals).
   await page.waitForSelector('#x-state.finished', { timeout: Math.min(20000, left()) });
   await page.waitForFunction(() => [...document.querySelectorAll('#nodes-table tbody tr')].every(r => r.querySelector('.state.left')),
@@ -553,7 +745,32 @@ try {
   const hnow = await page.$$eval('#nodes-table tbody tr', rows => rows.map(r => `${r.cells[0].textContent} ${r.cells[3].textContent}`));
   check(hnow.length === 4 && hnow.every(t => / –$/.test(t)), `finished Hydra run, node progress: ${hnow.join(', ')}`);
   await shoot(page, 'hydra');
-  step(`Hydra grids: ${grids.map(g => `${g.node} ${g.rows}x${HEADS} (${g.removed} removed)`).join(', ')}`);
+  step(`Hydra grids: ${grids.map(g => `${g.node} ${g.rows}x${HEADS} (${g.removed} removed)`).join(', ')}; sites ${JSON.stringify(sites)}`);
+
+  // ---- distillation: the students' run on its dashboard (--http) ---------------------------------
+  await page.goto('about:blank');
+  await stopDemo();
+  demo = spawn(ATOLL, [
+    'demo', '--algorithm', 'distill', '--sites', '2', '--rounds', '2', '--inner-steps', '3',
+    '--teacher-steps', '4', '--teacher-dim', '32', '--teacher-layers', '1', '--teacher-heads', '2', '--teacher-ffn', '64',
+    '--dim', '32', '--layers', '1', '--heads', '2', '--ffn', '64', '--seq', '32', '--batch', '2', '--eval-tokens', '512',
+    '--store', path.join(tmp, 'distill'), '--http', '127.0.0.1:0', '--serve-after-done-s', '30',
+  ], { stdio: ['ignore', 'pipe', 'pipe'] });
+  watch(demo);
+  const [, durl] = await waitFor(() => demoOut.match(/^dashboard: (https:\/\/\S+)$/m), 'the distillation dashboard: line', 40000);
+  const [, dtoken] = await waitFor(() => demoOut.match(/^token: (atl_[0-9a-f]{64})$/m), 'the distillation token: line', 5000);
+  await page.goto(`${durl}#/e/demo-distill-distill`);
+  await page.waitForSelector('#view-login:not([hidden])');
+  await page.fill('#token-input', dtoken);
+  await page.click('#login-form button[type=submit]');
+  await page.waitForSelector('#x-distill:not([hidden]) #distill-table tbody tr', { timeout: Math.min(30000, left()) });
+  await page.waitForSelector('#x-state.finished', { timeout: Math.min(30000, left()) });
+  await page.waitForFunction(() => document.querySelectorAll('#distill-table tbody tr').length === 2);
+  const distill = await page.$$eval('#distill-table tbody tr', rows => rows.map(r => [r.dataset.node, Number(r.cells[1].textContent)]));
+  check(distill.map(d => d[0]).join(',') === 'site-1,site-2' && distill.every(d => d[1] > 0), `distillation sites: ${JSON.stringify(distill)}`);
+  check(Number(await page.getAttribute('#chart-bpb', 'data-points')) >= 2, 'no validation bpb of the distilled students');
+  await shoot(page, 'distill');
+  step(`distillation demo with --http: ${distill.map(d => `${d[0]} ${d[1].toFixed(1)} teacher bytes/token`).join(', ')}`);
 
   if (pageErrors.length) throw new Error(`errors in the page: ${pageErrors.join(' | ')}`);
   clearTimeout(watchdog);
