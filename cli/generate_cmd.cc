@@ -1,9 +1,11 @@
 // `atoll generate --checkpoint F --prompt TEXT`: a quick look at what a model learned.
 #include <cstdio>
+#include <memory>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "node/checkpoint.h"
+#include "node/peft_export.h"
 #include "node/site_data.h"
 
 namespace atl::cli {
@@ -35,7 +37,10 @@ int cmd_generate(const Args& args) {
   auto ids = (*tok)->encode(prompt);
   if (ids.empty()) return fail("generate", "--prompt is empty; give some text to continue", 2);
   algorithms::Llama model(ck->meta.model);
-  auto out = model.generate(ck->params, ids, static_cast<int>(*n), static_cast<float>(*temp),
+  const bool lora = algorithms::lora_enabled(ck->meta.lora);  // adapters over the frozen base
+  if (lora)
+    model.attach_lora(ck->meta.lora, std::make_shared<algorithms::ParamSet>(std::move(ck->params)));
+  auto out = model.generate(lora ? ck->adapters : ck->params, ids, static_cast<int>(*n), static_cast<float>(*temp),
                             static_cast<int>(*top_k), static_cast<uint64_t>(*seed));
   if (!out.ok()) return fail("generate", out.status().message());
   std::printf("%s%s\n", prompt.c_str(), (*tok)->decode(*out).c_str());
