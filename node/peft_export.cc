@@ -1,6 +1,7 @@
 #include "node/peft_export.h"
 
 #include <boost/json.hpp>
+#include <cmath>
 #include <filesystem>
 
 #include "algorithms/model/hf_format.h"
@@ -44,7 +45,11 @@ std::string peft_adapter_config_json(const algorithms::LoraConfig& lora,
   o["peft_type"] = "LORA";
   o["task_type"] = "CAUSAL_LM";
   o["r"] = lora.rank;
-  o["lora_alpha"] = lora.alpha;
+  // An integral alpha as an integer, as PEFT writes it (16, not 1.6E1).
+  if (lora.alpha == std::floor(lora.alpha) && std::fabs(lora.alpha) < 1e15)
+    o["lora_alpha"] = static_cast<int64_t>(lora.alpha);
+  else
+    o["lora_alpha"] = lora.alpha;
   json::array targets;
   for (const auto& t : lora.targets) targets.emplace_back(algorithms::lora_module_name(t));
   o["target_modules"] = std::move(targets);

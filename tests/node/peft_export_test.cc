@@ -142,7 +142,7 @@ TEST(PeftExport, NamesShapesRotateHalfRowsAndConfig) {
   EXPECT_EQ(cfg.at("peft_type").as_string(), "LORA");
   EXPECT_EQ(cfg.at("task_type").as_string(), "CAUSAL_LM");
   EXPECT_EQ(cfg.at("r").as_int64(), 4);
-  EXPECT_EQ(cfg.at("lora_alpha").as_double(), 8.0);
+  EXPECT_EQ(cfg.at("lora_alpha").as_int64(), 8);
   EXPECT_EQ(cfg.at("bias").as_string(), "none");
   EXPECT_EQ(cfg.at("lora_dropout").as_double(), 0.0);
   EXPECT_EQ(cfg.at("base_model_name_or_path").as_string(), "org/tiny-llama");
