@@ -26,9 +26,9 @@
 #include "cli/train_setup.h"
 #include "kernels/cpu/ops.h"
 #include "node/checkpoint.h"
-#include "node/peft_export.h"
 #include "node/distill_inner.h"
 #include "node/evaluate.h"
+#include "node/peft_export.h"
 #include "node/teacher_service.h"
 #include "transport/tls/credentials.h"
 

@@ -9,8 +9,8 @@
 #include "cli/flags.h"
 #include "kernels/cpu/ops.h"
 #include "node/checkpoint.h"
-#include "node/peft_export.h"
 #include "node/evaluate.h"
+#include "node/peft_export.h"
 #include "node/site_data.h"
 
 namespace atl::cli {
@@ -76,8 +76,8 @@ int cmd_eval(const Args& args) {
   if (lora)
     llama.attach_lora(ck->meta.lora, std::make_shared<algorithms::ParamSet>(std::move(ck->params)));
   const node::Evaluation e =
-      node::evaluate_bpb(llama, lora ? ck->adapters : ck->params, site->validation, *site->tokenizer, model.seq_len,
-                         static_cast<int>(*batch), *tokens);
+      node::evaluate_bpb(llama, lora ? ck->adapters : ck->params, site->validation,
+                         *site->tokenizer, model.seq_len, static_cast<int>(*batch), *tokens);
   if (flags.has("json"))
     std::printf("{\"val_bpb\":%.17g,\"loss_nats\":%.17g,\"tokens\":%" PRId64 "}\n", e.bpb, e.loss,
                 e.tokens);

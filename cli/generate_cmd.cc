@@ -40,8 +40,9 @@ int cmd_generate(const Args& args) {
   const bool lora = algorithms::lora_enabled(ck->meta.lora);  // adapters over the frozen base
   if (lora)
     model.attach_lora(ck->meta.lora, std::make_shared<algorithms::ParamSet>(std::move(ck->params)));
-  auto out = model.generate(lora ? ck->adapters : ck->params, ids, static_cast<int>(*n), static_cast<float>(*temp),
-                            static_cast<int>(*top_k), static_cast<uint64_t>(*seed));
+  auto out = model.generate(lora ? ck->adapters : ck->params, ids, static_cast<int>(*n),
+                            static_cast<float>(*temp), static_cast<int>(*top_k),
+                            static_cast<uint64_t>(*seed));
   if (!out.ok()) return fail("generate", out.status().message());
   std::printf("%s%s\n", prompt.c_str(), (*tok)->decode(*out).c_str());
   return 0;

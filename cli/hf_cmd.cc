@@ -56,10 +56,11 @@ int export_peft(const std::string& ckpt, const std::string& out) {
   if (!ck.ok()) return fail("export", ck.status().message());
   if (Status s = node::export_peft_dir(*ck, out); !s.ok())
     return fail("export", ckpt + ": " + s.message());
-  std::printf("exported %s -> %s (adapter_config.json, adapter_model.safetensors: r %d, alpha %g, "
-              "targets %s, %zu parameters)\n",
-              ckpt.c_str(), out.c_str(), ck->meta.lora.rank, ck->meta.lora.alpha,
-              algorithms::lora_targets_csv(ck->meta.lora).c_str(), ck->adapters.numel());
+  std::printf(
+      "exported %s -> %s (adapter_config.json, adapter_model.safetensors: r %d, alpha %g, "
+      "targets %s, %zu parameters)\n",
+      ckpt.c_str(), out.c_str(), ck->meta.lora.rank, ck->meta.lora.alpha,
+      algorithms::lora_targets_csv(ck->meta.lora).c_str(), ck->adapters.numel());
   return 0;
 }
 
@@ -89,8 +90,11 @@ int cmd_export(const Args& args) {
   if (!ck.ok()) return fail("export", ck.status().message());
   const bool lora = algorithms::lora_enabled(ck->meta.lora);
   if (lora && !flags.has("merge-lora"))
-    return fail("export", *ckpt + " has LoRA adapters: pass --merge-lora to write the merged "
-                                  "model, or use `atoll export peft` for the adapters alone", 2);
+    return fail("export",
+                *ckpt +
+                    " has LoRA adapters: pass --merge-lora to write the merged "
+                    "model, or use `atoll export peft` for the adapters alone",
+                2);
   if (!lora && flags.has("merge-lora"))
     return fail("export", *ckpt + " has no LoRA adapters to merge (drop --merge-lora)", 2);
   if (lora) {

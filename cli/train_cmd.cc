@@ -47,8 +47,8 @@ std::vector<FlagSpec> train_flags() {
                ""});
   f.push_back({"lora-rank", true, "LoRA rank r: train only adapters over the frozen --base", "0"});
   f.push_back({"lora-alpha", true, "LoRA alpha (the update is scaled by alpha / r)", "16"});
-  f.push_back({"lora-targets", true, "projections with adapters: any of q,k,v,o,gate,up,down",
-               "q,k,v,o"});
+  f.push_back(
+      {"lora-targets", true, "projections with adapters: any of q,k,v,o,gate,up,down", "q,k,v,o"});
   return f;
 }
 
@@ -104,8 +104,9 @@ StatusOr<int64_t> start_params(const TrainSetup& setup, node::LoadedCheckpoint* 
     return 0;
   }
   if (algorithms::lora_enabled(base->meta.lora))
-    return InvalidArgument("--base is a LoRA checkpoint; merge it first (atoll export hf "
-                           "--merge-lora, then atoll import hf) or --resume it");
+    return InvalidArgument(
+        "--base is a LoRA checkpoint; merge it first (atoll export hf "
+        "--merge-lora, then atoll import hf) or --resume it");
   *rp.model = std::move(base->params);
   if (algorithms::lora_enabled(rp.lora)) {
     ATOLL_RETURN_IF_ERROR(algorithms::validate(rp.lora, setup.model));
@@ -218,8 +219,8 @@ int cmd_train(const Args& args) {
   }
   auto lora = lora_from_flags(flags);
   if (!lora.ok()) return fail("train", lora.status().message(), 2);
-  auto setup_or = make_train_setup(flags, resumed ? &*resumed : nullptr, total_steps,
-                                   base ? &*base : nullptr);
+  auto setup_or =
+      make_train_setup(flags, resumed ? &*resumed : nullptr, total_steps, base ? &*base : nullptr);
   if (!setup_or.ok()) return fail("train", setup_or.status().message(), 2);
   TrainSetup& setup = *setup_or;
   if (resumed && !resumed_trainer.empty() && resumed_trainer != setup.trainer_summary)

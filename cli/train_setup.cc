@@ -170,8 +170,8 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
     for (const auto& name : differing)
       if (flags.has(name))
         return InvalidArgument("--" + name + " differs from the " + which +
-                               " checkpoint, which fixes the model" +
-                               (resumed ? " and seed" : "") + " (drop the flag)");
+                               " checkpoint, which fixes the model" + (resumed ? " and seed" : "") +
+                               " (drop the flag)");
     if (flags.has("tokenizer"))
       return InvalidArgument(std::string("--tokenizer cannot be given with ") + which +
                              ": the checkpoint carries its tokenizer (drop the flag)");
@@ -181,8 +181,8 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
     setup.trainer.precision_seed = setup.seed;
   }
   if (fixed) {
-    ATOLL_ASSIGN_OR_RETURN(setup.site, node::load_site_data_with_blob(
-                                           spec, fixed->meta.tokenizer, brown_dir, holdout));
+    ATOLL_ASSIGN_OR_RETURN(setup.site, node::load_site_data_with_blob(spec, fixed->meta.tokenizer,
+                                                                      brown_dir, holdout));
     setup.tokenizer_name = fixed->meta.tokenizer.empty() ? "bytes" : "bpe (from checkpoint)";
   } else {
     ATOLL_ASSIGN_OR_RETURN(setup.site, node::load_site_data(spec, tok, brown_dir, holdout));

@@ -88,8 +88,9 @@ Status decode_lora(const algorithms::Safetensors& st, const std::string& what,
     return InvalidArgument(what + ": " + s.message());
   auto fp = md.find("atoll.lora.fingerprint");
   if (fp == md.end() || fp->second != ck.adapters.fingerprint())
-    return DataLoss(what + ": LoRA adapters do not match the recorded SHA-256 fingerprint (the "
-                           "file is damaged)");
+    return DataLoss(what +
+                    ": LoRA adapters do not match the recorded SHA-256 fingerprint (the "
+                    "file is damaged)");
   return Status::Ok();
 }
 
@@ -155,9 +156,8 @@ StatusOr<std::string> encode_checkpoint(const CheckpointMeta& meta, const ParamS
   return std::string(bytes.begin(), bytes.end());
 }
 
-Status save_checkpoint(const std::string& path, const CheckpointMeta& meta,
-                       const ParamSet& params, const algorithms::AdamW* optimizer,
-                       const ParamSet* adapters) {
+Status save_checkpoint(const std::string& path, const CheckpointMeta& meta, const ParamSet& params,
+                       const algorithms::AdamW* optimizer, const ParamSet* adapters) {
   ATOLL_ASSIGN_OR_RETURN(std::string bytes, encode_checkpoint(meta, params, optimizer, adapters));
   return write_file_atomic(path, bytes);
 }
@@ -248,7 +248,8 @@ StatusOr<LoadedCheckpoint> decode_checkpoint(const std::string& bytes, const std
     return DataLoss(what + ": parameters do not match the recorded SHA-256 fingerprint (the "
                            "file is damaged)");
   ATOLL_RETURN_IF_ERROR(decode_lora(st, what, ck));
-  const auto& trained_layout = algorithms::lora_enabled(ck.meta.lora) ? ck.adapters.layout() : layout;
+  const auto& trained_layout =
+      algorithms::lora_enabled(ck.meta.lora) ? ck.adapters.layout() : layout;
   if (md.count("atoll.optimizer.step")) {
     ck.has_optimizer = true;
     ATOLL_ASSIGN_OR_RETURN(ck.optimizer_step, meta_int(md, "atoll.optimizer.step", what));

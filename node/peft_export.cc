@@ -32,8 +32,8 @@ StatusOr<algorithms::Safetensors> lora_to_peft(const ParamSet& adapters,
         algorithms::rope_rows_to_hf(values.data(),
                                     a.target == "q" ? model.heads : algorithms::num_kv_heads(model),
                                     D, lora.rank);
-      st.tensors.push_back(algorithms::make_tensor("base_model.model." + *name, v->shape,
-                                                   values.data()));
+      st.tensors.push_back(
+          algorithms::make_tensor("base_model.model." + *name, v->shape, values.data()));
     }
   }
   return st;
@@ -85,8 +85,9 @@ std::string imported_name_or_path(const LoadedCheckpoint& ck) {
 
 Status export_peft_dir(const LoadedCheckpoint& ck, const std::string& dir_text) {
   if (!algorithms::lora_enabled(ck.meta.lora))
-    return InvalidArgument("the checkpoint has no LoRA adapters (train with --lora-rank R to "
-                           "get some; `atoll export hf` writes full models)");
+    return InvalidArgument(
+        "the checkpoint has no LoRA adapters (train with --lora-rank R to "
+        "get some; `atoll export hf` writes full models)");
   ATOLL_ASSIGN_OR_RETURN(algorithms::Safetensors st,
                          lora_to_peft(ck.adapters, ck.meta.lora, ck.meta.model));
   ATOLL_ASSIGN_OR_RETURN(std::vector<uint8_t> weights, algorithms::encode_safetensors(st));
@@ -94,9 +95,9 @@ Status export_peft_dir(const LoadedCheckpoint& ck, const std::string& dir_text) 
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return IoError("cannot create " + dir_text + ": " + ec.message());
-  ATOLL_RETURN_IF_ERROR(write_file_atomic(
-      (dir / "adapter_config.json").string(),
-      peft_adapter_config_json(ck.meta.lora, imported_name_or_path(ck))));
+  ATOLL_RETURN_IF_ERROR(
+      write_file_atomic((dir / "adapter_config.json").string(),
+                        peft_adapter_config_json(ck.meta.lora, imported_name_or_path(ck))));
   return write_file_atomic(
       (dir / "adapter_model.safetensors").string(),
       std::string_view(reinterpret_cast<const char*>(weights.data()), weights.size()));
@@ -108,8 +109,8 @@ StatusOr<LoadedCheckpoint> merge_lora_checkpoint(const LoadedCheckpoint& ck) {
   LoadedCheckpoint out;
   out.meta = ck.meta;
   out.meta.lora = {};
-  ATOLL_ASSIGN_OR_RETURN(out.params, algorithms::merge_lora(ck.params, ck.adapters, ck.meta.lora,
-                                                            ck.meta.model));
+  ATOLL_ASSIGN_OR_RETURN(
+      out.params, algorithms::merge_lora(ck.params, ck.adapters, ck.meta.lora, ck.meta.model));
   out.meta.fingerprint = out.params.fingerprint();
   return out;
 }

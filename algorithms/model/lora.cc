@@ -73,14 +73,16 @@ Status validate(const LoraConfig& lora, const ModelConfig& model) {
     return InvalidArgument("LoRA alpha must be a finite number > 0, got " +
                            std::to_string(lora.alpha));
   if (lora.targets.empty())
-    return InvalidArgument("LoRA needs at least one target projection (q, k, v, o, gate, up, down)");
+    return InvalidArgument(
+        "LoRA needs at least one target projection (q, k, v, o, gate, up, down)");
   int last = -1;
   for (const auto& t : lora.targets) {
     const int i = target_index(t);
     if (i < 0)
       return InvalidArgument("LoRA target '" + t + "' is not one of q, k, v, o, gate, up, down");
     if (i <= last)
-      return InvalidArgument("LoRA targets must be distinct, in the order q, k, v, o, gate, up, down");
+      return InvalidArgument(
+          "LoRA targets must be distinct, in the order q, k, v, o, gate, up, down");
     last = i;
   }
   if (model.moe_experts > 0)
@@ -162,7 +164,7 @@ StatusOr<ParamSet> merge_lora(const ParamSet& base, const ParamSet& adapters,
     if (!w) return Internal("merge_lora: no base tensor " + w_name);
     const float* A = adapters.data() + adapters.layout().find(a.a_name)->offset;  // (r, in)
     const float* B = adapters.data() + adapters.layout().find(a.b_name)->offset;  // (out, r)
-    float* W = out.data() + w->offset;                                             // (out, in)
+    float* W = out.data() + w->offset;                                            // (out, in)
     for (int o = 0; o < a.out; ++o)
       for (int i = 0; i < a.in; ++i) {
         double s = 0.0;

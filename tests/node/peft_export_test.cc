@@ -149,8 +149,8 @@ TEST(PeftExport, NamesShapesRotateHalfRowsAndConfig) {
   const json::array& tm = cfg.at("target_modules").as_array();
   std::vector<std::string> modules;
   for (const auto& m : tm) modules.emplace_back(m.as_string());
-  EXPECT_EQ(modules, (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj",
-                                               "down_proj"}));
+  EXPECT_EQ(modules,
+            (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "down_proj"}));
   auto weights = read_file(dir + "/adapter_model.safetensors");
   ASSERT_TRUE(weights.ok());
   auto file = algorithms::decode_safetensors(reinterpret_cast<const uint8_t*>(weights->data()),
