@@ -10,6 +10,7 @@
 #include "algorithms/data/brown.h"
 #include "coordinator/http/auth.h"
 #include "node/checkpoint.h"
+#include "node/peft_export.h"
 #include "transport/channel.h"
 #include "transport/tls/ca.h"
 #include "transport/tls/credentials.h"
@@ -153,7 +154,8 @@ coordinator::ServiceOptions service_options(bool insecure, const std::string& ex
 
 StatusOr<std::vector<float>> initial_theta_from_checkpoint(const std::string& path,
                                                            const algorithms::ModelConfig& model) {
-  auto ck = node::load_checkpoint(path);
+  auto loaded = node::load_checkpoint(path);
+  auto ck = loaded.ok() ? node::merged_if_lora(std::move(loaded).value()) : loaded;
   if (!ck.ok()) return InvalidArgument("--init-from " + path + ": " + ck.status().message());
   // seq_len (RoPE has no learned positions) and the MoE loss weights do not change θ or what it
   // computes; every other field does.

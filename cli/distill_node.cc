@@ -29,6 +29,7 @@
 #include "node/checkpoint.h"
 #include "node/distill_inner.h"
 #include "node/evaluate.h"
+#include "node/peft_export.h"
 #include "node/teacher_service.h"
 #include "transport/tls/credentials.h"
 
@@ -76,7 +77,8 @@ int run_teacher(const Args& args) {
   kernels::cpu::set_num_threads(static_cast<int>(*threads));
   auto shard = node::parse_vocab_shard(flags.get_or("vocab-shard", "0/1"));
   if (!shard.ok()) return fail("node", shard.status().message(), 2);
-  auto ck = node::load_checkpoint(*path);
+  auto loaded = node::load_checkpoint(*path);
+  auto ck = loaded.ok() ? node::merged_if_lora(std::move(loaded).value()) : loaded;
   if (!ck.ok()) return fail("node", "cannot load teacher checkpoint: " + ck.status().message());
   const int vocab = ck->meta.model.vocab;
   if (shard->second > vocab)
@@ -213,7 +215,8 @@ std::variant<StudentStep, int> make_student_step(
   if (lc.alpha > 0 && flags.has("teacher-checkpoint")) {
     if (flags.has("teacher"))
       return fail("node", "give --teacher or --teacher-checkpoint, not both", 2);
-    auto ck = node::load_checkpoint(*flags.get("teacher-checkpoint"));
+    auto loaded = node::load_checkpoint(*flags.get("teacher-checkpoint"));
+    auto ck = loaded.ok() ? node::merged_if_lora(std::move(loaded).value()) : loaded;
     if (!ck.ok()) return fail("node", "cannot load teacher checkpoint: " + ck.status().message());
     local_teacher = std::move(ck).value();
     auto step = node::DistillInnerStep::create_colocated(

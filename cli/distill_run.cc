@@ -20,6 +20,7 @@
 #include "cli/signals.h"
 #include "kernels/cpu/ops.h"
 #include "node/checkpoint.h"
+#include "node/peft_export.h"
 #include "node/subprocess.h"
 #include "node/teacher_service.h"
 #include "transport/tls/credentials.h"
@@ -113,7 +114,8 @@ StatusOr<std::string> train_teacher(const DistillRun& run) {
 // Validation bpb of the checkpoint on Brown's held-out documents: what `atoll train` reports
 // after its last step, with the same batch and token budget.
 StatusOr<double> teacher_bpb(const DistillRun& run, const std::string& checkpoint) {
-  ATOLL_ASSIGN_OR_RETURN(node::LoadedCheckpoint ck, node::load_checkpoint(checkpoint));
+  ATOLL_ASSIGN_OR_RETURN(node::LoadedCheckpoint loaded, node::load_checkpoint(checkpoint));
+  ATOLL_ASSIGN_OR_RETURN(node::LoadedCheckpoint ck, node::merged_if_lora(std::move(loaded)));
   GlobalEvalOptions eo;
   eo.data_spec = "brown";
   eo.brown_dir = run.d.brown_dir;
@@ -175,7 +177,8 @@ class ServedTeacher {
   }
 
   Status serve_here(const DistillRun& run, const std::string& checkpoint) {
-    ATOLL_ASSIGN_OR_RETURN(node::LoadedCheckpoint ck, node::load_checkpoint(checkpoint));
+    ATOLL_ASSIGN_OR_RETURN(node::LoadedCheckpoint loaded, node::load_checkpoint(checkpoint));
+    ATOLL_ASSIGN_OR_RETURN(node::LoadedCheckpoint ck, node::merged_if_lora(std::move(loaded)));
     ATOLL_ASSIGN_OR_RETURN(const node::DataSpec data, node::parse_data_spec("brown"));
     ATOLL_ASSIGN_OR_RETURN(node::TeacherServiceOptions o,
                            node::teacher_service_options(std::move(ck), data, run.d.brown_dir, 0, 1,

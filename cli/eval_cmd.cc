@@ -2,6 +2,7 @@
 // bits per byte of a checkpoint, measured the way `atoll train` measures it after its last step.
 #include <cinttypes>
 #include <cstdio>
+#include <memory>
 #include <optional>
 
 #include "cli/commands.h"
@@ -9,6 +10,7 @@
 #include "kernels/cpu/ops.h"
 #include "node/checkpoint.h"
 #include "node/evaluate.h"
+#include "node/peft_export.h"
 #include "node/site_data.h"
 
 namespace atl::cli {
@@ -69,9 +71,13 @@ int cmd_eval(const Args& args) {
                 2);
   kernels::cpu::set_num_threads(static_cast<int>(*threads));
   algorithms::Llama llama(model);
+  // A LoRA checkpoint: the adapters over its frozen base, as `atoll train` evaluated them.
+  const bool lora = algorithms::lora_enabled(ck->meta.lora);
+  if (lora)
+    llama.attach_lora(ck->meta.lora, std::make_shared<algorithms::ParamSet>(std::move(ck->params)));
   const node::Evaluation e =
-      node::evaluate_bpb(llama, ck->params, site->validation, *site->tokenizer, model.seq_len,
-                         static_cast<int>(*batch), *tokens);
+      node::evaluate_bpb(llama, lora ? ck->adapters : ck->params, site->validation,
+                         *site->tokenizer, model.seq_len, static_cast<int>(*batch), *tokens);
   if (flags.has("json"))
     std::printf("{\"val_bpb\":%.17g,\"loss_nats\":%.17g,\"tokens\":%" PRId64 "}\n", e.bpb, e.loss,
                 e.tokens);

@@ -4,10 +4,12 @@
 // --temperature 0 is greedy (the largest logit, the lowest id among equals) and deterministic;
 // above 0 it samples, reproducibly for a given --seed.
 #include <cstdio>
+#include <memory>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "node/checkpoint.h"
+#include "node/peft_export.h"
 #include "node/site_data.h"
 
 namespace atl::cli {
@@ -42,8 +44,12 @@ int cmd_generate(const Args& args) {
   auto ids = (*tok)->encode(prompt);
   if (ids.empty()) return fail("generate", "--prompt is empty; give some text to continue", 2);
   algorithms::Llama model(ck->meta.model);
-  auto out = model.generate(ck->params, ids, static_cast<int>(*n), static_cast<float>(*temp),
-                            static_cast<int>(*top_k), static_cast<uint64_t>(*seed));
+  const bool lora = algorithms::lora_enabled(ck->meta.lora);  // adapters over the frozen base
+  if (lora)
+    model.attach_lora(ck->meta.lora, std::make_shared<algorithms::ParamSet>(std::move(ck->params)));
+  auto out = model.generate(lora ? ck->adapters : ck->params, ids, static_cast<int>(*n),
+                            static_cast<float>(*temp), static_cast<int>(*top_k),
+                            static_cast<uint64_t>(*seed));
   if (!out.ok()) return fail("generate", out.status().message());
   std::printf("%s%s\n", prompt.c_str(), (*tok)->decode(*out).c_str());
   return 0;

@@ -1,11 +1,13 @@
-// `atoll import hf DIR --out CKPT` and `atoll export hf CKPT --out DIR [--dtype bf16]`:
-// Hugging Face Llama-family model directories in and out of Atoll checkpoints (docs/model.md).
+// `atoll import hf DIR --out CKPT`, `atoll export hf CKPT --out DIR [--dtype bf16]
+// [--merge-lora]` and `atoll export peft CKPT --out DIR`: Hugging Face Llama-family model
+// directories in and out of Atoll checkpoints, and LoRA adapters out as PEFT (docs/model.md).
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "node/checkpoint.h"
 #include "node/hf_model.h"
+#include "node/peft_export.h"
 #include "node/site_data.h"
 
 namespace atl::cli {
@@ -47,20 +49,60 @@ int cmd_import(const Args& args) {
   return 0;
 }
 
+namespace {
+
+// `atoll export peft CKPT --out DIR`: adapter_config.json + adapter_model.safetensors.
+int export_peft(const std::string& ckpt, const std::string& out) {
+  auto ck = node::load_checkpoint(ckpt);
+  if (!ck.ok()) return fail("export", ck.status().message());
+  if (Status s = node::export_peft_dir(*ck, out); !s.ok())
+    return fail("export", ckpt + ": " + s.message());
+  std::printf(
+      "exported %s -> %s (adapter_config.json, adapter_model.safetensors: r %d, alpha %g, "
+      "targets %s, %zu parameters)\n",
+      ckpt.c_str(), out.c_str(), ck->meta.lora.rank, ck->meta.lora.alpha,
+      algorithms::lora_targets_csv(ck->meta.lora).c_str(), ck->adapters.numel());
+  return 0;
+}
+
+}  // namespace
+
 int cmd_export(const Args& args) {
   Flags flags("export", {{"out", true, "directory to write (created if missing)", ""},
-                         {"dtype", true, "tensor dtype: fp32 or bf16", "fp32"}});
+                         {"dtype", true, "tensor dtype: fp32 or bf16", "fp32"},
+                         {"merge-lora", false,
+                          "hf: fold a LoRA checkpoint's adapters into the weights", ""}});
   if (Status s = flags.parse(args); !s.ok()) return fail("export", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
-  auto ckpt = hf_source(flags, "CKPT");
-  if (!ckpt.ok()) return fail("export", ckpt.status().message(), 2);
+  const auto& pos = flags.positional();
   auto out = flags.get("out");
+  if (pos.size() == 2 && pos[0] == "peft") {
+    if (!out) return fail("export", "--out is required (the directory to write)", 2);
+    return export_peft(pos[1], *out);
+  }
+  auto ckpt = hf_source(flags, "CKPT");
+  if (!ckpt.ok())
+    return fail("export", ckpt.status().message() + "; or: atoll export peft CKPT --out DIR", 2);
   if (!out) return fail("export", "--out is required (the directory to write)", 2);
   const std::string dtype_text = flags.get_or("dtype", "fp32");
   if (dtype_text != "fp32" && dtype_text != "bf16")
     return fail("export", "--dtype must be fp32 or bf16, got '" + dtype_text + "'", 2);
   auto ck = node::load_checkpoint(*ckpt);
   if (!ck.ok()) return fail("export", ck.status().message());
+  const bool lora = algorithms::lora_enabled(ck->meta.lora);
+  if (lora && !flags.has("merge-lora"))
+    return fail("export",
+                *ckpt +
+                    " has LoRA adapters: pass --merge-lora to write the merged "
+                    "model, or use `atoll export peft` for the adapters alone",
+                2);
+  if (!lora && flags.has("merge-lora"))
+    return fail("export", *ckpt + " has no LoRA adapters to merge (drop --merge-lora)", 2);
+  if (lora) {
+    auto merged = node::merge_lora_checkpoint(*ck);
+    if (!merged.ok()) return fail("export", merged.status().message());
+    ck = std::move(merged);
+  }
   const auto dtype = dtype_text == "bf16" ? algorithms::DType::kBF16 : algorithms::DType::kF32;
   if (Status s = node::export_hf_dir(*ck, *out, dtype); !s.ok()) return fail("export", s.message());
   std::printf("exported %s -> %s (config.json, model.safetensors %s%s)\n", ckpt->c_str(),

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "algorithms/data/dataset.h"
@@ -39,7 +41,80 @@ std::vector<FlagSpec> train_flags() {
   f.push_back({"stop-after", true,
                "stop (with a checkpoint) once this step is reached; --resume continues", "0"});
   f.push_back({"sample", true, "after training, print N sampled tokens of text", "0"});
+  f.push_back({"base", true,
+               "fine-tune this checkpoint (its model and tokenizer; all of it, or LoRA adapters "
+               "with --lora-rank)",
+               ""});
+  f.push_back({"lora-rank", true, "LoRA rank r: train only adapters over the frozen --base", "0"});
+  f.push_back({"lora-alpha", true, "LoRA alpha (the update is scaled by alpha / r)", "16"});
+  f.push_back(
+      {"lora-targets", true, "projections with adapters: any of q,k,v,o,gate,up,down", "q,k,v,o"});
   return f;
+}
+
+// The parameters of a run: the model (with LoRA, the frozen base) and, with LoRA, the adapters
+// that train. trained() is what the trainer steps, evaluates and samples with.
+struct RunParams {
+  std::shared_ptr<ParamSet> model;
+  ParamSet adapters;
+  algorithms::LoraConfig lora;
+  ParamSet& trained() { return algorithms::lora_enabled(lora) ? adapters : *model; }
+};
+
+// --lora-* flags -> a LoRA config (rank 0 without --lora-rank), or one line on a bad value.
+StatusOr<algorithms::LoraConfig> lora_from_flags(const Flags& flags) {
+  algorithms::LoraConfig lora;
+  ATOLL_ASSIGN_OR_RETURN(int64_t rank, flags.get_int("lora-rank", 0, 0, 4096));
+  ATOLL_ASSIGN_OR_RETURN(lora.alpha, flags.get_double("lora-alpha", 16.0, 1e-9, 1e9));
+  auto targets = algorithms::parse_lora_targets(flags.get_or("lora-targets", "q,k,v,o"));
+  if (!targets.ok()) return InvalidArgument("--lora-targets: " + targets.status().message());
+  lora.rank = static_cast<int>(rank);
+  lora.targets = *targets;
+  if (rank == 0) {
+    for (const char* f : {"lora-alpha", "lora-targets"})
+      if (flags.has(f)) return InvalidArgument(std::string("--") + f + " needs --lora-rank R");
+    return lora;
+  }
+  if (!flags.has("base"))
+    return InvalidArgument("--lora-rank needs --base CKPT: adapters fine-tune a trained model");
+  return lora;
+}
+
+// Fills rp and the trainer's optimizer from a resumed checkpoint, a --base checkpoint or a fresh
+// init; returns the first step to run.
+StatusOr<int64_t> start_params(const TrainSetup& setup, node::LoadedCheckpoint* resumed,
+                               node::LoadedCheckpoint* base, const std::string& resume_path,
+                               InnerTrainer& trainer, RunParams& rp) {
+  rp.model = std::make_shared<ParamSet>(algorithms::make_layout(setup.model));
+  if (resumed) {
+    *rp.model = std::move(resumed->params);
+    rp.lora = resumed->meta.lora;
+    rp.adapters = std::move(resumed->adapters);
+    if (algorithms::lora_enabled(rp.lora)) trainer.attach_lora(rp.lora, rp.model);
+    if (!resumed->has_optimizer)
+      return InvalidArgument("cannot resume from " + resume_path +
+                             ": it has no optimizer state (it is a model-only checkpoint)");
+    trainer.optimizer().m() = std::move(resumed->m);
+    trainer.optimizer().v() = std::move(resumed->v);
+    trainer.optimizer().set_step_count(resumed->optimizer_step);
+    return resumed->meta.step;
+  }
+  if (!base) {
+    algorithms::init_params(*rp.model, setup.model, setup.seed);
+    return 0;
+  }
+  if (algorithms::lora_enabled(base->meta.lora))
+    return InvalidArgument(
+        "--base is a LoRA checkpoint; merge it first (atoll export hf "
+        "--merge-lora, then atoll import hf) or --resume it");
+  *rp.model = std::move(base->params);
+  if (algorithms::lora_enabled(rp.lora)) {
+    ATOLL_RETURN_IF_ERROR(algorithms::validate(rp.lora, setup.model));
+    rp.adapters = ParamSet(algorithms::make_lora_layout(rp.lora, setup.model));
+    algorithms::init_lora_params(rp.adapters, rp.lora, setup.model, setup.seed);
+    trainer.attach_lora(rp.lora, rp.model);
+  }
+  return 0;
 }
 
 double validation_bpb(InnerTrainer& trainer, const ParamSet& params, const TrainSetup& setup,
@@ -135,7 +210,17 @@ int cmd_train(const Args& args) {
                     2);
     }
   }
-  auto setup_or = make_train_setup(flags, resumed ? &*resumed : nullptr, total_steps);
+  std::optional<node::LoadedCheckpoint> base;
+  if (auto path = flags.get("base")) {
+    if (resumed) return fail("train", "--base and --resume exclude each other (drop --base)", 2);
+    auto ck = node::load_checkpoint(*path);
+    if (!ck.ok()) return fail("train", "cannot load --base: " + ck.status().message());
+    base = std::move(ck).value();
+  }
+  auto lora = lora_from_flags(flags);
+  if (!lora.ok()) return fail("train", lora.status().message(), 2);
+  auto setup_or =
+      make_train_setup(flags, resumed ? &*resumed : nullptr, total_steps, base ? &*base : nullptr);
   if (!setup_or.ok()) return fail("train", setup_or.status().message(), 2);
   TrainSetup& setup = *setup_or;
   if (resumed && !resumed_trainer.empty() && resumed_trainer != setup.trainer_summary)
@@ -145,26 +230,19 @@ int cmd_train(const Args& args) {
                  resumed_trainer.c_str(), setup.trainer_summary.c_str());
 
   InnerTrainer trainer(setup.model, setup.trainer);
-  ParamSet params(algorithms::make_layout(setup.model));
-  int64_t start = 0;
-  if (resumed) {
-    params = std::move(resumed->params);
-    if (!resumed->has_optimizer)
-      return fail("train", "cannot resume from " + *flags.get("resume") +
-                               ": it has no optimizer state (it is a model-only checkpoint)");
-    trainer.optimizer().m() = std::move(resumed->m);
-    trainer.optimizer().v() = std::move(resumed->v);
-    trainer.optimizer().set_step_count(resumed->optimizer_step);
-    start = resumed->meta.step;
-    if (start >= total_steps)
-      return fail("train",
-                  "checkpoint is at step " + std::to_string(start) +
-                      ", nothing to do for --steps " + std::to_string(total_steps) +
-                      " (raise --steps)",
-                  2);
-  } else {
-    algorithms::init_params(params, setup.model, setup.seed);
-  }
+  RunParams rp;
+  rp.lora = *lora;
+  auto start_or = start_params(setup, resumed ? &*resumed : nullptr, base ? &*base : nullptr,
+                               flags.get_or("resume", ""), trainer, rp);
+  if (!start_or.ok()) return fail("train", start_or.status().message(), 2);
+  const int64_t start = *start_or;
+  if (resumed && start >= total_steps)
+    return fail("train",
+                "checkpoint is at step " + std::to_string(start) + ", nothing to do for --steps " +
+                    std::to_string(total_steps) + " (raise --steps)",
+                2);
+  ParamSet& params = rp.trained();
+  const bool with_lora = algorithms::lora_enabled(rp.lora);
 
   const std::string out_dir = flags.get_or("out", "runs/train");
   std::error_code ec;
@@ -181,13 +259,21 @@ int cmd_train(const Args& args) {
     meta.extra["data"] = setup.data_spec;
     meta.extra["trainer"] = setup.trainer_summary;
     meta.extra["total_steps"] = std::to_string(total_steps);
-    Status s = node::save_checkpoint(ckpt_path, meta, params, &trainer.optimizer());
+    if (auto b = flags.get("base")) meta.extra["base"] = *b;
+    meta.lora = rp.lora;
+    Status s = node::save_checkpoint(ckpt_path, meta, *rp.model, &trainer.optimizer(),
+                                     with_lora ? &rp.adapters : nullptr);
     if (!s.ok()) return Status(s.code(), "cannot write checkpoint: " + s.message());
     std::printf("checkpoint: %s (step %" PRId64 ", sha256 %s)\n", ckpt_path.c_str(), step_done,
                 params.fingerprint().substr(0, 16).c_str());
     return Status::Ok();
   };
 
+  if (with_lora)
+    std::printf("LoRA r=%d alpha=%g on %s: %s trainable of %s (base frozen)\n", rp.lora.rank,
+                rp.lora.alpha, algorithms::lora_targets_csv(rp.lora).c_str(),
+                format_count(static_cast<double>(params.numel())).c_str(),
+                format_count(static_cast<double>(rp.model->numel())).c_str());
   std::printf(
       "atoll train: %s params, data %s (%s train / %s val tokens), tokenizer %s, "
       "B=%d T=%d, steps %" PRId64 "%s\n",

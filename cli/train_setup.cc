@@ -117,7 +117,7 @@ Status apply_model_flags(const Flags& flags, algorithms::ModelConfig& m,
 }
 
 StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedCheckpoint* resumed,
-                                      int64_t total_steps) {
+                                      int64_t total_steps, const node::LoadedCheckpoint* base) {
   TrainSetup setup;
   ATOLL_RETURN_IF_ERROR(
       apply_model_flags(flags, setup.model, setup.trainer, setup.seed, setup.threads));
@@ -139,9 +139,11 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
   }
   const node::Holdout holdout = val_spec ? node::Holdout::kNone : node::Holdout::kHeldOut;
 
-  if (resumed) {
+  // The checkpoint that fixes the model and tokenizer: the resumed one, else the --base one.
+  const node::LoadedCheckpoint* fixed = resumed ? resumed : base;
+  if (fixed) {
     // The checkpoint fixes what defines the run; a flag that disagrees with it is a mistake.
-    const auto& rm = resumed->meta.model;
+    const auto& rm = fixed->meta.model;
     // Model fields that have a flag here (experiment-config key -> flag), and the seed.
     static const std::pair<const char*, const char*> kFlagOf[] = {
         {"dim", "dim"},
@@ -161,25 +163,25 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
     for (const auto& d : algorithms::model_differences(setup.model, rm))
       for (const auto& [field, flag] : kFlagOf)
         if (d.field == field) differing.push_back(flag);
-    if (setup.seed != resumed->meta.seed) differing.push_back("seed");
+    if (resumed && setup.seed != resumed->meta.seed) differing.push_back("seed");
+    const char* which = resumed ? "--resume" : "--base";
     for (const auto& name : differing)
       if (flags.has(name))
-        return InvalidArgument("--" + name +
-                               " differs from the checkpoint being resumed, which fixes the "
-                               "model and seed (drop the flag)");
+        return InvalidArgument("--" + name + " differs from the " + which +
+                               " checkpoint, which fixes the model" + (resumed ? " and seed" : "") +
+                               " (drop the flag)");
     if (flags.has("tokenizer"))
-      return InvalidArgument(
-          "--tokenizer cannot be given with --resume: the checkpoint carries "
-          "its tokenizer (drop the flag)");
+      return InvalidArgument(std::string("--tokenizer cannot be given with ") + which +
+                             ": the checkpoint carries its tokenizer (drop the flag)");
     setup.model = rm;
     setup.trainer.seq = rm.seq_len;
-    setup.seed = resumed->meta.seed;
+    if (resumed) setup.seed = resumed->meta.seed;
     setup.trainer.precision_seed = setup.seed;
   }
-  if (resumed) {
-    ATOLL_ASSIGN_OR_RETURN(setup.site, node::load_site_data_with_blob(
-                                           spec, resumed->meta.tokenizer, brown_dir, holdout));
-    setup.tokenizer_name = resumed->meta.tokenizer.empty()
+  if (fixed) {
+    ATOLL_ASSIGN_OR_RETURN(setup.site, node::load_site_data_with_blob(spec, fixed->meta.tokenizer,
+                                                                      brown_dir, holdout));
+    setup.tokenizer_name = fixed->meta.tokenizer.empty()
                                ? "bytes"
                                : setup.site.tokenizer->name() + " (from checkpoint)";
   } else {
@@ -187,8 +189,8 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
     setup.tokenizer_name = tok.to_string();
   }
   if (val_spec) ATOLL_RETURN_IF_ERROR(node::set_validation_data(setup.site, *val_spec, brown_dir));
-  if (!resumed) setup.model.vocab = setup.site.tokenizer->vocab_size();
-  if (spec.kind == node::DataSpec::Kind::kTokens && !resumed)
+  if (!fixed) setup.model.vocab = setup.site.tokenizer->vocab_size();
+  if (spec.kind == node::DataSpec::Kind::kTokens && !fixed)
     setup.model.vocab = std::max(setup.model.vocab, setup.site.train.vocab_size);
   if (setup.site.tokenizer->vocab_size() > setup.model.vocab)
     return InvalidArgument(

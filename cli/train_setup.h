@@ -27,9 +27,11 @@ struct TrainSetup {
   std::string trainer_summary;  // one line with the optimizer settings (checkpoint metadata)
 };
 
-// total_steps sets the cosine schedule's length.
+// total_steps sets the cosine schedule's length. A resumed checkpoint fixes the model, seed and
+// tokenizer; a base checkpoint (fine-tuning, --base) fixes the model and tokenizer only.
 StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedCheckpoint* resumed,
-                                      int64_t total_steps);
+                                      int64_t total_steps,
+                                      const node::LoadedCheckpoint* base = nullptr);
 
 // Model and optimizer from defaults, the config file (if --config) and flags, without data.
 Status apply_model_flags(const Flags& flags, algorithms::ModelConfig& model,

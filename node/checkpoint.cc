@@ -66,10 +66,39 @@ std::string exact(double v) {
   return buf;
 }
 
+// The LoRA part of a checkpoint (see checkpoint.h), if its metadata has atoll.lora.rank.
+Status decode_lora(const algorithms::Safetensors& st, const std::string& what,
+                   LoadedCheckpoint& ck) {
+  const auto& md = st.metadata;
+  if (!md.count("atoll.lora.rank")) return Status::Ok();
+  auto& lora = ck.meta.lora;
+  ATOLL_ASSIGN_OR_RETURN(int64_t rank, meta_int(md, "atoll.lora.rank", what));
+  if (rank < 1 || rank > 4096) return InvalidArgument(what + ": atoll.lora.rank out of range");
+  lora.rank = static_cast<int>(rank);
+  ATOLL_ASSIGN_OR_RETURN(lora.alpha, meta_double(md, "atoll.lora.alpha", what));
+  auto targets = md.find("atoll.lora.targets");
+  if (targets == md.end()) return InvalidArgument(what + ": metadata atoll.lora.targets missing");
+  auto parsed = algorithms::parse_lora_targets(targets->second);
+  if (!parsed.ok()) return InvalidArgument(what + ": " + parsed.status().message());
+  lora.targets = *parsed;
+  if (Status s = algorithms::validate(lora, ck.meta.model); !s.ok())
+    return InvalidArgument(what + ": " + s.message());
+  ck.adapters = ParamSet(algorithms::make_lora_layout(lora, ck.meta.model));
+  if (Status s = algorithms::read_params(st, ck.adapters, "", false); !s.ok())
+    return InvalidArgument(what + ": " + s.message());
+  auto fp = md.find("atoll.lora.fingerprint");
+  if (fp == md.end() || fp->second != ck.adapters.fingerprint())
+    return DataLoss(what +
+                    ": LoRA adapters do not match the recorded SHA-256 fingerprint (the "
+                    "file is damaged)");
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<std::string> encode_checkpoint(const CheckpointMeta& meta, const ParamSet& params,
-                                        const algorithms::AdamW* optimizer) {
+                                        const algorithms::AdamW* optimizer,
+                                        const ParamSet* adapters) {
   algorithms::Safetensors st;
   algorithms::append_params(st, params);
   auto& md = st.metadata;
@@ -106,6 +135,16 @@ StatusOr<std::string> encode_checkpoint(const CheckpointMeta& meta, const ParamS
   md["atoll.round"] = std::to_string(meta.round);
   md["atoll.fingerprint"] = params.fingerprint();
   for (const auto& [k, v] : meta.extra) md["atoll.x." + k] = v;
+  if (algorithms::lora_enabled(meta.lora)) {
+    ATOLL_RETURN_IF_ERROR(algorithms::validate(meta.lora, m));
+    if (!adapters || !(adapters->layout() == algorithms::make_lora_layout(meta.lora, m)))
+      return InvalidArgument("a LoRA checkpoint needs adapters matching its LoRA config");
+    algorithms::append_params(st, *adapters);
+    md["atoll.lora.rank"] = std::to_string(meta.lora.rank);
+    md["atoll.lora.alpha"] = exact(meta.lora.alpha);
+    md["atoll.lora.targets"] = algorithms::lora_targets_csv(meta.lora);
+    md["atoll.lora.fingerprint"] = adapters->fingerprint();
+  }
   if (optimizer) {
     algorithms::append_params(st, optimizer->m(), "optimizer.m.");
     algorithms::append_params(st, optimizer->v(), "optimizer.v.");
@@ -116,9 +155,9 @@ StatusOr<std::string> encode_checkpoint(const CheckpointMeta& meta, const ParamS
   return std::string(bytes.begin(), bytes.end());
 }
 
-Status save_checkpoint(const std::string& path, const CheckpointMeta& meta,
-                       const ParamSet& params, const algorithms::AdamW* optimizer) {
-  ATOLL_ASSIGN_OR_RETURN(std::string bytes, encode_checkpoint(meta, params, optimizer));
+Status save_checkpoint(const std::string& path, const CheckpointMeta& meta, const ParamSet& params,
+                       const algorithms::AdamW* optimizer, const ParamSet* adapters) {
+  ATOLL_ASSIGN_OR_RETURN(std::string bytes, encode_checkpoint(meta, params, optimizer, adapters));
   return write_file_atomic(path, bytes);
 }
 
@@ -205,11 +244,14 @@ StatusOr<LoadedCheckpoint> decode_checkpoint(const std::string& bytes, const std
   if (ck.params.fingerprint() != fp->second)
     return DataLoss(what + ": parameters do not match the recorded SHA-256 fingerprint (the "
                            "file is damaged)");
+  ATOLL_RETURN_IF_ERROR(decode_lora(st, what, ck));
+  const auto& trained_layout =
+      algorithms::lora_enabled(ck.meta.lora) ? ck.adapters.layout() : layout;
   if (md.count("atoll.optimizer.step")) {
     ck.has_optimizer = true;
     ATOLL_ASSIGN_OR_RETURN(ck.optimizer_step, meta_int(md, "atoll.optimizer.step", what));
-    ck.m = ParamSet(layout);
-    ck.v = ParamSet(layout);
+    ck.m = ParamSet(trained_layout);
+    ck.v = ParamSet(trained_layout);
     if (Status s = algorithms::read_params(st, ck.m, "optimizer.m.", false); !s.ok())
       return InvalidArgument(what + ": " + s.message());
     if (Status s = algorithms::read_params(st, ck.v, "optimizer.v.", false); !s.ok())

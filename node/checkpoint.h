@@ -4,6 +4,10 @@
 // experiment, round, SHA-256 fingerprint of the parameters). The Hugging Face model fields
 // (kv_heads, tie_word_embeddings, attention_bias) are written only when they differ from the
 // defaults, so checkpoints of the original architecture are byte-for-byte as before.
+// A LoRA checkpoint (docs/model.md, "LoRA") holds the frozen base as its parameters and the
+// adapters beside them under their own names (…q_proj.lora_A.weight, …), with metadata
+// atoll.lora.rank / alpha / targets / fingerprint; its optimizer moments have the adapters'
+// layout. Without adapters none of these keys or tensors are written.
 #pragma once
 
 #include <cstdint>
@@ -32,19 +36,25 @@ struct CheckpointMeta {
   int64_t round = -1;        // DiLoCo round of θ, -1 for single-site runs
   std::string fingerprint;   // SHA-256 of the parameters (checked on load)
   std::map<std::string, std::string> extra;  // free-form ("atoll.x.*" keys)
+  algorithms::LoraConfig lora;               // rank 0: no adapters
 };
 
-// Encodes params (+ optimizer state when given) and metadata as safetensors bytes.
+// Encodes params (+ optimizer state when given) and metadata as safetensors bytes. With
+// meta.lora enabled, `adapters` (make_lora_layout) are required and params is the frozen base;
+// the optimizer, if given, is the adapters' AdamW.
 StatusOr<std::string> encode_checkpoint(const CheckpointMeta& meta,
                                         const algorithms::ParamSet& params,
-                                        const algorithms::AdamW* optimizer);
+                                        const algorithms::AdamW* optimizer,
+                                        const algorithms::ParamSet* adapters = nullptr);
 Status save_checkpoint(const std::string& path, const CheckpointMeta& meta,
-                       const algorithms::ParamSet& params, const algorithms::AdamW* optimizer);
+                       const algorithms::ParamSet& params, const algorithms::AdamW* optimizer,
+                       const algorithms::ParamSet* adapters = nullptr);
 
 struct LoadedCheckpoint {
   CheckpointMeta meta;
-  algorithms::ParamSet params;
-  bool has_optimizer = false;
+  algorithms::ParamSet params;    // the model, or the frozen base of a LoRA checkpoint
+  algorithms::ParamSet adapters;  // LoRA adapters (meta.lora enabled), else empty
+  bool has_optimizer = false;     // m and v: the adapters' layout for a LoRA checkpoint
   algorithms::ParamSet m, v;
   int64_t optimizer_step = 0;
 };

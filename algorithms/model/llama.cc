@@ -273,9 +273,23 @@ Llama::Llama(Llama&&) noexcept = default;
 Llama& Llama::operator=(Llama&&) noexcept = default;
 
 void Llama::check_params(const ParamSet& p, const char* what) const {
-  if (!(p.layout() == layout_))
+  if (!(p.layout() == layout()))
     internal_error(std::string("Llama::") + what +
-                   ": parameter layout does not match the model config");
+                   (lora_ ? ": parameter layout does not match the LoRA adapters"
+                          : ": parameter layout does not match the model config"));
+}
+
+void Llama::attach_lora(const LoraConfig& lora, std::shared_ptr<const ParamSet> base) {
+  lora_ = std::make_unique<LoraAdapters>(lora, cfg_, std::move(base));
+  B_ = T_ = 0;  // the next forward sizes the adapters' activations
+}
+
+const float* Llama::base_data(const ParamSet& params) const {
+  return lora_ ? lora_->base().data() : params.data();
+}
+
+const float* Llama::adapter_data(const ParamSet& params) const {
+  return lora_ ? params.data() : nullptr;
 }
 
 GemmSite Llama::site(int l, int k) const {
@@ -339,6 +353,7 @@ void Llama::ensure_shape(int B, int T, bool with_logits) {
   logits_ = with_logits ? take(N * V) : nullptr;
   losses_ = take(N);
   qkv_lin_ = gqa ? take(N * size_t(qkv_dim_)) : nullptr;
+  if (lora_) lora_->ensure_rows(N);
 }
 
 void Llama::check_tokens(const int32_t* tokens, int N) const {
@@ -367,11 +382,13 @@ void Llama::forward_trunk(const float* P, const int32_t* tokens) {
     // (N, C) -> (N, QKV), QKV = C + 2Ckv (3C without GQA, written straight into a.qkv)
     float* lin = qkv_lin_ ? qkv_lin_ : a.qkv;
     gemm_.forward(lin, a.ln1, P + o.qkv, N, C, QKV, site(l, 0));
+    if (lora_) lora_->forward(l, 0, lora_params_, a.ln1, lin, N, QKV);
     if (cfg_.attention_bias) ops::bias_forward(lin, P + o.qkv_bias, N, QKV);
     ops::rope_forward(lin, B, T, H + KV, D, QKV, cfg_.rope_base);   // q and k in place
     if (qkv_lin_) ops::repeat_kv_forward(a.qkv, lin, N, H, KV, D);  // -> (N, 3C)
     ops::attention_forward(a.atty, a.att, a.qkv, B, T, H, D);       // -> (N, C)
     gemm_.forward(scratch_, a.atty, P + o.o, N, C, C, site(l, 1));
+    if (lora_) lora_->forward(l, 1, lora_params_, a.atty, scratch_, N, C);
     ops::add_forward(a.h, a.x, scratch_, static_cast<size_t>(N) * C);
     // MLP sub-block (dense SwiGLU, or the MoE layer of moe_block.h)
     ops::rmsnorm_forward(a.ln2, a.rstd2, a.h, P + o.ln2, N, C, cfg_.norm_eps);
@@ -379,8 +396,10 @@ void Llama::forward_trunk(const float* P, const int32_t* tokens) {
       moe_->forward(l, P, a.ln2, scratch_, N, gemm_, moe_sites(l));  // experts follow the recipe
     } else {
       gemm_.forward(a.gu, a.ln2, P + o.gu, N, C, 2 * F, site(l, 2));  // (N, C) -> (N, 2F)
-      ops::swiglu_forward(a.swi, a.gu, N, F);                         // -> (N, F)
+      if (lora_) lora_->forward(l, 2, lora_params_, a.ln2, a.gu, N, 2 * F);
+      ops::swiglu_forward(a.swi, a.gu, N, F);  // -> (N, F)
       gemm_.forward(scratch_, a.swi, P + o.down, N, F, C, site(l, 3));
+      if (lora_) lora_->forward(l, 3, lora_params_, a.swi, scratch_, N, C);
     }
     ops::add_forward(next, a.h, scratch_, static_cast<size_t>(N) * C);
   }
@@ -396,7 +415,8 @@ const float* Llama::forward_hidden(const ParamSet& params, const int32_t* tokens
   have_targets_ = false;
   num_targets_ = 0;
   std::fill(losses_, losses_ + N, 0.0f);
-  forward_trunk(params.data(), tokens);
+  lora_params_ = adapter_data(params);
+  forward_trunk(base_data(params), tokens);
   return lnf_;
 }
 
@@ -418,7 +438,8 @@ float Llama::forward(const ParamSet& params, const int32_t* tokens, const int32_
       num_targets_ += targets[i] >= 0;
     }
   }
-  const float* P = params.data();
+  const float* P = base_data(params);
+  lora_params_ = adapter_data(params);
   forward_trunk(P, tokens);
   gemm_.forward(logits_, lnf_, P + off_head_, N, C, V, site(cfg_.layers, 0));  // (N, C) -> (N, V)
 
@@ -450,10 +471,10 @@ void Llama::backward(const ParamSet& params, ParamSet& grads) {
   ensure_grad_buffers();
   float* dln = grads_.data() + NC;  // see backward_trunk for the layout
 
-  const float* P = params.data();
-  float* G = grads.data();
-  const float* wte = P + off_head_;  // the head: the embedding when tied, else lm_head
-  float* dwte = G + off_head_;
+  const float* P = base_data(params);
+  float* G = lora_ ? nullptr : grads.data();  // with LoRA the base is frozen: no gradients
+  const float* wte = P + off_head_;           // the head: the embedding when tied, else lm_head
+  float* dwte = G ? G + off_head_ : nullptr;
 
   // Loss = mean over the num_targets_ valid positions, so dloss/dlosses[i] = 1/num_targets_.
   const double dloss = num_targets_ ? 1.0 / static_cast<double>(num_targets_) : 0.0;
@@ -462,7 +483,7 @@ void Llama::backward(const ParamSet& params, ParamSet& grads) {
   // Head: dlnf (N, C) = dlogits · wte ; dwte += dlogitsᵀ · lnf.
   ops::zero_fill(dln, NC);
   gemm_.backward(dln, dwte, logits_, lnf_, wte, N, C, V, site(cfg_.layers, 0));
-  backward_trunk(P, G, dln);
+  backward_trunk(P, G, dln, adapter_data(params), lora_ ? grads.data() : nullptr);
 }
 
 void Llama::backward_from_hidden(const ParamSet& params, ParamSet& grads, const float* dh) {
@@ -470,10 +491,12 @@ void Llama::backward_from_hidden(const ParamSet& params, ParamSet& grads, const 
   check_params(grads, "backward_from_hidden (grads)");
   if (B_ == 0) internal_error("Llama::backward_from_hidden without a forward");
   ensure_grad_buffers();
-  backward_trunk(params.data(), grads.data(), dh);
+  backward_trunk(base_data(params), lora_ ? nullptr : grads.data(), dh, adapter_data(params),
+                 lora_ ? grads.data() : nullptr);
 }
 
-void Llama::backward_trunk(const float* P, float* G, const float* dlnf) {
+void Llama::backward_trunk(const float* P, float* G, const float* dlnf, const float* AP,
+                           float* AG) {
   const int B = B_, T = T_, N = B * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab,
             H = cfg_.heads, D = C / H, KV = kv_heads_, QKV = qkv_dim_;
   const size_t NC = static_cast<size_t>(N) * C;
@@ -486,12 +509,13 @@ void Llama::backward_trunk(const float* P, float* G, const float* dlnf) {
   float* dswi = dgu + static_cast<size_t>(N) * 2 * F;
   float* dqkv_lin = gqa ? dswi + static_cast<size_t>(N) * F : dqkv;  // (N, QKV)
   auto zero = [](float* p, size_t n) { ops::zero_fill(p, n); };
-  float* dwte = G + off_embed_;
+  // The base's gradient at `offset`, or null when the base is frozen (LoRA): ops skip it.
+  auto gw = [G](size_t offset) { return G ? G + offset : nullptr; };
 
   // Final norm: dres (N, C) = d(last block output). dlnf may be dln itself (from backward()): it
   // is read here, before dln is reused as scratch below.
   zero(dres, NC);
-  ops::rmsnorm_backward(dres, G + off_norm_, dlnf, out_, P + off_norm_, rstdf_, N, C);
+  ops::rmsnorm_backward(dres, gw(off_norm_), dlnf, out_, P + off_norm_, rstdf_, N, C);
 
   for (int l = cfg_.layers - 1; l >= 0; --l) {
     const LayerOffsets& o = off_[l];
@@ -502,16 +526,19 @@ void Llama::backward_trunk(const float* P, float* G, const float* dlnf) {
       moe_->backward(l, P, G, a.ln2, dres, dln, gemm_, moe_sites(l));  // + router-loss grads
     } else {
       zero(dswi, static_cast<size_t>(N) * F);
-      gemm_.backward(dswi, G + o.down, dres, a.swi, P + o.down, N, F, C, site(l, 3));
+      gemm_.backward(dswi, gw(o.down), dres, a.swi, P + o.down, N, F, C, site(l, 3));
+      if (lora_) lora_->backward(l, 3, AP, AG, a.swi, dres, dswi, N, C);
       zero(dgu, static_cast<size_t>(N) * 2 * F);
       ops::swiglu_backward(dgu, dswi, a.gu, N, F);
       zero(dln, NC);
-      gemm_.backward(dln, G + o.gu, dgu, a.ln2, P + o.gu, N, C, 2 * F, site(l, 2));
+      gemm_.backward(dln, gw(o.gu), dgu, a.ln2, P + o.gu, N, C, 2 * F, site(l, 2));
+      if (lora_) lora_->backward(l, 2, AP, AG, a.ln2, dgu, dln, N, 2 * F);
     }
-    ops::rmsnorm_backward(dres, G + o.ln2, dln, a.h, P + o.ln2, a.rstd2, N, C);  // dres = dh
+    ops::rmsnorm_backward(dres, gw(o.ln2), dln, a.h, P + o.ln2, a.rstd2, N, C);  // dres = dh
     // h = x + o_proj(atty): both branches receive dh.
     zero(datty, NC);
-    gemm_.backward(datty, G + o.o, dres, a.atty, P + o.o, N, C, C, site(l, 1));
+    gemm_.backward(datty, gw(o.o), dres, a.atty, P + o.o, N, C, C, site(l, 1));
+    if (lora_) lora_->backward(l, 1, AP, AG, a.atty, dres, datty, N, C);
     zero(dqkv, 3 * NC);
     ops::attention_backward(dqkv, datty, a.qkv, a.att, B, T, H, D);
     if (gqa) {  // fold the repeated KV heads back: dk, dv summed over each group
@@ -519,12 +546,13 @@ void Llama::backward_trunk(const float* P, float* G, const float* dlnf) {
       ops::repeat_kv_backward(dqkv_lin, dqkv, N, H, KV, D);
     }
     ops::rope_backward(dqkv_lin, B, T, H + KV, D, QKV, cfg_.rope_base);  // dq, dk before RoPE
-    if (cfg_.attention_bias) ops::bias_backward(G + o.qkv_bias, dqkv_lin, N, QKV);
+    if (cfg_.attention_bias && G) ops::bias_backward(G + o.qkv_bias, dqkv_lin, N, QKV);
     zero(dln, NC);
-    gemm_.backward(dln, G + o.qkv, dqkv_lin, a.ln1, P + o.qkv, N, C, QKV, site(l, 0));
-    ops::rmsnorm_backward(dres, G + o.ln1, dln, a.x, P + o.ln1, a.rstd1, N, C);  // dres = dx
+    gemm_.backward(dln, gw(o.qkv), dqkv_lin, a.ln1, P + o.qkv, N, C, QKV, site(l, 0));
+    if (lora_) lora_->backward(l, 0, AP, AG, a.ln1, dqkv_lin, dln, N, QKV);
+    ops::rmsnorm_backward(dres, gw(o.ln1), dln, a.x, P + o.ln1, a.rstd1, N, C);  // dres = dx
   }
-  ops::embedding_backward(dwte, dres, tokens_.data(), N, V, C);
+  if (G) ops::embedding_backward(G + off_embed_, dres, tokens_.data(), N, V, C);
 }
 
 StatusOr<std::vector<int32_t>> Llama::generate(const ParamSet& params,
@@ -539,7 +567,7 @@ StatusOr<std::vector<int32_t>> Llama::generate(const ParamSet& params,
       return InvalidArgument("generate: prompt token " + std::to_string(prompt[i]) +
                              " at position " + std::to_string(i) +
                              " is outside the vocabulary [0, " + std::to_string(V) + ")");
-  if (!(params.layout() == layout_))
+  if (!(params.layout() == layout()))
     return InvalidArgument("generate: parameter layout does not match the model config");
   const int k = (top_k <= 0 || top_k >= V) ? V : top_k;
   // Stream id for sampling draws, distinct from the init streams (view index + 1).

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/model/lora.h"
 #include "algorithms/model/moe_block.h"
 #include "algorithms/model/param_set.h"
 #include "algorithms/model/precision.h"
@@ -146,7 +147,17 @@ class Llama {
   Llama& operator=(Llama&&) noexcept;
 
   const ModelConfig& config() const { return cfg_; }
-  const ParamLayout& layout() const { return layout_; }
+  // The layout of the ParamSet that forward/backward/generate take: the model's, or with LoRA
+  // attached the adapters' (make_lora_layout).
+  const ParamLayout& layout() const { return lora_ ? lora_->layout() : layout_; }
+
+  // Attaches LoRA adapters (algorithms/model/lora.h) over the frozen `base` (make_layout of the
+  // config): from now on forward/backward/generate take the adapter ParamSet, backward computes
+  // gradients for the adapters only (none for the base: its weight gradients are skipped), and
+  // the base stays fp32. lora must be valid for the config (aborts otherwise).
+  void attach_lora(const LoraConfig& lora, std::shared_ptr<const ParamSet> base);
+  // The adapters' state, or null for a plain model.
+  const LoraAdapters* lora() const { return lora_.get(); }
 
   // tokens (B, T) in [0, V); targets (B, T) in [0, V) or -1 (ignored), may be nullptr.
   // Returns the mean cross-entropy over non-ignored targets (0 if there are none, or if
@@ -231,8 +242,13 @@ class Llama {
   void check_tokens(const int32_t* tokens, int N) const;
   // Embedding, blocks and final norm (to lnf_) for the shape set by ensure_shape.
   void forward_trunk(const float* P, const int32_t* tokens);
-  // dlnf (N, C) -> every gradient below the head (see backward_from_hidden).
-  void backward_trunk(const float* P, float* G, const float* dlnf);
+  // dlnf (N, C) -> every gradient below the head (see backward_from_hidden). P and G are the
+  // base parameters and gradients (G null with LoRA: the base is frozen); AP and AG the
+  // adapters' (null without LoRA).
+  void backward_trunk(const float* P, float* G, const float* dlnf, const float* AP, float* AG);
+  // Base parameters and adapter parameters of `params` (see layout()).
+  const float* base_data(const ParamSet& params) const;
+  const float* adapter_data(const ParamSet& params) const;
   // Grows grads_ (activation gradients) to the current shape.
   void ensure_grad_buffers();
   void check_params(const ParamSet& p, const char* what) const;
@@ -262,6 +278,8 @@ class Llama {
   float* qkv_lin_ = nullptr;  // (N, C + 2Ckv) q|k|v before repeat_kv, only with GQA (scratch)
   std::vector<int32_t> tokens_, targets_;  // (N) copies for backward
   std::unique_ptr<MoeBlocks> moe_;         // null for a dense model
+  std::unique_ptr<LoraAdapters> lora_;     // null without adapters
+  const float* lora_params_ = nullptr;     // the adapters of the current forward (with LoRA)
   bool have_targets_ = false;
   PrecisionGemm gemm_;
   int64_t num_targets_ = 0;

@@ -67,6 +67,12 @@ InnerTrainer::InnerTrainer(const ModelConfig& model, const TrainerConfig& train)
   model_.set_precision(train.precision, train.precision_seed);
 }
 
+void InnerTrainer::attach_lora(const LoraConfig& lora, std::shared_ptr<const ParamSet> base) {
+  model_.attach_lora(lora, std::move(base));
+  grads_ = ParamSet(model_.layout());
+  adamw_ = AdamW(model_.layout(), adamw_config(tcfg_));
+}
+
 void InnerTrainer::split_rows(const int32_t* tokens, int rows) {
   data::split_inputs_targets(tokens, rows, tcfg_.seq, inputs_, targets_);
 }

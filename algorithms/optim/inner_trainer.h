@@ -59,6 +59,11 @@ class InnerTrainer {
   // chunk may be smaller); every target counts equally. Leaves params and optimizer untouched.
   float evaluate(const ParamSet& params, const int32_t* tokens, int rows);
 
+  // Trains LoRA adapters over the frozen `base` from now on (Llama::attach_lora): step() and
+  // evaluate() take the adapter ParamSet, and the gradients and AdamW state (reset) have the
+  // adapters' layout, so the base has neither.
+  void attach_lora(const LoraConfig& lora, std::shared_ptr<const ParamSet> base);
+
   const TrainerConfig& config() const { return tcfg_; }
   Llama& model() { return model_; }
   AdamW& optimizer() { return adamw_; }

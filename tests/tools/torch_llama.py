@@ -24,7 +24,10 @@ INPUT (written by the C++ test) holds
     attention), attention_bias ("1": q/k/v biases model.layers.{l}.self_attn.{q,k,v}_proj.bias)
     and tie_word_embeddings ("0": the head is lm_head.weight); for a model with MoE layers also
     moe_experts, moe_top_k, moe_hidden, moe_every, moe_score, moe_shared_hidden, moe_aux_coef,
-    moe_z_coef (docs/moe.md).
+    moe_z_coef (docs/moe.md); for LoRA adapters lora_rank and lora_alpha, with the adapters
+    stored as <projection>.lora_A.weight (r, in) and <projection>.lora_B.weight (out, r) beside
+    the projection's weight (PEFT semantics: y = W x + (lora_alpha / lora_rank) * B (A x)).
+    With adapters only they are trained: gradients, AdamW and final.* cover the adapters alone.
 OUTPUT holds
   - logits (B, T, V) F32, loss () F32 (the cross-entropy), aux () F32 (the weighted MoE router
     losses, 0 for a dense model), grad.<name> F32 for every parameter of loss + aux (float32 run);
@@ -122,6 +125,8 @@ class Config:
         self.kv_heads = int(meta.get("kv_heads", self.heads))
         self.bias = meta.get("attention_bias", "0") == "1"
         self.tied = meta.get("tie_word_embeddings", "1") == "1"
+        self.lora_scale = (float(meta["lora_alpha"]) / int(meta["lora_rank"])
+                           if "lora_rank" in meta else 0.0)
         self.experts = int(meta.get("moe_experts", "0"))
         if self.experts:
             self.top_k = int(meta["moe_top_k"])
@@ -172,6 +177,15 @@ def moe_ffn(h, p, pre, cfg):
     return out.view(B, T, C), aux, z
 
 
+def linear(x, p, module, cfg):
+    """x @ W.t() for p[module + ".weight"], plus the LoRA update when the module has adapters."""
+    y = x @ p[module + ".weight"].t()
+    a = p.get(module + ".lora_A.weight")
+    if a is not None:
+        y = y + cfg.lora_scale * ((x @ a.t()) @ p[module + ".lora_B.weight"].t())
+    return y
+
+
 def rmsnorm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
@@ -203,9 +217,9 @@ def forward(p, cfg, inputs):
         pre = f"model.layers.{l}."
         h = rmsnorm(x, p[pre + "input_layernorm.weight"], cfg.eps)
         KV = cfg.kv_heads
-        q = h @ p[pre + "self_attn.q_proj.weight"].t()
-        k = h @ p[pre + "self_attn.k_proj.weight"].t()
-        v = h @ p[pre + "self_attn.v_proj.weight"].t()
+        q = linear(h, p, pre + "self_attn.q_proj", cfg)
+        k = linear(h, p, pre + "self_attn.k_proj", cfg)
+        v = linear(h, p, pre + "self_attn.v_proj", cfg)
         if cfg.bias:
             q = q + p[pre + "self_attn.q_proj.bias"]
             k = k + p[pre + "self_attn.k_proj.bias"]
@@ -218,15 +232,16 @@ def forward(p, cfg, inputs):
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
         att = att.masked_fill(~mask, float("-inf")).softmax(-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + y @ p[pre + "self_attn.o_proj.weight"].t()
+        x = x + linear(y, p, pre + "self_attn.o_proj", cfg)
         h = rmsnorm(x, p[pre + "post_attention_layernorm.weight"], cfg.eps)
         if cfg.is_moe(l):
             y, aux, z = moe_ffn(h, p, pre, cfg)
             x = x + y
             aux_total = aux_total + cfg.aux_coef * aux + cfg.z_coef * z
         else:
-            x = x + swiglu_ffn(h, p[pre + "mlp.gate_proj.weight"], p[pre + "mlp.up_proj.weight"],
-                               p[pre + "mlp.down_proj.weight"])
+            gate = F.silu(linear(h, p, pre + "mlp.gate_proj", cfg))
+            x = x + linear(gate * linear(h, p, pre + "mlp.up_proj", cfg), p,
+                           pre + "mlp.down_proj", cfg)
     x = rmsnorm(x, p["model.norm.weight"], cfg.eps)
     head = wte if cfg.tied else p["lm_head.weight"]
     return x @ head.t(), aux_total
@@ -347,13 +362,16 @@ def main():
     tensors, meta = read_safetensors(sys.argv[1])
     cfg = Config(meta)
     names = [n for n in tensors if n.startswith("model.") or n == "lm_head.weight"]
+    # With LoRA adapters only they train; the base is frozen.
+    adapters = [n for n in names if ".lora_" in n]
+    trainable = adapters if adapters else names
     inputs = tensors["batch.inputs"].long()
     targets = tensors["batch.targets"].long()
     out = {}
 
     # float32 (compared against the C++ float32 engine) and float64 (how far float32 is from exact).
     for dtype, tag in ((torch.float32, ""), (torch.float64, "_f64")):
-        p = {n: tensors[n].to(dtype).clone().requires_grad_(True) for n in names}
+        p = {n: tensors[n].to(dtype).clone().requires_grad_(n in trainable) for n in names}
         logits, aux = forward(p, cfg, inputs)
         loss = loss_fn(logits, targets)
         (loss + aux).backward()
@@ -361,15 +379,15 @@ def main():
             out["logits"] = logits.detach()
         out["loss" + tag] = loss.detach().reshape(())
         out["aux" + tag] = aux.detach().reshape(())
-        for n in names:
+        for n in trainable:
             out[("grad" if tag == "" else "grad_f64") + "." + n] = p[n].grad.detach()
 
     # AdamW steps on train.rows, float32.
     rows = tensors["train.rows"].long()
     tin, ttg = rows[:, :-1], rows[:, 1:]
-    p = {n: tensors[n].clone().requires_grad_(True) for n in names}
-    decay = [p[n] for n in names if p[n].dim() >= 2]
-    no_decay = [p[n] for n in names if p[n].dim() < 2]
+    p = {n: tensors[n].clone().requires_grad_(n in trainable) for n in names}
+    decay = [p[n] for n in trainable if p[n].dim() >= 2]
+    no_decay = [p[n] for n in trainable if p[n].dim() < 2]
     opt = torch.optim.AdamW(
         [
             {"params": decay, "weight_decay": float(meta["weight_decay"])},
@@ -387,15 +405,15 @@ def main():
         loss = loss_fn(logits, ttg)
         (loss + aux).backward()
         if clip > 0:
-            norm = torch.nn.utils.clip_grad_norm_([p[n] for n in names], clip)
+            norm = torch.nn.utils.clip_grad_norm_([p[n] for n in trainable], clip)
         else:
-            norm = torch.sqrt(sum((p[n].grad.double() ** 2).sum() for n in names))
+            norm = torch.sqrt(sum((p[n].grad.double() ** 2).sum() for n in trainable))
         losses.append(loss.item())
         norms.append(float(norm))
         opt.step()
     out["train.losses"] = torch.tensor(losses, dtype=torch.float32)
     out["train.grad_norms"] = torch.tensor(norms, dtype=torch.float64)
-    for n in names:
+    for n in trainable:
         out["final." + n] = p[n].detach()
 
     write_safetensors(sys.argv[2], out, {"torch_version": torch.__version__})

