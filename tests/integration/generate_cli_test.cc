@@ -76,31 +76,8 @@ TEST(GenerateCli, GreedyMatchesAnIndependentLoopWithTheCheckpointsBpe) {
 // A GPT-2-style tokenizer.json (all 256 bytes and a few English merges): the checkpoint carries
 // its text, and generate decodes with it.
 TEST(GenerateCli, GreedyMatchesAnIndependentLoopWithATokenizerJson) {
-  using algorithms::data::bytes_to_byte_level;
   TempDir dir;
-  std::string vocab, merges;
-  int id = 0;
-  for (int b = 0; b < 256; ++b) {
-    const std::string key = bytes_to_byte_level(std::string(1, static_cast<char>(b)));
-    const std::string escaped = key == "\\" ? "\\\\" : key == "\"" ? "\\\"" : key;
-    vocab += std::string(b ? "," : "") + "\"" + escaped + "\":" + std::to_string(b);
-    ++id;
-  }
-  for (auto [l, r] : std::vector<std::pair<std::string, std::string>>{
-           {"t", "h"}, {"th", "e"}, {" ", "the"}, {" ", "a"}, {"i", "n"}, {" ", "s"}}) {
-    vocab += ",\"" + bytes_to_byte_level(l + r) + "\":" + std::to_string(id++);
-    merges += std::string(merges.empty() ? "" : ",") + "\"" + bytes_to_byte_level(l) + " " +
-              bytes_to_byte_level(r) + "\"";
-  }
-  {
-    std::ofstream(dir / "tokenizer.json")
-        << "{\"added_tokens\":[{\"id\":" << id
-        << ",\"content\":\"<|endoftext|>\",\"special\":true}],\"normalizer\":null,"
-           "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
-           "\"use_regex\":true},\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":"
-           "\"BPE\",\"vocab\":{"
-        << vocab << "},\"merges\":[" << merges << "]}}";
-  }
+  write_byte_level_tokenizer_json(dir / "tokenizer.json");
   expect_greedy_matches("hf:" + (dir / "tokenizer.json"), dir);
   auto ck = node::load_checkpoint(dir / "run/checkpoint.safetensors");
   ASSERT_TRUE(ck.ok());

@@ -139,5 +139,54 @@ TEST(LoraCli, BadLoraFlagsGiveOneClearLine) {
   EXPECT_NE(bad_target.output.find("'z' is not one of"), std::string::npos) << bad_target.output;
 }
 
+// Bring your own model, as a user does it: a model with a Hugging Face tokenizer.json, exported
+// to a Hugging Face directory, imported back, fine-tuned with LoRA over the imported base (data
+// encoded with the model's own tokenizer), then sampled.
+TEST(LoraCli, AnImportedHuggingFaceModelFineTunesWithItsOwnTokenizer) {
+  TempDir dir;
+  write_byte_level_tokenizer_json(dir / "tokenizer.json");
+  auto trained = run_atoll(args({"train"}, true,
+                                {"--data", "brown:a", "--steps", "20", "--tokenizer",
+                                 "hf:" + (dir / "tokenizer.json"), "--out", dir / "src"}),
+                           dir / "src.log");
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const std::string src_ck = dir / "src/checkpoint.safetensors";
+  auto exported = run_atoll({"export", "hf", src_ck, "--out", dir / "hf"}, dir / "export.log");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  ASSERT_TRUE(std::filesystem::exists(dir / "hf/tokenizer.json"));
+  auto imported = run_atoll({"import", "hf", dir / "hf", "--out", dir / "imported.safetensors"},
+                            dir / "import.log");
+  ASSERT_EQ(imported.exit_code, 0) << imported.output;
+
+  // fp32 export -> import is lossless, tokenizer included.
+  auto src = node::load_checkpoint(src_ck);
+  auto back = node::load_checkpoint(dir / "imported.safetensors");
+  ASSERT_TRUE(src.ok() && back.ok());
+  EXPECT_EQ(back->params.fingerprint(), src->params.fingerprint());
+  EXPECT_EQ(back->meta.tokenizer, read_text(dir / "tokenizer.json"));
+
+  auto ft =
+      run_atoll(args({"train"}, false,
+                     {"--base", dir / "imported.safetensors", "--lora-rank", "4", "--lora-targets",
+                      "q,v", "--data", "brown:f", "--steps", "20", "--out", dir / "ft"}),
+                dir / "ft.log");
+  ASSERT_EQ(ft.exit_code, 0) << ft.output;
+  EXPECT_NE(ft.output.find("(from checkpoint)"), std::string::npos) << ft.output;
+  auto tuned = node::load_checkpoint(dir / "ft/checkpoint.safetensors");
+  ASSERT_TRUE(tuned.ok());
+  EXPECT_EQ(tuned->meta.tokenizer, back->meta.tokenizer);
+  EXPECT_EQ(tuned->params.fingerprint(), back->params.fingerprint());
+
+  const std::vector<std::string> gen = {
+      "generate", "--checkpoint",  dir / "ft/checkpoint.safetensors",
+      "--prompt", "The jury said", "--tokens",
+      "12",       "--temperature", "0"};
+  auto g1 = run_atoll(gen, dir / "g1.log");
+  auto g2 = run_atoll(gen, dir / "g2.log");
+  ASSERT_EQ(g1.exit_code, 0) << g1.output;
+  EXPECT_EQ(g1.output, g2.output);
+  EXPECT_NE(g1.output.find("The jury said"), std::string::npos) << g1.output;
+}
+
 }  // namespace
 }  // namespace atl::testing
