@@ -445,7 +445,9 @@ def write_results_md(path, doc, out):
         verdict += (
             " Streaming pulls with pull_codec bf16 bring the whole θ at every sync (P per outer "
             "round), not one fragment, so streaming moves more bytes than DiLoCo here; a "
-            "fragment-sized compressed pull does not exist yet.")
+            "fragment-sized compressed pull does not exist yet. One run per row on a loaded "
+            "machine: utilization varies by a few points from run to run (a shaped row can "
+            "exceed its control).")
     lines = [
         "## WAN emulation: data-parallel, DiLoCo and Streaming DiLoCo over shaped links",
         "",
