@@ -20,6 +20,8 @@ SiteMetrics::SiteMetrics()
     : steps_(registry_.counter("atoll_node_inner_steps_total", "Inner training steps taken.")),
       tokens_(registry_.counter("atoll_node_tokens_total", "Training tokens of the inner steps.")),
       rounds_(registry_.counter("atoll_node_rounds_total", "Rounds whose update was pushed.")),
+      train_seconds_(registry_.counter("atoll_node_inner_step_seconds_total",
+                                       "Wall seconds spent in inner steps (compute).")),
       bytes_up_(registry_.counter("atoll_node_bytes_total", kBytesHelp, {{"direction", "up"}})),
       bytes_down_(registry_.counter("atoll_node_bytes_total", kBytesHelp, {{"direction", "down"}})),
       loss_(registry_.gauge("atoll_node_loss", "Training loss (nats) of the latest inner step.")),
@@ -45,6 +47,10 @@ void SiteMetrics::inner_step(uint64_t round, double loss, uint64_t tokens) {
   loss_.set(loss);
   round_gauge_.set(static_cast<double>(round));
   round_.store(static_cast<int64_t>(round), std::memory_order_relaxed);
+}
+
+void SiteMetrics::trained(double seconds) {
+  train_seconds_.add(seconds);
 }
 
 void SiteMetrics::pulled(uint64_t bytes) {

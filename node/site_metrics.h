@@ -31,6 +31,9 @@ class SiteMetrics {
   void joined(const std::string& experiment_id, const std::string& node_id);
   // One inner step of `round`: its loss (nats) and tokens.
   void inner_step(uint64_t round, double loss, uint64_t tokens);
+  // Wall seconds of one run of inner steps (batch sampling and the steps themselves, overlapped
+  // ones included; not the encode, push, pull or waits): compute utilization = this ÷ wall time.
+  void trained(double seconds);
   // Payload bytes of a θ pull received (down) and of an update pushed (up).
   void pulled(uint64_t bytes);
   void pushed(uint64_t bytes);
@@ -49,6 +52,7 @@ class SiteMetrics {
   transport::metrics::Counter& steps_;
   transport::metrics::Counter& tokens_;
   transport::metrics::Counter& rounds_;
+  transport::metrics::Counter& train_seconds_;
   transport::metrics::Counter& bytes_up_;
   transport::metrics::Counter& bytes_down_;
   transport::metrics::Gauge& loss_;

@@ -136,6 +136,10 @@ class SiteWorker {
   uint32_t pre_steps_ = 0;
   double pre_loss_ = 0;
   uint64_t pre_tokens_ = 0;
+  // Inner steps trained by this process and their wall seconds (train_steps), for the line at
+  // the end of the run: compute utilization = seconds ÷ the run's wall time (bench/wan).
+  uint64_t steps_trained_ = 0;
+  double train_seconds_ = 0;
   // Redoing a round bit for bit (node/round_snapshot.h): the state at the start of the round
   // this site works on, and with Streaming DiLoCo the state after its update (the start of the
   // next round, taken before the overlapped steps). Both are kept until the next task says
@@ -273,6 +277,10 @@ Status SiteWorker::run() {
   heart_ = std::make_unique<Heartbeater>(
       link_, std::chrono::milliseconds(std::max<uint32_t>(100, joined_.heartbeat_interval_ms())));
   if (Status s = serve(); !s.ok()) return stopped_or(s);
+  char line[128];
+  std::snprintf(line, sizeof(line), "trained %" PRIu64 " inner steps in %.3f s", steps_trained_,
+                train_seconds_);
+  log(line);
   if (stopping()) log("stopped on request; leaving the experiment");
   (void)link_.leave(stopping() ? "stop requested" : "experiment finished");
   return Status::Ok();
@@ -553,6 +561,7 @@ StatusOr<uint32_t> SiteWorker::train_steps(uint64_t round, uint64_t first_step, 
   if (from >= to) return from;
   const uint64_t total_steps = site_.spec.total_inner_steps();
   const int B = site_.train.batch, T = site_.train.seq;
+  const auto t_begin = Clock::now();
   ATOLL_RETURN_IF_ERROR(inner_->begin(*local_));  // one copy of θ each way per run of steps
   uint32_t k = from;
   for (; k < to && !stopping(); ++k) {
@@ -571,6 +580,10 @@ StatusOr<uint32_t> SiteWorker::train_steps(uint64_t round, uint64_t first_step, 
     heart_->progress(round, k + 1, st.loss, secs > 0 ? tally.tokens / secs : 0);
   }
   ATOLL_RETURN_IF_ERROR(inner_->end(*local_));
+  const double run_s = seconds_since(t_begin);
+  steps_trained_ += k - from;
+  train_seconds_ += run_s;
+  if (opt_.metrics) opt_.metrics->trained(run_s);
   return k;
 }
 

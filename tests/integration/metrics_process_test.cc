@@ -341,6 +341,11 @@ TEST(MetricsProcesses, CoordinatorAndNodeExportMetricsAndLogJson) {
   EXPECT_EQ(n.value("atoll_node_inner_steps_total"), rounds * kInnerSteps);
   EXPECT_EQ(n.value("atoll_node_tokens_total"), rounds * kInnerSteps * kTokensPerStep);
   EXPECT_EQ(n.value("atoll_node_round_duration_seconds_count"), rounds);
+  // Seconds in inner steps: within each round's inner training time (which also counts the time
+  // from the round's start to its first step), and not nothing.
+  EXPECT_GT(n.value("atoll_node_inner_step_seconds_total"), 0);
+  EXPECT_LE(n.value("atoll_node_inner_step_seconds_total"),
+            n.value("atoll_node_round_duration_seconds_sum"));
   EXPECT_EQ(n.value("atoll_node_round"), rounds - 1);
   EXPECT_EQ(n.value("atoll_node_bytes_total{direction=\"up\"}"), up);
   EXPECT_EQ(n.value("atoll_node_bytes_total{direction=\"down\"}"), down);
