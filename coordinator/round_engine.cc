@@ -560,11 +560,12 @@ Status RoundEngine::screen_and_step(Commit& c, std::vector<float>& theta_next,
                                     std::vector<float>& momentum_next) {
   RoundRecord& rec = c.record;
   const std::string round = "round " + std::to_string(c.round);
-  ScreenOutcome screened = screen_updates(c.updates, screen_options(config_));
   const bool private_round = config_.privacy.clip_norm > 0;
+  ScreenOutcome screened = screen_updates(c.updates, screen_options(config_));
   if (private_round)
     clip_updates_for_privacy(c.updates, config_.privacy.clip_norm, screened);
-  rec.median_norm = screened.median_norm;
+  // With [privacy] on, the median of the sites' norms is their data too: not recorded.
+  rec.median_norm = private_round ? 0.0 : screened.median_norm;
   rec.norm_limit = screened.limit;
   for (ParticipantRecord& p : rec.participants) {
     auto s = screened.by_node.find(p.node_id);

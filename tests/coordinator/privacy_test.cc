@@ -335,6 +335,7 @@ TEST(Privacy, EngineCommitsClippedUnweightedNoisyMeanTheSameBitsTwice) {
 
   // The record: ε after one round, and no site's norm (private data).
   EXPECT_NEAR(first.record.privacy_epsilon, algorithms::epsilon_after_rounds(1, 0.8, 1e-5), 1e-12);
+  EXPECT_EQ(first.record.median_norm, 0.0);
   ASSERT_EQ(first.record.participants.size(), 3u);
   for (const ParticipantRecord& p : first.record.participants) {
     EXPECT_TRUE(p.pushed);
