@@ -84,7 +84,12 @@ if write_md == "1":
             f"(q = 1), epsilon at delta = {delta} after the last round (RDP accountant, Balle et "
             f"al. 2020 conversion). `none` is the run without `[privacy]` (token-weighted mean); "
             f"`clip-only` clips and averages with equal weights, without noise. "
-            f"Results: `bench/results/privacy.json` ({doc['date']}).\n\n{table}\n")
+            f"Results: `bench/results/privacy.json` ({doc['date']}).\n\n{table}\n\n"
+            f"The noise on the mean has an L2 norm of about z·C·√d/n (d = 885,888 parameters, "
+            f"n = {sites} sites), against at most C of signal: {941.2 / int(sites):.0f}·z times "
+            f"the signal. An epsilon that means something (z ≈ 1) drowns the updates at this "
+            f"site count; central DP needs hundreds to thousands of sites per round (McMahan et "
+            f"al. 2018 use thousands), or far fewer parameters per update.\n")
     if head in md:
         start = md.index(head)
         nxt = md.find("\n## ", start + len(head))
