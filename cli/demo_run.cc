@@ -317,8 +317,8 @@ Status write_summary_json(const DemoRun& run, const RunTotals& t, double baselin
   out << ",\"bytes_sent\":" << t.bytes_up + t.bytes_down << ",\"bytes_up\":" << t.bytes_up
       << ",\"bytes_down\":" << t.bytes_down
       << ",\"ddp_bytes_equivalent\":" << static_cast<uint64_t>(c.ddp)
-      << ",\"tls\":" << (run.tls() ? "true" : "false")
-      << ",\"sites\":\"" << (run.mode == SiteMode::kInProcess ? "in-process" : "processes") << "\""
+      << ",\"tls\":" << (run.tls() ? "true" : "false") << ",\"sites\":\""
+      << (run.mode == SiteMode::kInProcess ? "in-process" : "processes") << "\""
       << ",\"nodes\":" << N << ",\"rounds\":" << t.rounds_done / P
       << ",\"inner_steps\":" << d.inner_steps << ",\"codec\":\"" << cfg.train.codec << "\""
       << ",\"fragments\":" << P << ",\"overlap_steps\":" << cfg.diloco.overlap_steps
@@ -337,8 +337,7 @@ Status write_summary_json(const DemoRun& run, const RunTotals& t, double baselin
         << ",\"privacy_noise_multiplier\":" << json_number(cfg.privacy.noise_multiplier)
         << ",\"privacy_delta\":" << json_number(cfg.privacy.delta)
         << ",\"privacy_epsilon\":" << json_number(t.privacy_epsilon);
-  out
-      << ",\"final_fingerprint\":\"" << run.rc->service->params_fingerprint() << "\""
+  out << ",\"final_fingerprint\":\"" << run.rc->service->params_fingerprint() << "\""
       << ",\"wall_s\":" << json_number(t.wall_s)
       << ",\"rounds_per_s\":" << json_number(static_cast<double>(t.rounds_done) / t.wall_s)
       << ",\"peak_rss_bytes\":" << peak_rss_bytes() << "}\n";

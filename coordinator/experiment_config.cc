@@ -211,21 +211,20 @@ std::vector<Status> privacy_errors(const ExperimentConfig& c, std::string_view s
   if (c.robust.aggregator != "mean")
     add(range_error(src, "privacy.clip_norm", d(pv.clip_norm),
                     "needs robust.aggregator = \"mean\" (the noise is calibrated to an unweighted "
-                    "mean of clipped updates, not to \"" + c.robust.aggregator + "\")"));
+                    "mean of clipped updates, not to \"" +
+                        c.robust.aggregator + "\")"));
   if (pv.target_epsilon > 0) {
     const uint64_t rounds = c.diloco.rounds;
-    const double eps =
-        algorithms::epsilon_after_rounds(rounds, pv.noise_multiplier, pv.delta);
+    const double eps = algorithms::epsilon_after_rounds(rounds, pv.noise_multiplier, pv.delta);
     if (!(eps <= pv.target_epsilon)) {
-      const uint64_t fit = algorithms::max_rounds_within(pv.target_epsilon, pv.noise_multiplier,
-                                                         pv.delta, rounds);
-      const double z =
-          algorithms::min_noise_multiplier_within(pv.target_epsilon, rounds, pv.delta);
+      const uint64_t fit =
+          algorithms::max_rounds_within(pv.target_epsilon, pv.noise_multiplier, pv.delta, rounds);
+      const double z = algorithms::min_noise_multiplier_within(pv.target_epsilon, rounds, pv.delta);
       add(InvalidArgument(std::string(src) + ": diloco.rounds = " + std::to_string(rounds) +
                           " with privacy.noise_multiplier = " + d(pv.noise_multiplier) +
-                          " reaches epsilon = " + four_digits(eps) + " > privacy.target_epsilon = " +
-                          d(pv.target_epsilon) + " at delta = " + d(pv.delta) +
-                          "; use diloco.rounds <= " + std::to_string(fit) +
+                          " reaches epsilon = " + four_digits(eps) +
+                          " > privacy.target_epsilon = " + d(pv.target_epsilon) + " at delta = " +
+                          d(pv.delta) + "; use diloco.rounds <= " + std::to_string(fit) +
                           " or privacy.noise_multiplier >= " + d(z)));
     }
   }
@@ -458,8 +457,8 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
   root = std::move(r).table();
 #endif
   ExperimentConfig& c = check.config;
-  const std::vector<std::string> subtables = {"model", "train", "diloco",
-                                              "hydra", "data",  "robust", "privacy"};
+  const std::vector<std::string> subtables = {"model", "train",  "diloco", "hydra",
+                                              "data",  "robust", "privacy"};
   const std::vector<Table> schemas = {
       {"", {{"name", str(&c.name)}, {"seed", u64(&c.seed)}, {"algorithm", str(&c.algorithm)}}},
       {"model",
@@ -610,9 +609,10 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\n\n[data]\nsource = " << q(c.data.source) << "\npaths = [";
   for (size_t i = 0; i < c.data.paths.size(); ++i) o << (i ? ", " : "") << q(c.data.paths[i]);
   o << "]\ntokenizer = " << q(c.data.tokenizer) << "\nsplit = " << q(c.data.split)
-    << "\nval_fraction = " << f(c.data.val_fraction) << "\n\n[robust]\nscreen = "
-    << q(c.robust.screen) << "\nnorm_multiple = " << f(c.robust.norm_multiple)
-    << "\nmax_norm = " << f(c.robust.max_norm) << "\naggregator = " << q(c.robust.aggregator)
+    << "\nval_fraction = " << f(c.data.val_fraction)
+    << "\n\n[robust]\nscreen = " << q(c.robust.screen)
+    << "\nnorm_multiple = " << f(c.robust.norm_multiple) << "\nmax_norm = " << f(c.robust.max_norm)
+    << "\naggregator = " << q(c.robust.aggregator)
     << "\nclip_multiple = " << f(c.robust.clip_multiple)
     << "\ntrim_fraction = " << f(c.robust.trim_fraction)
     << "\nkrum_byzantine = " << c.robust.krum_byzantine << "\nkrum_keep = " << c.robust.krum_keep

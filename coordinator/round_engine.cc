@@ -562,8 +562,7 @@ Status RoundEngine::screen_and_step(Commit& c, std::vector<float>& theta_next,
   const std::string round = "round " + std::to_string(c.round);
   const bool private_round = config_.privacy.clip_norm > 0;
   ScreenOutcome screened = screen_updates(c.updates, screen_options(config_));
-  if (private_round)
-    clip_updates_for_privacy(c.updates, config_.privacy.clip_norm, screened);
+  if (private_round) clip_updates_for_privacy(c.updates, config_.privacy.clip_norm, screened);
   // With [privacy] on, the median of the sites' norms is their data too: not recorded.
   rec.median_norm = private_round ? 0.0 : screened.median_norm;
   rec.norm_limit = screened.limit;

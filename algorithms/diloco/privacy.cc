@@ -70,7 +70,8 @@ double epsilon_after_rounds(uint64_t rounds, double z, double delta) {
   if (!(z > 0)) return kInf;
   const double t = static_cast<double>(rounds);
   return min_over_orders([&](double a) {
-    return t * gaussian_rdp(a, z) + std::log((a - 1) / a) - (std::log(delta) + std::log(a)) / (a - 1);
+    return t * gaussian_rdp(a, z) + std::log((a - 1) / a) -
+           (std::log(delta) + std::log(a)) / (a - 1);
   });
 }
 

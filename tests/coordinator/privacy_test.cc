@@ -95,7 +95,8 @@ TEST(Privacy, NoiseIsAPureFunctionOfSeedRoundAndElement) {
   algorithms::add_privacy_noise(other_round, 0.1, 42, 8, 0);
   algorithms::add_privacy_noise(other_seed, 0.1, 43, 7, 0);
   size_t same_round = 0, same_seed = 0;
-  for (size_t i = 0; i < kN; ++i) same_round += a[i] == other_round[i], same_seed += a[i] == other_seed[i];
+  for (size_t i = 0; i < kN; ++i)
+    same_round += a[i] == other_round[i], same_seed += a[i] == other_seed[i];
   EXPECT_LT(same_round, 5u);
   EXPECT_LT(same_seed, 5u);
   // Zero std: untouched.
@@ -315,12 +316,13 @@ TEST(Privacy, EngineCommitsClippedUnweightedNoisyMeanTheSameBitsTwice) {
 
   // The same round computed directly: clip, equal weights, noise of z·C/3, outer step.
   std::vector<std::vector<float>> clipped = deltas;
-  for (auto& d : clipped) algorithms::clip_to_norm(d, algorithms::l2_norm(d), cfg.privacy.clip_norm);
+  for (auto& d : clipped)
+    algorithms::clip_to_norm(d, algorithms::l2_norm(d), cfg.privacy.clip_norm);
   std::vector<float> mean(kNumel);
-  ASSERT_TRUE(algorithms::aggregate_pseudo_gradients(
-                  {{"site-a", 1, clipped[0]}, {"site-b", 1, clipped[1]}, {"site-c", 1, clipped[2]}},
-                  mean)
-                  .ok());
+  ASSERT_TRUE(
+      algorithms::aggregate_pseudo_gradients(
+          {{"site-a", 1, clipped[0]}, {"site-b", 1, clipped[1]}, {"site-c", 1, clipped[2]}}, mean)
+          .ok());
   algorithms::add_privacy_noise(mean, 0.8 * 0.5 / 3, cfg.seed, 0, 0);
   std::vector<float> theta = init.vec(), momentum(kNumel);
   const algorithms::OuterNesterov outer(
