@@ -35,6 +35,9 @@ std::optional<std::string> event_line(const coordinator::Event& e, double val_bp
           e.record->duration_s, e.record->params_fingerprint.substr(0, 16).c_str());
       if (val_bpb >= 0) line += format_line(" | val bpb %.4f", val_bpb);
       if (e.record->skipped) line += " | SKIPPED: no update could be applied";
+      // Differential privacy: ε spent so far (the record holds no per-site norms then).
+      if (e.record->privacy_epsilon != -1.0)
+        line += format_line(" | privacy epsilon %.4g", e.record->privacy_epsilon);
       // Screening (docs/coordinator.md): each update clipped or left out, with its norm.
       for (const auto& p : e.record->participants)
         if (p.screen == "clipped" || p.screen == "dropped")

@@ -47,6 +47,12 @@ std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
         "(every site samples all genres)",
         "genre"},
        {"error-feedback", true, "keep what the codec dropped for the next round: on|off", "on"},
+       {"dp-clip", true,
+        "differential privacy: clip each site's update to this L2 norm, unweighted mean "
+        "(0 = off; turns robust screening off)",
+        "0"},
+       {"dp-noise", true, "differential privacy: noise multiplier z (std z*clip/sites)", "0"},
+       {"dp-delta", true, "differential privacy: delta of the reported (epsilon, delta)", "1e-5"},
        {"seed", true, "experiment seed", "1234"},
        {"dim", true, "model width", "128"},
        {"layers", true, "transformer blocks", "4"},
@@ -76,6 +82,16 @@ Status read_model_flags(const Flags& flags, coordinator::ExperimentConfig& cfg) 
   ATOLL_ASSIGN_OR_RETURN(const int64_t batch, flags.get_int("batch", 8, 1, 4096));
   ATOLL_ASSIGN_OR_RETURN(const double lr, flags.get_double("lr", 3e-3, 1e-9, 10));
   set_demo_model(cfg, {dim, layers, heads, ffn, seq, batch, lr});
+  return Status::Ok();
+}
+
+// The differential privacy flags into cfg's [privacy] (docs/coordinator.md). The fixed clip
+// replaces the median-based screening, which [privacy] cannot be combined with.
+Status read_privacy_flags(const Flags& flags, coordinator::ExperimentConfig& cfg) {
+  ATOLL_ASSIGN_OR_RETURN(cfg.privacy.clip_norm, flags.get_double("dp-clip", 0, 0, 1e30));
+  ATOLL_ASSIGN_OR_RETURN(cfg.privacy.noise_multiplier, flags.get_double("dp-noise", 0, 0, 1e6));
+  ATOLL_ASSIGN_OR_RETURN(cfg.privacy.delta, flags.get_double("dp-delta", 1e-5, 1e-300, 0.999999));
+  if (cfg.privacy.clip_norm > 0) cfg.robust.screen = "off";
   return Status::Ok();
 }
 
@@ -115,7 +131,7 @@ Status read_round_flags(const Flags& flags, int64_t sites, DemoExperiment& d) {
   cfg.diloco.round_deadline_s = 600;
   cfg.diloco.heartbeat_interval_s = 1.0;
   cfg.diloco.start_wait_s = 0.5;
-  return Status::Ok();
+  return read_privacy_flags(flags, cfg);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "cli/demo_sites.h"
 #include "cli/event_queue.h"
 #include "cli/global_eval.h"
+#include "cli/log_output.h"
 #include "cli/progress.h"
 #include "cli/signals.h"
 #include "kernels/cpu/ops.h"
@@ -51,6 +52,7 @@ struct RunTotals {
   std::map<uint64_t, uint64_t> sync_bytes;
   uint64_t initial_pull_bytes = 0;
   double wall_s = 0;
+  double privacy_epsilon = -1;  // ε after the last committed round; -1: [privacy] off
   uint64_t peak_sync() const {
     uint64_t peak = 0;
     for (const auto& [r, b] : sync_bytes) peak = std::max(peak, b);
@@ -172,6 +174,7 @@ void on_round_committed(DemoRun& run, const coordinator::RoundRecord& rec, RunTo
   else
     t.sync_bytes[rec.round - 1] += rec.bytes_down;
   ++t.rounds_done;
+  t.privacy_epsilon = rec.privacy_epsilon;
   outer_up += rec.bytes_up;
   outer_down += rec.bytes_down;
   outer_s += rec.duration_s;
@@ -184,11 +187,13 @@ void on_round_committed(DemoRun& run, const coordinator::RoundRecord& rec, RunTo
                      (static_cast<double>(total_syncs - start_round) -
                       static_cast<double>(t.rounds_done));
   const std::string losses = format_participant_losses(rec);
+  const std::string epsilon =
+      t.privacy_epsilon == -1 ? "" : format_line(" | privacy epsilon %.4g", t.privacy_epsilon);
   std::printf("round %3" PRIu64 "/%" PRIu64
-              " | val bpb %.4f | loss%s | up %s down %s | "
+              " | val bpb %.4f%s | loss%s | up %s down %s | "
               "%s | ETA %s\n",
               (rec.round + 1) / P, static_cast<uint64_t>(run.d.rounds), t.final_bpb,
-              losses.c_str(), format_bytes(static_cast<double>(outer_up)).c_str(),
+              epsilon.c_str(), losses.c_str(), format_bytes(static_cast<double>(outer_up)).c_str(),
               format_bytes(static_cast<double>(outer_down)).c_str(),
               format_duration(outer_s).c_str(), format_duration(eta).c_str());
   outer_up = outer_down = 0;
@@ -312,8 +317,8 @@ Status write_summary_json(const DemoRun& run, const RunTotals& t, double baselin
   out << ",\"bytes_sent\":" << t.bytes_up + t.bytes_down << ",\"bytes_up\":" << t.bytes_up
       << ",\"bytes_down\":" << t.bytes_down
       << ",\"ddp_bytes_equivalent\":" << static_cast<uint64_t>(c.ddp)
-      << ",\"tls\":" << (run.tls() ? "true" : "false")
-      << ",\"sites\":\"" << (run.mode == SiteMode::kInProcess ? "in-process" : "processes") << "\""
+      << ",\"tls\":" << (run.tls() ? "true" : "false") << ",\"sites\":\""
+      << (run.mode == SiteMode::kInProcess ? "in-process" : "processes") << "\""
       << ",\"nodes\":" << N << ",\"rounds\":" << t.rounds_done / P
       << ",\"inner_steps\":" << d.inner_steps << ",\"codec\":\"" << cfg.train.codec << "\""
       << ",\"fragments\":" << P << ",\"overlap_steps\":" << cfg.diloco.overlap_steps
@@ -326,8 +331,13 @@ Status write_summary_json(const DemoRun& run, const RunTotals& t, double baselin
       << ",\"error_feedback\":" << (cfg.train.error_feedback ? "true" : "false")
       << ",\"outer_lr\":" << json_number(cfg.diloco.outer_lr)
       << ",\"outer_momentum\":" << json_number(cfg.diloco.outer_momentum)
-      << ",\"warm_start\":" << (run.initial_theta.empty() ? "false" : "true")
-      << ",\"final_fingerprint\":\"" << run.rc->service->params_fingerprint() << "\""
+      << ",\"warm_start\":" << (run.initial_theta.empty() ? "false" : "true");
+  if (cfg.privacy.clip_norm > 0)
+    out << ",\"privacy_clip_norm\":" << json_number(cfg.privacy.clip_norm)
+        << ",\"privacy_noise_multiplier\":" << json_number(cfg.privacy.noise_multiplier)
+        << ",\"privacy_delta\":" << json_number(cfg.privacy.delta)
+        << ",\"privacy_epsilon\":" << json_number(t.privacy_epsilon);
+  out << ",\"final_fingerprint\":\"" << run.rc->service->params_fingerprint() << "\""
       << ",\"wall_s\":" << json_number(t.wall_s)
       << ",\"rounds_per_s\":" << json_number(static_cast<double>(t.rounds_done) / t.wall_s)
       << ",\"peak_rss_bytes\":" << peak_rss_bytes() << "}\n";

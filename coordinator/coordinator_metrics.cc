@@ -73,6 +73,13 @@ void CoordinatorMetrics::observe(const Event& e) {
         tokens_.add(static_cast<double>(e.record->tokens));
         train_loss_.set(e.record->mean_loss);
         round_duration_.observe(e.record->duration_s);
+        // Created by the first round of an experiment with [privacy] on (+Inf: clipping only).
+        if (e.record->privacy_epsilon != -1.0)
+          registry_
+              .gauge("atoll_privacy_epsilon",
+                     "Differential privacy: epsilon spent after the last committed round, at "
+                     "the experiment's privacy.delta.")
+              .set(e.record->privacy_epsilon);
       }
       if (!manager_) round_.set(static_cast<double>(e.round + 1));
       break;

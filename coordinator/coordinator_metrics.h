@@ -3,7 +3,9 @@
 // --metrics HOST:PORT`, over plain HTTP:
 //   counted from the round engines' events   rounds committed and restarted, updates accepted
 //                                            and rejected by reason, tokens, round durations,
-//                                            the last round's train loss
+//                                            the last round's train loss, the privacy ε
+//                                            spent (atoll_privacy_epsilon, once a round of
+//                                            an experiment with [privacy] on committed)
 //   measured by the gRPC service             payload bytes by direction, push latency
 //   set by the coordinator's evaluation      validation bits per byte
 //   read from the live experiment at scrape  its round, its nodes by state, its name and

@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -165,6 +166,69 @@ void apply_table(const toml::table& t, const Table& schema, std::string_view sou
 Status range_error(std::string_view source, const std::string& key, const std::string& value,
                    const std::string& rule) {
   return InvalidArgument(std::string(source) + ": " + key + " = " + value + " " + rule);
+}
+
+// ε for a message: 4 significant digits ("19.05", "inf").
+std::string four_digits(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.4g", v);
+  return buf;
+}
+
+// The [privacy] section's ranges, the combinations it cannot be part of, and its budget.
+std::vector<Status> privacy_errors(const ExperimentConfig& c, std::string_view src) {
+  std::vector<Status> errors;
+  auto add = [&errors](Status s) { errors.push_back(std::move(s)); };
+  auto d = fmt_double;
+  const PrivacySection& pv = c.privacy;
+  if (!(pv.clip_norm >= 0 && std::isfinite(pv.clip_norm)))
+    add(range_error(src, "privacy.clip_norm", d(pv.clip_norm),
+                    "must be finite and >= 0 (0 = no differential privacy)"));
+  if (!(pv.noise_multiplier >= 0 && std::isfinite(pv.noise_multiplier)))
+    add(range_error(src, "privacy.noise_multiplier", d(pv.noise_multiplier),
+                    "must be finite and >= 0"));
+  if (!(pv.delta > 0 && pv.delta < 1))
+    add(range_error(src, "privacy.delta", d(pv.delta), "must be in (0, 1)"));
+  if (!(pv.target_epsilon >= 0 && std::isfinite(pv.target_epsilon)))
+    add(range_error(src, "privacy.target_epsilon", d(pv.target_epsilon),
+                    "must be finite and >= 0 (0 = no budget)"));
+  if (!errors.empty()) return errors;
+  if (!(pv.clip_norm > 0)) {
+    if (pv.noise_multiplier > 0 || pv.target_epsilon > 0)
+      add(range_error(src, "privacy.clip_norm", "0",
+                      "turns differential privacy off; set it > 0 to use "
+                      "privacy.noise_multiplier or privacy.target_epsilon"));
+    return errors;
+  }
+  if (c.is_hydra())
+    add(range_error(src, "privacy.clip_norm", d(pv.clip_norm),
+                    "cannot be used with algorithm = \"hydra\" (its masked aggregation averages "
+                    "each element over the sites that hold it, so the weights cannot be equal)"));
+  if (c.robust.screen != "off")
+    add(range_error(src, "privacy.clip_norm", d(pv.clip_norm),
+                    "needs robust.screen = \"off\" (the fixed clip bounds every update; a "
+                    "median-based limit would let one site change how the others are clipped)"));
+  if (c.robust.aggregator != "mean")
+    add(range_error(src, "privacy.clip_norm", d(pv.clip_norm),
+                    "needs robust.aggregator = \"mean\" (the noise is calibrated to an unweighted "
+                    "mean of clipped updates, not to \"" +
+                        c.robust.aggregator + "\")"));
+  if (pv.target_epsilon > 0) {
+    const uint64_t rounds = c.diloco.rounds;
+    const double eps = algorithms::epsilon_after_rounds(rounds, pv.noise_multiplier, pv.delta);
+    if (!(eps <= pv.target_epsilon)) {
+      const uint64_t fit =
+          algorithms::max_rounds_within(pv.target_epsilon, pv.noise_multiplier, pv.delta, rounds);
+      const double z = algorithms::min_noise_multiplier_within(pv.target_epsilon, rounds, pv.delta);
+      add(InvalidArgument(std::string(src) + ": diloco.rounds = " + std::to_string(rounds) +
+                          " with privacy.noise_multiplier = " + d(pv.noise_multiplier) +
+                          " reaches epsilon = " + four_digits(eps) +
+                          " > privacy.target_epsilon = " + d(pv.target_epsilon) + " at delta = " +
+                          d(pv.delta) + "; use diloco.rounds <= " + std::to_string(fit) +
+                          " or privacy.noise_multiplier >= " + d(z)));
+    }
+  }
+  return errors;
 }
 
 }  // namespace
@@ -334,6 +398,8 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
                     "cannot be used with algorithm = \"hydra\" (its sites train different "
                     "elements); use \"median\" or \"trimmed-mean\""));
 
+  for (Status& s : privacy_errors(c, src)) add(std::move(s));
+
   const DataSection& a = c.data;
   if (a.source != "brown" && a.source != "text" && a.source != "tokens")
     add(range_error(src, "data.source", "\"" + a.source + "\"",
@@ -391,8 +457,8 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
   root = std::move(r).table();
 #endif
   ExperimentConfig& c = check.config;
-  const std::vector<std::string> subtables = {"model", "train", "diloco",
-                                              "hydra", "data",  "robust"};
+  const std::vector<std::string> subtables = {"model", "train",  "diloco", "hydra",
+                                              "data",  "robust", "privacy"};
   const std::vector<Table> schemas = {
       {"", {{"name", str(&c.name)}, {"seed", u64(&c.seed)}, {"algorithm", str(&c.algorithm)}}},
       {"model",
@@ -456,6 +522,11 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
         {"trim_fraction", f64(&c.robust.trim_fraction)},
         {"krum_byzantine", u32(&c.robust.krum_byzantine)},
         {"krum_keep", u32(&c.robust.krum_keep)}}},
+      {"privacy",
+       {{"clip_norm", f64(&c.privacy.clip_norm)},
+        {"noise_multiplier", f64(&c.privacy.noise_multiplier)},
+        {"delta", f64(&c.privacy.delta)},
+        {"target_epsilon", f64(&c.privacy.target_epsilon)}}},
       {"data",
        {{"source", str(&c.data.source)},
         {"paths", str_list(&c.data.paths)},
@@ -538,12 +609,16 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\n\n[data]\nsource = " << q(c.data.source) << "\npaths = [";
   for (size_t i = 0; i < c.data.paths.size(); ++i) o << (i ? ", " : "") << q(c.data.paths[i]);
   o << "]\ntokenizer = " << q(c.data.tokenizer) << "\nsplit = " << q(c.data.split)
-    << "\nval_fraction = " << f(c.data.val_fraction) << "\n\n[robust]\nscreen = "
-    << q(c.robust.screen) << "\nnorm_multiple = " << f(c.robust.norm_multiple)
-    << "\nmax_norm = " << f(c.robust.max_norm) << "\naggregator = " << q(c.robust.aggregator)
+    << "\nval_fraction = " << f(c.data.val_fraction)
+    << "\n\n[robust]\nscreen = " << q(c.robust.screen)
+    << "\nnorm_multiple = " << f(c.robust.norm_multiple) << "\nmax_norm = " << f(c.robust.max_norm)
+    << "\naggregator = " << q(c.robust.aggregator)
     << "\nclip_multiple = " << f(c.robust.clip_multiple)
     << "\ntrim_fraction = " << f(c.robust.trim_fraction)
     << "\nkrum_byzantine = " << c.robust.krum_byzantine << "\nkrum_keep = " << c.robust.krum_keep
+    << "\n\n[privacy]\nclip_norm = " << f(c.privacy.clip_norm)
+    << "\nnoise_multiplier = " << f(c.privacy.noise_multiplier)
+    << "\ndelta = " << f(c.privacy.delta) << "\ntarget_epsilon = " << f(c.privacy.target_epsilon)
     << "\n";
   return o.str();
 }
@@ -584,6 +659,15 @@ algorithms::AggregatorOptions aggregator_options(const ExperimentConfig& cfg) {
   o.trim_fraction = cfg.robust.trim_fraction;
   o.krum_byzantine = cfg.robust.krum_byzantine;
   o.krum_keep = cfg.robust.krum_keep;
+  return o;
+}
+
+algorithms::PrivacyOptions privacy_options(const ExperimentConfig& cfg) {
+  algorithms::PrivacyOptions o;
+  o.clip_norm = cfg.privacy.clip_norm;
+  o.noise_multiplier = cfg.privacy.noise_multiplier;
+  o.delta = cfg.privacy.delta;
+  o.target_epsilon = cfg.privacy.target_epsilon;
   return o;
 }
 

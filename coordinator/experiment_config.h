@@ -91,6 +91,16 @@
 //   krum_byzantine = 1         # ≥ 0, krum: f, Byzantine sites tolerated
 //   krum_keep = 1              # ≥ 1, krum: 1 = Krum, m > 1 = Multi-Krum (mean of the m best)
 //
+//   [privacy]                  # central differential privacy (docs/coordinator.md)
+//   clip_norm = 0.0            # ≥ 0: each site's Δ clipped to this L2 norm, then an unweighted
+//                              # mean (0 = off); needs robust.screen = "off", aggregator "mean",
+//                              # algorithm "diloco"
+//   noise_multiplier = 0.0     # z ≥ 0: Gaussian noise of std z·clip_norm/n on the mean of n
+//                              # updates (0 = clipping only, ε = inf)
+//   delta = 1e-5               # δ in (0, 1) of the reported (ε, δ)
+//   target_epsilon = 0.0       # ≥ 0: a config whose diloco.rounds would exceed it is refused
+//                              # (0 = no budget)
+//
 // Unknown keys and bad values are errors: one line naming the key and the fix.
 #pragma once
 
@@ -99,6 +109,7 @@
 #include <string_view>
 #include <vector>
 
+#include "algorithms/diloco/privacy.h"
 #include "algorithms/diloco/robust.h"
 #include "algorithms/model/llama.h"
 #include "algorithms/optim/inner_trainer.h"
@@ -181,6 +192,13 @@ struct RobustSection {
   uint32_t krum_keep = 1;
 };
 
+struct PrivacySection {
+  double clip_norm = 0.0;
+  double noise_multiplier = 0.0;
+  double delta = 1e-5;
+  double target_epsilon = 0.0;
+};
+
 struct DataSection {
   std::string source = "brown";
   std::vector<std::string> paths;
@@ -198,6 +216,7 @@ struct ExperimentConfig {
   DilocoSection diloco;
   HydraSection hydra;
   RobustSection robust;
+  PrivacySection privacy;
   DataSection data;
   bool is_hydra() const { return algorithm == "hydra"; }
 };
@@ -229,6 +248,8 @@ algorithms::TrainerConfig trainer_config(const ExperimentConfig& cfg, int64_t to
 // The [robust] section as the algorithms' options (validated: parse errors cannot happen).
 algorithms::ScreenOptions screen_options(const ExperimentConfig& cfg);
 algorithms::AggregatorOptions aggregator_options(const ExperimentConfig& cfg);
+// The [privacy] section as the algorithms' options.
+algorithms::PrivacyOptions privacy_options(const ExperimentConfig& cfg);
 
 // Canonical TOML with every key, re-parses to an equal config (stored with the experiment).
 std::string to_toml(const ExperimentConfig& cfg);

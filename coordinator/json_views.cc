@@ -43,6 +43,8 @@ json::object to_json(const RoundRecord& r) {
   o["median_norm"] = json_number(r.median_norm);
   o["norm_limit"] = json_number(r.norm_limit);
   o["skipped"] = r.skipped;
+  // Only with [privacy] on, so the records of other experiments keep their bytes.
+  if (r.privacy_epsilon != -1.0) o["privacy_epsilon"] = json_number(r.privacy_epsilon);
   return o;
 }
 
@@ -73,6 +75,10 @@ json::object to_json(const ExperimentConfig& c) {
                  {"norm_multiple", c.robust.norm_multiple},
                  {"max_norm", c.robust.max_norm},
                  {"aggregator", c.robust.aggregator}};
+  o["privacy"] = {{"clip_norm", c.privacy.clip_norm},
+                  {"noise_multiplier", c.privacy.noise_multiplier},
+                  {"delta", c.privacy.delta},
+                  {"target_epsilon", c.privacy.target_epsilon}};
   return o;
 }
 

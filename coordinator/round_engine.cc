@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "algorithms/diloco/outer.h"
+#include "algorithms/diloco/privacy.h"
 #include "coordinator/update_screening.h"
 
 namespace atl::coordinator {
@@ -539,6 +540,10 @@ RoundEngine::Commit RoundEngine::prepare_commit_locked(Clock::time_point now) {
   rec.mean_loss = rec.tokens ? loss_weighted / static_cast<double>(rec.tokens) : 0.0;
   rec.duration_s = std::chrono::duration<double>(now - round_.started).count();
   rec.aggregator = config_.robust.aggregator;
+  // Every committed round so far counts, a skipped one too (it releases θ as well).
+  if (config_.privacy.clip_norm > 0)
+    rec.privacy_epsilon = algorithms::epsilon_after_rounds(
+        c.round + 1, config_.privacy.noise_multiplier, config_.privacy.delta);
   c.next = experiment_;
   c.next.current_round = c.round + 1;
   if (c.next.current_round >= config_.diloco.rounds) c.next.state = ExperimentState::kFinished;
@@ -555,14 +560,21 @@ Status RoundEngine::screen_and_step(Commit& c, std::vector<float>& theta_next,
                                     std::vector<float>& momentum_next) {
   RoundRecord& rec = c.record;
   const std::string round = "round " + std::to_string(c.round);
-  const ScreenOutcome screened = screen_updates(c.updates, screen_options(config_));
-  rec.median_norm = screened.median_norm;
+  const bool private_round = config_.privacy.clip_norm > 0;
+  ScreenOutcome screened = screen_updates(c.updates, screen_options(config_));
+  if (private_round) clip_updates_for_privacy(c.updates, config_.privacy.clip_norm, screened);
+  // With [privacy] on, the median of the sites' norms is their data too: not recorded.
+  rec.median_norm = private_round ? 0.0 : screened.median_norm;
   rec.norm_limit = screened.limit;
   for (ParticipantRecord& p : rec.participants) {
     auto s = screened.by_node.find(p.node_id);
     if (s == screened.by_node.end()) continue;
-    p.norm = s->second.norm;
-    p.screen = algorithms::screen_action_name(s->second.action);
+    // With [privacy] on, a site's norm (and whether it was over the clip) is its private data:
+    // the operator's audit log has it, the round record (served by the API) does not.
+    if (!private_round) {
+      p.norm = s->second.norm;
+      p.screen = algorithms::screen_action_name(s->second.action);
+    }
     if (!s->second.why.empty())
       audit("update_screened", p.node_id + " " + round + ": " + s->second.why);
   }

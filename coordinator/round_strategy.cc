@@ -4,6 +4,7 @@
 #include <span>
 
 #include "algorithms/diloco/outer.h"
+#include "algorithms/diloco/privacy.h"
 #include "algorithms/diloco/robust.h"
 #include "algorithms/diloco/streaming.h"
 
@@ -21,6 +22,8 @@ class DilocoStrategy final : public RoundStrategy {
         numel_(numel),
         fragments_(std::move(fragments)),
         aggregator_(aggregator_options(config)),
+        privacy_(privacy_options(config)),
+        seed_(config.seed),
         outer_({static_cast<float>(config.diloco.outer_lr),
                 static_cast<float>(config.diloco.outer_momentum)}) {}
 
@@ -81,9 +84,15 @@ class DilocoStrategy final : public RoundStrategy {
     // (both per element), so the other fragments are untouched bit for bit.
     const algorithms::FragmentRange frag = fragment_of(round);
     std::vector<algorithms::Update> ups;  // std::map order: sorted node ids
-    for (const auto& [id, u] : updates) ups.push_back({id, u.tokens, u.delta});
+    // Differential privacy: equal weights (the updates arrive clipped to privacy.clip_norm),
+    // then noise of std z·C/n on the mean, keyed by (seed, round, θ element).
+    const bool private_mean = privacy_.enabled();
+    for (const auto& [id, u] : updates) ups.push_back({id, private_mean ? 1 : u.tokens, u.delta});
     std::vector<float> delta(frag.numel);
     ATOLL_RETURN_IF_ERROR(algorithms::aggregate_robust(ups, aggregator_, delta));
+    if (private_mean)
+      algorithms::add_privacy_noise(delta, algorithms::privacy_noise_stddev(privacy_, ups.size()),
+                                    seed_, round, frag.offset);
     // A fragment's momentum buffer starts at its first sync (round < P), as PyTorch's does.
     const bool first_step =
         fragments_.empty() ? !has_momentum : round < diloco_.streaming_fragments;
@@ -103,6 +112,8 @@ class DilocoStrategy final : public RoundStrategy {
   const size_t numel_;
   const std::vector<algorithms::FragmentRange> fragments_;
   const algorithms::AggregatorOptions aggregator_;  // robust.aggregator and its parameters
+  const algorithms::PrivacyOptions privacy_;        // [privacy]: clip_norm > 0 = DP mean
+  const uint64_t seed_;                             // the experiment seed (noise key)
   const algorithms::OuterNesterov outer_;
 };
 

@@ -293,6 +293,7 @@ StatusOr<RoundRecord> round_from_json(const std::string& text, const std::string
   rr.median_norm = r.optional_dbl("median_norm", 0.0);
   rr.norm_limit = r.optional_dbl("norm_limit", std::numeric_limits<double>::infinity());
   rr.skipped = r.optional_bool("skipped");
+  rr.privacy_epsilon = r.optional_dbl("privacy_epsilon", -1.0);  // null: +inf
   if (!r.err.ok()) return r.err;
   return rr;
 }

@@ -84,6 +84,9 @@ struct RoundRecord {
   double median_norm = 0.0;
   double norm_limit = 0.0;
   bool skipped = false;
+  // Differential privacy ([privacy]): ε spent after this round (rounds 0..round) at
+  // privacy.delta; +inf (stored as null) with clipping only, -1 when privacy is off.
+  double privacy_epsilon = -1.0;
 };
 
 struct NodeRecord {

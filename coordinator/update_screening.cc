@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "algorithms/diloco/outer.h"
+#include "algorithms/diloco/privacy.h"
 
 namespace atl::coordinator {
 
@@ -41,6 +42,20 @@ ScreenOutcome screen_updates(PendingUpdates& updates, const algorithms::ScreenOp
     it = s.action == algorithms::ScreenAction::kDropped ? updates.erase(it) : std::next(it);
   }
   return out;
+}
+
+size_t clip_updates_for_privacy(PendingUpdates& updates, double clip_norm,
+                                ScreenOutcome& screened) {
+  size_t clipped = 0;
+  for (auto& [id, u] : updates) {
+    const double norm = algorithms::l2_norm(u.delta);
+    if (!algorithms::clip_to_norm(u.delta, norm, clip_norm)) continue;
+    ScreenedUpdate& s = screened.by_node[id];
+    s.action = algorithms::ScreenAction::kClipped;
+    s.why = "clipped: norm " + fmt(norm) + " > privacy.clip_norm " + fmt(clip_norm);
+    ++clipped;
+  }
+  return clipped;
 }
 
 StatusOr<StepOutcome> apply_finite_step(const RoundStrategy& strategy, uint64_t round,

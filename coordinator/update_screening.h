@@ -33,6 +33,11 @@ struct ScreenOutcome {
 // erased. Updates within the limit are not touched (bit for bit).
 ScreenOutcome screen_updates(PendingUpdates& updates, const algorithms::ScreenOptions& options);
 
+// Differential privacy (algorithms/diloco/privacy.h): scales every update whose L2 norm is over
+// `clip_norm` down to it (records "clipped" with the reason in `screened`, whose norms are the
+// updates' as received). Returns how many were clipped.
+size_t clip_updates_for_privacy(PendingUpdates& updates, double clip_norm, ScreenOutcome& screened);
+
 struct StepOutcome {
   // Updates left out because the step with them was not finite (in the order they were left out).
   std::vector<std::string> dropped_nonfinite;

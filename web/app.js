@@ -504,8 +504,9 @@ function ensureCharts() {
   make('duration', { id: 'chart-duration', caption: 'Round duration', yTitle: 'seconds', unit: 'seconds' });
   make('sites', { id: 'chart-sites', caption: 'Site validation bpb (each site on its own data)', yTitle: 'bits per byte' });
   make('distill', { id: 'chart-distill', caption: 'Teacher bytes per training token, per site', yTitle: 'bytes per token' });
+  make('privacy', { id: 'chart-privacy', caption: 'Privacy spent: epsilon after each round', yTitle: 'epsilon' });
 }
-const X_CHARTS = ['bpb', 'loss', 'bytes', 'duration', 'sites', 'distill'];
+const X_CHARTS = ['bpb', 'loss', 'bytes', 'duration', 'sites', 'distill', 'privacy'];
 // Everything of the previous experiment goes before the next one is fetched, so an unknown id
 // never shows the last experiment's title, numbers, charts or enabled buttons.
 function resetExperiment(id) {
@@ -531,6 +532,7 @@ function resetExperiment(id) {
   $('#robust-reasons tbody').replaceChildren();
   show($('#x-distill'), false);
   $('#distill-table tbody').replaceChildren();
+  show($('#x-privacy'), false);
   $('#nodes-table thead tr').replaceChildren();
   $('#nodes-table tbody').replaceChildren();
   show($('#x-subnets'), false);
@@ -647,6 +649,7 @@ function renderExperiment() {
   renderSites(x, m, nodes, subnets);
   renderRobust(x, rounds, rejected);
   renderDistill(m);
+  renderPrivacy(x, m, rounds);
   renderRounds(rounds);
   if (!$('#config-toml').textContent) $('#config-toml').textContent = x.config_toml;
   for (const rec of rounds.rounds) logRound(rec, true);
@@ -890,6 +893,28 @@ function renderRobust(x, rounds, rejected) {
   $('#robust-reasons tbody').replaceChildren(...entries.map(([reason, n]) => el('tr', { dataset: { reason, count: String(n) } },
     el('td', { class: 'mono' }, reason), el('td', { class: 'num' }, fmtCount(n)),
     el('td', {}, el('span', { class: 'bar', style: `width:${(100 * n / top).toFixed(1)}%`, role: 'img', 'aria-label': `${n} refused` })))));
+}
+
+// [privacy] (docs/coordinator.md, "Differential privacy"): the config and the epsilon each
+// committed round's record reports (null = infinite: clipping without noise).
+function renderPrivacy(x, m, rounds) {
+  const pv = x.config.privacy || {};
+  const on = pv.clip_norm > 0;
+  show($('#x-privacy'), on);
+  if (!on) return;
+  const recs = rounds ? rounds.rounds : [];
+  const last = recs.length ? recs[recs.length - 1] : null;
+  const eps = last ? last.privacy_epsilon : undefined;
+  const spent = last == null ? 'no round committed yet' : eps == null ? 'epsilon = inf (no noise)' : `epsilon = ${Number(eps).toPrecision(4)} after ${last.round + 1} rounds`;
+  const para = $('#privacy-config');
+  para.textContent = `clip norm ${pv.clip_norm} · noise multiplier ${pv.noise_multiplier} · delta ${pv.delta}` +
+    `${pv.target_epsilon > 0 ? ` · budget ${pv.target_epsilon}` : ''} · ${spent}`;
+  para.dataset.epsilon = eps == null ? '' : String(eps);
+  const map = xMapper(m, state.xAxis);
+  const series = recs.filter(r => r.privacy_epsilon != null).map(r => [r.round + 1, r.privacy_epsilon]);
+  const sets = [{ label: 'epsilon', data: toPoints(series, map) }];
+  state.charts.privacy.set(sets, state.xAxis, Math.max(map(m.total_rounds || 0), maxX(sets)), '',
+    'Clipping only (noise_multiplier = 0): epsilon is infinite.');
 }
 
 // Hydra: one layers × heads table per site (rows = layers, columns = heads), plus the layer's

@@ -208,6 +208,11 @@ TEST(CoordinatorMetrics, NamesMatchTheDocsAndTheGrafanaDashboard) {
   ASSERT_TRUE(svc.ok()) << svc.status().to_string();
   manager.attach(std::shared_ptr<CoordinatorService>(std::move(*svc)));
   metrics.set_validation_bpb(1.0);  // registered at the first evaluation
+  Event private_round{Event::Kind::kRoundCommitted};
+  private_round.record = RoundRecord{};
+  private_round.record->privacy_epsilon = 2.5;  // registered by a round with [privacy] on
+  metrics.observe(private_round);
+  EXPECT_EQ(sample_value(metrics.render(), "atoll_privacy_epsilon"), 2.5);
   node::SiteMetrics site;
   site.joined("names", "node-a");
   site.round_done(1.0, 2.0);  // the site bpb: registered with its first value
