@@ -4,6 +4,7 @@
 #include <boost/json.hpp>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "algorithms/compress/codec.h"
@@ -45,6 +46,32 @@ const char* node_event_name(Event::Kind k) {
     default:
       return "left";
   }
+}
+
+// One stored ReportMetrics record ({"node", "round", "metrics": {name: value}}), or nullopt when
+// the text is not such a record (skipped: the store keeps what nodes sent).
+struct MetricsReport {
+  std::string node;
+  double round = -1;   // the round the values describe (>= 0)
+  json::value parsed;  // the whole record; metrics() is its "metrics" object
+  const json::object& metrics() const { return parsed.as_object().at("metrics").as_object(); }
+};
+std::optional<MetricsReport> parse_metrics_report(const std::string& text) {
+  boost::system::error_code ec;
+  MetricsReport out;
+  out.parsed = json::parse(text, ec);
+  if (ec || !out.parsed.is_object()) return std::nullopt;
+  const auto& o = out.parsed.get_object();
+  const auto* node = o.if_contains("node");
+  const auto* round = o.if_contains("round");
+  const auto* values = o.if_contains("metrics");
+  if (!node || !node->is_string() || !round || !values || !values->is_object()) return std::nullopt;
+  out.round = round->is_uint64()  ? static_cast<double>(round->get_uint64())
+              : round->is_int64() ? static_cast<double>(round->get_int64())
+                                  : -1;
+  if (out.round < 0) return std::nullopt;
+  out.node = std::string(node->get_string());
+  return out;
 }
 
 }  // namespace
@@ -446,20 +473,11 @@ StatusOr<MetricSeries> ExperimentManager::metrics(const std::string& id,
   ATOLL_ASSIGN_OR_RETURN(std::vector<std::string> reports, store_.list_metrics(id));
   std::map<std::string, std::map<double, double>> coord;  // name → round → value (latest wins)
   for (const auto& text : reports) {
-    boost::system::error_code ec;
-    json::value v = json::parse(text, ec);
-    if (ec || !v.is_object()) continue;
-    const auto& o = v.get_object();
-    const auto* node = o.if_contains("node");
-    const auto* round = o.if_contains("round");
-    const auto* values = o.if_contains("metrics");
-    if (!node || !node->is_string() || !round || !values || !values->is_object()) continue;
-    const double r = round->is_uint64()  ? static_cast<double>(round->get_uint64())
-                     : round->is_int64() ? static_cast<double>(round->get_int64())
-                                         : -1;
-    if (r < 0) continue;
-    const std::string n(node->get_string());
-    for (const auto& kv : values->get_object()) {
+    const auto report = parse_metrics_report(text);
+    if (!report) continue;
+    const double r = report->round;
+    const std::string& n = report->node;
+    for (const auto& kv : report->metrics()) {
       if (!kv.value().is_number()) continue;
       const double val = kv.value().to_number<double>();
       if (n == kCoordinatorNode) {
@@ -499,19 +517,11 @@ StatusOr<ExperimentTotals> ExperimentManager::totals(const std::string& id) cons
   ATOLL_ASSIGN_OR_RETURN(std::vector<std::string> reports, store_.list_metrics(id));
   double final_round = -1;
   for (const auto& text : reports) {
-    boost::system::error_code ec;
-    json::value v = json::parse(text, ec);
-    if (ec || !v.is_object()) continue;
-    const auto& o = v.get_object();
-    const auto* node = o.if_contains("node");
-    const auto* round = o.if_contains("round");
-    const auto* values = o.if_contains("metrics");
-    if (!node || !node->is_string() || node->get_string() != kCoordinatorNode || !round ||
-        !round->is_number() || !values || !values->is_object())
-      continue;
-    const auto* bpb = values->get_object().if_contains("val_bpb");
+    const auto report = parse_metrics_report(text);
+    if (!report || report->node != kCoordinatorNode) continue;
+    const auto* bpb = report->metrics().if_contains("val_bpb");
     if (!bpb || !bpb->is_number()) continue;
-    const double r = round->to_number<double>(), val = bpb->to_number<double>();
+    const double r = report->round, val = bpb->to_number<double>();
     if (r >= final_round) final_round = r, t.final_val_bpb = val;
     if (!t.best_val_bpb || val < *t.best_val_bpb) t.best_val_bpb = val;
   }

@@ -22,11 +22,15 @@
 #include "algorithms/model/safetensors.h"
 #include "algorithms/optim/inner_trainer.h"
 #include "kernels/core/philox.h"
+#include "tests/tools/torch_reference.h"
 
 namespace atl::algorithms {
 namespace {
 
 namespace fs = std::filesystem;
+using atl::testing::rel_err;
+using atl::testing::torch_llama_command;
+using atl::testing::torch_unavailable_reason;
 
 ModelConfig tiny() {
   ModelConfig c;
@@ -281,19 +285,6 @@ struct TempDir {
   }
 };
 
-double rel_err(const float* a, const float* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num = std::max(num, std::fabs(double(a[i]) - double(b[i])));
-    den = std::max(den, std::fabs(double(b[i])));
-  }
-  return num / std::max(den, 1e-30);
-}
-
-std::string quote(const std::string& s) {
-  return "'" + s + "'";
-}
-
 std::string exact(double x) {
   char b[64];
   std::snprintf(b, sizeof b, "%.17g", x);
@@ -303,11 +294,7 @@ std::string exact(double x) {
 // Forward, backward (adapter gradients) and 10 InnerTrainer steps against torch_llama.py with the
 // same tolerances as tests/algorithms/torch_reference_test.cc.
 void compare_lora_with_torch(const ModelConfig& c, const LoraConfig& l) {
-  const std::string python = ATOLL_PYTHON;
-  if (!fs::exists(python) ||
-      std::system((quote(python) + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0)
-    FAIL() << python << " with PyTorch is required for this test (Debian package python3-torch)";
-  const std::string script = std::string(ATOLL_SOURCE_DIR) + "/tests/tools/torch_llama.py";
+  if (const std::string why = torch_unavailable_reason(); !why.empty()) FAIL() << why;
   const int B = 2, T = 16, kSteps = 10;
   TrainerConfig tc;
   tc.batch = B;
@@ -359,8 +346,7 @@ void compare_lora_with_torch(const ModelConfig& c, const LoraConfig& l) {
     std::ofstream f(in_path, std::ios::binary);
     f.write(reinterpret_cast<const char*>(enc->data()), std::streamsize(enc->size()));
   }
-  const std::string cmd = quote(python) + " " + quote(script) + " " + quote(in_path.string()) +
-                          " " + quote(out_path.string());
+  const std::string cmd = torch_llama_command({in_path.string(), out_path.string()});
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "failed: " << cmd;
   std::ifstream f(out_path, std::ios::binary);
   const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(f), {}};

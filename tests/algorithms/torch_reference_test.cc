@@ -6,6 +6,8 @@
 // Relative error of a tensor a against the reference b:  max_i |a_i - b_i| / max(max_i |b_i|, tiny)
 // i.e. the largest absolute error scaled by the tensor's largest magnitude (an elementwise ratio
 // would blow up on entries that are ~0 in both).
+#include "tests/tools/torch_reference.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -27,16 +29,9 @@ namespace atl::algorithms {
 namespace {
 
 namespace fs = std::filesystem;
-
-template <typename A, typename B>
-double rel_err(const A* a, const B* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num = std::max(num, std::fabs(double(a[i]) - double(b[i])));
-    den = std::max(den, std::fabs(double(b[i])));
-  }
-  return num / std::max(den, 1e-30);
-}
+using atl::testing::rel_err;
+using atl::testing::torch_llama_command;
+using atl::testing::torch_unavailable_reason;
 
 // A private temp dir, removed at scope exit.
 struct TempDir {
@@ -62,20 +57,10 @@ std::vector<uint8_t> read_file(const fs::path& p) {
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
 }
 
-std::string quote(const std::string& s) {
-  return "'" + s + "'";
-}
-
 // Runs the comparison for model c (see the file comment); the MoE router losses (0 for a dense
 // model) are compared beside the cross-entropy and are part of the differentiated loss.
 void compare_with_torch(const ModelConfig& c) {
-  const std::string python = ATOLL_PYTHON;
-  if (!fs::exists(python) ||
-      std::system((quote(python) + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0) {
-    FAIL() << python << " with PyTorch is required for this test (Debian package python3-torch); "
-           << "run deploy/install-deps.sh (make test runs it)";
-  }
-  const std::string script = std::string(ATOLL_SOURCE_DIR) + "/tests/tools/torch_llama.py";
+  if (const std::string why = torch_unavailable_reason(); !why.empty()) FAIL() << why;
 
   const int B = 2, T = 32;
   const int kSteps = 10;
@@ -153,8 +138,7 @@ void compare_with_torch(const ModelConfig& c) {
   auto enc = encode_safetensors(in);
   ASSERT_TRUE(enc.ok()) << enc.status().message();
   ASSERT_TRUE(write_file(in_path, *enc));
-  const std::string cmd = quote(python) + " " + quote(script) + " " + quote(in_path.string()) +
-                          " " + quote(out_path.string());
+  const std::string cmd = torch_llama_command({in_path.string(), out_path.string()});
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "failed: " << cmd;
   const std::vector<uint8_t> out_bytes = read_file(out_path);
   auto ref = decode_safetensors(out_bytes.data(), out_bytes.size());

@@ -575,10 +575,14 @@ try {
   check((await page.getAttribute('#f-toml', 'aria-invalid')) === 'true', 'the TOML editor is not marked invalid');
   await shoot(page, 'clone');
   pageErrors.length = 0;  // the refused creates log their 400
-  await page.fill('#f-toml', cloneToml.replace(/^rounds = 400$/m, 'rounds = 5'));
+  // The clone turns on central differential privacy (which needs screening off).
+  check(/^\[privacy\]$/m.test(cloneToml), 'the clone\'s TOML has no [privacy] section');
+  const privateToml = cloneToml.replace(/^rounds = 400$/m, 'rounds = 5').replace(/^screen = .*$/m, 'screen = "off"')
+    .replace(/^clip_norm = .*$/m, 'clip_norm = 5').replace(/^noise_multiplier = .*$/m, 'noise_multiplier = 1.5');
+  await page.fill('#f-toml', privateToml);
   await page.click('#create-submit');
   await page.waitForSelector('#experiments-table tr[data-id="demo-2"]');
-  step(`cloned demo as demo-2 (first ${tomlErrors.length} errors of the edited TOML at once)`);
+  step(`cloned demo as demo-2 with [privacy] (first ${tomlErrors.length} errors of the edited TOML at once)`);
 
   // ---- the list: final bpb and duration, sorting, filtering -------------------------------------------
   const listed = await page.$$eval('#experiments-table tbody tr', rows => rows.map(r => ({
@@ -605,6 +609,19 @@ try {
   await contrastChecks(page, 'list (light)');
   await shoot(page, 'list');
   step('list: final bpb and duration, sorted both ways, filtered by text and state');
+
+  // ---- the privacy section: shown with its config for demo-2, hidden for the demo ---------------------
+  await page.evaluate(() => { location.hash = '#/e/demo-2'; });
+  await page.waitForSelector('#x-privacy:not([hidden]) #privacy-config');
+  await page.waitForFunction(() => /clip norm 5/.test(document.querySelector('#privacy-config').textContent));
+  const privacyText = await page.textContent('#privacy-config');
+  check(/clip norm 5 · noise multiplier 1\.5 · delta (0\.00001|1e-0?5) · no round committed yet/.test(privacyText), `privacy line: ${privacyText}`);
+  await page.evaluate(() => { location.hash = '#/e/demo'; });
+  await page.waitForFunction(() => /demo/.test(document.title) && !/demo-2/.test(document.title));
+  await page.waitForSelector('#x-privacy', { state: 'hidden' });
+  step(`privacy: "${privacyText}" for demo-2, hidden for the demo`);
+  await page.evaluate(() => { location.hash = '#/'; });
+  await page.waitForSelector('#experiments-table tr[data-id="demo-2"]');
 
   // ---- compare two experiments, then an unknown one --------------------------------------------------
   await page.check('#experiments-table tr[data-id="demo"] input[type=checkbox]');

@@ -26,6 +26,7 @@
 #include "kernels/core/philox.h"
 #include "kernels/formats/convert.h"
 #include "node/checkpoint.h"
+#include "tests/tools/torch_reference.h"
 #include "transport/temp_dir.h"
 
 namespace atl::node {
@@ -155,29 +156,13 @@ std::vector<StTensor> write_hf_dir(const fs::path& dir, const HfSpec& s, uint64_
   return tensors;
 }
 
-template <typename A, typename B>
-double rel_err(const A* a, const B* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num = std::max(num, std::fabs(double(a[i]) - double(b[i])));
-    den = std::max(den, std::fabs(double(b[i])));
-  }
-  return num / std::max(den, 1e-30);
-}
-
-std::string quote(const std::string& s) {
-  return "'" + s + "'";
-}
-
 // Runs the PyTorch Hugging Face reference on model directory `dir` and checks the Atoll model
 // (m, params) against it: logits of a random batch within 1e-5 relative, and the same greedy
 // 8-token continuation of a prompt.
 void expect_matches_hf_reference(const fs::path& dir, const ModelConfig& m,
                                  const algorithms::ParamSet& params, const std::string& label) {
-  const std::string python = ATOLL_PYTHON;
-  ASSERT_TRUE(fs::exists(python) &&
-              std::system((quote(python) + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0)
-      << python << " with PyTorch is required (Debian package python3-torch)";
+  const std::string why = atl::testing::torch_unavailable_reason();
+  ASSERT_TRUE(why.empty()) << why;
   atl::testing::TempDir tmp;
   const int B = 2, T = 24, kGen = 8;
   std::vector<int32_t> inputs(B * T), prompt = {3, 17, 42, 5, 60};
@@ -190,9 +175,8 @@ void expect_matches_hf_reference(const fs::path& dir, const ModelConfig& m,
   in.metadata["gen_tokens"] = std::to_string(kGen);
   const fs::path in_path = tmp.sub("in.safetensors"), out_path = tmp.sub("out.safetensors");
   write_st(in_path, in);
-  const std::string script = std::string(ATOLL_SOURCE_DIR) + "/tests/tools/torch_llama.py";
-  const std::string cmd = quote(python) + " " + quote(script) + " hf " + quote(dir.string()) +
-                          " " + quote(in_path.string()) + " " + quote(out_path.string());
+  const std::string cmd =
+      atl::testing::torch_llama_command({"hf", dir.string(), in_path.string(), out_path.string()});
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "failed: " << cmd;
   const std::string out_bytes = read_text(out_path);
   auto ref = algorithms::decode_safetensors(reinterpret_cast<const uint8_t*>(out_bytes.data()),
@@ -206,7 +190,7 @@ void expect_matches_hf_reference(const fs::path& dir, const ModelConfig& m,
   algorithms::Llama model(m);
   model.forward(params, inputs.data(), nullptr, B, T);
   ASSERT_EQ(ref_logits.size(), size_t(B) * T * m.vocab);
-  const double err = rel_err(model.logits(), ref_logits.data(), ref_logits.size());
+  const double err = atl::testing::rel_err(model.logits(), ref_logits.data(), ref_logits.size());
   std::printf("  %s: logits rel err vs the Hugging Face reference %.3g\n", label.c_str(), err);
   EXPECT_LT(err, 1e-5);
   auto gen = model.generate(params, prompt, kGen, 0.0f, 0, 1);
@@ -433,17 +417,21 @@ TEST(HfImport, CommandLineImportAndExport) {
   const fs::path src = tmp.sub("src"), out = tmp.sub("out");
   write_hf_dir(src, HfSpec{});
   const std::string bin = ATOLL_BINARY, ckpt = tmp.sub("ck.safetensors");
-  const std::string imp =
-      quote(bin) + " import hf " + quote(src.string()) + " --out " + quote(ckpt) + " >/dev/null";
+  const std::string imp = atl::testing::shell_quote(bin) + " import hf " +
+                          atl::testing::shell_quote(src.string()) + " --out " +
+                          atl::testing::shell_quote(ckpt) + " >/dev/null";
   ASSERT_EQ(std::system(imp.c_str()), 0) << imp;
-  const std::string exp = quote(bin) + " export hf " + quote(ckpt) + " --out " +
-                          quote(out.string()) + " --dtype bf16 >/dev/null";
+  const std::string exp = atl::testing::shell_quote(bin) + " export hf " +
+                          atl::testing::shell_quote(ckpt) + " --out " +
+                          atl::testing::shell_quote(out.string()) + " --dtype bf16 >/dev/null";
   ASSERT_EQ(std::system(exp.c_str()), 0) << exp;
   EXPECT_TRUE(fs::exists(out / "model.safetensors"));
   EXPECT_NE(read_text(out / "config.json").find("\"torch_dtype\":\"bfloat16\""), std::string::npos);
   const std::string err_path = tmp.sub("err.txt");
-  const std::string bad = quote(bin) + " import hf " + quote(tmp.sub("nope")) + " --out " +
-                          quote(tmp.sub("x.safetensors")) + " 2>" + quote(err_path);
+  const std::string bad = atl::testing::shell_quote(bin) + " import hf " +
+                          atl::testing::shell_quote(tmp.sub("nope")) + " --out " +
+                          atl::testing::shell_quote(tmp.sub("x.safetensors")) + " 2>" +
+                          atl::testing::shell_quote(err_path);
   const int rc = std::system(bad.c_str());
   EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 1);
   const std::string err = read_text(err_path);

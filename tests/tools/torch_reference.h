@@ -1,0 +1,57 @@
+// What the tests that compare Atoll with the PyTorch reference (tests/tools/torch_llama.py, run
+// with Debian's python3-torch) share: the error measure, the interpreter check and the command.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace atl::testing {
+
+// Relative error of a tensor a against the reference b: max_i |a_i - b_i| / max(max_i |b_i|, tiny),
+// the largest absolute error scaled by the tensor's largest magnitude (an elementwise ratio would
+// blow up on entries that are ~0 in both).
+template <typename A, typename B>
+double rel_err(const A* a, const B* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    num = std::max(num, std::fabs(double(a[i]) - double(b[i])));
+    den = std::max(den, std::fabs(double(b[i])));
+  }
+  return num / std::max(den, 1e-30);
+}
+
+// s in single quotes for /bin/sh (the paths the tests pass hold no single quote).
+// (Appended piecewise: GCC 12 warns falsely on "'" + s + "'" here, -Wrestrict.)
+inline std::string shell_quote(const std::string& s) {
+  std::string quoted;
+  quoted.reserve(s.size() + 2);
+  quoted.append(1, '\'').append(s).append(1, '\'');
+  return quoted;
+}
+
+// "" when ATOLL_PYTHON can import torch, else one line saying what to install.
+inline std::string torch_unavailable_reason() {
+  const std::string python = ATOLL_PYTHON;
+  if (std::filesystem::exists(python) &&
+      std::system((shell_quote(python) + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0)
+    return "";
+  return python +
+         " with PyTorch is required for this test (Debian package python3-torch); run "
+         "deploy/install-deps.sh (make test runs it)";
+}
+
+// The shell command that runs torch_llama.py with `args` (each quoted).
+inline std::string torch_llama_command(const std::vector<std::string>& args) {
+  std::string cmd = shell_quote(ATOLL_PYTHON);
+  cmd.append(" ").append(
+      shell_quote(std::string(ATOLL_SOURCE_DIR) + "/tests/tools/torch_llama.py"));
+  for (const auto& a : args) cmd.append(" ").append(shell_quote(a));
+  return cmd;
+}
+
+}  // namespace atl::testing
