@@ -273,18 +273,6 @@ TEST(Lora, InnerTrainerFineTunesAdaptersOnly) {
 
 // ---- PyTorch reference ------------------------------------------------------------------------
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "atoll-lora-XXXXXX").string();
-    if (mkdtemp(tmpl.data())) path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path.empty()) fs::remove_all(path, ec);
-  }
-};
-
 std::string exact(double x) {
   char b[64];
   std::snprintf(b, sizeof b, "%.17g", x);
@@ -337,7 +325,7 @@ void compare_lora_with_torch(const ModelConfig& c, const LoraConfig& l) {
                  {"weight_decay", exact(tc.weight_decay)},
                  {"grad_clip", exact(tc.grad_clip)},
                  {"steps", std::to_string(kSteps)}};
-  TempDir dir;
+  atl::testing::ReferenceTempDir dir;
   ASSERT_FALSE(dir.path.empty());
   const fs::path in_path = dir.path / "in.safetensors", out_path = dir.path / "out.safetensors";
   auto enc = encode_safetensors(in);

@@ -33,19 +33,6 @@ using atl::testing::rel_err;
 using atl::testing::torch_llama_command;
 using atl::testing::torch_unavailable_reason;
 
-// A private temp dir, removed at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "atoll-torch-XXXXXX").string();
-    if (mkdtemp(tmpl.data())) path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path.empty()) fs::remove_all(path, ec);
-  }
-};
-
 bool write_file(const fs::path& p, const std::vector<uint8_t>& b) {
   std::ofstream f(p, std::ios::binary);
   f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
@@ -132,7 +119,7 @@ void compare_with_torch(const ModelConfig& c) {
     in.metadata["moe_z_coef"] = num(c.moe_z_coef);
   }
 
-  TempDir dir;
+  atl::testing::ReferenceTempDir dir;
   ASSERT_FALSE(dir.path.empty()) << "cannot create a temp dir";
   const fs::path in_path = dir.path / "in.safetensors", out_path = dir.path / "out.safetensors";
   auto enc = encode_safetensors(in);

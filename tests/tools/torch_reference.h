@@ -2,12 +2,15 @@
 // with Debian's python3-torch) share: the error measure, the interpreter check and the command.
 #pragma once
 
+#include <stdlib.h>  // mkdtemp
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace atl::testing {
@@ -24,6 +27,22 @@ double rel_err(const A* a, const B* b, size_t n) {
   }
   return num / std::max(den, 1e-30);
 }
+
+// A private temp dir for the files exchanged with the reference, removed at scope exit
+// (path is empty when it could not be created).
+struct ReferenceTempDir {
+  std::filesystem::path path;
+  ReferenceTempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "atoll-torch-XXXXXX").string();
+    if (mkdtemp(tmpl.data())) path = tmpl;
+  }
+  ~ReferenceTempDir() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove_all(path, ec);
+  }
+  ReferenceTempDir(const ReferenceTempDir&) = delete;
+  ReferenceTempDir& operator=(const ReferenceTempDir&) = delete;
+};
 
 // s in single quotes for /bin/sh (the paths the tests pass hold no single quote).
 // (Appended piecewise: GCC 12 warns falsely on "'" + s + "'" here, -Wrestrict.)
