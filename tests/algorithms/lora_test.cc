@@ -273,12 +273,6 @@ TEST(Lora, InnerTrainerFineTunesAdaptersOnly) {
 
 // ---- PyTorch reference ------------------------------------------------------------------------
 
-std::string exact(double x) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.17g", x);
-  return b;
-}
-
 // Forward, backward (adapter gradients) and 10 InnerTrainer steps against torch_llama.py with the
 // same tolerances as tests/algorithms/torch_reference_test.cc.
 void compare_lora_with_torch(const ModelConfig& c, const LoraConfig& l) {
@@ -306,25 +300,9 @@ void compare_lora_with_torch(const ModelConfig& c, const LoraConfig& l) {
   in.tensors.push_back(make_tensor("batch.inputs", {B, T}, tok.data()));
   in.tensors.push_back(make_tensor("batch.targets", {B, T}, tgt.data()));
   in.tensors.push_back(make_tensor("train.rows", {B, T + 1}, rows.data()));
-  in.metadata = {{"vocab", std::to_string(c.vocab)},
-                 {"dim", std::to_string(c.dim)},
-                 {"layers", std::to_string(c.layers)},
-                 {"heads", std::to_string(c.heads)},
-                 {"kv_heads", std::to_string(num_kv_heads(c))},
-                 {"attention_bias", c.attention_bias ? "1" : "0"},
-                 {"tie_word_embeddings", c.tie_word_embeddings ? "1" : "0"},
-                 {"ffn_hidden", std::to_string(c.ffn_hidden)},
-                 {"rope_base", exact(c.rope_base)},
-                 {"norm_eps", exact(c.norm_eps)},
-                 {"lora_rank", std::to_string(l.rank)},
-                 {"lora_alpha", exact(l.alpha)},
-                 {"lr", exact(tc.lr)},
-                 {"beta1", exact(tc.beta1)},
-                 {"beta2", exact(tc.beta2)},
-                 {"eps", exact(tc.eps)},
-                 {"weight_decay", exact(tc.weight_decay)},
-                 {"grad_clip", exact(tc.grad_clip)},
-                 {"steps", std::to_string(kSteps)}};
+  in.metadata = atl::testing::torch_reference_metadata(c, tc, kSteps);
+  in.metadata["lora_rank"] = std::to_string(l.rank);
+  in.metadata["lora_alpha"] = atl::testing::exact_decimal(l.alpha);
   atl::testing::ReferenceTempDir dir;
   ASSERT_FALSE(dir.path.empty());
   const fs::path in_path = dir.path / "in.safetensors", out_path = dir.path / "out.safetensors";

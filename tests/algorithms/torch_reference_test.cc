@@ -86,28 +86,7 @@ void compare_with_torch(const ModelConfig& c) {
   in.tensors.push_back(make_tensor("batch.inputs", {B, T}, inputs.data()));
   in.tensors.push_back(make_tensor("batch.targets", {B, T}, targets.data()));
   in.tensors.push_back(make_tensor("train.rows", {B, T + 1}, rows.data()));
-  auto num = [](double x) {
-    char b[64];
-    std::snprintf(b, sizeof b, "%.17g", x);
-    return std::string(b);
-  };
-  in.metadata = {{"vocab", std::to_string(c.vocab)},
-                 {"dim", std::to_string(c.dim)},
-                 {"layers", std::to_string(c.layers)},
-                 {"heads", std::to_string(c.heads)},
-                 {"ffn_hidden", std::to_string(c.ffn_hidden)},
-                 {"rope_base", num(c.rope_base)},
-                 {"norm_eps", num(c.norm_eps)},
-                 {"lr", num(tc.lr)},
-                 {"beta1", num(tc.beta1)},
-                 {"beta2", num(tc.beta2)},
-                 {"eps", num(tc.eps)},
-                 {"weight_decay", num(tc.weight_decay)},
-                 {"grad_clip", num(tc.grad_clip)},
-                 {"steps", std::to_string(kSteps)}};
-  in.metadata["kv_heads"] = std::to_string(num_kv_heads(c));
-  in.metadata["attention_bias"] = c.attention_bias ? "1" : "0";
-  in.metadata["tie_word_embeddings"] = c.tie_word_embeddings ? "1" : "0";
+  in.metadata = atl::testing::torch_reference_metadata(c, tc, kSteps);
   if (c.moe_experts > 0) {
     in.metadata["moe_experts"] = std::to_string(c.moe_experts);
     in.metadata["moe_top_k"] = std::to_string(c.moe_top_k);
@@ -115,8 +94,8 @@ void compare_with_torch(const ModelConfig& c) {
     in.metadata["moe_every"] = std::to_string(c.moe_every);
     in.metadata["moe_score"] = c.moe_score;
     in.metadata["moe_shared_hidden"] = std::to_string(c.moe_shared_hidden);
-    in.metadata["moe_aux_coef"] = num(c.moe_aux_coef);
-    in.metadata["moe_z_coef"] = num(c.moe_z_coef);
+    in.metadata["moe_aux_coef"] = atl::testing::exact_decimal(c.moe_aux_coef);
+    in.metadata["moe_z_coef"] = atl::testing::exact_decimal(c.moe_z_coef);
   }
 
   atl::testing::ReferenceTempDir dir;

@@ -7,11 +7,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <system_error>
 #include <vector>
+
+#include "algorithms/model/llama.h"
+#include "algorithms/optim/inner_trainer.h"
 
 namespace atl::testing {
 
@@ -26,6 +31,36 @@ double rel_err(const A* a, const B* b, size_t n) {
     den = std::max(den, std::fabs(double(b[i])));
   }
   return num / std::max(den, 1e-30);
+}
+
+// x with 17 significant digits, so the Python side reads back the same double.
+inline std::string exact_decimal(double x) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.17g", x);
+  return b;
+}
+
+// The safetensors metadata torch_llama.py reads for a comparison: the model (dense fields; MoE
+// and LoRA keys are added by the test that needs them), the trainer and the step count.
+inline std::map<std::string, std::string> torch_reference_metadata(
+    const algorithms::ModelConfig& c, const algorithms::TrainerConfig& tc, int steps) {
+  return {{"vocab", std::to_string(c.vocab)},
+          {"dim", std::to_string(c.dim)},
+          {"layers", std::to_string(c.layers)},
+          {"heads", std::to_string(c.heads)},
+          {"kv_heads", std::to_string(algorithms::num_kv_heads(c))},
+          {"attention_bias", c.attention_bias ? "1" : "0"},
+          {"tie_word_embeddings", c.tie_word_embeddings ? "1" : "0"},
+          {"ffn_hidden", std::to_string(c.ffn_hidden)},
+          {"rope_base", exact_decimal(c.rope_base)},
+          {"norm_eps", exact_decimal(c.norm_eps)},
+          {"lr", exact_decimal(tc.lr)},
+          {"beta1", exact_decimal(tc.beta1)},
+          {"beta2", exact_decimal(tc.beta2)},
+          {"eps", exact_decimal(tc.eps)},
+          {"weight_decay", exact_decimal(tc.weight_decay)},
+          {"grad_clip", exact_decimal(tc.grad_clip)},
+          {"steps", std::to_string(steps)}};
 }
 
 // A private temp dir for the files exchanged with the reference, removed at scope exit
