@@ -368,6 +368,10 @@ Status ExperimentManager::remove(const std::string& id) {
                               "' is served by this coordinator and cannot be deleted while it "
                               "runs here; stop the coordinator first");
   ATOLL_RETURN_IF_ERROR(store_.delete_experiment(id));
+  {
+    std::lock_guard<std::mutex> totals_lk(totals_mu_);
+    settled_totals_.erase(id);  // a new experiment may take the id
+  }
   emit({id, "experiments", json::serialize(json::object{{"id", id}, {"event", "deleted"}})});
   return Status::Ok();
 }
@@ -504,6 +508,15 @@ StatusOr<MetricSeries> ExperimentManager::metrics(const std::string& id,
 
 StatusOr<ExperimentTotals> ExperimentManager::totals(const std::string& id) const {
   ATOLL_ASSIGN_OR_RETURN(ExperimentSummary s, get(id));
+  // A finished or failed experiment's rounds and reports no longer change: computed once.
+  const bool settled = s.record.state == ExperimentState::kFinished ||
+                       s.record.state == ExperimentState::kFailed;
+  if (settled) {
+    std::lock_guard<std::mutex> lk(totals_mu_);
+    auto it = settled_totals_.find(id);
+    if (it != settled_totals_.end() && it->second.first == s.record.current_round)
+      return it->second.second;
+  }
   ExperimentTotals t;
   if (s.record.current_round > 0) {
     auto first = store_.load_round(id, 0);
@@ -514,7 +527,9 @@ StatusOr<ExperimentTotals> ExperimentManager::totals(const std::string& id) cons
                                              static_cast<uint64_t>(1000.0 * first->duration_s));
     if (last.ok()) t.last_commit_unix_ms = last->committed_unix_ms;
   }
-  ATOLL_ASSIGN_OR_RETURN(std::vector<std::string> reports, store_.list_metrics(id));
+  // Only the coordinator's own reports (one per evaluated round), not every node's.
+  ATOLL_ASSIGN_OR_RETURN(std::vector<std::string> reports,
+                         store_.list_metrics(id, kCoordinatorNode));
   double final_round = -1;
   for (const auto& text : reports) {
     const auto report = parse_metrics_report(text);
@@ -524,6 +539,10 @@ StatusOr<ExperimentTotals> ExperimentManager::totals(const std::string& id) cons
     const double r = report->round, val = bpb->to_number<double>();
     if (r >= final_round) final_round = r, t.final_val_bpb = val;
     if (!t.best_val_bpb || val < *t.best_val_bpb) t.best_val_bpb = val;
+  }
+  if (settled) {
+    std::lock_guard<std::mutex> lk(totals_mu_);
+    settled_totals_[id] = {s.record.current_round, t};
   }
   return t;
 }

@@ -196,6 +196,10 @@ class ExperimentManager {
   mutable std::shared_mutex svc_mu_;
   std::shared_ptr<CoordinatorService> service_;
   std::string node_address_;  // guarded by svc_mu_
+  // totals() of finished and failed experiments, with the round count they were computed at
+  // (GET /api/experiments asks for every experiment's totals on every request).
+  mutable std::mutex totals_mu_;
+  mutable std::map<std::string, std::pair<uint64_t, ExperimentTotals>> settled_totals_;
   std::mutex listeners_mu_;
   std::map<uint64_t, Listener> listeners_;
   uint64_t next_listener_ = 1;

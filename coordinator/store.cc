@@ -785,8 +785,9 @@ Status Store::put_metrics(const std::string& experiment_id, const std::string& n
   return write(batch, false, "put metrics");
 }
 
-StatusOr<std::vector<std::string>> Store::list_metrics(const std::string& experiment_id) const {
-  return scan_prefix(kMetrics, experiment_id + "/");
+StatusOr<std::vector<std::string>> Store::list_metrics(const std::string& experiment_id,
+                                                       const std::string& node_id) const {
+  return scan_prefix(kMetrics, experiment_id + "/" + (node_id.empty() ? "" : node_id + "/"));
 }
 
 Status Store::append_audit(const std::string& experiment_id, const std::string& event,

@@ -159,7 +159,9 @@ class Store {
   // `json` is an object produced by the caller (node, round, step, metrics).
   Status put_metrics(const std::string& experiment_id, const std::string& node_id, uint64_t round,
                      const std::string& json);
-  StatusOr<std::vector<std::string>> list_metrics(const std::string& experiment_id) const;
+  // Every report of the experiment, or only `node_id`'s when given (a prefix scan either way).
+  StatusOr<std::vector<std::string>> list_metrics(const std::string& experiment_id,
+                                                  const std::string& node_id = "") const;
   Status append_audit(const std::string& experiment_id, const std::string& event,
                       const std::string& detail);
   StatusOr<std::vector<std::string>> list_audit(const std::string& experiment_id) const;

@@ -203,6 +203,27 @@ TEST(Store, SizeOnDiskStaysBoundedByKeptVersions) {
   EXPECT_EQ(st->experiment.current_round, static_cast<uint64_t>(kRounds));
 }
 
+// One node's reports by prefix: "n1" does not match "n10", nor another experiment's "n1".
+TEST(Store, MetricsOfOneNodeAreItsReportsOnly) {
+  TempDir dir;
+  std::vector<float> theta(32, 1.0f);
+  auto s = Store::open(dir.path(), {.sync = false});
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  for (const char* id : {"a", "a2"}) {
+    ExperimentRecord e = make_record(id, theta);
+    ASSERT_TRUE((*s)->create_experiment(e, theta).ok());
+  }
+  ASSERT_TRUE((*s)->put_metrics("a", "n1", 0, R"({"x": 1})").ok());
+  ASSERT_TRUE((*s)->put_metrics("a", "n10", 0, R"({"x": 10})").ok());
+  ASSERT_TRUE((*s)->put_metrics("a", "n1", 1, R"({"x": 2})").ok());
+  ASSERT_TRUE((*s)->put_metrics("a2", "n1", 0, R"({"x": 3})").ok());
+  auto n1 = (*s)->list_metrics("a", "n1");
+  ASSERT_TRUE(n1.ok());
+  EXPECT_EQ(*n1, (std::vector<std::string>{R"({"x": 1})", R"({"x": 2})"}));
+  EXPECT_EQ((*s)->list_metrics("a")->size(), 3u);
+  EXPECT_TRUE((*s)->list_metrics("a", "n2")->empty());
+}
+
 TEST(Store, CorruptValuesGiveDataLoss) {
   TempDir dir;
   std::vector<float> theta(32, 1.0f), m(32, 0.0f);

@@ -231,11 +231,14 @@ TEST(NodeCrashes, StreamingRoundsInterruptedByNodeKillsAreRedoneBitwise) {
                  {{3, 1}, {6, 0}}, kResumedAfterNodeCrash);
 }
 
-// The short version of bench/soak (make test): 10 kills in one run of 16 rounds, the
+// The short version of bench/soak (make test): 10 kills in one run of 24 rounds, the
 // coordinator and a node in turn, each landing 0–60 ms after a round started: no round lost,
 // no hang (a round commits within 60 s of every restart), every θ the uninterrupted run's.
+// A round of this model takes ~20 ms, so a kill can land a few rounds after the one it waited
+// for (log polling, the random delay, a busy machine): the rounds after the last planned kill
+// (14) keep such a late kill inside the experiment instead of after it finished.
 TEST(KillLoops, TenCoordinatorAndNodeKillsLoseNoRoundAndKeepEveryFingerprint) {
-  constexpr int kShortRounds = 16;
+  constexpr int kShortRounds = 24;
   const std::vector<Kill> plan = {{1, -1}, {2, 0},   {4, -1}, {5, 1},   {7, -1},
                                   {8, 2},  {10, -1}, {11, 0}, {13, -1}, {14, 1}};
   expect_bitwise(crash_config("", kShortRounds, 5), plan, kResumedAfterNodeCrash, kShortRounds);
