@@ -10,6 +10,7 @@
 #include <limits>
 #include <sstream>
 
+#include "algorithms/secagg/quantize.h"
 #include "coordinator/store.h"
 
 namespace atl::coordinator {
@@ -231,6 +232,47 @@ std::vector<Status> privacy_errors(const ExperimentConfig& c, std::string_view s
   return errors;
 }
 
+// The [secagg] section's ranges and the combinations it cannot be part of: the coordinator
+// cannot screen, weigh, clip or select what it cannot see.
+std::vector<Status> secagg_errors(const ExperimentConfig& c, std::string_view src) {
+  std::vector<Status> errors;
+  const SecAggSection& sa = c.secagg;
+  if (!sa.enabled) return errors;
+  auto add = [&errors](Status s) { errors.push_back(std::move(s)); };
+  auto refuse = [&](const std::string& rule) {
+    add(range_error(src, "secagg.enabled", "true", rule));
+  };
+  if (Status q = algorithms::secagg::check_quantization(
+          {.clip_range = sa.clip_range, .quantization_range = sa.quantization_range},
+          c.diloco.max_nodes);
+      !q.ok())
+    add(InvalidArgument(std::string(src) + ": " + q.message()));
+  if (sa.threshold < 2 || sa.threshold > c.diloco.min_nodes)
+    add(range_error(src, "secagg.threshold", std::to_string(sa.threshold),
+                    "must be >= 2 and <= diloco.min_nodes = " + std::to_string(c.diloco.min_nodes) +
+                        " (a round needs t sites to reveal shares)"));
+  if (c.diloco.min_nodes < 2)
+    refuse("needs diloco.min_nodes >= 2 (the sum of one site's update is that update)");
+  if (c.diloco.max_nodes > 255)
+    refuse("needs diloco.max_nodes <= 255 (Shamir shares over GF(256) name at most 255 sites)");
+  if (c.is_hydra())
+    refuse("cannot be used with algorithm = \"hydra\" (its sites push different elements)");
+  if (c.diloco.streaming())
+    refuse("cannot be used with Streaming DiLoCo (set diloco.streaming_fragments = 1 and "
+           "diloco.overlap_steps = 0)");
+  if (c.train.codec != "none")
+    refuse("needs train.codec = \"none\" (secure aggregation quantizes the update itself)");
+  if (c.robust.screen != "off")
+    refuse("needs robust.screen = \"off\" (the coordinator cannot screen updates it cannot see)");
+  if (c.robust.aggregator != "mean")
+    refuse("needs robust.aggregator = \"mean\" (only a sum can be aggregated securely, not \"" +
+           c.robust.aggregator + "\")");
+  if (c.privacy.clip_norm > 0)
+    refuse("cannot be used with privacy.clip_norm > 0 (per-site clipping needs each update in "
+           "the clear)");
+  return errors;
+}
+
 }  // namespace
 
 std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::string_view src) {
@@ -399,6 +441,7 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
                     "elements); use \"median\" or \"trimmed-mean\""));
 
   for (Status& s : privacy_errors(c, src)) add(std::move(s));
+  for (Status& s : secagg_errors(c, src)) add(std::move(s));
 
   const DataSection& a = c.data;
   if (a.source != "brown" && a.source != "text" && a.source != "tokens")
@@ -458,7 +501,7 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
 #endif
   ExperimentConfig& c = check.config;
   const std::vector<std::string> subtables = {"model", "train",  "diloco", "hydra",
-                                              "data",  "robust", "privacy"};
+                                              "data",  "robust", "privacy", "secagg"};
   const std::vector<Table> schemas = {
       {"", {{"name", str(&c.name)}, {"seed", u64(&c.seed)}, {"algorithm", str(&c.algorithm)}}},
       {"model",
@@ -527,6 +570,12 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
         {"noise_multiplier", f64(&c.privacy.noise_multiplier)},
         {"delta", f64(&c.privacy.delta)},
         {"target_epsilon", f64(&c.privacy.target_epsilon)}}},
+      {"secagg",
+       {{"enabled", boolean(&c.secagg.enabled)},
+        {"clip_range", f64(&c.secagg.clip_range)},
+        {"quantization_range", u32(&c.secagg.quantization_range)},
+        {"threshold", u32(&c.secagg.threshold)},
+        {"masking", boolean(&c.secagg.masking)}}},
       {"data",
        {{"source", str(&c.data.source)},
         {"paths", str_list(&c.data.paths)},
@@ -619,7 +668,11 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\n\n[privacy]\nclip_norm = " << f(c.privacy.clip_norm)
     << "\nnoise_multiplier = " << f(c.privacy.noise_multiplier)
     << "\ndelta = " << f(c.privacy.delta) << "\ntarget_epsilon = " << f(c.privacy.target_epsilon)
-    << "\n";
+    << "\n\n[secagg]\nenabled = " << (c.secagg.enabled ? "true" : "false")
+    << "\nclip_range = " << f(c.secagg.clip_range)
+    << "\nquantization_range = " << c.secagg.quantization_range
+    << "\nthreshold = " << c.secagg.threshold
+    << "\nmasking = " << (c.secagg.masking ? "true" : "false") << "\n";
   return o.str();
 }
 

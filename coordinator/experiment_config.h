@@ -101,6 +101,18 @@
 //   target_epsilon = 0.0       # ≥ 0: a config whose diloco.rounds would exceed it is refused
 //                              # (0 = no budget)
 //
+//   [secagg]                   # secure aggregation (docs/coordinator.md): the coordinator
+//                              # learns only the sum of the sites' quantized updates
+//   enabled = false
+//   clip_range = 1.0           # c > 0: each element of Δ clipped to [-c, c]
+//   quantization_range = 4194304  # Q ≥ 1: elements become integers in [0, Q];
+//                              # Q × diloco.max_nodes must be < 2^32 (sums are mod 2^32)
+//   threshold = 2              # t ≥ 2, ≤ diloco.min_nodes: shares that reconstruct a secret
+//                              # (a round uses max(t, ⌊n/2⌋ + 1) for its n sites)
+//   masking = true             # false: quantized updates travel unmasked (for comparisons)
+//   Needs algorithm "diloco" without streaming, train.codec "none", robust.screen "off",
+//   robust.aggregator "mean", privacy.clip_norm 0, 2 ≤ diloco.min_nodes, diloco.max_nodes ≤ 255.
+//
 // Unknown keys and bad values are errors: one line naming the key and the fix.
 #pragma once
 
@@ -199,6 +211,14 @@ struct PrivacySection {
   double target_epsilon = 0.0;
 };
 
+struct SecAggSection {
+  bool enabled = false;
+  double clip_range = 1.0;
+  uint32_t quantization_range = 4194304;  // 2^22, Flower SecAgg+'s default
+  uint32_t threshold = 2;
+  bool masking = true;
+};
+
 struct DataSection {
   std::string source = "brown";
   std::vector<std::string> paths;
@@ -217,6 +237,7 @@ struct ExperimentConfig {
   HydraSection hydra;
   RobustSection robust;
   PrivacySection privacy;
+  SecAggSection secagg;
   DataSection data;
   bool is_hydra() const { return algorithm == "hydra"; }
 };

@@ -79,6 +79,11 @@ json::object to_json(const ExperimentConfig& c) {
                   {"noise_multiplier", c.privacy.noise_multiplier},
                   {"delta", c.privacy.delta},
                   {"target_epsilon", c.privacy.target_epsilon}};
+  o["secagg"] = {{"enabled", c.secagg.enabled},
+                 {"clip_range", c.secagg.clip_range},
+                 {"quantization_range", c.secagg.quantization_range},
+                 {"threshold", c.secagg.threshold},
+                 {"masking", c.secagg.masking}};
   return o;
 }
 

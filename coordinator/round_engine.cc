@@ -414,6 +414,9 @@ void RoundEngine::maybe_start_round_locked(Clock::time_point now) {
       unix_ms_now() + static_cast<uint64_t>(config_.diloco.round_deadline_s * 1000.0);
   for (const auto& id : ready) nodes_[id].ready = false;
   round_.scoring = strategy_->needs_scores(round_.round, round_.participants);
+  if (config_.secagg.enabled)
+    round_.secagg = std::make_shared<SecAggRound>(round_.round, round_.participants, config_.secagg,
+                                                  config_.diloco.min_nodes, theta_->size());
   std::string list;
   for (const auto& id : ready) list += (list.empty() ? "" : ",") + id;
   audit("round_started", "round " + std::to_string(round_.round) + " participants " + list);
@@ -438,6 +441,7 @@ std::optional<RoundEngine::Commit> RoundEngine::maybe_close_round_locked(Clock::
     if (waiting == 0 || now >= round_.deadline) finish_scoring_locked();
     return std::nullopt;
   }
+  if (round_.secagg) return advance_secagg_locked(now);
   size_t outstanding = 0;  // live participants that have not pushed yet
   for (const auto& id : round_.participants) {
     if (round_.updates.count(id)) continue;
@@ -597,7 +601,8 @@ Status RoundEngine::screen_and_step(Commit& c, std::vector<float>& theta_next,
 void RoundEngine::commit(Commit c) {
   // Without the lock: θ_r and its momentum are immutable snapshots, the updates are ours.
   std::vector<float> theta_next, momentum_next;
-  const Status outer = screen_and_step(c, theta_next, momentum_next);
+  Status outer = c.secagg ? unmask_into_updates(c) : Status::Ok();
+  if (outer.ok()) outer = screen_and_step(c, theta_next, momentum_next);
   RoundRecord& rec = c.record;
   rec.params_fingerprint = algorithms::params_fingerprint(theta_next);
   rec.momentum_fingerprint = algorithms::params_fingerprint(momentum_next);

@@ -53,6 +53,7 @@
 #include "coordinator/experiment_config.h"
 #include "coordinator/pull_planner.h"
 #include "coordinator/round_strategy.h"
+#include "coordinator/secagg_round.h"
 #include "coordinator/store.h"
 #include "kernels/core/status.h"
 #include "transport/proto/atoll.pb.h"
@@ -147,6 +148,19 @@ class RoundEngine {
   Status report_importance(const std::string& node_id, const atoll_pb::v1::ImportanceReport& req);
   Status leave(const std::string& node_id, const atoll_pb::v1::LeaveRequest& req);
 
+  // ---- Secure aggregation ([secagg], coordinator/secagg_round.h). Each long-polls up to
+  // min(req.wait_ms, max_wait_ms) for its stage to close; FAILED_PRECONDITION when the round is
+  // not the caller's open secagg round (restarted, committed, or secagg off). ----
+  StatusOr<atoll_pb::v1::SecAggRoster> advertise_keys(const std::string& node_id,
+                                                      const atoll_pb::v1::SecAggKeys& req);
+  StatusOr<atoll_pb::v1::SecAggShares> share_keys(const std::string& node_id,
+                                                  const atoll_pb::v1::SecAggShares& req);
+  StatusOr<atoll_pb::v1::SecAggUnmaskTask> await_unmask(const std::string& node_id,
+                                                        const atoll_pb::v1::SecAggUnmaskPoll& req);
+  // Returns once the shares are taken, and when they completed the round, once it is committed.
+  StatusOr<atoll_pb::v1::SecAggRevealAck> reveal_shares(const std::string& node_id,
+                                                        const atoll_pb::v1::SecAggReveal& req);
+
  private:
   enum class NodeStatus { kActive, kLost, kLeft };
   struct NodeState {
@@ -170,6 +184,8 @@ class RoundEngine {
     // The round first collects importance scores (SCORE tasks), then selects and trains.
     bool scoring = false;
     std::map<std::string, algorithms::hydra::UnitScores> scores;
+    // [secagg] on: the round's key exchange, masked sum and unmasking.
+    std::shared_ptr<SecAggRound> secagg;
   };
   // A closed round on its way to the store, prepared under the lock and computed without it.
   struct Commit {
@@ -180,6 +196,8 @@ class RoundEngine {
     std::shared_ptr<const std::vector<float>> theta, momentum;  // θ_r and its momentum
     bool has_momentum = false;
     bool stepped = false;  // an outer step was applied (false: the round was skipped)
+    // [secagg]: the masked sum and the shares to unmask it; `updates` then hold the records only.
+    std::optional<SecAggRound::Result> secagg;
   };
   // A line of the audit log, written by the event thread.
   struct AuditLine {
@@ -236,6 +254,12 @@ class RoundEngine {
   // ReportMetrics checks that need the engine's state: the round window and the per-round
   // count of reports of `node_id`.
   Status admit_metrics_locked(const std::string& node_id, uint64_t round);
+  // [secagg]: the open round's stage transitions; a Commit when the sum is ready.
+  [[nodiscard]] std::optional<Commit> advance_secagg_locked(Clock::time_point now);
+  // The open secagg round of `round` with `node_id` a participant, or why not.
+  StatusOr<SecAggRound*> secagg_round_locked(const std::string& node_id, uint64_t round);
+  // [secagg]: the mean of the quantized updates (unmasked) as the single update of the commit.
+  Status unmask_into_updates(Commit& c) const;
   void ticker_loop();
   void emit(Event e);
   void audit(const std::string& event, const std::string& detail);

@@ -157,6 +157,13 @@ void RoundEngine::fill_join_response(const std::string& id, pb::JoinResponse& re
   t->set_error_feedback(tc.error_feedback);
   t->set_precision(tc.precision);
   strategy_->describe(*t);
+  if (config_.secagg.enabled) {
+    pb::SecAggSpec* sa = t->mutable_secagg();
+    sa->set_enabled(true);
+    sa->set_clip_range(config_.secagg.clip_range);
+    sa->set_quantization_range(config_.secagg.quantization_range);
+    sa->set_masking(config_.secagg.masking);
+  }
   resp.set_heartbeat_interval_ms(
       static_cast<uint32_t>(std::lround(config_.diloco.heartbeat_interval_s * 1000.0)));
   resp.set_node_index(static_cast<uint32_t>(std::distance(nodes_.begin(), nodes_.find(id))));

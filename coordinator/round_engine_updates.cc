@@ -19,6 +19,10 @@ bool raw_fp32(const pb::TensorHeader& h) {
   return h.codec() == algorithms::compress::kNoneSpec;
 }
 
+// A secure-aggregation input: numel little-endian uint32, masked mod 2^32 (TrainSpec.secagg).
+constexpr const char* kSecAggCodec = "secagg";
+bool secagg_words(const pb::TensorHeader& h) { return h.codec() == kSecAggCodec; }
+
 }  // namespace
 
 Status RoundEngine::screen_update_locked(const std::string& id, const pb::TensorHeader& h,
@@ -63,7 +67,23 @@ Status RoundEngine::screen_update_locked(const std::string& id, const pb::Tensor
         FailedPrecondition("wrong base: update was computed from θ " +
                            short_fp(h.params_fingerprint()) + ", round " + std::to_string(r) +
                            " is θ " + short_fp(experiment_.params_fingerprint) + "; pull θ again"));
-  if (!raw_fp32(h) && !options_.decode)
+  if (secagg_words(h) != static_cast<bool>(round_.secagg))
+    return refuse("codec",
+                  InvalidArgument(round_.secagg
+                                      ? "this experiment uses secure aggregation: push codec "
+                                        "\"secagg\" (quantized, masked uint32), not \"" +
+                                            h.codec().substr(0, 64) + "\""
+                                      : "codec \"secagg\" needs [secagg] enabled = true"));
+  if (round_.secagg) {
+    if (Status st = round_.secagg->check_push(id); !st.ok())
+      return refuse(st.code() == StatusCode::kAlreadyExists ? "duplicate" : "stale_round", st);
+    if (h.payload_bytes() != h.numel() * sizeof(uint32_t))
+      return refuse("wrong_shape", InvalidArgument("wrong shape: codec secagg needs " +
+                                                   std::to_string(h.numel() * 4) +
+                                                   " payload bytes, header says " +
+                                                   std::to_string(h.payload_bytes())));
+  }
+  if (!round_.secagg && !raw_fp32(h) && !options_.decode)
     return refuse("codec",
                   InvalidArgument("codec '" + h.codec().substr(0, 64) +
                                   "' is not supported by this coordinator (use \"none\")"));
@@ -170,11 +190,21 @@ StatusOr<pb::PushUpdateResponse> RoundEngine::finish_update(const std::string& i
                                 std::to_string(h.round()) +
                                 " is being received (begin_update accepts its header first)");
   }
-  // Decoded and checked without the lock: a payload is up to numel values.
+  // Decoded and checked without the lock: a payload is up to numel values. A secagg payload is
+  // added to the round's masked sum under the lock instead (never kept on its own).
   const uint64_t bytes = payload.size();
   const char* reason = "";
-  auto delta = decode_update(id, h, payload, &reason);
-  payload = std::string();
+  StatusOr<std::vector<float>> delta = std::vector<float>{};
+  if (secagg_words(h)) {
+    if (bytes != h.numel() * sizeof(uint32_t)) {
+      reason = "wrong_shape";
+      delta = InvalidArgument("wrong shape: a secagg payload of " + std::to_string(bytes) +
+                              " bytes, " + std::to_string(h.numel() * 4) + " expected");
+    }
+  } else {
+    delta = decode_update(id, h, payload, &reason);
+    payload = std::string();
+  }
   if (!delta.ok()) {
     abort_update_for(id, h, reason, delta.status());
     return delta.status();
@@ -211,6 +241,13 @@ StatusOr<pb::PushUpdateResponse> RoundEngine::finish_update(const std::string& i
       e.reason = "stale_round";
       emit(std::move(e));
       return indices.status();
+    }
+    if (round_.secagg) {
+      if (Status st = round_.secagg->add_masked(id, payload); !st.ok()) {
+        audit("update_rejected", id + ": " + st.to_string());
+        return st;
+      }
+      payload = std::string();
     }
     PendingUpdate& u = round_.updates[id];
     u.indices = std::move(*indices);

@@ -98,4 +98,32 @@ grpc::Status ServiceRouter::ReportImportance(grpc::ServerContext* ctx,
   return s->ReportImportance(ctx, req, resp);
 }
 
+grpc::Status ServiceRouter::AdvertiseKeys(grpc::ServerContext* ctx, const pb::SecAggKeys* req,
+                                   pb::SecAggRoster* resp) {
+  std::shared_ptr<CoordinatorService> s;
+  if (grpc::Status st = route(req->experiment_id(), &s); !st.ok()) return st;
+  return s->AdvertiseKeys(ctx, req, resp);
+}
+
+grpc::Status ServiceRouter::ShareKeys(grpc::ServerContext* ctx, const pb::SecAggShares* req,
+                                   pb::SecAggShares* resp) {
+  std::shared_ptr<CoordinatorService> s;
+  if (grpc::Status st = route(req->experiment_id(), &s); !st.ok()) return st;
+  return s->ShareKeys(ctx, req, resp);
+}
+
+grpc::Status ServiceRouter::AwaitUnmask(grpc::ServerContext* ctx, const pb::SecAggUnmaskPoll* req,
+                                   pb::SecAggUnmaskTask* resp) {
+  std::shared_ptr<CoordinatorService> s;
+  if (grpc::Status st = route(req->experiment_id(), &s); !st.ok()) return st;
+  return s->AwaitUnmask(ctx, req, resp);
+}
+
+grpc::Status ServiceRouter::RevealShares(grpc::ServerContext* ctx, const pb::SecAggReveal* req,
+                                   pb::SecAggRevealAck* resp) {
+  std::shared_ptr<CoordinatorService> s;
+  if (grpc::Status st = route(req->experiment_id(), &s); !st.ok()) return st;
+  return s->RevealShares(ctx, req, resp);
+}
+
 }  // namespace atl::coordinator

@@ -52,6 +52,14 @@ class ServiceRouter final : public atoll_pb::v1::Coordinator::Service {
   grpc::Status ReportImportance(grpc::ServerContext* ctx,
                                 const atoll_pb::v1::ImportanceReport* req,
                                 atoll_pb::v1::ImportanceAck* resp) override;
+  grpc::Status AdvertiseKeys(grpc::ServerContext* ctx, const atoll_pb::v1::SecAggKeys* req,
+                             atoll_pb::v1::SecAggRoster* resp) override;
+  grpc::Status ShareKeys(grpc::ServerContext* ctx, const atoll_pb::v1::SecAggShares* req,
+                         atoll_pb::v1::SecAggShares* resp) override;
+  grpc::Status AwaitUnmask(grpc::ServerContext* ctx, const atoll_pb::v1::SecAggUnmaskPoll* req,
+                           atoll_pb::v1::SecAggUnmaskTask* resp) override;
+  grpc::Status RevealShares(grpc::ServerContext* ctx, const atoll_pb::v1::SecAggReveal* req,
+                            atoll_pb::v1::SecAggRevealAck* resp) override;
 
  private:
   // The current service for a call naming `experiment_id` ("" = any), or the status to answer.

@@ -92,20 +92,28 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
+namespace {
+
+// A long-poll's wait_ms, never past the node's own RPC deadline (system clock), so that the
+// answer still reaches it.
+uint32_t wait_within_deadline(const grpc::ServerContext& ctx, uint32_t wait_ms) {
+  const auto call_deadline = ctx.deadline();
+  if (call_deadline == std::chrono::system_clock::time_point::max()) return wait_ms;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        call_deadline - std::chrono::system_clock::now()) -
+                    std::chrono::milliseconds(50);
+  const int64_t left_ms = std::max<int64_t>(0, left.count());
+  return left_ms < wait_ms ? static_cast<uint32_t>(left_ms) : wait_ms;
+}
+
+}  // namespace
+
 grpc::Status CoordinatorService::NextTask(grpc::ServerContext* ctx, const pb::NextTaskRequest* req,
                                           pb::Task* task) {
   auto id = node_of(*ctx, req->experiment_id());
   if (!id.ok()) return to_grpc(id.status());
   pb::NextTaskRequest capped = *req;
-  // Never past the node's own RPC deadline (system clock), so the answer still reaches it.
-  const auto call_deadline = ctx->deadline();
-  if (call_deadline != std::chrono::system_clock::time_point::max()) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          call_deadline - std::chrono::system_clock::now()) -
-                      std::chrono::milliseconds(50);
-    const int64_t left_ms = std::max<int64_t>(0, left.count());
-    if (left_ms < capped.wait_ms()) capped.set_wait_ms(static_cast<uint32_t>(left_ms));
-  }
+  capped.set_wait_ms(wait_within_deadline(*ctx, req->wait_ms()));
   auto r = engine_->next_task(*id, capped, [ctx] { return ctx->IsCancelled(); });
   if (!r.ok()) return to_grpc(r.status());
   *task = std::move(*r);
@@ -205,6 +213,54 @@ grpc::Status CoordinatorService::ReportImportance(grpc::ServerContext* ctx,
   resp->set_accepted(st.ok());
   if (!st.ok()) resp->set_message(st.message());
   return to_grpc(st);
+}
+
+grpc::Status CoordinatorService::AdvertiseKeys(grpc::ServerContext* ctx, const pb::SecAggKeys* req,
+                                               pb::SecAggRoster* resp) {
+  auto id = node_of(*ctx, req->experiment_id());
+  if (!id.ok()) return to_grpc(id.status());
+  pb::SecAggKeys capped = *req;
+  capped.set_wait_ms(wait_within_deadline(*ctx, req->wait_ms()));
+  auto r = engine_->advertise_keys(*id, capped);
+  if (!r.ok()) return to_grpc(r.status());
+  *resp = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::ShareKeys(grpc::ServerContext* ctx, const pb::SecAggShares* req,
+                                           pb::SecAggShares* resp) {
+  auto id = node_of(*ctx, req->experiment_id());
+  if (!id.ok()) return to_grpc(id.status());
+  pb::SecAggShares capped = *req;
+  capped.set_wait_ms(wait_within_deadline(*ctx, req->wait_ms()));
+  auto r = engine_->share_keys(*id, capped);
+  if (!r.ok()) return to_grpc(r.status());
+  *resp = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::AwaitUnmask(grpc::ServerContext* ctx,
+                                             const pb::SecAggUnmaskPoll* req,
+                                             pb::SecAggUnmaskTask* resp) {
+  auto id = node_of(*ctx, req->experiment_id());
+  if (!id.ok()) return to_grpc(id.status());
+  pb::SecAggUnmaskPoll capped = *req;
+  capped.set_wait_ms(wait_within_deadline(*ctx, req->wait_ms()));
+  auto r = engine_->await_unmask(*id, capped);
+  if (!r.ok()) return to_grpc(r.status());
+  *resp = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::RevealShares(grpc::ServerContext* ctx,
+                                              const pb::SecAggReveal* req,
+                                              pb::SecAggRevealAck* resp) {
+  auto id = node_of(*ctx, req->experiment_id());
+  if (!id.ok()) return to_grpc(id.status());
+  auto r = engine_->reveal_shares(*id, *req);
+  if (!r.ok()) return to_grpc(r.status());
+  *resp = std::move(*r);
+  return grpc::Status::OK;
 }
 
 }  // namespace atl::coordinator

@@ -103,6 +103,15 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
                      atoll_pb::v1::LeaveResponse* resp) override;
   grpc::Status ReportImportance(grpc::ServerContext* ctx, const atoll_pb::v1::ImportanceReport* req,
                                 atoll_pb::v1::ImportanceAck* resp) override;
+  // Secure aggregation ([secagg], RoundEngine::advertise_keys and the rest).
+  grpc::Status AdvertiseKeys(grpc::ServerContext* ctx, const atoll_pb::v1::SecAggKeys* req,
+                             atoll_pb::v1::SecAggRoster* resp) override;
+  grpc::Status ShareKeys(grpc::ServerContext* ctx, const atoll_pb::v1::SecAggShares* req,
+                         atoll_pb::v1::SecAggShares* resp) override;
+  grpc::Status AwaitUnmask(grpc::ServerContext* ctx, const atoll_pb::v1::SecAggUnmaskPoll* req,
+                           atoll_pb::v1::SecAggUnmaskTask* resp) override;
+  grpc::Status RevealShares(grpc::ServerContext* ctx, const atoll_pb::v1::SecAggReveal* req,
+                            atoll_pb::v1::SecAggRevealAck* resp) override;
 
  private:
   CoordinatorService(IdentitySource identity, std::unique_ptr<RoundEngine> engine,

@@ -37,6 +37,16 @@ class CoordinatorCalls {
   virtual Status leave(const atoll_pb::v1::LeaveRequest& req, atoll_pb::v1::LeaveResponse* resp) = 0;
   virtual Status report_importance(const atoll_pb::v1::ImportanceReport& req,
                                    atoll_pb::v1::ImportanceAck* resp) = 0;
+  // Secure aggregation (TrainSpec.secagg): the stages around a masked push. The long-polls
+  // (advertise_keys, share_keys, await_unmask) answer within req.wait_ms plus the call's timeout.
+  virtual Status advertise_keys(const atoll_pb::v1::SecAggKeys& req,
+                                atoll_pb::v1::SecAggRoster* resp) = 0;
+  virtual Status share_keys(const atoll_pb::v1::SecAggShares& req,
+                            atoll_pb::v1::SecAggShares* resp) = 0;
+  virtual Status await_unmask(const atoll_pb::v1::SecAggUnmaskPoll& req,
+                              atoll_pb::v1::SecAggUnmaskTask* resp) = 0;
+  virtual Status reveal_shares(const atoll_pb::v1::SecAggReveal& req,
+                               atoll_pb::v1::SecAggRevealAck* resp) = 0;
 
   // The pause between two attempts to reach a coordinator that did not answer: returns true as
   // soon as the link to it comes up (a transport that reconnects in the background), false after

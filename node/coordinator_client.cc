@@ -182,4 +182,32 @@ Status CoordinatorClient::report_importance(const pb::ImportanceReport& report) 
   return Status::Ok();
 }
 
+StatusOr<pb::SecAggRoster> CoordinatorClient::advertise_keys(pb::SecAggKeys req) {
+  req.set_experiment_id(current_experiment_id());
+  pb::SecAggRoster resp;
+  ATOLL_RETURN_IF_ERROR(calls_->advertise_keys(req, &resp));
+  return resp;
+}
+
+StatusOr<pb::SecAggShares> CoordinatorClient::share_keys(pb::SecAggShares req) {
+  req.set_experiment_id(current_experiment_id());
+  pb::SecAggShares resp;
+  ATOLL_RETURN_IF_ERROR(calls_->share_keys(req, &resp));
+  return resp;
+}
+
+StatusOr<pb::SecAggUnmaskTask> CoordinatorClient::await_unmask(pb::SecAggUnmaskPoll req) {
+  req.set_experiment_id(current_experiment_id());
+  pb::SecAggUnmaskTask resp;
+  ATOLL_RETURN_IF_ERROR(calls_->await_unmask(req, &resp));
+  return resp;
+}
+
+StatusOr<pb::SecAggRevealAck> CoordinatorClient::reveal_shares(pb::SecAggReveal req) {
+  req.set_experiment_id(current_experiment_id());
+  pb::SecAggRevealAck resp;
+  ATOLL_RETURN_IF_ERROR(calls_->reveal_shares(req, &resp));
+  return resp;
+}
+
 }  // namespace atl::node

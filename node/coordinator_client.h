@@ -95,6 +95,11 @@ class CoordinatorClient {
                         const std::vector<std::pair<std::string, double>>& metrics);
   Status leave(const std::string& reason);
   Status report_importance(const atoll_pb::v1::ImportanceReport& report);
+  // Secure aggregation's stages (node/secure_push.h); the experiment id is filled in.
+  StatusOr<atoll_pb::v1::SecAggRoster> advertise_keys(atoll_pb::v1::SecAggKeys req);
+  StatusOr<atoll_pb::v1::SecAggShares> share_keys(atoll_pb::v1::SecAggShares req);
+  StatusOr<atoll_pb::v1::SecAggUnmaskTask> await_unmask(atoll_pb::v1::SecAggUnmaskPoll req);
+  StatusOr<atoll_pb::v1::SecAggRevealAck> reveal_shares(atoll_pb::v1::SecAggReveal req);
   // The pause before retrying an unanswered call: CoordinatorCalls::wait_for_link.
   bool wait_for_link(std::chrono::milliseconds max_wait) { return calls_->wait_for_link(max_wait); }
 

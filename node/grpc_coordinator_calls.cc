@@ -175,4 +175,34 @@ Status GrpcCoordinatorCalls::report_importance(const pb::ImportanceReport& req,
                    options_.rpc_timeout);
 }
 
+Status GrpcCoordinatorCalls::advertise_keys(const pb::SecAggKeys& req, pb::SecAggRoster* resp) {
+  grpc::ClientContext ctx;
+  const auto timeout = options_.rpc_timeout + std::chrono::milliseconds(req.wait_ms());
+  prepare(ctx, timeout);
+  return from_grpc(stub_->AdvertiseKeys(&ctx, req, resp), "AdvertiseKeys", timeout);
+}
+
+Status GrpcCoordinatorCalls::share_keys(const pb::SecAggShares& req, pb::SecAggShares* resp) {
+  grpc::ClientContext ctx;
+  const auto timeout = options_.rpc_timeout + std::chrono::milliseconds(req.wait_ms());
+  prepare(ctx, timeout);
+  return from_grpc(stub_->ShareKeys(&ctx, req, resp), "ShareKeys", timeout);
+}
+
+Status GrpcCoordinatorCalls::await_unmask(const pb::SecAggUnmaskPoll& req,
+                                          pb::SecAggUnmaskTask* resp) {
+  grpc::ClientContext ctx;
+  const auto timeout = options_.rpc_timeout + std::chrono::milliseconds(req.wait_ms());
+  prepare(ctx, timeout);
+  return from_grpc(stub_->AwaitUnmask(&ctx, req, resp), "AwaitUnmask", timeout);
+}
+
+Status GrpcCoordinatorCalls::reveal_shares(const pb::SecAggReveal& req,
+                                           pb::SecAggRevealAck* resp) {
+  grpc::ClientContext ctx;
+  // The reveal that completes the round returns once the round is committed.
+  prepare(ctx, options_.stream_timeout);
+  return from_grpc(stub_->RevealShares(&ctx, req, resp), "RevealShares", options_.stream_timeout);
+}
+
 }  // namespace atl::node

@@ -51,6 +51,14 @@ class GrpcCoordinatorCalls final : public CoordinatorCalls {
   Status leave(const atoll_pb::v1::LeaveRequest& req, atoll_pb::v1::LeaveResponse* resp) override;
   Status report_importance(const atoll_pb::v1::ImportanceReport& req,
                            atoll_pb::v1::ImportanceAck* resp) override;
+  Status advertise_keys(const atoll_pb::v1::SecAggKeys& req,
+                        atoll_pb::v1::SecAggRoster* resp) override;
+  Status share_keys(const atoll_pb::v1::SecAggShares& req,
+                    atoll_pb::v1::SecAggShares* resp) override;
+  Status await_unmask(const atoll_pb::v1::SecAggUnmaskPoll& req,
+                      atoll_pb::v1::SecAggUnmaskTask* resp) override;
+  Status reveal_shares(const atoll_pb::v1::SecAggReveal& req,
+                       atoll_pb::v1::SecAggRevealAck* resp) override;
   // Watches the channel's connectivity state until it is READY. Watching also polls the channel
   // from this thread: with no call in flight, nothing else would drive a new connection's TLS
   // handshake but gRPC's backup poller, every 5 s (that, and gRPC's default reconnect backoff,

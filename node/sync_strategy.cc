@@ -6,7 +6,9 @@
 #include "algorithms/diloco/streaming.h"
 #include "algorithms/model/subnet.h"
 #include "node/hydra_site.h"
+#include "algorithms/secagg/quantize.h"
 #include "node/saved_value.h"
+#include "node/secure_push.h"
 #include "node/state_bytes.h"
 
 namespace atl::node {
@@ -31,11 +33,31 @@ std::string codec_spec_of(const SiteConfig& site) {
   return site.spec.codec().empty() ? "none" : site.spec.codec();
 }
 
-// Plain DiLoCo: Δ over the whole θ, one residual.
+// Plain DiLoCo: Δ over the whole θ, one residual. With TrainSpec.secagg the exchange is a
+// securely aggregated push (node/secure_push.h) instead of a plain one.
 class DilocoSync final : public SyncStrategy {
  public:
-  DilocoSync(std::optional<al::compress::Codec> codec, std::string spec, bool ef, size_t numel)
-      : SyncStrategy(std::move(codec), std::move(spec), ef, numel), numel_(numel) {}
+  DilocoSync(std::optional<al::compress::Codec> codec, std::string spec, bool ef, size_t numel,
+             atoll_pb::v1::SecAggSpec secagg = {}, uint64_t site_seed = 0)
+      : SyncStrategy(std::move(codec), std::move(spec), ef, numel),
+        numel_(numel),
+        secagg_(std::move(secagg)),
+        site_seed_(site_seed) {}
+  std::future<ExchangeResult> exchange(CoordinatorClient& link, const EncodedUpdate& update,
+                                       const HeldTheta& held, uint64_t round,
+                                       const std::atomic<bool>* stop) override {
+    if (!secagg_.enabled()) return SyncStrategy::exchange(link, update, held, round, stop);
+    std::promise<ExchangeResult> done;
+    ExchangeResult x;
+    SecurePush secure(secagg_, al::secagg::rounding_seed(site_seed_, update.header.round, ""),
+                      stop);
+    x.sent = secure.push(link, update.header, update.delta);
+    if (x.sent.ok()) {
+      if (Status st = secure.unmask(link); !st.ok()) x.sent = st;
+    }
+    done.set_value(std::move(x));
+    return done.get_future();
+  }
   Status plan(const Task& /*task*/) override {
     planned_numel_ = numel_;
     return Status::Ok();
@@ -80,6 +102,8 @@ class DilocoSync final : public SyncStrategy {
  private:
   size_t numel_;
   std::optional<ErrorFeedback> feedback_;  // made on first use (lossy codecs only)
+  atoll_pb::v1::SecAggSpec secagg_;
+  uint64_t site_seed_ = 0;  // SiteConfig::seed: with the round, seeds the quantizer's rounding
 };
 
 // Streaming DiLoCo: the task's fragment, a residual per fragment, the exchange in the background.
@@ -351,6 +375,9 @@ Status check_sync_strategy(const SiteConfig& site) {
   if (spec != "none") ATOLL_RETURN_IF_ERROR(al::compress::Codec::create(spec).status());
   if (site.hydra() && site.streaming())
     return InvalidArgument("the coordinator asks for Hydra with Streaming DiLoCo (unsupported)");
+  if (site.spec.secagg().enabled() && (site.hydra() || site.streaming() || spec != "none"))
+    return InvalidArgument("the coordinator asks for secure aggregation with Hydra, Streaming "
+                           "DiLoCo or codec '" + spec + "' (plain DiLoCo with codec none only)");
   const float alpha = static_cast<float>(site.spec.merge_alpha());
   if (site.streaming() && !(alpha >= 0 && alpha < 1))
     return InvalidArgument("the coordinator's merge_alpha " + std::to_string(alpha) +
@@ -376,8 +403,8 @@ StatusOr<std::unique_ptr<SyncStrategy>> make_sync_strategy(const SiteConfig& sit
     return std::unique_ptr<SyncStrategy>(std::make_unique<StreamingSync>(
         std::move(codec), spec, error_feedback, numel, site.spec.overlap_steps(),
         static_cast<float>(site.spec.merge_alpha())));
-  return std::unique_ptr<SyncStrategy>(
-      std::make_unique<DilocoSync>(std::move(codec), spec, error_feedback, numel));
+  return std::unique_ptr<SyncStrategy>(std::make_unique<DilocoSync>(
+      std::move(codec), spec, error_feedback, numel, site.spec.secagg(), site.seed));
 }
 
 }  // namespace atl::node

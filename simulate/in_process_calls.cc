@@ -58,4 +58,24 @@ Status InProcessCalls::report_importance(const pb::ImportanceReport& req,
   return Status::Ok();
 }
 
+Status InProcessCalls::advertise_keys(const pb::SecAggKeys& req, pb::SecAggRoster* resp) {
+  ATOLL_ASSIGN_OR_RETURN(*resp, engine_.advertise_keys(site_, req));
+  return Status::Ok();
+}
+
+Status InProcessCalls::share_keys(const pb::SecAggShares& req, pb::SecAggShares* resp) {
+  ATOLL_ASSIGN_OR_RETURN(*resp, engine_.share_keys(site_, req));
+  return Status::Ok();
+}
+
+Status InProcessCalls::await_unmask(const pb::SecAggUnmaskPoll& req, pb::SecAggUnmaskTask* resp) {
+  ATOLL_ASSIGN_OR_RETURN(*resp, engine_.await_unmask(site_, req));
+  return Status::Ok();
+}
+
+Status InProcessCalls::reveal_shares(const pb::SecAggReveal& req, pb::SecAggRevealAck* resp) {
+  ATOLL_ASSIGN_OR_RETURN(*resp, engine_.reveal_shares(site_, req));
+  return Status::Ok();
+}
+
 }  // namespace atl::simulate

@@ -30,6 +30,14 @@ class InProcessCalls final : public node::CoordinatorCalls {
   Status leave(const atoll_pb::v1::LeaveRequest& req, atoll_pb::v1::LeaveResponse* resp) override;
   Status report_importance(const atoll_pb::v1::ImportanceReport& req,
                            atoll_pb::v1::ImportanceAck* resp) override;
+  Status advertise_keys(const atoll_pb::v1::SecAggKeys& req,
+                        atoll_pb::v1::SecAggRoster* resp) override;
+  Status share_keys(const atoll_pb::v1::SecAggShares& req,
+                    atoll_pb::v1::SecAggShares* resp) override;
+  Status await_unmask(const atoll_pb::v1::SecAggUnmaskPoll& req,
+                      atoll_pb::v1::SecAggUnmaskTask* resp) override;
+  Status reveal_shares(const atoll_pb::v1::SecAggReveal& req,
+                       atoll_pb::v1::SecAggRevealAck* resp) override;
 
  private:
   coordinator::RoundEngine& engine_;

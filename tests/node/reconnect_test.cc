@@ -69,6 +69,12 @@ class DownCalls final : public CoordinatorCalls {
   Status report_importance(const pb::ImportanceReport&, pb::ImportanceAck*) override {
     return down();
   }
+  Status advertise_keys(const pb::SecAggKeys&, pb::SecAggRoster*) override { return down(); }
+  Status share_keys(const pb::SecAggShares&, pb::SecAggShares*) override { return down(); }
+  Status await_unmask(const pb::SecAggUnmaskPoll&, pb::SecAggUnmaskTask*) override {
+    return down();
+  }
+  Status reveal_shares(const pb::SecAggReveal&, pb::SecAggRevealAck*) override { return down(); }
   bool wait_for_link(milliseconds max_wait) override {
     if (link_up_after_) {
       const auto up_at = t0_ + *link_up_after_;
