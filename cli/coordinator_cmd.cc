@@ -146,8 +146,7 @@ Flags coordinator_flags() {
            {"http-header-timeout", true,
             "seconds for a dashboard request's line and headers to arrive", "10"},
            {"http-idle-timeout", true,
-            "seconds a dashboard connection may wait idle for its next request (keep-alive)",
-            "30"},
+            "seconds a dashboard connection may wait idle for its next request (keep-alive)", "30"},
            {"log-format", true, "text, or json: one JSON object per line", "text"},
            {"eval-data", true,
             "evaluate θ after every round on the held-out documents of this data spec "
@@ -163,7 +162,8 @@ Status read_connection_limits(const Flags& flags, CoordinatorLaunch& l) {
   auto ms = [](double seconds) {
     return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
   };
-  ATOLL_ASSIGN_OR_RETURN(const int64_t grpc_max, flags.get_int("max-connections", 1024, 1, 1 << 20));
+  ATOLL_ASSIGN_OR_RETURN(const int64_t grpc_max,
+                         flags.get_int("max-connections", 1024, 1, 1 << 20));
   ATOLL_ASSIGN_OR_RETURN(const int64_t grpc_per,
                          flags.get_int("max-connections-per-address", 128, 0, 1 << 20));
   ATOLL_ASSIGN_OR_RETURN(const double grpc_handshake,

@@ -75,6 +75,13 @@ std::string peer_address(const sockaddr_storage& ss) {
   return text;
 }
 
+// Why binding failed although check_can_listen passed a moment before (another process took the
+// port in between): its one-line explanation when it now fails, else the errno.
+Status bind_failure(const std::string& listen, const std::string& flag, int err) {
+  Status why = check_can_listen(listen, flag);
+  return why.ok() ? Unavailable("cannot listen on " + listen + ": " + std::strerror(err)) : why;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<CappedListener>> CappedListener::bind(const std::string& listen,
@@ -107,7 +114,7 @@ StatusOr<std::unique_ptr<CappedListener>> CappedListener::bind(const std::string
       set_port(reinterpret_cast<sockaddr*>(&any4), std::stoi(port));
       fd = listen_on(reinterpret_cast<sockaddr*>(&any4), sizeof(any4), false);
     }
-    if (fd < 0) return Unavailable("cannot listen on " + listen + ": " + std::strerror(-fd));
+    if (fd < 0) return bind_failure(listen, flag, -fd);
     l->listeners_.push_back(fd);
   } else {
     // Every address of the host (localhost: 127.0.0.1 and ::1), on the port of the first.
@@ -131,8 +138,7 @@ StatusOr<std::unique_ptr<CappedListener>> CappedListener::bind(const std::string
       if (l->port_ == 0) l->port_ = bound_port(fd);
     }
     ::freeaddrinfo(found);
-    if (l->listeners_.empty())
-      return Unavailable("cannot listen on " + listen + ": " + std::strerror(first_err));
+    if (l->listeners_.empty()) return bind_failure(listen, flag, first_err);
   }
   if (l->port_ == 0) l->port_ = bound_port(l->listeners_.front());
   l->wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -319,8 +319,8 @@ struct HttpServer::Impl {
     if (address.is_v6() && address.to_v6().is_v4_mapped())
       address = net::ip::make_address_v4(net::ip::v4_mapped, address.to_v6());
     auto session = std::make_shared<Session>(std::move(socket), ctx, shared);
-    auto admission = shared.table.admit(address.to_string(),
-                                        [weak = std::weak_ptr<Session>(session)] { Session::evict(weak); });
+    auto admission = shared.table.admit(
+        address.to_string(), [weak = std::weak_ptr<Session>(session)] { Session::evict(weak); });
     for (auto& close : admission.evicted) close();
     if (admission.id == 0) return;  // refused: the session's socket closes with it
     session->set_table_id(admission.id);

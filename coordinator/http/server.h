@@ -31,11 +31,13 @@ struct HttpLimits {
   // Open connections in all and per client IP address; over either, the longest idle one is
   // closed to make room (a new connection is refused only when none is idle).
   transport::ConnectionCaps caps{.max_connections = 256, .max_per_address = 64, .evict_idle = true};
-  std::chrono::milliseconds handshake_timeout{10000};  // accept → TLS handshake done
-  std::chrono::milliseconds header_timeout{10000};     // request line and headers, from the first byte
-                                                       // (on a new connection: from the handshake)
-  std::chrono::milliseconds idle_timeout{30000};       // keep-alive: response sent → next request's
-                                                       // first byte
+  // accept → TLS handshake done.
+  std::chrono::milliseconds handshake_timeout{10000};
+  // The request line and headers: on a new connection from the end of the handshake, on a
+  // keep-alive connection from the request's first byte.
+  std::chrono::milliseconds header_timeout{10000};
+  // Keep-alive: from a response sent to the next request's first byte.
+  std::chrono::milliseconds idle_timeout{30000};
 };
 
 struct HttpOptions {
