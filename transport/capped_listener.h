@@ -58,7 +58,8 @@ class CappedListener {
  private:
   CappedListener(ConnectionCaps caps) : table_(caps) {}
   void accept_loop();
-  void accept_one(int listener_fd);
+  // Accepts what is pending on `listener_fd`; false when the process ran out of descriptors.
+  bool accept_one(int listener_fd);
   // Forgets the handed-over connections gRPC has closed.
   void sweep();
 
