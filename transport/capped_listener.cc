@@ -168,27 +168,28 @@ void CappedListener::accept_loop() {
       return;
     }
     if (fds.back().revents != 0) return;  // stop()
-    bool out_of_descriptors = false;
     for (size_t i = 0; i + 1 < fds.size(); ++i)
-      if (fds[i].revents & POLLIN) out_of_descriptors |= !accept_one(fds[i].fd);
-    // The process is out of descriptors (or memory): the pending connections stay in the
-    // kernel's backlog; retry in 100 ms instead of spinning on a listener that stays readable.
-    if (out_of_descriptors) {
-      pollfd wake{wake_fd_, POLLIN, 0};
-      if (::poll(&wake, 1, 100) > 0) return;
-    }
+      if (fds[i].revents & POLLIN) accept_one(fds[i].fd);
   }
 }
 
-bool CappedListener::accept_one(int listener_fd) {
+void CappedListener::accept_one(int listener_fd) {
   for (;;) {  // everything pending on this listener
     sockaddr_storage peer{};
     socklen_t len = sizeof(peer);
     // Non-blocking: gRPC's endpoint expects it of a handed-over descriptor.
     const int fd = ::accept4(listener_fd, reinterpret_cast<sockaddr*>(&peer), &len,
                              SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0)  // EAGAIN, or an error of one connection (it is gone either way)
-      return !(errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM);
+    if (fd < 0) {
+      // The process is out of descriptors (or memory): the pending connections stay in the
+      // kernel's backlog; wait 100 ms (or for stop(), whose wake-up stays readable for the
+      // accept loop) instead of spinning on a listener that stays readable.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        pollfd wake{wake_fd_, POLLIN, 0};
+        (void)::poll(&wake, 1, 100);
+      }
+      return;  // else EAGAIN, or an error of one connection (it is gone either way)
+    }
     const std::string address = peer_address(peer);
     std::lock_guard<std::mutex> lk(mu_);
     const ConnectionCaps& caps = table_.caps();

@@ -58,8 +58,7 @@ class CappedListener {
  private:
   CappedListener(ConnectionCaps caps) : table_(caps) {}
   void accept_loop();
-  // Accepts what is pending on `listener_fd`; false when the process ran out of descriptors.
-  bool accept_one(int listener_fd);
+  void accept_one(int listener_fd);
   // Forgets the handed-over connections gRPC has closed.
   void sweep();
 
