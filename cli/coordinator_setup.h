@@ -66,6 +66,10 @@ struct CoordinatorLaunch {
   // Where each refused connection's one line goes (default: stderr).
   std::function<void(const std::string&)> refusal_sink;
   std::string node_modules;  // npm packages (chart.js); "" = found like web_root
+  // Connection caps and timeouts of the gRPC port and of the dashboard (docs/coordinator.md,
+  // docs/dashboard.md "Server limits").
+  transport::ServerLimits grpc_limits;
+  coordinator::http::HttpLimits http_limits;
   // θ_0 of a new experiment (numel of the model); empty = init_params(model, seed). Ignored when
   // the store already holds the experiment (it resumes from its last committed round).
   std::vector<float> initial_theta;

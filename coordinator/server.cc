@@ -24,26 +24,27 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start_with(
   if (colon == std::string::npos || colon == 0 || colon + 1 == options.listen.size())
     return InvalidArgument("--listen " + options.listen + " must be HOST:PORT, e.g. 0.0.0.0:7070");
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer(std::move(wake), options.shutdown_grace));
-  ATOLL_RETURN_IF_ERROR(transport::check_can_listen(options.listen, "--listen"));
+  if (options.limits.handshake_timeout.count() < 1)
+    return InvalidArgument("coordinator server: the handshake timeout must be positive");
+  // The port is bound by our listener (it owns it alone: no SO_REUSEPORT), which hands each
+  // connection under the caps to gRPC.
+  ATOLL_ASSIGN_OR_RETURN(s->listener_, transport::CappedListener::bind(
+                                           options.listen, options.limits.caps, "--listen"));
+  s->port_ = s->listener_->port();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, options.credentials, &s->port_);
+  s->listener_->attach(builder, options.credentials);
   builder.RegisterService(&service);
-  transport::apply_server_limits(builder);
-  transport::apply_exclusive_port(builder);
+  transport::apply_server_limits(builder, options.limits);
   s->server_ = builder.BuildAndStart();
-  if (!s->server_ || s->port_ == 0) {
-    // Bound by another process between the check above and gRPC's bind, or refused otherwise.
-    Status why = transport::check_can_listen(options.listen, "--listen");
-    return why.ok()
-               ? Unavailable("cannot listen on " + options.listen + " (gRPC refused the address)")
-               : why;
-  }
+  if (!s->server_) return Unavailable("cannot serve gRPC on " + options.listen);
+  s->listener_->start();
   s->address_ = options.listen.substr(0, colon) + ":" + std::to_string(s->port_);
   return s;
 }
 
 void CoordinatorServer::shutdown() {
   if (!server_) return;
+  listener_->stop();  // no new connections
   wake_();  // long-polls return now instead of at their wait_ms
   server_->Shutdown(std::chrono::system_clock::now() + grace_);
   server_->Wait();

@@ -1,7 +1,10 @@
 // A gRPC server hosting a CoordinatorService (or a ServiceRouter that forwards to the current
 // one) on HOST:PORT (port 0 → an ephemeral port, reported
-// by port()). Message sizes are bounded (transport::apply_server_limits). RAII: destruction
-// wakes the service's long-polls and shuts the server down.
+// by port()). Message sizes and connections are bounded (ServerOptions::limits): the server
+// accepts on its own listener (transport::CappedListener) so that open connections are capped
+// in all and per address, and gRPC closes a connection whose TLS handshake is not done within
+// limits.handshake_timeout. RAII: destruction wakes the service's long-polls and shuts the
+// server down.
 #pragma once
 
 #include <grpcpp/security/server_credentials.h>
@@ -15,6 +18,8 @@
 #include "coordinator/router.h"
 #include "coordinator/service.h"
 #include "kernels/core/status.h"
+#include "transport/capped_listener.h"
+#include "transport/channel.h"
 
 namespace atl::coordinator {
 
@@ -25,6 +30,9 @@ struct ServerOptions {
   std::shared_ptr<grpc::ServerCredentials> credentials;
   // How long shutdown waits for in-flight calls before cancelling them.
   std::chrono::milliseconds shutdown_grace{2000};
+  // Handshake timeout, connection caps, idle timeout, streams and threads
+  // (`atoll coordinator --max-connections ...`, docs/coordinator.md "Connection limits").
+  transport::ServerLimits limits;
 };
 
 class CoordinatorServer {
@@ -42,6 +50,10 @@ class CoordinatorServer {
   int port() const { return port_; }
   // "HOST:PORT" with the bound port, e.g. "127.0.0.1:41234".
   const std::string& address() const { return address_; }
+  // Connections gRPC holds open now (refreshed on each call), and connections closed at once
+  // because a cap was reached since the start.
+  size_t open_connections() const { return listener_->open_connections(); }
+  uint64_t refused_connections() const { return listener_->refused_connections(); }
   // Idempotent.
   void shutdown();
 
@@ -53,6 +65,7 @@ class CoordinatorServer {
                                                                  ServerOptions options);
   std::function<void()> wake_;  // wakes long-polls before shutdown
   std::chrono::milliseconds grace_;
+  std::unique_ptr<transport::CappedListener> listener_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string address_;

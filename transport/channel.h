@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "transport/connection_table.h"
 #include "transport/tensor_stream.h"
 #include "transport/tls/credentials.h"
 
@@ -20,8 +21,9 @@ namespace atl::transport {
 inline constexpr int kMaxMessageBytes = static_cast<int>(kMaxChunkBytes) + (64 << 10);
 
 // What one server lets its clients hold. gRPC 1.51 (Debian 12) has no cap on accepted
-// connections (GRPC_ARG_MAX_ALLOWED_INCOMING_CONNECTIONS came in a later release); what it bounds
-// instead: a connection that has not finished its TLS handshake is closed after
+// connections (GRPC_ARG_MAX_ALLOWED_INCOMING_CONNECTIONS came in a later release): the
+// coordinator caps them with a listener of its own (transport/capped_listener.h, `caps`). What
+// gRPC bounds: a connection that has not finished its TLS handshake is closed after
 // handshake_timeout (so unauthenticated clients hold a socket for at most that long), an
 // authenticated connection with no call in flight is closed after max_connection_idle (clients
 // reconnect transparently), each connection carries at most max_concurrent_streams calls, and
@@ -31,6 +33,9 @@ struct ServerLimits {
   std::chrono::milliseconds max_connection_idle{300000};
   int max_concurrent_streams = 256;
   int max_threads = 1024;
+  // Open connections in all and per client address (CappedListener; over a cap a new connection
+  // is closed at once). Servers built with apply_server_limits alone do not use it.
+  ConnectionCaps caps{.max_connections = 1024, .max_per_address = 128, .evict_idle = false};
 };
 
 // Applies the message bounds and `limits` to a server under construction.

@@ -2,7 +2,6 @@
 
 #include <openssl/ssl.h>
 
-#include <atomic>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
@@ -28,12 +27,12 @@ using tcp = net::ip::tcp;
 
 namespace {
 
-constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
-constexpr auto kReadTimeout = std::chrono::seconds(30);
+constexpr auto kBodyTimeout = std::chrono::seconds(30);
 constexpr auto kWriteTimeout = std::chrono::seconds(30);
 constexpr auto kDrainTimeout = std::chrono::seconds(2);
 constexpr auto kPingInterval = std::chrono::seconds(15);
 constexpr size_t kMaxQueued = 1024;
+constexpr size_t kFirstReadBytes = 4096;
 constexpr uint32_t kHeaderLimit = 16 * 1024;
 constexpr uint64_t kMaxDrainBytes = 64u << 20;
 
@@ -42,10 +41,10 @@ class Session;
 // What every connection shares; outlives all sessions (see Impl's member order).
 struct Shared {
   Shared(ExperimentManager& m, Store& s, HttpOptions o)
-      : api(m, s, o.mounts, o.metrics), options(std::move(o)) {}
+      : api(m, s, o.mounts, o.metrics), options(std::move(o)), table(options.limits.caps) {}
   Api api;
   HttpOptions options;
-  std::atomic<uint32_t> connections{0};
+  transport::ConnectionTable table;
   std::mutex subs_mu;
   std::map<uint64_t, std::weak_ptr<Session>> subs;  // event-stream sessions
   uint64_t next_sub = 1;
@@ -58,11 +57,9 @@ bool is_parse_error(const beast::error_code& ec) {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket&& socket, ssl::context& ctx, Shared& shared)
-      : stream_(std::move(socket), ctx), shared_(shared), ping_(stream_.get_executor()) {
-    ++shared_.connections;
-  }
+      : stream_(std::move(socket), ctx), shared_(shared), ping_(stream_.get_executor()) {}
   ~Session() {
-    --shared_.connections;
+    shared_.table.remove(table_id_);
     if (sub_id_) {
       std::lock_guard<std::mutex> lk(shared_.subs_mu);
       shared_.subs.erase(sub_id_);
@@ -70,6 +67,14 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   net::any_io_executor executor() { return stream_.get_executor(); }
+
+  // Before run(): the connection's entry in the connection table.
+  void set_table_id(transport::ConnectionTable::Id id) { table_id_ = id; }
+
+  // From any thread: closes the connection (to make room for a new one).
+  static void evict(const std::weak_ptr<Session>& weak) {
+    if (auto s = weak.lock()) net::post(s->executor(), [s] { s->close_now(); });
+  }
 
   void run() {
     net::dispatch(stream_.get_executor(),
@@ -86,26 +91,53 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   void on_run() {
-    beast::get_lowest_layer(stream_).expires_after(kHandshakeTimeout);
+    beast::get_lowest_layer(stream_).expires_after(shared_.options.limits.handshake_timeout);
     stream_.async_handshake(ssl::stream_base::server,
                             beast::bind_front_handler(&Session::on_handshake, shared_from_this()));
   }
 
   void on_handshake(beast::error_code ec) {
-    if (ec) return;  // not TLS, TLS < 1.3, timeout: nothing to answer
-    do_read();
+    if (ec || closed_) return;  // not TLS, TLS < 1.3, timeout, evicted: nothing to answer
+    read_header();
   }
 
-  void do_read() {
+  // Keep-alive: waits up to idle_timeout for the next request's first byte (idle: evictable),
+  // then reads its headers.
+  void await_next_request() {
+    shared_.table.set_idle(table_id_, true);
+    if (buffer_.size() > 0) return read_header();  // pipelined: already here
+    beast::get_lowest_layer(stream_).expires_after(shared_.options.limits.idle_timeout);
+    stream_.async_read_some(buffer_.prepare(kFirstReadBytes),
+                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                              if (ec || self->closed_) return;  // closed, timeout or evicted
+                              self->buffer_.commit(n);
+                              self->read_header();
+                            });
+  }
+
+  // The request line and headers within header_timeout (the connection stays evictable until
+  // they are in), then the body within kBodyTimeout.
+  void read_header() {
     parser_.emplace();
     parser_->body_limit(shared_.options.max_body_bytes);
     parser_->header_limit(kHeaderLimit);
-    beast::get_lowest_layer(stream_).expires_after(kReadTimeout);
+    beast::get_lowest_layer(stream_).expires_after(shared_.options.limits.header_timeout);
+    bhttp::async_read_header(stream_, buffer_, *parser_,
+                             beast::bind_front_handler(&Session::on_header, shared_from_this()));
+  }
+
+  void on_header(beast::error_code ec, size_t) {
+    if (closed_) return;
+    if (ec) return on_read(ec, 0);
+    shared_.table.set_idle(table_id_, false);
+    if (parser_->is_done()) return on_read({}, 0);
+    beast::get_lowest_layer(stream_).expires_after(kBodyTimeout);
     bhttp::async_read(stream_, buffer_, *parser_,
                       beast::bind_front_handler(&Session::on_read, shared_from_this()));
   }
 
   void on_read(beast::error_code ec, size_t) {
+    if (closed_) return;
     if (ec == bhttp::error::end_of_stream) return do_close();
     if (ec == bhttp::error::body_limit)
       return send(Api::error(413, "request body larger than " +
@@ -154,7 +186,7 @@ class Session : public std::enable_shared_from_this<Session> {
           if (ec) return;
           if (drain) return self->do_drain(0);
           if (!keep_alive) return self->do_close();
-          self->do_read();
+          self->await_next_request();
         });
   }
 
@@ -181,6 +213,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void start_stream(const std::string& filter) {
     streaming_ = true;
+    beast::get_lowest_layer(stream_).expires_never();
     filter_ = filter;
     {
       std::lock_guard<std::mutex> lk(shared_.subs_mu);
@@ -244,6 +277,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string filter_;
   std::deque<std::string> queue_;
   uint64_t sub_id_ = 0;
+  transport::ConnectionTable::Id table_id_ = 0;
 };
 
 StatusOr<std::pair<std::string, uint16_t>> split_host_port(const std::string& listen) {
@@ -270,16 +304,27 @@ struct HttpServer::Impl {
   void do_accept() {
     acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
       if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
-      if (!ec) {
-        if (shared.connections.load() >= shared.options.max_connections) {
-          beast::error_code ignored;
-          socket.close(ignored);
-        } else {
-          std::make_shared<Session>(std::move(socket), ctx, shared)->run();
-        }
-      }
+      if (!ec) admit(std::move(socket));
       do_accept();
     });
+  }
+
+  // A new connection takes a place in the table, closing the longest idle one when over a cap;
+  // refused (closed at once) when every connection is busy.
+  void admit(tcp::socket socket) {
+    beast::error_code ec;
+    const tcp::endpoint peer = socket.remote_endpoint(ec);
+    if (ec) return;  // already gone
+    net::ip::address address = peer.address();
+    if (address.is_v6() && address.to_v6().is_v4_mapped())
+      address = net::ip::make_address_v4(net::ip::v4_mapped, address.to_v6());
+    auto session = std::make_shared<Session>(std::move(socket), ctx, shared);
+    auto admission = shared.table.admit(
+        address.to_string(), [weak = std::weak_ptr<Session>(session)] { Session::evict(weak); });
+    for (auto& close : admission.evicted) close();
+    if (admission.id == 0) return;  // refused: the session's socket closes with it
+    session->set_table_id(admission.id);
+    session->run();
   }
 
   void broadcast(const ManagerEvent& e) {
@@ -319,6 +364,22 @@ int HttpServer::port() const {
   return impl_->port;
 }
 
+size_t HttpServer::open_connections() const {
+  return impl_->shared.table.size();
+}
+
+size_t HttpServer::open_connections(const std::string& address) const {
+  return impl_->shared.table.count(address);
+}
+
+uint64_t HttpServer::evicted_connections() const {
+  return impl_->shared.table.evictions();
+}
+
+uint64_t HttpServer::refused_connections() const {
+  return impl_->shared.table.refusals();
+}
+
 std::string HttpServer::url() const {
   std::string host = impl_->host;
   if (host == "0.0.0.0" || host == "::") host = "localhost";
@@ -342,6 +403,8 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(ExperimentManager& manag
                                                         HttpOptions options) {
   ATOLL_ASSIGN_OR_RETURN(auto hp, split_host_port(options.listen));
   if (options.threads < 1) options.threads = 1;
+  if (options.limits.caps.max_connections < 1)
+    return InvalidArgument("dashboard: the connection cap must be at least 1");
   const std::string cert = transport::cert_path(options.tls_dir, options.cert_name);
   const std::string key = transport::key_path(options.tls_dir, options.cert_name);
   auto impl = std::make_unique<Impl>(manager, store, std::move(options));

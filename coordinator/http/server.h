@@ -1,12 +1,17 @@
 // The dashboard's HTTPS server (Boost.Beast over OpenSSL, TLS 1.3 only): the REST API and
 // static files of api.h, and live events as server-sent events.
 //
-// Threads: `threads` workers run one io_context; each connection is a strand. Every read and
-// write has a deadline (handshake 10 s, request 30 s, response 30 s); an event stream has no
-// idle limit but a comment ping every 15 s, and is dropped when it falls 1024 events behind.
+// Threads: `threads` workers run one io_context; each connection is a strand. Every phase of a
+// connection has a deadline (HttpLimits: TLS handshake, request line and headers, keep-alive
+// idle; request body 30 s, response 30 s); an event stream has no idle limit but a comment ping
+// every 15 s, and is dropped when it falls 1024 events behind. Connections are capped in all
+// and per client address (transport::ConnectionTable): over a cap, the connection idle longest
+// (handshaking, or waiting for request headers) is closed to make room, so idle connections
+// cannot lock out a client that sends a request (docs/decisions.md, "Connection limits").
 // Bodies over max_body_bytes get 413, headers over 16 KiB 431, unparsable requests 400.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -17,8 +22,23 @@
 #include "coordinator/http/static_files.h"
 #include "coordinator/store.h"
 #include "kernels/core/status.h"
+#include "transport/connection_table.h"
 
 namespace atl::coordinator::http {
+
+// Connection limits of the dashboard (flags of `atoll coordinator`, docs/dashboard.md).
+struct HttpLimits {
+  // Open connections in all and per client IP address; over either, the longest idle one is
+  // closed to make room (a new connection is refused only when none is idle).
+  transport::ConnectionCaps caps{.max_connections = 256, .max_per_address = 64, .evict_idle = true};
+  // accept → TLS handshake done.
+  std::chrono::milliseconds handshake_timeout{10000};
+  // The request line and headers: on a new connection from the end of the handshake, on a
+  // keep-alive connection from the request's first byte.
+  std::chrono::milliseconds header_timeout{10000};
+  // Keep-alive: from a response sent to the next request's first byte.
+  std::chrono::milliseconds idle_timeout{30000};
+};
 
 struct HttpOptions {
   std::string listen = "127.0.0.1:0";     // HOST:PORT; port 0 picks a free one (see port())
@@ -28,7 +48,7 @@ struct HttpOptions {
   // `GET /metrics` (viewer token): the text of the coordinator's metrics; empty = not served.
   std::function<std::string()> metrics;
   uint64_t max_body_bytes = 1 << 20;
-  uint32_t max_connections = 256;
+  HttpLimits limits;
   int threads = 2;
 };
 
@@ -42,6 +62,12 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   int port() const;
+  // Connections open now (accepted and not yet closed), in all and from one IP address.
+  size_t open_connections() const;
+  size_t open_connections(const std::string& address) const;
+  // Connections closed to make room for a new one, and new ones refused, since the start.
+  uint64_t evicted_connections() const;
+  uint64_t refused_connections() const;
   // "https://HOST:PORT/" (a wildcard listen address shows as "localhost").
   std::string url() const;
   // Closes the listener and every connection, joins the workers. Idempotent.

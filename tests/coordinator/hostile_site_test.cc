@@ -40,7 +40,8 @@ struct TlsCoordinator {
   std::string layout_fp = algorithms::layout_fingerprint(init.layout());
   std::unique_ptr<Coordinator> c;
 
-  TlsCoordinator(const ExperimentConfig& cfg, int nodes) : ca(tls_dir.sub("tls")) {
+  TlsCoordinator(const ExperimentConfig& cfg, int nodes, transport::ServerLimits limits = {})
+      : ca(tls_dir.sub("tls")) {
     EXPECT_TRUE(transport::ca_init(ca).ok());
     EXPECT_TRUE(transport::ca_issue(ca, "coordinator", transport::Role::kServer).ok());
     for (int i = 0; i < nodes; ++i)
@@ -50,7 +51,7 @@ struct TlsCoordinator {
     ServiceOptions opts;
     opts.identity = IdentitySource::kTlsCertificate;
     opts.on_event = events.callback();
-    c = Coordinator::start(store_dir.path(), cfg, init, opts, *creds);
+    c = Coordinator::start(store_dir.path(), cfg, init, opts, *creds, "127.0.0.1:0", limits);
   }
   static std::string name(int i) { return "node-" + std::to_string(i); }
   std::unique_ptr<node::CoordinatorClient> client(int i) const {
@@ -364,6 +365,218 @@ TEST(HostileSite, IdleHalfOpenConnectionsAreDroppedWithinTheHandshakeTimeout) {
   // Not closed at once: it is the handshake timeout at work, not a refused connection.
   EXPECT_GT(secs, 5.0);
   for (int fd : fds) ::close(fd);
+}
+
+// A TCP connection to 127.0.0.1:port from the loopback address `source` (any of 127/8), or -1.
+int connect_loopback_from(int port, const char* source) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source, &from.sin_addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// How many of `fds` the peer has closed by `deadline`: each is waited for until then, and
+// checked without waiting once it has passed.
+int count_closed_by_peer(const std::vector<int>& fds, Clock::time_point deadline) {
+  int closed = 0;
+  for (int fd : fds) {
+    for (;;) {
+      const auto left = std::max<int64_t>(
+          0,
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+      pollfd p{fd, POLLIN, 0};
+      const int n = ::poll(&p, 1, static_cast<int>(left));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      char byte;
+      if (::recv(fd, &byte, 1, 0) <= 0) {
+        ++closed;
+        break;
+      }
+    }
+  }
+  return closed;
+}
+
+// The handshake timeout is the server's setting: with 1.5 s, idle connections that never send a
+// ClientHello are closed after about 1.5 s, not before and not much later.
+TEST(HostileSite, HandshakeTimeoutIsConfigurable) {
+  transport::ServerLimits limits;
+  limits.handshake_timeout = 1500ms;
+  TlsCoordinator t(testing::small_config("idle-fast", 1, 1), 1, limits);
+  ASSERT_TRUE(t.c);
+  std::vector<int> fds;
+  const auto opened = Clock::now();
+  for (int i = 0; i < 16; ++i) fds.push_back(connect_loopback(t.c->server->port()));
+  for (int fd : fds) ASSERT_GE(fd, 0) << "connect failed";
+  // Still open 0.75 s in: the timeout, not a refusal.
+  EXPECT_FALSE(closed_by_peer(fds.front(), opened + 750ms));
+  EXPECT_EQ(count_closed_by_peer(fds, opened + 4s), 16);
+  const double secs = std::chrono::duration<double>(Clock::now() - opened).count();
+  EXPECT_GT(secs, 1.0);
+  EXPECT_LT(secs, 4.0);
+  for (int fd : fds) ::close(fd);
+}
+
+// "no connection cap": with a cap of 8 connections, a flood of 40 idle connections gets at most
+// 8 places (the rest are closed at once, before any TLS byte); the node that joined before the
+// flood still trains its round, and once the handshake timeout has closed the flood's places
+// new connections are admitted again.
+TEST(HostileSite, ConnectionCapRefusesTheFloodAndANodeStillTrains) {
+  transport::ServerLimits limits;
+  limits.handshake_timeout = 2000ms;
+  limits.caps.max_connections = 8;
+  limits.caps.max_per_address = 0;
+  ExperimentConfig cfg = testing::small_config("capped", 1, 1);
+  TlsCoordinator t(cfg, 1, limits);
+  ASSERT_TRUE(t.c);
+  ASSERT_TRUE(t.c->service->start().ok());
+  auto node0 = t.client(0);
+  ASSERT_TRUE(node0->join().ok());
+  const size_t held_by_node = t.c->server->open_connections();
+  ASSERT_GE(held_by_node, 1u);
+  ASSERT_LT(held_by_node, 8u);
+
+  std::vector<int> flood;
+  const auto opened = Clock::now();
+  for (int i = 0; i < 40; ++i) {
+    const int fd = connect_loopback(t.c->server->port());
+    ASSERT_GE(fd, 0) << "connect failed: " << std::strerror(errno);  // the kernel accepts
+    flood.push_back(fd);
+  }
+  // Refused connections are closed within moments; the admitted ones wait for the 2 s timeout.
+  const int closed_at_once = count_closed_by_peer(flood, opened + 1s);
+  EXPECT_EQ(closed_at_once, 40 - static_cast<int>(8 - held_by_node));
+  EXPECT_EQ(t.c->server->refused_connections(), static_cast<uint64_t>(closed_at_once));
+  EXPECT_LE(t.c->server->open_connections(), 8u);
+
+  // The node that joined before the flood trains its round over its open connection.
+  std::vector<Site> sites;
+  sites.push_back({std::move(node0), {}, {}});
+  for (int attempt = 0; attempt < 10 && sites[0].task.kind() != pb::Task::TRAIN; ++attempt) {
+    auto task = sites[0].client->next_task(0, 5000);
+    ASSERT_TRUE(task.ok()) << task.status().to_string();
+    sites[0].task = *task;
+  }
+  ASSERT_EQ(sites[0].task.kind(), pb::Task::TRAIN);
+  auto theta =
+      sites[0].client->pull_params(sites[0].task.round(), sites[0].task.params_fingerprint());
+  ASSERT_TRUE(theta.ok()) << theta.status().to_string();
+  sites[0].theta = std::move(*theta);
+  const uint64_t allowed = 10ull * 8 * 256;
+  ASSERT_TRUE(sites[0]
+                  .client
+                  ->push_update(sites[0].header(allowed, t.layout_fp),
+                                testing::fake_delta(sites[0].theta.values, 0))
+                  .ok());
+  auto fin = t.c->service->wait_until_finished(Clock::now() + 20s);
+  ASSERT_TRUE(fin.ok()) << fin.status().to_string();
+  EXPECT_EQ(*fin, ExperimentState::kFinished);
+
+  // The flood's places are freed by the handshake timeout: then new connections are admitted
+  // again (held open, not closed at accept).
+  EXPECT_EQ(count_closed_by_peer(flood, opened + 6s), 40);
+  const uint64_t refused = t.c->server->refused_connections();
+  const int late = connect_loopback(t.c->server->port());
+  ASSERT_GE(late, 0);
+  EXPECT_FALSE(closed_by_peer(late, Clock::now() + 500ms));
+  EXPECT_EQ(t.c->server->refused_connections(), refused);
+  ::close(late);
+  for (int fd : flood) ::close(fd);
+}
+
+// The per-address cap: 4 places per client address, whatever the total cap leaves.
+TEST(HostileSite, PerAddressCapLimitsOneAddressOnly) {
+  transport::ServerLimits limits;
+  limits.handshake_timeout = 3000ms;
+  limits.caps.max_connections = 64;
+  limits.caps.max_per_address = 4;
+  TlsCoordinator t(testing::small_config("per-address", 1, 1), 1, limits);
+  ASSERT_TRUE(t.c);
+  std::vector<int> from2, from3;
+  for (int i = 0; i < 10; ++i)
+    from2.push_back(connect_loopback_from(t.c->server->port(), "127.0.0.2"));
+  for (int i = 0; i < 3; ++i)
+    from3.push_back(connect_loopback_from(t.c->server->port(), "127.0.0.3"));
+  for (int fd : from2) ASSERT_GE(fd, 0) << "connect failed: " << std::strerror(errno);
+  for (int fd : from3) ASSERT_GE(fd, 0) << "connect failed: " << std::strerror(errno);
+  const auto soon = Clock::now() + 1s;
+  EXPECT_EQ(count_closed_by_peer(from2, soon), 6);  // the 5th to 10th
+  EXPECT_EQ(count_closed_by_peer(from3, soon), 0);
+  EXPECT_EQ(t.c->server->refused_connections(), 6u);
+  EXPECT_EQ(t.c->server->open_connections(), 7u);
+  // A node (127.0.0.1) is not held back by the other addresses' flood.
+  auto joined = t.client(0)->join();
+  EXPECT_TRUE(joined.ok()) << joined.status().to_string();
+  for (int fd : from2) ::close(fd);
+  for (int fd : from3) ::close(fd);
+}
+
+TEST(ConnectionTable, EvictsTheLongestIdleOfTheAddressThenOfAll) {
+  transport::ConnectionTable table(
+      {.max_connections = 3, .max_per_address = 2, .evict_idle = true});
+  std::vector<std::string> closed;
+  auto closer = [&closed](std::string name) { return [&closed, name] { closed.push_back(name); }; };
+  auto run = [](transport::ConnectionTable::Admission a) {
+    for (auto& c : a.evicted) c();
+    return a.id;
+  };
+  const auto a1 = run(table.admit("A", closer("a1")));
+  const auto a2 = run(table.admit("A", closer("a2")));
+  ASSERT_NE(a1, 0u);
+  ASSERT_NE(a2, 0u);
+  table.set_idle(a1, false);  // a1 busy: a2 is A's only idle connection
+  const auto a3 = run(table.admit("A", closer("a3")));
+  EXPECT_NE(a3, 0u);
+  EXPECT_EQ(closed, std::vector<std::string>{"a2"});
+  EXPECT_EQ(table.count("A"), 2u);
+  // Total cap 3: B takes a place; the next B evicts the longest idle anywhere (a3, since a1 is
+  // busy and b1 became idle later).
+  const auto b1 = run(table.admit("B", closer("b1")));
+  EXPECT_NE(b1, 0u);
+  const auto b2 = run(table.admit("B", closer("b2")));
+  EXPECT_NE(b2, 0u);
+  EXPECT_EQ(closed, (std::vector<std::string>{"a2", "a3"}));
+  EXPECT_EQ(table.size(), 3u);
+  EXPECT_EQ(table.evictions(), 2u);
+  // Everyone busy: refused, nothing evicted.
+  table.set_idle(b1, false);
+  table.set_idle(b2, false);
+  EXPECT_EQ(run(table.admit("C", closer("c1"))), 0u);
+  EXPECT_EQ(closed.size(), 2u);
+  EXPECT_EQ(table.refusals(), 1u);
+  // A connection that closes frees its place; removing an evicted id changes nothing.
+  table.remove(a2);
+  EXPECT_EQ(table.size(), 3u);
+  table.remove(b1);
+  EXPECT_NE(run(table.admit("C", closer("c2"))), 0u);
+  EXPECT_EQ(table.count("B"), 1u);
+  EXPECT_EQ(table.count("C"), 1u);
+}
+
+TEST(ConnectionTable, WithoutEvictionOverACapIsRefused) {
+  transport::ConnectionTable table(
+      {.max_connections = 2, .max_per_address = 0, .evict_idle = false});
+  EXPECT_NE(table.admit("A", nullptr).id, 0u);
+  EXPECT_NE(table.admit("A", nullptr).id, 0u);  // no per-address cap
+  auto third = table.admit("B", nullptr);
+  EXPECT_EQ(third.id, 0u);
+  EXPECT_TRUE(third.evicted.empty());
+  EXPECT_EQ(table.refusals(), 1u);
 }
 
 TEST(RateLimiter, BurstThenRefillPerKeyWithABoundedTable) {

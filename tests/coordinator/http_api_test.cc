@@ -455,8 +455,10 @@ TEST_F(HttpApiTest, StartingAStoredExperimentMakesItLive) {
   auto svc_a = CoordinatorService::open(*store_, *cfg_a, theta_a, so_a);
   ASSERT_TRUE(svc_a.ok()) << svc_a.status().to_string();
   manager_->attach(std::shared_ptr<CoordinatorService>(std::move(svc_a).value()));
-  auto grpc = CoordinatorServer::start(
-      *router_, {.listen = "127.0.0.1:0", .credentials = transport::insecure_server_credentials()});
+  auto grpc =
+      CoordinatorServer::start(*router_, {.listen = "127.0.0.1:0",
+                                          .credentials = transport::insecure_server_credentials(),
+                                          .limits = {}});
   ASSERT_TRUE(grpc.ok()) << grpc.status().to_string();
   grpc_ = std::move(grpc).value();
 

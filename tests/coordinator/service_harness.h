@@ -74,7 +74,7 @@ struct Coordinator {
   static std::unique_ptr<Coordinator> start(
       const std::string& dir, const ExperimentConfig& cfg, const algorithms::ParamSet& initial,
       ServiceOptions options = {}, std::shared_ptr<grpc::ServerCredentials> creds = nullptr,
-      const std::string& listen = "127.0.0.1:0") {
+      const std::string& listen = "127.0.0.1:0", transport::ServerLimits limits = {}) {
     auto c = std::make_unique<Coordinator>();
     auto s = Store::open(dir, {.keep_params = cfg.diloco.keep_params});
     EXPECT_TRUE(s.ok()) << s.status().to_string();
@@ -86,7 +86,8 @@ struct Coordinator {
     c->service = std::move(*svc);
     auto srv = CoordinatorServer::start(
         *c->service, {.listen = listen,
-                      .credentials = creds ? creds : transport::insecure_server_credentials()});
+                      .credentials = creds ? creds : transport::insecure_server_credentials(),
+                      .limits = limits});
     EXPECT_TRUE(srv.ok()) << srv.status().to_string();
     if (!srv.ok()) return nullptr;
     c->server = std::move(*srv);
