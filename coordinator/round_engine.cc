@@ -114,7 +114,7 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
     e.config_toml = to_toml(config);
     e.created_unix_ms = unix_ms_now();
     ATOLL_RETURN_IF_ERROR(store.create_experiment(e, initial.vec()));
-    resumed = CommittedState{std::move(e), initial.vec(), std::nullopt};
+    resumed = CommittedState{std::move(e), initial.vec(), std::nullopt, std::nullopt};
   }
   std::unique_ptr<RoundEngine> eng(
       new RoundEngine(store, config, std::move(options), std::move(strategy), std::move(policy)));
