@@ -37,11 +37,14 @@ std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
         ""},
        {"baseline", false, "also train the data-parallel equivalent and compare", ""},
        {"insecure", false, "plaintext gRPC instead of mTLS (local development only)", ""},
-       {"codec", true, "pseudo-gradient codec: none, bf16, int8, topk:0.02+int4, ...", "none"},
+       {"codec", true, "pseudo-gradient codec: none, bf16, int8, topk:0.02+int4, ...", "int8"},
        {"fragments", true, "Streaming DiLoCo fragments P (1 = plain DiLoCo)", "1"},
        {"overlap", true, "Streaming DiLoCo: inner steps overlapping each sync (tau)", "0"},
        {"merge-alpha", true, "Streaming DiLoCo: weight of the local fragment in the merge", "0.5"},
-       {"pull-codec", true, "theta pulls: exact, sparse-delta, full or bf16", "exact"},
+       {"pull-codec", true,
+        "theta pulls: exact, sparse-delta, full, bf16, or a codec for the outer updates "
+        "(compressed broadcast: int8, nvfp4, ...)",
+        "nvfp4"},
        {"split", true,
         "how sites divide Brown: genre (each site its own genres, non-IID) or iid "
         "(every site samples all genres)",
@@ -110,7 +113,8 @@ Status read_round_flags(const Flags& flags, int64_t sites, DemoExperiment& d) {
   // 20 warm-up steps of the global inner-step count (nodes schedule on round·H + step), so
   // the schedule, and the data-parallel baseline, are the same for every H at equal tokens.
   cfg.train.warmup_steps = static_cast<uint32_t>(std::min<int64_t>(20, d.rounds * d.inner_steps));
-  cfg.train.codec = flags.get_or("codec", "none");
+  // Defaults: both ways compressed, the pair bench/demo_codecs measured within 1% bpb.
+  cfg.train.codec = flags.get_or("codec", "int8");
   const std::string ef = flags.get_or("error-feedback", "on");
   if (ef != "on" && ef != "off")
     return InvalidArgument("--error-feedback must be on or off, not " + ef);
@@ -122,7 +126,7 @@ Status read_round_flags(const Flags& flags, int64_t sites, DemoExperiment& d) {
   cfg.diloco.streaming_fragments = P;
   cfg.diloco.overlap_steps = static_cast<uint32_t>(overlap);
   cfg.diloco.merge_alpha = merge_alpha;
-  cfg.diloco.pull_codec = flags.get_or("pull-codec", "exact");
+  cfg.diloco.pull_codec = flags.get_or("pull-codec", "nvfp4");
   cfg.diloco.inner_steps = static_cast<uint32_t>(d.inner_steps);
   cfg.diloco.outer_lr = outer_lr;
   cfg.diloco.outer_momentum = outer_mom;

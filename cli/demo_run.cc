@@ -264,8 +264,19 @@ ByteComparison compare_bytes(const DemoRun& run) {
     if (auto bits = algorithms::compress::bits_per_value(codec, numel); bits.ok())
       plain_up = static_cast<uint64_t>(std::ceil(*bits * static_cast<double>(numel) / 8.0));
   }
-  c.plain_per_sync = static_cast<uint64_t>(N) * (plain_up + numel * 4);
+  // Pulls: the whole fp32 θ, or with a compressed broadcast (pull_codec names a codec) the
+  // update message after the first, full pull.
+  uint64_t plain_down = numel * 4;
+  const std::string& pull = d.config.diloco.pull_codec;
+  const bool broadcast =
+      pull != "exact" && pull != "sparse-delta" && pull != "full" && pull != "bf16";
+  if (broadcast) {
+    if (auto bits = algorithms::compress::bits_per_value(pull, numel); bits.ok())
+      plain_down = static_cast<uint64_t>(std::ceil(*bits * static_cast<double>(numel) / 8.0));
+  }
+  c.plain_per_sync = static_cast<uint64_t>(N) * (plain_up + plain_down);
   c.plain_total = static_cast<uint64_t>(d.rounds) * c.plain_per_sync;
+  if (broadcast) c.plain_total += static_cast<uint64_t>(N) * (numel * 4 - plain_down);
   return c;
 }
 

@@ -10,6 +10,7 @@
 #include <limits>
 #include <sstream>
 
+#include "algorithms/compress/spec.h"
 #include "algorithms/secagg/quantize.h"
 #include "coordinator/store.h"
 
@@ -357,10 +358,21 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
     add(range_error(src, "diloco.start_wait_s", d(g.start_wait_s), "must be >= 0 seconds"));
   if (g.keep_params < 1)
     add(range_error(src, "diloco.keep_params", u(g.keep_params), "must be >= 1"));
-  if (g.pull_codec != "exact" && g.pull_codec != "sparse-delta" && g.pull_codec != "full" &&
-      g.pull_codec != "bf16")
-    add(range_error(src, "diloco.pull_codec", "\"" + g.pull_codec + "\"",
-                    "must be \"exact\", \"sparse-delta\", \"full\" or \"bf16\""));
+  // Anything but the four pull modes names the codec of a compressed broadcast.
+  const bool compressed_broadcast = g.pull_codec != "exact" && g.pull_codec != "sparse-delta" &&
+                                    g.pull_codec != "full" && g.pull_codec != "bf16";
+  if (compressed_broadcast) {
+    auto spec = algorithms::compress::parse_spec(g.pull_codec);
+    if (!spec.ok() || *spec == algorithms::compress::CodecSpec{})
+      add(range_error(src, "diloco.pull_codec", "\"" + g.pull_codec.substr(0, 64) + "\"",
+                      "must be \"exact\", \"sparse-delta\", \"full\", \"bf16\" or a codec "
+                      "spec for the outer updates such as \"int8\" or \"nvfp4\" (not \"none\" "
+                      "or \"fp32\")"));
+    else if (c.is_hydra())
+      add(range_error(src, "diloco.pull_codec", "\"" + g.pull_codec + "\"",
+                      "(a compressed broadcast) is not supported with algorithm = \"hydra\"; "
+                      "use \"exact\", \"sparse-delta\", \"full\" or \"bf16\""));
+  }
   // The model has 9 tensors per layer plus the embedding and the final norm; fragment
   // boundaries fall on tensor boundaries.
   const uint64_t tensors = 9 * uint64_t{m.layers} + 2;

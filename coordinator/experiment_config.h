@@ -53,7 +53,11 @@
 //   pull_codec = "exact"       # θ pulls against the node's version: "exact" (sparse-delta-exact
 //                              # when smaller than θ), "sparse-delta" (also the lossy bf16 delta),
 //                              # "full" (always the whole θ), "bf16" (always the whole θ as
-//                              # a dense bf16 codec message: half the bytes, lossy)
+//                              # a dense bf16 codec message: half the bytes, lossy), or a
+//                              # codec spec ("int8", "nvfp4", "topk:0.05+int4"...): compressed
+//                              # broadcast, each outer update sent through that codec with the
+//                              # coordinator's error feedback; nodes stay bit for bit equal to
+//                              # the coordinator's θ (not with algorithm = "hydra")
 //   streaming_fragments = 1    # P ≥ 1: Streaming DiLoCo, round r syncs fragment r mod P after
 //                              # inner_steps / P steps (1 = plain DiLoCo); ≤ tensors in the model
 //   overlap_steps = 0          # τ in [0, inner_steps / P]: inner steps trained while a sync is

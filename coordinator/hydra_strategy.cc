@@ -16,8 +16,9 @@ namespace pb = atoll_pb::v1;
 
 class HydraStrategy final : public RoundStrategy {
  public:
-  explicit HydraStrategy(const ExperimentConfig& config)
+  HydraStrategy(const ExperimentConfig& config, uint64_t numel)
       : config_(config),
+        numel_(numel),
         aggregator_(aggregator_options(config)),
         outer_({static_cast<float>(config.diloco.outer_lr),
                 static_cast<float>(config.diloco.outer_momentum)}) {}
@@ -130,6 +131,9 @@ class HydraStrategy final : public RoundStrategy {
                                                 !has_momentum);
   }
 
+  // Compressed broadcast is refused with Hydra at config validation; the whole θ otherwise.
+  algorithms::compress::UpdateRange synced_range(uint64_t) const override { return {0, numel_}; }
+
   std::vector<std::pair<std::string, std::string>> subnets() const override {
     std::vector<std::pair<std::string, std::string>> out;
     for (const auto& [id, m] : masks_) out.emplace_back(id, m.subnet);
@@ -145,6 +149,7 @@ class HydraStrategy final : public RoundStrategy {
   };
 
   const ExperimentConfig config_;
+  const uint64_t numel_;  // θ
   const algorithms::AggregatorOptions aggregator_;  // robust.aggregator (not krum: validated)
   const algorithms::OuterNesterov outer_;
   std::map<std::string, Mask> masks_;  // by node id
@@ -153,8 +158,8 @@ class HydraStrategy final : public RoundStrategy {
 }  // namespace
 
 std::unique_ptr<RoundStrategy> make_hydra_strategy(const ExperimentConfig& config,
-                                                   const algorithms::ParamLayout&) {
-  return std::make_unique<HydraStrategy>(config);
+                                                   const algorithms::ParamLayout& layout) {
+  return std::make_unique<HydraStrategy>(config, layout.numel());
 }
 
 }  // namespace atl::coordinator

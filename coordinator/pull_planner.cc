@@ -19,8 +19,14 @@ StatusOr<PullPolicy> parse_pull_policy(std::string_view pull_codec) {
   } else if (pull_codec == "bf16") {
     ATOLL_ASSIGN_OR_RETURN(p.whole, cx::Codec::create("bf16"));
   } else if (pull_codec != "full") {
-    return InvalidArgument("diloco.pull_codec = \"" + std::string(pull_codec.substr(0, 64)) +
-                           "\" must be \"exact\", \"sparse-delta\", \"full\" or \"bf16\"");
+    auto update = cx::Codec::create(pull_codec);
+    if (!update.ok() || update->is_none())
+      return InvalidArgument(
+          "diloco.pull_codec = \"" + std::string(pull_codec.substr(0, 64)) +
+          "\" must be \"exact\", \"sparse-delta\", \"full\", \"bf16\" or a codec spec for "
+          "the outer updates such as \"int8\" or \"nvfp4\" (not \"none\" or \"fp32\")");
+    p.update = *update;
+    p.exact_delta = true;  // nodes further behind: the exact delta when smaller than θ
   }
   return p;
 }
@@ -30,8 +36,18 @@ StatusOr<PullPlan> PullPlanner::plan(atoll_pb::v1::TensorHeader header,
                                      std::optional<uint64_t> base_round,
                                      const std::string& base_fingerprint) {
   std::shared_ptr<const Encoded> encoded;
+  const bool one_behind = base_round && *base_round + 1 == header.round();
   if (!policy_.whole.is_none()) {
     ATOLL_ASSIGN_OR_RETURN(encoded, whole(header.round(), theta));
+  } else if (policy_.broadcasts_updates() && one_behind) {
+    // One round behind: the update the coordinator applied (cached under (r − 1, r), a key no
+    // delta uses in this mode). None stored (a store that lost it) means the full θ.
+    auto u = update(*base_round, header.round());
+    if (u.ok() && *u) {
+      encoded = *u;
+      header.set_base_fingerprint(base_fingerprint);
+      header.set_fragment_offset(synced_(*base_round).offset);
+    }
   } else if (policy_.exact_delta && base_round) {
     // A base the store has since dropped (or cannot read) just means the full θ.
     auto d = delta(*base_round, header.round(), theta);
@@ -86,6 +102,24 @@ StatusOr<std::shared_ptr<const PullPlanner::Encoded>> PullPlanner::delta(
   }
   remember({base_round, round}, out);
   return std::shared_ptr<const Encoded>(out);
+}
+
+StatusOr<std::shared_ptr<const PullPlanner::Encoded>> PullPlanner::update(uint64_t base_round,
+                                                                          uint64_t round) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = cache_.find({base_round, round});
+    if (it != cache_.end()) return it->second;
+  }
+  auto bytes = store_.load_broadcast_update(experiment_id_, base_round);
+  std::shared_ptr<const Encoded> out;
+  if (bytes.ok())
+    out = std::make_shared<const Encoded>(
+        Encoded{std::string(cx::kOuterUpdateName), std::move(bytes).value()});
+  else if (bytes.status().code() != StatusCode::kNotFound)
+    return bytes.status();
+  remember({base_round, round}, out);
+  return out;
 }
 
 StatusOr<std::shared_ptr<const PullPlanner::Encoded>> PullPlanner::whole(

@@ -3,10 +3,13 @@
 // pull is the delta (sparse-delta-exact, or also the lossy bf16 sparse-delta with pull_codec =
 // "sparse-delta"); otherwise the whole θ in the policy's codec: "none" (raw fp32) or, with
 // pull_codec = "bf16", one dense bf16 codec message (half the bytes, lossy) whatever the node
-// holds.
+// holds. With pull_codec naming any other codec (compressed broadcast,
+// algorithms/compress/outer_update.h), a node holding θ_{r−1} gets round r − 1's encoded outer
+// update (codec "outer-update"), and any other node the exact delta or the full θ.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "algorithms/compress/codec.h"
+#include "algorithms/compress/outer_update.h"
 #include "coordinator/store.h"
 #include "kernels/core/status.h"
 #include "transport/proto/atoll.pb.h"
@@ -29,8 +33,13 @@ struct PullPolicy {
   algorithms::compress::Codec whole = algorithms::compress::Codec::none();
   bool exact_delta = false;  // sparse-delta-exact against the node's version when smaller
   bool lossy_delta = false;  // also the bf16 sparse-delta when smaller still
+  // Compressed broadcast: the codec of the outer updates (none: off). The coordinator's θ is
+  // then the compressed-applied θ, and nodes one round behind get the update message.
+  algorithms::compress::Codec update = algorithms::compress::Codec::none();
+  bool broadcasts_updates() const { return !update.is_none(); }
 };
-// "exact", "sparse-delta", "full" or "bf16" (experiment_config.h); InvalidArgument otherwise.
+// "exact", "sparse-delta", "full", "bf16" (the whole θ rounded to bf16) or a codec spec other
+// than "none"/"fp32" (compressed broadcast; experiment_config.h); InvalidArgument otherwise.
 StatusOr<PullPolicy> parse_pull_policy(std::string_view pull_codec);
 
 // What a pull streams: the header (codec, numel, fingerprints, round, base) and the payload.
@@ -44,9 +53,14 @@ struct PullPlan {
 // for the same one. Only deltas to the newest θ are kept.
 class PullPlanner {
  public:
-  // `store` (read for θ of base versions) must outlive the planner.
-  PullPlanner(Store& store, std::string experiment_id, PullPolicy policy)
-      : store_(store), experiment_id_(std::move(experiment_id)), policy_(std::move(policy)) {}
+  // The elements round r's outer update covers (all of θ; Streaming DiLoCo: its fragment).
+  using SyncedRange = std::function<algorithms::compress::UpdateRange(uint64_t round)>;
+  // `store` (read for θ of base versions and stored updates) must outlive the planner.
+  PullPlanner(Store& store, std::string experiment_id, PullPolicy policy, SyncedRange synced)
+      : store_(store),
+        experiment_id_(std::move(experiment_id)),
+        policy_(std::move(policy)),
+        synced_(std::move(synced)) {}
 
   const PullPolicy& policy() const { return policy_; }
   // Whether a node holding another version than the current one may get a delta.
@@ -54,8 +68,9 @@ class PullPlanner {
 
   // θ of `header.round()` (= theta) for a node that holds θ of base_round (fingerprint
   // base_fingerprint; nullopt: no usable version). `header` comes with round, numel and
-  // fingerprints set; the plan sets its codec (and base_fingerprint for a delta). A base the
-  // store has since dropped or cannot read means the whole θ.
+  // fingerprints set; the plan sets its codec (and base_fingerprint for a delta or an update,
+  // fragment_offset for an update). A base the store has since dropped or cannot read means the
+  // whole θ.
   StatusOr<PullPlan> plan(atoll_pb::v1::TensorHeader header,
                           std::shared_ptr<const std::vector<float>> theta,
                           std::optional<uint64_t> base_round, const std::string& base_fingerprint);
@@ -63,13 +78,17 @@ class PullPlanner {
  private:
   // An encoded θ for a pull.
   struct Encoded {
-    std::string codec;  // "sparse-delta-exact", "sparse-delta" or the whole-θ codec
+    // "sparse-delta-exact", "sparse-delta", "outer-update" or the whole-θ codec
+    std::string codec;
     std::string bytes;
   };
   // The smallest allowed delta of θ_round (= theta) against θ_base, or nullptr when none is
   // smaller than the full θ.
   StatusOr<std::shared_ptr<const Encoded>> delta(
       uint64_t base_round, uint64_t round, const std::shared_ptr<const std::vector<float>>& theta);
+  // Round base_round's outer update message (base_round + 1 = round), or nullptr when the store
+  // has none (a skipped round).
+  StatusOr<std::shared_ptr<const Encoded>> update(uint64_t base_round, uint64_t round);
   // θ_round as one message of the policy's whole-θ codec, cached under (round, round).
   StatusOr<std::shared_ptr<const Encoded>> whole(
       uint64_t round, const std::shared_ptr<const std::vector<float>>& theta);
@@ -78,6 +97,7 @@ class PullPlanner {
   Store& store_;
   const std::string experiment_id_;
   const PullPolicy policy_;
+  const SyncedRange synced_;
   std::mutex mu_;  // guards cache_
   std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const Encoded>> cache_;
 };

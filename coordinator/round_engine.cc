@@ -77,7 +77,8 @@ RoundEngine::RoundEngine(Store& store, ExperimentConfig config, EngineOptions op
       max_round_tokens_(
           mul_saturating(mul_saturating(config_.diloco.steps_per_round(), config_.train.batch_size),
                          config_.model.seq_len)),
-      pulls_(store, config_.name, std::move(policy)) {}
+      pulls_(store, config_.name, std::move(policy),
+             [this](uint64_t round) { return strategy_->synced_range(round); }) {}
 
 StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
                                                          const ExperimentConfig& config,
@@ -113,7 +114,7 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
     e.config_toml = to_toml(config);
     e.created_unix_ms = unix_ms_now();
     ATOLL_RETURN_IF_ERROR(store.create_experiment(e, initial.vec()));
-    resumed = CommittedState{std::move(e), initial.vec(), std::nullopt};
+    resumed = CommittedState{std::move(e), initial.vec(), std::nullopt, std::nullopt};
   }
   std::unique_ptr<RoundEngine> eng(
       new RoundEngine(store, config, std::move(options), std::move(strategy), std::move(policy)));
@@ -122,6 +123,10 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
   eng->has_momentum_ = resumed->momentum.has_value();
   eng->momentum_ = std::make_shared<const std::vector<float>>(
       resumed->momentum ? std::move(*resumed->momentum) : std::vector<float>(initial.numel()));
+  // The error feedback committed with the current round (zeros before the first commit).
+  if (eng->pulls_.policy().broadcasts_updates())
+    eng->feedback_ = std::make_shared<const std::vector<float>>(
+        resumed->feedback ? std::move(*resumed->feedback) : std::vector<float>(initial.numel()));
   // θ versions still in the store can be delta bases for pulls: θ_v's fingerprint is the base
   // fingerprint of round record v (the current one is the experiment's).
   if (auto rounds = store.list_param_rounds(config.name); rounds.ok()) {
@@ -519,6 +524,7 @@ RoundEngine::Commit RoundEngine::prepare_commit_locked(Clock::time_point now) {
   c.theta = theta_;
   c.momentum = momentum_;
   c.has_momentum = has_momentum_;
+  c.feedback = feedback_;
   RoundRecord& rec = c.record;
   rec.round = c.round;
   rec.base_fingerprint = experiment_.params_fingerprint;
@@ -598,27 +604,52 @@ Status RoundEngine::screen_and_step(Commit& c, std::vector<float>& theta_next,
   return Status::Ok();
 }
 
+Status RoundEngine::compress_update(const Commit& c, std::vector<float>& theta_next,
+                                    std::vector<float>& feedback_next,
+                                    std::vector<uint8_t>& message) const {
+  feedback_next = *c.feedback;
+  message.clear();
+  if (!c.stepped) return Status::Ok();  // θ_{r+1} = θ_r: nothing to send, e stays
+  auto encoded =
+      algorithms::compress::compress_outer_update(pulls_.policy().update, *c.theta, theta_next,
+                                                  feedback_next, strategy_->synced_range(c.round));
+  if (!encoded.ok())
+    return Status(encoded.status().code(),
+                  "the outer update could not be encoded with diloco.pull_codec = \"" +
+                      config_.diloco.pull_codec + "\": " + encoded.status().message());
+  message = std::move(encoded).value();
+  return Status::Ok();
+}
+
 void RoundEngine::commit(Commit c) {
   // Without the lock: θ_r and its momentum are immutable snapshots, the updates are ours.
-  std::vector<float> theta_next, momentum_next;
+  std::vector<float> theta_next, momentum_next, feedback_next;
+  std::vector<uint8_t> update_message;
   Status outer = c.secagg ? unmask_into_updates(c) : Status::Ok();
   if (outer.ok()) outer = screen_and_step(c, theta_next, momentum_next);
+  if (outer.ok() && c.feedback) outer = compress_update(c, theta_next, feedback_next, update_message);
   RoundRecord& rec = c.record;
   rec.params_fingerprint = algorithms::params_fingerprint(theta_next);
   rec.momentum_fingerprint = algorithms::params_fingerprint(momentum_next);
   rec.committed_unix_ms = unix_ms_now();
   c.next.params_fingerprint = rec.params_fingerprint;
-  const Status written =
-      outer.ok() ? store_.commit_round(c.next, rec, theta_next, momentum_next) : Status::Ok();
-  // θ_{r+1} and its momentum become immutable snapshots too.
+  const BroadcastCommit broadcast{
+      feedback_next, std::string_view(reinterpret_cast<const char*>(update_message.data()),
+                                      update_message.size())};
+  const Status written = outer.ok() ? store_.commit_round(c.next, rec, theta_next, momentum_next,
+                                                          c.feedback ? &broadcast : nullptr)
+                                    : Status::Ok();
+  // θ_{r+1}, its momentum and the error feedback become immutable snapshots too.
   c.theta = std::make_shared<const std::vector<float>>(std::move(theta_next));
   c.momentum = std::make_shared<const std::vector<float>>(std::move(momentum_next));
+  if (c.feedback) c.feedback = std::make_shared<const std::vector<float>>(std::move(feedback_next));
   c.updates.clear();
   // θ_r and its momentum are freed after the lock is released (hundreds of MB).
-  std::shared_ptr<const std::vector<float>> old_theta, old_momentum;
+  std::shared_ptr<const std::vector<float>> old_theta, old_momentum, old_feedback;
   std::lock_guard<std::mutex> lk(mu_);
   old_theta = theta_;
   old_momentum = momentum_;
+  old_feedback = feedback_;
   publish_commit_locked(c, outer, written);
 }
 
@@ -642,6 +673,7 @@ void RoundEngine::publish_commit_locked(Commit& c, const Status& outer, const St
   remember_version_locked(r + 1, c.record.params_fingerprint);
   theta_ = std::move(c.theta);
   momentum_ = std::move(c.momentum);
+  feedback_ = std::move(c.feedback);
   // A skipped round leaves the momentum as it was, including whether it exists yet.
   has_momentum_ = has_momentum_ || c.stepped;
   round_ = Round{};

@@ -25,7 +25,10 @@
 // write succeeds; nothing makes an experiment fail). Lifecycle changes (start, pause, stop) wait
 // for a commit in progress.
 //
-// Pulls: coordinator/pull_planner.h.
+// Pulls: coordinator/pull_planner.h. With a compressed broadcast (diloco.pull_codec names a
+// codec, algorithms/compress/outer_update.h) the commit also encodes the outer update with the
+// engine's error feedback: θ_{r+1} is θ_r plus the decoded update, and the error feedback and
+// the update message are written in the round's batch.
 //
 // Threads. Callers' threads (one per node call), one ticker thread (deadlines, lost nodes,
 // delayed starts) and one event thread (delivers Events to the callback in order and writes the
@@ -195,6 +198,8 @@ class RoundEngine {
     ExperimentRecord next;  // round pointer r + 1 and state; all but params_fingerprint
     std::shared_ptr<const std::vector<float>> theta, momentum;  // θ_r and its momentum
     bool has_momentum = false;
+    // Compressed broadcast: e_r (numel; null without one), then e_{r+1} after the commit.
+    std::shared_ptr<const std::vector<float>> feedback;
     bool stepped = false;  // an outer step was applied (false: the round was skipped)
     // [secagg]: the masked sum and the shares to unmask it; `updates` then hold the records only.
     std::optional<SecAggRound::Result> secagg;
@@ -251,6 +256,11 @@ class RoundEngine {
   // records both in the round record (without the lock; update_screening.h).
   Status screen_and_step(Commit& c, std::vector<float>& theta_next,
                          std::vector<float>& momentum_next);
+  // Compressed broadcast, after the outer step: theta_next (θ_candidate in) becomes θ_r plus
+  // the decoded update; feedback_next gets e_{r+1} and message round r's update message (empty
+  // for a skipped round). Without the lock.
+  Status compress_update(const Commit& c, std::vector<float>& theta_next,
+                         std::vector<float>& feedback_next, std::vector<uint8_t>& message) const;
   // ReportMetrics checks that need the engine's state: the round window and the per-round
   // count of reports of `node_id`.
   Status admit_metrics_locked(const std::string& node_id, uint64_t round);
@@ -294,6 +304,8 @@ class RoundEngine {
   std::shared_ptr<const std::vector<float>> theta_;     // θ_current, immutable once published
   std::shared_ptr<const std::vector<float>> momentum_;  // numel; meaningful when has_momentum_
   bool has_momentum_ = false;
+  // The compressed broadcast's error feedback e_current (numel); null without one.
+  std::shared_ptr<const std::vector<float>> feedback_;
   std::map<std::string, NodeState> nodes_;  // sorted by node id
   Round round_;
   std::optional<Clock::time_point> quorum_since_;  // min_nodes ready, waiting for the rest

@@ -101,6 +101,11 @@ class DilocoStrategy final : public RoundStrategy {
                        first_step);
   }
 
+  algorithms::compress::UpdateRange synced_range(uint64_t round) const override {
+    const algorithms::FragmentRange f = fragment_of(round);
+    return {f.offset, f.numel};
+  }
+
  private:
   // The fragment round r synchronizes; the whole θ in plain DiLoCo.
   algorithms::FragmentRange fragment_of(uint64_t round) const {

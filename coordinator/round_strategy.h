@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "algorithms/compress/outer_update.h"
 #include "algorithms/hydra/importance.h"
 #include "algorithms/model/param_set.h"
 #include "coordinator/experiment_config.h"
@@ -86,6 +87,11 @@ class RoundStrategy {
   // momentum (numel each) in place. has_momentum: a previous commit wrote the momentum.
   virtual Status apply(uint64_t round, const PendingUpdates& updates, bool has_momentum,
                        std::vector<float>& theta, std::vector<float>& momentum) const = 0;
+
+  // The elements round `round`'s outer step may change, for the compressed broadcast
+  // (algorithms/compress/outer_update.h): all of θ; Streaming DiLoCo: the round's fragment.
+  // Fixed at construction: may be called without the lock.
+  virtual algorithms::compress::UpdateRange synced_range(uint64_t round) const = 0;
 
   // Hydra: each node's subnetwork (text form) from the latest selection, sorted by node id.
   virtual std::vector<std::pair<std::string, std::string>> subnets() const { return {}; }

@@ -31,6 +31,8 @@ namespace {
 
 constexpr char kBlobMagic[4] = {'A', 'T', 'B', '1'};
 constexpr size_t kBlobHeader = 4 + 8 + 32;
+// outer_state keys next to the momentum's (<exp>): the broadcast's error feedback and updates.
+constexpr char kFeedbackSuffix[] = "/feedback";
 
 uint64_t now_unix_ms() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -350,6 +352,10 @@ std::string hex16(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016" PRIx64, v);
   return buf;
+}
+
+std::string update_key(const std::string& id, uint64_t round) {
+  return id + "/update/" + hex16(round);
 }
 
 }  // namespace
@@ -721,21 +727,38 @@ StatusOr<CommittedState> Store::load_state(const std::string& id) const {
     return DataLoss("store: experiment '" + id + "' is at round " +
                     std::to_string(e.current_round) + " but its momentum is missing");
   }
+  // Written in the same batch as the momentum: as current as it is (its blob has its SHA-256).
+  st = get(kOuterState, id + kFeedbackSuffix, &blob);
+  if (st.ok()) {
+    ATOLL_ASSIGN_OR_RETURN(std::vector<float> f,
+                           decode_blob(blob, "broadcast error feedback of '" + id + "'"));
+    if (f.size() != e.numel)
+      return DataLoss("store: broadcast error feedback of '" + id + "' has wrong size");
+    s.feedback = std::move(f);
+  } else if (st.code() != StatusCode::kNotFound) {
+    return st;
+  }
   return s;
 }
 
 Status Store::commit_round(const ExperimentRecord& experiment, const RoundRecord& round,
-                           std::span<const float> theta_next, std::span<const float> momentum) {
+                           std::span<const float> theta_next, std::span<const float> momentum,
+                           const BroadcastCommit* broadcast) {
   if (experiment.current_round != round.round + 1)
     return InvalidArgument("commit_round: experiment.current_round must be round + 1");
   if (theta_next.size() != experiment.numel || momentum.size() != experiment.numel)
     return InvalidArgument("commit_round: θ/momentum size does not match the experiment");
+  if (broadcast && broadcast->feedback.size() != experiment.numel)
+    return InvalidArgument("commit_round: error feedback size does not match the experiment");
   const std::string& id = experiment.id;
   const std::string theta_key = round_key(id, experiment.current_round);
   std::shared_lock<std::shared_mutex> db_lock(db_mu_);
   if (!db_) return not_open("commit round " + std::to_string(round.round) + " of " + id);
+  const std::string feedback_key = id + kFeedbackSuffix;
   const size_t blob_bytes =
-      blob_batch_bytes(theta_next, theta_key) + blob_batch_bytes(momentum, id);
+      blob_batch_bytes(theta_next, theta_key) + blob_batch_bytes(momentum, id) +
+      (broadcast ? blob_batch_bytes(broadcast->feedback, feedback_key) + broadcast->update.size()
+                 : 0);
   fit_wal_to(blob_bytes);
   rocksdb::WriteBatch batch(blob_bytes + 65536);
   auto* params = cfs_[kParams].get();
@@ -745,8 +768,17 @@ Status Store::commit_round(const ExperimentRecord& experiment, const RoundRecord
   if (next + 1 > options_.keep_params) {
     const uint64_t first_kept = next + 1 - options_.keep_params;  // ≤ next: current survives
     batch.DeleteRange(params, round_key(id, 0), round_key(id, first_kept));
+    // Round v's update takes θ_v to θ_{v+1}: useful while θ_v is kept.
+    if (broadcast)
+      batch.DeleteRange(cfs_[kOuterState].get(), update_key(id, 0), update_key(id, first_kept));
   }
   put_blob(batch, cfs_[kOuterState].get(), id, momentum);
+  if (broadcast) {
+    put_blob(batch, cfs_[kOuterState].get(), feedback_key, broadcast->feedback);
+    if (!broadcast->update.empty())
+      batch.Put(cfs_[kOuterState].get(), update_key(id, round.round),
+                rocksdb::Slice(broadcast->update.data(), broadcast->update.size()));
+  }
   batch.Put(cfs_[kRounds].get(), round_key(id, round.round), round_to_json(round));
   batch.Put(cfs_[kExperiments].get(), id, experiment_to_json(experiment));
   ATOLL_RETURN_IF_ERROR(
@@ -754,6 +786,16 @@ Status Store::commit_round(const ExperimentRecord& experiment, const RoundRecord
   keep_wal_within(blob_bytes);
   if (round.round % kCompactEveryRounds == kCompactEveryRounds - 1) compact_small_families();
   return Status::Ok();
+}
+
+StatusOr<std::string> Store::load_broadcast_update(const std::string& id, uint64_t round) const {
+  std::string v;
+  Status st = get(kOuterState, update_key(id, round), &v);
+  if (st.code() == StatusCode::kNotFound)
+    return NotFound("store has no broadcast update of experiment '" + id + "' round " +
+                    std::to_string(round));
+  ATOLL_RETURN_IF_ERROR(st);
+  return v;
 }
 
 Status Store::put_node(const std::string& experiment_id, const NodeRecord& node) {
@@ -822,7 +864,7 @@ Status Store::delete_experiment(const std::string& id) {
   std::shared_lock<std::shared_mutex> db_lock(db_mu_);
   if (!db_) return not_open("delete experiment " + id);
   rocksdb::WriteBatch batch;
-  for (Cf cf : {kNodes, kRounds, kParams, kMetrics, kAudit})
+  for (Cf cf : {kNodes, kRounds, kParams, kOuterState, kMetrics, kAudit})
     batch.DeleteRange(cfs_[cf].get(), begin, end);
   batch.Delete(cfs_[kOuterState].get(), id);
   batch.Delete(cfs_[kExperiments].get(), id);

@@ -9,6 +9,10 @@
 //   rounds       <exp>/<r>              JSON RoundRecord of the committed round r
 //   params       <exp>/<r>              blob: θ at the START of round r (θ_0 = initial params)
 //   outer_state  <exp>                  blob: outer Nesterov momentum after the last commit
+//                <exp>/feedback         blob: the broadcast's error feedback after the last
+//                                       commit (diloco.pull_codec names a codec)
+//                <exp>/update/<r>       codec message of round r's compressed outer update
+//                                       (θ_r → θ_{r+1}), kept while θ_r is
 //   metrics      <exp>/<node>/<r>/<seq> JSON metrics reported by a node
 //   audit        <exp>/<unix_ms>/<seq>  JSON audit event (joins, rejections, lifecycle)
 //   tokens       <sha256 hex of token>  JSON TokenRecord (dashboard/API tokens; never the token)
@@ -22,6 +26,7 @@
 #include <shared_mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/core/status.h"
@@ -112,6 +117,15 @@ struct CommittedState {
   ExperimentRecord experiment;
   std::vector<float> params;                   // θ_current (numel)
   std::optional<std::vector<float>> momentum;  // absent before the first commit
+  // The broadcast's error feedback (numel) committed with the current round; absent before the
+  // first commit and without a compressed broadcast.
+  std::optional<std::vector<float>> feedback;
+};
+
+// What a round commit adds with a compressed broadcast (algorithms/compress/outer_update.h).
+struct BroadcastCommit {
+  std::span<const float> feedback;  // e_{r+1}, numel
+  std::string_view update;          // round r's message; empty when the round was skipped
 };
 
 struct StoreOptions {
@@ -145,9 +159,14 @@ class Store {
   // One WriteBatch, synced: θ_{r+1} (params of round r+1), momentum, the round record r and the
   // experiment record (current_round = r+1, params_fingerprint = fingerprint of θ_{r+1}). Old θ
   // versions beyond keep_params are deleted in the same batch. Requires
-  // experiment.current_round == round.round + 1.
+  // experiment.current_round == round.round + 1. With `broadcast`, its error feedback and round
+  // r's update message go into the same batch (updates of deleted θ versions are deleted).
   Status commit_round(const ExperimentRecord& experiment, const RoundRecord& round,
-                      std::span<const float> theta_next, std::span<const float> momentum);
+                      std::span<const float> theta_next, std::span<const float> momentum,
+                      const BroadcastCommit* broadcast = nullptr);
+  // Round r's compressed outer update message; NOT_FOUND when none was stored (another pull
+  // codec, a skipped round, or θ_r no longer kept).
+  StatusOr<std::string> load_broadcast_update(const std::string& id, uint64_t round) const;
 
   StatusOr<std::vector<float>> load_params(const std::string& id, uint64_t round) const;
   StatusOr<std::vector<uint64_t>> list_param_rounds(const std::string& id) const;

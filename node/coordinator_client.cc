@@ -2,6 +2,7 @@
 
 #include "algorithms/compress/codec.h"
 #include "algorithms/compress/exact_delta.h"
+#include "algorithms/compress/outer_update.h"
 #include "algorithms/compress/sparse_delta.h"
 #include "kernels/core/sha256.h"
 #include "node/grpc_coordinator_calls.h"
@@ -71,6 +72,13 @@ StatusOr<PulledParams> CoordinatorClient::pull_params(uint64_t round,
   PulledParams out;
   out.bytes = payload.size();
   out.codec = h.codec();
+  // An outer update that does not give the announced θ (a node whose copy differs from the
+  // coordinator's in any bit) is replaced by the full θ; both payloads count as received.
+  auto full_instead = [&]() -> StatusOr<PulledParams> {
+    ATOLL_ASSIGN_OR_RETURN(PulledParams full, pull_params(round, expected_fingerprint, nullptr));
+    full.bytes += out.bytes;
+    return full;
+  };
   if (h.codec() == "none") {
     ATOLL_ASSIGN_OR_RETURN(out.values, transport::bytes_to_floats(std::move(payload)));
   } else if (h.codec() == algorithms::compress::exact_delta::kName || h.codec() == "sparse-delta") {
@@ -88,6 +96,19 @@ StatusOr<PulledParams> CoordinatorClient::pull_params(uint64_t round,
     if (!d.ok()) return Status(d.code(), where + d.message());
     // An exact delta on an exact base is θ bit for bit; anything lossy stays approximate.
     out.exact = h.codec() != "sparse-delta" && held->exact;
+  } else if (h.codec() == algorithms::compress::kOuterUpdateName) {
+    // Compressed broadcast: the coordinator's decoded outer update added to the θ this node
+    // holds, exactly as the coordinator added it (algorithms/compress/outer_update.h).
+    if (!held || h.base_fingerprint() != held->fingerprint || !held->exact)
+      return FailedPrecondition(where + "an outer update against θ " +
+                                h.base_fingerprint().substr(0, 12) +
+                                ", which this node does not hold exactly");
+    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(payload.data()),
+                                         payload.size());
+    auto v = algorithms::compress::apply_update_message(bytes, held->values, h.fragment_offset());
+    if (!v.ok()) return full_instead();
+    out.values = std::move(v).value();
+    out.exact = true;  // checked against the announced fingerprint below
   } else if (h.codec() == "bf16") {
     // The whole θ as a dense bf16 codec message (diloco.pull_codec = "bf16"): the decoder checks
     // the checksum, that the message was made by bf16, its numel and that every value is finite.
@@ -112,6 +133,9 @@ StatusOr<PulledParams> CoordinatorClient::pull_params(uint64_t round,
   out.layout_fingerprint = h.layout_fingerprint();
   if (out.exact) {
     out.fingerprint = sha256_hex(out.values.data(), out.values.size() * sizeof(float));
+    if (out.fingerprint != h.params_fingerprint() &&
+        h.codec() == algorithms::compress::kOuterUpdateName)
+      return full_instead();
     if (out.fingerprint != h.params_fingerprint())
       return DataLoss("PullParams: θ fingerprint " + out.fingerprint +
                       " does not match the header's " + h.params_fingerprint());

@@ -45,7 +45,8 @@ struct PulledParams {
   std::string fingerprint;
   std::string layout_fingerprint;  // as announced by the coordinator
   uint64_t bytes = 0;              // payload bytes received
-  std::string codec;               // "none" (full θ), "sparse-delta-exact", "sparse-delta", "bf16"
+  // "none" (full θ), "sparse-delta-exact", "sparse-delta", "bf16", "outer-update"
+  std::string codec;
   bool exact = true;               // values are θ of `round` bit for bit
 };
 

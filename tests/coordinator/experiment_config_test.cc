@@ -198,7 +198,18 @@ TEST(ExperimentConfig, StreamingAndPullKeys) {
 
   EXPECT_EQ(error_of("[diloco]\npull_codec = \"zip\"\n"),
             "config.toml: diloco.pull_codec = \"zip\" must be \"exact\", \"sparse-delta\", "
-            "\"full\" or \"bf16\"");
+            "\"full\", \"bf16\" or a codec spec for the outer updates such as \"int8\" or "
+            "\"nvfp4\" (not \"none\" or \"fp32\")");
+  // A codec spec is a compressed broadcast; the identity codec is not one, nor is Hydra's.
+  auto compressed = parse_experiment_config("[diloco]\npull_codec = \"topk:0.1+int4\"\n");
+  ASSERT_TRUE(compressed.ok()) << compressed.status().to_string();
+  EXPECT_EQ(compressed->diloco.pull_codec, "topk:0.1+int4");
+  EXPECT_NE(error_of("[diloco]\npull_codec = \"none\"\n").find("(not \"none\" or \"fp32\")"),
+            std::string::npos);
+  EXPECT_EQ(error_of("algorithm = \"hydra\"\n[model]\nffn_hidden = 96\n[diloco]\n"
+                     "pull_codec = \"int8\"\n"),
+            "config.toml: diloco.pull_codec = \"int8\" (a compressed broadcast) is not supported "
+            "with algorithm = \"hydra\"; use \"exact\", \"sparse-delta\", \"full\" or \"bf16\"");
   EXPECT_EQ(error_of("[diloco]\ninner_steps = 50\nstreaming_fragments = 3\n"),
             "config.toml: diloco.inner_steps = 50 must be a multiple of "
             "diloco.streaming_fragments = 3 (each round syncs one fragment after inner_steps / "

@@ -219,6 +219,14 @@ TEST(CoordinatorCrashes, StreamingRoundsInterruptedByKillsAreRedoneBitwise) {
                  coordinator_kills(2), kRedoneAfterCoordinatorCrash);
 }
 
+// Compressed broadcast (int8 outer updates with the coordinator's error feedback): the error
+// feedback and the update messages are committed with each round, so a coordinator killed and
+// restarted on its store goes on with the same bits, and the nodes keep applying updates.
+TEST(CoordinatorCrashes, CompressedBroadcastRoundsInterruptedByKillsAreRedoneBitwise) {
+  expect_bitwise(crash_config("pull_codec = \"int8\"\n", 6), coordinator_kills(1),
+                 kRedoneAfterCoordinatorCrash, 6);
+}
+
 // A node process SIGKILLed mid-round (pulling θ, training, pushing) and started again: it
 // reads the state the round started from back from its --state-dir, so every round equals the
 // uninterrupted run's. Every node is killed once; min_nodes 3 makes each round wait for it.

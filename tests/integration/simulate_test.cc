@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/compress/codec.h"
 #include "tests/integration/committed_rounds.h"
 #include "tests/integration/cli_test_util.h"
 
@@ -56,6 +57,46 @@ TEST(Simulate, DilocoCommitsTheSameThetaAsNodeProcesses) {
 TEST(Simulate, StreamingDilocoCommitsTheSameThetaAsNodeProcesses) {
   // 2 fragments, one overlapped step: 3 outer rounds are 6 syncs.
   expect_same_rounds({"--fragments", "2", "--overlap", "1", "--pull-codec", "sparse-delta"}, 6);
+}
+
+// Compressed broadcast through the round engine and the site workers: after its first, full
+// pull every site gets each round's update message and nothing else (a site whose θ differed from
+// the coordinator's in any bit would have pulled the full θ on top), and the round records count
+// the message's bytes, not 4·numel.
+void expect_every_site_follows_the_broadcast(const std::string& pull_codec) {
+  TempDir dir;
+  const uint64_t rounds = 3;
+  auto args = small_experiment(dir / "run", {"--codec", "int8", "--pull-codec", pull_codec,
+                                             "--summary-json", dir / "summary.json"});
+  args.insert(args.begin(), "simulate");
+  auto r = run_atoll(args, dir / "sim.log", std::chrono::seconds(240));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto store = coordinator::Store::open(dir / "run/store");
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  auto state = (*store)->load_state("demo");
+  ASSERT_TRUE(state.ok()) << state.status().to_string();
+  const uint64_t numel = state->experiment.numel;
+  ASSERT_TRUE(state->feedback.has_value()) << "the error feedback is committed with the round";
+  auto spec = algorithms::compress::parse_spec(pull_codec);
+  ASSERT_TRUE(spec.ok());
+  const uint64_t message = algorithms::compress::encoded_bytes(*spec, numel);
+  for (uint64_t round = 0; round < rounds; ++round) {
+    auto rec = (*store)->load_round("demo", round);
+    ASSERT_TRUE(rec.ok()) << rec.status().to_string();
+    ASSERT_EQ(rec->participants.size(), 2u);
+    for (const auto& p : rec->participants)
+      EXPECT_EQ(p.bytes_down, round == 0 ? numel * 4 : message)
+          << pull_codec << " round " << round << " " << p.node_id;
+  }
+  EXPECT_EQ(printed_final_sha256(r.output), state->experiment.params_fingerprint);
+}
+
+TEST(Simulate, EverySiteFollowsAnInt8Broadcast) {
+  expect_every_site_follows_the_broadcast("int8");
+}
+
+TEST(Simulate, EverySiteFollowsAn4BitBroadcast) {
+  expect_every_site_follows_the_broadcast("nvfp4");
 }
 
 TEST(Simulate, MoreSitesThanGenresShareGenresAndFinish) {
