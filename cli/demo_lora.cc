@@ -3,6 +3,7 @@
 // section: every site fine-tunes adapters over the same frozen base on its own Brown genres, and
 // only the adapters travel. The base is --base CKPT (an `atoll import hf` or `atoll train`
 // checkpoint), or by default the demo's model pretrained for --base-steps steps first.
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 

@@ -144,10 +144,11 @@ void print_header(const DemoRun& run) {
   const DemoExperiment& d = run.d;
   const auto layout = coordinator::theta_layout(run.rc->config);
   std::printf("atoll %s: %zu sites, %" PRId64 " rounds x %" PRId64
-              " inner steps, model %s "
+              " inner steps, %s %s "
               "params, codec %s, %s\n",
               run.mode == SiteMode::kInProcess ? "simulate" : "demo", d.site_names.size(),
-              d.rounds, d.inner_steps, format_count(static_cast<double>(layout.numel())).c_str(),
+              d.rounds, d.inner_steps, run.rc->base ? "adapters" : "model",
+              format_count(static_cast<double>(layout.numel())).c_str(),
               d.config.train.codec.c_str(),
               run.mode == SiteMode::kInProcess ? "in-process sites"
               : d.insecure                     ? "INSECURE plaintext"
