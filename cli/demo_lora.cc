@@ -18,9 +18,19 @@
 
 namespace atl::cli {
 
+// The default base is pretrained in the demo's first seconds, so its model is smaller than the
+// DiLoCo demo's (with --base, the model is the base's and only --seq applies).
+constexpr int64_t kDefaultDim = 64, kDefaultLayers = 2, kDefaultFfn = 192, kDefaultSeq = 64;
+
 std::vector<FlagSpec> lora_demo_flags(int64_t max_sites) {
   std::vector<FlagSpec> f = demo_experiment_flags(max_sites);
   f[0] = {"algorithm", true, "lora (this demo), diloco, distill or hydra", "lora"};
+  for (FlagSpec& s : f) {
+    if (s.name == "dim") s.default_text = std::to_string(kDefaultDim);
+    if (s.name == "layers") s.default_text = std::to_string(kDefaultLayers);
+    if (s.name == "ffn") s.default_text = std::to_string(kDefaultFfn);
+    if (s.name == "seq") s.default_text = std::to_string(kDefaultSeq);
+  }
   f.push_back({"base", true,
                "the base checkpoint to fine-tune (atoll import hf / atoll train); default: the "
                "demo's model pretrained first for --base-steps steps",
@@ -35,6 +45,10 @@ std::vector<FlagSpec> lora_demo_flags(int64_t max_sites) {
 
 StatusOr<DemoExperiment> parse_lora_demo_experiment(const Flags& flags, int64_t max_sites) {
   ATOLL_ASSIGN_OR_RETURN(DemoExperiment d, parse_demo_experiment(flags, max_sites));
+  if (!flags.has("dim")) d.config.model.dim = kDefaultDim;
+  if (!flags.has("layers")) d.config.model.layers = kDefaultLayers;
+  if (!flags.has("ffn")) d.config.model.ffn_hidden = kDefaultFfn;
+  if (!flags.has("seq")) d.config.model.seq_len = kDefaultSeq;
   if (d.baseline)
     return InvalidArgument("--baseline trains the full model: it has no LoRA equivalent here");
   if (d.init_from)
