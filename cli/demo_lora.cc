@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "algorithms/model/llama.h"
 #include "cli/commands.h"
@@ -18,19 +21,29 @@
 
 namespace atl::cli {
 
-// The default base is pretrained in the demo's first seconds, so its model is smaller than the
-// DiLoCo demo's (with --base, the model is the base's and only --seq applies).
-constexpr int64_t kDefaultDim = 64, kDefaultLayers = 2, kDefaultFfn = 192, kDefaultSeq = 64;
+namespace {
+
+// The default base is pretrained in the demo's first seconds, so the model and the run are
+// smaller than the DiLoCo demo's (with --base the model is the base's; only --seq applies): the
+// whole default run takes about a minute on 2 cores.
+const std::vector<std::pair<std::string, std::string>> kLoraDefaults = {
+    {"dim", "64"}, {"layers", "2"}, {"ffn", "192"}, {"seq", "64"}, {"rounds", "6"},
+    {"inner-steps", "20"}};
+
+bool has_flag(const std::vector<std::string>& args, const std::string& name) {
+  for (const auto& a : args)
+    if (a == "--" + name || a.rfind("--" + name + "=", 0) == 0) return true;
+  return false;
+}
+
+}  // namespace
 
 std::vector<FlagSpec> lora_demo_flags(int64_t max_sites) {
   std::vector<FlagSpec> f = demo_experiment_flags(max_sites);
   f[0] = {"algorithm", true, "lora (this demo), diloco, distill or hydra", "lora"};
-  for (FlagSpec& s : f) {
-    if (s.name == "dim") s.default_text = std::to_string(kDefaultDim);
-    if (s.name == "layers") s.default_text = std::to_string(kDefaultLayers);
-    if (s.name == "ffn") s.default_text = std::to_string(kDefaultFfn);
-    if (s.name == "seq") s.default_text = std::to_string(kDefaultSeq);
-  }
+  for (FlagSpec& s : f)
+    for (const auto& [name, value] : kLoraDefaults)
+      if (s.name == name) s.default_text = value;
   f.push_back({"base", true,
                "the base checkpoint to fine-tune (atoll import hf / atoll train); default: the "
                "demo's model pretrained first for --base-steps steps",
@@ -45,10 +58,6 @@ std::vector<FlagSpec> lora_demo_flags(int64_t max_sites) {
 
 StatusOr<DemoExperiment> parse_lora_demo_experiment(const Flags& flags, int64_t max_sites) {
   ATOLL_ASSIGN_OR_RETURN(DemoExperiment d, parse_demo_experiment(flags, max_sites));
-  if (!flags.has("dim")) d.config.model.dim = kDefaultDim;
-  if (!flags.has("layers")) d.config.model.layers = kDefaultLayers;
-  if (!flags.has("ffn")) d.config.model.ffn_hidden = kDefaultFfn;
-  if (!flags.has("seq")) d.config.model.seq_len = kDefaultSeq;
   if (d.baseline)
     return InvalidArgument("--baseline trains the full model: it has no LoRA equivalent here");
   if (d.init_from)
@@ -76,7 +85,10 @@ StatusOr<DemoExperiment> parse_lora_demo_experiment(const Flags& flags, int64_t 
 int lora_command(const std::string& command, const std::vector<std::string>& args,
                  int64_t max_sites, bool in_process) {
   Flags flags(command, lora_demo_flags(max_sites));
-  if (Status s = flags.parse(args); !s.ok()) return fail(command, s.message(), 2);
+  std::vector<std::string> with_defaults = args;
+  for (const auto& [name, value] : kLoraDefaults)
+    if (!has_flag(args, name)) with_defaults.insert(with_defaults.end(), {"--" + name, value});
+  if (Status s = flags.parse(with_defaults); !s.ok()) return fail(command, s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
   if (in_process && flags.has("insecure"))
     return fail(command, "--insecure has no meaning here: in-process sites use no network", 2);
