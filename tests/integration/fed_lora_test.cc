@@ -47,7 +47,7 @@ std::string train_base(const TempDir& dir, const std::string& name, const std::s
                       "--seed", seed, "--brown-dir", kBrown, "--out", dir / name},
                      dir / (name + ".log"), std::chrono::seconds(120));
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  return dir / name / "checkpoint.safetensors";
+  return dir / (name + "/checkpoint.safetensors");
 }
 
 std::vector<std::string> lora_run(const std::string& command, const std::string& base,
@@ -104,11 +104,14 @@ TEST(FederatedLora, SimulateSendsOnlyAdaptersAndLearns) {
       algorithms::count_lora_params(run_lora(), base_ck->meta.model));
   EXPECT_EQ(s.at("trainable_params").to_number<uint64_t>(), adapters);
   EXPECT_EQ(s.at("full_params").to_number<uint64_t>(), base_ck->params.numel());
-  EXPECT_LT(adapters * 2, base_ck->params.numel());
+  EXPECT_LT(adapters, base_ck->params.numel());
   // Codec "none": every push is the adapter Δ in fp32, 2 sites x 4 rounds.
   EXPECT_EQ(s.at("bytes_up").to_number<uint64_t>(), 4u * 2 * adapters * 4) << a.output;
-  EXPECT_LT(s.at("bytes_per_round").to_number<uint64_t>() * 2,
-            s.at("full_bytes_per_round").to_number<uint64_t>());
+  // A round: each site pushes and pulls the adapters, against the whole model for
+  // full-parameter DiLoCo (this tiny base makes r = 16 on every projection 60% of it).
+  EXPECT_EQ(s.at("bytes_per_round").to_number<uint64_t>(), 2u * 2 * adapters * 4);
+  EXPECT_EQ(s.at("full_bytes_per_round").to_number<uint64_t>(),
+            2u * 2 * base_ck->params.numel() * 4);
   EXPECT_EQ(s.at("base_fingerprint").as_string(), base_ck->params.fingerprint());
   EXPECT_NE(a.output.find("base sha256      " + base_ck->params.fingerprint() + " (unchanged)"),
             std::string::npos)
