@@ -180,14 +180,13 @@ Status resolve_lora_base(coordinator::ExperimentConfig& config,
   if (!base.ok()) return base.status();
   if (!config.lora.base_fingerprint.empty() && config.lora.base_fingerprint != base->fingerprint)
     return FailedPrecondition("lora.base " + config.lora.base + " has sha256 " +
-                              base->fingerprint.substr(0, 16) +
-                              "..., lora.base_fingerprint says " +
+                              base->fingerprint.substr(0, 16) + "..., lora.base_fingerprint says " +
                               config.lora.base_fingerprint.substr(0, 16) +
                               "...: point lora.base at the base the experiment was created with");
   coordinator::set_model_section(config, base->model);
   config.lora.base_fingerprint = base->fingerprint;
-  ATOLL_RETURN_IF_ERROR(algorithms::validate(coordinator::lora_config(config),
-                                             coordinator::model_config(config)));
+  ATOLL_RETURN_IF_ERROR(
+      algorithms::validate(coordinator::lora_config(config), coordinator::model_config(config)));
   if (loaded) *loaded = std::make_shared<const node::BaseModel>(std::move(*base));
   return Status::Ok();
 }
@@ -249,8 +248,8 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
   std::filesystem::create_directories(l.store_dir, ec);
   if (ec) return IoError("cannot create store directory " + l.store_dir + ": " + ec.message());
   // θ versions kept = diloco.keep_params: the bases a pull may name for a delta.
-  ATOLL_ASSIGN_OR_RETURN(rc->store, coordinator::Store::open(
-                                        l.store_dir, {.keep_params = config.diloco.keep_params}));
+  ATOLL_ASSIGN_OR_RETURN(
+      rc->store, coordinator::Store::open(l.store_dir, {.keep_params = config.diloco.keep_params}));
   coordinator::ManagerOptions mo;
   mo.encode_checkpoint = [](const coordinator::ExperimentRecord& rec,
                             const coordinator::ExperimentConfig& cfg,

@@ -34,8 +34,7 @@ int cmd_demo(const Args& args) {
   if (algorithm == "hydra") return demo_hydra(rest);  // cli/demo_hydra.cc
   if (algorithm == "lora") return lora_command("demo", rest, kMaxDemoSites, false);
   if (!algorithm.empty() && algorithm != "diloco")
-    return fail("demo", "--algorithm " + algorithm + " must be diloco, distill, hydra or lora",
-                2);
+    return fail("demo", "--algorithm " + algorithm + " must be diloco, distill, hydra or lora", 2);
   return cmd_demo_diloco(rest);
 }
 

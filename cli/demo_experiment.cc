@@ -24,8 +24,7 @@ std::string take_algorithm_flag(const std::vector<std::string>& args,
 std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
   return with_after_done_flags(
       {{"algorithm", true,
-        "diloco (this demo), distill, hydra or lora (see --algorithm NAME --help)",
-        "diloco"},
+        "diloco (this demo), distill, hydra or lora (see --algorithm NAME --help)", "diloco"},
        {"nodes", true, "sites (1 to " + std::to_string(max_sites) + ")", "4"},
        {"rounds", true, "DiLoCo rounds R", "8"},
        {"inner-steps", true, "inner steps per round H", "25"},

@@ -27,8 +27,8 @@ namespace {
 // smaller than the DiLoCo demo's (with --base the model is the base's; only --seq applies): the
 // whole default run takes about a minute on 2 cores.
 const std::vector<std::pair<std::string, std::string>> kLoraDefaults = {
-    {"dim", "64"}, {"layers", "2"}, {"ffn", "192"}, {"seq", "64"}, {"rounds", "6"},
-    {"inner-steps", "20"}};
+    {"dim", "64"}, {"layers", "2"}, {"ffn", "192"},
+    {"seq", "64"}, {"rounds", "6"}, {"inner-steps", "20"}};
 
 bool has_flag(const std::vector<std::string>& args, const std::string& name) {
   for (const auto& a : args)
@@ -108,8 +108,7 @@ StatusOr<std::string> pretrain_demo_base(const DemoExperiment& d, const std::str
   algorithms::TrainerConfig tc = coordinator::trainer_config(d.config, d.base_steps);
   tc.warmup = std::min<int64_t>(20, d.base_steps);
   algorithms::InnerTrainer trainer(model, tc);
-  std::printf("base: pretraining the demo model (%s parameters) on Brown for %" PRId64
-              " steps\n",
+  std::printf("base: pretraining the demo model (%s parameters) on Brown for %" PRId64 " steps\n",
               std::to_string(params.numel()).c_str(), d.base_steps);
   std::fflush(stdout);
   simulate::TrainOnDataOptions o;

@@ -146,21 +146,21 @@ void print_header(const DemoRun& run) {
   std::printf("atoll %s: %zu sites, %" PRId64 " rounds x %" PRId64
               " inner steps, %s %s "
               "params, codec %s, %s\n",
-              run.mode == SiteMode::kInProcess ? "simulate" : "demo", d.site_names.size(),
-              d.rounds, d.inner_steps, run.rc->base ? "adapters" : "model",
+              run.mode == SiteMode::kInProcess ? "simulate" : "demo", d.site_names.size(), d.rounds,
+              d.inner_steps, run.rc->base ? "adapters" : "model",
               format_count(static_cast<double>(layout.numel())).c_str(),
               d.config.train.codec.c_str(),
               run.mode == SiteMode::kInProcess ? "in-process sites"
               : d.insecure                     ? "INSECURE plaintext"
                                                : "TLS 1.3 mTLS");
   if (run.rc->base)
-    std::printf("LoRA r=%u alpha=%g on %s: %s adapter parameters travel, of %s in the base %s "
-                "(sha256 %.16s...)\n",
-                run.rc->config.lora.rank, run.rc->config.lora.alpha,
-                run.rc->config.lora.targets.c_str(),
-                format_count(static_cast<double>(layout.numel())).c_str(),
-                format_count(static_cast<double>(run.rc->base->params->numel())).c_str(),
-                run.rc->base->path.c_str(), run.rc->base->fingerprint.c_str());
+    std::printf(
+        "LoRA r=%u alpha=%g on %s: %s adapter parameters travel, of %s in the base %s "
+        "(sha256 %.16s...)\n",
+        run.rc->config.lora.rank, run.rc->config.lora.alpha, run.rc->config.lora.targets.c_str(),
+        format_count(static_cast<double>(layout.numel())).c_str(),
+        format_count(static_cast<double>(run.rc->base->params->numel())).c_str(),
+        run.rc->base->path.c_str(), run.rc->base->fingerprint.c_str());
   if (run.rc->server)
     std::printf("coordinator %s, store %s\n", run.rc->server->address().c_str(),
                 run.store_dir.c_str());
@@ -180,10 +180,14 @@ Status start_sites(DemoRun& run) {
   const DemoExperiment& d = run.d;
   std::vector<SiteSpec> specs;
   for (size_t i = 0; i < d.site_names.size(); ++i) specs.push_back({d.site_names[i], d.site_data[i]});
-  const SiteLaunch launch{run.mode,     run.rc->server ? run.rc->server->address() : "",
-                          run.tls_dir,  d.insecure,
-                          static_cast<int>(d.threads), d.brown_dir,
-                          run.run_dir,  run.rc->base};
+  const SiteLaunch launch{run.mode,
+                          run.rc->server ? run.rc->server->address() : "",
+                          run.tls_dir,
+                          d.insecure,
+                          static_cast<int>(d.threads),
+                          d.brown_dir,
+                          run.run_dir,
+                          run.rc->base};
   ATOLL_ASSIGN_OR_RETURN(run.sites, launch_sites(run.rc->service->engine(), specs, launch));
   return run.rc->service->start();
 }
@@ -302,7 +306,8 @@ ByteComparison compare_bytes(const DemoRun& run) {
   c.plain_total = static_cast<uint64_t>(d.rounds) * c.plain_per_sync;
   c.theta_numel = numel;
   c.full_numel = algorithms::make_layout(run.rc->model).numel();
-  c.full_per_sync = static_cast<uint64_t>(N) * (update_bytes(codec, c.full_numel) + c.full_numel * 4);
+  c.full_per_sync =
+      static_cast<uint64_t>(N) * (update_bytes(codec, c.full_numel) + c.full_numel * 4);
   return c;
 }
 
@@ -353,9 +358,9 @@ void print_summary(const DemoRun& run, const RunTotals& t, double baseline,
   // The frozen base every site trained over, hashed again after the run (in-process sites share
   // this very copy).
   if (run.rc->base)
-    std::printf("  base sha256      %s (%s)\n", run.rc->base->params->fingerprint().c_str(),
-                run.rc->base->params->fingerprint() == run.rc->base->fingerprint ? "unchanged"
-                                                                                 : "CHANGED");
+    std::printf(
+        "  base sha256      %s (%s)\n", run.rc->base->params->fingerprint().c_str(),
+        run.rc->base->params->fingerprint() == run.rc->base->fingerprint ? "unchanged" : "CHANGED");
 }
 
 Status write_summary_json(const DemoRun& run, const RunTotals& t, double baseline,
@@ -389,10 +394,10 @@ Status write_summary_json(const DemoRun& run, const RunTotals& t, double baselin
   if (run.rc->base)
     out << ",\"lora_rank\":" << run.rc->config.lora.rank << ",\"lora_targets\":\""
         << run.rc->config.lora.targets << "\",\"trainable_params\":" << c.theta_numel
-        << ",\"full_params\":" << c.full_numel
-        << ",\"bytes_per_round\":" << (t.rounds_done ? (t.bytes_up + t.bytes_down) / t.rounds_done : 0)
-        << ",\"full_bytes_per_round\":" << c.full_per_sync
-        << ",\"base_fingerprint\":\"" << run.rc->base->fingerprint << "\"";
+        << ",\"full_params\":" << c.full_numel << ",\"bytes_per_round\":"
+        << (t.rounds_done ? (t.bytes_up + t.bytes_down) / t.rounds_done : 0)
+        << ",\"full_bytes_per_round\":" << c.full_per_sync << ",\"base_fingerprint\":\""
+        << run.rc->base->fingerprint << "\"";
   if (cfg.privacy.clip_norm > 0)
     out << ",\"privacy_clip_norm\":" << json_number(cfg.privacy.clip_norm)
         << ",\"privacy_noise_multiplier\":" << json_number(cfg.privacy.noise_multiplier)

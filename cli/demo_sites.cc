@@ -166,9 +166,9 @@ StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngin
     }
     virtual_sites.push_back(std::move(v));
   }
-  return std::unique_ptr<DemoSites>(std::make_unique<VirtualSitesThread>(
-      engine, std::move(virtual_sites), options.brown_dir, options.log_dir, options.log_prefix,
-      options.base));
+  return std::unique_ptr<DemoSites>(
+      std::make_unique<VirtualSitesThread>(engine, std::move(virtual_sites), options.brown_dir,
+                                           options.log_dir, options.log_prefix, options.base));
 }
 
 StatusOr<std::unique_ptr<DemoSites>> launch_sites(coordinator::RoundEngine& engine,

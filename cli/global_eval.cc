@@ -11,9 +11,9 @@ StatusOr<std::unique_ptr<GlobalEvaluator>> GlobalEvaluator::create(
     const algorithms::ModelConfig& model, const GlobalEvalOptions& options) {
   auto spec = node::parse_data_spec(options.data_spec);
   if (!spec.ok()) return InvalidArgument("eval data: " + spec.status().message());
-  ATOLL_ASSIGN_OR_RETURN(node::SiteData data,
-                         node::load_site_data_with_blob(*spec, options.tokenizer_blob,
-                                                        options.brown_dir));
+  ATOLL_ASSIGN_OR_RETURN(
+      node::SiteData data,
+      node::load_site_data_with_blob(*spec, options.tokenizer_blob, options.brown_dir));
   if (data.validation.size() == 0)
     return InvalidArgument("eval data '" + options.data_spec +
                            "' has no held-out validation documents");

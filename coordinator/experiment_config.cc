@@ -505,8 +505,8 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
   root = std::move(r).table();
 #endif
   ExperimentConfig& c = check.config;
-  const std::vector<std::string> subtables = {"model",  "train",   "diloco", "hydra",
-                                              "data",   "robust",  "privacy", "lora"};
+  const std::vector<std::string> subtables = {"model", "train",  "diloco",  "hydra",
+                                              "data",  "robust", "privacy", "lora"};
   const std::vector<Table> schemas = {
       {"", {{"name", str(&c.name)}, {"seed", u64(&c.seed)}, {"algorithm", str(&c.algorithm)}}},
       {"model",

@@ -37,8 +37,8 @@ Status check_base_model(const BaseModel* base, const SiteConfig& site) {
   // seq_len and the MoE loss weights do not change what the parameters compute.
   for (const auto& d : algorithms::model_differences(base->model, site.model)) {
     if (d.field == "seq_len" || d.field == "moe_aux_coef" || d.field == "moe_z_coef") continue;
-    return FailedPrecondition("--base " + base->path + ": its model has " + d.field + " = " +
-                              d.a + ", the experiment's " + d.b);
+    return FailedPrecondition("--base " + base->path + ": its model has " + d.field + " = " + d.a +
+                              ", the experiment's " + d.b);
   }
   return Status::Ok();
 }

@@ -16,11 +16,11 @@
 namespace atl::node {
 
 struct BaseModel {
-  std::string path;                                      // where it was read from
-  algorithms::ModelConfig model;                         // the checkpoint's model config
-  std::shared_ptr<const algorithms::ParamSet> params;    // make_layout(model)
-  std::string fingerprint;                               // SHA-256 of params (ParamSet::fingerprint)
-  std::string tokenizer;                                 // its tokenizer blob ("" = bytes)
+  std::string path;                                    // where it was read from
+  algorithms::ModelConfig model;                       // the checkpoint's model config
+  std::shared_ptr<const algorithms::ParamSet> params;  // make_layout(model)
+  std::string fingerprint;                             // SHA-256 of params (ParamSet::fingerprint)
+  std::string tokenizer;                               // its tokenizer blob ("" = bytes)
 };
 
 // Reads and verifies a base checkpoint (its recorded fingerprint is checked on load). A LoRA

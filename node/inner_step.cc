@@ -282,11 +282,11 @@ Status check_inner_step(const SiteConfig& site, const InnerStepOptions& options)
     // The adapters' arithmetic (algorithms/model/lora.h) has a CPU implementation only, and
     // neither Hydra's subnetworks nor the student's loss know adapters.
     if (site.hydra() || distill || options.devices.gpu())
-      return FailedPrecondition(
-          std::string("this experiment trains LoRA adapters, which ") +
-          (site.hydra()  ? "Hydra subnetworks do not support"
-           : distill     ? "distillation (--teacher) does not support: drop --teacher"
-                         : "train on the CPU only: drop --device/--devices"));
+      return FailedPrecondition(std::string("this experiment trains LoRA adapters, which ") +
+                                (site.hydra() ? "Hydra subnetworks do not support"
+                                 : distill
+                                     ? "distillation (--teacher) does not support: drop --teacher"
+                                     : "train on the CPU only: drop --device/--devices"));
     if (!options.lora_base)
       return FailedPrecondition("this experiment trains LoRA adapters: pass --base CKPT");
     const auto want = al::make_layout(site.model);
@@ -306,8 +306,8 @@ StatusOr<std::unique_ptr<InnerStep>> make_inner_step(const SiteConfig& site,
                                                      const InnerStepOptions& options) {
   ATOLL_RETURN_IF_ERROR(check_inner_step(site, options));
   if (site.lora_enabled())
-    return std::unique_ptr<InnerStep>(std::make_unique<CpuInnerStep>(
-        site.model, site.train, site.lora, options.lora_base));
+    return std::unique_ptr<InnerStep>(
+        std::make_unique<CpuInnerStep>(site.model, site.train, site.lora, options.lora_base));
   const bool gpu = options.devices.gpu();
   if (site.hydra() && gpu) {
     ATOLL_ASSIGN_OR_RETURN(auto trainer,

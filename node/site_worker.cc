@@ -197,9 +197,8 @@ Status SiteWorker::set_up() {
     step_options.lora_base = opt_.base->params;
     log("fine-tuning LoRA adapters (r=" + std::to_string(site_.lora.rank) + " on " +
         al::lora_targets_csv(site_.lora) + ", " +
-        std::to_string(al::count_lora_params(site_.lora, site_.model)) +
-        " trainable) over base " + opt_.base->path + " (sha256 " +
-        opt_.base->fingerprint.substr(0, 16) + "...)");
+        std::to_string(al::count_lora_params(site_.lora, site_.model)) + " trainable) over base " +
+        opt_.base->path + " (sha256 " + opt_.base->fingerprint.substr(0, 16) + "...)");
   } else if (opt_.base) {
     log("--base " + opt_.base->path + " is not used: this experiment has no LoRA adapters");
   }

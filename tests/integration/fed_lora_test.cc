@@ -4,7 +4,6 @@
 // and `atoll export peft` of the final checkpoint. Only adapters travel: the bytes of every push
 // are the adapter count times the codec's bytes.
 #include <boost/json.hpp>
-
 #include <filesystem>
 #include <regex>
 
@@ -41,10 +40,12 @@ double val_bpb(const TempDir& dir, const std::string& checkpoint, const std::str
 
 // A small base: dim 32, 2 layers, trained 60 steps on Brown genres a and b.
 std::string train_base(const TempDir& dir, const std::string& name, const std::string& seed) {
-  auto r = run_atoll({"train", "--steps", "60", "--lr", "1e-2", "--threads", "1", "--eval-every",
-                      "0", "--eval-tokens", "2048", "--dim", "32", "--layers", "2", "--heads",
-                      "2", "--ffn", "64", "--seq", "32", "--batch", "4", "--data", "brown:a,b",
-                      "--seed", seed, "--brown-dir", kBrown, "--out", dir / name},
+  auto r = run_atoll({"train",     "--steps",      "60", "--lr",          "1e-2", "--threads",
+                      "1",         "--eval-every", "0",  "--eval-tokens", "2048", "--dim",
+                      "32",        "--layers",     "2",  "--heads",       "2",    "--ffn",
+                      "64",        "--seq",        "32", "--batch",       "4",    "--data",
+                      "brown:a,b", "--seed",       seed, "--brown-dir",   kBrown, "--out",
+                      dir / name},
                      dir / (name + ".log"), std::chrono::seconds(120));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return dir / (name + "/checkpoint.safetensors");
@@ -53,18 +54,39 @@ std::string train_base(const TempDir& dir, const std::string& name, const std::s
 std::vector<std::string> lora_run(const std::string& command, const std::string& base,
                                   const std::string& run_dir, int rounds,
                                   std::vector<std::string> extra) {
-  std::vector<std::string> a = {
-      command,        "--algorithm",  "lora",
-      "--base",       base,           "--nodes",
-      "2",            "--rounds",     std::to_string(rounds),
-      "--inner-steps", "15",          "--seq",
-      "32",           "--batch",      "4",
-      "--lr",         "1e-2",         "--lora-rank",
-      "16",           "--lora-alpha", "64",
-      "--lora-targets", kTargets,     "--eval-tokens",
-      "2048",         "--http",       "off",
-      "--store",      run_dir,        "--seed",
-      "5",            "--brown-dir",  kBrown};
+  std::vector<std::string> a = {command,
+                                "--algorithm",
+                                "lora",
+                                "--base",
+                                base,
+                                "--nodes",
+                                "2",
+                                "--rounds",
+                                std::to_string(rounds),
+                                "--inner-steps",
+                                "15",
+                                "--seq",
+                                "32",
+                                "--batch",
+                                "4",
+                                "--lr",
+                                "1e-2",
+                                "--lora-rank",
+                                "16",
+                                "--lora-alpha",
+                                "64",
+                                "--lora-targets",
+                                kTargets,
+                                "--eval-tokens",
+                                "2048",
+                                "--http",
+                                "off",
+                                "--store",
+                                run_dir,
+                                "--seed",
+                                "5",
+                                "--brown-dir",
+                                kBrown};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -100,8 +122,8 @@ TEST(FederatedLora, SimulateSendsOnlyAdaptersAndLearns) {
   EXPECT_EQ(final_sha(a.output), final_sha(b.output));
 
   const auto s = summary_of(dir / "a.json");
-  const uint64_t adapters = static_cast<uint64_t>(
-      algorithms::count_lora_params(run_lora(), base_ck->meta.model));
+  const uint64_t adapters =
+      static_cast<uint64_t>(algorithms::count_lora_params(run_lora(), base_ck->meta.model));
   EXPECT_EQ(s.at("trainable_params").to_number<uint64_t>(), adapters);
   EXPECT_EQ(s.at("full_params").to_number<uint64_t>(), base_ck->params.numel());
   EXPECT_LT(adapters, base_ck->params.numel());
@@ -117,8 +139,7 @@ TEST(FederatedLora, SimulateSendsOnlyAdaptersAndLearns) {
             std::string::npos)
       << a.output;
   // Fresh adapters are the base (B = 0): the first evaluation is the base's, and it moved.
-  EXPECT_NE(s.at("final_val_bpb").to_number<double>(),
-            s.at("initial_val_bpb").to_number<double>());
+  EXPECT_NE(s.at("final_val_bpb").to_number<double>(), s.at("initial_val_bpb").to_number<double>());
 
   // The final checkpoint: the base with the adapters, exportable as PEFT.
   auto ck = node::load_checkpoint(dir / "final.ckpt");
@@ -132,8 +153,8 @@ TEST(FederatedLora, SimulateSendsOnlyAdaptersAndLearns) {
   const double base_bpb = val_bpb(dir, base, site2, "eval-base.log");
   const double tuned_bpb = val_bpb(dir, dir / "final.ckpt", site2, "eval-tuned.log");
   EXPECT_LT(tuned_bpb, base_bpb - 0.005) << "base " << base_bpb << ", tuned " << tuned_bpb;
-  auto peft = run_atoll({"export", "peft", dir / "final.ckpt", "--out", dir / "peft"},
-                        dir / "peft.log");
+  auto peft =
+      run_atoll({"export", "peft", dir / "final.ckpt", "--out", dir / "peft"}, dir / "peft.log");
   ASSERT_EQ(peft.exit_code, 0) << peft.output;
   EXPECT_TRUE(std::filesystem::exists(dir / "peft/adapter_model.safetensors"));
   EXPECT_EQ(summary_of(dir / "peft/adapter_config.json").at("r").to_number<int>(), 16);
@@ -145,8 +166,7 @@ TEST(FederatedLora, CodecActsOnTheAdapterVector) {
   auto base_ck = node::load_checkpoint(base);
   ASSERT_TRUE(base_ck.ok());
   auto r = run_atoll(lora_run("simulate", base, dir / "run", 2,
-                              {"--codec", "bf16", "--summary-json",
-                               dir / "s.json"}),
+                              {"--codec", "bf16", "--summary-json", dir / "s.json"}),
                      dir / "run.log", std::chrono::seconds(240));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const uint64_t adapters =
@@ -187,21 +207,21 @@ TEST(FederatedLora, ProcessesOverMtlsCommitTheSameAdaptersAndCheckTheBase) {
   ASSERT_TRUE(base_ck.ok() && other_ck.ok());
   ASSERT_NE(base_ck->params.fingerprint(), other_ck->params.fingerprint());
 
-  auto demo = run_atoll(lora_run("demo", base, dir / "demo", 1, {}),
-                        dir / "demo.log", std::chrono::seconds(240));
+  auto demo = run_atoll(lora_run("demo", base, dir / "demo", 1, {}), dir / "demo.log",
+                        std::chrono::seconds(240));
   ASSERT_EQ(demo.exit_code, 0) << demo.output;
   EXPECT_NE(demo.output.find("TLS 1.3 mTLS"), std::string::npos) << demo.output;
-  auto sim = run_atoll(lora_run("simulate", base, dir / "sim", 1, {}),
-                       dir / "sim.log", std::chrono::seconds(240));
+  auto sim = run_atoll(lora_run("simulate", base, dir / "sim", 1, {}), dir / "sim.log",
+                       std::chrono::seconds(240));
   ASSERT_EQ(sim.exit_code, 0) << sim.output;
   EXPECT_FALSE(final_sha(demo.output).empty());
   EXPECT_EQ(final_sha(demo.output), final_sha(sim.output));
 
   Cluster c;
   c.make_ca({"site-a", "site-b", "site-x", "site-y"});
-  c.start_coordinator(config_toml(2, 2, 60) + "[lora]\nrank = 4\ntargets = \"q,v\"\nbase = \"" +
-                          base + "\"\n",
-                      "127.0.0.1:0", "coordinator.log", {"--out", c.dir / "final.ckpt"});
+  c.start_coordinator(
+      config_toml(2, 2, 60) + "[lora]\nrank = 4\ntargets = \"q,v\"\nbase = \"" + base + "\"\n",
+      "127.0.0.1:0", "coordinator.log", {"--out", c.dir / "final.ckpt"});
   c.start_node("site-x", "brown:c", "", {"--base", other});
   auto wrong = c.nodes.back().wait_for(std::chrono::seconds(60));
   ASSERT_TRUE(wrong.has_value());
