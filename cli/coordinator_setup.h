@@ -17,6 +17,7 @@
 #include "coordinator/server.h"
 #include "coordinator/service.h"
 #include "coordinator/store.h"
+#include "node/base_model.h"
 #include "transport/metrics/http_exporter.h"
 #include "transport/tls/handshake_log.h"
 
@@ -73,6 +74,9 @@ struct CoordinatorLaunch {
   // θ_0 of a new experiment (numel of the model); empty = init_params(model, seed). Ignored when
   // the store already holds the experiment (it resumes from its last committed round).
   std::vector<float> initial_theta;
+  // A LoRA experiment's base when the caller read it already (config resolved by
+  // resolve_lora_base); null: launch_coordinator reads config.lora.base.
+  std::shared_ptr<const node::BaseModel> base;
 };
 
 // θ_0 from a checkpoint written by `atoll train` (or a coordinator's model download): a warm
@@ -81,6 +85,13 @@ struct CoordinatorLaunch {
 // first field that differs. Its optimizer state, step and data order are not used.
 StatusOr<std::vector<float>> initial_theta_from_checkpoint(const std::string& path,
                                                            const algorithms::ModelConfig& model);
+
+// A LoRA experiment's base (config.lora.base, node/base_model.h) read into the config: [model]
+// becomes the base's model config (seq_len stays the config's) and lora.base_fingerprint its
+// SHA-256; a fingerprint already given must match (one line naming both). No-op without [lora].
+// `loaded`, when given, receives the base.
+Status resolve_lora_base(coordinator::ExperimentConfig& config,
+                         std::shared_ptr<const node::BaseModel>* loaded = nullptr);
 
 struct RunningCoordinator {
   // With TLS: each connection the gRPC server refuses is one clear line on stderr.
@@ -100,11 +111,19 @@ struct RunningCoordinator {
   std::unique_ptr<coordinator::http::HttpServer> http;  // null without a dashboard
   std::unique_ptr<transport::metrics::HttpExporter> metrics_http;  // null without metrics_listen
   algorithms::ModelConfig model;
+  // The launch config as served: with [lora], the base's model config and fingerprint in it.
+  coordinator::ExperimentConfig config;
+  std::shared_ptr<const node::BaseModel> base;  // the LoRA base (null without [lora])
   std::string store_dir;  // the launch's store directory
   // Metrics listener, dashboard, gRPC server, services, manager, metrics, router, store,
   // refusal log.
   ~RunningCoordinator();
 };
+
+// Writes experiment `id`'s latest θ as a checkpoint file (ExperimentManager::checkpoint: with
+// [lora], base + adapters).
+Status write_final_checkpoint(const RunningCoordinator& rc, const std::string& id,
+                              const std::string& path);
 
 // A directory of the source tree (web, node_modules): in the working directory, else next to
 // the binary's build directory. Returns `relative` unchanged when neither exists.

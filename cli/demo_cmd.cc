@@ -32,8 +32,9 @@ int cmd_demo(const Args& args) {
   const std::string algorithm = take_algorithm_flag(args, &rest);
   if (algorithm == "distill") return cmd_demo_distill(rest);
   if (algorithm == "hydra") return demo_hydra(rest);  // cli/demo_hydra.cc
+  if (algorithm == "lora") return lora_command("demo", rest, kMaxDemoSites, false);
   if (!algorithm.empty() && algorithm != "diloco")
-    return fail("demo", "--algorithm " + algorithm + " must be diloco, distill or hydra", 2);
+    return fail("demo", "--algorithm " + algorithm + " must be diloco, distill, hydra or lora", 2);
   return cmd_demo_diloco(rest);
 }
 

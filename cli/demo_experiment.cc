@@ -23,14 +23,18 @@ std::string take_algorithm_flag(const std::vector<std::string>& args,
 
 std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
   return with_after_done_flags(
-      {{"algorithm", true, "diloco (this demo), distill or hydra (see --algorithm NAME --help)",
-        "diloco"},
+      {{"algorithm", true,
+        "diloco (this demo), distill, hydra or lora (see --algorithm NAME --help)", "diloco"},
        {"nodes", true, "sites (1 to " + std::to_string(max_sites) + ")", "4"},
        {"rounds", true, "DiLoCo rounds R", "8"},
        {"inner-steps", true, "inner steps per round H", "25"},
        {"store", true, "run directory: RocksDB store, certificates (default: a fresh temp dir)",
         ""},
        {"summary-json", true, "write the summary as JSON here", ""},
+       {"out", true,
+        "write the final model here as a checkpoint (LoRA: base + adapters, for atoll export "
+        "peft / hf --merge-lora)",
+        ""},
        {"init-from", true,
         "start from this checkpoint's parameters (a warm start; `atoll train` writes one "
         "with the same model flags) instead of a random init",
@@ -165,6 +169,7 @@ StatusOr<DemoExperiment> parse_demo_experiment(const Flags& flags, int64_t max_s
   d.store = flags.get("store");
   d.init_from = flags.get("init-from");
   d.summary_json = flags.get("summary-json");
+  d.out = flags.get("out");
   d.http = flags.get_or("http", "127.0.0.1:0");
   d.insecure = flags.has("insecure");
   d.baseline = flags.has("baseline");

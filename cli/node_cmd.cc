@@ -9,6 +9,7 @@
 #include "cli/flags.h"
 #include "cli/log_output.h"
 #include "cli/signals.h"
+#include "node/base_model.h"
 #include "node/gpu_trainer.h"
 #include "node/node_runner.h"
 #include "node/site_metrics.h"
@@ -72,6 +73,10 @@ int cmd_node(const Args& args) {
                {"state-dir", true,
                 "write the state each round starts from here (one directory per node), so that "
                 "this node started again after a crash redoes the round bit for bit",
+                ""},
+               {"base", true,
+                "the frozen base checkpoint of a LoRA experiment (checked against the "
+                "experiment's base fingerprint; the site's data uses its tokenizer)",
                 ""},
                {"teacher", true,
                 "distill from teacher(s) HOST:PORT[,...] (one per vocabulary shard): the inner "
@@ -144,6 +149,12 @@ int cmd_node(const Args& args) {
   data.holdout = o.holdout;
   data.val_spec = o.val_data_spec;
   data.brown_dir = o.brown_dir;
+  if (auto base_path = flags.get("base")) {
+    auto base = node::load_base_model(*base_path);
+    if (!base.ok()) return log.fail(base.status().message(), 2);
+    o.base = std::make_shared<const node::BaseModel>(std::move(*base));
+    data.tokenizer_blob = o.base->tokenizer;
+  }
   auto loaded = node::load_site_training_data(data);
   if (!loaded.ok()) return log.fail(loaded.status().message(), 2);
   o.data = std::make_shared<const node::SiteData>(std::move(*loaded));

@@ -274,6 +274,46 @@ std::vector<Status> secagg_errors(const ExperimentConfig& c, std::string_view sr
   return errors;
 }
 
+bool is_sha256_hex(const std::string& s) {
+  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+// The [lora] section: its ranges, its base, and the algorithms it cannot be part of.
+std::vector<Status> lora_errors(const ExperimentConfig& c, std::string_view src) {
+  std::vector<Status> errors;
+  auto add = [&errors](Status s) { errors.push_back(std::move(s)); };
+  const LoraSection& l = c.lora;
+  if (!l.enabled()) {
+    if (!l.base.empty() || !l.base_fingerprint.empty())
+      add(range_error(src, "lora.rank", "0",
+                      "turns LoRA off; set it in [1, 4096] to fine-tune adapters over "
+                      "lora.base, or remove lora.base"));
+    return errors;
+  }
+  if (l.rank > 4096)
+    add(range_error(src, "lora.rank", std::to_string(l.rank),
+                    "must be in [1, 4096] (0 = no adapters)"));
+  if (!(l.alpha > 0 && std::isfinite(l.alpha)))
+    add(range_error(src, "lora.alpha", fmt_double(l.alpha), "must be finite and > 0"));
+  if (auto t = algorithms::parse_lora_targets(l.targets); !t.ok())
+    add(range_error(src, "lora.targets", "\"" + l.targets + "\"", t.status().message()));
+  if (l.base.empty())
+    add(range_error(src, "lora.base", "\"\"",
+                    "must name the base checkpoint the adapters fine-tune (`atoll train` or "
+                    "`atoll import hf` writes one)"));
+  if (!l.base_fingerprint.empty() && !is_sha256_hex(l.base_fingerprint))
+    add(range_error(src, "lora.base_fingerprint", "\"" + l.base_fingerprint + "\"",
+                    "must be 64 lowercase hex digits (SHA-256), or \"\" to take the base's"));
+  if (c.is_hydra())
+    add(range_error(src, "lora.rank", std::to_string(l.rank),
+                    "cannot be used with algorithm = \"hydra\" (subnetworks select units of "
+                    "the full model, not adapters); use algorithm = \"diloco\""));
+  if (c.model.moe_experts > 0)
+    add(range_error(src, "lora.rank", std::to_string(l.rank),
+                    "cannot be used with an MoE model (model.moe_experts > 0) yet"));
+  return errors;
+}
+
 }  // namespace
 
 std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::string_view src) {
@@ -300,6 +340,9 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
   if (m.seq_len < 1) add(range_error(src, "model.seq_len", u(m.seq_len), "must be >= 1"));
   if (!(m.rope_base > 0)) add(range_error(src, "model.rope_base", d(m.rope_base), "must be > 0"));
   if (!(m.norm_eps > 0)) add(range_error(src, "model.norm_eps", d(m.norm_eps), "must be > 0"));
+  if (m.kv_heads > 0 && m.heads >= 1 && m.heads % m.kv_heads != 0)
+    add(range_error(src, "model.kv_heads", u(m.kv_heads),
+                    "must divide model.heads = " + u(m.heads) + " (0 = heads)"));
   if (m.moe_experts > 0) {  // the MoE keys, with the model's own checks (names match the keys)
     // The model's own checks assume that the dense keys above are valid.
     const bool dense_valid = errors.size() == errors_before_model;
@@ -375,12 +418,16 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
   }
   // The model has 9 tensors per layer plus the embedding and the final norm; fragment
   // boundaries fall on tensor boundaries.
-  const uint64_t tensors = 9 * uint64_t{m.layers} + 2;
+  // With LoRA, θ is the adapters: two tensors (A, B) per target and layer.
+  const auto lora_targets = algorithms::parse_lora_targets(c.lora.targets);
+  const uint64_t tensors = c.is_lora() && lora_targets.ok()
+                               ? 2 * lora_targets->size() * uint64_t{m.layers}
+                               : 9 * uint64_t{m.layers} + 2;
   if (g.streaming_fragments < 1 || g.streaming_fragments > tensors)
     add(range_error(src, "diloco.streaming_fragments", u(g.streaming_fragments),
                     "must be in [1, " + u(tensors) +
-                        "] (1 = plain DiLoCo; at most one "
-                        "fragment per tensor of the model)"));
+                        "] (1 = plain DiLoCo; at most one fragment per tensor of " +
+                        (c.is_lora() ? "the adapters)" : "the model)")));
   else if (g.inner_steps % g.streaming_fragments != 0)
     add(range_error(
         src, "diloco.inner_steps", u(g.inner_steps),
@@ -454,6 +501,7 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
 
   for (Status& s : privacy_errors(c, src)) add(std::move(s));
   for (Status& s : secagg_errors(c, src)) add(std::move(s));
+  for (Status& s : lora_errors(c, src)) add(std::move(s));
 
   const DataSection& a = c.data;
   if (a.source != "brown" && a.source != "text" && a.source != "tokens")
@@ -512,8 +560,8 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
   root = std::move(r).table();
 #endif
   ExperimentConfig& c = check.config;
-  const std::vector<std::string> subtables = {"model", "train",  "diloco", "hydra",
-                                              "data",  "robust", "privacy", "secagg"};
+  const std::vector<std::string> subtables = {"model",  "train",   "diloco", "hydra", "data",
+                                              "robust", "privacy", "secagg", "lora"};
   const std::vector<Table> schemas = {
       {"", {{"name", str(&c.name)}, {"seed", u64(&c.seed)}, {"algorithm", str(&c.algorithm)}}},
       {"model",
@@ -532,7 +580,10 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
         {"moe_score", str(&c.model.moe_score)},
         {"moe_shared_hidden", u32(&c.model.moe_shared_hidden)},
         {"moe_aux_coef", f64(&c.model.moe_aux_coef)},
-        {"moe_z_coef", f64(&c.model.moe_z_coef)}}},
+        {"moe_z_coef", f64(&c.model.moe_z_coef)},
+        {"kv_heads", u32(&c.model.kv_heads)},
+        {"tie_word_embeddings", boolean(&c.model.tie_word_embeddings)},
+        {"attention_bias", boolean(&c.model.attention_bias)}}},
       {"train",
        {{"batch_size", u32(&c.train.batch_size)},
         {"lr", f64(&c.train.lr)},
@@ -594,6 +645,12 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
         {"tokenizer", str(&c.data.tokenizer)},
         {"split", str(&c.data.split)},
         {"val_fraction", f64(&c.data.val_fraction)}}},
+      {"lora",
+       {{"rank", u32(&c.lora.rank)},
+        {"alpha", f64(&c.lora.alpha)},
+        {"targets", str(&c.lora.targets)},
+        {"base", str(&c.lora.base)},
+        {"base_fingerprint", str(&c.lora.base_fingerprint)}}},
   };
   apply_table(root, schemas[0], source, subtables, check.errors);
   for (size_t i = 1; i < schemas.size(); ++i) {
@@ -641,8 +698,13 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\nmoe_top_k = " << c.model.moe_top_k << "\nmoe_hidden = " << c.model.moe_hidden
     << "\nmoe_every = " << c.model.moe_every << "\nmoe_score = " << q(c.model.moe_score)
     << "\nmoe_shared_hidden = " << c.model.moe_shared_hidden
-    << "\nmoe_aux_coef = " << f(c.model.moe_aux_coef) << "\nmoe_z_coef = " << f(c.model.moe_z_coef)
-    << "\n\n[train]\n"
+    << "\nmoe_aux_coef = " << f(c.model.moe_aux_coef) << "\nmoe_z_coef = " << f(c.model.moe_z_coef);
+  // The Hugging Face fields only when set, so a config of Atoll's own architecture reads as it
+  // always did.
+  if (c.model.kv_heads != 0) o << "\nkv_heads = " << c.model.kv_heads;
+  if (!c.model.tie_word_embeddings) o << "\ntie_word_embeddings = false";
+  if (c.model.attention_bias) o << "\nattention_bias = true";
+  o << "\n\n[train]\n"
     << "batch_size = " << c.train.batch_size << "\nlr = " << f(c.train.lr)
     << "\nmin_lr = " << f(c.train.min_lr) << "\nwarmup_steps = " << c.train.warmup_steps
     << "\nweight_decay = " << f(c.train.weight_decay) << "\nbeta1 = " << f(c.train.beta1)
@@ -685,6 +747,10 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\nquantization_range = " << c.secagg.quantization_range
     << "\nthreshold = " << c.secagg.threshold
     << "\nmasking = " << (c.secagg.masking ? "true" : "false") << "\n";
+  if (c.is_lora())
+    o << "\n[lora]\nrank = " << c.lora.rank << "\nalpha = " << f(c.lora.alpha)
+      << "\ntargets = " << q(c.lora.targets) << "\nbase = " << q(c.lora.base)
+      << "\nbase_fingerprint = " << q(c.lora.base_fingerprint) << "\n";
   return o.str();
 }
 
@@ -706,7 +772,58 @@ algorithms::ModelConfig model_config(const ExperimentConfig& cfg) {
   m.moe_shared_hidden = static_cast<int>(cfg.model.moe_shared_hidden);
   m.moe_aux_coef = cfg.model.moe_aux_coef;
   m.moe_z_coef = cfg.model.moe_z_coef;
+  m.kv_heads = static_cast<int>(cfg.model.kv_heads);
+  m.tie_word_embeddings = cfg.model.tie_word_embeddings;
+  m.attention_bias = cfg.model.attention_bias;
   return m;
+}
+
+void set_model_section(ExperimentConfig& cfg, const algorithms::ModelConfig& base) {
+  ModelSection& m = cfg.model;
+  m.vocab = static_cast<uint32_t>(base.vocab);
+  m.dim = static_cast<uint32_t>(base.dim);
+  m.layers = static_cast<uint32_t>(base.layers);
+  m.heads = static_cast<uint32_t>(base.heads);
+  m.ffn_hidden = static_cast<uint32_t>(base.ffn_hidden);
+  m.rope_base = base.rope_base;
+  m.norm_eps = base.norm_eps;
+  m.moe_experts = static_cast<uint32_t>(base.moe_experts);
+  m.moe_top_k = static_cast<uint32_t>(base.moe_top_k);
+  m.moe_hidden = static_cast<uint32_t>(base.moe_hidden);
+  m.moe_every = static_cast<uint32_t>(base.moe_every);
+  m.moe_score = base.moe_score;
+  m.moe_shared_hidden = static_cast<uint32_t>(base.moe_shared_hidden);
+  m.moe_aux_coef = base.moe_aux_coef;
+  m.moe_z_coef = base.moe_z_coef;
+  m.kv_heads = static_cast<uint32_t>(base.kv_heads);
+  m.tie_word_embeddings = base.tie_word_embeddings;
+  m.attention_bias = base.attention_bias;
+}
+
+algorithms::LoraConfig lora_config(const ExperimentConfig& cfg) {
+  algorithms::LoraConfig l;
+  if (!cfg.is_lora()) return l;
+  l.rank = static_cast<int>(cfg.lora.rank);
+  l.alpha = cfg.lora.alpha;
+  if (auto t = algorithms::parse_lora_targets(cfg.lora.targets); t.ok()) l.targets = *t;
+  return l;
+}
+
+algorithms::ParamLayout theta_layout(const ExperimentConfig& cfg) {
+  const algorithms::ModelConfig model = model_config(cfg);
+  return cfg.is_lora() ? algorithms::make_lora_layout(lora_config(cfg), model)
+                       : algorithms::make_layout(model);
+}
+
+algorithms::ParamSet initial_theta(const ExperimentConfig& cfg) {
+  const algorithms::ModelConfig model = model_config(cfg);
+  algorithms::ParamSet theta(theta_layout(cfg));
+  if (cfg.is_lora()) {
+    algorithms::init_lora_params(theta, lora_config(cfg), model, cfg.seed);
+  } else {
+    algorithms::init_params(theta, model, cfg.seed);
+  }
+  return theta;
 }
 
 algorithms::ScreenOptions screen_options(const ExperimentConfig& cfg) {

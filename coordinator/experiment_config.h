@@ -22,6 +22,21 @@
 //   moe_shared_hidden = 0      # ≥ 0, hidden size of the always-on shared expert (0 = none)
 //   moe_aux_coef = 0.01        # ≥ 0, load-balancing loss weight per MoE layer
 //   moe_z_coef = 0.001         # ≥ 0, router z-loss weight per MoE layer
+//   kv_heads = 0               # ≥ 0, divides heads: KV heads (grouped-query attention; 0 = heads)
+//   tie_word_embeddings = true # false: a separate output head (lm_head.weight)
+//   attention_bias = false     # q/k/v projections with biases (Qwen2)
+//                              # (these three are written by to_toml only when not the default)
+//
+//   [lora]                     # federated LoRA fine-tuning (docs/federated-finetuning.md):
+//                              # θ is the adapter set only, over a frozen base every node loads
+//   rank = 0                   # r in [1, 4096]; 0 = no adapters (θ is the whole model)
+//   alpha = 16.0               # > 0: the update is scaled by alpha / r (PEFT's lora_alpha)
+//   targets = "q,k,v,o"        # projections with adapters: any of q, k, v, o, gate, up, down
+//   base = ""                  # the base checkpoint the coordinator reads at creation; its
+//                              # model config replaces [model] (all but seq_len)
+//   base_fingerprint = ""      # SHA-256 of the base's parameters: filled from `base` when
+//                              # empty, checked against it when given
+//                              # (the section is written by to_toml only when rank > 0)
 //
 //   [train]                    # inner optimizer (AdamW) on every node
 //   batch_size = 8             # ≥ 1 sequences per inner step, per node
@@ -150,6 +165,18 @@ struct ModelSection {
   uint32_t moe_shared_hidden = 0;
   double moe_aux_coef = 0.01;
   double moe_z_coef = 0.001;
+  uint32_t kv_heads = 0;
+  bool tie_word_embeddings = true;
+  bool attention_bias = false;
+};
+
+struct LoraSection {
+  uint32_t rank = 0;
+  double alpha = 16.0;
+  std::string targets = "q,k,v,o";
+  std::string base;
+  std::string base_fingerprint;
+  bool enabled() const { return rank > 0; }
 };
 
 struct TrainSection {
@@ -243,7 +270,9 @@ struct ExperimentConfig {
   PrivacySection privacy;
   SecAggSection secagg;
   DataSection data;
+  LoraSection lora;
   bool is_hydra() const { return algorithm == "hydra"; }
+  bool is_lora() const { return lora.enabled(); }
 };
 
 // Parses and validates. `source` names the file in messages ("config.toml: ...").
@@ -267,6 +296,18 @@ Status validate_experiment_config(const ExperimentConfig& cfg, std::string_view 
 std::vector<Status> experiment_config_errors(const ExperimentConfig& cfg, std::string_view source);
 // The model an experiment trains (algorithms/model/llama.h), from its [model] section.
 algorithms::ModelConfig model_config(const ExperimentConfig& cfg);
+// The [lora] section as the model's adapter config (rank 0 without [lora]; targets parsed, an
+// unparsable list left empty: validation reports it).
+algorithms::LoraConfig lora_config(const ExperimentConfig& cfg);
+// θ's layout: the adapters' (make_lora_layout) in a LoRA experiment, the model's otherwise.
+algorithms::ParamLayout theta_layout(const ExperimentConfig& cfg);
+// θ_0, a pure function of the config: init_lora_params (A kaiming-uniform, B = 0) from the
+// experiment seed in a LoRA experiment, exactly as `atoll train --lora-rank` starts; else
+// init_params.
+algorithms::ParamSet initial_theta(const ExperimentConfig& cfg);
+// Writes a base model's config into [model] (every field but seq_len, which stays the
+// experiment's: RoPE has no learned positions).
+void set_model_section(ExperimentConfig& cfg, const algorithms::ModelConfig& base);
 // The inner optimizer of its [train] section, with a cosine schedule of total_steps.
 algorithms::TrainerConfig trainer_config(const ExperimentConfig& cfg, int64_t total_steps);
 

@@ -220,8 +220,15 @@ StatusOr<ExperimentSummary> ExperimentManager::summarize(const ExperimentRecord&
   return s;
 }
 
-StatusOr<ExperimentSummary> ExperimentManager::create(const ExperimentConfig& config) {
-  ATOLL_RETURN_IF_ERROR(validate_experiment_config(config, "config"));
+StatusOr<ExperimentSummary> ExperimentManager::create(const ExperimentConfig& requested) {
+  ATOLL_RETURN_IF_ERROR(validate_experiment_config(requested, "config"));
+  ExperimentConfig config = requested;
+  if (config.is_lora()) {
+    if (!options_.resolve_base)
+      return FailedPrecondition("config: [lora] needs a coordinator that reads base checkpoints");
+    ATOLL_RETURN_IF_ERROR(options_.resolve_base(config));
+    ATOLL_RETURN_IF_ERROR(validate_experiment_config(config, "config"));
+  }
   if (config.train.codec != "none") {
     auto c = algorithms::compress::Codec::create(config.train.codec);
     if (!c.ok()) return InvalidArgument("config: train.codec: " + c.status().message());
@@ -229,7 +236,11 @@ StatusOr<ExperimentSummary> ExperimentManager::create(const ExperimentConfig& co
   const algorithms::ModelConfig model = model_config(config);
   if (Status s = algorithms::validate(model); !s.ok())
     return InvalidArgument("config: model: " + s.message());
-  const int64_t numel = algorithms::count_params(model);
+  if (config.is_lora())
+    if (Status s = algorithms::validate(lora_config(config), model); !s.ok())
+      return InvalidArgument("config: lora: " + s.message());
+  // θ is what the store holds: the adapters of a LoRA experiment, else the model.
+  const int64_t numel = static_cast<int64_t>(theta_layout(config).numel());
   if (numel <= 0 || static_cast<uint64_t>(numel) > options_.max_params)
     return InvalidArgument("config: model has " + std::to_string(numel) +
                            " parameters; this coordinator creates models of at most " +
@@ -238,8 +249,7 @@ StatusOr<ExperimentSummary> ExperimentManager::create(const ExperimentConfig& co
   if (store_.load_experiment(config.name).ok())
     return AlreadyExists("config: name = \"" + config.name +
                          "\" is taken: an experiment with that name exists");
-  algorithms::ParamSet theta0(algorithms::make_layout(model));
-  algorithms::init_params(theta0, model, config.seed);
+  const algorithms::ParamSet theta0 = initial_theta(config);
   ExperimentRecord e;
   e.id = config.name;
   e.state = ExperimentState::kCreated;

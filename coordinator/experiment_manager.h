@@ -109,11 +109,18 @@ using CheckpointEncoder = std::function<StatusOr<std::string>(const ExperimentRe
 using ServiceFactory = std::function<StatusOr<std::shared_ptr<CoordinatorService>>(
     const ExperimentRecord& record, const ExperimentConfig& config)>;
 
+// Reads a LoRA experiment's base checkpoint (config.lora.base) and writes its model config into
+// [model] and its fingerprint into lora.base_fingerprint (checking one given), as the binary
+// that can read checkpoints does (cli/coordinator_setup.h: resolve_lora_base).
+using BaseResolver = std::function<Status(ExperimentConfig& config)>;
+
 struct ManagerOptions {
   // Largest model create() accepts, in fp32 parameters (θ_0 is allocated at creation).
   uint64_t max_params = uint64_t{1} << 28;
   // Empty: checkpoint() answers FAILED_PRECONDITION.
   CheckpointEncoder encode_checkpoint;
+  // Empty: create() of a LoRA experiment answers FAILED_PRECONDITION.
+  BaseResolver resolve_base;
   // Empty: start() of an experiment that is not live answers FAILED_PRECONDITION (serve_hint).
   ServiceFactory open_service;
   // Where nodes' calls go: attach() and a switch make the live service current there. Must

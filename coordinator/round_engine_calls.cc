@@ -140,6 +140,16 @@ void RoundEngine::fill_join_response(const std::string& id, pb::JoinResponse& re
   m->set_moe_shared_hidden(mc.moe_shared_hidden);
   m->set_moe_aux_coef(mc.moe_aux_coef);
   m->set_moe_z_coef(mc.moe_z_coef);
+  m->set_kv_heads(mc.kv_heads);
+  m->set_untied_head(!mc.tie_word_embeddings);
+  m->set_attention_bias(mc.attention_bias);
+  if (config_.is_lora()) {
+    pb::LoraSpec* l = resp.mutable_lora();
+    l->set_rank(config_.lora.rank);
+    l->set_alpha(config_.lora.alpha);
+    l->set_targets(config_.lora.targets);
+    resp.set_base_fingerprint(config_.lora.base_fingerprint);
+  }
   pb::TrainSpec* t = resp.mutable_train();
   const TrainSection& tc = config_.train;
   t->set_batch_size(tc.batch_size);

@@ -57,11 +57,17 @@ StatusOr<std::unique_ptr<InnerState>> decode_adamw(const al::AdamW& live, std::s
   return saved(std::move(opt));
 }
 
-// The CPU model: dense or MoE, every precision recipe.
+// The CPU model: dense or MoE, every precision recipe; with a LoRA base, the adapters over it
+// (θ_local is then the adapter set, and the optimizer state has its layout).
 class CpuInnerStep final : public InnerStep {
  public:
   CpuInnerStep(const al::ModelConfig& model, const al::TrainerConfig& train)
       : trainer_(model, train) {}
+  CpuInnerStep(const al::ModelConfig& model, const al::TrainerConfig& train,
+               const al::LoraConfig& lora, std::shared_ptr<const al::ParamSet> base)
+      : trainer_(model, train) {
+    trainer_.attach_lora(lora, std::move(base));
+  }
   StatusOr<al::StepStats> step(al::ParamSet& local, const al::data::GlobalBatch& batch,
                                const al::data::GlobalBatch* /*next_batch*/,
                                int64_t global_step) override {
@@ -272,6 +278,21 @@ Status check_inner_step(const SiteConfig& site, const InnerStepOptions& options)
           "--teacher cannot be used in a Hydra experiment (subnetwork training has no "
           "distillation loss); drop --teacher or use algorithm = diloco");
   }
+  if (site.lora_enabled()) {
+    // The adapters' arithmetic (algorithms/model/lora.h) has a CPU implementation only, and
+    // neither Hydra's subnetworks nor the student's loss know adapters.
+    if (site.hydra() || distill || options.devices.gpu())
+      return FailedPrecondition(std::string("this experiment trains LoRA adapters, which ") +
+                                (site.hydra() ? "Hydra subnetworks do not support"
+                                 : distill
+                                     ? "distillation (--teacher) does not support: drop --teacher"
+                                     : "train on the CPU only: drop --device/--devices"));
+    if (!options.lora_base)
+      return FailedPrecondition("this experiment trains LoRA adapters: pass --base CKPT");
+    const auto want = al::make_layout(site.model);
+    if (!(options.lora_base->layout() == want))
+      return FailedPrecondition("the LoRA base does not have the experiment's model layout");
+  }
   // The CUDA trainers of Hydra and of the distillation student run on one device; several as
   // one worker (NCCL) is the plain inner step's.
   if (options.devices.cuda.size() > 1 && (site.hydra() || distill))
@@ -284,6 +305,9 @@ Status check_inner_step(const SiteConfig& site, const InnerStepOptions& options)
 StatusOr<std::unique_ptr<InnerStep>> make_inner_step(const SiteConfig& site,
                                                      const InnerStepOptions& options) {
   ATOLL_RETURN_IF_ERROR(check_inner_step(site, options));
+  if (site.lora_enabled())
+    return std::unique_ptr<InnerStep>(
+        std::make_unique<CpuInnerStep>(site.model, site.train, site.lora, options.lora_base));
   const bool gpu = options.devices.gpu();
   if (site.hydra() && gpu) {
     ATOLL_ASSIGN_OR_RETURN(auto trainer,

@@ -101,11 +101,15 @@ struct InnerStepOptions {
   DistillNodeOptions distill;        // teachers empty: the plain cross-entropy step
   transport::ClientTls teacher_tls;  // how to reach the teachers (with distill.teachers only)
   const std::atomic<bool>* stop = nullptr;  // ends a wait for an absent teacher
+  // The frozen base of a LoRA experiment (site.lora_enabled()): the step trains the adapters
+  // over it (Llama::attach_lora), θ_local is the adapter set. Null otherwise.
+  std::shared_ptr<const algorithms::ParamSet> lora_base;
 };
 
 // Whether `site` and `options` name a step that can be built, without building it: one line
 // saying what is impossible and what to change (Hydra with a teacher; an FFN block count that
-// does not divide the model's; Hydra or a teacher on several GPUs, whose CUDA trainers use one).
+// does not divide the model's; Hydra or a teacher on several GPUs, whose CUDA trainers use one;
+// LoRA adapters with Hydra, a teacher or a GPU, or without their base).
 Status check_inner_step(const SiteConfig& site, const InnerStepOptions& options);
 
 // check_inner_step, then the step: Hydra's subnetwork (site.hydra()), the distillation student

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "kernels/core/status.h"
+#include "node/base_model.h"
 #include "node/distill_inner.h"
 #include "node/site_config.h"  // site_seed
 #include "node/site_data.h"
@@ -43,6 +44,8 @@ struct NodeOptions {
   double give_up_after_s = 120.0;
   // Where the start state of each round is written (SiteWorkerOptions::state_dir); "" = none.
   std::string state_dir;
+  // The frozen base of a LoRA experiment (--base CKPT; SiteWorkerOptions::base); null: none.
+  std::shared_ptr<const BaseModel> base;
   // Set from a signal handler: finish the current inner step, Leave, return.
   const std::atomic<bool>* stop = nullptr;
   std::function<void(const std::string&)> log;  // one line per call

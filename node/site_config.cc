@@ -40,6 +40,9 @@ algorithms::ModelConfig model_from_spec(const atoll_pb::v1::ModelSpec& m) {
   c.seq_len = static_cast<int>(m.seq_len());
   c.rope_base = m.rope_base();
   c.norm_eps = m.norm_eps();
+  c.kv_heads = static_cast<int>(m.kv_heads());
+  c.tie_word_embeddings = !m.untied_head();
+  c.attention_bias = m.attention_bias();
   if (m.moe_experts() > 0) {  // otherwise the defaults: a dense model
     c.moe_experts = static_cast<int>(m.moe_experts());
     c.moe_top_k = static_cast<int>(m.moe_top_k());
@@ -51,6 +54,11 @@ algorithms::ModelConfig model_from_spec(const atoll_pb::v1::ModelSpec& m) {
     c.moe_z_coef = m.moe_z_coef();
   }
   return c;
+}
+
+algorithms::ParamLayout theta_layout(const SiteConfig& site) {
+  return site.lora_enabled() ? algorithms::make_lora_layout(site.lora, site.model)
+                             : algorithms::make_layout(site.model);
 }
 
 StatusOr<SiteConfig> site_config_from_join(const atoll_pb::v1::JoinResponse& joined) {
@@ -66,6 +74,17 @@ StatusOr<SiteConfig> site_config_from_join(const atoll_pb::v1::JoinResponse& joi
   }
   s.train.precision_seed = s.seed;  // this node's own stochastic-rounding streams
   s.spec = joined.train();
+  if (joined.lora().rank() > 0) {
+    s.lora.rank = static_cast<int>(joined.lora().rank());
+    s.lora.alpha = joined.lora().alpha();
+    auto targets = algorithms::parse_lora_targets(joined.lora().targets());
+    if (!targets.ok())
+      return InvalidArgument("the coordinator's LoRA targets: " + targets.status().message());
+    s.lora.targets = *targets;
+    if (Status st = algorithms::validate(s.lora, s.model); !st.ok())
+      return InvalidArgument("the coordinator's LoRA config: " + st.message());
+    s.base_fingerprint = joined.base_fingerprint();
+  }
   return s;
 }
 

@@ -23,6 +23,12 @@ struct SiteConfig {
   algorithms::TrainerConfig train;  // precision parsed; precision_seed = seed
   uint64_t seed = 0;                // site_seed(experiment seed, node id)
   atoll_pb::v1::TrainSpec spec;     // as the coordinator sent it
+  // A LoRA experiment (rank > 0): θ is the adapter set over the frozen base whose parameters
+  // have this SHA-256 fingerprint (the node loads it with --base).
+  algorithms::LoraConfig lora;
+  std::string base_fingerprint;
+
+  bool lora_enabled() const { return algorithms::lora_enabled(lora); }
 
   bool hydra() const { return spec.algorithm() == "hydra"; }
   // Streaming DiLoCo: fragments P > 1 or overlapped inner steps τ > 0.
@@ -30,6 +36,9 @@ struct SiteConfig {
 };
 
 algorithms::ModelConfig model_from_spec(const atoll_pb::v1::ModelSpec& m);
+
+// θ's layout: the adapters' (make_lora_layout) in a LoRA experiment, else the model's.
+algorithms::ParamLayout theta_layout(const SiteConfig& site);
 
 // Validates the model and trainer configs (one line naming the first bad field).
 StatusOr<SiteConfig> site_config_from_join(const atoll_pb::v1::JoinResponse& joined);

