@@ -20,6 +20,7 @@
 #include "kernels/core/status.h"
 #include "node/distill_inner.h"
 #include "node/site_data.h"
+#include "simulate/byzantine.h"
 #include "transport/tls/credentials.h"
 
 namespace atl::simulate {
@@ -33,6 +34,9 @@ struct VirtualSite {
   // as a node's: transport::client_credentials(tls_dir, name, distill.server_name)).
   node::DistillNodeOptions distill{};
   transport::ClientTls teacher_tls{};
+  // A Byzantine site (simulate/byzantine.h): trains honestly, then attacks what it pushes.
+  Attack attack = Attack::kNone;
+  uint64_t attack_seed = 0;  // keys the gaussian attack's draws
 };
 
 struct VirtualSiteOptions {
