@@ -357,7 +357,7 @@ Status write_summary_json(const DemoRun& run, const RunTotals& t, double baselin
       << ",\"aggregator\":\"" << cfg.robust.aggregator << "\""
       << ",\"updates_clipped\":" << t.updates_clipped
       << ",\"updates_dropped\":" << t.updates_dropped
-      << ",\"max_norm_ratio\":" << json_number(t.max_norm_ratio)"
+      << ",\"max_norm_ratio\":" << json_number(t.max_norm_ratio)
       << ",\"rounds\":" << t.rounds_done / P
       << ",\"inner_steps\":" << d.inner_steps << ",\"codec\":\"" << cfg.train.codec << "\""
       << ",\"fragments\":" << P << ",\"overlap_steps\":" << cfg.diloco.overlap_steps
