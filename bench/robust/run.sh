@@ -6,6 +6,8 @@
 # round's update). Two settings: the default [robust] section, and the plain token-weighted
 # mean without screening (screen = off), which shows that the attacks are real. Every run has
 # the same seed, data and step budget; the honest run of each setting and site count has K = 0.
+# Sites sample every Brown genre (--split iid): with the demo's genre split, the attacker's
+# genres are missing from every attacked run whatever the coordinator does (README.md).
 #
 #   bench/robust/run.sh [--quick] [--out FILE] [--no-results-md]
 #
@@ -47,7 +49,7 @@ run() {  # setting, sites, byzantine, attack
   [[ $byz -gt 0 ]] && attack_flags=(--byzantine "$byz" --attack "$attack")
   echo "robust: $name ..." >&2
   # shellcheck disable=SC2046
-  "$ATOLL" simulate --nodes "$sites" --rounds "$ROUNDS" --inner-steps "$INNER" --http off \
+  "$ATOLL" simulate --nodes "$sites" --rounds "$ROUNDS" --inner-steps "$INNER" --http off --split iid \
     --eval-tokens "$EVAL_TOKENS" --brown-dir "$BROWN_DIR" --store "$work/run-$name" \
     --summary-json "$work/summary-$name.json" $(setting_flags "$setting") "${attack_flags[@]}" \
     > "$work/log-$name.txt" 2>&1 || { cat "$work/log-$name.txt" >&2; exit 1; }
@@ -103,6 +105,7 @@ for r in rows:
 doc = {"date": datetime.date.today().isoformat(), "machine": "2-core CPU",
        "rounds": int(rounds), "inner_steps": int(inner), "eval_tokens": int(eval_tokens),
        "model": "demo: dim 128, 4 layers, 4 heads, ffn 384, seq 128, batch 8, seed 1234",
+       "split": "iid",
        "targets": "default within 2% of honest for every attack; mean without screening "
                   "diverges or >= 10% worse",
        "rows": rows}
@@ -128,7 +131,8 @@ if write_md == "1":
     head = "## Attacks on aggregation (bench/robust)"
     default_row = next(r for r in rows if r["setting"] == "default")
     body = (f"{head}\n\n`bench/robust/run.sh` ({doc['date']}, 2-core CPU): `atoll simulate`, "
-            f"demo model, {rounds} rounds x {inner} inner steps, seed 1234, {eval_tokens} "
+            f"demo model, {rounds} rounds x {inner} inner steps, seed 1234, sites sampling every "
+            f"genre (`--split iid`), {eval_tokens} "
             f"validation tokens; the last K sites are Byzantine (`--byzantine K --attack NAME`, "
             f"simulate/byzantine.h). `default` is the default `[robust]` section (screen = "
             f"\"{default_row['screen']}\" at {default_row['norm_multiple']:g} x the median norm, "

@@ -22,7 +22,7 @@ std::vector<std::string> tiny_run(const std::string& run_dir, std::vector<std::s
                                    "--heads",  "2",        "--ffn", "64",    "--seq",    "32",
                                    "--batch",  "2",        "--lr",  "1e-2",  "--eval-tokens",
                                    "1024",     "--http",   "off",   "--store", run_dir,
-                                   "--summary-json", run_dir + ".json", "--seed", "5"};
+                                   "--summary-json", run_dir + ".json", "--seed", "5", "--split", "iid"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
