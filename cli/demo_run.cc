@@ -152,9 +152,12 @@ void print_sites(const DemoRun& run, double initial_bpb, uint64_t start_round) {
   for (size_t i = 0; i < d.site_names.size(); ++i)
     std::printf("  %s: %s%s%s\n", d.site_names[i].c_str(), d.site_data[i].c_str(),
                 i >= honest ? ", Byzantine: " : "", i >= honest ? simulate::attack_name(d.attack) : "");
-  std::printf("screening %s at %g x the median norm, aggregator %s\n",
-              d.config.robust.screen.c_str(), d.config.robust.norm_multiple,
-              d.config.robust.aggregator.c_str());
+  if (d.config.robust.screen == "off")
+    std::printf("screening off, aggregator %s\n", d.config.robust.aggregator.c_str());
+  else
+    std::printf("screening: %s above %g x the median norm, aggregator %s\n",
+                d.config.robust.screen.c_str(), d.config.robust.norm_multiple,
+                d.config.robust.aggregator.c_str());
   std::printf("round %3" PRIu64 " | val bpb %.4f (initial)\n", start_round, initial_bpb);
   std::fflush(stdout);
 }

@@ -52,7 +52,20 @@ run() {  # setting, sites, byzantine, attack
   "$ATOLL" simulate --nodes "$sites" --rounds "$ROUNDS" --inner-steps "$INNER" --http off --split iid \
     --eval-tokens "$EVAL_TOKENS" --brown-dir "$BROWN_DIR" --store "$work/run-$name" \
     --summary-json "$work/summary-$name.json" $(setting_flags "$setting") "${attack_flags[@]}" \
-    > "$work/log-$name.txt" 2>&1 || { cat "$work/log-$name.txt" >&2; exit 1; }
+    > "$work/log-$name.txt" 2>&1 || {
+    # A run that ends in an error (e.g. a site's inner loss no longer finite) counts as
+    # diverged; its last line says why.
+    tail -n 3 "$work/log-$name.txt" >&2
+    python3 - "$work/summary-$name.json" "$setting" "$(tail -n 1 "$work/log-$name.txt")" <<'PY'
+import json, sys
+path, setting, why = sys.argv[1:4]
+plain = setting == "mean-no-screening"
+json.dump({"final_val_bpb": None, "aggregator": "mean", "screen": "off" if plain else "drop",
+           "norm_multiple": 5, "updates_clipped": None, "updates_dropped": None,
+           "max_norm_ratio": None, "final_fingerprint": "", "wall_s": None, "failed": why},
+          open(path, "w"))
+PY
+  }
   rm -rf "$work/run-$name"
   names+=("$setting:$sites:$byz:$attack")
 }
@@ -90,7 +103,8 @@ for (setting, sites, byz, attack), s in summaries.items():
                  "updates_clipped": s.get("updates_clipped"),
                  "updates_dropped": s.get("updates_dropped"),
                  "max_norm_ratio": s.get("max_norm_ratio"),
-                 "final_fingerprint": s["final_fingerprint"], "wall_s": s["wall_s"]})
+                 "final_fingerprint": s["final_fingerprint"], "wall_s": s["wall_s"],
+                 "failed": s.get("failed")})
 
 def verdict(r):
     if r["byzantine"] == 0:
@@ -122,7 +136,8 @@ for r in rows:
     lines.append(f"| {r['setting']} | {r['sites']} | {r['byzantine']} | {r['attack']} | "
                  f"{bpb(r['final_val_bpb'])} | {bpb(r['honest_val_bpb'])} | {rel} | "
                  f"{r['updates_clipped']} / {r['updates_dropped']} | "
-                 f"{r['max_norm_ratio']:.3g} | {r['verdict']} |")
+                 f"{'-' if r['max_norm_ratio'] is None else format(r['max_norm_ratio'], '.3g')} | "
+                 f"{r['verdict']} |")
 table = "\n".join(lines)
 print(table)
 if write_md == "1":
