@@ -10,6 +10,7 @@
 #include "cli/demo_run.h"
 #include "cli/flags.h"
 #include "cli/hydra_run.h"
+#include "simulate/byzantine.h"
 
 namespace atl::cli {
 

@@ -139,6 +139,15 @@ for r in rows:
                  f"{'-' if r['max_norm_ratio'] is None else format(r['max_norm_ratio'], '.3g')} | "
                  f"{r['verdict']} |")
 table = "\n".join(lines)
+missed = [r for r in rows if r["verdict"].startswith("MISSED") or "NOT real" in r["verdict"]]
+if missed:
+    table += "\n\nTargets missed: " + "; ".join(
+        f"{r['setting']} {r['sites']} sites / {r['byzantine']} {r['attack']}: "
+        + ("not finite" if r["relative_to_honest"] is None
+           else f"{100 * r['relative_to_honest']:+.1f}% vs honest") for r in missed) + \
+        " (bench/robust/README.md, \"Not covered\")."
+else:
+    table += "\n\nEvery target met."
 print(table)
 if write_md == "1":
     md_path = "bench/RESULTS.md"
