@@ -12,7 +12,7 @@
 #   bench/robust/run.sh [--quick] [--out FILE] [--no-results-md]
 #
 # Default: 4 sites with 1 Byzantine and 8 sites with 2, 6 rounds x 10 inner steps, every attack
-# in both settings (24 runs, about 25 minutes on 2 cores). --quick: 4 sites with 1 Byzantine,
+# in both settings (24 runs, about 30 minutes on 2 idle cores: 45 s a 4-site run, 90 s an 8-site). --quick: 4 sites with 1 Byzantine,
 # 3 rounds x 5 steps, the default setting only, sign-flip and scale (3 runs, about a minute).
 # Writes bench/results/robust.json (or --out) and, unless --no-results-md, the table into
 # bench/RESULTS.md.
@@ -135,7 +135,8 @@ for r in rows:
     rel = "-" if r["relative_to_honest"] is None else f"{100 * r['relative_to_honest']:+.1f}%"
     lines.append(f"| {r['setting']} | {r['sites']} | {r['byzantine']} | {r['attack']} | "
                  f"{bpb(r['final_val_bpb'])} | {bpb(r['honest_val_bpb'])} | {rel} | "
-                 f"{r['updates_clipped']} / {r['updates_dropped']} | "
+                 f"{'-' if r['updates_clipped'] is None else r['updates_clipped']} / "
+                 f"{'-' if r['updates_dropped'] is None else r['updates_dropped']} | "
                  f"{'-' if r['max_norm_ratio'] is None else format(r['max_norm_ratio'], '.3g')} | "
                  f"{r['verdict']} |")
 table = "\n".join(lines)
