@@ -114,7 +114,7 @@ Status read_robust_flags(const Flags& flags, coordinator::ExperimentConfig& cfg)
     cfg.robust.screen = *screen;
   }
   ATOLL_ASSIGN_OR_RETURN(cfg.robust.norm_multiple,
-                         flags.get_double("norm-multiple", defaults.norm_multiple, 1, 1e30));
+                         flags.get_double("norm-multiple", defaults.norm_multiple, 1, 1e6));
   if (auto aggregator = flags.get("aggregator")) {
     if (!algorithms::parse_aggregator(*aggregator).ok())
       return InvalidArgument("--aggregator must be mean, clipped-mean, trimmed-mean, median or "
