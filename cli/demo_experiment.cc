@@ -60,6 +60,12 @@ std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
         "0"},
        {"dp-noise", true, "differential privacy: noise multiplier z (std z*clip/sites)", "0"},
        {"dp-delta", true, "differential privacy: delta of the reported (epsilon, delta)", "1e-5"},
+       {"screen", true,
+        "robust screening of each update's norm: drop, clip or off (docs/configuration.md)",
+        "drop"},
+       {"norm-multiple", true, "robust screening limit: this multiple of the round's median norm",
+        "5"},
+       {"aggregator", true, "mean, clipped-mean, trimmed-mean, median or krum", "mean"},
        {"seed", true, "experiment seed", "1234"},
        {"dim", true, "model width", "128"},
        {"layers", true, "transformer blocks", "4"},
@@ -102,6 +108,29 @@ Status read_privacy_flags(const Flags& flags, coordinator::ExperimentConfig& cfg
   return Status::Ok();
 }
 
+// The robust screening and aggregation flags into cfg's [robust] (docs/configuration.md).
+Status read_robust_flags(const Flags& flags, coordinator::ExperimentConfig& cfg) {
+  const coordinator::RobustSection defaults;
+  if (auto screen = flags.get("screen")) {
+    if (!algorithms::parse_screen_mode(*screen).ok())
+      return InvalidArgument("--screen must be clip, drop or off, not " + screen->substr(0, 64));
+    if (cfg.privacy.clip_norm > 0 && *screen != "off")
+      return InvalidArgument("--screen " + *screen +
+                             " cannot be combined with --dp-clip: differential privacy clips "
+                             "every update to a fixed norm instead; drop one of them");
+    cfg.robust.screen = *screen;
+  }
+  ATOLL_ASSIGN_OR_RETURN(cfg.robust.norm_multiple,
+                         flags.get_double("norm-multiple", defaults.norm_multiple, 1, 1e6));
+  if (auto aggregator = flags.get("aggregator")) {
+    if (!algorithms::parse_aggregator(*aggregator).ok())
+      return InvalidArgument("--aggregator must be mean, clipped-mean, trimmed-mean, median or "
+                             "krum, not " + aggregator->substr(0, 64));
+    cfg.robust.aggregator = *aggregator;
+  }
+  return Status::Ok();
+}
+
 // The round, codec and Streaming DiLoCo flags into cfg, for `sites` sites.
 Status read_round_flags(const Flags& flags, int64_t sites, DemoExperiment& d) {
   coordinator::ExperimentConfig& cfg = d.config;
@@ -139,7 +168,8 @@ Status read_round_flags(const Flags& flags, int64_t sites, DemoExperiment& d) {
   cfg.diloco.round_deadline_s = 600;
   cfg.diloco.heartbeat_interval_s = 1.0;
   cfg.diloco.start_wait_s = 0.5;
-  return read_privacy_flags(flags, cfg);
+  ATOLL_RETURN_IF_ERROR(read_privacy_flags(flags, cfg));
+  return read_robust_flags(flags, cfg);
 }
 
 }  // namespace

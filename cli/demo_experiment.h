@@ -13,6 +13,7 @@
 #include "cli/serve_after_done.h"
 #include "coordinator/experiment_config.h"
 #include "kernels/core/status.h"
+#include "simulate/byzantine.h"
 
 namespace atl::cli {
 
@@ -32,6 +33,9 @@ struct DemoExperiment {
   std::string http;                         // dashboard HOST:PORT, "off" = none
   bool insecure = false;                    // plaintext gRPC (processes only)
   bool baseline = false;                    // also train the data-parallel equivalent
+  // `atoll simulate` only: the last `byzantine` sites attack what they push (simulate/byzantine.h).
+  int64_t byzantine = 0;
+  simulate::Attack attack = simulate::Attack::kNone;
   AfterDone after;
   // LoRA (`--algorithm lora`, config.lora set): without --base (lora.base empty) the demo first
   // pretrains its base for this many steps on Brown's training documents (cli/demo_lora.cc).

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "algorithms/compress/codec.h"
+#include "algorithms/diloco/robust.h"
 #include "algorithms/model/llama.h"
 #include "cli/commands.h"
 #include "cli/coordinator_setup.h"
@@ -53,6 +54,10 @@ struct RunTotals {
   uint64_t initial_pull_bytes = 0;
   double wall_s = 0;
   double privacy_epsilon = -1;  // ε after the last committed round; -1: [privacy] off
+  // Screening over all rounds: updates clipped or dropped, and the largest ratio of an update's
+  // norm to its round's reference (lower median) norm: how far apart the updates were.
+  uint64_t updates_clipped = 0, updates_dropped = 0;
+  double max_norm_ratio = 0;
   uint64_t peak_sync() const {
     uint64_t peak = 0;
     for (const auto& [r, b] : sync_bytes) peak = std::max(peak, b);
@@ -170,8 +175,16 @@ void print_header(const DemoRun& run) {
 
 void print_sites(const DemoRun& run, double initial_bpb, uint64_t start_round) {
   const DemoExperiment& d = run.d;
+  const size_t honest = d.site_names.size() - static_cast<size_t>(d.byzantine);
   for (size_t i = 0; i < d.site_names.size(); ++i)
-    std::printf("  %s: %s\n", d.site_names[i].c_str(), d.site_data[i].c_str());
+    std::printf("  %s: %s%s%s\n", d.site_names[i].c_str(), d.site_data[i].c_str(),
+                i >= honest ? ", Byzantine: " : "", i >= honest ? simulate::attack_name(d.attack) : "");
+  if (d.config.robust.screen == "off")
+    std::printf("screening off, aggregator %s\n", d.config.robust.aggregator.c_str());
+  else
+    std::printf("screening: %s above %g x the median norm, aggregator %s\n",
+                d.config.robust.screen.c_str(), d.config.robust.norm_multiple,
+                d.config.robust.aggregator.c_str());
   std::printf("round %3" PRIu64 " | val bpb %.4f (initial)\n", start_round, initial_bpb);
   std::fflush(stdout);
 }
@@ -179,7 +192,15 @@ void print_sites(const DemoRun& run, double initial_bpb, uint64_t start_round) {
 Status start_sites(DemoRun& run) {
   const DemoExperiment& d = run.d;
   std::vector<SiteSpec> specs;
-  for (size_t i = 0; i < d.site_names.size(); ++i) specs.push_back({d.site_names[i], d.site_data[i]});
+  const size_t honest = d.site_names.size() - static_cast<size_t>(d.byzantine);
+  for (size_t i = 0; i < d.site_names.size(); ++i) {
+    SiteSpec spec{d.site_names[i], d.site_data[i]};
+    if (i >= honest) {
+      spec.attack = d.attack;
+      spec.attack_seed = d.config.seed ^ (0x9E3779B97F4A7C15ull * (i + 1));  // one key per site
+    }
+    specs.push_back(std::move(spec));
+  }
   const SiteLaunch launch{run.mode,
                           run.rc->server ? run.rc->server->address() : "",
                           run.tls_dir,
@@ -190,6 +211,19 @@ Status start_sites(DemoRun& run) {
                           run.rc->base};
   ATOLL_ASSIGN_OR_RETURN(run.sites, launch_sites(run.rc->service->engine(), specs, launch));
   return run.rc->service->start();
+}
+
+void tally_screening(const coordinator::RoundRecord& rec, RunTotals& t) {
+  std::vector<double> norms;
+  for (const auto& p : rec.participants) {
+    if (!p.pushed) continue;
+    norms.push_back(p.norm);
+    t.updates_clipped += p.screen == "clipped";
+    t.updates_dropped += p.screen == "dropped";
+  }
+  const double reference = algorithms::reference_norm(norms);
+  if (reference > 0)
+    for (double n : norms) t.max_norm_ratio = std::max(t.max_norm_ratio, n / reference);
 }
 
 // One progress line per outer round (Streaming: after every fragment synced once).
@@ -207,6 +241,7 @@ void on_round_committed(DemoRun& run, const coordinator::RoundRecord& rec, RunTo
     t.sync_bytes[rec.round - 1] += rec.bytes_down;
   ++t.rounds_done;
   t.privacy_epsilon = rec.privacy_epsilon;
+  tally_screening(rec, t);
   outer_up += rec.bytes_up;
   outer_down += rec.bytes_down;
   outer_s += rec.duration_s;
@@ -385,7 +420,14 @@ Status write_summary_json(const DemoRun& run, const RunTotals& t, double baselin
       << ",\"ddp_bytes_equivalent\":" << static_cast<uint64_t>(c.ddp)
       << ",\"tls\":" << (run.tls() ? "true" : "false") << ",\"sites\":\""
       << (run.mode == SiteMode::kInProcess ? "in-process" : "processes") << "\""
-      << ",\"nodes\":" << N << ",\"rounds\":" << t.rounds_done / P
+      << ",\"nodes\":" << N << ",\"byzantine\":" << d.byzantine << ",\"attack\":\""
+      << simulate::attack_name(d.attack) << "\",\"screen\":\"" << cfg.robust.screen
+      << "\",\"norm_multiple\":" << json_number(cfg.robust.norm_multiple)
+      << ",\"aggregator\":\"" << cfg.robust.aggregator << "\""
+      << ",\"updates_clipped\":" << t.updates_clipped
+      << ",\"updates_dropped\":" << t.updates_dropped
+      << ",\"max_norm_ratio\":" << json_number(t.max_norm_ratio)
+      << ",\"rounds\":" << t.rounds_done / P
       << ",\"inner_steps\":" << d.inner_steps << ",\"codec\":\"" << cfg.train.codec << "\""
       << ",\"fragments\":" << P << ",\"overlap_steps\":" << cfg.diloco.overlap_steps
       << ",\"merge_alpha\":" << json_number(cfg.diloco.merge_alpha) << ",\"pull_codec\":\""

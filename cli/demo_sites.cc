@@ -116,7 +116,12 @@ std::string round_trip_decimal(double v) {
 StatusOr<std::unique_ptr<DemoSites>> start_node_processes(const std::vector<SiteSpec>& sites,
                                                          const NodeProcessOptions& o) {
   std::vector<std::string> names;
-  for (const auto& s : sites) names.push_back(s.name);
+  for (const auto& s : sites) {
+    if (s.attack != simulate::Attack::kNone)
+      return InvalidArgument("site " + s.name + ": Byzantine sites run only in-process " +
+                             "(atoll simulate --byzantine K --attack NAME)");
+    names.push_back(s.name);
+  }
   auto procs = std::make_unique<NodeProcesses>(names, o.log_dir, o.log_prefix);
   for (const auto& s : sites) {
     std::vector<std::string> argv = {node::self_executable(),
@@ -157,6 +162,8 @@ StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngin
   std::vector<simulate::VirtualSite> virtual_sites;
   for (const auto& s : sites) {
     simulate::VirtualSite v{s.name, s.data_spec, s.budget};
+    v.attack = s.attack;
+    v.attack_seed = s.attack_seed;
     if (!options.distill.teachers.empty()) {
       v.distill = options.distill;
       // The site's own certificate, as `atoll node --tls DIR --name NAME` presents it.

@@ -12,6 +12,7 @@
 #include "kernels/core/status.h"
 #include "node/base_model.h"
 #include "node/distill_inner.h"
+#include "simulate/byzantine.h"
 
 namespace atl::cli {
 
@@ -24,6 +25,9 @@ struct SiteSpec {
   std::string name;       // certificate name / identity ("node-1")
   std::string data_spec;  // "brown:a,b"
   double budget = 1.0;    // Hydra: the share of the full model's compute this site offers
+  // In-process sites only: a Byzantine site's attack on what it pushes (simulate/byzantine.h).
+  simulate::Attack attack = simulate::Attack::kNone;
+  uint64_t attack_seed = 0;
 };
 
 class DemoSites {

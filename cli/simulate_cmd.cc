@@ -10,6 +10,7 @@
 #include "cli/demo_run.h"
 #include "cli/flags.h"
 #include "cli/hydra_run.h"
+#include "simulate/byzantine.h"
 
 namespace atl::cli {
 
@@ -17,6 +18,32 @@ namespace {
 // Threads, not processes: bounded by memory (each site keeps its data, θ, θ_local and optimizer
 // state), not by the 15 Brown genres (sites beyond 15 share genres, one each).
 constexpr int64_t kMaxSimulatedSites = 4096;
+
+std::vector<FlagSpec> simulate_flags() {
+  std::vector<FlagSpec> specs = demo_experiment_flags(kMaxSimulatedSites);
+  specs.push_back({"byzantine", true,
+                   "the last K sites are Byzantine: they train, then attack what they push", "0"});
+  specs.push_back({"attack", true, "what the Byzantine sites do: " + simulate::attack_names(), ""});
+  return specs;
+}
+
+// --byzantine K --attack NAME into d (simulate/byzantine.h).
+Status read_byzantine_flags(const Flags& flags, DemoExperiment& d) {
+  const auto sites = static_cast<int64_t>(d.site_names.size());
+  ATOLL_ASSIGN_OR_RETURN(d.byzantine, flags.get_int("byzantine", 0, 0, sites));
+  const std::optional<std::string> attack = flags.get("attack");
+  if (d.byzantine == 0) {
+    if (attack)
+      return InvalidArgument("--attack " + attack->substr(0, 64) +
+                             " needs --byzantine K > 0: the number of sites that attack");
+    return Status::Ok();
+  }
+  if (!attack)
+    return InvalidArgument("--byzantine " + std::to_string(d.byzantine) +
+                           " needs --attack NAME, one of " + simulate::attack_names());
+  ATOLL_ASSIGN_OR_RETURN(d.attack, simulate::parse_attack(*attack));
+  return Status::Ok();
+}
 }  // namespace
 
 int cmd_simulate(const Args& args) {
@@ -28,13 +55,15 @@ int cmd_simulate(const Args& args) {
   if (!algorithm.empty() && algorithm != "diloco")
     return fail("simulate", "--algorithm " + algorithm + " must be diloco, distill, hydra or lora",
                 2);
-  Flags flags("simulate", demo_experiment_flags(kMaxSimulatedSites));
+  Flags flags("simulate", simulate_flags());
   if (Status s = flags.parse(rest); !s.ok()) return fail("simulate", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
   if (flags.has("insecure"))
     return fail("simulate", "--insecure has no meaning here: in-process sites use no network", 2);
   auto experiment = parse_demo_experiment(flags, kMaxSimulatedSites);
   if (!experiment.ok()) return fail("simulate", experiment.status().message(), 2);
+  if (Status s = read_byzantine_flags(flags, *experiment); !s.ok())
+    return fail("simulate", s.message(), 2);
   return run_demo_experiment("simulate", *experiment, SiteMode::kInProcess);
 }
 

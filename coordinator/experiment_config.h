@@ -97,9 +97,9 @@
 //   val_fraction = 0.05        # in (0, 0.5]: documents held out for validation
 //
 //   [robust]                   # screening and aggregation of updates (docs/coordinator.md)
-//   screen = "clip"            # "clip", "drop" or "off": an update whose L2 norm exceeds the
-//                              # round's limit is scaled down to it, or left out
-//   norm_multiple = 10.0       # ≥ 1: limit = norm_multiple × the (lower) median norm of the
+//   screen = "drop"            # "drop", "clip" or "off": an update whose L2 norm exceeds the
+//                              # round's limit is left out, or scaled down to it
+//   norm_multiple = 5.0        # ≥ 1: limit = norm_multiple × the (lower) median norm of the
 //                              # round's updates
 //   max_norm = 0.0             # ≥ 0: also limit = min(limit, max_norm) (0 = no absolute bound)
 //   aggregator = "mean"        # "mean" (token-weighted), "clipped-mean", "trimmed-mean",
@@ -225,8 +225,8 @@ struct HydraSection {
 };
 
 struct RobustSection {
-  std::string screen = "clip";
-  double norm_multiple = 10.0;
+  std::string screen = "drop";
+  double norm_multiple = 5.0;
   double max_norm = 0.0;
   std::string aggregator = "mean";
   double clip_multiple = 1.0;

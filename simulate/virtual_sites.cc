@@ -41,7 +41,11 @@ Status run_virtual_sites(coordinator::RoundEngine& engine, const std::vector<Vir
       if (options.log) o.log = [&options, name = site.name](const std::string& line) {
         options.log(name, line);
       };
-      node::CoordinatorClient client(std::make_unique<InProcessCalls>(engine, site.name));
+      std::unique_ptr<node::CoordinatorCalls> calls =
+          std::make_unique<InProcessCalls>(engine, site.name);
+      if (site.attack != Attack::kNone)
+        calls = std::make_unique<ByzantineCalls>(std::move(calls), site.attack, site.attack_seed);
+      node::CoordinatorClient client(std::move(calls));
       Status st = node::run_site_worker(client, o);
       std::lock_guard<std::mutex> lk(mu);
       if (!st.ok() && !first_failure) {

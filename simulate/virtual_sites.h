@@ -22,6 +22,7 @@
 #include "node/base_model.h"
 #include "node/distill_inner.h"
 #include "node/site_data.h"
+#include "simulate/byzantine.h"
 #include "transport/tls/credentials.h"
 
 namespace atl::simulate {
@@ -35,6 +36,9 @@ struct VirtualSite {
   // as a node's: transport::client_credentials(tls_dir, name, distill.server_name)).
   node::DistillNodeOptions distill{};
   transport::ClientTls teacher_tls{};
+  // A Byzantine site (simulate/byzantine.h): trains honestly, then attacks what it pushes.
+  Attack attack = Attack::kNone;
+  uint64_t attack_seed = 0;  // keys the gaussian attack's draws
 };
 
 struct VirtualSiteOptions {

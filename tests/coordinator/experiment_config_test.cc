@@ -72,8 +72,8 @@ split = "iid"
 TEST(ExperimentConfig, RobustSectionDefaultsParseRoundTripAndErrors) {
   auto d = parse_experiment_config("");
   ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->robust.screen, "clip");
-  EXPECT_DOUBLE_EQ(d->robust.norm_multiple, 10.0);
+  EXPECT_EQ(d->robust.screen, "drop");
+  EXPECT_DOUBLE_EQ(d->robust.norm_multiple, 5.0);
   EXPECT_DOUBLE_EQ(d->robust.max_norm, 0.0);
   EXPECT_EQ(d->robust.aggregator, "mean");
   auto c = parse_experiment_config(

@@ -203,10 +203,12 @@ TEST(HostileSite, HugeUpdateFromTheOnlyNodeSkipsTheRoundInsteadOfFailing) {
   EXPECT_EQ(rec1->participants[0].screen, "kept");
 }
 
-// The same attack next to an honest node: the huge update is clipped to 10× the honest norm,
-// the round commits with a finite θ, computed exactly as screening says.
+// The same attack next to an honest node, with screen = "clip" at 10×: the huge update is clipped
+// to 10× the honest norm, the round commits with a finite θ, computed exactly as screening says.
 TEST(HostileSite, HugeUpdateNextToAnHonestNodeIsClipped) {
   ExperimentConfig cfg = testing::small_config("huge2", 1, 2);
+  cfg.robust.screen = "clip";
+  cfg.robust.norm_multiple = 10.0;
   TlsCoordinator t(cfg, 2);
   ASSERT_TRUE(t.c);
   ASSERT_TRUE(t.c->service->start().ok());

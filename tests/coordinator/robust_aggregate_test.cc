@@ -50,7 +50,7 @@ TEST(RobustScreen, LowerMedianOfOddAndEvenCounts) {
 
 TEST(RobustScreen, ClipsDropsOrKeepsAgainstTheLimit) {
   const std::vector<double> norms = {1, 2, 3, 100};
-  ScreenOptions o;  // clip, 10 × the lower median (2) = 20
+  ScreenOptions o{ScreenMode::kClip, 10.0};  // clip, 10 × the lower median (2) = 20
   ScreenDecision d = screen_norms(norms, o);
   EXPECT_EQ(d.median_norm, 2.0);
   EXPECT_EQ(d.limit, 20.0);
@@ -74,17 +74,23 @@ TEST(RobustScreen, ClipsDropsOrKeepsAgainstTheLimit) {
 TEST(RobustScreen, TwoUpdatesOneHugeIsClippedToTenTimesTheOther) {
   // With the mean of the two middle norms, 1e30 would sit under 10 × 5e29; the lower median
   // keeps the limit at 10 × the small one.
-  ScreenDecision d = screen_norms({1.0, 1e30}, ScreenOptions{});
+  const ScreenOptions clip10{ScreenMode::kClip, 10.0};
+  ScreenDecision d = screen_norms({1.0, 1e30}, clip10);
   EXPECT_EQ(d.limit, 10.0);
   EXPECT_EQ(d.actions[0], ScreenAction::kKept);
   EXPECT_EQ(d.actions[1], ScreenAction::kClipped);
   // One update alone is its own median: never screened by the multiple.
-  EXPECT_EQ(screen_norms({1e30}, ScreenOptions{}).actions[0], ScreenAction::kKept);
+  EXPECT_EQ(screen_norms({1e30}, clip10).actions[0], ScreenAction::kKept);
+  // The default drops it instead, at 5 × the small one.
+  d = screen_norms({1.0, 1e30}, ScreenOptions{});
+  EXPECT_EQ(d.limit, 5.0);
+  EXPECT_EQ(d.actions[0], ScreenAction::kKept);
+  EXPECT_EQ(d.actions[1], ScreenAction::kDropped);
 }
 
 TEST(RobustScreen, ZeroUpdatesDoNotPullTheLimitDown) {
   // Two Hydra sites with nothing to train send Δ = 0: the limit comes from the others.
-  ScreenDecision d = screen_norms({0.0, 0.0, 0.09, 0.16}, ScreenOptions{});
+  ScreenDecision d = screen_norms({0.0, 0.0, 0.09, 0.16}, ScreenOptions{ScreenMode::kClip, 10.0});
   EXPECT_EQ(d.median_norm, 0.09);
   EXPECT_DOUBLE_EQ(d.limit, 0.9);
   for (ScreenAction a : d.actions) EXPECT_EQ(a, ScreenAction::kKept);

@@ -1,0 +1,101 @@
+// Byzantine virtual sites (`atoll simulate --byzantine K --attack NAME`, bench/robust): a site
+// that trains as an honest one does, then changes what it sends. The change is made below the
+// node's client, on the PushUpdate message itself (header and encoded payload), so the round
+// engine receives exactly the bytes a hostile node would put on the wire; the site's own state
+// (θ_local, optimizer, error feedback) stays the honest one's.
+//
+// The attacks, on the update Δ (numel values) the site would have sent in round r:
+//   sign-flip  Δ' = −10 Δ
+//   gaussian   Δ' = N(0, σ² I) with σ = 10 ‖Δ‖₂ / √numel: noise of 10× the honest norm
+//              (draws keyed by (seed, round): reproducible)
+//   scale      Δ' = 10⁶ Δ
+//   tokens     Δ unchanged, the token claim 2⁶³ − 1; when the coordinator refuses it, the
+//              update is sent again with the honest claim (as a hostile node that still wants
+//              its update counted would), so the round does not wait for it
+//   replay     Δ' = the site's honest Δ of the previous round it trained (the round it answers
+//              is r); the first round, and a round whose Δ has another size (a streaming
+//              fragment of another length), send the honest Δ
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/core/status.h"
+#include "node/coordinator_calls.h"
+
+namespace atl::simulate {
+
+enum class Attack { kNone, kSignFlip, kGaussian, kScale, kTokens, kReplay };
+
+inline constexpr double kSignFlipFactor = -10.0;
+inline constexpr double kNoiseNormMultiple = 10.0;
+inline constexpr double kScaleFactor = 1e6;
+inline constexpr uint64_t kInflatedTokenClaim = 9223372036854775807ull;  // 2⁶³ − 1
+
+// "none", "sign-flip", "gaussian", "scale", "tokens", "replay".
+const char* attack_name(Attack attack);
+// The names above but "none"; InvalidArgument naming the choices otherwise.
+StatusOr<Attack> parse_attack(const std::string& name);
+// "sign-flip, gaussian, scale, tokens, replay".
+std::string attack_names();
+
+// The values a Byzantine site sends instead of `honest` (its Δ of round `round`, numel values).
+// `previous`: its honest Δ of the previous round it trained (empty: none). `seed` keys the
+// gaussian attack's draws (with `round`). kTokens and kNone return `honest` unchanged.
+std::vector<float> attacked_values(Attack attack, std::span<const float> honest,
+                                   std::span<const float> previous, uint64_t seed,
+                                   uint64_t round);
+
+// A site's calls with its pushes attacked; every other call goes to `inner` unchanged.
+// Thread-compatible, as one site's calls are (one worker thread pushes).
+class ByzantineCalls final : public node::CoordinatorCalls {
+ public:
+  // attack: not kNone. seed: the gaussian draws' key (each site its own).
+  ByzantineCalls(std::unique_ptr<node::CoordinatorCalls> inner, Attack attack, uint64_t seed);
+
+  const std::string& target() const override { return inner_->target(); }
+  Status join(const atoll_pb::v1::JoinRequest& req, atoll_pb::v1::JoinResponse* resp) override;
+  Status heartbeat(const atoll_pb::v1::HeartbeatRequest& req,
+                   atoll_pb::v1::HeartbeatResponse* resp) override;
+  Status next_task(const atoll_pb::v1::NextTaskRequest& req, atoll_pb::v1::Task* task) override;
+  Status pull_params(const atoll_pb::v1::PullParamsRequest& req,
+                     atoll_pb::v1::TensorHeader* header, std::string* payload) override;
+  // Decodes the payload (codec "none": raw fp32; any other: its codec message), applies the
+  // attack, and encodes the result with the same codec. An update it cannot decode is an error
+  // (the honest node made it: a bug), never sent.
+  Status push_update(const atoll_pb::v1::TensorHeader& header, const std::string& payload,
+                     atoll_pb::v1::PushUpdateResponse* resp) override;
+  Status report_metrics(const atoll_pb::v1::MetricsReport& req,
+                        atoll_pb::v1::MetricsAck* ack) override;
+  Status leave(const atoll_pb::v1::LeaveRequest& req, atoll_pb::v1::LeaveResponse* resp) override;
+  Status report_importance(const atoll_pb::v1::ImportanceReport& req,
+                           atoll_pb::v1::ImportanceAck* resp) override;
+  bool wait_for_link(std::chrono::milliseconds max_wait) override {
+    return inner_->wait_for_link(max_wait);
+  }
+
+ private:
+  Status push_tokens_claim(const atoll_pb::v1::TensorHeader& header, const std::string& payload,
+                           atoll_pb::v1::PushUpdateResponse* resp);
+
+  std::unique_ptr<node::CoordinatorCalls> inner_;
+  const Attack attack_;
+  const uint64_t seed_;
+  // replay: the honest Δ of the round pushed last (current_) and of the one before (previous_)
+  std::vector<float> previous_, current_;
+  uint64_t current_round_ = 0;
+  bool has_current_ = false;
+};
+
+// The payload's values: codec "none" is raw little-endian fp32, any other a codec message.
+StatusOr<std::vector<float>> decode_update_payload(const atoll_pb::v1::TensorHeader& header,
+                                                   const std::string& payload);
+// `values` as the payload of an update whose codec is header.codec().
+StatusOr<std::string> encode_update_payload(const atoll_pb::v1::TensorHeader& header,
+                                            std::span<const float> values);
+
+}  // namespace atl::simulate
