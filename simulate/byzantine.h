@@ -74,6 +74,23 @@ class ByzantineCalls final : public node::CoordinatorCalls {
   Status leave(const atoll_pb::v1::LeaveRequest& req, atoll_pb::v1::LeaveResponse* resp) override;
   Status report_importance(const atoll_pb::v1::ImportanceReport& req,
                            atoll_pb::v1::ImportanceAck* resp) override;
+  // Secure aggregation stages pass through (the attacks act on the push).
+  Status advertise_keys(const atoll_pb::v1::SecAggKeys& req,
+                        atoll_pb::v1::SecAggRoster* resp) override {
+    return inner_->advertise_keys(req, resp);
+  }
+  Status share_keys(const atoll_pb::v1::SecAggShares& req,
+                    atoll_pb::v1::SecAggShares* resp) override {
+    return inner_->share_keys(req, resp);
+  }
+  Status await_unmask(const atoll_pb::v1::SecAggUnmaskPoll& req,
+                      atoll_pb::v1::SecAggUnmaskTask* resp) override {
+    return inner_->await_unmask(req, resp);
+  }
+  Status reveal_shares(const atoll_pb::v1::SecAggReveal& req,
+                       atoll_pb::v1::SecAggRevealAck* resp) override {
+    return inner_->reveal_shares(req, resp);
+  }
   bool wait_for_link(std::chrono::milliseconds max_wait) override {
     return inner_->wait_for_link(max_wait);
   }

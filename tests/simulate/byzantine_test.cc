@@ -50,6 +50,18 @@ class RecordingCalls final : public node::CoordinatorCalls {
   Status report_importance(const pb::ImportanceReport&, pb::ImportanceAck*) override {
     return Status::Ok();
   }
+  Status advertise_keys(const pb::SecAggKeys&, pb::SecAggRoster*) override {
+    return FailedPrecondition("no secure aggregation here");
+  }
+  Status share_keys(const pb::SecAggShares&, pb::SecAggShares*) override {
+    return FailedPrecondition("no secure aggregation here");
+  }
+  Status await_unmask(const pb::SecAggUnmaskPoll&, pb::SecAggUnmaskTask*) override {
+    return FailedPrecondition("no secure aggregation here");
+  }
+  Status reveal_shares(const pb::SecAggReveal&, pb::SecAggRevealAck*) override {
+    return FailedPrecondition("no secure aggregation here");
+  }
 
  private:
   std::string target_ = "recording";
