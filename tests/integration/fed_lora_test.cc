@@ -112,10 +112,13 @@ TEST(FederatedLora, SimulateSendsOnlyAdaptersAndLearns) {
   ASSERT_TRUE(base_ck.ok()) << base_ck.status().to_string();
 
   auto a = run_atoll(lora_run("simulate", base, dir / "a", 4,
-                              {"--summary-json", dir / "a.json", "--out", dir / "final.ckpt"}),
+                              {"--summary-json", dir / "a.json", "--out", dir / "final.ckpt",
+                               "--codec", "none", "--pull-codec", "exact"}),
                      dir / "a.log", std::chrono::seconds(240));
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  auto b = run_atoll(lora_run("simulate", base, dir / "b", 4, {"--summary-json", dir / "b.json"}),
+  auto b = run_atoll(lora_run("simulate", base, dir / "b", 4,
+                              {"--summary-json", dir / "b.json", "--codec", "none",
+                               "--pull-codec", "exact"}),
                      dir / "b.log", std::chrono::seconds(240));
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_FALSE(final_sha(a.output).empty()) << a.output;
@@ -127,7 +130,8 @@ TEST(FederatedLora, SimulateSendsOnlyAdaptersAndLearns) {
   EXPECT_EQ(s.at("trainable_params").to_number<uint64_t>(), adapters);
   EXPECT_EQ(s.at("full_params").to_number<uint64_t>(), base_ck->params.numel());
   EXPECT_LT(adapters, base_ck->params.numel());
-  // Codec "none": every push is the adapter Δ in fp32, 2 sites x 4 rounds.
+  // Codec "none" both ways (the demo's defaults compress): every push is the adapter Δ in
+  // fp32, 2 sites x 4 rounds.
   EXPECT_EQ(s.at("bytes_up").to_number<uint64_t>(), 4u * 2 * adapters * 4) << a.output;
   // A round: each site pushes and pulls the adapters, against the whole model for
   // full-parameter DiLoCo (this tiny base makes r = 16 on every projection 60% of it).
