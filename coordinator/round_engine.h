@@ -268,6 +268,12 @@ class RoundEngine {
   [[nodiscard]] std::optional<Commit> advance_secagg_locked(Clock::time_point now);
   // The open secagg round of `round` with `node_id` a participant, or why not.
   StatusOr<SecAggRound*> secagg_round_locked(const std::string& node_id, uint64_t round);
+  // [secagg] stages that long-poll: hands `accept` (the node's input) to the open round, moves
+  // the stages on, then waits under `lk` (at most wait_ms, capped by max_wait_ms; the node counts
+  // as alive meanwhile) until `fill` says the answer is complete.
+  template <class Answer, class Accept, class Fill>
+  StatusOr<Answer> secagg_stage(std::unique_lock<std::mutex>& lk, const std::string& node_id,
+                                uint64_t round, uint32_t wait_ms, Accept accept, Fill fill);
   // [secagg]: the mean of the quantized updates (unmasked) as the single update of the commit.
   Status unmask_into_updates(Commit& c) const;
   void ticker_loop();

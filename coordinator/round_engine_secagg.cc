@@ -79,40 +79,55 @@ Status RoundEngine::unmask_into_updates(Commit& c) const {
   return Status::Ok();
 }
 
-StatusOr<pb::SecAggRoster> RoundEngine::advertise_keys(const std::string& id,
-                                                       const pb::SecAggKeys& req) {
-  std::unique_lock<std::mutex> lk(mu_);
-  ATOLL_RETURN_IF_ERROR(member_locked(id, req.experiment_id()));
-  ATOLL_ASSIGN_OR_RETURN(SecAggRound * sa, secagg_round_locked(id, req.round()));
-  if (Status st = sa->advertise(id, req); !st.ok()) {
-    audit("secagg_rejected", id + " advertise: " + st.to_string());
-    return st;
-  }
+template <class Answer, class Accept, class Fill>
+StatusOr<Answer> RoundEngine::secagg_stage(std::unique_lock<std::mutex>& lk,
+                                           const std::string& id, uint64_t round,
+                                           uint32_t wait_ms, Accept accept, Fill fill) {
+  ATOLL_ASSIGN_OR_RETURN(SecAggRound * sa, secagg_round_locked(id, round));
+  if (Status st = accept(*sa); !st.ok()) return st;
   if (std::optional<Commit> job = advance_secagg_locked(Clock::now())) {
-    // Only a stage with every input in can complete the sum; never this one, but a Commit
+    // Only a stage with every input in can complete the sum; never these two, but a Commit
     // must not be dropped.
     lk.unlock();
     commit(std::move(*job));
     lk.lock();
   }
   const auto deadline =
-      Clock::now() + std::chrono::milliseconds(std::min(req.wait_ms(), options_.max_wait_ms));
+      Clock::now() + std::chrono::milliseconds(std::min(wait_ms, options_.max_wait_ms));
   NodeState& n = nodes_[id];
   ++n.polling;
-  pb::SecAggRoster out;
+  Answer out;
   Status result;
   for (;;) {
-    auto round = secagg_round_locked(id, req.round());
-    if (!round.ok()) {
-      result = round.status();
+    auto open = secagg_round_locked(id, round);
+    if (!open.ok()) {
+      result = open.status();
       break;
     }
-    (*round)->fill_roster(id, out);
+    out.Clear();
+    fill(**open, out);
     if (out.complete() || cv_.wait_until(lk, deadline) == std::cv_status::timeout) break;
   }
   --n.polling;
   n.last_seen = Clock::now();
   if (!result.ok()) return result;
+  return out;
+}
+
+StatusOr<pb::SecAggRoster> RoundEngine::advertise_keys(const std::string& id,
+                                                       const pb::SecAggKeys& req) {
+  std::unique_lock<std::mutex> lk(mu_);
+  ATOLL_RETURN_IF_ERROR(member_locked(id, req.experiment_id()));
+  ATOLL_ASSIGN_OR_RETURN(
+      pb::SecAggRoster out,
+      secagg_stage<pb::SecAggRoster>(
+          lk, id, req.round(), req.wait_ms(),
+          [&](SecAggRound& sa) {
+            Status st = sa.advertise(id, req);
+            if (!st.ok()) audit("secagg_rejected", id + " advertise: " + st.to_string());
+            return st;
+          },
+          [&](SecAggRound& sa, pb::SecAggRoster& r) { sa.fill_roster(id, r); }));
   if (out.complete() && out.self_index() == 0)
     return FailedPrecondition("round " + std::to_string(req.round()) +
                               ": the secagg roster was fixed without '" + id + "'");
@@ -123,38 +138,14 @@ StatusOr<pb::SecAggShares> RoundEngine::share_keys(const std::string& id,
                                                    const pb::SecAggShares& req) {
   std::unique_lock<std::mutex> lk(mu_);
   ATOLL_RETURN_IF_ERROR(member_locked(id, req.experiment_id()));
-  ATOLL_ASSIGN_OR_RETURN(SecAggRound * sa, secagg_round_locked(id, req.round()));
-  if (Status st = sa->share(id, req); !st.ok()) {
-    audit("secagg_rejected", id + " share: " + st.to_string());
-    return st;
-  }
-  if (std::optional<Commit> job = advance_secagg_locked(Clock::now())) {
-    // Only a stage with every input in can complete the sum; never this one, but a Commit
-    // must not be dropped.
-    lk.unlock();
-    commit(std::move(*job));
-    lk.lock();
-  }
-  const auto deadline =
-      Clock::now() + std::chrono::milliseconds(std::min(req.wait_ms(), options_.max_wait_ms));
-  NodeState& n = nodes_[id];
-  ++n.polling;
-  pb::SecAggShares out;
-  Status result;
-  for (;;) {
-    auto round = secagg_round_locked(id, req.round());
-    if (!round.ok()) {
-      result = round.status();
-      break;
-    }
-    out.Clear();
-    (*round)->fill_shares_for(id, out);
-    if (out.complete() || cv_.wait_until(lk, deadline) == std::cv_status::timeout) break;
-  }
-  --n.polling;
-  n.last_seen = Clock::now();
-  if (!result.ok()) return result;
-  return out;
+  return secagg_stage<pb::SecAggShares>(
+      lk, id, req.round(), req.wait_ms(),
+      [&](SecAggRound& sa) {
+        Status st = sa.share(id, req);
+        if (!st.ok()) audit("secagg_rejected", id + " share: " + st.to_string());
+        return st;
+      },
+      [&](SecAggRound& sa, pb::SecAggShares& r) { sa.fill_shares_for(id, r); });
 }
 
 StatusOr<pb::SecAggUnmaskTask> RoundEngine::await_unmask(const std::string& id,
