@@ -354,6 +354,9 @@ TEST(DilocoProcesses, SigtermMakesANodeLeaveCleanly) {
   std::string text;
   ASSERT_TRUE(wait_for_log(c.dir / "coordinator.log", std::regex("round 1 committed"), 60s, &text))
       << text;
+  // min_nodes is 1: rounds may commit before node-2 has loaded its data and joined.
+  ASSERT_TRUE(wait_for_log(c.dir / "coordinator.log", std::regex("node_joined node-2"), 60s, &text))
+      << text;
   c.nodes[1].signal(SIGTERM);
   auto code = c.nodes[1].wait_for(30s);
   ASSERT_TRUE(code.has_value()) << read_text(c.dir / "node-2.log");
