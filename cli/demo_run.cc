@@ -340,8 +340,7 @@ ByteComparison compare_bytes(const DemoRun& run) {
   // Pulls: the whole fp32 θ, or with a compressed broadcast (pull_codec names a codec) the
   // update message after the first, full pull.
   const std::string& pull = d.config.diloco.pull_codec;
-  const bool broadcast =
-      pull != "exact" && pull != "sparse-delta" && pull != "full" && pull != "bf16";
+  const bool broadcast = d.config.compressed_broadcast();
   auto down_bytes = [&](uint64_t n) { return broadcast ? update_bytes(pull, n) : n * 4; };
   c.plain_per_sync = static_cast<uint64_t>(N) * (update_bytes(codec, numel) + down_bytes(numel));
   c.plain_total = static_cast<uint64_t>(d.rounds) * c.plain_per_sync;

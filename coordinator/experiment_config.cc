@@ -401,10 +401,7 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
     add(range_error(src, "diloco.start_wait_s", d(g.start_wait_s), "must be >= 0 seconds"));
   if (g.keep_params < 1)
     add(range_error(src, "diloco.keep_params", u(g.keep_params), "must be >= 1"));
-  // Anything but the four pull modes names the codec of a compressed broadcast.
-  const bool compressed_broadcast = g.pull_codec != "exact" && g.pull_codec != "sparse-delta" &&
-                                    g.pull_codec != "full" && g.pull_codec != "bf16";
-  if (compressed_broadcast) {
+  if (c.compressed_broadcast()) {
     auto spec = algorithms::compress::parse_spec(g.pull_codec);
     if (!spec.ok() || *spec == algorithms::compress::CodecSpec{})
       add(range_error(src, "diloco.pull_codec", "\"" + g.pull_codec.substr(0, 64) + "\"",

@@ -273,6 +273,12 @@ struct ExperimentConfig {
   LoraSection lora;
   bool is_hydra() const { return algorithm == "hydra"; }
   bool is_lora() const { return lora.enabled(); }
+  // diloco.pull_codec names a codec for the outer updates rather than one of the four pull
+  // modes ("exact", "sparse-delta", "full", "bf16").
+  bool compressed_broadcast() const {
+    const std::string& p = diloco.pull_codec;
+    return p != "exact" && p != "sparse-delta" && p != "full" && p != "bf16";
+  }
 };
 
 // Parses and validates. `source` names the file in messages ("config.toml: ...").
