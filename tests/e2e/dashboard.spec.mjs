@@ -487,7 +487,17 @@ try {
   await page.waitForFunction(() => [...document.querySelectorAll('#nodes-table tbody tr')].every(r =>
     r.querySelector('.state.left') && r.cells[3].textContent === '–'), null, { timeout: 15000 });
   await page.waitForSelector('#x-stats .stat[data-stat="ended"]');
-  await new Promise(r => setTimeout(r, 500));  // the last event's refresh
+  // Events that come after the stop (the last metrics, the final evaluation, nodes leaving) each
+  // refresh the page once; on a loaded machine they can trail the stop by seconds. Polling is
+  // periodic (every 5 s) and would not stop, so wait for 2 s without any API request (at most
+  // 30 s), then require 5.6 s more of silence.
+  const apiRequests = () => requests.filter(p => p.includes('/api/')).length;
+  for (let settleFrom = Date.now(), seen = -1; Date.now() - settleFrom < 30000;) {
+    const now = apiRequests();
+    if (now === seen) break;
+    seen = now;
+    await new Promise(r => setTimeout(r, 2000));
+  }
   const before = requests.length;
   const quietFrom = Date.now();
   // Meanwhile (no fetches either): light and dark colours, at both sizes.
