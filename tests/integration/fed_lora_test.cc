@@ -11,6 +11,7 @@
 #include "node/checkpoint.h"
 #include "tests/integration/cli_test_util.h"
 #include "tests/integration/process_cluster.h"
+#include "tests/tools/hf_dir.h"
 
 namespace atl::testing {
 namespace {
@@ -162,6 +163,70 @@ TEST(FederatedLora, SimulateSendsOnlyAdaptersAndLearns) {
   ASSERT_EQ(peft.exit_code, 0) << peft.output;
   EXPECT_TRUE(std::filesystem::exists(dir / "peft/adapter_model.safetensors"));
   EXPECT_EQ(summary_of(dir / "peft/adapter_config.json").at("r").to_number<int>(), 16);
+}
+
+// Bring your own model, federated: a Qwen2-layout Hugging Face directory (grouped-query
+// attention with 2 KV heads for 4 query heads, q/k/v biases, an untied head, bf16 weights, a
+// byte-level BPE tokenizer.json) imported with `atoll import hf`, fine-tuned by two in-process
+// sites with LoRA on every projection, and exported as PEFT with the k/v adapters at the KV width.
+TEST(FederatedLora, AnImportedGroupedQueryModelFineTunesAcrossSites) {
+  TempDir dir;
+  write_byte_level_tokenizer_json(dir / "tokenizer.json");
+  HfSpec spec;
+  spec.architecture = "Qwen2ForCausalLM";
+  spec.vocab = 263;  // the tokenizer's 256 bytes, 6 merges and one special token
+  spec.dim = 32;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  spec.ffn = 64;
+  spec.dtype = algorithms::DType::kBF16;
+  spec.tokenizer_json = read_text(dir / "tokenizer.json");
+  write_hf_dir(dir / "hf", spec);
+  auto imported =
+      run_atoll({"import", "hf", dir / "hf", "--out", dir / "base.safetensors"}, dir / "imp.log");
+  ASSERT_EQ(imported.exit_code, 0) << imported.output;
+  const std::string base = dir / "base.safetensors";
+  auto base_ck = node::load_checkpoint(base);
+  ASSERT_TRUE(base_ck.ok()) << base_ck.status().to_string();
+  ASSERT_EQ(algorithms::num_kv_heads(base_ck->meta.model), 2);
+  ASSERT_TRUE(base_ck->meta.model.attention_bias);
+  ASSERT_FALSE(base_ck->meta.model.tie_word_embeddings);
+
+  auto run = run_atoll(lora_run("simulate", base, dir / "run", 3,
+                                {"--summary-json", dir / "run.json", "--out", dir / "final.ckpt",
+                                 "--codec", "none", "--pull-codec", "exact"}),
+                       dir / "run.log", std::chrono::seconds(240));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto s = summary_of(dir / "run.json");
+  const uint64_t adapters =
+      static_cast<uint64_t>(algorithms::count_lora_params(run_lora(), base_ck->meta.model));
+  // Per layer: q, o at the model width (2 r d), k, v at the KV width (r d + r d / 2 each),
+  // gate, up, down (r (d + ffn) each): 2 layers, r = 16, d = 32, ffn = 64.
+  EXPECT_EQ(adapters, 2u * 16 * (2 * 64 + 2 * (32 + 16) + 3 * (32 + 64)));
+  EXPECT_EQ(s.at("trainable_params").to_number<uint64_t>(), adapters);
+  EXPECT_EQ(s.at("bytes_up").to_number<uint64_t>(), 3u * 2 * adapters * 4) << run.output;
+  EXPECT_EQ(s.at("base_fingerprint").as_string(), base_ck->params.fingerprint());
+  // A random base reads Brown badly; three rounds of adapters read it better.
+  EXPECT_LT(s.at("final_val_bpb").to_number<double>(),
+            s.at("initial_val_bpb").to_number<double>() - 0.05)
+      << run.output;
+
+  auto ck = node::load_checkpoint(dir / "final.ckpt");
+  ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+  EXPECT_EQ(ck->params.fingerprint(), base_ck->params.fingerprint());
+  EXPECT_EQ(ck->meta.tokenizer, spec.tokenizer_json);
+  auto peft =
+      run_atoll({"export", "peft", dir / "final.ckpt", "--out", dir / "peft"}, dir / "peft.log");
+  ASSERT_EQ(peft.exit_code, 0) << peft.output;
+  const std::string bytes = read_text(dir / "peft/adapter_model.safetensors");
+  auto st = algorithms::decode_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                           bytes.size());
+  ASSERT_TRUE(st.ok()) << st.status().message();
+  const auto* k_b = st->find("base_model.model.model.layers.1.self_attn.k_proj.lora_B.weight");
+  const auto* q_b = st->find("base_model.model.model.layers.1.self_attn.q_proj.lora_B.weight");
+  ASSERT_TRUE(k_b && q_b);
+  EXPECT_EQ(k_b->shape, (std::vector<int64_t>{16, 16}));  // 2 KV heads x head_dim 8, r = 16
+  EXPECT_EQ(q_b->shape, (std::vector<int64_t>{32, 16}));
 }
 
 TEST(FederatedLora, CodecActsOnTheAdapterVector) {

@@ -26,6 +26,7 @@
 #include "kernels/core/philox.h"
 #include "kernels/formats/convert.h"
 #include "node/checkpoint.h"
+#include "tests/tools/hf_dir.h"
 #include "tests/tools/torch_reference.h"
 #include "transport/temp_dir.h"
 
@@ -37,16 +38,9 @@ using algorithms::DType;
 using algorithms::ModelConfig;
 using algorithms::Safetensors;
 using algorithms::StTensor;
-
-// A tiny Hugging Face model: its config.json fields and how its weights are stored.
-struct HfSpec {
-  std::string architecture = "LlamaForCausalLM";
-  int vocab = 96, dim = 48, layers = 2, heads = 4, kv_heads = 2, ffn = 80, ctx = 64;
-  bool tied = false;
-  DType dtype = DType::kF32;
-  int shards = 1;            // > 1: model.safetensors.index.json and that many files
-  std::string extra_config;  // appended inside config.json's object (",\"key\": value")
-};
+using atl::testing::HfSpec;
+using atl::testing::random_hf_tensors;
+using atl::testing::write_hf_dir;
 
 std::string write_text(const fs::path& p, const std::string& text) {
   std::ofstream(p, std::ios::binary) << text;
@@ -56,104 +50,6 @@ std::string write_text(const fs::path& p, const std::string& text) {
 std::string read_text(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-std::string config_json(const HfSpec& s) {
-  char buf[1024];
-  std::snprintf(buf, sizeof buf,
-                "{\"architectures\": [\"%s\"], \"vocab_size\": %d, \"hidden_size\": %d, "
-                "\"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
-                "\"num_key_value_heads\": %d, \"intermediate_size\": %d, "
-                "\"max_position_embeddings\": %d, \"rms_norm_eps\": 1e-06, "
-                "\"rope_theta\": 500000.0, \"hidden_act\": \"silu\", "
-                "\"tie_word_embeddings\": %s, \"bos_token_id\": 1, \"eos_token_id\": 2",
-                s.architecture.c_str(), s.vocab, s.dim, s.layers, s.heads, s.kv_heads, s.ffn, s.ctx,
-                s.tied ? "true" : "false");
-  return std::string(buf) + s.extra_config + "}";
-}
-
-// The Atoll model that spec describes (its tensor names and shapes are the Hugging Face ones).
-ModelConfig model_of(const HfSpec& s) {
-  ModelConfig m;
-  m.vocab = s.vocab;
-  m.dim = s.dim;
-  m.layers = s.layers;
-  m.heads = s.heads;
-  m.kv_heads = s.kv_heads == s.heads ? 0 : s.kv_heads;
-  m.ffn_hidden = s.ffn;
-  m.seq_len = s.ctx;
-  m.tie_word_embeddings = s.tied;
-  m.attention_bias = s.architecture == "Qwen2ForCausalLM";
-  return m;
-}
-
-// Random tensors in the stored dtype: matrices N(0, 0.08), norm gains 1 ± 0.2, biases N(0, 0.1).
-std::vector<StTensor> random_hf_tensors(const HfSpec& s, uint64_t seed) {
-  std::vector<StTensor> out;
-  const auto layout = algorithms::make_layout(model_of(s));
-  uint64_t k = 0;
-  const Philox rng(seed, 7);
-  for (const auto& v : layout.views()) {
-    std::vector<float> x(v.numel());
-    const bool bias = v.name.ends_with(".bias");
-    for (float& e : x)
-      e = static_cast<float>(v.shape.size() == 2 ? 0.08 * rng.normal(k++)
-                             : bias              ? 0.1 * rng.normal(k++)
-                                                 : 1.0 + 0.2 * rng.normal(k++));
-    if (s.dtype == DType::kF32) {
-      out.push_back(algorithms::make_tensor(v.name, v.shape, x.data()));
-      continue;
-    }
-    std::vector<uint16_t> bits(x.size());
-    if (s.dtype == DType::kBF16)
-      kernels::formats::quantize_bf16(x, bits);
-    else
-      kernels::formats::quantize_fp16(x, bits);
-    StTensor t;
-    t.name = v.name;
-    t.dtype = s.dtype;
-    t.shape = v.shape;
-    t.data.resize(bits.size() * 2);
-    std::memcpy(t.data.data(), bits.data(), t.data.size());
-    out.push_back(std::move(t));
-  }
-  return out;
-}
-
-void write_st(const fs::path& p, const Safetensors& st) {
-  auto bytes = algorithms::encode_safetensors(st);
-  ASSERT_TRUE(bytes.ok()) << bytes.status().message();
-  std::ofstream(p, std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes->data()), std::streamsize(bytes->size()));
-}
-
-// Writes the directory; returns the tensors written (in the stored dtype).
-std::vector<StTensor> write_hf_dir(const fs::path& dir, const HfSpec& s, uint64_t seed = 5) {
-  fs::create_directories(dir);
-  write_text(dir / "config.json", config_json(s));
-  write_text(dir / "tokenizer.json",
-             "{\"version\": \"1.0\", \"model\": {\"type\": \"BPE\", \"vocab\": {\"\\u00e9\": 0}}}");
-  write_text(dir / "tokenizer_config.json", "{\"add_bos_token\": true}\n");
-  std::vector<StTensor> tensors = random_hf_tensors(s, seed);
-  if (s.shards <= 1) {
-    Safetensors st;
-    st.tensors = tensors;
-    write_st(dir / "model.safetensors", st);
-    return tensors;
-  }
-  std::vector<Safetensors> shards(size_t(s.shards));
-  std::string map;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const size_t f = i % shards.size();
-    shards[f].tensors.push_back(tensors[i]);
-    map += (i ? ", \"" : "\"") + tensors[i].name + "\": \"model-0000" + std::to_string(f + 1) +
-           ".safetensors\"";
-  }
-  for (size_t f = 0; f < shards.size(); ++f)
-    write_st(dir / ("model-0000" + std::to_string(f + 1) + ".safetensors"), shards[f]);
-  write_text(dir / "model.safetensors.index.json",
-             "{\"metadata\": {\"total_size\": 0}, \"weight_map\": {" + map + "}}");
-  return tensors;
 }
 
 // Runs the PyTorch Hugging Face reference on model directory `dir` and checks the Atoll model
@@ -174,7 +70,7 @@ void expect_matches_hf_reference(const fs::path& dir, const ModelConfig& m,
       algorithms::make_tensor("gen.prompt", {int64_t(prompt.size())}, prompt.data()));
   in.metadata["gen_tokens"] = std::to_string(kGen);
   const fs::path in_path = tmp.sub("in.safetensors"), out_path = tmp.sub("out.safetensors");
-  write_st(in_path, in);
+  atl::testing::write_safetensors_file(in_path, in);
   const std::string cmd =
       atl::testing::torch_llama_command({"hf", dir.string(), in_path.string(), out_path.string()});
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "failed: " << cmd;
@@ -383,7 +279,7 @@ TEST(HfImport, RefusesWithOneClearLine) {
         std::erase_if(st->tensors, [](const StTensor& t) {
           return t.name == "model.layers.1.mlp.up_proj.weight";
         });
-        write_st(d / "model.safetensors", *st);
+        atl::testing::write_safetensors_file(d / "model.safetensors", *st);
       });
   expect_import_error(HfSpec{}, "tensor model.layers.0.self_attn.k_proj.weight has shape (24, 48)",
                       [](const fs::path& d) {
@@ -401,7 +297,7 @@ TEST(HfImport, RefusesWithOneClearLine) {
         t.dtype = DType::kI8;
         t.data.resize(t.numel());
       }
-    write_st(d / "model.safetensors", *st);
+    atl::testing::write_safetensors_file(d / "model.safetensors", *st);
   });
   expect_import_error(HfSpec{}, "no tokenizer.json",
                       [](const fs::path& d) { fs::remove(d / "tokenizer.json"); });
