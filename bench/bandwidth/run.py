@@ -36,18 +36,12 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from results_md import replace_section  # noqa: E402
+from report_util import mean_se, replace_section  # noqa: E402
 
 MODEL = ["--dim", "64", "--layers", "2", "--heads", "4", "--ffn", "192", "--seq", "64",
          "--batch", "8"]
 LR = "3e-3"
 EVAL_TOKENS = "32768"
-
-
-def mean_se(xs):
-    n = len(xs)
-    m = sum(xs) / n
-    return m, (math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1) / n) if n > 1 else float("nan"))
 
 
 class Grid:

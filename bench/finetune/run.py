@@ -43,7 +43,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from results_md import replace_section  # noqa: E402
+from report_util import mean_se, replace_section  # noqa: E402
 import time
 
 MODEL = ["--dim", "128", "--layers", "2", "--heads", "4", "--ffn", "384", "--seq", "64",
@@ -176,13 +176,6 @@ class Bench:
                     "step_ms": 1000.0 * sum(walls) / (steps * len(specs)),
                     "peak_rss_mb": max(rss), "site_val_bpb": bpbs}
         return self.cached(name, make)
-
-
-def mean_se(xs):
-    n = len(xs)
-    m = sum(xs) / n
-    se = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1) / n) if n > 1 else float("nan")
-    return m, se
 
 
 def main():
