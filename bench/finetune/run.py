@@ -37,7 +37,7 @@ import json
 import math
 import os
 import platform
-import resource
+import re
 import subprocess
 import sys
 import tempfile
@@ -63,19 +63,18 @@ class Bench:
         self.env = dict(os.environ, OMP_WAIT_POLICY="passive")
 
     def run(self, argv, log):
-        """Runs atoll with argv; returns (wall seconds, peak RSS of that child in MB)."""
-        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        """Runs atoll with argv; returns (wall seconds, peak RSS of that process in MB)."""
         t0 = time.monotonic()
         with open(log, "w") as f:
-            rc = subprocess.call([self.a.atoll] + argv, stdout=f, stderr=subprocess.STDOUT,
-                                 env=self.env)
+            child = subprocess.Popen([self.a.atoll] + argv, stdout=f, stderr=subprocess.STDOUT,
+                                     env=self.env)
+            _, status, usage = os.wait4(child.pid, 0)  # this child's own rusage (KiB on Linux)
+            child.returncode = os.waitstatus_to_exitcode(status)
         wall = time.monotonic() - t0
-        if rc != 0:
-            sys.exit(f"finetune bench: `atoll {' '.join(argv[:2])}` failed (exit {rc}); see {log}")
-        # ru_maxrss of children is the largest of any child so far (KiB on Linux): exact for the
-        # first child that exceeds every earlier one, an upper bound otherwise.
-        after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        return wall, max(before, after) / 1024.0
+        if child.returncode != 0:
+            sys.exit(f"finetune bench: `atoll {' '.join(argv[:2])}` failed "
+                     f"(exit {child.returncode}); see {log}")
+        return wall, usage.ru_maxrss / 1024.0
 
     def cached(self, name, make):
         path = os.path.join(self.a.runs, name + ".json")
@@ -145,9 +144,7 @@ class Bench:
                     "bytes_per_round": (s["bytes_sent"] - s["initial_pull_bytes"]) / self.a.rounds,
                     "initial_pull_bytes": s["initial_pull_bytes"],
                     "bytes_sent": s["bytes_sent"],
-                    # In-process sites take turns on the machine's cores: the wall time of the
-                    # run over every site's steps is the time of one site step.
-                    "step_ms": 1000.0 * s["wall_s"] / site_steps,
+                    "wall_s": s["wall_s"], "site_steps": site_steps,
                     "peak_rss_mb": s["peak_rss_bytes"] / 2**20 / len(specs),
                     "site_val_bpb": self.evaluate(ckpt, specs)}
         return self.cached(name, make)
@@ -156,7 +153,7 @@ class Bench:
         name = f"alone-{method}-r{rank}-lr{lr}-s{seed}"
 
         def make():
-            bpbs, walls, rss = [], [], []
+            bpbs, step_times, rss = [], [], []
             steps = self.a.rounds * self.a.inner
             for i, spec in enumerate(specs):
                 out = os.path.join(self.a.runs, f"{name}-site{i + 1}")
@@ -167,15 +164,26 @@ class Bench:
                 if method == "lora":
                     argv += ["--lora-rank", str(rank), "--lora-alpha", str(2 * rank)]
                 wall, peak = self.run(argv, out + ".log")
-                walls.append(wall)
+                step_times.append(step_ms_of(out + ".log"))
                 rss.append(peak)
                 bpbs += self.evaluate(os.path.join(out, "checkpoint.safetensors"), [spec])
             return {"method": f"alone {'LoRA' if method == 'lora' else 'full-parameter'}",
                     "rank": rank if method == "lora" else None, "seed": seed, "lr": lr,
                     "trainable_params": None, "bytes_per_round": 0, "bytes_sent": 0,
-                    "step_ms": 1000.0 * sum(walls) / (steps * len(specs)),
+                    "step_ms": sum(step_times) / len(step_times),
                     "peak_rss_mb": max(rss), "site_val_bpb": bpbs}
         return self.cached(name, make)
+
+
+def step_ms_of(log):
+    """One inner step's milliseconds from `atoll train`'s last progress line (tokens/s over the
+    run, batch 8 x seq 64 = 512 tokens a step)."""
+    with open(log) as f:
+        rates = re.findall(r"([0-9.]+)(k?) tok/s", f.read())
+    if not rates:
+        sys.exit(f"finetune bench: no tokens/s in {log}")
+    value, kilo = rates[-1]
+    return 1000.0 * 512 / (float(value) * (1000 if kilo else 1))
 
 
 def main():
@@ -220,7 +228,8 @@ def main():
         for rank in (8, 16):
             runs.append(b.federated("lora", rank, seed, base, specs, lr["lora"]))
         runs.append(b.federated("full", 0, seed, base, specs, lr["full"]))
-        runs.append(b.alone("lora", 8, seed, base, specs, lr["lora"]))
+        for rank in (8, 16):
+            runs.append(b.alone("lora", rank, seed, base, specs, lr["lora"]))
         runs.append(b.alone("full", 0, seed, base, specs, lr["full"]))
         print(f"seed {seed} done", file=sys.stderr)
     params = next(r["full_params"] for r in runs if r.get("full_params"))
@@ -243,7 +252,10 @@ def main():
                      "worst_bpb": max(site),
                      "gain_vs_base_percent": [100.0 * (b0 - s) / b0 for b0, s in
                                               zip(base_bpb["site_val_bpb"], site)],
-                     "step_ms": sum(r["step_ms"] for r in mine) / len(mine),
+                     # A federated site's inner step is the same step `atoll train` runs alone:
+                     # its time comes from the alone runs of the same method and rank.
+                     "step_ms": mean_se([r["step_ms"] for r in runs if r["method"].startswith(
+                         "alone") and r["rank"] == k[1]])[0],
                      "peak_rss_mb": max(r["peak_rss_mb"] for r in mine)})
 
     def by_seed(method, rank):
@@ -262,6 +274,7 @@ def main():
                             "within_2_percent": m + 2 * se <= 2.0 if seeds[1:] else None,
                             "at_least_20x_fewer_bytes": ratio >= 20})
     for fed, alone in ((("federated LoRA", 8), ("alone LoRA", 8)),
+                       (("federated LoRA", 16), ("alone LoRA", 16)),
                        (("federated full-parameter", None), ("alone full-parameter", None))):
         f, al = by_seed(*fed), by_seed(*alone)
         per_site = []
@@ -270,7 +283,8 @@ def main():
                      al[s]["site_val_bpb"][i] for s in seeds]
             m, se = mean_se(gains)
             per_site.append({"site": i + 1, "data": specs[i], "gain_percent": m, "se": se})
-        comparisons.append({"what": f"{fed[0]} vs {alone[0]} (gain of federating, per site)",
+        rank = f" r={fed[1]}" if fed[1] else ""
+        comparisons.append({"what": f"{fed[0]}{rank} vs {alone[0]}{rank} (gain of federating, per site)",
                             "per_site": per_site,
                             "every_site_better": all(x["gain_percent"] > 0 for x in per_site),
                             "every_site_better_by_2se": all(
@@ -314,8 +328,9 @@ def markdown(doc, quick):
              f" LoRA on {s['lora_targets']}, alpha = {s['lora_alpha']}. bpb = validation "
              f"bits per byte on the site's own genres ({s['eval_tokens']} tokens); seeds "
              f"{', '.join(map(str, s['seeds']))} (paired: same adapters' init and data order), "
-             "means over seeds. step ms: one site step (in-process sites share the cores). "
-             "peak RSS: per site (federated: the process over the sites).", "",
+             "means over seeds. step ms: one site's inner step, from `atoll train`'s tokens/s in the "
+             "alone runs (a federated site runs the same step). Peak RSS: of one `atoll train` "
+             "process alone; federated, of the `atoll simulate` process divided by its sites.", "",
              "| method | rank | trainable params | bytes / round | site bpb | mean | worst | "
              "gain vs base % | step ms | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
