@@ -77,6 +77,19 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
   std::vector<int64_t> steps(K, 0);
   al::InnerTrainer ev(mc, opt.train);
   std::vector<std::string> prev_subnet(K);
+  // Each site's best θ on its own validation split so far, and its bpb there.
+  const bool keep_best = opt.site_keeps != SimOptions::SiteKeeps::kLast;
+  std::vector<std::vector<float>> best_theta;
+  std::vector<double> best_site_val;
+  if (keep_best) {
+    for (int k = 0; k < K; ++k) {
+      if (sites[k].site_val.size() < static_cast<int64_t>(T) + 1)
+        return InvalidArgument("keeping the best θ: site " + sites[k].genre +
+                               " has no validation split of its own (give it --site-val-docs)");
+      best_theta.push_back(theta.vec());
+      best_site_val.push_back(eval_bpb(ev, theta, sites[k].site_val, T, opt.site_val_tokens));
+    }
+  }
   for (int r = 0; r < opt.rounds; ++r) {
     // Masks of this round.
     if (method == "full") {
@@ -152,6 +165,14 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
                      last_loss);
         prev_subnet[k] = sn;
       }
+      if (opt.site_keeps == SimOptions::SiteKeeps::kBestPersonal) {
+        const double v = eval_bpb(ev, local, sites[k].site_val, T, opt.site_val_tokens);
+        if (v < best_site_val[k]) {
+          best_site_val[k] = v;
+          best_theta[k] = local.vec();
+          res.sites[k].best_round = 1000 + r;
+        }
+      }
       idx[k] = trainers[k].indices();
       d[k].resize(idx[k].size());
       node::masked_delta(theta.vec(), local.vec(), idx[k], d[k]);
@@ -177,6 +198,16 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
     ATOLL_RETURN_IF_ERROR(hy::masked_outer_step(
         {static_cast<float>(opt.outer_lr), static_cast<float>(opt.outer_momentum)}, theta.vec(),
         momentum, delta, held, r == 0));
+    if (keep_best) {
+      for (int k = 0; k < K; ++k) {
+        const double v = eval_bpb(ev, theta, sites[k].site_val, T, opt.site_val_tokens);
+        if (v < best_site_val[k]) {
+          best_site_val[k] = v;
+          best_theta[k] = theta.vec();
+          res.sites[k].best_round = r;
+        }
+      }
+    }
     if (opt.trace) {
       std::fprintf(stderr, "trace %s r%d val_bpb", method.c_str(), r);
       for (int k = 0; k < K; ++k)
@@ -188,7 +219,8 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
   res.worst_bpb = 0;
   for (int k = 0; k < K; ++k) {
     auto& s = res.sites[k];
-    s.val_bpb = eval_bpb(ev, theta, sites[k].validation, T, opt.eval_tokens);
+    if (keep_best) std::copy(best_theta[k].begin(), best_theta[k].end(), local.vec().begin());
+    s.val_bpb = eval_bpb(ev, keep_best ? local : theta, sites[k].validation, T, opt.eval_tokens);
     s.flops_fraction = flops_sum[k] / std::max<int64_t>(steps[k], 1);
     s.step_ms = step_ms_sum[k] / std::max<int64_t>(steps[k], 1);
     res.mean_bpb += s.val_bpb / K;
