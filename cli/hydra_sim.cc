@@ -104,8 +104,8 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
                         hy::empty_scores(mc, opt.ffn_blocks)};
         if (method == "hydra") {
           ATOLL_ASSIGN_OR_RETURN(
-              auto rep, node::measure_importance(mc, theta, sites[k].train, opt.seed + seed_of(k), r,
-                                                 opt.importance_batches, B, T, opt.ffn_blocks));
+              auto rep, node::measure_importance(mc, theta, sites[k].train, opt.seed + seed_of(k),
+                                                 r, opt.importance_batches, B, T, opt.ffn_blocks));
           s.scores.layer.assign(rep.layer().begin(), rep.layer().end());
           s.scores.head.assign(rep.head().begin(), rep.head().end());
           s.scores.ffn.assign(rep.ffn().begin(), rep.ffn().end());
@@ -145,7 +145,8 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
       }
       for (int s = 0; s < opt.inner_steps; ++s) {
         const int64_t step = static_cast<int64_t>(r) * opt.inner_steps + s;
-        auto batch = al::data::sample_global_batch(sites[k].train, opt.seed + 101 * seed_of(k), step, B, T);
+        auto batch =
+            al::data::sample_global_batch(sites[k].train, opt.seed + 101 * seed_of(k), step, B, T);
         const auto t0 = Clock::now();
         auto st = trainers[k].step(local, batch.tokens.data(), step);
         step_ms_sum[k] += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();

@@ -79,7 +79,8 @@ struct SimResult {
   double seconds = 0;
 };
 
-// method: "full", "heterofl", "fedrolex", "random", "hydra". a site_keeps other than kLast needs every site's site_val.
+// method: "full", "heterofl", "fedrolex", "random", "hydra". A site_keeps other than kLast needs
+// every site's site_val.
 StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& opt,
                                   const std::vector<SimSite>& sites,
                                   const algorithms::ParamSet& base);
