@@ -8,8 +8,11 @@
 # with its standard error; the same for the mean and the worst site. A method pays when every one
 # of those gains exceeds two standard errors.
 #
-# Usage: bench/hydra/pays.sh [--quick] [--out FILE] [--no-results-md] [-- EXTRA bench flags]
+# Usage: bench/hydra/pays.sh [--quick] [--out FILE] [--no-results-md] [--from LOG]
+#                            [-- EXTRA bench flags]
 #   --quick          3 seeds instead of 5
+#   --from LOG       tabulate the JSON lines ({"seed":...}) of an earlier run's output instead
+#                    of running (EXTRA must then name the settings that run used)
 #   --out FILE       JSON (default bench/results/hydra-pays.json, quick: hydra-pays-quick.json)
 #   --no-results-md  do not touch bench/RESULTS.md
 #   EXTRA            replace the settings under test (e.g. -- --site-keeps last --outer-lr 1)
@@ -21,7 +24,11 @@ PASS=()
 for ((i = 1; i <= $#; ++i)); do
   if [[ ${!i} == "--" ]]; then PASS=("${@:i+1}"); set -- "${@:1:i-1}"; break; fi
 done
-bench_args 2,18 "$@"
+FROM=""
+for ((i = 1; i <= $#; ++i)); do
+  if [[ ${!i} == "--from" ]]; then j=$((i + 1)); FROM=${!j}; set -- "${@:1:i-1}" "${@:i+2}"; break; fi
+done
+bench_args 2,21 "$@"
 
 if [[ $QUICK == 1 ]]; then SEEDS=(1 2 3); OUT=${OUT:-bench/results/hydra-pays-quick.json}
 else SEEDS=(1 2 3 4 5); OUT=${OUT:-bench/results/hydra-pays.json}; fi
@@ -35,11 +42,15 @@ TESTED=(--site-keeps best-personal --outer-lr 1.5 --outer-momentum 0)
 [[ ${#PASS[@]} -gt 0 ]] && TESTED=("${PASS[@]}")
 RAW=$(mktemp)
 trap 'rm -f "$RAW"' EXIT
-for s in "${SEEDS[@]}"; do
-  echo "seed $s" >&2
-  "$ATOLL" bench hydra "${MODEL[@]}" "${ARGS[@]}" "${TESTED[@]}" --seed "$s" --threads 1 \
-    --brown-dir "$BROWN_DIR" --json | sed "s/^{/{\"seed\":$s,/" | tee -a "$RAW"
-done
+if [[ -n $FROM ]]; then
+  grep '^{"seed":' "$FROM" > "$RAW"
+else
+  for s in "${SEEDS[@]}"; do
+    echo "seed $s" >&2
+    "$ATOLL" bench hydra "${MODEL[@]}" "${ARGS[@]}" "${TESTED[@]}" --seed "$s" --threads 1 \
+      --brown-dir "$BROWN_DIR" --json | sed "s/^{/{\"seed\":$s,/" | tee -a "$RAW"
+  done
+fi
 
 python3 - "$RAW" "$OUT" "$QUICK" "$WRITE_MD" "${MODEL[*]} ${ARGS[*]} ${TESTED[*]}" <<'PYEOF'
 import datetime, json, math, os, re, sys
