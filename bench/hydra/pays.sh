@@ -12,7 +12,8 @@
 #                            [-- EXTRA bench flags]
 #   --quick          3 seeds instead of 5
 #   --from LOG       tabulate the JSON lines ({"seed":...}) of an earlier run's output instead
-#                    of running (EXTRA must then name the settings that run used)
+#                    of running (EXTRA must then name the settings that run used; LOAD_NOTE, if
+#                    set, says what the load was while it ran)
 #   --out FILE       JSON (default bench/results/hydra-pays.json, quick: hydra-pays-quick.json)
 #   --no-results-md  do not touch bench/RESULTS.md
 #   EXTRA            replace the settings under test (e.g. -- --site-keeps last --outer-lr 1)
@@ -52,9 +53,10 @@ else
   done
 fi
 
-python3 - "$RAW" "$OUT" "$QUICK" "$WRITE_MD" "${MODEL[*]} ${ARGS[*]} ${TESTED[*]}" <<'PYEOF'
+python3 - "$RAW" "$OUT" "$QUICK" "$WRITE_MD" "${MODEL[*]} ${ARGS[*]} ${TESTED[*]}" "$FROM" "${LOAD_NOTE:-}" <<'PYEOF'
 import datetime, json, math, os, re, sys
 raw, out, quick, write_md, flags = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4] == "1", sys.argv[5]
+from_log, load_note = sys.argv[6], sys.argv[7]
 rows = [json.loads(l) for l in open(raw) if l.startswith("{")]
 seeds = sorted({r["seed"] for r in rows})
 by = {(r["seed"], r["method"]): r for r in rows}
@@ -118,9 +120,11 @@ if write_md:
         "<!-- %s:begin -->" % key,
         "## Does federated fine-tuning pay? Small-data sites, %d seeds" % len(seeds) + (" (quick)" if quick else ""),
         "",
-        "Measured %s on %s, load average %s while it ran, by `bench/hydra/pays.sh%s`; rows and "
+        "Measured %s on %s, %s, by `bench/hydra/pays.sh%s`; rows and "
         "paired statistics in `%s`." % (datetime.date.today().isoformat(), settings["machine"],
-                                        " ".join(settings["loadavg"]), " --quick" if quick else "", out),
+                                        load_note or ("load average %s %s" % (" ".join(settings["loadavg"]),
+                                        "when the rows were tabulated (--from)" if from_log else "at the end of the run")),
+                                        " --quick" if quick else "", out),
         "",
         "Four sites (Brown genres a / f / j / n, budgets 1.0 / 0.5 / 0.25 / 0.25), each holding two "
         "training documents and one validation document of its genre, drawn by the seed; bpb on the "
