@@ -61,7 +61,9 @@ from_log, load_note = sys.argv[6], sys.argv[7]
 rows = [json.loads(l) for l in open(raw) if l.startswith("{")]
 seeds = sorted({r["seed"] for r in rows})
 by = {(r["seed"], r["method"]): r for r in rows}
-methods = [m for m in dict.fromkeys(r["method"] for r in rows)]
+order = ["base", "local", "local_full", "full", "heterofl", "fedrolex", "random", "hydra"]
+methods = sorted(dict.fromkeys(r["method"] for r in rows),
+                 key=lambda m: order.index(m) if m in order else len(order))
 def stat(xs):
     n = len(xs); m = sum(xs) / n
     se = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1) / n) if n > 1 else float("inf")
