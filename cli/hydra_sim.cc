@@ -77,6 +77,19 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
   std::vector<int64_t> steps(K, 0);
   al::InnerTrainer ev(mc, opt.train);
   std::vector<std::string> prev_subnet(K);
+  // Each site's best θ on its own validation split so far, and its bpb there.
+  const bool keep_best = opt.site_keeps != SimOptions::SiteKeeps::kLast;
+  std::vector<std::vector<float>> best_theta;
+  std::vector<double> best_site_val;
+  if (keep_best) {
+    for (int k = 0; k < K; ++k) {
+      if (sites[k].site_val.size() < static_cast<int64_t>(T) + 1)
+        return InvalidArgument("keeping the best θ: site " + sites[k].genre +
+                               " has no validation split of its own (give it --site-val-docs)");
+      best_theta.push_back(theta.vec());
+      best_site_val.push_back(eval_bpb(ev, theta, sites[k].site_val, T, opt.site_val_tokens));
+    }
+  }
   for (int r = 0; r < opt.rounds; ++r) {
     // Masks of this round.
     if (method == "full") {
@@ -91,8 +104,8 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
                         hy::empty_scores(mc, opt.ffn_blocks)};
         if (method == "hydra") {
           ATOLL_ASSIGN_OR_RETURN(
-              auto rep, node::measure_importance(mc, theta, sites[k].train, opt.seed + seed_of(k), r,
-                                                 opt.importance_batches, B, T, opt.ffn_blocks));
+              auto rep, node::measure_importance(mc, theta, sites[k].train, opt.seed + seed_of(k),
+                                                 r, opt.importance_batches, B, T, opt.ffn_blocks));
           s.scores.layer.assign(rep.layer().begin(), rep.layer().end());
           s.scores.head.assign(rep.head().begin(), rep.head().end());
           s.scores.ffn.assign(rep.ffn().begin(), rep.ffn().end());
@@ -132,7 +145,8 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
       }
       for (int s = 0; s < opt.inner_steps; ++s) {
         const int64_t step = static_cast<int64_t>(r) * opt.inner_steps + s;
-        auto batch = al::data::sample_global_batch(sites[k].train, opt.seed + 101 * seed_of(k), step, B, T);
+        auto batch =
+            al::data::sample_global_batch(sites[k].train, opt.seed + 101 * seed_of(k), step, B, T);
         const auto t0 = Clock::now();
         auto st = trainers[k].step(local, batch.tokens.data(), step);
         step_ms_sum[k] += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -151,6 +165,14 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
                      hy::cost_fraction(cm, masks[k]), full_loss, first_loss, first_loss - full_loss,
                      last_loss);
         prev_subnet[k] = sn;
+      }
+      if (opt.site_keeps == SimOptions::SiteKeeps::kBestPersonal) {
+        const double v = eval_bpb(ev, local, sites[k].site_val, T, opt.site_val_tokens);
+        if (v < best_site_val[k]) {
+          best_site_val[k] = v;
+          best_theta[k] = local.vec();
+          res.sites[k].best_round = 1000 + r;
+        }
       }
       idx[k] = trainers[k].indices();
       d[k].resize(idx[k].size());
@@ -177,6 +199,16 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
     ATOLL_RETURN_IF_ERROR(hy::masked_outer_step(
         {static_cast<float>(opt.outer_lr), static_cast<float>(opt.outer_momentum)}, theta.vec(),
         momentum, delta, held, r == 0));
+    if (keep_best) {
+      for (int k = 0; k < K; ++k) {
+        const double v = eval_bpb(ev, theta, sites[k].site_val, T, opt.site_val_tokens);
+        if (v < best_site_val[k]) {
+          best_site_val[k] = v;
+          best_theta[k] = theta.vec();
+          res.sites[k].best_round = r;
+        }
+      }
+    }
     if (opt.trace) {
       std::fprintf(stderr, "trace %s r%d val_bpb", method.c_str(), r);
       for (int k = 0; k < K; ++k)
@@ -188,7 +220,8 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
   res.worst_bpb = 0;
   for (int k = 0; k < K; ++k) {
     auto& s = res.sites[k];
-    s.val_bpb = eval_bpb(ev, theta, sites[k].validation, T, opt.eval_tokens);
+    if (keep_best) std::copy(best_theta[k].begin(), best_theta[k].end(), local.vec().begin());
+    s.val_bpb = eval_bpb(ev, keep_best ? local : theta, sites[k].validation, T, opt.eval_tokens);
     s.flops_fraction = flops_sum[k] / std::max<int64_t>(steps[k], 1);
     s.step_ms = step_ms_sum[k] / std::max<int64_t>(steps[k], 1);
     res.mean_bpb += s.val_bpb / K;

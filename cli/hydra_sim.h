@@ -24,7 +24,10 @@ struct SimSite {
   // (-1: its position in the `sites` list). A site trained alone keeps its federation index so
   // it sees the same batches as in the federation.
   int seed_index = -1;
-  algorithms::data::TokenDataset train, validation;
+  // validation: where the result is reported (the genre's held-out documents, never trained on
+  // and never looked at during training). site_val: the site's own validation split, carved out
+  // of its own documents; only keep_best reads it.
+  algorithms::data::TokenDataset train, validation, site_val;
 };
 
 struct SimOptions {
@@ -41,6 +44,16 @@ struct SimOptions {
   double outer_momentum = 0.0;
   int64_t eval_tokens = 16384;  // validation targets per site evaluation
   uint64_t seed = 1;
+  // What each site ends with (its own choice, measured on its own validation split
+  // SimSite::site_val, at most site_val_tokens targets per evaluation):
+  //  kLast:         the last global θ (no early stopping).
+  //  kBestGlobal:   the best θ among the base model and the global θ after every round.
+  //  kBestPersonal: the same candidates plus the site's own θ_local after every round (the
+  //                 global θ it started the round from, fine-tuned on its data: FedAvg + local
+  //                 fine-tuning, a personalized model the site never sends anywhere else).
+  enum class SiteKeeps { kLast, kBestGlobal, kBestPersonal };
+  SiteKeeps site_keeps = SiteKeeps::kLast;
+  int64_t site_val_tokens = 8192;
   // Diagnostics (bench --trace): per round and site, the subnetwork, whether it changed (the
   // optimizer state is reset then), the loss of θ on the site's first batch of the round with the
   // full forward and with the site's forward (the damage of removing units), the last inner loss,
@@ -54,6 +67,9 @@ struct SimSiteResult {
   double peak_mem_mb = 0;     // θ_local + gradient + optimizer state + activations (buffers)
   double step_ms = 0;         // mean inner step wall time (noisy on a shared machine)
   std::string last_subnet;
+  // The round whose θ the site kept (-1: the base model); kBestPersonal: + 1000 when it kept its
+  // own θ_local of that round.
+  int best_round = -1;
 };
 
 struct SimResult {
@@ -63,7 +79,8 @@ struct SimResult {
   double seconds = 0;
 };
 
-// method: "full", "heterofl", "fedrolex", "random", "hydra".
+// method: "full", "heterofl", "fedrolex", "random", "hydra". A site_keeps other than kLast needs
+// every site's site_val.
 StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& opt,
                                   const std::vector<SimSite>& sites,
                                   const algorithms::ParamSet& base);

@@ -824,21 +824,36 @@ function renderSites(x, m, nodes, subnets) {
   const siteVal = (m.per_node && m.per_node.site_val_bpb) || {};
   const flops = new Map(((subnets && subnets.subnets) || []).map(s => [s.node_id, s.flops_fraction]));
   const sorted = nodes.slice().sort((a, b) => a.node_id.localeCompare(b.node_id));
-  $('#sites-table tbody').replaceChildren(...sorted.map(n => {
+  // Gain over the base model, percent of its bpb (> 0: the site's data is predicted better than
+  // before it joined); null until the site has reported its base model.
+  const rows = sorted.map(n => {
     const sv = siteVal[n.node_id] || [];
     const base = sv.length && sv[0][0] === 1 ? sv[0][1] : null;
     const latest = sv.length ? sv[sv.length - 1] : null;
     const gain = base != null && latest ? 100 * (base - latest[1]) / base : null;
+    return { n, base, latest, gain };
+  });
+  $('#sites-table tbody').replaceChildren(...rows.map(({ n, base, latest, gain }) => {
     const f = flops.get(n.node_id);
-    return el('tr', { dataset: { node: n.node_id } },
+    const verdict = gain == null ? 'pending' : Math.abs(gain) < 0.005 ? 'same' : gain > 0 ? 'better' : 'worse';
+    return el('tr', { dataset: { node: n.node_id, verdict } },
       el('th', { scope: 'row', class: 'mono' }, n.node_id),
       el('td', { class: 'num budget' }, n.budget == null ? '–' : Number(n.budget).toFixed(2)),
       el('td', { class: 'num flops' }, f == null ? '–' : `${(100 * f).toFixed(1)}%`),
       el('td', { class: 'num base', title: 'the base model θ0 on this site\'s data' }, fmtNum(base)),
       el('td', { class: 'num latest', title: latest ? `reported with round ${latest[0]}` : null }, latest ? fmtNum(latest[1]) : '–'),
-      el('td', { class: 'num gain' }, gain == null ? '–' : Math.abs(gain) < 0.005 ? '0.00% (same)'
-        : `${Math.abs(gain).toFixed(2)}% ${gain > 0 ? 'lower' : 'higher'}`));
+      el('td', { class: `num gain ${verdict}`, title: 'lower bpb than the base model = positive gain' },
+        gain == null ? '–' : verdict === 'same' ? '0.00% (same)' : `${gain > 0 ? '+' : '−'}${Math.abs(gain).toFixed(2)}%`));
   }));
+  // Does joining pay? How many sites predict their own data better than their base model did.
+  const judged = rows.filter(r => r.gain != null), better = judged.filter(r => r.gain >= 0.005);
+  const worse = judged.filter(r => r.gain <= -0.005);
+  const line = $('#sites-verdict');
+  line.textContent = judged.length
+    ? `${better.length} of ${judged.length} sites better than their base model` +
+      (worse.length ? `; worse: ${worse.map(r => `${r.n.node_id} (−${Math.abs(r.gain).toFixed(2)}%)`).join(', ')}` : '') + '.'
+    : 'No site has reported past its base model yet.';
+  Object.assign(line.dataset, { better: String(better.length), worse: String(worse.length), judged: String(judged.length) });
   const map = xMapper(m, state.xAxis);
   const sets = sorted.map(n => ({ label: n.node_id, data: toPoints(siteVal[n.node_id], map) }));
   state.charts.sites.set(sets, state.xAxis, Math.max(map(m.total_rounds || 0), maxX(sets)), '',

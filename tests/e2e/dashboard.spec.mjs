@@ -761,7 +761,7 @@ try {
   const sites = await page.$$eval('#sites-table tbody tr', rows => Object.fromEntries(rows.map(r => [r.dataset.node,
     { budget: r.querySelector('.budget').textContent, flops: r.querySelector('.flops').textContent, gain: r.querySelector('.gain').textContent }])));
   check(sites['site-a'].budget === '1.00' && sites['site-f'].budget === '0.50' && sites['site-j'].budget === '0.25' &&
-    sites['site-n'].budget === '0.25' && Object.values(sites).every(v => /%$/.test(v.flops) && /^\d+\.\d\d% (lower|higher|\(same\))$/.test(v.gain)),
+    sites['site-n'].budget === '0.25' && Object.values(sites).every(v => /%$/.test(v.flops) && /^([+−]\d+\.\d\d%|0\.00% \(same\))$/.test(v.gain)),
     `Hydra sites: ${JSON.stringify(sites)}`);
   const siteSets = await page.evaluate(() => Chart.getChart(document.querySelector('#chart-sites')).data.datasets.map(d => d.label).join(','));
   check(siteSets === 'site-a,site-f,site-j,site-n', `site bpb chart curves: ${siteSets}`);
@@ -770,6 +770,25 @@ try {
   await page.waitForFunction(() => [...document.querySelectorAll('#nodes-table tbody tr')].every(r => r.querySelector('.state.left')),
     null, { timeout: 15000 });
   const hnow = await page.$$eval('#nodes-table tbody tr', rows => rows.map(r => `${r.cells[0].textContent} ${r.cells[3].textContent}`));
+  // Each site's gain over its base model: the sign and size its base and latest bpb give, the
+  // verdict class that goes with it, and a summary line that counts the sites it calls better.
+  const gains = await page.$$eval('#sites-table tbody tr', rows => rows.map(r => ({
+    node: r.dataset.node, verdict: r.dataset.verdict, base: r.querySelector('.base').textContent,
+    latest: r.querySelector('.latest').textContent, gain: r.querySelector('.gain').textContent,
+    cls: r.querySelector('.gain').className })));
+  for (const g of gains) {
+    const want = 100 * (Number(g.base) - Number(g.latest)) / Number(g.base);
+    const shown = g.gain === '0.00% (same)' ? 0 : Number(g.gain.replace('−', '-').replace('%', ''));
+    check(Number.isFinite(shown) && Math.abs(shown - want) < 0.02, `${g.node}: gain ${g.gain} for base ${g.base}, latest ${g.latest}`);
+    const verdict = Math.abs(shown) < 0.005 ? 'same' : shown > 0 ? 'better' : 'worse';
+    check(g.verdict === verdict && g.cls.split(' ').includes(verdict), `${g.node}: verdict ${g.verdict} (${g.cls}) for gain ${g.gain}`);
+  }
+  const summary = await page.$eval('#sites-verdict', p => ({ text: p.textContent, ...p.dataset }));
+  const nBetter = gains.filter(g => g.verdict === 'better').length, nWorse = gains.filter(g => g.verdict === 'worse').length;
+  check(summary.better === String(nBetter) && summary.worse === String(nWorse) && summary.judged === '4' &&
+    summary.text.startsWith(`${nBetter} of 4 sites better than their base model`) &&
+    gains.filter(g => g.verdict === 'worse').every(g => summary.text.includes(g.node)),
+    `site summary ${JSON.stringify(summary)} for gains ${JSON.stringify(gains)}`);
   check(hnow.length === 4 && hnow.every(t => / –$/.test(t)), `finished Hydra run, node progress: ${hnow.join(', ')}`);
   await shoot(page, 'hydra');
   step(`Hydra grids: ${grids.map(g => `${g.node} ${g.rows}x${HEADS} (${g.removed} removed)`).join(', ')}; sites ${JSON.stringify(sites)}`);

