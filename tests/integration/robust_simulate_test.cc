@@ -78,6 +78,35 @@ TEST(RobustSimulate, DefaultSettingHoldsAgainstOneAttackerAndThePlainMeanDoesNot
     EXPECT_NE(plain.output.find("inner training diverged"), std::string::npos) << plain.output;
 }
 
+// A site that replays its first update byte for byte: the default screening drops the replay in
+// every round after the first, and the run ends within 2% of the honest one. With replay
+// detection off (--replay-cosine 0) the same run keeps every replay.
+TEST(RobustSimulate, ReplayIsDroppedEveryRoundAfterTheFirst) {
+  TempDir dir;
+  const Summary honest = simulate(dir, "honest", {});
+  ASSERT_EQ(honest.exit_code, 0) << honest.output;
+  const Summary replay =
+      simulate(dir, "replay", {"--byzantine", "1", "--attack", "replay"});
+  ASSERT_EQ(replay.exit_code, 0) << replay.output;
+  EXPECT_EQ(replay.dropped, 2u);  // rounds 1 and 2 of 0..2
+  EXPECT_EQ(replay.clipped, 0u);
+  size_t replays = 0;
+  for (size_t at = 0;
+       (at = replay.output.find("update from node-4 dropped: replay", at)) != std::string::npos;
+       ++at)
+    ++replays;
+  EXPECT_EQ(replays, 2u) << replay.output;
+  ASSERT_TRUE(std::isfinite(replay.final_bpb));
+  EXPECT_LE(std::abs(replay.final_bpb - honest.final_bpb), 0.02 * honest.final_bpb)
+      << replay.final_bpb << " against honest " << honest.final_bpb;
+
+  const Summary kept = simulate(dir, "replay-kept",
+                                {"--replay-cosine", "0", "--byzantine", "1", "--attack", "replay"});
+  ASSERT_EQ(kept.exit_code, 0) << kept.output;
+  EXPECT_EQ(kept.dropped, 0u);
+  EXPECT_NE(kept.fingerprint, replay.fingerprint);
+}
+
 TEST(RobustSimulate, TheTokenClaimIsRefusedSoTheRunIsTheHonestOne) {
   TempDir dir;
   const Summary honest = simulate(dir, "honest", {"--screen", "off"});
@@ -113,6 +142,7 @@ TEST(RobustSimulate, BadFlagsAreOneLine) {
       {{"--screen", "maybe"}, "--screen must be clip, drop or off, not maybe"},
       {{"--aggregator", "avg"}, "--aggregator must be mean, clipped-mean, trimmed-mean"},
       {{"--norm-multiple", "0.5"}, "--norm-multiple"},
+      {{"--replay-cosine", "1.5"}, "--replay-cosine"},
       {{"--dp-clip", "1", "--screen", "drop"}, "cannot be combined with --dp-clip"},
   };
   int i = 0;
