@@ -24,9 +24,16 @@ bench_args 2,16 "$@"
 if [[ $QUICK == 1 ]]; then
   GRID="4:1"; ROUNDS=3; INNER=5; ATTACKS="sign-flip scale"; SETTINGS="default"
 else
-  GRID="4:1 8:2"; ROUNDS=6; INNER=10; ATTACKS="sign-flip gaussian scale tokens replay"
+  GRID="4:1 8:2"; ROUNDS=6; INNER=10; ATTACKS="sign-flip gaussian scale tokens replay stale"
   SETTINGS="default mean-no-screening"
 fi
+# ROBUST_ATTACKS="replay stale": only these attacks (and the honest runs) are run again; their
+# rows replace the ones of the same setting, sites and attack in the existing JSON, whose other
+# rows are kept (the table is written from all of them).
+MERGE=0
+# ROBUST_SETTINGS="default" likewise runs only these settings.
+if [[ -n ${ROBUST_ATTACKS:-} ]]; then ATTACKS=$ROBUST_ATTACKS; MERGE=1; fi
+if [[ -n ${ROBUST_SETTINGS:-} ]]; then SETTINGS=$ROBUST_SETTINGS; MERGE=1; fi
 EVAL_TOKENS=8192
 if [[ -z $OUT ]]; then
   if [[ $QUICK == 1 ]]; then OUT=bench/results/robust-quick.json; else OUT=bench/results/robust.json; fi
@@ -78,10 +85,10 @@ for setting in $SETTINGS; do
   done
 done
 
-python3 - "$OUT" "$WRITE_MD" "$ROUNDS" "$INNER" "$EVAL_TOKENS" "$work" "${names[@]}" <<'PY'
+python3 - "$OUT" "$WRITE_MD" "$ROUNDS" "$INNER" "$EVAL_TOKENS" "$work" "$MERGE" "${names[@]}" <<'PY'
 import datetime, json, math, os, sys
-out, write_md, rounds, inner, eval_tokens, work = sys.argv[1:7]
-runs = [n.split(":") for n in sys.argv[7:]]
+out, write_md, rounds, inner, eval_tokens, work, merge = sys.argv[1:8]
+runs = [n.split(":") for n in sys.argv[8:]]
 summaries = {}
 for setting, sites, byz, attack in runs:
     summaries[(setting, sites, byz, attack)] = json.load(
@@ -102,6 +109,7 @@ for (setting, sites, byz, attack), s in summaries.items():
                  "initial_val_bpb": s.get("initial_val_bpb"),
                  "updates_clipped": s.get("updates_clipped"),
                  "updates_dropped": s.get("updates_dropped"),
+                 "updates_replayed": s.get("updates_replayed"),
                  "max_norm_ratio": s.get("max_norm_ratio"),
                  "final_fingerprint": s["final_fingerprint"], "wall_s": s["wall_s"],
                  "failed": s.get("failed")})
@@ -114,6 +122,23 @@ def verdict(r):
         return "ok" if rel is not None and abs(rel) <= 0.02 else "MISSED (> 2%)"
     return "attack real" if rel is None or rel >= 0.10 else "attack NOT real (< 10%)"
 
+if merge == "1" and os.path.exists(out):
+    def key(r):
+        return (r["setting"], r["sites"], r["byzantine"], r["attack"])
+    fresh = {key(r) for r in rows}
+    previous = json.load(open(out))["rows"]
+    for r in previous:
+        # An honest run gives the same θ again (same config and seed): say so if it did not.
+        same = [n for n in rows if key(n) == key(r)]
+        if r["byzantine"] == 0 and same and same[0]["final_fingerprint"] != r["final_fingerprint"]:
+            print(f"robust: honest run {key(r)} changed: {r['final_fingerprint']} -> "
+                  f"{same[0]['final_fingerprint']}", file=sys.stderr)
+    order = [key(r) for r in previous] + [key(r) for r in rows if key(r) not in
+                                           {key(p) for p in previous}]
+    by_key = {key(r): r for r in previous if key(r) not in fresh}
+    by_key.update({key(r): r for r in rows})
+    rows = [by_key[k] for k in order]
+    # Honest references of kept rows are unchanged when the honest runs are.
 for r in rows:
     r["verdict"] = verdict(r)
 doc = {"date": datetime.date.today().isoformat(), "machine": "2-core CPU",
@@ -161,8 +186,9 @@ if write_md == "1":
             f"validation tokens; the last K sites are Byzantine (`--byzantine K --attack NAME`, "
             f"simulate/byzantine.h). `default` is the default `[robust]` section (screen = "
             f"\"{default_row['screen']}\" at {default_row['norm_multiple']:g} x the median norm, "
+            f"replays dropped at cosine >= 0.99 to the site's previous accepted update, "
             f"aggregator \"{default_row['aggregator']}\"); `mean-no-screening` is the plain "
-            f"token-weighted mean with screen = \"off\". \"vs honest\" compares with the run of "
+            f"token-weighted mean with screen = \"off\" (no replay detection either). \"vs honest\" compares with the run of "
             f"the same setting and site count without Byzantine sites. Results: "
             f"`bench/results/robust.json`.\n\n{table}\n")
     if head in md:
