@@ -178,6 +178,34 @@ TEST(HostileSite, InflatedTokenClaimIsRefusedAndTheHonestNodeCounts) {
   EXPECT_TRUE(audited);
 }
 
+// Item 1's Streaming DiLoCo equivalent: a round runs inner_steps / streaming_fragments steps, so
+// the plain-DiLoCo maximum (10 steps' tokens) is refused and the round's (5 steps') accepted.
+TEST(HostileSite, StreamingTokenClaimIsCappedAtTheFragmentsSteps) {
+  ExperimentConfig cfg = testing::small_config("stream-tokens", 1, 1);
+  cfg.diloco.streaming_fragments = 2;  // inner_steps 10: 5 steps a round
+  TlsCoordinator t(cfg, 1);
+  ASSERT_TRUE(t.c);
+  ASSERT_TRUE(t.c->service->start().ok());
+  std::vector<Site> sites = train_round(t, {0});
+  const pb::Task& task = sites[0].task;
+  ASSERT_GT(task.fragment_numel(), 0u);
+  const std::vector<float> delta(task.fragment_numel(), 0.001f);
+  node::UpdateHeader h = sites[0].header(10ull * 8 * 256, t.layout_fp);
+  h.fragment_offset = task.fragment_offset();
+  auto over = sites[0].client->push_update(h, delta);
+  ASSERT_EQ(over.status().code(), StatusCode::kInvalidArgument) << over.status().to_string();
+  EXPECT_TRUE(contains(over.status().message(), "is more than a round allows: 5 inner steps"))
+      << over.status().message();
+  h.tokens = 5ull * 8 * 256;
+  auto ok = sites[0].client->push_update(h, delta);
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  auto fin = t.c->service->wait_until_finished(Clock::now() + 20s);
+  ASSERT_TRUE(fin.ok()) << fin.status().to_string();
+  auto rec = t.c->store->load_round("stream-tokens", 0);
+  ASSERT_TRUE(rec.ok()) << rec.status().to_string();
+  EXPECT_EQ(rec->tokens, 5ull * 8 * 256);
+}
+
 // "One node ends an experiment for good", alone: Δ = 3e38 everywhere is finite, but its outer
 // step is not. The round is skipped (θ unchanged), and the experiment goes on.
 TEST(HostileSite, HugeUpdateFromTheOnlyNodeSkipsTheRoundInsteadOfFailing) {
