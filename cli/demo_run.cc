@@ -183,9 +183,10 @@ void print_sites(const DemoRun& run, double initial_bpb, uint64_t start_round) {
   if (d.config.robust.screen == "off")
     std::printf("screening off, aggregator %s\n", d.config.robust.aggregator.c_str());
   else
-    std::printf("screening: %s above %g x the median norm, replays at cosine >= %g, aggregator %s\n",
-                d.config.robust.screen.c_str(), d.config.robust.norm_multiple,
-                d.config.robust.replay_cosine, d.config.robust.aggregator.c_str());
+    std::printf(
+        "screening: %s above %g x the median norm, replays at cosine >= %g, aggregator %s\n",
+        d.config.robust.screen.c_str(), d.config.robust.norm_multiple,
+        d.config.robust.replay_cosine, d.config.robust.aggregator.c_str());
   std::printf("round %3" PRIu64 " | val bpb %.4f (initial)\n", start_round, initial_bpb);
   std::fflush(stdout);
 }
@@ -423,16 +424,15 @@ Status write_summary_json(const DemoRun& run, const RunTotals& t, double baselin
       << (run.mode == SiteMode::kInProcess ? "in-process" : "processes") << "\""
       << ",\"nodes\":" << N << ",\"byzantine\":" << d.byzantine << ",\"attack\":\""
       << simulate::attack_name(d.attack) << "\",\"screen\":\"" << cfg.robust.screen
-      << "\",\"norm_multiple\":" << json_number(cfg.robust.norm_multiple)
-      << ",\"aggregator\":\"" << cfg.robust.aggregator << "\""
+      << "\",\"norm_multiple\":" << json_number(cfg.robust.norm_multiple) << ",\"aggregator\":\""
+      << cfg.robust.aggregator << "\""
       << ",\"updates_clipped\":" << t.updates_clipped
       << ",\"updates_dropped\":" << t.updates_dropped
-      << ",\"updates_replayed\":" << t.updates_replayed
-      << ",\"replay_cosine\":"
+      << ",\"updates_replayed\":" << t.updates_replayed << ",\"replay_cosine\":"
       << json_number(cfg.robust.screen == "off" ? 0.0 : cfg.robust.replay_cosine)
       << ",\"max_norm_ratio\":" << json_number(t.max_norm_ratio)
-      << ",\"rounds\":" << t.rounds_done / P
-      << ",\"inner_steps\":" << d.inner_steps << ",\"codec\":\"" << cfg.train.codec << "\""
+      << ",\"rounds\":" << t.rounds_done / P << ",\"inner_steps\":" << d.inner_steps
+      << ",\"codec\":\"" << cfg.train.codec << "\""
       << ",\"fragments\":" << P << ",\"overlap_steps\":" << cfg.diloco.overlap_steps
       << ",\"merge_alpha\":" << json_number(cfg.diloco.merge_alpha) << ",\"pull_codec\":\""
       << cfg.diloco.pull_codec << "\""

@@ -264,8 +264,9 @@ std::vector<Status> secagg_errors(const ExperimentConfig& c, std::string_view sr
   if (c.train.codec != "none")
     refuse("needs train.codec = \"none\" (secure aggregation quantizes the update itself)");
   if (c.robust.screen != "off")
-    refuse("needs robust.screen = \"off\" (the coordinator cannot screen updates it cannot see: "
-           "neither their norms nor replays)");
+    refuse(
+        "needs robust.screen = \"off\" (the coordinator cannot screen updates it cannot see: "
+        "neither their norms nor replays)");
   if (c.robust.aggregator != "mean")
     refuse("needs robust.aggregator = \"mean\" (only a sum can be aggregated securely, not \"" +
            c.robust.aggregator + "\")");

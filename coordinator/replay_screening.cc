@@ -73,8 +73,7 @@ ReplayMemory screen_replays(PendingUpdates& updates, const ReplayMemory& previou
   if (!(min_cosine > 0)) return sketched;
   for (auto it = updates.begin(); it != updates.end();) {
     const PendingUpdate& u = it->second;
-    ReplayEntry entry{update_layout_key(u, range),
-                      algorithms::replay_sketch(u.delta, u.indices)};
+    ReplayEntry entry{update_layout_key(u, range), algorithms::replay_sketch(u.delta, u.indices)};
     auto prev = previous.find(it->first);
     if (prev != previous.end() && prev->second.layout == entry.layout) {
       // A bit-for-bit equal sketch is cosine 1 exactly (replay_cosine = 1: exact repeats only).

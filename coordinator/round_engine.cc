@@ -130,9 +130,9 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
   // The replay-detection memory committed with the current round (empty before the first).
   ReplayMemory replay;
   if (resumed->replay_memory) {
-    ATOLL_ASSIGN_OR_RETURN(replay, decode_replay_memory(*resumed->replay_memory,
-                                                        "replay-detection memory of '" +
-                                                            config.name + "'"));
+    ATOLL_ASSIGN_OR_RETURN(
+        replay, decode_replay_memory(*resumed->replay_memory,
+                                     "replay-detection memory of '" + config.name + "'"));
   }
   eng->replay_ = std::make_shared<const ReplayMemory>(std::move(replay));
   // θ versions still in the store can be delta bases for pulls: θ_v's fingerprint is the base
@@ -662,10 +662,10 @@ void RoundEngine::commit(Commit c) {
                                       update_message.size())};
   const std::string replay_bytes =
       outer.ok() && !c.replay->empty() ? encode_replay_memory(*c.replay) : std::string();
-  const Status written = outer.ok() ? store_.commit_round(c.next, rec, theta_next, momentum_next,
-                                                          c.feedback ? &broadcast : nullptr,
-                                                          replay_bytes)
-                                    : Status::Ok();
+  const Status written = outer.ok()
+                             ? store_.commit_round(c.next, rec, theta_next, momentum_next,
+                                                   c.feedback ? &broadcast : nullptr, replay_bytes)
+                             : Status::Ok();
   // θ_{r+1}, its momentum and the error feedback become immutable snapshots too.
   c.theta = std::make_shared<const std::vector<float>>(std::move(theta_next));
   c.momentum = std::make_shared<const std::vector<float>>(std::move(momentum_next));

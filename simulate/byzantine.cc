@@ -13,7 +13,7 @@ namespace compress = algorithms::compress;
 
 namespace {
 constexpr Attack kAttacks[] = {Attack::kSignFlip, Attack::kGaussian, Attack::kScale,
-                               Attack::kTokens, Attack::kReplay, Attack::kStale};
+                               Attack::kTokens,   Attack::kReplay,   Attack::kStale};
 
 std::vector<float> scaled(std::span<const float> v, double factor) {
   std::vector<float> out(v.begin(), v.end());
@@ -30,7 +30,8 @@ const char* attack_name(Attack attack) {
     case Attack::kScale: return "scale";
     case Attack::kTokens: return "tokens";
     case Attack::kReplay: return "replay";
-    case Attack::kStale: return "stale";
+    case Attack::kStale:
+      return "stale";
   }
   return "?";
 }

@@ -30,7 +30,8 @@ std::vector<double> replay_sketch(std::span<const float> values,
                                   std::span<const uint32_t> indices) {
   std::vector<double> sketch(kReplaySketchBuckets, 0.0);
   const bool indexed = !indices.empty() && indices.size() == values.size();
-  for (size_t j = 0; j < values.size(); ++j) add_to_sketch(sketch, indexed ? indices[j] : j, values[j]);
+  for (size_t j = 0; j < values.size(); ++j)
+    add_to_sketch(sketch, indexed ? indices[j] : j, values[j]);
   return sketch;
 }
 

@@ -6,14 +6,13 @@
 
 #include <gtest/gtest.h>
 
-#include <tuple>
-
 #include <boost/json.hpp>
 #include <cmath>
 #include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "coordinator/experiment_manager.h"
 #include "coordinator/http/api.h"
@@ -208,8 +207,8 @@ TEST(CoordinatorMetrics, CountsScreenedUpdatesByReason) {
   for (const auto& [id, screen, reason] :
        std::vector<std::tuple<std::string, std::string, std::string>>{
            {"node-1", "kept", ""}, {"node-2", "dropped", "replay"}, {"node-3", "dropped", "norm"}})
-    e.record->participants.push_back({.node_id = id, .pushed = true, .screen = screen,
-                                      .screen_reason = reason});
+    e.record->participants.push_back(
+        {.node_id = id, .pushed = true, .screen = screen, .screen_reason = reason});
   metrics.observe(e);
   metrics.observe(e);
   EXPECT_EQ(sample_value(metrics.render(), replay), 2.0);

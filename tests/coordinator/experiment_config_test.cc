@@ -78,7 +78,8 @@ TEST(ExperimentConfig, RobustSectionDefaultsParseRoundTripAndErrors) {
   EXPECT_DOUBLE_EQ(d->robust.replay_cosine, 0.99);
   EXPECT_EQ(d->robust.aggregator, "mean");
   auto c = parse_experiment_config(
-      "[robust]\nscreen = \"drop\"\nnorm_multiple = 4\nmax_norm = 1e3\nreplay_cosine = 0.95\naggregator = "
+      "[robust]\nscreen = \"drop\"\nnorm_multiple = 4\nmax_norm = 1e3\nreplay_cosine = "
+      "0.95\naggregator = "
       "\"trimmed-mean\"\ntrim_fraction = 0.25\nclip_multiple = 2.0\nkrum_byzantine = 2\n"
       "krum_keep = 3\n");
   ASSERT_TRUE(c.ok()) << c.status().to_string();

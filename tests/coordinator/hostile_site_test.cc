@@ -300,8 +300,8 @@ std::string replay_run(bool restart) {
   for (uint64_t r = 0; r < 3; ++r) {
     if (restart && r == 2) {
       // Once round 1 is committed (the next TRAIN task would be round 2's).
-      EXPECT_TRUE(testing_util::eventually(
-          [&] { return t.c->store->load_round("replay", 1).ok(); }, 20000ms));
+      EXPECT_TRUE(testing_util::eventually([&] { return t.c->store->load_round("replay", 1).ok(); },
+                                           20000ms));
       t.restart(cfg);
       if (!t.c) return "";
       EXPECT_TRUE(t.c->service->start().ok());
@@ -309,10 +309,11 @@ std::string replay_run(bool restart) {
     std::vector<Site> sites = train_round(t, {0, 1}, r == 0 || (restart && r == 2));
     EXPECT_EQ(sites[0].task.round(), r);
     EXPECT_TRUE(sites[1].client->push_update(sites[1].header(1000, t.layout_fp), replayed).ok());
-    EXPECT_TRUE(sites[0]
-                    .client->push_update(sites[0].header(1000, t.layout_fp),
-                                         drawn_delta(static_cast<uint32_t>(r)))
-                    .ok());
+    EXPECT_TRUE(
+        sites[0]
+            .client
+            ->push_update(sites[0].header(1000, t.layout_fp), drawn_delta(static_cast<uint32_t>(r)))
+            .ok());
   }
   auto fin = t.c->service->wait_until_finished(Clock::now() + 20s);
   EXPECT_TRUE(fin.ok()) << fin.status().to_string();
@@ -327,7 +328,8 @@ std::string replay_run(bool restart) {
   auto audit = t.c->store->list_audit("replay");
   EXPECT_TRUE(audit.ok());
   size_t replays = 0;
-  for (const auto& line : *audit) replays += contains(line, "node-1 round ") && contains(line, "dropped: replay");
+  for (const auto& line : *audit)
+    replays += contains(line, "node-1 round ") && contains(line, "dropped: replay");
   EXPECT_EQ(replays, 2u);
   return t.c->service->params_fingerprint();
 }

@@ -86,8 +86,7 @@ TEST(RobustSimulate, ReplayIsDroppedEveryRoundAfterTheFirst) {
   TempDir dir;
   const Summary honest = simulate(dir, "honest", {});
   ASSERT_EQ(honest.exit_code, 0) << honest.output;
-  const Summary replay =
-      simulate(dir, "replay", {"--byzantine", "1", "--attack", "replay"});
+  const Summary replay = simulate(dir, "replay", {"--byzantine", "1", "--attack", "replay"});
   ASSERT_EQ(replay.exit_code, 0) << replay.output;
   EXPECT_EQ(replay.dropped, 2u);  // rounds 1 and 2 of 0..2
   EXPECT_EQ(replay.clipped, 0u);

@@ -246,9 +246,10 @@ TEST(Byzantine, AttackNamesParseAndABadOneSaysWhichExist) {
   }
   auto bad = parse_attack("flip");
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().message(),
-            "--attack flip is not an attack: use one of sign-flip, gaussian, scale, tokens, replay, "
-            "stale");
+  EXPECT_EQ(
+      bad.status().message(),
+      "--attack flip is not an attack: use one of sign-flip, gaussian, scale, tokens, replay, "
+      "stale");
   EXPECT_FALSE(parse_attack("none").ok());
 }
 
