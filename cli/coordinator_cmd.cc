@@ -41,9 +41,12 @@ std::optional<std::string> event_line(const coordinator::Event& e, double val_bp
       // Screening (docs/coordinator.md): each update clipped or left out, with its norm.
       for (const auto& p : e.record->participants)
         if (p.screen == "clipped" || p.screen == "dropped")
-          line += format_line(" | update from %s %s: norm %.4g, limit %.4g (median %.4g)",
-                              p.node_id.c_str(), p.screen.c_str(), p.norm, e.record->norm_limit,
-                              e.record->median_norm);
+          line += p.screen_reason == "replay"
+                      ? format_line(" | update from %s dropped: replay of its previous update",
+                                    p.node_id.c_str())
+                      : format_line(" | update from %s %s: norm %.4g, limit %.4g (median %.4g)",
+                                    p.node_id.c_str(), p.screen.c_str(), p.norm,
+                                    e.record->norm_limit, e.record->median_norm);
       return line;
     }
     case K::kMetrics:

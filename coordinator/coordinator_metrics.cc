@@ -60,6 +60,11 @@ CoordinatorMetrics::CoordinatorMetrics(const ExperimentManager* manager)
   for (const char* reason : update_rejection_reasons())
     registry_.counter("atoll_updates_rejected_total", "Node updates refused, by reason.",
                       {{"reason", reason}});
+  for (const char* reason : {"norm", "replay", "nonfinite"})
+    registry_.counter("atoll_updates_screened_total",
+                      "Updates clipped or dropped by the commit's screening, by action and "
+                      "check (norm, replay, privacy, nonfinite).",
+                      {{"action", "dropped"}, {"reason", reason}});
   tm::add_process_metrics(registry_);
   registry_.add_collector([this] { collect_live(); });
 }
@@ -82,6 +87,16 @@ void CoordinatorMetrics::observe(const Event& e) {
               .set(e.record->privacy_epsilon);
       }
       if (!manager_) round_.set(static_cast<double>(e.round + 1));
+      if (e.record)
+        for (const ParticipantRecord& p : e.record->participants)
+          if (p.screen == "clipped" || p.screen == "dropped")
+            registry_
+                .counter("atoll_updates_screened_total",
+                         "Updates clipped or dropped by the commit's screening, by action and "
+                         "check (norm, replay, privacy, nonfinite).",
+                         {{"action", p.screen},
+                          {"reason", p.screen_reason.empty() ? "other" : p.screen_reason}})
+                .add();
       break;
     case K::kRoundRestarted:
       rounds_restarted_.add();

@@ -264,7 +264,9 @@ std::vector<Status> secagg_errors(const ExperimentConfig& c, std::string_view sr
   if (c.train.codec != "none")
     refuse("needs train.codec = \"none\" (secure aggregation quantizes the update itself)");
   if (c.robust.screen != "off")
-    refuse("needs robust.screen = \"off\" (the coordinator cannot screen updates it cannot see)");
+    refuse(
+        "needs robust.screen = \"off\" (the coordinator cannot screen updates it cannot see: "
+        "neither their norms nor replays)");
   if (c.robust.aggregator != "mean")
     refuse("needs robust.aggregator = \"mean\" (only a sum can be aggregated securely, not \"" +
            c.robust.aggregator + "\")");
@@ -479,6 +481,9 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
   if (!(rb.max_norm >= 0))
     add(range_error(src, "robust.max_norm", d(rb.max_norm),
                     "must be >= 0 (0 = no absolute bound)"));
+  if (!(rb.replay_cosine >= 0 && rb.replay_cosine <= 1))
+    add(range_error(src, "robust.replay_cosine", d(rb.replay_cosine),
+                    "must be in [0, 1] (0 = no replay detection)"));
   const auto aggregator = algorithms::parse_aggregator(rb.aggregator);
   if (!aggregator.ok())
     add(range_error(src, "robust.aggregator", "\"" + rb.aggregator + "\"",
@@ -620,6 +625,7 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
        {{"screen", str(&c.robust.screen)},
         {"norm_multiple", f64(&c.robust.norm_multiple)},
         {"max_norm", f64(&c.robust.max_norm)},
+        {"replay_cosine", f64(&c.robust.replay_cosine)},
         {"aggregator", str(&c.robust.aggregator)},
         {"clip_multiple", f64(&c.robust.clip_multiple)},
         {"trim_fraction", f64(&c.robust.trim_fraction)},
@@ -732,6 +738,7 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\nval_fraction = " << f(c.data.val_fraction)
     << "\n\n[robust]\nscreen = " << q(c.robust.screen)
     << "\nnorm_multiple = " << f(c.robust.norm_multiple) << "\nmax_norm = " << f(c.robust.max_norm)
+    << "\nreplay_cosine = " << f(c.robust.replay_cosine)
     << "\naggregator = " << q(c.robust.aggregator)
     << "\nclip_multiple = " << f(c.robust.clip_multiple)
     << "\ntrim_fraction = " << f(c.robust.trim_fraction)

@@ -102,6 +102,9 @@
 //   norm_multiple = 5.0        # ≥ 1: limit = norm_multiple × the (lower) median norm of the
 //                              # round's updates
 //   max_norm = 0.0             # ≥ 0: also limit = min(limit, max_norm) (0 = no absolute bound)
+//   replay_cosine = REPLAY     # in [0, 1]: an update whose cosine to the node's previous
+//                              # accepted update (same layout) is ≥ this is dropped as a
+//                              # replay (0 = off; off too with screen = "off")
 //   aggregator = "mean"        # "mean" (token-weighted), "clipped-mean", "trimmed-mean",
 //                              # "median" or "krum" (not with Hydra)
 //   clip_multiple = 1.0        # > 0, clipped-mean: each Δ scaled to ≤ clip_multiple × the
@@ -228,6 +231,7 @@ struct RobustSection {
   std::string screen = "drop";
   double norm_multiple = 5.0;
   double max_norm = 0.0;
+  double replay_cosine = 0.99;
   std::string aggregator = "mean";
   double clip_multiple = 1.0;
   double trim_fraction = 0.1;

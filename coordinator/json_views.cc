@@ -27,6 +27,7 @@ json::object to_json(const RoundRecord& r) {
     j["bytes_down"] = p.bytes_down;
     j["norm"] = json_number(p.norm);
     j["screen"] = p.screen;
+    j["screen_reason"] = p.screen_reason;
     ps.push_back(std::move(j));
   }
   o["participants"] = std::move(ps);
@@ -74,6 +75,7 @@ json::object to_json(const ExperimentConfig& c) {
   o["robust"] = {{"screen", c.robust.screen},
                  {"norm_multiple", c.robust.norm_multiple},
                  {"max_norm", c.robust.max_norm},
+                 {"replay_cosine", c.robust.replay_cosine},
                  {"aggregator", c.robust.aggregator}};
   o["privacy"] = {{"clip_norm", c.privacy.clip_norm},
                   {"noise_multiplier", c.privacy.noise_multiplier},

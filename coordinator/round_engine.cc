@@ -114,7 +114,7 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
     e.config_toml = to_toml(config);
     e.created_unix_ms = unix_ms_now();
     ATOLL_RETURN_IF_ERROR(store.create_experiment(e, initial.vec()));
-    resumed = CommittedState{std::move(e), initial.vec(), std::nullopt, std::nullopt};
+    resumed = CommittedState{std::move(e), initial.vec(), std::nullopt, std::nullopt, std::nullopt};
   }
   std::unique_ptr<RoundEngine> eng(
       new RoundEngine(store, config, std::move(options), std::move(strategy), std::move(policy)));
@@ -127,6 +127,14 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
   if (eng->pulls_.policy().broadcasts_updates())
     eng->feedback_ = std::make_shared<const std::vector<float>>(
         resumed->feedback ? std::move(*resumed->feedback) : std::vector<float>(initial.numel()));
+  // The replay-detection memory committed with the current round (empty before the first).
+  ReplayMemory replay;
+  if (resumed->replay_memory) {
+    ATOLL_ASSIGN_OR_RETURN(
+        replay, decode_replay_memory(*resumed->replay_memory,
+                                     "replay-detection memory of '" + config.name + "'"));
+  }
+  eng->replay_ = std::make_shared<const ReplayMemory>(std::move(replay));
   // θ versions still in the store can be delta bases for pulls: θ_v's fingerprint is the base
   // fingerprint of round record v (the current one is the experiment's).
   if (auto rounds = store.list_param_rounds(config.name); rounds.ok()) {
@@ -525,6 +533,7 @@ RoundEngine::Commit RoundEngine::prepare_commit_locked(Clock::time_point now) {
   c.momentum = momentum_;
   c.has_momentum = has_momentum_;
   c.feedback = feedback_;
+  c.replay = replay_;
   RoundRecord& rec = c.record;
   rec.round = c.round;
   rec.base_fingerprint = experiment_.params_fingerprint;
@@ -571,7 +580,15 @@ Status RoundEngine::screen_and_step(Commit& c, std::vector<float>& theta_next,
   RoundRecord& rec = c.record;
   const std::string round = "round " + std::to_string(c.round);
   const bool private_round = config_.privacy.clip_norm > 0;
-  ScreenOutcome screened = screen_updates(c.updates, screen_options(config_));
+  // Replays first, so that a replayed update does not count in the round's median norm either.
+  ScreenOutcome replays;
+  const algorithms::ScreenOptions screening = screen_options(config_);
+  const double replay_cosine =
+      screening.mode == algorithms::ScreenMode::kOff ? 0.0 : config_.robust.replay_cosine;
+  ReplayMemory sketched = screen_replays(c.updates, *c.replay, replay_cosine,
+                                         strategy_->synced_range(c.round), replays);
+  ScreenOutcome screened = screen_updates(c.updates, screening);
+  screened.by_node.merge(replays.by_node);
   if (private_round) clip_updates_for_privacy(c.updates, config_.privacy.clip_norm, screened);
   // With [privacy] on, the median of the sites' norms is their data too: not recorded.
   rec.median_norm = private_round ? 0.0 : screened.median_norm;
@@ -584,6 +601,7 @@ Status RoundEngine::screen_and_step(Commit& c, std::vector<float>& theta_next,
     if (!private_round) {
       p.norm = s->second.norm;
       p.screen = algorithms::screen_action_name(s->second.action);
+      p.screen_reason = s->second.reason;
     }
     if (!s->second.why.empty())
       audit("update_screened", p.node_id + " " + round + ": " + s->second.why);
@@ -593,10 +611,16 @@ Status RoundEngine::screen_and_step(Commit& c, std::vector<float>& theta_next,
                                            *c.momentum, theta_next, momentum_next));
   for (const std::string& id : step.dropped_nonfinite) {
     for (ParticipantRecord& p : rec.participants)
-      if (p.node_id == id)
+      if (p.node_id == id) {
         p.screen = algorithms::screen_action_name(algorithms::ScreenAction::kDropped);
+        p.screen_reason = "nonfinite";
+      }
     audit("update_screened", id + " " + round + ": dropped: the outer step with it is not finite");
   }
+  // c.updates now holds the updates the step used: they become their nodes' previous ones.
+  if (replay_cosine > 0)
+    c.replay = std::make_shared<const ReplayMemory>(
+        remember_accepted(*c.replay, std::move(sketched), c.updates));
   rec.skipped = step.skipped;
   c.stepped = !step.skipped;
   if (step.skipped)
@@ -636,9 +660,12 @@ void RoundEngine::commit(Commit c) {
   const BroadcastCommit broadcast{
       feedback_next, std::string_view(reinterpret_cast<const char*>(update_message.data()),
                                       update_message.size())};
-  const Status written = outer.ok() ? store_.commit_round(c.next, rec, theta_next, momentum_next,
-                                                          c.feedback ? &broadcast : nullptr)
-                                    : Status::Ok();
+  const std::string replay_bytes =
+      outer.ok() && !c.replay->empty() ? encode_replay_memory(*c.replay) : std::string();
+  const Status written = outer.ok()
+                             ? store_.commit_round(c.next, rec, theta_next, momentum_next,
+                                                   c.feedback ? &broadcast : nullptr, replay_bytes)
+                             : Status::Ok();
   // θ_{r+1}, its momentum and the error feedback become immutable snapshots too.
   c.theta = std::make_shared<const std::vector<float>>(std::move(theta_next));
   c.momentum = std::make_shared<const std::vector<float>>(std::move(momentum_next));
@@ -674,6 +701,7 @@ void RoundEngine::publish_commit_locked(Commit& c, const Status& outer, const St
   theta_ = std::move(c.theta);
   momentum_ = std::move(c.momentum);
   feedback_ = std::move(c.feedback);
+  replay_ = std::move(c.replay);
   // A skipped round leaves the momentum as it was, including whether it exists yet.
   has_momentum_ = has_momentum_ || c.stepped;
   round_ = Round{};

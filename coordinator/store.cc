@@ -33,6 +33,7 @@ constexpr char kBlobMagic[4] = {'A', 'T', 'B', '1'};
 constexpr size_t kBlobHeader = 4 + 8 + 32;
 // outer_state keys next to the momentum's (<exp>): the broadcast's error feedback and updates.
 constexpr char kFeedbackSuffix[] = "/feedback";
+constexpr char kReplaySuffix[] = "/replay";
 
 uint64_t now_unix_ms() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -278,6 +279,7 @@ StatusOr<RoundRecord> round_from_json(const std::string& text, const std::string
       // Screening fields: absent in records written before screening existed.
       p.norm = pr.optional_dbl("norm", 0.0);
       p.screen = pr.optional_str("screen");
+      p.screen_reason = pr.optional_str("screen_reason");  // absent before replay detection
       rr.participants.push_back(std::move(p));
     }
   }
@@ -738,12 +740,24 @@ StatusOr<CommittedState> Store::load_state(const std::string& id) const {
   } else if (st.code() != StatusCode::kNotFound) {
     return st;
   }
+  // Written in the same batch as the momentum as well.
+  st = get(kOuterState, id + kReplaySuffix, &blob);
+  if (st.ok()) {
+    const Sha256Digest want = sha256(blob.data() + std::min<size_t>(blob.size(), 32),
+                                     blob.size() - std::min<size_t>(blob.size(), 32));
+    if (blob.size() < 32 || std::memcmp(blob.data(), want.data(), 32) != 0)
+      return DataLoss("store: replay-detection memory of '" + id +
+                      "' does not match its SHA-256 (the store is corrupt)");
+    s.replay_memory = blob.substr(32);
+  } else if (st.code() != StatusCode::kNotFound) {
+    return st;
+  }
   return s;
 }
 
 Status Store::commit_round(const ExperimentRecord& experiment, const RoundRecord& round,
                            std::span<const float> theta_next, std::span<const float> momentum,
-                           const BroadcastCommit* broadcast) {
+                           const BroadcastCommit* broadcast, std::string_view replay_memory) {
   if (experiment.current_round != round.round + 1)
     return InvalidArgument("commit_round: experiment.current_round must be round + 1");
   if (theta_next.size() != experiment.numel || momentum.size() != experiment.numel)
@@ -758,7 +772,8 @@ Status Store::commit_round(const ExperimentRecord& experiment, const RoundRecord
   const size_t blob_bytes =
       blob_batch_bytes(theta_next, theta_key) + blob_batch_bytes(momentum, id) +
       (broadcast ? blob_batch_bytes(broadcast->feedback, feedback_key) + broadcast->update.size()
-                 : 0);
+                 : 0) +
+      replay_memory.size();
   fit_wal_to(blob_bytes);
   rocksdb::WriteBatch batch(blob_bytes + 65536);
   auto* params = cfs_[kParams].get();
@@ -778,6 +793,14 @@ Status Store::commit_round(const ExperimentRecord& experiment, const RoundRecord
     if (!broadcast->update.empty())
       batch.Put(cfs_[kOuterState].get(), update_key(id, round.round),
                 rocksdb::Slice(broadcast->update.data(), broadcast->update.size()));
+  }
+  if (replay_memory.empty()) {
+    batch.Delete(cfs_[kOuterState].get(), id + kReplaySuffix);
+  } else {
+    const Sha256Digest d = sha256(replay_memory.data(), replay_memory.size());
+    std::string value(reinterpret_cast<const char*>(d.data()), d.size());
+    value.append(replay_memory);
+    batch.Put(cfs_[kOuterState].get(), id + kReplaySuffix, value);
   }
   batch.Put(cfs_[kRounds].get(), round_key(id, round.round), round_to_json(round));
   batch.Put(cfs_[kExperiments].get(), id, experiment_to_json(experiment));

@@ -13,6 +13,8 @@
 //                                       commit (diloco.pull_codec names a codec)
 //                <exp>/update/<r>       codec message of round r's compressed outer update
 //                                       (θ_r → θ_{r+1}), kept while θ_r is
+//                <exp>/replay           SHA-256 (32 bytes) | the replay-detection memory after
+//                                       the last commit (coordinator/update_screening.h)
 //   metrics      <exp>/<node>/<r>/<seq> JSON metrics reported by a node
 //   audit        <exp>/<unix_ms>/<seq>  JSON audit event (joins, rejections, lifecycle)
 //   tokens       <sha256 hex of token>  JSON TokenRecord (dashboard/API tokens; never the token)
@@ -68,6 +70,9 @@ struct ParticipantRecord {
   // "" when the node did not push.
   double norm = 0.0;
   std::string screen = "";
+  // For "clipped" and "dropped": which check acted, "norm", "replay", "privacy" or "nonfinite"
+  // (update_screening.h); "" otherwise.
+  std::string screen_reason = "";
 };
 
 struct RoundRecord {
@@ -120,6 +125,9 @@ struct CommittedState {
   // The broadcast's error feedback (numel) committed with the current round; absent before the
   // first commit and without a compressed broadcast.
   std::optional<std::vector<float>> feedback;
+  // The replay-detection memory committed with the current round (its SHA-256 checked); absent
+  // before the first commit and with replay detection off.
+  std::optional<std::string> replay_memory;
 };
 
 // What a round commit adds with a compressed broadcast (algorithms/compress/outer_update.h).
@@ -161,9 +169,11 @@ class Store {
   // versions beyond keep_params are deleted in the same batch. Requires
   // experiment.current_round == round.round + 1. With `broadcast`, its error feedback and round
   // r's update message go into the same batch (updates of deleted θ versions are deleted).
+  // `replay_memory` (opaque bytes) replaces the stored replay-detection memory; empty: none.
   Status commit_round(const ExperimentRecord& experiment, const RoundRecord& round,
                       std::span<const float> theta_next, std::span<const float> momentum,
-                      const BroadcastCommit* broadcast = nullptr);
+                      const BroadcastCommit* broadcast = nullptr,
+                      std::string_view replay_memory = {});
   // Round r's compressed outer update message; NOT_FOUND when none was stored (another pull
   // codec, a skipped round, or θ_r no longer kept).
   StatusOr<std::string> load_broadcast_update(const std::string& id, uint64_t round) const;

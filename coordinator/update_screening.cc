@@ -34,9 +34,11 @@ ScreenOutcome screen_updates(PendingUpdates& updates, const algorithms::ScreenOp
         "norm " + fmt(s.norm) + " > limit " + fmt(d.limit) + " (median " + fmt(d.median_norm) + ")";
     if (s.action == algorithms::ScreenAction::kClipped) {
       s.why = "clipped: " + over;
+      s.reason = "norm";
       algorithms::scale_values(it->second.delta, d.limit / s.norm);
     } else if (s.action == algorithms::ScreenAction::kDropped) {
       s.why = "dropped: " + over;
+      s.reason = "norm";
     }
     out.by_node[it->first] = s;
     it = s.action == algorithms::ScreenAction::kDropped ? updates.erase(it) : std::next(it);
@@ -53,6 +55,7 @@ size_t clip_updates_for_privacy(PendingUpdates& updates, double clip_norm,
     ScreenedUpdate& s = screened.by_node[id];
     s.action = algorithms::ScreenAction::kClipped;
     s.why = "clipped: norm " + fmt(norm) + " > privacy.clip_norm " + fmt(clip_norm);
+    s.reason = "privacy";
     ++clipped;
   }
   return clipped;

@@ -8,8 +8,10 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "algorithms/compress/outer_update.h"
 #include "algorithms/diloco/robust.h"
 #include "coordinator/round_strategy.h"
 #include "kernels/core/status.h"
@@ -21,6 +23,10 @@ struct ScreenedUpdate {
   double norm = 0.0;
   algorithms::ScreenAction action = algorithms::ScreenAction::kKept;
   std::string why;  // for clipped and dropped updates: one line for the log and the audit
+  // For clipped and dropped updates, the check that acted: "norm" (over the round's limit),
+  // "replay" (a repeat of the node's previous accepted update), "privacy" (over
+  // privacy.clip_norm), "nonfinite" (the outer step with it is not finite).
+  std::string reason;
 };
 
 struct ScreenOutcome {
@@ -32,6 +38,40 @@ struct ScreenOutcome {
 // Screens `updates` in place: a clipped update's Δ is scaled to the limit, a dropped one is
 // erased. Updates within the limit are not touched (bit for bit).
 ScreenOutcome screen_updates(PendingUpdates& updates, const algorithms::ScreenOptions& options);
+
+// Replay detection (algorithms/diloco/replay.h): per node, the count sketch of its last accepted
+// update and the layout that update had. Only updates of the same layout are compared: the same
+// size, Hydra indices and synced range (a Streaming DiLoCo site's fragments differ round to round).
+struct ReplayEntry {
+  uint64_t layout = 0;
+  std::vector<double> sketch;  // algorithms::kReplaySketchBuckets values
+};
+using ReplayMemory = std::map<std::string, ReplayEntry>;
+
+// The layout key of `update` in a round whose synced range is `range` (a hash, fixed across
+// builds and restarts).
+uint64_t update_layout_key(const PendingUpdate& update, algorithms::compress::UpdateRange range);
+
+// Drops (erases) every update whose sketch has cosine ≥ min_cosine to its node's entry in
+// `previous` of the same layout, recording it in `screened` as dropped for "replay". Returns the
+// entries (layout and sketch) of the updates left, for remember_accepted. min_cosine ≤ 0: no
+// update is compared or sketched (returns nothing).
+ReplayMemory screen_replays(PendingUpdates& updates, const ReplayMemory& previous,
+                            double min_cosine, algorithms::compress::UpdateRange range,
+                            ScreenOutcome& screened);
+
+// The memory after a commit: `previous`, with the entry of every node in `applied` (the updates
+// the outer step used) replaced by its entry in `sketched`. A node whose update was dropped keeps
+// its earlier entry, so a replay is compared with the last update that counted.
+ReplayMemory remember_accepted(const ReplayMemory& previous, ReplayMemory sketched,
+                               const PendingUpdates& applied);
+
+// The memory as bytes for the store's round commit, and back:
+//   "ATR1" | entries u64 | per entry (node id order): id bytes u32 | id | layout u64 |
+//   values u64 | values × f64, all little-endian.
+// decode: DATA_LOSS naming `what` when the bytes are not such a memory.
+std::string encode_replay_memory(const ReplayMemory& memory);
+StatusOr<ReplayMemory> decode_replay_memory(std::string_view bytes, const std::string& what);
 
 // Differential privacy (algorithms/diloco/privacy.h): scales every update whose L2 norm is over
 // `clip_norm` down to it (records "clipped" with the reason in `screened`, whose norms are the

@@ -13,7 +13,7 @@ namespace compress = algorithms::compress;
 
 namespace {
 constexpr Attack kAttacks[] = {Attack::kSignFlip, Attack::kGaussian, Attack::kScale,
-                               Attack::kTokens, Attack::kReplay};
+                               Attack::kTokens,   Attack::kReplay,   Attack::kStale};
 
 std::vector<float> scaled(std::span<const float> v, double factor) {
   std::vector<float> out(v.begin(), v.end());
@@ -30,6 +30,8 @@ const char* attack_name(Attack attack) {
     case Attack::kScale: return "scale";
     case Attack::kTokens: return "tokens";
     case Attack::kReplay: return "replay";
+    case Attack::kStale:
+      return "stale";
   }
   return "?";
 }
@@ -63,11 +65,12 @@ std::vector<float> attacked_values(Attack attack, std::span<const float> honest,
         noise[i] = static_cast<float>(sigma * rng.normal(i));
       return noise;
     }
-    case Attack::kReplay:
+    case Attack::kStale:
       if (!previous.empty() && previous.size() == honest.size())
         return {previous.begin(), previous.end()};
       return {honest.begin(), honest.end()};
     case Attack::kNone:
+    case Attack::kReplay:
     case Attack::kTokens: break;
   }
   return {honest.begin(), honest.end()};
@@ -136,14 +139,26 @@ Status ByzantineCalls::push_tokens_claim(const pb::TensorHeader& header,
   return inner_->push_update(header, payload, resp);
 }
 
+Status ByzantineCalls::push_replay(const pb::TensorHeader& header, const std::string& payload,
+                                   pb::PushUpdateResponse* resp) {
+  if (!has_replayed_ || replayed_numel_ != header.numel() || replayed_codec_ != header.codec()) {
+    replayed_payload_ = payload;
+    replayed_numel_ = header.numel();
+    replayed_codec_ = header.codec();
+    has_replayed_ = true;
+  }
+  return inner_->push_update(header, replayed_payload_, resp);
+}
+
 Status ByzantineCalls::push_update(const pb::TensorHeader& header, const std::string& payload,
                                    pb::PushUpdateResponse* resp) {
   if (attack_ == Attack::kTokens) return push_tokens_claim(header, payload, resp);
+  if (attack_ == Attack::kReplay) return push_replay(header, payload, resp);
   auto honest = decode_update_payload(header, payload);
   if (!honest.ok())
     return Internal("Byzantine site: cannot decode its own update to attack it: " +
                     honest.status().message());
-  // A push retried within the same round keeps the previous round's Δ for replay.
+  // A push retried within the same round keeps the previous round's Δ for the stale attack.
   if (!has_current_ || header.round() != current_round_) {
     previous_ = std::move(current_);
     current_ = *honest;

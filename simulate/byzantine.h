@@ -12,9 +12,14 @@
 //   tokens     Δ unchanged, the token claim 2⁶³ − 1; when the coordinator refuses it, the
 //              update is sent again with the honest claim (as a hostile node that still wants
 //              its update counted would), so the round does not wait for it
-//   replay     Δ' = the site's honest Δ of the previous round it trained (the round it answers
-//              is r); the first round, and a round whose Δ has another size (a streaming
-//              fragment of another length), send the honest Δ
+//   replay     a wire replay: the payload it pushed in its previous round, byte for byte, with
+//              the current round's header (so from the second round on, the first round's
+//              update again and again); the first round, and a round whose update has another
+//              size or codec (a streaming fragment of another length), send the honest Δ and
+//              replay that one from then on
+//   stale      Δ' = the site's honest Δ of the previous round it trained (one round late: the
+//              coordinator never saw it before); the first round, and a round whose Δ has
+//              another size, send the honest Δ
 #pragma once
 
 #include <cstdint>
@@ -29,23 +34,24 @@
 
 namespace atl::simulate {
 
-enum class Attack { kNone, kSignFlip, kGaussian, kScale, kTokens, kReplay };
+enum class Attack { kNone, kSignFlip, kGaussian, kScale, kTokens, kReplay, kStale };
 
 inline constexpr double kSignFlipFactor = -10.0;
 inline constexpr double kNoiseNormMultiple = 10.0;
 inline constexpr double kScaleFactor = 1e6;
 inline constexpr uint64_t kInflatedTokenClaim = 9223372036854775807ull;  // 2⁶³ − 1
 
-// "none", "sign-flip", "gaussian", "scale", "tokens", "replay".
+// "none", "sign-flip", "gaussian", "scale", "tokens", "replay", "stale".
 const char* attack_name(Attack attack);
 // The names above but "none"; InvalidArgument naming the choices otherwise.
 StatusOr<Attack> parse_attack(const std::string& name);
-// "sign-flip, gaussian, scale, tokens, replay".
+// "sign-flip, gaussian, scale, tokens, replay, stale".
 std::string attack_names();
 
 // The values a Byzantine site sends instead of `honest` (its Δ of round `round`, numel values).
 // `previous`: its honest Δ of the previous round it trained (empty: none). `seed` keys the
-// gaussian attack's draws (with `round`). kTokens and kNone return `honest` unchanged.
+// gaussian attack's draws (with `round`). kTokens, kReplay (which acts on the payload bytes,
+// ByzantineCalls) and kNone return `honest` unchanged.
 std::vector<float> attacked_values(Attack attack, std::span<const float> honest,
                                    std::span<const float> previous, uint64_t seed,
                                    uint64_t round);
@@ -98,11 +104,18 @@ class ByzantineCalls final : public node::CoordinatorCalls {
  private:
   Status push_tokens_claim(const atoll_pb::v1::TensorHeader& header, const std::string& payload,
                            atoll_pb::v1::PushUpdateResponse* resp);
+  Status push_replay(const atoll_pb::v1::TensorHeader& header, const std::string& payload,
+                     atoll_pb::v1::PushUpdateResponse* resp);
 
   std::unique_ptr<node::CoordinatorCalls> inner_;
   const Attack attack_;
   const uint64_t seed_;
-  // replay: the honest Δ of the round pushed last (current_) and of the one before (previous_)
+  // replay: the payload it replays, and the numel and codec it was pushed with
+  std::string replayed_payload_;
+  uint64_t replayed_numel_ = 0;
+  std::string replayed_codec_;
+  bool has_replayed_ = false;
+  // stale: the honest Δ of the round pushed last (current_) and of the one before (previous_)
   std::vector<float> previous_, current_;
   uint64_t current_round_ = 0;
   bool has_current_ = false;

@@ -881,7 +881,11 @@ async function rejectionsByReason() {
     const res = await fetch('metrics', { headers: authHeader() });
     if (!res.ok) return null;
     const out = {};
-    for (const m of (await res.text()).matchAll(/^atoll_updates_rejected_total\{reason="([a-z_]+)"\} (\S+)$/gm)) out[m[1]] = Number(m[2]);
+    const text = await res.text();
+    for (const m of text.matchAll(/^atoll_updates_rejected_total\{reason="([a-z_]+)"\} (\S+)$/gm)) out[m[1]] = Number(m[2]);
+    // Screening at the commit (docs/coordinator.md): shown as "dropped: replay" and the like.
+    for (const m of text.matchAll(/^atoll_updates_screened_total\{action="([a-z]+)",reason="([a-z_]+)"\} (\S+)$/gm))
+      if (Number(m[3]) > 0) out[`${m[1]}: ${m[2]}`] = Number(m[3]);
     return Object.keys(out).length ? out : null;
   } catch (_) {
     return null;
@@ -892,15 +896,18 @@ function renderRobust(x, rounds, rejected) {
   show($('#x-robust'), recs.length > 0 || !!rejected);
   const rb = x.config.robust || {};
   $('#robust-config').textContent = `screen = ${rb.screen} (limit ${rb.norm_multiple}× the median update norm` +
-    `${rb.max_norm > 0 ? `, at most ${rb.max_norm}` : ''}) · aggregator = ${rb.aggregator}`;
+    `${rb.max_norm > 0 ? `, at most ${rb.max_norm}` : ''}` +
+    `${rb.screen !== 'off' && rb.replay_cosine > 0 ? `; replays at cosine ≥ ${rb.replay_cosine}` : ''}) · aggregator = ${rb.aggregator}`;
   const count = what => recs.reduce((a, r) => a + r.participants.filter(what).length, 0);
   const clipped = count(p => p.pushed && p.screen === 'clipped'), dropped = count(p => p.pushed && p.screen === 'dropped');
+  const replays = count(p => p.pushed && p.screen === 'dropped' && p.screen_reason === 'replay');
   const missed = count(p => !p.pushed);
   const line = $('#robust-rounds');
   line.textContent = recs.length
-    ? `In the last ${recs.length} rounds: ${clipped} update${clipped === 1 ? '' : 's'} clipped, ${dropped} dropped by screening, ${missed} missed (no update in time).`
+    ? `In the last ${recs.length} rounds: ${clipped} update${clipped === 1 ? '' : 's'} clipped, ${dropped} dropped by screening` +
+      `${replays ? ` (${replays} as replays)` : ''}, ${missed} missed (no update in time).`
     : '';
-  Object.assign(line.dataset, { clipped: String(clipped), dropped: String(dropped), missed: String(missed) });
+  Object.assign(line.dataset, { clipped: String(clipped), dropped: String(dropped), replays: String(replays), missed: String(missed) });
   show($('#robust-reasons-box'), !!rejected);
   if (!rejected) return;
   const entries = Object.entries(rejected).sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]));

@@ -24,9 +24,20 @@ bench_args 2,16 "$@"
 if [[ $QUICK == 1 ]]; then
   GRID="4:1"; ROUNDS=3; INNER=5; ATTACKS="sign-flip scale"; SETTINGS="default"
 else
-  GRID="4:1 8:2"; ROUNDS=6; INNER=10; ATTACKS="sign-flip gaussian scale tokens replay"
+  GRID="4:1 8:2"; ROUNDS=6; INNER=10; ATTACKS="sign-flip gaussian scale tokens replay stale"
   SETTINGS="default mean-no-screening"
 fi
+# ROBUST_ATTACKS="replay stale": only these attacks (and the honest runs) are run again; their
+# rows replace the ones of the same setting, sites and attack in the existing JSON, whose other
+# rows are kept (the table is written from all of them).
+MERGE=0
+# ROBUST_SETTINGS="default" likewise runs only these settings.
+if [[ -n ${ROBUST_ATTACKS:-} ]]; then ATTACKS=$ROBUST_ATTACKS; MERGE=1; fi
+if [[ -n ${ROBUST_SETTINGS:-} ]]; then SETTINGS=$ROBUST_SETTINGS; MERGE=1; fi
+# ROBUST_REUSE_HONEST=1 (with a merge): the honest runs are not run again; each attacked row is
+# compared with the honest row of its setting and site count in the existing JSON (an honest
+# run gives the same θ for the same config and seed).
+REUSE_HONEST=$(( MERGE == 1 && ${ROBUST_REUSE_HONEST:-0} == 1 ? 1 : 0 ))
 EVAL_TOKENS=8192
 if [[ -z $OUT ]]; then
   if [[ $QUICK == 1 ]]; then OUT=bench/results/robust-quick.json; else OUT=bench/results/robust.json; fi
@@ -49,7 +60,10 @@ run() {  # setting, sites, byzantine, attack
   [[ $byz -gt 0 ]] && attack_flags=(--byzantine "$byz" --attack "$attack")
   echo "robust: $name ..." >&2
   # shellcheck disable=SC2046
+  # Codecs pinned to none / exact pulls: the benchmark measures the aggregation, and its rows
+  # were measured so (the demo's compressing defaults came later).
   "$ATOLL" simulate --nodes "$sites" --rounds "$ROUNDS" --inner-steps "$INNER" --http off --split iid \
+    --codec none --pull-codec exact \
     --eval-tokens "$EVAL_TOKENS" --brown-dir "$BROWN_DIR" --store "$work/run-$name" \
     --summary-json "$work/summary-$name.json" $(setting_flags "$setting") "${attack_flags[@]}" \
     > "$work/log-$name.txt" 2>&1 || {
@@ -73,25 +87,32 @@ PY
 for setting in $SETTINGS; do
   for g in $GRID; do
     sites=${g%%:*}; byz=${g##*:}
-    run "$setting" "$sites" 0 none
+    [[ $REUSE_HONEST == 1 ]] || run "$setting" "$sites" 0 none
     for attack in $ATTACKS; do run "$setting" "$sites" "$byz" "$attack"; done
   done
 done
 
-python3 - "$OUT" "$WRITE_MD" "$ROUNDS" "$INNER" "$EVAL_TOKENS" "$work" "${names[@]}" <<'PY'
+python3 - "$OUT" "$WRITE_MD" "$ROUNDS" "$INNER" "$EVAL_TOKENS" "$work" "$MERGE" "$REUSE_HONEST" "${names[@]}" <<'PY'
 import datetime, json, math, os, sys
-out, write_md, rounds, inner, eval_tokens, work = sys.argv[1:7]
-runs = [n.split(":") for n in sys.argv[7:]]
+out, write_md, rounds, inner, eval_tokens, work, merge, reuse_honest = sys.argv[1:9]
+runs = [n.split(":") for n in sys.argv[9:]]
 summaries = {}
 for setting, sites, byz, attack in runs:
     summaries[(setting, sites, byz, attack)] = json.load(
         open(os.path.join(work, f"summary-{setting}-{sites}-{byz}-{attack}.json")))
+if reuse_honest == "1":
+    for r in json.load(open(out))["rows"]:
+        k = (r["setting"], str(r["sites"]), "0", "none")
+        if r["byzantine"] == 0 and k not in summaries:
+            summaries[k] = {"final_val_bpb": r["final_val_bpb"], "reused": True}
 
 def finite(x):
     return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
 
 rows = []
 for (setting, sites, byz, attack), s in summaries.items():
+    if s.get("reused"):
+        continue  # the existing honest row stays as it is
     honest = summaries[(setting, sites, "0", "none")]
     final, ref = s.get("final_val_bpb"), honest.get("final_val_bpb")
     rel = (final - ref) / ref if finite(final) and finite(ref) else None
@@ -102,6 +123,7 @@ for (setting, sites, byz, attack), s in summaries.items():
                  "initial_val_bpb": s.get("initial_val_bpb"),
                  "updates_clipped": s.get("updates_clipped"),
                  "updates_dropped": s.get("updates_dropped"),
+                 "updates_replayed": s.get("updates_replayed"),
                  "max_norm_ratio": s.get("max_norm_ratio"),
                  "final_fingerprint": s["final_fingerprint"], "wall_s": s["wall_s"],
                  "failed": s.get("failed")})
@@ -114,6 +136,23 @@ def verdict(r):
         return "ok" if rel is not None and abs(rel) <= 0.02 else "MISSED (> 2%)"
     return "attack real" if rel is None or rel >= 0.10 else "attack NOT real (< 10%)"
 
+if merge == "1" and os.path.exists(out):
+    def key(r):
+        return (r["setting"], r["sites"], r["byzantine"], r["attack"])
+    fresh = {key(r) for r in rows}
+    previous = json.load(open(out))["rows"]
+    for r in previous:
+        # An honest run gives the same θ again (same config and seed): say so if it did not.
+        same = [n for n in rows if key(n) == key(r)]
+        if r["byzantine"] == 0 and same and same[0]["final_fingerprint"] != r["final_fingerprint"]:
+            print(f"robust: honest run {key(r)} changed: {r['final_fingerprint']} -> "
+                  f"{same[0]['final_fingerprint']}", file=sys.stderr)
+    order = [key(r) for r in previous] + [key(r) for r in rows if key(r) not in
+                                           {key(p) for p in previous}]
+    by_key = {key(r): r for r in previous if key(r) not in fresh}
+    by_key.update({key(r): r for r in rows})
+    rows = [by_key[k] for k in order]
+    # Honest references of kept rows are unchanged when the honest runs are.
 for r in rows:
     r["verdict"] = verdict(r)
 doc = {"date": datetime.date.today().isoformat(), "machine": "2-core CPU",
@@ -157,14 +196,16 @@ if write_md == "1":
     default_row = next(r for r in rows if r["setting"] == "default")
     body = (f"{head}\n\n`bench/robust/run.sh` ({doc['date']}, 2-core CPU): `atoll simulate`, "
             f"demo model, {rounds} rounds x {inner} inner steps, seed 1234, sites sampling every "
-            f"genre (`--split iid`), {eval_tokens} "
+            f"genre (`--split iid`), codecs none / exact pulls, {eval_tokens} "
             f"validation tokens; the last K sites are Byzantine (`--byzantine K --attack NAME`, "
             f"simulate/byzantine.h). `default` is the default `[robust]` section (screen = "
             f"\"{default_row['screen']}\" at {default_row['norm_multiple']:g} x the median norm, "
+            f"replays dropped at cosine >= 0.99 to the site's previous accepted update, "
             f"aggregator \"{default_row['aggregator']}\"); `mean-no-screening` is the plain "
-            f"token-weighted mean with screen = \"off\". \"vs honest\" compares with the run of "
+            f"token-weighted mean with screen = \"off\" (no replay detection either). \"vs honest\" compares with the run of "
             f"the same setting and site count without Byzantine sites. Results: "
-            f"`bench/results/robust.json`.\n\n{table}\n")
+            f"`bench/results/robust.json`; reading and what is not covered: "
+            f"bench/robust/README.md.\n\n{table}\n")
     if head in md:
         start = md.index(head)
         nxt = md.find("\n## ", start + len(head))

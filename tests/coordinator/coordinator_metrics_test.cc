@@ -12,6 +12,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "coordinator/experiment_manager.h"
 #include "coordinator/http/api.h"
@@ -193,6 +194,25 @@ std::map<std::string, std::string> families_of(const std::string& text) {
        ++it)
     out[(*it)[1].str()] = (*it)[2].str();
   return out;
+}
+
+// Updates screened at the commit are counted by action and check, a replay under its own reason.
+TEST(CoordinatorMetrics, CountsScreenedUpdatesByReason) {
+  CoordinatorMetrics metrics(nullptr);
+  const std::string replay = "atoll_updates_screened_total{action=\"dropped\",reason=\"replay\"}";
+  const std::string norm = "atoll_updates_screened_total{action=\"dropped\",reason=\"norm\"}";
+  EXPECT_EQ(sample_value(metrics.render(), replay), 0.0);  // at 0 from the start
+  Event e{Event::Kind::kRoundCommitted};
+  e.record = RoundRecord{};
+  for (const auto& [id, screen, reason] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"node-1", "kept", ""}, {"node-2", "dropped", "replay"}, {"node-3", "dropped", "norm"}})
+    e.record->participants.push_back(
+        {.node_id = id, .pushed = true, .screen = screen, .screen_reason = reason});
+  metrics.observe(e);
+  metrics.observe(e);
+  EXPECT_EQ(sample_value(metrics.render(), replay), 2.0);
+  EXPECT_EQ(sample_value(metrics.render(), norm), 2.0);
 }
 
 // Every metric the coordinator and a node export is listed in docs/dashboard.md ("Metrics and

@@ -75,9 +75,11 @@ TEST(ExperimentConfig, RobustSectionDefaultsParseRoundTripAndErrors) {
   EXPECT_EQ(d->robust.screen, "drop");
   EXPECT_DOUBLE_EQ(d->robust.norm_multiple, 5.0);
   EXPECT_DOUBLE_EQ(d->robust.max_norm, 0.0);
+  EXPECT_DOUBLE_EQ(d->robust.replay_cosine, 0.99);
   EXPECT_EQ(d->robust.aggregator, "mean");
   auto c = parse_experiment_config(
-      "[robust]\nscreen = \"drop\"\nnorm_multiple = 4\nmax_norm = 1e3\naggregator = "
+      "[robust]\nscreen = \"drop\"\nnorm_multiple = 4\nmax_norm = 1e3\nreplay_cosine = "
+      "0.95\naggregator = "
       "\"trimmed-mean\"\ntrim_fraction = 0.25\nclip_multiple = 2.0\nkrum_byzantine = 2\n"
       "krum_keep = 3\n");
   ASSERT_TRUE(c.ok()) << c.status().to_string();
@@ -86,6 +88,7 @@ TEST(ExperimentConfig, RobustSectionDefaultsParseRoundTripAndErrors) {
   EXPECT_EQ(aggregator_options(*c).kind, algorithms::AggregatorKind::kTrimmedMean);
   EXPECT_DOUBLE_EQ(aggregator_options(*c).trim_fraction, 0.25);
   EXPECT_EQ(aggregator_options(*c).krum_keep, 3u);
+  EXPECT_DOUBLE_EQ(c->robust.replay_cosine, 0.95);
   auto again = parse_experiment_config(to_toml(*c));
   ASSERT_TRUE(again.ok()) << again.status().to_string();
   EXPECT_EQ(to_toml(*again), to_toml(*c));
@@ -95,6 +98,12 @@ TEST(ExperimentConfig, RobustSectionDefaultsParseRoundTripAndErrors) {
       error_of("[robust]\nnorm_multiple = 0.5\n").find("robust.norm_multiple = 0.5 must be >= 1"),
       std::string::npos);
   EXPECT_NE(error_of("[robust]\nmax_norm = -1\n").find("robust.max_norm"), std::string::npos);
+  for (const char* bad : {"1.5", "-0.1"})
+    EXPECT_NE(error_of(std::string("[robust]\nreplay_cosine = ") + bad + "\n")
+                  .find("robust.replay_cosine = " + std::string(bad) +
+                        " must be in [0, 1] (0 = no replay detection)"),
+              std::string::npos)
+        << bad;
   EXPECT_NE(error_of("[robust]\naggregator = \"average\"\n").find("robust.aggregator"),
             std::string::npos);
   EXPECT_NE(error_of("[robust]\ntrim_fraction = 0.5\n").find("robust.trim_fraction"),

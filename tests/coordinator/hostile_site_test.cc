@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <future>
+#include <random>
 
 #include "algorithms/diloco/robust.h"
 #include "service_harness.h"
@@ -48,6 +49,17 @@ struct TlsCoordinator {
       EXPECT_TRUE(transport::ca_issue(ca, name(i), transport::Role::kNode).ok());
     auto creds = transport::server_credentials(ca, "coordinator");
     EXPECT_TRUE(creds.ok()) << creds.status().to_string();
+    ServiceOptions opts;
+    opts.identity = IdentitySource::kTlsCertificate;
+    opts.on_event = events.callback();
+    c = Coordinator::start(store_dir.path(), cfg, init, opts, *creds, "127.0.0.1:0", limits);
+  }
+  // Stops the coordinator (as a crash between two rounds would) and starts it again on the same
+  // store: nodes must join again.
+  void restart(const ExperimentConfig& cfg, transport::ServerLimits limits = {}) {
+    c.reset();
+    auto creds = transport::server_credentials(ca, "coordinator");
+    ASSERT_TRUE(creds.ok()) << creds.status().to_string();
     ServiceOptions opts;
     opts.identity = IdentitySource::kTlsCertificate;
     opts.on_event = events.callback();
@@ -166,6 +178,34 @@ TEST(HostileSite, InflatedTokenClaimIsRefusedAndTheHonestNodeCounts) {
   EXPECT_TRUE(audited);
 }
 
+// Item 1's Streaming DiLoCo equivalent: a round runs inner_steps / streaming_fragments steps, so
+// the plain-DiLoCo maximum (10 steps' tokens) is refused and the round's (5 steps') accepted.
+TEST(HostileSite, StreamingTokenClaimIsCappedAtTheFragmentsSteps) {
+  ExperimentConfig cfg = testing::small_config("stream-tokens", 1, 1);
+  cfg.diloco.streaming_fragments = 2;  // inner_steps 10: 5 steps a round
+  TlsCoordinator t(cfg, 1);
+  ASSERT_TRUE(t.c);
+  ASSERT_TRUE(t.c->service->start().ok());
+  std::vector<Site> sites = train_round(t, {0});
+  const pb::Task& task = sites[0].task;
+  ASSERT_GT(task.fragment_numel(), 0u);
+  const std::vector<float> delta(task.fragment_numel(), 0.001f);
+  node::UpdateHeader h = sites[0].header(10ull * 8 * 256, t.layout_fp);
+  h.fragment_offset = task.fragment_offset();
+  auto over = sites[0].client->push_update(h, delta);
+  ASSERT_EQ(over.status().code(), StatusCode::kInvalidArgument) << over.status().to_string();
+  EXPECT_TRUE(contains(over.status().message(), "is more than a round allows: 5 inner steps"))
+      << over.status().message();
+  h.tokens = 5ull * 8 * 256;
+  auto ok = sites[0].client->push_update(h, delta);
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  auto fin = t.c->service->wait_until_finished(Clock::now() + 20s);
+  ASSERT_TRUE(fin.ok()) << fin.status().to_string();
+  auto rec = t.c->store->load_round("stream-tokens", 0);
+  ASSERT_TRUE(rec.ok()) << rec.status().to_string();
+  EXPECT_EQ(rec->tokens, 5ull * 8 * 256);
+}
+
 // "One node ends an experiment for good", alone: Δ = 3e38 everywhere is finite, but its outer
 // step is not. The round is skipped (θ unchanged), and the experiment goes on.
 TEST(HostileSite, HugeUpdateFromTheOnlyNodeSkipsTheRoundInsteadOfFailing) {
@@ -235,6 +275,73 @@ TEST(HostileSite, HugeUpdateNextToAnHonestNodeIsClipped) {
   EXPECT_EQ(rec->participants[1].screen, "clipped");
   EXPECT_DOUBLE_EQ(rec->median_norm, honest_norm);
   EXPECT_DOUBLE_EQ(rec->norm_limit, 10.0 * honest_norm);
+}
+
+// Δ of normal draws keyed by `seed`: an honest site's updates of two rounds are unrelated.
+std::vector<float> drawn_delta(uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 0.01f);
+  std::vector<float> d(kNumel);
+  for (float& x : d) x = dist(rng);
+  return d;
+}
+
+// node-1 sends its round-0 update again in rounds 1 and 2 (a replay, byte for byte) next to an
+// honest node-0; with `restart`, the coordinator is stopped after round 1 and started again on
+// the same store. Returns θ's final fingerprint.
+std::string replay_run(bool restart) {
+  ExperimentConfig cfg = testing::small_config("replay", 3, 2);
+  cfg.robust.replay_cosine = 0.99;
+  TlsCoordinator t(cfg, 2);
+  EXPECT_TRUE(t.c);
+  if (!t.c) return "";
+  EXPECT_TRUE(t.c->service->start().ok());
+  const std::vector<float> replayed = drawn_delta(100);
+  for (uint64_t r = 0; r < 3; ++r) {
+    if (restart && r == 2) {
+      // Once round 1 is committed (the next TRAIN task would be round 2's).
+      EXPECT_TRUE(testing_util::eventually([&] { return t.c->store->load_round("replay", 1).ok(); },
+                                           20000ms));
+      t.restart(cfg);
+      if (!t.c) return "";
+      EXPECT_TRUE(t.c->service->start().ok());
+    }
+    std::vector<Site> sites = train_round(t, {0, 1}, r == 0 || (restart && r == 2));
+    EXPECT_EQ(sites[0].task.round(), r);
+    EXPECT_TRUE(sites[1].client->push_update(sites[1].header(1000, t.layout_fp), replayed).ok());
+    EXPECT_TRUE(
+        sites[0]
+            .client
+            ->push_update(sites[0].header(1000, t.layout_fp), drawn_delta(static_cast<uint32_t>(r)))
+            .ok());
+  }
+  auto fin = t.c->service->wait_until_finished(Clock::now() + 20s);
+  EXPECT_TRUE(fin.ok()) << fin.status().to_string();
+  for (uint64_t r = 0; r < 3; ++r) {
+    auto rec = t.c->store->load_round("replay", r);
+    EXPECT_TRUE(rec.ok()) << rec.status().to_string();
+    if (!rec.ok()) return "";
+    EXPECT_EQ(rec->participants[0].screen, "kept") << r;
+    EXPECT_EQ(rec->participants[1].screen, r == 0 ? "kept" : "dropped") << r;
+    EXPECT_EQ(rec->participants[1].screen_reason, r == 0 ? "" : "replay") << r;
+  }
+  auto audit = t.c->store->list_audit("replay");
+  EXPECT_TRUE(audit.ok());
+  size_t replays = 0;
+  for (const auto& line : *audit)
+    replays += contains(line, "node-1 round ") && contains(line, "dropped: replay");
+  EXPECT_EQ(replays, 2u);
+  return t.c->service->params_fingerprint();
+}
+
+// A site replaying its previous accepted update (byte for byte) is dropped in every later round,
+// also after a coordinator restart: the memory of each node's last update is committed with the
+// round, so the run with a restart ends on the same θ, bit for bit.
+TEST(HostileSite, ReplayedUpdateIsDroppedAlsoAfterARestart) {
+  const std::string straight = replay_run(false);
+  const std::string restarted = replay_run(true);
+  ASSERT_FALSE(straight.empty());
+  EXPECT_EQ(restarted, straight);
 }
 
 // ReportMetrics over the wire: n metrics named m000.., for `round`.

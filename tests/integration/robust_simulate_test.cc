@@ -31,7 +31,7 @@ struct Summary {
   int exit_code = -1;
   std::string output;
   double final_bpb = NAN;
-  uint64_t clipped = 0, dropped = 0;
+  uint64_t clipped = 0, dropped = 0, replayed = 0;
   std::string fingerprint;
 };
 
@@ -47,6 +47,7 @@ Summary simulate(const TempDir& dir, const std::string& name, std::vector<std::s
   if (o.at("final_val_bpb").is_number()) s.final_bpb = o.at("final_val_bpb").to_number<double>();
   s.clipped = o.at("updates_clipped").to_number<uint64_t>();
   s.dropped = o.at("updates_dropped").to_number<uint64_t>();
+  s.replayed = o.at("updates_replayed").to_number<uint64_t>();
   s.fingerprint = std::string(o.at("final_fingerprint").as_string());
   return s;
 }
@@ -76,6 +77,30 @@ TEST(RobustSimulate, DefaultSettingHoldsAgainstOneAttackerAndThePlainMeanDoesNot
     EXPECT_GE(plain.final_bpb, 1.10 * honest.final_bpb) << plain.output;
   else
     EXPECT_NE(plain.output.find("inner training diverged"), std::string::npos) << plain.output;
+}
+
+// A site that replays its first update byte for byte: the default screening drops the replay in
+// every round after the first, and the run ends within 2% of the honest one. With replay
+// detection off (--replay-cosine 0) the same run keeps every replay.
+TEST(RobustSimulate, ReplayIsDroppedEveryRoundAfterTheFirst) {
+  TempDir dir;
+  const Summary honest = simulate(dir, "honest", {});
+  ASSERT_EQ(honest.exit_code, 0) << honest.output;
+  const Summary replay = simulate(dir, "replay", {"--byzantine", "1", "--attack", "replay"});
+  ASSERT_EQ(replay.exit_code, 0) << replay.output;
+  EXPECT_EQ(replay.dropped, 2u);  // rounds 1 and 2 of 0..2
+  EXPECT_EQ(replay.clipped, 0u);
+  EXPECT_EQ(replay.replayed, 2u);  // both as replays
+  ASSERT_TRUE(std::isfinite(replay.final_bpb));
+  EXPECT_LE(std::abs(replay.final_bpb - honest.final_bpb), 0.02 * honest.final_bpb)
+      << replay.final_bpb << " against honest " << honest.final_bpb;
+
+  const Summary kept = simulate(dir, "replay-kept",
+                                {"--replay-cosine", "0", "--byzantine", "1", "--attack", "replay"});
+  ASSERT_EQ(kept.exit_code, 0) << kept.output;
+  EXPECT_EQ(kept.dropped, 0u);
+  EXPECT_EQ(kept.replayed, 0u);
+  EXPECT_NE(kept.fingerprint, replay.fingerprint);
 }
 
 TEST(RobustSimulate, TheTokenClaimIsRefusedSoTheRunIsTheHonestOne) {
@@ -113,6 +138,7 @@ TEST(RobustSimulate, BadFlagsAreOneLine) {
       {{"--screen", "maybe"}, "--screen must be clip, drop or off, not maybe"},
       {{"--aggregator", "avg"}, "--aggregator must be mean, clipped-mean, trimmed-mean"},
       {{"--norm-multiple", "0.5"}, "--norm-multiple"},
+      {{"--replay-cosine", "1.5"}, "--replay-cosine"},
       {{"--dp-clip", "1", "--screen", "drop"}, "cannot be combined with --dp-clip"},
   };
   int i = 0;

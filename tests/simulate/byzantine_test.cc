@@ -172,8 +172,25 @@ TEST(Byzantine, InflatedTokenClaimIsSentThenTheHonestClaimWhenRefused) {
   EXPECT_EQ(lax->pushes[0].header.tokens(), kInflatedTokenClaim);
 }
 
-TEST(Byzantine, ReplaySendsThePreviousRoundsUpdate) {
+TEST(Byzantine, ReplaySendsItsFirstPushAgainByteForByte) {
   auto [engine, site] = byzantine_site(Attack::kReplay);
+  pb::PushUpdateResponse resp;
+  ASSERT_TRUE(site->push_update(header_of(1), raw(honest_delta(1)), &resp).ok());
+  ASSERT_TRUE(site->push_update(header_of(2), raw(honest_delta(2)), &resp).ok());
+  ASSERT_TRUE(site->push_update(header_of(3), raw(honest_delta(3)), &resp).ok());
+  ASSERT_EQ(engine->pushes.size(), 3u);
+  for (const auto& push : engine->pushes) EXPECT_EQ(push.payload, raw(honest_delta(1)));
+  EXPECT_EQ(engine->pushes[2].header.round(), 3u);  // the current round's header
+  // An update of another codec cannot carry the replayed bytes: the honest one goes, and is
+  // replayed from then on.
+  ASSERT_TRUE(site->push_update(header_of(4, "bf16"), "bf16-bytes-4", &resp).ok());
+  ASSERT_TRUE(site->push_update(header_of(5, "bf16"), "bf16-bytes-5", &resp).ok());
+  EXPECT_EQ(engine->pushes[3].payload, "bf16-bytes-4");
+  EXPECT_EQ(engine->pushes[4].payload, "bf16-bytes-4");
+}
+
+TEST(Byzantine, StaleSendsThePreviousRoundsUpdate) {
+  auto [engine, site] = byzantine_site(Attack::kStale);
   pb::PushUpdateResponse resp;
   // Round 1 has no previous update: the honest one goes.
   ASSERT_TRUE(site->push_update(header_of(1), raw(honest_delta(1)), &resp).ok());
@@ -222,15 +239,17 @@ TEST(Byzantine, AnUpdateItCannotDecodeIsNotSent) {
 
 TEST(Byzantine, AttackNamesParseAndABadOneSaysWhichExist) {
   for (Attack a : {Attack::kSignFlip, Attack::kGaussian, Attack::kScale, Attack::kTokens,
-                   Attack::kReplay}) {
+                   Attack::kReplay, Attack::kStale}) {
     auto parsed = parse_attack(attack_name(a));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, a);
   }
   auto bad = parse_attack("flip");
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().message(),
-            "--attack flip is not an attack: use one of sign-flip, gaussian, scale, tokens, replay");
+  EXPECT_EQ(
+      bad.status().message(),
+      "--attack flip is not an attack: use one of sign-flip, gaussian, scale, tokens, replay, "
+      "stale");
   EXPECT_FALSE(parse_attack("none").ok());
 }
 

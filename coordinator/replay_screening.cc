@@ -1,0 +1,150 @@
+// Replay detection in the commit's screening (update_screening.h): each update's count sketch
+// against its node's last accepted one, and the per-node memory committed with each round.
+#include <cstdio>
+#include <cstring>
+
+#include "algorithms/diloco/replay.h"
+#include "coordinator/update_screening.h"
+#include "kernels/core/sha256.h"
+
+namespace atl::coordinator {
+
+namespace {
+
+constexpr char kReplayMagic[4] = {'A', 'T', 'R', '1'};
+
+template <typename T>
+void put_le(std::string& out, T v) {
+  uint8_t b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));  // the coordinator's hosts are little-endian (as the blobs)
+  out.append(reinterpret_cast<const char*>(b), sizeof(T));
+}
+
+// Reads little-endian values from `bytes`; `ok` turns false on the first read past the end.
+struct ByteReader {
+  std::string_view bytes;
+  size_t pos = 0;
+  bool ok = true;
+  template <typename T>
+  T get() {
+    T v{};
+    if (bytes.size() - pos < sizeof(T)) {
+      ok = false;
+      return v;
+    }
+    std::memcpy(&v, bytes.data() + pos, sizeof(T));
+    pos += sizeof(T);
+    return v;
+  }
+  std::string_view take(size_t n) {
+    if (bytes.size() - pos < n) {
+      ok = false;
+      return {};
+    }
+    std::string_view s = bytes.substr(pos, n);
+    pos += n;
+    return s;
+  }
+};
+
+std::string cosine_text(double c) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.6f", c);
+  return buf;
+}
+
+}  // namespace
+
+uint64_t update_layout_key(const PendingUpdate& update, algorithms::compress::UpdateRange range) {
+  Sha256 h;
+  const uint64_t head[3] = {update.delta.size(), range.offset, range.numel};
+  h.update(head, sizeof(head));
+  h.update(update.indices.data(), update.indices.size() * sizeof(uint32_t));
+  const Sha256Digest d = h.finish();
+  uint64_t key = 0;
+  for (int i = 0; i < 8; ++i) key = (key << 8) | d[i];
+  return key;
+}
+
+ReplayMemory screen_replays(PendingUpdates& updates, const ReplayMemory& previous,
+                            double min_cosine, algorithms::compress::UpdateRange range,
+                            ScreenOutcome& screened) {
+  ReplayMemory sketched;
+  if (!(min_cosine > 0)) return sketched;
+  for (auto it = updates.begin(); it != updates.end();) {
+    const PendingUpdate& u = it->second;
+    ReplayEntry entry{update_layout_key(u, range), algorithms::replay_sketch(u.delta, u.indices)};
+    auto prev = previous.find(it->first);
+    if (prev != previous.end() && prev->second.layout == entry.layout) {
+      // A bit-for-bit equal sketch is cosine 1 exactly (replay_cosine = 1: exact repeats only).
+      const bool zero = algorithms::sketch_cosine(entry.sketch, entry.sketch) == 0.0;
+      const double cosine = !zero && entry.sketch == prev->second.sketch
+                                ? 1.0
+                                : algorithms::sketch_cosine(entry.sketch, prev->second.sketch);
+      if (cosine >= min_cosine) {
+        ScreenedUpdate& s = screened.by_node[it->first];
+        s.norm = algorithms::l2_norm(u.delta);
+        s.action = algorithms::ScreenAction::kDropped;
+        s.reason = "replay";
+        s.why = "dropped: replay: cosine " + cosine_text(cosine) +
+                " to its previous accepted update >= robust.replay_cosine " +
+                cosine_text(min_cosine);
+        it = updates.erase(it);
+        continue;
+      }
+    }
+    sketched[it->first] = std::move(entry);
+    ++it;
+  }
+  return sketched;
+}
+
+ReplayMemory remember_accepted(const ReplayMemory& previous, ReplayMemory sketched,
+                               const PendingUpdates& applied) {
+  ReplayMemory next = previous;
+  for (auto& [id, entry] : sketched)
+    if (applied.count(id)) next[id] = std::move(entry);
+  return next;
+}
+
+std::string encode_replay_memory(const ReplayMemory& memory) {
+  std::string out(kReplayMagic, sizeof(kReplayMagic));
+  put_le<uint64_t>(out, memory.size());
+  for (const auto& [id, e] : memory) {
+    put_le<uint32_t>(out, static_cast<uint32_t>(id.size()));
+    out += id;
+    put_le<uint64_t>(out, e.layout);
+    put_le<uint64_t>(out, e.sketch.size());
+    for (double v : e.sketch) put_le<double>(out, v);
+  }
+  return out;
+}
+
+StatusOr<ReplayMemory> decode_replay_memory(std::string_view bytes, const std::string& what) {
+  auto corrupt = [&](const std::string& why) {
+    return DataLoss("store: " + what + " is corrupt (" + why + ")");
+  };
+  ByteReader r{bytes};
+  if (r.take(sizeof(kReplayMagic)) != std::string_view(kReplayMagic, sizeof(kReplayMagic)))
+    return corrupt("no ATR1 header");
+  const uint64_t entries = r.get<uint64_t>();
+  ReplayMemory memory;
+  for (uint64_t i = 0; r.ok && i < entries; ++i) {
+    const uint32_t id_bytes = r.get<uint32_t>();
+    const std::string id(r.take(id_bytes));
+    ReplayEntry e;
+    e.layout = r.get<uint64_t>();
+    const uint64_t values = r.get<uint64_t>();
+    if (!r.ok || values != algorithms::kReplaySketchBuckets)
+      return corrupt("a sketch of " + std::to_string(values) + " values, expected " +
+                     std::to_string(algorithms::kReplaySketchBuckets));
+    e.sketch.resize(values);
+    for (double& v : e.sketch) v = r.get<double>();
+    if (r.ok) memory[id] = std::move(e);
+  }
+  if (!r.ok) return corrupt("truncated");
+  if (r.pos != bytes.size()) return corrupt("trailing bytes");
+  return memory;
+}
+
+}  // namespace atl::coordinator
