@@ -42,23 +42,30 @@ class Codec {
   bool is_none() const { return spec_ == CodecSpec{}; }
   // Rejects non-finite input (InvalidArgument) and numel above kMaxNumel; exact top-k needs
   // numel < 2^32.
-  StatusOr<std::vector<uint8_t>> encode(std::span<const float> values) const;
+  //
+  // threads: encode and decode split their work over up to this many threads (OpenMP), in
+  // fixed slices of 2^18 values: the bytes of a message, and the values it decodes to, are the
+  // same for every thread count.
+  StatusOr<std::vector<uint8_t>> encode(std::span<const float> values, int threads = 1) const;
   // Same, into out (resized; its capacity is reused across rounds, which avoids page-faulting
   // a fresh buffer every time). Dense codecs validate and checksum chunk by chunk in the same
   // pass that quantizes, so on an error out holds a partial message (never a valid one).
-  Status encode_into(std::span<const float> values, std::vector<uint8_t>& out) const;
+  Status encode_into(std::span<const float> values, std::vector<uint8_t>& out,
+                     int threads = 1) const;
   // Also checks that the message was made with this codec's spec.
-  StatusOr<std::vector<float>> decode(std::span<const uint8_t> bytes, uint64_t numel) const;
+  StatusOr<std::vector<float>> decode(std::span<const uint8_t> bytes, uint64_t numel,
+                                      int threads = 1) const;
   // Decodes into out (size numel) without allocating.
-  Status decode_into(std::span<const uint8_t> bytes, std::span<float> out) const;
+  Status decode_into(std::span<const uint8_t> bytes, std::span<float> out, int threads = 1) const;
 
  private:
   CodecSpec spec_;
 };
 
 // Decodes any codec message; the spec comes from the message itself.
-StatusOr<std::vector<float>> decode(std::span<const uint8_t> bytes, uint64_t numel);
-Status decode_into(std::span<const uint8_t> bytes, std::span<float> out);
+StatusOr<std::vector<float>> decode(std::span<const uint8_t> bytes, uint64_t numel,
+                                    int threads = 1);
+Status decode_into(std::span<const uint8_t> bytes, std::span<float> out, int threads = 1);
 
 // Payload bytes for numel values (exact: every codec has a fixed size for a given numel).
 uint64_t payload_bytes(const CodecSpec& spec, uint64_t numel);

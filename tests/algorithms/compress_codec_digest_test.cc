@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,46 @@ void check_digests(const Pinned* table, size_t rows, size_t n) {
 TEST(CompressCodecDigest, EveryCodecsBytesArePinned) {
   check_digests(kLarge, std::size(kLarge), 300007);
   check_digests(kSmall, std::size(kSmall), 1000);
+}
+
+// Encode and decode split over threads give the same message and the same values as one thread
+// (the pinned digests above), for every thread count: same config and seed, same bits.
+TEST(CompressCodecDigest, ThreadCountNeverChangesTheBytes) {
+  const size_t n = 5 * 262144 + 12345;  // five full slices of work and a partial one
+  const std::vector<float> x = digest_input(n, 7);
+  for (const Pinned& p : kLarge) {
+    auto codec = Codec::create(p.spec);
+    ASSERT_TRUE(codec.ok()) << p.spec;
+    auto one = codec->encode(x, 1);
+    ASSERT_TRUE(one.ok()) << p.spec << ": " << one.status().to_string();
+    auto y_one = codec->decode(*one, n, 1);
+    ASSERT_TRUE(y_one.ok()) << p.spec;
+    for (int threads : {2, 3, 8}) {
+      auto many = codec->encode(x, threads);
+      ASSERT_TRUE(many.ok()) << p.spec << " threads " << threads;
+      EXPECT_TRUE(*many == *one) << p.spec << ": message differs with " << threads << " threads";
+      auto y = codec->decode(*one, n, threads);
+      ASSERT_TRUE(y.ok()) << p.spec << " threads " << threads << ": " << y.status().to_string();
+      EXPECT_EQ(0, std::memcmp(y->data(), y_one->data(), n * sizeof(float)))
+          << p.spec << ": decoded values differ with " << threads << " threads";
+    }
+  }
+}
+
+// A threaded decoder reports the same error as one thread: a non-finite value in one slice.
+TEST(CompressCodecDigest, ThreadedEncoderRejectsNonFiniteInAnySlice) {
+  const size_t n = 3 * 262144;
+  std::vector<float> x = digest_input(n, 3);
+  x[2 * 262144 + 5] = std::numeric_limits<float>::quiet_NaN();
+  for (const char* spec : {"int8", "nvfp4", "topk-chunked:0.02+int4", "topk:0.01"}) {
+    auto codec = Codec::create(spec);
+    ASSERT_TRUE(codec.ok());
+    for (int threads : {1, 4}) {
+      auto msg = codec->encode(x, threads);
+      ASSERT_FALSE(msg.ok()) << spec << " threads " << threads;
+      EXPECT_NE(msg.status().message().find("NaN"), std::string::npos) << msg.status().message();
+    }
+  }
 }
 
 }  // namespace
