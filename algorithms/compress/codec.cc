@@ -673,14 +673,14 @@ StatusOr<Codec> Codec::create(std::string_view spec_text) {
   return Codec(*spec);
 }
 
-StatusOr<std::vector<uint8_t>> Codec::encode(std::span<const float> values, int threads) const {
+StatusOr<std::vector<uint8_t>> Codec::encode(std::span<const float> values) const {
   std::vector<uint8_t> msg;
-  ATOLL_RETURN_IF_ERROR(encode_into(values, msg, threads));
+  ATOLL_RETURN_IF_ERROR(encode_into(values, msg));
   return msg;
 }
 
-Status Codec::encode_into(std::span<const float> values, std::vector<uint8_t>& msg,
-                          int threads) const {
+Status Codec::encode_into(std::span<const float> values, std::vector<uint8_t>& msg) const {
+  const int threads = threads_;
   const uint64_t n = values.size();
   if (n > kMaxNumel) return InvalidArgument("codec: more than 2^36 values");
   if (spec_.sparsifier == Sparsifier::kTopk && n >= (uint64_t{1} << 32)) {
@@ -723,8 +723,8 @@ Status Codec::encode_into(std::span<const float> values, std::vector<uint8_t>& m
   return Status::Ok();
 }
 
-Status Codec::decode_into(std::span<const uint8_t> bytes, std::span<float> out,
-                          int threads) const {
+Status Codec::decode_into(std::span<const uint8_t> bytes, std::span<float> out) const {
+  const int threads = threads_;
   auto parsed = parse_message(bytes, out.size(), threads);
   if (!parsed.ok()) return parsed.status();
   if (!(parsed->spec == spec_)) {
@@ -734,11 +734,10 @@ Status Codec::decode_into(std::span<const uint8_t> bytes, std::span<float> out,
   return decode_payload(parsed->spec, parsed->payload, out, threads);
 }
 
-StatusOr<std::vector<float>> Codec::decode(std::span<const uint8_t> bytes, uint64_t numel,
-                                           int threads) const {
+StatusOr<std::vector<float>> Codec::decode(std::span<const uint8_t> bytes, uint64_t numel) const {
   if (numel > kMaxNumel) return InvalidArgument("codec: more than 2^36 values");
   std::vector<float> out(numel);
-  ATOLL_RETURN_IF_ERROR(decode_into(bytes, out, threads));
+  ATOLL_RETURN_IF_ERROR(decode_into(bytes, out));
   return out;
 }
 

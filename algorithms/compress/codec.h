@@ -39,30 +39,34 @@ class Codec {
   static Codec none() { return Codec(CodecSpec{}); }
 
   const CodecSpec& spec() const { return spec_; }
+  // Threads encode and decode use (OpenMP; at least 1, the default). The work is split in fixed
+  // slices of 2^18 values, so a message's bytes, and the values it decodes to, are the same for
+  // every thread count: the count is a speed setting, never part of a result.
+  Codec& set_threads(int threads) {
+    threads_ = threads < 1 ? 1 : threads;
+    return *this;
+  }
+  int threads() const { return threads_; }
   bool is_none() const { return spec_ == CodecSpec{}; }
   // Rejects non-finite input (InvalidArgument) and numel above kMaxNumel; exact top-k needs
   // numel < 2^32.
-  //
-  // threads: encode and decode split their work over up to this many threads (OpenMP), in
-  // fixed slices of 2^18 values: the bytes of a message, and the values it decodes to, are the
-  // same for every thread count.
-  StatusOr<std::vector<uint8_t>> encode(std::span<const float> values, int threads = 1) const;
+  StatusOr<std::vector<uint8_t>> encode(std::span<const float> values) const;
   // Same, into out (resized; its capacity is reused across rounds, which avoids page-faulting
   // a fresh buffer every time). Dense codecs validate and checksum chunk by chunk in the same
   // pass that quantizes, so on an error out holds a partial message (never a valid one).
-  Status encode_into(std::span<const float> values, std::vector<uint8_t>& out,
-                     int threads = 1) const;
+  Status encode_into(std::span<const float> values, std::vector<uint8_t>& out) const;
   // Also checks that the message was made with this codec's spec.
-  StatusOr<std::vector<float>> decode(std::span<const uint8_t> bytes, uint64_t numel,
-                                      int threads = 1) const;
+  StatusOr<std::vector<float>> decode(std::span<const uint8_t> bytes, uint64_t numel) const;
   // Decodes into out (size numel) without allocating.
-  Status decode_into(std::span<const uint8_t> bytes, std::span<float> out, int threads = 1) const;
+  Status decode_into(std::span<const uint8_t> bytes, std::span<float> out) const;
 
  private:
   CodecSpec spec_;
+  int threads_ = 1;
 };
 
-// Decodes any codec message; the spec comes from the message itself.
+// Decodes any codec message; the spec comes from the message itself. threads as for
+// Codec::set_threads.
 StatusOr<std::vector<float>> decode(std::span<const uint8_t> bytes, uint64_t numel,
                                     int threads = 1);
 Status decode_into(std::span<const uint8_t> bytes, std::span<float> out, int threads = 1);
