@@ -634,7 +634,7 @@ void encode_sparse(const CodecSpec& s, std::span<const float> values, uint8_t* o
   if (s.sparsifier == Sparsifier::kTopk) {
     TopkScratch scratch;
     std::vector<uint32_t> idx;
-    topk_indices(values, k, scratch, idx, threads);
+    topk_indices(values, k, scratch, idx);
     const uint32_t w = index_bits(n);
     BitWriter bw(out);
     for (uint64_t j = 0; j < k; ++j) {

@@ -1,11 +1,7 @@
 #include "algorithms/compress/topk.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <bit>
-#include <cmath>
-#include <functional>
 
 #include "kernels/core/check.h"
 
@@ -60,61 +56,6 @@ void append_smallest_keys(const std::vector<uint64_t>& candidates, uint64_t coun
     if (key <= last_key) out.push_back(static_cast<uint32_t>(key));
 }
 
-// Values at or above floor_bits as keys, in index order, into s.candidates; false when more than
-// cap of them. threads > 1: T contiguous slices scanned concurrently, concatenated in order.
-bool collect_candidates(std::span<const float> x, uint32_t floor_bits, size_t cap, TopkScratch& s,
-                        int threads) {
-  auto collect = [&](size_t begin, size_t end, std::vector<uint64_t>& into) {
-    into.clear();
-    return scan_at_or_above(x, begin, end, floor_bits, [&](uint32_t j) {
-      into.push_back(key_of(magnitude_bits(x[j]), j));
-      return into.size() <= cap;
-    });
-  };
-  const size_t n = x.size();
-  if (threads <= 1 || n < (size_t{1} << 18)) return collect(0, n, s.candidates);
-  s.slice_candidates.resize(static_cast<size_t>(threads));
-  int all_ok = 1;
-#pragma omp parallel for num_threads(threads) schedule(static, 1) reduction(&& : all_ok)
-  for (int t = 0; t < threads; ++t) {
-    const size_t begin = n * static_cast<size_t>(t) / static_cast<size_t>(threads);
-    const size_t end = n * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
-    all_ok = collect(begin, end, s.slice_candidates[static_cast<size_t>(t)]) && all_ok;
-  }
-  s.candidates.clear();
-  for (const auto& part : s.slice_candidates) {
-    s.candidates.insert(s.candidates.end(), part.begin(), part.end());
-  }
-  return all_ok && s.candidates.size() <= cap;
-}
-
-// The common case, one pass over x: a threshold from a strided sample that about 1.1 k values
-// (plus a margin of 4 standard deviations of the sample count) reach, every value at or above it
-// collected as a candidate, and the k smallest keys among them. The candidates hold the top k
-// whenever there are at least k of them (every value left out is below every candidate). False,
-// with nothing appended, when the sample does not give such a threshold (k a large fraction of
-// n, a tiny n, or a threshold that too many tied values reach); the radix path then decides.
-bool select_by_sampled_threshold(std::span<const float> x, uint64_t k, TopkScratch& s,
-                                 std::vector<uint32_t>& out, int threads) {
-  const size_t n = x.size();
-  const size_t stride = n <= (size_t{1} << 20) ? 16 : n >> 16;
-  const size_t m = n / stride;
-  if (m < 64) return false;
-  const double expected = static_cast<double>(k) * static_cast<double>(m) / static_cast<double>(n);
-  const auto rank = static_cast<size_t>(std::ceil(1.1 * expected + 4.0 * std::sqrt(expected) + 2));
-  if (2 * rank > m) return false;
-  s.sample.resize(m);
-  for (size_t i = 0; i < m; ++i) s.sample[i] = magnitude_bits(x[i * stride + stride / 2]);
-  std::nth_element(s.sample.begin(), s.sample.begin() + static_cast<ptrdiff_t>(rank - 1),
-                   s.sample.end(), std::greater<uint32_t>());
-  const uint32_t floor_bits = s.sample[rank - 1];
-  if (floor_bits == 0) return false;  // every value would be a candidate
-  const size_t cap = 4 * k + 4096;
-  if (!collect_candidates(x, floor_bits, cap, s, threads) || s.candidates.size() < k) return false;
-  append_smallest_keys(s.candidates, k, s.keys, out);
-  return true;
-}
-
 // Selection by radix (two passes over x), for any input:
 //  1. a histogram of the buckets finds the bucket b that holds the k-th largest magnitude, and
 //     how many of the k come from buckets above it;
@@ -157,16 +98,16 @@ void select_by_radix(std::span<const float> x, uint64_t k, TopkScratch& s,
   const size_t first_chosen = out.size();
   append_smallest_keys(s.candidates, from_bucket, s.keys, out);
   // out = [chosen of bucket b]; merge with the indices above it.
-  s.sample.assign(out.begin() + static_cast<ptrdiff_t>(first_chosen), out.end());
-  out.resize(first_chosen + s.above.size() + s.sample.size());
-  std::merge(s.above.begin(), s.above.end(), s.sample.begin(), s.sample.end(),
+  s.chosen.assign(out.begin() + static_cast<ptrdiff_t>(first_chosen), out.end());
+  out.resize(first_chosen + s.above.size() + s.chosen.size());
+  std::merge(s.above.begin(), s.above.end(), s.chosen.begin(), s.chosen.end(),
              out.begin() + static_cast<ptrdiff_t>(first_chosen));
 }
 
 }  // namespace
 
 void topk_indices(std::span<const float> x, uint64_t k, TopkScratch& scratch,
-                  std::vector<uint32_t>& out, int threads) {
+                  std::vector<uint32_t>& out) {
   ATOLL_CHECK(k <= x.size() && x.size() < (uint64_t{1} << 32),
               "k exceeds the values, or 2^32 values or more");
   out.clear();
@@ -177,7 +118,6 @@ void topk_indices(std::span<const float> x, uint64_t k, TopkScratch& scratch,
     for (uint32_t i = 0; i < n; ++i) out[i] = i;
     return;
   }
-  if (select_by_sampled_threshold(x, k, scratch, out, threads)) return;
   select_by_radix(x, k, scratch, out);
 }
 
