@@ -1,7 +1,5 @@
 #include "algorithms/compress/codec.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
