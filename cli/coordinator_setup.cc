@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "algorithms/compress/codec.h"
+#include "kernels/cpu/ops.h"
 #include "algorithms/data/brown.h"
 #include "coordinator/http/auth.h"
 #include "node/checkpoint.h"
@@ -144,9 +145,10 @@ coordinator::ServiceOptions service_options(bool insecure, const std::string& ex
       std::memcpy(v.data(), payload.data(), payload.size());
       return v;
     }
+    // Split over the process's threads (--eval-threads); the values do not depend on it.
     return algorithms::compress::decode(
         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(payload.data()), payload.size()),
-        numel);
+        numel, kernels::cpu::num_threads());
   };
   return so;
 }

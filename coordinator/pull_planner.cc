@@ -4,6 +4,7 @@
 
 #include "algorithms/compress/exact_delta.h"
 #include "algorithms/compress/sparse_delta.h"
+#include "kernels/cpu/ops.h"
 
 namespace atl::coordinator {
 
@@ -18,6 +19,7 @@ StatusOr<PullPolicy> parse_pull_policy(std::string_view pull_codec) {
     p.lossy_delta = true;
   } else if (pull_codec == "bf16") {
     ATOLL_ASSIGN_OR_RETURN(p.whole, cx::Codec::create("bf16"));
+    p.whole.set_threads(kernels::cpu::num_threads());  // speed only: same bytes for any count
   } else if (pull_codec != "full") {
     auto update = cx::Codec::create(pull_codec);
     if (!update.ok() || update->is_none())
@@ -26,6 +28,7 @@ StatusOr<PullPolicy> parse_pull_policy(std::string_view pull_codec) {
           "\" must be \"exact\", \"sparse-delta\", \"full\", \"bf16\" or a codec spec for "
           "the outer updates such as \"int8\" or \"nvfp4\" (not \"none\" or \"fp32\")");
     p.update = *update;
+    p.update.set_threads(kernels::cpu::num_threads());
     p.exact_delta = true;  // nodes further behind: the exact delta when smaller than θ
   }
   return p;

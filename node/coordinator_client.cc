@@ -5,6 +5,7 @@
 #include "algorithms/compress/outer_update.h"
 #include "algorithms/compress/sparse_delta.h"
 #include "kernels/core/sha256.h"
+#include "kernels/cpu/ops.h"
 #include "node/grpc_coordinator_calls.h"
 #include "transport/tensor_stream.h"
 
@@ -113,6 +114,7 @@ StatusOr<PulledParams> CoordinatorClient::pull_params(uint64_t round,
     // The whole θ as a dense bf16 codec message (diloco.pull_codec = "bf16"): the decoder checks
     // the checksum, that the message was made by bf16, its numel and that every value is finite.
     ATOLL_ASSIGN_OR_RETURN(auto codec, algorithms::compress::Codec::create("bf16"));
+    codec.set_threads(kernels::cpu::num_threads());  // the node's --threads; same values for any
     // 2 bytes a value: a header announcing more values than the payload can hold is refused
     // before anything is allocated for them.
     if (h.numel() > payload.size() / 2)

@@ -7,6 +7,7 @@
 #include "algorithms/model/subnet.h"
 #include "node/hydra_site.h"
 #include "algorithms/secagg/quantize.h"
+#include "kernels/cpu/ops.h"
 #include "node/saved_value.h"
 #include "node/secure_push.h"
 #include "node/state_bytes.h"
@@ -392,6 +393,8 @@ StatusOr<std::unique_ptr<SyncStrategy>> make_sync_strategy(const SiteConfig& sit
   std::optional<al::compress::Codec> codec;
   if (spec != "none") {
     ATOLL_ASSIGN_OR_RETURN(auto c, al::compress::Codec::create(spec));
+    // The process's --threads also split encode and decode (the bytes do not depend on it).
+    c.set_threads(kernels::cpu::num_threads());
     codec.emplace(std::move(c));
   }
   const bool error_feedback = codec.has_value() && site.spec.error_feedback();

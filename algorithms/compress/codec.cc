@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "kernels/core/crc32c.h"
 #include "algorithms/compress/bit_pack.h"
@@ -194,10 +195,42 @@ float load_f32(const uint8_t* p) {
 // the others validate their input chunk by chunk as they go.
 bool needs_tensor_amax(Quantizer q) { return q == Quantizer::kFp8 || q == Quantizer::kNvfp4; }
 
-// v (m values) -> value_section_bytes(s, m) bytes. With needs_tensor_amax(s.quantizer), amax is
-// v's and v was validated (finite, |v| <= kMaxAbsInput); otherwise the sink validates.
-void encode_values(const CodecSpec& s, std::span<const float> v, float amax, uint8_t* out,
-                   ChunkSink& sink) {
+// Bytes before the first block or code of a value section: the fp32 tensor scale of fp8 and
+// nvfp4 (derived from the tensor's amax), nothing for the others.
+size_t value_prefix_bytes(const CodecSpec& s) {
+  return s.quantizer == Quantizer::kFp8 || s.quantizer == Quantizer::kNvfp4 ? 4 : 0;
+}
+// fp8: the per-tensor scale that maps amax to E4M3's max.
+float fp8_scale(float amax) { return amax > 0 ? amax / fmt::kE4M3Max : 1.0f; }
+// nvfp4: the tensor scale ts (block scales are E4M3 multiples of it).
+float nvfp4_tensor_scale(float amax) {
+  const float ts = amax / (fmt::kE4M3Max * fmt::kE2M1Max);
+  return ts >= 1.17549435e-38f ? ts : 1.0f;
+}
+
+// Byte offset of value `first` inside a value section's body (after the prefix). first is a
+// multiple of kChunkValues (so of every block size) or the section's end.
+uint64_t value_body_offset(const CodecSpec& s, uint64_t first) {
+  return value_section_bytes(s, first) - value_prefix_bytes(s);
+}
+
+// Writes the value section's prefix for a tensor of this amax; returns its length.
+size_t encode_value_prefix(const CodecSpec& s, float amax, uint8_t* out) {
+  if (s.quantizer == Quantizer::kFp8) {
+    const float scale = fp8_scale(amax);
+    std::memcpy(out, &scale, 4);
+  } else if (s.quantizer == Quantizer::kNvfp4) {
+    const float ts = nvfp4_tensor_scale(amax);
+    std::memcpy(out, &ts, 4);
+  }
+  return value_prefix_bytes(s);
+}
+
+// v (a run of a tensor's values starting at a multiple of kChunkValues) -> its bytes of the
+// value section body, at out. amax is the whole tensor's (fp8 and nvfp4 scale by it; the tensor
+// was validated); the other quantizers validate through the sink.
+void encode_value_body(const CodecSpec& s, std::span<const float> v, float amax, uint8_t* out,
+                       ChunkSink& sink) {
   switch (s.quantizer) {
     case Quantizer::kFp32:
       encode_elems<float>(v, out, sink,
@@ -213,12 +246,8 @@ void encode_values(const CodecSpec& s, std::span<const float> v, float amax, uin
       });
       return;
     case Quantizer::kFp8: {
-      // Per-tensor scale so that amax maps to E4M3's max.
-      const float scale = amax > 0 ? amax / fmt::kE4M3Max : 1.0f;
       const float inv = amax > 0 ? fmt::kE4M3Max / amax : 1.0f;
-      std::memcpy(out, &scale, 4);
-      sink.after(out, 4);
-      encode_elems<uint8_t>(v, out + 4, sink, [inv](auto in, auto o) {
+      encode_elems<uint8_t>(v, out, sink, [inv](auto in, auto o) {
         fmt::quantize_e4m3_scaled(in, std::isfinite(inv) ? inv : 0.0f, o);
       });
       return;
@@ -232,11 +261,8 @@ void encode_values(const CodecSpec& s, std::span<const float> v, float amax, uin
                                          [](auto in, auto o) { fmt::quantize_mxfp4(in, o); });
       return;
     case Quantizer::kNvfp4: {
-      float ts = amax / (fmt::kE4M3Max * fmt::kE2M1Max);
-      if (!(ts >= 1.17549435e-38f)) ts = 1.0f;
-      std::memcpy(out, &ts, 4);
-      sink.after(out, 4);
-      encode_blocks<fmt::BlockNvfp4, 16>(v, out + 4, sink, [ts](auto in, auto o) {
+      const float ts = nvfp4_tensor_scale(amax);
+      encode_blocks<fmt::BlockNvfp4, 16>(v, out, sink, [ts](auto in, auto o) {
         fmt::quantize_nvfp4(in, ts, o);
       });
       return;
@@ -260,15 +286,96 @@ void encode_values(const CodecSpec& s, std::span<const float> v, float amax, uin
   }
 }
 
+// Work is split in slices of kSliceValues values (a multiple of kChunkValues, so every slice
+// starts on a block and a chunk boundary): the bytes of a slice do not depend on how many threads
+// there are, and neither does the message CRC (the slices' CRCs are combined in order).
+constexpr size_t kSliceValues = 64 * kChunkValues;  // 1 MiB of fp32
+
+size_t slice_count(size_t n) { return n == 0 ? 1 : static_cast<size_t>(ceil_div(n, kSliceValues)); }
+
+// v (m values) -> value_section_bytes(s, m) bytes at out, over up to `threads` threads; extends
+// crc by those bytes. validate: check every value (finite, |x| <= kMaxAbsInput) on the way;
+// false when one failed (out then holds a partial section). amax as for encode_value_body.
+bool encode_value_section(const CodecSpec& s, std::span<const float> v, float amax, bool validate,
+                          uint8_t* out, uint32_t& crc, int threads) {
+  const size_t prefix = encode_value_prefix(s, amax, out);
+  crc = crc32c_extend(crc, out, prefix);
+  uint8_t* body = out + prefix;
+  const size_t slices = slice_count(v.size());
+  if (threads <= 1 || slices == 1) {
+    ChunkSink sink{validate, false, crc};
+    encode_value_body(s, v, amax, body, sink);
+    crc = sink.crc;
+    return !sink.bad;
+  }
+  std::vector<uint32_t> slice_crc(slices);
+  std::vector<uint8_t> slice_bad(slices);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (size_t i = 0; i < slices; ++i) {
+    const size_t first = i * kSliceValues;
+    ChunkSink sink{validate, false, 0};
+    encode_value_body(s, v.subspan(first, std::min(kSliceValues, v.size() - first)), amax,
+                      body + value_body_offset(s, first), sink);
+    slice_crc[i] = sink.crc;
+    slice_bad[i] = sink.bad;
+  }
+  for (size_t i = 0; i < slices; ++i) {
+    if (slice_bad[i]) return false;
+    const size_t first = i * kSliceValues, end = std::min(v.size(), first + kSliceValues);
+    crc = crc32c_combine(crc, slice_crc[i], value_body_offset(s, end) - value_body_offset(s, first));
+  }
+  return true;
+}
+
+// abs_max over up to `threads` threads (max and "all finite" combine in any order).
+fmt::AbsMax abs_max_threaded(std::span<const float> v, int threads) {
+  const size_t slices = slice_count(v.size());
+  if (threads <= 1 || slices == 1) return fmt::abs_max(v);
+  std::vector<fmt::AbsMax> part(slices);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (size_t i = 0; i < slices; ++i) {
+    const size_t first = i * kSliceValues;
+    part[i] = fmt::abs_max(v.subspan(first, std::min(kSliceValues, v.size() - first)));
+  }
+  fmt::AbsMax all;
+  for (const fmt::AbsMax& p : part) {
+    all.amax = std::max(all.amax, p.amax);
+    all.all_finite = all.all_finite && p.all_finite;
+  }
+  return all;
+}
+
+// CRC-32C of n bytes over up to `threads` threads (parts combined in order).
+uint32_t crc32c_threaded(uint32_t crc, const uint8_t* data, size_t n, int threads) {
+  constexpr size_t kPart = size_t{1} << 20;
+  const size_t parts = n == 0 ? 1 : (n + kPart - 1) / kPart;
+  if (threads <= 1 || parts == 1) return crc32c_extend(crc, data, n);
+  std::vector<uint32_t> part_crc(parts);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (size_t i = 0; i < parts; ++i) {
+    part_crc[i] = crc32c(data + i * kPart, std::min(kPart, n - i * kPart));
+  }
+  for (size_t i = 0; i < parts; ++i) {
+    crc = crc32c_combine(crc, part_crc[i], std::min(kPart, n - i * kPart));
+  }
+  return crc;
+}
+
+uint32_t message_crc_threaded(std::span<const uint8_t> msg, int threads) {
+  return crc32c_threaded(crc32c(msg.data(), 24), msg.data() + 28, msg.size() - 28, threads);
+}
+
 Status check_input(const fmt::AbsMax& am) {
   if (!am.all_finite) return InvalidArgument("codec: input has NaN or infinite values");
   if (am.amax > kMaxAbsInput) return InvalidArgument("codec: input has |x| > 1e38");
   return Status::Ok();
 }
 
-// value_section_bytes(s, m) bytes -> v (m values). Finiteness is checked by the caller; false
-// when the codes themselves are invalid (only sign / ternary have invalid codes).
-bool decode_values(const CodecSpec& s, const uint8_t* in, std::span<float> v) {
+// The body bytes of a run of values starting at a multiple of kChunkValues -> v. prefix: the
+// section's prefix (fp8 / nvfp4 scale). False when the codes themselves are invalid (only sign /
+// ternary have invalid codes); finiteness is the caller's check.
+bool decode_value_body(const CodecSpec& s, const uint8_t* prefix, const uint8_t* in,
+                       std::span<float> v) {
   switch (s.quantizer) {
     case Quantizer::kFp32:
       std::memcpy(v.data(), in, v.size() * 4);
@@ -280,8 +387,8 @@ bool decode_values(const CodecSpec& s, const uint8_t* in, std::span<float> v) {
       decode_elems<uint16_t>(in, v, [](auto i, auto o) { fmt::dequantize_fp16(i, o); });
       return true;
     case Quantizer::kFp8: {
-      const float scale = load_f32(in);
-      decode_elems<uint8_t>(in + 4, v, [scale](auto i, auto o) {
+      const float scale = load_f32(prefix);
+      decode_elems<uint8_t>(in, v, [scale](auto i, auto o) {
         fmt::dequantize_e4m3_scaled(i, scale, o);
       });
       return true;
@@ -293,8 +400,8 @@ bool decode_values(const CodecSpec& s, const uint8_t* in, std::span<float> v) {
       decode_blocks<fmt::BlockMxfp4, 32>(in, v, [](auto i, auto o) { fmt::dequantize_mxfp4(i, o); });
       return true;
     case Quantizer::kNvfp4: {
-      const float ts = load_f32(in);
-      decode_blocks<fmt::BlockNvfp4, 16>(in + 4, v, [ts](auto i, auto o) {
+      const float ts = load_f32(prefix);
+      decode_blocks<fmt::BlockNvfp4, 16>(in, v, [ts](auto i, auto o) {
         fmt::dequantize_nvfp4(i, ts, o);
       });
       return true;
@@ -325,13 +432,44 @@ bool all_finite(std::span<const float> v) {
   return bad == 0;
 }
 
+enum class BodyCheck : uint8_t { kOk, kBadCodes, kNonFinite };
+
+// value_section_bytes(s, m) bytes at in -> v (m values), over up to `threads` threads, with the
+// checks of a decoder: invalid codes first (any slice), then non-finite values.
+BodyCheck decode_value_section(const CodecSpec& s, const uint8_t* in, std::span<float> v,
+                               int threads) {
+  const uint8_t* body = in + value_prefix_bytes(s);
+  const size_t slices = slice_count(v.size());
+  auto run = [&](size_t i) {
+    const size_t first = i * kSliceValues;
+    const auto part = v.subspan(first, std::min(kSliceValues, v.size() - first));
+    if (!decode_value_body(s, in, body + value_body_offset(s, first), part)) {
+      return BodyCheck::kBadCodes;
+    }
+    return all_finite(part) ? BodyCheck::kOk : BodyCheck::kNonFinite;
+  };
+  std::vector<BodyCheck> result(slices);
+  if (threads <= 1 || slices == 1) {
+    for (size_t i = 0; i < slices; ++i) result[i] = run(i);
+  } else {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t i = 0; i < slices; ++i) result[i] = run(i);
+  }
+  BodyCheck worst = BodyCheck::kOk;
+  for (BodyCheck r : result) {
+    if (r == BodyCheck::kBadCodes) return r;
+    if (r == BodyCheck::kNonFinite) worst = r;
+  }
+  return worst;
+}
+
 
 struct Parsed {
   CodecSpec spec;
   std::span<const uint8_t> payload;
 };
 
-StatusOr<Parsed> parse_message(std::span<const uint8_t> bytes, uint64_t numel) {
+StatusOr<Parsed> parse_message(std::span<const uint8_t> bytes, uint64_t numel, int threads) {
   if (bytes.size() < kHeaderBytes) {
     return DataLoss("codec message truncated: " + std::to_string(bytes.size()) +
                     " bytes, the header alone is 32");
@@ -353,7 +491,9 @@ StatusOr<Parsed> parse_message(std::span<const uint8_t> bytes, uint64_t numel) {
     return DataLoss("codec message: length " + std::to_string(bytes.size()) +
                     " does not match its header");
   }
-  if (load<uint32_t>(p + 24) != message_crc(bytes)) return DataLoss("codec message: bad checksum");
+  if (load<uint32_t>(p + 24) != message_crc_threaded(bytes, threads)) {
+    return DataLoss("codec message: bad checksum");
+  }
   if (declared_numel != numel) {
     return InvalidArgument("codec message holds " + std::to_string(declared_numel) +
                            " values, expected " + std::to_string(numel));
@@ -374,16 +514,10 @@ StatusOr<Parsed> parse_message(std::span<const uint8_t> bytes, uint64_t numel) {
 constexpr const char* kBadCodes =
     "codec message: invalid sign/ternary block (negative scale or a code byte out of range)";
 
-Status decode_payload(const CodecSpec& s, std::span<const uint8_t> payload, std::span<float> out) {
-  const uint64_t n = out.size();
-  if (s.sparsifier == Sparsifier::kDense) {
-    if (!decode_values(s, payload.data(), out)) return DataLoss(kBadCodes);
-    if (!all_finite(out)) return DataLoss("codec message decodes to non-finite values");
-    return Status::Ok();
-  }
-  const uint64_t k = kept_count(s, n);
-  std::vector<uint32_t> idx(k);
-  BitReader br(payload.data());
+// Reads the k indices of a sparse payload into idx (chunked: local to their chunk).
+Status read_indices(const CodecSpec& s, const uint8_t* payload, uint64_t n, std::vector<uint32_t>& idx) {
+  const uint64_t k = idx.size();
+  BitReader br(payload);
   if (s.sparsifier == Sparsifier::kTopk) {
     const uint32_t w = index_bits(n);
     for (uint64_t j = 0; j < k; ++j) {
@@ -407,16 +541,35 @@ Status decode_payload(const CodecSpec& s, std::span<const uint8_t> payload, std:
           return DataLoss("codec message: chunked top-k indices not increasing and in range");
         }
         prev = i;
-        idx[j] = static_cast<uint32_t>(i);  // local to its chunk; made global when scattering
+        idx[j] = static_cast<uint32_t>(i);
       }
     }
   }
   if (!br.rest_is_zero()) return DataLoss("codec message: nonzero padding after indices");
-  std::vector<float> vals(k);
-  if (!decode_values(s, payload.data() + index_section_bytes(s, n), vals)) {
-    return DataLoss(kBadCodes);
+  return Status::Ok();
+}
+
+Status body_status(BodyCheck check) {
+  switch (check) {
+    case BodyCheck::kOk: return Status::Ok();
+    case BodyCheck::kBadCodes: return DataLoss(kBadCodes);
+    case BodyCheck::kNonFinite: return DataLoss("codec message decodes to non-finite values");
   }
-  if (!all_finite(vals)) return DataLoss("codec message decodes to non-finite values");
+  return Status::Ok();
+}
+
+Status decode_payload(const CodecSpec& s, std::span<const uint8_t> payload, std::span<float> out,
+                      int threads) {
+  const uint64_t n = out.size();
+  if (s.sparsifier == Sparsifier::kDense) {
+    return body_status(decode_value_section(s, payload.data(), out, threads));
+  }
+  const uint64_t k = kept_count(s, n);
+  std::vector<uint32_t> idx(k);
+  ATOLL_RETURN_IF_ERROR(read_indices(s, payload.data(), n, idx));
+  std::vector<float> vals(k);
+  ATOLL_RETURN_IF_ERROR(body_status(
+      decode_value_section(s, payload.data() + index_section_bytes(s, n), vals, threads)));
   std::fill(out.begin(), out.end(), 0.0f);
   if (s.sparsifier == Sparsifier::kTopk) {
     for (uint64_t j = 0; j < k; ++j) out[idx[j]] = vals[j];
@@ -428,6 +581,71 @@ Status decode_payload(const CodecSpec& s, std::span<const uint8_t> payload, std:
     }
   }
   return Status::Ok();
+}
+
+// Chunked top-k: the indices (w bits each) of every chunk into out, and the kept values, in
+// order, into vals (size kept_count). Chunks go in slices of a multiple of 8 chunks: every full
+// chunk keeps the same count kc, so a slice's index bits start on a byte boundary and slices
+// write disjoint bytes (the bytes do not depend on threads).
+void select_chunked(const CodecSpec& s, std::span<const float> values, uint8_t* out,
+                    std::vector<float>& vals, int threads) {
+  const uint64_t n = values.size(), chunk = s.chunk;
+  const uint32_t w = index_bits(std::min<uint64_t>(chunk, n));
+  const uint64_t kc = kept_in(s.fraction, std::min<uint64_t>(chunk, n));  // full chunks
+  const uint64_t chunks = ceil_div(n, chunk);
+  const uint64_t per_slice = 8 * std::max<uint64_t>(1, kSliceValues / (8 * chunk));
+  const uint64_t slices = ceil_div(chunks, per_slice);
+  auto run = [&](uint64_t sl, TopkScratch& scratch, std::vector<uint32_t>& idx) {
+    const uint64_t c0 = sl * per_slice;
+    BitWriter bw(out + c0 * kc * w / 8);
+    uint64_t v = c0 * kc;
+    for (uint64_t c = c0; c < std::min(chunks, c0 + per_slice); ++c) {
+      const auto part = values.subspan(c * chunk, std::min(chunk, n - c * chunk));
+      topk_indices(part, kept_in(s.fraction, part.size()), scratch, idx);
+      for (uint32_t i : idx) {
+        bw.put(i, w);
+        vals[v++] = part[i];
+      }
+    }
+    bw.flush();
+  };
+  if (threads <= 1 || slices == 1) {
+    TopkScratch scratch;
+    std::vector<uint32_t> idx;
+    for (uint64_t sl = 0; sl < slices; ++sl) run(sl, scratch, idx);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    TopkScratch scratch;
+    std::vector<uint32_t> idx;
+#pragma omp for schedule(static)
+    for (uint64_t sl = 0; sl < slices; ++sl) run(sl, scratch, idx);
+  }
+}
+
+// Sparse payload: indices, then the kept values through the quantizer; values validated.
+void encode_sparse(const CodecSpec& s, std::span<const float> values, uint8_t* out, int threads) {
+  const uint64_t n = values.size();
+  const uint64_t k = kept_count(s, n);
+  std::vector<float> vals(k);
+  if (s.sparsifier == Sparsifier::kTopk) {
+    TopkScratch scratch;
+    std::vector<uint32_t> idx;
+    topk_indices(values, k, scratch, idx);
+    const uint32_t w = index_bits(n);
+    BitWriter bw(out);
+    for (uint64_t j = 0; j < k; ++j) {
+      bw.put(idx[j], w);
+      vals[j] = values[idx[j]];
+    }
+    bw.flush();
+  } else {
+    select_chunked(s, values, out, vals, threads);
+  }
+  const float vmax = abs_max_threaded(vals, threads).amax;
+  uint32_t unused_crc = 0;  // the (small) message is checksummed as a whole afterwards
+  encode_value_section(s, vals, vmax, false, out + index_section_bytes(s, n), unused_crc, threads);
 }
 
 }  // namespace
@@ -460,6 +678,7 @@ StatusOr<std::vector<uint8_t>> Codec::encode(std::span<const float> values) cons
 }
 
 Status Codec::encode_into(std::span<const float> values, std::vector<uint8_t>& msg) const {
+  const int threads = threads_;
   const uint64_t n = values.size();
   if (n > kMaxNumel) return InvalidArgument("codec: more than 2^36 values");
   if (spec_.sparsifier == Sparsifier::kTopk && n >= (uint64_t{1} << 32)) {
@@ -470,7 +689,7 @@ Status Codec::encode_into(std::span<const float> values, std::vector<uint8_t>& m
   // values checked first; dense block and elementwise codecs validate chunk by chunk.
   float amax = 0.0f;
   if (!dense || needs_tensor_amax(spec_.quantizer)) {
-    const fmt::AbsMax am = fmt::abs_max(values);
+    const fmt::AbsMax am = abs_max_threaded(values, threads);
     ATOLL_RETURN_IF_ERROR(check_input(am));
     amax = am.amax;
   }
@@ -489,51 +708,28 @@ Status Codec::encode_into(std::span<const float> values, std::vector<uint8_t>& m
   uint8_t* out = p + kHeaderBytes + spec_text.size();
 
   if (dense) {
-    ChunkSink sink;
-    sink.validate = !needs_tensor_amax(spec_.quantizer);
-    sink.crc = crc32c_extend(crc32c(p, 24), p + 28, out - (p + 28));
-    encode_values(spec_, values, amax, out, sink);
-    if (sink.bad) return check_input(fmt::abs_max(values));  // which check failed, for the message
-    store<uint32_t>(p + 24, sink.crc);
-  } else {
-    const uint64_t k = kept_count(spec_, n);
-    std::vector<float> vals;
-    vals.reserve(k);
-    BitWriter bw(out);
-    if (spec_.sparsifier == Sparsifier::kTopk) {
-      const uint32_t w = index_bits(n);
-      for (uint32_t i : topk_indices(values, k)) {
-        bw.put(i, w);
-        vals.push_back(values[i]);
-      }
-    } else {
-      const uint32_t w = index_bits(std::min<uint64_t>(spec_.chunk, n));
-      for (uint64_t base = 0; base < n; base += spec_.chunk) {
-        const auto part = values.subspan(base, std::min<uint64_t>(spec_.chunk, n - base));
-        for (uint32_t i : topk_indices(part, kept_in(spec_.fraction, part.size()))) {
-          bw.put(i, w);
-          vals.push_back(part[i]);
-        }
-      }
+    uint32_t crc = crc32c_extend(crc32c(p, 24), p + 28, out - (p + 28));
+    const bool validate = !needs_tensor_amax(spec_.quantizer);
+    if (!encode_value_section(spec_, values, amax, validate, out, crc, threads)) {
+      return check_input(fmt::abs_max(values));  // which check failed, for the message
     }
-    bw.flush();
-    float vmax = 0;
-    for (float v : vals) vmax = std::max(vmax, std::fabs(v));
-    ChunkSink unused;  // values already validated; the (small) message is checksummed at the end
-    encode_values(spec_, vals, vmax, out + index_section_bytes(spec_, n), unused);
-    store<uint32_t>(p + 24, message_crc(msg));
+    store<uint32_t>(p + 24, crc);
+  } else {
+    encode_sparse(spec_, values, out, threads);
+    store<uint32_t>(p + 24, message_crc_threaded(msg, threads));
   }
   return Status::Ok();
 }
 
 Status Codec::decode_into(std::span<const uint8_t> bytes, std::span<float> out) const {
-  auto parsed = parse_message(bytes, out.size());
+  const int threads = threads_;
+  auto parsed = parse_message(bytes, out.size(), threads);
   if (!parsed.ok()) return parsed.status();
   if (!(parsed->spec == spec_)) {
     return InvalidArgument("codec message was encoded with '" + parsed->spec.to_string() +
                            "', expected '" + spec_.to_string() + "'");
   }
-  return decode_payload(parsed->spec, parsed->payload, out);
+  return decode_payload(parsed->spec, parsed->payload, out, threads);
 }
 
 StatusOr<std::vector<float>> Codec::decode(std::span<const uint8_t> bytes, uint64_t numel) const {
@@ -543,16 +739,16 @@ StatusOr<std::vector<float>> Codec::decode(std::span<const uint8_t> bytes, uint6
   return out;
 }
 
-Status decode_into(std::span<const uint8_t> bytes, std::span<float> out) {
-  auto parsed = parse_message(bytes, out.size());
+Status decode_into(std::span<const uint8_t> bytes, std::span<float> out, int threads) {
+  auto parsed = parse_message(bytes, out.size(), threads);
   if (!parsed.ok()) return parsed.status();
-  return decode_payload(parsed->spec, parsed->payload, out);
+  return decode_payload(parsed->spec, parsed->payload, out, threads);
 }
 
-StatusOr<std::vector<float>> decode(std::span<const uint8_t> bytes, uint64_t numel) {
+StatusOr<std::vector<float>> decode(std::span<const uint8_t> bytes, uint64_t numel, int threads) {
   if (numel > kMaxNumel) return InvalidArgument("codec: more than 2^36 values");
   std::vector<float> out(numel);
-  ATOLL_RETURN_IF_ERROR(decode_into(bytes, out));
+  ATOLL_RETURN_IF_ERROR(decode_into(bytes, out, threads));
   return out;
 }
 

@@ -39,6 +39,14 @@ class Codec {
   static Codec none() { return Codec(CodecSpec{}); }
 
   const CodecSpec& spec() const { return spec_; }
+  // Threads encode and decode use (OpenMP; at least 1, the default). The work is split in fixed
+  // slices of 2^18 values, so a message's bytes, and the values it decodes to, are the same for
+  // every thread count: the count is a speed setting, never part of a result.
+  Codec& set_threads(int threads) {
+    threads_ = threads < 1 ? 1 : threads;
+    return *this;
+  }
+  int threads() const { return threads_; }
   bool is_none() const { return spec_ == CodecSpec{}; }
   // Rejects non-finite input (InvalidArgument) and numel above kMaxNumel; exact top-k needs
   // numel < 2^32.
@@ -54,11 +62,14 @@ class Codec {
 
  private:
   CodecSpec spec_;
+  int threads_ = 1;
 };
 
-// Decodes any codec message; the spec comes from the message itself.
-StatusOr<std::vector<float>> decode(std::span<const uint8_t> bytes, uint64_t numel);
-Status decode_into(std::span<const uint8_t> bytes, std::span<float> out);
+// Decodes any codec message; the spec comes from the message itself. threads as for
+// Codec::set_threads.
+StatusOr<std::vector<float>> decode(std::span<const uint8_t> bytes, uint64_t numel,
+                                    int threads = 1);
+Status decode_into(std::span<const uint8_t> bytes, std::span<float> out, int threads = 1);
 
 // Payload bytes for numel values (exact: every codec has a fixed size for a given numel).
 uint64_t payload_bytes(const CodecSpec& spec, uint64_t numel);

@@ -50,7 +50,7 @@ StatusOr<std::vector<uint8_t>> compress_outer_update(const Codec& codec,
   ATOLL_ASSIGN_OR_RETURN(std::vector<uint8_t> message, codec.encode(v));
   // What the nodes will decode: the message itself, through the same decoder.
   std::vector<float> decoded(range.numel);
-  ATOLL_RETURN_IF_ERROR(decode_into(message, decoded));
+  ATOLL_RETURN_IF_ERROR(decode_into(message, decoded, codec.threads()));
   apply_decoded_update(theta, decoded, range.offset, candidate);
   ATOLL_RETURN_IF_ERROR(check_finite_range(
       candidate.subspan(range.offset, range.numel), "θ after the compressed outer update"));

@@ -77,8 +77,12 @@ void q8_impl(std::span<const float> in, std::span<BlockQ8<B>> out, const Philox*
         out[b].q[j] = static_cast<int8_t>(std::clamp(f, -127.0f, 127.0f));
       }
     } else {
+      // |x| * inv <= 127 (inv = 127 / amax), so the clamp only guards. On int32 it vectorizes to
+      // a min and a max; clamping the float first compiled to mask juggling per value. The
+      // same codes for every finite x (the rounded value is an integer well inside int32).
       for (int j = 0; j < B; ++j) {
-        out[b].q[j] = static_cast<int8_t>(std::clamp(rne_small_scaled(v[j], inv), -127.0f, 127.0f));
+        const auto q = static_cast<int32_t>(rne_small_scaled(v[j], inv));
+        out[b].q[j] = static_cast<int8_t>(std::clamp(q, -127, 127));
       }
     }
   }
@@ -104,8 +108,8 @@ void q4_impl(std::span<const float> in, std::span<BlockQ4<B>> out, const Philox*
         c[j] = static_cast<int32_t>(std::clamp(f, -7.0f, 7.0f));
       }
     } else {
-      for (int j = 0; j < B; ++j) {
-        c[j] = static_cast<int32_t>(std::clamp(rne_small_scaled(v[j], inv), -7.0f, 7.0f));
+      for (int j = 0; j < B; ++j) {  // as in q8_impl: an int32 clamp, the same codes
+        c[j] = std::clamp(static_cast<int32_t>(rne_small_scaled(v[j], inv)), -7, 7);
       }
     }
     for (int j = 0; j < B / 2; ++j) {

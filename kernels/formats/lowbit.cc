@@ -31,7 +31,7 @@ inline uint16_t get_scale(const uint8_t (&src)[2]) {
 // Blocks are encoded in groups of kGroup full blocks (then one at a time): each block's sums
 // are serial double additions in index order, a chain bound by the add latency, so the group's
 // kGroup chains run side by side (one vector of doubles) with the same result per block.
-constexpr size_t kGroup = 4;
+constexpr size_t kGroup = 8;
 
 // sum[g] = sum |v| over block g of G consecutive blocks of len values each (stride B), in double,
 // in index order; bad[g] when block g holds a non-finite value.

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/core/check.h"
+#include "kernels/formats/pack.h"
 #include "kernels/formats/scalar.h"
 #include "kernels/formats/stochastic.h"
 
@@ -101,9 +102,7 @@ void mxfp4_impl(std::span<const float> in, std::span<BlockMxfp4> out, const Phil
     } else {
       for (int j = 0; j < kMxBlockSize; ++j) c[j] = e2m1_from_f32(v[j] * inv);
     }
-    for (int j = 0; j < kMxBlockSize / 2; ++j) {
-      blk.q[j] = static_cast<uint8_t>(c[2 * j] | (c[2 * j + 1] << 4));
-    }
+    for (int j = 0; j < kMxBlockSize; j += 8) pack_nibbles8(c + j, blk.q + j / 2);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <array>
 #include <bit>
 #include <cfloat>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -29,6 +30,15 @@ constexpr std::array<float, 256> kE4M3Table = [] {
 }();
 
 constexpr uint8_t kE4M3NanCode = 0x7f;
+
+template <Rounding R>
+inline uint32_t e4m3_scale_code(float want) {
+  if constexpr (R == Rounding::kAwayFromZero) {
+    return e4m3_from_f32_up_nonneg(want);
+  } else {
+    return minifloat_encode<kE4M3Spec, R>(want);
+  }
+}
 
 // Blocks are processed in groups of kGroup (256 values) in phases, each a loop over the group
 // that the compiler vectorizes: block amaxes, block scales (E4M3 encode, decode and reciprocal
@@ -66,8 +76,11 @@ void nvfp4_impl(std::span<const float> in, float ts, std::span<BlockNvfp4> out, 
     float inv[kGroup];
     for (size_t b = 0; b < kGroup; ++b) {
       const float want = std::bit_cast<float>(amax_bits[b]) / (kE2M1Max * ts);
-      const auto sc = static_cast<uint8_t>(minifloat_encode<kE4M3Spec, kScaleRounding>(want));
-      const float denom = minifloat_decode<kE4M3Spec>(sc) * ts;
+      const uint32_t code = e4m3_scale_code<kScaleRounding>(want);
+      const auto sc = static_cast<uint8_t>(code);
+      const float denom = (kScaleRounding == Rounding::kAwayFromZero
+                               ? f32_from_e4m3_nonneg(code)
+                               : minifloat_decode<kE4M3Spec>(code)) * ts;
       const bool nan_block = amax_bits[b] >= 0x7f800000u;
       scale[b] = nan_block ? kE4M3NanCode : sc;
       // denom == 0 only for an all-zero block (or kNearest underflow): elements stay 0. A block

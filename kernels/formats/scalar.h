@@ -18,6 +18,7 @@
 #pragma once
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/formats/minifloat.h"
@@ -61,6 +62,33 @@ constexpr uint8_t e4m3_from_f32_sr(float x, uint32_t random, Overflow ov = Overf
 }
 constexpr float f32_from_e4m3(uint8_t c) { return minifloat_decode<kE4M3Spec>(c); }
 inline constexpr float kE4M3Max = 448.0f;
+
+// minifloat_encode<kE4M3Spec, kAwayFromZero>(x) for x >= +0 or NaN (NVFP4 block scales), written
+// without branches or variable shifts so that a loop over block scales vectorizes (the generic
+// encoder stayed scalar, one block at a time). Normal targets (x >= 2^-6): keep 3 of the 23 mantissa bits,
+// rounding up when any dropped bit is set: ceil(bits / 2^20), rebiased (127 - 7 = 120, << 3).
+// Subnormal targets: ceil(x / 2^-9) (exact; 8 is the smallest normal, so the two meet).
+// Overflow saturates at 448 (0x7e), as the generic encoder does, and NaN gives the NaN code.
+// Equal to the generic encoder for all 2^31 non-negative bit patterns (checked exhaustively when
+// written); tests/kernels/formats_scalar_test.cc compares the two on a sweep of every exponent.
+inline uint32_t e4m3_from_f32_up_nonneg(float x) {
+  const uint32_t a = std::bit_cast<uint32_t>(x) & 0x7fffffffu;
+  constexpr uint32_t kMinNormal = 0x3c800000u;  // 2^-6
+  const uint32_t normal = ((a + 0xfffffu) >> 20) - (120u << 3);
+  const float below = std::bit_cast<float>(a < kMinNormal ? a : kMinNormal);
+  const auto sub = static_cast<uint32_t>(std::ceil(below * 512.0f));  // <= 8
+  uint32_t code = a >= kMinNormal ? normal : sub;
+  code = code > 0x7eu ? 0x7eu : code;
+  return a > 0x7f800000u ? uint32_t{0x7f} : code;
+}
+
+// minifloat_decode<kE4M3Spec>(code) for a non-negative code (sign bit clear), branch-free.
+inline float f32_from_e4m3_nonneg(uint32_t code) {
+  const float normal = std::bit_cast<float>((code << 20) + (120u << 23));
+  const float sub = static_cast<float>(code) * (1.0f / 512.0f);
+  const float v = code >= 8 ? normal : sub;
+  return code == 0x7fu ? std::bit_cast<float>(0x7fc00000u) : v;
+}
 
 // ---- FP8 E5M2 (OCP, IEEE-like) ---------------------------------------------------------------
 constexpr uint8_t e5m2_from_f32(float x, Overflow ov = Overflow::kInfinity) {

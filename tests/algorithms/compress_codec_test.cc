@@ -265,6 +265,43 @@ TEST(CompressTopk, RadixSelectionEqualsAFullSort) {
   }
 }
 
+// Large inputs, and one scratch reused across selections of different sizes, give the indices
+// of a full sort.
+TEST(CompressTopk, LargeInputsWithReusedScratchEqualAFullSort) {
+  auto reference = [](std::span<const float> x, uint64_t k) {
+    std::vector<uint32_t> order(x.size());
+    for (uint32_t i = 0; i < x.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+      return std::fabs(x[a]) > std::fabs(x[b]);
+    });
+    order.resize(k);
+    std::sort(order.begin(), order.end());
+    return order;
+  };
+  const Philox rng(11, 4);
+  const size_t n = 600001;
+  TopkScratch scratch;
+  for (int kind = 0; kind < 3; ++kind) {
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t r = rng.below((static_cast<uint64_t>(kind) << 32) | i, 1u << 20);
+      switch (kind) {
+        case 0: x[i] = static_cast<float>(rng.normal((static_cast<uint64_t>(kind) << 32) | i)); break;
+        case 1: x[i] = static_cast<float>(static_cast<int>(r % 7) - 3); break;  // ties everywhere
+        default: x[i] = (r % 50 == 0) ? 1.0f : 1e-3f * static_cast<float>(r % 1000);  // a tied top
+      }
+    }
+    for (uint64_t k : {uint64_t{1}, uint64_t{600}, uint64_t{12000}, uint64_t{200000}}) {
+      const auto want = reference(x, k);
+      std::vector<uint32_t> got;
+      topk_indices(x, k, scratch, got);
+      EXPECT_EQ(got, want) << "kind " << kind << " k " << k;
+      topk_indices(std::span<const float>(x).first(5000), k / 100 + 1, scratch, got);
+      EXPECT_EQ(got, reference(std::span<const float>(x).first(5000), k / 100 + 1)) << kind;
+    }
+  }
+}
+
 TEST(CompressCodec, ChunkedTopkAndCombos) {
   const size_t n = 4096 * 3 + 100;
   const auto x = gradient_like(n, 5);

@@ -429,3 +429,37 @@ TEST(FormatsScalar, AbsMax) {
 
 }  // namespace
 }  // namespace atl::kernels::formats
+
+namespace atl::kernels::formats {
+namespace {
+
+// The branch-free E4M3 round-up encoder of NVFP4 block scales equals the generic encoder, and its
+// decoder the generic decoder: every 61st non-negative bit pattern (every exponent, many
+// mantissas), the patterns around each E4M3 boundary, +-0, the largest values, inf and NaN.
+TEST(FormatsScalar, E4M3RoundUpForNonNegativeEqualsTheGenericEncoder) {
+  auto check = [](uint32_t bits) {
+    const float x = std::bit_cast<float>(bits);
+    ASSERT_EQ(e4m3_from_f32_up_nonneg(x),
+              (minifloat_encode<kE4M3Spec, Rounding::kAwayFromZero>(x)))
+        << std::hex << bits;
+  };
+  for (uint64_t b = 0; b <= 0x7fffffffu; b += 61) check(static_cast<uint32_t>(b));
+  for (uint32_t code = 0; code < 0x7f; ++code) {  // each code's value and its neighbours
+    const uint32_t v = std::bit_cast<uint32_t>(minifloat_decode<kE4M3Spec>(code));
+    for (uint32_t d = 0; d < 3; ++d) {
+      check(v + d);
+      if (v >= d) check(v - d);
+    }
+  }
+  for (uint32_t bits : {0u, 1u, 0x007fffffu, 0x00800000u, 0x7f7fffffu, 0x7f800000u, 0x7fc00000u,
+                        0x7fffffffu}) {
+    check(bits);
+  }
+  for (uint32_t code = 0; code < 0x80; ++code) {
+    const float want = minifloat_decode<kE4M3Spec>(code), got = f32_from_e4m3_nonneg(code);
+    EXPECT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << code;
+  }
+}
+
+}  // namespace
+}  // namespace atl::kernels::formats
