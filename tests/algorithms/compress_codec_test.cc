@@ -230,19 +230,20 @@ TEST(CompressCodec, TopkIsExactWithIndexTieBreak) {
   EXPECT_EQ((*yt)[8], 1.0f);
 }
 
+// Top-k by a full sort: larger |x| first, then the smaller index; the k indices ascending.
+std::vector<uint32_t> topk_by_full_sort(std::span<const float> x, uint64_t k) {
+  std::vector<uint32_t> order(x.size());
+  for (uint32_t i = 0; i < x.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return std::fabs(x[a]) > std::fabs(x[b]); });
+  order.resize(k);
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
 // The radix selection equals a full sort under "larger |x| first, then the smaller index", on
 // inputs with many ties (repeated magnitudes, zeros, both signs) and every bucket boundary.
 TEST(CompressTopk, RadixSelectionEqualsAFullSort) {
-  auto reference = [](std::span<const float> x, uint64_t k) {
-    std::vector<uint32_t> order(x.size());
-    for (uint32_t i = 0; i < x.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-      return std::fabs(x[a]) > std::fabs(x[b]);
-    });
-    order.resize(k);
-    std::sort(order.begin(), order.end());
-    return order;
-  };
   const Philox rng(7, 3);
   for (int trial = 0; trial < 40; ++trial) {
     const size_t n = 1 + static_cast<size_t>(rng.below(static_cast<uint64_t>(trial), 5000));
@@ -260,7 +261,7 @@ TEST(CompressTopk, RadixSelectionEqualsAFullSort) {
                        static_cast<uint64_t>(n / 2), static_cast<uint64_t>(n - 1),
                        static_cast<uint64_t>(n)}) {
       if (k > n) continue;
-      EXPECT_EQ(topk_indices(x, k), reference(x, k)) << "trial " << trial << " n " << n << " k " << k;
+      EXPECT_EQ(topk_indices(x, k), topk_by_full_sort(x, k)) << "trial " << trial << " n " << n << " k " << k;
     }
   }
 }
@@ -268,16 +269,6 @@ TEST(CompressTopk, RadixSelectionEqualsAFullSort) {
 // Large inputs, and one scratch reused across selections of different sizes, give the indices
 // of a full sort.
 TEST(CompressTopk, LargeInputsWithReusedScratchEqualAFullSort) {
-  auto reference = [](std::span<const float> x, uint64_t k) {
-    std::vector<uint32_t> order(x.size());
-    for (uint32_t i = 0; i < x.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-      return std::fabs(x[a]) > std::fabs(x[b]);
-    });
-    order.resize(k);
-    std::sort(order.begin(), order.end());
-    return order;
-  };
   const Philox rng(11, 4);
   const size_t n = 600001;
   TopkScratch scratch;
@@ -292,12 +283,12 @@ TEST(CompressTopk, LargeInputsWithReusedScratchEqualAFullSort) {
       }
     }
     for (uint64_t k : {uint64_t{1}, uint64_t{600}, uint64_t{12000}, uint64_t{200000}}) {
-      const auto want = reference(x, k);
+      const auto want = topk_by_full_sort(x, k);
       std::vector<uint32_t> got;
       topk_indices(x, k, scratch, got);
       EXPECT_EQ(got, want) << "kind " << kind << " k " << k;
       topk_indices(std::span<const float>(x).first(5000), k / 100 + 1, scratch, got);
-      EXPECT_EQ(got, reference(std::span<const float>(x).first(5000), k / 100 + 1)) << kind;
+      EXPECT_EQ(got, topk_by_full_sort(std::span<const float>(x).first(5000), k / 100 + 1)) << kind;
     }
   }
 }

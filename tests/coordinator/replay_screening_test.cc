@@ -15,13 +15,7 @@ namespace {
 
 using testing_util::TempDir;
 
-std::vector<float> normal_vector(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using testing_util::normal_vector;
 
 PendingUpdate update_of(std::vector<float> delta) {
   PendingUpdate u;

@@ -8,17 +8,12 @@
 #include <random>
 
 #include "algorithms/diloco/replay.h"
+#include "test_util.h"
 
 namespace atl::algorithms {
 namespace {
 
-std::vector<float> normal_vector(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using testing_util::normal_vector;
 
 double exact_cosine(const std::vector<float>& a, const std::vector<float>& b) {
   double d = 0, aa = 0, bb = 0;

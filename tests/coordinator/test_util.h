@@ -6,8 +6,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "algorithms/model/param_set.h"
 #include "coordinator/experiment_config.h"
@@ -76,6 +78,15 @@ inline coordinator::ExperimentConfig small_config(const std::string& name, uint3
   // cosine > 0.9995 between rounds, so replay detection would drop them. Tests of it turn it on.
   c.robust.replay_cosine = 0;
   return c;
+}
+
+// n values drawn from N(0, 1) by std::mt19937(seed).
+inline std::vector<float> normal_vector(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
 }
 
 }  // namespace atl::testing_util
