@@ -325,12 +325,17 @@ std::string replay_run(bool restart) {
     EXPECT_EQ(rec->participants[1].screen, r == 0 ? "kept" : "dropped") << r;
     EXPECT_EQ(rec->participants[1].screen_reason, r == 0 ? "" : "replay") << r;
   }
-  auto audit = t.c->store->list_audit("replay");
-  EXPECT_TRUE(audit.ok());
-  size_t replays = 0;
-  for (const auto& line : *audit)
-    replays += contains(line, "node-1 round ") && contains(line, "dropped: replay");
-  EXPECT_EQ(replays, 2u);
+  // The audit log is written by the engine's event thread after the commit: wait for it.
+  auto replay_lines = [&] {
+    auto audit = t.c->store->list_audit("replay");
+    size_t n = 0;
+    if (audit.ok())
+      for (const auto& line : *audit)
+        n += contains(line, "node-1 round ") && contains(line, "dropped: replay");
+    return n;
+  };
+  testing_util::eventually([&] { return replay_lines() >= 2; }, 10000ms);
+  EXPECT_EQ(replay_lines(), 2u);
   return t.c->service->params_fingerprint();
 }
 
