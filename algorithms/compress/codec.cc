@@ -202,11 +202,6 @@ size_t value_prefix_bytes(const CodecSpec& s) {
 }
 // fp8: the per-tensor scale that maps amax to E4M3's max.
 float fp8_scale(float amax) { return amax > 0 ? amax / fmt::kE4M3Max : 1.0f; }
-// nvfp4: the tensor scale ts (block scales are E4M3 multiples of it).
-float nvfp4_tensor_scale(float amax) {
-  const float ts = amax / (fmt::kE4M3Max * fmt::kE2M1Max);
-  return ts >= 1.17549435e-38f ? ts : 1.0f;
-}
 
 // Byte offset of value `first` inside a value section's body (after the prefix). first is a
 // multiple of kChunkValues (so of every block size) or the section's end.
@@ -220,7 +215,7 @@ size_t encode_value_prefix(const CodecSpec& s, float amax, uint8_t* out) {
     const float scale = fp8_scale(amax);
     std::memcpy(out, &scale, 4);
   } else if (s.quantizer == Quantizer::kNvfp4) {
-    const float ts = nvfp4_tensor_scale(amax);
+    const float ts = fmt::nvfp4_tensor_scale(amax);
     std::memcpy(out, &ts, 4);
   }
   return value_prefix_bytes(s);
@@ -261,7 +256,7 @@ void encode_value_body(const CodecSpec& s, std::span<const float> v, float amax,
                                          [](auto in, auto o) { fmt::quantize_mxfp4(in, o); });
       return;
     case Quantizer::kNvfp4: {
-      const float ts = nvfp4_tensor_scale(amax);
+      const float ts = fmt::nvfp4_tensor_scale(amax);
       encode_blocks<fmt::BlockNvfp4, 16>(v, out, sink, [ts](auto in, auto o) {
         fmt::quantize_nvfp4(in, ts, o);
       });

@@ -192,9 +192,12 @@ void dequantize_nvfp4_2d(std::span<const BlockNvfp4> in, size_t rows, size_t col
     dequantize_nvfp4(in.subspan(r * nb, nb), tensor_scale, out.subspan(r * cols, cols));
 }
 
-float nvfp4_tensor_scale(std::span<const float> in) {
-  const float ts = abs_max(in).amax / (kE4M3Max * kE2M1Max);
+float nvfp4_tensor_scale(float amax) {
+  const float ts = amax / (kE4M3Max * kE2M1Max);
   return ts >= FLT_MIN ? ts : 1.0f;
+}
+float nvfp4_tensor_scale(std::span<const float> in) {
+  return nvfp4_tensor_scale(abs_max(in).amax);
 }
 
 void quantize_nvfp4(std::span<const float> in, float tensor_scale, std::span<BlockNvfp4> out,

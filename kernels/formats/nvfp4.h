@@ -41,6 +41,8 @@ constexpr size_t nvfp4_num_blocks(size_t n) {
 
 // amax(finite |x|) / (448 * 6), or 1 when that is zero or not a normal fp32 number.
 float nvfp4_tensor_scale(std::span<const float> in);
+// The same from a tensor's amax already at hand.
+float nvfp4_tensor_scale(float amax);
 
 // in (n) -> out (ceil(n/16) blocks). Elements round to nearest even.
 void quantize_nvfp4(std::span<const float> in, float tensor_scale, std::span<BlockNvfp4> out,
