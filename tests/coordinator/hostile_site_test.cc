@@ -47,17 +47,16 @@ struct TlsCoordinator {
     EXPECT_TRUE(transport::ca_issue(ca, "coordinator", transport::Role::kServer).ok());
     for (int i = 0; i < nodes; ++i)
       EXPECT_TRUE(transport::ca_issue(ca, name(i), transport::Role::kNode).ok());
-    auto creds = transport::server_credentials(ca, "coordinator");
-    EXPECT_TRUE(creds.ok()) << creds.status().to_string();
-    ServiceOptions opts;
-    opts.identity = IdentitySource::kTlsCertificate;
-    opts.on_event = events.callback();
-    c = Coordinator::start(store_dir.path(), cfg, init, opts, *creds, "127.0.0.1:0", limits);
+    start(cfg, limits);
   }
   // Stops the coordinator (as a crash between two rounds would) and starts it again on the same
   // store: nodes must join again.
   void restart(const ExperimentConfig& cfg, transport::ServerLimits limits = {}) {
     c.reset();
+    start(cfg, limits);
+  }
+  // Starts the coordinator on the store, with TLS identities; c stays null when it cannot.
+  void start(const ExperimentConfig& cfg, transport::ServerLimits limits) {
     auto creds = transport::server_credentials(ca, "coordinator");
     ASSERT_TRUE(creds.ok()) << creds.status().to_string();
     ServiceOptions opts;
