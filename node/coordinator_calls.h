@@ -14,6 +14,16 @@
 
 namespace atl::node {
 
+// Payload bytes and wall seconds of the tensor streams a transport carried (every θ pull and
+// update push that completed). Pull: from the call to the last chunk received. Push: from the
+// call to the last chunk written into the flow-controlled stream (at most one HTTP/2 window is
+// still in flight then), and separately the wait for the coordinator's answer after it (its
+// checks of the whole update and, for the update that completes a round, the round's commit).
+struct TransferTotals {
+  uint64_t pull_bytes = 0, push_bytes = 0;
+  double pull_seconds = 0, push_seconds = 0, push_answer_seconds = 0;
+};
+
 class CoordinatorCalls {
  public:
   virtual ~CoordinatorCalls() = default;
@@ -56,6 +66,9 @@ class CoordinatorCalls {
     std::this_thread::sleep_for(max_wait);
     return false;
   }
+  // Totals since construction, safe to read from any thread; a transport without a wire (in
+  // memory) reports zeros.
+  virtual TransferTotals transfer_totals() const { return {}; }
 };
 
 }  // namespace atl::node

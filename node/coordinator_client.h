@@ -103,6 +103,8 @@ class CoordinatorClient {
   StatusOr<atoll_pb::v1::SecAggRevealAck> reveal_shares(atoll_pb::v1::SecAggReveal req);
   // The pause before retrying an unanswered call: CoordinatorCalls::wait_for_link.
   bool wait_for_link(std::chrono::milliseconds max_wait) { return calls_->wait_for_link(max_wait); }
+  // The transport's wire time so far (CoordinatorCalls::transfer_totals).
+  TransferTotals transfer_totals() const { return calls_->transfer_totals(); }
 
  private:
   std::string current_experiment_id() const;

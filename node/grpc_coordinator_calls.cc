@@ -11,6 +11,10 @@ namespace atl::node {
 namespace pb = atoll_pb::v1;
 
 namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
 constexpr char kNodeMetadata[] = "atoll-node";
 }
 
@@ -115,6 +119,7 @@ Status GrpcCoordinatorCalls::pull_params(const pb::PullParamsRequest& req,
                                          pb::TensorHeader* header, std::string* payload) {
   grpc::ClientContext ctx;
   prepare(ctx, options_.stream_timeout);
+  const auto started = std::chrono::steady_clock::now();
   auto reader = stub_->PullParams(&ctx, req);
   transport::ChunkAssembler assembler(options_.max_param_bytes);
   pb::TensorChunk chunk;
@@ -134,6 +139,10 @@ Status GrpcCoordinatorCalls::pull_params(const pb::PullParamsRequest& req,
     return Status(f.code(), "PullParams from " + options_.target + ": " + f.message());
   *header = assembler.header();
   *payload = assembler.take_payload();
+  const double wire = seconds_since(started);
+  std::lock_guard<std::mutex> lk(transfer_mu_);
+  transfers_.pull_bytes += payload->size();
+  transfers_.pull_seconds += wire;
   return Status::Ok();
 }
 
@@ -142,6 +151,7 @@ Status GrpcCoordinatorCalls::push_update(const pb::TensorHeader& header,
                                          pb::PushUpdateResponse* resp) {
   grpc::ClientContext ctx;
   prepare(ctx, options_.stream_timeout);
+  const auto started = std::chrono::steady_clock::now();
   auto writer = stub_->PushUpdate(&ctx, resp);
   // A failed Write means the server already answered (e.g. rejected the header): stop sending
   // and read its status from Finish().
@@ -150,9 +160,21 @@ Status GrpcCoordinatorCalls::push_update(const pb::TensorHeader& header,
     return Status::Ok();
   });
   writer->WritesDone();
+  const double wire = seconds_since(started);
   const grpc::Status gs = writer->Finish();
   ATOLL_RETURN_IF_ERROR(from_grpc(gs, "PushUpdate", options_.stream_timeout));
+  if (st.ok()) {
+    std::lock_guard<std::mutex> lk(transfer_mu_);
+    transfers_.push_bytes += payload.size();
+    transfers_.push_seconds += wire;
+    transfers_.push_answer_seconds += seconds_since(started) - wire;
+  }
   return st;
+}
+
+TransferTotals GrpcCoordinatorCalls::transfer_totals() const {
+  std::lock_guard<std::mutex> lk(transfer_mu_);
+  return transfers_;
 }
 
 Status GrpcCoordinatorCalls::report_metrics(const pb::MetricsReport& req, pb::MetricsAck* ack) {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "node/coordinator_calls.h"
@@ -64,12 +65,15 @@ class GrpcCoordinatorCalls final : public CoordinatorCalls {
   // handshake but gRPC's backup poller, every 5 s (that, and gRPC's default reconnect backoff,
   // kept nodes 16 s away from a coordinator restarted in 0.5 s).
   bool wait_for_link(std::chrono::milliseconds max_wait) override;
+  TransferTotals transfer_totals() const override;
 
  private:
   void prepare(grpc::ClientContext& ctx, std::chrono::milliseconds timeout) const;
   Status from_grpc(const grpc::Status& s, const char* rpc, std::chrono::milliseconds timeout) const;
 
   ClientOptions options_;
+  mutable std::mutex transfer_mu_;  // guards transfers_: pulls and pushes run on several threads
+  TransferTotals transfers_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<atoll_pb::v1::Coordinator::Stub> stub_;
 };

@@ -1,5 +1,7 @@
 #include "node/site_metrics.h"
 
+#include <algorithm>
+
 namespace atl::node {
 
 const std::vector<double>& site_round_buckets() {
@@ -13,6 +15,9 @@ namespace {
 constexpr const char* kBytesHelp =
     "Payload bytes between this node and the coordinator: up = updates pushed, down = "
     "parameters pulled.";
+constexpr const char* kWireHelp =
+    "Wall seconds of the pulls (down) and pushes (up) on the wire, from the call to the last "
+    "chunk or the coordinator's answer.";
 
 }  // namespace
 
@@ -24,6 +29,10 @@ SiteMetrics::SiteMetrics()
                                        "Wall seconds spent in inner steps (compute).")),
       bytes_up_(registry_.counter("atoll_node_bytes_total", kBytesHelp, {{"direction", "up"}})),
       bytes_down_(registry_.counter("atoll_node_bytes_total", kBytesHelp, {{"direction", "down"}})),
+      wire_up_seconds_(registry_.counter("atoll_node_transfer_seconds_total", kWireHelp,
+                                         {{"direction", "up"}})),
+      wire_down_seconds_(registry_.counter("atoll_node_transfer_seconds_total", kWireHelp,
+                                           {{"direction", "down"}})),
       loss_(registry_.gauge("atoll_node_loss", "Training loss (nats) of the latest inner step.")),
       round_gauge_(registry_.gauge("atoll_node_round", "The round being trained.")),
       round_seconds_(registry_.histogram("atoll_node_round_duration_seconds",
@@ -59,6 +68,14 @@ void SiteMetrics::pulled(uint64_t bytes) {
 
 void SiteMetrics::pushed(uint64_t bytes) {
   bytes_up_.add(static_cast<double>(bytes));
+}
+
+void SiteMetrics::transfer_seconds(double pull_total, double push_total) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (pull_total > pull_seconds_seen_) wire_down_seconds_.add(pull_total - pull_seconds_seen_);
+  if (push_total > push_seconds_seen_) wire_up_seconds_.add(push_total - push_seconds_seen_);
+  pull_seconds_seen_ = std::max(pull_seconds_seen_, pull_total);
+  push_seconds_seen_ = std::max(push_seconds_seen_, push_total);
 }
 
 void SiteMetrics::round_done(double train_seconds, std::optional<double> site_val_bpb) {

@@ -37,6 +37,10 @@ class SiteMetrics {
   // Payload bytes of a θ pull received (down) and of an update pushed (up).
   void pulled(uint64_t bytes);
   void pushed(uint64_t bytes);
+  // Cumulative wire seconds of the pulls and pushes so far (CoordinatorClient::transfer_totals):
+  // the counters advance by the increase since the last call. Payload bytes ÷ these seconds is
+  // the link's throughput as this node sees it.
+  void transfer_seconds(double pull_total, double push_total);
   // A round whose update went out: its inner training time, and the site's validation bpb of
   // the θ it started from (when the site has validation data).
   void round_done(double train_seconds, std::optional<double> site_val_bpb);
@@ -55,12 +59,15 @@ class SiteMetrics {
   transport::metrics::Counter& train_seconds_;
   transport::metrics::Counter& bytes_up_;
   transport::metrics::Counter& bytes_down_;
+  transport::metrics::Counter& wire_up_seconds_;
+  transport::metrics::Counter& wire_down_seconds_;
   transport::metrics::Gauge& loss_;
   transport::metrics::Gauge& round_gauge_;
   transport::metrics::Histogram& round_seconds_;
   mutable std::mutex mu_;
   std::string experiment_;
   std::atomic<int64_t> round_{-1};  // -1: no round trained yet
+  double pull_seconds_seen_ = 0, push_seconds_seen_ = 0;  // guarded by mu_
 };
 
 }  // namespace atl::node

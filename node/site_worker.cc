@@ -61,6 +61,20 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// "pulled B bytes in S s (R MB/s), pushed B bytes in S s (R MB/s), answers A s": the wire
+// throughput as this node saw it (TransferTotals; bench/transport reads this line). MB = 10^6
+// bytes. Nothing is logged by a transport without a wire (in memory).
+std::string transfer_line(const TransferTotals& t) {
+  auto rate = [](uint64_t bytes, double s) { return s > 0 ? bytes / s / 1e6 : 0.0; };
+  char line[224];
+  std::snprintf(line, sizeof(line),
+                "pulled %" PRIu64 " bytes in %.3f s (%.1f MB/s), pushed %" PRIu64
+                " bytes in %.3f s (%.1f MB/s), answers %.3f s",
+                t.pull_bytes, t.pull_seconds, rate(t.pull_bytes, t.pull_seconds), t.push_bytes,
+                t.push_seconds, rate(t.push_bytes, t.push_seconds), t.push_answer_seconds);
+  return line;
+}
+
 // Loss and tokens summed over inner steps, timed from t0.
 struct Tally {
   Clock::time_point t0;
@@ -298,6 +312,8 @@ Status SiteWorker::run() {
   std::snprintf(line, sizeof(line), "trained %" PRIu64 " inner steps in %.3f s", steps_trained_,
                 train_seconds_);
   log(line);
+  if (const TransferTotals t = link_.transfer_totals(); t.pull_seconds > 0 || t.push_seconds > 0)
+    log(transfer_line(t));
   if (stopping()) log("stopped on request; leaving the experiment");
   (void)link_.leave(stopping() ? "stop requested" : "experiment finished");
   return Status::Ok();
@@ -387,7 +403,11 @@ StatusOr<Next> SiteWorker::poll_failed(const Status& failure) {
 Status SiteWorker::adopt(PulledParams& pulled) {
   const uint64_t bytes = pulled.bytes;
   ATOLL_RETURN_IF_ERROR(theta_->adopt(pulled));
-  if (opt_.metrics) opt_.metrics->pulled(bytes);
+  if (opt_.metrics) {
+    opt_.metrics->pulled(bytes);
+    const TransferTotals t = link_.transfer_totals();
+    opt_.metrics->transfer_seconds(t.pull_seconds, t.push_seconds);
+  }
   return Status::Ok();
 }
 
@@ -719,6 +739,8 @@ void SiteWorker::report_round(const Task& cur, uint32_t steps, double mean_loss,
   for (auto& m : inner_->round_metrics()) metrics.push_back(std::move(m));
   if (opt_.metrics) {
     opt_.metrics->pushed(sent);
+    const TransferTotals t = link_.transfer_totals();
+    opt_.metrics->transfer_seconds(t.pull_seconds, t.push_seconds);
     opt_.metrics->round_done(secs, site_val_bpb);
   }
   (void)link_.report_metrics(cur.round(), cur.global_step() + cur.inner_steps(), metrics);

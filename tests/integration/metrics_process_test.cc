@@ -305,6 +305,24 @@ TEST(MetricsProcesses, CoordinatorAndNodeExportMetricsAndLogJson) {
     EXPECT_EQ(o.at("round").to_number<int64_t>(), std::stoll(m[1].str())) << text;
   }
   EXPECT_EQ(node_round_lines, rounds) << nlog;
+  // The node's last words: what its transport carried and for how long (TransferTotals). Every
+  // pull and push of this run went into a committed round, so the bytes are the coordinator's.
+  int transfer_lines = 0;
+  for (const auto& o : nl) {
+    const std::string text = message(o);
+    std::smatch m;
+    if (!std::regex_match(text, m,
+                          std::regex(R"(^pulled (\d+) bytes in ([0-9.]+) s \([0-9.]+ MB/s\), )"
+                                     R"(pushed (\d+) bytes in ([0-9.]+) s \([0-9.]+ MB/s\), )"
+                                     R"(answers ([0-9.]+) s$)")))
+      continue;
+    ++transfer_lines;
+    EXPECT_EQ(std::stod(m[1].str()), down) << text;
+    EXPECT_EQ(std::stod(m[3].str()), up) << text;
+    EXPECT_GT(std::stod(m[2].str()), 0) << text;
+    EXPECT_GT(std::stod(m[4].str()), 0) << text;
+  }
+  EXPECT_EQ(transfer_lines, 1) << nlog;
 
   // ---- The coordinator's metrics, through the real parser. ----
   // The same text on both ports, but for what changed between the scrapes (memory).
@@ -349,6 +367,9 @@ TEST(MetricsProcesses, CoordinatorAndNodeExportMetricsAndLogJson) {
   EXPECT_EQ(n.value("atoll_node_round"), rounds - 1);
   EXPECT_EQ(n.value("atoll_node_bytes_total{direction=\"up\"}"), up);
   EXPECT_EQ(n.value("atoll_node_bytes_total{direction=\"down\"}"), down);
+  // Wire seconds of those bytes: counted in both directions.
+  EXPECT_GT(n.value("atoll_node_transfer_seconds_total{direction=\"up\"}"), 0);
+  EXPECT_GT(n.value("atoll_node_transfer_seconds_total{direction=\"down\"}"), 0);
   EXPECT_TRUE(std::isfinite(n.value("atoll_node_loss")));
   EXPECT_GT(n.value("atoll_node_site_validation_bits_per_byte"), 0);
   EXPECT_EQ(n.value("atoll_node_info{experiment=\"itest\",node=\"node-1\"}"), 1);
