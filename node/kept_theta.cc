@@ -34,10 +34,14 @@ StatusOr<KeepBest> parse_keep_best(std::string_view text) {
 
 const char* keep_best_name(KeepBest mode) {
   switch (mode) {
-    case KeepBest::kAuto: return "auto";
-    case KeepBest::kOff: return "off";
-    case KeepBest::kGlobal: return "global";
-    case KeepBest::kPersonal: return "personal";
+    case KeepBest::kAuto:
+      return "auto";
+    case KeepBest::kOff:
+      return "off";
+    case KeepBest::kGlobal:
+      return "global";
+    case KeepBest::kPersonal:
+      return "personal";
   }
   return "?";
 }

@@ -316,8 +316,8 @@ void SiteWorker::restore_kept() {
   if (kept_path_.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(opt_.state_dir, ec);
-  auto loaded = load_kept_theta(kept_path_, joined_.experiment_id(), joined_.node_id(),
-                                local_->numel());
+  auto loaded =
+      load_kept_theta(kept_path_, joined_.experiment_id(), joined_.node_id(), local_->numel());
   if (!loaded.ok()) {
     log("not resuming the kept θ (keeping it in memory only): " + loaded.status().message());
     kept_path_.clear();

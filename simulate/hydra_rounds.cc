@@ -71,8 +71,8 @@ Status round_masks(const std::string& method, const SimOptions& opt,
                       hy::empty_scores(mc, opt.ffn_blocks)};
       if (method == "hydra") {
         ATOLL_ASSIGN_OR_RETURN(
-            auto rep, node::measure_importance(mc, theta, sites[k].train, opt.seed + seed_of(k),
-                                               r, opt.importance_batches, B, T, opt.ffn_blocks));
+            auto rep, node::measure_importance(mc, theta, sites[k].train, opt.seed + seed_of(k), r,
+                                               opt.importance_batches, B, T, opt.ffn_blocks));
         s.scores.layer.assign(rep.layer().begin(), rep.layer().end());
         s.scores.head.assign(rep.head().begin(), rep.head().end());
         s.scores.ffn.assign(rep.ffn().begin(), rep.ffn().end());
@@ -94,8 +94,7 @@ Status round_masks(const std::string& method, const SimOptions& opt,
     if (opt.trace)
       for (int k = 0; k < K; ++k)
         std::fprintf(stderr, "trace %s r%d site %d selected: trained score %.4f removed %.4f\n",
-                     method.c_str(), r, k, sel.sites[k].trained_value,
-                     sel.sites[k].removed_score);
+                     method.c_str(), r, k, sel.sites[k].trained_value, sel.sites[k].removed_score);
   }
   return Status::Ok();
 }

@@ -51,14 +51,15 @@ coordinator::ExperimentConfig overshooting_config() {
 }
 
 // One experiment (or, on a finished store, the join after it) with site node-1 on brown:a.
-struct Run {
+struct SiteRun {
   std::map<std::string, node::KeptTheta> kept;  // by site
   std::vector<std::string> log;
   Status status;
 };
 
-Run run_site(coordinator::RoundEngine& engine, node::KeepBest mode, const std::string& state_root) {
-  Run run;
+SiteRun run_site(coordinator::RoundEngine& engine, node::KeepBest mode,
+                 const std::string& state_root) {
+  SiteRun run;
   std::mutex mu;
   VirtualSiteOptions o;
   o.brown_dir = kBrown;
@@ -133,7 +134,7 @@ TEST(KeptThetaSites, AWorseLaterGlobalThetaLeavesTheEarlierOneKeptAndItSurvivesA
   Engine e(cfg);
   ASSERT_NE(e.engine, nullptr);
   TempDir state;
-  const Run first = run_site(*e.engine, node::KeepBest::kGlobal, state.path());
+  const SiteRun first = run_site(*e.engine, node::KeepBest::kGlobal, state.path());
   ASSERT_TRUE(first.status.ok()) << first.status.to_string() << joined(first.log);
   ASSERT_EQ(e.engine->current_round(), kRounds);
   ASSERT_EQ(first.kept.count("node-1"), 1u) << joined(first.log);
@@ -147,13 +148,15 @@ TEST(KeptThetaSites, AWorseLaterGlobalThetaLeavesTheEarlierOneKeptAndItSurvivesA
   EXPECT_NE(kept.params, final_theta);
   EXPECT_EQ(kept.site_val_bpb, site_bpb(cfg, kept.params));
   EXPECT_LT(kept.site_val_bpb, site_bpb(cfg, final_theta));
-  if (kept.source.round == 0) EXPECT_EQ(kept.params, e.initial);
+  if (kept.source.round == 0) {
+    EXPECT_EQ(kept.params, e.initial);
+  }
   const std::string all = joined(first.log);
   EXPECT_NE(all.find("kept " + kept.source.describe()), std::string::npos) << all;
 
   // On disk: the checkpoint the site exports, with the same θ and score.
-  auto on_disk = node::load_kept_theta(state.sub("node-1/kept.safetensors"), e.engine->experiment_id(),
-                                       "node-1", kept.params.size());
+  auto on_disk = node::load_kept_theta(state.sub("node-1/kept.safetensors"),
+                                       e.engine->experiment_id(), "node-1", kept.params.size());
   ASSERT_TRUE(on_disk.ok()) << on_disk.status().to_string();
   ASSERT_TRUE(on_disk->has_value());
   EXPECT_EQ((*on_disk)->params, kept.params);
@@ -162,7 +165,7 @@ TEST(KeptThetaSites, AWorseLaterGlobalThetaLeavesTheEarlierOneKeptAndItSurvivesA
 
   // The site worker started again with the same state dir: it sees only the final θ (the
   // experiment is finished), yet ends with what it kept before.
-  const Run again = run_site(*e.engine, node::KeepBest::kGlobal, state.path());
+  const SiteRun again = run_site(*e.engine, node::KeepBest::kGlobal, state.path());
   ASSERT_TRUE(again.status.ok()) << again.status.to_string() << joined(again.log);
   ASSERT_EQ(again.kept.count("node-1"), 1u) << joined(again.log);
   EXPECT_EQ(again.kept.at("node-1").params, kept.params);
@@ -172,7 +175,7 @@ TEST(KeptThetaSites, AWorseLaterGlobalThetaLeavesTheEarlierOneKeptAndItSurvivesA
       << joined(again.log);
 
   // Without its state dir a restarted worker has only the final θ to keep.
-  const Run fresh = run_site(*e.engine, node::KeepBest::kGlobal, "");
+  const SiteRun fresh = run_site(*e.engine, node::KeepBest::kGlobal, "");
   ASSERT_TRUE(fresh.status.ok()) << fresh.status.to_string();
   ASSERT_EQ(fresh.kept.count("node-1"), 1u) << joined(fresh.log);
   EXPECT_EQ(fresh.kept.at("node-1").source, (node::KeptSource{Kind::kGlobal, kRounds}));
@@ -185,8 +188,8 @@ TEST(KeptThetaSites, KeepingChangesNothingTheCoordinatorCommitsAndOffKeepsNothin
   Engine personal(cfg), off(cfg);
   ASSERT_NE(personal.engine, nullptr);
   ASSERT_NE(off.engine, nullptr);
-  const Run kept = run_site(*personal.engine, node::KeepBest::kPersonal, "");
-  const Run none = run_site(*off.engine, node::KeepBest::kOff, "");
+  const SiteRun kept = run_site(*personal.engine, node::KeepBest::kPersonal, "");
+  const SiteRun none = run_site(*off.engine, node::KeepBest::kOff, "");
   ASSERT_TRUE(kept.status.ok()) << kept.status.to_string();
   ASSERT_TRUE(none.status.ok()) << none.status.to_string();
   EXPECT_EQ(personal.engine->params_fingerprint(), off.engine->params_fingerprint());
