@@ -144,7 +144,8 @@ Status start_sites(HydraRun& run) {
                           static_cast<int>(x.threads),
                           x.brown_dir,
                           run.run_dir,
-                          nullptr};
+                          nullptr,
+                          x.keep_best};
   ATOLL_ASSIGN_OR_RETURN(run.running_sites,
                          launch_sites(run.rc->service->engine(), specs, launch));
   std::fflush(stdout);

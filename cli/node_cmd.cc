@@ -148,7 +148,7 @@ int cmd_node(const Args& args) {
   o.give_up_after_s = *give_up;
   o.state_dir = flags.get_or("state-dir", "");
   auto keep_best = node::parse_keep_best(flags.get_or("keep-best", "auto"));
-  if (!keep_best.ok()) return log.fail("--" + keep_best.status().message(), 2);
+  if (!keep_best.ok()) return log.fail(keep_best.status().message(), 2);
   o.keep_best = *keep_best;
   if (Status s = read_distill_flags(flags, o.distill); !s.ok()) return log.fail(s.message(), 2);
   // The data is read and checked before the node connects: a spec that cannot train is one line

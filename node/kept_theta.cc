@@ -28,7 +28,7 @@ StatusOr<KeepBest> parse_keep_best(std::string_view text) {
   if (text == "off") return KeepBest::kOff;
   if (text == "global") return KeepBest::kGlobal;
   if (text == "personal") return KeepBest::kPersonal;
-  return InvalidArgument("keep-best '" + std::string(text) +
+  return InvalidArgument("--keep-best '" + std::string(text) +
                          "': use auto, off, global or personal");
 }
 
