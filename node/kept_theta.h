@@ -24,16 +24,19 @@
 namespace atl::node {
 
 // `atoll node --keep-best` / `atoll simulate --keep-best`.
-//  kAuto:     kPersonal when the site has validation data of its own (--val-split held-out or
-//             --val-data), kOff otherwise (the default; docs/decisions.md).
+//  kAuto:     kPersonal in a fine-tuning experiment (Hydra subnetworks or LoRA adapters of a base
+//             model) when the site has validation data of its own (--val-split held-out or
+//             --val-data); kOff otherwise (the default; docs/decisions.md). A plain DiLoCo
+//             experiment does not say whether it started from a checkpoint: there a site asks.
 //  kOff:      the site ends with the last global θ.
 //  kGlobal:   the best of the global θ of every round.
 //  kPersonal: the best of those and of the site's θ_local after every round.
 enum class KeepBest { kAuto, kOff, kGlobal, kPersonal };
 StatusOr<KeepBest> parse_keep_best(std::string_view text);  // auto, off, global, personal
 const char* keep_best_name(KeepBest mode);
-// What kAuto means for a site with (or without) validation data of its own; other modes as is.
-KeepBest resolve_keep_best(KeepBest asked, bool has_validation);
+// What kAuto means for a site with (or without) validation data of its own, in a fine-tuning
+// experiment or not; other modes as they are.
+KeepBest resolve_keep_best(KeepBest asked, bool has_validation, bool fine_tuning);
 
 // Where a candidate θ comes from.
 struct KeptSource {

@@ -295,7 +295,9 @@ std::optional<double> SiteWorker::validation_bpb(const al::ParamSet& params) {
 // What the site keeps: kAuto resolved against its validation data; a mode asked for explicitly
 // without validation data is refused before any training.
 Status SiteWorker::set_up_keep_best() {
-  keep_ = resolve_keep_best(opt_.keep_best, val_model_ != nullptr);
+  // Hydra's subnetworks and LoRA's adapters fine-tune a base model: there the default keeps.
+  const bool fine_tuning = site_.hydra() || site_.lora_enabled();
+  keep_ = resolve_keep_best(opt_.keep_best, val_model_ != nullptr, fine_tuning);
   if (keep_ == KeepBest::kOff) return Status::Ok();
   if (!val_model_)
     return InvalidArgument(std::string("--keep-best ") + keep_best_name(keep_) +

@@ -71,7 +71,8 @@ struct SiteWorkerOptions {
   // data is tokenized with its tokenizer. Null: none (a LoRA experiment then refuses to start).
   std::shared_ptr<const BaseModel> base;
   // What the site ends with (node/kept_theta.h): the best θ on its validation data (kAuto: with
-  // its own θ_local of every round when it has validation data, else the last global θ). With
+  // its own θ_local of every round in a Hydra or LoRA experiment when it has validation data,
+  // else the last global θ). With
   // state_dir the kept θ is the checkpoint state_dir/kept.safetensors, rewritten whenever it
   // changes and read back by a restarted node.
   KeepBest keep_best = KeepBest::kAuto;

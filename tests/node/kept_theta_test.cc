@@ -40,11 +40,13 @@ TEST(KeptTheta, ParsesTheFourModesAndRefusesOthersInOneLine) {
   EXPECT_EQ(bad.status().message().find('\n'), std::string::npos);
 }
 
-TEST(KeptTheta, AutoIsPersonalWithValidationDataAndOffWithout) {
-  EXPECT_EQ(resolve_keep_best(KeepBest::kAuto, true), KeepBest::kPersonal);
-  EXPECT_EQ(resolve_keep_best(KeepBest::kAuto, false), KeepBest::kOff);
-  EXPECT_EQ(resolve_keep_best(KeepBest::kGlobal, false), KeepBest::kGlobal);
-  EXPECT_EQ(resolve_keep_best(KeepBest::kOff, true), KeepBest::kOff);
+TEST(KeptTheta, AutoIsPersonalWhenFineTuningWithValidationDataAndOffOtherwise) {
+  EXPECT_EQ(resolve_keep_best(KeepBest::kAuto, true, true), KeepBest::kPersonal);
+  EXPECT_EQ(resolve_keep_best(KeepBest::kAuto, false, true), KeepBest::kOff);
+  EXPECT_EQ(resolve_keep_best(KeepBest::kAuto, true, false), KeepBest::kOff);
+  EXPECT_EQ(resolve_keep_best(KeepBest::kGlobal, false, false), KeepBest::kGlobal);
+  EXPECT_EQ(resolve_keep_best(KeepBest::kPersonal, true, false), KeepBest::kPersonal);
+  EXPECT_EQ(resolve_keep_best(KeepBest::kOff, true, true), KeepBest::kOff);
 }
 
 TEST(KeptTheta, KeepsTheLowestBpbAndTheEarlierOfATie) {
