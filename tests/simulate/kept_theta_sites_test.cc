@@ -58,11 +58,12 @@ struct SiteRun {
 };
 
 SiteRun run_site(coordinator::RoundEngine& engine, node::KeepBest mode,
-                 const std::string& state_root) {
+                 const std::string& state_root, node::Holdout holdout = node::Holdout::kHeldOut) {
   SiteRun run;
   std::mutex mu;
   VirtualSiteOptions o;
   o.brown_dir = kBrown;
+  o.holdout = holdout;
   o.keep_best = mode;
   o.state_root = state_root;
   o.give_up_after_s = 30;
@@ -198,6 +199,25 @@ TEST(KeptThetaSites, KeepingChangesNothingTheCoordinatorCommitsAndOffKeepsNothin
   // With personal candidates, the site's own θ_local of round 0 (trained from the initial θ,
   // before any overshooting outer step) beats every global θ after it.
   EXPECT_EQ(kept.kept.at("node-1").source.kind, Kind::kPersonal) << joined(kept.log);
+}
+
+TEST(KeptThetaSites, KeepingWithoutValidationDataIsRefusedInOneLineAndAutoKeepsNothing) {
+  kernels::cpu::set_num_threads(1);
+  const coordinator::ExperimentConfig cfg = overshooting_config();
+  Engine refused(cfg), plain(cfg);
+  ASSERT_NE(refused.engine, nullptr);
+  ASSERT_NE(plain.engine, nullptr);
+  const SiteRun run = run_site(*refused.engine, node::KeepBest::kGlobal, "", node::Holdout::kNone);
+  ASSERT_FALSE(run.status.ok());
+  EXPECT_EQ(run.status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(run.status.message().find("--val-split held-out or --val-data"), std::string::npos)
+      << run.status.message();
+  EXPECT_EQ(run.status.message().find('\n'), std::string::npos);
+  EXPECT_EQ(refused.engine->current_round(), 0u);  // refused before any training
+  // auto in a plain DiLoCo experiment (not fine-tuning a base model) keeps nothing.
+  const SiteRun automatic = run_site(*plain.engine, node::KeepBest::kAuto, "");
+  ASSERT_TRUE(automatic.status.ok()) << automatic.status.to_string();
+  EXPECT_TRUE(automatic.kept.empty()) << joined(automatic.log);
 }
 
 }  // namespace
