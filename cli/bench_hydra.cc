@@ -3,7 +3,8 @@
 // HeteroFL width slicing, FedRolex rolling windows, random subnetworks at equal budget, Hydra.
 // Same base model (trained here on the other genres), rounds, data and seed for every method;
 // one JSON line per method (--json) with each site's validation bpb on its own genre, FLOPs
-// fraction, buffer memory and step time. Sites run in-process (cli/hydra_sim.h).
+// fraction, buffer memory and step time. The rounds run in the simulation library
+// (simulate/hydra_rounds.h), the base model's training in simulate/train_on_data.h.
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -15,15 +16,22 @@
 #include "algorithms/data/tokenizer.h"
 #include "cli/bench_common.h"
 #include "cli/flags.h"
-#include "cli/hydra_sim.h"
 #include "kernels/core/philox.h"
 #include "kernels/cpu/ops.h"
 #include "node/data_source.h"
 #include "node/site_data.h"
+#include "simulate/hydra_rounds.h"
+#include "simulate/train_on_data.h"
 
 namespace atl::cli {
 
 namespace al = atl::algorithms;
+using simulate::eval_bpb;
+using simulate::run_hydra_sim;
+using simulate::SimOptions;
+using simulate::SimResult;
+using simulate::SimSite;
+using simulate::SimSiteResult;
 
 namespace {
 
@@ -98,10 +106,10 @@ StatusOr<al::ParamSet> train_base_model(const SimOptions& opt, const std::string
   bt.total_steps = std::max<int64_t>(steps, 1);
   bt.weight_decay = 0.1;
   al::InnerTrainer base_trainer(opt.model, bt);
-  for (int64_t s = 0; s < steps; ++s) {
-    auto b = al::data::sample_global_batch(base_data.train, opt.seed, s, bt.batch, bt.seq);
-    base_trainer.step(base, b.tokens.data(), s);
-  }
+  simulate::TrainOnDataOptions run;
+  run.data_seed = opt.seed;
+  run.end_step = steps;
+  ATOLL_RETURN_IF_ERROR(simulate::train_on_data(base_trainer, base, base_data.train, run));
   return base;
 }
 
@@ -215,11 +223,12 @@ std::vector<FlagSpec> bench_hydra_flags() {
           {"json", false, "one JSON line per method", ""}};
 }
 
-// --site-keeps: what a site ends with (SimOptions::SiteKeeps).
-StatusOr<SimOptions::SiteKeeps> parse_site_keeps(const std::string& text) {
-  if (text == "last") return SimOptions::SiteKeeps::kLast;
-  if (text == "best-global") return SimOptions::SiteKeeps::kBestGlobal;
-  if (text == "best-personal") return SimOptions::SiteKeeps::kBestPersonal;
+// --site-keeps: what a site ends with (node/kept_theta.h; `atoll node --keep-best` names them
+// off, global, personal).
+StatusOr<node::KeepBest> parse_site_keeps(const std::string& text) {
+  if (text == "last") return node::KeepBest::kOff;
+  if (text == "best-global") return node::KeepBest::kGlobal;
+  if (text == "best-personal") return node::KeepBest::kPersonal;
   return InvalidArgument("--site-keeps '" + text + "': use last, best-global or best-personal");
 }
 

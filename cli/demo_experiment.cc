@@ -41,6 +41,11 @@ std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
         ""},
        {"baseline", false, "also train the data-parallel equivalent and compare", ""},
        {"insecure", false, "plaintext gRPC instead of mTLS (local development only)", ""},
+       {"keep-best", true,
+        "what each site ends with, chosen on its held-out documents: auto (personal with "
+        "--algorithm hydra or lora, else off), off, "
+        "global (best global θ of any round), personal (also its own θ_local)",
+        "auto"},
        {"codec", true, "pseudo-gradient codec: none, bf16, int8, topk:0.02+int4, ...", "int8"},
        {"fragments", true, "Streaming DiLoCo fragments P (1 = plain DiLoCo)", "1"},
        {"overlap", true, "Streaming DiLoCo: inner steps overlapping each sync (tau)", "0"},
@@ -209,6 +214,7 @@ StatusOr<DemoExperiment> parse_demo_experiment(const Flags& flags, int64_t max_s
   d.http = flags.get_or("http", "127.0.0.1:0");
   d.insecure = flags.has("insecure");
   d.baseline = flags.has("baseline");
+  ATOLL_ASSIGN_OR_RETURN(d.keep_best, node::parse_keep_best(flags.get_or("keep-best", "auto")));
   return d;
 }
 

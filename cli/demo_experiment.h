@@ -13,6 +13,7 @@
 #include "cli/serve_after_done.h"
 #include "coordinator/experiment_config.h"
 #include "kernels/core/status.h"
+#include "node/kept_theta.h"
 #include "simulate/byzantine.h"
 
 namespace atl::cli {
@@ -33,6 +34,7 @@ struct DemoExperiment {
   std::string http;                         // dashboard HOST:PORT, "off" = none
   bool insecure = false;                    // plaintext gRPC (processes only)
   bool baseline = false;                    // also train the data-parallel equivalent
+  node::KeepBest keep_best = node::KeepBest::kAuto;  // what every site keeps (--keep-best)
   // `atoll simulate` only: the last `byzantine` sites attack what they push (simulate/byzantine.h).
   int64_t byzantine = 0;
   simulate::Attack attack = simulate::Attack::kNone;

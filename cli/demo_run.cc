@@ -210,7 +210,8 @@ Status start_sites(DemoRun& run) {
                           static_cast<int>(d.threads),
                           d.brown_dir,
                           run.run_dir,
-                          run.rc->base};
+                          run.rc->base,
+                          d.keep_best};
   ATOLL_ASSIGN_OR_RETURN(run.sites, launch_sites(run.rc->service->engine(), specs, launch));
   return run.rc->service->start();
 }

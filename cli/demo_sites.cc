@@ -58,13 +58,15 @@ class VirtualSitesThread final : public DemoSites {
   VirtualSitesThread(coordinator::RoundEngine& engine, std::vector<simulate::VirtualSite> sites,
                      const std::string& brown_dir, const std::string& log_dir,
                      const std::string& log_prefix = "",
-                     std::shared_ptr<const node::BaseModel> base = nullptr) {
+                     std::shared_ptr<const node::BaseModel> base = nullptr,
+                     node::KeepBest keep_best = node::KeepBest::kAuto) {
     for (const auto& s : sites) {
       std::FILE* f = std::fopen((log_dir + "/" + log_prefix + s.name + ".log").c_str(), "a");
       if (f) logs_[s.name] = f;
     }
     options_.brown_dir = brown_dir;
     options_.base = std::move(base);
+    options_.keep_best = keep_best;
     options_.stop = &stop_;
     options_.log = [this](const std::string& site, const std::string& line) {
       auto it = logs_.find(site);
@@ -175,7 +177,8 @@ StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngin
   }
   return std::unique_ptr<DemoSites>(
       std::make_unique<VirtualSitesThread>(engine, std::move(virtual_sites), options.brown_dir,
-                                           options.log_dir, options.log_prefix, options.base));
+                                           options.log_dir, options.log_prefix, options.base,
+                                           options.keep_best));
 }
 
 StatusOr<std::unique_ptr<DemoSites>> launch_sites(coordinator::RoundEngine& engine,
@@ -186,6 +189,7 @@ StatusOr<std::unique_ptr<DemoSites>> launch_sites(coordinator::RoundEngine& engi
     o.brown_dir = launch.brown_dir;
     o.log_dir = launch.run_dir;
     o.base = launch.base;
+    o.keep_best = launch.keep_best;
     return start_virtual_sites(engine, sites, o);
   }
   NodeProcessOptions o;
@@ -196,6 +200,10 @@ StatusOr<std::unique_ptr<DemoSites>> launch_sites(coordinator::RoundEngine& engi
   o.brown_dir = launch.brown_dir;
   o.log_dir = launch.run_dir;
   if (launch.base) o.extra_args = {"--base", launch.base->path};
+  if (launch.keep_best != node::KeepBest::kAuto) {
+    o.extra_args.push_back("--keep-best");
+    o.extra_args.push_back(node::keep_best_name(launch.keep_best));
+  }
   return start_node_processes(sites, o);
 }
 

@@ -12,6 +12,7 @@
 #include "kernels/core/status.h"
 #include "node/base_model.h"
 #include "node/distill_inner.h"
+#include "node/kept_theta.h"
 #include "simulate/byzantine.h"
 
 namespace atl::cli {
@@ -64,6 +65,7 @@ struct VirtualSitesOptions {
   node::DistillNodeOptions distill;
   std::string teacher_tls_dir;
   std::shared_ptr<const node::BaseModel> base;  // a LoRA experiment's base (null: none)
+  node::KeepBest keep_best = node::KeepBest::kAuto;  // what every site keeps (node/kept_theta.h)
 };
 
 // Every site on its own thread against `engine` (simulate/virtual_sites.h), with its budget; the
@@ -84,6 +86,8 @@ struct SiteLaunch {
   std::string run_dir;  // each site's log: <run_dir>/<name>.log
   // A LoRA experiment's base: in-process sites share it, node processes read it (--base).
   std::shared_ptr<const node::BaseModel> base;
+  // What every site keeps: a virtual site's option, a node process's --keep-best.
+  node::KeepBest keep_best = node::KeepBest::kAuto;
 };
 
 // start_node_processes or start_virtual_sites, as launch.mode says.

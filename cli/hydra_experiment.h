@@ -16,6 +16,7 @@
 #include "cli/serve_after_done.h"
 #include "coordinator/experiment_config.h"
 #include "kernels/core/status.h"
+#include "node/kept_theta.h"
 
 namespace atl::cli {
 
@@ -37,6 +38,7 @@ struct HydraExperiment {
   std::optional<std::string> store;  // run directory (default: a fresh temp dir)
   std::string http;                  // dashboard HOST:PORT, "off" = none
   bool insecure = false;             // plaintext gRPC (processes only)
+  node::KeepBest keep_best = node::KeepBest::kAuto;  // what every site keeps (--keep-best)
   AfterDone after;
 };
 

@@ -10,7 +10,7 @@
 #include "cli/demo_events.h"
 #include "cli/demo_sites.h"
 #include "cli/event_queue.h"
-#include "cli/hydra_sim.h"  // eval_bpb
+#include "simulate/hydra_rounds.h"  // eval_bpb
 #include "cli/signals.h"
 #include "kernels/cpu/ops.h"
 #include "node/data_source.h"
@@ -51,7 +51,7 @@ struct HydraRun {
   std::unique_ptr<DemoSites> running_sites;
 
   double bpb(const al::ParamSet& theta, const EvaluatedSite& s) {
-    return eval_bpb(trainer, theta, s.validation, x.base_trainer.seq, x.eval_tokens);
+    return simulate::eval_bpb(trainer, theta, s.validation, x.base_trainer.seq, x.eval_tokens);
   }
 };
 
@@ -144,7 +144,8 @@ Status start_sites(HydraRun& run) {
                           static_cast<int>(x.threads),
                           x.brown_dir,
                           run.run_dir,
-                          nullptr};
+                          nullptr,
+                          x.keep_best};
   ATOLL_ASSIGN_OR_RETURN(run.running_sites,
                          launch_sites(run.rc->service->engine(), specs, launch));
   std::fflush(stdout);

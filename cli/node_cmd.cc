@@ -74,6 +74,13 @@ int cmd_node(const Args& args) {
                 "write the state each round starts from here (one directory per node), so that "
                 "this node started again after a crash redoes the round bit for bit",
                 ""},
+               {"keep-best", true,
+                "what the site ends with, chosen on its validation data: auto (personal in a "
+                "Hydra or LoRA experiment with validation data, else off), off (the last "
+                "global θ), global (the best global "
+                "θ of any round), personal (also its own θ_local of every round); saved as "
+                "kept.safetensors in --state-dir",
+                "auto"},
                {"base", true,
                 "the frozen base checkpoint of a LoRA experiment (checked against the "
                 "experiment's base fingerprint; the site's data uses its tokenizer)",
@@ -141,6 +148,9 @@ int cmd_node(const Args& args) {
   o.budget = *budget;
   o.give_up_after_s = *give_up;
   o.state_dir = flags.get_or("state-dir", "");
+  auto keep_best = node::parse_keep_best(flags.get_or("keep-best", "auto"));
+  if (!keep_best.ok()) return log.fail(keep_best.status().message(), 2);
+  o.keep_best = *keep_best;
   if (Status s = read_distill_flags(flags, o.distill); !s.ok()) return log.fail(s.message(), 2);
   // The data is read and checked before the node connects: a spec that cannot train is one line
   // and exit code 2, and the coordinator never sees a join.

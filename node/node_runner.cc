@@ -46,6 +46,7 @@ Status run_node(const NodeOptions& opt) {
   wo.budget = opt.budget;
   wo.give_up_after_s = opt.give_up_after_s;
   wo.state_dir = opt.state_dir;
+  wo.keep_best = opt.keep_best;
   wo.base = opt.base;
   wo.stop = opt.stop;
   wo.log = opt.log;

@@ -17,6 +17,7 @@
 #include "kernels/core/status.h"
 #include "node/base_model.h"
 #include "node/distill_inner.h"
+#include "node/kept_theta.h"
 #include "node/site_config.h"  // site_seed
 #include "node/site_data.h"
 #include "node/site_metrics.h"
@@ -44,6 +45,7 @@ struct NodeOptions {
   double give_up_after_s = 120.0;
   // Where the start state of each round is written (SiteWorkerOptions::state_dir); "" = none.
   std::string state_dir;
+  KeepBest keep_best = KeepBest::kAuto;  // SiteWorkerOptions::keep_best
   // The frozen base of a LoRA experiment (--base CKPT; SiteWorkerOptions::base); null: none.
   std::shared_ptr<const BaseModel> base;
   // Set from a signal handler: finish the current inner step, Leave, return.

@@ -14,11 +14,13 @@
 #include "algorithms/data/dataset.h"
 #include "algorithms/diloco/outer.h"
 #include "algorithms/model/param_set.h"
+#include "kernels/core/sha256.h"
 #include "node/evaluate.h"
 #include "node/gpu_trainer.h"
 #include "node/heartbeater.h"
 #include "node/held_theta.h"
 #include "node/inner_step.h"
+#include "node/kept_theta.h"
 #include "node/reconnect.h"
 #include "node/round_snapshot.h"
 #include "node/round_state_file.h"
@@ -121,7 +123,11 @@ class SiteWorker {
   Status adopt(PulledParams& pulled);
   Status load_data();
   Status set_up_validation();
-  std::optional<double> site_validation_bpb();
+  std::optional<double> validation_bpb(const al::ParamSet& params);
+  Status set_up_keep_best();
+  void restore_kept();
+  void offer_kept(const KeptSource& source, double site_val_bpb, const al::ParamSet& params);
+  void finish_kept();
   void report_round(const Task& cur, uint32_t steps, double mean_loss, const Tally& tally,
                     double secs, uint64_t sent, std::optional<double> site_val_bpb);
 
@@ -167,6 +173,13 @@ class SiteWorker {
   bool on_disk_ = false;
   std::optional<uint64_t> last_written_;
   std::map<uint64_t, RoundSnapshot> read_back_;
+  // What this site ends with (node/kept_theta.h): the mode, the best θ so far, the checkpoint it
+  // is saved to ("" = kept in memory only), and the STOP task that ended the experiment (whose
+  // round's θ is the last candidate).
+  KeepBest keep_ = KeepBest::kOff;
+  BestTheta best_;
+  std::string kept_path_;
+  std::optional<Task> stop_;
 };
 
 // Join, retrying with backoff while the coordinator is unreachable.
@@ -228,6 +241,7 @@ Status SiteWorker::set_up() {
     return InvalidArgument("data " + data_spec_.to_string() + ": " + s.message() +
                            ": add documents");
   ATOLL_RETURN_IF_ERROR(set_up_validation());
+  ATOLL_RETURN_IF_ERROR(set_up_keep_best());
 
   ATOLL_ASSIGN_OR_RETURN(inner_, make_inner_step(site_, step_options));
   if (const std::string line = inner_->describe(); !line.empty()) log(line);
@@ -283,13 +297,95 @@ Status SiteWorker::set_up_validation() {
   return Status::Ok();
 }
 
-// Bits per byte of the θ this round starts from on the site's validation data (none without).
-std::optional<double> SiteWorker::site_validation_bpb() {
+// Bits per byte of `params` (θ or θ_local) on the site's validation data (none without).
+std::optional<double> SiteWorker::validation_bpb(const al::ParamSet& params) {
   if (!val_model_) return std::nullopt;
   constexpr int kRowsPerPass = 8;
-  return evaluate_bpb(*val_model_, theta_->params(), data_->validation, *data_->tokenizer,
-                      site_.train.seq, kRowsPerPass, opt_.val_tokens)
+  return evaluate_bpb(*val_model_, params, data_->validation, *data_->tokenizer, site_.train.seq,
+                      kRowsPerPass, opt_.val_tokens)
       .bpb;
+}
+
+// What the site keeps: kAuto resolved against its validation data; a mode asked for explicitly
+// without validation data is refused before any training.
+Status SiteWorker::set_up_keep_best() {
+  // Hydra's subnetworks and LoRA's adapters fine-tune a base model: there the default keeps.
+  const bool fine_tuning = site_.hydra() || site_.lora_enabled();
+  keep_ = resolve_keep_best(opt_.keep_best, val_model_ != nullptr, fine_tuning);
+  if (keep_ == KeepBest::kOff) return Status::Ok();
+  if (!val_model_)
+    return InvalidArgument(std::string("--keep-best ") + keep_best_name(keep_) +
+                           " needs validation data of the site's own to choose with: give "
+                           "--val-split held-out or --val-data, or --keep-best off");
+  if (!opt_.state_dir.empty())
+    kept_path_ = (std::filesystem::path(opt_.state_dir) / "kept.safetensors").string();
+  log(std::string("keeping the best θ on the site's validation data: the global θ of every "
+                  "round") +
+      (keep_ == KeepBest::kPersonal ? " and its own θ_local" : "") +
+      (kept_path_.empty() ? "" : " (saved in " + kept_path_ + ")"));
+  return Status::Ok();
+}
+
+// A restarted node goes on from the θ it kept before (--state-dir). A file of another node or
+// experiment is left alone: the site then keeps its θ in memory only.
+void SiteWorker::restore_kept() {
+  if (kept_path_.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(opt_.state_dir, ec);
+  auto loaded =
+      load_kept_theta(kept_path_, joined_.experiment_id(), joined_.node_id(), local_->numel());
+  if (!loaded.ok()) {
+    log("not resuming the kept θ (keeping it in memory only): " + loaded.status().message());
+    kept_path_.clear();
+    return;
+  }
+  if (!*loaded) return;
+  char line[160];
+  std::snprintf(line, sizeof(line), ", site val %.6f bpb", (*loaded)->site_val_bpb);
+  log("kept θ read back from " + kept_path_ + ": " + (*loaded)->source.describe() + line);
+  best_.restore(std::move(**loaded));
+}
+
+// A candidate θ; when it becomes the kept one, its checkpoint is rewritten (a failed write is one
+// line, and the site goes on keeping it in memory).
+void SiteWorker::offer_kept(const KeptSource& source, double site_val_bpb,
+                            const al::ParamSet& params) {
+  if (!best_.offer(source, site_val_bpb, params.vec()) || kept_path_.empty()) return;
+  CheckpointMeta meta;
+  meta.model = site_.model;
+  meta.seed = site_.seed;
+  meta.tokenizer = data_->tokenizer_blob;
+  meta.experiment = joined_.experiment_id();
+  if (site_.lora_enabled()) meta.lora = site_.lora;
+  const al::ParamSet* lora_base = site_.lora_enabled() ? opt_.base->params.get() : nullptr;
+  if (Status s = save_kept_theta(kept_path_, meta, joined_.node_id(), *best_.kept(),
+                                 theta_layout(site_), lora_base);
+      !s.ok()) {
+    log("not writing the kept θ to " + kept_path_ + " any more: " + s.message());
+    kept_path_.clear();
+  }
+}
+
+// After the last round: the final global θ is the last candidate (pulled once more), then the
+// site says what it kept.
+void SiteWorker::finish_kept() {
+  if (keep_ == KeepBest::kOff || !stop_) return;
+  auto pulled = theta_->pull(link_, *stop_);
+  if (!pulled.ok()) {
+    log("the final θ is not a candidate to keep: its pull failed: " + pulled.status().message());
+  } else if (Status s = adopt(*pulled); !s.ok()) {
+    log("the final θ is not a candidate to keep: " + s.message());
+  } else if (auto bpb = validation_bpb(theta_->params())) {
+    offer_kept({KeptSource::Kind::kGlobal, stop_->round()}, *bpb, theta_->params());
+  }
+  if (!best_.kept()) return;
+  const KeptTheta& kept = *best_.kept();
+  char line[96];
+  std::snprintf(line, sizeof(line), ", site val %.6f bpb, sha256 ", kept.site_val_bpb);
+  log("kept " + kept.source.describe() + line +
+      sha256_hex(kept.params.data(), kept.params.size() * sizeof(float)) +
+      (kept_path_.empty() ? "" : " in " + kept_path_));
+  if (opt_.on_kept) opt_.on_kept(kept);
 }
 
 Status SiteWorker::run() {
@@ -305,6 +401,7 @@ Status SiteWorker::run() {
     return s;
   }
   read_saved_states();
+  restore_kept();
   heart_ = std::make_unique<Heartbeater>(
       link_, std::chrono::milliseconds(std::max<uint32_t>(100, joined_.heartbeat_interval_ms())));
   if (Status s = serve(); !s.ok()) return stopped_or(s);
@@ -312,9 +409,12 @@ Status SiteWorker::run() {
   std::snprintf(line, sizeof(line), "trained %" PRIu64 " inner steps in %.3f s", steps_trained_,
                 train_seconds_);
   log(line);
+  if (stopping())
+    log("stopped on request; leaving the experiment");
+  else
+    finish_kept();
   if (const TransferTotals t = link_.transfer_totals(); t.pull_seconds > 0 || t.push_seconds > 0)
     log(transfer_line(t));
-  if (stopping()) log("stopped on request; leaving the experiment");
   (void)link_.leave(stopping() ? "stop requested" : "experiment finished");
   return Status::Ok();
 }
@@ -353,6 +453,7 @@ StatusOr<Next> SiteWorker::next_task(Task& cur) {
     cur = std::move(*next_);
     next_.reset();
     if (cur.kind() == Task::STOP) {
+      stop_ = cur;
       log("stop: " + cur.reason());
       return Next::kStop;
     }
@@ -370,6 +471,7 @@ StatusOr<Next> SiteWorker::next_task(Task& cur) {
   if (!task.ok()) return poll_failed(task.status());
   reconnect_.reached();
   if (task->kind() == Task::STOP) {
+    stop_ = *task;
     log("stop: " + task->reason());
     return Next::kStop;
   }
@@ -451,7 +553,9 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
       pre_tokens_ = 0;
     }
   }
-  const std::optional<double> site_val_bpb = site_validation_bpb();
+  const std::optional<double> site_val_bpb = validation_bpb(theta_->params());
+  if (site_val_bpb && keep_ != KeepBest::kOff)
+    offer_kept({KeptSource::Kind::kGlobal, round}, *site_val_bpb, theta_->params());
   ATOLL_RETURN_IF_ERROR(sync_->plan(cur));
   Tally tally{Clock::now(), pre_loss_, pre_tokens_};
   const uint32_t H = cur.inner_steps();
@@ -464,6 +568,9 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
     return Internal("inner training diverged in round " + std::to_string(round) +
                     " (loss is not finite): lower the experiment's lr");
 
+  if (keep_ == KeepBest::kPersonal)
+    if (const std::optional<double> own = validation_bpb(*local_))
+      offer_kept({KeptSource::Kind::kPersonal, round}, *own, *local_);
   ATOLL_ASSIGN_OR_RETURN(EncodedUpdate update, sync_->make_update(theta_->params(), *local_));
   update.header.round = round;
   update.header.tokens = tally.tokens;

@@ -23,6 +23,7 @@
 #include "node/base_model.h"
 #include "node/coordinator_client.h"
 #include "node/distill_inner.h"
+#include "node/kept_theta.h"
 #include "node/site_config.h"
 #include "node/site_data.h"
 #include "node/site_metrics.h"
@@ -69,6 +70,15 @@ struct SiteWorkerOptions {
   // against the experiment's base fingerprint when the coordinator answers the join; the site's
   // data is tokenized with its tokenizer. Null: none (a LoRA experiment then refuses to start).
   std::shared_ptr<const BaseModel> base;
+  // What the site ends with (node/kept_theta.h): the best θ on its validation data (kAuto: with
+  // its own θ_local of every round in a Hydra or LoRA experiment when it has validation data,
+  // else the last global θ). With
+  // state_dir the kept θ is the checkpoint state_dir/kept.safetensors, rewritten whenever it
+  // changes and read back by a restarted node.
+  KeepBest keep_best = KeepBest::kAuto;
+  // Called once at the end of a finished experiment with what the site kept (not when it kept
+  // nothing: keep_best off, or stopped before its first round). May be empty.
+  std::function<void(const KeptTheta&)> on_kept;
 };
 
 // Returns OK after a STOP task or a stop request; an error when the coordinator refuses this

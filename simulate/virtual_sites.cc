@@ -37,6 +37,12 @@ Status run_virtual_sites(coordinator::RoundEngine& engine, const std::vector<Vir
       o.teacher_tls = site.teacher_tls;
       o.give_up_after_s = options.give_up_after_s;
       o.base = options.base;
+      o.keep_best = options.keep_best;
+      if (!options.state_root.empty()) o.state_dir = options.state_root + "/" + site.name;
+      if (options.on_kept)
+        o.on_kept = [&options, name = site.name](const node::KeptTheta& kept) {
+          options.on_kept(name, kept);
+        };
       o.stop = &stop_all;
       if (options.log) o.log = [&options, name = site.name](const std::string& line) {
         options.log(name, line);

@@ -21,6 +21,7 @@
 #include "kernels/core/status.h"
 #include "node/base_model.h"
 #include "node/distill_inner.h"
+#include "node/kept_theta.h"
 #include "node/site_data.h"
 #include "simulate/byzantine.h"
 #include "transport/tls/credentials.h"
@@ -55,6 +56,13 @@ struct VirtualSiteOptions {
   // The frozen base of a LoRA experiment, shared by every site (as each node's --base); null:
   // none.
   std::shared_ptr<const node::BaseModel> base;
+  // What every site ends with (node/kept_theta.h), and where each site's kept θ is reported at
+  // the end (may be empty).
+  node::KeepBest keep_best = node::KeepBest::kAuto;
+  // Each site's --state-dir is state_root/<site name> (its round states and kept θ, as a node
+  // process writes them); "" = none, everything in memory.
+  std::string state_root;
+  std::function<void(const std::string& site, const node::KeptTheta& kept)> on_kept;
 };
 
 // Runs every site until the experiment finishes (each worker gets STOP), `stop` is set, or a

@@ -1,7 +1,10 @@
 // `atoll simulate --algorithm hydra` against `atoll demo --algorithm hydra`: the same flags and
 // seed must commit the same θ in every round, bit for bit, whether the four sites (budgets 1.0,
 // 0.5, 0.25, 0.25) are node processes over mTLS gRPC or threads of one process exchanging the
-// same messages in memory.
+// same messages in memory. And every site keeps the same θ (node/kept_theta.h: by default the
+// best of the global θ of every round and its own θ_local, on its held-out documents) either way.
+#include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -12,6 +15,22 @@ namespace atl::testing {
 namespace {
 
 constexpr uint64_t kRounds = 3;
+
+// Each site's "kept ..." line (what it kept, its bpb and the SHA-256 of the kept θ), by site log
+// file (run_dir/<site>.log, the same names for node processes and virtual sites).
+std::map<std::string, std::string> kept_lines(const std::string& run_dir) {
+  std::map<std::string, std::string> kept;
+  for (const auto& entry : std::filesystem::directory_iterator(run_dir)) {
+    if (entry.path().extension() != ".log") continue;
+    const std::string text = read_text(entry.path().string());
+    const size_t at = text.find("kept global θ");
+    const size_t own = text.find("kept own θ_local");
+    const size_t start = std::min(at, own);
+    if (start == std::string::npos) continue;
+    kept[entry.path().filename().string()] = text.substr(start, text.find('\n', start) - start);
+  }
+  return kept;
+}
 
 // A small, fast Hydra experiment: a short base model, two layers of two FFN blocks.
 std::vector<std::string> small_hydra(const std::string& command, const std::string& run_dir) {
@@ -42,6 +61,9 @@ TEST(HydraSimulate, CommitsTheSameThetaAsNodeProcesses) {
 
   expect_same_committed_theta(dir / "demo/store", dir / "sim/store", "hydra-demo", kRounds,
                               demo.output, sim.output);
+  const auto demo_kept = kept_lines(dir / "demo"), sim_kept = kept_lines(dir / "sim");
+  EXPECT_EQ(demo_kept.size(), 4u) << demo.output;
+  EXPECT_EQ(demo_kept, sim_kept);
 }
 
 TEST(HydraSimulate, RefusesInsecure) {

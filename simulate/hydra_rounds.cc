@@ -1,4 +1,4 @@
-#include "cli/hydra_sim.h"
+#include "simulate/hydra_rounds.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,7 +14,7 @@
 #include "kernels/core/philox.h"
 #include "node/hydra_site.h"
 
-namespace atl::cli {
+namespace atl::simulate {
 
 namespace al = atl::algorithms;
 namespace hy = atl::algorithms::hydra;
@@ -50,6 +50,55 @@ al::Subnet width_subnet(const al::ModelConfig& mc, int G, double r, int start) {
   return s;
 }
 
+// The subnetworks of round r for `method` into `masks` (one per site): the full model, HeteroFL's
+// or FedRolex's width windows, or a selection (Hydra: importance on θ; random: uniform random
+// scores) every reselect_every rounds, otherwise the masks stay as they were.
+Status round_masks(const std::string& method, const SimOptions& opt,
+                   const std::vector<SimSite>& sites, const hy::CostModel& cm,
+                   const al::ParamSet& theta, int r, std::vector<al::Subnet>& masks) {
+  const al::ModelConfig& mc = opt.model;
+  const int K = static_cast<int>(sites.size()), T = opt.train.seq, B = opt.train.batch;
+  auto seed_of = [&](int k) { return sites[k].seed_index >= 0 ? sites[k].seed_index : k; };
+  if (method == "full") {
+    for (auto& m : masks) m = al::full_subnet(mc, opt.ffn_blocks, true);
+  } else if (method == "heterofl" || method == "fedrolex") {
+    for (int k = 0; k < K; ++k)
+      masks[k] = width_subnet(mc, opt.ffn_blocks, sites[k].budget, method == "fedrolex" ? r : 0);
+  } else if (r % opt.reselect_every == 0) {
+    std::vector<hy::SiteInput> in;
+    for (int k = 0; k < K; ++k) {
+      hy::SiteInput s{"site-" + std::to_string(k), sites[k].budget,
+                      hy::empty_scores(mc, opt.ffn_blocks)};
+      if (method == "hydra") {
+        ATOLL_ASSIGN_OR_RETURN(
+            auto rep, node::measure_importance(mc, theta, sites[k].train, opt.seed + seed_of(k), r,
+                                               opt.importance_batches, B, T, opt.ffn_blocks));
+        s.scores.layer.assign(rep.layer().begin(), rep.layer().end());
+        s.scores.head.assign(rep.head().begin(), rep.head().end());
+        s.scores.ffn.assign(rep.ffn().begin(), rep.ffn().end());
+      } else {  // random: the same selection machinery on uniform random scores
+        const Philox rng(opt.seed * 1000003 + r, static_cast<uint64_t>(seed_of(k)) + 17);
+        uint64_t c = 0;
+        for (double& x : s.scores.head) x = rng.uniform_double(c++);
+        for (double& x : s.scores.ffn) x = rng.uniform_double(c++);
+        for (double& x : s.scores.layer) x = rng.uniform_double(c++);
+      }
+      in.push_back(std::move(s));
+    }
+    hy::SelectOptions so;
+    so.min_train_share = opt.min_train_share;
+    // The random baseline draws its units as before (plain objective on random scores).
+    so.removal_penalty = method == "hydra" ? opt.removal_penalty : 0.0;
+    ATOLL_ASSIGN_OR_RETURN(auto sel, hy::select_subnetworks(cm, in, so));
+    for (int k = 0; k < K; ++k) masks[k] = sel.sites[k].subnet;  // ids sort as site-0..3
+    if (opt.trace)
+      for (int k = 0; k < K; ++k)
+        std::fprintf(stderr, "trace %s r%d site %d selected: trained score %.4f removed %.4f\n",
+                     method.c_str(), r, k, sel.sites[k].trained_value, sel.sites[k].removed_score);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& opt,
@@ -65,7 +114,6 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
   hy::CostModel cm{mc, opt.ffn_blocks, T};
   std::vector<al::hydra::HydraTrainer> trainers;
   for (int k = 0; k < K; ++k) trainers.emplace_back(mc, opt.train);
-  al::Llama scorer(mc);
   al::ParamSet theta = base, local(base.layout());
   std::vector<float> momentum(theta.numel(), 0.0f), delta(theta.numel());
   std::vector<uint32_t> held(theta.numel());
@@ -77,59 +125,24 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
   std::vector<int64_t> steps(K, 0);
   al::InnerTrainer ev(mc, opt.train);
   std::vector<std::string> prev_subnet(K);
-  // Each site's best θ on its own validation split so far, and its bpb there.
-  const bool keep_best = opt.site_keeps != SimOptions::SiteKeeps::kLast;
-  std::vector<std::vector<float>> best_theta;
-  std::vector<double> best_site_val;
+  // Each site's best θ on its own validation split so far (node/kept_theta.h): the global θ
+  // round g starts from (g = 0: the base model) or its own θ_local of round r.
+  using Kind = node::KeptSource::Kind;
+  const bool keep_best =
+      opt.site_keeps == node::KeepBest::kGlobal || opt.site_keeps == node::KeepBest::kPersonal;
+  std::vector<node::BestTheta> best(K);
   if (keep_best) {
     for (int k = 0; k < K; ++k) {
       if (sites[k].site_val.size() < static_cast<int64_t>(T) + 1)
         return InvalidArgument("keeping the best θ: site " + sites[k].genre +
                                " has no validation split of its own (give it --site-val-docs)");
-      best_theta.push_back(theta.vec());
-      best_site_val.push_back(eval_bpb(ev, theta, sites[k].site_val, T, opt.site_val_tokens));
+      best[k].offer({Kind::kGlobal, 0},
+                    eval_bpb(ev, theta, sites[k].site_val, T, opt.site_val_tokens), theta.vec());
     }
   }
   for (int r = 0; r < opt.rounds; ++r) {
     // Masks of this round.
-    if (method == "full") {
-      for (auto& m : masks) m = al::full_subnet(mc, opt.ffn_blocks, true);
-    } else if (method == "heterofl" || method == "fedrolex") {
-      for (int k = 0; k < K; ++k)
-        masks[k] = width_subnet(mc, opt.ffn_blocks, sites[k].budget, method == "fedrolex" ? r : 0);
-    } else if (r % opt.reselect_every == 0) {
-      std::vector<hy::SiteInput> in;
-      for (int k = 0; k < K; ++k) {
-        hy::SiteInput s{"site-" + std::to_string(k), sites[k].budget,
-                        hy::empty_scores(mc, opt.ffn_blocks)};
-        if (method == "hydra") {
-          ATOLL_ASSIGN_OR_RETURN(
-              auto rep, node::measure_importance(mc, theta, sites[k].train, opt.seed + seed_of(k),
-                                                 r, opt.importance_batches, B, T, opt.ffn_blocks));
-          s.scores.layer.assign(rep.layer().begin(), rep.layer().end());
-          s.scores.head.assign(rep.head().begin(), rep.head().end());
-          s.scores.ffn.assign(rep.ffn().begin(), rep.ffn().end());
-        } else {  // random: the same selection machinery on uniform random scores
-          const Philox rng(opt.seed * 1000003 + r, static_cast<uint64_t>(seed_of(k)) + 17);
-          uint64_t c = 0;
-          for (double& x : s.scores.head) x = rng.uniform_double(c++);
-          for (double& x : s.scores.ffn) x = rng.uniform_double(c++);
-          for (double& x : s.scores.layer) x = rng.uniform_double(c++);
-        }
-        in.push_back(std::move(s));
-      }
-      hy::SelectOptions so;
-      so.min_train_share = opt.min_train_share;
-      // The random baseline draws its units as before (plain objective on random scores).
-      so.removal_penalty = method == "hydra" ? opt.removal_penalty : 0.0;
-      ATOLL_ASSIGN_OR_RETURN(auto sel, hy::select_subnetworks(cm, in, so));
-      for (int k = 0; k < K; ++k) masks[k] = sel.sites[k].subnet;  // ids sort as site-0..3
-      if (opt.trace)
-        for (int k = 0; k < K; ++k)
-          std::fprintf(stderr, "trace %s r%d site %d selected: trained score %.4f removed %.4f\n",
-                       method.c_str(), r, k, sel.sites[k].trained_value,
-                       sel.sites[k].removed_score);
-    }
+    ATOLL_RETURN_IF_ERROR(round_masks(method, opt, sites, cm, theta, r, masks));
     // Every site trains its subnetwork from θ; Δ at its held elements.
     std::vector<std::vector<uint32_t>> idx(K);
     std::vector<std::vector<float>> d(K);
@@ -166,14 +179,9 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
                      last_loss);
         prev_subnet[k] = sn;
       }
-      if (opt.site_keeps == SimOptions::SiteKeeps::kBestPersonal) {
-        const double v = eval_bpb(ev, local, sites[k].site_val, T, opt.site_val_tokens);
-        if (v < best_site_val[k]) {
-          best_site_val[k] = v;
-          best_theta[k] = local.vec();
-          res.sites[k].best_round = 1000 + r;
-        }
-      }
+      if (opt.site_keeps == node::KeepBest::kPersonal)
+        best[k].offer({Kind::kPersonal, static_cast<uint64_t>(r)},
+                      eval_bpb(ev, local, sites[k].site_val, T, opt.site_val_tokens), local.vec());
       idx[k] = trainers[k].indices();
       d[k].resize(idx[k].size());
       node::masked_delta(theta.vec(), local.vec(), idx[k], d[k]);
@@ -199,16 +207,10 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
     ATOLL_RETURN_IF_ERROR(hy::masked_outer_step(
         {static_cast<float>(opt.outer_lr), static_cast<float>(opt.outer_momentum)}, theta.vec(),
         momentum, delta, held, r == 0));
-    if (keep_best) {
-      for (int k = 0; k < K; ++k) {
-        const double v = eval_bpb(ev, theta, sites[k].site_val, T, opt.site_val_tokens);
-        if (v < best_site_val[k]) {
-          best_site_val[k] = v;
-          best_theta[k] = theta.vec();
-          res.sites[k].best_round = r;
-        }
-      }
-    }
+    if (keep_best)
+      for (int k = 0; k < K; ++k)
+        best[k].offer({Kind::kGlobal, static_cast<uint64_t>(r) + 1},
+                      eval_bpb(ev, theta, sites[k].site_val, T, opt.site_val_tokens), theta.vec());
     if (opt.trace) {
       std::fprintf(stderr, "trace %s r%d val_bpb", method.c_str(), r);
       for (int k = 0; k < K; ++k)
@@ -220,7 +222,12 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
   res.worst_bpb = 0;
   for (int k = 0; k < K; ++k) {
     auto& s = res.sites[k];
-    if (keep_best) std::copy(best_theta[k].begin(), best_theta[k].end(), local.vec().begin());
+    if (keep_best) {
+      const node::KeptTheta& kept = *best[k].kept();
+      std::copy(kept.params.begin(), kept.params.end(), local.vec().begin());
+      const int round = static_cast<int>(kept.source.round);
+      s.best_round = kept.source.kind == Kind::kGlobal ? round - 1 : 1000 + round;
+    }
     s.val_bpb = eval_bpb(ev, keep_best ? local : theta, sites[k].validation, T, opt.eval_tokens);
     s.flops_fraction = flops_sum[k] / std::max<int64_t>(steps[k], 1);
     s.step_ms = step_ms_sum[k] / std::max<int64_t>(steps[k], 1);
@@ -231,4 +238,4 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
   return res;
 }
 
-}  // namespace atl::cli
+}  // namespace atl::simulate

@@ -1,8 +1,19 @@
-// In-process Hydra rounds for the benchmark (bench/hydra): every site trains its subnetwork on
-// its own Brown genre from the same base model, and the round is aggregated with the same code
-// the coordinator runs (algorithms/hydra/aggregate.h). The distributed path (real coordinator,
-// nodes and mTLS) is tested separately (tests/integration/hydra_process_test.cc); this runs the
-// sites one after the other in one process so five methods fit in minutes.
+// The Hydra benchmark's rounds (`atoll bench hydra`, bench/hydra): every site trains its
+// subnetwork on its own Brown genre from the same base model, one site after the other in one
+// process, and the round is aggregated with the code the coordinator runs
+// (algorithms/hydra/aggregate.h). Each site trains with the trainer the site worker's Hydra step
+// wraps (algorithms/hydra/trainer.h, node/inner_step.h), measures importance and forms its masked
+// Δ with the site worker's own functions (node/hydra_site.h), and keeps its best θ with the site
+// worker's BestTheta (node/kept_theta.h).
+//
+// Why a loop here and not virtual sites over the round engine (simulate/virtual_sites.h): three
+// of the benchmark's methods are selection policies the engine does not have (HeteroFL width
+// slicing, FedRolex rolling windows, random units), and every method must see the same batches
+// for a paired comparison, while the engine's sites key theirs by node id; the sites draw their
+// documents per seed (--train-docs), which no data spec names; and a site trained alone keeps its
+// federation batches (seed_index). The distributed Hydra path, with the same trainer, importance
+// and aggregation, is tested separately (tests/integration/hydra_process_test.cc,
+// hydra_simulate_test.cc).
 #pragma once
 
 #include <cstdint>
@@ -14,8 +25,9 @@
 #include "algorithms/model/param_set.h"
 #include "algorithms/optim/inner_trainer.h"
 #include "kernels/core/status.h"
+#include "node/kept_theta.h"
 
-namespace atl::cli {
+namespace atl::simulate {
 
 struct SimSite {
   std::string genre;  // Brown genre letter(s), e.g. "a"
@@ -44,15 +56,12 @@ struct SimOptions {
   double outer_momentum = 0.0;
   int64_t eval_tokens = 16384;  // validation targets per site evaluation
   uint64_t seed = 1;
-  // What each site ends with (its own choice, measured on its own validation split
-  // SimSite::site_val, at most site_val_tokens targets per evaluation):
-  //  kLast:         the last global θ (no early stopping).
-  //  kBestGlobal:   the best θ among the base model and the global θ after every round.
-  //  kBestPersonal: the same candidates plus the site's own θ_local after every round (the
-  //                 global θ it started the round from, fine-tuned on its data: FedAvg + local
-  //                 fine-tuning, a personalized model the site never sends anywhere else).
-  enum class SiteKeeps { kLast, kBestGlobal, kBestPersonal };
-  SiteKeeps site_keeps = SiteKeeps::kLast;
+  // What each site ends with (node/kept_theta.h), chosen on its own validation split
+  // SimSite::site_val, at most site_val_tokens targets per evaluation: kOff the last global θ;
+  // kGlobal the best of the base model and the global θ after every round; kPersonal those and
+  // the site's own θ_local after every round. kAuto means kOff here (the benchmark's sites have
+  // no validation split unless --site-val-docs gives them one).
+  node::KeepBest site_keeps = node::KeepBest::kOff;
   int64_t site_val_tokens = 8192;
   // Diagnostics (bench --trace): per round and site, the subnetwork, whether it changed (the
   // optimizer state is reset then), the loss of θ on the site's first batch of the round with the
@@ -67,8 +76,8 @@ struct SimSiteResult {
   double peak_mem_mb = 0;     // θ_local + gradient + optimizer state + activations (buffers)
   double step_ms = 0;         // mean inner step wall time (noisy on a shared machine)
   std::string last_subnet;
-  // The round whose θ the site kept (-1: the base model); kBestPersonal: + 1000 when it kept its
-  // own θ_local of that round.
+  // The round after which the site's kept θ was the global θ (-1: the base model); + 1000 when it
+  // kept its own θ_local of that round (KeepBest::kPersonal).
   int best_round = -1;
 };
 
@@ -79,7 +88,7 @@ struct SimResult {
   double seconds = 0;
 };
 
-// method: "full", "heterofl", "fedrolex", "random", "hydra". A site_keeps other than kLast needs
+// method: "full", "heterofl", "fedrolex", "random", "hydra". A site_keeps other than kOff needs
 // every site's site_val.
 StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& opt,
                                   const std::vector<SimSite>& sites,
@@ -90,4 +99,4 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
 double eval_bpb(algorithms::InnerTrainer& evaluator, const algorithms::ParamSet& params,
                 const algorithms::data::TokenDataset& data, int T, int64_t max_tokens);
 
-}  // namespace atl::cli
+}  // namespace atl::simulate
