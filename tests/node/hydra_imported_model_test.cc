@@ -3,7 +3,7 @@
 // sites with budgets 1.0, 0.5 and 0.25 fine-tune it for a few rounds with the code a federation
 // runs: the node's importance measurement, the coordinator's selection, each site's Hydra
 // trainer on its subnetwork, the node's masked pseudo-gradient, the coordinator's masked
-// aggregation and outer step. Every site's held-out loss must drop.
+// aggregation and outer step. Every site's held-out loss must drop by at least 0.2 nats.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,21 +30,20 @@ namespace {
 
 namespace al = atl::algorithms;
 
-constexpr int kRange = 32;  // each site's tokens live in its own range of 32 ids
+constexpr int kRange = 32;  // each site's own ids: [32k, 32k + 32)
 
-// Site k's language: tokens in [32k, 32k + 32), each the previous one + 1 (wrapping in the
-// range) with probability 0.85, else a random token of the range. The sites share the rule and
-// differ in their vocabulary, as genres of one language do.
+// Site k's language: each token is the previous one + 1 (mod vocab) with probability 0.85, else
+// a random token of the site's own range. The sites share the rule and differ in their noise,
+// as genres of one language share its grammar and differ in their words.
 al::data::TokenDataset site_tokens(int site, int vocab, int64_t n, uint64_t seed) {
   const Philox r(seed, static_cast<uint64_t>(site));
   al::data::TokenDataset d;
   d.vocab_size = vocab;
-  const int base = site * kRange;
-  int x = base;
+  int x = site * kRange;
   for (int64_t i = 0; i < n; ++i) {
     const bool follow = r.uniform_double(2 * uint64_t(i)) < 0.85;
-    x = follow ? base + (x - base + 1) % kRange
-               : base + static_cast<int>(r.below(2 * uint64_t(i) + 1, kRange));
+    x = follow ? (x + 1) % vocab
+               : site * kRange + static_cast<int>(r.below(2 * uint64_t(i) + 1, kRange));
     d.tokens.push_back(x);
   }
   return d;
@@ -86,7 +85,7 @@ TEST(HydraImportedModel, SitesFineTuneSubnetworksOfAGroupedQueryQwen2Model) {
   ASSERT_TRUE(model.attention_bias);
   ASSERT_FALSE(model.tie_word_embeddings);
 
-  const int K = 3, G = 2, B = 4, T = 16, rounds = 3, inner = 12;
+  const int K = 3, G = 2, B = 4, T = 16, rounds = 4, inner = 15;
   const double budgets[K] = {1.0, 0.5, 0.25};
   std::vector<al::data::TokenDataset> train, held_out;
   for (int k = 0; k < K; ++k) {
@@ -96,8 +95,8 @@ TEST(HydraImportedModel, SitesFineTuneSubnetworksOfAGroupedQueryQwen2Model) {
   al::TrainerConfig tc;
   tc.batch = B;
   tc.seq = T;
-  tc.lr = 3e-3;
-  tc.min_lr = 3e-4;
+  tc.lr = 1e-2;
+  tc.min_lr = 1e-3;
   tc.warmup = 2;
   tc.total_steps = rounds * inner;
   al::hydra::CostModel cm{model, G, T};
@@ -107,6 +106,7 @@ TEST(HydraImportedModel, SitesFineTuneSubnetworksOfAGroupedQueryQwen2Model) {
   for (int k = 0; k < K; ++k) before[k] = held_out_loss(model, theta, held_out[k], B, T);
   std::vector<float> momentum(theta.numel(), 0.0f);
   std::vector<al::hydra::HydraTrainer> trainers;
+  trainers.reserve(K);
   for (int k = 0; k < K; ++k) trainers.emplace_back(model, tc);
   std::vector<std::string> subnets(K);
   for (int round = 0; round < rounds; ++round) {
@@ -159,7 +159,7 @@ TEST(HydraImportedModel, SitesFineTuneSubnetworksOfAGroupedQueryQwen2Model) {
   EXPECT_NE(subnets[2], al::to_string(al::full_subnet(model, G, true))) << subnets[2];
   for (int k = 0; k < K; ++k) {
     const double after = held_out_loss(model, theta, held_out[k], B, T);
-    EXPECT_LT(after, before[k] - 0.1) << "site " << k << " (" << subnets[k] << ")";
+    EXPECT_LT(after, before[k] - 0.2) << "site " << k << " (" << subnets[k] << ")";
   }
 }
 
