@@ -461,7 +461,7 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
     add(range_error(src, "algorithm", "\"hydra\"",
                     "cannot be combined with Streaming DiLoCo; set diloco.streaming_fragments "
                     "= 1 and diloco.overlap_steps = 0"));
-  // The subnetwork model (algorithms/model/llama_subnet.h) has dense FFNs and fp32 GEMMs only.
+  // Hydra subnetworks (Llama::set_subnet, algorithms/model/subnet.h) need dense FFNs, fp32 GEMMs.
   if (c.is_hydra() && m.moe_experts > 0)
     add(range_error(src, "algorithm", "\"hydra\"",
                     "does not support MoE models yet; set model.moe_experts = 0 or use "

@@ -47,7 +47,7 @@ class HydraStrategy final : public RoundStrategy {
       const pb::ImportanceReport& req) const override {
     algorithms::hydra::UnitScores sc;
     sc.layers = static_cast<int>(config_.model.layers);
-    sc.heads = static_cast<int>(config_.model.heads);
+    sc.heads = algorithms::head_units(model_config(config_));  // one per KV head
     sc.ffn_blocks = static_cast<int>(config_.hydra.ffn_blocks);
     sc.layer.assign(req.layer().begin(), req.layer().end());
     sc.head.assign(req.head().begin(), req.head().end());

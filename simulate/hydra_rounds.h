@@ -72,7 +72,7 @@ struct SimOptions {
 
 struct SimSiteResult {
   double val_bpb = 0;
-  double flops_fraction = 0;  // mean over rounds, counted by SubnetLlama
+  double flops_fraction = 0;  // mean over rounds, counted by Llama under the subnetwork
   double peak_mem_mb = 0;     // θ_local + gradient + optimizer state + activations (buffers)
   double step_ms = 0;         // mean inner step wall time (noisy on a shared machine)
   std::string last_subnet;

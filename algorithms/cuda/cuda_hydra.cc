@@ -30,7 +30,7 @@ StatusOr<std::unique_ptr<CudaHydraTrainer>> CudaHydraTrainer::create(const Model
   t->tcfg_ = train;
   ATOLL_ASSIGN_OR_RETURN(t->ctx_, kc::Context::create(device));
   ATOLL_RETURN_IF_ERROR(t->ctx_->make_current());
-  ATOLL_ASSIGN_OR_RETURN(t->model_, CudaLlama::create(model, *t->ctx_));  // fp32: SubnetLlama's
+  ATOLL_ASSIGN_OR_RETURN(t->model_, CudaLlama::create(model, *t->ctx_));  // fp32, as the CPU
   const ParamLayout layout = make_layout(model);
   ATOLL_ASSIGN_OR_RETURN(t->params_, kc::DeviceBuffer<float>::alloc(layout.numel()));
   ATOLL_ASSIGN_OR_RETURN(t->grads_, kc::DeviceBuffer<float>::alloc(layout.numel()));

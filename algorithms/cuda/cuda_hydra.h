@@ -9,8 +9,8 @@
 // Against the CPU path: the same objective and optimizer, not the same bits (the GEMMs sum over
 // all units, zeros included, in the GPU's order), and the FLOPs of the full model (removed units
 // and frozen layers are computed; the CPU skips them). Per step θ goes to the device and the
-// gradient comes back (one copy of each). fp32, as SubnetLlama; one device.
-// Built only with the CUDA backend (target atoll_algorithms_cuda).
+// gradient comes back (one copy of each). fp32, as the CPU subnetwork (Llama::set_subnet); one
+// device. Built only with the CUDA backend (target atoll_algorithms_cuda).
 #pragma once
 
 #include <cstdint>

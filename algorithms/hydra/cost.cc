@@ -5,8 +5,8 @@
 namespace atl::algorithms::hydra {
 
 int64_t CostModel::head_fwd() const {
-  const int64_t C = model.dim, D = C / model.heads, T = seq;
-  return 8 * D * C + 4 * T * D;
+  const int64_t C = model.dim, D = C / model.heads, g = heads_per_unit(model), T = seq;
+  return 2 * (2 * g + 2) * D * C + 4 * g * T * D;
 }
 int64_t CostModel::block_fwd() const {
   const int64_t C = model.dim, Fb = model.ffn_hidden / ffn_blocks;
@@ -17,11 +17,11 @@ int64_t CostModel::lm_fwd() const {
 }
 
 int64_t CostModel::unit_cost(bool is_block, bool in_S, bool above_l0) const {
-  const int64_t C = model.dim, D = C / model.heads, T = seq;
+  const int64_t C = model.dim, D = C / model.heads, g = heads_per_unit(model), T = seq;
   const int64_t a = is_block ? block_fwd() : head_fwd();
   if (in_S) return 3 * a;
   if (!above_l0) return a;
-  return is_block ? 2 * a : a + 8 * D * C + 8 * T * D;
+  return is_block ? 2 * a : a + 2 * (2 * g + 2) * D * C + 8 * g * T * D;
 }
 
 double CostModel::full_flops_per_token() const {

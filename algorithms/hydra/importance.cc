@@ -2,15 +2,17 @@
 
 #include <cmath>
 
+#include "algorithms/model/subnet.h"
+
 namespace atl::algorithms::hydra {
 
 UnitScores empty_scores(const ModelConfig& cfg, int ffn_blocks) {
   UnitScores s;
   s.layers = cfg.layers;
-  s.heads = cfg.heads;
+  s.heads = head_units(cfg);
   s.ffn_blocks = ffn_blocks;
   s.layer.assign(cfg.layers, 0.0);
-  s.head.assign(static_cast<size_t>(cfg.layers) * cfg.heads, 0.0);
+  s.head.assign(static_cast<size_t>(cfg.layers) * s.heads, 0.0);
   s.ffn.assign(static_cast<size_t>(cfg.layers) * ffn_blocks, 0.0);
   return s;
 }
@@ -18,8 +20,8 @@ UnitScores empty_scores(const ModelConfig& cfg, int ffn_blocks) {
 void accumulate_taylor(const ParamSet& params, const ParamSet& grads, const ModelConfig& cfg,
                        UnitScores& acc) {
   const ParamLayout& L = params.layout();
-  const size_t C = cfg.dim, H = cfg.heads, D = C / H, F = cfg.ffn_hidden, G = acc.ffn_blocks,
-               Fb = F / G;
+  const size_t C = cfg.dim, U = head_units(cfg), D = C / cfg.heads, gD = heads_per_unit(cfg) * D,
+               Ckv = U * D, F = cfg.ffn_hidden, G = acc.ffn_blocks, Fb = F / G;
   const float* w = params.data();
   const float* g = grads.data();
   // Σ|g·w| over [b, b + n), in double, in index order (deterministic).
@@ -37,11 +39,16 @@ void accumulate_taylor(const ParamSet& params, const ParamSet& grads, const Mode
                  down = off("mlp.down_proj.weight");
     // The layer's views are contiguous from input_layernorm to down_proj.
     acc.layer[l] += tw(ln1, down + C * F - ln1);
-    for (size_t h = 0; h < H; ++h) {
-      double s = 0;
-      for (size_t part = 0; part < 3; ++part) s += tw(q + (part * C + h * D) * C, D * C);
-      for (size_t r = 0; r < C; ++r) s += tw(o + r * C + h * D, D);
-      acc.head[l * H + h] += s;
+    // q_proj (C, C), k_proj and v_proj (Ckv, C) follow each other, then the biases.
+    const size_t k = q + C * C, v = k + Ckv * C, qb = v + Ckv * C;
+    for (size_t j = 0; j < U; ++j) {
+      double s = tw(q + j * gD * C, gD * C);
+      s += tw(k + j * D * C, D * C);
+      s += tw(v + j * D * C, D * C);
+      for (size_t r = 0; r < C; ++r) s += tw(o + r * C + j * gD, gD);
+      if (cfg.attention_bias)
+        s += tw(qb + j * gD, gD) + tw(qb + C + j * D, D) + tw(qb + C + Ckv + j * D, D);
+      acc.head[l * U + j] += s;
     }
     for (size_t b = 0; b < G; ++b) {
       double s = 0;
@@ -89,13 +96,14 @@ StatusOr<UnitScores> taylor_importance(Llama& model, const ParamSet& params, con
 }
 
 Status validate(const UnitScores& s, const ModelConfig& cfg, int ffn_blocks) {
-  if (s.layers != cfg.layers || s.heads != cfg.heads || s.ffn_blocks != ffn_blocks ||
+  const int U = head_units(cfg);
+  if (s.layers != cfg.layers || s.heads != U || s.ffn_blocks != ffn_blocks ||
       s.layer.size() != static_cast<size_t>(cfg.layers) ||
-      s.head.size() != static_cast<size_t>(cfg.layers) * cfg.heads ||
+      s.head.size() != static_cast<size_t>(cfg.layers) * U ||
       s.ffn.size() != static_cast<size_t>(cfg.layers) * ffn_blocks)
     return InvalidArgument("importance scores: shape does not match the model (" +
-                           std::to_string(cfg.layers) + " layers, " + std::to_string(cfg.heads) +
-                           " heads, " + std::to_string(ffn_blocks) + " FFN blocks)");
+                           std::to_string(cfg.layers) + " layers, " + std::to_string(U) +
+                           " head units, " + std::to_string(ffn_blocks) + " FFN blocks)");
   for (const auto* v : {&s.layer, &s.head, &s.ffn})
     for (double x : *v)
       if (!std::isfinite(x) || x < 0)

@@ -3,8 +3,10 @@
 // averaged over the batches a site measures on. |g_i·w_i| is the first-order estimate of the
 // loss change when w_i is zeroed, so I(u) ranks what removing a unit would cost on this data.
 // Units (subnet.h): a layer = every parameter of the block (both norms, attention, FFN); a head
-// = its D rows of q_proj, k_proj, v_proj and its D columns of o_proj; an FFN block = its Fb rows
-// of gate_proj and up_proj and its Fb columns of down_proj.
+// unit (a KV group: g = heads / kv_heads query heads and their KV head) = its gD rows of q_proj,
+// its D rows of k_proj and v_proj, its gD columns of o_proj and, with attention_bias, the same
+// entries of the q/k/v biases; an FFN block = its Fb rows of gate_proj and up_proj and its Fb
+// columns of down_proj.
 // MoE extension point: an MoE layer reports one score per expert in `ffn` (its experts are the
 // layer's FFN units); nothing else in the selection changes.
 #pragma once
@@ -19,9 +21,9 @@
 namespace atl::algorithms::hydra {
 
 struct UnitScores {
-  int layers = 0, heads = 0, ffn_blocks = 0;  // L, H, G
+  int layers = 0, heads = 0, ffn_blocks = 0;  // L, head units U (= KV heads), G
   std::vector<double> layer;                  // (L)
-  std::vector<double> head;                   // (L·H), index l·H + h
+  std::vector<double> head;                   // (L·U), index l·U + j
   std::vector<double> ffn;                    // (L·G), index l·G + b
   int batches = 0;                            // number of batches averaged
 };
@@ -41,7 +43,7 @@ void finish_average(UnitScores& acc);
 StatusOr<UnitScores> taylor_importance(Llama& model, const ParamSet& params, const int32_t* tokens,
                                        int batches, int B, int T, int ffn_blocks);
 
-// OK iff the shapes match (L, H, G) and every score is finite and >= 0 (for scores received
+// OK iff the shapes match (L, U, G) and every score is finite and >= 0 (for scores received
 // from the network).
 Status validate(const UnitScores& s, const ModelConfig& cfg, int ffn_blocks);
 

@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <string>
 
+#include "algorithms/model/subnet.h"
+
 namespace atl::algorithms::hydra {
 
 std::vector<ColumnBlock> removed_output_columns(const Subnet& s, const ModelConfig& cfg) {
   const ParamLayout layout = make_layout(cfg);
-  const size_t C = size_t(cfg.dim), D = C / size_t(cfg.heads), F = size_t(cfg.ffn_hidden),
-               Fb = F / size_t(s.ffn_blocks);
+  // A head unit's output channels: the gD columns of its g query heads.
+  const size_t C = size_t(cfg.dim), gD = C / size_t(cfg.heads) * size_t(heads_per_unit(cfg)),
+               F = size_t(cfg.ffn_hidden), Fb = F / size_t(s.ffn_blocks);
   std::vector<ColumnBlock> out;
   for (size_t l = 0; l < s.layers.size(); ++l) {
     const std::string prefix = "model.layers." + std::to_string(l) + ".";
@@ -16,7 +19,7 @@ std::vector<ColumnBlock> removed_output_columns(const Subnet& s, const ModelConf
     const size_t o = layout.find(prefix + "self_attn.o_proj.weight")->offset;  // (C, C)
     const size_t down = layout.find(prefix + "mlp.down_proj.weight")->offset;  // (C, F)
     for (size_t h = 0; h < s.layers[l].heads.size(); ++h)
-      if (!s.layers[l].heads[h]) out.push_back({o + h * D, C, D, C});
+      if (!s.layers[l].heads[h]) out.push_back({o + h * gD, C, gD, C});
     for (size_t b = 0; b < s.layers[l].ffn_blocks.size(); ++b)
       if (!s.layers[l].ffn_blocks[b]) out.push_back({down + b * Fb, F, Fb, C});
   }

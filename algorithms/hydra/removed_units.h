@@ -1,7 +1,8 @@
 // A subnetwork (algorithms/model/subnet.h) as the full model with some weights zeroed: the
-// output weights of its removed units — the o_proj columns of a removed head, the down_proj
-// columns of a removed FFN block. With them zero a removed unit adds exactly zero to its residual
-// stream, as when it is not computed (SubnetLlama), and no gradient reaches its other weights, so
+// output weights of its removed units — the o_proj columns of a removed head unit (its query
+// heads), the down_proj columns of a removed FFN block. With them zero a removed unit adds
+// exactly zero to its residual stream, as when it is not computed (Llama::set_subnet), and no
+// gradient reaches its other weights (q/k/v rows and biases), so
 // the full model's loss is the subnetwork's and its gradient at the subnetwork's trained elements
 // is the subnetwork's. The CUDA model has no unit masks and trains Hydra this way
 // (algorithms/cuda/cuda_hydra.h, one strided memset per block on the device).

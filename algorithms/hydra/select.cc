@@ -20,7 +20,7 @@ std::vector<Unit> units_of(const CostModel& cm, const std::vector<uint8_t>& S, b
   std::vector<Unit> u;
   for (int l = 0; l < cm.model.layers; ++l) {
     if ((S[l] != 0) != in_S) continue;
-    for (int h = 0; h < cm.model.heads; ++h) u.push_back({l, false, h});
+    for (int h = 0; h < head_units(cm.model); ++h) u.push_back({l, false, h});
     for (int b = 0; b < cm.ffn_blocks; ++b) u.push_back({l, true, b});
   }
   return u;
@@ -120,7 +120,7 @@ SiteSelection select_site(const CostModel& cm, const SiteInput& site, const std:
   for (int l = cm.model.layers - 1; l >= 0; --l)
     if (S[l]) l0 = l;
   for (int l = 0; l < cm.model.layers; ++l)
-    out.subnet.layers.push_back({std::vector<uint8_t>(cm.model.heads, 0),
+    out.subnet.layers.push_back({std::vector<uint8_t>(head_units(cm.model), 0),
                                  std::vector<uint8_t>(cm.ffn_blocks, 0), S[l] != 0});
   const int64_t cap = static_cast<int64_t>(std::floor(site.budget * cm.full_flops_per_token()));
   const int64_t fixed = cm.lm_fwd() + (l0 >= 0 ? cm.lm_fwd() : 0);
@@ -189,6 +189,8 @@ StatusOr<Selection> select_subnetworks(const CostModel& cm, std::vector<SiteInpu
   ATOLL_RETURN_IF_ERROR(validate(cm.model));
   if (cm.ffn_blocks <= 0 || cm.model.ffn_hidden % cm.ffn_blocks != 0)
     return InvalidArgument("hydra: ffn_blocks must divide ffn_hidden");
+  if (cm.model.moe_experts > 0)
+    return InvalidArgument("hydra: subnetworks need dense FFNs; the model has MoE layers");
   if (sites.empty()) return InvalidArgument("hydra: no sites to select for");
   if (opt.min_coverage < 0) return InvalidArgument("hydra: min_coverage must be >= 0");
   if (!(opt.min_train_share >= 0 && opt.min_train_share <= 1))

@@ -9,16 +9,20 @@
 namespace atl::algorithms::hydra {
 
 HydraTrainer::HydraTrainer(const ModelConfig& model, const TrainerConfig& train)
-    : mcfg_(model), tcfg_(train), model_(model), grads_(make_layout(model)) {
+    : mcfg_(model),
+      tcfg_(train),
+      model_(model),
+      subnet_(full_subnet(model, 1, true)),
+      grads_(make_layout(model)) {
   Status st = validate(train, model);
   if (!st.ok()) internal_error("HydraTrainer: " + st.message());
 }
 
 Status HydraTrainer::set_subnet(const Subnet& s) {
-  if (have_subnet_ && to_string(s) == to_string(model_.subnet()) &&
-      s.ffn_blocks == model_.subnet().ffn_blocks)
+  if (have_subnet_ && to_string(s) == to_string(subnet_) && s.ffn_blocks == subnet_.ffn_blocks)
     return Status::Ok();
   ATOLL_RETURN_IF_ERROR(model_.set_subnet(s));
+  subnet_ = s;
   std::vector<uint32_t> idx = trainable_indices(s, mcfg_);
   // Only frozen units changed (kept or removed forward-only units): the AdamW moments belong to
   // the trained elements, which are the same, so they stay valid. A re-selection that moves a
@@ -35,7 +39,7 @@ Status HydraTrainer::set_subnet(const Subnet& s) {
 HydraTrainer::State HydraTrainer::save_state() const {
   State s;
   s.have_subnet = have_subnet_;
-  if (have_subnet_) s.subnet = model_.subnet();
+  if (have_subnet_) s.subnet = subnet_;
   s.indices = indices_;
   s.opt = opt_;
   s.generation = generation_;
@@ -43,7 +47,10 @@ HydraTrainer::State HydraTrainer::save_state() const {
 }
 
 Status HydraTrainer::restore_state(const State& s) {
-  if (s.have_subnet) ATOLL_RETURN_IF_ERROR(model_.set_subnet(s.subnet));
+  if (s.have_subnet) {
+    ATOLL_RETURN_IF_ERROR(model_.set_subnet(s.subnet));
+    subnet_ = s.subnet;
+  }
   have_subnet_ = s.have_subnet;
   indices_ = s.indices;
   opt_ = s.opt;

@@ -1,5 +1,6 @@
 // The inner step of a Hydra site: like InnerTrainer (optim/inner_trainer.h) but on a subnetwork
-// (model/llama_subnet.h) with AdamW state for the trained elements only (optim/masked_adamw.h).
+// (the Llama model restricted by Llama::set_subnet, model/subnet.h) with AdamW state for the
+// trained elements only (optim/masked_adamw.h).
 //   zero grads (held elements) -> forward -> backward -> global-norm clip over the held
 //   elements -> scheduled lr -> masked AdamW.
 // The optimizer state persists across rounds while the subnetwork stays the same and is reset
@@ -9,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "algorithms/model/llama_subnet.h"
+#include "algorithms/model/llama.h"
 #include "algorithms/model/param_set.h"
 #include "algorithms/model/subnet.h"
 #include "algorithms/optim/inner_trainer.h"
@@ -25,7 +26,7 @@ class HydraTrainer {
   // Sets the subnetwork; resets the optimizer unless the trained elements are the same as the
   // current ones (a change of frozen units only keeps the moments).
   Status set_subnet(const Subnet& s);
-  const Subnet& subnet() const { return model_.subnet(); }
+  const Subnet& subnet() const { return subnet_; }
   // Held (trained) element indices, ascending.
   const std::vector<uint32_t>& indices() const { return indices_; }
   // Counts the changes of the trained elements (the optimizer restarts at each): state kept per
@@ -55,11 +56,12 @@ class HydraTrainer {
   State save_state() const;
   Status restore_state(const State& s);
 
-  SubnetLlama& model() { return model_; }
+  // The model, restricted to the subnetwork once set_subnet was called.
+  Llama& model() { return model_; }
   const TrainerConfig& config() const { return tcfg_; }
   size_t optimizer_state_bytes() const { return opt_.state_bytes(); }
   int64_t optimizer_steps() const { return opt_.step_count(); }  // since the last reset
-  // FLOPs of the last step (forward + backward, as counted by SubnetLlama).
+  // FLOPs of the last step (forward + backward, as counted by the model under the subnetwork).
   double last_step_flops() const {
     return model_.last_forward_flops() + model_.last_backward_flops();
   }
@@ -70,7 +72,8 @@ class HydraTrainer {
 
   ModelConfig mcfg_;
   TrainerConfig tcfg_;
-  SubnetLlama model_;
+  Llama model_;
+  Subnet subnet_;  // the model's subnetwork (before set_subnet: every unit, every layer trained)
   ParamSet grads_;
   std::vector<uint32_t> indices_;
   MaskedAdamW opt_;

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 
+#include "algorithms/model/subnet.h"
 #include "kernels/core/check.h"
 #include "kernels/core/philox.h"
 #include "kernels/cpu/ops.h"
@@ -268,9 +270,90 @@ Llama::Llama(const ModelConfig& cfg) : cfg_(cfg) {
   if (cfg.moe_experts > 0) moe_ = std::make_unique<MoeBlocks>(cfg, layout_);
 }
 
+// A subnetwork view (set_subnet): the kept units of every layer and the buffers a layer that
+// keeps only some of them computes with.
+struct Llama::SubnetState {
+  Subnet subnet;
+  std::vector<std::vector<int>> units, blocks;  // (L) kept head units / FFN blocks, ascending
+  std::vector<uint8_t> whole;                   // (L) 1: every unit kept, θ read in place
+  int lowest = -1;                              // lowest trained layer, -1 if none
+  // One partial layer at a time: its kept rows/columns of q|k|v, the q|k|v biases, o_proj,
+  // gate|up and down_proj (layout of CompactLayer), and their gradients in the same layout.
+  std::vector<float> w, dw;
+};
+
+namespace {
+
+// Where a partial layer's tensors sit in SubnetState::w (and dw), in floats, for hk query
+// heads, kvk KV heads and Fk FFN channels computed (D the head dim, C the width).
+struct CompactLayer {
+  size_t qkv = 0, qkv_bias, o, gu, down, end;
+  CompactLayer(size_t C, size_t D, size_t hk, size_t kvk, size_t Fk, bool bias) {
+    const size_t QKV = (hk + 2 * kvk) * D;
+    qkv_bias = QKV * C;
+    o = qkv_bias + (bias ? QKV : 0);
+    gu = o + C * hk * D;
+    down = gu + 2 * Fk * C;
+    end = down + C * Fk;
+  }
+};
+
+}  // namespace
+
 Llama::~Llama() = default;
 Llama::Llama(Llama&&) noexcept = default;
 Llama& Llama::operator=(Llama&&) noexcept = default;
+
+Status Llama::set_subnet(const Subnet& s) {
+  ATOLL_RETURN_IF_ERROR(validate(s, cfg_));
+  if (lora_)
+    return InvalidArgument(
+        "set_subnet: a subnetwork selects units of the full model, not LoRA adapters; use one "
+        "or the other");
+  auto st = std::make_unique<SubnetState>();
+  st->subnet = s;
+  const int L = cfg_.layers, U = head_units(cfg_), g = heads_per_unit(cfg_), G = s.ffn_blocks;
+  const size_t C = cfg_.dim, D = C / cfg_.heads, Fb = cfg_.ffn_hidden / G;
+  st->units.assign(L, {});
+  st->blocks.assign(L, {});
+  st->whole.assign(L, 0);
+  size_t need = 0;
+  bool trains_partial = false;
+  for (int l = 0; l < L; ++l) {
+    for (int j = 0; j < U; ++j)
+      if (s.layers[l].heads[j]) st->units[l].push_back(j);
+    for (int b = 0; b < G; ++b)
+      if (s.layers[l].ffn_blocks[b]) st->blocks[l].push_back(b);
+    st->whole[l] = st->units[l].size() == size_t(U) && st->blocks[l].size() == size_t(G);
+    if (st->whole[l]) continue;
+    const size_t kvk = st->units[l].size();
+    need = std::max(
+        need, CompactLayer(C, D, kvk * g, kvk, st->blocks[l].size() * Fb, cfg_.attention_bias).end);
+    trains_partial |= s.layers[l].train;
+  }
+  st->lowest = lowest_trained_layer(s);
+  st->w.resize(need);
+  if (trains_partial) st->dw.resize(need);
+  sub_ = std::move(st);
+  fwd_flops_ = bwd_flops_ = 0;
+  B_ = T_ = 0;  // the activation views depend on the kept units
+  return Status::Ok();
+}
+
+void Llama::clear_subnet() {
+  sub_.reset();
+  fwd_flops_ = bwd_flops_ = 0;
+  B_ = T_ = 0;
+}
+
+const Subnet* Llama::subnet() const {
+  return sub_ ? &sub_->subnet : nullptr;
+}
+
+size_t Llama::buffer_bytes() const {
+  const size_t n = acts_.size() + grads_.size() + (sub_ ? sub_->w.size() + sub_->dw.size() : 0);
+  return n * sizeof(float);
+}
 
 void Llama::check_params(const ParamSet& p, const char* what) const {
   if (!(p.layout() == layout()))
@@ -280,6 +363,7 @@ void Llama::check_params(const ParamSet& p, const char* what) const {
 }
 
 void Llama::attach_lora(const LoraConfig& lora, std::shared_ptr<const ParamSet> base) {
+  if (sub_) internal_error("Llama::attach_lora: the model is restricted to a subnetwork");
   lora_ = std::make_unique<LoraAdapters>(lora, cfg_, std::move(base));
   B_ = T_ = 0;  // the next forward sizes the adapters' activations
 }
@@ -305,18 +389,39 @@ void Llama::ensure_shape(int B, int T, bool with_logits) {
     internal_error("Llama: bad batch shape B=" + std::to_string(B) + " T=" + std::to_string(T) +
                    " (seq_len " + std::to_string(cfg_.seq_len) + ")");
   const size_t N = static_cast<size_t>(B) * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab,
-               H = cfg_.heads, L = cfg_.layers;
-  const size_t att = static_cast<size_t>(B) * H * T * T;
+               H = cfg_.heads, D = C / H, L = cfg_.layers;
   const bool gqa = kv_heads_ != cfg_.heads;
-  if (att > (1ULL << 31) - 1 || (with_logits && N * V > (1ULL << 31) - 1) ||
-      N * 3 * C > (1ULL << 31) - 1)
+  if (static_cast<size_t>(B) * H * T * T > (1ULL << 31) - 1 ||
+      (with_logits && N * V > (1ULL << 31) - 1) || N * 3 * C > (1ULL << 31) - 1)
     internal_error("Llama: batch shape too large for 32-bit indexing");
+  // Query heads and FFN channels layer l computes: all of them, or a subnetwork's kept units.
   // The dense FFN's gu and swi only for dense layers (MoE layers keep theirs in moe_).
-  const auto ffn_f = [&](size_t l) { return moe_ && moe_->is_moe(int(l)) ? size_t(0) : F; };
-  size_t layers_total = 0;
-  for (size_t l = 0; l < L; ++l)
-    layers_total += N * C * 5 /* x ln1 atty h ln2 */ + N * 2 /* rstd1 rstd2 */ + N * 3 * C + att +
-                    N * 3 * ffn_f(l);
+  const auto heads_of = [&](size_t l) {
+    return sub_ ? sub_->units[l].size() * size_t(heads_per_unit(cfg_)) : H;
+  };
+  const auto ffn_of = [&](size_t l) {
+    if (moe_ && moe_->is_moe(int(l))) return size_t(0);
+    return sub_ ? sub_->blocks[l].size() * (F / sub_->subnet.ffn_blocks) : F;
+  };
+  // Activations of layer l but its input x: ln1 h ln2 (N, C), rstd1 rstd2, q|k|v (N, 3hD),
+  // att (B, h, T, T), atty (N, hD), gate|up and swi (N, 3Fk).
+  const auto layer_size = [&](size_t l) {
+    const size_t h = heads_of(l);
+    return N * C * 3 + N * 2 + N * 3 * h * D + static_cast<size_t>(B) * h * T * T + N * h * D +
+           N * 3 * ffn_of(l);
+  };
+  // Layers below a subnetwork's lowest trained layer are never revisited by backward: they share
+  // one block and two ping-pong inputs, so a site that trains only the top layers keeps only
+  // their activations (without a trained layer nothing is kept). The full model keeps all.
+  const size_t first_kept = !sub_ ? 0 : sub_->lowest < 0 ? L : static_cast<size_t>(sub_->lowest);
+  size_t shared = 0, layers_total = 0;
+  for (size_t l = 0; l < L; ++l) {
+    if (l < first_kept)
+      shared = std::max(shared, layer_size(l));
+    else
+      layers_total += N * C + layer_size(l);
+  }
+  if (first_kept > 0) layers_total += 2 * N * C + shared;
   // The (N, V) logits only when asked for: forward_hidden never needs them.
   const size_t total = layers_total + N * C * 3 /* out lnf scratch */ + N + N +
                        (with_logits ? N * V : 0) + (gqa ? N * size_t(qkv_dim_) : 0);
@@ -329,20 +434,35 @@ void Llama::ensure_shape(int B, int T, bool with_logits) {
     p += n;
     return r;
   };
+  float* ping[2] = {nullptr, nullptr};
+  float* shared_base = nullptr;
+  if (first_kept > 0) {
+    ping[0] = take(N * C);
+    ping[1] = take(N * C);
+    shared_base = take(shared);
+  }
   la_.resize(L);
   for (size_t l = 0; l < L; ++l) {
     LayerActs& a = la_[l];
-    a.x = take(N * C);
+    const size_t h = heads_of(l), Fk = ffn_of(l);
+    float* own = p;
+    if (l < first_kept) {
+      a.x = ping[l % 2];
+      p = shared_base;
+    } else {
+      a.x = take(N * C);
+    }
     a.ln1 = take(N * C);
     a.rstd1 = take(N);
-    a.qkv = take(N * 3 * C);
-    a.att = take(att);
-    a.atty = take(N * C);
+    a.qkv = take(N * 3 * h * D);
+    a.att = take(static_cast<size_t>(B) * h * T * T);
+    a.atty = take(N * h * D);
     a.h = take(N * C);
     a.ln2 = take(N * C);
     a.rstd2 = take(N);
-    a.gu = take(N * 2 * ffn_f(l));
-    a.swi = take(N * ffn_f(l));
+    a.gu = take(N * 2 * Fk);
+    a.swi = take(N * Fk);
+    if (l < first_kept) p = own;
   }
   out_ = take(N * C);
   lnf_ = take(N * C);
@@ -365,43 +485,198 @@ void Llama::check_tokens(const int32_t* tokens, int N) const {
                      ")");
 }
 
-void Llama::forward_trunk(const float* P, const int32_t* tokens) {
-  const int B = B_, T = T_;
-  const int N = B * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab, H = cfg_.heads, D = C / H;
-  const int KV = kv_heads_, QKV = qkv_dim_;
-  const float* wte = P + off_embed_;
+namespace {
 
-  // x0 (N, C) = wte[tokens]
-  ops::embedding_forward(la_[0].x, tokens, wte, N, V, C);
-  for (int l = 0; l < cfg_.layers; ++l) {
-    const LayerOffsets& o = off_[l];
-    LayerActs& a = la_[l];
-    float* next = (l + 1 < cfg_.layers) ? la_[l + 1].x : out_;
-    // attention sub-block
-    ops::rmsnorm_forward(a.ln1, a.rstd1, a.x, P + o.ln1, N, C, cfg_.norm_eps);
-    // (N, C) -> (N, QKV), QKV = C + 2Ckv (3C without GQA, written straight into a.qkv)
-    float* lin = qkv_lin_ ? qkv_lin_ : a.qkv;
-    gemm_.forward(lin, a.ln1, P + o.qkv, N, C, QKV, site(l, 0));
-    if (lora_) lora_->forward(l, 0, lora_params_, a.ln1, lin, N, QKV);
-    if (cfg_.attention_bias) ops::bias_forward(lin, P + o.qkv_bias, N, QKV);
-    ops::rope_forward(lin, B, T, H + KV, D, QKV, cfg_.rope_base);   // q and k in place
-    if (qkv_lin_) ops::repeat_kv_forward(a.qkv, lin, N, H, KV, D);  // -> (N, 3C)
-    ops::attention_forward(a.atty, a.att, a.qkv, B, T, H, D);       // -> (N, C)
-    gemm_.forward(scratch_, a.atty, P + o.o, N, C, C, site(l, 1));
-    if (lora_) lora_->forward(l, 1, lora_params_, a.atty, scratch_, N, C);
-    ops::add_forward(a.h, a.x, scratch_, static_cast<size_t>(N) * C);
-    // MLP sub-block (dense SwiGLU, or the MoE layer of moe_block.h)
-    ops::rmsnorm_forward(a.ln2, a.rstd2, a.h, P + o.ln2, N, C, cfg_.norm_eps);
-    if (moe_ && moe_->is_moe(l)) {
-      moe_->forward(l, P, a.ln2, scratch_, N, gemm_, moe_sites(l));  // experts follow the recipe
-    } else {
-      gemm_.forward(a.gu, a.ln2, P + o.gu, N, C, 2 * F, site(l, 2));  // (N, C) -> (N, 2F)
-      if (lora_) lora_->forward(l, 2, lora_params_, a.ln2, a.gu, N, 2 * F);
-      ops::swiglu_forward(a.swi, a.gu, N, F);  // -> (N, F)
-      gemm_.forward(scratch_, a.swi, P + o.down, N, F, C, site(l, 3));
-      if (lora_) lora_->forward(l, 3, lora_params_, a.swi, scratch_, N, C);
+// The shapes a subnetwork's layer is cut by: width C, head dim D, g query heads per head unit,
+// KV heads, FFN hidden F in blocks of Fb, and whether q/k/v have biases.
+struct UnitGeometry {
+  size_t C, D, g, KV, F, Fb;
+  bool bias;
+};
+// θ offsets of one layer's q_proj (q|k|v follow it), q/k/v biases, o_proj, gate_proj (up
+// follows it) and down_proj.
+struct LayerTensors {
+  size_t qkv, qkv_bias, o, gu, down;
+};
+
+// Calls run(full, packed, n) for every run of n consecutive floats that a partial layer gathers
+// from θ (offset `full`) into its compact copy (offset `packed`, CompactLayer layout), in packed
+// order: q rows of the kept head units (gD each) | their k rows (D) | v rows (D), the same for
+// the q|k|v biases, o_proj (C, C) -> (C, hk·D) column runs, gate rows | up rows (Fb each per
+// kept block), down_proj (C, F) -> (C, Fk) column runs.
+template <typename Run>
+void for_each_kept_run(const UnitGeometry& u, const LayerTensors& at, const std::vector<int>& units,
+                       const std::vector<int>& blocks, Run run) {
+  const size_t C = u.C, D = u.D, gD = u.g * u.D, kvk = units.size(), Fk = blocks.size() * u.Fb;
+  const CompactLayer cl(C, D, kvk * u.g, kvk, Fk, u.bias);
+  // Per part q, k, v: its first row in θ and the rows one head unit owns.
+  const size_t part_row[3] = {0, C, C + u.KV * D}, unit_rows[3] = {gD, D, D};
+  size_t packed = cl.qkv;
+  for (int part = 0; part < 3; ++part)
+    for (int j : units) {
+      run(at.qkv + (part_row[part] + j * unit_rows[part]) * C, packed, unit_rows[part] * C);
+      packed += unit_rows[part] * C;
     }
-    ops::add_forward(next, a.h, scratch_, static_cast<size_t>(N) * C);
+  if (u.bias) {
+    packed = cl.qkv_bias;
+    for (int part = 0; part < 3; ++part)
+      for (int j : units) {
+        run(at.qkv_bias + part_row[part] + j * unit_rows[part], packed, unit_rows[part]);
+        packed += unit_rows[part];
+      }
+  }
+  for (size_t r = 0; r < C; ++r)
+    for (size_t i = 0; i < kvk; ++i)
+      run(at.o + r * C + units[i] * gD, cl.o + r * kvk * gD + i * gD, gD);
+  packed = cl.gu;
+  for (size_t part = 0; part < 2; ++part)
+    for (int b : blocks) {
+      run(at.gu + (part * u.F + b * u.Fb) * C, packed, u.Fb * C);
+      packed += u.Fb * C;
+    }
+  for (size_t r = 0; r < C; ++r)
+    for (size_t i = 0; i < blocks.size(); ++i)
+      run(at.down + r * u.F + blocks[i] * u.Fb, cl.down + r * Fk + i * u.Fb, u.Fb);
+}
+
+UnitGeometry unit_geometry(const ModelConfig& c, const Subnet& s) {
+  const size_t C = c.dim, F = c.ffn_hidden;
+  return {.C = C,
+          .D = C / c.heads,
+          .g = size_t(heads_per_unit(c)),
+          .KV = size_t(num_kv_heads(c)),
+          .F = F,
+          .Fb = F / s.ffn_blocks,
+          .bias = c.attention_bias};
+}
+
+}  // namespace
+
+Llama::LayerWeights Llama::layer_weights(const float* P, int l) {
+  const LayerOffsets& o = off_[l];
+  const bool bias = cfg_.attention_bias;
+  if (!sub_ || sub_->whole[l])
+    return {.qkv = P + o.qkv,
+            .qkv_bias = bias ? P + o.qkv_bias : nullptr,
+            .o = P + o.o,
+            .gu = P + o.gu,
+            .down = P + o.down,
+            .heads = cfg_.heads,
+            .kv_heads = kv_heads_,
+            .ffn = cfg_.ffn_hidden};
+  const UnitGeometry u = unit_geometry(cfg_, sub_->subnet);
+  const std::vector<int>&units = sub_->units[l], &blocks = sub_->blocks[l];
+  float* w = sub_->w.data();
+  for_each_kept_run(u, {o.qkv, o.qkv_bias, o.o, o.gu, o.down}, units, blocks,
+                    [&](size_t full, size_t packed, size_t n) {
+                      std::memcpy(w + packed, P + full, n * sizeof(float));
+                    });
+  const int kvk = static_cast<int>(units.size()), Fk = static_cast<int>(blocks.size() * u.Fb);
+  const CompactLayer cl(u.C, u.D, kvk * u.g, kvk, Fk, bias);
+  return {.qkv = w + cl.qkv,
+          .qkv_bias = bias ? w + cl.qkv_bias : nullptr,
+          .o = w + cl.o,
+          .gu = w + cl.gu,
+          .down = w + cl.down,
+          .heads = kvk * static_cast<int>(u.g),
+          .kv_heads = kvk,
+          .ffn = Fk};
+}
+
+Llama::LayerGrads Llama::layer_grads(float* G, int l) {
+  const LayerOffsets& o = off_[l];
+  const bool bias = cfg_.attention_bias;
+  if (G == nullptr || (sub_ && !sub_->subnet.layers[l].train)) return {};  // frozen
+  if (!sub_ || sub_->whole[l])
+    return {.qkv = G + o.qkv,
+            .qkv_bias = bias ? G + o.qkv_bias : nullptr,
+            .o = G + o.o,
+            .gu = G + o.gu,
+            .down = G + o.down,
+            .ln1 = G + o.ln1,
+            .ln2 = G + o.ln2};
+  // A trained partial layer: compact gradients, added into G by scatter_layer_grads.
+  const UnitGeometry u = unit_geometry(cfg_, sub_->subnet);
+  const size_t kvk = sub_->units[l].size();
+  const CompactLayer cl(u.C, u.D, kvk * u.g, kvk, sub_->blocks[l].size() * u.Fb, bias);
+  float* dw = sub_->dw.data();
+  ops::zero_fill(dw, cl.end);
+  return {.qkv = dw + cl.qkv,
+          .qkv_bias = bias ? dw + cl.qkv_bias : nullptr,
+          .o = dw + cl.o,
+          .gu = dw + cl.gu,
+          .down = dw + cl.down,
+          .ln1 = G + o.ln1,
+          .ln2 = G + o.ln2};
+}
+
+void Llama::scatter_layer_grads(float* G, int l) const {
+  const LayerOffsets& o = off_[l];
+  const float* dw = sub_->dw.data();
+  for_each_kept_run(unit_geometry(cfg_, sub_->subnet), {o.qkv, o.qkv_bias, o.o, o.gu, o.down},
+                    sub_->units[l], sub_->blocks[l], [&](size_t full, size_t packed, size_t n) {
+                      for (size_t i = 0; i < n; ++i) G[full + i] += dw[packed + i];
+                    });
+}
+
+void Llama::forward_attention(int l, const LayerWeights& w, const float* P, LayerActs& a) {
+  const int B = B_, T = T_, N = B * T, C = cfg_.dim, D = C / cfg_.heads;
+  const int h = w.heads, kv = w.kv_heads, QKV = (h + 2 * kv) * D;
+  if (h == 0) {  // every head unit removed: the residual passes through
+    std::memcpy(a.h, a.x, sizeof(float) * N * C);
+    return;
+  }
+  ops::rmsnorm_forward(a.ln1, a.rstd1, a.x, P + off_[l].ln1, N, C, cfg_.norm_eps);
+  // (N, C) -> (N, QKV), QKV = (h + 2kv)·D (3hD without GQA, written straight into a.qkv)
+  float* lin = kv != h ? qkv_lin_ : a.qkv;
+  gemm_.forward(lin, a.ln1, w.qkv, N, C, QKV, site(l, 0));
+  if (lora_) lora_->forward(l, 0, lora_params_, a.ln1, lin, N, QKV);
+  if (w.qkv_bias) ops::bias_forward(lin, w.qkv_bias, N, QKV);
+  ops::rope_forward(lin, B, T, h + kv, D, QKV, cfg_.rope_base);  // q and k in place
+  if (kv != h) ops::repeat_kv_forward(a.qkv, lin, N, h, kv, D);  // -> (N, 3hD)
+  ops::attention_forward(a.atty, a.att, a.qkv, B, T, h, D);      // -> (N, hD)
+  gemm_.forward(scratch_, a.atty, w.o, N, h * D, C, site(l, 1));
+  if (lora_) lora_->forward(l, 1, lora_params_, a.atty, scratch_, N, C);
+  ops::add_forward(a.h, a.x, scratch_, static_cast<size_t>(N) * C);
+  if (sub_) {
+    const double n = N;
+    fwd_flops_ += 2 * n * C * QKV + 2 * n * (h * D) * C + 4.0 * B * h * T * T * D;
+  }
+}
+
+void Llama::forward_ffn(int l, const LayerWeights& w, const float* P, LayerActs& a, float* next) {
+  const int N = B_ * T_, C = cfg_.dim, Fk = w.ffn;
+  const bool moe = moe_ && moe_->is_moe(l);
+  if (!moe && Fk == 0) {  // every FFN block removed
+    std::memcpy(next, a.h, sizeof(float) * N * C);
+    return;
+  }
+  ops::rmsnorm_forward(a.ln2, a.rstd2, a.h, P + off_[l].ln2, N, C, cfg_.norm_eps);
+  if (moe) {
+    moe_->forward(l, P, a.ln2, scratch_, N, gemm_, moe_sites(l));  // experts follow the recipe
+  } else {
+    gemm_.forward(a.gu, a.ln2, w.gu, N, C, 2 * Fk, site(l, 2));  // (N, C) -> (N, 2Fk)
+    if (lora_) lora_->forward(l, 2, lora_params_, a.ln2, a.gu, N, 2 * Fk);
+    ops::swiglu_forward(a.swi, a.gu, N, Fk);  // -> (N, Fk)
+    gemm_.forward(scratch_, a.swi, w.down, N, Fk, C, site(l, 3));
+    if (lora_) lora_->forward(l, 3, lora_params_, a.swi, scratch_, N, C);
+    if (sub_) {
+      const double n = N;
+      fwd_flops_ += 2 * n * C * 2 * Fk + 2 * n * Fk * C;
+    }
+  }
+  ops::add_forward(next, a.h, scratch_, static_cast<size_t>(N) * C);
+}
+
+void Llama::forward_trunk(const float* P, const int32_t* tokens) {
+  const int N = B_ * T_, C = cfg_.dim, V = cfg_.vocab;
+  // x0 (N, C) = wte[tokens]
+  ops::embedding_forward(la_[0].x, tokens, P + off_embed_, N, V, C);
+  for (int l = 0; l < cfg_.layers; ++l) {
+    LayerActs& a = la_[l];
+    const LayerWeights w = layer_weights(P, l);
+    forward_attention(l, w, P, a);
+    forward_ffn(l, w, P, a, (l + 1 < cfg_.layers) ? la_[l + 1].x : out_);
   }
   ops::rmsnorm_forward(lnf_, rstdf_, out_, P + off_norm_, N, C, cfg_.norm_eps);
 }
@@ -416,6 +691,7 @@ const float* Llama::forward_hidden(const ParamSet& params, const int32_t* tokens
   num_targets_ = 0;
   std::fill(losses_, losses_ + N, 0.0f);
   lora_params_ = adapter_data(params);
+  fwd_flops_ = bwd_flops_ = 0;
   forward_trunk(base_data(params), tokens);
   return lnf_;
 }
@@ -440,8 +716,10 @@ float Llama::forward(const ParamSet& params, const int32_t* tokens, const int32_
   }
   const float* P = base_data(params);
   lora_params_ = adapter_data(params);
+  fwd_flops_ = bwd_flops_ = 0;
   forward_trunk(P, tokens);
   gemm_.forward(logits_, lnf_, P + off_head_, N, C, V, site(cfg_.layers, 0));  // (N, C) -> (N, V)
+  if (sub_) fwd_flops_ += 2.0 * N * C * V;
 
   std::fill(losses_, losses_ + N, 0.0f);
   if (!have_targets_) return 0.0f;
@@ -454,36 +732,46 @@ float Llama::forward(const ParamSet& params, const int32_t* tokens, const int32_
 }
 
 void Llama::ensure_grad_buffers() {
-  const size_t N = static_cast<size_t>(B_) * T_, NC = N * cfg_.dim;
+  const size_t N = static_cast<size_t>(B_) * T_, NC = N * cfg_.dim, F = cfg_.ffn_hidden;
   // Activation gradients, one allocation: dres (N,C) dln (N,C) datty (N,C) dqkv (N,3C)
   // dgu (N,2F) dswi (N,F), and with GQA dqkv_lin (N, C + 2Ckv) after them.
-  const size_t total = NC * 3 + NC * 3 + N * 3 * cfg_.ffn_hidden +
-                       (kv_heads_ != cfg_.heads ? N * size_t(qkv_dim_) : 0);
+  const bool gqa = kv_heads_ != cfg_.heads;
+  const size_t total = NC * 3 + NC * 3 + N * 3 * F + (gqa ? N * size_t(qkv_dim_) : 0);
   if (grads_.size() < total) grads_.resize(total);
+  dres_ = grads_.data();
+  dln_ = dres_ + NC;
+  datty_ = dln_ + NC;
+  dqkv_ = datty_ + NC;
+  dgu_ = dqkv_ + 3 * NC;
+  dswi_ = dgu_ + N * 2 * F;
+  dqkv_lin_ = gqa ? dswi_ + N * F : dqkv_;
 }
 
 void Llama::backward(const ParamSet& params, ParamSet& grads) {
   check_params(params, "backward");
   check_params(grads, "backward (grads)");
   if (!have_targets_ || B_ == 0) internal_error("Llama::backward without a forward with targets");
+  bwd_flops_ = 0;
+  if (sub_ && sub_->lowest < 0) return;  // a subnetwork that trains nothing: no backward at all
   const int N = B_ * T_, C = cfg_.dim, V = cfg_.vocab;
   const size_t NC = static_cast<size_t>(N) * C;
   ensure_grad_buffers();
-  float* dln = grads_.data() + NC;  // see backward_trunk for the layout
 
   const float* P = base_data(params);
   float* G = lora_ ? nullptr : grads.data();  // with LoRA the base is frozen: no gradients
   const float* wte = P + off_head_;           // the head: the embedding when tied, else lm_head
-  float* dwte = G ? G + off_head_ : nullptr;
+  // The head's weight gradient; none when the base is frozen (LoRA) or under a subnetwork.
+  float* dwte = G && !sub_ ? G + off_head_ : nullptr;
 
   // Loss = mean over the num_targets_ valid positions, so dloss/dlosses[i] = 1/num_targets_.
   const double dloss = num_targets_ ? 1.0 / static_cast<double>(num_targets_) : 0.0;
   ops::softmax_xent(losses_, logits_ /* dlogits, in place */, logits_, targets_.data(), N, V,
                     dloss);
   // Head: dlnf (N, C) = dlogits · wte ; dwte += dlogitsᵀ · lnf.
-  ops::zero_fill(dln, NC);
-  gemm_.backward(dln, dwte, logits_, lnf_, wte, N, C, V, site(cfg_.layers, 0));
-  backward_trunk(P, G, dln, adapter_data(params), lora_ ? grads.data() : nullptr);
+  ops::zero_fill(dln_, NC);
+  gemm_.backward(dln_, dwte, logits_, lnf_, wte, N, C, V, site(cfg_.layers, 0));
+  if (sub_) bwd_flops_ += 2.0 * N * C * V;
+  backward_trunk(P, G, dln_, adapter_data(params), lora_ ? grads.data() : nullptr);
 }
 
 void Llama::backward_from_hidden(const ParamSet& params, ParamSet& grads, const float* dh) {
@@ -495,64 +783,84 @@ void Llama::backward_from_hidden(const ParamSet& params, ParamSet& grads, const 
                  lora_ ? grads.data() : nullptr);
 }
 
+void Llama::backward_ffn(int l, const LayerWeights& w, const LayerGrads& g, const float* P,
+                         float* G, const float* AP, float* AG) {
+  const int N = B_ * T_, C = cfg_.dim, Fk = w.ffn;
+  const size_t NC = static_cast<size_t>(N) * C;
+  const LayerActs& a = la_[l];
+  // dres_ = d(block output). out = h + ffn(ln2): both branches receive it.
+  if (moe_ && moe_->is_moe(l)) {
+    ops::zero_fill(dln_, NC);
+    moe_->backward(l, P, G, a.ln2, dres_, dln_, gemm_, moe_sites(l));  // + router-loss grads
+  } else {
+    if (Fk == 0) return;  // every FFN block removed: dres_ passes through
+    ops::zero_fill(dswi_, static_cast<size_t>(N) * Fk);
+    gemm_.backward(dswi_, g.down, dres_, a.swi, w.down, N, Fk, C, site(l, 3));
+    if (lora_) lora_->backward(l, 3, AP, AG, a.swi, dres_, dswi_, N, C);
+    ops::zero_fill(dgu_, static_cast<size_t>(N) * 2 * Fk);
+    ops::swiglu_backward(dgu_, dswi_, a.gu, N, Fk);
+    ops::zero_fill(dln_, NC);
+    gemm_.backward(dln_, g.gu, dgu_, a.ln2, w.gu, N, C, 2 * Fk, site(l, 2));
+    if (lora_) lora_->backward(l, 2, AP, AG, a.ln2, dgu_, dln_, N, 2 * Fk);
+    if (sub_) {
+      const double n = N;
+      bwd_flops_ += (g.gu ? 2.0 : 1.0) * (2 * n * Fk * C + 2 * n * C * 2 * Fk);
+    }
+  }
+  ops::rmsnorm_backward(dres_, g.ln2, dln_, a.h, P + off_[l].ln2, a.rstd2, N, C);  // dres_ = dh
+}
+
+void Llama::backward_attention(int l, const LayerWeights& w, const LayerGrads& g, const float* P,
+                               const float* AP, float* AG) {
+  const int B = B_, T = T_, N = B * T, C = cfg_.dim, D = C / cfg_.heads;
+  const int h = w.heads, kv = w.kv_heads, QKV = (h + 2 * kv) * D;
+  if (h == 0) return;  // every head unit removed: dres_ passes through
+  const LayerActs& a = la_[l];
+  // h = x + o_proj(atty): both branches receive dh (in dres_).
+  ops::zero_fill(datty_, static_cast<size_t>(N) * h * D);
+  gemm_.backward(datty_, g.o, dres_, a.atty, w.o, N, h * D, C, site(l, 1));
+  if (lora_) lora_->backward(l, 1, AP, AG, a.atty, dres_, datty_, N, C);
+  ops::zero_fill(dqkv_, static_cast<size_t>(N) * 3 * h * D);
+  ops::attention_backward(dqkv_, datty_, a.qkv, a.att, B, T, h, D);
+  float* dlin = dqkv_;  // (N, QKV)
+  if (kv != h) {        // fold the repeated KV heads back: dk, dv summed over each group
+    dlin = dqkv_lin_;
+    ops::zero_fill(dlin, static_cast<size_t>(N) * QKV);
+    ops::repeat_kv_backward(dlin, dqkv_, N, h, kv, D);
+  }
+  ops::rope_backward(dlin, B, T, h + kv, D, QKV, cfg_.rope_base);  // dq, dk before RoPE
+  if (g.qkv_bias) ops::bias_backward(g.qkv_bias, dlin, N, QKV);
+  ops::zero_fill(dln_, static_cast<size_t>(N) * C);
+  gemm_.backward(dln_, g.qkv, dlin, a.ln1, w.qkv, N, C, QKV, site(l, 0));
+  if (lora_) lora_->backward(l, 0, AP, AG, a.ln1, dlin, dln_, N, QKV);
+  ops::rmsnorm_backward(dres_, g.ln1, dln_, a.x, P + off_[l].ln1, a.rstd1, N, C);  // dres_ = dx
+  if (sub_) {
+    const double n = N;
+    bwd_flops_ +=
+        (g.qkv ? 2.0 : 1.0) * (2 * n * (h * D) * C + 2 * n * C * QKV) + 8.0 * B * h * T * T * D;
+  }
+}
+
 void Llama::backward_trunk(const float* P, float* G, const float* dlnf, const float* AP,
                            float* AG) {
-  const int B = B_, T = T_, N = B * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab,
-            H = cfg_.heads, D = C / H, KV = kv_heads_, QKV = qkv_dim_;
-  const size_t NC = static_cast<size_t>(N) * C;
-  const bool gqa = KV != H;
-  float* dres = grads_.data();
-  float* dln = dres + NC;
-  float* datty = dln + NC;
-  float* dqkv = datty + NC;
-  float* dgu = dqkv + 3 * NC;
-  float* dswi = dgu + static_cast<size_t>(N) * 2 * F;
-  float* dqkv_lin = gqa ? dswi + static_cast<size_t>(N) * F : dqkv;  // (N, QKV)
-  auto zero = [](float* p, size_t n) { ops::zero_fill(p, n); };
-  // The base's gradient at `offset`, or null when the base is frozen (LoRA): ops skip it.
-  auto gw = [G](size_t offset) { return G ? G + offset : nullptr; };
-
-  // Final norm: dres (N, C) = d(last block output). dlnf may be dln itself (from backward()): it
-  // is read here, before dln is reused as scratch below.
-  zero(dres, NC);
-  ops::rmsnorm_backward(dres, gw(off_norm_), dlnf, out_, P + off_norm_, rstdf_, N, C);
-
-  for (int l = cfg_.layers - 1; l >= 0; --l) {
-    const LayerOffsets& o = off_[l];
-    const LayerActs& a = la_[l];
-    // dres = d(block output). out = h + ffn(ln2): both branches receive dres.
-    if (moe_ && moe_->is_moe(l)) {
-      zero(dln, NC);
-      moe_->backward(l, P, G, a.ln2, dres, dln, gemm_, moe_sites(l));  // + router-loss grads
-    } else {
-      zero(dswi, static_cast<size_t>(N) * F);
-      gemm_.backward(dswi, gw(o.down), dres, a.swi, P + o.down, N, F, C, site(l, 3));
-      if (lora_) lora_->backward(l, 3, AP, AG, a.swi, dres, dswi, N, C);
-      zero(dgu, static_cast<size_t>(N) * 2 * F);
-      ops::swiglu_backward(dgu, dswi, a.gu, N, F);
-      zero(dln, NC);
-      gemm_.backward(dln, gw(o.gu), dgu, a.ln2, P + o.gu, N, C, 2 * F, site(l, 2));
-      if (lora_) lora_->backward(l, 2, AP, AG, a.ln2, dgu, dln, N, 2 * F);
-    }
-    ops::rmsnorm_backward(dres, gw(o.ln2), dln, a.h, P + o.ln2, a.rstd2, N, C);  // dres = dh
-    // h = x + o_proj(atty): both branches receive dh.
-    zero(datty, NC);
-    gemm_.backward(datty, gw(o.o), dres, a.atty, P + o.o, N, C, C, site(l, 1));
-    if (lora_) lora_->backward(l, 1, AP, AG, a.atty, dres, datty, N, C);
-    zero(dqkv, 3 * NC);
-    ops::attention_backward(dqkv, datty, a.qkv, a.att, B, T, H, D);
-    if (gqa) {  // fold the repeated KV heads back: dk, dv summed over each group
-      zero(dqkv_lin, static_cast<size_t>(N) * QKV);
-      ops::repeat_kv_backward(dqkv_lin, dqkv, N, H, KV, D);
-    }
-    ops::rope_backward(dqkv_lin, B, T, H + KV, D, QKV, cfg_.rope_base);  // dq, dk before RoPE
-    if (cfg_.attention_bias && G) ops::bias_backward(G + o.qkv_bias, dqkv_lin, N, QKV);
-    zero(dln, NC);
-    gemm_.backward(dln, gw(o.qkv), dqkv_lin, a.ln1, P + o.qkv, N, C, QKV, site(l, 0));
-    if (lora_) lora_->backward(l, 0, AP, AG, a.ln1, dqkv_lin, dln, N, QKV);
-    ops::rmsnorm_backward(dres, gw(o.ln1), dln, a.x, P + o.ln1, a.rstd1, N, C);  // dres = dx
+  const int N = B_ * T_, C = cfg_.dim, V = cfg_.vocab;
+  if (sub_ && sub_->lowest < 0) return;  // nothing trained
+  // Final norm: dres_ (N, C) = d(last block output). dlnf may be dln_ itself (from backward()):
+  // it is read here, before dln_ is reused as scratch below. Its gain is frozen under a
+  // subnetwork (and with LoRA, G null).
+  ops::zero_fill(dres_, static_cast<size_t>(N) * C);
+  ops::rmsnorm_backward(dres_, G && !sub_ ? G + off_norm_ : nullptr, dlnf, out_, P + off_norm_,
+                        rstdf_, N, C);
+  // A subnetwork's backward stops at its lowest trained layer.
+  const int lowest = sub_ ? sub_->lowest : 0;
+  for (int l = cfg_.layers - 1; l >= lowest; --l) {
+    const LayerWeights w = layer_weights(P, l);
+    const LayerGrads g = layer_grads(G, l);
+    backward_ffn(l, w, g, P, G, AP, AG);
+    backward_attention(l, w, g, P, AP, AG);
+    if (sub_ && g.qkv && !sub_->whole[l]) scatter_layer_grads(G, l);
   }
-  if (G) ops::embedding_backward(G + off_embed_, dres, tokens_.data(), N, V, C);
+  if (G && !sub_) ops::embedding_backward(G + off_embed_, dres_, tokens_.data(), N, V, C);
 }
 
 StatusOr<std::vector<int32_t>> Llama::generate(const ParamSet& params,

@@ -28,6 +28,8 @@
 
 namespace atl::algorithms {
 
+struct Subnet;  // algorithms/model/subnet.h
+
 struct ModelConfig {
   int vocab = 256;       // V
   int dim = 256;         // C = heads * head_dim
@@ -137,6 +139,8 @@ double flops_per_token(const ModelConfig& cfg, int T);
 
 // The model: forward, backward and sampling. Holds activations (not parameters), so one Llama
 // serves any ParamSet with the matching layout. Not thread-safe; one per training thread.
+// A subnetwork (set_subnet, Hydra) is a view of the same model: the same per-layer code runs over
+// the kept units only, with their weights gathered out of θ before each GEMM.
 class Llama {
  public:
   // cfg must pass validate() (aborts otherwise: a programming error, configs are validated at
@@ -158,6 +162,32 @@ class Llama {
   void attach_lora(const LoraConfig& lora, std::shared_ptr<const ParamSet> base);
   // The adapters' state, or null for a plain model.
   const LoraAdapters* lora() const { return lora_.get(); }
+
+  // Restricts the model to a subnetwork (algorithms/model/subnet.h; Hydra). From now on:
+  //  - forward computes only the kept units: a removed head unit's q/k/v rows (and biases), its
+  //    attention and its o_proj columns, a removed FFN block's rows and columns are not
+  //    computed (a layer that keeps every unit reads θ in place, one that does not has its kept
+  //    rows/columns gathered into a compact copy before each GEMM, same op table);
+  //  - backward ACCUMULATES (+=) gradients at the trained elements only (trainable_mask; every
+  //    other element of grads is left as is), and stops at the lowest trained layer: the
+  //    embedding, the final norm and the output head are frozen;
+  //  - activations of layers below the lowest trained layer are not kept for backward.
+  // With every unit kept the forward is bit for bit the full model's, and so are the gradients
+  // at the trained elements (grads zero there first). Refused (the model unchanged) when s
+  // does not pass validate(s, config()) or LoRA adapters are attached.
+  Status set_subnet(const Subnet& s);
+  // Back to the full model.
+  void clear_subnet();
+  // The subnetwork, or null for the full model.
+  const Subnet* subnet() const;
+  // FLOPs executed by the last forward / backward through a subnetwork (0 without one): GEMMs
+  // 2·M·N·K each, attention 4·B·h·T²·D forward and twice that backward (h = query heads
+  // computed); element-wise ops not counted, as in flops_per_token.
+  double last_forward_flops() const { return fwd_flops_; }
+  double last_backward_flops() const { return bwd_flops_; }
+  // Bytes held for activations, activation gradients and a subnetwork's gathered weights and
+  // compact gradients (grows only).
+  size_t buffer_bytes() const;
 
   // tokens (B, T) in [0, V); targets (B, T) in [0, V) or -1 (ignored), may be nullptr.
   // Returns the mean cross-entropy over non-ignored targets (0 if there are none, or if
@@ -222,26 +252,56 @@ class Llama {
     size_t ln1, qkv, o, ln2, gu, down;
     size_t qkv_bias;  // q|k|v biases (C + 2Ckv), only with attention_bias
   };
-  // Per-layer activation views into acts_ (shapes for the current B, T; N = B·T).
+  // Per-layer activation views into acts_ (shapes for the current B, T; N = B·T; h query
+  // heads and Fk FFN channels computed: H and F for the full model).
   struct LayerActs {
     float* x;      // (N, C)  block input = previous block's output (or the embedding)
     float* ln1;    // (N, C)
     float* rstd1;  // (N)
-    float* qkv;    // (N, 3C) q and k after RoPE (with GQA: the KV heads repeated, repeat_kv)
-    float* att;    // (B, H, T, T) softmax probabilities
-    float* atty;   // (N, C)  attention output before o_proj
+    float* qkv;    // (N, 3hD) q and k after RoPE (with GQA: the KV heads repeated, repeat_kv)
+    float* att;    // (B, h, T, T) softmax probabilities
+    float* atty;   // (N, hD)  attention output before o_proj
     float* h;      // (N, C)  x + o_proj(atty)
     float* ln2;    // (N, C)
     float* rstd2;  // (N)
-    float* gu;     // (N, 2F) gate | up
-    float* swi;    // (N, F)  silu(gate) * up
+    float* gu;     // (N, 2Fk) gate | up
+    float* swi;    // (N, Fk)  silu(gate) * up
   };
+  // The weights one layer computes with: θ in place for the full model (and for a subnetwork's
+  // layer that keeps every unit), else the kept units' rows/columns gathered (SubnetState).
+  // hk = heads query heads, kvk = kv_heads KV heads, Fk = ffn channels; QKVk = (hk + 2kvk)·D.
+  struct LayerWeights {
+    const float* qkv;       // (QKVk, C) q rows | k rows | v rows
+    const float* qkv_bias;  // (QKVk), null without attention_bias
+    const float* o;         // (C, hk·D)
+    const float* gu;        // (2Fk, C) gate rows | up rows
+    const float* down;      // (C, Fk)
+    int heads, kv_heads, ffn;
+  };
+  // Where one layer's parameter gradients go (shapes as LayerWeights); null: not trained.
+  struct LayerGrads {
+    float *qkv, *qkv_bias, *o, *gu, *down, *ln1, *ln2;
+  };
+  struct SubnetState;  // llama.cc
 
   // Points the activation views at acts_ for (B, T); the (N, V) logits only when with_logits.
   void ensure_shape(int B, int T, bool with_logits);
   void check_tokens(const int32_t* tokens, int N) const;
   // Embedding, blocks and final norm (to lnf_) for the shape set by ensure_shape.
   void forward_trunk(const float* P, const int32_t* tokens);
+  // One block's sub-blocks: a.x -> a.h (attention) and a.h -> next (FFN or MoE).
+  void forward_attention(int l, const LayerWeights& w, const float* P, LayerActs& a);
+  void forward_ffn(int l, const LayerWeights& w, const float* P, LayerActs& a, float* next);
+  // Their backward: dres (N, C) holds d(sub-block output) and becomes d(sub-block input).
+  void backward_ffn(int l, const LayerWeights& w, const LayerGrads& g, const float* P, float* G,
+                    const float* AP, float* AG);
+  void backward_attention(int l, const LayerWeights& w, const LayerGrads& g, const float* P,
+                          const float* AP, float* AG);
+  // Layer l's weights (gathering a subnetwork's kept units) and gradient destinations
+  LayerWeights layer_weights(const float* P, int l);
+  // (zeroing a trained partial layer's compact gradients), and their addition into G.
+  LayerGrads layer_grads(float* G, int l);
+  void scatter_layer_grads(float* G, int l) const;
   // dlnf (N, C) -> every gradient below the head (see backward_from_hidden). P and G are the
   // base parameters and gradients (G null with LoRA: the base is frozen); AP and AG the
   // adapters' (null without LoRA).
@@ -268,6 +328,10 @@ class Llama {
   int B_ = 0, T_ = 0;
   std::vector<float> acts_;   // every forward activation, one allocation
   std::vector<float> grads_;  // activation gradients for backward, one allocation
+  // Views into grads_ (ensure_grad_buffers): dres dln (N, C), datty (N, C), dqkv (N, 3C),
+  // dgu (N, 2F), dswi (N, F), and with GQA dqkv_lin (N, C + 2Ckv) (else = dqkv).
+  float *dres_ = nullptr, *dln_ = nullptr, *datty_ = nullptr, *dqkv_ = nullptr, *dgu_ = nullptr,
+        *dswi_ = nullptr, *dqkv_lin_ = nullptr;
   std::vector<LayerActs> la_;
   float* out_ = nullptr;      // (N, C) output of the last block
   float* lnf_ = nullptr;      // (N, C)
@@ -283,6 +347,8 @@ class Llama {
   bool have_targets_ = false;
   PrecisionGemm gemm_;
   int64_t num_targets_ = 0;
+  std::unique_ptr<SubnetState> sub_;  // null: the full model
+  double fwd_flops_ = 0, bwd_flops_ = 0;
 };
 
 }  // namespace atl::algorithms

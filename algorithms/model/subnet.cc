@@ -6,12 +6,20 @@
 
 namespace atl::algorithms {
 
+int head_units(const ModelConfig& cfg) {
+  return num_kv_heads(cfg);
+}
+
+int heads_per_unit(const ModelConfig& cfg) {
+  return cfg.heads / num_kv_heads(cfg);
+}
+
 Subnet full_subnet(const ModelConfig& cfg, int ffn_blocks, bool train) {
   Subnet s;
   s.ffn_blocks = ffn_blocks;
   s.layers.resize(cfg.layers);
   for (auto& l : s.layers) {
-    l.heads.assign(cfg.heads, 1);
+    l.heads.assign(head_units(cfg), 1);
     l.ffn_blocks.assign(std::max(ffn_blocks, 0), 1);
     l.train = train;
   }
@@ -19,13 +27,10 @@ Subnet full_subnet(const ModelConfig& cfg, int ffn_blocks, bool train) {
 }
 
 Status validate(const Subnet& s, const ModelConfig& cfg) {
-  if (num_kv_heads(cfg) != cfg.heads || cfg.attention_bias || !cfg.tie_word_embeddings)
-    return InvalidArgument(
-        "subnet: Hydra's subnet model supports plain multi-head attention with a tied head and "
-        "no q/k/v biases; this model has kv_heads " +
-        std::to_string(num_kv_heads(cfg)) + ", attention_bias " +
-        (cfg.attention_bias ? "true" : "false") + ", tie_word_embeddings " +
-        (cfg.tie_word_embeddings ? "true" : "false"));
+  if (cfg.moe_experts > 0)
+    return InvalidArgument("subnet: Hydra's subnetworks need dense FFNs; this model has " +
+                           std::to_string(cfg.moe_experts) +
+                           " experts per MoE layer (set moe_experts = 0)");
   if (s.ffn_blocks <= 0 || cfg.ffn_hidden % s.ffn_blocks != 0)
     return InvalidArgument("subnet: ffn_blocks " + std::to_string(s.ffn_blocks) +
                            " must be positive and divide ffn_hidden " +
@@ -35,12 +40,13 @@ Status validate(const Subnet& s, const ModelConfig& cfg) {
                            " layers, the model has " + std::to_string(cfg.layers));
   for (size_t l = 0; l < s.layers.size(); ++l) {
     const LayerSubnet& x = s.layers[l];
-    if (static_cast<int>(x.heads.size()) != cfg.heads ||
+    if (static_cast<int>(x.heads.size()) != head_units(cfg) ||
         static_cast<int>(x.ffn_blocks.size()) != s.ffn_blocks)
       return InvalidArgument("subnet: layer " + std::to_string(l) + " has " +
-                             std::to_string(x.heads.size()) + " heads and " +
+                             std::to_string(x.heads.size()) + " head units and " +
                              std::to_string(x.ffn_blocks.size()) + " FFN blocks, expected " +
-                             std::to_string(cfg.heads) + " and " + std::to_string(s.ffn_blocks));
+                             std::to_string(head_units(cfg)) + " (one per KV head) and " +
+                             std::to_string(s.ffn_blocks));
     for (uint8_t v : x.heads)
       if (v > 1) return InvalidArgument("subnet: head flags must be 0 or 1");
     for (uint8_t v : x.ffn_blocks)
@@ -51,11 +57,13 @@ Status validate(const Subnet& s, const ModelConfig& cfg) {
 
 namespace {
 
-// Calls f(begin, end) for every trained element range, in ascending offset order.
+// Calls f(begin, end) for every trained element range (layer by layer; the mask and index
+// forms do not depend on the order).
 template <typename F>
 void for_each_trained_range(const Subnet& s, const ModelConfig& cfg, F&& f) {
   const ParamLayout layout = make_layout(cfg);
-  const size_t C = cfg.dim, H = cfg.heads, D = C / H, Fh = cfg.ffn_hidden, Fb = Fh / s.ffn_blocks;
+  const size_t C = cfg.dim, D = C / cfg.heads, U = head_units(cfg), gD = heads_per_unit(cfg) * D,
+               Fh = cfg.ffn_hidden, Fb = Fh / s.ffn_blocks;
   auto off = [&](int l, const char* suffix) {
     return layout.find("model.layers." + std::to_string(l) + "." + suffix)->offset;
   };
@@ -65,16 +73,30 @@ void for_each_trained_range(const Subnet& s, const ModelConfig& cfg, F&& f) {
     const bool any_head = std::count(x.heads.begin(), x.heads.end(), 1) > 0;
     const bool any_block = std::count(x.ffn_blocks.begin(), x.ffn_blocks.end(), 1) > 0;
     if (any_head) f(off(l, "input_layernorm.weight"), off(l, "input_layernorm.weight") + C);
-    // q, k, v: rows of kept heads (contiguous D×C runs).
-    for (const char* m :
-         {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"})
-      for (size_t h = 0; h < H; ++h)
-        if (x.heads[h]) f(off(l, m) + h * D * C, off(l, m) + (h + 1) * D * C);
-    // o_proj (C, C): columns of kept heads, row by row.
+    // q: the gD rows of a kept unit's query heads; k, v: the D rows of its KV head.
+    struct Part {
+      const char* name;
+      size_t rows;  // rows per head unit
+    };
+    const Part parts[] = {{"self_attn.q_proj.weight", gD},
+                          {"self_attn.k_proj.weight", D},
+                          {"self_attn.v_proj.weight", D}};
+    for (const Part& p : parts)
+      for (size_t j = 0; j < U; ++j)
+        if (x.heads[j]) f(off(l, p.name) + j * p.rows * C, off(l, p.name) + (j + 1) * p.rows * C);
+    if (cfg.attention_bias) {
+      const Part biases[] = {{"self_attn.q_proj.bias", gD},
+                             {"self_attn.k_proj.bias", D},
+                             {"self_attn.v_proj.bias", D}};
+      for (const Part& p : biases)
+        for (size_t j = 0; j < U; ++j)
+          if (x.heads[j]) f(off(l, p.name) + j * p.rows, off(l, p.name) + (j + 1) * p.rows);
+    }
+    // o_proj (C, C): the gD columns of a kept unit's query heads, row by row.
     const size_t oo = off(l, "self_attn.o_proj.weight");
     for (size_t r = 0; r < C; ++r)
-      for (size_t h = 0; h < H; ++h)
-        if (x.heads[h]) f(oo + r * C + h * D, oo + r * C + (h + 1) * D);
+      for (size_t j = 0; j < U; ++j)
+        if (x.heads[j]) f(oo + r * C + j * gD, oo + r * C + (j + 1) * gD);
     if (any_block)
       f(off(l, "post_attention_layernorm.weight"), off(l, "post_attention_layernorm.weight") + C);
     for (const char* m : {"mlp.gate_proj.weight", "mlp.up_proj.weight"})
@@ -140,7 +162,7 @@ StatusOr<Subnet> subnet_from_string(const std::string& text, const ModelConfig& 
     const size_t c1 = tok.find(':'), c2 = c1 == std::string::npos ? c1 : tok.find(':', c1 + 1);
     if (tok.size() < 3 || (tok[0] != 'T' && tok[0] != 'F') || c1 != 1 || c2 == std::string::npos)
       return InvalidArgument("subnet: layer token '" + tok +
-                             "' is not of the form T|F:<head bits>:<ffn block bits>");
+                             "' is not of the form T|F:<head unit bits>:<ffn block bits>");
     LayerSubnet x;
     x.train = tok[0] == 'T';
     for (size_t i = c1 + 1; i < c2; ++i) {

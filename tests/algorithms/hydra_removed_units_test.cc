@@ -1,5 +1,6 @@
 // A subnetwork as the full model with its removed units' output weights zeroed
-// (algorithms/hydra/removed_units.h, the CUDA model's Hydra path): the same loss as SubnetLlama
+// (algorithms/hydra/removed_units.h, the CUDA model's Hydra path): the same loss as the model
+// restricted to the subnetwork (Llama::set_subnet)
 // and, at the trained elements, the same gradient, up to summation order.
 #include <gtest/gtest.h>
 
@@ -10,7 +11,6 @@
 #include "algorithms/data/dataset.h"
 #include "algorithms/hydra/removed_units.h"
 #include "algorithms/model/llama.h"
-#include "algorithms/model/llama_subnet.h"
 #include "algorithms/model/subnet.h"
 #include "kernels/core/philox.h"
 #include "tests/algorithms/hydra_test_util.h"
@@ -46,7 +46,7 @@ TEST(HydraRemovedUnits, ZeroedOutputWeightsGiveTheSubnetworksLossAndGradient) {
   std::vector<int32_t> in, tg;
   data::split_inputs_targets(rows.data(), B, T, in, tg);
 
-  SubnetLlama sub(c);
+  Llama sub(c);
   ASSERT_TRUE(sub.set_subnet(s).ok());
   const float want_loss = sub.forward(params, in.data(), tg.data(), B, T);
   ParamSet want_g(params.layout());

@@ -10,7 +10,6 @@
 #include "algorithms/hydra/cost.h"
 #include "algorithms/hydra/select.h"
 #include "algorithms/model/llama.h"
-#include "algorithms/model/llama_subnet.h"
 #include "algorithms/model/subnet.h"
 #include "algorithms/optim/masked_adamw.h"
 #include "kernels/core/philox.h"
@@ -65,21 +64,29 @@ ParamSet zero_removed(const ParamSet& p, const ModelConfig& c, const Subnet& s) 
   return z;
 }
 
-// Hydra's subnet model has no grouped-query attention, biases or untied head yet: refused when
-// the subnet is validated against the model, one line.
-TEST(SubnetLlama, RefusesHuggingFaceVariantsWithOneLine) {
+// Under grouped-query attention Hydra's head unit is a KV group (one per KV head); biases and an
+// untied head are part of the model the subnetwork views. MoE layers have no FFN units yet:
+// refused when the subnet is validated against the model, one line.
+TEST(SubnetLlama, HeadUnitsAreKvGroupsAndMoeIsRefusedWithOneLine) {
   ModelConfig c = small();
-  const Subnet s = full_subnet(c, 2, true);
-  ASSERT_TRUE(validate(s, c).ok());
   c.kv_heads = c.heads / 2;
-  const Status st = validate(s, c);
-  ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("Hydra's subnet model supports plain multi-head attention"),
-            std::string::npos)
-      << st.message();
-  c = small();
+  c.attention_bias = true;
   c.tie_word_embeddings = false;
-  EXPECT_FALSE(validate(s, c).ok());
+  const Subnet s = full_subnet(c, 2, true);
+  ASSERT_EQ(s.layers[0].heads.size(), 2u);
+  EXPECT_TRUE(validate(s, c).ok()) << validate(s, c).message();
+  const Status per_query_head = validate(full_subnet(small(), 2, true), c);
+  ASSERT_FALSE(per_query_head.ok());
+  EXPECT_NE(per_query_head.message().find("(one per KV head)"), std::string::npos)
+      << per_query_head.message();
+  c = small();
+  c.moe_experts = 4;
+  c.moe_hidden = 16;
+  ASSERT_TRUE(validate(c).ok());
+  const Status moe = validate(full_subnet(c, 2, true), c);
+  ASSERT_FALSE(moe.ok());
+  EXPECT_NE(moe.message().find("Hydra's subnetworks need dense FFNs"), std::string::npos)
+      << moe.message();
 }
 
 TEST(SubnetLlama, FullSubnetEqualsTheModelBitwise) {
@@ -89,7 +96,7 @@ TEST(SubnetLlama, FullSubnetEqualsTheModelBitwise) {
   std::vector<int32_t> in, tg;
   tokens(c, 2, 12, in, tg);
   Llama full(c);
-  SubnetLlama sub(c);
+  Llama sub(c);
   ASSERT_TRUE(sub.set_subnet(full_subnet(c, 3, true)).ok());
   EXPECT_EQ(full.forward(p, in.data(), tg.data(), 2, 12),
             sub.forward(p, in.data(), tg.data(), 2, 12));
@@ -108,7 +115,7 @@ TEST(SubnetLlama, EqualsFullModelWithRemovedUnitsZeroed) {
   const float lf = full.forward(z, in.data(), tg.data(), 2, 12);
   ParamSet gf(p.layout());
   full.backward(z, gf);
-  SubnetLlama sub(c);
+  Llama sub(c);
   ASSERT_TRUE(sub.set_subnet(s).ok());
   const float ls = sub.forward(p, in.data(), tg.data(), 2, 12);
   ParamSet gs(p.layout());
@@ -190,7 +197,7 @@ TEST(SubnetLlama, QuarterBudgetSiteCountsAtMostThirtyPercentOfTheFlops) {
   const int B = 2, T = 64;
   std::vector<int32_t> in, tg;
   tokens(c, B, T, in, tg);
-  SubnetLlama sub(c);
+  Llama sub(c);
   ASSERT_TRUE(sub.set_subnet(sel->sites[2].subnet).ok());
   sub.forward(p, in.data(), tg.data(), B, T);
   ParamSet g(p.layout());
