@@ -44,7 +44,7 @@ std::vector<uint8_t> window(int n, double r, int start) {
 al::Subnet width_subnet(const al::ModelConfig& mc, int G, double r, int start) {
   al::Subnet s = al::full_subnet(mc, G, true);
   for (auto& l : s.layers) {
-    l.heads = window(mc.heads, r, start);
+    l.heads = window(al::head_units(mc), r, start);  // KV groups (docs/hydra.md)
     l.ffn_blocks = window(G, r, start);
   }
   return s;
