@@ -202,8 +202,8 @@ class RoundEngine {
     // Compressed broadcast: e_r (numel; null without one), then e_{r+1} after the commit.
     std::shared_ptr<const std::vector<float>> feedback;
     bool stepped = false;  // an outer step was applied (false: the round was skipped)
-    // Replay detection: each node's last accepted update (sketch) before, then after the commit.
-    std::shared_ptr<const ReplayMemory> replay;
+    // Replay and stale-update detection: the screening memory before, then after the commit.
+    std::shared_ptr<const ScreeningMemory> screening;
     // [secagg]: the masked sum and the shares to unmask it; `updates` then hold the records only.
     std::optional<SecAggRound::Result> secagg;
   };
@@ -315,8 +315,8 @@ class RoundEngine {
   bool has_momentum_ = false;
   // The compressed broadcast's error feedback e_current (numel); null without one.
   std::shared_ptr<const std::vector<float>> feedback_;
-  // Replay detection: each node's last accepted update, as committed (never null).
-  std::shared_ptr<const ReplayMemory> replay_;
+  // Replay and stale-update detection: the screening memory as committed (never null).
+  std::shared_ptr<const ScreeningMemory> screening_;
   std::map<std::string, NodeState> nodes_;  // sorted by node id
   Round round_;
   std::optional<Clock::time_point> quorum_since_;  // min_nodes ready, waiting for the rest
