@@ -104,8 +104,8 @@ ReplayMemory sketch_updates(const PendingUpdates& updates,
                             algorithms::compress::UpdateRange range) {
   ReplayMemory sketched;
   for (const auto& [id, u] : updates)
-    sketched[id] = ReplayEntry{update_layout_key(u, range),
-                               algorithms::replay_sketch(u.delta, u.indices)};
+    sketched[id] =
+        ReplayEntry{update_layout_key(u, range), algorithms::replay_sketch(u.delta, u.indices)};
   return sketched;
 }
 
@@ -168,8 +168,7 @@ std::string encode_screening_memory(const ScreeningMemory& memory) {
   return out + encode_replay_memory(memory.replay);
 }
 
-StatusOr<ScreeningMemory> decode_screening_memory(std::string_view bytes,
-                                                  const std::string& what) {
+StatusOr<ScreeningMemory> decode_screening_memory(std::string_view bytes, const std::string& what) {
   ScreeningMemory memory;
   ByteReader r{bytes};
   if (r.take(sizeof(kScreeningMagic)) ==

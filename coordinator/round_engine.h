@@ -155,8 +155,11 @@ class RoundEngine {
   // ---- Secure aggregation ([secagg], coordinator/secagg_round.h). Each long-polls up to
   // min(req.wait_ms, max_wait_ms) for its stage to close; FAILED_PRECONDITION when the round is
   // not the caller's open secagg round (restarted, committed, or secagg off). ----
+  // `certificate_pem`: the node's mTLS certificate, forwarded to the other sites with its
+  // signed keys ("" without mTLS).
   StatusOr<atoll_pb::v1::SecAggRoster> advertise_keys(const std::string& node_id,
-                                                      const atoll_pb::v1::SecAggKeys& req);
+                                                      const atoll_pb::v1::SecAggKeys& req,
+                                                      const std::string& certificate_pem = "");
   StatusOr<atoll_pb::v1::SecAggShares> share_keys(const std::string& node_id,
                                                   const atoll_pb::v1::SecAggShares& req);
   StatusOr<atoll_pb::v1::SecAggUnmaskTask> await_unmask(const std::string& node_id,

@@ -104,8 +104,12 @@ class CoordinatorClient {
   // The pause before retrying an unanswered call: CoordinatorCalls::wait_for_link.
   bool wait_for_link(std::chrono::milliseconds max_wait) { return calls_->wait_for_link(max_wait); }
 
- private:
+  // The experiment the last Join answered for ("" before one): what the calls name.
   std::string current_experiment_id() const;
+  // The calls' mTLS identity (CoordinatorCalls::identity); null without one.
+  const transport::ClientIdentity* identity() const { return calls_->identity(); }
+
+ private:
 
   const std::unique_ptr<CoordinatorCalls> calls_;
   mutable std::mutex id_mu_;  // guards experiment_id_: join() runs while heartbeats go out

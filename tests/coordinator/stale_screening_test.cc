@@ -69,8 +69,7 @@ std::vector<std::vector<std::string>> run(const Trajectory& t, uint32_t sites, u
       const bool is_stale = s > sites - stale && r > 0;
       updates["node-" + std::to_string(s)] = update_of(t.update(is_stale ? r - 1 : r, s));
     }
-    if (last_figures)
-      *last_figures = stale_figures(updates, sketch_updates(updates, kAll), memory);
+    if (last_figures) *last_figures = stale_figures(updates, sketch_updates(updates, kAll), memory);
     ScreenOutcome screened;
     memory = commit(updates, memory, margin, screened);
     std::vector<std::string> out;
