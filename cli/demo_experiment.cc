@@ -74,6 +74,10 @@ std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
         "robust screening: drop an update whose cosine to its site's previous accepted one is "
         "at least this (0 = off)",
         "0.99"},
+       {"stale-margin", true,
+        "robust screening: drop an update whose cosine to the previous round's other updates "
+        "exceeds its cosine to this round's by at least this (0 = off)",
+        "0.05"},
        {"aggregator", true, "mean, clipped-mean, trimmed-mean, median or krum", "mean"},
        {"seed", true, "experiment seed", "1234"},
        {"dim", true, "model width", "128"},
@@ -133,6 +137,8 @@ Status read_robust_flags(const Flags& flags, coordinator::ExperimentConfig& cfg)
                          flags.get_double("norm-multiple", defaults.norm_multiple, 1, 1e6));
   ATOLL_ASSIGN_OR_RETURN(cfg.robust.replay_cosine,
                          flags.get_double("replay-cosine", defaults.replay_cosine, 0, 1));
+  ATOLL_ASSIGN_OR_RETURN(cfg.robust.stale_margin,
+                         flags.get_double("stale-margin", defaults.stale_margin, 0, 2));
   if (auto aggregator = flags.get("aggregator")) {
     if (!algorithms::parse_aggregator(*aggregator).ok())
       return InvalidArgument("--aggregator must be mean, clipped-mean, trimmed-mean, median or "

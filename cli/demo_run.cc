@@ -54,10 +54,11 @@ struct RunTotals {
   uint64_t initial_pull_bytes = 0;
   double wall_s = 0;
   double privacy_epsilon = -1;  // ε after the last committed round; -1: [privacy] off
-  // Screening over all rounds: updates clipped or dropped (of which dropped as replays), and the
+  // Screening over all rounds: updates clipped or dropped (of which dropped as replays, as stale
+  // updates), and the
   // largest ratio of an update's norm to its round's reference (lower median) norm: how far
   // apart the updates were.
-  uint64_t updates_clipped = 0, updates_dropped = 0, updates_replayed = 0;
+  uint64_t updates_clipped = 0, updates_dropped = 0, updates_replayed = 0, updates_stale = 0;
   double max_norm_ratio = 0;
   uint64_t peak_sync() const {
     uint64_t peak = 0;
@@ -184,9 +185,11 @@ void print_sites(const DemoRun& run, double initial_bpb, uint64_t start_round) {
     std::printf("screening off, aggregator %s\n", d.config.robust.aggregator.c_str());
   else
     std::printf(
-        "screening: %s above %g x the median norm, replays at cosine >= %g, aggregator %s\n",
+        "screening: %s above %g x the median norm, replays at cosine >= %g, stale updates at "
+        "margin >= %g, aggregator %s\n",
         d.config.robust.screen.c_str(), d.config.robust.norm_multiple,
-        d.config.robust.replay_cosine, d.config.robust.aggregator.c_str());
+        d.config.robust.replay_cosine, d.config.robust.stale_margin,
+        d.config.robust.aggregator.c_str());
   std::printf("round %3" PRIu64 " | val bpb %.4f (initial)\n", start_round, initial_bpb);
   std::fflush(stdout);
 }
@@ -224,6 +227,7 @@ void tally_screening(const coordinator::RoundRecord& rec, RunTotals& t) {
     t.updates_clipped += p.screen == "clipped";
     t.updates_dropped += p.screen == "dropped";
     t.updates_replayed += p.screen == "dropped" && p.screen_reason == "replay";
+    t.updates_stale += p.screen == "dropped" && p.screen_reason == "stale";
   }
   const double reference = algorithms::reference_norm(norms);
   if (reference > 0)
@@ -431,6 +435,8 @@ Status write_summary_json(const DemoRun& run, const RunTotals& t, double baselin
       << ",\"updates_dropped\":" << t.updates_dropped
       << ",\"updates_replayed\":" << t.updates_replayed << ",\"replay_cosine\":"
       << json_number(cfg.robust.screen == "off" ? 0.0 : cfg.robust.replay_cosine)
+      << ",\"updates_stale\":" << t.updates_stale << ",\"stale_margin\":"
+      << json_number(cfg.robust.screen == "off" ? 0.0 : cfg.robust.stale_margin)
       << ",\"max_norm_ratio\":" << json_number(t.max_norm_ratio)
       << ",\"rounds\":" << t.rounds_done / P << ",\"inner_steps\":" << d.inner_steps
       << ",\"codec\":\"" << cfg.train.codec << "\""

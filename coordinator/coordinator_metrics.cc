@@ -60,10 +60,10 @@ CoordinatorMetrics::CoordinatorMetrics(const ExperimentManager* manager)
   for (const char* reason : update_rejection_reasons())
     registry_.counter("atoll_updates_rejected_total", "Node updates refused, by reason.",
                       {{"reason", reason}});
-  for (const char* reason : {"norm", "replay", "nonfinite"})
+  for (const char* reason : {"norm", "replay", "stale", "nonfinite"})
     registry_.counter("atoll_updates_screened_total",
                       "Updates clipped or dropped by the commit's screening, by action and "
-                      "check (norm, replay, privacy, nonfinite).",
+                      "check (norm, replay, stale, privacy, nonfinite).",
                       {{"action", "dropped"}, {"reason", reason}});
   tm::add_process_metrics(registry_);
   registry_.add_collector([this] { collect_live(); });
@@ -93,7 +93,7 @@ void CoordinatorMetrics::observe(const Event& e) {
             registry_
                 .counter("atoll_updates_screened_total",
                          "Updates clipped or dropped by the commit's screening, by action and "
-                         "check (norm, replay, privacy, nonfinite).",
+                         "check (norm, replay, stale, privacy, nonfinite).",
                          {{"action", p.screen},
                           {"reason", p.screen_reason.empty() ? "other" : p.screen_reason}})
                 .add();

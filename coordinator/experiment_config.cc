@@ -484,6 +484,9 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
   if (!(rb.replay_cosine >= 0 && rb.replay_cosine <= 1))
     add(range_error(src, "robust.replay_cosine", d(rb.replay_cosine),
                     "must be in [0, 1] (0 = no replay detection)"));
+  if (!(rb.stale_margin >= 0 && rb.stale_margin <= 2))
+    add(range_error(src, "robust.stale_margin", d(rb.stale_margin),
+                    "must be in [0, 2] (a difference of two cosines; 0 = no stale detection)"));
   const auto aggregator = algorithms::parse_aggregator(rb.aggregator);
   if (!aggregator.ok())
     add(range_error(src, "robust.aggregator", "\"" + rb.aggregator + "\"",
@@ -626,6 +629,7 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
         {"norm_multiple", f64(&c.robust.norm_multiple)},
         {"max_norm", f64(&c.robust.max_norm)},
         {"replay_cosine", f64(&c.robust.replay_cosine)},
+        {"stale_margin", f64(&c.robust.stale_margin)},
         {"aggregator", str(&c.robust.aggregator)},
         {"clip_multiple", f64(&c.robust.clip_multiple)},
         {"trim_fraction", f64(&c.robust.trim_fraction)},
@@ -739,6 +743,7 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\n\n[robust]\nscreen = " << q(c.robust.screen)
     << "\nnorm_multiple = " << f(c.robust.norm_multiple) << "\nmax_norm = " << f(c.robust.max_norm)
     << "\nreplay_cosine = " << f(c.robust.replay_cosine)
+    << "\nstale_margin = " << f(c.robust.stale_margin)
     << "\naggregator = " << q(c.robust.aggregator)
     << "\nclip_multiple = " << f(c.robust.clip_multiple)
     << "\ntrim_fraction = " << f(c.robust.trim_fraction)

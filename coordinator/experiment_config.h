@@ -105,6 +105,10 @@
 //   replay_cosine = REPLAY     # in [0, 1]: an update whose cosine to the node's previous
 //                              # accepted update (same layout) is ≥ this is dropped as a
 //                              # replay (0 = off; off too with screen = "off")
+//   stale_margin = 0.05        # in [0, 2]: an update whose cosine to the previous round's
+//                              # other updates exceeds its cosine to this round's other
+//                              # updates by at least this is dropped as stale (trained from
+//                              # an earlier θ); 0 = off; off too with screen = "off"
 //   aggregator = "mean"        # "mean" (token-weighted), "clipped-mean", "trimmed-mean",
 //                              # "median" or "krum" (not with Hydra)
 //   clip_multiple = 1.0        # > 0, clipped-mean: each Δ scaled to ≤ clip_multiple × the
@@ -232,6 +236,7 @@ struct RobustSection {
   double norm_multiple = 5.0;
   double max_norm = 0.0;
   double replay_cosine = 0.99;
+  double stale_margin = 0.05;
   std::string aggregator = "mean";
   double clip_multiple = 1.0;
   double trim_fraction = 0.1;

@@ -76,6 +76,7 @@ json::object to_json(const ExperimentConfig& c) {
                  {"norm_multiple", c.robust.norm_multiple},
                  {"max_norm", c.robust.max_norm},
                  {"replay_cosine", c.robust.replay_cosine},
+                 {"stale_margin", c.robust.stale_margin},
                  {"aggregator", c.robust.aggregator}};
   o["privacy"] = {{"clip_norm", c.privacy.clip_norm},
                   {"noise_multiplier", c.privacy.noise_multiplier},

@@ -1,5 +1,5 @@
 // Replay detection in the commit's screening (update_screening.h): each update's count sketch
-// against its node's last accepted one, and the per-node memory committed with each round.
+// against its node's last accepted one, and the screening memory committed with each round.
 #include <cstdio>
 #include <cstring>
 
@@ -12,6 +12,7 @@ namespace atl::coordinator {
 namespace {
 
 constexpr char kReplayMagic[4] = {'A', 'T', 'R', '1'};
+constexpr char kScreeningMagic[4] = {'A', 'T', 'R', '2'};
 
 template <typename T>
 void put_le(std::string& out, T v) {
@@ -99,6 +100,15 @@ ReplayMemory screen_replays(PendingUpdates& updates, const ReplayMemory& previou
   return sketched;
 }
 
+ReplayMemory sketch_updates(const PendingUpdates& updates,
+                            algorithms::compress::UpdateRange range) {
+  ReplayMemory sketched;
+  for (const auto& [id, u] : updates)
+    sketched[id] =
+        ReplayEntry{update_layout_key(u, range), algorithms::replay_sketch(u.delta, u.indices)};
+  return sketched;
+}
+
 ReplayMemory remember_accepted(const ReplayMemory& previous, ReplayMemory sketched,
                                const PendingUpdates& applied) {
   ReplayMemory next = previous;
@@ -144,6 +154,36 @@ StatusOr<ReplayMemory> decode_replay_memory(std::string_view bytes, const std::s
   }
   if (!r.ok) return corrupt("truncated");
   if (r.pos != bytes.size()) return corrupt("trailing bytes");
+  return memory;
+}
+
+std::string encode_screening_memory(const ScreeningMemory& memory) {
+  if (memory.applied_last_round.empty()) return encode_replay_memory(memory.replay);
+  std::string out(kScreeningMagic, sizeof(kScreeningMagic));
+  put_le<uint64_t>(out, memory.applied_last_round.size());
+  for (const std::string& id : memory.applied_last_round) {
+    put_le<uint32_t>(out, static_cast<uint32_t>(id.size()));
+    out += id;
+  }
+  return out + encode_replay_memory(memory.replay);
+}
+
+StatusOr<ScreeningMemory> decode_screening_memory(std::string_view bytes, const std::string& what) {
+  ScreeningMemory memory;
+  ByteReader r{bytes};
+  if (r.take(sizeof(kScreeningMagic)) ==
+      std::string_view(kScreeningMagic, sizeof(kScreeningMagic))) {
+    const uint64_t ids = r.get<uint64_t>();
+    for (uint64_t i = 0; r.ok && i < ids; ++i) {
+      const uint32_t id_bytes = r.get<uint32_t>();
+      const std::string_view id = r.take(id_bytes);
+      if (r.ok) memory.applied_last_round.emplace(id);
+    }
+    if (!r.ok) return DataLoss("store: " + what + " is corrupt (truncated)");
+  } else {
+    r.pos = 0;  // "ATR1": the replay memory alone
+  }
+  ATOLL_ASSIGN_OR_RETURN(memory.replay, decode_replay_memory(bytes.substr(r.pos), what));
   return memory;
 }
 

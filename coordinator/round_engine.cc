@@ -127,14 +127,14 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
   if (eng->pulls_.policy().broadcasts_updates())
     eng->feedback_ = std::make_shared<const std::vector<float>>(
         resumed->feedback ? std::move(*resumed->feedback) : std::vector<float>(initial.numel()));
-  // The replay-detection memory committed with the current round (empty before the first).
-  ReplayMemory replay;
+  // The screening memory committed with the current round (empty before the first).
+  ScreeningMemory screening;
   if (resumed->replay_memory) {
     ATOLL_ASSIGN_OR_RETURN(
-        replay, decode_replay_memory(*resumed->replay_memory,
-                                     "replay-detection memory of '" + config.name + "'"));
+        screening, decode_screening_memory(*resumed->replay_memory,
+                                           "replay-detection memory of '" + config.name + "'"));
   }
-  eng->replay_ = std::make_shared<const ReplayMemory>(std::move(replay));
+  eng->screening_ = std::make_shared<const ScreeningMemory>(std::move(screening));
   // θ versions still in the store can be delta bases for pulls: θ_v's fingerprint is the base
   // fingerprint of round record v (the current one is the experiment's).
   if (auto rounds = store.list_param_rounds(config.name); rounds.ok()) {
@@ -533,7 +533,7 @@ RoundEngine::Commit RoundEngine::prepare_commit_locked(Clock::time_point now) {
   c.momentum = momentum_;
   c.has_momentum = has_momentum_;
   c.feedback = feedback_;
-  c.replay = replay_;
+  c.screening = screening_;
   RoundRecord& rec = c.record;
   rec.round = c.round;
   rec.base_fingerprint = experiment_.params_fingerprint;
@@ -585,10 +585,17 @@ Status RoundEngine::screen_and_step(Commit& c, std::vector<float>& theta_next,
   const algorithms::ScreenOptions screening = screen_options(config_);
   const double replay_cosine =
       screening.mode == algorithms::ScreenMode::kOff ? 0.0 : config_.robust.replay_cosine;
-  ReplayMemory sketched = screen_replays(c.updates, *c.replay, replay_cosine,
-                                         strategy_->synced_range(c.round), replays);
+  const double stale_margin =
+      screening.mode == algorithms::ScreenMode::kOff ? 0.0 : config_.robust.stale_margin;
+  const algorithms::compress::UpdateRange range = strategy_->synced_range(c.round);
+  ReplayMemory sketched =
+      screen_replays(c.updates, c.screening->replay, replay_cosine, range, replays);
+  if (!(replay_cosine > 0) && stale_margin > 0) sketched = sketch_updates(c.updates, range);
   ScreenOutcome screened = screen_updates(c.updates, screening);
   screened.by_node.merge(replays.by_node);
+  // Stale updates after the norm screening, so that a dropped huge update is no term of the
+  // comparison (whose sums weigh each update as one anyway).
+  screen_stale(c.updates, sketched, *c.screening, stale_margin, screened);
   if (private_round) clip_updates_for_privacy(c.updates, config_.privacy.clip_norm, screened);
   // With [privacy] on, the median of the sites' norms is their data too: not recorded.
   rec.median_norm = private_round ? 0.0 : screened.median_norm;
@@ -618,9 +625,13 @@ Status RoundEngine::screen_and_step(Commit& c, std::vector<float>& theta_next,
     audit("update_screened", id + " " + round + ": dropped: the outer step with it is not finite");
   }
   // c.updates now holds the updates the step used: they become their nodes' previous ones.
-  if (replay_cosine > 0)
-    c.replay = std::make_shared<const ReplayMemory>(
-        remember_accepted(*c.replay, std::move(sketched), c.updates));
+  if (replay_cosine > 0 || stale_margin > 0) {
+    ScreeningMemory next;
+    next.replay = remember_accepted(c.screening->replay, std::move(sketched), c.updates);
+    if (stale_margin > 0)
+      for (const auto& applied : c.updates) next.applied_last_round.insert(applied.first);
+    c.screening = std::make_shared<const ScreeningMemory>(std::move(next));
+  }
   rec.skipped = step.skipped;
   c.stepped = !step.skipped;
   if (step.skipped)
@@ -660,8 +671,9 @@ void RoundEngine::commit(Commit c) {
   const BroadcastCommit broadcast{
       feedback_next, std::string_view(reinterpret_cast<const char*>(update_message.data()),
                                       update_message.size())};
-  const std::string replay_bytes =
-      outer.ok() && !c.replay->empty() ? encode_replay_memory(*c.replay) : std::string();
+  const std::string replay_bytes = outer.ok() && !c.screening->replay.empty()
+                                       ? encode_screening_memory(*c.screening)
+                                       : std::string();
   const Status written = outer.ok()
                              ? store_.commit_round(c.next, rec, theta_next, momentum_next,
                                                    c.feedback ? &broadcast : nullptr, replay_bytes)
@@ -701,7 +713,7 @@ void RoundEngine::publish_commit_locked(Commit& c, const Status& outer, const St
   theta_ = std::move(c.theta);
   momentum_ = std::move(c.momentum);
   feedback_ = std::move(c.feedback);
-  replay_ = std::move(c.replay);
+  screening_ = std::move(c.screening);
   // A skipped round leaves the momentum as it was, including whether it exists yet.
   has_momentum_ = has_momentum_ || c.stepped;
   round_ = Round{};

@@ -155,8 +155,11 @@ class RoundEngine {
   // ---- Secure aggregation ([secagg], coordinator/secagg_round.h). Each long-polls up to
   // min(req.wait_ms, max_wait_ms) for its stage to close; FAILED_PRECONDITION when the round is
   // not the caller's open secagg round (restarted, committed, or secagg off). ----
+  // `certificate_pem`: the node's mTLS certificate, forwarded to the other sites with its
+  // signed keys ("" without mTLS).
   StatusOr<atoll_pb::v1::SecAggRoster> advertise_keys(const std::string& node_id,
-                                                      const atoll_pb::v1::SecAggKeys& req);
+                                                      const atoll_pb::v1::SecAggKeys& req,
+                                                      const std::string& certificate_pem = "");
   StatusOr<atoll_pb::v1::SecAggShares> share_keys(const std::string& node_id,
                                                   const atoll_pb::v1::SecAggShares& req);
   StatusOr<atoll_pb::v1::SecAggUnmaskTask> await_unmask(const std::string& node_id,
@@ -202,8 +205,8 @@ class RoundEngine {
     // Compressed broadcast: e_r (numel; null without one), then e_{r+1} after the commit.
     std::shared_ptr<const std::vector<float>> feedback;
     bool stepped = false;  // an outer step was applied (false: the round was skipped)
-    // Replay detection: each node's last accepted update (sketch) before, then after the commit.
-    std::shared_ptr<const ReplayMemory> replay;
+    // Replay and stale-update detection: the screening memory before, then after the commit.
+    std::shared_ptr<const ScreeningMemory> screening;
     // [secagg]: the masked sum and the shares to unmask it; `updates` then hold the records only.
     std::optional<SecAggRound::Result> secagg;
   };
@@ -315,8 +318,8 @@ class RoundEngine {
   bool has_momentum_ = false;
   // The compressed broadcast's error feedback e_current (numel); null without one.
   std::shared_ptr<const std::vector<float>> feedback_;
-  // Replay detection: each node's last accepted update, as committed (never null).
-  std::shared_ptr<const ReplayMemory> replay_;
+  // Replay and stale-update detection: the screening memory as committed (never null).
+  std::shared_ptr<const ScreeningMemory> screening_;
   std::map<std::string, NodeState> nodes_;  // sorted by node id
   Round round_;
   std::optional<Clock::time_point> quorum_since_;  // min_nodes ready, waiting for the rest

@@ -115,7 +115,8 @@ StatusOr<Answer> RoundEngine::secagg_stage(std::unique_lock<std::mutex>& lk,
 }
 
 StatusOr<pb::SecAggRoster> RoundEngine::advertise_keys(const std::string& id,
-                                                       const pb::SecAggKeys& req) {
+                                                       const pb::SecAggKeys& req,
+                                                       const std::string& certificate_pem) {
   std::unique_lock<std::mutex> lk(mu_);
   ATOLL_RETURN_IF_ERROR(member_locked(id, req.experiment_id()));
   ATOLL_ASSIGN_OR_RETURN(
@@ -123,7 +124,7 @@ StatusOr<pb::SecAggRoster> RoundEngine::advertise_keys(const std::string& id,
       secagg_stage<pb::SecAggRoster>(
           lk, id, req.round(), req.wait_ms(),
           [&](SecAggRound& sa) {
-            Status st = sa.advertise(id, req);
+            Status st = sa.advertise(id, req, certificate_pem);
             if (!st.ok()) audit("secagg_rejected", id + " advertise: " + st.to_string());
             return st;
           },

@@ -40,7 +40,8 @@ uint32_t SecAggRound::index_of(const std::string& node) const {
   return it == roster_.end() ? 0 : it->second;
 }
 
-Status SecAggRound::advertise(const std::string& node, const pb::SecAggKeys& keys) {
+Status SecAggRound::advertise(const std::string& node, const pb::SecAggKeys& keys,
+                              const std::string& certificate_pem) {
   if (!masking_)
     return FailedPrecondition("secagg.masking is off in this experiment: push the quantized "
                               "update without advertising keys");
@@ -60,6 +61,7 @@ Status SecAggRound::advertise(const std::string& node, const pb::SecAggKeys& key
     return FailedPrecondition(round_text(round_) +
                               ": the secagg roster is already fixed without '" + node + "'");
   advertised_[node] = keys;
+  certificates_[node] = certificate_pem;
   return Status::Ok();
 }
 
@@ -170,6 +172,9 @@ void SecAggRound::fill_roster(const std::string& node, pb::SecAggRoster& out) co
     s->set_index(index);
     s->set_cipher_public(k.cipher_public());
     s->set_mask_public(k.mask_public());
+    s->set_node_id(member);
+    s->set_certificate_pem(certificates_.at(member));
+    s->set_signature(k.signature());
   }
   // Ascending index: roster_ is by node name, indices follow that order.
 }

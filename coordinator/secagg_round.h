@@ -45,7 +45,10 @@ class SecAggRound {
 
   // Stage calls from `node` (an authenticated participant of the round). Idempotent where a
   // node may call again with the same message (a long-poll that timed out).
-  Status advertise(const std::string& node, const atoll_pb::v1::SecAggKeys& keys);
+  // `certificate_pem`: the certificate `node` presented in its mTLS handshake ("" without
+  // mTLS), forwarded in the roster with the advertisement's signature.
+  Status advertise(const std::string& node, const atoll_pb::v1::SecAggKeys& keys,
+                   const std::string& certificate_pem = "");
   Status share(const std::string& node, const atoll_pb::v1::SecAggShares& shares);
   // Whether `node` may push its masked input now (a member of U2 in kCollect).
   Status check_push(const std::string& node) const;
@@ -87,6 +90,7 @@ class SecAggRound {
   Stage stage_;
   uint32_t threshold_ = 0;
   std::map<std::string, atoll_pb::v1::SecAggKeys> advertised_;
+  std::map<std::string, std::string> certificates_;  // node → its mTLS certificate (PEM)
   std::map<std::string, uint32_t> roster_;  // U1: node → index
   // Sealed shares: to → from → message, of the nodes that shared.
   std::map<uint32_t, std::map<uint32_t, std::string>> mailbox_;

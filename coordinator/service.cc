@@ -221,7 +221,10 @@ grpc::Status CoordinatorService::AdvertiseKeys(grpc::ServerContext* ctx, const p
   if (!id.ok()) return to_grpc(id.status());
   pb::SecAggKeys capped = *req;
   capped.set_wait_ms(wait_within_deadline(*ctx, req->wait_ms()));
-  auto r = engine_->advertise_keys(*id, capped);
+  // The certificate of the handshake goes to the other sites with the signed keys (none without
+  // mTLS): they check the signature against the experiment CA themselves.
+  auto peer = transport::peer_identity(*ctx);
+  auto r = engine_->advertise_keys(*id, capped, peer.ok() ? peer->certificate_pem : "");
   if (!r.ok()) return to_grpc(r.status());
   *resp = std::move(*r);
   return grpc::Status::OK;

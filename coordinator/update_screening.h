@@ -7,6 +7,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,7 +25,8 @@ struct ScreenedUpdate {
   algorithms::ScreenAction action = algorithms::ScreenAction::kKept;
   std::string why;  // for clipped and dropped updates: one line for the log and the audit
   // For clipped and dropped updates, the check that acted: "norm" (over the round's limit),
-  // "replay" (a repeat of the node's previous accepted update), "privacy" (over
+  // "replay" (a repeat of the node's previous accepted update), "stale" (trained from an earlier
+  // θ: closer to the previous round's updates than to this round's), "privacy" (over
   // privacy.clip_norm), "nonfinite" (the outer step with it is not finite).
   std::string reason;
 };
@@ -72,6 +74,52 @@ ReplayMemory remember_accepted(const ReplayMemory& previous, ReplayMemory sketch
 // decode: DATA_LOSS naming `what` when the bytes are not such a memory.
 std::string encode_replay_memory(const ReplayMemory& memory);
 StatusOr<ReplayMemory> decode_replay_memory(std::string_view bytes, const std::string& what);
+
+// The count sketches (with their layouts) of every update in `updates`, by node id.
+ReplayMemory sketch_updates(const PendingUpdates& updates, algorithms::compress::UpdateRange range);
+
+// What the commit's screening remembers from round to round: each node's last accepted update
+// (replay detection), and which nodes' updates the last committed round applied, whose entries
+// in `replay` are then that round's updates (stale-update detection).
+struct ScreeningMemory {
+  ReplayMemory replay;
+  std::set<std::string> applied_last_round;
+};
+
+// Stale-update detection: an update trained from an earlier θ (a site sending its previous
+// round's Δ one round late, which the coordinator never saw) points at the previous round's
+// updates more than at this round's. With Ŝ = S/‖S‖ the unit count sketch of an update, for
+// update i of layout L:
+//   previous_i = cos(S_i, Σ Ŝ_j over the nodes j ≠ i whose update of layout L the last
+//                committed round applied)
+//   current_i  = cos(S_i, Σ Ŝ_k over this round's other updates k ≠ i of layout L)
+// (unit sketches: one update of a huge norm weighs as much as any other). Defined only when
+// both sums have at least one term.
+struct StaleFigures {
+  double previous = 0.0;
+  double current = 0.0;
+};
+
+// The figures of every update in `updates` for which both are defined. `sketched`: the sketches
+// of at least the updates in `updates` (sketch_updates); `memory`: as committed with the
+// previous round.
+std::map<std::string, StaleFigures> stale_figures(const PendingUpdates& updates,
+                                                  const ReplayMemory& sketched,
+                                                  const ScreeningMemory& memory);
+
+// Drops (erases) every update whose previous − current ≥ margin (all figures computed first,
+// over the same updates: the result does not depend on node order), recording it in `screened`
+// as dropped for "stale" (its norm as received). margin ≤ 0: nothing is compared. Returns how
+// many were dropped.
+size_t screen_stale(PendingUpdates& updates, const ReplayMemory& sketched,
+                    const ScreeningMemory& memory, double margin, ScreenOutcome& screened);
+
+// The memory as bytes for the store's round commit, and back. With no node in
+// applied_last_round the bytes are encode_replay_memory(replay) ("ATR1"); otherwise
+//   "ATR2" | ids u64 | per id (sorted): bytes u32 | id | encode_replay_memory(replay).
+// decode: either; DATA_LOSS naming `what` when the bytes are neither.
+std::string encode_screening_memory(const ScreeningMemory& memory);
+StatusOr<ScreeningMemory> decode_screening_memory(std::string_view bytes, const std::string& what);
 
 // Differential privacy (algorithms/diloco/privacy.h): scales every update whose L2 norm is over
 // `clip_norm` down to it (records "clipped" with the reason in `screened`, whose norms are the

@@ -11,6 +11,7 @@
 
 #include "kernels/core/status.h"
 #include "transport/proto/atoll.pb.h"
+#include "transport/tls/credentials.h"
 
 namespace atl::node {
 
@@ -29,6 +30,10 @@ class CoordinatorCalls {
   virtual ~CoordinatorCalls() = default;
   // Where the calls go, for messages: "HOST:PORT" or "in-process coordinator".
   virtual const std::string& target() const = 0;
+  // The mTLS identity the calls are made with (its certificate and key, the experiment CA); null
+  // without one (--insecure, in-process calls). Secure aggregation signs and checks key
+  // advertisements with it.
+  virtual const transport::ClientIdentity* identity() const { return nullptr; }
 
   virtual Status join(const atoll_pb::v1::JoinRequest& req, atoll_pb::v1::JoinResponse* resp) = 0;
   virtual Status heartbeat(const atoll_pb::v1::HeartbeatRequest& req,

@@ -106,8 +106,12 @@ class CoordinatorClient {
   // The transport's wire time so far (CoordinatorCalls::transfer_totals).
   TransferTotals transfer_totals() const { return calls_->transfer_totals(); }
 
- private:
+  // The experiment the last Join answered for ("" before one): what the calls name.
   std::string current_experiment_id() const;
+  // The calls' mTLS identity (CoordinatorCalls::identity); null without one.
+  const transport::ClientIdentity* identity() const { return calls_->identity(); }
+
+ private:
 
   const std::unique_ptr<CoordinatorCalls> calls_;
   mutable std::mutex id_mu_;  // guards experiment_id_: join() runs while heartbeats go out

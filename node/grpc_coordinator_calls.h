@@ -37,6 +37,9 @@ class GrpcCoordinatorCalls final : public CoordinatorCalls {
   explicit GrpcCoordinatorCalls(ClientOptions options);
 
   const std::string& target() const override { return options_.target; }
+  const transport::ClientIdentity* identity() const override {
+    return options_.tls.identity.get();
+  }
   // node_name in `req` defaults to options.node_name.
   Status join(const atoll_pb::v1::JoinRequest& req, atoll_pb::v1::JoinResponse* resp) override;
   Status heartbeat(const atoll_pb::v1::HeartbeatRequest& req,

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "algorithms/secagg/quantize.h"
+#include "transport/tls/ca.h"
+#include "transport/tls/signed_statement.h"
 
 namespace atl::node {
 namespace pb = atoll_pb::v1;
@@ -22,14 +24,63 @@ std::string words_bytes(const std::vector<uint32_t>& words) {
   return out;
 }
 
+template <typename T>
+void put_le(std::string& out, T v) {
+  for (size_t b = 0; b < sizeof(T); ++b) out.push_back(static_cast<char>((v >> (8 * b)) & 0xff));
+}
+
 }  // namespace
+
+std::string advertisement_statement(const std::string& experiment_id, uint64_t round,
+                                    const std::string& node_id, const std::string& cipher_public,
+                                    const std::string& mask_public) {
+  static constexpr char kDomain[] = "atoll secagg keys v1";
+  std::string out(kDomain, sizeof(kDomain));  // with its NUL
+  put_le<uint32_t>(out, static_cast<uint32_t>(experiment_id.size()));
+  out += experiment_id;
+  put_le<uint64_t>(out, round);
+  put_le<uint32_t>(out, static_cast<uint32_t>(node_id.size()));
+  out += node_id;
+  out += cipher_public;
+  out += mask_public;
+  return out;
+}
+
+Status check_roster_signatures(const transport::ClientIdentity& identity,
+                               const std::string& experiment_id, const pb::SecAggRoster& roster,
+                               const pb::SecAggKeys& own) {
+  const std::string round = "secure aggregation of round " + std::to_string(roster.round());
+  std::map<std::string, uint32_t> seen;  // node id → index
+  for (const pb::SecAggSite& s : roster.sites()) {
+    const std::string site = "site " + std::to_string(s.index()) + " ('" + s.node_id() + "')";
+    auto refuse = [&](const std::string& why) {
+      return PermissionDenied(round + ": the keys the coordinator forwarded for " + site + " " +
+                              why +
+                              "; this site derives no key from them and leaves the round's "
+                              "secure exchange");
+    };
+    if (!seen.emplace(s.node_id(), s.index()).second)
+      return refuse("name a node that is on the roster twice");
+    if (s.index() == roster.self_index() &&
+        (s.cipher_public() != own.cipher_public() || s.mask_public() != own.mask_public()))
+      return refuse("are not the keys this site advertised");
+    const Status st = transport::verify_node_statement(
+        identity.ca_pem, s.certificate_pem(), s.node_id(),
+        advertisement_statement(experiment_id, roster.round(), s.node_id(), s.cipher_public(),
+                                s.mask_public()),
+        s.signature());
+    if (!st.ok()) return refuse("fail their signature check: " + st.message());
+  }
+  return Status::Ok();
+}
 
 SecurePush::SecurePush(const pb::SecAggSpec& spec, uint64_t rounding_seed,
                        const std::atomic<bool>* stop)
     : spec_(spec), rounding_seed_(rounding_seed), stop_(stop) {}
 
 Status SecurePush::stopped() const {
-  if (stop_ && stop_->load()) return Unavailable("secure aggregation of round " + std::to_string(round_) + " stopped");
+  if (stop_ && stop_->load())
+    return Unavailable("secure aggregation of round " + std::to_string(round_) + " stopped");
   return Status::Ok();
 }
 
@@ -50,14 +101,28 @@ StatusOr<uint64_t> SecurePush::push(CoordinatorClient& link, const UpdateHeader&
     keys.set_cipher_public(sa::key_bytes(session_->keys().cipher_public));
     keys.set_mask_public(sa::key_bytes(session_->keys().mask_public));
     keys.set_wait_ms(kStageWaitMs);
+    const transport::ClientIdentity* identity = link.identity();
+    const std::string experiment_id = link.current_experiment_id();
+    if (identity) {
+      ATOLL_ASSIGN_OR_RETURN(const transport::CertInfo me,
+                             transport::inspect_certificate_pem(identity->cert_pem));
+      ATOLL_ASSIGN_OR_RETURN(*keys.mutable_signature(),
+                             transport::sign_statement(
+                                 identity->key_pem, advertisement_statement(
+                                                        experiment_id, round_, me.common_name,
+                                                        keys.cipher_public(), keys.mask_public())));
+    }
     pb::SecAggRoster roster;
     do {
       ATOLL_RETURN_IF_ERROR(stopped());
       ATOLL_ASSIGN_OR_RETURN(roster, link.advertise_keys(keys));
     } while (!roster.complete());
+    if (identity)
+      ATOLL_RETURN_IF_ERROR(check_roster_signatures(*identity, experiment_id, roster, keys));
     sa::Roster members;
     for (const pb::SecAggSite& s : roster.sites()) {
-      ATOLL_ASSIGN_OR_RETURN(sa::Key32 c, sa::key_from_bytes(s.cipher_public(), "cipher public key"));
+      ATOLL_ASSIGN_OR_RETURN(sa::Key32 c,
+                             sa::key_from_bytes(s.cipher_public(), "cipher public key"));
       ATOLL_ASSIGN_OR_RETURN(sa::Key32 m, sa::key_from_bytes(s.mask_public(), "mask public key"));
       members[s.index()] = {c, m};
     }

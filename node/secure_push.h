@@ -8,12 +8,22 @@
 //             site's shares for them (never both secrets of one site)
 // A site that stops between the two (crashed, cut off) does not stop the round: the others'
 // shares of its self-mask seed unmask its input.
+//
+// With an mTLS identity (CoordinatorClient::identity) the advertisement is signed with the
+// node's key, and every advertisement of the roster (the caller's own included) is checked
+// before any key is derived from it: the certificate the coordinator forwards must be issued
+// by the experiment CA to a node named as the roster names the site, and carry the signature of
+// advertisement_statement. A check that fails ends the round's secure exchange for this site
+// (PERMISSION_DENIED, one line naming the site): a coordinator that substituted a key learns
+// nothing from this site. Without an identity (--insecure, in-process sites) nothing is signed
+// or checked.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 
 #include "algorithms/secagg/protocol.h"
 #include "kernels/core/status.h"
@@ -21,6 +31,20 @@
 #include "transport/proto/atoll.pb.h"
 
 namespace atl::node {
+
+// The bytes a site signs for its advertisement, all lengths and integers little-endian:
+//   "atoll secagg keys v1" NUL | u32 bytes | experiment id | u64 round | u32 bytes | node id |
+//   cipher public key (32 bytes) | mask public key (32 bytes)
+std::string advertisement_statement(const std::string& experiment_id, uint64_t round,
+                                    const std::string& node_id, const std::string& cipher_public,
+                                    const std::string& mask_public);
+
+// Every advertisement of `roster` checked against `identity`'s CA (see above); `own`: the
+// keys this site advertised, which its own entry must carry unchanged.
+Status check_roster_signatures(const transport::ClientIdentity& identity,
+                               const std::string& experiment_id,
+                               const atoll_pb::v1::SecAggRoster& roster,
+                               const atoll_pb::v1::SecAggKeys& own);
 
 class SecurePush {
  public:

@@ -64,6 +64,7 @@ class ByzantineCalls final : public node::CoordinatorCalls {
   ByzantineCalls(std::unique_ptr<node::CoordinatorCalls> inner, Attack attack, uint64_t seed);
 
   const std::string& target() const override { return inner_->target(); }
+  const transport::ClientIdentity* identity() const override { return inner_->identity(); }
   Status join(const atoll_pb::v1::JoinRequest& req, atoll_pb::v1::JoinResponse* resp) override;
   Status heartbeat(const atoll_pb::v1::HeartbeatRequest& req,
                    atoll_pb::v1::HeartbeatResponse* resp) override;

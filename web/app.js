@@ -897,17 +897,20 @@ function renderRobust(x, rounds, rejected) {
   const rb = x.config.robust || {};
   $('#robust-config').textContent = `screen = ${rb.screen} (limit ${rb.norm_multiple}× the median update norm` +
     `${rb.max_norm > 0 ? `, at most ${rb.max_norm}` : ''}` +
-    `${rb.screen !== 'off' && rb.replay_cosine > 0 ? `; replays at cosine ≥ ${rb.replay_cosine}` : ''}) · aggregator = ${rb.aggregator}`;
+    `${rb.screen !== 'off' && rb.replay_cosine > 0 ? `; replays at cosine ≥ ${rb.replay_cosine}` : ''}` +
+    `${rb.screen !== 'off' && rb.stale_margin > 0 ? `; stale updates at margin ≥ ${rb.stale_margin}` : ''}) · aggregator = ${rb.aggregator}`;
   const count = what => recs.reduce((a, r) => a + r.participants.filter(what).length, 0);
   const clipped = count(p => p.pushed && p.screen === 'clipped'), dropped = count(p => p.pushed && p.screen === 'dropped');
   const replays = count(p => p.pushed && p.screen === 'dropped' && p.screen_reason === 'replay');
+  const stale = count(p => p.pushed && p.screen === 'dropped' && p.screen_reason === 'stale');
+  const why = [replays ? `${replays} as replays` : '', stale ? `${stale} as stale updates` : ''].filter(Boolean).join(', ');
   const missed = count(p => !p.pushed);
   const line = $('#robust-rounds');
   line.textContent = recs.length
     ? `In the last ${recs.length} rounds: ${clipped} update${clipped === 1 ? '' : 's'} clipped, ${dropped} dropped by screening` +
-      `${replays ? ` (${replays} as replays)` : ''}, ${missed} missed (no update in time).`
+      `${why ? ` (${why})` : ''}, ${missed} missed (no update in time).`
     : '';
-  Object.assign(line.dataset, { clipped: String(clipped), dropped: String(dropped), replays: String(replays), missed: String(missed) });
+  Object.assign(line.dataset, { clipped: String(clipped), dropped: String(dropped), replays: String(replays), stale: String(stale), missed: String(missed) });
   show($('#robust-reasons-box'), !!rejected);
   if (!rejected) return;
   const entries = Object.entries(rejected).sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]));

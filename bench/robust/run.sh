@@ -124,6 +124,7 @@ for (setting, sites, byz, attack), s in summaries.items():
                  "updates_clipped": s.get("updates_clipped"),
                  "updates_dropped": s.get("updates_dropped"),
                  "updates_replayed": s.get("updates_replayed"),
+                 "updates_stale": s.get("updates_stale"),
                  "max_norm_ratio": s.get("max_norm_ratio"),
                  "final_fingerprint": s["final_fingerprint"], "wall_s": s["wall_s"],
                  "failed": s.get("failed")})
@@ -201,15 +202,27 @@ if write_md == "1":
             f"simulate/byzantine.h). `default` is the default `[robust]` section (screen = "
             f"\"{default_row['screen']}\" at {default_row['norm_multiple']:g} x the median norm, "
             f"replays dropped at cosine >= 0.99 to the site's previous accepted update, "
+            f"stale updates dropped at stale_margin = 0.05 (cosine to the previous round's "
+            f"other updates minus cosine to this round's), "
             f"aggregator \"{default_row['aggregator']}\"); `mean-no-screening` is the plain "
-            f"token-weighted mean with screen = \"off\" (no replay detection either). \"vs honest\" compares with the run of "
+            f"token-weighted mean with screen = \"off\" (no replay or stale detection either). \"vs honest\" compares with the run of "
             f"the same setting and site count without Byzantine sites. Results: "
             f"`bench/results/robust.json`; reading and what is not covered: "
             f"bench/robust/README.md.\n\n{table}\n")
     if head in md:
+        # Replaces the heading, its paragraph and the table up to the "Targets missed" / "Every
+        # target met" line; the reading paragraphs written under it (and any marker of the
+        # next section) stay.
         start = md.index(head)
         nxt = md.find("\n## ", start + len(head))
-        md = md[:start] + body + ("" if nxt < 0 else md[nxt:])
+        stop = len(md) if nxt < 0 else nxt
+        ends = [i for i in (md.find("\nTargets missed: ", start), md.find("\nEvery target met.", start))
+                if 0 <= i < stop]
+        if ends:
+            line_end = md.find("\n", min(ends) + 1)
+            md = md[:start] + body + md[(len(md) if line_end < 0 else line_end + 1):]
+        else:
+            md = md[:start] + body + ("" if nxt < 0 else md[nxt:])
     else:
         md = md.rstrip("\n") + "\n\n" + body
     open(md_path, "w").write(md)

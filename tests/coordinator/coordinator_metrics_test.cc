@@ -201,18 +201,22 @@ TEST(CoordinatorMetrics, CountsScreenedUpdatesByReason) {
   CoordinatorMetrics metrics(nullptr);
   const std::string replay = "atoll_updates_screened_total{action=\"dropped\",reason=\"replay\"}";
   const std::string norm = "atoll_updates_screened_total{action=\"dropped\",reason=\"norm\"}";
+  const std::string stale = "atoll_updates_screened_total{action=\"dropped\",reason=\"stale\"}";
   EXPECT_EQ(sample_value(metrics.render(), replay), 0.0);  // at 0 from the start
+  EXPECT_EQ(sample_value(metrics.render(), stale), 0.0);
   Event e{Event::Kind::kRoundCommitted};
   e.record = RoundRecord{};
   for (const auto& [id, screen, reason] :
        std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"node-1", "kept", ""}, {"node-2", "dropped", "replay"}, {"node-3", "dropped", "norm"}})
+           {"node-1", "kept", ""}, {"node-2", "dropped", "replay"}, {"node-3", "dropped", "norm"},
+           {"node-4", "dropped", "stale"}})
     e.record->participants.push_back(
         {.node_id = id, .pushed = true, .screen = screen, .screen_reason = reason});
   metrics.observe(e);
   metrics.observe(e);
   EXPECT_EQ(sample_value(metrics.render(), replay), 2.0);
   EXPECT_EQ(sample_value(metrics.render(), norm), 2.0);
+  EXPECT_EQ(sample_value(metrics.render(), stale), 2.0);
 }
 
 // Every metric the coordinator and a node export is listed in docs/dashboard.md ("Metrics and

@@ -76,12 +76,13 @@ TEST(ExperimentConfig, RobustSectionDefaultsParseRoundTripAndErrors) {
   EXPECT_DOUBLE_EQ(d->robust.norm_multiple, 5.0);
   EXPECT_DOUBLE_EQ(d->robust.max_norm, 0.0);
   EXPECT_DOUBLE_EQ(d->robust.replay_cosine, 0.99);
+  EXPECT_DOUBLE_EQ(d->robust.stale_margin, 0.05);
   EXPECT_EQ(d->robust.aggregator, "mean");
   auto c = parse_experiment_config(
       "[robust]\nscreen = \"drop\"\nnorm_multiple = 4\nmax_norm = 1e3\nreplay_cosine = "
       "0.95\naggregator = "
       "\"trimmed-mean\"\ntrim_fraction = 0.25\nclip_multiple = 2.0\nkrum_byzantine = 2\n"
-      "krum_keep = 3\n");
+      "krum_keep = 3\nstale_margin = 0.2\n");
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(screen_options(*c).mode, algorithms::ScreenMode::kDrop);
   EXPECT_DOUBLE_EQ(screen_options(*c).max_norm, 1e3);
@@ -89,6 +90,7 @@ TEST(ExperimentConfig, RobustSectionDefaultsParseRoundTripAndErrors) {
   EXPECT_DOUBLE_EQ(aggregator_options(*c).trim_fraction, 0.25);
   EXPECT_EQ(aggregator_options(*c).krum_keep, 3u);
   EXPECT_DOUBLE_EQ(c->robust.replay_cosine, 0.95);
+  EXPECT_DOUBLE_EQ(c->robust.stale_margin, 0.2);
   auto again = parse_experiment_config(to_toml(*c));
   ASSERT_TRUE(again.ok()) << again.status().to_string();
   EXPECT_EQ(to_toml(*again), to_toml(*c));
@@ -102,6 +104,13 @@ TEST(ExperimentConfig, RobustSectionDefaultsParseRoundTripAndErrors) {
     EXPECT_NE(error_of(std::string("[robust]\nreplay_cosine = ") + bad + "\n")
                   .find("robust.replay_cosine = " + std::string(bad) +
                         " must be in [0, 1] (0 = no replay detection)"),
+              std::string::npos)
+        << bad;
+  for (const char* bad : {"2.5", "-0.1"})
+    EXPECT_NE(error_of(std::string("[robust]\nstale_margin = ") + bad + "\n")
+                  .find("robust.stale_margin = " + std::string(bad) +
+                        " must be in [0, 2] (a difference of two cosines; 0 = no stale "
+                        "detection)"),
               std::string::npos)
         << bad;
   EXPECT_NE(error_of("[robust]\naggregator = \"average\"\n").find("robust.aggregator"),

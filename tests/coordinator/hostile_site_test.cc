@@ -348,6 +348,81 @@ TEST(HostileSite, ReplayedUpdateIsDroppedAlsoAfterARestart) {
   EXPECT_EQ(restarted, straight);
 }
 
+// Round r's update of site `site` in a synthetic run whose updates share a direction g_r that
+// drifts from round to round (g_r = N(0, 1) + 0.7 g_{r-1}; each site adds its own noise), as
+// consecutive DiLoCo pseudo-gradients do. Scaled to honest-update size (0.01).
+std::vector<float> trajectory_delta(uint64_t round, uint32_t site) {
+  std::vector<float> g(kNumel, 0.0f);
+  for (uint64_t r = 0; r <= round; ++r) {
+    const std::vector<float> fresh = testing_util::normal_vector(kNumel, 500 + uint32_t(r));
+    for (size_t i = 0; i < kNumel; ++i) g[i] = fresh[i] + 0.7f * g[i];
+  }
+  std::vector<float> d = testing_util::normal_vector(kNumel, 9000 + 100 * uint32_t(round) + site);
+  for (size_t i = 0; i < kNumel; ++i) d[i] = 0.01f * (0.8f * d[i] + g[i]);
+  return d;
+}
+
+// node-2 sends, from round 1 on, an update trained from the previous round's θ that it never
+// sent before (a stale update: no replay) next to honest node-0 and node-1; with `restart`, the
+// coordinator is stopped after round 2 and started again on the same store. Returns θ's final
+// fingerprint.
+std::string stale_run(bool restart) {
+  ExperimentConfig cfg = testing::small_config("stale", 4, 3);
+  cfg.robust.stale_margin = ExperimentConfig{}.robust.stale_margin;  // the default
+  TlsCoordinator t(cfg, 3);
+  EXPECT_TRUE(t.c);
+  if (!t.c) return "";
+  EXPECT_TRUE(t.c->service->start().ok());
+  for (uint64_t r = 0; r < 4; ++r) {
+    if (restart && r == 3) {
+      EXPECT_TRUE(testing_util::eventually([&] { return t.c->store->load_round("stale", 2).ok(); },
+                                           20000ms));
+      t.restart(cfg);
+      if (!t.c) return "";
+      EXPECT_TRUE(t.c->service->start().ok());
+    }
+    std::vector<Site> sites = train_round(t, {0, 1, 2}, r == 0 || (restart && r == 3));
+    EXPECT_EQ(sites[0].task.round(), r);
+    for (uint32_t k = 0; k < 3; ++k) {
+      const std::vector<float> delta =
+          k == 2 && r > 0 ? trajectory_delta(r - 1, 20 + uint32_t(r)) : trajectory_delta(r, k);
+      EXPECT_TRUE(sites[k].client->push_update(sites[k].header(1000, t.layout_fp), delta).ok());
+    }
+  }
+  auto fin = t.c->service->wait_until_finished(Clock::now() + 20s);
+  EXPECT_TRUE(fin.ok()) << fin.status().to_string();
+  for (uint64_t r = 0; r < 4; ++r) {
+    auto rec = t.c->store->load_round("stale", r);
+    EXPECT_TRUE(rec.ok()) << rec.status().to_string();
+    if (!rec.ok()) return "";
+    EXPECT_EQ(rec->participants[0].screen, "kept") << r;
+    EXPECT_EQ(rec->participants[1].screen, "kept") << r;
+    EXPECT_EQ(rec->participants[2].screen, r == 0 ? "kept" : "dropped") << r;
+    EXPECT_EQ(rec->participants[2].screen_reason, r == 0 ? "" : "stale") << r;
+  }
+  auto stale_lines = [&] {
+    auto audit = t.c->store->list_audit("stale");
+    size_t n = 0;
+    if (audit.ok())
+      for (const auto& line : *audit)
+        n += contains(line, "node-2 round ") && contains(line, "dropped: stale: cosine ");
+    return n;
+  };
+  testing_util::eventually([&] { return stale_lines() >= 3; }, 10000ms);
+  EXPECT_EQ(stale_lines(), 3u);
+  return t.c->service->params_fingerprint();
+}
+
+// A site sending updates one round late (trained from θ_{r-1}, never sent before) is dropped
+// in every round after the first, also after a coordinator restart: which updates the last
+// round applied is committed with it, so the run with a restart ends on the same θ.
+TEST(HostileSite, StaleUpdateIsDroppedAlsoAfterARestart) {
+  const std::string straight = stale_run(false);
+  const std::string restarted = stale_run(true);
+  ASSERT_FALSE(straight.empty());
+  EXPECT_EQ(restarted, straight);
+}
+
 // ReportMetrics over the wire: n metrics named m000.., for `round`.
 grpc::Status report(pb::Coordinator::Stub& stub, const std::string& experiment, uint64_t round,
                     int n, const std::string& name_prefix = "m") {

@@ -77,6 +77,10 @@ inline coordinator::ExperimentConfig small_config(const std::string& name, uint3
   // The tests' synthetic updates (a fixed pattern per node, plus 0.05 θ) repeat themselves:
   // cosine > 0.9995 between rounds, so replay detection would drop them. Tests of it turn it on.
   c.robust.replay_cosine = 0;
+  // Nor are they a training run whose updates follow θ's trajectory: stale-update detection
+  // compares directions across rounds, which unrelated random updates do not have. Tests of it
+  // turn it on.
+  c.robust.stale_margin = 0;
   return c;
 }
 

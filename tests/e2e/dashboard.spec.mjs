@@ -430,7 +430,7 @@ try {
   const shownReasons = new Map(robust.shown);
   check(robust.fromMetrics.length >= 10 && robust.fromMetrics.every(([r, n]) => shownReasons.has(r) && shownReasons.get(r) <= n),
     `refused updates by reason: page ${JSON.stringify(robust.shown)}, /metrics ${JSON.stringify(robust.fromMetrics)}`);
-  check(/In the last \d+ rounds: \d+ updates? clipped, \d+ dropped by screening( \(\d+ as replays\))?, \d+ missed/.test(robust.text), `screening line: ${robust.text}`);
+  check(/In the last \d+ rounds: \d+ updates? clipped, \d+ dropped by screening( \((\d+ as replays)?(, )?(\d+ as stale updates)?\))?, \d+ missed/.test(robust.text), `screening line: ${robust.text}`);
   step(`robust aggregation: ${robust.shown.length} reasons from /metrics; "${robust.text}"`);
 
   await shoot(page, 'experiment');

@@ -177,6 +177,7 @@ StatusOr<PeerIdentity> peer_identity(const grpc::ServerContext& context) {
   id.name = info->common_name;
   id.role = info->role;
   id.fingerprint = info->fingerprint_sha256;
+  id.certificate_pem = pem;
   return id;
 }
 

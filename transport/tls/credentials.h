@@ -59,6 +59,7 @@ struct PeerIdentity {
   std::string name;         // certificate CN
   std::string role;         // certificate OU: "node" / "admin" ("" if absent)
   std::string fingerprint;  // SHA-256 of the certificate (DER), hex
+  std::string certificate_pem;  // the certificate as presented in the handshake
 };
 
 // Unauthenticated when the call did not come over mTLS with a verified client certificate
