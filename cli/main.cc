@@ -1,5 +1,4 @@
 // atoll: one binary, one subcommand per job.
-#include <malloc.h>
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -53,13 +52,6 @@ void print_usage(FILE* out) {
 
 int main(int argc, char** argv) {
   using namespace atl::cli;
-  // Blocks below 32 MiB (tensor-stream chunks, gRPC's 1 MiB message buffers, per-layer
-  // scratch) are reused from the heap instead of being mapped and unmapped on every use, and
-  // up to 256 MiB freed at the heap's top is kept for the next round rather than returned and
-  // faulted in again. θ-sized buffers (larger) are still mapped and returned at once. On a
-  // virtualised host the page faults cost more than the TLS of a θ stream (bench/transport).
-  (void)mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  (void)mallopt(M_TRIM_THRESHOLD, 256 << 20);
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     print_usage(argc < 2 ? stderr : stdout);
