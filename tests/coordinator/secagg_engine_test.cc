@@ -38,16 +38,7 @@ std::vector<float> random_vector(size_t n, double scale, uint64_t stream) {
 }
 
 ExperimentConfig secagg_config(bool masking) {
-  ExperimentConfig cfg = testing_util::small_config("sa", 2, 2);
-  cfg.diloco.round_deadline_s = 30;
-  cfg.diloco.lost_after_heartbeats = 20;
-  cfg.robust.screen = "off";
-  cfg.secagg.enabled = true;
-  cfg.secagg.clip_range = 0.5;
-  cfg.secagg.quantization_range = 1u << 20;
-  cfg.secagg.threshold = 2;
-  cfg.secagg.masking = masking;
-  return cfg;
+  return testing_util::secagg_test_config("sa", 2, 2, masking);
 }
 
 uint64_t site_rounding_seed(size_t i) { return 1000 + i; }

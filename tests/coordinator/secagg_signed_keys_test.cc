@@ -115,16 +115,7 @@ class SignedCalls final : public node::CoordinatorCalls {
 };
 
 ExperimentConfig secagg_config() {
-  ExperimentConfig cfg = testing_util::small_config("sk", 1, 3);
-  cfg.diloco.round_deadline_s = 30;
-  cfg.diloco.lost_after_heartbeats = 20;
-  cfg.robust.screen = "off";
-  cfg.secagg.enabled = true;
-  cfg.secagg.clip_range = 0.5;
-  cfg.secagg.quantization_range = 1u << 20;
-  cfg.secagg.threshold = 2;
-  cfg.secagg.masking = true;
-  return cfg;
+  return testing_util::secagg_test_config("sk", 1, 3, true);
 }
 
 struct RoundOutcome {

@@ -84,6 +84,22 @@ inline coordinator::ExperimentConfig small_config(const std::string& name, uint3
   return c;
 }
 
+// small_config with secure aggregation on (threshold 2, clip range 0.5, quantization range 2^20,
+// screening off as [secagg] requires); `masking = false` runs the same integers in the clear.
+inline coordinator::ExperimentConfig secagg_test_config(const std::string& name, uint32_t rounds,
+                                                        uint32_t min_nodes, bool masking) {
+  coordinator::ExperimentConfig cfg = small_config(name, rounds, min_nodes);
+  cfg.diloco.round_deadline_s = 30;
+  cfg.diloco.lost_after_heartbeats = 20;
+  cfg.robust.screen = "off";
+  cfg.secagg.enabled = true;
+  cfg.secagg.clip_range = 0.5;
+  cfg.secagg.quantization_range = 1u << 20;
+  cfg.secagg.threshold = 2;
+  cfg.secagg.masking = masking;
+  return cfg;
+}
+
 // n values drawn from N(0, 1) by std::mt19937(seed).
 inline std::vector<float> normal_vector(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
