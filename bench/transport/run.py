@@ -35,7 +35,9 @@ import time
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "bench", "wan"))
 from report_util import replace_section  # noqa: E402
+from wan import read, setup_tls  # noqa: E402  (log reading and the experiment CA, as bench/wan)
 
 CONFIG = """name = "transport"
 seed = 7
@@ -81,14 +83,6 @@ def aes_gcm_rate():
     return float(m.group(1)) * 1000
 
 
-def read(path):
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()
-    except FileNotFoundError:
-        return ""
-
-
 def free_port():
     import socket
     with socket.socket() as s:
@@ -98,10 +92,7 @@ def free_port():
 
 def run_once(atoll, work, rounds, dim, layers, ffn):
     tls = os.path.join(work, "tls")
-    for argv in (["ca", "init", "--dir", tls],
-                 ["ca", "issue", "--dir", tls, "--name", "coordinator", "--role", "server"],
-                 ["ca", "issue", "--dir", tls, "--name", "site-1"]):
-        subprocess.run([atoll, *argv], check=True, stdout=subprocess.DEVNULL)
+    setup_tls(atoll, tls, sites=1)
     config = os.path.join(work, "transport.toml")
     with open(config, "w") as f:
         f.write(CONFIG.format(dim=dim, layers=layers, ffn=ffn, rounds=rounds))
