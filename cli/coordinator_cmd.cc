@@ -239,7 +239,10 @@ StatusOr<CoordinatorSetup> read_setup(const Flags& flags) {
     auto ev = GlobalEvaluator::create(model_config_of(l.config), eo);
     if (!ev.ok()) return InvalidArgument("--eval-data: " + ev.status().message());
     setup.evaluator = std::move(ev).value();
-    if (l.base) setup.evaluator->attach_lora(coordinator::lora_config(l.config), l.base->params);
+    if (l.base) {
+      const algorithms::LoraConfig lora = coordinator::lora_config(l.config);
+      setup.evaluator->attach_lora(lora, l.base->frozen(lora.base_storage, /*release_fp32=*/false));
+    }
     kernels::cpu::set_num_threads(static_cast<int>(eval_threads));
   }
   return setup;

@@ -50,6 +50,10 @@ std::vector<FlagSpec> lora_demo_flags(int64_t max_sites) {
                ""});
   f.push_back({"base-steps", true, "steps of the default base's pretraining", "150"});
   f.push_back({"lora-rank", true, "LoRA rank r", "8"});
+  f.push_back({"lora-base-dtype", true,
+               "how every site holds the frozen base: fp32, or bf16 (half the memory; the base "
+               "rounded to bf16 once)",
+               "fp32"});
   f.push_back({"lora-alpha", true, "LoRA alpha (the update is scaled by alpha / r)", "16"});
   f.push_back(
       {"lora-targets", true, "projections with adapters: any of q,k,v,o,gate,up,down", "q,k,v,o"});
@@ -70,6 +74,9 @@ StatusOr<DemoExperiment> parse_lora_demo_experiment(const Flags& flags, int64_t 
   if (!parsed.ok()) return InvalidArgument("--lora-targets: " + parsed.status().message());
   d.config.lora.rank = static_cast<uint32_t>(rank);
   d.config.lora.targets = targets;
+  d.config.lora.base_dtype = flags.get_or("lora-base-dtype", "fp32");
+  if (auto storage = algorithms::parse_base_storage(d.config.lora.base_dtype); !storage.ok())
+    return InvalidArgument("--lora-base-dtype: " + storage.status().message());
   // The config needs a base to validate; the default one is written into the run directory.
   d.config.lora.base = flags.get_or("base", "");
   if (flags.has("base")) {

@@ -97,8 +97,11 @@ Status make_evaluator(DemoRun& run) {
   eval_options.max_tokens = d.eval_tokens;
   if (run.rc->base) eval_options.tokenizer_blob = run.rc->base->tokenizer;
   ATOLL_ASSIGN_OR_RETURN(run.evaluator, GlobalEvaluator::create(run.rc->model, eval_options));
-  if (run.rc->base)
-    run.evaluator->attach_lora(coordinator::lora_config(run.rc->config), run.rc->base->params);
+  if (run.rc->base) {
+    // One bf16 copy ([lora] base_dtype) for the evaluator and every in-process site.
+    const algorithms::LoraConfig lora = coordinator::lora_config(run.rc->config);
+    run.evaluator->attach_lora(lora, run.rc->base->frozen(lora.base_storage, false));
+  }
   return Status::Ok();
 }
 

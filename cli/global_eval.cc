@@ -33,7 +33,7 @@ GlobalEvaluator::GlobalEvaluator(const algorithms::ModelConfig& model, GlobalEva
       theta_(algorithms::make_layout(model)) {}
 
 void GlobalEvaluator::attach_lora(const algorithms::LoraConfig& lora,
-                                  std::shared_ptr<const algorithms::ParamSet> base) {
+                                  std::shared_ptr<const algorithms::FrozenBase> base) {
   llama_.attach_lora(lora, std::move(base));
   theta_ = algorithms::ParamSet(llama_.layout());
 }

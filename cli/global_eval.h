@@ -28,10 +28,10 @@ class GlobalEvaluator {
   static StatusOr<std::unique_ptr<GlobalEvaluator>> create(const algorithms::ModelConfig& model,
                                                            const GlobalEvalOptions& options);
 
-  // From now on θ is a LoRA adapter set over the frozen `base` (make_layout of the model): the
-  // evaluation runs base + adapters.
+  // From now on θ is a LoRA adapter set over the frozen `base` (make_layout of the model), held
+  // as lora.base_storage says: the evaluation runs base + adapters.
   void attach_lora(const algorithms::LoraConfig& lora,
-                   std::shared_ptr<const algorithms::ParamSet> base);
+                   std::shared_ptr<const algorithms::FrozenBase> base);
 
   // Bits per byte of `params` on the validation documents. Deterministic.
   double bpb(const algorithms::ParamSet& params);

@@ -163,6 +163,7 @@ int cmd_node(const Args& args) {
     auto base = node::load_base_model(*base_path);
     if (!base.ok()) return log.fail(base.status().message(), 2);
     o.base = std::make_shared<const node::BaseModel>(std::move(*base));
+    o.base_exclusive = true;  // this process's one site: a bf16 experiment frees the fp32 copy
     data.tokenizer_blob = o.base->tokenizer;
   }
   auto loaded = node::load_site_training_data(data);

@@ -299,6 +299,8 @@ std::vector<Status> lora_errors(const ExperimentConfig& c, std::string_view src)
     add(range_error(src, "lora.alpha", fmt_double(l.alpha), "must be finite and > 0"));
   if (auto t = algorithms::parse_lora_targets(l.targets); !t.ok())
     add(range_error(src, "lora.targets", "\"" + l.targets + "\"", t.status().message()));
+  if (auto d = algorithms::parse_base_storage(l.base_dtype); !d.ok())
+    add(range_error(src, "lora.base_dtype", "\"" + l.base_dtype + "\"", d.status().message()));
   if (l.base.empty())
     add(range_error(src, "lora.base", "\"\"",
                     "must name the base checkpoint the adapters fine-tune (`atoll train` or "
@@ -657,7 +659,8 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
         {"alpha", f64(&c.lora.alpha)},
         {"targets", str(&c.lora.targets)},
         {"base", str(&c.lora.base)},
-        {"base_fingerprint", str(&c.lora.base_fingerprint)}}},
+        {"base_fingerprint", str(&c.lora.base_fingerprint)},
+        {"base_dtype", str(&c.lora.base_dtype)}}},
   };
   apply_table(root, schemas[0], source, subtables, check.errors);
   for (size_t i = 1; i < schemas.size(); ++i) {
@@ -759,7 +762,8 @@ std::string to_toml(const ExperimentConfig& c) {
   if (c.is_lora())
     o << "\n[lora]\nrank = " << c.lora.rank << "\nalpha = " << f(c.lora.alpha)
       << "\ntargets = " << q(c.lora.targets) << "\nbase = " << q(c.lora.base)
-      << "\nbase_fingerprint = " << q(c.lora.base_fingerprint) << "\n";
+      << "\nbase_fingerprint = " << q(c.lora.base_fingerprint) << "\n"
+      << (c.lora.base_dtype != "fp32" ? "base_dtype = " + q(c.lora.base_dtype) + "\n" : "");
   return o.str();
 }
 
@@ -815,6 +819,7 @@ algorithms::LoraConfig lora_config(const ExperimentConfig& cfg) {
   l.rank = static_cast<int>(cfg.lora.rank);
   l.alpha = cfg.lora.alpha;
   if (auto t = algorithms::parse_lora_targets(cfg.lora.targets); t.ok()) l.targets = *t;
+  if (auto d = algorithms::parse_base_storage(cfg.lora.base_dtype); d.ok()) l.base_storage = *d;
   return l;
 }
 

@@ -36,6 +36,9 @@
 //                              # model config replaces [model] (all but seq_len)
 //   base_fingerprint = ""      # SHA-256 of the base's parameters: filled from `base` when
 //                              # empty, checked against it when given
+//   base_dtype = "fp32"        # how every site and the evaluator hold the frozen base: fp32, or
+//                              # bf16 (half the memory; the base rounded to bf16 once, which a
+//                              # bf16 checkpoint already is); written by to_toml only when bf16
 //                              # (the section is written by to_toml only when rank > 0)
 //
 //   [train]                    # inner optimizer (AdamW) on every node
@@ -183,6 +186,7 @@ struct LoraSection {
   std::string targets = "q,k,v,o";
   std::string base;
   std::string base_fingerprint;
+  std::string base_dtype = "fp32";  // algorithms::parse_base_storage
   bool enabled() const { return rank > 0; }
 };
 

@@ -148,6 +148,7 @@ void RoundEngine::fill_join_response(const std::string& id, pb::JoinResponse& re
     l->set_rank(config_.lora.rank);
     l->set_alpha(config_.lora.alpha);
     l->set_targets(config_.lora.targets);
+    l->set_base_dtype(config_.lora.base_dtype);
     resp.set_base_fingerprint(config_.lora.base_fingerprint);
   }
   pb::TrainSpec* t = resp.mutable_train();

@@ -22,6 +22,25 @@ StatusOr<BaseModel> load_base_model(const std::string& path, const std::string& 
   return b;
 }
 
+std::shared_ptr<const algorithms::FrozenBase> BaseModel::frozen(algorithms::BaseStorage storage,
+                                                                bool release_fp32) const {
+  std::lock_guard<std::mutex> lock(converted_->mu);
+  if (storage == algorithms::BaseStorage::kFp32 && params)
+    return algorithms::FrozenBase::fp32(params);
+  if (!converted_->bf16) converted_->bf16 = algorithms::FrozenBase::bf16(*params);
+  if (storage == algorithms::BaseStorage::kFp32)  // released earlier: widen the copy
+    return algorithms::FrozenBase::fp32(
+        std::make_shared<const algorithms::ParamSet>(converted_->bf16->widened()));
+  if (release_fp32) params.reset();
+  return converted_->bf16;
+}
+
+std::shared_ptr<const algorithms::ParamSet> BaseModel::fp32() const {
+  if (params) return params;
+  std::lock_guard<std::mutex> lock(converted_->mu);
+  return std::make_shared<const algorithms::ParamSet>(converted_->bf16->widened());
+}
+
 Status check_base_model(const BaseModel* base, const SiteConfig& site) {
   if (!site.lora_enabled()) return Status::Ok();
   const std::string want = site.base_fingerprint.substr(0, 16);

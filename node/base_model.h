@@ -6,8 +6,10 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
+#include "algorithms/model/frozen_base.h"
 #include "algorithms/model/llama.h"
 #include "algorithms/model/param_set.h"
 #include "kernels/core/status.h"
@@ -18,9 +20,27 @@ namespace atl::node {
 struct BaseModel {
   std::string path;                                    // where it was read from
   algorithms::ModelConfig model;                       // the checkpoint's model config
-  std::shared_ptr<const algorithms::ParamSet> params;  // make_layout(model)
-  std::string fingerprint;                             // SHA-256 of params (ParamSet::fingerprint)
+  // make_layout(model); mutable: frozen(kBf16, release_fp32 = true) lets go of it.
+  mutable std::shared_ptr<const algorithms::ParamSet> params;
+  std::string fingerprint;  // SHA-256 of params (ParamSet::fingerprint)
   std::string tokenizer;                               // its tokenizer blob ("" = bytes)
+
+  // The base held as an experiment's [lora] base_dtype says (algorithms/model/frozen_base.h),
+  // shared by every site of this process that asks: fp32 shares `params`; bf16 is converted
+  // once. With `release_fp32` (a process whose only user of the base is one site: `atoll node`)
+  // the bf16 conversion also lets go of `params` here, so the process holds 2 bytes a
+  // parameter; `params` is then null and fp32() widens the bf16 copy.
+  std::shared_ptr<const algorithms::FrozenBase> frozen(algorithms::BaseStorage storage,
+                                                       bool release_fp32) const;
+  // The fp32 parameters: `params`, or after a release the bf16 copy widened (a new buffer).
+  std::shared_ptr<const algorithms::ParamSet> fp32() const;
+
+ private:
+  struct Converted {
+    std::mutex mu;
+    std::shared_ptr<const algorithms::FrozenBase> bf16;
+  };
+  std::shared_ptr<Converted> converted_ = std::make_shared<Converted>();
 };
 
 // Reads and verifies a base checkpoint (its recorded fingerprint is checked on load). A LoRA

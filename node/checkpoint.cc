@@ -83,6 +83,12 @@ Status decode_lora(const algorithms::Safetensors& st, const std::string& what,
   lora.targets = *parsed;
   if (Status s = algorithms::validate(lora, ck.meta.model); !s.ok())
     return InvalidArgument(what + ": " + s.message());
+  if (auto dtype = md.find("atoll.lora.base_dtype"); dtype != md.end()) {
+    auto storage = algorithms::parse_base_storage(dtype->second);
+    if (!storage.ok())
+      return InvalidArgument(what + ": atoll.lora.base_dtype: " + storage.status().message());
+    lora.base_storage = *storage;
+  }
   ck.adapters = ParamSet(algorithms::make_lora_layout(lora, ck.meta.model));
   if (Status s = algorithms::read_params(st, ck.adapters, "", false); !s.ok())
     return InvalidArgument(what + ": " + s.message());
@@ -143,6 +149,8 @@ StatusOr<std::string> encode_checkpoint(const CheckpointMeta& meta, const ParamS
     md["atoll.lora.rank"] = std::to_string(meta.lora.rank);
     md["atoll.lora.alpha"] = exact(meta.lora.alpha);
     md["atoll.lora.targets"] = algorithms::lora_targets_csv(meta.lora);
+    if (meta.lora.base_storage != algorithms::BaseStorage::kFp32)  // older readers: fp32
+      md["atoll.lora.base_dtype"] = algorithms::base_storage_name(meta.lora.base_storage);
     md["atoll.lora.fingerprint"] = adapters->fingerprint();
   }
   if (optimizer) {

@@ -64,7 +64,7 @@ class CpuInnerStep final : public InnerStep {
   CpuInnerStep(const al::ModelConfig& model, const al::TrainerConfig& train)
       : trainer_(model, train) {}
   CpuInnerStep(const al::ModelConfig& model, const al::TrainerConfig& train,
-               const al::LoraConfig& lora, std::shared_ptr<const al::ParamSet> base)
+               const al::LoraConfig& lora, std::shared_ptr<const al::FrozenBase> base)
       : trainer_(model, train) {
     trainer_.attach_lora(lora, std::move(base));
   }

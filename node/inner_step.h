@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "algorithms/data/dataset.h"
+#include "algorithms/model/frozen_base.h"
 #include "algorithms/model/param_set.h"
 #include "algorithms/model/subnet.h"
 #include "algorithms/optim/inner_trainer.h"
@@ -103,7 +104,7 @@ struct InnerStepOptions {
   const std::atomic<bool>* stop = nullptr;  // ends a wait for an absent teacher
   // The frozen base of a LoRA experiment (site.lora_enabled()): the step trains the adapters
   // over it (Llama::attach_lora), θ_local is the adapter set. Null otherwise.
-  std::shared_ptr<const algorithms::ParamSet> lora_base;
+  std::shared_ptr<const algorithms::FrozenBase> lora_base;
 };
 
 // Whether `site` and `options` name a step that can be built, without building it: one line

@@ -48,6 +48,7 @@ Status run_node(const NodeOptions& opt) {
   wo.state_dir = opt.state_dir;
   wo.keep_best = opt.keep_best;
   wo.base = opt.base;
+  wo.base_exclusive = opt.base_exclusive;
   wo.stop = opt.stop;
   wo.log = opt.log;
   wo.metrics = opt.metrics;

@@ -48,6 +48,7 @@ struct NodeOptions {
   KeepBest keep_best = KeepBest::kAuto;  // SiteWorkerOptions::keep_best
   // The frozen base of a LoRA experiment (--base CKPT; SiteWorkerOptions::base); null: none.
   std::shared_ptr<const BaseModel> base;
+  bool base_exclusive = false;  // SiteWorkerOptions::base_exclusive
   // Set from a signal handler: finish the current inner step, Leave, return.
   const std::atomic<bool>* stop = nullptr;
   std::function<void(const std::string&)> log;  // one line per call

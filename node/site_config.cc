@@ -81,6 +81,12 @@ StatusOr<SiteConfig> site_config_from_join(const atoll_pb::v1::JoinResponse& joi
     if (!targets.ok())
       return InvalidArgument("the coordinator's LoRA targets: " + targets.status().message());
     s.lora.targets = *targets;
+    if (!joined.lora().base_dtype().empty()) {
+      auto storage = algorithms::parse_base_storage(joined.lora().base_dtype());
+      if (!storage.ok())
+        return InvalidArgument("the coordinator's LoRA base_dtype: " + storage.status().message());
+      s.lora.base_storage = *storage;
+    }
     if (Status st = algorithms::validate(s.lora, s.model); !st.ok())
       return InvalidArgument("the coordinator's LoRA config: " + st.message());
     s.base_fingerprint = joined.base_fingerprint();

@@ -140,6 +140,8 @@ class SiteWorker {
   std::shared_ptr<const SiteData> data_;
   // The model that evaluates θ on the site's validation data (null: none to evaluate on).
   std::unique_ptr<al::Llama> val_model_;
+  // The frozen base of a LoRA experiment as [lora] base_dtype holds it (trainer and val_model_).
+  std::shared_ptr<const al::FrozenBase> frozen_base_;
   std::unique_ptr<InnerStep> inner_;
   std::unique_ptr<SyncStrategy> sync_;
   std::string layout_fingerprint_;
@@ -221,11 +223,14 @@ Status SiteWorker::set_up() {
   step_options.stop = opt_.stop;
   ATOLL_RETURN_IF_ERROR(check_base_model(opt_.base.get(), site_));
   if (site_.lora_enabled()) {
-    step_options.lora_base = opt_.base->params;
+    frozen_base_ = opt_.base->frozen(site_.lora.base_storage, opt_.base_exclusive);
+    step_options.lora_base = frozen_base_;
     log("fine-tuning LoRA adapters (r=" + std::to_string(site_.lora.rank) + " on " +
         al::lora_targets_csv(site_.lora) + ", " +
         std::to_string(al::count_lora_params(site_.lora, site_.model)) + " trainable) over base " +
-        opt_.base->path + " (sha256 " + opt_.base->fingerprint.substr(0, 16) + "...)");
+        opt_.base->path + " (sha256 " + opt_.base->fingerprint.substr(0, 16) + "..., held in " +
+        al::base_storage_name(site_.lora.base_storage) + ", " +
+        std::to_string(frozen_base_->stored_bytes() >> 20) + " MiB)");
   } else if (opt_.base) {
     log("--base " + opt_.base->path + " is not used: this experiment has no LoRA adapters");
   }
@@ -293,7 +298,7 @@ Status SiteWorker::set_up_validation() {
     return Status::Ok();
   }
   val_model_ = std::make_unique<al::Llama>(site_.model);
-  if (site_.lora_enabled()) val_model_->attach_lora(site_.lora, opt_.base->params);
+  if (site_.lora_enabled()) val_model_->attach_lora(site_.lora, frozen_base_);
   return Status::Ok();
 }
 
@@ -357,9 +362,11 @@ void SiteWorker::offer_kept(const KeptSource& source, double site_val_bpb,
   meta.tokenizer = data_->tokenizer_blob;
   meta.experiment = joined_.experiment_id();
   if (site_.lora_enabled()) meta.lora = site_.lora;
-  const al::ParamSet* lora_base = site_.lora_enabled() ? opt_.base->params.get() : nullptr;
+  // A bf16-held base is written widened (exactly its bf16 values), a transient fp32 copy.
+  const std::shared_ptr<const al::ParamSet> lora_base =
+      site_.lora_enabled() ? opt_.base->fp32() : nullptr;
   if (Status s = save_kept_theta(kept_path_, meta, joined_.node_id(), *best_.kept(),
-                                 theta_layout(site_), lora_base);
+                                 theta_layout(site_), lora_base.get());
       !s.ok()) {
     log("not writing the kept θ to " + kept_path_ + " any more: " + s.message());
     kept_path_.clear();

@@ -70,6 +70,10 @@ struct SiteWorkerOptions {
   // against the experiment's base fingerprint when the coordinator answers the join; the site's
   // data is tokenized with its tokenizer. Null: none (a LoRA experiment then refuses to start).
   std::shared_ptr<const BaseModel> base;
+  // Whether this site is the process's only user of `base` (`atoll node`): with [lora]
+  // base_dtype = "bf16" its fp32 parameters are then let go of once converted
+  // (BaseModel::frozen), so the process holds the base in 2 bytes a parameter.
+  bool base_exclusive = false;
   // What the site ends with (node/kept_theta.h): the best θ on its validation data (kAuto: with
   // its own θ_local of every round in a Hydra or LoRA experiment when it has validation data,
   // else the last global θ). With

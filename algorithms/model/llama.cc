@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
+#include <span>
 
 #include "algorithms/model/subnet.h"
 #include "kernels/core/check.h"
@@ -362,14 +364,60 @@ void Llama::check_params(const ParamSet& p, const char* what) const {
                           : ": parameter layout does not match the model config"));
 }
 
-void Llama::attach_lora(const LoraConfig& lora, std::shared_ptr<const ParamSet> base) {
+void Llama::attach_lora(const LoraConfig& lora, std::shared_ptr<const FrozenBase> base) {
   if (sub_) internal_error("Llama::attach_lora: the model is restricted to a subnetwork");
+  if (!base || base->storage() != lora.base_storage)
+    internal_error(std::string("Llama::attach_lora: the base is not stored as the LoRA config says (") +
+                   base_storage_name(lora.base_storage) + ")");
   lora_ = std::make_unique<LoraAdapters>(lora, cfg_, std::move(base));
   B_ = T_ = 0;  // the next forward sizes the adapters' activations
+  block_range_.clear();
+  base_stage_.clear();
+  base_embed_.clear();
+  base_norm_.clear();
+  base_head_.clear();
+  const FrozenBase& fb = lora_->base();
+  if (fb.fp32_data()) return;  // read in place
+  // bf16: every block's span of the layout (its views are added back to back), the largest
+  // sizing the stage; the tensors outside the blocks widened once.
+  size_t widest = 0;
+  for (int l = 0; l < cfg_.layers; ++l) {
+    const std::string prefix = "model.layers." + std::to_string(l) + ".";
+    size_t begin = SIZE_MAX, end = 0;
+    for (const ParamView& v : layout_.views())
+      if (v.name.starts_with(prefix)) {
+        begin = std::min(begin, v.offset);
+        end = std::max(end, v.offset + v.numel());
+      }
+    block_range_.push_back({begin, end});
+    widest = std::max(widest, end - begin);
+  }
+  base_stage_.resize(widest);
+  auto widen_view = [&](const std::string& name, std::vector<float>& out) {
+    const ParamView* v = layout_.find(name);
+    out.resize(v->numel());
+    fb.widen(v->offset, out);
+  };
+  widen_view("model.embed_tokens.weight", base_embed_);
+  widen_view("model.norm.weight", base_norm_);
+  if (!cfg_.tie_word_embeddings) widen_view(head_param_name(cfg_), base_head_);
+}
+
+void Llama::attach_lora(const LoraConfig& lora, std::shared_ptr<const ParamSet> base) {
+  attach_lora(lora, FrozenBase::make(lora.base_storage, std::move(base)));
 }
 
 const float* Llama::base_data(const ParamSet& params) const {
-  return lora_ ? lora_->base().data() : params.data();
+  return lora_ ? lora_->base().fp32_data() : params.data();
+}
+
+const float* Llama::outer_param(const float* P, size_t offset) const {
+  if (P) return P + offset;
+  if (offset == off_embed_) return base_embed_.data();
+  if (offset == off_norm_) return base_norm_.data();
+  if (offset == off_head_) return base_head_.data();
+  internal_error("Llama::outer_param: offset " + std::to_string(offset) +
+                 " is not the embedding, the final norm or the head");
 }
 
 const float* Llama::adapter_data(const ParamSet& params) const {
@@ -555,12 +603,29 @@ UnitGeometry unit_geometry(const ModelConfig& c, const Subnet& s) {
 Llama::LayerWeights Llama::layer_weights(const float* P, int l) {
   const LayerOffsets& o = off_[l];
   const bool bias = cfg_.attention_bias;
+  if (!P) {  // a bf16-stored LoRA base (never a subnetwork): block l widened into the stage
+    const auto [begin, end] = block_range_[l];
+    lora_->base().widen(begin, std::span<float>(base_stage_.data(), end - begin));
+    const float* S = base_stage_.data();
+    return {.qkv = S + (o.qkv - begin),
+            .qkv_bias = bias ? S + (o.qkv_bias - begin) : nullptr,
+            .o = S + (o.o - begin),
+            .gu = S + (o.gu - begin),
+            .down = S + (o.down - begin),
+            .ln1 = S + (o.ln1 - begin),
+            .ln2 = S + (o.ln2 - begin),
+            .heads = cfg_.heads,
+            .kv_heads = kv_heads_,
+            .ffn = cfg_.ffn_hidden};
+  }
   if (!sub_ || sub_->whole[l])
     return {.qkv = P + o.qkv,
             .qkv_bias = bias ? P + o.qkv_bias : nullptr,
             .o = P + o.o,
             .gu = P + o.gu,
             .down = P + o.down,
+            .ln1 = P + o.ln1,
+            .ln2 = P + o.ln2,
             .heads = cfg_.heads,
             .kv_heads = kv_heads_,
             .ffn = cfg_.ffn_hidden};
@@ -578,6 +643,8 @@ Llama::LayerWeights Llama::layer_weights(const float* P, int l) {
           .o = w + cl.o,
           .gu = w + cl.gu,
           .down = w + cl.down,
+          .ln1 = P + o.ln1,
+          .ln2 = P + o.ln2,
           .heads = kvk * static_cast<int>(u.g),
           .kv_heads = kvk,
           .ffn = Fk};
@@ -626,7 +693,7 @@ void Llama::forward_attention(int l, const LayerWeights& w, const float* P, Laye
     std::memcpy(a.h, a.x, sizeof(float) * N * C);
     return;
   }
-  ops::rmsnorm_forward(a.ln1, a.rstd1, a.x, P + off_[l].ln1, N, C, cfg_.norm_eps);
+  ops::rmsnorm_forward(a.ln1, a.rstd1, a.x, w.ln1, N, C, cfg_.norm_eps);
   // (N, C) -> (N, QKV), QKV = (h + 2kv)·D (3hD without GQA, written straight into a.qkv)
   float* lin = kv != h ? qkv_lin_ : a.qkv;
   gemm_.forward(lin, a.ln1, w.qkv, N, C, QKV, site(l, 0));
@@ -651,7 +718,7 @@ void Llama::forward_ffn(int l, const LayerWeights& w, const float* P, LayerActs&
     std::memcpy(next, a.h, sizeof(float) * N * C);
     return;
   }
-  ops::rmsnorm_forward(a.ln2, a.rstd2, a.h, P + off_[l].ln2, N, C, cfg_.norm_eps);
+  ops::rmsnorm_forward(a.ln2, a.rstd2, a.h, w.ln2, N, C, cfg_.norm_eps);
   if (moe) {
     moe_->forward(l, P, a.ln2, scratch_, N, gemm_, moe_sites(l));  // experts follow the recipe
   } else {
@@ -671,14 +738,14 @@ void Llama::forward_ffn(int l, const LayerWeights& w, const float* P, LayerActs&
 void Llama::forward_trunk(const float* P, const int32_t* tokens) {
   const int N = B_ * T_, C = cfg_.dim, V = cfg_.vocab;
   // x0 (N, C) = wte[tokens]
-  ops::embedding_forward(la_[0].x, tokens, P + off_embed_, N, V, C);
+  ops::embedding_forward(la_[0].x, tokens, outer_param(P, off_embed_), N, V, C);
   for (int l = 0; l < cfg_.layers; ++l) {
     LayerActs& a = la_[l];
     const LayerWeights w = layer_weights(P, l);
     forward_attention(l, w, P, a);
     forward_ffn(l, w, P, a, (l + 1 < cfg_.layers) ? la_[l + 1].x : out_);
   }
-  ops::rmsnorm_forward(lnf_, rstdf_, out_, P + off_norm_, N, C, cfg_.norm_eps);
+  ops::rmsnorm_forward(lnf_, rstdf_, out_, outer_param(P, off_norm_), N, C, cfg_.norm_eps);
 }
 
 const float* Llama::forward_hidden(const ParamSet& params, const int32_t* tokens, int B, int T) {
@@ -718,7 +785,7 @@ float Llama::forward(const ParamSet& params, const int32_t* tokens, const int32_
   lora_params_ = adapter_data(params);
   fwd_flops_ = bwd_flops_ = 0;
   forward_trunk(P, tokens);
-  gemm_.forward(logits_, lnf_, P + off_head_, N, C, V, site(cfg_.layers, 0));  // (N, C) -> (N, V)
+  gemm_.forward(logits_, lnf_, outer_param(P, off_head_), N, C, V, site(cfg_.layers, 0));  // (N, C) -> (N, V)
   if (sub_) fwd_flops_ += 2.0 * N * C * V;
 
   std::fill(losses_, losses_ + N, 0.0f);
@@ -759,7 +826,7 @@ void Llama::backward(const ParamSet& params, ParamSet& grads) {
 
   const float* P = base_data(params);
   float* G = lora_ ? nullptr : grads.data();  // with LoRA the base is frozen: no gradients
-  const float* wte = P + off_head_;           // the head: the embedding when tied, else lm_head
+  const float* wte = outer_param(P, off_head_);  // the head: the embedding when tied, else lm_head
   // The head's weight gradient; none when the base is frozen (LoRA) or under a subnetwork.
   float* dwte = G && !sub_ ? G + off_head_ : nullptr;
 
@@ -807,7 +874,7 @@ void Llama::backward_ffn(int l, const LayerWeights& w, const LayerGrads& g, cons
       bwd_flops_ += (g.gu ? 2.0 : 1.0) * (2 * n * Fk * C + 2 * n * C * 2 * Fk);
     }
   }
-  ops::rmsnorm_backward(dres_, g.ln2, dln_, a.h, P + off_[l].ln2, a.rstd2, N, C);  // dres_ = dh
+  ops::rmsnorm_backward(dres_, g.ln2, dln_, a.h, w.ln2, a.rstd2, N, C);  // dres_ = dh
 }
 
 void Llama::backward_attention(int l, const LayerWeights& w, const LayerGrads& g, const float* P,
@@ -833,7 +900,7 @@ void Llama::backward_attention(int l, const LayerWeights& w, const LayerGrads& g
   ops::zero_fill(dln_, static_cast<size_t>(N) * C);
   gemm_.backward(dln_, g.qkv, dlin, a.ln1, w.qkv, N, C, QKV, site(l, 0));
   if (lora_) lora_->backward(l, 0, AP, AG, a.ln1, dlin, dln_, N, QKV);
-  ops::rmsnorm_backward(dres_, g.ln1, dln_, a.x, P + off_[l].ln1, a.rstd1, N, C);  // dres_ = dx
+  ops::rmsnorm_backward(dres_, g.ln1, dln_, a.x, w.ln1, a.rstd1, N, C);  // dres_ = dx
   if (sub_) {
     const double n = N;
     bwd_flops_ +=
@@ -849,8 +916,8 @@ void Llama::backward_trunk(const float* P, float* G, const float* dlnf, const fl
   // it is read here, before dln_ is reused as scratch below. Its gain is frozen under a
   // subnetwork (and with LoRA, G null).
   ops::zero_fill(dres_, static_cast<size_t>(N) * C);
-  ops::rmsnorm_backward(dres_, G && !sub_ ? G + off_norm_ : nullptr, dlnf, out_, P + off_norm_,
-                        rstdf_, N, C);
+  ops::rmsnorm_backward(dres_, G && !sub_ ? G + off_norm_ : nullptr, dlnf, out_,
+                        outer_param(P, off_norm_), rstdf_, N, C);
   // A subnetwork's backward stops at its lowest trained layer.
   const int lowest = sub_ ? sub_->lowest : 0;
   for (int l = cfg_.layers - 1; l >= lowest; --l) {

@@ -158,7 +158,11 @@ class Llama {
   // Attaches LoRA adapters (algorithms/model/lora.h) over the frozen `base` (make_layout of the
   // config): from now on forward/backward/generate take the adapter ParamSet, backward computes
   // gradients for the adapters only (none for the base: its weight gradients are skipped), and
-  // the base stays fp32. lora must be valid for the config (aborts otherwise).
+  // the base stays as stored: fp32 in place, or bf16 (FrozenBase) widened one transformer block
+  // at a time into an fp32 stage (the embedding, final norm and head are widened once, here).
+  // lora must be valid for the config (aborts otherwise).
+  void attach_lora(const LoraConfig& lora, std::shared_ptr<const FrozenBase> base);
+  // The same over `base` held as lora.base_storage says (fp32: shared as is; bf16: a rounded copy).
   void attach_lora(const LoraConfig& lora, std::shared_ptr<const ParamSet> base);
   // The adapters' state, or null for a plain model.
   const LoraAdapters* lora() const { return lora_.get(); }
@@ -276,6 +280,8 @@ class Llama {
     const float* o;         // (C, hk·D)
     const float* gu;        // (2Fk, C) gate rows | up rows
     const float* down;      // (C, Fk)
+    const float* ln1;       // (C) input_layernorm gain
+    const float* ln2;       // (C) post_attention_layernorm gain
     int heads, kv_heads, ffn;
   };
   // Where one layer's parameter gradients go (shapes as LayerWeights); null: not trained.
@@ -297,7 +303,8 @@ class Llama {
                     const float* AP, float* AG);
   void backward_attention(int l, const LayerWeights& w, const LayerGrads& g, const float* P,
                           const float* AP, float* AG);
-  // Layer l's weights (gathering a subnetwork's kept units) and gradient destinations
+  // Layer l's weights (gathering a subnetwork's kept units; P null: a bf16-stored LoRA base,
+  // block l widened into base_stage_) and gradient destinations
   LayerWeights layer_weights(const float* P, int l);
   // (zeroing a trained partial layer's compact gradients), and their addition into G.
   LayerGrads layer_grads(float* G, int l);
@@ -306,8 +313,12 @@ class Llama {
   // base parameters and gradients (G null with LoRA: the base is frozen); AP and AG the
   // adapters' (null without LoRA).
   void backward_trunk(const float* P, float* G, const float* dlnf, const float* AP, float* AG);
-  // Base parameters and adapter parameters of `params` (see layout()).
+  // Base parameters and adapter parameters of `params` (see layout()). base_data is null for a
+  // bf16-stored LoRA base: blocks are read through layer_weights, the rest through outer_param.
   const float* base_data(const ParamSet& params) const;
+  // A parameter outside the transformer blocks (embedding, final norm, head) at layout offset
+  // `offset`: P + offset, or its fp32 copy when P is null (bf16-stored LoRA base).
+  const float* outer_param(const float* P, size_t offset) const;
   const float* adapter_data(const ParamSet& params) const;
   // Grows grads_ (activation gradients) to the current shape.
   void ensure_grad_buffers();
@@ -344,6 +355,10 @@ class Llama {
   std::unique_ptr<MoeBlocks> moe_;         // null for a dense model
   std::unique_ptr<LoraAdapters> lora_;     // null without adapters
   const float* lora_params_ = nullptr;     // the adapters of the current forward (with LoRA)
+  // A bf16-stored LoRA base (FrozenBase): each block's [begin, end) in the layout, the fp32 stage
+  // one block at a time is widened into, and the fp32 embedding, final norm and (untied) head.
+  std::vector<std::pair<size_t, size_t>> block_range_;
+  std::vector<float> base_stage_, base_embed_, base_norm_, base_head_;
   bool have_targets_ = false;
   PrecisionGemm gemm_;
   int64_t num_targets_ = 0;

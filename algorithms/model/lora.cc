@@ -178,7 +178,7 @@ StatusOr<ParamSet> merge_lora(const ParamSet& base, const ParamSet& adapters,
 // ---- LoraAdapters ------------------------------------------------------------------------------
 
 LoraAdapters::LoraAdapters(const LoraConfig& lora, const ModelConfig& model,
-                           std::shared_ptr<const ParamSet> base)
+                           std::shared_ptr<const FrozenBase> base)
     : lora_(lora),
       scale_(static_cast<float>(lora_scale(lora))),
       layout_(make_lora_layout(lora, model)),

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/model/frozen_base.h"
 #include "algorithms/model/param_set.h"
 #include "kernels/core/status.h"
 
@@ -31,6 +32,9 @@ struct LoraConfig {
   double alpha = 16.0;  // the update is scaled by alpha / r (PEFT's lora_alpha)
   // Subset of kLoraTargetNames, kept in that canonical order (parse_lora_targets sorts).
   std::vector<std::string> targets;
+  // How the frozen base is held (algorithms/model/frozen_base.h): bf16 halves its memory and
+  // computes exactly as a base rounded to bf16 once.
+  BaseStorage base_storage = BaseStorage::kFp32;
 };
 
 inline bool lora_enabled(const LoraConfig& c) {
@@ -86,11 +90,11 @@ class LoraAdapters {
  public:
   // base must have make_layout(model); lora must be valid for model.
   LoraAdapters(const LoraConfig& lora, const ModelConfig& model,
-               std::shared_ptr<const ParamSet> base);
+               std::shared_ptr<const FrozenBase> base);
 
   const LoraConfig& config() const { return lora_; }
   const ParamLayout& layout() const { return layout_; }
-  const ParamSet& base() const { return *base_; }
+  const FrozenBase& base() const { return *base_; }
 
   // Sizes the saved activations for N rows (grows only).
   void ensure_rows(size_t N);
@@ -107,7 +111,7 @@ class LoraAdapters {
   LoraConfig lora_;
   float scale_ = 0;
   ParamLayout layout_;
-  std::shared_ptr<const ParamSet> base_;
+  std::shared_ptr<const FrozenBase> base_;
   struct Slot {
     LoraAdapterInfo info;
     size_t off_a = 0, off_b = 0;

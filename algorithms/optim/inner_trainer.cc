@@ -68,6 +68,10 @@ InnerTrainer::InnerTrainer(const ModelConfig& model, const TrainerConfig& train)
 }
 
 void InnerTrainer::attach_lora(const LoraConfig& lora, std::shared_ptr<const ParamSet> base) {
+  attach_lora(lora, FrozenBase::make(lora.base_storage, std::move(base)));
+}
+
+void InnerTrainer::attach_lora(const LoraConfig& lora, std::shared_ptr<const FrozenBase> base) {
   model_.attach_lora(lora, std::move(base));
   grads_ = ParamSet(model_.layout());
   adamw_ = AdamW(model_.layout(), adamw_config(tcfg_));

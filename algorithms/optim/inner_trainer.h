@@ -63,6 +63,7 @@ class InnerTrainer {
   // evaluate() take the adapter ParamSet, and the gradients and AdamW state (reset) have the
   // adapters' layout, so the base has neither.
   void attach_lora(const LoraConfig& lora, std::shared_ptr<const ParamSet> base);
+  void attach_lora(const LoraConfig& lora, std::shared_ptr<const FrozenBase> base);
 
   const TrainerConfig& config() const { return tcfg_; }
   Llama& model() { return model_; }

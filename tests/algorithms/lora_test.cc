@@ -271,6 +271,85 @@ TEST(Lora, InnerTrainerFineTunesAdaptersOnly) {
   EXPECT_EQ(base->vec(), base_before.vec());
 }
 
+// ---- bf16-stored base (algorithms/model/frozen_base.h) -----------------------------------------
+
+// A bf16 store is half the bytes, rounds each parameter to nearest even once, and widens a value
+// that was bf16 already back to exactly itself.
+TEST(LoraBf16Base, StoresHalfTheBytesAndRoundsOnce) {
+  ModelConfig c = tiny();
+  auto base = random_base(c, 41);
+  auto fp32 = FrozenBase::fp32(base);
+  auto bf16 = FrozenBase::bf16(*base);
+  EXPECT_EQ(fp32->stored_bytes(), base->numel() * 4);
+  EXPECT_EQ(bf16->stored_bytes(), base->numel() * 2);
+  EXPECT_EQ(fp32->fp32_data(), base->data());  // shared, not copied
+  EXPECT_EQ(bf16->fp32_data(), nullptr);
+  const ParamSet rounded = bf16->widened();
+  size_t changed = 0;
+  for (size_t i = 0; i < base->numel(); ++i) {
+    const float x = base->data()[i], y = rounded.data()[i];
+    changed += x != y;
+    EXPECT_LE(std::fabs(x - y), std::ldexp(std::fabs(x), -8)) << i;  // half an ulp of 8 bits
+  }
+  EXPECT_GT(changed, base->numel() / 2);  // random fp32 values are rarely bf16 already
+  EXPECT_EQ(FrozenBase::bf16(rounded)->widened().vec(), rounded.vec());
+  EXPECT_EQ(parse_base_storage("bf16").value(), BaseStorage::kBf16);
+  EXPECT_NE(parse_base_storage("fp16").status().message().find("use fp32"), std::string::npos);
+}
+
+// The model over a bf16-stored base computes exactly as the fp32 model over the base rounded to
+// bf16 once: the same loss, adapter gradients and 8 AdamW steps, bit for bit, for a grouped-query
+// model with biases and an untied head (every tensor outside the blocks widened too) and for a
+// tied one.
+TEST(LoraBf16Base, TrainsBitwiseAsTheFp32ModelOverTheRoundedBase) {
+  for (bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied head" : "untied head, q/k/v biases");
+    ModelConfig c = tiny();
+    c.tie_word_embeddings = tied;
+    c.attention_bias = !tied;
+    auto base = random_base(c, 43);
+    LoraConfig stored_bf16 = all_targets(4, 8), in_fp32 = all_targets(4, 8);
+    stored_bf16.base_storage = BaseStorage::kBf16;
+    auto rounded = std::make_shared<ParamSet>(FrozenBase::bf16(*base)->widened());
+    TrainerConfig tc;
+    tc.batch = 2;
+    tc.seq = 8;
+    tc.lr = 1e-2;
+    tc.min_lr = 1e-3;
+    tc.warmup = 2;
+    tc.total_steps = 8;
+    auto rows = random_tokens(size_t(tc.batch) * (tc.seq + 1), c.vocab, 44);
+    auto train = [&](const LoraConfig& l, std::shared_ptr<const ParamSet> b, float* first_loss) {
+      InnerTrainer tr(c, tc);
+      tr.attach_lora(l, std::move(b));
+      ParamSet a = random_adapters(l, c, 45);
+      for (int s = 0; s < 8; ++s) {
+        StepStats st = tr.step(a, rows.data(), s);
+        if (s == 0) *first_loss = st.loss;
+      }
+      return a;
+    };
+    float loss_bf16 = 0, loss_rounded = 0, loss_fp32 = 0;
+    const ParamSet a_bf16 = train(stored_bf16, base, &loss_bf16);
+    const ParamSet a_rounded = train(in_fp32, rounded, &loss_rounded);
+    const ParamSet a_fp32 = train(in_fp32, base, &loss_fp32);
+    EXPECT_EQ(loss_bf16, loss_rounded);
+    EXPECT_EQ(a_bf16.vec(), a_rounded.vec());
+    // ...and the rounding is not a no-op: the unrounded base trains to other bits.
+    EXPECT_NE(a_bf16.vec(), a_fp32.vec());
+    EXPECT_NEAR(loss_bf16, loss_fp32, 1e-2 * loss_fp32);
+  }
+}
+
+// A frozen base stored otherwise than the LoRA config says is a programming error.
+TEST(LoraBf16BaseDeathTest, BaseStoredOtherwiseThanTheConfigAborts) {
+  ModelConfig c = tiny();
+  Llama m(c);
+  LoraConfig l = all_targets(2, 4);  // fp32
+  auto bf16 = FrozenBase::bf16(*random_base(c, 47));
+  EXPECT_DEATH(m.attach_lora(l, bf16), "not stored as the LoRA config says");
+}
+
 // ---- PyTorch reference ------------------------------------------------------------------------
 
 // Forward, backward (adapter gradients) and 10 InnerTrainer steps against torch_llama.py with the

@@ -229,6 +229,62 @@ TEST(FederatedLora, AnImportedGroupedQueryModelFineTunesAcrossSites) {
   EXPECT_EQ(q_b->shape, (std::vector<int64_t>{32, 16}));
 }
 
+// [lora] base_dtype = "bf16": every site (and the evaluator) holds the frozen base in 2 bytes a
+// parameter. A base whose weights are bf16 already (an imported bf16 Hugging Face model) loses
+// nothing, so in-process sites and node processes over mTLS commit exactly the adapters of the
+// fp32-held run; each node process says how it holds the base, and lets go of its fp32 copy.
+TEST(FederatedLora, ABf16HeldBaseFineTunesToTheBitsOfTheFp32HeldOne) {
+  TempDir dir;
+  write_byte_level_tokenizer_json(dir / "tokenizer.json");
+  HfSpec spec;
+  spec.architecture = "Qwen2ForCausalLM";
+  spec.vocab = 263;
+  spec.dim = 32;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  spec.ffn = 64;
+  spec.dtype = algorithms::DType::kBF16;
+  spec.tokenizer_json = read_text(dir / "tokenizer.json");
+  write_hf_dir(dir / "hf", spec);
+  auto imported =
+      run_atoll({"import", "hf", dir / "hf", "--out", dir / "base.safetensors"}, dir / "imp.log");
+  ASSERT_EQ(imported.exit_code, 0) << imported.output;
+  const std::string base = dir / "base.safetensors";
+  const std::vector<std::string> exact = {"--codec", "none", "--pull-codec", "exact"};
+  auto with = [&](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  auto fp32 = run_atoll(lora_run("simulate", base, dir / "fp32", 2, exact), dir / "fp32.log",
+                        std::chrono::seconds(240));
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
+  auto bf16 = run_atoll(
+      lora_run("simulate", base, dir / "bf16", 2, with(exact, {"--lora-base-dtype", "bf16"})),
+      dir / "bf16.log", std::chrono::seconds(240));
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  ASSERT_FALSE(final_sha(fp32.output).empty()) << fp32.output;
+  EXPECT_EQ(final_sha(bf16.output), final_sha(fp32.output));
+
+  auto demo = run_atoll(lora_run("demo", base, dir / "demo", 2,
+                                 with(exact, {"--lora-base-dtype", "bf16"})),
+                        dir / "demo.log", std::chrono::seconds(240));
+  ASSERT_EQ(demo.exit_code, 0) << demo.output;
+  EXPECT_EQ(final_sha(demo.output), final_sha(fp32.output));
+  // Node processes: the join says bf16, the node holds 2 bytes a parameter.
+  bool said = false;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir / "demo"))
+    if (e.path().extension() == ".log" &&
+        read_text(e.path()).find("held in bf16") != std::string::npos)
+      said = true;
+  EXPECT_TRUE(said) << demo.output;
+
+  auto bad = run_atoll(lora_run("simulate", base, dir / "bad", 1, {"--lora-base-dtype", "fp16"}),
+                       dir / "bad.log");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--lora-base-dtype: unknown base storage 'fp16'"), std::string::npos)
+      << bad.output;
+}
+
 TEST(FederatedLora, CodecActsOnTheAdapterVector) {
   TempDir dir;
   const std::string base = train_base(dir, "base", "3");
