@@ -109,9 +109,18 @@ def summarize(rows):
     groups = {}
     for r in rows:
         groups.setdefault((r["setting"], r["sites"], r["byzantine"], r["attack"]), []).append(r)
+    # `absent` (the attacker sites never join) per (setting, sites, seed): what an aggregator
+    # that leaves the attackers out at best achieves.
+    absent = {(r["setting"], r["sites"], r["seed"]): r["final_val_bpb"] for r in rows
+              if r["attack"] == "absent" and finite(r["final_val_bpb"])}
     out = []
     for (setting, sites, byz, attack), rs in groups.items():
         rs = sorted(rs, key=lambda r: r["seed"])
+        vs_absent = [(r["final_val_bpb"] - absent[(setting, sites, r["seed"])])
+                     / absent[(setting, sites, r["seed"])] for r in rs
+                     if byz > 0 and attack != "absent" and finite(r["final_val_bpb"])
+                     and (setting, sites, r["seed"]) in absent]
+        mean_absent, se_absent = mean_se(vs_absent) if vs_absent else (None, None)
         gaps = [r["relative_to_honest"] for r in rs if r["relative_to_honest"] is not None]
         diverged = [r["seed"] for r in rs if not finite(r["final_val_bpb"])]
         mean, se = mean_se(gaps) if gaps else (None, None)
@@ -138,8 +147,16 @@ def summarize(rows):
                     "mean_final_val_bpb": sum(finals) / len(finals) if finals else None,
                     "mean_honest_val_bpb": sum(refs) / len(refs) if refs else None,
                     "mean_gap": mean, "se_gap": se, "mean_plus_2se": bound,
+                    "absent_seeds": len(vs_absent), "mean_gap_vs_absent": mean_absent,
+                    "se_gap_vs_absent": (se_absent if se_absent is not None
+                                         and math.isfinite(se_absent) else None),
                     "mean_updates_dropped": sum(dropped) / len(dropped) if dropped else None,
                     "verdict": verdict})
+    attack_order = ["none", "sign-flip", "gaussian", "scale", "tokens", "replay", "stale",
+                    "absent"]
+    out.sort(key=lambda s: (s["setting"] != "default", s["setting"], s["sites"],
+                            attack_order.index(s["attack"]) if s["attack"] in attack_order
+                            else len(attack_order)))
     return out
 
 
@@ -150,8 +167,8 @@ def pct(x, signed=True):
 def table(summary):
     lines = ["| setting | sites | byzantine | attack | seeds | mean final val bpb "
              "| mean honest val bpb | gap per seed | mean gap ± s.e. | mean + 2 s.e. "
-             "| dropped per run | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| vs absent (seeds) | dropped per run | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summary:
         bpb = "-" if s["mean_final_val_bpb"] is None else f"{s['mean_final_val_bpb']:.4f}"
         if s["diverged_seeds"]:
@@ -159,10 +176,15 @@ def table(summary):
         ref = "-" if s["mean_honest_val_bpb"] is None else f"{s['mean_honest_val_bpb']:.4f}"
         per_seed = ", ".join("div." if g is None else f"{100 * g:+.1f}" for g in s["gaps"])
         gap = pct(s["mean_gap"]) + ("" if s["se_gap"] is None else f" ± {100 * s['se_gap']:.2f}")
+        vs_absent = "-"
+        if s["mean_gap_vs_absent"] is not None:
+            vs_absent = pct(s["mean_gap_vs_absent"]) + (
+                "" if s["se_gap_vs_absent"] is None else f" ± {100 * s['se_gap_vs_absent']:.2f}"
+            ) + f" ({s['absent_seeds']})"
         drops = "-" if s["mean_updates_dropped"] is None else f"{s['mean_updates_dropped']:g}"
         lines.append(f"| {s['setting']} | {s['sites']} | {s['byzantine']} | {s['attack']} | "
                      f"{len(s['seeds'])} | {bpb} | {ref} | {per_seed} | {gap} | "
-                     f"{pct(s['mean_plus_2se'])} | {drops} | {s['verdict']} |")
+                     f"{pct(s['mean_plus_2se'])} | {vs_absent} | {drops} | {s['verdict']} |")
     text = "\n".join(lines)
     missed = [s for s in summary if s["verdict"].startswith("MISSED") or "NOT real" in s["verdict"]]
     if missed:
