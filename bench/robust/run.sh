@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
 # Attacks on aggregation: validation bpb of `atoll simulate` runs of the demo model (dim 128,
-# 4 layers, 0.8M parameters) in which the last K sites are Byzantine (simulate/byzantine.h): each
+# 4 layers, 0.9M parameters) in which the last K sites are Byzantine (simulate/byzantine.h): each
 # trains honestly, then sends sign-flip (-10 x its update), gaussian (noise of 10 x its norm),
-# scale (10^6 x its update), tokens (a claim of 2^63 - 1 tokens) or replay (its previous
-# round's update). Two settings: the default [robust] section, and the plain token-weighted
-# mean without screening (screen = off), which shows that the attacks are real. Every run has
-# the same seed, data and step budget; the honest run of each setting and site count has K = 0.
-# Sites sample every Brown genre (--split iid): with the demo's genre split, the attacker's
-# genres are missing from every attacked run whatever the coordinator does (README.md).
+# scale (10^6 x its update), tokens (a claim of 2^63 - 1 tokens), replay (its previous push,
+# byte for byte) or stale (its honest update one round late); `absent` runs without the K sites
+# (the best an aggregator that leaves them out can do). Two settings: the default [robust]
+# section, and the plain token-weighted mean without screening (screen = off), which shows that
+# the attacks are real. Each seed is a paired trial: its attacked runs are compared with the
+# honest run (K = 0) of the same setting, site count and seed; report.py gives the mean and
+# standard error of the paired gaps. Sites sample every Brown genre (--split iid): with the
+# demo's genre split, the attacker's genres are missing from every attacked run whatever the
+# coordinator does (README.md). Runs are serial, one kernel thread per site, nice -n 10.
 #
 #   bench/robust/run.sh [--quick] [--out FILE] [--no-results-md]
+#   ROBUST_SEEDS="1 2 3 4 5" ROBUST_SETTINGS=default ROBUST_GRID="8:2" bench/robust/run.sh
 #
-# Default: 4 sites with 1 Byzantine and 8 sites with 2, 6 rounds x 10 inner steps, every attack
-# in both settings (24 runs, about 30 minutes on 2 idle cores: 45 s a 4-site run, 90 s an 8-site). --quick: 4 sites with 1 Byzantine,
-# 3 rounds x 5 steps, the default setting only, sign-flip and scale (3 runs, about a minute).
+# Default: seed 1234, 4 sites with 1 Byzantine and 8 sites with 2, 6 rounds x 10 inner steps,
+# every attack in both settings (30 runs, about 35 minutes on 2 idle cores: 30-45 s a 4-site
+# run, 45-70 s an 8-site one). --quick: 4 sites with 1 Byzantine, 3 rounds x 5 steps, the
+# default setting only, sign-flip and scale (3 runs, about a minute).
 # Writes bench/results/robust.json (or --out) and, unless --no-results-md, the table into
 # bench/RESULTS.md.
 set -euo pipefail
