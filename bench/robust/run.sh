@@ -102,7 +102,7 @@ PY
   }
   cut -d' ' -f1 /proc/loadavg > "$work/load-$name"
   rm -rf "$work/run-$name"
-  # Kept with the JSON: a later merge reads nothing from here, but the figures can be checked.
+  # ROBUST_KEEP_DIR: the run's summary, log and load average, to check the figures later.
   [[ -z $KEEP_DIR ]] || cp "$work/summary-$name.json" "$work/log-$name.txt" "$work/load-$name" "$KEEP_DIR/"
   names+=("$setting:$sites:$byz:$attack:$seed")
 }
