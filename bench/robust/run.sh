@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
 # Attacks on aggregation: validation bpb of `atoll simulate` runs of the demo model (dim 128,
-# 4 layers, 0.8M parameters) in which the last K sites are Byzantine (simulate/byzantine.h): each
+# 4 layers, 0.9M parameters) in which the last K sites are Byzantine (simulate/byzantine.h): each
 # trains honestly, then sends sign-flip (-10 x its update), gaussian (noise of 10 x its norm),
-# scale (10^6 x its update), tokens (a claim of 2^63 - 1 tokens) or replay (its previous
-# round's update). Two settings: the default [robust] section, and the plain token-weighted
-# mean without screening (screen = off), which shows that the attacks are real. Every run has
-# the same seed, data and step budget; the honest run of each setting and site count has K = 0.
-# Sites sample every Brown genre (--split iid): with the demo's genre split, the attacker's
-# genres are missing from every attacked run whatever the coordinator does (README.md).
+# scale (10^6 x its update), tokens (a claim of 2^63 - 1 tokens), replay (its previous push,
+# byte for byte) or stale (its honest update one round late); `absent` runs without the K sites
+# (the best an aggregator that leaves them out can do). Two settings: the default [robust]
+# section, and the plain token-weighted mean without screening (screen = off), which shows that
+# the attacks are real. Each seed is a paired trial: its attacked runs are compared with the
+# honest run (K = 0) of the same setting, site count and seed; report.py gives the mean and
+# standard error of the paired gaps. Sites sample every Brown genre (--split iid): with the
+# demo's genre split, the attacker's genres are missing from every attacked run whatever the
+# coordinator does (README.md). Runs are serial, one kernel thread per site, nice -n 10.
 #
 #   bench/robust/run.sh [--quick] [--out FILE] [--no-results-md]
+#   ROBUST_SEEDS="1 2 3 4 5" ROBUST_SETTINGS=default ROBUST_GRID="8:2" bench/robust/run.sh
 #
-# Default: 4 sites with 1 Byzantine and 8 sites with 2, 6 rounds x 10 inner steps, every attack
-# in both settings (24 runs, about 30 minutes on 2 idle cores: 45 s a 4-site run, 90 s an 8-site). --quick: 4 sites with 1 Byzantine,
-# 3 rounds x 5 steps, the default setting only, sign-flip and scale (3 runs, about a minute).
+# Default: seed 1234, 4 sites with 1 Byzantine and 8 sites with 2, 6 rounds x 10 inner steps,
+# every attack in both settings (30 runs, about 35 minutes on 2 idle cores: 30-45 s a 4-site
+# run, 45-70 s an 8-site one). --quick: 4 sites with 1 Byzantine, 3 rounds x 5 steps, the
+# default setting only, sign-flip and scale (3 runs, about a minute).
 # Writes bench/results/robust.json (or --out) and, unless --no-results-md, the table into
 # bench/RESULTS.md.
 set -euo pipefail
@@ -24,7 +29,7 @@ bench_args 2,16 "$@"
 if [[ $QUICK == 1 ]]; then
   GRID="4:1"; ROUNDS=3; INNER=5; ATTACKS="sign-flip scale"; SETTINGS="default"
 else
-  GRID="4:1 8:2"; ROUNDS=6; INNER=10; ATTACKS="sign-flip gaussian scale tokens replay stale"
+  GRID="4:1 8:2"; ROUNDS=6; INNER=10; ATTACKS="sign-flip gaussian scale tokens replay stale absent"
   SETTINGS="default mean-no-screening"
 fi
 # ROBUST_ATTACKS="replay stale": only these attacks (and the honest runs) are run again; their
@@ -39,6 +44,16 @@ if [[ -n ${ROBUST_SETTINGS:-} ]]; then SETTINGS=$ROBUST_SETTINGS; MERGE=1; fi
 # run gives the same θ for the same config and seed).
 REUSE_HONEST=$(( MERGE == 1 && ${ROBUST_REUSE_HONEST:-0} == 1 ? 1 : 0 ))
 EVAL_TOKENS=8192
+# ROBUST_SEEDS="1 2 3 4 5": paired trials, each seed's attacked runs compared with its own
+# honest run (same seed: same initial θ, data order and attacker draws). The default, the single
+# seed 1234, reproduces the committed rows of before paired seeds.
+SEEDS=${ROBUST_SEEDS:-1234}
+if [[ -n ${ROBUST_SEEDS:-} ]]; then MERGE=1; fi
+# ROBUST_GRID="8:2": only these site counts (sites:byzantine).
+if [[ -n ${ROBUST_GRID:-} ]]; then GRID=$ROBUST_GRID; MERGE=1; fi
+# ROBUST_KEEP_DIR=DIR: each run's summary JSON and log are copied there.
+KEEP_DIR=${ROBUST_KEEP_DIR:-}
+[[ -z $KEEP_DIR ]] || mkdir -p "$KEEP_DIR"
 if [[ -z $OUT ]]; then
   if [[ $QUICK == 1 ]]; then OUT=bench/results/robust-quick.json; else OUT=bench/results/robust.json; fi
 fi
@@ -53,17 +68,22 @@ setting_flags() {  # setting -> the [robust] flags of `atoll simulate`
 }
 
 names=()
-run() {  # setting, sites, byzantine, attack
-  local setting=$1 sites=$2 byz=$3 attack=$4
-  local name="$setting-$sites-$byz-$attack"
-  local attack_flags=()
-  [[ $byz -gt 0 ]] && attack_flags=(--byzantine "$byz" --attack "$attack")
+run() {  # setting, sites, byzantine, attack, seed
+  local setting=$1 sites=$2 byz=$3 attack=$4 seed=$5
+  local name="$setting-$sites-$byz-$attack-$seed"
+  local attack_flags=() nodes=$sites
+  if [[ $attack == absent ]]; then
+    nodes=$(( sites - byz ))  # the K attacker sites never join: the other sites, same data
+  elif [[ $byz -gt 0 ]]; then
+    attack_flags=(--byzantine "$byz" --attack "$attack")
+  fi
   echo "robust: $name ..." >&2
   # shellcheck disable=SC2046
   # Codecs pinned to none / exact pulls: the benchmark measures the aggregation, and its rows
   # were measured so (the demo's compressing defaults came later).
-  "$ATOLL" simulate --nodes "$sites" --rounds "$ROUNDS" --inner-steps "$INNER" --http off --split iid \
-    --codec none --pull-codec exact \
+  OMP_WAIT_POLICY=passive nice -n 10 \
+  "$ATOLL" simulate --nodes "$nodes" --rounds "$ROUNDS" --inner-steps "$INNER" --http off --split iid \
+    --codec none --pull-codec exact --seed "$seed" --threads 1 \
     --eval-tokens "$EVAL_TOKENS" --brown-dir "$BROWN_DIR" --store "$work/run-$name" \
     --summary-json "$work/summary-$name.json" $(setting_flags "$setting") "${attack_flags[@]}" \
     > "$work/log-$name.txt" 2>&1 || {
@@ -80,150 +100,27 @@ json.dump({"final_val_bpb": None, "aggregator": "mean", "screen": "off" if plain
           open(path, "w"))
 PY
   }
+  cut -d' ' -f1 /proc/loadavg > "$work/load-$name"
   rm -rf "$work/run-$name"
-  names+=("$setting:$sites:$byz:$attack")
+  # ROBUST_KEEP_DIR: the run's summary, log and load average, to check the figures later.
+  [[ -z $KEEP_DIR ]] || cp "$work/summary-$name.json" "$work/log-$name.txt" "$work/load-$name" "$KEEP_DIR/"
+  names+=("$setting:$sites:$byz:$attack:$seed")
 }
 
+# Seeds outermost within a setting and site count: a run cut short still leaves whole pairs.
 for setting in $SETTINGS; do
   for g in $GRID; do
     sites=${g%%:*}; byz=${g##*:}
-    [[ $REUSE_HONEST == 1 ]] || run "$setting" "$sites" 0 none
-    for attack in $ATTACKS; do run "$setting" "$sites" "$byz" "$attack"; done
+    for seed in $SEEDS; do
+      [[ $REUSE_HONEST == 1 ]] || run "$setting" "$sites" 0 none "$seed"
+      for attack in $ATTACKS; do
+        # `absent` (the attacker sites never join) has no attacker to screen: default only.
+        [[ $attack == absent && $setting != default ]] && continue
+        run "$setting" "$sites" "$byz" "$attack" "$seed"
+      done
+    done
   done
 done
 
-python3 - "$OUT" "$WRITE_MD" "$ROUNDS" "$INNER" "$EVAL_TOKENS" "$work" "$MERGE" "$REUSE_HONEST" "${names[@]}" <<'PY'
-import datetime, json, math, os, sys
-out, write_md, rounds, inner, eval_tokens, work, merge, reuse_honest = sys.argv[1:9]
-runs = [n.split(":") for n in sys.argv[9:]]
-summaries = {}
-for setting, sites, byz, attack in runs:
-    summaries[(setting, sites, byz, attack)] = json.load(
-        open(os.path.join(work, f"summary-{setting}-{sites}-{byz}-{attack}.json")))
-if reuse_honest == "1":
-    for r in json.load(open(out))["rows"]:
-        k = (r["setting"], str(r["sites"]), "0", "none")
-        if r["byzantine"] == 0 and k not in summaries:
-            summaries[k] = {"final_val_bpb": r["final_val_bpb"], "reused": True}
-
-def finite(x):
-    return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
-
-rows = []
-for (setting, sites, byz, attack), s in summaries.items():
-    if s.get("reused"):
-        continue  # the existing honest row stays as it is
-    honest = summaries[(setting, sites, "0", "none")]
-    final, ref = s.get("final_val_bpb"), honest.get("final_val_bpb")
-    rel = (final - ref) / ref if finite(final) and finite(ref) else None
-    rows.append({"aggregator": s["aggregator"], "screen": s["screen"],
-                 "norm_multiple": s["norm_multiple"], "setting": setting, "attack": attack,
-                 "byzantine": int(byz), "sites": int(sites), "final_val_bpb": final,
-                 "honest_val_bpb": ref, "relative_to_honest": rel,
-                 "initial_val_bpb": s.get("initial_val_bpb"),
-                 "updates_clipped": s.get("updates_clipped"),
-                 "updates_dropped": s.get("updates_dropped"),
-                 "updates_replayed": s.get("updates_replayed"),
-                 "updates_stale": s.get("updates_stale"),
-                 "max_norm_ratio": s.get("max_norm_ratio"),
-                 "final_fingerprint": s["final_fingerprint"], "wall_s": s["wall_s"],
-                 "failed": s.get("failed")})
-
-def verdict(r):
-    if r["byzantine"] == 0:
-        return "honest"
-    rel = r["relative_to_honest"]
-    if r["setting"] == "default":
-        return "ok" if rel is not None and abs(rel) <= 0.02 else "MISSED (> 2%)"
-    return "attack real" if rel is None or rel >= 0.10 else "attack NOT real (< 10%)"
-
-if merge == "1" and os.path.exists(out):
-    def key(r):
-        return (r["setting"], r["sites"], r["byzantine"], r["attack"])
-    fresh = {key(r) for r in rows}
-    previous = json.load(open(out))["rows"]
-    for r in previous:
-        # An honest run gives the same θ again (same config and seed): say so if it did not.
-        same = [n for n in rows if key(n) == key(r)]
-        if r["byzantine"] == 0 and same and same[0]["final_fingerprint"] != r["final_fingerprint"]:
-            print(f"robust: honest run {key(r)} changed: {r['final_fingerprint']} -> "
-                  f"{same[0]['final_fingerprint']}", file=sys.stderr)
-    order = [key(r) for r in previous] + [key(r) for r in rows if key(r) not in
-                                           {key(p) for p in previous}]
-    by_key = {key(r): r for r in previous if key(r) not in fresh}
-    by_key.update({key(r): r for r in rows})
-    rows = [by_key[k] for k in order]
-    # Honest references of kept rows are unchanged when the honest runs are.
-for r in rows:
-    r["verdict"] = verdict(r)
-doc = {"date": datetime.date.today().isoformat(), "machine": "2-core CPU",
-       "rounds": int(rounds), "inner_steps": int(inner), "eval_tokens": int(eval_tokens),
-       "model": "demo: dim 128, 4 layers, 4 heads, ffn 384, seq 128, batch 8, seed 1234",
-       "split": "iid",
-       "targets": "default within 2% of honest for every attack; mean without screening "
-                  "diverges or >= 10% worse",
-       "rows": rows}
-json.dump(doc, open(out, "w"), indent=1, allow_nan=True)
-
-def bpb(x):
-    return f"{x:.4f}" if finite(x) else "diverged"
-
-lines = ["| setting | sites | byzantine | attack | final val bpb | honest val bpb | vs honest "
-         "| clipped / dropped | max norm / median | verdict |",
-         "|---|---|---|---|---|---|---|---|---|---|"]
-for r in rows:
-    rel = "-" if r["relative_to_honest"] is None else f"{100 * r['relative_to_honest']:+.1f}%"
-    lines.append(f"| {r['setting']} | {r['sites']} | {r['byzantine']} | {r['attack']} | "
-                 f"{bpb(r['final_val_bpb'])} | {bpb(r['honest_val_bpb'])} | {rel} | "
-                 f"{'-' if r['updates_clipped'] is None else r['updates_clipped']} / "
-                 f"{'-' if r['updates_dropped'] is None else r['updates_dropped']} | "
-                 f"{'-' if r['max_norm_ratio'] is None else format(r['max_norm_ratio'], '.3g')} | "
-                 f"{r['verdict']} |")
-table = "\n".join(lines)
-missed = [r for r in rows if r["verdict"].startswith("MISSED") or "NOT real" in r["verdict"]]
-if missed:
-    table += "\n\nTargets missed: " + "; ".join(
-        f"{r['setting']} {r['sites']} sites / {r['byzantine']} {r['attack']}: "
-        + ("not finite" if r["relative_to_honest"] is None
-           else f"{100 * r['relative_to_honest']:+.1f}% vs honest") for r in missed) + \
-        " (bench/robust/README.md, \"Not covered\")."
-else:
-    table += "\n\nEvery target met."
-print(table)
-if write_md == "1":
-    md_path = "bench/RESULTS.md"
-    md = open(md_path).read()
-    head = "## Attacks on aggregation (bench/robust)"
-    default_row = next(r for r in rows if r["setting"] == "default")
-    body = (f"{head}\n\n`bench/robust/run.sh` ({doc['date']}, 2-core CPU): `atoll simulate`, "
-            f"demo model, {rounds} rounds x {inner} inner steps, seed 1234, sites sampling every "
-            f"genre (`--split iid`), codecs none / exact pulls, {eval_tokens} "
-            f"validation tokens; the last K sites are Byzantine (`--byzantine K --attack NAME`, "
-            f"simulate/byzantine.h). `default` is the default `[robust]` section (screen = "
-            f"\"{default_row['screen']}\" at {default_row['norm_multiple']:g} x the median norm, "
-            f"replays dropped at cosine >= 0.99 to the site's previous accepted update, "
-            f"stale updates dropped at stale_margin = 0.05 (cosine to the previous round's "
-            f"other updates minus cosine to this round's), "
-            f"aggregator \"{default_row['aggregator']}\"); `mean-no-screening` is the plain "
-            f"token-weighted mean with screen = \"off\" (no replay or stale detection either). \"vs honest\" compares with the run of "
-            f"the same setting and site count without Byzantine sites. Results: "
-            f"`bench/results/robust.json`; reading and what is not covered: "
-            f"bench/robust/README.md.\n\n{table}\n")
-    if head in md:
-        # Replaces the heading, its paragraph and the table up to the "Targets missed" / "Every
-        # target met" line; the reading paragraphs written under it (and any marker of the
-        # next section) stay.
-        start = md.index(head)
-        nxt = md.find("\n## ", start + len(head))
-        stop = len(md) if nxt < 0 else nxt
-        ends = [i for i in (md.find("\nTargets missed: ", start), md.find("\nEvery target met.", start))
-                if 0 <= i < stop]
-        if ends:
-            line_end = md.find("\n", min(ends) + 1)
-            md = md[:start] + body + md[(len(md) if line_end < 0 else line_end + 1):]
-        else:
-            md = md[:start] + body + ("" if nxt < 0 else md[nxt:])
-    else:
-        md = md.rstrip("\n") + "\n\n" + body
-    open(md_path, "w").write(md)
-PY
+python3 bench/robust/report.py "$OUT" "$WRITE_MD" "$ROUNDS" "$INNER" "$EVAL_TOKENS" "$work" "$MERGE" \
+  "$REUSE_HONEST" "${names[@]}"
