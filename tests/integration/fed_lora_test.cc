@@ -169,10 +169,11 @@ TEST(FederatedLora, SimulateSendsOnlyAdaptersAndLearns) {
 // attention with 2 KV heads for 4 query heads, q/k/v biases, an untied head, bf16 weights, a
 // byte-level BPE tokenizer.json) imported with `atoll import hf`, fine-tuned by two in-process
 // sites with LoRA on every projection, and exported as PEFT with the k/v adapters at the KV width.
-TEST(FederatedLora, AnImportedGroupedQueryModelFineTunesAcrossSites) {
-  TempDir dir;
+// A Qwen2-layout Hugging Face directory (2 KV heads for 4 query heads, q/k/v biases, an untied
+// head, bf16 weights, a byte-level BPE tokenizer.json) written into dir/hf and imported as
+// dir/base.safetensors; `spec` is what was written.
+void import_small_qwen2(const TempDir& dir, HfSpec& spec) {
   write_byte_level_tokenizer_json(dir / "tokenizer.json");
-  HfSpec spec;
   spec.architecture = "Qwen2ForCausalLM";
   spec.vocab = 263;  // the tokenizer's 256 bytes, 6 merges and one special token
   spec.dim = 32;
@@ -185,6 +186,12 @@ TEST(FederatedLora, AnImportedGroupedQueryModelFineTunesAcrossSites) {
   auto imported =
       run_atoll({"import", "hf", dir / "hf", "--out", dir / "base.safetensors"}, dir / "imp.log");
   ASSERT_EQ(imported.exit_code, 0) << imported.output;
+}
+
+TEST(FederatedLora, AnImportedGroupedQueryModelFineTunesAcrossSites) {
+  TempDir dir;
+  HfSpec spec;
+  ASSERT_NO_FATAL_FAILURE(import_small_qwen2(dir, spec));
   const std::string base = dir / "base.safetensors";
   auto base_ck = node::load_checkpoint(base);
   ASSERT_TRUE(base_ck.ok()) << base_ck.status().to_string();
@@ -235,20 +242,8 @@ TEST(FederatedLora, AnImportedGroupedQueryModelFineTunesAcrossSites) {
 // fp32-held run; each node process says how it holds the base, and lets go of its fp32 copy.
 TEST(FederatedLora, ABf16HeldBaseFineTunesToTheBitsOfTheFp32HeldOne) {
   TempDir dir;
-  write_byte_level_tokenizer_json(dir / "tokenizer.json");
   HfSpec spec;
-  spec.architecture = "Qwen2ForCausalLM";
-  spec.vocab = 263;
-  spec.dim = 32;
-  spec.heads = 4;
-  spec.kv_heads = 2;
-  spec.ffn = 64;
-  spec.dtype = algorithms::DType::kBF16;
-  spec.tokenizer_json = read_text(dir / "tokenizer.json");
-  write_hf_dir(dir / "hf", spec);
-  auto imported =
-      run_atoll({"import", "hf", dir / "hf", "--out", dir / "base.safetensors"}, dir / "imp.log");
-  ASSERT_EQ(imported.exit_code, 0) << imported.output;
+  ASSERT_NO_FATAL_FAILURE(import_small_qwen2(dir, spec));
   const std::string base = dir / "base.safetensors";
   const std::vector<std::string> exact = {"--codec", "none", "--pull-codec", "exact"};
   auto with = [&](std::vector<std::string> a, const std::vector<std::string>& b) {
