@@ -258,6 +258,16 @@ def main():
                          "alone") and r["rank"] == k[1]])[0],
                      "peak_rss_mb": max(r["peak_rss_mb"] for r in mine)})
 
+    # What a site gains by federating instead of fine-tuning the same way alone (issue 21's key):
+    # percent of the alone row's bpb (same kind and rank), per site; > 0: federated is better.
+    for r in rows:
+        if r["method"].startswith("federated "):
+            alone = next(x for x in rows
+                         if x["method"] == "alone " + r["method"][len("federated "):]
+                         and x["rank"] == r["rank"])
+            r["gain_vs_local_percent"] = [100.0 * (a0 - s) / a0 for a0, s in
+                                          zip(alone["site_val_bpb"], r["site_val_bpb"])]
+
     def by_seed(method, rank):
         return {r["seed"]: r for r in runs if key(r) == (method, rank)}
     full = by_seed("federated full-parameter", None)
@@ -332,13 +342,15 @@ def markdown(doc, quick):
              "alone runs (a federated site runs the same step). Peak RSS: of one `atoll train` "
              "process alone; federated, of the `atoll simulate` process divided by its sites.", "",
              "| method | rank | trainable params | bytes / round | site bpb | mean | worst | "
-             "gain vs base % | step ms | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "gain vs base % | gain vs alone % | step ms | peak RSS MB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
         gain = " / ".join(f"{g:+.2f}" for g in r.get("gain_vs_base_percent", []))
+        gain_local = " / ".join(f"{g:+.2f}" for g in r.get("gain_vs_local_percent", []))
         lines.append(f"| {r['method']} | {r['rank'] or ''} | {r['trainable_params'] or ''} | "
                      f"{r['bytes_per_round'] / 1e3:.1f} kB | "
                      f"{' / '.join(fmt(b) for b in r['site_val_bpb'])} | {fmt(r['mean_bpb'])} | "
-                     f"{fmt(r['worst_bpb'])} | {gain} | {fmt(r['step_ms'], 1)} | "
+                     f"{fmt(r['worst_bpb'])} | {gain} | {gain_local} | {fmt(r['step_ms'], 1)} | "
                      f"{fmt(r['peak_rss_mb'], 0)} |")
     lines += ["", "Paired comparisons (mean ± standard error over seeds):", ""]
     for c in doc["comparisons"]:
