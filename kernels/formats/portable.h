@@ -5,6 +5,7 @@
 
 #include <span>
 
+#include "kernels/formats/lowbit.h"
 #include "kernels/formats/mx.h"
 #include "kernels/formats/nvfp4.h"
 
@@ -16,5 +17,8 @@ void quantize_nvfp4_portable(std::span<const float> in, float tensor_scale,
 // quantize_mxfp8, quantize_mxfp4.
 void quantize_mxfp8_portable(std::span<const float> in, std::span<BlockMxfp8> out);
 void quantize_mxfp4_portable(std::span<const float> in, std::span<BlockMxfp4> out);
+// quantize_ternary (B = 32, 64, 128, 256).
+template <int B>
+void quantize_ternary_portable(std::span<const float> in, std::span<BlockTernary<B>> out);
 
 }  // namespace atl::kernels::formats
