@@ -75,7 +75,12 @@ void select_by_radix(std::span<const float> x, uint64_t k, TopkScratch& s,
       ++hist[4 * (magnitude_bits(x[i + lane]) >> kBucketShift) + lane];
   for (; i < n; ++i) ++hist[4 * (magnitude_bits(x[i]) >> kBucketShift)];
 
-  size_t bucket = kBuckets;
+  // The walk down from the top starts at the largest value's bucket (a max that vectorizes):
+  // for a chunk of a few thousand values, walking the empty buckets above it cost as much as
+  // the histogram.
+  uint32_t top = 0;
+  for (size_t j = 0; j < n; ++j) top = std::max(top, magnitude_bits(x[j]));
+  size_t bucket = (top >> kBucketShift) + 1;
   uint64_t above = 0;  // values in buckets above `bucket`
   while (bucket-- > 0) {
     const uint32_t* h = hist + 4 * bucket;
