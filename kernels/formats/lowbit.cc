@@ -183,6 +183,24 @@ inline uint8_t pack_trits5(const uint8_t* c) {
   return static_cast<uint8_t>((w * K) >> 32);
 }
 
+#if defined(__AVX512VBMI__)
+// Byte gathers of the ternary packing: index[k][i] = 5i + k (trit k of code byte i, taken from
+// two 64-byte vectors), inside[k] bit i set where 5i + k < B (the rest are zero trits).
+template <int B>
+struct TritGather {
+  alignas(64) uint8_t index[5][64] = {};
+  uint64_t inside[5] = {};
+  constexpr TritGather() {
+    for (int k = 0; k < 5; ++k) {
+      for (int i = 0; i < BlockTernary<B>::kBytes; ++i) {
+        index[k][i] = static_cast<uint8_t>((5 * i + k) & 127);
+        if (5 * i + k < B) inside[k] |= uint64_t{1} << i;
+      }
+    }
+  }
+};
+#endif
+
 // One full block (B values at v) -> o, or false (nothing written) when its sums might round:
 // a subnormal value or a spread beyond exact_exponent_spread (rare for gradients; the portable
 // code takes the block).
@@ -217,6 +235,10 @@ bool ternary_block_avx512(const float* v, BlockTernary<B>& o) {
   __m512d kept0 = _mm512_setzero_pd(), kept1 = _mm512_setzero_pd();
   uint32_t count = 0;
   alignas(64) uint8_t trit[5 * kBytes + 8] = {};  // zero past B: the last pack reads there
+#if defined(__AVX512VBMI__)
+  // Blocks of up to 128 values keep their trits in two byte vectors (values 0-63, 64-127).
+  __m512i trit_bytes[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+#endif
   for (int k = 0; k < kVecs; ++k) {
     const __m512 x = _mm512_loadu_ps(v + 16 * k);
     const __m512 a = _mm512_castsi512_ps(abs_bits(x));
@@ -231,6 +253,12 @@ bool ternary_block_avx512(const float* v, BlockTernary<B>& o) {
     const __m512i one = _mm512_set1_epi32(1);
     const __m512i code = _mm512_add_epi32(_mm512_maskz_mov_epi32(keep, one),
                                           _mm512_maskz_mov_epi32(keep & neg, one));
+#if defined(__AVX512VBMI__)
+    if constexpr (B <= 128) {
+      trit_bytes[k / 4] = _mm512_inserti32x4(trit_bytes[k / 4], _mm512_cvtepi32_epi8(code), k % 4);
+      continue;
+    }
+#endif
     _mm_storeu_si128(reinterpret_cast<__m128i*>(trit + 16 * k), _mm512_cvtepi32_epi8(code));
   }
   const double kept = _mm512_reduce_add_pd(_mm512_add_pd(kept0, kept1));
@@ -240,6 +268,22 @@ bool ternary_block_avx512(const float* v, BlockTernary<B>& o) {
     std::fill(o.trits, o.trits + kBytes, uint8_t{0});
     return true;
   }
+#if defined(__AVX512VBMI__)
+  if constexpr (B <= 128) {
+    // Byte i = sum_k 3^k trit[5i + k] by Horner over five byte gathers (trit[j] for j >= B is
+    // 0: those lanes are zeroed). Every partial sum stays below 243, so bytes never carry.
+    static_assert(kBytes <= 64);
+    __m512i acc = _mm512_setzero_si512();
+    static constexpr TritGather<B> kGather{};
+    for (int k = 4; k >= 0; --k) {
+      const __m512i gathered = _mm512_maskz_permutex2var_epi8(
+          kGather.inside[k], trit_bytes[0], _mm512_load_si512(kGather.index[k]), trit_bytes[1]);
+      acc = _mm512_add_epi8(_mm512_add_epi8(acc, _mm512_add_epi8(acc, acc)), gathered);
+    }
+    _mm512_mask_storeu_epi8(o.trits, (kBytes == 64 ? ~0ull : (1ull << kBytes) - 1), acc);
+    return true;
+  }
+#endif
   for (int i = 0; i < kBytes; ++i) o.trits[i] = pack_trits5(trit + 5 * i);
   return true;
 }
