@@ -133,15 +133,17 @@ bool select_by_sampled_floor(std::span<const float> x, uint64_t k, TopkScratch& 
   for (size_t i = kSampleStride / 2; i < n; i += kSampleStride, ++samples)
     ++hist[magnitude_bits(x[i]) >> kBucketShift];
   // Sampled count wanted at or above the floor: 1.25 k's share plus 4 standard deviations.
-  const double share = static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
+  const double share =
+      static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
   const double want = 1.25 * share + 4.0 * std::sqrt(share) + 4.0;
   size_t floor_bucket = kBuckets;
   double seen = 0;
   while (floor_bucket > 0 && seen < want) seen += hist[--floor_bucket];
   s.above.clear();  // here: every index at or above the floor, in index order
   // Room for what the sample predicts (and a margin), so the list does not grow by copies.
-  s.above.reserve(static_cast<size_t>(1.1 * seen * static_cast<double>(n) /
-                                      static_cast<double>(samples)) + 1024);
+  s.above.reserve(
+      static_cast<size_t>(1.1 * seen * static_cast<double>(n) / static_cast<double>(samples)) +
+      1024);
   scan_at_or_above(x, 0, n, static_cast<uint32_t>(floor_bucket) << kBucketShift, [&](uint32_t j) {
     s.above.push_back(j);
     return true;

@@ -62,20 +62,20 @@ inline __m512i e2m1_codes(__m512 x) {
   const __m512i u = _mm512_castps_si512(x);
   const __m512 a = _mm512_castsi512_ps(abs_bits(x));
   const __m512i one = _mm512_set1_epi32(1);
-  __m512i mag = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(a, _mm512_set1_ps(0.25f), _CMP_GT_OQ),
-                                       one);
+  __m512i mag =
+      _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(a, _mm512_set1_ps(0.25f), _CMP_GT_OQ), one);
   mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.75f), _CMP_GE_OQ), mag,
                               one);
   mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.25f), _CMP_GT_OQ), mag,
                               one);
   mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.75f), _CMP_GE_OQ), mag,
                               one);
-  mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(a, _mm512_set1_ps(2.5f), _CMP_GT_OQ), mag,
-                              one);
-  mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(a, _mm512_set1_ps(3.5f), _CMP_GE_OQ), mag,
-                              one);
-  mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(a, _mm512_set1_ps(5.0f), _CMP_GT_OQ), mag,
-                              one);
+  mag =
+      _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(a, _mm512_set1_ps(2.5f), _CMP_GT_OQ), mag, one);
+  mag =
+      _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(a, _mm512_set1_ps(3.5f), _CMP_GE_OQ), mag, one);
+  mag =
+      _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(a, _mm512_set1_ps(5.0f), _CMP_GT_OQ), mag, one);
   const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(u, 28), _mm512_set1_epi32(8));
   return _mm512_or_si512(sign, mag);
 }
@@ -98,11 +98,11 @@ inline __m512i e4m3_codes(__m512 x) {
   const __m512i normal = _mm512_sub_epi32(
       _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(0x7ffff)), lsb), 20),
       _mm512_set1_epi32(120 << 3));
-  const __m512i sub = _mm512_cvt_roundps_epi32(
-      _mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(512.0f)),
-      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512i code = _mm512_mask_blend_epi32(
-      _mm512_cmpge_epu32_mask(a, _mm512_set1_epi32(0x3c800000)), sub, normal);
+  const __m512i sub =
+      _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(512.0f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512i code = _mm512_mask_blend_epi32(_mm512_cmpge_epu32_mask(a, _mm512_set1_epi32(0x3c800000)),
+                                         sub, normal);
   code = _mm512_min_epu32(code, _mm512_set1_epi32(0x7e));
   code = _mm512_mask_mov_epi32(code, _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000)),
                                _mm512_set1_epi32(0x7f));

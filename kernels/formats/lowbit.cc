@@ -216,7 +216,8 @@ bool ternary_block_avx512(const float* v, BlockTernary<B>& o) {
     hi = _mm512_max_epu32(hi, a);
     lo = _mm512_mask_min_epu32(lo, _mm512_test_epi32_mask(a, a), lo, a);
     sum0 = _mm512_add_pd(sum0, _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_castsi512_si256(a))));
-    sum1 = _mm512_add_pd(sum1, _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(a, 1))));
+    sum1 =
+        _mm512_add_pd(sum1, _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(a, 1))));
   }
   const uint32_t amax = _mm512_reduce_max_epu32(hi), amin = _mm512_reduce_min_epu32(lo);
   if (amax >= 0x7f800000u) {  // inf or NaN: NaN scale, zero codes
@@ -247,8 +248,9 @@ bool ternary_block_avx512(const float* v, BlockTernary<B>& o) {
     const __m512i ai = _mm512_castps_si512(a);
     kept0 = _mm512_mask_add_pd(kept0, static_cast<__mmask8>(keep), kept0,
                                _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_castsi512_si256(ai))));
-    kept1 = _mm512_mask_add_pd(kept1, static_cast<__mmask8>(keep >> 8), kept1,
-                               _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(ai, 1))));
+    kept1 =
+        _mm512_mask_add_pd(kept1, static_cast<__mmask8>(keep >> 8), kept1,
+                           _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(ai, 1))));
     count += static_cast<uint32_t>(std::popcount(static_cast<uint32_t>(keep)));
     const __m512i one = _mm512_set1_epi32(1);
     const __m512i code = _mm512_add_epi32(_mm512_maskz_mov_epi32(keep, one),
@@ -373,12 +375,11 @@ bool dequantize_ternary(std::span<const BlockTernary<B>> in, std::span<float> ou
   return ok;
 }
 
-#define ATL_INSTANTIATE_LOWBIT(B)                                                        \
-  template void quantize_sign<B>(std::span<const float>, std::span<BlockSign<B>>);       \
-  template void quantize_ternary<B>(std::span<const float>, std::span<BlockTernary<B>>); \
-  template void quantize_ternary_portable<B>(std::span<const float>,                      \
-                                             std::span<BlockTernary<B>>);                 \
-  template bool dequantize_sign<B>(std::span<const BlockSign<B>>, std::span<float>);     \
+#define ATL_INSTANTIATE_LOWBIT(B)                                                                 \
+  template void quantize_sign<B>(std::span<const float>, std::span<BlockSign<B>>);                \
+  template void quantize_ternary<B>(std::span<const float>, std::span<BlockTernary<B>>);          \
+  template void quantize_ternary_portable<B>(std::span<const float>, std::span<BlockTernary<B>>); \
+  template bool dequantize_sign<B>(std::span<const BlockSign<B>>, std::span<float>);              \
   template bool dequantize_ternary<B>(std::span<const BlockTernary<B>>, std::span<float>);
 ATL_INSTANTIATE_LOWBIT(32)
 ATL_INSTANTIATE_LOWBIT(64)

@@ -7,8 +7,8 @@
 
 #include "kernels/core/check.h"
 #include "kernels/formats/avx512.h"
-#include "kernels/formats/portable.h"
 #include "kernels/formats/pack.h"
+#include "kernels/formats/portable.h"
 #include "kernels/formats/scalar.h"
 #include "kernels/formats/stochastic.h"
 
@@ -85,8 +85,9 @@ void mx_group_scales_avx512(const float* v, int emax, uint32_t max_mant, uint32_
   // mx_shared_exponent for normal amaxes: floor(log2 amax) - emax, plus one when the mantissa
   // exceeds the element max's; 0 for a zero block; clamped to [-127, 127].
   const __m512i floor_log2 = _mm512_sub_epi32(_mm512_srli_epi32(amax, 23), _mm512_set1_epi32(127));
-  const __mmask16 carry = _mm512_cmpgt_epu32_mask(
-      _mm512_and_si512(amax, _mm512_set1_epi32(0x7fffff)), _mm512_set1_epi32(static_cast<int>(max_mant)));
+  const __mmask16 carry =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(amax, _mm512_set1_epi32(0x7fffff)),
+                              _mm512_set1_epi32(static_cast<int>(max_mant)));
   __m512i s = _mm512_sub_epi32(floor_log2, _mm512_set1_epi32(emax));
   s = _mm512_mask_add_epi32(s, carry, s, _mm512_set1_epi32(1));
   s = _mm512_max_epi32(_mm512_min_epi32(s, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
@@ -111,8 +112,8 @@ void mx_group_scales_avx512(const float* v, int emax, uint32_t max_mant, uint32_
   inv_bits = _mm512_mask_mov_epi32(inv_bits, _mm512_cmplt_epi32_mask(neg, _mm512_set1_epi32(-126)),
                                    _mm512_set1_epi32(0x00400000));
   const __mmask16 nan_block = _mm512_cmpge_epu32_mask(amax, _mm512_set1_epi32(0x7f800000));
-  _mm512_store_ps(inv, _mm512_castsi512_ps(_mm512_maskz_mov_epi32(
-                           static_cast<__mmask16>(~nan_block), inv_bits)));
+  _mm512_store_ps(inv, _mm512_castsi512_ps(
+                           _mm512_maskz_mov_epi32(static_cast<__mmask16>(~nan_block), inv_bits)));
   _mm512_store_si512(code, _mm512_mask_mov_epi32(_mm512_add_epi32(s, _mm512_set1_epi32(127)),
                                                  nan_block, _mm512_set1_epi32(kE8M0Nan)));
 }

@@ -10,9 +10,9 @@
 
 #include "kernels/core/check.h"
 #include "kernels/formats/avx512.h"
-#include "kernels/formats/portable.h"
 #include "kernels/formats/convert.h"
 #include "kernels/formats/pack.h"
+#include "kernels/formats/portable.h"
 #include "kernels/formats/scalar.h"
 #include "kernels/formats/stochastic.h"
 
@@ -61,9 +61,9 @@ void nvfp4_group_up_avx512(const float* v, float ts, BlockNvfp4* out) {
   // E4M3 code of want, rounded up (want >= 0 or NaN).
   const __m512i w = abs_bits(want);
   const __m512i min_normal = _mm512_set1_epi32(0x3c800000);  // 2^-6
-  const __m512i normal = _mm512_sub_epi32(
-      _mm512_srli_epi32(_mm512_add_epi32(w, _mm512_set1_epi32(0xfffff)), 20),
-      _mm512_set1_epi32(120 << 3));
+  const __m512i normal =
+      _mm512_sub_epi32(_mm512_srli_epi32(_mm512_add_epi32(w, _mm512_set1_epi32(0xfffff)), 20),
+                       _mm512_set1_epi32(120 << 3));
   const __m512 below = _mm512_castsi512_ps(_mm512_min_epu32(w, min_normal));
   const __m512i sub = _mm512_cvttps_epi32(_mm512_roundscale_ps(
       _mm512_mul_ps(below, _mm512_set1_ps(512.0f)), _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC));
@@ -81,14 +81,16 @@ void nvfp4_group_up_avx512(const float* v, float ts, BlockNvfp4* out) {
                              _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
   const __m512 denom = _mm512_mul_ps(value, _mm512_set1_ps(ts));
   const __mmask16 nan_block = _mm512_cmpge_epu32_mask(amax, _mm512_set1_epi32(0x7f800000));
-  const __mmask16 scaled =
-      _mm512_cmp_ps_mask(denom, _mm512_setzero_ps(), _CMP_GT_OQ) & static_cast<__mmask16>(~nan_block);
+  const __mmask16 scaled = _mm512_cmp_ps_mask(denom, _mm512_setzero_ps(), _CMP_GT_OQ) &
+                           static_cast<__mmask16>(~nan_block);
   alignas(64) float inv[kGroup];
   alignas(64) uint32_t scale[kGroup];
   _mm512_store_ps(inv, _mm512_maskz_div_ps(scaled, _mm512_set1_ps(1.0f), denom));
-  _mm512_store_si512(scale, _mm512_mask_mov_epi32(code, nan_block, _mm512_set1_epi32(kE4M3NanCode)));
+  _mm512_store_si512(scale,
+                     _mm512_mask_mov_epi32(code, nan_block, _mm512_set1_epi32(kE4M3NanCode)));
   for (size_t b = 0; b < kGroup; ++b) {
-    const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(v + b * kNvfp4BlockSize), _mm512_set1_ps(inv[b]));
+    const __m512 x =
+        _mm512_mul_ps(_mm512_loadu_ps(v + b * kNvfp4BlockSize), _mm512_set1_ps(inv[b]));
     // A NaN block keeps zero elements.
     const __m512i codes = _mm512_maskz_mov_epi32(
         static_cast<__mmask16>((nan_block >> b) & 1u ? 0u : 0xffffu), e2m1_codes(x));

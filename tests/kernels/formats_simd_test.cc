@@ -24,29 +24,38 @@ namespace {
 std::vector<float> adversarial_input(size_t n, uint64_t seed) {
   const Philox rng(seed, 7);
   // E2M1 and E4M3 decision points and codes (scaled by powers of two below).
-  const float grid[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f,
+  const float grid[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f,   3.5f,   5.0f, 6.0f,
                         0.5f,  1.0f,  3.0f,  4.0f,  448.0f, 464.0f, 0.0f};
   std::vector<float> x(n);
   for (size_t i = 0; i < n; ++i) {
     const uint32_t r = rng.u32(2 * i), r2 = rng.u32(2 * i + 1);
     const float sign = (r & 1u) ? -1.0f : 1.0f;
-    float v = static_cast<float>(rng.normal(i)) *
-              std::ldexp(1.0f, static_cast<int>(r2 % 280) - 140);
+    float v =
+        static_cast<float>(rng.normal(i)) * std::ldexp(1.0f, static_cast<int>(r2 % 280) - 140);
     switch ((r >> 8) % 40) {
-      case 0: v = 0.0f; break;
-      case 1: v = -0.0f; break;
+      case 0:
+        v = 0.0f;
+        break;
+      case 1:
+        v = -0.0f;
+        break;
       case 2:
         v = sign * grid[(r >> 16) % 15] * std::ldexp(1.0f, static_cast<int>((r2 >> 8) % 24) - 12);
         break;
-      case 3: v = sign * std::bit_cast<float>((r2 >> 9) | 1u); break;  // subnormal
+      case 3:
+        v = sign * std::bit_cast<float>((r2 >> 9) | 1u);
+        break;  // subnormal
       case 4:
         if ((r >> 16) % 64 == 0) v = sign * INFINITY;
         break;
       case 5:
         if ((r >> 16) % 64 == 0) v = std::nanf("");
         break;
-      case 6: v = sign * std::bit_cast<float>(0x7f7fffffu - ((r2 >> 12) & 0xffu)); break;
-      default: break;
+      case 6:
+        v = sign * std::bit_cast<float>(0x7f7fffffu - ((r2 >> 12) & 0xffu));
+        break;
+      default:
+        break;
     }
     x[i] = v;
   }
@@ -149,8 +158,8 @@ TEST(FormatsSimd, TernarySpreadEdges) {
     for (size_t i = 0; i < x.size(); ++i) {
       const uint32_t r = rng.u32(i);
       const float big = std::ldexp(1.0f + static_cast<float>(r % 255) / 256.0f, 10);
-      const float small = std::ldexp(1.0f + static_cast<float>((r >> 8) % 255) / 256.0f,
-                                     10 - spread);
+      const float small =
+          std::ldexp(1.0f + static_cast<float>((r >> 8) % 255) / 256.0f, 10 - spread);
       x[i] = ((r >> 16) % 3 == 0 ? small : big) * ((r >> 20) & 1 ? -1.0f : 1.0f);
     }
     check_ternary<32>(x);
