@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 
 #include "kernels/core/check.h"
 
@@ -74,7 +75,12 @@ void select_by_radix(std::span<const float> x, uint64_t k, TopkScratch& s,
       ++hist[4 * (magnitude_bits(x[i + lane]) >> kBucketShift) + lane];
   for (; i < n; ++i) ++hist[4 * (magnitude_bits(x[i]) >> kBucketShift)];
 
-  size_t bucket = kBuckets;
+  // The walk down from the top starts at the largest value's bucket (a max that vectorizes):
+  // for a chunk of a few thousand values, walking the empty buckets above it cost as much as
+  // the histogram.
+  uint32_t top = 0;
+  for (size_t j = 0; j < n; ++j) top = std::max(top, magnitude_bits(x[j]));
+  size_t bucket = (top >> kBucketShift) + 1;
   uint64_t above = 0;  // values in buckets above `bucket`
   while (bucket-- > 0) {
     const uint32_t* h = hist + 4 * bucket;
@@ -104,6 +110,78 @@ void select_by_radix(std::span<const float> x, uint64_t k, TopkScratch& s,
              out.begin() + static_cast<ptrdiff_t>(first_chosen));
 }
 
+// Inputs at least this long select by select_by_sampled_floor first; shorter ones (the chunks
+// of chunked top-k) by the radix histogram.
+constexpr size_t kSampledMinValues = size_t{1} << 16;
+// One value in kSampleStride goes into the sampled histogram.
+constexpr size_t kSampleStride = 64;
+
+// Selection with one pass over x instead of two, for long inputs; the same indices as
+// select_by_radix, or false (out unchanged) when the sample misjudged the input:
+//  1. a histogram of every kSampleStride-th value picks a floor bucket that, by the sample,
+//     holds the k-th largest magnitude with a wide margin (about 1.25 k values at or above it);
+//  2. one scan collects the indices at or above the floor (the masked scan skips the rest);
+//  3. the exact histogram of those indices finds the k-th value's bucket b, which must lie at
+//     or above the floor (else false), then the split and selection of select_by_radix follow.
+// Everything at or above bucket b is collected in step 2, so the result is exact for any input.
+bool select_by_sampled_floor(std::span<const float> x, uint64_t k, TopkScratch& s,
+                             std::vector<uint32_t>& out) {
+  const size_t n = x.size();
+  s.hist.assign(kBuckets, 0u);
+  uint32_t* hist = s.hist.data();
+  size_t samples = 0;
+  for (size_t i = kSampleStride / 2; i < n; i += kSampleStride, ++samples)
+    ++hist[magnitude_bits(x[i]) >> kBucketShift];
+  // Sampled count wanted at or above the floor: 1.25 k's share plus 4 standard deviations.
+  const double share =
+      static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
+  const double want = 1.25 * share + 4.0 * std::sqrt(share) + 4.0;
+  size_t floor_bucket = kBuckets;
+  double seen = 0;
+  while (floor_bucket > 0 && seen < want) seen += hist[--floor_bucket];
+  s.above.clear();  // here: every index at or above the floor, in index order
+  // Room for what the sample predicts (and a margin), so the list does not grow by copies.
+  s.above.reserve(
+      static_cast<size_t>(1.1 * seen * static_cast<double>(n) / static_cast<double>(samples)) +
+      1024);
+  scan_at_or_above(x, 0, n, static_cast<uint32_t>(floor_bucket) << kBucketShift, [&](uint32_t j) {
+    s.above.push_back(j);
+    return true;
+  });
+  if (s.above.size() < k) return false;
+  // The exact histogram of what was collected, from the top: the k-th value's bucket.
+  std::fill(s.hist.begin(), s.hist.end(), 0u);
+  for (uint32_t j : s.above) ++hist[magnitude_bits(x[j]) >> kBucketShift];
+  size_t bucket = kBuckets;
+  uint64_t above = 0;
+  while (bucket-- > floor_bucket) {
+    if (above + hist[bucket] >= k) break;
+    above += hist[bucket];
+  }
+  if (bucket < floor_bucket || bucket >= kBuckets) return false;  // not reached: cannot happen
+  const uint64_t from_bucket = k - above;
+  const uint32_t b = static_cast<uint32_t>(bucket);
+  // Split in place: indices above bucket b stay (in order) in s.above, bucket b's keys go to
+  // s.candidates, lower buckets are dropped.
+  s.candidates.clear();
+  size_t kept = 0;
+  for (uint32_t j : s.above) {
+    const uint32_t a = magnitude_bits(x[j]);
+    if ((a >> kBucketShift) > b)
+      s.above[kept++] = j;
+    else if ((a >> kBucketShift) == b)
+      s.candidates.push_back(key_of(a, j));
+  }
+  s.above.resize(kept);
+  const size_t first_chosen = out.size();
+  append_smallest_keys(s.candidates, from_bucket, s.keys, out);
+  s.chosen.assign(out.begin() + static_cast<ptrdiff_t>(first_chosen), out.end());
+  out.resize(first_chosen + s.above.size() + s.chosen.size());
+  std::merge(s.above.begin(), s.above.end(), s.chosen.begin(), s.chosen.end(),
+             out.begin() + static_cast<ptrdiff_t>(first_chosen));
+  return true;
+}
+
 }  // namespace
 
 void topk_indices(std::span<const float> x, uint64_t k, TopkScratch& scratch,
@@ -118,6 +196,8 @@ void topk_indices(std::span<const float> x, uint64_t k, TopkScratch& scratch,
     for (uint32_t i = 0; i < n; ++i) out[i] = i;
     return;
   }
+  if (n >= kSampledMinValues && select_by_sampled_floor(x, k, scratch, out)) return;
+  out.clear();
   select_by_radix(x, k, scratch, out);
 }
 

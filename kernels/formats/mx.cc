@@ -6,7 +6,9 @@
 #include <cstring>
 
 #include "kernels/core/check.h"
+#include "kernels/formats/avx512.h"
 #include "kernels/formats/pack.h"
+#include "kernels/formats/portable.h"
 #include "kernels/formats/scalar.h"
 #include "kernels/formats/stochastic.h"
 
@@ -64,11 +66,106 @@ inline uint8_t load_block(std::span<const float> in, size_t b, float (&pad)[kMxB
   return e8m0_from_exponent(s);
 }
 
-template <bool kStochastic>
+#if ATOLL_FORMATS_AVX512
+// Blocks encoded together by the vector kernels: one lane a block for the scale arithmetic.
+constexpr size_t kGroup = 16;
+constexpr size_t kGroupValues = kGroup * kMxBlockSize;
+
+// Scale codes and element multipliers of a full group (512 values at v), as load_block computes
+// them one block at a time: code[b] the E8M0 code, inv[b] = 2^-s (0 for a NaN block).
+void mx_group_scales_avx512(const float* v, int emax, uint32_t max_mant, uint32_t (&code)[kGroup],
+                            float (&inv)[kGroup]) {
+  using namespace avx512;
+  __m512i a[kGroup];
+  for (size_t b = 0; b < kGroup; ++b) {
+    a[b] = _mm512_max_epu32(abs_bits(_mm512_loadu_ps(v + b * kMxBlockSize)),
+                            abs_bits(_mm512_loadu_ps(v + b * kMxBlockSize + 16)));
+  }
+  const __m512i amax = max_of_each_u32(a);
+  // mx_shared_exponent for normal amaxes: floor(log2 amax) - emax, plus one when the mantissa
+  // exceeds the element max's; 0 for a zero block; clamped to [-127, 127].
+  const __m512i floor_log2 = _mm512_sub_epi32(_mm512_srli_epi32(amax, 23), _mm512_set1_epi32(127));
+  const __mmask16 carry =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(amax, _mm512_set1_epi32(0x7fffff)),
+                              _mm512_set1_epi32(static_cast<int>(max_mant)));
+  __m512i s = _mm512_sub_epi32(floor_log2, _mm512_set1_epi32(emax));
+  s = _mm512_mask_add_epi32(s, carry, s, _mm512_set1_epi32(1));
+  s = _mm512_max_epi32(_mm512_min_epi32(s, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+  s = _mm512_maskz_mov_epi32(_mm512_test_epi32_mask(amax, amax), s);
+  alignas(64) int32_t shared[kGroup];
+  _mm512_store_si512(shared, s);
+  // fp32 subnormal amaxes (rare) take the scalar rule, which normalizes them first.
+  const __mmask16 subnormal = _mm512_test_epi32_mask(amax, amax) &
+                              _mm512_cmplt_epu32_mask(amax, _mm512_set1_epi32(0x800000));
+  if (subnormal != 0) {
+    alignas(64) uint32_t bits[kGroup];
+    _mm512_store_si512(bits, amax);
+    for (size_t b = 0; b < kGroup; ++b) {
+      if ((subnormal >> b) & 1u)
+        shared[b] = mx_shared_exponent(std::bit_cast<float>(bits[b]), emax, max_mant);
+    }
+    s = _mm512_load_si512(shared);
+  }
+  // 2^-s: a normal float for -s >= -126, else (-s = -127) the subnormal 2^-127.
+  const __m512i neg = _mm512_sub_epi32(_mm512_setzero_si512(), s);
+  __m512i inv_bits = _mm512_slli_epi32(_mm512_add_epi32(neg, _mm512_set1_epi32(127)), 23);
+  inv_bits = _mm512_mask_mov_epi32(inv_bits, _mm512_cmplt_epi32_mask(neg, _mm512_set1_epi32(-126)),
+                                   _mm512_set1_epi32(0x00400000));
+  const __mmask16 nan_block = _mm512_cmpge_epu32_mask(amax, _mm512_set1_epi32(0x7f800000));
+  _mm512_store_ps(inv, _mm512_castsi512_ps(
+                           _mm512_maskz_mov_epi32(static_cast<__mmask16>(~nan_block), inv_bits)));
+  _mm512_store_si512(code, _mm512_mask_mov_epi32(_mm512_add_epi32(s, _mm512_set1_epi32(127)),
+                                                 nan_block, _mm512_set1_epi32(kE8M0Nan)));
+}
+
+// A full group -> 16 MXFP8 blocks (elements x * 2^-s to nearest even, as e4m3_from_f32).
+void mxfp8_group_avx512(const float* v, BlockMxfp8* out) {
+  using namespace avx512;
+  alignas(64) uint32_t code[kGroup];
+  alignas(64) float inv[kGroup];
+  mx_group_scales_avx512(v, kE4M3Emax, kE4M3MaxMant, code, inv);
+  for (size_t b = 0; b < kGroup; ++b) {
+    const __m512 m = _mm512_set1_ps(inv[b]);
+    const float* x = v + b * kMxBlockSize;
+    out[b].scale = static_cast<uint8_t>(code[b]);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q),
+                     _mm512_cvtepi32_epi8(e4m3_codes(_mm512_mul_ps(_mm512_loadu_ps(x), m))));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q + 16),
+                     _mm512_cvtepi32_epi8(e4m3_codes(_mm512_mul_ps(_mm512_loadu_ps(x + 16), m))));
+  }
+}
+
+// A full group -> 16 MXFP4 blocks (elements as e2m1_from_f32; a NaN block's elements are
+// computed from x * 0 exactly as the portable loop does).
+void mxfp4_group_avx512(const float* v, BlockMxfp4* out) {
+  using namespace avx512;
+  alignas(64) uint32_t code[kGroup];
+  alignas(64) float inv[kGroup];
+  mx_group_scales_avx512(v, kE2M1Emax, kE2M1MaxMant, code, inv);
+  for (size_t b = 0; b < kGroup; ++b) {
+    const __m512 m = _mm512_set1_ps(inv[b]);
+    const float* x = v + b * kMxBlockSize;
+    out[b].scale = static_cast<uint8_t>(code[b]);
+    store_nibbles16(e2m1_codes(_mm512_mul_ps(_mm512_loadu_ps(x), m)), out[b].q);
+    store_nibbles16(e2m1_codes(_mm512_mul_ps(_mm512_loadu_ps(x + 16), m)), out[b].q + 8);
+  }
+}
+#endif
+
+// kVector: full groups of 16 blocks go through the AVX-512 kernels where they are built
+// (round-to-nearest elements); the per-block code below does the rest, with the same bytes.
+template <bool kStochastic, bool kVector = true>
 void mxfp8_impl(std::span<const float> in, std::span<BlockMxfp8> out, const Philox* rng,
                 uint64_t first) {
   ATOLL_CHECK(out.size() == mx_num_blocks(in.size()), "the block span does not fit the values");
-  for (size_t b = 0; b < out.size(); ++b) {
+  size_t b = 0;
+#if ATOLL_FORMATS_AVX512
+  if constexpr (kVector && !kStochastic) {
+    for (; (b + kGroup) * kMxBlockSize <= in.size(); b += kGroup)
+      mxfp8_group_avx512(in.data() + b * kMxBlockSize, out.data() + b);
+  }
+#endif
+  for (; b < out.size(); ++b) {
     float pad[kMxBlockSize];
     const float* v;
     float inv;
@@ -84,11 +181,18 @@ void mxfp8_impl(std::span<const float> in, std::span<BlockMxfp8> out, const Phil
   }
 }
 
-template <bool kStochastic>
+template <bool kStochastic, bool kVector = true>
 void mxfp4_impl(std::span<const float> in, std::span<BlockMxfp4> out, const Philox* rng,
                 uint64_t first) {
   ATOLL_CHECK(out.size() == mx_num_blocks(in.size()), "the block span does not fit the values");
-  for (size_t b = 0; b < out.size(); ++b) {
+  size_t b = 0;
+#if ATOLL_FORMATS_AVX512
+  if constexpr (kVector && !kStochastic) {
+    for (; (b + kGroup) * kMxBlockSize <= in.size(); b += kGroup)
+      mxfp4_group_avx512(in.data() + b * kMxBlockSize, out.data() + b);
+  }
+#endif
+  for (; b < out.size(); ++b) {
     float pad[kMxBlockSize];
     const float* v;
     float inv;
@@ -131,6 +235,12 @@ void quantize_mxfp8(std::span<const float> in, std::span<BlockMxfp8> out) {
 }
 void quantize_mxfp4(std::span<const float> in, std::span<BlockMxfp4> out) {
   mxfp4_impl<false>(in, out, nullptr, 0);
+}
+void quantize_mxfp8_portable(std::span<const float> in, std::span<BlockMxfp8> out) {
+  mxfp8_impl<false, false>(in, out, nullptr, 0);
+}
+void quantize_mxfp4_portable(std::span<const float> in, std::span<BlockMxfp4> out) {
+  mxfp4_impl<false, false>(in, out, nullptr, 0);
 }
 void quantize_mxfp8_sr(std::span<const float> in, std::span<BlockMxfp8> out, const Philox& rng,
                        uint64_t first_index) {

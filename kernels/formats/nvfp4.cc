@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "kernels/core/check.h"
+#include "kernels/formats/avx512.h"
 #include "kernels/formats/convert.h"
 #include "kernels/formats/pack.h"
+#include "kernels/formats/portable.h"
 #include "kernels/formats/scalar.h"
 #include "kernels/formats/stochastic.h"
 
@@ -46,7 +48,61 @@ inline uint32_t e4m3_scale_code(float want) {
 // and the per-block reductions dominated.
 constexpr size_t kGroup = 16;
 
-template <bool kStochastic, Rounding kScaleRounding>
+#if ATOLL_FORMATS_AVX512
+// One full group (256 values at v) -> out[0, 16), elements to nearest even, block scales rounded
+// up: the phases of nvfp4_impl with one 512-bit vector a block, and one lane a block for the
+// scale arithmetic (the same operations as e4m3_from_f32_up_nonneg and f32_from_e4m3_nonneg).
+void nvfp4_group_up_avx512(const float* v, float ts, BlockNvfp4* out) {
+  using namespace avx512;
+  __m512i a[kGroup];
+  for (size_t b = 0; b < kGroup; ++b) a[b] = abs_bits(_mm512_loadu_ps(v + b * kNvfp4BlockSize));
+  const __m512i amax = max_of_each_u32(a);
+  const __m512 want = _mm512_div_ps(_mm512_castsi512_ps(amax), _mm512_set1_ps(kE2M1Max * ts));
+  // E4M3 code of want, rounded up (want >= 0 or NaN).
+  const __m512i w = abs_bits(want);
+  const __m512i min_normal = _mm512_set1_epi32(0x3c800000);  // 2^-6
+  const __m512i normal =
+      _mm512_sub_epi32(_mm512_srli_epi32(_mm512_add_epi32(w, _mm512_set1_epi32(0xfffff)), 20),
+                       _mm512_set1_epi32(120 << 3));
+  const __m512 below = _mm512_castsi512_ps(_mm512_min_epu32(w, min_normal));
+  const __m512i sub = _mm512_cvttps_epi32(_mm512_roundscale_ps(
+      _mm512_mul_ps(below, _mm512_set1_ps(512.0f)), _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC));
+  __m512i code = _mm512_mask_blend_epi32(_mm512_cmpge_epu32_mask(w, min_normal), sub, normal);
+  code = _mm512_min_epu32(code, _mm512_set1_epi32(0x7e));
+  code = _mm512_mask_mov_epi32(code, _mm512_cmpgt_epu32_mask(w, _mm512_set1_epi32(0x7f800000)),
+                               _mm512_set1_epi32(0x7f));
+  // Its value times the tensor scale.
+  const __m512 normal_value = _mm512_castsi512_ps(
+      _mm512_add_epi32(_mm512_slli_epi32(code, 20), _mm512_set1_epi32(120 << 23)));
+  const __m512 sub_value = _mm512_mul_ps(_mm512_cvtepi32_ps(code), _mm512_set1_ps(1.0f / 512.0f));
+  __m512 value = _mm512_mask_blend_ps(_mm512_cmpge_epu32_mask(code, _mm512_set1_epi32(8)),
+                                      sub_value, normal_value);
+  value = _mm512_mask_mov_ps(value, _mm512_cmpeq_epi32_mask(code, _mm512_set1_epi32(0x7f)),
+                             _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
+  const __m512 denom = _mm512_mul_ps(value, _mm512_set1_ps(ts));
+  const __mmask16 nan_block = _mm512_cmpge_epu32_mask(amax, _mm512_set1_epi32(0x7f800000));
+  const __mmask16 scaled = _mm512_cmp_ps_mask(denom, _mm512_setzero_ps(), _CMP_GT_OQ) &
+                           static_cast<__mmask16>(~nan_block);
+  alignas(64) float inv[kGroup];
+  alignas(64) uint32_t scale[kGroup];
+  _mm512_store_ps(inv, _mm512_maskz_div_ps(scaled, _mm512_set1_ps(1.0f), denom));
+  _mm512_store_si512(scale,
+                     _mm512_mask_mov_epi32(code, nan_block, _mm512_set1_epi32(kE4M3NanCode)));
+  for (size_t b = 0; b < kGroup; ++b) {
+    const __m512 x =
+        _mm512_mul_ps(_mm512_loadu_ps(v + b * kNvfp4BlockSize), _mm512_set1_ps(inv[b]));
+    // A NaN block keeps zero elements.
+    const __m512i codes = _mm512_maskz_mov_epi32(
+        static_cast<__mmask16>((nan_block >> b) & 1u ? 0u : 0xffffu), e2m1_codes(x));
+    out[b].scale = static_cast<uint8_t>(scale[b]);
+    store_nibbles16(codes, out[b].q);
+  }
+}
+#endif
+
+// kVector: full groups go through the AVX-512 kernel where it is built (round-to-nearest
+// elements, kUp scales); the portable code below does everything else and gives the same bytes.
+template <bool kStochastic, Rounding kScaleRounding, bool kVector = true>
 void nvfp4_impl(std::span<const float> in, float ts, std::span<BlockNvfp4> out, const Philox* rng,
                 uint64_t first) {
   ATOLL_CHECK(out.size() == nvfp4_num_blocks(in.size()), "the block span does not fit the values");
@@ -55,6 +111,14 @@ void nvfp4_impl(std::span<const float> in, float ts, std::span<BlockNvfp4> out, 
     const size_t begin = g * kNvfp4BlockSize;
     const size_t nb = std::min(kGroup, out.size() - g);
     const size_t n = std::min(kValues, in.size() - begin);
+#if ATOLL_FORMATS_AVX512
+    if constexpr (kVector && !kStochastic && kScaleRounding == Rounding::kAwayFromZero) {
+      if (n == kValues) {
+        nvfp4_group_up_avx512(in.data() + begin, ts, out.data() + g);
+        continue;
+      }
+    }
+#endif
     // A full group is read in place; a partial one through a zero-padded copy.
     float pad[kValues];
     const float* v = in.data() + begin;
@@ -207,6 +271,10 @@ void quantize_nvfp4(std::span<const float> in, float tensor_scale, std::span<Blo
   } else {
     nvfp4_impl<false, Rounding::kNearestEven>(in, tensor_scale, out, nullptr, 0);
   }
+}
+void quantize_nvfp4_portable(std::span<const float> in, float tensor_scale,
+                             std::span<BlockNvfp4> out) {
+  nvfp4_impl<false, Rounding::kAwayFromZero, false>(in, tensor_scale, out, nullptr, 0);
 }
 void quantize_nvfp4_sr(std::span<const float> in, float tensor_scale, std::span<BlockNvfp4> out,
                        const Philox& rng, uint64_t first_index, NvfpScaleRounding rounding) {

@@ -293,6 +293,28 @@ TEST(CompressTopk, LargeInputsWithReusedScratchEqualAFullSort) {
   }
 }
 
+// Long inputs select from a sampled floor; inputs that mislead the sample (large values only
+// where it looks, or only where it does not) still give the indices of a full sort.
+TEST(CompressTopk, InputsThatMisleadTheSampleEqualAFullSort) {
+  const size_t n = (size_t{1} << 16) + 4099;
+  for (int kind = 0; kind < 3; ++kind) {
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) {
+      const bool sampled = i % 64 == 32;  // the positions a stride-64 sample reads
+      const float big = 1.0f + static_cast<float>(i % 977) / 977.0f;
+      switch (kind) {
+        case 0: x[i] = sampled ? big : 1e-6f * big; break;   // the sample sees only the top
+        case 1: x[i] = sampled ? 1e-6f * big : big; break;   // the sample sees only the bottom
+        default: x[i] = (i / 4096) % 2 ? big : -1e-3f * big; break;  // halves apart
+      }
+    }
+    for (uint64_t k : {uint64_t{1}, uint64_t{n / 100}, uint64_t{n / 50}, uint64_t{n / 10},
+                       uint64_t{n / 2}}) {
+      EXPECT_EQ(topk_indices(x, k), topk_by_full_sort(x, k)) << "kind " << kind << " k " << k;
+    }
+  }
+}
+
 TEST(CompressCodec, ChunkedTopkAndCombos) {
   const size_t n = 4096 * 3 + 100;
   const auto x = gradient_like(n, 5);

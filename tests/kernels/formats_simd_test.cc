@@ -1,0 +1,173 @@
+// The AVX-512 kernels of the block quantizers (kernels/formats/avx512.h) against the portable
+// code that machines without AVX-512 run: the same bytes on inputs built to hit every branch
+// (format thresholds and midpoints, zero, subnormal, inf and NaN blocks, extreme magnitudes,
+// blocks whose sums take the exact vector path and blocks that fall back). Where the build has
+// no AVX-512 both sides run the portable code and the test still checks that they agree.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/core/philox.h"
+#include "kernels/formats/nvfp4.h"
+#include "kernels/formats/portable.h"
+
+namespace atl::kernels::formats {
+namespace {
+
+// Values of every kind the encoders branch on, at magnitudes from 2^-150 to the largest float:
+// each value picks a kind from its own random word.
+std::vector<float> adversarial_input(size_t n, uint64_t seed) {
+  const Philox rng(seed, 7);
+  // E2M1 and E4M3 decision points and codes (scaled by powers of two below).
+  const float grid[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f,   3.5f,   5.0f, 6.0f,
+                        0.5f,  1.0f,  3.0f,  4.0f,  448.0f, 464.0f, 0.0f};
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t r = rng.u32(2 * i), r2 = rng.u32(2 * i + 1);
+    const float sign = (r & 1u) ? -1.0f : 1.0f;
+    float v =
+        static_cast<float>(rng.normal(i)) * std::ldexp(1.0f, static_cast<int>(r2 % 280) - 140);
+    switch ((r >> 8) % 40) {
+      case 0:
+        v = 0.0f;
+        break;
+      case 1:
+        v = -0.0f;
+        break;
+      case 2:
+        v = sign * grid[(r >> 16) % 15] * std::ldexp(1.0f, static_cast<int>((r2 >> 8) % 24) - 12);
+        break;
+      case 3:
+        v = sign * std::bit_cast<float>((r2 >> 9) | 1u);
+        break;  // subnormal
+      case 4:
+        if ((r >> 16) % 64 == 0) v = sign * INFINITY;
+        break;
+      case 5:
+        if ((r >> 16) % 64 == 0) v = std::nanf("");
+        break;
+      case 6:
+        v = sign * std::bit_cast<float>(0x7f7fffffu - ((r2 >> 12) & 0xffu));
+        break;
+      default:
+        break;
+    }
+    x[i] = v;
+  }
+  // Whole blocks of zeros, and of subnormals only, at places no block size aligns away.
+  for (size_t i = 0; i + 64 <= n; i += 4096) std::fill(x.begin() + i, x.begin() + i + 64, 0.0f);
+  for (size_t i = 1024; i + 64 <= n; i += 4096) {
+    for (uint32_t j = 0; j < 64; ++j) x[i + j] = std::bit_cast<float>(j + 1u);
+  }
+  return x;
+}
+
+// Normals of one scale per 4096 values, some on a grid of quarters, some zero: the spread of
+// nearly every block is small enough for the exact vector sums of the ternary kernel.
+std::vector<float> narrow_input(size_t n, uint64_t seed) {
+  const Philox rng(seed, 9);
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t r = rng.u32(i);
+    float v = static_cast<float>(rng.normal(i)) * static_cast<float>(1 + (i / 4096) % 7);
+    if (r % 97 == 0) v = std::round(v * 4.0f) / 4.0f;
+    if (r % 1000 == 1) v = 0.0f;
+    x[i] = v;
+  }
+  return x;
+}
+
+template <typename Block>
+void expect_same_blocks(const std::vector<Block>& fast, const std::vector<Block>& portable,
+                        const char* what) {
+  ASSERT_EQ(fast.size(), portable.size());
+  for (size_t b = 0; b < fast.size(); ++b) {
+    ASSERT_EQ(std::memcmp(&fast[b], &portable[b], sizeof(Block)), 0)
+        << what << ": block " << b << " differs from the portable encoder";
+  }
+}
+
+// Sizes with full groups of every kernel and partial tails.
+constexpr size_t kSizes[] = {16, 255, 256, 511, 512, 4096, 65536 + 77, 300007};
+
+TEST(FormatsSimd, Nvfp4MatchesPortable) {
+  for (size_t n : kSizes) {
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+      const std::vector<float> x = adversarial_input(n, seed);
+      // The tensor's own scale, and fixed scales under which many blocks overflow or vanish.
+      for (float ts : {nvfp4_tensor_scale(x), 1.0f, 1.0f / 2688.0f, 3e-30f}) {
+        std::vector<BlockNvfp4> fast(nvfp4_num_blocks(n)), portable(fast.size());
+        quantize_nvfp4(x, ts, fast);
+        quantize_nvfp4_portable(x, ts, portable);
+        expect_same_blocks(fast, portable, "nvfp4");
+      }
+    }
+  }
+}
+
+TEST(FormatsSimd, MxMatchesPortable) {
+  for (size_t n : kSizes) {
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+      for (const std::vector<float>& x : {adversarial_input(n, seed), narrow_input(n, seed)}) {
+        std::vector<BlockMxfp4> f4(mx_num_blocks(n)), p4(f4.size());
+        quantize_mxfp4(x, f4);
+        quantize_mxfp4_portable(x, p4);
+        expect_same_blocks(f4, p4, "mxfp4");
+        std::vector<BlockMxfp8> f8(mx_num_blocks(n)), p8(f8.size());
+        quantize_mxfp8(x, f8);
+        quantize_mxfp8_portable(x, p8);
+        expect_same_blocks(f8, p8, "mxfp8");
+      }
+    }
+  }
+}
+
+template <int B>
+void check_ternary(const std::vector<float>& x) {
+  std::vector<BlockTernary<B>> fast(lowbit_num_blocks<B>(x.size())), portable(fast.size());
+  quantize_ternary<B>(x, fast);
+  quantize_ternary_portable<B>(x, portable);
+  expect_same_blocks(fast, portable, "ternary");
+}
+
+TEST(FormatsSimd, TernaryMatchesPortable) {
+  for (size_t n : kSizes) {
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+      for (const std::vector<float>& x : {adversarial_input(n, seed), narrow_input(n, seed)}) {
+        check_ternary<32>(x);
+        check_ternary<64>(x);
+        check_ternary<128>(x);
+        check_ternary<256>(x);
+      }
+    }
+  }
+}
+
+// A block at the edge of the exact-sum rule: values 2^e and 2^(e - spread) for the largest
+// spread the vector kernel accepts and one beyond it, so both paths see a block whose serial
+// double sum is inexact when the small values come after large partial sums.
+TEST(FormatsSimd, TernarySpreadEdges) {
+  for (int spread : {20, 21, 22, 23, 24, 25, 30}) {
+    std::vector<float> x(4096);
+    const Philox rng(static_cast<uint64_t>(spread), 3);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const uint32_t r = rng.u32(i);
+      const float big = std::ldexp(1.0f + static_cast<float>(r % 255) / 256.0f, 10);
+      const float small =
+          std::ldexp(1.0f + static_cast<float>((r >> 8) % 255) / 256.0f, 10 - spread);
+      x[i] = ((r >> 16) % 3 == 0 ? small : big) * ((r >> 20) & 1 ? -1.0f : 1.0f);
+    }
+    check_ternary<32>(x);
+    check_ternary<64>(x);
+    check_ternary<128>(x);
+    check_ternary<256>(x);
+  }
+}
+
+}  // namespace
+}  // namespace atl::kernels::formats
