@@ -128,7 +128,7 @@ bool better(const Evaluated& a, const std::vector<uint8_t>& Sa, const Evaluated&
 }
 
 // Searches the non-empty layer sets S of L layers: every one for L <= exhaustive_max, greedy +
-// local search beyond. consider(S) evaluates S, makes it the best (best_S) when it is better, and
+// local search beyond. consider(S) evaluates S, makes it the best (bestS) when it is better, and
 // says whether it did.
 template <class Consider>
 void search_layer_sets(int L, int exhaustive_max, std::vector<uint8_t>& bestS, Consider&& consider) {
