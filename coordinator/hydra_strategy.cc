@@ -69,6 +69,9 @@ class HydraStrategy final : public RoundStrategy {
     opt.min_coverage = static_cast<int>(config_.hydra.min_coverage);
     opt.min_train_share = config_.hydra.min_train_share;
     opt.removal_penalty = config_.hydra.removal_penalty;
+    auto trained_layers = algorithms::hydra::parse_trained_layers(config_.hydra.trained_layers);
+    if (!trained_layers.ok()) return trained_layers.status();
+    opt.trained_layers = *trained_layers;
     auto sel = algorithms::hydra::select_subnetworks(cm, sites, opt);
     if (!sel.ok()) return Internal("hydra selection failed: " + sel.status().message());
     masks_.clear();

@@ -89,6 +89,7 @@ Status round_masks(const std::string& method, const SimOptions& opt,
     so.min_train_share = opt.min_train_share;
     // The random baseline draws its units as before (plain objective on random scores).
     so.removal_penalty = method == "hydra" ? opt.removal_penalty : 0.0;
+    if (method == "hydra") so.trained_layers = opt.trained_layers;
     ATOLL_ASSIGN_OR_RETURN(auto sel, hy::select_subnetworks(cm, in, so));
     for (int k = 0; k < K; ++k) masks[k] = sel.sites[k].subnet;  // ids sort as site-0..3
     if (opt.trace)

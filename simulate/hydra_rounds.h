@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "algorithms/data/dataset.h"
+#include "algorithms/hydra/select.h"
 #include "algorithms/model/llama.h"
 #include "algorithms/model/param_set.h"
 #include "algorithms/optim/inner_trainer.h"
@@ -52,6 +53,8 @@ struct SimOptions {
   int reselect_every = 1;
   double min_train_share = 0.5;   // hydra.min_train_share (select.h)
   double removal_penalty = 10.0;  // hydra.removal_penalty (select.h), Hydra only: random keeps 0
+  // hydra.trained_layers (select.h), Hydra only: random keeps one global S.
+  algorithms::hydra::TrainedLayers trained_layers = algorithms::hydra::TrainedLayers::kGlobal;
   double outer_lr = 1.0;
   double outer_momentum = 0.0;
   int64_t eval_tokens = 16384;  // validation targets per site evaluation

@@ -942,30 +942,35 @@ function renderPrivacy(x, m, rounds) {
     'Clipping only (noise_multiplier = 0): epsilon is infinite.');
 }
 
-// Hydra: one layers × heads table per site (rows = layers, columns = heads), plus the layer's
-// kept FFN blocks; cells carry a letter and a title so the grid does not rely on colour alone.
+// Hydra: one layers × KV groups table per site (rows = layers, columns = head units: a KV group is
+// a KV head with its query heads, one head without grouped-query attention; docs/hydra.md
+// "Units"), plus the layer's kept FFN blocks; cells carry a letter and a title so the grid does
+// not rely on colour alone.
 function renderSubnets(x, data) {
   const hydra = x.config.algorithm === 'hydra';
   show($('#x-subnets'), hydra);
   if (!hydra || !data) return;
   const subnets = data.subnets || [];
   show($('#subnets-empty'), subnets.length === 0);
-  const heads = [...Array(data.heads).keys()];
+  const perGroup = data.heads_per_group || 1;
+  const groups = [...Array(data.kv_groups ?? data.heads).keys()];
+  const groupName = g => perGroup === 1 ? `KV group ${g} (query head ${g})`
+    : `KV group ${g} (query heads ${g * perGroup}–${(g + 1) * perGroup - 1})`;
   $('#subnet-grids').replaceChildren(...subnets.map(s => {
     const pct = s.flops_fraction == null ? '–' : `${(100 * s.flops_fraction).toFixed(1)}%`;
     return el('div', { class: 'table-wrap' }, el('table', { class: 'grid subnet', dataset: { node: s.node_id } },
       el('caption', { title: 'training FLOPs per token relative to the full model' },
         el('span', { class: 'mono' }, s.node_id), ` · ${pct} of full FLOPs`),
       el('thead', {}, el('tr', {}, el('th', { scope: 'col' }, 'Layer'),
-        ...heads.map(h => el('th', { scope: 'col' }, `H${h}`)), el('th', { scope: 'col' }, 'FFN blocks'))),
+        ...groups.map(g => el('th', { scope: 'col', title: groupName(g) }, `KV${g}`)), el('th', { scope: 'col' }, 'FFN blocks'))),
       el('tbody', {}, ...s.layers.map((l, i) => {
         const kept = new Set(l.heads);
         return el('tr', {},
           el('th', { scope: 'row' }, `L${i}`, el('span', { class: 'muted' }, l.trained ? ' · trained' : ' · frozen')),
-          ...heads.map(h => {
-            const k = !kept.has(h) ? 'removed' : l.trained ? 'trained' : 'frozen';
+          ...groups.map(g => {
+            const k = !kept.has(g) ? 'removed' : l.trained ? 'trained' : 'frozen';
             const what = { removed: 'removed', trained: 'kept and trained', frozen: 'kept, frozen' }[k];
-            return el('td', { class: `cell ${k}`, title: `${s.node_id}: layer ${i}, head ${h}: ${what}` },
+            return el('td', { class: `cell ${k}`, title: `${s.node_id}: layer ${i}, ${groupName(g)}: ${what}` },
               { removed: '–', trained: 'T', frozen: 'F' }[k]);
           }),
           el('td', { class: 'num', title: `${l.ffn_blocks_kept} of ${data.ffn_blocks} FFN channel blocks kept` },

@@ -42,24 +42,42 @@ struct Evaluated {
   int uncovered = 0;
 };
 
-// Every site's subnetwork for S, with coverage repair.
+// Every site's subnetwork, site k with the trained layer set layer_sets[k] (the same S for all
+// under kGlobal), with coverage repair over the units of the union of the sets: an uncovered unit
+// is forced into the site, among those whose set contains its layer, that loses least.
 Evaluated evaluate(const CostModel& cm, const std::vector<SiteInput>& sites,
-                   const std::vector<uint8_t>& S, const SelectOptions& opt) {
-  const std::vector<Unit> us = units_of(cm, S, true);
+                   const std::vector<std::vector<uint8_t>>& layer_sets, const SelectOptions& opt) {
+  const int L = cm.model.layers;
+  std::vector<uint8_t> any(L, 0);
+  for (const auto& S : layer_sets)
+    for (int l = 0; l < L; ++l) any[l] |= S[l];
+  const std::vector<Unit> us = units_of(cm, any, true);
   const size_t K = sites.size(), U = us.size();
+  // local[k][i]: index of union unit i in units_of(layer_sets[k]), or -1 if k does not train
+  // its layer (under kGlobal the identity).
+  std::vector<std::vector<int>> local(K, std::vector<int>(U, -1));
+  std::vector<size_t> local_units(K, 0);
+  for (size_t k = 0; k < K; ++k) {
+    int next = 0;
+    for (size_t i = 0; i < U; ++i)
+      if (layer_sets[k][us[i].layer]) local[k][i] = next++;
+    local_units[k] = static_cast<size_t>(next);
+  }
   Evaluated ev;
-  std::vector<std::vector<uint8_t>> forced(K, std::vector<uint8_t>(U, 0));
-  auto held_of = [&](const SiteSelection& sel) {
+  std::vector<std::vector<uint8_t>> forced(K);
+  for (size_t k = 0; k < K; ++k) forced[k].assign(local_units[k], 0);
+  auto held_of = [&](size_t k, const SiteSelection& sel) {
     std::vector<uint8_t> h(U, 0);
     for (size_t i = 0; i < U; ++i) {
+      if (local[k][i] < 0) continue;
       const auto& x = sel.subnet.layers[us[i].layer];
       h[i] = (us[i].block ? x.ffn_blocks : x.heads)[us[i].idx];
     }
     return h;
   };
   for (size_t k = 0; k < K; ++k) {
-    ev.sites.push_back(select_site(cm, sites[k], S, opt));
-    ev.held.push_back(held_of(ev.sites.back()));
+    ev.sites.push_back(select_site(cm, sites[k], layer_sets[k], opt));
+    ev.held.push_back(held_of(k, ev.sites.back()));
   }
   const int need = std::min<int>(opt.min_coverage, static_cast<int>(K));
   auto coverage = [&](size_t i) {
@@ -74,14 +92,14 @@ Evaluated evaluate(const CostModel& cm, const std::vector<SiteInput>& sites,
       SiteSelection best_sel;
       std::vector<uint8_t> best_forced;
       for (size_t k = 0; k < K; ++k) {
-        if (ev.held[k][i]) continue;
+        if (ev.held[k][i] || local[k][i] < 0) continue;
         // Keep what this site already contributes to thinly covered units.
         std::vector<uint8_t> f = forced[k];
-        f[i] = 1;
+        f[local[k][i]] = 1;
         for (size_t j = 0; j < U; ++j)
-          if (ev.held[k][j] && coverage(j) <= need) f[j] = 1;
-        SiteSelection sel = select_site(cm, sites[k], S, opt, f);
-        if (!sel.within_budget || !held_of(sel)[i]) continue;
+          if (ev.held[k][j] && coverage(j) <= need) f[local[k][j]] = 1;
+        SiteSelection sel = select_site(cm, sites[k], layer_sets[k], opt, f);
+        if (!sel.within_budget || !held_of(k, sel)[i]) continue;
         const double loss = ev.sites[k].value - sel.value;
         if (best < 0 || loss < best_loss) {
           best = static_cast<int>(k);
@@ -93,7 +111,7 @@ Evaluated evaluate(const CostModel& cm, const std::vector<SiteInput>& sites,
       if (best < 0) break;  // the budgets do not allow it
       forced[best] = std::move(best_forced);
       ev.sites[best] = std::move(best_sel);
-      ev.held[best] = held_of(ev.sites[best]);
+      ev.held[best] = held_of(static_cast<size_t>(best), ev.sites[best]);
     }
   }
   for (size_t i = 0; i < U; ++i) ev.uncovered += coverage(i) < need;
@@ -109,7 +127,69 @@ bool better(const Evaluated& a, const std::vector<uint8_t>& Sa, const Evaluated&
   return Sa < Sb;
 }
 
+// Searches the non-empty layer sets S of L layers: every one for L <= exhaustive_max, greedy +
+// local search beyond. consider(S) evaluates S, makes it the best (bestS) when it is better, and
+// says whether it did.
+template <class Consider>
+void search_layer_sets(int L, int exhaustive_max, std::vector<uint8_t>& bestS, Consider&& consider) {
+  if (L <= exhaustive_max) {
+    for (uint64_t m = 1; m < (1ULL << L); ++m) {
+      std::vector<uint8_t> S(L);
+      for (int l = 0; l < L; ++l) S[l] = (m >> l) & 1u;
+      consider(S);
+    }
+  } else {
+    // Greedy: start from the single best layer, add layers while the objective improves.
+    for (int l = 0; l < L; ++l) {
+      std::vector<uint8_t> S(L, 0);
+      S[l] = 1;
+      consider(S);
+    }
+    for (bool improved = true; improved;) {
+      improved = false;
+      std::vector<uint8_t> base = bestS;
+      for (int l = 0; l < L; ++l) {
+        if (base[l]) continue;
+        std::vector<uint8_t> S = base;
+        S[l] = 1;
+        improved |= consider(S);
+      }
+    }
+    // Local search: single add / remove / swap, first improvement, fixed order.
+    std::vector<uint8_t> S, T;  // the candidate sets, reused across moves
+    for (int iter = 0; iter < 4 * L * L; ++iter) {
+      const std::vector<uint8_t> base = bestS;
+      bool moved = false;
+      for (int a = 0; a < L && !moved; ++a) {
+        S = base;
+        S[a] ^= 1;
+        if (std::count(S.begin(), S.end(), 1) > 0) moved = consider(S);
+        for (int b = 0; b < L && !moved; ++b) {
+          if (base[a] == base[b] || !base[a]) continue;
+          T = base;
+          T[a] = 0;
+          T[b] = 1;
+          moved = consider(T);
+        }
+      }
+      if (!moved) break;
+    }
+  }
+}
+
 }  // namespace
+
+const char* trained_layers_name(TrainedLayers t) {
+  return t == TrainedLayers::kPerSite ? "per_site" : "global";
+}
+
+StatusOr<TrainedLayers> parse_trained_layers(const std::string& name) {
+  if (name == "global") return TrainedLayers::kGlobal;
+  if (name == "per_site") return TrainedLayers::kPerSite;
+  return InvalidArgument("hydra: trained_layers '" + name +
+                         "' must be \"global\" (one trained layer set for all sites) or "
+                         "\"per_site\" (each site chooses its own)");
+}
 
 SiteSelection select_site(const CostModel& cm, const SiteInput& site, const std::vector<uint8_t>& S,
                           const SelectOptions& opt, const std::vector<uint8_t>& forced) {
@@ -208,10 +288,39 @@ StatusOr<Selection> select_subnetworks(const CostModel& cm, std::vector<SiteInpu
     ATOLL_RETURN_IF_ERROR(validate(sites[k].scores, cm.model, cm.ffn_blocks));
   }
   const int L = cm.model.layers;
+  Selection out;
+  if (opt.trained_layers == TrainedLayers::kPerSite) {
+    // Each site's own S_k: the largest value_k of its own subnetwork (no coverage term; coverage
+    // is repaired within the chosen sets), ties to the smallest S_k.
+    std::vector<std::vector<uint8_t>> sets;
+    for (const SiteInput& site : sites) {
+      std::vector<uint8_t> bestS;
+      double best_value = 0;
+      auto consider = [&](const std::vector<uint8_t>& S) {
+        const double v = select_site(cm, site, S, opt).value;
+        if (bestS.empty() || v > best_value || (v == best_value && S < bestS)) {
+          best_value = v;
+          bestS = S;
+          return true;
+        }
+        return false;
+      };
+      search_layer_sets(L, opt.exhaustive_max_layers, bestS, consider);
+      sets.push_back(std::move(bestS));
+    }
+    Evaluated ev = evaluate(cm, sites, sets, opt);
+    out.layers.assign(L, 0);
+    for (const auto& S : sets)
+      for (int l = 0; l < L; ++l) out.layers[l] |= S[l];
+    out.sites = std::move(ev.sites);
+    out.total_value = ev.total;
+    out.uncovered_units = ev.uncovered;
+    return out;
+  }
   std::vector<uint8_t> bestS;
   Evaluated best;
   auto consider = [&](const std::vector<uint8_t>& S) {
-    Evaluated ev = evaluate(cm, sites, S, opt);
+    Evaluated ev = evaluate(cm, sites, std::vector<std::vector<uint8_t>>(sites.size(), S), opt);
     if (bestS.empty() || better(ev, S, best, bestS)) {
       best = std::move(ev);
       bestS = S;
@@ -219,50 +328,7 @@ StatusOr<Selection> select_subnetworks(const CostModel& cm, std::vector<SiteInpu
     }
     return false;
   };
-  if (L <= opt.exhaustive_max_layers) {
-    for (uint64_t m = 1; m < (1ULL << L); ++m) {
-      std::vector<uint8_t> S(L);
-      for (int l = 0; l < L; ++l) S[l] = (m >> l) & 1u;
-      consider(S);
-    }
-  } else {
-    // Greedy: start from the single best layer, add layers while the objective improves.
-    for (int l = 0; l < L; ++l) {
-      std::vector<uint8_t> S(L, 0);
-      S[l] = 1;
-      consider(S);
-    }
-    for (bool improved = true; improved;) {
-      improved = false;
-      std::vector<uint8_t> base = bestS;
-      for (int l = 0; l < L; ++l) {
-        if (base[l]) continue;
-        std::vector<uint8_t> S = base;
-        S[l] = 1;
-        improved |= consider(S);
-      }
-    }
-    // Local search: single add / remove / swap, first improvement, fixed order.
-    std::vector<uint8_t> S, T;  // the candidate sets, reused across moves
-    for (int iter = 0; iter < 4 * L * L; ++iter) {
-      const std::vector<uint8_t> base = bestS;
-      bool moved = false;
-      for (int a = 0; a < L && !moved; ++a) {
-        S = base;
-        S[a] ^= 1;
-        if (std::count(S.begin(), S.end(), 1) > 0) moved = consider(S);
-        for (int b = 0; b < L && !moved; ++b) {
-          if (base[a] == base[b] || !base[a]) continue;
-          T = base;
-          T[a] = 0;
-          T[b] = 1;
-          moved = consider(T);
-        }
-      }
-      if (!moved) break;
-    }
-  }
-  Selection out;
+  search_layer_sets(L, opt.exhaustive_max_layers, bestS, consider);
   out.layers = bestS;
   out.sites = std::move(best.sites);
   out.total_value = best.total;

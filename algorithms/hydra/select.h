@@ -24,6 +24,17 @@
 // S is searched exhaustively (every non-empty subset) for L <= exhaustive_max_layers, beyond
 // that greedily (add the best layer while the objective improves) then by local search (single
 // add, remove or swap moves, first improvement in a fixed order) until no move improves.
+//
+// Trained layers per site (SelectOptions::trained_layers = kPerSite, docs/hydra.md "Per-site
+// trained layers"): instead of one S for all, every site k chooses its own S_k, the candidate that
+// maximizes its own value_k (steps 1-4 within its own budget; ties: the smallest S_k as a bit
+// string), by the same exhaustive / greedy + local search. A full-budget site then trains every
+// layer while a small one keeps a few layers trained at full width. The aggregation is per element
+// with masks, so an element no site trains keeps θ and momentum. Coverage is counted over the
+// units of the union of the S_k and repaired within the sites whose S_k contains the unit's
+// layer (a site's trained layers are never enlarged for coverage; an uncovered unit no such site
+// can afford stays reported in uncovered_units). Deterministic: sites in id order, each S_k exact
+// for L <= exhaustive_max_layers.
 #pragma once
 
 #include <cstdint>
@@ -43,11 +54,20 @@ struct SiteInput {
   UnitScores scores;
 };
 
+// Whether all sites share one trained layer set S or each site chooses its own S_k.
+enum class TrainedLayers { kGlobal, kPerSite };
+
+// "global" | "per_site" (the configuration key hydra.trained_layers).
+const char* trained_layers_name(TrainedLayers t);
+// One line naming the accepted values for anything else.
+StatusOr<TrainedLayers> parse_trained_layers(const std::string& name);
+
 struct SelectOptions {
   int min_coverage = 1;           // every unit of S held by at least this many sites
   double min_train_share = 0.5;   // of each budget kept for training when frozen units compete
   double removal_penalty = 10.0;  // λ in [0, 100]: weight of the removed units' scores
   int exhaustive_max_layers = 12;
+  TrainedLayers trained_layers = TrainedLayers::kGlobal;  // one S, or S_k per site
 };
 
 struct SiteSelection {
@@ -61,7 +81,8 @@ struct SiteSelection {
 };
 
 struct Selection {
-  std::vector<uint8_t> layers;       // (L) 1 = in S
+  std::vector<uint8_t> layers;       // (L) 1 = in S (per site: in the union of the S_k; each
+                                     // site's own S_k is its subnet's train flags)
   std::vector<SiteSelection> sites;  // ascending id
   double total_value = 0;            // Σₖ value_k
   int uncovered_units = 0;           // units of S held by fewer than min_coverage sites

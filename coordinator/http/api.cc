@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 
+#include "algorithms/model/subnet.h"
 #include "coordinator/http/auth.h"
 #include "coordinator/http/config_json.h"
 #include "coordinator/json_views.h"
@@ -282,10 +283,15 @@ Response Api::handle_api(const Request& req, const std::string& path,
       a.push_back(std::move(*j));
     }
     const auto& m = s->config.model;
+    // The grid's columns are head units: KV groups (a KV head and its query heads; without
+    // grouped-query attention one head each), docs/hydra.md "Units".
+    const algorithms::ModelConfig mc = model_config(s->config);
     return json_response(200, json::object{{"algorithm", s->config.algorithm},
                                            {"live", s->live},
                                            {"layers", m.layers},
                                            {"heads", m.heads},
+                                           {"kv_groups", algorithms::head_units(mc)},
+                                           {"heads_per_group", algorithms::heads_per_unit(mc)},
                                            {"ffn_blocks", s->config.hydra.ffn_blocks},
                                            {"subnets", std::move(a)}});
   }

@@ -253,5 +253,162 @@ TEST(HydraSelect, BadInputIsOneLine) {
   EXPECT_FALSE(select_subnetworks(cm, sites, {}).ok());
 }
 
+// Σ over layers of the subnet's train flags.
+int trained_layer_count(const Subnet& s) {
+  int n = 0;
+  for (const auto& l : s.layers) n += l.train;
+  return n;
+}
+
+// Units (heads + FFN blocks) the subnet trains.
+int trained_unit_count(const Subnet& s) {
+  int n = 0;
+  for (const auto& l : s.layers)
+    if (l.train) {
+      for (uint8_t h : l.heads) n += h;
+      for (uint8_t b : l.ffn_blocks) n += b;
+    }
+  return n;
+}
+
+TEST(HydraSelectPerSite, FullBudgetSiteTrainsEveryLayerWhileSmallSitesKeepFew) {
+  const CostModel cm = bench_cost();
+  const auto sites = random_sites(cm, 9);
+  SelectOptions global, per_site;
+  per_site.trained_layers = TrainedLayers::kPerSite;
+  auto g = select_subnetworks(cm, sites, global);
+  auto p = select_subnetworks(cm, sites, per_site);
+  ASSERT_TRUE(g.ok() && p.ok());
+  const int L = cm.model.layers;
+  // Under one global S the small sites' removal damage keeps S small, so the full-budget site is
+  // held to it; on its own it trains the whole model.
+  EXPECT_LT(trained_layer_count(g->sites[0].subnet), L) << to_string(g->sites[0].subnet);
+  EXPECT_EQ(to_string(p->sites[0].subnet), to_string(full_subnet(cm.model, cm.ffn_blocks, true)));
+  // (below 1: the embedding and the output head are never trained)
+  EXPECT_DOUBLE_EQ(p->sites[0].cost_fraction,
+                   cost_fraction(cm, full_subnet(cm.model, cm.ffn_blocks, true)));
+  EXPECT_DOUBLE_EQ(p->sites[0].removed_score, 0.0);
+  for (size_t k = 2; k < 4; ++k) {  // the 0.25 sites
+    EXPECT_LT(trained_layer_count(p->sites[k].subnet), L) << k;
+    EXPECT_GT(trained_unit_count(p->sites[k].subnet), 0) << k;
+  }
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_TRUE(p->sites[k].within_budget) << k;
+    EXPECT_LE(p->sites[k].cost_fraction, sites[k].budget + 1e-12) << k;
+    EXPECT_DOUBLE_EQ(p->sites[k].cost_fraction, cost_fraction(cm, p->sites[k].subnet));
+    // No site is worse off than under the shared S: its own S_k is chosen for its own value.
+    EXPECT_GE(p->sites[k].value, g->sites[k].value - 1e-9) << k;
+  }
+  EXPECT_GT(p->total_value, g->total_value);
+  // layers = the union of the sites' trained layers.
+  for (int l = 0; l < L; ++l) {
+    uint8_t any = 0;
+    for (const auto& s : p->sites) any |= static_cast<uint8_t>(s.subnet.layers[l].train);
+    EXPECT_EQ(p->layers[l], any) << l;
+  }
+  EXPECT_EQ(p->uncovered_units, 0);
+}
+
+TEST(HydraSelectPerSite, DeterministicInAnySiteOrder) {
+  const CostModel cm = bench_cost();
+  const auto sites = random_sites(cm, 5);
+  SelectOptions opt;
+  opt.trained_layers = TrainedLayers::kPerSite;
+  opt.min_coverage = 2;
+  auto a = select_subnetworks(cm, sites, opt);
+  std::vector<SiteInput> rev(sites.rbegin(), sites.rend());
+  auto b = select_subnetworks(cm, rev, opt);
+  auto c = select_subnetworks(cm, sites, opt);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(a->layers, b->layers);
+  EXPECT_EQ(a->total_value, b->total_value);
+  EXPECT_EQ(a->total_value, c->total_value);
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(a->sites[k].id, "site-" + std::to_string(k));
+    EXPECT_EQ(to_string(a->sites[k].subnet), to_string(b->sites[k].subnet)) << k;
+    EXPECT_EQ(to_string(a->sites[k].subnet), to_string(c->sites[k].subnet)) << k;
+  }
+}
+
+TEST(HydraSelectPerSite, EachSiteGetsTheExhaustiveOptimumOfItsOwnValue) {
+  // Without coverage repair each S_k is the best of all 15 non-empty sets for site k alone (ties:
+  // the smallest set as a bit string), with the exact knapsacks of select_site inside.
+  const CostModel cm = bench_cost();
+  const auto sites = random_sites(cm, 13);
+  for (double lambda : {0.0, 2.0, 10.0}) {
+    SelectOptions opt;
+    opt.trained_layers = TrainedLayers::kPerSite;
+    opt.min_coverage = 0;
+    opt.removal_penalty = lambda;
+    auto sel = select_subnetworks(cm, sites, opt);
+    ASSERT_TRUE(sel.ok());
+    double total = 0;
+    for (size_t k = 0; k < sites.size(); ++k) {
+      double best = -1e300;
+      std::vector<uint8_t> bestS;
+      for (uint32_t m = 1; m < 16; ++m) {
+        std::vector<uint8_t> S(4);
+        for (int l = 0; l < 4; ++l) S[l] = (m >> l) & 1u;
+        const double v = select_site(cm, sites[k], S, opt).value;
+        if (bestS.empty() || v > best || (v == best && S < bestS)) best = v, bestS = S;
+      }
+      const SiteSelection want = select_site(cm, sites[k], bestS, opt);
+      EXPECT_DOUBLE_EQ(sel->sites[k].value, best) << "λ " << lambda << " site " << k;
+      EXPECT_EQ(to_string(sel->sites[k].subnet), to_string(want.subnet))
+          << "λ " << lambda << " site " << k;
+      total += best;
+    }
+    EXPECT_DOUBLE_EQ(sel->total_value, total);
+  }
+}
+
+TEST(HydraSelectPerSite, CoverageIsRepairedWithinTheSitesOwnLayers) {
+  const CostModel cm = bench_cost();
+  const auto sites = random_sites(cm, 4);
+  SelectOptions opt;
+  opt.trained_layers = TrainedLayers::kPerSite;
+  opt.min_coverage = 2;
+  SelectOptions no_repair = opt;
+  no_repair.min_coverage = 0;
+  auto a = select_subnetworks(cm, sites, opt);
+  auto f = select_subnetworks(cm, sites, no_repair);
+  ASSERT_TRUE(a.ok() && f.ok());
+  // Recount: units of the union of the trained layers held (trained) by fewer than two sites.
+  int uncovered = 0;
+  for (int l = 0; l < cm.model.layers; ++l) {
+    if (!a->layers[l]) continue;
+    for (int h = 0; h < cm.model.heads; ++h) {
+      int n = 0;
+      for (const auto& s : a->sites) n += s.subnet.layers[l].train && s.subnet.layers[l].heads[h];
+      uncovered += n < 2;
+    }
+    for (int b = 0; b < cm.ffn_blocks; ++b) {
+      int n = 0;
+      for (const auto& s : a->sites)
+        n += s.subnet.layers[l].train && s.subnet.layers[l].ffn_blocks[b];
+      uncovered += n < 2;
+    }
+  }
+  EXPECT_EQ(uncovered, a->uncovered_units);
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_LE(a->sites[k].cost_fraction, sites[k].budget + 1e-12) << k;
+    // Repair never changes a site's trained layers, and costs value, never adds it.
+    for (int l = 0; l < cm.model.layers; ++l)
+      EXPECT_EQ(a->sites[k].subnet.layers[l].train, f->sites[k].subnet.layers[l].train) << k;
+    EXPECT_LE(a->sites[k].value, f->sites[k].value + 1e-9) << k;
+  }
+  EXPECT_LE(a->total_value, f->total_value + 1e-9);
+}
+
+TEST(HydraSelectPerSite, TrainedLayersNamesParse) {
+  EXPECT_EQ(*parse_trained_layers("global"), TrainedLayers::kGlobal);
+  EXPECT_EQ(*parse_trained_layers("per_site"), TrainedLayers::kPerSite);
+  EXPECT_STREQ(trained_layers_name(TrainedLayers::kPerSite), "per_site");
+  EXPECT_STREQ(trained_layers_name(TrainedLayers::kGlobal), "global");
+  auto bad = parse_trained_layers("per-site");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("per_site"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace atl::algorithms::hydra

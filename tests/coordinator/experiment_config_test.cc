@@ -129,7 +129,7 @@ TEST(ExperimentConfig, HydraSectionParsesAndRoundTrips) {
   auto c = parse_experiment_config(
       "algorithm = \"hydra\"\n[model]\nffn_hidden = 96\n[hydra]\nreselect_every = 3\n"
       "min_coverage = 2\nffn_blocks = 6\nimportance_batches = 2\nmin_train_share = 0.25\n"
-      "removal_penalty = 3.5\n");
+      "removal_penalty = 3.5\ntrained_layers = \"per_site\"\n");
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_TRUE(c->is_hydra());
   EXPECT_EQ(c->hydra.reselect_every, 3u);
@@ -138,12 +138,17 @@ TEST(ExperimentConfig, HydraSectionParsesAndRoundTrips) {
   EXPECT_EQ(c->hydra.importance_batches, 2u);
   EXPECT_DOUBLE_EQ(c->hydra.min_train_share, 0.25);
   EXPECT_DOUBLE_EQ(c->hydra.removal_penalty, 3.5);
+  EXPECT_EQ(c->hydra.trained_layers, "per_site");
   auto again = parse_experiment_config(to_toml(*c));
   ASSERT_TRUE(again.ok()) << again.status().to_string();
   EXPECT_EQ(to_toml(*again), to_toml(*c));
+  EXPECT_EQ(again->hydra.trained_layers, "per_site");
   auto plain = parse_experiment_config("");
   ASSERT_TRUE(plain.ok());
   EXPECT_FALSE(plain->is_hydra());
+  EXPECT_EQ(plain->hydra.trained_layers, "global");  // old configs keep one trained layer set
+  EXPECT_NE(error_of("[hydra]\ntrained_layers = \"each\"\n").find("hydra.trained_layers"),
+            std::string::npos);
 }
 
 TEST(ExperimentConfig, OneLineErrorsNameTheKeyAndTheFix) {

@@ -9,7 +9,7 @@
 //   ≥ 4.5:1 → create an experiment (the server's message inline, aria-invalid) → compare, then
 //   compare with an unknown id → start the created experiment: "waiting for 2 nodes" with the
 //   join command, which the test runs → the coordinator stops: a banner says so →
-//   a Hydra demo: one layers × heads grid per site, and no node "now" once it has finished.
+//   a Hydra demo: one layers × KV groups grid per site, and no node "now" once it has finished.
 // Every view is screenshot at both sizes into ATOLL_ARTIFACTS (dashboard-<view>-<size>.png).
 // Run from the repository root: node tests/e2e/dashboard.spec.mjs
 // Environment: ATOLL_BINARY (default build/atoll), ATOLL_ARTIFACTS (default build/test-artifacts),
@@ -715,7 +715,7 @@ try {
   if (pageErrors.some(e => !/Failed to load resource|ERR_CONNECTION_REFUSED|net::/.test(e)))
     throw new Error(`errors in the page: ${pageErrors.join(' | ')}`);
 
-  // ---- Hydra: one layers × heads grid per site ----------------------------------------------
+  // ---- Hydra: one layers × KV groups grid per site ------------------------------------------
   // A second demo (its own CA and dashboard): 2 layers × 4 heads, two short rounds; it keeps
   // serving after it finishes, and the grids show the last selection.
   await page.goto('about:blank');
@@ -744,16 +744,24 @@ try {
     rows: t.querySelectorAll('tbody tr').length,
     cells: [...t.querySelectorAll('tbody tr')].map(r => r.querySelectorAll('td.cell').length),
     removed: t.querySelectorAll('td.cell.removed').length,
+    // Column headers and a cell's title: head units are KV groups (docs/hydra.md "Units").
+    cols: [...t.querySelectorAll('thead th')].slice(1, -1).map(th => `${th.textContent}=${th.title}`),
+    cellTitle: t.querySelector('tbody td.cell').title,
   })));
   const nodes = grids.map(g => g.node).sort().join(',');
   check(nodes === 'site-a,site-f,site-j,site-n', `Hydra grids for ${nodes}, expected the four sites`);
   for (const g of grids) {
     check(g.rows === LAYERS && g.cells.every(c => c === HEADS),
       `${g.node}: grid of ${g.rows} rows with ${g.cells.join('/')} head cells, expected ${LAYERS} x ${HEADS}`);
+    // No grouped-query attention here: KV group j is query head j.
+    const wantCols = [...Array(HEADS).keys()].map(j => `KV${j}=KV group ${j} (query head ${j})`).join(',');
+    check(g.cols.join(',') === wantCols, `${g.node}: grid columns ${g.cols.join(',')}, expected ${wantCols}`);
+    check(/^site-\w: layer 0, KV group 0 \(query head 0\): (removed|kept and trained|kept, frozen)$/.test(g.cellTitle),
+      `${g.node}: first cell titled "${g.cellTitle}"`);
   }
   const byNode = Object.fromEntries(grids.map(g => [g.node, g]));
-  check(byNode['site-a'].removed === 0, `the full-budget site shows ${byNode['site-a'].removed} removed heads`);
-  check(byNode['site-j'].removed > 0, 'the budget-0.25 site shows no removed head (its forward pass cannot fit)');
+  check(byNode['site-a'].removed === 0, `the full-budget site shows ${byNode['site-a'].removed} removed KV groups`);
+  check(byNode['site-j'].removed > 0, 'the budget-0.25 site shows no removed KV group (its forward pass cannot fit)');
   check(!(await page.isVisible('#subnets-empty')), '"no selection yet" shown next to the grids');
   // Each site against the base model θ0, with its budget.
   await page.waitForFunction(() => [...document.querySelectorAll('#sites-table tbody tr')].length === 4 &&
