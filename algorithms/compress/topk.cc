@@ -57,6 +57,18 @@ void append_smallest_keys(const std::vector<uint64_t>& candidates, uint64_t coun
     if (key <= last_key) out.push_back(static_cast<uint32_t>(key));
 }
 
+// The end of both selections: the `from_bucket` smallest keys of s.candidates (bucket b, index
+// order) merged with s.above (every index of a bucket above b, ascending), appended to out.
+void append_selection(TopkScratch& s, uint64_t from_bucket, std::vector<uint32_t>& out) {
+  const size_t first_chosen = out.size();
+  append_smallest_keys(s.candidates, from_bucket, s.keys, out);
+  // out = [chosen of bucket b]; merge with the indices above it.
+  s.chosen.assign(out.begin() + static_cast<ptrdiff_t>(first_chosen), out.end());
+  out.resize(first_chosen + s.above.size() + s.chosen.size());
+  std::merge(s.above.begin(), s.above.end(), s.chosen.begin(), s.chosen.end(),
+             out.begin() + static_cast<ptrdiff_t>(first_chosen));
+}
+
 // Selection by radix (two passes over x), for any input:
 //  1. a histogram of the buckets finds the bucket b that holds the k-th largest magnitude, and
 //     how many of the k come from buckets above it;
@@ -101,13 +113,7 @@ void select_by_radix(std::span<const float> x, uint64_t k, TopkScratch& s,
       s.candidates.push_back(key_of(a, j));
     return true;
   });
-  const size_t first_chosen = out.size();
-  append_smallest_keys(s.candidates, from_bucket, s.keys, out);
-  // out = [chosen of bucket b]; merge with the indices above it.
-  s.chosen.assign(out.begin() + static_cast<ptrdiff_t>(first_chosen), out.end());
-  out.resize(first_chosen + s.above.size() + s.chosen.size());
-  std::merge(s.above.begin(), s.above.end(), s.chosen.begin(), s.chosen.end(),
-             out.begin() + static_cast<ptrdiff_t>(first_chosen));
+  append_selection(s, from_bucket, out);
 }
 
 // Inputs at least this long select by select_by_sampled_floor first; shorter ones (the chunks
@@ -173,12 +179,7 @@ bool select_by_sampled_floor(std::span<const float> x, uint64_t k, TopkScratch& 
       s.candidates.push_back(key_of(a, j));
   }
   s.above.resize(kept);
-  const size_t first_chosen = out.size();
-  append_smallest_keys(s.candidates, from_bucket, s.keys, out);
-  s.chosen.assign(out.begin() + static_cast<ptrdiff_t>(first_chosen), out.end());
-  out.resize(first_chosen + s.above.size() + s.chosen.size());
-  std::merge(s.above.begin(), s.above.end(), s.chosen.begin(), s.chosen.end(),
-             out.begin() + static_cast<ptrdiff_t>(first_chosen));
+  append_selection(s, from_bucket, out);
   return true;
 }
 
