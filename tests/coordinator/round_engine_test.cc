@@ -259,16 +259,19 @@ TEST(RoundEngine, RefusesStrangersOtherExperimentsAndPayloadsWithoutAHeader) {
 }
 
 // The commit runs without the engine lock: with 100M parameters (400 MB of θ, a commit of
-// seconds), a node's heartbeats keep being answered within 100 ms while it runs.
+// seconds), a node's heartbeats keep being answered within 100 ms while it runs. One node's
+// update closes the round (min_nodes 1): the commit's work (the outer step over 100M
+// parameters, θ and momentum written to the store) does not depend on how many updates it
+// averages, and building and checking a second 400 MB update only made the test longer.
 TEST(RoundEngine, HeartbeatsAreAnsweredWhileA100MParameterRoundCommits) {
   constexpr size_t kNumel = 100'000'000;
-  ExperimentConfig cfg = engine_config("big", 1, 2);
+  ExperimentConfig cfg = engine_config("big", 1, 1);
   cfg.diloco.keep_params = 1;
   cfg.diloco.heartbeat_interval_s = 5.0;   // nobody is lost while the test builds 400 MB buffers
   std::atomic<int64_t> last_accept_ns{0};  // when the update that closes the round was reported
   EngineOptions opt;
   opt.on_event = [&](const Event& e) {
-    if (e.kind == Event::Kind::kUpdateAccepted && e.node_id == "node-1")
+    if (e.kind == Event::Kind::kUpdateAccepted && e.node_id == "node-0")
       last_accept_ns = std::chrono::steady_clock::now().time_since_epoch().count();
   };
   std::unique_ptr<EngineFixture> f;
@@ -279,15 +282,12 @@ TEST(RoundEngine, HeartbeatsAreAnsweredWhileA100MParameterRoundCommits) {
   ASSERT_TRUE(f->engine);
   RoundEngine& engine = *f->engine;
   ASSERT_TRUE(engine.start().ok());
-  f->join_and_get_tasks({"node-0", "node-1"}, 0);
+  f->join_and_get_tasks({"node-0"}, 0);
   ASSERT_TRUE(engine.join("node-2", pb::JoinRequest()).ok());  // not in the round: heartbeats
 
   const pb::TensorHeader h0 = update_header(engine, 0, kNumel, f->layout_fp, 1000);
-  const pb::TensorHeader h1 = update_header(engine, 0, kNumel, f->layout_fp, 2000);
+  std::string payload0 = node_delta_bytes(kNumel, 0);
   ASSERT_TRUE(engine.begin_update("node-0", h0).ok());
-  ASSERT_TRUE(engine.finish_update("node-0", h0, node_delta_bytes(kNumel, 0)).ok());
-  std::string payload1 = node_delta_bytes(kNumel, 1);
-  ASSERT_TRUE(engine.begin_update("node-1", h1).ok());
 
   struct Beat {
     int64_t sent_ns = 0;
@@ -308,7 +308,7 @@ TEST(RoundEngine, HeartbeatsAreAnsweredWhileA100MParameterRoundCommits) {
     }
   });
   const auto close_begin = std::chrono::steady_clock::now();
-  auto r1 = engine.finish_update("node-1", h1, std::move(payload1));  // closes and commits
+  auto r1 = engine.finish_update("node-0", h0, std::move(payload0));  // closes and commits
   const auto close_end = std::chrono::steady_clock::now();
   done = true;
   heart.join();

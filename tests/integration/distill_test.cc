@@ -238,12 +238,15 @@ TEST_F(DistillProcesses, ServiceRejectsBadRequests) {
 
 // The teacher dies and comes back (same address) within --teacher-wait: the student says it is
 // waiting, resumes when the teacher is back, and trains every step, none without its targets.
+// 150 steps: the kill lands within a log poll (50 ms) of step 2, tens of steps even at a
+// millisecond a step, and "teacher is back" below fails if the run was over before it.
 TEST_F(DistillProcesses, TeacherRestartedMidRunStudentResumes) {
+  constexpr size_t kSteps = 150;
   const std::string a = start_teacher("0/1", "t_back.log");
   auto p = node::Subprocess::spawn(
       [&] {
-        auto args = student_args({"--steps", "400", "--teacher", a, "--tls", tls_, "--teacher-wait",
-                                  "60", "--teacher-timeout", "5"});
+        auto args = student_args({"--steps", std::to_string(kSteps), "--teacher", a, "--tls",
+                                  tls_, "--teacher-wait", "60", "--teacher-timeout", "5"});
         args.insert(args.begin(), ATOLL_BINARY);
         return args;
       }(),
@@ -263,7 +266,7 @@ TEST_F(DistillProcesses, TeacherRestartedMidRunStudentResumes) {
   EXPECT_EQ(*code, 0) << text;
   EXPECT_NE(text.find("teacher is back at step"), std::string::npos) << text;
   auto lines = step_lines(text);
-  EXPECT_EQ(lines.size(), 400u);
+  EXPECT_EQ(lines.size(), kSteps);
   EXPECT_NE(text.find("student done: disaggregated bf16"), std::string::npos) << text;
 }
 
