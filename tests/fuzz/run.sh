@@ -5,7 +5,7 @@
 #   generated protobuf code is available (FUZZ_PROTO_GEN=<build>/gen; CTest sets it).
 # Usage (from the repository root):
 #   tests/fuzz/run.sh runs=N    N inputs per target from libFuzzer seed 1 and the seed inputs
-#                               only: the same inputs every time (make test; CTest passes it)
+#                               only (make test; CTest passes it)
 #   tests/fuzz/run.sh [SECONDS] SECONDS in all (default 60), split over the targets; the corpus
 #                               under $FUZZ_OUT/run/ grows from run to run (bench/fuzz/run.sh)
 # Exits 77 (CTest's "skipped") when clang++ or its libFuzzer runtime is missing. Objects are
@@ -108,7 +108,7 @@ link tests/fuzz/make_seeds.cc "$out/make_seeds" "" ""
 for t in $targets; do
   link "tests/fuzz/${t}_fuzz.cc" "$out/${t}_fuzz" -fsanitize=fuzzer-no-link -fsanitize=fuzzer
   seeds="$out/corpus/${t%_decode}"
-  # A counted run starts from the seed inputs alone, so that it is the same run every time.
+  # A counted run starts from the seed inputs alone, not from what earlier runs added.
   [ -n "$runs" ] && rm -rf "$out/run/$t"
   mkdir -p "$out/run/$t" "$seeds"
   echo "fuzz: $t, $what"
