@@ -5,7 +5,7 @@
 #   generated protobuf code is available (FUZZ_PROTO_GEN=<build>/gen; CTest sets it).
 # Usage (from the repository root):
 #   tests/fuzz/run.sh runs=N    N inputs per target from libFuzzer seed 1 and the seed inputs
-#                               only (make test; CTest passes it)
+#                               only: the same run every time (make test; CTest passes it)
 #   tests/fuzz/run.sh [SECONDS] SECONDS in all (default 60), split over the targets; the corpus
 #                               under $FUZZ_OUT/run/ grows from run to run (bench/fuzz/run.sh)
 # Exits 77 (CTest's "skipped") when clang++ or its libFuzzer runtime is missing. Objects are
@@ -74,11 +74,12 @@ fi
 targets="codec_decode sparse_delta_decode safetensors_decode"
 [ -n "$proto_flags" ] && targets="$targets chunk_assembler"
 n=$(echo $targets | wc -w)
-# A counted run is the same run every time only without address-space randomization: libFuzzer
-# learns from compared values, and some comparisons are of addresses.
+# A counted run is the same run every time only without address-space randomization (libFuzzer
+# learns from compared values, and some comparisons are of addresses) and without reloading the
+# corpus directory, which libFuzzer does by the clock.
 fixed=""
 if [ -n "$runs" ]; then
-  budget_flags="-seed=1 -runs=$runs"
+  budget_flags="-seed=1 -runs=$runs -reload=0"
   what="$runs inputs from seed 1"
   if setarch "$(uname -m)" -R true >/dev/null 2>&1; then
     fixed="setarch $(uname -m) -R"
@@ -108,7 +109,7 @@ link tests/fuzz/make_seeds.cc "$out/make_seeds" "" ""
 for t in $targets; do
   link "tests/fuzz/${t}_fuzz.cc" "$out/${t}_fuzz" -fsanitize=fuzzer-no-link -fsanitize=fuzzer
   seeds="$out/corpus/${t%_decode}"
-  # A counted run starts from the seed inputs alone, not from what earlier runs added.
+  # A counted run starts from the seed inputs alone, so that it is the same run every time.
   [ -n "$runs" ] && rm -rf "$out/run/$t"
   mkdir -p "$out/run/$t" "$seeds"
   echo "fuzz: $t, $what"
