@@ -733,7 +733,10 @@ Status Codec::encode_into(std::span<const float> values, std::vector<uint8_t>& m
   float amax = 0.0f;
   if (dense && needs_tensor_amax(spec_.quantizer)) {
     const fmt::AbsMax am = abs_max_threaded(values, threads);
-    ATOLL_RETURN_IF_ERROR(check_input(am));
+    if (Status bad = check_input(am); !bad.ok()) {
+      msg.clear();  // no message rather than the last one left in a reused buffer
+      return bad;
+    }
     amax = am.amax;
   }
 
@@ -754,11 +757,13 @@ Status Codec::encode_into(std::span<const float> values, std::vector<uint8_t>& m
     uint32_t crc = crc32c_extend(crc32c(p, 24), p + 28, out - (p + 28));
     const bool validate = !needs_tensor_amax(spec_.quantizer);
     if (!encode_value_section(spec_, values, amax, validate, out, crc, threads)) {
+      p[0] = 0;  // no magic: the partial bytes (and a CRC left from a reused buffer) never parse
       return check_input(fmt::abs_max(values));  // which check failed, for the message
     }
     store<uint32_t>(p + 24, crc);
   } else {
     if (!encode_sparse(spec_, values, out, threads)) {
+      p[0] = 0;  // as above
       return check_input(fmt::abs_max(values));  // which check failed, for the message
     }
     store<uint32_t>(p + 24, message_crc_threaded(msg, threads));

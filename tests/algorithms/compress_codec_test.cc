@@ -441,6 +441,19 @@ TEST(CompressCodec, EncoderRejectsNonFinite) {
     }
     EXPECT_TRUE(make(spec).encode(y).ok()) << spec;
   }
+  // A failed encode into a reused buffer leaves no message that decodes, even where the bytes it
+  // wrote before stopping are those of the last good message (a NaN where a kept value was).
+  for (const char* spec : {"topk-chunked:0.02:1024+int4", "topk:0.01", "int8", "nvfp4"}) {
+    const Codec c = make(spec);
+    std::vector<float> z(20000, 1.0f);
+    z[5000] = 7.0f;
+    std::vector<uint8_t> msg;
+    ASSERT_TRUE(c.encode_into(z, msg).ok()) << spec;
+    ASSERT_TRUE(c.decode(msg, z.size()).ok()) << spec;
+    z[5000] = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_FALSE(c.encode_into(z, msg).ok()) << spec;
+    EXPECT_FALSE(c.decode(msg, z.size()).ok()) << spec;
+  }
 }
 
 // ---- hostile messages ----------------------------------------------------------------------------
