@@ -81,7 +81,12 @@ constexpr size_t kChunkValues = 4096;
 struct ChunkSink {
   bool validate = false;  // check each input chunk: finite and |x| <= kMaxAbsInput
   bool bad = false;       // a chunk failed the check; encoding stopped there
-  uint32_t crc = 0;       // CRC-32C of the message bytes written so far
+  uint32_t crc = 0;       // CRC-32C of the message bytes before `pending`
+  // Written bytes not yet in crc: the checksum runs over 32 KiB at a time (still in L1/L2),
+  // where crc32c_extend interleaves three streams; a chunk's 1-4 KiB alone take one.
+  const uint8_t* pending = nullptr;
+  size_t pending_bytes = 0;
+  static constexpr size_t kCrcBatch = 32 * 1024;
 
   bool before(std::span<const float> part) {
     if (!validate) return true;
@@ -89,7 +94,19 @@ struct ChunkSink {
     bad = !am.all_finite || am.amax > kMaxAbsInput;
     return !bad;
   }
-  void after(const void* bytes, size_t n) { crc = crc32c_extend(crc, bytes, n); }
+  // bytes: n bytes just written to the message, right after the previous call's.
+  void after(const uint8_t* bytes, size_t n) {
+    if (pending == nullptr) pending = bytes;
+    pending_bytes += n;
+    if (pending_bytes >= kCrcBatch) flush();
+  }
+  // The CRC of every byte passed to after(); call once the section is written.
+  uint32_t flush() {
+    crc = crc32c_extend(crc, pending, pending_bytes);
+    pending = nullptr;
+    pending_bytes = 0;
+    return crc;
+  }
 };
 
 template <typename Block, size_t kPerBlock, typename Fn>
@@ -102,7 +119,7 @@ void encode_blocks(std::span<const float> v, uint8_t* out, ChunkSink& sink, Fn f
     const size_t nb = ceil_div(part.size(), kPerBlock);
     fn(part, std::span<Block>(tmp, nb));
     std::memcpy(out, tmp, nb * sizeof(Block));
-    sink.after(tmp, nb * sizeof(Block));
+    sink.after(out, nb * sizeof(Block));
     out += nb * sizeof(Block);
   }
 }
@@ -172,7 +189,7 @@ void encode_elems(std::span<const float> v, uint8_t* out, ChunkSink& sink, Fn fn
     if (!sink.before(v.subspan(i, n))) return;
     fn(v.subspan(i, n), std::span<Code>(tmp, n));
     std::memcpy(out + i * sizeof(Code), tmp, n * sizeof(Code));
-    sink.after(tmp, n * sizeof(Code));
+    sink.after(out + i * sizeof(Code), n * sizeof(Code));
   }
 }
 template <typename Code, typename Fn>
@@ -300,7 +317,7 @@ bool encode_value_section(const CodecSpec& s, std::span<const float> v, float am
   if (threads <= 1 || slices == 1) {
     ChunkSink sink{validate, false, crc};
     encode_value_body(s, v, amax, body, sink);
-    crc = sink.crc;
+    crc = sink.flush();
     return !sink.bad;
   }
   std::vector<uint32_t> slice_crc(slices);
@@ -311,7 +328,7 @@ bool encode_value_section(const CodecSpec& s, std::span<const float> v, float am
     ChunkSink sink{validate, false, 0};
     encode_value_body(s, v.subspan(first, std::min(kSliceValues, v.size() - first)), amax,
                       body + value_body_offset(s, first), sink);
-    slice_crc[i] = sink.crc;
+    slice_crc[i] = sink.flush();
     slice_bad[i] = sink.bad;
   }
   for (size_t i = 0; i < slices; ++i) {
@@ -578,12 +595,17 @@ Status decode_payload(const CodecSpec& s, std::span<const uint8_t> payload, std:
   return Status::Ok();
 }
 
+// Largest |x| the encoders accept, as fp32 bits with the sign cleared: a magnitude above it is
+// too large, or inf, or NaN (their bit patterns are larger still).
+constexpr uint32_t kMaxAbsInputBits = std::bit_cast<uint32_t>(kMaxAbsInput);
+
 // Chunked top-k: the indices (w bits each) of every chunk into out, and the kept values, in
-// order, into vals (size kept_count). Chunks go in slices of a multiple of 8 chunks: every full
-// chunk keeps the same count kc, so a slice's index bits start on a byte boundary and slices
-// write disjoint bytes (the bytes do not depend on threads).
-void select_chunked(const CodecSpec& s, std::span<const float> values, uint8_t* out,
-                    std::vector<float>& vals, int threads) {
+// order, into vals (kept_count of them). Chunks go in slices of a multiple of 8 chunks: every
+// full chunk keeps the same count kc, so a slice's index bits start on a byte boundary and
+// slices write disjoint bytes (the bytes do not depend on threads). Returns the largest
+// magnitude of the values as fp32 bits (the selection finds it on the way; it validates them).
+uint32_t select_chunked(const CodecSpec& s, std::span<const float> values, uint8_t* out,
+                        float* vals, int threads, TopkScratch& caller_scratch) {
   const uint64_t n = values.size(), chunk = s.chunk;
   const uint32_t w = index_bits(std::min<uint64_t>(chunk, n));
   const uint64_t kc = kept_in(s.fraction, std::min<uint64_t>(chunk, n));  // full chunks
@@ -594,53 +616,79 @@ void select_chunked(const CodecSpec& s, std::span<const float> values, uint8_t* 
     const uint64_t c0 = sl * per_slice;
     BitWriter bw(out + c0 * kc * w / 8);
     uint64_t v = c0 * kc;
+    uint32_t top = 0;
     for (uint64_t c = c0; c < std::min(chunks, c0 + per_slice); ++c) {
       const auto part = values.subspan(c * chunk, std::min(chunk, n - c * chunk));
-      topk_indices(part, kept_in(s.fraction, part.size()), scratch, idx);
-      for (uint32_t i : idx) {
-        bw.put(i, w);
-        vals[v++] = part[i];
-      }
+      const uint64_t kept = kept_in(s.fraction, part.size());
+      const auto next = c + 1 < chunks ? values.subspan((c + 1) * chunk).first(
+                                             std::min(chunk, n - (c + 1) * chunk))
+                                       : std::span<const float>();
+      idx.resize(kept);
+      top = std::max(top, topk_select(part, kept, scratch, idx.data(), vals + v, next));
+      for (uint32_t i : idx) bw.put(i, w);
+      v += kept;
     }
     bw.flush();
+    return top;
   };
+  uint32_t top = 0;
   if (threads <= 1 || slices == 1) {
-    TopkScratch scratch;
     std::vector<uint32_t> idx;
-    for (uint64_t sl = 0; sl < slices; ++sl) run(sl, scratch, idx);
-    return;
+    for (uint64_t sl = 0; sl < slices; ++sl) top = std::max(top, run(sl, caller_scratch, idx));
+    return top;
   }
+  std::vector<uint32_t> slice_top(slices);
 #pragma omp parallel num_threads(threads)
   {
     TopkScratch scratch;
     std::vector<uint32_t> idx;
 #pragma omp for schedule(static)
-    for (uint64_t sl = 0; sl < slices; ++sl) run(sl, scratch, idx);
+    for (uint64_t sl = 0; sl < slices; ++sl) slice_top[sl] = run(sl, scratch, idx);
   }
+  for (uint32_t t : slice_top) top = std::max(top, t);
+  return top;
 }
 
-// Sparse payload: indices, then the kept values through the quantizer; values validated.
-void encode_sparse(const CodecSpec& s, std::span<const float> values, uint8_t* out, int threads) {
+// Buffers of the sparse encoder, kept by each thread across messages: real rounds encode
+// tensors of the same sizes every round, and fresh arrays of a few MB per message (indices,
+// kept values, the selection's candidates) cost page faults that are as slow as the selection
+// itself. A thread so holds about 16 bytes per kept value of the largest message it encoded.
+struct SparseBuffers {
+  TopkScratch topk;
+  std::vector<uint32_t> index;  // exact top-k's kept indices
+  std::vector<float> vals;      // the kept values, in index order
+};
+SparseBuffers& sparse_buffers() {
+  thread_local SparseBuffers buffers;
+  return buffers;
+}
+
+// Sparse payload: indices, then the kept values through the quantizer. False (out partial) when
+// an input value is not finite or above kMaxAbsInput: the selection sees every value, and that
+// check rides along with it.
+bool encode_sparse(const CodecSpec& s, std::span<const float> values, uint8_t* out, int threads) {
   const uint64_t n = values.size();
   const uint64_t k = kept_count(s, n);
-  std::vector<float> vals(k);
+  SparseBuffers& b = sparse_buffers();
+  b.vals.resize(k);
+  uint32_t top = 0;
   if (s.sparsifier == Sparsifier::kTopk) {
-    TopkScratch scratch;
-    std::vector<uint32_t> idx;
-    topk_indices(values, k, scratch, idx);
+    b.index.resize(k);
+    top = topk_select(values, k, b.topk, b.index.data(), b.vals.data());
+    if (top > kMaxAbsInputBits) return false;
     const uint32_t w = index_bits(n);
     BitWriter bw(out);
-    for (uint64_t j = 0; j < k; ++j) {
-      bw.put(idx[j], w);
-      vals[j] = values[idx[j]];
-    }
+    for (uint64_t j = 0; j < k; ++j) bw.put(b.index[j], w);
     bw.flush();
   } else {
-    select_chunked(s, values, out, vals, threads);
+    top = select_chunked(s, values, out, b.vals.data(), threads, b.topk);
+    if (top > kMaxAbsInputBits) return false;
   }
+  const std::span<const float> vals(b.vals.data(), k);
   const float vmax = abs_max_threaded(vals, threads).amax;
   uint32_t unused_crc = 0;  // the (small) message is checksummed as a whole afterwards
   encode_value_section(s, vals, vmax, false, out + index_section_bytes(s, n), unused_crc, threads);
+  return true;
 }
 
 }  // namespace
@@ -680,12 +728,15 @@ Status Codec::encode_into(std::span<const float> values, std::vector<uint8_t>& m
     return InvalidArgument("codec: exact top-k needs fewer than 2^32 values; use topk-chunked");
   }
   const bool dense = spec_.sparsifier == Sparsifier::kDense;
-  // A separate validation pass only where a tensor-wide scale or top-k selection needs the
-  // values checked first; dense block and elementwise codecs validate chunk by chunk.
+  // A separate validation pass only where a tensor-wide scale needs the values checked first;
+  // dense block and elementwise codecs validate chunk by chunk, top-k in its selection.
   float amax = 0.0f;
-  if (!dense || needs_tensor_amax(spec_.quantizer)) {
+  if (dense && needs_tensor_amax(spec_.quantizer)) {
     const fmt::AbsMax am = abs_max_threaded(values, threads);
-    ATOLL_RETURN_IF_ERROR(check_input(am));
+    if (Status bad = check_input(am); !bad.ok()) {
+      msg.clear();  // no message rather than the last one left in a reused buffer
+      return bad;
+    }
     amax = am.amax;
   }
 
@@ -706,11 +757,15 @@ Status Codec::encode_into(std::span<const float> values, std::vector<uint8_t>& m
     uint32_t crc = crc32c_extend(crc32c(p, 24), p + 28, out - (p + 28));
     const bool validate = !needs_tensor_amax(spec_.quantizer);
     if (!encode_value_section(spec_, values, amax, validate, out, crc, threads)) {
+      p[0] = 0;  // no magic: the partial bytes (and a CRC left from a reused buffer) never parse
       return check_input(fmt::abs_max(values));  // which check failed, for the message
     }
     store<uint32_t>(p + 24, crc);
   } else {
-    encode_sparse(spec_, values, out, threads);
+    if (!encode_sparse(spec_, values, out, threads)) {
+      p[0] = 0;  // as above
+      return check_input(fmt::abs_max(values));  // which check failed, for the message
+    }
     store<uint32_t>(p + 24, message_crc_threaded(msg, threads));
   }
   return Status::Ok();

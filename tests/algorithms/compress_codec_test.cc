@@ -315,6 +315,55 @@ TEST(CompressTopk, InputsThatMisleadTheSampleEqualAFullSort) {
   }
 }
 
+// topk_select (AVX-512 where built) and topk_select_portable give the indices of a full sort and
+// the values at them, and report the largest magnitude, on short inputs (chunks; one scratch
+// reused, so each selection starts from the last one's hint) and long ones, with ties, zeros,
+// subnormals, scales far apart and a few huge values.
+TEST(CompressTopk, SelectionAndItsPortableFormEqualAFullSort) {
+  const Philox rng(13, 5);
+  TopkScratch vector_scratch, portable_scratch;
+  for (int trial = 0; trial < 120; ++trial) {
+    const uint64_t t = static_cast<uint64_t>(trial);
+    const size_t n = 1 + static_cast<size_t>(rng.below(t, trial % 10 == 9 ? 150000 : 6000));
+    const double scale = std::pow(10.0, -static_cast<double>(rng.below(t << 8, 30)));
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t at = (t << 32) | i;
+      const uint64_t r = rng.below(at, 1u << 20);
+      switch (trial % 6) {
+        case 0: x[i] = static_cast<float>(rng.normal(at) * scale); break;
+        case 1: x[i] = static_cast<float>(static_cast<int>(r % 7) - 3); break;  // ties, zeros
+        case 2: x[i] = std::ldexp(1.0f, static_cast<int>(r % 40) - 20) * ((r & 1) ? -1 : 1); break;
+        case 3: x[i] = r % 100 == 0 ? 1e30f : static_cast<float>(rng.normal(at) * 1e-30); break;
+        case 4: x[i] = std::ldexp(1.0f, -140) * static_cast<float>(r % 50); break;  // subnormal
+        default: x[i] = static_cast<float>(rng.normal(at) * std::pow(10.0, -double(i / 4096 % 5)));
+      }
+    }
+    float largest = 0;
+    for (float v : x) largest = std::max(largest, std::fabs(v));
+    for (uint64_t k : {uint64_t{1}, static_cast<uint64_t>(n / 50 + 1),
+                       static_cast<uint64_t>(n / 7 + 1), static_cast<uint64_t>(n - n / 3),
+                       static_cast<uint64_t>(n)}) {
+      if (k > n) continue;
+      const auto want = topk_by_full_sort(x, k);
+      std::vector<uint32_t> index(k), portable_index(k);
+      std::vector<float> value(k), portable_value(k);
+      const uint32_t top = topk_select(x, k, vector_scratch, index.data(), value.data());
+      const uint32_t portable_top =
+          topk_select_portable(x, k, portable_scratch, portable_index.data(),
+                               portable_value.data());
+      ASSERT_EQ(index, want) << "trial " << trial << " n " << n << " k " << k;
+      ASSERT_EQ(portable_index, want) << "trial " << trial << " n " << n << " k " << k;
+      for (uint64_t j = 0; j < k; ++j) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(value[j]), std::bit_cast<uint32_t>(x[want[j]])) << j;
+        ASSERT_EQ(std::bit_cast<uint32_t>(portable_value[j]), std::bit_cast<uint32_t>(x[want[j]]));
+      }
+      EXPECT_EQ(top, std::bit_cast<uint32_t>(largest));
+      EXPECT_EQ(portable_top, std::bit_cast<uint32_t>(largest));
+    }
+  }
+}
+
 TEST(CompressCodec, ChunkedTopkAndCombos) {
   const size_t n = 4096 * 3 + 100;
   const auto x = gradient_like(n, 5);
@@ -378,6 +427,33 @@ TEST(CompressCodec, EncoderRejectsNonFinite) {
   EXPECT_FALSE(make("none").encode(x).ok());
   x[3] = 3e38f;
   EXPECT_FALSE(make("bf16").encode(x).ok());
+  // Top-k checks its input inside the selection: a bad value anywhere, kept or not.
+  std::vector<float> y(20000, 1.0f);
+  for (const char* spec : {"topk:0.01", "topk:0.5", "topk-chunked:0.02:1024+int4", "topk:1"}) {
+    for (const float bad : {std::numeric_limits<float>::quiet_NaN(),
+                            -std::numeric_limits<float>::infinity(), 3e38f}) {
+      for (const size_t at : {size_t{0}, size_t{12345}, y.size() - 1}) {
+        y[at] = bad;
+        const auto msg = make(spec).encode(y);
+        EXPECT_FALSE(msg.ok()) << spec << " " << bad << " at " << at;
+        y[at] = 1.0f;
+      }
+    }
+    EXPECT_TRUE(make(spec).encode(y).ok()) << spec;
+  }
+  // A failed encode into a reused buffer leaves no message that decodes, even where the bytes it
+  // wrote before stopping are those of the last good message (a NaN where a kept value was).
+  for (const char* spec : {"topk-chunked:0.02:1024+int4", "topk:0.01", "int8", "nvfp4"}) {
+    const Codec c = make(spec);
+    std::vector<float> z(20000, 1.0f);
+    z[5000] = 7.0f;
+    std::vector<uint8_t> msg;
+    ASSERT_TRUE(c.encode_into(z, msg).ok()) << spec;
+    ASSERT_TRUE(c.decode(msg, z.size()).ok()) << spec;
+    z[5000] = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_FALSE(c.encode_into(z, msg).ok()) << spec;
+    EXPECT_FALSE(c.decode(msg, z.size()).ok()) << spec;
+  }
 }
 
 // ---- hostile messages ----------------------------------------------------------------------------

@@ -14,7 +14,9 @@
 
 #include "kernels/core/philox.h"
 #include "kernels/formats/nvfp4.h"
+#include "kernels/formats/avx512.h"
 #include "kernels/formats/portable.h"
+#include "kernels/formats/scalar.h"
 
 namespace atl::kernels::formats {
 namespace {
@@ -94,6 +96,40 @@ void expect_same_blocks(const std::vector<Block>& fast, const std::vector<Block>
 
 // Sizes with full groups of every kernel and partial tails.
 constexpr size_t kSizes[] = {16, 255, 256, 511, 512, 4096, 65536 + 77, 300007};
+
+// The vector E2M1 encoder (rounding |x| scaled by 2, 1 or 1/2) against e2m1_from_f32's
+// thresholds, bit pattern by bit pattern: 2^14 patterns around each threshold, code and range
+// edge, both signs, and the special ones. (All 2^32 patterns were compared once when it was
+// written; that takes minutes.)
+TEST(FormatsSimd, E2m1CodesEqualTheScalarEncoder) {
+#if ATOLL_FORMATS_AVX512
+  std::vector<uint32_t> bits;
+  for (float centre : {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f,
+                       3.5f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 2147483648.0f, 4294967296.0f}) {
+    const uint32_t c = std::bit_cast<uint32_t>(centre);
+    for (uint32_t d = 0; d < 8192; ++d) {
+      for (uint32_t sign : {0u, 0x80000000u}) {
+        bits.push_back((c + d) | sign);
+        if (c >= d) bits.push_back((c - d) | sign);
+      }
+    }
+  }
+  for (uint32_t special : {0x7f800000u, 0x7fc00000u, 0x7f800001u, 0x7f7fffffu, 0x00000001u})
+    for (uint32_t sign : {0u, 0x80000000u}) bits.push_back(special | sign);
+  while (bits.size() % 16 != 0) bits.push_back(0);
+  for (size_t i = 0; i < bits.size(); i += 16) {
+    alignas(64) uint32_t codes[16];
+    _mm512_store_si512(codes, avx512::e2m1_codes(_mm512_loadu_ps(
+                                  reinterpret_cast<const float*>(bits.data() + i))));
+    for (size_t l = 0; l < 16; ++l) {
+      ASSERT_EQ(codes[l], e2m1_from_f32(std::bit_cast<float>(bits[i + l])))
+          << std::hex << "bits 0x" << bits[i + l];
+    }
+  }
+#else
+  GTEST_SKIP() << "built without AVX-512: the portable encoder is the only one";
+#endif
+}
 
 TEST(FormatsSimd, Nvfp4MatchesPortable) {
   for (size_t n : kSizes) {
