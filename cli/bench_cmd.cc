@@ -1,17 +1,14 @@
 // `atoll bench train|sgemm|codecs`: machine-readable speed measurements (JSON with --json).
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <numeric>
-#include <vector>
 
 #include "algorithms/optim/inner_trainer.h"
 #include "cli/bench_common.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/train_setup.h"
-#include "kernels/core/philox.h"
 #include "kernels/cpu/ops.h"
+#include "measure/sgemm.h"
+#include "measure/train_step.h"
 
 namespace atl::cli {
 
@@ -35,42 +32,9 @@ int bench_train(const Args& args) {
   auto sgemm_n = flags.get_int("sgemm-n", 1024, 64, 8192);
   if (!steps.ok()) return fail("bench train", steps.status().message(), 2);
   if (!sgemm_n.ok()) return fail("bench train", sgemm_n.status().message(), 2);
-  if (Status s = algorithms::validate(model); !s.ok()) return fail("bench train", s.message(), 2);
-  trainer.total_steps = *steps + 2;
-  if (Status s = algorithms::validate(trainer, model); !s.ok())
-    return fail("bench train", s.message(), 2);
-  kernels::cpu::set_num_threads(threads);
-  const int used_threads = kernels::cpu::num_threads();
-
-  // Synthetic tokens: the speed of a step does not depend on the text.
-  const int B = trainer.batch, T = trainer.seq;
-  std::vector<int32_t> tokens(static_cast<size_t>(B) * (T + 1));
-  Philox rng(seed, 7);
-  for (size_t i = 0; i < tokens.size(); ++i)
-    tokens[i] = static_cast<int32_t>(rng.below(i, static_cast<uint64_t>(model.vocab)));
-
-  algorithms::InnerTrainer tr(model, trainer);
-  algorithms::ParamSet params(algorithms::make_layout(model));
-  algorithms::init_params(params, model, seed);
-  for (int i = 0; i < 2; ++i) (void)tr.step(params, tokens.data(), i);
-  // Every step is timed; step_ms is the median (a burst of other work on a shared machine moves
-  // the mean, not the median), step_ms_mean the mean.
-  using clock = std::chrono::steady_clock;
-  std::vector<double> ms(static_cast<size_t>(*steps));
-  for (int64_t i = 0; i < *steps; ++i) {
-    const auto t0 = clock::now();
-    (void)tr.step(params, tokens.data(), i + 2);
-    ms[static_cast<size_t>(i)] = std::chrono::duration<double>(clock::now() - t0).count() * 1e3;
-  }
-  const double mean_ms =
-      std::accumulate(ms.begin(), ms.end(), 0.0) / static_cast<double>(ms.size());
-  std::sort(ms.begin(), ms.end());
-  const size_t mid = ms.size() / 2;
-  const double step_ms = ms.size() % 2 ? ms[mid] : 0.5 * (ms[mid - 1] + ms[mid]);
-  const double tokens_per_step = static_cast<double>(B) * T;
-  const double tps = tokens_per_step / (step_ms / 1e3);
-  const double gflops = algorithms::flops_per_token(model, T) * tps / 1e9;
-  const double peak = measure_sgemm_gflops(static_cast<int>(*sgemm_n), threads, 1.0);
+  auto t = measure::time_train_steps(model, trainer, seed, threads, *steps);
+  if (!t.ok()) return fail("bench train", t.status().message(), 2);
+  const double peak = measure::sgemm_gflops(static_cast<int>(*sgemm_n), threads, 1.0);
   if (flags.has("json")) {
     std::printf(
         "{\"bench\":\"train\",\"params\":%zu,\"layers\":%d,\"dim\":%d,\"heads\":%d,"
@@ -78,14 +42,14 @@ int bench_train(const Args& args) {
         "\"step_ms\":%.3f,\"step_ms_mean\":%.3f,\"tokens_per_s\":%.1f,\"gflops\":%.2f,\"sgemm_"
         "gflops\":%.2f,"
         "\"fraction_of_sgemm\":%.3f}\n",
-        params.numel(), model.layers, model.dim, model.heads, model.ffn_hidden, T, B, model.vocab,
-        used_threads, static_cast<long long>(*steps), step_ms, mean_ms, tps, gflops, peak,
-        gflops / peak);
+        t->params, model.layers, model.dim, model.heads, model.ffn_hidden, trainer.seq,
+        trainer.batch, model.vocab, t->threads, static_cast<long long>(*steps), t->step_ms,
+        t->step_ms_mean, t->tokens_per_s, t->gflops, peak, t->gflops / peak);
   } else {
     std::printf(
         "params %zu | step %.1f ms | %.0f tokens/s | %.2f GFLOP/s | sgemm %.2f GFLOP/s "
         "(%.0f%%)\n",
-        params.numel(), step_ms, tps, gflops, peak, 100.0 * gflops / peak);
+        t->params, t->step_ms, t->tokens_per_s, t->gflops, peak, 100.0 * t->gflops / peak);
   }
   return 0;
 }
@@ -100,7 +64,7 @@ int bench_sgemm(const Args& args) {
   auto threads = flags.get_int("threads", 0, 0, 1024);
   if (!n.ok()) return fail("bench sgemm", n.status().message(), 2);
   if (!threads.ok()) return fail("bench sgemm", threads.status().message(), 2);
-  double g = measure_sgemm_gflops(static_cast<int>(*n), static_cast<int>(*threads), 1.0);
+  double g = measure::sgemm_gflops(static_cast<int>(*n), static_cast<int>(*threads), 1.0);
   if (flags.has("json"))
     std::printf("{\"bench\":\"sgemm\",\"n\":%lld,\"threads\":%d,\"gflops\":%.2f}\n",
                 static_cast<long long>(*n), kernels::cpu::num_threads(), g);

@@ -4,10 +4,6 @@
 
 namespace atl::cli {
 
-// GFLOP/s of an n×n×n sgemm (OpenBLAS, `threads` threads, 0 = all cores): the fastest of the
-// products run in at least min_seconds.
-double measure_sgemm_gflops(int n, int threads, double min_seconds);
-
 // `atoll bench codecs`: codec encode/decode GB/s against memcpy (cli/bench_codecs.cc).
 int bench_codecs(const Args& args);
 

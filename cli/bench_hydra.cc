@@ -4,7 +4,8 @@
 // Same base model (trained here on the other genres), rounds, data and seed for every method;
 // one JSON line per method (--json) with each site's validation bpb on its own genre, FLOPs
 // fraction, buffer memory and step time. The rounds run in the simulation library
-// (simulate/hydra_rounds.h), the base model's training in simulate/train_on_data.h.
+// (simulate/hydra_rounds.h), the sites' data, the base model and the sites trained alone in
+// simulate/hydra_bench_sites.h; this file turns flags into options and prints the rows.
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -12,17 +13,12 @@
 #include <sstream>
 #include <vector>
 
-#include "algorithms/data/dataset.h"
-#include "algorithms/data/tokenizer.h"
 #include "algorithms/hydra/select.h"
 #include "cli/bench_common.h"
 #include "cli/flags.h"
-#include "kernels/core/philox.h"
 #include "kernels/cpu/ops.h"
-#include "node/data_source.h"
-#include "node/site_data.h"
+#include "simulate/hydra_bench_sites.h"
 #include "simulate/hydra_rounds.h"
-#include "simulate/train_on_data.h"
 
 namespace atl::cli {
 
@@ -36,82 +32,16 @@ using simulate::SimSiteResult;
 
 namespace {
 
-// How much of its genre a site holds. train_docs 0: every training document of the genre (the
-// genre's held-out documents are the test set either way). Otherwise the site draws, keyed by the
-// seed and its index, site_val_docs documents as its own validation split and the next
-// train_docs as its training data, from the genre's training documents: a few documents per
-// genre, as a real fine-tuning site has; the same seed gives every method the same documents.
-struct SiteDataDraw {
-  int64_t train_docs = 0;
-  int64_t site_val_docs = 0;
-  uint64_t seed = 0;
-};
-
-StatusOr<SimSite> load_bench_site(const std::string& item, int index, const SiteDataDraw& draw,
-                                  const std::string& brown_dir) {
+// "a:1.0" (genre letters, budget in (0, 1]) → site `index` of the benchmark.
+StatusOr<SimSite> load_bench_site(const std::string& item, int index,
+                                  const simulate::SiteDataDraw& draw, const std::string& brown_dir) {
   const auto colon = item.find(':');
   if (colon == std::string::npos)
     return InvalidArgument("--sites entry '" + item + "' is not GENRES:BUDGET");
-  SimSite s;
-  s.genre = item.substr(0, colon);
   auto b = parse_double(item.substr(colon + 1), "--sites budget");
   if (!b.ok() || !(*b > 0 && *b <= 1))
     return InvalidArgument("--sites budget of '" + item + "' must be in (0, 1]");
-  s.budget = *b;
-  ATOLL_ASSIGN_OR_RETURN(auto spec, node::parse_data_spec("brown:" + s.genre));
-  ATOLL_ASSIGN_OR_RETURN(auto docs, node::load_documents(spec, brown_dir));
-  auto split = al::data::split_documents(std::move(docs));
-  const al::data::ByteTokenizer bytes;
-  if (split.validation.empty())
-    return InvalidArgument("genre " + s.genre + " has no held-out documents to report on");
-  s.validation = al::data::build_dataset(split.validation, bytes);
-  std::vector<al::data::Document> pool = std::move(split.train), mine, own_val;
-  if (draw.train_docs == 0) {
-    mine = std::move(pool);
-  } else {
-    if (draw.train_docs + draw.site_val_docs > static_cast<int64_t>(pool.size()))
-      return InvalidArgument("genre " + s.genre + " has " + std::to_string(pool.size()) +
-                             " training documents, fewer than --train-docs + --site-val-docs");
-    // Fisher-Yates on a Philox stream keyed by (seed, site index).
-    const Philox rng(draw.seed * 7919 + 11, static_cast<uint64_t>(index) + 1);
-    for (size_t i = pool.size() - 1; i > 0; --i)
-      std::swap(pool[i],
-                pool[static_cast<size_t>(rng.uniform_double(i) * static_cast<double>(i + 1))]);
-    for (int64_t j = 0; j < draw.site_val_docs; ++j) own_val.push_back(std::move(pool[j]));
-    for (int64_t j = 0; j < draw.train_docs; ++j)
-      mine.push_back(std::move(pool[draw.site_val_docs + j]));
-  }
-  s.train = al::data::build_dataset(mine, bytes);
-  if (!own_val.empty()) s.site_val = al::data::build_dataset(own_val, bytes);
-  return s;
-}
-
-// The base model every method fine-tunes: `steps` AdamW steps (lr `lr`, warmup 10, weight decay
-// 0.1) on the Brown genres `genres` (letters, e.g. "bcd"), from the seed's initialization.
-StatusOr<al::ParamSet> train_base_model(const SimOptions& opt, const std::string& genres,
-                                        int64_t steps, double lr, const std::string& brown_dir) {
-  std::string base_genres;  // "bcd" -> "b,c,d"
-  for (char g : genres) {
-    if (!base_genres.empty()) base_genres += ',';
-    base_genres += g;
-  }
-  ATOLL_ASSIGN_OR_RETURN(auto base_spec, node::parse_data_spec("brown:" + base_genres));
-  ATOLL_ASSIGN_OR_RETURN(auto base_data,
-                         node::load_site_data(base_spec, node::TokenizerChoice{}, brown_dir));
-  al::ParamSet base(al::make_layout(opt.model));
-  al::init_params(base, opt.model, opt.seed);
-  al::TrainerConfig bt = opt.train;
-  bt.lr = lr;
-  bt.min_lr = lr / 10;
-  bt.warmup = 10;
-  bt.total_steps = std::max<int64_t>(steps, 1);
-  bt.weight_decay = 0.1;
-  al::InnerTrainer base_trainer(opt.model, bt);
-  simulate::TrainOnDataOptions run;
-  run.data_seed = opt.seed;
-  run.end_step = steps;
-  ATOLL_RETURN_IF_ERROR(simulate::train_on_data(base_trainer, base, base_data.train, run));
-  return base;
+  return simulate::load_genre_site(item.substr(0, colon), *b, index, draw, brown_dir);
 }
 
 std::string json_list(const std::vector<double>& xs, const char* format) {
@@ -319,7 +249,7 @@ int bench_hydra(const Args& args) {
   // Sites: "a:1.0,f:0.5,..." (genre letters, budget).
   std::vector<SimSite> sites;
   std::stringstream ss(flags.get_or("sites", "a:1.0,f:0.5,j:0.25,n:0.25"));
-  const SiteDataDraw draw{*train_docs, *site_val_docs, opt.seed};
+  const simulate::SiteDataDraw draw{*train_docs, *site_val_docs, opt.seed};
   for (std::string item; std::getline(ss, item, ',');) {
     auto site = load_bench_site(item, static_cast<int>(sites.size()), draw, brown);
     if (!site.ok()) return fail("bench hydra", site.status().message(), 2);
@@ -327,7 +257,7 @@ int bench_hydra(const Args& args) {
   }
 
   // The base model: trained on the other genres (fine-tuning, not pretraining).
-  auto base_or = train_base_model(opt, flags.get_or("base-genres", "bcdeghklmpr"), *base_steps,
+  auto base_or = simulate::train_brown_base(opt, flags.get_or("base-genres", "bcdeghklmpr"), *base_steps,
                                   *base_lr, brown);
   if (!base_or.ok()) return fail("bench hydra", base_or.status().message(), 1);
   const al::ParamSet& base = *base_or;
@@ -343,21 +273,8 @@ int bench_hydra(const Args& args) {
   std::vector<std::string> methods;
   std::stringstream ms(flags.get_or("methods", "base,local,full,heterofl,fedrolex,random,hydra"));
   for (std::string m; std::getline(ms, m, ',');) methods.push_back(m);
-  // A federation of one per site: the same rounds, steps, batches and (keep_best) early stopping.
-  auto alone_bpb = [&](const std::string& method) -> StatusOr<std::vector<double>> {
-    SimOptions alone = opt;
-    alone.outer_lr = 1.0;  // θ ← θ_local after each round: plain local training
-    alone.outer_momentum = 0.0;
-    alone.trace = false;
-    std::vector<double> bpb;
-    for (size_t k = 0; k < sites.size(); ++k) {
-      SimSite site = sites[k];
-      site.seed_index = static_cast<int>(k);
-      auto r = run_hydra_sim(method, alone, {site}, base);
-      if (!r.ok()) return Internal("alone, site " + site.genre + ": " + r.status().message());
-      bpb.push_back(r->sites[0].val_bpb);
-    }
-    return bpb;
+  auto alone_bpb = [&](const std::string& method) {
+    return simulate::bpb_trained_alone(method, opt, sites, base);
   };
   auto wants = [&](const char* m) {
     return std::find(methods.begin(), methods.end(), m) != methods.end();

@@ -166,6 +166,22 @@ class StepProgress {
   int window_steps_ = 0;
 };
 
+// The length of the learning-rate schedule: --steps; without --steps, a resumed run keeps the
+// schedule length it was started with (the schedule depends on it), so it ends bitwise equal to
+// the uninterrupted run.
+StatusOr<int64_t> schedule_length(const Flags& flags, int64_t steps,
+                                  const node::LoadedCheckpoint* resumed) {
+  if (!resumed || flags.has("steps")) return steps;
+  const auto it = resumed->meta.extra.find("total_steps");
+  if (it == resumed->meta.extra.end()) return steps;
+  char* end = nullptr;
+  const int64_t total_steps = std::strtoll(it->second.c_str(), &end, 10);
+  if (it->second.empty() || *end != '\0' || total_steps < 1)
+    return InvalidArgument("cannot resume: the checkpoint's total_steps '" + it->second +
+                           "' is not a step count (pass --steps N)");
+  return total_steps;
+}
+
 }  // namespace
 
 int cmd_train(const Args& args) {
@@ -193,23 +209,13 @@ int cmd_train(const Args& args) {
     if (!ck.ok()) return fail("train", "cannot resume: " + ck.status().message());
     resumed = std::move(ck).value();
   }
-  // Without --steps, a resumed run keeps the schedule length it was started with (the learning
-  // rate schedule depends on it), so it ends bitwise equal to the uninterrupted run.
-  int64_t total_steps = *steps;
+  auto total_steps_or = schedule_length(flags, *steps, resumed ? &*resumed : nullptr);
+  if (!total_steps_or.ok()) return fail("train", total_steps_or.status().message(), 2);
+  const int64_t total_steps = *total_steps_or;
   std::string resumed_trainer;
-  if (resumed) {
-    const auto& extra = resumed->meta.extra;
-    if (auto it = extra.find("trainer"); it != extra.end()) resumed_trainer = it->second;
-    if (auto it = extra.find("total_steps"); it != extra.end() && !flags.has("steps")) {
-      char* end = nullptr;
-      total_steps = std::strtoll(it->second.c_str(), &end, 10);
-      if (it->second.empty() || *end != '\0' || total_steps < 1)
-        return fail("train",
-                    "cannot resume: the checkpoint's total_steps '" + it->second +
-                        "' is not a step count (pass --steps N)",
-                    2);
-    }
-  }
+  if (resumed)
+    if (auto it = resumed->meta.extra.find("trainer"); it != resumed->meta.extra.end())
+      resumed_trainer = it->second;
   std::optional<node::LoadedCheckpoint> base;
   if (auto path = flags.get("base")) {
     if (resumed) return fail("train", "--base and --resume exclude each other (drop --base)", 2);

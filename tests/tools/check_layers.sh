@@ -2,7 +2,7 @@
 # Checks the layering of Atoll's sources: a file in a layer may include headers of its own layer
 # and of the layers below it, never of a layer above it (or of tests/ and bench/):
 #
-#   kernels <- algorithms <- transport <- {node, coordinator} <- simulate <- cli
+#   kernels <- algorithms <- transport <- {node, coordinator} <- simulate <- measure <- cli
 #
 # node and coordinator do not include each other. <layer>/cuda/ folders belong to their layer;
 # tests/ and bench/ may include anything. Headers are included by paths rooted at the source
@@ -17,7 +17,7 @@ set -eu
 
 # The layers, bottom to top. An include path rooted at one of them, or at tests/ or bench/ (which
 # no layer may include), is checked against the table in check_tree's awk program.
-LAYERS="kernels algorithms transport node coordinator simulate cli"
+LAYERS="kernels algorithms transport node coordinator simulate measure cli"
 
 check_tree() {
   root=$1
@@ -38,7 +38,8 @@ check_tree() {
         allowed["node"] = "kernels algorithms transport node"
         allowed["coordinator"] = "kernels algorithms transport coordinator"
         allowed["simulate"] = "kernels algorithms transport node coordinator simulate"
-        allowed["cli"] = "kernels algorithms transport node coordinator simulate cli"
+        allowed["measure"] = "kernels algorithms transport node coordinator simulate measure"
+        allowed["cli"] = "kernels algorithms transport node coordinator simulate measure cli"
         n = split(layers " tests bench", r, " ")
         for (i = 1; i <= n; ++i) root[r[i]] = 1
         found = 0
@@ -78,7 +79,7 @@ check_tree() {
       END {
         if (found) {
           printf "check_layers: %d include(s) against the layering (kernels <- algorithms <- " \
-            "transport <- {node, coordinator} <- simulate <- cli)\n", found > "/dev/stderr"
+            "transport <- {node, coordinator} <- simulate <- measure <- cli)\n", found > "/dev/stderr"
           exit 1
         }
         printf "check_layers: %d files, every include follows the layering\n", count
@@ -89,7 +90,7 @@ self_test() {
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
   mkdir -p "$tmp/kernels/core" "$tmp/algorithms/cuda" "$tmp/node" "$tmp/coordinator" "$tmp/cli" \
-    "$tmp/tests"
+    "$tmp/measure" "$tmp/tests"
   : >"$tmp/node/runner.h"
   : >"$tmp/coordinator/service.h"
   printf '#include "kernels/core/x.h"\n#include <vector>\n#include "node/runner.h"\n' \
@@ -99,6 +100,8 @@ self_test() {
     >"$tmp/node/c.cc"                                                          # 1 bad (relative)
   printf '#include "node/runner.h"\n#include "tests/tools/x.h"\n' >"$tmp/coordinator/d.h"  # 2 bad
   printf '#include "node/runner.h"\n#include "coordinator/service.h"\n' >"$tmp/cli/e.cc"  # fine
+  printf '#include "simulate/x.h"\n#include "cli/flags.h"\n' >"$tmp/measure/g.cc"  # 1 bad
+  printf '#include "measure/x.h"\n' >"$tmp/cli/h.cc"                            # fine
   printf '#include "cli/flags.h"\n' >"$tmp/tests/f.cc"                           # fine
   if report=$(check_tree "$tmp" 2>/dev/null); then
     echo "check_layers --self-test: FAILED: planted violations were not reported" >&2
@@ -109,19 +112,20 @@ self_test() {
     'algorithms/cuda/b.cc:2: algorithms may not include "cli/flags.h"' \
     'node/c.cc:1: node may not include "../coordinator/service.h"' \
     'coordinator/d.h:1: coordinator may not include "node/runner.h"' \
-    'coordinator/d.h:2: coordinator may not include "tests/tools/x.h"'; do
+    'coordinator/d.h:2: coordinator may not include "tests/tools/x.h"' \
+    'measure/g.cc:2: measure may not include "cli/flags.h"'; do
     if ! printf '%s\n' "$report" | grep -qF "$want"; then
       echo "check_layers --self-test: FAILED: missing: $want" >&2
       printf '%s\n' "$report" >&2
       return 1
     fi
   done
-  if [ "$n" -ne 5 ]; then
-    echo "check_layers --self-test: FAILED: $n lines reported, 5 planted" >&2
+  if [ "$n" -ne 6 ]; then
+    echo "check_layers --self-test: FAILED: $n lines reported, 6 planted" >&2
     printf '%s\n' "$report" >&2
     return 1
   fi
-  echo "check_layers --self-test: the 5 planted violations are reported, the allowed includes are not"
+  echo "check_layers --self-test: the 6 planted violations are reported, the allowed includes are not"
 }
 
 if [ "${1:-}" = "--self-test" ]; then

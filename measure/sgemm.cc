@@ -1,18 +1,16 @@
-// `atoll bench sgemm`: the machine's own single-precision GEMM rate (OpenBLAS with its own
-// threads on one large square product), the yardstick for the training benchmark's "fraction of
-// peak".
+#include "measure/sgemm.h"
+
 #include <cblas.h>
 
 #include <algorithm>
-#include <chrono>
 #include <vector>
 
-#include "cli/bench_common.h"
 #include "kernels/cpu/ops.h"
+#include "measure/timing.h"
 
-namespace atl::cli {
+namespace atl::measure {
 
-double measure_sgemm_gflops(int n, int threads, double min_seconds) {
+double sgemm_gflops(int n, int threads, double min_seconds) {
   kernels::cpu::set_num_threads(threads);
   // The op table keeps OpenBLAS single-threaded (it threads GEMMs itself); the yardstick is
   // OpenBLAS's own threaded sgemm on all the threads the training step gets.
@@ -29,16 +27,15 @@ double measure_sgemm_gflops(int n, int threads, double min_seconds) {
   run();  // warm-up: page faults, thread pool start
   // The fastest of the timed products: the machine's peak, even when other work on a shared
   // machine slows some of them down (which keeps the training step's fraction of it honest).
-  using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
+  const auto start = Clock::now();
   double best = 1e30;
   do {
-    const auto t0 = clock::now();
+    const auto t0 = Clock::now();
     run();
-    best = std::min(best, std::chrono::duration<double>(clock::now() - t0).count());
-  } while (std::chrono::duration<double>(clock::now() - start).count() < min_seconds);
+    best = std::min(best, seconds_since(t0));
+  } while (seconds_since(start) < min_seconds);
   openblas_set_num_threads(1);
   return 2.0 * n * n * static_cast<double>(n) / best / 1e9;
 }
 
-}  // namespace atl::cli
+}  // namespace atl::measure
