@@ -3,9 +3,6 @@
 #include <sys/mman.h>
 
 #include <bit>
-#include <condition_variable>
-#include <mutex>
-#include <thread>
 #include <cstdint>
 #include <cstring>
 
@@ -90,69 +87,6 @@ StatusOr<std::vector<TensorChunk>> chunk_payload(TensorHeader header, std::strin
   return chunks;
 }
 
-// SHA-256 over a growing prefix of a buffer that does not move, on its own thread: the
-// receiving thread appends a chunk and advances the prefix; the hasher follows behind.
-class ChunkAssembler::Hasher {
- public:
-  explicit Hasher(const char* base) : base_(base), thread_([this] { run(); }) {}
-  ~Hasher() { stop(/*abandon=*/true); }
-
-  // base[0, ready) is written and will not change.
-  void advance(size_t ready) {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      ready_ = ready;
-    }
-    wake_.notify_one();
-  }
-  // The digest of everything advanced to, once hashed.
-  Sha256Digest finish() {
-    stop(/*abandon=*/false);
-    return sha_.finish();
-  }
-
- private:
-  void stop(bool abandon) {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      closed_ = true;
-      abandoned_ = abandoned_ || abandon;
-    }
-    wake_.notify_one();
-    if (thread_.joinable()) thread_.join();
-  }
-  void run() {
-    size_t done = 0;
-    for (;;) {
-      size_t upto = 0;
-      {
-        std::unique_lock<std::mutex> lk(mu_);
-        wake_.wait(lk, [&] { return ready_ > done || closed_; });
-        if (abandoned_) return;
-        if (ready_ == done) return;  // closed, all hashed
-        upto = ready_;
-      }
-      sha_.update(base_ + done, upto - done);
-      done = upto;
-    }
-  }
-
-  const char* const base_;
-  Sha256 sha_;
-  std::mutex mu_;  // guards ready_, closed_, abandoned_
-  std::condition_variable wake_;
-  size_t ready_ = 0;
-  bool closed_ = false, abandoned_ = false;
-  std::thread thread_;  // last: starts once the members above exist
-};
-
-ChunkAssembler::~ChunkAssembler() = default;
-
-std::string ChunkAssembler::take_payload() {
-  hasher_.reset();  // joined already after finish(); stops it otherwise
-  return std::move(payload_);
-}
-
 ChunkAssembler::ChunkAssembler(uint64_t max_payload_bytes, std::string buffer)
     : max_payload_bytes_(max_payload_bytes), payload_(std::move(buffer)) {
   payload_.clear();
@@ -160,7 +94,6 @@ ChunkAssembler::ChunkAssembler(uint64_t max_payload_bytes, std::string buffer)
 
 Status ChunkAssembler::fail(Status st) {
   error_ = st;
-  hasher_.reset();  // before the buffer it reads goes
   payload_.clear();
   payload_.shrink_to_fit();
   return st;
@@ -203,8 +136,6 @@ Status ChunkAssembler::add(const TensorChunk& chunk) {
       payload_.reserve(static_cast<size_t>(h.payload_bytes()));
       advise_huge_pages(payload_.data(), payload_.capacity());
     }
-    // The buffer holds the whole payload from here on: appends never move it.
-    if (h.payload_bytes() >= kHashBesideBytes) hasher_ = std::make_unique<Hasher>(payload_.data());
   } else if (chunk.has_header()) {
     return fail(InvalidArgument(where + ": a second header (only the first chunk carries one)"));
   }
@@ -238,10 +169,7 @@ Status ChunkAssembler::add(const TensorChunk& chunk) {
                          hex32(chunk.crc32c()) + "): data corrupted in transit"));
   }
   payload_.append(data);
-  if (hasher_)
-    hasher_->advance(payload_.size());
-  else
-    sha_.update(data.data(), data.size());
+  sha_.update(data.data(), data.size());
   ++chunks_;
   return Status::Ok();
 }
@@ -254,7 +182,7 @@ Status ChunkAssembler::finish() {
     return fail(DataLoss("tensor stream ended after " + std::to_string(payload_.size()) + " of " +
                          std::to_string(header_.payload_bytes()) + " bytes: chunks are missing"));
   }
-  const std::string got = to_hex(hasher_ ? hasher_->finish() : sha_.finish());
+  const std::string got = to_hex(sha_.finish());
   if (got != header_.payload_sha256()) {
     return fail(DataLoss("tensor stream payload SHA-256 mismatch (computed " + got +
                          ", header says " + header_.payload_sha256() + ")"));

@@ -6,7 +6,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -61,15 +60,9 @@ class ChunkAssembler {
   uint64_t bytes_received() const { return payload_.size(); }
   size_t chunks_received() const { return chunks_; }
   // The payload; valid after finish() returned OK.
-  std::string take_payload();
-  ~ChunkAssembler();
-
-  // Payloads of this size and more are hashed by a second thread while chunks keep arriving
-  // (SHA-256 costs more per byte than TLS's AES-GCM: hashed in line, it halved a θ stream).
-  static constexpr uint64_t kHashBesideBytes = uint64_t{8} << 20;
+  std::string take_payload() { return std::move(payload_); }
 
  private:
-  class Hasher;
   Status fail(Status st);
 
   uint64_t max_payload_bytes_;
@@ -78,8 +71,7 @@ class ChunkAssembler {
   bool finished_ = false;
   size_t chunks_ = 0;
   std::string payload_;
-  Sha256 sha_;                      // payloads below kHashBesideBytes
-  std::unique_ptr<Hasher> hasher_;  // the others; declared after payload_, which it reads
+  Sha256 sha_;
   Status error_;
 };
 

@@ -262,9 +262,8 @@ TEST(TensorStream, AssemblesIntoAGivenBufferThatFits) {
   EXPECT_EQ(c.take_payload(), first);
 }
 
-TEST(TensorStream, LargePayloadHashedBesideTheStream) {
-  // At least kHashBesideBytes: the SHA-256 runs on a second thread behind the chunks.
-  const size_t n = ChunkAssembler::kHashBesideBytes + 3 * kMaxChunkBytes + 5;
+TEST(TensorStream, LargePayloadIsCheckedWholeAfterFailuresAndDrops) {
+  const size_t n = 11 * kMaxChunkBytes + 5;
   const std::string payload = random_bytes(n, 15);
   auto chunks = chunks_of(payload);
   std::string out;
@@ -281,7 +280,7 @@ TEST(TensorStream, LargePayloadHashedBesideTheStream) {
   EXPECT_EQ(st.code(), StatusCode::kDataLoss);
   EXPECT_NE(st.message().find("SHA-256 mismatch"), std::string::npos) << st.message();
 
-  // Failing (or being dropped) mid-stream stops the hasher before the buffer goes.
+  // Failing or being dropped mid-stream.
   auto short_stream = chunks;
   short_stream.pop_back();
   st = assemble(short_stream, kLimit);
