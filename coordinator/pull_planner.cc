@@ -4,6 +4,7 @@
 
 #include "algorithms/compress/exact_delta.h"
 #include "algorithms/compress/sparse_delta.h"
+#include "kernels/core/sha256.h"
 #include "kernels/cpu/ops.h"
 
 namespace atl::coordinator {
@@ -63,11 +64,14 @@ StatusOr<PullPlan> PullPlanner::plan(atoll_pb::v1::TensorHeader header,
   if (encoded) {
     header.set_codec(encoded->codec);
     out.payload = encoded->bytes;
+    out.payload_sha256 = encoded->sha256;
     out.keep_alive = std::move(encoded);
   } else {
     header.set_codec(std::string(cx::kNoneSpec));  // raw fp32
     out.payload = std::string_view(reinterpret_cast<const char*>(theta->data()),
                                    theta->size() * sizeof(float));
+    // θ's fingerprint is the SHA-256 of these very bytes (algorithms::params_fingerprint).
+    out.payload_sha256 = header.params_fingerprint();
     out.keep_alive = std::move(theta);
   }
   out.header = std::move(header);
@@ -96,12 +100,10 @@ StatusOr<std::shared_ptr<const PullPlanner::Encoded>> PullPlanner::delta(
   std::shared_ptr<Encoded> out;
   if (exact.bytes < full && exact.bytes <= lossy) {
     ATOLL_ASSIGN_OR_RETURN(auto bytes, cx::exact_delta::encode(*theta, base));
-    out = std::make_shared<Encoded>(
-        Encoded{cx::exact_delta::kName, std::string(bytes.begin(), bytes.end())});
+    out = make_encoded(cx::exact_delta::kName, std::string(bytes.begin(), bytes.end()));
   } else if (lossy < full) {
     ATOLL_ASSIGN_OR_RETURN(auto bytes, cx::sparse_delta::encode(*theta, base));
-    out = std::make_shared<Encoded>(
-        Encoded{cx::sparse_delta::kName, std::string(bytes.begin(), bytes.end())});
+    out = make_encoded(cx::sparse_delta::kName, std::string(bytes.begin(), bytes.end()));
   }
   remember({base_round, round}, out);
   return std::shared_ptr<const Encoded>(out);
@@ -117,8 +119,7 @@ StatusOr<std::shared_ptr<const PullPlanner::Encoded>> PullPlanner::update(uint64
   auto bytes = store_.load_broadcast_update(experiment_id_, base_round);
   std::shared_ptr<const Encoded> out;
   if (bytes.ok())
-    out = std::make_shared<const Encoded>(
-        Encoded{std::string(cx::kOuterUpdateName), std::move(bytes).value()});
+    out = make_encoded(std::string(cx::kOuterUpdateName), std::move(bytes).value());
   else if (bytes.status().code() != StatusCode::kNotFound)
     return bytes.status();
   remember({base_round, round}, out);
@@ -133,10 +134,16 @@ StatusOr<std::shared_ptr<const PullPlanner::Encoded>> PullPlanner::whole(
     if (it != cache_.end()) return it->second;
   }
   ATOLL_ASSIGN_OR_RETURN(auto bytes, policy_.whole.encode(*theta));
-  auto out = std::make_shared<const Encoded>(
-      Encoded{policy_.whole.spec().to_string(), std::string(bytes.begin(), bytes.end())});
+  std::shared_ptr<const Encoded> out =
+      make_encoded(policy_.whole.spec().to_string(), std::string(bytes.begin(), bytes.end()));
   remember({round, round}, out);
   return out;
+}
+
+std::shared_ptr<PullPlanner::Encoded> PullPlanner::make_encoded(std::string codec,
+                                                               std::string bytes) {
+  std::string sha = sha256_hex(bytes.data(), bytes.size());
+  return std::make_shared<Encoded>(Encoded{std::move(codec), std::move(bytes), std::move(sha)});
 }
 
 void PullPlanner::remember(std::pair<uint64_t, uint64_t> key,

@@ -47,6 +47,9 @@ struct PullPlan {
   atoll_pb::v1::TensorHeader header;
   std::shared_ptr<const void> keep_alive;  // owns the bytes `payload` points to
   std::string_view payload;
+  // SHA-256 (hex) of `payload`, known without hashing it per pull: θ's fingerprint for the raw
+  // θ, computed once per cached encoding otherwise.
+  std::string payload_sha256;
 };
 
 // Thread-safe; encodings are cached per (base round, round) and shared by every node that asks
@@ -81,7 +84,9 @@ class PullPlanner {
     // "sparse-delta-exact", "sparse-delta", "outer-update" or the whole-θ codec
     std::string codec;
     std::string bytes;
+    std::string sha256;  // of `bytes`, hex
   };
+  static std::shared_ptr<Encoded> make_encoded(std::string codec, std::string bytes);
   // The smallest allowed delta of θ_round (= theta) against θ_base, or nullptr when none is
   // smaller than the full θ.
   StatusOr<std::shared_ptr<const Encoded>> delta(

@@ -145,7 +145,7 @@ class RoundEngine {
   Status begin_update(const std::string& node_id, const atoll_pb::v1::TensorHeader& header);
   StatusOr<atoll_pb::v1::PushUpdateResponse> finish_update(const std::string& node_id,
                                                            const atoll_pb::v1::TensorHeader& header,
-                                                           std::string payload);
+                                                           const std::string& payload);
   void abort_update(const std::string& node_id, const atoll_pb::v1::TensorHeader& header,
                     const Status& why);
   Status report_metrics(const std::string& node_id, const atoll_pb::v1::MetricsReport& req);

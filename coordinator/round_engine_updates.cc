@@ -181,7 +181,7 @@ StatusOr<std::vector<float>> RoundEngine::decode_update(const std::string& id,
 
 StatusOr<pb::PushUpdateResponse> RoundEngine::finish_update(const std::string& id,
                                                             const pb::TensorHeader& h,
-                                                            std::string payload) {
+                                                            const std::string& payload) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = in_flight_.find(id);
@@ -203,7 +203,6 @@ StatusOr<pb::PushUpdateResponse> RoundEngine::finish_update(const std::string& i
     }
   } else {
     delta = decode_update(id, h, payload, &reason);
-    payload = std::string();
   }
   if (!delta.ok()) {
     abort_update_for(id, h, reason, delta.status());
@@ -247,7 +246,6 @@ StatusOr<pb::PushUpdateResponse> RoundEngine::finish_update(const std::string& i
         audit("update_rejected", id + ": " + st.to_string());
         return st;
       }
-      payload = std::string();
     }
     PendingUpdate& u = round_.updates[id];
     u.indices = std::move(*indices);

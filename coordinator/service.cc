@@ -127,6 +127,8 @@ grpc::Status CoordinatorService::PullParams(grpc::ServerContext* ctx,
   if (!id.ok()) return to_grpc(id.status());
   auto plan = engine_->pull(*id, *req);
   if (!plan.ok()) return to_grpc(plan.status());
+  // Known already (θ's fingerprint or the cached encoding's): no pass over θ before it streams.
+  plan->header.set_payload_sha256(plan->payload_sha256);
   Status st = transport::for_each_chunk(
       plan->header, plan->payload, [&](const pb::TensorChunk& c) -> Status {
         if (ctx->IsCancelled()) return Unavailable("PullParams cancelled by the node");
@@ -155,8 +157,8 @@ grpc::Status CoordinatorService::PushUpdate(grpc::ServerContext* ctx,
   if (Status st = engine_->begin_update(*id, h); !st.ok()) return to_grpc(st);
 
   // Payload: bounded by the screened header (numel·4, or + slack for encoded codecs).
-  transport::ChunkAssembler assembler(h.numel() * sizeof(float) +
-                                      engine_->options().payload_slack_bytes);
+  transport::ChunkAssembler assembler(
+      h.numel() * sizeof(float) + engine_->options().payload_slack_bytes, take_push_buffer());
   Status st = assembler.add(first);
   pb::TensorChunk chunk;
   while (st.ok() && reader->Read(&chunk)) st = assembler.add(chunk);
@@ -168,13 +170,27 @@ grpc::Status CoordinatorService::PushUpdate(grpc::ServerContext* ctx,
   }
   std::string payload = assembler.take_payload();
   if (metrics_) metrics_->add_bytes_up(payload.size());
-  auto r = engine_->finish_update(*id, h, std::move(payload));
+  auto r = engine_->finish_update(*id, h, payload);
+  keep_push_buffer(std::move(payload));
   if (!r.ok()) return to_grpc(r.status());
   if (metrics_)
     metrics_->observe_push(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - first_chunk_at).count());
   *resp = std::move(*r);
   return grpc::Status::OK;
+}
+
+std::string CoordinatorService::take_push_buffer() {
+  std::lock_guard<std::mutex> lk(push_buffers_mu_);
+  if (push_buffers_.empty()) return {};
+  std::string buffer = std::move(push_buffers_.back());
+  push_buffers_.pop_back();
+  return buffer;
+}
+
+void CoordinatorService::keep_push_buffer(std::string buffer) {
+  std::lock_guard<std::mutex> lk(push_buffers_mu_);
+  if (push_buffers_.size() < kSparePushBuffers) push_buffers_.push_back(std::move(buffer));
 }
 
 grpc::Status CoordinatorService::ReportMetrics(grpc::ServerContext* ctx,

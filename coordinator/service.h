@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -128,10 +129,19 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
   StatusOr<std::string> node_of(const grpc::ServerContext& ctx,
                                 const std::string& experiment_id) const;
 
+  // Receive buffers of finished pushes, reused by the next ones (an update is θ-sized; writing
+  // it into fresh memory costs a page fault per 4 KiB, bench/transport). At most
+  // kSparePushBuffers are kept: memory for one round's pushes from as many nodes at once.
+  static constexpr size_t kSparePushBuffers = 2;
+  std::string take_push_buffer();
+  void keep_push_buffer(std::string buffer);
+
   const IdentitySource identity_;
   const std::unique_ptr<RoundEngine> engine_;
   CoordinatorMetrics* const metrics_;  // may be null
   RateLimiter metrics_limiter_;        // ReportMetrics, per node
+  std::mutex push_buffers_mu_;         // guards push_buffers_
+  std::vector<std::string> push_buffers_;
 };
 
 }  // namespace atl::coordinator

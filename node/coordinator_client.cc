@@ -1,5 +1,8 @@
 #include "node/coordinator_client.h"
 
+#include <bit>
+#include <utility>
+
 #include "algorithms/compress/codec.h"
 #include "algorithms/compress/exact_delta.h"
 #include "algorithms/compress/outer_update.h"
@@ -64,7 +67,13 @@ StatusOr<PulledParams> CoordinatorClient::pull_params(uint64_t round,
   req.set_round(round);
   if (held) req.set_have_fingerprint(held->fingerprint);
   pb::TensorHeader h;
-  std::string payload;
+  // The previous pull's receive buffer, handed back on every way out of here.
+  std::string payload = take_pull_buffer();
+  struct GiveBack {
+    CoordinatorClient& client;
+    std::string& buffer;
+    ~GiveBack() { client.keep_pull_buffer(std::move(buffer)); }
+  } give_back{*this, payload};
   ATOLL_RETURN_IF_ERROR(calls_->pull_params(req, &h, &payload));
   const std::string where = "PullParams from " + calls_->target() + ": ";
   if (h.round() != round)
@@ -134,7 +143,13 @@ StatusOr<PulledParams> CoordinatorClient::pull_params(uint64_t round,
   out.round = h.round();
   out.layout_fingerprint = h.layout_fingerprint();
   if (out.exact) {
-    out.fingerprint = sha256_hex(out.values.data(), out.values.size() * sizeof(float));
+    // Raw θ that the transport checked against its header's SHA-256 has that fingerprint: the
+    // values are the payload's bytes (on a little-endian host), so they are not hashed again.
+    const bool transport_checked = h.codec() == "none" && !h.payload_sha256().empty() &&
+                                   std::endian::native == std::endian::little;
+    out.fingerprint = transport_checked
+                          ? h.payload_sha256()
+                          : sha256_hex(out.values.data(), out.values.size() * sizeof(float));
     if (out.fingerprint != h.params_fingerprint() &&
         h.codec() == algorithms::compress::kOuterUpdateName)
       return full_instead();
@@ -148,6 +163,16 @@ StatusOr<PulledParams> CoordinatorClient::pull_params(uint64_t round,
     return FailedPrecondition("PullParams: θ of round " + std::to_string(round) + " is " +
                               out.fingerprint + ", the task announced " + expected_fingerprint);
   return out;
+}
+
+std::string CoordinatorClient::take_pull_buffer() {
+  std::lock_guard<std::mutex> lk(pull_buffer_mu_);
+  return std::exchange(pull_buffer_, std::string());
+}
+
+void CoordinatorClient::keep_pull_buffer(std::string buffer) {
+  std::lock_guard<std::mutex> lk(pull_buffer_mu_);
+  if (buffer.capacity() > pull_buffer_.capacity()) pull_buffer_ = std::move(buffer);
 }
 
 StatusOr<uint64_t> CoordinatorClient::push_update(const UpdateHeader& header,

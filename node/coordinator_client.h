@@ -113,7 +113,14 @@ class CoordinatorClient {
 
  private:
 
+  // The receive buffer of the last pull, reused by the next one: θ-sized, kept between pulls
+  // (writing a stream into fresh memory costs a page fault per 4 KiB; bench/transport).
+  std::string take_pull_buffer();
+  void keep_pull_buffer(std::string buffer);
+
   const std::unique_ptr<CoordinatorCalls> calls_;
+  std::mutex pull_buffer_mu_;  // guards pull_buffer_
+  std::string pull_buffer_;
   mutable std::mutex id_mu_;  // guards experiment_id_: join() runs while heartbeats go out
   std::string experiment_id_;
 };

@@ -121,7 +121,7 @@ Status GrpcCoordinatorCalls::pull_params(const pb::PullParamsRequest& req,
   prepare(ctx, options_.stream_timeout);
   const auto started = std::chrono::steady_clock::now();
   auto reader = stub_->PullParams(&ctx, req);
-  transport::ChunkAssembler assembler(options_.max_param_bytes);
+  transport::ChunkAssembler assembler(options_.max_param_bytes, std::move(*payload));
   pb::TensorChunk chunk;
   Status st;
   while (reader->Read(&chunk)) {

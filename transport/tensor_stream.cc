@@ -51,7 +51,8 @@ Status for_each_chunk(TensorHeader header, std::string_view payload,
   }
   header.set_wire_version(kWireVersion);
   header.set_payload_bytes(payload.size());
-  header.set_payload_sha256(sha256_hex(payload.data(), payload.size()));
+  if (header.payload_sha256().empty())
+    header.set_payload_sha256(sha256_hex(payload.data(), payload.size()));
   size_t offset = 0;
   bool first = true;
   // One message for every chunk: its data buffer is allocated once, not once per MiB.
@@ -86,8 +87,10 @@ StatusOr<std::vector<TensorChunk>> chunk_payload(TensorHeader header, std::strin
   return chunks;
 }
 
-ChunkAssembler::ChunkAssembler(uint64_t max_payload_bytes)
-    : max_payload_bytes_(max_payload_bytes) {}
+ChunkAssembler::ChunkAssembler(uint64_t max_payload_bytes, std::string buffer)
+    : max_payload_bytes_(max_payload_bytes), payload_(std::move(buffer)) {
+  payload_.clear();
+}
 
 Status ChunkAssembler::fail(Status st) {
   error_ = st;
@@ -127,8 +130,12 @@ Status ChunkAssembler::add(const TensorChunk& chunk) {
     }
     header_ = h;
     has_header_ = true;
-    payload_.reserve(static_cast<size_t>(h.payload_bytes()));
-    advise_huge_pages(payload_.data(), payload_.capacity());
+    if (payload_.capacity() < h.payload_bytes()) {
+      // A buffer too small for this payload is not worth keeping: reserve() would copy it.
+      std::string().swap(payload_);
+      payload_.reserve(static_cast<size_t>(h.payload_bytes()));
+      advise_huge_pages(payload_.data(), payload_.capacity());
+    }
   } else if (chunk.has_header()) {
     return fail(InvalidArgument(where + ": a second header (only the first chunk carries one)"));
   }

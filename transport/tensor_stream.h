@@ -20,8 +20,10 @@ namespace atl::transport {
 inline constexpr uint32_t kWireVersion = 1;
 inline constexpr size_t kMaxChunkBytes = size_t{1} << 20;  // data bytes per TensorChunk
 
-// Calls `sink` once per chunk, in order. Fills header.wire_version, payload_bytes and
-// payload_sha256 (the caller sets the rest). An empty payload is one chunk with no data, so the
+// Calls `sink` once per chunk, in order. Fills header.wire_version, payload_bytes and, unless
+// the caller set it, payload_sha256 (the caller sets the rest). A sender that already knows the
+// payload's SHA-256 (θ's fingerprint, a cached encoding's) sets it and saves a pass over the
+// payload before the first chunk; the receiver checks it all the same (a wrong one is DataLoss). An empty payload is one chunk with no data, so the
 // header always arrives. `chunk_bytes` must be in [1, kMaxChunkBytes]. Stops at and returns
 // the first non-OK status of `sink` (e.g. a broken stream).
 Status for_each_chunk(atoll_pb::v1::TensorHeader header, std::string_view payload,
@@ -43,8 +45,11 @@ StatusOr<std::vector<atoll_pb::v1::TensorChunk>> chunk_payload(atoll_pb::v1::Ten
 class ChunkAssembler {
  public:
   // max_payload_bytes: the largest payload this receiver accepts; checked against the header's
-  // declaration before any allocation.
-  explicit ChunkAssembler(uint64_t max_payload_bytes);
+  // declaration before any allocation. `buffer`: storage to assemble into (its contents are
+  // dropped; its capacity is kept when the payload fits): a receiver that hands back the
+  // previous take_payload() writes each stream into memory it has touched before instead of
+  // faulting in hundreds of MB of fresh pages per stream.
+  explicit ChunkAssembler(uint64_t max_payload_bytes, std::string buffer = {});
 
   Status add(const atoll_pb::v1::TensorChunk& chunk);
   // All bytes received and the SHA-256 matches. Call once after the last chunk.

@@ -220,6 +220,80 @@ TEST(TensorStream, CodecNoneNeedsConsistentNumel) {
   EXPECT_TRUE(assemble(*chunks, kLimit).ok());
 }
 
+TEST(TensorStream, SenderKnownShaIsKeptAndStillChecked) {
+  const std::string payload = random_bytes(3 * kMaxChunkBytes / 2, 11);
+  TensorHeader h = test_header();
+  h.set_payload_sha256(sha256_hex(payload.data(), payload.size()));
+  auto chunks = chunk_payload(h, payload);
+  ASSERT_TRUE(chunks.ok());
+  EXPECT_EQ((*chunks)[0].header().payload_sha256(), h.payload_sha256());
+  std::string out;
+  ASSERT_TRUE(assemble(*chunks, kLimit, &out).ok());
+  EXPECT_EQ(out, payload);
+  // A sender that vouches for the wrong digest is caught by the receiver.
+  const std::string other = random_bytes(16, 12);
+  h.set_payload_sha256(sha256_hex(other.data(), other.size()));
+  chunks = chunk_payload(h, payload);
+  ASSERT_TRUE(chunks.ok());
+  Status st = assemble(*chunks, kLimit);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("SHA-256 mismatch"), std::string::npos) << st.message();
+}
+
+TEST(TensorStream, AssemblesIntoAGivenBufferThatFits) {
+  const std::string first = random_bytes(3 * kMaxChunkBytes / 2, 13);
+  ChunkAssembler a(kLimit);
+  for (const auto& c : chunks_of(first)) ASSERT_TRUE(a.add(c).ok());
+  ASSERT_TRUE(a.finish().ok());
+  std::string buffer = a.take_payload();
+  const char* memory = buffer.data();
+  // The next, smaller stream lands in the same memory; the old bytes are gone.
+  const std::string second = random_bytes(kMaxChunkBytes + 7, 14);
+  ChunkAssembler b(kLimit, std::move(buffer));
+  for (const auto& c : chunks_of(second)) ASSERT_TRUE(b.add(c).ok());
+  ASSERT_TRUE(b.finish().ok());
+  std::string got = b.take_payload();
+  EXPECT_EQ(got.data(), memory);
+  EXPECT_EQ(got, second);
+  // A buffer too small is replaced; the payload is right all the same.
+  ChunkAssembler c(kLimit, std::string(10, 'x'));
+  for (const auto& ch : chunks_of(first)) ASSERT_TRUE(c.add(ch).ok());
+  ASSERT_TRUE(c.finish().ok());
+  EXPECT_EQ(c.take_payload(), first);
+}
+
+TEST(TensorStream, LargePayloadIsCheckedWholeAfterFailuresAndDrops) {
+  const size_t n = 11 * kMaxChunkBytes + 5;
+  const std::string payload = random_bytes(n, 15);
+  auto chunks = chunks_of(payload);
+  std::string out;
+  ASSERT_TRUE(assemble(chunks, kLimit, &out).ok());
+  EXPECT_EQ(out, payload);
+
+  // One bit flipped in a late chunk by a sender that computed its CRC afterwards: only the
+  // hash can catch it.
+  auto bad = chunks;
+  std::string& data = *bad[bad.size() - 2].mutable_data();
+  data[77] ^= 4;
+  bad[bad.size() - 2].set_crc32c(crc32c_extend_portable(0, data.data(), data.size()));
+  Status st = assemble(bad, kLimit);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("SHA-256 mismatch"), std::string::npos) << st.message();
+
+  // Failing or being dropped mid-stream.
+  auto short_stream = chunks;
+  short_stream.pop_back();
+  st = assemble(short_stream, kLimit);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  {
+    ChunkAssembler dropped(kLimit);
+    for (size_t i = 0; i < 4; ++i) ASSERT_TRUE(dropped.add(chunks[i]).ok());
+  }
+  auto gap = chunks;
+  gap.erase(gap.begin() + 5);
+  EXPECT_EQ(assemble(gap, kLimit).code(), StatusCode::kDataLoss);
+}
+
 TEST(TensorStream, FloatBytesAreLittleEndianAndRoundTrip) {
   std::vector<float> v = {1.0f,
                           -2.5f,
