@@ -13,18 +13,10 @@
 #include "algorithms/model/llama.h"
 #include "algorithms/model/param_set.h"
 #include "integration/cli_test_util.h"
+#include "integration/json_test_util.h"
 
 namespace atl::testing {
 namespace {
-
-double number(const boost::json::object& o, const char* key) {
-  const auto* v = o.if_contains(key);
-  if (v == nullptr || !v->is_number()) {
-    ADD_FAILURE() << "missing numeric key '" << key << "' in " << boost::json::serialize(o);
-    return std::nan("");
-  }
-  return v->to_number<double>();
-}
 
 // Each line of `out` parsed as one JSON object (the run's whole output must be JSON lines).
 std::vector<boost::json::object> json_lines(const std::string& out) {

@@ -9,18 +9,10 @@
 #include <string>
 
 #include "integration/cli_test_util.h"
+#include "integration/json_test_util.h"
 
 namespace atl::testing {
 namespace {
-
-double number(const boost::json::object& o, const char* key) {
-  const auto* v = o.if_contains(key);
-  if (v == nullptr || !v->is_number()) {
-    ADD_FAILURE() << "missing numeric key '" << key << "' in " << boost::json::serialize(o);
-    return std::nan("");
-  }
-  return v->to_number<double>();
-}
 
 TEST(BenchCodecsCli, PrintsOneJsonObjectWithEveryCodec) {
   TempDir dir;
