@@ -22,9 +22,11 @@ bool retryable(const Status& s) {
 // Retries `attempt` while the teacher is unavailable, until wait_s has passed or a stop request;
 // anything else fails at once. `waiting` names what is waited for in the log ("the teacher at
 // step 5"); `back` is logged when the teacher answers after a wait.
-template <typename F>
+// `pause(seconds)` waits between attempts (it may end early when the teachers are reachable
+// again).
+template <typename F, typename Pause>
 auto with_wait(const DistillNodeOptions& o, const std::atomic<bool>* stop, const std::string& what,
-               const std::string& waiting, const std::string& back, F&& attempt)
+               const std::string& waiting, const std::string& back, F&& attempt, Pause&& pause)
     -> decltype(attempt()) {
   const auto deadline = Clock::now() + std::chrono::duration<double>(o.wait_s);
   double backoff = 0.05;
@@ -44,8 +46,7 @@ auto with_wait(const DistillNodeOptions& o, const std::atomic<bool>* stop, const
     if (!said && o.log) o.log("waiting for " + waiting + ": " + r.status().message());
     said = true;
     const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
-    std::this_thread::sleep_for(
-        std::chrono::duration<double>(std::min(backoff, std::max(left, 0.0))));
+    pause(std::min(backoff, std::max(left, 0.0)));
     backoff = std::min(backoff * 2, 1.0);
   }
 }
@@ -103,7 +104,8 @@ StatusOr<std::unique_ptr<DistillInnerStep>> DistillInnerStep::create(
   co.send_tokens = o.send_tokens;
   auto c =
       with_wait(o, stop, "no answer from the teachers", "the teachers", "the teachers answered",
-                [&] { return TeacherClient::connect(co, model.vocab); });
+                [&] { return TeacherClient::connect(co, model.vocab); },
+                [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); });
   if (!c.ok()) return c.status();
   d->client_ = std::move(c).value();
   if (!d->gpu_trainer_)
@@ -171,7 +173,13 @@ StatusOr<TeacherTargets> DistillInnerStep::fetch_with_wait(
   const std::string at = "step " + std::to_string(step);
   return with_wait(o_, stop_, "no teacher targets for " + at, "the teacher at " + at,
                    "teacher is back at " + at,
-                   [&] { return client_->fetch(o_.request_seed, step, B_, T_, tokens); });
+                   [&] { return client_->fetch(o_.request_seed, step, B_, T_, tokens); },
+                   [&](double s) {
+                     // Ends as soon as every teacher is connected again (the channels are
+                     // driven while it waits), else after s.
+                     (void)client_->wait_for_links(std::chrono::milliseconds(
+                         static_cast<int64_t>(s * 1000)));
+                   });
 }
 
 StatusOr<algorithms::distill::DistillStepStats> DistillInnerStep::step(

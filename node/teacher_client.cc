@@ -1,5 +1,6 @@
 #include "node/teacher_client.h"
 
+#include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <thread>
 
 #include "algorithms/data/dataset.h"
 #include "kernels/formats/convert.h"
@@ -59,7 +61,8 @@ StatusOr<std::unique_ptr<TeacherClient>> TeacherClient::connect(TeacherClientOpt
   for (const auto& addr : c->o_.addresses) {
     Peer p;
     p.address = addr;
-    p.stub = pb::Teacher::NewStub(transport::create_channel(addr, c->o_.tls));
+    p.channel = transport::create_channel(addr, c->o_.tls);
+    p.stub = pb::Teacher::NewStub(p.channel);
     grpc::ClientContext ctx;
     set_deadline(ctx, c->o_.rpc_timeout_s);
     pb::TeacherInfo info;
@@ -89,6 +92,23 @@ StatusOr<std::unique_ptr<TeacherClient>> TeacherClient::connect(TeacherClientOpt
     return FailedPrecondition("teacher shards do not tile the vocabulary [0, " +
                               std::to_string(vocab) + "): " + c->describe());
   return c;
+}
+
+bool TeacherClient::wait_for_links(std::chrono::milliseconds max_wait) const {
+  const auto deadline = std::chrono::system_clock::now() + max_wait;
+  bool waited = false;  // some channel was not connected when the pause began
+  for (const Peer& p : peers_) {
+    grpc_connectivity_state state = p.channel->GetState(/*try_to_connect=*/true);
+    if (state == GRPC_CHANNEL_READY) continue;
+    waited = true;
+    while (p.channel->WaitForStateChange(state, deadline)) {
+      state = p.channel->GetState(/*try_to_connect=*/true);
+      if (state == GRPC_CHANNEL_READY) break;
+    }
+    if (state != GRPC_CHANNEL_READY) return false;  // the deadline passed first
+  }
+  if (!waited) std::this_thread::sleep_until(deadline);
+  return true;
 }
 
 std::string TeacherClient::describe() const {

@@ -5,6 +5,7 @@
 // Every call has a deadline; every received chunk is checked (CRC, SHA-256, sizes, ids).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -69,9 +70,18 @@ class TeacherClient {
 
   std::string describe() const;  // "a:1 [0, 128), b:2 [128, 256)"
 
+  // The pause before retrying a fetch that found a teacher unreachable: until every teacher's
+  // channel is connected (true, at once when it is) or max_wait has passed (false). It drives the
+  // channels' connection attempts while it waits: a gRPC channel is otherwise polled only inside
+  // a call, so an attempt to a restarted teacher would sit in its TLS handshake until the
+  // teacher's handshake timeout cut it. With every channel already connected it sleeps max_wait
+  // (the failure was not the link).
+  bool wait_for_links(std::chrono::milliseconds max_wait) const;
+
  private:
   struct Peer {
     std::string address;
+    std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<atoll_pb::v1::Teacher::Stub> stub;
     int v0 = 0, v1 = 0;
   };

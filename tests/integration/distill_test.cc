@@ -263,7 +263,8 @@ TEST_F(DistillProcesses, TeacherRestartedMidRunStudentResumes) {
   auto code = p->wait_for(120s);
   ASSERT_TRUE(code.has_value()) << read_text(*dir_ / "s_back.log");
   text = read_text(*dir_ / "s_back.log");
-  EXPECT_EQ(*code, 0) << text;
+  EXPECT_EQ(*code, 0) << text << "\nrestarted teacher's log:\n"
+                      << read_text(*dir_ / "t_back2.log");
   EXPECT_NE(text.find("teacher is back at step"), std::string::npos) << text;
   auto lines = step_lines(text);
   EXPECT_EQ(lines.size(), kSteps);
