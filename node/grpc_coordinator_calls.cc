@@ -89,16 +89,11 @@ Status GrpcCoordinatorCalls::join(const pb::JoinRequest& req, pb::JoinResponse* 
 
 bool GrpcCoordinatorCalls::wait_for_link(std::chrono::milliseconds max_wait) {
   const auto deadline = std::chrono::system_clock::now() + max_wait;
-  grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
-  if (state == GRPC_CHANNEL_READY) {
-    std::this_thread::sleep_until(deadline);
+  if (channel_->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY) {
+    std::this_thread::sleep_until(deadline);  // connected: the failure was not the link
     return false;
   }
-  while (channel_->WaitForStateChange(state, deadline)) {
-    state = channel_->GetState(/*try_to_connect=*/true);
-    if (state == GRPC_CHANNEL_READY) return true;
-  }
-  return false;
+  return transport::wait_until_connected(*channel_, deadline);
 }
 
 Status GrpcCoordinatorCalls::heartbeat(const pb::HeartbeatRequest& req,

@@ -98,16 +98,11 @@ bool TeacherClient::wait_for_links(std::chrono::milliseconds max_wait) const {
   const auto deadline = std::chrono::system_clock::now() + max_wait;
   bool waited = false;  // some channel was not connected when the pause began
   for (const Peer& p : peers_) {
-    grpc_connectivity_state state = p.channel->GetState(/*try_to_connect=*/true);
-    if (state == GRPC_CHANNEL_READY) continue;
+    if (p.channel->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY) continue;
     waited = true;
-    while (p.channel->WaitForStateChange(state, deadline)) {
-      state = p.channel->GetState(/*try_to_connect=*/true);
-      if (state == GRPC_CHANNEL_READY) break;
-    }
-    if (state != GRPC_CHANNEL_READY) return false;  // the deadline passed first
+    if (!transport::wait_until_connected(*p.channel, deadline)) return false;
   }
-  if (!waited) std::this_thread::sleep_until(deadline);
+  if (!waited) std::this_thread::sleep_until(deadline);  // the failure was not the link
   return true;
 }
 

@@ -71,11 +71,9 @@ class TeacherClient {
   std::string describe() const;  // "a:1 [0, 128), b:2 [128, 256)"
 
   // The pause before retrying a fetch that found a teacher unreachable: until every teacher's
-  // channel is connected (true, at once when it is) or max_wait has passed (false). It drives the
-  // channels' connection attempts while it waits: a gRPC channel is otherwise polled only inside
-  // a call, so an attempt to a restarted teacher would sit in its TLS handshake until the
-  // teacher's handshake timeout cut it. With every channel already connected it sleeps max_wait
-  // (the failure was not the link).
+  // channel is connected (true) or max_wait has passed (false), driving their connection
+  // attempts (transport::wait_until_connected). With every channel already connected it sleeps
+  // max_wait (the failure was not the link).
   bool wait_for_links(std::chrono::milliseconds max_wait) const;
 
  private:

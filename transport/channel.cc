@@ -98,6 +98,14 @@ std::shared_ptr<grpc::Channel> create_channel(const std::string& target, const C
   return grpc::CreateCustomChannel(target, tls.credentials, args);
 }
 
+bool wait_until_connected(grpc::Channel& channel,
+                          std::chrono::system_clock::time_point deadline) {
+  grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
+  while (state != GRPC_CHANNEL_READY && channel.WaitForStateChange(state, deadline))
+    state = channel.GetState(/*try_to_connect=*/true);
+  return state == GRPC_CHANNEL_READY;
+}
+
 namespace {
 
 bool has(const std::string& s, const char* what) {

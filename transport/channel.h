@@ -64,6 +64,14 @@ inline constexpr int kReconnectMaxBackoffMs = 1000;
 // when set, the TLS server name override. Does not connect yet (gRPC connects lazily).
 std::shared_ptr<grpc::Channel> create_channel(const std::string& target, const ClientTls& tls);
 
+// The pause before retrying a call that found its server unreachable, for a channel that is
+// not connected: drives the channel's connection attempt (GetState(true), WaitForStateChange)
+// and returns true as soon as it is connected, false when `deadline` passes first. A gRPC channel
+// is otherwise polled only inside a call (or by gRPC's backup poller every 5 s), so an attempt
+// to a restarted server would sit in its TLS handshake until the server's handshake timeout cut
+// it (docs/decisions.md, "Reconnects").
+bool wait_until_connected(grpc::Channel& channel, std::chrono::system_clock::time_point deadline);
+
 // Why a call could not reach its server, read from gRPC's UNAVAILABLE message. gRPC 1.51 says
 // "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:7070: Failed to
 // connect to remote host: Connection refused" when a connection attempt failed, and "Socket

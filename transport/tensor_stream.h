@@ -23,8 +23,8 @@ inline constexpr size_t kMaxChunkBytes = size_t{1} << 20;  // data bytes per Ten
 // Calls `sink` once per chunk, in order. Fills header.wire_version, payload_bytes and, unless
 // the caller set it, payload_sha256 (the caller sets the rest). A sender that already knows the
 // payload's SHA-256 (θ's fingerprint, a cached encoding's) sets it and saves a pass over the
-// payload before the first chunk; the receiver checks it all the same (a wrong one is DataLoss). An empty payload is one chunk with no data, so the
-// header always arrives. `chunk_bytes` must be in [1, kMaxChunkBytes]. Stops at and returns
+// payload before the first chunk; the receiver checks it all the same (a wrong one is DataLoss).
+// An empty payload is one chunk with no data, so the header always arrives. `chunk_bytes` must be in [1, kMaxChunkBytes]. Stops at and returns
 // the first non-OK status of `sink` (e.g. a broken stream).
 Status for_each_chunk(atoll_pb::v1::TensorHeader header, std::string_view payload,
                       const std::function<Status(const atoll_pb::v1::TensorChunk&)>& sink,
