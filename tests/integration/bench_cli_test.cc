@@ -105,7 +105,6 @@ TEST(BenchCli, DistillLossVariantsAgreeAndComeInOrderOfMemory) {
     const std::string name(o.at("variant").as_string());
     if (name == "reference") reference_loss = number(o, "loss");
     if (name != "fused_topk") exact_losses.push_back(number(o, "loss"));
-    EXPECT_GE(number(o, "ms"), 0.0);
   }
   ASSERT_FALSE(std::isnan(reference_loss)) << r.output;
   ASSERT_EQ(exact_losses.size(), 4u);
