@@ -8,16 +8,22 @@
 #                               only: the same run every time (make test; CTest passes it)
 #   tests/fuzz/run.sh [SECONDS] SECONDS in all (default 60), split over the targets; the corpus
 #                               under $FUZZ_OUT/run/ grows from run to run (bench/fuzz/run.sh)
-# Exits 77 (CTest's "skipped") when clang++ or its libFuzzer runtime is missing. Objects are
+#   tests/fuzz/run.sh build     compiles and links the targets without running them (the
+#                               build's fuzz_targets step, so that make test only fuzzes)
+# Exits 77 (CTest's "skipped") when clang++ or its libFuzzer runtime is missing (0 with build). Objects are
 # reused across runs until a source or header under algorithms/, kernels/, transport/ or
 # tests/fuzz/ changes; with ccache installed (FUZZ_CCACHE=0 turns it off) an object whose
 # source and headers did not change comes from its cache.
 set -eu
 budget=${1:-60}
+build_only=""
 case "$budget" in
+  build) build_only=1 runs=1 secs="" ;;
   runs=*) runs=${budget#runs=} secs="" ;;
   *) runs="" secs=$budget ;;
 esac
+skipped=77
+[ -n "$build_only" ] && skipped=0
 case "$runs$secs" in
   ''|*[!0-9]*)
     echo "fuzz: bad budget '$budget': give SECONDS or runs=N (a positive whole number)" >&2
@@ -30,12 +36,12 @@ mkdir -p "$out"
 
 if ! command -v "$cxx" >/dev/null 2>&1; then
   echo "fuzz: SKIPPED: $cxx not found (install clang to run the decoder fuzz targets)"
-  exit 77
+  exit $skipped
 fi
 printf '#include <cstddef>\n#include <cstdint>\nextern "C" int LLVMFuzzerTestOneInput(const uint8_t*, size_t) { return 0; }\n' >"$out/probe.cc"
 if ! "$cxx" -fsanitize=fuzzer "$out/probe.cc" -o "$out/probe" >/dev/null 2>&1; then
   echo "fuzz: SKIPPED: $cxx cannot link -fsanitize=fuzzer (libFuzzer runtime missing)"
-  exit 77
+  exit $skipped
 fi
 
 proto_flags=""
@@ -105,9 +111,15 @@ link() {
   fi
 }
 link tests/fuzz/make_seeds.cc "$out/make_seeds" "" ""
-"$out/make_seeds" "$out/corpus"
 for t in $targets; do
   link "tests/fuzz/${t}_fuzz.cc" "$out/${t}_fuzz" -fsanitize=fuzzer-no-link -fsanitize=fuzzer
+done
+if [ -n "$build_only" ]; then
+  echo "fuzz: targets built: $targets"
+  exit 0
+fi
+"$out/make_seeds" "$out/corpus"
+for t in $targets; do
   seeds="$out/corpus/${t%_decode}"
   # A counted run starts from the seed inputs alone, so that it is the same run every time.
   [ -n "$runs" ] && rm -rf "$out/run/$t"
