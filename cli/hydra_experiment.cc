@@ -10,6 +10,10 @@ std::vector<FlagSpec> hydra_experiment_flags() {
   return with_after_done_flags(
       {{"rounds", true, "Hydra rounds", "4"},
        {"inner-steps", true, "inner steps per round", "10"},
+       {"base", true,
+        "fine-tune this checkpoint (atoll import hf / atoll train): its model and tokenizer; "
+        "default: the demo's model trained first on the other genres",
+        ""},
        {"base-steps", true, "steps of the base model on the other genres", "150"},
        {"dim", true, "model width", "64"},
        {"layers", true, "transformer blocks", "4"},
@@ -54,6 +58,13 @@ StatusOr<HydraExperiment> parse_hydra_experiment(const Flags& flags) {
   if (!lr.ok()) return lr.status();
   if (!base_lr.ok()) return base_lr.status();
   ATOLL_ASSIGN_OR_RETURN(AfterDone after, parse_after_done(flags));
+  if (flags.has("base"))
+    for (const char* model_flag : {"dim", "layers", "heads", "ffn", "base-steps", "base-lr"})
+      if (flags.has(model_flag))
+        return InvalidArgument(std::string("--") + model_flag +
+                               " does not apply with --base: the model is the checkpoint's "
+                               "(drop --" +
+                               model_flag + ")");
 
   HydraExperiment x;
   coordinator::ExperimentConfig& cfg = x.config;
@@ -72,6 +83,11 @@ StatusOr<HydraExperiment> parse_hydra_experiment(const Flags& flags) {
   cfg.diloco.round_deadline_s = 600;
   cfg.diloco.heartbeat_interval_s = 1.0;
   cfg.diloco.start_wait_s = 0.5;
+  if (auto path = flags.get("base")) {
+    ATOLL_ASSIGN_OR_RETURN(node::BaseModel base, node::load_base_model(*path));
+    coordinator::set_model_section(cfg, base.model);  // --seq, --batch and --lr stay the flags'
+    x.base = std::make_shared<const node::BaseModel>(std::move(base));
+  }
   cfg.hydra.ffn_blocks = static_cast<uint32_t>(*blocks);
   cfg.hydra.importance_batches = 2;
   ATOLL_RETURN_IF_ERROR(coordinator::validate_experiment_config(cfg, "demo flags"));
@@ -79,7 +95,7 @@ StatusOr<HydraExperiment> parse_hydra_experiment(const Flags& flags) {
   x.sites = {
       {"site-a", "a", 1.0}, {"site-f", "f", 0.5}, {"site-j", "j", 0.25}, {"site-n", "n", 0.25}};
   x.base_data_spec = "brown:b,c,d,e,g,h,k,l,m,p,r";
-  x.base_steps = *base_steps;
+  x.base_steps = x.base ? 0 : *base_steps;
   algorithms::TrainerConfig& bt = x.base_trainer;
   bt.batch = static_cast<int>(*batch);
   bt.seq = static_cast<int>(*seq);

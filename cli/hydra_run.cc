@@ -10,10 +10,10 @@
 #include "cli/demo_events.h"
 #include "cli/demo_sites.h"
 #include "cli/event_queue.h"
-#include "simulate/hydra_rounds.h"  // eval_bpb
 #include "cli/signals.h"
 #include "kernels/cpu/ops.h"
 #include "node/data_source.h"
+#include "node/evaluate.h"
 #include "node/site_data.h"
 #include "simulate/train_on_data.h"
 
@@ -26,7 +26,9 @@ using Clock = std::chrono::steady_clock;
 struct EvaluatedSite {
   HydraDemoSite site;
   al::data::TokenDataset validation;  // the held-out documents of its genre
-  double base_bpb = 0;                // of the base model θ_0
+  // Bytes, or --base's tokenizer: what the site trains with (bpb counts the bytes of its tokens).
+  std::shared_ptr<const al::data::Tokenizer> tokenizer;
+  double base_bpb = 0;  // of the base model θ_0
 };
 
 // Everything a running Hydra demo holds, in destruction order: the sites go before the
@@ -51,18 +53,31 @@ struct HydraRun {
   std::unique_ptr<DemoSites> running_sites;
 
   double bpb(const al::ParamSet& theta, const EvaluatedSite& s) {
-    return simulate::eval_bpb(trainer, theta, s.validation, x.base_trainer.seq, x.eval_tokens);
+    return node::evaluate_bpb(trainer.model(), theta, s.validation, *s.tokenizer,
+                              x.base_trainer.seq, x.base_trainer.batch, x.eval_tokens)
+        .bpb;
   }
 };
 
 Status load_site_validation(HydraRun& run) {
+  const std::string tokenizer = run.x.base ? run.x.base->tokenizer : std::string();
   for (const HydraDemoSite& site : run.x.sites) {
     ATOLL_ASSIGN_OR_RETURN(node::DataSpec spec, node::parse_data_spec("brown:" + site.genre));
     ATOLL_ASSIGN_OR_RETURN(node::SiteData data,
-                           node::load_site_data(spec, node::TokenizerChoice{}, run.x.brown_dir));
-    run.sites.push_back({site, std::move(data.validation), 0.0});
+                           node::load_site_data_with_blob(spec, tokenizer, run.x.brown_dir));
+    run.sites.push_back({site, std::move(data.validation), std::move(data.tokenizer), 0.0});
   }
   return Status::Ok();
+}
+
+// θ_0 is --base: its parameters, then its bpb on each site's genre.
+void take_base_model(const std::string& cmd, HydraRun& run) {
+  const node::BaseModel& base = *run.x.base;
+  run.base.vec() = base.fp32()->vec();
+  std::printf("atoll %s --algorithm hydra: base model %s (%s params, sha256 %.16s...)\n",
+              cmd.c_str(), base.path.c_str(), std::to_string(run.base.numel()).c_str(),
+              base.fingerprint.c_str());
+  for (auto& s : run.sites) s.base_bpb = run.bpb(run.base, s);
 }
 
 // θ_0: the model trained on the genres no site holds, then its bpb on each site's genre.
@@ -144,10 +159,9 @@ Status start_sites(HydraRun& run) {
                           static_cast<int>(x.threads),
                           x.brown_dir,
                           run.run_dir,
-                          nullptr,
+                          x.base,
                           x.keep_best};
-  ATOLL_ASSIGN_OR_RETURN(run.running_sites,
-                         launch_sites(run.rc->service->engine(), specs, launch));
+  ATOLL_ASSIGN_OR_RETURN(run.running_sites, launch_sites(run.rc->service->engine(), specs, launch));
   std::fflush(stdout);
   return run.rc->service->start();
 }
@@ -190,7 +204,9 @@ int run_hydra_experiment(const std::string& cmd, const HydraExperiment& x, SiteM
   kernels::cpu::set_num_threads(1);  // the base model and the evaluations, in either mode
   HydraRun run(x, mode);
   if (Status s = load_site_validation(run); !s.ok()) return fail(cmd, s.message());
-  if (Status s = train_base_model(cmd, run); !s.ok()) {
+  if (x.base) {
+    take_base_model(cmd, run);
+  } else if (Status s = train_base_model(cmd, run); !s.ok()) {
     if (install_stop_signals()->load()) return std::printf("interrupted\n"), 130;
     return fail(cmd, s.message());
   }

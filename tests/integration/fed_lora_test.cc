@@ -11,6 +11,7 @@
 #include "node/checkpoint.h"
 #include "tests/integration/cli_test_util.h"
 #include "tests/integration/process_cluster.h"
+#include "tests/integration/imported_qwen2.h"
 #include "tests/tools/hf_dir.h"
 
 namespace atl::testing {
@@ -169,25 +170,6 @@ TEST(FederatedLora, SimulateSendsOnlyAdaptersAndLearns) {
 // attention with 2 KV heads for 4 query heads, q/k/v biases, an untied head, bf16 weights, a
 // byte-level BPE tokenizer.json) imported with `atoll import hf`, fine-tuned by two in-process
 // sites with LoRA on every projection, and exported as PEFT with the k/v adapters at the KV width.
-// A Qwen2-layout Hugging Face directory (2 KV heads for 4 query heads, q/k/v biases, an untied
-// head, bf16 weights, a byte-level BPE tokenizer.json) written into dir/hf and imported as
-// dir/base.safetensors; `spec` is what was written.
-void import_small_qwen2(const TempDir& dir, HfSpec& spec) {
-  write_byte_level_tokenizer_json(dir / "tokenizer.json");
-  spec.architecture = "Qwen2ForCausalLM";
-  spec.vocab = 263;  // the tokenizer's 256 bytes, 6 merges and one special token
-  spec.dim = 32;
-  spec.heads = 4;
-  spec.kv_heads = 2;
-  spec.ffn = 64;
-  spec.dtype = algorithms::DType::kBF16;
-  spec.tokenizer_json = read_text(dir / "tokenizer.json");
-  write_hf_dir(dir / "hf", spec);
-  auto imported =
-      run_atoll({"import", "hf", dir / "hf", "--out", dir / "base.safetensors"}, dir / "imp.log");
-  ASSERT_EQ(imported.exit_code, 0) << imported.output;
-}
-
 TEST(FederatedLora, AnImportedGroupedQueryModelFineTunesAcrossSites) {
   TempDir dir;
   HfSpec spec;

@@ -5,11 +5,13 @@
 // best of the global θ of every round and its own θ_local, on its held-out documents) either way.
 #include <filesystem>
 #include <map>
+#include <regex>
 #include <string>
 #include <vector>
 
-#include "tests/integration/committed_rounds.h"
 #include "tests/integration/cli_test_util.h"
+#include "tests/integration/committed_rounds.h"
+#include "tests/integration/imported_qwen2.h"
 
 namespace atl::testing {
 namespace {
@@ -64,6 +66,63 @@ TEST(HydraSimulate, CommitsTheSameThetaAsNodeProcesses) {
   const auto demo_kept = kept_lines(dir / "demo"), sim_kept = kept_lines(dir / "sim");
   EXPECT_EQ(demo_kept.size(), 4u) << demo.output;
   EXPECT_EQ(demo_kept, sim_kept);
+}
+
+// Hydra over the user's own model (`--base`): an imported grouped-query Qwen2 checkpoint (2 KV
+// heads for 4 query heads, biases, untied head, its own BPE tokenizer) is θ_0; the head unit of
+// a subnetwork is a KV group, so each layer's head mask has 2 entries, not 4. Node processes
+// over mTLS and in-process sites commit the same θ, and keep the same θ, in every round.
+TEST(HydraSimulate, AnImportedGroupedQueryModelIsFineTunedAsItsOwnBase) {
+  TempDir dir;
+  HfSpec spec;
+  ASSERT_NO_FATAL_FAILURE(import_small_qwen2(dir, spec));
+  auto with_base = [&](const std::string& command) {
+    std::vector<std::string> args = {
+        command,  "--algorithm",           "hydra", "--rounds", std::to_string(kRounds),
+        "--base", dir / "base.safetensors"};
+    for (const char* flag_value : {"--inner-steps=3", "--ffn-blocks=2", "--seq=32", "--batch=2",
+                                   "--eval-tokens=512", "--seed=77", "--http=off"})
+      args.push_back(flag_value);
+    args.push_back("--store=" + (dir / command));
+    return args;
+  };
+  auto demo = run_atoll(with_base("demo"), dir / "demo.log", std::chrono::seconds(240));
+  ASSERT_EQ(demo.exit_code, 0) << demo.output;
+  auto sim = run_atoll(with_base("simulate"), dir / "sim.log", std::chrono::seconds(240));
+  ASSERT_EQ(sim.exit_code, 0) << sim.output;
+  for (const auto* out : {&demo.output, &sim.output}) {
+    EXPECT_NE(out->find("base model " + (dir / "base.safetensors")), std::string::npos) << *out;
+    EXPECT_EQ(out->find("base step"), std::string::npos) << *out;  // nothing trained first
+    EXPECT_NE(out->find("finished after 3 rounds"), std::string::npos) << *out;
+    // site-j (budget 0.25): per layer T|F, then one entry per KV group, then the FFN blocks.
+    EXPECT_TRUE(std::regex_search(
+        *out, std::regex("site-j budget 0\\.25 \\| FLOPs [0-9.]+ \\| bpb [0-9.]+ \\(base "
+                         "[0-9.]+\\) \\| [TF]:[01]{2}:[01]{2}\\|[TF]:[01]{2}:[01]{2}\n")))
+        << *out;
+  }
+  expect_same_committed_theta(dir / "demo/store", dir / "simulate/store", "hydra-demo", kRounds,
+                              demo.output, sim.output);
+  const auto demo_kept = kept_lines(dir / "demo"), sim_kept = kept_lines(dir / "simulate");
+  EXPECT_EQ(demo_kept.size(), 4u) << demo.output;
+  EXPECT_EQ(demo_kept, sim_kept);
+  // The full-budget site reads its genre better after the rounds than the imported model did.
+  const std::regex site_a(
+      "site-a budget 1\\.00 \\| FLOPs [0-9.]+ \\| bpb ([0-9.]+) \\(base ([0-9.]+)\\)");
+  double last_bpb = 0, base_bpb = 0;
+  for (auto it = std::sregex_iterator(sim.output.begin(), sim.output.end(), site_a);
+       it != std::sregex_iterator(); ++it)
+    last_bpb = std::stod((*it)[1].str()), base_bpb = std::stod((*it)[2].str());
+  EXPECT_GT(base_bpb, 0) << sim.output;
+  EXPECT_LT(last_bpb, base_bpb) << sim.output;
+
+  auto model_flag = run_atoll(
+      {"simulate", "--algorithm", "hydra", "--base", dir / "base.safetensors", "--dim", "64"},
+      dir / "dim.log", std::chrono::seconds(30));
+  EXPECT_EQ(model_flag.exit_code, 2);
+  EXPECT_NE(model_flag.output.find("--dim does not apply with --base: the model is the "
+                                   "checkpoint's (drop --dim)"),
+            std::string::npos)
+      << model_flag.output;
 }
 
 TEST(HydraSimulate, RefusesInsecure) {
