@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "kernels/cpu/backend_info.h"
 
 namespace atl::cli {
 
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   if (!std::strcmp(argv[1], "--version")) {
-    std::printf("atoll 0.1.0\n");
+    std::printf("atoll 0.1.0\n%s\n", atl::kernels::cpu::backend_description().c_str());
     return 0;
   }
   Args args(argv + 2, argv + argc);

@@ -42,6 +42,9 @@ def read_summaries(work, runs, out, reuse_honest):
         load_path = os.path.join(work, f"load-{name}")
         if os.path.exists(load_path):
             s["load_average"] = float(open(load_path).read().split()[0])
+        host_path = os.path.join(work, "host")  # `atoll --version`'s cpu line (run.sh)
+        if os.path.exists(host_path):
+            s["host"] = open(host_path).read().strip()
         summaries[(setting, int(sites), int(byz), attack, int(seed))] = s
     if reuse_honest == "1":
         for r in json.load(open(out))["rows"]:
@@ -70,7 +73,8 @@ def make_rows(summaries):
                      "updates_stale": s.get("updates_stale"),
                      "max_norm_ratio": s.get("max_norm_ratio"),
                      "final_fingerprint": s["final_fingerprint"], "wall_s": s["wall_s"],
-                     "load_average": s.get("load_average"), "failed": s.get("failed")})
+                     "load_average": s.get("load_average"), "host": s.get("host"),
+                     "failed": s.get("failed")})
     return rows
 
 

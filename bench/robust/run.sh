@@ -59,6 +59,9 @@ if [[ -z $OUT ]]; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# The host's CPU, OpenBLAS kernels and the build's vector instructions go into every row: the
+# same seed gives the same θ only on a host where they agree (bench/robust/README.md).
+"$ATOLL" --version | sed -n 2p > "$work/host"
 
 setting_flags() {  # setting -> the [robust] flags of `atoll simulate`
   case "$1" in

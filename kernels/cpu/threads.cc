@@ -2,6 +2,10 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <fstream>
+#include <string>
+
+#include "kernels/cpu/backend_info.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -17,6 +21,28 @@ void set_num_threads(int n) {
 
 int num_threads() {
   return omp_get_max_threads();
+}
+
+std::string backend_description() {
+  std::string cpu = "unknown";
+  std::ifstream info("/proc/cpuinfo");
+  for (std::string line; std::getline(info, line);) {
+    if (line.rfind("model name", 0) != 0) continue;
+    if (const size_t colon = line.find(':'); colon != std::string::npos)
+      cpu = line.substr(line.find_first_not_of(' ', colon + 1));
+    break;
+  }
+  const char* isa =
+#if defined(__AVX512F__)
+      "AVX-512";
+#elif defined(__AVX2__)
+      "AVX2";
+#elif defined(__AVX__)
+      "AVX";
+#else
+      "SSE2";
+#endif
+  return "cpu " + cpu + "; OpenBLAS kernels " + openblas_get_corename() + "; compiled for " + isa;
 }
 
 namespace detail {
