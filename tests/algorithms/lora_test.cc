@@ -29,6 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using atl::testing::rel_err;
+using atl::testing::run_torch_llama;
 using atl::testing::torch_llama_command;
 using atl::testing::torch_unavailable_reason;
 
@@ -391,8 +392,8 @@ void compare_lora_with_torch(const ModelConfig& c, const LoraConfig& l) {
     std::ofstream f(in_path, std::ios::binary);
     f.write(reinterpret_cast<const char*>(enc->data()), std::streamsize(enc->size()));
   }
-  const std::string cmd = torch_llama_command({in_path.string(), out_path.string()});
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << "failed: " << cmd;
+  const std::vector<std::string> args = {in_path.string(), out_path.string()};
+  ASSERT_EQ(run_torch_llama(args), 0) << "failed: " << torch_llama_command(args);
   std::ifstream f(out_path, std::ios::binary);
   const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(f), {}};
   auto ref = decode_safetensors(bytes.data(), bytes.size());

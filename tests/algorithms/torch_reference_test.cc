@@ -30,6 +30,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using atl::testing::rel_err;
+using atl::testing::run_torch_llama;
 using atl::testing::torch_llama_command;
 using atl::testing::torch_unavailable_reason;
 
@@ -104,8 +105,8 @@ void compare_with_torch(const ModelConfig& c) {
   auto enc = encode_safetensors(in);
   ASSERT_TRUE(enc.ok()) << enc.status().message();
   ASSERT_TRUE(write_file(in_path, *enc));
-  const std::string cmd = torch_llama_command({in_path.string(), out_path.string()});
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << "failed: " << cmd;
+  const std::vector<std::string> args = {in_path.string(), out_path.string()};
+  ASSERT_EQ(run_torch_llama(args), 0) << "failed: " << torch_llama_command(args);
   const std::vector<uint8_t> out_bytes = read_file(out_path);
   auto ref = decode_safetensors(out_bytes.data(), out_bytes.size());
   ASSERT_TRUE(ref.ok()) << ref.status().message();

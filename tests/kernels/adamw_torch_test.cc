@@ -13,6 +13,7 @@
 
 #include "kernel_test_util.h"
 #include "kernels/cpu/ops.h"
+#include "tests/tools/torch_reference.h"
 
 namespace atl::kernels::cpu::testing {
 namespace {
@@ -49,10 +50,10 @@ TEST(AdamWTorch, BitwiseEqualToTorchOptimAdamW) {
     f.write(reinterpret_cast<const char*>(p0.data()), std::streamsize(4 * n));
     f.write(reinterpret_cast<const char*>(grads.data()), std::streamsize(4 * n * steps));
   }
-  const std::string cmd = std::string(ATOLL_PYTHON) + " " + ATOLL_SOURCE_DIR +
-                          "/tests/kernels/adamw_reference.py " + in.string() + " " + out.string();
-  const int status = std::system(cmd.c_str());
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const std::string script = std::string(ATOLL_SOURCE_DIR) + "/tests/kernels/adamw_reference.py";
+  const std::string cmd = std::string(ATOLL_PYTHON) + " " + script + " " + in.string() + " " +
+                          out.string();  // what run_python_reference runs, for the message
+  const int code = atl::testing::run_python_reference(script, {in.string(), out.string()});
   if (code == 77) {
     fs::remove_all(dir);
     GTEST_SKIP() << "python3-torch is not installed; AdamW not compared with PyTorch";

@@ -71,9 +71,9 @@ void expect_matches_hf_reference(const fs::path& dir, const ModelConfig& m,
   in.metadata["gen_tokens"] = std::to_string(kGen);
   const fs::path in_path = tmp.sub("in.safetensors"), out_path = tmp.sub("out.safetensors");
   atl::testing::write_safetensors_file(in_path, in);
-  const std::string cmd =
-      atl::testing::torch_llama_command({"hf", dir.string(), in_path.string(), out_path.string()});
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << "failed: " << cmd;
+  const std::vector<std::string> args = {"hf", dir.string(), in_path.string(), out_path.string()};
+  ASSERT_EQ(atl::testing::run_torch_llama(args), 0)
+      << "failed: " << atl::testing::torch_llama_command(args);
   const std::string out_bytes = read_text(out_path);
   auto ref = algorithms::decode_safetensors(reinterpret_cast<const uint8_t*>(out_bytes.data()),
                                             out_bytes.size());

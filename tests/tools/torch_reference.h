@@ -3,12 +3,17 @@
 #pragma once
 
 #include <stdlib.h>  // mkdtemp
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -112,6 +117,58 @@ inline std::string torch_llama_command(const std::vector<std::string>& args) {
       shell_quote(std::string(ATOLL_SOURCE_DIR) + "/tests/tools/torch_llama.py"));
   for (const auto& a : args) cmd.append(" ").append(shell_quote(a));
   return cmd;
+}
+
+// Runs the Python reference `script` (a path under the source tree) with `args` as
+// `python3 SCRIPT ARGS...` would, with this process's stdout, stderr and working directory, and
+// returns its exit code (-1 if it died without one). Through the torch server
+// (tests/tools/torch_server.py, started by CTest: torch imported once, forked per run) when
+// ATOLL_TORCH_SERVER names its socket and it answers, else in a fresh interpreter.
+inline int run_python_reference(const std::string& script, const std::vector<std::string>& args) {
+  if (const char* path = std::getenv("ATOLL_TORCH_SERVER");
+      path != nullptr && std::strlen(path) < sizeof(sockaddr_un{}.sun_path)) {
+    const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strcpy(addr.sun_path, path);
+    if (fd >= 0 && ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) {
+      std::fflush(stdout);
+      std::fflush(stderr);
+      std::string msg = std::filesystem::current_path().string();
+      msg.append(1, '\0').append(script);
+      for (const auto& a : args) msg.append(1, '\0').append(a);
+      iovec iov{msg.data(), msg.size()};
+      alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+      msghdr m{};
+      m.msg_iov = &iov;
+      m.msg_iovlen = 1;
+      m.msg_control = control;
+      m.msg_controllen = sizeof control;
+      cmsghdr* c = CMSG_FIRSTHDR(&m);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(2 * sizeof(int));
+      const int out_fds[2] = {STDOUT_FILENO, STDERR_FILENO};
+      std::memcpy(CMSG_DATA(c), out_fds, sizeof out_fds);
+      if (::sendmsg(fd, &m, MSG_NOSIGNAL) == static_cast<ssize_t>(msg.size())) {
+        char answer[16] = {};
+        const ssize_t n = ::recv(fd, answer, sizeof answer - 1, 0);
+        ::close(fd);
+        return n > 0 ? std::atoi(answer) : -1;
+      }
+    }
+    if (fd >= 0) ::close(fd);
+  }
+  std::string cmd = shell_quote(ATOLL_PYTHON) + " " + shell_quote(script);
+  for (const auto& a : args) cmd.append(" ").append(shell_quote(a));
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// run_python_reference of tests/tools/torch_llama.py.
+inline int run_torch_llama(const std::vector<std::string>& args) {
+  return run_python_reference(std::string(ATOLL_SOURCE_DIR) + "/tests/tools/torch_llama.py",
+                              args);
 }
 
 }  // namespace atl::testing
