@@ -309,12 +309,16 @@ def main():
     ap.add_argument("--out", default="bench/results/wan.json")
     ap.add_argument("--mbit", default="0,1000,100,10", help="0 = unshaped control")
     ap.add_argument("--modes", default="dp,diloco,streaming")
-    ap.add_argument("--steps", type=int, default=300, help="inner steps per node, DiLoCo modes")
+    # 1200 inner steps (about a minute a run on 2 idle cores): with 300 (11 s) the costs a run
+    # pays once (the staggered first pull of θ, the last round's push and commit with nothing
+    # left to overlap) were most of what the unshaped control lost, and they do not grow with a
+    # longer training run.
+    ap.add_argument("--steps", type=int, default=1200, help="inner steps per node, DiLoCo modes")
     ap.add_argument("--dp-steps", type=int, default=30, help="inner steps per node, dp")
     ap.add_argument("--overlap", default="10,25",
                     help="tau of the streaming rows, one row per value (at most H / P = 25)")
     ap.add_argument("--sites", type=int, default=4)
-    ap.add_argument("--run-timeout", type=float, default=240, help="seconds per run")
+    ap.add_argument("--run-timeout", type=float, default=600, help="seconds per run")
     ap.add_argument("--no-results-md", action="store_true", help="do not touch bench/RESULTS.md")
     ap.add_argument("--report", metavar="JSON",
                     help="no runs: the derived fields of this results file and its table in "
