@@ -4,8 +4,8 @@
 
 #include "algorithms/compress/exact_delta.h"
 #include "algorithms/compress/sparse_delta.h"
-#include "kernels/core/sha256.h"
 #include "kernels/cpu/ops.h"
+#include "transport/payload_digest.h"
 
 namespace atl::coordinator {
 
@@ -64,14 +64,13 @@ StatusOr<PullPlan> PullPlanner::plan(atoll_pb::v1::TensorHeader header,
   if (encoded) {
     header.set_codec(encoded->codec);
     out.payload = encoded->bytes;
-    out.payload_sha256 = encoded->sha256;
+    out.payload_digest = encoded->digest;
     out.keep_alive = std::move(encoded);
   } else {
     header.set_codec(std::string(cx::kNoneSpec));  // raw fp32
     out.payload = std::string_view(reinterpret_cast<const char*>(theta->data()),
                                    theta->size() * sizeof(float));
-    // θ's fingerprint is the SHA-256 of these very bytes (algorithms::params_fingerprint).
-    out.payload_sha256 = header.params_fingerprint();
+    out.payload_digest = raw_theta_digest(header.params_fingerprint(), out.payload);
     out.keep_alive = std::move(theta);
   }
   out.header = std::move(header);
@@ -142,8 +141,21 @@ StatusOr<std::shared_ptr<const PullPlanner::Encoded>> PullPlanner::whole(
 
 std::shared_ptr<PullPlanner::Encoded> PullPlanner::make_encoded(std::string codec,
                                                                std::string bytes) {
-  std::string sha = sha256_hex(bytes.data(), bytes.size());
-  return std::make_shared<Encoded>(Encoded{std::move(codec), std::move(bytes), std::move(sha)});
+  std::string digest = transport::payload_digest(bytes);
+  return std::make_shared<Encoded>(Encoded{std::move(codec), std::move(bytes), std::move(digest)});
+}
+
+std::string PullPlanner::raw_theta_digest(const std::string& fingerprint, std::string_view bytes) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (raw_digest_.first == fingerprint) return raw_digest_.second;
+  }
+  // Outside the lock: other pulls go on while θ is hashed (several first pulls of a new θ may
+  // each hash it once; they agree).
+  std::string digest = transport::payload_digest(bytes);
+  std::lock_guard<std::mutex> lk(mu_);
+  raw_digest_ = {fingerprint, digest};
+  return digest;
 }
 
 void PullPlanner::remember(std::pair<uint64_t, uint64_t> key,

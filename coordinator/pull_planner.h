@@ -47,9 +47,9 @@ struct PullPlan {
   atoll_pb::v1::TensorHeader header;
   std::shared_ptr<const void> keep_alive;  // owns the bytes `payload` points to
   std::string_view payload;
-  // SHA-256 (hex) of `payload`, known without hashing it per pull: θ's fingerprint for the raw
-  // θ, computed once per cached encoding otherwise.
-  std::string payload_sha256;
+  // The stream's payload check (transport::payload_digest, 16 bytes) of `payload`, computed once
+  // per θ or cached encoding, not per pull.
+  std::string payload_digest;
 };
 
 // Thread-safe; encodings are cached per (base round, round) and shared by every node that asks
@@ -84,7 +84,7 @@ class PullPlanner {
     // "sparse-delta-exact", "sparse-delta", "outer-update" or the whole-θ codec
     std::string codec;
     std::string bytes;
-    std::string sha256;  // of `bytes`, hex
+    std::string digest;  // transport::payload_digest of `bytes`
   };
   static std::shared_ptr<Encoded> make_encoded(std::string codec, std::string bytes);
   // The smallest allowed delta of θ_round (= theta) against θ_base, or nullptr when none is
@@ -98,13 +98,18 @@ class PullPlanner {
   StatusOr<std::shared_ptr<const Encoded>> whole(
       uint64_t round, const std::shared_ptr<const std::vector<float>>& theta);
   void remember(std::pair<uint64_t, uint64_t> key, std::shared_ptr<const Encoded> value);
+  // transport::payload_digest of the raw θ whose SHA-256 fingerprint is `fingerprint`, hashed
+  // on the first pull of that θ only.
+  std::string raw_theta_digest(const std::string& fingerprint, std::string_view bytes);
 
   Store& store_;
   const std::string experiment_id_;
   const PullPolicy policy_;
   const SyncedRange synced_;
-  std::mutex mu_;  // guards cache_
+  std::mutex mu_;  // guards cache_ and raw_digest_
   std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const Encoded>> cache_;
+  // The newest raw θ's digest: (its fingerprint, its digest).
+  std::pair<std::string, std::string> raw_digest_;
 };
 
 }  // namespace atl::coordinator

@@ -140,7 +140,7 @@ class RoundEngine {
   // for it), then either finish_update with the whole payload, or abort_update with why the
   // payload did not arrive. Rejections are audited, reported as events and leave θ untouched.
   // The header is the one a transport sends (transport/tensor_stream.h): wire_version and
-  // payload_bytes set; its payload_sha256 is the transport's to check. finish_update returns
+  // payload_bytes set; its payload_xxh3 is the transport's to check. finish_update returns
   // once the update is accepted, and when it completed the round, once the round is committed.
   Status begin_update(const std::string& node_id, const atoll_pb::v1::TensorHeader& header);
   StatusOr<atoll_pb::v1::PushUpdateResponse> finish_update(const std::string& node_id,

@@ -127,8 +127,8 @@ grpc::Status CoordinatorService::PullParams(grpc::ServerContext* ctx,
   if (!id.ok()) return to_grpc(id.status());
   auto plan = engine_->pull(*id, *req);
   if (!plan.ok()) return to_grpc(plan.status());
-  // Known already (θ's fingerprint or the cached encoding's): no pass over θ before it streams.
-  plan->header.set_payload_sha256(plan->payload_sha256);
+  // Known already (cached per θ or encoding): no pass over θ before it streams.
+  plan->header.set_payload_xxh3(plan->payload_digest);
   Status st = transport::for_each_chunk(
       plan->header, plan->payload, [&](const pb::TensorChunk& c) -> Status {
         if (ctx->IsCancelled()) return Unavailable("PullParams cancelled by the node");

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "kernels/core/status.h"
@@ -41,14 +42,15 @@ class CoordinatorCalls {
   // Long-poll: answers within req.wait_ms (capped by the coordinator) plus the call's timeout.
   virtual Status next_task(const atoll_pb::v1::NextTaskRequest& req, atoll_pb::v1::Task* task) = 0;
   // θ (or a delta against the θ the request names) as its header and whole payload; a chunked
-  // transport assembles and checks the chunks (CRC-32C, SHA-256) before returning, and then
-  // header->payload_sha256 is the SHA-256 the payload was checked against (empty from a
-  // transport that checks none). `payload`'s old contents are dropped; a transport may assemble
-  // into its memory (a caller that passes the previous payload back spares fresh pages).
+  // transport assembles and checks the chunks (CRC-32C, XXH3-128) before returning. θ's SHA-256
+  // fingerprint is the caller's to check. `payload`'s old contents are dropped; a transport may
+  // assemble into its memory (a caller that passes the previous payload back spares fresh
+  // pages).
   virtual Status pull_params(const atoll_pb::v1::PullParamsRequest& req,
                              atoll_pb::v1::TensorHeader* header, std::string* payload) = 0;
-  // One update: `header` (codec, numel, round, fingerprints, tokens) and its encoded payload.
-  virtual Status push_update(const atoll_pb::v1::TensorHeader& header, const std::string& payload,
+  // One update: `header` (codec, numel, round, fingerprints, tokens) and its encoded payload
+  // (a view: a raw fp32 update is sent straight from the node's Δ, no θ-sized copy per round).
+  virtual Status push_update(const atoll_pb::v1::TensorHeader& header, std::string_view payload,
                              atoll_pb::v1::PushUpdateResponse* resp) = 0;
   virtual Status report_metrics(const atoll_pb::v1::MetricsReport& req,
                                 atoll_pb::v1::MetricsAck* ack) = 0;

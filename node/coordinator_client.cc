@@ -1,6 +1,5 @@
 #include "node/coordinator_client.h"
 
-#include <bit>
 #include <utility>
 
 #include "algorithms/compress/codec.h"
@@ -143,13 +142,9 @@ StatusOr<PulledParams> CoordinatorClient::pull_params(uint64_t round,
   out.round = h.round();
   out.layout_fingerprint = h.layout_fingerprint();
   if (out.exact) {
-    // Raw θ that the transport checked against its header's SHA-256 has that fingerprint: the
-    // values are the payload's bytes (on a little-endian host), so they are not hashed again.
-    const bool transport_checked = h.codec() == "none" && !h.payload_sha256().empty() &&
-                                   std::endian::native == std::endian::little;
-    out.fingerprint = transport_checked
-                          ? h.payload_sha256()
-                          : sha256_hex(out.values.data(), out.values.size() * sizeof(float));
+    // θ's SHA-256 fingerprint proves this copy equal to the coordinator's bit for bit; the
+    // stream's own payload check (XXH3-128) only guards the transfer.
+    out.fingerprint = sha256_hex(out.values.data(), out.values.size() * sizeof(float));
     if (out.fingerprint != h.params_fingerprint() &&
         h.codec() == algorithms::compress::kOuterUpdateName)
       return full_instead();
@@ -177,13 +172,14 @@ void CoordinatorClient::keep_pull_buffer(std::string buffer) {
 
 StatusOr<uint64_t> CoordinatorClient::push_update(const UpdateHeader& header,
                                                   std::span<const float> delta) {
-  const std::string payload(reinterpret_cast<const char*>(delta.data()), delta.size_bytes());
-  return push_encoded(header, "none", delta.size(), payload);
+  // Raw little-endian fp32: Δ's own bytes (a little-endian host), sent without a θ-sized copy.
+  const std::string_view bytes(reinterpret_cast<const char*>(delta.data()), delta.size_bytes());
+  return push_encoded(header, "none", delta.size(), bytes);
 }
 
 StatusOr<uint64_t> CoordinatorClient::push_encoded(const UpdateHeader& header,
                                                    const std::string& codec, uint64_t numel,
-                                                   const std::string& payload) {
+                                                   std::string_view payload) {
   pb::TensorHeader h;
   h.set_experiment_id(current_experiment_id());
   h.set_round(header.round);

@@ -28,6 +28,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -83,15 +84,15 @@ class CoordinatorClient {
   StatusOr<bool> heartbeat(uint64_t round, uint32_t inner_step, double loss,
                            double tokens_per_s);
   StatusOr<atoll_pb::v1::Task> next_task(uint64_t last_round_done, uint32_t wait_ms);
-  // The transport checks the chunks (CRC-32C, SHA-256 of the payload); this checks the values'
-  // fingerprint and, for a delta, the base it names.
+  // The transport checks the chunks (CRC-32C, XXH3-128 of the payload); this checks the values'
+  // SHA-256 fingerprint and, for a delta, the base it names.
   StatusOr<PulledParams> pull_params(uint64_t round, const std::string& expected_fingerprint = "",
                                      const HeldParams* held = nullptr);
   // Little-endian fp32.
   StatusOr<uint64_t> push_update(const UpdateHeader& header,
                                  std::span<const float> delta);
   StatusOr<uint64_t> push_encoded(const UpdateHeader& header, const std::string& codec,
-                                  uint64_t numel, const std::string& payload);
+                                  uint64_t numel, std::string_view payload);
   Status report_metrics(uint64_t round, uint64_t step,
                         const std::vector<std::pair<std::string, double>>& metrics);
   Status leave(const std::string& reason);

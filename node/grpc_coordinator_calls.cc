@@ -142,7 +142,7 @@ Status GrpcCoordinatorCalls::pull_params(const pb::PullParamsRequest& req,
 }
 
 Status GrpcCoordinatorCalls::push_update(const pb::TensorHeader& header,
-                                         const std::string& payload,
+                                         std::string_view payload,
                                          pb::PushUpdateResponse* resp) {
   grpc::ClientContext ctx;
   prepare(ctx, options_.stream_timeout);

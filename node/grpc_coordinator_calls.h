@@ -4,7 +4,7 @@
 // 10.0.0.5:7070 not reachable (connection refused)": kUnavailable for transport errors,
 // kUnauthenticated for a certificate verdict. A failed Join also probes a cut TLS handshake for
 // the verdict gRPC does not report (transport::explain_connect_failure). θ pulls and updates travel
-// as chunk streams (transport/tensor_stream.h: ≤ 1 MiB chunks, CRC-32C each, SHA-256 of the
+// as chunk streams (transport/tensor_stream.h: ≤ 1 MiB chunks, CRC-32C each, XXH3-128 of the
 // payload).
 #pragma once
 
@@ -47,8 +47,8 @@ class GrpcCoordinatorCalls final : public CoordinatorCalls {
   Status next_task(const atoll_pb::v1::NextTaskRequest& req, atoll_pb::v1::Task* task) override;
   Status pull_params(const atoll_pb::v1::PullParamsRequest& req,
                      atoll_pb::v1::TensorHeader* header, std::string* payload) override;
-  // The header's wire_version, payload_bytes and payload_sha256 are filled in here.
-  Status push_update(const atoll_pb::v1::TensorHeader& header, const std::string& payload,
+  // The header's wire_version, payload_bytes and payload_xxh3 are filled in here.
+  Status push_update(const atoll_pb::v1::TensorHeader& header, std::string_view payload,
                      atoll_pb::v1::PushUpdateResponse* resp) override;
   Status report_metrics(const atoll_pb::v1::MetricsReport& req,
                         atoll_pb::v1::MetricsAck* ack) override;

@@ -77,7 +77,7 @@ std::vector<float> attacked_values(Attack attack, std::span<const float> honest,
 }
 
 StatusOr<std::vector<float>> decode_update_payload(const pb::TensorHeader& header,
-                                                   const std::string& payload) {
+                                                   std::string_view payload) {
   if (header.codec() == compress::kNoneSpec) {
     if (payload.size() != header.numel() * sizeof(float))
       return InvalidArgument("update payload holds " + std::to_string(payload.size()) +
@@ -129,7 +129,7 @@ Status ByzantineCalls::report_importance(const pb::ImportanceReport& req,
 }
 
 Status ByzantineCalls::push_tokens_claim(const pb::TensorHeader& header,
-                                         const std::string& payload,
+                                         std::string_view payload,
                                          pb::PushUpdateResponse* resp) {
   pb::TensorHeader inflated = header;
   inflated.set_tokens(kInflatedTokenClaim);
@@ -139,7 +139,7 @@ Status ByzantineCalls::push_tokens_claim(const pb::TensorHeader& header,
   return inner_->push_update(header, payload, resp);
 }
 
-Status ByzantineCalls::push_replay(const pb::TensorHeader& header, const std::string& payload,
+Status ByzantineCalls::push_replay(const pb::TensorHeader& header, std::string_view payload,
                                    pb::PushUpdateResponse* resp) {
   if (!has_replayed_ || replayed_numel_ != header.numel() || replayed_codec_ != header.codec()) {
     replayed_payload_ = payload;
@@ -150,7 +150,7 @@ Status ByzantineCalls::push_replay(const pb::TensorHeader& header, const std::st
   return inner_->push_update(header, replayed_payload_, resp);
 }
 
-Status ByzantineCalls::push_update(const pb::TensorHeader& header, const std::string& payload,
+Status ByzantineCalls::push_update(const pb::TensorHeader& header, std::string_view payload,
                                    pb::PushUpdateResponse* resp) {
   if (attack_ == Attack::kTokens) return push_tokens_claim(header, payload, resp);
   if (attack_ == Attack::kReplay) return push_replay(header, payload, resp);

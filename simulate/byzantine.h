@@ -27,6 +27,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/core/status.h"
@@ -74,7 +75,7 @@ class ByzantineCalls final : public node::CoordinatorCalls {
   // Decodes the payload (codec "none": raw fp32; any other: its codec message), applies the
   // attack, and encodes the result with the same codec. An update it cannot decode is an error
   // (the honest node made it: a bug), never sent.
-  Status push_update(const atoll_pb::v1::TensorHeader& header, const std::string& payload,
+  Status push_update(const atoll_pb::v1::TensorHeader& header, std::string_view payload,
                      atoll_pb::v1::PushUpdateResponse* resp) override;
   Status report_metrics(const atoll_pb::v1::MetricsReport& req,
                         atoll_pb::v1::MetricsAck* ack) override;
@@ -103,9 +104,9 @@ class ByzantineCalls final : public node::CoordinatorCalls {
   }
 
  private:
-  Status push_tokens_claim(const atoll_pb::v1::TensorHeader& header, const std::string& payload,
+  Status push_tokens_claim(const atoll_pb::v1::TensorHeader& header, std::string_view payload,
                            atoll_pb::v1::PushUpdateResponse* resp);
-  Status push_replay(const atoll_pb::v1::TensorHeader& header, const std::string& payload,
+  Status push_replay(const atoll_pb::v1::TensorHeader& header, std::string_view payload,
                      atoll_pb::v1::PushUpdateResponse* resp);
 
   std::unique_ptr<node::CoordinatorCalls> inner_;
@@ -124,7 +125,7 @@ class ByzantineCalls final : public node::CoordinatorCalls {
 
 // The payload's values: codec "none" is raw little-endian fp32, any other a codec message.
 StatusOr<std::vector<float>> decode_update_payload(const atoll_pb::v1::TensorHeader& header,
-                                                   const std::string& payload);
+                                                   std::string_view payload);
 // `values` as the payload of an update whose codec is header.codec().
 StatusOr<std::string> encode_update_payload(const atoll_pb::v1::TensorHeader& header,
                                             std::span<const float> values);

@@ -32,14 +32,15 @@ Status InProcessCalls::pull_params(const pb::PullParamsRequest& req, pb::TensorH
   return Status::Ok();
 }
 
-Status InProcessCalls::push_update(const pb::TensorHeader& header, const std::string& payload,
+Status InProcessCalls::push_update(const pb::TensorHeader& header, std::string_view payload,
                                    pb::PushUpdateResponse* resp) {
   // What the chunked stream would carry in its first chunk's header.
   pb::TensorHeader h = header;
   h.set_wire_version(transport::kWireVersion);
   h.set_payload_bytes(payload.size());
   ATOLL_RETURN_IF_ERROR(engine_.begin_update(site_, h));
-  ATOLL_ASSIGN_OR_RETURN(*resp, engine_.finish_update(site_, h, payload));
+  // The round engine reads a whole received payload, as the chunked stream's receiver holds one.
+  ATOLL_ASSIGN_OR_RETURN(*resp, engine_.finish_update(site_, h, std::string(payload)));
   return Status::Ok();
 }
 

@@ -23,7 +23,7 @@ class InProcessCalls final : public node::CoordinatorCalls {
   Status next_task(const atoll_pb::v1::NextTaskRequest& req, atoll_pb::v1::Task* task) override;
   Status pull_params(const atoll_pb::v1::PullParamsRequest& req,
                      atoll_pb::v1::TensorHeader* header, std::string* payload) override;
-  Status push_update(const atoll_pb::v1::TensorHeader& header, const std::string& payload,
+  Status push_update(const atoll_pb::v1::TensorHeader& header, std::string_view payload,
                      atoll_pb::v1::PushUpdateResponse* resp) override;
   Status report_metrics(const atoll_pb::v1::MetricsReport& req,
                         atoll_pb::v1::MetricsAck* ack) override;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kernels/core/crc32c.h"
+#include "kernels/core/sha256.h"  // to_hex
 
 namespace atl::transport {
 
@@ -15,12 +16,8 @@ using atoll_pb::v1::TensorHeader;
 
 namespace {
 
-bool is_lower_hex(const std::string& s, size_t len) {
-  if (s.size() != len) return false;
-  for (char c : s) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
+std::string hex(const std::string& digest) {
+  return to_hex(reinterpret_cast<const uint8_t*>(digest.data()), digest.size());
 }
 
 std::string hex32(uint32_t v) {
@@ -51,8 +48,7 @@ Status for_each_chunk(TensorHeader header, std::string_view payload,
   }
   header.set_wire_version(kWireVersion);
   header.set_payload_bytes(payload.size());
-  if (header.payload_sha256().empty())
-    header.set_payload_sha256(sha256_hex(payload.data(), payload.size()));
+  if (header.payload_xxh3().empty()) header.set_payload_xxh3(payload_digest(payload));
   size_t offset = 0;
   bool first = true;
   // One message for every chunk: its data buffer is allocated once, not once per MiB.
@@ -119,8 +115,10 @@ Status ChunkAssembler::add(const TensorChunk& chunk) {
                              " bytes exceeds the limit of " + std::to_string(max_payload_bytes_) +
                              " bytes"));
     }
-    if (!is_lower_hex(h.payload_sha256(), 64)) {
-      return fail(InvalidArgument(where + ": payload_sha256 is not 64 lower-case hex digits"));
+    if (h.payload_xxh3().size() != kPayloadDigestBytes) {
+      return fail(InvalidArgument(where + ": payload_xxh3 has " +
+                                  std::to_string(h.payload_xxh3().size()) + " bytes, not " +
+                                  std::to_string(kPayloadDigestBytes) + " (an XXH3-128 digest)"));
     }
     if (h.codec() == "none" && (h.payload_bytes() % sizeof(float) != 0 ||
                                 h.numel() != h.payload_bytes() / sizeof(float))) {
@@ -169,7 +167,7 @@ Status ChunkAssembler::add(const TensorChunk& chunk) {
                          hex32(chunk.crc32c()) + "): data corrupted in transit"));
   }
   payload_.append(data);
-  sha_.update(data.data(), data.size());
+  digest_.update(data.data(), data.size());
   ++chunks_;
   return Status::Ok();
 }
@@ -182,10 +180,12 @@ Status ChunkAssembler::finish() {
     return fail(DataLoss("tensor stream ended after " + std::to_string(payload_.size()) + " of " +
                          std::to_string(header_.payload_bytes()) + " bytes: chunks are missing"));
   }
-  const std::string got = to_hex(sha_.finish());
-  if (got != header_.payload_sha256()) {
-    return fail(DataLoss("tensor stream payload SHA-256 mismatch (computed " + got +
-                         ", header says " + header_.payload_sha256() + ")"));
+  const std::string got = digest_.finish();
+  if (got != header_.payload_xxh3()) {
+    return fail(DataLoss("tensor stream payload XXH3-128 mismatch (computed " + hex(got) +
+                         ", header says " + hex(header_.payload_xxh3()) + ", " +
+                         std::to_string(payload_.size()) +
+                         " bytes): the payload was corrupted before or in transit"));
   }
   finished_ = true;
   return Status::Ok();

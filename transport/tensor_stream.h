@@ -1,6 +1,7 @@
 // Tensor streams: a byte payload travels as TensorChunk messages of at most 1 MiB, the first
-// carrying the TensorHeader (with the SHA-256 of the whole payload), every chunk carrying the
-// CRC-32C of its data. ChunkAssembler is the receiving side and trusts nothing.
+// carrying the TensorHeader (with the XXH3-128 of the whole payload, transport/payload_digest.h),
+// every chunk carrying the CRC-32C of its data. ChunkAssembler is the receiving side and trusts
+// nothing.
 #pragma once
 
 #include <cstddef>
@@ -11,21 +12,23 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/core/sha256.h"
 #include "kernels/core/status.h"
+#include "transport/payload_digest.h"
 #include "transport/proto/atoll.pb.h"
 
 namespace atl::transport {
 
-inline constexpr uint32_t kWireVersion = 1;
+// 2: the payload check is XXH3-128 (payload_xxh3); 1 carried a SHA-256 (payload_sha256).
+inline constexpr uint32_t kWireVersion = 2;
 inline constexpr size_t kMaxChunkBytes = size_t{1} << 20;  // data bytes per TensorChunk
 
 // Calls `sink` once per chunk, in order. Fills header.wire_version, payload_bytes and, unless
-// the caller set it, payload_sha256 (the caller sets the rest). A sender that already knows the
-// payload's SHA-256 (θ's fingerprint, a cached encoding's) sets it and saves a pass over the
-// payload before the first chunk; the receiver checks it all the same (a wrong one is DataLoss).
-// An empty payload is one chunk with no data, so the header always arrives. `chunk_bytes` must be in [1, kMaxChunkBytes]. Stops at and returns
-// the first non-OK status of `sink` (e.g. a broken stream).
+// the caller set it, payload_xxh3 (the caller sets the rest). A sender that already knows the
+// payload's digest (the coordinator's, cached once per θ or encoding) sets it and saves a pass
+// over the payload before the first chunk; the receiver checks it all the same (a wrong one is
+// DataLoss). An empty payload is one chunk with no data, so the header always arrives.
+// `chunk_bytes` must be in [1, kMaxChunkBytes]. Stops at and returns the first non-OK status of
+// `sink` (e.g. a broken stream).
 Status for_each_chunk(atoll_pb::v1::TensorHeader header, std::string_view payload,
                       const std::function<Status(const atoll_pb::v1::TensorChunk&)>& sink,
                       size_t chunk_bytes = kMaxChunkBytes);
@@ -38,10 +41,11 @@ StatusOr<std::vector<atoll_pb::v1::TensorChunk>> chunk_payload(atoll_pb::v1::Ten
 // Receives one stream. Usage: add() each chunk as it arrives, then finish(). The first error
 // is sticky: later calls return it again. Errors:
 //   InvalidArgument — malformed stream (no header / second header, wrong wire_version, bad
-//                     sha256 field, empty non-first chunk, numel inconsistent with codec none)
+//                     payload_xxh3 not 16 bytes, empty non-first chunk, numel inconsistent
+//                     with codec none)
 //   OutOfRange      — declared payload above the limit, chunk above 1 MiB, data past the end
 //   DataLoss        — CRC-32C mismatch, gap (missing chunk), overlap (reordered/duplicate
-//                     chunk), stream ended short, SHA-256 mismatch
+//                     chunk), stream ended short, XXH3-128 mismatch
 class ChunkAssembler {
  public:
   // max_payload_bytes: the largest payload this receiver accepts; checked against the header's
@@ -52,7 +56,7 @@ class ChunkAssembler {
   explicit ChunkAssembler(uint64_t max_payload_bytes, std::string buffer = {});
 
   Status add(const atoll_pb::v1::TensorChunk& chunk);
-  // All bytes received and the SHA-256 matches. Call once after the last chunk.
+  // All bytes received and the XXH3-128 matches. Call once after the last chunk.
   Status finish();
 
   bool has_header() const { return has_header_; }
@@ -71,7 +75,7 @@ class ChunkAssembler {
   bool finished_ = false;
   size_t chunks_ = 0;
   std::string payload_;
-  Sha256 sha_;
+  PayloadHasher digest_;
   Status error_;
 };
 

@@ -78,7 +78,7 @@ class SignedCalls final : public node::CoordinatorCalls {
                      std::string* payload) override {
     return inner_.pull_params(req, header, payload);
   }
-  Status push_update(const pb::TensorHeader& header, const std::string& payload,
+  Status push_update(const pb::TensorHeader& header, std::string_view payload,
                      pb::PushUpdateResponse* resp) override {
     return inner_.push_update(header, payload, resp);
   }

@@ -49,8 +49,9 @@ proto_libs=""
 proto_srcs=""
 if [ -n "$gen" ] && [ -f "$gen/transport/proto/atoll.pb.cc" ]; then
   proto_flags="-DATL_FUZZ_PROTO -I$gen"
-  proto_libs="-lprotobuf"
-  proto_srcs="$gen/transport/proto/atoll.pb.cc transport/tensor_stream.cc kernels/core/sha256.cc"
+  proto_libs="-lprotobuf -lxxhash"
+  proto_srcs="$gen/transport/proto/atoll.pb.cc transport/tensor_stream.cc
+              transport/payload_digest.cc kernels/core/sha256.cc"
 else
   echo "fuzz: chunk_assembler target skipped (set FUZZ_PROTO_GEN to the build's gen/ directory)"
 fi

@@ -60,8 +60,7 @@ class DownCalls final : public CoordinatorCalls {
   Status pull_params(const pb::PullParamsRequest&, pb::TensorHeader*, std::string*) override {
     return down();
   }
-  Status push_update(const pb::TensorHeader&, const std::string&,
-                     pb::PushUpdateResponse*) override {
+  Status push_update(const pb::TensorHeader&, std::string_view, pb::PushUpdateResponse*) override {
     return down();
   }
   Status report_metrics(const pb::MetricsReport&, pb::MetricsAck*) override { return down(); }

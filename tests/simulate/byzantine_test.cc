@@ -34,9 +34,9 @@ class RecordingCalls final : public node::CoordinatorCalls {
   Status pull_params(const pb::PullParamsRequest&, pb::TensorHeader*, std::string*) override {
     return Status::Ok();
   }
-  Status push_update(const pb::TensorHeader& header, const std::string& payload,
+  Status push_update(const pb::TensorHeader& header, std::string_view payload,
                      pb::PushUpdateResponse* resp) override {
-    pushes.push_back({header, payload});
+    pushes.push_back({header, std::string(payload)});
     if (header.tokens() > max_tokens)
       return InvalidArgument("token claim " + std::to_string(header.tokens()) +
                              " is more than a round allows");

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "kernels/core/crc32c.h"
+#include "kernels/core/sha256.h"
 
 namespace atl::transport {
 namespace {
@@ -54,7 +55,7 @@ TEST(TensorStream, RoundTripSizes) {
     ASSERT_TRUE(chunks[0].has_header());
     EXPECT_EQ(chunks[0].header().payload_bytes(), n);
     EXPECT_EQ(chunks[0].header().wire_version(), kWireVersion);
-    EXPECT_EQ(chunks[0].header().payload_sha256(), sha256_hex(payload.data(), payload.size()));
+    EXPECT_EQ(chunks[0].header().payload_xxh3(), payload_digest(payload));
     for (size_t i = 0; i < chunks.size(); ++i) {
       EXPECT_LE(chunks[i].data().size(), kMaxChunkBytes);
       EXPECT_EQ(chunks[i].has_header(), i == 0);
@@ -92,7 +93,7 @@ TEST(TensorStream, RejectsFlippedBit) {
 }
 
 TEST(TensorStream, RejectsFlippedBitWithMatchingCrc) {
-  // A sender that computes the CRC over corrupted data: only the SHA-256 can catch it.
+  // A sender that computes the CRC over corrupted data: only the payload digest can catch it.
   const std::string payload = random_bytes(1000, 3);
   auto chunks = chunks_of(payload, 100);
   std::string& data = *chunks[4].mutable_data();
@@ -100,7 +101,53 @@ TEST(TensorStream, RejectsFlippedBitWithMatchingCrc) {
   chunks[4].set_crc32c(crc32c_extend_portable(0, data.data(), data.size()));
   Status st = assemble(chunks, kLimit);
   EXPECT_EQ(st.code(), StatusCode::kDataLoss);
-  EXPECT_NE(st.message().find("SHA-256 mismatch"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("XXH3-128 mismatch"), std::string::npos) << st.message();
+}
+
+TEST(TensorStream, CorruptedChunkUnderAnUnchangedDigestIsRefusedInOneLine) {
+  // Bytes changed inside a chunk after the sender's digest was taken (a bug between hashing and
+  // sending), with the chunk's CRC-32C taken over the changed bytes, so that every per-chunk
+  // check passes: the payload digest in the header, left as it was, refuses the stream.
+  const std::string payload = random_bytes(3 * kMaxChunkBytes + 10, 21);
+  auto chunks = chunks_of(payload);
+  const std::string digest = chunks[0].header().payload_xxh3();
+  std::string& data = *chunks[2].mutable_data();
+  data[kMaxChunkBytes / 2] = static_cast<char>(data[kMaxChunkBytes / 2] + 1);
+  chunks[2].set_crc32c(crc32c(data));
+  ASSERT_EQ(chunks[0].header().payload_xxh3(), digest);
+
+  ChunkAssembler a(kLimit);
+  for (const auto& c : chunks) ASSERT_TRUE(a.add(c).ok());  // each chunk looks right
+  const Status st = a.finish();
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  const std::string& m = st.message();
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  EXPECT_EQ(m.rfind("tensor stream payload XXH3-128 mismatch (computed ", 0), 0u) << m;
+  EXPECT_NE(m.find("header says " +
+                   to_hex(reinterpret_cast<const uint8_t*>(digest.data()), digest.size())),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("corrupted"), std::string::npos) << m;
+  // Refused for good: nothing of the payload is handed out, later calls repeat the verdict.
+  EXPECT_EQ(a.finish().code(), StatusCode::kDataLoss);
+  EXPECT_TRUE(a.take_payload().empty());
+}
+
+TEST(TensorStream, PayloadDigestIsXxh3128InCanonicalOrder) {
+  // Reference values of XXH3-128 (seed 0), big-endian high then low 64 bits: the empty input
+  // and "abc"; a streamed digest equals the one-shot digest at any split.
+  EXPECT_EQ(to_hex(reinterpret_cast<const uint8_t*>(payload_digest("").data()), 16),
+            "99aa06d3014798d86001c324468d497f");
+  EXPECT_EQ(to_hex(reinterpret_cast<const uint8_t*>(payload_digest("abc").data()), 16),
+            "06b05ab6733a618578af5f94892f3950");
+  const std::string bytes = random_bytes(5000, 22);
+  for (size_t split : {size_t{0}, size_t{1}, size_t{240}, size_t{4999}, size_t{5000}}) {
+    PayloadHasher h;
+    h.update(bytes.data(), split);
+    h.update(bytes.data() + split, bytes.size() - split);
+    EXPECT_EQ(h.finish(), payload_digest(bytes)) << split;
+  }
+  EXPECT_NE(payload_digest(bytes), payload_digest(bytes.substr(1)));
 }
 
 TEST(TensorStream, RejectsMissingChunk) {
@@ -141,7 +188,7 @@ TEST(TensorStream, RejectsOversizeDeclarationBeforeAllocating) {
   TensorHeader* h = c.mutable_header();
   h->set_wire_version(kWireVersion);
   h->set_payload_bytes(std::numeric_limits<uint64_t>::max());  // would throw if reserved
-  h->set_payload_sha256(std::string(64, '0'));
+  h->set_payload_xxh3(std::string(kPayloadDigestBytes, '\0'));
   ChunkAssembler a(kLimit);
   Status st = a.add(c);
   EXPECT_EQ(st.code(), StatusCode::kOutOfRange);
@@ -169,17 +216,30 @@ TEST(TensorStream, RejectsMissingHeaderAndBadFields) {
   ChunkAssembler a(kLimit);
   EXPECT_EQ(a.add(no_header).code(), StatusCode::kInvalidArgument);
 
-  TensorChunk bad_version = chunks[0];
-  bad_version.mutable_header()->set_wire_version(2);
-  ChunkAssembler b(kLimit);
-  Status st = b.add(bad_version);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("wire_version"), std::string::npos);
+  // A peer of the previous wire version (a SHA-256 payload check) and one of a later version.
+  for (uint32_t other : {kWireVersion - 1, kWireVersion + 1}) {
+    TensorChunk bad_version = chunks[0];
+    bad_version.mutable_header()->set_wire_version(other);
+    ChunkAssembler b(kLimit);
+    const Status v = b.add(bad_version);
+    EXPECT_EQ(v.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(v.message(), "tensor stream chunk 0: unsupported wire_version " +
+                               std::to_string(other) + " (this build speaks " +
+                               std::to_string(kWireVersion) + ")");
+  }
+  Status st;
 
-  TensorChunk bad_sha = chunks[0];
-  bad_sha.mutable_header()->set_payload_sha256("xyz");
+  TensorChunk bad_digest = chunks[0];
+  bad_digest.mutable_header()->set_payload_xxh3("xyz");
   ChunkAssembler c(kLimit);
-  EXPECT_EQ(c.add(bad_sha).code(), StatusCode::kInvalidArgument);
+  st = c.add(bad_digest);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("payload_xxh3 has 3 bytes, not 16"), std::string::npos)
+      << st.message();
+  TensorChunk no_digest = chunks[0];
+  no_digest.mutable_header()->clear_payload_xxh3();
+  ChunkAssembler d(kLimit);
+  EXPECT_EQ(d.add(no_digest).code(), StatusCode::kInvalidArgument);
 
   ChunkAssembler empty(kLimit);
   EXPECT_EQ(empty.finish().code(), StatusCode::kInvalidArgument);
@@ -190,7 +250,7 @@ TEST(TensorStream, RejectsOversizeChunkAndDataPastEnd) {
   TensorHeader h = test_header();
   h.set_wire_version(kWireVersion);
   h.set_payload_bytes(payload.size());
-  h.set_payload_sha256(sha256_hex(payload.data(), payload.size()));
+  h.set_payload_xxh3(payload_digest(payload));
   TensorChunk big;
   *big.mutable_header() = h;
   big.set_data(payload);
@@ -220,24 +280,24 @@ TEST(TensorStream, CodecNoneNeedsConsistentNumel) {
   EXPECT_TRUE(assemble(*chunks, kLimit).ok());
 }
 
-TEST(TensorStream, SenderKnownShaIsKeptAndStillChecked) {
+TEST(TensorStream, SenderKnownDigestIsKeptAndStillChecked) {
   const std::string payload = random_bytes(3 * kMaxChunkBytes / 2, 11);
   TensorHeader h = test_header();
-  h.set_payload_sha256(sha256_hex(payload.data(), payload.size()));
+  h.set_payload_xxh3(payload_digest(payload));
   auto chunks = chunk_payload(h, payload);
   ASSERT_TRUE(chunks.ok());
-  EXPECT_EQ((*chunks)[0].header().payload_sha256(), h.payload_sha256());
+  EXPECT_EQ((*chunks)[0].header().payload_xxh3(), h.payload_xxh3());
   std::string out;
   ASSERT_TRUE(assemble(*chunks, kLimit, &out).ok());
   EXPECT_EQ(out, payload);
   // A sender that vouches for the wrong digest is caught by the receiver.
   const std::string other = random_bytes(16, 12);
-  h.set_payload_sha256(sha256_hex(other.data(), other.size()));
+  h.set_payload_xxh3(payload_digest(other));
   chunks = chunk_payload(h, payload);
   ASSERT_TRUE(chunks.ok());
   Status st = assemble(*chunks, kLimit);
   EXPECT_EQ(st.code(), StatusCode::kDataLoss);
-  EXPECT_NE(st.message().find("SHA-256 mismatch"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("XXH3-128 mismatch"), std::string::npos) << st.message();
 }
 
 TEST(TensorStream, AssemblesIntoAGivenBufferThatFits) {
@@ -271,14 +331,14 @@ TEST(TensorStream, LargePayloadIsCheckedWholeAfterFailuresAndDrops) {
   EXPECT_EQ(out, payload);
 
   // One bit flipped in a late chunk by a sender that computed its CRC afterwards: only the
-  // hash can catch it.
+  // payload digest can catch it.
   auto bad = chunks;
   std::string& data = *bad[bad.size() - 2].mutable_data();
   data[77] ^= 4;
   bad[bad.size() - 2].set_crc32c(crc32c_extend_portable(0, data.data(), data.size()));
   Status st = assemble(bad, kLimit);
   EXPECT_EQ(st.code(), StatusCode::kDataLoss);
-  EXPECT_NE(st.message().find("SHA-256 mismatch"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("XXH3-128 mismatch"), std::string::npos) << st.message();
 
   // Failing or being dropped mid-stream.
   auto short_stream = chunks;

@@ -18,6 +18,8 @@
 #include <regex>
 #include <vector>
 
+#include "kernels/core/crc32c.h"
+#include "kernels/core/sha256.h"
 #include "transport/channel.h"
 #include "transport/grpc_status.h"
 #include "transport/proto/atoll.grpc.pb.h"
@@ -79,7 +81,8 @@ class TestCoordinator final : public pb::Coordinator::Service {
     Status st = assembler.finish();
     if (!st.ok()) return to_grpc(st);
     resp->set_accepted(true);
-    resp->set_message(assembler.header().payload_sha256());
+    const std::string& digest = assembler.header().payload_xxh3();
+    resp->set_message(to_hex(reinterpret_cast<const uint8_t*>(digest.data()), digest.size()));
     return grpc::Status::OK;
   }
 };
@@ -569,7 +572,8 @@ TEST_F(TlsLoopback, TensorStreamsOverGrpc) {
   grpc::Status st = push(*chunks, &resp, stub.get());
   ASSERT_TRUE(st.ok()) << st.error_message();
   EXPECT_TRUE(resp.accepted());
-  EXPECT_EQ(resp.message(), sha256_hex(payload.data(), payload.size()));
+  const std::string digest = payload_digest(payload);
+  EXPECT_EQ(resp.message(), to_hex(reinterpret_cast<const uint8_t*>(digest.data()), 16));
 
   // Corruption is reported back with the assembler's code and message.
   auto corrupt = *chunks;
@@ -578,6 +582,18 @@ TEST_F(TlsLoopback, TensorStreamsOverGrpc) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::DATA_LOSS);
   EXPECT_NE(st.error_message().find("CRC-32C mismatch"), std::string::npos) << st.error_message();
   EXPECT_EQ(from_grpc(st).code(), StatusCode::kDataLoss);
+
+  // Bytes changed with the chunk's CRC-32C recomputed and the header's digest unchanged: the
+  // payload digest refuses the stream, in one line.
+  auto recrc = *chunks;
+  std::string& data = *recrc[2].mutable_data();
+  data[3] = static_cast<char>(data[3] ^ 0x20);
+  recrc[2].set_crc32c(crc32c(data));
+  st = push(recrc, &resp, stub.get());
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DATA_LOSS);
+  EXPECT_NE(st.error_message().find("payload XXH3-128 mismatch"), std::string::npos)
+      << st.error_message();
+  EXPECT_EQ(st.error_message().find('\n'), std::string::npos) << st.error_message();
 
   // An oversize message is refused by the server's bound even if the client does not limit it.
   pb::TensorChunk huge;
