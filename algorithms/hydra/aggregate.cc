@@ -11,6 +11,9 @@ Status check_masked_update(const MaskedUpdate& u, size_t numel) {
                            std::to_string(u.indices.size()) + " indices but " +
                            std::to_string(u.values.size()) + " values");
   if (u.tokens == 0) return InvalidArgument("masked update from " + u.node_id + " has 0 tokens");
+  if (!(u.forward_share > 0 && u.forward_share <= 1))
+    return InvalidArgument("masked update from " + u.node_id + ": forward share " +
+                           std::to_string(u.forward_share) + " is not in (0, 1]");
   for (size_t i = 0; i < u.indices.size(); ++i) {
     if (u.indices[i] >= numel || (i && u.indices[i] <= u.indices[i - 1]))
       return InvalidArgument("masked update from " + u.node_id + ": index " +
@@ -27,8 +30,12 @@ namespace {
 
 // The updates of one masked aggregation: at least one, each well-formed for n elements, sorted
 // by node id without duplicates; `held_size` must equal n.
-Status check_masked_updates(const std::vector<MaskedUpdate>& updates, size_t n, size_t held_size) {
+Status check_masked_updates(const std::vector<MaskedUpdate>& updates, size_t n, size_t held_size,
+                            double forward_share_power = 0.0) {
   if (updates.empty()) return InvalidArgument("masked aggregate: no updates");
+  if (!(forward_share_power >= 0 && forward_share_power <= kMaxForwardSharePower))
+    return InvalidArgument("masked aggregate: forward share power " +
+                           std::to_string(forward_share_power) + " is not in [0, 8]");
   if (held_size != n) return InvalidArgument("masked aggregate: size mismatch");
   for (size_t i = 0; i < updates.size(); ++i) {
     ATOLL_RETURN_IF_ERROR(check_masked_update(updates[i], n));
@@ -43,14 +50,20 @@ Status check_masked_updates(const std::vector<MaskedUpdate>& updates, size_t n, 
 
 }  // namespace
 
+double aggregation_weight(const MaskedUpdate& u, double forward_share_power) {
+  // std::pow(φ, 0) is exactly 1, so p = 0 keeps αₖ = tokens bit for bit.
+  return static_cast<double>(u.tokens) * std::pow(u.forward_share, forward_share_power);
+}
+
 Status aggregate_masked(const std::vector<MaskedUpdate>& updates, std::span<float> delta,
-                        std::span<uint32_t> held) {
-  ATOLL_RETURN_IF_ERROR(check_masked_updates(updates, delta.size(), held.size()));
+                        std::span<uint32_t> held, double forward_share_power) {
+  ATOLL_RETURN_IF_ERROR(
+      check_masked_updates(updates, delta.size(), held.size(), forward_share_power));
   const size_t n = delta.size();
   // Per element numerator and denominator in double, sites visited in node-id order.
   std::vector<double> num(n, 0.0), den(n, 0.0);
   for (const auto& u : updates) {
-    const double a = static_cast<double>(u.tokens);
+    const double a = aggregation_weight(u, forward_share_power);
     for (size_t i = 0; i < u.indices.size(); ++i) {
       num[u.indices[i]] += a * static_cast<double>(u.values[i]);
       den[u.indices[i]] += a;
@@ -64,10 +77,11 @@ Status aggregate_masked(const std::vector<MaskedUpdate>& updates, std::span<floa
 }
 
 Status aggregate_masked_robust(const std::vector<MaskedUpdate>& updates, const AggregatorOptions& o,
-                               std::span<float> delta, std::span<uint32_t> held) {
+                               std::span<float> delta, std::span<uint32_t> held,
+                               double forward_share_power) {
   switch (o.kind) {
     case AggregatorKind::kMean:
-      return aggregate_masked(updates, delta, held);
+      return aggregate_masked(updates, delta, held, forward_share_power);
     case AggregatorKind::kKrum:
       return InvalidArgument(
           "masked aggregate: krum compares whole updates, but Hydra's sites train different "
@@ -84,7 +98,7 @@ Status aggregate_masked_robust(const std::vector<MaskedUpdate>& updates, const A
         scale_values(scaled[i], limit / norms[i]);
         views[i].values = scaled[i];
       }
-      return aggregate_masked(views, delta, held);
+      return aggregate_masked(views, delta, held, forward_share_power);
     }
     case AggregatorKind::kTrimmedMean:
     case AggregatorKind::kMedian:

@@ -45,6 +45,18 @@ double cost_fraction(const CostModel& cm, const Subnet& s) {
   return static_cast<double>(subnet_flops_per_token(cm, s)) / cm.full_flops_per_token();
 }
 
+double forward_share(const CostModel& cm, const Subnet& s) {
+  const int64_t layer_fwd = head_units(cm.model) * cm.head_fwd() + cm.ffn_blocks * cm.block_fwd();
+  const int64_t full = cm.model.layers * layer_fwd + cm.lm_fwd();
+  int64_t kept = cm.lm_fwd();
+  for (const LayerSubnet& x : s.layers) {
+    const int64_t nh = std::count(x.heads.begin(), x.heads.end(), 1);
+    const int64_t nb = std::count(x.ffn_blocks.begin(), x.ffn_blocks.end(), 1);
+    kept += nh * cm.head_fwd() + nb * cm.block_fwd();
+  }
+  return static_cast<double>(kept) / static_cast<double>(full);
+}
+
 double state_memory_fraction(const CostModel& cm, const Subnet& s) {
   const double P = static_cast<double>(count_params(cm.model));
   const double trained = static_cast<double>(trainable_indices(s, cm.model).size());

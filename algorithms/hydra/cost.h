@@ -47,6 +47,11 @@ struct CostModel {
 int64_t subnet_flops_per_token(const CostModel& cm, const Subnet& s);
 // subnet_flops_per_token / full_flops_per_token.
 double cost_fraction(const CostModel& cm, const Subnet& s);
+// Forward share φ of a subnetwork: the forward FLOPs per token it runs (a of every kept unit plus
+// a_lm) over the full model's forward FLOPs per token (a of every unit plus a_lm), in (0, 1].
+// Trained or frozen does not matter: it measures how much of the model the site's forward pass
+// (the one its pseudo-gradient was fitted under) is. Weights Hydra's aggregation (aggregate.h).
+double forward_share(const CostModel& cm, const Subnet& s);
 // Parameters + trained-state bytes (4·P + 12·trained) over the full model's 16·P.
 double state_memory_fraction(const CostModel& cm, const Subnet& s);
 

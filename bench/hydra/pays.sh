@@ -16,7 +16,8 @@
 #                    set, says what the load was while it ran)
 #   --out FILE       JSON (default bench/results/hydra-pays.json, quick: hydra-pays-quick.json)
 #   --no-results-md  do not touch bench/RESULTS.md
-#   EXTRA            replace the settings under test (e.g. -- --site-keeps last --outer-lr 1)
+#   EXTRA            flags that replace the same flags of the defaults below and add to them
+#                    (e.g. -- --site-keeps last --outer-lr 1, or -- --rounds 32)
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -39,9 +40,28 @@ MODEL=(--dim 64 --layers 4 --heads 4 --ffn 192 --ffn-blocks 4 --seq 64 --batch 8
 # overfits; each site keeps its best θ on its own split).
 ARGS=(--base-steps 800 --rounds 16 --inner 20 --lr 3e-3 --eval-tokens 16384 --train-docs 2
       --site-val-docs 1 --removal-penalty 10 --methods base,local,local_full,full,hydra)
-# The settings under test (defaults of this benchmark; EXTRA replaces them).
+# The settings under test (defaults of this benchmark).
 TESTED=(--site-keeps best-personal --outer-lr 1.5 --outer-momentum 0)
-[[ ${#PASS[@]} -gt 0 ]] && TESTED=("${PASS[@]}")
+# A flag named in EXTRA replaces the same flag of MODEL, ARGS and TESTED (each of those takes a
+# value), so EXTRA may change any setting (e.g. --rounds) and keeps the others; atoll refuses a
+# flag given twice.
+named_in_extra() {
+  local f
+  for f in "${PASS[@]}"; do [[ $f == "$1" || $f == "$1="* ]] && return 0; done
+  return 1
+}
+drop_overridden() {
+  local -n flags_ref=$1
+  local kept=() i
+  for ((i = 0; i < ${#flags_ref[@]}; i += 2)); do
+    named_in_extra "${flags_ref[i]}" || kept+=("${flags_ref[i]}" "${flags_ref[i + 1]}")
+  done
+  flags_ref=("${kept[@]}")
+}
+drop_overridden MODEL
+drop_overridden ARGS
+drop_overridden TESTED
+TESTED+=("${PASS[@]}")
 RAW=$(mktemp)
 trap 'rm -f "$RAW"' EXIT
 if [[ -n $FROM ]]; then

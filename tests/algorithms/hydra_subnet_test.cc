@@ -3,6 +3,7 @@
 // budget-0.25 site <= 0.3 of the full model); masked aggregation is exact.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <vector>
 
@@ -250,6 +251,105 @@ TEST(HydraAggregate, MaskedRuleIsExactIncludingUnheldElements) {
   EXPECT_FALSE(hydra::aggregate_masked({{"a", 1, dup, two}}, d, held).ok());
   const std::vector<uint32_t> oob = {9};
   EXPECT_FALSE(hydra::aggregate_masked({{"a", 1, oob, vc}}, d, held).ok());
+}
+
+TEST(HydraAggregate, ForwardSharePowerZeroKeepsTheTokenWeightsBitForBit) {
+  // Random updates over 64 elements; the same updates with forward shares in (0, 1] and p = 0
+  // must give exactly the Δ of the token weights alone (the default before p existed).
+  const size_t n = 64;
+  const Philox rng(21, 0);
+  uint64_t c = 0;
+  std::vector<std::vector<uint32_t>> idx(4);
+  std::vector<std::vector<float>> val(4);
+  const double shares[] = {1.0, 0.73, 0.41, 0.1};
+  std::vector<hydra::MaskedUpdate> plain, shared;
+  for (int k = 0; k < 4; ++k) {
+    for (uint32_t j = 0; j < n; ++j)
+      if (rng.uniform_double(c++) < 0.6) {
+        idx[k].push_back(j);
+        val[k].push_back(static_cast<float>(rng.uniform_double(c++) * 2 - 1) * 1e-3f);
+      }
+    const std::string id(1, static_cast<char>('a' + k));
+    plain.push_back({id, 1000 + 337 * static_cast<uint64_t>(k), idx[k], val[k]});
+    shared.push_back(plain.back());
+    shared.back().forward_share = shares[k];
+  }
+  std::vector<float> d_plain(n), d_shared(n);
+  std::vector<uint32_t> h_plain(n), h_shared(n);
+  ASSERT_TRUE(hydra::aggregate_masked(plain, d_plain, h_plain).ok());
+  ASSERT_TRUE(hydra::aggregate_masked(shared, d_shared, h_shared, 0.0).ok());
+  EXPECT_EQ(h_plain, h_shared);
+  for (size_t j = 0; j < n; ++j)
+    EXPECT_EQ(std::bit_cast<uint32_t>(d_plain[j]), std::bit_cast<uint32_t>(d_shared[j])) << j;
+  for (const auto& u : shared)
+    EXPECT_EQ(hydra::aggregation_weight(u, 0.0), static_cast<double>(u.tokens));
+  // With p = 2 the same updates give another Δ (the shares matter).
+  ASSERT_TRUE(hydra::aggregate_masked(shared, d_shared, h_shared, 2.0).ok());
+  EXPECT_NE(d_plain, d_shared);
+}
+
+TEST(HydraAggregate, ForwardSharePowerTwoWeighsTokensTimesShareSquared) {
+  // The elements of MaskedRuleIsExactIncludingUnheldElements; forward shares 1, 0.5, 0.25 and
+  // p = 2: weights 100·1 = 100, 300·0.25 = 75, 600·0.0625 = 37.5.
+  //   Δ[1] = (100·2 + 75·4) / 175 = 500 / 175
+  //   Δ[3] = (100·3 + 75·5 + 37.5·(−9)) / 212.5 = 337.5 / 212.5
+  const std::vector<uint32_t> ia = {0, 1, 3}, ib = {1, 3, 4}, ic = {3};
+  const std::vector<float> va = {1.0f, 2.0f, 3.0f}, vb = {4.0f, 5.0f, 6.0f}, vc = {-9.0f};
+  std::vector<hydra::MaskedUpdate> ups = {
+      {"a", 100, ia, va, 1.0}, {"b", 300, ib, vb, 0.5}, {"c", 600, ic, vc, 0.25}};
+  std::vector<float> d(6);
+  std::vector<uint32_t> held(6);
+  ASSERT_TRUE(hydra::aggregate_masked(ups, d, held, 2.0).ok());
+  EXPECT_EQ(held, (std::vector<uint32_t>{1, 2, 0, 3, 1, 0}));
+  EXPECT_EQ(d[0], 1.0f);
+  EXPECT_EQ(d[1], static_cast<float>(500.0 / 175.0));
+  EXPECT_EQ(d[2], 0.0f);
+  EXPECT_EQ(d[3], static_cast<float>(337.5 / 212.5));
+  EXPECT_EQ(d[4], 6.0f);
+  EXPECT_EQ(hydra::aggregation_weight(ups[2], 2.0), 37.5);
+  // The mean robust aggregator is the same rule.
+  std::vector<float> d_robust(6);
+  ASSERT_TRUE(hydra::aggregate_masked_robust(ups, {}, d_robust, held, 2.0).ok());
+  EXPECT_EQ(d_robust, d);
+  // p outside [0, 8] or not finite, and a share outside (0, 1], are refused with one line.
+  for (double p : {-1.0, 8.5, std::nan("")}) {
+    const Status st = hydra::aggregate_masked(ups, d, held, p);
+    EXPECT_FALSE(st.ok()) << p;
+    EXPECT_NE(st.message().find("forward share power"), std::string::npos) << st.message();
+  }
+  for (double share : {0.0, 1.5}) {
+    auto bad = ups;
+    bad[1].forward_share = share;
+    const Status st = hydra::aggregate_masked(bad, d, held, 2.0);
+    EXPECT_FALSE(st.ok()) << share;
+    EXPECT_NE(st.message().find("forward share"), std::string::npos) << st.message();
+  }
+}
+
+TEST(HydraCost, ForwardShareIsTheKeptUnitsShareOfTheForwardFlops) {
+  // The benchmark's model: C = 64, H = 4 (D = 16, no grouped-query attention), F = 192 in G = 4
+  // blocks, V = 256, T = 64, L = 4. Per token: a_head = 8·16·64 + 4·64·16 = 12288,
+  // a_block = 6·48·64 = 18432, a_lm = 2·256·64 = 32768; a layer 4·12288 + 4·18432 = 122880,
+  // the model 4·122880 + 32768 = 524288.
+  ModelConfig c;
+  c.vocab = 256;
+  c.dim = 64;
+  c.layers = 4;
+  c.heads = 4;
+  c.ffn_hidden = 192;
+  c.seq_len = 64;
+  const hydra::CostModel cm{c, 4, 64};
+  EXPECT_EQ(hydra::forward_share(cm, full_subnet(c, 4, true)), 1.0);
+  EXPECT_EQ(hydra::forward_share(cm, full_subnet(c, 4, false)), 1.0);  // frozen still runs
+  // Two heads and one block kept in every layer: 4·(2·12288 + 18432) + 32768 = 204800.
+  Subnet s = full_subnet(c, 4, false);
+  for (auto& l : s.layers) {
+    l.heads = {1, 0, 1, 0};
+    l.ffn_blocks = {0, 0, 1, 0};
+  }
+  s.layers[3].train = true;
+  ASSERT_TRUE(validate(s, c).ok());
+  EXPECT_EQ(hydra::forward_share(cm, s), 204800.0 / 524288.0);
 }
 
 TEST(Subnet, TextFormRoundTripsAndRejectsGarbage) {

@@ -151,6 +151,29 @@ TEST(ExperimentConfig, HydraSectionParsesAndRoundTrips) {
             std::string::npos);
 }
 
+TEST(ExperimentConfig, HydraForwardSharePowerParsesValidatesAndRoundTrips) {
+  auto c = parse_experiment_config("algorithm = \"hydra\"\n[hydra]\nforward_share_power = 2.5\n");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->hydra.forward_share_power, 2.5);
+  EXPECT_NE(to_toml(*c).find("forward_share_power = 2.5"), std::string::npos) << to_toml(*c);
+  auto again = parse_experiment_config(to_toml(*c));
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->hydra.forward_share_power, 2.5);
+  // Unset: 0 (tokens alone), and the stored config reads as it did before the key existed.
+  auto plain = parse_experiment_config("algorithm = \"hydra\"\n");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->hydra.forward_share_power, 0.0);
+  EXPECT_EQ(to_toml(*plain).find("forward_share_power"), std::string::npos);
+  // error_of checks one line; out of range names the range, not finite says so.
+  for (const char* bad : {"8.5", "-1.0", "nan", "inf"}) {
+    const std::string e = error_of(std::string("[hydra]\nforward_share_power = ") + bad + "\n");
+    EXPECT_NE(e.find("hydra.forward_share_power"), std::string::npos) << bad << ": " << e;
+    EXPECT_NE(e.find(std::isfinite(std::stod(bad)) ? "[0, 8]" : "must be a finite number"),
+              std::string::npos)
+        << bad << ": " << e;
+  }
+}
+
 TEST(ExperimentConfig, OneLineErrorsNameTheKeyAndTheFix) {
   EXPECT_EQ(error_of("[diloco]\nouter_momentum = 1.5\n"),
             "config.toml: diloco.outer_momentum = 1.5 must be in [0, 1)");

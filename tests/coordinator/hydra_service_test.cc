@@ -234,5 +234,67 @@ TEST(HydraService, HeterogeneousBudgetsMaskedRoundsBitwiseAndWrongMaskRefused) {
   manager.attach(nullptr);
 }
 
+// hydra.forward_share_power = 2: the service weighs each node's masked update by tokens × φ²,
+// φ the forward share of the subnetwork it assigned (algorithms/hydra/cost.h); θ after the rounds
+// equals that aggregation computed directly, bit for bit, and differs from the token weighting.
+TEST(HydraService, ForwardSharePowerWeighsUpdatesByTheirSubnetworksForwardShare) {
+  testing_util::TempDir dir;
+  ExperimentConfig cfg = hydra_config();
+  cfg.hydra.forward_share_power = 2.0;
+  const auto mc = model_config(cfg);
+  algorithms::ParamSet init(algorithms::make_layout(mc));
+  algorithms::init_params(init, mc, 5);
+  auto coord = testing::Coordinator::start(dir.path(), cfg, init);
+  ASSERT_TRUE(coord);
+  ASSERT_TRUE(coord->service->start().ok());
+  std::vector<HydraNode> nodes(3);
+  std::vector<std::thread> threads;
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  for (uint32_t i = 0; i < 3; ++i) {
+    nodes[i].options = testing::insecure_client(coord->address(), "node-" + std::to_string(i));
+    nodes[i].index = i;
+    nodes[i].layout_fp = algorithms::layout_fingerprint(init.layout());
+  }
+  for (uint32_t i = 0; i < 3; ++i) threads.emplace_back([&, i] { nodes[i].run(cfg, until); });
+  auto done = coord->service->wait_until_finished(std::chrono::steady_clock::now() + 60s);
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(done.ok()) << done.status().to_string();
+  for (const auto& n : nodes) EXPECT_TRUE(n.errors.empty()) << n.errors.front();
+
+  algorithms::hydra::CostModel cm{mc, 2, mc.seq_len};
+  std::vector<algorithms::hydra::SiteInput> sites;
+  for (uint32_t i = 0; i < 3; ++i)
+    sites.push_back({"node-" + std::to_string(i), kBudgets[i], fake_scores(cfg, i)});
+  auto sel = algorithms::hydra::select_subnetworks(cm, sites, {});
+  ASSERT_TRUE(sel.ok());
+  // The budget-limited nodes run part of the forward pass, so p changes their weight.
+  EXPECT_LT(algorithms::hydra::forward_share(cm, sel->sites[2].subnet), 1.0);
+  std::vector<float> weighted = init.vec(), plain = init.vec();
+  for (auto* theta : {&weighted, &plain}) {
+    const double p = theta == &weighted ? 2.0 : 0.0;
+    std::vector<float> mom(theta->size()), delta(theta->size());
+    std::vector<uint32_t> held(theta->size());
+    for (int r = 0; r < 2; ++r) {
+      std::vector<std::vector<uint32_t>> idx(3);
+      std::vector<std::vector<float>> d(3);
+      std::vector<algorithms::hydra::MaskedUpdate> ups;
+      for (uint32_t i = 0; i < 3; ++i) {
+        idx[i] = algorithms::trainable_indices(sel->sites[i].subnet, mc);
+        d[i] = fake_masked_delta(*theta, idx[i], i);
+        ups.push_back({"node-" + std::to_string(i), testing::fake_tokens(i), idx[i], d[i],
+                       algorithms::hydra::forward_share(cm, sel->sites[i].subnet)});
+      }
+      ASSERT_TRUE(algorithms::hydra::aggregate_masked(ups, delta, held, p).ok());
+      ASSERT_TRUE(
+          algorithms::hydra::masked_outer_step({static_cast<float>(cfg.diloco.outer_lr),
+                                                static_cast<float>(cfg.diloco.outer_momentum)},
+                                               *theta, mom, delta, held, r == 0)
+              .ok());
+    }
+  }
+  EXPECT_EQ(coord->service->params_fingerprint(), algorithms::params_fingerprint(weighted));
+  EXPECT_NE(algorithms::params_fingerprint(weighted), algorithms::params_fingerprint(plain));
+}
+
 }  // namespace
 }  // namespace atl::coordinator

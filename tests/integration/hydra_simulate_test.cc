@@ -34,8 +34,10 @@ std::map<std::string, std::string> kept_lines(const std::string& run_dir) {
   return kept;
 }
 
-// A small, fast Hydra experiment: a short base model, two layers of two FFN blocks.
-std::vector<std::string> small_hydra(const std::string& command, const std::string& run_dir) {
+// A small, fast Hydra experiment: a short base model, two layers of two FFN blocks; `extra`
+// flags are appended.
+std::vector<std::string> small_hydra(const std::string& command, const std::string& run_dir,
+                                     const std::vector<std::string>& extra = {}) {
   std::vector<std::string> args = {command, "--algorithm", "hydra", "--rounds",
                                    std::to_string(kRounds)};
   for (const char* flag_value :
@@ -43,6 +45,7 @@ std::vector<std::string> small_hydra(const std::string& command, const std::stri
         "--ffn-blocks=2", "--seq=32", "--batch=2", "--eval-tokens=512", "--seed=77", "--http=off"})
     args.push_back(flag_value);
   args.push_back("--store=" + run_dir);
+  args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
 
@@ -66,6 +69,39 @@ TEST(HydraSimulate, CommitsTheSameThetaAsNodeProcesses) {
   const auto demo_kept = kept_lines(dir / "demo"), sim_kept = kept_lines(dir / "sim");
   EXPECT_EQ(demo_kept.size(), 4u) << demo.output;
   EXPECT_EQ(demo_kept, sim_kept);
+}
+
+// hydra.forward_share_power = 2 (each site's update weighs tokens × φ², φ its share of the
+// model's forward FLOPs): node processes over mTLS and virtual sites still commit the same θ in
+// every round, and it is not the θ of the default weighting (p = 0), so p reached the
+// coordinator's aggregation.
+TEST(HydraSimulate, ForwardSharePowerCommitsTheSameThetaAsNodeProcesses) {
+  TempDir dir;
+  const std::vector<std::string> p2 = {"--forward-share-power=2"};
+  auto demo =
+      run_atoll(small_hydra("demo", dir / "demo", p2), dir / "demo.log", std::chrono::seconds(240));
+  ASSERT_EQ(demo.exit_code, 0) << demo.output;
+  auto sim = run_atoll(small_hydra("simulate", dir / "sim", p2), dir / "sim.log",
+                       std::chrono::seconds(240));
+  ASSERT_EQ(sim.exit_code, 0) << sim.output;
+  const auto p2_rounds = expect_same_committed_theta(
+      dir / "demo/store", dir / "sim/store", "hydra-demo", kRounds, demo.output, sim.output);
+  EXPECT_EQ(kept_lines(dir / "demo"), kept_lines(dir / "sim"));
+
+  auto plain = run_atoll(small_hydra("simulate", dir / "plain"), dir / "plain.log",
+                         std::chrono::seconds(240));
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const auto plain_rounds = committed_fingerprints(dir / "plain/store", "hydra-demo", kRounds);
+  ASSERT_EQ(plain_rounds.size(), kRounds);
+  ASSERT_EQ(p2_rounds.size(), kRounds);
+  EXPECT_NE(plain_rounds.front(), p2_rounds.front())
+      << "p = 2 and p = 0 committed the same θ in round 0: every site's forward share was 1?";
+
+  auto bad = run_atoll(small_hydra("simulate", dir / "bad", {"--forward-share-power=9"}),
+                       dir / "bad.log", std::chrono::seconds(30));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--forward-share-power 9 is out of range [0"), std::string::npos)
+      << bad.output;
 }
 
 // Hydra over the user's own model (`--base`): an imported grouped-query Qwen2 checkpoint (2 KV
