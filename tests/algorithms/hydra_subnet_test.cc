@@ -68,6 +68,18 @@ ParamSet zero_removed(const ParamSet& p, const ModelConfig& c, const Subnet& s) 
 // Under grouped-query attention Hydra's head unit is a KV group (one per KV head); biases and an
 // untied head are part of the model the subnetwork views. MoE layers have no FFN units yet:
 // refused when the subnet is validated against the model, one line.
+// The Hydra benchmark's model (bench/hydra): C = 64, 4 layers, 4 heads, F = 192, V = 256, T = 64.
+ModelConfig hydra_bench_model() {
+  ModelConfig c;
+  c.vocab = 256;
+  c.dim = 64;
+  c.layers = 4;
+  c.heads = 4;
+  c.ffn_hidden = 192;
+  c.seq_len = 64;
+  return c;
+}
+
 TEST(SubnetLlama, HeadUnitsAreKvGroupsAndMoeIsRefusedWithOneLine) {
   ModelConfig c = small();
   c.kv_heads = c.heads / 2;
@@ -170,13 +182,7 @@ TEST(SubnetLlama, MaskedAdamWHoldsStateOnlyForTrainedElements) {
 }
 
 TEST(SubnetLlama, QuarterBudgetSiteCountsAtMostThirtyPercentOfTheFlops) {
-  ModelConfig c;
-  c.vocab = 256;
-  c.dim = 64;
-  c.layers = 4;
-  c.heads = 4;
-  c.ffn_hidden = 192;
-  c.seq_len = 64;
+  const ModelConfig c = hydra_bench_model();
   hydra::CostModel cm{c, 4, 64};
   std::vector<hydra::SiteInput> sites;
   const double budgets[] = {1.0, 0.5, 0.25, 0.25};
@@ -331,13 +337,7 @@ TEST(HydraCost, ForwardShareIsTheKeptUnitsShareOfTheForwardFlops) {
   // blocks, V = 256, T = 64, L = 4. Per token: a_head = 8·16·64 + 4·64·16 = 12288,
   // a_block = 6·48·64 = 18432, a_lm = 2·256·64 = 32768; a layer 4·12288 + 4·18432 = 122880,
   // the model 4·122880 + 32768 = 524288.
-  ModelConfig c;
-  c.vocab = 256;
-  c.dim = 64;
-  c.layers = 4;
-  c.heads = 4;
-  c.ffn_hidden = 192;
-  c.seq_len = 64;
+  const ModelConfig c = hydra_bench_model();
   const hydra::CostModel cm{c, 4, 64};
   EXPECT_EQ(hydra::forward_share(cm, full_subnet(c, 4, true)), 1.0);
   EXPECT_EQ(hydra::forward_share(cm, full_subnet(c, 4, false)), 1.0);  // frozen still runs
