@@ -122,31 +122,85 @@ struct HydraNode {
   }
 };
 
+// A coordinator started with `cfg` from θ_0 = `init`, and three HydraNode threads (node-2 also
+// pushes one update with a wrong mask when `wrong_mask_from_node_2`) run until the experiment ends.
+struct HydraRun {
+  std::unique_ptr<testing::Coordinator> coord;
+  std::vector<HydraNode> nodes = std::vector<HydraNode>(3);
+};
+void run_three_hydra_nodes(const testing_util::TempDir& dir, const ExperimentConfig& cfg,
+                           const algorithms::ParamSet& init, bool wrong_mask_from_node_2,
+                           HydraRun& run) {
+  run.coord = testing::Coordinator::start(dir.path(), cfg, init);
+  ASSERT_TRUE(run.coord);
+  ASSERT_TRUE(run.coord->service->start().ok());
+  const std::string layout_fp = algorithms::layout_fingerprint(init.layout());
+  std::vector<std::thread> threads;
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  for (uint32_t i = 0; i < 3; ++i) {
+    HydraNode& n = run.nodes[i];
+    n.options = testing::insecure_client(run.coord->address(), "node-" + std::to_string(i));
+    n.index = i;
+    n.layout_fp = layout_fp;
+    n.try_wrong_mask = wrong_mask_from_node_2 && i == 2;
+  }
+  for (uint32_t i = 0; i < 3; ++i) threads.emplace_back([&, i] { run.nodes[i].run(cfg, until); });
+  auto done = run.coord->service->wait_until_finished(std::chrono::steady_clock::now() + 60s);
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(done.ok()) << done.status().to_string();
+  for (const auto& n : run.nodes) EXPECT_TRUE(n.errors.empty()) << n.errors.front();
+}
+
+// The subnetworks the coordinator selects for node-0..2 (budgets kBudgets, scores fake_scores).
+StatusOr<algorithms::hydra::Selection> expected_selection(const ExperimentConfig& cfg,
+                                                          const algorithms::hydra::CostModel& cm) {
+  std::vector<algorithms::hydra::SiteInput> sites;
+  for (uint32_t i = 0; i < 3; ++i)
+    sites.push_back({"node-" + std::to_string(i), kBudgets[i], fake_scores(cfg, i)});
+  return algorithms::hydra::select_subnetworks(cm, sites, {});
+}
+
+// The masked rounds of `run_three_hydra_nodes`, computed directly from θ_0 = `init` with the
+// selection `sel` and forward share power p: θ after `rounds` rounds.
+std::vector<float> masked_rounds_directly(const ExperimentConfig& cfg,
+                                          const algorithms::ParamSet& init,
+                                          const algorithms::hydra::CostModel& cm,
+                                          const algorithms::hydra::Selection& sel, double p,
+                                          int rounds) {
+  const auto mc = model_config(cfg);
+  std::vector<float> theta = init.vec(), mom(theta.size()), delta(theta.size());
+  std::vector<uint32_t> held(theta.size());
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<std::vector<uint32_t>> idx(3);
+    std::vector<std::vector<float>> d(3);
+    std::vector<algorithms::hydra::MaskedUpdate> ups;
+    for (uint32_t i = 0; i < 3; ++i) {
+      idx[i] = algorithms::trainable_indices(sel.sites[i].subnet, mc);
+      d[i] = fake_masked_delta(theta, idx[i], i);
+      ups.push_back({"node-" + std::to_string(i), testing::fake_tokens(i), idx[i], d[i],
+                     algorithms::hydra::forward_share(cm, sel.sites[i].subnet)});
+    }
+    EXPECT_TRUE(algorithms::hydra::aggregate_masked(ups, delta, held, p).ok());
+    EXPECT_TRUE(
+        algorithms::hydra::masked_outer_step({static_cast<float>(cfg.diloco.outer_lr),
+                                              static_cast<float>(cfg.diloco.outer_momentum)},
+                                             theta, mom, delta, held, r == 0)
+            .ok());
+  }
+  return theta;
+}
+
 TEST(HydraService, HeterogeneousBudgetsMaskedRoundsBitwiseAndWrongMaskRefused) {
   testing_util::TempDir dir;
   const ExperimentConfig cfg = hydra_config();
   const auto mc = model_config(cfg);
   algorithms::ParamSet init(algorithms::make_layout(mc));
   algorithms::init_params(init, mc, 5);
-  auto coord = testing::Coordinator::start(dir.path(), cfg, init);
-  ASSERT_TRUE(coord);
-  ASSERT_TRUE(coord->service->start().ok());
-  const std::string layout_fp = algorithms::layout_fingerprint(init.layout());
-  std::vector<HydraNode> nodes(3);
-  std::vector<std::thread> threads;
-  const auto until = std::chrono::steady_clock::now() + 60s;
-  for (uint32_t i = 0; i < 3; ++i) {
-    nodes[i].options = testing::insecure_client(coord->address(), "node-" + std::to_string(i));
-    nodes[i].index = i;
-    nodes[i].layout_fp = layout_fp;
-    nodes[i].try_wrong_mask = i == 2;
-  }
-  for (uint32_t i = 0; i < 3; ++i) threads.emplace_back([&, i] { nodes[i].run(cfg, until); });
-  auto done = coord->service->wait_until_finished(std::chrono::steady_clock::now() + 60s);
-  for (auto& t : threads) t.join();
-  ASSERT_TRUE(done.ok()) << done.status().to_string();
+  HydraRun run;
+  ASSERT_NO_FATAL_FAILURE(run_three_hydra_nodes(dir, cfg, init, true, run));
+  const auto& coord = run.coord;
+  const auto& nodes = run.nodes;
   for (const auto& n : nodes) {
-    EXPECT_TRUE(n.errors.empty()) << n.errors.front();
     EXPECT_EQ(n.scored, 2) << "reselect_every = 1: one SCORE per round";
     EXPECT_EQ(n.subnets.size(), 2u);
   }
@@ -155,30 +209,12 @@ TEST(HydraService, HeterogeneousBudgetsMaskedRoundsBitwiseAndWrongMaskRefused) {
 
   // The same selection and masked rounds, computed directly.
   algorithms::hydra::CostModel cm{mc, 2, mc.seq_len};
-  std::vector<algorithms::hydra::SiteInput> sites;
-  for (uint32_t i = 0; i < 3; ++i)
-    sites.push_back({"node-" + std::to_string(i), kBudgets[i], fake_scores(cfg, i)});
-  auto sel = algorithms::hydra::select_subnetworks(cm, sites, {});
+  auto sel = expected_selection(cfg, cm);
   ASSERT_TRUE(sel.ok());
-  std::vector<float> theta = init.vec(), mom(theta.size()), delta(theta.size());
-  std::vector<uint32_t> held(theta.size());
-  for (int r = 0; r < 2; ++r) {
-    std::vector<std::vector<uint32_t>> idx(3);
-    std::vector<std::vector<float>> d(3);
-    std::vector<algorithms::hydra::MaskedUpdate> ups;
-    for (uint32_t i = 0; i < 3; ++i) {
+  for (int r = 0; r < 2; ++r)
+    for (uint32_t i = 0; i < 3; ++i)
       EXPECT_EQ(nodes[i].subnets[r], algorithms::to_string(sel->sites[i].subnet));
-      idx[i] = algorithms::trainable_indices(sel->sites[i].subnet, mc);
-      d[i] = fake_masked_delta(theta, idx[i], i);
-      ups.push_back({"node-" + std::to_string(i), testing::fake_tokens(i), idx[i], d[i]});
-    }
-    ASSERT_TRUE(algorithms::hydra::aggregate_masked(ups, delta, held).ok());
-    ASSERT_TRUE(
-        algorithms::hydra::masked_outer_step({static_cast<float>(cfg.diloco.outer_lr),
-                                              static_cast<float>(cfg.diloco.outer_momentum)},
-                                             theta, mom, delta, held, r == 0)
-            .ok());
-  }
+  const std::vector<float> theta = masked_rounds_directly(cfg, init, cm, *sel, 0.0, 2);
   EXPECT_EQ(coord->service->params_fingerprint(), algorithms::params_fingerprint(theta));
   // Elements no site holds (the embedding) are exactly θ_0.
   const auto final_theta = coord->service->params();
@@ -244,55 +280,17 @@ TEST(HydraService, ForwardSharePowerWeighsUpdatesByTheirSubnetworksForwardShare)
   const auto mc = model_config(cfg);
   algorithms::ParamSet init(algorithms::make_layout(mc));
   algorithms::init_params(init, mc, 5);
-  auto coord = testing::Coordinator::start(dir.path(), cfg, init);
-  ASSERT_TRUE(coord);
-  ASSERT_TRUE(coord->service->start().ok());
-  std::vector<HydraNode> nodes(3);
-  std::vector<std::thread> threads;
-  const auto until = std::chrono::steady_clock::now() + 60s;
-  for (uint32_t i = 0; i < 3; ++i) {
-    nodes[i].options = testing::insecure_client(coord->address(), "node-" + std::to_string(i));
-    nodes[i].index = i;
-    nodes[i].layout_fp = algorithms::layout_fingerprint(init.layout());
-  }
-  for (uint32_t i = 0; i < 3; ++i) threads.emplace_back([&, i] { nodes[i].run(cfg, until); });
-  auto done = coord->service->wait_until_finished(std::chrono::steady_clock::now() + 60s);
-  for (auto& t : threads) t.join();
-  ASSERT_TRUE(done.ok()) << done.status().to_string();
-  for (const auto& n : nodes) EXPECT_TRUE(n.errors.empty()) << n.errors.front();
+  HydraRun run;
+  ASSERT_NO_FATAL_FAILURE(run_three_hydra_nodes(dir, cfg, init, false, run));
 
   algorithms::hydra::CostModel cm{mc, 2, mc.seq_len};
-  std::vector<algorithms::hydra::SiteInput> sites;
-  for (uint32_t i = 0; i < 3; ++i)
-    sites.push_back({"node-" + std::to_string(i), kBudgets[i], fake_scores(cfg, i)});
-  auto sel = algorithms::hydra::select_subnetworks(cm, sites, {});
+  auto sel = expected_selection(cfg, cm);
   ASSERT_TRUE(sel.ok());
   // The budget-limited nodes run part of the forward pass, so p changes their weight.
   EXPECT_LT(algorithms::hydra::forward_share(cm, sel->sites[2].subnet), 1.0);
-  std::vector<float> weighted = init.vec(), plain = init.vec();
-  for (auto* theta : {&weighted, &plain}) {
-    const double p = theta == &weighted ? 2.0 : 0.0;
-    std::vector<float> mom(theta->size()), delta(theta->size());
-    std::vector<uint32_t> held(theta->size());
-    for (int r = 0; r < 2; ++r) {
-      std::vector<std::vector<uint32_t>> idx(3);
-      std::vector<std::vector<float>> d(3);
-      std::vector<algorithms::hydra::MaskedUpdate> ups;
-      for (uint32_t i = 0; i < 3; ++i) {
-        idx[i] = algorithms::trainable_indices(sel->sites[i].subnet, mc);
-        d[i] = fake_masked_delta(*theta, idx[i], i);
-        ups.push_back({"node-" + std::to_string(i), testing::fake_tokens(i), idx[i], d[i],
-                       algorithms::hydra::forward_share(cm, sel->sites[i].subnet)});
-      }
-      ASSERT_TRUE(algorithms::hydra::aggregate_masked(ups, delta, held, p).ok());
-      ASSERT_TRUE(
-          algorithms::hydra::masked_outer_step({static_cast<float>(cfg.diloco.outer_lr),
-                                                static_cast<float>(cfg.diloco.outer_momentum)},
-                                               *theta, mom, delta, held, r == 0)
-              .ok());
-    }
-  }
-  EXPECT_EQ(coord->service->params_fingerprint(), algorithms::params_fingerprint(weighted));
+  const std::vector<float> weighted = masked_rounds_directly(cfg, init, cm, *sel, 2.0, 2);
+  const std::vector<float> plain = masked_rounds_directly(cfg, init, cm, *sel, 0.0, 2);
+  EXPECT_EQ(run.coord->service->params_fingerprint(), algorithms::params_fingerprint(weighted));
   EXPECT_NE(algorithms::params_fingerprint(weighted), algorithms::params_fingerprint(plain));
 }
 
