@@ -1,5 +1,6 @@
 #include "node/coordinator_client.h"
 
+#include <bit>
 #include <utility>
 
 #include "algorithms/compress/codec.h"
@@ -142,9 +143,15 @@ StatusOr<PulledParams> CoordinatorClient::pull_params(uint64_t round,
   out.round = h.round();
   out.layout_fingerprint = h.layout_fingerprint();
   if (out.exact) {
-    // θ's SHA-256 fingerprint proves this copy equal to the coordinator's bit for bit; the
-    // stream's own payload check (XXH3-128) only guards the transfer.
-    out.fingerprint = sha256_hex(out.values.data(), out.values.size() * sizeof(float));
+    // θ's SHA-256 fingerprint proves this copy equal to the coordinator's bit for bit. A raw θ
+    // is the coordinator's θ byte for byte (on a little-endian host): the transport checked those
+    // bytes against their XXH3-128 (TLS authenticates the sender), so the header's fingerprint is
+    // this copy's and θ is not hashed again. A decoded θ (a delta applied, an outer update) is.
+    const bool raw_and_checked = h.codec() == "none" && !h.payload_xxh3().empty() &&
+                                 std::endian::native == std::endian::little;
+    out.fingerprint = raw_and_checked
+                          ? h.params_fingerprint()
+                          : sha256_hex(out.values.data(), out.values.size() * sizeof(float));
     if (out.fingerprint != h.params_fingerprint() &&
         h.codec() == algorithms::compress::kOuterUpdateName)
       return full_instead();
