@@ -17,7 +17,10 @@ Modes (the bench model of bench/diloco: dim 64, 2 layers, seq 64, batch 8, lr 3e
              The algorithm is not gradient averaging (each site keeps its own AdamW state), only
              the traffic and the synchronisation every step are.
   diloco     DiLoCo, H = 50 (bench/diloco), outer lr 1 / momentum 0.9 (bench/diloco/tune.sh's
-             choice at M = 4, H = 50), int8 pushes with error feedback, bf16 pulls.
+             choice at M = 4, H = 50), int8 pushes with error feedback, nvfp4 pulls: the pair
+             `make demo` uses (bench/demo_codecs: within 1% bpb of uncompressed), a compressed
+             broadcast of each outer update, so a Streaming DiLoCo sync pulls one fragment's
+             update, not θ (--codec, --pull-codec choose another pair).
   streaming  Streaming DiLoCo, the same H, codec pair and outer step, P = 2 fragments, tau
              inner steps overlapping each sync: one row per --overlap value (10 and 25 = H/P).
 A control rate 0 (unshaped veth, no delay) gives each mode the utilization this machine allows
@@ -160,7 +163,7 @@ class Run:
             self.steps = self.a.dp_steps
         else:
             streaming = self.mode == "streaming"
-            c = dict(codec="int8", pull_codec="bf16", inner=H,
+            c = dict(codec=self.a.codec, pull_codec=self.a.pull_codec, inner=H,
                      rounds=self.a.steps // H * (FRAGMENTS if streaming else 1), outer_lr=1.0,
                      outer_momentum=0.9, fragments=FRAGMENTS if streaming else 1,
                      overlap=self.overlap, warmup=20)
@@ -318,6 +321,10 @@ def main():
     ap.add_argument("--overlap", default="10,25",
                     help="tau of the streaming rows, one row per value (at most H / P = 25)")
     ap.add_argument("--sites", type=int, default=4)
+    ap.add_argument("--codec", default="int8", help="DiLoCo modes: pseudo-gradient codec (up)")
+    ap.add_argument("--pull-codec", default="nvfp4",
+                    help="DiLoCo modes: diloco.pull_codec (down); a codec spec is a compressed "
+                         "broadcast of each outer update")
     ap.add_argument("--run-timeout", type=float, default=600, help="seconds per run")
     ap.add_argument("--no-results-md", action="store_true", help="do not touch bench/RESULTS.md")
     ap.add_argument("--report", metavar="JSON",
@@ -394,6 +401,7 @@ def main():
                   "window limit of a long path is not emulated); real atoll coordinator and "
                   "node processes over mTLS; model dim 64, 2 layers, seq 64, batch 8, random "
                   "init; 1 CPU thread per node"),
+        "codec": a.codec, "pull_codec": a.pull_codec,
         "seconds": round(time.monotonic() - t0, 1),
         "rows": rows,
     }
@@ -447,11 +455,8 @@ def write_results_md(path, doc, out):
                 f"control: inner steps of tens of ms on shared cores, every round waiting for the "
                 f"slowest of {best['sites']} nodes) and {100 * (control - u):.1f} to the link.")
         verdict += (
-            " Streaming pulls with pull_codec bf16 bring the whole θ at every sync (P per outer "
-            "round), not one fragment, so streaming moves more bytes than DiLoCo here; a "
-            "fragment-sized compressed pull does not exist yet. One run per row on a loaded "
-            "machine: utilization varies by a few points from run to run (a shaped row can "
-            "exceed its control).")
+            " One run per row on a shared machine: utilization varies by a few points from run "
+            "to run (a shaped row can exceed its control).")
     lines = [
         "## WAN emulation: data-parallel, DiLoCo and Streaming DiLoCo over shaped links",
         "",
@@ -461,8 +466,9 @@ def write_results_md(path, doc, out):
         "",
         "dp = DiLoCo with H = 1, outer lr 1, momentum 0, fp32 pushes and full fp32 pulls: the "
         "bytes and the synchronisation of gradient all-reduce through a parameter server every "
-        "step (not its algorithm: each site keeps its own AdamW). diloco = H = 50, int8 pushes "
-        "with error feedback, bf16 pulls, outer lr 1 / momentum 0.9. streaming = the same with "
+        f"step (not its algorithm: each site keeps its own AdamW). diloco = H = 50, "
+        f"{doc.get('codec', 'int8')} pushes with error feedback, {doc.get('pull_codec', 'bf16')} "
+        f"pulls, outer lr 1 / momentum 0.9. streaming = the same with "
         f"P = {FRAGMENTS} fragments and tau inner steps overlapping each sync (H / P = "
         f"{H // FRAGMENTS}: the whole round). unshaped = the control: veth without tbf, no added delay "
         "(what is lost there is the machine's: 4 nodes share 2 loaded cores and every round "
