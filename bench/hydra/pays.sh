@@ -36,12 +36,14 @@ if [[ $QUICK == 1 ]]; then SEEDS=(1 2 3); OUT=${OUT:-bench/results/hydra-pays-qu
 else SEEDS=(1 2 3 4 5); OUT=${OUT:-bench/results/hydra-pays.json}; fi
 MODEL=(--dim 64 --layers 4 --heads 4 --ffn 192 --ffn-blocks 4 --seq 64 --batch 8)
 # Small data: two training documents (about 20 KB of text) and one validation document per site;
-# 16 rounds of 20 steps of 8 x 64 tokens see each training byte about 7 times (a site alone
+# 32 rounds of 20 steps of 8 x 64 tokens see each training byte about 14 times (a site alone
 # overfits; each site keeps its best θ on its own split).
-ARGS=(--base-steps 800 --rounds 16 --inner 20 --lr 3e-3 --eval-tokens 16384 --train-docs 2
+ARGS=(--base-steps 800 --rounds 32 --inner 20 --lr 3e-3 --eval-tokens 16384 --train-docs 2
       --site-val-docs 1 --removal-penalty 10 --methods base,local,local_full,full,hydra)
-# The settings under test (defaults of this benchmark).
-TESTED=(--site-keeps best-personal --outer-lr 1.5 --outer-momentum 0)
+# The settings under test (defaults of this benchmark): each site keeps its best θ, FedAvg at
+# outer lr 1.5, and Hydra weighs each site's update by tokens x (its forward share)^2
+# (docs/hydra.md, "Verdict").
+TESTED=(--site-keeps best-personal --outer-lr 1.5 --outer-momentum 0 --forward-share-power 2)
 # A flag named in EXTRA replaces the same flag of MODEL, ARGS and TESTED (each of those takes a
 # value), so EXTRA may change any setting (e.g. --rounds) and keeps the others; atoll refuses a
 # flag given twice.
