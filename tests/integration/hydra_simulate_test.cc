@@ -71,20 +71,20 @@ TEST(HydraSimulate, CommitsTheSameThetaAsNodeProcesses) {
   EXPECT_EQ(demo_kept, sim_kept);
 }
 
-// hydra.forward_share_power = 2 (each site's update weighs tokens × φ², φ its share of the
-// model's forward FLOPs): node processes over mTLS and virtual sites still commit the same θ in
-// every round, and it is not the θ of the default weighting (p = 0), so p reached the
-// coordinator's aggregation.
+// hydra.forward_share_power = 0 (each site's update weighs its tokens alone; the demos' default
+// is 2, tokens × φ², φ its share of the model's forward FLOPs): node processes over mTLS and
+// virtual sites still commit the same θ in every round, and it is not the θ of the default
+// weighting, so p reached the coordinator's aggregation.
 TEST(HydraSimulate, ForwardSharePowerCommitsTheSameThetaAsNodeProcesses) {
   TempDir dir;
-  const std::vector<std::string> p2 = {"--forward-share-power=2"};
+  const std::vector<std::string> p0 = {"--forward-share-power=0"};
   auto demo =
-      run_atoll(small_hydra("demo", dir / "demo", p2), dir / "demo.log", std::chrono::seconds(240));
+      run_atoll(small_hydra("demo", dir / "demo", p0), dir / "demo.log", std::chrono::seconds(240));
   ASSERT_EQ(demo.exit_code, 0) << demo.output;
-  auto sim = run_atoll(small_hydra("simulate", dir / "sim", p2), dir / "sim.log",
+  auto sim = run_atoll(small_hydra("simulate", dir / "sim", p0), dir / "sim.log",
                        std::chrono::seconds(240));
   ASSERT_EQ(sim.exit_code, 0) << sim.output;
-  const auto p2_rounds = expect_same_committed_theta(
+  const auto p0_rounds = expect_same_committed_theta(
       dir / "demo/store", dir / "sim/store", "hydra-demo", kRounds, demo.output, sim.output);
   EXPECT_EQ(kept_lines(dir / "demo"), kept_lines(dir / "sim"));
 
@@ -93,9 +93,10 @@ TEST(HydraSimulate, ForwardSharePowerCommitsTheSameThetaAsNodeProcesses) {
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   const auto plain_rounds = committed_fingerprints(dir / "plain/store", "hydra-demo", kRounds);
   ASSERT_EQ(plain_rounds.size(), kRounds);
-  ASSERT_EQ(p2_rounds.size(), kRounds);
-  EXPECT_NE(plain_rounds.front(), p2_rounds.front())
-      << "p = 2 and p = 0 committed the same θ in round 0: every site's forward share was 1?";
+  ASSERT_EQ(p0_rounds.size(), kRounds);
+  EXPECT_NE(plain_rounds.front(), p0_rounds.front())
+      << "p = 0 and the default p = 2 committed the same θ in round 0: every site's forward "
+         "share was 1?";
 
   auto bad = run_atoll(small_hydra("simulate", dir / "bad", {"--forward-share-power=9"}),
                        dir / "bad.log", std::chrono::seconds(30));
