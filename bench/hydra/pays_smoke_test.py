@@ -113,6 +113,12 @@ class LoraRows(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.rows = rows("--seed", "3", methods=LORA_METHODS)
+        cls.again = rows("--seed", "3", methods=LORA_METHODS)
+
+    def test_same_seed_same_lora_rows(self):
+        strip = lambda rs: [{k: v for k, v in r.items() if k not in ("seconds", "site_step_ms")}
+                            for r in rs]
+        self.assertEqual(strip(self.again), strip(self.rows))
 
     def test_lora_trains_the_adapters_and_sends_only_them(self):
         by = {r["method"]: r for r in self.rows}
