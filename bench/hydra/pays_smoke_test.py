@@ -37,6 +37,20 @@ def rows(*extra, methods=METHODS):
     return [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
 
 
+def tabulate(tmp, seeded_rows):
+    """pays.sh --from over `seeded_rows` ((seed, rows) pairs): its run and the JSON it wrote."""
+    log = os.path.join(tmp, "rows.log")
+    with open(log, "w") as f:
+        for seed, rs in seeded_rows:
+            for r in rs:
+                f.write(json.dumps({"seed": seed, **r}) + "\n")
+    out_json = os.path.join(tmp, "pays.json")
+    run = subprocess.run([os.path.join(ROOT, "bench", "hydra", "pays.sh"), "--from", log,
+                          "--out", out_json, "--no-results-md"], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "ATOLL": ATOLL})
+    return run, out_json
+
+
 class SiteOwnerRows(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -84,15 +98,7 @@ class SiteOwnerRows(unittest.TestCase):
 
     def test_pays_tabulates_paired_seeds(self):
         with tempfile.TemporaryDirectory() as tmp:
-            log = os.path.join(tmp, "rows.log")
-            with open(log, "w") as f:
-                for seed, rs in ((3, self.rows), (5, self.other)):
-                    for r in rs:
-                        f.write(json.dumps({"seed": seed, **r}) + "\n")
-            out_json = os.path.join(tmp, "pays.json")
-            run = subprocess.run([os.path.join(ROOT, "bench", "hydra", "pays.sh"), "--from", log,
-                                  "--out", out_json, "--no-results-md"], capture_output=True,
-                                 text=True, timeout=60, env={**os.environ, "ATOLL": ATOLL})
+            run, out_json = tabulate(tmp, ((3, self.rows), (5, self.other)))
             self.assertEqual(run.returncode, 0, run.stderr)
             summary = json.load(open(out_json))["summary"]
             self.assertEqual(set(summary), {"local", "local_full", "full", "hydra"})
@@ -150,16 +156,8 @@ class LoraRows(unittest.TestCase):
 
     def test_pays_names_the_lora_rows_and_compares_lora_with_full(self):
         with tempfile.TemporaryDirectory() as tmp:
-            log = os.path.join(tmp, "rows.log")
             other = rows("--seed", "5", methods=LORA_METHODS)
-            with open(log, "w") as f:
-                for seed, rs in ((3, self.rows), (5, other)):
-                    for r in rs:
-                        f.write(json.dumps({"seed": seed, **r}) + "\n")
-            out_json = os.path.join(tmp, "pays.json")
-            run = subprocess.run([os.path.join(ROOT, "bench", "hydra", "pays.sh"), "--from", log,
-                                  "--out", out_json, "--no-results-md"], capture_output=True,
-                                 text=True, timeout=60, env={**os.environ, "ATOLL": ATOLL})
+            run, out_json = tabulate(tmp, ((3, self.rows), (5, other)))
             self.assertEqual(run.returncode, 0, run.stderr)
             self.assertIn("| federated LoRA r=8 |", run.stdout)
             self.assertIn("| each site alone (LoRA r=8) |", run.stdout)
