@@ -53,6 +53,7 @@ void print_usage(FILE* out) {
 
 int main(int argc, char** argv) {
   using namespace atl::cli;
+  atl::kernels::cpu::use_feature_blas_kernels(argv);  // may restart the process (backend_info.h)
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     print_usage(argc < 2 ? stderr : stdout);

@@ -11,4 +11,20 @@ namespace atl::kernels::cpu {
 // Xeon(R) Processor; OpenBLAS kernels SkylakeX; compiled for AVX-512".
 std::string backend_description();
 
+// OpenBLAS 0.3.21 (Debian 12's) falls back to its generic `Prescott` kernels on an x86-64 CPU
+// newer than it knows (e.g. Intel family 6, model 207), which makes a training step 2.7x slower
+// (bench/RESULTS.md, "OpenBLAS kernels on a CPU it does not know"). Later OpenBLAS releases
+// pick by the CPU's features instead; this does the same. OpenBLAS reads OPENBLAS_CORETYPE once,
+// when the library loads, so when it fell back and the variable is unset, this sets it to the
+// kernels the features allow (Cooperlake with AVX-512 BF16, SkylakeX with AVX-512, Haswell with
+// AVX2 and FMA, SandyBridge with AVX) and re-executes the process (/proc/self/exe, same argv
+// and pid); it returns only when nothing is to change or the exec failed (then with one line on
+// stderr, and the process goes on with the generic kernels). Call it first in main(), before
+// any thread is started. A user's own OPENBLAS_CORETYPE is always kept.
+void use_feature_blas_kernels(char** argv);
+
+// The kernel set use_feature_blas_kernels would ask OpenBLAS for on a CPU whose /proc/cpuinfo
+// "flags" line is `flags` (space-separated), or "" when it has none of them (no AVX).
+std::string feature_blas_kernels(const std::string& flags);
+
 }  // namespace atl::kernels::cpu

@@ -1,9 +1,18 @@
 // Thread control for the CPU backend: OpenMP (non-GEMM ops) and OpenBLAS (GEMMs).
 #include <cblas.h>
 #include <omp.h>
+#include <strings.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <initializer_list>
+#include <sstream>
 #include <string>
+#include <unordered_set>
 
 #include "kernels/cpu/backend_info.h"
 #include "kernels/cpu/ops.h"
@@ -43,6 +52,47 @@ std::string backend_description() {
       "SSE2";
 #endif
   return "cpu " + cpu + "; OpenBLAS kernels " + openblas_get_corename() + "; compiled for " + isa;
+}
+
+std::string feature_blas_kernels(const std::string& flags) {
+  std::unordered_set<std::string> has;
+  std::istringstream words(flags);
+  for (std::string w; words >> w;) has.insert(w);
+  const auto all = [&has](std::initializer_list<const char*> names) {
+    for (const char* n : names)
+      if (!has.count(n)) return false;
+    return true;
+  };
+  // The kernels' own requirements: SkylakeX's use AVX-512 F/CD/BW/DQ/VL, Cooperlake's add BF16.
+  const bool avx512 = all({"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"});
+  if (avx512 && has.count("avx512_bf16")) return "Cooperlake";
+  if (avx512) return "SkylakeX";
+  if (all({"avx2", "fma"})) return "Haswell";
+  if (has.count("avx")) return "SandyBridge";
+  return "";
+}
+
+void use_feature_blas_kernels(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;  // the user's choice (or ours, after
+                                                            // the exec below)
+  if (strcasecmp(openblas_get_corename(), "prescott") != 0) return;  // OpenBLAS knows the CPU
+  std::string flags;
+  std::ifstream info("/proc/cpuinfo");
+  for (std::string line; std::getline(info, line);) {
+    if (line.rfind("flags", 0) != 0) continue;
+    if (const size_t colon = line.find(':'); colon != std::string::npos) flags = line.substr(colon + 1);
+    break;
+  }
+  const std::string kernels = feature_blas_kernels(flags);
+  if (kernels.empty()) return;  // a CPU for which Prescott is right
+  ::setenv("OPENBLAS_CORETYPE", kernels.c_str(), 1);
+  ::execv("/proc/self/exe", argv);
+  std::fprintf(stderr,
+               "atoll: OpenBLAS chose its generic kernels for this CPU and restarting with "
+               "OPENBLAS_CORETYPE=%s failed (%s); going on with the generic ones (set "
+               "OPENBLAS_CORETYPE=%s yourself to train faster)\n",
+               kernels.c_str(), std::strerror(errno), kernels.c_str());
+  ::unsetenv("OPENBLAS_CORETYPE");
 }
 
 namespace detail {
