@@ -40,6 +40,15 @@ if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
   exit 1
 fi
 
+# PyTorch's BLAS is OpenBLAS too: give it the kernels atoll runs with (atoll picks them by CPU
+# features where OpenBLAS does not know the CPU, kernels/cpu/backend_info.h), so that neither
+# side is measured on OpenBLAS's generic fallback kernels.
+if [[ -z ${OPENBLAS_CORETYPE:-} ]]; then
+  export OPENBLAS_CORETYPE
+  OPENBLAS_CORETYPE=$("$ATOLL" --version | sed -n 's/.*OpenBLAS kernels \([A-Za-z0-9]*\);.*/\1/p')
+fi
+echo "bench: OpenBLAS kernels $OPENBLAS_CORETYPE for both sides"
+
 CONFIG=(--layers 4 --dim 256 --heads 4 --ffn 768 --seq 256 --batch 8 --vocab 256 --threads "$THREADS")
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "bench: load average $LOAD_BEFORE, $(nproc) cores, OMP_WAIT_POLICY=$OMP_WAIT_POLICY"

@@ -309,7 +309,7 @@ int cmd_coordinator(const Args& args) {
   auto handle = [&](const coordinator::Event& e) {
     double bpb = -1;
     if (evaluator && e.kind == coordinator::Event::Kind::kRoundCommitted && e.record) {
-      auto v = evaluator->evaluate_and_publish(rc, e.round + 1);
+      auto v = evaluator->evaluate_and_publish(rc, e.round + 1, e.params.get());
       if (v.ok()) {
         bpb = *v;
       } else {

@@ -238,7 +238,8 @@ void tally_screening(const coordinator::RoundRecord& rec, RunTotals& t) {
 }
 
 // One progress line per outer round (Streaming: after every fragment synced once).
-void on_round_committed(DemoRun& run, const coordinator::RoundRecord& rec, RunTotals& t,
+void on_round_committed(DemoRun& run, const coordinator::RoundRecord& rec,
+                        const std::vector<float>* committed_params, RunTotals& t,
                         Clock::time_point t0, uint64_t start_round, uint64_t& outer_up,
                         uint64_t& outer_down, double& outer_s) {
   const uint32_t P = run.fragments();
@@ -257,7 +258,8 @@ void on_round_committed(DemoRun& run, const coordinator::RoundRecord& rec, RunTo
   outer_down += rec.bytes_down;
   outer_s += rec.duration_s;
   if ((rec.round + 1) % P != 0 && rec.round + 1 < total_syncs) return;
-  if (auto v = run.evaluator->evaluate_and_publish(*run.rc, rec.round + 1, (rec.round + 1) / P);
+  if (auto v = run.evaluator->evaluate_and_publish(*run.rc, rec.round + 1, committed_params,
+                                                   (rec.round + 1) / P);
       v.ok())
     t.final_bpb = *v;
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -287,7 +289,8 @@ std::optional<int> watch_rounds(const std::string& cmd, DemoRun& run, RunTotals&
   double outer_s = 0;
   DemoEventHandlers handlers;
   handlers.on_round_committed = [&](const coordinator::Event& e) {
-    on_round_committed(run, *e.record, t, t0, start_round, outer_up, outer_down, outer_s);
+    on_round_committed(run, *e.record, e.params.get(), t, t0, start_round, outer_up, outer_down,
+                       outer_s);
   };
   if (auto code = follow_demo_events(cmd, run.events, *run.sites, run.store_dir, handlers))
     return code;

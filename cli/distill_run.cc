@@ -292,7 +292,7 @@ Status watch_students(const DistillRun& run, RunningCoordinator& rc, EventQueue&
       res.bytes_up += rec.bytes_up;
       res.bytes_down += rec.bytes_down;
       ++res.rounds;
-      if (auto v = run.evaluator->evaluate_and_publish(rc, rec.round + 1); v.ok())
+      if (auto v = run.evaluator->evaluate_and_publish(rc, rec.round + 1, e->params.get()); v.ok())
         res.final_bpb = *v;
       const std::string losses = format_participant_losses(rec);
       std::printf("[%s] round %3" PRIu64 "/%" PRIu64

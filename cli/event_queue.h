@@ -12,12 +12,24 @@
 
 namespace atl::cli {
 
+// A round-commit event carries its θ (Event::params) so that the main thread evaluates the
+// round it is told about even after the store pruned that version. The queue holds those
+// snapshots for its newest kHeldSnapshots commit events only: a main thread that falls further
+// behind gets older events without θ (and evaluates from the store, or reports the round not
+// evaluated) instead of holding every θ of the backlog in memory.
 class EventQueue {
  public:
+  static constexpr int kHeldSnapshots = 4;
+
   void push(const coordinator::Event& e) {
     {
       std::lock_guard<std::mutex> l(mu_);
       q_.push_back(e);
+      if (e.params) {
+        int held = 0;
+        for (auto it = q_.rbegin(); it != q_.rend(); ++it)
+          if (it->params && ++held > kHeldSnapshots) it->params.reset();
+      }
     }
     cv_.notify_one();
   }

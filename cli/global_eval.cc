@@ -46,14 +46,19 @@ double GlobalEvaluator::bpb(const algorithms::ParamSet& params) {
 
 StatusOr<double> GlobalEvaluator::evaluate_and_publish(RunningCoordinator& rc,
                                                        uint64_t rounds_done,
+                                                       const std::vector<float>* committed,
                                                        std::optional<uint64_t> publish_x) {
   const std::string& id = rc.service->experiment_id();
-  ATOLL_ASSIGN_OR_RETURN(std::vector<float> p, rc.store->load_params(id, rounds_done));
-  if (p.size() != theta_.numel())
-    return FailedPrecondition("the store holds " + std::to_string(p.size()) +
-                              " parameters for round " + std::to_string(rounds_done) +
-                              ", the model has " + std::to_string(theta_.numel()));
-  std::copy(p.begin(), p.end(), theta_.data());
+  std::vector<float> stored;
+  if (committed == nullptr) {
+    ATOLL_ASSIGN_OR_RETURN(stored, rc.store->load_params(id, rounds_done));
+    committed = &stored;
+  }
+  if (committed->size() != theta_.numel())
+    return FailedPrecondition("θ after round " + std::to_string(rounds_done) + " has " +
+                              std::to_string(committed->size()) + " parameters, the model " +
+                              std::to_string(theta_.numel()));
+  std::copy(committed->begin(), committed->end(), theta_.data());
   const double v = bpb(theta_);
   ATOLL_RETURN_IF_ERROR(
       rc.manager->publish_metric(id, publish_x.value_or(rounds_done), "val_bpb", v));

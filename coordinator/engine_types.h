@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -54,6 +55,10 @@ struct Event {
   std::string message;
   std::vector<std::string> participants;
   std::optional<RoundRecord> record;
+  // kRoundCommitted: θ after the round (θ_{round+1}) as committed, the engine's immutable
+  // snapshot (shared, not copied). A listener that falls behind still has the θ of every round
+  // it is told about, after the store has pruned it (keep_params newest versions are kept).
+  std::shared_ptr<const std::vector<float>> params;
   std::vector<std::pair<std::string, double>> metrics;
   // kUpdateRejected: why, as one of update_rejection_reasons() (a metrics label).
   std::string reason;

@@ -721,6 +721,7 @@ void RoundEngine::publish_commit_locked(Commit& c, const Status& outer, const St
   Event e{Event::Kind::kRoundCommitted};
   e.round = r;
   e.record = c.record;
+  e.params = theta_;
   emit(std::move(e));
   if (experiment_.state == ExperimentState::kFinished) {
     audit("state", "finished");

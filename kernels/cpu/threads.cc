@@ -73,8 +73,8 @@ std::string feature_blas_kernels(const std::string& flags) {
 }
 
 void use_feature_blas_kernels(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;  // the user's choice (or ours, after
-                                                            // the exec below)
+  // The user's choice (or ours, after the exec below); set but empty counts as unset.
+  if (const char* set = std::getenv("OPENBLAS_CORETYPE"); set != nullptr && *set != '\0') return;
   if (strcasecmp(openblas_get_corename(), "prescott") != 0) return;  // OpenBLAS knows the CPU
   std::string flags;
   std::ifstream info("/proc/cpuinfo");

@@ -4,6 +4,7 @@
 
 #include <future>
 
+#include "algorithms/diloco/outer.h"
 #include "service_harness.h"
 #include "transport/channel.h"
 #include "transport/tensor_stream.h"
@@ -82,6 +83,14 @@ RunResult run_three_nodes(const std::string& dir, const std::string& name, uint3
   if (!commits.empty()) {
     EXPECT_EQ(commits[0].record->participants.size(), 3u);
     EXPECT_DOUBLE_EQ(commits[0].record->participants[2].loss, testing::fake_loss(2, 0));
+  }
+  // Each commit event carries the θ it committed (a listener evaluates it without the store).
+  for (const auto& e : commits) {
+    EXPECT_TRUE(e.params != nullptr) << "round " << e.round;
+    if (e.params) {
+      EXPECT_EQ(algorithms::params_fingerprint(*e.params), e.record->params_fingerprint)
+          << "round " << e.round;
+    }
   }
   EXPECT_EQ(log.of(Event::Kind::kFinished).size(), 1u);
   auto metrics = c->store->list_metrics(name);
