@@ -107,8 +107,9 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = torch_llama.loss_fn(torch_llama.forward(p, cfg, inputs), targets)
-        loss.backward()
+        logits, router_loss = torch_llama.forward(p, cfg, inputs)  # router_loss: 0 when dense
+        loss = torch_llama.loss_fn(logits, targets)
+        (loss + router_loss).backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         return loss.item()
