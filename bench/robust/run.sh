@@ -57,6 +57,12 @@ KEEP_DIR=${ROBUST_KEEP_DIR:-}
 if [[ -z $OUT ]]; then
   if [[ $QUICK == 1 ]]; then OUT=bench/results/robust-quick.json; else OUT=bench/results/robust.json; fi
 fi
+# The committed rows' θ come from OpenBLAS's Haswell kernels (bench/robust/README.md, the
+# extension's precondition): pinned here so that a rerun reproduces them on any CPU with AVX2
+# and FMA, whatever kernels atoll would pick there. OPENBLAS_CORETYPE set by the caller wins.
+if [[ -z ${OPENBLAS_CORETYPE:-} ]] && grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+  export OPENBLAS_CORETYPE=Haswell
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # The host's CPU, OpenBLAS kernels and the build's vector instructions go into every row: the
