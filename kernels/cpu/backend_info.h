@@ -11,6 +11,10 @@ namespace atl::kernels::cpu {
 // Xeon(R) Processor; OpenBLAS kernels SkylakeX; compiled for AVX-512".
 std::string backend_description();
 
+// The value of the first /proc/cpuinfo line whose name starts with `key` ("model name",
+// "flags"), without the leading blanks; "" when there is none (or no /proc).
+std::string cpuinfo_field(const std::string& key);
+
 // OpenBLAS 0.3.21 (Debian 12's) falls back to its generic `Prescott` kernels on an x86-64 CPU
 // newer than it knows (e.g. Intel family 6, model 207), which makes a training step 2.7x slower
 // (bench/RESULTS.md, "OpenBLAS kernels on a CPU it does not know"). Later OpenBLAS releases

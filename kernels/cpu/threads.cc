@@ -32,15 +32,21 @@ int num_threads() {
   return omp_get_max_threads();
 }
 
-std::string backend_description() {
-  std::string cpu = "unknown";
+std::string cpuinfo_field(const std::string& key) {
   std::ifstream info("/proc/cpuinfo");
   for (std::string line; std::getline(info, line);) {
-    if (line.rfind("model name", 0) != 0) continue;
-    if (const size_t colon = line.find(':'); colon != std::string::npos)
-      cpu = line.substr(line.find_first_not_of(' ', colon + 1));
-    break;
+    if (line.rfind(key, 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) return "";
+    const size_t start = line.find_first_not_of(' ', colon + 1);
+    return start == std::string::npos ? "" : line.substr(start);
   }
+  return "";
+}
+
+std::string backend_description() {
+  std::string cpu = cpuinfo_field("model name");
+  if (cpu.empty()) cpu = "unknown";
   const char* isa =
 #if defined(__AVX512F__)
       "AVX-512";
@@ -76,14 +82,7 @@ void use_feature_blas_kernels(char** argv) {
   // The user's choice (or ours, after the exec below); set but empty counts as unset.
   if (const char* set = std::getenv("OPENBLAS_CORETYPE"); set != nullptr && *set != '\0') return;
   if (strcasecmp(openblas_get_corename(), "prescott") != 0) return;  // OpenBLAS knows the CPU
-  std::string flags;
-  std::ifstream info("/proc/cpuinfo");
-  for (std::string line; std::getline(info, line);) {
-    if (line.rfind("flags", 0) != 0) continue;
-    if (const size_t colon = line.find(':'); colon != std::string::npos) flags = line.substr(colon + 1);
-    break;
-  }
-  const std::string kernels = feature_blas_kernels(flags);
+  const std::string kernels = feature_blas_kernels(cpuinfo_field("flags"));
   if (kernels.empty()) return;  // a CPU for which Prescott is right
   ::setenv("OPENBLAS_CORETYPE", kernels.c_str(), 1);
   ::execv("/proc/self/exe", argv);

@@ -2,7 +2,6 @@
 // binary, started with and without the user's own OPENBLAS_CORETYPE.
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <string>
 
 #include "integration/cli_test_util.h"
@@ -45,15 +44,8 @@ std::string kernels_line(const testing::TempDir& dir, const std::vector<std::str
   return out.substr(at + 17, out.find(';', at) - at - 17);
 }
 
-std::string cpu_flags() {
-  std::ifstream info("/proc/cpuinfo");
-  for (std::string line; std::getline(info, line);)
-    if (line.rfind("flags", 0) == 0) return line.substr(line.find(':') + 1);
-  return "";
-}
-
 TEST(BlasKernels, AtollNeverRunsTheGenericKernelsOnACpuWithAvx) {
-  if (feature_blas_kernels(cpu_flags()).empty()) GTEST_SKIP() << "this CPU has no AVX";
+  if (feature_blas_kernels(kernels::cpu::cpuinfo_field("flags")).empty()) GTEST_SKIP() << "this CPU has no AVX";
   testing::TempDir dir;
   const std::string chosen = kernels_line(dir, {"-u", "OPENBLAS_CORETYPE"});
   EXPECT_NE(chosen, "");
