@@ -77,11 +77,14 @@ std::string transfer_line(const TransferTotals& t) {
   return line;
 }
 
-// Loss and tokens summed over inner steps, timed from t0.
+// Loss and tokens summed over inner steps, timed from t0; earlier_s: the seconds of steps tallied
+// before t0 (a Streaming DiLoCo round's steps that overlapped the previous sync).
 struct Tally {
   Clock::time_point t0;
   double loss_sum = 0;
   uint64_t tokens = 0;
+  double earlier_s = 0;
+  double seconds() const { return earlier_s + seconds_since(t0); }
 };
 
 enum class Next { kTrain, kAgain, kStop };  // what the loop does with a polled task
@@ -114,7 +117,7 @@ class SiteWorker {
   void save_to_disk(const RoundSnapshot& snapshot);
   StatusOr<uint32_t> train_steps(uint64_t round, uint64_t first_step, uint32_t from, uint32_t to,
                                  Tally& tally);
-  StatusOr<Flow> sync_round(const Task& cur, const EncodedUpdate& update, Clock::time_point t0,
+  StatusOr<Flow> sync_round(const Task& cur, const EncodedUpdate& update,
                             StatusOr<uint64_t>& sent);
   Status take_next_task(const Task& cur, StatusOr<Task>& task,
                         std::optional<StatusOr<PulledParams>>& pulled, uint32_t overlapped,
@@ -158,6 +161,7 @@ class SiteWorker {
   uint32_t pre_steps_ = 0;
   double pre_loss_ = 0;
   uint64_t pre_tokens_ = 0;
+  double pre_seconds_ = 0;  // their wall seconds
   // Inner steps trained by this process and their wall seconds (train_steps), for the line at
   // the end of the run: compute utilization = seconds ÷ the run's wall time (bench/wan).
   uint64_t steps_trained_ = 0;
@@ -422,6 +426,11 @@ Status SiteWorker::run() {
     finish_kept();
   if (const TransferTotals t = link_.transfer_totals(); t.pull_seconds > 0 || t.push_seconds > 0)
     log(transfer_line(t));
+  heart_->flush();  // the last rounds' metrics reach the coordinator before the node leaves
+  if (const uint64_t dropped = heart_->dropped_reports(); dropped > 0)
+    log(std::to_string(dropped) + " rounds' metrics were not reported: the coordinator was out "
+        "of reach while more than " + std::to_string(Heartbeater::kMaxQueuedReports) +
+        " waited");
   (void)link_.leave(stopping() ? "stop requested" : "experiment finished");
   return Status::Ok();
 }
@@ -558,18 +567,19 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
       pre_steps_ = 0;
       pre_loss_ = 0;
       pre_tokens_ = 0;
+      pre_seconds_ = 0;
     }
   }
   const std::optional<double> site_val_bpb = validation_bpb(theta_->params());
   if (site_val_bpb && keep_ != KeepBest::kOff)
     offer_kept({KeptSource::Kind::kGlobal, round}, *site_val_bpb, theta_->params());
   ATOLL_RETURN_IF_ERROR(sync_->plan(cur));
-  Tally tally{Clock::now(), pre_loss_, pre_tokens_};
+  Tally tally{Clock::now(), pre_loss_, pre_tokens_, pre_seconds_};
   const uint32_t H = cur.inner_steps();
   ATOLL_ASSIGN_OR_RETURN(const uint32_t done_steps,
                          train_steps(round, cur.global_step(), std::min(pre_steps_, H), H, tally));
   if (stopping()) return Flow::kStop;
-  const double secs = seconds_since(tally.t0);
+  const double secs = tally.seconds();
   const double mean_loss = tally.loss_sum / std::max<uint32_t>(done_steps, 1);
   if (!std::isfinite(mean_loss))
     return Internal("inner training diverged in round " + std::to_string(round) +
@@ -585,7 +595,7 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
   update.header.base_fingerprint = theta_->fingerprint();
   update.header.layout_fingerprint = layout_fingerprint_;
   StatusOr<uint64_t> sent = uint64_t{0};
-  ATOLL_ASSIGN_OR_RETURN(const Flow flow, sync_round(cur, update, tally.t0, sent));
+  ATOLL_ASSIGN_OR_RETURN(const Flow flow, sync_round(cur, update, sent));
   if (flow == Flow::kStop) return Flow::kStop;
   if (!sent.ok()) {
     log("update for round " + std::to_string(round) + " refused: " + sent.status().message());
@@ -634,6 +644,7 @@ StatusOr<bool> SiteWorker::start_from_snapshot(const Task& cur) {
   pre_steps_ = trained;
   pre_loss_ = overlap.loss_sum;
   pre_tokens_ = overlap.tokens;
+  pre_seconds_ = overlap.seconds();
   return true;
 }
 
@@ -727,7 +738,7 @@ StatusOr<uint32_t> SiteWorker::train_steps(uint64_t round, uint64_t first_step, 
     tally.loss_sum += st.loss;
     tally.tokens += static_cast<uint64_t>(st.tokens);
     if (opt_.metrics) opt_.metrics->inner_step(round, st.loss, static_cast<uint64_t>(st.tokens));
-    const double secs = seconds_since(tally.t0);
+    const double secs = tally.seconds();
     heart_->progress(round, k + 1, st.loss, secs > 0 ? tally.tokens / secs : 0);
   }
   ATOLL_RETURN_IF_ERROR(inner_->end(*local_));
@@ -741,7 +752,7 @@ StatusOr<uint32_t> SiteWorker::train_steps(uint64_t round, uint64_t first_step, 
 // The exchange of `update`, overlapped (Streaming DiLoCo) with the first τ inner steps of the
 // next round, if there is one: deterministic, since the merge always happens after exactly these.
 StatusOr<Flow> SiteWorker::sync_round(const Task& cur, const EncodedUpdate& update,
-                                      Clock::time_point t0, StatusOr<uint64_t>& sent) {
+                                      StatusOr<uint64_t>& sent) {
   const uint64_t round = cur.round();
   const uint32_t H = cur.inner_steps();
   const uint64_t next_step = (round + 1) * uint64_t{H};
@@ -767,21 +778,25 @@ StatusOr<Flow> SiteWorker::sync_round(const Task& cur, const EncodedUpdate& upda
     }
   }
   auto exchange = sync_->exchange(link_, update, *theta_, round, opt_.stop);
-  Tally next{t0};  // the next round's steps; heartbeat tokens/s over this round's time
-  const auto t_overlap = Clock::now();
+  Tally next{Clock::now()};  // the next round's first steps
   ATOLL_ASSIGN_OR_RETURN(const uint32_t overlapped,
                          train_steps(round + 1, next_step, 0, overlap, next));
-  const double overlap_s = seconds_since(t_overlap);
+  next.earlier_s = next.seconds();  // the overlapped steps' seconds, without the wait below
+  next.t0 = Clock::now();
+  const double overlap_s = next.earlier_s;
+  const auto t_wait = Clock::now();
   ExchangeResult x = exchange.get();
+  const double wait_s = seconds_since(t_wait);
   if (site_.streaming() && stopping()) return Flow::kStop;
   sent = std::move(x.sent);
   if (sent.ok() && x.next_task)
     ATOLL_RETURN_IF_ERROR(take_next_task(cur, *x.next_task, x.pulled, overlapped, next));
   if (overlapped > 0 && sent.ok()) {
-    char line[160];
+    char line[200];
     std::snprintf(line, sizeof(line),
-                  "round %" PRIu64 ": %u inner steps overlapped the sync (%.2f s)", round,
-                  overlapped, overlap_s);
+                  "round %" PRIu64 ": %u inner steps overlapped the sync (%.2f s), then %.3f s "
+                  "waiting for it",
+                  round, overlapped, overlap_s, wait_s);
     log(line);
   }
   return Flow::kContinue;
@@ -826,6 +841,7 @@ Status SiteWorker::take_next_task(const Task& cur, StatusOr<Task>& task,
     pre_steps_ = overlapped;
     pre_loss_ = overlap.loss_sum;
     pre_tokens_ = overlap.tokens;
+    pre_seconds_ = overlap.earlier_s;
   } else if (ok) {
     log("round " + std::to_string(task->round()) + " does not follow round " +
         std::to_string(round) + ": starting it afresh");
@@ -857,7 +873,8 @@ void SiteWorker::report_round(const Task& cur, uint32_t steps, double mean_loss,
     opt_.metrics->transfer_seconds(t.pull_seconds, t.push_seconds);
     opt_.metrics->round_done(secs, site_val_bpb);
   }
-  (void)link_.report_metrics(cur.round(), cur.global_step() + cur.inner_steps(), metrics);
+  // Sent from the heartbeat thread: a round trip per round would stall training on a slow link.
+  heart_->report(cur.round(), cur.global_step() + cur.inner_steps(), std::move(metrics));
 }
 
 }  // namespace

@@ -102,41 +102,17 @@ StatusOr<std::string> encode_update_payload(const pb::TensorHeader& header,
 
 ByzantineCalls::ByzantineCalls(std::unique_ptr<node::CoordinatorCalls> inner, Attack attack,
                                uint64_t seed)
-    : inner_(std::move(inner)), attack_(attack), seed_(seed) {}
-
-Status ByzantineCalls::join(const pb::JoinRequest& req, pb::JoinResponse* resp) {
-  return inner_->join(req, resp);
-}
-Status ByzantineCalls::heartbeat(const pb::HeartbeatRequest& req, pb::HeartbeatResponse* resp) {
-  return inner_->heartbeat(req, resp);
-}
-Status ByzantineCalls::next_task(const pb::NextTaskRequest& req, pb::Task* task) {
-  return inner_->next_task(req, task);
-}
-Status ByzantineCalls::pull_params(const pb::PullParamsRequest& req, pb::TensorHeader* header,
-                                   std::string* payload) {
-  return inner_->pull_params(req, header, payload);
-}
-Status ByzantineCalls::report_metrics(const pb::MetricsReport& req, pb::MetricsAck* ack) {
-  return inner_->report_metrics(req, ack);
-}
-Status ByzantineCalls::leave(const pb::LeaveRequest& req, pb::LeaveResponse* resp) {
-  return inner_->leave(req, resp);
-}
-Status ByzantineCalls::report_importance(const pb::ImportanceReport& req,
-                                         pb::ImportanceAck* resp) {
-  return inner_->report_importance(req, resp);
-}
+    : ForwardingCalls(std::move(inner)), attack_(attack), seed_(seed) {}
 
 Status ByzantineCalls::push_tokens_claim(const pb::TensorHeader& header,
                                          std::string_view payload,
                                          pb::PushUpdateResponse* resp) {
   pb::TensorHeader inflated = header;
   inflated.set_tokens(kInflatedTokenClaim);
-  Status st = inner_->push_update(inflated, payload, resp);
+  Status st = inner().push_update(inflated, payload, resp);
   if (st.ok() && resp->accepted()) return st;  // the claim went through: nothing to retry
   *resp = pb::PushUpdateResponse{};
-  return inner_->push_update(header, payload, resp);
+  return inner().push_update(header, payload, resp);
 }
 
 Status ByzantineCalls::push_replay(const pb::TensorHeader& header, std::string_view payload,
@@ -147,7 +123,7 @@ Status ByzantineCalls::push_replay(const pb::TensorHeader& header, std::string_v
     replayed_codec_ = header.codec();
     has_replayed_ = true;
   }
-  return inner_->push_update(header, replayed_payload_, resp);
+  return inner().push_update(header, replayed_payload_, resp);
 }
 
 Status ByzantineCalls::push_update(const pb::TensorHeader& header, std::string_view payload,
@@ -171,7 +147,7 @@ Status ByzantineCalls::push_update(const pb::TensorHeader& header, std::string_v
   if (!bytes.ok())
     return Internal("Byzantine site: cannot encode the attacked update: " +
                     bytes.status().message());
-  return inner_->push_update(header, *bytes, resp);
+  return inner().push_update(header, *bytes, resp);
 }
 
 }  // namespace atl::simulate

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "kernels/core/status.h"
-#include "node/coordinator_calls.h"
+#include "node/forwarding_calls.h"
 
 namespace atl::simulate {
 
@@ -59,49 +59,17 @@ std::vector<float> attacked_values(Attack attack, std::span<const float> honest,
 
 // A site's calls with its pushes attacked; every other call goes to `inner` unchanged.
 // Thread-compatible, as one site's calls are (one worker thread pushes).
-class ByzantineCalls final : public node::CoordinatorCalls {
+class ByzantineCalls final : public node::ForwardingCalls {
  public:
   // attack: not kNone. seed: the gaussian draws' key (each site its own).
   ByzantineCalls(std::unique_ptr<node::CoordinatorCalls> inner, Attack attack, uint64_t seed);
 
-  const std::string& target() const override { return inner_->target(); }
-  const transport::ClientIdentity* identity() const override { return inner_->identity(); }
-  Status join(const atoll_pb::v1::JoinRequest& req, atoll_pb::v1::JoinResponse* resp) override;
-  Status heartbeat(const atoll_pb::v1::HeartbeatRequest& req,
-                   atoll_pb::v1::HeartbeatResponse* resp) override;
-  Status next_task(const atoll_pb::v1::NextTaskRequest& req, atoll_pb::v1::Task* task) override;
-  Status pull_params(const atoll_pb::v1::PullParamsRequest& req,
-                     atoll_pb::v1::TensorHeader* header, std::string* payload) override;
   // Decodes the payload (codec "none": raw fp32; any other: its codec message), applies the
   // attack, and encodes the result with the same codec. An update it cannot decode is an error
-  // (the honest node made it: a bug), never sent.
+  // (the honest node made it: a bug), never sent. Secure aggregation's stages and every other
+  // call pass through (the attacks act on the push).
   Status push_update(const atoll_pb::v1::TensorHeader& header, std::string_view payload,
                      atoll_pb::v1::PushUpdateResponse* resp) override;
-  Status report_metrics(const atoll_pb::v1::MetricsReport& req,
-                        atoll_pb::v1::MetricsAck* ack) override;
-  Status leave(const atoll_pb::v1::LeaveRequest& req, atoll_pb::v1::LeaveResponse* resp) override;
-  Status report_importance(const atoll_pb::v1::ImportanceReport& req,
-                           atoll_pb::v1::ImportanceAck* resp) override;
-  // Secure aggregation stages pass through (the attacks act on the push).
-  Status advertise_keys(const atoll_pb::v1::SecAggKeys& req,
-                        atoll_pb::v1::SecAggRoster* resp) override {
-    return inner_->advertise_keys(req, resp);
-  }
-  Status share_keys(const atoll_pb::v1::SecAggShares& req,
-                    atoll_pb::v1::SecAggShares* resp) override {
-    return inner_->share_keys(req, resp);
-  }
-  Status await_unmask(const atoll_pb::v1::SecAggUnmaskPoll& req,
-                      atoll_pb::v1::SecAggUnmaskTask* resp) override {
-    return inner_->await_unmask(req, resp);
-  }
-  Status reveal_shares(const atoll_pb::v1::SecAggReveal& req,
-                       atoll_pb::v1::SecAggRevealAck* resp) override {
-    return inner_->reveal_shares(req, resp);
-  }
-  bool wait_for_link(std::chrono::milliseconds max_wait) override {
-    return inner_->wait_for_link(max_wait);
-  }
 
  private:
   Status push_tokens_claim(const atoll_pb::v1::TensorHeader& header, std::string_view payload,
@@ -109,7 +77,6 @@ class ByzantineCalls final : public node::CoordinatorCalls {
   Status push_replay(const atoll_pb::v1::TensorHeader& header, std::string_view payload,
                      atoll_pb::v1::PushUpdateResponse* resp);
 
-  std::unique_ptr<node::CoordinatorCalls> inner_;
   const Attack attack_;
   const uint64_t seed_;
   // replay: the payload it replays, and the numel and codec it was pushed with

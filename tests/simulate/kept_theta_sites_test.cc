@@ -20,6 +20,7 @@
 #include "node/kept_theta.h"
 #include "node/site_data.h"
 #include "simulate/virtual_sites.h"
+#include "simulate/engine_fixture.h"
 
 namespace atl::simulate {
 namespace {
@@ -102,37 +103,10 @@ double site_bpb(const coordinator::ExperimentConfig& cfg, const std::vector<floa
       .bpb;
 }
 
-struct Engine {
-  TempDir dir;
-  std::unique_ptr<coordinator::Store> store;
-  std::unique_ptr<coordinator::RoundEngine> engine;
-  std::vector<float> initial;
-
-  explicit Engine(const coordinator::ExperimentConfig& cfg) {
-    auto s = coordinator::Store::open(dir.sub("store"), {.keep_params = cfg.diloco.keep_params});
-    EXPECT_TRUE(s.ok()) << s.status().to_string();
-    if (!s.ok()) return;
-    store = std::move(*s);
-    const al::ModelConfig model = coordinator::model_config(cfg);
-    al::ParamSet init(al::make_layout(model));
-    al::init_params(init, model, cfg.seed);
-    initial = init.vec();
-    auto e = coordinator::RoundEngine::open(*store, cfg, init);
-    EXPECT_TRUE(e.ok()) << e.status().to_string();
-    if (!e.ok()) return;
-    engine = std::move(*e);
-    EXPECT_TRUE(engine->start().ok());
-  }
-  ~Engine() {
-    engine.reset();  // before the store
-    store.reset();
-  }
-};
-
 TEST(KeptThetaSites, AWorseLaterGlobalThetaLeavesTheEarlierOneKeptAndItSurvivesARestart) {
   kernels::cpu::set_num_threads(1);
   const coordinator::ExperimentConfig cfg = overshooting_config();
-  Engine e(cfg);
+  testing_util::EngineOnDisk e(cfg);
   ASSERT_NE(e.engine, nullptr);
   TempDir state;
   const SiteRun first = run_site(*e.engine, node::KeepBest::kGlobal, state.path());
@@ -186,7 +160,7 @@ TEST(KeptThetaSites, AWorseLaterGlobalThetaLeavesTheEarlierOneKeptAndItSurvivesA
 TEST(KeptThetaSites, KeepingChangesNothingTheCoordinatorCommitsAndOffKeepsNothing) {
   kernels::cpu::set_num_threads(1);
   const coordinator::ExperimentConfig cfg = overshooting_config();
-  Engine personal(cfg), off(cfg);
+  testing_util::EngineOnDisk personal(cfg), off(cfg);
   ASSERT_NE(personal.engine, nullptr);
   ASSERT_NE(off.engine, nullptr);
   const SiteRun kept = run_site(*personal.engine, node::KeepBest::kPersonal, "");
@@ -204,7 +178,7 @@ TEST(KeptThetaSites, KeepingChangesNothingTheCoordinatorCommitsAndOffKeepsNothin
 TEST(KeptThetaSites, KeepingWithoutValidationDataIsRefusedInOneLineAndAutoKeepsNothing) {
   kernels::cpu::set_num_threads(1);
   const coordinator::ExperimentConfig cfg = overshooting_config();
-  Engine refused(cfg), plain(cfg);
+  testing_util::EngineOnDisk refused(cfg), plain(cfg);
   ASSERT_NE(refused.engine, nullptr);
   ASSERT_NE(plain.engine, nullptr);
   const SiteRun run = run_site(*refused.engine, node::KeepBest::kGlobal, "", node::Holdout::kNone);

@@ -1,0 +1,46 @@
+// A started RoundEngine over a RocksDB store in a temporary directory, its θ initialised from the
+// experiment's seed as `atoll coordinator` does: what virtual sites (simulate/virtual_sites.h)
+// run against in a test.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "algorithms/model/llama.h"
+#include "coordinator/experiment_config.h"
+#include "coordinator/round_engine.h"
+#include "coordinator/store.h"
+#include "coordinator/test_util.h"
+
+namespace atl::testing_util {
+
+struct EngineOnDisk {
+  TempDir dir;
+  std::unique_ptr<coordinator::Store> store;
+  std::unique_ptr<coordinator::RoundEngine> engine;  // null when opening failed (test failed)
+  std::vector<float> initial;                        // θ_0
+
+  explicit EngineOnDisk(const coordinator::ExperimentConfig& cfg) {
+    auto s = coordinator::Store::open(dir.sub("store"), {.keep_params = cfg.diloco.keep_params});
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    if (!s.ok()) return;
+    store = std::move(*s);
+    const algorithms::ModelConfig model = coordinator::model_config(cfg);
+    algorithms::ParamSet init(algorithms::make_layout(model));
+    algorithms::init_params(init, model, cfg.seed);
+    initial = init.vec();
+    auto e = coordinator::RoundEngine::open(*store, cfg, init);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    if (!e.ok()) return;
+    engine = std::move(*e);
+    EXPECT_TRUE(engine->start().ok());
+  }
+  ~EngineOnDisk() {
+    engine.reset();  // before the store
+    store.reset();
+  }
+};
+
+}  // namespace atl::testing_util
