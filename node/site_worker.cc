@@ -18,6 +18,7 @@
 #include "node/evaluate.h"
 #include "node/gpu_trainer.h"
 #include "node/heartbeater.h"
+#include "node/metrics_reporter.h"
 #include "node/held_theta.h"
 #include "node/inner_step.h"
 #include "node/kept_theta.h"
@@ -33,6 +34,10 @@ namespace {
 
 namespace al = atl::algorithms;
 using Clock = std::chrono::steady_clock;
+// How long a finishing worker waits for its queued metrics reports: past one call's deadline
+// (10 s) when the experiment ended, briefly when a stop was requested.
+constexpr std::chrono::milliseconds kFlushAtEnd{15000};
+constexpr std::chrono::milliseconds kFlushOnStop{2000};
 using atoll_pb::v1::Task;
 
 // The coordinator did not answer (a transport error): retried. A certificate verdict is
@@ -151,6 +156,7 @@ class SiteWorker {
   std::optional<HeldTheta> theta_;     // the global θ as last pulled
   std::optional<al::ParamSet> local_;  // the parameters this site trains
   std::unique_ptr<Heartbeater> heart_;
+  std::unique_ptr<MetricsReporter> reporter_;
   uint64_t last_done_ = 0;
   bool have_done_ = false;
   Reconnect reconnect_;  // the backoff and the clock of an outage, shared by every call
@@ -415,6 +421,7 @@ Status SiteWorker::run() {
   restore_kept();
   heart_ = std::make_unique<Heartbeater>(
       link_, std::chrono::milliseconds(std::max<uint32_t>(100, joined_.heartbeat_interval_ms())));
+  reporter_ = std::make_unique<MetricsReporter>(link_);
   if (Status s = serve(); !s.ok()) return stopped_or(s);
   char line[128];
   std::snprintf(line, sizeof(line), "trained %" PRIu64 " inner steps in %.3f s", steps_trained_,
@@ -426,11 +433,13 @@ Status SiteWorker::run() {
     finish_kept();
   if (const TransferTotals t = link_.transfer_totals(); t.pull_seconds > 0 || t.push_seconds > 0)
     log(transfer_line(t));
-  heart_->flush();  // the last rounds' metrics reach the coordinator before the node leaves
-  if (const uint64_t dropped = heart_->dropped_reports(); dropped > 0)
-    log(std::to_string(dropped) + " rounds' metrics were not reported: the coordinator was out "
-        "of reach while more than " + std::to_string(Heartbeater::kMaxQueuedReports) +
-        " waited");
+  // The last rounds' metrics reach the coordinator before the node leaves (a stop request
+  // waits less for them).
+  const bool flushed = reporter_->flush(stopping() ? kFlushOnStop : kFlushAtEnd);
+  if (const uint64_t dropped = reporter_->dropped(); dropped > 0 || !flushed)
+    log("some rounds' metrics were not reported: " + std::to_string(dropped) +
+        " dropped while the coordinator was out of reach" +
+        (flushed ? std::string() : ", the last ones not sent in time"));
   (void)link_.leave(stopping() ? "stop requested" : "experiment finished");
   return Status::Ok();
 }
@@ -873,8 +882,8 @@ void SiteWorker::report_round(const Task& cur, uint32_t steps, double mean_loss,
     opt_.metrics->transfer_seconds(t.pull_seconds, t.push_seconds);
     opt_.metrics->round_done(secs, site_val_bpb);
   }
-  // Sent from the heartbeat thread: a round trip per round would stall training on a slow link.
-  heart_->report(cur.round(), cur.global_step() + cur.inner_steps(), std::move(metrics));
+  // Sent from the reporter's thread: a round trip per round would stall training on a slow link.
+  reporter_->report(cur.round(), cur.global_step() + cur.inner_steps(), std::move(metrics));
 }
 
 }  // namespace

@@ -1,14 +1,16 @@
-// The node's side thread (node/heartbeater.h) against a round engine, through a link whose
-// ReportMetrics answers only when the test says so: a coordinator behind a slow link.
-#include "node/heartbeater.h"
+// The node's metrics reports (node/metrics_reporter.h) against a round engine, through a link
+// whose ReportMetrics answers only when the test says so: a coordinator behind a slow link.
+#include "node/metrics_reporter.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/json.hpp>
@@ -18,6 +20,7 @@
 #include "coordinator/test_util.h"
 #include "node/coordinator_client.h"
 #include "node/forwarding_calls.h"
+#include "node/heartbeater.h"
 #include "simulate/in_process_calls.h"
 
 namespace atl::node {
@@ -111,17 +114,18 @@ std::vector<std::pair<std::string, double>> loss(double v) { return {{"loss", v}
 
 // report() returns while the coordinator has not answered; flush() waits for every report, and
 // they arrive in order.
-TEST(Heartbeater, ReportsDoNotWaitForTheCoordinatorAndArriveInOrder) {
+TEST(MetricsReporter, ReportsDoNotWaitForTheCoordinatorAndArriveInOrder) {
   JoinedSite site;
   ASSERT_NE(site.link, nullptr);
-  Heartbeater beats(*site.link, 60s);
-  beats.report(0, 1, loss(3.0));
+  MetricsReporter reports(*site.link);
+  reports.report(0, 1, loss(3.0));
   ASSERT_TRUE(site.gate->wait_entered(1));
-  beats.report(0, 2, loss(2.5));
-  beats.report(0, 3, loss(2.0));
+  reports.report(0, 2, loss(2.5));
+  reports.report(0, 3, loss(2.0));
   EXPECT_TRUE(site.gate->calls().empty());  // nothing answered yet, and this thread went on
+  EXPECT_FALSE(reports.flush(50ms));         // step 1 is still at the gate
   site.gate->open();
-  beats.flush();
+  EXPECT_TRUE(reports.flush(20s));
   EXPECT_EQ(site.gate->calls(), (std::vector<std::string>{"1", "2", "3"}));
 
   auto stored = site.store->list_metrics(site.engine->experiment_id(), "site-a");
@@ -132,42 +136,42 @@ TEST(Heartbeater, ReportsDoNotWaitForTheCoordinatorAndArriveInOrder) {
     steps.push_back(boost::json::parse(json).as_object().at("step").to_number<uint64_t>());
   std::sort(steps.begin(), steps.end());
   EXPECT_EQ(steps, (std::vector<uint64_t>{1, 2, 3}));
-  EXPECT_EQ(beats.dropped_reports(), 0u);
+  EXPECT_EQ(reports.dropped(), 0u);
 }
 
-// A coordinator out of reach for long: at most kMaxQueuedReports wait, the oldest are dropped
+// A coordinator out of reach for long: at most kMaxQueued reports wait, the oldest are dropped
 // and counted.
-TEST(Heartbeater, AFullQueueDropsTheOldestReports) {
+TEST(MetricsReporter, AFullQueueDropsTheOldestReports) {
   JoinedSite site;
   ASSERT_NE(site.link, nullptr);
-  Heartbeater beats(*site.link, 60s);
-  beats.report(0, 1, loss(1.0));
+  MetricsReporter reports(*site.link);
+  reports.report(0, 1, loss(1.0));
   ASSERT_TRUE(site.gate->wait_entered(1));  // step 1 is in flight, no longer queued
-  const uint64_t extra = 5, last = 1 + Heartbeater::kMaxQueuedReports + extra;
-  for (uint64_t step = 2; step <= last; ++step) beats.report(0, step, loss(1.0));
-  EXPECT_EQ(beats.dropped_reports(), extra);
+  const uint64_t extra = 5, last = 1 + MetricsReporter::kMaxQueued + extra;
+  for (uint64_t step = 2; step <= last; ++step) reports.report(0, step, loss(1.0));
+  EXPECT_EQ(reports.dropped(), extra);
   site.gate->open();
-  beats.flush();
+  EXPECT_TRUE(reports.flush(20s));
   std::vector<std::string> want = {"1"};
   for (uint64_t step = 2 + extra; step <= last; ++step) want.push_back(std::to_string(step));
   EXPECT_EQ(site.gate->calls(), want);
 }
 
-// Reports that take longer to send than the heartbeat interval do not hold heartbeats back: a
-// due heartbeat goes before the next report.
-TEST(Heartbeater, ADueHeartbeatGoesBeforeQueuedReports) {
+// A report the coordinator does not answer holds no heartbeat back: they leave from threads of
+// their own.
+TEST(MetricsReporter, HeartbeatsGoOnWhileAReportWaits) {
   JoinedSite site;
   ASSERT_NE(site.link, nullptr);
   Heartbeater beats(*site.link, 100ms);
-  for (uint64_t step = 1; step <= 20; ++step) beats.report(0, step, loss(1.0));
-  site.gate->open(40ms);  // 20 reports of 40 ms: 800 ms of sending
-  beats.flush();
-  const std::vector<std::string> calls = site.gate->calls();
-  const auto first = std::find(calls.begin(), calls.end(), "1");
-  const auto last = std::find(calls.begin(), calls.end(), "20");
-  ASSERT_NE(first, calls.end());
-  ASSERT_NE(last, calls.end());
-  EXPECT_GE(std::count(first, last, "heartbeat"), 2) << ::testing::PrintToString(calls);
+  MetricsReporter reports(*site.link);
+  reports.report(0, 1, loss(1.0));
+  ASSERT_TRUE(site.gate->wait_entered(1));
+  std::this_thread::sleep_for(600ms);
+  const std::vector<std::string> during = site.gate->calls();  // all heartbeats: 1 is at the gate
+  EXPECT_GE(std::count(during.begin(), during.end(), "heartbeat"), 2)
+      << ::testing::PrintToString(during);
+  site.gate->open();
+  EXPECT_TRUE(reports.flush(20s));
 }
 
 }  // namespace
