@@ -327,6 +327,9 @@ TEST(CoordinatorService, LostParticipantClosesTheRoundEarlyOnceQuorumIsIn) {
     EXPECT_EQ(t->kind(), pb::Task::TRAIN);
     EXPECT_EQ(t->round(), 1u);
   }
+  // Events leave the engine on its own thread: the round can be seen before its events are.
+  EXPECT_TRUE(testing_util::eventually([&] { return !log.of(Event::Kind::kNodeLost).empty(); },
+                                       5s));
   const auto lost = log.of(Event::Kind::kNodeLost);
   ASSERT_EQ(lost.size(), 1u);
   EXPECT_EQ(lost[0].node_id, "node-2");
