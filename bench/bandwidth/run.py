@@ -100,7 +100,7 @@ def main():
     p.add_argument("--seeds", default="1,2,3,4,5")
     p.add_argument("--nodes", default="4,8")
     p.add_argument("--h", default="50,100,250,500")
-    p.add_argument("--pairs", default="int8/nvfp4,ternary/nvfp4,int8/int8")
+    p.add_argument("--pairs", default="int8/nvfp4,ternary/nvfp4")
     p.add_argument("--total", type=int, default=2000, help="inner steps per site T")
     p.add_argument("--warm", type=int, default=3000)
     p.add_argument("--no-results-md", action="store_true")
