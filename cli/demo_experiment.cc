@@ -41,6 +41,10 @@ std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
         ""},
        {"baseline", false, "also train the data-parallel equivalent and compare", ""},
        {"insecure", false, "plaintext gRPC instead of mTLS (local development only)", ""},
+       {"site-states", false,
+        "keep each site's round state (optimizer, error feedback) in the run directory, so that "
+        "the same command on the same --store after a crash ends on the same bits",
+        ""},
        {"keep-best", true,
         "what each site ends with, chosen on its held-out documents: auto (personal with "
         "--algorithm hydra or lora, else off), off, "
@@ -220,6 +224,7 @@ StatusOr<DemoExperiment> parse_demo_experiment(const Flags& flags, int64_t max_s
   d.http = flags.get_or("http", "127.0.0.1:0");
   d.insecure = flags.has("insecure");
   d.baseline = flags.has("baseline");
+  d.site_states = flags.has("site-states");
   ATOLL_ASSIGN_OR_RETURN(d.keep_best, node::parse_keep_best(flags.get_or("keep-best", "auto")));
   return d;
 }

@@ -33,6 +33,9 @@ struct DemoExperiment {
   std::optional<std::string> out;           // where to write the final checkpoint
   std::string http;                         // dashboard HOST:PORT, "off" = none
   bool insecure = false;                    // plaintext gRPC (processes only)
+  // --site-states: each site's round states in <run dir>/site-states/<site> (a node's
+  // --state-dir), so that a run restarted on its store resumes bit for bit.
+  bool site_states = false;
   bool baseline = false;                    // also train the data-parallel equivalent
   node::KeepBest keep_best = node::KeepBest::kAuto;  // what every site keeps (--keep-best)
   // `atoll simulate` only: the last `byzantine` sites attack what they push (simulate/byzantine.h).

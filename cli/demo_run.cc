@@ -193,6 +193,12 @@ void print_sites(const DemoRun& run, double initial_bpb, uint64_t start_round) {
         d.config.robust.screen.c_str(), d.config.robust.norm_multiple,
         d.config.robust.replay_cosine, d.config.robust.stale_margin,
         d.config.robust.aggregator.c_str());
+  if (start_round > 0 && !d.site_states)
+    std::printf(
+        "resuming the experiment in this store at round %" PRIu64
+        ": the sites start again from a fresh optimizer state and error feedback, so the run "
+        "will not end on the bits of an uninterrupted one (--site-states keeps them)\n",
+        start_round);
   std::printf("round %3" PRIu64 " | val bpb %.4f (initial)\n", start_round, initial_bpb);
   std::fflush(stdout);
 }
@@ -217,7 +223,8 @@ Status start_sites(DemoRun& run) {
                           d.brown_dir,
                           run.run_dir,
                           run.rc->base,
-                          d.keep_best};
+                          d.keep_best,
+                          d.site_states ? run.run_dir + "/site-states" : ""};
   ATOLL_ASSIGN_OR_RETURN(run.sites, launch_sites(run.rc->service->engine(), specs, launch));
   return run.rc->service->start();
 }

@@ -59,7 +59,8 @@ class VirtualSitesThread final : public DemoSites {
                      const std::string& brown_dir, const std::string& log_dir,
                      const std::string& log_prefix = "",
                      std::shared_ptr<const node::BaseModel> base = nullptr,
-                     node::KeepBest keep_best = node::KeepBest::kAuto) {
+                     node::KeepBest keep_best = node::KeepBest::kAuto,
+                     const std::string& state_root = "") {
     for (const auto& s : sites) {
       std::FILE* f = std::fopen((log_dir + "/" + log_prefix + s.name + ".log").c_str(), "a");
       if (f) logs_[s.name] = f;
@@ -67,6 +68,7 @@ class VirtualSitesThread final : public DemoSites {
     options_.brown_dir = brown_dir;
     options_.base = std::move(base);
     options_.keep_best = keep_best;
+    options_.state_root = state_root;
     options_.stop = &stop_;
     options_.log = [this](const std::string& site, const std::string& line) {
       auto it = logs_.find(site);
@@ -153,6 +155,10 @@ StatusOr<std::unique_ptr<DemoSites>> start_node_processes(const std::vector<Site
       argv.push_back(o.tls_dir);
     }
     argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
+    if (!o.state_root.empty()) {
+      argv.push_back("--state-dir");
+      argv.push_back(o.state_root + "/" + s.name);
+    }
     ATOLL_RETURN_IF_ERROR(procs->spawn(argv, s.name));
   }
   return std::unique_ptr<DemoSites>(std::move(procs));
@@ -178,7 +184,7 @@ StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngin
   return std::unique_ptr<DemoSites>(
       std::make_unique<VirtualSitesThread>(engine, std::move(virtual_sites), options.brown_dir,
                                            options.log_dir, options.log_prefix, options.base,
-                                           options.keep_best));
+                                           options.keep_best, options.state_root));
 }
 
 StatusOr<std::unique_ptr<DemoSites>> launch_sites(coordinator::RoundEngine& engine,
@@ -190,6 +196,7 @@ StatusOr<std::unique_ptr<DemoSites>> launch_sites(coordinator::RoundEngine& engi
     o.log_dir = launch.run_dir;
     o.base = launch.base;
     o.keep_best = launch.keep_best;
+    o.state_root = launch.state_root;
     return start_virtual_sites(engine, sites, o);
   }
   NodeProcessOptions o;
@@ -199,6 +206,7 @@ StatusOr<std::unique_ptr<DemoSites>> launch_sites(coordinator::RoundEngine& engi
   o.threads = launch.threads;
   o.brown_dir = launch.brown_dir;
   o.log_dir = launch.run_dir;
+  o.state_root = launch.state_root;
   if (launch.base) o.extra_args = {"--base", launch.base->path};
   if (launch.keep_best != node::KeepBest::kAuto) {
     o.extra_args.push_back("--keep-best");

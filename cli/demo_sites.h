@@ -50,6 +50,7 @@ struct NodeProcessOptions {
   std::string log_dir;  // <log_dir>/<log_prefix><name>.log
   std::string log_prefix;
   std::vector<std::string> extra_args;  // appended to every node's flags (--teacher ...)
+  std::string state_root;  // each node's --state-dir is <state_root>/<name>; "" = none
 };
 
 // One `atoll node` process per site.
@@ -66,6 +67,7 @@ struct VirtualSitesOptions {
   std::string teacher_tls_dir;
   std::shared_ptr<const node::BaseModel> base;  // a LoRA experiment's base (null: none)
   node::KeepBest keep_best = node::KeepBest::kAuto;  // what every site keeps (node/kept_theta.h)
+  std::string state_root;  // each site's round states in <state_root>/<name>; "" = in memory
 };
 
 // Every site on its own thread against `engine` (simulate/virtual_sites.h), with its budget; the
@@ -88,6 +90,8 @@ struct SiteLaunch {
   std::shared_ptr<const node::BaseModel> base;
   // What every site keeps: a virtual site's option, a node process's --keep-best.
   node::KeepBest keep_best = node::KeepBest::kAuto;
+  // Each site's round states in <state_root>/<name> (a node's --state-dir); "" = in memory.
+  std::string state_root;
 };
 
 // start_node_processes or start_virtual_sites, as launch.mode says.

@@ -1,11 +1,14 @@
 // `atoll simulate` against `atoll demo`: the same flags and seed must commit the same θ in every
 // round, bit for bit, whether the sites are node processes over mTLS gRPC or threads of one
 // process exchanging the same messages in memory.
+#include <csignal>
+#include <regex>
 #include <string>
 #include <vector>
 
 #include "algorithms/compress/codec.h"
 #include "tests/integration/committed_rounds.h"
+#include "node/subprocess.h"
 #include "tests/integration/cli_test_util.h"
 
 namespace atl::testing {
@@ -111,6 +114,61 @@ TEST(Simulate, MoreSitesThanGenresShareGenresAndFinish) {
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("node-16: brown:a"), std::string::npos) << r.output;
+}
+
+std::string final_sha256(const std::string& output) {
+  std::smatch m;
+  const std::regex re("final sha256 +([0-9a-f]{64})");
+  return std::regex_search(output, m, re) ? m[1].str() : "";
+}
+
+// `atoll simulate --store DIR` killed (SIGKILL) after round 3 of 8 and run again with the same
+// flags on the same store: with --site-states it ends on the bits of an uninterrupted run;
+// without, it says on resuming that it will not.
+TEST(Simulate, AKilledRunRestartedOnItsStoreEndsOnTheSameBitsWithSiteStates) {
+  TempDir dir;
+  auto flags = [&](const std::string& store, bool states) {
+    auto a = small_experiment(store, {"--codec", "int8", "--pull-codec", "nvfp4"});
+    a[3] = "8";  // --rounds
+    a.insert(a.begin(), "simulate");
+    if (states) a.push_back("--site-states");
+    return a;
+  };
+  auto whole = run_atoll(flags(dir / "whole", true), dir / "whole.log", std::chrono::seconds(240));
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const std::string want = final_sha256(whole.output);
+  ASSERT_FALSE(want.empty()) << whole.output;
+
+  for (const bool states : {true, false}) {
+    const std::string name = states ? "killed" : "killed-without-states";
+    std::vector<std::string> argv = {ATOLL_BINARY};
+    const auto args = flags(dir / name, states);
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto p = node::Subprocess::spawn(argv, dir / (name + "-1.log"));
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    std::string text;
+    ASSERT_TRUE(wait_for_log(dir / (name + "-1.log"), std::regex("round +3/8"),
+                             std::chrono::seconds(120), &text))
+        << text;
+    p->signal(SIGKILL);
+    (void)p->wait_for(std::chrono::seconds(30));
+    auto again = run_atoll(args, dir / (name + "-2.log"), std::chrono::seconds(240));
+    ASSERT_EQ(again.exit_code, 0) << again.output;
+    // It resumed a round in the middle: the kill came before the experiment finished.
+    std::smatch resumed;
+    const std::regex initial("round +(\\d+) \\| val bpb [0-9.]+ \\(initial\\)");
+    ASSERT_TRUE(std::regex_search(again.output, resumed, initial)) << again.output;
+    EXPECT_GE(std::stoi(resumed[1].str()), 3) << again.output;
+    EXPECT_LT(std::stoi(resumed[1].str()), 8) << again.output;
+    const bool warned = again.output.find("will not end on the bits of an uninterrupted one") !=
+                        std::string::npos;
+    if (states) {
+      EXPECT_EQ(final_sha256(again.output), want) << text << "\n---\n" << again.output;
+      EXPECT_FALSE(warned) << again.output;
+    } else {
+      EXPECT_TRUE(warned) << again.output;
+    }
+  }
 }
 
 TEST(Simulate, RefusesWhatItCannotRun) {
