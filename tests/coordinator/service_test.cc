@@ -205,7 +205,10 @@ TEST(CoordinatorService, RejectsStaleReplayWrongShapeNanAndWrongBaseLeavingTheta
   // None of that moved θ or the round.
   EXPECT_EQ(o.c->service->params_fingerprint(), o.theta_fp);
   EXPECT_EQ(o.c->service->current_round(), 0u);
-  EXPECT_GE(log.of(Event::Kind::kUpdateRejected).size(), 7u);
+  // Events leave the engine on its own thread: wait for the seven rejections to arrive.
+  EXPECT_TRUE(testing_util::eventually(
+      [&] { return log.of(Event::Kind::kUpdateRejected).size() >= 7u; }, 5s))
+      << log.of(Event::Kind::kUpdateRejected).size() << " rejection events";
 
   // A valid update is accepted once; the replay is refused.
   auto ok = a.push_update(h, good);
