@@ -167,10 +167,14 @@ TEST(HostileSite, InflatedTokenClaimIsRefusedAndTheHonestNodeCounts) {
   ASSERT_TRUE(rec.ok()) << rec.status().to_string();
   EXPECT_EQ(rec->tokens, 2 * allowed);
   // The refusal is logged (event and audit) with the claim.
-  bool evented = false;
-  for (const Event& e : t.events.of(Event::Kind::kUpdateRejected))
-    evented |= e.node_id == "node-1" && contains(e.message, "9223372036854775807");
-  EXPECT_TRUE(evented);
+  // (Events leave the engine on its own thread: wait for it.)
+  EXPECT_TRUE(testing_util::eventually(
+      [&] {
+        for (const Event& e : t.events.of(Event::Kind::kUpdateRejected))
+          if (e.node_id == "node-1" && contains(e.message, "9223372036854775807")) return true;
+        return false;
+      },
+      5s));
   auto audit = t.c->store->list_audit("tokens");
   ASSERT_TRUE(audit.ok());
   bool audited = false;

@@ -77,7 +77,10 @@ RunResult run_three_nodes(const std::string& dir, const std::string& name, uint3
       EXPECT_EQ(p.bytes_down, kNumel * 4);
     }
   }
-  // Progress events: one commit per round with each node's loss.
+  // Progress events: one commit per round with each node's loss. They leave the engine on its
+  // own thread, in order: once the finish event is in, every commit event is.
+  EXPECT_TRUE(testing_util::eventually(
+      [&] { return !log.of(Event::Kind::kFinished).empty(); }, 5s));
   const auto commits = log.of(Event::Kind::kRoundCommitted);
   EXPECT_EQ(commits.size(), rounds);
   if (!commits.empty()) {
