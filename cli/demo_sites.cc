@@ -56,19 +56,15 @@ class NodeProcesses final : public DemoSites {
 class VirtualSitesThread final : public DemoSites {
  public:
   VirtualSitesThread(coordinator::RoundEngine& engine, std::vector<simulate::VirtualSite> sites,
-                     const std::string& brown_dir, const std::string& log_dir,
-                     const std::string& log_prefix = "",
-                     std::shared_ptr<const node::BaseModel> base = nullptr,
-                     node::KeepBest keep_best = node::KeepBest::kAuto,
-                     const std::string& state_root = "") {
+                     const VirtualSitesOptions& o) {
     for (const auto& s : sites) {
-      std::FILE* f = std::fopen((log_dir + "/" + log_prefix + s.name + ".log").c_str(), "a");
+      std::FILE* f = std::fopen((o.log_dir + "/" + o.log_prefix + s.name + ".log").c_str(), "a");
       if (f) logs_[s.name] = f;
     }
-    options_.brown_dir = brown_dir;
-    options_.base = std::move(base);
-    options_.keep_best = keep_best;
-    options_.state_root = state_root;
+    options_.brown_dir = o.brown_dir;
+    options_.base = o.base;
+    options_.keep_best = o.keep_best;
+    options_.state_root = o.state_root;
     options_.stop = &stop_;
     options_.log = [this](const std::string& site, const std::string& line) {
       auto it = logs_.find(site);
@@ -182,9 +178,7 @@ StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngin
     virtual_sites.push_back(std::move(v));
   }
   return std::unique_ptr<DemoSites>(
-      std::make_unique<VirtualSitesThread>(engine, std::move(virtual_sites), options.brown_dir,
-                                           options.log_dir, options.log_prefix, options.base,
-                                           options.keep_best, options.state_root));
+      std::make_unique<VirtualSitesThread>(engine, std::move(virtual_sites), options));
 }
 
 StatusOr<std::unique_ptr<DemoSites>> launch_sites(coordinator::RoundEngine& engine,
