@@ -15,12 +15,11 @@
 
 #include <boost/json.hpp>
 
-#include "coordinator/round_engine.h"
-#include "coordinator/store.h"
 #include "coordinator/test_util.h"
 #include "node/coordinator_client.h"
 #include "node/forwarding_calls.h"
 #include "node/heartbeater.h"
+#include "simulate/engine_fixture.h"
 #include "simulate/in_process_calls.h"
 
 namespace atl::node {
@@ -79,34 +78,19 @@ class GatedReports final : public ForwardingCalls {
 };
 
 struct JoinedSite {
-  testing_util::TempDir dir;
-  std::unique_ptr<coordinator::Store> store;
-  std::unique_ptr<coordinator::RoundEngine> engine;
+  testing_util::EngineOnDisk on_disk{testing_util::small_config("beats", 2, 1),
+                                     testing_util::toy_params(64)};
   GatedReports* gate = nullptr;  // owned by link
-  std::unique_ptr<CoordinatorClient> link;
+  std::unique_ptr<CoordinatorClient> link;  // declared last: goes before the engine
 
   JoinedSite() {
-    const coordinator::ExperimentConfig cfg = testing_util::small_config("beats", 2, 1);
-    auto s = coordinator::Store::open(dir.sub("store"), {.keep_params = cfg.diloco.keep_params});
-    EXPECT_TRUE(s.ok()) << s.status().to_string();
-    if (!s.ok()) return;
-    store = std::move(*s);
-    auto e = coordinator::RoundEngine::open(*store, cfg, testing_util::toy_params(64));
-    EXPECT_TRUE(e.ok()) << e.status().to_string();
-    if (!e.ok()) return;
-    engine = std::move(*e);
-    EXPECT_TRUE(engine->start().ok());
+    if (!on_disk.engine) return;
     auto calls = std::make_unique<GatedReports>(
-        std::make_unique<simulate::InProcessCalls>(*engine, "site-a"));
+        std::make_unique<simulate::InProcessCalls>(*on_disk.engine, "site-a"));
     gate = calls.get();
     link = std::make_unique<CoordinatorClient>(std::move(calls));
     auto joined = link->join();
     EXPECT_TRUE(joined.ok()) << joined.status().to_string();
-  }
-  ~JoinedSite() {
-    link.reset();
-    engine.reset();  // before the store
-    store.reset();
   }
 };
 
@@ -128,7 +112,7 @@ TEST(MetricsReporter, ReportsDoNotWaitForTheCoordinatorAndArriveInOrder) {
   EXPECT_TRUE(reports.flush(20s));
   EXPECT_EQ(site.gate->calls(), (std::vector<std::string>{"1", "2", "3"}));
 
-  auto stored = site.store->list_metrics(site.engine->experiment_id(), "site-a");
+  auto stored = site.on_disk.store->list_metrics(site.on_disk.engine->experiment_id(), "site-a");
   ASSERT_TRUE(stored.ok()) << stored.status().to_string();
   ASSERT_EQ(stored->size(), 3u);
   std::vector<uint64_t> steps;
