@@ -122,7 +122,7 @@ std::vector<FlagSpec> bench_hydra_flags() {
            "comma-separated subset of base,local,local_full,local_lora,full,heterofl,fedrolex,"
            "random,hydra,lora (base: the base model untrained; local: each site's Hydra "
            "subnetwork trained alone; local_full: each site's full model trained alone; lora: "
-           "LoRA adapters q,k,v,o over the frozen base; local_lora: each site's adapters "
+           "LoRA adapters (--lora-targets) over the frozen base; local_lora: each site's adapters "
            "trained alone)",
            "base,local,full,heterofl,fedrolex,random,hydra"},
           {"sites", true, "genre:budget per site", "a:1.0,f:0.5,j:0.25,n:0.25"},
@@ -168,6 +168,10 @@ std::vector<FlagSpec> bench_hydra_flags() {
           {"lora-rank", true, "rank r of the lora and local_lora adapters, 1 to --dim (alpha = 2r)",
            "8 (--dim if smaller)"},
           {"lora-lr", true, "inner peak learning rate of lora and local_lora", "--lr"},
+          {"lora-targets", true,
+           "projections the lora and local_lora adapters sit on (comma-separated subset of "
+           "q,k,v,o,gate,up,down)",
+           "q,k,v,o"},
           {"trace", false, "per round and site: subnetwork, losses, bpb (stderr)", ""},
           {"json", false, "one JSON line per method", ""}};
 }
@@ -181,9 +185,9 @@ StatusOr<node::KeepBest> parse_site_keeps(const std::string& text) {
   return InvalidArgument("--site-keeps '" + text + "': use last, best-global or best-personal");
 }
 
-// The adapters of the lora and local_lora rows (algorithms/model/lora.h): q, k, v, o at rank
-// --lora-rank (1 to the model width), alpha = 2 x rank as bench/finetune uses, inner peak lr
-// --lora-lr (default: `lr`, the other methods' --lr).
+// The adapters of the lora and local_lora rows (algorithms/model/lora.h): on --lora-targets
+// (q, k, v, o by default) at rank --lora-rank (1 to the model width), alpha = 2 x rank as
+// bench/finetune uses, inner peak lr --lora-lr (default: `lr`, the other methods' --lr).
 Status read_lora_flags(const Flags& flags, double lr, SimOptions& opt) {
   // 8 by default (the model width when it is narrower).
   ATOLL_ASSIGN_OR_RETURN(
@@ -197,7 +201,8 @@ Status read_lora_flags(const Flags& flags, double lr, SimOptions& opt) {
                            "width --dim");
   opt.lora.rank = static_cast<int>(rank);
   opt.lora.alpha = 2.0 * static_cast<double>(rank);
-  ATOLL_ASSIGN_OR_RETURN(opt.lora.targets, al::parse_lora_targets("q,k,v,o"));
+  ATOLL_ASSIGN_OR_RETURN(opt.lora.targets,
+                         al::parse_lora_targets(flags.get_or("lora-targets", "q,k,v,o")));
   ATOLL_RETURN_IF_ERROR(al::validate(opt.lora, opt.model));
   ATOLL_ASSIGN_OR_RETURN(opt.lora_lr, flags.get_double("lora-lr", lr, 1e-8, 10));
   return Status::Ok();

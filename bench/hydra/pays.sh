@@ -65,21 +65,39 @@ drop_overridden ARGS
 drop_overridden TESTED
 TESTED+=("${PASS[@]}")
 RAW=$(mktemp)
-trap 'rm -f "$RAW"' EXIT
+trap 'rm -f "$RAW" "$RAW".*' EXIT
 if [[ -n $FROM ]]; then
   grep '^{"seed":' "$FROM" > "$RAW"
 else
-  for s in "${SEEDS[@]}"; do
-    echo "seed $s" >&2
-    "$ATOLL" bench hydra "${MODEL[@]}" "${ARGS[@]}" "${TESTED[@]}" --seed "$s" --threads 1 \
-      --brown-dir "$BROWN_DIR" --json | sed "s/^{/{\"seed\":$s,/" | tee -a "$RAW"
+  # JOBS seeds at a time (one kernel thread each; every seed is deterministic, so the rows do
+  # not depend on JOBS), appended to RAW in seed order.
+  run_seed() {
+    "$ATOLL" bench hydra "${MODEL[@]}" "${ARGS[@]}" "${TESTED[@]}" --seed "$1" --threads 1 \
+      --brown-dir "$BROWN_DIR" --json | sed "s/^{/{\"seed\":$1,/" > "$RAW.$1"
+  }
+  for ((i = 0; i < ${#SEEDS[@]}; i += ${JOBS:-1})); do
+    pids=()
+    for s in "${SEEDS[@]:i:${JOBS:-1}}"; do
+      echo "seed $s" >&2
+      run_seed "$s" & pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p"; done
+    for s in "${SEEDS[@]:i:${JOBS:-1}}"; do tee -a "$RAW" < "$RAW.$s"; rm -f "$RAW.$s"; done
   done
 fi
 
-python3 - "$RAW" "$OUT" "$QUICK" "$WRITE_MD" "${MODEL[*]} ${ARGS[*]} ${TESTED[*]}" "$FROM" "${LOAD_NOTE:-}" <<'PYEOF'
+python3 - "$RAW" "$OUT" "$QUICK" "$WRITE_MD" "${MODEL[*]} ${ARGS[*]} ${TESTED[*]}" "$FROM" "${LOAD_NOTE:-}" \
+  "${RESULTS_SECTION:-}" "${RESULTS_TITLE:-}" <<'PYEOF'
 import datetime, json, math, os, re, sys
 raw, out, quick, write_md, flags = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4] == "1", sys.argv[5]
-from_log, load_note = sys.argv[6], sys.argv[7]
+from_log, load_note, section_key, section_title = sys.argv[6], sys.argv[7], sys.argv[8], sys.argv[9]
+def flag(name, default):
+    m = re.search(r"--%s (\S+)" % name, flags)
+    return m.group(1) if m else default
+# The sites as --sites names them (genre:budget, atoll bench hydra's default when not given).
+sites_flag = flag("sites", "a:1.0,f:0.5,j:0.25,n:0.25")
+site_genres = [x.split(":")[0] for x in sites_flag.split(",")]
+site_budgets = [x.split(":")[1] for x in sites_flag.split(",")]
 rows = [json.loads(l) for l in open(raw) if l.startswith("{")]
 seeds = sorted({r["seed"] for r in rows})
 by = {(r["seed"], r["method"]): r for r in rows}
@@ -138,7 +156,7 @@ def cpu():
             if l.startswith("model name"): return "%s, %d cores" % (l.split(":", 1)[1].strip(), os.cpu_count() or 0)
     except OSError: pass
     return "unknown CPU"
-settings = {"flags": flags, "seeds": seeds, "machine": cpu(), "sites": "a:1.0,f:0.5,j:0.25,n:0.25",
+settings = {"flags": flags, "seeds": seeds, "machine": cpu(), "sites": sites_flag,
             "loadavg": open("/proc/loadavg").read().split()[:3]}
 report = {"settings": settings, "rows": rows, "base_site_val_bpb": base_bpb, "summary": summary}
 if lora_vs_full: report["lora_vs_full"] = lora_vs_full
@@ -147,10 +165,11 @@ open(out, "a").write("\n")
 f2 = lambda s: "%+.2f ± %.2f%s" % (s["mean"], s["se"], "" if s["pays"] else " ✗")
 rank = re.search(r"--lora-rank (\d+)", flags)
 rank = rank.group(1) if rank else "8"
+lora_on = "" if flag("lora-targets", "q,k,v,o") == "q,k,v,o" else " on " + flag("lora-targets", "")
 names = {"local": "each site alone (Hydra subnetwork)", "local_full": "each site alone (full model)",
          "full": "plain DiLoCo, full model", "hydra": "Hydra",
-         "lora": "federated LoRA r=%s" % rank, "local_lora": "each site alone (LoRA r=%s)" % rank}
-lines = ["| method | site bpb a / f / j / n (mean over seeds) | gain vs base %, per site | gain vs alone %, per site | mean: vs base / vs alone % | worst: vs base / vs alone % | pays |",
+         "lora": "federated LoRA r=%s%s" % (rank, lora_on), "local_lora": "each site alone (LoRA r=%s%s)" % (rank, lora_on)}
+lines = ["| method | site bpb " + " / ".join(site_genres) + " (mean over seeds) | gain vs base %, per site | gain vs alone %, per site | mean: vs base / vs alone % | worst: vs base / vs alone % | pays |",
          "|---|---|---|---|---|---|---|",
          "| base model | %s | | | | | |" % " / ".join("%.4f" % b["mean"] for b in base_bpb)]
 for m, e in summary.items():
@@ -172,10 +191,11 @@ table = "\n".join(lines)
 print("wrote %s (%d rows)" % (out, len(rows)))
 print(table)
 if write_md:
-    key = "hydra-pays-quick" if quick else "hydra-pays"
+    key = section_key or ("hydra-pays-quick" if quick else "hydra-pays")
+    title = section_title or "Does federated fine-tuning pay? Small-data sites"
     section = "\n".join([
         "<!-- %s:begin -->" % key,
-        "## Does federated fine-tuning pay? Small-data sites, %d seeds" % len(seeds) + (" (quick)" if quick else ""),
+        "## %s, %d seeds" % (title, len(seeds)) + (" (quick)" if quick else ""),
         "",
         "Measured %s on %s, %s, by `bench/hydra/pays.sh%s`; rows and "
         "paired statistics in `%s`." % (datetime.date.today().isoformat(), settings["machine"],
@@ -183,9 +203,12 @@ if write_md:
                                         "when the rows were tabulated (--from)" if from_log else "at the end of the run")),
                                         " --quick" if quick else "", out),
         "",
-        "Four sites (Brown genres a / f / j / n, budgets 1.0 / 0.5 / 0.25 / 0.25), each holding two "
-        "training documents and one validation document of its genre, drawn by the seed; bpb on the "
-        "genre's held-out documents. Each seed is a paired trial (same base model, documents and "
+        "%d sites (Brown genres %s, budgets %s), each holding %s training documents and %s "
+        "validation document(s) of its genre, drawn by the seed, over a base model trained %s steps "
+        "on genres %s; bpb on the genre's held-out documents. Each seed" % (
+            len(site_genres), " / ".join(site_genres), " / ".join(site_budgets),
+            flag("train-docs", "all"), flag("site-val-docs", "0"), flag("base-steps", "150"),
+            flag("base-genres", "bcdeghklmpr")) + " is a paired trial (same base model, documents and "
         "batches for every method). Gains are percent of the reference's bpb, mean ± standard error "
         "over seeds; ✗ marks a gain not above two standard errors. `alone` is the site's Hydra "
         "subnetwork trained alone (the full model alone for the plain DiLoCo row, its LoRA "

@@ -4,7 +4,8 @@ on a tiny model with small-data sites prints every row with its keys, gains that
 bpb, a kept round that exists, the same rows for the same seed, and a one-line error when a site
 must choose without a validation split of its own; bench/hydra/pays.sh --from tabulates them.
 The LoRA rows (lora, local_lora) train adapters that move the model off the base, send only the
-adapters, answer to the adapters trained alone, and a bad --lora-rank is one clear error."""
+adapters (on the projections --lora-targets names), answer to the adapters trained alone, and a
+bad --lora-rank or --lora-targets is one clear error; pays.sh names the sites --sites gives."""
 import json
 import math
 import os
@@ -37,8 +38,9 @@ def rows(*extra, methods=METHODS):
     return [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
 
 
-def tabulate(tmp, seeded_rows):
-    """pays.sh --from over `seeded_rows` ((seed, rows) pairs): its run and the JSON it wrote."""
+def tabulate(tmp, seeded_rows, extra=()):
+    """pays.sh --from over `seeded_rows` ((seed, rows) pairs), with `extra` as the flags the rows
+    were made with: its run and the JSON it wrote."""
     log = os.path.join(tmp, "rows.log")
     with open(log, "w") as f:
         for seed, rs in seeded_rows:
@@ -46,7 +48,8 @@ def tabulate(tmp, seeded_rows):
                 f.write(json.dumps({"seed": seed, **r}) + "\n")
     out_json = os.path.join(tmp, "pays.json")
     run = subprocess.run([os.path.join(ROOT, "bench", "hydra", "pays.sh"), "--from", log,
-                          "--out", out_json, "--no-results-md"], capture_output=True,
+                          "--out", out_json, "--no-results-md", *(["--", *extra] if extra else [])],
+                         capture_output=True,
                          text=True, timeout=60, env={**os.environ, "ATOLL": ATOLL})
     return run, out_json
 
@@ -153,6 +156,29 @@ class LoraRows(unittest.TestCase):
             self.assertIn("--lora-rank " + rank, out.stderr)
             self.assertIn("--dim", out.stderr)
             self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)
+
+    def test_adapters_on_every_projection_are_what_travels_and_pays_names_them(self):
+        # q, k, v, o are 16 x 16; gate and up 16 -> 32; down 32 -> 16: at rank 4, per layer
+        # 4 x 4 x (16 + 16) + 3 x 4 x (16 + 32) parameters, in 2 layers.
+        every = 2 * (4 * 4 * (16 + 16) + 3 * 4 * (16 + 32))
+        flags = ["--lora-rank", "4", "--lora-targets", "q,k,v,o,gate,up,down",
+                 "--sites", "k:1.0,l:1.0,n:1.0,p:1.0", "--base-genres", "abcdefghjmr"]
+        seeded = [(seed, rows("--seed", str(seed), *flags, methods="base,local_lora,lora"))
+                  for seed in (3, 5)]
+        by = {r["method"]: r for r in seeded[0][1]}
+        self.assertEqual(by["lora"]["bytes_per_round"], 4 * every)
+        self.assertNotEqual(by["lora"]["site_val_bpb"], by["base"]["site_val_bpb"])
+        with tempfile.TemporaryDirectory() as tmp:
+            run, _ = tabulate(tmp, seeded, flags)
+            self.assertEqual(run.returncode, 0, run.stderr)
+            self.assertIn("| method | site bpb k / l / n / p (mean over seeds) |", run.stdout)
+            self.assertIn("| federated LoRA r=4 on q,k,v,o,gate,up,down |", run.stdout)
+
+    def test_a_bad_lora_target_is_one_clear_error(self):
+        out = bench("--lora-targets", "q,qkv", "--methods", "base,lora")
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn("'qkv'", out.stderr)
+        self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)
 
     def test_pays_names_the_lora_rows_and_compares_lora_with_full(self):
         with tempfile.TemporaryDirectory() as tmp:
