@@ -22,5 +22,5 @@ FLAGS=(--dim 128 --layers 2 --heads 4 --ffn 384
        --sites k:1.0,l:1.0,n:1.0,p:1.0 --base-genres abcdefghjmr --base-steps 3000 --train-docs 4
        --lr 1e-3 --lora-lr 1e-2 --lora-rank 4 --lora-targets q,k,v,o,gate,up,down
        --methods base,local_lora,lora,local_full,full)
-exec env RESULTS_SECTION="$key" RESULTS_TITLE="Federated LoRA on small-data fiction sites (issue 17)" \
+exec env RESULTS_SECTION="$key" RESULTS_BY=bench/finetune/small_sites.sh RESULTS_TITLE="Federated LoRA on small-data fiction sites (issue 17)" \
   JOBS="${JOBS:-2}" bench/hydra/pays.sh --out "bench/results/$key.json" "$@" -- "${FLAGS[@]}"

@@ -87,10 +87,10 @@ else
 fi
 
 python3 - "$RAW" "$OUT" "$QUICK" "$WRITE_MD" "${MODEL[*]} ${ARGS[*]} ${TESTED[*]}" "$FROM" "${LOAD_NOTE:-}" \
-  "${RESULTS_SECTION:-}" "${RESULTS_TITLE:-}" <<'PYEOF'
+  "${RESULTS_SECTION:-}" "${RESULTS_TITLE:-}" "${RESULTS_BY:-bench/hydra/pays.sh}" <<'PYEOF'
 import datetime, json, math, os, re, sys
 raw, out, quick, write_md, flags = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4] == "1", sys.argv[5]
-from_log, load_note, section_key, section_title = sys.argv[6], sys.argv[7], sys.argv[8], sys.argv[9]
+from_log, load_note, section_key, section_title, made_by = sys.argv[6:11]
 def flag(name, default):
     m = re.search(r"--%s (\S+)" % name, flags)
     return m.group(1) if m else default
@@ -149,6 +149,20 @@ if "lora" in summary and "full" in summary:
     if summary["lora"].get("bytes_per_round") and summary["full"].get("bytes_per_round"):
         lora_vs_full["bytes_per_round_ratio"] = round(
             summary["full"]["bytes_per_round"] / summary["lora"]["bytes_per_round"], 2)
+# bench/finetune's row keys (issue 17) on the LoRA and full-parameter rows: the adapters' rank,
+# the elements a site trains (its federated row's bytes per round / 4: updates travel in fp32,
+# the same for the row trained alone) and one inner step's milliseconds, mean over sites (rows
+# that report it; peak RSS is not measured per method: one process runs them all).
+fed_of = {"lora": "lora", "local_lora": "lora", "full": "full", "local_full": "full"}
+for r in rows:
+    fed = fed_of.get(r["method"])
+    if fed is None: continue
+    r["rank"] = int(flag("lora-rank", "8")) if fed == "lora" else None
+    fed_row = by.get((r["seed"], fed))
+    if fed_row and fed_row.get("bytes_per_round"):
+        r["trainable_params"] = fed_row["bytes_per_round"] // 4
+    steps = [x for x in r.get("site_step_ms", []) if x > 0]
+    if steps: r["step_ms"] = round(sum(steps) / len(steps), 2)
 base_bpb = [stat([by[(s, "base")]["site_val_bpb"][k] for s in seeds]) for k in range(len(by[(seeds[0], "base")]["site_val_bpb"]))]
 def cpu():
     try:
@@ -197,11 +211,11 @@ if write_md:
         "<!-- %s:begin -->" % key,
         "## %s, %d seeds" % (title, len(seeds)) + (" (quick)" if quick else ""),
         "",
-        "Measured %s on %s, %s, by `bench/hydra/pays.sh%s`; rows and "
+        "Measured %s on %s, %s, by `%s%s`; rows and "
         "paired statistics in `%s`." % (datetime.date.today().isoformat(), settings["machine"],
                                         load_note or ("load average %s %s" % (" ".join(settings["loadavg"]),
                                         "when the rows were tabulated (--from)" if from_log else "at the end of the run")),
-                                        " --quick" if quick else "", out),
+                                        made_by, " --quick" if quick else "", out),
         "",
         "%d sites (Brown genres %s, budgets %s), each holding %s training documents and %s "
         "validation document(s) of its genre, drawn by the seed, over a base model trained %s steps "

@@ -191,6 +191,16 @@ class LoraRows(unittest.TestCase):
                 report = json.load(f)
             self.assertEqual(report["summary"]["lora"]["alone_reference"], "local_lora")
             self.assertEqual(report["summary"]["lora"]["bytes_per_round"], 4 * LORA_PARAMS)
+            # bench/finetune's row keys: the rank and trainable elements of LoRA (federated and
+            # alone alike) and full, and a step time where the row trains with the site worker.
+            for r in report["rows"]:
+                if r["method"] in ("lora", "local_lora"):
+                    self.assertEqual((r["rank"], r["trainable_params"]), (8, LORA_PARAMS), r)
+                if r["method"] in ("full", "local_full"):
+                    self.assertEqual(r["trainable_params"], 5184, r)
+                    self.assertIsNone(r["rank"])
+                if r["method"] in ("lora", "full"):
+                    self.assertGreater(r["step_ms"], 0)
             diffs = [by_seed["lora"]["mean_bpb"] - by_seed["full"]["mean_bpb"] for by_seed in
                      ({r["method"]: r for r in rs} for rs in (self.rows, other))]
             self.assertAlmostEqual(report["lora_vs_full"]["mean_bpb_difference"]["mean"],
