@@ -173,6 +173,19 @@ class LoraRows(unittest.TestCase):
             self.assertEqual(run.returncode, 0, run.stderr)
             self.assertIn("| method | site bpb k / l / n / p (mean over seeds) |", run.stdout)
             self.assertIn("| federated LoRA r=4 on q,k,v,o,gate,up,down |", run.stdout)
+            # bench/finetune/small_sites.sh tabulates through pays.sh with these sites and
+            # adapters; --out and --no-results-md keep its committed files untouched.
+            small = subprocess.run(
+                [os.path.join(ROOT, "bench", "finetune", "small_sites.sh"), "--from",
+                 os.path.join(tmp, "rows.log"), "--out", os.path.join(tmp, "small.json"),
+                 "--no-results-md"], capture_output=True, text=True, timeout=60,
+                env={**os.environ, "ATOLL": ATOLL})
+            self.assertEqual(small.returncode, 0, small.stderr)
+            self.assertIn("| method | site bpb k / l / n / p (mean over seeds) |", small.stdout)
+            self.assertIn("| federated LoRA r=4 on q,k,v,o,gate,up,down |", small.stdout)
+            with open(os.path.join(tmp, "small.json")) as f:
+                self.assertIn("--lora-targets q,k,v,o,gate,up,down",
+                              json.load(f)["settings"]["flags"])
 
     def test_a_bad_lora_target_is_one_clear_error(self):
         out = bench("--lora-targets", "q,qkv", "--methods", "base,lora")
