@@ -16,7 +16,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 quick=0
-for a in "$@"; do [[ $a == --quick ]] && quick=1; done
+for a in "$@"; do
+  [[ $a == --quick ]] && quick=1
+  if [[ $a == -h || $a == --help ]]; then sed -n 2,16p "$0"; exit 0; fi
+done
 if [[ $quick == 1 ]]; then key=finetune-small-sites-quick; else key=finetune-small-sites; fi
 FLAGS=(--dim 128 --layers 2 --heads 4 --ffn 384
        --sites k:1.0,l:1.0,n:1.0,p:1.0 --base-genres abcdefghjmr --base-steps 3000 --train-docs 4
