@@ -18,7 +18,7 @@ cd "$(dirname "$0")/../.."
 quick=0
 for a in "$@"; do
   [[ $a == --quick ]] && quick=1
-  if [[ $a == -h || $a == --help ]]; then sed -n 2,16p "$0"; exit 0; fi
+  if [[ $a == -h || $a == --help ]]; then sed -n 2,15p "$0"; exit 0; fi
 done
 if [[ $quick == 1 ]]; then key=finetune-small-sites-quick; else key=finetune-small-sites; fi
 FLAGS=(--dim 128 --layers 2 --heads 4 --ffn 384
