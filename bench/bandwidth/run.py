@@ -98,6 +98,9 @@ def main():
     p.add_argument("--out", default=None)
     p.add_argument("--runs", default=None)
     p.add_argument("--seeds", default="1,2,3,4,5")
+    p.add_argument("--seeds-at", action="append", default=[], metavar="M=SEEDS",
+                   help="the seeds of one site count instead of --seeds, e.g. 8=1,2,3 "
+                        "(repeatable; a grid half run with fewer seeds)")
     p.add_argument("--nodes", default="4,8")
     p.add_argument("--h", default="50,100,250,500")
     p.add_argument("--pairs", default="int8/nvfp4,ternary/nvfp4")
@@ -115,6 +118,13 @@ def main():
     print(f"runs in {a.runs}", file=sys.stderr)
     seeds = [int(s) for s in a.seeds.split(",")]
     nodes = [int(x) for x in a.nodes.split(",")]
+    seeds_at = {m: seeds for m in nodes}
+    for spec in a.seeds_at:
+        m, _, listed = spec.partition("=")
+        if not m.isdigit() or int(m) not in nodes or not listed:
+            sys.exit(f"bandwidth bench: --seeds-at '{spec}': use M=SEEDS with M one of --nodes "
+                     f"({a.nodes}), e.g. 8=1,2,3")
+        seeds_at[int(m)] = [int(x) for x in listed.split(",")]
     hs = [int(x) for x in a.h.split(",")]
     pairs = ["none/exact"] + [x for x in a.pairs.split(",") if x != "none/exact"]
     for h in hs:
@@ -124,8 +134,8 @@ def main():
     base = g.base()
     runs = []
     # Seeds outermost: a grid stopped early still has complete, paired seeds.
-    for seed in seeds:
-        for m in nodes:
+    for seed in sorted(set().union(*seeds_at.values())):
+        for m in [m for m in nodes if seed in seeds_at[m]]:
             first = True
             for h in hs:
                 for pair in pairs:
@@ -177,7 +187,8 @@ def main():
            "load_average": os.getloadavg()[0],
            "setting": {"model": " ".join(MODEL), "warm_start_steps": a.warm, "split": "iid",
                        "inner_steps_per_site": a.total, "lr": LR, "outer": "lr 1.0, momentum 0.9",
-                       "eval_tokens": int(EVAL_TOKENS), "seeds": seeds},
+                       "eval_tokens": int(EVAL_TOKENS), "seeds": seeds,
+                       "seeds_at": {str(m): seeds_at[m] for m in nodes if seeds_at[m] != seeds}},
            "rows": rows, "runs": runs}
     with open(a.out, "w") as f:
         json.dump(doc, f, indent=1)
@@ -189,6 +200,9 @@ def main():
 
 def markdown(doc, quick):
     s = doc["setting"]
+    seeds_text = ", ".join(map(str, s["seeds"])) + "".join(
+        f" (M = {m}: seeds {', '.join(map(str, listed))})"
+        for m, listed in s.get("seeds_at", {}).items())
     lines = [f"## Bandwidth: bytes against data-parallel and their bpb cost{' (quick)' if quick else ''}",
              "", f"Measured {doc['date']} on a {doc['machine']} (load average "
              f"{doc['load_average']:.1f}), by `bench/bandwidth/run.py{' --quick' if quick else ''}`"
@@ -196,7 +210,7 @@ def markdown(doc, quick):
              f"`atoll simulate --split iid` from bench/diloco's base (`{s['model']}`, "
              f"{s['warm_start_steps']} warm-start steps), T = {s['inner_steps_per_site']} inner "
              f"steps per site (R = T / H), outer {s['outer']}, seeds "
-             f"{', '.join(map(str, s['seeds']))} paired. Bytes: both ways on the wire; the ratio "
+             f"{seeds_text} paired. Bytes: both ways on the wire; the ratio "
              "leaves out the first full pull of θ (every site gets the base once; data-parallel's "
              "count, a ring all-reduce of fp32 gradients every step, leaves it out too) and gives "
              "it with that pull in brackets. "
