@@ -98,6 +98,7 @@ def flag(name, default):
 sites_flag = flag("sites", "a:1.0,f:0.5,j:0.25,n:0.25")
 site_genres = [x.split(":")[0] for x in sites_flag.split(",")]
 site_budgets = [x.split(":")[1] for x in sites_flag.split(",")]
+rank = flag("lora-rank", "8")  # the LoRA rows' adapter rank
 rows = [json.loads(l) for l in open(raw) if l.startswith("{")]
 seeds = sorted({r["seed"] for r in rows})
 by = {(r["seed"], r["method"]): r for r in rows}
@@ -157,7 +158,7 @@ fed_of = {"lora": "lora", "local_lora": "lora", "full": "full", "local_full": "f
 for r in rows:
     fed = fed_of.get(r["method"])
     if fed is None: continue
-    r["rank"] = int(flag("lora-rank", "8")) if fed == "lora" else None
+    r["rank"] = int(rank) if fed == "lora" else None
     fed_row = by.get((r["seed"], fed))
     if fed_row and fed_row.get("bytes_per_round"):
         r["trainable_params"] = fed_row["bytes_per_round"] // 4
@@ -177,8 +178,6 @@ if lora_vs_full: report["lora_vs_full"] = lora_vs_full
 json.dump(report, open(out, "w"), indent=1)
 open(out, "a").write("\n")
 f2 = lambda s: "%+.2f ± %.2f%s" % (s["mean"], s["se"], "" if s["pays"] else " ✗")
-rank = re.search(r"--lora-rank (\d+)", flags)
-rank = rank.group(1) if rank else "8"
 lora_on = "" if flag("lora-targets", "q,k,v,o") == "q,k,v,o" else " on " + flag("lora-targets", "")
 names = {"local": "each site alone (Hydra subnetwork)", "local_full": "each site alone (full model)",
          "full": "plain DiLoCo, full model", "hydra": "Hydra",
