@@ -18,6 +18,9 @@
 #   --no-results-md  do not touch bench/RESULTS.md
 #   EXTRA            flags that replace the same flags of the defaults below and add to them
 #                    (e.g. -- --site-keeps last --outer-lr 1, or -- --rounds 32)
+#   Environment: JOBS seeds at a time (default 1); RESULTS_SECTION, RESULTS_TITLE, RESULTS_BY
+#   name the bench/RESULTS.md section, its heading and the script it credits (a caller's own
+#   table, e.g. bench/finetune/small_sites.sh)
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -30,7 +33,7 @@ FROM=""
 for ((i = 1; i <= $#; ++i)); do
   if [[ ${!i} == "--from" ]]; then j=$((i + 1)); FROM=${!j}; set -- "${@:1:i-1}" "${@:i+2}"; break; fi
 done
-bench_args 2,21 "$@"
+bench_args 2,23 "$@"
 
 if [[ $QUICK == 1 ]]; then SEEDS=(1 2 3); OUT=${OUT:-bench/results/hydra-pays-quick.json}
 else SEEDS=(1 2 3 4 5); OUT=${OUT:-bench/results/hydra-pays.json}; fi
