@@ -30,9 +30,9 @@ std::optional<std::string> event_line(const coordinator::Event& e, double val_bp
       if (!e.record) return std::nullopt;
       std::string line = format_line(
           "round %" PRIu64 " committed | loss %.4f | %" PRIu64 " tokens | up %" PRIu64
-          " B down %" PRIu64 " B | %.1fs | sha256 %s",
+          " B down %" PRIu64 " B | %.1fs (commit %.2fs) | sha256 %s",
           e.round, e.record->mean_loss, e.record->tokens, e.record->bytes_up, e.record->bytes_down,
-          e.record->duration_s, e.record->params_fingerprint.substr(0, 16).c_str());
+          e.record->duration_s, e.commit_s, e.record->params_fingerprint.substr(0, 16).c_str());
       if (val_bpb >= 0) line += format_line(" | val bpb %.4f", val_bpb);
       if (e.record->skipped) line += " | SKIPPED: no update could be applied";
       // Differential privacy: ε spent so far (the record holds no per-site norms then).

@@ -53,6 +53,8 @@ struct RunTotals {
   std::map<uint64_t, uint64_t> sync_bytes;
   uint64_t initial_pull_bytes = 0;
   double wall_s = 0;
+  // The coordinator's commits (Event::commit_s): their sum and the longest, in seconds.
+  double commit_s = 0, commit_max_s = 0;
   double privacy_epsilon = -1;  // ε after the last committed round; -1: [privacy] off
   // Screening over all rounds: updates clipped or dropped (of which dropped as replays, as stale
   // updates), and the
@@ -296,6 +298,8 @@ std::optional<int> watch_rounds(const std::string& cmd, DemoRun& run, RunTotals&
   double outer_s = 0;
   DemoEventHandlers handlers;
   handlers.on_round_committed = [&](const coordinator::Event& e) {
+    t.commit_s += e.commit_s;
+    t.commit_max_s = std::max(t.commit_max_s, e.commit_s);
     on_round_committed(run, *e.record, e.params.get(), t, t0, start_round, outer_up, outer_down,
                        outer_s);
   };
@@ -413,6 +417,7 @@ void print_summary(const DemoRun& run, const RunTotals& t, double baseline,
               format_bytes(c.ddp).c_str(), sent > 0 ? c.ddp / sent : 0.0);
   std::printf("  wall time        %s (%.3f rounds/s)\n", format_duration(t.wall_s).c_str(),
               static_cast<double>(t.rounds_done) / t.wall_s);
+  std::printf("  commits          %.2f s in all, longest %.2f s\n", t.commit_s, t.commit_max_s);
   if (run.mode == SiteMode::kInProcess)
     std::printf("  peak memory      %s for %zu sites\n",
                 format_bytes(static_cast<double>(peak_rss_bytes())).c_str(), N);
@@ -478,6 +483,8 @@ Status write_summary_json(const DemoRun& run, const RunTotals& t, double baselin
         << ",\"privacy_epsilon\":" << json_number(t.privacy_epsilon);
   out << ",\"final_fingerprint\":\"" << run.rc->service->params_fingerprint() << "\""
       << ",\"wall_s\":" << json_number(t.wall_s)
+      << ",\"commit_s\":" << json_number(t.commit_s)
+      << ",\"commit_max_s\":" << json_number(t.commit_max_s)
       << ",\"rounds_per_s\":" << json_number(static_cast<double>(t.rounds_done) / t.wall_s)
       << ",\"peak_rss_bytes\":" << peak_rss_bytes() << "}\n";
   if (!out) return IoError("cannot write --summary-json " + path);

@@ -55,6 +55,11 @@ CoordinatorMetrics::CoordinatorMetrics(const ExperimentManager* manager)
           "atoll_push_duration_seconds",
           "Accepted pushes, from the first chunk to the answer (for the update that completes "
           "a round, the commit included).",
+          push_duration_buckets())),
+      commit_duration_(registry_.histogram(
+          "atoll_round_commit_seconds",
+          "Committed rounds, from their close to the commit on disk: screening, the outer step, "
+          "the broadcast's encoding and the store's synced write.",
           push_duration_buckets())) {
   // Every reason at 0 from the start, so that rate() and increase() see the first rejection.
   for (const char* reason : update_rejection_reasons())
@@ -78,6 +83,7 @@ void CoordinatorMetrics::observe(const Event& e) {
         tokens_.add(static_cast<double>(e.record->tokens));
         train_loss_.set(e.record->mean_loss);
         round_duration_.observe(e.record->duration_s);
+        commit_duration_.observe(e.commit_s);
         // Created by the first round of an experiment with [privacy] on (+Inf: clipping only).
         if (e.record->privacy_epsilon != -1.0)
           registry_

@@ -3,7 +3,8 @@
 // --metrics HOST:PORT`, over plain HTTP:
 //   counted from the round engines' events   rounds committed and restarted, updates accepted
 //                                            and rejected by reason, tokens, round durations,
-//                                            the last round's train loss, the privacy ε
+//                                            commit durations, the last round's train
+//                                            loss, the privacy ε
 //                                            spent (atoll_privacy_epsilon, once a round of
 //                                            an experiment with [privacy] on committed)
 //   measured by the gRPC service             payload bytes by direction, push latency
@@ -29,7 +30,8 @@ namespace atl::coordinator {
 class ExperimentManager;
 
 // Buckets of atoll_round_duration_seconds (a demo's round takes seconds, a real one hours) and
-// of atoll_push_duration_seconds (one update's upload, and for the last one the commit).
+// of atoll_push_duration_seconds (one update's upload, and for the last one the commit) and
+// atoll_round_commit_seconds (a round's close to its durable commit).
 const std::vector<double>& round_duration_buckets();
 const std::vector<double>& push_duration_buckets();
 
@@ -73,6 +75,7 @@ class CoordinatorMetrics {
   transport::metrics::Gauge& nodes_left_;
   transport::metrics::Histogram& round_duration_;
   transport::metrics::Histogram& push_duration_;
+  transport::metrics::Histogram& commit_duration_;
 };
 
 }  // namespace atl::coordinator

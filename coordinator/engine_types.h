@@ -62,6 +62,9 @@ struct Event {
   std::vector<std::pair<std::string, double>> metrics;
   // kUpdateRejected: why, as one of update_rejection_reasons() (a metrics label).
   std::string reason;
+  // kRoundCommitted: seconds from the round's close to its commit being durable (screening,
+  // the outer step, the broadcast's encoding and the store's synced write). Not stored.
+  double commit_s = 0.0;
 };
 const char* event_kind_name(Event::Kind kind);
 

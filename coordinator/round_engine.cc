@@ -658,6 +658,7 @@ Status RoundEngine::compress_update(const Commit& c, std::vector<float>& theta_n
 
 void RoundEngine::commit(Commit c) {
   // Without the lock: θ_r and its momentum are immutable snapshots, the updates are ours.
+  const Clock::time_point started = Clock::now();
   std::vector<float> theta_next, momentum_next, feedback_next;
   std::vector<uint8_t> update_message;
   Status outer = c.secagg ? unmask_into_updates(c) : Status::Ok();
@@ -678,6 +679,7 @@ void RoundEngine::commit(Commit c) {
                              ? store_.commit_round(c.next, rec, theta_next, momentum_next,
                                                    c.feedback ? &broadcast : nullptr, replay_bytes)
                              : Status::Ok();
+  c.commit_s = std::chrono::duration<double>(Clock::now() - started).count();
   // θ_{r+1}, its momentum and the error feedback become immutable snapshots too.
   c.theta = std::make_shared<const std::vector<float>>(std::move(theta_next));
   c.momentum = std::make_shared<const std::vector<float>>(std::move(momentum_next));
@@ -722,6 +724,7 @@ void RoundEngine::publish_commit_locked(Commit& c, const Status& outer, const St
   e.round = r;
   e.record = c.record;
   e.params = theta_;
+  e.commit_s = c.commit_s;
   emit(std::move(e));
   if (experiment_.state == ExperimentState::kFinished) {
     audit("state", "finished");

@@ -209,6 +209,7 @@ class RoundEngine {
     std::shared_ptr<const ScreeningMemory> screening;
     // [secagg]: the masked sum and the shares to unmask it; `updates` then hold the records only.
     std::optional<SecAggRound::Result> secagg;
+    double commit_s = 0.0;  // close to durable commit (Event::commit_s)
   };
   // A line of the audit log, written by the event thread.
   struct AuditLine {

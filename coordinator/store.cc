@@ -19,19 +19,17 @@
 #include <mutex>
 #include <shared_mutex>
 
+#include <unistd.h>
+
+#include "coordinator/blob_file.h"
 #include "coordinator/json_views.h"
 #include "kernels/core/sha256.h"
 
 namespace atl::coordinator {
 namespace json = boost::json;
 
-static_assert(std::endian::native == std::endian::little, "blobs are little-endian fp32");
-
 namespace {
 
-constexpr char kBlobMagic[4] = {'A', 'T', 'B', '1'};
-constexpr size_t kBlobHeader = 4 + 8 + 32;
-// outer_state keys next to the momentum's (<exp>): the broadcast's error feedback and updates.
 constexpr char kFeedbackSuffix[] = "/feedback";
 constexpr char kReplaySuffix[] = "/replay";
 
@@ -98,52 +96,6 @@ Status from_rocks(const rocksdb::Status& s, const std::string& what) {
   if (s.IsNotFound()) return NotFound(what + ": not found");
   if (s.IsCorruption()) return DataLoss("store: " + what + ": " + s.ToString());
   return IoError("store: " + what + ": " + s.ToString());
-}
-
-// The blob's header: magic, numel, SHA-256 of the data (the data follows it).
-std::string blob_header(std::span<const float> v) {
-  std::string out(kBlobHeader, '\0');
-  std::memcpy(out.data(), kBlobMagic, 4);
-  const uint64_t n = v.size();
-  std::memcpy(out.data() + 4, &n, 8);
-  const Sha256Digest d = sha256(v.data(), v.size_bytes());
-  std::memcpy(out.data() + 12, d.data(), 32);
-  return out;
-}
-
-// Bytes a batch needs for the blob of v under `key` (value, key, and record framing).
-size_t blob_batch_bytes(std::span<const float> v, const std::string& key) {
-  return kBlobHeader + v.size_bytes() + key.size() + 32;
-}
-
-// batch[cf][key] = blob of v, copied once, into the batch (θ is hundreds of MB: no
-// intermediate copy of it).
-void put_blob(rocksdb::WriteBatch& batch, rocksdb::ColumnFamilyHandle* cf, const std::string& key,
-              std::span<const float> v) {
-  const std::string header = blob_header(v);
-  const rocksdb::Slice key_slice(key);
-  const rocksdb::Slice parts[2] = {
-      rocksdb::Slice(header),
-      rocksdb::Slice(reinterpret_cast<const char*>(v.data()), v.size_bytes())};
-  batch.Put(cf, rocksdb::SliceParts(&key_slice, 1), rocksdb::SliceParts(parts, 2));
-}
-
-StatusOr<std::vector<float>> decode_blob(const std::string& blob, const std::string& what) {
-  if (blob.size() < kBlobHeader || std::memcmp(blob.data(), kBlobMagic, 4) != 0)
-    return DataLoss("store: " + what + " is corrupt (bad header, " + std::to_string(blob.size()) +
-                    " bytes)");
-  uint64_t n = 0;
-  std::memcpy(&n, blob.data() + 4, 8);
-  if (n > (blob.size() - kBlobHeader) / 4 || blob.size() - kBlobHeader != n * 4)
-    return DataLoss("store: " + what + " is corrupt (header says " + std::to_string(n) +
-                    " floats, value holds " + std::to_string(blob.size() - kBlobHeader) +
-                    " bytes)");
-  std::vector<float> v(n);
-  if (n) std::memcpy(v.data(), blob.data() + kBlobHeader, n * 4);
-  const Sha256Digest d = sha256(v.data(), n * 4);
-  if (std::memcmp(d.data(), blob.data() + 12, 32) != 0)
-    return DataLoss("store: " + what + " is corrupt (SHA-256 mismatch)");
-  return v;
 }
 
 // ---- JSON (de)serialisation; every accessor checks the type so corrupt values give a Status.
@@ -437,6 +389,20 @@ Status make_owner_only(const std::string& dir, bool files) {
                      " owner-only (mode 0600): " + ec.message());
   }
   if (ec) return IoError("cannot list store " + dir + ": " + ec.message());
+  // The blob files (store.h) and their directories, however deep.
+  const fs::path blobs = fs::path(dir) / "blobs";
+  if (!fs::is_directory(blobs, ec)) return Status::Ok();
+  fs::permissions(blobs, fs::perms::owner_all, fs::perm_options::replace, ec);
+  for (const auto& entry : fs::recursive_directory_iterator(blobs, ec)) {
+    const bool is_dir = entry.is_directory(ec);
+    fs::permissions(entry.path(),
+                    is_dir ? fs::perms::owner_all : fs::perms::owner_read | fs::perms::owner_write,
+                    fs::perm_options::replace, ec);
+    if (ec)
+      return IoError("cannot make " + entry.path().string() + " owner-only (mode " +
+                     (is_dir ? "0700" : "0600") + "): " + ec.message());
+  }
+  if (ec) return IoError("cannot list " + blobs.string() + ": " + ec.message());
   return Status::Ok();
 }
 
@@ -453,6 +419,7 @@ StatusOr<std::unique_ptr<Store>> Store::open(const std::string& dir, StoreOption
   std::unique_ptr<Store> store(new Store(dir, options));
   ATOLL_RETURN_IF_ERROR(store->open_db());
   ATOLL_RETURN_IF_ERROR(make_owner_only(dir, /*files=*/true));
+  ATOLL_RETURN_IF_ERROR(store->collect_blob_garbage());
   return store;
 }
 
@@ -581,6 +548,120 @@ void Store::keep_wal_within(uint64_t commit_bytes) {
   (void)db_->Flush(f, all);  // a failure shows in the next write
 }
 
+namespace {
+// A blob value naming its file: "ATR1" | file name (store.h).
+constexpr char kBlobFileRef[4] = {'A', 'T', 'R', '1'};
+
+bool names_blob_file(const std::string& value) {
+  return value.size() > 4 && std::memcmp(value.data(), kBlobFileRef, 4) == 0;
+}
+}  // namespace
+
+std::string Store::blob_dir(const std::string& id) const {
+  return dir_ + "/blobs/e-" + id;  // "e-": an id of "." or ".." is a plain name here
+}
+
+Status Store::stage_blob(rocksdb::WriteBatch& batch, Cf cf, const std::string& key,
+                         const std::string& id, const char* kind, uint64_t round,
+                         std::span<const float> v, std::vector<std::string>& staged) {
+  namespace fs = std::filesystem;
+  const std::string dir = blob_dir(id);
+  const std::string what = std::string("write ") + kind + " of " + id;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    for (const std::string& d : {dir_ + "/blobs", dir}) {
+      fs::create_directory(d, ec);
+      if (!ec) fs::permissions(d, fs::perms::owner_all, fs::perm_options::replace, ec);
+      if (ec) {
+        full_ = ec == std::errc::no_space_on_device;
+        return IoError("store at " + dir_ + (full_ ? " is full: " : " cannot be written: ") +
+                       what + ": cannot create " + d + ": " + ec.message());
+      }
+    }
+    if (options_.sync) {
+      ATOLL_RETURN_IF_ERROR(sync_directory(dir_));
+      ATOLL_RETURN_IF_ERROR(sync_directory(dir_ + "/blobs"));
+    }
+  }
+  const std::string name = std::string(kind) + "-" + hex16(round);
+  const std::string path = dir + "/" + name;
+  BlobWriteError w = write_blob_file(path, v, options_.sync, what);
+  if (!w.status.ok()) {
+    full_ = w.no_space;
+    return IoError("store at " + dir_ + (full_ ? " is full: " : " cannot be written: ") +
+                   w.status.message());
+  }
+  staged.push_back(path);
+  batch.Put(cfs_[cf].get(), key, std::string(kBlobFileRef, 4) + name);
+  return Status::Ok();
+}
+
+StatusOr<std::vector<float>> Store::read_blob(Cf cf, const std::string& key,
+                                              const std::string& value, const std::string& id,
+                                              const std::string& what) const {
+  if (!names_blob_file(value)) return decode_blob(value, what);  // written inline, before files
+  const std::string name = value.substr(4);
+  if (name.find('/') != std::string::npos || name == "." || name == "..")
+    return DataLoss("store: " + what + " is corrupt (bad file name)");
+  auto v = read_blob_file(blob_dir(id) + "/" + name, what);
+  if (v.ok() || v.status().code() != StatusCode::kNotFound) return v;
+  // A commit may have pruned the version between our read of its name and of its file.
+  std::string again;
+  const Status st = get(cf, key, &again);
+  if (st.code() == StatusCode::kNotFound || (st.ok() && again != value))
+    return NotFound("store: " + what + " is no longer kept");
+  return DataLoss(v.status().message() + " (the store is corrupt)");
+}
+
+void Store::prune_blob_files(const std::string& id, uint64_t first_kept, uint64_t current) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(blob_dir(id), ec)) {
+    const std::string name = entry.path().filename().string();
+    const size_t dash = name.rfind('-');
+    if (dash == std::string::npos) continue;
+    const std::string kind = name.substr(0, dash);
+    const uint64_t r = std::strtoull(name.c_str() + dash + 1, nullptr, 16);
+    if (kind == "params" ? r < first_kept : (kind == "momentum" || kind == "feedback") && r != current)
+      stale.push_back(entry.path());
+  }
+  for (const fs::path& p : stale) fs::remove(p, ec);  // a file left over goes at the next open
+}
+
+Status Store::collect_blob_garbage() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> dirs;
+  for (const auto& entry : fs::directory_iterator(dir_ + "/blobs", ec)) dirs.push_back(entry.path());
+  for (const fs::path& d : dirs) {
+    const std::string dname = d.filename().string();
+    if (dname.rfind("e-", 0) != 0) continue;
+    const std::string id = dname.substr(2);
+    std::string record;
+    const Status st = get(kExperiments, id, &record);
+    if (st.code() == StatusCode::kNotFound) {
+      fs::remove_all(d, ec);
+      continue;
+    }
+    ATOLL_RETURN_IF_ERROR(st);
+    std::vector<std::string> live;
+    ATOLL_ASSIGN_OR_RETURN(std::vector<std::string> values, scan_prefix(kParams, id + "/"));
+    for (const std::string& key : {id, id + kFeedbackSuffix}) {
+      std::string v;
+      if (get(kOuterState, key, &v).ok()) values.push_back(std::move(v));
+    }
+    for (const std::string& v : values)
+      if (names_blob_file(v)) live.push_back(v.substr(4));
+    std::vector<fs::path> unnamed;
+    for (const auto& f : fs::directory_iterator(d, ec))
+      if (std::find(live.begin(), live.end(), f.path().filename().string()) == live.end())
+        unnamed.push_back(f.path());
+    for (const fs::path& f : unnamed) fs::remove(f, ec);
+  }
+  return Status::Ok();
+}
+
 void Store::compact_small_families() {
   // Keys that only grow (round numbers, timestamps) make level compaction move each flushed
   // file down unmerged, so these families would keep one small file per flush; merging them
@@ -626,9 +707,15 @@ Status Store::create_experiment(const ExperimentRecord& record, std::span<const 
   const std::string key = round_key(record.id, record.current_round);
   std::shared_lock<std::shared_mutex> db_lock(db_mu_);
   if (!db_) return not_open("create experiment " + record.id);
-  fit_wal_to(2 * blob_batch_bytes(theta0, key));  // θ and, from the first commit, momentum
-  rocksdb::WriteBatch batch(blob_batch_bytes(theta0, key) + 4096);
-  put_blob(batch, cfs_[kParams].get(), key, theta0);
+  rocksdb::WriteBatch batch;
+  std::vector<std::string> staged;
+  Status staged_ok = stage_blob(batch, kParams, key, record.id, "params", record.current_round,
+                                theta0, staged);
+  if (staged_ok.ok() && options_.sync) staged_ok = sync_directory(blob_dir(record.id));
+  if (!staged_ok.ok()) {
+    for (const std::string& path : staged) ::unlink(path.c_str());
+    return staged_ok;
+  }
   batch.Put(cfs_[kExperiments].get(), record.id, experiment_to_json(record));
   return write(batch, options_.sync, "create experiment " + record.id);
 }
@@ -668,7 +755,8 @@ StatusOr<std::vector<float>> Store::load_params(const std::string& id, uint64_t 
     return NotFound("store has no parameters for experiment '" + id + "' round " +
                     std::to_string(round));
   ATOLL_RETURN_IF_ERROR(st);
-  return decode_blob(v, "parameters of '" + id + "' round " + std::to_string(round));
+  return read_blob(kParams, round_key(id, round), v, id,
+                   "parameters of '" + id + "' round " + std::to_string(round));
 }
 
 StatusOr<std::vector<uint64_t>> Store::list_param_rounds(const std::string& id) const {
@@ -712,7 +800,8 @@ StatusOr<CommittedState> Store::load_state(const std::string& id) const {
   std::string blob;
   Status st = get(kOuterState, id, &blob);
   if (st.ok()) {
-    ATOLL_ASSIGN_OR_RETURN(std::vector<float> m, decode_blob(blob, "momentum of '" + id + "'"));
+    ATOLL_ASSIGN_OR_RETURN(std::vector<float> m,
+                           read_blob(kOuterState, id, blob, id, "momentum of '" + id + "'"));
     if (m.size() != e.numel) return DataLoss("store: momentum of '" + id + "' has wrong size");
     if (e.current_round > 0) {
       // The momentum must be the one committed with the current round.
@@ -733,7 +822,8 @@ StatusOr<CommittedState> Store::load_state(const std::string& id) const {
   st = get(kOuterState, id + kFeedbackSuffix, &blob);
   if (st.ok()) {
     ATOLL_ASSIGN_OR_RETURN(std::vector<float> f,
-                           decode_blob(blob, "broadcast error feedback of '" + id + "'"));
+                           read_blob(kOuterState, id + kFeedbackSuffix, blob, id,
+                                     "broadcast error feedback of '" + id + "'"));
     if (f.size() != e.numel)
       return DataLoss("store: broadcast error feedback of '" + id + "' has wrong size");
     s.feedback = std::move(f);
@@ -769,27 +859,35 @@ Status Store::commit_round(const ExperimentRecord& experiment, const RoundRecord
   std::shared_lock<std::shared_mutex> db_lock(db_mu_);
   if (!db_) return not_open("commit round " + std::to_string(round.round) + " of " + id);
   const std::string feedback_key = id + kFeedbackSuffix;
-  const size_t blob_bytes =
-      blob_batch_bytes(theta_next, theta_key) + blob_batch_bytes(momentum, id) +
-      (broadcast ? blob_batch_bytes(broadcast->feedback, feedback_key) + broadcast->update.size()
-                 : 0) +
-      replay_memory.size();
-  fit_wal_to(blob_bytes);
-  rocksdb::WriteBatch batch(blob_bytes + 65536);
-  auto* params = cfs_[kParams].get();
-  put_blob(batch, params, theta_key, theta_next);
-  // Keep the newest keep_params versions: delete [id/0, id/(next - keep + 1)).
   const uint64_t next = experiment.current_round;
-  if (next + 1 > options_.keep_params) {
-    const uint64_t first_kept = next + 1 - options_.keep_params;  // ≤ next: current survives
+  // θ, momentum and error feedback go to files (blob_file.h), written and synced before the
+  // batch that names them; the batch and the WAL hold the small values only.
+  const size_t wal_bytes =
+      (broadcast ? broadcast->update.size() : 0) + replay_memory.size() + 65536;
+  fit_wal_to(wal_bytes);
+  rocksdb::WriteBatch batch(wal_bytes);
+  std::vector<std::string> staged;
+  Status staged_ok = stage_blob(batch, kParams, theta_key, id, "params", next, theta_next, staged);
+  if (staged_ok.ok())
+    staged_ok = stage_blob(batch, kOuterState, id, id, "momentum", next, momentum, staged);
+  if (staged_ok.ok() && broadcast)
+    staged_ok = stage_blob(batch, kOuterState, feedback_key, id, "feedback", next,
+                           broadcast->feedback, staged);
+  if (staged_ok.ok() && options_.sync) staged_ok = sync_directory(blob_dir(id));
+  if (!staged_ok.ok()) {
+    for (const std::string& path : staged) ::unlink(path.c_str());
+    return staged_ok;
+  }
+  auto* params = cfs_[kParams].get();
+  // Keep the newest keep_params versions: delete [id/0, id/(next - keep + 1)).
+  const uint64_t first_kept = next + 1 > options_.keep_params ? next + 1 - options_.keep_params : 0;
+  if (first_kept > 0) {  // first_kept ≤ next: the current version survives
     batch.DeleteRange(params, round_key(id, 0), round_key(id, first_kept));
     // Round v's update takes θ_v to θ_{v+1}: useful while θ_v is kept.
     if (broadcast)
       batch.DeleteRange(cfs_[kOuterState].get(), update_key(id, 0), update_key(id, first_kept));
   }
-  put_blob(batch, cfs_[kOuterState].get(), id, momentum);
   if (broadcast) {
-    put_blob(batch, cfs_[kOuterState].get(), feedback_key, broadcast->feedback);
     if (!broadcast->update.empty())
       batch.Put(cfs_[kOuterState].get(), update_key(id, round.round),
                 rocksdb::Slice(broadcast->update.data(), broadcast->update.size()));
@@ -804,9 +902,12 @@ Status Store::commit_round(const ExperimentRecord& experiment, const RoundRecord
   }
   batch.Put(cfs_[kRounds].get(), round_key(id, round.round), round_to_json(round));
   batch.Put(cfs_[kExperiments].get(), id, experiment_to_json(experiment));
+  // A failed write leaves the files written: RocksDB may still replay the batch from its WAL
+  // when the store is reopened (recover()), and then it needs them. Unnamed ones go at open.
   ATOLL_RETURN_IF_ERROR(
       write(batch, options_.sync, "commit round " + std::to_string(round.round) + " of " + id));
-  keep_wal_within(blob_bytes);
+  keep_wal_within(wal_bytes);
+  prune_blob_files(id, first_kept, next);
   if (round.round % kCompactEveryRounds == kCompactEveryRounds - 1) compact_small_families();
   return Status::Ok();
 }
@@ -891,7 +992,10 @@ Status Store::delete_experiment(const std::string& id) {
     batch.DeleteRange(cfs_[cf].get(), begin, end);
   batch.Delete(cfs_[kOuterState].get(), id);
   batch.Delete(cfs_[kExperiments].get(), id);
-  return write(batch, options_.sync, "delete experiment " + id);
+  ATOLL_RETURN_IF_ERROR(write(batch, options_.sync, "delete experiment " + id));
+  std::error_code ec;
+  std::filesystem::remove_all(blob_dir(id), ec);  // what is left is removed at the next open
+  return Status::Ok();
 }
 
 Status Store::put_token(const TokenRecord& token) {

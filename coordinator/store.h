@@ -1,6 +1,8 @@
-// Coordinator state in RocksDB. Nothing committed is ever lost: a round commits θ_{r+1}, the
-// outer momentum, the round record and the experiment's current-round pointer in ONE
-// WriteBatch with a synced write, so after a crash the store shows all of round r or none of it.
+// Coordinator state in RocksDB, with the large float arrays in files beside it. Nothing
+// committed is ever lost: a round first writes (and syncs) the files of θ_{r+1}, the outer
+// momentum and the error feedback, then commits their names, the round record and the
+// experiment's current-round pointer in ONE WriteBatch with a synced write, so after a crash
+// the store shows all of round r or none of it (files no batch names are removed at open).
 //
 // Column families and keys (<exp> = experiment id, <r> = round as 16 hex digits so keys sort
 // by round):
@@ -18,7 +20,10 @@
 //   metrics      <exp>/<node>/<r>/<seq> JSON metrics reported by a node
 //   audit        <exp>/<unix_ms>/<seq>  JSON audit event (joins, rejections, lifecycle)
 //   tokens       <sha256 hex of token>  JSON TokenRecord (dashboard/API tokens; never the token)
-// Blob = "ATB1" | numel (u64 LE) | SHA-256 of the data (32 bytes) | numel fp32 LE.
+// A blob value is "ATR1" | file name: the file blobs/e-<exp>/<kind>-<r> under the store's
+// directory (kind params, momentum or feedback; <r> the round it belongs to), laid out as
+// blob_file.h says. Stores written before the files existed hold the blob itself in the value
+// ("ATB1" | numel | SHA-256 | data); both are read.
 #pragma once
 
 #include <atomic>
@@ -257,6 +262,22 @@ class Store {
   void fit_wal_to(uint64_t commit_bytes);
   void keep_wal_within(uint64_t commit_bytes);
   void compact_small_families();
+  // Blob files (blob_file.h): the directory of experiment `id`'s files, and a value naming one.
+  std::string blob_dir(const std::string& id) const;
+  // Writes v to the file <kind>-<round> of experiment `id` and puts its name under `key` in
+  // `batch`; the path written is appended to `staged` (removed again if the batch fails).
+  Status stage_blob(rocksdb::WriteBatch& batch, Cf cf, const std::string& key,
+                    const std::string& id, const char* kind, uint64_t round,
+                    std::span<const float> v, std::vector<std::string>& staged);
+  // The floats of the blob value read from cf/key (a file's name, or an inline blob).
+  StatusOr<std::vector<float>> read_blob(Cf cf, const std::string& key, const std::string& value,
+                                         const std::string& id, const std::string& what) const;
+  // Removes experiment `id`'s files that no committed value names any more: θ versions before
+  // `first_kept`, and momentum and error feedback of another round than `current`.
+  void prune_blob_files(const std::string& id, uint64_t first_kept, uint64_t current);
+  // At open: removes the files of experiments that no longer exist and files no value names
+  // (left by a crash between writing them and the batch that would have named them).
+  Status collect_blob_garbage();
   StatusOr<std::vector<std::string>> scan_prefix(Cf cf, const std::string& prefix) const;
 
   std::string dir_;
