@@ -549,8 +549,8 @@ void Store::keep_wal_within(uint64_t commit_bytes) {
 }
 
 namespace {
-// A blob value naming its file: "ATR1" | file name (store.h).
-constexpr char kBlobFileRef[4] = {'A', 'T', 'R', '1'};
+// A blob value naming its file: "ATF1" | file name (store.h).
+constexpr char kBlobFileRef[4] = {'A', 'T', 'F', '1'};
 
 bool names_blob_file(const std::string& value) {
   return value.size() > 4 && std::memcmp(value.data(), kBlobFileRef, 4) == 0;

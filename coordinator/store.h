@@ -20,7 +20,7 @@
 //   metrics      <exp>/<node>/<r>/<seq> JSON metrics reported by a node
 //   audit        <exp>/<unix_ms>/<seq>  JSON audit event (joins, rejections, lifecycle)
 //   tokens       <sha256 hex of token>  JSON TokenRecord (dashboard/API tokens; never the token)
-// A blob value is "ATR1" | file name: the file blobs/e-<exp>/<kind>-<r> under the store's
+// A blob value is "ATF1" | file name: the file blobs/e-<exp>/<kind>-<r> under the store's
 // directory (kind params, momentum or feedback; <r> the round it belongs to), laid out as
 // blob_file.h says. Stores written before the files existed hold the blob itself in the value
 // ("ATB1" | numel | SHA-256 | data); both are read.
