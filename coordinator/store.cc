@@ -380,28 +380,30 @@ Status make_owner_only(const std::string& dir, bool files) {
   fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
   if (ec) return IoError("cannot make store " + dir + " owner-only (mode 0700): " + ec.message());
   if (!files) return Status::Ok();
+  // A file RocksDB deletes while we list (a compaction's input) is skipped, not an error.
+  const auto narrow = [](const fs::directory_entry& entry) -> Status {
+    std::error_code e;
+    const bool is_dir = entry.is_directory(e);
+    if (!is_dir && !entry.is_regular_file(e)) return Status::Ok();
+    fs::permissions(entry.path(),
+                    is_dir ? fs::perms::owner_all : fs::perms::owner_read | fs::perms::owner_write,
+                    fs::perm_options::replace, e);
+    if (e && e != std::errc::no_such_file_or_directory)
+      return IoError("cannot make " + entry.path().string() + " owner-only (mode " +
+                     (is_dir ? "0700" : "0600") + "): " + e.message());
+    return Status::Ok();
+  };
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (!entry.is_regular_file(ec)) continue;
-    fs::permissions(entry.path(), fs::perms::owner_read | fs::perms::owner_write,
-                    fs::perm_options::replace, ec);
-    if (ec)
-      return IoError("cannot make " + entry.path().string() +
-                     " owner-only (mode 0600): " + ec.message());
+    if (entry.path().filename() == "blobs") continue;  // below, with what it holds
+    ATOLL_RETURN_IF_ERROR(narrow(entry));
   }
   if (ec) return IoError("cannot list store " + dir + ": " + ec.message());
   // The blob files (store.h) and their directories, however deep.
   const fs::path blobs = fs::path(dir) / "blobs";
   if (!fs::is_directory(blobs, ec)) return Status::Ok();
-  fs::permissions(blobs, fs::perms::owner_all, fs::perm_options::replace, ec);
-  for (const auto& entry : fs::recursive_directory_iterator(blobs, ec)) {
-    const bool is_dir = entry.is_directory(ec);
-    fs::permissions(entry.path(),
-                    is_dir ? fs::perms::owner_all : fs::perms::owner_read | fs::perms::owner_write,
-                    fs::perm_options::replace, ec);
-    if (ec)
-      return IoError("cannot make " + entry.path().string() + " owner-only (mode " +
-                     (is_dir ? "0700" : "0600") + "): " + ec.message());
-  }
+  ATOLL_RETURN_IF_ERROR(narrow(fs::directory_entry(blobs, ec)));
+  for (const auto& entry : fs::recursive_directory_iterator(blobs, ec))
+    ATOLL_RETURN_IF_ERROR(narrow(entry));
   if (ec) return IoError("cannot list " + blobs.string() + ": " + ec.message());
   return Status::Ok();
 }

@@ -228,6 +228,26 @@ TEST(Store, MetricsOfOneNodeAreItsReportsOnly) {
   EXPECT_TRUE((*s)->list_metrics("a", "n2")->empty());
 }
 
+// The store's RocksDB opened directly, as an older version or a corruption would leave it.
+struct RawStore {
+  std::unique_ptr<rocksdb::DB> db;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;  // default, then Store's families in order
+  explicit RawStore(const std::string& dir) {
+    std::vector<rocksdb::ColumnFamilyDescriptor> descs = {{rocksdb::kDefaultColumnFamilyName, {}}};
+    for (const auto& n : Store::column_family_names()) descs.push_back({n, {}});
+    rocksdb::DB* opened = nullptr;
+    if (rocksdb::DB::Open(rocksdb::DBOptions(), dir, descs, &handles, &opened).ok()) db.reset(opened);
+  }
+  ~RawStore() {
+    for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+  }
+  rocksdb::Status put(const std::string& family, const std::string& key, const std::string& v) {
+    const auto& names = Store::column_family_names();
+    const size_t i = std::find(names.begin(), names.end(), family) - names.begin();
+    return db->Put({}, handles.at(i + 1), key, v);
+  }
+};
+
 // Inverts one bit of the last byte of the file at `path`.
 void flip_last_byte(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "r+b");
@@ -261,15 +281,9 @@ TEST(Store, CorruptValuesGiveDataLoss) {
   // Flip a byte in θ of round 1 (its file) and truncate a round record (with RocksDB directly).
   flip_last_byte(dir.path() + "/blobs/e-c/params-0000000000000001");
   {
-    rocksdb::DBOptions o;
-    std::vector<rocksdb::ColumnFamilyDescriptor> descs = {{rocksdb::kDefaultColumnFamilyName, {}}};
-    for (const auto& n : Store::column_family_names()) descs.push_back({n, {}});
-    std::vector<rocksdb::ColumnFamilyHandle*> h;
-    rocksdb::DB* raw = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(o, dir.path(), descs, &h, &raw).ok());
-    std::unique_ptr<rocksdb::DB> db(raw);
-    ASSERT_TRUE(db->Put({}, h[3], Store::round_key("c", 0), "{\"round\": \"x\"").ok());  // rounds
-    for (auto* x : h) db->DestroyColumnFamilyHandle(x);
+    RawStore raw(dir.path());
+    ASSERT_TRUE(raw.db) << "cannot open the store with RocksDB directly";
+    ASSERT_TRUE(raw.put("rounds", Store::round_key("c", 0), "{\"round\": \"x\"").ok());
   }
   auto s = Store::open(dir.path());
   ASSERT_TRUE(s.ok());
@@ -390,19 +404,13 @@ TEST(Store, InlineBlobsOfOlderStoresStillLoad) {
     e = commit_one(**s, e, theta, m);
   }
   {  // what an older store holds: the blobs in the values
-    rocksdb::DBOptions o;
-    std::vector<rocksdb::ColumnFamilyDescriptor> descs = {{rocksdb::kDefaultColumnFamilyName, {}}};
-    for (const auto& n : Store::column_family_names()) descs.push_back({n, {}});
-    std::vector<rocksdb::ColumnFamilyHandle*> h;
-    rocksdb::DB* raw = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(o, dir.path(), descs, &h, &raw).ok());
-    std::unique_ptr<rocksdb::DB> db(raw);
+    RawStore raw(dir.path());
+    ASSERT_TRUE(raw.db) << "cannot open the store with RocksDB directly";
     auto inline_blob = [](const std::vector<float>& v) {
       return blob_header(v) + std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
     };
-    ASSERT_TRUE(db->Put({}, h[4], Store::round_key("old", 1), inline_blob(theta)).ok());
-    ASSERT_TRUE(db->Put({}, h[5], "old", inline_blob(m)).ok());
-    for (auto* x : h) db->DestroyColumnFamilyHandle(x);
+    ASSERT_TRUE(raw.put("params", Store::round_key("old", 1), inline_blob(theta)).ok());
+    ASSERT_TRUE(raw.put("outer_state", "old", inline_blob(m)).ok());
   }
   std::filesystem::remove_all(dir.path() + "/blobs/e-old");
   auto s = Store::open(dir.path(), {.sync = false});
@@ -450,20 +458,14 @@ TEST(Store, RoundRecordScreeningFieldsRoundTripAndOldRecordsLoad) {
     EXPECT_TRUE(back->skipped);
   }
   {
-    rocksdb::DBOptions o;
-    std::vector<rocksdb::ColumnFamilyDescriptor> descs = {{rocksdb::kDefaultColumnFamilyName, {}}};
-    for (const auto& n : Store::column_family_names()) descs.push_back({n, {}});
-    std::vector<rocksdb::ColumnFamilyHandle*> h;
-    rocksdb::DB* raw = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(o, dir.path(), descs, &h, &raw).ok());
-    std::unique_ptr<rocksdb::DB> db(raw);
+    RawStore raw(dir.path());
+    ASSERT_TRUE(raw.db) << "cannot open the store with RocksDB directly";
     const std::string old_record =
         R"({"round":0,"participants":[{"node_id":"n1","pushed":true,"tokens":10,"loss":2.5,)"
         R"("bytes_up":40,"bytes_down":40}],"tokens":10,"mean_loss":2.5,"bytes_up":40,)"
         R"("bytes_down":40,"duration_s":1.0,"base_fingerprint":"a","params_fingerprint":"b",)"
         R"("momentum_fingerprint":"c","committed_unix_ms":1})";
-    ASSERT_TRUE(db->Put({}, h[3], Store::round_key("r", 0), old_record).ok());  // rounds
-    for (auto* x : h) db->DestroyColumnFamilyHandle(x);
+    ASSERT_TRUE(raw.put("rounds", Store::round_key("r", 0), old_record).ok());
   }
   auto s = Store::open(dir.path());
   ASSERT_TRUE(s.ok());
