@@ -227,7 +227,8 @@ TEST(DilocoProcesses, KilledNodeDoesNotHoldTheRoundPastItsDeadline) {
   // The round the killed node was part of waited for its deadline, then committed the quorum's
   // two updates, long before the killed node could be declared lost (30 s). (Which round that
   // is depends on how far node-3 got before the signal landed.)
-  std::regex re("round \\d+ committed \\| loss [0-9.]+ \\| (\\d+) tokens .*\\| ([0-9.]+)s \\|");
+  std::regex re(
+      "round \\d+ committed \\| loss [0-9.]+ \\| (\\d+) tokens .*\\| ([0-9.]+)s \\(commit [0-9.]+s\\) \\|");
   bool deadline_round = false;
   for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator();
        ++it) {
