@@ -17,6 +17,9 @@ static_assert(std::endian::native == std::endian::little, "blobs are little-endi
 
 namespace {
 
+constexpr char kBlobMagic[4] = {'A', 'T', 'B', '1'};
+constexpr size_t kBlobHeader = 4 + 8 + 32;
+
 // Closes the descriptor on every path out.
 struct Fd {
   int fd = -1;

@@ -20,9 +20,6 @@
 
 namespace atl::coordinator {
 
-constexpr char kBlobMagic[4] = {'A', 'T', 'B', '1'};
-constexpr size_t kBlobHeader = 4 + 8 + 32;
-
 // The header of v's blob (its SHA-256 computed here).
 std::string blob_header(std::span<const float> v);
 

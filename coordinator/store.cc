@@ -393,18 +393,10 @@ Status make_owner_only(const std::string& dir, bool files) {
                      (is_dir ? "0700" : "0600") + "): " + e.message());
     return Status::Ok();
   };
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.path().filename() == "blobs") continue;  // below, with what it holds
+  // RocksDB's files, and the blob files (store.h) in their directories.
+  for (const auto& entry : fs::recursive_directory_iterator(dir, ec))
     ATOLL_RETURN_IF_ERROR(narrow(entry));
-  }
   if (ec) return IoError("cannot list store " + dir + ": " + ec.message());
-  // The blob files (store.h) and their directories, however deep.
-  const fs::path blobs = fs::path(dir) / "blobs";
-  if (!fs::is_directory(blobs, ec)) return Status::Ok();
-  ATOLL_RETURN_IF_ERROR(narrow(fs::directory_entry(blobs, ec)));
-  for (const auto& entry : fs::recursive_directory_iterator(blobs, ec))
-    ATOLL_RETURN_IF_ERROR(narrow(entry));
-  if (ec) return IoError("cannot list " + blobs.string() + ": " + ec.message());
   return Status::Ok();
 }
 
@@ -508,10 +500,14 @@ Status Store::written(const rocksdb::Status& s, const std::string& what) {
   }
   // A full disk, or a write refused because an earlier one failed for that reason (RocksDB
   // then holds the error until recover()).
-  full_ = s.IsNoSpace() || s.subcode() == rocksdb::Status::kNoSpace;
-  if (full_) return IoError("store at " + dir_ + " is full: " + what + ": " + s.ToString());
   if (s.IsCorruption()) return DataLoss("store at " + dir_ + ": " + what + ": " + s.ToString());
-  return IoError("store at " + dir_ + " cannot be written: " + what + ": " + s.ToString());
+  return write_failed(s.IsNoSpace() || s.subcode() == rocksdb::Status::kNoSpace,
+                      what + ": " + s.ToString());
+}
+
+Status Store::write_failed(bool no_space, const std::string& detail) {
+  full_ = no_space;
+  return IoError("store at " + dir_ + (no_space ? " is full: " : " cannot be written: ") + detail);
 }
 
 Status Store::recover() {
@@ -563,38 +559,44 @@ std::string Store::blob_dir(const std::string& id) const {
   return dir_ + "/blobs/e-" + id;  // "e-": an id of "." or ".." is a plain name here
 }
 
-Status Store::stage_blob(rocksdb::WriteBatch& batch, Cf cf, const std::string& key,
-                         const std::string& id, const char* kind, uint64_t round,
-                         std::span<const float> v, std::vector<std::string>& staged) {
+Status Store::stage_blobs(rocksdb::WriteBatch& batch, const std::string& id, uint64_t round,
+                          const std::vector<BlobToStage>& blobs) {
   namespace fs = std::filesystem;
   const std::string dir = blob_dir(id);
-  const std::string what = std::string("write ") + kind + " of " + id;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     for (const std::string& d : {dir_ + "/blobs", dir}) {
       fs::create_directory(d, ec);
       if (!ec) fs::permissions(d, fs::perms::owner_all, fs::perm_options::replace, ec);
-      if (ec) {
-        full_ = ec == std::errc::no_space_on_device;
-        return IoError("store at " + dir_ + (full_ ? " is full: " : " cannot be written: ") +
-                       what + ": cannot create " + d + ": " + ec.message());
-      }
+      if (ec)
+        return write_failed(ec == std::errc::no_space_on_device,
+                            "cannot create " + d + ": " + ec.message());
     }
     if (options_.sync) {
       ATOLL_RETURN_IF_ERROR(sync_directory(dir_));
       ATOLL_RETURN_IF_ERROR(sync_directory(dir_ + "/blobs"));
     }
   }
-  const std::string name = std::string(kind) + "-" + hex16(round);
-  const std::string path = dir + "/" + name;
-  BlobWriteError w = write_blob_file(path, v, options_.sync, what);
-  if (!w.status.ok()) {
-    full_ = w.no_space;
-    return IoError("store at " + dir_ + (full_ ? " is full: " : " cannot be written: ") +
-                   w.status.message());
+  std::vector<std::string> written;  // paths, in the order of `blobs`
+  Status st;
+  for (const BlobToStage& b : blobs) {
+    const std::string path = dir + "/" + b.kind + "-" + hex16(round);
+    BlobWriteError w = write_blob_file(path, b.values, options_.sync,
+                                       std::string("write ") + b.kind + " of " + id);
+    if (!w.status.ok()) {
+      st = write_failed(w.no_space, w.status.message());
+      break;
+    }
+    written.push_back(path);
   }
-  staged.push_back(path);
-  batch.Put(cfs_[cf].get(), key, std::string(kBlobFileRef, 4) + name);
+  if (st.ok() && options_.sync) st = sync_directory(dir);
+  if (!st.ok()) {
+    for (const std::string& path : written) ::unlink(path.c_str());
+    return st;
+  }
+  for (size_t i = 0; i < blobs.size(); ++i)
+    batch.Put(cfs_[blobs[i].cf].get(), blobs[i].key,
+              std::string(kBlobFileRef, 4) + written[i].substr(dir.size() + 1));
   return Status::Ok();
 }
 
@@ -710,14 +712,8 @@ Status Store::create_experiment(const ExperimentRecord& record, std::span<const 
   std::shared_lock<std::shared_mutex> db_lock(db_mu_);
   if (!db_) return not_open("create experiment " + record.id);
   rocksdb::WriteBatch batch;
-  std::vector<std::string> staged;
-  Status staged_ok = stage_blob(batch, kParams, key, record.id, "params", record.current_round,
-                                theta0, staged);
-  if (staged_ok.ok() && options_.sync) staged_ok = sync_directory(blob_dir(record.id));
-  if (!staged_ok.ok()) {
-    for (const std::string& path : staged) ::unlink(path.c_str());
-    return staged_ok;
-  }
+  ATOLL_RETURN_IF_ERROR(
+      stage_blobs(batch, record.id, record.current_round, {{kParams, key, "params", theta0}}));
   batch.Put(cfs_[kExperiments].get(), record.id, experiment_to_json(record));
   return write(batch, options_.sync, "create experiment " + record.id);
 }
@@ -868,18 +864,10 @@ Status Store::commit_round(const ExperimentRecord& experiment, const RoundRecord
       (broadcast ? broadcast->update.size() : 0) + replay_memory.size() + 65536;
   fit_wal_to(wal_bytes);
   rocksdb::WriteBatch batch(wal_bytes);
-  std::vector<std::string> staged;
-  Status staged_ok = stage_blob(batch, kParams, theta_key, id, "params", next, theta_next, staged);
-  if (staged_ok.ok())
-    staged_ok = stage_blob(batch, kOuterState, id, id, "momentum", next, momentum, staged);
-  if (staged_ok.ok() && broadcast)
-    staged_ok = stage_blob(batch, kOuterState, feedback_key, id, "feedback", next,
-                           broadcast->feedback, staged);
-  if (staged_ok.ok() && options_.sync) staged_ok = sync_directory(blob_dir(id));
-  if (!staged_ok.ok()) {
-    for (const std::string& path : staged) ::unlink(path.c_str());
-    return staged_ok;
-  }
+  std::vector<BlobToStage> blobs = {{kParams, theta_key, "params", theta_next},
+                                     {kOuterState, id, "momentum", momentum}};
+  if (broadcast) blobs.push_back({kOuterState, feedback_key, "feedback", broadcast->feedback});
+  ATOLL_RETURN_IF_ERROR(stage_blobs(batch, id, next, blobs));
   auto* params = cfs_[kParams].get();
   // Keep the newest keep_params versions: delete [id/0, id/(next - keep + 1)).
   const uint64_t first_kept = next + 1 > options_.keep_params ? next + 1 - options_.keep_params : 0;

@@ -169,8 +169,8 @@ class Store {
   // value is corrupt or its fingerprint does not match the record.
   StatusOr<CommittedState> load_state(const std::string& id) const;
 
-  // One WriteBatch, synced: θ_{r+1} (params of round r+1), momentum, the round record r and the
-  // experiment record (current_round = r+1, params_fingerprint = fingerprint of θ_{r+1}). Old θ
+  // One WriteBatch, synced: θ_{r+1} (params of round r+1), momentum (both as files written
+  // and synced first, the batch naming them), the round record r and the experiment record (current_round = r+1, params_fingerprint = fingerprint of θ_{r+1}). Old θ
   // versions beyond keep_params are deleted in the same batch. Requires
   // experiment.current_round == round.round + 1. With `broadcast`, its error feedback and round
   // r's update message go into the same batch (updates of deleted θ versions are deleted).
@@ -264,11 +264,20 @@ class Store {
   void compact_small_families();
   // Blob files (blob_file.h): the directory of experiment `id`'s files, and a value naming one.
   std::string blob_dir(const std::string& id) const;
-  // Writes v to the file <kind>-<round> of experiment `id` and puts its name under `key` in
-  // `batch`; the path written is appended to `staged` (removed again if the batch fails).
-  Status stage_blob(rocksdb::WriteBatch& batch, Cf cf, const std::string& key,
-                    const std::string& id, const char* kind, uint64_t round,
-                    std::span<const float> v, std::vector<std::string>& staged);
+  // One array to write as a blob file: kind-<round> of its experiment, named under cf/key.
+  struct BlobToStage {
+    Cf cf;
+    std::string key;
+    const char* kind;  // "params", "momentum" or "feedback"
+    std::span<const float> values;
+  };
+  // Writes each blob's file for `round` of experiment `id` (synced, with their directory, when
+  // options_.sync) and puts its name in `batch`. On failure the files it wrote are removed and
+  // nothing is put.
+  Status stage_blobs(rocksdb::WriteBatch& batch, const std::string& id, uint64_t round,
+                     const std::vector<BlobToStage>& blobs);
+  // A failed write as one line naming the store, with `full_` set when the disk is full.
+  Status write_failed(bool no_space, const std::string& detail);
   // The floats of the blob value read from cf/key (a file's name, or an inline blob).
   StatusOr<std::vector<float>> read_blob(Cf cf, const std::string& key, const std::string& value,
                                          const std::string& id, const std::string& what) const;
