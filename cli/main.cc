@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "kernels/core/heap_policy.h"
 #include "kernels/cpu/backend_info.h"
 
 namespace atl::cli {
@@ -25,18 +26,21 @@ struct Command {
   // Writes a coordinator store (θ, configs, token hashes, the audit log): everything the process
   // creates is owner-only (umask 077), including the SST files RocksDB writes later.
   bool private_files = false;
+  // Streams θ and updates over gRPC: freed stream buffers stay on the heap for the next stream
+  // (kernels/core/heap_policy.h).
+  bool streams_tensors = false;
 };
 
 const Command kCommands[] = {
-    {"demo", cmd_demo, "DiLoCo across 4 local sites over mTLS gRPC (Atoll's main job)", true},
+    {"demo", cmd_demo, "DiLoCo across 4 local sites over mTLS gRPC (Atoll's main job)", true, true},
     {"simulate", cmd_simulate,
      "the demo's experiment with N virtual sites in this process (same θ, bit for bit)", true},
     {"train", cmd_train, "train a model on one site"},
     {"generate", cmd_generate, "sample text from a checkpoint"},
     {"eval", cmd_eval, "validation bits per byte of a checkpoint (--json: one JSON line)"},
     {"ca", cmd_ca, "experiment certificate authority: `ca init`, `ca issue`"},
-    {"coordinator", cmd_coordinator, "run a coordinator", true},
-    {"node", cmd_node, "run a node that joins a coordinator"},
+    {"coordinator", cmd_coordinator, "run a coordinator", true, true},
+    {"node", cmd_node, "run a node that joins a coordinator", false, true},
     {"token", cmd_token, "dashboard/API tokens: `token create --role viewer|admin`", true},
     {"bench", cmd_bench, "benchmarks: `bench train`, `bench sgemm`, `bench codecs`"},
     {"import", cmd_import, "`import hf DIR --out CKPT`: a Hugging Face Llama/Qwen2/Mistral model"},
@@ -67,6 +71,7 @@ int main(int argc, char** argv) {
   for (const auto& c : kCommands) {
     if (std::strcmp(argv[1], c.name) != 0) continue;
     if (c.private_files) ::umask(077);
+    if (c.streams_tensors) atl::keep_stream_buffers_on_heap();
     return c.run(args);
   }
   std::fprintf(stderr, "atoll: unknown command '%s' (run `atoll --help` for the list)\n", argv[1]);

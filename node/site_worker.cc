@@ -82,6 +82,20 @@ std::string transfer_line(const TransferTotals& t) {
   return line;
 }
 
+// ", wire: pull B bytes in S s, push B bytes in S s": the streams between two round lines; empty
+// when there were none (an in-process link has no wire).
+std::string round_transfer_note(const TransferTotals& now, const TransferTotals& before) {
+  const double pull_s = now.pull_seconds - before.pull_seconds;
+  const double push_s = now.push_seconds - before.push_seconds;
+  if (pull_s <= 0 && push_s <= 0) return {};
+  char note[160];
+  std::snprintf(note, sizeof(note),
+                ", wire: pull %" PRIu64 " bytes in %.3f s, push %" PRIu64 " bytes in %.3f s",
+                now.pull_bytes - before.pull_bytes, pull_s, now.push_bytes - before.push_bytes,
+                push_s);
+  return note;
+}
+
 // Loss and tokens summed over inner steps, timed from t0; earlier_s: the seconds of steps tallied
 // before t0 (a Streaming DiLoCo round's steps that overlapped the previous sync).
 struct Tally {
@@ -172,6 +186,9 @@ class SiteWorker {
   // the end of the run: compute utilization = seconds ÷ the run's wall time (bench/wan).
   uint64_t steps_trained_ = 0;
   double train_seconds_ = 0;
+  // The transport's totals when the last round line was written: each line gives the wire
+  // time of the pulls and pushes since the one before (bench/transport reads them per stream).
+  TransferTotals transfers_at_last_round_;
   // Redoing a round bit for bit (node/round_snapshot.h): the state at the start of the round
   // this site works on, and with Streaming DiLoCo the state after its update (the start of the
   // next round, taken before the overlapped steps). Both are kept until the next task says
@@ -869,7 +886,10 @@ void SiteWorker::report_round(const Task& cur, uint32_t steps, double mean_loss,
                 cur.round(), steps, mean_loss, tokens_per_s, sent);
   char val[64] = "";
   if (site_val_bpb) std::snprintf(val, sizeof(val), ", site val %.4f bpb", *site_val_bpb);
-  log(line + std::string(val) + inner_->round_note());
+  const TransferTotals transfers = link_.transfer_totals();
+  log(line + std::string(val) + inner_->round_note() +
+      round_transfer_note(transfers, transfers_at_last_round_));
+  transfers_at_last_round_ = transfers;
   std::vector<std::pair<std::string, double>> metrics = {{"loss", mean_loss},
                                                          {"tokens_per_s", tokens_per_s},
                                                          {"bytes_up", static_cast<double>(sent)},
@@ -878,8 +898,7 @@ void SiteWorker::report_round(const Task& cur, uint32_t steps, double mean_loss,
   for (auto& m : inner_->round_metrics()) metrics.push_back(std::move(m));
   if (opt_.metrics) {
     opt_.metrics->pushed(sent);
-    const TransferTotals t = link_.transfer_totals();
-    opt_.metrics->transfer_seconds(t.pull_seconds, t.push_seconds);
+    opt_.metrics->transfer_seconds(transfers.pull_seconds, transfers.push_seconds);
     opt_.metrics->round_done(secs, site_val_bpb);
   }
   // Sent from the reporter's thread: a round trip per round would stall training on a slow link.

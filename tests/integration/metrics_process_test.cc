@@ -294,6 +294,7 @@ TEST(MetricsProcesses, CoordinatorAndNodeExportMetricsAndLogJson) {
   }
   ASSERT_EQ(rounds, committed) << clog;
   int node_round_lines = 0;
+  double wire_pulled = 0, wire_pushed = 0;  // the round lines' wire notes, summed
   for (const auto& o : nl) {
     EXPECT_EQ(o.at("node").as_string(), "node-1");
     const std::string text = message(o);
@@ -303,8 +304,19 @@ TEST(MetricsProcesses, CoordinatorAndNodeExportMetricsAndLogJson) {
     EXPECT_EQ(o.at("experiment").as_string(), "itest") << text;
     ASSERT_TRUE(o.contains("round")) << text;
     EXPECT_EQ(o.at("round").to_number<int64_t>(), std::stoll(m[1].str())) << text;
+    // Each round line gives the streams since the previous one, with their wire seconds.
+    std::smatch w;
+    ASSERT_TRUE(std::regex_search(
+        text, w,
+        std::regex(R"(, wire: pull (\d+) bytes in ([0-9.]+) s, push (\d+) bytes in ([0-9.]+) s$)")))
+        << text;
+    EXPECT_GT(std::stod(w[3].str()), 0) << text;  // seconds may print as 0.000 (kB on loopback)
+    wire_pulled += std::stod(w[1].str());
+    wire_pushed += std::stod(w[3].str());
   }
   EXPECT_EQ(node_round_lines, rounds) << nlog;
+  EXPECT_EQ(wire_pulled, down) << nlog;
+  EXPECT_EQ(wire_pushed, up) << nlog;
   // The node's last words: what its transport carried and for how long (TransferTotals). Every
   // pull and push of this run went into a committed round, so the bytes are the coordinator's.
   int transfer_lines = 0;
