@@ -20,6 +20,7 @@ blocks (what TLS 1.3 records carry): every byte on the wire is encrypted once by
 decrypted once by the receiver, each on its own core. Target: >= 25% of it both ways.
 
 Usage: bench/transport/run.py [--rounds N (8)] [--out FILE] [--no-results-md] [--keep] [--default-heap]
+       bench/transport/run.py --floor [--rounds N]   (a bare gRPC stream of the same size)
 Environment: ATOLL (binary, default build/atoll).
 """
 import argparse
@@ -156,6 +157,40 @@ def run_once(atoll, work, rounds, dim, layers, ffn, default_heap):
             "loadavg_after": " ".join(load_after)}
 
 
+def run_floor(work, stream_bytes, streams):
+    """bench/transport/floor: a bare gRPC stream (no Atoll code) over TLS 1.3 on loopback, built
+    here against the same gRPC, protobuf and OpenSSL as atoll. Returns its per-stream seconds."""
+    here = os.path.join(ROOT, "bench", "transport", "floor")
+    for tool in ("protoc", "grpc_cpp_plugin", "pkg-config", "g++"):
+        if shutil.which(tool) is None:
+            sys.exit(f"--floor needs {tool} (installed with atoll's build dependencies: make deps)")
+    subprocess.run(["protoc", "-I", here, f"--cpp_out={work}", f"--grpc_out={work}",
+                    f"--plugin=protoc-gen-grpc={shutil.which('grpc_cpp_plugin')}",
+                    os.path.join(here, "stream_floor.proto")], check=True)
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "grpc++", "protobuf"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    binary = os.path.join(work, "stream_floor")
+    subprocess.run(["g++", "-O2", "-std=c++20", "-I", work, os.path.join(here, "stream_floor.cc"),
+                    os.path.join(work, "stream_floor.pb.cc"),
+                    os.path.join(work, "stream_floor.grpc.pb.cc"), "-o", binary] + flags,
+                   check=True)
+    cert, key = os.path.join(work, "cert.pem"), os.path.join(work, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", cert, "-days", "1",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"],
+                   check=True, capture_output=True)
+    load_before = open("/proc/loadavg").read().split()[:3]
+    out = subprocess.run([binary, cert, key, str(stream_bytes), str(streams)], check=True,
+                         capture_output=True, text=True, timeout=600).stdout
+    load_after = open("/proc/loadavg").read().split()[:3]
+    r = json.loads(out)
+    n = len(r["pull_stream_seconds"])
+    r.update({"pull_bytes": stream_bytes * n, "pull_seconds": sum(r["pull_stream_seconds"]),
+              "push_bytes": stream_bytes * n, "push_seconds": sum(r["push_stream_seconds"]),
+              "loadavg_before": " ".join(load_before), "loadavg_after": " ".join(load_after)})
+    return r
+
+
 def cpu_name():
     try:
         info = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
@@ -166,11 +201,14 @@ def cpu_name():
 
 def table(doc):
     r = doc["result"]
+    what = (f"`bench/transport/run.py --floor`: bare gRPC streams, no Atoll code, "
+            f"{doc['rounds']} pulls and pushes over TLS 1.3 on loopback, one process"
+            if doc.get("floor") else
+            f"`bench/transport/run.py`, {doc['rounds']} rounds of a "
+            f"{doc['params'] / 1e6:.1f}M-parameter θ, fp32 both ways, one node, mTLS on loopback")
     lines = [
-        f"Measured {doc['date']} on {doc['machine']} (`bench/transport/run.py`, "
-        f"{doc['rounds']} rounds of a {doc['params'] / 1e6:.1f}M-parameter θ, fp32 both ways, "
-        f"one node, mTLS on loopback; load average {r['loadavg_before']} → "
-        f"{r['loadavg_after']}).",
+        f"Measured {doc['date']} on {doc['machine']} ({what}; load average "
+        f"{r['loadavg_before']} → {r['loadavg_after']}).",
         "",
         f"AES-256-GCM on one core (`openssl speed`, 16 KiB): {doc['aes_gcm_mbps']:.0f} MB/s. "
         f"Each stream is {r['stream_bytes']} bytes; `first` is the first stream of the run "
@@ -189,6 +227,8 @@ def table(doc):
                      f"{r[d + '_first_mbps']:.0f} | {r[d + '_later_mbps']:.0f} | "
                      f"{r[d + '_vs_aes']:.0%} | {r[d + '_later_vs_aes']:.0%} |")
     ok = min(r["pull_vs_aes"], r["push_vs_aes"]) >= 0.25
+    if doc.get("floor"):
+        return "\n".join(lines)
     lines += ["", f"After the pushes the node waited {r['push_answer_seconds']:.3f} s in all for the "
               f"coordinator's answers (the checks of each update and, with one node, each round's "
               f"commit: not counted as transport).",
@@ -210,16 +250,25 @@ def main():
     ap.add_argument("--default-heap", action="store_true",
                     help="run both processes with glibc's default heap policy (atoll's stream "
                          "policy off), for comparison")
+    ap.add_argument("--floor", action="store_true",
+                    help="instead of atoll, a bare gRPC stream of the same size (bench/transport/"
+                         "floor): what gRPC itself reaches here (out: transport-floor.json)")
     a = ap.parse_args()
     atoll = os.environ.get("ATOLL", os.path.join(ROOT, "build", "atoll"))
-    if not os.access(atoll, os.X_OK):
+    if a.floor and a.out == ap.get_default("out"):
+        a.out = os.path.join(ROOT, "bench", "results", "transport-floor.json")
+    if not a.floor and not os.access(atoll, os.X_OK):
         sys.exit(f"no atoll binary at {atoll} (build it first)")
     if shutil.which("openssl") is None:
         sys.exit("openssl is not installed: it gives the AES-256-GCM reference rate")
     aes = aes_gcm_rate()
     work = tempfile.mkdtemp(prefix="atoll-transport-")
     try:
-        r = run_once(atoll, work, a.rounds, a.dim, a.layers, a.ffn, a.default_heap)
+        params = a.layers * (4 * a.dim * a.dim + 3 * a.dim * a.ffn + 2 * a.dim) + 256 * a.dim + a.dim
+        if a.floor:
+            r = run_floor(work, 4 * params, a.rounds)
+        else:
+            r = run_once(atoll, work, a.rounds, a.dim, a.layers, a.ffn, a.default_heap)
     finally:
         if a.keep:
             print("logs kept in", work, file=sys.stderr)
@@ -233,19 +282,23 @@ def main():
         r[d + "_first_mbps"] = r["stream_bytes"] / per_stream[0] / 1e6
         r[d + "_later_mbps"] = r["stream_bytes"] / later / 1e6
         r[d + "_later_vs_aes"] = r["stream_bytes"] / later / aes
-    params = a.layers * (4 * a.dim * a.dim + 3 * a.dim * a.ffn + 2 * a.dim) + 256 * a.dim + a.dim
     doc = {"bench": "transport",
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "machine": f"{cpu_name()}, {os.cpu_count()} cores", "rounds": a.rounds,
            "params": params, "aes_gcm_mbps": aes / 1e6, "default_heap": a.default_heap,
+           "floor": a.floor,
            "result": r}
     with open(a.out, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
     print(table(doc))
     if not a.no_results_md:
-        replace_section("transport", "## Transport throughput (mTLS gRPC on loopback)\n\n" +
-                        table(doc))
+        if a.floor:
+            replace_section("transport-floor", "### A bare gRPC stream on the same host\n\n" +
+                            table(doc))
+        else:
+            replace_section("transport", "## Transport throughput (mTLS gRPC on loopback)\n\n" +
+                            table(doc))
 
 
 if __name__ == "__main__":
