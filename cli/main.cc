@@ -26,7 +26,7 @@ struct Command {
   // Writes a coordinator store (θ, configs, token hashes, the audit log): everything the process
   // creates is owner-only (umask 077), including the SST files RocksDB writes later.
   bool private_files = false;
-  // Streams θ and updates over gRPC: freed stream buffers stay on the heap for the next stream
+  // Streams θ and updates over gRPC or commits rounds: runs under the stream heap policy
   // (kernels/core/heap_policy.h).
   bool streams_tensors = false;
 };
@@ -67,11 +67,12 @@ int main(int argc, char** argv) {
     std::printf("atoll 0.1.0\n%s\n", atl::kernels::cpu::backend_description().c_str());
     return 0;
   }
+  for (const auto& c : kCommands)
+    if (c.streams_tensors && !std::strcmp(argv[1], c.name)) atl::use_stream_heap_policy(argv);
   Args args(argv + 2, argv + argc);
   for (const auto& c : kCommands) {
     if (std::strcmp(argv[1], c.name) != 0) continue;
     if (c.private_files) ::umask(077);
-    if (c.streams_tensors) atl::keep_stream_buffers_on_heap();
     return c.run(args);
   }
   std::fprintf(stderr, "atoll: unknown command '%s' (run `atoll --help` for the list)\n", argv[1]);

@@ -1,13 +1,13 @@
-// kernels/core/heap_policy.h: a streaming process keeps MiB-sized blocks on the heap and freed
-// memory for reuse, unless the operator set glibc's malloc tunables.
+// kernels/core/heap_policy.h: when a streaming process restarts, applies the thresholds or
+// leaves an operator's malloc tunables alone, and that the thresholds keep MiB-sized blocks and
+// freed memory on the heap. (That the coordinator really restarts under the policy:
+// tests/integration/metrics_process_test.cc reads its environment.)
 #include "kernels/core/heap_policy.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
-#include <optional>
-#include <string>
 #include <vector>
 
 #if defined(__GLIBC__)
@@ -17,30 +17,26 @@
 namespace atl {
 namespace {
 
-// Sets GLIBC_TUNABLES for one test (unset when `value` is empty) and restores it after.
-class ScopedTunables {
- public:
-  explicit ScopedTunables(const std::string& value) {
-    if (const char* old = std::getenv("GLIBC_TUNABLES")) saved_ = old;
-    if (value.empty())
-      ::unsetenv("GLIBC_TUNABLES");
-    else
-      ::setenv("GLIBC_TUNABLES", value.c_str(), 1);
-  }
-  ~ScopedTunables() {
-    if (saved_)
-      ::setenv("GLIBC_TUNABLES", saved_->c_str(), 1);
-    else
-      ::unsetenv("GLIBC_TUNABLES");
-  }
+TEST(HeapPolicy, RestartsOnceUnlessTheOperatorSetMallocTunables) {
+  EXPECT_EQ(heap_policy_step(nullptr, nullptr), HeapPolicyStep::kRestart);
+  EXPECT_EQ(heap_policy_step("glibc.rtld.nns=2", nullptr), HeapPolicyStep::kRestart);
+  EXPECT_EQ(heap_policy_step("glibc.malloc.trim_threshold=131072", nullptr),
+            HeapPolicyStep::kLeaveAlone);
+  EXPECT_EQ(heap_policy_step("glibc.rtld.nns=2:glibc.malloc.perturb=0", nullptr),
+            HeapPolicyStep::kLeaveAlone);
+  // After the restart (and in its children, which see glibc's rewritten variable).
+  EXPECT_EQ(heap_policy_step("glibc.malloc.hugetlb=1", "1"), HeapPolicyStep::kApplyThresholds);
+  EXPECT_EQ(heap_policy_step("glibc.malloc.hugetlb=1", "0"), HeapPolicyStep::kLeaveAlone);
+}
 
- private:
-  std::optional<std::string> saved_;
-};
+TEST(HeapPolicy, HugePagesComeFirstAndOtherTunablesAreKept) {
+  EXPECT_EQ(restart_tunables(nullptr), "glibc.malloc.hugetlb=1");
+  EXPECT_EQ(restart_tunables(""), "glibc.malloc.hugetlb=1");
+  EXPECT_EQ(restart_tunables("glibc.rtld.nns=2"), "glibc.malloc.hugetlb=1:glibc.rtld.nns=2");
+}
 
 #if defined(__GLIBC__)
-TEST(HeapPolicy, KeepsStreamSizedBlocksAndFreedMemoryOnTheHeap) {
-  ScopedTunables none("");
+TEST(HeapPolicy, ThresholdsKeepStreamSizedBlocksAndFreedMemoryOnTheHeap) {
   ASSERT_TRUE(keep_stream_buffers_on_heap());
   // 8 MiB blocks (a gRPC read is up to a few MiB): glibc's default would mmap each one.
   constexpr size_t kBlock = size_t{8} << 20;
@@ -58,11 +54,6 @@ TEST(HeapPolicy, KeepsStreamSizedBlocksAndFreedMemoryOnTheHeap) {
   EXPECT_GE(::mallinfo2().keepcost, 16 * kBlock);
 }
 #endif
-
-TEST(HeapPolicy, LeavesTheAllocatorAloneWhenTheOperatorSetMallocTunables) {
-  ScopedTunables set("glibc.malloc.trim_threshold=131072");
-  EXPECT_FALSE(keep_stream_buffers_on_heap());
-}
 
 }  // namespace
 }  // namespace atl
