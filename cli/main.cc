@@ -26,15 +26,15 @@ struct Command {
   // Writes a coordinator store (θ, configs, token hashes, the audit log): everything the process
   // creates is owner-only (umask 077), including the SST files RocksDB writes later.
   bool private_files = false;
-  // Streams θ and updates over gRPC or commits rounds: runs under the stream heap policy
-  // (kernels/core/heap_policy.h).
-  bool streams_tensors = false;
+  // Streams θ and updates or commits rounds (θ-sized buffers): runs under the stream heap
+  // policy (kernels/core/heap_policy.h).
+  bool stream_heap = false;
 };
 
 const Command kCommands[] = {
     {"demo", cmd_demo, "DiLoCo across 4 local sites over mTLS gRPC (Atoll's main job)", true, true},
     {"simulate", cmd_simulate,
-     "the demo's experiment with N virtual sites in this process (same θ, bit for bit)", true},
+     "the demo's experiment with N virtual sites in this process (same θ, bit for bit)", true, true},
     {"train", cmd_train, "train a model on one site"},
     {"generate", cmd_generate, "sample text from a checkpoint"},
     {"eval", cmd_eval, "validation bits per byte of a checkpoint (--json: one JSON line)"},
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const auto& c : kCommands)
-    if (c.streams_tensors && !std::strcmp(argv[1], c.name)) atl::use_stream_heap_policy(argv);
+    if (c.stream_heap && !std::strcmp(argv[1], c.name)) atl::use_stream_heap_policy(argv);
   Args args(argv + 2, argv + argc);
   for (const auto& c : kCommands) {
     if (std::strcmp(argv[1], c.name) != 0) continue;
