@@ -24,7 +24,7 @@ inline constexpr const char* kStreamHeapMarker = "ATOLL_STREAM_HEAP";
 
 enum class HeapPolicyStep {
   kRestart,          // restart with restart_tunables() in GLIBC_TUNABLES and the marker set
-  kApplyThresholds,  // restarted already (or a child of such a process): keep_stream_buffers_on_heap()
+  kApplyThresholds,  // restarted already, or a child of such a process: the mallopt thresholds
   kLeaveAlone,       // the operator set glibc.malloc tunables: theirs win
 };
 // From the current GLIBC_TUNABLES and marker values (null: unset).

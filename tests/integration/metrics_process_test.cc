@@ -189,7 +189,8 @@ TEST(MetricsProcesses, CoordinatorAndNodeExportMetricsAndLogJson) {
   // (unless this test's own environment set malloc tunables).
   if (heap_policy_step(std::getenv("GLIBC_TUNABLES"), std::getenv(kStreamHeapMarker)) ==
       HeapPolicyStep::kRestart) {
-    std::string environ_text = read_text("/proc/" + std::to_string(coordinator->pid()) + "/environ");
+    std::string environ_text =
+        read_text("/proc/" + std::to_string(coordinator->pid()) + "/environ");
     std::replace(environ_text.begin(), environ_text.end(), '\0', '\n');
     EXPECT_NE(environ_text.find(std::string(kStreamHeapMarker) + "=1\n"), std::string::npos)
         << environ_text;

@@ -36,7 +36,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 class FloorService final : public stream_floor::Floor::Service {
  public:
   explicit FloorService(size_t bytes) : source_(bytes, 'x'), sink_(bytes, 'y') {
-    for (size_t i = 0; i < source_.size(); ++i) source_[i] = static_cast<char>((i * 2654435761u) >> 13);
+    for (size_t i = 0; i < source_.size(); ++i)
+      source_[i] = static_cast<char>((i * 2654435761u) >> 13);
   }
   const std::string& source() const { return source_; }
 
@@ -142,7 +143,8 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
     return out + "]";
   };
-  std::printf("{\"stream_bytes\": %llu, \"pull_stream_seconds\": %s, \"push_stream_seconds\": %s}\n",
+  std::printf("{\"stream_bytes\": %llu, \"pull_stream_seconds\": %s, "
+              "\"push_stream_seconds\": %s}\n",
               static_cast<unsigned long long>(bytes), list(pulls).c_str(), list(pushes).c_str());
   return 0;
 }
