@@ -67,12 +67,11 @@ int main(int argc, char** argv) {
     std::printf("atoll 0.1.0\n%s\n", atl::kernels::cpu::backend_description().c_str());
     return 0;
   }
-  for (const auto& c : kCommands)
-    if (c.stream_heap && !std::strcmp(argv[1], c.name)) atl::use_stream_heap_policy(argv);
   Args args(argv + 2, argv + argc);
   for (const auto& c : kCommands) {
     if (std::strcmp(argv[1], c.name) != 0) continue;
     if (c.private_files) ::umask(077);
+    if (c.stream_heap) atl::use_stream_heap_policy();
     return c.run(args);
   }
   std::fprintf(stderr, "atoll: unknown command '%s' (run `atoll --help` for the list)\n", argv[1]);

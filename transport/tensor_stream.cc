@@ -1,12 +1,11 @@
 #include "transport/tensor_stream.h"
 
-#include <sys/mman.h>
-
 #include <bit>
 #include <cstdint>
 #include <cstring>
 
 #include "kernels/core/crc32c.h"
+#include "kernels/core/huge_pages.h"
 #include "kernels/core/sha256.h"  // to_hex
 
 namespace atl::transport {
@@ -26,17 +25,6 @@ std::string hex32(uint32_t v) {
   return buf;
 }
 
-// Asks the kernel to back [data, data + bytes) with transparent huge pages where it can (2 MiB
-// instead of 4 KiB pages: a payload of hundreds of MB is first written here, and on a
-// virtualised host each 4 KiB page fault costs microseconds, which made page faults, not
-// TLS, the limit of a θ stream; bench/transport). Advice only: ignored where unsupported.
-void advise_huge_pages(const char* data, size_t bytes) {
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-  if (bytes < 2 * kHuge) return;
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kHuge - 1) & ~(kHuge - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kHuge - 1);
-  if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-}
 
 }  // namespace
 
@@ -132,6 +120,8 @@ Status ChunkAssembler::add(const TensorChunk& chunk) {
       // A buffer too small for this payload is not worth keeping: reserve() would copy it.
       std::string().swap(payload_);
       payload_.reserve(static_cast<size_t>(h.payload_bytes()));
+      // A payload of hundreds of MB is first written here: huge pages make its page faults 512
+      // times fewer (on a virtualised host each 4 KiB fault costs microseconds; bench/transport).
       advise_huge_pages(payload_.data(), payload_.capacity());
     }
   } else if (chunk.has_header()) {

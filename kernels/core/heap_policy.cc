@@ -1,72 +1,54 @@
 #include "kernels/core/heap_policy.h"
 
-#include <unistd.h>
+#include "kernels/core/huge_pages.h"
 
-#include <cerrno>
-#include <cstdio>
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
 
 namespace atl {
+namespace {
 
-HeapPolicyStep heap_policy_step(const char* tunables, const char* marker) {
-  if (marker != nullptr && std::strcmp(marker, "1") == 0) return HeapPolicyStep::kApplyThresholds;
-  if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr)
-    return HeapPolicyStep::kLeaveAlone;
-  return HeapPolicyStep::kRestart;
-}
+std::atomic<bool> g_huge_page_advice{false};
 
-std::string restart_tunables(const char* tunables) {
-  std::string out = "glibc.malloc.hugetlb=1";
-  if (tunables != nullptr && *tunables != '\0') out += std::string(":") + tunables;
-  return out;
-}
+}  // namespace
+
 
 bool keep_stream_buffers_on_heap() {
 #if defined(__GLIBC__)
-  constexpr int kMmapThresholdBytes = 32 << 20;
   constexpr int kTrimThresholdBytes = 256 << 20;
-  return ::mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes) == 1 &&
+  return ::mallopt(M_MMAP_THRESHOLD, static_cast<int>(kLargeBlockBytes)) == 1 &&
          ::mallopt(M_TRIM_THRESHOLD, kTrimThresholdBytes) == 1;
 #else
   return false;
 #endif
 }
 
-void use_stream_heap_policy(char** argv) {
-#if defined(__GLIBC__)
+void set_huge_page_advice(bool on) { g_huge_page_advice.store(on, std::memory_order_relaxed); }
+bool huge_page_advice() { return g_huge_page_advice.load(std::memory_order_relaxed); }
+
+bool use_stream_heap_policy() {
   const char* tunables = std::getenv("GLIBC_TUNABLES");
-  switch (heap_policy_step(tunables, std::getenv(kStreamHeapMarker))) {
-    case HeapPolicyStep::kLeaveAlone:
-      return;
-    case HeapPolicyStep::kApplyThresholds:
-      keep_stream_buffers_on_heap();
-      return;
-    case HeapPolicyStep::kRestart:
-      break;
-  }
-  const std::string saved = tunables == nullptr ? std::string() : std::string(tunables);
-  const std::string wanted = restart_tunables(tunables);
-  ::setenv("GLIBC_TUNABLES", wanted.c_str(), 1);
-  ::setenv(kStreamHeapMarker, "1", 1);
-  ::execv("/proc/self/exe", argv);
-  std::fprintf(stderr,
-               "atoll: restarting with GLIBC_TUNABLES=%s failed (%s); going on without "
-               "transparent huge pages (slower commits)\n",
-               wanted.c_str(), std::strerror(errno));
-  if (saved.empty())
-    ::unsetenv("GLIBC_TUNABLES");
-  else
-    ::setenv("GLIBC_TUNABLES", saved.c_str(), 1);
-  ::unsetenv(kStreamHeapMarker);
-  keep_stream_buffers_on_heap();
-#else
-  (void)argv;
-#endif
+  if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) return false;
+  const bool thresholds = keep_stream_buffers_on_heap();
+  set_huge_page_advice(true);
+  return thresholds;
 }
 
 }  // namespace atl
+
+// The replaceable global allocation function (every other form of `new` but the aligned ones
+// ends here in libstdc++, and its `delete` is free()): malloc, plus the huge-page advice for
+// large blocks once the policy is on.
+void* operator new(std::size_t bytes) {
+  void* p = std::malloc(bytes == 0 ? 1 : bytes);
+  if (p == nullptr) throw std::bad_alloc();
+  if (bytes >= atl::kLargeBlockBytes && atl::huge_page_advice()) atl::advise_huge_pages(p, bytes);
+  return p;
+}

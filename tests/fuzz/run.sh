@@ -51,7 +51,7 @@ if [ -n "$gen" ] && [ -f "$gen/transport/proto/atoll.pb.cc" ]; then
   proto_flags="-DATL_FUZZ_PROTO -I$gen"
   proto_libs="-lprotobuf -lxxhash"
   proto_srcs="$gen/transport/proto/atoll.pb.cc transport/tensor_stream.cc
-              transport/payload_digest.cc kernels/core/sha256.cc"
+              transport/payload_digest.cc kernels/core/sha256.cc kernels/core/huge_pages.cc"
 else
   echo "fuzz: chunk_assembler target skipped (set FUZZ_PROTO_GEN to the build's gen/ directory)"
 fi

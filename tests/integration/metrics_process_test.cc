@@ -11,12 +11,10 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <boost/json.hpp>
-#include <algorithm>
 #include <cmath>
 #include <regex>
 #include <set>
 
-#include "kernels/core/heap_policy.h"
 #include "node/subprocess.h"
 #include "tests/integration/cli_test_util.h"
 #include "tests/tools/prometheus_text.h"
@@ -184,19 +182,6 @@ TEST(MetricsProcesses, CoordinatorAndNodeExportMetricsAndLogJson) {
   ASSERT_FALSE(address.empty() || metrics_port.empty() || dashboard_port.empty() ||
                admin_token.empty())
       << clog;
-  // The coordinator restarted itself under the stream heap policy (kernels/core/heap_policy.h):
-  // same pid, its environment now has the marker and huge pages as glibc's first tunable
-  // (unless this test's own environment set malloc tunables).
-  if (heap_policy_step(std::getenv("GLIBC_TUNABLES"), std::getenv(kStreamHeapMarker)) ==
-      HeapPolicyStep::kRestart) {
-    std::string environ_text =
-        read_text("/proc/" + std::to_string(coordinator->pid()) + "/environ");
-    std::replace(environ_text.begin(), environ_text.end(), '\0', '\n');
-    EXPECT_NE(environ_text.find(std::string(kStreamHeapMarker) + "=1\n"), std::string::npos)
-        << environ_text;
-    EXPECT_NE(environ_text.find("GLIBC_TUNABLES=glibc.malloc.hugetlb=1"), std::string::npos)
-        << environ_text;
-  }
 
   const std::vector<std::string> node_argv =
       with_flags({ATOLL_BINARY, "node"}, {{"--coordinator", address},

@@ -1,13 +1,18 @@
-// kernels/core/heap_policy.h: when a streaming process restarts, applies the thresholds or
-// leaves an operator's malloc tunables alone, and that the thresholds keep MiB-sized blocks and
-// freed memory on the heap. (That the coordinator really restarts under the policy:
-// tests/integration/metrics_process_test.cc reads its environment.)
+// kernels/core/heap_policy.h: the thresholds keep MiB-sized blocks and freed memory on the heap,
+// large C++ allocations are advised to use huge pages once the policy is on (and not before),
+// and an operator's glibc.malloc tunables leave the policy off.
 #include "kernels/core/heap_policy.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #if defined(__GLIBC__)
@@ -17,23 +22,47 @@
 namespace atl {
 namespace {
 
-TEST(HeapPolicy, RestartsOnceUnlessTheOperatorSetMallocTunables) {
-  EXPECT_EQ(heap_policy_step(nullptr, nullptr), HeapPolicyStep::kRestart);
-  EXPECT_EQ(heap_policy_step("glibc.rtld.nns=2", nullptr), HeapPolicyStep::kRestart);
-  EXPECT_EQ(heap_policy_step("glibc.malloc.trim_threshold=131072", nullptr),
-            HeapPolicyStep::kLeaveAlone);
-  EXPECT_EQ(heap_policy_step("glibc.rtld.nns=2:glibc.malloc.perturb=0", nullptr),
-            HeapPolicyStep::kLeaveAlone);
-  // After the restart (and in its children, which see glibc's rewritten variable).
-  EXPECT_EQ(heap_policy_step("glibc.malloc.hugetlb=1", "1"), HeapPolicyStep::kApplyThresholds);
-  EXPECT_EQ(heap_policy_step("glibc.malloc.hugetlb=1", "0"), HeapPolicyStep::kLeaveAlone);
+// Sets GLIBC_TUNABLES for one test (unset when `value` is empty) and restores it after.
+class ScopedTunables {
+ public:
+  explicit ScopedTunables(const std::string& value) {
+    if (const char* old = std::getenv("GLIBC_TUNABLES")) saved_ = old;
+    if (value.empty())
+      ::unsetenv("GLIBC_TUNABLES");
+    else
+      ::setenv("GLIBC_TUNABLES", value.c_str(), 1);
+  }
+  ~ScopedTunables() {
+    if (saved_)
+      ::setenv("GLIBC_TUNABLES", saved_->c_str(), 1);
+    else
+      ::unsetenv("GLIBC_TUNABLES");
+    set_huge_page_advice(false);
+  }
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+// The VmFlags line of the mapping that holds `p` (/proc/self/smaps); "hg" = MADV_HUGEPAGE.
+std::string vm_flags_of(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t begin = 0, end = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> begin >> dash >> end && dash == '-') {
+      inside = at >= begin && at < end;
+      continue;
+    }
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
 }
 
-TEST(HeapPolicy, HugePagesComeFirstAndOtherTunablesAreKept) {
-  EXPECT_EQ(restart_tunables(nullptr), "glibc.malloc.hugetlb=1");
-  EXPECT_EQ(restart_tunables(""), "glibc.malloc.hugetlb=1");
-  EXPECT_EQ(restart_tunables("glibc.rtld.nns=2"), "glibc.malloc.hugetlb=1:glibc.rtld.nns=2");
-}
+bool advised_huge(const void* p) { return vm_flags_of(p).find(" hg") != std::string::npos; }
 
 #if defined(__GLIBC__)
 TEST(HeapPolicy, ThresholdsKeepStreamSizedBlocksAndFreedMemoryOnTheHeap) {
@@ -54,6 +83,28 @@ TEST(HeapPolicy, ThresholdsKeepStreamSizedBlocksAndFreedMemoryOnTheHeap) {
   EXPECT_GE(::mallinfo2().keepcost, 16 * kBlock);
 }
 #endif
+
+TEST(HeapPolicy, LargeAllocationsAreAdvisedHugePagesOnceThePolicyIsOn) {
+  ScopedTunables none("");
+  constexpr size_t kFloats = (size_t{64} << 20) / sizeof(float);  // a 64 MiB θ-sized buffer
+  {
+    std::vector<float> before(kFloats);
+    EXPECT_FALSE(advised_huge(before.data() + kFloats / 2)) << vm_flags_of(before.data());
+  }
+  ASSERT_TRUE(use_stream_heap_policy());
+  EXPECT_TRUE(huge_page_advice());
+  std::vector<float> large(kFloats);
+  EXPECT_TRUE(advised_huge(large.data() + kFloats / 2)) << vm_flags_of(large.data());
+  // Small blocks are left alone (they live in the heap, shared with others).
+  auto small = std::make_unique<char[]>(4096);
+  EXPECT_FALSE(advised_huge(small.get())) << vm_flags_of(small.get());
+}
+
+TEST(HeapPolicy, AnOperatorsMallocTunablesLeaveEverythingAsItWas) {
+  ScopedTunables set("glibc.malloc.trim_threshold=131072");
+  EXPECT_FALSE(use_stream_heap_policy());
+  EXPECT_FALSE(huge_page_advice());  // so `new` advises nothing (checked in the test above)
+}
 
 }  // namespace
 }  // namespace atl

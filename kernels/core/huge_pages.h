@@ -1,0 +1,15 @@
+// Transparent huge pages for large buffers (a payload of hundreds of MB, a θ-sized vector): on
+// a virtualised host each 4 KiB page fault costs microseconds, and a buffer written for the
+// first time faults once per page (bench/transport, bench/store).
+#pragma once
+
+#include <cstddef>
+
+namespace atl {
+
+// Advises the 2 MiB-aligned interior of [data, data + bytes) to fault in as transparent huge
+// pages (madvise MADV_HUGEPAGE): pages not touched yet then come 2 MiB at a time, 512 times
+// fewer faults. Advice only: ignored where the kernel offers no huge pages.
+void advise_huge_pages(void* data, size_t bytes);
+
+}  // namespace atl
