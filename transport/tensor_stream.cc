@@ -25,7 +25,6 @@ std::string hex32(uint32_t v) {
   return buf;
 }
 
-
 }  // namespace
 
 Status for_each_chunk(TensorHeader header, std::string_view payload,

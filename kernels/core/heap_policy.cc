@@ -1,9 +1,6 @@
 #include "kernels/core/heap_policy.h"
 
-#include "kernels/core/huge_pages.h"
-
 #include <atomic>
-#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -12,13 +9,14 @@
 #include <malloc.h>
 #endif
 
+#include "kernels/core/huge_pages.h"
+
 namespace atl {
 namespace {
 
 std::atomic<bool> g_huge_page_advice{false};
 
 }  // namespace
-
 
 bool keep_stream_buffers_on_heap() {
 #if defined(__GLIBC__)
