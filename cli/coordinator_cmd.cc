@@ -15,6 +15,7 @@
 #include "cli/log_output.h"
 #include "cli/serve_after_done.h"
 #include "cli/signals.h"
+#include "coordinator/screening_note.h"
 #include "kernels/cpu/ops.h"
 
 namespace atl::cli {
@@ -38,15 +39,7 @@ std::optional<std::string> event_line(const coordinator::Event& e, double val_bp
       // Differential privacy: ε spent so far (the record holds no per-site norms then).
       if (e.record->privacy_epsilon != -1.0)
         line += format_line(" | privacy epsilon %.4g", e.record->privacy_epsilon);
-      // Screening (docs/coordinator.md): each update clipped or left out, with its norm.
-      for (const auto& p : e.record->participants)
-        if (p.screen == "clipped" || p.screen == "dropped")
-          line += p.screen_reason == "replay"
-                      ? format_line(" | update from %s dropped: replay of its previous update",
-                                    p.node_id.c_str())
-                      : format_line(" | update from %s %s: norm %.4g, limit %.4g (median %.4g)",
-                                    p.node_id.c_str(), p.screen.c_str(), p.norm,
-                                    e.record->norm_limit, e.record->median_norm);
+      line += coordinator::screening_note(*e.record);
       return line;
     }
     case K::kMetrics:

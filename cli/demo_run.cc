@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "algorithms/compress/codec.h"
 #include "algorithms/diloco/robust.h"
@@ -20,6 +21,7 @@
 #include "cli/log_output.h"
 #include "cli/progress.h"
 #include "cli/signals.h"
+#include "coordinator/screening_note.h"
 #include "kernels/cpu/ops.h"
 #include "simulate/data_parallel.h"
 
@@ -57,10 +59,13 @@ struct RunTotals {
   double commit_s = 0, commit_max_s = 0;
   double privacy_epsilon = -1;  // ε after the last committed round; -1: [privacy] off
   // Screening over all rounds: updates clipped or dropped (of which dropped as replays, as stale
-  // updates), and the
-  // largest ratio of an update's norm to its round's reference (lower median) norm: how far
-  // apart the updates were.
+  // updates), the updates the honest sites (all but the last --byzantine) pushed and how many of
+  // them were dropped (what screening costs an honest run), and the largest ratio of an update's
+  // norm to its round's reference (lower median) norm: how far apart the updates were.
   uint64_t updates_clipped = 0, updates_dropped = 0, updates_replayed = 0, updates_stale = 0;
+  uint64_t honest_updates = 0, honest_updates_dropped = 0;
+  // What screening did since the last progress line (coordinator::screening_note of each round).
+  std::string screening_since_line;
   double max_norm_ratio = 0;
   uint64_t peak_sync() const {
     uint64_t peak = 0;
@@ -231,11 +236,17 @@ Status start_sites(DemoRun& run) {
   return run.rc->service->start();
 }
 
-void tally_screening(const coordinator::RoundRecord& rec, RunTotals& t) {
+void tally_screening(const DemoExperiment& d, const coordinator::RoundRecord& rec, RunTotals& t) {
+  const size_t honest_sites = d.site_names.size() - static_cast<size_t>(d.byzantine);
+  const std::set<std::string> honest(d.site_names.begin(), d.site_names.begin() + honest_sites);
   std::vector<double> norms;
   for (const auto& p : rec.participants) {
     if (!p.pushed) continue;
     norms.push_back(p.norm);
+    if (honest.count(p.node_id)) {
+      ++t.honest_updates;
+      t.honest_updates_dropped += p.screen == "dropped";
+    }
     t.updates_clipped += p.screen == "clipped";
     t.updates_dropped += p.screen == "dropped";
     t.updates_replayed += p.screen == "dropped" && p.screen_reason == "replay";
@@ -262,7 +273,8 @@ void on_round_committed(DemoRun& run, const coordinator::RoundRecord& rec,
     t.sync_bytes[rec.round - 1] += rec.bytes_down;
   ++t.rounds_done;
   t.privacy_epsilon = rec.privacy_epsilon;
-  tally_screening(rec, t);
+  tally_screening(run.d, rec, t);
+  t.screening_since_line += coordinator::screening_note(rec);
   outer_up += rec.bytes_up;
   outer_down += rec.bytes_down;
   outer_s += rec.duration_s;
@@ -280,11 +292,13 @@ void on_round_committed(DemoRun& run, const coordinator::RoundRecord& rec,
       t.privacy_epsilon == -1 ? "" : format_line(" | privacy epsilon %.4g", t.privacy_epsilon);
   std::printf("round %3" PRIu64 "/%" PRIu64
               " | val bpb %.4f%s | loss%s | up %s down %s | "
-              "%s | ETA %s\n",
+              "%s | ETA %s%s\n",
               (rec.round + 1) / P, static_cast<uint64_t>(run.d.rounds), t.final_bpb,
               epsilon.c_str(), losses.c_str(), format_bytes(static_cast<double>(outer_up)).c_str(),
               format_bytes(static_cast<double>(outer_down)).c_str(),
-              format_duration(outer_s).c_str(), format_duration(eta).c_str());
+              format_duration(outer_s).c_str(), format_duration(eta).c_str(),
+              t.screening_since_line.c_str());
+  t.screening_since_line.clear();
   outer_up = outer_down = 0;
   outer_s = 0;
   std::fflush(stdout);
@@ -453,7 +467,9 @@ Status write_summary_json(const DemoRun& run, const RunTotals& t, double baselin
       << ",\"updates_dropped\":" << t.updates_dropped
       << ",\"updates_replayed\":" << t.updates_replayed << ",\"replay_cosine\":"
       << json_number(cfg.robust.screen == "off" ? 0.0 : cfg.robust.replay_cosine)
-      << ",\"updates_stale\":" << t.updates_stale << ",\"stale_margin\":"
+      << ",\"updates_stale\":" << t.updates_stale
+      << ",\"honest_updates\":" << t.honest_updates
+      << ",\"honest_updates_dropped\":" << t.honest_updates_dropped << ",\"stale_margin\":"
       << json_number(cfg.robust.screen == "off" ? 0.0 : cfg.robust.stale_margin)
       << ",\"max_norm_ratio\":" << json_number(t.max_norm_ratio)
       << ",\"rounds\":" << t.rounds_done / P << ",\"inner_steps\":" << d.inner_steps

@@ -1,5 +1,6 @@
 // Replay detection in the commit's screening (update_screening.h): each update's count sketch
 // against its node's last accepted one, and the screening memory committed with each round.
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -13,6 +14,7 @@ namespace {
 
 constexpr char kReplayMagic[4] = {'A', 'T', 'R', '1'};
 constexpr char kScreeningMagic[4] = {'A', 'T', 'R', '2'};
+constexpr char kStaleHistoryMagic[4] = {'A', 'T', 'R', '3'};
 
 template <typename T>
 void put_le(std::string& out, T v) {
@@ -158,8 +160,17 @@ StatusOr<ReplayMemory> decode_replay_memory(std::string_view bytes, const std::s
 }
 
 std::string encode_screening_memory(const ScreeningMemory& memory) {
-  if (memory.applied_last_round.empty()) return encode_replay_memory(memory.replay);
-  std::string out(kScreeningMagic, sizeof(kScreeningMagic));
+  std::string out;
+  if (!memory.stale_history.empty()) {
+    out.assign(kStaleHistoryMagic, sizeof(kStaleHistoryMagic));
+    put_le<uint64_t>(out, memory.stale_history.size());
+    for (const auto& round : memory.stale_history) {
+      put_le<uint64_t>(out, round.size());
+      for (double figure : round) put_le<double>(out, figure);
+    }
+  }
+  if (memory.applied_last_round.empty()) return out + encode_replay_memory(memory.replay);
+  out.append(kScreeningMagic, sizeof(kScreeningMagic));
   put_le<uint64_t>(out, memory.applied_last_round.size());
   for (const std::string& id : memory.applied_last_round) {
     put_le<uint32_t>(out, static_cast<uint32_t>(id.size()));
@@ -171,6 +182,32 @@ std::string encode_screening_memory(const ScreeningMemory& memory) {
 StatusOr<ScreeningMemory> decode_screening_memory(std::string_view bytes, const std::string& what) {
   ScreeningMemory memory;
   ByteReader r{bytes};
+  if (r.take(sizeof(kStaleHistoryMagic)) ==
+      std::string_view(kStaleHistoryMagic, sizeof(kStaleHistoryMagic))) {
+    const uint64_t rounds = r.get<uint64_t>();
+    if (r.ok && rounds > kStaleHistoryRounds)
+      return DataLoss("store: " + what + " is corrupt (a stale history of " +
+                      std::to_string(rounds) + " rounds, at most " +
+                      std::to_string(kStaleHistoryRounds) + " are kept)");
+    for (uint64_t i = 0; r.ok && i < rounds; ++i) {
+      const uint64_t figures = r.get<uint64_t>();
+      // Each figure takes 8 bytes: a count beyond what is left is corrupt, not an allocation.
+      if (!r.ok || figures > (bytes.size() - r.pos) / sizeof(double)) {
+        r.ok = false;
+        break;
+      }
+      std::vector<double> round(figures);
+      for (double& f : round) {
+        f = r.get<double>();
+        if (!std::isfinite(f))
+          return DataLoss("store: " + what + " is corrupt (a stale figure is not finite)");
+      }
+      memory.stale_history.push_back(std::move(round));
+    }
+    if (!r.ok) return DataLoss("store: " + what + " is corrupt (truncated)");
+    bytes = bytes.substr(r.pos);
+  }
+  r = ByteReader{bytes};
   if (r.take(sizeof(kScreeningMagic)) ==
       std::string_view(kScreeningMagic, sizeof(kScreeningMagic))) {
     const uint64_t ids = r.get<uint64_t>();

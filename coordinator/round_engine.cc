@@ -595,7 +595,7 @@ Status RoundEngine::screen_and_step(Commit& c, std::vector<float>& theta_next,
   screened.by_node.merge(replays.by_node);
   // Stale updates after the norm screening, so that a dropped huge update is no term of the
   // comparison (whose sums weigh each update as one anyway).
-  screen_stale(c.updates, sketched, *c.screening, stale_margin, screened);
+  StaleScreen stale = screen_stale(c.updates, sketched, *c.screening, stale_margin, screened);
   if (private_round) clip_updates_for_privacy(c.updates, config_.privacy.clip_norm, screened);
   // With [privacy] on, the median of the sites' norms is their data too: not recorded.
   rec.median_norm = private_round ? 0.0 : screened.median_norm;
@@ -628,8 +628,11 @@ Status RoundEngine::screen_and_step(Commit& c, std::vector<float>& theta_next,
   if (replay_cosine > 0 || stale_margin > 0) {
     ScreeningMemory next;
     next.replay = remember_accepted(c.screening->replay, std::move(sketched), c.updates);
-    if (stale_margin > 0)
+    if (stale_margin > 0) {
       for (const auto& applied : c.updates) next.applied_last_round.insert(applied.first);
+      next.stale_history =
+          extend_stale_history(c.screening->stale_history, std::move(stale.kept_figures));
+    }
     c.screening = std::make_shared<const ScreeningMemory>(std::move(next));
   }
   rec.skipped = step.skipped;

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "algorithms/diloco/replay.h"
+#include "algorithms/diloco/robust.h"
 #include "coordinator/update_screening.h"
 
 namespace atl::coordinator {
@@ -60,12 +61,32 @@ std::map<std::string, StaleFigures> stale_figures(const PendingUpdates& updates,
   return figures;
 }
 
-size_t screen_stale(PendingUpdates& updates, const ReplayMemory& sketched,
-                    const ScreeningMemory& memory, double margin, ScreenOutcome& screened) {
-  if (!(margin > 0)) return 0;
-  size_t dropped = 0;
+StaleBaseline stale_baseline(const std::vector<std::vector<double>>& history) {
+  std::vector<double> figures;
+  for (const auto& round : history) figures.insert(figures.end(), round.begin(), round.end());
+  StaleBaseline b;
+  b.figures = figures.size();
+  if (figures.empty()) return b;
+  b.median = algorithms::lower_median_of(figures);
+  for (double& f : figures) f = std::fabs(f - b.median);
+  // 1.4826: the median absolute deviation of a normal distribution is 0.6745 σ.
+  b.spread = 1.4826 * algorithms::lower_median_of(std::move(figures));
+  return b;
+}
+
+StaleScreen screen_stale(PendingUpdates& updates, const ReplayMemory& sketched,
+                         const ScreeningMemory& memory, double margin, ScreenOutcome& screened) {
+  StaleScreen out;
+  if (!(margin > 0)) return out;
+  const StaleBaseline baseline = stale_baseline(memory.stale_history);
+  const bool judged_by_history = baseline.figures >= kStaleMinHistory;
+  const double outlier_from = baseline.median + kStaleOutlierZ * baseline.spread;
   for (const auto& [id, f] : stale_figures(updates, sketched, memory)) {
-    if (!(f.previous - f.current >= margin)) continue;
+    const double figure = f.previous - f.current;
+    if (!(figure >= margin) || (judged_by_history && !(figure >= outlier_from))) {
+      out.kept_figures.push_back(figure);
+      continue;
+    }
     auto it = updates.find(id);
     // The norm screening recorded every update with its norm as received; a clip does not
     // change the cosines (the sketches were taken before it).
@@ -77,10 +98,23 @@ size_t screen_stale(PendingUpdates& updates, const ReplayMemory& sketched,
     s.why = "dropped: stale: cosine " + figure_text(f.previous) +
             " to the previous round's other updates - cosine " + figure_text(f.current) +
             " to this round's other updates >= robust.stale_margin " + figure_text(margin);
+    if (judged_by_history)
+      s.why += " and >= " + figure_text(outlier_from) + " (the median " +
+               figure_text(baseline.median) + " + " + figure_text(kStaleOutlierZ) +
+               " robust s.d. " + figure_text(baseline.spread) + " of the kept figures of the last " +
+               std::to_string(memory.stale_history.size()) + " rounds)";
     updates.erase(it);
-    ++dropped;
+    ++out.dropped;
   }
-  return dropped;
+  return out;
+}
+
+std::vector<std::vector<double>> extend_stale_history(std::vector<std::vector<double>> history,
+                                                      std::vector<double> kept_figures) {
+  history.push_back(std::move(kept_figures));
+  if (history.size() > kStaleHistoryRounds)
+    history.erase(history.begin(), history.end() - kStaleHistoryRounds);
+  return history;
 }
 
 }  // namespace atl::coordinator

@@ -75,8 +75,8 @@ struct ParticipantRecord {
   // "" when the node did not push.
   double norm = 0.0;
   std::string screen = "";
-  // For "clipped" and "dropped": which check acted, "norm", "replay", "privacy" or "nonfinite"
-  // (update_screening.h); "" otherwise.
+  // For "clipped" and "dropped": which check acted, "norm", "replay", "stale", "privacy" or
+  // "nonfinite" (update_screening.h); "" otherwise.
   std::string screen_reason = "";
 };
 

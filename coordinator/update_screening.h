@@ -79,11 +79,16 @@ StatusOr<ReplayMemory> decode_replay_memory(std::string_view bytes, const std::s
 ReplayMemory sketch_updates(const PendingUpdates& updates, algorithms::compress::UpdateRange range);
 
 // What the commit's screening remembers from round to round: each node's last accepted update
-// (replay detection), and which nodes' updates the last committed round applied, whose entries
-// in `replay` are then that round's updates (stale-update detection).
+// (replay detection), which nodes' updates the last committed round applied, whose entries in
+// `replay` are then that round's updates, and the stale figures of the updates that stale
+// detection kept in the last committed rounds (stale-update detection).
 struct ScreeningMemory {
   ReplayMemory replay;
   std::set<std::string> applied_last_round;
+  // Per committed round (oldest first, at most kStaleHistoryRounds rounds, a round without
+  // figures as an empty list): previous − current of each update the stale check kept, in node
+  // id order.
+  std::vector<std::vector<double>> stale_history;
 };
 
 // Stale-update detection: an update trained from an earlier θ (a site sending its previous
@@ -100,6 +105,15 @@ struct StaleFigures {
   double current = 0.0;
 };
 
+// How far back, and how far out, a figure is judged (screen_stale): against the kept figures of
+// the last kStaleHistoryRounds committed rounds, once they hold at least kStaleMinHistory
+// figures; an update is stale only if its figure is at least kStaleOutlierZ robust standard
+// deviations (1.4826 × the median absolute deviation) above their median. Measured in
+// docs/decisions.md ("Stale detection judged against the run's own figures").
+inline constexpr size_t kStaleHistoryRounds = 6;
+inline constexpr size_t kStaleMinHistory = 3;
+inline constexpr double kStaleOutlierZ = 3.0;
+
 // The figures of every update in `updates` for which both are defined. `sketched`: the sketches
 // of at least the updates in `updates` (sketch_updates); `memory`: as committed with the
 // previous round.
@@ -107,17 +121,42 @@ std::map<std::string, StaleFigures> stale_figures(const PendingUpdates& updates,
                                                   const ReplayMemory& sketched,
                                                   const ScreeningMemory& memory);
 
-// Drops (erases) every update whose previous − current ≥ margin (all figures computed first,
-// over the same updates: the result does not depend on node order), recording it in `screened`
-// as dropped for "stale" (its norm as received). margin ≤ 0: nothing is compared. Returns how
-// many were dropped.
-size_t screen_stale(PendingUpdates& updates, const ReplayMemory& sketched,
-                    const ScreeningMemory& memory, double margin, ScreenOutcome& screened);
+// The robust centre and spread of a run's recent stale figures: the lower median of the figures
+// of `history`, and 1.4826 × the lower median of their absolute deviations from it (a normal
+// distribution's standard deviation). `figures`: how many there were.
+struct StaleBaseline {
+  size_t figures = 0;
+  double median = 0.0;
+  double spread = 0.0;
+};
+StaleBaseline stale_baseline(const std::vector<std::vector<double>>& history);
+
+struct StaleScreen {
+  size_t dropped = 0;
+  std::vector<double> kept_figures;  // the figures of the updates kept, in node id order
+};
+
+// Drops (erases) every update whose figure d = previous − current is ≥ margin and, once the
+// memory's history holds kStaleMinHistory figures, also ≥ median + kStaleOutlierZ × spread of
+// that history (stale_baseline): an honest update's figure varies from round to round and run to
+// run (small models, few tokens a round: up to +0.39 measured), a stale one stands out of its
+// own run's figures. All figures are computed first, over the same updates: the result does not
+// depend on node order. A drop is recorded in `screened` as dropped for "stale" (its norm as
+// received). margin ≤ 0: nothing is compared.
+StaleScreen screen_stale(PendingUpdates& updates, const ReplayMemory& sketched,
+                         const ScreeningMemory& memory, double margin, ScreenOutcome& screened);
+
+// `history` with the round of `kept_figures` appended, keeping the last kStaleHistoryRounds.
+std::vector<std::vector<double>> extend_stale_history(std::vector<std::vector<double>> history,
+                                                      std::vector<double> kept_figures);
 
 // The memory as bytes for the store's round commit, and back. With no node in
 // applied_last_round the bytes are encode_replay_memory(replay) ("ATR1"); otherwise
 //   "ATR2" | ids u64 | per id (sorted): bytes u32 | id | encode_replay_memory(replay).
-// decode: either; DATA_LOSS naming `what` when the bytes are neither.
+// With a stale history, these bytes follow
+//   "ATR3" | rounds u64 | per round: figures u64 | figures × f64.
+// decode: any of them; DATA_LOSS naming `what` when the bytes are none (or a figure is not
+// finite).
 std::string encode_screening_memory(const ScreeningMemory& memory);
 StatusOr<ScreeningMemory> decode_screening_memory(std::string_view bytes, const std::string& what);
 

@@ -1,6 +1,7 @@
 // Stale-update detection in the commit's screening (coordinator/update_screening.h): an update
-// trained from the previous round's θ is dropped, this round's updates are kept, and the
-// screening memory round-trips through its bytes.
+// trained from the previous round's θ is dropped, this round's updates are kept, a figure is
+// judged against the run's own recent figures, and the screening memory round-trips through its
+// bytes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -49,11 +50,20 @@ struct Trajectory {
 ScreeningMemory commit(PendingUpdates& updates, const ScreeningMemory& memory, double margin,
                        ScreenOutcome& screened) {
   ReplayMemory sketched = sketch_updates(updates, kAll);
-  screen_stale(updates, sketched, memory, margin, screened);
+  StaleScreen stale = screen_stale(updates, sketched, memory, margin, screened);
   ScreeningMemory next;
   next.replay = remember_accepted(memory.replay, std::move(sketched), updates);
   for (const auto& applied : updates) next.applied_last_round.insert(applied.first);
+  next.stale_history = extend_stale_history(memory.stale_history, std::move(stale.kept_figures));
   return next;
+}
+
+// Round 0 of `sites` honest sites, screened and committed: the memory round 1 starts from.
+ScreeningMemory first_round(const Trajectory& t, uint32_t sites) {
+  PendingUpdates r0;
+  for (uint32_t s = 1; s <= sites; ++s) r0["node-" + std::to_string(s)] = update_of(t.update(0, s));
+  ScreenOutcome s0;
+  return commit(r0, {}, 0.05, s0);
 }
 
 // Rounds 0..rounds-1 of `sites` sites, the last `stale` of which send their update of the
@@ -115,7 +125,7 @@ TEST(StaleScreening, TheDropIsRecordedWithItsFigures) {
   ScreenOutcome s1;
   const ReplayMemory sketched = sketch_updates(r1, kAll);
   const auto figures = stale_figures(r1, sketched, m0);
-  EXPECT_EQ(screen_stale(r1, sketched, m0, 0.05, s1), 1u);
+  EXPECT_EQ(screen_stale(r1, sketched, m0, 0.05, s1).dropped, 1u);
   EXPECT_EQ(r1.count("node-3"), 0u);
   const ScreenedUpdate& d = s1.by_node.at("node-3");
   EXPECT_EQ(d.action, algorithms::ScreenAction::kDropped);
@@ -152,7 +162,9 @@ TEST(StaleScreening, FiguresNeedBothSumsOfTheSameLayoutAndMarginZeroIsOff) {
   // margin 0: nothing compared, nothing dropped (node-1 is a stale update here).
   ScreenOutcome off;
   const ReplayMemory sketched = sketch_updates(r1, kAll);
-  EXPECT_EQ(screen_stale(r1, sketched, m0, 0.0, off), 0u);
+  const StaleScreen none = screen_stale(r1, sketched, m0, 0.0, off);
+  EXPECT_EQ(none.dropped, 0u);
+  EXPECT_TRUE(none.kept_figures.empty());
   EXPECT_EQ(r1.size(), 2u);
   EXPECT_TRUE(off.by_node.empty());
 }
@@ -161,10 +173,7 @@ TEST(StaleScreening, AHugeUpdateWeighsAsOneInTheSums) {
   // The sums add unit sketches: one update of a huge norm among this round's updates cannot
   // make the honest ones look stale.
   const Trajectory t(2);
-  PendingUpdates r0;
-  for (uint32_t s = 1; s <= 4; ++s) r0["node-" + std::to_string(s)] = update_of(t.update(0, s));
-  ScreenOutcome s0;
-  const ScreeningMemory m0 = commit(r0, {}, 0.05, s0);
+  const ScreeningMemory m0 = first_round(t, 4);
   PendingUpdates r1;
   for (uint32_t s = 1; s <= 3; ++s) r1["node-" + std::to_string(s)] = update_of(t.update(1, s));
   std::vector<float> huge = normal_vector(kNumel, 77);
@@ -180,7 +189,8 @@ TEST(StaleScreening, MemoryBytesRoundTripKeepTheReplayFormatAndCorruptionIsDataL
   const Trajectory t(1);
   PendingUpdates r{{"node-1", update_of(t.update(0, 1))}, {"node-22", update_of(t.update(0, 2))}};
   ScreenOutcome s;
-  const ScreeningMemory m = commit(r, {}, 0.05, s);
+  ScreeningMemory m = commit(r, {}, 0.05, s);
+  m.stale_history.clear();  // the layout of a store written before stale histories were kept
   const std::string bytes = encode_screening_memory(m);
   EXPECT_EQ(bytes.substr(0, 4), "ATR2");
   auto back = decode_screening_memory(bytes, "memory");
@@ -192,7 +202,7 @@ TEST(StaleScreening, MemoryBytesRoundTripKeepTheReplayFormatAndCorruptionIsDataL
     EXPECT_EQ(back->replay.at(id).sketch, e.sketch);  // bit for bit
   }
   // Without stale detection (no applied set) the bytes are the replay memory's, as before.
-  ScreeningMemory replay_only{m.replay, {}};
+  ScreeningMemory replay_only{m.replay, {}, {}};
   EXPECT_EQ(encode_screening_memory(replay_only), encode_replay_memory(m.replay));
   auto old = decode_screening_memory(encode_replay_memory(m.replay), "memory");
   ASSERT_TRUE(old.ok()) << old.status().to_string();
@@ -206,6 +216,122 @@ TEST(StaleScreening, MemoryBytesRoundTripKeepTheReplayFormatAndCorruptionIsDataL
     EXPECT_EQ(d.status().code(), StatusCode::kDataLoss);
     EXPECT_EQ(d.status().message().rfind("store: screening memory of 'e' is corrupt (", 0), 0u)
         << d.status().message();
+  }
+}
+
+TEST(StaleScreening, BaselineIsTheLowerMedianAndScaledMedianAbsoluteDeviation) {
+  // Figures 1, 2, 3, 4, 100 over two rounds (and an empty one): lower median 3; deviations
+  // 2, 1, 0, 1, 97, lower median 1: spread 1.4826. One far figure moves neither.
+  const StaleBaseline b = stale_baseline({{1.0, 100.0}, {}, {4.0, 2.0, 3.0}});
+  EXPECT_EQ(b.figures, 5u);
+  EXPECT_DOUBLE_EQ(b.median, 3.0);
+  EXPECT_DOUBLE_EQ(b.spread, 1.4826);
+  EXPECT_EQ(stale_baseline({}).figures, 0u);
+  // The history keeps the last kStaleHistoryRounds rounds, oldest first.
+  std::vector<std::vector<double>> h;
+  for (int r = 0; r < 9; ++r) h = extend_stale_history(std::move(h), {static_cast<double>(r)});
+  ASSERT_EQ(h.size(), kStaleHistoryRounds);
+  EXPECT_EQ(h.front(), std::vector<double>{9.0 - kStaleHistoryRounds});
+  EXPECT_EQ(h.back(), std::vector<double>{8.0});
+}
+
+TEST(StaleScreening, AFigureIsJudgedAgainstTheRunsOwnRecentFigures) {
+  // Round 1 of three sites, node-3's update trained from θ_0: its figure is well over the margin.
+  const Trajectory t(2);
+  const ScreeningMemory m0 = first_round(t, 3);
+  auto round1 = [&] {
+    PendingUpdates r1;
+    for (uint32_t s = 1; s <= 2; ++s) r1["node-" + std::to_string(s)] = update_of(t.update(1, s));
+    r1["node-3"] = update_of(t.update(0, 9));
+    return r1;
+  };
+  PendingUpdates probe = round1();
+  const double figure = [&] {
+    const auto f = stale_figures(probe, sketch_updates(probe, kAll), m0).at("node-3");
+    return f.previous - f.current;
+  }();
+  ASSERT_GT(figure, 0.1);
+
+  // A run whose own honest figures reach as high (small models, few tokens a round): kept, and
+  // its figure joins the kept ones.
+  ScreeningMemory noisy = m0;
+  noisy.stale_history = {{figure - 0.2, figure + 0.1, figure - 0.1}, {figure, figure - 0.3}};
+  PendingUpdates r1 = round1();
+  ScreenOutcome kept_screen;
+  const StaleScreen kept = screen_stale(r1, sketch_updates(r1, kAll), noisy, 0.05, kept_screen);
+  EXPECT_EQ(kept.dropped, 0u);
+  EXPECT_EQ(r1.size(), 3u);
+  EXPECT_TRUE(kept_screen.by_node.empty());
+  ASSERT_EQ(kept.kept_figures.size(), 3u);  // node-1, node-2, node-3
+  EXPECT_DOUBLE_EQ(kept.kept_figures[2], figure);
+
+  // A run whose figures sit far below it: dropped, and the line says against what.
+  ScreeningMemory calm = m0;
+  calm.stale_history = {{-0.30, -0.31}, {-0.29, -0.30, -0.32}};
+  r1 = round1();
+  ScreenOutcome dropped_screen;
+  const StaleScreen dropped =
+      screen_stale(r1, sketch_updates(r1, kAll), calm, 0.05, dropped_screen);
+  EXPECT_EQ(dropped.dropped, 1u);
+  EXPECT_EQ(r1.count("node-3"), 0u);
+  EXPECT_EQ(dropped.kept_figures.size(), 2u);
+  const std::string& why = dropped_screen.by_node.at("node-3").why;
+  EXPECT_NE(why.find(">= robust.stale_margin 0.050000 and >= -0.255522 (the median -0.300000 + "
+                     "3.000000 robust s.d. 0.014826 of the kept figures of the last 2 rounds)"),
+            std::string::npos)
+      << why;
+
+  // Fewer than kStaleMinHistory figures: the margin alone decides (the first rounds of a run).
+  ScreeningMemory young = m0;
+  young.stale_history = {{figure + 1.0, figure + 1.0}};
+  r1 = round1();
+  ScreenOutcome young_screen;
+  EXPECT_EQ(screen_stale(r1, sketch_updates(r1, kAll), young, 0.05, young_screen).dropped, 1u);
+}
+
+TEST(StaleScreening, HistoryBytesRoundTripAndCorruptHistoriesAreDataLoss) {
+  const Trajectory t(1);
+  PendingUpdates r{{"node-1", update_of(t.update(0, 1))}, {"node-2", update_of(t.update(0, 2))}};
+  ScreenOutcome s;
+  ScreeningMemory m = commit(r, {}, 0.05, s);
+  m.stale_history = {{-0.25, 0.125}, {}, {-0.5}};
+  const std::string bytes = encode_screening_memory(m);
+  EXPECT_EQ(bytes.substr(0, 4), "ATR3");
+  auto back = decode_screening_memory(bytes, "memory");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->stale_history, m.stale_history);
+  EXPECT_EQ(back->applied_last_round, m.applied_last_round);
+  EXPECT_EQ(back->replay.size(), 2u);
+  // A history without an applied set (every update of the last round dropped) is followed by
+  // the replay memory alone.
+  ScreeningMemory none_applied{m.replay, {}, {{0.5}}};
+  auto back2 = decode_screening_memory(encode_screening_memory(none_applied), "memory");
+  ASSERT_TRUE(back2.ok()) << back2.status().to_string();
+  EXPECT_TRUE(back2->applied_last_round.empty());
+  EXPECT_EQ(back2->stale_history, none_applied.stale_history);
+
+  auto history_bytes = [](uint64_t rounds, uint64_t figures, double value) {
+    std::string b = "ATR3";
+    b.append(reinterpret_cast<const char*>(&rounds), 8);
+    for (uint64_t i = 0; i < rounds; ++i) {
+      b.append(reinterpret_cast<const char*>(&figures), 8);
+      for (uint64_t f = 0; f < figures; ++f) b.append(reinterpret_cast<const char*>(&value), 8);
+    }
+    return b;
+  };
+  const std::string tail = encode_replay_memory(m.replay);
+  ASSERT_TRUE(decode_screening_memory(history_bytes(2, 3, 0.25) + tail, "memory").ok());
+  for (const auto& [bad, says] : std::vector<std::pair<std::string, std::string>>{
+           {history_bytes(kStaleHistoryRounds + 1, 1, 0.25) + tail, "stale history of 7 rounds"},
+           {history_bytes(1, 2, std::nan("")) + tail, "not finite"},
+           {history_bytes(1, 2, 0.25).substr(0, 20), "truncated"},
+           {"ATR3" + std::string(8, '\x01'), "stale history of"},
+           {"ATR3\x01" + std::string(7, '\0') + std::string(8, '\xff'), "truncated"},
+           {history_bytes(1, 1, 0.25) + "garbage", "no ATR1 header"}}) {
+    auto d = decode_screening_memory(bad, "screening memory of 'e'");
+    ASSERT_FALSE(d.ok()) << says;
+    EXPECT_EQ(d.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(d.status().message().find(says), std::string::npos) << d.status().message();
   }
 }
 

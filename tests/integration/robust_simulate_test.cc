@@ -91,6 +91,14 @@ TEST(RobustSimulate, ReplayIsDroppedEveryRoundAfterTheFirst) {
   EXPECT_EQ(replay.dropped, 2u);  // rounds 1 and 2 of 0..2
   EXPECT_EQ(replay.clipped, 0u);
   EXPECT_EQ(replay.replayed, 2u);  // both as replays
+  // The round lines say so (coordinator/screening_note.h), and the honest run's say nothing.
+  const std::string note = "| update from node-4 dropped: replay of its previous update";
+  size_t notes = 0;
+  for (size_t at = replay.output.find(note); at != std::string::npos;
+       at = replay.output.find(note, at + 1))
+    ++notes;
+  EXPECT_EQ(notes, 2u) << replay.output;
+  EXPECT_EQ(honest.output.find("| update from"), std::string::npos) << honest.output;
   ASSERT_TRUE(std::isfinite(replay.final_bpb));
   EXPECT_LE(std::abs(replay.final_bpb - honest.final_bpb), 0.02 * honest.final_bpb)
       << replay.final_bpb << " against honest " << honest.final_bpb;

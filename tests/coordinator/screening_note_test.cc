@@ -1,0 +1,42 @@
+// coordinator/screening_note.h: the tail of a round's log line names each clipped or dropped
+// update and the check that acted.
+#include "coordinator/screening_note.h"
+
+#include <gtest/gtest.h>
+
+namespace atl::coordinator {
+namespace {
+
+ParticipantRecord participant(const std::string& id, const std::string& screen,
+                              const std::string& reason, double norm) {
+  ParticipantRecord p;
+  p.node_id = id;
+  p.pushed = true;
+  p.screen = screen;
+  p.screen_reason = reason;
+  p.norm = norm;
+  return p;
+}
+
+TEST(ScreeningNote, EachClippedOrDroppedUpdateWithTheCheckThatActed) {
+  RoundRecord r;
+  r.median_norm = 0.25;
+  r.norm_limit = 1.25;
+  EXPECT_EQ(screening_note(r), "");
+  r.participants = {participant("node-1", "kept", "", 0.2),
+                    participant("node-2", "dropped", "stale", 0.241),
+                    participant("node-3", "dropped", "norm", 3e6),
+                    participant("node-4", "clipped", "norm", 2.5),
+                    participant("node-5", "dropped", "replay", 0.3),
+                    participant("node-6", "dropped", "nonfinite", 1e30)};
+  EXPECT_EQ(screening_note(r),
+            " | update from node-2 dropped: stale (closer to the previous round's updates than to "
+            "this round's)"
+            " | update from node-3 dropped: norm 3e+06, limit 1.25 (median 0.25)"
+            " | update from node-4 clipped: norm 2.5, limit 1.25 (median 0.25)"
+            " | update from node-5 dropped: replay of its previous update"
+            " | update from node-6 dropped: the outer step with it is not finite");
+}
+
+}  // namespace
+}  // namespace atl::coordinator
