@@ -11,8 +11,8 @@
 # cannot. Portable code: -DATOLL_NATIVE=OFF (the GPU machine's CPU is not this one), CUDA for
 # sm_80 and sm_90a as always.
 # Not packed (they come from the GPU machine): glibc (needs >= this machine's), the CUDA driver,
-# and the CUDA toolkit's libraries (cudart, cublasLt, NCCL: check.sh looks for them in
-# /usr/local/cuda and in python3's nvidia-* packages).
+# and the CUDA toolkit's libraries (cudart, NCCL, and cublasLt, which test_cuda loads at run
+# time: check.sh looks for them in /usr/local/cuda and in python3's nvidia-* packages).
 # Usage: bench/gpu/pack.sh   (JOBS=n, ATOLL_PACK_BUILD_DIR=dir to override; default -j2)
 set -euo pipefail
 cd "$(dirname "$0")/../.."

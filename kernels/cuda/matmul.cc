@@ -6,12 +6,11 @@
 // The forward is the "TN" layout cuBLASLt's FP8 kernels require. fp32 uses CUBLAS_COMPUTE_32F
 // (no TF32: the fp32 recipe is fp32). cuBLASLt with a fixed workspace and the same heuristic
 // choice is bitwise reproducible run to run on one GPU model (cuBLAS's documented guarantee).
-#include <cublasLt.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "kernels/cuda/cublaslt_library.h"
 #include "kernels/cuda/lt_check.h"
 #include "kernels/cuda/ops.h"
 
@@ -19,10 +18,10 @@ namespace atl::kernels::cuda {
 namespace {
 
 struct DescDeleter {
-  void operator()(cublasLtMatmulDescOpaque_t* d) const { (void)cublasLtMatmulDescDestroy(d); }
-  void operator()(cublasLtMatrixLayoutOpaque_t* d) const { (void)cublasLtMatrixLayoutDestroy(d); }
+  void operator()(cublasLtMatmulDescOpaque_t* d) const { (void)cublaslt().MatmulDescDestroy(d); }
+  void operator()(cublasLtMatrixLayoutOpaque_t* d) const { (void)cublaslt().MatrixLayoutDestroy(d); }
   void operator()(cublasLtMatmulPreferenceOpaque_t* d) const {
-    (void)cublasLtMatmulPreferenceDestroy(d);
+    (void)cublaslt().MatmulPreferenceDestroy(d);
   }
 };
 using OpDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter>;
@@ -31,7 +30,7 @@ using Pref = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, DescDeleter>;
 
 StatusOr<Layout> make_layout(cudaDataType_t type, int rows, int cols, int ld) {
   cublasLtMatrixLayout_t l = nullptr;
-  ATOLL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, uint64_t(rows), uint64_t(cols), ld));
+  ATOLL_CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&l, type, uint64_t(rows), uint64_t(cols), ld));
   return Layout(l);
 }
 
@@ -57,18 +56,18 @@ uint32_t alignment_of(const void* p) {
 Status lt_matmul(Context& ctx, int m, int n, int k, const Operand& a, const Operand& b, float* d,
                  int ldd, float beta, const char* what) {
   cublasLtMatmulDesc_t raw = nullptr;
-  ATOLL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  ATOLL_CUBLAS_CHECK(cublaslt().MatmulDescCreate(&raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   OpDesc op(raw);
   ATOLL_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(op.get(), CUBLASLT_MATMUL_DESC_TRANSA, &a.op, sizeof(a.op)));
+      cublaslt().MatmulDescSetAttribute(op.get(), CUBLASLT_MATMUL_DESC_TRANSA, &a.op, sizeof(a.op)));
   ATOLL_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(op.get(), CUBLASLT_MATMUL_DESC_TRANSB, &b.op, sizeof(b.op)));
+      cublaslt().MatmulDescSetAttribute(op.get(), CUBLASLT_MATMUL_DESC_TRANSB, &b.op, sizeof(b.op)));
   if (a.scale != nullptr) {
-    ATOLL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+    ATOLL_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(
         op.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a.scale, sizeof(a.scale)));
   }
   if (b.scale != nullptr) {
-    ATOLL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+    ATOLL_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(
         op.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b.scale, sizeof(b.scale)));
   }
   // Stored shapes: a transposed operand is stored (k, m) instead of (m, k).
@@ -77,25 +76,25 @@ Status lt_matmul(Context& ctx, int m, int n, int k, const Operand& a, const Oper
   ATOLL_ASSIGN_OR_RETURN(Layout lb, make_layout(b.type, bt ? n : k, bt ? k : n, b.ld));
   ATOLL_ASSIGN_OR_RETURN(Layout ld, make_layout(CUDA_R_32F, m, n, ldd));
   cublasLtMatmulPreference_t praw = nullptr;
-  ATOLL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&praw));
+  ATOLL_CUBLAS_CHECK(cublaslt().MatmulPreferenceCreate(&praw));
   Pref pref(praw);
   const uint64_t ws = ctx.lt_workspace_bytes();
-  ATOLL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+  ATOLL_CUBLAS_CHECK(cublaslt().MatmulPreferenceSetAttribute(
       pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
   const uint32_t al_a = alignment_of(a.p), al_b = alignment_of(b.p), al_d = alignment_of(d);
-  ATOLL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+  ATOLL_CUBLAS_CHECK(cublaslt().MatmulPreferenceSetAttribute(
       pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-  ATOLL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+  ATOLL_CUBLAS_CHECK(cublaslt().MatmulPreferenceSetAttribute(
       pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-  ATOLL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+  ATOLL_CUBLAS_CHECK(cublaslt().MatmulPreferenceSetAttribute(
       pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
-  ATOLL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+  ATOLL_CUBLAS_CHECK(cublaslt().MatmulPreferenceSetAttribute(
       pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   // No algorithm comes back as CUBLAS_STATUS_NOT_SUPPORTED or as found == 0: either way one line
   // with everything that decides it (shapes, types, transposes, operand alignments).
-  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(
+  const cublasStatus_t hs = cublaslt().MatmulAlgoGetHeuristic(
       ctx.lt(), op.get(), la.get(), lb.get(), ld.get(), ld.get(), pref.get(), 1, &result, &found);
   if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
     return Internal(std::string(what) + ": cuBLASLt has no algorithm for m=" + std::to_string(m) +
@@ -105,11 +104,11 @@ Status lt_matmul(Context& ctx, int m, int n, int k, const Operand& a, const Oper
                     std::to_string(int(b.type)) + (bt ? " T" : " N") + " ld " +
                     std::to_string(b.ld) + " align " + std::to_string(al_b) + ", D align " +
                     std::to_string(al_d) + ") on this GPU" +
-                    (hs != CUBLAS_STATUS_SUCCESS ? std::string(": ") + cublasLtGetStatusName(hs)
+                    (hs != CUBLAS_STATUS_SUCCESS ? std::string(": ") + cublaslt().GetStatusName(hs)
                                                  : std::string()));
   }
   const float alpha = 1.0f;
-  ATOLL_CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), op.get(), &alpha, a.p, la.get(), b.p, lb.get(), &beta,
+  ATOLL_CUBLAS_CHECK(cublaslt().Matmul(ctx.lt(), op.get(), &alpha, a.p, la.get(), b.p, lb.get(), &beta,
                                     d, ld.get(), d, ld.get(), &result.algo, ctx.lt_workspace(),
                                     ctx.lt_workspace_bytes(), ctx.stream()));
   return Status::Ok();

@@ -1,7 +1,6 @@
 #include "kernels/cuda/runtime.h"
 
-#include <cublasLt.h>
-
+#include "kernels/cuda/cublaslt_library.h"
 #include "kernels/cuda/lt_check.h"
 
 namespace atl::kernels::cuda {
@@ -15,8 +14,9 @@ Status check_cuda(cudaError_t err, const char* what) {
 
 Status check_cublas(cublasStatus_t st, const char* what) {
   if (st == CUBLAS_STATUS_SUCCESS) return Status::Ok();
-  return Internal(std::string("cuBLASLt error in ") + what + ": " + cublasLtGetStatusName(st) +
-                  " (" + cublasLtGetStatusString(st) + ")");
+  // A status comes from a cuBLASLt call, so the library is loaded.
+  return Internal(std::string("cuBLASLt error in ") + what + ": " + cublaslt().GetStatusName(st) +
+                  " (" + cublaslt().GetStatusString(st) + ")");
 }
 
 StatusOr<int> device_count() {
@@ -92,8 +92,9 @@ StatusOr<std::unique_ptr<Context>> Context::create(int device) {
       cudaDeviceGetAttribute(&ctx->cc_minor_, cudaDevAttrComputeCapabilityMinor, device));
   ATOLL_CUDA_CHECK(cudaDeviceGetAttribute(&ctx->sm_count_, cudaDevAttrMultiProcessorCount, device));
   ATOLL_ASSIGN_OR_RETURN(ctx->stream_, Stream::create());
+  ATOLL_ASSIGN_OR_RETURN(const CublasLt* lt, load_cublaslt());
   cublasLtHandle_t h = nullptr;
-  ATOLL_RETURN_IF_ERROR(check_cublas(cublasLtCreate(&h), "cublasLtCreate"));
+  ATOLL_RETURN_IF_ERROR(check_cublas(lt->Create(&h), "cublasLtCreate"));
   ctx->lt_ = h;
   ATOLL_ASSIGN_OR_RETURN(ctx->lt_ws_, DeviceMemory::alloc(kLtWorkspaceBytes));
   return ctx;
@@ -101,7 +102,7 @@ StatusOr<std::unique_ptr<Context>> Context::create(int device) {
 
 Context::~Context() {
   if (stream_.get() != nullptr) (void)cudaStreamSynchronize(stream_.get());
-  if (lt_ != nullptr) (void)cublasLtDestroy(lt_);
+  if (lt_ != nullptr) (void)cublaslt().Destroy(lt_);
 }
 
 StatusOr<void*> Context::scratch(size_t bytes) {
