@@ -108,23 +108,11 @@ int last_committed(const std::string& log) {
   return top;
 }
 
-// Waits up to 90 s for `log` to show a round_started line of round `round` or later.
-bool wait_for_started(const std::filesystem::path& log, int round, std::string* text) {
-  static const std::regex started("round_started (\\d+):");
-  const auto deadline = std::chrono::steady_clock::now() + 90s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    *text = read_text(log);
-    for (auto it = std::sregex_iterator(text->begin(), text->end(), started);
-         it != std::sregex_iterator(); ++it)
-      if (std::stoi((*it)[1].str()) >= round) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return false;
-}
-
-// Waits up to 90 s for `log` to show an update_accepted line after a round_started line of
-// round `round` or later (its first accepted update).
-bool wait_for_first_update(const std::filesystem::path& log, int round, std::string* text) {
+// Waits up to 90 s for `log` to show a round_started line of round `round` or later and, with
+// `first_update`, an update_accepted line after it (that round's first accepted update; polled
+// every 5 ms so that the kill lands before the other nodes push).
+bool wait_for_round(const std::filesystem::path& log, int round, bool first_update,
+                    std::string* text) {
   static const std::regex started("round_started (\\d+):");
   const auto deadline = std::chrono::steady_clock::now() + 90s;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -132,9 +120,10 @@ bool wait_for_first_update(const std::filesystem::path& log, int round, std::str
     for (auto it = std::sregex_iterator(text->begin(), text->end(), started);
          it != std::sregex_iterator(); ++it)
       if (std::stoi((*it)[1].str()) >= round &&
-          text->find("update_accepted", static_cast<size_t>(it->position())) != std::string::npos)
+          (!first_update || text->find("update_accepted", static_cast<size_t>(it->position())) !=
+                                std::string::npos))
         return true;
-    std::this_thread::sleep_for(5ms);
+    std::this_thread::sleep_for(first_update ? 5ms : 20ms);
   }
   return false;
 }
@@ -183,10 +172,7 @@ KilledRun with_kills(const std::string& toml, const std::vector<Kill>& plan, int
     // let the run pass kill.round already (a restarted coordinator's log starts at its round).
     const int round = kill.round == kNextRound ? recovered_at + 1 : kill.round;
     std::string text;
-    if (kill.at_first_update)
-      EXPECT_TRUE(wait_for_first_update(c.dir / log_name, round, &text)) << text;
-    else
-      EXPECT_TRUE(wait_for_started(c.dir / log_name, round, &text)) << text;
+    EXPECT_TRUE(wait_for_round(c.dir / log_name, round, kill.at_first_update, &text)) << text;
     if (::testing::Test::HasFailure()) return out;
     // A kill after the experiment finished would test nothing (and find no commit after it).
     EXPECT_EQ(text.find("finished after"), std::string::npos)
