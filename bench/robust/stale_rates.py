@@ -77,6 +77,16 @@ def run(regime, sites, byz, split, seed):
     }
 
 
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -104,8 +114,8 @@ def main():
             summary.append({"regime": regime, "attack": "stale" if attacked else "none",
                             "runs": len(sel), "honest_updates": hu, "honest_updates_dropped": hd,
                             "stale_updates": su, "stale_updates_dropped": sd})
-    doc = {"date": datetime.date.today().isoformat(), "machine": platform.processor() or
-           platform.machine(), "cores": os.cpu_count(), "rows": rows, "summary": summary}
+    doc = {"date": datetime.date.today().isoformat(), "machine": cpu_model(),
+           "cores": os.cpu_count(), "rows": rows, "summary": summary}
     with open(a.out, "w") as f:
         json.dump(doc, f, indent=1)
     for s in summary:
