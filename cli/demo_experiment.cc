@@ -80,7 +80,7 @@ std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
         "0.99"},
        {"stale-margin", true,
         "robust screening: drop an update whose cosine to the previous round's other updates "
-        "exceeds its cosine to this round's by at least this, and by 3 robust s.d. more than "
+        "exceeds its cosine to this round's by at least this, and by 4 robust s.d. more than "
         "the run's recent updates did (0 = off)",
         "0.05"},
        {"aggregator", true, "mean, clipped-mean, trimmed-mean, median or krum", "mean"},

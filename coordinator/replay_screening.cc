@@ -166,7 +166,11 @@ std::string encode_screening_memory(const ScreeningMemory& memory) {
     put_le<uint64_t>(out, memory.stale_history.size());
     for (const auto& round : memory.stale_history) {
       put_le<uint64_t>(out, round.size());
-      for (double figure : round) put_le<double>(out, figure);
+      for (const SiteFigure& f : round) {
+        put_le<uint32_t>(out, static_cast<uint32_t>(f.node_id.size()));
+        out += f.node_id;
+        put_le<double>(out, f.figure);
+      }
     }
   }
   if (memory.applied_last_round.empty()) return out + encode_replay_memory(memory.replay);
@@ -191,15 +195,18 @@ StatusOr<ScreeningMemory> decode_screening_memory(std::string_view bytes, const 
                       std::to_string(kStaleHistoryRounds) + " are kept)");
     for (uint64_t i = 0; r.ok && i < rounds; ++i) {
       const uint64_t figures = r.get<uint64_t>();
-      // Each figure takes 8 bytes: a count beyond what is left is corrupt, not an allocation.
-      if (!r.ok || figures > (bytes.size() - r.pos) / sizeof(double)) {
+      // Each figure takes at least 12 bytes: a count beyond what is left is corrupt, not an
+      // allocation.
+      if (!r.ok || figures > (bytes.size() - r.pos) / (sizeof(uint32_t) + sizeof(double))) {
         r.ok = false;
         break;
       }
-      std::vector<double> round(figures);
-      for (double& f : round) {
-        f = r.get<double>();
-        if (!std::isfinite(f))
+      std::vector<SiteFigure> round(figures);
+      for (SiteFigure& f : round) {
+        const uint32_t id_bytes = r.get<uint32_t>();
+        f.node_id = std::string(r.take(id_bytes));
+        f.figure = r.get<double>();
+        if (r.ok && !std::isfinite(f.figure))
           return DataLoss("store: " + what + " is corrupt (a stale figure is not finite)");
       }
       memory.stale_history.push_back(std::move(round));

@@ -2,6 +2,7 @@
 // sketch against the previous round's applied updates and this round's other updates.
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 #include "algorithms/diloco/replay.h"
 #include "algorithms/diloco/robust.h"
@@ -61,16 +62,24 @@ std::map<std::string, StaleFigures> stale_figures(const PendingUpdates& updates,
   return figures;
 }
 
-StaleBaseline stale_baseline(const std::vector<std::vector<double>>& history) {
-  std::vector<double> figures;
-  for (const auto& round : history) figures.insert(figures.end(), round.begin(), round.end());
+StaleBaseline stale_baseline(const std::vector<std::vector<SiteFigure>>& history) {
+  std::map<std::string, std::vector<double>> by_node;
+  for (const auto& round : history)
+    for (const SiteFigure& f : round) by_node[f.node_id].push_back(f.figure);
   StaleBaseline b;
-  b.figures = figures.size();
-  if (figures.empty()) return b;
-  b.median = algorithms::lower_median_of(figures);
-  for (double& f : figures) f = std::fabs(f - b.median);
+  b.sites = by_node.size();
+  if (by_node.empty()) return b;
+  std::vector<double> centres;
+  for (const auto& [id, figures] : by_node) centres.push_back(algorithms::lower_median_of(figures));
+  b.median = algorithms::lower_median_of(std::move(centres));
+  std::vector<double> deviations;
+  for (const auto& [id, figures] : by_node) {
+    std::vector<double> own;
+    for (double f : figures) own.push_back(std::fabs(f - b.median));
+    deviations.push_back(algorithms::lower_median_of(std::move(own)));
+  }
   // 1.4826: the median absolute deviation of a normal distribution is 0.6745 σ.
-  b.spread = 1.4826 * algorithms::lower_median_of(std::move(figures));
+  b.spread = 1.4826 * algorithms::lower_median_of(std::move(deviations));
   return b;
 }
 
@@ -79,12 +88,12 @@ StaleScreen screen_stale(PendingUpdates& updates, const ReplayMemory& sketched,
   StaleScreen out;
   if (!(margin > 0)) return out;
   const StaleBaseline baseline = stale_baseline(memory.stale_history);
-  const bool judged_by_history = baseline.figures >= kStaleMinHistory;
+  const bool judged_by_history = baseline.sites >= kStaleMinSites;
   const double outlier_from = baseline.median + kStaleOutlierZ * baseline.spread;
   for (const auto& [id, f] : stale_figures(updates, sketched, memory)) {
     const double figure = f.previous - f.current;
     if (!(figure >= margin) || (judged_by_history && !(figure >= outlier_from))) {
-      out.kept_figures.push_back(figure);
+      out.kept_figures.push_back({id, figure});
       continue;
     }
     auto it = updates.find(id);
@@ -101,7 +110,8 @@ StaleScreen screen_stale(PendingUpdates& updates, const ReplayMemory& sketched,
     if (judged_by_history)
       s.why += " and >= " + figure_text(outlier_from) + " (the median " +
                figure_text(baseline.median) + " + " + figure_text(kStaleOutlierZ) +
-               " robust s.d. " + figure_text(baseline.spread) + " of the kept figures of the last " +
+               " robust s.d. " + figure_text(baseline.spread) + " of the kept figures of " +
+               std::to_string(baseline.sites) + " nodes over the last " +
                std::to_string(memory.stale_history.size()) + " rounds)";
     updates.erase(it);
     ++out.dropped;
@@ -109,8 +119,8 @@ StaleScreen screen_stale(PendingUpdates& updates, const ReplayMemory& sketched,
   return out;
 }
 
-std::vector<std::vector<double>> extend_stale_history(std::vector<std::vector<double>> history,
-                                                      std::vector<double> kept_figures) {
+std::vector<std::vector<SiteFigure>> extend_stale_history(
+    std::vector<std::vector<SiteFigure>> history, std::vector<SiteFigure> kept_figures) {
   history.push_back(std::move(kept_figures));
   if (history.size() > kStaleHistoryRounds)
     history.erase(history.begin(), history.end() - kStaleHistoryRounds);

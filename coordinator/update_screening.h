@@ -78,6 +78,13 @@ StatusOr<ReplayMemory> decode_replay_memory(std::string_view bytes, const std::s
 // The count sketches (with their layouts) of every update in `updates`, by node id.
 ReplayMemory sketch_updates(const PendingUpdates& updates, algorithms::compress::UpdateRange range);
 
+// One update's stale figure (previous − current, below) and the node that sent it.
+struct SiteFigure {
+  std::string node_id;
+  double figure = 0.0;
+  bool operator==(const SiteFigure&) const = default;
+};
+
 // What the commit's screening remembers from round to round: each node's last accepted update
 // (replay detection), which nodes' updates the last committed round applied, whose entries in
 // `replay` are then that round's updates, and the stale figures of the updates that stale
@@ -86,9 +93,9 @@ struct ScreeningMemory {
   ReplayMemory replay;
   std::set<std::string> applied_last_round;
   // Per committed round (oldest first, at most kStaleHistoryRounds rounds, a round without
-  // figures as an empty list): previous − current of each update the stale check kept, in node
-  // id order.
-  std::vector<std::vector<double>> stale_history;
+  // figures as an empty list): previous − current of each update the stale check kept, with its
+  // node, in node id order.
+  std::vector<std::vector<SiteFigure>> stale_history;
 };
 
 // Stale-update detection: an update trained from an earlier θ (a site sending its previous
@@ -106,13 +113,13 @@ struct StaleFigures {
 };
 
 // How far back, and how far out, a figure is judged (screen_stale): against the kept figures of
-// the last kStaleHistoryRounds committed rounds, once they hold at least kStaleMinHistory
-// figures; an update is stale only if its figure is at least kStaleOutlierZ robust standard
-// deviations (1.4826 × the median absolute deviation) above their median. Measured in
-// docs/decisions.md ("Stale detection judged against the run's own figures").
+// the last kStaleHistoryRounds committed rounds, once they come from at least kStaleMinSites
+// nodes; an update is stale only if its figure is at least kStaleOutlierZ robust standard
+// deviations above their centre (stale_baseline). Measured in docs/decisions.md ("Stale
+// detection judged against the run's own figures").
 inline constexpr size_t kStaleHistoryRounds = 6;
-inline constexpr size_t kStaleMinHistory = 3;
-inline constexpr double kStaleOutlierZ = 3.0;
+inline constexpr size_t kStaleMinSites = 3;
+inline constexpr double kStaleOutlierZ = 4.0;
 
 // The figures of every update in `updates` for which both are defined. `sketched`: the sketches
 // of at least the updates in `updates` (sketch_updates); `memory`: as committed with the
@@ -121,25 +128,27 @@ std::map<std::string, StaleFigures> stale_figures(const PendingUpdates& updates,
                                                   const ReplayMemory& sketched,
                                                   const ScreeningMemory& memory);
 
-// The robust centre and spread of a run's recent stale figures: the lower median of the figures
-// of `history`, and 1.4826 × the lower median of their absolute deviations from it (a normal
-// distribution's standard deviation). `figures`: how many there were.
+// The robust centre and spread of a run's recent stale figures, taken per node so that no one
+// node moves them (with three nodes or more): `median` is the lower median over nodes of each
+// node's lower median figure, `spread` 1.4826 × the lower median over nodes of each node's lower
+// median absolute deviation from `median` (1.4826: a normal distribution's standard deviation
+// over its median absolute deviation). `sites`: how many nodes have figures in `history`.
 struct StaleBaseline {
-  size_t figures = 0;
+  size_t sites = 0;
   double median = 0.0;
   double spread = 0.0;
 };
-StaleBaseline stale_baseline(const std::vector<std::vector<double>>& history);
+StaleBaseline stale_baseline(const std::vector<std::vector<SiteFigure>>& history);
 
 struct StaleScreen {
   size_t dropped = 0;
-  std::vector<double> kept_figures;  // the figures of the updates kept, in node id order
+  std::vector<SiteFigure> kept_figures;  // the figures of the updates kept, in node id order
 };
 
 // Drops (erases) every update whose figure d = previous − current is ≥ margin and, once the
-// memory's history holds kStaleMinHistory figures, also ≥ median + kStaleOutlierZ × spread of
-// that history (stale_baseline): an honest update's figure varies from round to round and run to
-// run (small models, few tokens a round: up to +0.39 measured), a stale one stands out of its
+// memory's history has figures of kStaleMinSites nodes, also ≥ median + kStaleOutlierZ × spread
+// of that history (stale_baseline): an honest update's figure varies from round to round and run
+// to run (small models, few tokens a round: up to +0.39 measured), a stale one stands out of its
 // own run's figures. All figures are computed first, over the same updates: the result does not
 // depend on node order. A drop is recorded in `screened` as dropped for "stale" (its norm as
 // received). margin ≤ 0: nothing is compared.
@@ -147,14 +156,14 @@ StaleScreen screen_stale(PendingUpdates& updates, const ReplayMemory& sketched,
                          const ScreeningMemory& memory, double margin, ScreenOutcome& screened);
 
 // `history` with the round of `kept_figures` appended, keeping the last kStaleHistoryRounds.
-std::vector<std::vector<double>> extend_stale_history(std::vector<std::vector<double>> history,
-                                                      std::vector<double> kept_figures);
+std::vector<std::vector<SiteFigure>> extend_stale_history(
+    std::vector<std::vector<SiteFigure>> history, std::vector<SiteFigure> kept_figures);
 
 // The memory as bytes for the store's round commit, and back. With no node in
 // applied_last_round the bytes are encode_replay_memory(replay) ("ATR1"); otherwise
 //   "ATR2" | ids u64 | per id (sorted): bytes u32 | id | encode_replay_memory(replay).
 // With a stale history, these bytes follow
-//   "ATR3" | rounds u64 | per round: figures u64 | figures × f64.
+//   "ATR3" | rounds u64 | per round: figures u64 | per figure: id bytes u32 | id | f64.
 // decode: any of them; DATA_LOSS naming `what` when the bytes are none (or a figure is not
 // finite).
 std::string encode_screening_memory(const ScreeningMemory& memory);

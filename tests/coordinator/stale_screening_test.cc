@@ -219,20 +219,39 @@ TEST(StaleScreening, MemoryBytesRoundTripKeepTheReplayFormatAndCorruptionIsDataL
   }
 }
 
-TEST(StaleScreening, BaselineIsTheLowerMedianAndScaledMedianAbsoluteDeviation) {
-  // Figures 1, 2, 3, 4, 100 over two rounds (and an empty one): lower median 3; deviations
-  // 2, 1, 0, 1, 97, lower median 1: spread 1.4826. One far figure moves neither.
-  const StaleBaseline b = stale_baseline({{1.0, 100.0}, {}, {4.0, 2.0, 3.0}});
-  EXPECT_EQ(b.figures, 5u);
-  EXPECT_DOUBLE_EQ(b.median, 3.0);
+// A round of figures from nodes node-1, node-2, ... in order.
+std::vector<SiteFigure> round_of(std::vector<double> figures) {
+  std::vector<SiteFigure> round;
+  for (size_t i = 0; i < figures.size(); ++i)
+    round.push_back({"node-" + std::to_string(i + 1), figures[i]});
+  return round;
+}
+
+TEST(StaleScreening, BaselineIsTakenPerNodeSoThatNoOneNodeMovesIt) {
+  // node-1: 1, 4 (median 1); node-2: 2, 3 (2); node-3: 3 (3): centre 2. Deviations from 2:
+  // node-1 1, 2 (1); node-2 0, 1 (0); node-3 1: spread 1.4826 × 1.
+  const std::vector<std::vector<SiteFigure>> h = {round_of({1.0, 2.0, 3.0}), {}, round_of({4.0, 3.0})};
+  const StaleBaseline b = stale_baseline(h);
+  EXPECT_EQ(b.sites, 3u);
+  EXPECT_DOUBLE_EQ(b.median, 2.0);
   EXPECT_DOUBLE_EQ(b.spread, 1.4826);
-  EXPECT_EQ(stale_baseline({}).figures, 0u);
+  // A fourth node whose figures are as far out as it likes moves neither the centre nor the
+  // spread more than one honest node would (the lower medians over four nodes).
+  auto wide = h;
+  wide.push_back({{"node-4", -50.0}, {"node-4", 60.0}});
+  wide.push_back({{"node-4", -70.0}, {"node-4", 80.0}});
+  const StaleBaseline w = stale_baseline(wide);
+  EXPECT_EQ(w.sites, 4u);
+  EXPECT_DOUBLE_EQ(w.median, 1.0);
+  EXPECT_LE(w.spread, 1.4826 * 2.0);
+  EXPECT_EQ(stale_baseline({}).sites, 0u);
   // The history keeps the last kStaleHistoryRounds rounds, oldest first.
-  std::vector<std::vector<double>> h;
-  for (int r = 0; r < 9; ++r) h = extend_stale_history(std::move(h), {static_cast<double>(r)});
-  ASSERT_EQ(h.size(), kStaleHistoryRounds);
-  EXPECT_EQ(h.front(), std::vector<double>{9.0 - kStaleHistoryRounds});
-  EXPECT_EQ(h.back(), std::vector<double>{8.0});
+  std::vector<std::vector<SiteFigure>> kept;
+  for (int r = 0; r < 9; ++r)
+    kept = extend_stale_history(std::move(kept), round_of({static_cast<double>(r)}));
+  ASSERT_EQ(kept.size(), kStaleHistoryRounds);
+  EXPECT_EQ(kept.front(), round_of({9.0 - kStaleHistoryRounds}));
+  EXPECT_EQ(kept.back(), round_of({8.0}));
 }
 
 TEST(StaleScreening, AFigureIsJudgedAgainstTheRunsOwnRecentFigures) {
@@ -255,19 +274,21 @@ TEST(StaleScreening, AFigureIsJudgedAgainstTheRunsOwnRecentFigures) {
   // A run whose own honest figures reach as high (small models, few tokens a round): kept, and
   // its figure joins the kept ones.
   ScreeningMemory noisy = m0;
-  noisy.stale_history = {{figure - 0.2, figure + 0.1, figure - 0.1}, {figure, figure - 0.3}};
+  noisy.stale_history = {round_of({figure - 0.3, figure + 0.1, figure - 0.1}),
+                         round_of({figure, figure - 0.4, figure + 0.2})};
   PendingUpdates r1 = round1();
   ScreenOutcome kept_screen;
   const StaleScreen kept = screen_stale(r1, sketch_updates(r1, kAll), noisy, 0.05, kept_screen);
   EXPECT_EQ(kept.dropped, 0u);
   EXPECT_EQ(r1.size(), 3u);
   EXPECT_TRUE(kept_screen.by_node.empty());
-  ASSERT_EQ(kept.kept_figures.size(), 3u);  // node-1, node-2, node-3
-  EXPECT_DOUBLE_EQ(kept.kept_figures[2], figure);
+  ASSERT_EQ(kept.kept_figures.size(), 3u);
+  EXPECT_EQ(kept.kept_figures[2].node_id, "node-3");
+  EXPECT_DOUBLE_EQ(kept.kept_figures[2].figure, figure);
 
   // A run whose figures sit far below it: dropped, and the line says against what.
   ScreeningMemory calm = m0;
-  calm.stale_history = {{-0.30, -0.31}, {-0.29, -0.30, -0.32}};
+  calm.stale_history = {round_of({-0.30, -0.31, -0.29}), round_of({-0.29, -0.30, -0.32})};
   r1 = round1();
   ScreenOutcome dropped_screen;
   const StaleScreen dropped =
@@ -276,14 +297,15 @@ TEST(StaleScreening, AFigureIsJudgedAgainstTheRunsOwnRecentFigures) {
   EXPECT_EQ(r1.count("node-3"), 0u);
   EXPECT_EQ(dropped.kept_figures.size(), 2u);
   const std::string& why = dropped_screen.by_node.at("node-3").why;
-  EXPECT_NE(why.find(">= robust.stale_margin 0.050000 and >= -0.255522 (the median -0.300000 + "
-                     "3.000000 robust s.d. 0.014826 of the kept figures of the last 2 rounds)"),
+  EXPECT_NE(why.find(">= robust.stale_margin 0.050000 and >= -0.250696 (the median -0.310000 + "
+                     "4.000000 robust s.d. 0.014826 of the kept figures of 3 nodes over the last "
+                     "2 rounds)"),
             std::string::npos)
       << why;
 
-  // Fewer than kStaleMinHistory figures: the margin alone decides (the first rounds of a run).
+  // Figures of fewer than kStaleMinSites nodes: the margin alone decides (the first rounds).
   ScreeningMemory young = m0;
-  young.stale_history = {{figure + 1.0, figure + 1.0}};
+  young.stale_history = {{{"node-1", figure + 1.0}, {"node-2", figure + 1.0}}};
   r1 = round1();
   ScreenOutcome young_screen;
   EXPECT_EQ(screen_stale(r1, sketch_updates(r1, kAll), young, 0.05, young_screen).dropped, 1u);
@@ -294,7 +316,7 @@ TEST(StaleScreening, HistoryBytesRoundTripAndCorruptHistoriesAreDataLoss) {
   PendingUpdates r{{"node-1", update_of(t.update(0, 1))}, {"node-2", update_of(t.update(0, 2))}};
   ScreenOutcome s;
   ScreeningMemory m = commit(r, {}, 0.05, s);
-  m.stale_history = {{-0.25, 0.125}, {}, {-0.5}};
+  m.stale_history = {{{"node-1", -0.25}, {"node-22", 0.125}}, {}, {{"node-1", -0.5}}};
   const std::string bytes = encode_screening_memory(m);
   EXPECT_EQ(bytes.substr(0, 4), "ATR3");
   auto back = decode_screening_memory(bytes, "memory");
@@ -304,18 +326,24 @@ TEST(StaleScreening, HistoryBytesRoundTripAndCorruptHistoriesAreDataLoss) {
   EXPECT_EQ(back->replay.size(), 2u);
   // A history without an applied set (every update of the last round dropped) is followed by
   // the replay memory alone.
-  ScreeningMemory none_applied{m.replay, {}, {{0.5}}};
+  ScreeningMemory none_applied{m.replay, {}, {{{"node-1", 0.5}}}};
   auto back2 = decode_screening_memory(encode_screening_memory(none_applied), "memory");
   ASSERT_TRUE(back2.ok()) << back2.status().to_string();
   EXPECT_TRUE(back2->applied_last_round.empty());
   EXPECT_EQ(back2->stale_history, none_applied.stale_history);
 
+  // rounds × figures of node "n1" with `value`.
   auto history_bytes = [](uint64_t rounds, uint64_t figures, double value) {
     std::string b = "ATR3";
     b.append(reinterpret_cast<const char*>(&rounds), 8);
     for (uint64_t i = 0; i < rounds; ++i) {
       b.append(reinterpret_cast<const char*>(&figures), 8);
-      for (uint64_t f = 0; f < figures; ++f) b.append(reinterpret_cast<const char*>(&value), 8);
+      for (uint64_t f = 0; f < figures; ++f) {
+        const uint32_t id_bytes = 2;
+        b.append(reinterpret_cast<const char*>(&id_bytes), 4);
+        b += "n1";
+        b.append(reinterpret_cast<const char*>(&value), 8);
+      }
     }
     return b;
   };
@@ -324,7 +352,7 @@ TEST(StaleScreening, HistoryBytesRoundTripAndCorruptHistoriesAreDataLoss) {
   for (const auto& [bad, says] : std::vector<std::pair<std::string, std::string>>{
            {history_bytes(kStaleHistoryRounds + 1, 1, 0.25) + tail, "stale history of 7 rounds"},
            {history_bytes(1, 2, std::nan("")) + tail, "not finite"},
-           {history_bytes(1, 2, 0.25).substr(0, 20), "truncated"},
+           {history_bytes(1, 2, 0.25).substr(0, 30), "truncated"},
            {"ATR3" + std::string(8, '\x01'), "stale history of"},
            {"ATR3\x01" + std::string(7, '\0') + std::string(8, '\xff'), "truncated"},
            {history_bytes(1, 1, 0.25) + "garbage", "no ATR1 header"}}) {
