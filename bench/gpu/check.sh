@@ -120,6 +120,12 @@ use_pack() {  # $1: why; succeeds when the pack's binaries load here
     say "the prebuilt binaries do not load here (missing libraries: see $OUT/build.log)"
     return 1
   fi
+  # cuBLASLt is loaded at run time (kernels/cuda/cublaslt_library.h), so ldd cannot see a
+  # missing or other-version libcublasLt: the pack needs the one of the toolkit it was built with.
+  if ! LD_LIBRARY_PATH="$LDP" "$PREBUILT/bin/test_cuda" --gtest_filter='CublasLtLibrary.*' >>"$OUT/build.log" 2>&1; then
+    say "the prebuilt binaries cannot load their cuBLASLt here (see $OUT/build.log)"
+    return 1
+  fi
   BIN="$PWD/$PREBUILT/bin"
   binaries_from="prebuilt ($1)"
   return 0
