@@ -68,21 +68,43 @@ class Grid:
 
     def run(self, base, up, down, h, m, seed, baseline):
         tag = f"{up}_{down}_H{h}_M{m}_s{seed}".replace(":", "-").replace("+", "p")
+        # Runs of the grid's own outer step keep their names (and caches); others are named by it.
+        if (self.a.outer_lr, self.a.outer_momentum) != (1.0, 0.9):
+            tag += f"_olr{self.a.outer_lr:g}_om{self.a.outer_momentum:g}"
         path = os.path.join(self.a.runs, tag + ".json")
         if os.path.exists(path):
             with open(path) as f:
                 return json.load(f)
+        # Data-parallel depends on the base, M, the seed and T only: trained once per (M, seed)
+        # in a runs directory, whatever H, codecs or outer step the run asking for it has.
+        ddp_path = os.path.join(self.a.runs, f"ddp_M{m}_s{seed}_T{self.a.total}.json")
+        ddp_known = None
+        if baseline and os.path.exists(ddp_path):
+            with open(ddp_path) as f:
+                ddp_known = json.load(f)["baseline_val_bpb"]
+            baseline = False
         store = os.path.join(self.a.runs, tag + ".store")
         argv = ["simulate", "--http", "off", "--exit-when-done", "--split", "iid", "--init-from",
                 base, "--brown-dir", self.a.brown_dir] + MODEL + [
                 "--lr", LR, "--nodes", str(m), "--rounds", str(self.a.total // h),
-                "--inner-steps", str(h), "--codec", up, "--pull-codec", down, "--outer-lr", "1.0",
-                "--outer-momentum", "0.9", "--seed", str(seed), "--eval-tokens", EVAL_TOKENS,
+                "--inner-steps", str(h), "--codec", up, "--pull-codec", down,
+                "--outer-lr", f"{self.a.outer_lr:g}", "--outer-momentum",
+                f"{self.a.outer_momentum:g}", "--seed", str(seed), "--eval-tokens", EVAL_TOKENS,
                 "--store", store, "--summary-json", path + ".tmp"]
         if baseline:
             argv.append("--baseline")
         self.atoll(argv, os.path.join(self.a.runs, tag + ".log"))
         subprocess.call(["rm", "-rf", store])
+        with open(path + ".tmp") as f:
+            summary = json.load(f)
+        if baseline:
+            with open(ddp_path + ".tmp", "w") as f:
+                json.dump({"baseline_val_bpb": summary["baseline_val_bpb"]}, f)
+            os.replace(ddp_path + ".tmp", ddp_path)
+        elif ddp_known is not None:
+            summary["baseline_val_bpb"] = ddp_known
+            with open(path + ".tmp", "w") as f:
+                json.dump(summary, f)
         os.replace(path + ".tmp", path)
         print(f"done {tag}", file=sys.stderr)
         with open(path) as f:
@@ -106,6 +128,9 @@ def main():
     p.add_argument("--pairs", default="int8/nvfp4,ternary/nvfp4")
     p.add_argument("--total", type=int, default=2000, help="inner steps per site T")
     p.add_argument("--warm", type=int, default=3000)
+    p.add_argument("--outer-lr", type=float, default=1.0, help="outer Nesterov lr (grid: 1.0)")
+    p.add_argument("--outer-momentum", type=float, default=0.9,
+                   help="outer Nesterov momentum (grid: 0.9)")
     p.add_argument("--no-results-md", action="store_true")
     a = p.parse_args()
     if a.quick:
@@ -186,7 +211,8 @@ def main():
            "machine": f"{os.cpu_count()}-core {platform.machine()} CPU",
            "load_average": os.getloadavg()[0],
            "setting": {"model": " ".join(MODEL), "warm_start_steps": a.warm, "split": "iid",
-                       "inner_steps_per_site": a.total, "lr": LR, "outer": "lr 1.0, momentum 0.9",
+                       "inner_steps_per_site": a.total, "lr": LR,
+                       "outer": f"lr {a.outer_lr:g}, momentum {a.outer_momentum:g}",
                        "eval_tokens": int(EVAL_TOKENS), "seeds": seeds,
                        "seeds_at": {str(m): seeds_at[m] for m in nodes if seeds_at[m] != seeds}},
            "rows": rows, "runs": runs}
