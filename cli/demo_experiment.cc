@@ -92,6 +92,10 @@ std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
        {"seq", true, "sequence length", "128"},
        {"batch", true, "sequences per inner step per node", "8"},
        {"lr", true, "inner AdamW peak learning rate", "3e-3"},
+       {"optimizer", true,
+        "inner optimizer: adamw, or muon (Muon for the transformer blocks' matrices, AdamW for "
+        "the rest)",
+        "adamw"},
        {"outer-lr", true, "outer Nesterov learning rate", "0.7"},
        {"outer-momentum", true, "outer Nesterov momentum", "0.9"},
        {"eval-tokens", true, "validation tokens per evaluation", "16384"},
@@ -113,6 +117,11 @@ Status read_model_flags(const Flags& flags, coordinator::ExperimentConfig& cfg) 
   ATOLL_ASSIGN_OR_RETURN(const int64_t batch, flags.get_int("batch", 8, 1, 4096));
   ATOLL_ASSIGN_OR_RETURN(const double lr, flags.get_double("lr", 3e-3, 1e-9, 10));
   set_demo_model(cfg, {dim, layers, heads, ffn, seq, batch, lr});
+  if (auto optimizer = flags.get("optimizer")) {
+    if (!algorithms::parse_inner_optimizer(*optimizer).ok())
+      return InvalidArgument("--optimizer must be adamw or muon, not " + optimizer->substr(0, 64));
+    cfg.train.optimizer = *optimizer;
+  }
   return Status::Ok();
 }
 

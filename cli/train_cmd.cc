@@ -229,6 +229,9 @@ int cmd_train(const Args& args) {
       make_train_setup(flags, resumed ? &*resumed : nullptr, total_steps, base ? &*base : nullptr);
   if (!setup_or.ok()) return fail("train", setup_or.status().message(), 2);
   TrainSetup& setup = *setup_or;
+  if (algorithms::lora_enabled(*lora) && setup.trainer.optimizer == algorithms::InnerOptimizer::kMuon)
+    return fail("train", "--optimizer muon is not available for LoRA adapters yet: drop --lora-rank "
+                "or use --optimizer adamw", 2);
   if (resumed && !resumed_trainer.empty() && resumed_trainer != setup.trainer_summary)
     std::fprintf(stderr,
                  "atoll train: note: optimizer settings differ from the checkpoint's (checkpoint: "

@@ -45,6 +45,9 @@ std::vector<FlagSpec> common_model_flags() {
       {"moe-aux-coef", true, "load-balancing loss weight per MoE layer", "0.01"},
       {"moe-z-coef", true, "router z-loss weight per MoE layer", "0.001"},
       {"precision", true, "training GEMM precision: fp32, bf16, fp8, mxfp8, nvfp4", "fp32"},
+      {"optimizer", true,
+       "adamw, or muon (Muon for the transformer blocks' matrices, AdamW for the rest)", "adamw"},
+      {"muon-momentum", true, "Muon's momentum (with --optimizer muon)", "0.95"},
   };
 }
 
@@ -110,6 +113,12 @@ Status apply_model_flags(const Flags& flags, algorithms::ModelConfig& m,
     t.precision = *parsed;
   }
   t.precision_seed = seed;
+  if (auto o = flags.get("optimizer")) {
+    auto parsed = algorithms::parse_inner_optimizer(*o);
+    if (!parsed.ok()) return InvalidArgument("--optimizer: " + parsed.status().message());
+    t.optimizer = *parsed;
+  }
+  ATOLL_ASSIGN_OR_RETURN(t.muon_momentum, d("muon-momentum", t.muon_momentum, 0, 0.999999));
   if (t.min_lr > t.lr)
     return InvalidArgument("--min-lr " + std::to_string(t.min_lr) + " is above --lr " +
                            std::to_string(t.lr) + "; make it smaller");
@@ -203,8 +212,11 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
   char buf[256];
   std::snprintf(
       buf, sizeof(buf),
-      "adamw lr=%g min_lr=%g warmup=%lld total=%lld wd=%g b1=%g b2=%g clip=%g B=%d T=%d "
+      "%s lr=%g min_lr=%g warmup=%lld total=%lld wd=%g b1=%g b2=%g clip=%g B=%d T=%d "
       "precision=%s",
+      setup.trainer.optimizer == algorithms::InnerOptimizer::kMuon
+          ? ("muon(momentum=" + std::to_string(setup.trainer.muon_momentum) + ")").c_str()
+          : "adamw",
       setup.trainer.lr, setup.trainer.min_lr, static_cast<long long>(setup.trainer.warmup),
       static_cast<long long>(setup.trainer.total_steps), setup.trainer.weight_decay,
       setup.trainer.beta1, setup.trainer.beta2, setup.trainer.grad_clip, setup.trainer.batch,

@@ -382,6 +382,11 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
   if (!algorithms::parse_precision(t.precision).ok())
     add(range_error(src, "train.precision", "\"" + t.precision + "\"",
                     "must be one of \"fp32\", \"bf16\", \"fp8\", \"mxfp8\", \"nvfp4\""));
+  if (!algorithms::parse_inner_optimizer(t.optimizer).ok())
+    add(range_error(src, "train.optimizer", "\"" + t.optimizer.substr(0, 64) + "\"",
+                    "must be \"adamw\" or \"muon\""));
+  if (!(t.muon_momentum >= 0 && t.muon_momentum < 1))
+    add(range_error(src, "train.muon_momentum", d(t.muon_momentum), "must be in [0, 1)"));
 
   const DilocoSection& g = c.diloco;
   if (g.rounds < 1) add(range_error(src, "diloco.rounds", u(g.rounds), "must be >= 1"));
@@ -478,6 +483,16 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
     add(range_error(src, "algorithm", "\"hydra\"",
                     "does not support MoE models yet; set model.moe_experts = 0 or use "
                     "algorithm = \"diloco\""));
+  // Muon lives in AdamW (algorithms/optim/adamw.h); Hydra's masked AdamW and the adapters of
+  // LoRA do not have it.
+  if (c.train.optimizer == "muon" && c.is_hydra())
+    add(range_error(src, "train.optimizer", "\"muon\"",
+                    "is not available with algorithm = \"hydra\" yet; set train.optimizer = "
+                    "\"adamw\""));
+  if (c.train.optimizer == "muon" && c.is_lora())
+    add(range_error(src, "train.optimizer", "\"muon\"",
+                    "is not available for LoRA adapters yet; set train.optimizer = \"adamw\" "
+                    "or remove [lora]"));
   if (c.is_hydra() && c.train.precision != "fp32" && !c.train.precision.empty())
     add(range_error(src, "algorithm", "\"hydra\"",
                     "trains in fp32 only; set train.precision = \"fp32\" or use "
@@ -612,7 +627,9 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
         {"grad_clip", f64(&c.train.grad_clip)},
         {"codec", str(&c.train.codec)},
         {"error_feedback", boolean(&c.train.error_feedback)},
-        {"precision", str(&c.train.precision)}}},
+        {"precision", str(&c.train.precision)},
+        {"optimizer", str(&c.train.optimizer)},
+        {"muon_momentum", f64(&c.train.muon_momentum)}}},
       {"diloco",
        {{"rounds", u32(&c.diloco.rounds)},
         {"inner_steps", u32(&c.diloco.inner_steps)},
@@ -733,7 +750,12 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\nbeta2 = " << f(c.train.beta2) << "\ngrad_clip = " << f(c.train.grad_clip)
     << "\ncodec = " << q(c.train.codec)
     << "\nerror_feedback = " << (c.train.error_feedback ? "true" : "false")
-    << "\nprecision = " << q(c.train.precision) << "\n\n[diloco]\n"
+    << "\nprecision = " << q(c.train.precision);
+  // Written only when not the default, so configs from before it read back byte for byte.
+  if (c.train.optimizer != "adamw" || c.train.muon_momentum != 0.95)
+    o << "\noptimizer = " << q(c.train.optimizer)
+      << "\nmuon_momentum = " << f(c.train.muon_momentum);
+  o << "\n\n[diloco]\n"
     << "rounds = " << c.diloco.rounds << "\ninner_steps = " << c.diloco.inner_steps
     << "\nouter_lr = " << f(c.diloco.outer_lr)
     << "\nouter_momentum = " << f(c.diloco.outer_momentum) << "\nmin_nodes = " << c.diloco.min_nodes
@@ -899,6 +921,9 @@ algorithms::TrainerConfig trainer_config(const ExperimentConfig& cfg, int64_t to
   const auto precision = algorithms::parse_precision(cfg.train.precision);
   t.precision = precision.ok() ? *precision : algorithms::Precision::kFp32;
   t.precision_seed = cfg.seed;
+  const auto optimizer = algorithms::parse_inner_optimizer(cfg.train.optimizer);
+  t.optimizer = optimizer.ok() ? *optimizer : algorithms::InnerOptimizer::kAdamW;
+  t.muon_momentum = cfg.train.muon_momentum;
   return t;
 }
 

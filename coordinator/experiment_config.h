@@ -54,6 +54,9 @@
 //   error_feedback = true      # keep what the codec dropped and add it to the next Δ
 //   precision = "fp32"         # GEMM precision of inner training: "fp32", "bf16", "fp8",
 //                              # "mxfp8", "nvfp4" (algorithms/model/precision.h)
+//   optimizer = "adamw"        # or "muon": Muon for the blocks' matrices, AdamW for the rest
+//                              # (algorithms/optim/adamw.h); not with hydra or [lora]
+//   muon_momentum = 0.95       # in [0, 1); both written by to_toml only when not the default
 //
 //   [diloco]
 //   rounds = 10                # ≥ 1 outer rounds
@@ -207,6 +210,8 @@ struct TrainSection {
   std::string codec = "none";
   bool error_feedback = true;
   std::string precision = "fp32";
+  std::string optimizer = "adamw";  // inner optimizer: "adamw" or "muon" (algorithms/optim/adamw.h)
+  double muon_momentum = 0.95;
 };
 
 struct DilocoSection {

@@ -167,6 +167,10 @@ void RoundEngine::fill_join_response(const std::string& id, pb::JoinResponse& re
   t->set_codec(tc.codec);
   t->set_error_feedback(tc.error_feedback);
   t->set_precision(tc.precision);
+  if (tc.optimizer != "adamw") {
+    t->set_optimizer(tc.optimizer);
+    t->set_muon_momentum(tc.muon_momentum);
+  }
   strategy_->describe(*t);
   if (config_.secagg.enabled) {
     pb::SecAggSpec* sa = t->mutable_secagg();

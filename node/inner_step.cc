@@ -293,6 +293,12 @@ Status check_inner_step(const SiteConfig& site, const InnerStepOptions& options)
     if (!(options.lora_base->layout() == want))
       return FailedPrecondition("the LoRA base does not have the experiment's model layout");
   }
+  // Muon (algorithms/optim/adamw.h) is in the CPU AdamW only; the coordinator refuses it with
+  // Hydra and LoRA, the CUDA trainers have no Newton-Schulz step.
+  if (site.train.optimizer == al::InnerOptimizer::kMuon && options.devices.gpu())
+    return FailedPrecondition("--device " + options.devices.name +
+                              ": the experiment's train.optimizer = \"muon\" runs on the CPU "
+                              "only; drop --device/--devices or use train.optimizer = \"adamw\"");
   // The CUDA trainers of Hydra and of the distillation student run on one device; several as
   // one worker (NCCL) is the plain inner step's.
   if (options.devices.cuda.size() > 1 && (site.hydra() || distill))

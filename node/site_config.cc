@@ -73,6 +73,12 @@ StatusOr<SiteConfig> site_config_from_join(const atoll_pb::v1::JoinResponse& joi
                            algorithms::parse_precision(joined.train().precision()));
   }
   s.train.precision_seed = s.seed;  // this node's own stochastic-rounding streams
+  ATOLL_ASSIGN_OR_RETURN(s.train.optimizer,
+                         algorithms::parse_inner_optimizer(joined.train().optimizer()));
+  if (s.train.optimizer == algorithms::InnerOptimizer::kMuon) {
+    s.train.muon_momentum = joined.train().muon_momentum();
+    ATOLL_RETURN_IF_ERROR(algorithms::validate(s.train, s.model));
+  }
   s.spec = joined.train();
   if (joined.lora().rank() > 0) {
     s.lora.rank = static_cast<int>(joined.lora().rank());

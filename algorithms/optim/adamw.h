@@ -9,10 +9,23 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
+
+#include <string_view>
 
 #include "algorithms/model/param_set.h"
+#include "kernels/core/status.h"
 
 namespace atl::algorithms {
+
+// The inner optimizer: AdamW for every view, or (muon) Muon for the hidden layers' matrices and
+// AdamW for the rest (kernels/cpu/ops.h, muon_update; the split of Muon's reference: 2-D
+// weights of the transformer blocks by Muon, embeddings, head, gains and biases by AdamW).
+// A Muon view keeps its momentum in m and leaves v at 0, so checkpoints, round state and
+// resumes hold the same tensors for both.
+enum class InnerOptimizer : uint8_t { kAdamW, kMuon };
+// "adamw" ("" too) or "muon"; anything else is InvalidArgument.
+StatusOr<InnerOptimizer> parse_inner_optimizer(std::string_view name);
 
 struct AdamWConfig {
   // double like PyTorch's Python floats; the update kernel rounds derived factors to fp32 once.
@@ -20,6 +33,8 @@ struct AdamWConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;  // decoupled: p -= lr * weight_decay * p (>= 2-D views only)
+  InnerOptimizer optimizer = InnerOptimizer::kAdamW;
+  double muon_momentum = 0.95;  // Muon's β (Nesterov)
 };
 
 class AdamW {
@@ -33,6 +48,9 @@ class AdamW {
 
   // True if the view gets weight decay (>= 2 dimensions).
   static bool decays(const ParamView& v) { return v.shape.size() >= 2; }
+  // True if Muon updates the view when the optimizer is kMuon: a 2-D weight inside a
+  // transformer block ("model.layers.*"), not the embedding or the output head.
+  static bool muon_view(const ParamView& v);
 
   const AdamWConfig& config() const { return cfg_; }
   int64_t step_count() const { return step_; }
@@ -48,6 +66,7 @@ class AdamW {
  private:
   AdamWConfig cfg_;
   ParamSet m_, v_;
+  std::vector<float> muon_scratch_;  // Newton–Schulz buffers, reused across steps
   int64_t step_ = 0;
 };
 

@@ -16,6 +16,8 @@ AdamWConfig adamw_config(const TrainerConfig& t) {
   a.beta2 = t.beta2;
   a.eps = t.eps;
   a.weight_decay = t.weight_decay;
+  a.optimizer = t.optimizer;
+  a.muon_momentum = t.muon_momentum;
   return a;
 }
 
@@ -52,6 +54,8 @@ Status validate(const TrainerConfig& t, const ModelConfig& m) {
   ATOLL_RETURN_IF_ERROR(check_real("beta2", t.beta2, 0.0, 1.0, false));
   if (t.beta1 >= 1.0 || t.beta2 >= 1.0) return InvalidArgument("beta1 and beta2 must be < 1");
   ATOLL_RETURN_IF_ERROR(check_real("eps", t.eps, 0.0, 1.0, true));
+  if (!(t.muon_momentum >= 0.0 && t.muon_momentum < 1.0))
+    return InvalidArgument("muon_momentum must be in [0, 1), got " + std::to_string(t.muon_momentum));
   if (!std::isfinite(t.grad_clip))
     return InvalidArgument("grad_clip must be finite (<= 0 disables clipping)");
   return Status::Ok();

@@ -26,6 +26,9 @@ struct TrainerConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double grad_clip = 1.0;  // max global L2 norm; <= 0 disables clipping
+  // AdamW everywhere, or Muon for the hidden matrices (adamw.h); muon_momentum is Muon's β.
+  InnerOptimizer optimizer = InnerOptimizer::kAdamW;
+  double muon_momentum = 0.95;
   // GEMM precision of the training steps (algorithms/model/precision.h); evaluate() always
   // runs the fp32 master weights in fp32. precision_seed keys its random streams.
   Precision precision = Precision::kFp32;

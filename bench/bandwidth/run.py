@@ -71,13 +71,16 @@ class Grid:
         # Runs of the grid's own outer step keep their names (and caches); others are named by it.
         if (self.a.outer_lr, self.a.outer_momentum) != (1.0, 0.9):
             tag += f"_olr{self.a.outer_lr:g}_om{self.a.outer_momentum:g}"
+        if self.a.optimizer != "adamw":
+            tag += f"_{self.a.optimizer}"
         path = os.path.join(self.a.runs, tag + ".json")
         if os.path.exists(path):
             with open(path) as f:
                 return json.load(f)
-        # Data-parallel depends on the base, M, the seed and T only: trained once per (M, seed)
-        # in a runs directory, whatever H, codecs or outer step the run asking for it has.
-        ddp_path = os.path.join(self.a.runs, f"ddp_M{m}_s{seed}_T{self.a.total}.json")
+        # Data-parallel depends on the base, M, the seed, T and the inner optimizer only: trained
+        # once per (M, seed) in a runs directory, whatever H, codecs or outer step asked for it.
+        ddp_path = os.path.join(self.a.runs, f"ddp_M{m}_s{seed}_T{self.a.total}" + (
+            "" if self.a.optimizer == "adamw" else f"_{self.a.optimizer}") + ".json")
         ddp_known = None
         if baseline and os.path.exists(ddp_path):
             with open(ddp_path) as f:
@@ -91,6 +94,8 @@ class Grid:
                 "--outer-lr", f"{self.a.outer_lr:g}", "--outer-momentum",
                 f"{self.a.outer_momentum:g}", "--seed", str(seed), "--eval-tokens", EVAL_TOKENS,
                 "--store", store, "--summary-json", path + ".tmp"]
+        if self.a.optimizer != "adamw":
+            argv += ["--optimizer", self.a.optimizer]
         if baseline:
             argv.append("--baseline")
         self.atoll(argv, os.path.join(self.a.runs, tag + ".log"))
@@ -131,6 +136,8 @@ def main():
     p.add_argument("--outer-lr", type=float, default=1.0, help="outer Nesterov lr (grid: 1.0)")
     p.add_argument("--outer-momentum", type=float, default=0.9,
                    help="outer Nesterov momentum (grid: 0.9)")
+    p.add_argument("--optimizer", default="adamw", choices=["adamw", "muon"],
+                   help="inner optimizer of the sites and of data-parallel (grid: adamw)")
     p.add_argument("--no-results-md", action="store_true")
     a = p.parse_args()
     if a.quick:
@@ -210,9 +217,13 @@ def main():
     doc = {"bench": "bandwidth", "date": datetime.date.today().isoformat(),
            "machine": f"{os.cpu_count()}-core {platform.machine()} CPU",
            "load_average": os.getloadavg()[0],
+           # The CPU and kernel set change the bits (bench/RESULTS.md, "OpenBLAS kernels on a CPU
+           # it does not know"): rows are paired within one host only.
+           "host": host_line(a.atoll),
            "setting": {"model": " ".join(MODEL), "warm_start_steps": a.warm, "split": "iid",
                        "inner_steps_per_site": a.total, "lr": LR,
                        "outer": f"lr {a.outer_lr:g}, momentum {a.outer_momentum:g}",
+                       "inner_optimizer": a.optimizer,
                        "eval_tokens": int(EVAL_TOKENS), "seeds": seeds,
                        "seeds_at": {str(m): seeds_at[m] for m in nodes if seeds_at[m] != seeds}},
            "rows": rows, "runs": runs}
@@ -222,6 +233,11 @@ def main():
     print(text)
     if not a.no_results_md:
         replace_section("bandwidth-quick" if a.quick else "bandwidth", text)
+
+
+def host_line(atoll):
+    out = subprocess.run([atoll, "--version"], capture_output=True, text=True).stdout
+    return next((line.strip() for line in out.splitlines() if line.startswith("cpu ")), "")
 
 
 def markdown(doc, quick):

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace atl::kernels::cpu {
 
@@ -115,6 +116,30 @@ struct AdamWParams {
 // PyTorch AdamW semantics. step is 1-based (bias correction uses it).
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWParams& hp,
                   int64_t step);
+// Muon (Keller Jordan's muon.py, 2024-25) for one 2-D weight of shape (rows, cols):
+//   m = lerp(m, g, 1 − β)                      momentum
+//   u = lerp(g, m, β)                          Nesterov
+//   O = NS5(u)                                 ≈ U·Vᵀ of u = U·S·Vᵀ (Newton–Schulz, below)
+//   p = p·(1 − lr·wd) − lr · 0.2·sqrt(max(rows, cols)) · O
+// The 0.2·sqrt(max(rows, cols)) factor (Moonlight, Liu et al. 2025) gives the update about
+// AdamW's RMS, so AdamW's lr and weight decay carry over. fp32 throughout (the reference runs
+// the iteration in bf16); every GEMM is the op table's fixed-tile one, so the bits do not
+// depend on the thread count.
+struct MuonParams {
+  double lr = 3e-4;
+  double momentum = 0.95;     // β
+  double weight_decay = 0.0;  // decoupled, as AdamW's
+  int ns_steps = 5;
+};
+void muon_update(float* p, const float* g, float* m, int rows, int cols, const MuonParams& hp,
+                 std::vector<float>& scratch);
+// In place, x (rows, cols) row-major: X = x / (‖x‖_F + 1e-7) (the wide orientation: rows ≤
+// cols, transposed in and out otherwise), then `steps` times A = X·Xᵀ, B = b·A + c·A·A,
+// X = a·X + B·X with (a, b, c) = (3.4445, −4.7750, 2.0315). The singular values of the
+// result lie near [0.7, 1.2] (the quintic's fixed band), its singular vectors are x's.
+// scratch is resized as needed (reused across calls).
+void newton_schulz_orthogonalize(float* x, int rows, int cols, int steps,
+                                 std::vector<float>& scratch);
 // sqrt(sum g²), accumulated in double over fixed-size blocks: deterministic for any threads.
 double global_norm(const float* g, size_t n);
 // If norm > max_norm: g *= max_norm / (norm + 1e-6). Returns the scale applied (1 if none).

@@ -1,8 +1,10 @@
 // Optimizer pieces on flat fp32 buffers: AdamW, global gradient norm, clipping, LR schedule.
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <vector>
 
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -44,6 +46,62 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const 
     m[i] = mi;
     v[i] = vi;
     p[i] = pi + (neg_step * mi) / denom;
+  }
+}
+
+void newton_schulz_orthogonalize(float* x, int rows, int cols, int steps,
+                                 std::vector<float>& scratch) {
+  const bool transposed = rows > cols;
+  const int R = transposed ? cols : rows, C = transposed ? rows : cols;  // R <= C
+  const size_t rc = size_t(R) * C, rr = size_t(R) * R;
+  scratch.resize(2 * rc + 2 * rr);
+  float* X = scratch.data();  // (R, C)
+  float* Y = X + rc;          // (R, C): the previous X
+  float* A = Y + rc;          // (R, R)
+  float* B = A + rr;          // (R, R)
+  double sum_sq = 0.0;  // in order: one thread, so the same bits for any thread count
+  for (size_t i = 0; i < rc; ++i) sum_sq += double(x[i]) * double(x[i]);
+  const float inv_norm = float(1.0 / (std::sqrt(sum_sq) + 1e-7));
+  if (transposed) {
+    for (int i = 0; i < rows; ++i)
+      for (int j = 0; j < cols; ++j) X[size_t(j) * rows + i] = x[size_t(i) * cols + j] * inv_norm;
+  } else {
+    for (size_t i = 0; i < rc; ++i) X[i] = x[i] * inv_norm;
+  }
+  constexpr float a = 3.4445f, b = -4.7750f, c = 2.0315f;
+  for (int it = 0; it < steps; ++it) {
+    detail::gemm_tiled(CblasNoTrans, CblasTrans, R, R, C, 1.0f, X, C, X, C, 0.0f, A, R);
+    std::copy(A, A + rr, B);
+    detail::gemm_tiled(CblasNoTrans, CblasNoTrans, R, R, R, c, A, R, A, R, b, B, R);
+    std::copy(X, X + rc, Y);
+    detail::gemm_tiled(CblasNoTrans, CblasNoTrans, R, C, R, 1.0f, B, R, Y, C, a, X, C);
+  }
+  if (transposed) {
+    for (int i = 0; i < rows; ++i)
+      for (int j = 0; j < cols; ++j) x[size_t(i) * cols + j] = X[size_t(j) * rows + i];
+  } else {
+    std::copy(X, X + rc, x);
+  }
+}
+
+void muon_update(float* p, const float* g, float* m, int rows, int cols, const MuonParams& hp,
+                 std::vector<float>& scratch) {
+  const size_t n = size_t(rows) * cols;
+  // torch.lerp(start, end, w): start + w·(end − start) for w < 0.5, end − (end − start)·(1 − w)
+  // otherwise; the update u sits after the Newton–Schulz scratch.
+  const float w_m = float(1.0 - hp.momentum), beta = float(hp.momentum);
+  std::vector<float> update(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float mi = w_m < 0.5f ? m[i] + w_m * (g[i] - m[i]) : g[i] - (g[i] - m[i]) * (1.0f - w_m);
+    m[i] = mi;
+    update[i] = beta < 0.5f ? g[i] + beta * (mi - g[i]) : mi - (mi - g[i]) * (1.0f - beta);
+  }
+  newton_schulz_orthogonalize(update.data(), rows, cols, hp.ns_steps, scratch);
+  const float decay = float(1.0 - hp.lr * hp.weight_decay);
+  const float neg_step = float(-hp.lr * 0.2 * std::sqrt(double(rows > cols ? rows : cols)));
+  for (size_t i = 0; i < n; ++i) {
+    volatile float decayed = p[i] * decay;  // rounded on its own, as AdamW's (above)
+    p[i] = std::fma(neg_step, update[i], float(decayed));
   }
 }
 

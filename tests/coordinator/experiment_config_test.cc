@@ -291,6 +291,33 @@ TEST(ExperimentConfig, TrainPrecision) {
             "\"mxfp8\", \"nvfp4\"");
 }
 
+TEST(ExperimentConfig, TrainOptimizer) {
+  auto d = parse_experiment_config("");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->train.optimizer, "adamw");
+  EXPECT_EQ(trainer_config(*d, 10).optimizer, algorithms::InnerOptimizer::kAdamW);
+  EXPECT_EQ(to_toml(*d).find("optimizer"), std::string::npos) << "the default is not written";
+  auto c = parse_experiment_config("[train]\noptimizer = \"muon\"\nmuon_momentum = 0.9\n");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const auto t = trainer_config(*c, 10);
+  EXPECT_EQ(t.optimizer, algorithms::InnerOptimizer::kMuon);
+  EXPECT_EQ(t.muon_momentum, 0.9);
+  auto again = parse_experiment_config(to_toml(*c));
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->train.optimizer, "muon");
+  EXPECT_EQ(again->train.muon_momentum, 0.9);
+  EXPECT_EQ(error_of("[train]\noptimizer = \"lion\"\n"),
+            "config.toml: train.optimizer = \"lion\" must be \"adamw\" or \"muon\"");
+  EXPECT_EQ(error_of("[train]\noptimizer = \"muon\"\nmuon_momentum = 1\n"),
+            "config.toml: train.muon_momentum = 1 must be in [0, 1)");
+  EXPECT_EQ(error_of("algorithm = \"hydra\"\n[train]\noptimizer = \"muon\"\n"),
+            "config.toml: train.optimizer = \"muon\" is not available with algorithm = "
+            "\"hydra\" yet; set train.optimizer = \"adamw\"");
+  EXPECT_EQ(error_of("[train]\noptimizer = \"muon\"\n[lora]\nrank = 4\n"),
+            "config.toml: train.optimizer = \"muon\" is not available for LoRA adapters yet; set "
+            "train.optimizer = \"adamw\" or remove [lora]");
+}
+
 TEST(ExperimentConfig, CheckListsEveryErrorAndParseReturnsTheFirst) {
   // An unknown key, a wrong type and range errors in three sections; heads = 0 and
   // streaming_fragments = 0 must not lead to a division (their dependent checks are skipped).

@@ -57,6 +57,27 @@ TEST(Simulate, DilocoCommitsTheSameThetaAsNodeProcesses) {
   expect_same_rounds({"--codec", "int8"}, 3);
 }
 
+// The inner optimizer travels in the join's TrainSpec: node processes and in-process sites train
+// the same Muon steps.
+TEST(Simulate, MuonSitesCommitTheSameThetaAsNodeProcesses) {
+  expect_same_rounds({"--codec", "int8", "--optimizer", "muon"}, 3);
+  // ... and the sites did train with Muon: AdamW ends elsewhere.
+  TempDir dir;
+  std::string sha[2];
+  for (int muon = 0; muon < 2; ++muon) {
+    std::vector<std::string> extra = {"--codec", "int8", "--optimizer", muon ? "muon" : "adamw"};
+    auto a = small_experiment(dir / std::to_string(muon), extra);
+    a.insert(a.begin(), "simulate");
+    auto run = run_atoll(a, dir / (std::to_string(muon) + ".log"), std::chrono::seconds(240));
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(run.output, m, std::regex("final sha256 +([0-9a-f]{64})")))
+        << run.output;
+    sha[muon] = m[1].str();
+  }
+  EXPECT_NE(sha[0], sha[1]);
+}
+
 TEST(Simulate, StreamingDilocoCommitsTheSameThetaAsNodeProcesses) {
   // 2 fragments, one overlapped step: 3 outer rounds are 6 syncs.
   expect_same_rounds({"--fragments", "2", "--overlap", "1", "--pull-codec", "sparse-delta"}, 6);

@@ -70,6 +70,50 @@ TEST(TrainCli, ResumeIsBitwiseIdenticalToAnUninterruptedRun) {
       << changed.output;
 }
 
+// --optimizer muon: other bits than AdamW, a resume through the checkpoint's moments ends on the
+// uninterrupted run's bits, and LoRA adapters are refused in one line.
+TEST(TrainCli, MuonResumesBitwiseAndIsNotAdamW) {
+  TempDir dir;
+  auto adamw = run_atoll(train_args({"--steps", "10", "--out", dir / "a"}), dir / "a.log");
+  ASSERT_EQ(adamw.exit_code, 0) << adamw.output;
+  auto full = run_atoll(train_args({"--steps", "10", "--optimizer", "muon", "--out", dir / "m"}),
+                        dir / "m.log");
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  const std::string sha = final_sha(full.output);
+  ASSERT_EQ(sha.size(), 64u) << full.output;
+  EXPECT_NE(sha, final_sha(adamw.output));
+  auto part = run_atoll(train_args({"--steps", "10", "--stop-after", "4", "--optimizer", "muon",
+                                    "--out", dir / "r"}),
+                        dir / "part.log");
+  ASSERT_EQ(part.exit_code, 0) << part.output;
+  auto rest = run_atoll(train_args({"--steps", "10", "--optimizer", "muon", "--resume",
+                                    dir / "r/checkpoint.safetensors", "--out", dir / "r"}),
+                        dir / "rest.log");
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  EXPECT_EQ(final_sha(rest.output), sha) << rest.output;
+  EXPECT_EQ(rest.output.find("optimizer settings differ"), std::string::npos) << rest.output;
+  // Resuming a Muon checkpoint with AdamW is pointed out.
+  auto switched = run_atoll(train_args({"--steps", "10", "--resume",
+                                        dir / "r/checkpoint.safetensors", "--out", dir / "s"}),
+                            dir / "switched.log");
+  EXPECT_NE(switched.output.find("optimizer settings differ from the checkpoint's"),
+            std::string::npos)
+      << switched.output;
+  auto lora = run_atoll(train_args({"--steps", "2", "--optimizer", "muon", "--lora-rank", "2",
+                                    "--base", dir / "a/checkpoint.safetensors", "--out",
+                                    dir / "l"}),
+                        dir / "lora.log");
+  EXPECT_EQ(lora.exit_code, 2) << lora.output;
+  EXPECT_NE(lora.output.find("--optimizer muon is not available for LoRA adapters yet"),
+            std::string::npos)
+      << lora.output;
+  auto bad = run_atoll(train_args({"--steps", "2", "--optimizer", "sgd"}), dir / "bad.log");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("optimizer must be \"adamw\" or \"muon\", not \"sgd\""),
+            std::string::npos)
+      << bad.output;
+}
+
 TEST(TrainCli, SameSeedSameBitsDifferentSeedDifferentBits) {
   TempDir dir;
   auto a = run_atoll(train_args({"--steps", "4", "--out", dir / "a"}), dir / "a.log");
