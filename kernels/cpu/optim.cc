@@ -88,9 +88,10 @@ void muon_update(float* p, const float* g, float* m, int rows, int cols, const M
                  std::vector<float>& scratch) {
   const size_t n = size_t(rows) * cols;
   // torch.lerp(start, end, w): start + w·(end − start) for w < 0.5, end − (end − start)·(1 − w)
-  // otherwise; the update u sits after the Newton–Schulz scratch.
+  // otherwise.
   const float w_m = float(1.0 - hp.momentum), beta = float(hp.momentum);
-  std::vector<float> update(n);
+  thread_local std::vector<float> update;  // reused: a fresh matrix-sized buffer each step faults
+  update.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const float mi = w_m < 0.5f ? m[i] + w_m * (g[i] - m[i]) : g[i] - (g[i] - m[i]) * (1.0f - w_m);
     m[i] = mi;
