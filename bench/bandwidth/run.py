@@ -8,7 +8,10 @@ Setting:
     `atoll train` (seed 1234, lr 3e-3); every run starts from it (`atoll simulate --init-from`);
   - sites: `atoll simulate --split iid` (every site samples all of Brown), T inner steps per site
     for every H (R = T / H rounds), inner AdamW lr 3e-3, cosine over T;
-  - outer step: lr 1.0, momentum 0.9 (bench/diloco/tune.sh's choice at M = 4 and 8 for H >= 50);
+  - outer step: lr 1.0, momentum 0.9 (bench/diloco/tune.sh's choice at M = 4 and 8 for H >= 50;
+    `--outer-lr`, `--outer-momentum` for others, e.g. bench/bandwidth/tune_outer.py's choice);
+  - inner optimizer AdamW (`--optimizer muon`: Muon for the blocks' matrices, also for
+    data-parallel);
   - data-parallel: the same tokens from the same base (`--baseline` of the first run of each
     (M, seed)), bytes a ring all-reduce of fp32 gradients every step, 2 (M - 1) P 4 per step;
   - a seed fixes every site's data order for every cell and the data-parallel run: the gaps are
@@ -22,6 +25,7 @@ Target (issue): >= 1000x fewer bytes with bpb_gap_percent + 2 bpb_gap_se <= 2 at
 
 Usage: bench/bandwidth/run.py [--quick] [--out FILE] [--runs DIR] [--seeds 1,2,3,4,5]
          [--nodes 4,8] [--h 50,100,250,500] [--pairs none/exact,int8/nvfp4,...] [--total T]
+         [--outer-lr 1.0] [--outer-momentum 0.9] [--optimizer adamw|muon]
 Runs are cached in --runs (each is deterministic); an interrupted grid continues where it
 stopped when given the same --runs.
 """
