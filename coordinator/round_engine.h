@@ -291,6 +291,8 @@ class RoundEngine {
   // store no longer keeps.
   void remember_version_locked(uint64_t round, const std::string& fp);
   void fill_join_response(const std::string& node_id, atoll_pb::v1::JoinResponse& resp) const;
+  Status check_optimizer_capability(const std::string& node_id,
+                                    const atoll_pb::v1::Capabilities& caps) const;
 
   Store& store_;
   const ExperimentConfig config_;

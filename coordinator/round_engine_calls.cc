@@ -72,6 +72,23 @@ Status RoundEngine::member_locked(const std::string& id, const std::string& expe
   return Status::Ok();
 }
 
+// A node that cannot train the experiment's inner optimizer is refused at the join: one built
+// before TrainSpec.optimizer would ignore the field and train AdamW without a word.
+Status RoundEngine::check_optimizer_capability(const std::string& id,
+                                               const pb::Capabilities& caps) const {
+  if (caps.optimizers_size() > 16)
+    return InvalidArgument("capabilities.optimizers lists more than 16 names");
+  for (const std::string& name : caps.optimizers())
+    if (name.size() > 32) return InvalidArgument("capabilities.optimizers has a name over 32 bytes");
+  const std::string& want = config_.train.optimizer;
+  if (want == "adamw") return Status::Ok();
+  for (const std::string& name : caps.optimizers())
+    if (name == want) return Status::Ok();
+  return FailedPrecondition("site '" + id + "' cannot train with train.optimizer = \"" + want +
+                            "\" (its atoll predates it or lacks it): upgrade that node, or set "
+                            "train.optimizer = \"adamw\"");
+}
+
 StatusOr<pb::JoinResponse> RoundEngine::join(const std::string& id, const pb::JoinRequest& req) {
   ATOLL_RETURN_IF_ERROR(check_node_name(id));
   const double budget = req.budget() == 0 ? 1.0 : req.budget();
@@ -79,6 +96,7 @@ StatusOr<pb::JoinResponse> RoundEngine::join(const std::string& id, const pb::Jo
     return InvalidArgument("budget " + std::to_string(req.budget()) + " must be in (0, 1]");
   if (req.capabilities().device().size() > 64)
     return InvalidArgument("capabilities.device is longer than 64 characters");
+  ATOLL_RETURN_IF_ERROR(check_optimizer_capability(id, req.capabilities()));
   // A site that cannot fill one sequence cannot train: refused before it counts as joined.
   // (0 = not reported, as older nodes do; they check it themselves after joining.)
   const uint64_t window = uint64_t{config_.model.seq_len} + 1;

@@ -220,6 +220,7 @@ StatusOr<atoll_pb::v1::JoinResponse> SiteWorker::join() {
       devices_.name.size() <= 64 ? devices_.name
                                  : std::to_string(devices_.cuda.size()) + " CUDA devices");
   req.mutable_capabilities()->set_threads(static_cast<uint32_t>(opt_.threads));
+  for (const char* optimizer : {"adamw", "muon"}) req.mutable_capabilities()->add_optimizers(optimizer);
   req.set_budget(opt_.budget);
   req.set_client_version("atoll 0.1.0");
   req.mutable_data()->add_genres(data_spec_.to_string());

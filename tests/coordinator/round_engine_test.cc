@@ -122,6 +122,39 @@ struct EngineFixture {
   }
 };
 
+// An experiment with train.optimizer = "muon" refuses a node that does not list Muon among its
+// capabilities (a build from before the field would train AdamW), and bounds the list.
+TEST(RoundEngine, AMuonExperimentRefusesANodeThatCannotTrainMuon) {
+  ExperimentConfig cfg = engine_config("muon", 3, 1);
+  cfg.train.optimizer = "muon";
+  EngineFixture f(cfg, testing_util::toy_params(1000));
+  ASSERT_TRUE(f.engine);
+  auto old = f.engine->join("old-node", pb::JoinRequest());
+  ASSERT_EQ(old.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(old.status().message().find(
+                "site 'old-node' cannot train with train.optimizer = \"muon\""),
+            std::string::npos)
+      << old.status().message();
+  pb::JoinRequest adamw_only;
+  adamw_only.mutable_capabilities()->add_optimizers("adamw");
+  EXPECT_EQ(f.engine->join("adamw-node", adamw_only).status().code(),
+            StatusCode::kFailedPrecondition);
+  pb::JoinRequest flood;
+  for (int i = 0; i < 17; ++i) flood.mutable_capabilities()->add_optimizers("muon");
+  EXPECT_EQ(f.engine->join("flood", flood).status().code(), StatusCode::kInvalidArgument);
+  pb::JoinRequest current;
+  current.mutable_capabilities()->add_optimizers("adamw");
+  current.mutable_capabilities()->add_optimizers("muon");
+  auto joined = f.engine->join("new-node", current);
+  ASSERT_TRUE(joined.ok()) << joined.status().to_string();
+  EXPECT_EQ(joined->train().optimizer(), "muon");
+  EXPECT_EQ(joined->train().muon_momentum(), 0.95);
+  // An AdamW experiment still takes a node that lists nothing.
+  EngineFixture plain(engine_config("plain", 3, 1), testing_util::toy_params(1000));
+  ASSERT_TRUE(plain.engine);
+  EXPECT_TRUE(plain.engine->join("old-node", pb::JoinRequest()).ok());
+}
+
 TEST(RoundEngine, TwoNodesPushAndTheCommitIsTheDirectAggregateAndOuterStep) {
   constexpr size_t kNumel = 4000;
   const ExperimentConfig cfg = engine_config("engine", 3, 2);
