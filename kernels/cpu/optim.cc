@@ -1,4 +1,5 @@
-// Optimizer pieces on flat fp32 buffers: AdamW, global gradient norm, clipping, LR schedule.
+// Optimizer pieces on flat fp32 buffers: AdamW, Muon (Newton-Schulz), global gradient norm,
+// clipping, LR schedule.
 #include <algorithm>
 #include <cmath>
 #include <numbers>
