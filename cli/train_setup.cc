@@ -209,15 +209,16 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
   ATOLL_RETURN_IF_ERROR(algorithms::validate(setup.trainer, setup.model));
   ATOLL_RETURN_IF_ERROR(
       algorithms::data::check_sampling(setup.site.train, setup.trainer.batch, setup.trainer.seq));
+  const std::string optimizer =
+      setup.trainer.optimizer == algorithms::InnerOptimizer::kMuon
+          ? "muon(momentum=" + std::to_string(setup.trainer.muon_momentum) + ")"
+          : "adamw";
   char buf[256];
   std::snprintf(
       buf, sizeof(buf),
       "%s lr=%g min_lr=%g warmup=%lld total=%lld wd=%g b1=%g b2=%g clip=%g B=%d T=%d "
       "precision=%s",
-      setup.trainer.optimizer == algorithms::InnerOptimizer::kMuon
-          ? ("muon(momentum=" + std::to_string(setup.trainer.muon_momentum) + ")").c_str()
-          : "adamw",
-      setup.trainer.lr, setup.trainer.min_lr, static_cast<long long>(setup.trainer.warmup),
+      optimizer.c_str(), setup.trainer.lr, setup.trainer.min_lr, static_cast<long long>(setup.trainer.warmup),
       static_cast<long long>(setup.trainer.total_steps), setup.trainer.weight_decay,
       setup.trainer.beta1, setup.trainer.beta2, setup.trainer.grad_clip, setup.trainer.batch,
       setup.trainer.seq, algorithms::precision_name(setup.trainer.precision));

@@ -382,7 +382,7 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
   if (!algorithms::parse_precision(t.precision).ok())
     add(range_error(src, "train.precision", "\"" + t.precision + "\"",
                     "must be one of \"fp32\", \"bf16\", \"fp8\", \"mxfp8\", \"nvfp4\""));
-  if (!algorithms::parse_inner_optimizer(t.optimizer).ok())
+  if (t.optimizer != "adamw" && t.optimizer != "muon")
     add(range_error(src, "train.optimizer", "\"" + t.optimizer.substr(0, 64) + "\"",
                     "must be \"adamw\" or \"muon\""));
   if (!(t.muon_momentum >= 0 && t.muon_momentum < 1))
@@ -485,11 +485,12 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
                     "algorithm = \"diloco\""));
   // Muon lives in AdamW (algorithms/optim/adamw.h); Hydra's masked AdamW and the adapters of
   // LoRA do not have it.
-  if (c.train.optimizer == "muon" && c.is_hydra())
+  const bool muon = inner_optimizer(c) == algorithms::InnerOptimizer::kMuon;
+  if (muon && c.is_hydra())
     add(range_error(src, "train.optimizer", "\"muon\"",
                     "is not available with algorithm = \"hydra\" yet; set train.optimizer = "
                     "\"adamw\""));
-  if (c.train.optimizer == "muon" && c.is_lora())
+  if (muon && c.is_lora())
     add(range_error(src, "train.optimizer", "\"muon\"",
                     "is not available for LoRA adapters yet; set train.optimizer = \"adamw\" "
                     "or remove [lora]"));
@@ -752,7 +753,7 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\nerror_feedback = " << (c.train.error_feedback ? "true" : "false")
     << "\nprecision = " << q(c.train.precision);
   // Written only when not the default, so configs from before it read back byte for byte.
-  if (c.train.optimizer != "adamw" || c.train.muon_momentum != 0.95)
+  if (inner_optimizer(c) != algorithms::InnerOptimizer::kAdamW || c.train.muon_momentum != 0.95)
     o << "\noptimizer = " << q(c.train.optimizer)
       << "\nmuon_momentum = " << f(c.train.muon_momentum);
   o << "\n\n[diloco]\n"
@@ -921,10 +922,14 @@ algorithms::TrainerConfig trainer_config(const ExperimentConfig& cfg, int64_t to
   const auto precision = algorithms::parse_precision(cfg.train.precision);
   t.precision = precision.ok() ? *precision : algorithms::Precision::kFp32;
   t.precision_seed = cfg.seed;
-  const auto optimizer = algorithms::parse_inner_optimizer(cfg.train.optimizer);
-  t.optimizer = optimizer.ok() ? *optimizer : algorithms::InnerOptimizer::kAdamW;
+  t.optimizer = inner_optimizer(cfg);
   t.muon_momentum = cfg.train.muon_momentum;
   return t;
+}
+
+algorithms::InnerOptimizer inner_optimizer(const ExperimentConfig& cfg) {
+  const auto optimizer = algorithms::parse_inner_optimizer(cfg.train.optimizer);
+  return optimizer.ok() ? *optimizer : algorithms::InnerOptimizer::kAdamW;
 }
 
 }  // namespace atl::coordinator

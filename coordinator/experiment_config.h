@@ -341,6 +341,9 @@ algorithms::ParamSet initial_theta(const ExperimentConfig& cfg);
 void set_model_section(ExperimentConfig& cfg, const algorithms::ModelConfig& base);
 // The inner optimizer of its [train] section, with a cosine schedule of total_steps.
 algorithms::TrainerConfig trainer_config(const ExperimentConfig& cfg, int64_t total_steps);
+// train.optimizer as the enum (validated at parse time; a config built in code with another
+// name is AdamW, as trainer_config has it).
+algorithms::InnerOptimizer inner_optimizer(const ExperimentConfig& cfg);
 
 // The [robust] section as the algorithms' options (validated: parse errors cannot happen).
 algorithms::ScreenOptions screen_options(const ExperimentConfig& cfg);

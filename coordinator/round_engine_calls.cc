@@ -80,8 +80,8 @@ Status RoundEngine::check_optimizer_capability(const std::string& id,
     return InvalidArgument("capabilities.optimizers lists more than 16 names");
   for (const std::string& name : caps.optimizers())
     if (name.size() > 32) return InvalidArgument("capabilities.optimizers has a name over 32 bytes");
+  if (inner_optimizer(config_) == algorithms::InnerOptimizer::kAdamW) return Status::Ok();
   const std::string& want = config_.train.optimizer;
-  if (want == "adamw") return Status::Ok();
   for (const std::string& name : caps.optimizers())
     if (name == want) return Status::Ok();
   return FailedPrecondition("site '" + id + "' cannot train with train.optimizer = \"" + want +
@@ -185,7 +185,7 @@ void RoundEngine::fill_join_response(const std::string& id, pb::JoinResponse& re
   t->set_codec(tc.codec);
   t->set_error_feedback(tc.error_feedback);
   t->set_precision(tc.precision);
-  if (tc.optimizer != "adamw") {
+  if (inner_optimizer(config_) != algorithms::InnerOptimizer::kAdamW) {
     t->set_optimizer(tc.optimizer);
     t->set_muon_momentum(tc.muon_momentum);
   }

@@ -66,6 +66,10 @@ StatusOr<SiteConfig> site_config_from_join(const atoll_pb::v1::JoinResponse& joi
   s.model = model_from_spec(joined.model());
   ATOLL_RETURN_IF_ERROR(algorithms::validate(s.model));
   s.train = trainer_from_spec(joined.train(), s.model.seq_len);
+  ATOLL_ASSIGN_OR_RETURN(s.train.optimizer,
+                         algorithms::parse_inner_optimizer(joined.train().optimizer()));
+  if (s.train.optimizer == algorithms::InnerOptimizer::kMuon)
+    s.train.muon_momentum = joined.train().muon_momentum();
   ATOLL_RETURN_IF_ERROR(algorithms::validate(s.train, s.model));
   s.seed = site_seed(joined.train().seed(), joined.node_id());
   if (!joined.train().precision().empty()) {
@@ -73,12 +77,6 @@ StatusOr<SiteConfig> site_config_from_join(const atoll_pb::v1::JoinResponse& joi
                            algorithms::parse_precision(joined.train().precision()));
   }
   s.train.precision_seed = s.seed;  // this node's own stochastic-rounding streams
-  ATOLL_ASSIGN_OR_RETURN(s.train.optimizer,
-                         algorithms::parse_inner_optimizer(joined.train().optimizer()));
-  if (s.train.optimizer == algorithms::InnerOptimizer::kMuon) {
-    s.train.muon_momentum = joined.train().muon_momentum();
-    ATOLL_RETURN_IF_ERROR(algorithms::validate(s.train, s.model));
-  }
   s.spec = joined.train();
   if (joined.lora().rank() > 0) {
     s.lora.rank = static_cast<int>(joined.lora().rank());

@@ -15,6 +15,7 @@
 
 #include "algorithms/model/param_set.h"
 #include "kernels/core/status.h"
+#include "kernels/cpu/ops.h"
 
 namespace atl::algorithms {
 
@@ -66,7 +67,7 @@ class AdamW {
  private:
   AdamWConfig cfg_;
   ParamSet m_, v_;
-  std::vector<float> muon_scratch_;  // Newton–Schulz buffers, reused across steps
+  kernels::cpu::MuonScratch muon_scratch_;  // Muon's buffers, reused across steps
   int64_t step_ = 0;
 };
 

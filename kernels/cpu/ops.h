@@ -131,8 +131,14 @@ struct MuonParams {
   double weight_decay = 0.0;  // decoupled, as AdamW's
   int ns_steps = 5;
 };
+// The buffers of one Muon step, kept by the caller across steps (a fresh matrix-sized buffer
+// each step would fault its pages in again): the update u, and the Newton–Schulz iteration's.
+struct MuonScratch {
+  std::vector<float> update;
+  std::vector<float> iteration;
+};
 void muon_update(float* p, const float* g, float* m, int rows, int cols, const MuonParams& hp,
-                 std::vector<float>& scratch);
+                 MuonScratch& scratch);
 // In place, x (rows, cols) row-major: X = x / (‖x‖_F + 1e-7) (the wide orientation: rows ≤
 // cols, transposed in and out otherwise), then `steps` times A = X·Xᵀ, B = b·A + c·A·A,
 // X = a·X + B·X with (a, b, c) = (3.4445, −4.7750, 2.0315). The singular values of the

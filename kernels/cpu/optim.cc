@@ -86,19 +86,19 @@ void newton_schulz_orthogonalize(float* x, int rows, int cols, int steps,
 }
 
 void muon_update(float* p, const float* g, float* m, int rows, int cols, const MuonParams& hp,
-                 std::vector<float>& scratch) {
+                 MuonScratch& scratch) {
   const size_t n = size_t(rows) * cols;
   // torch.lerp(start, end, w): start + w·(end − start) for w < 0.5, end − (end − start)·(1 − w)
   // otherwise.
   const float w_m = float(1.0 - hp.momentum), beta = float(hp.momentum);
-  thread_local std::vector<float> update;  // reused: a fresh matrix-sized buffer each step faults
+  std::vector<float>& update = scratch.update;
   update.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const float mi = w_m < 0.5f ? m[i] + w_m * (g[i] - m[i]) : g[i] - (g[i] - m[i]) * (1.0f - w_m);
     m[i] = mi;
     update[i] = beta < 0.5f ? g[i] + beta * (mi - g[i]) : mi - (mi - g[i]) * (1.0f - beta);
   }
-  newton_schulz_orthogonalize(update.data(), rows, cols, hp.ns_steps, scratch);
+  newton_schulz_orthogonalize(update.data(), rows, cols, hp.ns_steps, scratch.iteration);
   const float decay = float(1.0 - hp.lr * hp.weight_decay);
   const float neg_step = float(-hp.lr * 0.2 * std::sqrt(double(rows > cols ? rows : cols)));
   for (size_t i = 0; i < n; ++i) {

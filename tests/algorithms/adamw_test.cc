@@ -77,7 +77,8 @@ TEST(AdamW, MuonUpdatesOnlyTheBlocksMatrices) {
     }
     // The same three steps by the kernel directly.
     std::vector<float> w(p.data() + v.offset, p.data() + v.offset + v.numel());
-    std::vector<float> m(v.numel(), 0.0f), scratch;
+    std::vector<float> m(v.numel(), 0.0f);
+    kernels::cpu::MuonScratch scratch;
     kernels::cpu::MuonParams hp;
     hp.lr = 0.01;
     hp.momentum = 0.9;

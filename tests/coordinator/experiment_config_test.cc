@@ -308,6 +308,8 @@ TEST(ExperimentConfig, TrainOptimizer) {
   EXPECT_EQ(again->train.muon_momentum, 0.9);
   EXPECT_EQ(error_of("[train]\noptimizer = \"lion\"\n"),
             "config.toml: train.optimizer = \"lion\" must be \"adamw\" or \"muon\"");
+  EXPECT_EQ(error_of("[train]\noptimizer = \"\"\n"),
+            "config.toml: train.optimizer = \"\" must be \"adamw\" or \"muon\"");
   EXPECT_EQ(error_of("[train]\noptimizer = \"muon\"\nmuon_momentum = 1\n"),
             "config.toml: train.muon_momentum = 1 must be in [0, 1)");
   EXPECT_EQ(error_of("algorithm = \"hydra\"\n[train]\noptimizer = \"muon\"\n"),

@@ -98,7 +98,8 @@ TEST(Muon, SameBitsForAnyThreadCount) {
   std::vector<float> first;
   for (int threads : {1, 2}) {
     set_num_threads(threads);
-    std::vector<float> p = p0, m(p.size(), 0.0f), scratch;
+    std::vector<float> p = p0, m(p.size(), 0.0f);
+    MuonScratch scratch;
     muon_update(p.data(), g.data(), m.data(), rows, cols, hp, scratch);
     muon_update(p.data(), g.data(), m.data(), rows, cols, hp, scratch);
     if (first.empty()) {
@@ -152,7 +153,8 @@ TEST(Muon, MatchesPyTorchReference) {
     }
     fs::remove_all(dir);
 
-    std::vector<float> p = p0, m(n, 0.0f), scratch;
+    std::vector<float> p = p0, m(n, 0.0f);
+    MuonScratch scratch;
     for (int s = 0; s < steps; ++s)
       muon_update(p.data(), grads.data() + n * s, m.data(), rows, cols, hp, scratch);
     // The momentum is elementwise (lerp as torch forms it): the same bits. θ went through four
