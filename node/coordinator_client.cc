@@ -11,6 +11,7 @@
 #include "kernels/cpu/ops.h"
 #include "node/grpc_coordinator_calls.h"
 #include "transport/tensor_stream.h"
+#include "transport/unknown_fields.h"
 
 namespace atl::node {
 namespace pb = atoll_pb::v1;
@@ -29,6 +30,10 @@ std::string CoordinatorClient::current_experiment_id() const {
 StatusOr<pb::JoinResponse> CoordinatorClient::join(pb::JoinRequest req) {
   pb::JoinResponse resp;
   ATOLL_RETURN_IF_ERROR(calls_->join(req, &resp));
+  // Before anything is read from it: an experiment setting this node cannot read would be
+  // trained as if it were not there.
+  ATOLL_RETURN_IF_ERROR(
+      transport::refuse_unknown_fields(resp, "the answer to Join", "the coordinator"));
   {
     std::lock_guard<std::mutex> lock(id_mu_);
     experiment_id_ = resp.experiment_id();
@@ -56,6 +61,7 @@ StatusOr<pb::Task> CoordinatorClient::next_task(uint64_t last_round_done, uint32
   req.set_wait_ms(wait_ms);
   pb::Task task;
   ATOLL_RETURN_IF_ERROR(calls_->next_task(req, &task));
+  ATOLL_RETURN_IF_ERROR(transport::refuse_unknown_fields(task, "the task", "the coordinator"));
   return task;
 }
 

@@ -16,6 +16,7 @@
 #include "node/teacher_service.h"
 #include "transport/channel.h"
 #include "transport/tensor_stream.h"
+#include "transport/unknown_fields.h"
 
 namespace atl::node {
 
@@ -68,6 +69,8 @@ StatusOr<std::unique_ptr<TeacherClient>> TeacherClient::connect(TeacherClientOpt
     pb::TeacherInfo info;
     grpc::Status s = p.stub->Info(&ctx, pb::TeacherInfoRequest(), &info);
     if (!s.ok()) return c->call_error(p, s);
+    ATOLL_RETURN_IF_ERROR(
+        transport::refuse_unknown_fields(info, "its Info answer", "teacher " + addr));
     if (static_cast<int>(info.vocab()) != vocab)
       return FailedPrecondition("teacher " + addr + " has vocabulary " +
                                 std::to_string(info.vocab()) + ", the student " +

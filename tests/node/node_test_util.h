@@ -1,11 +1,16 @@
-// Shared by the node tests: the JoinResponse of a small experiment, and θ-like values.
+// Shared by the node tests: the JoinResponse of a small experiment, θ-like values, and
+// coordinator calls that never reach one.
 #pragma once
 
+#include <chrono>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "algorithms/model/llama.h"
 #include "algorithms/model/param_set.h"
 #include "kernels/core/philox.h"
+#include "node/coordinator_calls.h"
 #include "transport/proto/atoll.pb.h"
 
 namespace atl::node::testing {
@@ -48,5 +53,51 @@ inline void fill_random(algorithms::ParamSet& p, uint64_t seed, float scale = 1.
   Philox r(seed, 11);
   for (size_t i = 0; i < p.numel(); ++i) p.data()[i] = scale * (2.0f * r.uniform(i) - 1.0f);
 }
+
+// Calls that never reach a coordinator (Unavailable); the link comes up after `link_up_after`
+// if set. Tests override the calls they answer.
+class UnreachableCalls : public CoordinatorCalls {
+ public:
+  explicit UnreachableCalls(std::optional<std::chrono::milliseconds> link_up_after = std::nullopt)
+      : t0_(std::chrono::steady_clock::now()), link_up_after_(link_up_after) {}
+  const std::string& target() const override { return target_; }
+  Status join(const atoll_pb::v1::JoinRequest&, atoll_pb::v1::JoinResponse*) override { return down(); }
+  Status heartbeat(const atoll_pb::v1::HeartbeatRequest&, atoll_pb::v1::HeartbeatResponse*) override { return down(); }
+  Status next_task(const atoll_pb::v1::NextTaskRequest&, atoll_pb::v1::Task*) override { return down(); }
+  Status pull_params(const atoll_pb::v1::PullParamsRequest&, atoll_pb::v1::TensorHeader*, std::string*) override {
+    return down();
+  }
+  Status push_update(const atoll_pb::v1::TensorHeader&, std::string_view, atoll_pb::v1::PushUpdateResponse*) override {
+    return down();
+  }
+  Status report_metrics(const atoll_pb::v1::MetricsReport&, atoll_pb::v1::MetricsAck*) override { return down(); }
+  Status leave(const atoll_pb::v1::LeaveRequest&, atoll_pb::v1::LeaveResponse*) override { return down(); }
+  Status report_importance(const atoll_pb::v1::ImportanceReport&, atoll_pb::v1::ImportanceAck*) override {
+    return down();
+  }
+  Status advertise_keys(const atoll_pb::v1::SecAggKeys&, atoll_pb::v1::SecAggRoster*) override { return down(); }
+  Status share_keys(const atoll_pb::v1::SecAggShares&, atoll_pb::v1::SecAggShares*) override { return down(); }
+  Status await_unmask(const atoll_pb::v1::SecAggUnmaskPoll&, atoll_pb::v1::SecAggUnmaskTask*) override {
+    return down();
+  }
+  Status reveal_shares(const atoll_pb::v1::SecAggReveal&, atoll_pb::v1::SecAggRevealAck*) override { return down(); }
+  bool wait_for_link(std::chrono::milliseconds max_wait) override {
+    if (link_up_after_) {
+      const auto up_at = t0_ + *link_up_after_;
+      if (std::chrono::steady_clock::now() + max_wait >= up_at) {
+        std::this_thread::sleep_until(up_at);
+        return true;
+      }
+    }
+    std::this_thread::sleep_for(max_wait);
+    return false;
+  }
+
+ private:
+  static Status down() { return Unavailable("coordinator at test:1 not reachable (test)"); }
+  const std::string target_ = "test:1";
+  std::chrono::steady_clock::time_point t0_;
+  std::optional<std::chrono::milliseconds> link_up_after_;
+};
 
 }  // namespace atl::node::testing

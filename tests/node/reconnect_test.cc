@@ -13,12 +13,15 @@
 #include <thread>
 #include <vector>
 
+#include "tests/node/node_test_util.h"
+
 namespace atl::node {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 namespace pb = atoll_pb::v1;
+using testing::UnreachableCalls;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -48,51 +51,6 @@ TEST(Backoff, GrowsWithJitterUpToTheCapAndResets) {
   EXPECT_NE(other.next(), same.next());
 }
 
-// Calls that never reach a coordinator; the link comes up after `link_up_after` if set.
-class DownCalls final : public CoordinatorCalls {
- public:
-  explicit DownCalls(std::optional<milliseconds> link_up_after = std::nullopt)
-      : t0_(Clock::now()), link_up_after_(link_up_after) {}
-  const std::string& target() const override { return target_; }
-  Status join(const pb::JoinRequest&, pb::JoinResponse*) override { return down(); }
-  Status heartbeat(const pb::HeartbeatRequest&, pb::HeartbeatResponse*) override { return down(); }
-  Status next_task(const pb::NextTaskRequest&, pb::Task*) override { return down(); }
-  Status pull_params(const pb::PullParamsRequest&, pb::TensorHeader*, std::string*) override {
-    return down();
-  }
-  Status push_update(const pb::TensorHeader&, std::string_view, pb::PushUpdateResponse*) override {
-    return down();
-  }
-  Status report_metrics(const pb::MetricsReport&, pb::MetricsAck*) override { return down(); }
-  Status leave(const pb::LeaveRequest&, pb::LeaveResponse*) override { return down(); }
-  Status report_importance(const pb::ImportanceReport&, pb::ImportanceAck*) override {
-    return down();
-  }
-  Status advertise_keys(const pb::SecAggKeys&, pb::SecAggRoster*) override { return down(); }
-  Status share_keys(const pb::SecAggShares&, pb::SecAggShares*) override { return down(); }
-  Status await_unmask(const pb::SecAggUnmaskPoll&, pb::SecAggUnmaskTask*) override {
-    return down();
-  }
-  Status reveal_shares(const pb::SecAggReveal&, pb::SecAggRevealAck*) override { return down(); }
-  bool wait_for_link(milliseconds max_wait) override {
-    if (link_up_after_) {
-      const auto up_at = t0_ + *link_up_after_;
-      if (Clock::now() + max_wait >= up_at) {
-        std::this_thread::sleep_until(up_at);
-        return true;
-      }
-    }
-    std::this_thread::sleep_for(max_wait);
-    return false;
-  }
-
- private:
-  static Status down() { return Unavailable("coordinator at test:1 not reachable (test)"); }
-  const std::string target_ = "test:1";
-  Clock::time_point t0_;
-  std::optional<milliseconds> link_up_after_;
-};
-
 ReconnectOptions options(double give_up_s, std::vector<std::string>* lines,
                          const std::atomic<bool>* stop = nullptr) {
   ReconnectOptions o;
@@ -106,7 +64,7 @@ ReconnectOptions options(double give_up_s, std::vector<std::string>* lines,
 // Gives up at the configured time, counted from the outage's first failure, and says how long it
 // has actually been unreachable.
 TEST(Reconnect, GivesUpAtTheConfiguredTimeNamingTheActualOutage) {
-  CoordinatorClient link(std::make_unique<DownCalls>());
+  CoordinatorClient link(std::make_unique<UnreachableCalls>());
   std::vector<std::string> lines;
   Reconnect r(link, options(0.8, &lines));
   const auto t0 = Clock::now();
@@ -131,7 +89,7 @@ TEST(Reconnect, GivesUpAtTheConfiguredTimeNamingTheActualOutage) {
 }
 
 TEST(Reconnect, ReachedEndsTheOutageAndResetsTheBackoff) {
-  CoordinatorClient link(std::make_unique<DownCalls>());
+  CoordinatorClient link(std::make_unique<UnreachableCalls>());
   std::vector<std::string> lines;
   Reconnect r(link, options(60, &lines));
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(r.pause(Unavailable("down")).ok());
@@ -151,7 +109,7 @@ TEST(Reconnect, ReachedEndsTheOutageAndResetsTheBackoff) {
 
 // A stop request ends a pause within about 0.1 s, returning the failure.
 TEST(Reconnect, StopRequestEndsThePausePromptly) {
-  CoordinatorClient link(std::make_unique<DownCalls>());
+  CoordinatorClient link(std::make_unique<UnreachableCalls>());
   std::vector<std::string> lines;
   std::atomic<bool> stop{false};
   ReconnectOptions o = options(60, &lines, &stop);
@@ -171,7 +129,7 @@ TEST(Reconnect, StopRequestEndsThePausePromptly) {
 
 // The pause ends as soon as the link comes up, not at the end of the delay.
 TEST(Reconnect, LinkComingUpEndsThePause) {
-  CoordinatorClient link(std::make_unique<DownCalls>(milliseconds(300)));
+  CoordinatorClient link(std::make_unique<UnreachableCalls>(milliseconds(300)));
   std::vector<std::string> lines;
   ReconnectOptions o = options(60, &lines);
   o.backoff.initial = milliseconds(5000);
