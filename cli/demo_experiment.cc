@@ -1,6 +1,8 @@
 #include "cli/demo_experiment.h"
 
 #include <algorithm>
+#include <tuple>
+#include <utility>
 
 #include "cli/coordinator_setup.h"
 
@@ -25,7 +27,16 @@ std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
   return with_after_done_flags(
       {{"algorithm", true,
         "diloco (this demo), distill, hydra or lora (see --algorithm NAME --help)", "diloco"},
-       {"nodes", true, "sites (1 to " + std::to_string(max_sites) + ")", "4"},
+       {"config", true,
+        "the experiment from a config file, as `atoll coordinator --config` reads it "
+        "(docs/configuration.md; [data] split decides how sites divide Brown); the flags that "
+        "set the same things (model, optimizer, rounds, codecs, outer step, robust, privacy, "
+        "seed, split) are refused beside it",
+        ""},
+       {"nodes", true,
+        "sites (1 to " + std::to_string(max_sites) + "; with --config: the config's "
+        "diloco.min_nodes)",
+        "4"},
        {"rounds", true, "DiLoCo rounds R", "8"},
        {"inner-steps", true, "inner steps per round H", "25"},
        {"store", true, "run directory: RocksDB store, certificates (default: a fresh temp dir)",
@@ -203,26 +214,85 @@ Status read_round_flags(const Flags& flags, int64_t sites, DemoExperiment& d) {
   return read_robust_flags(flags, cfg);
 }
 
+// The flags that set experiment fields; with --config the file sets them all.
+constexpr const char* kExperimentFlags[] = {
+    "seed",      "dim",        "layers",      "heads",         "ffn",        "seq",
+    "batch",     "lr",         "optimizer",   "rounds",        "inner-steps", "outer-lr",
+    "outer-momentum", "fragments", "overlap", "merge-alpha",   "codec",      "pull-codec",
+    "error-feedback", "dp-clip", "dp-noise",  "dp-delta",      "screen",     "norm-multiple",
+    "replay-cosine", "stale-margin", "aggregator", "split"};
+
+// --config FILE: the experiment as `atoll coordinator --config FILE` would run it, with
+// `sites` in-process sites or node processes (the config's min_nodes unless --nodes says).
+// Returns the site count and the split of Brown among the sites.
+StatusOr<std::pair<int64_t, std::string>> read_config_file(const Flags& flags,
+                                                           const std::string& path,
+                                                           int64_t max_sites, DemoExperiment& d) {
+  for (const char* name : kExperimentFlags) {
+    if (flags.has(name))
+      return InvalidArgument(std::string("--") + name + " cannot be combined with --config: the "
+                             "experiment comes from " + path + "; set it there "
+                             "(docs/configuration.md)");
+  }
+  ATOLL_ASSIGN_OR_RETURN(d.config, coordinator::load_experiment_config(path));
+  const coordinator::ExperimentConfig& c = d.config;
+  if (c.is_hydra())
+    return InvalidArgument(path + ": algorithm = \"hydra\": --config runs DiLoCo and Streaming "
+                           "DiLoCo experiments here; use --algorithm hydra with its flags, or "
+                           "atoll coordinator --config with atoll node");
+  if (c.is_lora())
+    return InvalidArgument(path + ": [lora] rank > 0: --config runs DiLoCo and Streaming DiLoCo "
+                           "experiments here; use --algorithm lora with its flags, or atoll "
+                           "coordinator --config with atoll node --base");
+  if (c.data.source != "brown" || c.data.tokenizer != "bytes")
+    return InvalidArgument(path + ": [data] source = \"" + c.data.source + "\", tokenizer = \"" +
+                           c.data.tokenizer + "\": the sites here divide Brown in bytes; for "
+                           "other data run atoll coordinator --config with atoll node --data");
+  const uint32_t P = std::max<uint32_t>(1, c.diloco.streaming_fragments);
+  if (c.diloco.rounds % P != 0)
+    return InvalidArgument(path + ": [diloco] rounds = " + std::to_string(c.diloco.rounds) +
+                           " is not a multiple of streaming_fragments = " + std::to_string(P) +
+                           ": every outer round syncs each fragment once");
+  int64_t sites = c.diloco.min_nodes;
+  if (flags.has("nodes")) {
+    ATOLL_ASSIGN_OR_RETURN(sites, flags.get_int("nodes", 4, 1, max_sites));
+  }
+  if (sites < c.diloco.min_nodes || sites > c.diloco.max_nodes || sites > max_sites)
+    return InvalidArgument("--nodes " + std::to_string(sites) + " is outside " + path +
+                           "'s [diloco] min_nodes = " + std::to_string(c.diloco.min_nodes) +
+                           " .. max_nodes = " + std::to_string(c.diloco.max_nodes) +
+                           ": change --nodes or the config");
+  d.rounds = c.diloco.rounds / P;
+  d.inner_steps = c.diloco.inner_steps;
+  return std::make_pair(sites, c.data.split);
+}
+
 }  // namespace
 
 StatusOr<DemoExperiment> parse_demo_experiment(const Flags& flags, int64_t max_sites) {
   DemoExperiment d;
-  ATOLL_ASSIGN_OR_RETURN(const int64_t sites, flags.get_int("nodes", 4, 1, max_sites));
-  ATOLL_ASSIGN_OR_RETURN(const int64_t seed, flags.get_int("seed", 1234, 0, INT64_MAX));
   ATOLL_ASSIGN_OR_RETURN(d.eval_tokens,
                          flags.get_int("eval-tokens", 16384, 0, int64_t{1} << 40));
   ATOLL_ASSIGN_OR_RETURN(d.threads, flags.get_int("threads", 1, 1, 256));
   ATOLL_ASSIGN_OR_RETURN(d.after, parse_after_done(flags));
-  d.config.name = "demo";
-  d.config.seed = static_cast<uint64_t>(seed);
-  ATOLL_RETURN_IF_ERROR(read_model_flags(flags, d.config));
-  ATOLL_RETURN_IF_ERROR(read_round_flags(flags, sites, d));
-  ATOLL_RETURN_IF_ERROR(coordinator::validate_experiment_config(d.config, "demo flags"));
+  int64_t sites = 0;
+  std::string split;
+  if (auto path = flags.get("config")) {
+    ATOLL_ASSIGN_OR_RETURN(std::tie(sites, split), read_config_file(flags, *path, max_sites, d));
+  } else {
+    ATOLL_ASSIGN_OR_RETURN(sites, flags.get_int("nodes", 4, 1, max_sites));
+    ATOLL_ASSIGN_OR_RETURN(const int64_t seed, flags.get_int("seed", 1234, 0, INT64_MAX));
+    d.config.name = "demo";
+    d.config.seed = static_cast<uint64_t>(seed);
+    ATOLL_RETURN_IF_ERROR(read_model_flags(flags, d.config));
+    ATOLL_RETURN_IF_ERROR(read_round_flags(flags, sites, d));
+    ATOLL_RETURN_IF_ERROR(coordinator::validate_experiment_config(d.config, "demo flags"));
+    split = flags.get_or("split", "genre");
+    if (split != "genre" && split != "iid")
+      return InvalidArgument("--split must be genre or iid, not " + split);
+  }
   ATOLL_RETURN_IF_ERROR(algorithms::validate(model_config_of(d.config)));
 
-  const std::string split = flags.get_or("split", "genre");
-  if (split != "genre" && split != "iid")
-    return InvalidArgument("--split must be genre or iid, not " + split);
   const int n = static_cast<int>(sites);
   d.site_data = split == "iid" ? std::vector<std::string>(n, "brown") : brown_genre_splits(n);
   for (int i = 0; i < n; ++i) d.site_names.push_back("node-" + std::to_string(i + 1));

@@ -2,6 +2,7 @@
 // round, bit for bit, whether the sites are node processes over mTLS gRPC or threads of one
 // process exchanging the same messages in memory.
 #include <csignal>
+#include <fstream>
 #include <regex>
 #include <string>
 #include <vector>
@@ -141,6 +142,110 @@ std::string final_sha256(const std::string& output) {
   std::smatch m;
   const std::regex re("final sha256 +([0-9a-f]{64})");
   return std::regex_search(output, m, re) ? m[1].str() : "";
+}
+
+// small_experiment's flags (with --codec int8) written as the config file `atoll coordinator
+// --config` reads: the demo's flags set warm-up min(20, R·H) = 12, min_lr = lr / 10 and
+// min_nodes = max_nodes = sites.
+constexpr const char* kSmallExperimentToml = R"(name = "demo"
+seed = 77
+[model]
+vocab = 256
+dim = 32
+layers = 2
+heads = 2
+ffn_hidden = 64
+seq_len = 32
+[train]
+batch_size = 2
+lr = 1e-2
+min_lr = 1e-3
+warmup_steps = 12
+codec = "int8"
+[diloco]
+rounds = 3
+inner_steps = 4
+min_nodes = 2
+max_nodes = 2
+outer_lr = 0.7
+outer_momentum = 0.9
+pull_codec = "nvfp4"
+start_wait_s = 0.5
+heartbeat_interval_s = 1.0
+)";
+
+std::string written(const TempDir& dir, const std::string& name, const std::string& text) {
+  std::ofstream(dir / name) << text;
+  return dir / name;
+}
+
+// `--config FILE` runs the experiment the file describes: the same θ as the flags that describe
+// it, in-process and as node processes over mTLS.
+TEST(Simulate, AConfigFileCommitsTheSameThetaAsTheFlagsThatDescribeIt) {
+  TempDir dir;
+  const std::string config = written(dir, "experiment.toml", kSmallExperimentToml);
+  auto flags_run = small_experiment(dir / "flags", {"--codec", "int8"});
+  flags_run.insert(flags_run.begin(), "simulate");
+  auto by_flags = run_atoll(flags_run, dir / "flags.log", std::chrono::seconds(240));
+  ASSERT_EQ(by_flags.exit_code, 0) << by_flags.output;
+  for (const std::string command : {"simulate", "demo"}) {
+    auto by_file = run_atoll({command, "--config", config, "--eval-tokens", "512", "--http", "off",
+                              "--store", dir / command},
+                             dir / (command + ".log"), std::chrono::seconds(240));
+    ASSERT_EQ(by_file.exit_code, 0) << by_file.output;
+    EXPECT_NE(by_file.output.find("2 sites, 3 rounds x 4 inner steps"), std::string::npos)
+        << by_file.output;
+    EXPECT_EQ(final_sha256(by_file.output), final_sha256(by_flags.output)) << command;
+  }
+  ASSERT_EQ(final_sha256(by_flags.output).size(), 64u);
+}
+
+// What the file sets cannot also come from a flag; the site count must fit the file's
+// min_nodes..max_nodes; experiments --config does not run here are named with the way to run them.
+TEST(Simulate, AConfigFileRefusesFlagsAndExperimentsItCannotRunInOneLine) {
+  TempDir dir;
+  const std::string config = written(dir, "experiment.toml", kSmallExperimentToml);
+  // A valid Hydra experiment (Hydra pulls exact θ, not a compressed broadcast).
+  const std::string hydra_valid = written(
+      dir, "hydra.toml",
+      std::regex_replace(std::regex_replace(kSmallExperimentToml, std::regex("seed = 77\n"),
+                                            "seed = 77\nalgorithm = \"hydra\"\n"),
+                         std::regex("\"nvfp4\""), "\"exact\""));
+  const std::string text = written(
+      dir, "text.toml", std::string(kSmallExperimentToml) + "[data]\nsource = \"text\"\n"
+                        "paths = [\"" + config + "\"]\n");
+  struct Case {
+    std::vector<std::string> args;
+    std::string line;
+  };
+  const std::vector<Case> cases = {
+      {{"--config", config, "--dim", "64"},
+       "atoll simulate: --dim cannot be combined with --config: the experiment comes from " +
+           config + "; set it there (docs/configuration.md)"},
+      {{"--config", config, "--nodes", "3"},
+       "atoll simulate: --nodes 3 is outside " + config +
+           "'s [diloco] min_nodes = 2 .. max_nodes = 2: change --nodes or the config"},
+      {{"--config", text},
+       "atoll simulate: " + text + ": [data] source = \"text\", tokenizer = \"bytes\": the sites "
+       "here divide Brown in bytes; for other data run atoll coordinator --config with atoll "
+       "node --data"},
+      {{"--config", dir / "missing.toml"}, "cannot open experiment config"},
+  };
+  for (const Case& c : cases) {
+    auto args = c.args;
+    args.insert(args.begin(), "simulate");
+    args.insert(args.end(), {"--http", "off", "--store", dir / "never"});
+    auto r = run_atoll(args, dir / "refused.log", std::chrono::seconds(60));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(c.line), std::string::npos) << r.output;
+  }
+  auto r = run_atoll({"simulate", "--config", hydra_valid, "--http", "off"}, dir / "hydra.log",
+                     std::chrono::seconds(60));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(hydra_valid + ": algorithm = \"hydra\": --config runs DiLoCo and "
+                          "Streaming DiLoCo experiments here; use --algorithm hydra"),
+            std::string::npos)
+      << r.output;
 }
 
 // `atoll simulate --store DIR` killed (SIGKILL) after round 3 of 8 and run again with the same
