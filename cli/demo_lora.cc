@@ -61,6 +61,10 @@ std::vector<FlagSpec> lora_demo_flags(int64_t max_sites) {
 }
 
 StatusOr<DemoExperiment> parse_lora_demo_experiment(const Flags& flags, int64_t max_sites) {
+  if (flags.has("config"))
+    return InvalidArgument("--config runs DiLoCo and Streaming DiLoCo experiment files; "
+                           "--algorithm lora takes its flags (or run the file with atoll "
+                           "coordinator --config and atoll node --base)");
   ATOLL_ASSIGN_OR_RETURN(DemoExperiment d, parse_demo_experiment(flags, max_sites));
   if (d.baseline)
     return InvalidArgument("--baseline trains the full model: it has no LoRA equivalent here");

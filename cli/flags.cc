@@ -70,6 +70,12 @@ std::string Flags::usage() const {
   return s;
 }
 
+std::vector<std::string> Flags::given() const {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : values_) names.push_back(name);
+  return names;
+}
+
 bool Flags::has(const std::string& name) const { return values_.count(name) > 0; }
 
 std::optional<std::string> Flags::get(const std::string& name) const {

@@ -35,6 +35,8 @@ class Flags {
   StatusOr<int64_t> get_int(const std::string& name, int64_t def, int64_t min, int64_t max) const;
   StatusOr<double> get_double(const std::string& name, double def, double min, double max) const;
   const std::vector<std::string>& positional() const { return positional_; }
+  // The names of the flags given (not the defaults), in name order.
+  std::vector<std::string> given() const;
   const std::string& command() const { return command_; }
 
  private:
