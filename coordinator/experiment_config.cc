@@ -478,6 +478,10 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
     add(range_error(src, "algorithm", "\"hydra\"",
                     "cannot be combined with Streaming DiLoCo; set diloco.streaming_fragments "
                     "= 1 and diloco.overlap_steps = 0"));
+  if (c.is_hydra() && !g.final_look_ahead)
+    add(range_error(src, "diloco.final_look_ahead", "false",
+                    "is not available with algorithm = \"hydra\" (its masked outer step keeps "
+                    "the look-ahead); remove it or use algorithm = \"diloco\""));
   // Hydra subnetworks (Llama::set_subnet, algorithms/model/subnet.h) need dense FFNs, fp32 GEMMs.
   if (c.is_hydra() && m.moe_experts > 0)
     add(range_error(src, "algorithm", "\"hydra\"",
@@ -646,7 +650,8 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
         {"pull_codec", str(&c.diloco.pull_codec)},
         {"streaming_fragments", u32(&c.diloco.streaming_fragments)},
         {"overlap_steps", u32(&c.diloco.overlap_steps)},
-        {"merge_alpha", f64(&c.diloco.merge_alpha)}}},
+        {"merge_alpha", f64(&c.diloco.merge_alpha)},
+        {"final_look_ahead", boolean(&c.diloco.final_look_ahead)}}},
       {"hydra",
        {{"reselect_every", u32(&c.hydra.reselect_every)},
         {"min_coverage", u32(&c.hydra.min_coverage)},
@@ -768,8 +773,10 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\npull_codec = " << q(c.diloco.pull_codec)
     << "\nstreaming_fragments = " << c.diloco.streaming_fragments
     << "\noverlap_steps = " << c.diloco.overlap_steps
-    << "\nmerge_alpha = " << f(c.diloco.merge_alpha)
-    << "\n\n[hydra]\nreselect_every = " << c.hydra.reselect_every
+    << "\nmerge_alpha = " << f(c.diloco.merge_alpha);
+  // Written only when not the default, so configs from before it read back byte for byte.
+  if (!c.diloco.final_look_ahead) o << "\nfinal_look_ahead = false";
+  o << "\n\n[hydra]\nreselect_every = " << c.hydra.reselect_every
     << "\nmin_coverage = " << c.hydra.min_coverage << "\nffn_blocks = " << c.hydra.ffn_blocks
     << "\nimportance_batches = " << c.hydra.importance_batches
     << "\nmin_train_share = " << f(c.hydra.min_train_share)

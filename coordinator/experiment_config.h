@@ -85,6 +85,10 @@
 //                              # in flight (> 0, or P > 1, selects the streaming node loop)
 //   merge_alpha = 0.5          # α in [0, 1): θ_local[frag] ← α·θ_local + (1−α)·θ_global
 //   (streaming)
+//   final_look_ahead = true    # false: the last round's outer step is θ ← θ − η·Δ, without
+//                              # Nesterov's look-ahead η·μ·m (streaming: each fragment's last
+//                              # sync); the momentum buffer is updated as always (not with
+//                              # algorithm = "hydra")
 //
 //   [hydra]                    # only with algorithm = "hydra" (docs/hydra.md)
 //   reselect_every = 1         # ≥ 1: rounds between importance measurements + re-selection
@@ -230,6 +234,7 @@ struct DilocoSection {
   uint32_t streaming_fragments = 1;
   uint32_t overlap_steps = 0;
   double merge_alpha = 0.5;
+  bool final_look_ahead = true;  // false: no look-ahead in the last round's outer step
   // Streaming DiLoCo in effect (more than one fragment, or overlapped syncs).
   bool streaming() const { return streaming_fragments > 1 || overlap_steps > 0; }
   // Inner steps between two syncs: H / P.

@@ -38,7 +38,7 @@ Status aggregate_pseudo_gradients(const std::vector<Update>& updates, std::span<
 }
 
 Status OuterNesterov::step(std::span<float> theta, std::span<float> momentum,
-                           std::span<const float> delta, bool first_step) const {
+                           std::span<const float> delta, bool first_step, bool look_ahead) const {
   if (theta.size() != delta.size() || momentum.size() != delta.size())
     return InvalidArgument("outer step: theta/momentum/delta sizes differ (" +
                            std::to_string(theta.size()) + "/" + std::to_string(momentum.size()) +
@@ -51,7 +51,7 @@ Status OuterNesterov::step(std::span<float> theta, std::span<float> momentum,
   // Separate statements so each product and sum is rounded to fp32 (no contraction).
 #pragma omp parallel for schedule(static) if (n > (1u << 16))
   for (size_t j = 0; j < n; ++j)
-    outer_nesterov_element(theta[j], momentum[j], delta[j], mu, lr, first_step);
+    outer_nesterov_element(theta[j], momentum[j], delta[j], mu, lr, first_step, look_ahead);
   return Status::Ok();
 }
 

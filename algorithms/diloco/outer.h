@@ -6,6 +6,9 @@
 // and applies PyTorch's SGD(nesterov=True, dampening=0) with Δ as the gradient:
 //   m ← μm + Δ               (first step: m ← Δ, PyTorch's buffer initialisation)
 //   θ ← θ − η(Δ + μm)
+// Without the look-ahead (diloco.final_look_ahead = false, the last round): m as above, and
+//   θ ← θ − ηΔ
+// so the final θ is not extrapolated along the momentum (with η = 1: the sites' mean θ).
 #pragma once
 
 #include <cstdint>
@@ -41,9 +44,9 @@ struct OuterNesterovOptions {
 // torch.optim.SGD(nesterov=True):
 //   buf.mul_(μ).add_(d_p); d_p = d_p.add(buf, alpha=μ); p.add_(d_p, alpha=-lr)
 // Shared by OuterNesterov::step and Hydra's masked step (algorithms/hydra/aggregate.h), so both
-// round identically.
+// round identically. look_ahead = false: the buffer is updated the same way, θ moves by −lr·d.
 inline void outer_nesterov_element(float& theta, float& momentum, float d, float mu, float lr,
-                                   bool first_step) {
+                                   bool first_step, bool look_ahead = true) {
   float m;
   if (first_step) {
     m = d;
@@ -52,6 +55,11 @@ inline void outer_nesterov_element(float& theta, float& momentum, float d, float
     m = decayed + d;
   }
   momentum = m;
+  if (!look_ahead) {
+    const float step = -lr * d;
+    theta = theta + step;
+    return;
+  }
   const float look = mu * m;
   const float u = d + look;
   const float step = -lr * u;
@@ -68,8 +76,9 @@ class OuterNesterov {
 
   // theta, momentum, delta: numel each. first_step: the momentum buffer does not exist yet
   // and is initialised to Δ (PyTorch: buf = clone(d_p)), which also keeps the sign of −0.
+  // look_ahead = false: θ ← θ − ηΔ (the buffer updated as always); see the file comment.
   Status step(std::span<float> theta, std::span<float> momentum, std::span<const float> delta,
-              bool first_step) const;
+              bool first_step, bool look_ahead = true) const;
 
  private:
   OuterNesterovOptions options_;

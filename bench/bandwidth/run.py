@@ -26,6 +26,7 @@ Target (issue): >= 1000x fewer bytes with bpb_gap_percent + 2 bpb_gap_se <= 2 at
 Usage: bench/bandwidth/run.py [--quick] [--out FILE] [--runs DIR] [--seeds 1,2,3,4,5]
          [--nodes 4,8] [--h 50,100,250,500] [--pairs none/exact,int8/nvfp4,...] [--total T]
          [--outer-lr 1.0] [--outer-momentum 0.9] [--optimizer adamw|muon]
+         [--final-look-ahead on|off]
 Runs are cached in --runs (each is deterministic); an interrupted grid continues where it
 stopped when given the same --runs.
 """
@@ -77,6 +78,8 @@ class Grid:
             tag += f"_olr{self.a.outer_lr:g}_om{self.a.outer_momentum:g}"
         if self.a.optimizer != "adamw":
             tag += f"_{self.a.optimizer}"
+        if self.a.final_look_ahead == "off":
+            tag += "_final-plain"
         path = os.path.join(self.a.runs, tag + ".json")
         if os.path.exists(path):
             with open(path) as f:
@@ -100,6 +103,8 @@ class Grid:
                 "--store", store, "--summary-json", path + ".tmp"]
         if self.a.optimizer != "adamw":
             argv += ["--optimizer", self.a.optimizer]
+        if self.a.final_look_ahead == "off":
+            argv += ["--final-look-ahead", "off"]
         if baseline:
             argv.append("--baseline")
         self.atoll(argv, os.path.join(self.a.runs, tag + ".log"))
@@ -142,6 +147,8 @@ def main():
                    help="outer Nesterov momentum (grid: 0.9)")
     p.add_argument("--optimizer", default="adamw", choices=["adamw", "muon"],
                    help="inner optimizer of the sites and of data-parallel (grid: adamw)")
+    p.add_argument("--final-look-ahead", default="on", choices=["on", "off"],
+                   help="off: the last round's outer step without Nesterov's look-ahead")
     p.add_argument("--no-results-md", action="store_true")
     a = p.parse_args()
     if a.quick:
@@ -228,6 +235,7 @@ def main():
                        "inner_steps_per_site": a.total, "lr": LR,
                        "outer": f"lr {a.outer_lr:g}, momentum {a.outer_momentum:g}",
                        "inner_optimizer": a.optimizer,
+                       "final_look_ahead": a.final_look_ahead,
                        "eval_tokens": int(EVAL_TOKENS), "seeds": seeds,
                        "seeds_at": {str(m): seeds_at[m] for m in nodes if seeds_at[m] != seeds}},
            "rows": rows, "runs": runs}

@@ -182,7 +182,7 @@ TEST(ExperimentConfig, OneLineErrorsNameTheKeyAndTheFix) {
             "known keys in [diloco]: rounds, inner_steps, outer_lr, outer_momentum, min_nodes, "
             "max_nodes, round_deadline_s, heartbeat_interval_s, lost_after_heartbeats, "
             "start_wait_s, keep_params, pull_codec, streaming_fragments, overlap_steps, "
-            "merge_alpha");
+            "merge_alpha, final_look_ahead");
   EXPECT_EQ(error_of("[model]\ndim = \"big\"\n"),
             "config.toml: model.dim = \"big\" must be an integer");
   EXPECT_EQ(error_of("[model]\ndim = 100\nheads = 3\n"),
@@ -318,6 +318,23 @@ TEST(ExperimentConfig, TrainOptimizer) {
   EXPECT_EQ(error_of("[train]\noptimizer = \"muon\"\n[lora]\nrank = 4\n"),
             "config.toml: train.optimizer = \"muon\" is not available for LoRA adapters yet; set "
             "train.optimizer = \"adamw\" or remove [lora]");
+}
+
+TEST(ExperimentConfig, FinalLookAhead) {
+  auto d = parse_experiment_config("");
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->diloco.final_look_ahead);
+  EXPECT_EQ(to_toml(*d).find("final_look_ahead"), std::string::npos) << "the default is not written";
+  auto c = parse_experiment_config("[diloco]\nfinal_look_ahead = false\n");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_FALSE(c->diloco.final_look_ahead);
+  auto again = parse_experiment_config(to_toml(*c));
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_FALSE(again->diloco.final_look_ahead);
+  EXPECT_EQ(error_of("algorithm = \"hydra\"\n[diloco]\nfinal_look_ahead = false\n"),
+            "config.toml: diloco.final_look_ahead = false is not available with algorithm = "
+            "\"hydra\" (its masked outer step keeps the look-ahead); remove it or use "
+            "algorithm = \"diloco\"");
 }
 
 TEST(ExperimentConfig, CheckListsEveryErrorAndParseReturnsTheFirst) {

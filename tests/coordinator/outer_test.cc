@@ -77,6 +77,23 @@ TEST(OuterNesterov, HandComputedTwoSteps) {
   EXPECT_EQ(theta[0], 0.40625f);
 }
 
+TEST(OuterNesterov, WithoutTheLookAheadThetaMovesByTheDeltaAndTheBufferAsAlways) {
+  // η = 0.5, μ = 0.5, after the first step of HandComputedTwoSteps (θ = 0.8125, m = 0.25),
+  // Δ₂ = 0.5 without the look-ahead: m = 0.625 as with it, θ = 0.8125 - 0.5·0.5 = 0.5625.
+  OuterNesterov opt({0.5f, 0.5f});
+  std::vector<float> theta = {0.8125f}, m = {0.25f}, d = {0.5f};
+  ASSERT_TRUE(opt.step(theta, m, d, /*first_step=*/false, /*look_ahead=*/false).ok());
+  EXPECT_EQ(m[0], 0.625f);
+  EXPECT_EQ(theta[0], 0.5625f);
+  // With η = 1: the sites' mean θ_local, θ − Δ (Δ = θ − mean), whatever the buffer holds.
+  OuterNesterov unit({1.0f, 0.9f});
+  std::vector<float> t = {2.0f, -1.0f}, buf = {7.0f, -3.0f}, mean = {1.5f, -0.25f};
+  std::vector<float> delta = {t[0] - mean[0], t[1] - mean[1]};
+  ASSERT_TRUE(unit.step(t, buf, delta, false, false).ok());
+  EXPECT_EQ(t, mean);
+  EXPECT_EQ(buf, (std::vector<float>{0.9f * 7.0f + 0.5f, 0.9f * -3.0f - 0.75f}));
+}
+
 TEST(OuterNesterov, FirstStepBufferIsDeltaEvenForNegativeZero) {
   // PyTorch initialises the buffer to clone(Δ); μ·0 + (−0) would give +0 instead.
   OuterNesterov opt;

@@ -79,6 +79,26 @@ TEST(Simulate, MuonSitesCommitTheSameThetaAsNodeProcesses) {
   EXPECT_NE(sha[0], sha[1]);
 }
 
+// diloco.final_look_ahead = false changes only the coordinator's last outer step: node processes
+// and in-process sites still commit the same θ, and the run ends elsewhere than with it.
+TEST(Simulate, NoFinalLookAheadCommitsTheSameThetaAsNodeProcessesAndEndsElsewhere) {
+  expect_same_rounds({"--codec", "int8", "--final-look-ahead", "off"}, 3);
+  TempDir dir;
+  std::string sha[2];
+  for (int off = 0; off < 2; ++off) {
+    auto a = small_experiment(dir / std::to_string(off),
+                              {"--codec", "int8", "--final-look-ahead", off ? "off" : "on"});
+    a.insert(a.begin(), "simulate");
+    auto run = run_atoll(a, dir / (std::to_string(off) + ".log"), std::chrono::seconds(240));
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(run.output, m, std::regex("final sha256 +([0-9a-f]{64})")))
+        << run.output;
+    sha[off] = m[1].str();
+  }
+  EXPECT_NE(sha[0], sha[1]);
+}
+
 TEST(Simulate, StreamingDilocoCommitsTheSameThetaAsNodeProcesses) {
   // 2 fragments, one overlapped step: 3 outer rounds are 6 syncs.
   expect_same_rounds({"--fragments", "2", "--overlap", "1", "--pull-codec", "sparse-delta"}, 6);
