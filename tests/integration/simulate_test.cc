@@ -54,6 +54,18 @@ void expect_same_rounds(const std::vector<std::string>& extra, uint64_t syncs) {
                               sim.output);
 }
 
+// `atoll simulate` with small_experiment's flags and `extra`, in dir/name: its final θ's SHA-256.
+std::string simulated_final_sha256(const TempDir& dir, const std::string& name,
+                                   const std::vector<std::string>& extra) {
+  auto a = small_experiment(dir / name, extra);
+  a.insert(a.begin(), "simulate");
+  auto run = run_atoll(a, dir / (name + ".log"), std::chrono::seconds(240));
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  const std::string sha = printed_final_sha256(run.output);
+  EXPECT_EQ(sha.size(), 64u) << run.output;
+  return sha;
+}
+
 TEST(Simulate, DilocoCommitsTheSameThetaAsNodeProcesses) {
   expect_same_rounds({"--codec", "int8"}, 3);
 }
@@ -64,19 +76,8 @@ TEST(Simulate, MuonSitesCommitTheSameThetaAsNodeProcesses) {
   expect_same_rounds({"--codec", "int8", "--optimizer", "muon"}, 3);
   // ... and the sites did train with Muon: AdamW ends elsewhere.
   TempDir dir;
-  std::string sha[2];
-  for (int muon = 0; muon < 2; ++muon) {
-    std::vector<std::string> extra = {"--codec", "int8", "--optimizer", muon ? "muon" : "adamw"};
-    auto a = small_experiment(dir / std::to_string(muon), extra);
-    a.insert(a.begin(), "simulate");
-    auto run = run_atoll(a, dir / (std::to_string(muon) + ".log"), std::chrono::seconds(240));
-    ASSERT_EQ(run.exit_code, 0) << run.output;
-    std::smatch m;
-    ASSERT_TRUE(std::regex_search(run.output, m, std::regex("final sha256 +([0-9a-f]{64})")))
-        << run.output;
-    sha[muon] = m[1].str();
-  }
-  EXPECT_NE(sha[0], sha[1]);
+  EXPECT_NE(simulated_final_sha256(dir, "adamw", {"--codec", "int8", "--optimizer", "adamw"}),
+            simulated_final_sha256(dir, "muon", {"--codec", "int8", "--optimizer", "muon"}));
 }
 
 // diloco.final_look_ahead = false changes only the coordinator's last outer step: node processes
@@ -84,19 +85,8 @@ TEST(Simulate, MuonSitesCommitTheSameThetaAsNodeProcesses) {
 TEST(Simulate, NoFinalLookAheadCommitsTheSameThetaAsNodeProcessesAndEndsElsewhere) {
   expect_same_rounds({"--codec", "int8", "--final-look-ahead", "off"}, 3);
   TempDir dir;
-  std::string sha[2];
-  for (int off = 0; off < 2; ++off) {
-    auto a = small_experiment(dir / std::to_string(off),
-                              {"--codec", "int8", "--final-look-ahead", off ? "off" : "on"});
-    a.insert(a.begin(), "simulate");
-    auto run = run_atoll(a, dir / (std::to_string(off) + ".log"), std::chrono::seconds(240));
-    ASSERT_EQ(run.exit_code, 0) << run.output;
-    std::smatch m;
-    ASSERT_TRUE(std::regex_search(run.output, m, std::regex("final sha256 +([0-9a-f]{64})")))
-        << run.output;
-    sha[off] = m[1].str();
-  }
-  EXPECT_NE(sha[0], sha[1]);
+  EXPECT_NE(simulated_final_sha256(dir, "on", {"--codec", "int8", "--final-look-ahead", "on"}),
+            simulated_final_sha256(dir, "off", {"--codec", "int8", "--final-look-ahead", "off"}));
 }
 
 TEST(Simulate, StreamingDilocoCommitsTheSameThetaAsNodeProcesses) {
@@ -158,12 +148,6 @@ TEST(Simulate, MoreSitesThanGenresShareGenresAndFinish) {
   EXPECT_NE(r.output.find("node-16: brown:a"), std::string::npos) << r.output;
 }
 
-std::string final_sha256(const std::string& output) {
-  std::smatch m;
-  const std::regex re("final sha256 +([0-9a-f]{64})");
-  return std::regex_search(output, m, re) ? m[1].str() : "";
-}
-
 // small_experiment's flags (with --codec int8) written as the config file `atoll coordinator
 // --config` reads: the demo's flags set warm-up min(20, R·H) = 12, min_lr = lr / 10 and
 // min_nodes = max_nodes = sites.
@@ -215,9 +199,10 @@ TEST(Simulate, AConfigFileCommitsTheSameThetaAsTheFlagsThatDescribeIt) {
     ASSERT_EQ(by_file.exit_code, 0) << by_file.output;
     EXPECT_NE(by_file.output.find("2 sites, 3 rounds x 4 inner steps"), std::string::npos)
         << by_file.output;
-    EXPECT_EQ(final_sha256(by_file.output), final_sha256(by_flags.output)) << command;
+    EXPECT_EQ(printed_final_sha256(by_file.output), printed_final_sha256(by_flags.output))
+        << command;
   }
-  ASSERT_EQ(final_sha256(by_flags.output).size(), 64u);
+  ASSERT_EQ(printed_final_sha256(by_flags.output).size(), 64u);
 }
 
 // What the file sets cannot also come from a flag; the site count must fit the file's
@@ -282,7 +267,7 @@ TEST(Simulate, AKilledRunRestartedOnItsStoreEndsOnTheSameBitsWithSiteStates) {
   };
   auto whole = run_atoll(flags(dir / "whole", true), dir / "whole.log", std::chrono::seconds(240));
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
-  const std::string want = final_sha256(whole.output);
+  const std::string want = printed_final_sha256(whole.output);
   ASSERT_FALSE(want.empty()) << whole.output;
 
   for (const bool states : {true, false}) {
@@ -309,7 +294,7 @@ TEST(Simulate, AKilledRunRestartedOnItsStoreEndsOnTheSameBitsWithSiteStates) {
     const bool warned = again.output.find("will not end on the bits of an uninterrupted one") !=
                         std::string::npos;
     if (states) {
-      EXPECT_EQ(final_sha256(again.output), want) << text << "\n---\n" << again.output;
+      EXPECT_EQ(printed_final_sha256(again.output), want) << text << "\n---\n" << again.output;
       EXPECT_FALSE(warned) << again.output;
     } else {
       EXPECT_TRUE(warned) << again.output;
