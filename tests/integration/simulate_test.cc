@@ -80,13 +80,35 @@ TEST(Simulate, MuonSitesCommitTheSameThetaAsNodeProcesses) {
             simulated_final_sha256(dir, "muon", {"--codec", "int8", "--optimizer", "muon"}));
 }
 
-// diloco.final_look_ahead = false changes only the coordinator's last outer step: node processes
-// and in-process sites still commit the same θ, and the run ends elsewhere than with it.
-TEST(Simulate, NoFinalLookAheadCommitsTheSameThetaAsNodeProcessesAndEndsElsewhere) {
-  expect_same_rounds({"--codec", "int8", "--final-look-ahead", "off"}, 3);
+// diloco.final_look_ahead = false changes only the coordinator's last outer step of θ (of each
+// fragment, in Streaming DiLoCo): node processes and in-process sites still commit the same θ,
+// every sync before those commits the same θ as with the look-ahead, and they do not.
+void expect_only_the_last_syncs_change(const std::vector<std::string>& extra, uint64_t syncs,
+                                       uint64_t last_syncs) {
   TempDir dir;
-  EXPECT_NE(simulated_final_sha256(dir, "on", {"--codec", "int8", "--final-look-ahead", "on"}),
-            simulated_final_sha256(dir, "off", {"--codec", "int8", "--final-look-ahead", "off"}));
+  std::vector<std::string> fingerprints[2];
+  for (int off = 0; off < 2; ++off) {
+    const std::string name = off ? "off" : "on";
+    auto flags = extra;
+    flags.insert(flags.end(), {"--final-look-ahead", name});
+    EXPECT_EQ(simulated_final_sha256(dir, name, flags).size(), 64u);
+    fingerprints[off] = committed_fingerprints(dir / name + "/store", "demo", syncs);
+  }
+  ASSERT_EQ(fingerprints[0].size(), syncs);
+  ASSERT_EQ(fingerprints[1].size(), syncs);
+  for (uint64_t r = 0; r < syncs; ++r) {
+    if (r + last_syncs < syncs)
+      EXPECT_EQ(fingerprints[1][r], fingerprints[0][r]) << "sync " << r;
+    else
+      EXPECT_NE(fingerprints[1][r], fingerprints[0][r]) << "sync " << r;
+  }
+}
+
+TEST(Simulate, NoFinalLookAheadChangesTheLastStepOnlyAndNodeProcessesAgree) {
+  expect_same_rounds({"--codec", "int8", "--final-look-ahead", "off"}, 3);
+  expect_only_the_last_syncs_change({"--codec", "int8"}, 3, 1);
+  // Streaming DiLoCo, 2 fragments over 3 outer rounds: syncs 4 and 5 are each fragment's last.
+  expect_only_the_last_syncs_change({"--fragments", "2", "--pull-codec", "sparse-delta"}, 6, 2);
 }
 
 TEST(Simulate, StreamingDilocoCommitsTheSameThetaAsNodeProcesses) {
