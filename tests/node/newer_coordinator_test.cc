@@ -80,6 +80,14 @@ TEST(NewerCoordinator, ATaskWithUnknownFieldsIsRefusedAndAKnownOneIsTaken) {
             std::string::npos)
       << task.status().message();
 
+  // Task.kind = 9 (field 1, varint): an enum value proto3 keeps in the field itself.
+  CoordinatorClient new_kind(std::make_unique<NewerCoordinator>("", std::string("\x08\x09", 2)));
+  auto kind = new_kind.next_task(0, 0);
+  ASSERT_FALSE(kind.ok());
+  EXPECT_EQ(kind.status().message(),
+            "the task is of a kind this atoll does not know (9): the coordinator runs a newer "
+            "atoll; install the same version here");
+
   CoordinatorClient same(std::make_unique<NewerCoordinator>("", ""));
   ASSERT_TRUE(same.join().ok());
   auto known = same.next_task(0, 0);
