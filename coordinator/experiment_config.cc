@@ -478,10 +478,6 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
     add(range_error(src, "algorithm", "\"hydra\"",
                     "cannot be combined with Streaming DiLoCo; set diloco.streaming_fragments "
                     "= 1 and diloco.overlap_steps = 0"));
-  if (c.is_hydra() && !g.final_look_ahead)
-    add(range_error(src, "diloco.final_look_ahead", "false",
-                    "is not available with algorithm = \"hydra\" (its masked outer step keeps "
-                    "the look-ahead); remove it or use algorithm = \"diloco\""));
   // Hydra subnetworks (Llama::set_subnet, algorithms/model/subnet.h) need dense FFNs, fp32 GEMMs.
   if (c.is_hydra() && m.moe_experts > 0)
     add(range_error(src, "algorithm", "\"hydra\"",

@@ -87,8 +87,8 @@
 //   (streaming)
 //   final_look_ahead = true    # false: the last round's outer step is θ ← θ − η·Δ, without
 //                              # Nesterov's look-ahead η·μ·m (streaming: each fragment's last
-//                              # sync); the momentum buffer is updated as always (not with
-//                              # algorithm = "hydra")
+//                              # sync; Hydra: on held elements); the momentum buffer is
+//                              # updated as always
 //
 //   [hydra]                    # only with algorithm = "hydra" (docs/hydra.md)
 //   reselect_every = 1         # ≥ 1: rounds between importance measurements + re-selection

@@ -123,7 +123,7 @@ class HydraStrategy final : public RoundStrategy {
     return m->second.indices;
   }
 
-  Status apply(uint64_t, const PendingUpdates& updates, bool has_momentum,
+  Status apply(uint64_t round, const PendingUpdates& updates, bool has_momentum,
                std::vector<float>& theta, std::vector<float>& momentum) const override {
     std::vector<algorithms::hydra::MaskedUpdate> ups;  // std::map order: sorted node ids
     for (const auto& [id, u] : updates) {
@@ -140,8 +140,10 @@ class HydraStrategy final : public RoundStrategy {
     std::vector<uint32_t> held(theta.size());
     ATOLL_RETURN_IF_ERROR(algorithms::hydra::aggregate_masked_robust(
         ups, aggregator_, delta, held, config_.hydra.forward_share_power));
+    // diloco.final_look_ahead = false: the last round's step is not extrapolated along m.
+    const bool look_ahead = config_.diloco.final_look_ahead || round + 1 < config_.diloco.rounds;
     return algorithms::hydra::masked_outer_step(outer_.options(), theta, momentum, delta, held,
-                                                !has_momentum);
+                                                !has_momentum, look_ahead);
   }
 
   // Compressed broadcast is refused with Hydra at config validation; the whole θ otherwise.

@@ -134,13 +134,14 @@ Status aggregate_masked_robust(const std::vector<MaskedUpdate>& updates, const A
 
 Status masked_outer_step(const OuterNesterovOptions& opt, std::span<float> theta,
                          std::span<float> momentum, std::span<const float> delta,
-                         std::span<const uint32_t> held, bool first_step) {
+                         std::span<const uint32_t> held, bool first_step, bool look_ahead) {
   const size_t n = delta.size();
   if (theta.size() != n || momentum.size() != n || held.size() != n)
     return InvalidArgument("masked outer step: theta/momentum/delta/held sizes differ");
   const float mu = opt.momentum, lr = opt.lr;
   for (size_t j = 0; j < n; ++j)
-    if (held[j]) outer_nesterov_element(theta[j], momentum[j], delta[j], mu, lr, first_step);
+    if (held[j])
+      outer_nesterov_element(theta[j], momentum[j], delta[j], mu, lr, first_step, look_ahead);
   return Status::Ok();
 }
 

@@ -57,11 +57,12 @@ Status aggregate_masked_robust(const std::vector<MaskedUpdate>& sorted_by_node_i
                                const AggregatorOptions& options, std::span<float> delta,
                                std::span<uint32_t> held, double forward_share_power = 0.0);
 
-// The outer step on held elements only (see above). first_step as in OuterNesterov::step: the
-// momentum buffer is initialised to Δ where held.
+// The outer step on held elements only (see above). first_step and look_ahead as in
+// OuterNesterov::step: the momentum buffer is initialised to Δ where held; look_ahead = false
+// moves θ by −lr·Δ (the buffer updated as always).
 Status masked_outer_step(const OuterNesterovOptions& opt, std::span<float> theta,
                          std::span<float> momentum, std::span<const float> delta,
-                         std::span<const uint32_t> held, bool first_step);
+                         std::span<const uint32_t> held, bool first_step, bool look_ahead = true);
 
 // OK iff indices are ascending, distinct and < numel, and values are finite with the same length.
 Status check_masked_update(const MaskedUpdate& u, size_t numel);

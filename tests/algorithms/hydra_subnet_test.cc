@@ -249,6 +249,14 @@ TEST(HydraAggregate, MaskedRuleIsExactIncludingUnheldElements) {
     EXPECT_EQ(mom[j], m);
     EXPECT_EQ(theta[j], 1.0f + -0.7f * (d[j] + 0.9f * m));
   }
+  // Without the look-ahead (diloco.final_look_ahead = false, the last round): the same buffer,
+  // θ moved by −lr·Δ on held elements only.
+  std::vector<float> plain = {1, 1, 1, 1, 1, 1}, plain_mom = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+  ASSERT_TRUE(hydra::masked_outer_step(o, plain, plain_mom, d, held, false, false).ok());
+  EXPECT_EQ(plain_mom, mom);
+  EXPECT_EQ(plain[2], 1.0f);
+  EXPECT_EQ(plain[5], 1.0f);
+  for (int j : {0, 1, 3, 4}) EXPECT_EQ(plain[j], 1.0f + -0.7f * d[j]);
   // Unsorted or malformed updates are refused with one line.
   std::vector<hydra::MaskedUpdate> bad = {ups[1], ups[0]};
   EXPECT_FALSE(hydra::aggregate_masked(bad, d, held).ok());

@@ -166,7 +166,7 @@ std::vector<float> masked_rounds_directly(const ExperimentConfig& cfg,
                                           const algorithms::ParamSet& init,
                                           const algorithms::hydra::CostModel& cm,
                                           const algorithms::hydra::Selection& sel, double p,
-                                          int rounds) {
+                                          int rounds, bool final_look_ahead = true) {
   const auto mc = model_config(cfg);
   std::vector<float> theta = init.vec(), mom(theta.size()), delta(theta.size());
   std::vector<uint32_t> held(theta.size());
@@ -184,7 +184,8 @@ std::vector<float> masked_rounds_directly(const ExperimentConfig& cfg,
     EXPECT_TRUE(
         algorithms::hydra::masked_outer_step({static_cast<float>(cfg.diloco.outer_lr),
                                               static_cast<float>(cfg.diloco.outer_momentum)},
-                                             theta, mom, delta, held, r == 0)
+                                             theta, mom, delta, held, r == 0,
+                                             final_look_ahead || r + 1 < rounds)
             .ok());
   }
   return theta;
@@ -292,6 +293,27 @@ TEST(HydraService, ForwardSharePowerWeighsUpdatesByTheirSubnetworksForwardShare)
   const std::vector<float> plain = masked_rounds_directly(cfg, init, cm, *sel, 0.0, 2);
   EXPECT_EQ(run.coord->service->params_fingerprint(), algorithms::params_fingerprint(weighted));
   EXPECT_NE(algorithms::params_fingerprint(weighted), algorithms::params_fingerprint(plain));
+}
+
+// diloco.final_look_ahead = false: the service's last masked step moves θ by −η·Δ on the held
+// elements, bit for bit as computed directly, and ends elsewhere than with the look-ahead.
+TEST(HydraService, WithoutTheFinalLookAheadTheLastMaskedStepIsThetaMinusLrDelta) {
+  testing_util::TempDir dir;
+  ExperimentConfig cfg = hydra_config();
+  cfg.diloco.final_look_ahead = false;
+  ASSERT_GT(cfg.diloco.outer_momentum, 0.0);
+  const auto mc = model_config(cfg);
+  algorithms::ParamSet init(algorithms::make_layout(mc));
+  algorithms::init_params(init, mc, 5);
+  HydraRun run;
+  ASSERT_NO_FATAL_FAILURE(run_three_hydra_nodes(dir, cfg, init, false, run));
+  algorithms::hydra::CostModel cm{mc, 2, mc.seq_len};
+  auto sel = expected_selection(cfg, cm);
+  ASSERT_TRUE(sel.ok());
+  const std::vector<float> plain_last = masked_rounds_directly(cfg, init, cm, *sel, 0.0, 2, false);
+  const std::vector<float> look_ahead = masked_rounds_directly(cfg, init, cm, *sel, 0.0, 2, true);
+  EXPECT_EQ(run.coord->service->params_fingerprint(), algorithms::params_fingerprint(plain_last));
+  EXPECT_NE(algorithms::params_fingerprint(plain_last), algorithms::params_fingerprint(look_ahead));
 }
 
 }  // namespace
