@@ -191,6 +191,26 @@ std::vector<float> masked_rounds_directly(const ExperimentConfig& cfg,
   return theta;
 }
 
+// `cfg` run to its end by three HydraNodes from θ_0 = init_params(seed 5), and the selection
+// the coordinator must have made for them (the masked rounds' inputs for masked_rounds_directly).
+struct FinishedHydraRun {
+  algorithms::ParamSet init;
+  HydraRun run;
+  algorithms::hydra::CostModel cm;
+  algorithms::hydra::Selection sel;
+};
+void finish_hydra_run(const testing_util::TempDir& dir, const ExperimentConfig& cfg,
+                      FinishedHydraRun& out) {
+  const auto mc = model_config(cfg);
+  out.init = algorithms::ParamSet(algorithms::make_layout(mc));
+  algorithms::init_params(out.init, mc, 5);
+  ASSERT_NO_FATAL_FAILURE(run_three_hydra_nodes(dir, cfg, out.init, false, out.run));
+  out.cm = {mc, 2, mc.seq_len};
+  auto sel = expected_selection(cfg, out.cm);
+  ASSERT_TRUE(sel.ok());
+  out.sel = *sel;
+}
+
 TEST(HydraService, HeterogeneousBudgetsMaskedRoundsBitwiseAndWrongMaskRefused) {
   testing_util::TempDir dir;
   const ExperimentConfig cfg = hydra_config();
@@ -278,20 +298,13 @@ TEST(HydraService, ForwardSharePowerWeighsUpdatesByTheirSubnetworksForwardShare)
   testing_util::TempDir dir;
   ExperimentConfig cfg = hydra_config();
   cfg.hydra.forward_share_power = 2.0;
-  const auto mc = model_config(cfg);
-  algorithms::ParamSet init(algorithms::make_layout(mc));
-  algorithms::init_params(init, mc, 5);
-  HydraRun run;
-  ASSERT_NO_FATAL_FAILURE(run_three_hydra_nodes(dir, cfg, init, false, run));
-
-  algorithms::hydra::CostModel cm{mc, 2, mc.seq_len};
-  auto sel = expected_selection(cfg, cm);
-  ASSERT_TRUE(sel.ok());
+  FinishedHydraRun f;
+  ASSERT_NO_FATAL_FAILURE(finish_hydra_run(dir, cfg, f));
   // The budget-limited nodes run part of the forward pass, so p changes their weight.
-  EXPECT_LT(algorithms::hydra::forward_share(cm, sel->sites[2].subnet), 1.0);
-  const std::vector<float> weighted = masked_rounds_directly(cfg, init, cm, *sel, 2.0, 2);
-  const std::vector<float> plain = masked_rounds_directly(cfg, init, cm, *sel, 0.0, 2);
-  EXPECT_EQ(run.coord->service->params_fingerprint(), algorithms::params_fingerprint(weighted));
+  EXPECT_LT(algorithms::hydra::forward_share(f.cm, f.sel.sites[2].subnet), 1.0);
+  const std::vector<float> weighted = masked_rounds_directly(cfg, f.init, f.cm, f.sel, 2.0, 2);
+  const std::vector<float> plain = masked_rounds_directly(cfg, f.init, f.cm, f.sel, 0.0, 2);
+  EXPECT_EQ(f.run.coord->service->params_fingerprint(), algorithms::params_fingerprint(weighted));
   EXPECT_NE(algorithms::params_fingerprint(weighted), algorithms::params_fingerprint(plain));
 }
 
@@ -302,17 +315,11 @@ TEST(HydraService, WithoutTheFinalLookAheadTheLastMaskedStepIsThetaMinusLrDelta)
   ExperimentConfig cfg = hydra_config();
   cfg.diloco.final_look_ahead = false;
   ASSERT_GT(cfg.diloco.outer_momentum, 0.0);
-  const auto mc = model_config(cfg);
-  algorithms::ParamSet init(algorithms::make_layout(mc));
-  algorithms::init_params(init, mc, 5);
-  HydraRun run;
-  ASSERT_NO_FATAL_FAILURE(run_three_hydra_nodes(dir, cfg, init, false, run));
-  algorithms::hydra::CostModel cm{mc, 2, mc.seq_len};
-  auto sel = expected_selection(cfg, cm);
-  ASSERT_TRUE(sel.ok());
-  const std::vector<float> plain_last = masked_rounds_directly(cfg, init, cm, *sel, 0.0, 2, false);
-  const std::vector<float> look_ahead = masked_rounds_directly(cfg, init, cm, *sel, 0.0, 2, true);
-  EXPECT_EQ(run.coord->service->params_fingerprint(), algorithms::params_fingerprint(plain_last));
+  FinishedHydraRun f;
+  ASSERT_NO_FATAL_FAILURE(finish_hydra_run(dir, cfg, f));
+  const auto plain_last = masked_rounds_directly(cfg, f.init, f.cm, f.sel, 0.0, 2, false);
+  const auto look_ahead = masked_rounds_directly(cfg, f.init, f.cm, f.sel, 0.0, 2, true);
+  EXPECT_EQ(f.run.coord->service->params_fingerprint(), algorithms::params_fingerprint(plain_last));
   EXPECT_NE(algorithms::params_fingerprint(plain_last), algorithms::params_fingerprint(look_ahead));
 }
 
