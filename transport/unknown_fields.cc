@@ -22,6 +22,27 @@ void collect(const google::protobuf::Message& m, const std::string& prefix,
   std::vector<const google::protobuf::FieldDescriptor*> fields;
   r->ListFields(m, &fields);  // the fields that are set, in field-number order
   for (const auto* f : fields) {
+    // proto3 keeps an enum value it does not know in the field itself, not among unknown fields.
+    if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_ENUM) {
+      const int n = f->is_repeated() ? r->FieldSize(m, f) : 1;
+      for (int i = 0; i < n; ++i) {
+        const int v = f->is_repeated() ? r->GetRepeatedEnumValue(m, f, i) : r->GetEnumValue(m, f);
+        if (f->enum_type()->FindValueByNumber(v) != nullptr) continue;
+        ++total;
+        if (out.size() >= kMaxListed) continue;
+        std::string path = prefix;
+        path += f->name();
+        if (f->is_repeated()) {
+          path += '[';
+          path += std::to_string(i);
+          path += ']';
+        }
+        path += " = ";
+        path += std::to_string(v);
+        out.push_back(std::move(path));
+      }
+      continue;
+    }
     if (f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) continue;
     if (f->is_repeated()) {
       for (int i = 0; i < r->FieldSize(m, f); ++i)

@@ -14,8 +14,9 @@
 namespace atl::transport {
 
 // The unknown fields of `m` and of every message inside it, as paths of field names ending in
-// the unknown field's number: "train.22", "model.23, 30". At most 8 are listed ("..." after
-// them); "" when there are none.
+// the unknown field's number ("train.22", "model.23, 30"), and enum fields holding a value their
+// enum does not list ("kind = 9"). At most 8 are listed ("..." after them); "" when there are
+// none.
 std::string unknown_field_paths(const google::protobuf::Message& m);
 
 // OK when `m` has no unknown fields; otherwise FailedPrecondition naming them: "<what> carries

@@ -85,8 +85,8 @@ TEST(NewerCoordinator, ATaskWithUnknownFieldsIsRefusedAndAKnownOneIsTaken) {
   auto kind = new_kind.next_task(0, 0);
   ASSERT_FALSE(kind.ok());
   EXPECT_EQ(kind.status().message(),
-            "the task is of a kind this atoll does not know (9): the coordinator runs a newer "
-            "atoll; install the same version here");
+            "the task carries settings this atoll does not know (field kind = 9): the "
+            "coordinator runs a newer atoll; install the same version here");
 
   CoordinatorClient same(std::make_unique<NewerCoordinator>("", ""));
   ASSERT_TRUE(same.join().ok());

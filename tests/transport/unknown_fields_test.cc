@@ -35,6 +35,13 @@ TEST(UnknownFields, NamesNestedAndRepeatedPathsAndNothingWhenThereAreNone) {
   report.add_metrics()->set_name("loss");
   unknown(*report.add_metrics())->AddVarint(5, 2);
   EXPECT_EQ(unknown_field_paths(report), "metrics[1].5");
+
+  // An enum value the schema does not list stays in its field (proto3): named with its value.
+  pb::Task task;
+  task.set_kind(pb::Task::SCORE);
+  EXPECT_EQ(unknown_field_paths(task), "");
+  task.set_kind(static_cast<pb::Task::Kind>(9));
+  EXPECT_EQ(unknown_field_paths(task), "kind = 9");
 }
 
 TEST(UnknownFields, ListsEightAndSaysThereAreMore) {
