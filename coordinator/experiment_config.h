@@ -157,6 +157,7 @@
 // Unknown keys and bad values are errors: one line naming the key and the fix.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -237,6 +238,11 @@ struct DilocoSection {
   bool final_look_ahead = true;  // false: no look-ahead in the last round's outer step
   // Streaming DiLoCo in effect (more than one fragment, or overlapped syncs).
   bool streaming() const { return streaming_fragments > 1 || overlap_steps > 0; }
+  // Whether sync `round`'s outer step takes Nesterov's look-ahead: always, unless
+  // final_look_ahead is false and it is θ's last step (each fragment's: the last P syncs).
+  bool look_ahead_at(uint64_t round) const {
+    return final_look_ahead || round + std::max<uint32_t>(1, streaming_fragments) < rounds;
+  }
   // Inner steps between two syncs: H / P.
   uint32_t steps_per_round() const { return inner_steps / streaming_fragments; }
 };

@@ -140,10 +140,8 @@ class HydraStrategy final : public RoundStrategy {
     std::vector<uint32_t> held(theta.size());
     ATOLL_RETURN_IF_ERROR(algorithms::hydra::aggregate_masked_robust(
         ups, aggregator_, delta, held, config_.hydra.forward_share_power));
-    // diloco.final_look_ahead = false: the last round's step is not extrapolated along m.
-    const bool look_ahead = config_.diloco.final_look_ahead || round + 1 < config_.diloco.rounds;
     return algorithms::hydra::masked_outer_step(outer_.options(), theta, momentum, delta, held,
-                                                !has_momentum, look_ahead);
+                                                !has_momentum, config_.diloco.look_ahead_at(round));
   }
 
   // Compressed broadcast is refused with Hydra at config validation; the whole θ otherwise.

@@ -96,13 +96,9 @@ class DilocoStrategy final : public RoundStrategy {
     // A fragment's momentum buffer starts at its first sync (round < P), as PyTorch's does.
     const bool first_step =
         fragments_.empty() ? !has_momentum : round < diloco_.streaming_fragments;
-    // diloco.final_look_ahead = false: the last step of θ (of each fragment: the last P syncs)
-    // is not extrapolated along the momentum.
-    const uint64_t last_syncs = fragments_.empty() ? 1 : diloco_.streaming_fragments;
-    const bool look_ahead = diloco_.final_look_ahead || round + last_syncs < diloco_.rounds;
     return outer_.step(std::span<float>(theta).subspan(frag.offset, frag.numel),
                        std::span<float>(momentum).subspan(frag.offset, frag.numel), delta,
-                       first_step, look_ahead);
+                       first_step, diloco_.look_ahead_at(round));
   }
 
   algorithms::compress::UpdateRange synced_range(uint64_t round) const override {
