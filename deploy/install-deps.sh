@@ -9,7 +9,7 @@ APT_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   librocksdb-dev libboost1.81-dev libboost-json1.81-dev libssl-dev
   libtomlplusplus-dev libgtest-dev libgmock-dev libopenblas-dev libicu-dev zlib1g-dev
-  libxxhash-dev
+  libxxhash-dev libzstd-dev
   python3 python3-torch python3-numpy python3-prometheus-client python3-regex
   nodejs npm chromium
   clang libclang-rt-14-dev

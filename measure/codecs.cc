@@ -106,7 +106,9 @@ std::vector<FormatKernelSpeed> time_format_kernels(const std::vector<float>& x, 
 const char* const kDefaultSpecs[] = {
     "bf16",  "fp8",   "int8",      "int4",           "nvfp4",
     "mxfp4", "mxfp8", "topk:0.02", "topk:0.02+int4", "topk-chunked:0.02+int4",
-    "sign",  "ternary", "topk-chunked:0.015625:4096+sign"};
+    "sign",  "ternary", "topk-chunked:0.015625:4096+sign",
+    // The entropy stage on the 4-bit codes the bandwidth benchmark sends both ways.
+    "int4:256", "int4:256+zstd", "nvfp4+zstd"};
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 
 #include "kernels/core/crc32c.h"
 #include "algorithms/compress/bit_pack.h"
+#include "algorithms/compress/entropy.h"
 #include "algorithms/compress/wire.h"
 #include "algorithms/compress/topk.h"
 #include "kernels/formats/convert.h"
@@ -61,7 +62,8 @@ uint64_t value_section_bytes(const CodecSpec& s, uint64_t m) {
     case Quantizer::kMxfp4: return ceil_div(m, 32) * sizeof(fmt::BlockMxfp4);
     case Quantizer::kNvfp4: return 4 + ceil_div(m, 16) * sizeof(fmt::BlockNvfp4);
     case Quantizer::kInt8: return ceil_div(m, b) * (4 + b);
-    case Quantizer::kInt4: return ceil_div(m, b) * (4 + b / 2);
+    case Quantizer::kInt4:
+    case Quantizer::kInt3: return ceil_div(m, b) * (4 + b / 2);
     case Quantizer::kSign: return ceil_div(m, b) * (2 + b / 8);
     case Quantizer::kTernary: return ceil_div(m, b) * (2 + ceil_div(b, 5));
   }
@@ -142,6 +144,9 @@ void encode_int(const CodecSpec& s, std::span<const float> v, uint8_t* out, Chun
   if (s.quantizer == Quantizer::kInt8) {
     encode_blocks<fmt::BlockQ8<B>, B>(v, out, sink,
                                       [](auto in, auto o) { fmt::quantize_q8<B>(in, o); });
+  } else if (s.quantizer == Quantizer::kInt3) {
+    encode_blocks<fmt::BlockQ4<B>, B>(v, out, sink,
+                                      [](auto in, auto o) { fmt::quantize_q3<B>(in, o); });
   } else {
     encode_blocks<fmt::BlockQ4<B>, B>(v, out, sink,
                                       [](auto in, auto o) { fmt::quantize_q4<B>(in, o); });
@@ -281,6 +286,7 @@ void encode_value_body(const CodecSpec& s, std::span<const float> v, float amax,
     }
     case Quantizer::kInt8:
     case Quantizer::kInt4:
+    case Quantizer::kInt3:
       switch (s.block) {
         case 32: return encode_int<32>(s, v, out, sink);
         case 64: return encode_int<64>(s, v, out, sink);
@@ -420,6 +426,7 @@ bool decode_value_body(const CodecSpec& s, const uint8_t* prefix, const uint8_t*
     }
     case Quantizer::kInt8:
     case Quantizer::kInt4:
+    case Quantizer::kInt3:
       switch (s.block) {
         case 32: decode_int<32>(s, in, v); return true;
         case 64: decode_int<64>(s, in, v); return true;
@@ -515,10 +522,13 @@ StatusOr<Parsed> parse_message(std::span<const uint8_t> bytes, uint64_t numel, i
   if (spec->sparsifier == Sparsifier::kTopk && numel >= (uint64_t{1} << 32)) {
     return InvalidArgument("codec message: exact top-k over 2^32 or more values");
   }
-  if (payload_bytes(*spec, numel) != payload_len) {
+  if (spec->zstd ? payload_len > zstd_max_frame_bytes(payload_bytes(*spec, numel))
+                 : payload_len != payload_bytes(*spec, numel)) {
     return DataLoss("codec message: payload of " + std::to_string(payload_len) +
                     " bytes, spec " + spec->to_string() + " implies " +
-                    std::to_string(payload_bytes(*spec, numel)));
+                    (spec->zstd ? "a zstd frame of at most " : "") +
+                    std::to_string(spec->zstd ? zstd_max_frame_bytes(payload_bytes(*spec, numel))
+                                              : payload_bytes(*spec, numel)));
   }
   return Parsed{*spec, bytes.subspan(kHeaderBytes + spec_len)};
 }
@@ -570,9 +580,35 @@ Status body_status(BodyCheck check) {
   return Status::Ok();
 }
 
+// The header and spec text of a message (all but its CRC, written last) at p.
+void write_header(uint8_t* p, const std::string& spec_text, uint64_t numel, uint64_t payload) {
+  std::memcpy(p, kMagic, 4);
+  store<uint16_t>(p + 4, kCodecVersion);
+  store<uint16_t>(p + 6, static_cast<uint16_t>(spec_text.size()));
+  store<uint64_t>(p + 8, numel);
+  store<uint64_t>(p + 16, payload);
+  store<uint32_t>(p + 28, 0);
+  std::memcpy(p + kHeaderBytes, spec_text.data(), spec_text.size());
+}
+
+// The stages before the entropy stage: what a "+zstd" payload expands to is their payload.
+CodecSpec without_zstd(CodecSpec s) {
+  s.zstd = false;
+  return s;
+}
+
 Status decode_payload(const CodecSpec& s, std::span<const uint8_t> payload, std::span<float> out,
                       int threads) {
   const uint64_t n = out.size();
+  if (s.zstd) {
+    // Expanded into a buffer each thread keeps (rounds decode messages of the same sizes), of the
+    // size the spec and the caller's numel imply: never a size the message chose.
+    thread_local std::vector<uint8_t> raw;
+    const CodecSpec inner = without_zstd(s);
+    raw.resize(payload_bytes(inner, n));
+    ATOLL_RETURN_IF_ERROR(zstd_expand(payload, raw));
+    return decode_payload(inner, raw, out, threads);
+  }
   if (s.sparsifier == Sparsifier::kDense) {
     return body_status(decode_value_section(s, payload.data(), out, threads));
   }
@@ -697,6 +733,12 @@ uint64_t payload_bytes(const CodecSpec& spec, uint64_t numel) {
   return index_section_bytes(spec, numel) + value_section_bytes(spec, kept_count(spec, numel));
 }
 
+uint64_t max_encoded_bytes(const CodecSpec& spec, uint64_t numel) {
+  const uint64_t payload = payload_bytes(spec, numel);
+  return kHeaderBytes + spec.to_string().size() +
+         (spec.zstd ? zstd_max_frame_bytes(payload) : payload);
+}
+
 uint64_t encoded_bytes(const CodecSpec& spec, uint64_t numel) {
   return kHeaderBytes + spec.to_string().size() + payload_bytes(spec, numel);
 }
@@ -723,6 +765,24 @@ StatusOr<std::vector<uint8_t>> Codec::encode(std::span<const float> values) cons
 Status Codec::encode_into(std::span<const float> values, std::vector<uint8_t>& msg) const {
   const int threads = threads_;
   const uint64_t n = values.size();
+  if (spec_.zstd) {
+    // The message of the stages before zstd, in a buffer each thread keeps, then its payload as
+    // one zstd frame behind this spec's header.
+    thread_local std::vector<uint8_t> inner_msg;
+    const CodecSpec inner = without_zstd(spec_);
+    if (Status s = Codec(inner).set_threads(threads).encode_into(values, inner_msg); !s.ok()) {
+      msg.clear();
+      return s;
+    }
+    const std::string spec_text = spec_.to_string();
+    const size_t inner_head = kHeaderBytes + inner.to_string().size();
+    msg.resize(kHeaderBytes + spec_text.size());
+    zstd_append(std::span<const uint8_t>(inner_msg).subspan(inner_head), msg);
+    uint8_t* p = msg.data();
+    write_header(p, spec_text, n, msg.size() - kHeaderBytes - spec_text.size());
+    store<uint32_t>(p + 24, message_crc_threaded(msg, threads));
+    return Status::Ok();
+  }
   if (n > kMaxNumel) return InvalidArgument("codec: more than 2^36 values");
   if (spec_.sparsifier == Sparsifier::kTopk && n >= (uint64_t{1} << 32)) {
     return InvalidArgument("codec: exact top-k needs fewer than 2^32 values; use topk-chunked");
@@ -744,13 +804,7 @@ Status Codec::encode_into(std::span<const float> values, std::vector<uint8_t>& m
   const uint64_t payload = payload_bytes(spec_, n);
   msg.resize(kHeaderBytes + spec_text.size() + payload);
   uint8_t* p = msg.data();
-  std::memcpy(p, kMagic, 4);
-  store<uint16_t>(p + 4, kCodecVersion);
-  store<uint16_t>(p + 6, static_cast<uint16_t>(spec_text.size()));
-  store<uint64_t>(p + 8, n);
-  store<uint64_t>(p + 16, payload);
-  store<uint32_t>(p + 28, 0);
-  std::memcpy(p + kHeaderBytes, spec_text.data(), spec_text.size());
+  write_header(p, spec_text, n, payload);
   uint8_t* out = p + kHeaderBytes + spec_text.size();
 
   if (dense) {

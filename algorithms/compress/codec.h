@@ -2,9 +2,12 @@
 //
 // Bytes on the wire (little-endian; full layout in docs/formats.md):
 //   [0,4)   magic "ATLC"            [4,6)  version (1)      [6,8)  spec length L (1..128)
-//   [8,16)  numel                   [16,24) payload length P
+//   [8,16)  numel                   [16,24) payload length P (with "+zstd": the frame's)
 //   [24,28) CRC-32C of every byte of the message except these four
 //   [28,32) reserved, zero          [32,32+L) canonical spec text    [32+L, 32+L+P) payload
+//
+// A "+zstd" spec puts the payload of the stages before it in one zstd frame (entropy.h); the
+// decoder expands it into exactly the bytes that spec and numel imply, then decodes those.
 //
 // Decoders trust nothing: lengths, version, checksum, the declared numel against the caller's,
 // the payload length against the one the spec implies, index order and range, and finiteness
@@ -71,11 +74,17 @@ StatusOr<std::vector<float>> decode(std::span<const uint8_t> bytes, uint64_t num
                                     int threads = 1);
 Status decode_into(std::span<const uint8_t> bytes, std::span<float> out, int threads = 1);
 
-// Payload bytes for numel values (exact: every codec has a fixed size for a given numel).
+// Payload bytes for numel values: exact for every spec without "+zstd" (its size is fixed by
+// the spec and numel). With "+zstd", the bytes the zstd frame expands to (the stages before it);
+// the frame itself is smaller by what the codes' skew allows, and its size depends on the values.
 uint64_t payload_bytes(const CodecSpec& spec, uint64_t numel);
-// Whole message bytes (header + spec + payload).
+// Whole message bytes (header + spec + payload), as payload_bytes: exact without "+zstd", and
+// with it the size before the entropy stage.
 uint64_t encoded_bytes(const CodecSpec& spec, uint64_t numel);
-// Bits on the wire per input value, header included.
+// The most bytes a message may take (what a receiver may have to accept): encoded_bytes, or with
+// "+zstd" zstd's bound on a frame of payload_bytes.
+uint64_t max_encoded_bytes(const CodecSpec& spec, uint64_t numel);
+// Bits on the wire per input value, header included (with "+zstd": before the entropy stage).
 StatusOr<double> bits_per_value(std::string_view spec_text, uint64_t numel);
 
 }  // namespace atl::algorithms::compress

@@ -48,6 +48,7 @@ const char* quantizer_name(Quantizer q) {
     case Quantizer::kNvfp4: return "nvfp4";
     case Quantizer::kInt8: return "int8";
     case Quantizer::kInt4: return "int4";
+    case Quantizer::kInt3: return "int3";
     case Quantizer::kSign: return "sign";
     case Quantizer::kTernary: return "ternary";
   }
@@ -57,7 +58,7 @@ const char* quantizer_name(Quantizer q) {
 Status bad(std::string_view text, const std::string& why) {
   return InvalidArgument("codec spec '" + std::string(text) + "': " + why +
                          " (expected e.g. none, bf16, fp8, int8, int4:64, nvfp4, mxfp4, sign, "
-                         "ternary:256, topk:0.02, topk-chunked:0.01:4096+int4)");
+                         "ternary:256, topk:0.02, topk-chunked:0.01:4096+int4, int4:256+zstd)");
 }
 
 }  // namespace
@@ -94,22 +95,34 @@ std::string CodecSpec::to_string() const {
     s += ":";
     s += std::to_string(chunk);
   }
-  if (quantizer == Quantizer::kFp32) return s.empty() ? "none" : s;
-  if (!s.empty()) s += "+";
-  s += quantizer_name(quantizer);
-  if (quantizer == Quantizer::kInt8 || quantizer == Quantizer::kInt4 ||
-      quantizer == Quantizer::kSign || quantizer == Quantizer::kTernary) {
-    s += ":";
-    s += std::to_string(block);
+  if (quantizer != Quantizer::kFp32) {
+    if (!s.empty()) s += "+";
+    s += quantizer_name(quantizer);
+    if (quantizer == Quantizer::kInt8 || quantizer == Quantizer::kInt4 ||
+        quantizer == Quantizer::kInt3 || quantizer == Quantizer::kSign ||
+        quantizer == Quantizer::kTernary) {
+      s += ":";
+      s += std::to_string(block);
+    }
   }
+  // Dense fp32 is "none"; with the entropy stage it has to be named ("fp32+zstd").
+  if (s.empty()) s = zstd ? "fp32" : "none";
+  if (zstd) s += "+zstd";
   return s;
 }
 
 StatusOr<CodecSpec> parse_spec(std::string_view text) {
   if (text.empty() || text.size() > 128) return bad(text, "empty or longer than 128 characters");
   CodecSpec spec;
-  const auto stages = split(text, '+');
-  if (stages.size() > 2) return bad(text, "at most a sparsifier and a quantizer");
+  auto stages = split(text, '+');
+  if (stages.size() > 1 && stages.back() == "zstd") {
+    spec.zstd = true;
+    stages.pop_back();
+    if (stages.size() == 1 && stages[0] == "none") {
+      return bad(text, "\"none\" sends raw fp32 and has no entropy stage; use fp32+zstd");
+    }
+  }
+  if (stages.size() > 2) return bad(text, "at most a sparsifier and a quantizer, then zstd");
   bool have_quantizer = false;
   for (size_t si = 0; si < stages.size(); ++si) {
     const auto parts = split(stages[si], ':');
@@ -133,14 +146,17 @@ StatusOr<CodecSpec> parse_spec(std::string_view text) {
     }
     if (have_quantizer) return bad(text, "only one quantizer");
     have_quantizer = true;
-    if (name == "int8" || name == "int4" || name == "sign" || name == "ternary") {
+    if (name == "int8" || name == "int4" || name == "int3" || name == "sign" ||
+        name == "ternary") {
       spec.quantizer = name == "int8"   ? Quantizer::kInt8
                        : name == "int4" ? Quantizer::kInt4
+                       : name == "int3" ? Quantizer::kInt3
                        : name == "sign" ? Quantizer::kSign
                                         : Quantizer::kTernary;
       if (parts.size() > 2) return bad(text, std::string(name) + " takes one block size");
       // int formats: block 32 (fp32 scale); sign/ternary: 128 (bf16 scale, 1/8 bit a value).
-      uint32_t b = name == "int8" || name == "int4" ? 32 : 128;
+      const bool int_format = name == "int8" || name == "int4" || name == "int3";
+      uint32_t b = int_format ? 32 : 128;
       if (parts.size() == 2 && !parse_u32(parts[1], b)) return bad(text, "bad block size");
       if (b != 32 && b != 64 && b != 128 && b != 256) {
         return bad(text, "block size must be 32, 64, 128 or 256");
@@ -166,7 +182,8 @@ StatusOr<CodecSpec> parse_spec(std::string_view text) {
     } else if (name == "nvfp4") {
       spec.quantizer = Quantizer::kNvfp4;
     } else {
-      return bad(text, "unknown stage '" + std::string(name) + "'");
+      return bad(text, "unknown stage '" + std::string(name) + "'" +
+                           (name == "zstd" ? " (zstd comes last)" : ""));
     }
   }
   return spec;

@@ -88,7 +88,8 @@ void q8_impl(std::span<const float> in, std::span<BlockQ8<B>> out, const Philox*
   }
 }
 
-template <int B, bool kSr>
+// Codes in [-kMax, kMax] in the 4-bit block layout: int4 (kMax 7) and int3 (kMax 3).
+template <int B, bool kSr, int kMax>
 void q4_impl(std::span<const float> in, std::span<BlockQ4<B>> out, const Philox* rng,
              uint64_t first) {
   ATOLL_CHECK(out.size() == int_num_blocks<B>(in.size()), "the block span does not fit the values");
@@ -96,7 +97,7 @@ void q4_impl(std::span<const float> in, std::span<BlockQ4<B>> out, const Philox*
     float pad[B];
     const float* v;
     float inv;
-    out[b].scale = prepare<B>(in, b, pad, v, 7.0f, inv);
+    out[b].scale = prepare<B>(in, b, pad, v, static_cast<float>(kMax), inv);
     int32_t c[B];
     if constexpr (kSr) {
       uint32_t r[B];
@@ -105,11 +106,11 @@ void q4_impl(std::span<const float> in, std::span<BlockQ4<B>> out, const Philox*
         const float y = std::fma(v[j], inv, static_cast<float>(r[j] >> 8) * (1.0f / 16777216.0f));
         float f = rne_small(y);
         f -= f > y ? 1.0f : 0.0f;
-        c[j] = static_cast<int32_t>(std::clamp(f, -7.0f, 7.0f));
+        c[j] = static_cast<int32_t>(std::clamp(f, -float{kMax}, float{kMax}));
       }
     } else {
       for (int j = 0; j < B; ++j) {  // as in q8_impl: an int32 clamp, the same codes
-        c[j] = std::clamp(static_cast<int32_t>(rne_small_scaled(v[j], inv)), -7, 7);
+        c[j] = std::clamp(static_cast<int32_t>(rne_small_scaled(v[j], inv)), -kMax, kMax);
       }
     }
     for (int j = 0; j < B / 2; ++j) {
@@ -126,7 +127,11 @@ void quantize_q8(std::span<const float> in, std::span<BlockQ8<B>> out) {
 }
 template <int B>
 void quantize_q4(std::span<const float> in, std::span<BlockQ4<B>> out) {
-  q4_impl<B, false>(in, out, nullptr, 0);
+  q4_impl<B, false, 7>(in, out, nullptr, 0);
+}
+template <int B>
+void quantize_q3(std::span<const float> in, std::span<BlockQ4<B>> out) {
+  q4_impl<B, false, 3>(in, out, nullptr, 0);
 }
 template <int B>
 void quantize_q8_sr(std::span<const float> in, std::span<BlockQ8<B>> out, const Philox& rng,
@@ -136,7 +141,7 @@ void quantize_q8_sr(std::span<const float> in, std::span<BlockQ8<B>> out, const 
 template <int B>
 void quantize_q4_sr(std::span<const float> in, std::span<BlockQ4<B>> out, const Philox& rng,
                     uint64_t first_index) {
-  q4_impl<B, true>(in, out, &rng, first_index);
+  q4_impl<B, true, 7>(in, out, &rng, first_index);
 }
 
 template <int B>
@@ -175,6 +180,7 @@ void dequantize_q4(std::span<const BlockQ4<B>> in, std::span<float> out) {
 #define ATL_INSTANTIATE_INT_BLOCK(B)                                                            \
   template void quantize_q8<B>(std::span<const float>, std::span<BlockQ8<B>>);                  \
   template void quantize_q4<B>(std::span<const float>, std::span<BlockQ4<B>>);                  \
+  template void quantize_q3<B>(std::span<const float>, std::span<BlockQ4<B>>);                  \
   template void quantize_q8_sr<B>(std::span<const float>, std::span<BlockQ8<B>>, const Philox&, \
                                   uint64_t);                                                    \
   template void quantize_q4_sr<B>(std::span<const float>, std::span<BlockQ4<B>>, const Philox&, \

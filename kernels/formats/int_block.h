@@ -2,6 +2,9 @@
 // but symmetric and with an fp32 scale so tiny pseudo-gradients keep their precision).
 //   int8: scale = amax / 127, q in [-127, 127]   (B = 32: 4 + 32 bytes = 9 bits/value)
 //   int4: scale = amax / 7,   q in [-7, 7]       (B = 32: 4 + 16 bytes = 5 bits/value)
+//   int3: scale = amax / 3,   q in [-3, 3], stored as int4 is (the same blocks, 4 bits a code):
+//         a coarser step for an entropy coder behind it (about 2.1 bits a code of normal values
+//         at B = 256), which a byte-aligned nibble keeps visible and a 3-bit packing would hide.
 // x ≈ q * scale. -128 / -8 are never produced (symmetric range); decoders accept them.
 // int4 packing: element 2i in the low nibble of q[i] (two's complement), 2i+1 in the high one.
 //
@@ -46,6 +49,9 @@ template <int B>
 void quantize_q8(std::span<const float> in, std::span<BlockQ8<B>> out);
 template <int B>
 void quantize_q4(std::span<const float> in, std::span<BlockQ4<B>> out);
+// int3: codes in [-3, 3] in BlockQ4 (dequantize_q4 reads them).
+template <int B>
+void quantize_q3(std::span<const float> in, std::span<BlockQ4<B>> out);
 // Stochastic: q = floor(x / scale + u), u uniform in [0, 1) from rng.uniform(first_index + i), so
 // E[q * scale] = x (clamped at +-127 / +-7 only at the block max, which is exact).
 template <int B>

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "algorithms/compress/codec.h"
+#include "algorithms/compress/entropy.h"
 #include "kernels/core/crc32c.h"
 #include "algorithms/compress/error_feedback.h"
 #include "algorithms/compress/spec.h"
@@ -51,6 +52,10 @@ TEST(CompressSpec, ParseAndCanonicalForm) {
       {"sign", "sign:128"},      {"sign:32", "sign:32"},
       {"ternary", "ternary:128"}, {"ternary:256", "ternary:256"},
       {"topk-chunked:0.015625:4096+sign:64", "topk-chunked:0.015625:4096+sign:64"},
+      {"int4:256+zstd", "int4:256+zstd"}, {"int4+zstd", "int4:32+zstd"},
+      {"int3", "int3:32"},                {"int3:256+zstd", "int3:256+zstd"},
+      {"fp32+zstd", "fp32+zstd"},         {"topk:0.02+zstd", "topk:0.02+zstd"},
+      {"topk-chunked:0.1:512+nvfp4+zstd", "topk-chunked:0.1:512+nvfp4+zstd"},
   };
   for (const auto& [in, canon] : ok) {
     auto s = parse_spec(in);
@@ -65,7 +70,9 @@ TEST(CompressSpec, ParseAndCanonicalForm) {
                           "bf16+int8", "int8+topk:0.1", "topk:0.1+topk:0.2", "none+bf16",
                           "topk-chunked:0.1:8", "topk-chunked:0.1:99999999999",
                           "topk:0.1+bf16+int8", "BF16", " bf16", "sign:16", "sign:129",
-                          "ternary:", "ternary:128:1", "int2"}) {
+                          "ternary:", "ternary:128:1", "int2", "zstd", "none+zstd",
+                          "zstd+int4", "int4+zstd+zstd", "topk:0.1+int4+bf16+zstd",
+                          "int4+ZSTD", "int3:16", "int3:"}) {
     auto s = parse_spec(bad);
     EXPECT_FALSE(s.ok()) << "'" << bad << "' parsed";
     if (!s.ok()) {
@@ -92,6 +99,8 @@ TEST(CompressCodec, DenseRoundTripsWithinBounds) {
       {"int8:256", 256, 0, 1.0 / 254},
       {"int4", 32, 0, 1.0 / 14},
       {"int4:64", 64, 0, 1.0 / 14},
+      {"int3", 32, 0, 1.0 / 6},
+      {"int3:256", 256, 0, 1.0 / 6},
       {"mxfp8", 32, 0, 1.0 / 14},
       {"mxfp4", 32, 0, 1.0 / 3},
       {"nvfp4", 16, 0, 1.0 / 4},
@@ -129,6 +138,8 @@ TEST(CompressCodec, DenseRoundTripsWithinBounds) {
   EXPECT_NEAR(*bits_per_value("fp8", big), 8, 1e-3);
   EXPECT_NEAR(*bits_per_value("int8", big), 9, 1e-3);
   EXPECT_NEAR(*bits_per_value("int4", big), 5, 1e-3);
+  EXPECT_NEAR(*bits_per_value("int3", big), 5, 1e-3);  // 4-bit fields: for "+zstd"
+  EXPECT_NEAR(*bits_per_value("int3:256", big), 4.125, 1e-3);
   EXPECT_NEAR(*bits_per_value("mxfp4", big), 4.25, 1e-3);
   EXPECT_NEAR(*bits_per_value("nvfp4", big), 4.5, 1e-3);
   EXPECT_NEAR(*bits_per_value("topk:0.02+int4", big), 0.02 * (24 + 5), 1e-3);  // 24-bit index + 5-bit int4
@@ -553,13 +564,124 @@ TEST(CompressCodec, RejectsMalformedMessages) {
   EXPECT_TRUE(dense_mutate("topk:0.3+ternary:32", 102 + 2, 242).ok());
 }
 
+// "+zstd" is lossless: the values the stages before it make, bit for bit, in fewer bytes where
+// the codes are skewed; the bytes do not depend on the thread count.
+TEST(CompressCodec, ZstdStageIsLosslessAndSmaller) {
+  const size_t n = (size_t{1} << 19) + 77;  // more than one slice of work, a ragged tail
+  const auto x = gradient_like(n, 5);
+  for (const char* raw_spec : {"int4:256", "int4", "int3:256", "int8", "nvfp4", "mxfp4", "bf16", "fp32",
+                               "ternary:32", "sign", "topk-chunked:0.05:512+int4", "topk:0.01"}) {
+    const std::string spec = std::string(raw_spec) + "+zstd";
+    const Codec raw = make(raw_spec);
+    const Codec packed = make(spec);
+    const auto raw_msg = *raw.encode(x);
+    const auto msg = *packed.encode(x);
+    EXPECT_EQ(*Codec(packed).set_threads(2).encode(x), msg) << spec;
+    EXPECT_LE(msg.size(), max_encoded_bytes(packed.spec(), n)) << spec;
+    // The encoded_bytes of a "+zstd" spec count the bytes before the stage.
+    EXPECT_EQ(encoded_bytes(packed.spec(), n), raw_msg.size() + 5) << spec;  // "+zstd"
+    const auto want = *raw.decode(raw_msg, n);
+    const auto got = packed.decode(msg, n);
+    ASSERT_TRUE(got.ok()) << spec << ": " << got.status().to_string();
+    ASSERT_EQ(std::memcmp(got->data(), want.data(), n * 4), 0) << spec;
+    ASSERT_EQ(*decode(msg, n, 2), want) << spec;  // the spec read from the message, 2 threads
+    // The stage is named in the message: a decoder for the plain spec refuses it, and back.
+    EXPECT_EQ(raw.decode(msg, n).status().code(), StatusCode::kInvalidArgument) << spec;
+    EXPECT_EQ(packed.decode(raw_msg, n).status().code(), StatusCode::kInvalidArgument) << spec;
+  }
+  // Skewed codes shrink: 4-bit codes of normal values with an absmax scale carry about 3.3 bits
+  // a value over 256-value blocks (3.45 of int4:256's 4.125 with the scales) and 3.6 over 32
+  // (4.6 of int4:32's 5).
+  auto ratio = [&](const char* spec) {
+    const Codec raw = make(spec);
+    const Codec packed = make(std::string(spec) + "+zstd");
+    return static_cast<double>(packed.encode(x)->size()) / static_cast<double>(raw.encode(x)->size());
+  };
+  EXPECT_LT(ratio("int4:256"), 0.88);
+  EXPECT_LT(ratio("int4"), 0.95);
+  // int3's seven levels: about 2.1 bits a code, 2.3 with the scales, of its 4.125-bit fields.
+  EXPECT_LT(ratio("int3:256"), 0.6);
+  // Empty and one-value tensors.
+  for (size_t m : {size_t{0}, size_t{1}}) {
+    const Codec c = make("int4:256+zstd");
+    const std::vector<float> v(m, 0.25f);
+    const auto msg = *c.encode(v);
+    const auto y = c.decode(msg, m);
+    ASSERT_TRUE(y.ok()) << m << ": " << y.status().to_string();
+    EXPECT_EQ(*y, v);
+  }
+  // Non-finite input is refused as without the stage, and leaves no message behind.
+  std::vector<float> bad = x;
+  bad[1000] = std::numeric_limits<float>::infinity();
+  std::vector<uint8_t> out = *make("int4:256+zstd").encode(x);
+  EXPECT_EQ(make("int4:256+zstd").encode_into(bad, out).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(out.empty());
+}
+
+// A "+zstd" payload is trusted no more than any other: it must be one zstd frame holding exactly
+// the bytes the spec and numel imply, and those bytes pass the checks of the plain spec.
+TEST(CompressCodec, ZstdPayloadIsChecked) {
+  const size_t n = 4096;
+  const auto x = gradient_like(n, 9);
+  const Codec c = make("int4:256+zstd");
+  const auto good = *c.encode(x);
+  ASSERT_TRUE(c.decode(good, n).ok());
+  const size_t at = payload_offset(good);
+  // A message whose payload is replaced (header length and CRC fixed).
+  auto with_payload = [&](std::span<const uint8_t> payload) {
+    std::vector<uint8_t> m(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(at));
+    m.insert(m.end(), payload.begin(), payload.end());
+    const uint64_t len = payload.size();
+    std::memcpy(m.data() + 16, &len, 8);
+    fix_crc(m);
+    return c.decode(m, n);
+  };
+  const std::span<const uint8_t> frame = std::span(good).subspan(at);
+  EXPECT_TRUE(with_payload(frame).ok());
+  // The raw int4:256 payload of the same values (not a frame).
+  const auto raw = *make("int4:256").encode(x);
+  const auto not_frame = with_payload(std::span(raw).subspan(payload_offset(raw)));
+  EXPECT_EQ(not_frame.status().code(), StatusCode::kDataLoss);
+  // A frame with a byte after it.
+  std::vector<uint8_t> longer(frame.begin(), frame.end());
+  longer.push_back(0);
+  EXPECT_EQ(with_payload(longer).status().code(), StatusCode::kDataLoss);
+  // Frames that hold one byte more or less than the spec implies (made by the same stage).
+  const auto raw_payload = std::span(raw).subspan(payload_offset(raw));
+  for (int delta : {-1, 1}) {
+    std::vector<uint8_t> bytes(raw_payload.begin(), raw_payload.end());
+    bytes.resize(delta < 0 ? bytes.size() - 1 : bytes.size() + 1);
+    std::vector<uint8_t> other;
+    zstd_append(bytes, other);
+    EXPECT_EQ(with_payload(other).status().code(), StatusCode::kDataLoss) << delta;
+  }
+  // A frame of the right size whose bytes are not valid int4:256 blocks: a NaN scale.
+  {
+    std::vector<uint8_t> bytes(raw_payload.begin(), raw_payload.end());
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::memcpy(bytes.data(), &nan, 4);
+    std::vector<uint8_t> other;
+    zstd_append(bytes, other);
+    EXPECT_EQ(with_payload(other).status().code(), StatusCode::kDataLoss);
+  }
+  // A payload larger than any frame of that size could be is refused before it is read.
+  std::vector<uint8_t> huge(max_encoded_bytes(c.spec(), n), 0);
+  EXPECT_EQ(with_payload(huge).status().code(), StatusCode::kDataLoss);
+  // Every truncation.
+  for (size_t len = 0; len < good.size(); len += 7) {
+    EXPECT_FALSE(c.decode(std::span(good).first(len), n).ok()) << len;
+  }
+}
+
 TEST(CompressCodec, RandomMutationsNeverCrash) {
   const Philox rng(77, 0);
   uint64_t draw = 0;
   const std::vector<std::string> specs = {"none", "bf16", "fp16", "fp8", "int8", "int4:64",
                                           "nvfp4", "mxfp4", "mxfp8", "topk:0.05+int4",
                                           "topk-chunked:0.1:64+nvfp4", "topk:0.3", "sign",
-                                          "ternary:32", "topk-chunked:0.1:64+ternary"};
+                                          "ternary:32", "topk-chunked:0.1:64+ternary",
+                                          "int4:64+zstd", "topk:0.05+int4+zstd",
+                                          "int3:32+zstd"};
   int rejected = 0, total = 0;
   for (const auto& s : specs) {
     const Codec c = make(s);

@@ -41,7 +41,8 @@ int main(int argc, char** argv) {
   const char* specs[] = {"none",  "bf16",    "fp16",   "fp8",  "int8", "int4:64",
                          "nvfp4", "mxfp4",   "mxfp8",  "topk:0.05+int4",
                          "topk-chunked:0.1:64+nvfp4", "topk:0.3", "sign", "ternary:32",
-                         "topk-chunked:0.1:64+ternary", "topk:0.05+sign:32"};
+                         "topk-chunked:0.1:64+ternary", "topk:0.05+sign:32", "int4:64+zstd",
+                         "topk:0.05+int4+zstd"};
   int k = 0;
   for (const char* s : specs) {
     if (!write(root + "/codec", k++, numel_prefix, *cmp::Codec::create(s)->encode(x))) return 1;

@@ -100,7 +100,7 @@ else
   what="${per}s"
 fi
 
-libs="$proto_libs -lcrypto -lboost_json"
+libs="$proto_libs -lcrypto -lboost_json -lzstd"
 # Builds $2 from $1 unless it is newer than both the source and the library: $1 compiled
 # with the instrumentation $3 (through ccache when there is one), linked with $4.
 link() {

@@ -208,20 +208,40 @@ void check_int_blocks() {
   const size_t n = B * 50 + 3;
   const auto x = random_blocks(n, 11, B);
   std::vector<BlockQ8<B>> q8(int_num_blocks<B>(n));
-  std::vector<BlockQ4<B>> q4(int_num_blocks<B>(n));
+  std::vector<BlockQ4<B>> q4(int_num_blocks<B>(n)), q3(int_num_blocks<B>(n));
   quantize_q8<B>(x, q8);
   quantize_q4<B>(x, q4);
-  std::vector<float> y8(n), y4(n);
+  quantize_q3<B>(x, q3);
+  std::vector<float> y8(n), y4(n), y3(n);
   dequantize_q8<B>(q8, y8);
   dequantize_q4<B>(q4, y4);
+  dequantize_q4<B>(q3, y3);  // int3 codes in the int4 layout
+  // int3 codes stay in [-3, 3] and reach both ends.
+  int lowest = 0, highest = 0;
+  for (const BlockQ4<B>& blk : q3) {
+    for (int j = 0; j < B / 2; ++j) {
+      for (int code : {static_cast<int8_t>(static_cast<uint8_t>(blk.q[j] << 4)) >> 4,
+                       static_cast<int8_t>(blk.q[j]) >> 4}) {
+        ASSERT_LE(std::abs(code), 3);
+        lowest = std::min(lowest, code);
+        highest = std::max(highest, code);
+      }
+    }
+  }
+  EXPECT_EQ(lowest, -3);
+  EXPECT_EQ(highest, 3);
   for (size_t i = 0; i < n; ++i) {
     const size_t b = i / B;
     float amax = 0;
     for (size_t j = b * B; j < std::min(n, (b + 1) * B); ++j) amax = std::max(amax, std::fabs(x[j]));
     ASSERT_FLOAT_EQ(q8[b].scale, amax / 127);
     ASSERT_FLOAT_EQ(q4[b].scale, amax / 7);
+    ASSERT_FLOAT_EQ(q3[b].scale, amax / 3);
     ASSERT_LE(std::fabs(y8[i] - x[i]), q8[b].scale * 0.5001f) << i;
     ASSERT_LE(std::fabs(y4[i] - x[i]), q4[b].scale * 0.5001f) << i;
+    ASSERT_LE(std::fabs(y3[i] - x[i]), q3[b].scale * 0.5001f) << i;
+    // Round to nearest: the int3 code is the nearest of the seven levels.
+    ASSERT_EQ(y3[i], q3[b].scale * std::nearbyint(x[i] / q3[b].scale)) << i;
     if (std::fabs(x[i]) == amax) {
       ASSERT_NEAR(y8[i], x[i], amax * 1e-6f);
     }
@@ -270,7 +290,7 @@ void check_int_blocks() {
   for (int j = 0; j < B; ++j) EXPECT_NEAR(m8[j], xs[j], 0.001) << j;
 }
 
-TEST(FormatsBlock, Int8Int4AllBlockSizes) {
+TEST(FormatsBlock, Int8Int4Int3AllBlockSizes) {
   check_int_blocks<32>();
   check_int_blocks<64>();
   check_int_blocks<128>();
