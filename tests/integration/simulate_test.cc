@@ -2,7 +2,9 @@
 // round, bit for bit, whether the sites are node processes over mTLS gRPC or threads of one
 // process exchanging the same messages in memory.
 #include <csignal>
+#include <boost/json.hpp>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "tests/integration/committed_rounds.h"
 #include "node/subprocess.h"
 #include "tests/integration/cli_test_util.h"
+#include "tests/integration/json_test_util.h"
 
 namespace atl::testing {
 namespace {
@@ -154,6 +157,37 @@ TEST(Simulate, EverySiteFollowsAnInt8Broadcast) {
 
 TEST(Simulate, EverySiteFollowsAn4BitBroadcast) {
   expect_every_site_follows_the_broadcast("nvfp4");
+}
+
+// "+zstd" is lossless end to end: node processes over mTLS commit the θ in-process sites commit,
+// and both the θ of the same codecs without the stage, in fewer bytes up and down.
+TEST(Simulate, TheZstdStageChangesBytesNotBits) {
+  expect_same_rounds({"--codec", "int3:256+zstd", "--pull-codec", "int3:256+zstd"}, 3);
+  TempDir dir;
+  auto run = [&](const std::string& name, const std::string& codec) {
+    auto a = small_experiment(dir / name, {"--codec", codec, "--pull-codec", codec,
+                                           "--summary-json", dir / (name + ".json")});
+    a.insert(a.begin(), "simulate");
+    auto r = run_atoll(a, dir / (name + ".log"), std::chrono::seconds(240));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream f(dir / (name + ".json"));
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    boost::system::error_code ec;
+    auto doc = boost::json::parse(text, ec);
+    EXPECT_FALSE(ec) << text;
+    if (ec || !doc.is_object()) return std::make_pair(r, boost::json::object{});
+    return std::make_pair(r, doc.as_object());
+  };
+  const auto [plain_run, plain] = run("plain", "int3:256");
+  const auto [zstd_run, zstd] = run("zstd", "int3:256+zstd");
+  ASSERT_EQ(printed_final_sha256(zstd_run.output).size(), 64u) << zstd_run.output;
+  EXPECT_EQ(printed_final_sha256(zstd_run.output), printed_final_sha256(plain_run.output));
+  // int3's 4-bit fields carry about 2.2 bits a value: well under three quarters of the bytes
+  // (the first, full pull of θ is the same fp32 in both).
+  EXPECT_LT(number(zstd, "bytes_up"), 0.75 * number(plain, "bytes_up"));
+  EXPECT_LT(number(zstd, "bytes_down") - number(zstd, "initial_pull_bytes"),
+            0.75 * (number(plain, "bytes_down") - number(plain, "initial_pull_bytes")));
+  EXPECT_EQ(number(zstd, "initial_pull_bytes"), number(plain, "initial_pull_bytes"));
 }
 
 TEST(Simulate, MoreSitesThanGenresShareGenresAndFinish) {
