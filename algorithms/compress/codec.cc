@@ -526,7 +526,7 @@ StatusOr<Parsed> parse_message(std::span<const uint8_t> bytes, uint64_t numel, i
                  : payload_len != payload_bytes(*spec, numel)) {
     return DataLoss("codec message: payload of " + std::to_string(payload_len) +
                     " bytes, spec " + spec->to_string() + " implies " +
-                    (spec->zstd ? "a zstd frame of at most " : "") +
+                    (spec->zstd ? "zstd frames of at most " : "") +
                     std::to_string(spec->zstd ? zstd_max_frame_bytes(payload_bytes(*spec, numel))
                                               : payload_bytes(*spec, numel)));
   }
@@ -606,7 +606,7 @@ Status decode_payload(const CodecSpec& s, std::span<const uint8_t> payload, std:
     thread_local std::vector<uint8_t> raw;
     const CodecSpec inner = without_zstd(s);
     raw.resize(payload_bytes(inner, n));
-    ATOLL_RETURN_IF_ERROR(zstd_expand(payload, raw));
+    ATOLL_RETURN_IF_ERROR(zstd_expand(payload, raw, threads));
     return decode_payload(inner, raw, out, threads);
   }
   if (s.sparsifier == Sparsifier::kDense) {
@@ -767,7 +767,7 @@ Status Codec::encode_into(std::span<const float> values, std::vector<uint8_t>& m
   const uint64_t n = values.size();
   if (spec_.zstd) {
     // The message of the stages before zstd, in a buffer each thread keeps, then its payload as
-    // one zstd frame behind this spec's header.
+    // zstd frames (one per 1 MiB part) behind this spec's header.
     thread_local std::vector<uint8_t> inner_msg;
     const CodecSpec inner = without_zstd(spec_);
     if (Status s = Codec(inner).set_threads(threads).encode_into(values, inner_msg); !s.ok()) {
@@ -777,7 +777,7 @@ Status Codec::encode_into(std::span<const float> values, std::vector<uint8_t>& m
     const std::string spec_text = spec_.to_string();
     const size_t inner_head = kHeaderBytes + inner.to_string().size();
     msg.resize(kHeaderBytes + spec_text.size());
-    zstd_append(std::span<const uint8_t>(inner_msg).subspan(inner_head), msg);
+    zstd_append(std::span<const uint8_t>(inner_msg).subspan(inner_head), msg, threads);
     uint8_t* p = msg.data();
     write_header(p, spec_text, n, msg.size() - kHeaderBytes - spec_text.size());
     store<uint32_t>(p + 24, message_crc_threaded(msg, threads));

@@ -6,8 +6,9 @@
 //   [24,28) CRC-32C of every byte of the message except these four
 //   [28,32) reserved, zero          [32,32+L) canonical spec text    [32+L, 32+L+P) payload
 //
-// A "+zstd" spec puts the payload of the stages before it in one zstd frame (entropy.h); the
-// decoder expands it into exactly the bytes that spec and numel imply, then decodes those.
+// A "+zstd" spec puts the payload of the stages before it in zstd frames, one per 1 MiB part
+// (entropy.h); the decoder expands them into exactly the bytes that spec and numel imply, then
+// decodes those.
 //
 // Decoders trust nothing: lengths, version, checksum, the declared numel against the caller's,
 // the payload length against the one the spec implies, index order and range, and finiteness

@@ -2,6 +2,8 @@
 
 #include <zstd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -39,44 +41,106 @@ ZSTD_DCtx* decompress_context() {
   return ctx.get();
 }
 
-}  // namespace
+size_t part_count(uint64_t raw_bytes) {
+  return raw_bytes == 0 ? 1 : static_cast<size_t>((raw_bytes + kZstdPartBytes - 1) / kZstdPartBytes);
+}
+std::span<const uint8_t> part_of(std::span<const uint8_t> raw, size_t i) {
+  const size_t begin = i * kZstdPartBytes;
+  return raw.subspan(begin, std::min(kZstdPartBytes, raw.size() - begin));
+}
 
-void zstd_append(std::span<const uint8_t> raw, std::vector<uint8_t>& out) {
-  const size_t at = out.size();
-  out.resize(at + ZSTD_compressBound(raw.size()));
-  const size_t n =
-      ZSTD_compress2(compress_context(), out.data() + at, out.size() - at, raw.data(), raw.size());
+// One part -> its frame at dst (room for ZSTD_compressBound(part) bytes); returns its size.
+size_t compress_part(std::span<const uint8_t> part, uint8_t* dst) {
+  const size_t n = ZSTD_compress2(compress_context(), dst, ZSTD_compressBound(part.size()),
+                                  part.data(), part.size());
   // Into a buffer of ZSTD_compressBound bytes with valid parameters zstd cannot fail; a failure
   // here is a broken library, not bad input.
   ATOLL_CHECK(!ZSTD_isError(n), ZSTD_getErrorName(n));
-  out.resize(at + n);
+  return n;
 }
 
-uint64_t zstd_max_frame_bytes(uint64_t raw_bytes) { return ZSTD_compressBound(raw_bytes); }
+}  // namespace
 
-Status zstd_expand(std::span<const uint8_t> frame, std::span<uint8_t> raw) {
-  const size_t frame_bytes = ZSTD_findFrameCompressedSize(frame.data(), frame.size());
-  if (ZSTD_isError(frame_bytes)) {
-    return DataLoss(std::string("codec message: the zstd payload is not a frame (") +
-                    ZSTD_getErrorName(frame_bytes) + ")");
+void zstd_append(std::span<const uint8_t> raw, std::vector<uint8_t>& out, int threads) {
+  // Every part compresses into its own worst-case slot of out, side by side; the frames are then
+  // moved down to close the gaps (a copy of the compressed bytes only). out's capacity is reused
+  // across messages, so the slots cost no fresh pages.
+  const size_t parts = part_count(raw.size());
+  const size_t slot = ZSTD_compressBound(kZstdPartBytes);
+  const size_t at = out.size();
+  out.resize(at + zstd_max_frame_bytes(raw.size()));
+  std::vector<size_t> size(parts);
+  if (threads <= 1 || parts == 1) {
+    for (size_t i = 0; i < parts; ++i) size[i] = compress_part(part_of(raw, i), out.data() + at + i * slot);
+  } else {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t i = 0; i < parts; ++i) size[i] = compress_part(part_of(raw, i), out.data() + at + i * slot);
   }
-  if (frame_bytes != frame.size()) {
-    return DataLoss("codec message: " + std::to_string(frame.size() - frame_bytes) +
-                    " bytes after the zstd frame");
+  size_t end = at;
+  for (size_t i = 0; i < parts; ++i) {
+    std::memmove(out.data() + end, out.data() + at + i * slot, size[i]);
+    end += size[i];
   }
-  const unsigned long long declared = ZSTD_getFrameContentSize(frame.data(), frame.size());
-  if (declared != raw.size()) {
-    return DataLoss("codec message: the zstd frame does not hold the " +
-                    std::to_string(raw.size()) + " payload bytes its spec implies");
+  out.resize(end);
+}
+
+uint64_t zstd_max_frame_bytes(uint64_t raw_bytes) {
+  const uint64_t full = raw_bytes / kZstdPartBytes, tail = raw_bytes % kZstdPartBytes;
+  return full * ZSTD_compressBound(kZstdPartBytes) +
+         (tail > 0 || full == 0 ? ZSTD_compressBound(tail) : 0);
+}
+
+Status zstd_expand(std::span<const uint8_t> frames, std::span<uint8_t> raw, int threads) {
+  // Find every part's frame first (zstd reads the frame and block headers only), checking that
+  // each records its part's size, then expand the parts side by side.
+  const size_t parts = part_count(raw.size());
+  std::vector<std::span<const uint8_t>> frame(parts);
+  size_t at = 0;
+  for (size_t i = 0; i < parts; ++i) {
+    const auto rest = frames.subspan(at);
+    const size_t bytes = ZSTD_findFrameCompressedSize(rest.data(), rest.size());
+    if (ZSTD_isError(bytes)) {
+      return DataLoss("codec message: zstd frame " + std::to_string(i + 1) + " of " +
+                      std::to_string(parts) + " is not a frame (" + ZSTD_getErrorName(bytes) +
+                      ")");
+    }
+    frame[i] = rest.first(bytes);
+    const size_t want = std::min(kZstdPartBytes, raw.size() - i * kZstdPartBytes);
+    if (ZSTD_getFrameContentSize(frame[i].data(), frame[i].size()) != want) {
+      return DataLoss("codec message: zstd frame " + std::to_string(i + 1) + " of " +
+                      std::to_string(parts) + " does not hold the " + std::to_string(want) +
+                      " payload bytes its spec implies");
+    }
+    at += bytes;
   }
-  const size_t n = ZSTD_decompressDCtx(decompress_context(), raw.data(), raw.size(), frame.data(),
-                                       frame.size());
-  if (ZSTD_isError(n)) {
-    return DataLoss(std::string("codec message: bad zstd frame (") + ZSTD_getErrorName(n) + ")");
+  if (at != frames.size()) {
+    return DataLoss("codec message: " + std::to_string(frames.size() - at) +
+                    " bytes after the last zstd frame");
   }
-  if (n != raw.size()) {
-    return DataLoss("codec message: the zstd frame expands to " + std::to_string(n) +
-                    " bytes, its spec implies " + std::to_string(raw.size()));
+  std::vector<size_t> got(parts);
+  auto expand = [&](size_t i) {
+    const size_t begin = i * kZstdPartBytes;
+    const size_t want = std::min(kZstdPartBytes, raw.size() - begin);
+    got[i] = ZSTD_decompressDCtx(decompress_context(), raw.data() + begin, want, frame[i].data(),
+                                 frame[i].size());
+  };
+  if (threads <= 1 || parts == 1) {
+    for (size_t i = 0; i < parts; ++i) expand(i);
+  } else {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t i = 0; i < parts; ++i) expand(i);
+  }
+  for (size_t i = 0; i < parts; ++i) {
+    const size_t want = std::min(kZstdPartBytes, raw.size() - i * kZstdPartBytes);
+    if (ZSTD_isError(got[i])) {
+      return DataLoss("codec message: bad zstd frame " + std::to_string(i + 1) + " (" +
+                      ZSTD_getErrorName(got[i]) + ")");
+    }
+    if (got[i] != want) {
+      return DataLoss("codec message: zstd frame " + std::to_string(i + 1) + " expands to " +
+                      std::to_string(got[i]) + " bytes, its spec implies " +
+                      std::to_string(want));
+    }
   }
   return Status::Ok();
 }

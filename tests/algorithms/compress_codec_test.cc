@@ -673,6 +673,43 @@ TEST(CompressCodec, ZstdPayloadIsChecked) {
   }
 }
 
+// A payload above 1 MiB is cut in 1 MiB parts, one frame each: the frames must be those parts',
+// in number and size; 2 threads make and read the same bytes as 1.
+TEST(CompressCodec, ZstdFramesAreTheParts) {
+  const size_t n = (size_t{1} << 19) + 77;  // fp32: 2 MiB + 308 bytes, three parts
+  const auto x = gradient_like(n, 13);
+  const Codec c = make("fp32+zstd");
+  const auto good = *c.encode(x);
+  EXPECT_EQ(*Codec(c).set_threads(2).encode(x), good);
+  ASSERT_EQ(*Codec(c).set_threads(2).decode(good, n), x);
+  const size_t at = payload_offset(good);
+  auto with_payload = [&](std::span<const uint8_t> payload) {
+    std::vector<uint8_t> m(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(at));
+    m.insert(m.end(), payload.begin(), payload.end());
+    const uint64_t len = payload.size();
+    std::memcpy(m.data() + 16, &len, 8);
+    fix_crc(m);
+    return c.decode(m, n);
+  };
+  std::vector<uint8_t> raw(n * 4);
+  std::memcpy(raw.data(), x.data(), raw.size());
+  std::vector<uint8_t> frames;
+  zstd_append(raw, frames);
+  ASSERT_TRUE(with_payload(frames).ok());
+  // The same bytes cut elsewhere: two halves, or one frame for all of it.
+  std::vector<uint8_t> halves;
+  zstd_append(std::span(raw).first(raw.size() / 2), halves);
+  zstd_append(std::span(raw).subspan(raw.size() / 2), halves);
+  EXPECT_EQ(with_payload(halves).status().code(), StatusCode::kDataLoss);
+  // The first two parts only, and all three with a fourth (empty) frame after them.
+  std::vector<uint8_t> two;
+  zstd_append(std::span(raw).first(2 * kZstdPartBytes), two);
+  EXPECT_EQ(with_payload(two).status().code(), StatusCode::kDataLoss);
+  std::vector<uint8_t> four = frames;
+  zstd_append(std::span<const uint8_t>(), four);
+  EXPECT_EQ(with_payload(four).status().code(), StatusCode::kDataLoss);
+}
+
 TEST(CompressCodec, RandomMutationsNeverCrash) {
   const Philox rng(77, 0);
   uint64_t draw = 0;
