@@ -16,6 +16,9 @@
 #include <random>
 #include <thread>
 
+#include "algorithms/compress/codec.h"
+#include "algorithms/compress/entropy.h"
+#include "algorithms/compress/wire.h"
 #include "algorithms/diloco/robust.h"
 #include "service_harness.h"
 #include "transport/channel.h"
@@ -41,9 +44,13 @@ struct TlsCoordinator {
   algorithms::ParamSet init = testing_util::toy_params(kNumel);
   std::string layout_fp = algorithms::layout_fingerprint(init.layout());
   std::unique_ptr<Coordinator> c;
+  // How updates in a codec other than "none" are decoded (`atoll coordinator` decodes any codec
+  // message; without it such updates are refused).
+  PayloadDecoder decode;
 
-  TlsCoordinator(const ExperimentConfig& cfg, int nodes, transport::ServerLimits limits = {})
-      : ca(tls_dir.sub("tls")) {
+  TlsCoordinator(const ExperimentConfig& cfg, int nodes, transport::ServerLimits limits = {},
+                 PayloadDecoder decoder = {})
+      : ca(tls_dir.sub("tls")), decode(std::move(decoder)) {
     EXPECT_TRUE(transport::ca_init(ca).ok());
     EXPECT_TRUE(transport::ca_issue(ca, "coordinator", transport::Role::kServer).ok());
     for (int i = 0; i < nodes; ++i)
@@ -63,6 +70,7 @@ struct TlsCoordinator {
     ServiceOptions opts;
     opts.identity = IdentitySource::kTlsCertificate;
     opts.on_event = events.callback();
+    opts.decode = decode;
     c = Coordinator::start(store_dir.path(), cfg, init, opts, *creds, "127.0.0.1:0", limits);
   }
   static std::string name(int i) { return "node-" + std::to_string(i); }
@@ -245,6 +253,62 @@ TEST(HostileSite, HugeUpdateFromTheOnlyNodeSkipsTheRoundInsteadOfFailing) {
   ASSERT_TRUE(rec1.ok());
   EXPECT_FALSE(rec1->skipped);
   EXPECT_EQ(rec1->participants[0].screen, "kept");
+}
+
+// A "+zstd" update whose frame would expand to 64 MiB (64 kB on the wire: a decompression bomb)
+// for a 4096-value int3 message, then one split into frames of the wrong parts: each is refused
+// with a line naming the frame, before anything is expanded, and θ stays; the node's honest update
+// then commits the round.
+TEST(HostileSite, ZstdBombAndMisframedUpdatesAreRefused) {
+  namespace cx = algorithms::compress;
+  ExperimentConfig cfg = testing::small_config("zbomb", 1, 1);
+  cfg.train.codec = "int3:256+zstd";
+  TlsCoordinator t(cfg, 1, {}, [](const std::string&, const std::string& payload, uint64_t numel) {
+    return cx::decode(std::span(reinterpret_cast<const uint8_t*>(payload.data()), payload.size()),
+                      numel);
+  });
+  ASSERT_TRUE(t.c);
+  ASSERT_TRUE(t.c->service->start().ok());
+  std::vector<Site> sites = train_round(t, {0});
+  const std::string theta0 = t.c->service->params_fingerprint();
+  const std::vector<float> honest = testing::fake_delta(sites[0].theta.values, 0);
+  const cx::Codec codec = *cx::Codec::create(cfg.train.codec);
+  const std::vector<uint8_t> good = *codec.encode(honest);
+  const size_t head = cx::kHeaderBytes + cfg.train.codec.size();
+  // good's header and spec, then `payload` (its length and the CRC fixed).
+  auto message = [&](const std::vector<uint8_t>& payload) {
+    std::vector<uint8_t> m(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(head));
+    m.insert(m.end(), payload.begin(), payload.end());
+    cx::store<uint64_t>(m.data() + 16, payload.size());
+    cx::store<uint32_t>(m.data() + 24, cx::message_crc(m));
+    return std::string(m.begin(), m.end());
+  };
+  std::vector<uint8_t> bomb;
+  cx::zstd_append(std::vector<uint8_t>(size_t{64} << 20, 0), bomb);
+  ASSERT_LT(bomb.size(), size_t{64} << 10);
+  // The raw int3:256 payload of the update (16 blocks of 132 bytes) as two frames of 1056 bytes.
+  const std::vector<uint8_t> raw = *cx::Codec::create("int3:256")->encode(honest);
+  const std::span<const uint8_t> raw_payload = std::span(raw).subspan(head - 5);  // no "+zstd"
+  std::vector<uint8_t> halves;
+  cx::zstd_append(raw_payload.first(raw_payload.size() / 2), halves);
+  cx::zstd_append(raw_payload.subspan(raw_payload.size() / 2), halves);
+  for (const auto& payload : {bomb, halves}) {
+    auto r = sites[0].client->push_encoded(sites[0].header(1000, t.layout_fp), cfg.train.codec,
+                                           kNumel, message(payload));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().to_string();
+    EXPECT_NE(r.status().message().find("zstd frame"), std::string::npos) << r.status().message();
+    EXPECT_EQ(t.c->service->params_fingerprint(), theta0);
+    EXPECT_EQ(t.c->service->current_round(), 0u);
+  }
+  auto ok = sites[0].client->push_encoded(sites[0].header(1000, t.layout_fp), cfg.train.codec,
+                                          kNumel, std::string(good.begin(), good.end()));
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ(*ok, good.size());
+  auto fin = t.c->service->wait_until_finished(Clock::now() + 20s);
+  ASSERT_TRUE(fin.ok()) << fin.status().to_string();
+  EXPECT_EQ(*fin, ExperimentState::kFinished);
+  EXPECT_NE(t.c->service->params_fingerprint(), theta0);
 }
 
 // The same attack next to an honest node, with screen = "clip" at 10×: the huge update is clipped
