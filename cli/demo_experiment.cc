@@ -8,6 +8,10 @@
 
 namespace atl::cli {
 
+// The demo's codec both ways (push and compressed broadcast): int3 codes with the zstd stage, the
+// pair with the fewest bytes that bench/demo_codecs measured within 1% bpb of uncompressed DiLoCo.
+constexpr const char* kDemoCodec = "int3:256+zstd";
+
 std::string take_algorithm_flag(const std::vector<std::string>& args,
                                 std::vector<std::string>* rest) {
   std::string name;
@@ -61,14 +65,16 @@ std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
         "--algorithm hydra or lora, else off), off, "
         "global (best global θ of any round), personal (also its own θ_local)",
         "auto"},
-       {"codec", true, "pseudo-gradient codec: none, bf16, int8, topk:0.02+int4, ...", "int8"},
+       {"codec", true,
+        "pseudo-gradient codec: none, bf16, int8, int4:256+zstd, topk:0.02+int4, ...",
+        kDemoCodec},
        {"fragments", true, "Streaming DiLoCo fragments P (1 = plain DiLoCo)", "1"},
        {"overlap", true, "Streaming DiLoCo: inner steps overlapping each sync (tau)", "0"},
        {"merge-alpha", true, "Streaming DiLoCo: weight of the local fragment in the merge", "0.5"},
        {"pull-codec", true,
         "theta pulls: exact, sparse-delta, full, bf16, or a codec for the outer updates "
-        "(compressed broadcast: int8, nvfp4, ...)",
-        "nvfp4"},
+        "(compressed broadcast: int8, nvfp4, int3:256+zstd, ...)",
+        kDemoCodec},
        {"split", true,
         "how sites divide Brown: genre (each site its own genres, non-IID) or iid "
         "(every site samples all genres)",
@@ -192,8 +198,9 @@ Status read_round_flags(const Flags& flags, int64_t sites, DemoExperiment& d) {
   // 20 warm-up steps of the global inner-step count (nodes schedule on round·H + step), so
   // the schedule, and the data-parallel baseline, are the same for every H at equal tokens.
   cfg.train.warmup_steps = static_cast<uint32_t>(std::min<int64_t>(20, d.rounds * d.inner_steps));
-  // Defaults: both ways compressed, the pair bench/demo_codecs measured within 1% bpb.
-  cfg.train.codec = flags.get_or("codec", "int8");
+  // Defaults: both ways compressed, the pair with the fewest bytes bench/demo_codecs measured
+  // within 1% bpb (bench/RESULTS.md, "Demo codec pair").
+  cfg.train.codec = flags.get_or("codec", kDemoCodec);
   const std::string ef = flags.get_or("error-feedback", "on");
   if (ef != "on" && ef != "off")
     return InvalidArgument("--error-feedback must be on or off, not " + ef);
@@ -205,7 +212,7 @@ Status read_round_flags(const Flags& flags, int64_t sites, DemoExperiment& d) {
   cfg.diloco.streaming_fragments = P;
   cfg.diloco.overlap_steps = static_cast<uint32_t>(overlap);
   cfg.diloco.merge_alpha = merge_alpha;
-  cfg.diloco.pull_codec = flags.get_or("pull-codec", "nvfp4");
+  cfg.diloco.pull_codec = flags.get_or("pull-codec", kDemoCodec);
   cfg.diloco.inner_steps = static_cast<uint32_t>(d.inner_steps);
   cfg.diloco.outer_lr = outer_lr;
   cfg.diloco.outer_momentum = outer_mom;

@@ -119,6 +119,7 @@ class Bench:
             argv = ["simulate", "--http", "off", "--exit-when-done", "--nodes", str(len(specs)),
                     "--rounds", str(self.a.rounds), "--inner-steps", str(self.a.inner),
                     "--lr", lr, "--outer-lr", "1", "--outer-momentum", "0",
+                    "--codec", "int8", "--pull-codec", "nvfp4",
                     "--seed", str(seed), "--split", "genre", "--brown-dir", self.a.brown_dir,
                     "--eval-tokens", str(self.a.eval_tokens), "--store",
                     os.path.join(self.a.runs, name + ".store"), "--summary-json", summary,

@@ -29,8 +29,9 @@ run() {  # name, extra flags...
   local name=$1
   shift
   echo "privacy: $name ..." >&2
+  # The codecs of the committed results (the demo's defaults before 2026-12-02).
   "$ATOLL" simulate --nodes "$SITES" --rounds "$ROUNDS" --inner-steps "$INNER" --http off \
-    --eval-tokens 16384 --brown-dir "$BROWN_DIR" --store "$work/run-$name" \
+    --codec none --pull-codec exact --eval-tokens 16384 --brown-dir "$BROWN_DIR" --store "$work/run-$name" \
     --summary-json "$work/summary-$name.json" "$@" > "$work/log-$name.txt" 2>&1 ||
     { cat "$work/log-$name.txt" >&2; exit 1; }
 }

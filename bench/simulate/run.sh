@@ -25,8 +25,9 @@ trap 'rm -rf "$work"' EXIT
 rows=()
 for n in $SITES; do
   echo "simulate: $n sites, $ROUNDS rounds x $INNER inner steps ..." >&2
+  # The codecs of the committed results (the demo's defaults before 2026-12-02).
   "$ATOLL" simulate --nodes "$n" --rounds "$ROUNDS" --inner-steps "$INNER" --http off \
-    --eval-tokens 4096 --brown-dir "$BROWN_DIR" --store "$work/run-$n" \
+    --codec none --pull-codec exact --eval-tokens 4096 --brown-dir "$BROWN_DIR" --store "$work/run-$n" \
     --summary-json "$work/summary-$n.json" > "$work/log-$n.txt" 2>&1 ||
     { cat "$work/log-$n.txt" >&2; exit 1; }
   rows+=("$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(json.dumps({

@@ -3,7 +3,7 @@
 # disk (screening, outer step, the broadcast's encoding, the store's synced write).
 #
 # Runs `atoll simulate` with one site and a large model (vocab 256, dim 1024, 4 layers, 8 heads,
-# ffn 2816: 51.7M parameters, 207 MB of fp32 θ; the default codecs, so the commit writes θ,
+# ffn 2816: 51.7M parameters, 207 MB of fp32 θ; int8 up, nvfp4 down (the results' codecs), so the commit writes θ,
 # momentum and the broadcast's error feedback, 620 MB) for ROUNDS rounds of 1 inner step, and
 # appends a row to OUT: label, rounds, commit seconds in all and the longest, wall seconds, the
 # final fingerprint (the same for every binary that computes the same θ), load average.
@@ -33,6 +33,7 @@ trap 'rm -rf "$RUN"' EXIT
 LOAD=$(cut -d' ' -f1 /proc/loadavg)
 "$ATOLL" simulate --nodes 1 --rounds "$ROUNDS" --inner-steps 1 --dim 1024 --layers 4 --heads 8 \
   --ffn 2816 --seq 32 --batch 1 --eval-tokens 64 --threads 1 --http off --exit-when-done \
+  --codec int8 --pull-codec nvfp4 \
   --brown-dir "$BROWN_DIR" --store "$RUN/run" --summary-json "$RUN/summary.json" \
   > "$RUN/simulate.log" 2>&1 || { tail -5 "$RUN/simulate.log" >&2; exit 1; }
 python3 - "$RUN/summary.json" "$OUT" "$LABEL" "$ROUNDS" "$LOAD" <<'PY'

@@ -32,6 +32,7 @@ RUN=$(mktemp -d)
 trap 'rm -rf "$RUN"' EXIT
 "$ATOLL" simulate --nodes 2 --rounds "$ROUNDS" --inner-steps 1 --dim 64 --layers 2 --heads 2 \
   --ffn 192 --seq 32 --batch 2 --eval-tokens 256 --threads 1 --http off --exit-when-done \
+  --codec int8 --pull-codec nvfp4 \
   --brown-dir "$BROWN_DIR" --store "$RUN/run" > "$RUN/simulate.log" 2>&1 &
 SIM=$!
 # One sample per line: round reached, store bytes.

@@ -15,7 +15,7 @@ trap 'rm -rf "$work"' EXIT
 # steps: every run trains the same 200 inner steps per site; streaming runs sync one fragment
 # every H/P steps.
 common="--nodes 2 --rounds 5 --inner-steps 40 --dim 128 --layers 4 --heads 4 --ffn 384 --seq 128
-        --batch 8 --lr 3e-3 --eval-tokens 16384 --seed 7"
+        --batch 8 --lr 3e-3 --eval-tokens 16384 --seed 7 --codec none --pull-codec exact"
 
 rows=""
 for cfg in "1 0" "2 0" "2 5" "4 0" "4 5"; do

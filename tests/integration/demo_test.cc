@@ -62,8 +62,9 @@ TEST(Demo, SmallRunWritesASummaryAndBeatsTheInitialModel) {
   EXPECT_TRUE(o.at("tls").as_bool());
   EXPECT_EQ(o.at("nodes").to_number<int>(), 3);
   EXPECT_EQ(o.at("rounds").to_number<int>(), 3);
-  // Each round every node pulls θ (the full θ once, then nvfp4 updates) and pushes Δ (int8),
-  // plus framing; data-parallel would all-reduce gradients on each of the 18 inner steps.
+  // Each round every node pulls θ (the full θ once, then int3:256+zstd updates) and pushes Δ
+  // (int3:256+zstd), plus framing; data-parallel would all-reduce gradients on each of the 18
+  // inner steps.
   const double sent = o.at("bytes_sent").to_number<double>();
   const double ddp = o.at("ddp_bytes_equivalent").to_number<double>();
   EXPECT_GT(sent, 0);

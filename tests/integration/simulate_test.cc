@@ -204,7 +204,7 @@ TEST(Simulate, MoreSitesThanGenresShareGenresAndFinish) {
   EXPECT_NE(r.output.find("node-16: brown:a"), std::string::npos) << r.output;
 }
 
-// small_experiment's flags (with --codec int8) written as the config file `atoll coordinator
+// small_experiment's flags (with --codec int8 --pull-codec nvfp4) written as the config file `atoll coordinator
 // --config` reads: the demo's flags set warm-up min(20, R·H) = 12, min_lr = lr / 10 and
 // min_nodes = max_nodes = sites.
 constexpr const char* kSmallExperimentToml = R"(name = "demo"
@@ -244,7 +244,7 @@ std::string written(const TempDir& dir, const std::string& name, const std::stri
 TEST(Simulate, AConfigFileCommitsTheSameThetaAsTheFlagsThatDescribeIt) {
   TempDir dir;
   const std::string config = written(dir, "experiment.toml", kSmallExperimentToml);
-  auto flags_run = small_experiment(dir / "flags", {"--codec", "int8"});
+  auto flags_run = small_experiment(dir / "flags", {"--codec", "int8", "--pull-codec", "nvfp4"});
   flags_run.insert(flags_run.begin(), "simulate");
   auto by_flags = run_atoll(flags_run, dir / "flags.log", std::chrono::seconds(240));
   ASSERT_EQ(by_flags.exit_code, 0) << by_flags.output;
