@@ -564,6 +564,17 @@ TEST(CompressCodec, RejectsMalformedMessages) {
   EXPECT_TRUE(dense_mutate("topk:0.3+ternary:32", 102 + 2, 242).ok());
 }
 
+// msg's header and spec with `payload` after them (the payload length and the CRC fixed).
+std::vector<uint8_t> with_payload_of(const std::vector<uint8_t>& msg,
+                                     std::span<const uint8_t> payload) {
+  std::vector<uint8_t> m(msg.begin(), msg.begin() + static_cast<std::ptrdiff_t>(payload_offset(msg)));
+  m.insert(m.end(), payload.begin(), payload.end());
+  const uint64_t len = payload.size();
+  std::memcpy(m.data() + 16, &len, 8);
+  fix_crc(m);
+  return m;
+}
+
 // "+zstd" is lossless: the values the stages before it make, bit for bit, in fewer bytes where
 // the codes are skewed; the bytes do not depend on the thread count.
 TEST(CompressCodec, ZstdStageIsLosslessAndSmaller) {
@@ -627,14 +638,8 @@ TEST(CompressCodec, ZstdPayloadIsChecked) {
   const auto good = *c.encode(x);
   ASSERT_TRUE(c.decode(good, n).ok());
   const size_t at = payload_offset(good);
-  // A message whose payload is replaced (header length and CRC fixed).
   auto with_payload = [&](std::span<const uint8_t> payload) {
-    std::vector<uint8_t> m(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(at));
-    m.insert(m.end(), payload.begin(), payload.end());
-    const uint64_t len = payload.size();
-    std::memcpy(m.data() + 16, &len, 8);
-    fix_crc(m);
-    return c.decode(m, n);
+    return c.decode(with_payload_of(good, payload), n);
   };
   const std::span<const uint8_t> frame = std::span(good).subspan(at);
   EXPECT_TRUE(with_payload(frame).ok());
@@ -682,14 +687,8 @@ TEST(CompressCodec, ZstdFramesAreTheParts) {
   const auto good = *c.encode(x);
   EXPECT_EQ(*Codec(c).set_threads(2).encode(x), good);
   ASSERT_EQ(*Codec(c).set_threads(2).decode(good, n), x);
-  const size_t at = payload_offset(good);
   auto with_payload = [&](std::span<const uint8_t> payload) {
-    std::vector<uint8_t> m(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(at));
-    m.insert(m.end(), payload.begin(), payload.end());
-    const uint64_t len = payload.size();
-    std::memcpy(m.data() + 16, &len, 8);
-    fix_crc(m);
-    return c.decode(m, n);
+    return c.decode(with_payload_of(good, payload), n);
   };
   std::vector<uint8_t> raw(n * 4);
   std::memcpy(raw.data(), x.data(), raw.size());
