@@ -601,11 +601,12 @@ Status decode_payload(const CodecSpec& s, std::span<const uint8_t> payload, std:
                       int threads) {
   const uint64_t n = out.size();
   if (s.zstd) {
-    // Expanded into a buffer each thread keeps (rounds decode messages of the same sizes), of the
-    // size the spec and the caller's numel imply: never a size the message chose.
-    thread_local std::vector<uint8_t> raw;
+    // Expanded into a buffer of the size the spec and the caller's numel imply, never a size the
+    // message chose. Not kept across calls: a coordinator decodes on as many threads as pushes
+    // arrive at once, and the buffer (about n/2 bytes for 4-bit codes) is small next to the n
+    // floats the caller holds.
     const CodecSpec inner = without_zstd(s);
-    raw.resize(payload_bytes(inner, n));
+    std::vector<uint8_t> raw(payload_bytes(inner, n));
     ATOLL_RETURN_IF_ERROR(zstd_expand(payload, raw, threads));
     return decode_payload(inner, raw, out, threads);
   }
