@@ -8,8 +8,10 @@
 #
 # Usage: bench/demo_codecs/run.sh [--out FILE]
 # Environment: ATOLL (default build/atoll), SEEDS (default "1 2 3 4 5"), PAIRS (default
-# "none/exact int8/int8 int8/nvfp4": UP/DOWN, "none/exact" always added), JOBS (parallel runs,
-# default 2). Runs already in the output's run directory are kept (they are deterministic).
+# "int8/nvfp4 int4:256+zstd/int4:256+zstd int3:256+zstd/int3:256+zstd": UP/DOWN, "none/exact"
+# always added; the 2026-12-02 table also had int8/int8), JOBS (parallel runs, default 2). Runs
+# already in the output's run directory are kept (they are deterministic). Every run names its
+# codecs, so the demo's own defaults do not change what a pair measures.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -17,7 +19,7 @@ OUT=bench/results/demo-codecs.json
 [[ "${1:-}" == "--out" ]] && OUT="$2"
 ATOLL=${ATOLL:-build/atoll}
 SEEDS=${SEEDS:-"1 2 3 4 5"}
-PAIRS=${PAIRS:-"int8/int8 int8/nvfp4"}
+PAIRS=${PAIRS:-"int8/nvfp4 int4:256+zstd/int4:256+zstd int3:256+zstd/int3:256+zstd"}
 JOBS=${JOBS:-2}
 RUNS=${RUNS_DIR:-$(mktemp -d)}
 echo "runs in $RUNS" >&2
