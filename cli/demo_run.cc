@@ -409,8 +409,12 @@ void print_summary(const DemoRun& run, const RunTotals& t, double baseline,
               format_bytes(static_cast<double>(t.bytes_up)).c_str(),
               format_bytes(static_cast<double>(t.bytes_down)).c_str());
   // Estimates through a "+zstd" codec count the bytes before the entropy stage.
-  const bool entropy_coded = d.config.train.codec.ends_with("+zstd") ||
-                             d.config.diloco.pull_codec.ends_with("+zstd");
+  auto entropy_stage = [](const std::string& spec) {
+    auto parsed = algorithms::compress::parse_spec(spec);  // "exact", "full"... are no codec
+    return parsed.ok() && parsed->zstd;
+  };
+  const bool entropy_coded =
+      entropy_stage(d.config.train.codec) || entropy_stage(d.config.diloco.pull_codec);
   const char* at_most = entropy_coded ? "at most " : "";
   if (P > 1)
     std::printf("  peak per sync    %s (plain DiLoCo: %s%s); %" PRIu64 " syncs, first pull %s\n",

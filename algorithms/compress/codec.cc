@@ -522,13 +522,13 @@ StatusOr<Parsed> parse_message(std::span<const uint8_t> bytes, uint64_t numel, i
   if (spec->sparsifier == Sparsifier::kTopk && numel >= (uint64_t{1} << 32)) {
     return InvalidArgument("codec message: exact top-k over 2^32 or more values");
   }
-  if (spec->zstd ? payload_len > zstd_max_frame_bytes(payload_bytes(*spec, numel))
-                 : payload_len != payload_bytes(*spec, numel)) {
+  // The payload's size is fixed by the spec, or with "+zstd" bounded by its frames' worst case.
+  const uint64_t implied = spec->zstd ? zstd_max_frame_bytes(payload_bytes(*spec, numel))
+                                      : payload_bytes(*spec, numel);
+  if (spec->zstd ? payload_len > implied : payload_len != implied) {
     return DataLoss("codec message: payload of " + std::to_string(payload_len) +
                     " bytes, spec " + spec->to_string() + " implies " +
-                    (spec->zstd ? "zstd frames of at most " : "") +
-                    std::to_string(spec->zstd ? zstd_max_frame_bytes(payload_bytes(*spec, numel))
-                                              : payload_bytes(*spec, numel)));
+                    (spec->zstd ? "zstd frames of at most " : "") + std::to_string(implied));
   }
   return Parsed{*spec, bytes.subspan(kHeaderBytes + spec_len)};
 }

@@ -44,9 +44,13 @@ ZSTD_DCtx* decompress_context() {
 size_t part_count(uint64_t raw_bytes) {
   return raw_bytes == 0 ? 1 : static_cast<size_t>((raw_bytes + kZstdPartBytes - 1) / kZstdPartBytes);
 }
-std::span<const uint8_t> part_of(std::span<const uint8_t> raw, size_t i) {
-  const size_t begin = i * kZstdPartBytes;
-  return raw.subspan(begin, std::min(kZstdPartBytes, raw.size() - begin));
+// Bytes of part i of a payload of raw_bytes (the last part is the shorter one).
+size_t part_size(uint64_t raw_bytes, size_t i) {
+  return static_cast<size_t>(std::min<uint64_t>(kZstdPartBytes, raw_bytes - i * kZstdPartBytes));
+}
+template <typename Byte>
+std::span<Byte> part_of(std::span<Byte> raw, size_t i) {
+  return raw.subspan(i * kZstdPartBytes, part_size(raw.size(), i));
 }
 
 // One part -> its frame at dst (room for ZSTD_compressBound(part) bytes); returns its size.
@@ -70,12 +74,9 @@ void zstd_append(std::span<const uint8_t> raw, std::vector<uint8_t>& out, int th
   const size_t at = out.size();
   out.resize(at + zstd_max_frame_bytes(raw.size()));
   std::vector<size_t> size(parts);
-  if (threads <= 1 || parts == 1) {
-    for (size_t i = 0; i < parts; ++i) size[i] = compress_part(part_of(raw, i), out.data() + at + i * slot);
-  } else {
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (size_t i = 0; i < parts; ++i) size[i] = compress_part(part_of(raw, i), out.data() + at + i * slot);
-  }
+#pragma omp parallel for num_threads(std::max(threads, 1)) if (threads > 1 && parts > 1) \
+    schedule(static)
+  for (size_t i = 0; i < parts; ++i) size[i] = compress_part(part_of(raw, i), out.data() + at + i * slot);
   size_t end = at;
   for (size_t i = 0; i < parts; ++i) {
     std::memmove(out.data() + end, out.data() + at + i * slot, size[i]);
@@ -105,11 +106,10 @@ Status zstd_expand(std::span<const uint8_t> frames, std::span<uint8_t> raw, int 
                       ")");
     }
     frame[i] = rest.first(bytes);
-    const size_t want = std::min(kZstdPartBytes, raw.size() - i * kZstdPartBytes);
-    if (ZSTD_getFrameContentSize(frame[i].data(), frame[i].size()) != want) {
+    if (ZSTD_getFrameContentSize(frame[i].data(), frame[i].size()) != part_size(raw.size(), i)) {
       return DataLoss("codec message: zstd frame " + std::to_string(i + 1) + " of " +
-                      std::to_string(parts) + " does not hold the " + std::to_string(want) +
-                      " payload bytes its spec implies");
+                      std::to_string(parts) + " does not hold the " +
+                      std::to_string(part_size(raw.size(), i)) + " payload bytes its spec implies");
     }
     at += bytes;
   }
@@ -118,20 +118,15 @@ Status zstd_expand(std::span<const uint8_t> frames, std::span<uint8_t> raw, int 
                     " bytes after the last zstd frame");
   }
   std::vector<size_t> got(parts);
-  auto expand = [&](size_t i) {
-    const size_t begin = i * kZstdPartBytes;
-    const size_t want = std::min(kZstdPartBytes, raw.size() - begin);
-    got[i] = ZSTD_decompressDCtx(decompress_context(), raw.data() + begin, want, frame[i].data(),
+#pragma omp parallel for num_threads(std::max(threads, 1)) if (threads > 1 && parts > 1) \
+    schedule(static)
+  for (size_t i = 0; i < parts; ++i) {
+    const std::span<uint8_t> part = part_of(raw, i);
+    got[i] = ZSTD_decompressDCtx(decompress_context(), part.data(), part.size(), frame[i].data(),
                                  frame[i].size());
-  };
-  if (threads <= 1 || parts == 1) {
-    for (size_t i = 0; i < parts; ++i) expand(i);
-  } else {
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (size_t i = 0; i < parts; ++i) expand(i);
   }
   for (size_t i = 0; i < parts; ++i) {
-    const size_t want = std::min(kZstdPartBytes, raw.size() - i * kZstdPartBytes);
+    const size_t want = part_size(raw.size(), i);
     if (ZSTD_isError(got[i])) {
       return DataLoss("codec message: bad zstd frame " + std::to_string(i + 1) + " (" +
                       ZSTD_getErrorName(got[i]) + ")");
