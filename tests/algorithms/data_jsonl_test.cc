@@ -19,9 +19,14 @@
 namespace atl::algorithms::data {
 namespace {
 
+// `name` in a directory of this process's own: the file keeps its base name, which names its
+// records and so decides the held-out split (a name with the process id in it made that split,
+// and the test's expectations, depend on the id).
 std::string temp_file(const std::string& name, const std::string& contents) {
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("atoll-jsonl-" + std::to_string(::getpid()) + "-" + name);
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("atoll-jsonl-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto path = dir / name;
   std::ofstream(path, std::ios::binary) << contents;
   return path.string();
 }
@@ -215,7 +220,7 @@ TEST(DataJsonl, JsonlSpecLoadsSplitsAndValidates) {
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("/nonexistent/x.jsonl"), std::string::npos);
   EXPECT_FALSE(node::parse_data_spec("jsonl:").ok());
-  for (const std::string& p : {train_path, val_path, bad_path}) std::filesystem::remove(p);
+  std::filesystem::remove_all(std::filesystem::path(train_path).parent_path());
 }
 
 }  // namespace
