@@ -114,6 +114,11 @@ Flags coordinator_flags() {
           {{"config", true, "experiment config (TOML)", ""},
            {"store", true, "RocksDB directory (created if missing; resumed if present)", ""},
            {"listen", true, "HOST:PORT to serve gRPC on", "127.0.0.1:7070"},
+           {"bulk-listen", true,
+            "also serve pulls and pushes on HOST:PORT over TLS of Atoll's own, faster than the "
+            "gRPC stream (the same certificates; nodes use it when they reach it, gRPC "
+            "otherwise; needs TLS; off = none)",
+            "off"},
            {"tls", true, "TLS directory with ca.crt and the server certificate", ""},
            {"server-name", true, "certificate name of this coordinator", "coordinator"},
            {"insecure", false, "plaintext, no authentication (local development only)", ""},
@@ -216,6 +221,11 @@ StatusOr<CoordinatorSetup> read_setup(const Flags& flags) {
   l.server_name = flags.get_or("server-name", "coordinator");
   if (!l.insecure && l.tls_dir.empty())
     return InvalidArgument("--tls DIR is required (or --insecure for local development)");
+  if (const std::string bulk = flags.get_or("bulk-listen", "off"); bulk != "off") {
+    if (l.insecure)
+      return InvalidArgument("--bulk-listen needs TLS; drop it or --insecure");
+    l.bulk_listen = bulk;
+  }
   if (const std::string http = flags.get_or("http", "127.0.0.1:0"); http != "off")
     l.http_listen = http;
   l.web_root = flags.get_or("web", "");
@@ -280,9 +290,12 @@ int cmd_coordinator(const Args& args) {
   if (!running.ok()) return log.fail(running.status().message());
   auto& rc = **running;
   where.set(rc.service->experiment_id(), rc.service->current_round());
-  log.info(format_line("coordinator: experiment %s on %s (%s), round %" PRIu64 ", sha256 %s",
+  const std::string bulk = rc.server->bulk_port() != 0
+                               ? ", bulk lane port " + std::to_string(rc.server->bulk_port())
+                               : "";
+  log.info(format_line("coordinator: experiment %s on %s (%s%s), round %" PRIu64 ", sha256 %s",
                        rc.service->experiment_id().c_str(), rc.server->address().c_str(),
-                       l.insecure ? "INSECURE plaintext" : "TLS 1.3, mTLS",
+                       l.insecure ? "INSECURE plaintext" : "TLS 1.3, mTLS", bulk.c_str(),
                        rc.service->current_round(),
                        rc.service->params_fingerprint().substr(0, 16).c_str()));
   // First start of a store: bootstrap one admin token (later ones: POST /api/tokens, or

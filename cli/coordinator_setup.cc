@@ -246,6 +246,8 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
   if (!l.listen.empty()) ATOLL_RETURN_IF_ERROR(transport::check_can_listen(l.listen, "--listen"));
   if (!l.http_listen.empty() && !l.insecure)
     ATOLL_RETURN_IF_ERROR(transport::check_can_listen(l.http_listen, "--http"));
+  if (!l.bulk_listen.empty() && !l.insecure)
+    ATOLL_RETURN_IF_ERROR(transport::check_can_listen(l.bulk_listen, "--bulk-listen"));
   std::error_code ec;
   std::filesystem::create_directories(l.store_dir, ec);
   if (ec) return IoError("cannot create store directory " + l.store_dir + ": " + ec.message());
@@ -321,6 +323,11 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     } else {
       ATOLL_ASSIGN_OR_RETURN(srv.credentials,
                              transport::server_credentials(l.tls_dir, l.server_name));
+      if (!l.bulk_listen.empty()) {
+        srv.bulk_listen = l.bulk_listen;
+        ATOLL_ASSIGN_OR_RETURN(srv.bulk_tls,
+                               transport::server_identity(l.tls_dir, l.server_name));
+      }
       rc->refusals = std::make_unique<transport::HandshakeRefusalLog>(l.refusal_sink);
     }
     ATOLL_ASSIGN_OR_RETURN(rc->server, coordinator::CoordinatorServer::start(*rc->router, srv));

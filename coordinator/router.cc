@@ -43,7 +43,9 @@ grpc::Status ServiceRouter::Join(grpc::ServerContext* ctx, const pb::JoinRequest
                                  pb::JoinResponse* resp) {
   std::shared_ptr<CoordinatorService> s;
   if (grpc::Status st = route("", &s); !st.ok()) return st;
-  return s->Join(ctx, req, resp);
+  grpc::Status st = s->Join(ctx, req, resp);
+  if (st.ok()) resp->set_bulk_port(bulk_port_.load());
+  return st;
 }
 
 grpc::Status ServiceRouter::Heartbeat(grpc::ServerContext* ctx, const pb::HeartbeatRequest* req,

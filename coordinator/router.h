@@ -12,6 +12,7 @@
 // service is destroyed when its last call returns (set() wakes its long-polls first).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,6 +34,8 @@ class ServiceRouter final : public atoll_pb::v1::Coordinator::Service {
   std::shared_ptr<CoordinatorService> current() const;
   // Wakes the current service's long-polls (before grpc::Server::Shutdown).
   void shutdown();
+  // The bulk lane's port, told to nodes in every JoinResponse (0 = none).
+  void set_bulk_port(uint32_t port) { bulk_port_.store(port); }
 
   grpc::Status Join(grpc::ServerContext* ctx, const atoll_pb::v1::JoinRequest* req,
                     atoll_pb::v1::JoinResponse* resp) override;
@@ -68,6 +71,7 @@ class ServiceRouter final : public atoll_pb::v1::Coordinator::Service {
 
   mutable std::mutex mu_;
   std::shared_ptr<CoordinatorService> current_;
+  std::atomic<uint32_t> bulk_port_{0};
 };
 
 }  // namespace atl::coordinator

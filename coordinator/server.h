@@ -15,9 +15,11 @@
 #include <memory>
 #include <string>
 
+#include "coordinator/bulk_handler.h"
 #include "coordinator/router.h"
 #include "coordinator/service.h"
 #include "kernels/core/status.h"
+#include "transport/bulk_lane.h"
 #include "transport/capped_listener.h"
 #include "transport/channel.h"
 
@@ -33,6 +35,11 @@ struct ServerOptions {
   // Handshake timeout, connection caps, idle timeout, streams and threads
   // (`atoll coordinator --max-connections ...`, docs/coordinator.md "Connection limits").
   transport::ServerLimits limits;
+  // The bulk lane (transport/bulk_lane.h) for pulls and pushes: HOST:PORT ("" = none). It needs
+  // mTLS: bulk_tls is the same certificate, key and CA as `credentials`. It takes the handshake
+  // timeout and connection caps of `limits`.
+  std::string bulk_listen;
+  transport::TlsIdentity bulk_tls;
 };
 
 class CoordinatorServer {
@@ -54,19 +61,25 @@ class CoordinatorServer {
   // because a cap was reached since the start.
   size_t open_connections() const { return listener_->open_connections(); }
   uint64_t refused_connections() const { return listener_->refused_connections(); }
+  // The bulk lane's port; 0 = none.
+  int bulk_port() const { return bulk_ ? bulk_->port() : 0; }
+  // The bulk lane's server (null: none), for its counters.
+  const transport::BulkLaneServer* bulk_lane() const { return bulk_.get(); }
   // Idempotent.
   void shutdown();
 
  private:
   CoordinatorServer(std::function<void()> wake, std::chrono::milliseconds grace)
       : wake_(std::move(wake)), grace_(grace) {}
-  static StatusOr<std::unique_ptr<CoordinatorServer>> start_with(grpc::Service& service,
-                                                                 std::function<void()> wake,
-                                                                 ServerOptions options);
+  static StatusOr<std::unique_ptr<CoordinatorServer>> start_with(
+      grpc::Service& service, std::function<void()> wake,
+      std::function<std::shared_ptr<CoordinatorService>()> current, ServerOptions options);
   std::function<void()> wake_;  // wakes long-polls before shutdown
   std::chrono::milliseconds grace_;
   std::unique_ptr<transport::CappedListener> listener_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<CoordinatorBulkHandler> bulk_handler_;
+  std::unique_ptr<transport::BulkLaneServer> bulk_;
   int port_ = 0;
   std::string address_;
 };

@@ -43,10 +43,7 @@ StatusOr<std::string> CoordinatorService::caller(const grpc::ServerContext& ctx,
   std::string name;
   if (identity_ == IdentitySource::kTlsCertificate) {
     ATOLL_ASSIGN_OR_RETURN(transport::PeerIdentity id, transport::peer_identity(ctx));
-    if (id.role != "node")
-      return PermissionDenied("certificate '" + id.name + "' has role '" + id.role +
-                              "'; nodes need a certificate issued with --role node");
-    name = id.name;
+    return node_of_certificate(id);
   } else if (join_name) {
     name = *join_name;
   } else {
@@ -59,6 +56,22 @@ StatusOr<std::string> CoordinatorService::caller(const grpc::ServerContext& ctx,
   }
   ATOLL_RETURN_IF_ERROR(check_node_name(name));
   return name;
+}
+
+StatusOr<std::string> CoordinatorService::node_of_certificate(const transport::PeerIdentity& id) {
+  if (id.role != "node")
+    return PermissionDenied("certificate '" + id.name + "' has role '" + id.role +
+                            "'; nodes need a certificate issued with --role node");
+  ATOLL_RETURN_IF_ERROR(check_node_name(id.name));
+  return id.name;
+}
+
+StatusOr<std::string> CoordinatorService::bulk_node(const transport::PeerIdentity& peer,
+                                                    const std::string& experiment_id) const {
+  ATOLL_RETURN_IF_ERROR(engine_->admits(experiment_id));
+  if (identity_ != IdentitySource::kTlsCertificate)
+    return PermissionDenied("the bulk lane needs mTLS; this coordinator runs --insecure");
+  return node_of_certificate(peer);
 }
 
 StatusOr<std::string> CoordinatorService::node_of(const grpc::ServerContext& ctx,
@@ -78,6 +91,7 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* ctx, const pb::JoinRe
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, r.status().message());
   if (!r.ok()) return to_grpc(r.status());
   *resp = std::move(*r);
+  resp->set_bulk_port(bulk_port_.load());
   return grpc::Status::OK;
 }
 
@@ -120,15 +134,56 @@ grpc::Status CoordinatorService::NextTask(grpc::ServerContext* ctx, const pb::Ne
   return grpc::Status::OK;
 }
 
+StatusOr<PullPlan> CoordinatorService::plan_pull(const std::string& node,
+                                                 const pb::PullParamsRequest& request) {
+  ATOLL_ASSIGN_OR_RETURN(PullPlan plan, engine_->pull(node, request));
+  // Known already (cached per θ or encoding): no pass over θ before it streams.
+  plan.header.set_payload_xxh3(plan.payload_digest);
+  plan.header.set_payload_bytes(plan.payload.size());
+  plan.header.set_wire_version(transport::kWireVersion);
+  return plan;
+}
+
+void CoordinatorService::pull_sent(const std::string& node, const PullPlan& plan) {
+  engine_->pull_delivered(node, plan.header.round(), plan.payload.size());
+  if (metrics_) metrics_->add_bytes_down(plan.payload.size());
+}
+
+StatusOr<std::string> CoordinatorService::begin_push(const std::string& node,
+                                                     const pb::TensorHeader& h) {
+  ATOLL_RETURN_IF_ERROR(engine_->begin_update(node, h));
+  return take_push_buffer();
+}
+
+uint64_t CoordinatorService::max_push_bytes(const pb::TensorHeader& h) const {
+  // Bounded by the screened header (numel·4, or + slack for encoded codecs).
+  return h.numel() * sizeof(float) + engine_->options().payload_slack_bytes;
+}
+
+void CoordinatorService::abort_push(const std::string& node, const pb::TensorHeader& h,
+                                    const Status& why) {
+  engine_->abort_update(node, h, why);
+}
+
+StatusOr<pb::PushUpdateResponse> CoordinatorService::finish_push(const std::string& node,
+                                                                const pb::TensorHeader& h,
+                                                                std::string payload,
+                                                                Clock::time_point began) {
+  if (metrics_) metrics_->add_bytes_up(payload.size());
+  auto r = engine_->finish_update(node, h, payload);
+  keep_push_buffer(std::move(payload));
+  if (r.ok() && metrics_)
+    metrics_->observe_push(std::chrono::duration<double>(Clock::now() - began).count());
+  return r;
+}
+
 grpc::Status CoordinatorService::PullParams(grpc::ServerContext* ctx,
                                             const pb::PullParamsRequest* req,
                                             grpc::ServerWriter<pb::TensorChunk>* writer) {
   auto id = node_of(*ctx, req->experiment_id());
   if (!id.ok()) return to_grpc(id.status());
-  auto plan = engine_->pull(*id, *req);
+  auto plan = plan_pull(*id, *req);
   if (!plan.ok()) return to_grpc(plan.status());
-  // Known already (cached per θ or encoding): no pass over θ before it streams.
-  plan->header.set_payload_xxh3(plan->payload_digest);
   Status st = transport::for_each_chunk(
       plan->header, plan->payload, [&](const pb::TensorChunk& c) -> Status {
         if (ctx->IsCancelled()) return Unavailable("PullParams cancelled by the node");
@@ -136,8 +191,7 @@ grpc::Status CoordinatorService::PullParams(grpc::ServerContext* ctx,
         return Status::Ok();
       });
   if (!st.ok()) return to_grpc(st);
-  engine_->pull_delivered(*id, plan->header.round(), plan->payload.size());
-  if (metrics_) metrics_->add_bytes_down(plan->payload.size());
+  pull_sent(*id, *plan);
   return grpc::Status::OK;
 }
 
@@ -148,34 +202,26 @@ grpc::Status CoordinatorService::PushUpdate(grpc::ServerContext* ctx,
   if (!reader->Read(&first))
     return to_grpc(
         InvalidArgument("PushUpdate: empty stream (the first chunk carries the header)"));
-  const auto first_chunk_at = std::chrono::steady_clock::now();
+  const auto first_chunk_at = Clock::now();
   if (!first.has_header())
     return to_grpc(InvalidArgument("PushUpdate: the first chunk has no header"));
   const pb::TensorHeader& h = first.header();
   auto id = node_of(*ctx, h.experiment_id());
   if (!id.ok()) return to_grpc(id.status());
-  if (Status st = engine_->begin_update(*id, h); !st.ok()) return to_grpc(st);
-
-  // Payload: bounded by the screened header (numel·4, or + slack for encoded codecs).
-  transport::ChunkAssembler assembler(
-      h.numel() * sizeof(float) + engine_->options().payload_slack_bytes, take_push_buffer());
+  auto buffer = begin_push(*id, h);
+  if (!buffer.ok()) return to_grpc(buffer.status());
+  transport::ChunkAssembler assembler(max_push_bytes(h), std::move(*buffer));
   Status st = assembler.add(first);
   pb::TensorChunk chunk;
   while (st.ok() && reader->Read(&chunk)) st = assembler.add(chunk);
   if (st.ok() && ctx->IsCancelled()) st = Unavailable("PushUpdate cancelled by the node");
   if (st.ok()) st = assembler.finish();
   if (!st.ok()) {
-    engine_->abort_update(*id, h, st);
+    abort_push(*id, h, st);
     return to_grpc(st);
   }
-  std::string payload = assembler.take_payload();
-  if (metrics_) metrics_->add_bytes_up(payload.size());
-  auto r = engine_->finish_update(*id, h, payload);
-  keep_push_buffer(std::move(payload));
+  auto r = finish_push(*id, h, assembler.take_payload(), first_chunk_at);
   if (!r.ok()) return to_grpc(r.status());
-  if (metrics_)
-    metrics_->observe_push(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - first_chunk_at).count());
   *resp = std::move(*r);
   return grpc::Status::OK;
 }

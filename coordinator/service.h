@@ -4,6 +4,7 @@
 // streams (transport/tensor_stream.h) into engine calls and engine Status into grpc::Status.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -20,6 +21,7 @@
 #include "coordinator/store.h"
 #include "kernels/core/status.h"
 #include "transport/proto/atoll.grpc.pb.h"
+#include "transport/tls/credentials.h"
 
 namespace atl::coordinator {
 
@@ -86,6 +88,29 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
     return engine_->hydra_subnets();
   }
 
+  // The bulk lane's port (transport/bulk_lane.h), told to nodes in every JoinResponse; 0 = none.
+  void set_bulk_port(uint32_t port) { bulk_port_.store(port); }
+
+  // ---- A pull and a push, whichever transport carries their bytes: the gRPC streams below or
+  // the bulk lane (coordinator/bulk_handler.h). `node` is the caller's node id. ----
+  StatusOr<PullPlan> plan_pull(const std::string& node,
+                               const atoll_pb::v1::PullParamsRequest& request);
+  void pull_sent(const std::string& node, const PullPlan& plan);
+  // Screens a push's header; returns a buffer to receive its payload into. Then exactly one of
+  // abort_push / finish_push.
+  StatusOr<std::string> begin_push(const std::string& node, const atoll_pb::v1::TensorHeader& h);
+  // The most payload bytes a push with header `h` may carry (numel·4 + the codecs' slack).
+  uint64_t max_push_bytes(const atoll_pb::v1::TensorHeader& h) const;
+  void abort_push(const std::string& node, const atoll_pb::v1::TensorHeader& h, const Status& why);
+  // `began`: when the push's header arrived (the push latency metric).
+  StatusOr<atoll_pb::v1::PushUpdateResponse> finish_push(const std::string& node,
+                                                        const atoll_pb::v1::TensorHeader& h,
+                                                        std::string payload, Clock::time_point began);
+  // The node a bulk lane caller is, from its verified certificate, checked as gRPC callers are
+  // (shutting down, experiment id, role); PermissionDenied in --insecure mode.
+  StatusOr<std::string> bulk_node(const transport::PeerIdentity& peer,
+                                  const std::string& experiment_id) const;
+
   // ---- gRPC (see atoll.proto) ----
   grpc::Status Join(grpc::ServerContext* ctx, const atoll_pb::v1::JoinRequest* req,
                     atoll_pb::v1::JoinResponse* resp) override;
@@ -122,6 +147,8 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
         metrics_(metrics),
         metrics_limiter_(metrics_rate) {}
 
+  // The node a verified certificate names (role "node", a valid node name).
+  static StatusOr<std::string> node_of_certificate(const transport::PeerIdentity& id);
   // Identity of the caller (see IdentitySource); `join_name` only for Join.
   StatusOr<std::string> caller(const grpc::ServerContext& ctx, const std::string* join_name) const;
   // The checks every call but Join makes before the engine sees it, in the order nodes get
@@ -142,6 +169,7 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
   RateLimiter metrics_limiter_;        // ReportMetrics, per node
   std::mutex push_buffers_mu_;         // guards push_buffers_
   std::vector<std::string> push_buffers_;
+  std::atomic<uint32_t> bulk_port_{0};
 };
 
 }  // namespace atl::coordinator

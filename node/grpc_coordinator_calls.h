@@ -15,6 +15,7 @@
 #include <string>
 
 #include "node/coordinator_calls.h"
+#include "transport/bulk_lane.h"
 #include "transport/proto/atoll.grpc.pb.h"
 #include "transport/tls/credentials.h"
 
@@ -79,6 +80,14 @@ class GrpcCoordinatorCalls final : public CoordinatorCalls {
   TransferTotals transfers_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<atoll_pb::v1::Coordinator::Stub> stub_;
+  // The coordinator's bulk lane, when its JoinResponse offered one (TLS only); pulls and pushes
+  // go there. Dropped, with one line on stderr, the first time it cannot be reached at all:
+  // they stay on gRPC from then on.
+  mutable std::mutex bulk_mu_;  // guards bulk_
+  std::shared_ptr<transport::BulkLaneClient> bulk_;
+  std::shared_ptr<transport::BulkLaneClient> bulk_lane() const;
+  // Drops `lane` (if still the current one) after it could not be reached.
+  void drop_bulk_lane(const std::shared_ptr<transport::BulkLaneClient>& lane, const Status& why);
 };
 
 }  // namespace atl::node

@@ -153,6 +153,10 @@ void CappedListener::attach(grpc::ServerBuilder& builder,
       std::move(credentials));
 }
 
+void CappedListener::attach(std::function<void(int fd)> hand_over) {
+  hand_over_ = std::move(hand_over);
+}
+
 void CappedListener::start() {
   thread_ = std::thread([this] { accept_loop(); });
 }
@@ -205,6 +209,10 @@ void CappedListener::accept_one(int listener_fd) {
     const int one = 1;
     (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     handed_[admission.id] = {fd, socket_inode(fd)};
+    if (hand_over_) {
+      hand_over_(fd);  // the bulk lane owns fd from here
+      continue;
+    }
     grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters p;
     p.listener_fd = listener_fd;
     p.fd = fd;

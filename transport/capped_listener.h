@@ -3,9 +3,10 @@
 // caps.max_connections in all and caps.max_per_address from one address; over a cap a new
 // connection is closed at once, before any TLS byte) and hands it to the server through gRPC's
 // external connection acceptor, which runs the usual TLS handshake (with the server's handshake
-// timeout) and HTTP/2 on it.
+// timeout) and HTTP/2 on it. The bulk lane (transport/bulk_lane.h) takes its connections the
+// same way through a function of its own.
 //
-// gRPC owns a connection once handed over and does not say when it closes it. The listener keeps
+// The server owns a connection once handed over and does not say when it closes it. The listener keeps
 // each one's descriptor and socket inode and counts it open while that descriptor still names
 // that socket (a closed descriptor, or one reused for another socket, has a different inode or
 // none); the count is refreshed whenever a cap would refuse a connection, so the cap counts
@@ -16,6 +17,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -44,6 +46,9 @@ class CappedListener {
   int port() const { return port_; }
   // Registers the hand-over with a server under construction (before BuildAndStart).
   void attach(grpc::ServerBuilder& builder, std::shared_ptr<grpc::ServerCredentials> credentials);
+  // Or: hands each admitted connection (a non-blocking descriptor, TCP_NODELAY set) to
+  // `hand_over`, which owns it from then on; called on the accept thread, so it must not block.
+  void attach(std::function<void(int fd)> hand_over);
   // Starts accepting (after BuildAndStart; connections before then would be closed by gRPC).
   void start();
   // Stops accepting and closes the listening sockets; connections already handed over stay with
@@ -71,6 +76,7 @@ class CappedListener {
   int port_ = 0;
   int wake_fd_ = -1;  // eventfd: stop() wakes the accept loop
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;
+  std::function<void(int fd)> hand_over_;
   std::thread thread_;
   std::mutex mu_;  // handed_ (the accept loop and open_connections())
   std::map<ConnectionTable::Id, HandedOver> handed_;

@@ -70,6 +70,43 @@ StatusOr<std::vector<TensorChunk>> chunk_payload(TensorHeader header, std::strin
   return chunks;
 }
 
+Status check_stream_header(const TensorHeader& h, uint64_t max_payload_bytes,
+                           const std::string& where, bool digest_in_header) {
+    if (h.wire_version() != kWireVersion) {
+    return (InvalidArgument(where + ": unsupported wire_version " +
+                                std::to_string(h.wire_version()) + " (this build speaks " +
+                                std::to_string(kWireVersion) + ")"));
+  }
+  // Before any allocation: the declaration is untrusted.
+  if (h.payload_bytes() > max_payload_bytes) {
+    return (OutOfRange(where + ": declared payload of " + std::to_string(h.payload_bytes()) +
+                           " bytes exceeds the limit of " + std::to_string(max_payload_bytes) +
+                           " bytes"));
+  }
+  if (digest_in_header && h.payload_xxh3().size() != kPayloadDigestBytes) {
+    return (InvalidArgument(where + ": payload_xxh3 has " +
+                                std::to_string(h.payload_xxh3().size()) + " bytes, not " +
+                                std::to_string(kPayloadDigestBytes) + " (an XXH3-128 digest)"));
+  }
+  if (h.codec() == "none" && (h.payload_bytes() % sizeof(float) != 0 ||
+                              h.numel() != h.payload_bytes() / sizeof(float))) {
+    return (InvalidArgument(where + ": codec none needs 4 bytes per element, but numel is " +
+                                std::to_string(h.numel()) + " and payload_bytes " +
+                                std::to_string(h.payload_bytes())));
+  }
+  return Status::Ok();
+}
+
+void reserve_receive_buffer(std::string& buffer, uint64_t payload_bytes) {
+  if (buffer.capacity() >= payload_bytes) return;
+  // A buffer too small for this payload is not worth keeping: reserve() would copy it.
+  std::string().swap(buffer);
+  buffer.reserve(static_cast<size_t>(payload_bytes));
+  // A payload of hundreds of MB is first written here: huge pages make its page faults 512
+  // times fewer (on a virtualised host each 4 KiB fault costs microseconds; bench/transport).
+  advise_huge_pages(buffer.data(), buffer.capacity());
+}
+
 ChunkAssembler::ChunkAssembler(uint64_t max_payload_bytes, std::string buffer)
     : max_payload_bytes_(max_payload_bytes), payload_(std::move(buffer)) {
   payload_.clear();
@@ -91,38 +128,10 @@ Status ChunkAssembler::add(const TensorChunk& chunk) {
   if (index == 0) {
     if (!chunk.has_header()) return fail(InvalidArgument(where + ": first chunk has no header"));
     const TensorHeader& h = chunk.header();
-    if (h.wire_version() != kWireVersion) {
-      return fail(InvalidArgument(where + ": unsupported wire_version " +
-                                  std::to_string(h.wire_version()) + " (this build speaks " +
-                                  std::to_string(kWireVersion) + ")"));
-    }
-    // Before any allocation: the declaration is untrusted.
-    if (h.payload_bytes() > max_payload_bytes_) {
-      return fail(OutOfRange(where + ": declared payload of " + std::to_string(h.payload_bytes()) +
-                             " bytes exceeds the limit of " + std::to_string(max_payload_bytes_) +
-                             " bytes"));
-    }
-    if (h.payload_xxh3().size() != kPayloadDigestBytes) {
-      return fail(InvalidArgument(where + ": payload_xxh3 has " +
-                                  std::to_string(h.payload_xxh3().size()) + " bytes, not " +
-                                  std::to_string(kPayloadDigestBytes) + " (an XXH3-128 digest)"));
-    }
-    if (h.codec() == "none" && (h.payload_bytes() % sizeof(float) != 0 ||
-                                h.numel() != h.payload_bytes() / sizeof(float))) {
-      return fail(InvalidArgument(where + ": codec none needs 4 bytes per element, but numel is " +
-                                  std::to_string(h.numel()) + " and payload_bytes " +
-                                  std::to_string(h.payload_bytes())));
-    }
+    if (Status st = check_stream_header(h, max_payload_bytes_, where); !st.ok()) return fail(st);
     header_ = h;
     has_header_ = true;
-    if (payload_.capacity() < h.payload_bytes()) {
-      // A buffer too small for this payload is not worth keeping: reserve() would copy it.
-      std::string().swap(payload_);
-      payload_.reserve(static_cast<size_t>(h.payload_bytes()));
-      // A payload of hundreds of MB is first written here: huge pages make its page faults 512
-      // times fewer (on a virtualised host each 4 KiB fault costs microseconds; bench/transport).
-      advise_huge_pages(payload_.data(), payload_.capacity());
-    }
+    reserve_receive_buffer(payload_, h.payload_bytes());
   } else if (chunk.has_header()) {
     return fail(InvalidArgument(where + ": a second header (only the first chunk carries one)"));
   }

@@ -38,6 +38,17 @@ StatusOr<std::vector<atoll_pb::v1::TensorChunk>> chunk_payload(atoll_pb::v1::Ten
                                                                std::string_view payload,
                                                                size_t chunk_bytes = kMaxChunkBytes);
 
+// The checks a receiver makes of a stream's header before any allocation (`where` starts each
+// message): wire_version (InvalidArgument), payload_bytes above `max_payload_bytes`
+// (OutOfRange), payload_xxh3 not 16 bytes (when `digest_in_header`; the bulk lane sends it after
+// the payload), codec none with numel != payload_bytes / 4 (InvalidArgument).
+Status check_stream_header(const atoll_pb::v1::TensorHeader& header, uint64_t max_payload_bytes,
+                           const std::string& where, bool digest_in_header = true);
+
+// Gives `buffer` the capacity for `payload_bytes` (keeping it when it has it already; a new one
+// is advised into huge pages).
+void reserve_receive_buffer(std::string& buffer, uint64_t payload_bytes);
+
 // Receives one stream. Usage: add() each chunk as it arrives, then finish(). The first error
 // is sticky: later calls return it again. Errors:
 //   InvalidArgument — malformed stream (no header / second header, wrong wire_version, bad

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""bench/transport: θ pull and update push throughput over mTLS gRPC on loopback (issue 16, item 4).
+"""bench/transport: θ pull and update push throughput over mTLS on loopback (issue 16, item 4).
 
 A real `atoll coordinator` and one real `atoll node` over TLS 1.3 with certificates from `atoll
-ca`, on 127.0.0.1. The model is large (dim 1024, 4 layers: about 51M parameters, 205 MB of fp32)
+ca`, on 127.0.0.1. The payloads travel over the coordinator's bulk lane (`--bulk-listen`,
+transport/bulk_lane.h) by default, or over gRPC's streams (`--lane grpc`). The model is large (dim 1024, 4 layers: about 51M parameters, 205 MB of fp32)
 and the node trains one step of one short row per round, so the rounds are almost all transfer:
 every round the node pulls the whole θ in fp32 (`pull_codec = "full"`) and pushes its whole
 update in fp32 (`codec = "none"`). The node's transport clocks each stream (TransferTotals in
@@ -19,8 +20,8 @@ The reference is one core's AES-256-GCM rate, `openssl speed -evp aes-256-gcm` o
 blocks (what TLS 1.3 records carry): every byte on the wire is encrypted once by the sender and
 decrypted once by the receiver, each on its own core. Target: >= 25% of it both ways.
 
-Usage: bench/transport/run.py [--rounds N (8)] [--out FILE] [--no-results-md] [--keep]
-                              [--default-heap]
+Usage: bench/transport/run.py [--lane bulk|grpc] [--rounds N (8)] [--out FILE]
+                              [--no-results-md] [--keep] [--default-heap]
        bench/transport/run.py --floor [--rounds N]   (a bare gRPC stream of the same size)
 Environment: ATOLL (binary, default build/atoll).
 """
@@ -97,7 +98,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_once(atoll, work, rounds, dim, layers, ffn, default_heap):
+def run_once(atoll, work, rounds, dim, layers, ffn, default_heap, lane):
     tls = os.path.join(work, "tls")
     setup_tls(atoll, tls, sites=1)
     config = os.path.join(work, "transport.toml")
@@ -109,6 +110,7 @@ def run_once(atoll, work, rounds, dim, layers, ffn, default_heap):
         while f.tell() < 1 << 20:
             f.write(body)
     port = free_port()
+    lane_flags = ["--bulk-listen", f"127.0.0.1:{free_port()}"] if lane == "bulk" else []
     clog, nlog = os.path.join(work, "coordinator.log"), os.path.join(work, "node.log")
     env = dict(os.environ, OMP_WAIT_POLICY="passive")
     if default_heap:
@@ -118,7 +120,7 @@ def run_once(atoll, work, rounds, dim, layers, ffn, default_heap):
     with open(clog, "w") as cl:
         coord = subprocess.Popen(
             [atoll, "coordinator", "--config", config, "--store", os.path.join(work, "store"),
-             "--listen", f"127.0.0.1:{port}", "--tls", tls, "--http", "off"],
+             "--listen", f"127.0.0.1:{port}", "--tls", tls, "--http", "off"] + lane_flags,
             stdout=cl, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + 120
@@ -143,6 +145,8 @@ def run_once(atoll, work, rounds, dim, layers, ffn, default_heap):
         raise RuntimeError(f"node exit {node.returncode}, coordinator exit {coord.returncode}:\n"
                            + read(nlog)[-3000:])
     node_log = read(nlog)
+    if lane == "bulk" and ("stay on gRPC" in node_log or "bulk lane port" not in read(clog)):
+        raise RuntimeError("the node did not use the bulk lane:\n" + node_log[-3000:])
     m = LINE.search(node_log)
     if not m:
         raise RuntimeError("no transfer line in the node's log:\n" + node_log[-3000:])
@@ -209,7 +213,8 @@ def table(doc):
             f"{doc['rounds']} pulls and pushes over TLS 1.3 on loopback, one process"
             if doc.get("floor") else
             f"`bench/transport/run.py`, {doc['rounds']} rounds of a "
-            f"{doc['params'] / 1e6:.1f}M-parameter θ, fp32 both ways, one node, mTLS on loopback")
+            f"{doc['params'] / 1e6:.1f}M-parameter θ, fp32 both ways, one node, mTLS on loopback, "
+            + ("the bulk lane" if doc.get("lane", "grpc") == "bulk" else "gRPC streams"))
     lines = [
         f"Measured {doc['date']} on {doc['machine']} ({what}; load average "
         f"{r['loadavg_before']} → {r['loadavg_after']}).",
@@ -246,6 +251,9 @@ def table(doc):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lane", choices=("bulk", "grpc"), default="bulk",
+                    help="bulk: the coordinator's bulk lane (--bulk-listen); grpc: gRPC streams "
+                         "(out: transport-grpc.json)")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--dim", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=4)
@@ -263,6 +271,8 @@ def main():
     atoll = os.environ.get("ATOLL", os.path.join(ROOT, "build", "atoll"))
     if a.floor and a.out == ap.get_default("out"):
         a.out = os.path.join(ROOT, "bench", "results", "transport-floor.json")
+    elif a.lane == "grpc" and a.out == ap.get_default("out"):
+        a.out = os.path.join(ROOT, "bench", "results", "transport-grpc.json")
     if not a.floor and not os.access(atoll, os.X_OK):
         sys.exit(f"no atoll binary at {atoll} (build it first)")
     if shutil.which("openssl") is None:
@@ -274,7 +284,7 @@ def main():
         if a.floor:
             r = run_floor(work, 4 * params, a.rounds)
         else:
-            r = run_once(atoll, work, a.rounds, a.dim, a.layers, a.ffn, a.default_heap)
+            r = run_once(atoll, work, a.rounds, a.dim, a.layers, a.ffn, a.default_heap, a.lane)
     finally:
         if a.keep:
             print("logs kept in", work, file=sys.stderr)
@@ -292,7 +302,7 @@ def main():
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "machine": f"{cpu_name()}, {os.cpu_count()} cores", "rounds": a.rounds,
            "params": params, "aes_gcm_mbps": aes / 1e6, "default_heap": a.default_heap,
-           "floor": a.floor,
+           "floor": a.floor, "lane": None if a.floor else a.lane,
            "result": r}
     with open(a.out, "w") as f:
         json.dump(doc, f, indent=1)
@@ -302,8 +312,10 @@ def main():
         if a.floor:
             replace_section("transport-floor", "### A bare gRPC stream on the same host\n\n" +
                             table(doc))
+        elif a.lane == "grpc":
+            replace_section("transport-grpc", "### The same over gRPC streams\n\n" + table(doc))
         else:
-            replace_section("transport", "## Transport throughput (mTLS gRPC on loopback)\n\n" +
+            replace_section("transport", "## Transport throughput (mTLS on loopback)\n\n" +
                             table(doc))
 
 

@@ -458,7 +458,9 @@ TEST_F(HttpApiTest, StartingAStoredExperimentMakesItLive) {
   auto grpc =
       CoordinatorServer::start(*router_, {.listen = "127.0.0.1:0",
                                           .credentials = transport::insecure_server_credentials(),
-                                          .limits = {}});
+                                          .limits = {},
+                                          .bulk_listen = "",
+                                          .bulk_tls = {}});
   ASSERT_TRUE(grpc.ok()) << grpc.status().to_string();
   grpc_ = std::move(grpc).value();
 

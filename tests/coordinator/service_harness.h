@@ -70,11 +70,13 @@ struct Coordinator {
   std::unique_ptr<CoordinatorService> service;
   std::unique_ptr<CoordinatorServer> server;
 
-  // Opens (or resumes) the experiment in `dir` and serves it on `listen`.
+  // Opens (or resumes) the experiment in `dir` and serves it on `listen`; with `bulk_tls`, also
+  // the bulk lane on 127.0.0.1 (a free port).
   static std::unique_ptr<Coordinator> start(
       const std::string& dir, const ExperimentConfig& cfg, const algorithms::ParamSet& initial,
       ServiceOptions options = {}, std::shared_ptr<grpc::ServerCredentials> creds = nullptr,
-      const std::string& listen = "127.0.0.1:0", transport::ServerLimits limits = {}) {
+      const std::string& listen = "127.0.0.1:0", transport::ServerLimits limits = {},
+      const transport::TlsIdentity* bulk_tls = nullptr) {
     auto c = std::make_unique<Coordinator>();
     auto s = Store::open(dir, {.keep_params = cfg.diloco.keep_params});
     EXPECT_TRUE(s.ok()) << s.status().to_string();
@@ -87,7 +89,9 @@ struct Coordinator {
     auto srv = CoordinatorServer::start(
         *c->service, {.listen = listen,
                       .credentials = creds ? creds : transport::insecure_server_credentials(),
-                      .limits = limits});
+                      .limits = limits,
+                      .bulk_listen = bulk_tls ? "127.0.0.1:0" : "",
+                      .bulk_tls = bulk_tls ? *bulk_tls : transport::TlsIdentity{}});
     EXPECT_TRUE(srv.ok()) << srv.status().to_string();
     if (!srv.ok()) return nullptr;
     c->server = std::move(*srv);

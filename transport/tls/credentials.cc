@@ -134,6 +134,11 @@ StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials(
   return tls13_mtls_server_credentials(id.ca_pem, id.key_pem, id.cert_pem);
 }
 
+StatusOr<TlsIdentity> server_identity(const std::string& dir, const std::string& server_name) {
+  ATOLL_ASSIGN_OR_RETURN(LoadedIdentity id, load_identity(dir, server_name, Role::kServer));
+  return TlsIdentity{std::move(id.ca_pem), std::move(id.cert_pem), std::move(id.key_pem)};
+}
+
 StatusOr<ClientTls> client_credentials(const std::string& dir, const std::string& node_name,
                                        const std::string& server_name_override) {
   ATOLL_ASSIGN_OR_RETURN(LoadedIdentity id, load_identity(dir, node_name, Role::kNode));
@@ -168,7 +173,10 @@ StatusOr<PeerIdentity> peer_identity(const grpc::ServerContext& context) {
   }
   auto pems = auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
   if (pems.empty()) return Unauthenticated("the caller's TLS session carries no certificate");
-  const std::string pem(pems.front().data(), pems.front().size());
+  return peer_identity_from_pem(std::string(pems.front().data(), pems.front().size()));
+}
+
+StatusOr<PeerIdentity> peer_identity_from_pem(const std::string& pem) {
   auto info = inspect_certificate_pem(pem);
   if (!info.ok())
     return Unauthenticated("unreadable client certificate: " + info.status().message());

@@ -29,13 +29,18 @@ Status validate_identity(const std::string& dir, const std::string& name, Role r
 StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials(
     const std::string& dir, const std::string& server_name);
 
-// The PEM texts behind a client's credentials, for a handshake of our own
-// (tls/handshake_probe.h) when gRPC's account of a failed one is ambiguous.
-struct ClientIdentity {
-  std::string ca_pem;    // the only CA trusted for the server
-  std::string cert_pem;  // this client's certificate
+// The PEM texts behind one side's credentials, for TLS of our own beside gRPC: a client's
+// handshake probe (tls/handshake_probe.h) when gRPC's account of a failed one is ambiguous, and
+// both ends of the bulk lane (transport/bulk_lane.h).
+struct TlsIdentity {
+  std::string ca_pem;    // the only CA trusted for the peer
+  std::string cert_pem;  // this side's certificate
   std::string key_pem;   // and its private key
 };
+using ClientIdentity = TlsIdentity;
+
+// dir/<server_name>.{crt,key} and dir/ca.crt, checked as server_credentials checks them.
+StatusOr<TlsIdentity> server_identity(const std::string& dir, const std::string& server_name);
 
 // What a client needs to open a channel: credentials plus the name the server certificate must
 // carry (when it differs from the host in the target, e.g. dialing 127.0.0.1:PORT).
@@ -65,5 +70,7 @@ struct PeerIdentity {
 // Unauthenticated when the call did not come over mTLS with a verified client certificate
 // (e.g. an --insecure server).
 StatusOr<PeerIdentity> peer_identity(const grpc::ServerContext& context);
+// The same from the certificate a verified TLS session of our own presented (PEM).
+StatusOr<PeerIdentity> peer_identity_from_pem(const std::string& pem);
 
 }  // namespace atl::transport
