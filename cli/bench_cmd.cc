@@ -84,7 +84,8 @@ int cmd_bench(const Args& args) {
         "       atoll bench codecs [--numel N] [--threads N] [--json]\n"
         "       atoll bench distill-loss [--n N] [--vocab V] [--tiles RxS,...] [--json]\n"
         "       atoll bench moe [--tokens N] [--dim C] [--configs E:K:Fe,...] [--json]\n"
-        "       atoll bench hydra [--quick flags, see --help] [--json]\n");
+        "       atoll bench hydra [--quick flags, see --help] [--json]\n"
+        "       atoll bench lane [--bytes N] [--transfers N] [--json]\n");
     return args.empty() ? 2 : 0;
   }
   Args rest(args.begin() + 1, args.end());
@@ -94,9 +95,10 @@ int cmd_bench(const Args& args) {
   if (args[0] == "distill-loss") return bench_distill_loss(rest);
   if (args[0] == "moe") return bench_moe(rest);
   if (args[0] == "hydra") return bench_hydra(rest);
+  if (args[0] == "lane") return bench_lane(rest);
   return fail("bench",
               "unknown benchmark '" + args[0] +
-                  "': use train, sgemm, codecs, distill-loss, moe or hydra",
+                  "': use train, sgemm, codecs, distill-loss, moe, hydra or lane",
               2);
 }
 

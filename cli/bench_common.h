@@ -17,5 +17,7 @@ int bench_moe(const Args& args);
 // `atoll bench hydra`: five subnetwork fine-tuning methods at heterogeneous budgets
 // (cli/bench_hydra.cc).
 int bench_hydra(const Args& args);
+// `atoll bench lane`: the bulk lane's own pull and push rate, no engine (cli/bench_lane.cc).
+int bench_lane(const Args& args);
 
 }  // namespace atl::cli

@@ -114,8 +114,11 @@ void GrpcCoordinatorCalls::drop_bulk_lane(const std::shared_ptr<transport::BulkL
   std::lock_guard<std::mutex> lk(bulk_mu_);
   if (bulk_ != lane) return;
   bulk_.reset();
-  std::fprintf(stderr, "[node] %s; pulls and pushes stay on gRPC (%s)\n", why.message().c_str(),
-               options_.target.c_str());
+  const std::string line = why.message() + "; pulls and pushes stay on gRPC";
+  if (options_.log)
+    options_.log(line);
+  else
+    std::fprintf(stderr, "%s\n", line.c_str());
 }
 
 bool GrpcCoordinatorCalls::wait_for_link(std::chrono::milliseconds max_wait) {

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,6 +31,8 @@ struct ClientOptions {
   std::chrono::milliseconds rpc_timeout{10000};      // unary calls (+ wait_ms for NextTask)
   std::chrono::milliseconds stream_timeout{300000};  // PullParams / PushUpdate of a whole θ
   uint64_t max_param_bytes = uint64_t{4} << 30;      // refuse a θ announced larger than this
+  // Where the calls' own notices go (the bulk lane given up for gRPC); empty = stderr.
+  std::function<void(const std::string&)> log;
 };
 
 // Thread-safe (gRPC stubs are).

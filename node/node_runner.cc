@@ -15,6 +15,7 @@ Status run_node(const NodeOptions& opt) {
   ClientOptions co;
   co.target = opt.coordinator;
   co.node_name = opt.name;
+  co.log = opt.log;
   SiteWorkerOptions wo;
   if (opt.insecure) {
     co.tls = transport::insecure_client_credentials();

@@ -234,13 +234,6 @@ int add_cas(X509_STORE* store, const std::string& pem) {
   return cas;
 }
 
-// Reads from the socket in large pieces rather than a record header and then its body: half the
-// read calls over a payload of 16 KiB records.
-void set_read_ahead(SSL_CTX* ctx) {
-  SSL_CTX_set_read_ahead(ctx, 1);
-  SSL_CTX_set_default_read_buffer_len(ctx, 64 << 10);
-}
-
 int select_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
                 unsigned int inlen, void*) {
   unsigned char* chosen = nullptr;
@@ -268,7 +261,6 @@ StatusOr<SslCtxPtr> server_context(const TlsIdentity& tls) {
   SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   SSL_CTX_set_num_tickets(ctx.get(), 0);  // one transfer per connection: nothing to resume
   SSL_CTX_set_alpn_select_cb(ctx.get(), select_alpn, nullptr);
-  set_read_ahead(ctx.get());
   return ctx;
 }
 
@@ -453,7 +445,6 @@ StatusOr<Connection> connect_lane(const BulkLaneClientOptions& o, const std::str
   SslCtxPtr ctx = tls_socket::client_context(*o.identity, &error);
   if (!ctx) return Internal(what + ": " + error);
   SSL_CTX_set_alpn_protos(ctx.get(), kAlpn, sizeof(kAlpn));
-  set_read_ahead(ctx.get());
   Connection c;
   c.socket = tls_socket::connect_tcp(host, port, Clock::now() + o.connect_timeout, &error);
   if (c.socket.fd() < 0)

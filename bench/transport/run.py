@@ -23,6 +23,7 @@ decrypted once by the receiver, each on its own core. Target: >= 25% of it both 
 Usage: bench/transport/run.py [--lane bulk|grpc] [--rounds N (8)] [--out FILE]
                               [--no-results-md] [--keep] [--default-heap]
        bench/transport/run.py --floor [--rounds N]   (a bare gRPC stream of the same size)
+       bench/transport/run.py --floor-lane [--rounds N]   (the bulk lane alone: atoll bench lane)
 Environment: ATOLL (binary, default build/atoll).
 """
 import argparse
@@ -199,6 +200,23 @@ def run_floor(work, stream_bytes, streams):
     return r
 
 
+def run_floor_lane(atoll, stream_bytes, streams):
+    """`atoll bench lane`: the bulk lane's server and client in one process over TLS 1.3 on
+    loopback, no engine: the lane's counterpart of the bare gRPC stream."""
+    load_before = open("/proc/loadavg").read().split()[:3]
+    out = subprocess.run([atoll, "bench", "lane", "--bytes", str(stream_bytes), "--transfers",
+                          str(streams), "--json"], check=True, capture_output=True, text=True,
+                         timeout=600).stdout
+    load_after = open("/proc/loadavg").read().split()[:3]
+    r = json.loads(out)
+    n = len(r["pull_stream_seconds"])
+    r.update({"stream_bytes": stream_bytes,
+              "pull_bytes": stream_bytes * n, "pull_seconds": sum(r["pull_stream_seconds"]),
+              "push_bytes": stream_bytes * n, "push_seconds": sum(r["push_stream_seconds"]),
+              "loadavg_before": " ".join(load_before), "loadavg_after": " ".join(load_after)})
+    return r
+
+
 def cpu_name():
     try:
         info = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
@@ -212,6 +230,9 @@ def table(doc):
     what = (f"`bench/transport/run.py --floor`: bare gRPC streams, no Atoll code, "
             f"{doc['rounds']} pulls and pushes over TLS 1.3 on loopback, one process"
             if doc.get("floor") else
+            f"`bench/transport/run.py --floor-lane`: the bulk lane alone (`atoll bench lane`), "
+            f"{doc['rounds']} pulls and pushes over TLS 1.3 on loopback, one process"
+            if doc.get("floor_lane") else
             f"`bench/transport/run.py`, {doc['rounds']} rounds of a "
             f"{doc['params'] / 1e6:.1f}M-parameter θ, fp32 both ways, one node, mTLS on loopback, "
             + ("the bulk lane" if doc.get("lane", "grpc") == "bulk" else "gRPC streams"))
@@ -235,7 +256,7 @@ def table(doc):
                      f"{r[d + '_seconds']:.3f} | {r[d + '_mbps']:.0f} | "
                      f"{r[d + '_first_mbps']:.0f} | {r[d + '_later_mbps']:.0f} | "
                      f"{r[d + '_vs_aes']:.0%} | {r[d + '_later_vs_aes']:.0%} |")
-    if doc.get("floor"):
+    if doc.get("floor") or doc.get("floor_lane"):
         return "\n".join(lines)
     ok = min(r["pull_vs_aes"], r["push_vs_aes"]) >= 0.25
     commits = r.get("commit_seconds") or [0.0]
@@ -264,6 +285,9 @@ def main():
     ap.add_argument("--default-heap", action="store_true",
                     help="run both processes with glibc's default heap policy (atoll's stream "
                          "policy off), for comparison")
+    ap.add_argument("--floor-lane", action="store_true",
+                    help="instead of a run, the bulk lane alone (atoll bench lane; out: "
+                         "transport-floor-lane.json)")
     ap.add_argument("--floor", action="store_true",
                     help="instead of atoll, a bare gRPC stream of the same size (bench/transport/"
                          "floor): what gRPC itself reaches here (out: transport-floor.json)")
@@ -271,6 +295,8 @@ def main():
     atoll = os.environ.get("ATOLL", os.path.join(ROOT, "build", "atoll"))
     if a.floor and a.out == ap.get_default("out"):
         a.out = os.path.join(ROOT, "bench", "results", "transport-floor.json")
+    elif a.floor_lane and a.out == ap.get_default("out"):
+        a.out = os.path.join(ROOT, "bench", "results", "transport-floor-lane.json")
     elif a.lane == "grpc" and a.out == ap.get_default("out"):
         a.out = os.path.join(ROOT, "bench", "results", "transport-grpc.json")
     if not a.floor and not os.access(atoll, os.X_OK):
@@ -283,6 +309,8 @@ def main():
         params = a.layers * (4 * a.dim * a.dim + 3 * a.dim * a.ffn + 2 * a.dim) + 256 * a.dim + a.dim
         if a.floor:
             r = run_floor(work, 4 * params, a.rounds)
+        elif a.floor_lane:
+            r = run_floor_lane(atoll, 4 * params, a.rounds)
         else:
             r = run_once(atoll, work, a.rounds, a.dim, a.layers, a.ffn, a.default_heap, a.lane)
     finally:
@@ -302,7 +330,8 @@ def main():
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "machine": f"{cpu_name()}, {os.cpu_count()} cores", "rounds": a.rounds,
            "params": params, "aes_gcm_mbps": aes / 1e6, "default_heap": a.default_heap,
-           "floor": a.floor, "lane": None if a.floor else a.lane,
+           "floor": a.floor, "floor_lane": a.floor_lane,
+           "lane": None if a.floor or a.floor_lane else a.lane,
            "result": r}
     with open(a.out, "w") as f:
         json.dump(doc, f, indent=1)
@@ -312,6 +341,9 @@ def main():
         if a.floor:
             replace_section("transport-floor", "### A bare gRPC stream on the same host\n\n" +
                             table(doc))
+        elif a.floor_lane:
+            replace_section("transport-floor-lane", "### The bulk lane alone on the same host\n\n"
+                            + table(doc))
         elif a.lane == "grpc":
             replace_section("transport-grpc", "### The same over gRPC streams\n\n" + table(doc))
         else:
