@@ -97,6 +97,7 @@ Status GrpcCoordinatorCalls::join(const pb::JoinRequest& req, pb::JoinResponse* 
                 std::to_string(resp->bulk_port());
     bo.identity = options_.tls.identity;
     bo.server_name = options_.tls.server_name_override;
+    bo.answer_timeout = options_.stream_timeout;
     lane = std::make_shared<transport::BulkLaneClient>(std::move(bo));
   }
   std::lock_guard<std::mutex> lk(bulk_mu_);

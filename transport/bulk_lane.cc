@@ -477,11 +477,15 @@ StatusOr<Connection> connect_lane(const BulkLaneClientOptions& o, const std::str
 }
 
 // A reply frame: OK with its body, or the status it carries (its message prefixed by `what`).
-StatusOr<std::string> read_reply(SSL* ssl, std::chrono::milliseconds stall,
-                                 const std::string& what) {
+// It may take `answer` to start; then the socket is back to `stall`.
+StatusOr<std::string> read_reply(SSL* ssl, std::chrono::milliseconds answer,
+                                 std::chrono::milliseconds stall, const std::string& what) {
   uint8_t code = 0;
   std::string body;
-  ATOLL_RETURN_IF_ERROR(read_frame(ssl, kReplyMagic, stall, what, &code, &body));
+  tls_socket::set_io_timeout(SSL_get_fd(ssl), answer);
+  Status got = read_frame(ssl, kReplyMagic, answer, what, &code, &body);
+  tls_socket::set_io_timeout(SSL_get_fd(ssl), stall);
+  ATOLL_RETURN_IF_ERROR(got);
   if (!known_code(code))
     return DataLoss(what + ": the reply carries an unknown status code " + std::to_string(code));
   if (code != 0) return Status(static_cast<StatusCode>(code), what + ": " + body);
@@ -499,7 +503,7 @@ Status BulkLaneClient::pull(const pb::PullParamsRequest& request, uint64_t max_p
   const auto stall = options_.stall_timeout;
   ATOLL_RETURN_IF_ERROR(
       write_all(s, frame(kRequestMagic, kPull, request.SerializeAsString()), stall, what));
-  ATOLL_ASSIGN_OR_RETURN(std::string body, read_reply(s, stall, what));
+  ATOLL_ASSIGN_OR_RETURN(std::string body, read_reply(s, options_.answer_timeout, stall, what));
   pb::TensorHeader h;
   if (!h.ParseFromString(body)) return DataLoss(what + ": the reply's header does not parse");
   ATOLL_RETURN_IF_ERROR(check_stream_header(h, max_payload_bytes, what, false));
@@ -528,11 +532,11 @@ Status BulkLaneClient::push(const pb::TensorHeader& header, std::string_view pay
   h.clear_payload_xxh3();  // it follows the payload
   ATOLL_RETURN_IF_ERROR(
       write_all(s, frame(kRequestMagic, kPush, h.SerializeAsString()), stall, what));
-  ATOLL_ASSIGN_OR_RETURN(std::string go_ahead, read_reply(s, stall, what));
+  ATOLL_ASSIGN_OR_RETURN(std::string go_ahead, read_reply(s, options_.answer_timeout, stall, what));
   if (!go_ahead.empty()) return DataLoss(what + ": the go-ahead carries a body");
   ATOLL_RETURN_IF_ERROR(send_payload(s, payload, header.payload_xxh3(), stall, what));
   if (sent_seconds) *sent_seconds = std::chrono::duration<double>(Clock::now() - started).count();
-  ATOLL_ASSIGN_OR_RETURN(std::string body, read_reply(s, stall, what));
+  ATOLL_ASSIGN_OR_RETURN(std::string body, read_reply(s, options_.answer_timeout, stall, what));
   if (!response->ParseFromString(body))
     return DataLoss(what + ": the answer is not a PushUpdateResponse");
   return Status::Ok();

@@ -135,6 +135,9 @@ struct BulkLaneClientOptions {
   std::string server_name;
   std::chrono::milliseconds connect_timeout{10000};  // TCP connect and the TLS handshake
   std::chrono::milliseconds stall_timeout{60000};    // no byte moved for this long: failed
+  // How long a reply may take to start: the coordinator plans a pull (an encoding) or checks
+  // and aggregates a push (the round's commit when it is the last) before it answers.
+  std::chrono::milliseconds answer_timeout{300000};
 };
 
 // Thread-safe: every transfer opens its own connection.

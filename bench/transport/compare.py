@@ -10,7 +10,7 @@ over rounds: the median of the later streams (the first stream of a run writes i
 buffers) and all streams, in MB/s and as a share of that run's AES-256-GCM.
 
 Usage: bench/transport/compare.py [--repeats N (4)] [--rounds N (8)] [--out FILE]
-                                  [--no-results-md]
+                                  [--no-results-md] [--report EARLIER.json]
 Environment: ATOLL (binary, default build/atoll).
 """
 import argparse
@@ -53,15 +53,23 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results",
                                                   "transport-compare.json"))
     ap.add_argument("--no-results-md", action="store_true")
+    ap.add_argument("--report", metavar="JSON",
+                    help="no runs: write --out and the table from the runs in JSON (a --out of "
+                         "an earlier run)")
     a = ap.parse_args()
     runs = []
-    with tempfile.TemporaryDirectory(prefix="atoll-compare-") as work:
-        for rep in range(a.repeats):
-            for name, args in MODES:
-                row = one(args, a.rounds, os.path.join(work, "run.json"))
-                row.update({"repeat": rep + 1, "mode": name})
-                runs.append(row)
-                print(json.dumps(row), flush=True)
+    if a.report:
+        with open(a.report) as f:
+            earlier = json.load(f)
+        runs, a.repeats, a.rounds = earlier["runs"], earlier["repeats"], earlier["rounds"]
+    else:
+        with tempfile.TemporaryDirectory(prefix="atoll-compare-") as work:
+            for rep in range(a.repeats):
+                for name, args in MODES:
+                    row = one(args, a.rounds, os.path.join(work, "run.json"))
+                    row.update({"repeat": rep + 1, "mode": name})
+                    runs.append(row)
+                    print(json.dumps(row), flush=True)
     summary = {}
     for name, _ in MODES:
         mine = [r for r in runs if r["mode"] == name]
@@ -71,7 +79,8 @@ def main():
     cpu = next((l.split(":", 1)[1].strip() for l in info.splitlines()
                 if l.startswith("Model name")), "unknown CPU")
     doc = {"bench": "transport-compare",
-           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+           "date": earlier["date"] if a.report else
+           datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "machine": f"{cpu}, {os.cpu_count()} cores", "repeats": a.repeats,
            "rounds": a.rounds, "runs": runs, "median": summary}
     with open(a.out, "w") as f:

@@ -166,6 +166,14 @@ def run_once(atoll, work, rounds, dim, layers, ffn, default_heap, lane):
             "loadavg_after": " ".join(load_after)}
 
 
+# The floors run under the heap thresholds atoll's own processes set (kernels/core/heap_policy.h:
+# blocks of 32 MiB and more from mmap, the heap trimmed above 256 MiB), so that they compare with
+# the runs of atoll: without them a bare gRPC stream moved 2-3x fewer bytes a second here
+# (bench/RESULTS.md, "A bare gRPC stream on the same host").
+FLOOR_ENV = dict(os.environ, GLIBC_TUNABLES="glibc.malloc.mmap_threshold=33554432:"
+                 "glibc.malloc.trim_threshold=268435456")
+
+
 def run_floor(work, stream_bytes, streams):
     """bench/transport/floor: a bare gRPC stream (no Atoll code) over TLS 1.3 on loopback, built
     here against the same gRPC, protobuf and OpenSSL as atoll. Returns its per-stream seconds."""
@@ -190,7 +198,7 @@ def run_floor(work, stream_bytes, streams):
                    check=True, capture_output=True)
     load_before = open("/proc/loadavg").read().split()[:3]
     out = subprocess.run([binary, cert, key, str(stream_bytes), str(streams)], check=True,
-                         capture_output=True, text=True, timeout=600).stdout
+                         capture_output=True, text=True, timeout=600, env=FLOOR_ENV).stdout
     load_after = open("/proc/loadavg").read().split()[:3]
     r = json.loads(out)
     n = len(r["pull_stream_seconds"])
@@ -206,7 +214,7 @@ def run_floor_lane(atoll, stream_bytes, streams):
     load_before = open("/proc/loadavg").read().split()[:3]
     out = subprocess.run([atoll, "bench", "lane", "--bytes", str(stream_bytes), "--transfers",
                           str(streams), "--json"], check=True, capture_output=True, text=True,
-                         timeout=600).stdout
+                         timeout=600, env=FLOOR_ENV).stdout
     load_after = open("/proc/loadavg").read().split()[:3]
     r = json.loads(out)
     n = len(r["pull_stream_seconds"])

@@ -46,6 +46,14 @@ TEST(Demo, SmallRunWritesASummaryAndBeatsTheInitialModel) {
   EXPECT_NE(r.output.find("summary: 3 nodes, 3 rounds x 6 inner steps, TLS 1.3 mTLS"),
             std::string::npos)
       << r.output;
+  // Pulls and pushes took the coordinator's bulk lane: a node that could not reach it says so
+  // in its log.
+  EXPECT_NE(r.output.find("(bulk lane port "), std::string::npos) << r.output;
+  for (const char* node : {"node-1.log", "node-2.log", "node-3.log"}) {
+    const std::string log = read_text(dir / ("run/" + std::string(node)));
+    EXPECT_NE(log.find("joined"), std::string::npos) << node << ":\n" << log;
+    EXPECT_EQ(log.find("stay on gRPC"), std::string::npos) << node << ":\n" << log;
+  }
   boost::system::error_code ec;
   auto v = boost::json::parse(read_text(summary), ec);
   ASSERT_FALSE(ec) << read_text(summary);
@@ -175,6 +183,10 @@ TEST(Demo, BadFlagsFailFast) {
   auto h = run_atoll({"demo", "--split", "random"}, dir / "e.log");
   EXPECT_EQ(h.exit_code, 2);
   EXPECT_NE(h.output.find("--split must be genre or iid"), std::string::npos) << h.output;
+  auto l = run_atoll({"demo", "--bulk-lane", "maybe"}, dir / "f.log");
+  EXPECT_EQ(l.exit_code, 2);
+  EXPECT_NE(l.output.find("--bulk-lane must be on or off, not maybe"), std::string::npos)
+      << l.output;
 }
 
 }  // namespace

@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <regex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "node/subprocess.h"
@@ -73,6 +75,34 @@ TEST(CoordinatorPort, SecondCoordinatorOnTheSamePortFailsAndTheFirstKeepsServing
   std::string log;
   c.run_to_completion(120s, &log);
   EXPECT_EQ(committed_rounds(log).size(), 3u) << log;
+}
+
+// The bulk lane's port is checked like the gRPC port, before any store is created; without TLS
+// there is no lane.
+TEST(CoordinatorPort, BulkLaneOnATakenPortOrWithoutTlsFailsAtStartup) {
+  Cluster c;
+  c.make_ca({"node-1"});
+  c.start_coordinator(config_toml(1, 1, 60));
+  if (::testing::Test::HasFatalFailure()) return;
+  auto run = [&](std::vector<std::string> extra, const std::string& log) {
+    std::vector<std::string> argv = {ATOLL_BINARY, "coordinator", "--config", c.dir / "exp.toml",
+                                     "--store", c.dir / "store-2", "--listen", "127.0.0.1:0"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto p = node::Subprocess::spawn(argv, c.dir / log);
+    EXPECT_TRUE(p.ok()) << p.status().to_string();
+    auto code = p.ok() ? p->wait_for(30s) : std::nullopt;
+    EXPECT_TRUE(code.has_value());
+    return std::make_pair(code.value_or(-1), read_text(c.dir / log));
+  };
+  const auto [taken, taken_out] = run({"--tls", c.tls, "--bulk-listen", c.address}, "taken.log");
+  EXPECT_NE(taken, 0) << taken_out;
+  EXPECT_EQ(taken_out, "atoll coordinator: port " + c.address +
+                           " is already in use by another process; stop it or choose another "
+                           "--bulk-listen\n");
+  const auto [plain, plain_out] = run({"--insecure", "--bulk-listen", "127.0.0.1:0"}, "plain.log");
+  EXPECT_EQ(plain, 2) << plain_out;
+  EXPECT_NE(plain_out.find("--bulk-listen needs TLS"), std::string::npos) << plain_out;
+  EXPECT_FALSE(std::filesystem::exists(c.dir / "store-2")) << "it created a store before failing";
 }
 
 // A peer that reads 10 bytes of the TLS handshake and hangs up is a transport error: a node that
