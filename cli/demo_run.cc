@@ -180,9 +180,9 @@ void print_header(const DemoRun& run) {
         format_count(static_cast<double>(run.rc->base->params->numel())).c_str(),
         run.rc->base->path.c_str(), run.rc->base->fingerprint.c_str());
   if (run.rc->server && run.rc->server->bulk_port() != 0)
-    std::printf("coordinator %s (bulk lane port %d), store %s\n",
-                run.rc->server->address().c_str(), run.rc->server->bulk_port(),
-                run.store_dir.c_str());
+    std::printf("coordinator %s, store %s, bulk lane port %d\n",
+                run.rc->server->address().c_str(), run.store_dir.c_str(),
+                run.rc->server->bulk_port());
   else if (run.rc->server)
     std::printf("coordinator %s, store %s\n", run.rc->server->address().c_str(),
                 run.store_dir.c_str());

@@ -221,19 +221,6 @@ std::string error_reply(const Status& st) {
   return frame(kReplyMagic, static_cast<uint8_t>(st.code()), message);
 }
 
-// The CA certificates of a PEM text into `store`; how many.
-int add_cas(X509_STORE* store, const std::string& pem) {
-  ossl::BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
-  int cas = 0;
-  while (bio) {
-    ossl::X509Ptr ca(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
-    if (!ca) break;
-    if (X509_STORE_add_cert(store, ca.get()) == 1) ++cas;
-  }
-  ossl::last_error();  // the end of the PEM text reads as an error
-  return cas;
-}
-
 int select_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
                 unsigned int inlen, void*) {
   unsigned char* chosen = nullptr;
@@ -256,7 +243,7 @@ StatusOr<SslCtxPtr> server_context(const TlsIdentity& tls) {
       SSL_CTX_check_private_key(ctx.get()) != 1)
     return InvalidArgument("bulk lane: the server key does not match its certificate: " +
                            ossl::last_error());
-  if (add_cas(SSL_CTX_get_cert_store(ctx.get()), tls.ca_pem) == 0)
+  if (tls_socket::add_ca_certificates(SSL_CTX_get_cert_store(ctx.get()), tls.ca_pem) == 0)
     return InvalidArgument("bulk lane: no CA certificate to verify clients with");
   SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   SSL_CTX_set_num_tickets(ctx.get(), 0);  // one transfer per connection: nothing to resume

@@ -48,7 +48,7 @@ TEST(Demo, SmallRunWritesASummaryAndBeatsTheInitialModel) {
       << r.output;
   // Pulls and pushes took the coordinator's bulk lane: a node that could not reach it says so
   // in its log.
-  EXPECT_NE(r.output.find("(bulk lane port "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(", bulk lane port "), std::string::npos) << r.output;
   for (const char* node : {"node-1.log", "node-2.log", "node-3.log"}) {
     const std::string log = read_text(dir / ("run/" + std::string(node)));
     EXPECT_NE(log.find("joined"), std::string::npos) << node << ":\n" << log;

@@ -111,15 +111,8 @@ Socket connect_tcp(const std::string& host, const std::string& port, Clock::time
   return Socket();
 }
 
-SslCtxPtr client_context(const ClientIdentity& identity, std::string* error) {
-  SslCtxPtr ctx(SSL_CTX_new(TLS_client_method()));
-  if (!ctx || SSL_CTX_set_min_proto_version(ctx.get(), TLS1_3_VERSION) != 1) {
-    *error = "cannot set up TLS: " + ossl::last_error();
-    return nullptr;
-  }
-  X509_STORE* store = SSL_CTX_get_cert_store(ctx.get());
-  ossl::BioPtr bio(
-      BIO_new_mem_buf(identity.ca_pem.data(), static_cast<int>(identity.ca_pem.size())));
+int add_ca_certificates(X509_STORE* store, const std::string& pem) {
+  ossl::BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
   int cas = 0;
   while (bio) {
     ossl::X509Ptr ca(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
@@ -127,6 +120,16 @@ SslCtxPtr client_context(const ClientIdentity& identity, std::string* error) {
     if (X509_STORE_add_cert(store, ca.get()) == 1) ++cas;
   }
   ossl::last_error();  // the end of the PEM text reads as an error
+  return cas;
+}
+
+SslCtxPtr client_context(const ClientIdentity& identity, std::string* error) {
+  SslCtxPtr ctx(SSL_CTX_new(TLS_client_method()));
+  if (!ctx || SSL_CTX_set_min_proto_version(ctx.get(), TLS1_3_VERSION) != 1) {
+    *error = "cannot set up TLS: " + ossl::last_error();
+    return nullptr;
+  }
+  const int cas = add_ca_certificates(SSL_CTX_get_cert_store(ctx.get()), identity.ca_pem);
   auto cert = ossl::parse_certificate_pem(identity.cert_pem, "client certificate");
   auto key = ossl::parse_private_key_pem(identity.key_pem, "client key");
   if (cas == 0 || !cert.ok() || !key.ok() || SSL_CTX_use_certificate(ctx.get(), cert->get()) != 1 ||

@@ -9,19 +9,14 @@
 #include <string>
 
 #include "transport/tls/credentials.h"
+#include "transport/tls/openssl_util.h"
 
 namespace atl::transport::tls_socket {
 
 using Clock = std::chrono::steady_clock;
 
-struct SslCtxDeleter {
-  void operator()(SSL_CTX* p) const { SSL_CTX_free(p); }
-};
-struct SslDeleter {
-  void operator()(SSL* p) const { SSL_free(p); }
-};
-using SslCtxPtr = std::unique_ptr<SSL_CTX, SslCtxDeleter>;
-using SslPtr = std::unique_ptr<SSL, SslDeleter>;
+using SslCtxPtr = std::unique_ptr<SSL_CTX, ossl::Deleter<SSL_CTX_free>>;
+using SslPtr = std::unique_ptr<SSL, ossl::Deleter<SSL_free>>;
 
 // Owns a file descriptor (closed on destruction).
 class Socket {
@@ -68,6 +63,9 @@ void set_io_timeout(int fd, std::chrono::milliseconds timeout);
 // until `deadline`; fd -1 and *error on failure.
 Socket connect_tcp(const std::string& host, const std::string& port, Clock::time_point deadline,
                    std::string* error);
+
+// Adds the certificates of a PEM text (one or more) to `store`; how many it added.
+int add_ca_certificates(X509_STORE* store, const std::string& pem);
 
 // TLS 1.3 only, trusting identity.ca_pem only (never the system store), presenting identity's
 // certificate, verifying the peer; null and *error on failure.
