@@ -20,11 +20,11 @@ StatusOr<std::shared_ptr<CoordinatorService>> CoordinatorBulkHandler::service_fo
 namespace {
 
 // A transfer's service (held for the transfer's duration, even if another one becomes current
-// meanwhile) and the caller's node id in it.
+// meanwhile), the caller's node id in it and, for a pull, its plan (which owns the payload).
 struct Transfer {
   std::shared_ptr<CoordinatorService> service;
   std::string node;
-  std::shared_ptr<const void> bytes;  // a pull's payload owner
+  PullPlan plan;
 };
 
 }  // namespace
@@ -33,21 +33,17 @@ StatusOr<transport::BulkHandler::Pull> CoordinatorBulkHandler::pull(
     const transport::PeerIdentity& peer, const pb::PullParamsRequest& request) {
   auto t = std::make_shared<Transfer>();
   ATOLL_ASSIGN_OR_RETURN(t->service, service_for(peer, request.experiment_id(), &t->node));
-  ATOLL_ASSIGN_OR_RETURN(PullPlan plan, t->service->plan_pull(t->node, request));
+  ATOLL_ASSIGN_OR_RETURN(t->plan, t->service->plan_pull(t->node, request));
   Pull out;
-  out.header = std::move(plan.header);
-  out.payload = plan.payload;
-  t->bytes = std::move(plan.keep_alive);
+  out.header = t->plan.header;
+  out.payload = t->plan.payload;
   out.keep_alive = std::move(t);
   return out;
 }
 
 void CoordinatorBulkHandler::pull_sent(const transport::PeerIdentity&, const Pull& pull) {
   const auto* t = static_cast<const Transfer*>(pull.keep_alive.get());
-  PullPlan plan;
-  plan.header = pull.header;
-  plan.payload = pull.payload;
-  t->service->pull_sent(t->node, plan);
+  t->service->pull_sent(t->node, t->plan);
 }
 
 StatusOr<transport::BulkHandler::PushAdmission> CoordinatorBulkHandler::begin_push(

@@ -306,11 +306,8 @@ void BulkLaneServer::serve(uint64_t id, int fd) {
   ossl::last_error();
   if (greeted) {
     SSL* s = ssl.get();
-    auto reply = [&](const Status& st) {
-      (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-      tls_socket::set_io_timeout(fd, stall);
-      (void)write_all(s, error_reply(st), stall, "reply");
-    };
+    // Blocking from here on (set below, before any reply is written).
+    auto reply = [&](const Status& st) { (void)write_all(s, error_reply(st), stall, "reply"); };
     // The certificate OpenSSL verified against the CA (SSL_VERIFY_FAIL_IF_NO_PEER_CERT).
     StatusOr<PeerIdentity> peer = Unauthenticated("no client certificate");
     if (X509* cert = SSL_get0_peer_certificate(s); cert != nullptr) {
@@ -338,8 +335,8 @@ void BulkLaneServer::serve(uint64_t id, int fd) {
       } else {
         const std::string digest = pull->header.payload_xxh3();
         pull->header.clear_payload_xxh3();  // it follows the payload
-        std::string head = frame(kReplyMagic, 0, pull->header.SerializeAsString());
-        if (write_all(s, head, stall, "pull").ok() &&
+        const std::string reply_head = frame(kReplyMagic, 0, pull->header.SerializeAsString());
+        if (write_all(s, reply_head, stall, "pull").ok() &&
             send_payload(s, pull->payload, digest, stall, "pull").ok()) {
           pulls_sent_.fetch_add(1);
           handler_.pull_sent(*peer, *pull);
@@ -384,7 +381,6 @@ void BulkLaneServer::serve(uint64_t id, int fd) {
     (void)SSL_shutdown(s);  // close_notify: the reply is complete
   }
   ssl.reset();
-  ossl::last_error();
   {
     // Out of stop()'s reach before the descriptor is closed (and its number reused).
     std::lock_guard<std::mutex> lk(mu_);
@@ -422,21 +418,17 @@ struct Connection {
   SslPtr ssl;
 };
 
-StatusOr<Connection> connect_lane(const BulkLaneClientOptions& o, const std::string& what,
-                                  bool* reached) {
+StatusOr<Connection> connect_lane(const BulkLaneClientOptions& o, SSL_CTX* ctx,
+                                  const std::string& what, bool* reached) {
   if (reached) *reached = false;
-  if (!o.identity) return FailedPrecondition(what + ": the bulk lane needs a TLS identity");
   std::string host, port, error;
   if (!tls_socket::split_target(o.target, &host, &port))
     return InvalidArgument(what + ": bulk lane target '" + o.target + "' is not HOST:PORT");
-  SslCtxPtr ctx = tls_socket::client_context(*o.identity, &error);
-  if (!ctx) return Internal(what + ": " + error);
-  SSL_CTX_set_alpn_protos(ctx.get(), kAlpn, sizeof(kAlpn));
   Connection c;
   c.socket = tls_socket::connect_tcp(host, port, Clock::now() + o.connect_timeout, &error);
   if (c.socket.fd() < 0)
     return Unavailable(what + ": cannot reach the bulk lane at " + o.target + " (" + error + ")");
-  c.ssl.reset(SSL_new(ctx.get()));
+  c.ssl.reset(SSL_new(ctx));
   if (!c.ssl || SSL_set_fd(c.ssl.get(), c.socket.fd()) != 1)
     return Internal(what + ": cannot set up TLS: " + ossl::last_error());
   // The coordinator's certificate must name it, as gRPC checks.
@@ -481,11 +473,29 @@ StatusOr<std::string> read_reply(SSL* ssl, std::chrono::milliseconds answer,
 
 }  // namespace
 
+StatusOr<std::shared_ptr<void>> BulkLaneClient::context() {
+  std::lock_guard<std::mutex> lk(context_mu_);
+  if (context_) return context_;
+  if (!options_.identity)
+    return FailedPrecondition("the bulk lane at " + options_.target + " needs a TLS identity");
+  std::string error;
+  SslCtxPtr ctx = tls_socket::client_context(*options_.identity, &error);
+  if (!ctx) return Internal("bulk lane at " + options_.target + ": " + error);
+  SSL_CTX_set_alpn_protos(ctx.get(), kAlpn, sizeof(kAlpn));
+  context_ = std::shared_ptr<void>(ctx.release(), [](void* p) {
+    SSL_CTX_free(static_cast<SSL_CTX*>(p));
+  });
+  return context_;
+}
+
 Status BulkLaneClient::pull(const pb::PullParamsRequest& request, uint64_t max_payload_bytes,
                             pb::TensorHeader* header, std::string* payload, bool* reached) {
   const std::string what = "PullParams over the bulk lane at " + options_.target;
   const tls_socket::SigpipeBlock no_sigpipe;
-  ATOLL_ASSIGN_OR_RETURN(Connection c, connect_lane(options_, what, reached));
+  if (reached) *reached = false;
+  ATOLL_ASSIGN_OR_RETURN(std::shared_ptr<void> ctx, context());
+  ATOLL_ASSIGN_OR_RETURN(Connection c, connect_lane(options_, static_cast<SSL_CTX*>(ctx.get()),
+                                                    what, reached));
   SSL* s = c.ssl.get();
   const auto stall = options_.stall_timeout;
   ATOLL_RETURN_IF_ERROR(
@@ -512,7 +522,10 @@ Status BulkLaneClient::push(const pb::TensorHeader& header, std::string_view pay
                            std::to_string(header.payload_bytes()) + " bytes, the payload has " +
                            std::to_string(payload.size()));
   const tls_socket::SigpipeBlock no_sigpipe;
-  ATOLL_ASSIGN_OR_RETURN(Connection c, connect_lane(options_, what, reached));
+  if (reached) *reached = false;
+  ATOLL_ASSIGN_OR_RETURN(std::shared_ptr<void> ctx, context());
+  ATOLL_ASSIGN_OR_RETURN(Connection c, connect_lane(options_, static_cast<SSL_CTX*>(ctx.get()),
+                                                    what, reached));
   SSL* s = c.ssl.get();
   const auto stall = options_.stall_timeout;
   pb::TensorHeader h = header;

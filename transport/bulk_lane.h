@@ -140,7 +140,8 @@ struct BulkLaneClientOptions {
   std::chrono::milliseconds answer_timeout{300000};
 };
 
-// Thread-safe: every transfer opens its own connection.
+// Thread-safe: every transfer opens its own connection (from one TLS context, built from the
+// identity's PEM texts at the first transfer).
 class BulkLaneClient {
  public:
   explicit BulkLaneClient(BulkLaneClientOptions options) : options_(std::move(options)) {}
@@ -163,7 +164,12 @@ class BulkLaneClient {
   const std::string& target() const { return options_.target; }
 
  private:
+  // The SSL_CTX every connection is made from; built once.
+  StatusOr<std::shared_ptr<void>> context();
+
   const BulkLaneClientOptions options_;
+  std::mutex context_mu_;        // guards context_
+  std::shared_ptr<void> context_;  // SSL_CTX
 };
 
 }  // namespace atl::transport

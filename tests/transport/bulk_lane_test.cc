@@ -310,10 +310,10 @@ TEST_F(BulkLane, StrangersAndGrpcClientsDoNotGetThrough) {
   pb::TensorHeader h;
   std::string payload;
   bool reached = true;
-  // A certificate from another CA: the server refuses the handshake.
+  // A certificate from another CA: the server refuses the handshake (TLS 1.3 tells the client
+  // after its side finished, so the failure may come with the first read); no handler call.
   Status st = client(other_).pull(pb::PullParamsRequest(), 64 << 20, &h, &payload, &reached);
-  EXPECT_FALSE(st.ok());
-  EXPECT_NE(st.code(), StatusCode::kOk);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.to_string();
   // The server name is checked as gRPC checks it.
   reached = true;
   st = client("", "node-1", "not-the-coordinator")
