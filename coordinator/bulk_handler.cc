@@ -33,7 +33,8 @@ StatusOr<transport::BulkHandler::Pull> CoordinatorBulkHandler::pull(
     const transport::PeerIdentity& peer, const pb::PullParamsRequest& request) {
   auto t = std::make_shared<Transfer>();
   ATOLL_ASSIGN_OR_RETURN(t->service, service_for(peer, request.experiment_id(), &t->node));
-  ATOLL_ASSIGN_OR_RETURN(t->plan, t->service->plan_pull(t->node, request));
+  // The lane sends the digest after the payload: a θ not hashed yet is hashed on its way.
+  ATOLL_ASSIGN_OR_RETURN(t->plan, t->service->plan_pull(t->node, request, PullDigest::kIfKnown));
   Pull out;
   out.header = t->plan.header;
   out.payload = t->plan.payload;

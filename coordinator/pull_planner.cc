@@ -38,7 +38,7 @@ StatusOr<PullPolicy> parse_pull_policy(std::string_view pull_codec) {
 StatusOr<PullPlan> PullPlanner::plan(atoll_pb::v1::TensorHeader header,
                                      std::shared_ptr<const std::vector<float>> theta,
                                      std::optional<uint64_t> base_round,
-                                     const std::string& base_fingerprint) {
+                                     const std::string& base_fingerprint, PullDigest digest) {
   std::shared_ptr<const Encoded> encoded;
   const bool one_behind = base_round && *base_round + 1 == header.round();
   if (!policy_.whole.is_none()) {
@@ -70,7 +70,7 @@ StatusOr<PullPlan> PullPlanner::plan(atoll_pb::v1::TensorHeader header,
     header.set_codec(std::string(cx::kNoneSpec));  // raw fp32
     out.payload = std::string_view(reinterpret_cast<const char*>(theta->data()),
                                    theta->size() * sizeof(float));
-    out.payload_digest = raw_theta_digest(header.params_fingerprint(), out.payload);
+    out.payload_digest = raw_theta_digest(header.params_fingerprint(), out.payload, digest);
     out.keep_alive = std::move(theta);
   }
   out.header = std::move(header);
@@ -145,17 +145,19 @@ std::shared_ptr<PullPlanner::Encoded> PullPlanner::make_encoded(std::string code
   return std::make_shared<Encoded>(Encoded{std::move(codec), std::move(bytes), std::move(digest)});
 }
 
-std::string PullPlanner::raw_theta_digest(const std::string& fingerprint, std::string_view bytes) {
+std::string PullPlanner::raw_theta_digest(const std::string& fingerprint, std::string_view bytes,
+                                          PullDigest digest) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (raw_digest_.first == fingerprint) return raw_digest_.second;
   }
+  if (digest == PullDigest::kIfKnown) return {};
   // Outside the lock: other pulls go on while θ is hashed (several first pulls of a new θ may
   // each hash it once; they agree).
-  std::string digest = transport::payload_digest(bytes);
+  std::string computed = transport::payload_digest(bytes);
   std::lock_guard<std::mutex> lk(mu_);
-  raw_digest_ = {fingerprint, digest};
-  return digest;
+  raw_digest_ = {fingerprint, computed};
+  return computed;
 }
 
 void PullPlanner::remember(std::pair<uint64_t, uint64_t> key,

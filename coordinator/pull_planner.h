@@ -48,9 +48,16 @@ struct PullPlan {
   std::shared_ptr<const void> keep_alive;  // owns the bytes `payload` points to
   std::string_view payload;
   // The stream's payload check (transport::payload_digest, 16 bytes) of `payload`, computed once
-  // per θ or cached encoding, not per pull.
+  // per θ or cached encoding, not per pull. Empty for a raw θ not hashed yet when the plan was
+  // asked for with PullDigest::kIfKnown.
   std::string payload_digest;
 };
+
+// Whether a pull's plan must carry its payload's digest. A gRPC stream sends it in the first
+// chunk's header (kUpFront: a raw θ is hashed before its first byte goes out, once per θ). The
+// bulk lane sends it after the payload and hashes the payload on its way when the plan has none,
+// and in-process pulls copy memory (kIfKnown: no pass over θ of its own before the transfer).
+enum class PullDigest { kUpFront, kIfKnown };
 
 // Thread-safe; encodings are cached per (base round, round) and shared by every node that asks
 // for the same one. Only deltas to the newest θ are kept.
@@ -76,7 +83,8 @@ class PullPlanner {
   // whole θ.
   StatusOr<PullPlan> plan(atoll_pb::v1::TensorHeader header,
                           std::shared_ptr<const std::vector<float>> theta,
-                          std::optional<uint64_t> base_round, const std::string& base_fingerprint);
+                          std::optional<uint64_t> base_round, const std::string& base_fingerprint,
+                          PullDigest digest);
 
  private:
   // An encoded θ for a pull.
@@ -99,8 +107,9 @@ class PullPlanner {
       uint64_t round, const std::shared_ptr<const std::vector<float>>& theta);
   void remember(std::pair<uint64_t, uint64_t> key, std::shared_ptr<const Encoded> value);
   // transport::payload_digest of the raw θ whose SHA-256 fingerprint is `fingerprint`, hashed
-  // on the first pull of that θ only.
-  std::string raw_theta_digest(const std::string& fingerprint, std::string_view bytes);
+  // on the first kUpFront pull of that θ only; with kIfKnown, the cached one or empty.
+  std::string raw_theta_digest(const std::string& fingerprint, std::string_view bytes,
+                               PullDigest digest);
 
   Store& store_;
   const std::string experiment_id_;

@@ -133,7 +133,8 @@ class RoundEngine {
                                          const atoll_pb::v1::NextTaskRequest& req,
                                          const std::function<bool()>& cancelled = {});
   // What to stream for θ of req.round() (the current round).
-  StatusOr<PullPlan> pull(const std::string& node_id, const atoll_pb::v1::PullParamsRequest& req);
+  StatusOr<PullPlan> pull(const std::string& node_id, const atoll_pb::v1::PullParamsRequest& req,
+                          PullDigest digest = PullDigest::kUpFront);
   // The pull of `round` reached the node: payload_bytes count as the round's bytes_down.
   void pull_delivered(const std::string& node_id, uint64_t round, uint64_t payload_bytes);
   // A push: begin_update screens the header (the node is then receiving, and the round waits

@@ -296,7 +296,8 @@ StatusOr<pb::Task> RoundEngine::next_task(const std::string& id, const pb::NextT
   return task;
 }
 
-StatusOr<PullPlan> RoundEngine::pull(const std::string& id, const pb::PullParamsRequest& req) {
+StatusOr<PullPlan> RoundEngine::pull(const std::string& id, const pb::PullParamsRequest& req,
+                                     PullDigest digest) {
   std::shared_ptr<const std::vector<float>> theta;
   pb::TensorHeader header;
   std::optional<uint64_t> base_round;  // a θ version the node holds and the store still has
@@ -319,7 +320,8 @@ StatusOr<PullPlan> RoundEngine::pull(const std::string& id, const pb::PullParams
       if (v != versions_.end() && v->second < experiment_.current_round) base_round = v->second;
     }
   }
-  return pulls_.plan(std::move(header), std::move(theta), base_round, req.have_fingerprint());
+  return pulls_.plan(std::move(header), std::move(theta), base_round, req.have_fingerprint(),
+                     digest);
 }
 
 void RoundEngine::pull_delivered(const std::string& id, uint64_t round, uint64_t payload_bytes) {

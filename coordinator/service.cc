@@ -135,9 +135,10 @@ grpc::Status CoordinatorService::NextTask(grpc::ServerContext* ctx, const pb::Ne
 }
 
 StatusOr<PullPlan> CoordinatorService::plan_pull(const std::string& node,
-                                                 const pb::PullParamsRequest& request) {
-  ATOLL_ASSIGN_OR_RETURN(PullPlan plan, engine_->pull(node, request));
-  // Known already (cached per θ or encoding): no pass over θ before it streams.
+                                                 const pb::PullParamsRequest& request,
+                                                 PullDigest digest) {
+  ATOLL_ASSIGN_OR_RETURN(PullPlan plan, engine_->pull(node, request, digest));
+  // Cached per θ or encoding; empty (kIfKnown): the transport hashes the payload as it sends it.
   plan.header.set_payload_xxh3(plan.payload_digest);
   plan.header.set_payload_bytes(plan.payload.size());
   plan.header.set_wire_version(transport::kWireVersion);
@@ -182,7 +183,7 @@ grpc::Status CoordinatorService::PullParams(grpc::ServerContext* ctx,
                                             grpc::ServerWriter<pb::TensorChunk>* writer) {
   auto id = node_of(*ctx, req->experiment_id());
   if (!id.ok()) return to_grpc(id.status());
-  auto plan = plan_pull(*id, *req);
+  auto plan = plan_pull(*id, *req, PullDigest::kUpFront);  // in the first chunk's header
   if (!plan.ok()) return to_grpc(plan.status());
   Status st = transport::for_each_chunk(
       plan->header, plan->payload, [&](const pb::TensorChunk& c) -> Status {

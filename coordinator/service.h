@@ -94,7 +94,7 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
   // ---- A pull and a push, whichever transport carries their bytes: the gRPC streams below or
   // the bulk lane (coordinator/bulk_handler.h). `node` is the caller's node id. ----
   StatusOr<PullPlan> plan_pull(const std::string& node,
-                               const atoll_pb::v1::PullParamsRequest& request);
+                               const atoll_pb::v1::PullParamsRequest& request, PullDigest digest);
   void pull_sent(const std::string& node, const PullPlan& plan);
   // Screens a push's header; returns a buffer to receive its payload into. Then exactly one of
   // abort_push / finish_push.
