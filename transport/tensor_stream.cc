@@ -102,9 +102,12 @@ void reserve_receive_buffer(std::string& buffer, uint64_t payload_bytes) {
   // A buffer too small for this payload is not worth keeping: reserve() would copy it.
   std::string().swap(buffer);
   buffer.reserve(static_cast<size_t>(payload_bytes));
-  // A payload of hundreds of MB is first written here: huge pages make its page faults 512
-  // times fewer (on a virtualised host each 4 KiB fault costs microseconds; bench/transport).
-  advise_huge_pages(buffer.data(), buffer.capacity());
+  // 4 KiB pages, not the huge pages `new` advises for large blocks: a receive buffer is made
+  // once and reused by every later stream, so only its first touch differs, and on a VM whose
+  // host takes back free 2 MiB blocks (free page reporting) a huge page's first touch faults
+  // in 512 host pages: 0.3-0.45 s against 0.08-0.1 s for 206 MB here (docs/decisions.md,
+  // "Receive buffers in 4 KiB pages").
+  advise_small_pages(buffer.data(), buffer.capacity());
 }
 
 ChunkAssembler::ChunkAssembler(uint64_t max_payload_bytes, std::string buffer)

@@ -46,7 +46,7 @@ Status check_stream_header(const atoll_pb::v1::TensorHeader& header, uint64_t ma
                            const std::string& where, bool digest_in_header = true);
 
 // Gives `buffer` the capacity for `payload_bytes` (keeping it when it has it already; a new one
-// is advised into huge pages).
+// is advised into 4 KiB pages, see the definition).
 void reserve_receive_buffer(std::string& buffer, uint64_t payload_bytes);
 
 // Receives one stream. Usage: add() each chunk as it arrives, then finish(). The first error

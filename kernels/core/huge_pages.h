@@ -11,5 +11,8 @@ namespace atl {
 // pages (madvise MADV_HUGEPAGE): pages not touched yet then come 2 MiB at a time, 512 times
 // fewer faults. Advice only: ignored where the kernel offers no huge pages.
 void advise_huge_pages(void* data, size_t bytes);
+// The opposite (MADV_NOHUGEPAGE on the same interior): 4 KiB pages even where `new` advised huge
+// ones, for a buffer that is made once and reused (transport's receive buffers).
+void advise_small_pages(void* data, size_t bytes);
 
 }  // namespace atl

@@ -5,16 +5,14 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "tests/tools/vm_flags.h"
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -45,25 +43,8 @@ class ScopedTunables {
   std::optional<std::string> saved_;
 };
 
-// The VmFlags line of the mapping that holds `p` (/proc/self/smaps); "hg" = MADV_HUGEPAGE.
-std::string vm_flags_of(const void* p) {
-  std::ifstream smaps("/proc/self/smaps");
-  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
-  bool inside = false;
-  for (std::string line; std::getline(smaps, line);) {
-    uintptr_t begin = 0, end = 0;
-    char dash = 0;
-    std::istringstream head(line);
-    if (head >> std::hex >> begin >> dash >> end && dash == '-') {
-      inside = at >= begin && at < end;
-      continue;
-    }
-    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
-  }
-  return "";
-}
-
-bool advised_huge(const void* p) { return vm_flags_of(p).find(" hg") != std::string::npos; }
+using testing::advised_huge;
+using testing::vm_flags_of;
 
 #if defined(__GLIBC__)
 TEST(HeapPolicy, ThresholdsKeepStreamSizedBlocksAndFreedMemoryOnTheHeap) {
@@ -86,8 +67,7 @@ TEST(HeapPolicy, ThresholdsKeepStreamSizedBlocksAndFreedMemoryOnTheHeap) {
 #endif
 
 TEST(HeapPolicy, LargeAllocationsAreAdvisedHugePagesOnceThePolicyIsOn) {
-  // A kernel built without transparent huge pages refuses the advice (and has no such folder).
-  if (!std::filesystem::exists("/sys/kernel/mm/transparent_hugepage"))
+  if (!testing::kernel_has_huge_pages())
     GTEST_SKIP() << "this kernel has no transparent huge pages";
   ScopedTunables none("");
   constexpr size_t kFloats = (size_t{64} << 20) / sizeof(float);  // a 64 MiB θ-sized buffer
