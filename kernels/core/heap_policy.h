@@ -18,7 +18,7 @@ namespace atl {
 
 // Blocks of at least this many bytes are mmap'ed by glibc (under the policy) and, allocated by
 // C++ `new` (every std::vector and std::string), advised to use transparent huge pages
-// (kernels/core/huge_pages.h).
+// (kernels/core/huge_pages.h; transport's receive buffers advise 4 KiB pages back).
 inline constexpr size_t kLargeBlockBytes = size_t{32} << 20;
 
 // Blocks under 32 MiB come from the heap (the largest threshold glibc would reach by itself),

@@ -1,6 +1,8 @@
-// Transparent huge pages for large buffers (a payload of hundreds of MB, a θ-sized vector): on
-// a virtualised host each 4 KiB page fault costs microseconds, and a buffer written for the
-// first time faults once per page (bench/transport, bench/store).
+// Transparent huge pages for large buffers made anew again and again (a θ-sized vector of a
+// commit): on a virtualised host each 4 KiB page fault costs microseconds, and a buffer written
+// for the first time faults once per page (bench/store). Not for a buffer made once and reused
+// (a receive buffer): there only the first touch differs, and it can cost more in huge pages
+// (docs/decisions.md, "Receive buffers in 4 KiB pages").
 #pragma once
 
 #include <cstddef>
