@@ -1,5 +1,7 @@
 #include "coordinator/coordinator_metrics.h"
 
+#include <mutex>
+
 #include "coordinator/experiment_manager.h"
 
 namespace atl::coordinator {
@@ -139,6 +141,58 @@ void CoordinatorMetrics::set_validation_bpb(double bits_per_byte) {
       .gauge("atoll_validation_bits_per_byte",
              "Global validation bits per byte of the latest evaluated parameters.")
       .set(bits_per_byte);
+}
+
+namespace {
+
+// Counters that mirror counts kept elsewhere (they only grow): each render adds what is new.
+// Two scrapes at once run the collectors at once, hence the lock around read-and-add.
+std::mutex g_mirror_mu;
+void mirror(tm::Counter& counter, uint64_t count) {
+  std::lock_guard<std::mutex> lk(g_mirror_mu);
+  const double now = static_cast<double>(count);
+  if (now > counter.value()) counter.add(now - counter.value());
+}
+
+}  // namespace
+
+void CoordinatorMetrics::watch_port(const std::string& port, std::function<size_t()> open,
+                                    std::function<uint64_t()> refused,
+                                    std::function<uint64_t()> evicted) {
+  tm::Gauge& open_now = registry_.gauge(
+      "atoll_connections", "Connections open now, by listening port (grpc, bulk, dashboard).",
+      {{"port", port}});
+  tm::Counter& refused_total = registry_.counter(
+      "atoll_connections_refused_total",
+      "Connections closed at once because a connection cap was reached, by listening port.",
+      {{"port", port}});
+  tm::Counter* evicted_total =
+      evicted ? &registry_.counter("atoll_connections_evicted_total",
+                                   "Idle connections closed to make room for a new one, by "
+                                   "listening port.",
+                                   {{"port", port}})
+              : nullptr;
+  registry_.add_collector([&open_now, &refused_total, evicted_total, open = std::move(open),
+                           refused = std::move(refused), evicted = std::move(evicted)] {
+    open_now.set(static_cast<double>(open()));
+    mirror(refused_total, refused());
+    if (evicted_total) mirror(*evicted_total, evicted());
+  });
+}
+
+void CoordinatorMetrics::watch_bulk_lane(std::function<uint64_t()> pulls_sent,
+                                         std::function<uint64_t()> pushes_received) {
+  constexpr const char* kHelp =
+      "Whole transfers over the bulk lane: down = pulls sent, up = pushes received and checked.";
+  tm::Counter& down = registry_.counter("atoll_bulk_lane_transfers_total", kHelp,
+                                        {{"direction", "down"}});
+  tm::Counter& up = registry_.counter("atoll_bulk_lane_transfers_total", kHelp,
+                                      {{"direction", "up"}});
+  registry_.add_collector([&down, &up, pulls = std::move(pulls_sent),
+                           pushes = std::move(pushes_received)] {
+    mirror(down, pulls());
+    mirror(up, pushes());
+  });
 }
 
 void CoordinatorMetrics::collect_live() {

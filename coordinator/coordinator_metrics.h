@@ -12,6 +12,8 @@
 //   read from the live experiment at scrape  its round, its nodes by state, its name and
 //                                            algorithm (atoll_experiment_info), and the
 //                                            process's resident memory
+//   read from the listeners at scrape        connections open and refused per port (gRPC, the
+//                                            bulk lane, the dashboard), the lane's transfers
 // Counters count this process's work, whichever experiment was live (the dashboard can switch
 // it); they start at 0 when the coordinator starts, as Prometheus expects of counters.
 //
@@ -52,6 +54,19 @@ class CoordinatorMetrics {
   void observe_push(double seconds);
   // The global validation bits per byte of the latest evaluated θ.
   void set_validation_bpb(double bits_per_byte);
+
+  // A listening port, read at every render(): atoll_connections{port} (open now),
+  // atoll_connections_refused_total{port} (closed at once because a cap was reached, since the
+  // start) and, with `evicted` (a port that closes its longest idle connection to make room),
+  // atoll_connections_evicted_total{port}. `port` names it: "grpc", "bulk" or "dashboard". The
+  // functions are called at every render() for as long as this object lives: the listener must
+  // outlive every scrape (RunningCoordinator stops the scrapers first).
+  void watch_port(const std::string& port, std::function<size_t()> open,
+                  std::function<uint64_t()> refused, std::function<uint64_t()> evicted = {});
+  // The bulk lane's whole transfers, read at every render():
+  // atoll_bulk_lane_transfers_total{direction} (down = pulls sent, up = pushes received).
+  void watch_bulk_lane(std::function<uint64_t()> pulls_sent,
+                       std::function<uint64_t()> pushes_received);
 
   // The text exposition (transport::metrics::kContentType).
   std::string render() const;

@@ -102,7 +102,7 @@ class BulkLaneServer {
   // threads. Idempotent.
   void stop();
   // Connections open now, and connections closed at once because a cap was reached.
-  size_t open_connections() { return listener_->open_connections(); }
+  size_t open_connections() const { return listener_->open_connections(); }
   uint64_t refused_connections() const { return listener_->refused_connections(); }
   // Pulls whose payload went out whole, and pushes whose payload arrived whole and checked.
   uint64_t pulls_sent() const { return pulls_sent_.load(); }

@@ -221,6 +221,40 @@ TEST(CoordinatorMetrics, CountsScreenedUpdatesByReason) {
 
 // Every metric the coordinator and a node export is listed in docs/dashboard.md ("Metrics and
 // logs"), and nothing else is; every metric the Grafana dashboard queries is exported.
+// Listening ports and the bulk lane keep their own counts; each scrape reads them: the gauge
+// takes the value of the moment, the counters follow the counts without counting any twice.
+TEST(CoordinatorMetrics, PortsAndTheBulkLaneAreReadAtEachScrape) {
+  CoordinatorMetrics metrics(nullptr);
+  size_t open = 3;
+  uint64_t refused = 0, evicted = 0, pulls = 0, pushes = 0;
+  metrics.watch_port("grpc", [&] { return open; }, [&] { return refused; });
+  metrics.watch_port("dashboard", [&] { return open + 1; }, [&] { return refused * 2; },
+                     [&] { return evicted; });
+  metrics.watch_bulk_lane([&] { return pulls; }, [&] { return pushes; });
+  std::string text = metrics.render();
+  EXPECT_EQ(sample_value(text, "atoll_connections{port=\"grpc\"}"), 3.0);
+  EXPECT_EQ(sample_value(text, "atoll_connections{port=\"dashboard\"}"), 4.0);
+  EXPECT_EQ(sample_value(text, "atoll_connections_refused_total{port=\"grpc\"}"), 0.0);
+  EXPECT_EQ(sample_value(text, "atoll_connections_evicted_total{port=\"dashboard\"}"), 0.0);
+  // Only a port that evicts has the series.
+  EXPECT_TRUE(std::isnan(sample_value(text, "atoll_connections_evicted_total{port=\"grpc\"}")));
+  EXPECT_EQ(sample_value(text, "atoll_bulk_lane_transfers_total{direction=\"down\"}"), 0.0);
+  open = 1;
+  refused = 5;
+  evicted = 2;
+  pulls = 7;
+  pushes = 4;
+  for (int scrape = 0; scrape < 3; ++scrape) {
+    text = metrics.render();
+    EXPECT_EQ(sample_value(text, "atoll_connections{port=\"grpc\"}"), 1.0);
+    EXPECT_EQ(sample_value(text, "atoll_connections_refused_total{port=\"grpc\"}"), 5.0);
+    EXPECT_EQ(sample_value(text, "atoll_connections_refused_total{port=\"dashboard\"}"), 10.0);
+    EXPECT_EQ(sample_value(text, "atoll_connections_evicted_total{port=\"dashboard\"}"), 2.0);
+    EXPECT_EQ(sample_value(text, "atoll_bulk_lane_transfers_total{direction=\"down\"}"), 7.0);
+    EXPECT_EQ(sample_value(text, "atoll_bulk_lane_transfers_total{direction=\"up\"}"), 4.0);
+  }
+}
+
 TEST(CoordinatorMetrics, NamesMatchTheDocsAndTheGrafanaDashboard) {
   TempDir dir;
   auto store = Store::open(dir.path());
@@ -232,6 +266,10 @@ TEST(CoordinatorMetrics, NamesMatchTheDocsAndTheGrafanaDashboard) {
   ASSERT_TRUE(svc.ok()) << svc.status().to_string();
   manager.attach(std::shared_ptr<CoordinatorService>(std::move(*svc)));
   metrics.set_validation_bpb(1.0);  // registered at the first evaluation
+  // Registered by the listeners the coordinator starts (the dashboard's port evicts).
+  metrics.watch_port("dashboard", [] { return size_t{0}; }, [] { return uint64_t{0}; },
+                     [] { return uint64_t{0}; });
+  metrics.watch_bulk_lane([] { return uint64_t{0}; }, [] { return uint64_t{0}; });
   Event private_round{Event::Kind::kRoundCommitted};
   private_round.record = RoundRecord{};
   private_round.record->privacy_epsilon = 2.5;  // registered by a round with [privacy] on

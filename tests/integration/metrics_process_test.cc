@@ -157,6 +157,7 @@ TEST(MetricsProcesses, CoordinatorAndNodeExportMetricsAndLogJson) {
       with_flags({ATOLL_BINARY, "coordinator"}, {{"--config", dir / "exp.toml"},
                                                  {"--store", dir / "store"},
                                                  {"--listen", "127.0.0.1:0"},
+                                                 {"--bulk-listen", "127.0.0.1:0"},
                                                  {"--tls", tls},
                                                  {"--metrics", "127.0.0.1:0"},
                                                  {"--log-format", "json"},
@@ -337,11 +338,13 @@ TEST(MetricsProcesses, CoordinatorAndNodeExportMetricsAndLogJson) {
   EXPECT_EQ(transfer_lines, 1) << nlog;
 
   // ---- The coordinator's metrics, through the real parser. ----
-  // The same text on both ports, but for what changed between the scrapes (memory).
-  auto without_memory = [](const std::string& t) {
-    return std::regex_replace(t, std::regex("process_resident_memory_bytes \\d+\n"), "");
+  // The same text on both ports, but for what changed between the scrapes (memory, and the
+  // connections open: the HTTPS scrape holds one to the dashboard).
+  auto without_live_figures = [](const std::string& t) {
+    return std::regex_replace(
+        t, std::regex("(process_resident_memory_bytes|atoll_connections\\{[^}]*\\}) \\d+\n"), "");
   };
-  EXPECT_EQ(without_memory(plain_reply.body), without_memory(secure.body));
+  EXPECT_EQ(without_live_figures(plain_reply.body), without_live_figures(secure.body));
   ParsedMetrics c;
   ASSERT_PROMETHEUS_TEXT(plain_reply.body, dir.path(), c);
   EXPECT_EQ(c.value("atoll_rounds_committed_total"), rounds);
@@ -363,6 +366,16 @@ TEST(MetricsProcesses, CoordinatorAndNodeExportMetricsAndLogJson) {
   EXPECT_GT(c.value("process_resident_memory_bytes"), 1 << 20);
   EXPECT_EQ(c.families.at("atoll_round_duration_seconds").as_string(), "histogram");
   EXPECT_EQ(c.families.at("atoll_bytes").as_string(), "counter");
+  // The node's pulls and pushes took the bulk lane: every push, and at least a pull a round.
+  EXPECT_EQ(c.value("atoll_bulk_lane_transfers_total{direction=\"up\"}"), rounds);
+  EXPECT_GE(c.value("atoll_bulk_lane_transfers_total{direction=\"down\"}"), rounds);
+  // Each listening port, and no connection refused by a cap in an ordinary run.
+  for (const char* port : {"grpc", "bulk", "dashboard"}) {
+    const std::string label = std::string("{port=\"") + port + "\"}";
+    EXPECT_GE(c.value("atoll_connections" + label), 0) << port;
+    EXPECT_EQ(c.value("atoll_connections_refused_total" + label), 0) << port;
+  }
+  EXPECT_EQ(c.value("atoll_connections_evicted_total{port=\"dashboard\"}"), 0);
 
   // ---- The node's metrics, scraped while it was idle (paused after `rounds` rounds). ----
   ParsedMetrics n;
