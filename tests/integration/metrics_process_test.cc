@@ -158,6 +158,9 @@ TEST(MetricsProcesses, CoordinatorAndNodeExportMetricsAndLogJson) {
                                                  {"--store", dir / "store"},
                                                  {"--listen", "127.0.0.1:0"},
                                                  {"--bulk-listen", "127.0.0.1:0"},
+                                                 // 8 from one address: the node needs 2 at most
+                                                 // on either port; the flood below needs more.
+                                                 {"--max-connections-per-address", "8"},
                                                  {"--tls", tls},
                                                  {"--metrics", "127.0.0.1:0"},
                                                  {"--log-format", "json"},
@@ -174,14 +177,15 @@ TEST(MetricsProcesses, CoordinatorAndNodeExportMetricsAndLogJson) {
     return m ? (*m)[1].str() : "";
   };
   const std::string address = find("on (127\\.0\\.0\\.1:\\d+)");
+  const std::string lane_port = find("bulk lane port (\\d+)");
   const std::string metrics_port = find("metrics: http://127\\.0\\.0\\.1:(\\d+)/metrics");
   const std::string dashboard_port = find("dashboard: https://127\\.0\\.0\\.1:(\\d+)/");
   // The log names the bootstrap admin token's file (mode 0600), never the token itself.
   const std::string token_file = find("token file: (\\S+)");
   std::string admin_token = token_file.empty() ? "" : read_text(token_file);
   while (!admin_token.empty() && admin_token.back() == '\n') admin_token.pop_back();
-  ASSERT_FALSE(address.empty() || metrics_port.empty() || dashboard_port.empty() ||
-               admin_token.empty())
+  ASSERT_FALSE(address.empty() || lane_port.empty() || metrics_port.empty() ||
+               dashboard_port.empty() || admin_token.empty())
       << clog;
 
   const std::vector<std::string> node_argv =
@@ -260,6 +264,38 @@ TEST(MetricsProcesses, CoordinatorAndNodeExportMetricsAndLogJson) {
       std::string(json::parse(created.body).as_object().at("token").as_string());
   const Reply secure = https_request(ca, dash, bhttp::verb::get, "/metrics", viewer);
   ASSERT_EQ(secure.status, 200u) << secure.body;
+
+  // A flood from one address on the bulk lane's port: 12 connections that never say anything,
+  // against --max-connections-per-address 8. The metrics show the 8 held (until the handshake
+  // timeout) and the 4 refused.
+  constexpr int kFlood = 12, kPerAddressCap = 8;
+  net::io_context io;
+  std::vector<tcp::socket> flood;
+  for (int i = 0; i < kFlood; ++i) {
+    flood.emplace_back(io);
+    boost::system::error_code ec;
+    flood.back().connect({net::ip::make_address("127.0.0.1"),
+                          static_cast<unsigned short>(std::stoi(lane_port))},
+                         ec);
+    ASSERT_FALSE(ec) << "connection " << i << ": " << ec.message();
+  }
+  ParsedMetrics flooded;
+  const auto flood_deadline = std::chrono::steady_clock::now() + 10s;
+  for (;;) {
+    const Reply r = http_get(std::stoi(metrics_port), "/metrics");
+    ASSERT_EQ(r.status, 200u) << r.body;
+    ASSERT_PROMETHEUS_TEXT(r.body, dir.path(), flooded);
+    if (flooded.value("atoll_connections_refused_total{port=\"bulk\"}") >=
+            kFlood - kPerAddressCap ||
+        std::chrono::steady_clock::now() > flood_deadline)
+      break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(flooded.value("atoll_connections_refused_total{port=\"bulk\"}"),
+            kFlood - kPerAddressCap);
+  EXPECT_EQ(flooded.value("atoll_connections{port=\"bulk\"}"), kPerAddressCap);
+  EXPECT_EQ(flooded.value("atoll_connections_refused_total{port=\"grpc\"}"), 0);
+  flood.clear();
 
   // Ctrl-C ends the serving; the exit code is the experiment's (finished: 0).
   coordinator->signal(SIGTERM);
