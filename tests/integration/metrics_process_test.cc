@@ -274,9 +274,9 @@ TEST(MetricsProcesses, CoordinatorAndNodeExportMetricsAndLogJson) {
   for (int i = 0; i < kFlood; ++i) {
     flood.emplace_back(io);
     boost::system::error_code ec;
-    flood.back().connect({net::ip::make_address("127.0.0.1"),
-                          static_cast<unsigned short>(std::stoi(lane_port))},
-                         ec);
+    flood.back().connect(
+        {net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(std::stoi(lane_port))},
+        ec);
     ASSERT_FALSE(ec) << "connection " << i << ": " << ec.message();
   }
   ParsedMetrics flooded;
