@@ -216,6 +216,28 @@ StatusOr<std::string> encode_lora_checkpoint(const coordinator::ExperimentConfig
   return node::encode_checkpoint(meta, *base->params, nullptr, &a);
 }
 
+// The listeners' connections and the bulk lane's transfers in the metrics, read at each scrape
+// (~RunningCoordinator stops the scrapers before the listeners).
+void watch_listeners(RunningCoordinator& rc) {
+  if (const coordinator::CoordinatorServer* grpc = rc.server.get()) {
+    rc.metrics->watch_port(
+        "grpc", [grpc] { return grpc->open_connections(); },
+        [grpc] { return grpc->refused_connections(); });
+    if (const transport::BulkLaneServer* lane = grpc->bulk_lane()) {
+      rc.metrics->watch_port(
+          "bulk", [lane] { return lane->open_connections(); },
+          [lane] { return lane->refused_connections(); });
+      rc.metrics->watch_bulk_lane([lane] { return lane->pulls_sent(); },
+                                  [lane] { return lane->pushes_received(); });
+    }
+  }
+  if (const coordinator::http::HttpServer* dashboard = rc.http.get())
+    rc.metrics->watch_port(
+        "dashboard", [dashboard] { return dashboard->open_connections(); },
+        [dashboard] { return dashboard->refused_connections(); },
+        [dashboard] { return dashboard->evicted_connections(); });
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const CoordinatorLaunch& l) {
@@ -332,18 +354,6 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     }
     ATOLL_ASSIGN_OR_RETURN(rc->server, coordinator::CoordinatorServer::start(*rc->router, srv));
     rc->manager->set_node_address(rc->server->address());
-    // Read at each scrape; ~RunningCoordinator stops the scrapers before the server.
-    const coordinator::CoordinatorServer* grpc = rc->server.get();
-    rc->metrics->watch_port(
-        "grpc", [grpc] { return grpc->open_connections(); },
-        [grpc] { return grpc->refused_connections(); });
-    if (const transport::BulkLaneServer* lane = grpc->bulk_lane()) {
-      rc->metrics->watch_port(
-          "bulk", [lane] { return lane->open_connections(); },
-          [lane] { return lane->refused_connections(); });
-      rc->metrics->watch_bulk_lane([lane] { return lane->pulls_sent(); },
-                                   [lane] { return lane->pushes_received(); });
-    }
   }
 
   if (!l.http_listen.empty() && !l.insecure) {
@@ -358,12 +368,8 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     ho.metrics = [m = rc->metrics.get()] { return m->render(); };
     ATOLL_ASSIGN_OR_RETURN(rc->http,
                            coordinator::http::HttpServer::start(*rc->manager, *rc->store, ho));
-    const coordinator::http::HttpServer* dashboard = rc->http.get();
-    rc->metrics->watch_port(
-        "dashboard", [dashboard] { return dashboard->open_connections(); },
-        [dashboard] { return dashboard->refused_connections(); },
-        [dashboard] { return dashboard->evicted_connections(); });
   }
+  watch_listeners(*rc);
   if (!l.metrics_listen.empty()) {
     ATOLL_ASSIGN_OR_RETURN(rc->metrics_http,
                            transport::metrics::HttpExporter::start(
