@@ -28,10 +28,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr char kRequestMagic[4] = {'A', 'T', 'L', 'Q'};
-constexpr char kReplyMagic[4] = {'A', 'T', 'L', 'R'};
-constexpr size_t kFrameHeadBytes = 12;
-enum Op : uint8_t { kPull = 1, kPush = 2 };
 // A reply's code byte is atl::StatusCode: its numbering is wire format (docs/protocol.md).
 static_assert(static_cast<int>(StatusCode::kOk) == 0 &&
               static_cast<int>(StatusCode::kInvalidArgument) == 1 &&
@@ -161,53 +157,14 @@ Status receive_payload(SSL* ssl, std::string* payload, std::chrono::milliseconds
   return Status::Ok();
 }
 
-void put_u32(char* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-
-uint32_t get_u32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= uint32_t{static_cast<unsigned char>(p[i])} << (8 * i);
-  return v;
-}
-
-std::string frame(const char (&magic)[4], uint8_t kind, std::string_view body) {
-  std::string out(kFrameHeadBytes + body.size(), '\0');
-  std::memcpy(out.data(), magic, 4);
-  out[4] = static_cast<char>(kBulkLaneVersion);
-  out[5] = static_cast<char>(kind);
-  put_u32(out.data() + 8, static_cast<uint32_t>(body.size()));
-  std::memcpy(out.data() + kFrameHeadBytes, body.data(), body.size());
-  return out;
-}
-
-// Checks a frame's head; sizes *body for the body that follows it.
-Status parse_frame_head(const char (&head)[kFrameHeadBytes], const char (&magic)[4],
-                        const std::string& what, uint8_t* kind, std::string* body) {
-  if (std::memcmp(head, magic, 4) != 0)
-    return InvalidArgument(what + ": not a bulk lane frame (it starts with other bytes than '" +
-                           std::string(magic, 4) + "')");
-  if (static_cast<uint8_t>(head[4]) != kBulkLaneVersion)
-    return InvalidArgument(what + ": bulk lane version " +
-                           std::to_string(static_cast<uint8_t>(head[4])) + " (this build speaks " +
-                           std::to_string(kBulkLaneVersion) + "); run the same atoll version");
-  if (head[6] != 0 || head[7] != 0)
-    return InvalidArgument(what + ": the frame's reserved bytes are not zero");
-  const uint32_t length = get_u32(head + 8);
-  if (length > kMaxBulkMessageBytes)
-    return OutOfRange(what + ": a frame of " + std::to_string(length) +
-                      " bytes exceeds the limit of " + std::to_string(kMaxBulkMessageBytes));
-  *kind = static_cast<uint8_t>(head[5]);
-  body->assign(length, '\0');
-  return Status::Ok();
-}
-
 // One frame: its kind byte and body.
 Status read_frame(SSL* ssl, const char (&magic)[4], std::chrono::milliseconds stall,
                   const std::string& what, uint8_t* kind, std::string* body) {
-  char head[kFrameHeadBytes];
+  char head[kBulkFrameHeadBytes];
   ATOLL_RETURN_IF_ERROR(read_all(ssl, head, sizeof(head), stall, what));
-  ATOLL_RETURN_IF_ERROR(parse_frame_head(head, magic, what, kind, body));
+  uint32_t length = 0;
+  ATOLL_RETURN_IF_ERROR(parse_bulk_frame_head(head, magic, what, kind, &length));
+  body->assign(length, '\0');
   return read_all(ssl, body->data(), body->size(), stall, what);
 }
 
@@ -218,7 +175,7 @@ bool known_code(uint8_t code) {
 std::string error_reply(const Status& st) {
   std::string message = st.message();
   if (message.size() > kMaxBulkMessageBytes) message.resize(kMaxBulkMessageBytes);
-  return frame(kReplyMagic, static_cast<uint8_t>(st.code()), message);
+  return bulk_frame(kBulkReplyMagic, static_cast<uint8_t>(st.code()), message);
 }
 
 int select_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
@@ -300,7 +257,7 @@ void BulkLaneServer::serve(uint64_t id, int fd) {
   // says nothing (or a byte now and then) holds a thread and a place under the caps only that
   // long. The descriptor is non-blocking until then.
   const auto deadline = Clock::now() + options_.handshake_timeout;
-  char head[kFrameHeadBytes];
+  char head[kBulkFrameHeadBytes];
   const bool greeted = ssl && SSL_set_fd(ssl.get(), fd) == 1 && accept_by(ssl.get(), deadline) &&
                        read_by(ssl.get(), head, sizeof(head), deadline);
   ossl::last_error();
@@ -315,8 +272,11 @@ void BulkLaneServer::serve(uint64_t id, int fd) {
       peer = pem.ok() ? peer_identity_from_pem(*pem) : StatusOr<PeerIdentity>(pem.status());
     }
     uint8_t op = 0;
+    uint32_t body_bytes = 0;
     std::string body;
-    Status st = parse_frame_head(head, kRequestMagic, "bulk lane request", &op, &body);
+    Status st = parse_bulk_frame_head(head, kBulkRequestMagic, "bulk lane request", &op,
+                                      &body_bytes);
+    if (st.ok()) body.assign(body_bytes, '\0');
     if (st.ok() && !read_by(s, body.data(), body.size(), deadline))
       st = Status(StatusCode::kDeadlineExceeded,
                   "bulk lane request: its " + std::to_string(body.size()) +
@@ -324,30 +284,27 @@ void BulkLaneServer::serve(uint64_t id, int fd) {
     (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     tls_socket::set_io_timeout(fd, stall);
     if (st.ok() && !peer.ok()) st = peer.status();
-    if (!st.ok()) {
-      reply(st);
-    } else if (op == kPull) {
-      pb::PullParamsRequest request;
-      if (!request.ParseFromString(body)) {
-        reply(InvalidArgument("bulk lane: the pull request is not a PullParamsRequest"));
-      } else if (auto pull = handler_.pull(*peer, request); !pull.ok()) {
+    StatusOr<BulkRequest> request = st.ok() ? decode_bulk_request(op, body) : st;
+    if (!request.ok()) {
+      reply(request.status());
+    } else if (request->op == kBulkPull) {
+      if (auto pull = handler_.pull(*peer, request->pull); !pull.ok()) {
         reply(pull.status());
       } else {
         const std::string digest = pull->header.payload_xxh3();
         pull->header.clear_payload_xxh3();  // it follows the payload
-        const std::string reply_head = frame(kReplyMagic, 0, pull->header.SerializeAsString());
+        const std::string reply_head =
+            bulk_frame(kBulkReplyMagic, 0, pull->header.SerializeAsString());
         if (write_all(s, reply_head, stall, "pull").ok() &&
             send_payload(s, pull->payload, digest, stall, "pull").ok()) {
           pulls_sent_.fetch_add(1);
           handler_.pull_sent(*peer, *pull);
         }
       }
-    } else if (op == kPush) {
+    } else {
       const auto began = Clock::now();
-      pb::TensorHeader header;
-      if (!header.ParseFromString(body)) {
-        reply(InvalidArgument("bulk lane: the push request is not a TensorHeader"));
-      } else if (auto admission = handler_.begin_push(*peer, header); !admission.ok()) {
+      const pb::TensorHeader& header = request->push;
+      if (auto admission = handler_.begin_push(*peer, header); !admission.ok()) {
         reply(admission.status());
       } else if (Status bad = check_stream_header(header, admission->max_payload_bytes,
                                                   "bulk lane push", /*digest_in_header=*/false);
@@ -358,7 +315,7 @@ void BulkLaneServer::serve(uint64_t id, int fd) {
         std::string payload = std::move(admission->buffer);
         reserve_receive_buffer(payload, header.payload_bytes());
         payload.resize(header.payload_bytes());  // zero-fills only what the buffer never held
-        Status got = write_all(s, frame(kReplyMagic, 0, {}), stall, "push go-ahead");
+        Status got = write_all(s, bulk_frame(kBulkReplyMagic, 0, {}), stall, "push go-ahead");
         std::string digest;
         if (got.ok())
           got = receive_payload(s, &payload, stall, "push of node '" + peer->name + "'", &digest);
@@ -371,12 +328,10 @@ void BulkLaneServer::serve(uint64_t id, int fd) {
           if (!answer.ok())
             reply(answer.status());
           else
-            (void)write_all(s, frame(kReplyMagic, 0, answer->SerializeAsString()), stall,
+            (void)write_all(s, bulk_frame(kBulkReplyMagic, 0, answer->SerializeAsString()), stall,
                             "push answer");
         }
       }
-    } else {
-      reply(InvalidArgument("bulk lane: unknown operation " + std::to_string(op)));
     }
     (void)SSL_shutdown(s);  // close_notify: the reply is complete
   }
@@ -462,7 +417,7 @@ StatusOr<std::string> read_reply(SSL* ssl, std::chrono::milliseconds answer,
   uint8_t code = 0;
   std::string body;
   tls_socket::set_io_timeout(SSL_get_fd(ssl), answer);
-  Status got = read_frame(ssl, kReplyMagic, answer, what, &code, &body);
+  Status got = read_frame(ssl, kBulkReplyMagic, answer, what, &code, &body);
   tls_socket::set_io_timeout(SSL_get_fd(ssl), stall);
   ATOLL_RETURN_IF_ERROR(got);
   if (!known_code(code))
@@ -499,7 +454,8 @@ Status BulkLaneClient::pull(const pb::PullParamsRequest& request, uint64_t max_p
   SSL* s = c.ssl.get();
   const auto stall = options_.stall_timeout;
   ATOLL_RETURN_IF_ERROR(
-      write_all(s, frame(kRequestMagic, kPull, request.SerializeAsString()), stall, what));
+      write_all(s, bulk_frame(kBulkRequestMagic, kBulkPull, request.SerializeAsString()), stall,
+                what));
   ATOLL_ASSIGN_OR_RETURN(std::string body, read_reply(s, options_.answer_timeout, stall, what));
   pb::TensorHeader h;
   if (!h.ParseFromString(body)) return DataLoss(what + ": the reply's header does not parse");
@@ -531,7 +487,7 @@ Status BulkLaneClient::push(const pb::TensorHeader& header, std::string_view pay
   pb::TensorHeader h = header;
   h.clear_payload_xxh3();  // it follows the payload
   ATOLL_RETURN_IF_ERROR(
-      write_all(s, frame(kRequestMagic, kPush, h.SerializeAsString()), stall, what));
+      write_all(s, bulk_frame(kBulkRequestMagic, kBulkPush, h.SerializeAsString()), stall, what));
   ATOLL_ASSIGN_OR_RETURN(std::string go_ahead, read_reply(s, options_.answer_timeout, stall, what));
   if (!go_ahead.empty()) return DataLoss(what + ": the go-ahead carries a body");
   ATOLL_RETURN_IF_ERROR(send_payload(s, payload, header.payload_xxh3(), stall, what));

@@ -12,7 +12,8 @@
 // is what TLS already does or what costs passes over the data: no chunking, no per-chunk CRC-32C
 // (TLS's AEAD authenticates every record), no protobuf around the bytes.
 //
-// Wire (docs/formats.md "Bulk lane"; integers little-endian), one transfer per connection:
+// Wire (docs/protocol.md "The bulk lane"; the frames: transport/bulk_frame.h; integers little-endian),
+// one transfer per connection:
 //   request  "ATLQ" u8 version (1) u8 op (1 pull, 2 push) u16 0 u32 L, then L bytes of protobuf:
 //            PullParamsRequest (pull) or TensorHeader (push; payload_xxh3 empty)
 //   reply    "ATLR" u8 version (1) u8 code (atl::StatusCode, 0 = OK) u16 0 u32 L, then L bytes:
@@ -37,15 +38,13 @@
 #include <vector>
 
 #include "kernels/core/status.h"
+#include "transport/bulk_frame.h"
 #include "transport/capped_listener.h"
 #include "transport/connection_table.h"
 #include "transport/proto/atoll.pb.h"
 #include "transport/tls/credentials.h"
 
 namespace atl::transport {
-
-inline constexpr uint8_t kBulkLaneVersion = 1;
-inline constexpr uint32_t kMaxBulkMessageBytes = 64 << 10;
 
 // What the lane's server asks of the coordinator (coordinator/bulk_handler.h). Called on the
 // connection's thread; `peer` is the verified client certificate.

@@ -11,6 +11,7 @@
 #include "algorithms/compress/sparse_delta.h"
 #include "algorithms/model/safetensors.h"
 #ifdef ATL_FUZZ_PROTO
+#include "transport/bulk_frame.h"
 #include "transport/tensor_stream.h"
 #endif
 
@@ -98,6 +99,30 @@ int main(int argc, char** argv) {
       body.insert(body.end(), bytes.begin(), bytes.end());
     }
     if (!write(root + "/chunk_assembler", k++, {1}, body)) return 1;
+  }
+  // The bulk lane: a pull request and a push header to the server (side byte 0), a pull's
+  // reply header to a client (side byte 1).
+  namespace tr = atl::transport;
+  atoll_pb::v1::PullParamsRequest pull;
+  pull.set_experiment_id("exp");
+  pull.set_round(3);
+  pull.set_have_fingerprint(std::string(32, 'f'));
+  atoll_pb::v1::TensorHeader push;
+  push.set_experiment_id("exp");
+  push.set_round(3);
+  push.set_codec("none");
+  push.set_numel(250);
+  push.set_payload_bytes(1000);
+  push.set_wire_version(2);
+  const std::string frames[] = {
+      tr::bulk_frame(tr::kBulkRequestMagic, tr::kBulkPull, pull.SerializeAsString()),
+      tr::bulk_frame(tr::kBulkRequestMagic, tr::kBulkPush, push.SerializeAsString()),
+      tr::bulk_frame(tr::kBulkReplyMagic, 0, push.SerializeAsString())};
+  k = 0;
+  for (const std::string& f : frames) {
+    const unsigned char side = k == 2 ? 1 : 0;
+    if (!write(root + "/bulk_frame", k++, {side}, std::vector<uint8_t>(f.begin(), f.end())))
+      return 1;
   }
 #endif
   return 0;

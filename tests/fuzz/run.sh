@@ -1,8 +1,8 @@
 #!/bin/sh
 # Builds the decoder fuzz targets with clang's libFuzzer + ASan/UBSan and runs each for a
 # bounded budget, seeded with valid inputs (tests/fuzz/make_seeds.cc):
-#   codec_decode, sparse_delta_decode, safetensors_decode, and chunk_assembler when the
-#   generated protobuf code is available (FUZZ_PROTO_GEN=<build>/gen; CTest sets it).
+#   codec_decode, sparse_delta_decode, safetensors_decode, and chunk_assembler and bulk_frame
+#   when the generated protobuf code is available (FUZZ_PROTO_GEN=<build>/gen; CTest sets it).
 # Usage (from the repository root):
 #   tests/fuzz/run.sh runs=N    N inputs per target from libFuzzer seed 1 and the seed inputs
 #                               only: the same run every time (make test; CTest passes it)
@@ -50,10 +50,10 @@ proto_srcs=""
 if [ -n "$gen" ] && [ -f "$gen/transport/proto/atoll.pb.cc" ]; then
   proto_flags="-DATL_FUZZ_PROTO -I$gen"
   proto_libs="-lprotobuf -lxxhash"
-  proto_srcs="$gen/transport/proto/atoll.pb.cc transport/tensor_stream.cc
+  proto_srcs="$gen/transport/proto/atoll.pb.cc transport/tensor_stream.cc transport/bulk_frame.cc
               transport/payload_digest.cc kernels/core/sha256.cc kernels/core/huge_pages.cc"
 else
-  echo "fuzz: chunk_assembler target skipped (set FUZZ_PROTO_GEN to the build's gen/ directory)"
+  echo "fuzz: chunk_assembler and bulk_frame targets skipped (set FUZZ_PROTO_GEN to the build's gen/ directory)"
 fi
 
 san="-fsanitize=address,undefined -fno-sanitize-recover=all"
@@ -79,7 +79,7 @@ if [ ! -f "$lib" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$flags" ] ||
 fi
 
 targets="codec_decode sparse_delta_decode safetensors_decode"
-[ -n "$proto_flags" ] && targets="$targets chunk_assembler"
+[ -n "$proto_flags" ] && targets="$targets chunk_assembler bulk_frame"
 n=$(echo $targets | wc -w)
 # A counted run is the same run every time only without address-space randomization (libFuzzer
 # learns from compared values, and some comparisons are of addresses) and without reloading the
