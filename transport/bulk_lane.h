@@ -12,8 +12,8 @@
 // is what TLS already does or what costs passes over the data: no chunking, no per-chunk CRC-32C
 // (TLS's AEAD authenticates every record), no protobuf around the bytes.
 //
-// Wire (docs/protocol.md "The bulk lane"; the frames: transport/bulk_frame.h; integers little-endian),
-// one transfer per connection:
+// Wire (docs/protocol.md "The bulk lane"; the frames: transport/bulk_frame.h; integers
+// little-endian), one transfer per connection:
 //   request  "ATLQ" u8 version (1) u8 op (1 pull, 2 push) u16 0 u32 L, then L bytes of protobuf:
 //            PullParamsRequest (pull) or TensorHeader (push; payload_xxh3 empty)
 //   reply    "ATLR" u8 version (1) u8 code (atl::StatusCode, 0 = OK) u16 0 u32 L, then L bytes:
@@ -167,7 +167,7 @@ class BulkLaneClient {
   StatusOr<std::shared_ptr<void>> context();
 
   const BulkLaneClientOptions options_;
-  std::mutex context_mu_;        // guards context_
+  std::mutex context_mu_;          // guards context_
   std::shared_ptr<void> context_;  // SSL_CTX
 };
 
