@@ -14,6 +14,7 @@
 
 #include "algorithms/diloco/outer.h"
 #include "test_util.h"
+#include "transport/payload_digest.h"
 #include "transport/tensor_stream.h"
 
 namespace atl::coordinator {
@@ -131,9 +132,9 @@ TEST(RoundEngine, AMuonExperimentRefusesANodeThatCannotTrainMuon) {
   ASSERT_TRUE(f.engine);
   auto old = f.engine->join("old-node", pb::JoinRequest());
   ASSERT_EQ(old.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(old.status().message().find(
-                "site 'old-node' cannot train with train.optimizer = \"muon\""),
-            std::string::npos)
+  EXPECT_NE(
+      old.status().message().find("site 'old-node' cannot train with train.optimizer = \"muon\""),
+      std::string::npos)
       << old.status().message();
   pb::JoinRequest adamw_only;
   adamw_only.mutable_capabilities()->add_optimizers("adamw");
@@ -171,11 +172,20 @@ TEST(RoundEngine, TwoNodesPushAndTheCommitIsTheDirectAggregateAndOuterStep) {
   ASSERT_TRUE(f.engine->start().ok());
   f.join_and_get_tasks({"node-0", "node-1"}, 0);
 
-  // The pull of round 0 is all of θ_0 as raw fp32 (the node holds nothing).
+  // The pull of round 0 is all of θ_0 as raw fp32 (the node holds nothing). Asked for with
+  // kIfKnown (the bulk lane, in-process sites), the new θ is not hashed for it; a gRPC pull
+  // (kUpFront) hashes it once, and from then on every pull of it carries that digest.
   pb::PullParamsRequest pr;
   pr.set_round(0);
+  auto lane_first = f.engine->pull("node-1", pr, PullDigest::kIfKnown);
+  ASSERT_TRUE(lane_first.ok()) << lane_first.status().to_string();
+  EXPECT_TRUE(lane_first->payload_digest.empty());
   auto plan = f.engine->pull("node-0", pr);
   ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EXPECT_EQ(plan->payload_digest, transport::payload_digest(plan->payload));
+  auto lane_later = f.engine->pull("node-1", pr, PullDigest::kIfKnown);
+  ASSERT_TRUE(lane_later.ok()) << lane_later.status().to_string();
+  EXPECT_EQ(lane_later->payload_digest, plan->payload_digest);
   EXPECT_EQ(plan->header.codec(), "none");
   EXPECT_EQ(plan->header.numel(), kNumel);
   EXPECT_EQ(plan->header.params_fingerprint(), init.fingerprint());
