@@ -274,8 +274,8 @@ void BulkLaneServer::serve(uint64_t id, int fd) {
     uint8_t op = 0;
     uint32_t body_bytes = 0;
     std::string body;
-    Status st = parse_bulk_frame_head(head, kBulkRequestMagic, "bulk lane request", &op,
-                                      &body_bytes);
+    Status st =
+        parse_bulk_frame_head(head, kBulkRequestMagic, "bulk lane request", &op, &body_bytes);
     if (st.ok()) body.assign(body_bytes, '\0');
     if (st.ok() && !read_by(s, body.data(), body.size(), deadline))
       st = Status(StatusCode::kDeadlineExceeded,
@@ -367,49 +367,6 @@ BulkLaneServer::~BulkLaneServer() {
 
 namespace {
 
-// An open, verified connection to the lane.
-struct Connection {
-  tls_socket::Socket socket;
-  SslPtr ssl;
-};
-
-StatusOr<Connection> connect_lane(const BulkLaneClientOptions& o, SSL_CTX* ctx,
-                                  const std::string& what, bool* reached) {
-  if (reached) *reached = false;
-  std::string host, port, error;
-  if (!tls_socket::split_target(o.target, &host, &port))
-    return InvalidArgument(what + ": bulk lane target '" + o.target + "' is not HOST:PORT");
-  Connection c;
-  c.socket = tls_socket::connect_tcp(host, port, Clock::now() + o.connect_timeout, &error);
-  if (c.socket.fd() < 0)
-    return Unavailable(what + ": cannot reach the bulk lane at " + o.target + " (" + error + ")");
-  c.ssl.reset(SSL_new(ctx));
-  if (!c.ssl || SSL_set_fd(c.ssl.get(), c.socket.fd()) != 1)
-    return Internal(what + ": cannot set up TLS: " + ossl::last_error());
-  // The coordinator's certificate must name it, as gRPC checks.
-  const std::string name = o.server_name.empty() ? host : o.server_name;
-  if (tls_socket::is_ip_literal(name)) {
-    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c.ssl.get()), name.c_str());
-  } else {
-    SSL_set_tlsext_host_name(c.ssl.get(), name.c_str());
-    SSL_set1_host(c.ssl.get(), name.c_str());
-  }
-  ERR_clear_error();
-  errno = 0;
-  const int rc = SSL_connect(c.ssl.get());
-  if (rc != 1) {
-    const long verify = SSL_get_verify_result(c.ssl.get());
-    const std::string detail = verify != X509_V_OK ? std::string("its certificate: ") +
-                                                         X509_verify_cert_error_string(verify)
-                                                   : io_failure(c.ssl.get(), rc, o.connect_timeout);
-    return Unavailable(what + ": TLS handshake with the bulk lane at " + o.target + " failed (" +
-                       detail + ")");
-  }
-  if (reached) *reached = true;
-  tls_socket::set_io_timeout(c.socket.fd(), o.stall_timeout);
-  return c;
-}
-
 // A reply frame: OK with its body, or the status it carries (its message prefixed by `what`).
 // It may take `answer` to start; then the socket is back to `stall`.
 StatusOr<std::string> read_reply(SSL* ssl, std::chrono::milliseconds answer,
@@ -437,25 +394,65 @@ StatusOr<std::shared_ptr<void>> BulkLaneClient::context() {
   SslCtxPtr ctx = tls_socket::client_context(*options_.identity, &error);
   if (!ctx) return Internal("bulk lane at " + options_.target + ": " + error);
   SSL_CTX_set_alpn_protos(ctx.get(), kAlpn, sizeof(kAlpn));
-  context_ = std::shared_ptr<void>(ctx.release(), [](void* p) {
-    SSL_CTX_free(static_cast<SSL_CTX*>(p));
-  });
+  context_ =
+      std::shared_ptr<void>(ctx.release(), [](void* p) { SSL_CTX_free(static_cast<SSL_CTX*>(p)); });
   return context_;
+}
+
+// An open, verified connection to the lane.
+struct BulkLaneClient::Connection {
+  tls_socket::Socket socket;
+  SslPtr ssl;
+};
+
+StatusOr<BulkLaneClient::Connection> BulkLaneClient::connect(const std::string& what,
+                                                             bool* reached) {
+  if (reached) *reached = false;
+  ATOLL_ASSIGN_OR_RETURN(std::shared_ptr<void> ctx, context());
+  const BulkLaneClientOptions& o = options_;
+  std::string host, port, error;
+  if (!tls_socket::split_target(o.target, &host, &port))
+    return InvalidArgument(what + ": bulk lane target '" + o.target + "' is not HOST:PORT");
+  Connection c;
+  c.socket = tls_socket::connect_tcp(host, port, Clock::now() + o.connect_timeout, &error);
+  if (c.socket.fd() < 0)
+    return Unavailable(what + ": cannot reach the bulk lane at " + o.target + " (" + error + ")");
+  c.ssl.reset(SSL_new(static_cast<SSL_CTX*>(ctx.get())));
+  if (!c.ssl || SSL_set_fd(c.ssl.get(), c.socket.fd()) != 1)
+    return Internal(what + ": cannot set up TLS: " + ossl::last_error());
+  // The coordinator's certificate must name it, as gRPC checks.
+  const std::string name = o.server_name.empty() ? host : o.server_name;
+  if (tls_socket::is_ip_literal(name)) {
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c.ssl.get()), name.c_str());
+  } else {
+    SSL_set_tlsext_host_name(c.ssl.get(), name.c_str());
+    SSL_set1_host(c.ssl.get(), name.c_str());
+  }
+  ERR_clear_error();
+  errno = 0;
+  const int rc = SSL_connect(c.ssl.get());
+  if (rc != 1) {
+    const long verify = SSL_get_verify_result(c.ssl.get());
+    const std::string detail = verify != X509_V_OK ? std::string("its certificate: ") +
+                                                         X509_verify_cert_error_string(verify)
+                                                   : io_failure(c.ssl.get(), rc, o.connect_timeout);
+    return Unavailable(what + ": TLS handshake with the bulk lane at " + o.target + " failed (" +
+                       detail + ")");
+  }
+  if (reached) *reached = true;
+  tls_socket::set_io_timeout(c.socket.fd(), o.stall_timeout);
+  return c;
 }
 
 Status BulkLaneClient::pull(const pb::PullParamsRequest& request, uint64_t max_payload_bytes,
                             pb::TensorHeader* header, std::string* payload, bool* reached) {
   const std::string what = "PullParams over the bulk lane at " + options_.target;
   const tls_socket::SigpipeBlock no_sigpipe;
-  if (reached) *reached = false;
-  ATOLL_ASSIGN_OR_RETURN(std::shared_ptr<void> ctx, context());
-  ATOLL_ASSIGN_OR_RETURN(Connection c, connect_lane(options_, static_cast<SSL_CTX*>(ctx.get()),
-                                                    what, reached));
+  ATOLL_ASSIGN_OR_RETURN(Connection c, connect(what, reached));
   SSL* s = c.ssl.get();
   const auto stall = options_.stall_timeout;
-  ATOLL_RETURN_IF_ERROR(
-      write_all(s, bulk_frame(kBulkRequestMagic, kBulkPull, request.SerializeAsString()), stall,
-                what));
+  ATOLL_RETURN_IF_ERROR(write_all(
+      s, bulk_frame(kBulkRequestMagic, kBulkPull, request.SerializeAsString()), stall, what));
   ATOLL_ASSIGN_OR_RETURN(std::string body, read_reply(s, options_.answer_timeout, stall, what));
   pb::TensorHeader h;
   if (!h.ParseFromString(body)) return DataLoss(what + ": the reply's header does not parse");
@@ -478,10 +475,7 @@ Status BulkLaneClient::push(const pb::TensorHeader& header, std::string_view pay
                            std::to_string(header.payload_bytes()) + " bytes, the payload has " +
                            std::to_string(payload.size()));
   const tls_socket::SigpipeBlock no_sigpipe;
-  if (reached) *reached = false;
-  ATOLL_ASSIGN_OR_RETURN(std::shared_ptr<void> ctx, context());
-  ATOLL_ASSIGN_OR_RETURN(Connection c, connect_lane(options_, static_cast<SSL_CTX*>(ctx.get()),
-                                                    what, reached));
+  ATOLL_ASSIGN_OR_RETURN(Connection c, connect(what, reached));
   SSL* s = c.ssl.get();
   const auto stall = options_.stall_timeout;
   pb::TensorHeader h = header;

@@ -165,6 +165,10 @@ class BulkLaneClient {
  private:
   // The SSL_CTX every connection is made from; built once.
   StatusOr<std::shared_ptr<void>> context();
+  // A new connection to the lane, its TLS handshake done and verified (`what` prefixes errors).
+  // *reached (may be null): whether the lane answered, i.e. a failure is not one of reaching it.
+  struct Connection;
+  StatusOr<Connection> connect(const std::string& what, bool* reached);
 
   const BulkLaneClientOptions options_;
   std::mutex context_mu_;          // guards context_

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/transport/test_cas.h"
 #include "transport/payload_digest.h"
 #include "transport/temp_dir.h"
 #include "transport/tensor_stream.h"
@@ -113,12 +114,7 @@ class BulkLane : public ::testing::Test {
     tmp_ = new TempDir();
     ca_ = tmp_->sub("ca");
     other_ = tmp_->sub("other-ca");
-    ASSERT_TRUE(ca_init(ca_).ok());
-    ASSERT_TRUE(ca_init(other_).ok());
-    ASSERT_TRUE(ca_issue(ca_, "coord", Role::kServer).ok());
-    ASSERT_TRUE(ca_issue(ca_, "node-1", Role::kNode).ok());
-    ASSERT_TRUE(ca_issue(ca_, "ops", Role::kAdmin).ok());
-    ASSERT_TRUE(ca_issue(other_, "node-1", Role::kNode).ok());
+    ASSERT_NO_FATAL_FAILURE(testing::issue_test_cas(ca_, other_));
   }
   static void TearDownTestSuite() {
     delete tmp_;
@@ -209,6 +205,20 @@ class BulkLane : public ::testing::Test {
     std::string f = {'A', 'T', 'L', 'Q', 1, static_cast<char>(op), 0, 0};
     for (int i = 0; i < 4; ++i) f.push_back(static_cast<char>((body.size() >> (8 * i)) & 0xff));
     return f + body;
+  }
+
+  // Sends a push request for `h` and reads the server's go-ahead (an OK reply with no body).
+  static void send_push_header(SSL* ssl, const pb::TensorHeader& h) {
+    const std::string req = request(2, h.SerializeAsString());
+    ASSERT_EQ(SSL_write(ssl, req.data(), static_cast<int>(req.size())),
+              static_cast<int>(req.size()));
+    char head[12];
+    size_t got = 0;
+    ASSERT_EQ(SSL_read_ex(ssl, head, sizeof(head), &got), 1);
+    ASSERT_EQ(got, 12u);
+    EXPECT_EQ(std::string(head, 4), "ATLR");
+    EXPECT_EQ(head[5], 0);                                      // go ahead
+    EXPECT_EQ(std::string(head + 8, 4), std::string(4, '\0'));  // no body
   }
 
   static pb::TensorHeader push_header(size_t bytes, uint64_t round = 0) {
@@ -380,21 +390,10 @@ TEST_F(BulkLane, MalformedRequestsGetOneLineAndTheServerGoesOn) {
 TEST_F(BulkLane, CorruptOrCutPushesAreAbortedAndNeverDelivered) {
   const std::string update = deterministic_payload(1 << 20, 5);
   const pb::TensorHeader h = push_header(update.size());
-  auto go_ahead = [&](Raw& r) {
-    const std::string req = request(2, h.SerializeAsString());
-    ASSERT_EQ(SSL_write(r.ssl.get(), req.data(), static_cast<int>(req.size())),
-              static_cast<int>(req.size()));
-    char head[12];
-    size_t got = 0;
-    ASSERT_EQ(SSL_read_ex(r.ssl.get(), head, sizeof(head), &got), 1);
-    ASSERT_EQ(got, 12u);
-    EXPECT_EQ(std::string(head, 4), "ATLR");
-    EXPECT_EQ(head[5], 0);  // go ahead
-  };
   {  // The payload, then a digest that is not its own.
     Raw r = raw();
     ASSERT_TRUE(r.handshaken);
-    go_ahead(r);
+    ASSERT_NO_FATAL_FAILURE(send_push_header(r.ssl.get(), h));
     std::string body = update + std::string(kPayloadDigestBytes, 'x');
     ASSERT_EQ(SSL_write(r.ssl.get(), body.data(), static_cast<int>(body.size())),
               static_cast<int>(body.size()));
@@ -406,7 +405,7 @@ TEST_F(BulkLane, CorruptOrCutPushesAreAbortedAndNeverDelivered) {
   {  // Half the payload, then the connection closes.
     Raw r = raw();
     ASSERT_TRUE(r.handshaken);
-    go_ahead(r);
+    ASSERT_NO_FATAL_FAILURE(send_push_header(r.ssl.get(), h));
     ASSERT_EQ(SSL_write(r.ssl.get(), update.data(), static_cast<int>(update.size() / 2)),
               static_cast<int>(update.size() / 2));
     r.ssl.reset();
@@ -473,13 +472,7 @@ TEST_F(BulkLane, ConnectionCapRefusesAtAcceptAndStopCutsATransferInFlight) {
   EXPECT_GE(server_->refused_connections(), 1u);
 
   // `a` begins a push and stalls mid-payload; stop() cuts it and aborts the push.
-  const pb::TensorHeader h = push_header(1 << 20);
-  const std::string req = request(2, h.SerializeAsString());
-  ASSERT_EQ(SSL_write(a.ssl.get(), req.data(), static_cast<int>(req.size())),
-            static_cast<int>(req.size()));
-  char head[12];
-  size_t got = 0;
-  ASSERT_EQ(SSL_read_ex(a.ssl.get(), head, sizeof(head), &got), 1);
+  ASSERT_NO_FATAL_FAILURE(send_push_header(a.ssl.get(), push_header(1 << 20)));
   const std::string half(1 << 19, 'z');
   ASSERT_EQ(SSL_write(a.ssl.get(), half.data(), static_cast<int>(half.size())),
             static_cast<int>(half.size()));

@@ -20,6 +20,7 @@
 
 #include "kernels/core/crc32c.h"
 #include "kernels/core/sha256.h"
+#include "tests/transport/test_cas.h"
 #include "transport/channel.h"
 #include "transport/grpc_status.h"
 #include "transport/proto/atoll.grpc.pb.h"
@@ -134,16 +135,11 @@ class TlsLoopback : public ::testing::Test {
     tmp_ = new TempDir();
     ca_ = tmp_->sub("ca");
     other_ = tmp_->sub("other-ca");
-    ASSERT_TRUE(ca_init(ca_).ok());
-    ASSERT_TRUE(ca_init(other_).ok());
-    ASSERT_TRUE(ca_issue(ca_, "coord", Role::kServer).ok());
-    ASSERT_TRUE(ca_issue(ca_, "node-1", Role::kNode).ok());
-    ASSERT_TRUE(ca_issue(ca_, "ops", Role::kAdmin).ok());
+    ASSERT_NO_FATAL_FAILURE(testing::issue_test_cas(ca_, other_));
     IssueOptions expired;
     expired.validity_seconds = -24 * 3600;
     ASSERT_TRUE(ca_issue(ca_, "node-old", Role::kNode, expired).ok());
     ASSERT_TRUE(ca_issue(other_, "coord", Role::kServer).ok());
-    ASSERT_TRUE(ca_issue(other_, "node-1", Role::kNode).ok());
 
     auto creds = server_credentials(ca_, "coord");
     ASSERT_TRUE(creds.ok()) << creds.status().to_string();
