@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <random>
 #include <thread>
@@ -354,57 +355,79 @@ std::vector<float> drawn_delta(uint32_t seed) {
   return d;
 }
 
+// One attacked run over mTLS: `nodes` sites (the last one the attacker) train the rounds of `cfg`,
+// each round's pushes made by `push_round(sites, round, layout_fp)`; with `restart_round` > 0 the
+// coordinator is stopped once round restart_round - 1 is committed and started again on the same
+// store. Then checks that every honest update was kept and the attacker's dropped for `reason` in
+// every round after the first, also in the audit log. Returns θ's final fingerprint ("" when the
+// run could not be made).
+std::string attacked_run(
+    const ExperimentConfig& cfg, int nodes, uint64_t restart_round, const std::string& reason,
+    const std::function<void(std::vector<Site>&, uint64_t, const std::string&)>& push_round) {
+  const std::string& experiment = cfg.name;
+  const uint64_t rounds = cfg.diloco.rounds;
+  TlsCoordinator t(cfg, nodes);
+  EXPECT_TRUE(t.c);
+  if (!t.c) return "";
+  EXPECT_TRUE(t.c->service->start().ok());
+  std::vector<int> ids(static_cast<size_t>(nodes));
+  for (int k = 0; k < nodes; ++k) ids[static_cast<size_t>(k)] = k;
+  for (uint64_t r = 0; r < rounds; ++r) {
+    const bool restarts = restart_round > 0 && r == restart_round;
+    if (restarts) {
+      // Once round r - 1 is committed (the next TRAIN task would be round r's).
+      EXPECT_TRUE(testing_util::eventually(
+          [&] { return t.c->store->load_round(experiment, r - 1).ok(); }, 20000ms));
+      t.restart(cfg);
+      if (!t.c) return "";
+      EXPECT_TRUE(t.c->service->start().ok());
+    }
+    std::vector<Site> sites = train_round(t, ids, r == 0 || restarts);
+    EXPECT_EQ(sites[0].task.round(), r);
+    push_round(sites, r, t.layout_fp);
+  }
+  auto fin = t.c->service->wait_until_finished(Clock::now() + 20s);
+  EXPECT_TRUE(fin.ok()) << fin.status().to_string();
+  const size_t attacker = static_cast<size_t>(nodes - 1);
+  for (uint64_t r = 0; r < rounds; ++r) {
+    auto rec = t.c->store->load_round(experiment, r);
+    EXPECT_TRUE(rec.ok()) << rec.status().to_string();
+    if (!rec.ok()) return "";
+    for (size_t k = 0; k < attacker; ++k) EXPECT_EQ(rec->participants[k].screen, "kept") << r;
+    EXPECT_EQ(rec->participants[attacker].screen, r == 0 ? "kept" : "dropped") << r;
+    EXPECT_EQ(rec->participants[attacker].screen_reason, r == 0 ? "" : reason) << r;
+  }
+  // The audit log is written by the engine's event thread after the commit: wait for it.
+  const std::string node_round = TlsCoordinator::name(nodes - 1) + " round ";
+  const std::string dropped = "dropped: " + reason;
+  auto drop_lines = [&] {
+    auto audit = t.c->store->list_audit(experiment);
+    size_t n = 0;
+    if (audit.ok())
+      for (const auto& line : *audit) n += contains(line, node_round) && contains(line, dropped);
+    return n;
+  };
+  testing_util::eventually([&] { return drop_lines() >= rounds - 1; }, 10000ms);
+  EXPECT_EQ(drop_lines(), rounds - 1);
+  return t.c->service->params_fingerprint();
+}
+
 // node-1 sends its round-0 update again in rounds 1 and 2 (a replay, byte for byte) next to an
 // honest node-0; with `restart`, the coordinator is stopped after round 1 and started again on
 // the same store. Returns θ's final fingerprint.
 std::string replay_run(bool restart) {
   ExperimentConfig cfg = testing::small_config("replay", 3, 2);
   cfg.robust.replay_cosine = 0.99;
-  TlsCoordinator t(cfg, 2);
-  EXPECT_TRUE(t.c);
-  if (!t.c) return "";
-  EXPECT_TRUE(t.c->service->start().ok());
   const std::vector<float> replayed = drawn_delta(100);
-  for (uint64_t r = 0; r < 3; ++r) {
-    if (restart && r == 2) {
-      // Once round 1 is committed (the next TRAIN task would be round 2's).
-      EXPECT_TRUE(testing_util::eventually([&] { return t.c->store->load_round("replay", 1).ok(); },
-                                           20000ms));
-      t.restart(cfg);
-      if (!t.c) return "";
-      EXPECT_TRUE(t.c->service->start().ok());
-    }
-    std::vector<Site> sites = train_round(t, {0, 1}, r == 0 || (restart && r == 2));
-    EXPECT_EQ(sites[0].task.round(), r);
-    EXPECT_TRUE(sites[1].client->push_update(sites[1].header(1000, t.layout_fp), replayed).ok());
+  auto push_round = [&](std::vector<Site>& sites, uint64_t r, const std::string& layout_fp) {
+    EXPECT_TRUE(sites[1].client->push_update(sites[1].header(1000, layout_fp), replayed).ok());
     EXPECT_TRUE(
         sites[0]
             .client
-            ->push_update(sites[0].header(1000, t.layout_fp), drawn_delta(static_cast<uint32_t>(r)))
+            ->push_update(sites[0].header(1000, layout_fp), drawn_delta(static_cast<uint32_t>(r)))
             .ok());
-  }
-  auto fin = t.c->service->wait_until_finished(Clock::now() + 20s);
-  EXPECT_TRUE(fin.ok()) << fin.status().to_string();
-  for (uint64_t r = 0; r < 3; ++r) {
-    auto rec = t.c->store->load_round("replay", r);
-    EXPECT_TRUE(rec.ok()) << rec.status().to_string();
-    if (!rec.ok()) return "";
-    EXPECT_EQ(rec->participants[0].screen, "kept") << r;
-    EXPECT_EQ(rec->participants[1].screen, r == 0 ? "kept" : "dropped") << r;
-    EXPECT_EQ(rec->participants[1].screen_reason, r == 0 ? "" : "replay") << r;
-  }
-  // The audit log is written by the engine's event thread after the commit: wait for it.
-  auto replay_lines = [&] {
-    auto audit = t.c->store->list_audit("replay");
-    size_t n = 0;
-    if (audit.ok())
-      for (const auto& line : *audit)
-        n += contains(line, "node-1 round ") && contains(line, "dropped: replay");
-    return n;
   };
-  testing_util::eventually([&] { return replay_lines() >= 2; }, 10000ms);
-  EXPECT_EQ(replay_lines(), 2u);
-  return t.c->service->params_fingerprint();
+  return attacked_run(cfg, 2, restart ? 2 : 0, "replay", push_round);
 }
 
 // A site replaying its previous accepted update (byte for byte) is dropped in every later round,
@@ -438,48 +461,14 @@ std::vector<float> trajectory_delta(uint64_t round, uint32_t site) {
 std::string stale_run(bool restart) {
   ExperimentConfig cfg = testing::small_config("stale", 4, 3);
   cfg.robust.stale_margin = ExperimentConfig{}.robust.stale_margin;  // the default
-  TlsCoordinator t(cfg, 3);
-  EXPECT_TRUE(t.c);
-  if (!t.c) return "";
-  EXPECT_TRUE(t.c->service->start().ok());
-  for (uint64_t r = 0; r < 4; ++r) {
-    if (restart && r == 3) {
-      EXPECT_TRUE(testing_util::eventually([&] { return t.c->store->load_round("stale", 2).ok(); },
-                                           20000ms));
-      t.restart(cfg);
-      if (!t.c) return "";
-      EXPECT_TRUE(t.c->service->start().ok());
-    }
-    std::vector<Site> sites = train_round(t, {0, 1, 2}, r == 0 || (restart && r == 3));
-    EXPECT_EQ(sites[0].task.round(), r);
+  auto push_round = [](std::vector<Site>& sites, uint64_t r, const std::string& layout_fp) {
     for (uint32_t k = 0; k < 3; ++k) {
       const std::vector<float> delta =
           k == 2 && r > 0 ? trajectory_delta(r - 1, 20 + uint32_t(r)) : trajectory_delta(r, k);
-      EXPECT_TRUE(sites[k].client->push_update(sites[k].header(1000, t.layout_fp), delta).ok());
+      EXPECT_TRUE(sites[k].client->push_update(sites[k].header(1000, layout_fp), delta).ok());
     }
-  }
-  auto fin = t.c->service->wait_until_finished(Clock::now() + 20s);
-  EXPECT_TRUE(fin.ok()) << fin.status().to_string();
-  for (uint64_t r = 0; r < 4; ++r) {
-    auto rec = t.c->store->load_round("stale", r);
-    EXPECT_TRUE(rec.ok()) << rec.status().to_string();
-    if (!rec.ok()) return "";
-    EXPECT_EQ(rec->participants[0].screen, "kept") << r;
-    EXPECT_EQ(rec->participants[1].screen, "kept") << r;
-    EXPECT_EQ(rec->participants[2].screen, r == 0 ? "kept" : "dropped") << r;
-    EXPECT_EQ(rec->participants[2].screen_reason, r == 0 ? "" : "stale") << r;
-  }
-  auto stale_lines = [&] {
-    auto audit = t.c->store->list_audit("stale");
-    size_t n = 0;
-    if (audit.ok())
-      for (const auto& line : *audit)
-        n += contains(line, "node-2 round ") && contains(line, "dropped: stale: cosine ");
-    return n;
   };
-  testing_util::eventually([&] { return stale_lines() >= 3; }, 10000ms);
-  EXPECT_EQ(stale_lines(), 3u);
-  return t.c->service->params_fingerprint();
+  return attacked_run(cfg, 3, restart ? 3 : 0, "stale", push_round);
 }
 
 // A site sending updates one round late (trained from θ_{r-1}, never sent before) is dropped
