@@ -5,21 +5,12 @@
 #include <cstddef>
 
 #include "kernels/core/check.h"
+#include "kernels/formats/decode_tables.h"
 #include "kernels/formats/scalar.h"
 #include "kernels/formats/stochastic.h"
 
 namespace atl::kernels::formats {
 namespace {
-
-// 256-entry decode tables for the 8-bit formats, built at compile time from the scalar decoder.
-template <MinifloatSpec S>
-constexpr std::array<float, 256> make_table() {
-  std::array<float, 256> t{};
-  for (uint32_t c = 0; c < 256; ++c) t[c] = minifloat_decode<S>(c);
-  return t;
-}
-constexpr std::array<float, 256> kE4M3Table = make_table<kE4M3Spec>();
-constexpr std::array<float, 256> kE5M2Table = make_table<kE5M2Spec>();
 
 // Stochastic loops: random words come in chunks from a stack buffer so the Philox cost is one
 // block per four elements and the conversion loop itself stays branch-free.

@@ -13,23 +13,12 @@
 #include "kernels/formats/convert.h"
 #include "kernels/formats/pack.h"
 #include "kernels/formats/portable.h"
+#include "kernels/formats/decode_tables.h"
 #include "kernels/formats/scalar.h"
 #include "kernels/formats/stochastic.h"
 
 namespace atl::kernels::formats {
 namespace {
-
-// Decode tables: E2M1 by nibble, E4M3 by byte (built at compile time from the scalar decoder).
-constexpr std::array<float, 16> kE2M1Table = [] {
-  std::array<float, 16> t{};
-  for (uint32_t c = 0; c < 16; ++c) t[c] = minifloat_decode<kE2M1Spec>(c);
-  return t;
-}();
-constexpr std::array<float, 256> kE4M3Table = [] {
-  std::array<float, 256> t{};
-  for (uint32_t c = 0; c < 256; ++c) t[c] = minifloat_decode<kE4M3Spec>(c);
-  return t;
-}();
 
 constexpr uint8_t kE4M3NanCode = 0x7f;
 
