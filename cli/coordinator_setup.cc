@@ -11,7 +11,7 @@
 #include "algorithms/data/brown.h"
 #include "coordinator/http/auth.h"
 #include "node/checkpoint.h"
-#include "node/file_io.h"
+#include "kernels/core/file_io.h"
 #include "node/peft_export.h"
 #include "transport/channel.h"
 #include "transport/tls/ca.h"
@@ -382,7 +382,7 @@ Status write_final_checkpoint(const RunningCoordinator& rc, const std::string& i
                               const std::string& path) {
   std::string filename;
   ATOLL_ASSIGN_OR_RETURN(const std::string bytes, rc.manager->checkpoint(id, &filename));
-  if (Status s = node::write_file_atomic(path, bytes); !s.ok())
+  if (Status s = write_file_atomic(path, bytes); !s.ok())
     return IoError("--out " + path + ": " + s.message());
   return Status::Ok();
 }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/core/file_io.h"
 #include "transport/bulk_lane.h"
 #include "transport/tensor_stream.h"
 #include "transport/tls/ca.h"
@@ -75,11 +76,11 @@ StatusOr<LaneSpeed> measure_lane_speed(size_t payload_bytes, int transfers) {
   ATOLL_RETURN_IF_ERROR(transport::ca_init(dir));
   ATOLL_RETURN_IF_ERROR(transport::ca_issue(dir, "coordinator", transport::Role::kServer));
   ATOLL_RETURN_IF_ERROR(transport::ca_issue(dir, "node", transport::Role::kNode));
-  ATOLL_ASSIGN_OR_RETURN(transport::TlsIdentity server, transport::server_identity(dir, "coordinator"));
-  ATOLL_ASSIGN_OR_RETURN(std::string ca, transport::ossl::read_file(transport::ca_cert_path(dir)));
-  ATOLL_ASSIGN_OR_RETURN(std::string cert,
-                         transport::ossl::read_file(transport::cert_path(dir, "node")));
-  ATOLL_ASSIGN_OR_RETURN(std::string key, transport::ossl::read_file(transport::key_path(dir, "node")));
+  ATOLL_ASSIGN_OR_RETURN(transport::TlsIdentity server,
+                         transport::server_identity(dir, "coordinator"));
+  ATOLL_ASSIGN_OR_RETURN(std::string ca, atl::read_file(transport::ca_cert_path(dir)));
+  ATOLL_ASSIGN_OR_RETURN(std::string cert, atl::read_file(transport::cert_path(dir, "node")));
+  ATOLL_ASSIGN_OR_RETURN(std::string key, atl::read_file(transport::key_path(dir, "node")));
 
   FixedPayload handler(payload_bytes);
   transport::BulkLaneOptions so;
@@ -100,8 +101,8 @@ StatusOr<LaneSpeed> measure_lane_speed(size_t payload_bytes, int transfers) {
   for (int i = 0; i < transfers; ++i) {
     pb::TensorHeader h;
     const auto t0 = Clock::now();
-    ATOLL_RETURN_IF_ERROR(client.pull(pb::PullParamsRequest(), payload_bytes, &h, &received,
-                                      nullptr));
+    ATOLL_RETURN_IF_ERROR(
+        client.pull(pb::PullParamsRequest(), payload_bytes, &h, &received, nullptr));
     out.pull_seconds.push_back(seconds_since(t0));
   }
   if (received != handler.payload()) return DataLoss("the pulled payload differs");

@@ -2,11 +2,12 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <vector>
 
 #include "algorithms/model/safetensors.h"
+#include "kernels/core/file_io.h"
 #include "node/data_source.h"
-#include "node/file_io.h"
 
 namespace atl::node {
 
@@ -29,15 +30,14 @@ StatusOr<int64_t> meta_int(const std::map<std::string, std::string>& md, const s
   return static_cast<int64_t>(v);
 }
 
-StatusOr<double> meta_double(const std::map<std::string, std::string>& md,
-                             const std::string& key, const std::string& what) {
+StatusOr<double> meta_double(const std::map<std::string, std::string>& md, const std::string& key,
+                             const std::string& what) {
   auto it = md.find(key);
   if (it == md.end()) return InvalidArgument(what + ": metadata key " + key + " is missing");
   char* end = nullptr;
   double v = std::strtod(it->second.c_str(), &end);
   if (it->second.empty() || *end != '\0')
-    return InvalidArgument(what + ": metadata " + key + " = '" + it->second +
-                           "' is not a number");
+    return InvalidArgument(what + ": metadata " + key + " = '" + it->second + "' is not a number");
   return v;
 }
 
@@ -172,13 +172,14 @@ Status save_checkpoint(const std::string& path, const CheckpointMeta& meta, cons
 StatusOr<LoadedCheckpoint> decode_checkpoint(const std::string& bytes, const std::string& what) {
   ATOLL_ASSIGN_OR_RETURN(
       algorithms::Safetensors st,
-      algorithms::decode_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                     bytes.size()));
+      algorithms::decode_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
   const auto& md = st.metadata;
   auto fmt = md.find("format");
   if (fmt == md.end() || fmt->second != kFormat)
-    return InvalidArgument(what + " is a safetensors file but not an Atoll checkpoint (no "
-                                  "format = " + std::string(kFormat) + " in its metadata)");
+    return InvalidArgument(what +
+                           " is a safetensors file but not an Atoll checkpoint (no "
+                           "format = " +
+                           std::string(kFormat) + " in its metadata)");
   LoadedCheckpoint ck;
   auto& m = ck.meta.model;
   ATOLL_ASSIGN_OR_RETURN(int64_t vocab, meta_int(md, "atoll.model.vocab", what));
@@ -250,8 +251,9 @@ StatusOr<LoadedCheckpoint> decode_checkpoint(const std::string& bytes, const std
   if (fp == md.end()) return InvalidArgument(what + ": metadata atoll.fingerprint is missing");
   ck.meta.fingerprint = fp->second;
   if (ck.params.fingerprint() != fp->second)
-    return DataLoss(what + ": parameters do not match the recorded SHA-256 fingerprint (the "
-                           "file is damaged)");
+    return DataLoss(what +
+                    ": parameters do not match the recorded SHA-256 fingerprint (the "
+                    "file is damaged)");
   ATOLL_RETURN_IF_ERROR(decode_lora(st, what, ck));
   const auto& trained_layout =
       algorithms::lora_enabled(ck.meta.lora) ? ck.adapters.layout() : layout;
@@ -266,13 +268,21 @@ StatusOr<LoadedCheckpoint> decode_checkpoint(const std::string& bytes, const std
       return InvalidArgument(what + ": " + s.message());
     auto ofp = md.find("atoll.optimizer.fingerprint");
     if (ofp == md.end() || ofp->second != optimizer_fingerprint(ck.m, ck.v))
-      return DataLoss(what + ": optimizer state does not match the recorded SHA-256 fingerprint "
-                             "(the file is damaged)");
+      return DataLoss(what +
+                      ": optimizer state does not match the recorded SHA-256 fingerprint "
+                      "(the file is damaged)");
   }
   return ck;
 }
 
 StatusOr<LoadedCheckpoint> load_checkpoint(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec) &&
+      std::filesystem::exists(std::filesystem::path(path) / "config.json", ec))
+    return InvalidArgument(path +
+                           " is a Hugging Face model folder, not a checkpoint: convert it "
+                           "with `atoll import hf " +
+                           path + " --out MODEL.safetensors` and pass that file");
   ATOLL_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
   return decode_checkpoint(bytes, path);
 }

@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "algorithms/data/jsonl.h"
+#include "kernels/core/file_io.h"
 
 namespace atl::node {
 
@@ -102,18 +103,6 @@ StatusOr<DataSpec> parse_data_spec(std::string_view spec) {
     return out;
   }
   return InvalidArgument(quoted + ": " + std::string(kSpecHelp));
-}
-
-StatusOr<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return IoError("cannot open " + path + ": " + std::strerror(errno));
-  std::string data;
-  std::error_code ec;
-  const auto size = fs::file_size(path, ec);
-  if (!ec) data.reserve(static_cast<size_t>(size));
-  data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  if (in.bad()) return IoError("error reading " + path);
-  return data;
 }
 
 namespace {

@@ -50,7 +50,4 @@ StatusOr<std::vector<int32_t>> load_token_file(const std::string& path);
 // Writes ids in the format the extension names (.u16 rejects ids outside [0, 65535]).
 Status write_token_file(const std::string& path, std::span<const int32_t> tokens);
 
-// A whole file as bytes.
-StatusOr<std::string> read_file(const std::string& path);
-
 }  // namespace atl::node

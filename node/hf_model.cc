@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "algorithms/model/hf_format.h"
-#include "node/file_io.h"
+#include "kernels/core/file_io.h"
 #include "node/site_data.h"
 
 namespace atl::node {

@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "algorithms/model/hf_format.h"
-#include "node/file_io.h"
+#include "kernels/core/file_io.h"
 
 namespace atl::node {
 

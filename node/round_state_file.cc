@@ -5,7 +5,7 @@
 #include <system_error>
 
 #include "kernels/core/crc32c.h"
-#include "node/file_io.h"
+#include "kernels/core/file_io.h"
 #include "node/state_bytes.h"
 
 namespace atl::node {

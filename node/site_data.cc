@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "algorithms/data/hf_tokenizer.h"
+#include "kernels/core/file_io.h"
 
 namespace atl::node {
 

@@ -8,36 +8,20 @@
 #include <fstream>
 
 #include "data_test_util.h"
+#include "kernels/core/file_io.h"
 #include "node/site_data.h"
+#include "tools/temp_dir.h"
 
 namespace atl::node {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::TempDir;
 
-// A fresh directory under the system temp dir, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("atoll_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  void write(const std::string& name, const std::string& data) const {
-    std::ofstream(file(name), std::ios::binary) << data;
-  }
-  std::string str() const { return path_.string(); }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+// Writes `data` to `name` inside `dir`.
+void write_in(const testing::TempDir& dir, const std::string& name, const std::string& data) {
+  std::ofstream(dir.sub(name), std::ios::binary) << data;
+}
 
 TEST(DataSource, ParsesGoodSpecs) {
   auto s = parse_data_spec("brown");
@@ -98,13 +82,13 @@ TEST(DataSource, LoadsSelectedBrownGenres) {
 
 TEST(DataSource, MissingBrownCorpusSaysHowToFixIt) {
   TempDir dir;
-  auto r = load_documents(DataSpec{}, dir.file("nowhere"));
+  auto r = load_documents(DataSpec{}, dir.sub("nowhere"));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
-            "Brown corpus not found at " + dir.file("nowhere") + ": run deploy/install-deps.sh");
+            "Brown corpus not found at " + dir.sub("nowhere") + ": run deploy/install-deps.sh");
   // A directory without the files.
-  dir.write("ca01", "The/at end/nn ./.\n");
-  r = load_documents(*parse_data_spec("brown:a"), dir.str());
+  write_in(dir, "ca01", "The/at end/nn ./.\n");
+  r = load_documents(*parse_data_spec("brown:a"), dir.path());
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("missing ca02"), std::string::npos) << r.status().message();
   EXPECT_NE(r.status().message().find("deploy/install-deps.sh"), std::string::npos);
@@ -112,11 +96,11 @@ TEST(DataSource, MissingBrownCorpusSaysHowToFixIt) {
 
 TEST(DataSource, LoadsTextFilesAndDirectories) {
   TempDir dir;
-  dir.write("b.txt", "second file\n");
-  dir.write("a.txt", "first file \xC3\xA9\n");
-  dir.write("notes.md", "ignored");
-  fs::create_directories(dir.file("sub.txt"));  // a directory named *.txt is not a file
-  auto docs = load_documents(*parse_data_spec("text:" + dir.str()));
+  write_in(dir, "b.txt", "second file\n");
+  write_in(dir, "a.txt", "first file \xC3\xA9\n");
+  write_in(dir, "notes.md", "ignored");
+  fs::create_directories(dir.sub("sub.txt"));  // a directory named *.txt is not a file
+  auto docs = load_documents(*parse_data_spec("text:" + dir.path()));
   ASSERT_TRUE(docs.ok()) << docs.status().to_string();
   ASSERT_EQ(docs->size(), 2u);
   EXPECT_EQ((*docs)[0].name, "a.txt");
@@ -124,15 +108,15 @@ TEST(DataSource, LoadsTextFilesAndDirectories) {
   EXPECT_EQ((*docs)[0].genre, "");
   EXPECT_EQ((*docs)[0].genre_name, "text");
   EXPECT_EQ((*docs)[1].name, "b.txt");
-  auto one = load_documents(*parse_data_spec("text:" + dir.file("notes.md")));
+  auto one = load_documents(*parse_data_spec("text:" + dir.sub("notes.md")));
   ASSERT_TRUE(one.ok());
   ASSERT_EQ(one->size(), 1u);
   EXPECT_EQ((*one)[0].text, "ignored");
-  auto missing = load_documents(*parse_data_spec("text:" + dir.file("nope")));
+  auto missing = load_documents(*parse_data_spec("text:" + dir.sub("nope")));
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("not found"), std::string::npos);
   TempDir empty;
-  auto none = load_documents(*parse_data_spec("text:" + empty.str()));
+  auto none = load_documents(*parse_data_spec("text:" + empty.path()));
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("no *.txt files"), std::string::npos);
   EXPECT_FALSE(load_documents(*parse_data_spec("tokens:x.u16")).ok());
@@ -141,25 +125,25 @@ TEST(DataSource, LoadsTextFilesAndDirectories) {
 TEST(DataSource, TokenFilesRoundTripAndRejectBadData) {
   TempDir dir;
   std::vector<int32_t> ids = {0, 1, 255, 256, 65535};
-  ASSERT_TRUE(write_token_file(dir.file("t.u16"), ids).ok());
-  EXPECT_EQ(fs::file_size(dir.file("t.u16")), 10u);
-  auto back = load_token_file(dir.file("t.u16"));
+  ASSERT_TRUE(write_token_file(dir.sub("t.u16"), ids).ok());
+  EXPECT_EQ(fs::file_size(dir.sub("t.u16")), 10u);
+  auto back = load_token_file(dir.sub("t.u16"));
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(*back, ids);
   // Little-endian on disk, whatever the host.
-  EXPECT_EQ(read_file(dir.file("t.u16"))->substr(6, 2), std::string("\x00\x01", 2));
+  EXPECT_EQ(read_file(dir.sub("t.u16"))->substr(6, 2), std::string("\x00\x01", 2));
   ids.push_back(1 << 20);
-  EXPECT_FALSE(write_token_file(dir.file("t.u16"), ids).ok());
-  ASSERT_TRUE(write_token_file(dir.file("t.i32"), ids).ok());
-  EXPECT_EQ(*load_token_file(dir.file("t.i32")), ids);
-  dir.write("odd.u16", "abc");
-  auto odd = load_token_file(dir.file("odd.u16"));
+  EXPECT_FALSE(write_token_file(dir.sub("t.u16"), ids).ok());
+  ASSERT_TRUE(write_token_file(dir.sub("t.i32"), ids).ok());
+  EXPECT_EQ(*load_token_file(dir.sub("t.i32")), ids);
+  write_in(dir, "odd.u16", "abc");
+  auto odd = load_token_file(dir.sub("odd.u16"));
   ASSERT_FALSE(odd.ok());
   EXPECT_EQ(odd.status().code(), StatusCode::kDataLoss);
-  dir.write("neg.i32", std::string("\xff\xff\xff\xff", 4));
-  EXPECT_FALSE(load_token_file(dir.file("neg.i32")).ok());
-  EXPECT_FALSE(load_token_file(dir.file("absent.i32")).ok());
-  EXPECT_FALSE(load_token_file(dir.file("t.bin")).ok());
+  write_in(dir, "neg.i32", std::string("\xff\xff\xff\xff", 4));
+  EXPECT_FALSE(load_token_file(dir.sub("neg.i32")).ok());
+  EXPECT_FALSE(load_token_file(dir.sub("absent.i32")).ok());
+  EXPECT_FALSE(load_token_file(dir.sub("t.bin")).ok());
 }
 
 // A site trains on all of its documents unless asked to hold some out; a held-out split keeps
@@ -188,8 +172,8 @@ TEST(SiteData, HoldoutChoosesWhichDocumentsTrain) {
   auto with_val = load_site_training_data(o);
   ASSERT_TRUE(with_val.ok()) << with_val.status().to_string();
   EXPECT_EQ(with_val->train.size(), all->train.size());
-  auto sf = load_site_data(*parse_data_spec("brown:m"), TokenizerChoice{}, brown_dir(),
-                           Holdout::kNone);
+  auto sf =
+      load_site_data(*parse_data_spec("brown:m"), TokenizerChoice{}, brown_dir(), Holdout::kNone);
   ASSERT_TRUE(sf.ok());
   EXPECT_EQ(with_val->validation.size(), sf->train.size());
 
@@ -205,9 +189,9 @@ TEST(SiteData, HoldoutChoosesWhichDocumentsTrain) {
 // Too little text to train a step on is refused before anything else happens.
 TEST(SiteData, TooFewTokensToTrainIsOneLine) {
   TempDir dir;
-  dir.write("one.txt", "x");
+  write_in(dir, "one.txt", "x");
   SiteDataOptions o;
-  o.train_spec = "text:" + dir.file("one.txt");
+  o.train_spec = "text:" + dir.sub("one.txt");
   auto r = load_site_training_data(o);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
@@ -238,7 +222,9 @@ TEST(SiteData, LoneDocumentSplitsAtTheLineAfterNinetyPercent) {
   const std::string inside = std::string(8, 'a') + "\xe2\x82\xac" + "b";  // 12 bytes, € at 8..10
   auto cut3 = algorithms::data::split_lone_document(Document{"e.txt", "", "", inside});
   ASSERT_EQ(cut3.validation.size(), 1u);
-  EXPECT_EQ(cut3.validation[0].text, "\xe2\x82\xac" "b");  // 90% of 12 is byte 10, inside €
+  EXPECT_EQ(cut3.validation[0].text,
+            "\xe2\x82\xac"
+            "b");  // 90% of 12 is byte 10, inside €
 }
 
 }  // namespace

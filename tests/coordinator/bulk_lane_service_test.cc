@@ -9,6 +9,7 @@
 
 #include <thread>
 
+#include "kernels/core/file_io.h"
 #include "service_harness.h"
 #include "transport/bulk_lane.h"
 #include "transport/tls/ca.h"
@@ -105,7 +106,7 @@ TEST(BulkLaneService, OnlyNodeCertificatesOfTheExperimentGetThrough) {
   Experiment e(cfg, 1, true);
   ASSERT_TRUE(e.c);
   ASSERT_TRUE(e.c->service->start().ok());
-  auto pem = [](const std::string& path) { return *transport::ossl::read_file(path); };
+  auto pem = [](const std::string& path) { return *atl::read_file(path); };
   auto lane_client = [&](const std::string& name) {
     transport::BulkLaneClientOptions o;
     o.target = "127.0.0.1:" + std::to_string(e.c->server->bulk_port());

@@ -15,6 +15,7 @@
 #include "algorithms/secagg/protocol.h"
 #include "coordinator/experiment_config.h"
 #include "coordinator/round_engine.h"
+#include "kernels/core/file_io.h"
 #include "node/coordinator_client.h"
 #include "node/secure_push.h"
 #include "simulate/in_process_calls.h"
@@ -44,9 +45,9 @@ struct Pki {
   }
   transport::ClientIdentity identity(const std::string& name) const {
     transport::ClientIdentity id;
-    id.ca_pem = *transport::ossl::read_file(transport::ca_cert_path(dir.path()));
-    id.cert_pem = *transport::ossl::read_file(transport::cert_path(dir.path(), name));
-    id.key_pem = *transport::ossl::read_file(transport::key_path(dir.path(), name));
+    id.ca_pem = *atl::read_file(transport::ca_cert_path(dir.path()));
+    id.cert_pem = *atl::read_file(transport::cert_path(dir.path(), name));
+    id.key_pem = *atl::read_file(transport::key_path(dir.path(), name));
     return id;
   }
 };

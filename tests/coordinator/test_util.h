@@ -13,29 +13,11 @@
 
 #include "algorithms/model/param_set.h"
 #include "coordinator/experiment_config.h"
+#include "tools/temp_dir.h"
 
 namespace atl::testing_util {
 
-// A fresh directory under the system temp dir, removed (recursively) on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "atoll-coord-XXXXXX").string();
-    char* p = mkdtemp(tmpl.data());
-    path_ = p ? p : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string sub(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 // Two views, `numel` elements in total (≥ 2), deterministic values.
 inline algorithms::ParamSet toy_params(size_t numel, float scale = 1.0f) {

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "tools/temp_dir.h"
 #include "algorithms/data/hf_tokenizer.h"
 #include "node/subprocess.h"
 
@@ -22,28 +23,6 @@ namespace atl::testing {
 struct RunResult {
   int exit_code = -1;
   std::string output;  // stdout and stderr interleaved
-};
-
-// A fresh directory under the system temp dir, removed when the object dies.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device rd;
-    path_ = std::filesystem::temp_directory_path() /
-            ("atoll-test-" + std::to_string(rd()) + "-" + std::to_string(rd()));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string path() const { return path_.string(); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
 };
 
 inline std::string read_text(const std::string& path) {

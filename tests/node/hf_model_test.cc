@@ -28,7 +28,7 @@
 #include "node/checkpoint.h"
 #include "tests/tools/hf_dir.h"
 #include "tests/tools/torch_reference.h"
-#include "transport/temp_dir.h"
+#include "tools/temp_dir.h"
 
 namespace atl::node {
 namespace {
@@ -308,6 +308,22 @@ TEST(HfImport, RefusesWithOneClearLine) {
 
 // The command line: import and export exit 0 and write their files; a bad directory is one line
 // on stderr and exit 1.
+// A model folder passed where a checkpoint file belongs gets the command that converts it.
+TEST(HfImport, ModelFolderAsCheckpointSaysHowToConvertIt) {
+  testing::TempDir dir;
+  const fs::path folder = dir / "model";
+  write_hf_dir(folder, HfSpec{});
+  auto loaded = load_checkpoint(folder.string());
+  EXPECT_EQ(loaded.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(loaded.status().message(),
+            folder.string() +
+                " is a Hugging Face model folder, not a checkpoint: convert it with "
+                "`atoll import hf " +
+                folder.string() + " --out MODEL.safetensors` and pass that file");
+  auto plain = load_checkpoint(dir.path());  // a folder with no config.json
+  EXPECT_EQ(plain.status().message(), dir.path() + " is a directory, not a file");
+}
+
 TEST(HfImport, CommandLineImportAndExport) {
   atl::testing::TempDir tmp;
   const fs::path src = tmp.sub("src"), out = tmp.sub("out");

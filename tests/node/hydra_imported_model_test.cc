@@ -23,7 +23,7 @@
 #include "node/hf_model.h"
 #include "node/hydra_site.h"
 #include "tests/tools/hf_dir.h"
-#include "transport/temp_dir.h"
+#include "tools/temp_dir.h"
 
 namespace atl::node {
 namespace {

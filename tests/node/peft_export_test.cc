@@ -16,10 +16,11 @@
 
 #include "algorithms/model/hf_format.h"
 #include "algorithms/model/llama.h"
+#include "kernels/core/file_io.h"
 #include "kernels/core/philox.h"
 #include "node/checkpoint.h"
 #include "node/data_source.h"
-#include "transport/temp_dir.h"
+#include "tools/temp_dir.h"
 
 namespace atl::node {
 namespace {

@@ -15,9 +15,10 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/core/file_io.h"
 #include "tests/transport/test_cas.h"
 #include "transport/payload_digest.h"
-#include "transport/temp_dir.h"
+#include "tools/temp_dir.h"
 #include "transport/tensor_stream.h"
 #include "transport/tls/ca.h"
 #include "transport/tls/credentials.h"
@@ -139,7 +140,7 @@ class BulkLane : public ::testing::Test {
   static std::shared_ptr<const TlsIdentity> identity(const std::string& dir,
                                                      const std::string& name) {
     auto pem = [](const std::string& path) {
-      auto t = ossl::read_file(path);
+      auto t = atl::read_file(path);
       EXPECT_TRUE(t.ok()) << path;
       return t.ok() ? *t : std::string();
     };

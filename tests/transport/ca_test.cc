@@ -6,7 +6,7 @@
 #include <ctime>
 #include <filesystem>
 
-#include "transport/temp_dir.h"
+#include "tools/temp_dir.h"
 #include "transport/tls/credentials.h"
 
 namespace atl::transport {

@@ -14,7 +14,7 @@
 #include "tests/transport/cutting_server.h"
 #include "transport/channel.h"
 #include "transport/proto/atoll.grpc.pb.h"
-#include "transport/temp_dir.h"
+#include "tools/temp_dir.h"
 #include "transport/tls/ca.h"
 #include "transport/tls/credentials.h"
 #include "transport/tls/handshake_probe.h"

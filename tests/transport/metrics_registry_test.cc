@@ -10,7 +10,7 @@
 
 #include "tests/tools/prometheus_text.h"
 #include "transport/metrics/registry.h"
-#include "transport/temp_dir.h"
+#include "tools/temp_dir.h"
 
 namespace atl::transport::metrics {
 namespace {

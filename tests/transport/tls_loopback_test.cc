@@ -19,13 +19,14 @@
 #include <vector>
 
 #include "kernels/core/crc32c.h"
+#include "kernels/core/file_io.h"
 #include "kernels/core/sha256.h"
 #include "tests/transport/test_cas.h"
 #include "transport/channel.h"
 #include "transport/grpc_status.h"
 #include "transport/proto/atoll.grpc.pb.h"
 #include "transport/proto/atoll.pb.h"
-#include "transport/temp_dir.h"
+#include "tools/temp_dir.h"
 #include "transport/tensor_stream.h"
 #include "transport/tls/ca.h"
 #include "transport/tls/credentials.h"
@@ -107,7 +108,7 @@ struct RunningServer {
 };
 
 std::string read(const std::string& path) {
-  auto s = ossl::read_file(path);
+  auto s = atl::read_file(path);
   EXPECT_TRUE(s.ok()) << s.status().to_string();
   return s.ok() ? *s : "";
 }

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "kernels/core/file_io.h"
 #include "transport/tls/openssl_util.h"
 
 namespace atl::transport {

@@ -3,6 +3,7 @@
 #include <grpc/grpc_security_constants.h>
 #include <grpcpp/security/auth_context.h>
 
+#include "kernels/core/file_io.h"
 #include "transport/tls/openssl_util.h"
 #include "transport/tls/tls13_server.h"
 

@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "kernels/core/sha256.h"
@@ -26,17 +25,6 @@ std::string last_error() {
   }
   ERR_clear_error();
   return out;
-}
-
-StatusOr<std::string> read_file(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return NotFound("no such file: " + path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return IoError("cannot read " + path + ": " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return IoError("cannot read " + path);
-  return ss.str();
 }
 
 Status write_new_file(const std::string& path, const std::string& data, unsigned mode) {

@@ -37,8 +37,6 @@ using X509StoreCtxPtr = std::unique_ptr<X509_STORE_CTX, Deleter<X509_STORE_CTX_f
 // The most recent OpenSSL error queue entry as text (and clears the queue); "" when empty.
 std::string last_error();
 
-// Whole-file read; NotFound when the file does not exist.
-StatusOr<std::string> read_file(const std::string& path);
 // Writes atomically-enough for key material: creates with `mode`, fails if the file exists.
 Status write_new_file(const std::string& path, const std::string& data, unsigned mode);
 

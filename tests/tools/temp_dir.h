@@ -1,4 +1,5 @@
-// A fresh directory under the system temp dir, removed with everything in it on destruction.
+// A fresh directory under the system temp dir, removed with everything in it on destruction: the
+// one temporary directory of every test layer.
 #pragma once
 
 #include <stdlib.h>
@@ -24,9 +25,11 @@ class TempDir {
   TempDir& operator=(const TempDir&) = delete;
 
   const std::string& path() const { return path_; }
+  // The path of `name` inside it (also written `dir / name`).
   std::string sub(const std::string& name) const {
     return (std::filesystem::path(path_) / name).string();
   }
+  std::string operator/(const std::string& name) const { return sub(name); }
 
  private:
   std::string path_;
