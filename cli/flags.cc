@@ -1,8 +1,11 @@
 #include "cli/flags.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 
 namespace atl::cli {
 
@@ -117,6 +120,24 @@ StatusOr<int64_t> Flags::get_int(const std::string& name, int64_t def, int64_t m
     return InvalidArgument("--" + name + " " + *v + " is out of range [" + std::to_string(min) +
                            ", " + std::to_string(max) + "]");
   return x;
+}
+
+StatusOr<std::optional<std::string>> Flags::get_output_file(const std::string& name) const {
+  std::optional<std::string> path = get(name);
+  if (!path) return path;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(*path, ec))
+    return InvalidArgument("--" + name + " " + *path + " is a folder; give a file path");
+  const fs::path parent = fs::path(*path).parent_path();
+  const std::string folder = parent.empty() ? "." : parent.string();
+  if (!fs::is_directory(folder, ec))
+    return InvalidArgument("--" + name + " " + *path + ": the folder " + folder +
+                           " does not exist; create it first");
+  if (::access(folder.c_str(), W_OK) != 0)
+    return InvalidArgument("--" + name + " " + *path + ": the folder " + folder +
+                           " is not writable");
+  return path;
 }
 
 StatusOr<double> Flags::get_double(const std::string& name, double def, double min,

@@ -34,6 +34,9 @@ class Flags {
   // Typed getters: an unparsable or out-of-range value is an InvalidArgument naming the flag.
   StatusOr<int64_t> get_int(const std::string& name, int64_t def, int64_t min, int64_t max) const;
   StatusOr<double> get_double(const std::string& name, double def, double min, double max) const;
+  // A file the command writes when its work is done (--out, --summary-json), checked before the
+  // work starts: its folder must exist and be writable, and the path must not be a folder.
+  StatusOr<std::optional<std::string>> get_output_file(const std::string& name) const;
   const std::vector<std::string>& positional() const { return positional_; }
   // The names of the flags given (not the defaults), in name order.
   std::vector<std::string> given() const;

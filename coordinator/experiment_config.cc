@@ -8,6 +8,8 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "algorithms/compress/spec.h"
@@ -807,6 +809,49 @@ std::string to_toml(const ExperimentConfig& c) {
       << "\nbase_fingerprint = " << q(c.lora.base_fingerprint) << "\n"
       << (c.lora.base_dtype != "fp32" ? "base_dtype = " + q(c.lora.base_dtype) + "\n" : "");
   return o.str();
+}
+
+namespace {
+
+// to_toml's lines as (section.key, value) in order; top-level keys have no section prefix.
+std::vector<std::pair<std::string, std::string>> toml_entries(const std::string& toml) {
+  std::vector<std::pair<std::string, std::string>> entries;
+  std::istringstream in(toml);
+  std::string line, section;
+  while (std::getline(in, line)) {
+    if (line.size() > 2 && line.front() == '[') {
+      section = line.substr(1, line.size() - 2) + ".";
+      continue;
+    }
+    const size_t eq = line.find(" = ");
+    if (eq != std::string::npos)
+      entries.emplace_back(section + line.substr(0, eq), line.substr(eq + 3));
+  }
+  return entries;
+}
+
+}  // namespace
+
+std::vector<std::string> config_changes(const ExperimentConfig& stored,
+                                        const ExperimentConfig& given) {
+  static const std::set<std::string> kMayChange = {
+      "diloco.round_deadline_s", "diloco.heartbeat_interval_s", "diloco.lost_after_heartbeats",
+      "diloco.start_wait_s",     "diloco.keep_params",          "lora.base"};
+  const auto before = toml_entries(to_toml(stored));
+  const auto after = toml_entries(to_toml(given));
+  std::map<std::string, std::string> after_by_key(after.begin(), after.end());
+  std::vector<std::string> changes;
+  for (const auto& [key, value] : before) {
+    if (kMayChange.count(key)) continue;
+    auto it = after_by_key.find(key);
+    const std::string now = it == after_by_key.end() ? "(not set)" : it->second;
+    if (now != value) changes.push_back(key + " " + value + " -> " + now);
+    if (it != after_by_key.end()) after_by_key.erase(it);
+  }
+  for (const auto& [key, value] : after)  // keys only the given config writes
+    if (after_by_key.count(key) && !kMayChange.count(key))
+      changes.push_back(key + " (not set) -> " + value);
+  return changes;
 }
 
 algorithms::ModelConfig model_config(const ExperimentConfig& cfg) {

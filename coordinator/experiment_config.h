@@ -365,4 +365,12 @@ algorithms::PrivacyOptions privacy_options(const ExperimentConfig& cfg);
 // Canonical TOML with every key, re-parses to an equal config (stored with the experiment).
 std::string to_toml(const ExperimentConfig& cfg);
 
+// What differs between the config an experiment was created with and the one it is started with
+// again, one "section.key stored -> given" each (in to_toml's order), e.g. `train.codec "none" ->
+// "int8"`. Keys that may change between two starts are left out: the timing of rounds and
+// heartbeats, how many θ versions are kept, and where the LoRA base file lies (its fingerprint
+// is compared). They change no committed θ; every other key does, or may.
+std::vector<std::string> config_changes(const ExperimentConfig& stored,
+                                        const ExperimentConfig& given);
+
 }  // namespace atl::coordinator

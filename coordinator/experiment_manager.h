@@ -154,6 +154,9 @@ class ExperimentManager {
   // completed). Stored with the metrics (node id "@coordinator") and announced as "eval".
   Status publish_metric(const std::string& experiment_id, uint64_t round, const std::string& name,
                         double value);
+  // The value publish_metric stored for `name` at `round`; nullopt when none was published.
+  StatusOr<std::optional<double>> published_metric(const std::string& experiment_id, uint64_t round,
+                                                   const std::string& name) const;
 
   using Listener = std::function<void(const ManagerEvent&)>;
   // Listeners run on the thread that produced the event; they must not block or call back.

@@ -64,6 +64,32 @@ const std::vector<const char*>& update_rejection_reasons() {
   return reasons;
 }
 
+namespace {
+
+// An experiment started again (after a crash, a stop, or the same command run twice) must be
+// the experiment it was: a different seed, codec or schedule would continue its committed θ as
+// another run, with nothing to say so. Stored configs that no longer parse (written by another
+// version) are not compared.
+Status check_same_config(const ExperimentRecord& stored, const ExperimentConfig& given) {
+  auto created =
+      parse_experiment_config(stored.config_toml, "stored config of '" + stored.id + "'");
+  if (!created.ok()) return Status::Ok();
+  const std::vector<std::string> changes = config_changes(*created, given);
+  if (changes.empty()) return Status::Ok();
+  constexpr size_t kShown = 4;
+  std::string listed;
+  for (size_t i = 0; i < std::min(changes.size(), kShown); ++i)
+    listed += (i ? ", " : "") + changes[i];
+  if (changes.size() > kShown)
+    listed += " and " + std::to_string(changes.size() - kShown) + " more";
+  return FailedPrecondition(
+      "experiment '" + stored.id + "' in the store was created with another config (" + listed +
+      "); start it with the config it was created with (GET /api/experiments/" + stored.id +
+      " shows it), or use another experiment name or store");
+}
+
+}  // namespace
+
 RoundEngine::RoundEngine(Store& store, ExperimentConfig config, EngineOptions options,
                          std::unique_ptr<RoundStrategy> strategy, PullPolicy policy)
     : store_(store),
@@ -99,6 +125,7 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
           st.experiment.layout_fingerprint.substr(0, 12) + ") than the config (" +
           std::to_string(initial.numel()) + " parameters, layout " + layout_fp.substr(0, 12) +
           "); use another experiment name or store");
+    ATOLL_RETURN_IF_ERROR(check_same_config(st.experiment, config));
     resumed = std::move(st);
   }
   ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<RoundStrategy> strategy,

@@ -156,6 +156,33 @@ TEST(RoundEngine, AMuonExperimentRefusesANodeThatCannotTrainMuon) {
   EXPECT_TRUE(plain.engine->join("old-node", pb::JoinRequest()).ok());
 }
 
+// An experiment opened again must be the one in the store: another seed or codec is refused,
+// naming what differs, while the timing of rounds may change between two starts.
+TEST(RoundEngine, OpeningAgainWithAnotherConfigNamesWhatDiffers) {
+  const ExperimentConfig cfg = engine_config("again", 3, 1);
+  const algorithms::ParamSet init = testing_util::toy_params(1000);
+  EngineFixture f(cfg, init);
+  ASSERT_TRUE(f.engine);
+  f.engine.reset();
+  ExperimentConfig other = cfg;
+  other.seed = cfg.seed + 1;
+  other.train.codec = "int8";
+  other.diloco.round_deadline_s = cfg.diloco.round_deadline_s * 2;  // may change
+  auto refused = RoundEngine::open(*f.store, other, init, {});
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.status().message(),
+            "experiment 'again' in the store was created with another config (seed " +
+                std::to_string(cfg.seed) + " -> " + std::to_string(other.seed) +
+                ", train.codec \"none\" -> \"int8\"); start it with the config it was created "
+                "with (GET /api/experiments/again shows it), or use another experiment name or "
+                "store");
+  ExperimentConfig later = cfg;
+  later.diloco.round_deadline_s = cfg.diloco.round_deadline_s * 2;
+  later.diloco.heartbeat_interval_s = cfg.diloco.heartbeat_interval_s / 2;
+  auto reopened = RoundEngine::open(*f.store, later, init, {});
+  EXPECT_TRUE(reopened.ok()) << reopened.status().to_string();
+}
+
 TEST(RoundEngine, TwoNodesPushAndTheCommitIsTheDirectAggregateAndOuterStep) {
   constexpr size_t kNumel = 4000;
   const ExperimentConfig cfg = engine_config("engine", 3, 2);

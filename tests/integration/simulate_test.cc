@@ -343,8 +343,8 @@ TEST(Simulate, AKilledRunRestartedOnItsStoreEndsOnTheSameBitsWithSiteStates) {
     ASSERT_EQ(again.exit_code, 0) << again.output;
     // It resumed a round in the middle: the kill came before the experiment finished.
     std::smatch resumed;
-    const std::regex initial("round +(\\d+) \\| val bpb [0-9.]+ \\(initial\\)");
-    ASSERT_TRUE(std::regex_search(again.output, resumed, initial)) << again.output;
+    const std::regex resumed_line("round +(\\d+) \\| val bpb [0-9.]+ \\(resumed\\)");
+    ASSERT_TRUE(std::regex_search(again.output, resumed, resumed_line)) << again.output;
     EXPECT_GE(std::stoi(resumed[1].str()), 3) << again.output;
     EXPECT_LT(std::stoi(resumed[1].str()), 8) << again.output;
     const bool warned = again.output.find("will not end on the bits of an uninterrupted one") !=
@@ -358,6 +358,44 @@ TEST(Simulate, AKilledRunRestartedOnItsStoreEndsOnTheSameBitsWithSiteStates) {
   }
 }
 
+// The same command on a store whose experiment is finished (a crash between the last commit and
+// the outputs) writes the outputs of the committed run: the same checkpoint, and a summary with
+// the same θ, bpb and bytes. Another seed or codec on that store is refused, naming what differs.
+TEST(Simulate, AFinishedStoreGivesItsOutputsAndRefusesAnotherConfig) {
+  TempDir dir;
+  auto flags = [&](const std::string& out, std::vector<std::string> extra) {
+    extra.insert(extra.end(),
+                 {"--out", dir / (out + ".safetensors"), "--summary-json", dir / (out + ".json")});
+    auto a = small_experiment(dir / "run", extra);
+    a.insert(a.begin(), "simulate");
+    return a;
+  };
+  auto first = run_atoll(flags("first", {}), dir / "first.log", std::chrono::seconds(240));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto again = run_atoll(flags("again", {}), dir / "again.log", std::chrono::seconds(240));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("the experiment in this store is finished"), std::string::npos)
+      << again.output;
+  EXPECT_EQ(read_text(dir / "again.safetensors"), read_text(dir / "first.safetensors"));
+  const std::string a = read_text(dir / "first.json"), b = read_text(dir / "again.json");
+  for (const char* key : {"final_fingerprint", "final_val_bpb", "initial_val_bpb", "bytes_up",
+                          "bytes_down", "rounds", "syncs"}) {
+    const std::regex field(std::string("\"") + key + "\":(\"[^\"]*\"|[^,}]*)");
+    std::smatch in_a, in_b;
+    ASSERT_TRUE(std::regex_search(a, in_a, field)) << key << " in " << a;
+    ASSERT_TRUE(std::regex_search(b, in_b, field)) << key << " in " << b;
+    EXPECT_EQ(in_a[1].str(), in_b[1].str()) << key;
+  }
+  auto other_flags = flags("other", {"--codec", "int8"});
+  *(std::find(other_flags.begin(), other_flags.end(), "--seed") + 1) = "78";
+  auto other = run_atoll(other_flags, dir / "other.log", std::chrono::seconds(60));
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.output.find("experiment 'demo' in the store was created with another config "
+                              "(seed 77 -> 78, train.codec \"int3:256+zstd\" -> \"int8\")"),
+            std::string::npos)
+      << other.output;
+}
+
 TEST(Simulate, RefusesWhatItCannotRun) {
   TempDir dir;
   auto r = run_atoll({"simulate", "--insecure"}, dir / "a.log", std::chrono::seconds(30));
@@ -366,6 +404,19 @@ TEST(Simulate, RefusesWhatItCannotRun) {
   auto n = run_atoll({"simulate", "--nodes", "0"}, dir / "b.log", std::chrono::seconds(30));
   EXPECT_EQ(n.exit_code, 2);
   EXPECT_NE(n.output.find("--nodes 0 is out of range"), std::string::npos) << n.output;
+  // Files written at the end are checked before the run starts.
+  auto out = run_atoll({"simulate", "--out", dir / "missing/final.safetensors"}, dir / "c.log",
+                       std::chrono::seconds(30));
+  EXPECT_EQ(out.exit_code, 2);
+  EXPECT_NE(out.output.find("the folder " + (dir / "missing") + " does not exist; create it first"),
+            std::string::npos)
+      << out.output;
+  auto summary = run_atoll({"simulate", "--summary-json", dir.path()}, dir / "d.log",
+                           std::chrono::seconds(30));
+  EXPECT_EQ(summary.exit_code, 2);
+  EXPECT_NE(summary.output.find("--summary-json " + dir.path() + " is a folder; give a file path"),
+            std::string::npos)
+      << summary.output;
 }
 
 }  // namespace
