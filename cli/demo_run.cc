@@ -240,7 +240,8 @@ Status start_sites(DemoRun& run) {
                           run.run_dir,
                           run.rc->base,
                           d.keep_best,
-                          d.site_states ? run.run_dir + "/site-states" : ""};
+                          d.site_states ? run.run_dir + "/site-states" : "",
+                          run.rc->metrics.get()};
   ATOLL_ASSIGN_OR_RETURN(run.sites, launch_sites(run.rc->service->engine(), specs, launch));
   return run.rc->service->start();
 }

@@ -65,6 +65,7 @@ class VirtualSitesThread final : public DemoSites {
     options_.base = o.base;
     options_.keep_best = o.keep_best;
     options_.state_root = o.state_root;
+    options_.metrics = o.metrics;
     options_.stop = &stop_;
     options_.log = [this](const std::string& site, const std::string& line) {
       auto it = logs_.find(site);
@@ -191,6 +192,7 @@ StatusOr<std::unique_ptr<DemoSites>> launch_sites(coordinator::RoundEngine& engi
     o.base = launch.base;
     o.keep_best = launch.keep_best;
     o.state_root = launch.state_root;
+    o.metrics = launch.metrics;
     return start_virtual_sites(engine, sites, o);
   }
   NodeProcessOptions o;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/round_engine.h"
 #include "kernels/core/status.h"
 #include "node/base_model.h"
@@ -68,6 +69,7 @@ struct VirtualSitesOptions {
   std::shared_ptr<const node::BaseModel> base;  // a LoRA experiment's base (null: none)
   node::KeepBest keep_best = node::KeepBest::kAuto;  // what every site keeps (node/kept_theta.h)
   std::string state_root;  // each site's round states in <state_root>/<name>; "" = in memory
+  coordinator::CoordinatorMetrics* metrics = nullptr;  // where the sites' transfers count
 };
 
 // Every site on its own thread against `engine` (simulate/virtual_sites.h), with its budget; the
@@ -92,6 +94,9 @@ struct SiteLaunch {
   node::KeepBest keep_best = node::KeepBest::kAuto;
   // Each site's round states in <state_root>/<name> (a node's --state-dir); "" = in memory.
   std::string state_root;
+  // In-process sites: the coordinator's metrics, where their transfers count (processes go
+  // through the gRPC service, which counts them itself).
+  coordinator::CoordinatorMetrics* metrics = nullptr;
 };
 
 // start_node_processes or start_virtual_sites, as launch.mode says.

@@ -234,6 +234,7 @@ StatusOr<std::unique_ptr<DemoSites>> start_students(const DistillRun& run, Runni
     o.brown_dir = d.brown_dir;
     o.log_dir = run.run_dir;
     o.log_prefix = label + "-";
+    o.metrics = rc.metrics.get();
     if (!teacher.empty()) {
       o.distill = student_options(d, teacher);
       o.teacher_tls_dir = run.tls_dir;

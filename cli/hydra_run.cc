@@ -161,7 +161,8 @@ Status start_sites(HydraRun& run) {
                           run.run_dir,
                           x.base,
                           x.keep_best,
-                          ""};  // Hydra's round states are not written (node/sync_strategy.h)
+                          "",  // Hydra's round states are not written (node/sync_strategy.h)
+                          run.rc->metrics.get()};
   ATOLL_ASSIGN_OR_RETURN(run.running_sites, launch_sites(run.rc->service->engine(), specs, launch));
   std::fflush(stdout);
   return run.rc->service->start();

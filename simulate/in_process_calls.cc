@@ -1,12 +1,15 @@
 #include "simulate/in_process_calls.h"
 
+#include <chrono>
+
 #include "transport/tensor_stream.h"
 
 namespace atl::simulate {
 namespace pb = atoll_pb::v1;
 
-InProcessCalls::InProcessCalls(coordinator::RoundEngine& engine, std::string site_name)
-    : engine_(engine), site_(std::move(site_name)) {}
+InProcessCalls::InProcessCalls(coordinator::RoundEngine& engine, std::string site_name,
+                               coordinator::CoordinatorMetrics* metrics)
+    : engine_(engine), site_(std::move(site_name)), metrics_(metrics) {}
 
 Status InProcessCalls::join(const pb::JoinRequest& req, pb::JoinResponse* resp) {
   ATOLL_ASSIGN_OR_RETURN(*resp, engine_.join(site_, req));
@@ -31,6 +34,7 @@ Status InProcessCalls::pull_params(const pb::PullParamsRequest& req, pb::TensorH
   *header = plan.header;
   payload->assign(plan.payload.data(), plan.payload.size());
   engine_.pull_delivered(site_, header->round(), payload->size());
+  if (metrics_) metrics_->add_bytes_down(payload->size());
   return Status::Ok();
 }
 
@@ -40,9 +44,14 @@ Status InProcessCalls::push_update(const pb::TensorHeader& header, std::string_v
   pb::TensorHeader h = header;
   h.set_wire_version(transport::kWireVersion);
   h.set_payload_bytes(payload.size());
+  const auto began = std::chrono::steady_clock::now();
   ATOLL_RETURN_IF_ERROR(engine_.begin_update(site_, h));
+  if (metrics_) metrics_->add_bytes_up(payload.size());
   // The round engine reads a whole received payload, as the chunked stream's receiver holds one.
   ATOLL_ASSIGN_OR_RETURN(*resp, engine_.finish_update(site_, h, std::string(payload)));
+  if (metrics_)
+    metrics_->observe_push(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
   return Status::Ok();
 }
 

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/round_engine.h"
 #include "node/coordinator_calls.h"
 
@@ -13,8 +14,11 @@ namespace atl::simulate {
 
 class InProcessCalls final : public node::CoordinatorCalls {
  public:
-  // `engine` must outlive this object.
-  InProcessCalls(coordinator::RoundEngine& engine, std::string site_name);
+  // `engine` (and `metrics`, when given) must outlive this object. With `metrics`, the payloads
+  // count in atoll_bytes_total and the accepted pushes in atoll_push_duration_seconds, as the
+  // gRPC service counts those of node processes.
+  InProcessCalls(coordinator::RoundEngine& engine, std::string site_name,
+                 coordinator::CoordinatorMetrics* metrics = nullptr);
 
   const std::string& target() const override { return target_; }
   Status join(const atoll_pb::v1::JoinRequest& req, atoll_pb::v1::JoinResponse* resp) override;
@@ -42,6 +46,7 @@ class InProcessCalls final : public node::CoordinatorCalls {
  private:
   coordinator::RoundEngine& engine_;
   const std::string site_;
+  coordinator::CoordinatorMetrics* const metrics_;  // null: not counted
   const std::string target_ = "in-process coordinator";
 };
 

