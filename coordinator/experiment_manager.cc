@@ -318,6 +318,11 @@ Status ExperimentManager::switch_to_locked(const std::string& id,
                               "' is not served by this coordinator (it serves " + live +
                               "); serve it with `" + options_.serve_hint + "` using its config");
   }
+  // An in-process run (`atoll simulate`) has no address nodes could reach: an experiment made
+  // live here could never get a node.
+  if (node_address_.empty())
+    return FailedPrecondition("this process serves no nodes (its sites run in-process), so '" + id +
+                              "' cannot run here; start it under `atoll coordinator`");
   ATOLL_ASSIGN_OR_RETURN(ExperimentRecord r, store_.load_experiment(id));
   if (r.state == ExperimentState::kFinished || r.state == ExperimentState::kFailed)
     return FailedPrecondition("experiment '" + id + "' is " + experiment_state_name(r.state) +
@@ -396,9 +401,10 @@ Status ExperimentManager::remove(const std::string& id) {
   if (!valid_id(id)) return NotFound("experiment '" + id + "' does not exist");
   std::shared_lock<std::shared_mutex> lk(svc_mu_);
   if (is_live(id))
-    return FailedPrecondition("experiment '" + id +
-                              "' is served by this coordinator and cannot be deleted while it "
-                              "runs here; stop the coordinator first");
+    return FailedPrecondition("experiment '" + id + "' is the one this coordinator serves (" +
+                              experiment_state_name(service_->state()) +
+                              ") and cannot be deleted while it is loaded here; stop the "
+                              "coordinator first");
   ATOLL_RETURN_IF_ERROR(store_.delete_experiment(id));
   {
     std::lock_guard<std::mutex> totals_lk(totals_mu_);

@@ -417,6 +417,13 @@ TEST_F(HttpApiTest, LiveExperimentIsDrivenThroughItsService) {
   EXPECT_EQ(client_->send("POST", "/api/experiments/live/stop", admin_).status, 200u);
   EXPECT_EQ(service_->state(), ExperimentState::kFinished);
   EXPECT_EQ(client_->send("POST", "/api/experiments/live/start", admin_).status, 409u);
+  // Finished, but still the one loaded here: the refusal says what it is, not that it runs.
+  Reply loaded = client_->send("DELETE", "/api/experiments/live", admin_);
+  EXPECT_EQ(loaded.status, 409u);
+  EXPECT_NE(loaded.error().find("'live' is the one this coordinator serves (finished) and cannot "
+                                "be deleted while it is loaded here"),
+            std::string::npos)
+      << loaded.body;
 }
 
 // A coordinator that can switch: a gRPC server on a ServiceRouter, and a manager that opens
@@ -477,8 +484,16 @@ TEST_F(HttpApiTest, StartingAStoredExperimentMakesItLive) {
                    .at("live")
                    .as_bool());
 
-  // A paused: starting B makes it live and running.
+  // A paused: starting B makes it live and running, once the coordinator has an address nodes
+  // reach (`atoll coordinator` sets its gRPC address; an in-process run has none).
   ASSERT_EQ(client_->send("POST", "/api/experiments/expA/pause", admin_).status, 200u);
+  Reply no_nodes = client_->send("POST", "/api/experiments/expB/start", admin_);
+  EXPECT_EQ(no_nodes.status, 409u);
+  EXPECT_NE(no_nodes.error().find("this process serves no nodes (its sites run in-process), so "
+                                  "'expB' cannot run here; start it under `atoll coordinator`"),
+            std::string::npos)
+      << no_nodes.body;
+  manager_->set_node_address(grpc_->address());
   Reply started = client_->send("POST", "/api/experiments/expB/start", admin_);
   ASSERT_EQ(started.status, 200u) << started.body;
   Reply b = client_->send("GET", "/api/experiments/expB", viewer_);
