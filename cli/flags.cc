@@ -79,6 +79,33 @@ std::vector<std::string> Flags::given() const {
   return names;
 }
 
+std::string Flags::retyped(const std::set<std::string>& leave_out) const {
+  // Single quotes keep every byte but the quote itself, written '\''.
+  auto quoted = [](const std::string& v) {
+    if (!v.empty() && v.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                          "0123456789_-.,:/=+@%") == std::string::npos)
+      return v;
+    std::string q = "'";
+    for (char c : v) {
+      if (c == '\'')
+        q.append("'\\''");
+      else
+        q.push_back(c);
+    }
+    q.push_back('\'');
+    return q;
+  };
+  std::string line;
+  for (const auto& [name, value] : values_) {
+    if (leave_out.count(name)) continue;
+    if (!line.empty()) line += ' ';
+    line.append("--").append(name);
+    const FlagSpec* spec = find(name);
+    if (spec && spec->takes_value) line.append(" ").append(quoted(value));
+  }
+  return line;
+}
+
 bool Flags::has(const std::string& name) const { return values_.count(name) > 0; }
 
 std::optional<std::string> Flags::get(const std::string& name) const {

@@ -40,6 +40,9 @@ class Flags {
   const std::vector<std::string>& positional() const { return positional_; }
   // The names of the flags given (not the defaults), in name order.
   std::vector<std::string> given() const;
+  // The flags given, as they would be typed again ("--batch 2 --data 'brown:a b'"), in name
+  // order, without those named in `leave_out`.
+  std::string retyped(const std::set<std::string>& leave_out) const;
   const std::string& command() const { return command_; }
 
  private:

@@ -314,9 +314,15 @@ int cmd_train(const Args& args) {
   };
   if (Status s = simulate::train_on_data(trainer, params, setup.site.train, o); !s.ok())
     return fail("train", s.message());
-  if (end < total_steps)
-    std::printf("stopped after step %" PRId64 " of %" PRId64 ": continue with --resume %s\n", end,
-                total_steps, ckpt_path.c_str());
+  if (end < total_steps) {
+    // The same settings again: the checkpoint fixes the model, seed and tokenizer, not the batch,
+    // learning rate or data.
+    const std::string again = flags.retyped({"stop-after", "resume", "tokenizer", "base", "seed"});
+    std::printf("stopped after step %" PRId64 " of %" PRId64
+                ": continue with atoll train%s%s "
+                "--resume %s\n",
+                end, total_steps, again.empty() ? "" : " ", again.c_str(), ckpt_path.c_str());
+  }
   std::printf("final sha256 %s\n", params.fingerprint().c_str());
   if (*sample_n > 0) {
     std::vector<int32_t> prompt = setup.site.tokenizer->encode("The ");

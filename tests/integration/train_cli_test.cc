@@ -1,6 +1,7 @@
 // `atoll train` as a user runs it: a real process, real Brown data, real checkpoint files.
 #include <fstream>
 #include <regex>
+#include <sstream>
 
 #include "node/checkpoint.h"
 #include "tests/integration/cli_test_util.h"
@@ -44,6 +45,22 @@ TEST(TrainCli, ResumeIsBitwiseIdenticalToAnUninterruptedRun) {
   ASSERT_TRUE(ck->has_optimizer);
   EXPECT_NE(ck->params.fingerprint(), sha_full);
 
+  std::filesystem::copy_file(dir / "r/checkpoint.safetensors", dir / "step5.safetensors");
+  // The command the stopped run prints, typed as printed, ends on the same bits (it once said
+  // only "--resume FILE", and the default batch then changed the run).
+  std::smatch printed;
+  ASSERT_TRUE(std::regex_search(part.output, printed, std::regex("continue with atoll (.*)\n")))
+      << part.output;
+  std::vector<std::string> typed;
+  std::istringstream words(printed[1].str());
+  for (std::string w; words >> w;) typed.push_back(w);
+  EXPECT_EQ(typed.front(), "train");
+  auto as_printed = run_atoll(typed, dir / "printed.log");
+  ASSERT_EQ(as_printed.exit_code, 0) << as_printed.output;
+  EXPECT_EQ(final_sha(as_printed.output), sha_full) << printed[1].str() << "\n"
+                                                    << as_printed.output;
+  std::filesystem::copy_file(dir / "step5.safetensors", dir / "r/checkpoint.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
   auto rest = run_atoll(train_args({"--steps", "12", "--resume", dir / "r/checkpoint.safetensors",
                                     "--out", dir / "r"}),
                         dir / "rest.log");
