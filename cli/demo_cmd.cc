@@ -33,8 +33,9 @@ int cmd_demo(const Args& args) {
   if (algorithm == "distill") return cmd_demo_distill(rest);
   if (algorithm == "hydra") return demo_hydra(rest);  // cli/demo_hydra.cc
   if (algorithm == "lora") return lora_command("demo", rest, kMaxDemoSites, false);
-  if (!algorithm.empty() && algorithm != "diloco")
-    return fail("demo", "--algorithm " + algorithm + " must be diloco, distill, hydra or lora", 2);
+  if (algorithm != "diloco")
+    return fail("demo", "--algorithm '" + algorithm + "' must be diloco, distill, hydra or lora",
+                2);
   return cmd_demo_diloco(rest);
 }
 

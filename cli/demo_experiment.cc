@@ -14,7 +14,7 @@ constexpr const char* kDemoCodec = "int3:256+zstd";
 
 std::string take_algorithm_flag(const std::vector<std::string>& args,
                                 std::vector<std::string>* rest) {
-  std::string name;
+  std::string name = "diloco";  // when not given; given empty, it is refused
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--algorithm" && i + 1 < args.size()) {
       name = args[++i];

@@ -48,8 +48,8 @@ struct DemoExperiment {
   int64_t base_steps = 0;
 };
 
-// `--algorithm NAME` (or --algorithm=NAME) in `args`: NAME, "" when absent; every other argument
-// goes to *rest (each algorithm's demo has its own flags).
+// `--algorithm NAME` (or --algorithm=NAME) in `args`: NAME, "diloco" when absent; every other
+// argument goes to *rest (each algorithm's demo has its own flags).
 std::string take_algorithm_flag(const std::vector<std::string>& args,
                                 std::vector<std::string>* rest);
 

@@ -52,9 +52,9 @@ int cmd_simulate(const Args& args) {
   if (algorithm == "hydra") return hydra_command("simulate", rest, SiteMode::kInProcess);
   if (algorithm == "distill") return cmd_simulate_distill(rest);
   if (algorithm == "lora") return lora_command("simulate", rest, kMaxSimulatedSites, true);
-  if (!algorithm.empty() && algorithm != "diloco")
-    return fail("simulate", "--algorithm " + algorithm + " must be diloco, distill, hydra or lora",
-                2);
+  if (algorithm != "diloco")
+    return fail("simulate",
+                "--algorithm '" + algorithm + "' must be diloco, distill, hydra or lora", 2);
   Flags flags("simulate", simulate_flags());
   if (Status s = flags.parse(rest); !s.ok()) return fail("simulate", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;

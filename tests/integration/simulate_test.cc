@@ -404,6 +404,19 @@ TEST(Simulate, RefusesWhatItCannotRun) {
   auto n = run_atoll({"simulate", "--nodes", "0"}, dir / "b.log", std::chrono::seconds(30));
   EXPECT_EQ(n.exit_code, 2);
   EXPECT_NE(n.output.find("--nodes 0 is out of range"), std::string::npos) << n.output;
+  // An empty algorithm is no algorithm; distillation's codec and teacher file are checked before
+  // the teacher trains.
+  for (const auto& [args, line] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"simulate", "--algorithm", ""},
+            "--algorithm '' must be diloco, distill, hydra or lora"},
+           {{"simulate", "--algorithm", "distill", "--codec", "topk:0"},
+            "--codec: representation 'topk:0' must be bf16 or topk:K with K in [1, 1024]"},
+           {{"simulate", "--algorithm", "distill", "--teacher-checkpoint", dir / "none"},
+            "--teacher-checkpoint " + (dir / "none") + " is not a file"}}) {
+    auto r = run_atoll(args, dir / "e.log", std::chrono::seconds(30));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(line), std::string::npos) << r.output;
+  }
   // Files written at the end are checked before the run starts.
   auto out = run_atoll({"simulate", "--out", dir / "missing/final.safetensors"}, dir / "c.log",
                        std::chrono::seconds(30));
