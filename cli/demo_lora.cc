@@ -71,7 +71,8 @@ StatusOr<DemoExperiment> parse_lora_demo_experiment(const Flags& flags, int64_t 
   if (d.init_from)
     return InvalidArgument("--init-from: a LoRA run starts from fresh adapters; use --base CKPT");
   ATOLL_ASSIGN_OR_RETURN(const int64_t rank, flags.get_int("lora-rank", 8, 1, 4096));
-  ATOLL_ASSIGN_OR_RETURN(d.config.lora.alpha, flags.get_double("lora-alpha", 16.0, 1e-9, 1e9));
+  ATOLL_ASSIGN_OR_RETURN(d.config.lora.alpha,
+                         flags.get_double("lora-alpha", 16.0, 0, 1e9, /*min_open=*/true));
   ATOLL_ASSIGN_OR_RETURN(d.base_steps, flags.get_int("base-steps", 150, 1, 1000000));
   const std::string targets = flags.get_or("lora-targets", "q,k,v,o");
   auto parsed = algorithms::parse_lora_targets(targets);
@@ -103,6 +104,13 @@ int lora_command(const std::string& command, const std::vector<std::string>& arg
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
   if (in_process && flags.has("insecure"))
     return fail(command, "--insecure has no meaning here: in-process sites use no network", 2);
+  // The user's own flags (kLoraDefaults are given for them otherwise); --seq still applies.
+  if (has_flag(args, "base"))
+    if (Status s =
+            refuse_model_flags_with_base([&args](const char* f) { return has_flag(args, f); },
+                                         {"dim", "layers", "heads", "ffn", "base-steps"});
+        !s.ok())
+      return fail(command, s.message(), 2);
   auto experiment = parse_lora_demo_experiment(flags, max_sites);
   if (!experiment.ok()) return fail(command, experiment.status().message(), 2);
   return run_demo_experiment(command, *experiment,

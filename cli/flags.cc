@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -167,14 +168,26 @@ StatusOr<std::optional<std::string>> Flags::get_output_file(const std::string& n
   return path;
 }
 
-StatusOr<double> Flags::get_double(const std::string& name, double def, double min,
-                                   double max) const {
+namespace {
+
+// The shortest text that reads back as v (1e-09, 0.5, 1000000000), not std::to_string's six
+// decimals, which print 1e-9 as 0.000000.
+std::string exact_text(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
+}  // namespace
+
+StatusOr<double> Flags::get_double(const std::string& name, double def, double min, double max,
+                                   bool min_open) const {
   auto v = get(name);
   if (!v) return def;
   ATOLL_ASSIGN_OR_RETURN(double x, parse_double(*v, "--" + name));
-  if (x < min || x > max)
-    return InvalidArgument("--" + name + " " + *v + " is out of range [" + std::to_string(min) +
-                           ", " + std::to_string(max) + "]");
+  if (x < min || (min_open && x == min) || x > max)
+    return InvalidArgument("--" + name + " " + *v + " is out of range " + (min_open ? "(" : "[") +
+                           exact_text(min) + ", " + exact_text(max) + "]");
   return x;
 }
 

@@ -33,7 +33,10 @@ class Flags {
   std::string get_or(const std::string& name, const std::string& def) const;
   // Typed getters: an unparsable or out-of-range value is an InvalidArgument naming the flag.
   StatusOr<int64_t> get_int(const std::string& name, int64_t def, int64_t min, int64_t max) const;
-  StatusOr<double> get_double(const std::string& name, double def, double min, double max) const;
+  // get_double's range is [min, max]; with min_open, (min, max]: min itself is refused (e.g. a
+  // scale that must be positive). Messages print the bounds exactly, with the ends' brackets.
+  StatusOr<double> get_double(const std::string& name, double def, double min, double max,
+                              bool min_open = false) const;
   // A file the command writes when its work is done (--out, --summary-json), checked before the
   // work starts: its folder must exist and be writable, and the path must not be a folder.
   StatusOr<std::optional<std::string>> get_output_file(const std::string& name) const;

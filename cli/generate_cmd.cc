@@ -51,7 +51,9 @@ int cmd_generate(const Args& args) {
                             static_cast<float>(*temp), static_cast<int>(*top_k),
                             static_cast<uint64_t>(*seed));
   if (!out.ok()) return fail("generate", out.status().message());
-  std::printf("%s%s\n", prompt.c_str(), (*tok)->decode(*out).c_str());
+  // The bytes as decoded, NUL bytes included (a %s would stop at the first one).
+  const std::string text = prompt + (*tok)->decode(*out) + "\n";
+  std::fwrite(text.data(), 1, text.size(), stdout);
   return 0;
 }
 

@@ -2,6 +2,8 @@
 // [--merge-lora]` and `atoll export peft CKPT --out DIR`: Hugging Face Llama-family model
 // directories in and out of Atoll checkpoints, and LoRA adapters out as PEFT (docs/model.md).
 #include <cstdio>
+#include <filesystem>
+#include <system_error>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
@@ -23,6 +25,18 @@ StatusOr<std::string> hf_source(const Flags& flags, const char* what) {
   return pos[1];
 }
 
+// Whether two paths name one file: the same inode (a hard link, a symlink, ./x and x), or, for
+// a path that does not exist yet, the same place once normalised.
+bool same_file(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::equivalent(a, b, ec)) return true;
+  const fs::path ca = fs::weakly_canonical(a, ec);
+  if (ec) return false;
+  const fs::path cb = fs::weakly_canonical(b, ec);
+  return !ec && ca == cb;
+}
+
 }  // namespace
 
 int cmd_import(const Args& args) {
@@ -39,6 +53,14 @@ int cmd_import(const Args& args) {
   if (!seq.ok()) return fail("import", seq.status().message(), 2);
   auto model = node::import_hf_dir(*dir, static_cast<int>(*seq));
   if (!model.ok()) return fail("import", model.status().message());
+  // Writing over a source would replace the model's own weights (or config) with the checkpoint.
+  for (const std::string& source : model->files)
+    if (same_file(*out, source))
+      return fail("import",
+                  "--out " + *out + " is " + source +
+                      ", a file the import reads: write the checkpoint outside the model folder "
+                      "or under another name",
+                  2);
   if (Status s = node::save_checkpoint(*out, model->meta, model->params, nullptr); !s.ok())
     return fail("import", s.message());
   const auto& m = model->meta.model;
@@ -78,6 +100,15 @@ int cmd_export(const Args& args) {
   auto out = flags.get("out");
   if (pos.size() == 2 && pos[0] == "peft") {
     if (!out) return fail("export", "--out is required (the directory to write)", 2);
+    // PEFT adapters are written as F32 and never merged: these flags would be silently ignored.
+    if (flags.has("dtype"))
+      return fail("export", "--dtype is for export hf: export peft writes F32 adapters (drop it)",
+                  2);
+    if (flags.has("merge-lora"))
+      return fail("export",
+                  "--merge-lora is for export hf: export peft writes the adapters alone (drop it, "
+                  "or use atoll export hf CKPT --merge-lora for the merged model)",
+                  2);
     return export_peft(pos[1], *out);
   }
   auto ckpt = hf_source(flags, "CKPT");

@@ -4,6 +4,7 @@
 
 #include "algorithms/hydra/aggregate.h"
 #include "cli/coordinator_setup.h"
+#include "cli/demo_experiment.h"
 
 namespace atl::cli {
 
@@ -68,12 +69,9 @@ StatusOr<HydraExperiment> parse_hydra_experiment(const Flags& flags) {
       flags.get_double("forward-share-power", 2.0, 0, algorithms::hydra::kMaxForwardSharePower));
   ATOLL_ASSIGN_OR_RETURN(AfterDone after, parse_after_done(flags));
   if (flags.has("base"))
-    for (const char* model_flag : {"dim", "layers", "heads", "ffn", "base-steps", "base-lr"})
-      if (flags.has(model_flag))
-        return InvalidArgument(std::string("--") + model_flag +
-                               " does not apply with --base: the model is the checkpoint's "
-                               "(drop --" +
-                               model_flag + ")");
+    ATOLL_RETURN_IF_ERROR(
+        refuse_model_flags_with_base([&flags](const char* f) { return flags.has(f); },
+                                     {"dim", "layers", "heads", "ffn", "base-steps", "base-lr"}));
 
   HydraExperiment x;
   coordinator::ExperimentConfig& cfg = x.config;

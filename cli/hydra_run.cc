@@ -60,7 +60,7 @@ struct HydraRun {
 };
 
 Status load_site_validation(HydraRun& run) {
-  const std::string tokenizer = run.x.base ? run.x.base->tokenizer : std::string();
+  const std::string tokenizer = run.x.base ? run.x.base->meta.tokenizer : std::string();
   for (const HydraDemoSite& site : run.x.sites) {
     ATOLL_ASSIGN_OR_RETURN(node::DataSpec spec, node::parse_data_spec("brown:" + site.genre));
     ATOLL_ASSIGN_OR_RETURN(node::SiteData data,

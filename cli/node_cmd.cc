@@ -164,7 +164,7 @@ int cmd_node(const Args& args) {
     if (!base.ok()) return log.fail(base.status().message(), 2);
     o.base = std::make_shared<const node::BaseModel>(std::move(*base));
     o.base_exclusive = true;  // this process's one site: a bf16 experiment frees the fp32 copy
-    data.tokenizer_blob = o.base->tokenizer;
+    data.tokenizer_blob = o.base->meta.tokenizer;
   }
   auto loaded = node::load_site_training_data(data);
   if (!loaded.ok()) return log.fail(loaded.status().message(), 2);

@@ -65,7 +65,8 @@ struct RunParams {
 StatusOr<algorithms::LoraConfig> lora_from_flags(const Flags& flags) {
   algorithms::LoraConfig lora;
   ATOLL_ASSIGN_OR_RETURN(int64_t rank, flags.get_int("lora-rank", 0, 0, 4096));
-  ATOLL_ASSIGN_OR_RETURN(lora.alpha, flags.get_double("lora-alpha", 16.0, 1e-9, 1e9));
+  ATOLL_ASSIGN_OR_RETURN(lora.alpha,
+                         flags.get_double("lora-alpha", 16.0, 0, 1e9, /*min_open=*/true));
   auto targets = algorithms::parse_lora_targets(flags.get_or("lora-targets", "q,k,v,o"));
   if (!targets.ok()) return InvalidArgument("--lora-targets: " + targets.status().message());
   lora.rank = static_cast<int>(rank);
@@ -262,6 +263,7 @@ int cmd_train(const Args& args) {
   auto save = [&](int64_t step_done) -> Status {
     node::CheckpointMeta meta;
     meta.model = setup.model;
+    meta.window = setup.trainer.seq;
     meta.step = step_done;
     meta.seed = setup.seed;
     meta.tokenizer = setup.site.tokenizer_blob;
@@ -270,6 +272,9 @@ int cmd_train(const Args& args) {
     meta.extra["total_steps"] = std::to_string(total_steps);
     if (auto b = flags.get("base")) meta.extra["base"] = *b;
     meta.lora = rp.lora;
+    // A run from a checkpoint keeps its Hugging Face files and context (resumed: its own again).
+    if (resumed) node::carry_base_meta(resumed->meta, meta);
+    if (base) node::carry_base_meta(base->meta, meta);
     Status s = node::save_checkpoint(ckpt_path, meta, *rp.model, &trainer.optimizer(),
                                      with_lora ? &rp.adapters : nullptr);
     if (!s.ok()) return Status(s.code(), "cannot write checkpoint: " + s.message());

@@ -1,5 +1,6 @@
 #include "cli/train_setup.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 
@@ -153,6 +154,28 @@ StatusOr<std::pair<std::string, std::string>> data_and_tokenizer(const Flags& fl
   return std::make_pair(flags.get_or("data", data), flags.get_or("tokenizer", tokenizer));
 }
 
+// The window (tokens per row) of a run whose model a checkpoint fixes. Resumed: the checkpoint's
+// (--seq may only repeat it). From a --base: --seq up to the base's context, by default the
+// requested seq_len (--seq's default or the config file's) cut to that context, so a base with a
+// context of 131072 trains windows of 256, not rows the size of its whole context.
+StatusOr<int> fixed_window(const Flags& flags, const node::LoadedCheckpoint* resumed,
+                           const node::LoadedCheckpoint& fixed, int requested) {
+  const int context = fixed.meta.model.seq_len;
+  if (resumed) {
+    const int window = node::training_window(resumed->meta);
+    if (flags.has("seq") && requested != window)
+      return InvalidArgument(
+          "--seq differs from the --resume checkpoint, which fixes the model "
+          "and seed (drop the flag)");
+    return window;
+  }
+  if (flags.has("seq") && requested > context)
+    return InvalidArgument(
+        "--seq " + std::to_string(requested) + " is longer than the --base model's context of " +
+        std::to_string(context) + " tokens: give at most " + std::to_string(context));
+  return std::min(requested, context);
+}
+
 }  // namespace
 
 StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedCheckpoint* resumed,
@@ -190,7 +213,6 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
         {"layers", "layers"},
         {"heads", "heads"},
         {"ffn_hidden", "ffn"},
-        {"seq_len", "seq"},
         {"moe_experts", "moe-experts"},
         {"moe_top_k", "moe-top-k"},
         {"moe_hidden", "moe-hidden"},
@@ -213,8 +235,9 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
     if (flags.has("tokenizer"))
       return InvalidArgument(std::string("--tokenizer cannot be given with ") + which +
                              ": the checkpoint carries its tokenizer (drop the flag)");
+    ATOLL_ASSIGN_OR_RETURN(setup.trainer.seq,
+                           fixed_window(flags, resumed, *fixed, setup.model.seq_len));
     setup.model = rm;
-    setup.trainer.seq = rm.seq_len;
     if (resumed) setup.seed = resumed->meta.seed;
     setup.trainer.precision_seed = setup.seed;
   }

@@ -17,7 +17,7 @@ StatusOr<BaseModel> load_base_model(const std::string& path, const std::string& 
   b.path = path;
   b.model = ck->meta.model;
   b.fingerprint = ck->params.fingerprint();
-  b.tokenizer = std::move(ck->meta.tokenizer);
+  b.meta = std::move(ck->meta);
   b.params = std::make_shared<const algorithms::ParamSet>(std::move(ck->params));
   return b;
 }

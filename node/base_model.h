@@ -13,6 +13,7 @@
 #include "algorithms/model/llama.h"
 #include "algorithms/model/param_set.h"
 #include "kernels/core/status.h"
+#include "node/checkpoint.h"
 #include "node/site_config.h"
 
 namespace atl::node {
@@ -23,7 +24,9 @@ struct BaseModel {
   // make_layout(model); mutable: frozen(kBf16, release_fp32 = true) lets go of it.
   mutable std::shared_ptr<const algorithms::ParamSet> params;
   std::string fingerprint;  // SHA-256 of params (ParamSet::fingerprint)
-  std::string tokenizer;                               // its tokenizer blob ("" = bytes)
+  // Its metadata but the parameters' (tokenizer blob, "" = bytes; the Hugging Face files of an
+  // import): what checkpoints made from the base carry over (carry_base_meta).
+  CheckpointMeta meta;
 
   // The base held as an experiment's [lora] base_dtype says (algorithms/model/frozen_base.h),
   // shared by every site of this process that asks: fp32 shares `params`; bf16 is converted

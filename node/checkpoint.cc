@@ -102,6 +102,21 @@ Status decode_lora(const algorithms::Safetensors& st, const std::string& what,
 
 }  // namespace
 
+int training_window(const CheckpointMeta& meta) {
+  return meta.window > 0 ? meta.window : meta.model.seq_len;
+}
+
+void carry_base_meta(const CheckpointMeta& base, CheckpointMeta& meta) {
+  meta.tokenizer = base.tokenizer;
+  meta.hf_tokenizer_config_json = base.hf_tokenizer_config_json;
+  for (const char* key : {"hf.config", "hf.architecture"})
+    if (auto it = base.extra.find(key); it != base.extra.end()) meta.extra[key] = it->second;
+  if (base.model.seq_len > meta.model.seq_len) {
+    if (meta.window == 0) meta.window = meta.model.seq_len;
+    meta.model.seq_len = base.model.seq_len;
+  }
+}
+
 StatusOr<std::string> encode_checkpoint(const CheckpointMeta& meta, const ParamSet& params,
                                         const algorithms::AdamW* optimizer,
                                         const ParamSet* adapters) {
@@ -139,6 +154,7 @@ StatusOr<std::string> encode_checkpoint(const CheckpointMeta& meta, const ParamS
   md["atoll.tokenizer"] = meta.tokenizer;
   md["atoll.experiment"] = meta.experiment;
   md["atoll.round"] = std::to_string(meta.round);
+  if (meta.window > 0 && meta.window < m.seq_len) md["atoll.window"] = std::to_string(meta.window);
   md["atoll.fingerprint"] = params.fingerprint();
   for (const auto& [k, v] : meta.extra) md["atoll.x." + k] = v;
   if (algorithms::lora_enabled(meta.lora)) {
@@ -235,6 +251,13 @@ StatusOr<LoadedCheckpoint> decode_checkpoint(const std::string& bytes, const std
   ATOLL_ASSIGN_OR_RETURN(int64_t seed, meta_int(md, "atoll.seed", what));
   ck.meta.seed = static_cast<uint64_t>(seed);
   ATOLL_ASSIGN_OR_RETURN(ck.meta.round, meta_int(md, "atoll.round", what));
+  if (md.count("atoll.window")) {
+    ATOLL_ASSIGN_OR_RETURN(int64_t window, meta_int(md, "atoll.window", what));
+    if (window < 1 || window > m.seq_len)
+      return InvalidArgument(what + ": atoll.window " + std::to_string(window) +
+                             " is not within the model's context of " + std::to_string(m.seq_len));
+    ck.meta.window = static_cast<int>(window);
+  }
   if (auto it = md.find("atoll.tokenizer"); it != md.end()) ck.meta.tokenizer = it->second;
   if (auto it = md.find("atoll.experiment"); it != md.end()) ck.meta.experiment = it->second;
   if (auto it = md.find("atoll.tokenizer.hf_config_json"); it != md.end())

@@ -37,7 +37,22 @@ struct CheckpointMeta {
   std::string fingerprint;   // SHA-256 of the parameters (checked on load)
   std::map<std::string, std::string> extra;  // free-form ("atoll.x.*" keys)
   algorithms::LoraConfig lora;               // rank 0: no adapters
+  // Tokens per row the model was trained on, when fewer than model.seq_len (its context, e.g.
+  // an imported model's max_position_embeddings); 0 = model.seq_len. Metadata atoll.window,
+  // written only when set, so other checkpoints are byte-for-byte as before.
+  int window = 0;
 };
+
+// The window a checkpoint trains and evaluates on: meta.window, else the model's seq_len.
+int training_window(const CheckpointMeta& meta);
+
+// What a checkpoint made from a base checkpoint (atoll train --base or --resume, a LoRA
+// experiment's result, a LoRA site's kept θ) carries over from it: the tokenizer, the Hugging Face
+// files an import recorded (tokenizer_config.json, extra hf.config and hf.architecture) and the
+// model's context. meta.model is the model as trained; when its seq_len is shorter than the
+// base's context, that seq_len becomes meta.window (unless set) and the base's context is kept,
+// so `atoll export hf` writes the base's max_position_embeddings.
+void carry_base_meta(const CheckpointMeta& base, CheckpointMeta& meta);
 
 // Encodes params (+ optimizer state when given) and metadata as safetensors bytes. With
 // meta.lora enabled, `adapters` (make_lora_layout) are required and params is the frozen base;

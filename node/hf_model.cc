@@ -1,9 +1,12 @@
 #include "node/hf_model.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <system_error>
 #include <vector>
 
+#include "algorithms/data/hf_tokenizer.h"
 #include "algorithms/model/hf_format.h"
 #include "kernels/core/file_io.h"
 #include "node/site_data.h"
@@ -18,19 +21,45 @@ namespace {
 constexpr uint64_t kMaxJsonBytes = 1ULL << 30;    // config and tokenizer files
 constexpr uint64_t kMaxWeightBytes = 1ULL << 40;  // one safetensors file
 
-StatusOr<std::string> read_in(const fs::path& dir, const std::string& name, uint64_t max) {
+// Reads dir/name and records it in `files` (the import's sources).
+StatusOr<std::string> read_in(const fs::path& dir, const std::string& name, uint64_t max,
+                              std::vector<std::string>& files) {
   const fs::path p = dir / name;
   std::error_code ec;
   if (!fs::exists(p, ec)) return NotFound(p.string() + " is missing");
+  files.push_back(p.string());
   return read_file_bounded(p.string(), max);
 }
 
-StatusOr<Safetensors> read_weights(const fs::path& dir, const std::string& name) {
-  ATOLL_ASSIGN_OR_RETURN(std::string bytes, read_in(dir, name, kMaxWeightBytes));
+StatusOr<Safetensors> read_weights(const fs::path& dir, const std::string& name,
+                                   std::vector<std::string>& files) {
+  ATOLL_ASSIGN_OR_RETURN(std::string bytes, read_in(dir, name, kMaxWeightBytes, files));
   auto st =
       algorithms::decode_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   if (!st.ok()) return InvalidArgument((dir / name).string() + ": " + st.status().message());
   return std::move(*st);
+}
+
+// The files an export writes; a folder holding only these is a previous export.
+constexpr const char* kExportFiles[] = {"config.json", "model.safetensors", "tokenizer.json",
+                                        "tokenizer_config.json"};
+
+// The export folder: new, empty, or a previous export (whose files are replaced). Anything else
+// (another model's shards and index, say) would sit beside the export and be read with it.
+Status check_export_dir(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return Status::Ok();
+  if (!fs::is_directory(dir, ec)) return InvalidArgument(dir.string() + " is not a directory");
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (std::find(std::begin(kExportFiles), std::end(kExportFiles), name) != std::end(kExportFiles))
+      continue;
+    return InvalidArgument(dir.string() + " holds " + name +
+                           ", which an export does not write: export into a new or empty folder "
+                           "(or a previous export's)");
+  }
+  if (ec) return IoError("cannot list " + dir.string() + ": " + ec.message());
+  return Status::Ok();
 }
 
 }  // namespace
@@ -42,26 +71,28 @@ StatusOr<HfImported> import_hf_dir(const std::string& dir_text, int seq_len) {
     return NotFound(dir_text +
                     " is not a directory (give a Hugging Face model directory with "
                     "config.json and model.safetensors)");
-  ATOLL_ASSIGN_OR_RETURN(std::string config, read_in(dir, "config.json", kMaxJsonBytes));
+  HfImported out;
+  ATOLL_ASSIGN_OR_RETURN(std::string config, read_in(dir, "config.json", kMaxJsonBytes, out.files));
   auto info = algorithms::parse_hf_config(config, seq_len);
   if (!info.ok())
     return InvalidArgument((dir / "config.json").string() + ": " + info.status().message());
 
   std::vector<Safetensors> shards;
   if (fs::exists(dir / "model.safetensors", ec)) {
-    ATOLL_ASSIGN_OR_RETURN(Safetensors st, read_weights(dir, "model.safetensors"));
+    ATOLL_ASSIGN_OR_RETURN(Safetensors st, read_weights(dir, "model.safetensors", out.files));
     shards.push_back(std::move(st));
   } else if (fs::exists(dir / "model.safetensors.index.json", ec)) {
     ATOLL_ASSIGN_OR_RETURN(std::string index,
-                           read_in(dir, "model.safetensors.index.json", kMaxJsonBytes));
-    auto files = algorithms::parse_hf_index(index);
-    if (!files.ok())
-      return InvalidArgument((dir / "model.safetensors.index.json").string() + ": " +
-                             files.status().message());
-    for (const std::string& f : *files) {
-      ATOLL_ASSIGN_OR_RETURN(Safetensors st, read_weights(dir, f));
+                           read_in(dir, "model.safetensors.index.json", kMaxJsonBytes, out.files));
+    const std::string index_path = (dir / "model.safetensors.index.json").string();
+    auto map = algorithms::parse_hf_index(index);
+    if (!map.ok()) return InvalidArgument(index_path + ": " + map.status().message());
+    for (const std::string& f : map->files) {
+      ATOLL_ASSIGN_OR_RETURN(Safetensors st, read_weights(dir, f, out.files));
       shards.push_back(std::move(st));
     }
+    if (Status s = algorithms::check_hf_index(*map, shards); !s.ok())
+      return InvalidArgument(index_path + ": " + s.message());
   } else {
     return NotFound(dir_text +
                     " has neither model.safetensors nor model.safetensors.index.json "
@@ -70,21 +101,29 @@ StatusOr<HfImported> import_hf_dir(const std::string& dir_text, int seq_len) {
   std::vector<const Safetensors*> views;
   for (const Safetensors& s : shards) views.push_back(&s);
 
-  HfImported out;
   out.meta.model = info->model;
   out.params = algorithms::ParamSet(algorithms::make_layout(info->model));
   if (Status s = algorithms::params_from_hf(views, info->model, out.params); !s.ok())
     return InvalidArgument(dir_text + ": " + s.message());
 
-  auto tok = read_in(dir, "tokenizer.json", kMaxJsonBytes);
+  auto tok = read_in(dir, "tokenizer.json", kMaxJsonBytes, out.files);
   if (!tok.ok())
     return NotFound(dir_text +
                     " has no tokenizer.json; the checkpoint must carry the model's "
                     "tokenizer (save it with tokenizer.save_pretrained)");
+  // Loaded now by the loader train, eval, generate and every site use, so a tokenizer they
+  // cannot read is refused here rather than at the first run.
+  auto loaded = algorithms::data::load_hf_tokenizer(*tok);
+  if (!loaded.ok()) return InvalidArgument(dir_text + ": " + loaded.status().message());
+  if ((*loaded)->vocab_size() > out.meta.model.vocab)
+    return InvalidArgument(
+        (dir / "tokenizer.json").string() + " has ids up to " +
+        std::to_string((*loaded)->vocab_size() - 1) + ", beyond config.json's vocab_size " +
+        std::to_string(out.meta.model.vocab) + ": the tokenizer does not belong to this model");
   out.meta.tokenizer = std::move(*tok);
   if (fs::exists(dir / "tokenizer_config.json", ec)) {
     ATOLL_ASSIGN_OR_RETURN(out.meta.hf_tokenizer_config_json,
-                           read_in(dir, "tokenizer_config.json", kMaxJsonBytes));
+                           read_in(dir, "tokenizer_config.json", kMaxJsonBytes, out.files));
   }
   out.meta.extra["hf.architecture"] = info->architecture;
   out.meta.extra["hf.config"] = config;
@@ -104,6 +143,7 @@ Status export_hf_dir(const LoadedCheckpoint& ck, const std::string& dir_text,
                                  dtype == algorithms::DType::kBF16 ? "bfloat16" : "float32"));
   ATOLL_ASSIGN_OR_RETURN(Safetensors st, algorithms::params_to_hf(ck.params, ck.meta.model, dtype));
   ATOLL_ASSIGN_OR_RETURN(std::vector<uint8_t> weights, algorithms::encode_safetensors(st));
+  ATOLL_RETURN_IF_ERROR(check_export_dir(dir));
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return IoError("cannot create " + dir_text + ": " + ec.message());
@@ -114,10 +154,20 @@ Status export_hf_dir(const LoadedCheckpoint& ck, const std::string& dir_text,
   ATOLL_RETURN_IF_ERROR(
       write("model.safetensors",
             std::string_view(reinterpret_cast<const char*>(weights.data()), weights.size())));
-  if (is_hf_tokenizer_json(ck.meta.tokenizer))
-    ATOLL_RETURN_IF_ERROR(write("tokenizer.json", ck.meta.tokenizer));
-  if (!ck.meta.hf_tokenizer_config_json.empty())
-    ATOLL_RETURN_IF_ERROR(write("tokenizer_config.json", ck.meta.hf_tokenizer_config_json));
+  // A previous export's tokenizer file that this checkpoint does not have is removed: it would
+  // otherwise be read as this model's.
+  auto write_or_remove = [&](const char* name, const std::string& text, bool have) -> Status {
+    if (have) return write(name, text);
+    std::error_code rm;
+    fs::remove(dir / name, rm);
+    if (rm)
+      return IoError("cannot remove the stale " + (dir / name).string() + ": " + rm.message());
+    return Status::Ok();
+  };
+  ATOLL_RETURN_IF_ERROR(write_or_remove("tokenizer.json", ck.meta.tokenizer,
+                                        is_hf_tokenizer_json(ck.meta.tokenizer)));
+  ATOLL_RETURN_IF_ERROR(write_or_remove("tokenizer_config.json", ck.meta.hf_tokenizer_config_json,
+                                        !ck.meta.hf_tokenizer_config_json.empty()));
   return Status::Ok();
 }
 

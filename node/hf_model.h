@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "algorithms/model/param_set.h"
 #include "algorithms/model/safetensors.h"
@@ -15,12 +16,15 @@ namespace atl::node {
 struct HfImported {
   CheckpointMeta meta;  // model, tokenizer files, extra "hf.architecture" and "hf.config"
   algorithms::ParamSet params;
+  std::vector<std::string> files;  // the files read (what the checkpoint must not overwrite)
 };
 
 // Reads `dir`: config.json, the weights (model.safetensors, or model.safetensors.index.json and
 // the shards it names), tokenizer.json (required) and tokenizer_config.json (optional).
-// seq_len > 0 overrides max_position_embeddings as the model's context. Every problem is one
-// line naming the file and what is wrong (hf_format.h lists the refusals).
+// seq_len > 0 overrides max_position_embeddings as the model's context (at most that). The
+// tokenizer.json must load with the tokenizer every reader of the checkpoint uses (byte-level
+// BPE) and have no id beyond the model's vocabulary. Every problem is one line naming the file
+// and what is wrong (hf_format.h lists the refusals).
 StatusOr<HfImported> import_hf_dir(const std::string& dir, int seq_len = 0);
 
 // Writes `dir` (created if missing): config.json, model.safetensors (F32 or BF16) and the

@@ -57,6 +57,14 @@ StatusOr<SiteData> load_site_data_with_blob(const DataSpec& spec, const std::str
   return load_site_data(spec, choice, brown_dir, holdout);
 }
 
+StatusOr<SiteData> tokenizer_only_site(const std::string& blob) {
+  SiteData site;
+  ATOLL_ASSIGN_OR_RETURN(site.tokenizer, tokenizer_from_blob(blob));
+  site.tokenizer_blob = blob;
+  site.train.vocab_size = site.tokenizer->vocab_size();  // token files are checked against it
+  return site;
+}
+
 bool is_hf_tokenizer_json(std::string_view blob) {
   const size_t first = blob.find_first_not_of(" \t\r\n");
   return first != std::string_view::npos && blob[first] == '{';

@@ -78,6 +78,10 @@ StatusOr<SiteData> load_site_data_with_blob(const DataSpec& spec, const std::str
                                             const std::string& brown_dir,
                                             Holdout holdout = Holdout::kHeldOut);
 
+// No data, only the tokenizer a checkpoint carries (blob as tokenizer_from_blob takes it): for
+// set_validation_data when only validation data is wanted (atoll eval --val-data without --data).
+StatusOr<SiteData> tokenizer_only_site(const std::string& blob);
+
 // Whether a saved tokenizer blob is a Hugging Face tokenizer.json (its first non-space byte is '{';
 // a serialized Atoll BPE never starts so).
 bool is_hf_tokenizer_json(std::string_view blob);

@@ -297,7 +297,7 @@ Status SiteWorker::load_data() {
     o.holdout = opt_.holdout;
     o.val_spec = opt_.val_data_spec;
     o.brown_dir = opt_.brown_dir;
-    if (opt_.base) o.tokenizer_blob = opt_.base->tokenizer;
+    if (opt_.base) o.tokenizer_blob = opt_.base->meta.tokenizer;
     ATOLL_ASSIGN_OR_RETURN(SiteData loaded, load_site_training_data(o));
     data_ = std::make_shared<const SiteData>(std::move(loaded));
   }
@@ -389,7 +389,10 @@ void SiteWorker::offer_kept(const KeptSource& source, double site_val_bpb,
   meta.seed = site_.seed;
   meta.tokenizer = data_->tokenizer_blob;
   meta.experiment = joined_.experiment_id();
-  if (site_.lora_enabled()) meta.lora = site_.lora;
+  if (site_.lora_enabled()) {
+    meta.lora = site_.lora;
+    carry_base_meta(opt_.base->meta, meta);
+  }
   // A bf16-held base is written widened (exactly its bf16 values), a transient fp32 copy.
   const std::shared_ptr<const al::ParamSet> lora_base =
       site_.lora_enabled() ? opt_.base->fp32() : nullptr;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "kernels/formats/convert.h"
 
@@ -63,6 +64,41 @@ StatusOr<bool> bool_field(const json::object& o, const char* key, bool fallback)
   return v->as_bool();
 }
 
+// rope_scaling (transformers v4) and rope_parameters (v5, which moved rope_theta into it): absent,
+// null or rope_type "default" is plain RoPE; any other type (linear, dynamic, yarn, llama3, ...)
+// rescales the frequencies, which Atoll does not.
+Status check_plain_rope(const json::object& o, const char* key) {
+  const json::value* v = o.if_contains(key);
+  if (!v || v->is_null()) return Status::Ok();
+  const json::value* type = nullptr;
+  if (v->is_object()) {
+    type = v->as_object().if_contains("rope_type");
+    if (!type) type = v->as_object().if_contains("type");  // the older spelling
+  }
+  // rope_parameters without a type is plain RoPE (transformers fills in "default").
+  const bool plain =
+      v->is_object() && ((!type && std::string_view(key) == "rope_parameters") ||
+                         (type && type->is_string() && type->as_string() == "default"));
+  if (plain) return Status::Ok();
+  return InvalidArgument(std::string("config.json sets ") + key + " (" + json::serialize(*v) +
+                         "): Atoll implements plain RoPE only; import a model without it");
+}
+
+// rope_theta: rope_parameters.rope_theta (transformers v5), else the top-level key (v4), else
+// Hugging Face's default 10000.
+StatusOr<double> rope_theta(const json::object& o) {
+  if (const json::value* rp = o.if_contains("rope_parameters"); rp && rp->is_object()) {
+    const json::object& p = rp->as_object();
+    if (const json::value* t = p.if_contains("rope_theta"); t && !t->is_null()) {
+      if (!t->is_number())
+        return InvalidArgument("config.json: rope_parameters.rope_theta must be a number, got " +
+                               json::serialize(*t));
+      return t->to_number<double>();
+    }
+  }
+  return number_field(o, "rope_theta", 10000.0);
+}
+
 // Permutes each head's rows: to_atoll ? hf -> atoll : atoll -> hf (see the header).
 void permute_rope_rows(float* rows, int heads, int D, int64_t cols, bool to_atoll) {
   std::vector<float> head(static_cast<size_t>(D) * cols);
@@ -110,11 +146,11 @@ StatusOr<HfModelInfo> parse_hf_config(const std::string& config_json, int seq_le
              mistral = info.architecture == "MistralForCausalLM";
   if (!llama && !qwen2 && !mistral)
     return InvalidArgument("unsupported architecture " + info.architecture + ": " + kSupported);
-  if (const json::value* rs = o.if_contains("rope_scaling"); rs && !rs->is_null())
-    return InvalidArgument("config.json sets rope_scaling (" + json::serialize(*rs) +
-                           "): Atoll implements plain RoPE only; import a model without it");
+  ATOLL_RETURN_IF_ERROR(check_plain_rope(o, "rope_scaling"));
+  ATOLL_RETURN_IF_ERROR(check_plain_rope(o, "rope_parameters"));
+  // "swish" is transformers' other name for the same function (ACT2FN maps both to SiLU).
   if (const json::value* act = o.if_contains("hidden_act");
-      act && !(act->is_string() && act->as_string() == "silu"))
+      act && !(act->is_string() && (act->as_string() == "silu" || act->as_string() == "swish")))
     return InvalidArgument("config.json: hidden_act is " + json::serialize(*act) +
                            ", Atoll's SwiGLU needs \"silu\"");
   ATOLL_ASSIGN_OR_RETURN(bool o_bias, bool_field(o, "attention_bias", false));
@@ -137,8 +173,16 @@ StatusOr<HfModelInfo> parse_hf_config(const std::string& config_json, int seq_le
     ATOLL_ASSIGN_OR_RETURN(kv, int_field(o, "num_key_value_heads", 1, kMax));
   }
   int64_t ctx = seq_len_override;
-  if (ctx <= 0) {
-    ATOLL_ASSIGN_OR_RETURN(ctx, int_field(o, "max_position_embeddings", 1, kMax));
+  if (const json::value* mpe = o.if_contains("max_position_embeddings"); mpe && !mpe->is_null()) {
+    ATOLL_ASSIGN_OR_RETURN(int64_t max_pos, int_field(o, "max_position_embeddings", 1, kMax));
+    if (ctx > max_pos)
+      return InvalidArgument("--seq-len " + std::to_string(ctx) +
+                             " is longer than config.json's max_position_embeddings " +
+                             std::to_string(max_pos) + ": give at most " + std::to_string(max_pos));
+    if (ctx <= 0) ctx = max_pos;
+  } else if (ctx <= 0) {
+    return InvalidArgument(
+        "config.json has no max_position_embeddings: give the model's context with --seq-len N");
   }
   if (const json::value* hd = o.if_contains("head_dim"); hd && !hd->is_null()) {
     ATOLL_ASSIGN_OR_RETURN(int64_t head_dim, int_field(o, "head_dim", 1, kMax));
@@ -165,12 +209,23 @@ StatusOr<HfModelInfo> parse_hf_config(const std::string& config_json, int seq_le
   m.kv_heads = kv == heads ? 0 : int(kv);
   m.ffn_hidden = int(ffn);
   m.seq_len = int(ctx);
-  ATOLL_ASSIGN_OR_RETURN(m.rope_base, number_field(o, "rope_theta", 10000.0));
+  ATOLL_ASSIGN_OR_RETURN(m.rope_base, rope_theta(o));
   ATOLL_ASSIGN_OR_RETURN(m.norm_eps, number_field(o, "rms_norm_eps", 1e-6));
   // LlamaConfig, Qwen2Config and MistralConfig all default to an untied head.
   ATOLL_ASSIGN_OR_RETURN(m.tie_word_embeddings, bool_field(o, "tie_word_embeddings", false));
   m.attention_bias = qwen2;  // Qwen2 always has q/k/v biases
-  if (Status s = validate(m); !s.ok()) return InvalidArgument("config.json: " + s.message());
+  // Messages name config.json's keys (--seq-len sets the context when it is given).
+  static const ModelFieldNames kHfNames = {.vocab = "vocab_size",
+                                           .dim = "hidden_size",
+                                           .layers = "num_hidden_layers",
+                                           .heads = "num_attention_heads",
+                                           .kv_heads = "num_key_value_heads",
+                                           .ffn_hidden = "intermediate_size",
+                                           .seq_len = "max_position_embeddings",
+                                           .rope_base = "rope_theta",
+                                           .norm_eps = "rms_norm_eps"};
+  if (Status s = validate(m, kHfNames); !s.ok())
+    return InvalidArgument("config.json: " + s.message());
   return info;
 }
 
@@ -199,7 +254,11 @@ StatusOr<std::string> hf_config_json(const ModelConfig& cfg, const std::string& 
   o["num_key_value_heads"] = num_kv_heads(cfg);
   o["intermediate_size"] = cfg.ffn_hidden;
   o["max_position_embeddings"] = cfg.seq_len;
-  o["rope_theta"] = cfg.rope_base;
+  // Where the imported config keeps it: rope_parameters (transformers v5) or the top level.
+  if (json::value* rp = o.if_contains("rope_parameters"); rp && rp->is_object())
+    rp->as_object()["rope_theta"] = cfg.rope_base;
+  else
+    o["rope_theta"] = cfg.rope_base;
   o["rms_norm_eps"] = cfg.norm_eps;
   o["tie_word_embeddings"] = cfg.tie_word_embeddings;
   o["hidden_act"] = "silu";
@@ -208,12 +267,12 @@ StatusOr<std::string> hf_config_json(const ModelConfig& cfg, const std::string& 
   return json::serialize(o);
 }
 
-StatusOr<std::vector<std::string>> parse_hf_index(const std::string& index_json) {
+StatusOr<HfIndex> parse_hf_index(const std::string& index_json) {
   ATOLL_ASSIGN_OR_RETURN(json::object o, parse_object(index_json, "model.safetensors.index.json"));
   const json::value* wm = o.if_contains("weight_map");
   if (!wm || !wm->is_object())
     return InvalidArgument("model.safetensors.index.json has no weight_map object");
-  std::vector<std::string> files;
+  HfIndex index;
   std::set<std::string> seen;
   for (const auto& kv : wm->as_object()) {
     if (!kv.value().is_string())
@@ -223,10 +282,33 @@ StatusOr<std::vector<std::string>> parse_hf_index(const std::string& index_json)
     if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
       return InvalidArgument("model.safetensors.index.json names shard '" + f +
                              "'; shards must be plain file names in the model directory");
-    if (seen.insert(f).second) files.push_back(f);
+    if (seen.insert(f).second) index.files.push_back(f);
+    index.weight_map[std::string(kv.key())] = f;
   }
-  if (files.empty()) return InvalidArgument("model.safetensors.index.json lists no shards");
-  return files;
+  if (index.files.empty()) return InvalidArgument("model.safetensors.index.json lists no shards");
+  return index;
+}
+
+Status check_hf_index(const HfIndex& index, const std::vector<Safetensors>& shards) {
+  if (shards.size() != index.files.size())
+    return Internal("check_hf_index: one shard per file of the index expected");
+  std::map<std::string, std::string> held;  // tensor -> the shard holding it
+  for (size_t i = 0; i < shards.size(); ++i)
+    for (const StTensor& t : shards[i].tensors) {
+      held.emplace(t.name, index.files[i]);
+      const auto it = index.weight_map.find(t.name);
+      if (it == index.weight_map.end())
+        return InvalidArgument("tensor " + t.name + " of " + index.files[i] +
+                               " is not in weight_map: the index does not match its shards");
+      if (it->second != index.files[i])
+        return InvalidArgument("weight_map puts tensor " + t.name + " in " + it->second + ", but " +
+                               index.files[i] + " holds it");
+    }
+  for (const auto& [name, file] : index.weight_map)
+    if (!held.count(name))
+      return InvalidArgument("weight_map names tensor " + name + " in " + file +
+                             ", which does not hold it");
+  return Status::Ok();
 }
 
 void rope_rows_from_hf(float* rows, int heads, int head_dim, int64_t cols) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,8 +41,18 @@ StatusOr<HfModelInfo> parse_hf_config(const std::string& config_json, int seq_le
 StatusOr<std::string> hf_config_json(const ModelConfig& cfg, const std::string& architecture,
                                      const std::string& base_json, const std::string& torch_dtype);
 
-// model.safetensors.index.json -> the shard files, in order of first appearance in weight_map.
-StatusOr<std::vector<std::string>> parse_hf_index(const std::string& index_json);
+// model.safetensors.index.json: weight_map (tensor name -> shard file) and the shard files, in
+// order of first appearance in weight_map.
+struct HfIndex {
+  std::vector<std::string> files;
+  std::map<std::string, std::string> weight_map;
+};
+StatusOr<HfIndex> parse_hf_index(const std::string& index_json);
+
+// Whether the shards (in index.files order) hold what weight_map says: one line naming the first
+// tensor weight_map lists in a shard that does not hold it, or a tensor of a shard that weight_map
+// does not list there.
+Status check_hf_index(const HfIndex& index, const std::vector<Safetensors>& shards);
 
 // In place, rows (heads·head_dim, cols): Hugging Face rotate-half order -> Atoll pair order.
 void rope_rows_from_hf(float* rows, int heads, int head_dim, int64_t cols);

@@ -107,35 +107,37 @@ std::vector<ModelFieldDifference> model_differences(const ModelConfig& a, const 
   return out;
 }
 
-Status validate(const ModelConfig& c) {
+Status validate(const ModelConfig& c, const ModelFieldNames& n) {
   auto pos = [](const char* name, long long v) -> Status {
     if (v <= 0)
       return InvalidArgument(std::string(name) + " must be positive, got " + std::to_string(v));
     return Status::Ok();
   };
-  ATOLL_RETURN_IF_ERROR(pos("vocab", c.vocab));
-  ATOLL_RETURN_IF_ERROR(pos("dim", c.dim));
-  ATOLL_RETURN_IF_ERROR(pos("layers", c.layers));
-  ATOLL_RETURN_IF_ERROR(pos("heads", c.heads));
-  ATOLL_RETURN_IF_ERROR(pos("ffn_hidden", c.ffn_hidden));
-  ATOLL_RETURN_IF_ERROR(pos("seq_len", c.seq_len));
+  ATOLL_RETURN_IF_ERROR(pos(n.vocab, c.vocab));
+  ATOLL_RETURN_IF_ERROR(pos(n.dim, c.dim));
+  ATOLL_RETURN_IF_ERROR(pos(n.layers, c.layers));
+  ATOLL_RETURN_IF_ERROR(pos(n.heads, c.heads));
+  ATOLL_RETURN_IF_ERROR(pos(n.ffn_hidden, c.ffn_hidden));
+  ATOLL_RETURN_IF_ERROR(pos(n.seq_len, c.seq_len));
+  const std::string dim = n.dim, heads = n.heads;
   if (c.dim % c.heads != 0)
-    return InvalidArgument("dim " + std::to_string(c.dim) + " is not divisible by heads " +
-                           std::to_string(c.heads));
+    return InvalidArgument(dim + " " + std::to_string(c.dim) + " is not divisible by " + heads +
+                           " " + std::to_string(c.heads));
   const int D = c.dim / c.heads;
   if (D % 2 != 0)
-    return InvalidArgument("head dim " + std::to_string(D) + " (dim " + std::to_string(c.dim) +
-                           " / heads " + std::to_string(c.heads) +
+    return InvalidArgument("head dim " + std::to_string(D) + " (" + dim + " " +
+                           std::to_string(c.dim) + " / " + heads + " " + std::to_string(c.heads) +
                            ") must be even: RoPE rotates pairs of dimensions");
   if (c.kv_heads < 0 || (c.kv_heads > 0 && c.heads % c.kv_heads != 0))
-    return InvalidArgument("kv_heads " + std::to_string(c.kv_heads) + " must divide heads " +
-                           std::to_string(c.heads) +
-                           " (grouped-query attention; 0 = heads, plain multi-head attention)");
+    return InvalidArgument(std::string(n.kv_heads) + " " + std::to_string(c.kv_heads) +
+                           " must divide " + heads + " " + std::to_string(c.heads) +
+                           " (grouped-query attention; 0 = " + heads +
+                           ", plain multi-head attention)");
   if (!(c.rope_base > 1.0) || !std::isfinite(c.rope_base))
-    return InvalidArgument("rope_base must be a finite number > 1, got " +
+    return InvalidArgument(std::string(n.rope_base) + " must be a finite number > 1, got " +
                            std::to_string(c.rope_base));
   if (!(c.norm_eps > 0.0) || !std::isfinite(c.norm_eps))
-    return InvalidArgument("norm_eps must be a finite number > 0, got " +
+    return InvalidArgument(std::string(n.norm_eps) + " must be a finite number > 0, got " +
                            std::to_string(c.norm_eps));
   // Every GEMM dimension and every activation index must fit the int arguments of the op table;
   // the largest single activation is att (B, H, T, T) per layer, checked per shape at run time.
@@ -143,6 +145,20 @@ Status validate(const ModelConfig& c) {
   if (V * C > (1LL << 31) - 1 || 2 * F * C > (1LL << 31) - 1 || 3 * C * C > (1LL << 31) - 1)
     return InvalidArgument("model too large: a weight matrix would exceed 2^31 elements");
   return validate_moe(c);
+}
+
+Status check_batch_shape(const ModelConfig& c, int64_t B, int64_t T, bool with_logits) {
+  constexpr uint64_t kMax = (1ULL << 31) - 1;
+  const uint64_t b = static_cast<uint64_t>(std::max<int64_t>(B, 0)),
+                 t = static_cast<uint64_t>(std::max<int64_t>(T, 0)), N = b * t;
+  // T up to 2^20 and B up to 2^20 keep every product below 2^64 for the checks' order.
+  if (b > (1ULL << 20) || t > (1ULL << 20) || b * t * t > kMax / uint64_t(c.heads) ||
+      (with_logits && N * uint64_t(c.vocab) > kMax) || N * 3 * uint64_t(c.dim) > kMax)
+    return InvalidArgument("a batch of " + std::to_string(B) + " rows of " + std::to_string(T) +
+                           " tokens is too large for this model (its attention scores, q|k|v or "
+                           "logits would exceed 2^31 elements): use fewer rows or a shorter "
+                           "window");
+  return Status::Ok();
 }
 
 ParamLayout make_layout(const ModelConfig& c) {
@@ -439,9 +455,8 @@ void Llama::ensure_shape(int B, int T, bool with_logits) {
   const size_t N = static_cast<size_t>(B) * T, C = cfg_.dim, F = cfg_.ffn_hidden, V = cfg_.vocab,
                H = cfg_.heads, D = C / H, L = cfg_.layers;
   const bool gqa = kv_heads_ != cfg_.heads;
-  if (static_cast<size_t>(B) * H * T * T > (1ULL << 31) - 1 ||
-      (with_logits && N * V > (1ULL << 31) - 1) || N * 3 * C > (1ULL << 31) - 1)
-    internal_error("Llama: batch shape too large for 32-bit indexing");
+  if (Status s = check_batch_shape(cfg_, B, T, with_logits); !s.ok())
+    internal_error("Llama: " + s.message());
   // Query heads and FFN channels layer l computes: all of them, or a subnetwork's kept units.
   // The dense FFN's gu and swi only for dense layers (MoE layers keep theirs in moe_).
   const auto heads_of = [&](size_t l) {

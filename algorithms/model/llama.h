@@ -68,8 +68,28 @@ bool is_moe_layer(const ModelConfig& cfg, int l);
 // "model.layers.{l}.mlp." + suffix, the prefix of every MoE tensor of layer l.
 std::string moe_param_name(int l, const std::string& suffix);
 
-// OK, or the first problem found, one line that names the field and the value.
-Status validate(const ModelConfig& cfg);
+// The names validate() gives the fields in its messages: Atoll's experiment-config keys by
+// default, a Hugging Face config.json's keys for an imported model (hf_format.h).
+struct ModelFieldNames {
+  const char* vocab = "vocab";
+  const char* dim = "dim";
+  const char* layers = "layers";
+  const char* heads = "heads";
+  const char* kv_heads = "kv_heads";
+  const char* ffn_hidden = "ffn_hidden";
+  const char* seq_len = "seq_len";
+  const char* rope_base = "rope_base";
+  const char* norm_eps = "norm_eps";
+};
+
+// OK, or the first problem found, one line that names the field (as `names` calls it) and the
+// value.
+Status validate(const ModelConfig& cfg, const ModelFieldNames& names = {});
+
+// Whether a forward pass over B rows of T tokens fits the op table's 32-bit indices: the
+// attention scores (B, heads, T, T), q|k|v (B·T, 3C) and, with_logits, the logits (B·T, vocab)
+// must each hold fewer than 2^31 elements. One line naming the shape otherwise.
+Status check_batch_shape(const ModelConfig& cfg, int64_t B, int64_t T, bool with_logits = true);
 
 // One field in which two model configs differ: its experiment-config key and both values.
 struct ModelFieldDifference {

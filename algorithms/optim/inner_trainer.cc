@@ -41,6 +41,7 @@ Status validate(const TrainerConfig& t, const ModelConfig& m) {
   if (t.seq > m.seq_len)
     return InvalidArgument("seq " + std::to_string(t.seq) + " is longer than the model's seq_len " +
                            std::to_string(m.seq_len));
+  ATOLL_RETURN_IF_ERROR(check_batch_shape(m, t.batch, t.seq));
   ATOLL_RETURN_IF_ERROR(check_real("lr", t.lr, 0.0, 1e3, false));
   ATOLL_RETURN_IF_ERROR(check_real("min_lr", t.min_lr, 0.0, 1e3, false));
   if (t.min_lr > t.lr)

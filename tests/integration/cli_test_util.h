@@ -14,9 +14,10 @@
 #include <thread>
 #include <vector>
 
-#include "tools/temp_dir.h"
 #include "algorithms/data/hf_tokenizer.h"
 #include "node/subprocess.h"
+#include "tests/tools/hf_dir.h"
+#include "tools/temp_dir.h"
 
 namespace atl::testing {
 
@@ -101,31 +102,9 @@ inline std::string train_tiny_teacher(const TempDir& dir) {
   return dir / "teacher/checkpoint.safetensors";
 }
 
-// Writes a small Hugging Face tokenizer.json at `path`: byte-level BPE (GPT-2 split pattern), the
-// 256 single bytes as ids 0..255, six merges (th, the, " the", " a", in, " s") as ids 256..261,
-// and "<|endoftext|>" as special token 262. Vocabulary size 263.
+// Writes byte_level_tokenizer_json() (tests/tools/hf_dir.h, vocabulary size 263) at `path`.
 inline void write_byte_level_tokenizer_json(const std::filesystem::path& path) {
-  using algorithms::data::bytes_to_byte_level;
-  std::string vocab, merges;
-  int id = 0;
-  for (int b = 0; b < 256; ++b) {
-    const std::string key = bytes_to_byte_level(std::string(1, static_cast<char>(b)));
-    const std::string escaped = key == "\\" ? "\\\\" : key == "\"" ? "\\\"" : key;
-    vocab += std::string(b ? "," : "") + "\"" + escaped + "\":" + std::to_string(b);
-    ++id;
-  }
-  for (auto [l, r] : std::vector<std::pair<std::string, std::string>>{
-           {"t", "h"}, {"th", "e"}, {" ", "the"}, {" ", "a"}, {"i", "n"}, {" ", "s"}}) {
-    vocab += ",\"" + bytes_to_byte_level(l + r) + "\":" + std::to_string(id++);
-    merges += std::string(merges.empty() ? "" : ",") + "\"" + bytes_to_byte_level(l) + " " +
-              bytes_to_byte_level(r) + "\"";
-  }
-  std::ofstream(path) << "{\"added_tokens\":[{\"id\":" << id
-                      << ",\"content\":\"<|endoftext|>\",\"special\":true}],\"normalizer\":null,"
-                         "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
-                         "\"use_regex\":true},\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{"
-                         "\"type\":\"BPE\",\"vocab\":{"
-                      << vocab << "},\"merges\":[" << merges << "]}}";
+  std::ofstream(path) << byte_level_tokenizer_json();
 }
 
 }  // namespace atl::testing

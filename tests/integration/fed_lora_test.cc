@@ -210,6 +210,13 @@ TEST(FederatedLora, AnImportedGroupedQueryModelFineTunesAcrossSites) {
   ASSERT_TRUE(ck.ok()) << ck.status().to_string();
   EXPECT_EQ(ck->params.fingerprint(), base_ck->params.fingerprint());
   EXPECT_EQ(ck->meta.tokenizer, spec.tokenizer_json);
+  // The base's Hugging Face files and context are carried into the result; the runs' --seq 32 is
+  // its window, not the exported model's context.
+  EXPECT_EQ(ck->meta.extra["hf.config"], base_ck->meta.extra["hf.config"]);
+  EXPECT_EQ(ck->meta.extra["hf.architecture"], "Qwen2ForCausalLM");
+  EXPECT_EQ(ck->meta.hf_tokenizer_config_json, base_ck->meta.hf_tokenizer_config_json);
+  EXPECT_EQ(ck->meta.model.seq_len, spec.ctx);
+  EXPECT_EQ(node::training_window(ck->meta), 32);
   auto peft =
       run_atoll({"export", "peft", dir / "final.ckpt", "--out", dir / "peft"}, dir / "peft.log");
   ASSERT_EQ(peft.exit_code, 0) << peft.output;
@@ -222,6 +229,21 @@ TEST(FederatedLora, AnImportedGroupedQueryModelFineTunesAcrossSites) {
   ASSERT_TRUE(k_b && q_b);
   EXPECT_EQ(k_b->shape, (std::vector<int64_t>{16, 16}));  // 2 KV heads x head_dim 8, r = 16
   EXPECT_EQ(q_b->shape, (std::vector<int64_t>{32, 16}));
+}
+
+// With --base the model is the base's: a model flag beside it is refused with one line, as
+// --algorithm hydra does (--seq still applies: the window).
+TEST(FederatedLora, ModelFlagsBesideABaseAreRefused) {
+  TempDir dir;
+  for (const char* flag : {"--dim", "--layers", "--ffn"}) {
+    auto run =
+        run_atoll(lora_run("simulate", dir / "base.safetensors", dir / "run", 1, {flag, "64"}),
+                  dir / (std::string(flag + 2) + ".log"));
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_NE(run.output.find(std::string(flag) + " does not apply with --base"), std::string::npos)
+        << run.output;
+    EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << run.output;
+  }
 }
 
 // [lora] base_dtype = "bf16": every site (and the evaluator) holds the frozen base in 2 bytes a

@@ -100,6 +100,30 @@ TEST(GenerateCli, SamplingWithASeedRepeatsAndTheSeedMatters) {
   EXPECT_NE(a.output, independent_greedy(ck, "It was", 60));
 }
 
+// The output is the decoded bytes, NUL bytes included: a model with every parameter 0 has equal
+// logits, so greedy decoding picks id 0, the byte 0.
+TEST(GenerateCli, OutputKeepsNulBytes) {
+  TempDir dir;
+  algorithms::ModelConfig m;
+  m.vocab = 256;
+  m.dim = 32;
+  m.layers = 1;
+  m.heads = 2;
+  m.ffn_hidden = 64;
+  m.seq_len = 32;
+  node::CheckpointMeta meta;
+  meta.model = m;
+  const std::string ck = dir / "zero.safetensors";
+  ASSERT_TRUE(
+      node::save_checkpoint(ck, meta, algorithms::ParamSet(algorithms::make_layout(m)), nullptr)
+          .ok());
+  auto r = run_atoll(
+      {"generate", "--checkpoint", ck, "--prompt", "ab", "--tokens", "3", "--temperature", "0"},
+      dir / "gen.log");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, std::string("ab\0\0\0\n", 6));
+}
+
 TEST(GenerateCli, BadFlagsAreOneClearLine) {
   TempDir dir;
   { std::ofstream(dir / "junk.safetensors") << "not a checkpoint"; }

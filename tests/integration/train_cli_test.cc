@@ -1,8 +1,10 @@
 // `atoll train` as a user runs it: a real process, real Brown data, real checkpoint files.
+#include <algorithm>
 #include <fstream>
 #include <regex>
 #include <sstream>
 
+#include "algorithms/model/llama.h"
 #include "node/checkpoint.h"
 #include "tests/integration/cli_test_util.h"
 
@@ -401,6 +403,50 @@ TEST(TrainCli, EvalOfACheckpointMatchesTheTrainingRunsLastEvaluation) {
   auto missing = run_atoll({"eval", "--data", "brown:a"}, dir / "missing.log");
   EXPECT_EQ(missing.exit_code, 2) << missing.output;
   EXPECT_NE(missing.output.find("--checkpoint is required"), std::string::npos) << missing.output;
+}
+
+// A checkpoint of a tiny byte-level model with every parameter 0 (no training needed to
+// evaluate or sample it): seq_len 32.
+std::string zero_checkpoint(const TempDir& dir) {
+  algorithms::ModelConfig m;
+  m.vocab = 256;
+  m.dim = 32;
+  m.layers = 1;
+  m.heads = 2;
+  m.ffn_hidden = 64;
+  m.seq_len = 32;
+  node::CheckpointMeta meta;
+  meta.model = m;
+  const std::string path = dir / "zero.safetensors";
+  EXPECT_TRUE(
+      node::save_checkpoint(path, meta, algorithms::ParamSet(algorithms::make_layout(m)), nullptr)
+          .ok());
+  return path;
+}
+
+// --tokens below one window would evaluate nothing (a NaN bpb over 0 tokens): one line, exit 2.
+// --val-data alone reads nothing of --data: no Brown corpus is needed.
+TEST(EvalCli, TokensBelowOneWindowAreRefusedAndValDataAloneNeedsNoBrown) {
+  TempDir dir;
+  const std::string ck = zero_checkpoint(dir);
+  {
+    std::ofstream f(dir / "v.txt");
+    for (int i = 0; i < 20; ++i) f << "Line " << i << " of the validation text.\n";
+  }
+  auto below = run_atoll({"eval", "--checkpoint", ck, "--val-data", "text:" + (dir / "v.txt"),
+                          "--tokens", "31", "--json"},
+                         dir / "below.log");
+  EXPECT_EQ(below.exit_code, 2) << below.output;
+  EXPECT_NE(below.output.find("--tokens 31 is less than one window of the checkpoint's seq_len "
+                              "(32 tokens)"),
+            std::string::npos)
+      << below.output;
+  EXPECT_EQ(std::count(below.output.begin(), below.output.end(), '\n'), 1) << below.output;
+  auto alone = run_atoll({"eval", "--checkpoint", ck, "--val-data", "text:" + (dir / "v.txt"),
+                          "--brown-dir", dir / "no-brown", "--tokens", "32", "--json"},
+                         dir / "alone.log");
+  ASSERT_EQ(alone.exit_code, 0) << alone.output;
+  EXPECT_NE(alone.output.find("\"tokens\":32}"), std::string::npos) << alone.output;
 }
 
 }  // namespace

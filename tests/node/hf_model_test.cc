@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <boost/json.hpp>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -349,6 +350,192 @@ TEST(HfImport, CommandLineImportAndExport) {
   const std::string err = read_text(err_path);
   EXPECT_NE(err.find("is not a directory"), std::string::npos) << err;
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
+// transformers v5 keeps rope_theta in rope_parameters: read it there (rope_type "default" is
+// plain RoPE), and refuse any other rope_type with the line rope_scaling gets. Export writes the
+// theta back where the imported config keeps it.
+TEST(HfImport, RopeParametersGiveTheThetaAndOtherRopeTypesAreRefused) {
+  atl::testing::TempDir tmp;
+  const fs::path dir = tmp.sub("m");
+  write_hf_dir(dir, HfSpec{});
+  std::string c = read_text(dir / "config.json");
+  c.replace(c.find("\"rope_theta\": 500000.0"), 22,
+            "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 250000.0}");
+  write_text(dir / "config.json", c);
+  auto imported = import_hf_dir(dir.string());
+  ASSERT_TRUE(imported.ok()) << imported.status().message();
+  EXPECT_EQ(imported->meta.model.rope_base, 250000.0);
+  auto exported =
+      algorithms::hf_config_json(imported->meta.model, "LlamaForCausalLM", c, "float32");
+  ASSERT_TRUE(exported.ok());
+  const boost::json::object o = boost::json::parse(*exported).as_object();
+  EXPECT_EQ(o.at("rope_parameters").at("rope_theta").to_number<double>(), 250000.0) << *exported;
+  EXPECT_FALSE(o.contains("rope_theta")) << *exported;
+
+  expect_import_error(HfSpec{}, "config.json sets rope_parameters", [](const fs::path& d) {
+    std::string c = read_text(d / "config.json");
+    c.replace(c.find("\"rope_theta\": 500000.0"), 22,
+              "\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 4.0, "
+              "\"rope_theta\": 500000.0}");
+    write_text(d / "config.json", c);
+  });
+  HfSpec yarn;
+  yarn.extra_config = ", \"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 4.0}";
+  expect_import_error(yarn, "Atoll implements plain RoPE only");
+}
+
+// tokenizer.json is loaded at import by the loader every reader uses: what it cannot read, or a
+// tokenizer with ids beyond the model's vocabulary, is one line at import, not at the first run.
+TEST(HfImport, TokenizersTheLoaderCannotReadAreRefusedAtImport) {
+  expect_import_error(HfSpec{}, "tokenizer.json is not valid JSON",
+                      [](const fs::path& d) { write_text(d / "tokenizer.json", "{\"model\": "); });
+  expect_import_error(HfSpec{}, "model type 'WordPiece' is not supported", [](const fs::path& d) {
+    write_text(d / "tokenizer.json",
+               "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}}}");
+  });
+  expect_import_error(HfSpec{}, "BPE byte_fallback is not supported", [](const fs::path& d) {
+    std::string t = read_text(d / "tokenizer.json");
+    t.replace(t.find("\"type\":\"BPE\""), 12, "\"type\":\"BPE\",\"byte_fallback\":true");
+    write_text(d / "tokenizer.json", t);
+  });
+  HfSpec small;
+  small.vocab = 200;  // the tokenizer has 263 ids
+  expect_import_error(small, "has ids up to 262, beyond config.json's vocab_size 200");
+}
+
+// config.json's problems name config.json's keys; --seq-len is checked against the context.
+TEST(HfImport, ConfigErrorsNameConfigJsonKeys) {
+  HfSpec kv;
+  kv.kv_heads = 3;  // does not divide 4 heads
+  expect_import_error(kv, "num_key_value_heads 3 must divide num_attention_heads 4");
+  HfSpec theta;
+  theta.extra_config = ", \"rope_parameters\": {\"rope_theta\": 0.5}";
+  expect_import_error(theta, "config.json: rope_theta must be a finite number > 1");
+  expect_import_error(HfSpec{}, "rms_norm_eps must be a finite number > 0", [](const fs::path& d) {
+    std::string c = read_text(d / "config.json");
+    c.replace(c.find("\"rms_norm_eps\": 1e-06"), 21, "\"rms_norm_eps\": 0");
+    write_text(d / "config.json", c);
+  });
+  expect_import_error(
+      HfSpec{}, "hidden_size 48 is not divisible by num_attention_heads 5", [](const fs::path& d) {
+        std::string c = read_text(d / "config.json");
+        c.replace(c.find("\"num_attention_heads\": 4"), 24, "\"num_attention_heads\": 5");
+        write_text(d / "config.json", c);
+      });
+  expect_import_error(HfSpec{},
+                      "no max_position_embeddings: give the model's context with --seq-len",
+                      [](const fs::path& d) {
+                        std::string c = read_text(d / "config.json");
+                        const std::string key = "\"max_position_embeddings\": 64, ";
+                        c.replace(c.find(key), key.size(), "");
+                        write_text(d / "config.json", c);
+                      });
+  atl::testing::TempDir tmp;
+  write_hf_dir(tmp.sub("m"), HfSpec{});
+  auto longer = import_hf_dir(tmp.sub("m"), 65);
+  ASSERT_FALSE(longer.ok());
+  EXPECT_NE(longer.status().message().find(
+                "--seq-len 65 is longer than config.json's max_position_embeddings 64"),
+            std::string::npos)
+      << longer.status().message();
+  auto shorter = import_hf_dir(tmp.sub("m"), 32);
+  ASSERT_TRUE(shorter.ok()) << shorter.status().message();
+  EXPECT_EQ(shorter->meta.model.seq_len, 32);
+  // transformers maps hidden_act "swish" to the same SiLU.
+  std::string c = read_text(fs::path(tmp.sub("m")) / "config.json");
+  c.replace(c.find("\"silu\""), 6, "\"swish\"");
+  write_text(fs::path(tmp.sub("m")) / "config.json", c);
+  EXPECT_TRUE(import_hf_dir(tmp.sub("m")).ok());
+}
+
+// model.safetensors.index.json must say where each tensor is: a tensor it places in the wrong
+// shard, one it does not list, or one no shard holds is one line.
+TEST(HfImport, ShardedIndexMustMatchItsShards) {
+  HfSpec sharded;
+  sharded.shards = 2;
+  // Tensors alternate between the shards: model.embed_tokens.weight is in shard 1.
+  expect_import_error(sharded,
+                      "weight_map puts tensor model.embed_tokens.weight in "
+                      "model-00002.safetensors, but model-00001.safetensors holds it",
+                      [](const fs::path& d) {
+                        std::string ix = read_text(d / "model.safetensors.index.json");
+                        const std::string from =
+                            "\"model.embed_tokens.weight\": \"model-00001.safetensors\"";
+                        ix.replace(ix.find(from), from.size(),
+                                   "\"model.embed_tokens.weight\": \"model-00002.safetensors\"");
+                        write_text(d / "model.safetensors.index.json", ix);
+                      });
+  expect_import_error(sharded,
+                      "tensor model.embed_tokens.weight of model-00001.safetensors is not in "
+                      "weight_map",
+                      [](const fs::path& d) {
+                        std::string ix = read_text(d / "model.safetensors.index.json");
+                        const std::string from =
+                            "\"model.embed_tokens.weight\": \"model-00001.safetensors\", ";
+                        ix.replace(ix.find(from), from.size(), "");
+                        write_text(d / "model.safetensors.index.json", ix);
+                      });
+  expect_import_error(sharded,
+                      "weight_map names tensor model.extra.weight in model-00002.safetensors, "
+                      "which does not hold it",
+                      [](const fs::path& d) {
+                        std::string ix = read_text(d / "model.safetensors.index.json");
+                        ix.replace(ix.find("\"weight_map\": {") + 15, 0,
+                                   "\"model.extra.weight\": \"model-00002.safetensors\", ");
+                        write_text(d / "model.safetensors.index.json", ix);
+                      });
+}
+
+// Export writes into a new or empty folder or over a previous export (whose tokenizer files this
+// checkpoint lacks are removed); a folder holding anything else is refused, untouched.
+TEST(HfExport, FolderHoldingOtherFilesIsRefusedAndAPreviousExportIsReplaced) {
+  atl::testing::TempDir tmp;
+  write_hf_dir(tmp.sub("m"), HfSpec{});
+  auto imported = import_hf_dir(tmp.sub("m"));
+  ASSERT_TRUE(imported.ok()) << imported.status().message();
+  LoadedCheckpoint ck;
+  ck.meta = imported->meta;
+  ck.params = imported->params;
+  const fs::path out = tmp.sub("out");
+  ASSERT_TRUE(export_hf_dir(ck, out.string(), DType::kF32).ok());
+  ASSERT_TRUE(fs::exists(out / "tokenizer_config.json"));
+  ck.meta.hf_tokenizer_config_json.clear();
+  ASSERT_TRUE(export_hf_dir(ck, out.string(), DType::kF32).ok());
+  EXPECT_FALSE(fs::exists(out / "tokenizer_config.json"));
+  EXPECT_TRUE(fs::exists(out / "tokenizer.json"));
+
+  write_text(out / "model-00001-of-00002.safetensors", "stale");
+  Status s = export_hf_dir(ck, out.string(), DType::kF32);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("holds model-00001-of-00002.safetensors, which an export does not "
+                             "write"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(read_text(out / "model-00001-of-00002.safetensors"), "stale");
+}
+
+// --out naming a file the import reads would overwrite the model's own weights: refused with one
+// line, exit 2, the folder untouched.
+TEST(HfImport, OutputOverASourceFileIsRefused) {
+  atl::testing::TempDir tmp;
+  const fs::path src = tmp.sub("src");
+  write_hf_dir(src, HfSpec{});
+  const std::string before = read_text(src / "model.safetensors");
+  for (const std::string& out :
+       {(src / "model.safetensors").string(), (src / "." / "tokenizer.json").string()}) {
+    const std::string err = tmp.sub("err.txt");
+    const std::string cmd = atl::testing::shell_quote(ATOLL_BINARY) + " import hf " +
+                            atl::testing::shell_quote(src.string()) + " --out " +
+                            atl::testing::shell_quote(out) + " 2>" + atl::testing::shell_quote(err);
+    const int rc = std::system(cmd.c_str());
+    EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 2) << cmd;
+    const std::string msg = read_text(err);
+    EXPECT_NE(msg.find("a file the import reads"), std::string::npos) << msg;
+    EXPECT_EQ(std::count(msg.begin(), msg.end(), '\n'), 1) << msg;
+  }
+  EXPECT_EQ(read_text(src / "model.safetensors"), before);
+  EXPECT_TRUE(import_hf_dir(src.string()).ok());
 }
 
 }  // namespace

@@ -69,12 +69,12 @@ TEST(HydraImportedModel, SitesFineTuneSubnetworksOfAGroupedQueryQwen2Model) {
   const std::filesystem::path hf_dir = std::filesystem::path(dir.path()) / "hf";
   atl::testing::HfSpec spec;
   spec.architecture = "Qwen2ForCausalLM";  // q/k/v biases
-  spec.vocab = 3 * kRange;
-  spec.dim = 32;
+  spec.vocab = 263;  // the tokenizer's ids (hf_dir.h); the sites' tokens stay below 3 * kRange
+  spec.dim = 64;  // wide enough that the 263-row embedding and head leave the smallest budget room
   spec.layers = 2;
   spec.heads = 4;
   spec.kv_heads = 2;  // grouped-query attention: 2 head units per layer
-  spec.ffn = 64;
+  spec.ffn = 128;
   spec.ctx = 32;
   spec.dtype = al::DType::kBF16;
   atl::testing::write_hf_dir(hf_dir, spec);
@@ -89,8 +89,8 @@ TEST(HydraImportedModel, SitesFineTuneSubnetworksOfAGroupedQueryQwen2Model) {
   const double budgets[K] = {1.0, 0.5, 0.25};
   std::vector<al::data::TokenDataset> train, held_out;
   for (int k = 0; k < K; ++k) {
-    train.push_back(site_tokens(k, model.vocab, 20000, 1));
-    held_out.push_back(site_tokens(k, model.vocab, 4000, 2));
+    train.push_back(site_tokens(k, 3 * kRange, 20000, 1));
+    held_out.push_back(site_tokens(k, 3 * kRange, 4000, 2));
   }
   al::TrainerConfig tc;
   tc.batch = B;

@@ -12,8 +12,10 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "algorithms/data/hf_tokenizer.h"
 #include "algorithms/model/hf_format.h"
 #include "algorithms/model/llama.h"
 #include "algorithms/model/safetensors.h"
@@ -22,17 +24,43 @@
 
 namespace atl::testing {
 
+// A small Hugging Face tokenizer.json: byte-level BPE (GPT-2 split pattern), the 256 single
+// bytes as ids 0..255, six merges (th, the, " the", " a", in, " s") as ids 256..261, and
+// "<|endoftext|>" as special token 262. Vocabulary size 263.
+inline std::string byte_level_tokenizer_json() {
+  using algorithms::data::bytes_to_byte_level;
+  std::string vocab, merges;
+  int id = 0;
+  for (int b = 0; b < 256; ++b) {
+    const std::string key = bytes_to_byte_level(std::string(1, static_cast<char>(b)));
+    const std::string escaped = key == "\\" ? "\\\\" : key == "\"" ? "\\\"" : key;
+    vocab += std::string(b ? "," : "") + "\"" + escaped + "\":" + std::to_string(b);
+    ++id;
+  }
+  for (auto [l, r] : std::vector<std::pair<std::string, std::string>>{
+           {"t", "h"}, {"th", "e"}, {" ", "the"}, {" ", "a"}, {"i", "n"}, {" ", "s"}}) {
+    vocab += ",\"" + bytes_to_byte_level(l + r) + "\":" + std::to_string(id++);
+    merges += std::string(merges.empty() ? "" : ",") + "\"" + bytes_to_byte_level(l) + " " +
+              bytes_to_byte_level(r) + "\"";
+  }
+  return "{\"added_tokens\":[{\"id\":" + std::to_string(id) +
+         ",\"content\":\"<|endoftext|>\",\"special\":true}],\"normalizer\":null,"
+         "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
+         "\"use_regex\":true},\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{"
+         "\"type\":\"BPE\",\"vocab\":{" +
+         vocab + "},\"merges\":[" + merges + "]}}";
+}
+
 // A tiny Hugging Face model: its config.json fields and how its weights are stored.
 struct HfSpec {
   std::string architecture = "LlamaForCausalLM";
-  int vocab = 96, dim = 48, layers = 2, heads = 4, kv_heads = 2, ffn = 80, ctx = 64;
+  // vocab 263: byte_level_tokenizer_json's ids (import refuses a tokenizer beyond vocab_size).
+  int vocab = 263, dim = 48, layers = 2, heads = 4, kv_heads = 2, ffn = 80, ctx = 64;
   bool tied = false;
   algorithms::DType dtype = algorithms::DType::kF32;
   int shards = 1;            // > 1: model.safetensors.index.json and that many files
   std::string extra_config;  // appended inside config.json's object (",\"key\": value")
-  // A placeholder tokenizer (one token): enough for the import and the model's numerics.
-  std::string tokenizer_json =
-      "{\"version\": \"1.0\", \"model\": {\"type\": \"BPE\", \"vocab\": {\"\\u00e9\": 0}}}";
+  std::string tokenizer_json = byte_level_tokenizer_json();
 };
 
 inline std::string hf_config_json(const HfSpec& s) {
