@@ -185,6 +185,27 @@ StatusOr<int64_t> schedule_length(const Flags& flags, int64_t steps,
 
 }  // namespace
 
+// What the run trains: the LoRA line, then the model, data, tokenizer and schedule (resumed_at:
+// the step a resumed run starts at).
+void print_train_banner(const TrainSetup& setup, RunParams& rp, int64_t total_steps,
+                        std::optional<int64_t> resumed_at) {
+  const ParamSet& params = rp.trained();
+  if (algorithms::lora_enabled(rp.lora))
+    std::printf("LoRA r=%d alpha=%g on %s: %s trainable of %s (base frozen)\n", rp.lora.rank,
+                rp.lora.alpha, algorithms::lora_targets_csv(rp.lora).c_str(),
+                format_count(static_cast<double>(params.numel())).c_str(),
+                format_count(static_cast<double>(rp.model->numel())).c_str());
+  std::printf(
+      "atoll train: %s params, data %s (%s train / %s val tokens), tokenizer %s, "
+      "B=%d T=%d, steps %" PRId64 "%s\n",
+      format_count(static_cast<double>(params.numel())).c_str(), setup.data_spec.c_str(),
+      format_count(static_cast<double>(setup.site.train.size())).c_str(),
+      format_count(static_cast<double>(setup.site.validation.size())).c_str(),
+      setup.tokenizer_name.c_str(), setup.trainer.batch, setup.trainer.seq, total_steps,
+      resumed_at ? (" (resuming at step " + std::to_string(*resumed_at) + ")").c_str() : "");
+  std::fflush(stdout);
+}
+
 int cmd_train(const Args& args) {
   Flags flags("train", train_flags());
   if (Status s = flags.parse(args); !s.ok()) return fail("train", s.message(), 2);
@@ -283,20 +304,8 @@ int cmd_train(const Args& args) {
     return Status::Ok();
   };
 
-  if (with_lora)
-    std::printf("LoRA r=%d alpha=%g on %s: %s trainable of %s (base frozen)\n", rp.lora.rank,
-                rp.lora.alpha, algorithms::lora_targets_csv(rp.lora).c_str(),
-                format_count(static_cast<double>(params.numel())).c_str(),
-                format_count(static_cast<double>(rp.model->numel())).c_str());
-  std::printf(
-      "atoll train: %s params, data %s (%s train / %s val tokens), tokenizer %s, "
-      "B=%d T=%d, steps %" PRId64 "%s\n",
-      format_count(static_cast<double>(params.numel())).c_str(), setup.data_spec.c_str(),
-      format_count(static_cast<double>(setup.site.train.size())).c_str(),
-      format_count(static_cast<double>(setup.site.validation.size())).c_str(),
-      setup.tokenizer_name.c_str(), setup.trainer.batch, setup.trainer.seq, total_steps,
-      resumed ? (" (resuming at step " + std::to_string(start) + ")").c_str() : "");
-  std::fflush(stdout);
+  print_train_banner(setup, rp, total_steps,
+                     resumed ? std::optional<int64_t>(start) : std::nullopt);
 
   // Steps [start, end): the whole schedule, or up to --stop-after (then a checkpoint to resume).
   const int64_t end =
