@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "algorithms/data/hf_tokenizer.h"
+#include "algorithms/model/llama.h"
+#include "node/checkpoint.h"
 #include "node/subprocess.h"
 #include "tests/tools/hf_dir.h"
 #include "tools/temp_dir.h"
@@ -69,6 +71,25 @@ inline RunResult run_atoll(const std::vector<std::string>& args, const std::stri
 // The tiny byte-level teacher the distillation tests distill from: 1 block, dim 32, 3 steps on
 // Brown genre a, written to dir/teacher. Returns its checkpoint's path (training failures are a
 // test failure).
+// A checkpoint of a tiny byte-level model with every parameter 0 (no training needed to
+// evaluate or sample it): seq_len 32.
+inline std::string zero_checkpoint(const TempDir& dir) {
+  algorithms::ModelConfig m;
+  m.vocab = 256;
+  m.dim = 32;
+  m.layers = 1;
+  m.heads = 2;
+  m.ffn_hidden = 64;
+  m.seq_len = 32;
+  node::CheckpointMeta meta;
+  meta.model = m;
+  const std::string path = dir / "zero.safetensors";
+  EXPECT_TRUE(
+      node::save_checkpoint(path, meta, algorithms::ParamSet(algorithms::make_layout(m)), nullptr)
+          .ok());
+  return path;
+}
+
 inline std::string train_tiny_teacher(const TempDir& dir) {
   auto r = run_atoll({"train",
                       "--data",

@@ -104,19 +104,7 @@ TEST(GenerateCli, SamplingWithASeedRepeatsAndTheSeedMatters) {
 // logits, so greedy decoding picks id 0, the byte 0.
 TEST(GenerateCli, OutputKeepsNulBytes) {
   TempDir dir;
-  algorithms::ModelConfig m;
-  m.vocab = 256;
-  m.dim = 32;
-  m.layers = 1;
-  m.heads = 2;
-  m.ffn_hidden = 64;
-  m.seq_len = 32;
-  node::CheckpointMeta meta;
-  meta.model = m;
-  const std::string ck = dir / "zero.safetensors";
-  ASSERT_TRUE(
-      node::save_checkpoint(ck, meta, algorithms::ParamSet(algorithms::make_layout(m)), nullptr)
-          .ok());
+  const std::string ck = zero_checkpoint(dir);
   auto r = run_atoll(
       {"generate", "--checkpoint", ck, "--prompt", "ab", "--tokens", "3", "--temperature", "0"},
       dir / "gen.log");

@@ -405,25 +405,6 @@ TEST(TrainCli, EvalOfACheckpointMatchesTheTrainingRunsLastEvaluation) {
   EXPECT_NE(missing.output.find("--checkpoint is required"), std::string::npos) << missing.output;
 }
 
-// A checkpoint of a tiny byte-level model with every parameter 0 (no training needed to
-// evaluate or sample it): seq_len 32.
-std::string zero_checkpoint(const TempDir& dir) {
-  algorithms::ModelConfig m;
-  m.vocab = 256;
-  m.dim = 32;
-  m.layers = 1;
-  m.heads = 2;
-  m.ffn_hidden = 64;
-  m.seq_len = 32;
-  node::CheckpointMeta meta;
-  meta.model = m;
-  const std::string path = dir / "zero.safetensors";
-  EXPECT_TRUE(
-      node::save_checkpoint(path, meta, algorithms::ParamSet(algorithms::make_layout(m)), nullptr)
-          .ok());
-  return path;
-}
-
 // --tokens below one window would evaluate nothing (a NaN bpb over 0 tokens): one line, exit 2.
 // --val-data alone reads nothing of --data: no Brown corpus is needed.
 TEST(EvalCli, TokensBelowOneWindowAreRefusedAndValDataAloneNeedsNoBrown) {
