@@ -203,6 +203,15 @@ StatusOr<CoordinatorSetup> read_setup(const Flags& flags) {
                          flags.get_int("eval-tokens", 16384, 0, int64_t{1} << 40));
   ATOLL_ASSIGN_OR_RETURN(const int64_t eval_threads, flags.get_int("eval-threads", 1, 0, 1024));
   CoordinatorLaunch& l = setup.launch;
+  // Every address before anything else: `atoll coordinator` always serves gRPC, so an empty
+  // --listen (the in-process demos' "no server") is refused like any malformed one.
+  for (const auto& [name, off] : {std::pair<const char*, bool>{"listen", false},
+                                  {"bulk-listen", true},
+                                  {"http", true},
+                                  {"metrics", false}})
+    ATOLL_RETURN_IF_ERROR(check_listen_flag(flags, name, off));
+  if (flags.has("tls") && flags.has("insecure"))
+    return InvalidArgument("--tls and --insecure are mutually exclusive: give one of them");
   auto config = flags.get("config");
   if (!config) return InvalidArgument("--config FILE is required (see docs/configuration.md)");
   ATOLL_ASSIGN_OR_RETURN(l.config, coordinator::load_experiment_config(*config));

@@ -48,6 +48,12 @@ class Flags {
   bool help_ = false;
 };
 
+// An address flag (--listen, --bulk-listen, --http, --metrics), when given, checked as HOST:PORT
+// by the parser every listener uses (transport/host_port.h); "off" passes where `off` says the
+// flag has that spelling. Checked with the other flags, so that a bad address is refused before
+// anything is created (an empty one used to mean "none" without saying so).
+Status check_listen_flag(const Flags& flags, const std::string& name, bool off);
+
 StatusOr<int64_t> parse_int(const std::string& text, const std::string& what);
 StatusOr<double> parse_double(const std::string& text, const std::string& what);
 

@@ -13,6 +13,7 @@
 #include "node/gpu_trainer.h"
 #include "node/node_runner.h"
 #include "node/site_metrics.h"
+#include "transport/host_port.h"
 #include "transport/metrics/http_exporter.h"
 
 namespace atl::cli {
@@ -114,6 +115,15 @@ int cmd_node(const Args& args) {
   node::NodeOptions o;
   auto coord = flags.get("coordinator");
   if (!coord) return log.fail("--coordinator HOST:PORT is required", 2);
+  // Checked up front: a node would otherwise retry a target that can never work until
+  // --give-up-after.
+  if (auto hp = transport::parse_host_port(*coord, "--coordinator", transport::PortZero::kRefused);
+      !hp.ok())
+    return log.fail(hp.status().message(), 2);
+  if (Status s = check_listen_flag(flags, "metrics", /*off=*/false); !s.ok())
+    return log.fail(s.message(), 2);
+  if (flags.has("tls") && flags.has("insecure"))
+    return log.fail("--tls and --insecure are mutually exclusive: give one of them", 2);
   o.coordinator = *coord;
   o.insecure = flags.has("insecure");
   o.tls_dir = flags.get_or("tls", "");

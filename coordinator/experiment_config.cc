@@ -5,7 +5,6 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <sstream>
@@ -14,6 +13,7 @@
 #include "algorithms/hydra/aggregate.h"
 #include "algorithms/secagg/quantize.h"
 #include "coordinator/store.h"
+#include "kernels/core/file_io.h"
 
 namespace atl::coordinator {
 namespace {
@@ -348,17 +348,16 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
   if (m.kv_heads > 0 && m.heads >= 1 && m.heads % m.kv_heads != 0)
     add(range_error(src, "model.kv_heads", u(m.kv_heads),
                     "must divide model.heads = " + u(m.heads) + " (0 = heads)"));
-  if (m.moe_experts > 0) {  // the MoE keys, with the model's own checks (names match the keys)
-    // The model's own checks assume that the dense keys above are valid.
-    const bool dense_valid = errors.size() == errors_before_model;
-    if (m.moe_experts > 4096 || m.moe_hidden > (1u << 20) || m.moe_shared_hidden > (1u << 20) ||
-        m.moe_top_k > 4096 || m.moe_every > 4096) {
-      add(InvalidArgument(std::string(src) +
-                          ": model.moe_* value too large (experts <= 4096, sizes <= 2^20)"));
-    } else if (dense_valid) {
-      if (Status s = algorithms::validate(model_config(c)); !s.ok())
-        add(InvalidArgument(std::string(src) + ": model." + s.message()));
-    }
+  // The model's own checks assume that the dense keys above are valid.
+  const bool dense_valid = errors.size() == errors_before_model;
+  if (m.moe_experts > 0 &&
+      (m.moe_experts > 4096 || m.moe_hidden > (1u << 20) || m.moe_shared_hidden > (1u << 20) ||
+       m.moe_top_k > 4096 || m.moe_every > 4096)) {
+    add(InvalidArgument(std::string(src) +
+                        ": model.moe_* value too large (experts <= 4096, sizes <= 2^20)"));
+  } else if (dense_valid && !c.is_lora()) {
+    // A LoRA experiment's [model] is its base's, read (and so already held) when it resolves.
+    if (Status s = check_model_size(c, src); !s.ok()) add(s);
   }
 
   const TrainSection& t = c.train;
@@ -557,6 +556,24 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
   return errors;
 }
 
+Status check_model_size(const ExperimentConfig& c, std::string_view src, uint64_t max_params) {
+  const algorithms::ModelConfig model = model_config(c);
+  if (Status s = algorithms::validate(model); !s.ok()) {
+    // The model's messages name its fields (moe_hidden, ...) or the model as a whole.
+    const bool names_field = s.message().rfind("model ", 0) != 0;
+    return InvalidArgument(
+        std::string(src) + ": " + (names_field ? "model." : "") + s.message() +
+        (names_field ? "" : " (reduce model.dim, model.vocab or model.ffn_hidden)"));
+  }
+  const uint64_t numel = theta_layout(c).numel();
+  if (numel > max_params)
+    return InvalidArgument(std::string(src) + ": the model has " + std::to_string(numel) +
+                           " parameters, more than the " + std::to_string(max_params) +
+                           " an experiment may have (reduce model.dim, model.layers or "
+                           "model.ffn_hidden)");
+  return Status::Ok();
+}
+
 Status validate_experiment_config(const ExperimentConfig& c, std::string_view src) {
   std::vector<Status> errors = experiment_config_errors(c, src);
   return errors.empty() ? Status::Ok() : errors.front();
@@ -703,15 +720,16 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
 }
 
 StatusOr<ExperimentConfig> load_experiment_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
+  // read_file_bounded refuses a directory and anything but a regular file: an ifstream opens a
+  // directory and reads nothing, and an empty config is a valid one (every default).
+  auto text = read_file_bounded(path, 1u << 20);
+  if (text.status().code() == StatusCode::kNotFound)
     return NotFound(path + ": cannot open experiment config (check the path passed with --config)");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
-  if (text.size() > (1u << 20)) return InvalidArgument(path + ": config larger than 1 MiB");
+  if (!text.ok())
+    return InvalidArgument(text.status().message() +
+                           " (--config takes the experiment's TOML file, at most 1 MiB)");
   const size_t slash = path.find_last_of('/');
-  return parse_experiment_config(text, slash == std::string::npos ? path : path.substr(slash + 1));
+  return parse_experiment_config(*text, slash == std::string::npos ? path : path.substr(slash + 1));
 }
 
 std::string to_toml(const ExperimentConfig& c) {

@@ -1,0 +1,137 @@
+// Bad flags and configs as outside testers found them: each is one line on stderr naming what
+// is wrong and how to fix it, exit code 2, and nothing created on disk (no store directory).
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/integration/cli_test_util.h"
+
+namespace atl::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Runs `atoll args...` and expects exactly `line` (after "atoll <command>: ") and exit code 2.
+void expect_refused(const TempDir& dir, const std::vector<std::string>& args,
+                    const std::string& line) {
+  static int runs = 0;  // one log per run: the runner appends to an existing log
+  const RunResult r = run_atoll(args, dir / ("refused-" + std::to_string(++runs) + ".log"), 60s);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output, "atoll " + args[0] + ": " + line + "\n");
+}
+
+std::string write_config(const TempDir& dir, const std::string& name, const std::string& text) {
+  std::ofstream(dir / name) << text;
+  return dir / name;
+}
+
+// An empty --listen used to mean "no gRPC server" (the in-process demos' setting) and
+// `atoll coordinator` then used the server it never created: a segfault after creating the
+// store. Out-of-range ports wrapped modulo 65536 in getaddrinfo (99999 bound 34463).
+TEST(BadInput, CoordinatorListenAddressesAreCheckedBeforeAnythingIsCreated) {
+  TempDir dir;
+  const std::string config = write_config(dir, "exp.toml", "[diloco]\nrounds = 1\n");
+  const std::string store = dir / "store";
+  auto coordinator = [&](const std::string& flag, const std::string& value) {
+    std::vector<std::string> args = {"coordinator", "--config",  config, "--store", store,
+                                     "--tls",       dir / "tls", flag,   value};
+    if (flag != "--http") args.insert(args.end(), {"--http", "off"});
+    return args;
+  };
+  expect_refused(dir, coordinator("--listen", ""),
+                 "--listen is empty: expected HOST:PORT, e.g. 127.0.0.1:7070");
+  expect_refused(dir, coordinator("--listen", "127.0.0.1"),
+                 "--listen 127.0.0.1: expected HOST:PORT, e.g. 127.0.0.1:7070");
+  for (const std::string bad : {"127.0.0.1:99999", "127.0.0.1:abc", ":-1", "localhost:27072x"})
+    expect_refused(dir, coordinator("--listen", bad),
+                   "--listen " + bad + ": the port must be a number in 0-65535");
+  for (const std::string bad : {"127.0.0.1:65536", "127.0.0.1:65537"})
+    expect_refused(dir, coordinator("--bulk-listen", bad),
+                   "--bulk-listen " + bad + ": the port must be a number in 0-65535");
+  expect_refused(dir, coordinator("--metrics", "127.0.0.1:70000"),
+                 "--metrics 127.0.0.1:70000: the port must be a number in 0-65535");
+  // "off" is the spelling of "none"; an empty value is refused instead of meaning it.
+  expect_refused(dir, coordinator("--http", ""),
+                 "--http is empty: give HOST:PORT, or off for none");
+  expect_refused(dir, coordinator("--bulk-listen", ""),
+                 "--bulk-listen is empty: give HOST:PORT, or off for none");
+  expect_refused(dir, coordinator("--metrics", ""),
+                 "--metrics is empty: expected HOST:PORT, e.g. 10.0.0.5:9464");
+  EXPECT_FALSE(std::filesystem::exists(store)) << "a refused start created the store";
+}
+
+// A node's --coordinator is checked before it reads its data or connects (it used to retry an
+// address without a port until --give-up-after).
+TEST(BadInput, NodeCoordinatorAddressIsCheckedUpFront) {
+  TempDir dir;
+  auto node = [&](const std::string& target) {
+    return std::vector<std::string>{"node", "--coordinator", target, "--insecure", "--name", "a"};
+  };
+  expect_refused(dir, node("127.0.0.1"),
+                 "--coordinator 127.0.0.1: expected HOST:PORT, e.g. 127.0.0.1:7070");
+  expect_refused(dir, node("127.0.0.1:99999"),
+                 "--coordinator 127.0.0.1:99999: the port must be a number in 1-65535");
+  expect_refused(dir, node("127.0.0.1:0"),
+                 "--coordinator 127.0.0.1:0: the port must be a number in 1-65535");
+}
+
+// --tls with --insecure: plaintext used to win silently (and the dashboard went away).
+TEST(BadInput, TlsAndInsecureAreMutuallyExclusive) {
+  TempDir dir;
+  const std::string config = write_config(dir, "exp.toml", "[diloco]\nrounds = 1\n");
+  const std::string line = "--tls and --insecure are mutually exclusive: give one of them";
+  expect_refused(dir,
+                 {"coordinator", "--config", config, "--store", dir / "store", "--tls", dir / "tls",
+                  "--insecure"},
+                 line);
+  expect_refused(dir,
+                 {"node", "--coordinator", "127.0.0.1:7070", "--tls", dir / "tls", "--insecure",
+                  "--name", "a"},
+                 line);
+  EXPECT_FALSE(std::filesystem::exists(dir / "store"));
+}
+
+// A directory passed as --config used to run the default experiment ("demo"): an ifstream opens
+// a directory and reads nothing, and an empty config is valid. Every reader of --config refuses it.
+TEST(BadInput, ConfigThatIsADirectoryIsRefusedByEveryReader) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "conf");
+  const std::string line = dir / "conf" +
+                           " is a directory, not a file (--config takes the experiment's TOML "
+                           "file, at most 1 MiB)";
+  expect_refused(
+      dir, {"coordinator", "--config", dir / "conf", "--store", dir / "store", "--insecure"}, line);
+  expect_refused(dir, {"simulate", "--config", dir / "conf", "--store", dir / "store"}, line);
+  expect_refused(dir, {"demo", "--config", dir / "conf", "--store", dir / "store"}, line);
+  expect_refused(dir, {"train", "--config", dir / "conf", "--steps", "1"}, line);
+  EXPECT_FALSE(std::filesystem::exists(dir / "store"));
+}
+
+// A model the coordinator cannot hold aborted in an allocation (std::bad_alloc, rc 134) after
+// creating the store; one whose weight matrix overflows the op table said so without the file
+// and with exit code 1. Both are now the config's error, in every reader.
+TEST(BadInput, ModelTooLargeIsAConfigError) {
+  TempDir dir;
+  const std::string big = write_config(
+      dir, "big.toml", "[model]\ndim = 4096\nheads = 32\nlayers = 24\nffn_hidden = 16384\n");
+  const std::string wide =
+      write_config(dir, "wide.toml", "[model]\ndim = 100000\nheads = 4\nlayers = 100\n");
+  const std::string big_line =
+      "big.toml: the model has 6443700224 parameters, more than the 268435456 an experiment "
+      "may have (reduce model.dim, model.layers or model.ffn_hidden)";
+  const std::string wide_line =
+      "wide.toml: model too large: a weight matrix would exceed 2^31 elements (reduce model.dim, "
+      "model.vocab or model.ffn_hidden)";
+  for (const auto& [config, line] : {std::pair{big, big_line}, {wide, wide_line}}) {
+    expect_refused(dir, {"coordinator", "--config", config, "--store", dir / "store", "--insecure"},
+                   line);
+    expect_refused(dir, {"simulate", "--config", config, "--store", dir / "store"}, line);
+    expect_refused(dir, {"demo", "--config", config, "--store", dir / "store"}, line);
+    expect_refused(dir, {"train", "--config", config, "--steps", "1"}, line);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "store"));
+}
+
+}  // namespace
+}  // namespace atl::testing
