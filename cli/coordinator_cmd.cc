@@ -17,6 +17,7 @@
 #include "cli/signals.h"
 #include "coordinator/screening_note.h"
 #include "kernels/cpu/ops.h"
+#include "transport/tls/handshake_log.h"
 
 namespace atl::cli {
 
@@ -279,6 +280,10 @@ int cmd_coordinator(const Args& args) {
         std::lock_guard<std::mutex> lk(where.mu);
         return where.round;
       });
+  // gRPC's own lines in this log's format (JSON lines stay JSON), on stderr.
+  transport::GrpcLogRoute grpc_log([&log](bool error, const std::string& line) {
+    log.write(error ? LogLevel::kError : LogLevel::kInfo, line, std::nullopt, stderr);
+  });
   auto setup = read_setup(flags);
   if (!setup.ok()) return log.fail(setup.status().message(), 2);
   CoordinatorLaunch& l = setup->launch;

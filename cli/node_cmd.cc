@@ -15,6 +15,7 @@
 #include "node/site_metrics.h"
 #include "transport/host_port.h"
 #include "transport/metrics/http_exporter.h"
+#include "transport/tls/handshake_log.h"
 
 namespace atl::cli {
 
@@ -112,6 +113,10 @@ int cmd_node(const Args& args) {
   LogOutput log(*format, "node", flags.get_or("name", ""));
   log.set_context([&metrics] { return metrics.experiment(); },
                   [&metrics] { return metrics.round(); });
+  // gRPC's own lines in this log's format (JSON lines stay JSON), on stderr.
+  transport::GrpcLogRoute grpc_log([&log](bool error, const std::string& line) {
+    log.write(error ? LogLevel::kError : LogLevel::kInfo, line, std::nullopt, stderr);
+  });
   node::NodeOptions o;
   auto coord = flags.get("coordinator");
   if (!coord) return log.fail("--coordinator HOST:PORT is required", 2);
