@@ -1,11 +1,14 @@
 // Bad flags and configs as outside testers found them: each is one line on stderr naming what
 // is wrong and how to fix it, exit code 2, and nothing created on disk (no store directory).
+#include <signal.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "node/subprocess.h"
 #include "tests/integration/cli_test_util.h"
 
 namespace atl::testing {
@@ -19,7 +22,10 @@ void expect_refused(const TempDir& dir, const std::vector<std::string>& args,
   static int runs = 0;  // one log per run: the runner appends to an existing log
   const RunResult r = run_atoll(args, dir / ("refused-" + std::to_string(++runs) + ".log"), 60s);
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_EQ(r.output, "atoll " + args[0] + ": " + line + "\n");
+  // Commands of two words (token create) name both.
+  const bool two_words = args[0] == "token" || args[0] == "ca" || args[0] == "bench";
+  const std::string command = two_words ? args[0] + " " + args[1] : args[0];
+  EXPECT_EQ(r.output, "atoll " + command + ": " + line + "\n");
 }
 
 std::string write_config(const TempDir& dir, const std::string& name, const std::string& text) {
@@ -174,6 +180,50 @@ TEST(BadInput, NodeStateDirIsAFileOrHoldsOtherData) {
   EXPECT_NE(other.output.find("this one trains on --data brown:b ("), std::string::npos)
       << other.output;
   EXPECT_EQ(std::count(other.output.begin(), other.output.end(), '\n'), 1) << other.output;
+}
+
+// `atoll token revoke` removed the last admin token, which the API refuses (409): afterwards no
+// coordinator start bootstraps a new one, and STORE/admin-token held a revoked token. `atoll
+// token create --store TYPO` created a new empty store.
+TEST(BadInput, TokenCommandsKeepTheLastAdminAndNeverCreateAStore) {
+  TempDir dir;
+  expect_refused(dir, {"token", "create", "--role", "admin", "--store", dir / "typo"},
+                 "--store " + dir / "typo" +
+                     " holds no coordinator store (check the path: a coordinator creates its "
+                     "store on its first start)");
+  EXPECT_FALSE(std::filesystem::exists(dir / "typo"));
+
+  // A store with its bootstrap admin token, from a coordinator's first start.
+  const std::string tls = dir / "tls";
+  ASSERT_EQ(run_atoll({"ca", "init", "--dir", tls}, dir / "ca.log").exit_code, 0);
+  ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls, "--name", "coordinator", "--role", "server"},
+                      dir / "ca.log")
+                .exit_code,
+            0);
+  const std::string config = write_config(dir, "exp.toml", "[diloco]\nrounds = 1\n");
+  auto coordinator =
+      node::Subprocess::spawn({ATOLL_BINARY, "coordinator", "--config", config, "--store",
+                               dir / "store", "--listen", "127.0.0.1:0", "--tls", tls},
+                              dir / "coordinator.log");
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().to_string();
+  std::string log;
+  ASSERT_TRUE(wait_for_log(dir / "coordinator.log", std::regex("token file: "), 60s, &log)) << log;
+  coordinator->signal(SIGTERM);
+  ASSERT_TRUE(coordinator->wait_for(30s).has_value());
+
+  const RunResult list = run_atoll({"token", "list", "--store", dir / "store"}, dir / "list.log");
+  ASSERT_EQ(list.exit_code, 0) << list.output;
+  const std::string hash = list.output.substr(0, list.output.find(' '));
+  expect_refused(dir, {"token", "revoke", "--store", dir / "store", "--hash", hash},
+                 "this is the last admin token; create another admin token first");
+  // With a second admin token the first one can go.
+  ASSERT_EQ(run_atoll({"token", "create", "--role", "admin", "--store", dir / "store"},
+                      dir / "create.log")
+                .exit_code,
+            0);
+  const RunResult revoked =
+      run_atoll({"token", "revoke", "--store", dir / "store", "--hash", hash}, dir / "revoke.log");
+  EXPECT_EQ(revoked.exit_code, 0) << revoked.output;
 }
 
 }  // namespace
