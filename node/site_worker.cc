@@ -202,6 +202,7 @@ class SiteWorker {
   bool on_disk_ = false;
   std::optional<uint64_t> last_written_;
   std::map<uint64_t, RoundSnapshot> read_back_;
+  bool first_round_ = true;  // no round trained by this process yet
   // What this site ends with (node/kept_theta.h): the mode, the best θ so far, the checkpoint it
   // is saved to ("" = kept in memory only), and the STOP task that ended the experiment (whose
   // round's θ is the last candidate).
@@ -587,6 +588,14 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
       }
       ATOLL_RETURN_IF_ERROR(adopt(*pulled));
     }
+    // States read back from --state-dir say for themselves what the first round starts from
+    // (take_saved_state); without any, a process that starts past round 0 (restarted without
+    // its files, or joining late) trains from a fresh optimizer state, and says so.
+    if (first_round_ && round > 0 && read_back_.empty())
+      log("round " + std::to_string(round) +
+          ": starting without a saved round state (--state-dir): training on from a fresh "
+          "optimizer state, so later rounds differ from a run without the restart");
+    first_round_ = false;
     ATOLL_ASSIGN_OR_RETURN(const bool resumed, start_from_snapshot(cur));
     if (!resumed) {
       const al::ParamSet& theta = theta_->params();
