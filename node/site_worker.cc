@@ -46,6 +46,13 @@ bool retryable(const Status& s) {
   return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
 }
 
+// Another process joined under this node's name and the coordinator took it instead
+// (coordinator/service.h): this process stops with the coordinator's line, without a line of its
+// own about the call that failed.
+bool superseded(const Status& s) {
+  return s.code() == StatusCode::kAborted;
+}
+
 ReconnectOptions reconnect_options(const SiteWorkerOptions& o) {
   ReconnectOptions r;
   r.coordinator = o.coordinator;
@@ -583,6 +590,7 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
     if (!theta_->holds(cur.params_fingerprint())) {
       auto pulled = theta_->pull(link_, cur);
       if (!pulled.ok()) {
+        if (superseded(pulled.status())) return pulled.status();
         log("pull of round " + std::to_string(round) + " failed: " + pulled.status().message());
         return Flow::kContinue;
       }
@@ -634,6 +642,7 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
   ATOLL_ASSIGN_OR_RETURN(const Flow flow, sync_round(cur, update, sent));
   if (flow == Flow::kStop) return Flow::kStop;
   if (!sent.ok()) {
+    if (superseded(sent.status())) return sent.status();
     log("update for round " + std::to_string(round) + " refused: " + sent.status().message());
     next_.reset();
     return Flow::kContinue;
