@@ -21,12 +21,16 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 constexpr char kNodeMetadata[] = "atoll-node";
 constexpr char kSessionMetadata[] = "atoll-session";
 
-// 128 random bits as hex: unique per process for any practical number of restarts.
-std::string random_session() {
-  std::random_device rd;
-  char text[33];
-  std::snprintf(text, sizeof(text), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
-  return text;
+// This process's id: 128 random bits as hex, drawn once, so that every client of the process
+// (one per site, or a new one after a reconnect) is the same process to the coordinator.
+const std::string& process_session() {
+  static const std::string id = [] {
+    std::random_device rd;
+    char text[33];
+    std::snprintf(text, sizeof(text), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+    return std::string(text);
+  }();
+  return id;
 }
 }
 
@@ -34,7 +38,7 @@ GrpcCoordinatorCalls::GrpcCoordinatorCalls(ClientOptions options)
     : options_(std::move(options)),
       channel_(transport::create_channel(options_.target, options_.tls)),
       stub_(pb::Coordinator::NewStub(channel_)) {
-  if (options_.session.empty()) options_.session = random_session();
+  if (options_.session.empty()) options_.session = process_session();
 }
 
 void GrpcCoordinatorCalls::prepare(grpc::ClientContext& ctx,
