@@ -25,6 +25,10 @@ Status Flags::parse(const std::vector<std::string>& args) {
       continue;
     }
     if (a.rfind("--", 0) != 0) {
+      if (positional_.size() >= max_positional_)
+        return InvalidArgument("unexpected argument '" + a + "' for `atoll " + command_ +
+                               "` (a value with spaces needs quotes; see `atoll " + command_ +
+                               " --help`)");
       positional_.push_back(a);
       continue;
     }

