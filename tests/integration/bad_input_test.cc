@@ -277,6 +277,21 @@ TEST(BadInput, StrayArgumentsAreRefused) {
                  "see `atoll generate --help`)");
 }
 
+// A codec spec on the command line that is no codec exited 1 (found when the coordinator built
+// it); every other bad flag exits 2. It is now refused with the config's checks.
+TEST(BadInput, BadCodecSpecOnTheCommandLineIsExitCode2) {
+  TempDir dir;
+  const RunResult r =
+      run_atoll({"simulate", "--codec", "bogus", "--store", dir / "store"}, dir / "codec.log", 60s);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output.rfind("atoll simulate: demo flags: train.codec = \"bogus\" is not a codec: "
+                           "codec spec 'bogus': unknown stage 'bogus'",
+                           0),
+            0u)
+      << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+}
+
 // bench moe aborted in bad_alloc on a huge expert and ran for hours on a huge expert count.
 TEST(BadInput, BenchMoeShapesAreBounded) {
   TempDir dir;
