@@ -8,6 +8,7 @@
 
 #include "cli/bench_common.h"
 #include "cli/flags.h"
+#include "coordinator/experiment_config.h"
 #include "kernels/cpu/ops.h"
 #include "measure/moe.h"
 
@@ -40,6 +41,16 @@ int bench_moe(const Args& args) {
       return fail("bench moe",
                   "--configs: '" + list.substr(pos, end - pos) +
                       "' is not E:K:Fe with 1 <= K <= E and Fe >= 1 (e.g. 8:2:384)",
+                  2);
+    // The experiment config's MoE bounds, and the parameter cap of every model (an expert's
+    // three matrices are C × Fe each): a larger shape aborted in an allocation or ran for hours.
+    const int64_t weights = int64_t{c.experts} * 3 * *C * c.expert_hidden;
+    if (c.experts > 4096 || c.expert_hidden > (1 << 20) ||
+        weights > static_cast<int64_t>(coordinator::kMaxParams))
+      return fail("bench moe",
+                  "--configs: '" + list.substr(pos, end - pos) +
+                      "' is too large: E <= 4096, Fe <= 1048576 and E·3·dim·Fe <= " +
+                      std::to_string(coordinator::kMaxParams) + " expert weights",
                   2);
     configs.push_back(c);
     pos = end + 1;

@@ -1,6 +1,7 @@
 // `atoll ca init --dir D` and `atoll ca issue --dir D --name N --role node|admin|server`.
 #include <cinttypes>
 #include <cstdio>
+#include <ctime>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
@@ -10,10 +11,11 @@ namespace atl::cli {
 
 int cmd_ca(const Args& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::printf("usage: atoll ca init --dir DIR [--days N]\n"
-                "       atoll ca issue --dir DIR --name NAME --role node|admin|server "
-                "[--days N] [--san HOST_OR_IP,...]\n"
-                "       atoll ca show --cert FILE\n");
+    std::printf(
+        "usage: atoll ca init --dir DIR [--days N]\n"
+        "       atoll ca issue --dir DIR --name NAME [--role node|admin|server] "
+        "[--days N] [--san HOST_OR_IP,...]   (--role defaults to node)\n"
+        "       atoll ca show --cert FILE\n");
     return args.empty() ? 2 : 0;
   }
   const std::string sub = args[0];
@@ -76,9 +78,17 @@ int cmd_ca(const Args& args) {
     if (!cert) return fail("ca show", "--cert is required", 2);
     auto info = transport::inspect_certificate(*cert);
     if (!info.ok()) return fail("ca show", info.status().message());
-    std::printf("subject:   %s\nissuer:    %s\nrole:      %s\nexpires:   %s\nsha256:    %s\n",
-                info->subject.c_str(), info->issuer.c_str(), info->role.c_str(),
-                info->not_after.c_str(), info->fingerprint_sha256.c_str());
+    // Whether it is valid now: an expired or not yet valid certificate is refused in every
+    // handshake, which is usually why one is looked at.
+    const int64_t now = static_cast<int64_t>(std::time(nullptr));
+    const char* validity = now < info->not_before_unix  ? "NOT YET VALID"
+                           : now > info->not_after_unix ? "EXPIRED"
+                                                        : "valid now";
+    std::printf(
+        "subject:   %s\nissuer:    %s\nrole:      %s\nnot-before: %s\nexpires:   %s\n"
+        "validity:  %s\nsha256:    %s\n",
+        info->subject.c_str(), info->issuer.c_str(), info->role.c_str(), info->not_before.c_str(),
+        info->not_after.c_str(), validity, info->fingerprint_sha256.c_str());
     for (const auto& s : info->sans) std::printf("san:       %s\n", s.c_str());
     return 0;
   }

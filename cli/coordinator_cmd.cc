@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -17,6 +18,8 @@
 #include "cli/signals.h"
 #include "coordinator/screening_note.h"
 #include "kernels/cpu/ops.h"
+#include "transport/host_port.h"
+#include "transport/tls/handshake_log.h"
 
 namespace atl::cli {
 
@@ -195,6 +198,31 @@ Status read_connection_limits(const Flags& flags, CoordinatorLaunch& l) {
   return Status::Ok();
 }
 
+// The coordinator's own ports, checked against each other: two of its flags on one port used to
+// fail when the second listener bound, with "already in use by another process". Port 0 (any
+// free port) never collides; a wildcard host collides with every host.
+Status check_own_ports(const Flags& flags) {
+  std::vector<std::pair<std::string, transport::HostPort>> ports;
+  for (const auto& [name, def] : {std::pair<const char*, const char*>{"listen", "127.0.0.1:7070"},
+                                  {"bulk-listen", "off"},
+                                  {"http", "127.0.0.1:0"},
+                                  {"metrics", "off"}}) {
+    const std::string value = flags.get_or(name, def);
+    if (value == "off") continue;
+    ATOLL_ASSIGN_OR_RETURN(transport::HostPort hp,
+                           transport::parse_host_port(value, std::string("--") + name));
+    if (hp.host == "localhost") hp.host = "127.0.0.1";
+    auto wildcard = [](const std::string& h) { return h == "0.0.0.0" || h == "::"; };
+    for (const auto& [other, seen] : ports)
+      if (hp.port != 0 && hp.port == seen.port &&
+          (hp.host == seen.host || wildcard(hp.host) || wildcard(seen.host)))
+        return InvalidArgument("--" + std::string(name) + " " + value + " is on the port of this " +
+                               "coordinator's " + other + ": give each its own port");
+    ports.emplace_back("--" + std::string(name), hp);
+  }
+  return Status::Ok();
+}
+
 // A bad flag, config or file is InvalidArgument (exit code 2).
 StatusOr<CoordinatorSetup> read_setup(const Flags& flags) {
   CoordinatorSetup setup;
@@ -203,6 +231,22 @@ StatusOr<CoordinatorSetup> read_setup(const Flags& flags) {
                          flags.get_int("eval-tokens", 16384, 0, int64_t{1} << 40));
   ATOLL_ASSIGN_OR_RETURN(const int64_t eval_threads, flags.get_int("eval-threads", 1, 0, 1024));
   CoordinatorLaunch& l = setup.launch;
+  // Every address before anything else: `atoll coordinator` always serves gRPC, so an empty
+  // --listen (the in-process demos' "no server") is refused like any malformed one.
+  for (const auto& [name, off] : {std::pair<const char*, bool>{"listen", false},
+                                  {"bulk-listen", true},
+                                  {"http", true},
+                                  {"metrics", false}})
+    ATOLL_RETURN_IF_ERROR(check_listen_flag(flags, name, off));
+  ATOLL_RETURN_IF_ERROR(check_own_ports(flags));
+  if (flags.has("tls") && flags.has("insecure"))
+    return InvalidArgument("--tls and --insecure are mutually exclusive: give one of them");
+  // The dashboard's files, before anything is created (a missing one was found at the first
+  // request).
+  if (auto web = flags.get("web"); web && !std::filesystem::is_directory(*web))
+    return InvalidArgument("--web " + *web +
+                           " is not a directory: give the dashboard's files (web/ of the source "
+                           "tree), or leave --web out");
   auto config = flags.get("config");
   if (!config) return InvalidArgument("--config FILE is required (see docs/configuration.md)");
   ATOLL_ASSIGN_OR_RETURN(l.config, coordinator::load_experiment_config(*config));
@@ -270,6 +314,10 @@ int cmd_coordinator(const Args& args) {
         std::lock_guard<std::mutex> lk(where.mu);
         return where.round;
       });
+  // gRPC's own lines in this log's format (JSON lines stay JSON), on stderr.
+  transport::GrpcLogRoute grpc_log([&log](bool error, const std::string& line) {
+    log.write(error ? LogLevel::kError : LogLevel::kInfo, line, std::nullopt, stderr);
+  });
   auto setup = read_setup(flags);
   if (!setup.ok()) return log.fail(setup.status().message(), 2);
   CoordinatorLaunch& l = setup->launch;

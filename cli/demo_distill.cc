@@ -103,6 +103,7 @@ StatusOr<DistillExperiment> parse_distill_experiment(const Flags& flags, int64_t
                                                      bool dashboard) {
   DistillExperiment d;
   if (dashboard) {
+    ATOLL_RETURN_IF_ERROR(check_listen_flag(flags, "http", /*off=*/true));
     d.http = flags.get_or("http", "off");
     ATOLL_ASSIGN_OR_RETURN(d.after, parse_after_done(flags));
   }

@@ -329,6 +329,7 @@ StatusOr<DemoExperiment> parse_demo_experiment(const Flags& flags, int64_t max_s
   d.init_from = flags.get("init-from");
   ATOLL_ASSIGN_OR_RETURN(d.summary_json, flags.get_output_file("summary-json"));
   ATOLL_ASSIGN_OR_RETURN(d.out, flags.get_output_file("out"));
+  ATOLL_RETURN_IF_ERROR(check_listen_flag(flags, "http", /*off=*/true));
   d.http = flags.get_or("http", "127.0.0.1:0");
   d.insecure = flags.has("insecure");
   const std::string bulk_lane = flags.get_or("bulk-lane", "on");

@@ -72,6 +72,10 @@ int run_teacher(const Args& args) {
   const std::string tls_dir = flags.get_or("tls", "");
   if (!insecure && tls_dir.empty())
     return fail("node", "--tls DIR is required (or --insecure for local development)", 2);
+  if (insecure && flags.has("tls"))
+    return fail("node", "--tls and --insecure are mutually exclusive: give one of them", 2);
+  if (Status s = check_listen_flag(flags, "listen", /*off=*/false); !s.ok())
+    return fail("node", s.message(), 2);
   auto threads = flags.get_int("threads", 0, 0, 1024);
   if (!threads.ok()) return fail("node", threads.status().message(), 2);
   kernels::cpu::set_num_threads(static_cast<int>(*threads));
@@ -264,6 +268,8 @@ int run_student(const Args& args) {
   Flags flags("node --role student", student_flags());
   if (Status s = flags.parse(args); !s.ok()) return fail("node", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
+  if (flags.has("insecure") && flags.has("tls"))
+    return fail("node", "--tls and --insecure are mutually exclusive: give one of them", 2);
   auto f = read_student_flags(flags);
   if (!f.ok()) return fail("node", f.status().message(), 2);
   auto setup_or = make_train_setup(flags, nullptr, f->steps);

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "transport/host_port.h"
+
 namespace atl::cli {
 
 Flags::Flags(std::string command, std::vector<FlagSpec> specs)
@@ -27,6 +29,10 @@ Status Flags::parse(const std::vector<std::string>& args) {
       continue;
     }
     if (a.rfind("--", 0) != 0) {
+      if (positional_.size() >= max_positional_)
+        return InvalidArgument("unexpected argument '" + a + "' for `atoll " + command_ +
+                               "` (a value with spaces needs quotes; see `atoll " + command_ +
+                               " --help`)");
       positional_.push_back(a);
       continue;
     }
@@ -118,6 +124,20 @@ std::optional<std::string> Flags::get(const std::string& name) const {
 std::string Flags::get_or(const std::string& name, const std::string& def) const {
   auto v = get(name);
   return v ? *v : def;
+}
+
+Status check_listen_flag(const Flags& flags, const std::string& name, bool off) {
+  const auto value = flags.get(name);
+  if (!value || (off && *value == "off")) return Status::Ok();
+  if (off && value->empty())
+    return InvalidArgument("--" + name + " is empty: give HOST:PORT, or off for none");
+  // The listeners' own examples (transport/metrics/http_exporter.cc, coordinator/http/server.cc),
+  // so that a flag's line is the same whichever checks it first.
+  const std::string example = name == "metrics" ? "10.0.0.5:9464"
+                              : name == "http"  ? "127.0.0.1:8443"
+                                                : "127.0.0.1:7070";
+  return transport::parse_host_port(*value, "--" + name, transport::PortZero::kAllowed, example)
+      .status();
 }
 
 StatusOr<int64_t> parse_int(const std::string& text, const std::string& what) {

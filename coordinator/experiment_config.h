@@ -335,6 +335,14 @@ StatusOr<ExperimentConfig> load_experiment_config(const std::string& path);
 // Cross-field and range checks on an already-built config (parse calls it): the first failed
 // check, or every failed one.
 Status validate_experiment_config(const ExperimentConfig& cfg, std::string_view source);
+// Largest θ a coordinator holds, in fp32 values: θ, the momentum and every site's copies are
+// allocated whole (1 GiB each at the cap), so a larger model would fail in an allocation.
+inline constexpr uint64_t kMaxParams = uint64_t{1} << 28;
+// The model's own checks (algorithms::validate) and the cap on θ's size, as one line starting
+// with `source`. Part of validate_experiment_config (except for LoRA, whose [model] is its base's);
+// the dashboard API's create applies it with its own cap.
+Status check_model_size(const ExperimentConfig& cfg, std::string_view source,
+                        uint64_t max_params = kMaxParams);
 std::vector<Status> experiment_config_errors(const ExperimentConfig& cfg, std::string_view source);
 // The model an experiment trains (algorithms/model/llama.h), from its [model] section.
 algorithms::ModelConfig model_config(const ExperimentConfig& cfg);

@@ -255,19 +255,11 @@ StatusOr<ExperimentSummary> ExperimentManager::create(const ExperimentConfig& re
     auto c = algorithms::compress::Codec::create(config.train.codec);
     if (!c.ok()) return InvalidArgument("config: train.codec: " + c.status().message());
   }
-  const algorithms::ModelConfig model = model_config(config);
-  if (Status s = algorithms::validate(model); !s.ok())
-    return InvalidArgument("config: model: " + s.message());
+  // The shared check of every config reader, with this coordinator's cap.
+  ATOLL_RETURN_IF_ERROR(check_model_size(config, "config", options_.max_params));
   if (config.is_lora())
-    if (Status s = algorithms::validate(lora_config(config), model); !s.ok())
+    if (Status s = algorithms::validate(lora_config(config), model_config(config)); !s.ok())
       return InvalidArgument("config: lora: " + s.message());
-  // θ is what the store holds: the adapters of a LoRA experiment, else the model.
-  const int64_t numel = static_cast<int64_t>(theta_layout(config).numel());
-  if (numel <= 0 || static_cast<uint64_t>(numel) > options_.max_params)
-    return InvalidArgument("config: model has " + std::to_string(numel) +
-                           " parameters; this coordinator creates models of at most " +
-                           std::to_string(options_.max_params) +
-                           " (reduce model.dim, model.layers or model.ffn_hidden)");
   if (store_.load_experiment(config.name).ok())
     return AlreadyExists("config: name = \"" + config.name +
                          "\" is taken: an experiment with that name exists");

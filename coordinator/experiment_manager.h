@@ -116,7 +116,7 @@ using BaseResolver = std::function<Status(ExperimentConfig& config)>;
 
 struct ManagerOptions {
   // Largest model create() accepts, in fp32 parameters (θ_0 is allocated at creation).
-  uint64_t max_params = uint64_t{1} << 28;
+  uint64_t max_params = kMaxParams;
   // Empty: checkpoint() answers FAILED_PRECONDITION.
   CheckpointEncoder encode_checkpoint;
   // Empty: create() of a LoRA experiment answers FAILED_PRECONDITION.

@@ -18,8 +18,38 @@ using transport::to_grpc;
 namespace {
 
 constexpr char kNodeMetadata[] = "atoll-node";
+constexpr char kSessionMetadata[] = "atoll-session";
+
+// The caller's process id ("" when it sends none).
+std::string session_of(const grpc::ServerContext& ctx) {
+  const auto& md = ctx.client_metadata();
+  auto it = md.find(kSessionMetadata);
+  if (it == md.end()) return "";
+  return std::string(it->second.data(), std::min<size_t>(it->second.size(), 64));
+}
 
 }  // namespace
+
+void CoordinatorService::record_session(const grpc::ServerContext& ctx,
+                                        const std::string& node) const {
+  const std::string session = session_of(ctx);
+  if (session.empty()) return;
+  std::lock_guard<std::mutex> lock(sessions_mu_);
+  sessions_[node] = session;
+}
+
+Status CoordinatorService::check_session(const grpc::ServerContext& ctx,
+                                         const std::string& node) const {
+  const std::string session = session_of(ctx);
+  if (session.empty()) return Status::Ok();
+  std::lock_guard<std::mutex> lock(sessions_mu_);
+  // A restarted coordinator knows no process yet: the first one to call is taken as the node's.
+  auto [it, inserted] = sessions_.emplace(node, session);
+  if (inserted || it->second == session) return Status::Ok();
+  return Aborted("replaced by another process with the same name: node '" + node +
+                 "' joined again from another process, which takes part from now on; stop this "
+                 "one, or give it a certificate of its own");
+}
 
 StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::open(
     Store& store, const ExperimentConfig& config, const algorithms::ParamSet& initial,
@@ -77,7 +107,9 @@ StatusOr<std::string> CoordinatorService::bulk_node(const transport::PeerIdentit
 StatusOr<std::string> CoordinatorService::node_of(const grpc::ServerContext& ctx,
                                                   const std::string& experiment_id) const {
   ATOLL_RETURN_IF_ERROR(engine_->admits(experiment_id));
-  return caller(ctx, nullptr);
+  ATOLL_ASSIGN_OR_RETURN(std::string node, caller(ctx, nullptr));
+  ATOLL_RETURN_IF_ERROR(check_session(ctx, node));
+  return node;
 }
 
 grpc::Status CoordinatorService::Join(grpc::ServerContext* ctx, const pb::JoinRequest* req,
@@ -90,6 +122,7 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* ctx, const pb::JoinRe
   if (!r.ok() && r.status().code() == StatusCode::kOutOfRange)
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, r.status().message());
   if (!r.ok()) return to_grpc(r.status());
+  record_session(*ctx, *id);
   *resp = std::move(*r);
   resp->set_bulk_port(bulk_port_.load());
   return grpc::Status::OK;

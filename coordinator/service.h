@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -155,6 +156,14 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
   // their errors: shutting down, experiment id, identity. Returns the caller's node id.
   StatusOr<std::string> node_of(const grpc::ServerContext& ctx,
                                 const std::string& experiment_id) const;
+  // Two processes under one node name (the same certificate started twice): the newest Join
+  // wins. Each node process sends a random id of its own ("atoll-session" metadata) with every
+  // call; Join records it, and a call that carries another one for that node is ABORTED with
+  // "replaced by another process with the same name", which the older process stops on. A
+  // process killed and started again joins at once, as before (docs/decisions.md). Calls
+  // without the metadata (older nodes) are not checked.
+  void record_session(const grpc::ServerContext& ctx, const std::string& node) const;
+  Status check_session(const grpc::ServerContext& ctx, const std::string& node) const;
 
   // Receive buffers of finished pushes, reused by the next ones (an update is θ-sized; writing
   // it into fresh memory costs a page fault per 4 KiB, bench/transport). At most
@@ -170,6 +179,8 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
   std::mutex push_buffers_mu_;         // guards push_buffers_
   std::vector<std::string> push_buffers_;
   std::atomic<uint32_t> bulk_port_{0};
+  mutable std::mutex sessions_mu_;                       // guards sessions_
+  mutable std::map<std::string, std::string> sessions_;  // node → its newest process's id
 };
 
 }  // namespace atl::coordinator

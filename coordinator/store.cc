@@ -404,6 +404,12 @@ Status make_owner_only(const std::string& dir, bool files) {
 
 StatusOr<std::unique_ptr<Store>> Store::open(const std::string& dir, StoreOptions options) {
   if (options.keep_params < 1) return InvalidArgument("store: keep_params must be >= 1");
+  // RocksDB's CURRENT names the live MANIFEST: a database exists exactly when it does.
+  if (!options.create_if_missing &&
+      !std::filesystem::exists(std::filesystem::path(dir) / "CURRENT"))
+    return InvalidArgument("--store " + dir +
+                           " holds no coordinator store (check the path: a coordinator creates "
+                           "its store on its first start)");
   {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);

@@ -146,6 +146,9 @@ struct StoreOptions {
   uint32_t keep_params = 3;
   // fsync every commit. Only tests of the store itself may want false.
   bool sync = true;
+  // false: a directory that holds no store yet is InvalidArgument instead of a new empty store
+  // (tools that manage an existing store: a typo in their --store must not create one).
+  bool create_if_missing = true;
 };
 
 class Store {

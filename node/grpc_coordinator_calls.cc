@@ -3,6 +3,7 @@
 #include <grpcpp/client_context.h>
 
 #include <cstdio>
+#include <random>
 #include <thread>
 
 #include "transport/channel.h"
@@ -18,17 +19,33 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 constexpr char kNodeMetadata[] = "atoll-node";
+constexpr char kSessionMetadata[] = "atoll-session";
+
+// This process's id: 128 random bits as hex, drawn once, so that every client of the process
+// (one per site, or a new one after a reconnect) is the same process to the coordinator.
+const std::string& process_session() {
+  static const std::string id = [] {
+    std::random_device rd;
+    char text[33];
+    std::snprintf(text, sizeof(text), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+    return std::string(text);
+  }();
+  return id;
+}
 }
 
 GrpcCoordinatorCalls::GrpcCoordinatorCalls(ClientOptions options)
     : options_(std::move(options)),
       channel_(transport::create_channel(options_.target, options_.tls)),
-      stub_(pb::Coordinator::NewStub(channel_)) {}
+      stub_(pb::Coordinator::NewStub(channel_)) {
+  if (options_.session.empty()) options_.session = process_session();
+}
 
 void GrpcCoordinatorCalls::prepare(grpc::ClientContext& ctx,
                                    std::chrono::milliseconds timeout) const {
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
   if (!options_.node_name.empty()) ctx.AddMetadata(kNodeMetadata, options_.node_name);
+  ctx.AddMetadata(kSessionMetadata, options_.session);
 }
 
 Status GrpcCoordinatorCalls::from_grpc(const grpc::Status& s, const char* rpc,
@@ -57,6 +74,8 @@ Status GrpcCoordinatorCalls::from_grpc(const grpc::Status& s, const char* rpc,
       return OutOfRange(std::string(rpc) + " rejected: " + msg);
     case grpc::StatusCode::PERMISSION_DENIED:
       return PermissionDenied("coordinator at " + t + " refused " + rpc + ": " + msg);
+    case grpc::StatusCode::ABORTED:  // another process took over this node's name
+      return Aborted(msg);
     case grpc::StatusCode::UNAUTHENTICATED:
       return Unauthenticated("coordinator at " + t + " did not accept our identity: " + msg);
     case grpc::StatusCode::DATA_LOSS:

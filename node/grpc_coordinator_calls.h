@@ -28,6 +28,10 @@ struct ClientOptions {
   // Identity in --insecure mode (sent with Join and as "atoll-node" metadata on every call).
   // With mTLS the coordinator takes the identity from the certificate instead.
   std::string node_name;
+  // This process's id, sent as "atoll-session" metadata on every call: the coordinator tells an
+  // older process under the same name that a newer one replaced it (ABORTED). "" = the process's
+  // own, drawn once per process.
+  std::string session;
   std::chrono::milliseconds rpc_timeout{10000};      // unary calls (+ wait_ms for NextTask)
   std::chrono::milliseconds stream_timeout{300000};  // PullParams / PushUpdate of a whole θ
   uint64_t max_param_bytes = uint64_t{4} << 30;      // refuse a θ announced larger than this

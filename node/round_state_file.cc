@@ -10,6 +10,27 @@
 
 namespace atl::node {
 
+Status claim_state_dir(const std::string& dir, const std::string& identity) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir, ec))
+    return InvalidArgument("--state-dir " + dir + " is not a directory" +
+                           (std::filesystem::exists(dir) ? " (it is a file)" : "") +
+                           ": give a directory for this node's round states (created if missing)");
+  const std::string path = (std::filesystem::path(dir) / "data").string();
+  auto recorded = read_file_bounded(path, 4096);
+  if (recorded.status().code() == StatusCode::kNotFound)
+    return write_file_atomic(path, identity + "\n");
+  if (!recorded.ok()) return recorded.status();
+  std::string was = *recorded;
+  while (!was.empty() && was.back() == '\n') was.pop_back();
+  if (was != identity)
+    return InvalidArgument("--state-dir " + dir + " holds the state of a node that trained on " +
+                           was + ", this one trains on " + identity +
+                           ": start it with the same --data, or give it another --state-dir");
+  return Status::Ok();
+}
+
 namespace {
 
 namespace fs = std::filesystem;

@@ -36,6 +36,13 @@
 
 namespace atl::node {
 
+// A node's --state-dir before it joins: created when missing, refused in one line when it is a
+// file or cannot be created (the node would otherwise find out after joining and train without
+// crash safety). The directory's file "data" records what the node trains on (`identity`: its
+// --data and a SHA-256 of its training tokens), written on first use; a directory that records
+// other data is refused, since a state resumed over other data is not the uninterrupted run.
+Status claim_state_dir(const std::string& dir, const std::string& identity);
+
 // Whose state a file holds: a file written for another experiment, node or model is not used.
 struct RoundStateOwner {
   std::string experiment_id;

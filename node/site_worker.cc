@@ -46,6 +46,13 @@ bool retryable(const Status& s) {
   return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
 }
 
+// Another process joined under this node's name and the coordinator took it instead
+// (coordinator/service.h): this process stops with the coordinator's line, without a line of its
+// own about the call that failed.
+bool superseded(const Status& s) {
+  return s.code() == StatusCode::kAborted;
+}
+
 ReconnectOptions reconnect_options(const SiteWorkerOptions& o) {
   ReconnectOptions r;
   r.coordinator = o.coordinator;
@@ -202,6 +209,7 @@ class SiteWorker {
   bool on_disk_ = false;
   std::optional<uint64_t> last_written_;
   std::map<uint64_t, RoundSnapshot> read_back_;
+  bool first_round_ = true;  // no round trained by this process yet
   // What this site ends with (node/kept_theta.h): the mode, the best θ so far, the checkpoint it
   // is saved to ("" = kept in memory only), and the STOP task that ended the experiment (whose
   // round's θ is the last candidate).
@@ -585,11 +593,20 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
     if (!theta_->holds(cur.params_fingerprint())) {
       auto pulled = theta_->pull(link_, cur);
       if (!pulled.ok()) {
+        if (superseded(pulled.status())) return pulled.status();
         log("pull of round " + std::to_string(round) + " failed: " + pulled.status().message());
         return Flow::kContinue;
       }
       ATOLL_RETURN_IF_ERROR(adopt(*pulled));
     }
+    // States read back from --state-dir say for themselves what the first round starts from
+    // (take_saved_state); without any, a process that starts past round 0 (restarted without
+    // its files, or joining late) trains from a fresh optimizer state, and says so.
+    if (first_round_ && round > 0 && read_back_.empty())
+      log("round " + std::to_string(round) +
+          ": starting without a saved round state (--state-dir): training on from a fresh "
+          "optimizer state, so later rounds differ from a run without the restart");
+    first_round_ = false;
     ATOLL_ASSIGN_OR_RETURN(const bool resumed, start_from_snapshot(cur));
     if (!resumed) {
       const al::ParamSet& theta = theta_->params();
@@ -628,6 +645,7 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
   ATOLL_ASSIGN_OR_RETURN(const Flow flow, sync_round(cur, update, sent));
   if (flow == Flow::kStop) return Flow::kStop;
   if (!sent.ok()) {
+    if (superseded(sent.status())) return sent.status();
     log("update for round " + std::to_string(round) + " refused: " + sent.status().message());
     next_.reset();
     return Flow::kContinue;

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "transport/channel.h"
+#include "transport/host_port.h"
 
 namespace atl::transport {
 
@@ -90,28 +91,24 @@ StatusOr<std::unique_ptr<CappedListener>> CappedListener::bind(const std::string
   if (caps.max_connections < 1)
     return InvalidArgument(flag + ": the connection cap must be at least 1");
   caps.evict_idle = false;
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || colon + 1 == listen.size())
-    return InvalidArgument(flag + " " + listen + " must be HOST:PORT, e.g. 0.0.0.0:7070");
+  ATOLL_ASSIGN_OR_RETURN(const HostPort hp, parse_host_port(listen, flag));
   ATOLL_RETURN_IF_ERROR(check_can_listen(listen, flag));
-  std::string host = listen.substr(0, colon);
-  const std::string port = listen.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
+  const std::string& host = hp.host;
+  const int port = hp.port;
   std::unique_ptr<CappedListener> l(new CappedListener(caps));
-  const bool wildcard = host.empty() || host == "0.0.0.0" || host == "::";
+  const bool wildcard = host == "0.0.0.0" || host == "::";
   if (wildcard) {
     // Like gRPC: one dual-stack IPv6 socket, or IPv4 alone on a machine without IPv6.
     sockaddr_in6 any6{};
     any6.sin6_family = AF_INET6;
     any6.sin6_addr = in6addr_any;
-    set_port(reinterpret_cast<sockaddr*>(&any6), std::stoi(port));
+    set_port(reinterpret_cast<sockaddr*>(&any6), port);
     int fd = listen_on(reinterpret_cast<sockaddr*>(&any6), sizeof(any6), true);
     if (fd < 0 && host != "::") {
       sockaddr_in any4{};
       any4.sin_family = AF_INET;
       any4.sin_addr.s_addr = htonl(INADDR_ANY);
-      set_port(reinterpret_cast<sockaddr*>(&any4), std::stoi(port));
+      set_port(reinterpret_cast<sockaddr*>(&any4), port);
       fd = listen_on(reinterpret_cast<sockaddr*>(&any4), sizeof(any4), false);
     }
     if (fd < 0) return bind_failure(listen, flag, -fd);
@@ -123,7 +120,8 @@ StatusOr<std::unique_ptr<CappedListener>> CappedListener::bind(const std::string
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE;
     addrinfo* found = nullptr;
-    if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr)
+    if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 ||
+        found == nullptr)
       return InvalidArgument(flag + " " + listen + ": '" + host +
                              "' is not an address or a known host name of this machine");
     int first_err = 0;

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "transport/grpc_status.h"
+#include "transport/host_port.h"
 #include "transport/tls/handshake_probe.h"
 
 namespace atl::transport {
@@ -52,18 +53,15 @@ int bind_errno(const addrinfo& address) {
 }  // namespace
 
 Status check_can_listen(const std::string& listen, const std::string& flag) {
-  const size_t colon = listen.rfind(':');
-  std::string host = colon == std::string::npos ? "" : listen.substr(0, colon);
-  const std::string port = colon == std::string::npos ? listen : listen.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
+  ATOLL_ASSIGN_OR_RETURN(const HostPort hp, parse_host_port(listen, flag));
+  const std::string& host = hp.host;
+  const std::string port = std::to_string(hp.port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
   addrinfo* found = nullptr;
-  if (::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found) != 0 ||
-      found == nullptr)
+  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr)
     return InvalidArgument(flag + " " + listen + ": '" + host +
                            "' is not an address or a known host name of this machine");
   int err = 0;

@@ -42,6 +42,9 @@ grpc::Status to_grpc(const Status& status) {
     case StatusCode::kIoError:
       code = G::INTERNAL;
       break;
+    case StatusCode::kAborted:
+      code = G::ABORTED;
+      break;
   }
   return grpc::Status(code, status.message());
 }
@@ -62,8 +65,10 @@ Status from_grpc(const grpc::Status& status) {
       code = StatusCode::kAlreadyExists;
       break;
     case G::FAILED_PRECONDITION:
-    case G::ABORTED:
       code = StatusCode::kFailedPrecondition;
+      break;
+    case G::ABORTED:
+      code = StatusCode::kAborted;
       break;
     case G::OUT_OF_RANGE:
     case G::RESOURCE_EXHAUSTED:

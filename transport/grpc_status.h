@@ -10,7 +10,7 @@ namespace atl::transport {
 
 grpc::Status to_grpc(const Status& status);
 // Messages pass through unchanged; gRPC-only codes map to the closest Atoll code
-// (RESOURCE_EXHAUSTED -> kOutOfRange, CANCELLED -> kUnavailable, ABORTED -> kFailedPrecondition,
+// (RESOURCE_EXHAUSTED -> kOutOfRange, CANCELLED -> kUnavailable, ABORTED -> kAborted,
 // UNKNOWN/UNIMPLEMENTED -> kInternal).
 Status from_grpc(const grpc::Status& status);
 

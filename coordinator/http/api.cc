@@ -416,17 +416,10 @@ Response Api::handle_tokens(const Request& req, const std::vector<std::string>& 
       return error(400, match.status().message());
     return fail(match.status());
   }
-  if (match->role == role_name(Role::kAdmin)) {
-    // Revoking the last admin token would leave nobody able to change anything while the
-    // coordinator runs.
-    auto tokens = store_.list_tokens();
-    if (!tokens.ok()) return fail(tokens.status());
-    int admins = 0;
-    for (const auto& t : *tokens) admins += t.role == role_name(Role::kAdmin) ? 1 : 0;
-    if (admins <= 1)
-      return error(409, "this is the last admin token; create another admin token first");
+  if (Status st = revoke_token(store_, *match); !st.ok()) {
+    if (st.code() == StatusCode::kFailedPrecondition) return error(409, st.message());
+    return fail(st);
   }
-  if (Status st = store_.delete_token(match->hash); !st.ok()) return fail(st);
   return json_response(200, json::object{{"revoked", match->hash}, {"role", match->role}});
 }
 

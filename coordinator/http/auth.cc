@@ -57,6 +57,17 @@ StatusOr<std::string> create_token(Store& store, Role role, const std::string& l
   return token;
 }
 
+Status revoke_token(Store& store, const TokenRecord& token) {
+  if (token.role == role_name(Role::kAdmin)) {
+    ATOLL_ASSIGN_OR_RETURN(const std::vector<TokenRecord> tokens, store.list_tokens());
+    int admins = 0;
+    for (const auto& t : tokens) admins += t.role == role_name(Role::kAdmin) ? 1 : 0;
+    if (admins <= 1)
+      return FailedPrecondition("this is the last admin token; create another admin token first");
+  }
+  return store.delete_token(token.hash);
+}
+
 StatusOr<TokenRecord> find_token(const Store& store, std::string_view prefix) {
   if (prefix.size() < 8 || prefix.size() > 64)
     return InvalidArgument("a token hash prefix needs 8 to 64 hex digits");

@@ -24,6 +24,10 @@ StatusOr<std::string> create_token(Store& store, Role role, const std::string& l
 // The token whose hash starts with `hash_prefix` (≥ 8 hex digits): INVALID_ARGUMENT for a short
 // or non-hex prefix, NOT_FOUND when none matches, FAILED_PRECONDITION when several do.
 StatusOr<TokenRecord> find_token(const Store& store, std::string_view hash_prefix);
+// Deletes `token`, unless it is the last admin token: FailedPrecondition then (nobody could
+// change anything, and a coordinator creates a bootstrap token only for a store without any).
+// The API's DELETE /api/tokens and `atoll token revoke` both revoke through it.
+Status revoke_token(Store& store, const TokenRecord& token);
 
 // The role of the token in an "Authorization: Bearer <token>" header. UNAUTHENTICATED when the
 // header is missing, malformed or the token is unknown.

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "coordinator/http/api.h"
+#include "transport/host_port.h"
 #include "transport/tls/ca.h"
 
 namespace atl::coordinator::http {
@@ -280,21 +281,6 @@ class Session : public std::enable_shared_from_this<Session> {
   transport::ConnectionTable::Id table_id_ = 0;
 };
 
-StatusOr<std::pair<std::string, uint16_t>> split_host_port(const std::string& listen) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || colon == 0)
-    return InvalidArgument("--http " + listen + ": expected HOST:PORT, e.g. 127.0.0.1:8443");
-  std::string host = listen.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  const std::string port = listen.substr(colon + 1);
-  if (port.empty() || port.size() > 5 ||
-      port.find_first_not_of("0123456789") != std::string::npos || std::stoul(port) > 65535)
-    return InvalidArgument("--http " + listen + ": the port must be a number in 0-65535");
-  if (host == "localhost") host = "127.0.0.1";
-  return std::make_pair(host, static_cast<uint16_t>(std::stoul(port)));
-}
-
 }  // namespace
 
 struct HttpServer::Impl {
@@ -401,14 +387,18 @@ void HttpServer::shutdown() {
 
 StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(ExperimentManager& manager, Store& store,
                                                         HttpOptions options) {
-  ATOLL_ASSIGN_OR_RETURN(auto hp, split_host_port(options.listen));
+  ATOLL_ASSIGN_OR_RETURN(
+      transport::HostPort hp,
+      transport::parse_host_port(options.listen, "--http", transport::PortZero::kAllowed,
+                                 "127.0.0.1:8443"));
+  if (hp.host == "localhost") hp.host = "127.0.0.1";
   if (options.threads < 1) options.threads = 1;
   if (options.limits.caps.max_connections < 1)
     return InvalidArgument("dashboard: the connection cap must be at least 1");
   const std::string cert = transport::cert_path(options.tls_dir, options.cert_name);
   const std::string key = transport::key_path(options.tls_dir, options.cert_name);
   auto impl = std::make_unique<Impl>(manager, store, std::move(options));
-  impl->host = hp.first;
+  impl->host = hp.host;
 
   // TLS 1.3 only, the coordinator's server certificate.
   beast::error_code ec;
@@ -424,11 +414,11 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(ExperimentManager& manag
   impl->ctx.use_private_key_file(key, ssl::context::pem, ec);
   if (ec) return InvalidArgument("dashboard: cannot load key " + key + " (" + ec.message() + ")");
 
-  const auto addr = net::ip::make_address(hp.first, ec);
+  const auto addr = net::ip::make_address(hp.host, ec);
   if (ec)
     return InvalidArgument("--http " + impl->shared.options.listen +
                            ": the host must be an IP address or localhost");
-  const tcp::endpoint ep(addr, hp.second);
+  const tcp::endpoint ep(addr, hp.port);
   impl->acceptor.open(ep.protocol(), ec);
   if (!ec) impl->acceptor.set_option(net::socket_base::reuse_address(true), ec);
   if (!ec) impl->acceptor.bind(ep, ec);

@@ -12,7 +12,7 @@ namespace atl {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,   // bad flag, config, file content, network message
+  kInvalidArgument,  // bad flag, config, file content, network message
   kNotFound,
   kAlreadyExists,
   kFailedPrecondition,  // e.g. stale round, wrong experiment state
@@ -24,6 +24,7 @@ enum class StatusCode {
   kDataLoss,  // checksum mismatch, truncated file
   kInternal,
   kIoError,
+  kAborted,  // this caller was superseded (another process took over its identity): stop
 };
 
 const char* status_code_name(StatusCode code);
@@ -54,6 +55,9 @@ inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::
 inline Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
+inline Status Aborted(std::string m) {
+  return {StatusCode::kAborted, std::move(m)};
+}
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status PermissionDenied(std::string m) {
   return {StatusCode::kPermissionDenied, std::move(m)};

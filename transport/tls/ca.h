@@ -42,6 +42,7 @@ struct CertInfo {
   std::string serial_hex;
   int64_t not_before_unix = 0;
   int64_t not_after_unix = 0;
+  std::string not_before;          // "YYYY-MM-DD HH:MM:SS UTC"
   std::string not_after;           // "YYYY-MM-DD HH:MM:SS UTC"
   std::string fingerprint_sha256;  // of the DER encoding, hex
   std::vector<std::string> sans;   // "DNS:x", "IP:1.2.3.4"

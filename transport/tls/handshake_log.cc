@@ -81,10 +81,23 @@ void print(gpr_log_func_args* args) {
 // it and the verbosity asked for are found here.
 std::mutex g_mu;
 const HandshakeRefusalLog::Sink* g_sink = nullptr;
+const GrpcLogRoute::Sink* g_route = nullptr;
 int g_min_severity = GPR_LOG_SEVERITY_ERROR;
 
 void pass_through(gpr_log_func_args* args) {
-  if (static_cast<int>(args->severity) >= g_min_severity) print(args);
+  if (static_cast<int>(args->severity) < g_min_severity) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_route == nullptr || !*g_route) return print(args);
+  (*g_route)(
+      args->severity == GPR_LOG_SEVERITY_ERROR,
+      "grpc: " + std::string(args->file) + ":" + std::to_string(args->line) + "] " + args->message);
+}
+
+// A client's process (no HandshakeRefusalLog): its failed handshakes are explained by the call
+// that failed.
+void route_client(gpr_log_func_args* args) {
+  if (g_min_severity > GPR_LOG_SEVERITY_DEBUG && explain_handshake_failure(args->message)) return;
+  pass_through(args);
 }
 
 void classify(gpr_log_func_args* args) {
@@ -169,6 +182,23 @@ HandshakeRefusalLog::HandshakeRefusalLog(Sink sink) : sink_(std::move(sink)) {
   // A client that hangs up mid-handshake is reported only at debug level; classify() passes
   // on just what GRPC_VERBOSITY asked for.
   gpr_set_log_verbosity(GPR_LOG_SEVERITY_DEBUG);
+}
+
+GrpcLogRoute::GrpcLogRoute(Sink sink) : sink_(std::move(sink)) {
+  bool refusals_installed = false;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_route = &sink_;
+    refusals_installed = g_sink != nullptr;
+    if (!refusals_installed) g_min_severity = configured_min_severity();
+  }
+  // With a HandshakeRefusalLog, classify() stays installed and passes the rest on to the route.
+  if (!refusals_installed) gpr_set_log_function(route_client);
+}
+
+GrpcLogRoute::~GrpcLogRoute() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_route == &sink_) g_route = nullptr;
 }
 
 HandshakeRefusalLog::~HandshakeRefusalLog() {

@@ -40,4 +40,24 @@ class HandshakeRefusalLog {
   Sink sink_;
 };
 
+// While alive, gRPC's own log messages (all but HandshakeRefusalLog's refusals) go to `sink`
+// as "grpc: file:line] message" with `error` = gRPC's ERROR severity, instead of to stderr in
+// gRPC's layout, which broke `--log-format json` ("every log line is a JSON object") and the
+// one line per error: the process's logger formats them. What GRPC_VERBOSITY asks for passes
+// (gRPC's default: errors only). A client's failed TLS handshake ("Handshake failed with fatal
+// error ...") is dropped unless GRPC_VERBOSITY is DEBUG: the call that failed says why in its
+// own line (transport/channel.h, explain_connect_failure). One per process (`atoll node`,
+// `atoll coordinator`); the destructor puts back gRPC's layout on stderr.
+class GrpcLogRoute {
+ public:
+  using Sink = std::function<void(bool error, const std::string& line)>;
+  explicit GrpcLogRoute(Sink sink);
+  ~GrpcLogRoute();
+  GrpcLogRoute(const GrpcLogRoute&) = delete;
+  GrpcLogRoute& operator=(const GrpcLogRoute&) = delete;
+
+ private:
+  Sink sink_;
+};
+
 }  // namespace atl::transport

