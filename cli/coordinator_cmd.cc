@@ -275,7 +275,8 @@ StatusOr<CoordinatorSetup> read_setup(const Flags& flags) {
   l.web_root = flags.get_or("web", "");
   l.metrics_listen = flags.get_or("metrics", "");
   ATOLL_RETURN_IF_ERROR(read_connection_limits(flags, l));
-  setup.out = flags.get_or("out", "");
+  ATOLL_ASSIGN_OR_RETURN(const std::optional<std::string> out, flags.get_output_file("out"));
+  setup.out = out.value_or("");
   if (auto spec = flags.get("eval-data")) {
     GlobalEvalOptions eo;
     eo.data_spec = *spec;

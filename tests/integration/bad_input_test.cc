@@ -66,6 +66,10 @@ TEST(BadInput, CoordinatorListenAddressesAreCheckedBeforeAnythingIsCreated) {
                  "--bulk-listen is empty: give HOST:PORT, or off for none");
   expect_refused(dir, coordinator("--metrics", ""),
                  "--metrics is empty: expected HOST:PORT, e.g. 10.0.0.5:9464");
+  // The final checkpoint's folder is checked before the run, not after its last round.
+  expect_refused(dir, coordinator("--out", dir / "missing/final.safetensors"),
+                 "--out " + (dir / "missing/final.safetensors") + ": the folder " +
+                     (dir / "missing") + " does not exist; create it first");
   EXPECT_FALSE(std::filesystem::exists(store)) << "a refused start created the store";
 }
 
