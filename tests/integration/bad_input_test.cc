@@ -200,11 +200,7 @@ TEST(BadInput, TokenCommandsKeepTheLastAdminAndNeverCreateAStore) {
 
   // A store with its bootstrap admin token, from a coordinator's first start.
   const std::string tls = dir / "tls";
-  ASSERT_EQ(run_atoll({"ca", "init", "--dir", tls}, dir / "ca.log").exit_code, 0);
-  ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls, "--name", "coordinator", "--role", "server"},
-                      dir / "ca.log")
-                .exit_code,
-            0);
+  issue_cli_ca(dir, tls, {});
   const std::string config = write_config(dir, "exp.toml", "[diloco]\nrounds = 1\n");
   auto coordinator =
       node::Subprocess::spawn({ATOLL_BINARY, "coordinator", "--config", config, "--store",

@@ -71,6 +71,19 @@ inline RunResult run_atoll(const std::vector<std::string>& args, const std::stri
 // The tiny byte-level teacher the distillation tests distill from: 1 block, dim 32, 3 steps on
 // Brown genre a, written to dir/teacher. Returns its checkpoint's path (training failures are a
 // test failure).
+// `atoll ca init` in `tls`, then `ca issue` for the coordinator (a server) and each node, as an
+// operator would; logs in dir/ca.log. Fails the test when a command fails.
+inline void issue_cli_ca(const TempDir& dir, const std::string& tls,
+                         const std::vector<std::string>& nodes) {
+  ASSERT_EQ(run_atoll({"ca", "init", "--dir", tls}, dir / "ca.log").exit_code, 0);
+  ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls, "--name", "coordinator", "--role", "server"},
+                      dir / "ca.log")
+                .exit_code,
+            0);
+  for (const auto& n : nodes)
+    ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls, "--name", n}, dir / "ca.log").exit_code, 0);
+}
+
 // A checkpoint of a tiny byte-level model with every parameter 0 (no training needed to
 // evaluate or sample it): seq_len 32.
 inline std::string zero_checkpoint(const TempDir& dir) {

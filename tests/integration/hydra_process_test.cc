@@ -31,13 +31,7 @@ const char* kToml =
 TEST(HydraProcesses, HeterogeneousBudgetsOverMtlsWithWrongMaskRefused) {
   TempDir dir;
   const std::string tls = dir / "tls";
-  ASSERT_EQ(run_atoll({"ca", "init", "--dir", tls}, dir / "ca.log").exit_code, 0);
-  ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls, "--name", "coordinator", "--role", "server"},
-                      dir / "ca.log")
-                .exit_code,
-            0);
-  for (const char* n : {"site-a", "site-b", "site-c", "site-d"})
-    ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls, "--name", n}, dir / "ca.log").exit_code, 0);
+  issue_cli_ca(dir, tls, {"site-a", "site-b", "site-c", "site-d"});
   { std::ofstream(dir / "exp.toml") << kToml; }
   auto coord =
       node::Subprocess::spawn({ATOLL_BINARY, "coordinator", "--config", dir / "exp.toml", "--store",

