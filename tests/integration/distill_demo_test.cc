@@ -86,7 +86,7 @@ TEST(DistillDemo, BadFlagsSayWhatIsWrong) {
   TempDir dir;
   auto r = run_atoll({"demo", "--algorithm", "nope"}, dir / "a.log");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("--algorithm nope must be diloco, distill, hydra or lora"),
+  EXPECT_NE(r.output.find("--algorithm 'nope' must be diloco, distill, hydra or lora"),
             std::string::npos)
       << r.output;
   r = run_atoll({"demo", "--algorithm", "distill", "--codec", "int8"}, dir / "b.log");

@@ -410,7 +410,7 @@ TEST(Simulate, RefusesWhatItCannotRun) {
            {{"simulate", "--algorithm", ""},
             "--algorithm '' must be diloco, distill, hydra or lora"},
            {{"simulate", "--algorithm", "distill", "--codec", "topk:0"},
-            "--codec: representation 'topk:0' must be bf16 or topk:K with K in [1, 1024]"},
+            "--codec topk:0 must be bf16 or topk:K with K in [1, 1024]"},
            {{"simulate", "--algorithm", "distill", "--teacher-checkpoint", dir / "none"},
             "--teacher-checkpoint " + (dir / "none") + " is not a file"}}) {
     auto r = run_atoll(args, dir / "e.log", std::chrono::seconds(30));
