@@ -56,11 +56,13 @@ std::vector<FlagSpec> common_model_flags() {
 }
 
 Status apply_model_flags(const Flags& flags, algorithms::ModelConfig& m,
-                         algorithms::TrainerConfig& t, uint64_t& seed, int& threads) {
+                         algorithms::TrainerConfig& t, uint64_t& seed, int& threads,
+                         coordinator::ExperimentConfig* file_config) {
   coordinator::ExperimentConfig cfg;
   if (auto path = flags.get("config")) {
     ATOLL_ASSIGN_OR_RETURN(cfg, coordinator::load_experiment_config(*path));
   }
+  if (file_config) *file_config = cfg;
   m = coordinator::model_config(cfg);
   t = coordinator::trainer_config(cfg, t.total_steps);
   seed = cfg.seed;
@@ -134,23 +136,22 @@ namespace {
 // The data and tokenizer specs: --data and --tokenizer, or where a --config file's [data] sets
 // them and the flag is not given, its source and path and its tokenizer. (split and val_fraction
 // are for sites dividing data; one run trains on all of it, validating as docs/data.md says.)
-StatusOr<std::pair<std::string, std::string>> data_and_tokenizer(const Flags& flags) {
-  std::string data = "brown", tokenizer = "bytes";
-  if (auto path = flags.get("config")) {
-    ATOLL_ASSIGN_OR_RETURN(coordinator::ExperimentConfig cfg,
-                           coordinator::load_experiment_config(*path));
-    const coordinator::DataSection& d = cfg.data;
-    if (d.paths.size() > 1)
-      return InvalidArgument(*path + ": [data] paths has " + std::to_string(d.paths.size()) +
-                             " entries; atoll train reads one (a file or a directory)");
-    data = d.paths.empty() ? d.source : d.source + ":" + d.paths[0];
-    // "bpe" in a config is a BPE of the model's vocabulary size.
-    if (d.tokenizer == "bpe" && cfg.model.vocab <= 256)
-      return InvalidArgument(*path +
-                             ": [data] tokenizer = \"bpe\" learns model.vocab ids; set "
-                             "[model] vocab above 256, e.g. vocab = 4096");
-    tokenizer = d.tokenizer == "bpe" ? "bpe:" + std::to_string(cfg.model.vocab) : d.tokenizer;
-  }
+// `cfg` is the --config file's (the defaults without one: brown, bytes).
+StatusOr<std::pair<std::string, std::string>> data_and_tokenizer(
+    const Flags& flags, const coordinator::ExperimentConfig& cfg) {
+  const std::string file = flags.get_or("config", "");
+  const coordinator::DataSection& d = cfg.data;
+  if (d.paths.size() > 1)
+    return InvalidArgument(file + ": [data] paths has " + std::to_string(d.paths.size()) +
+                           " entries; atoll train reads one (a file or a directory)");
+  const std::string data = d.paths.empty() ? d.source : d.source + ":" + d.paths[0];
+  // "bpe" in a config is a BPE of the model's vocabulary size.
+  if (d.tokenizer == "bpe" && cfg.model.vocab <= 256)
+    return InvalidArgument(file +
+                           ": [data] tokenizer = \"bpe\" learns model.vocab ids; set "
+                           "[model] vocab above 256, e.g. vocab = 4096");
+  const std::string tokenizer =
+      d.tokenizer == "bpe" ? "bpe:" + std::to_string(cfg.model.vocab) : d.tokenizer;
   return std::make_pair(flags.get_or("data", data), flags.get_or("tokenizer", tokenizer));
 }
 
@@ -181,12 +182,13 @@ StatusOr<int> fixed_window(const Flags& flags, const node::LoadedCheckpoint* res
 StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedCheckpoint* resumed,
                                       int64_t total_steps, const node::LoadedCheckpoint* base) {
   TrainSetup setup;
-  ATOLL_RETURN_IF_ERROR(
-      apply_model_flags(flags, setup.model, setup.trainer, setup.seed, setup.threads));
+  coordinator::ExperimentConfig file_config;  // read once: model, optimizer and [data]
+  ATOLL_RETURN_IF_ERROR(apply_model_flags(flags, setup.model, setup.trainer, setup.seed,
+                                          setup.threads, &file_config));
   kernels::cpu::set_num_threads(setup.threads);
   setup.trainer.total_steps = total_steps;
 
-  ATOLL_ASSIGN_OR_RETURN(const auto data_and_tok, data_and_tokenizer(flags));
+  ATOLL_ASSIGN_OR_RETURN(const auto data_and_tok, data_and_tokenizer(flags, file_config));
   ATOLL_ASSIGN_OR_RETURN(node::DataSpec spec, node::parse_data_spec(data_and_tok.first));
   setup.data_spec = spec.to_string();
   ATOLL_ASSIGN_OR_RETURN(node::TokenizerChoice tok,

@@ -9,6 +9,7 @@
 #include "algorithms/model/llama.h"
 #include "algorithms/optim/inner_trainer.h"
 #include "cli/flags.h"
+#include "coordinator/experiment_config.h"
 #include "node/checkpoint.h"
 #include "node/site_data.h"
 
@@ -34,7 +35,9 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
                                       const node::LoadedCheckpoint* base = nullptr);
 
 // Model and optimizer from defaults, the config file (if --config) and flags, without data.
+// `file_config`, when given, receives the config read (the defaults without --config).
 Status apply_model_flags(const Flags& flags, algorithms::ModelConfig& model,
-                         algorithms::TrainerConfig& trainer, uint64_t& seed, int& threads);
+                         algorithms::TrainerConfig& trainer, uint64_t& seed, int& threads,
+                         coordinator::ExperimentConfig* file_config = nullptr);
 
 }  // namespace atl::cli

@@ -122,15 +122,7 @@ struct Cluster {
   }
   std::optional<ReservedPort> reserved;
 
-  void make_ca(const std::vector<std::string>& node_names) {
-    ASSERT_EQ(run_atoll({"ca", "init", "--dir", tls}, dir / "ca.log").exit_code, 0);
-    ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls, "--name", "coordinator", "--role", "server"},
-                        dir / "ca.log")
-                  .exit_code,
-              0);
-    for (const auto& n : node_names)
-      ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls, "--name", n}, dir / "ca.log").exit_code, 0);
-  }
+  void make_ca(const std::vector<std::string>& node_names) { issue_cli_ca(dir, tls, node_names); }
 
   // Starts the coordinator and waits for the address it bound.
   void start_coordinator(const std::string& toml, const std::string& listen = "127.0.0.1:0",
