@@ -207,20 +207,11 @@ StatusOr<std::optional<double>> ExperimentManager::published_metric(
     const std::string& experiment_id, uint64_t round, const std::string& name) const {
   ATOLL_ASSIGN_OR_RETURN(std::vector<std::string> reports,
                          store_.list_metrics(experiment_id, kCoordinatorNode));
-  for (const std::string& report : reports) {
-    boost::system::error_code ec;
-    const json::value v = json::parse(report, ec);
-    if (ec || !v.is_object()) continue;
-    const json::object& o = v.get_object();
-    const json::value* r = o.if_contains("round");
-    const json::value* metrics = o.if_contains("metrics");
-    if (!r || !metrics || !metrics->is_object()) continue;
-    const uint64_t report_round = r->to_number<uint64_t>(ec);
-    if (ec || report_round != round) continue;
-    if (const json::value* value = metrics->get_object().if_contains(name)) {
-      const double x = value->to_number<double>(ec);
-      if (!ec) return std::optional<double>(x);
-    }
+  for (const std::string& text : reports) {
+    const auto report = parse_metrics_report(text);
+    if (!report || report->round != static_cast<double>(round)) continue;
+    const json::value* value = report->metrics().if_contains(name);
+    if (value && value->is_number()) return std::optional<double>(value->to_number<double>());
   }
   return std::optional<double>();
 }
