@@ -116,6 +116,32 @@ void print_row(const SimResult& row, const std::vector<double>& base_bpb,
   std::fflush(stdout);
 }
 
+// The rows --methods may name: alone rows and the base first, then the federated methods
+// (simulate/hydra_rounds.h).
+constexpr const char* kBenchHydraMethods =
+    "base,local,local_full,local_lora,full,heterofl,fedrolex,random,hydra,lora";
+
+// --methods M1,M2,...: every name one of kBenchHydraMethods, at least one, each once; checked
+// before the base model is trained (an unknown name used to fail after it).
+StatusOr<std::vector<std::string>> parse_bench_hydra_methods(const std::string& text) {
+  std::vector<std::string> known, methods;
+  std::stringstream ks(kBenchHydraMethods);
+  for (std::string m; std::getline(ks, m, ',');) known.push_back(m);
+  std::stringstream ms(text);
+  for (std::string m; std::getline(ms, m, ',');) {
+    if (std::find(known.begin(), known.end(), m) == known.end())
+      return InvalidArgument("--methods: '" + m.substr(0, 64) + "' is not a method; use any of " +
+                             kBenchHydraMethods);
+    if (std::find(methods.begin(), methods.end(), m) != methods.end())
+      return InvalidArgument("--methods names '" + m + "' twice; name each method once");
+    methods.push_back(m);
+  }
+  if (methods.empty() || text.back() == ',')
+    return InvalidArgument("--methods '" + text.substr(0, 64) +
+                           "' names no method there; use any of " + kBenchHydraMethods);
+  return methods;
+}
+
 // The flags of `atoll bench hydra` (name, takes a value, help, default).
 std::vector<FlagSpec> bench_hydra_flags() {
   return {{"methods", true,
@@ -298,6 +324,9 @@ int bench_hydra(const Args& args) {
     if (!r->ok()) return fail("bench hydra", r->status().message(), 2);
   if (!lr.ok()) return fail("bench hydra", lr.status().message(), 2);
   if (!base_lr.ok()) return fail("bench hydra", base_lr.status().message(), 2);
+  auto methods = parse_bench_hydra_methods(
+      flags.get_or("methods", "base,local,full,heterofl,fedrolex,random,hydra"));
+  if (!methods.ok()) return fail("bench hydra", methods.status().message(), 2);
   auto outer_lr = flags.get_double("outer-lr", 1.0, 1e-6, 10),
        outer_momentum = flags.get_double("outer-momentum", 0.0, 0, 0.999);
   if (!outer_lr.ok()) return fail("bench hydra", outer_lr.status().message(), 2);
@@ -351,13 +380,19 @@ int bench_hydra(const Args& args) {
 
   // Sites: "a:1.0,f:0.5,..." (genre letters, budget).
   std::vector<SimSite> sites;
-  std::stringstream ss(flags.get_or("sites", "a:1.0,f:0.5,j:0.25,n:0.25"));
+  const std::string site_list = flags.get_or("sites", "a:1.0,f:0.5,j:0.25,n:0.25");
+  std::stringstream ss(site_list);
   const simulate::SiteDataDraw draw{*train_docs, *site_val_docs, opt.seed};
   for (std::string item; std::getline(ss, item, ',');) {
     auto site = load_bench_site(item, static_cast<int>(sites.size()), draw, brown);
     if (!site.ok()) return fail("bench hydra", site.status().message(), 2);
     sites.push_back(std::move(*site));
   }
+  if (sites.empty() || site_list.back() == ',')
+    return fail("bench hydra",
+                "--sites '" + site_list.substr(0, 64) +
+                    "' names no site there; give GENRES:BUDGET per site, e.g. a:1.0,f:0.5",
+                2);
 
   // The base model: trained on the other genres (fine-tuning, not pretraining).
   auto base_or = simulate::train_brown_base(opt, flags.get_or("base-genres", "bcdeghklmpr"),
@@ -373,10 +408,7 @@ int bench_hydra(const Args& args) {
   // site's Hydra subnetwork fine-tuned on its own data alone for the same rounds and steps
   // ("local": a federation of one, which keeps the site's batches); every row then reports
   // each site's gain over both.
-  std::vector<std::string> methods;
-  std::stringstream ms(flags.get_or("methods", "base,local,full,heterofl,fedrolex,random,hydra"));
-  for (std::string m; std::getline(ms, m, ',');) methods.push_back(m);
-  return print_rows(methods, opt, sites, base, base_bpb, flags.has("json"));
+  return print_rows(*methods, opt, sites, base, base_bpb, flags.has("json"));
 }
 
 }  // namespace atl::cli

@@ -15,7 +15,7 @@ std::optional<int> follow_demo_events(const std::string& cmd, EventQueue& events
   for (;;) {
     if (stop->load()) {
       std::printf("interrupted: the store in %s keeps every committed round\n", store_dir.c_str());
-      return 130;
+      return stopped_exit_code();
     }
     if (auto failure = sites.failure()) return fail(cmd, *failure);
     auto e = events.pop(std::chrono::milliseconds(200));

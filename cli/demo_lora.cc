@@ -57,19 +57,17 @@ std::vector<FlagSpec> lora_demo_flags(int64_t max_sites) {
   f.push_back({"lora-alpha", true, "LoRA alpha (the update is scaled by alpha / r)", "16"});
   f.push_back(
       {"lora-targets", true, "projections with adapters: any of q,k,v,o,gate,up,down", "q,k,v,o"});
+  refuse_flag(f, "config",
+              "--config runs DiLoCo and Streaming DiLoCo experiment files; --algorithm lora takes "
+              "its flags (or run the file with atoll coordinator --config and atoll node --base)");
+  refuse_flag(f, "baseline", "--baseline trains the full model: it has no LoRA equivalent here");
+  refuse_flag(f, "init-from",
+              "--init-from: a LoRA run starts from fresh adapters; use --base CKPT");
   return f;
 }
 
 StatusOr<DemoExperiment> parse_lora_demo_experiment(const Flags& flags, int64_t max_sites) {
-  if (flags.has("config"))
-    return InvalidArgument("--config runs DiLoCo and Streaming DiLoCo experiment files; "
-                           "--algorithm lora takes its flags (or run the file with atoll "
-                           "coordinator --config and atoll node --base)");
   ATOLL_ASSIGN_OR_RETURN(DemoExperiment d, parse_demo_experiment(flags, max_sites));
-  if (d.baseline)
-    return InvalidArgument("--baseline trains the full model: it has no LoRA equivalent here");
-  if (d.init_from)
-    return InvalidArgument("--init-from: a LoRA run starts from fresh adapters; use --base CKPT");
   ATOLL_ASSIGN_OR_RETURN(const int64_t rank, flags.get_int("lora-rank", 8, 1, 4096));
   ATOLL_ASSIGN_OR_RETURN(d.config.lora.alpha,
                          flags.get_double("lora-alpha", 16.0, 0, 1e9, /*min_open=*/true));
@@ -96,14 +94,14 @@ StatusOr<DemoExperiment> parse_lora_demo_experiment(const Flags& flags, int64_t 
 
 int lora_command(const std::string& command, const std::vector<std::string>& args,
                  int64_t max_sites, bool in_process) {
-  Flags flags(command, lora_demo_flags(max_sites));
+  std::vector<FlagSpec> specs = lora_demo_flags(max_sites);
+  if (in_process) refuse_flag(specs, "insecure", kInsecureInProcess);
+  Flags flags(command, std::move(specs));
   std::vector<std::string> with_defaults = args;
   for (const auto& [name, value] : kLoraDefaults)
     if (!has_flag(args, name)) with_defaults.insert(with_defaults.end(), {"--" + name, value});
   if (Status s = flags.parse(with_defaults); !s.ok()) return fail(command, s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
-  if (in_process && flags.has("insecure"))
-    return fail(command, "--insecure has no meaning here: in-process sites use no network", 2);
   // The user's own flags (kLoraDefaults are given for them otherwise); --seq still applies.
   if (has_flag(args, "base"))
     if (Status s =

@@ -136,7 +136,7 @@ std::optional<int> prepare(const std::string& cmd, DemoRun& run) {
   if (d.config.is_lora() && d.config.lora.base.empty()) {
     auto base = pretrain_demo_base(d, run.run_dir);
     if (!base.ok()) {
-      if (install_stop_signals()->load()) return 130;
+      if (install_stop_signals()->load()) return stopped_exit_code();
       return fail(cmd, base.status().message());
     }
     launch.config.lora.base = *base;
@@ -578,7 +578,7 @@ int run_demo_experiment(const std::string& cmd, const DemoExperiment& d, SiteMod
   }
   auto baseline = baseline_bpb(run);
   if (!baseline.ok()) {
-    if (install_stop_signals()->load()) return 130;
+    if (install_stop_signals()->load()) return stopped_exit_code();
     return fail(cmd, baseline.status().message());
   }
   const ByteComparison bytes = compare_bytes(run);

@@ -439,7 +439,8 @@ int run_distill_experiment(const std::string& cmd, const DistillExperiment& d, S
   double teacher_val_bpb = NAN;  // reported for a teacher trained here
   if (checkpoint.empty()) {
     auto trained = train_teacher(run);
-    if (!trained.ok()) return run.stop->load() ? 130 : fail(cmd, trained.status().message());
+    if (!trained.ok())
+      return run.stop->load() ? stopped_exit_code() : fail(cmd, trained.status().message());
     checkpoint = *trained;
     kernels::cpu::set_num_threads(static_cast<int>(d.threads));  // as `atoll train` evaluated
     auto bpb = teacher_bpb(run, checkpoint);

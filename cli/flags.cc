@@ -48,6 +48,7 @@ Status Flags::parse(const std::vector<std::string>& args) {
       return InvalidArgument("unknown flag --" + name + " for `atoll " + command_ +
                              "` (see `atoll " + command_ + " --help`)");
     }
+    if (!spec->refused_because.empty()) return InvalidArgument(spec->refused_because);
     if (spec->takes_value) {
       if (!inline_value) {
         if (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0) {
@@ -68,9 +69,15 @@ Status Flags::parse(const std::vector<std::string>& args) {
   return Status::Ok();
 }
 
+void refuse_flag(std::vector<FlagSpec>& specs, const std::string& name, const std::string& why) {
+  for (FlagSpec& f : specs)
+    if (f.name == name) f.refused_because = why;
+}
+
 std::string Flags::usage() const {
   std::string s = "usage: atoll " + command_ + " [flags]\n";
   for (const auto& f : specs_) {
+    if (!f.refused_because.empty()) continue;
     std::string left = "  --" + f.name + (f.takes_value ? " VALUE" : "");
     if (left.size() < 28) left.resize(28, ' ');
     s += left + " " + f.help;

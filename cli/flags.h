@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/core/status.h"
@@ -14,11 +15,27 @@
 namespace atl::cli {
 
 struct FlagSpec {
+  FlagSpec(std::string name, bool takes_value, std::string help, std::string default_text)
+      : name(std::move(name)),
+        takes_value(takes_value),
+        help(std::move(help)),
+        default_text(std::move(default_text)) {}
+
   std::string name;     // without dashes, e.g. "threads"
   bool takes_value = true;
   std::string help;
   std::string default_text;  // shown in --help
+  // Non-empty: a flag the command shares with its siblings but cannot take (--insecure with
+  // in-process sites). --help leaves it out; given, it is refused with this line.
+  std::string refused_because;
 };
+
+// Marks `name` in `specs` as refused with `why` (FlagSpec::refused_because).
+void refuse_flag(std::vector<FlagSpec>& specs, const std::string& name, const std::string& why);
+
+// The one line for --insecure where the sites run in this process.
+inline constexpr const char* kInsecureInProcess =
+    "--insecure has no meaning here: in-process sites use no network";
 
 class Flags {
  public:

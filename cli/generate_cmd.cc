@@ -43,6 +43,12 @@ int cmd_generate(const Args& args) {
   const std::string prompt = flags.get_or("prompt", "The ");
   auto ids = (*tok)->encode(prompt);
   if (ids.empty()) return fail("generate", "--prompt is empty; give some text to continue", 2);
+  if (*top_k > ck->meta.model.vocab)
+    return fail("generate",
+                "--top-k " + std::to_string(*top_k) + " is more than the model's " +
+                    std::to_string(ck->meta.model.vocab) +
+                    " tokens (give at most that, or 0 to sample among all)",
+                2);
   algorithms::Llama model(ck->meta.model);
   const bool lora = algorithms::lora_enabled(ck->meta.lora);  // adapters over the frozen base
   if (lora)

@@ -209,7 +209,7 @@ int run_hydra_experiment(const std::string& cmd, const HydraExperiment& x, SiteM
   if (x.base) {
     take_base_model(cmd, run);
   } else if (Status s = train_base_model(cmd, run); !s.ok()) {
-    if (install_stop_signals()->load()) return std::printf("interrupted\n"), 130;
+    if (install_stop_signals()->load()) return std::printf("interrupted\n"), stopped_exit_code();
     return fail(cmd, s.message());
   }
   if (Status s = launch(cmd, run); !s.ok()) return fail(cmd, s.message());
@@ -234,11 +234,11 @@ int run_hydra_experiment(const std::string& cmd, const HydraExperiment& x, SiteM
 }
 
 int hydra_command(const std::string& cmd, const Args& args, SiteMode mode) {
-  Flags flags(cmd + " --algorithm hydra", hydra_experiment_flags());
+  std::vector<FlagSpec> specs = hydra_experiment_flags();
+  if (mode == SiteMode::kInProcess) refuse_flag(specs, "insecure", kInsecureInProcess);
+  Flags flags(cmd + " --algorithm hydra", std::move(specs));
   if (Status s = flags.parse(args); !s.ok()) return fail(cmd, s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
-  if (mode == SiteMode::kInProcess && flags.has("insecure"))
-    return fail(cmd, "--insecure has no meaning here: in-process sites use no network", 2);
   auto experiment = parse_hydra_experiment(flags);
   if (!experiment.ok()) return fail(cmd, experiment.status().message(), 2);
   return run_hydra_experiment(cmd, *experiment, mode);

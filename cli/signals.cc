@@ -7,8 +7,12 @@ namespace {
 
 // The one piece of process-wide state: a signal handler can reach nothing else.
 std::atomic<bool> g_stop{false};
+std::atomic<int> g_stop_signal{SIGINT};
 
-extern "C" void on_stop_signal(int) { g_stop.store(true); }
+extern "C" void on_stop_signal(int signal_number) {
+  g_stop_signal.store(signal_number);
+  g_stop.store(true);
+}
 
 }  // namespace
 
@@ -19,6 +23,10 @@ const std::atomic<bool>* install_stop_signals() {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   return &g_stop;
+}
+
+int stopped_exit_code() {
+  return 128 + g_stop_signal.load();
 }
 
 }  // namespace atl::cli

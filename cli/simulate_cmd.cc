@@ -24,6 +24,7 @@ std::vector<FlagSpec> simulate_flags() {
   specs.push_back({"byzantine", true,
                    "the last K sites are Byzantine: they train, then attack what they push", "0"});
   specs.push_back({"attack", true, "what the Byzantine sites do: " + simulate::attack_names(), ""});
+  refuse_flag(specs, "insecure", kInsecureInProcess);
   return specs;
 }
 
@@ -58,8 +59,6 @@ int cmd_simulate(const Args& args) {
   Flags flags("simulate", simulate_flags());
   if (Status s = flags.parse(rest); !s.ok()) return fail("simulate", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
-  if (flags.has("insecure"))
-    return fail("simulate", "--insecure has no meaning here: in-process sites use no network", 2);
   auto experiment = parse_demo_experiment(flags, kMaxSimulatedSites);
   if (!experiment.ok()) return fail("simulate", experiment.status().message(), 2);
   if (Status s = read_byzantine_flags(flags, *experiment); !s.ok())

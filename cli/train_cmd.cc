@@ -206,6 +206,25 @@ void print_train_banner(const TrainSetup& setup, RunParams& rp, int64_t total_st
   std::fflush(stdout);
 }
 
+namespace {
+
+// --stop-after N (0: none) on a run of steps (start, total_steps]: past the last step, or at or
+// before the step a resumed checkpoint is at, it would stop nowhere.
+Status check_stop_after(int64_t stop_after, int64_t start, int64_t total_steps) {
+  if (stop_after > total_steps)
+    return InvalidArgument("--stop-after " + std::to_string(stop_after) +
+                           " is past the run's last step " + std::to_string(total_steps) +
+                           " (lower it, or raise --steps)");
+  if (stop_after > 0 && stop_after <= start)
+    return InvalidArgument("--stop-after " + std::to_string(stop_after) +
+                           " is not after the checkpoint's step " + std::to_string(start) +
+                           " (raise it, or drop it to run to step " + std::to_string(total_steps) +
+                           ")");
+  return Status::Ok();
+}
+
+}  // namespace
+
 int cmd_train(const Args& args) {
   Flags flags("train", train_flags());
   if (Status s = flags.parse(args); !s.ok()) return fail("train", s.message(), 2);
@@ -234,6 +253,8 @@ int cmd_train(const Args& args) {
   auto total_steps_or = schedule_length(flags, *steps, resumed ? &*resumed : nullptr);
   if (!total_steps_or.ok()) return fail("train", total_steps_or.status().message(), 2);
   const int64_t total_steps = *total_steps_or;
+  if (Status s = check_stop_after(*stop_after, 0, total_steps); !s.ok())
+    return fail("train", s.message(), 2);
   std::string resumed_trainer;
   if (resumed)
     if (auto it = resumed->meta.extra.find("trainer"); it != resumed->meta.extra.end())
@@ -272,6 +293,8 @@ int cmd_train(const Args& args) {
                 "checkpoint is at step " + std::to_string(start) + ", nothing to do for --steps " +
                     std::to_string(total_steps) + " (raise --steps)",
                 2);
+  if (Status s = check_stop_after(*stop_after, start, total_steps); !s.ok())
+    return fail("train", s.message(), 2);
   ParamSet& params = rp.trained();
   const bool with_lora = algorithms::lora_enabled(rp.lora);
 
@@ -308,8 +331,7 @@ int cmd_train(const Args& args) {
                      resumed ? std::optional<int64_t>(start) : std::nullopt);
 
   // Steps [start, end): the whole schedule, or up to --stop-after (then a checkpoint to resume).
-  const int64_t end =
-      *stop_after > start && *stop_after < total_steps ? *stop_after : total_steps;
+  const int64_t end = *stop_after > 0 ? *stop_after : total_steps;
   StepProgress progress(start, total_steps, *log_every);
   simulate::TrainOnDataOptions o;
   o.data_seed = setup.seed;

@@ -302,6 +302,24 @@ TEST(BadInput, BenchMoeShapesAreBounded) {
                        "expert weights");
 }
 
+// bench hydra ran no row for --methods "" or --sites "" and exited 0; an unknown method failed
+// only after the base model was trained, naming a list without the alone rows.
+TEST(BadInput, BenchHydraMethodsAndSitesNameSomething) {
+  TempDir dir;
+  const std::string all =
+      "base,local,local_full,local_lora,full,heterofl,fedrolex,random,hydra,lora";
+  expect_refused(dir, {"bench", "hydra", "--methods", ""},
+                 "--methods '' names no method there; use any of " + all);
+  expect_refused(dir, {"bench", "hydra", "--methods", "hydra,"},
+                 "--methods 'hydra,' names no method there; use any of " + all);
+  expect_refused(dir, {"bench", "hydra", "--methods", "base,fedavg"},
+                 "--methods: 'fedavg' is not a method; use any of " + all);
+  expect_refused(dir, {"bench", "hydra", "--methods", "hydra,hydra"},
+                 "--methods names 'hydra' twice; name each method once");
+  expect_refused(dir, {"bench", "hydra", "--sites", ""},
+                 "--sites '' names no site there; give GENRES:BUDGET per site, e.g. a:1.0,f:0.5");
+}
+
 // Help that matches what the commands take.
 TEST(BadInput, HelpListsEveryCommandAndFlag) {
   TempDir dir;
@@ -313,6 +331,40 @@ TEST(BadInput, HelpListsEveryCommandAndFlag) {
   EXPECT_NE(node.output.find("--role"), std::string::npos) << node.output;
   const RunResult ca = run_atoll({"ca", "--help"}, dir / "ca.log", 60s);
   EXPECT_NE(ca.output.find("[--role node|admin|server]"), std::string::npos) << ca.output;
+  // Flags a variant refuses are not in its help (in-process sites have no --insecure; a LoRA run
+  // takes no --config, --init-from or --baseline), and are refused in one line when given.
+  struct Variant {
+    std::vector<std::string> command;
+    std::vector<std::string> listed, refused;
+  };
+  const std::vector<Variant> variants = {
+      {{"simulate"}, {"--byzantine", "--config"}, {"--insecure"}},
+      {{"simulate", "--algorithm", "hydra"}, {"--forward-share-power"}, {"--insecure"}},
+      {{"demo", "--algorithm", "hydra"}, {"--insecure"}, {}},
+      {{"simulate", "--algorithm", "lora"},
+       {"--lora-rank"},
+       {"--insecure", "--config", "--init-from", "--baseline"}},
+      {{"demo", "--algorithm", "lora"}, {"--insecure"}, {"--config", "--init-from", "--baseline"}},
+  };
+  int i = 0;
+  for (const Variant& v : variants) {
+    auto args = v.command;
+    args.push_back("--help");
+    const RunResult help = run_atoll(args, dir / ("variant" + std::to_string(i++) + ".log"), 60s);
+    EXPECT_EQ(help.exit_code, 0) << help.output;
+    for (const std::string& flag : v.listed)
+      EXPECT_NE(help.output.find("  " + flag + " "), std::string::npos) << flag << help.output;
+    for (const std::string& flag : v.refused) {
+      EXPECT_EQ(help.output.find("  " + flag + " "), std::string::npos) << flag << help.output;
+      auto given = v.command;
+      given.insert(given.end(), {flag, "x"});
+      if (flag == "--insecure" || flag == "--baseline") given.pop_back();  // switches
+      const RunResult r = run_atoll(given, dir / ("variant" + std::to_string(i++) + ".log"), 60s);
+      EXPECT_EQ(r.exit_code, 2) << r.output;
+      EXPECT_EQ(r.output.rfind("atoll " + v.command[0] + ": " + flag, 0), 0u) << r.output;
+      EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    }
+  }
 }
 
 // ca show printed only the expiry date; an expired or not yet valid certificate looked fine.

@@ -115,6 +115,7 @@ TEST(GenerateCli, OutputKeepsNulBytes) {
 TEST(GenerateCli, BadFlagsAreOneClearLine) {
   TempDir dir;
   { std::ofstream(dir / "junk.safetensors") << "not a checkpoint"; }
+  const std::string bytes_model = zero_checkpoint(dir);  // a byte-level model: 256 tokens
   struct Case {
     std::vector<std::string> args;
     std::string expected;
@@ -131,6 +132,9 @@ TEST(GenerateCli, BadFlagsAreOneClearLine) {
        "unknown flag --temprature"},
       {{"generate", "--checkpoint", dir / "missing.safetensors"}, "missing.safetensors"},
       {{"generate", "--checkpoint", dir / "junk.safetensors"}, "junk.safetensors"},
+      {{"generate", "--checkpoint", bytes_model, "--top-k", "257"},
+       "--top-k 257 is more than the model's 256 tokens (give at most that, or 0 to sample among "
+       "all)"},
   };
   int i = 0;
   for (const Case& c : cases) {

@@ -68,6 +68,15 @@ TEST(TrainCli, ResumeIsBitwiseIdenticalToAnUninterruptedRun) {
                         dir / "rest.log");
   ASSERT_EQ(rest.exit_code, 0) << rest.output;
   EXPECT_EQ(final_sha(rest.output), sha_full) << rest.output;
+  // A stop at or before the checkpoint's step is refused (it once ran the whole schedule).
+  auto early = run_atoll(train_args({"--steps", "12", "--stop-after", "5", "--resume",
+                                     dir / "step5.safetensors", "--out", dir / "early"}),
+                         dir / "early.log");
+  EXPECT_EQ(early.exit_code, 2) << early.output;
+  EXPECT_NE(early.output.find("--stop-after 5 is not after the checkpoint's step 5 (raise it, or "
+                              "drop it to run to step 12)"),
+            std::string::npos)
+      << early.output;
 
   // Without --steps the resumed run keeps the checkpoint's schedule length (12, not the default
   // 200), so it ends on the same bits too; a changed optimizer setting is pointed out.
@@ -230,6 +239,8 @@ TEST(TrainCli, BadFlagsAndConfigsGiveOneClearLineAndExitCode2) {
       {{"train", "--stepz", "3"}, "unknown flag --stepz"},
       {{"train", "--steps", "abc"}, "--steps = 'abc' is not an integer"},
       {{"train", "--steps", "0"}, "--steps 0 is out of range"},
+      {{"train", "--steps", "3", "--stop-after", "4"},
+       "--stop-after 4 is past the run's last step 3 (lower it, or raise --steps)"},
       {{"train", "--steps"}, "flag --steps needs a value"},
       {{"train", "--data", "brown:z"}, "brown:z"},
       {{"train", "--tokenizer", "wordpiece"}, "unknown tokenizer 'wordpiece'"},
