@@ -347,6 +347,7 @@ int cmd_coordinator(const Args& args) {
                        l.insecure ? "INSECURE plaintext" : "TLS 1.3, mTLS", bulk.c_str(),
                        rc.service->current_round(),
                        rc.service->params_fingerprint().substr(0, 16).c_str()));
+  say(coordinator::protection_summary(l.config));
   // First start of a store: bootstrap one admin token (later ones: POST /api/tokens, or
   // `atoll token create` while no coordinator runs).
   if (Status st = announce_dashboard(rc, "bootstrap", /*always=*/false, say); !st.ok())

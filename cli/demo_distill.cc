@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/coordinator_setup.h"
+#include "cli/demo_experiment.h"
 #include "cli/distill_run.h"
 #include "cli/flags.h"
 #include "node/teacher_service.h"
@@ -129,7 +130,7 @@ StatusOr<DistillExperiment> parse_distill_experiment(const Flags& flags, int64_t
   cfg.diloco.round_deadline_s = 600;
   cfg.diloco.heartbeat_interval_s = 1.0;
   cfg.diloco.start_wait_s = 0.5;
-  ATOLL_RETURN_IF_ERROR(coordinator::validate_experiment_config(cfg, "demo flags"));
+  ATOLL_RETURN_IF_ERROR(coordinator::validate_experiment_config(cfg, kFlagsAsConfig));
   ATOLL_RETURN_IF_ERROR(algorithms::validate(model_config_of(cfg)));
   for (int64_t i = 0; i < sites; ++i) d.site_names.push_back("site-" + std::to_string(i + 1));
   d.site_data = brown_genre_splits(static_cast<int>(sites));

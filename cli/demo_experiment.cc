@@ -164,9 +164,23 @@ Status read_model_flags(const Flags& flags, coordinator::ExperimentConfig& cfg) 
 // replaces the median-based screening, which [privacy] cannot be combined with.
 Status read_privacy_flags(const Flags& flags, coordinator::ExperimentConfig& cfg) {
   ATOLL_ASSIGN_OR_RETURN(cfg.privacy.clip_norm, flags.get_double("dp-clip", 0, 0, 1e30));
-  ATOLL_ASSIGN_OR_RETURN(cfg.privacy.noise_multiplier, flags.get_double("dp-noise", 0, 0, 1e6));
+  ATOLL_ASSIGN_OR_RETURN(cfg.privacy.noise_multiplier,
+                         flags.get_double("dp-noise", 0, 0, coordinator::kMaxNoiseMultiplier));
   ATOLL_ASSIGN_OR_RETURN(cfg.privacy.delta, flags.get_double("dp-delta", 1e-5, 1e-300, 0.999999));
-  if (cfg.privacy.clip_norm > 0) cfg.robust.screen = "off";
+  if (!(cfg.privacy.clip_norm > 0)) {
+    for (const char* name : {"dp-noise", "dp-delta"})
+      if (flags.has(name))
+        return InvalidArgument(std::string("--") + name +
+                               " needs --dp-clip C > 0: differential privacy is off without it");
+    return Status::Ok();
+  }
+  cfg.robust.screen = "off";
+  // Screening is off under DP: its limits would be set and then never used.
+  for (const char* name : {"norm-multiple", "replay-cosine", "stale-margin"})
+    if (flags.has(name))
+      return InvalidArgument(std::string("--") + name +
+                             " cannot be combined with --dp-clip: differential privacy turns "
+                             "robust screening off; drop one of them");
   return Status::Ok();
 }
 
@@ -192,6 +206,10 @@ Status read_robust_flags(const Flags& flags, coordinator::ExperimentConfig& cfg)
     if (!algorithms::parse_aggregator(*aggregator).ok())
       return InvalidArgument("--aggregator must be mean, clipped-mean, trimmed-mean, median or "
                              "krum, not " + aggregator->substr(0, 64));
+    if (cfg.privacy.clip_norm > 0 && *aggregator != "mean")
+      return InvalidArgument("--aggregator " + *aggregator +
+                             " cannot be combined with --dp-clip: the noise is calibrated to an "
+                             "unweighted mean of clipped updates; drop one of them");
     cfg.robust.aggregator = *aggregator;
   }
   return Status::Ok();
@@ -314,7 +332,7 @@ StatusOr<DemoExperiment> parse_demo_experiment(const Flags& flags, int64_t max_s
     d.config.seed = static_cast<uint64_t>(seed);
     ATOLL_RETURN_IF_ERROR(read_model_flags(flags, d.config));
     ATOLL_RETURN_IF_ERROR(read_round_flags(flags, sites, d));
-    ATOLL_RETURN_IF_ERROR(coordinator::validate_experiment_config(d.config, "demo flags"));
+    ATOLL_RETURN_IF_ERROR(coordinator::validate_experiment_config(d.config, kFlagsAsConfig));
     split = flags.get_or("split", "genre");
     if (split != "genre" && split != "iid")
       return InvalidArgument("--split must be genre or iid, not " + split);

@@ -20,6 +20,10 @@
 
 namespace atl::cli {
 
+// The source named when an experiment built from flags fails the config's checks: their messages
+// name config keys (docs/configuration.md says which flag sets which).
+inline constexpr const char* kFlagsAsConfig = "flags (as config keys)";
+
 struct DemoExperiment {
   coordinator::ExperimentConfig config;
   std::vector<std::string> site_names;  // "node-1" … "node-N" (certificate names)

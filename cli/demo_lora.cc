@@ -83,11 +83,11 @@ StatusOr<DemoExperiment> parse_lora_demo_experiment(const Flags& flags, int64_t 
   // The config needs a base to validate; the default one is written into the run directory.
   d.config.lora.base = flags.get_or("base", "");
   if (flags.has("base")) {
-    ATOLL_RETURN_IF_ERROR(coordinator::validate_experiment_config(d.config, "demo flags"));
+    ATOLL_RETURN_IF_ERROR(coordinator::validate_experiment_config(d.config, kFlagsAsConfig));
   } else {
     coordinator::ExperimentConfig check = d.config;
     check.lora.base = "base.safetensors";
-    ATOLL_RETURN_IF_ERROR(coordinator::validate_experiment_config(check, "demo flags"));
+    ATOLL_RETURN_IF_ERROR(coordinator::validate_experiment_config(check, kFlagsAsConfig));
   }
   return d;
 }

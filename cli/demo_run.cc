@@ -199,15 +199,7 @@ void print_sites(const DemoRun& run, double initial_bpb, uint64_t start_round) {
   for (size_t i = 0; i < d.site_names.size(); ++i)
     std::printf("  %s: %s%s%s\n", d.site_names[i].c_str(), d.site_data[i].c_str(),
                 i >= honest ? ", Byzantine: " : "", i >= honest ? simulate::attack_name(d.attack) : "");
-  if (d.config.robust.screen == "off")
-    std::printf("screening off, aggregator %s\n", d.config.robust.aggregator.c_str());
-  else
-    std::printf(
-        "screening: %s above %g x the median norm, replays at cosine >= %g, stale updates at "
-        "margin >= %g, aggregator %s\n",
-        d.config.robust.screen.c_str(), d.config.robust.norm_multiple,
-        d.config.robust.replay_cosine, d.config.robust.stale_margin,
-        d.config.robust.aggregator.c_str());
+  std::printf("%s\n", coordinator::protection_summary(d.config).c_str());
   if (start_round > 0 && !d.site_states)
     std::printf(
         "resuming the experiment in this store at round %" PRIu64
@@ -486,6 +478,7 @@ Status write_summary_json(const DemoRun& run, const RunTotals& t, double baselin
   const coordinator::ExperimentConfig& cfg = d.config;
   const uint32_t P = run.fragments();
   const size_t N = d.site_names.size();
+  const bool dp = cfg.privacy.clip_norm > 0;
   std::ofstream out(path);
   out << "{\"initial_val_bpb\":" << json_number(t.initial_bpb)
       << ",\"final_val_bpb\":" << json_number(t.final_bpb);
@@ -498,16 +491,17 @@ Status write_summary_json(const DemoRun& run, const RunTotals& t, double baselin
       << ",\"nodes\":" << N << ",\"byzantine\":" << d.byzantine << ",\"attack\":\""
       << simulate::attack_name(d.attack) << "\",\"screen\":\"" << cfg.robust.screen
       << "\",\"norm_multiple\":" << json_number(cfg.robust.norm_multiple) << ",\"aggregator\":\""
-      << cfg.robust.aggregator << "\""
-      << ",\"updates_clipped\":" << t.updates_clipped
+      << cfg.robust.aggregator
+      << "\""
+      // Under differential privacy the records hold no norms, so no clip count or ratio.
+      << ",\"updates_clipped\":" << (dp ? "null" : std::to_string(t.updates_clipped))
       << ",\"updates_dropped\":" << t.updates_dropped
       << ",\"updates_replayed\":" << t.updates_replayed << ",\"replay_cosine\":"
       << json_number(cfg.robust.screen == "off" ? 0.0 : cfg.robust.replay_cosine)
-      << ",\"updates_stale\":" << t.updates_stale
-      << ",\"honest_updates\":" << t.honest_updates
+      << ",\"updates_stale\":" << t.updates_stale << ",\"honest_updates\":" << t.honest_updates
       << ",\"honest_updates_dropped\":" << t.honest_updates_dropped << ",\"stale_margin\":"
       << json_number(cfg.robust.screen == "off" ? 0.0 : cfg.robust.stale_margin)
-      << ",\"max_norm_ratio\":" << json_number(t.max_norm_ratio)
+      << ",\"max_norm_ratio\":" << (dp ? "null" : json_number(t.max_norm_ratio))
       << ",\"rounds\":" << t.rounds_done / P << ",\"inner_steps\":" << d.inner_steps
       << ",\"codec\":\"" << cfg.train.codec << "\""
       << ",\"fragments\":" << P << ",\"overlap_steps\":" << cfg.diloco.overlap_steps

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "kernels/core/number_text.h"
 #include "node/subprocess.h"
 #include "simulate/virtual_sites.h"
 #include "transport/tls/credentials.h"
@@ -104,14 +105,6 @@ class VirtualSitesThread final : public DemoSites {
   std::thread thread_;
 };
 
-// The shortest decimal that reads back as the same double: a node given --budget parses the
-// very value an in-process site gets.
-std::string round_trip_decimal(double v) {
-  char buf[32];
-  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  return std::string(buf, r.ptr);
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<DemoSites>> start_node_processes(const std::vector<SiteSpec>& sites,
@@ -125,26 +118,13 @@ StatusOr<std::unique_ptr<DemoSites>> start_node_processes(const std::vector<Site
   }
   auto procs = std::make_unique<NodeProcesses>(names, o.log_dir, o.log_prefix);
   for (const auto& s : sites) {
-    std::vector<std::string> argv = {node::self_executable(),
-                                     "node",
-                                     "--coordinator",
-                                     o.coordinator,
-                                     "--name",
-                                     s.name,
-                                     "--data",
-                                     s.data_spec,
-                                     "--budget",
-                                     round_trip_decimal(s.budget),
-                                     "--threads",
-                                     std::to_string(o.threads),
-                                     "--brown-dir",
-                                     o.brown_dir,
-                                     "--give-up-after",
-                                     "60",
-                                     // The coordinator evaluates on Brown's held-out documents:
-                                     // the sites keep them out of training, as virtual sites do.
-                                     "--val-split",
-                                     "held-out"};
+    std::vector<std::string> argv = {
+        node::self_executable(), "node", "--coordinator", o.coordinator, "--name", s.name, "--data",
+        s.data_spec, "--budget", shortest_decimal(s.budget), "--threads", std::to_string(o.threads),
+        "--brown-dir", o.brown_dir, "--give-up-after", "60",
+        // The coordinator evaluates on Brown's held-out documents:
+        // the sites keep them out of training, as virtual sites do.
+        "--val-split", "held-out"};
     if (o.insecure) {
       argv.push_back("--insecure");
     } else {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "kernels/core/number_text.h"
 #include "transport/host_port.h"
 
 namespace atl::cli {
@@ -197,14 +198,6 @@ StatusOr<std::optional<std::string>> Flags::get_output_file(const std::string& n
 
 namespace {
 
-// The shortest text that reads back as v (1e-09, 0.5, 1000000000), not std::to_string's six
-// decimals, which print 1e-9 as 0.000000.
-std::string exact_text(double v) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  return std::string(buf, r.ptr);
-}
-
 }  // namespace
 
 StatusOr<double> Flags::get_double(const std::string& name, double def, double min, double max,
@@ -214,7 +207,7 @@ StatusOr<double> Flags::get_double(const std::string& name, double def, double m
   ATOLL_ASSIGN_OR_RETURN(double x, parse_double(*v, "--" + name));
   if (x < min || (min_open && x == min) || x > max)
     return InvalidArgument("--" + name + " " + *v + " is out of range " + (min_open ? "(" : "[") +
-                           exact_text(min) + ", " + exact_text(max) + "]");
+                           shortest_decimal(min) + ", " + shortest_decimal(max) + "]");
   return x;
 }
 

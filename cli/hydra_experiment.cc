@@ -100,7 +100,7 @@ StatusOr<HydraExperiment> parse_hydra_experiment(const Flags& flags) {
   cfg.hydra.ffn_blocks = static_cast<uint32_t>(*blocks);
   cfg.hydra.importance_batches = 2;
   cfg.hydra.forward_share_power = forward_share_power;
-  ATOLL_RETURN_IF_ERROR(coordinator::validate_experiment_config(cfg, "demo flags"));
+  ATOLL_RETURN_IF_ERROR(coordinator::validate_experiment_config(cfg, kFlagsAsConfig));
 
   x.sites = {
       {"site-a", "a", 1.0}, {"site-f", "f", 0.5}, {"site-j", "j", 0.25}, {"site-n", "n", 0.25}};

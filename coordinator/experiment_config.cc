@@ -17,15 +17,10 @@
 #include "algorithms/secagg/quantize.h"
 #include "coordinator/store.h"
 #include "kernels/core/file_io.h"
+#include "kernels/core/number_text.h"
 
 namespace atl::coordinator {
 namespace {
-
-std::string fmt_double(double v) {
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  return std::string(buf, r.ptr);
-}
 
 std::string show(const toml::node& n) {
   std::ostringstream os;
@@ -187,14 +182,14 @@ std::string four_digits(double v) {
 std::vector<Status> privacy_errors(const ExperimentConfig& c, std::string_view src) {
   std::vector<Status> errors;
   auto add = [&errors](Status s) { errors.push_back(std::move(s)); };
-  auto d = fmt_double;
+  auto d = shortest_decimal;
   const PrivacySection& pv = c.privacy;
   if (!(pv.clip_norm >= 0 && std::isfinite(pv.clip_norm)))
     add(range_error(src, "privacy.clip_norm", d(pv.clip_norm),
                     "must be finite and >= 0 (0 = no differential privacy)"));
-  if (!(pv.noise_multiplier >= 0 && std::isfinite(pv.noise_multiplier)))
+  if (!(pv.noise_multiplier >= 0 && pv.noise_multiplier <= kMaxNoiseMultiplier))
     add(range_error(src, "privacy.noise_multiplier", d(pv.noise_multiplier),
-                    "must be finite and >= 0"));
+                    "must be in [0, " + d(kMaxNoiseMultiplier) + "]"));
   if (!(pv.delta > 0 && pv.delta < 1))
     add(range_error(src, "privacy.delta", d(pv.delta), "must be in (0, 1)"));
   if (!(pv.target_epsilon >= 0 && std::isfinite(pv.target_epsilon)))
@@ -228,12 +223,13 @@ std::vector<Status> privacy_errors(const ExperimentConfig& c, std::string_view s
       const uint64_t fit =
           algorithms::max_rounds_within(pv.target_epsilon, pv.noise_multiplier, pv.delta, rounds);
       const double z = algorithms::min_noise_multiplier_within(pv.target_epsilon, rounds, pv.delta);
-      add(InvalidArgument(std::string(src) + ": diloco.rounds = " + std::to_string(rounds) +
-                          " with privacy.noise_multiplier = " + d(pv.noise_multiplier) +
-                          " reaches epsilon = " + four_digits(eps) +
-                          " > privacy.target_epsilon = " + d(pv.target_epsilon) + " at delta = " +
-                          d(pv.delta) + "; use diloco.rounds <= " + std::to_string(fit) +
-                          " or privacy.noise_multiplier >= " + d(z)));
+      add(InvalidArgument(
+          std::string(src) + ": diloco.rounds = " + std::to_string(rounds) +
+          " with privacy.noise_multiplier = " + d(pv.noise_multiplier) + " reaches epsilon = " +
+          four_digits(eps) + " > privacy.target_epsilon = " + d(pv.target_epsilon) +
+          " at delta = " + d(pv.delta) + "; use " +
+          (fit > 0 ? "diloco.rounds <= " + std::to_string(fit) + " or " : std::string()) +
+          "privacy.noise_multiplier >= " + d(z)));
     }
   }
   return errors;
@@ -302,7 +298,7 @@ std::vector<Status> lora_errors(const ExperimentConfig& c, std::string_view src)
     add(range_error(src, "lora.rank", std::to_string(l.rank),
                     "must be in [1, 4096] (0 = no adapters)"));
   if (!(l.alpha > 0 && std::isfinite(l.alpha)))
-    add(range_error(src, "lora.alpha", fmt_double(l.alpha), "must be finite and > 0"));
+    add(range_error(src, "lora.alpha", shortest_decimal(l.alpha), "must be finite and > 0"));
   if (auto t = algorithms::parse_lora_targets(l.targets); !t.ok())
     add(range_error(src, "lora.targets", "\"" + l.targets + "\"", t.status().message()));
   if (auto d = algorithms::parse_base_storage(l.base_dtype); !d.ok())
@@ -330,7 +326,7 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
   std::vector<Status> errors;
   auto add = [&errors](Status s) { errors.push_back(std::move(s)); };
   auto u = [](uint64_t v) { return std::to_string(v); };
-  auto d = fmt_double;
+  auto d = shortest_decimal;
   if (!valid_id(c.name))
     add(range_error(src, "name", "\"" + c.name + "\"",
                     "must be 1-64 characters of [A-Za-z0-9._-]"));
@@ -754,7 +750,7 @@ std::string to_toml(const ExperimentConfig& c) {
   };
   // Doubles always carry a '.' or exponent so they re-parse as floats.
   auto f = [](double v) {
-    std::string s = fmt_double(v);
+    std::string s = shortest_decimal(v);
     if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
     return s;
   };

@@ -338,6 +338,9 @@ Status validate_experiment_config(const ExperimentConfig& cfg, std::string_view 
 // Largest θ a coordinator holds, in fp32 values: θ, the momentum and every site's copies are
 // allocated whole (1 GiB each at the cap), so a larger model would fail in an allocation.
 inline constexpr uint64_t kMaxParams = uint64_t{1} << 28;
+// Largest privacy.noise_multiplier z (the flag --dp-noise too): the noise's standard deviation
+// z·clip/sites is drawn in fp32, and far above this it overflows or drowns every update.
+inline constexpr double kMaxNoiseMultiplier = 1e6;
 // The model's own checks (algorithms::validate) and the cap on θ's size, as one line starting
 // with `source`. Part of validate_experiment_config (except for LoRA, whose [model] is its base's);
 // the dashboard API's create applies it with its own cap.

@@ -25,4 +25,44 @@ std::string screening_note(const RoundRecord& record) {
   return note;
 }
 
+std::string protection_summary(const ExperimentConfig& config) {
+  const RobustSection& r = config.robust;
+  char text[512];
+  std::string line;
+  if (r.screen == "off") {
+    line = "screening off";
+  } else {
+    // The limit is min(multiple x median, max_norm) when the absolute bound is set.
+    char limit[128];
+    if (r.max_norm > 0)
+      std::snprintf(limit, sizeof(limit), "min(%g x the median norm, %g)", r.norm_multiple,
+                    r.max_norm);
+    else
+      std::snprintf(limit, sizeof(limit), "%g x the median norm", r.norm_multiple);
+    std::snprintf(text, sizeof(text),
+                  "screening: %s above %s, replays at cosine >= %g, stale updates at margin >= %g",
+                  r.screen.c_str(), limit, r.replay_cosine, r.stale_margin);
+    line = text;
+  }
+  line += ", aggregator " + r.aggregator;
+  const PrivacySection& p = config.privacy;
+  if (p.clip_norm > 0) {
+    std::snprintf(text, sizeof(text),
+                  "; differential privacy: clip %g, noise multiplier %g, delta %g", p.clip_norm,
+                  p.noise_multiplier, p.delta);
+    line += text;
+    if (p.target_epsilon > 0) {
+      std::snprintf(text, sizeof(text), ", budget epsilon %g", p.target_epsilon);
+      line += text;
+    }
+  }
+  const SecAggSection& s = config.secagg;
+  if (s.enabled) {
+    std::snprintf(text, sizeof(text), "; secure aggregation: threshold %u sites%s", s.threshold,
+                  s.masking ? "" : ", MASKING OFF (the coordinator sees each update)");
+    line += text;
+  }
+  return line;
+}
+
 }  // namespace atl::coordinator

@@ -7,10 +7,16 @@
 
 #include <string>
 
+#include "coordinator/experiment_config.h"
 #include "coordinator/store.h"
 
 namespace atl::coordinator {
 
 std::string screening_note(const RoundRecord& record);
+
+// How an experiment protects its aggregate, as one line for the start of a run: screening (its
+// limits, the absolute bound when set), the aggregator, differential privacy (clip, noise,
+// delta, budget) and secure aggregation (threshold, masking), each only when it is on.
+std::string protection_summary(const ExperimentConfig& config);
 
 }  // namespace atl::coordinator

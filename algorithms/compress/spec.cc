@@ -4,14 +4,10 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/core/number_text.h"
+
 namespace atl::algorithms::compress {
 namespace {
-
-std::string fmt_double(double v) {
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof(buf), v);  // shortest round-trip representation
-  return std::string(buf, r.ptr);
-}
 
 bool parse_u32(std::string_view s, uint32_t& out) {
   if (s.empty()) return false;
@@ -87,11 +83,11 @@ std::string CodecSpec::to_string() const {
   std::string s;
   if (sparsifier == Sparsifier::kTopk) {
     s = "topk:";
-    s += fmt_double(fraction);
+    s += shortest_decimal(fraction);
   }
   if (sparsifier == Sparsifier::kTopkChunked) {
     s = "topk-chunked:";
-    s += fmt_double(fraction);
+    s += shortest_decimal(fraction);
     s += ":";
     s += std::to_string(chunk);
   }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/core/number_text.h"
+
 namespace atl::algorithms::secagg {
 namespace {
 
@@ -18,9 +20,10 @@ uint64_t mix64(uint64_t z) {
 Status check_quantization(const QuantizeOptions& o, uint64_t max_sites) {
   if (!(o.clip_range > 0) || !std::isfinite(o.clip_range))
     return InvalidArgument("secagg.clip_range must be a finite number > 0, got " +
-                           std::to_string(o.clip_range));
+                           shortest_decimal(o.clip_range));
   if (o.quantization_range < 1)
-    return InvalidArgument("secagg.quantization_range must be >= 1");
+    return InvalidArgument("secagg.quantization_range must be >= 1, got " +
+                           std::to_string(o.quantization_range));
   const unsigned __int128 worst =
       static_cast<unsigned __int128>(o.quantization_range) * std::max<uint64_t>(max_sites, 1);
   if (worst > UINT32_MAX)

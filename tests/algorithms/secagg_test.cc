@@ -90,6 +90,11 @@ TEST(SecAggQuantize, ClipsMapsAndDequantizesTheMean) {
   ASSERT_TRUE(check_quantization(o, 4095).ok());
   EXPECT_FALSE(check_quantization(o, 4096).ok());  // 4096 · 2^20 > 2^32 − 1
   EXPECT_FALSE(check_quantization({.clip_range = 0.0, .quantization_range = 8}, 2).ok());
+  // The value as given (it printed -1e-9 as -0.000000).
+  EXPECT_EQ(check_quantization({.clip_range = -1e-9, .quantization_range = 8}, 2).message(),
+            "secagg.clip_range must be a finite number > 0, got -1e-09");
+  EXPECT_EQ(check_quantization({.clip_range = 1.0, .quantization_range = 0}, 2).message(),
+            "secagg.quantization_range must be >= 1, got 0");
   const std::vector<float> a = {-5.f, -1.f, 0.f, 0.25f, 1.f, 7.f};
   const std::vector<float> b = {0.5f, 0.5f, -0.5f, 0.25f, -1.f, NAN};
   std::vector<uint32_t> qa(a.size()), qb(b.size()), qa2(a.size());

@@ -223,11 +223,31 @@ TEST(Privacy, ConfigOverTheBudgetIsRefusedWithWhatWouldFit) {
                          "clip_norm = 1\ntarget_epsilon = 10\nnoise_multiplier = " +
                          std::string(z_text) + "\n"),
             "OK");
-  // Clipping only (z = 0) can never meet a budget.
+  // Clipping only (z = 0) can never meet a budget, nor can a single round at z = 1 meet ε = 1:
+  // the message names only the noise multiplier then (it said "use diloco.rounds <= 0").
+  for (const std::string& too_little_noise :
+       {std::string("[robust]\nscreen = \"off\"\n[privacy]\nclip_norm = 1\ntarget_epsilon = 10\n"),
+        base + "target_epsilon = 1\n"}) {
+    const std::string refusal = config_error(too_little_noise);
+    EXPECT_NE(refusal.find("; use privacy.noise_multiplier >= "), std::string::npos) << refusal;
+    EXPECT_EQ(refusal.find("diloco.rounds <="), std::string::npos) << refusal;
+  }
   EXPECT_NE(config_error("[robust]\nscreen = \"off\"\n[privacy]\nclip_norm = 1\n"
                          "target_epsilon = 10\n")
                 .find("epsilon = inf"),
             std::string::npos);
+}
+
+// A noise multiplier of 1e39 was taken, and every round's outer step was not finite (each honest
+// update dropped in turn); the config has --dp-noise's bound.
+TEST(Privacy, NoiseMultiplierAboveTheBoundIsRefused) {
+  const std::string msg = config_error(
+      "[robust]\nscreen = \"off\"\n[privacy]\nclip_norm = 1\nnoise_multiplier = 1e39\n");
+  EXPECT_NE(msg.find("privacy.noise_multiplier = 1e+39 must be in [0, 1e+06]"), std::string::npos)
+      << msg;
+  EXPECT_EQ(config_error(
+                "[robust]\nscreen = \"off\"\n[privacy]\nclip_norm = 1\nnoise_multiplier = 1e6\n"),
+            "OK");
 }
 
 // ---- The round engine with [privacy] on ----

@@ -38,5 +38,33 @@ TEST(ScreeningNote, EachClippedOrDroppedUpdateWithTheCheckThatActed) {
             " | update from node-6 dropped: the outer step with it is not finite");
 }
 
+// The start-of-run line: the absolute bound was not shown (a max_norm of 1e-30 dropped every
+// update with no word of it), and secure aggregation was not mentioned anywhere.
+TEST(ProtectionSummary, NamesEveryProtectionThatIsOn) {
+  ExperimentConfig c;
+  EXPECT_EQ(protection_summary(c),
+            "screening: drop above 5 x the median norm, replays at cosine >= 0.99, stale updates "
+            "at margin >= 0.05, aggregator mean");
+  c.robust.screen = "clip";
+  c.robust.max_norm = 0.001;
+  EXPECT_EQ(protection_summary(c),
+            "screening: clip above min(5 x the median norm, 0.001), replays at cosine >= 0.99, "
+            "stale updates at margin >= 0.05, aggregator mean");
+  c.robust.screen = "off";
+  c.privacy.clip_norm = 1;
+  c.privacy.noise_multiplier = 1.1;
+  c.privacy.target_epsilon = 8;
+  EXPECT_EQ(protection_summary(c),
+            "screening off, aggregator mean; differential privacy: clip 1, noise multiplier 1.1, "
+            "delta 1e-05, budget epsilon 8");
+  c.privacy = PrivacySection{};
+  c.secagg.enabled = true;
+  c.secagg.threshold = 3;
+  EXPECT_EQ(protection_summary(c),
+            "screening off, aggregator mean; secure aggregation: threshold 3 sites");
+  c.secagg.masking = false;
+  EXPECT_NE(protection_summary(c).find("MASKING OFF"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace atl::coordinator

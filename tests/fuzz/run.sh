@@ -59,13 +59,15 @@ fi
 san="-fsanitize=address,undefined -fno-sanitize-recover=all"
 flags="-std=c++20 -O1 -g -I. $proto_flags"
 srcs="algorithms/compress/*.cc kernels/formats/*.cc kernels/core/philox.cc kernels/core/status.cc
-      kernels/core/check.cc kernels/core/crc32c.cc algorithms/model/safetensors.cc
+      kernels/core/check.cc kernels/core/crc32c.cc kernels/core/number_text.cc
+      algorithms/model/safetensors.cc
       algorithms/model/param_set.cc"
 cc="$cxx"
 if [ "${FUZZ_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null 2>&1; then cc="ccache $cxx"; fi
 lib="$out/libfuzzdeps.a"
 stamp="$out/libfuzzdeps.flags"
-if [ ! -f "$lib" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$flags" ] ||
+# The stamp holds the flags and the source list: a source added to the list rebuilds the library.
+if [ ! -f "$lib" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$(echo $flags $srcs)" ] ||
    [ -n "$(find algorithms kernels transport tests/fuzz $gen -newer "$lib" \( -name '*.cc' -o -name '*.h' \) 2>/dev/null | head -1)" ]; then
   echo "fuzz: compiling the decoders with $cc (ASan, UBSan)"
   rm -rf "$out/obj" && mkdir -p "$out/obj"
@@ -75,7 +77,7 @@ if [ ! -f "$lib" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$flags" ] ||
       "$cc $flags $san -fsanitize=fuzzer-no-link -c {} -o $out/obj/\$(echo {} | tr / _).o"
   rm -f "$lib"
   ar rcs "$lib" "$out"/obj/*.o
-  echo "$flags" >"$stamp"
+  echo $flags $srcs >"$stamp"
 fi
 
 targets="codec_decode sparse_delta_decode safetensors_decode"

@@ -284,9 +284,10 @@ TEST(BadInput, BadCodecSpecOnTheCommandLineIsExitCode2) {
   const RunResult r =
       run_atoll({"simulate", "--codec", "bogus", "--store", dir / "store"}, dir / "codec.log", 60s);
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_EQ(r.output.rfind("atoll simulate: demo flags: train.codec = \"bogus\" is not a codec: "
-                           "codec spec 'bogus': unknown stage 'bogus'",
-                           0),
+  EXPECT_EQ(r.output.rfind(
+                "atoll simulate: flags (as config keys): train.codec = \"bogus\" is not a codec: "
+                "codec spec 'bogus': unknown stage 'bogus'",
+                0),
             0u)
       << r.output;
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;

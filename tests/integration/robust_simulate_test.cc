@@ -148,6 +148,18 @@ TEST(RobustSimulate, BadFlagsAreOneLine) {
       {{"--norm-multiple", "0.5"}, "--norm-multiple"},
       {{"--replay-cosine", "1.5"}, "--replay-cosine"},
       {{"--dp-clip", "1", "--screen", "drop"}, "cannot be combined with --dp-clip"},
+      // Flags DP makes meaningless were taken and ignored (exit 0), or refused naming config keys.
+      {{"--dp-delta", "0.5"},
+       "--dp-delta needs --dp-clip C > 0: differential privacy is off without it"},
+      {{"--dp-noise", "1"},
+       "--dp-noise needs --dp-clip C > 0: differential privacy is off without it"},
+      {{"--dp-clip", "1", "--norm-multiple", "3"},
+       "--norm-multiple cannot be combined with --dp-clip: differential privacy turns robust "
+       "screening off; drop one of them"},
+      {{"--dp-clip", "1", "--replay-cosine", "0.5"}, "--replay-cosine cannot be combined with"},
+      {{"--dp-clip", "1", "--aggregator", "median"},
+       "--aggregator median cannot be combined with --dp-clip: the noise is calibrated to an "
+       "unweighted mean of clipped updates; drop one of them"},
   };
   int i = 0;
   for (const Case& c : cases) {

@@ -55,6 +55,38 @@ TEST(Ca, InitMakesAnExistingWideDirectoryOwnerOnly) {
   EXPECT_EQ(file_mode(ca_key_path(dir)), 0600u);
 }
 
+// ca issue left a widened directory 0755 and used a 0644 ca.key; a coordinator or node started
+// on a key every user could read without a word.
+TEST(Ca, IssueNarrowsTheDirectoryAndKeysOpenToOthersAreRefused) {
+  TempDir tmp;
+  const std::string dir = tmp.sub("tls");
+  ASSERT_TRUE(ca_init(dir).ok());
+  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  ASSERT_TRUE(ca_issue(dir, "node-1", Role::kNode).ok());
+  EXPECT_EQ(file_mode(dir), 0700u);
+  EXPECT_EQ(file_mode(key_path(dir, "node-1")), 0600u);
+  ASSERT_TRUE(validate_identity(dir, "node-1", Role::kNode).ok());
+
+  const std::string node_key = key_path(dir, "node-1");
+  ASSERT_EQ(::chmod(node_key.c_str(), 0644), 0);
+  Status st = validate_identity(dir, "node-1", Role::kNode);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(st.message(), "private key " + node_key +
+                              " is open to other users (mode 0644): run `chmod 600 " + node_key +
+                              "`, and issue a new one if others may have copied it");
+  // Group read is what a Kubernetes secret mounted under fsGroup gets: allowed.
+  ASSERT_EQ(::chmod(node_key.c_str(), 0440), 0);
+  EXPECT_TRUE(validate_identity(dir, "node-1", Role::kNode).ok());
+
+  const std::string ca_key = ca_key_path(dir);
+  ASSERT_EQ(::chmod(ca_key.c_str(), 0604), 0);
+  st = ca_issue(dir, "node-2", Role::kNode);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(contains(st.message(), "private key " + ca_key + " is open to other users"))
+      << st.message();
+  EXPECT_FALSE(std::filesystem::exists(key_path(dir, "node-2")));
+}
+
 TEST(Ca, IssueNodeAndServerCertificates) {
   TempDir tmp;
   const std::string dir = tmp.path();

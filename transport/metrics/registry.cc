@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "kernels/core/check.h"
+#include "kernels/core/number_text.h"
 
 namespace atl::transport::metrics {
 
@@ -235,9 +236,7 @@ std::string escape_help(std::string_view help) {
 std::string format_value(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  return std::string(buf, r.ptr);
+  return shortest_decimal(v);
 }
 
 uint64_t process_resident_memory_bytes() {

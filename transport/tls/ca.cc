@@ -205,6 +205,32 @@ Status validate_cert_name(const std::string& raw) {
   return Status::Ok();
 }
 
+namespace {
+
+// The CA's private key lives in dir, and every certificate's key after it: the directory is
+// owner-only (0700) even when it existed with a wider mode.
+Status make_owner_only(const std::string& dir) {
+  std::error_code ec;
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  if (ec)
+    return IoError("cannot make " + dir + " owner-only (mode 0700): " + ec.message() +
+                   "; choose a directory you own with --dir");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status check_private_key_mode(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return Status::Ok();  // reading it says what is wrong
+  if ((st.st_mode & 0007) == 0) return Status::Ok();
+  char mode[8];
+  std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  return FailedPrecondition("private key " + path + " is open to other users (mode " + mode +
+                            "): run `chmod 600 " + path +
+                            "`, and issue a new one if others may have copied it");
+}
+
 Status ca_init(const std::string& dir, const CaOptions& options) {
   if (dir.empty()) return InvalidArgument("ca init: --dir is empty");
   if (options.validity_days <= 0) {
@@ -217,12 +243,7 @@ Status ca_init(const std::string& dir, const CaOptions& options) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return IoError("cannot create " + dir + ": " + ec.message());
-  // The CA's private key lives here, and every certificate's key after it: the directory is
-  // owner-only (0700) even when it existed with a wider mode.
-  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
-  if (ec)
-    return IoError("cannot make " + dir + " owner-only (mode 0700): " + ec.message() +
-                   "; choose a directory you own with --dir");
+  ATOLL_RETURN_IF_ERROR(make_owner_only(dir));
 
   ATOLL_ASSIGN_OR_RETURN(PkeyPtr key, generate_p256());
   X509Ptr cert(X509_new());
@@ -261,6 +282,7 @@ Status ca_issue(const std::string& dir, const std::string& name, Role role,
                 const IssueOptions& options) {
   ATOLL_RETURN_IF_ERROR(validate_cert_name(name));
   if (options.validity_seconds == 0) return InvalidArgument("ca issue: validity must not be 0");
+  ATOLL_RETURN_IF_ERROR(check_private_key_mode(ca_key_path(dir)));
   auto ca_pem = read_file(ca_cert_path(dir));
   auto ca_key_pem = read_file(ca_key_path(dir));
   if (!ca_pem.ok() || !ca_key_pem.ok()) {
@@ -285,6 +307,7 @@ Status ca_issue(const std::string& dir, const std::string& name, Role role,
     return AlreadyExists("a certificate named '" + name + "' already exists in " + dir +
                          "; remove " + name + ".crt and " + name + ".key to re-issue it");
   }
+  ATOLL_RETURN_IF_ERROR(make_owner_only(dir));
 
   std::vector<std::string> sans = {name};
   if (role == Role::kServer) {

@@ -54,6 +54,11 @@ std::string ca_key_path(const std::string& dir);
 std::string cert_path(const std::string& dir, const std::string& name);
 std::string key_path(const std::string& dir, const std::string& name);
 
+// A private key file that other users can read or write (mode & 0007) is refused, with the chmod
+// that fixes it: such a key may already have been copied (ssh refuses one the same way). Group
+// access is allowed: Kubernetes adds the group's read bit to a mounted secret under fsGroup.
+Status check_private_key_mode(const std::string& path);
+
 // Certificate names: 1..64 characters of [A-Za-z0-9._-], not "." / "..", not "ca".
 Status validate_cert_name(const std::string& name);
 
@@ -61,8 +66,9 @@ Status validate_cert_name(const std::string& name);
 // existing CA (AlreadyExists).
 Status ca_init(const std::string& dir, const CaOptions& options = {});
 
-// Issues dir/<name>.key (0600) and dir/<name>.crt signed by the CA in dir. Refuses to overwrite
-// an existing certificate of that name (AlreadyExists).
+// Issues dir/<name>.key (0600) and dir/<name>.crt signed by the CA in dir, making dir owner-only
+// (0700) again if it was wider, as ca_init does. Refuses to overwrite an existing certificate of
+// that name (AlreadyExists) and a ca.key others can read (check_private_key_mode).
 Status ca_issue(const std::string& dir, const std::string& name, Role role,
                 const IssueOptions& options = {});
 

@@ -52,6 +52,7 @@ StatusOr<LoadedIdentity> load_identity(const std::string& dir, const std::string
     return cert_pem.status();
   }
   out.cert_pem = std::move(cert_pem).value();
+  ATOLL_RETURN_IF_ERROR(check_private_key_mode(key_path(dir, name)));
   auto key_pem = read_file(key_path(dir, name));
   if (!key_pem.ok()) {
     if (key_pem.status().code() == StatusCode::kNotFound) {
