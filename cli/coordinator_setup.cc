@@ -155,8 +155,8 @@ coordinator::ServiceOptions service_options(bool insecure, const std::string& ex
 
 }  // namespace
 
-StatusOr<std::vector<float>> initial_theta_from_checkpoint(const std::string& path,
-                                                           const algorithms::ModelConfig& model) {
+StatusOr<InitialCheckpoint> initial_checkpoint(const std::string& path,
+                                               const algorithms::ModelConfig& model) {
   auto loaded = node::load_checkpoint(path);
   auto ck = loaded.ok() ? node::merged_if_lora(std::move(loaded).value()) : loaded;
   if (!ck.ok()) return InvalidArgument("--init-from " + path + ": " + ck.status().message());
@@ -172,7 +172,7 @@ StatusOr<std::vector<float>> initial_theta_from_checkpoint(const std::string& pa
     return InvalidArgument("--init-from " + path + ": the checkpoint has " +
                            std::to_string(ck->params.numel()) + " parameters, the model " +
                            std::to_string(algorithms::count_params(model)));
-  return std::move(ck->params.vec());
+  return InitialCheckpoint{std::move(ck->params.vec()), std::move(ck->meta)};
 }
 
 Status resolve_lora_base(coordinator::ExperimentConfig& config,
@@ -278,9 +278,10 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
   ATOLL_ASSIGN_OR_RETURN(
       rc->store, coordinator::Store::open(l.store_dir, {.keep_params = config.diloco.keep_params}));
   coordinator::ManagerOptions mo;
-  mo.encode_checkpoint = [](const coordinator::ExperimentRecord& rec,
-                            const coordinator::ExperimentConfig& cfg,
-                            const std::vector<float>& params) -> StatusOr<std::string> {
+  mo.encode_checkpoint = [carried = l.initial_meta, started = l.config.name](
+                             const coordinator::ExperimentRecord& rec,
+                             const coordinator::ExperimentConfig& cfg,
+                             const std::vector<float>& params) -> StatusOr<std::string> {
     const algorithms::ModelConfig model = model_config_of(cfg);
     node::CheckpointMeta meta;
     meta.model = model;
@@ -295,6 +296,7 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
                                 std::to_string(p.numel()) + " parameters, the store holds " +
                                 std::to_string(params.size()));
     std::copy(params.begin(), params.end(), p.data());
+    if (carried && rec.id == started) node::carry_base_meta(*carried, meta);
     meta.fingerprint = rec.params_fingerprint;
     return node::encode_checkpoint(meta, p, nullptr);
   };

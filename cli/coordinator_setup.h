@@ -76,6 +76,10 @@ struct CoordinatorLaunch {
   // θ_0 of a new experiment (numel of the model); empty = init_params(model, seed). Ignored when
   // the store already holds the experiment (it resumes from its last committed round).
   std::vector<float> initial_theta;
+  // The checkpoint initial_theta came from (--init-from, a Hydra --base): its tokenizer and
+  // Hugging Face metadata go into this experiment's checkpoints (--out, the dashboard's
+  // download), so that they read their data as the sites did (node::carry_base_meta).
+  std::optional<node::CheckpointMeta> initial_meta;
   // A LoRA experiment's base when the caller read it already (config resolved by
   // resolve_lora_base); null: launch_coordinator reads config.lora.base.
   std::shared_ptr<const node::BaseModel> base;
@@ -84,9 +88,14 @@ struct CoordinatorLaunch {
 // θ_0 from a checkpoint written by `atoll train` (or a coordinator's model download): a warm
 // start, as the DiLoCo paper starts from a pretrained model. The checkpoint's model must be the
 // experiment's (same vocabulary, shape, MoE layout and RoPE base): otherwise one line naming the
-// first field that differs. Its optimizer state, step and data order are not used.
-StatusOr<std::vector<float>> initial_theta_from_checkpoint(const std::string& path,
-                                                           const algorithms::ModelConfig& model);
+// first field that differs. Its optimizer state, step and data order are not used; its meta
+// (tokenizer, Hugging Face files) is kept for CoordinatorLaunch::initial_meta and the evaluator.
+struct InitialCheckpoint {
+  std::vector<float> theta;
+  node::CheckpointMeta meta;
+};
+StatusOr<InitialCheckpoint> initial_checkpoint(const std::string& path,
+                                               const algorithms::ModelConfig& model);
 
 // A LoRA experiment's base (config.lora.base, node/base_model.h) read into the config: [model]
 // becomes the base's model config (seq_len stays the config's) and lora.base_fingerprint its

@@ -146,10 +146,10 @@ std::optional<int> prepare(const std::string& cmd, DemoRun& run) {
   launch.insecure = d.insecure;
   if (run.mode == SiteMode::kInProcess) launch.listen = "";  // no gRPC: the sites are threads
   if (d.init_from) {
-    auto theta = initial_theta_from_checkpoint(*d.init_from, model);
-    if (!theta.ok()) return fail(cmd, theta.status().message(), 2);
-    run.initial_theta = std::move(theta).value();
-    launch.initial_theta = run.initial_theta;
+    auto ck = initial_checkpoint(*d.init_from, model);
+    if (!ck.ok()) return fail(cmd, ck.status().message(), 2);
+    run.initial_theta = std::move(ck->theta);
+    launch.initial_theta = run.initial_theta;  // its tokenizer is not the sites' (Brown in bytes)
   }
   launch.on_event = [&run](const coordinator::Event& e) { run.events.push(e); };
   if (d.http != "off") launch.http_listen = d.http;

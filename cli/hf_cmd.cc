@@ -138,9 +138,13 @@ int cmd_export(const Args& args) {
   }
   const auto dtype = dtype_text == "bf16" ? algorithms::DType::kBF16 : algorithms::DType::kF32;
   if (Status s = node::export_hf_dir(*ck, *out, dtype); !s.ok()) return fail("export", s.message());
+  const bool tokenizer =
+      !node::hf_tokenizer_json_of(ck->meta.tokenizer, ck->meta.model.vocab).empty();
   std::printf("exported %s -> %s (config.json, model.safetensors %s%s)\n", ckpt->c_str(),
               out->c_str(), dtype_text.c_str(),
-              node::is_hf_tokenizer_json(ck->meta.tokenizer) ? ", tokenizer" : "");
+              tokenizer ? ", tokenizer.json"
+                        : "; no tokenizer.json: Atoll's BPE has no exact Hugging Face form, so "
+                          "atoll import hf cannot read this folder back");
   return 0;
 }
 

@@ -130,6 +130,11 @@ StatusOr<HfImported> import_hf_dir(const std::string& dir_text, int seq_len) {
   return out;
 }
 
+std::string hf_tokenizer_json_of(const std::string& tokenizer_blob, int64_t vocab) {
+  if (tokenizer_blob.empty()) return vocab >= 256 ? algorithms::data::byte_tokenizer_json() : "";
+  return is_hf_tokenizer_json(tokenizer_blob) ? tokenizer_blob : "";
+}
+
 Status export_hf_dir(const LoadedCheckpoint& ck, const std::string& dir_text,
                      algorithms::DType dtype) {
   const fs::path dir(dir_text);
@@ -164,8 +169,8 @@ Status export_hf_dir(const LoadedCheckpoint& ck, const std::string& dir_text,
       return IoError("cannot remove the stale " + (dir / name).string() + ": " + rm.message());
     return Status::Ok();
   };
-  ATOLL_RETURN_IF_ERROR(write_or_remove("tokenizer.json", ck.meta.tokenizer,
-                                        is_hf_tokenizer_json(ck.meta.tokenizer)));
+  const std::string tokenizer_json = hf_tokenizer_json_of(ck.meta.tokenizer, ck.meta.model.vocab);
+  ATOLL_RETURN_IF_ERROR(write_or_remove("tokenizer.json", tokenizer_json, !tokenizer_json.empty()));
   ATOLL_RETURN_IF_ERROR(write_or_remove("tokenizer_config.json", ck.meta.hf_tokenizer_config_json,
                                         !ck.meta.hf_tokenizer_config_json.empty()));
   return Status::Ok();

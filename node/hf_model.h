@@ -27,8 +27,17 @@ struct HfImported {
 // and what is wrong (hf_format.h lists the refusals).
 StatusOr<HfImported> import_hf_dir(const std::string& dir, int seq_len = 0);
 
+// The checkpoint's tokenizer as a Hugging Face tokenizer.json: an imported one as it was, the
+// byte tokenizer (an empty blob, with a vocabulary of at least its 256 ids) as
+// algorithms::data::byte_tokenizer_json(); "" for Atoll's own
+// BPE, which has no exact tokenizer.json form (its text chunking, atoll-chunks-1, is not one of
+// the pre-tokenizers tokenizer.json can name).
+std::string hf_tokenizer_json_of(const std::string& tokenizer_blob, int64_t vocab);
+
 // Writes `dir` (created if missing): config.json, model.safetensors (F32 or BF16) and the
-// tokenizer file(s) the checkpoint carries. Files are replaced atomically.
+// tokenizer file(s): tokenizer.json when hf_tokenizer_json_of has one (so that `atoll import hf`
+// and `transformers` read the export back), tokenizer_config.json when the checkpoint carries
+// one. Files are replaced atomically.
 Status export_hf_dir(const LoadedCheckpoint& checkpoint, const std::string& dir,
                      algorithms::DType dtype);
 

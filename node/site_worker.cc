@@ -268,7 +268,9 @@ Status SiteWorker::set_up() {
         al::base_storage_name(site_.lora.base_storage) + ", " +
         std::to_string(frozen_base_->stored_bytes() >> 20) + " MiB)");
   } else if (opt_.base) {
-    log("--base " + opt_.base->path + " is not used: this experiment has no LoRA adapters");
+    log("--base " + opt_.base->path +
+        ": its tokenizer reads this site's data; its parameters are not used (this experiment "
+        "has no LoRA adapters: θ comes from the coordinator)");
   }
   ATOLL_RETURN_IF_ERROR(check_inner_step(site_, step_options));
   ATOLL_RETURN_IF_ERROR(check_sync_strategy(site_));
@@ -309,8 +311,8 @@ Status SiteWorker::load_data() {
     ATOLL_ASSIGN_OR_RETURN(SiteData loaded, load_site_training_data(o));
     data_ = std::make_shared<const SiteData>(std::move(loaded));
   }
-  std::string line = "data " + data_spec_.to_string() + ": " +
-                     std::to_string(data_->train.size()) + " training tokens";
+  std::string line = "data " + data_spec_.to_string() + ": " + std::to_string(data_->train.size()) +
+                     " training tokens (tokenizer " + data_->tokenizer->name() + ")";
   if (data_->validation.size() > 0)
     line += ", " + std::to_string(data_->validation.size()) + " validation tokens (" +
             (opt_.val_data_spec.empty() ? std::string("held out") : opt_.val_data_spec) + ")";

@@ -216,6 +216,35 @@ std::string bytes_to_byte_level(std::string_view bytes) {
   return out;
 }
 
+std::string byte_tokenizer_json() {
+  const auto& alphabet = byte_level_alphabet();
+  json::object vocab;
+  for (int b = 0; b < 256; ++b) vocab[alphabet[b]] = b;
+  const json::object byte_level = {{"type", "ByteLevel"},
+                                   {"add_prefix_space", false},
+                                   {"trim_offsets", true},
+                                   {"use_regex", true}};
+  const json::object model = {{"type", "BPE"},
+                              {"dropout", nullptr},
+                              {"unk_token", nullptr},
+                              {"continuing_subword_prefix", nullptr},
+                              {"end_of_word_suffix", nullptr},
+                              {"fuse_unk", false},
+                              {"byte_fallback", false},
+                              {"ignore_merges", false},
+                              {"vocab", vocab},
+                              {"merges", json::array()}};
+  return json::serialize(json::object{{"version", "1.0"},
+                                      {"truncation", nullptr},
+                                      {"padding", nullptr},
+                                      {"added_tokens", json::array()},
+                                      {"normalizer", nullptr},
+                                      {"pre_tokenizer", byte_level},
+                                      {"post_processor", nullptr},
+                                      {"decoder", byte_level},
+                                      {"model", model}});
+}
+
 StatusOr<HfBpeTokenizer> HfBpeTokenizer::from_json(std::string_view tokenizer_json) {
   json::error_code ec;
   json::value root =

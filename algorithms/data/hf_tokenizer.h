@@ -39,6 +39,11 @@ const std::array<std::string, 256>& byte_level_alphabet();
 StatusOr<std::string> byte_level_to_bytes(std::string_view byte_level);
 std::string bytes_to_byte_level(std::string_view bytes);
 
+// The byte tokenizer (id = the byte's value, 256 ids) as a Hugging Face tokenizer.json: a
+// ByteLevel BPE whose vocabulary is the 256 byte-level tokens in byte order and which has no
+// merges, so it encodes every text to its bytes, as ByteTokenizer does, in `tokenizers` and here.
+std::string byte_tokenizer_json();
+
 class HfBpeTokenizer final : public Tokenizer {
  public:
   // From the text of a tokenizer.json (see the header comment for what is accepted).

@@ -436,6 +436,49 @@ TEST(SiteData, SitesWithoutHeldOutFilesTrainAndTheCoordinatorStillEvaluates) {
   EXPECT_TRUE(std::regex_search(n2, std::regex("round 1: .*site val [0-9.]+ bpb"))) << n2;
 }
 
+// A coordinator warm-started from a BPE checkpoint evaluated θ_0 in bytes (6.55 bpb where
+// `atoll eval` of the same checkpoint says 4.48) and wrote --out without the tokenizer; a node
+// given --base for the tokenizer said "--base is not used".
+TEST(SiteData, AnInitFromCheckpointsTokenizerIsTheCoordinatorsToo) {
+  Cluster c;
+  c.make_ca({"node-1"});
+  const std::string base = c.dir / "base/checkpoint.safetensors";
+  auto trained = run_atoll({"train",       "--dim",     "32",     "--layers",  "2",
+                            "--heads",     "2",         "--ffn",  "64",        "--seq",
+                            "32",          "--batch",   "4",      "--steps",   "10",
+                            "--tokenizer", "bpe:320",   "--data", "brown:a,b", "--eval-tokens",
+                            "512",         "--threads", "1",      "--out",     c.dir / "base"},
+                           c.dir / "train.log");
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  auto eval = run_atoll({"eval", "--checkpoint", base, "--tokens", "2048", "--batch", "4"},
+                        c.dir / "eval.log");
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  std::smatch want;
+  ASSERT_TRUE(std::regex_search(eval.output, want, std::regex("val bpb ([0-9.]+)"))) << eval.output;
+
+  std::string toml = config_toml(1, 1, 60);
+  toml.replace(toml.find("vocab = 256"), 11, "vocab = 320");
+  c.start_coordinator(toml, "127.0.0.1:0", "coordinator.log",
+                      {"--init-from", base, "--eval-data", "brown", "--eval-tokens", "2048",
+                       "--out", c.dir / "final.safetensors"});
+  c.start_node("node-1", "brown:c", "", {"--base", base});
+  std::string log;
+  c.run_to_completion(120s, &log);
+  std::smatch initial;
+  ASSERT_TRUE(std::regex_search(log, initial, std::regex("round 0 \\| val bpb ([0-9.]+)"))) << log;
+  EXPECT_EQ(initial[1].str(), want[1].str()) << log << "\n" << eval.output;
+  auto base_ck = node::load_checkpoint(base);
+  auto final_ck = node::load_checkpoint(c.dir / "final.safetensors");
+  ASSERT_TRUE(base_ck.ok() && final_ck.ok());
+  EXPECT_FALSE(base_ck->meta.tokenizer.empty());
+  EXPECT_EQ(final_ck->meta.tokenizer, base_ck->meta.tokenizer);
+  const std::string node_log = read_text(c.dir / "node-1.log");
+  EXPECT_NE(node_log.find(": its tokenizer reads this site's data; its parameters are not used"),
+            std::string::npos)
+      << node_log;
+  EXPECT_NE(node_log.find("training tokens (tokenizer bpe-320)"), std::string::npos) << node_log;
+}
+
 // A data spec that cannot train is one line and exit code 2 before the node joins: the
 // coordinator logs no join and keeps waiting for real sites.
 TEST(SiteData, DataThatCannotTrainIsRefusedBeforeTheNodeJoins) {

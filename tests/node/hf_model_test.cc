@@ -21,12 +21,14 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/data/tokenizer.h"
 #include "algorithms/model/hf_format.h"
 #include "algorithms/model/llama.h"
 #include "algorithms/model/safetensors.h"
 #include "kernels/core/philox.h"
 #include "kernels/formats/convert.h"
 #include "node/checkpoint.h"
+#include "node/site_data.h"
 #include "tests/tools/hf_dir.h"
 #include "tests/tools/torch_reference.h"
 #include "tools/temp_dir.h"
@@ -205,9 +207,53 @@ TEST(HfExport, AtollModelExportsToTheSameHuggingFaceNetwork) {
     ASSERT_TRUE(cfg.ok()) << cfg.status().message();
     EXPECT_EQ(cfg->architecture, qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM");
     EXPECT_TRUE(algorithms::model_differences(cfg->model, m).empty());
-    EXPECT_FALSE(fs::exists(out / "tokenizer.json"));  // the checkpoint carries none
+    // The checkpoint carries none, and the byte tokenizer's 256 ids do not fit a vocab of 80.
+    EXPECT_FALSE(fs::exists(out / "tokenizer.json"));
     expect_matches_hf_reference(out, m, ck.params, "export " + cfg->architecture);
   }
+}
+
+// A model Atoll trained in bytes exported without a tokenizer, so `atoll import hf` refused the
+// folder. The export now writes the byte tokenizer as a tokenizer.json with no merges: importing
+// it gives the same parameters and a tokenizer that maps every byte to its own id.
+TEST(HfExport, AByteModelExportsItsTokenizerAndImportsBack) {
+  ModelConfig m;
+  m.vocab = 256;
+  m.dim = 32;
+  m.layers = 1;
+  m.heads = 2;
+  m.ffn_hidden = 40;
+  m.seq_len = 16;
+  LoadedCheckpoint ck;
+  ck.meta.model = m;
+  ck.params = algorithms::ParamSet(algorithms::make_layout(m));
+  algorithms::init_params(ck.params, m, 5);
+  atl::testing::TempDir tmp;
+  const fs::path out = tmp.sub("out");
+  ASSERT_TRUE(export_hf_dir(ck, out.string(), DType::kF32).ok());
+  ASSERT_TRUE(fs::exists(out / "tokenizer.json"));
+  auto imported = import_hf_dir(out.string());
+  ASSERT_TRUE(imported.ok()) << imported.status().message();
+  EXPECT_EQ(imported->params.fingerprint(), ck.params.fingerprint());
+  auto tok = tokenizer_from_blob(imported->meta.tokenizer);
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  EXPECT_EQ((*tok)->vocab_size(), 256);
+  std::string every_byte;
+  for (int b = 0; b < 256; ++b) every_byte.push_back(static_cast<char>(b));
+  const std::string text = "The jury said \xc3\xa9t\xc3\xa9, \xff\xfe " + every_byte;
+  const std::vector<int32_t> ids = (*tok)->encode(text);
+  ASSERT_EQ(ids.size(), text.size());
+  for (size_t i = 0; i < text.size(); ++i)
+    EXPECT_EQ(ids[i], static_cast<unsigned char>(text[i])) << i;
+  EXPECT_EQ((*tok)->decode(ids), text);
+
+  // Atoll's own BPE has no exact tokenizer.json: none is written (a previous one is removed).
+  std::vector<std::string_view> corpus = {"the cat sat on the mat, the cat sat"};
+  auto bpe = algorithms::data::BpeTokenizer::train(corpus, 260);
+  ASSERT_TRUE(bpe.ok());
+  ck.meta.tokenizer = bpe->serialize();
+  ASSERT_TRUE(export_hf_dir(ck, out.string(), DType::kF32).ok());
+  EXPECT_FALSE(fs::exists(out / "tokenizer.json"));
 }
 
 TEST(HfImport, ImportExportIsBitwiseForFp32Sources) {
