@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "cli/commands.h"
@@ -300,6 +301,85 @@ StatusOr<CoordinatorSetup> read_setup(const Flags& flags) {
   return setup;
 }
 
+// Logs each event of the experiments this coordinator runs (the launch config's, then those the
+// dashboard starts), evaluating a committed round's θ first when the evaluator can: the launch
+// experiment, or another with the same model (the evaluator holds one model; a LoRA launch's
+// adapters fit only its own experiment). Runs on the command's thread.
+class EventHandler {
+ public:
+  EventHandler(RunningCoordinator& rc, GlobalEvaluator* evaluator, LogOutput& log,
+               Whereabouts& where)
+      : rc_(rc), evaluator_(evaluator), log_(log), where_(where) {}
+
+  void operator()(const coordinator::Event& e) {
+    const std::string& id = e.experiment_id;
+    double bpb = -1;
+    if (evaluator_ && e.kind == coordinator::Event::Kind::kRoundCommitted && e.record) {
+      if (evaluates(id)) {
+        auto v = evaluator_->evaluate_and_publish(rc_, id, e.round + 1, e.params.get());
+        if (v.ok()) {
+          bpb = *v;
+        } else {
+          log_.write(LogLevel::kWarn,
+                     format_line("coordinator: round %" PRIu64 " not evaluated: %s", e.round + 1,
+                                 v.status().message().c_str()),
+                     e.round + 1, stderr);
+        }
+      } else if (told_not_evaluated_.insert(id).second) {
+        log_.write(LogLevel::kWarn,
+                   "experiment " + id +
+                       ": its rounds are not evaluated: --eval-data evaluates the model of the "
+                       "--config experiment, and this one's differs (start a coordinator with "
+                       "its config to evaluate it)",
+                   e.round, stderr);
+      }
+    }
+    if (e.kind == coordinator::Event::Kind::kRoundCommitted) where_.set(id, e.round + 1);
+    if (auto line = event_line(e, bpb)) log_.write(event_level(e), *line, event_round(e));
+  }
+
+ private:
+  bool evaluates(const std::string& id) const {
+    if (id == rc_.service->experiment_id()) return true;
+    if (rc_.config.is_lora()) return false;
+    auto other = rc_.manager->get(id);
+    return other.ok() && !other->config.is_lora() &&
+           algorithms::model_differences(model_config_of(other->config), evaluator_->model())
+               .empty();
+  }
+
+  RunningCoordinator& rc_;
+  GlobalEvaluator* evaluator_;
+  LogOutput& log_;
+  Whereabouts& where_;
+  std::set<std::string> told_not_evaluated_;
+};
+
+// The config's experiment is already finished (or failed) in this store: nothing to train. A
+// finished one still gives its --out from the store, and the dashboard serves its history as
+// after a run; exit code 0 for finished, 1 for failed.
+int serve_ended_experiment(RunningCoordinator& rc, const CoordinatorSetup& setup, LogOutput& log,
+                           coordinator::ExperimentState state) {
+  const std::string id = rc.service->experiment_id();
+  const bool finished = state == coordinator::ExperimentState::kFinished;
+  log.write(finished ? LogLevel::kInfo : LogLevel::kError,
+            format_line("experiment %s in this store is %s at round %" PRIu64
+                        ", sha256 %s: nothing is left to train (name the experiment "
+                        "differently in --config to start a new one)",
+                        id.c_str(), coordinator::experiment_state_name(state),
+                        rc.service->current_round(), rc.service->params_fingerprint().c_str()));
+  if (finished && !setup.out.empty()) {
+    if (Status w = write_final_checkpoint(rc, id, setup.out); !w.ok()) return log.fail(w.message());
+    log.info("final checkpoint: " + setup.out);
+  }
+  serve_after_done(rc.http.get(), setup.after, install_stop_signals(),
+                   log.format() == LogFormat::kJson
+                       ? std::function<void(const std::string&)>(
+                             [&log](const std::string& line) { log.info(line); })
+                       : std::function<void(const std::string&)>());
+  return finished ? 0 : 1;
+}
+
 }  // namespace
 
 int cmd_coordinator(const Args& args) {
@@ -335,6 +415,7 @@ int cmd_coordinator(const Args& args) {
   // Events are printed (and rounds evaluated) on this thread, never on the service's.
   EventQueue events;
   l.on_event = [&events](const coordinator::Event& e) { events.push(e); };
+  l.on_other_event = l.on_event;
   if (log.format() == LogFormat::kJson)
     l.refusal_sink = [&log](const std::string& line) {
       log.write(LogLevel::kWarn, line, std::nullopt, stderr);
@@ -357,8 +438,12 @@ int cmd_coordinator(const Args& args) {
   if (Status st = announce_dashboard(rc, "bootstrap", /*always=*/false, say); !st.ok())
     return log.fail(st.message());
   if (rc.metrics_http) say("metrics: " + rc.metrics_http->url() + " (plain HTTP, no token)");
+  if (const auto state = rc.service->state(); state == coordinator::ExperimentState::kFinished ||
+                                              state == coordinator::ExperimentState::kFailed)
+    return serve_ended_experiment(rc, *setup, log, state);
   if (evaluator) {
-    auto v = evaluator->evaluate_and_publish(rc, rc.service->current_round());
+    auto v = evaluator->evaluate_and_publish(rc, rc.service->experiment_id(),
+                                             rc.service->current_round());
     if (!v.ok()) return log.fail("evaluation: " + v.status().message());
     log.info(format_line("round %" PRIu64 " | val bpb %.4f (%s, held-out documents)",
                          rc.service->current_round(), *v, evaluator->data_spec().c_str()));
@@ -366,23 +451,7 @@ int cmd_coordinator(const Args& args) {
   std::fflush(stdout);
   if (Status s = rc.service->start(); !s.ok()) return log.fail(s.message());
   const auto* stop = install_stop_signals();
-  auto handle = [&](const coordinator::Event& e) {
-    double bpb = -1;
-    if (evaluator && e.kind == coordinator::Event::Kind::kRoundCommitted && e.record) {
-      auto v = evaluator->evaluate_and_publish(rc, e.round + 1, e.params.get());
-      if (v.ok()) {
-        bpb = *v;
-      } else {
-        log.write(LogLevel::kWarn,
-                  format_line("coordinator: round %" PRIu64 " not evaluated: %s", e.round + 1,
-                              v.status().message().c_str()),
-                  e.round + 1, stderr);
-      }
-    }
-    if (e.kind == coordinator::Event::Kind::kRoundCommitted)
-      where.set(rc.service->experiment_id(), e.round + 1);
-    if (auto line = event_line(e, bpb)) log.write(event_level(e), *line, event_round(e));
-  };
+  EventHandler handle(rc, evaluator.get(), log, where);
   while (!stop->load()) {
     if (auto e = events.pop(std::chrono::milliseconds(200))) {
       handle(*e);
@@ -409,15 +478,23 @@ int cmd_coordinator(const Args& args) {
                 format_line("experiment %s: %s at round %" PRIu64 ", sha256 %s",
                             live->experiment_id().c_str(), coordinator::experiment_state_name(*st),
                             live->current_round(), live->params_fingerprint().c_str()));
-      if (!setup->out.empty() && *st == coordinator::ExperimentState::kFinished) {
+      // --out is the launch experiment's; one the dashboard started is downloaded from there.
+      if (!setup->out.empty() && *st == coordinator::ExperimentState::kFinished &&
+          live->experiment_id() == rc.service->experiment_id()) {
         if (Status w = write_final_checkpoint(rc, live->experiment_id(), setup->out); !w.ok())
           return log.fail(w.message());
         log.info("final checkpoint: " + setup->out);
       }
-      serve_after_done(rc.http.get(), setup->after, stop,
-                       log.format() == LogFormat::kJson
-                           ? std::function<void(const std::string&)>(say)
-                           : std::function<void(const std::string&)>());
+      // While the dashboard is served, an experiment started from it is followed like this one.
+      const bool another_started = serve_after_done(
+          rc.http.get(), setup->after, stop,
+          log.format() == LogFormat::kJson ? std::function<void(const std::string&)>(say)
+                                           : std::function<void(const std::string&)>(),
+          [&] {
+            while (auto e = events.pop(std::chrono::milliseconds(0))) handle(*e);
+            return rc.manager->live() != live;
+          });
+      if (another_started) continue;
       return *st == coordinator::ExperimentState::kFinished ? 0 : 1;
     }
   }

@@ -306,19 +306,20 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
   mo.router = rc->router.get();
   // Starting a stored experiment from the dashboard: a service on the same store, resuming its
   // stored θ (the layout only describes the model; its values are not used). Events go to the
-  // manager only: `on_event` belongs to the launch config's experiment.
-  mo.open_service = [rcp = rc.get(), insecure = l.insecure](
+  // manager, and to `on_other_event` (`on_event` belongs to the launch config's experiment).
+  mo.open_service = [rcp = rc.get(), insecure = l.insecure, on_other_event = l.on_other_event](
                         const coordinator::ExperimentRecord& rec,
                         const coordinator::ExperimentConfig& cfg)
       -> StatusOr<std::shared_ptr<coordinator::CoordinatorService>> {
     const algorithms::ModelConfig model = model_config_of(cfg);
     ATOLL_RETURN_IF_ERROR(algorithms::validate(model));
     algorithms::ParamSet layout(coordinator::theta_layout(cfg));
-    ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<coordinator::CoordinatorService> svc,
-                           coordinator::CoordinatorService::open(
-                               *rcp->store, cfg, layout,
-                               service_options(insecure, rec.id, cfg.train.codec,
-                                               rcp->manager.get(), rcp->metrics.get(), nullptr)));
+    ATOLL_ASSIGN_OR_RETURN(
+        std::unique_ptr<coordinator::CoordinatorService> svc,
+        coordinator::CoordinatorService::open(
+            *rcp->store, cfg, layout,
+            service_options(insecure, rec.id, cfg.train.codec, rcp->manager.get(),
+                            rcp->metrics.get(), on_other_event)));
     return std::shared_ptr<coordinator::CoordinatorService>(std::move(svc));
   };
   rc->manager = std::make_unique<coordinator::ExperimentManager>(*rc->store, std::move(mo));

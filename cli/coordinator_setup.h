@@ -58,7 +58,11 @@ struct CoordinatorLaunch {
   bool insecure = false;
   // The bulk lane for pulls and pushes (transport/bulk_lane.h) on HOST:PORT; "" = none. TLS only.
   std::string bulk_listen;
+  // The launch config's experiment's events (rounds, joins, the end).
   std::function<void(const coordinator::Event&)> on_event;
+  // Also the events of the experiments the dashboard starts later on this store: `atoll
+  // coordinator` logs them and evaluates their rounds; the demos follow their own experiment only.
+  std::function<void(const coordinator::Event&)> on_other_event;
   // Dashboard and REST API over HTTPS with the same server certificate; "" = none (always none
   // with `insecure`: the dashboard needs TLS).
   std::string http_listen;

@@ -297,8 +297,9 @@ void on_round_committed(DemoRun& run, const coordinator::RoundRecord& rec,
   outer_down += rec.bytes_down;
   outer_s += rec.duration_s;
   if ((rec.round + 1) % P != 0 && rec.round + 1 < total_syncs) return;
-  if (auto v = run.evaluator->evaluate_and_publish(*run.rc, rec.round + 1, committed_params,
-                                                   (rec.round + 1) / P);
+  if (auto v =
+          run.evaluator->evaluate_and_publish(*run.rc, run.rc->service->experiment_id(),
+                                              rec.round + 1, committed_params, (rec.round + 1) / P);
       v.ok())
     t.final_bpb = *v;
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -543,7 +544,8 @@ int run_demo_experiment(const std::string& cmd, const DemoExperiment& d, SiteMod
   if (auto code = prepare(cmd, run)) return *code;
   RunTotals totals;
   const uint64_t start_round = run.rc->service->current_round();
-  auto initial = run.evaluator->evaluate_and_publish(*run.rc, start_round);
+  auto initial =
+      run.evaluator->evaluate_and_publish(*run.rc, run.rc->service->experiment_id(), start_round);
   if (!initial.ok()) return fail(cmd, initial.status().message());
   totals.initial_bpb = totals.final_bpb = *initial;
   print_header(run);

@@ -293,7 +293,9 @@ Status watch_students(const DistillRun& run, RunningCoordinator& rc, EventQueue&
       res.bytes_up += rec.bytes_up;
       res.bytes_down += rec.bytes_down;
       ++res.rounds;
-      if (auto v = run.evaluator->evaluate_and_publish(rc, rec.round + 1, e->params.get()); v.ok())
+      if (auto v = run.evaluator->evaluate_and_publish(rc, rc.service->experiment_id(),
+                                                       rec.round + 1, e->params.get());
+          v.ok())
         res.final_bpb = *v;
       const std::string losses = format_participant_losses(rec);
       std::printf("[%s] round %3" PRIu64 "/%" PRIu64
@@ -335,7 +337,8 @@ StatusOr<RunResult> run_students(const DistillRun& run, const std::string& label
   RunningCoordinator& rc = *running;
   if (rc.http) ATOLL_RETURN_IF_ERROR(announce_dashboard(rc, "demo-distill-" + label, true));
   ATOLL_ASSIGN_OR_RETURN(res.initial_bpb,
-                         run.evaluator->evaluate_and_publish(rc, rc.service->current_round()));
+                         run.evaluator->evaluate_and_publish(rc, rc.service->experiment_id(),
+                                                             rc.service->current_round()));
   std::printf("[%s] coordinator %s | round   0 | val bpb %.4f (initial)\n", label.c_str(),
               rc.server ? rc.server->address().c_str() : "in-process", res.initial_bpb);
   std::fflush(stdout);

@@ -45,10 +45,9 @@ double GlobalEvaluator::bpb(const algorithms::ParamSet& params) {
 }
 
 StatusOr<double> GlobalEvaluator::evaluate_and_publish(RunningCoordinator& rc,
-                                                       uint64_t rounds_done,
+                                                       const std::string& id, uint64_t rounds_done,
                                                        const std::vector<float>* committed,
                                                        std::optional<uint64_t> publish_x) {
-  const std::string& id = rc.service->experiment_id();
   std::vector<float> stored;
   if (committed == nullptr) {
     ATOLL_ASSIGN_OR_RETURN(stored, rc.store->load_params(id, rounds_done));

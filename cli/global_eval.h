@@ -36,17 +36,20 @@ class GlobalEvaluator {
   // Bits per byte of `params` on the validation documents. Deterministic.
   double bpb(const algorithms::ParamSet& params);
 
-  // Evaluates θ after `rounds_done` rounds, publishes it as "val_bpb" of the coordinator's
-  // experiment (x = rounds_done) and as its metrics' validation bpb, and returns it. θ is
+  // Evaluates θ after `rounds_done` rounds of experiment `experiment_id` (the coordinator's
+  // launch experiment, or one the dashboard started with the same model), publishes it as its
+  // "val_bpb" (x = rounds_done) and as the metrics' validation bpb, and returns it. θ is
   // `committed` when given (the snapshot of the round's kRoundCommitted event: the store may
   // have pruned that version by the time a busy listener gets to it), else the store's.
   // publish_x: the x of the published point when it is not rounds_done (Streaming DiLoCo counts
   // outer rounds, the store counts fragment syncs).
-  StatusOr<double> evaluate_and_publish(RunningCoordinator& rc, uint64_t rounds_done,
+  StatusOr<double> evaluate_and_publish(RunningCoordinator& rc, const std::string& experiment_id,
+                                        uint64_t rounds_done,
                                         const std::vector<float>* committed = nullptr,
                                         std::optional<uint64_t> publish_x = std::nullopt);
 
   const std::string& data_spec() const { return options_.data_spec; }
+  const algorithms::ModelConfig& model() const { return model_; }
 
  private:
   GlobalEvaluator(const algorithms::ModelConfig& model, GlobalEvalOptions options,

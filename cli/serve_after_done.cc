@@ -30,10 +30,11 @@ bool keep_serving(const AfterDone& after, bool has_dashboard, bool stdout_is_ter
   return after.serve_after_s >= 0 || stdout_is_terminal;
 }
 
-void serve_after_done(const coordinator::http::HttpServer* http, const AfterDone& after,
+bool serve_after_done(const coordinator::http::HttpServer* http, const AfterDone& after,
                       const std::atomic<bool>* stop,
-                      const std::function<void(const std::string&)>& say) {
-  if (!keep_serving(after, http != nullptr, ::isatty(STDOUT_FILENO) == 1)) return;
+                      const std::function<void(const std::string&)>& say,
+                      const std::function<bool()>& interrupt) {
+  if (!keep_serving(after, http != nullptr, ::isatty(STDOUT_FILENO) == 1)) return false;
   using Clock = std::chrono::steady_clock;
   const bool bounded = after.serve_after_s >= 0;
   const std::string line =
@@ -47,8 +48,11 @@ void serve_after_done(const coordinator::http::HttpServer* http, const AfterDone
     std::fflush(stdout);
   }
   const auto until = Clock::now() + std::chrono::seconds(bounded ? after.serve_after_s : 0);
-  while (!stop->load() && (!bounded || Clock::now() < until))
+  while (!stop->load() && (!bounded || Clock::now() < until)) {
+    if (interrupt && interrupt()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
 }
 
 }  // namespace atl::cli

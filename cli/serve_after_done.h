@@ -31,9 +31,12 @@ bool keep_serving(const AfterDone& after, bool has_dashboard, bool stdout_is_ter
 
 // Announces and keeps `http` serving (see keep_serving) until `stop` is set or the time is up.
 // Returns at once when it should not keep serving. `say` (default: a blank line, then the line,
-// on stdout) prints the announcement.
-void serve_after_done(const coordinator::http::HttpServer* http, const AfterDone& after,
+// on stdout) prints the announcement. `interrupt`, when given, is polled every 100 ms (on this
+// thread); when it returns true serving ends early and so does this function, returning true
+// (`atoll coordinator`: the dashboard started another experiment, which it goes on to follow).
+bool serve_after_done(const coordinator::http::HttpServer* http, const AfterDone& after,
                       const std::atomic<bool>* stop,
-                      const std::function<void(const std::string&)>& say = {});
+                      const std::function<void(const std::string&)>& say = {},
+                      const std::function<bool()>& interrupt = {});
 
 }  // namespace atl::cli

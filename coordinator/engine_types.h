@@ -50,6 +50,9 @@ struct Event {
   };
   explicit Event(Kind k) : kind(k) {}
   Kind kind;
+  // The experiment whose engine emitted it (set by RoundEngine::emit): a listener that follows
+  // the experiments the dashboard starts one after another tells them apart.
+  std::string experiment_id;
   uint64_t round = 0;
   std::string node_id;
   std::string message;

