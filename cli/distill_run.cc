@@ -121,6 +121,7 @@ StatusOr<double> teacher_bpb(const DistillRun& run, const std::string& checkpoin
   eo.brown_dir = run.d.brown_dir;
   eo.batch = static_cast<int>(run.d.config.train.batch_size);
   eo.max_tokens = run.d.eval_tokens;
+  eo.tokenizer_blob = ck.meta.tokenizer;  // bytes for a teacher trained here
   ATOLL_ASSIGN_OR_RETURN(auto evaluator, GlobalEvaluator::create(ck.meta.model, eo));
   return evaluator->bpb(ck.params);
 }
@@ -401,10 +402,13 @@ Status write_summary_json(const DistillRun& run, const RunResult& r,
       << ",\"final_val_bpb\":" << json_number(r.final_bpb);
   if (base) out << ",\"baseline_val_bpb\":" << json_number(base->final_bpb);
   out << ",\"teacher_bytes_per_token\":" << json_number(r.teacher_bytes_per_token)
-      << ",\"bytes_up\":" << r.bytes_up << ",\"bytes_down\":" << r.bytes_down
-      << ",\"tls\":" << (run.in_process() ? "false" : "true") << ",\"site_mode\":\""
-      << (run.in_process() ? "in-process" : "processes") << "\",\"final_fingerprint\":\""
-      << r.final_fingerprint << "\",\"wall_s\":" << json_number(total_s) << "}\n";
+      << ",\"bytes_up\":" << r.bytes_up << ",\"bytes_down\":"
+      << r.bytes_down
+      // tls: the students' link to the coordinator; the teacher's is TLS either way.
+      << ",\"tls\":" << (run.in_process() ? "false" : "true") << ",\"teacher_tls\":true"
+      << ",\"site_mode\":\"" << (run.in_process() ? "in-process" : "processes")
+      << "\",\"final_fingerprint\":\"" << r.final_fingerprint
+      << "\",\"wall_s\":" << json_number(total_s) << "}\n";
   if (!out) return IoError("cannot write --summary-json " + path);
   return Status::Ok();
 }
@@ -439,17 +443,17 @@ int run_distill_experiment(const std::string& cmd, const DistillExperiment& d, S
   if (auto code = prepare(cmd, run)) return *code;
   const auto t_start = Clock::now();
   std::string checkpoint = d.teacher_checkpoint.value_or("");
-  double teacher_val_bpb = NAN;  // reported for a teacher trained here
   if (checkpoint.empty()) {
     auto trained = train_teacher(run);
     if (!trained.ok())
       return run.stop->load() ? stopped_exit_code() : fail(cmd, trained.status().message());
     checkpoint = *trained;
-    kernels::cpu::set_num_threads(static_cast<int>(d.threads));  // as `atoll train` evaluated
-    auto bpb = teacher_bpb(run, checkpoint);
-    if (!bpb.ok()) return fail(cmd, bpb.status().message());
-    teacher_val_bpb = *bpb;
   }
+  // The teacher's bpb, trained here or given (a given one was reported as null).
+  kernels::cpu::set_num_threads(static_cast<int>(d.threads));  // as `atoll train` evaluated
+  auto bpb = teacher_bpb(run, checkpoint);
+  if (!bpb.ok()) return fail(cmd, bpb.status().message());
+  const double teacher_val_bpb = *bpb;
   // One process per site uses one thread here; in-process sites share this process's setting.
   kernels::cpu::set_num_threads(run.in_process() ? static_cast<int>(d.threads) : 1);
   auto teacher = ServedTeacher::start(run, checkpoint);

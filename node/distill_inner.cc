@@ -37,7 +37,11 @@ auto with_wait(const DistillNodeOptions& o, const std::atomic<bool>* stop, const
       if (said && o.log) o.log(back);
       return r;
     }
-    if (!retryable(r.status()) || Clock::now() >= deadline || (stop && stop->load())) {
+    // A refusal that no wait changes (another vocabulary, a bad certificate) is said as it is.
+    if (!retryable(r.status()))
+      return Status(r.status().code(),
+                    r.status().message() + " (stopped; no step was trained without its targets)");
+    if (Clock::now() >= deadline || (stop && stop->load())) {
       char buf[64];
       std::snprintf(buf, sizeof buf, " within --teacher-wait %.1f s: ", o.wait_s);
       return Status(r.status().code(), what + buf + r.status().message() +

@@ -272,6 +272,13 @@ Status SiteWorker::set_up() {
         ": its tokenizer reads this site's data; its parameters are not used (this experiment "
         "has no LoRA adapters: θ comes from the coordinator)");
   }
+  if (!site_.hydra() && opt_.budget < 1.0) {
+    char budget[32];
+    std::snprintf(budget, sizeof(budget), "%g", opt_.budget);
+    log(std::string("--budget ") + budget +
+        " is not used: only a Hydra experiment gives a site a subnetwork of its budget; this "
+        "site trains the whole model");
+  }
   ATOLL_RETURN_IF_ERROR(check_inner_step(site_, step_options));
   ATOLL_RETURN_IF_ERROR(check_sync_strategy(site_));
 

@@ -22,8 +22,11 @@ for cfg in "1 0" "2 0" "2 5" "4 0" "4 5"; do
   set -- $cfg
   p=$1 tau=$2
   echo "streaming bench: P=$p tau=$tau ..." >&2
+  # Plain DiLoCo (P = 1, tau = 0) merges nothing, and refuses --merge-alpha.
+  merge="--merge-alpha 0.5"
+  [ "$p" = 1 ] && [ "$tau" = 0 ] && merge=""
   # shellcheck disable=SC2086
-  "$atoll" demo $common --fragments "$p" --overlap "$tau" --merge-alpha 0.5 \
+  "$atoll" demo $common --fragments "$p" --overlap "$tau" $merge \
     --store "$work/run-$p-$tau" --summary-json "$work/s-$p-$tau.json" > "$work/log-$p-$tau.txt"
   rows="$rows $work/s-$p-$tau.json"
 done

@@ -461,7 +461,7 @@ TEST(SiteData, AnInitFromCheckpointsTokenizerIsTheCoordinatorsToo) {
   c.start_coordinator(toml, "127.0.0.1:0", "coordinator.log",
                       {"--init-from", base, "--eval-data", "brown", "--eval-tokens", "2048",
                        "--out", c.dir / "final.safetensors"});
-  c.start_node("node-1", "brown:c", "", {"--base", base});
+  c.start_node("node-1", "brown:c", "", {"--base", base, "--budget", "0.5"});
   std::string log;
   c.run_to_completion(120s, &log);
   std::smatch initial;
@@ -477,6 +477,9 @@ TEST(SiteData, AnInitFromCheckpointsTokenizerIsTheCoordinatorsToo) {
             std::string::npos)
       << node_log;
   EXPECT_NE(node_log.find("training tokens (tokenizer bpe-320)"), std::string::npos) << node_log;
+  // A budget is Hydra's: here it is said to be unused (it was taken without a word).
+  EXPECT_NE(node_log.find("--budget 0.5 is not used: only a Hydra experiment"), std::string::npos)
+      << node_log;
 }
 
 // A data spec that cannot train is one line and exit code 2 before the node joins: the

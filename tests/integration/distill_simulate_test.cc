@@ -88,12 +88,34 @@ TEST(DistillSimulate, StudentsCommitTheSameThetaAsNodeProcesses) {
               s.at("initial_val_bpb").to_number<double>())
         << run;
     EXPECT_EQ(s.at("final_fingerprint").as_string(), demo_rounds.back()) << run;
+    // A given teacher is evaluated too (it was null), and its link is TLS in both modes.
+    ASSERT_TRUE(s.at("teacher_val_bpb").is_number()) << run;
+    EXPECT_GT(s.at("teacher_val_bpb").to_number<double>(), 0.0) << run;
+    EXPECT_TRUE(s.at("teacher_tls").as_bool()) << run;
     for (const char* site : {"site-1", "site-2"}) {
       const std::string log = read_text(dir / (run + "/distill-" + site + ".log"));
       EXPECT_NE(log.find("distilling from teachers 127.0.0.1:"), std::string::npos) << log;
     }
   }
   EXPECT_EQ(summary(dir / "sim.json").at("site_mode").as_string(), "in-process");
+}
+
+// A teacher of another vocabulary (a BPE of 320 ids for byte-level students) was reported as
+// "no answer from the teachers within --teacher-wait 60.0 s" although it answered at once.
+TEST(DistillSimulate, ATeacherOfAnotherVocabularyIsSaidAsIs) {
+  TempDir dir;
+  auto trained = run_atoll(
+      {"train",    "--dim",  "16",      "--layers",      "1",   "--heads",   "2", "--ffn",
+       "32",       "--seq",  "32",      "--batch",       "4",   "--steps",   "3", "--tokenizer",
+       "bpe:320",  "--data", "brown:a", "--eval-tokens", "256", "--threads", "1", "--out",
+       dir / "bpe"},
+      dir / "train.log");
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  auto r = run_atoll(students("simulate", dir / "bpe/checkpoint.safetensors", dir / "run"),
+                     dir / "run.log", std::chrono::seconds(120));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("has vocabulary 320, the student 256"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("within --teacher-wait"), std::string::npos) << r.output;
 }
 
 TEST(DistillSimulate, BadFlagsSayWhatIsWrong) {
@@ -104,6 +126,13 @@ TEST(DistillSimulate, BadFlagsSayWhatIsWrong) {
   r = run_atoll({"simulate", "--algorithm=distill", "--sites", "0"}, dir / "b.log");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("--sites 0 is out of range"), std::string::npos) << r.output;
+  // topk:300 of 256 ids was taken, at four times bf16's bytes per token.
+  r = run_atoll({"simulate", "--algorithm", "distill", "--codec", "topk:300"}, dir / "c.log");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--codec topk:300 keeps at least the students' whole vocabulary of 256 "
+                          "ids: use K < 256, or bf16 for every id"),
+            std::string::npos)
+      << r.output;
 }
 
 }  // namespace

@@ -414,13 +414,23 @@ TEST(Simulate, RefusesWhatItCannotRun) {
   EXPECT_NE(n.output.find("--nodes 0 is out of range"), std::string::npos) << n.output;
   // An empty algorithm is no algorithm; distillation's codec and teacher file are checked before
   // the teacher trains.
+  const std::string teacher = dir / "teacher.safetensors";
+  { std::ofstream(teacher) << "checked later"; }
   for (const auto& [args, line] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"simulate", "--algorithm", ""},
             "--algorithm '' must be diloco, distill, hydra or lora"},
            {{"simulate", "--algorithm", "distill", "--codec", "topk:0"},
             "--codec topk:0 must be bf16 or topk:K with K in [1, 1024]"},
            {{"simulate", "--algorithm", "distill", "--teacher-checkpoint", dir / "none"},
-            "--teacher-checkpoint " + (dir / "none") + " is not a file"}}) {
+            "--teacher-checkpoint " + (dir / "none") + " is not a file"},
+           // Flags that would be taken and ignored (the run's bits were those without them).
+           {{"simulate", "--algorithm", "distill", "--teacher-checkpoint", teacher, "--teacher-dim",
+             "64"},
+            "--teacher-dim cannot be combined with --teacher-checkpoint: the teacher is the "
+            "checkpoint's model (drop one of them)"},
+           {{"simulate", "--merge-alpha", "0.9"},
+            "--merge-alpha needs --fragments P > 1 or --overlap T > 0: plain DiLoCo merges no "
+            "fragment"}}) {
     auto r = run_atoll(args, dir / "e.log", std::chrono::seconds(30));
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_NE(r.output.find(line), std::string::npos) << r.output;

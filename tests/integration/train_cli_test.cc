@@ -239,6 +239,8 @@ TEST(TrainCli, BadFlagsAndConfigsGiveOneClearLineAndExitCode2) {
       {{"train", "--stepz", "3"}, "unknown flag --stepz"},
       {{"train", "--steps", "abc"}, "--steps = 'abc' is not an integer"},
       {{"train", "--steps", "0"}, "--steps 0 is out of range"},
+      {{"train", "--moe-hidden", "16"},
+       "--moe-hidden needs --moe-experts E > 0: a dense model has no experts"},
       {{"train", "--steps", "3", "--stop-after", "4"},
        "--stop-after 4 is past the run's last step 3 (lower it, or raise --steps)"},
       {{"train", "--steps"}, "flag --steps needs a value"},
