@@ -87,6 +87,11 @@ StaleScreen screen_stale(PendingUpdates& updates, const ReplayMemory& sketched,
                          const ScreeningMemory& memory, double margin, ScreenOutcome& screened) {
   StaleScreen out;
   if (!(margin > 0)) return out;
+  // With fewer than kStaleMinSites updates, "this round's other updates" is one site's update,
+  // and one honest update is no measure of the round's direction: honest LoRA pairs, whose
+  // consecutive updates are much alike, were dropped (3 of 12 in a 2-site run, one round
+  // skipped). A stale site is then also half the sites, beyond what any screening can outvote.
+  if (updates.size() < kStaleMinSites) return out;
   const StaleBaseline baseline = stale_baseline(memory.stale_history);
   const bool judged_by_history = baseline.sites >= kStaleMinSites;
   const double outlier_from = baseline.median + kStaleOutlierZ * baseline.spread;

@@ -151,7 +151,7 @@ struct StaleScreen {
 // to run (small models, few tokens a round: up to +0.39 measured), a stale one stands out of its
 // own run's figures. All figures are computed first, over the same updates: the result does not
 // depend on node order. A drop is recorded in `screened` as dropped for "stale" (its norm as
-// received). margin ≤ 0: nothing is compared.
+// received). margin ≤ 0, or fewer than kStaleMinSites updates in the round: nothing is compared.
 StaleScreen screen_stale(PendingUpdates& updates, const ReplayMemory& sketched,
                          const ScreeningMemory& memory, double margin, ScreenOutcome& screened);
 

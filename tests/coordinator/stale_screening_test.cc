@@ -112,6 +112,19 @@ TEST(StaleScreening, AnUpdateOfThePreviousRoundIsDroppedThisRoundsAreKept) {
     EXPECT_EQ(two[r], (std::vector<std::string>{"node-7", "node-8"})) << r;
 }
 
+// Two sites: the one other update is no measure of the round's direction (an honest LoRA pair
+// lost 3 of 12 updates to this check), so nothing is compared, even for a stale update whose
+// figure is far above the margin; a third site makes it count again.
+TEST(StaleScreening, RoundsOfFewerThanThreeUpdatesAreNotCompared) {
+  const Trajectory t(4);
+  std::map<std::string, StaleFigures> figures;
+  for (const auto& round : run(t, 2, 1, 0.05, &figures)) EXPECT_TRUE(round.empty());
+  ASSERT_EQ(figures.count("node-2"), 1u);
+  EXPECT_GT(figures.at("node-2").previous - figures.at("node-2").current, 0.05);
+  const auto three = run(t, 3, 1, 0.05, nullptr);
+  for (size_t r = 1; r < 4; ++r) EXPECT_EQ(three[r], std::vector<std::string>{"node-3"}) << r;
+}
+
 TEST(StaleScreening, TheDropIsRecordedWithItsFigures) {
   const Trajectory t(2);
   PendingUpdates r0, r1;
