@@ -1,9 +1,11 @@
 #include "node/inner_step.h"
 
 #include <cstdio>
+#include <optional>
 #include <utility>
 
 #include "algorithms/hydra/trainer.h"
+#include "algorithms/model/subnet.h"
 #include "node/saved_value.h"
 #include "node/state_bytes.h"
 
@@ -92,11 +94,14 @@ class CpuInnerStep final : public InnerStep {
   al::InnerTrainer trainer_;
 };
 
-// Hydra: the subnetwork the coordinator assigned, with masked AdamW.
+// Hydra: the subnetwork the coordinator assigned, with masked AdamW. Its state on disk (a
+// node's --state-dir): whether a subnetwork is set, its G and text form, the trained-set
+// generation, then the masked AdamW's step count and moments (the trained elements follow from
+// the subnetwork).
 class HydraInnerStep final : public InnerStep {
  public:
   HydraInnerStep(const al::ModelConfig& model, const al::TrainerConfig& train)
-      : trainer_(model, train) {}
+      : model_(model), trainer_(model, train) {}
   StatusOr<al::StepStats> step(al::ParamSet& local, const al::data::GlobalBatch& batch,
                                const al::data::GlobalBatch* /*next_batch*/,
                                int64_t global_step) override {
@@ -114,8 +119,48 @@ class HydraInnerStep final : public InnerStep {
                            saved_value<al::hydra::HydraTrainer::State>(state));
     return trainer_.restore_state(*s);
   }
+  StatusOr<std::string> encode_state(const InnerState& state) const override {
+    ATOLL_ASSIGN_OR_RETURN(const al::hydra::HydraTrainer::State* s,
+                           saved_value<al::hydra::HydraTrainer::State>(state));
+    StateWriter w;
+    w.u64(s->have_subnet ? 1 : 0);
+    w.u64(static_cast<uint64_t>(s->have_subnet ? s->subnet.ffn_blocks : 0));
+    w.bytes(s->have_subnet ? al::to_string(s->subnet) : std::string());
+    w.u64(s->generation);
+    w.u64(static_cast<uint64_t>(s->opt.step_count()));
+    w.floats(s->opt.m());
+    w.floats(s->opt.v());
+    return w.take();
+  }
+  StatusOr<std::unique_ptr<InnerState>> decode_state(std::string_view bytes) const override {
+    StateReader r(bytes);
+    ATOLL_ASSIGN_OR_RETURN(const uint64_t have_subnet, r.u64());
+    ATOLL_ASSIGN_OR_RETURN(const uint64_t ffn_blocks, r.u64());
+    ATOLL_ASSIGN_OR_RETURN(const std::string_view text, r.bytes());
+    ATOLL_ASSIGN_OR_RETURN(const uint64_t generation, r.u64());
+    ATOLL_ASSIGN_OR_RETURN(const uint64_t steps, r.u64());
+    std::optional<al::Subnet> subnet;
+    if (have_subnet) {
+      if (ffn_blocks < 1 || ffn_blocks > static_cast<uint64_t>(model_.ffn_hidden))
+        return InvalidArgument("saved round state: a subnetwork of " + std::to_string(ffn_blocks) +
+                               " FFN blocks");
+      auto parsed = al::subnet_from_string(std::string(text), model_, static_cast<int>(ffn_blocks));
+      if (!parsed.ok()) return InvalidArgument("saved round state: " + parsed.status().message());
+      subnet = std::move(*parsed);
+    }
+    const uint64_t held = subnet ? al::trainable_indices(*subnet, model_).size() : 0;
+    ATOLL_ASSIGN_OR_RETURN(std::vector<float> m, r.floats(held));
+    ATOLL_ASSIGN_OR_RETURN(std::vector<float> v, r.floats(held));
+    if (!r.done()) return InvalidArgument("saved round state: bytes after the Hydra state");
+    ATOLL_ASSIGN_OR_RETURN(
+        al::hydra::HydraTrainer::State s,
+        trainer_.state_from(subnet ? &*subnet : nullptr, generation, static_cast<int64_t>(steps),
+                            std::move(m), std::move(v)));
+    return saved(std::move(s));
+  }
 
  private:
+  al::ModelConfig model_;
   al::hydra::HydraTrainer trainer_;
 };
 

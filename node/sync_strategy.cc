@@ -239,6 +239,7 @@ class HydraSync final : public SyncStrategy {
   HydraSync(std::optional<al::compress::Codec> codec, std::string spec, bool ef, size_t numel,
             const SiteConfig& site, InnerStep& inner)
       : SyncStrategy(std::move(codec), std::move(spec), ef, numel),
+        numel_(numel),
         model_(site.model),
         ffn_blocks_(static_cast<int>(site.spec.ffn_blocks())),
         batch_(site.train.batch),
@@ -266,6 +267,33 @@ class HydraSync final : public SyncStrategy {
     feedback_ = s->feedback;
     feedback_generation_ = s->generation;
     return Status::Ok();
+  }
+  // The trained-set generation, whether there is a residual (0 or 1), then its length (the
+  // trained element count, at most θ's) and the residual.
+  StatusOr<std::string> encode_state(const SyncState& state) const override {
+    ATOLL_ASSIGN_OR_RETURN(const Saved* s, saved_value<Saved>(state));
+    StateWriter w;
+    w.u64(s->generation);
+    w.u64(s->feedback.has_value() ? 1 : 0);
+    if (s->feedback) {
+      w.u64(s->feedback->residual().size());
+      w.floats(s->feedback->residual());
+    }
+    return w.take();
+  }
+  StatusOr<std::unique_ptr<SyncState>> decode_state(std::string_view bytes) const override {
+    StateReader r(bytes);
+    Saved s{};
+    ATOLL_ASSIGN_OR_RETURN(s.generation, r.u64());
+    ATOLL_ASSIGN_OR_RETURN(const uint64_t has, r.u64());
+    if (has == 1) {
+      ATOLL_ASSIGN_OR_RETURN(const uint64_t n, r.u64());
+      if (n > numel_) return InvalidArgument("saved round state: a Hydra residual longer than θ");
+      ATOLL_ASSIGN_OR_RETURN(std::vector<float> residual, r.floats(n));
+      s.feedback.emplace(std::move(residual));
+    }
+    if (has > 1 || !r.done()) return InvalidArgument("saved round state: bad Hydra residual");
+    return saved(std::move(s));
   }
 
   bool scores() const override { return true; }
@@ -301,6 +329,7 @@ class HydraSync final : public SyncStrategy {
     std::optional<ErrorFeedback> feedback;
     uint64_t generation;
   };
+  size_t numel_;  // θ's elements: a residual is at most this long
   al::ModelConfig model_;
   int ffn_blocks_;
   int batch_, seq_;  // B, T of the importance batches: the training batch shape

@@ -46,6 +46,21 @@ HydraTrainer::State HydraTrainer::save_state() const {
   return s;
 }
 
+StatusOr<HydraTrainer::State> HydraTrainer::state_from(const Subnet* subnet, uint64_t generation,
+                                                       int64_t steps, std::vector<float> m,
+                                                       std::vector<float> v) const {
+  State s;
+  s.generation = generation;
+  if (subnet) {
+    s.have_subnet = true;
+    s.subnet = *subnet;
+    s.indices = trainable_indices(*subnet, mcfg_);
+    s.opt = MaskedAdamW(grads_.layout(), s.indices, adamw_config(tcfg_));
+  }
+  ATOLL_RETURN_IF_ERROR(s.opt.set_moments(steps, std::move(m), std::move(v)));
+  return s;
+}
+
 Status HydraTrainer::restore_state(const State& s) {
   if (s.have_subnet) {
     ATOLL_RETURN_IF_ERROR(model_.set_subnet(s.subnet));

@@ -55,6 +55,11 @@ class HydraTrainer {
   };
   State save_state() const;
   Status restore_state(const State& s);
+  // A State from its saved parts (a node's round state on disk): the subnetwork (null: none
+  // set yet), the trained-set generation and the masked AdamW's step count and moments. The
+  // trained elements follow from the subnetwork; InvalidArgument when the moments do not fit.
+  StatusOr<State> state_from(const Subnet* subnet, uint64_t generation, int64_t steps,
+                             std::vector<float> m, std::vector<float> v) const;
 
   // The model, restricted to the subnetwork once set_subnet was called.
   Llama& model() { return model_; }

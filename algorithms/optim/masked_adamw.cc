@@ -25,6 +25,17 @@ MaskedAdamW::MaskedAdamW(const ParamLayout& layout, std::vector<uint32_t> indice
   g_.resize(idx_.size());
 }
 
+Status MaskedAdamW::set_moments(int64_t steps, std::vector<float> m, std::vector<float> v) {
+  if (m.size() != idx_.size() || v.size() != idx_.size() || steps < 0)
+    return InvalidArgument("masked AdamW state of " + std::to_string(m.size()) + "/" +
+                           std::to_string(v.size()) + " moments for " +
+                           std::to_string(idx_.size()) + " held elements");
+  m_ = std::move(m);
+  v_ = std::move(v);
+  step_ = steps;
+  return Status::Ok();
+}
+
 void MaskedAdamW::step(ParamSet& params, const ParamSet& grads, double lr) {
   ++step_;
   const size_t n = idx_.size();

@@ -10,6 +10,7 @@
 
 #include "algorithms/model/param_set.h"
 #include "algorithms/optim/adamw.h"
+#include "kernels/core/status.h"
 
 namespace atl::algorithms {
 
@@ -25,6 +26,12 @@ class MaskedAdamW {
   int64_t step_count() const { return step_; }
   // Bytes of optimizer state (m and v).
   size_t state_bytes() const { return (m_.size() + v_.size()) * sizeof(float); }
+  // The moments, one value per held element in the order of indices() (decaying first), and
+  // their replacement from a saved copy (a node's round state on disk): InvalidArgument when a
+  // size is not the held element count.
+  const std::vector<float>& m() const { return m_; }
+  const std::vector<float>& v() const { return v_; }
+  Status set_moments(int64_t steps, std::vector<float> m, std::vector<float> v);
 
  private:
   AdamWConfig cfg_;

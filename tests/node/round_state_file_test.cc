@@ -17,6 +17,7 @@
 
 #include "algorithms/diloco/outer.h"
 #include "algorithms/model/llama.h"
+#include "algorithms/model/subnet.h"
 #include "kernels/core/philox.h"
 #include "node/inner_step.h"
 #include "node/round_snapshot.h"
@@ -86,9 +87,9 @@ struct Site {
     sync = std::move(y).value();
   }
   // One round: θ_local from θ, `steps` inner steps from global step `first`, the update.
-  std::string round(int64_t first, int steps) {
+  std::string round(int64_t first, int steps, const Task& task = Task{}) {
     local.vec() = theta.vec();
-    EXPECT_TRUE(sync->plan(Task{}).ok());
+    EXPECT_TRUE(sync->plan(task).ok());
     for (int k = 0; k < steps; ++k) {
       al::data::GlobalBatch b;
       b.B = site.train.batch;
@@ -128,6 +129,44 @@ TEST(RoundStateFile, AStateReadBackRedoesTheRoundAsTheInMemorySnapshot) {
   ASSERT_TRUE(restore_round_snapshot(*snap, *s.inner, *s.sync, unused).ok());
   EXPECT_EQ(s.round(3, 3), first);
   EXPECT_EQ(s.local.vec(), redone);
+}
+
+// Hydra: the subnetwork, its masked AdamW moments and the per-trained-element residual come back
+// from disk (they were not written: "this inner step's state is not written to disk", and a
+// restarted Hydra node trained on from a fresh optimizer state).
+TEST(RoundStateFile, HydraStateComesBackFromDisk) {
+  Site s(small_join("hydra", kLossy));
+  ASSERT_TRUE(s.inner && s.sync);
+  // Layer 0 frozen with one head unit and one FFN block removed; layers 1 and 2 trained.
+  al::Subnet sub = al::full_subnet(s.site.model, 3, /*train=*/true);
+  sub.layers[0].train = false;
+  sub.layers[0].heads[1] = 0;
+  sub.layers[0].ffn_blocks[2] = 0;
+  Task task;
+  task.set_subnet(al::to_string(sub));
+  task.set_mask_fingerprint(al::subnet_fingerprint(sub));
+  s.round(0, 3, task);
+  auto snap = take_round_snapshot(1, *s.inner, *s.sync, nullptr, 0);
+  ASSERT_TRUE(snap.ok()) << snap.status().to_string();
+  TempStateDir dir;
+  ASSERT_TRUE(write_round_state(dir.str(), s.owner, *snap, *s.inner, *s.sync).ok());
+  const std::string first = s.round(3, 3, task);
+  const std::vector<float> first_local = s.local.vec();
+  const std::string advanced = s.round(3, 3, task);
+  EXPECT_NE(advanced, first);
+
+  // A fresh inner step and sync strategy, as in a restarted process.
+  Site again(small_join("hydra", kLossy));
+  again.theta.vec() = s.theta.vec();
+  auto read =
+      read_round_states(dir.str(), again.owner, again.theta.numel(), *again.inner, *again.sync);
+  ASSERT_TRUE(read.ok()) << read.status().to_string();
+  ASSERT_EQ(read->size(), 1u);
+  al::ParamSet unused(again.local.layout());
+  ASSERT_TRUE(
+      restore_round_snapshot(read->begin()->second, *again.inner, *again.sync, unused).ok());
+  EXPECT_EQ(again.round(3, 3, task), first);
+  EXPECT_EQ(again.local.vec(), first_local);
 }
 
 // Streaming DiLoCo: the fragment, the residual per fragment and θ_local come back too.
