@@ -94,6 +94,9 @@ Status apply_model_flags(const Flags& flags, algorithms::ModelConfig& m,
   ATOLL_ASSIGN_OR_RETURN(int64_t moe_sh, i("moe-shared", m.moe_shared_hidden, 0, 1 << 20));
   ATOLL_ASSIGN_OR_RETURN(m.moe_aux_coef, d("moe-aux-coef", m.moe_aux_coef, 0, 1e6));
   ATOLL_ASSIGN_OR_RETURN(m.moe_z_coef, d("moe-z-coef", m.moe_z_coef, 0, 1e6));
+  m.moe_score = flags.get_or("moe-score", m.moe_score);
+  if (m.moe_score != "softmax" && m.moe_score != "sigmoid")
+    return InvalidArgument("--moe-score must be softmax or sigmoid, got \"" + m.moe_score + "\"");
   // The expert flags shape experts: without any (a dense model) they would be taken and ignored.
   if (moe_e == 0)
     for (const char* name : {"moe-top-k", "moe-hidden", "moe-every", "moe-shared", "moe-aux-coef",
@@ -101,9 +104,6 @@ Status apply_model_flags(const Flags& flags, algorithms::ModelConfig& m,
       if (flags.has(name))
         return InvalidArgument(std::string("--") + name +
                                " needs --moe-experts E > 0: a dense model has no experts");
-  m.moe_score = flags.get_or("moe-score", m.moe_score);
-  if (m.moe_score != "softmax" && m.moe_score != "sigmoid")
-    return InvalidArgument("--moe-score must be softmax or sigmoid, got \"" + m.moe_score + "\"");
   m.moe_experts = static_cast<int>(moe_e);
   m.moe_top_k = static_cast<int>(moe_k);
   m.moe_hidden = static_cast<int>(moe_h);
