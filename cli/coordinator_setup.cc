@@ -128,7 +128,7 @@ coordinator::ServiceOptions service_options(bool insecure, const std::string& ex
   so.on_event = [user = std::move(user), manager, metrics,
                  experiment_id](const coordinator::Event& e) {
     manager->on_event(experiment_id, e);
-    if (metrics) metrics->observe(e);
+    if (metrics) metrics->observe(experiment_id, e);
     if (user) user(e);
   };
   const std::string expected_codec = update_codec;

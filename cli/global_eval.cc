@@ -61,7 +61,7 @@ StatusOr<double> GlobalEvaluator::evaluate_and_publish(RunningCoordinator& rc,
   const double v = bpb(theta_);
   ATOLL_RETURN_IF_ERROR(
       rc.manager->publish_metric(id, publish_x.value_or(rounds_done), "val_bpb", v));
-  if (rc.metrics) rc.metrics->set_validation_bpb(v);
+  if (rc.metrics) rc.metrics->set_validation_bpb(id, v);
   return v;
 }
 

@@ -44,9 +44,6 @@ CoordinatorMetrics::CoordinatorMetrics(const ExperimentManager* manager)
       bytes_down_(registry_.counter("atoll_bytes_total", kBytesHelp, {{"direction", "down"}})),
       round_(registry_.gauge("atoll_current_round",
                              "The live experiment's current round (rounds committed so far).")),
-      train_loss_(registry_.gauge(
-          "atoll_train_loss",
-          "Token-weighted mean inner training loss (nats) of the last committed round.")),
       nodes_active_(registry_.gauge("atoll_nodes", kNodesHelp, {{"state", "active"}})),
       nodes_lost_(registry_.gauge("atoll_nodes", kNodesHelp, {{"state", "lost"}})),
       nodes_left_(registry_.gauge("atoll_nodes", kNodesHelp, {{"state", "left"}})),
@@ -76,23 +73,21 @@ CoordinatorMetrics::CoordinatorMetrics(const ExperimentManager* manager)
   registry_.add_collector([this] { collect_live(); });
 }
 
-void CoordinatorMetrics::observe(const Event& e) {
+void CoordinatorMetrics::observe(const std::string& experiment_id, const Event& e) {
   using K = Event::Kind;
   switch (e.kind) {
     case K::kRoundCommitted:
       rounds_committed_.add();
       if (e.record) {
         tokens_.add(static_cast<double>(e.record->tokens));
-        train_loss_.set(e.record->mean_loss);
         round_duration_.observe(e.record->duration_s);
         commit_duration_.observe(e.commit_s);
-        // Created by the first round of an experiment with [privacy] on (+Inf: clipping only).
-        if (e.record->privacy_epsilon != -1.0)
-          registry_
-              .gauge("atoll_privacy_epsilon",
-                     "Differential privacy: epsilon spent after the last committed round, at "
-                     "the experiment's privacy.delta.")
-              .set(e.record->privacy_epsilon);
+        std::lock_guard<std::mutex> lk(experiment_gauges_mu_);
+        ExperimentGauges& g = experiment_gauges_[experiment_id];
+        g.train_loss = e.record->mean_loss;
+        // Only an experiment with [privacy] on has an ε (+Inf: clipping only).
+        if (e.record->privacy_epsilon != -1.0) g.privacy_epsilon = e.record->privacy_epsilon;
+        latest_experiment_ = experiment_id;
       }
       if (!manager_) round_.set(static_cast<double>(e.round + 1));
       if (e.record)
@@ -135,12 +130,45 @@ void CoordinatorMetrics::observe_push(double seconds) {
   push_duration_.observe(seconds);
 }
 
-void CoordinatorMetrics::set_validation_bpb(double bits_per_byte) {
-  // Registered at the first evaluation: a coordinator without --eval-data has no such series.
-  registry_
-      .gauge("atoll_validation_bits_per_byte",
-             "Global validation bits per byte of the latest evaluated parameters.")
-      .set(bits_per_byte);
+void CoordinatorMetrics::set_validation_bpb(const std::string& experiment_id,
+                                            double bits_per_byte) {
+  // Shown from the first evaluation: a coordinator without --eval-data has no such series.
+  std::lock_guard<std::mutex> lk(experiment_gauges_mu_);
+  experiment_gauges_[experiment_id].validation_bpb = bits_per_byte;
+  latest_experiment_ = experiment_id;
+}
+
+std::string CoordinatorMetrics::latest_experiment() const {
+  std::lock_guard<std::mutex> lk(experiment_gauges_mu_);
+  return latest_experiment_;
+}
+
+void CoordinatorMetrics::publish_experiment_gauges(const std::string& experiment_id) {
+  ExperimentGauges shown;
+  {
+    std::lock_guard<std::mutex> lk(experiment_gauges_mu_);
+    if (auto it = experiment_gauges_.find(experiment_id); it != experiment_gauges_.end())
+      shown = it->second;
+    // With a manager, another experiment's values can no longer be shown: a stored
+    // experiment made live again starts without them, as a new one does.
+    if (manager_)
+      std::erase_if(experiment_gauges_,
+                    [&](const auto& entry) { return entry.first != experiment_id; });
+  }
+  registry_.set_optional_gauge(
+      "atoll_train_loss",
+      "Token-weighted mean inner training loss (nats) of the live experiment's last committed "
+      "round.",
+      shown.train_loss);
+  registry_.set_optional_gauge(
+      "atoll_validation_bits_per_byte",
+      "Global validation bits per byte of the live experiment's latest evaluated parameters.",
+      shown.validation_bpb);
+  registry_.set_optional_gauge(
+      "atoll_privacy_epsilon",
+      "Differential privacy: epsilon spent after the live experiment's last committed round, at "
+      "its privacy.delta.",
+      shown.privacy_epsilon);
 }
 
 namespace {
@@ -196,8 +224,9 @@ void CoordinatorMetrics::watch_bulk_lane(std::function<uint64_t()> pulls_sent,
 }
 
 void CoordinatorMetrics::collect_live() {
-  if (!manager_) return;
+  if (!manager_) return publish_experiment_gauges(latest_experiment());
   const std::shared_ptr<CoordinatorService> live = manager_->live();
+  publish_experiment_gauges(live ? live->experiment_id() : "");
   if (!live) {
     registry_.set_info("atoll_experiment_info", "The live experiment (value 1).", {});
     return;

@@ -15,13 +15,19 @@
 //   read from the listeners at scrape        connections open and refused per port (gRPC, the
 //                                            bulk lane, the dashboard), the lane's transfers
 // Counters count this process's work, whichever experiment was live (the dashboard can switch
-// it); they start at 0 when the coordinator starts, as Prometheus expects of counters.
+// it); they start at 0 when the coordinator starts, as Prometheus expects of counters. The
+// gauges that describe one experiment (atoll_train_loss, atoll_validation_bits_per_byte,
+// atoll_privacy_epsilon) are the live experiment's: absent until it sets them, so that after a
+// switch no value of the previous experiment is paired with the new one.
 //
 // Threads: every method may be called from any thread (transport/metrics/registry.h).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <string>
 
 #include "coordinator/engine_types.h"
@@ -45,15 +51,15 @@ class CoordinatorMetrics {
   CoordinatorMetrics(const CoordinatorMetrics&) = delete;
   CoordinatorMetrics& operator=(const CoordinatorMetrics&) = delete;
 
-  // An event of any experiment's engine (ServiceOptions::on_event).
-  void observe(const Event& e);
+  // An event of experiment `experiment_id`'s engine (ServiceOptions::on_event).
+  void observe(const std::string& experiment_id, const Event& e);
   // θ payload bytes streamed to a node (down) and update payload bytes received (up).
   void add_bytes_down(uint64_t bytes);
   void add_bytes_up(uint64_t bytes);
   // An accepted PushUpdate: from its first chunk to the answer, in seconds.
   void observe_push(double seconds);
-  // The global validation bits per byte of the latest evaluated θ.
-  void set_validation_bpb(double bits_per_byte);
+  // The global validation bits per byte of experiment `experiment_id`'s latest evaluated θ.
+  void set_validation_bpb(const std::string& experiment_id, double bits_per_byte);
 
   // A listening port, read at every render(): atoll_connections{port} (open now),
   // atoll_connections_refused_total{port} (closed at once because a cap was reached, since the
@@ -74,6 +80,17 @@ class CoordinatorMetrics {
 
  private:
   void collect_live();  // the gauges read from the live experiment
+  // The experiment gauges of `experiment_id` ("" = none): its values, the others removed.
+  void publish_experiment_gauges(const std::string& experiment_id);
+
+  // What one experiment set of the gauges that describe it (nullopt: not yet).
+  struct ExperimentGauges {
+    std::optional<double> train_loss;
+    std::optional<double> validation_bpb;
+    std::optional<double> privacy_epsilon;
+  };
+  // Which experiment's gauges to show when no manager says which one is live.
+  std::string latest_experiment() const;
 
   const ExperimentManager* manager_;
   transport::metrics::Registry registry_;
@@ -84,13 +101,16 @@ class CoordinatorMetrics {
   transport::metrics::Counter& bytes_up_;
   transport::metrics::Counter& bytes_down_;
   transport::metrics::Gauge& round_;
-  transport::metrics::Gauge& train_loss_;
   transport::metrics::Gauge& nodes_active_;
   transport::metrics::Gauge& nodes_lost_;
   transport::metrics::Gauge& nodes_left_;
   transport::metrics::Histogram& round_duration_;
   transport::metrics::Histogram& push_duration_;
   transport::metrics::Histogram& commit_duration_;
+  // By experiment id; with a manager, only the live experiment's entry is kept past a scrape.
+  mutable std::mutex experiment_gauges_mu_;
+  std::map<std::string, ExperimentGauges> experiment_gauges_;
+  std::string latest_experiment_;  // the one that set a gauge last
 };
 
 }  // namespace atl::coordinator

@@ -73,7 +73,7 @@ Setter u64(uint64_t* out) {
   return [out](const toml::node& n) -> std::string {
     auto v = n.value_exact<int64_t>();
     if (!v) return "must be an integer";
-    if (*v < 0) return "must be a non-negative integer";
+    if (*v < 0) return "must be an integer in [0, " + std::to_string(INT64_MAX) + "]";
     *out = static_cast<uint64_t>(*v);
     return "";
   };
@@ -327,9 +327,7 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
   auto add = [&errors](Status s) { errors.push_back(std::move(s)); };
   auto u = [](uint64_t v) { return std::to_string(v); };
   auto d = shortest_decimal;
-  if (!valid_id(c.name))
-    add(range_error(src, "name", "\"" + c.name + "\"",
-                    "must be 1-64 characters of [A-Za-z0-9._-]"));
+  if (!valid_id(c.name)) add(range_error(src, "name", "\"" + c.name + "\"", kIdRule));
   const ModelSection& m = c.model;
   const size_t errors_before_model = errors.size();
   if (m.vocab < 2) add(range_error(src, "model.vocab", u(m.vocab), "must be >= 2"));
@@ -739,15 +737,49 @@ StatusOr<ExperimentConfig> load_experiment_config(const std::string& path) {
   return parse_experiment_config(*text, slash == std::string::npos ? path : path.substr(slash + 1));
 }
 
-std::string to_toml(const ExperimentConfig& c) {
-  auto q = [](const std::string& s) {
-    std::string o = "\"";
-    for (char ch : s) {
-      if (ch == '"' || ch == '\\') o += '\\';
-      o += ch;
+std::string toml_string(std::string_view text) {
+  std::string o = "\"";
+  for (char ch : text) {
+    switch (ch) {
+      case '"':
+        o += "\\\"";
+        break;
+      case '\\':
+        o += "\\\\";
+        break;
+      case '\b':
+        o += "\\b";
+        break;
+      case '\t':
+        o += "\\t";
+        break;
+      case '\n':
+        o += "\\n";
+        break;
+      case '\f':
+        o += "\\f";
+        break;
+      case '\r':
+        o += "\\r";
+        break;
+      default: {
+        // TOML forbids every other control character (NUL included) unescaped in a string.
+        const auto byte = static_cast<unsigned char>(ch);
+        if (byte < 0x20 || byte == 0x7f) {
+          char escaped[8];
+          std::snprintf(escaped, sizeof(escaped), "\\u%04X", byte);
+          o += escaped;
+        } else {
+          o += ch;
+        }
+      }
     }
-    return o + "\"";
-  };
+  }
+  return o + "\"";
+}
+
+std::string to_toml(const ExperimentConfig& c) {
+  const auto q = toml_string;
   // Doubles always carry a '.' or exponent so they re-parse as floats.
   auto f = [](double v) {
     std::string s = shortest_decimal(v);

@@ -1,6 +1,6 @@
 // Experiment configuration (TOML). Every key, its default and its valid range:
 //
-//   name = "demo"              # experiment id in the store: 1-64 chars of [A-Za-z0-9._-]
+//   name = "demo"              # experiment id: 1-64 chars of [A-Za-z0-9._-], not "." or ".."
 //   seed = 1234                # init, data order, dropout-free: same seed ⇒ same run
 //   algorithm = "diloco"       # "diloco" (every node trains θ) or "hydra" (each site trains a
 //                              # subnetwork chosen from its budget and importance; [hydra])
@@ -373,8 +373,13 @@ algorithms::AggregatorOptions aggregator_options(const ExperimentConfig& cfg);
 // The [privacy] section as the algorithms' options.
 algorithms::PrivacyOptions privacy_options(const ExperimentConfig& cfg);
 
-// Canonical TOML with every key, re-parses to an equal config (stored with the experiment).
+// Canonical TOML of the config, which re-parses to an equal config (stored with the
+// experiment). Every key is written except the few that to_toml writes only when not at their
+// default (marked above), so that older stored configs read back byte for byte.
 std::string to_toml(const ExperimentConfig& cfg);
+// `text` as a TOML basic string, quotes included: \" \\ \b \t \n \f \r, and \uXXXX for every
+// other control character (U+0000-U+001F, U+007F), so that any UTF-8 text round-trips.
+std::string toml_string(std::string_view text);
 
 // What differs between the config an experiment was created with and the one it is started with
 // again, one "section.key stored -> given" each (in to_toml's order), e.g. `train.codec "none" ->

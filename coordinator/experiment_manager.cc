@@ -263,6 +263,15 @@ StatusOr<ExperimentSummary> ExperimentManager::create(const ExperimentConfig& re
   e.layout_fingerprint = algorithms::layout_fingerprint(theta0.layout());
   e.numel = theta0.numel();
   e.config_toml = to_toml(config);
+  // The stored TOML is what every later start reads: it must read back as this config. Every
+  // UTF-8 string round-trips (toml_string escapes control characters); should one not, the
+  // create is refused now rather than the start failing later.
+  const ConfigCheck stored = check_experiment_config(e.config_toml, "stored config");
+  if (!stored.errors.empty() || to_toml(stored.config) != e.config_toml)
+    return InvalidArgument("this config cannot be stored as TOML and read back (" +
+                           (stored.errors.empty() ? std::string("it reads back different")
+                                                  : stored.errors.front().message()) +
+                           "); send its strings as UTF-8 text");
   e.created_unix_ms = unix_ms_now();
   ATOLL_RETURN_IF_ERROR(store_.create_experiment(e, theta0.vec()));
   (void)store_.append_audit(e.id, "create", "created from the API");
@@ -558,6 +567,8 @@ StatusOr<ExperimentTotals> ExperimentManager::totals(const std::string& id) cons
     const auto* bpb = report->metrics().if_contains("val_bpb");
     if (!bpb || !bpb->is_number()) continue;
     const double r = report->round, val = bpb->to_number<double>();
+    // x = 0 is the initial parameters': no result of the run, so not its final or best bpb.
+    if (r == 0) continue;
     if (r >= final_round) final_round = r, t.final_val_bpb = val;
     if (!t.best_val_bpb || val < *t.best_val_bpb) t.best_val_bpb = val;
   }

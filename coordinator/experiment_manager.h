@@ -65,8 +65,10 @@ struct NodeView {
 
 // What the experiment list shows of each run without fetching its series.
 struct ExperimentTotals {
-  std::optional<double> final_val_bpb;  // the coordinator's latest validation bpb
-  std::optional<double> best_val_bpb;   // its lowest
+  // The coordinator's validation bpb after the latest evaluated round, and its lowest; nullopt
+  // until a committed round is evaluated (the initial parameters' bpb is not a result).
+  std::optional<double> final_val_bpb;
+  std::optional<double> best_val_bpb;
   uint64_t started_unix_ms = 0;         // the first round's start (commit − duration); 0: none
   uint64_t last_commit_unix_ms = 0;     // the latest round's commit; 0: none
 };

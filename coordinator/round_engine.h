@@ -75,7 +75,7 @@ struct EngineOptions {
   uint64_t payload_slack_bytes = 1 << 16;
 };
 
-// OK iff `name` can name a node: 1-64 characters of [A-Za-z0-9._-].
+// OK iff `name` can name a node: valid_id (store.h).
 Status check_node_name(const std::string& name);
 
 class RoundEngine {

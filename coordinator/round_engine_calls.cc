@@ -41,9 +41,7 @@ uint64_t unix_ms_now() {
 }  // namespace
 
 Status check_node_name(const std::string& name) {
-  if (!valid_id(name))
-    return InvalidArgument("node name '" + name.substr(0, 80) +
-                           "' must be 1-64 characters of [A-Za-z0-9._-]");
+  if (!valid_id(name)) return InvalidArgument("node name '" + name.substr(0, 80) + "' " + kIdRule);
   return Status::Ok();
 }
 

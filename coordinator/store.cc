@@ -338,7 +338,7 @@ StatusOr<ExperimentState> parse_experiment_state(const std::string& s) {
 }
 
 bool valid_id(const std::string& id) {
-  if (id.empty() || id.size() > 64) return false;
+  if (id.empty() || id.size() > 64 || id == "." || id == "..") return false;
   for (char c : id) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '.' || c == '_' || c == '-';
@@ -704,9 +704,7 @@ StatusOr<std::vector<std::string>> Store::scan_prefix(Cf cf, const std::string& 
 }
 
 Status Store::create_experiment(const ExperimentRecord& record, std::span<const float> theta0) {
-  if (!valid_id(record.id))
-    return InvalidArgument("experiment id '" + record.id +
-                           "' must be 1-64 characters of [A-Za-z0-9._-]");
+  if (!valid_id(record.id)) return InvalidArgument("experiment id '" + record.id + "' " + kIdRule);
   std::string existing;
   Status st = get(kExperiments, record.id, &existing);
   if (st.ok()) return AlreadyExists("experiment '" + record.id + "' already exists in the store");

@@ -303,6 +303,11 @@ class Store {
   std::atomic<uint64_t> wal_limit_;  // max_total_wal_size in force
 };
 
-bool valid_id(const std::string& id);  // [A-Za-z0-9._-]{1,64}
+// An experiment or node id: [A-Za-z0-9._-]{1,64}, but not "." or "..", which a browser (and
+// any URL resolver) removes from a path, so /api/experiments/.. could never be reached.
+bool valid_id(const std::string& id);
+// What valid_id asks for, for the messages that refuse an id ("name = \"..\" " + kIdRule).
+inline constexpr const char* kIdRule =
+    "must be 1-64 characters of [A-Za-z0-9._-], and not \".\" or \"..\"";
 
 }  // namespace atl::coordinator

@@ -3,9 +3,9 @@
 // server-sent event stream, read with fetch so the token travels in a header, not in the URL.
 // Charts, number formats and exports: charts.js.
 //
-// Rounds are numbered from 1 for people, as the demo's terminal prints them ("round 5/30"): the
-// API's round record r (0-based) is round r + 1, which is also its x on the charts (x = rounds
-// completed, 0 = the initial parameters).
+// Rounds are numbered as the coordinator's log and the API's round records number them, from 0
+// ("round 0 committed" is the first round). The charts' x is a count instead, rounds completed:
+// round r's values are at x = r + 1 (x = 0: the initial parameters); roundAtX goes back.
 'use strict';
 
 const TOKEN_KEY = 'atoll.token';
@@ -60,6 +60,10 @@ function show(node, visible) { node.hidden = !visible; }
 function showError(node, message) { node.textContent = message || ''; show(node, !!message); }
 function setTitle(...parts) { document.title = [...parts, 'Atoll'].join(' · '); }
 const last = s => (s && s.length ? s[s.length - 1][1] : null);
+// The round (0-based, as the API's records) that brought the count of rounds completed to x.
+const roundAtX = x => x - 1;
+// Points after at least one committed round: x = 0 is the initial parameters', no result.
+const afterRounds = s => (s || []).filter(p => p[0] > 0);
 const sumSeries = (s, bucket) => (s || []).reduce((a, p) => a + (p[1] || 0), 0) * (bucket || 1);
 
 // ---- API and connection state ----------------------------------------------------------------
@@ -68,12 +72,14 @@ class ApiError extends Error {
   constructor(status, message, field, errors) { super(message); this.status = status; this.field = field; this.errors = errors; }
 }
 function authHeader() { return { Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY) || ''}` }; }
-async function api(path, { method = 'GET', body } = {}) {
+// `body`: a value sent as JSON, or a JSON text already built (`bodyText`, see createBodyText).
+async function api(path, { method = 'GET', body, bodyText } = {}) {
   const headers = authHeader();
-  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const text = bodyText !== undefined ? bodyText : body === undefined ? undefined : JSON.stringify(body);
+  if (text !== undefined) headers['Content-Type'] = 'application/json';
   let res;
   try {
-    res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    res = await fetch(path, { method, headers, body: text });
   } catch (_) {
     setOnline(false);
     throw new ApiError(0, `cannot reach the coordinator at ${location.host}`);
@@ -386,6 +392,10 @@ async function showCreate(from) {
     if (state.view !== 'new') return;
     const name = `${from}-2`.slice(0, 64);
     fillForm(x.config, name);
+    // The seed as stored, digit for digit: x.config.seed went through a JS number, which rounds
+    // integers above 2^53.
+    const seed = x.config_toml.match(/^seed = (\d+)$/m);
+    if (seed) $('#f-seed').value = seed[1];
     $('#f-toml').value = x.config_toml.replace(/^name = .*$/m, `name = ${JSON.stringify(name)}`);
     $('#toml-editor').open = true;
     $('#f-toml').focus();
@@ -445,6 +455,16 @@ function showCreateErrors(form, e, fromToml) {
 }
 function numOrRaw(v) { const t = v.trim(); return t !== '' && isFinite(Number(t)) ? Number(t) : v; }
 function intOrRaw(v) { return /^-?\d+$/.test(v.trim()) ? Number(v) : v; }
+// The create body's JSON text with the seed exactly as typed: a JS number holds integers exactly
+// only up to 2^53 (9007199254740993 would be sent as ...992), and seeds go up to 2^63 − 1. An
+// integer is written as its digits (BigInt drops leading zeros, which JSON forbids); anything
+// else goes as a string, which the server refuses in one line.
+function createBodyText(fields, seedText) {
+  const t = seedText.trim();
+  const seed = /^-?\d+$/.test(t) ? BigInt(t).toString() : JSON.stringify(seedText);
+  const rest = JSON.stringify(fields);
+  return `{"seed":${seed}${rest === '{}' ? '}' : `,${rest.slice(1)}`}`;
+}
 async function submitCreate(ev) {
   ev.preventDefault();
   const form = ev.target;
@@ -452,9 +472,8 @@ async function submitCreate(ev) {
   const f = Object.fromEntries(new FormData(form).entries());
   const nodes = intOrRaw(f.nodes);
   const fromToml = f.config_toml.trim() !== '';
-  const body = fromToml ? { config_toml: f.config_toml } : {
+  const fields = fromToml ? null : {
     name: f.name.trim(),
-    seed: intOrRaw(f.seed),
     algorithm: f.algorithm,
     model: MODEL_PRESETS[f.model],
     train: { codec: f.codec.trim(), lr: numOrRaw(f.lr) },
@@ -464,9 +483,10 @@ async function submitCreate(ev) {
     },
     data: { split: f.split },
   };
+  const bodyText = fromToml ? JSON.stringify({ config_toml: f.config_toml }) : createBodyText(fields, f.seed);
   $('#create-submit').disabled = true;
   try {
-    await api('api/experiments', { method: 'POST', body });
+    await api('api/experiments', { method: 'POST', bodyText });
     form.reset();
     location.hash = '#/';
   } catch (e) {
@@ -776,7 +796,7 @@ function renderCharts() {
   canvas.dataset.rounds = String(m.total_rounds);
   canvas.closest('.charts').dataset.experiment = x.id;
 }
-// A node's "now": the round it works on (1-based) and its step, from its last heartbeat. A
+// A node's "now": the round it works on (0-based, as the log) and its step, from its last heartbeat. A
 // heartbeat older than the last commit (heartbeats come every second, rounds can be shorter)
 // says at least the round in progress; nodes that left or were lost, and experiments that are
 // not running, have no "now".
@@ -784,8 +804,8 @@ function nodeNow(x, n) {
   if (!(x.live && x.state === 'running' && n.status === 'active')) return { text: '–' };
   const H = x.config.diloco.inner_steps;
   if (n.round < x.current_round)
-    return { round: x.current_round + 1, text: `round ${x.current_round + 1}`, title: 'waiting for this node\'s next heartbeat' };
-  return { round: n.round + 1, text: `round ${n.round + 1} · step ${n.inner_step} / ${H}` };
+    return { round: x.current_round, text: `round ${x.current_round}`, title: 'waiting for this node\'s next heartbeat' };
+  return { round: n.round, text: `round ${n.round} · step ${n.inner_step} / ${H}` };
 }
 function renderNodes(x, m, nodes) {
   const siteVal = (m.per_node && m.per_node.site_val_bpb) || {};
@@ -806,7 +826,7 @@ function renderNodes(x, m, nodes) {
       el('td', { class: 'num' }, n.tokens_per_s ? fmtCount(Math.round(n.tokens_per_s)) : '–'),
       el('td', {}, fmtAgo(n.last_seen_unix_ms)),
       el('td', { class: 'num' }, n.rounds),
-      hasSiteVal ? el('td', { class: 'num site-val', title: svLast ? `after round ${svLast[0]}` : null }, svLast ? fmtNum(svLast[1]) : '–') : null,
+      hasSiteVal ? el('td', { class: 'num site-val', title: svLast ? `reported with round ${roundAtX(svLast[0])}` : null }, svLast ? fmtNum(svLast[1]) : '–') : null,
       el('td', { class: 'num' }, fmtBytes(n.bytes_up)),
       el('td', { class: 'num' }, fmtBytes(n.bytes_down)),
     );
@@ -815,7 +835,7 @@ function renderNodes(x, m, nodes) {
   show($('#nodes-wrap'), nodes.length > 0);
 }
 // ---- Hydra sites and robust aggregation ----------------------------------------------------
-// Hydra: each site's bpb on its own data against the base model θ_0 (its first report: round 1
+// Hydra: each site's bpb on its own data against the base model θ_0 (its first report: round 0
 // trains from θ_0) and its budget, and the curves of those bpb per round.
 function renderSites(x, m, nodes, subnets) {
   const hydra = x.config.algorithm === 'hydra';
@@ -841,7 +861,7 @@ function renderSites(x, m, nodes, subnets) {
       el('td', { class: 'num budget' }, n.budget == null ? '–' : Number(n.budget).toFixed(2)),
       el('td', { class: 'num flops' }, f == null ? '–' : `${(100 * f).toFixed(1)}%`),
       el('td', { class: 'num base', title: 'the base model θ0 on this site\'s data' }, fmtNum(base)),
-      el('td', { class: 'num latest', title: latest ? `reported with round ${latest[0]}` : null }, latest ? fmtNum(latest[1]) : '–'),
+      el('td', { class: 'num latest', title: latest ? `reported with round ${roundAtX(latest[0])}` : null }, latest ? fmtNum(latest[1]) : '–'),
       el('td', { class: `num gain ${verdict}`, title: 'lower bpb than the base model = positive gain' },
         gain == null ? '–' : verdict === 'same' ? '0.00% (same)' : `${gain > 0 ? '+' : '−'}${Math.abs(gain).toFixed(2)}%`));
   }));
@@ -868,7 +888,7 @@ function renderDistill(m) {
   $('#distill-table tbody').replaceChildren(...sites.map(n => {
     const pts = series[n], lastPt = pts[pts.length - 1];
     return el('tr', { dataset: { node: n } }, el('th', { scope: 'row', class: 'mono' }, n),
-      el('td', { class: 'num' }, lastPt ? fmtNum(lastPt[1], 1) : '–'), el('td', { class: 'num' }, lastPt ? String(lastPt[0]) : '–'));
+      el('td', { class: 'num' }, lastPt ? fmtNum(lastPt[1], 1) : '–'), el('td', { class: 'num' }, lastPt ? String(roundAtX(lastPt[0])) : '–'));
   }));
   const map = xMapper(m, state.xAxis);
   const sets = sites.map(n => ({ label: n, data: toPoints(series[n], map) }));
@@ -994,20 +1014,20 @@ function renderRounds(data) {
   timeline.replaceChildren(...rounds.map(r => {
     const partial = r.participants.some(p => !p.pushed);
     return el('div', {
-      class: `tick${partial ? ' partial' : ''}`, dataset: { round: String(r.round + 1) },
+      class: `tick${partial ? ' partial' : ''}`, dataset: { round: String(r.round) },
       style: `height:${Math.max(8, 44 * (r.duration_s || 0) / maxD)}px`,
-      title: `round ${r.round + 1}: ${fmtDuration(r.duration_s)}, ${r.participants.length} participants, loss ${fmtNum(r.mean_loss)}`,
+      title: `round ${r.round}: ${fmtDuration(r.duration_s)}, ${r.participants.length} participants, loss ${fmtNum(r.mean_loss)}`,
     });
   }));
   timeline.dataset.rounds = String(data.total);
   timeline.setAttribute('aria-label', rounds.length
-    ? `durations of rounds ${rounds[0].round + 1} to ${rounds[rounds.length - 1].round + 1}: from ${fmtDuration(Math.min(...rounds.map(r => r.duration_s || 0)))} to ${fmtDuration(maxD)}`
+    ? `durations of rounds ${rounds[0].round} to ${rounds[rounds.length - 1].round}: from ${fmtDuration(Math.min(...rounds.map(r => r.duration_s || 0)))} to ${fmtDuration(maxD)}`
     : 'no committed round yet');
   timeline.scrollLeft = timeline.scrollWidth;
   const recent = rounds.slice(-25).reverse();
-  $('#rounds-table tbody').replaceChildren(...recent.map(r => el('tr', { dataset: { round: String(r.round + 1) } },
+  $('#rounds-table tbody').replaceChildren(...recent.map(r => el('tr', { dataset: { round: String(r.round) } },
     el('td', { class: 'num', title: r.skipped ? 'no update could be applied: θ unchanged' : '' },
-      r.skipped ? `${r.round + 1} (skipped)` : r.round + 1),
+      r.skipped ? `${r.round} (skipped)` : r.round),
     el('td', { class: 'wrap' }, r.participants.map(participantLabel).join(', ')),
     el('td', { class: 'num' }, fmtNum(r.mean_loss)),
     el('td', { class: 'num' }, fmtCount(r.tokens)),
@@ -1080,13 +1100,13 @@ function renderLogs() {
 }
 function logRound(r, fromStore = false) {
   addLog(r.committed_unix_ms, r.participants.some(p => !p.pushed) ? 'warn' : 'info',
-    `round ${r.round + 1} committed: loss ${fmtNum(r.mean_loss)}, ${fmtCount(r.tokens)} tokens, ` +
+    `round ${r.round} committed: loss ${fmtNum(r.mean_loss)}, ${fmtCount(r.tokens)} tokens, ` +
     `up ${fmtBytes(r.bytes_up)} / down ${fmtBytes(r.bytes_down)}, ${fmtDuration(r.duration_s)}` +
     r.participants.filter(p => !p.pushed).map(p => `; ${p.node_id} missed it`).join(''), `round:${r.round}`, 'round', fromStore);
 }
 function logEvent(kind, d) {
   const now = Date.now();
-  const k = d.round == null ? '' : d.round + 1;  // the round an event belongs to, 1-based
+  const k = d.round == null ? '' : d.round;  // the round an event belongs to
   switch (kind) {
     case 'round': return logRound(d);
     case 'round_started':
@@ -1103,7 +1123,7 @@ function logEvent(kind, d) {
         `experiment ${d.state}${d.message ? `: ${d.message}` : ''}`, `state:${d.state}:${d.round}`, kind);
     case 'eval':
       return addLog(now, 'info', `${d.name === 'val_bpb' ? 'validation bpb' : d.name} ${fmtNum(d.value)} ` +
-        (d.round ? `after round ${d.round}` : 'of the initial parameters'), `eval:${d.name}:${d.round}`, kind);
+        (d.round ? `after ${d.round} round${d.round === 1 ? '' : 's'}` : 'of the initial parameters'), `eval:${d.name}:${d.round}`, kind);
     case 'metrics': {
       const v = d.metrics || {};
       const parts = [v.loss != null && `loss ${fmtNum(v.loss)}`, v.tokens_per_s != null && `${fmtCount(v.tokens_per_s)} tok/s`,
@@ -1213,8 +1233,8 @@ function renderCompareTable(rows) {
       el('td', {}, el('span', { class: 'swatch', style: `background:${seriesColor(i)}` }), ' ', el('a', { href: `#/e/${x.id}` }, x.id)),
       el('td', {}, el('span', { class: `state ${x.state}` }, x.state)),
       el('td', { class: 'num' }, `${x.current_round} / ${x.rounds}`),
-      el('td', { class: 'num' }, fmtNum(last(gl.val_bpb))),
-      el('td', { class: 'num' }, fmtNum(best(gl.val_bpb))),
+      el('td', { class: 'num' }, fmtNum(last(afterRounds(gl.val_bpb)))),
+      el('td', { class: 'num' }, fmtNum(best(afterRounds(gl.val_bpb)))),
       el('td', { class: 'num' }, fmtNum(last(gl.mean_loss))),
       el('td', { class: 'num' }, fmtBytes(sent)),
       el('td', { class: 'num' }, ddp > 0 && sent > 0 ? `${(ddp / sent).toFixed(1)}× less` : '–'),

@@ -285,7 +285,8 @@ class LineChart {
     return [1, 2, 5].some(k => Math.abs(m - k) < 1e-6) ? (this.unit === 'plain' ? String(Number(v.toPrecision(3))) : this.fmtY(v)) : '';
   }
   describeX(p) {
-    const r = `round ${Number.isInteger(p.round) ? p.round : p.round.toFixed(1)}`;
+    // p.round is rounds completed (a count; the API numbers the rounds themselves from 0).
+    const r = `${Number.isInteger(p.round) ? p.round : p.round.toFixed(1)} rounds done`;
     return this.axis === 'round' ? r : `${r} · ${X_AXES[this.axis].fmt(p.x)}`;
   }
 
@@ -370,7 +371,9 @@ class LineChart {
     this.canvas.setAttribute('aria-label', text);
   }
 
-  // One row per round: round, the x-axis value when it is not the round, one column per series.
+  // One row per point: rounds completed (named so: the API numbers the rounds themselves from 0,
+  // and round r's row is rounds_completed = r + 1), the x-axis value when it is not that, one
+  // column per series.
   csv() {
     const xs = X_AXES[this.axis];
     const rows = new Map();
@@ -381,7 +384,7 @@ class LineChart {
       }
     });
     const quote = v => (/[",\n]/.test(v) ? `"${v.replace(/"/g, '""')}"` : v);
-    const head = ['round', ...(this.axis === 'round' ? [] : [xs.column]), ...this.sets.map(s => quote(s.label))];
+    const head = ['rounds_completed', ...(this.axis === 'round' ? [] : [xs.column]), ...this.sets.map(s => quote(s.label))];
     const lines = [head.join(',')];
     for (const r of [...rows.keys()].sort((a, b) => a - b)) {
       const row = rows.get(r);

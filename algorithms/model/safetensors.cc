@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <bit>
 #include <boost/json.hpp>
-#include <boost/json/basic_parser_impl.hpp>  // basic_parser<Handler> member definitions
 #include <cstring>
 #include <set>
 #include <string_view>
 
+#include "algorithms/data/json_duplicates.h"
 #include "kernels/core/check.h"
 
 namespace atl::algorithms {
@@ -55,56 +55,6 @@ std::string printable(std::string_view s) {
   if (s.size() > 120) out += "...";
   return "\"" + out + "\"";
 }
-
-// SAX pass over the header that rejects duplicate keys in any object (boost::json::parse
-// silently keeps the last one, which would hide a second tensor of the same name).
-struct DuplicateKeyHandler {
-  static constexpr std::size_t max_array_size = static_cast<std::size_t>(-1);
-  static constexpr std::size_t max_object_size = static_cast<std::size_t>(-1);
-  static constexpr std::size_t max_string_size = static_cast<std::size_t>(-1);
-  static constexpr std::size_t max_key_size = static_cast<std::size_t>(-1);
-
-  std::vector<std::set<std::string>> objects;  // keys seen in each open object
-  std::string key;                             // key being assembled from parts
-  std::string duplicate;                       // first duplicate found
-
-  bool on_document_begin(json::error_code&) { return true; }
-  bool on_document_end(json::error_code&) { return true; }
-  bool on_array_begin(json::error_code&) { return true; }
-  bool on_array_end(std::size_t, json::error_code&) { return true; }
-  bool on_object_begin(json::error_code&) {
-    objects.emplace_back();
-    return true;
-  }
-  bool on_object_end(std::size_t, json::error_code&) {
-    objects.pop_back();
-    return true;
-  }
-  bool on_string_part(json::string_view, std::size_t, json::error_code&) { return true; }
-  bool on_string(json::string_view, std::size_t, json::error_code&) { return true; }
-  bool on_key_part(json::string_view s, std::size_t, json::error_code&) {
-    key.append(s.data(), s.size());
-    return true;
-  }
-  bool on_key(json::string_view s, std::size_t, json::error_code& ec) {
-    key.append(s.data(), s.size());
-    if (!objects.back().insert(key).second) {
-      duplicate = key;
-      ec = json::error::syntax;
-      return false;
-    }
-    key.clear();
-    return true;
-  }
-  bool on_number_part(json::string_view, json::error_code&) { return true; }
-  bool on_int64(int64_t, json::string_view, json::error_code&) { return true; }
-  bool on_uint64(uint64_t, json::string_view, json::error_code&) { return true; }
-  bool on_double(double, json::string_view, json::error_code&) { return true; }
-  bool on_bool(bool, json::error_code&) { return true; }
-  bool on_null(json::error_code&) { return true; }
-  bool on_comment_part(json::string_view, json::error_code&) { return true; }
-  bool on_comment(json::string_view, json::error_code&) { return true; }
-};
 
 // A non-negative JSON integer, or false.
 bool as_u64(const json::value& v, uint64_t* out) {
@@ -264,15 +214,9 @@ StatusOr<Safetensors> decode_safetensors(const uint8_t* bytes, size_t n,
   const uint8_t* data = bytes + 8 + hn;
   const uint64_t data_size = n - 8 - hn;
 
-  // Pass 1: syntax and duplicate keys.
-  {
-    json::basic_parser<DuplicateKeyHandler> p(json::parse_options{});
-    json::error_code ec;
-    p.write_some(false, text.data(), text.size(), ec);
-    if (!p.handler().duplicate.empty())
-      return bad("duplicate key " + printable(p.handler().duplicate) + " in the header");
-    if (ec) return bad("header is not valid JSON: " + ec.message());
-  }
+  // Pass 1: duplicate keys (a second tensor of the same name would hide the first).
+  if (const std::string duplicate = first_duplicate_key(text); !duplicate.empty())
+    return bad("duplicate key " + printable(duplicate) + " in the header");
   // Pass 2: the value tree.
   json::error_code ec;
   json::value root = json::parse(json::string_view(text.data(), text.size()), ec);

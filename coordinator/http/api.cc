@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 
+#include "algorithms/data/json_duplicates.h"
 #include "algorithms/model/subnet.h"
 #include "coordinator/http/auth.h"
 #include "coordinator/http/config_json.h"
@@ -67,18 +68,42 @@ StatusOr<uint64_t> query_uint(const std::map<std::string, std::string>& q, const
   return v;
 }
 
+// A request body as JSON into *value; otherwise the 400 answer: malformed JSON, or a key given
+// twice in one object, which boost::json would settle silently by keeping the last
+// ({"role":"viewer","role":"admin"} would create an admin token).
+std::optional<Response> parse_json_body(const std::string& body, json::value* value) {
+  if (const std::string key = algorithms::first_duplicate_key(body); !key.empty()) {
+    const std::string shown = key.substr(0, 64);
+    return Api::error(400, "duplicate key \"" + shown + "\" in the JSON body: send each key once",
+                      shown);
+  }
+  boost::system::error_code ec;
+  *value = json::parse(body, ec);
+  if (ec) return Api::error(400, "malformed JSON body: " + ec.message());
+  return std::nullopt;
+}
+
+// At most this many errors are listed: a config of 50,000 unknown keys would otherwise answer
+// megabytes, and nobody fixes more than the first hundred before sending it again.
+constexpr size_t kMaxListedErrors = 100;
+
 // The first error as `error` and `field` (as every error answer) and all of them, the first
-// included, as `errors`: [{"error", "field"}], so that a form marks every field at once.
+// included, as `errors`: [{"error", "field"}], so that a form marks every field at once. Past
+// kMaxListedErrors, one last entry (without a field) says how many more there are.
 Response config_errors(const std::vector<Status>& errors) {
   json::object o;
   o["error"] = errors.front().message();
   if (std::string f = field_of_message(errors.front().message()); !f.empty()) o["field"] = f;
   json::array list;
-  for (const Status& s : errors) {
-    json::object e{{"error", s.message()}};
-    if (std::string f = field_of_message(s.message()); !f.empty()) e["field"] = f;
+  for (size_t i = 0; i < errors.size() && i < kMaxListedErrors; ++i) {
+    json::object e{{"error", errors[i].message()}};
+    if (std::string f = field_of_message(errors[i].message()); !f.empty()) e["field"] = f;
     list.push_back(std::move(e));
   }
+  if (errors.size() > kMaxListedErrors)
+    list.push_back(
+        json::object{{"error", "… and " + std::to_string(errors.size() - kMaxListedErrors) +
+                                   " more errors (fix the ones above and send the config again)"}});
   o["errors"] = std::move(list);
   return json_response(Api::http_status(errors.front()), o);
 }
@@ -87,6 +112,10 @@ Response config_errors(const std::vector<Status>& errors) {
 
 Api::Api(ExperimentManager& manager, Store& store, std::vector<Mount> mounts, MetricsText metrics)
     : manager_(manager), store_(store), files_(std::move(mounts)), metrics_(std::move(metrics)) {}
+
+void Api::on_token_revoked(std::function<void(const std::string& token_hash)> listener) {
+  token_revoked_ = std::move(listener);
+}
 
 unsigned Api::http_status(const Status& s) {
   switch (s.code()) {
@@ -119,6 +148,12 @@ Response Api::error(unsigned status, const std::string& message, const std::stri
 }
 
 Response Api::handle(const Request& req) const {
+  // HEAD is answered as GET: the server sends the headers without the body (RFC 9110 §9.3.2).
+  if (req.method == "HEAD") {
+    Request get = req;
+    get.method = "GET";
+    return handle(get);
+  }
   const size_t qpos = req.target.find('?');
   const std::string path = req.target.substr(0, qpos);
   const std::string query = qpos == std::string::npos ? "" : req.target.substr(qpos + 1);
@@ -133,7 +168,7 @@ Response Api::handle(const Request& req) const {
     r.headers.emplace_back("Cache-Control", "no-store");
     return r;
   }
-  if (req.method != "GET") return error(405, "static files answer GET only");
+  if (req.method != "GET") return error(405, "static files answer GET and HEAD only");
   auto f = files_.get(path, accepts_gzip(req.accept_encoding));
   if (!f.ok()) {
     if (f.status().code() == StatusCode::kInvalidArgument) return error(400, f.status().message());
@@ -171,7 +206,8 @@ Response Api::handle_api(const Request& req, const std::string& path,
   }
 
   // Everything else needs a token; changes need an admin token.
-  auto role = authenticate(store_, req.authorization);
+  std::string token_hash;
+  auto role = authenticate(store_, req.authorization, &token_hash);
   if (!role.ok()) {
     Response r = error(http_status(role.status()), role.status().message());
     if (r.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
@@ -190,6 +226,7 @@ Response Api::handle_api(const Request& req, const std::string& path,
     if (!method_is("GET")) return error(405, "use GET");
     Response r;
     r.stream = "";
+    r.stream_token_hash = token_hash;
     return r;
   }
   if (seg.size() >= 2 && seg[1] == "tokens") return handle_tokens(req, seg, *role);
@@ -215,9 +252,8 @@ Response Api::handle_api(const Request& req, const std::string& path,
       return json_response(200, json::object{{"experiments", std::move(a)}});
     }
     if (method_is("POST")) {
-      boost::system::error_code ec;
-      json::value body = json::parse(req.body, ec);
-      if (ec) return error(400, "malformed JSON body: " + ec.message());
+      json::value body;
+      if (auto refused = parse_json_body(req.body, &body)) return *refused;
       ConfigCheck cfg = check_config_json(body);
       if (!cfg.errors.empty()) return config_errors(cfg.errors);
       auto created = manager_.create(cfg.config);
@@ -333,6 +369,7 @@ Response Api::handle_api(const Request& req, const std::string& path,
     if (!s.ok()) return fail(s.status());
     Response r;
     r.stream = id;
+    r.stream_token_hash = token_hash;
     return r;
   }
   return error(404, "no such API route");
@@ -374,9 +411,8 @@ Response Api::handle_tokens(const Request& req, const std::vector<std::string>& 
       return json_response(200, json::object{{"tokens", std::move(a)}});
     }
     if (req.method != "POST") return error(405, "use GET or POST");
-    boost::system::error_code ec;
-    json::value body = json::parse(req.body, ec);
-    if (ec) return error(400, "malformed JSON body: " + ec.message());
+    json::value body;
+    if (auto refused = parse_json_body(req.body, &body)) return *refused;
     if (!body.is_object())
       return error(400,
                    "the body must be a JSON object {\"role\": \"viewer\"|\"admin\", "
@@ -420,6 +456,7 @@ Response Api::handle_tokens(const Request& req, const std::vector<std::string>& 
     if (st.code() == StatusCode::kFailedPrecondition) return error(409, st.message());
     return fail(st);
   }
+  if (token_revoked_) token_revoked_(match->hash);
   return json_response(200, json::object{{"revoked", match->hash}, {"role", match->role}});
 }
 

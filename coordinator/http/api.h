@@ -24,6 +24,8 @@
 //                                             token; coordinator/coordinator_metrics.h)
 //   GET    anything else                      static files (static_files.h), no token; ETag and
 //                                             304 on If-None-Match, gzip when accepted
+// HEAD is answered as GET (the server leaves the body out). JSON bodies with a key twice in one
+// object are refused (400).
 // Errors: {"error": "<one line>", "field": "<config key or absent>"} with 400 (bad input),
 // 401 (no or unknown token), 403 (viewer changing something), 404 (unknown id or route),
 // 405 (method), 409 (state conflict, name taken), 413 (body too large), 500.
@@ -59,6 +61,8 @@ struct Response {
   // Set when the server should stream live events instead of sending `body`: the experiment
   // id whose events are wanted ("" = every experiment).
   std::optional<std::string> stream;
+  // With `stream`: the hash of the token that opened it; revoking that token ends the stream.
+  std::string stream_token_hash;
 };
 
 // The text of `GET /metrics` (Prometheus' exposition format); empty: the route answers 404.
@@ -69,6 +73,10 @@ class Api {
   Api(ExperimentManager& manager, Store& store, std::vector<Mount> mounts,
       MetricsText metrics = {});
   Response handle(const Request& request) const;
+  // Called with a token's hash once DELETE /api/tokens has revoked it, before the answer is
+  // sent: the server ends the event streams that token opened (a token checked once, at the
+  // stream's start, would otherwise keep receiving events). Set before serving.
+  void on_token_revoked(std::function<void(const std::string& token_hash)> listener);
 
   // A JSON error response: {"error": message[, "field": field]}.
   static Response error(unsigned status, const std::string& message, const std::string& field = "");
@@ -85,6 +93,7 @@ class Api {
   Store& store_;
   StaticFiles files_;
   MetricsText metrics_;
+  std::function<void(const std::string&)> token_revoked_;
 };
 
 // The OpenAPI 3.0 document served at /api/openapi.json.

@@ -2,6 +2,8 @@
 
 #include <openssl/rand.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 
 #include "kernels/core/sha256.h"
@@ -87,17 +89,25 @@ StatusOr<TokenRecord> find_token(const Store& store, std::string_view prefix) {
   return *match;
 }
 
-StatusOr<Role> authenticate(const Store& store, std::string_view authorization) {
+StatusOr<Role> authenticate(const Store& store, std::string_view authorization,
+                            std::string* token_hash) {
   if (authorization.empty())
     return Unauthenticated(
         "missing token: send \"Authorization: Bearer <token>\" "
         "(create one with `atoll token create`)");
-  constexpr std::string_view kBearer = "Bearer ";
-  if (authorization.size() <= kBearer.size() || authorization.substr(0, kBearer.size()) != kBearer)
+  constexpr std::string_view kBearer = "bearer ";
+  const auto same_letter = [](char a, char b) {
+    return std::tolower(static_cast<unsigned char>(a)) ==
+           std::tolower(static_cast<unsigned char>(b));
+  };
+  if (authorization.size() <= kBearer.size() ||
+      !std::equal(kBearer.begin(), kBearer.end(), authorization.begin(), same_letter))
     return Unauthenticated("the Authorization header must be \"Bearer <token>\"");
   const std::string_view token = authorization.substr(kBearer.size());
   if (!plausible_token(token)) return Unauthenticated("invalid token");
-  auto rec = store.load_token(hash_token(token));
+  const std::string hash = hash_token(token);
+  if (token_hash) *token_hash = hash;
+  auto rec = store.load_token(hash);
   if (!rec.ok()) {
     if (rec.status().code() == StatusCode::kNotFound) return Unauthenticated("invalid token");
     return rec.status();

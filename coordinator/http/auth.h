@@ -29,8 +29,11 @@ StatusOr<TokenRecord> find_token(const Store& store, std::string_view hash_prefi
 // The API's DELETE /api/tokens and `atoll token revoke` both revoke through it.
 Status revoke_token(Store& store, const TokenRecord& token);
 
-// The role of the token in an "Authorization: Bearer <token>" header. UNAUTHENTICATED when the
-// header is missing, malformed or the token is unknown.
-StatusOr<Role> authenticate(const Store& store, std::string_view authorization);
+// The role of the token in an "Authorization: Bearer <token>" header (the scheme's name in any
+// case, as RFC 9110 §11.1 has it: "bearer" too). UNAUTHENTICATED when the header is missing,
+// malformed or the token is unknown. `token_hash`, when given, receives the token's hash: a
+// request that outlives its answer (an event stream) is ended when that token is revoked.
+StatusOr<Role> authenticate(const Store& store, std::string_view authorization,
+                            std::string* token_hash = nullptr);
 
 }  // namespace atl::coordinator::http

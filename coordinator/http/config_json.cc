@@ -24,13 +24,18 @@ bool bare_key(json::string_view k) {
 StatusOr<std::string> scalar(const json::value& v, const std::string& key) {
   switch (v.kind()) {
     case json::kind::string:
-      // A JSON string literal is a valid TOML basic string (same escapes; '/' is not escaped).
-      return json::serialize(v);
+      // Not the JSON literal: JSON leaves U+007F unescaped, which TOML forbids.
+      return toml_string(v.get_string());
     case json::kind::int64:
       return std::to_string(v.get_int64());
     case json::kind::uint64:
+      // The config is TOML, whose integers are signed 64-bit.
       if (v.get_uint64() > static_cast<uint64_t>(INT64_MAX))
-        return InvalidArgument(std::string(kSource) + ": " + key + " is out of range");
+        return InvalidArgument(
+            std::string(kSource) + ": " + key + " = " + std::to_string(v.get_uint64()) +
+            (key == "seed"
+                 ? " must be an integer in [0, " + std::to_string(INT64_MAX) + "]"
+                 : " is out of range: config integers are at most " + std::to_string(INT64_MAX)));
       return std::to_string(v.get_uint64());
     case json::kind::double_: {
       const double d = v.get_double();
@@ -100,9 +105,13 @@ ConfigCheck check_config_json(const json::value& v) {
   const json::object& o = v.get_object();
   if (const auto* t = o.if_contains("config_toml")) {
     if (!t->is_string()) return refused(InvalidArgument("request: config_toml must be a string"));
-    if (o.size() != 1)
-      return refused(
-          InvalidArgument("request: send either config_toml or the config fields, not both"));
+    // Named by the other field the body has (the message's first word is its field).
+    for (const auto& [key, value] : o)
+      if (key != "config_toml")
+        return refused(InvalidArgument(std::string(kSource) + ": " +
+                                       std::string(key).substr(0, 64) +
+                                       " cannot be sent with config_toml: send config_toml alone "
+                                       "or the config fields without it"));
     return check_experiment_config(std::string(t->get_string()), kSource);
   }
   auto toml = json_to_toml(o);

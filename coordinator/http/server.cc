@@ -82,6 +82,15 @@ class Session : public std::enable_shared_from_this<Session> {
                   beast::bind_front_handler(&Session::on_run, shared_from_this()));
   }
 
+  // From any thread: ends this session if it is an event stream opened with the token whose
+  // hash is `token_hash` (the token was just revoked).
+  static void end_if_opened_by(const std::weak_ptr<Session>& weak, const std::string& token_hash) {
+    if (auto s = weak.lock())
+      net::post(s->executor(), [s, token_hash] {
+        if (s->streaming_ && s->token_hash_ == token_hash) s->close_now();
+      });
+  }
+
   // On the session's strand: queue one event for an event-stream session.
   void push(const ManagerEvent& e) {
     if (!streaming_ || closed_) return;
@@ -152,6 +161,8 @@ class Session : public std::enable_shared_from_this<Session> {
       return send(Api::error(400, "malformed HTTP request: " + ec.message()), false, true);
     if (ec) return;  // timeout, reset, TLS error
     auto req = parser_->release();
+    // HEAD: the API answers it as GET; only the headers are sent (RFC 9110 §9.3.2).
+    const bool head = req.method() == bhttp::verb::head;
     Request r;
     r.method = std::string(req.method_string());
     r.target = std::string(req.target());
@@ -160,11 +171,20 @@ class Session : public std::enable_shared_from_this<Session> {
     r.if_none_match = std::string(req[bhttp::field::if_none_match]);
     r.body = std::move(req.body());
     Response res = shared_.api.handle(r);
-    if (res.stream) return start_stream(*res.stream);
-    send(std::move(res), req.keep_alive(), false);
+    if (res.stream && head) {
+      // A stream's headers, without starting it.
+      Response headers;
+      headers.content_type = "text/event-stream";
+      headers.headers.emplace_back("Cache-Control", "no-store");
+      return send(std::move(headers), false, false, true);
+    }
+    if (res.stream) return start_stream(*res.stream, res.stream_token_hash);
+    send(std::move(res), req.keep_alive(), false, head);
   }
 
-  void send(Response res, bool keep_alive, bool drain) {
+  // `head_only`: the answer to a HEAD request, the GET answer's headers (its Content-Length
+  // too) without the body.
+  void send(Response res, bool keep_alive, bool drain, bool head_only = false) {
     auto msg = std::make_shared<bhttp::response<bhttp::string_body>>();
     msg->version(11);
     msg->result(res.status);
@@ -177,9 +197,11 @@ class Session : public std::enable_shared_from_this<Session> {
              "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
              "frame-ancestors 'none'; base-uri 'none'; form-action 'self'");
     for (const auto& [k, v] : res.headers) msg->set(k, v);
-    msg->body() = std::move(res.body);
+    const size_t body_bytes = res.body.size();
+    if (!head_only) msg->body() = std::move(res.body);
     msg->keep_alive(keep_alive);
     msg->prepare_payload();
+    if (head_only) msg->content_length(body_bytes);
     beast::get_lowest_layer(stream_).expires_after(kWriteTimeout);
     bhttp::async_write(
         stream_, *msg,
@@ -212,10 +234,11 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
-  void start_stream(const std::string& filter) {
+  void start_stream(const std::string& filter, const std::string& token_hash) {
     streaming_ = true;
     beast::get_lowest_layer(stream_).expires_never();
     filter_ = filter;
+    token_hash_ = token_hash;
     {
       std::lock_guard<std::mutex> lk(shared_.subs_mu);
       sub_id_ = shared_.next_sub++;
@@ -276,6 +299,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool closed_ = false;
   bool writing_ = false;
   std::string filter_;
+  std::string token_hash_;  // of the token that opened the stream
   std::deque<std::string> queue_;
   uint64_t sub_id_ = 0;
   transport::ConnectionTable::Id table_id_ = 0;
@@ -311,6 +335,16 @@ struct HttpServer::Impl {
     if (admission.id == 0) return;  // refused: the session's socket closes with it
     session->set_table_id(admission.id);
     session->run();
+  }
+
+  // A revoked token's event streams end (each session checks on its own strand).
+  void end_streams_of(const std::string& token_hash) {
+    std::vector<std::weak_ptr<Session>> streams;
+    {
+      std::lock_guard<std::mutex> lk(shared.subs_mu);
+      for (auto& [id, weak] : shared.subs) streams.push_back(weak);
+    }
+    for (auto& weak : streams) Session::end_if_opened_by(weak, token_hash);
   }
 
   void broadcast(const ManagerEvent& e) {
@@ -432,6 +466,7 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(ExperimentManager& manag
   impl->port = impl->acceptor.local_endpoint().port();
 
   Impl* raw = impl.get();
+  raw->shared.api.on_token_revoked([raw](const std::string& hash) { raw->end_streams_of(hash); });
   impl->listener_id = manager.subscribe([raw](const ManagerEvent& e) { raw->broadcast(e); });
   impl->do_accept();
   for (int i = 0; i < impl->shared.options.threads; ++i)

@@ -4,11 +4,12 @@
 // Threads: `threads` workers run one io_context; each connection is a strand. Every phase of a
 // connection has a deadline (HttpLimits: TLS handshake, request line and headers, keep-alive
 // idle; request body 30 s, response 30 s); an event stream has no idle limit but a comment ping
-// every 15 s, and is dropped when it falls 1024 events behind. Connections are capped in all
-// and per client address (transport::ConnectionTable): over a cap, the connection idle longest
-// (handshaking, or waiting for request headers) is closed to make room, so idle connections
-// cannot lock out a client that sends a request (docs/decisions.md, "Connection limits").
-// Bodies over max_body_bytes get 413, headers over 16 KiB 431, unparsable requests 400.
+// every 15 s, is dropped when it falls 1024 events behind, and ends when the token that opened
+// it is revoked (Api::on_token_revoked). HEAD gets the GET answer's headers without the body.
+// Connections are capped in all and per client address (transport::ConnectionTable): over a cap,
+// the connection idle longest (handshaking, or waiting for request headers) is closed to make room,
+// so idle connections cannot lock out a client that sends a request (docs/decisions.md, "Connection
+// limits"). Bodies over max_body_bytes get 413, headers over 16 KiB 431, unparsable requests 400.
 #pragma once
 
 #include <chrono>

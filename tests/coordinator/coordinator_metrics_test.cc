@@ -55,7 +55,7 @@ TEST(CoordinatorMetrics, CountsRejectionsByReasonBytesPushesAndTheCommittedRound
   CoordinatorMetrics metrics(nullptr);
   ServiceOptions so;
   so.metrics = &metrics;
-  so.on_event = [&metrics](const Event& e) { metrics.observe(e); };
+  so.on_event = [&metrics](const Event& e) { metrics.observe("metrics", e); };
   const auto cfg = testing::small_config("metrics", 1, 1);
   const algorithms::ParamSet init = testing_util::toy_params(kNumel);
   auto c = Coordinator::start(dir.path(), cfg, init, so);
@@ -115,7 +115,7 @@ TEST(CoordinatorMetrics, CountsRejectionsByReasonBytesPushesAndTheCommittedRound
   EXPECT_GT(sample_value(text, "process_resident_memory_bytes"), 1 << 20) << text;
   // Not evaluated: no bpb series at all (rather than a misleading 0).
   EXPECT_EQ(text.find("atoll_validation_bits_per_byte"), std::string::npos) << text;
-  metrics.set_validation_bpb(4.5);
+  metrics.set_validation_bpb("metrics", 4.5);
   EXPECT_EQ(sample_value(metrics.render(), "atoll_validation_bits_per_byte"), 4.5);
 }
 
@@ -179,6 +179,62 @@ TEST(CoordinatorMetrics, LiveGaugesAndTheDashboardRouteWithTokens) {
   manager.attach(nullptr);
 }
 
+// The gauges that describe one experiment are the live experiment's: after the dashboard
+// switches the live experiment, none of the previous one's values is paired with the new one
+// (atoll_experiment_info); each is absent until the new experiment sets it.
+TEST(CoordinatorMetrics, ExperimentGaugesFollowTheLiveExperiment) {
+  TempDir dir;
+  auto store = Store::open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  ExperimentManager manager(**store);
+  CoordinatorMetrics metrics(&manager);
+  auto open = [&](const std::string& id) {
+    auto svc = CoordinatorService::open(**store, testing::small_config(id, 1, 1),
+                                        testing_util::toy_params(kNumel), {});
+    EXPECT_TRUE(svc.ok()) << svc.status().to_string();
+    return std::shared_ptr<CoordinatorService>(std::move(*svc));
+  };
+  auto committed = [](double loss, double epsilon) {
+    Event e{Event::Kind::kRoundCommitted};
+    e.record = RoundRecord{};
+    e.record->mean_loss = loss;
+    e.record->privacy_epsilon = epsilon;
+    return e;
+  };
+  const char* kGauges[] = {"atoll_train_loss", "atoll_validation_bits_per_byte",
+                           "atoll_privacy_epsilon"};
+  manager.attach(open("first"));
+  std::string text = metrics.render();
+  for (const char* g : kGauges) EXPECT_EQ(text.find(g), std::string::npos) << g << "\n" << text;
+  metrics.observe("first", committed(3.25, 1.5));
+  metrics.set_validation_bpb("first", 4.5);
+  text = metrics.render();
+  EXPECT_EQ(sample_value(text, "atoll_train_loss"), 3.25) << text;
+  EXPECT_EQ(sample_value(text, "atoll_validation_bits_per_byte"), 4.5) << text;
+  EXPECT_EQ(sample_value(text, "atoll_privacy_epsilon"), 1.5) << text;
+
+  // The live experiment changes: the first one's values are gone.
+  manager.attach(open("second"));
+  text = metrics.render();
+  EXPECT_EQ(sample_value(text, "atoll_experiment_info{experiment=\"second\",algorithm=\"diloco\"}"),
+            1)
+      << text;
+  for (const char* g : kGauges) EXPECT_EQ(text.find(g), std::string::npos) << g << "\n" << text;
+  // The second one commits a round without [privacy] (ε = -1: none) and is evaluated.
+  metrics.observe("second", committed(2.0, -1.0));
+  metrics.set_validation_bpb("second", 3.0);
+  text = metrics.render();
+  EXPECT_EQ(sample_value(text, "atoll_train_loss"), 2.0) << text;
+  EXPECT_EQ(sample_value(text, "atoll_validation_bits_per_byte"), 3.0) << text;
+  EXPECT_EQ(text.find("atoll_privacy_epsilon"), std::string::npos) << text;
+  // A late value of an experiment that is not live is not shown either.
+  metrics.observe("first", committed(9.0, 9.0));
+  EXPECT_EQ(sample_value(metrics.render(), "atoll_train_loss"), 2.0);
+  manager.attach(nullptr);
+  text = metrics.render();
+  for (const char* g : kGauges) EXPECT_EQ(text.find(g), std::string::npos) << g << "\n" << text;
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
@@ -212,8 +268,8 @@ TEST(CoordinatorMetrics, CountsScreenedUpdatesByReason) {
            {"node-4", "dropped", "stale"}})
     e.record->participants.push_back(
         {.node_id = id, .pushed = true, .screen = screen, .screen_reason = reason});
-  metrics.observe(e);
-  metrics.observe(e);
+  metrics.observe("screened", e);
+  metrics.observe("screened", e);
   EXPECT_EQ(sample_value(metrics.render(), replay), 2.0);
   EXPECT_EQ(sample_value(metrics.render(), norm), 2.0);
   EXPECT_EQ(sample_value(metrics.render(), stale), 2.0);
@@ -265,7 +321,7 @@ TEST(CoordinatorMetrics, NamesMatchTheDocsAndTheGrafanaDashboard) {
                                       testing_util::toy_params(kNumel), {});
   ASSERT_TRUE(svc.ok()) << svc.status().to_string();
   manager.attach(std::shared_ptr<CoordinatorService>(std::move(*svc)));
-  metrics.set_validation_bpb(1.0);  // registered at the first evaluation
+  metrics.set_validation_bpb("names", 1.0);  // registered at the first evaluation
   // Registered by the listeners the coordinator starts (the dashboard's port evicts).
   metrics.watch_port("dashboard", [] { return size_t{0}; }, [] { return uint64_t{0}; },
                      [] { return uint64_t{0}; });
@@ -273,7 +329,7 @@ TEST(CoordinatorMetrics, NamesMatchTheDocsAndTheGrafanaDashboard) {
   Event private_round{Event::Kind::kRoundCommitted};
   private_round.record = RoundRecord{};
   private_round.record->privacy_epsilon = 2.5;  // registered by a round with [privacy] on
-  metrics.observe(private_round);
+  metrics.observe("names", private_round);
   EXPECT_EQ(sample_value(metrics.render(), "atoll_privacy_epsilon"), 2.5);
   node::SiteMetrics site;
   site.joined("names", "node-a");

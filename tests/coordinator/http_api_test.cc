@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 
 #include "coordinator/experiment_manager.h"
 #include "coordinator/http/auth.h"
@@ -91,6 +92,7 @@ class Client {
     beast::flat_buffer buf;
     bhttp::response_parser<bhttp::string_body> parser;
     parser.body_limit(64u << 20);
+    parser.skip(method == "HEAD");  // headers only: its Content-Length is the GET body's
     bhttp::read(stream, buf, parser);
     Reply r;
     r.status = parser.get().result_int();
@@ -106,6 +108,61 @@ class Client {
  private:
   ssl::context ctx_;
   int port_;
+};
+
+// An event stream (GET /api/events) read as raw text: what arrives until a marker, a deadline or
+// the server closing the connection.
+class EventStream {
+ public:
+  EventStream(const std::string& ca_file, int port) : ctx_(ssl::context::tls_client), port_(port) {
+    ctx_.load_verify_file(ca_file);
+    ctx_.set_verify_mode(ssl::verify_peer);
+    stream_ = std::make_unique<beast::ssl_stream<beast::tcp_stream>>(ioc_, ctx_);
+  }
+
+  void open(const std::string& target, const std::string& token) {
+    stream_->set_verify_callback(ssl::host_name_verification("coordinator"));
+    beast::get_lowest_layer(*stream_).connect(
+        tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port_)));
+    stream_->handshake(ssl::stream_base::client);
+    bhttp::request<bhttp::empty_body> req(bhttp::verb::get, target, 11);
+    req.set(bhttp::field::host, "coordinator");
+    req.set(bhttp::field::authorization, "Bearer " + token);
+    bhttp::write(*stream_, req);
+  }
+
+  // Reads until `marker` is in what was read since the last call, the deadline passes or the
+  // connection ends; returns what was read.
+  std::string read_until(const std::string& marker, std::chrono::seconds within) {
+    std::string got;
+    const auto deadline = std::chrono::steady_clock::now() + within;
+    while (!closed_ && got.find(marker) == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline) {
+      // Asynchronous: the stream's deadline applies to asynchronous reads only.
+      beast::get_lowest_layer(*stream_).expires_at(deadline);
+      char buf[4096];
+      beast::error_code ec;
+      size_t n = 0;
+      stream_->async_read_some(net::buffer(buf), [&](beast::error_code e, size_t k) {
+        ec = e;
+        n = k;
+      });
+      ioc_.restart();
+      ioc_.run();
+      got.append(buf, n);
+      if (ec == beast::error::timeout) break;
+      if (ec) closed_ = true;  // end of stream, reset, or TLS truncation: the server closed it
+    }
+    return got;
+  }
+  bool closed() const { return closed_; }
+
+ private:
+  net::io_context ioc_;
+  ssl::context ctx_;
+  int port_;
+  std::unique_ptr<beast::ssl_stream<beast::tcp_stream>> stream_;
+  bool closed_ = false;
 };
 
 class HttpApiTest : public ::testing::Test {
@@ -355,12 +412,19 @@ TEST_F(HttpApiTest, NodeAddressAndSiteValidationBpb) {
   };
   EXPECT_TRUE(listed().at("final_val_bpb").is_null());
   EXPECT_TRUE(listed().at("best_val_bpb").is_null());
-  for (const auto& [round, bpb] : std::vector<std::pair<int, double>>{{2, 4.5}, {0, 8.0}, {1, 4.0}})
+  auto publish = [&](int round, double bpb) {
     ASSERT_TRUE(store_
                     ->put_metrics("exp1", ExperimentManager::kCoordinatorNode, round,
                                   R"({"node":"@coordinator","round":)" + std::to_string(round) +
                                       R"(,"metrics":{"val_bpb":)" + std::to_string(bpb) + "}}")
                     .ok());
+  };
+  // The initial parameters' bpb (x = 0) is no final or best bpb: still null with 0 rounds done.
+  publish(0, 8.0);
+  EXPECT_TRUE(listed().at("final_val_bpb").is_null());
+  EXPECT_TRUE(listed().at("best_val_bpb").is_null());
+  publish(2, 4.5);
+  publish(1, 4.0);
   const json::object x = listed();
   EXPECT_EQ(x.at("final_val_bpb").to_number<double>(), 4.5);  // round 2's, the latest
   EXPECT_EQ(x.at("best_val_bpb").to_number<double>(), 4.0);
@@ -560,6 +624,34 @@ TEST_F(HttpApiTest, BadBodiesAre4xxWithAMessage) {
       client_->send("POST", "/api/experiments", admin_, R"({"name":"x\"\n[model]\ndim = 0\n#"})");
   EXPECT_EQ(inj.status, 400u);
   EXPECT_EQ(inj.json().as_object().at("field").as_string(), "name");
+  // "." and ".." pass the character check but a browser resolves them out of the URL.
+  for (const char* dots : {".", ".."}) {
+    Reply r = client_->send("POST", "/api/experiments", admin_,
+                            small_config("x").replace(9, 1, dots));  // {"name":"<dots>",...
+    EXPECT_EQ(r.status, 400u) << dots << " -> " << r.body;
+    EXPECT_EQ(r.error(),
+              std::string("request: name = \"") + dots +
+                  "\" must be 1-64 characters of [A-Za-z0-9._-], and not \".\" or \"..\"")
+        << r.body;
+    EXPECT_EQ(r.json().as_object().at("field").as_string(), "name");
+  }
+  // The same key twice: refused naming it (boost::json would keep the last one silently).
+  Reply twice = client_->send("POST", "/api/experiments", admin_,
+                              R"({"name":"x","model":{"dim":16,"layers":1,"dim":32}})");
+  EXPECT_EQ(twice.status, 400u) << twice.body;
+  EXPECT_EQ(twice.error(), "duplicate key \"model.dim\" in the JSON body: send each key once");
+  EXPECT_EQ(twice.json().as_object().at("field").as_string(), "model.dim");
+  // A seed past TOML's integers names the field and the range.
+  Reply seed = client_->send("POST", "/api/experiments", admin_,
+                             R"({"name":"x","seed":18446744073709551615})");
+  EXPECT_EQ(seed.status, 400u) << seed.body;
+  EXPECT_EQ(seed.error(),
+            "request: seed = 18446744073709551615 must be an integer in [0, 9223372036854775807]");
+  EXPECT_EQ(seed.json().as_object().at("field").as_string(), "seed");
+  Reply negative = client_->send("POST", "/api/experiments", admin_, R"({"name":"x","seed":-1})");
+  EXPECT_EQ(negative.status, 400u) << negative.body;
+  EXPECT_NE(negative.error().find("[0, 9223372036854775807]"), std::string::npos) << negative.body;
+  EXPECT_EQ(negative.json().as_object().at("field").as_string(), "seed");
   Reply huge = client_->send(
       "POST", "/api/experiments", admin_,
       R"({"name":"huge","model":{"dim":8192,"layers":200,"heads":64,"ffn_hidden":65536}})");
@@ -613,8 +705,146 @@ TEST_F(HttpApiTest, CreateReportsEveryConfigErrorAtOnce) {
   Reply both =
       client_->send("POST", "/api/experiments", admin_, R"({"config_toml":"","name":"x"})");
   EXPECT_EQ(both.json().as_object().at("errors").as_array().size(), 1u) << both.body;
+  // Named by the field sent besides config_toml.
+  EXPECT_EQ(both.json().as_object().at("field").as_string(), "name") << both.body;
+  EXPECT_EQ(both.error(),
+            "request: name cannot be sent with config_toml: send config_toml alone or the config "
+            "fields without it");
   // Nothing was created.
   EXPECT_EQ(client_->send("GET", "/api/experiments/x", admin_).status, 404u);
+}
+
+// A config with thousands of unknown keys answers the first 100 errors and how many more there
+// are, not one entry per key.
+TEST_F(HttpApiTest, ConfigErrorListIsCapped) {
+  std::string toml = "name = \\\"x\\\"\\n";
+  for (int i = 0; i < 3000; ++i) {
+    toml += 'k';  // appended piece by piece: GCC 12 misreads "k" + std::to_string(i) (-Wrestrict)
+    toml += std::to_string(i);
+    toml += " = 1\\n";
+  }
+  Reply r = client_->send("POST", "/api/experiments", admin_, R"({"config_toml":")" + toml + "\"}");
+  ASSERT_EQ(r.status, 400u) << r.body.substr(0, 300);
+  const json::value answer = r.json();
+  const json::array& errors = answer.as_object().at("errors").as_array();
+  ASSERT_EQ(errors.size(), 101u);
+  EXPECT_EQ(errors[99].as_object().at("field").as_string().subview().substr(0, 1), "k");
+  const json::object& more = errors[100].as_object();
+  EXPECT_FALSE(more.contains("field"));
+  EXPECT_EQ(std::string(more.at("error").as_string()).rfind("… and 2900 more errors", 0), 0u)
+      << more.at("error");
+  EXPECT_LT(r.body.size(), 20000u);
+}
+
+// Strings with control characters (NUL included): created, shown and stored as given, and the
+// stored TOML reads back to the same config (it once could not be parsed at all).
+TEST_F(HttpApiTest, ControlCharactersInConfigStringsRoundTrip) {
+  std::string body = small_config("ctl");
+  body.replace(body.find(R"("data":{"split":"iid"})"), 22,
+               R"("data":{"split":"iid","source":"text",)"
+               R"("paths":["a\u0001b","\u0000","t\tq\"\\","\u007f","\u00e9"]})");
+  Reply c = client_->send("POST", "/api/experiments", admin_, body);
+  ASSERT_EQ(c.status, 201u) << c.body;
+  const std::vector<std::string> want = {
+      "a\x01"
+      "b",
+      std::string(1, '\0'), "t\tq\"\\", "\x7f", "\xc3\xa9"};
+  // The paths as the stored TOML holds them (the JSON view of a config leaves data.paths out).
+  auto paths_of = [](const json::value& experiment) {
+    auto config = parse_experiment_config(
+        std::string(experiment.as_object().at("config_toml").as_string()), "stored");
+    EXPECT_TRUE(config.ok()) << config.status().to_string();
+    return config.ok() ? config->data.paths : std::vector<std::string>{};
+  };
+  EXPECT_EQ(paths_of(c.json()), want);
+  // The create answer shows the stored config, not defaults: the model and source asked for.
+  const json::value created = c.json();
+  const json::object& config = created.as_object().at("config").as_object();
+  EXPECT_EQ(config.at("model").as_object().at("dim").to_number<int>(), 16);
+  EXPECT_EQ(config.at("data").as_object().at("source").as_string(), "text");
+  Reply g = client_->send("GET", "/api/experiments/ctl", viewer_);
+  ASSERT_EQ(g.status, 200u) << g.body;
+  EXPECT_EQ(paths_of(g.json()), want);
+  const std::string stored(g.json().as_object().at("config_toml").as_string());
+  auto back = parse_experiment_config(stored, "stored");
+  ASSERT_TRUE(back.ok()) << back.status().to_string() << "\n" << stored;
+  EXPECT_EQ(back->data.paths, want);
+  EXPECT_EQ(to_toml(*back), stored);
+  EXPECT_NE(stored.find(R"(paths = ["a\u0001b", "\u0000", "t\tq\"\\", "\u007F", "é"])"),
+            std::string::npos)
+      << stored;
+  // The stored TOML, sent back as config_toml under another name, creates the same config.
+  json::object again{{"config_toml", std::regex_replace(stored, std::regex("name = \"ctl\""),
+                                                        "name = \"ctl-2\"")}};
+  Reply t = client_->send("POST", "/api/experiments", admin_, json::serialize(again));
+  ASSERT_EQ(t.status, 201u) << t.body;
+  EXPECT_EQ(paths_of(t.json()), want);
+  EXPECT_EQ(client_->send("GET", "/api/experiments/ctl/checkpoint", viewer_).status, 200u);
+}
+
+// HEAD is GET without the body: static files and API routes, with the GET answer's
+// Content-Length; an event stream answers its headers and ends. "bearer" in any case works.
+TEST_F(HttpApiTest, HeadRequestsAndTheBearerSchemeInAnyCase) {
+  const Reply page = client_->send("GET", "/");
+  const Reply head = client_->send("HEAD", "/");
+  EXPECT_EQ(head.status, 200u);
+  EXPECT_TRUE(head.body.empty());
+  EXPECT_EQ(head.header("Content-Length"), std::to_string(page.body.size()));
+  EXPECT_EQ(head.header("ETag"), page.header("ETag"));
+  EXPECT_EQ(head.content_type, "text/html; charset=utf-8");
+  EXPECT_EQ(client_->send("HEAD", "/missing.html").status, 404u);
+  const Reply list = client_->send("GET", "/api/experiments", viewer_);
+  const Reply list_head = client_->send("HEAD", "/api/experiments", viewer_);
+  EXPECT_EQ(list_head.status, 200u);
+  EXPECT_TRUE(list_head.body.empty());
+  EXPECT_EQ(list_head.header("Content-Length"), std::to_string(list.body.size()));
+  EXPECT_EQ(client_->send("HEAD", "/api/experiments").status, 401u);
+  const Reply events = client_->send("HEAD", "/api/events", viewer_);
+  EXPECT_EQ(events.status, 200u);
+  EXPECT_EQ(events.content_type, "text/event-stream");
+  for (const char* scheme : {"bearer", "BEARER", "bEaReR"}) {
+    Reply r = client_->send("GET", "/api/whoami", "", "", false,
+                            {{"Authorization", std::string(scheme) + " " + viewer_}});
+    EXPECT_EQ(r.status, 200u) << scheme << ": " << r.body;
+  }
+  EXPECT_EQ(
+      client_->send("GET", "/api/whoami", "", "", false, {{"Authorization", "Bearers " + viewer_}})
+          .status,
+      401u);
+}
+
+// A token revoked while its event stream is open: the stream ends, and the events that follow
+// the revocation never reach it.
+TEST_F(HttpApiTest, RevokingATokenEndsItsEventStreams) {
+  Reply made = client_->send("POST", "/api/tokens", admin_, R"({"role":"viewer","label":"tv"})");
+  ASSERT_EQ(made.status, 201u) << made.body;
+  const std::string token(made.json().as_object().at("token").as_string());
+  const std::string hash(made.json().as_object().at("hash").as_string());
+  // Two streams of the revoked token and one of another token, which stays open.
+  auto open_stream = [&](const std::string& t, const std::string& target) {
+    auto s = std::make_unique<EventStream>(transport::ca_cert_path(tls_), server_->port());
+    s->open(target, t);
+    return s;
+  };
+  auto doomed = open_stream(token, "/api/events");
+  auto doomed_too = open_stream(token, "/api/events");
+  auto kept = open_stream(viewer_, "/api/events");
+  for (auto* s : {doomed.get(), doomed_too.get(), kept.get()})
+    ASSERT_NE(s->read_until(": connected", std::chrono::seconds(5)).find(": connected"),
+              std::string::npos);
+  ASSERT_EQ(client_->send("DELETE", "/api/tokens/" + hash.substr(0, 16), admin_).status, 200u);
+  // An event after the revocation: the kept stream receives it, the others are closed.
+  ASSERT_EQ(client_->send("POST", "/api/experiments", admin_, small_config("after")).status, 201u);
+  EXPECT_NE(
+      kept->read_until("event: experiments", std::chrono::seconds(5)).find("event: experiments"),
+      std::string::npos);
+  for (auto* s : {doomed.get(), doomed_too.get()}) {
+    const std::string rest = s->read_until("event: experiments", std::chrono::seconds(5));
+    EXPECT_TRUE(s->closed()) << "the revoked token's stream is still open";
+    EXPECT_EQ(rest.find("event: experiments"), std::string::npos) << rest;
+  }
+  // Reconnecting with the revoked token is refused.
+  EXPECT_EQ(client_->send("GET", "/api/events", token).status, 401u);
 }
 
 TEST_F(HttpApiTest, OversizeBodyIs413) {

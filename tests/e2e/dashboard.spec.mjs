@@ -272,30 +272,31 @@ try {
   check(/\bon\b/.test(await page.getAttribute('#live-indicator', 'class')), 'the live event stream is not connected');
   step(`rounds arrived live: ${first} -> ${await page.getAttribute('#timeline', 'data-rounds')}`);
 
-  // Each active node works on the round after the header's completed ones (1-based, as the
-  // rounds table): not on a round the header already counts as done.
+  // Each active node works on the round after the header's completed ones (numbered from 0, as
+  // the rounds table and the log: with N rounds done, round N): not on a round already done.
   const progress = await page.evaluate(() => ({
     done: parseInt(document.querySelector('#x-stats .stat .v').textContent, 10),
     nodes: [...document.querySelectorAll('#nodes-table tbody tr')].map(r => r.cells[3].textContent),
   }));
   for (const n of progress.nodes) {
     const r = parseInt(n.replace(/^\D*/, ''), 10);
-    check(r >= progress.done + 1 && r <= progress.done + 2,
-      `node progress "${n}" with ${progress.done} rounds done (expected round ${progress.done + 1})`);
+    check(r >= progress.done && r <= progress.done + 1,
+      `node progress "${n}" with ${progress.done} rounds done (expected round ${progress.done})`);
   }
   // The nodes hold validation data of their own: their latest site bpb is in the table.
   await page.waitForFunction(() => document.querySelectorAll('#nodes-table tbody td.site-val').length === 2 &&
     [...document.querySelectorAll('#nodes-table tbody td.site-val')].every(td => /^\d+\.\d{4}$/.test(td.textContent)));
-  // A round in the rounds table is the same round on the charts (same number, same duration).
-  // The table may hold a round the metrics did not have yet (separate requests): skipped.
+  // A round in the rounds table is the same round on the charts (same duration): round k (from
+  // 0) is drawn at x = k + 1 rounds completed. The table may hold a round the metrics did not
+  // have yet (separate requests): skipped.
   const compared = await page.evaluate(() => {
     const chart = Chart.getChart(document.querySelector('#chart-duration'));
     const pts = chart.data.datasets[0].data;
     return [...document.querySelectorAll('#rounds-table tbody tr')].slice(0, 8).map(r => {
       const k = parseInt(r.cells[0].textContent, 10);
-      const p = pts.find(q => q.x === k);
+      const p = pts.find(q => q.x === k + 1);
       if (!p) return null;
-      return fmtDuration(p.y) === r.cells[5].textContent ? 'same' : `row "${k}" says ${r.cells[5].textContent}, the chart at x=${k} ${fmtDuration(p.y)}`;
+      return fmtDuration(p.y) === r.cells[5].textContent ? 'same' : `row "${k}" says ${r.cells[5].textContent}, the chart at x=${k + 1} ${fmtDuration(p.y)}`;
     }).filter(Boolean);
   });
   const mismatched = compared.filter(c => c !== 'same');
@@ -336,7 +337,7 @@ try {
   const [download] = await Promise.all([page.waitForEvent('download'),
     page.click('figure[data-chart="bpb"] button[data-export="csv"]')]);
   const csv = fs.readFileSync(await download.path(), 'utf8').trim().split('\n');
-  check(csv[0] === 'round,bytes_sent,validation bpb', `CSV header "${csv[0]}"`);
+  check(csv[0] === 'rounds_completed,bytes_sent,validation bpb', `CSV header "${csv[0]}"`);
   check(csv.length - 1 >= byBytes.pts.length, `CSV has ${csv.length - 1} rows for ${byBytes.pts.length} points`);
   const [r0, b0, v0] = csv[1].split(',').map(Number);
   check(r0 === 0 && b0 === 0 && v0 > 0, `CSV first row "${csv[1]}" (expected the initial bpb at 0 bytes)`);
@@ -362,7 +363,7 @@ try {
   check(/smoothed \(weight 0\.6\)/.test(smooth.alt), `text alternative while smoothed: ${smooth.alt}`);
   const [smoothCsv] = await Promise.all([page.waitForEvent('download'), page.click('figure[data-chart="bpb"] button[data-export="csv"]')]);
   const smoothHead = fs.readFileSync(await smoothCsv.path(), 'utf8').split('\n')[0];
-  check(smoothHead === 'round,validation bpb,validation bpb (raw)', `CSV header while smoothed: "${smoothHead}"`);
+  check(smoothHead === 'rounds_completed,validation bpb,validation bpb (raw)', `CSV header while smoothed: "${smoothHead}"`);
   await page.evaluate(() => { const r = document.querySelector('#x-smoothing'); r.value = '0'; r.dispatchEvent(new Event('input')); });
   await page.selectOption('#x-yscale', 'log');
   const yTypes = await page.evaluate(() => ['bpb', 'loss', 'bytes', 'duration'].map(k => Chart.getChart(document.querySelector(`#chart-${k}`)).scales.y.type));
@@ -448,6 +449,17 @@ try {
   await page.waitForFunction(n => document.querySelectorAll('#log-lines li').length > n, logLines);  // live
   const accepted = await page.$$eval('#log-lines li[data-kind="log"]', ls => ls.map(l => l.textContent));
   check(accepted.some(t => /update accepted/.test(t)), `no accepted update in the logs: ${accepted.slice(0, 3).join(' | ')}`);
+  // Rounds are numbered as the API's round records (and the coordinator's log) number them: the
+  // page's earliest "round N committed" line has the loss of the API's record N.
+  const numbering = await page.evaluate(async t => {
+    const line = [...document.querySelectorAll('#log-lines li[data-kind="round"] .m')]
+      .map(l => l.textContent.match(/^round (\d+) committed: loss ([^,]+),/)).find(Boolean);
+    const n = Number(line[1]);
+    const page = await (await fetch(`api/experiments/demo/rounds?from=${n}&limit=1`, { headers: { Authorization: `Bearer ${t}` } })).json();
+    return { n, shown: line[2], round: page.rounds[0].round, expected: fmtNum(page.rounds[0].mean_loss) };
+  }, token);
+  check(numbering.round === numbering.n && numbering.shown === numbering.expected,
+    `round numbering: the page's line for round ${numbering.n} says loss ${numbering.shown}, the API's record ${numbering.round} ${numbering.expected}`);
   await shoot(page, 'logs', { fullPage: false });
   await page.click('.tabs a[data-tab="config"]');
   await page.waitForSelector('#x-config:not([hidden])');
@@ -561,10 +573,22 @@ try {
   await page.fill('#f-momentum', '0.9');
   pageErrors.length = 0;  // the refused create logs its 400
   await page.fill('#f-rounds', '3');
+  // A seed above 2^53 (a JS number would round it to ...992) arrives exactly, and a clone's form
+  // shows it exactly.
+  await page.fill('#f-seed', '9007199254740993');
   await page.click('#create-submit');
   await page.waitForSelector(`#experiments-table tr[data-id="${name}"]`);
   check(/Experiments/.test(await page.title()), `the list's title is "${await page.title()}"`);
-  step(`created ${name} (the inline errors first)`);
+  const storedSeed = await page.evaluate(async ([t, n]) => (await (await fetch(`api/experiments/${n}`,
+    { headers: { Authorization: `Bearer ${t}` } })).json()).config_toml.match(/^seed = .*$/m)[0], [token, name]);
+  check(storedSeed === 'seed = 9007199254740993', `the form's seed 9007199254740993 was stored as "${storedSeed}"`);
+  await page.evaluate(n => { location.hash = `#/new/${n}`; }, name);
+  await page.waitForFunction(() => /^seed = /m.test(document.querySelector('#f-toml').value));
+  const clonedSeed = await page.inputValue('#f-seed');
+  check(clonedSeed === '9007199254740993', `the clone's seed field: "${clonedSeed}"`);
+  await page.evaluate(() => { location.hash = '#/'; });
+  await page.waitForSelector(`#experiments-table tr[data-id="${name}"]`);
+  step(`created ${name} (the inline errors first; its seed 2^53 + 1 exact, in its clone too)`);
 
   // ---- clone the demo: its whole config in the TOML editor; every error of the edited TOML ----------
   await page.evaluate(() => { location.hash = '#/e/demo'; });
@@ -778,6 +802,11 @@ try {
   await page.waitForFunction(() => [...document.querySelectorAll('#nodes-table tbody tr')].every(r => r.querySelector('.state.left')),
     null, { timeout: 15000 });
   const hnow = await page.$$eval('#nodes-table tbody tr', rows => rows.map(r => `${r.cells[0].textContent} ${r.cells[3].textContent}`));
+  // The rounds table numbers the rounds as the coordinator's log printed them ("round 0
+  // committed" is the first).
+  const tableRounds = await page.$$eval('#rounds-table tbody tr', rows => rows.map(r => r.cells[0].textContent).sort().join(','));
+  const loggedRounds = [...demoOut.matchAll(/^round (\d+) committed/mg)].map(m => m[1]).sort().join(',');
+  check(tableRounds === loggedRounds && /^0,/.test(tableRounds), `rounds table ${tableRounds}, the coordinator's log ${loggedRounds}`);
   // Each site's gain over its base model: the sign and size its base and latest bpb give, the
   // verdict class that goes with it, and a summary line that counts the sites it calls better.
   const gains = await page.$$eval('#sites-table tbody tr', rows => rows.map(r => ({

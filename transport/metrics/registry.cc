@@ -165,6 +165,24 @@ void Registry::set_info(const std::string& name, const std::string& help, const 
   f.gauges.emplace(labels, std::move(g));
 }
 
+void Registry::set_optional_gauge(const std::string& name, const std::string& help,
+                                  std::optional<double> value) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!value) {
+    auto it = families_.find(name);
+    if (it == families_.end()) return;
+    ATOLL_CHECK(it->second.info, "metric " + name + " is a plain gauge");
+    families_.erase(it);
+    return;
+  }
+  Family& f = family_locked(name, Type::kGauge, help, {}, {});
+  ATOLL_CHECK(f.info || f.gauges.empty(), "metric " + name + " is a plain gauge");
+  f.info = true;
+  auto& child = f.gauges[Labels{}];
+  if (!child) child = std::make_unique<Gauge>();
+  child->set(*value);
+}
+
 void Registry::add_collector(std::function<void()> collect) {
   std::lock_guard<std::mutex> lk(collectors_mu_);
   collectors_.push_back(std::move(collect));

@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -100,6 +101,12 @@ class Registry {
   // child's (e.g. atoll_experiment_info{experiment="…",algorithm="…"} 1). Empty labels remove it.
   void set_info(const std::string& name, const std::string& help, const Labels& labels);
 
+  // A gauge without labels whose value may be unknown: nullopt removes the family, so that the
+  // series is absent (as Prometheus expects of an unknown value) rather than stale. Like an
+  // info metric's, its child is replaced, never handed out by reference.
+  void set_optional_gauge(const std::string& name, const std::string& help,
+                          std::optional<double> value);
+
   // Called in order at the start of every render(), outside the registry's mutex: collectors
   // set gauges from live state (current round, nodes, memory) just before they are read.
   void add_collector(std::function<void()> collect);
@@ -115,7 +122,7 @@ class Registry {
     Type type = Type::kGauge;
     std::string help;
     std::vector<double> bounds;  // histograms
-    bool info = false;           // set_info's: no references handed out
+    bool info = false;           // set_info's or set_optional_gauge's: no references handed out
     std::map<Labels, std::unique_ptr<Counter>> counters;
     std::map<Labels, std::unique_ptr<Gauge>> gauges;
     std::map<Labels, std::unique_ptr<Histogram>> histograms;
