@@ -60,7 +60,7 @@ san="-fsanitize=address,undefined -fno-sanitize-recover=all"
 flags="-std=c++20 -O1 -g -I. $proto_flags"
 srcs="algorithms/compress/*.cc kernels/formats/*.cc kernels/core/philox.cc kernels/core/status.cc
       kernels/core/check.cc kernels/core/crc32c.cc kernels/core/number_text.cc
-      algorithms/model/safetensors.cc
+      algorithms/model/safetensors.cc algorithms/data/json_duplicates.cc
       algorithms/model/param_set.cc"
 cc="$cxx"
 if [ "${FUZZ_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null 2>&1; then cc="ccache $cxx"; fi
