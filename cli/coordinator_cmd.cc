@@ -313,6 +313,10 @@ class EventHandler {
 
   void operator()(const coordinator::Event& e) {
     const std::string& id = e.experiment_id;
+    // Its first event (the start: round = where it starts) comes before any of its rounds.
+    if (!id.empty() && id != rc_.service->experiment_id() && followed_.insert(id).second &&
+        e.kind == coordinator::Event::Kind::kStateChanged)
+      evaluate_start(id, e.round);
     double bpb = -1;
     if (evaluator_ && e.kind == coordinator::Event::Kind::kRoundCommitted && e.record) {
       if (evaluates(id)) {
@@ -339,6 +343,20 @@ class EventHandler {
   }
 
  private:
+  // The θ an experiment the dashboard started begins from (x = the round it starts at), as the
+  // launch experiment's is evaluated before it starts. The store keeps it while the
+  // experiment's first rounds run (diloco.keep_params versions); a pruned one is not evaluated.
+  void evaluate_start(const std::string& id, uint64_t round) {
+    if (!evaluator_ || !evaluates(id)) return;
+    auto v = evaluator_->evaluate_and_publish(rc_, id, round);
+    if (v.ok()) {
+      where_.set(id, round);
+      log_.info(format_line("experiment %s: round %" PRIu64 " | val bpb %.4f (%s, held-out "
+                            "documents)",
+                            id.c_str(), round, *v, evaluator_->data_spec().c_str()));
+    }
+  }
+
   bool evaluates(const std::string& id) const {
     if (id == rc_.service->experiment_id()) return true;
     if (rc_.config.is_lora()) return false;
@@ -353,13 +371,16 @@ class EventHandler {
   LogOutput& log_;
   Whereabouts& where_;
   std::set<std::string> told_not_evaluated_;
+  std::set<std::string> followed_;  // experiments the dashboard started, seen so far
 };
 
 // The config's experiment is already finished (or failed) in this store: nothing to train. A
 // finished one still gives its --out from the store, and the dashboard serves its history as
-// after a run; exit code 0 for finished, 1 for failed.
-int serve_ended_experiment(RunningCoordinator& rc, const CoordinatorSetup& setup, LogOutput& log,
-                           coordinator::ExperimentState state) {
+// after a run; exit code 0 for finished, 1 for failed. nullopt: while it served, the dashboard
+// started another experiment (`another_started`), which the caller goes on to follow.
+std::optional<int> serve_ended_experiment(RunningCoordinator& rc, const CoordinatorSetup& setup,
+                                          LogOutput& log, coordinator::ExperimentState state,
+                                          const std::function<bool()>& another_started) {
   const std::string id = rc.service->experiment_id();
   const bool finished = state == coordinator::ExperimentState::kFinished;
   log.write(finished ? LogLevel::kInfo : LogLevel::kError,
@@ -372,11 +393,13 @@ int serve_ended_experiment(RunningCoordinator& rc, const CoordinatorSetup& setup
     if (Status w = write_final_checkpoint(rc, id, setup.out); !w.ok()) return log.fail(w.message());
     log.info("final checkpoint: " + setup.out);
   }
-  serve_after_done(rc.http.get(), setup.after, install_stop_signals(),
-                   log.format() == LogFormat::kJson
-                       ? std::function<void(const std::string&)>(
-                             [&log](const std::string& line) { log.info(line); })
-                       : std::function<void(const std::string&)>());
+  if (serve_after_done(rc.http.get(), setup.after, install_stop_signals(),
+                       log.format() == LogFormat::kJson
+                           ? std::function<void(const std::string&)>(
+                                 [&log](const std::string& line) { log.info(line); })
+                           : std::function<void(const std::string&)>(),
+                       another_started))
+    return std::nullopt;
   return finished ? 0 : 1;
 }
 
@@ -438,20 +461,27 @@ int cmd_coordinator(const Args& args) {
   if (Status st = announce_dashboard(rc, "bootstrap", /*always=*/false, say); !st.ok())
     return log.fail(st.message());
   if (rc.metrics_http) say("metrics: " + rc.metrics_http->url() + " (plain HTTP, no token)");
-  if (const auto state = rc.service->state(); state == coordinator::ExperimentState::kFinished ||
-                                              state == coordinator::ExperimentState::kFailed)
-    return serve_ended_experiment(rc, *setup, log, state);
-  if (evaluator) {
-    auto v = evaluator->evaluate_and_publish(rc, rc.service->experiment_id(),
-                                             rc.service->current_round());
-    if (!v.ok()) return log.fail("evaluation: " + v.status().message());
-    log.info(format_line("round %" PRIu64 " | val bpb %.4f (%s, held-out documents)",
-                         rc.service->current_round(), *v, evaluator->data_spec().c_str()));
-  }
-  std::fflush(stdout);
-  if (Status s = rc.service->start(); !s.ok()) return log.fail(s.message());
   const auto* stop = install_stop_signals();
   EventHandler handle(rc, evaluator.get(), log, where);
+  if (const auto state = rc.service->state(); state == coordinator::ExperimentState::kFinished ||
+                                              state == coordinator::ExperimentState::kFailed) {
+    const auto ended = rc.manager->live();
+    auto code = serve_ended_experiment(rc, *setup, log, state, [&] {
+      while (auto e = events.pop(std::chrono::milliseconds(0))) handle(*e);
+      return rc.manager->live() != ended;
+    });
+    if (code) return *code;
+  } else {
+    if (evaluator) {
+      auto v = evaluator->evaluate_and_publish(rc, rc.service->experiment_id(),
+                                               rc.service->current_round());
+      if (!v.ok()) return log.fail("evaluation: " + v.status().message());
+      log.info(format_line("round %" PRIu64 " | val bpb %.4f (%s, held-out documents)",
+                           rc.service->current_round(), *v, evaluator->data_spec().c_str()));
+    }
+    std::fflush(stdout);
+    if (Status s = rc.service->start(); !s.ok()) return log.fail(s.message());
+  }
   while (!stop->load()) {
     if (auto e = events.pop(std::chrono::milliseconds(200))) {
       handle(*e);

@@ -7,12 +7,14 @@
 #include <filesystem>
 
 #include "algorithms/compress/codec.h"
-#include "kernels/cpu/ops.h"
 #include "algorithms/data/brown.h"
 #include "coordinator/http/auth.h"
-#include "node/checkpoint.h"
 #include "kernels/core/file_io.h"
+#include "kernels/core/sha256.h"
+#include "kernels/cpu/ops.h"
+#include "node/checkpoint.h"
 #include "node/peft_export.h"
+#include "node/site_data.h"
 #include "transport/channel.h"
 #include "transport/tls/ca.h"
 #include "transport/tls/credentials.h"
@@ -217,6 +219,14 @@ StatusOr<std::string> encode_lora_checkpoint(const coordinator::ExperimentConfig
   return node::encode_checkpoint(meta, *base->params, nullptr, &a);
 }
 
+// A checkpoint's tokenizer as the sites must report it (DataProfile): name and SHA-256 of the blob.
+StatusOr<coordinator::SiteTokenizer> site_tokenizer_of(const std::string& blob,
+                                                       const std::string& source) {
+  ATOLL_ASSIGN_OR_RETURN(auto tokenizer, node::tokenizer_from_blob(blob));
+  return coordinator::SiteTokenizer{tokenizer->name(), sha256_hex(blob.data(), blob.size()),
+                                    source};
+}
+
 // The listeners' connections and the bulk lane's transfers in the metrics, read at each scrape
 // (~RunningCoordinator stops the scrapers before the listeners).
 void watch_listeners(RunningCoordinator& rc) {
@@ -333,11 +343,19 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     theta0.vec() = l.initial_theta;
   }
 
-  ATOLL_ASSIGN_OR_RETURN(rc->service,
-                         coordinator::CoordinatorService::open(
-                             *rc->store, config, theta0,
-                             service_options(l.insecure, config.name, config.train.codec,
-                                             rc->manager.get(), rc->metrics.get(), l.on_event)));
+  coordinator::ServiceOptions so =
+      service_options(l.insecure, config.name, config.train.codec, rc->manager.get(),
+                      rc->metrics.get(), l.on_event);
+  // The checkpoint the experiment starts from fixes the sites' tokenizer.
+  if (rc->base) {
+    ATOLL_ASSIGN_OR_RETURN(so.tokenizer, site_tokenizer_of(rc->base->meta.tokenizer,
+                                                           "the LoRA base " + config.lora.base));
+  } else if (l.initial_meta) {
+    ATOLL_ASSIGN_OR_RETURN(
+        so.tokenizer, site_tokenizer_of(l.initial_meta->tokenizer, "the checkpoint θ_0 came from"));
+  }
+  ATOLL_ASSIGN_OR_RETURN(rc->service, coordinator::CoordinatorService::open(*rc->store, config,
+                                                                            theta0, std::move(so)));
 
   rc->manager->attach(rc->service);
   if (!l.listen.empty()) {

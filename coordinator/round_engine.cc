@@ -104,7 +104,9 @@ RoundEngine::RoundEngine(Store& store, ExperimentConfig config, EngineOptions op
           mul_saturating(mul_saturating(config_.diloco.steps_per_round(), config_.train.batch_size),
                          config_.model.seq_len)),
       pulls_(store, config_.name, std::move(policy),
-             [this](uint64_t round) { return strategy_->synced_range(round); }) {}
+             [this](uint64_t round) { return strategy_->synced_range(round); }) {
+  site_tokenizer_ = options_.tokenizer;
+}
 
 StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
                                                          const ExperimentConfig& config,

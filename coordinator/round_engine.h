@@ -64,9 +64,20 @@
 
 namespace atl::coordinator {
 
+// The tokenizer every site of an experiment reads with (DataProfile): a name for messages and the
+// SHA-256 of its serialized form; `source` says where the coordinator has it from.
+struct SiteTokenizer {
+  std::string name;
+  std::string sha256;
+  std::string source;
+};
+
 struct EngineOptions {
   // next_task holds a call at most this long, whatever the node asks for (ms).
   uint32_t max_wait_ms = 30000;
+  // The sites' tokenizer when the launch knows it (a LoRA base's, an --init-from checkpoint's);
+  // unset: the first node to join with one sets it. A node that reports another is refused.
+  std::optional<SiteTokenizer> tokenizer;
   // Called for every Event, in order, on the engine's event thread. May be empty.
   std::function<void(const Event&)> on_event;
   // Decodes update payloads of codecs other than "none". Empty: codec "none" only.
@@ -292,6 +303,9 @@ class RoundEngine {
   // store no longer keeps.
   void remember_version_locked(uint64_t round, const std::string& fp);
   void fill_join_response(const std::string& node_id, atoll_pb::v1::JoinResponse& resp) const;
+  // Join: OK when the site reads with the experiment's tokenizer (the first to report one sets
+  // it); FAILED_PRECONDITION naming both otherwise.
+  Status check_site_tokenizer_locked(const std::string& id, const atoll_pb::v1::DataProfile& data);
   Status check_optimizer_capability(const std::string& node_id,
                                     const atoll_pb::v1::Capabilities& caps) const;
 
@@ -325,6 +339,8 @@ class RoundEngine {
   // Replay and stale-update detection: the screening memory as committed (never null).
   std::shared_ptr<const ScreeningMemory> screening_;
   std::map<std::string, NodeState> nodes_;  // sorted by node id
+  // What every site reads its data with: the launch's (options_.tokenizer) or the first joiner's.
+  std::optional<SiteTokenizer> site_tokenizer_;
   Round round_;
   std::optional<Clock::time_point> quorum_since_;  // min_nodes ready, waiting for the rest
   // θ versions a pull may name as its base: fingerprint → round (the newest keep_params).

@@ -105,6 +105,7 @@ StatusOr<pb::JoinResponse> RoundEngine::join(const std::string& id, const pb::Jo
 
   std::lock_guard<std::mutex> lk(mu_);
   if (stopping_) return Unavailable("coordinator is shutting down; reconnect later");
+  ATOLL_RETURN_IF_ERROR(check_site_tokenizer_locked(id, req.data()));
   size_t active = 0;
   for (const auto& [nid, n] : nodes_) active += (n.status == NodeStatus::kActive && nid != id);
   if (active >= config_.diloco.max_nodes)
@@ -133,6 +134,27 @@ StatusOr<pb::JoinResponse> RoundEngine::join(const std::string& id, const pb::Jo
   fill_join_response(id, resp);
   cv_.notify_all();
   return resp;
+}
+
+Status RoundEngine::check_site_tokenizer_locked(const std::string& id,
+                                                const pb::DataProfile& data) {
+  if (data.tokenizer_sha256().empty()) return Status::Ok();  // an older node: not reported
+  if (data.tokenizer().size() > 64 || data.tokenizer_sha256().size() != 64)
+    return InvalidArgument(
+        "data.tokenizer must be a name of at most 64 characters and "
+        "data.tokenizer_sha256 64 hex digits");
+  if (!site_tokenizer_) {
+    site_tokenizer_ = SiteTokenizer{data.tokenizer(), data.tokenizer_sha256(),
+                                    "site '" + id + "', the first to join"};
+    return Status::Ok();
+  }
+  if (site_tokenizer_->sha256 == data.tokenizer_sha256()) return Status::Ok();
+  return FailedPrecondition(
+      "site '" + id + "' reads its data with tokenizer " + data.tokenizer() + " (sha256 " +
+      data.tokenizer_sha256().substr(0, 16) + "...), this experiment's sites with " +
+      site_tokenizer_->name + " (sha256 " + site_tokenizer_->sha256.substr(0, 16) + "..., from " +
+      site_tokenizer_->source +
+      "): every site must tokenize alike; give each node the same --base CKPT (or none)");
 }
 
 void RoundEngine::fill_join_response(const std::string& id, pb::JoinResponse& resp) const {

@@ -58,6 +58,7 @@ StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::open(
   eo.max_wait_ms = options.max_wait_ms;
   eo.on_event = std::move(options.on_event);
   eo.decode = std::move(options.decode);
+  eo.tokenizer = std::move(options.tokenizer);
   eo.payload_slack_bytes = options.payload_slack_bytes;
   ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<RoundEngine> engine,
                          RoundEngine::open(store, config, initial, std::move(eo)));

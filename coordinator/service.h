@@ -44,6 +44,8 @@ struct ServiceOptions {
   std::function<void(const Event&)> on_event;
   // Empty: codec "none" only.
   PayloadDecoder decode;
+  // The sites' tokenizer when the launch knows it (EngineOptions::tokenizer).
+  std::optional<SiteTokenizer> tokenizer;
   // Slack over numel·4 bytes accepted for encoded payloads (headers of compressed codecs).
   uint64_t payload_slack_bytes = 1 << 16;
   // Where the service counts payload bytes and push latency (not owned; must outlive the

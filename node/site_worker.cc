@@ -234,6 +234,10 @@ StatusOr<atoll_pb::v1::JoinResponse> SiteWorker::join() {
   req.mutable_data()->add_genres(data_spec_.to_string());
   // The coordinator refuses a site with fewer tokens than one of its sequences needs.
   req.mutable_data()->set_train_tokens(static_cast<uint64_t>(data_->train.size()));
+  // Every site of an experiment must tokenize alike: the coordinator compares these.
+  req.mutable_data()->set_tokenizer(data_->tokenizer->name());
+  req.mutable_data()->set_tokenizer_sha256(
+      sha256_hex(data_->tokenizer_blob.data(), data_->tokenizer_blob.size()));
   while (true) {
     auto r = link_.join(req);
     if (r.ok()) {

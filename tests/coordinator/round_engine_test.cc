@@ -156,6 +156,40 @@ TEST(RoundEngine, AMuonExperimentRefusesANodeThatCannotTrainMuon) {
   EXPECT_TRUE(plain.engine->join("old-node", pb::JoinRequest()).ok());
 }
 
+// Sites that tokenize differently train on ids that mean different text: the first site (or the
+// checkpoint the launch names) sets the experiment's tokenizer, a site with another is refused
+// naming both, and a node that reports none (an older build) is not checked.
+TEST(RoundEngine, ASiteWithAnotherTokenizerIsRefused) {
+  auto join_with = [](RoundEngine& e, const std::string& id, const std::string& name, char digit) {
+    pb::JoinRequest req;
+    req.mutable_data()->set_tokenizer(name);
+    req.mutable_data()->set_tokenizer_sha256(std::string(64, digit));
+    return e.join(id, req);
+  };
+  EngineFixture f(engine_config("tok", 3, 1), testing_util::toy_params(1000));
+  ASSERT_TRUE(f.engine);
+  ASSERT_TRUE(join_with(*f.engine, "site-1", "bytes", 'a').ok());
+  ASSERT_TRUE(join_with(*f.engine, "site-2", "bytes", 'a').ok());
+  auto other = join_with(*f.engine, "site-3", "bpe-320", 'b');
+  ASSERT_EQ(other.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(other.status().message(),
+            "site 'site-3' reads its data with tokenizer bpe-320 (sha256 bbbbbbbbbbbbbbbb...), "
+            "this experiment's sites with bytes (sha256 aaaaaaaaaaaaaaaa..., from site 'site-1', "
+            "the first to join): every site must tokenize alike; give each node the same --base "
+            "CKPT (or none)");
+  EXPECT_TRUE(f.engine->join("old-build", pb::JoinRequest()).ok());
+
+  EngineOptions launch;
+  launch.tokenizer = SiteTokenizer{"bpe-320", std::string(64, 'b'), "the checkpoint θ_0 came from"};
+  EngineFixture g(engine_config("tok2", 3, 1), testing_util::toy_params(1000), std::move(launch));
+  ASSERT_TRUE(g.engine);
+  auto bytes = join_with(*g.engine, "site-1", "bytes", 'a');
+  ASSERT_EQ(bytes.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(bytes.status().message().find("from the checkpoint θ_0 came from"), std::string::npos)
+      << bytes.status().message();
+  EXPECT_TRUE(join_with(*g.engine, "site-2", "bpe-320", 'b').ok());
+}
+
 // An experiment opened again must be the one in the store: another seed or codec is refused,
 // naming what differs, while the timing of rounds may change between two starts.
 TEST(RoundEngine, OpeningAgainWithAnotherConfigNamesWhatDiffers) {

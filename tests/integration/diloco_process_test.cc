@@ -441,7 +441,7 @@ TEST(SiteData, SitesWithoutHeldOutFilesTrainAndTheCoordinatorStillEvaluates) {
 // given --base for the tokenizer said "--base is not used".
 TEST(SiteData, AnInitFromCheckpointsTokenizerIsTheCoordinatorsToo) {
   Cluster c;
-  c.make_ca({"node-1"});
+  c.make_ca({"node-1", "node-2"});
   const std::string base = c.dir / "base/checkpoint.safetensors";
   auto trained = run_atoll({"train",       "--dim",     "32",     "--layers",  "2",
                             "--heads",     "2",         "--ffn",  "64",        "--seq",
@@ -461,6 +461,15 @@ TEST(SiteData, AnInitFromCheckpointsTokenizerIsTheCoordinatorsToo) {
   c.start_coordinator(toml, "127.0.0.1:0", "coordinator.log",
                       {"--init-from", base, "--eval-data", "brown", "--eval-tokens", "2048",
                        "--out", c.dir / "final.safetensors"});
+  // A node without --base reads in bytes: refused at its join, naming both tokenizers (it
+  // trained on byte ids in a BPE model without a word).
+  c.start_node("node-2", "brown:c");
+  EXPECT_NE(c.nodes.back().wait_for(60s), std::optional<int>(0));
+  const std::string refused = read_text(c.dir / "node-2.log");
+  EXPECT_NE(refused.find("site 'node-2' reads its data with tokenizer bytes"), std::string::npos)
+      << refused;
+  EXPECT_NE(refused.find("this experiment's sites with bpe-320"), std::string::npos) << refused;
+  c.nodes.pop_back();
   c.start_node("node-1", "brown:c", "", {"--base", base, "--budget", "0.5"});
   std::string log;
   c.run_to_completion(120s, &log);

@@ -476,7 +476,7 @@ TEST(MetricsProcesses, DashboardStartedExperimentsAreLoggedAndEvaluatedAndAFinis
     auto m = wait_for_log(dir / log, std::regex(re), 60s, &clog);
     return m ? (*m)[1].str() : "";
   };
-  const std::string address = find("c1.log", "on (127\\.0\\.0\\.1:\\d+)");
+  std::string address = find("c1.log", "on (127\\.0\\.0\\.1:\\d+)");
   const std::string dashboard_port = find("c1.log", "dashboard: https://127\\.0\\.0\\.1:(\\d+)/");
   std::string admin_token = read_text(find("c1.log", "token file: (\\S+)"));
   while (!admin_token.empty() && admin_token.back() == '\n') admin_token.pop_back();
@@ -522,6 +522,9 @@ TEST(MetricsProcesses, DashboardStartedExperimentsAreLoggedAndEvaluatedAndAFinis
             2)
       << clog;
   EXPECT_TRUE(std::regex_search(clog, std::regex("round 1 committed .* val bpb [0-9.]+"))) << clog;
+  // Its θ_0 is evaluated as the first experiment's was (x = 0 of its chart).
+  EXPECT_TRUE(std::regex_search(clog, std::regex("experiment second: round 0 \\| val bpb [0-9.]+")))
+      << clog;
   const Reply metrics =
       https_request(ca, dash, bhttp::verb::get, "/api/experiments/second/metrics", admin_token);
   EXPECT_NE(metrics.body.find("val_bpb"), std::string::npos) << metrics.body;
@@ -535,6 +538,23 @@ TEST(MetricsProcesses, DashboardStartedExperimentsAreLoggedAndEvaluatedAndAFinis
   EXPECT_NE(clog.find("experiment first in this store is finished at round 1"), std::string::npos)
       << clog;
   EXPECT_EQ(read_text(dir / "again.safetensors"), read_text(dir / "first.safetensors"));
+  // Serving the finished experiment, it follows one started from the dashboard too.
+  const int dash2 = std::stoi(find("c2.log", "dashboard: https://127\\.0\\.0\\.1:(\\d+)/"));
+  const std::string address2 = find("c2.log", "on (127\\.0\\.0\\.1:\\d+)");
+  ASSERT_EQ(https_request(ca, dash2, bhttp::verb::post, "/api/experiments", admin_token,
+                          json::serialize(json::object{{"config_toml", short_config("third", 1)}}))
+                .status,
+            201u);
+  ASSERT_EQ(https_request(ca, dash2, bhttp::verb::post, "/api/experiments/third/start", admin_token)
+                .status,
+            200u);
+  address = address2;
+  auto third_node = start_node("n3.log");
+  ASSERT_TRUE(wait_for_log(dir / "c2.log", std::regex("experiment third: finished at round 1"),
+                           120s, &clog))
+      << clog;
+  EXPECT_TRUE(std::regex_search(clog, std::regex("round 0 committed .* val bpb [0-9.]+"))) << clog;
+  EXPECT_EQ(third_node.wait_for(30s), std::optional<int>(0));
   again->signal(SIGTERM);
   EXPECT_EQ(again->wait_for(30s), std::optional<int>(0));
 }
