@@ -127,6 +127,11 @@ StatusOr<std::vector<std::string>> parse_bench_hydra_methods(const std::string& 
   std::vector<std::string> known, methods;
   std::stringstream ks(kBenchHydraMethods);
   for (std::string m; std::getline(ks, m, ',');) known.push_back(m);
+  if (text.empty())
+    return InvalidArgument(std::string("--methods is empty; use any of ") + kBenchHydraMethods);
+  if (text.front() == ',' || text.back() == ',' || text.find(",,") != std::string::npos)
+    return InvalidArgument("--methods '" + text.substr(0, 64) +
+                           "' has an empty entry; separate method names with single commas");
   std::stringstream ms(text);
   for (std::string m; std::getline(ms, m, ',');) {
     if (std::find(known.begin(), known.end(), m) == known.end())
@@ -136,9 +141,6 @@ StatusOr<std::vector<std::string>> parse_bench_hydra_methods(const std::string& 
       return InvalidArgument("--methods names '" + m + "' twice; name each method once");
     methods.push_back(m);
   }
-  if (methods.empty() || text.back() == ',')
-    return InvalidArgument("--methods '" + text.substr(0, 64) +
-                           "' names no method there; use any of " + kBenchHydraMethods);
   return methods;
 }
 
@@ -381,6 +383,15 @@ int bench_hydra(const Args& args) {
   // Sites: "a:1.0,f:0.5,..." (genre letters, budget).
   std::vector<SimSite> sites;
   const std::string site_list = flags.get_or("sites", "a:1.0,f:0.5,j:0.25,n:0.25");
+  if (site_list.empty())
+    return fail("bench hydra", "--sites is empty; give GENRES:BUDGET per site, e.g. a:1.0,f:0.5",
+                2);
+  if (site_list.front() == ',' || site_list.back() == ',' ||
+      site_list.find(",,") != std::string::npos)
+    return fail("bench hydra",
+                "--sites '" + site_list.substr(0, 64) +
+                    "' has an empty entry; separate GENRES:BUDGET entries with single commas",
+                2);
   std::stringstream ss(site_list);
   const simulate::SiteDataDraw draw{*train_docs, *site_val_docs, opt.seed};
   for (std::string item; std::getline(ss, item, ',');) {
@@ -388,11 +399,6 @@ int bench_hydra(const Args& args) {
     if (!site.ok()) return fail("bench hydra", site.status().message(), 2);
     sites.push_back(std::move(*site));
   }
-  if (sites.empty() || site_list.back() == ',')
-    return fail("bench hydra",
-                "--sites '" + site_list.substr(0, 64) +
-                    "' names no site there; give GENRES:BUDGET per site, e.g. a:1.0,f:0.5",
-                2);
 
   // The base model: trained on the other genres (fine-tuning, not pretraining).
   auto base_or = simulate::train_brown_base(opt, flags.get_or("base-genres", "bcdeghklmpr"),

@@ -20,6 +20,7 @@
 #include "coordinator/screening_note.h"
 #include "kernels/cpu/ops.h"
 #include "transport/host_port.h"
+#include "transport/tls/credentials.h"
 #include "transport/tls/handshake_log.h"
 
 namespace atl::cli {
@@ -298,6 +299,11 @@ StatusOr<CoordinatorSetup> read_setup(const Flags& flags) {
     }
     kernels::cpu::set_num_threads(static_cast<int>(eval_threads));
   }
+  // Its certificate and key (and their modes), before the store is created: a key open to
+  // other users was refused only after the store existed, with another exit code than a node's.
+  if (!l.insecure)
+    ATOLL_RETURN_IF_ERROR(
+        transport::validate_identity(l.tls_dir, l.server_name, transport::Role::kServer));
   return setup;
 }
 

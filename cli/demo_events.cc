@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "cli/signals.h"
@@ -14,7 +15,10 @@ std::optional<int> follow_demo_events(const std::string& cmd, EventQueue& events
   const auto* stop = install_stop_signals();
   for (;;) {
     if (stop->load()) {
-      std::printf("interrupted: the store in %s keeps every committed round\n", store_dir.c_str());
+      std::printf(
+          "interrupted: the store in %s keeps every committed round; the same command with "
+          "--store %s resumes it\n",
+          store_dir.c_str(), std::filesystem::path(store_dir).parent_path().c_str());
       return stopped_exit_code();
     }
     if (auto failure = sites.failure()) return fail(cmd, *failure);

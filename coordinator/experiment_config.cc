@@ -223,13 +223,21 @@ std::vector<Status> privacy_errors(const ExperimentConfig& c, std::string_view s
       const uint64_t fit =
           algorithms::max_rounds_within(pv.target_epsilon, pv.noise_multiplier, pv.delta, rounds);
       const double z = algorithms::min_noise_multiplier_within(pv.target_epsilon, rounds, pv.delta);
-      add(InvalidArgument(
-          std::string(src) + ": diloco.rounds = " + std::to_string(rounds) +
-          " with privacy.noise_multiplier = " + d(pv.noise_multiplier) + " reaches epsilon = " +
-          four_digits(eps) + " > privacy.target_epsilon = " + d(pv.target_epsilon) +
-          " at delta = " + d(pv.delta) + "; use " +
-          (fit > 0 ? "diloco.rounds <= " + std::to_string(fit) + " or " : std::string()) +
-          "privacy.noise_multiplier >= " + d(z)));
+      const std::string reaches = std::string(src) + ": diloco.rounds = " + std::to_string(rounds) +
+                                  " with privacy.noise_multiplier = " + d(pv.noise_multiplier) +
+                                  " reaches epsilon = " + four_digits(eps) +
+                                  " > privacy.target_epsilon = " + d(pv.target_epsilon) +
+                                  " at delta = " + d(pv.delta);
+      if (!std::isfinite(z))  // below the conversion's floor: no noise and no round count fits
+        add(InvalidArgument(reaches +
+                            "; no noise multiplier reaches it (any noise leaves epsilon >= " +
+                            four_digits(algorithms::epsilon_floor(pv.delta)) +
+                            " at this delta): raise privacy.target_epsilon or privacy.delta"));
+      else
+        add(InvalidArgument(
+            reaches + "; use " +
+            (fit > 0 ? "diloco.rounds <= " + std::to_string(fit) + " or " : std::string()) +
+            "privacy.noise_multiplier >= " + d(z)));
     }
   }
   return errors;

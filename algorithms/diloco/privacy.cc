@@ -83,6 +83,9 @@ double epsilon_after_rounds_classic(uint64_t rounds, double z, double delta) {
       [&](double a) { return t * gaussian_rdp(a, z) + std::log(1.0 / delta) / (a - 1); });
 }
 
+// The largest noise multiplier min_noise_multiplier_within tries.
+constexpr double kMaxNoiseSearched = 1e9;
+
 uint64_t max_rounds_within(double target, double z, double delta, uint64_t max_rounds) {
   // ε grows with the round count: the largest T in [0, max_rounds] with ε(T) ≤ target.
   uint64_t lo = 0, hi = max_rounds;
@@ -96,10 +99,15 @@ uint64_t max_rounds_within(double target, double z, double delta, uint64_t max_r
   return lo;
 }
 
+double epsilon_floor(double delta) {
+  return epsilon_after_rounds(1, kMaxNoiseSearched, delta);
+}
+
 double min_noise_multiplier_within(double target, uint64_t rounds, double delta) {
   // ε falls as z grows: bisect in log space, then round up to 3 significant digits.
+  if (epsilon_after_rounds(rounds, kMaxNoiseSearched, delta) > target) return kInf;
   double lo = 1e-3, hi = 1.0;
-  while (epsilon_after_rounds(rounds, hi, delta) > target && hi < 1e9) hi *= 2;
+  while (epsilon_after_rounds(rounds, hi, delta) > target && hi < kMaxNoiseSearched) hi *= 2;
   for (int i = 0; i < 200; ++i) {
     const double mid = std::sqrt(lo * hi);
     if (epsilon_after_rounds(rounds, mid, delta) > target)

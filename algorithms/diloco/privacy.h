@@ -60,9 +60,14 @@ double epsilon_after_rounds_classic(uint64_t rounds, double noise_multiplier, do
 
 // The largest round count whose ε is ≤ target (0 when even one round exceeds it), searched up
 // to `max_rounds`; and the smallest noise multiplier (to 3 significant digits, rounded up)
-// whose ε after `rounds` rounds is ≤ target.
+// whose ε after `rounds` rounds is ≤ target, +inf when none up to 1e9 is: the RDP-to-(ε, δ)
+// conversion has a floor that no noise goes below (0.1029 at δ = 1e-5, see
+// epsilon_floor), and a smaller target once searched for ever.
 uint64_t max_rounds_within(double target_epsilon, double noise_multiplier, double delta,
                            uint64_t max_rounds);
 double min_noise_multiplier_within(double target_epsilon, uint64_t rounds, double delta);
+// The smallest ε any noise multiplier reaches at `delta` (ε with z = 1e9): the conversion's own
+// term, whatever the rounds.
+double epsilon_floor(double delta);
 
 }  // namespace atl::algorithms

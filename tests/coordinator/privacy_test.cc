@@ -238,6 +238,21 @@ TEST(Privacy, ConfigOverTheBudgetIsRefusedWithWhatWouldFit) {
             std::string::npos);
 }
 
+// A target below the conversion's floor (0.1029 at δ = 1e-5: no noise goes below it) made the
+// search for a noise multiplier loop for ever, and the config check with it.
+TEST(Privacy, ATargetNoNoiseCanMeetIsRefusedAtOnce) {
+  EXPECT_NEAR(algorithms::epsilon_floor(1e-5), 0.1029, 5e-5);
+  EXPECT_TRUE(std::isinf(algorithms::min_noise_multiplier_within(0.1, 10, 1e-5)));
+  EXPECT_TRUE(std::isfinite(algorithms::min_noise_multiplier_within(0.2, 10, 1e-5)));
+  const std::string msg = config_error(
+      "[diloco]\nrounds = 10\n[robust]\nscreen = \"off\"\n[privacy]\nclip_norm = 1\n"
+      "noise_multiplier = 1\ntarget_epsilon = 0.01\n");
+  EXPECT_NE(msg.find("; no noise multiplier reaches it (any noise leaves epsilon >= 0.1029 at "
+                     "this delta): raise privacy.target_epsilon or privacy.delta"),
+            std::string::npos)
+      << msg;
+}
+
 // A noise multiplier of 1e39 was taken, and every round's outer step was not finite (each honest
 // update dropped in turn); the config has --dp-noise's bound.
 TEST(Privacy, NoiseMultiplierAboveTheBoundIsRefused) {

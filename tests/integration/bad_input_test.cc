@@ -1,6 +1,7 @@
 // Bad flags and configs as outside testers found them: each is one line on stderr naming what
 // is wrong and how to fix it, exit code 2, and nothing created on disk (no store directory).
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -37,6 +38,23 @@ std::string write_config(const TempDir& dir, const std::string& name, const std:
 // An empty --listen used to mean "no gRPC server" (the in-process demos' setting) and
 // `atoll coordinator` then used the server it never created: a segfault after creating the
 // store. Out-of-range ports wrapped modulo 65536 in getaddrinfo (99999 bound 34463).
+// A coordinator key every user could read was refused only after the store was created, with
+// exit code 1 where a node's is 2.
+TEST(BadInput, ACoordinatorKeyOpenToOthersIsRefusedBeforeTheStore) {
+  TempDir dir;
+  const std::string tls = dir / "tls";
+  issue_cli_ca(dir, tls, {});
+  const std::string key = tls + "/coordinator.key";
+  ASSERT_EQ(::chmod(key.c_str(), 0644), 0);
+  const std::string config = write_config(dir, "exp.toml", "[diloco]\nrounds = 1\n");
+  expect_refused(
+      dir,
+      {"coordinator", "--config", config, "--store", dir / "store", "--tls", tls, "--http", "off"},
+      "private key " + key + " is open to other users (mode 0644): run `chmod 600 " + key +
+          "`, and replace the key if others may have copied it");
+  EXPECT_FALSE(std::filesystem::exists(dir / "store"));
+}
+
 TEST(BadInput, CoordinatorListenAddressesAreCheckedBeforeAnythingIsCreated) {
   TempDir dir;
   const std::string config = write_config(dir, "exp.toml", "[diloco]\nrounds = 1\n");
@@ -309,16 +327,20 @@ TEST(BadInput, BenchHydraMethodsAndSitesNameSomething) {
   TempDir dir;
   const std::string all =
       "base,local,local_full,local_lora,full,heterofl,fedrolex,random,hydra,lora";
-  expect_refused(dir, {"bench", "hydra", "--methods", ""},
-                 "--methods '' names no method there; use any of " + all);
-  expect_refused(dir, {"bench", "hydra", "--methods", "hydra,"},
-                 "--methods 'hydra,' names no method there; use any of " + all);
+  expect_refused(dir, {"bench", "hydra", "--methods", ""}, "--methods is empty; use any of " + all);
+  for (const std::string empty_entry : {"hydra,", ",hydra", "base,,hydra"})
+    expect_refused(dir, {"bench", "hydra", "--methods", empty_entry},
+                   "--methods '" + empty_entry +
+                       "' has an empty entry; separate method names with single commas");
   expect_refused(dir, {"bench", "hydra", "--methods", "base,fedavg"},
                  "--methods: 'fedavg' is not a method; use any of " + all);
   expect_refused(dir, {"bench", "hydra", "--methods", "hydra,hydra"},
                  "--methods names 'hydra' twice; name each method once");
   expect_refused(dir, {"bench", "hydra", "--sites", ""},
-                 "--sites '' names no site there; give GENRES:BUDGET per site, e.g. a:1.0,f:0.5");
+                 "--sites is empty; give GENRES:BUDGET per site, e.g. a:1.0,f:0.5");
+  expect_refused(dir, {"bench", "hydra", "--sites", "a:1.0,"},
+                 "--sites 'a:1.0,' has an empty entry; separate GENRES:BUDGET entries with single "
+                 "commas");
 }
 
 // Help that matches what the commands take.

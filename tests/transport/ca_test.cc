@@ -73,7 +73,7 @@ TEST(Ca, IssueNarrowsTheDirectoryAndKeysOpenToOthersAreRefused) {
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(st.message(), "private key " + node_key +
                               " is open to other users (mode 0644): run `chmod 600 " + node_key +
-                              "`, and issue a new one if others may have copied it");
+                              "`, and replace the key if others may have copied it");
   // Group read is what a Kubernetes secret mounted under fsGroup gets: allowed.
   ASSERT_EQ(::chmod(node_key.c_str(), 0440), 0);
   EXPECT_TRUE(validate_identity(dir, "node-1", Role::kNode).ok());

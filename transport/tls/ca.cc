@@ -228,7 +228,7 @@ Status check_private_key_mode(const std::string& path) {
   std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
   return FailedPrecondition("private key " + path + " is open to other users (mode " + mode +
                             "): run `chmod 600 " + path +
-                            "`, and issue a new one if others may have copied it");
+                            "`, and replace the key if others may have copied it");
 }
 
 Status ca_init(const std::string& dir, const CaOptions& options) {
