@@ -236,6 +236,11 @@ int run_hydra_experiment(const std::string& cmd, const HydraExperiment& x, SiteM
 int hydra_command(const std::string& cmd, const Args& args, SiteMode mode) {
   std::vector<FlagSpec> specs = hydra_experiment_flags();
   if (mode == SiteMode::kInProcess) refuse_flag(specs, "insecure", kInsecureInProcess);
+  // The sibling variants take --config; here it gets the same pointer as with LoRA.
+  specs.push_back({"config", true, "", ""});
+  refuse_flag(specs, "config",
+              "--config runs DiLoCo and Streaming DiLoCo experiment files; --algorithm hydra "
+              "takes its flags (or run the file with atoll coordinator --config and atoll node)");
   Flags flags(cmd + " --algorithm hydra", std::move(specs));
   if (Status s = flags.parse(args); !s.ok()) return fail(cmd, s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;

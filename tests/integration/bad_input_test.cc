@@ -362,8 +362,8 @@ TEST(BadInput, HelpListsEveryCommandAndFlag) {
   };
   const std::vector<Variant> variants = {
       {{"simulate"}, {"--byzantine", "--config"}, {"--insecure"}},
-      {{"simulate", "--algorithm", "hydra"}, {"--forward-share-power"}, {"--insecure"}},
-      {{"demo", "--algorithm", "hydra"}, {"--insecure"}, {}},
+      {{"simulate", "--algorithm", "hydra"}, {"--forward-share-power"}, {"--insecure", "--config"}},
+      {{"demo", "--algorithm", "hydra"}, {"--insecure"}, {"--config"}},
       {{"simulate", "--algorithm", "lora"},
        {"--lora-rank"},
        {"--insecure", "--config", "--init-from", "--baseline"}},
