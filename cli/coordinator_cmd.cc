@@ -466,6 +466,15 @@ int cmd_coordinator(const Args& args) {
   // `atoll token create` while no coordinator runs).
   if (Status st = announce_dashboard(rc, "bootstrap", /*always=*/false, say); !st.ok())
     return log.fail(st.message());
+  // Without its pages the dashboard answers every page with 404 (the API still works): said
+  // once, as a coordinator run away from the source tree without --web found it.
+  if (const std::string web = l.web_root.empty() ? find_tree_dir("web") : l.web_root;
+      rc.http && !std::filesystem::exists(std::filesystem::path(web) / "index.html"))
+    log.write(LogLevel::kWarn,
+              "dashboard: no pages in " + web +
+                  " (index.html is missing), so its pages answer 404 while the API works: give "
+                  "--web DIR with the dashboard's files (web/ of the source tree)",
+              std::nullopt, stderr);
   if (rc.metrics_http) say("metrics: " + rc.metrics_http->url() + " (plain HTTP, no token)");
   const auto* stop = install_stop_signals();
   EventHandler handle(rc, evaluator.get(), log, where);

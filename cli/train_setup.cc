@@ -272,6 +272,14 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
   ATOLL_RETURN_IF_ERROR(algorithms::validate(setup.trainer, setup.model));
   ATOLL_RETURN_IF_ERROR(
       algorithms::data::check_sampling(setup.site.train, setup.trainer.batch, setup.trainer.seq));
+  // Validation reads whole windows: a --val-data shorter than one aborted in the sampler (a node
+  // refuses it the same way).
+  if (const int64_t window = int64_t{setup.trainer.seq} + 1;
+      val_spec && setup.site.validation.size() < window)
+    return InvalidArgument("--val-data " + *flags.get("val-data") + " holds " +
+                           std::to_string(setup.site.validation.size()) +
+                           " validation tokens, fewer than one window of seq_len + 1 = " +
+                           std::to_string(window) + ": add documents");
   const std::string optimizer =
       setup.trainer.optimizer == algorithms::InnerOptimizer::kMuon
           ? "muon(momentum=" + std::to_string(setup.trainer.muon_momentum) + ")"

@@ -55,6 +55,29 @@ TEST(BadInput, ACoordinatorKeyOpenToOthersIsRefusedBeforeTheStore) {
   EXPECT_FALSE(std::filesystem::exists(dir / "store"));
 }
 
+// A coordinator whose dashboard has no pages (a container or unit without web/) printed the
+// dashboard's address and answered 404 with no word of why.
+TEST(BadInput, ADashboardWithoutItsPagesIsSaidAtStart) {
+  TempDir dir;
+  const std::string tls = dir / "tls";
+  issue_cli_ca(dir, tls, {});
+  std::filesystem::create_directories(dir / "empty-web");
+  const std::string config = write_config(dir, "exp.toml", "[diloco]\nrounds = 1\n");
+  auto p = node::Subprocess::spawn(
+      {ATOLL_BINARY, "coordinator", "--config", config, "--store", dir / "store", "--tls", tls,
+       "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--web", dir / "empty-web"},
+      dir / "coordinator.log");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  std::string log;
+  EXPECT_TRUE(wait_for_log(dir / "coordinator.log",
+                           std::regex("dashboard: no pages in .*empty-web \\(index.html is "
+                                      "missing\\), so its pages answer 404 while the API works"),
+                           60s, &log))
+      << log;
+  p->signal(SIGTERM);
+  EXPECT_EQ(p->wait_for(30s), std::optional<int>(0));
+}
+
 TEST(BadInput, CoordinatorListenAddressesAreCheckedBeforeAnythingIsCreated) {
   TempDir dir;
   const std::string config = write_config(dir, "exp.toml", "[diloco]\nrounds = 1\n");

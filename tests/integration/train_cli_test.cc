@@ -235,10 +235,14 @@ TEST(TrainCli, BadFlagsAndConfigsGiveOneClearLineAndExitCode2) {
   { std::ofstream(bad_toml) << "[model]\ndim = 250\nheads = 4\n"; }
   const std::string unknown_toml = dir / "unknown.toml";
   { std::ofstream(unknown_toml) << "[model]\ndimm = 64\n"; }
+  { std::ofstream(dir / "one-byte.txt") << "x\n"; }  // 2 tokens: no window of validation
   std::vector<BadInput> cases = {
       {{"train", "--stepz", "3"}, "unknown flag --stepz"},
       {{"train", "--steps", "abc"}, "--steps = 'abc' is not an integer"},
       {{"train", "--steps", "0"}, "--steps 0 is out of range"},
+      {{"train", "--val-data", "text:" + (dir / "one-byte.txt")},
+       "--val-data text:" + (dir / "one-byte.txt") +
+           " holds 2 validation tokens, fewer than one window of seq_len + 1 = 257: add documents"},
       {{"train", "--moe-hidden", "16"},
        "--moe-hidden needs --moe-experts E > 0: a dense model has no experts"},
       {{"train", "--steps", "3", "--stop-after", "4"},
