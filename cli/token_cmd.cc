@@ -61,7 +61,9 @@ int cmd_token(const Args& args) {
       return fail(cmd, store.status().message(),
                   store.status().code() == StatusCode::kInvalidArgument ? 2 : 1);
     auto token = coordinator::http::create_token(**store, *role, flags.get_or("label", ""));
-    if (!token.ok()) return fail(cmd, token.status().message());
+    if (!token.ok())
+      return fail(cmd, token.status().message(),
+                  token.status().code() == StatusCode::kInvalidArgument ? 2 : 1);
     std::printf("token: %s\n", token->c_str());
     std::fprintf(stderr, "%s token created; it is shown only once (the store keeps its hash)\n",
                  coordinator::http::role_name(*role));

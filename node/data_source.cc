@@ -191,6 +191,8 @@ StatusOr<std::vector<int32_t>> load_token_file(const std::string& path) {
   auto raw = read_file(path);
   if (!raw.ok()) return raw.status();
   const size_t elem = width == TokenWidth::kU16 ? 2 : 4;
+  if (raw->empty())
+    return InvalidArgument("token file " + path + " is empty: it holds no tokens to train on");
   if (raw->size() % elem != 0)
     return DataLoss("token file " + path + ": size " + std::to_string(raw->size()) +
                     " bytes is not a multiple of " + std::to_string(elem) + " (truncated?)");

@@ -39,6 +39,10 @@ std::string hash_token(std::string_view token) {
 
 StatusOr<std::string> create_token(Store& store, Role role, const std::string& label) {
   if (label.size() > 200) return InvalidArgument("token label is longer than 200 characters");
+  // A label is printed by `atoll token list` and the dashboard: no terminal escapes in it.
+  for (const char c : label)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      return InvalidArgument("token label holds a control character; give printable text");
   unsigned char raw[kTokenBytes];
   if (RAND_bytes(raw, sizeof(raw)) != 1) return Internal("OpenSSL RAND_bytes failed");
   static const char* hex = "0123456789abcdef";

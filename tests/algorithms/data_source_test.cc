@@ -144,6 +144,10 @@ TEST(DataSource, TokenFilesRoundTripAndRejectBadData) {
   EXPECT_FALSE(load_token_file(dir.sub("neg.i32")).ok());
   EXPECT_FALSE(load_token_file(dir.sub("absent.i32")).ok());
   EXPECT_FALSE(load_token_file(dir.sub("t.bin")).ok());
+  // An empty file said "vocab_size must be positive" further on.
+  write_in(dir, "empty.u16", "");
+  EXPECT_EQ(load_token_file(dir.sub("empty.u16")).status().message(),
+            "token file " + dir.sub("empty.u16") + " is empty: it holds no tokens to train on");
 }
 
 // A site trains on all of its documents unless asked to hold some out; a held-out split keeps

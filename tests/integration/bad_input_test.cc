@@ -266,6 +266,11 @@ TEST(BadInput, TokenCommandsKeepTheLastAdminAndNeverCreateAStore) {
   const RunResult revoked =
       run_atoll({"token", "revoke", "--store", dir / "store", "--hash", hash}, dir / "revoke.log");
   EXPECT_EQ(revoked.exit_code, 0) << revoked.output;
+  // A label with a terminal escape was stored and printed raw by `token list`.
+  expect_refused(dir,
+                 {"token", "create", "--role", "viewer", "--store", dir / "store", "--label",
+                  "bob \x1b[31mred"},
+                 "token label holds a control character; give printable text");
 }
 
 // The lesser findings: --web that does not exist, --http on the --listen port ("already in use
