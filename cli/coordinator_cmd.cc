@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -363,13 +364,15 @@ class EventHandler {
     }
   }
 
-  bool evaluates(const std::string& id) const {
+  // Decided once per experiment (its stored config cannot change), not at every round.
+  bool evaluates(const std::string& id) {
     if (id == rc_.service->experiment_id()) return true;
-    if (rc_.config.is_lora()) return false;
+    if (auto known = evaluates_.find(id); known != evaluates_.end()) return known->second;
     auto other = rc_.manager->get(id);
-    return other.ok() && !other->config.is_lora() &&
-           algorithms::model_differences(model_config_of(other->config), evaluator_->model())
-               .empty();
+    const bool same_model =
+        !rc_.config.is_lora() && other.ok() && !other->config.is_lora() &&
+        algorithms::model_differences(model_config_of(other->config), evaluator_->model()).empty();
+    return evaluates_[id] = same_model;
   }
 
   RunningCoordinator& rc_;
@@ -378,15 +381,17 @@ class EventHandler {
   Whereabouts& where_;
   std::set<std::string> told_not_evaluated_;
   std::set<std::string> followed_;  // experiments the dashboard started, seen so far
+  std::map<std::string, bool> evaluates_;
 };
 
 // The config's experiment is already finished (or failed) in this store: nothing to train. A
 // finished one still gives its --out from the store, and the dashboard serves its history as
-// after a run; exit code 0 for finished, 1 for failed. nullopt: while it served, the dashboard
-// started another experiment (`another_started`), which the caller goes on to follow.
+// after a run (`serve_dashboard`, true when the dashboard made another experiment live meanwhile);
+// exit code 0 for finished, 1 for failed. nullopt: another experiment was started, which the
+// caller goes on to follow.
 std::optional<int> serve_ended_experiment(RunningCoordinator& rc, const CoordinatorSetup& setup,
                                           LogOutput& log, coordinator::ExperimentState state,
-                                          const std::function<bool()>& another_started) {
+                                          const std::function<bool()>& serve_dashboard) {
   const std::string id = rc.service->experiment_id();
   const bool finished = state == coordinator::ExperimentState::kFinished;
   log.write(finished ? LogLevel::kInfo : LogLevel::kError,
@@ -399,13 +404,7 @@ std::optional<int> serve_ended_experiment(RunningCoordinator& rc, const Coordina
     if (Status w = write_final_checkpoint(rc, id, setup.out); !w.ok()) return log.fail(w.message());
     log.info("final checkpoint: " + setup.out);
   }
-  if (serve_after_done(rc.http.get(), setup.after, install_stop_signals(),
-                       log.format() == LogFormat::kJson
-                           ? std::function<void(const std::string&)>(
-                                 [&log](const std::string& line) { log.info(line); })
-                           : std::function<void(const std::string&)>(),
-                       another_started))
-    return std::nullopt;
+  if (serve_dashboard()) return std::nullopt;
   return finished ? 0 : 1;
 }
 
@@ -468,24 +467,33 @@ int cmd_coordinator(const Args& args) {
     return log.fail(st.message());
   // Without its pages the dashboard answers every page with 404 (the API still works): said
   // once, as a coordinator run away from the source tree without --web found it.
-  if (const std::string web = l.web_root.empty() ? find_tree_dir("web") : l.web_root;
-      rc.http && !std::filesystem::exists(std::filesystem::path(web) / "index.html"))
+  if (rc.http && !std::filesystem::exists(std::filesystem::path(rc.web_root) / "index.html"))
     log.write(LogLevel::kWarn,
-              "dashboard: no pages in " + web +
+              "dashboard: no pages in " + rc.web_root +
                   " (index.html is missing), so its pages answer 404 while the API works: give "
                   "--web DIR with the dashboard's files (web/ of the source tree)",
               std::nullopt, stderr);
   if (rc.metrics_http) say("metrics: " + rc.metrics_http->url() + " (plain HTTP, no token)");
   const auto* stop = install_stop_signals();
   EventHandler handle(rc, evaluator.get(), log, where);
+  // Serves the dashboard after `ended` is over (serve_after_done), handling events meanwhile;
+  // true when the dashboard made another experiment live, which is then followed like the first.
+  auto serve_after = [&](const std::shared_ptr<coordinator::CoordinatorService>& ended) {
+    return serve_after_done(rc.http.get(), setup->after, stop,
+                            log.format() == LogFormat::kJson
+                                ? std::function<void(const std::string&)>(say)
+                                : std::function<void(const std::string&)>(),
+                            [&] {
+                              while (auto e = events.pop(std::chrono::milliseconds(0))) handle(*e);
+                              return rc.manager->live() != ended;
+                            });
+  };
   if (const auto state = rc.service->state(); state == coordinator::ExperimentState::kFinished ||
                                               state == coordinator::ExperimentState::kFailed) {
     const auto ended = rc.manager->live();
-    auto code = serve_ended_experiment(rc, *setup, log, state, [&] {
-      while (auto e = events.pop(std::chrono::milliseconds(0))) handle(*e);
-      return rc.manager->live() != ended;
-    });
-    if (code) return *code;
+    if (auto code =
+            serve_ended_experiment(rc, *setup, log, state, [&] { return serve_after(ended); }))
+      return *code;
   } else {
     if (evaluator) {
       auto v = evaluator->evaluate_and_publish(rc, rc.service->experiment_id(),
@@ -530,16 +538,7 @@ int cmd_coordinator(const Args& args) {
           return log.fail(w.message());
         log.info("final checkpoint: " + setup->out);
       }
-      // While the dashboard is served, an experiment started from it is followed like this one.
-      const bool another_started = serve_after_done(
-          rc.http.get(), setup->after, stop,
-          log.format() == LogFormat::kJson ? std::function<void(const std::string&)>(say)
-                                           : std::function<void(const std::string&)>(),
-          [&] {
-            while (auto e = events.pop(std::chrono::milliseconds(0))) handle(*e);
-            return rc.manager->live() != live;
-          });
-      if (another_started) continue;
+      if (serve_after(live)) continue;
       return *st == coordinator::ExperimentState::kFinished ? 0 : 1;
     }
   }

@@ -385,6 +385,7 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     ho.cert_name = l.server_name;
     ho.limits = l.http_limits;
     const std::string web = l.web_root.empty() ? find_tree_dir("web") : l.web_root;
+    rc->web_root = web;
     const std::string npm = l.node_modules.empty() ? find_tree_dir("node_modules") : l.node_modules;
     ho.mounts = {{"/", web}, {"/vendor/chartjs/", npm + "/chart.js/dist"}};
     ho.metrics = [m = rc->metrics.get()] { return m->render(); };

@@ -14,6 +14,7 @@
 #include "algorithms/data/dataset.h"
 #include "algorithms/diloco/outer.h"
 #include "algorithms/model/param_set.h"
+#include "kernels/core/number_text.h"
 #include "kernels/core/sha256.h"
 #include "node/evaluate.h"
 #include "node/gpu_trainer.h"
@@ -277,9 +278,7 @@ Status SiteWorker::set_up() {
         "has no LoRA adapters: θ comes from the coordinator)");
   }
   if (!site_.hydra() && opt_.budget < 1.0) {
-    char budget[32];
-    std::snprintf(budget, sizeof(budget), "%g", opt_.budget);
-    log(std::string("--budget ") + budget +
+    log("--budget " + shortest_decimal(opt_.budget) +
         " is not used: only a Hydra experiment gives a site a subnetwork of its budget; this "
         "site trains the whole model");
   }
