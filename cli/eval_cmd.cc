@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/log_output.h"
 #include "kernels/cpu/ops.h"
 #include "node/checkpoint.h"
 #include "node/evaluate.h"
@@ -74,10 +75,18 @@ int cmd_eval(const Args& args) {
     return fail("eval",
                 (read_data ? "--data: " : "the checkpoint's tokenizer: ") + site.status().message(),
                 2);
+  // A byte-tokenizer checkpoint with a larger vocabulary trained on token ids without their
+  // tokenizer: its validation ids may use the whole vocabulary and have no byte count.
+  if (!read_data && ck->meta.tokenizer.empty() && model.vocab > site->tokenizer->vocab_size()) {
+    site->train.vocab_size = model.vocab;
+    site->train.bytes_countable = false;
+  }
   if (val_spec) {
     if (Status s = node::set_validation_data(*site, *val_spec, brown_dir); !s.ok())
       return fail("eval", s.message(), 2);
   }
+  if (Status s = node::check_fits_vocabulary(*site, model.vocab); !s.ok())
+    return fail("eval", s.message(), 2);
   if (site->tokenizer->vocab_size() > model.vocab)
     return fail("eval", "the data's tokenizer has " + std::to_string(site->tokenizer->vocab_size()) +
                             " ids, the checkpoint's model has vocab " + std::to_string(model.vocab),
@@ -97,12 +106,16 @@ int cmd_eval(const Args& args) {
   const node::Evaluation e =
       node::evaluate_bpb(llama, lora ? ck->adapters : ck->params, site->validation,
                          *site->tokenizer, window, static_cast<int>(*batch), *tokens);
+  // val_bpb is null for token ids without their tokenizer (no byte count).
+  const std::string bpb_json = e.bytes_counted ? format_line("%.17g", e.bpb) : "null";
   if (flags.has("json"))
-    std::printf("{\"val_bpb\":%.17g,\"loss_nats\":%.17g,\"tokens\":%" PRId64 "}\n", e.bpb, e.loss,
-                e.tokens);
-  else
+    std::printf("{\"val_bpb\":%s,\"loss_nats\":%.17g,\"tokens\":%" PRId64 "}\n", bpb_json.c_str(),
+                e.loss, e.tokens);
+  else if (e.bytes_counted)
     std::printf("val bpb %.4f | loss %.4f nats/token | %" PRId64 " tokens\n", e.bpb, e.loss,
                 e.tokens);
+  else
+    std::printf("%s | %" PRId64 " tokens\n", node::validation_figure(e).c_str(), e.tokens);
   return 0;
 }
 

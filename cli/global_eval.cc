@@ -17,6 +17,12 @@ StatusOr<std::unique_ptr<GlobalEvaluator>> GlobalEvaluator::create(
   if (data.validation.size() == 0)
     return InvalidArgument("eval data '" + options.data_spec +
                            "' has no held-out validation documents");
+  // Rounds are charted in bits per byte; a wrong byte count would chart wrong figures.
+  if (!data.validation.bytes_countable)
+    return InvalidArgument("eval data '" + options.data_spec +
+                           "': token ids without their tokenizer have no byte count, so bits "
+                           "per byte cannot be computed: evaluate with text data (brown, "
+                           "text:, jsonl:), or use `atoll eval` for the loss per token");
   if (data.tokenizer->vocab_size() > model.vocab)
     return InvalidArgument("eval data: the tokenizer has " +
                            std::to_string(data.tokenizer->vocab_size()) +

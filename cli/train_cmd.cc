@@ -118,11 +118,10 @@ StatusOr<int64_t> start_params(const TrainSetup& setup, node::LoadedCheckpoint* 
   return 0;
 }
 
-double validation_bpb(InnerTrainer& trainer, const ParamSet& params, const TrainSetup& setup,
-                      int64_t eval_tokens) {
+node::Evaluation validation(InnerTrainer& trainer, const ParamSet& params, const TrainSetup& setup,
+                            int64_t eval_tokens) {
   return node::evaluate_bpb(trainer.model(), params, setup.site.validation, *setup.site.tokenizer,
-                            setup.trainer.seq, setup.trainer.batch, eval_tokens)
-      .bpb;
+                            setup.trainer.seq, setup.trainer.batch, eval_tokens);
 }
 
 // The progress line every --log-every steps (mean loss, learning rate, gradient norm, tokens/s
@@ -341,8 +340,9 @@ int cmd_train(const Args& args) {
     const int64_t done = t.step + 1;
     progress.add(t, done == total_steps);
     if ((*eval_every > 0 && done % *eval_every == 0) || done == total_steps) {
-      std::printf("eval  step %" PRId64 " | val bpb %.4f\n", done,
-                  validation_bpb(trainer, params, setup, *eval_tokens));
+      std::printf(
+          "eval  step %" PRId64 " | %s\n", done,
+          node::validation_figure(validation(trainer, params, setup, *eval_tokens)).c_str());
       std::fflush(stdout);
     }
     if ((*ckpt_every > 0 && done % *ckpt_every == 0) || done == end) return save(done);

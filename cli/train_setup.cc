@@ -33,7 +33,10 @@ std::vector<FlagSpec> common_model_flags() {
       {"heads", true, "attention heads", "4"},
       {"ffn", true, "SwiGLU hidden size", "768"},
       {"seq", true, "sequence length T", "256"},
-      {"vocab", true, "vocabulary (only for synthetic benchmark data)", "256"},
+      {"vocab", true,
+       "the model's vocabulary: default the tokenizer's ids (a token file's: its largest id + 1); "
+       "a larger value pads it",
+       ""},
       {"batch", true, "sequences per step B", "8"},
       {"lr", true, "peak learning rate", "3e-3"},
       {"min-lr", true, "final learning rate of the cosine schedule", "3e-4"},
@@ -184,6 +187,23 @@ StatusOr<int> fixed_window(const Flags& flags, const node::LoadedCheckpoint* res
   return std::min(requested, context);
 }
 
+// A new model's vocabulary: the tokenizer's ids, or a token file's (its largest id + 1), or
+// --vocab when given, which may be larger (a padded vocabulary, e.g. 50304 for GPT-2's 50257
+// ids) but not smaller.
+Status fit_vocabulary(const Flags& flags, TrainSetup& setup) {
+  const int32_t used = std::max(setup.site.tokenizer->vocab_size(), setup.site.train.vocab_size);
+  setup.model.vocab = used;
+  if (!flags.has("vocab")) return Status::Ok();
+  ATOLL_ASSIGN_OR_RETURN(const int64_t vocab, flags.get_int("vocab", used, 2, 1 << 20));
+  if (vocab < used)
+    return InvalidArgument("--vocab " + std::to_string(vocab) + " is below the " +
+                           std::to_string(used) +
+                           " ids the data and tokenizer use: give at least " +
+                           std::to_string(used) + ", or drop --vocab");
+  setup.model.vocab = static_cast<int>(vocab);
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedCheckpoint* resumed,
@@ -222,6 +242,7 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
         {"layers", "layers"},
         {"heads", "heads"},
         {"ffn_hidden", "ffn"},
+        {"vocab", "vocab"},
         {"moe_experts", "moe-experts"},
         {"moe_top_k", "moe-top-k"},
         {"moe_hidden", "moe-hidden"},
@@ -260,10 +281,11 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
     ATOLL_ASSIGN_OR_RETURN(setup.site, node::load_site_data(spec, tok, brown_dir, holdout));
     setup.tokenizer_name = tok.to_string();
   }
+  if (!setup.site.train.bytes_countable)
+    setup.tokenizer_name = "none (token ids: no bits per byte)";
   if (val_spec) ATOLL_RETURN_IF_ERROR(node::set_validation_data(setup.site, *val_spec, brown_dir));
-  if (!fixed) setup.model.vocab = setup.site.tokenizer->vocab_size();
-  if (spec.kind == node::DataSpec::Kind::kTokens && !fixed)
-    setup.model.vocab = std::max(setup.model.vocab, setup.site.train.vocab_size);
+  if (!fixed) ATOLL_RETURN_IF_ERROR(fit_vocabulary(flags, setup));
+  ATOLL_RETURN_IF_ERROR(node::check_fits_vocabulary(setup.site, setup.model.vocab));
   if (setup.site.tokenizer->vocab_size() > setup.model.vocab)
     return InvalidArgument(
         "the tokenizer has " + std::to_string(setup.site.tokenizer->vocab_size()) +
@@ -272,14 +294,16 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
   ATOLL_RETURN_IF_ERROR(algorithms::validate(setup.trainer, setup.model));
   ATOLL_RETURN_IF_ERROR(
       algorithms::data::check_sampling(setup.site.train, setup.trainer.batch, setup.trainer.seq));
-  // Validation reads whole windows: a --val-data shorter than one aborted in the sampler (a node
-  // refuses it the same way).
-  if (const int64_t window = int64_t{setup.trainer.seq} + 1;
-      val_spec && setup.site.validation.size() < window)
-    return InvalidArgument("--val-data " + *flags.get("val-data") + " holds " +
-                           std::to_string(setup.site.validation.size()) +
-                           " validation tokens, fewer than one window of seq_len + 1 = " +
-                           std::to_string(window) + ": add documents");
+  // Validation reads whole windows: a validation set shorter than one aborted in the sampler
+  // after training, with no checkpoint written (a node refuses it the same way).
+  if (const int64_t window = int64_t{setup.trainer.seq} + 1; setup.site.validation.size() < window)
+    return InvalidArgument(
+        (val_spec ? "--val-data " + *flags.get("val-data")
+                  : "the held-out part of --data " + spec.to_string() +
+                        (spec.kind == node::DataSpec::Kind::kTokens ? " (its last 5%)" : "")) +
+        " holds " + std::to_string(setup.site.validation.size()) +
+        " validation tokens, fewer than one window of seq_len + 1 = " + std::to_string(window) +
+        (val_spec ? ": add documents" : ": give more data, a shorter --seq, or --val-data"));
   const std::string optimizer =
       setup.trainer.optimizer == algorithms::InnerOptimizer::kMuon
           ? "muon(momentum=" + std::to_string(setup.trainer.muon_momentum) + ")"

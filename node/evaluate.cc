@@ -1,6 +1,7 @@
 #include "node/evaluate.h"
 
 #include <cmath>
+#include <cstdio>
 
 namespace atl::node {
 
@@ -25,13 +26,28 @@ Evaluation evaluate_bpb(algorithms::Llama& model, const algorithms::ParamSet& pa
     bytes += algorithms::data::target_bytes(b, tokenizer);
   }
   model.gemm().set_enabled(enabled);
+  e.bytes_counted = validation.bytes_countable;
   if (e.tokens == 0) {
     e.bpb = e.loss = NAN;
     return e;
   }
   e.loss = loss_sum / static_cast<double>(e.tokens);
-  e.bpb = algorithms::data::bits_per_byte(e.loss, e.tokens, bytes);
+  // Token ids without their tokenizer stand for unknown text: counting the byte tokenizer's
+  // bytes for them would give a finite, wrong figure.
+  e.bpb = e.bytes_counted ? algorithms::data::bits_per_byte(e.loss, e.tokens, bytes) : NAN;
   return e;
+}
+
+std::string validation_figure(const Evaluation& e) {
+  char line[160];
+  if (e.bytes_counted)
+    std::snprintf(line, sizeof(line), "val bpb %.4f", e.bpb);
+  else
+    std::snprintf(line, sizeof(line),
+                  "val loss %.4f nats/token (no bits per byte: token ids without their "
+                  "tokenizer)",
+                  e.loss);
+  return line;
 }
 
 }  // namespace atl::node

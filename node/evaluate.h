@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "algorithms/data/dataset.h"
 #include "algorithms/data/tokenizer.h"
@@ -12,10 +13,15 @@
 namespace atl::node {
 
 struct Evaluation {
-  double bpb = 0;        // bits per byte
+  double bpb = 0;        // bits per byte (NaN when !bytes_counted)
   double loss = 0;       // mean nats per token
   int64_t tokens = 0;    // targets evaluated
+  // False for token ids without their tokenizer (TokenDataset::bytes_countable): no bpb.
+  bool bytes_counted = true;
 };
+
+// "val bpb 4.1234", or "val loss 3.2100 nats/token (...)" where no bytes were counted.
+std::string validation_figure(const Evaluation& e);
 
 // Windows of T+1 tokens (see algorithms::data::evaluation_batches), at most max_tokens targets
 // (0 = all), B rows per forward pass. Deterministic.

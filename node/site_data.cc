@@ -96,28 +96,70 @@ const char* holdout_name(Holdout holdout) {
   return holdout == Holdout::kNone ? "none" : "held-out";
 }
 
+namespace {
+
+// The tokenizer a choice names by file or blob (kinds "bpe-file", "hf", "blob"), with the blob
+// checkpoints keep; "bytes" and "bpe" are made by the caller.
+Status load_given_tokenizer(const TokenizerChoice& choice, SiteData& site) {
+  if (choice.kind == "bpe-file") {
+    ATOLL_ASSIGN_OR_RETURN(std::string blob, read_file(choice.path));
+    ATOLL_ASSIGN_OR_RETURN(site.tokenizer, tokenizer_from_blob(blob));
+    site.tokenizer_blob = std::move(blob);
+  } else if (choice.kind == "hf") {
+    ATOLL_ASSIGN_OR_RETURN(site.tokenizer, load_hf_tokenizer_file(choice.path));
+    ATOLL_ASSIGN_OR_RETURN(site.tokenizer_blob, read_file(choice.path));
+  } else {
+    ATOLL_ASSIGN_OR_RETURN(site.tokenizer, tokenizer_from_blob(choice.blob));
+    site.tokenizer_blob = choice.blob;
+  }
+  return Status::Ok();
+}
+
+// A token file: the ids are the given tokenizer's (hf:, bpe-file:, or a checkpoint's), which
+// then counts their bytes; with "bytes" (no tokenizer given) the ids' text is unknown, the
+// byte tokenizer only labels them, and bits per byte is not computed.
+StatusOr<SiteData> load_token_site(const DataSpec& spec, const TokenizerChoice& choice,
+                                   Holdout holdout) {
+  if (choice.kind == "bpe")
+    return InvalidArgument("pre-tokenized data (" + spec.to_string() +
+                           ") cannot train a BPE: give the tokenizer its ids came from "
+                           "(--tokenizer hf:PATH/tokenizer.json or bpe-file:PATH), or none");
+  SiteData site;
+  const bool tokenizer_given = choice.kind != "bytes";
+  if (tokenizer_given)
+    ATOLL_RETURN_IF_ERROR(load_given_tokenizer(choice, site));
+  else
+    site.tokenizer = std::make_unique<ByteTokenizer>();
+  ATOLL_ASSIGN_OR_RETURN(std::vector<int32_t> ids, load_token_file(spec.path));
+  int32_t vocab = tokenizer_given ? site.tokenizer->vocab_size() : 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (tokenizer_given && ids[i] >= vocab)
+      return InvalidArgument("token file " + spec.path + " holds id " + std::to_string(ids[i]) +
+                             " at position " + std::to_string(i) + ", outside the " +
+                             std::to_string(vocab) + " ids of tokenizer " + site.tokenizer->name() +
+                             ": give the tokenizer these ids came from");
+    if (!tokenizer_given) vocab = std::max(vocab, ids[i] + 1);
+  }
+  const size_t n_val = holdout == Holdout::kHeldOut ? ids.size() / 20 : 0;
+  std::vector<int32_t> train(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(n_val));
+  std::vector<int32_t> val(ids.end() - static_cast<std::ptrdiff_t>(n_val), ids.end());
+  ATOLL_ASSIGN_OR_RETURN(site.train,
+                         algorithms::data::dataset_from_tokens(std::move(train), vocab));
+  site.train.bytes_countable = tokenizer_given;
+  if (!val.empty()) {
+    ATOLL_ASSIGN_OR_RETURN(site.validation,
+                           algorithms::data::dataset_from_tokens(std::move(val), vocab));
+    site.validation.bytes_countable = tokenizer_given;
+  }
+  return site;
+}
+
+}  // namespace
+
 StatusOr<SiteData> load_site_data(const DataSpec& spec, const TokenizerChoice& choice,
                                   const std::string& brown_dir, Holdout holdout) {
+  if (spec.kind == DataSpec::Kind::kTokens) return load_token_site(spec, choice, holdout);
   SiteData site;
-  if (spec.kind == DataSpec::Kind::kTokens) {
-    if (choice.kind != "bytes")
-      return InvalidArgument("pre-tokenized data (" + spec.to_string() +
-                             ") cannot be re-tokenized: drop --tokenizer");
-    ATOLL_ASSIGN_OR_RETURN(std::vector<int32_t> ids, load_token_file(spec.path));
-    int32_t vocab = 0;
-    for (int32_t id : ids) vocab = std::max(vocab, id + 1);
-    const size_t n_val = holdout == Holdout::kHeldOut ? ids.size() / 20 : 0;
-    std::vector<int32_t> train(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(n_val));
-    std::vector<int32_t> val(ids.end() - static_cast<std::ptrdiff_t>(n_val), ids.end());
-    ATOLL_ASSIGN_OR_RETURN(site.train,
-                           algorithms::data::dataset_from_tokens(std::move(train), vocab));
-    if (!val.empty()) {
-      ATOLL_ASSIGN_OR_RETURN(site.validation,
-                             algorithms::data::dataset_from_tokens(std::move(val), vocab));
-    }
-    site.tokenizer = std::make_unique<ByteTokenizer>();
-    return site;
-  }
   ATOLL_ASSIGN_OR_RETURN(auto docs, load_documents(spec, brown_dir));
   if (docs.empty()) return InvalidArgument("data " + spec.to_string() + " holds no documents");
   algorithms::data::DocumentSplit split;
@@ -140,21 +182,21 @@ StatusOr<SiteData> load_site_data(const DataSpec& spec, const TokenizerChoice& c
     ATOLL_ASSIGN_OR_RETURN(BpeTokenizer bpe, BpeTokenizer::train(texts, choice.bpe_vocab));
     site.tokenizer_blob = bpe.serialize();
     site.tokenizer = std::make_unique<BpeTokenizer>(std::move(bpe));
-  } else if (choice.kind == "bpe-file") {
-    ATOLL_ASSIGN_OR_RETURN(std::string blob, read_file(choice.path));
-    ATOLL_ASSIGN_OR_RETURN(site.tokenizer, tokenizer_from_blob(blob));
-    site.tokenizer_blob = std::move(blob);
-  } else if (choice.kind == "hf") {
-    ATOLL_ASSIGN_OR_RETURN(site.tokenizer, load_hf_tokenizer_file(choice.path));
-    ATOLL_ASSIGN_OR_RETURN(site.tokenizer_blob, read_file(choice.path));
   } else {
-    ATOLL_ASSIGN_OR_RETURN(site.tokenizer, tokenizer_from_blob(choice.blob));
-    site.tokenizer_blob = choice.blob;
+    ATOLL_RETURN_IF_ERROR(load_given_tokenizer(choice, site));
   }
   site.train = algorithms::data::build_dataset(split.train, *site.tokenizer);
   if (!split.validation.empty())
     site.validation = algorithms::data::build_dataset(split.validation, *site.tokenizer);
   return site;
+}
+
+Status check_fits_vocabulary(const SiteData& site, int32_t model_vocab) {
+  const int32_t used = std::max(site.train.vocab_size, site.validation.vocab_size);
+  if (used <= model_vocab) return Status::Ok();
+  return InvalidArgument("the data holds token ids up to " + std::to_string(used - 1) +
+                         ", outside the model's vocabulary of " + std::to_string(model_vocab) +
+                         " ids: give data of the model's tokenizer");
 }
 
 StatusOr<SiteData> load_site_training_data(const SiteDataOptions& options) {
@@ -175,26 +217,48 @@ StatusOr<SiteData> load_site_training_data(const SiteDataOptions& options) {
     return InvalidArgument("--data " + spec->to_string() + " holds " +
                            std::to_string(site->train.size()) +
                            " training tokens, too few to train on: add documents");
-  if (options.val_spec.empty()) return site;
-  auto val_spec = parse_data_spec(options.val_spec);
-  if (!val_spec.ok()) return InvalidArgument("--val-data: " + val_spec.status().message());
-  ATOLL_RETURN_IF_ERROR(set_validation_data(*site, *val_spec, options.brown_dir));
+  if (!options.val_spec.empty()) {
+    auto val_spec = parse_data_spec(options.val_spec);
+    if (!val_spec.ok()) return InvalidArgument("--val-data: " + val_spec.status().message());
+    ATOLL_RETURN_IF_ERROR(set_validation_data(*site, *val_spec, options.brown_dir));
+  }
+  // A site's validation is reported and compared in bits per byte (site_val_bpb, --keep-best).
+  if (site->validation.size() > 0 && !site->validation.bytes_countable)
+    return InvalidArgument(
+        "--data " + spec->to_string() +
+        ": a site's own validation is measured in bits per byte, and token ids without their "
+        "tokenizer have no byte count: drop --val-split/--val-data (the coordinator evaluates "
+        "with text data), or join with a --base checkpoint that carries the ids' tokenizer");
   return site;
 }
 
 Status set_validation_data(SiteData& site, const DataSpec& val, const std::string& brown_dir) {
   const std::string what = "--val-data " + val.to_string();
+  if (val.kind != DataSpec::Kind::kTokens && !site.train.bytes_countable)
+    return InvalidArgument(what +
+                           ": the model's token ids come without their tokenizer, so "
+                           "text cannot be tokenized as they were: validate with a token "
+                           "file of the same ids, or train with --tokenizer hf:PATH (the "
+                           "ids' tokenizer)");
   if (val.kind == DataSpec::Kind::kTokens) {
     auto ids = load_token_file(val.path);
     if (!ids.ok()) return InvalidArgument(what + ": " + ids.status().message());
-    const int32_t vocab = site.tokenizer->vocab_size();
+    // Ids are the tokenizer's, or (token ids without their tokenizer) those the training data
+    // and model use.
+    const int32_t ids_known = std::max(site.tokenizer->vocab_size(), site.train.vocab_size);
     for (int32_t id : *ids)
-      if (id < 0 || id >= std::max(vocab, site.train.vocab_size))
-        return InvalidArgument(what + " holds token id " + std::to_string(id) +
-                               ", outside the training data's vocabulary");
+      if (id < 0 || id >= ids_known)
+        return InvalidArgument(what + " holds token id " + std::to_string(id) + ", outside the " +
+                               std::to_string(ids_known) + " ids of " +
+                               (site.train.bytes_countable
+                                    ? "tokenizer " + site.tokenizer->name()
+                                    : std::string("the model's vocabulary")) +
+                               ": give ids of the same tokenizer");
     auto tokens = algorithms::data::dataset_from_tokens(std::move(*ids), site.train.vocab_size);
     if (!tokens.ok()) return InvalidArgument(what + ": " + tokens.status().message());
     site.validation = std::move(*tokens);
+    // The ids are the site's tokenizer's: their bytes count when the training data's do.
+    site.validation.bytes_countable = site.train.bytes_countable;
     site.validation_documents = 0;
   } else {
     auto docs = load_documents(val, brown_dir);

@@ -55,6 +55,11 @@ StatusOr<SiteData> load_site_data(const DataSpec& spec, const TokenizerChoice& t
 // site's tokenizer; InvalidArgument when they are missing, empty, or outside its vocabulary.
 Status set_validation_data(SiteData& site, const DataSpec& val, const std::string& brown_dir);
 
+// InvalidArgument when the site's tokens (training or validation) use ids beyond a model's
+// vocabulary of `model_vocab` ids (token ids without their tokenizer reach as far as their
+// largest id; a model's forward pass would stop on them).
+Status check_fits_vocabulary(const SiteData& site, int32_t model_vocab);
+
 // What a site trains on and validates with (`atoll node --data/--val-split/--val-data`).
 struct SiteDataOptions {
   std::string train_spec = "brown";  // DataSpec text

@@ -289,6 +289,8 @@ Status SiteWorker::set_up() {
     return InvalidArgument(
         "the site's tokenizer has " + std::to_string(data_->tokenizer->vocab_size()) +
         " ids but the experiment's model has vocab " + std::to_string(site_.model.vocab));
+  if (Status s = check_fits_vocabulary(*data_, site_.model.vocab); !s.ok())
+    return InvalidArgument("data " + data_spec_.to_string() + ": " + s.message());
   if (Status s = al::data::check_sampling(data_->train, site_.train.batch, site_.train.seq);
       !s.ok())
     return InvalidArgument("data " + data_spec_.to_string() + ": " + s.message() +

@@ -59,6 +59,7 @@ StatusOr<TokenDataset> dataset_from_tokens(std::vector<int32_t> tokens, int32_t 
   TokenDataset out;
   out.tokens = std::move(tokens);
   out.vocab_size = vocab_size;
+  out.bytes_countable = false;
   return out;
 }
 

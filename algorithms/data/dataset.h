@@ -47,6 +47,10 @@ struct TokenDataset {
   // Bytes of text the tokens decode to (documents and separators), for bits per byte; 0 when
   // unknown (pre-tokenized data).
   int64_t bytes = 0;
+  // False for ids read from a token file without the tokenizer they came from: the text they
+  // stand for is unknown, so bits per byte cannot be computed (evaluation reports NaN bpb and
+  // the loss in nats per token). A token file given with its tokenizer counts its bytes.
+  bool bytes_countable = true;
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
 };
 
@@ -56,7 +60,8 @@ struct TokenDataset {
 // (masked_token); the separator after it stays a target (it ends the response). `bytes` counts
 // only the text the unmasked tokens stand for.
 TokenDataset build_dataset(std::span<const Document> docs, const Tokenizer& tokenizer);
-// Pre-tokenized data; every id must be in [0, vocab_size).
+// Pre-tokenized data; every id must be in [0, vocab_size). bytes_countable is false until the
+// caller knows the tokenizer the ids came from.
 StatusOr<TokenDataset> dataset_from_tokens(std::vector<int32_t> tokens, int32_t vocab_size);
 
 // Documents split by is_validation (order kept within each part). A lone document (one text

@@ -190,6 +190,44 @@ TEST(SiteData, HoldoutChoosesWhichDocumentsTrain) {
   EXPECT_EQ(*parse_holdout("held-out"), Holdout::kHeldOut);
 }
 
+// A site's own validation is reported in bits per byte: token ids without their tokenizer have
+// no byte count, so a site may train on them but not validate with them; text validation of
+// such ids cannot be tokenized as they were.
+TEST(SiteData, TokenIdsWithoutTheirTokenizerTrainButDoNotValidate) {
+  TempDir dir;
+  std::vector<int32_t> ids(400);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i * 37 % 500);
+  ASSERT_TRUE(write_token_file(dir.sub("t.u16"), ids).ok());
+  write_in(dir, "v.txt", "some validation text\n");
+  SiteDataOptions o;
+  o.train_spec = "tokens:" + dir.sub("t.u16");
+  auto trains = load_site_training_data(o);
+  ASSERT_TRUE(trains.ok()) << trains.status().to_string();
+  EXPECT_FALSE(trains->train.bytes_countable);
+  EXPECT_EQ(trains->train.vocab_size, 500);
+  o.holdout = Holdout::kHeldOut;
+  auto held = load_site_training_data(o);
+  ASSERT_FALSE(held.ok());
+  EXPECT_NE(
+      held.status().message().find("a site's own validation is measured in bits per byte, "
+                                   "and token ids without their tokenizer have no byte count"),
+      std::string::npos)
+      << held.status().message();
+  o.holdout = Holdout::kNone;
+  o.val_spec = "text:" + dir.sub("v.txt");
+  auto text_val = load_site_training_data(o);
+  ASSERT_FALSE(text_val.ok());
+  EXPECT_NE(text_val.status().message().find("text cannot be tokenized as they were"),
+            std::string::npos)
+      << text_val.status().message();
+  TokenizerChoice bpe;
+  bpe.kind = "bpe";
+  bpe.bpe_vocab = 300;
+  auto trained_bpe = load_site_data(*parse_data_spec(o.train_spec), bpe, "", Holdout::kNone);
+  ASSERT_FALSE(trained_bpe.ok());
+  EXPECT_NE(trained_bpe.status().message().find("cannot train a BPE"), std::string::npos);
+}
+
 // Too little text to train a step on is refused before anything else happens.
 TEST(SiteData, TooFewTokensToTrainIsOneLine) {
   TempDir dir;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "node/data_source.h"
 #include "node/subprocess.h"
 #include "tests/integration/cli_test_util.h"
 #include "transport/tls/ca.h"
@@ -52,6 +53,27 @@ TEST(BadInput, ACoordinatorKeyOpenToOthersIsRefusedBeforeTheStore) {
       {"coordinator", "--config", config, "--store", dir / "store", "--tls", tls, "--http", "off"},
       "private key " + key + " is open to other users (mode 0644): run `chmod 600 " + key +
           "`, and replace the key if others may have copied it");
+  EXPECT_FALSE(std::filesystem::exists(dir / "store"));
+}
+
+// The coordinator charts rounds in bits per byte: eval data of token ids without their tokenizer
+// has no byte count (it charted a wrong, finite figure).
+TEST(BadInput, CoordinatorEvalDataOfTokenIdsWithoutTheirTokenizerIsRefused) {
+  TempDir dir;
+  const std::string tls = dir / "tls";
+  issue_cli_ca(dir, tls, {});
+  std::vector<int32_t> ids(4000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i * 31 % 250);
+  ASSERT_TRUE(node::write_token_file(dir / "ids.u16", ids).ok());
+  const std::string config = write_config(dir, "exp.toml", "[diloco]\nrounds = 1\n");
+  const std::string spec = "tokens:" + (dir / "ids.u16");
+  expect_refused(dir,
+                 {"coordinator", "--config", config, "--store", dir / "store", "--tls", tls,
+                  "--http", "off", "--eval-data", spec},
+                 "--eval-data: eval data '" + spec +
+                     "': token ids without their tokenizer have no byte count, so bits per byte "
+                     "cannot be computed: evaluate with text data (brown, text:, jsonl:), or use "
+                     "`atoll eval` for the loss per token");
   EXPECT_FALSE(std::filesystem::exists(dir / "store"));
 }
 

@@ -4,9 +4,12 @@
 #include <regex>
 #include <sstream>
 
+#include "algorithms/data/hf_tokenizer.h"
 #include "algorithms/model/llama.h"
 #include "node/checkpoint.h"
+#include "node/data_source.h"
 #include "tests/integration/cli_test_util.h"
+#include "tests/tools/hf_dir.h"
 
 namespace atl::testing {
 namespace {
@@ -445,6 +448,115 @@ TEST(EvalCli, TokensBelowOneWindowAreRefusedAndValDataAloneNeedsNoBrown) {
                          dir / "alone.log");
   ASSERT_EQ(alone.exit_code, 0) << alone.output;
   EXPECT_NE(alone.output.find("\"tokens\":32}"), std::string::npos) << alone.output;
+}
+
+// Pre-tokenized data: ids from a token file stand for text only through the tokenizer they came
+// from. Without it, the byte tokenizer counted one byte for each id below 256 and none above, and
+// training reported a finite, wrong bits per byte (17.88 on a GPT-2-like id mix).
+TEST(TrainCli, TokenFilesGiveBitsPerByteOnlyWithTheirTokenizer) {
+  TempDir dir;
+  write_byte_level_tokenizer_json(dir / "tokenizer.json");
+  auto tokenizer = algorithms::data::load_hf_tokenizer(byte_level_tokenizer_json());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().to_string();
+  std::string text;
+  for (int i = 0; i < 500; ++i)
+    text += "the thin sheet " + std::to_string(i * 7919 % 1000) + " is in the shed at the sea.\n";
+  std::ofstream(dir / "text.txt") << text;
+  std::vector<int32_t> ids = (*tokenizer)->encode(text);
+  ASSERT_TRUE(std::any_of(ids.begin(), ids.end(), [](int32_t id) { return id >= 256; }));
+  ASSERT_TRUE(node::write_token_file(dir / "ids.u16", ids).ok());
+  const std::vector<std::string> shape = {
+      "--dim",     "32", "--layers", "2",  "--heads", "2",
+      "--ffn",     "64", "--seq",    "32", "--batch", "4",
+      "--threads", "1",  "--steps",  "4",  "--data",  "tokens:" + (dir / "ids.u16")};
+  auto train = [&](std::vector<std::string> extra, const std::string& name) {
+    std::vector<std::string> a = {"train"};
+    a.insert(a.end(), shape.begin(), shape.end());
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_atoll(a, dir / (name + ".log"));
+  };
+
+  auto bare = train({"--out", dir / "bare"}, "bare");
+  ASSERT_EQ(bare.exit_code, 0) << bare.output;
+  EXPECT_NE(bare.output.find("tokenizer none (token ids: no bits per byte)"), std::string::npos)
+      << bare.output;
+  EXPECT_NE(bare.output.find("eval  step 4 | val loss "), std::string::npos) << bare.output;
+  EXPECT_EQ(bare.output.find("val bpb"), std::string::npos) << bare.output;
+  auto bare_eval = run_atoll({"eval", "--checkpoint", dir / "bare/checkpoint.safetensors",
+                              "--val-data", "tokens:" + (dir / "ids.u16"), "--json"},
+                             dir / "bare-eval.log");
+  ASSERT_EQ(bare_eval.exit_code, 0) << bare_eval.output;
+  EXPECT_EQ(bare_eval.output.rfind("{\"val_bpb\":null,\"loss_nats\":", 0), 0u) << bare_eval.output;
+
+  // With the ids' tokenizer the figure is the text's: the token file and the text it encodes
+  // evaluate to the same bits per byte, and the checkpoint carries the tokenizer.
+  auto told =
+      train({"--tokenizer", "hf:" + (dir / "tokenizer.json"), "--out", dir / "told"}, "told");
+  ASSERT_EQ(told.exit_code, 0) << told.output;
+  EXPECT_NE(told.output.find("eval  step 4 | val bpb "), std::string::npos) << told.output;
+  const std::string ck = dir / "told/checkpoint.safetensors";
+  auto of_ids =
+      run_atoll({"eval", "--checkpoint", ck, "--val-data", "tokens:" + (dir / "ids.u16"), "--json"},
+                dir / "ids-eval.log");
+  auto of_text =
+      run_atoll({"eval", "--checkpoint", ck, "--val-data", "text:" + (dir / "text.txt"), "--json"},
+                dir / "text-eval.log");
+  ASSERT_EQ(of_ids.exit_code, 0) << of_ids.output;
+  EXPECT_EQ(of_ids.output.find("null"), std::string::npos) << of_ids.output;
+  EXPECT_EQ(of_ids.output, of_text.output);
+  // A base checkpoint's tokenizer is the ids' tokenizer too (this was refused as
+  // "cannot be re-tokenized: drop --tokenizer", with no --tokenizer given).
+  auto tuned = train({"--base", ck, "--lora-rank", "2", "--out", dir / "tuned"}, "tuned");
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
+  EXPECT_NE(tuned.output.find("eval  step 4 | val bpb "), std::string::npos) << tuned.output;
+
+  // --vocab pads the vocabulary a token file implies, and may not cut it.
+  auto padded = train({"--vocab", "512", "--out", dir / "padded"}, "padded");
+  ASSERT_EQ(padded.exit_code, 0) << padded.output;
+  auto padded_ck = node::load_checkpoint(dir / "padded/checkpoint.safetensors");
+  ASSERT_TRUE(padded_ck.ok()) << padded_ck.status().to_string();
+  EXPECT_EQ(padded_ck->meta.model.vocab, 512);
+  const int32_t used = *std::max_element(ids.begin(), ids.end()) + 1;
+  auto cut = train({"--vocab", "100"}, "cut");
+  EXPECT_EQ(cut.exit_code, 2) << cut.output;
+  EXPECT_NE(cut.output.find("--vocab 100 is below the " + std::to_string(used) +
+                            " ids the data and tokenizer use"),
+            std::string::npos)
+      << cut.output;
+  // Ids beyond the model's vocabulary stopped `atoll eval` in the forward pass (SIGABRT).
+  std::vector<int32_t> beyond(2000, 7);
+  beyond[100] = 600;
+  ASSERT_TRUE(node::write_token_file(dir / "beyond.u16", beyond).ok());
+  auto past = run_atoll({"eval", "--checkpoint", dir / "padded/checkpoint.safetensors", "--data",
+                         "tokens:" + (dir / "beyond.u16")},
+                        dir / "past.log");
+  EXPECT_EQ(past.exit_code, 2) << past.output;
+  EXPECT_NE(past.output.find("the data holds token ids up to 600, outside the model's vocabulary "
+                             "of 512 ids"),
+            std::string::npos)
+      << past.output;
+  // A held-out part (the last 5%) shorter than one window aborted after training, with no
+  // checkpoint written.
+  ASSERT_TRUE(node::write_token_file(dir / "short.u16", std::span(ids).first(600)).ok());
+  std::vector<std::string> short_args = {"train"};
+  short_args.insert(short_args.end(), shape.begin(), shape.end() - 1);
+  short_args.insert(short_args.end(), {"tokens:" + (dir / "short.u16"), "--out", dir / "short"});
+  auto short_tail = run_atoll(short_args, dir / "short.log");
+  EXPECT_EQ(short_tail.exit_code, 2) << short_tail.output;
+  EXPECT_NE(short_tail.output.find("(its last 5%) holds 30 validation tokens, fewer than one "
+                                   "window of seq_len + 1 = 33"),
+            std::string::npos)
+      << short_tail.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "short"));
+
+  ids.push_back(300);  // the tokenizer has 263 ids
+  ASSERT_TRUE(node::write_token_file(dir / "ids.u16", ids).ok());
+  auto outside = train({"--tokenizer", "hf:" + (dir / "tokenizer.json")}, "outside");
+  EXPECT_EQ(outside.exit_code, 2) << outside.output;
+  EXPECT_NE(outside.output.find("holds id 300 at position " + std::to_string(ids.size() - 1) +
+                                ", outside the 263 ids of tokenizer"),
+            std::string::npos)
+      << outside.output;
 }
 
 }  // namespace
