@@ -148,6 +148,9 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
   std::unique_ptr<RoundEngine> eng(
       new RoundEngine(store, config, std::move(options), std::move(strategy), std::move(policy)));
   eng->experiment_ = std::move(resumed->experiment);
+  // The launch's tokenizer, else the one the store kept from before a restart.
+  if (!eng->site_tokenizer_) eng->site_tokenizer_ = eng->experiment_.site_tokenizer;
+  eng->experiment_.site_tokenizer = eng->site_tokenizer_;
   eng->theta_ = std::make_shared<const std::vector<float>>(std::move(resumed->params));
   eng->has_momentum_ = resumed->momentum.has_value();
   eng->momentum_ = std::make_shared<const std::vector<float>>(
@@ -743,6 +746,8 @@ void RoundEngine::publish_commit_locked(Commit& c, const Status& outer, const St
     return;
   }
   experiment_ = c.next;
+  // c.next was copied when the round closed; a site that joined since may have set it.
+  experiment_.site_tokenizer = site_tokenizer_;
   remember_version_locked(r + 1, c.record.params_fingerprint);
   theta_ = std::move(c.theta);
   momentum_ = std::move(c.momentum);

@@ -64,14 +64,6 @@
 
 namespace atl::coordinator {
 
-// The tokenizer every site of an experiment reads with (DataProfile): a name for messages and the
-// SHA-256 of its serialized form; `source` says where the coordinator has it from.
-struct SiteTokenizer {
-  std::string name;
-  std::string sha256;
-  std::string source;
-};
-
 struct EngineOptions {
   // next_task holds a call at most this long, whatever the node asks for (ms).
   uint32_t max_wait_ms = 30000;

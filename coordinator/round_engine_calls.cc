@@ -146,6 +146,8 @@ Status RoundEngine::check_site_tokenizer_locked(const std::string& id,
   if (!site_tokenizer_) {
     site_tokenizer_ = SiteTokenizer{data.tokenizer(), data.tokenizer_sha256(),
                                     "site '" + id + "', the first to join"};
+    // Stored with the next committed round (or state change): a restart keeps checking it.
+    experiment_.site_tokenizer = site_tokenizer_;
     return Status::Ok();
   }
   if (site_tokenizer_->sha256 == data.tokenizer_sha256()) return Status::Ok();

@@ -181,6 +181,10 @@ std::string experiment_to_json(const ExperimentRecord& e) {
   o["config_toml"] = e.config_toml;
   o["created_unix_ms"] = e.created_unix_ms;
   o["failure"] = e.failure;
+  if (e.site_tokenizer)
+    o["site_tokenizer"] = {{"name", e.site_tokenizer->name},
+                           {"sha256", e.site_tokenizer->sha256},
+                           {"source", e.site_tokenizer->source}};
   return json::serialize(o);
 }
 
@@ -197,6 +201,14 @@ StatusOr<ExperimentRecord> experiment_from_json(const std::string& text, const s
   e.config_toml = r.str("config_toml");
   e.created_unix_ms = r.u64("created_unix_ms");
   e.failure = r.str("failure");
+  if (r.has("site_tokenizer")) {  // records written before it was kept have none
+    const json::value& t = o.at("site_tokenizer");
+    if (!t.is_object())
+      return DataLoss("store: " + what + " is corrupt (field 'site_tokenizer' is not an object)");
+    Reader tr{&t.get_object(), what + " site_tokenizer", {}};
+    e.site_tokenizer = SiteTokenizer{tr.str("name"), tr.str("sha256"), tr.str("source")};
+    if (!tr.err.ok()) return tr.err;
+  }
   if (!r.err.ok()) return r.err;
   auto st = parse_experiment_state(state);
   if (!st.ok()) return DataLoss("store: " + what + " is corrupt (" + st.status().message() + ")");

@@ -51,6 +51,14 @@ enum class ExperimentState { kCreated, kRunning, kPaused, kFinished, kFailed };
 const char* experiment_state_name(ExperimentState s);  // "created", "running", ...
 StatusOr<ExperimentState> parse_experiment_state(const std::string& s);
 
+// The tokenizer every site of an experiment reads with (DataProfile): a name for messages and the
+// SHA-256 of its serialized form; `source` says where the coordinator has it from.
+struct SiteTokenizer {
+  std::string name;
+  std::string sha256;
+  std::string source;
+};
+
 struct ExperimentRecord {
   std::string id;  // [A-Za-z0-9._-]{1,64}
   ExperimentState state = ExperimentState::kCreated;
@@ -61,6 +69,9 @@ struct ExperimentRecord {
   std::string config_toml;         // the experiment config, as given at creation
   uint64_t created_unix_ms = 0;
   std::string failure;  // why, when state == kFailed
+  // The sites' tokenizer once the launch or the first site set it; kept so that a restarted
+  // coordinator goes on refusing sites that tokenize otherwise. Unset: not known yet.
+  std::optional<SiteTokenizer> site_tokenizer;
 };
 
 struct ParticipantRecord {

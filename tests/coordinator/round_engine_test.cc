@@ -188,6 +188,33 @@ TEST(RoundEngine, ASiteWithAnotherTokenizerIsRefused) {
   EXPECT_NE(bytes.status().message().find("from the checkpoint θ_0 came from"), std::string::npos)
       << bytes.status().message();
   EXPECT_TRUE(join_with(*g.engine, "site-2", "bpe-320", 'b').ok());
+
+  // The first site's tokenizer is kept with the next commit: after a restart, a site with
+  // another is still refused (it was held in memory only, and the first to rejoin set it anew).
+  constexpr size_t kNumel = 1000;
+  EngineFixture h(engine_config("tok3", 3, 1), testing_util::toy_params(kNumel));
+  ASSERT_TRUE(h.engine);
+  ASSERT_TRUE(h.engine->start().ok());
+  ASSERT_TRUE(join_with(*h.engine, "site-1", "bytes", 'a').ok());
+  h.join_and_get_tasks({"site-1"}, 0);
+  const pb::TensorHeader header = update_header(*h.engine, 0, kNumel, h.layout_fp, 100);
+  ASSERT_TRUE(h.engine->begin_update("site-1", header).ok());
+  ASSERT_TRUE(h.engine->finish_update("site-1", header, node_delta_bytes(kNumel, 0)).ok());
+  ASSERT_EQ(h.engine->current_round(), 1u);
+  h.engine.reset();
+  auto stored = h.store->load_experiment("tok3");
+  ASSERT_TRUE(stored.ok() && stored->site_tokenizer);
+  EXPECT_EQ(stored->site_tokenizer->sha256, std::string(64, 'a'));
+  auto reopened = RoundEngine::open(*h.store, engine_config("tok3", 3, 1),
+                                    testing_util::toy_params(kNumel), {});
+  ASSERT_TRUE(reopened.ok()) << reopened.status().to_string();
+  h.engine = std::move(*reopened);
+  auto after_restart = join_with(*h.engine, "site-2", "bpe-320", 'b');
+  ASSERT_EQ(after_restart.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(after_restart.status().message().find("from site 'site-1', the first to join"),
+            std::string::npos)
+      << after_restart.status().message();
+  EXPECT_TRUE(join_with(*h.engine, "site-1", "bytes", 'a').ok());
 }
 
 // An experiment opened again must be the one in the store: another seed or codec is refused,
