@@ -1,4 +1,6 @@
 // `atoll ca init --dir D` and `atoll ca issue --dir D --name N --role node|admin|server`.
+// Exit codes: 2 for what the user gave (flags, names, the CA directory and its files), 1 for
+// failures of the machine (I/O errors), as exit_code_for sorts them.
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
@@ -31,17 +33,19 @@ int cmd_ca(const Args& args) {
     if (!days.ok()) return fail("ca init", days.status().message(), 2);
     transport::CaOptions opt;
     opt.validity_days = static_cast<int>(*days);
-    if (Status s = transport::ca_init(*dir, opt); !s.ok()) return fail("ca init", s.message());
+    if (Status s = transport::ca_init(*dir, opt); !s.ok()) return fail("ca init", s);
     std::printf("created CA %s and %s\n", transport::ca_cert_path(*dir).c_str(),
                 transport::ca_key_path(*dir).c_str());
     return 0;
   }
   if (sub == "issue") {
-    Flags flags("ca issue", {{"dir", true, "the CA's directory", ""},
-                             {"name", true, "certificate name (node or admin id, server name)", ""},
-                             {"role", true, "node, admin or server", "node"},
-                             {"days", true, "lifetime in days", "365"},
-                             {"san", true, "extra server names/IPs, comma-separated", ""}});
+    Flags flags(
+        "ca issue",
+        {{"dir", true, "the CA's directory", ""},
+         {"name", true, "certificate name (node or admin id, server name)", ""},
+         {"role", true, "node, admin or server", "node"},
+         {"days", true, "lifetime in days (at most what the CA has left)", "365"},
+         {"san", true, "extra server names/IPs, comma-separated (--role server only)", ""}});
     if (Status s = flags.parse(rest); !s.ok()) return fail("ca issue", s.message(), 2);
     if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
     auto dir = flags.get("dir");
@@ -60,13 +64,18 @@ int cmd_ca(const Args& args) {
         size_t comma = sans->find(',', start);
         std::string item = sans->substr(start, comma == std::string::npos ? std::string::npos
                                                                           : comma - start);
-        if (!item.empty()) opt.extra_sans.push_back(item);
+        if (item.empty())
+          return fail("ca issue",
+                      "--san has an empty name (a comma at an end, or two in a row): separate "
+                      "host names and IPs with single commas",
+                      2);
+        opt.extra_sans.push_back(item);
         if (comma == std::string::npos) break;
         start = comma + 1;
       }
     }
     if (Status s = transport::ca_issue(*dir, *name, *role, opt); !s.ok())
-      return fail("ca issue", s.message());
+      return fail("ca issue", s);
     std::printf("issued %s (%s) and %s\n", transport::cert_path(*dir, *name).c_str(),
                 transport::role_name(*role), transport::key_path(*dir, *name).c_str());
     return 0;
@@ -77,7 +86,7 @@ int cmd_ca(const Args& args) {
     auto cert = flags.get("cert");
     if (!cert) return fail("ca show", "--cert is required", 2);
     auto info = transport::inspect_certificate(*cert);
-    if (!info.ok()) return fail("ca show", info.status().message());
+    if (!info.ok()) return fail("ca show", info.status());
     // Whether it is valid now: an expired or not yet valid certificate is refused in every
     // handshake, which is usually why one is looked at.
     const int64_t now = static_cast<int64_t>(std::time(nullptr));

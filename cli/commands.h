@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/core/status.h"
+
 namespace atl::cli {
 
 using Args = std::vector<std::string>;
@@ -34,5 +36,13 @@ int cmd_export(const Args& args);
 
 // Prints "atoll <command>: <message>" to stderr (one line) and returns the exit code.
 int fail(const std::string& command, const std::string& message, int code = 1);
+
+// The exit code of a refused input or failed step, by who can fix it: 2 when the user's input is
+// wrong and giving it differently fixes it (a flag, a name, a file they named or what it holds:
+// InvalidArgument, NotFound, AlreadyExists, FailedPrecondition, PermissionDenied, OutOfRange),
+// 1 when the environment failed (I/O errors, internal errors, unreachable peers: the rest).
+int exit_code_for(const Status& status);
+// fail(command, status.message(), exit_code_for(status)).
+int fail(const std::string& command, const Status& status);
 
 }  // namespace atl::cli

@@ -300,11 +300,6 @@ StatusOr<CoordinatorSetup> read_setup(const Flags& flags) {
     }
     kernels::cpu::set_num_threads(static_cast<int>(eval_threads));
   }
-  // Its certificate and key (and their modes), before the store is created: a key open to
-  // other users was refused only after the store existed, with another exit code than a node's.
-  if (!l.insecure)
-    ATOLL_RETURN_IF_ERROR(
-        transport::validate_identity(l.tls_dir, l.server_name, transport::Role::kServer));
   return setup;
 }
 
@@ -434,6 +429,14 @@ int cmd_coordinator(const Args& args) {
   auto setup = read_setup(flags);
   if (!setup.ok()) return log.fail(setup.status().message(), 2);
   CoordinatorLaunch& l = setup->launch;
+  // Its certificate and key (and their modes), before the store is created: a key open to
+  // other users was refused only after the store existed. Exit code as a node's and `atoll ca`'s
+  // for the same files: 2 for what the user gave, 1 for an I/O error.
+  if (!l.insecure) {
+    if (Status s = transport::validate_identity(l.tls_dir, l.server_name, transport::Role::kServer);
+        !s.ok())
+      return log.fail(s.message(), exit_code_for(s));
+  }
   std::unique_ptr<GlobalEvaluator>& evaluator = setup->evaluator;
   {
     std::lock_guard<std::mutex> lk(where.mu);

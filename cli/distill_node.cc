@@ -111,7 +111,7 @@ int run_teacher(const Args& args) {
     creds = transport::insecure_server_credentials();
   } else {
     auto c = transport::server_credentials(tls_dir, flags.get_or("name", "teacher"));
-    if (!c.ok()) return fail("node", c.status().message());
+    if (!c.ok()) return fail("node", c.status());
     creds = *c;
   }
   node::TeacherService service(std::move(options).value());
@@ -252,7 +252,7 @@ std::variant<StudentStep, int> make_student_step(
     if (tls_dir.empty())
       return fail("node", "--tls DIR is required (or --insecure for local development)", 2);
     auto c = transport::client_credentials(tls_dir, flags.get_or("name", "student"), o.server_name);
-    if (!c.ok()) return fail("node", c.status().message());
+    if (!c.ok()) return fail("node", c.status());
     tls = *c;
   }
   o.teachers = split_commas(*flags.get("teacher"));

@@ -17,6 +17,24 @@ int fail(const std::string& command, const std::string& message, int code) {
   return code;
 }
 
+int exit_code_for(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kAlreadyExists:
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kPermissionDenied:
+    case StatusCode::kOutOfRange:
+      return 2;
+    default:
+      return 1;
+  }
+}
+
+int fail(const std::string& command, const Status& status) {
+  return fail(command, status.message(), exit_code_for(status));
+}
+
 namespace {
 
 struct Command {

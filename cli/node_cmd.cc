@@ -17,6 +17,7 @@
 #include "node/site_metrics.h"
 #include "transport/host_port.h"
 #include "transport/metrics/http_exporter.h"
+#include "transport/tls/credentials.h"
 #include "transport/tls/handshake_log.h"
 
 namespace atl::cli {
@@ -79,12 +80,9 @@ Status claim_state_dir(const node::NodeOptions& o) {
                                                 digest.substr(0, 16) + ")");
 }
 
-}  // namespace
-
-int cmd_node(const Args& args) {
-  for (size_t i = 0; i + 1 < args.size(); ++i)
-    if (args[i] == "--role" && args[i + 1] != "diloco") return cmd_distill_node(args, args[i + 1]);
-  Flags flags(
+// The flags of a DiLoCo site (`--role teacher|student` has its own, cli/distill_node.cc).
+Flags node_flags() {
+  return Flags(
       "node",
       {{"coordinator", true, "coordinator address HOST:PORT", ""},
        {"role", true,
@@ -143,6 +141,14 @@ int cmd_node(const Args& args) {
         "authentication: bind a private address",
         ""},
        {"log-format", true, "text, or json: one JSON object per line", "text"}});
+}
+
+}  // namespace
+
+int cmd_node(const Args& args) {
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == "--role" && args[i + 1] != "diloco") return cmd_distill_node(args, args[i + 1]);
+  Flags flags = node_flags();
   if (Status s = flags.parse(args); !s.ok()) return fail("node", s.message(), 2);
   if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
   auto format = parse_log_format(flags.get_or("log-format", "text"));
@@ -206,6 +212,12 @@ int cmd_node(const Args& args) {
   auto loaded = node::load_site_training_data(data);
   if (!loaded.ok()) return log.fail(loaded.status().message(), 2);
   o.data = std::make_shared<const node::SiteData>(std::move(*loaded));
+  // Its certificate and key, before anything is claimed, with the exit code `atoll ca` and the
+  // coordinator give the same files (run_node's refusals cannot tell setup from transport).
+  if (!o.insecure) {
+    if (Status s = transport::validate_identity(o.tls_dir, o.name, transport::Role::kNode); !s.ok())
+      return log.fail(s.message(), exit_code_for(s));
+  }
   if (Status s = claim_state_dir(o); !s.ok()) return log.fail(s.message(), 2);
   std::unique_ptr<transport::metrics::HttpExporter> exporter;
   if (auto listen = flags.get("metrics")) {

@@ -133,17 +133,52 @@ StatusOr<std::vector<Document>> load_brown(const DataSpec& spec, const std::stri
   return docs;
 }
 
+// The *.txt files directly inside `dir`, sorted by name: regular files and links to them. A
+// directory named *.txt (or a link to one) is skipped, being no file. Any other *.txt entry is
+// refused naming it, the first by name: a link that points nowhere or at itself was skipped or
+// refused depending on where the directory listed it, and would silently leave out what its
+// name says is data.
+StatusOr<std::vector<fs::path>> list_text_files(const std::string& dir) {
+  std::vector<fs::path> entries;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().extension() == ".txt") entries.push_back(it->path());
+  }
+  if (ec) return IoError("cannot list " + dir + ": " + ec.message());
+  std::sort(entries.begin(), entries.end(),
+            [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
+  const std::string rule = ": text:" + dir +
+                           " reads every *.txt file in it; remove the entry, "
+                           "or make it the text file it names";
+  std::vector<fs::path> files;
+  for (const fs::path& f : entries) {
+    std::error_code status_ec;
+    const fs::file_status st = fs::status(f, status_ec);  // follows symbolic links
+    if (st.type() == fs::file_type::regular) {
+      files.push_back(f);
+    } else if (st.type() == fs::file_type::not_found) {
+      std::error_code link_ec;
+      const fs::path target = fs::read_symlink(f, link_ec);
+      if (link_ec) return IoError(f.string() + " disappeared while " + dir + " was read");
+      return InvalidArgument(f.string() + " is a symbolic link to " + target.string() +
+                             ", which does not exist" + rule);
+    } else if (status_ec) {
+      return InvalidArgument(f.string() + " cannot be followed (" + status_ec.message() + ")" +
+                             rule);
+    } else if (st.type() != fs::file_type::directory) {
+      return InvalidArgument(f.string() + " is not a regular file (a pipe, socket or device)" +
+                             rule);
+    }
+  }
+  if (files.empty()) return NotFound("no *.txt files in directory " + dir);
+  return files;
+}
+
 StatusOr<std::vector<Document>> load_text(const std::string& path) {
   std::error_code ec;
   std::vector<fs::path> files;
   if (fs::is_directory(path, ec)) {
-    for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
-      if (e.path().extension() == ".txt" && e.is_regular_file(ec)) files.push_back(e.path());
-    }
-    if (ec) return IoError("cannot list " + path + ": " + ec.message());
-    if (files.empty()) return NotFound("no *.txt files in directory " + path);
-    std::sort(files.begin(), files.end(),
-              [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
+    ATOLL_ASSIGN_OR_RETURN(files, list_text_files(path));
   } else if (fs::is_regular_file(path, ec)) {
     files.push_back(path);
   } else {

@@ -210,7 +210,8 @@ constexpr std::chrono::milliseconds kProbeRepeatAfter{200};
 std::string server_certificate_fix(long x509_error) {
   switch (x509_error) {
     case X509_V_ERR_CERT_HAS_EXPIRED:
-      return "issue the server a new certificate with `atoll ca issue --role server`";
+      return "issue the server a new certificate with `atoll ca issue --role server` where the "
+             "experiment's CA (ca.key) is kept, and copy it into the server's TLS directory";
     case X509_V_ERR_CERT_NOT_YET_VALID:
       return "check the clocks of both machines";
     case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT:
@@ -249,7 +250,8 @@ Status explain_connect_failure(const grpc::Status& status, const std::string& ta
       return Unauthenticated(who + " does not accept this node's certificate (" + probe.detail +
                              "): it was not issued by the server's CA, has expired or was " +
                              "revoked (the server's log names which); issue a new one " +
-                             "with `atoll ca issue` from the experiment's CA");
+                             "with `atoll ca issue` where the experiment's CA (ca.key) is kept, "
+                             "and copy it into this node's TLS directory");
   }
   if (probe.outcome == ProbeOutcome::kNotTls)
     return Unavailable(who + " does not answer in TLS (" + probe.detail +

@@ -9,6 +9,8 @@
 #include <boost/json.hpp>
 #include <limits>
 
+#include "algorithms/data/utf8.h"
+
 namespace atl::algorithms::data {
 
 namespace json = boost::json;
@@ -46,24 +48,14 @@ const std::array<int16_t, kAlphabetLimit>& byte_of_code_point() {
   return table;
 }
 
-bool valid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
-  const int32_t n = static_cast<int32_t>(s.size());
-  for (int32_t i = 0; i < n;) {
-    UChar32 c;
-    U8_NEXT(p, i, n, c);
-    if (c < 0) return false;
-  }
-  return true;
-}
-
 bool is_ascii(std::string_view s) {
   return std::all_of(s.begin(), s.end(),
                      [](char c) { return static_cast<unsigned char>(c) < 0x80; });
 }
 
 std::string nfc(std::string_view text) {
-  if (is_ascii(text) || !valid_utf8(text)) return std::string(text);
+  if (is_ascii(text) || first_invalid_utf8(text) != std::string_view::npos)
+    return std::string(text);
   UErrorCode err = U_ZERO_ERROR;
   const icu::Normalizer2* n = icu::Normalizer2::getNFCInstance(err);
   if (U_FAILURE(err)) return std::string(text);

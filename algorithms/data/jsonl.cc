@@ -1,7 +1,11 @@
 #include "algorithms/data/jsonl.h"
 
 #include <boost/json.hpp>
+#include <cstdio>
 #include <string>
+
+#include "algorithms/data/json_duplicates.h"
+#include "algorithms/data/utf8.h"
 
 namespace atl::algorithms::data {
 
@@ -33,6 +37,13 @@ StatusOr<std::string> string_field(const json::object& obj, std::string_view key
 }
 
 StatusOr<Document> parse_record(std::string_view line) {
+  // Before the parse, which calls bad UTF-8 a syntax error without saying where.
+  if (const size_t bad = first_invalid_utf8(line); bad != std::string_view::npos) {
+    char byte[8];
+    std::snprintf(byte, sizeof(byte), "0x%02X", static_cast<unsigned char>(line[bad]));
+    return InvalidArgument("invalid UTF-8 at byte offset " + std::to_string(bad) +
+                           " of the line (byte " + byte + "); save the file as UTF-8");
+  }
   json::error_code ec;
   json::parse_options options;
   options.max_depth = 4;  // a record is one flat object; refuse deep nesting cheaply
@@ -49,6 +60,12 @@ StatusOr<Document> parse_record(std::string_view line) {
     if (key != "prompt" && key != "response" && key != "text")
       return InvalidArgument("unknown key " + quoted(key) + "; " + std::string(kRecordHelp));
   }
+  // The parse keeps the last of two equal keys. Only the record's own keys, all known by now,
+  // are named ("text.a" would be inside a value that is refused for not being a string).
+  if (const std::string duplicate = first_duplicate_key(line);
+      !duplicate.empty() && duplicate.find('.') == std::string::npos)
+    return InvalidArgument("key " + quoted(duplicate) +
+                           " appears twice; give each key once per record");
   Document d;
   d.genre_name = "jsonl";
   if (obj.contains("text")) {
@@ -81,7 +98,9 @@ StatusOr<std::vector<Document>> parse_jsonl_records(std::string_view contents,
   const std::string_view base = file_name.substr(file_name.find_last_of('/') + 1);
   std::vector<Document> docs;
   size_t line_number = 0;
-  for (size_t begin = 0; begin < contents.size();) {
+  // A byte order mark, which editors on Windows write first, is no part of the first record.
+  const size_t first = contents.starts_with(kUtf8ByteOrderMark) ? kUtf8ByteOrderMark.size() : 0;
+  for (size_t begin = first; begin < contents.size();) {
     size_t end = contents.find('\n', begin);
     if (end == std::string_view::npos) end = contents.size();
     const std::string_view line = contents.substr(begin, end - begin);

@@ -2,8 +2,10 @@
 //   {"prompt": "...", "response": "..."}   the model reads the prompt and is trained on the
 //                                          response only (Document::prompt_bytes)
 //   {"text": "..."}                        trained on all of it, like a text document
-// Blank lines are skipped. Any other key, a value that is not a string, an empty text or
-// response, or a line that is not one JSON object is refused with the line number.
+// Blank lines are skipped, and a UTF-8 byte order mark at the start of the file. Any other key,
+// a key given twice, a value that is not a string, an empty text or response, bytes that are
+// not UTF-8 (with their offset in the line), or a line that is not one JSON object is refused
+// with the line number.
 #pragma once
 
 #include <string_view>

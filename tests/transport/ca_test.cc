@@ -91,7 +91,7 @@ TEST(Ca, IssueNodeAndServerCertificates) {
   TempDir tmp;
   const std::string dir = tmp.path();
   CaOptions ca_opts;
-  ca_opts.validity_days = 30;
+  ca_opts.validity_days = 400;  // the certificates' year fits in it
   ASSERT_TRUE(ca_init(dir, ca_opts).ok());
   ASSERT_TRUE(ca_issue(dir, "node-1", Role::kNode).ok());
   IssueOptions server_opts;
@@ -222,6 +222,131 @@ TEST(Ca, PreValidationMessages) {
   EXPECT_EQ(validate_identity(junk.path(), "n", Role::kNode).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(inspect_certificate(cert_path(junk.path(), "n")).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// A node certificate for 365 days from a CA with 10 left was issued without a word, and every
+// peer refused it once the CA expired.
+TEST(Ca, IssueRefusesACertificateThatOutlivesItsCa) {
+  TempDir tmp;
+  const std::string dir = tmp.path();
+  CaOptions short_lived;
+  short_lived.validity_days = 10;
+  ASSERT_TRUE(ca_init(dir, short_lived).ok());
+  const auto ca = inspect_certificate(ca_cert_path(dir));
+  ASSERT_TRUE(ca.ok());
+
+  IssueOptions year;  // 365 days by default
+  const int64_t before = std::time(nullptr);
+  Status st = ca_issue(dir, "node-1", Role::kNode, year);
+  const int64_t after = std::time(nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  // 10 whole days are left when the CA was made in the same second, else 9.
+  auto refusal = [&](int64_t now) {
+    return "a certificate valid for 365 days would outlive the CA certificate in " + dir +
+           ", which expires on " + ca->not_after + ": give --days " +
+           std::to_string((ca->not_after_unix - now) / (24 * 3600)) +
+           " or less, or create a new CA (`atoll ca init --dir NEW_DIR`) and issue every "
+           "certificate from it";
+  };
+  EXPECT_TRUE(st.message() == refusal(before) || st.message() == refusal(after)) << st.message();
+  EXPECT_FALSE(std::filesystem::exists(key_path(dir, "node-1")));
+  EXPECT_FALSE(std::filesystem::exists(cert_path(dir, "node-1")));
+
+  // The largest --days the message names fits, and ends before the CA does.
+  IssueOptions fits;
+  fits.validity_seconds = 9LL * 24 * 3600;
+  ASSERT_TRUE(ca_issue(dir, "node-1", Role::kNode, fits).ok());
+  const auto node = inspect_certificate(cert_path(dir, "node-1"));
+  ASSERT_TRUE(node.ok());
+  EXPECT_LE(node->not_after_unix, ca->not_after_unix);
+  EXPECT_TRUE(validate_identity(dir, "node-1", Role::kNode).ok());
+}
+
+// `--san a,a` listed DNS:a twice in the certificate (and `ca show` printed it twice).
+TEST(Ca, SubjectAltNamesAreGivenOnce) {
+  TempDir tmp;
+  const std::string dir = tmp.path();
+  ASSERT_TRUE(ca_init(dir).ok());
+  struct Case {
+    std::vector<std::string> sans;
+    Role role;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"a", "a"}, Role::kServer, "--san names 'a' twice: give each host name or IP once"},
+      // DNS names are case-insensitive; one IPv6 address has several spellings.
+      {{"Coord.example.org", "coord.EXAMPLE.org"},
+       Role::kServer,
+       "--san names 'coord.EXAMPLE.org' twice: give each host name or IP once"},
+      {{"10.0.0.1", "::1"},
+       Role::kServer,
+       "--san '::1' is in every server certificate already (its name 'srv', localhost, "
+       "127.0.0.1 and ::1): leave it out of --san"},
+      {{"0:0::1"},
+       Role::kServer,
+       "--san '0:0::1' is in every server certificate already (its name 'srv', localhost, "
+       "127.0.0.1 and ::1): leave it out of --san"},
+      {{"SRV"},
+       Role::kServer,
+       "--san 'SRV' is in every server certificate already (its name 'srv', localhost, "
+       "127.0.0.1 and ::1): leave it out of --san"},
+      {{"a"},
+       Role::kNode,
+       "--san is for server certificates (--role server); a node certificate carries its name "
+       "only: leave --san out"},
+  };
+  for (const Case& c : cases) {
+    IssueOptions o;
+    o.extra_sans = c.sans;
+    Status st = ca_issue(dir, "srv", c.role, o);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << c.message;
+    EXPECT_EQ(st.message(), c.message);
+    EXPECT_FALSE(std::filesystem::exists(cert_path(dir, "srv"))) << c.message;
+  }
+  IssueOptions distinct;
+  distinct.extra_sans = {"a", "b", "10.0.0.1"};
+  ASSERT_TRUE(ca_issue(dir, "srv", Role::kServer, distinct).ok());
+  EXPECT_EQ(inspect_certificate(cert_path(dir, "srv"))->sans,
+            (std::vector<std::string>{"DNS:srv", "DNS:localhost", "IP:127.0.0.1", "IP:::1", "DNS:a",
+                                      "DNS:b", "IP:10.0.0.1"}));
+}
+
+// The hints said `atoll ca issue --dir <TLS dir>` also for a site's TLS directory, which holds
+// ca.crt and the site's pair but no ca.key (deploy/: /etc/atoll/tls, the Helm secret), where
+// that command can only say there is no CA.
+TEST(Ca, HintsSayToIssueWhereTheCaKeyIsKept) {
+  TempDir tmp;
+  const std::string ca_dir = tmp.sub("ca"), site = tmp.sub("site");
+  ASSERT_TRUE(ca_init(ca_dir).ok());
+  IssueOptions expired;
+  expired.validity_seconds = -3600;
+  ASSERT_TRUE(ca_issue(ca_dir, "old", Role::kNode, expired).ok());
+  std::filesystem::create_directories(site);
+  for (const std::string& f :
+       {std::string("ca.crt"), std::string("old.crt"), std::string("old.key")})
+    std::filesystem::copy_file(std::filesystem::path(ca_dir) / f, std::filesystem::path(site) / f);
+  const auto old = inspect_certificate(cert_path(site, "old"));
+  ASSERT_TRUE(old.ok());
+
+  Status st = validate_identity(site, "ghost", Role::kNode);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_EQ(st.message(),
+            "no certificate for node ghost in " + site +
+                ": run `atoll ca issue --dir CA_DIR --name ghost --role node` where the "
+                "experiment's CA (ca.key) is kept, then copy ghost.crt and ghost.key into " +
+                site);
+  st = validate_identity(site, "old", Role::kNode);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(st.message(), "certificate old expired on " + old->not_after +
+                              ": where the experiment's CA (ca.key) is kept, remove old.crt and "
+                              "old.key and run `atoll ca issue --dir CA_DIR --name old --role "
+                              "node`; then copy the new old.crt and old.key into " +
+                              site);
+  // In the CA's own directory the command is run right there.
+  st = validate_identity(ca_dir, "old", Role::kNode);
+  EXPECT_EQ(st.message(), "certificate old expired on " + old->not_after + ": remove old.crt and " +
+                              "old.key from " + ca_dir + ", then run `atoll ca issue --dir " +
+                              ca_dir + " --name old --role node`");
 }
 
 TEST(Ca, RoleParsing) {

@@ -8,8 +8,11 @@
 #include <openssl/x509v3.h>
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
+#include <set>
 #include <system_error>
 
 #include "kernels/core/file_io.h"
@@ -77,6 +80,55 @@ bool valid_dns_san(const std::string& s) {
     if (!ok) return false;
   }
   return true;
+}
+
+// What a subject alternative name means, for finding repeats: an IP literal's address bytes
+// ("::1" and "0:0::1" are one address), a DNS name in lower case (DNS names are case-insensitive).
+std::string san_identity(const std::string& s) {
+  unsigned char buf[16];
+  if (inet_pton(AF_INET, s.c_str(), buf) == 1)
+    return "IP4:" + std::string(reinterpret_cast<char*>(buf), 4);
+  if (inet_pton(AF_INET6, s.c_str(), buf) == 1)
+    return "IP6:" + std::string(reinterpret_cast<char*>(buf), 16);
+  std::string lower = s;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return "DNS:" + lower;
+}
+
+// The subject alternative names of a certificate: its name, a server's built-in local names
+// (localhost, 127.0.0.1, ::1), then --san's. A --san name must be a host name or an IP, given
+// once and not one the certificate has already; --san is for server certificates only (a node
+// or admin is a TLS client, whose names no peer checks).
+StatusOr<std::vector<std::string>> subject_alt_names(const std::string& name, Role role,
+                                                     const std::vector<std::string>& extra) {
+  std::vector<std::string> sans = {name};
+  if (role != Role::kServer) {
+    if (!extra.empty())
+      return InvalidArgument(std::string("--san is for server certificates (--role server); a ") +
+                             role_name(role) +
+                             " certificate carries its name only: leave --san out");
+    return sans;
+  }
+  std::set<std::string> seen = {san_identity(name)};
+  for (const char* s : {"localhost", "127.0.0.1", "::1"}) {
+    if (seen.insert(san_identity(s)).second) sans.emplace_back(s);
+  }
+  const std::set<std::string> built_in = seen;
+  for (const std::string& s : extra) {
+    if (!is_ip_literal(s) && !valid_dns_san(s)) {
+      return InvalidArgument("subject alternative name '" + s +
+                             "' is neither an IP address nor a DNS name");
+    }
+    const std::string id = san_identity(s);
+    if (built_in.count(id) != 0)
+      return InvalidArgument("--san '" + s +
+                             "' is in every server certificate already (its name '" + name +
+                             "', localhost, 127.0.0.1 and ::1): leave it out of --san");
+    if (!seen.insert(id).second)
+      return InvalidArgument("--san names '" + s + "' twice: give each host name or IP once");
+    sans.push_back(s);
+  }
+  return sans;
 }
 
 // Builds the subjectAltName from (already validated) names, without going through OpenSSL's
@@ -218,7 +270,49 @@ Status make_owner_only(const std::string& dir) {
   return Status::Ok();
 }
 
+// A certificate must not outlive the CA certificate that signs it: past the CA's expiry every
+// peer refuses it anyway, at a date nobody was told of. `validity_seconds` < 0 (an already
+// expired certificate, for tests) is always within.
+Status check_within_ca_lifetime(const std::string& dir, const X509* ca_cert,
+                                int64_t validity_seconds, int64_t now) {
+  ATOLL_ASSIGN_OR_RETURN(int64_t ca_not_after, time_to_unix(X509_get0_notAfter(ca_cert)));
+  if (validity_seconds < 0 || now + validity_seconds <= ca_not_after) return Status::Ok();
+  constexpr int64_t kDay = 24 * 3600;
+  const std::string ca_expiry = time_to_string(X509_get0_notAfter(ca_cert));
+  const std::string new_ca =
+      "create a new CA (`atoll ca init --dir NEW_DIR`) and issue every "
+      "certificate from it";
+  const int64_t days_left = (ca_not_after - now) / kDay;  // whole days that still fit
+  if (days_left < 1)
+    return InvalidArgument(
+        "the CA certificate in " + dir + " expires on " + ca_expiry +
+        ", in less than a day, so no certificate it signs can last a day: " + new_ca);
+  const std::string asked = validity_seconds % kDay == 0
+                                ? std::to_string(validity_seconds / kDay) + " days"
+                                : std::to_string(validity_seconds) + " seconds";
+  return InvalidArgument("a certificate valid for " + asked +
+                         " would outlive the CA certificate in " + dir + ", which expires on " +
+                         ca_expiry + ": give --days " + std::to_string(days_left) +
+                         " or less, or " + new_ca);
+}
+
 }  // namespace
+
+std::string issue_instructions(const std::string& dir, const std::string& name, Role role,
+                               bool replace) {
+  const std::string pair = name + ".crt and " + name + ".key";
+  const bool ca_here = exists(ca_key_path(dir));
+  const std::string command = std::string("`atoll ca issue --dir ") + (ca_here ? dir : "CA_DIR") +
+                              " --name " + name + " --role " + role_name(role) + "`";
+  if (ca_here)
+    return replace ? "remove " + pair + " from " + dir + ", then run " + command : "run " + command;
+  // A site's TLS directory: ca.crt and its own pair, never ca.key.
+  if (replace)
+    return "where the experiment's CA (ca.key) is kept, remove " + pair + " and run " + command +
+           "; then copy the new " + pair + " into " + dir;
+  return "run " + command + " where the experiment's CA (ca.key) is kept, then copy " + pair +
+         " into " + dir;
+}
 
 Status check_private_key_mode(const std::string& path) {
   struct stat st {};
@@ -282,6 +376,14 @@ Status ca_issue(const std::string& dir, const std::string& name, Role role,
                 const IssueOptions& options) {
   ATOLL_RETURN_IF_ERROR(validate_cert_name(name));
   if (options.validity_seconds == 0) return InvalidArgument("ca issue: validity must not be 0");
+  // Beyond ±100 years is a typo, and keeps the arithmetic below far from overflow.
+  constexpr int64_t kMaxValidity = 100LL * 366 * 24 * 3600;
+  if (options.validity_seconds > kMaxValidity || options.validity_seconds < -kMaxValidity) {
+    return InvalidArgument("ca issue: validity of " + std::to_string(options.validity_seconds) +
+                           " seconds is out of range");
+  }
+  ATOLL_ASSIGN_OR_RETURN(std::vector<std::string> sans,
+                         subject_alt_names(name, role, options.extra_sans));
   ATOLL_RETURN_IF_ERROR(check_private_key_mode(ca_key_path(dir)));
   auto ca_pem = read_file(ca_cert_path(dir));
   auto ca_key_pem = read_file(ca_key_path(dir));
@@ -303,42 +405,26 @@ Status ca_issue(const std::string& dir, const std::string& name, Role role,
                               time_to_string(X509_get0_notAfter(ca_cert.get())) +
                               ": create a new one with `atoll ca init`");
   }
+  // One clock reading for the check and both validity bounds.
+  time_t now = std::time(nullptr);
+  ATOLL_RETURN_IF_ERROR(check_within_ca_lifetime(dir, ca_cert.get(), options.validity_seconds,
+                                                 static_cast<int64_t>(now)));
   if (exists(key_path(dir, name)) || exists(cert_path(dir, name))) {
     return AlreadyExists("a certificate named '" + name + "' already exists in " + dir +
                          "; remove " + name + ".crt and " + name + ".key to re-issue it");
   }
   ATOLL_RETURN_IF_ERROR(make_owner_only(dir));
 
-  std::vector<std::string> sans = {name};
-  if (role == Role::kServer) {
-    for (const char* s : {"localhost", "127.0.0.1", "::1"}) {
-      if (s != name) sans.emplace_back(s);
-    }
-    for (const std::string& s : options.extra_sans) {
-      if (!is_ip_literal(s) && !valid_dns_san(s)) {
-        return InvalidArgument("subject alternative name '" + s +
-                               "' is neither an IP address nor a DNS name");
-      }
-      sans.push_back(s);
-    }
-  }
-
   ATOLL_ASSIGN_OR_RETURN(PkeyPtr key, generate_p256());
   X509Ptr cert(X509_new());
   if (!cert) return Internal("X509_new failed");
   X509_set_version(cert.get(), X509_VERSION_3);
   ATOLL_RETURN_IF_ERROR(set_random_serial(cert.get()));
-  // Beyond ±100 years is a typo, and keeps the arithmetic below far from overflow.
-  constexpr int64_t kMaxValidity = 100LL * 366 * 24 * 3600;
-  if (options.validity_seconds > kMaxValidity || options.validity_seconds < -kMaxValidity) {
-    return InvalidArgument("ca issue: validity of " + std::to_string(options.validity_seconds) +
-                           " seconds is out of range");
-  }
   const long v = static_cast<long>(options.validity_seconds);
   // Already expired when negative: a window entirely in the past.
   const long from = v > 0 ? -kBackdateSeconds : 2 * v;
-  if (X509_gmtime_adj(X509_getm_notBefore(cert.get()), from) == nullptr ||
-      X509_gmtime_adj(X509_getm_notAfter(cert.get()), v) == nullptr) {
+  if (X509_time_adj_ex(X509_getm_notBefore(cert.get()), 0, from, &now) == nullptr ||
+      X509_time_adj_ex(X509_getm_notAfter(cert.get()), 0, v, &now) == nullptr) {
     return InvalidArgument("ca issue: validity is out of range");
   }
   X509_NAME* subject = X509_get_subject_name(cert.get());

@@ -29,7 +29,8 @@ struct IssueOptions {
   // expired (not_before = now + 2·validity, not_after = now + validity), which tests use.
   int64_t validity_seconds = 365LL * 24 * 3600;
   // Extra subject alternative names for server certificates: IP literals become IP SANs, all
-  // else DNS SANs. Ignored for other roles.
+  // else DNS SANs. Each once, none of the certificate's own (its name, localhost, 127.0.0.1,
+  // ::1); refused for other roles.
   std::vector<std::string> extra_sans;
 };
 
@@ -68,9 +69,19 @@ Status ca_init(const std::string& dir, const CaOptions& options = {});
 
 // Issues dir/<name>.key (0600) and dir/<name>.crt signed by the CA in dir, making dir owner-only
 // (0700) again if it was wider, as ca_init does. Refuses to overwrite an existing certificate of
-// that name (AlreadyExists) and a ca.key others can read (check_private_key_mode).
+// that name (AlreadyExists), a ca.key others can read (check_private_key_mode), a validity that
+// ends after the CA certificate's (naming its expiry and the most --days that fit) and bad or
+// repeated SANs (InvalidArgument).
 Status ca_issue(const std::string& dir, const std::string& name, Role role,
                 const IssueOptions& options = {});
+
+// How to get dir/<name>.crt and .key (re-)issued, as the clause of a message ("run `atoll ca
+// issue --dir D --name N --role R`"). A TLS directory holding ca.key is the CA's: issue there.
+// Any other (a site's, which holds ca.crt and its own pair) is told to issue where ca.key is
+// kept and copy the pair in. `replace`: a pair of that name is there already (ca issue refuses
+// to overwrite it), so the clause says to remove it first.
+std::string issue_instructions(const std::string& dir, const std::string& name, Role role,
+                               bool replace);
 
 StatusOr<CertInfo> inspect_certificate(const std::string& path);
 StatusOr<CertInfo> inspect_certificate_pem(const std::string& pem);

@@ -18,10 +18,6 @@ struct LoadedIdentity {
   std::string key_pem;
 };
 
-std::string issue_hint(const std::string& dir, const std::string& name, Role role) {
-  return "`atoll ca issue --dir " + dir + " --name " + name + " --role " + role_name(role) + "`";
-}
-
 std::string side(Role role) {
   return role == Role::kServer ? "server" : "client";
 }
@@ -46,8 +42,8 @@ StatusOr<LoadedIdentity> load_identity(const std::string& dir, const std::string
   auto cert_pem = read_file(cert_path(dir, name));
   if (!cert_pem.ok()) {
     if (cert_pem.status().code() == StatusCode::kNotFound) {
-      return NotFound("no certificate for " + who + " in " + dir + ": run " +
-                      issue_hint(dir, name, role));
+      return NotFound("no certificate for " + who + " in " + dir + ": " +
+                      issue_instructions(dir, name, role, /*replace=*/false));
     }
     return cert_pem.status();
   }
@@ -57,8 +53,8 @@ StatusOr<LoadedIdentity> load_identity(const std::string& dir, const std::string
   if (!key_pem.ok()) {
     if (key_pem.status().code() == StatusCode::kNotFound) {
       return NotFound("no private key for " + who + " in " + dir + " (" + name +
-                      ".key): copy it next to " + name + ".crt, or re-issue with " +
-                      issue_hint(dir, name, role));
+                      ".key): copy it next to " + name + ".crt, or " +
+                      issue_instructions(dir, name, role, /*replace=*/true));
     }
     return key_pem.status();
   }
@@ -70,8 +66,8 @@ StatusOr<LoadedIdentity> load_identity(const std::string& dir, const std::string
 
   if (X509_check_private_key(cert.get(), key.get()) != 1) {
     last_error();
-    return InvalidArgument(name + ".key does not belong to " + name + ".crt in " + dir +
-                           ": re-issue with " + issue_hint(dir, name, role));
+    return InvalidArgument(name + ".key does not belong to " + name + ".crt in " + dir + ": " +
+                           issue_instructions(dir, name, role, /*replace=*/true));
   }
   if (X509_cmp_current_time(X509_get0_notAfter(ca.get())) < 0) {
     return FailedPrecondition("the CA certificate in " + dir + " expired on " +
@@ -80,9 +76,8 @@ StatusOr<LoadedIdentity> load_identity(const std::string& dir, const std::string
   }
   if (X509_cmp_current_time(X509_get0_notAfter(cert.get())) < 0) {
     return FailedPrecondition("certificate " + name + " expired on " +
-                              time_to_string(X509_get0_notAfter(cert.get())) +
-                              ": issue a new one with " + issue_hint(dir, name, role) +
-                              " (after removing " + name + ".crt and " + name + ".key)");
+                              time_to_string(X509_get0_notAfter(cert.get())) + ": " +
+                              issue_instructions(dir, name, role, /*replace=*/true));
   }
   if (X509_cmp_current_time(X509_get0_notBefore(cert.get())) > 0) {
     return FailedPrecondition("certificate " + name + " is not valid before " +
@@ -111,10 +106,11 @@ StatusOr<LoadedIdentity> load_identity(const std::string& dir, const std::string
       case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT:
       case X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN:
         return PermissionDenied("certificate " + name + " was not issued by the CA in " + dir +
-                                ": issue one from this CA with " + issue_hint(dir, name, role));
+                                ": " + issue_instructions(dir, name, role, /*replace=*/true));
       case X509_V_ERR_INVALID_PURPOSE:
-        return InvalidArgument("certificate " + name + " cannot be used as a TLS " + side(role) +
-                               " (wrong role): issue one with " + issue_hint(dir, name, role));
+        return InvalidArgument(
+            "certificate " + name + " cannot be used as a TLS " + side(role) +
+            " (wrong role): " + issue_instructions(dir, name, role, /*replace=*/true));
       default:
         return PermissionDenied("certificate " + name + " does not verify against the CA in " +
                                 dir + ": " + X509_verify_cert_error_string(err));

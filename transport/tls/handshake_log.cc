@@ -143,7 +143,8 @@ std::optional<std::string> explain_handshake_failure(std::string_view m) {
     return head +
            "the client's certificate was not issued by this experiment's CA, or it has expired "
            "or is not yet valid (the node's log names which); issue it a new one with `atoll ca "
-           "issue --dir DIR --name NAME --role node` from this experiment's CA";
+           "issue --dir CA_DIR --name NAME --role node` where this experiment's CA (ca.key) is "
+           "kept, and copy NAME.crt and NAME.key into the node's TLS directory";
   if (has(m, "peer did not return a certificate"))
     return head +
            "the client presented no certificate (mutual TLS is required); start the node with "
