@@ -738,8 +738,12 @@ void SiteWorker::read_saved_states() {
     log("not resuming from saved round states: " + states.status().message());
   } else {
     read_back_ = std::move(states).value();
-    for (const auto& [round, snap] : read_back_)
-      log("round " + std::to_string(round) + ": its start state is saved in " + opt_.state_dir);
+    // One line: the rounds before the coordinator's current one are already committed and are
+    // not resumed (take_saved_state says which round is).
+    if (!read_back_.empty())
+      log("saved start states of rounds " + std::to_string(read_back_.begin()->first) + ".." +
+          std::to_string(read_back_.rbegin()->first) + " in " + opt_.state_dir +
+          "; the round the coordinator is at resumes from its own");
   }
   on_disk_ = true;
 }
