@@ -51,6 +51,9 @@ struct PullPlan {
   // per θ or cached encoding, not per pull. Empty for a raw θ not hashed yet when the plan was
   // asked for with PullDigest::kIfKnown.
   std::string payload_digest;
+  // Held while the payload streams to the node (RoundEngine::pull): the node counts as alive
+  // until it is released, because a heartbeat queues behind θ on a slow link.
+  std::shared_ptr<const void> in_flight;
 };
 
 // Whether a pull's plan must carry its payload's digest. A gRPC stream sends it in the first

@@ -776,7 +776,11 @@ void RoundEngine::publish_commit_locked(Commit& c, const Status& outer, const St
 
 void RoundEngine::check_lost_locked(Clock::time_point now) {
   for (auto& [id, n] : nodes_) {
-    if (n.status != NodeStatus::kActive || n.polling > 0) continue;
+    // Polling, pulling θ or pushing Δ (receiving) is being alive; a dead peer ends its stream
+    // when the connection fails.
+    if (n.status != NodeStatus::kActive || n.polling > 0 || n.pulling > 0 ||
+        (round_.open && round_.receiving.count(id)))
+      continue;
     if (now - n.last_seen <= lost_timeout_) continue;
     n.status = NodeStatus::kLost;
     n.ready = false;

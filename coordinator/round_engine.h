@@ -178,6 +178,10 @@ class RoundEngine {
     NodeStatus status = NodeStatus::kActive;
     Clock::time_point last_seen;
     int polling = 0;     // next_task calls in flight: a polling node is alive
+    // Pulls streaming to it (PullPlan::in_flight): alive too. On a slow link a heartbeat waits
+    // behind θ on the same connection, and a pull outlasting the loss window was cut by a
+    // "lost" verdict, the round redone, and so on for ever.
+    int pulling = 0;
     bool ready = false;  // polled since it was last assigned a round
     NodeRecord record;
     atoll_pb::v1::HeartbeatRequest progress;  // latest heartbeat

@@ -330,6 +330,7 @@ StatusOr<PullPlan> RoundEngine::pull(const std::string& id, const pb::PullParams
       return FailedPrecondition("stale round: θ of round " + std::to_string(req.round()) +
                                 " requested, the current round is " +
                                 std::to_string(experiment_.current_round));
+    ++nodes_[id].pulling;
     theta = theta_;  // immutable snapshot: encoded and streamed without the lock
     header.set_experiment_id(experiment_id_);
     header.set_round(experiment_.current_round);
@@ -342,8 +343,26 @@ StatusOr<PullPlan> RoundEngine::pull(const std::string& id, const pb::PullParams
       if (v != versions_.end() && v->second < experiment_.current_round) base_round = v->second;
     }
   }
-  return pulls_.plan(std::move(header), std::move(theta), base_round, req.have_fingerprint(),
-                     digest);
+  // Released with the plan, after the stream (or its failure): the node was alive until then.
+  struct PullInFlight {
+    PullInFlight(RoundEngine* e, std::string node) : engine(e), id(std::move(node)) {}
+    PullInFlight(const PullInFlight&) = delete;  // one release per pull
+    PullInFlight& operator=(const PullInFlight&) = delete;
+    RoundEngine* engine;
+    std::string id;
+    ~PullInFlight() {
+      std::lock_guard<std::mutex> lk(engine->mu_);
+      auto n = engine->nodes_.find(id);
+      if (n == engine->nodes_.end()) return;
+      --n->second.pulling;
+      n->second.last_seen = Clock::now();
+    }
+  };
+  auto in_flight = std::make_shared<const PullInFlight>(this, id);
+  auto plan = pulls_.plan(std::move(header), std::move(theta), base_round, req.have_fingerprint(),
+                          digest);
+  if (plan.ok()) plan->in_flight = std::move(in_flight);
+  return plan;
 }
 
 void RoundEngine::pull_delivered(const std::string& id, uint64_t round, uint64_t payload_bytes) {

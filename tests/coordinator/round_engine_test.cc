@@ -217,6 +217,37 @@ TEST(RoundEngine, ASiteWithAnotherTokenizerIsRefused) {
   EXPECT_TRUE(join_with(*h.engine, "site-1", "bytes", 'a').ok());
 }
 
+// A node moving θ or Δ is alive: on a slow link its heartbeats queue behind the stream on the
+// same connection, and a pull that outlasted the loss window got the node marked lost, the round
+// redone, and the next pull cut the same way, for ever (0 rounds in 600 s at 100 kbit/s).
+TEST(RoundEngine, ANodeStreamingThetaOrItsUpdateIsNotLost) {
+  constexpr size_t kNumel = 1000;
+  ExperimentConfig cfg = engine_config("slow-link", 3, 1);
+  cfg.diloco.heartbeat_interval_s = 0.1;
+  cfg.diloco.lost_after_heartbeats = 3;  // lost after 0.3 s without a call
+  EngineFixture f(cfg, testing_util::toy_params(kNumel));
+  ASSERT_TRUE(f.engine);
+  ASSERT_TRUE(f.engine->start().ok());
+  f.join_and_get_tasks({"node-0"}, 0);
+  auto status_of_node = [&] { return f.engine->nodes().at(0).status; };
+
+  pb::PullParamsRequest pr;
+  pr.set_round(0);
+  std::optional<StatusOr<PullPlan>> pulling = f.engine->pull("node-0", pr);
+  ASSERT_TRUE(pulling->ok()) << pulling->status().to_string();
+  std::this_thread::sleep_for(1s);  // over three loss windows with the stream open
+  EXPECT_EQ(status_of_node(), "active");
+  pulling.reset();  // the stream ended: the node was alive until then
+
+  const pb::TensorHeader header = update_header(*f.engine, 0, kNumel, f.layout_fp, 100);
+  ASSERT_TRUE(f.engine->begin_update("node-0", header).ok());
+  std::this_thread::sleep_for(1s);  // the payload in flight
+  EXPECT_EQ(status_of_node(), "active");
+  f.engine->abort_update("node-0", header, Unavailable("the link went down"));
+  // Silent from then on: lost as before.
+  EXPECT_TRUE(testing_util::eventually([&] { return status_of_node() == "lost"; }, 5s));
+}
+
 // An experiment opened again must be the one in the store: another seed or codec is refused,
 // naming what differs, while the timing of rounds may change between two starts.
 TEST(RoundEngine, OpeningAgainWithAnotherConfigNamesWhatDiffers) {
