@@ -1,9 +1,12 @@
 // `atoll import hf DIR --out CKPT`, `atoll export hf CKPT --out DIR [--dtype bf16]
 // [--merge-lora]` and `atoll export peft CKPT --out DIR`: Hugging Face Llama-family model
 // directories in and out of Atoll checkpoints, and LoRA adapters out as PEFT (docs/model.md).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <string>
 #include <system_error>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
@@ -53,7 +56,10 @@ int cmd_import(const Args& args) {
   auto seq = flags.get_int("seq-len", 0, 0, 1 << 20);
   if (!seq.ok()) return fail("import", seq.status().message(), 2);
   auto model = node::import_hf_dir(*dir, static_cast<int>(*seq));
-  if (!model.ok()) return fail("import", model.status().message());
+  // A folder the import refuses (its config, weights or tokenizer files) is the user's input: 2.
+  if (!model.ok())
+    return fail("import", model.status().message(),
+                model.status().code() == StatusCode::kInvalidArgument ? 2 : 1);
   // Writing over a source would replace the model's own weights (or config) with the checkpoint.
   for (const std::string& source : model->files)
     if (same_file(*out, source))
@@ -137,12 +143,17 @@ int cmd_export(const Args& args) {
     ck = std::move(merged);
   }
   const auto dtype = dtype_text == "bf16" ? algorithms::DType::kBF16 : algorithms::DType::kF32;
-  if (Status s = node::export_hf_dir(*ck, *out, dtype); !s.ok()) return fail("export", s.message());
+  std::vector<std::string> written;
+  if (Status s = node::export_hf_dir(*ck, *out, dtype, &written); !s.ok())
+    return fail("export", s.message());
+  std::string files;
+  for (const std::string& name : written)
+    files +=
+        (files.empty() ? "" : ", ") + name + (name == "model.safetensors" ? " " + dtype_text : "");
   const bool tokenizer =
-      !node::hf_tokenizer_json_of(ck->meta.tokenizer, ck->meta.model.vocab).empty();
-  std::printf("exported %s -> %s (config.json, model.safetensors %s%s)\n", ckpt->c_str(),
-              out->c_str(), dtype_text.c_str(),
-              tokenizer ? ", tokenizer.json"
+      std::find(written.begin(), written.end(), "tokenizer.json") != written.end();
+  std::printf("exported %s -> %s (%s%s)\n", ckpt->c_str(), out->c_str(), files.c_str(),
+              tokenizer ? ""
                         : "; no tokenizer.json: Atoll's BPE has no exact Hugging Face form, so "
                           "atoll import hf cannot read this folder back");
   return 0;

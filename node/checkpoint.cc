@@ -109,7 +109,7 @@ int training_window(const CheckpointMeta& meta) {
 void carry_base_meta(const CheckpointMeta& base, CheckpointMeta& meta) {
   meta.tokenizer = base.tokenizer;
   meta.hf_tokenizer_config_json = base.hf_tokenizer_config_json;
-  for (const char* key : {"hf.config", "hf.architecture"})
+  for (const char* key : {"hf.config", "hf.architecture", "hf.generation_config"})
     if (auto it = base.extra.find(key); it != base.extra.end()) meta.extra[key] = it->second;
   if (base.model.seq_len > meta.model.seq_len) {
     if (meta.window == 0) meta.window = meta.model.seq_len;

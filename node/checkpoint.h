@@ -48,10 +48,10 @@ int training_window(const CheckpointMeta& meta);
 
 // What a checkpoint made from a base checkpoint (atoll train --base or --resume, a LoRA
 // experiment's result, a LoRA site's kept θ) carries over from it: the tokenizer, the Hugging Face
-// files an import recorded (tokenizer_config.json, extra hf.config and hf.architecture) and the
-// model's context. meta.model is the model as trained; when its seq_len is shorter than the
-// base's context, that seq_len becomes meta.window (unless set) and the base's context is kept,
-// so `atoll export hf` writes the base's max_position_embeddings.
+// files an import recorded (tokenizer_config.json, extra hf.config, hf.architecture and
+// hf.generation_config) and the model's context. meta.model is the model as trained; when its
+// seq_len is shorter than the base's context, that seq_len becomes meta.window (unless set) and
+// the base's context is kept, so `atoll export hf` writes the base's max_position_embeddings.
 void carry_base_meta(const CheckpointMeta& base, CheckpointMeta& meta);
 
 // Encodes params (+ optimizer state when given) and metadata as safetensors bytes. With

@@ -1,6 +1,7 @@
 #include "node/hf_model.h"
 
 #include <algorithm>
+#include <boost/json.hpp>
 #include <filesystem>
 #include <iterator>
 #include <system_error>
@@ -42,7 +43,30 @@ StatusOr<Safetensors> read_weights(const fs::path& dir, const std::string& name,
 
 // The files an export writes; a folder holding only these is a previous export.
 constexpr const char* kExportFiles[] = {"config.json", "model.safetensors", "tokenizer.json",
-                                        "tokenizer_config.json"};
+                                        "tokenizer_config.json", "generation_config.json"};
+
+// A PEFT adapter folder (adapter_config.json, no config.json) given where the base model's folder
+// belongs: one line saying so, naming the base the adapter_config.json records when it does.
+Status peft_folder_given(const fs::path& dir) {
+  std::string base;
+  std::vector<std::string> unused;
+  if (auto text = read_in(dir, "adapter_config.json", kMaxJsonBytes, unused); text.ok()) {
+    boost::json::error_code ec;
+    const boost::json::value v = boost::json::parse(*text, ec);
+    const boost::json::value* name =
+        !ec && v.is_object() ? v.as_object().if_contains("base_model_name_or_path") : nullptr;
+    if (name && name->is_string() && !name->as_string().empty())
+      base = " (" + boost::json::serialize(*name) + ")";
+  }
+  return InvalidArgument(
+      dir.string() +
+      " is a PEFT adapter folder (adapter_config.json, no config.json): atoll import hf takes the "
+      "base model's folder" +
+      base +
+      "; Atoll trains its own LoRA adapters over the imported base (atoll train --base CKPT "
+      "--lora-rank R, docs/federated-finetuning.md), or merge these into the base with PEFT's "
+      "merge_and_unload() and import the merged folder");
+}
 
 // The export folder: new, empty, or a previous export (whose files are replaced). Anything else
 // (another model's shards and index, say) would sit beside the export and be read with it.
@@ -62,6 +86,19 @@ Status check_export_dir(const fs::path& dir) {
   return Status::Ok();
 }
 
+// An optional file the checkpoint carries verbatim into exports (tokenizer_config.json,
+// generation_config.json): "" when absent; refused when transformers could not read it (not one
+// JSON object) or it has a key twice, since every export would pass it on.
+StatusOr<std::string> read_carried_json(const fs::path& dir, const std::string& name,
+                                        std::vector<std::string>& files) {
+  std::error_code ec;
+  if (!fs::exists(dir / name, ec)) return std::string();
+  ATOLL_ASSIGN_OR_RETURN(std::string text, read_in(dir, name, kMaxJsonBytes, files));
+  if (Status s = algorithms::check_hf_json_object(text, (dir / name).string()); !s.ok())
+    return InvalidArgument(s.message() + " (fix it, or remove it to import without it)");
+  return text;
+}
+
 }  // namespace
 
 StatusOr<HfImported> import_hf_dir(const std::string& dir_text, int seq_len) {
@@ -72,6 +109,8 @@ StatusOr<HfImported> import_hf_dir(const std::string& dir_text, int seq_len) {
                     " is not a directory (give a Hugging Face model directory with "
                     "config.json and model.safetensors)");
   HfImported out;
+  if (!fs::exists(dir / "config.json", ec) && fs::exists(dir / "adapter_config.json", ec))
+    return peft_folder_given(dir);
   ATOLL_ASSIGN_OR_RETURN(std::string config, read_in(dir, "config.json", kMaxJsonBytes, out.files));
   auto info = algorithms::parse_hf_config(config, seq_len);
   if (!info.ok())
@@ -121,10 +160,11 @@ StatusOr<HfImported> import_hf_dir(const std::string& dir_text, int seq_len) {
         std::to_string((*loaded)->vocab_size() - 1) + ", beyond config.json's vocab_size " +
         std::to_string(out.meta.model.vocab) + ": the tokenizer does not belong to this model");
   out.meta.tokenizer = std::move(*tok);
-  if (fs::exists(dir / "tokenizer_config.json", ec)) {
-    ATOLL_ASSIGN_OR_RETURN(out.meta.hf_tokenizer_config_json,
-                           read_in(dir, "tokenizer_config.json", kMaxJsonBytes, out.files));
-  }
+  ATOLL_ASSIGN_OR_RETURN(out.meta.hf_tokenizer_config_json,
+                         read_carried_json(dir, "tokenizer_config.json", out.files));
+  ATOLL_ASSIGN_OR_RETURN(std::string generation_config,
+                         read_carried_json(dir, "generation_config.json", out.files));
+  if (!generation_config.empty()) out.meta.extra["hf.generation_config"] = generation_config;
   out.meta.extra["hf.architecture"] = info->architecture;
   out.meta.extra["hf.config"] = config;
   return out;
@@ -136,7 +176,7 @@ std::string hf_tokenizer_json_of(const std::string& tokenizer_blob, int64_t voca
 }
 
 Status export_hf_dir(const LoadedCheckpoint& ck, const std::string& dir_text,
-                     algorithms::DType dtype) {
+                     algorithms::DType dtype, std::vector<std::string>* written) {
   const fs::path dir(dir_text);
   const auto& extra = ck.meta.extra;
   const auto arch = extra.find("hf.architecture");
@@ -159,8 +199,8 @@ Status export_hf_dir(const LoadedCheckpoint& ck, const std::string& dir_text,
   ATOLL_RETURN_IF_ERROR(
       write("model.safetensors",
             std::string_view(reinterpret_cast<const char*>(weights.data()), weights.size())));
-  // A previous export's tokenizer file that this checkpoint does not have is removed: it would
-  // otherwise be read as this model's.
+  // A previous export's tokenizer or generation file that this checkpoint does not have is
+  // removed: it would otherwise be read as this model's.
   auto write_or_remove = [&](const char* name, const std::string& text, bool have) -> Status {
     if (have) return write(name, text);
     std::error_code rm;
@@ -169,10 +209,16 @@ Status export_hf_dir(const LoadedCheckpoint& ck, const std::string& dir_text,
       return IoError("cannot remove the stale " + (dir / name).string() + ": " + rm.message());
     return Status::Ok();
   };
-  const std::string tokenizer_json = hf_tokenizer_json_of(ck.meta.tokenizer, ck.meta.model.vocab);
-  ATOLL_RETURN_IF_ERROR(write_or_remove("tokenizer.json", tokenizer_json, !tokenizer_json.empty()));
-  ATOLL_RETURN_IF_ERROR(write_or_remove("tokenizer_config.json", ck.meta.hf_tokenizer_config_json,
-                                        !ck.meta.hf_tokenizer_config_json.empty()));
+  const auto generation = extra.find("hf.generation_config");
+  const std::pair<const char*, std::string> optional_files[] = {
+      {"tokenizer.json", hf_tokenizer_json_of(ck.meta.tokenizer, ck.meta.model.vocab)},
+      {"tokenizer_config.json", ck.meta.hf_tokenizer_config_json},
+      {"generation_config.json", generation == extra.end() ? "" : generation->second}};
+  if (written) *written = {"config.json", "model.safetensors"};
+  for (const auto& [name, text] : optional_files) {
+    ATOLL_RETURN_IF_ERROR(write_or_remove(name, text, !text.empty()));
+    if (written && !text.empty()) written->push_back(name);
+  }
   return Status::Ok();
 }
 

@@ -14,13 +14,17 @@
 namespace atl::node {
 
 struct HfImported {
-  CheckpointMeta meta;  // model, tokenizer files, extra "hf.architecture" and "hf.config"
+  // model, tokenizer files, extra "hf.architecture", "hf.config" and "hf.generation_config"
+  CheckpointMeta meta;
   algorithms::ParamSet params;
   std::vector<std::string> files;  // the files read (what the checkpoint must not overwrite)
 };
 
 // Reads `dir`: config.json, the weights (model.safetensors, or model.safetensors.index.json and
-// the shards it names), tokenizer.json (required) and tokenizer_config.json (optional).
+// the shards it names), tokenizer.json (required), tokenizer_config.json and
+// generation_config.json (optional; carried verbatim, extra "hf.generation_config" for the latter,
+// and refused unless each is one JSON object with no key twice). A PEFT adapter folder (no
+// config.json, an adapter_config.json) is refused with a line saying what to import instead.
 // seq_len > 0 overrides max_position_embeddings as the model's context (at most that). The
 // tokenizer.json must load with the tokenizer every reader of the checkpoint uses (byte-level
 // BPE) and have no id beyond the model's vocabulary. Every problem is one line naming the file
@@ -36,9 +40,10 @@ std::string hf_tokenizer_json_of(const std::string& tokenizer_blob, int64_t voca
 
 // Writes `dir` (created if missing): config.json, model.safetensors (F32 or BF16) and the
 // tokenizer file(s): tokenizer.json when hf_tokenizer_json_of has one (so that `atoll import hf`
-// and `transformers` read the export back), tokenizer_config.json when the checkpoint carries
-// one. Files are replaced atomically.
+// and `transformers` read the export back), tokenizer_config.json and generation_config.json
+// when the checkpoint carries them. Files are replaced atomically. `written`, when given,
+// receives the names of the files written, in that order.
 Status export_hf_dir(const LoadedCheckpoint& checkpoint, const std::string& dir,
-                     algorithms::DType dtype);
+                     algorithms::DType dtype, std::vector<std::string>* written = nullptr);
 
 }  // namespace atl::node

@@ -1,5 +1,6 @@
 #include "algorithms/model/hf_format.h"
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <cmath>
 #include <cstring>
@@ -7,6 +8,8 @@
 #include <set>
 #include <string_view>
 
+#include "algorithms/data/json_duplicates.h"
+#include "kernels/core/number_text.h"
 #include "kernels/formats/convert.h"
 
 namespace atl::algorithms {
@@ -18,7 +21,12 @@ namespace {
 constexpr const char* kSupported =
     "atoll import hf reads LlamaForCausalLM, Qwen2ForCausalLM and MistralForCausalLM";
 
+// A JSON object, refusing a key that appears twice in one object: boost::json (and Python's
+// json) keep the last copy, so the file would mean what its later line says without a word.
 StatusOr<json::object> parse_object(const std::string& text, const std::string& what) {
+  if (const std::string key = first_duplicate_key(text); !key.empty())
+    return InvalidArgument(what + " has the key " + json::serialize(json::string_view(key)) +
+                           " twice: keep one");
   json::error_code ec;
   json::value v = json::parse(text, ec);
   if (ec) return InvalidArgument(what + " is not valid JSON: " + ec.message());
@@ -130,6 +138,170 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return t + ")";
 }
 
+// The model_type transformers gives each architecture (AutoConfig and AutoModel pick the class by
+// model_type, not by architectures).
+const char* model_type_of(const std::string& architecture) {
+  return architecture == "Qwen2ForCausalLM"     ? "qwen2"
+         : architecture == "MistralForCausalLM" ? "mistral"
+                                                : "llama";
+}
+
+// Keys that make the checkpoint another model than the one Atoll computes: quantized weights,
+// RoPE on part of each head, a model_type naming another model than architectures does.
+Status check_model_kind(const json::object& o, const std::string& architecture) {
+  if (const json::value* q = o.if_contains("quantization_config"); q && !q->is_null()) {
+    std::string method;
+    if (q->is_object())
+      if (const json::value* m = q->as_object().if_contains("quant_method"); m && m->is_string())
+        method = " (quant_method " + json::serialize(*m) + ")";
+    return InvalidArgument(
+        "config.json has quantization_config" + method +
+        ": quantized checkpoints are not supported: dequantize first (save the "
+        "model in bfloat16 or float32 with transformers) and import that folder");
+  }
+  // transformers reads partial_rotary_factor at the top level and (v5) in rope_parameters.
+  std::vector<std::pair<const json::value*, std::string>> rotary = {
+      {o.if_contains("partial_rotary_factor"), "partial_rotary_factor"}};
+  if (const json::value* rp = o.if_contains("rope_parameters"); rp && rp->is_object())
+    rotary.emplace_back(rp->as_object().if_contains("partial_rotary_factor"),
+                        "rope_parameters.partial_rotary_factor");
+  for (const auto& [v, key] : rotary) {
+    if (!v || v->is_null()) continue;
+    if (!v->is_number())
+      return InvalidArgument("config.json: " + key + " must be a number, got " +
+                             json::serialize(*v));
+    if (v->to_number<double>() != 1.0)
+      return InvalidArgument("config.json: " + key + " = " +
+                             shortest_decimal(v->to_number<double>()) +
+                             " applies RoPE to part of each head, which Atoll does not implement "
+                             "(it rotates the whole head); import a model without it");
+  }
+  if (const json::value* mt = o.if_contains("model_type"); mt && !mt->is_null()) {
+    const std::string expected = model_type_of(architecture);
+    if (!mt->is_string() || mt->as_string() != expected)
+      return InvalidArgument("config.json: model_type " + json::serialize(*mt) +
+                             " contradicts architectures " + architecture + " (model_type \"" +
+                             expected + "\"; transformers builds the model model_type names): " +
+                             "fix whichever of the two is wrong");
+  }
+  return Status::Ok();
+}
+
+// bos_token_id, eos_token_id, pad_token_id: null or an id below vocab_size (eos_token_id may be a
+// list of ids, as transformers allows); an id past the embedding fails at generation time.
+Status check_token_ids(const json::object& o, int64_t vocab) {
+  for (const std::string key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
+    const json::value* v = o.if_contains(key);
+    if (!v || v->is_null()) continue;
+    const bool list_allowed = key == "eos_token_id";
+    std::vector<const json::value*> ids;
+    if (list_allowed && v->is_array())
+      for (const json::value& id : v->as_array()) ids.push_back(&id);
+    else
+      ids.push_back(v);
+    for (const json::value* id : ids) {
+      if (!id->is_int64() && !id->is_uint64())
+        return InvalidArgument("config.json: " + key + " must be a token id" +
+                               (list_allowed ? " or a list of them" : "") + " (or null), got " +
+                               json::serialize(*v));
+      const bool inside = id->is_int64() ? id->as_int64() >= 0 && id->as_int64() < vocab
+                                         : id->as_uint64() < uint64_t(vocab);
+      if (!inside)
+        return InvalidArgument("config.json: " + key + " " + json::serialize(*id) +
+                               " is not a token of the model (ids are 0 .. " +
+                               std::to_string(vocab - 1) + " for vocab_size " +
+                               std::to_string(vocab) + "): fix the id or vocab_size");
+    }
+  }
+  return Status::Ok();
+}
+
+// Which of a Qwen2 model's layers attend through the sliding window (use_sliding_window being
+// true): those layer_types marks "sliding_attention", else those with index >= max_window_layers
+// (default 28), as Qwen2Config builds layer_types.
+StatusOr<std::vector<bool>> qwen2_sliding_layers(const json::object& o, int64_t layers) {
+  std::vector<bool> sliding(size_t(layers), false);
+  if (const json::value* types = o.if_contains("layer_types"); types && !types->is_null()) {
+    bool valid = types->is_array() && int64_t(types->as_array().size()) == layers;
+    for (size_t i = 0; valid && i < sliding.size(); ++i) {
+      const json::value& t = types->as_array()[i];
+      sliding[i] = t.is_string() && t.as_string() == "sliding_attention";
+      valid = sliding[i] || (t.is_string() && t.as_string() == "full_attention");
+    }
+    if (!valid)
+      return InvalidArgument(
+          "config.json: layer_types must give \"full_attention\" or \"sliding_attention\" for "
+          "each of the " +
+          std::to_string(layers) + " layers, got " + json::serialize(*types));
+    return sliding;
+  }
+  int64_t max_window_layers = 28;  // Qwen2Config's default
+  if (const json::value* v = o.if_contains("max_window_layers"); v && !v->is_null()) {
+    ATOLL_ASSIGN_OR_RETURN(max_window_layers, int_field(o, "max_window_layers", 0, INT64_MAX));
+  }
+  for (int64_t i = max_window_layers; i < layers; ++i) sliding[size_t(i)] = true;
+  return sliding;
+}
+
+// The sliding window as transformers reads each architecture's config, refused where a layer
+// attends through a window shorter than Atoll's context `ctx` (Atoll attends to the whole
+// context; a window at least as long changes nothing):
+//   Llama: none (LlamaConfig has no sliding window and ignores a sliding_window key).
+//   Mistral: sliding_window on every layer (default 4096, null = none); use_sliding_window is
+//     not a Mistral key and changes nothing.
+//   Qwen2: none unless use_sliding_window is true (default false); then sliding_window (default
+//     4096, null = none) on the layers qwen2_sliding_layers names.
+Status check_sliding_window(const json::object& o, const std::string& architecture, int64_t layers,
+                            int64_t ctx) {
+  if (architecture == "LlamaForCausalLM") return Status::Ok();
+  const bool qwen2 = architecture == "Qwen2ForCausalLM";
+  if (qwen2) {
+    ATOLL_ASSIGN_OR_RETURN(bool use_sliding_window, bool_field(o, "use_sliding_window", false));
+    if (!use_sliding_window) return Status::Ok();
+  }
+  int64_t window = 4096;  // MistralConfig's and Qwen2Config's default
+  const json::value* sw = o.if_contains("sliding_window");
+  if (sw && sw->is_null()) return Status::Ok();
+  if (sw) {
+    ATOLL_ASSIGN_OR_RETURN(window, int_field(o, "sliding_window", 1, INT64_MAX));
+  }
+  if (window >= ctx) return Status::Ok();
+  std::string where;  // the layers that use it, for Qwen2
+  if (qwen2) {
+    ATOLL_ASSIGN_OR_RETURN(std::vector<bool> sliding, qwen2_sliding_layers(o, layers));
+    const auto first = std::find(sliding.begin(), sliding.end(), true);
+    if (first == sliding.end()) return Status::Ok();  // every layer attends fully
+    where = " on " + std::to_string(std::count(sliding.begin(), sliding.end(), true)) + " of the " +
+            std::to_string(layers) + " layers, from layer " +
+            std::to_string(first - sliding.begin()) +
+            (o.if_contains("layer_types") && !o.at("layer_types").is_null()
+                 ? " (layer_types marks them sliding_attention)"
+                 : " (use_sliding_window is true and max_window_layers is " +
+                       std::to_string(first - sliding.begin()) + ")");
+  }
+  return InvalidArgument("config.json: sliding_window " + std::to_string(window) +
+                         (sw ? "" : " (transformers' default; config.json does not set it)") +
+                         " is shorter than the context " + std::to_string(ctx) + where +
+                         "; Atoll attends to the full context (import with --seq-len " +
+                         std::to_string(window) + " or less)");
+}
+
+// The first NaN or infinity among a tensor's values (in its stored row-major order): a model with
+// one computes nan everywhere, so it is refused at import rather than found by eval or training.
+Status check_finite(const std::string& name, const std::vector<int64_t>& shape, const float* x,
+                    size_t n) {
+  const float* bad = std::find_if(x, x + n, [](float e) { return !std::isfinite(e); });
+  if (bad == x + n) return Status::Ok();
+  std::vector<int64_t> index(shape.size());
+  for (size_t flat = size_t(bad - x), d = shape.size(); d-- > 0; flat /= size_t(shape[d]))
+    index[d] = int64_t(flat % size_t(shape[d]));
+  const std::string value = std::isnan(*bad) ? "nan" : *bad > 0 ? "inf" : "-inf";
+  return InvalidArgument("tensor " + name + " " + shape_text(shape) + " holds " + value +
+                         " at index " + shape_text(index) +
+                         ": non-finite weights make every output nan; import the model as it was "
+                         "before its weights diverged or were damaged");
+}
+
 }  // namespace
 
 StatusOr<HfModelInfo> parse_hf_config(const std::string& config_json, int seq_len_override) {
@@ -148,6 +320,7 @@ StatusOr<HfModelInfo> parse_hf_config(const std::string& config_json, int seq_le
     return InvalidArgument("unsupported architecture " + info.architecture + ": " + kSupported);
   ATOLL_RETURN_IF_ERROR(check_plain_rope(o, "rope_scaling"));
   ATOLL_RETURN_IF_ERROR(check_plain_rope(o, "rope_parameters"));
+  ATOLL_RETURN_IF_ERROR(check_model_kind(o, info.architecture));
   // "swish" is transformers' other name for the same function (ACT2FN maps both to SiLU).
   if (const json::value* act = o.if_contains("hidden_act");
       act && !(act->is_string() && (act->as_string() == "silu" || act->as_string() == "swish")))
@@ -191,17 +364,8 @@ StatusOr<HfModelInfo> parse_hf_config(const std::string& config_json, int seq_le
                              " is not hidden_size / num_attention_heads = " + std::to_string(dim) +
                              " / " + std::to_string(heads) + "; Atoll needs C = heads · head_dim");
   }
-  // A sliding window at least as long as the context changes nothing; a shorter one would.
-  const json::value* sw = o.if_contains("sliding_window");
-  ATOLL_ASSIGN_OR_RETURN(bool use_sw, bool_field(o, "use_sliding_window", !qwen2));
-  if (sw && !sw->is_null() && use_sw) {
-    ATOLL_ASSIGN_OR_RETURN(int64_t window, int_field(o, "sliding_window", 1, INT64_MAX));
-    if (window < ctx)
-      return InvalidArgument("config.json: sliding_window " + std::to_string(window) +
-                             " is shorter than the context " + std::to_string(ctx) +
-                             "; Atoll attends to the full context (import with --seq-len " +
-                             std::to_string(window) + " or less)");
-  }
+  ATOLL_RETURN_IF_ERROR(check_sliding_window(o, info.architecture, layers, ctx));
+  ATOLL_RETURN_IF_ERROR(check_token_ids(o, vocab));
   m.vocab = int(vocab);
   m.dim = int(dim);
   m.layers = int(layers);
@@ -229,6 +393,10 @@ StatusOr<HfModelInfo> parse_hf_config(const std::string& config_json, int seq_le
   return info;
 }
 
+Status check_hf_json_object(const std::string& text, const std::string& what) {
+  return parse_object(text, what).status();
+}
+
 StatusOr<std::string> hf_config_json(const ModelConfig& cfg, const std::string& architecture,
                                      const std::string& base_json, const std::string& torch_dtype) {
   json::object o;
@@ -244,16 +412,18 @@ StatusOr<std::string> hf_config_json(const ModelConfig& cfg, const std::string& 
   if (cfg.moe_experts > 0)
     return InvalidArgument("atoll export hf writes dense models; this one has MoE layers");
   o["architectures"] = json::array{json::string(arch)};
-  o["model_type"] = arch == "Qwen2ForCausalLM"     ? "qwen2"
-                    : arch == "MistralForCausalLM" ? "mistral"
-                                                   : "llama";
+  o["model_type"] = model_type_of(arch);
   o["vocab_size"] = cfg.vocab;
   o["hidden_size"] = cfg.dim;
   o["num_hidden_layers"] = cfg.layers;
   o["num_attention_heads"] = cfg.heads;
   o["num_key_value_heads"] = num_kv_heads(cfg);
   o["intermediate_size"] = cfg.ffn_hidden;
-  o["max_position_embeddings"] = cfg.seq_len;
+  // The source's max_position_embeddings is the model's context as trained by its makers: an
+  // import with a shorter --seq-len trains Atoll on fewer tokens, the model is the same one.
+  const json::value* source_context = o.if_contains("max_position_embeddings");
+  if (!source_context || !source_context->is_int64() || source_context->as_int64() < cfg.seq_len)
+    o["max_position_embeddings"] = cfg.seq_len;
   // Where the imported config keeps it: rope_parameters (transformers v5) or the top level.
   if (json::value* rp = o.if_contains("rope_parameters"); rp && rp->is_object())
     rp->as_object()["rope_theta"] = cfg.rope_base;
@@ -365,6 +535,7 @@ Status params_from_hf(const std::vector<const Safetensors*>& shards, const Model
         return InvalidArgument("tensor " + v.name + " has dtype " + dtype_name(t.dtype) +
                                "; import reads F32, BF16 and F16");
     }
+    ATOLL_RETURN_IF_ERROR(check_finite(v.name, v.shape, dst, n));
     if (int heads = rope_heads(v.name, cfg))
       rope_rows_from_hf(dst, heads, D, v.shape.size() == 2 ? v.shape[1] : 1);
   }

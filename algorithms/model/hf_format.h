@@ -29,15 +29,26 @@ struct HfModelInfo {
 };
 
 // Parses config.json. seq_len_override > 0 replaces max_position_embeddings as Atoll's context.
-// One line for each refusal: unsupported architecture, rope_scaling present, hidden_act other
-// than silu, a sliding window shorter than the context, a head_dim that is not
-// hidden_size / num_attention_heads, an o_proj or MLP bias, or a missing / malformed field.
+// One line for each refusal: a key twice, unsupported architecture, a model_type other than the
+// architecture's, quantization_config, partial_rotary_factor other than 1, rope_scaling present,
+// hidden_act other than silu, a sliding window shorter than the context on a layer that uses it
+// (read per architecture as transformers does: none for Llama, Mistral's sliding_window, Qwen2's
+// with use_sliding_window on the layers from max_window_layers or those layer_types marks), a
+// head_dim that is not hidden_size / num_attention_heads, an o_proj or MLP bias, a
+// bos/eos/pad_token_id outside [0, vocab_size), or a missing / malformed field.
 StatusOr<HfModelInfo> parse_hf_config(const std::string& config_json, int seq_len_override = 0);
+
+// Whether `text` is one JSON object with no key twice in any object (what transformers can read
+// from tokenizer_config.json or generation_config.json, meaning one thing); else one line naming
+// `what`.
+Status check_hf_json_object(const std::string& text, const std::string& what);
 
 // config.json for `cfg`: `base_json` (the config the model was imported from, "" for none)
 // with every model field rewritten from cfg, architecture, hidden_act "silu" and torch_dtype
-// ("float32" or "bfloat16"). architecture "" picks Qwen2ForCausalLM for a model with q/k/v
-// biases, else LlamaForCausalLM.
+// ("float32" or "bfloat16"); max_position_embeddings stays the base's (the model's context; an
+// import's --seq-len only shortens what Atoll trains on) unless cfg.seq_len is longer or there is
+// no base. architecture "" picks Qwen2ForCausalLM for a model with q/k/v biases, else
+// LlamaForCausalLM.
 StatusOr<std::string> hf_config_json(const ModelConfig& cfg, const std::string& architecture,
                                      const std::string& base_json, const std::string& torch_dtype);
 
@@ -61,9 +72,9 @@ void rope_rows_to_hf(float* rows, int heads, int head_dim, int64_t cols);
 
 // Fills `params` (layout make_layout(cfg)) from the tensors of one or more shards, converting
 // F32 / BF16 / F16 to fp32 and q/k rows to the pair layout. Refuses, naming the tensor: a
-// missing tensor, a mis-shaped one, one in another dtype, one present twice, or one the model
-// has no place for (rotary_emb.inv_freq buffers and, for a tied model, an lm_head.weight are
-// ignored).
+// missing tensor, a mis-shaped one, one in another dtype, one present twice, one holding a NaN
+// or infinity (its first, by index and value), or one the model has no place for
+// (rotary_emb.inv_freq buffers and, for a tied model, an lm_head.weight are ignored).
 Status params_from_hf(const std::vector<const Safetensors*>& shards, const ModelConfig& cfg,
                       ParamSet& params);
 

@@ -152,7 +152,8 @@ TEST(LoraCli, ALongContextImportedBaseTrainsWindowsAndKeepsItsHuggingFaceFiles) 
   spec.dim = 32;
   spec.ffn = 64;
   spec.ctx = 131072;
-  spec.extra_config = ", \"_name_or_path\": \"example-org/long-model\"";
+  // sliding_window null: without it MistralConfig slides by 4096, shorter than the context.
+  spec.extra_config = ", \"_name_or_path\": \"example-org/long-model\", \"sliding_window\": null";
   write_hf_dir(dir / "hf", spec);
   auto imported =
       run_atoll({"import", "hf", dir / "hf", "--out", dir / "long.safetensors"}, dir / "imp.log");

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -582,6 +583,313 @@ TEST(HfImport, OutputOverASourceFileIsRefused) {
   }
   EXPECT_EQ(read_text(src / "model.safetensors"), before);
   EXPECT_TRUE(import_hf_dir(src.string()).ok());
+}
+
+// `atoll import hf` / `atoll export hf` run as a user runs them: the exit status and stderr.
+struct CliResult {
+  int exit_code = -1;
+  std::string stderr_text;
+};
+CliResult run_atoll_cli(const std::vector<std::string>& args, const atl::testing::TempDir& tmp) {
+  std::string cmd = atl::testing::shell_quote(ATOLL_BINARY);
+  for (const std::string& a : args) cmd.append(" ").append(atl::testing::shell_quote(a));
+  const std::string err = tmp.sub("stderr.txt");
+  cmd += " >/dev/null 2>";
+  cmd += atl::testing::shell_quote(err);
+  const int rc = std::system(cmd.c_str());
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_text(err)};
+}
+
+// Rewrites one tensor of a single-file model folder.
+void edit_tensor(const fs::path& dir, const std::string& name,
+                 const std::function<void(StTensor&)>& edit) {
+  const std::string b = read_text(dir / "model.safetensors");
+  auto st = algorithms::decode_safetensors(reinterpret_cast<const uint8_t*>(b.data()), b.size());
+  ASSERT_TRUE(st.ok()) << st.status().message();
+  bool found = false;
+  for (StTensor& t : st->tensors)
+    if (t.name == name) edit(t), found = true;
+  ASSERT_TRUE(found) << name;
+  atl::testing::write_safetensors_file(dir / "model.safetensors", *st);
+}
+
+// A NaN or infinity in the weights made eval print nan and generate NUL bytes: the import now
+// refuses it, naming the tensor, the index of its first bad element in the stored (Hugging Face)
+// layout, and the value; the command exits 2 with that one line.
+TEST(HfImport, NonFiniteWeightsAreRefusedNamingTheFirstBadElement) {
+  // q_proj row 1 is a rotate-half row (Atoll's row 2): the index is the file's, before the
+  // RoPE permutation.
+  expect_import_error(HfSpec{},
+                      "tensor model.layers.1.self_attn.q_proj.weight (48, 48) holds nan "
+                      "at index (1, 5)",
+                      [](const fs::path& d) {
+                        edit_tensor(d, "model.layers.1.self_attn.q_proj.weight", [](StTensor& t) {
+                          const float nan = std::nanf("");
+                          std::memcpy(t.data.data() + (48 + 5) * sizeof(float), &nan, 4);
+                        });
+                      });
+  HfSpec bf16;
+  bf16.dtype = DType::kBF16;
+  expect_import_error(bf16, "tensor model.norm.weight (48) holds -inf at index (7)",
+                      [](const fs::path& d) {
+                        edit_tensor(d, "model.norm.weight", [](StTensor& t) {
+                          const uint16_t minus_inf = 0xFF80;
+                          std::memcpy(t.data.data() + 7 * 2, &minus_inf, 2);
+                          std::memcpy(t.data.data() + 9 * 2, &minus_inf, 2);  // not the first
+                        });
+                      });
+  atl::testing::TempDir tmp;
+  write_hf_dir(tmp.sub("m"), HfSpec{});
+  edit_tensor(tmp.sub("m"), "model.layers.0.mlp.down_proj.weight", [](StTensor& t) {
+    const float inf = INFINITY;
+    std::memcpy(t.data.data() + (3 * 80 + 70) * sizeof(float), &inf, 4);
+  });
+  const CliResult r =
+      run_atoll_cli({"import", "hf", tmp.sub("m"), "--out", tmp.sub("ck.safetensors")}, tmp);
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("tensor model.layers.0.mlp.down_proj.weight (48, 80) holds inf at "
+                               "index (3, 70): non-finite weights make every output nan"),
+            std::string::npos)
+      << r.stderr_text;
+  EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1) << r.stderr_text;
+  EXPECT_FALSE(fs::exists(tmp.sub("ck.safetensors")));
+}
+
+void expect_imports(const HfSpec& spec, int seq_len = 0) {
+  atl::testing::TempDir tmp;
+  write_hf_dir(tmp.sub("m"), spec);
+  auto r = import_hf_dir(tmp.sub("m"), seq_len);
+  EXPECT_TRUE(r.ok()) << spec.architecture << spec.extra_config << ": " << r.status().message();
+}
+
+// The sliding window as transformers reads each architecture (context 64, 2 layers): Qwen2 slides
+// only with use_sliding_window and only on layers from max_window_layers (default 28) or those
+// layer_types marks; Mistral slides every layer by sliding_window (default 4096) whatever
+// use_sliding_window says; LlamaConfig has no sliding window and ignores the key.
+TEST(HfImport, SlidingWindowIsReadPerArchitectureAsTransformersDoes) {
+  HfSpec qwen2;
+  qwen2.architecture = "Qwen2ForCausalLM";
+  const std::string window = ", \"use_sliding_window\": true, \"sliding_window\": 8";
+  for (const std::string& full_attention :
+       {window + ", \"max_window_layers\": 2",  // layers 0 and 1 are below max_window_layers
+        window,                                 // max_window_layers' default, 28
+        std::string(", \"use_sliding_window\": false, \"sliding_window\": 8, "
+                    "\"max_window_layers\": 0"),
+        window + ", \"max_window_layers\": 0, \"layer_types\": [\"full_attention\", "
+                 "\"full_attention\"]"}) {
+    qwen2.extra_config = full_attention;
+    expect_imports(qwen2);
+  }
+  qwen2.extra_config = window + ", \"max_window_layers\": 1";
+  expect_import_error(qwen2,
+                      "config.json: sliding_window 8 is shorter than the context 64 on 1 of the "
+                      "2 layers, from layer 1 (use_sliding_window is true and max_window_layers "
+                      "is 1); Atoll attends to the full context (import with --seq-len 8 or less)");
+  expect_imports(qwen2, 8);
+  qwen2.extra_config = window +
+                       ", \"max_window_layers\": 2, \"layer_types\": [\"sliding_attention\", "
+                       "\"full_attention\"]";
+  expect_import_error(qwen2, "on 1 of the 2 layers, from layer 0 (layer_types marks them");
+  qwen2.extra_config = window + ", \"layer_types\": [\"full_attention\"]";
+  expect_import_error(qwen2,
+                      "layer_types must give \"full_attention\" or \"sliding_attention\" "
+                      "for each of the 2 layers");
+
+  HfSpec mistral;
+  mistral.architecture = "MistralForCausalLM";
+  mistral.extra_config = ", \"use_sliding_window\": false, \"sliding_window\": 8";
+  expect_import_error(mistral, "config.json: sliding_window 8 is shorter than the context 64;");
+  mistral.extra_config = ", \"sliding_window\": null";
+  expect_imports(mistral);
+  mistral.extra_config = ", \"sliding_window\": 64";
+  expect_imports(mistral);
+  // Without the key MistralConfig slides by 4096: a longer context is refused.
+  mistral.extra_config = "";
+  mistral.ctx = 8192;
+  auto long_context = algorithms::parse_hf_config(atl::testing::hf_config_json(mistral));
+  ASSERT_FALSE(long_context.ok());
+  EXPECT_NE(long_context.status().message().find(
+                "sliding_window 4096 (transformers' default; config.json does not set it) is "
+                "shorter than the context 8192"),
+            std::string::npos)
+      << long_context.status().message();
+
+  HfSpec llama;
+  llama.extra_config = ", \"use_sliding_window\": true, \"sliding_window\": 8";
+  expect_imports(llama);
+}
+
+// The source's max_position_embeddings (64) comes back in the export of a model imported with a
+// shorter --seq-len (16), through a checkpoint file; re-importing the export gives the context 64.
+// A model Atoll made (no source config) exports its own seq_len, as before, and so does a model
+// whose context is longer than the source's.
+TEST(HfExport, MaxPositionEmbeddingsIsTheSourceModelsAfterAShortImport) {
+  atl::testing::TempDir tmp;
+  write_hf_dir(tmp.sub("src"), HfSpec{});
+  auto imported = import_hf_dir(tmp.sub("src"), 16);
+  ASSERT_TRUE(imported.ok()) << imported.status().message();
+  ASSERT_EQ(imported->meta.model.seq_len, 16);
+  const std::string ckpt = tmp.sub("ck.safetensors");
+  ASSERT_TRUE(save_checkpoint(ckpt, imported->meta, imported->params, nullptr).ok());
+  auto loaded = load_checkpoint(ckpt);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_EQ(loaded->meta.model.seq_len, 16) << "Atoll's context stays what the import set";
+  ASSERT_TRUE(export_hf_dir(*loaded, tmp.sub("out"), DType::kF32).ok());
+  const boost::json::object o = boost::json::parse(read_text(tmp / "out/config.json")).as_object();
+  EXPECT_EQ(o.at("max_position_embeddings").as_int64(), 64);
+  auto again = import_hf_dir(tmp.sub("out"));
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again->meta.model.seq_len, 64);
+  EXPECT_EQ(again->params.fingerprint(), imported->params.fingerprint());
+
+  ModelConfig m = imported->meta.model;
+  auto own = algorithms::hf_config_json(m, "", "", "float32");
+  ASSERT_TRUE(own.ok());
+  EXPECT_EQ(boost::json::parse(*own).at("max_position_embeddings").as_int64(), 16);
+  m.seq_len = 128;
+  auto longer = algorithms::hf_config_json(m, "", read_text(tmp / "src/config.json"), "float32");
+  ASSERT_TRUE(longer.ok());
+  EXPECT_EQ(boost::json::parse(*longer).at("max_position_embeddings").as_int64(), 128);
+}
+
+// tokenizer_config.json and generation_config.json travel verbatim into exports, so each must be
+// one JSON object with no key twice (AutoTokenizer failed on the export of "{garbage"); the
+// export lists every file it writes; config.json with a key twice is refused too.
+TEST(HfImport, CarriedJsonFilesAreValidatedAndExportedVerbatim) {
+  expect_import_error(HfSpec{}, "tokenizer_config.json is not valid JSON", [](const fs::path& d) {
+    write_text(d / "tokenizer_config.json", "{garbage");
+  });
+  expect_import_error(HfSpec{},
+                      "tokenizer_config.json has the key \"add_bos_token\" twice: keep one",
+                      [](const fs::path& d) {
+                        write_text(d / "tokenizer_config.json",
+                                   "{\"add_bos_token\": true, \"add_bos_token\": false}");
+                      });
+  expect_import_error(HfSpec{}, "generation_config.json is not a JSON object",
+                      [](const fs::path& d) { write_text(d / "generation_config.json", "[1]"); });
+  expect_import_error(HfSpec{}, "config.json has the key \"num_hidden_layers\" twice",
+                      [](const fs::path& d) {
+                        std::string c = read_text(d / "config.json");
+                        c.insert(c.size() - 1, ", \"num_hidden_layers\": 3");
+                        write_text(d / "config.json", c);
+                      });
+
+  atl::testing::TempDir tmp;
+  write_hf_dir(tmp.sub("src"), HfSpec{});
+  const std::string generation =
+      write_text(tmp / "src/generation_config.json",
+                 "{\"bos_token_id\": 1, \"eos_token_id\": 2, \"temperature\": 0.7}\n");
+  const std::string ckpt = tmp.sub("ck.safetensors");
+  CliResult r = run_atoll_cli({"import", "hf", tmp.sub("src"), "--out", ckpt}, tmp);
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  const std::string out = tmp.sub("out");
+  std::string cmd = atl::testing::shell_quote(ATOLL_BINARY) + " export hf " +
+                    atl::testing::shell_quote(ckpt) + " --out " + atl::testing::shell_quote(out) +
+                    " > " + atl::testing::shell_quote(tmp.sub("stdout.txt"));
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  EXPECT_NE(read_text(tmp / "stdout.txt")
+                .find("(config.json, model.safetensors fp32, tokenizer.json, "
+                      "tokenizer_config.json, generation_config.json)"),
+            std::string::npos)
+      << read_text(tmp / "stdout.txt");
+  EXPECT_EQ(read_text(fs::path(out) / "generation_config.json"), generation);
+  EXPECT_EQ(read_text(fs::path(out) / "tokenizer_config.json"),
+            read_text(tmp / "src/tokenizer_config.json"));
+  // A checkpoint without one: a previous export's generation_config.json is removed.
+  auto loaded = load_checkpoint(ckpt);
+  ASSERT_TRUE(loaded.ok());
+  loaded->meta.extra.erase("hf.generation_config");
+  std::vector<std::string> written;
+  ASSERT_TRUE(export_hf_dir(*loaded, out, DType::kF32, &written).ok());
+  EXPECT_EQ(written, (std::vector<std::string>{"config.json", "model.safetensors", "tokenizer.json",
+                                               "tokenizer_config.json"}));
+  EXPECT_FALSE(fs::exists(fs::path(out) / "generation_config.json"));
+}
+
+// Keys transformers acts on that would make the model another one than Atoll computes, or that
+// name tokens past the vocabulary (263 ids), are refused; their harmless values are accepted.
+TEST(HfImport, ConfigKeysThatChangeTheModelAreRefused) {
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {", \"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 4}",
+       "config.json has quantization_config (quant_method \"gptq\"): quantized checkpoints are "
+       "not supported: dequantize first"},
+      {", \"partial_rotary_factor\": 0.5",
+       "config.json: partial_rotary_factor = 0.5 applies RoPE to part of each head"},
+      {", \"rope_parameters\": {\"rope_type\": \"default\", \"partial_rotary_factor\": 0.25}",
+       "config.json: rope_parameters.partial_rotary_factor = 0.25 applies RoPE"},
+      {", \"model_type\": \"gpt2\"",
+       "config.json: model_type \"gpt2\" contradicts architectures LlamaForCausalLM (model_type "
+       "\"llama\""},
+      {", \"pad_token_id\": 263",
+       "config.json: pad_token_id 263 is not a token of the model (ids are 0 .. 262 for "
+       "vocab_size 263)"},
+      {", \"pad_token_id\": -1", "config.json: pad_token_id -1 is not a token of the model"},
+      {", \"pad_token_id\": [0]", "config.json: pad_token_id must be a token id (or null)"},
+  };
+  for (const auto& [extra, needle] : refused) {
+    HfSpec s;
+    s.extra_config = extra;
+    expect_import_error(s, needle);
+  }
+  // bos_token_id and eos_token_id are already in the spec's config.json: replaced here.
+  const auto replace_ids = [](const std::string& ids) {
+    return [ids](const fs::path& d) {
+      std::string c = read_text(d / "config.json");
+      const std::string from = "\"bos_token_id\": 1, \"eos_token_id\": 2";
+      c.replace(c.find(from), from.size(), ids);
+      write_text(d / "config.json", c);
+    };
+  };
+  for (const auto& [ids, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"\"bos_token_id\": 100000, \"eos_token_id\": 2", "bos_token_id 100000 is not a token"},
+           {"\"bos_token_id\": 1, \"eos_token_id\": [2, 300]", "eos_token_id 300 is not a token"},
+           {"\"bos_token_id\": 1.0, \"eos_token_id\": 2", "bos_token_id must be a token id"}}) {
+    atl::testing::TempDir tmp;
+    write_hf_dir(tmp.sub("m"), HfSpec{});
+    replace_ids(ids)(tmp.sub("m"));
+    auto r = import_hf_dir(tmp.sub("m"));
+    ASSERT_FALSE(r.ok()) << ids;
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  }
+  for (const char* accepted :
+       {", \"partial_rotary_factor\": 1.0, \"model_type\": \"llama\", \"pad_token_id\": null, "
+        "\"quantization_config\": null",
+        ", \"pad_token_id\": 262"}) {
+    HfSpec s;
+    s.extra_config = accepted;
+    expect_imports(s);
+  }
+  HfSpec qwen2;
+  qwen2.architecture = "Qwen2ForCausalLM";
+  qwen2.extra_config = ", \"model_type\": \"qwen2\"";
+  expect_imports(qwen2);
+  qwen2.extra_config = ", \"model_type\": \"llama\"";
+  expect_import_error(qwen2, "model_type \"llama\" contradicts architectures Qwen2ForCausalLM");
+  atl::testing::TempDir tmp;
+  write_hf_dir(tmp.sub("m"), HfSpec{});
+  replace_ids("\"bos_token_id\": 1, \"eos_token_id\": [2, 262]")(tmp.sub("m"));
+  EXPECT_TRUE(import_hf_dir(tmp.sub("m")).ok()) << "eos_token_id may list several ids";
+}
+
+// A PEFT adapter folder given to import hf says what it is and what to import instead, exit 2.
+TEST(HfImport, APeftAdapterFolderSaysToImportTheBaseModel) {
+  atl::testing::TempDir tmp;
+  const fs::path adapter = tmp.sub("adapter");
+  fs::create_directories(adapter);
+  write_text(adapter / "adapter_config.json",
+             "{\"peft_type\": \"LORA\", \"base_model_name_or_path\": \"org/tiny-llama\", "
+             "\"r\": 8}");
+  write_text(adapter / "adapter_model.safetensors", "");
+  const CliResult r =
+      run_atoll_cli({"import", "hf", adapter.string(), "--out", tmp.sub("ck.safetensors")}, tmp);
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find(adapter.string() +
+                               " is a PEFT adapter folder (adapter_config.json, no config.json): "
+                               "atoll import hf takes the base model's folder "
+                               "(\"org/tiny-llama\"); Atoll trains its own LoRA adapters"),
+            std::string::npos)
+      << r.stderr_text;
+  EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1) << r.stderr_text;
 }
 
 }  // namespace
