@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 
 #include "algorithms/diloco/outer.h"
 #include "algorithms/diloco/privacy.h"
@@ -360,14 +361,18 @@ void RoundEngine::set_state_locked(ExperimentState s, const std::string& why) {
 
 void RoundEngine::store_blocked_locked(const Status& why) {
   next_store_probe_ = Clock::now() + kStoreProbeInterval;
+  // Kept here: the store's own flag is cleared by any small write that still fits.
+  if (store_.full()) store_full_ = true;
   if (!store_blocked_) {
     store_blocked_ = true;
     Event e{Event::Kind::kStore};
     e.round = experiment_.current_round;
-    e.message = why.message() + (store_.full()
-                                     ? "; the experiment is paused and resumes when space is freed"
-                                     : "; the experiment is paused and resumes when the store "
-                                       "can be written again");
+    e.message = why.message() +
+                (store_.full()
+                     ? "; the experiment is paused and resumes once " +
+                           std::to_string(commit_space_bytes() >> 20) + " MiB are free there"
+                     : "; the experiment is paused and resumes when the store can be written "
+                       "again");
     emit(std::move(e));
   }
   if (experiment_.state == ExperimentState::kRunning) {
@@ -382,9 +387,24 @@ void RoundEngine::store_blocked_locked(const Status& why) {
   cv_.notify_all();
 }
 
+uint64_t RoundEngine::commit_space_bytes() const {
+  // θ and momentum files (and the error feedback of broadcast pulls), fp32, plus 2 MiB for what
+  // RocksDB writes beside them (the round and experiment records, the WAL it preallocates).
+  const uint64_t vectors = pulls_.policy().broadcasts_updates() ? 3 : 2;
+  return vectors * experiment_.numel * sizeof(float) + (uint64_t{2} << 20);
+}
+
 void RoundEngine::probe_store(std::unique_lock<std::mutex>& lk, Clock::time_point now) {
   if (!store_blocked_ || now < next_store_probe_) return;
   next_store_probe_ = now + kStoreProbeInterval;
+  // A full disk: a small probe write can pass while the next commit still cannot, and each
+  // false resume made every site redo the round (36 times a minute on a 2 MB tmpfs). Wait
+  // for room for a commit.
+  if (store_full_) {
+    std::error_code ec;
+    const std::filesystem::space_info space = std::filesystem::space(store_.dir(), ec);
+    if (!ec && space.available < commit_space_bytes()) return;
+  }
   ExperimentRecord record = experiment_;
   if (paused_by_store_) record.state = ExperimentState::kRunning;
   // The store's I/O (a reopen replays its WAL) runs without the lock: calls keep being answered.
@@ -401,6 +421,7 @@ void RoundEngine::probe_store(std::unique_lock<std::mutex>& lk, Clock::time_poin
     return;
   }
   store_blocked_ = false;
+  store_full_ = false;
   Event e{Event::Kind::kStore};
   e.round = experiment_.current_round;
   e.message = "store at " + store_.dir() + " can be written again" +

@@ -323,7 +323,12 @@ class RoundEngine {
   bool committing_ = false;  // round_.round is being committed
   // The store refused a write and no probe has got one through since (store_blocked_locked).
   static constexpr Clock::duration kStoreProbeInterval = std::chrono::seconds(1);
+  // Free bytes the store needs before a paused-for-full-disk experiment resumes: one commit.
+  uint64_t commit_space_bytes() const;
   bool store_blocked_ = false;
+  // A refused write found the disk full since the block began: resume only with room for a
+  // commit (commit_space_bytes).
+  bool store_full_ = false;
   bool paused_by_store_ = false;  // paused by store_blocked_locked: resumes when it unblocks
   Clock::time_point next_store_probe_{};
   ExperimentRecord experiment_;                         // as committed (+ lifecycle changes)
