@@ -489,7 +489,8 @@ int cmd_coordinator(const Args& args) {
                             [&] {
                               while (auto e = events.pop(std::chrono::milliseconds(0))) handle(*e);
                               return rc.manager->live() != ended;
-                            });
+                            },
+                            /*answers_nodes=*/rc.server != nullptr);
   };
   if (const auto state = rc.service->state(); state == coordinator::ExperimentState::kFinished ||
                                               state == coordinator::ExperimentState::kFailed) {

@@ -13,7 +13,9 @@ std::vector<FlagSpec> with_after_done_flags(std::vector<FlagSpec> specs) {
   specs.push_back(
       {"exit-when-done", false, "exit when the experiment ends even on a terminal", ""});
   specs.push_back({"serve-after-done-s", true,
-                   "keep serving the dashboard this many seconds after the experiment ends", ""});
+                   "keep serving the dashboard (a coordinator: also its nodes) this many seconds "
+                   "after the experiment ends",
+                   ""});
   return specs;
 }
 
@@ -25,22 +27,28 @@ StatusOr<AfterDone> parse_after_done(const Flags& flags) {
   return out;
 }
 
-bool keep_serving(const AfterDone& after, bool has_dashboard, bool stdout_is_terminal) {
-  if (!has_dashboard || after.exit_when_done) return false;
+bool keep_serving(const AfterDone& after, bool has_dashboard, bool stdout_is_terminal,
+                  bool answers_nodes) {
+  if (after.exit_when_done) return false;
+  if (!has_dashboard) return answers_nodes && after.serve_after_s >= 0;
   return after.serve_after_s >= 0 || stdout_is_terminal;
 }
 
 bool serve_after_done(const coordinator::http::HttpServer* http, const AfterDone& after,
                       const std::atomic<bool>* stop,
                       const std::function<void(const std::string&)>& say,
-                      const std::function<bool()>& interrupt) {
-  if (!keep_serving(after, http != nullptr, ::isatty(STDOUT_FILENO) == 1)) return false;
+                      const std::function<bool()>& interrupt, bool answers_nodes) {
+  if (!keep_serving(after, http != nullptr, ::isatty(STDOUT_FILENO) == 1, answers_nodes))
+    return false;
   using Clock = std::chrono::steady_clock;
   const bool bounded = after.serve_after_s >= 0;
-  const std::string line =
-      "dashboard: still serving " + http->url() +
+  const std::string how_long =
       (bounded ? " for " + std::to_string(after.serve_after_s) + " s" : std::string()) +
       " (Ctrl-C to exit)";
+  const std::string line =
+      http ? "dashboard: still serving " + http->url() + how_long
+           : "coordinator: still answering nodes" + how_long +
+                 "; a node that calls is told the experiment is over";
   if (say) {
     say(line);
   } else {

@@ -27,7 +27,10 @@ std::vector<FlagSpec> with_after_done_flags(std::vector<FlagSpec> specs);
 StatusOr<AfterDone> parse_after_done(const Flags& flags);
 
 // Whether to keep serving; `stdout_is_terminal` is ::isatty(STDOUT_FILENO) in commands.
-bool keep_serving(const AfterDone& after, bool has_dashboard, bool stdout_is_terminal);
+// `answers_nodes`: a coordinator's gRPC server, which tells a node that calls that the
+// experiment is over; --serve-after-done-s keeps it up even without a dashboard.
+bool keep_serving(const AfterDone& after, bool has_dashboard, bool stdout_is_terminal,
+                  bool answers_nodes = false);
 
 // Announces and keeps `http` serving (see keep_serving) until `stop` is set or the time is up.
 // Returns at once when it should not keep serving. `say` (default: a blank line, then the line,
@@ -37,6 +40,6 @@ bool keep_serving(const AfterDone& after, bool has_dashboard, bool stdout_is_ter
 bool serve_after_done(const coordinator::http::HttpServer* http, const AfterDone& after,
                       const std::atomic<bool>* stop,
                       const std::function<void(const std::string&)>& say = {},
-                      const std::function<bool()>& interrupt = {});
+                      const std::function<bool()>& interrupt = {}, bool answers_nodes = false);
 
 }  // namespace atl::cli

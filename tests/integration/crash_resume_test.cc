@@ -308,3 +308,44 @@ TEST(KillLoops, TenCoordinatorAndNodeKillsLoseNoRoundAndKeepEveryFingerprint) {
 
 }  // namespace
 }  // namespace atl::testing
+
+namespace atl::testing {
+namespace {
+
+// A coordinator started on a finished store without a dashboard exited at once, whatever
+// --serve-after-done-s said, and a node that came back to it retried "connection refused" until
+// --give-up-after and exited 1. With --serve-after-done-s it answers nodes for that long, and a
+// node that calls is told the experiment is over and exits 0.
+TEST(CoordinatorRestart, AFinishedStoreAnswersNodesForServeAfterDone) {
+  Cluster c;
+  c.make_ca({"node-1"});
+  c.start_coordinator(config_toml(1, 1, 30), c.restartable_listen(), "coordinator.log",
+                      {"--http", "off"});
+  c.start_node("node-1", "brown:a");
+  std::string log;
+  c.run_to_completion(120s, &log);
+  if (::testing::Test::HasFatalFailure()) return;
+  c.nodes.clear();
+
+  c.start_coordinator(config_toml(1, 1, 30), c.restartable_listen(), "again.log",
+                      {"--http", "off", "--serve-after-done-s", "30"});
+  std::string text;
+  ASSERT_TRUE(wait_for_log(c.dir / "again.log",
+                           std::regex("coordinator: still answering nodes for 30 s \\(Ctrl-C to "
+                                      "exit\\); a node that calls is told the experiment is over"),
+                           30s, &text))
+      << text;
+  c.start_node("node-1", "brown:a");
+  auto node_code = c.nodes.back().wait_for(60s);
+  const std::string node_log = read_text(c.dir / "node-1.log");
+  ASSERT_TRUE(node_code.has_value()) << node_log;
+  EXPECT_EQ(*node_code, 0) << node_log;
+  EXPECT_NE(node_log.find("experiment finished after 1 rounds"), std::string::npos) << node_log;
+  ::kill(c.coordinator.pid(), SIGTERM);
+  auto code = c.coordinator.wait_for(30s);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0) << read_text(c.dir / "again.log");
+}
+
+}  // namespace
+}  // namespace atl::testing
