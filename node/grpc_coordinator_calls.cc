@@ -238,14 +238,16 @@ Status GrpcCoordinatorCalls::push_update(const pb::TensorHeader& header,
     return Status::Ok();
   });
   writer->WritesDone();
-  const double wire = seconds_since(started);
+  const double written = seconds_since(started);
   const grpc::Status gs = writer->Finish();
   ATOLL_RETURN_IF_ERROR(from_grpc(gs, "PushUpdate", options_.stream_timeout));
   if (st.ok()) {
+    const double call = seconds_since(started);
+    const double wire = transport::push_upload_seconds(call, written, *resp);
     std::lock_guard<std::mutex> lk(transfer_mu_);
     transfers_.push_bytes += payload.size();
     transfers_.push_seconds += wire;
-    transfers_.push_answer_seconds += seconds_since(started) - wire;
+    transfers_.push_answer_seconds += call - wire;
   }
   return st;
 }

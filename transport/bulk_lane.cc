@@ -466,6 +466,12 @@ Status BulkLaneClient::pull(const pb::PullParamsRequest& request, uint64_t max_p
   return Status::Ok();
 }
 
+double push_upload_seconds(double call_seconds, double written_seconds,
+                           const pb::PushUpdateResponse& answer) {
+  const double after = answer.seconds_after_payload();
+  return after > 0 && after < call_seconds ? call_seconds - after : written_seconds;
+}
+
 Status BulkLaneClient::push(const pb::TensorHeader& header, std::string_view payload,
                             pb::PushUpdateResponse* response, bool* reached, double* sent_seconds) {
   const auto started = Clock::now();
@@ -485,10 +491,13 @@ Status BulkLaneClient::push(const pb::TensorHeader& header, std::string_view pay
   ATOLL_ASSIGN_OR_RETURN(std::string go_ahead, read_reply(s, options_.answer_timeout, stall, what));
   if (!go_ahead.empty()) return DataLoss(what + ": the go-ahead carries a body");
   ATOLL_RETURN_IF_ERROR(send_payload(s, payload, header.payload_xxh3(), stall, what));
-  if (sent_seconds) *sent_seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  const double written = std::chrono::duration<double>(Clock::now() - started).count();
   ATOLL_ASSIGN_OR_RETURN(std::string body, read_reply(s, options_.answer_timeout, stall, what));
   if (!response->ParseFromString(body))
     return DataLoss(what + ": the answer is not a PushUpdateResponse");
+  if (sent_seconds)
+    *sent_seconds = push_upload_seconds(
+        std::chrono::duration<double>(Clock::now() - started).count(), written, *response);
   return Status::Ok();
 }
 

@@ -139,6 +139,13 @@ struct BulkLaneClientOptions {
   std::chrono::milliseconds answer_timeout{300000};
 };
 
+// Seconds a push took to upload, from the whole exchange (`call_seconds`) less the time the
+// coordinator reports after the payload's last byte (answer.seconds_after_payload). Writes end
+// once the bytes are buffered, long before a slow link has carried them (0.001 s for 111 kB at
+// 1 Mbit/s); `written_seconds` (when the writes ended) stands in where the answer has no figure.
+double push_upload_seconds(double call_seconds, double written_seconds,
+                           const atoll_pb::v1::PushUpdateResponse& answer);
+
 // Thread-safe: every transfer opens its own connection (from one TLS context, built from the
 // identity's PEM texts at the first transfer).
 class BulkLaneClient {

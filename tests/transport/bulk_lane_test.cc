@@ -487,3 +487,22 @@ TEST_F(BulkLane, ConnectionCapRefusesAtAcceptAndStopCutsATransferInFlight) {
 
 }  // namespace
 }  // namespace atl::transport
+
+namespace atl::transport {
+namespace {
+
+// A push's upload time is the exchange less what the coordinator spent after the last byte: the
+// writes end once the bytes are buffered (111 kB "pushed in 0.001 s" over a 1 Mbit/s link).
+TEST(PushUploadSeconds, IsTheCallLessTheCoordinatorsTimeAfterThePayload) {
+  atoll_pb::v1::PushUpdateResponse answer;
+  answer.set_seconds_after_payload(0.25);
+  EXPECT_DOUBLE_EQ(push_upload_seconds(1.25, 0.001, answer), 1.0);
+  // A coordinator that does not say (0), or a figure the call cannot hold: when writes ended.
+  answer.set_seconds_after_payload(0);
+  EXPECT_DOUBLE_EQ(push_upload_seconds(1.25, 0.001, answer), 0.001);
+  answer.set_seconds_after_payload(2.0);
+  EXPECT_DOUBLE_EQ(push_upload_seconds(1.25, 0.001, answer), 0.001);
+}
+
+}  // namespace
+}  // namespace atl::transport
