@@ -390,6 +390,10 @@ Status make_owner_only(const std::string& dir, bool files) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  if (ec == std::errc::read_only_file_system)
+    return IoError("store " + dir +
+                   " is on a read-only file system: the coordinator writes every round there; "
+                   "give a writable --store");
   if (ec) return IoError("cannot make store " + dir + " owner-only (mode 0700): " + ec.message());
   if (!files) return Status::Ok();
   // A file RocksDB deletes while we list (a compaction's input) is skipped, not an error.

@@ -6,13 +6,14 @@
 #include <rocksdb/db.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -101,6 +102,28 @@ TEST(Store, DirectoryAndFilesAreOwnerOnly) {
   ASSERT_TRUE(s.ok()) << s.status().to_string();
   EXPECT_EQ(mode_of(fresh), 0700u);
   expect_files_owner_only(fresh);
+}
+
+// A store on a read-only file system said "cannot make store DIR owner-only (mode 0700):
+// Read-only file system": true, but it named the permission step instead of the store.
+TEST(Store, AReadOnlyFileSystemIsNamed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a read-only tmpfs needs root";
+  TempDir dir;
+  const std::string mount_point = dir.sub("ro");
+  std::filesystem::create_directories(mount_point);
+  if (::mount("tmpfs", mount_point.c_str(), "tmpfs", 0, "size=1m") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs: " << std::strerror(errno);
+  std::filesystem::create_directories(mount_point + "/store");
+  const bool read_only =
+      ::mount("tmpfs", mount_point.c_str(), "tmpfs", MS_REMOUNT | MS_RDONLY, "size=1m") == 0;
+  auto s = read_only ? Store::open(mount_point + "/store")
+                     : StatusOr<std::unique_ptr<Store>>(Internal("remount failed"));
+  ::umount2(mount_point.c_str(), MNT_DETACH);
+  ASSERT_TRUE(read_only) << std::strerror(errno);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(), "store " + mount_point +
+                                      "/store is on a read-only file system: the coordinator "
+                                      "writes every round there; give a writable --store");
 }
 
 TEST(Store, CommitThenReopenGivesSameRoundAndFingerprint) {
