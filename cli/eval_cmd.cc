@@ -1,6 +1,7 @@
 // `atoll eval --checkpoint F --data SPEC [--val-data SPEC] [--tokens N] [--json]`: the validation
 // bits per byte of a checkpoint, measured the way `atoll train` measures it after its last step.
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -75,10 +76,16 @@ int cmd_eval(const Args& args) {
     return fail("eval",
                 (read_data ? "--data: " : "the checkpoint's tokenizer: ") + site.status().message(),
                 2);
-  // A byte-tokenizer checkpoint with a larger vocabulary trained on token ids without their
-  // tokenizer: its validation ids may use the whole vocabulary and have no byte count.
-  if (!read_data && ck->meta.tokenizer.empty() && model.vocab > site->tokenizer->vocab_size()) {
-    site->train.vocab_size = model.vocab;
+  // A model trained on token ids without their tokenizer: its data are ids of its whole
+  // vocabulary, with no byte count; text cannot be tokenized as they were.
+  if (ck->meta.token_ids_only) {
+    if (read_data && spec->kind != node::DataSpec::Kind::kTokens)
+      return fail("eval",
+                  "--data " + spec->to_string() + ": " + *path +
+                      " was trained on token ids without their tokenizer, so text cannot be "
+                      "tokenized as they were: evaluate with a token file of the same ids",
+                  2);
+    site->train.vocab_size = std::max(site->train.vocab_size, model.vocab);
     site->train.bytes_countable = false;
   }
   if (val_spec) {
@@ -106,11 +113,12 @@ int cmd_eval(const Args& args) {
   const node::Evaluation e =
       node::evaluate_bpb(llama, lora ? ck->adapters : ck->params, site->validation,
                          *site->tokenizer, window, static_cast<int>(*batch), *tokens);
-  // val_bpb is null for token ids without their tokenizer (no byte count).
-  const std::string bpb_json = e.bytes_counted ? format_line("%.17g", e.bpb) : "null";
+  // JSON has no NaN: null for token ids without their tokenizer (no byte count) and for a
+  // model whose loss is not finite.
+  auto json_number = [](double v) { return std::isfinite(v) ? format_line("%.17g", v) : "null"; };
   if (flags.has("json"))
-    std::printf("{\"val_bpb\":%s,\"loss_nats\":%.17g,\"tokens\":%" PRId64 "}\n", bpb_json.c_str(),
-                e.loss, e.tokens);
+    std::printf("{\"val_bpb\":%s,\"loss_nats\":%s,\"tokens\":%" PRId64 "}\n",
+                json_number(e.bpb).c_str(), json_number(e.loss).c_str(), e.tokens);
   else if (e.bytes_counted)
     std::printf("val bpb %.4f | loss %.4f nats/token | %" PRId64 " tokens\n", e.bpb, e.loss,
                 e.tokens);

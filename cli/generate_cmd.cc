@@ -38,6 +38,13 @@ int cmd_generate(const Args& args) {
     const std::string& why = ck.status().message();
     return fail("generate", why.find(*path) == std::string::npos ? *path + ": " + why : why, 2);
   }
+  if (ck->meta.token_ids_only)
+    return fail("generate",
+                *path +
+                    " was trained on token ids without their tokenizer, so there is no text to "
+                    "encode a prompt or decode tokens with: train with --tokenizer hf:PATH (the "
+                    "ids' tokenizer)",
+                2);
   auto tok = node::tokenizer_from_blob(ck->meta.tokenizer);
   if (!tok.ok()) return fail("generate", *path + ": its tokenizer: " + tok.status().message(), 2);
   const std::string prompt = flags.get_or("prompt", "The ");

@@ -310,6 +310,7 @@ int cmd_train(const Args& args) {
     meta.step = step_done;
     meta.seed = setup.seed;
     meta.tokenizer = setup.site.tokenizer_blob;
+    meta.token_ids_only = !setup.site.train.bytes_countable;
     meta.extra["data"] = setup.data_spec;
     meta.extra["trainer"] = setup.trainer_summary;
     meta.extra["total_steps"] = std::to_string(total_steps);

@@ -191,15 +191,18 @@ StatusOr<int> fixed_window(const Flags& flags, const node::LoadedCheckpoint* res
 // --vocab when given, which may be larger (a padded vocabulary, e.g. 50304 for GPT-2's 50257
 // ids) but not smaller.
 Status fit_vocabulary(const Flags& flags, TrainSetup& setup) {
-  const int32_t used = std::max(setup.site.tokenizer->vocab_size(), setup.site.train.vocab_size);
+  const int32_t used = std::max({setup.site.tokenizer->vocab_size(), setup.site.train.vocab_size,
+                                 setup.site.validation.vocab_size});
   setup.model.vocab = used;
   if (!flags.has("vocab")) return Status::Ok();
   ATOLL_ASSIGN_OR_RETURN(const int64_t vocab, flags.get_int("vocab", used, 2, 1 << 20));
   if (vocab < used)
-    return InvalidArgument("--vocab " + std::to_string(vocab) + " is below the " +
-                           std::to_string(used) +
-                           " ids the data and tokenizer use: give at least " +
-                           std::to_string(used) + ", or drop --vocab");
+    return InvalidArgument(
+        "--vocab " + std::to_string(vocab) + " is below the " + std::to_string(used) + " ids " +
+        (setup.site.train.bytes_countable
+             ? std::string("the data and tokenizer use")
+             : std::string("the data use (at least 256: the byte tokenizer labels token ids)")) +
+        ": give at least " + std::to_string(used) + ", or drop --vocab");
   setup.model.vocab = static_cast<int>(vocab);
   return Status::Ok();
 }
@@ -272,6 +275,11 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
     setup.trainer.precision_seed = setup.seed;
   }
   if (fixed) {
+    if (fixed->meta.token_ids_only && spec.kind != node::DataSpec::Kind::kTokens)
+      return InvalidArgument("--data " + spec.to_string() +
+                             ": the checkpoint was trained on token ids without their tokenizer, "
+                             "so text cannot be tokenized as they were: give a token file of the "
+                             "same ids");
     ATOLL_ASSIGN_OR_RETURN(setup.site, node::load_site_data_with_blob(spec, fixed->meta.tokenizer,
                                                                       brown_dir, holdout));
     setup.tokenizer_name = fixed->meta.tokenizer.empty()

@@ -108,6 +108,7 @@ int training_window(const CheckpointMeta& meta) {
 
 void carry_base_meta(const CheckpointMeta& base, CheckpointMeta& meta) {
   meta.tokenizer = base.tokenizer;
+  meta.token_ids_only = base.token_ids_only;
   meta.hf_tokenizer_config_json = base.hf_tokenizer_config_json;
   for (const char* key : {"hf.config", "hf.architecture", "hf.generation_config"})
     if (auto it = base.extra.find(key); it != base.extra.end()) meta.extra[key] = it->second;
@@ -152,6 +153,7 @@ StatusOr<std::string> encode_checkpoint(const CheckpointMeta& meta, const ParamS
   md["atoll.step"] = std::to_string(meta.step);
   md["atoll.seed"] = std::to_string(meta.seed);
   md["atoll.tokenizer"] = meta.tokenizer;
+  if (meta.token_ids_only) md["atoll.tokenizer.none"] = "token ids";
   md["atoll.experiment"] = meta.experiment;
   md["atoll.round"] = std::to_string(meta.round);
   if (meta.window > 0 && meta.window < m.seq_len) md["atoll.window"] = std::to_string(meta.window);
@@ -259,6 +261,7 @@ StatusOr<LoadedCheckpoint> decode_checkpoint(const std::string& bytes, const std
     ck.meta.window = static_cast<int>(window);
   }
   if (auto it = md.find("atoll.tokenizer"); it != md.end()) ck.meta.tokenizer = it->second;
+  ck.meta.token_ids_only = md.count("atoll.tokenizer.none") > 0;
   if (auto it = md.find("atoll.experiment"); it != md.end()) ck.meta.experiment = it->second;
   if (auto it = md.find("atoll.tokenizer.hf_config_json"); it != md.end())
     ck.meta.hf_tokenizer_config_json = it->second;

@@ -29,6 +29,10 @@ struct CheckpointMeta {
   // The tokenizer, as node::tokenizer_from_blob reads it: "" = bytes, a serialized Atoll BPE, or
   // the verbatim text of a Hugging Face tokenizer.json (atoll import hf, --tokenizer hf:PATH).
   std::string tokenizer;
+  // Trained on token ids without their tokenizer (a token file, docs/data.md): the ids stand for
+  // unknown text, so there is no tokenizer to export, no text to generate or evaluate in bits
+  // per byte. Metadata atoll.tokenizer.none, written only when set.
+  bool token_ids_only = false;
   // tokenizer_config.json carried verbatim from a Hugging Face directory ("" = none), stored as
   // metadata atoll.tokenizer.hf_config_json and written back by atoll export hf.
   std::string hf_tokenizer_config_json;

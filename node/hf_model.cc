@@ -211,7 +211,11 @@ Status export_hf_dir(const LoadedCheckpoint& ck, const std::string& dir_text,
   };
   const auto generation = extra.find("hf.generation_config");
   const std::pair<const char*, std::string> optional_files[] = {
-      {"tokenizer.json", hf_tokenizer_json_of(ck.meta.tokenizer, ck.meta.model.vocab)},
+      // Token ids without their tokenizer: there is none to write (a byte tokenizer would say
+      // the ids are bytes).
+      {"tokenizer.json", ck.meta.token_ids_only
+                             ? std::string()
+                             : hf_tokenizer_json_of(ck.meta.tokenizer, ck.meta.model.vocab)},
       {"tokenizer_config.json", ck.meta.hf_tokenizer_config_json},
       {"generation_config.json", generation == extra.end() ? "" : generation->second}};
   if (written) *written = {"config.json", "model.safetensors"};

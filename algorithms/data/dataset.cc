@@ -54,8 +54,9 @@ StatusOr<TokenDataset> dataset_from_tokens(std::vector<int32_t> tokens, int32_t 
   if (vocab_size <= 0) return InvalidArgument("vocab_size must be positive");
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0 || tokens[i] >= vocab_size)
-      return InvalidArgument("token " + std::to_string(i) + " is " + std::to_string(tokens[i]) +
-                             ", outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+      return InvalidArgument("the token at position " + std::to_string(i) + " is " +
+                             std::to_string(tokens[i]) + ", outside the vocabulary [0, " +
+                             std::to_string(vocab_size) + ")");
   TokenDataset out;
   out.tokens = std::move(tokens);
   out.vocab_size = vocab_size;

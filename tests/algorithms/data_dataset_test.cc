@@ -47,7 +47,7 @@ TEST(DataDataset, FromTokensValidatesRange) {
   EXPECT_TRUE(dataset_from_tokens({0, 5, 9}, 10).ok());
   auto r = dataset_from_tokens({0, 10, 9}, 10);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("token 1 is 10"), std::string::npos);
+  EXPECT_NE(r.status().message().find("the token at position 1 is 10"), std::string::npos);
   EXPECT_FALSE(dataset_from_tokens({0, -1}, 10).ok());
   EXPECT_FALSE(dataset_from_tokens({}, 0).ok());
 }

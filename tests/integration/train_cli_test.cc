@@ -1,6 +1,7 @@
 // `atoll train` as a user runs it: a real process, real Brown data, real checkpoint files.
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <regex>
 #include <sstream>
 
@@ -448,6 +449,19 @@ TEST(EvalCli, TokensBelowOneWindowAreRefusedAndValDataAloneNeedsNoBrown) {
                          dir / "alone.log");
   ASSERT_EQ(alone.exit_code, 0) << alone.output;
   EXPECT_NE(alone.output.find("\"tokens\":32}"), std::string::npos) << alone.output;
+
+  // A model whose loss is not finite: JSON has no NaN (it printed -nan, which no parser reads).
+  auto zero = node::load_checkpoint(ck);
+  ASSERT_TRUE(zero.ok()) << zero.status().to_string();
+  for (size_t i = 0; i < zero->params.numel(); ++i)
+    zero->params.data()[i] = std::numeric_limits<float>::quiet_NaN();
+  const std::string huge = dir / "huge.safetensors";
+  ASSERT_TRUE(node::save_checkpoint(huge, zero->meta, zero->params, nullptr).ok());
+  auto not_finite = run_atoll({"eval", "--checkpoint", huge, "--val-data",
+                               "text:" + (dir / "v.txt"), "--tokens", "32", "--json"},
+                              dir / "huge.log");
+  ASSERT_EQ(not_finite.exit_code, 0) << not_finite.output;
+  EXPECT_EQ(not_finite.output, "{\"val_bpb\":null,\"loss_nats\":null,\"tokens\":32}\n");
 }
 
 // Pre-tokenized data: ids from a token file stand for text only through the tokenizer they came
@@ -482,11 +496,30 @@ TEST(TrainCli, TokenFilesGiveBitsPerByteOnlyWithTheirTokenizer) {
       << bare.output;
   EXPECT_NE(bare.output.find("eval  step 4 | val loss "), std::string::npos) << bare.output;
   EXPECT_EQ(bare.output.find("val bpb"), std::string::npos) << bare.output;
-  auto bare_eval = run_atoll({"eval", "--checkpoint", dir / "bare/checkpoint.safetensors",
-                              "--val-data", "tokens:" + (dir / "ids.u16"), "--json"},
-                             dir / "bare-eval.log");
+  const std::string bare_ck = dir / "bare/checkpoint.safetensors";
+  auto bare_eval = run_atoll(
+      {"eval", "--checkpoint", bare_ck, "--val-data", "tokens:" + (dir / "ids.u16"), "--json"},
+      dir / "bare-eval.log");
   ASSERT_EQ(bare_eval.exit_code, 0) << bare_eval.output;
   EXPECT_EQ(bare_eval.output.rfind("{\"val_bpb\":null,\"loss_nats\":", 0), 0u) << bare_eval.output;
+  // Such a model has no text: no tokenizer.json is exported (a byte one said the ids were
+  // bytes), generate and text evaluation are refused (they read the prompt or text as bytes).
+  auto exported = run_atoll({"export", "hf", bare_ck, "--out", dir / "bare-hf"}, dir / "x.log");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_TRUE(std::filesystem::exists(dir / "bare-hf/config.json"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "bare-hf/tokenizer.json"));
+  auto generated =
+      run_atoll({"generate", "--checkpoint", bare_ck, "--prompt", "the"}, dir / "generate.log");
+  EXPECT_EQ(generated.exit_code, 2) << generated.output;
+  EXPECT_NE(generated.output.find("was trained on token ids without their tokenizer"),
+            std::string::npos)
+      << generated.output;
+  auto on_text =
+      run_atoll({"eval", "--checkpoint", bare_ck, "--data", "text:" + (dir / "text.txt")},
+                dir / "on-text.log");
+  EXPECT_EQ(on_text.exit_code, 2) << on_text.output;
+  EXPECT_NE(on_text.output.find("text cannot be tokenized as they were"), std::string::npos)
+      << on_text.output;
 
   // With the ids' tokenizer the figure is the text's: the token file and the text it encodes
   // evaluate to the same bits per byte, and the checkpoint carries the tokenizer.
@@ -519,10 +552,28 @@ TEST(TrainCli, TokenFilesGiveBitsPerByteOnlyWithTheirTokenizer) {
   const int32_t used = *std::max_element(ids.begin(), ids.end()) + 1;
   auto cut = train({"--vocab", "100"}, "cut");
   EXPECT_EQ(cut.exit_code, 2) << cut.output;
-  EXPECT_NE(cut.output.find("--vocab 100 is below the " + std::to_string(used) +
-                            " ids the data and tokenizer use"),
-            std::string::npos)
+  EXPECT_NE(
+      cut.output.find("--vocab 100 is below the " + std::to_string(used) + " ids the data use"),
+      std::string::npos)
       << cut.output;
+  // Validation ids beyond the training file's (within the model's vocabulary) were refused as
+  // "outside the vocabulary [0, 40)".
+  std::vector<int32_t> narrow(2000), wide(400);
+  for (size_t i = 0; i < narrow.size(); ++i) narrow[i] = static_cast<int32_t>(i % 40);
+  for (size_t i = 0; i < wide.size(); ++i) wide[i] = static_cast<int32_t>(i % 300);
+  ASSERT_TRUE(node::write_token_file(dir / "narrow.u16", narrow).ok());
+  ASSERT_TRUE(node::write_token_file(dir / "wide.u16", wide).ok());
+  std::vector<std::string> wide_args = {"train"};
+  wide_args.insert(wide_args.end(), shape.begin(), shape.end() - 1);
+  wide_args.insert(wide_args.end(), {"tokens:" + (dir / "narrow.u16"), "--val-data",
+                                     "tokens:" + (dir / "wide.u16"), "--out", dir / "wide"});
+  auto wider = run_atoll(wide_args, dir / "wide.log");
+  ASSERT_EQ(wider.exit_code, 0) << wider.output;
+  EXPECT_NE(wider.output.find("val loss "), std::string::npos) << wider.output;
+  auto wide_ck = node::load_checkpoint(dir / "wide/checkpoint.safetensors");
+  ASSERT_TRUE(wide_ck.ok()) << wide_ck.status().to_string();
+  EXPECT_EQ(wide_ck->meta.model.vocab, 300);
+  EXPECT_TRUE(wide_ck->meta.token_ids_only);
   // Ids beyond the model's vocabulary stopped `atoll eval` in the forward pass (SIGABRT).
   std::vector<int32_t> beyond(2000, 7);
   beyond[100] = 600;
