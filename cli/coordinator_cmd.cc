@@ -134,7 +134,10 @@ Flags coordinator_flags() {
             ""},
            {"http", true, "dashboard HOST:PORT (HTTPS; port 0 = any free port; off = none)",
             "127.0.0.1:0"},
-           {"web", true, "dashboard files (default: web/ of the source tree)", ""},
+           {"web", true,
+            "dashboard files (default: web/ in the working directory or next to the build "
+            "directory)",
+            ""},
            {"metrics", true,
             "also serve GET /metrics (Prometheus) over plain HTTP on HOST:PORT, WITHOUT "
             "authentication: bind a private address (the dashboard's port serves it to viewer "

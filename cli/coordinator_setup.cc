@@ -281,6 +281,8 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     ATOLL_RETURN_IF_ERROR(transport::check_can_listen(l.http_listen, "--http"));
   if (!l.bulk_listen.empty() && !l.insecure)
     ATOLL_RETURN_IF_ERROR(transport::check_can_listen(l.bulk_listen, "--bulk-listen"));
+  if (!l.metrics_listen.empty())
+    ATOLL_RETURN_IF_ERROR(transport::check_can_listen(l.metrics_listen, "--metrics"));
   std::error_code ec;
   std::filesystem::create_directories(l.store_dir, ec);
   if (ec) return IoError("cannot create store directory " + l.store_dir + ": " + ec.message());

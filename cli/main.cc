@@ -60,7 +60,9 @@ const Command kCommands[] = {
     {"ca", cmd_ca, "experiment certificate authority: `ca init`, `ca issue`, `ca show`"},
     {"coordinator", cmd_coordinator, "run a coordinator", true, true},
     {"node", cmd_node, "run a node that joins a coordinator", false, true},
-    {"token", cmd_token, "dashboard/API tokens: `token create --role viewer|admin`", true},
+    {"token", cmd_token,
+     "dashboard/API tokens: `token create --role viewer|admin`, `token list`, `token revoke`",
+     true},
     {"bench", cmd_bench,
      "benchmarks: `bench train`, `bench sgemm`, `bench codecs`, `bench distill-loss`, "
      "`bench moe`, `bench hydra`, `bench lane`"},
@@ -73,6 +75,8 @@ const Command kCommands[] = {
 void print_usage(FILE* out) {
   std::fprintf(out, "usage: atoll <command> [flags]   (atoll <command> --help for its flags)\n\n");
   for (const auto& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.help);
+  std::fprintf(out, "  %-12s %s\n", "--version",
+               "the version, the CPU, its BLAS kernels and the build's vector instructions");
 }
 
 }  // namespace

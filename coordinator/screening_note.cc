@@ -39,9 +39,18 @@ std::string protection_summary(const ExperimentConfig& config) {
                     r.max_norm);
     else
       std::snprintf(limit, sizeof(limit), "%g x the median norm", r.norm_multiple);
-    std::snprintf(text, sizeof(text),
-                  "screening: %s above %s, replays at cosine >= %g, stale updates at margin >= %g",
-                  r.screen.c_str(), limit, r.replay_cosine, r.stale_margin);
+    // 0 turns a check off (update_screening.h): "at cosine >= 0" read as "drop everything".
+    char replay[64], stale[64];
+    if (r.replay_cosine > 0)
+      std::snprintf(replay, sizeof(replay), "replays at cosine >= %g", r.replay_cosine);
+    else
+      std::snprintf(replay, sizeof(replay), "replay detection off");
+    if (r.stale_margin > 0)
+      std::snprintf(stale, sizeof(stale), "stale updates at margin >= %g", r.stale_margin);
+    else
+      std::snprintf(stale, sizeof(stale), "stale detection off");
+    std::snprintf(text, sizeof(text), "screening: %s above %s, %s, %s", r.screen.c_str(), limit,
+                  replay, stale);
     line = text;
   }
   line += ", aggregator " + r.aggregator;

@@ -50,6 +50,13 @@ TEST(ProtectionSummary, NamesEveryProtectionThatIsOn) {
   EXPECT_EQ(protection_summary(c),
             "screening: clip above min(5 x the median norm, 0.001), replays at cosine >= 0.99, "
             "stale updates at margin >= 0.05, aggregator mean");
+  // 0 turns the replay and stale checks off; "at cosine >= 0" read as "drop everything".
+  ExperimentConfig unchecked = c;
+  unchecked.robust.replay_cosine = 0;
+  unchecked.robust.stale_margin = 0;
+  EXPECT_EQ(protection_summary(unchecked),
+            "screening: clip above min(5 x the median norm, 0.001), replay detection off, stale "
+            "detection off, aggregator mean");
   c.robust.screen = "off";
   c.privacy.clip_norm = 1;
   c.privacy.noise_multiplier = 1.1;

@@ -398,8 +398,8 @@ TEST(BadInput, BenchHydraMethodsAndSitesNameSomething) {
 TEST(BadInput, HelpListsEveryCommandAndFlag) {
   TempDir dir;
   const RunResult top = run_atoll({"--help"}, dir / "help.log", 60s);
-  for (const char* what :
-       {"ca show", "bench distill-loss", "bench moe", "bench hydra", "bench lane", "export peft"})
+  for (const char* what : {"ca show", "bench distill-loss", "bench moe", "bench hydra",
+                           "bench lane", "export peft", "token list", "token revoke", "--version"})
     EXPECT_NE(top.output.find(what), std::string::npos) << what << "\n" << top.output;
   const RunResult node = run_atoll({"node", "--help"}, dir / "node.log", 60s);
   EXPECT_NE(node.output.find("--role"), std::string::npos) << node.output;

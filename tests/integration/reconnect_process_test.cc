@@ -99,6 +99,14 @@ TEST(CoordinatorPort, BulkLaneOnATakenPortOrWithoutTlsFailsAtStartup) {
   EXPECT_EQ(taken_out, "atoll coordinator: port " + c.address +
                            " is already in use by another process; stop it or choose another "
                            "--bulk-listen\n");
+  // --metrics was checked only after the store was created ("cannot listen: Address already in
+  // use", and a store left behind).
+  const auto [metrics, metrics_out] =
+      run({"--tls", c.tls, "--http", "off", "--metrics", c.address}, "metrics.log");
+  EXPECT_NE(metrics, 0) << metrics_out;
+  EXPECT_EQ(metrics_out, "atoll coordinator: port " + c.address +
+                             " is already in use by another process; stop it or choose another "
+                             "--metrics\n");
   const auto [plain, plain_out] = run({"--insecure", "--bulk-listen", "127.0.0.1:0"}, "plain.log");
   EXPECT_EQ(plain, 2) << plain_out;
   EXPECT_NE(plain_out.find("--bulk-listen needs TLS"), std::string::npos) << plain_out;
