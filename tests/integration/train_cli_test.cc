@@ -556,6 +556,16 @@ TEST(TrainCli, TokenFilesGiveBitsPerByteOnlyWithTheirTokenizer) {
       cut.output.find("--vocab 100 is below the " + std::to_string(used) + " ids the data use"),
       std::string::npos)
       << cut.output;
+  // Ids given as bytes (--tokenizer bytes) count one byte each.
+  std::vector<int32_t> bytes(text.begin(), text.end());
+  ASSERT_TRUE(node::write_token_file(dir / "bytes.u16", bytes).ok());
+  std::vector<std::string> byte_args = {"train"};
+  byte_args.insert(byte_args.end(), shape.begin(), shape.end() - 1);
+  byte_args.insert(byte_args.end(),
+                   {"tokens:" + (dir / "bytes.u16"), "--tokenizer", "bytes", "--out", dir / "b"});
+  auto as_bytes = run_atoll(byte_args, dir / "bytes.log");
+  ASSERT_EQ(as_bytes.exit_code, 0) << as_bytes.output;
+  EXPECT_NE(as_bytes.output.find("eval  step 4 | val bpb "), std::string::npos) << as_bytes.output;
   // Validation ids beyond the training file's (within the model's vocabulary) were refused as
   // "outside the vocabulary [0, 40)".
   std::vector<int32_t> narrow(2000), wide(400);
