@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 
 #include "algorithms/diloco/outer.h"
 #include "algorithms/diloco/privacy.h"
 #include "coordinator/update_screening.h"
+#include "kernels/core/number_text.h"
 
 namespace atl::coordinator {
 namespace {
@@ -370,7 +372,9 @@ void RoundEngine::store_blocked_locked(const Status& why) {
     e.message = why.message() +
                 (store_.full()
                      ? "; the experiment is paused and resumes once " +
-                           std::to_string(commit_space_bytes() >> 20) + " MiB are free there"
+                           // Rounded up to 0.1 MiB: freeing what the line says is enough.
+                           atl::shortest_decimal(std::ceil(commit_space_bytes() / 104857.6) / 10) +
+                           " MiB are free there"
                      : "; the experiment is paused and resumes when the store can be written "
                        "again");
     emit(std::move(e));

@@ -37,7 +37,9 @@ const std::string& process_session() {
 GrpcCoordinatorCalls::GrpcCoordinatorCalls(ClientOptions options)
     : options_(std::move(options)),
       channel_(transport::create_channel(options_.target, options_.tls)),
-      stub_(pb::Coordinator::NewStub(channel_)) {
+      stub_(pb::Coordinator::NewStub(channel_)),
+      stream_channel_(transport::create_channel(options_.target, options_.tls, "streams")),
+      stream_stub_(pb::Coordinator::NewStub(stream_channel_)) {
   if (options_.session.empty()) options_.session = process_session();
 }
 
@@ -181,7 +183,7 @@ Status GrpcCoordinatorCalls::pull_params(const pb::PullParamsRequest& req,
   grpc::ClientContext ctx;
   prepare(ctx, options_.stream_timeout);
   const auto started = std::chrono::steady_clock::now();
-  auto reader = stub_->PullParams(&ctx, req);
+  auto reader = stream_stub_->PullParams(&ctx, req);
   transport::ChunkAssembler assembler(options_.max_param_bytes, std::move(*payload));
   pb::TensorChunk chunk;
   Status st;
@@ -230,7 +232,7 @@ Status GrpcCoordinatorCalls::push_update(const pb::TensorHeader& header,
   grpc::ClientContext ctx;
   prepare(ctx, options_.stream_timeout);
   const auto started = std::chrono::steady_clock::now();
-  auto writer = stub_->PushUpdate(&ctx, resp);
+  auto writer = stream_stub_->PushUpdate(&ctx, resp);
   // A failed Write means the server already answered (e.g. rejected the header): stop sending
   // and read its status from Finish().
   Status st = transport::for_each_chunk(header, payload, [&](const pb::TensorChunk& c) -> Status {

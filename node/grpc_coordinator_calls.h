@@ -87,6 +87,12 @@ class GrpcCoordinatorCalls final : public CoordinatorCalls {
   TransferTotals transfers_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<atoll_pb::v1::Coordinator::Stub> stub_;
+  // PullParams and PushUpdate on a connection of their own: on a slow link a heartbeat sent on
+  // the same connection waited behind θ in the socket buffer longer than the loss window, the
+  // node was marked lost mid-transfer and the round redone, for ever (0 rounds in 600 s at
+  // 100 kbit/s). Apart, the link's queue interleaves them.
+  std::shared_ptr<grpc::Channel> stream_channel_;
+  std::unique_ptr<atoll_pb::v1::Coordinator::Stub> stream_stub_;
   // The coordinator's bulk lane, when its JoinResponse offered one (TLS only); pulls and pushes
   // go there. Dropped, with one line on stderr, the first time it cannot be reached at all:
   // they stay on gRPC from then on.

@@ -84,8 +84,15 @@ Status check_can_listen(const std::string& listen, const std::string& flag) {
   }
 }
 
-std::shared_ptr<grpc::Channel> create_channel(const std::string& target, const ClientTls& tls) {
+std::shared_ptr<grpc::Channel> create_channel(const std::string& target, const ClientTls& tls,
+                                              const std::string& connection) {
   grpc::ChannelArguments args;
+  if (!connection.empty()) {
+    // An argument of its own keys a subchannel of its own; the local pool keeps it from being
+    // shared with another channel's.
+    args.SetString("atoll.connection", connection);
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  }
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kReconnectInitialBackoffMs);

@@ -62,7 +62,11 @@ inline constexpr int kReconnectMaxBackoffMs = 1000;
 
 // A channel to `target` ("host:port") with the message bounds, the reconnect backoff above and,
 // when set, the TLS server name override. Does not connect yet (gRPC connects lazily).
-std::shared_ptr<grpc::Channel> create_channel(const std::string& target, const ClientTls& tls);
+// `connection`: channels with different names never share a connection (gRPC otherwise pools
+// one per target and credentials), e.g. a node's θ and update streams apart from its heartbeats,
+// which on a slow link would wait behind megabytes of θ in the same socket buffer.
+std::shared_ptr<grpc::Channel> create_channel(const std::string& target, const ClientTls& tls,
+                                              const std::string& connection = "");
 
 // The pause before retrying a call that found its server unreachable, for a channel that is
 // not connected: drives the channel's connection attempt (GetState(true), WaitForStateChange)
