@@ -108,6 +108,13 @@ Status GrpcCoordinatorCalls::join(const pb::JoinRequest& req, pb::JoinResponse* 
     return transport::explain_connect_failure(s, options_.target, options_.tls,
                                               "coordinator at " + options_.target);
   ATOLL_RETURN_IF_ERROR(from_grpc(s, "Join", options_.rpc_timeout));
+  // The streams' connection is opened now, while the node is admitted (a connection cap full of
+  // strangers' idle connections would otherwise refuse it at the first pull); a failure here is
+  // retried by the first stream.
+  (void)transport::wait_until_connected(
+      *stream_channel_,
+      std::chrono::system_clock::now() +
+          std::min<std::chrono::milliseconds>(options_.rpc_timeout, std::chrono::seconds(5)));
   // The bulk lane, on the host this node dials for gRPC (TLS only).
   std::shared_ptr<transport::BulkLaneClient> lane;
   std::string host, port;

@@ -849,3 +849,24 @@ TEST(RateLimiter, BurstThenRefillPerKeyWithABoundedTable) {
 
 }  // namespace
 }  // namespace atl::coordinator
+
+namespace atl::coordinator {
+namespace {
+
+// A node's θ and update streams travel on a connection of their own: on one shared connection a
+// heartbeat waited behind θ in the socket buffer, and at 100 kbit/s the node was marked lost
+// mid-download every round (0 rounds in 600 s). Counted at the server: the node's calls before
+// its first pull use one connection, its pull opens a second.
+TEST(HostileSite, ANodesStreamsUseAConnectionApartFromItsCalls) {
+  ExperimentConfig cfg = testing::small_config("apart", 1, 1);
+  TlsCoordinator t(cfg, 1);
+  ASSERT_TRUE(t.c);
+  ASSERT_TRUE(t.c->service->start().ok());
+  std::vector<Site> sites = train_round(t, {0});  // join, poll, pull θ
+  ASSERT_EQ(sites.size(), 1u);
+  EXPECT_FALSE(sites[0].theta.values.empty());
+  EXPECT_EQ(t.c->server->open_connections(), 2u);
+}
+
+}  // namespace
+}  // namespace atl::coordinator
