@@ -251,6 +251,23 @@ void watch_listeners(RunningCoordinator& rc) {
 
 }  // namespace
 
+namespace {
+
+// A port held by another process fails here, in one line naming it, before the store is created
+// or opened.
+Status check_ports(const CoordinatorLaunch& l) {
+  if (!l.listen.empty()) ATOLL_RETURN_IF_ERROR(transport::check_can_listen(l.listen, "--listen"));
+  if (!l.http_listen.empty() && !l.insecure)
+    ATOLL_RETURN_IF_ERROR(transport::check_can_listen(l.http_listen, "--http"));
+  if (!l.bulk_listen.empty() && !l.insecure)
+    ATOLL_RETURN_IF_ERROR(transport::check_can_listen(l.bulk_listen, "--bulk-listen"));
+  if (!l.metrics_listen.empty())
+    ATOLL_RETURN_IF_ERROR(transport::check_can_listen(l.metrics_listen, "--metrics"));
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const CoordinatorLaunch& l) {
   auto rc = std::make_unique<RunningCoordinator>();
   rc->store_dir = l.store_dir;
@@ -274,15 +291,7 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     auto c = algorithms::compress::Codec::create(config.train.codec);
     if (!c.ok()) return InvalidArgument("train.codec: " + c.status().message());
   }
-  // A port held by another process fails here, in one line naming it, before the store is
-  // created or opened.
-  if (!l.listen.empty()) ATOLL_RETURN_IF_ERROR(transport::check_can_listen(l.listen, "--listen"));
-  if (!l.http_listen.empty() && !l.insecure)
-    ATOLL_RETURN_IF_ERROR(transport::check_can_listen(l.http_listen, "--http"));
-  if (!l.bulk_listen.empty() && !l.insecure)
-    ATOLL_RETURN_IF_ERROR(transport::check_can_listen(l.bulk_listen, "--bulk-listen"));
-  if (!l.metrics_listen.empty())
-    ATOLL_RETURN_IF_ERROR(transport::check_can_listen(l.metrics_listen, "--metrics"));
+  ATOLL_RETURN_IF_ERROR(check_ports(l));
   std::error_code ec;
   std::filesystem::create_directories(l.store_dir, ec);
   if (ec) return IoError("cannot create store directory " + l.store_dir + ": " + ec.message());

@@ -113,7 +113,7 @@ TEST(CoordinatorStore, FullDiskPausesTheExperimentAndItResumesWhenSpaceIsFreed) 
 
   ASSERT_TRUE(wait_for_log(c.dir / "coordinator.log",
                            std::regex("store at [^ ]+ is full: .*; the experiment is paused and "
-                                      "resumes once \\d+ MiB are free there"),
+                                      "resumes once [0-9.]+ MiB are free there"),
                            60s, &text))
       << text;
   EXPECT_TRUE(c.coordinator.running()) << text;
