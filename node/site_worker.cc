@@ -80,13 +80,20 @@ double seconds_since(Clock::time_point t) {
 // throughput as this node saw it (TransferTotals; bench/transport reads this line). MB = 10^6
 // bytes. Nothing is logged by a transport without a wire (in memory).
 std::string transfer_line(const TransferTotals& t) {
-  auto rate = [](uint64_t bytes, double s) { return s > 0 ? bytes / s / 1e6 : 0.0; };
+  // Three decimals below 1 MB/s: a 100 kbit/s link's 0.011 MB/s read "0.0 MB/s".
+  auto rate = [](uint64_t bytes, double s) {
+    const double mb_per_s = s > 0 ? bytes / s / 1e6 : 0.0;
+    char text[32];
+    std::snprintf(text, sizeof(text), mb_per_s < 1 ? "%.3f" : "%.1f", mb_per_s);
+    return std::string(text);
+  };
   char line[224];
   std::snprintf(line, sizeof(line),
-                "pulled %" PRIu64 " bytes in %.3f s (%.1f MB/s), pushed %" PRIu64
-                " bytes in %.3f s (%.1f MB/s), answers %.3f s",
-                t.pull_bytes, t.pull_seconds, rate(t.pull_bytes, t.pull_seconds), t.push_bytes,
-                t.push_seconds, rate(t.push_bytes, t.push_seconds), t.push_answer_seconds);
+                "pulled %" PRIu64 " bytes in %.3f s (%s MB/s), pushed %" PRIu64
+                " bytes in %.3f s (%s MB/s), answers %.3f s",
+                t.pull_bytes, t.pull_seconds, rate(t.pull_bytes, t.pull_seconds).c_str(),
+                t.push_bytes, t.push_seconds, rate(t.push_bytes, t.push_seconds).c_str(),
+                t.push_answer_seconds);
   return line;
 }
 
