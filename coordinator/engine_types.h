@@ -16,6 +16,13 @@
 
 namespace atl::coordinator {
 
+// Milliseconds since the Unix epoch (system clock): the time stamps of records and snapshots.
+inline uint64_t unix_ms_now() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
 using Clock = std::chrono::steady_clock;
 
 // a + b and a · b, saturating at 2^64 − 1 instead of wrapping: token counts come from the

@@ -17,12 +17,6 @@ namespace json = boost::json;
 
 namespace {
 
-uint64_t unix_ms_now() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count());
-}
-
 // Averages whole buckets of `bucket` consecutive points (x and y alike).
 Series downsample(const Series& s, uint64_t bucket) {
   if (bucket <= 1) return s;

@@ -32,12 +32,6 @@ bool valid_metric_name(const std::string& name) {
   return true;
 }
 
-uint64_t unix_ms_now() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count());
-}
-
 }  // namespace
 
 Status check_node_name(const std::string& name) {
