@@ -406,6 +406,25 @@ std::optional<int> serve_ended_experiment(RunningCoordinator& rc, const Coordina
   return finished ? 0 : 1;
 }
 
+// Lets nodes collect their STOP task and Leave before the server goes away: while a node is
+// active and in contact (a call within 3 heartbeat intervals, at least 1 s: one still streaming
+// θ over a slow link heartbeats on its other connection until its stream ends, then is told), at
+// most 60 s; a node that died is not waited for. With a flat 5 s, a node mid-pull found the
+// server gone, retried until --give-up-after and exited 1.
+void wait_for_nodes_to_leave(const coordinator::CoordinatorService& ended, double heartbeat_s) {
+  const auto leave_deadline = coordinator::Clock::now() + std::chrono::seconds(60);
+  const uint64_t contact_ms = static_cast<uint64_t>(std::max(1000.0, 3000.0 * heartbeat_s));
+  auto anyone_in_contact = [&] {
+    const uint64_t now_ms = coordinator::unix_ms_now();
+    for (const auto& n : ended.nodes())
+      if (n.status == "active" && now_ms - std::min(now_ms, n.last_seen_unix_ms) <= contact_ms)
+        return true;
+    return false;
+  };
+  while (anyone_in_contact() && coordinator::Clock::now() < leave_deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
 }  // namespace
 
 int cmd_coordinator(const Args& args) {
@@ -524,23 +543,7 @@ int cmd_coordinator(const Args& args) {
     auto st = live->wait_until_finished(coordinator::Clock::now());
     if (st.ok() && live == rc.manager->live()) {
       while (auto e = events.pop(std::chrono::milliseconds(0))) handle(*e);
-      // Let nodes collect their STOP task and Leave before the server goes away: while a node is
-      // active and in contact (a call within 3 heartbeat intervals, at least 1 s: one still
-      // streaming θ over a slow link heartbeats on its other connection until its stream ends,
-      // then is told), at most 60 s; a node that died is not waited for. With a flat 5 s, a
-      // node mid-pull found the server gone, retried until --give-up-after and exited 1.
-      const auto leave_deadline = coordinator::Clock::now() + std::chrono::seconds(60);
-      const uint64_t contact_ms =
-          static_cast<uint64_t>(std::max(1000.0, 3000.0 * rc.config.diloco.heartbeat_interval_s));
-      auto anyone_in_contact = [&] {
-        const uint64_t now_ms = coordinator::unix_ms_now();
-        for (const auto& n : live->nodes())
-          if (n.status == "active" && now_ms - std::min(now_ms, n.last_seen_unix_ms) <= contact_ms)
-            return true;
-        return false;
-      };
-      while (anyone_in_contact() && coordinator::Clock::now() < leave_deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      wait_for_nodes_to_leave(*live, rc.config.diloco.heartbeat_interval_s);
       if (live != rc.manager->live()) continue;  // the dashboard started another experiment
       log.write(*st == coordinator::ExperimentState::kFinished ? LogLevel::kInfo : LogLevel::kError,
                 format_line("experiment %s: %s at round %" PRIu64 ", sha256 %s",
