@@ -407,13 +407,17 @@ std::optional<int> serve_ended_experiment(RunningCoordinator& rc, const Coordina
 }
 
 // Lets nodes collect their STOP task and Leave before the server goes away: while a node is
-// active and in contact (a call within 3 heartbeat intervals, at least 1 s: one still streaming
-// θ over a slow link heartbeats on its other connection until its stream ends, then is told), at
-// most 60 s; a node that died is not waited for. With a flat 5 s, a node mid-pull found the
-// server gone, retried until --give-up-after and exited 1.
-void wait_for_nodes_to_leave(const coordinator::CoordinatorService& ended, double heartbeat_s) {
+// active and in contact, at most 60 s. In contact: a call within max(5 s, 3 heartbeat intervals),
+// never more than the loss window — a node still streaming θ over a slow link heartbeats on its
+// other connection (a heartbeat there can take seconds behind the stream's packets) until its
+// stream ends, then is told; a node that died is waited for that long at most. With a flat 5 s,
+// a node mid-pull found the server gone, retried until --give-up-after and exited 1.
+void wait_for_nodes_to_leave(const coordinator::CoordinatorService& ended,
+                             const coordinator::DilocoSection& diloco) {
   const auto leave_deadline = coordinator::Clock::now() + std::chrono::seconds(60);
-  const uint64_t contact_ms = static_cast<uint64_t>(std::max(1000.0, 3000.0 * heartbeat_s));
+  const double loss_window_ms = 1000.0 * diloco.heartbeat_interval_s * diloco.lost_after_heartbeats;
+  const uint64_t contact_ms = static_cast<uint64_t>(
+      std::min(loss_window_ms, std::max(5000.0, 3000.0 * diloco.heartbeat_interval_s)));
   auto anyone_in_contact = [&] {
     const uint64_t now_ms = coordinator::unix_ms_now();
     for (const auto& n : ended.nodes())
@@ -543,7 +547,7 @@ int cmd_coordinator(const Args& args) {
     auto st = live->wait_until_finished(coordinator::Clock::now());
     if (st.ok() && live == rc.manager->live()) {
       while (auto e = events.pop(std::chrono::milliseconds(0))) handle(*e);
-      wait_for_nodes_to_leave(*live, rc.config.diloco.heartbeat_interval_s);
+      wait_for_nodes_to_leave(*live, rc.config.diloco);
       if (live != rc.manager->live()) continue;  // the dashboard started another experiment
       log.write(*st == coordinator::ExperimentState::kFinished ? LogLevel::kInfo : LogLevel::kError,
                 format_line("experiment %s: %s at round %" PRIu64 ", sha256 %s",
