@@ -188,14 +188,14 @@ StatusOr<int> fixed_window(const Flags& flags, const node::LoadedCheckpoint* res
 }
 
 // A new model's vocabulary: the tokenizer's ids, or a token file's (its largest id + 1), or
-// --vocab when given, which may be larger (a padded vocabulary, e.g. 50304 for GPT-2's 50257
-// ids) but not smaller.
+// --vocab when given (apply_model_flags read it into setup.model.vocab), which may be larger (a
+// padded vocabulary, e.g. 50304 for GPT-2's 50257 ids) but not smaller.
 Status fit_vocabulary(const Flags& flags, TrainSetup& setup) {
   const int32_t used = std::max({setup.site.tokenizer->vocab_size(), setup.site.train.vocab_size,
                                  setup.site.validation.vocab_size});
+  const int vocab = setup.model.vocab;
   setup.model.vocab = used;
   if (!flags.has("vocab")) return Status::Ok();
-  ATOLL_ASSIGN_OR_RETURN(const int64_t vocab, flags.get_int("vocab", used, 2, 1 << 20));
   if (vocab < used)
     return InvalidArgument(
         "--vocab " + std::to_string(vocab) + " is below the " + std::to_string(used) + " ids " +
@@ -203,7 +203,7 @@ Status fit_vocabulary(const Flags& flags, TrainSetup& setup) {
              ? std::string("the data and tokenizer use")
              : std::string("the data use (at least 256: the byte tokenizer labels token ids)")) +
         ": give at least " + std::to_string(used) + ", or drop --vocab");
-  setup.model.vocab = static_cast<int>(vocab);
+  setup.model.vocab = vocab;
   return Status::Ok();
 }
 

@@ -243,19 +243,19 @@ Status set_validation_data(SiteData& site, const DataSpec& val, const std::strin
   if (val.kind == DataSpec::Kind::kTokens) {
     auto ids = load_token_file(val.path);
     if (!ids.ok()) return InvalidArgument(what + ": " + ids.status().message());
-    // Ids are the tokenizer's; token ids without their tokenizer reach as far as they do (the
-    // model's vocabulary is checked against them later, check_fits_vocabulary).
+    // Ids are the tokenizer's (load_token_file refused negative ones). Token ids without their
+    // tokenizer reach as far as they do: the model's vocabulary is checked against them later
+    // (check_fits_vocabulary).
     int32_t ids_known = std::max(site.tokenizer->vocab_size(), site.train.vocab_size);
-    if (!site.train.bytes_countable)
-      for (int32_t id : *ids) ids_known = std::max(ids_known, id + 1);
-    for (int32_t id : *ids)
-      if (id < 0 || id >= ids_known)
+    for (int32_t id : *ids) {
+      if (!site.train.bytes_countable) {
+        ids_known = std::max(ids_known, id + 1);
+      } else if (id >= ids_known) {
         return InvalidArgument(what + " holds token id " + std::to_string(id) + ", outside the " +
-                               std::to_string(ids_known) + " ids of " +
-                               (site.train.bytes_countable
-                                    ? "tokenizer " + site.tokenizer->name()
-                                    : std::string("the model's vocabulary")) +
-                               ": give ids of the same tokenizer");
+                               std::to_string(ids_known) + " ids of tokenizer " +
+                               site.tokenizer->name() + ": give ids of the same tokenizer");
+      }
+    }
     auto tokens = algorithms::data::dataset_from_tokens(std::move(*ids), ids_known);
     if (!tokens.ok()) return InvalidArgument(what + ": " + tokens.status().message());
     site.validation = std::move(*tokens);

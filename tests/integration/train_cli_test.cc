@@ -479,15 +479,33 @@ TEST(TrainCli, TokenFilesGiveBitsPerByteOnlyWithTheirTokenizer) {
   std::vector<int32_t> ids = (*tokenizer)->encode(text);
   ASSERT_TRUE(std::any_of(ids.begin(), ids.end(), [](int32_t id) { return id >= 256; }));
   ASSERT_TRUE(node::write_token_file(dir / "ids.u16", ids).ok());
-  const std::vector<std::string> shape = {
-      "--dim",     "32", "--layers", "2",  "--heads", "2",
-      "--ffn",     "64", "--seq",    "32", "--batch", "4",
-      "--threads", "1",  "--steps",  "4",  "--data",  "tokens:" + (dir / "ids.u16")};
-  auto train = [&](std::vector<std::string> extra, const std::string& name) {
-    std::vector<std::string> a = {"train"};
-    a.insert(a.end(), shape.begin(), shape.end());
+  // `atoll train` of a small model on the token file `file` (in dir), log `name`.log.
+  auto train_on = [&](const std::string& file, std::vector<std::string> extra,
+                      const std::string& name) {
+    std::vector<std::string> a = {"train",
+                                  "--dim",
+                                  "32",
+                                  "--layers",
+                                  "2",
+                                  "--heads",
+                                  "2",
+                                  "--ffn",
+                                  "64",
+                                  "--seq",
+                                  "32",
+                                  "--batch",
+                                  "4",
+                                  "--threads",
+                                  "1",
+                                  "--steps",
+                                  "4",
+                                  "--data",
+                                  "tokens:" + (dir / file)};
     a.insert(a.end(), extra.begin(), extra.end());
     return run_atoll(a, dir / (name + ".log"));
+  };
+  auto train = [&](std::vector<std::string> extra, const std::string& name) {
+    return train_on("ids.u16", std::move(extra), name);
   };
 
   auto bare = train({"--out", dir / "bare"}, "bare");
@@ -559,11 +577,7 @@ TEST(TrainCli, TokenFilesGiveBitsPerByteOnlyWithTheirTokenizer) {
   // Ids given as bytes (--tokenizer bytes) count one byte each.
   std::vector<int32_t> bytes(text.begin(), text.end());
   ASSERT_TRUE(node::write_token_file(dir / "bytes.u16", bytes).ok());
-  std::vector<std::string> byte_args = {"train"};
-  byte_args.insert(byte_args.end(), shape.begin(), shape.end() - 1);
-  byte_args.insert(byte_args.end(),
-                   {"tokens:" + (dir / "bytes.u16"), "--tokenizer", "bytes", "--out", dir / "b"});
-  auto as_bytes = run_atoll(byte_args, dir / "bytes.log");
+  auto as_bytes = train_on("bytes.u16", {"--tokenizer", "bytes", "--out", dir / "b"}, "bytes");
   ASSERT_EQ(as_bytes.exit_code, 0) << as_bytes.output;
   EXPECT_NE(as_bytes.output.find("eval  step 4 | val bpb "), std::string::npos) << as_bytes.output;
   // Validation ids beyond the training file's (within the model's vocabulary) were refused as
@@ -573,11 +587,8 @@ TEST(TrainCli, TokenFilesGiveBitsPerByteOnlyWithTheirTokenizer) {
   for (size_t i = 0; i < wide.size(); ++i) wide[i] = static_cast<int32_t>(i % 300);
   ASSERT_TRUE(node::write_token_file(dir / "narrow.u16", narrow).ok());
   ASSERT_TRUE(node::write_token_file(dir / "wide.u16", wide).ok());
-  std::vector<std::string> wide_args = {"train"};
-  wide_args.insert(wide_args.end(), shape.begin(), shape.end() - 1);
-  wide_args.insert(wide_args.end(), {"tokens:" + (dir / "narrow.u16"), "--val-data",
-                                     "tokens:" + (dir / "wide.u16"), "--out", dir / "wide"});
-  auto wider = run_atoll(wide_args, dir / "wide.log");
+  auto wider = train_on(
+      "narrow.u16", {"--val-data", "tokens:" + (dir / "wide.u16"), "--out", dir / "wide"}, "wide");
   ASSERT_EQ(wider.exit_code, 0) << wider.output;
   EXPECT_NE(wider.output.find("val loss "), std::string::npos) << wider.output;
   auto wide_ck = node::load_checkpoint(dir / "wide/checkpoint.safetensors");
@@ -596,13 +607,18 @@ TEST(TrainCli, TokenFilesGiveBitsPerByteOnlyWithTheirTokenizer) {
                              "of 512 ids"),
             std::string::npos)
       << past.output;
+  auto past_val = run_atoll({"eval", "--checkpoint", dir / "padded/checkpoint.safetensors",
+                             "--val-data", "tokens:" + (dir / "beyond.u16")},
+                            dir / "past-val.log");
+  EXPECT_EQ(past_val.exit_code, 2) << past_val.output;
+  EXPECT_NE(past_val.output.find("the data holds token ids up to 600, outside the model's "
+                                 "vocabulary of 512 ids"),
+            std::string::npos)
+      << past_val.output;
   // A held-out part (the last 5%) shorter than one window aborted after training, with no
   // checkpoint written.
   ASSERT_TRUE(node::write_token_file(dir / "short.u16", std::span(ids).first(600)).ok());
-  std::vector<std::string> short_args = {"train"};
-  short_args.insert(short_args.end(), shape.begin(), shape.end() - 1);
-  short_args.insert(short_args.end(), {"tokens:" + (dir / "short.u16"), "--out", dir / "short"});
-  auto short_tail = run_atoll(short_args, dir / "short.log");
+  auto short_tail = train_on("short.u16", {"--out", dir / "short"}, "short");
   EXPECT_EQ(short_tail.exit_code, 2) << short_tail.output;
   EXPECT_NE(short_tail.output.find("(its last 5%) holds 30 validation tokens, fewer than one "
                                    "window of seq_len + 1 = 33"),
