@@ -490,6 +490,8 @@ int cmd_coordinator(const Args& args) {
                        rc.service->current_round(),
                        rc.service->params_fingerprint().substr(0, 16).c_str()));
   say(coordinator::protection_summary(l.config));
+  for (const std::string& line : coordinator::ignored_settings(l.config))
+    log.write(LogLevel::kWarn, line);
   // First start of a store: bootstrap one admin token (later ones: POST /api/tokens, or
   // `atoll token create` while no coordinator runs).
   if (Status st = announce_dashboard(rc, "bootstrap", /*always=*/false, say); !st.ok())

@@ -200,6 +200,8 @@ void print_sites(const DemoRun& run, double initial_bpb, uint64_t start_round) {
     std::printf("  %s: %s%s%s\n", d.site_names[i].c_str(), d.site_data[i].c_str(),
                 i >= honest ? ", Byzantine: " : "", i >= honest ? simulate::attack_name(d.attack) : "");
   std::printf("%s\n", coordinator::protection_summary(d.config).c_str());
+  for (const std::string& line : coordinator::ignored_settings(d.config))
+    std::printf("%s\n", line.c_str());
   if (start_round > 0 && !d.site_states)
     std::printf(
         "resuming the experiment in this store at round %" PRIu64

@@ -231,10 +231,12 @@ int cmd_node(const Args& args) {
   o.metrics = &metrics;
   o.log = [&log](const std::string& line) { log.info(line); };
   Status s = node::run_node(o);
-  // Refusals of this site's setup (its data, the experiment it cannot run) are fixed by
-  // starting it differently: exit code 2, like a bad flag. Anything else is 1.
-  const bool setup_refused =
-      s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kFailedPrecondition;
+  // Refusals of this site's setup (its data, the experiment it cannot run, a certificate verdict
+  // of either side's handshake: the wrong ca.crt, a revoked or foreign node certificate) are
+  // fixed by starting it differently: exit code 2, like a bad flag. Anything else is 1.
+  const bool setup_refused = s.code() == StatusCode::kInvalidArgument ||
+                             s.code() == StatusCode::kFailedPrecondition ||
+                             s.code() == StatusCode::kUnauthenticated;
   if (!s.ok()) return log.fail(s.message(), setup_refused ? 2 : 1);
   return 0;
 }

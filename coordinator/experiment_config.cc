@@ -1043,4 +1043,58 @@ algorithms::InnerOptimizer inner_optimizer(const ExperimentConfig& cfg) {
   return optimizer.ok() ? *optimizer : algorithms::InnerOptimizer::kAdamW;
 }
 
+std::vector<std::string> ignored_settings(const ExperimentConfig& cfg) {
+  std::vector<std::string> lines;
+  // "hydra.ffn_blocks and hydra.min_coverage are set" + why, when any key differs.
+  auto report = [&lines](const std::vector<std::string>& keys, const std::string& why) {
+    if (keys.empty()) return;
+    std::string line = "config: ";
+    for (size_t i = 0; i < keys.size(); ++i)
+      line += (i == 0 ? "" : i + 1 == keys.size() ? " and " : ", ") + keys[i];
+    lines.push_back(line + (keys.size() == 1 ? " is" : " are") + " set but ignored: " + why);
+  };
+  std::vector<std::string> keys;
+  auto differs = [&keys](bool set, const char* key) {
+    if (set) keys.push_back(key);
+  };
+  if (!cfg.is_hydra()) {
+    const HydraSection d, &h = cfg.hydra;
+    differs(h.reselect_every != d.reselect_every, "hydra.reselect_every");
+    differs(h.min_coverage != d.min_coverage, "hydra.min_coverage");
+    differs(h.ffn_blocks != d.ffn_blocks, "hydra.ffn_blocks");
+    differs(h.importance_batches != d.importance_batches, "hydra.importance_batches");
+    differs(h.min_train_share != d.min_train_share, "hydra.min_train_share");
+    differs(h.removal_penalty != d.removal_penalty, "hydra.removal_penalty");
+    differs(h.trained_layers != d.trained_layers, "hydra.trained_layers");
+    differs(h.forward_share_power != d.forward_share_power, "hydra.forward_share_power");
+    report(keys, "algorithm = \"" + cfg.algorithm +
+                     "\" (set algorithm = \"hydra\" to train subnetworks; docs/hydra.md)");
+  }
+  keys.clear();
+  if (cfg.model.moe_experts == 0) {
+    const ModelSection d, &m = cfg.model;
+    differs(m.moe_top_k != d.moe_top_k, "model.moe_top_k");
+    differs(m.moe_hidden != d.moe_hidden, "model.moe_hidden");
+    differs(m.moe_every != d.moe_every, "model.moe_every");
+    differs(m.moe_score != d.moe_score, "model.moe_score");
+    differs(m.moe_shared_hidden != d.moe_shared_hidden, "model.moe_shared_hidden");
+    differs(m.moe_aux_coef != d.moe_aux_coef, "model.moe_aux_coef");
+    differs(m.moe_z_coef != d.moe_z_coef, "model.moe_z_coef");
+    report(keys,
+           "model.moe_experts = 0 is a dense model (set it to the number of experts; "
+           "docs/moe.md)");
+  }
+  keys.clear();
+  if (!cfg.is_lora()) {
+    const LoraSection d, &l = cfg.lora;
+    differs(l.alpha != d.alpha, "lora.alpha");
+    differs(l.targets != d.targets, "lora.targets");
+    differs(l.base_dtype != d.base_dtype, "lora.base_dtype");
+    report(keys,
+           "lora.rank = 0 trains the whole model (set lora.rank to train adapters; "
+           "docs/federated-finetuning.md)");
+  }
+  return lines;
+}
+
 }  // namespace atl::coordinator

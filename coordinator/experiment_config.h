@@ -367,6 +367,12 @@ algorithms::TrainerConfig trainer_config(const ExperimentConfig& cfg, int64_t to
 // name is AdamW, as trainer_config has it).
 algorithms::InnerOptimizer inner_optimizer(const ExperimentConfig& cfg);
 
+// Keys set away from their default in a section the experiment does not use: [hydra] without
+// algorithm = "hydra", model.moe_* with moe_experts = 0, [lora] alpha/targets/base_dtype with
+// rank 0. One line each, for the start of a run ("" never): they are not errors (a stored
+// config may hold them and must restart), but a user who wrote them expected them to act.
+std::vector<std::string> ignored_settings(const ExperimentConfig& cfg);
+
 // The [robust] section as the algorithms' options (validated: parse errors cannot happen).
 algorithms::ScreenOptions screen_options(const ExperimentConfig& cfg);
 algorithms::AggregatorOptions aggregator_options(const ExperimentConfig& cfg);

@@ -141,6 +141,9 @@ StatusOr<SiteData> load_token_site(const DataSpec& spec, const TokenizerChoice& 
     if (!tokenizer_given) vocab = std::max(vocab, ids[i] + 1);
   }
   const size_t n_val = holdout == Holdout::kHeldOut ? ids.size() / 20 : 0;
+  site.train_source = spec.to_string();
+  site.validation_source = spec.to_string() + "'s held-out tail";
+  site.validation_offset = static_cast<int64_t>(ids.size() - n_val);
   std::vector<int32_t> train(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(n_val));
   std::vector<int32_t> val(ids.end() - static_cast<std::ptrdiff_t>(n_val), ids.end());
   ATOLL_ASSIGN_OR_RETURN(site.train,
@@ -160,6 +163,8 @@ StatusOr<SiteData> load_site_data(const DataSpec& spec, const TokenizerChoice& c
                                   const std::string& brown_dir, Holdout holdout) {
   if (spec.kind == DataSpec::Kind::kTokens) return load_token_site(spec, choice, holdout);
   SiteData site;
+  site.train_source = spec.to_string();
+  site.validation_source = spec.to_string() + "'s held-out documents";
   ATOLL_ASSIGN_OR_RETURN(auto docs, load_documents(spec, brown_dir));
   if (docs.empty()) return InvalidArgument("data " + spec.to_string() + " holds no documents");
   algorithms::data::DocumentSplit split;
@@ -194,6 +199,21 @@ StatusOr<SiteData> load_site_data(const DataSpec& spec, const TokenizerChoice& c
 Status check_fits_vocabulary(const SiteData& site, int32_t model_vocab) {
   const int32_t used = std::max(site.train.vocab_size, site.validation.vocab_size);
   if (used <= model_vocab) return Status::Ok();
+  auto outside = [&](const algorithms::data::TokenDataset& data, const std::string& source,
+                     int64_t offset) -> Status {
+    for (size_t i = 0; i < data.tokens.size(); ++i) {
+      const int32_t id = data.tokens[i] < 0 ? ~data.tokens[i] : data.tokens[i];  // masked_token
+      if (id >= model_vocab)
+        return InvalidArgument(
+            (source.empty() ? std::string("the data") : source) + " holds token id " +
+            std::to_string(id) + " at position " + std::to_string(offset + int64_t(i)) +
+            " (ids reach " + std::to_string(used - 1) + "), outside the model's vocabulary of " +
+            std::to_string(model_vocab) + " ids: give data of the model's tokenizer");
+    }
+    return Status::Ok();
+  };
+  ATOLL_RETURN_IF_ERROR(outside(site.train, site.train_source, 0));
+  ATOLL_RETURN_IF_ERROR(outside(site.validation, site.validation_source, site.validation_offset));
   return InvalidArgument("the data holds token ids up to " + std::to_string(used - 1) +
                          ", outside the model's vocabulary of " + std::to_string(model_vocab) +
                          " ids: give data of the model's tokenizer");
@@ -259,6 +279,8 @@ Status set_validation_data(SiteData& site, const DataSpec& val, const std::strin
     auto tokens = algorithms::data::dataset_from_tokens(std::move(*ids), ids_known);
     if (!tokens.ok()) return InvalidArgument(what + ": " + tokens.status().message());
     site.validation = std::move(*tokens);
+    site.validation_source = val.to_string();
+    site.validation_offset = 0;
     // The ids are the site's tokenizer's: their bytes count when the training data's do.
     site.validation.bytes_countable = site.train.bytes_countable;
     site.validation_documents = 0;
@@ -268,6 +290,8 @@ Status set_validation_data(SiteData& site, const DataSpec& val, const std::strin
     if (docs->empty()) return InvalidArgument(what + " holds no documents: add documents");
     site.validation = algorithms::data::build_dataset(*docs, *site.tokenizer);
     site.validation_documents = static_cast<int64_t>(docs->size());
+    site.validation_source = val.to_string();
+    site.validation_offset = 0;
   }
   if (site.validation.size() < 2)
     return InvalidArgument(what + " holds " + std::to_string(site.validation.size()) +

@@ -32,6 +32,11 @@ struct SiteData {
   std::string tokenizer_blob;
   algorithms::data::TokenDataset train, validation;
   int64_t train_documents = 0, validation_documents = 0;
+  // Where the tokens came from, for messages: the data specs ("tokens:ids.u16", "brown:a"), and
+  // the position of validation's first token in its source (a token file's held-out tail
+  // starts after the training tokens).
+  std::string train_source, validation_source;
+  int64_t validation_offset = 0;
 };
 
 // Which of a data spec's documents are kept out of training.
@@ -57,7 +62,8 @@ Status set_validation_data(SiteData& site, const DataSpec& val, const std::strin
 
 // InvalidArgument when the site's tokens (training or validation) use ids beyond a model's
 // vocabulary of `model_vocab` ids (token ids without their tokenizer reach as far as their
-// largest id; a model's forward pass would stop on them).
+// largest id; a model's forward pass would stop on them). The line names the first such id, its
+// source and its position there.
 Status check_fits_vocabulary(const SiteData& site, int32_t model_vocab);
 
 // What a site trains on and validates with (`atoll node --data/--val-split/--val-data`).

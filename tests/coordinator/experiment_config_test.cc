@@ -568,5 +568,34 @@ TEST(ExperimentConfigLora, BaseModelFieldsReplaceTheModelSection) {
   EXPECT_TRUE(algorithms::model_differences(model_config(*again), m).empty());
 }
 
+// Keys of a section the experiment does not use are accepted (a stored config must restart) and
+// named at the start of a run, each group with the key that would make them act.
+TEST(ExperimentConfig, SettingsOfAnUnusedFeatureAreNamedAsIgnored) {
+  auto plain = parse_experiment_config("");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(ignored_settings(*plain).empty());
+  EXPECT_TRUE(ignored_settings(*parse_experiment_config(to_toml(*plain))).empty())
+      << "the canonical text's default sections are not settings";
+  auto c = parse_experiment_config(
+      "[model]\nmoe_top_k = 1\n[hydra]\nffn_blocks = 2\nmin_coverage = 2\n"
+      "trained_layers = \"per_site\"\n[lora]\nbase_dtype = \"bf16\"\n");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const std::vector<std::string> lines = ignored_settings(*c);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0],
+            "config: hydra.min_coverage, hydra.ffn_blocks and hydra.trained_layers are set but "
+            "ignored: algorithm = \"diloco\" (set algorithm = \"hydra\" to train subnetworks; "
+            "docs/hydra.md)");
+  EXPECT_EQ(lines[1].rfind("config: model.moe_top_k is set but ignored: model.moe_experts = 0", 0),
+            0u)
+      << lines[1];
+  EXPECT_EQ(lines[2].rfind("config: lora.base_dtype is set but ignored: lora.rank = 0", 0), 0u)
+      << lines[2];
+  // The same keys where the feature is on are settings, not notes.
+  auto hydra = parse_experiment_config("algorithm = \"hydra\"\n[hydra]\nffn_blocks = 2\n");
+  ASSERT_TRUE(hydra.ok()) << hydra.status().to_string();
+  EXPECT_TRUE(ignored_settings(*hydra).empty());
+}
+
 }  // namespace
 }  // namespace atl::coordinator

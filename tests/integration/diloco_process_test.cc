@@ -94,6 +94,20 @@ TEST(DilocoProcesses, ForeignCaAndPlaintextNodesAreRefused) {
   std::string ptext = read_text(c.dir / "plain.log");
   EXPECT_NE(ptext.find("requires TLS"), std::string::npos) << ptext;
 
+  // A node of this experiment asking for a name the coordinator's certificate does not hold:
+  // both sides say which name and how to fix it, and the node exits 2 (its setup).
+  argv = {ATOLL_BINARY,      "node",    "--coordinator", c.address,
+          "--tls",           c.tls,     "--name",        "node-1",
+          "--data",          "brown:a", "--server-name", "not-the-coordinator",
+          "--give-up-after", "5"};
+  auto misnamed = node::Subprocess::spawn(argv, c.dir / "misnamed.log");
+  ASSERT_TRUE(misnamed.ok());
+  auto mc = misnamed->wait_for(30s);
+  ASSERT_TRUE(mc.has_value());
+  std::string mtext = read_text(c.dir / "misnamed.log");
+  EXPECT_EQ(*mc, 2) << mtext;
+  EXPECT_NE(mtext.find("not valid for the name 'not-the-coordinator'"), std::string::npos) << mtext;
+
   // The coordinator's side: one clear line per refused connection, naming the reason. The
   // intruder's certificate is refused, or, when its node rejects the coordinator's certificate
   // first, the coordinator sees it hang up (timing decides which).
@@ -109,6 +123,13 @@ TEST(DilocoProcesses, ForeignCaAndPlaintextNodesAreRefused) {
   EXPECT_TRUE(wait_for_log(c.dir / "coordinator.log",
                            std::regex("refused a connection: a plaintext client"), 10s, &clog))
       << clog;
+  EXPECT_TRUE(wait_for_log(c.dir / "coordinator.log",
+                           std::regex("a client asked for this coordinator by the name "
+                                      "'not-the-coordinator', which its certificate does not "
+                                      "hold.*--san not-the-coordinator"),
+                           10s, &clog))
+      << clog;
+  EXPECT_EQ(clog.find("No match found"), std::string::npos) << clog;
   EXPECT_EQ(clog.find("Handshake failed"), std::string::npos) << clog;
   EXPECT_EQ(clog.find("Handshaking failed"), std::string::npos) << clog;
 

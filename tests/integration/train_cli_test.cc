@@ -603,16 +603,30 @@ TEST(TrainCli, TokenFilesGiveBitsPerByteOnlyWithTheirTokenizer) {
                          "tokens:" + (dir / "beyond.u16")},
                         dir / "past.log");
   EXPECT_EQ(past.exit_code, 2) << past.output;
-  EXPECT_NE(past.output.find("the data holds token ids up to 600, outside the model's vocabulary "
-                             "of 512 ids"),
+  EXPECT_NE(past.output.find("tokens:" + (dir / "beyond.u16") +
+                             " holds token id 600 at position 100 (ids reach 600), outside the "
+                             "model's vocabulary of 512 ids"),
             std::string::npos)
       << past.output;
+  // In the held-out tail (the last 5%: positions 1900-1999), the position is the file's.
+  std::vector<int32_t> beyond_tail(2000, 7);
+  beyond_tail[1950] = 513;
+  ASSERT_TRUE(node::write_token_file(dir / "beyond-tail.u16", beyond_tail).ok());
+  auto past_tail = run_atoll({"eval", "--checkpoint", dir / "padded/checkpoint.safetensors",
+                              "--data", "tokens:" + (dir / "beyond-tail.u16")},
+                             dir / "past-tail.log");
+  EXPECT_EQ(past_tail.exit_code, 2) << past_tail.output;
+  EXPECT_NE(past_tail.output.find("tokens:" + (dir / "beyond-tail.u16") +
+                                  "'s held-out tail holds token id 513 at position 1950"),
+            std::string::npos)
+      << past_tail.output;
   auto past_val = run_atoll({"eval", "--checkpoint", dir / "padded/checkpoint.safetensors",
                              "--val-data", "tokens:" + (dir / "beyond.u16")},
                             dir / "past-val.log");
   EXPECT_EQ(past_val.exit_code, 2) << past_val.output;
-  EXPECT_NE(past_val.output.find("the data holds token ids up to 600, outside the model's "
-                                 "vocabulary of 512 ids"),
+  EXPECT_NE(past_val.output.find("tokens:" + (dir / "beyond.u16") +
+                                 " holds token id 600 at position 100 (ids reach 600), outside "
+                                 "the model's vocabulary of 512 ids"),
             std::string::npos)
       << past_val.output;
   // A held-out part (the last 5%) shorter than one window aborted after training, with no

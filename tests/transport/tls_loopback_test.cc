@@ -522,6 +522,18 @@ TEST(HandshakeRefusal, ClassifiesGrpcHandshakeMessages) {
   ASSERT_TRUE(hung.has_value());
   EXPECT_EQ(hung->rfind("refused a connection from 127.0.0.1:53426: the client hung up", 0), 0u)
       << *hung;
+  // A node's --server-name that the certificate does not hold: gRPC's raw line becomes the fix.
+  auto name = explain_handshake_failure("No match found for server name: coord.example.org.");
+  ASSERT_TRUE(name.has_value());
+  EXPECT_EQ(name->rfind("a client asked for this coordinator by the name 'coord.example.org', ", 0),
+            0u)
+      << *name;
+  EXPECT_NE(name->find("--san coord.example.org"), std::string::npos) << *name;
+  auto control = explain_handshake_failure(
+      "No match found for server name: a\x01"
+      "b.");
+  ASSERT_TRUE(control.has_value());
+  EXPECT_NE(control->find("'a?b'"), std::string::npos) << *control;
   // gRPC's debug-level repeat of a TLS failure is not a second refusal.
   EXPECT_FALSE(explain_handshake_failure(
                    "Security handshake failed: UNKNOWN:Ssl handshake failed: SSL_ERROR_SSL: "

@@ -40,6 +40,19 @@ std::string peer_address(std::string_view m) {
   return std::string(a.substr(0, 100));
 }
 
+// The name a client asked for in its TLS SNI, out of gRPC's "No match found for server name:
+// coord.example.org." (the last '.' is gRPC's). It comes from the network: printable ASCII only,
+// at most 100 characters.
+std::string requested_server_name(std::string_view m) {
+  constexpr std::string_view kKey = "No match found for server name: ";
+  std::string_view n = m.substr(m.find(kKey) + kKey.size());
+  n = n.substr(0, n.find('\n'));
+  if (!n.empty() && n.back() == '.') n.remove_suffix(1);
+  std::string out;
+  for (char c : n.substr(0, 100)) out += std::isprint(static_cast<unsigned char>(c)) ? c : '?';
+  return out;
+}
+
 // gRPC repeats a handshake failure at debug level (security_handshaker.cc, chttp2_server.cc);
 // the line explain_handshake_failure made from the first one says it all.
 bool repeats_a_handshake_failure(std::string_view m) {
@@ -133,6 +146,17 @@ std::optional<std::string> explain_handshake_failure(std::string_view m) {
     if (has(m, "timed out") || has(m, "Deadline") || has(m, "deadline"))
       return from + "the client did not complete the TLS handshake in time";
     return std::nullopt;  // e.g. shutdown: not a refusal
+  }
+  // The client's SNI (a node's --server-name) is none of the server certificate's names: OpenSSL
+  // goes on with that certificate and the client refuses it after the handshake, without an
+  // alert, so this line of gRPC's (at error level) is all the coordinator sees of it.
+  if (has(m, "No match found for server name: ")) {
+    const std::string name = requested_server_name(m);
+    return "a client asked for this coordinator by the name '" + name +
+           "', which its certificate does not hold, and will refuse it: start the node with "
+           "--server-name set to a name of the certificate (`atoll ca show --cert` lists them), "
+           "or issue the server a certificate with --san " +
+           name;
   }
   // gRPC's TSI layer logs exactly one of these per failed handshake (ssl_transport_security.cc).
   if (!has(m, "Handshake failed with fatal error")) return std::nullopt;
