@@ -406,6 +406,22 @@ std::optional<int> serve_ended_experiment(RunningCoordinator& rc, const Coordina
   return finished ? 0 : 1;
 }
 
+// The experiment the dashboard made live, left running when this coordinator stopped ("" when
+// none). One experiment runs at a time (ExperimentManager::start refuses another while the live
+// one runs), so a running one other than the config's, while the config's is not running, was
+// the live one; serving the config's instead stranded it ("running", served by nobody, its nodes
+// sent away).
+std::string left_running_from_dashboard(RunningCoordinator& rc) {
+  if (rc.service->state() == coordinator::ExperimentState::kRunning) return "";
+  auto all = rc.manager->list();
+  if (!all.ok()) return "";
+  for (const coordinator::ExperimentSummary& s : *all)
+    if (s.record.state == coordinator::ExperimentState::kRunning &&
+        s.record.id != rc.service->experiment_id())
+      return s.record.id;
+  return "";
+}
+
 // Lets nodes collect their STOP task and Leave before the server goes away: while a node is
 // active and in contact, at most 60 s. In contact: a call within max(5 s, 3 heartbeat intervals),
 // never more than the loss window — a node still streaming θ over a slow link heartbeats on its
@@ -520,8 +536,17 @@ int cmd_coordinator(const Args& args) {
                             },
                             /*answers_nodes=*/rc.server != nullptr);
   };
-  if (const auto state = rc.service->state(); state == coordinator::ExperimentState::kFinished ||
-                                              state == coordinator::ExperimentState::kFailed) {
+  if (const std::string resumed = left_running_from_dashboard(rc); !resumed.empty()) {
+    log.info(
+        format_line("experiment %s, started from the dashboard, was running when this "
+                    "coordinator stopped: serving it again (the --config experiment %s "
+                    "stays %s)",
+                    resumed.c_str(), rc.service->experiment_id().c_str(),
+                    coordinator::experiment_state_name(rc.service->state())));
+    if (Status s = rc.manager->start(resumed); !s.ok()) return log.fail(s.message());
+  } else if (const auto state = rc.service->state();
+             state == coordinator::ExperimentState::kFinished ||
+             state == coordinator::ExperimentState::kFailed) {
     const auto ended = rc.manager->live();
     if (auto code =
             serve_ended_experiment(rc, *setup, log, state, [&] { return serve_after(ended); }))

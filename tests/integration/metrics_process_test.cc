@@ -548,15 +548,29 @@ TEST(MetricsProcesses, DashboardStartedExperimentsAreLoggedAndEvaluatedAndAFinis
   ASSERT_EQ(https_request(ca, dash2, bhttp::verb::post, "/api/experiments/third/start", admin_token)
                 .status,
             200u);
-  address = address2;
+  // The coordinator stops while "third" runs; the same command again serves "third", not the
+  // finished "first" of --config (which left "third" running, served by nobody).
+  again->signal(SIGTERM);
+  EXPECT_EQ(again->wait_for(30s), std::optional<int>(0));
+  auto third_run =
+      node::Subprocess::spawn(coordinator_argv(dir / "third-run.safetensors"), dir / "c3.log");
+  ASSERT_TRUE(third_run.ok()) << third_run.status().to_string();
+  address = find("c3.log", "on (127\\.0\\.0\\.1:\\d+)");
+  ASSERT_FALSE(find("c3.log",
+                    "(experiment third, started from the dashboard, was running when "
+                    "this coordinator stopped: serving it again \\(the --config "
+                    "experiment first stays finished\\))")
+                   .empty())
+      << clog;
   auto third_node = start_node("n3.log");
-  ASSERT_TRUE(wait_for_log(dir / "c2.log", std::regex("experiment third: finished at round 1"),
+  ASSERT_TRUE(wait_for_log(dir / "c3.log", std::regex("experiment third: finished at round 1"),
                            120s, &clog))
       << clog;
   EXPECT_TRUE(std::regex_search(clog, std::regex("round 0 committed .* val bpb [0-9.]+"))) << clog;
+  EXPECT_EQ(clog.find("nothing is left to train"), std::string::npos) << clog;
   EXPECT_EQ(third_node.wait_for(30s), std::optional<int>(0));
-  again->signal(SIGTERM);
-  EXPECT_EQ(again->wait_for(30s), std::optional<int>(0));
+  third_run->signal(SIGTERM);
+  EXPECT_EQ(third_run->wait_for(30s), std::optional<int>(0));
 }
 
 TEST(MetricsProcesses, NodeWithAnotherCaPrintsOnlyJsonLines) {
