@@ -16,8 +16,9 @@ constexpr const char* kBytesHelp =
     "Payload bytes between this node and the coordinator: up = updates pushed, down = "
     "parameters pulled.";
 constexpr const char* kWireHelp =
-    "Wall seconds of the pulls (down) and pushes (up) on the wire, from the call to the last "
-    "chunk or the coordinator's answer.";
+    "Wall seconds of the pulls (down) and pushes (up) on the wire: a pull from the call to its "
+    "last chunk, a push from the call to the coordinator's answer less its work after the "
+    "payload.";
 
 }  // namespace
 
