@@ -30,6 +30,22 @@ StatusOr<int64_t> meta_int(const std::map<std::string, std::string>& md, const s
   return static_cast<int64_t>(v);
 }
 
+// A seed: any uint64 (a site's derived seed is often >= 2^63, which meta_int refused).
+StatusOr<uint64_t> meta_uint64(const std::map<std::string, std::string>& md, const std::string& key,
+                               const std::string& what) {
+  auto it = md.find(key);
+  if (it == md.end()) return InvalidArgument(what + ": metadata key " + key + " is missing");
+  errno = 0;
+  char* end = nullptr;
+  const std::string& text = it->second;
+  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  // strtoull reads "-1" as 2^64 - 1: only digits are a uint64.
+  if (errno || text.empty() || text[0] < '0' || text[0] > '9' || *end != '\0')
+    return InvalidArgument(what + ": metadata " + key + " = '" + text +
+                           "' is not an unsigned 64-bit integer");
+  return static_cast<uint64_t>(v);
+}
+
 StatusOr<double> meta_double(const std::map<std::string, std::string>& md, const std::string& key,
                              const std::string& what) {
   auto it = md.find(key);
@@ -250,8 +266,7 @@ StatusOr<LoadedCheckpoint> decode_checkpoint(const std::string& bytes, const std
   if (Status s = algorithms::validate(m); !s.ok())
     return InvalidArgument(what + ": " + s.message());
   ATOLL_ASSIGN_OR_RETURN(ck.meta.step, meta_int(md, "atoll.step", what));
-  ATOLL_ASSIGN_OR_RETURN(int64_t seed, meta_int(md, "atoll.seed", what));
-  ck.meta.seed = static_cast<uint64_t>(seed);
+  ATOLL_ASSIGN_OR_RETURN(ck.meta.seed, meta_uint64(md, "atoll.seed", what));
   ATOLL_ASSIGN_OR_RETURN(ck.meta.round, meta_int(md, "atoll.round", what));
   if (md.count("atoll.window")) {
     ATOLL_ASSIGN_OR_RETURN(int64_t window, meta_int(md, "atoll.window", what));

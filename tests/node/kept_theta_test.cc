@@ -74,7 +74,7 @@ TEST(KeptTheta, TheCheckpointReadsBackBitForBitAndOnlyForItsNode) {
   KeptTheta kept{{Kind::kPersonal, 4}, std::nextafter(2.75, 3.0), theta.vec()};
   CheckpointMeta meta;
   meta.model = model;
-  meta.seed = 11;
+  meta.seed = 15513247042215618562u;  // a site's derived seed, >= 2^63 (read as signed: refused)
   meta.experiment = "exp-1";
 
   auto none = load_kept_theta(path, "exp-1", "node-1", theta.numel());
@@ -93,6 +93,7 @@ TEST(KeptTheta, TheCheckpointReadsBackBitForBitAndOnlyForItsNode) {
   ASSERT_TRUE(ck.ok()) << ck.status().to_string();
   EXPECT_EQ(ck->params.vec(), theta.vec());
   EXPECT_EQ(ck->meta.round, 4);
+  EXPECT_EQ(ck->meta.seed, 15513247042215618562u);
 
   auto other_node = load_kept_theta(path, "exp-1", "node-2", theta.numel());
   ASSERT_FALSE(other_node.ok());
