@@ -57,6 +57,11 @@ std::optional<std::string> event_line(const coordinator::Event& e, double val_bp
     }
     case K::kStore:  // the line says it all ("store at DIR is full: ...; the experiment ...")
       return e.message;
+    case K::kStateChanged:
+      // The dashboard can start another experiment than --config's on this coordinator: the
+      // line names whose state changed.
+      return "state: " + e.message +
+             (e.experiment_id.empty() ? "" : " (experiment " + e.experiment_id + ")");
     default:
       return std::string(coordinator::event_kind_name(e.kind)) + (e.node_id.empty() ? "" : " ") +
              e.node_id + (e.message.empty() ? "" : ": ") + e.message;

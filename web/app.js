@@ -24,6 +24,8 @@ const state = {
   role: null, view: null, stream: null, refreshTimer: null, pollTimer: null, tickTimer: null,
   selected: new Set(), compare: [], xAxis: 'round', online: true, lastOk: 0, groups: {},
   listData: null, listSort: { key: null, dir: 1 },
+  createdId: null,    // the experiment just created, confirmed once on the list
+  customModel: null,  // a clone's model sizes that match no preset (the form's "custom")
   experiment: null, tab: 'overview', x: null, logs: [], logKeys: new Set(), charts: {},
   logView: { rebuild: true, filter: null, shown: 0, pending: false },  // what #log-lines shows
 };
@@ -100,13 +102,15 @@ function setOnline(ok) {
   if (ok === state.online) return;
   state.online = ok;
   const banner = $('#conn-banner');
-  if (ok) { show(banner, false); return; }
-  banner.textContent = `Cannot reach the coordinator at ${location.host}: it has stopped or the network is down. ` +
-    `Retrying every 2 s; the page shows what it had at ${fmtTime(state.lastOk || Date.now())}.`;
-  show(banner, true);
-  const ind = $('#live-indicator');
-  ind.className = 'live down';
-  ind.textContent = 'offline';
+  if (!ok) {
+    banner.textContent = `Cannot reach the coordinator at ${location.host}: it has stopped or the network is down. ` +
+      `Retrying every 2 s; the page shows what it had at ${fmtTime(state.lastOk || Date.now())}.`;
+    const ind = $('#live-indicator');
+    ind.className = 'live down';
+    ind.textContent = 'offline';
+  }
+  show(banner, !ok);
+  if (state.view === 'experiment') renderStats();  // its live figures follow the connection (liveData)
 }
 
 // ---- live events (server-sent events over fetch) ---------------------------------------------
@@ -265,15 +269,24 @@ function showLogin() {
 async function showList() {
   state.view = 'list';
   show($('#view-list'), true);
+  // The confirmation of a Create, shown once, on the list it leads to.
+  const created = state.createdId;
+  state.createdId = null;
+  $('#list-created').replaceChildren(...(created ? ['Created experiment ', el('a', { href: `#/e/${created}` }, created), '.'] : []));
+  show($('#list-created'), !!created);
   setTitle('Experiments');
   await renderList();
   // Every change (rounds, nodes, states, new experiments) is an event: no polling.
   startStream('api/events', () => scheduleRefresh(renderList), renderList);
 }
+// A refused action's error stays until the user's next action or a successful one: on the
+// experiment page it has its own line, which the page's refreshes (the one after the action
+// included) leave alone.
 async function act(id, action) {
   if ((action === 'stop' || action === 'delete') &&
       !confirm(`${action === 'stop' ? 'Stop' : 'Delete'} experiment ${id}? This cannot be undone.`)) return;
-  const target = state.view === 'experiment' ? $('#x-error') : $('#list-error');
+  const target = state.view === 'experiment' ? $('#x-action-error') : $('#list-error');
+  showError(target, '');
   try {
     if (action === 'delete') await api(`api/experiments/${id}`, { method: 'DELETE' });
     else await api(`api/experiments/${id}/${action}`, { method: 'POST' });
@@ -344,7 +357,7 @@ function renderListRows() {
     el('td', { class: 'mono' }, x.config.train.codec),
     el('td', { class: 'num' }, x.live ? `${x.active_nodes} active` : `${x.config.diloco.min_nodes}`),
     el('td', {}, new Date(x.created_unix_ms).toLocaleString()),
-    el('td', { class: 'admin-only' }, ...actionsFor(x).map(a =>
+    el('td', { class: 'admin-only actions' }, ...actionsFor(x).map(a =>
       el('button', { class: `small ${a === 'stop' || a === 'delete' ? 'danger' : ''}`, onclick: () => act(x.id, a) }, a))),
   )));
   show($('#list-empty'), all.length === 0);
@@ -383,6 +396,8 @@ async function showCreate(from) {
   showError($('#create-error'), state.role !== 'admin' ? 'Creating experiments needs an admin token.' : '');
   $('#f-toml').value = '';
   $('#toml-editor').open = false;
+  setCustomModel(null);
+  syncTomlMode();
   if (from) {
     let x;
     try { x = await api(`api/experiments/${from}`); } catch (e) {
@@ -397,25 +412,52 @@ async function showCreate(from) {
     const seed = x.config_toml.match(/^seed = (\d+)$/m);
     if (seed) $('#f-seed').value = seed[1];
     $('#f-toml').value = x.config_toml.replace(/^name = .*$/m, `name = ${JSON.stringify(name)}`);
+    syncTomlMode();
     $('#toml-editor').open = true;
     $('#f-toml').focus();
     return;
   }
   $('#f-name').focus();
 }
-// The form's fields from a config (a clone's): what the TOML editor holds, field by field.
+// The form's fields from a config (a clone's): what the TOML editor holds, field by field. A
+// model that is not one of the presets in every field is "custom", with its own sizes.
 function fillForm(c, name) {
-  const preset = Object.entries(MODEL_PRESETS).find(([, p]) => p.dim === c.model.dim && p.layers === c.model.layers);
+  const preset = Object.entries(MODEL_PRESETS).find(([, p]) => Object.entries(p).every(([k, v]) => c.model[k] === v));
+  if (!preset) setCustomModel(Object.fromEntries(Object.keys(MODEL_PRESETS.small).map(k => [k, c.model[k]])));
   const values = {
     name, seed: c.seed, algorithm: c.algorithm, nodes: c.diloco.min_nodes, rounds: c.diloco.rounds,
     inner_steps: c.diloco.inner_steps, lr: c.train.lr, outer_lr: c.diloco.outer_lr,
     outer_momentum: c.diloco.outer_momentum, codec: c.train.codec, pull_codec: c.diloco.pull_codec,
-    split: c.data.split, model: preset ? preset[0] : null,
+    split: c.data.split, model: preset ? preset[0] : 'custom',
   };
   for (const [k, v] of Object.entries(values)) {
     const input = $('#create-form').querySelector(`[name="${k}"]`);
     if (input && v != null) input.value = String(v);
   }
+}
+// The model select's "custom" option: a clone's model sizes that match no preset (null: none).
+function setCustomModel(model) {
+  state.customModel = model;
+  const select = $('#f-model');
+  const old = select.querySelector('option[value="custom"]');
+  if (old) old.remove();
+  if (!model) return;
+  select.append(el('option', { value: 'custom' }, 'custom (the clone\'s sizes)'));
+}
+// Every size the chosen model sends, under the select (the options name the presets only, so
+// that they fit a phone's width).
+function showModelSizes() {
+  const choice = $('#f-model').value;
+  const m = choice === 'custom' ? state.customModel : MODEL_PRESETS[choice];
+  $('#f-model-sizes').textContent = m ? `dim ${m.dim} · ${m.layers} layers · ${m.heads} heads · ffn ${m.ffn_hidden} · seq ${m.seq_len}` : '';
+}
+// A TOML text is sent instead of the fields (submitCreate): while the editor holds one, the
+// fields are disabled and a note says so, so that what Create sends is what the page shows.
+function syncTomlMode() {
+  showModelSizes();
+  const fromToml = $('#f-toml').value.trim() !== '';
+  for (const input of $('#create-form').querySelectorAll('input, select')) input.disabled = fromToml;
+  show($('#f-toml-active'), fromToml);
 }
 const FIELD_OF_KEY = [
   [/^name$/, 'name'], [/^seed$/, 'seed'], [/^algorithm$/, 'algorithm'], [/^model\./, 'model'],
@@ -470,12 +512,12 @@ async function submitCreate(ev) {
   const form = ev.target;
   clearFormErrors(form);
   const f = Object.fromEntries(new FormData(form).entries());
-  const nodes = intOrRaw(f.nodes);
   const fromToml = f.config_toml.trim() !== '';
+  const nodes = fromToml ? null : intOrRaw(f.nodes);  // disabled fields are not in the form data
   const fields = fromToml ? null : {
     name: f.name.trim(),
     algorithm: f.algorithm,
-    model: MODEL_PRESETS[f.model],
+    model: f.model === 'custom' ? state.customModel : MODEL_PRESETS[f.model],
     train: { codec: f.codec.trim(), lr: numOrRaw(f.lr) },
     diloco: {
       rounds: intOrRaw(f.rounds), inner_steps: intOrRaw(f.inner_steps), min_nodes: nodes, max_nodes: nodes,
@@ -486,8 +528,9 @@ async function submitCreate(ev) {
   const bodyText = fromToml ? JSON.stringify({ config_toml: f.config_toml }) : createBodyText(fields, f.seed);
   $('#create-submit').disabled = true;
   try {
-    await api('api/experiments', { method: 'POST', bodyText });
+    const created = await api('api/experiments', { method: 'POST', bodyText });
     form.reset();
+    state.createdId = created.id;  // the list confirms it (showList)
     location.hash = '#/';
   } catch (e) {
     if (e.status !== 0) showCreateErrors(form, e, fromToml);
@@ -541,6 +584,7 @@ function resetExperiment(id) {
   show($('#x-actions'), false);
   show($('#x-body'), false);
   showError($('#x-error'), '');
+  showError($('#x-action-error'), '');
   $('#x-stats').replaceChildren();
   show($('#x-note'), false);
   show($('#x-waiting'), false);
@@ -688,17 +732,24 @@ function renderHeader(x) {
   $('#x-checkpoint').dataset.round = x.current_round;
 }
 function stat(k, v, key) { return el('div', { class: 'stat', dataset: { stat: key } }, el('div', { class: 'k' }, k), el('div', { class: 'v' }, v)); }
+// Live figures (a running clock, the ETA, active nodes) need live data: the experiment served
+// by this coordinator and the coordinator answering. Without it the page cannot know whether
+// the run goes on, so they are not extrapolated.
+const liveData = x => x.live && state.online;
 // Start: the first round's start (its commit time minus its duration). ETA as the terminal
 // computes it: the mean time per round so far times the rounds left, less the time since the
-// last commit.
+// last commit. Without live data, elapsed stops at the last answer of the coordinator (when it
+// stopped answering) or at the last commit (when no coordinator serves the experiment).
 function runTimes(x, rounds) {
   const start = state.x.startMs;
   const lastRec = rounds && rounds.rounds.length ? rounds.rounds[rounds.rounds.length - 1] : null;
   const lastCommit = lastRec ? lastRec.committed_unix_ms : null;
   const ended = x.state === 'finished' || x.state === 'failed';
   const t = { start, end: ended ? lastCommit : null, elapsed: null, eta: null };
-  if (start) t.elapsed = ((t.end || (x.state === 'running' ? Date.now() : lastCommit || Date.now())) - start) / 1000;
-  if (x.state === 'running' && start && lastCommit && x.current_round > 0) {
+  const running = x.state === 'running' && x.live;
+  const until = t.end || (running ? (state.online ? Date.now() : state.lastOk) : lastCommit) || Date.now();
+  if (start) t.elapsed = (until - start) / 1000;
+  if (x.state === 'running' && liveData(x) && start && lastCommit && x.current_round > 0) {
     const perRound = (lastCommit - start) / 1000 / x.current_round;
     t.eta = Math.max(0, perRound * (x.rounds - x.current_round) - (Date.now() - lastCommit) / 1000);
   }
@@ -718,7 +769,7 @@ function renderStats() {
     stat('Bytes moved', fmtBytes(sent), 'bytes'),
     stat('vs data-parallel', ddp > 0 && sent > 0 ? `${(ddp / sent).toFixed(1)}× less` : '–', 'ddp'),
     stat('Codec', x.config.train.codec, 'codec'),
-    stat('Active nodes', x.live ? `${x.active_nodes} / ${x.config.diloco.min_nodes}` : '–', 'nodes'),
+    stat('Active nodes', liveData(x) ? `${x.active_nodes} / ${x.config.diloco.min_nodes}` : '–', 'nodes'),
     stat('Started', t.start ? fmtTime(t.start) : 'not yet', 'started'),
     stat('Elapsed', fmtDuration(t.elapsed), 'elapsed'),
     t.end ? stat('Ended', fmtTime(t.end), 'ended') : stat('ETA', x.state === 'running' ? fmtDuration(t.eta) : '–', 'eta'),
@@ -1040,12 +1091,13 @@ function renderRounds(data) {
 async function downloadCheckpoint(ev) {
   ev.preventDefault();
   const id = ev.target.dataset.id;
+  showError($('#x-action-error'), '');
   try {
     const res = await fetch(`api/experiments/${id}/checkpoint`, { headers: authHeader() });
     if (!res.ok) throw new Error((await res.json()).error);
     saveBlob(await res.blob(), `${id}-round${ev.target.dataset.round}.safetensors`);
   } catch (e) {
-    showError($('#x-error'), `checkpoint: ${e.message}`);
+    showError($('#x-action-error'), `checkpoint: ${e.message}`);
   }
 }
 
@@ -1286,6 +1338,8 @@ $('#compare-button').addEventListener('click', () => {
   if (state.selected.size >= 2) location.hash = `#/compare/${[...state.selected].join(',')}`;
 });
 $('#create-form').addEventListener('submit', submitCreate);
+$('#f-toml').addEventListener('input', syncTomlMode);
+$('#f-model').addEventListener('change', showModelSizes);
 $('#list-filter').addEventListener('input', renderListRows);
 $('#list-state').addEventListener('change', renderListRows);
 for (const th of document.querySelectorAll('#experiments-table th[data-sort]'))

@@ -279,10 +279,17 @@ class LineChart {
   }
 
   fmtY(y) { return this.unit === 'bytes' ? fmtBytes(y) : this.unit === 'seconds' ? fmtDuration(y) : fmtNum(y); }
-  // Log ticks: only 1, 2 and 5 times a power of ten, written in the chart's unit.
-  logTick(v) {
-    const m = v / 10 ** Math.floor(Math.log10(v));
-    return [1, 2, 5].some(k => Math.abs(m - k) < 1e-6) ? (this.unit === 'plain' ? String(Number(v.toPrecision(3))) : this.fmtY(v)) : '';
+  // Log ticks (Chart.js's `ticks`: every tick of the axis, none skipped: see draw): 1, 2 and 5
+  // times a power of ten (only powers of ten over more than three decades, so labels do not
+  // crowd), written in the chart's unit. A range holding fewer than two of them (bytes between
+  // 1.5 and 8 MB) labels its lowest and highest ticks too, so the axis always has numbers to read.
+  logTick(v, ticks) {
+    const lo = ticks.length ? ticks[0].value : v, hi = ticks.length ? ticks[ticks.length - 1].value : v;
+    const marks = Math.log10(hi / lo) > 3 ? [1] : [1, 2, 5];
+    const round = t => { const m = t / 10 ** Math.floor(Math.log10(t)); return marks.some(k => Math.abs(m - k) < 1e-6); };
+    const end = v === lo || v === hi;
+    if (!round(v) && !(end && ticks.filter(t => round(t.value)).length < 2)) return '';
+    return this.unit === 'plain' ? String(Number(v.toPrecision(3))) : this.fmtY(v);
   }
   describeX(p) {
     // p.round is rounds completed (a count; the API numbers the rounds themselves from 0).
@@ -324,8 +331,11 @@ class LineChart {
     const y = this.chart.options.scales.y;
     const log = this.logY || v.logY;
     y.type = log ? 'logarithmic' : 'linear';
-    if (log) y.ticks.callback = val => this.logTick(val);
+    if (log) y.ticks.callback = (val, i, ticks) => this.logTick(val, ticks);
     else delete y.ticks.callback;
+    // logTick thins a log axis's labels itself; Chart.js's skipping (every other tick) would
+    // drop the labelled ones and keep empty ones.
+    y.ticks.autoSkip = !log;
     this.chart.update('none');
     this.describe();
   }

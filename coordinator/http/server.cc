@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "coordinator/http/api.h"
 #include "transport/host_port.h"
@@ -36,6 +37,17 @@ constexpr size_t kMaxQueued = 1024;
 constexpr size_t kFirstReadBytes = 4096;
 constexpr uint32_t kHeaderLimit = 16 * 1024;
 constexpr uint64_t kMaxDrainBytes = 64u << 20;
+
+// Headers every response carries, event streams included (docs/dashboard.md): the streams are
+// written by hand, so both writers take them from here.
+constexpr std::pair<const char*, const char*> kSecurityHeaders[] = {
+    {"X-Content-Type-Options", "nosniff"},
+    {"Referrer-Policy", "no-referrer"},
+    {"Strict-Transport-Security", "max-age=31536000"},
+    {"Content-Security-Policy",
+     "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+     "frame-ancestors 'none'; base-uri 'none'; form-action 'self'"},
+};
 
 class Session;
 
@@ -190,12 +202,7 @@ class Session : public std::enable_shared_from_this<Session> {
     msg->result(res.status);
     msg->set(bhttp::field::server, "atoll");
     msg->set(bhttp::field::content_type, res.content_type);
-    msg->set("X-Content-Type-Options", "nosniff");
-    msg->set("Referrer-Policy", "no-referrer");
-    msg->set("Strict-Transport-Security", "max-age=31536000");
-    msg->set("Content-Security-Policy",
-             "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
-             "frame-ancestors 'none'; base-uri 'none'; form-action 'self'");
+    for (const auto& [name, value] : kSecurityHeaders) msg->set(name, value);
     for (const auto& [k, v] : res.headers) msg->set(k, v);
     const size_t body_bytes = res.body.size();
     if (!head_only) msg->body() = std::move(res.body);
@@ -244,10 +251,13 @@ class Session : public std::enable_shared_from_this<Session> {
       sub_id_ = shared_.next_sub++;
       shared_.subs[sub_id_] = weak_from_this();
     }
-    enqueue(
+    std::string head =
         "HTTP/1.1 200 OK\r\nServer: atoll\r\nContent-Type: text/event-stream\r\n"
-        "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n"
-        "retry: 2000\n: connected\n\n");
+        "Cache-Control: no-store\r\n";
+    for (const auto& [name, value] : kSecurityHeaders)
+      head.append(name).append(": ").append(value).append("\r\n");
+    head += "Connection: close\r\n\r\nretry: 2000\n: connected\n\n";
+    enqueue(std::move(head));
     schedule_ping();
   }
 

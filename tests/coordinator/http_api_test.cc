@@ -847,6 +847,32 @@ TEST_F(HttpApiTest, RevokingATokenEndsItsEventStreams) {
   EXPECT_EQ(client_->send("GET", "/api/events", token).status, 401u);
 }
 
+// Event streams are written by hand, apart from every other response: they carry the same
+// security headers, with the same values, as an API answer (docs/dashboard.md).
+TEST_F(HttpApiTest, EventStreamsCarryTheSecurityHeaders) {
+  const Reply answer = client_->send("GET", "/api/whoami", viewer_);
+  ASSERT_EQ(answer.status, 200u);
+  ASSERT_EQ(client_->send("POST", "/api/experiments", admin_, small_config("sse")).status, 201u);
+  for (const std::string target : {"/api/events", "/api/experiments/sse/events"}) {
+    EventStream stream(transport::ca_cert_path(tls_), server_->port());
+    stream.open(target, viewer_);
+    const std::string text = stream.read_until(": connected", std::chrono::seconds(5));
+    const size_t end = text.find("\r\n\r\n");
+    ASSERT_NE(end, std::string::npos) << target << ": " << text;
+    const std::string head = text.substr(0, end + 2);
+    EXPECT_NE(head.find("Content-Type: text/event-stream\r\n"), std::string::npos) << head;
+    const Reply head_only = client_->send("HEAD", target, viewer_);
+    for (const char* name : {"X-Content-Type-Options", "Referrer-Policy",
+                             "Strict-Transport-Security", "Content-Security-Policy"}) {
+      const std::string value = answer.header(name);
+      ASSERT_FALSE(value.empty()) << name;
+      EXPECT_NE(head.find(std::string(name) + ": " + value + "\r\n"), std::string::npos)
+          << target << " lacks " << name << ": " << head;
+      EXPECT_EQ(head_only.header(name), value) << "HEAD " << target;
+    }
+  }
+}
+
 TEST_F(HttpApiTest, OversizeBodyIs413) {
   const std::string big(200 * 1024, 'x');
   Reply r = client_->send("POST", "/api/experiments", admin_, big);

@@ -190,6 +190,20 @@ async function shoot(page, view, { fullPage = true } = {}) {
   await page.setViewportSize(DESKTOP);
   await frames(page);
 }
+// The create form at phone width: labels that wrap beside a one-line label misalign their inputs,
+// and a select narrower than its chosen text cuts it off.
+function formFits() {
+  const ctx = document.createElement('canvas').getContext('2d');
+  const labels = [...document.querySelectorAll('#create-form .field > label')].filter(l => l.getClientRects().length);
+  const wrapped = labels.filter(l => l.getBoundingClientRect().height > 1.8 * parseFloat(getComputedStyle(l).fontSize)).map(l => l.textContent);
+  const cut = [...document.querySelectorAll('#create-form select')].filter(sel => {
+    const cs = getComputedStyle(sel);
+    ctx.font = `${cs.fontWeight} ${cs.fontSize} ${cs.fontFamily}`;
+    const text = sel.options[sel.selectedIndex].textContent;
+    return ctx.measureText(text).width + parseFloat(cs.paddingLeft) + 24 > sel.clientWidth;  // 24: the arrow
+  }).map(sel => sel.options[sel.selectedIndex].textContent);
+  return { labels: labels.length, wrapped, cut };
+}
 async function contrastChecks(page, view) {
   const bad = await page.evaluate(lowContrastText);
   check(!bad.length, `${view}: text below 4.5:1 contrast: ${bad.slice(0, 6).join(' | ')}`);
@@ -534,6 +548,31 @@ try {
   check(polled.length === 0, `a finished experiment was fetched again within ${((Date.now() - quietFrom) / 1000).toFixed(1)} s: ${polled.join(', ')}`);
   step('stopped the demo: no polling of the finished experiment; contrast >= 4.5:1 in light and dark');
 
+  // A refused action keeps its error (role alert) through the refresh that follows it. Pause is
+  // offered only while running: shown here, it is the click of a page opened before the run ended.
+  pageErrors.length = 0;
+  await page.evaluate(() => { document.querySelector('#x-actions button[data-action="pause"]').hidden = false; });
+  await page.click('#x-actions button[data-action="pause"]');
+  await page.waitForSelector('#x-action-error:not([hidden])');
+  await new Promise(r => setTimeout(r, 2000));
+  const refused = await page.evaluate(() => ({
+    shown: !document.querySelector('#x-action-error').hidden,
+    text: document.querySelector('#x-action-error').textContent,
+    role: document.querySelector('#x-action-error').getAttribute('role'),
+  }));
+  check(refused.shown && /^pause: .*demo/.test(refused.text) && refused.role === 'alert',
+    `a refused pause 2 s later: ${JSON.stringify(refused)}`);
+  pageErrors.length = 0;  // its 409
+  // A log axis whose range holds no 1, 2 or 5 × 10^k tick (and one that holds one) still has at
+  // least two numbers: bytes per round between 1.5 and 8 MB, and between 1.2 and 1.9 MB.
+  const tickLabels = await page.evaluate(() => [[1.5e6, 8e6], [1.2e6, 1.9e6]].map(([lo, hi]) => {
+    state.charts.bytes.set([{ label: 'sent', data: [{ x: 1, y: lo, round: 1 }, { x: 2, y: hi, round: 2 }] }], 'round', 2);
+    return Chart.getChart(document.querySelector('#chart-bytes')).scales.y.ticks.map(t => t.label).filter(Boolean);
+  }));
+  await page.evaluate(() => renderCharts());
+  check(tickLabels.every(l => l.length >= 2 && l.every(t => /\d(\.\d+)? MB$/.test(t))), `log y-axis labels: ${JSON.stringify(tickLabels)}`);
+  step(`a refused pause stays shown ("${refused.text}"); log axis labels ${tickLabels.map(l => l.join(' ')).join(' | ')}`);
+
   // ---- create an experiment -------------------------------------------------------------------------
   const name = `e2e-${Date.now()}`;
   await page.click('header a[href="#/new"]');
@@ -569,6 +608,13 @@ try {
     `three refused fields at once: ${JSON.stringify(many)}`);
   await contrastChecks(page, 'new experiment with errors (light)');
   await shoot(page, 'new');
+  await page.setViewportSize(PHONE);
+  await frames(page);
+  const phoneForm = await page.evaluate(formFits);
+  await page.setViewportSize(DESKTOP);
+  await frames(page);
+  check(phoneForm.labels >= 12 && !phoneForm.wrapped.length && !phoneForm.cut.length,
+    `the form at ${PHONE.width} px: labels wrapped ${JSON.stringify(phoneForm.wrapped)}, selects cut ${JSON.stringify(phoneForm.cut)}`);
   await page.fill('#f-lr', '3e-3');
   await page.fill('#f-momentum', '0.9');
   pageErrors.length = 0;  // the refused create logs its 400
@@ -579,6 +625,10 @@ try {
   await page.click('#create-submit');
   await page.waitForSelector(`#experiments-table tr[data-id="${name}"]`);
   check(/Experiments/.test(await page.title()), `the list's title is "${await page.title()}"`);
+  const confirmed = await page.evaluate(() => ({ text: document.querySelector('#list-created').textContent,
+    link: (document.querySelector('#list-created a') || {}).hash, role: document.querySelector('#list-created').getAttribute('role') }));
+  check(confirmed.text === `Created experiment ${name}.` && confirmed.link === `#/e/${name}` && confirmed.role === 'status',
+    `the confirmation after Create: ${JSON.stringify(confirmed)}`);
   const storedSeed = await page.evaluate(async ([t, n]) => (await (await fetch(`api/experiments/${n}`,
     { headers: { Authorization: `Bearer ${t}` } })).json()).config_toml.match(/^seed = .*$/m)[0], [token, name]);
   check(storedSeed === 'seed = 9007199254740993', `the form's seed 9007199254740993 was stored as "${storedSeed}"`);
@@ -586,6 +636,7 @@ try {
   await page.waitForFunction(() => /^seed = /m.test(document.querySelector('#f-toml').value));
   const clonedSeed = await page.inputValue('#f-seed');
   check(clonedSeed === '9007199254740993', `the clone's seed field: "${clonedSeed}"`);
+  check((await page.inputValue('#f-model')) === 'tiny', `a clone of a tiny model shows model "${await page.inputValue('#f-model')}"`);
   await page.evaluate(() => { location.hash = '#/'; });
   await page.waitForSelector(`#experiments-table tr[data-id="${name}"]`);
   step(`created ${name} (the inline errors first; its seed 2^53 + 1 exact, in its clone too)`);
@@ -599,6 +650,19 @@ try {
   check(/^name = "demo-2"$/m.test(cloneToml) && /^\[robust\]$/m.test(cloneToml), `the clone's TOML: ${cloneToml.slice(0, 120)}`);
   const cloneFields = await page.evaluate(() => ['name', 'rounds', 'inner_steps', 'nodes'].map(k => document.querySelector(`#create-form [name="${k}"]`).value).join(' '));
   check(cloneFields === 'demo-2 400 12 2', `the clone's form fields (name rounds inner_steps nodes): ${cloneFields}`);
+  // The TOML is what Create sends: the fields say so and cannot be edited (edits would be lost)
+  // until the TOML is emptied. The demo's model (dim 48) is no preset: "custom" with its sizes.
+  const tomlMode = () => page.evaluate(() => ({
+    disabled: [...document.querySelectorAll('#create-form input, #create-form select')].map(i => i.disabled),
+    note: !document.querySelector('#f-toml-active').hidden,
+    model: document.querySelector('#f-model').value, sizes: document.querySelector('#f-model-sizes').textContent,
+  }));
+  const cloneMode = await tomlMode();
+  check(cloneMode.disabled.every(Boolean) && cloneMode.note && cloneMode.model === 'custom' && /^dim 48 · 2 layers · /.test(cloneMode.sizes),
+    `the clone's form while its TOML is sent: ${JSON.stringify(cloneMode)}`);
+  await page.fill('#f-toml', '');
+  const fieldsMode = await tomlMode();
+  check(!fieldsMode.disabled.some(Boolean) && !fieldsMode.note, `the clone's form with its TOML emptied: ${JSON.stringify(fieldsMode)}`);
   await page.fill('#f-toml', cloneToml.replace(/^rounds = 400$/m, 'rounds = 0').replace(/^beta1 = .*$/m, 'beta1 = 1.5').replace(/^\[data\]$/m, '[data]\nsplitt = "iid"'));
   await page.click('#create-submit');
   await page.waitForSelector('#f-toml-error li');
@@ -616,6 +680,7 @@ try {
   await page.fill('#f-toml', privateToml);
   await page.click('#create-submit');
   await page.waitForSelector('#experiments-table tr[data-id="demo-2"]');
+  check((await page.textContent('#list-created')) === 'Created experiment demo-2.', `the clone's confirmation: ${await page.textContent('#list-created')}`);
   step(`cloned demo as demo-2 with [privacy] (first ${tomlErrors.length} errors of the edited TOML at once)`);
 
   // ---- the list: final bpb and duration, sorting, filtering -------------------------------------------
@@ -641,6 +706,12 @@ try {
   check(finished.join(',') === 'demo', `state filter "finished": ${finished.join(', ')}`);
   await page.selectOption('#list-state', '');
   await contrastChecks(page, 'list (light)');
+  // The row's buttons (start, stop, delete) apart, not touching.
+  const gaps = await page.$$eval('#experiments-table td.actions', tds => tds.flatMap(td => {
+    const r = [...td.querySelectorAll('button')].map(b => b.getBoundingClientRect());
+    return r.slice(1).map((b, i) => b.left - r[i].right);
+  }));
+  check(gaps.length > 0 && gaps.every(g => g >= 4), `gaps between the list's action buttons: ${gaps.join(', ')} px`);
   await shoot(page, 'list');
   step('list: final bpb and duration, sorted both ways, filtered by text and state');
 
@@ -734,7 +805,21 @@ try {
   check(/Cannot reach the coordinator/.test(banner), `banner: ${banner}`);
   check((await page.getAttribute('#conn-banner', 'role')) === 'alert', 'the connection banner is not announced');
   await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-offline-desktop.png') });
-  step('coordinator stopped: the banner says so');
+  // Without live data the page does not extrapolate: no ETA, nodes unknown, elapsed stopped,
+  // also for a running experiment (as if the run had not ended when the coordinator went away).
+  const offline = await page.evaluate(async () => {
+    state.x.summary = { ...state.x.summary, state: 'running' };
+    const read = () => {
+      renderStats();
+      return Object.fromEntries([...document.querySelectorAll('#x-stats .stat')].map(s => [s.dataset.stat, s.querySelector('.v').textContent]));
+    };
+    const before = read();
+    await new Promise(r => setTimeout(r, 1500));
+    return { before, after: read() };
+  });
+  check(offline.before.eta === '–' && offline.before.nodes === '–' && /\d/.test(offline.before.elapsed) &&
+    offline.after.elapsed === offline.before.elapsed, `figures while offline: ${JSON.stringify(offline)}`);
+  step('coordinator stopped: the banner says so; ETA, nodes and elapsed stop');
 
   if (pageErrors.some(e => !/Failed to load resource|ERR_CONNECTION_REFUSED|net::/.test(e)))
     throw new Error(`errors in the page: ${pageErrors.join(' | ')}`);

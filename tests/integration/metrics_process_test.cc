@@ -513,6 +513,9 @@ TEST(MetricsProcesses, DashboardStartedExperimentsAreLoggedAndEvaluatedAndAFinis
   ASSERT_TRUE(wait_for_log(dir / "c1.log", std::regex("experiment second: finished at round 2"),
                            120s, &clog))
       << clog;
+  // Its state changes name it: the --config experiment is not the only one served.
+  EXPECT_TRUE(std::regex_search(clog, std::regex("state: running \\(experiment second\\)")))
+      << clog;
   EXPECT_EQ(second_node.wait_for(30s), std::optional<int>(0));
   // Both of its rounds are in the log, each with the coordinator's evaluation (round 0 twice:
   // the first experiment's and the second's).
