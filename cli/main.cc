@@ -41,8 +41,9 @@ struct Command {
   const char* name;
   int (*run)(const Args&);
   const char* help;
-  // Writes a coordinator store (θ, configs, token hashes, the audit log): everything the process
-  // creates is owner-only (umask 077), including the SST files RocksDB writes later.
+  // Writes a coordinator store (θ, configs, token hashes, the audit log) or a node's --state-dir
+  // (θ_local, optimizer moments, its kept θ): everything the process creates is owner-only
+  // (umask 077), including the SST files RocksDB writes later.
   bool private_files = false;
   // Streams θ and updates or commits rounds (θ-sized buffers): runs under the stream heap
   // policy (kernels/core/heap_policy.h).
@@ -59,7 +60,7 @@ const Command kCommands[] = {
     {"eval", cmd_eval, "validation bits per byte of a checkpoint (--json: one JSON line)"},
     {"ca", cmd_ca, "experiment certificate authority: `ca init`, `ca issue`, `ca show`"},
     {"coordinator", cmd_coordinator, "run a coordinator", true, true},
-    {"node", cmd_node, "run a node that joins a coordinator", false, true},
+    {"node", cmd_node, "run a node that joins a coordinator", true, true},
     {"token", cmd_token,
      "dashboard/API tokens: `token create --role viewer|admin`, `token list`, `token revoke`",
      true},

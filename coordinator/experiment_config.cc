@@ -357,12 +357,21 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
                     "must divide model.heads = " + u(m.heads) + " (0 = heads)"));
   // The model's own checks assume that the dense keys above are valid.
   const bool dense_valid = errors.size() == errors_before_model;
-  if (m.moe_experts > 0 &&
-      (m.moe_experts > 4096 || m.moe_hidden > (1u << 20) || m.moe_shared_hidden > (1u << 20) ||
-       m.moe_top_k > 4096 || m.moe_every > 4096)) {
-    add(InvalidArgument(std::string(src) +
-                        ": model.moe_* value too large (experts <= 4096, sizes <= 2^20)"));
-  } else if (dense_valid && !c.is_lora()) {
+  // Bounds that keep the model's own arithmetic in range, each named with its key.
+  bool moe_in_range = true;
+  if (m.moe_experts > 0) {
+    auto bound = [&](const char* key, uint32_t value, uint32_t most) {
+      if (value <= most) return;
+      moe_in_range = false;
+      add(range_error(src, key, u(value), "must be <= " + u(most)));
+    };
+    bound("model.moe_experts", m.moe_experts, 4096);
+    bound("model.moe_top_k", m.moe_top_k, 4096);
+    bound("model.moe_every", m.moe_every, 4096);
+    bound("model.moe_hidden", m.moe_hidden, 1u << 20);
+    bound("model.moe_shared_hidden", m.moe_shared_hidden, 1u << 20);
+  }
+  if (moe_in_range && dense_valid && !c.is_lora()) {
     // A LoRA experiment's [model] is its base's, read (and so already held) when it resolves.
     if (Status s = check_model_size(c, src); !s.ok()) add(s);
   }
@@ -582,8 +591,10 @@ Status check_model_size(const ExperimentConfig& c, std::string_view src, uint64_
   if (numel > max_params)
     return InvalidArgument(std::string(src) + ": the model has " + std::to_string(numel) +
                            " parameters, more than the " + std::to_string(max_params) +
-                           " an experiment may have (reduce model.dim, model.layers or "
-                           "model.ffn_hidden)");
+                           " an experiment may have (reduce model.dim, model.layers or " +
+                           (c.model.moe_experts > 0 ? "model.ffn_hidden, or the experts: "
+                                                      "model.moe_experts, model.moe_hidden)"
+                                                    : "model.ffn_hidden)"));
   return Status::Ok();
 }
 

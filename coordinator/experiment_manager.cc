@@ -479,7 +479,8 @@ StatusOr<MetricSeries> ExperimentManager::metrics(const std::string& id,
   m.bucket = (m.total_rounds + max_points - 1) / max_points;
   if (m.bucket < 1) m.bucket = 1;
   const double param_bytes = static_cast<double>(s.record.numel) * 4.0;
-  const double steps = s.config.diloco.inner_steps;
+  // Inner steps of one round: H, or H/P in Streaming DiLoCo (a round syncs one fragment).
+  const double steps = s.config.diloco.steps_per_round();
   for (uint64_t r = 0; r < s.record.current_round; ++r) {
     auto rec = store_.load_round(id, r);
     if (!rec.ok()) continue;

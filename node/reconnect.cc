@@ -48,12 +48,16 @@ Status Reconnect::pause(const Status& failure) {
   if (!since_) since_ = now;
   if (stopping()) return failure;
   const double down = unreachable_s();
+  // A coordinator that answers with a refusal (e.g. its max_nodes are there) is no unreachable
+  // one: the lines say which this node has had since its last progress.
+  const bool answered =
+      failure.code() != StatusCode::kUnavailable && failure.code() != StatusCode::kDeadlineExceeded;
+  const char* how = answered ? "refused" : "unreachable";
   if (down >= options_.give_up_after_s) {
     char head[200];
     std::snprintf(head, sizeof(head),
-                  "coordinator unreachable for %.1f s (--give-up-after %g s), giving up; last "
-                  "failure: ",
-                  down, options_.give_up_after_s);
+                  "coordinator %s for %.1f s (--give-up-after %g s), giving up; last failure: ",
+                  how, down, options_.give_up_after_s);
     return Unavailable(head + failure.message());
   }
   // The attempt after the pause happens by the give-up deadline, so that the node gives up at
@@ -71,7 +75,7 @@ Status Reconnect::pause(const Status& failure) {
     std::string line = failure.message() + tail;
     if (same) {
       char still[64];
-      std::snprintf(still, sizeof(still), " (unreachable for %.0f s)", down);
+      std::snprintf(still, sizeof(still), " (%s for %.0f s)", how, down);
       line += still;
     }
     log(line);

@@ -17,6 +17,13 @@ Status claim_state_dir(const std::string& dir, const std::string& identity) {
     return InvalidArgument("--state-dir " + dir + " is not a directory" +
                            (std::filesystem::exists(dir) ? " (it is a file)" : "") +
                            ": give a directory for this node's round states (created if missing)");
+  // θ_local and the optimizer's moments: its user's only, as the coordinator's store (a
+  // directory made before is narrowed; the files are written under the node's umask 077).
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all,
+                               std::filesystem::perm_options::replace, ec);
+  if (ec)
+    return InvalidArgument("--state-dir " + dir + " cannot be made owner-only (" + ec.message() +
+                           "): give a directory this user owns");
   const std::string path = (std::filesystem::path(dir) / "data").string();
   auto recorded = read_file_bounded(path, 4096);
   if (recorded.status().code() == StatusCode::kNotFound)

@@ -568,6 +568,17 @@ TEST(ExperimentConfigLora, BaseModelFieldsReplaceTheModelSection) {
   EXPECT_TRUE(algorithms::model_differences(model_config(*again), m).empty());
 }
 
+// MoE sizes out of range name their key; a model too large through its experts names them.
+TEST(ExperimentConfig, MoeBoundsNameTheKey) {
+  EXPECT_EQ(error_of("[model]\nmoe_experts = 100000\nmoe_hidden = 1000\n"),
+            "config.toml: model.moe_experts = 100000 must be <= 4096");
+  EXPECT_EQ(error_of("[model]\nmoe_experts = 8\nmoe_hidden = 2000000\n"),
+            "config.toml: model.moe_hidden = 2000000 must be <= 1048576");
+  const std::string big = error_of("[model]\nmoe_experts = 4096\nmoe_hidden = 1048576\n");
+  EXPECT_NE(big.find("more than the 268435456 an experiment may have"), std::string::npos) << big;
+  EXPECT_NE(big.find("model.moe_experts, model.moe_hidden"), std::string::npos) << big;
+}
+
 // Keys of a section the experiment does not use are accepted (a stored config must restart) and
 // named at the start of a run, each group with the key that would make them act.
 TEST(ExperimentConfig, SettingsOfAnUnusedFeatureAreNamedAsIgnored) {

