@@ -797,7 +797,7 @@ std::string toml_string(std::string_view text) {
   return o + "\"";
 }
 
-std::string to_toml(const ExperimentConfig& c) {
+std::string to_toml(const ExperimentConfig& c, bool every_key) {
   const auto q = toml_string;
   // Doubles always carry a '.' or exponent so they re-parse as floats.
   auto f = [](double v) {
@@ -818,9 +818,11 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\nmoe_aux_coef = " << f(c.model.moe_aux_coef) << "\nmoe_z_coef = " << f(c.model.moe_z_coef);
   // The Hugging Face fields only when set, so a config of Atoll's own architecture reads as it
   // always did.
-  if (c.model.kv_heads != 0) o << "\nkv_heads = " << c.model.kv_heads;
-  if (!c.model.tie_word_embeddings) o << "\ntie_word_embeddings = false";
-  if (c.model.attention_bias) o << "\nattention_bias = true";
+  if (every_key || c.model.kv_heads != 0) o << "\nkv_heads = " << c.model.kv_heads;
+  if (every_key || !c.model.tie_word_embeddings)
+    o << "\ntie_word_embeddings = " << (c.model.tie_word_embeddings ? "true" : "false");
+  if (every_key || c.model.attention_bias)
+    o << "\nattention_bias = " << (c.model.attention_bias ? "true" : "false");
   o << "\n\n[train]\n"
     << "batch_size = " << c.train.batch_size << "\nlr = " << f(c.train.lr)
     << "\nmin_lr = " << f(c.train.min_lr) << "\nwarmup_steps = " << c.train.warmup_steps
@@ -830,7 +832,8 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\nerror_feedback = " << (c.train.error_feedback ? "true" : "false")
     << "\nprecision = " << q(c.train.precision);
   // Written only when not the default, so configs from before it read back byte for byte.
-  if (inner_optimizer(c) != algorithms::InnerOptimizer::kAdamW || c.train.muon_momentum != 0.95)
+  if (every_key || inner_optimizer(c) != algorithms::InnerOptimizer::kAdamW ||
+      c.train.muon_momentum != 0.95)
     o << "\noptimizer = " << q(c.train.optimizer)
       << "\nmuon_momentum = " << f(c.train.muon_momentum);
   o << "\n\n[diloco]\n"
@@ -847,7 +850,8 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\noverlap_steps = " << c.diloco.overlap_steps
     << "\nmerge_alpha = " << f(c.diloco.merge_alpha);
   // Written only when not the default, so configs from before it read back byte for byte.
-  if (!c.diloco.final_look_ahead) o << "\nfinal_look_ahead = false";
+  if (every_key || !c.diloco.final_look_ahead)
+    o << "\nfinal_look_ahead = " << (c.diloco.final_look_ahead ? "true" : "false");
   o << "\n\n[hydra]\nreselect_every = " << c.hydra.reselect_every
     << "\nmin_coverage = " << c.hydra.min_coverage << "\nffn_blocks = " << c.hydra.ffn_blocks
     << "\nimportance_batches = " << c.hydra.importance_batches
@@ -855,7 +859,7 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\nremoval_penalty = " << f(c.hydra.removal_penalty)
     << "\ntrained_layers = " << q(c.hydra.trained_layers);
   // Only when set, so the stored config of an experiment without it reads as it always did.
-  if (c.hydra.forward_share_power != 0)
+  if (every_key || c.hydra.forward_share_power != 0)
     o << "\nforward_share_power = " << f(c.hydra.forward_share_power);
   o << "\n\n[data]\nsource = " << q(c.data.source) << "\npaths = [";
   for (size_t i = 0; i < c.data.paths.size(); ++i) o << (i ? ", " : "") << q(c.data.paths[i]);
@@ -877,11 +881,12 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\nquantization_range = " << c.secagg.quantization_range
     << "\nthreshold = " << c.secagg.threshold
     << "\nmasking = " << (c.secagg.masking ? "true" : "false") << "\n";
-  if (c.is_lora())
+  if (every_key || c.is_lora())
     o << "\n[lora]\nrank = " << c.lora.rank << "\nalpha = " << f(c.lora.alpha)
       << "\ntargets = " << q(c.lora.targets) << "\nbase = " << q(c.lora.base)
       << "\nbase_fingerprint = " << q(c.lora.base_fingerprint) << "\n"
-      << (c.lora.base_dtype != "fp32" ? "base_dtype = " + q(c.lora.base_dtype) + "\n" : "");
+      << (every_key || c.lora.base_dtype != "fp32" ? "base_dtype = " + q(c.lora.base_dtype) + "\n"
+                                                   : "");
   return o.str();
 }
 

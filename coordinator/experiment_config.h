@@ -381,8 +381,9 @@ algorithms::PrivacyOptions privacy_options(const ExperimentConfig& cfg);
 
 // Canonical TOML of the config, which re-parses to an equal config (stored with the
 // experiment). Every key is written except the few that to_toml writes only when not at their
-// default (marked above), so that older stored configs read back byte for byte.
-std::string to_toml(const ExperimentConfig& cfg);
+// default (marked above), so that older stored configs read back byte for byte; `every_key`
+// writes those too (and [lora] without adapters): the API's view of a config.
+std::string to_toml(const ExperimentConfig& cfg, bool every_key = false);
 // `text` as a TOML basic string, quotes included: \" \\ \b \t \n \f \r, and \uXXXX for every
 // other control character (U+0000-U+001F, U+007F), so that any UTF-8 text round-trips.
 std::string toml_string(std::string_view text);

@@ -1,5 +1,7 @@
 #include "coordinator/json_views.h"
 
+#include <toml++/toml.h>
+
 #include <cmath>
 
 #include "algorithms/hydra/cost.h"
@@ -49,45 +51,42 @@ json::object to_json(const RoundRecord& r) {
   return o;
 }
 
+namespace {
+
+// A TOML value as JSON: tables are objects, arrays arrays, integers int64, floats double.
+json::value toml_to_json(const toml::node& n) {
+  if (const toml::table* t = n.as_table()) {
+    json::object o;
+    for (const auto& [key, value] : *t) o[std::string(key.str())] = toml_to_json(value);
+    return o;
+  }
+  if (const toml::array* a = n.as_array()) {
+    json::array out;
+    for (const toml::node& e : *a) out.push_back(toml_to_json(e));
+    return out;
+  }
+  if (auto v = n.value_exact<int64_t>()) return *v;
+  if (auto v = n.value_exact<double>()) return *v;
+  if (auto v = n.value_exact<bool>()) return *v;
+  if (auto v = n.value_exact<std::string>()) return json::string(*v);
+  return nullptr;
+}
+
+}  // namespace
+
+// Every key, section by section as the TOML has them: the canonical text with every key
+// (to_toml), read back, so that the JSON view and the stored config cannot disagree or miss one.
 json::object to_json(const ExperimentConfig& c) {
-  json::object o;
-  o["name"] = c.name;
-  o["seed"] = c.seed;
-  o["algorithm"] = c.algorithm;
-  o["model"] = {{"vocab", c.model.vocab},           {"dim", c.model.dim},
-                {"layers", c.model.layers},         {"heads", c.model.heads},
-                {"ffn_hidden", c.model.ffn_hidden}, {"seq_len", c.model.seq_len}};
-  o["train"] = {{"batch_size", c.train.batch_size},
-                {"lr", c.train.lr},
-                {"codec", c.train.codec},
-                {"error_feedback", c.train.error_feedback}};
-  o["diloco"] = {{"rounds", c.diloco.rounds},
-                 {"inner_steps", c.diloco.inner_steps},
-                 {"outer_lr", c.diloco.outer_lr},
-                 {"outer_momentum", c.diloco.outer_momentum},
-                 {"min_nodes", c.diloco.min_nodes},
-                 {"max_nodes", c.diloco.max_nodes},
-                 {"round_deadline_s", c.diloco.round_deadline_s}};
-  o["data"] = {{"source", c.data.source},
-               {"tokenizer", c.data.tokenizer},
-               {"split", c.data.split},
-               {"val_fraction", c.data.val_fraction}};
-  o["robust"] = {{"screen", c.robust.screen},
-                 {"norm_multiple", c.robust.norm_multiple},
-                 {"max_norm", c.robust.max_norm},
-                 {"replay_cosine", c.robust.replay_cosine},
-                 {"stale_margin", c.robust.stale_margin},
-                 {"aggregator", c.robust.aggregator}};
-  o["privacy"] = {{"clip_norm", c.privacy.clip_norm},
-                  {"noise_multiplier", c.privacy.noise_multiplier},
-                  {"delta", c.privacy.delta},
-                  {"target_epsilon", c.privacy.target_epsilon}};
-  o["secagg"] = {{"enabled", c.secagg.enabled},
-                 {"clip_range", c.secagg.clip_range},
-                 {"quantization_range", c.secagg.quantization_range},
-                 {"threshold", c.secagg.threshold},
-                 {"masking", c.secagg.masking}};
-  return o;
+#if TOML_EXCEPTIONS
+  try {
+    return toml_to_json(toml::parse(to_toml(c, /*every_key=*/true))).as_object();
+  } catch (const toml::parse_error&) {
+    return {};  // to_toml's text always parses (tested); nothing rather than a partial view
+  }
+#else
+  toml::parse_result r = toml::parse(to_toml(c, /*every_key=*/true));
+  return r ? toml_to_json(r.table()).as_object() : json::object{};
+#endif
 }
 
 json::object to_json(const ExperimentSummary& s) {

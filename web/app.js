@@ -853,7 +853,8 @@ function renderCharts() {
 // not running, have no "now".
 function nodeNow(x, n) {
   if (!(x.live && x.state === 'running' && n.status === 'active')) return { text: '–' };
-  const H = x.config.diloco.inner_steps;
+  // Inner steps of one round: H, or H/P in Streaming DiLoCo (a round syncs one of P fragments).
+  const H = Math.floor(x.config.diloco.inner_steps / (x.config.diloco.streaming_fragments || 1));
   if (n.round < x.current_round)
     return { round: x.current_round, text: `round ${x.current_round}`, title: 'waiting for this node\'s next heartbeat' };
   return { round: n.round, text: `round ${n.round} · step ${n.inner_step} / ${H}` };

@@ -340,6 +340,23 @@ TEST_F(HttpApiTest, CreateListGetStopDelete) {
                 .at("rounds")
                 .as_int64(),
             3);
+  // The parsed config has every key of every section (streaming, MoE, precision, Hydra, LoRA
+  // were missing), with the stored config's values.
+  {
+    const json::object config = g.json().as_object().at("config").as_object();
+    for (const char* section :
+         {"model", "train", "diloco", "hydra", "data", "robust", "privacy", "secagg", "lora"})
+      EXPECT_TRUE(config.contains(section)) << section;
+    EXPECT_EQ(config.at("diloco").as_object().at("streaming_fragments").as_int64(), 1);
+    EXPECT_EQ(config.at("model").as_object().at("moe_experts").as_int64(), 0);
+    EXPECT_EQ(config.at("model").as_object().at("tie_word_embeddings").as_bool(), true);
+    EXPECT_EQ(config.at("train").as_object().at("precision").as_string(), "fp32");
+    EXPECT_EQ(config.at("train").as_object().at("optimizer").as_string(), "adamw");
+    EXPECT_EQ(config.at("hydra").as_object().at("ffn_blocks").as_int64(), 4);
+    EXPECT_EQ(config.at("lora").as_object().at("rank").as_int64(), 0);
+    EXPECT_EQ(config.at("seed").as_int64(), 1234);
+    EXPECT_EQ(config.at("data").as_object().at("paths").as_array().size(), 0u);
+  }
   EXPECT_EQ(client_->send("GET", "/api/experiments/exp1/rounds", viewer_).status, 200u);
   EXPECT_EQ(client_->send("GET", "/api/experiments/exp1/nodes", viewer_).status, 200u);
   Reply m = client_->send("GET", "/api/experiments/exp1/metrics?max_points=10", viewer_);
