@@ -1060,56 +1060,35 @@ algorithms::InnerOptimizer inner_optimizer(const ExperimentConfig& cfg) {
 }
 
 std::vector<std::string> ignored_settings(const ExperimentConfig& cfg) {
+  // Every key against its default, as the canonical text writes both.
+  const auto given = toml_entries(to_toml(cfg, /*every_key=*/true));
+  const auto defaults = toml_entries(to_toml(ExperimentConfig{}, /*every_key=*/true));
+  const std::map<std::string, std::string> default_of(defaults.begin(), defaults.end());
+  // One line for the keys under `prefix` (but `except`) set away from their defaults.
   std::vector<std::string> lines;
-  // "hydra.ffn_blocks and hydra.min_coverage are set" + why, when any key differs.
-  auto report = [&lines](const std::vector<std::string>& keys, const std::string& why) {
+  auto report = [&](const std::string& prefix, const std::string& except, const std::string& why) {
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : given)
+      if (key.rfind(prefix, 0) == 0 && key != except && default_of.at(key) != value)
+        keys.push_back(key);
     if (keys.empty()) return;
     std::string line = "config: ";
     for (size_t i = 0; i < keys.size(); ++i)
       line += (i == 0 ? "" : i + 1 == keys.size() ? " and " : ", ") + keys[i];
     lines.push_back(line + (keys.size() == 1 ? " is" : " are") + " set but ignored: " + why);
   };
-  std::vector<std::string> keys;
-  auto differs = [&keys](bool set, const char* key) {
-    if (set) keys.push_back(key);
-  };
-  if (!cfg.is_hydra()) {
-    const HydraSection d, &h = cfg.hydra;
-    differs(h.reselect_every != d.reselect_every, "hydra.reselect_every");
-    differs(h.min_coverage != d.min_coverage, "hydra.min_coverage");
-    differs(h.ffn_blocks != d.ffn_blocks, "hydra.ffn_blocks");
-    differs(h.importance_batches != d.importance_batches, "hydra.importance_batches");
-    differs(h.min_train_share != d.min_train_share, "hydra.min_train_share");
-    differs(h.removal_penalty != d.removal_penalty, "hydra.removal_penalty");
-    differs(h.trained_layers != d.trained_layers, "hydra.trained_layers");
-    differs(h.forward_share_power != d.forward_share_power, "hydra.forward_share_power");
-    report(keys, "algorithm = \"" + cfg.algorithm +
-                     "\" (set algorithm = \"hydra\" to train subnetworks; docs/hydra.md)");
-  }
-  keys.clear();
-  if (cfg.model.moe_experts == 0) {
-    const ModelSection d, &m = cfg.model;
-    differs(m.moe_top_k != d.moe_top_k, "model.moe_top_k");
-    differs(m.moe_hidden != d.moe_hidden, "model.moe_hidden");
-    differs(m.moe_every != d.moe_every, "model.moe_every");
-    differs(m.moe_score != d.moe_score, "model.moe_score");
-    differs(m.moe_shared_hidden != d.moe_shared_hidden, "model.moe_shared_hidden");
-    differs(m.moe_aux_coef != d.moe_aux_coef, "model.moe_aux_coef");
-    differs(m.moe_z_coef != d.moe_z_coef, "model.moe_z_coef");
-    report(keys,
+  if (!cfg.is_hydra())
+    report("hydra.", "",
+           "algorithm = \"" + cfg.algorithm +
+               "\" (set algorithm = \"hydra\" to train subnetworks; docs/hydra.md)");
+  if (cfg.model.moe_experts == 0)
+    report("model.moe_", "model.moe_experts",
            "model.moe_experts = 0 is a dense model (set it to the number of experts; "
            "docs/moe.md)");
-  }
-  keys.clear();
-  if (!cfg.is_lora()) {
-    const LoraSection d, &l = cfg.lora;
-    differs(l.alpha != d.alpha, "lora.alpha");
-    differs(l.targets != d.targets, "lora.targets");
-    differs(l.base_dtype != d.base_dtype, "lora.base_dtype");
-    report(keys,
+  if (!cfg.is_lora())
+    report("lora.", "lora.rank",
            "lora.rank = 0 trains the whole model (set lora.rank to train adapters; "
            "docs/federated-finetuning.md)");
-  }
   return lines;
 }
 
