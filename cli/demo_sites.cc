@@ -9,6 +9,7 @@
 
 #include "kernels/core/number_text.h"
 #include "node/subprocess.h"
+#include "node/teacher_client.h"
 #include "simulate/virtual_sites.h"
 #include "transport/tls/credentials.h"
 
@@ -153,8 +154,8 @@ StatusOr<std::unique_ptr<DemoSites>> start_virtual_sites(coordinator::RoundEngin
       v.distill = options.distill;
       // The site's own certificate, as `atoll node --tls DIR --name NAME` presents it.
       ATOLL_ASSIGN_OR_RETURN(v.teacher_tls,
-                             transport::client_credentials(options.teacher_tls_dir, s.name,
-                                                           options.distill.server_name));
+                             node::site_teacher_credentials(options.teacher_tls_dir, s.name,
+                                                            options.distill.server_name));
     }
     virtual_sites.push_back(std::move(v));
   }

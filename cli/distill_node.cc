@@ -259,7 +259,7 @@ std::variant<StudentStep, int> make_student_step(
   o.request_seed = setup.seed;
   o.log = print_line;
   auto step = node::DistillInnerStep::create(o, tls, setup.model, setup.trainer, stop);
-  if (!step.ok()) return fail("node", step.status().message());
+  if (!step.ok()) return fail("node", step.status());  // 2: teachers that do not fit this student
   std::printf("student: teachers %s\n", (*step)->describe().c_str());
   return StudentStep{std::move(step).value(), "disaggregated " + o.codec};
 }
@@ -301,7 +301,9 @@ int run_student(const Args& args) {
   };
   const auto t_run = Clock::now();
   auto run = node::train_student(*student.step, params, setup.site.train, ro);
-  if (!run.ok()) return fail("node", run.status().message());
+  // 2 for a refusal no wait changes (a teacher restarted with another checkpoint), 1 for a
+  // teacher that stayed away or a loss that diverged.
+  if (!run.ok()) return fail("node", run.status());
   algorithms::Llama* model = student.step->student_model();
   if (model == nullptr) return fail("node", "the student has no CPU model to evaluate");
   const double bpb =

@@ -4,6 +4,7 @@
 #include "node/coordinator_client.h"
 #include "node/gpu_trainer.h"
 #include "node/site_worker.h"
+#include "node/teacher_client.h"
 #include "transport/tls/credentials.h"
 
 namespace atl::node {
@@ -25,8 +26,8 @@ Status run_node(const NodeOptions& opt) {
                            transport::client_credentials(opt.tls_dir, opt.name, opt.server_name));
     if (!opt.distill.teachers.empty()) {
       // The node's certificate, checked against the teachers' server name.
-      ATOLL_ASSIGN_OR_RETURN(wo.teacher_tls, transport::client_credentials(
-                                                 opt.tls_dir, opt.name, opt.distill.server_name));
+      ATOLL_ASSIGN_OR_RETURN(
+          wo.teacher_tls, site_teacher_credentials(opt.tls_dir, opt.name, opt.distill.server_name));
     }
   }
   CoordinatorClient client(co);

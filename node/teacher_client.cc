@@ -36,6 +36,15 @@ void ShardTeacherLogits::tile(int r0, int r1, int v0, int v1, float* out, int ld
   }
 }
 
+StatusOr<transport::ClientTls> site_teacher_credentials(const std::string& tls_dir,
+                                                        const std::string& name,
+                                                        const std::string& teacher_name) {
+  ATOLL_ASSIGN_OR_RETURN(transport::ClientTls tls,
+                         transport::client_credentials(tls_dir, name, teacher_name));
+  tls.name_flag = "--teacher-name";
+  return tls;
+}
+
 namespace {
 
 void set_deadline(grpc::ClientContext& ctx, double seconds) {
@@ -46,6 +55,13 @@ void set_deadline(grpc::ClientContext& ctx, double seconds) {
 }  // namespace
 
 Status TeacherClient::call_error(const Peer& p, const grpc::Status& s) const {
+  // A gRPC server without the Teacher service (a coordinator, say) answers UNIMPLEMENTED with
+  // no message.
+  if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED)
+    return FailedPrecondition("teacher " + p.address +
+                              ": the server at this address does not serve the Teacher service "
+                              "(is it a coordinator?): give the address of an `atoll node --role "
+                              "teacher`");
   // "teacher ADDR not reachable (...)" for a connection failure, "teacher ADDR: ..." else.
   return transport::explain_call_error(s, p.address, o_.tls, "teacher " + p.address);
 }
@@ -79,6 +95,7 @@ StatusOr<std::unique_ptr<TeacherClient>> TeacherClient::connect(TeacherClientOpt
       return FailedPrecondition("teacher " + addr + " holds other parameters than " +
                                 c->peers_.front().address + " (every shard must load one checkpoint)");
     fingerprint = info.params_fingerprint();
+    c->params_fingerprint_ = fingerprint;
     p.v0 = static_cast<int>(info.vocab_begin());
     p.v1 = static_cast<int>(info.vocab_end());
     c->peers_.push_back(std::move(p));
@@ -213,6 +230,10 @@ StatusOr<TeacherTargets> TeacherClient::fetch(uint64_t seed, int64_t step, int B
   if (o_.send_tokens) req.mutable_tokens()->Add(tokens.begin(), tokens.end());
   req.set_tau(o_.tau);
   req.set_window_rows(static_cast<uint32_t>(std::clamp(o_.window_rows, 1, B)));
+  // Every teacher refuses the request unless it still holds these parameters: a gRPC channel
+  // reconnects transparently, so a teacher restarted with another checkpoint between two calls
+  // would otherwise answer with another model's logits.
+  req.set_params_fingerprint(params_fingerprint_);
   const int N = out.N;
   struct Part {
     int k;

@@ -18,6 +18,14 @@
 
 namespace atl::node {
 
+// How a DiLoCo site (`atoll node --teacher`) reaches its teachers over mTLS: its own certificate
+// tls_dir/<name>.{crt,key}, the name `teacher_name` the teachers' certificates must hold, set by
+// --teacher-name, which is the flag a certificate without that name is explained with
+// (`atoll node --role student` names its teachers with --server-name: client_credentials).
+StatusOr<transport::ClientTls> site_teacher_credentials(const std::string& tls_dir,
+                                                        const std::string& name,
+                                                        const std::string& teacher_name);
+
 // One batch's teacher targets for N = B·T rows.
 struct TeacherTargets {
   int N = 0, V = 0;
@@ -64,7 +72,8 @@ class TeacherClient {
   static StatusOr<std::unique_ptr<TeacherClient>> connect(TeacherClientOptions options, int vocab);
 
   // Targets for the (B, T + 1) batch `tokens`, step `step` of seed `seed`. Errors name the
-  // teacher and say what happened (unreachable, deadline, refused, corrupt stream).
+  // teacher and say what happened (unreachable, deadline, refused, corrupt stream);
+  // kFailedPrecondition when a teacher now holds other parameters than at connect.
   StatusOr<TeacherTargets> fetch(uint64_t seed, int64_t step, int B, int T,
                                  const std::vector<int32_t>& tokens) const;
 
@@ -92,6 +101,9 @@ class TeacherClient {
   TeacherClientOptions o_;
   int V_ = 0, k_ = 0;
   std::vector<Peer> peers_;  // sorted by v0
+  // TeacherInfo.params_fingerprint every teacher reported at connect (hex SHA-256 of θ), sent
+  // with every Targets request for the teacher to check.
+  std::string params_fingerprint_;
 };
 
 }  // namespace atl::node

@@ -112,6 +112,17 @@ grpc::Status TeacherService::authenticate(const grpc::ServerContext& ctx, std::s
   return grpc::Status::OK;
 }
 
+grpc::Status TeacherService::same_parameters(const std::string& checked) const {
+  // "" comes from students older than the field: they checked Info alone, at start.
+  if (checked.empty() || checked == fingerprint_) return grpc::Status::OK;
+  return err(grpc::StatusCode::FAILED_PRECONDITION,
+             "teacher: holds parameters " + fingerprint_.substr(0, 16) + ", not the parameters " +
+                 checked.substr(0, 16) +
+                 " the student checked at its start (the teacher was restarted with another "
+                 "checkpoint): point the student at teachers of one checkpoint, restarting this "
+                 "teacher with the checkpoint it served before or the student with this one");
+}
+
 grpc::Status TeacherService::Info(grpc::ServerContext* ctx, const pb::TeacherInfoRequest*,
                                   pb::TeacherInfo* resp) {
   std::string who;
@@ -131,6 +142,7 @@ grpc::Status TeacherService::Targets(grpc::ServerContext* ctx, const pb::Targets
   using grpc::StatusCode;
   std::string who;
   if (grpc::Status s = authenticate(*ctx, &who); !s.ok()) return s;
+  if (grpc::Status s = same_parameters(req->params_fingerprint()); !s.ok()) return s;
   auto k_or = parse_representation(req->representation());
   if (!k_or.ok()) return err(StatusCode::INVALID_ARGUMENT, "teacher: " + k_or.status().message());
   const int V = o_.model.vocab;

@@ -70,6 +70,9 @@ class TeacherService final : public atoll_pb::v1::Teacher::Service {
 
  private:
   grpc::Status authenticate(const grpc::ServerContext& ctx, std::string* who) const;
+  // OK when `checked` (TargetsRequest.params_fingerprint) is "" or this teacher's fingerprint;
+  // FAILED_PRECONDITION naming both otherwise: the student would distil from another model.
+  grpc::Status same_parameters(const std::string& checked) const;
 
   TeacherServiceOptions o_;
   std::string fingerprint_;

@@ -35,7 +35,7 @@ struct VirtualSite {
   double budget = 1.0;    // Hydra: the share of the model this site can train
   // A distillation student: the teachers and loss a node gets from `atoll node --teacher ...`
   // (teachers empty: no distillation), and how this site reaches them (its own certificate,
-  // as a node's: transport::client_credentials(tls_dir, name, distill.server_name)).
+  // as a node's: node::site_teacher_credentials(tls_dir, name, distill.server_name)).
   node::DistillNodeOptions distill{};
   transport::ClientTls teacher_tls{};
   // A Byzantine site (simulate/byzantine.h): trains honestly, then attacks what it pushes.

@@ -176,7 +176,10 @@ Status explain_call_error(const grpc::Status& status, const std::string& target,
   switch (classify_link_failure(status)) {
     case LinkFailure::kNone: {
       const Status st = from_grpc(status);
-      return st.ok() ? st : Status(st.code(), who + ": " + st.message());
+      if (st.ok()) return st;
+      return Status(st.code(), who + ": " +
+                                   (st.message().empty() ? describe_status_code(status.error_code())
+                                                         : st.message()));
     }
     case LinkFailure::kRefused:
       return Unavailable(who + " not reachable (connection refused)");
@@ -197,8 +200,8 @@ Status explain_call_error(const grpc::Status& status, const std::string& target,
                              "or it has expired");
     case LinkFailure::kServerName:
       return Unauthenticated(who + " presents a certificate that is not valid for the name '" +
-                             name + "': use the name it was issued for (--server-name) or issue " +
-                             "a server certificate with that name");
+                             name + "': use the name it was issued for (" + tls.name_flag +
+                             ") or issue a server certificate with that name");
     case LinkFailure::kNotTls:
       return Unavailable(who + " does not answer in TLS (" + what +
                          "); is it running with --insecure?");

@@ -97,4 +97,46 @@ Status from_grpc(const grpc::Status& status) {
   return Status(code, status.error_message());
 }
 
+std::string describe_status_code(grpc::StatusCode code) {
+  using G = grpc::StatusCode;
+  switch (code) {
+    case G::OK:
+      return "OK";
+    case G::CANCELLED:
+      return "CANCELLED: the call was cancelled";
+    case G::UNKNOWN:
+      return "UNKNOWN: the server failed without saying why";
+    case G::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT: the server refused the request";
+    case G::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED: no answer before the deadline";
+    case G::NOT_FOUND:
+      return "NOT_FOUND: the server does not know what was asked for";
+    case G::ALREADY_EXISTS:
+      return "ALREADY_EXISTS: the server already holds it";
+    case G::PERMISSION_DENIED:
+      return "PERMISSION_DENIED: the server does not allow this caller";
+    case G::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED: the server is out of a resource";
+    case G::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION: the server is not in a state to answer";
+    case G::ABORTED:
+      return "ABORTED: the server abandoned the call";
+    case G::OUT_OF_RANGE:
+      return "OUT_OF_RANGE: the request goes past what the server holds";
+    case G::UNIMPLEMENTED:
+      return "UNIMPLEMENTED: the server does not serve this call";
+    case G::INTERNAL:
+      return "INTERNAL: the server failed";
+    case G::UNAVAILABLE:
+      return "UNAVAILABLE: the server cannot be reached";
+    case G::DATA_LOSS:
+      return "DATA_LOSS: the answer was corrupt";
+    case G::UNAUTHENTICATED:
+      return "UNAUTHENTICATED: the server did not accept this caller";
+    default:
+      return "gRPC status " + std::to_string(static_cast<int>(code));
+  }
+}
+
 }  // namespace atl::transport

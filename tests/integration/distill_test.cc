@@ -271,6 +271,80 @@ TEST_F(DistillProcesses, TeacherRestartedMidRunStudentResumes) {
   EXPECT_NE(text.find("student done: disaggregated bf16"), std::string::npos) << text;
 }
 
+// The teacher dies and another checkpoint is served on its address: the student's channel
+// reconnects transparently, the new teacher refuses its requests (they carry the fingerprint the
+// student checked at start) and the student stops with that one line and exit code 2, no step
+// trained on the other model's logits.
+TEST_F(DistillProcesses, TeacherRestartedWithAnotherCheckpointStopsStudent) {
+  auto trained = run_atoll({"train",
+                            "--data",
+                            "brown:a",
+                            "--brown-dir",
+                            brown_dir(),
+                            "--tokenizer",
+                            "bytes",
+                            "--dim",
+                            "32",
+                            "--layers",
+                            "2",
+                            "--heads",
+                            "2",
+                            "--ffn",
+                            "64",
+                            "--seq",
+                            "32",
+                            "--batch",
+                            "4",
+                            "--steps",
+                            "3",
+                            "--eval-tokens",
+                            "256",
+                            "--threads",
+                            "1",
+                            "--seed",
+                            "99",
+                            "--out",
+                            *dir_ / "other-teacher"},
+                           *dir_ / "train-other.log");
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const std::string a = start_teacher("0/1", "t_swap.log");
+  auto p = node::Subprocess::spawn(
+      [&] {
+        auto args = student_args({"--steps", "100000", "--teacher", a, "--tls", tls_,
+                                  "--teacher-wait", "60", "--teacher-timeout", "5"});
+        args.insert(args.begin(), ATOLL_BINARY);
+        return args;
+      }(),
+      *dir_ / "s_swap.log");
+  ASSERT_TRUE(p.ok());
+  std::string text;
+  ASSERT_TRUE(wait_for_log(*dir_ / "s_swap.log", std::regex("step 2 loss"), 120s, &text)) << text;
+  teachers_.back().signal(SIGKILL);
+  (void)teachers_.back().wait_for(10s);
+  auto waited = wait_for_log(*dir_ / "s_swap.log",
+                             std::regex("waiting for the teacher at step (\\d+)"), 60s, &text);
+  ASSERT_TRUE(waited.has_value()) << text;
+  const int waited_step = std::stoi((*waited)[1].str());  // before `text` changes under it
+  EXPECT_EQ(start_teacher("0/1", "t_swap2.log", a, *dir_ / "other-teacher/checkpoint.safetensors"),
+            a);
+  auto code = p->wait_for(60s);
+  ASSERT_TRUE(code.has_value()) << read_text(*dir_ / "s_swap.log");
+  text = read_text(*dir_ / "s_swap.log");
+  EXPECT_EQ(*code, 2) << text;
+  std::smatch line;
+  ASSERT_TRUE(std::regex_search(
+      text, line,
+      std::regex("atoll node: teacher " + std::regex_replace(a, std::regex("\\."), "\\.") +
+                 ": teacher: holds parameters [0-9a-f]{16}, not the parameters [0-9a-f]{16} the "
+                 "student checked at its start \\(the teacher was restarted with another "
+                 "checkpoint\\): point the student at teachers of one checkpoint[^\n]*\n")))
+      << text;
+  EXPECT_EQ(text.find("student done"), std::string::npos) << text;
+  auto lines = step_lines(text);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_LT(lines.rbegin()->first, waited_step) << text;
+}
+
 // A BPE vocabulary (V = 1024) split over three teacher processes (341 + 341 + 342 ids, S not
 // dividing V): the student merges the shards' logits into the full-vocabulary loss, equal to the
 // co-located loss up to bf16 rounding; top-k lists from the three shards merge too.

@@ -85,6 +85,37 @@ TEST(LinkFailure, ClassifiesGrpcMessages) {
       << verdict.message();
 }
 
+// The flag that sets the expected name is the caller's (ClientTls::name_flag), and a server's
+// answer without a message says what its code means instead of ending in an empty text.
+TEST(LinkFailure, ExplanationsNameTheFlagAndAnEmptyAnswersCode) {
+  const std::string connect = "failed to connect to all addresses; last error: ";
+  const grpc::Status wrong_name = unavailable(
+      connect + "UNKNOWN: ipv4:127.0.0.1:7443: Peer name teacher is not in peer certificate");
+  ClientTls tls;
+  tls.server_name_override = "teacher";
+  EXPECT_NE(
+      explain_call_error(wrong_name, "127.0.0.1:7443", tls)
+          .message()
+          .find("not valid for the name 'teacher': use the name it was issued for (--server-name)"),
+      std::string::npos);
+  tls.name_flag = "--teacher-name";
+  const Status named =
+      explain_call_error(wrong_name, "127.0.0.1:7443", tls, "teacher 127.0.0.1:7443");
+  EXPECT_EQ(named.code(), StatusCode::kUnauthenticated);
+  EXPECT_NE(named.message().find("use the name it was issued for (--teacher-name)"),
+            std::string::npos)
+      << named.message();
+  EXPECT_EQ(named.message().find("--server-name"), std::string::npos) << named.message();
+
+  const Status empty = explain_call_error(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, ""),
+                                          "127.0.0.1:7443", tls, "coordinator at 127.0.0.1:7443");
+  EXPECT_EQ(empty.message(),
+            "coordinator at 127.0.0.1:7443: UNIMPLEMENTED: the server does not serve this call");
+  const Status said = explain_call_error(grpc::Status(grpc::StatusCode::NOT_FOUND, "no round 3"),
+                                         "127.0.0.1:7443", tls, "coordinator at 127.0.0.1:7443");
+  EXPECT_EQ(said.message(), "coordinator at 127.0.0.1:7443: no round 3");
+}
+
 TEST(LinkFailure, CutHandshakeIsATransportErrorNotAVerdict) {
   TempDir dir;
   const std::string ca = dir.sub("ca");

@@ -47,6 +47,10 @@ StatusOr<TlsIdentity> server_identity(const std::string& dir, const std::string&
 struct ClientTls {
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   std::string server_name_override;  // "" = verify against the target's host
+  // The command-line flag that sets server_name_override, named when the server's certificate
+  // does not hold that name (transport::explain_call_error): a node's coordinator name is
+  // --server-name, the teachers' name of a DiLoCo node --teacher-name.
+  std::string name_flag = "--server-name";
   bool insecure = false;
   std::shared_ptr<const ClientIdentity> identity;  // null in --insecure mode
 };
