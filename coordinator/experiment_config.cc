@@ -786,7 +786,14 @@ std::string toml_string(std::string_view text) {
   return o + "\"";
 }
 
-std::string to_toml(const ExperimentConfig& c) {
+namespace {
+
+// Which keys write_toml writes: to_toml leaves some out at their default, so that configs from
+// before those keys existed read back byte for byte; a comparison needs every key's value.
+enum class TomlKeys { kOmitNewDefaults, kEvery };
+
+std::string write_toml(const ExperimentConfig& c, TomlKeys keys) {
+  const bool every = keys == TomlKeys::kEvery;
   const auto q = toml_string;
   // Doubles always carry a '.' or exponent so they re-parse as floats.
   auto f = [](double v) {
@@ -807,9 +814,11 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\nmoe_aux_coef = " << f(c.model.moe_aux_coef) << "\nmoe_z_coef = " << f(c.model.moe_z_coef);
   // The Hugging Face fields only when set, so a config of Atoll's own architecture reads as it
   // always did.
-  if (c.model.kv_heads != 0) o << "\nkv_heads = " << c.model.kv_heads;
-  if (!c.model.tie_word_embeddings) o << "\ntie_word_embeddings = false";
-  if (c.model.attention_bias) o << "\nattention_bias = true";
+  if (every || c.model.kv_heads != 0) o << "\nkv_heads = " << c.model.kv_heads;
+  if (every || !c.model.tie_word_embeddings)
+    o << "\ntie_word_embeddings = " << (c.model.tie_word_embeddings ? "true" : "false");
+  if (every || c.model.attention_bias)
+    o << "\nattention_bias = " << (c.model.attention_bias ? "true" : "false");
   o << "\n\n[train]\n"
     << "batch_size = " << c.train.batch_size << "\nlr = " << f(c.train.lr)
     << "\nmin_lr = " << f(c.train.min_lr) << "\nwarmup_steps = " << c.train.warmup_steps
@@ -819,7 +828,8 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\nerror_feedback = " << (c.train.error_feedback ? "true" : "false")
     << "\nprecision = " << q(c.train.precision);
   // Written only when not the default, so configs from before it read back byte for byte.
-  if (inner_optimizer(c) != algorithms::InnerOptimizer::kAdamW || c.train.muon_momentum != 0.95)
+  if (every || inner_optimizer(c) != algorithms::InnerOptimizer::kAdamW ||
+      c.train.muon_momentum != 0.95)
     o << "\noptimizer = " << q(c.train.optimizer)
       << "\nmuon_momentum = " << f(c.train.muon_momentum);
   o << "\n\n[diloco]\n"
@@ -836,7 +846,8 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\noverlap_steps = " << c.diloco.overlap_steps
     << "\nmerge_alpha = " << f(c.diloco.merge_alpha);
   // Written only when not the default, so configs from before it read back byte for byte.
-  if (!c.diloco.final_look_ahead) o << "\nfinal_look_ahead = false";
+  if (every || !c.diloco.final_look_ahead)
+    o << "\nfinal_look_ahead = " << (c.diloco.final_look_ahead ? "true" : "false");
   o << "\n\n[hydra]\nreselect_every = " << c.hydra.reselect_every
     << "\nmin_coverage = " << c.hydra.min_coverage << "\nffn_blocks = " << c.hydra.ffn_blocks
     << "\nimportance_batches = " << c.hydra.importance_batches
@@ -844,7 +855,7 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\nremoval_penalty = " << f(c.hydra.removal_penalty)
     << "\ntrained_layers = " << q(c.hydra.trained_layers);
   // Only when set, so the stored config of an experiment without it reads as it always did.
-  if (c.hydra.forward_share_power != 0)
+  if (every || c.hydra.forward_share_power != 0)
     o << "\nforward_share_power = " << f(c.hydra.forward_share_power);
   o << "\n\n[data]\nsource = " << q(c.data.source) << "\npaths = [";
   for (size_t i = 0; i < c.data.paths.size(); ++i) o << (i ? ", " : "") << q(c.data.paths[i]);
@@ -866,12 +877,19 @@ std::string to_toml(const ExperimentConfig& c) {
     << "\nquantization_range = " << c.secagg.quantization_range
     << "\nthreshold = " << c.secagg.threshold
     << "\nmasking = " << (c.secagg.masking ? "true" : "false") << "\n";
-  if (c.is_lora())
+  if (every || c.is_lora())
     o << "\n[lora]\nrank = " << c.lora.rank << "\nalpha = " << f(c.lora.alpha)
       << "\ntargets = " << q(c.lora.targets) << "\nbase = " << q(c.lora.base)
       << "\nbase_fingerprint = " << q(c.lora.base_fingerprint) << "\n"
-      << (c.lora.base_dtype != "fp32" ? "base_dtype = " + q(c.lora.base_dtype) + "\n" : "");
+      << (every || c.lora.base_dtype != "fp32" ? "base_dtype = " + q(c.lora.base_dtype) + "\n"
+                                               : "");
   return o.str();
+}
+
+}  // namespace
+
+std::string to_toml(const ExperimentConfig& c) {
+  return write_toml(c, TomlKeys::kOmitNewDefaults);
 }
 
 namespace {
@@ -900,20 +918,17 @@ std::vector<std::string> config_changes(const ExperimentConfig& stored,
   static const std::set<std::string> kMayChange = {
       "diloco.round_deadline_s", "diloco.heartbeat_interval_s", "diloco.lost_after_heartbeats",
       "diloco.start_wait_s",     "diloco.keep_params",          "lora.base"};
-  const auto before = toml_entries(to_toml(stored));
-  const auto after = toml_entries(to_toml(given));
-  std::map<std::string, std::string> after_by_key(after.begin(), after.end());
+  // Every key written, so that a key one config leaves at its default (and to_toml omits) reads
+  // as the value it means, e.g. `hydra.forward_share_power 2.0 -> 0.0`.
+  const auto before = toml_entries(write_toml(stored, TomlKeys::kEvery));
+  const auto after = toml_entries(write_toml(given, TomlKeys::kEvery));
+  // The same writer with every key: the same keys in the same order on both sides.
   std::vector<std::string> changes;
-  for (const auto& [key, value] : before) {
-    if (kMayChange.count(key)) continue;
-    auto it = after_by_key.find(key);
-    const std::string now = it == after_by_key.end() ? "(not set)" : it->second;
-    if (now != value) changes.push_back(key + " " + value + " -> " + now);
-    if (it != after_by_key.end()) after_by_key.erase(it);
+  for (size_t i = 0; i < before.size() && i < after.size(); ++i) {
+    const auto& [key, was] = before[i];
+    if (!kMayChange.count(key) && after[i].second != was)
+      changes.push_back(key + " " + was + " -> " + after[i].second);
   }
-  for (const auto& [key, value] : after)  // keys only the given config writes
-    if (after_by_key.count(key) && !kMayChange.count(key))
-      changes.push_back(key + " (not set) -> " + value);
   return changes;
 }
 

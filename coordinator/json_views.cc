@@ -82,6 +82,14 @@ json::object to_json(const ExperimentConfig& c) {
                   {"noise_multiplier", c.privacy.noise_multiplier},
                   {"delta", c.privacy.delta},
                   {"target_epsilon", c.privacy.target_epsilon}};
+  o["hydra"] = {{"reselect_every", c.hydra.reselect_every},
+                {"min_coverage", c.hydra.min_coverage},
+                {"ffn_blocks", c.hydra.ffn_blocks},
+                {"importance_batches", c.hydra.importance_batches},
+                {"min_train_share", c.hydra.min_train_share},
+                {"removal_penalty", c.hydra.removal_penalty},
+                {"trained_layers", c.hydra.trained_layers},
+                {"forward_share_power", c.hydra.forward_share_power}};
   o["secagg"] = {{"enabled", c.secagg.enabled},
                  {"clip_range", c.secagg.clip_range},
                  {"quantization_range", c.secagg.quantization_range},
