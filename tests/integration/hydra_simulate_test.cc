@@ -113,7 +113,9 @@ TEST(HydraSimulate, ForwardSharePowerCommitsTheSameThetaAsNodeProcesses) {
 TEST(HydraSimulate, AnImportedGroupedQueryModelIsFineTunedAsItsOwnBase) {
   TempDir dir;
   HfSpec spec;
-  ASSERT_NO_FATAL_FAILURE(import_small_qwen2(dir, spec));
+  // FFN 128: the budget-0.25 sites must afford the cheapest subnetwork that trains anything
+  // (0.19 of the full model; 0.26 with FFN 64, and their joins are refused).
+  ASSERT_NO_FATAL_FAILURE(import_small_qwen2(dir, spec, 128));
   auto with_base = [&](const std::string& command) {
     std::vector<std::string> args = {
         command,  "--algorithm",           "hydra", "--rounds", std::to_string(kRounds),
