@@ -916,20 +916,17 @@ std::vector<std::string> config_changes(const ExperimentConfig& stored,
   static const std::set<std::string> kMayChange = {
       "diloco.round_deadline_s", "diloco.heartbeat_interval_s", "diloco.lost_after_heartbeats",
       "diloco.start_wait_s",     "diloco.keep_params",          "lora.base"};
-  const auto before = toml_entries(to_toml(stored));
-  const auto after = toml_entries(to_toml(given));
-  std::map<std::string, std::string> after_by_key(after.begin(), after.end());
+  // Every key written, so that a key one config leaves at its default (and to_toml omits) reads
+  // as the value it means, e.g. `hydra.forward_share_power 2.0 -> 0.0`.
+  const auto before = toml_entries(to_toml(stored, /*every_key=*/true));
+  const auto after = toml_entries(to_toml(given, /*every_key=*/true));
+  // The same writer with every key: the same keys in the same order on both sides.
   std::vector<std::string> changes;
-  for (const auto& [key, value] : before) {
-    if (kMayChange.count(key)) continue;
-    auto it = after_by_key.find(key);
-    const std::string now = it == after_by_key.end() ? "(not set)" : it->second;
-    if (now != value) changes.push_back(key + " " + value + " -> " + now);
-    if (it != after_by_key.end()) after_by_key.erase(it);
+  for (size_t i = 0; i < before.size() && i < after.size(); ++i) {
+    const auto& [key, was] = before[i];
+    if (!kMayChange.count(key) && after[i].second != was)
+      changes.push_back(key + " " + was + " -> " + after[i].second);
   }
-  for (const auto& [key, value] : after)  // keys only the given config writes
-    if (after_by_key.count(key) && !kMayChange.count(key))
-      changes.push_back(key + " (not set) -> " + value);
   return changes;
 }
 

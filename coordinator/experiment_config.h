@@ -390,7 +390,8 @@ std::string toml_string(std::string_view text);
 
 // What differs between the config an experiment was created with and the one it is started with
 // again, one "section.key stored -> given" each (in to_toml's order), e.g. `train.codec "none" ->
-// "int8"`. Keys that may change between two starts are left out: the timing of rounds and
+// "int8"`; a key that to_toml leaves out at its default reads as that default (`2.0 -> 0.0`,
+// never "not set"). Keys that may change between two starts are left out: the timing of rounds and
 // heartbeats, how many θ versions are kept, and where the LoRA base file lies (its fingerprint
 // is compared). They change no committed θ; every other key does, or may.
 std::vector<std::string> config_changes(const ExperimentConfig& stored,

@@ -1,6 +1,9 @@
 // Hydra rounds (docs/hydra.md): importance reports in a scoring phase, one subnetwork per site
 // from the selection at its end, masked updates, and the masked aggregation + outer step.
 #include <algorithm>
+#include <boost/json.hpp>
+#include <cmath>
+#include <cstdio>
 
 #include "algorithms/diloco/outer.h"
 #include "algorithms/hydra/aggregate.h"
@@ -8,6 +11,7 @@
 #include "algorithms/hydra/select.h"
 #include "algorithms/model/subnet.h"
 #include "coordinator/round_strategy.h"
+#include "kernels/core/number_text.h"
 
 namespace atl::coordinator {
 namespace {
@@ -57,12 +61,29 @@ class HydraStrategy final : public RoundStrategy {
     return sc;
   }
 
+  // A budget below the cheapest subnetwork that trains anything would run rounds that train
+  // nothing (the selection then gives the site the output head alone and it pushes 0 bytes).
+  Status check_budget(const std::string& node, double budget) const override {
+    const algorithms::hydra::CostModel cm = cost_model();
+    const algorithms::Subnet cheapest = algorithms::hydra::cheapest_training_subnet(cm);
+    if (algorithms::hydra::subnet_flops_per_token(cm, cheapest) <=
+        algorithms::hydra::budget_flops_per_token(cm, budget))
+      return Status::Ok();
+    const double least = algorithms::hydra::cost_fraction(cm, cheapest);
+    // Rounded up to 4 decimals, so that the value named is accepted.
+    char at_least[32];
+    std::snprintf(at_least, sizeof(at_least), "%.4f", std::ceil(least * 1e4) / 1e4);
+    return FailedPrecondition(
+        "site '" + node + "' has Hydra budget " + shortest_decimal(budget) +
+        ", below the cheapest subnetwork that trains anything in this model (the output head "
+        "and one unit of one layer: " +
+        shortest_decimal(least) +
+        " of the full model's training FLOPs): start the node with --budget at least " + at_least);
+  }
+
   Status select(uint64_t round, const std::vector<ScoredNode>& scored,
                 const AuditSink& audit) override {
-    algorithms::hydra::CostModel cm;
-    cm.model = model_config(config_);
-    cm.ffn_blocks = static_cast<int>(config_.hydra.ffn_blocks);
-    cm.seq = cm.model.seq_len;
+    const algorithms::hydra::CostModel cm = cost_model();
     std::vector<algorithms::hydra::SiteInput> sites;
     for (const auto& s : scored) sites.push_back({s.node_id, s.budget, s.scores});
     algorithms::hydra::SelectOptions opt;
@@ -75,14 +96,11 @@ class HydraStrategy final : public RoundStrategy {
     auto sel = algorithms::hydra::select_subnetworks(cm, sites, opt);
     if (!sel.ok()) return Internal("hydra selection failed: " + sel.status().message());
     masks_.clear();
+    selected_round_ = round;
     std::string layers;
     for (uint8_t b : sel->layers) layers += b ? '1' : '0';
     for (const auto& s : sel->sites) {
-      Mask m;
-      m.subnet = algorithms::to_string(s.subnet);
-      m.fingerprint = algorithms::subnet_fingerprint(s.subnet);
-      m.indices = algorithms::trainable_indices(s.subnet, cm.model);
-      m.forward_share = algorithms::hydra::forward_share(cm, s.subnet);
+      Mask m = mask_of(cm, s.subnet);
       audit("hydra_subnet", "round " + std::to_string(round) + " " + s.id + " cost " +
                                 std::to_string(s.cost_fraction) + " " + m.subnet);
       masks_[s.id] = std::move(m);
@@ -153,6 +171,50 @@ class HydraStrategy final : public RoundStrategy {
     return out;
   }
 
+  // The latest selection: {"selected_round": r, "subnets": {node id: subnet text}} (node ids
+  // sorted), or nothing before the first. Later rounds follow it until the next selection
+  // (needs_scores), so a restarted coordinator must too: a fresh selection would score on
+  // another θ than the uninterrupted run did.
+  std::string committed_state() const override {
+    if (masks_.empty()) return {};
+    boost::json::object subnets;
+    for (const auto& [id, m] : masks_) subnets[id] = m.subnet;
+    boost::json::object o;
+    o["selected_round"] = selected_round_;
+    o["subnets"] = std::move(subnets);
+    return boost::json::serialize(o);
+  }
+
+  Status restore(const std::string& state) override {
+    const std::string what = "the stored Hydra selection";
+    boost::system::error_code ec;
+    const boost::json::value v = boost::json::parse(state, ec);
+    const boost::json::object* o = ec ? nullptr : v.if_object();
+    const boost::json::value* round = o ? o->if_contains("selected_round") : nullptr;
+    const boost::json::value* subnets = o ? o->if_contains("subnets") : nullptr;
+    boost::system::error_code round_ec;  // an integer >= 0, whichever JSON number kind holds it
+    const uint64_t selected = round ? round->to_number<uint64_t>(round_ec) : 0;
+    if (!round || round_ec || !subnets || !subnets->is_object())
+      return DataLoss(what + " is not {\"selected_round\", \"subnets\"} (the store is corrupt)");
+    const algorithms::hydra::CostModel cm = cost_model();
+    std::map<std::string, Mask> masks;
+    for (const auto& kv : subnets->as_object()) {
+      const std::string_view id = kv.key();
+      const boost::json::value& text = kv.value();
+      if (!text.is_string())
+        return DataLoss(what + " has no subnetwork text for '" + std::string(id) + "'");
+      auto sub =
+          algorithms::subnet_from_string(std::string(text.as_string()), cm.model, cm.ffn_blocks);
+      if (!sub.ok())
+        return DataLoss(what + " of '" + std::string(id) +
+                        "' does not fit the model: " + sub.status().message());
+      masks[std::string(id)] = mask_of(cm, *sub);
+    }
+    masks_ = std::move(masks);
+    selected_round_ = selected;
+    return Status::Ok();
+  }
+
  private:
   // One node's assignment from the latest selection.
   struct Mask {
@@ -162,11 +224,29 @@ class HydraStrategy final : public RoundStrategy {
     double forward_share = 1.0;     // φ (algorithms/hydra/cost.h), weighs its update when p > 0
   };
 
+  algorithms::hydra::CostModel cost_model() const {
+    algorithms::hydra::CostModel cm;
+    cm.model = model_config(config_);
+    cm.ffn_blocks = static_cast<int>(config_.hydra.ffn_blocks);
+    cm.seq = cm.model.seq_len;
+    return cm;
+  }
+
+  static Mask mask_of(const algorithms::hydra::CostModel& cm, const algorithms::Subnet& s) {
+    Mask m;
+    m.subnet = algorithms::to_string(s);
+    m.fingerprint = algorithms::subnet_fingerprint(s);
+    m.indices = algorithms::trainable_indices(s, cm.model);
+    m.forward_share = algorithms::hydra::forward_share(cm, s);
+    return m;
+  }
+
   const ExperimentConfig config_;
   const uint64_t numel_;  // θ
   const algorithms::AggregatorOptions aggregator_;  // robust.aggregator (not krum: validated)
   const algorithms::OuterNesterov outer_;
   std::map<std::string, Mask> masks_;  // by node id
+  uint64_t selected_round_ = 0;        // the round whose scoring phase chose masks_
 };
 
 }  // namespace

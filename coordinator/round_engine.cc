@@ -129,6 +129,10 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
   }
   ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<RoundStrategy> strategy,
                          make_round_strategy(config, initial.layout()));
+  // What the later rounds depend on, as committed with the current round (a store written
+  // before it was kept has none: Hydra then selects again).
+  if (resumed && resumed->strategy_state)
+    ATOLL_RETURN_IF_ERROR(strategy->restore(*resumed->strategy_state));
   if (!resumed) {
     ExperimentRecord e;
     e.id = config.name;
@@ -140,7 +144,8 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
     e.config_toml = to_toml(config);
     e.created_unix_ms = unix_ms_now();
     ATOLL_RETURN_IF_ERROR(store.create_experiment(e, initial.vec()));
-    resumed = CommittedState{std::move(e), initial.vec(), std::nullopt, std::nullopt, std::nullopt};
+    resumed = CommittedState{std::move(e), initial.vec(), std::nullopt,
+                             std::nullopt, std::nullopt,  std::nullopt};
   }
   std::unique_ptr<RoundEngine> eng(
       new RoundEngine(store, config, std::move(options), std::move(strategy), std::move(policy)));
@@ -618,6 +623,7 @@ RoundEngine::Commit RoundEngine::prepare_commit_locked(Clock::time_point now) {
   c.next.current_round = c.round + 1;
   if (c.next.current_round >= config_.diloco.rounds) c.next.state = ExperimentState::kFinished;
   c.updates = std::move(round_.updates);
+  c.strategy_state = strategy_->committed_state();
   // The round is closed: no task, update or pull counts for it any more.
   round_ = Round{};
   round_.round = c.round;
@@ -729,10 +735,10 @@ void RoundEngine::commit(Commit c) {
   const std::string replay_bytes = outer.ok() && !c.screening->replay.empty()
                                        ? encode_screening_memory(*c.screening)
                                        : std::string();
-  const Status written = outer.ok()
-                             ? store_.commit_round(c.next, rec, theta_next, momentum_next,
-                                                   c.feedback ? &broadcast : nullptr, replay_bytes)
-                             : Status::Ok();
+  const Status written = outer.ok() ? store_.commit_round(c.next, rec, theta_next, momentum_next,
+                                                          c.feedback ? &broadcast : nullptr,
+                                                          replay_bytes, c.strategy_state)
+                                    : Status::Ok();
   c.commit_s = std::chrono::duration<double>(Clock::now() - started).count();
   // θ_{r+1}, its momentum and the error feedback become immutable snapshots too.
   c.theta = std::make_shared<const std::vector<float>>(std::move(theta_next));

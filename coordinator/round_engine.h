@@ -215,6 +215,9 @@ class RoundEngine {
     bool stepped = false;  // an outer step was applied (false: the round was skipped)
     // Replay and stale-update detection: the screening memory before, then after the commit.
     std::shared_ptr<const ScreeningMemory> screening;
+    // What the strategy's later rounds depend on (RoundStrategy::committed_state), as it is
+    // after this round's scoring phase: committed with θ_{r+1}.
+    std::string strategy_state;
     // [secagg]: the masked sum and the shares to unmask it; `updates` then hold the records only.
     std::optional<SecAggRound::Result> secagg;
     double commit_s = 0.0;  // close to durable commit (Event::commit_s)

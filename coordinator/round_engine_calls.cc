@@ -99,6 +99,7 @@ StatusOr<pb::JoinResponse> RoundEngine::join(const std::string& id, const pb::Jo
 
   std::lock_guard<std::mutex> lk(mu_);
   if (stopping_) return Unavailable("coordinator is shutting down; reconnect later");
+  ATOLL_RETURN_IF_ERROR(strategy_->check_budget(id, budget));
   ATOLL_RETURN_IF_ERROR(check_site_tokenizer_locked(id, req.data()));
   size_t active = 0;
   for (const auto& [nid, n] : nodes_) active += (n.status == NodeStatus::kActive && nid != id);
@@ -215,6 +216,7 @@ void RoundEngine::fill_join_response(const std::string& id, pb::JoinResponse& re
   }
   resp.set_heartbeat_interval_ms(
       static_cast<uint32_t>(std::lround(config_.diloco.heartbeat_interval_s * 1000.0)));
+  // Position by id among the nodes seen since open (atoll.proto: informational, not stable).
   resp.set_node_index(static_cast<uint32_t>(std::distance(nodes_.begin(), nodes_.find(id))));
 }
 

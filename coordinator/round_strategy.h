@@ -57,6 +57,11 @@ class RoundStrategy {
 
   // Join: the TrainSpec fields this algorithm sets.
   virtual void describe(atoll_pb::v1::TrainSpec& train) const = 0;
+  // Join: OK when a site with this budget (share of the full model's training cost, (0, 1]) can
+  // take part; otherwise FAILED_PRECONDITION saying what budget it needs.
+  virtual Status check_budget(const std::string& /*node*/, double /*budget*/) const {
+    return Status::Ok();
+  }
 
   // Scoring phase. Whether round `round` with `participants` (sorted) first collects scores.
   virtual bool needs_scores(uint64_t round, const std::vector<std::string>& participants) const = 0;
@@ -95,6 +100,19 @@ class RoundStrategy {
 
   // Hydra: each node's subnetwork (text form) from the latest selection, sorted by node id.
   virtual std::vector<std::pair<std::string, std::string>> subnets() const { return {}; }
+
+  // What later rounds depend on besides θ and the momentum, as bytes committed with every round
+  // (Store::commit_round), so that a restarted coordinator goes on as the uninterrupted one:
+  // Hydra's latest selection. Empty: nothing (DiLoCo, and Hydra before its first selection).
+  virtual std::string committed_state() const { return {}; }
+  // At open: the committed_state() stored with the current round. DataLoss when it does not
+  // fit this experiment.
+  virtual Status restore(const std::string& state) {
+    return state.empty() ? Status::Ok()
+                         : DataLoss(
+                               "the store holds round strategy state this algorithm does not "
+                               "keep (the store is corrupt)");
+  }
 };
 
 // The strategy of `config.algorithm` for parameters laid out as `layout`: one of

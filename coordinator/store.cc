@@ -32,6 +32,24 @@ namespace {
 
 constexpr char kFeedbackSuffix[] = "/feedback";
 constexpr char kReplaySuffix[] = "/replay";
+constexpr char kStrategySuffix[] = "/strategy";
+
+// A small opaque value stored with its integrity check: SHA-256 (32 bytes) | bytes.
+std::string with_sha256(std::string_view bytes) {
+  const Sha256Digest d = sha256(bytes.data(), bytes.size());
+  std::string value(reinterpret_cast<const char*>(d.data()), d.size());
+  value.append(bytes);
+  return value;
+}
+
+// The bytes of a with_sha256 value; DataLoss naming `what` when the check fails.
+StatusOr<std::string> checked_bytes(const std::string& value, const std::string& what) {
+  const size_t head = std::min<size_t>(value.size(), 32);
+  const Sha256Digest want = sha256(value.data() + head, value.size() - head);
+  if (value.size() < 32 || std::memcmp(value.data(), want.data(), 32) != 0)
+    return DataLoss("store: " + what + " does not match its SHA-256 (the store is corrupt)");
+  return value.substr(32);
+}
 
 uint64_t now_unix_ms() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -851,12 +869,16 @@ StatusOr<CommittedState> Store::load_state(const std::string& id) const {
   // Written in the same batch as the momentum as well.
   st = get(kOuterState, id + kReplaySuffix, &blob);
   if (st.ok()) {
-    const Sha256Digest want = sha256(blob.data() + std::min<size_t>(blob.size(), 32),
-                                     blob.size() - std::min<size_t>(blob.size(), 32));
-    if (blob.size() < 32 || std::memcmp(blob.data(), want.data(), 32) != 0)
-      return DataLoss("store: replay-detection memory of '" + id +
-                      "' does not match its SHA-256 (the store is corrupt)");
-    s.replay_memory = blob.substr(32);
+    ATOLL_ASSIGN_OR_RETURN(s.replay_memory,
+                           checked_bytes(blob, "replay-detection memory of '" + id + "'"));
+  } else if (st.code() != StatusCode::kNotFound) {
+    return st;
+  }
+  // Written in the same batch as the momentum as well (absent in stores from before it).
+  st = get(kOuterState, id + kStrategySuffix, &blob);
+  if (st.ok()) {
+    ATOLL_ASSIGN_OR_RETURN(s.strategy_state,
+                           checked_bytes(blob, "round strategy state of '" + id + "'"));
   } else if (st.code() != StatusCode::kNotFound) {
     return st;
   }
@@ -865,7 +887,8 @@ StatusOr<CommittedState> Store::load_state(const std::string& id) const {
 
 Status Store::commit_round(const ExperimentRecord& experiment, const RoundRecord& round,
                            std::span<const float> theta_next, std::span<const float> momentum,
-                           const BroadcastCommit* broadcast, std::string_view replay_memory) {
+                           const BroadcastCommit* broadcast, std::string_view replay_memory,
+                           std::string_view strategy_state) {
   if (experiment.current_round != round.round + 1)
     return InvalidArgument("commit_round: experiment.current_round must be round + 1");
   if (theta_next.size() != experiment.numel || momentum.size() != experiment.numel)
@@ -880,8 +903,8 @@ Status Store::commit_round(const ExperimentRecord& experiment, const RoundRecord
   const uint64_t next = experiment.current_round;
   // θ, momentum and error feedback go to files (blob_file.h), written and synced before the
   // batch that names them; the batch and the WAL hold the small values only.
-  const size_t wal_bytes =
-      (broadcast ? broadcast->update.size() : 0) + replay_memory.size() + 65536;
+  const size_t wal_bytes = (broadcast ? broadcast->update.size() : 0) + replay_memory.size() +
+                           strategy_state.size() + 65536;
   fit_wal_to(wal_bytes);
   rocksdb::WriteBatch batch(wal_bytes);
   std::vector<BlobToStage> blobs = {{kParams, theta_key, "params", theta_next},
@@ -902,13 +925,13 @@ Status Store::commit_round(const ExperimentRecord& experiment, const RoundRecord
       batch.Put(cfs_[kOuterState].get(), update_key(id, round.round),
                 rocksdb::Slice(broadcast->update.data(), broadcast->update.size()));
   }
-  if (replay_memory.empty()) {
-    batch.Delete(cfs_[kOuterState].get(), id + kReplaySuffix);
-  } else {
-    const Sha256Digest d = sha256(replay_memory.data(), replay_memory.size());
-    std::string value(reinterpret_cast<const char*>(d.data()), d.size());
-    value.append(replay_memory);
-    batch.Put(cfs_[kOuterState].get(), id + kReplaySuffix, value);
+  // Opaque small values: replaced by this commit's, or deleted when it has none.
+  for (const auto& [suffix, bytes] :
+       {std::pair{kReplaySuffix, replay_memory}, std::pair{kStrategySuffix, strategy_state}}) {
+    if (bytes.empty())
+      batch.Delete(cfs_[kOuterState].get(), id + suffix);
+    else
+      batch.Put(cfs_[kOuterState].get(), id + suffix, with_sha256(bytes));
   }
   batch.Put(cfs_[kRounds].get(), round_key(id, round.round), round_to_json(round));
   batch.Put(cfs_[kExperiments].get(), id, experiment_to_json(experiment));

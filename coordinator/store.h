@@ -17,6 +17,9 @@
 //                                       (θ_r → θ_{r+1}), kept while θ_r is
 //                <exp>/replay           SHA-256 (32 bytes) | the replay-detection memory after
 //                                       the last commit (coordinator/update_screening.h)
+//                <exp>/strategy         SHA-256 (32 bytes) | what the round strategy's later
+//                                       rounds depend on after the last commit (Hydra: the
+//                                       latest selection; RoundStrategy::committed_state)
 //   metrics      <exp>/<node>/<r>/<seq> JSON metrics reported by a node
 //   audit        <exp>/<unix_ms>/<seq>  JSON audit event (joins, rejections, lifecycle)
 //   tokens       <sha256 hex of token>  JSON TokenRecord (dashboard/API tokens; never the token)
@@ -144,6 +147,10 @@ struct CommittedState {
   // The replay-detection memory committed with the current round (its SHA-256 checked); absent
   // before the first commit and with replay detection off.
   std::optional<std::string> replay_memory;
+  // The round strategy's state committed with the current round (its SHA-256 checked); absent
+  // before the first commit, for strategies without one, and in stores written before it was
+  // kept.
+  std::optional<std::string> strategy_state;
 };
 
 // What a round commit adds with a compressed broadcast (algorithms/compress/outer_update.h).
@@ -184,15 +191,17 @@ class Store {
   StatusOr<CommittedState> load_state(const std::string& id) const;
 
   // One WriteBatch, synced: θ_{r+1} (params of round r+1), momentum (both as files written
-  // and synced first, the batch naming them), the round record r and the experiment record (current_round = r+1, params_fingerprint = fingerprint of θ_{r+1}). Old θ
-  // versions beyond keep_params are deleted in the same batch. Requires
-  // experiment.current_round == round.round + 1. With `broadcast`, its error feedback and round
-  // r's update message go into the same batch (updates of deleted θ versions are deleted).
-  // `replay_memory` (opaque bytes) replaces the stored replay-detection memory; empty: none.
+  // and synced first, the batch naming them), the round record r and the experiment record
+  // (current_round = r+1, params_fingerprint = fingerprint of θ_{r+1}). Old θ versions beyond
+  // keep_params are deleted in the same batch. Requires experiment.current_round == round.round
+  // + 1. With `broadcast`, its error feedback and round r's update message go into the same batch
+  // (updates of deleted θ versions are deleted). `replay_memory` (opaque bytes) replaces the stored
+  // replay-detection memory, and `strategy_state` (opaque bytes) the round strategy's state; empty:
+  // none.
   Status commit_round(const ExperimentRecord& experiment, const RoundRecord& round,
                       std::span<const float> theta_next, std::span<const float> momentum,
                       const BroadcastCommit* broadcast = nullptr,
-                      std::string_view replay_memory = {});
+                      std::string_view replay_memory = {}, std::string_view strategy_state = {});
   // Round r's compressed outer update message; NOT_FOUND when none was stored (another pull
   // codec, a skipped round, or θ_r no longer kept).
   StatusOr<std::string> load_broadcast_update(const std::string& id, uint64_t round) const;

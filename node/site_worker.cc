@@ -262,8 +262,7 @@ StatusOr<atoll_pb::v1::JoinResponse> SiteWorker::join() {
 // before anything is loaded), the site's data, the inner step and the sync strategy.
 Status SiteWorker::set_up() {
   ATOLL_ASSIGN_OR_RETURN(site_, site_config_from_join(joined_));
-  log("joined " + joined_.experiment_id() + " as " + joined_.node_id() + " (index " +
-      std::to_string(joined_.node_index()) + ")");
+  log("joined " + joined_.experiment_id() + " as " + joined_.node_id());
   InnerStepOptions step_options;
   step_options.devices = devices_;
   step_options.distill = opt_.distill;

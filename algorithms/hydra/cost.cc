@@ -1,6 +1,7 @@
 #include "algorithms/hydra/cost.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace atl::algorithms::hydra {
 
@@ -43,6 +44,10 @@ int64_t subnet_flops_per_token(const CostModel& cm, const Subnet& s) {
 
 double cost_fraction(const CostModel& cm, const Subnet& s) {
   return static_cast<double>(subnet_flops_per_token(cm, s)) / cm.full_flops_per_token();
+}
+
+int64_t budget_flops_per_token(const CostModel& cm, double budget) {
+  return static_cast<int64_t>(std::floor(budget * cm.full_flops_per_token()));
 }
 
 double forward_share(const CostModel& cm, const Subnet& s) {

@@ -47,6 +47,10 @@ struct CostModel {
 int64_t subnet_flops_per_token(const CostModel& cm, const Subnet& s);
 // subnet_flops_per_token / full_flops_per_token.
 double cost_fraction(const CostModel& cm, const Subnet& s);
+// The training FLOPs per token a site with `budget` (share of the full model's cost) may spend:
+// floor(budget · full_flops_per_token). A subnetwork fits when its subnet_flops_per_token does
+// not exceed it.
+int64_t budget_flops_per_token(const CostModel& cm, double budget);
 // Forward share φ of a subnetwork: the forward FLOPs per token it runs (a of every kept unit plus
 // a_lm) over the full model's forward FLOPs per token (a of every unit plus a_lm), in (0, 1].
 // Trained or frozen does not matter: it measures how much of the model the site's forward pass

@@ -191,6 +191,23 @@ StatusOr<TrainedLayers> parse_trained_layers(const std::string& name) {
                          "\"per_site\" (each site chooses its own)");
 }
 
+Subnet cheapest_training_subnet(const CostModel& cm) {
+  Subnet s;
+  s.ffn_blocks = cm.ffn_blocks;
+  const int L = cm.model.layers;
+  for (int l = 0; l < L; ++l)
+    s.layers.push_back({std::vector<uint8_t>(head_units(cm.model), 0),
+                        std::vector<uint8_t>(cm.ffn_blocks, 0), l == L - 1});
+  // A trained unit costs 3·a in any layer of S; with S = {top layer} no frozen layer runs a
+  // backward pass and the removed layers below cost nothing.
+  LayerSubnet& top = s.layers.back();
+  if (cm.unit_cost(true, true, false) < cm.unit_cost(false, true, false))
+    top.ffn_blocks[0] = 1;
+  else
+    top.heads[0] = 1;
+  return s;
+}
+
 SiteSelection select_site(const CostModel& cm, const SiteInput& site, const std::vector<uint8_t>& S,
                           const SelectOptions& opt, const std::vector<uint8_t>& forced) {
   SiteSelection out;
@@ -202,7 +219,7 @@ SiteSelection select_site(const CostModel& cm, const SiteInput& site, const std:
   for (int l = 0; l < cm.model.layers; ++l)
     out.subnet.layers.push_back({std::vector<uint8_t>(head_units(cm.model), 0),
                                  std::vector<uint8_t>(cm.ffn_blocks, 0), S[l] != 0});
-  const int64_t cap = static_cast<int64_t>(std::floor(site.budget * cm.full_flops_per_token()));
+  const int64_t cap = budget_flops_per_token(cm, site.budget);
   const int64_t fixed = cm.lm_fwd() + (l0 >= 0 ? cm.lm_fwd() : 0);
   // 2. frozen units: keep the most score (= least removal damage) within their share, exactly.
   const std::vector<Unit> fz = units_of(cm, S, false);

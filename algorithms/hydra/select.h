@@ -92,6 +92,12 @@ struct Selection {
 StatusOr<Selection> select_subnetworks(const CostModel& cm, std::vector<SiteInput> sites,
                                        const SelectOptions& opt);
 
+// The cheapest subnetwork that trains anything: the output head (forward + backward, step 1)
+// plus one unit of the top layer trained, the cheaper of a head unit and an FFN block, every
+// other unit removed. Its cost_fraction is the smallest budget at which select_site can give a
+// site a trained unit; below it a site would run rounds that train nothing.
+Subnet cheapest_training_subnet(const CostModel& cm);
+
 // The subnetwork of one site for a fixed S (steps 1-3 above), optionally with units forced in
 // (indices into units(S) in the order: layers of S ascending, per layer heads then blocks).
 SiteSelection select_site(const CostModel& cm, const SiteInput& site, const std::vector<uint8_t>& S,

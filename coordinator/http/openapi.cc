@@ -35,7 +35,7 @@ const std::string& openapi_json() {
         "created_unix_ms": {"type": "integer"}, "failure": {"type": "string"},
         "active_nodes": {"type": "integer"},
         "node_address": {"type": "string", "description": "HOST:PORT where nodes join the live experiment (atoll node --coordinator); empty when not known"},
-        "config": {"type": "object"},
+        "config": {"type": "object", "description": "the parsed config, every key with its value (defaults included): name, seed, algorithm and the sections model, train, diloco, hydra, data, robust, privacy, secagg, lora, keyed as in config_toml"},
         "config_toml": {"type": "string"},
         "final_val_bpb": {"type": "number", "nullable": true, "description": "list only: the global validation bpb after the latest evaluated round; null until a committed round is evaluated"},
         "best_val_bpb": {"type": "number", "nullable": true, "description": "list only: the lowest global validation bpb after a committed round"},

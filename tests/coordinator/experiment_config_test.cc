@@ -608,5 +608,38 @@ TEST(ExperimentConfig, SettingsOfAnUnusedFeatureAreNamedAsIgnored) {
   EXPECT_TRUE(ignored_settings(*hydra).empty());
 }
 
+// A key that to_toml writes only away from its default reads as the value the config means on
+// both sides of a change, never "(not set)": stored forward_share_power = 2.0, given 0.0 (the
+// default, left out of to_toml) is `2.0 -> 0.0`; likewise the other such keys, both ways.
+TEST(ExperimentConfig, ConfigChangesNameTheDefaultAKeyLeftOutMeans) {
+  ExperimentConfig stored;
+  stored.name = "x";
+  stored.algorithm = "hydra";
+  stored.hydra.forward_share_power = 2.0;
+  ExperimentConfig given = stored;
+  given.hydra.forward_share_power = 0.0;
+  ASSERT_EQ(to_toml(given).find("forward_share_power"), std::string::npos);
+  EXPECT_EQ(config_changes(stored, given),
+            std::vector<std::string>{"hydra.forward_share_power 2.0 -> 0.0"});
+  EXPECT_EQ(config_changes(given, stored),
+            std::vector<std::string>{"hydra.forward_share_power 0.0 -> 2.0"});
+
+  ExperimentConfig plain;
+  plain.name = "x";
+  ExperimentConfig changed = plain;
+  changed.model.kv_heads = 1;
+  changed.model.tie_word_embeddings = false;
+  changed.model.attention_bias = true;
+  changed.train.muon_momentum = 0.9;
+  changed.diloco.final_look_ahead = false;
+  EXPECT_EQ(config_changes(changed, plain),
+            (std::vector<std::string>{
+                "model.kv_heads 1 -> 0", "model.tie_word_embeddings false -> true",
+                "model.attention_bias true -> false", "train.muon_momentum 0.9 -> 0.95",
+                "diloco.final_look_ahead false -> true"}));
+  EXPECT_EQ(config_changes(plain, changed).size(), 5u);
+  EXPECT_TRUE(config_changes(plain, plain).empty());
+}
+
 }  // namespace
 }  // namespace atl::coordinator

@@ -306,6 +306,29 @@ TEST_F(HttpApiTest, SubnetsAreEmptyWithoutALiveHydraSelection) {
   EXPECT_EQ(client_->send("GET", "/api/experiments/hy/subnets").status, 401u);
 }
 
+// GET /api/experiments/{id}'s parsed config carries the [hydra] section as given (it was only in
+// config_toml), its other keys at their defaults.
+TEST_F(HttpApiTest, TheParsedConfigHasTheHydraSection) {
+  std::string hydra = small_config("hy");
+  hydra.insert(1, R"("algorithm":"hydra","hydra":{"ffn_blocks":2,"reselect_every":3,)"
+                  R"("forward_share_power":2.0,"trained_layers":"per_site"},)");
+  ASSERT_EQ(client_->send("POST", "/api/experiments", admin_, hydra).status, 201u);
+  Reply g = client_->send("GET", "/api/experiments/hy", viewer_);
+  ASSERT_EQ(g.status, 200u) << g.body;
+  const json::value v = g.json();
+  const json::object& h = v.as_object().at("config").as_object().at("hydra").as_object();
+  EXPECT_EQ(h.at("ffn_blocks").to_number<int>(), 2);
+  EXPECT_EQ(h.at("reselect_every").to_number<int>(), 3);
+  EXPECT_EQ(h.at("forward_share_power").to_number<double>(), 2.0);
+  EXPECT_EQ(h.at("trained_layers").as_string(), "per_site");
+  const HydraSection defaults;
+  EXPECT_EQ(h.at("min_coverage").to_number<uint32_t>(), defaults.min_coverage);
+  EXPECT_EQ(h.at("importance_batches").to_number<uint32_t>(), defaults.importance_batches);
+  EXPECT_EQ(h.at("min_train_share").to_number<double>(), defaults.min_train_share);
+  EXPECT_EQ(h.at("removal_penalty").to_number<double>(), defaults.removal_penalty);
+  EXPECT_EQ(h.size(), 8u);
+}
+
 TEST_F(HttpApiTest, CreateListGetStopDelete) {
   Reply c = client_->send("POST", "/api/experiments", admin_, small_config("exp1"));
   ASSERT_EQ(c.status, 201u) << c.body;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <boost/json.hpp>
+#include <cmath>
 #include <thread>
 
 #include "algorithms/hydra/aggregate.h"
@@ -14,6 +15,7 @@
 #include "coordinator/experiment_manager.h"
 #include "coordinator/http/api.h"
 #include "coordinator/http/auth.h"
+#include "kernels/core/number_text.h"
 #include "service_harness.h"
 
 namespace atl::coordinator {
@@ -29,7 +31,9 @@ ExperimentConfig hydra_config() {
   c.model.dim = 32;
   c.model.layers = 2;
   c.model.heads = 2;
-  c.model.ffn_hidden = 64;
+  // 128, not 64: the cheapest subnetwork that trains anything (the output head and one head
+  // unit) must fit the 0.25 budget; at 64 it costs 0.26 of the full model and joins are refused.
+  c.model.ffn_hidden = 128;
   c.model.seq_len = 16;
   // The fake nodes claim up to 3000 tokens a round: 10 steps × 32 × 16 = 5120 allows them.
   c.train.batch_size = 32;
@@ -321,6 +325,63 @@ TEST(HydraService, WithoutTheFinalLookAheadTheLastMaskedStepIsThetaMinusLrDelta)
   const auto look_ahead = masked_rounds_directly(cfg, f.init, f.cm, f.sel, 0.0, 2, true);
   EXPECT_EQ(f.run.coord->service->params_fingerprint(), algorithms::params_fingerprint(plain_last));
   EXPECT_NE(algorithms::params_fingerprint(plain_last), algorithms::params_fingerprint(look_ahead));
+}
+
+// A budget below the cheapest subnetwork that trains anything (the output head and one unit,
+// algorithms::hydra::cheapest_training_subnet) is refused at the join with FAILED_PRECONDITION
+// naming the budget, the minimum and the --budget that works; that budget joins. Before, such a
+// site joined, was selected the output head alone and pushed 0 bytes every round.
+TEST(HydraService, ABudgetBelowTheCheapestTrainingSubnetworkIsRefusedAtJoin) {
+  const ExperimentConfig cfg = hydra_config();
+  const auto mc = model_config(cfg);
+  const algorithms::hydra::CostModel cm{mc, static_cast<int>(cfg.hydra.ffn_blocks), mc.seq_len};
+  const algorithms::Subnet cheapest = algorithms::hydra::cheapest_training_subnet(cm);
+  const double least = algorithms::hydra::cost_fraction(cm, cheapest);
+  // The selection trains one unit with a budget of exactly its FLOPs, and nothing with one FLOP
+  // per token less.
+  const double flops = static_cast<double>(algorithms::hydra::subnet_flops_per_token(cm, cheapest));
+  const double just_enough = (flops + 0.5) / cm.full_flops_per_token();
+  const double one_short = (flops - 0.5) / cm.full_flops_per_token();
+  const std::vector<uint8_t> top = {0, 1};
+  auto trained = [&](double budget) {
+    const auto s = algorithms::hydra::select_site(cm, {"x", budget, fake_scores(cfg, 0)}, top, {});
+    return algorithms::trainable_indices(s.subnet, mc).size();
+  };
+  EXPECT_GT(trained(just_enough), 0u);
+  EXPECT_EQ(trained(just_enough), algorithms::trainable_indices(cheapest, mc).size());
+  EXPECT_EQ(trained(one_short), 0u);
+
+  testing_util::TempDir dir;
+  algorithms::ParamSet init(algorithms::make_layout(mc));
+  algorithms::init_params(init, mc, 5);
+  auto coord = testing::Coordinator::start(dir.path(), cfg, init);
+  ASSERT_TRUE(coord);
+  node::CoordinatorClient client(testing::insecure_client(coord->address(), "node-small"));
+  pb::JoinRequest jr;
+  jr.set_budget(0.01);
+  auto refused = client.join(jr);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  const std::string& why = refused.status().message();
+  EXPECT_NE(why.find("site 'node-small' has Hydra budget 0.01, below the cheapest subnetwork "
+                     "that trains anything"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find(shortest_decimal(least) + " of the full model's training FLOPs"),
+            std::string::npos)
+      << why;
+  const std::string fix = "start the node with --budget at least ";
+  const size_t at = why.find(fix);
+  ASSERT_NE(at, std::string::npos) << why;
+  const double suggested = std::stod(why.substr(at + fix.size()));
+  EXPECT_GE(suggested, least);
+  EXPECT_LT(suggested, least + 1e-4);
+  EXPECT_TRUE(coord->service->nodes().empty());  // refused before it counted as joined
+  jr.set_budget(one_short);
+  EXPECT_EQ(client.join(jr).status().code(), StatusCode::kFailedPrecondition);
+  jr.set_budget(suggested);
+  auto joined = client.join(jr);
+  EXPECT_TRUE(joined.ok()) << joined.status().to_string();
 }
 
 }  // namespace

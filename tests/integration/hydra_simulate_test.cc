@@ -35,13 +35,14 @@ std::map<std::string, std::string> kept_lines(const std::string& run_dir) {
 }
 
 // A small, fast Hydra experiment: a short base model, two layers of two FFN blocks; `extra`
-// flags are appended.
+// flags are appended. FFN 128: the budget-0.25 sites must afford the cheapest subnetwork that
+// trains anything (0.19 of the full model here; 0.26 with FFN 64, and the join is refused).
 std::vector<std::string> small_hydra(const std::string& command, const std::string& run_dir,
                                      const std::vector<std::string>& extra = {}) {
   std::vector<std::string> args = {command, "--algorithm", "hydra", "--rounds",
                                    std::to_string(kRounds)};
   for (const char* flag_value :
-       {"--inner-steps=3", "--base-steps=20", "--dim=32", "--layers=2", "--heads=2", "--ffn=64",
+       {"--inner-steps=3", "--base-steps=20", "--dim=32", "--layers=2", "--heads=2", "--ffn=128",
         "--ffn-blocks=2", "--seq=32", "--batch=2", "--eval-tokens=512", "--seed=77", "--http=off"})
     args.push_back(flag_value);
   args.push_back("--store=" + run_dir);
@@ -112,7 +113,9 @@ TEST(HydraSimulate, ForwardSharePowerCommitsTheSameThetaAsNodeProcesses) {
 TEST(HydraSimulate, AnImportedGroupedQueryModelIsFineTunedAsItsOwnBase) {
   TempDir dir;
   HfSpec spec;
-  ASSERT_NO_FATAL_FAILURE(import_small_qwen2(dir, spec));
+  // FFN 128: the budget-0.25 sites must afford the cheapest subnetwork that trains anything
+  // (0.19 of the full model; 0.26 with FFN 64, and their joins are refused).
+  ASSERT_NO_FATAL_FAILURE(import_small_qwen2(dir, spec, 128));
   auto with_base = [&](const std::string& command) {
     std::vector<std::string> args = {
         command,  "--algorithm",           "hydra", "--rounds", std::to_string(kRounds),
