@@ -45,13 +45,19 @@ class DistillProcesses : public ::testing::Test {
     ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls_, "--name", "teacher", "--role", "server"},
                         *dir_ / "ca.log").exit_code, 0);
     ASSERT_EQ(run_atoll({"ca", "issue", "--dir", tls_, "--name", "student"}, *dir_ / "ca.log").exit_code, 0);
-    auto r = run_atoll({"train", "--data", "brown:a", "--brown-dir", brown_dir(), "--tokenizer", "bytes",
-                        "--dim", "32", "--layers", "2", "--heads", "2", "--ffn", "64", "--seq", "32",
-                        "--batch", "4", "--steps", "3", "--eval-tokens", "256", "--threads", "1",
-                        "--out", *dir_ / "teacher"},
-                       *dir_ / "train.log");
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    ckpt_ = *dir_ / "teacher/checkpoint.safetensors";
+    ASSERT_NO_FATAL_FAILURE(ckpt_ = train_teacher("teacher", "1234"));
+  }
+  // The suite's teacher model (3 steps on brown:a) trained with `seed` into DIR/name; the
+  // checkpoint's path.
+  static std::string train_teacher(const std::string& name, const std::string& seed) {
+    auto r = run_atoll({"train", "--data",  "brown:a", "--brown-dir",   brown_dir(), "--tokenizer",
+                        "bytes", "--dim",   "32",      "--layers",      "2",         "--heads",
+                        "2",     "--ffn",   "64",      "--seq",         "32",        "--batch",
+                        "4",     "--steps", "3",       "--eval-tokens", "256",       "--threads",
+                        "1",     "--seed",  seed,      "--out",         *dir_ / name},
+                       *dir_ / ("train-" + name + ".log"));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return *dir_ / (name + "/checkpoint.safetensors");
   }
   static void TearDownTestSuite() {
     delete dir_;
@@ -276,37 +282,7 @@ TEST_F(DistillProcesses, TeacherRestartedMidRunStudentResumes) {
 // student checked at start) and the student stops with that one line and exit code 2, no step
 // trained on the other model's logits.
 TEST_F(DistillProcesses, TeacherRestartedWithAnotherCheckpointStopsStudent) {
-  auto trained = run_atoll({"train",
-                            "--data",
-                            "brown:a",
-                            "--brown-dir",
-                            brown_dir(),
-                            "--tokenizer",
-                            "bytes",
-                            "--dim",
-                            "32",
-                            "--layers",
-                            "2",
-                            "--heads",
-                            "2",
-                            "--ffn",
-                            "64",
-                            "--seq",
-                            "32",
-                            "--batch",
-                            "4",
-                            "--steps",
-                            "3",
-                            "--eval-tokens",
-                            "256",
-                            "--threads",
-                            "1",
-                            "--seed",
-                            "99",
-                            "--out",
-                            *dir_ / "other-teacher"},
-                           *dir_ / "train-other.log");
-  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const std::string other = train_teacher("other-teacher", "99");  // another θ, same shapes
   const std::string a = start_teacher("0/1", "t_swap.log");
   auto p = node::Subprocess::spawn(
       [&] {
@@ -325,8 +301,7 @@ TEST_F(DistillProcesses, TeacherRestartedWithAnotherCheckpointStopsStudent) {
                              std::regex("waiting for the teacher at step (\\d+)"), 60s, &text);
   ASSERT_TRUE(waited.has_value()) << text;
   const int waited_step = std::stoi((*waited)[1].str());  // before `text` changes under it
-  EXPECT_EQ(start_teacher("0/1", "t_swap2.log", a, *dir_ / "other-teacher/checkpoint.safetensors"),
-            a);
+  EXPECT_EQ(start_teacher("0/1", "t_swap2.log", a, other), a);
   auto code = p->wait_for(60s);
   ASSERT_TRUE(code.has_value()) << read_text(*dir_ / "s_swap.log");
   text = read_text(*dir_ / "s_swap.log");
