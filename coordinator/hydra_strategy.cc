@@ -70,15 +70,16 @@ class HydraStrategy final : public RoundStrategy {
         algorithms::hydra::budget_flops_per_token(cm, budget))
       return Status::Ok();
     const double least = algorithms::hydra::cost_fraction(cm, cheapest);
-    // Rounded up to 4 decimals, so that the value named is accepted.
-    char at_least[32];
+    // The minimum to 4 decimals, and the value to give rounded up, so that it is accepted.
+    char minimum[32], at_least[32];
+    std::snprintf(minimum, sizeof(minimum), "%.4f", least);
     std::snprintf(at_least, sizeof(at_least), "%.4f", std::ceil(least * 1e4) / 1e4);
     return FailedPrecondition(
         "site '" + node + "' has Hydra budget " + shortest_decimal(budget) +
         ", below the cheapest subnetwork that trains anything in this model (the output head "
         "and one unit of one layer: " +
-        shortest_decimal(least) +
-        " of the full model's training FLOPs): start the node with --budget at least " + at_least);
+        minimum + " of the full model's training FLOPs): start the node with --budget at least " +
+        at_least);
   }
 
   Status select(uint64_t round, const std::vector<ScoredNode>& scored,

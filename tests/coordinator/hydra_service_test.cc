@@ -367,7 +367,9 @@ TEST(HydraService, ABudgetBelowTheCheapestTrainingSubnetworkIsRefusedAtJoin) {
                      "that trains anything"),
             std::string::npos)
       << why;
-  EXPECT_NE(why.find(shortest_decimal(least) + " of the full model's training FLOPs"),
+  char minimum[32];  // to 4 decimals, as the suggestion beside it
+  std::snprintf(minimum, sizeof(minimum), "%.4f", least);
+  EXPECT_NE(why.find(std::string(": ") + minimum + " of the full model's training FLOPs"),
             std::string::npos)
       << why;
   const std::string fix = "start the node with --budget at least ";
