@@ -31,20 +31,11 @@ std::string site_id(uint32_t i) {
 }
 
 ExperimentConfig restart_config() {
-  ExperimentConfig c = testing_util::small_config("hydra-restart", kRounds, kSites);
-  c.algorithm = "hydra";
-  c.model.vocab = 256;
-  c.model.dim = 32;
-  c.model.layers = 2;
-  c.model.heads = 2;
-  c.model.ffn_hidden = 128;
-  c.model.seq_len = 16;
-  c.train.batch_size = 32;  // 10 steps × 32 × 16 tokens a round: the sites' claims fit
+  ExperimentConfig c = testing_util::small_hydra_config("hydra-restart", kRounds, kSites);
   c.diloco.max_nodes = kSites;
   c.diloco.round_deadline_s = 60;
   c.diloco.heartbeat_interval_s = 1.0;
   c.diloco.lost_after_heartbeats = 10;
-  c.hydra.ffn_blocks = 2;
   c.hydra.reselect_every = 3;  // selections in rounds 0 and 3
   return c;
 }

@@ -25,19 +25,7 @@ using namespace std::chrono_literals;
 namespace pb = atoll_pb::v1;
 
 ExperimentConfig hydra_config() {
-  ExperimentConfig c = testing::small_config("hydra", 2, 3);
-  c.algorithm = "hydra";
-  c.model.vocab = 256;
-  c.model.dim = 32;
-  c.model.layers = 2;
-  c.model.heads = 2;
-  // 128, not 64: the cheapest subnetwork that trains anything (the output head and one head
-  // unit) must fit the 0.25 budget; at 64 it costs 0.26 of the full model and joins are refused.
-  c.model.ffn_hidden = 128;
-  c.model.seq_len = 16;
-  // The fake nodes claim up to 3000 tokens a round: 10 steps × 32 × 16 = 5120 allows them.
-  c.train.batch_size = 32;
-  c.hydra.ffn_blocks = 2;
+  ExperimentConfig c = testing::small_hydra_config("hydra", 2, 3);
   c.hydra.reselect_every = 1;
   return c;
 }

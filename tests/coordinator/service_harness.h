@@ -27,6 +27,7 @@ namespace atl::coordinator::testing {
 using namespace std::chrono_literals;
 
 using testing_util::small_config;
+using testing_util::small_hydra_config;
 
 // The fake trainer: Δ for node `index` from θ (numel), deterministic.
 inline std::vector<float> fake_delta(const std::vector<float>& theta, uint32_t index) {

@@ -66,6 +66,26 @@ inline coordinator::ExperimentConfig small_config(const std::string& name, uint3
   return c;
 }
 
+// small_config as a Hydra experiment of 3-site tests (budgets 1, 0.5, 0.25): d = 32, 2 layers of
+// 2 heads, FFN 128 in 2 blocks. 128, not 64: the cheapest subnetwork that trains anything (the
+// output head and one head unit) must fit the 0.25 budget; at 64 it costs 0.26 of the full model
+// and joins are refused. Batch 32: 10 steps × 32 × 16 = 5120 tokens a round allow the fake
+// nodes' claims (up to 3000).
+inline coordinator::ExperimentConfig small_hydra_config(const std::string& name, uint32_t rounds,
+                                                        uint32_t min_nodes) {
+  coordinator::ExperimentConfig c = small_config(name, rounds, min_nodes);
+  c.algorithm = "hydra";
+  c.model.vocab = 256;
+  c.model.dim = 32;
+  c.model.layers = 2;
+  c.model.heads = 2;
+  c.model.ffn_hidden = 128;
+  c.model.seq_len = 16;
+  c.train.batch_size = 32;
+  c.hydra.ffn_blocks = 2;
+  return c;
+}
+
 // small_config with secure aggregation on (threshold 2, clip range 0.5, quantization range 2^20,
 // screening off as [secagg] requires); `masking = false` runs the same integers in the clear.
 inline coordinator::ExperimentConfig secagg_test_config(const std::string& name, uint32_t rounds,

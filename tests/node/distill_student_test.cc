@@ -9,6 +9,7 @@
 #include "kernels/core/philox.h"
 #include "node/distill_inner.h"
 #include "node/teacher_service.h"
+#include "tests/node/node_test_util.h"
 
 namespace atl::node {
 namespace {
@@ -53,19 +54,10 @@ al::distill::LossConfig loss_cfg(double alpha) {
   return lc;
 }
 
-al::data::TokenDataset random_data(int vocab) {
-  Philox r(5, 3);
-  std::vector<int32_t> t(4096);
-  for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>(r.below(i, vocab));
-  auto d = al::data::dataset_from_tokens(std::move(t), vocab);
-  EXPECT_TRUE(d.ok()) << d.status().to_string();
-  return std::move(d).value();
-}
-
 // With the teacher in this process, train_student takes exactly DistillTrainer's steps on the
 // batches of (seed, step): the same parameters bit for bit, the same losses reported.
 TEST(DistillStudent, ColocatedRunTakesTheTrainersSteps) {
-  const auto data = random_data(64);
+  const auto data = testing::random_tokens(64);
   al::ParamSet teacher(al::make_layout(teacher_cfg()));
   al::init_params(teacher, teacher_cfg(), 9);
   al::ParamSet run_params(al::make_layout(student_cfg()));
@@ -103,7 +95,7 @@ TEST(DistillStudent, ColocatedRunTakesTheTrainersSteps) {
 // α = 0: the student's cross-entropy alone; a stop request ends the run after the step that
 // saw it, without an error.
 TEST(DistillStudent, WithoutTeacherStopsOnRequest) {
-  const auto data = random_data(64);
+  const auto data = testing::random_tokens(64);
   al::ParamSet params(al::make_layout(student_cfg()));
   al::init_params(params, student_cfg(), 3);
   const std::string before = params.fingerprint();

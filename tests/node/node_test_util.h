@@ -2,11 +2,14 @@
 // coordinator calls that never reach one.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <optional>
 #include <string>
 #include <thread>
 
+#include "algorithms/data/dataset.h"
 #include "algorithms/model/llama.h"
 #include "algorithms/model/param_set.h"
 #include "kernels/core/philox.h"
@@ -99,5 +102,16 @@ class UnreachableCalls : public CoordinatorCalls {
   std::chrono::steady_clock::time_point t0_;
   std::optional<std::chrono::milliseconds> link_up_after_;
 };
+
+// 4096 token ids drawn uniformly from [0, vocab) with a fixed Philox stream: data of no text,
+// for tests of the distillation student and teacher.
+inline algorithms::data::TokenDataset random_tokens(int vocab) {
+  Philox r(5, 3);
+  std::vector<int32_t> t(4096);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>(r.below(i, vocab));
+  auto d = algorithms::data::dataset_from_tokens(std::move(t), vocab);
+  EXPECT_TRUE(d.ok()) << d.status().to_string();
+  return std::move(d).value();
+}
 
 }  // namespace atl::node::testing

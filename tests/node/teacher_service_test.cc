@@ -16,6 +16,7 @@
 #include "kernels/core/philox.h"
 #include "node/distill_inner.h"
 #include "node/teacher_client.h"
+#include "tests/node/node_test_util.h"
 #include "tools/temp_dir.h"
 #include "transport/channel.h"
 #include "transport/proto/atoll.grpc.pb.h"
@@ -53,15 +54,6 @@ al::TrainerConfig train_cfg() {
   return t;
 }
 
-al::data::TokenDataset random_data() {
-  Philox r(5, 3);
-  std::vector<int32_t> t(4096);
-  for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>(r.below(i, kVocab));
-  auto d = al::data::dataset_from_tokens(std::move(t), kVocab);
-  EXPECT_TRUE(d.ok()) << d.status().to_string();
-  return std::move(d).value();
-}
-
 // The parameters of a teacher "checkpoint": its init seed tells two checkpoints apart.
 al::ParamSet checkpoint_params(uint64_t seed) {
   al::ParamSet p(al::make_layout(model_cfg()));
@@ -78,7 +70,7 @@ Teacher start_teacher(const al::ParamSet& params, const std::string& listen) {
   TeacherServiceOptions o;
   o.model = model_cfg();
   o.params = params;
-  o.data = random_data();
+  o.data = testing::random_tokens(kVocab);
   o.data_spec = "random";
   o.vocab_begin = 0;
   o.vocab_end = kVocab;
@@ -168,7 +160,7 @@ TEST(TeacherService, StudentStopsWhenTheTeacherComesBackWithAnotherCheckpoint) {
       DistillInnerStep::create(student_options(address), transport::insecure_client_credentials(),
                                model_cfg(), train_cfg(), nullptr);
   ASSERT_TRUE(step.ok()) << step.status().to_string();
-  const auto data = random_data();
+  const auto data = testing::random_tokens(kVocab);
   al::ParamSet student = checkpoint_params(3);
   const auto batch = [&](int64_t s) {
     return al::data::sample_global_batch(data, 1, s, kBatch, kSeq).tokens;
@@ -233,7 +225,7 @@ TEST(TeacherService, SiteTeacherNameFailureNamesTeacherNameFlag) {
   TeacherServiceOptions so;
   so.model = model_cfg();
   so.params = checkpoint_params(9);
-  so.data = random_data();
+  so.data = testing::random_tokens(kVocab);
   so.vocab_end = kVocab;
   TeacherService service(std::move(so));
   auto server = TeacherServer::start(service, "127.0.0.1:0", *server_tls);
