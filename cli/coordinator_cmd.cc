@@ -41,6 +41,8 @@ std::optional<std::string> event_line(const coordinator::Event& e, double val_bp
           e.round, e.record->mean_loss, e.record->tokens, e.record->bytes_up, e.record->bytes_down,
           e.record->duration_s, e.commit_s, e.record->params_fingerprint.substr(0, 16).c_str());
       if (val_bpb >= 0) line += format_line(" | val bpb %.4f", val_bpb);
+      if (const uint64_t late = coordinator::late_bytes_down_total(*e.record))
+        line += format_line(" | %" PRIu64 " B down in pulls that outlived their round", late);
       if (e.record->skipped) line += " | SKIPPED: no update could be applied";
       // Differential privacy: ε spent so far (the record holds no per-site norms then).
       if (e.record->privacy_epsilon != -1.0)

@@ -181,6 +181,14 @@ Status resolve_lora_base(coordinator::ExperimentConfig& config,
                          std::shared_ptr<const node::BaseModel>* loaded) {
   if (!config.is_lora()) return Status::Ok();
   auto base = node::load_base_model(config.lora.base, "lora.base");
+  std::error_code ec;
+  if (!base.ok() && std::filesystem::path(config.lora.base).is_relative() &&
+      !std::filesystem::exists(config.lora.base, ec))
+    return Status(base.status().code(), base.status().message() +
+                                            " (a relative lora.base is read from the working "
+                                            "directory, " +
+                                            std::filesystem::current_path(ec).string() +
+                                            ", not from the config file's folder)");
   if (!base.ok()) return base.status();
   if (!config.lora.base_fingerprint.empty() && config.lora.base_fingerprint != base->fingerprint)
     return FailedPrecondition("lora.base " + config.lora.base + " has sha256 " +

@@ -265,7 +265,7 @@ void tally_screening(const DemoExperiment& d, const coordinator::RoundRecord& re
 // Adds a committed round's bytes, screening and privacy figures to the totals.
 void tally_round(const DemoRun& run, const coordinator::RoundRecord& rec, RunTotals& t) {
   t.bytes_up += rec.bytes_up;
-  t.bytes_down += rec.bytes_down;
+  t.bytes_down += rec.bytes_down + coordinator::late_bytes_down_total(rec);
   t.sync_bytes[rec.round] += rec.bytes_up;
   if (rec.round == 0)
     t.initial_pull_bytes = rec.bytes_down;
@@ -453,10 +453,13 @@ void print_summary(const DemoRun& run, const RunTotals& t, double baseline,
                 format_count(static_cast<double>(c.theta_numel)).c_str(),
                 format_count(static_cast<double>(c.full_numel)).c_str(),
                 100.0 * static_cast<double>(c.theta_numel) / static_cast<double>(c.full_numel));
-    std::printf("  bytes per round  %s (full-parameter DiLoCo: %s%s, %.1fx more)\n",
+    // Adapters of a rank near the model's width can hold more values than the weights.
+    const double full_over_lora = static_cast<double>(c.full_per_sync) / per_round;
+    std::printf("  bytes per round  %s (full-parameter DiLoCo: %s%s, %.1fx %s)\n",
                 format_bytes(per_round).c_str(), at_most,
                 format_bytes(static_cast<double>(c.full_per_sync)).c_str(),
-                static_cast<double>(c.full_per_sync) / per_round);
+                full_over_lora >= 1.0 ? full_over_lora : 1.0 / full_over_lora,
+                full_over_lora >= 1.0 ? "more" : "fewer: these adapters are larger than the model");
   }
   std::printf("  data-parallel    %s for the same tokens (%.1fx more)\n",
               format_bytes(c.ddp).c_str(), sent > 0 ? c.ddp / sent : 0.0);

@@ -5,18 +5,6 @@
 
 namespace atl::cli {
 
-std::string format_bytes(double bytes) {
-  const char* units[] = {"B", "kB", "MB", "GB", "TB"};
-  int u = 0;
-  while (std::fabs(bytes) >= 1000.0 && u < 4) {
-    bytes /= 1000.0;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
-  return buf;
-}
-
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   char buf[32];

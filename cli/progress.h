@@ -5,10 +5,10 @@
 #include <string>
 
 #include "coordinator/store.h"
+#include "kernels/core/number_text.h"  // format_bytes
 
 namespace atl::cli {
 
-std::string format_bytes(double bytes);       // "1.23 MB" (SI, 1 MB = 1e6 bytes)
 std::string format_duration(double seconds);  // "42s", "3m05s", "1h02m"
 std::string format_count(double n);
 // " node-a 3.142 node-b 3.201": each participant's mean inner loss of a committed round.

@@ -421,12 +421,17 @@ StatusOr<std::vector<NodeView>> ExperimentManager::nodes(const std::string& id) 
         v.node_id = n.node_id;
         v.status = n.status;
         if (!n.device.empty()) v.device = n.device;
+        v.loss = n.loss;
+        v.last_seen_unix_ms = std::max(v.last_seen_unix_ms, n.last_seen_unix_ms);
+        // The last heartbeat of a run that ended says what the node did, not what it does.
+        if (s.record.state != ExperimentState::kRunning &&
+            s.record.state != ExperimentState::kPaused)
+          continue;
+        v.has_progress = true;
         v.ready = n.ready;
         v.round = n.round;
         v.inner_step = n.inner_step;
-        v.loss = n.loss;
         v.tokens_per_s = n.tokens_per_s;
-        v.last_seen_unix_ms = std::max(v.last_seen_unix_ms, n.last_seen_unix_ms);
       }
     }
   }
@@ -441,6 +446,10 @@ StatusOr<std::vector<NodeView>> ExperimentManager::nodes(const std::string& id) 
       v.tokens = add_saturating(v.tokens, p.tokens);  // records written before the cap
       v.bytes_up += p.bytes_up;
       v.bytes_down += p.bytes_down;
+    }
+    for (const auto& [node, bytes] : rec->late_bytes_down) {
+      auto it = views.find(node);
+      if (it != views.end()) it->second.bytes_down += bytes;
     }
   }
   std::vector<NodeView> out;
@@ -494,7 +503,8 @@ StatusOr<MetricSeries> ExperimentManager::metrics(const std::string& id,
     }
     m.global["mean_loss"].push_back({x, rec->mean_loss});
     m.global["tokens"].push_back({x, static_cast<double>(rec->tokens)});
-    m.global["bytes"].push_back({x, static_cast<double>(rec->bytes_up + rec->bytes_down)});
+    m.global["bytes"].push_back(
+        {x, static_cast<double>(rec->bytes_up + rec->bytes_down + late_bytes_down_total(*rec))});
     // A ring all-reduce of the fp32 gradient every inner step: 2(N−1)·P·4 bytes in total.
     m.global["ddp_bytes"].push_back({x, steps * 2.0 * std::max(0.0, pushed - 1) * param_bytes});
     m.global["duration_s"].push_back({x, rec->duration_s});

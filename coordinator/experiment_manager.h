@@ -50,7 +50,10 @@ struct NodeView {
   std::string device;
   double budget = 1.0;  // Hydra: its share of the full model's cost, from its join
   bool ready = false;
-  uint64_t round = 0;  // latest heartbeat progress (live experiment only)
+  // Latest heartbeat progress, while the experiment runs or is paused on this coordinator
+  // (has_progress); a finished or failed run has none (the API writes null).
+  bool has_progress = false;
+  uint64_t round = 0;
   uint32_t inner_step = 0;
   double loss = 0.0;
   double tokens_per_s = 0.0;

@@ -37,6 +37,11 @@ json::object to_json(const RoundRecord& r) {
   o["mean_loss"] = json_number(r.mean_loss);
   o["bytes_up"] = r.bytes_up;
   o["bytes_down"] = r.bytes_down;
+  if (!r.late_bytes_down.empty()) {  // a slow node's pulls that outlived their round
+    json::object late;
+    for (const auto& [node, bytes] : r.late_bytes_down) late[node] = bytes;
+    o["late_bytes_down"] = std::move(late);
+  }
   o["duration_s"] = json_number(r.duration_s);
   o["base_fingerprint"] = r.base_fingerprint;
   o["params_fingerprint"] = r.params_fingerprint;
@@ -115,10 +120,16 @@ json::object to_json(const NodeView& n) {
   o["device"] = n.device;
   o["budget"] = json_number(n.budget);
   o["ready"] = n.ready;
-  o["round"] = n.round;
-  o["inner_step"] = n.inner_step;
+  if (n.has_progress) {
+    o["round"] = n.round;
+    o["inner_step"] = n.inner_step;
+    o["tokens_per_s"] = json_number(n.tokens_per_s);
+  } else {
+    o["round"] = nullptr;
+    o["inner_step"] = nullptr;
+    o["tokens_per_s"] = nullptr;
+  }
   o["loss"] = json_number(n.loss);
-  o["tokens_per_s"] = json_number(n.tokens_per_s);
   o["joined_unix_ms"] = n.joined_unix_ms;
   o["last_seen_unix_ms"] = n.last_seen_unix_ms;
   o["rounds"] = n.rounds;

@@ -117,6 +117,8 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
   std::optional<CommittedState> resumed;
   if (existing.ok()) {
     ATOLL_ASSIGN_OR_RETURN(CommittedState st, store.load_state(config.name));
+    // A changed key first: it names what changed the model (e.g. lora.base, model.dim).
+    ATOLL_RETURN_IF_ERROR(check_same_config(st.experiment, config));
     if (st.experiment.layout_fingerprint != layout_fp || st.experiment.numel != initial.numel())
       return FailedPrecondition(
           "experiment '" + config.name + "' in the store has a different model (" +
@@ -124,7 +126,6 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
           st.experiment.layout_fingerprint.substr(0, 12) + ") than the config (" +
           std::to_string(initial.numel()) + " parameters, layout " + layout_fp.substr(0, 12) +
           "); use another experiment name or store");
-    ATOLL_RETURN_IF_ERROR(check_same_config(st.experiment, config));
     resumed = std::move(st);
   }
   ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<RoundStrategy> strategy,
@@ -612,6 +613,8 @@ RoundEngine::Commit RoundEngine::prepare_commit_locked(Clock::time_point now) {
     rec.bytes_down += p.bytes_down;
     rec.participants.push_back(std::move(p));
   }
+  rec.late_bytes_down = std::move(late_bytes_down_);
+  late_bytes_down_.clear();
   rec.mean_loss = rec.tokens ? loss_weighted / static_cast<double>(rec.tokens) : 0.0;
   rec.duration_s = std::chrono::duration<double>(now - round_.started).count();
   rec.aggregator = config_.robust.aggregator;

@@ -353,6 +353,9 @@ class RoundEngine {
   std::map<std::string, std::string> in_flight_;
   // Metrics reports accepted per node and round, for rounds inside the window only.
   std::map<std::string, std::map<uint64_t, uint32_t>> metrics_reports_;
+  // Pulls delivered outside their round (pull_delivered), per node, until the next record
+  // (RoundRecord::late_bytes_down) takes them.
+  std::map<std::string, uint64_t> late_bytes_down_;
 
   std::mutex event_mu_;
   std::condition_variable event_cv_;

@@ -365,6 +365,8 @@ void RoundEngine::pull_delivered(const std::string& id, uint64_t round, uint64_t
   std::lock_guard<std::mutex> lk(mu_);
   if (round_.open && round_.round == round && is_participant_locked(id))
     round_.bytes_down[id] += payload_bytes;
+  else
+    late_bytes_down_[id] += payload_bytes;  // the next record to close counts it
 }
 
 Status RoundEngine::admit_metrics_locked(const std::string& id, uint64_t round) {

@@ -269,6 +269,14 @@ StatusOr<RoundRecord> round_from_json(const std::string& text, const std::string
   rr.mean_loss = r.dbl("mean_loss");
   rr.bytes_up = r.u64("bytes_up");
   rr.bytes_down = r.u64("bytes_down");
+  if (r.has("late_bytes_down")) {  // absent in records written before it
+    const json::value& late = o.at("late_bytes_down");
+    if (!late.is_object()) return DataLoss("store: " + what + " is corrupt (late_bytes_down)");
+    Reader lr{&late.get_object(), what, {}};
+    for (const auto& entry : late.get_object())
+      rr.late_bytes_down[std::string(entry.key())] = lr.u64(std::string(entry.key()).c_str());
+    if (!lr.err.ok()) return lr.err;
+  }
   rr.duration_s = r.dbl("duration_s");
   rr.base_fingerprint = r.str("base_fingerprint");
   rr.params_fingerprint = r.str("params_fingerprint");

@@ -31,6 +31,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <shared_mutex>
@@ -101,6 +102,11 @@ struct RoundRecord {
   double mean_loss = 0.0;  // token-weighted mean of the accepted updates' losses
   uint64_t bytes_up = 0;
   uint64_t bytes_down = 0;
+  // θ bytes whose pull ended after its own round had closed (a slow node's pull outliving its
+  // round), or that went to a node outside the round, counted in the round open when they
+  // arrived (or the next one to close); per node id. No bytes_down holds them. Records written
+  // before this field have none.
+  std::map<std::string, uint64_t> late_bytes_down;
   double duration_s = 0.0;           // round start to commit
   std::string base_fingerprint;      // θ_r
   std::string params_fingerprint;    // θ_{r+1}
@@ -117,6 +123,13 @@ struct RoundRecord {
   // privacy.delta; +inf (stored as null) with clipping only, -1 when privacy is off.
   double privacy_epsilon = -1.0;
 };
+
+// Σ RoundRecord::late_bytes_down over its nodes.
+inline uint64_t late_bytes_down_total(const RoundRecord& r) {
+  uint64_t total = 0;
+  for (const auto& [node, bytes] : r.late_bytes_down) total += bytes;
+  return total;
+}
 
 struct NodeRecord {
   std::string node_id;

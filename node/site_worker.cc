@@ -277,7 +277,7 @@ Status SiteWorker::set_up() {
         std::to_string(al::count_lora_params(site_.lora, site_.model)) + " trainable) over base " +
         opt_.base->path + " (sha256 " + opt_.base->fingerprint.substr(0, 16) + "..., held in " +
         al::base_storage_name(site_.lora.base_storage) + ", " +
-        std::to_string(frozen_base_->stored_bytes() >> 20) + " MiB)");
+        format_bytes(static_cast<double>(frozen_base_->stored_bytes())) + ")");
   } else if (opt_.base) {
     log("--base " + opt_.base->path +
         ": its tokenizer reads this site's data; its parameters are not used (this experiment "
@@ -666,7 +666,10 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
   if (flow == Flow::kStop) return Flow::kStop;
   if (!sent.ok()) {
     if (superseded(sent.status())) return sent.status();
-    log("update for round " + std::to_string(round) + " refused: " + sent.status().message());
+    // UNAVAILABLE: the coordinator could not be reached, nothing refused the update.
+    log("update for round " + std::to_string(round) +
+        (sent.status().code() == StatusCode::kUnavailable ? " not delivered: " : " refused: ") +
+        sent.status().message());
     next_.reset();
     return Flow::kContinue;
   }

@@ -1083,7 +1083,8 @@ function renderRounds(data) {
     el('td', { class: 'wrap' }, r.participants.map(participantLabel).join(', ')),
     el('td', { class: 'num' }, fmtNum(r.mean_loss)),
     el('td', { class: 'num' }, fmtCount(r.tokens)),
-    el('td', { class: 'num' }, `${fmtBytes(r.bytes_up)} / ${fmtBytes(r.bytes_down)}`),
+    el('td', { class: 'num', title: lateBytesDown(r) ? `${fmtBytes(lateBytesDown(r))} of it in pulls of earlier rounds that outlived them (slow nodes)` : '' },
+      `${fmtBytes(r.bytes_up)} / ${fmtBytes(r.bytes_down + lateBytesDown(r))}`),
     el('td', { class: 'num' }, fmtDuration(r.duration_s)),
     el('td', {}, fmtTime(r.committed_unix_ms)),
     el('td', { class: 'mono', title: r.params_fingerprint }, r.params_fingerprint.slice(0, 16)),
@@ -1151,10 +1152,16 @@ function renderLogs() {
     list.append(el('li', { class: 'empty' }, filter === 'warn' ? 'No warnings or errors.' : 'Nothing yet.'));
   if (follow) list.scrollTop = list.scrollHeight;
 }
+// θ bytes of slow nodes' pulls that ended after their own round closed, counted in this record.
+function lateBytesDown(r) {
+  return Object.values(r.late_bytes_down || {}).reduce((a, b) => a + b, 0);
+}
 function logRound(r, fromStore = false) {
   addLog(r.committed_unix_ms, r.participants.some(p => !p.pushed) ? 'warn' : 'info',
     `round ${r.round} committed: loss ${fmtNum(r.mean_loss)}, ${fmtCount(r.tokens)} tokens, ` +
-    `up ${fmtBytes(r.bytes_up)} / down ${fmtBytes(r.bytes_down)}, ${fmtDuration(r.duration_s)}` +
+    `up ${fmtBytes(r.bytes_up)} / down ${fmtBytes(r.bytes_down)}` +
+    (lateBytesDown(r) ? ` (+${fmtBytes(lateBytesDown(r))} in pulls that outlived their round)` : '') +
+    `, ${fmtDuration(r.duration_s)}` +
     r.participants.filter(p => !p.pushed).map(p => `; ${p.node_id} missed it`).join(''), `round:${r.round}`, 'round', fromStore);
 }
 function logEvent(kind, d) {

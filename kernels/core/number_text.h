@@ -10,4 +10,7 @@ namespace atl {
 // std::to_chars writes them.
 std::string shortest_decimal(double v);
 
+// "1.23 MB", "512 B": SI units (1 kB = 1000 bytes), two decimals above bytes.
+std::string format_bytes(double bytes);
+
 }  // namespace atl

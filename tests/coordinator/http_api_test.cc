@@ -650,6 +650,15 @@ TEST_F(HttpApiTest, StartingAStoredExperimentMakesItLive) {
   Reply rounds = client_->send("GET", "/api/experiments/expB/rounds", viewer_);
   ASSERT_EQ(rounds.status, 200u);
   EXPECT_EQ(rounds.json().as_object().at("rounds").as_array().size(), 3u) << rounds.body;
+  // The finished run's node keeps its totals, but no "now" from its last heartbeat.
+  Reply nodes = client_->send("GET", "/api/experiments/expB/nodes", viewer_);
+  ASSERT_EQ(nodes.status, 200u) << nodes.body;
+  const json::object& n0 = nodes.json().as_object().at("nodes").as_array().at(0).as_object();
+  EXPECT_EQ(n0.at("node_id").as_string(), "node-0") << nodes.body;
+  EXPECT_EQ(n0.at("rounds").as_int64(), 3) << nodes.body;
+  EXPECT_TRUE(n0.at("round").is_null()) << nodes.body;
+  EXPECT_TRUE(n0.at("inner_step").is_null()) << nodes.body;
+  EXPECT_TRUE(n0.at("tokens_per_s").is_null()) << nodes.body;
 
   // B finished: the paused A can be resumed (it becomes live again, from its stored round).
   Reply back = client_->send("POST", "/api/experiments/expA/resume", admin_);

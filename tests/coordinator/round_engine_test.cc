@@ -369,6 +369,47 @@ TEST(RoundEngine, TwoNodesPushAndTheCommitIsTheDirectAggregateAndOuterStep) {
   EXPECT_EQ(accepted, (std::vector<std::string>{"1 of 2 updates", "2 of 2 updates"}));
 }
 
+// A slow node's pull of θ_0 that ends after round 0 closed is counted in round 1's record
+// (late_bytes_down, per node), stored and read back, and in the node view's bytes down.
+TEST(RoundEngine, APullThatOutlivesItsRoundIsCountedInTheNextRecord) {
+  const ExperimentConfig cfg = engine_config("late", 3, 1);
+  EngineFixture f(cfg, testing_util::toy_params(kNumel));
+  ASSERT_TRUE(f.engine);
+  ASSERT_TRUE(f.engine->start().ok());
+  f.join_and_get_tasks({"node-0"}, 0);
+  pb::PullParamsRequest pr;
+  pr.set_round(0);
+  auto slow = f.engine->pull("node-0", pr);
+  ASSERT_TRUE(slow.ok()) << slow.status().to_string();
+  const uint64_t slow_bytes = slow->payload.size();
+  slow->in_flight.reset();  // the stream is still running; only its end is counted below
+
+  const pb::TensorHeader h0 = update_header(*f.engine, 0, kNumel, f.layout_fp, 100);
+  ASSERT_TRUE(f.engine->begin_update("node-0", h0).ok());
+  ASSERT_TRUE(f.engine->finish_update("node-0", h0, node_delta_bytes(kNumel, 0)).ok());
+  ASSERT_EQ(f.engine->current_round(), 1u);
+  f.engine->pull_delivered("node-0", 0, slow_bytes);  // round 0 is closed by now
+
+  pb::NextTaskRequest poll;
+  poll.set_wait_ms(10000);
+  auto task1 = f.engine->next_task("node-0", poll);
+  ASSERT_TRUE(task1.ok()) << task1.status().to_string();
+  ASSERT_EQ(task1->kind(), pb::Task::TRAIN) << task1->reason();
+  const pb::TensorHeader h1 = update_header(*f.engine, 1, kNumel, f.layout_fp, 100);
+  ASSERT_TRUE(f.engine->begin_update("node-0", h1).ok());
+  ASSERT_TRUE(f.engine->finish_update("node-0", h1, node_delta_bytes(kNumel, 1)).ok());
+  ASSERT_EQ(f.engine->current_round(), 2u);
+
+  auto r0 = f.store->load_round("late", 0);
+  auto r1 = f.store->load_round("late", 1);
+  ASSERT_TRUE(r0.ok() && r1.ok());
+  EXPECT_EQ(r0->bytes_down, 0u);
+  EXPECT_TRUE(r0->late_bytes_down.empty());
+  EXPECT_EQ(r1->bytes_down, 0u);
+  EXPECT_EQ(r1->late_bytes_down, (std::map<std::string, uint64_t>{{"node-0", slow_bytes}}));
+  EXPECT_EQ(late_bytes_down_total(*r1), slow_bytes);
+}
+
 TEST(RoundEngine, RefusesStrangersOtherExperimentsAndPayloadsWithoutAHeader) {
   constexpr size_t kNumel = 1000;
   const ExperimentConfig cfg = engine_config("refuse", 2, 2);
