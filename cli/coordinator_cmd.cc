@@ -76,6 +76,7 @@ LogLevel event_level(const coordinator::Event& e) {
     case K::kUpdateRejected:
     case K::kNodeLost:
     case K::kRoundRestarted:
+    case K::kSecAggDeadline:
       return LogLevel::kWarn;
     case K::kFailed:
       return LogLevel::kError;
@@ -93,6 +94,7 @@ std::optional<uint64_t> event_round(const coordinator::Event& e) {
     case K::kUpdateRejected:
     case K::kRoundCommitted:
     case K::kRoundRestarted:
+    case K::kSecAggDeadline:
       return e.round;
     default:
       return std::nullopt;
@@ -413,20 +415,24 @@ std::optional<int> serve_ended_experiment(RunningCoordinator& rc, const Coordina
   return finished ? 0 : 1;
 }
 
-// The experiment the dashboard made live, left running when this coordinator stopped ("" when
-// none). One experiment runs at a time (ExperimentManager::start refuses another while the live
-// one runs), so a running one other than the config's, while the config's is not running, was
-// the live one; serving the config's instead stranded it ("running", served by nobody, its nodes
-// sent away).
-std::string left_running_from_dashboard(RunningCoordinator& rc) {
-  if (rc.service->state() == coordinator::ExperimentState::kRunning) return "";
-  auto all = rc.manager->list();
-  if (!all.ok()) return "";
-  for (const coordinator::ExperimentSummary& s : *all)
-    if (s.record.state == coordinator::ExperimentState::kRunning &&
-        s.record.id != rc.service->experiment_id())
-      return s.record.id;
-  return "";
+// The experiment the dashboard made live, left running when the last coordinator on this store
+// stopped ("" when none): serving the config's instead would strand it ("running", served by
+// nobody, its nodes sent away). One left running by another --config is paused instead: this
+// --config names the experiment to serve (ExperimentManager::left_running).
+StatusOr<std::string> left_running_from_dashboard(RunningCoordinator& rc, LogOutput& log) {
+  const std::string& served = rc.service->experiment_id();
+  ATOLL_ASSIGN_OR_RETURN(auto left, rc.manager->left_running(served));
+  if (!left) return std::string();
+  if (left->made_live_from_api && rc.service->state() != coordinator::ExperimentState::kRunning)
+    return left->id;
+  const std::string why = "this coordinator serves experiment " + served + " of its --config";
+  ATOLL_RETURN_IF_ERROR(rc.manager->pause_left_running(left->id, why));
+  log.write(
+      LogLevel::kWarn,
+      format_line("experiment %s was running when the last coordinator on this store stopped; "
+                  "paused, as %s (resume it from the dashboard or with its own --config)",
+                  left->id.c_str(), why.c_str()));
+  return std::string();
 }
 
 // Lets nodes collect their STOP task and Leave before the server goes away: while a node is
@@ -543,7 +549,9 @@ int cmd_coordinator(const Args& args) {
                             },
                             /*answers_nodes=*/rc.server != nullptr);
   };
-  if (const std::string resumed = left_running_from_dashboard(rc); !resumed.empty()) {
+  auto left_running = left_running_from_dashboard(rc, log);
+  if (!left_running.ok()) return log.fail(left_running.status().message());
+  if (const std::string& resumed = *left_running; !resumed.empty()) {
     log.info(
         format_line("experiment %s, started from the dashboard, was running when this "
                     "coordinator stopped: serving it again (the --config experiment %s "
@@ -567,6 +575,7 @@ int cmd_coordinator(const Args& args) {
                            rc.service->current_round(), *v, evaluator->data_spec().c_str()));
     }
     std::fflush(stdout);
+    (void)rc.manager->note_served_from_config(rc.service->experiment_id());
     if (Status s = rc.service->start(); !s.ok()) return log.fail(s.message());
   }
   while (!stop->load()) {

@@ -24,6 +24,14 @@ inline uint64_t unix_ms_now() {
 }
 
 using Clock = std::chrono::steady_clock;
+// A config's seconds (diloco.round_deadline_s, heartbeat_interval_s, ...) as a Clock duration;
+// beyond about 292 years of nanoseconds it saturates instead of overflowing (validation bounds
+// the keys far below that).
+inline Clock::duration duration_of_seconds(double s) {
+  constexpr double kMax = 9.0e9;  // seconds; Clock::duration::max() is ~9.22e9 s
+  return std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(s > kMax ? kMax : s));
+}
 
 // a + b and a · b, saturating at 2^64 − 1 instead of wrapping: token counts come from the
 // network and are summed over nodes and rounds.
@@ -54,6 +62,9 @@ struct Event {
     // The store could not be written (the experiment pauses) or can be again (it resumes);
     // message: the line saying which and why.
     kStore,
+    // A secure-aggregation stage closed at the round deadline without some sites; message: the
+    // line naming the stage and them (the rest of the round gets a new deadline).
+    kSecAggDeadline,
   };
   explicit Event(Kind k) : kind(k) {}
   Kind kind;

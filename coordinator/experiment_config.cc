@@ -420,16 +420,26 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
   if (g.max_nodes < g.min_nodes)
     add(range_error(src, "diloco.max_nodes", u(g.max_nodes),
                     "must be >= diloco.min_nodes = " + u(g.min_nodes)));
-  if (!(g.round_deadline_s > 0))
-    add(range_error(src, "diloco.round_deadline_s", d(g.round_deadline_s), "must be > 0 seconds"));
-  if (!(g.heartbeat_interval_s > 0))
+  // Upper bounds: a time is a count of nanoseconds in 64 bits (~292 years), and 1e10 s, meant
+  // as "never", wrapped into the past (every node lost at once, every round restarted).
+  constexpr double kMaxWaitS = 30 * 86400.0, kMaxHeartbeatS = 3600.0;
+  if (!(g.round_deadline_s > 0 && g.round_deadline_s <= kMaxWaitS))
+    add(range_error(src, "diloco.round_deadline_s", d(g.round_deadline_s),
+                    "must be > 0 and <= 2592000 seconds (30 days)"));
+  if (!(g.heartbeat_interval_s > 0 && g.heartbeat_interval_s <= kMaxHeartbeatS))
     add(range_error(src, "diloco.heartbeat_interval_s", d(g.heartbeat_interval_s),
-                    "must be > 0 seconds"));
+                    "must be > 0 and <= 3600 seconds"));
   if (g.lost_after_heartbeats < 2)
     add(range_error(src, "diloco.lost_after_heartbeats", u(g.lost_after_heartbeats),
                     "must be >= 2"));
-  if (!(g.start_wait_s >= 0))
-    add(range_error(src, "diloco.start_wait_s", d(g.start_wait_s), "must be >= 0 seconds"));
+  else if (g.heartbeat_interval_s > 0 && g.heartbeat_interval_s <= kMaxHeartbeatS &&
+           g.heartbeat_interval_s * g.lost_after_heartbeats > kMaxWaitS)
+    add(range_error(src, "diloco.lost_after_heartbeats", u(g.lost_after_heartbeats),
+                    "times diloco.heartbeat_interval_s = " + d(g.heartbeat_interval_s) +
+                        " must be <= 2592000 seconds (30 days)"));
+  if (!(g.start_wait_s >= 0 && g.start_wait_s <= kMaxHeartbeatS))
+    add(range_error(src, "diloco.start_wait_s", d(g.start_wait_s),
+                    "must be >= 0 and <= 3600 seconds"));
   if (g.keep_params < 1)
     add(range_error(src, "diloco.keep_params", u(g.keep_params), "must be >= 1"));
   if (c.compressed_broadcast()) {

@@ -173,6 +173,7 @@ void ExperimentManager::on_event(const std::string& experiment, const Event& e) 
     case K::kUpdateRejected:
     case K::kRoundRestarted:
     case K::kStore:
+    case K::kSecAggDeadline:
       kind = "log";
       o["event"] = event_kind_name(e.kind);
       o["node_id"] = e.node_id;
@@ -293,6 +294,11 @@ StatusOr<ExperimentSummary> ExperimentManager::get(const std::string& id) const 
   return summarize(r);
 }
 
+namespace {
+// The audit detail of an experiment the API made live (ExperimentManager::left_running).
+constexpr const char* kLiveFromApi = "made live and started from the API";
+}  // namespace
+
 Status ExperimentManager::switch_to_locked(const std::string& id,
                                            std::shared_ptr<CoordinatorService>* release) {
   if (service_ && service_->state() == ExperimentState::kRunning)
@@ -322,7 +328,7 @@ Status ExperimentManager::switch_to_locked(const std::string& id,
   }
   *release = std::exchange(service_, std::move(svc));
   (void)options_.router->set(service_);
-  (void)store_.append_audit(id, "live", "made live and started from the API");
+  (void)store_.append_audit(id, "live", kLiveFromApi);
   return Status::Ok();
 }
 
@@ -381,6 +387,48 @@ Status ExperimentManager::stop(const std::string& id) {
   emit({id, "state",
         json::serialize(json::object{{"state", "finished"}, {"round", r.current_round}})});
   return Status::Ok();
+}
+
+StatusOr<std::optional<ExperimentManager::LeftRunning>> ExperimentManager::left_running(
+    const std::string& served) const {
+  ATOLL_ASSIGN_OR_RETURN(std::vector<std::string> ids, store_.list_experiments());
+  for (const std::string& id : ids) {
+    if (id == served) continue;
+    ATOLL_ASSIGN_OR_RETURN(ExperimentRecord r, store_.load_experiment(id));
+    if (r.state != ExperimentState::kRunning) continue;
+    ATOLL_ASSIGN_OR_RETURN(std::vector<std::string> audit, store_.list_audit(id));
+    std::string last_live;  // the latest "live" line's detail (audit keys sort by time)
+    for (const std::string& line : audit) {
+      boost::system::error_code ec;
+      const json::value v = json::parse(line, ec);
+      if (ec || !v.is_object()) continue;
+      const json::object& o = v.as_object();
+      const json::value* event = o.if_contains("event");
+      const json::value* detail = o.if_contains("detail");
+      if (event && event->is_string() && event->as_string() == "live" && detail &&
+          detail->is_string())
+        last_live = std::string(detail->as_string());
+    }
+    return std::optional<LeftRunning>(LeftRunning{id, last_live == kLiveFromApi});
+  }
+  return std::optional<LeftRunning>();
+}
+
+Status ExperimentManager::pause_left_running(const std::string& id, const std::string& why) {
+  std::shared_lock<std::shared_mutex> lk(svc_mu_);
+  if (is_live(id)) return FailedPrecondition("experiment '" + id + "' is live here");
+  ATOLL_ASSIGN_OR_RETURN(ExperimentRecord r, store_.load_experiment(id));
+  if (r.state != ExperimentState::kRunning) return Status::Ok();
+  r.state = ExperimentState::kPaused;
+  ATOLL_RETURN_IF_ERROR(store_.put_experiment(r));
+  (void)store_.append_audit(id, "state", "paused: " + why);
+  emit({id, "state",
+        json::serialize(json::object{{"state", "paused"}, {"round", r.current_round}})});
+  return Status::Ok();
+}
+
+Status ExperimentManager::note_served_from_config(const std::string& id) {
+  return store_.append_audit(id, "live", "served from the --config of atoll coordinator");
 }
 
 Status ExperimentManager::remove(const std::string& id) {

@@ -177,6 +177,20 @@ class ExperimentManager {
   Status pause(const std::string& id);
   Status resume(const std::string& id);
   Status stop(const std::string& id);
+  // A coordinator's start (`atoll coordinator` on a store it serves again). The experiment other
+  // than `served` that is still "running" because a coordinator stopped while it ran, if any: a
+  // stored experiment is not live here yet, so its state is what the last process left. Made
+  // live by the API (its audit's latest "live" line, kLiveFromApi) it is the one to serve again;
+  // started by another --config, `served` replaces it, and it is paused so that it can be
+  // resumed later instead of staying "running" with no one serving it.
+  struct LeftRunning {
+    std::string id;
+    bool made_live_from_api = false;
+  };
+  StatusOr<std::optional<LeftRunning>> left_running(const std::string& served) const;
+  Status pause_left_running(const std::string& id, const std::string& why);
+  // The audit line that says `id` is served from the --config of `atoll coordinator`.
+  Status note_served_from_config(const std::string& id);
   // Not for the live experiment (its service holds it open).
   Status remove(const std::string& id);
 

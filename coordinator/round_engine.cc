@@ -14,13 +14,6 @@
 #include "kernels/core/number_text.h"
 
 namespace atl::coordinator {
-namespace {
-
-Clock::duration seconds(double s) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
-
-}  // namespace
 
 const char* event_kind_name(Event::Kind k) {
   switch (k) {
@@ -50,6 +43,8 @@ const char* event_kind_name(Event::Kind k) {
       return "failed";
     case Event::Kind::kStore:
       return "store";
+    case Event::Kind::kSecAggDeadline:
+      return "secagg_deadline";
   }
   return "unknown";
 }
@@ -93,9 +88,9 @@ RoundEngine::RoundEngine(Store& store, ExperimentConfig config, EngineOptions op
       config_(std::move(config)),
       options_(std::move(options)),
       experiment_id_(config_.name),
-      heartbeat_interval_(seconds(config_.diloco.heartbeat_interval_s)),
-      lost_timeout_(
-          seconds(config_.diloco.heartbeat_interval_s * config_.diloco.lost_after_heartbeats)),
+      heartbeat_interval_(duration_of_seconds(config_.diloco.heartbeat_interval_s)),
+      lost_timeout_(duration_of_seconds(config_.diloco.heartbeat_interval_s *
+                                        config_.diloco.lost_after_heartbeats)),
       strategy_(std::move(strategy)),
       max_round_tokens_(
           mul_saturating(mul_saturating(config_.diloco.steps_per_round(), config_.train.batch_size),
@@ -470,7 +465,7 @@ void RoundEngine::maybe_start_round_locked(Clock::time_point now) {
     // Quorum, but some live nodes are still busy (e.g. pulling, restarting): give them
     // start_wait_s to become ready so that rounds do not leave nodes out by a few ms.
     if (!quorum_since_) quorum_since_ = now;
-    if (now - *quorum_since_ < seconds(config_.diloco.start_wait_s)) return;
+    if (now - *quorum_since_ < duration_of_seconds(config_.diloco.start_wait_s)) return;
   }
   quorum_since_.reset();
   if (ready.size() > config_.diloco.max_nodes) ready.resize(config_.diloco.max_nodes);
@@ -479,7 +474,7 @@ void RoundEngine::maybe_start_round_locked(Clock::time_point now) {
   round_.round = experiment_.current_round;
   round_.participants = ready;
   round_.started = now;
-  round_.deadline = now + seconds(config_.diloco.round_deadline_s);
+  round_.deadline = now + duration_of_seconds(config_.diloco.round_deadline_s);
   round_.deadline_unix_ms =
       unix_ms_now() + static_cast<uint64_t>(config_.diloco.round_deadline_s * 1000.0);
   for (const auto& id : ready) nodes_[id].ready = false;
@@ -843,7 +838,8 @@ void RoundEngine::ticker_loop() {
     Clock::time_point wake =
         now + std::max<Clock::duration>(heartbeat_interval_ / 4, std::chrono::milliseconds(10));
     if (round_.open) wake = std::min(wake, round_.deadline);
-    if (quorum_since_) wake = std::min(wake, *quorum_since_ + seconds(config_.diloco.start_wait_s));
+    if (quorum_since_)
+      wake = std::min(wake, *quorum_since_ + duration_of_seconds(config_.diloco.start_wait_s));
     if (store_blocked_) wake = std::min(wake, next_store_probe_);
     cv_.wait_until(lk, wake);
   }

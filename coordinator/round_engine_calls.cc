@@ -283,8 +283,10 @@ StatusOr<pb::Task> RoundEngine::next_task(const std::string& id, const pb::NextT
       n.ready = false;
       break;
     }
+    // A node that restarted after its round's secure-aggregation roster was fixed waits for
+    // the next round (SecAggRound::departed).
     if (!round_.scoring && is_participant_locked(id) && !round_.updates.count(id) &&
-        !round_.receiving.count(id)) {
+        !round_.receiving.count(id) && !(round_.secagg && round_.secagg->departed(id))) {
       task.set_kind(pb::Task::TRAIN);
       task.set_round(round_.round);
       task.set_inner_steps(config_.diloco.steps_per_round());

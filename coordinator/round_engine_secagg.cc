@@ -41,6 +41,18 @@ std::optional<RoundEngine::Commit> RoundEngine::advance_secagg_locked(Clock::tim
                          " s deadline; the round starts again with new keys");
     return std::nullopt;
   }
+  if (std::optional<std::string> note = sa.take_deadline_note()) {
+    // The sites kept get round_deadline_s for the rest of the round: the next stage cannot have
+    // begun before the one it follows closed.
+    round_.deadline = now + duration_of_seconds(config_.diloco.round_deadline_s);
+    round_.deadline_unix_ms =
+        unix_ms_now() + static_cast<uint64_t>(config_.diloco.round_deadline_s * 1000.0);
+    audit("secagg_deadline", *note);
+    Event e{Event::Kind::kSecAggDeadline};
+    e.round = round_.round;
+    e.message = std::move(*note);
+    emit(std::move(e));
+  }
   if (sa.stage() != before) {
     audit("secagg_stage", "round " + std::to_string(round_.round) + " stage " +
                               std::to_string(static_cast<int>(sa.stage())) + " (threshold " +
@@ -84,7 +96,8 @@ StatusOr<Answer> RoundEngine::secagg_stage(std::unique_lock<std::mutex>& lk,
                                            const std::string& id, uint64_t round,
                                            uint32_t wait_ms, Accept accept, Fill fill) {
   ATOLL_ASSIGN_OR_RETURN(SecAggRound * sa, secagg_round_locked(id, round));
-  if (Status st = accept(*sa); !st.ok()) return st;
+  // A refused call can still close a stage (a restarted site departs: no one waits for it).
+  const Status accepted = accept(*sa);
   if (std::optional<Commit> job = advance_secagg_locked(Clock::now())) {
     // Only a stage with every input in can complete the sum; never these two, but a Commit
     // must not be dropped.
@@ -92,6 +105,7 @@ StatusOr<Answer> RoundEngine::secagg_stage(std::unique_lock<std::mutex>& lk,
     commit(std::move(*job));
     lk.lock();
   }
+  if (!accepted.ok()) return accepted;
   const auto deadline =
       Clock::now() + std::chrono::milliseconds(std::min(wait_ms, options_.max_wait_ms));
   NodeState& n = nodes_[id];

@@ -1,6 +1,7 @@
 #include "coordinator/secagg_round.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace atl::coordinator {
 namespace pb = atoll_pb::v1;
@@ -51,11 +52,21 @@ Status SecAggRound::advertise(const std::string& node, const pb::SecAggKeys& key
     return InvalidArgument("secagg keys: the cipher and mask public keys must differ");
   auto it = advertised_.find(node);
   if (it != advertised_.end()) {
-    if (it->second.cipher_public() != keys.cipher_public() ||
-        it->second.mask_public() != keys.mask_public())
-      return AlreadyExists("'" + node + "' already advertised other keys for " +
-                           round_text(round_));
-    return Status::Ok();
+    if (it->second.cipher_public() == keys.cipher_public() &&
+        it->second.mask_public() == keys.mask_public())
+      return Status::Ok();  // a repeated call
+    // Other keys from an authenticated participant: its process restarted, and the old keys
+    // died with the old process. Nobody has used them before the roster is fixed.
+    if (stage_ == Stage::kAdvertise) {
+      it->second = keys;
+      certificates_[node] = certificate_pem;
+      return Status::Ok();
+    }
+    departed_.insert(node);
+    return FailedPrecondition(round_text(round_) + ": secure aggregation goes on with the keys '" +
+                              node +
+                              "' advertised before it restarted; it takes part again from "
+                              "the next round");
   }
   if (stage_ != Stage::kAdvertise)
     return FailedPrecondition(round_text(round_) +
@@ -213,14 +224,29 @@ void SecAggRound::fill_unmask_task(const std::string& node, pb::SecAggUnmaskTask
 std::optional<std::string> SecAggRound::advance(const std::function<bool(const std::string&)>& live,
                                                 bool deadline_passed, bool receiving) {
   const std::string r = round_text(round_);
-  auto all_live_in = [&](const std::vector<std::string>& nodes, auto&& done) {
+  // The live nodes of `nodes` that are not done, in node order.
+  auto waiting_for = [&](const std::vector<std::string>& nodes, auto&& done) {
+    std::vector<std::string> out;
     for (const auto& n : nodes)
-      if (!done(n) && live(n)) return false;
+      if (!done(n) && live(n) && !departed_.count(n)) out.push_back(n);
+    return out;
+  };
+  // Whether the stage may close: everyone live is done, or the deadline passed. A stage closed
+  // at the deadline leaves a note and the next stage its own deadline (deadline_passed false).
+  auto may_close = [&](const char* what, const std::vector<std::string>& missing) {
+    if (missing.empty()) return true;
+    if (!deadline_passed) return false;
+    std::string who;
+    for (const auto& n : missing) who += (who.empty() ? "" : ", ") + n;
+    deadline_note_ = r + ": " + what + " closed at the deadline without " + who +
+                     "; the rest of the round has a new deadline";
+    deadline_passed = false;
     return true;
   };
   if (stage_ == Stage::kAdvertise) {
-    if (!all_live_in(participants_, [&](const std::string& n) { return advertised_.count(n); }) &&
-        !deadline_passed)
+    if (!may_close("secagg key advertising", waiting_for(participants_, [&](const std::string& n) {
+                     return advertised_.count(n);
+                   })))
       return std::nullopt;
     const uint32_t n = static_cast<uint32_t>(advertised_.size());
     threshold_ = std::max(config_threshold_, n / 2 + 1);
@@ -234,8 +260,8 @@ std::optional<std::string> SecAggRound::advance(const std::function<bool(const s
   if (stage_ == Stage::kShare) {
     std::vector<std::string> members;
     for (const auto& kv : roster_) members.push_back(kv.first);
-    if (!all_live_in(members, [&](const std::string& n) { return shared_.count(n); }) &&
-        !deadline_passed)
+    if (!may_close("secagg key sharing",
+                   waiting_for(members, [&](const std::string& n) { return shared_.count(n); })))
       return std::nullopt;
     if (shared_.size() < std::max(threshold_, min_nodes_))
       return r + ": only " + std::to_string(shared_.size()) + " sites shared secagg keys, " +
@@ -252,8 +278,9 @@ std::optional<std::string> SecAggRound::advance(const std::function<bool(const s
   }
   if (stage_ == Stage::kCollect) {
     const std::vector<std::string> members(u2_.begin(), u2_.end());
-    const bool all = all_live_in(members, [&](const std::string& n) { return u3_.count(n); });
-    if ((!all || receiving) && !deadline_passed) return std::nullopt;
+    const auto missing = waiting_for(members, [&](const std::string& n) { return u3_.count(n); });
+    if (missing.empty() && receiving && !deadline_passed) return std::nullopt;
+    if (!may_close("the masked inputs", missing)) return std::nullopt;
     const uint32_t need = std::max(masking_ ? threshold_ : 1u, min_nodes_);
     if (u3_.size() < need)
       return r + ": only " + std::to_string(u3_.size()) + " masked inputs arrived, " +
@@ -269,6 +296,10 @@ std::optional<std::string> SecAggRound::advance(const std::function<bool(const s
     }
   }
   return std::nullopt;
+}
+
+std::optional<std::string> SecAggRound::take_deadline_note() {
+  return std::exchange(deadline_note_, std::nullopt);
 }
 
 std::vector<std::string> SecAggRound::pushed() const { return {u3_.begin(), u3_.end()}; }

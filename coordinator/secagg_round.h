@@ -11,6 +11,11 @@
 //               with ≥ max(t, min_nodes)): U3
 //   kUnmask     members of U3 reveal shares; with t reveals the round is ready to commit
 // With masking off only kCollect is used (everyone is a member of U2 and U3, nothing to unmask).
+// A stage that closes at the deadline (with enough sites) gives the next one a deadline of its
+// own (take_deadline_note: the engine sets round_deadline_s from then), so that the sites it
+// kept can finish the round. A node whose process restarted advertises new keys: while the
+// roster is open they replace its old ones; once it is fixed the node has departed the round
+// (its old keys died with the old process), no stage waits for it, and it waits for the next.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +55,9 @@ class SecAggRound {
   Status advertise(const std::string& node, const atoll_pb::v1::SecAggKeys& keys,
                    const std::string& certificate_pem = "");
   Status share(const std::string& node, const atoll_pb::v1::SecAggShares& shares);
+  // Whether `node` restarted after the roster was fixed (advertise): it cannot take part in
+  // this round any more; the engine gives it no task until the next.
+  bool departed(const std::string& node) const { return departed_.count(node) > 0; }
   // Whether `node` may push its masked input now (a member of U2 in kCollect).
   Status check_push(const std::string& node) const;
   // Adds a pushed input (numel words, little-endian) to the sum; `node` is then in U3.
@@ -66,6 +74,10 @@ class SecAggRound {
   // saying why the round cannot complete (the engine restarts it), or nothing.
   std::optional<std::string> advance(const std::function<bool(const std::string&)>& live,
                                      bool deadline_passed, bool receiving);
+
+  // The line saying which stage the last advance closed at the deadline and without whom
+  // (nothing when none did); the engine then gives the next stage a new deadline.
+  std::optional<std::string> take_deadline_note();
 
   // The nodes whose masked inputs are in the sum (U3), sorted.
   std::vector<std::string> pushed() const;
@@ -99,6 +111,8 @@ class SecAggRound {
   std::set<std::string> u3_;      // pushed
   std::vector<uint32_t> sum_;     // Σ masked inputs mod 2^32 (numel)
   std::map<uint32_t, algorithms::secagg::Reveal> reveals_;
+  std::set<std::string> departed_;  // restarted after the roster was fixed
+  std::optional<std::string> deadline_note_;
 };
 
 }  // namespace atl::coordinator

@@ -1172,7 +1172,7 @@ function logEvent(kind, d) {
     case 'round_started':
       return addLog(now, 'info', `round ${k} started: ${(d.participants || []).join(', ')}`, `started:${d.round}`, kind);
     case 'log': {
-      const what = { update_accepted: 'update accepted', update_rejected: 'update rejected', round_restarted: 'round restarted' }[d.event] || d.event;
+      const what = { update_accepted: 'update accepted', update_rejected: 'update rejected', round_restarted: 'round restarted', secagg_deadline: 'secure aggregation stage closed at the deadline' }[d.event] || d.event;
       return addLog(now, d.event === 'update_accepted' ? 'info' : 'warn',
         `round ${k}${d.node_id ? ` · ${d.node_id}` : ''}: ${what}${d.message ? ` (${d.message})` : ''}`, null, kind);
     }

@@ -403,6 +403,35 @@ TEST_F(HttpApiTest, CreateListGetStopDelete) {
   EXPECT_EQ(client_->send("GET", "/api/experiments/exp1/rounds", admin_).status, 404u);
 }
 
+// A coordinator starting on a store where another experiment was left "running": one the API
+// made live is served again (StartingAStoredExperimentMakesItLive), one another --config served
+// is paused, with an audit line, so that it neither runs unserved nor is taken for the API's.
+TEST_F(HttpApiTest, AnExperimentLeftRunningByAnotherConfigIsPaused) {
+  ASSERT_EQ(client_->send("POST", "/api/experiments", admin_, small_config("old")).status, 201u);
+  ASSERT_EQ(client_->send("POST", "/api/experiments", admin_, small_config("new")).status, 201u);
+  auto none = manager_->left_running("new");
+  ASSERT_TRUE(none.ok()) << none.status().to_string();
+  EXPECT_FALSE(none->has_value());  // both are created, not running
+  // "old" as `atoll coordinator --config old.toml` leaves it when it stops mid-run.
+  auto rec = store_->load_experiment("old");
+  ASSERT_TRUE(rec.ok());
+  rec->state = ExperimentState::kRunning;
+  ASSERT_TRUE(store_->put_experiment(*rec).ok());
+  ASSERT_TRUE(manager_->note_served_from_config("old").ok());
+  auto left = manager_->left_running("new");
+  ASSERT_TRUE(left.ok() && left->has_value());
+  EXPECT_EQ((*left)->id, "old");
+  EXPECT_FALSE((*left)->made_live_from_api);
+  EXPECT_FALSE(manager_->left_running("old")->has_value());  // its own config serves it again
+  ASSERT_TRUE(manager_->pause_left_running("old", "test: another config").ok());
+  Reply old = client_->send("GET", "/api/experiments/old", viewer_);
+  EXPECT_EQ(old.json().as_object().at("state").as_string(), "paused") << old.body;
+  auto audit = store_->list_audit("old");
+  ASSERT_TRUE(audit.ok() && !audit->empty());
+  EXPECT_NE(audit->back().find("paused: test: another config"), std::string::npos) << audit->back();
+  EXPECT_FALSE(manager_->left_running("new")->has_value());
+}
+
 // What the dashboard shows while an experiment waits for nodes (where they join), and the
 // validation bpb that nodes with data of their own report each round.
 TEST_F(HttpApiTest, NodeAddressAndSiteValidationBpb) {
@@ -632,6 +661,11 @@ TEST_F(HttpApiTest, StartingAStoredExperimentMakesItLive) {
   EXPECT_EQ(a.json().as_object().at("state").as_string(), "paused");
   // B runs now: A cannot take over again.
   EXPECT_EQ(client_->send("POST", "/api/experiments/expA/resume", admin_).status, 409u);
+  // A coordinator started again on this store with A's --config would serve B again.
+  auto left = manager_->left_running("expA");
+  ASSERT_TRUE(left.ok() && left->has_value());
+  EXPECT_EQ((*left)->id, "expB");
+  EXPECT_TRUE((*left)->made_live_from_api);
 
   // A node at the same gRPC address joins B and trains it to the end (3 rounds).
   auto cfg_b = manager_->get("expB");
@@ -653,7 +687,8 @@ TEST_F(HttpApiTest, StartingAStoredExperimentMakesItLive) {
   // The finished run's node keeps its totals, but no "now" from its last heartbeat.
   Reply nodes = client_->send("GET", "/api/experiments/expB/nodes", viewer_);
   ASSERT_EQ(nodes.status, 200u) << nodes.body;
-  const json::object& n0 = nodes.json().as_object().at("nodes").as_array().at(0).as_object();
+  const json::value nodes_json = nodes.json();
+  const json::object& n0 = nodes_json.as_object().at("nodes").as_array().at(0).as_object();
   EXPECT_EQ(n0.at("node_id").as_string(), "node-0") << nodes.body;
   EXPECT_EQ(n0.at("rounds").as_int64(), 3) << nodes.body;
   EXPECT_TRUE(n0.at("round").is_null()) << nodes.body;

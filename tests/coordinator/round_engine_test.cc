@@ -372,6 +372,7 @@ TEST(RoundEngine, TwoNodesPushAndTheCommitIsTheDirectAggregateAndOuterStep) {
 // A slow node's pull of θ_0 that ends after round 0 closed is counted in round 1's record
 // (late_bytes_down, per node), stored and read back, and in the node view's bytes down.
 TEST(RoundEngine, APullThatOutlivesItsRoundIsCountedInTheNextRecord) {
+  constexpr size_t kNumel = 1000;
   const ExperimentConfig cfg = engine_config("late", 3, 1);
   EngineFixture f(cfg, testing_util::toy_params(kNumel));
   ASSERT_TRUE(f.engine);

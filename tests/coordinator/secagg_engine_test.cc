@@ -5,6 +5,7 @@
 // after sharing keys is unmasked out, and the configs it cannot work with are refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <future>
 #include <memory>
 #include <set>
@@ -43,9 +44,11 @@ ExperimentConfig secagg_config(bool masking) {
 
 uint64_t site_rounding_seed(size_t i) { return 1000 + i; }
 
-// What a site does: everything (kFull), stops after its masked push (kDropAfterPush), or
-// shares keys and then leaves before pushing (kLeaveAfterSharing).
-enum class Behaviour { kFull, kDropAfterPush, kLeaveAfterSharing };
+// What a site does: everything (kFull), stops after its masked push (kDropAfterPush), shares
+// keys and then leaves before pushing (kLeaveAfterSharing), takes its task and then says nothing
+// while staying a member (kSilent: a stopped process), or restarts, advertising new keys, after
+// the roster is fixed (kRestartAfterRoster).
+enum class Behaviour { kFull, kDropAfterPush, kLeaveAfterSharing, kSilent, kRestartAfterRoster };
 
 struct RoundResult {
   std::string theta_fp;
@@ -85,10 +88,41 @@ Status share_then_leave(node::CoordinatorClient& link, uint64_t round) {
   return link.leave("dropping after sharing keys");
 }
 
+// Advertises a fresh session's keys once (no wait): what a site's process does first.
+StatusOr<pb::SecAggRoster> advertise_fresh_keys(node::CoordinatorClient& link, uint64_t round,
+                                                uint32_t wait_ms) {
+  namespace sa = algorithms::secagg;
+  ATOLL_ASSIGN_OR_RETURN(sa::SiteSession session, sa::SiteSession::start(round));
+  pb::SecAggKeys keys;
+  keys.set_round(round);
+  keys.set_cipher_public(sa::key_bytes(session.keys().cipher_public));
+  keys.set_mask_public(sa::key_bytes(session.keys().mask_public));
+  keys.set_wait_ms(wait_ms);
+  return link.advertise_keys(keys);
+}
+
+// A site that restarts once the roster is fixed: its new keys are refused with the line that
+// says so, and it gets no task for this round (it waits for the next).
+Status restart_after_roster(node::CoordinatorClient& link, uint64_t round) {
+  for (;;) {  // the first process: until the roster is fixed with its keys
+    ATOLL_ASSIGN_OR_RETURN(pb::SecAggRoster roster, advertise_fresh_keys(link, round, 5000));
+    if (roster.complete()) break;
+  }
+  auto again = advertise_fresh_keys(link, round, 0);  // the restarted process
+  if (again.ok() ||
+      again.status().message().find("takes part again from the next round") == std::string::npos)
+    return Internal("a restarted site's new keys: " + again.status().to_string());
+  ATOLL_ASSIGN_OR_RETURN(pb::Task task, link.next_task(0, 300));
+  if (task.kind() != pb::Task::WAIT)
+    return Internal("a restarted site was given task kind " + std::to_string(task.kind()));
+  return Status::Ok();
+}
+
 // One round of `cfg` with the three sites pushing `deltas` through the secagg stages.
 RoundResult run_round(const ExperimentConfig& cfg, const algorithms::ParamSet& init,
                       const std::vector<std::vector<float>>& deltas,
-                      const std::vector<Behaviour>& behaviour) {
+                      const std::vector<Behaviour>& behaviour,
+                      std::vector<std::string>* audit_events = nullptr) {
   RoundResult out;
   TempDir dir;
   auto store = Store::open(dir.path(), {.keep_params = cfg.diloco.keep_params});
@@ -115,6 +149,9 @@ RoundResult run_round(const ExperimentConfig& cfg, const algorithms::ParamSet& i
       node::CoordinatorClient& link = *links[i];
       ATOLL_ASSIGN_OR_RETURN(pb::Task task, link.next_task(0, 10000));
       if (task.kind() != pb::Task::TRAIN) return Internal("expected a TRAIN task");
+      if (behaviour[i] == Behaviour::kSilent) return Status::Ok();
+      if (behaviour[i] == Behaviour::kRestartAfterRoster)
+        return restart_after_roster(link, task.round());
       pb::SecAggSpec spec;
       spec.set_enabled(true);
       spec.set_clip_range(cfg.secagg.clip_range);
@@ -134,6 +171,11 @@ RoundResult run_round(const ExperimentConfig& cfg, const algorithms::ParamSet& i
     }));
   for (auto& s : sites) out.site_status.push_back(s.get());
   EXPECT_TRUE(e.wait_for_round(1, Clock::now() + std::chrono::seconds(20)));
+  if (audit_events) {
+    auto audit = (*store)->list_audit(cfg.name);
+    EXPECT_TRUE(audit.ok());
+    if (audit.ok()) *audit_events = *audit;
+  }
   out.theta_fp = e.params_fingerprint();
   out.theta = e.params();
   auto rec = (*store)->load_round(cfg.name, 0);
@@ -211,6 +253,84 @@ TEST(SecAggEngine, SiteLeavingAfterSharingKeysIsUnmaskedOut) {
   EXPECT_EQ(r.theta, expected_theta(secagg_config(true), init, deltas, {0, 2}));
   ASSERT_EQ(r.record.participants.size(), 3u);
   EXPECT_FALSE(r.record.participants[1].pushed);
+}
+
+// A stage that closes at the deadline without a silent site (a stopped process that is not yet
+// lost) gives the rest of the round a deadline of its own: the round commits with the other
+// two instead of restarting at once (every stage after the first had 0 arrivals before).
+TEST(SecAggEngine, ASilentSiteIsLeftOutAtTheDeadlineAndTheRoundCommits) {
+  const algorithms::ParamSet init = testing_util::toy_params(kNumel);
+  const auto deltas = three_deltas();
+  ExperimentConfig cfg = secagg_config(true);
+  cfg.diloco.round_deadline_s = 1.0;  // the silent site is lost only after 20 heartbeats
+  std::vector<std::string> audit;
+  const RoundResult r = run_round(cfg, init, deltas,
+                                  {Behaviour::kFull, Behaviour::kFull, Behaviour::kSilent}, &audit);
+  for (const Status& st : r.site_status) EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(r.theta, expected_theta(cfg, init, deltas, {0, 1}));
+  ASSERT_EQ(r.record.participants.size(), 3u);
+  EXPECT_FALSE(r.record.participants[2].pushed);
+  const auto note = std::find_if(audit.begin(), audit.end(), [](const std::string& line) {
+    return line.find("secagg_deadline") != std::string::npos;
+  });
+  ASSERT_NE(note, audit.end());
+  EXPECT_NE(note->find("round 0: secagg key advertising closed at the deadline without site-c; "
+                       "the rest of the round has a new deadline"),
+            std::string::npos)
+      << *note;
+  EXPECT_TRUE(std::none_of(audit.begin(), audit.end(), [](const std::string& line) {
+    return line.find("round_restarted") != std::string::npos;
+  }));
+}
+
+// New keys from a restarted site replace its old ones while the roster is open (no one has used
+// them); once it is fixed the site has departed the round.
+TEST(SecAggEngine, ARestartedSitesNewKeysReplaceItsOldOnesUntilTheRosterIsFixed) {
+  namespace sa = algorithms::secagg;
+  const ExperimentConfig cfg = secagg_config(true);
+  SecAggRound round(0, kSites, cfg.secagg, cfg.diloco.min_nodes, kNumel);
+  auto fresh_keys = [] {
+    auto session = sa::SiteSession::start(0);
+    EXPECT_TRUE(session.ok());
+    pb::SecAggKeys k;
+    k.set_cipher_public(sa::key_bytes(session->keys().cipher_public));
+    k.set_mask_public(sa::key_bytes(session->keys().mask_public));
+    return k;
+  };
+  const pb::SecAggKeys first = fresh_keys(), restarted = fresh_keys();
+  ASSERT_TRUE(round.advertise("site-c", first).ok());
+  ASSERT_TRUE(round.advertise("site-c", first).ok());  // a repeated call
+  ASSERT_TRUE(round.advertise("site-c", restarted).ok());
+  ASSERT_TRUE(round.advertise("site-a", fresh_keys()).ok());
+  ASSERT_TRUE(round.advertise("site-b", fresh_keys()).ok());
+  EXPECT_FALSE(round.advance([](const std::string&) { return true; }, false, false));
+  ASSERT_EQ(round.stage(), SecAggRound::Stage::kShare);
+  pb::SecAggRoster roster;
+  round.fill_roster("site-c", roster);
+  ASSERT_EQ(roster.sites_size(), 3);
+  EXPECT_EQ(roster.sites(2).mask_public(), restarted.mask_public());
+  EXPECT_FALSE(round.departed("site-c"));
+  const Status late = round.advertise("site-c", fresh_keys());
+  EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(late.message(),
+            "round 0: secure aggregation goes on with the keys 'site-c' advertised before it "
+            "restarted; it takes part again from the next round");
+  EXPECT_TRUE(round.departed("site-c"));
+}
+
+// A site whose process restarts after the roster was fixed is told it takes part from the next
+// round, gets no task, and the round does not wait for it (the 30 s deadline is never reached:
+// the test waits 20 s at most).
+TEST(SecAggEngine, ASiteRestartedAfterTheRosterDoesNotStallTheRound) {
+  const algorithms::ParamSet init = testing_util::toy_params(kNumel);
+  const auto deltas = three_deltas();
+  const ExperimentConfig cfg = secagg_config(true);
+  const RoundResult after = run_round(
+      cfg, init, deltas, {Behaviour::kFull, Behaviour::kFull, Behaviour::kRestartAfterRoster});
+  for (const Status& st : after.site_status) EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(after.theta, expected_theta(cfg, init, deltas, {0, 1}));
+  ASSERT_EQ(after.record.participants.size(), 3u);
+  EXPECT_FALSE(after.record.participants[2].pushed);
 }
 
 TEST(SecAggEngine, ConfigRefusesWhatSecureAggregationCannotDo) {
