@@ -151,9 +151,11 @@ void CoordinatorMetrics::publish_experiment_gauges(const std::string& experiment
       shown = it->second;
     // With a manager, another experiment's values can no longer be shown: a stored
     // experiment made live again starts without them, as a new one does.
-    if (manager_)
+    if (manager_) {
       std::erase_if(experiment_gauges_,
                     [&](const auto& entry) { return entry.first != experiment_id; });
+      std::erase_if(restored_, [&](const std::string& id) { return id != experiment_id; });
+    }
   }
   registry_.set_optional_gauge(
       "atoll_train_loss",
@@ -223,9 +225,26 @@ void CoordinatorMetrics::watch_bulk_lane(std::function<uint64_t()> pulls_sent,
   });
 }
 
+void CoordinatorMetrics::restore_gauges(const CoordinatorService& live) {
+  const std::string id = live.experiment_id();
+  const uint64_t round = live.current_round();
+  {
+    std::lock_guard<std::mutex> lk(experiment_gauges_mu_);
+    if (round == 0 || !restored_.insert(id).second) return;
+  }
+  auto last = manager_->rounds(id, round - 1, 1);
+  if (!last.ok() || last->empty()) return;
+  const RoundRecord& rec = last->back();
+  std::lock_guard<std::mutex> lk(experiment_gauges_mu_);
+  ExperimentGauges& g = experiment_gauges_[id];
+  if (!g.train_loss) g.train_loss = rec.mean_loss;  // a commit since then is newer
+  if (!g.privacy_epsilon && rec.privacy_epsilon != -1.0) g.privacy_epsilon = rec.privacy_epsilon;
+}
+
 void CoordinatorMetrics::collect_live() {
   if (!manager_) return publish_experiment_gauges(latest_experiment());
   const std::shared_ptr<CoordinatorService> live = manager_->live();
+  if (live) restore_gauges(*live);
   publish_experiment_gauges(live ? live->experiment_id() : "");
   if (!live) {
     registry_.set_info("atoll_experiment_info", "The live experiment (value 1).", {});

@@ -28,6 +28,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "coordinator/engine_types.h"
@@ -35,6 +36,7 @@
 
 namespace atl::coordinator {
 
+class CoordinatorService;
 class ExperimentManager;
 
 // Buckets of atoll_round_duration_seconds (a demo's round takes seconds, a real one hours) and
@@ -82,6 +84,10 @@ class CoordinatorMetrics {
   void collect_live();  // the gauges read from the live experiment
   // The experiment gauges of `experiment_id` ("" = none): its values, the others removed.
   void publish_experiment_gauges(const std::string& experiment_id);
+  // The live experiment's last committed round (a coordinator started on a store that holds
+  // some): its train loss and ε, shown from the first scrape instead of after the next commit.
+  // Once per experiment made live.
+  void restore_gauges(const CoordinatorService& live);
 
   // What one experiment set of the gauges that describe it (nullopt: not yet).
   struct ExperimentGauges {
@@ -111,6 +117,7 @@ class CoordinatorMetrics {
   mutable std::mutex experiment_gauges_mu_;
   std::map<std::string, ExperimentGauges> experiment_gauges_;
   std::string latest_experiment_;  // the one that set a gauge last
+  std::set<std::string> restored_;  // experiments restore_gauges read the store for
 };
 
 }  // namespace atl::coordinator

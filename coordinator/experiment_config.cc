@@ -168,7 +168,20 @@ void apply_table(const toml::table& t, const Table& schema, std::string_view sou
 
 Status range_error(std::string_view source, const std::string& key, const std::string& value,
                    const std::string& rule) {
-  return InvalidArgument(std::string(source) + ": " + key + " = " + value + " " + rule);
+  // A value from the file is echoed with its control bytes as \xNN (a NUL or an escape
+  // sequence would otherwise reach the terminal or cut the line).
+  std::string shown;
+  for (const char ch : value) {
+    const auto byte = static_cast<unsigned char>(ch);
+    if (byte < 0x20 || byte == 0x7f) {
+      char hex[5];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", byte);
+      shown += hex;
+    } else {
+      shown += ch;
+    }
+  }
+  return InvalidArgument(std::string(source) + ": " + key + " = " + shown + " " + rule);
 }
 
 // ε for a message: 4 significant digits ("19.05", "inf").
@@ -558,6 +571,16 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
   if (rb.krum_keep < 1)
     add(range_error(src, "robust.krum_keep", u(rb.krum_keep),
                     "must be >= 1 (1 = Krum, more = Multi-Krum)"));
+  // Krum's guarantee needs n >= 2f + 3 updates (Blanchard et al. 2017); below it the scores tie
+  // or count a single neighbour and it takes an arbitrary update.
+  if (aggregator.ok() && *aggregator == algorithms::AggregatorKind::kKrum && !c.is_hydra() &&
+      uint64_t{c.diloco.max_nodes} < 2 * uint64_t{rb.krum_byzantine} + 3)
+    add(range_error(src, "robust.krum_byzantine", u(rb.krum_byzantine),
+                    "needs at least 2 x krum_byzantine + 3 = " +
+                        std::to_string(2 * uint64_t{rb.krum_byzantine} + 3) +
+                        " updates a round, and diloco.max_nodes = " + u(c.diloco.max_nodes) +
+                        " allows fewer (lower krum_byzantine, raise the node count, or use "
+                        "\"median\")"));
   if (c.is_hydra() && aggregator.ok() && *aggregator == algorithms::AggregatorKind::kKrum)
     add(range_error(src, "robust.aggregator", "\"krum\"",
                     "cannot be used with algorithm = \"hydra\" (its sites train different "
@@ -589,6 +612,23 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
 }
 
 Status check_model_size(const ExperimentConfig& c, std::string_view src, uint64_t max_params) {
+  // The model holds its sizes as int: 4294967295 would read as -1.
+  const ModelSection& m = c.model;
+  for (const auto& [key, value] : {std::pair{"vocab", m.vocab},
+                                   {"dim", m.dim},
+                                   {"layers", m.layers},
+                                   {"heads", m.heads},
+                                   {"ffn_hidden", m.ffn_hidden},
+                                   {"seq_len", m.seq_len},
+                                   {"kv_heads", m.kv_heads},
+                                   {"moe_experts", m.moe_experts},
+                                   {"moe_top_k", m.moe_top_k},
+                                   {"moe_hidden", m.moe_hidden},
+                                   {"moe_every", m.moe_every},
+                                   {"moe_shared_hidden", m.moe_shared_hidden}})
+    if (value > uint32_t{INT32_MAX})
+      return range_error(src, std::string("model.") + key, std::to_string(value),
+                         "must be <= 2147483647");
   const algorithms::ModelConfig model = model_config(c);
   if (Status s = algorithms::validate(model); !s.ok()) {
     // The model's messages name its fields (moe_hidden, ...) or the model as a whole.
@@ -1096,6 +1136,10 @@ std::vector<std::string> ignored_settings(const ExperimentConfig& cfg) {
     report("lora.", "lora.rank",
            "lora.rank = 0 trains the whole model (set lora.rank to train adapters; "
            "docs/federated-finetuning.md)");
+  if (!cfg.secagg.enabled)
+    report("secagg.", "secagg.enabled",
+           "secagg.enabled = false (set it to true to aggregate securely; docs/coordinator.md, "
+           "\"Secure aggregation\")");
   return lines;
 }
 

@@ -10,6 +10,7 @@
 
 #include "algorithms/model/subnet.h"
 #include "kernels/core/check.h"
+#include "kernels/core/number_text.h"
 #include "kernels/core/philox.h"
 #include "kernels/cpu/ops.h"
 
@@ -66,10 +67,10 @@ static Status validate_moe(const ModelConfig& c) {
                            num(c.moe_shared_hidden));
   if (!(c.moe_aux_coef >= 0.0) || !std::isfinite(c.moe_aux_coef))
     return InvalidArgument("moe_aux_coef must be a finite number >= 0, got " +
-                           std::to_string(c.moe_aux_coef));
+                           shortest_decimal(c.moe_aux_coef));
   if (!(c.moe_z_coef >= 0.0) || !std::isfinite(c.moe_z_coef))
     return InvalidArgument("moe_z_coef must be a finite number >= 0, got " +
-                           std::to_string(c.moe_z_coef));
+                           shortest_decimal(c.moe_z_coef));
   const long long C = c.dim, E = c.moe_experts, Fe = c.moe_hidden, Fs = c.moe_shared_hidden;
   if (2 * Fe * C > (1LL << 31) - 1 || 2 * Fs * C > (1LL << 31) - 1 || E * C > (1LL << 31) - 1)
     return InvalidArgument("model too large: an MoE weight matrix would exceed 2^31 elements");
@@ -135,10 +136,10 @@ Status validate(const ModelConfig& c, const ModelFieldNames& n) {
                            ", plain multi-head attention)");
   if (!(c.rope_base > 1.0) || !std::isfinite(c.rope_base))
     return InvalidArgument(std::string(n.rope_base) + " must be a finite number > 1, got " +
-                           std::to_string(c.rope_base));
+                           shortest_decimal(c.rope_base));
   if (!(c.norm_eps > 0.0) || !std::isfinite(c.norm_eps))
     return InvalidArgument(std::string(n.norm_eps) + " must be a finite number > 0, got " +
-                           std::to_string(c.norm_eps));
+                           shortest_decimal(c.norm_eps));
   // Every GEMM dimension and every activation index must fit the int arguments of the op table;
   // the largest single activation is att (B, H, T, T) per layer, checked per shape at run time.
   const long long C = c.dim, V = c.vocab, F = c.ffn_hidden;

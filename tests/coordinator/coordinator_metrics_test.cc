@@ -311,6 +311,40 @@ TEST(CoordinatorMetrics, PortsAndTheBulkLaneAreReadAtEachScrape) {
   }
 }
 
+// A coordinator started again on a store with committed rounds shows the last one's train loss
+// and ε from its first scrape (they were absent until the next commit).
+TEST(CoordinatorMetrics, ARestartedCoordinatorShowsTheLastCommittedRoundsFigures) {
+  TempDir dir;
+  auto store = Store::open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  const ExperimentConfig cfg = testing::small_config("again", 3, 1);
+  {
+    auto first = CoordinatorService::open(**store, cfg, testing_util::toy_params(kNumel), {});
+    ASSERT_TRUE(first.ok()) << first.status().to_string();
+  }
+  auto e = (*store)->load_experiment("again");
+  ASSERT_TRUE(e.ok());
+  RoundRecord round;
+  round.mean_loss = 2.75;
+  round.privacy_epsilon = 3.25;
+  e->current_round = 1;
+  std::vector<float> theta(kNumel, 0.5f), momentum(kNumel, 0.0f);
+  e->params_fingerprint = round.params_fingerprint = algorithms::params_fingerprint(theta);
+  round.momentum_fingerprint = algorithms::params_fingerprint(momentum);
+  ASSERT_TRUE((*store)->commit_round(*e, round, theta, momentum).ok());
+
+  ExperimentManager manager(**store);
+  CoordinatorMetrics metrics(&manager);
+  auto svc = CoordinatorService::open(**store, cfg, testing_util::toy_params(kNumel), {});
+  ASSERT_TRUE(svc.ok()) << svc.status().to_string();
+  manager.attach(std::shared_ptr<CoordinatorService>(std::move(*svc)));
+  const std::string text = metrics.render();
+  EXPECT_EQ(sample_value(text, "atoll_privacy_epsilon"), 3.25) << text;
+  EXPECT_EQ(sample_value(text, "atoll_train_loss"), 2.75) << text;
+  EXPECT_EQ(sample_value(text, "atoll_current_round"), 1.0) << text;
+  manager.attach(nullptr);
+}
+
 TEST(CoordinatorMetrics, NamesMatchTheDocsAndTheGrafanaDashboard) {
   TempDir dir;
   auto store = Store::open(dir.path());

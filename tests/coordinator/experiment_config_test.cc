@@ -148,6 +148,12 @@ TEST(ExperimentConfig, RobustSectionDefaultsParseRoundTripAndErrors) {
   EXPECT_NE(error_of("[robust]\ntrim_fraction = 0.5\n").find("robust.trim_fraction"),
             std::string::npos);
   EXPECT_NE(error_of("[robust]\nkrum_keep = 0\n").find("robust.krum_keep"), std::string::npos);
+  // Krum needs 2f + 3 updates: max_nodes = 4 with f = 1 is refused, 5 is not.
+  EXPECT_NE(error_of("[diloco]\nmax_nodes = 4\n[robust]\naggregator = \"krum\"\n")
+                .find("robust.krum_byzantine = 1 needs at least 2 x krum_byzantine + 3 = 5 "
+                      "updates a round, and diloco.max_nodes = 4 allows fewer"),
+            std::string::npos);
+  EXPECT_EQ(error_of("[diloco]\nmax_nodes = 5\n[robust]\naggregator = \"krum\"\n"), "OK");
   EXPECT_NE(error_of("algorithm = \"hydra\"\n[robust]\naggregator = \"krum\"\n")
                 .find("cannot be used with algorithm = \"hydra\""),
             std::string::npos);
@@ -579,6 +585,20 @@ TEST(ExperimentConfig, MoeBoundsNameTheKey) {
   EXPECT_NE(big.find("model.moe_experts, model.moe_hidden"), std::string::npos) << big;
 }
 
+// A size that does not fit the model's int is refused naming the key (it read as -1), and a
+// value's control bytes are echoed as \xNN.
+TEST(ExperimentConfig, HugeModelSizesAndControlBytesGiveAReadableLine) {
+  EXPECT_NE(error_of("[model]\nvocab = 4294967295\n")
+                .find("model.vocab = 4294967295 must be <= 2147483647"),
+            std::string::npos);
+  EXPECT_NE(error_of("[model]\nmoe_experts = 4\nmoe_hidden = 32\nmoe_aux_coef = -1e-9\n")
+                .find("got -1e-09"),
+            std::string::npos);
+  const std::string named = error_of("name = \"a\\u0007b\"\n");
+  EXPECT_NE(named.find("name = \"a\\x07b\""), std::string::npos) << named;
+  EXPECT_EQ(named.find('\a'), std::string::npos);
+}
+
 // Keys of a section the experiment does not use are accepted (a stored config must restart) and
 // named at the start of a run, each group with the key that would make them act.
 TEST(ExperimentConfig, SettingsOfAnUnusedFeatureAreNamedAsIgnored) {
@@ -589,10 +609,11 @@ TEST(ExperimentConfig, SettingsOfAnUnusedFeatureAreNamedAsIgnored) {
       << "the canonical text's default sections are not settings";
   auto c = parse_experiment_config(
       "[model]\nmoe_top_k = 1\n[hydra]\nffn_blocks = 2\nmin_coverage = 2\n"
-      "trained_layers = \"per_site\"\n[lora]\nbase_dtype = \"bf16\"\n");
+      "trained_layers = \"per_site\"\n[lora]\nbase_dtype = \"bf16\"\n"
+      "[secagg]\nclip_range = -5.0\n");
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   const std::vector<std::string> lines = ignored_settings(*c);
-  ASSERT_EQ(lines.size(), 3u);
+  ASSERT_EQ(lines.size(), 4u);
   EXPECT_EQ(lines[0],
             "config: hydra.min_coverage, hydra.ffn_blocks and hydra.trained_layers are set but "
             "ignored: algorithm = \"diloco\" (set algorithm = \"hydra\" to train subnetworks; "
@@ -602,6 +623,9 @@ TEST(ExperimentConfig, SettingsOfAnUnusedFeatureAreNamedAsIgnored) {
       << lines[1];
   EXPECT_EQ(lines[2].rfind("config: lora.base_dtype is set but ignored: lora.rank = 0", 0), 0u)
       << lines[2];
+  EXPECT_EQ(
+      lines[3].rfind("config: secagg.clip_range is set but ignored: secagg.enabled = false", 0), 0u)
+      << lines[3];
   // The same keys where the feature is on are settings, not notes.
   auto hydra = parse_experiment_config("algorithm = \"hydra\"\n[hydra]\nffn_blocks = 2\n");
   ASSERT_TRUE(hydra.ok()) << hydra.status().to_string();
