@@ -83,6 +83,7 @@ int cmd_ca(const Args& args) {
   if (sub == "show") {
     Flags flags("ca show", {{"cert", true, "certificate file (PEM)", ""}});
     if (Status s = flags.parse(rest); !s.ok()) return fail("ca show", s.message(), 2);
+    if (flags.help_requested()) return std::printf("%s", flags.usage().c_str()), 0;
     auto cert = flags.get("cert");
     if (!cert) return fail("ca show", "--cert is required", 2);
     auto info = transport::inspect_certificate(*cert);

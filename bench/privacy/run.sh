@@ -10,11 +10,12 @@
 # Default: 8 sites, 6 rounds x 10 inner steps, clip norm CLIP = 5 (about the updates' norms, 4 to
 # 8 in the first rounds of the demo), z in 0.01 0.1 1 (about 5 minutes on
 # 2 cores). --quick: 4 sites, 3 rounds x 5 steps, z in 1. Writes bench/results/privacy.json
-# (or --out) and, unless --no-results-md, the table into bench/RESULTS.md.
+# (--quick: privacy-quick.json; or --out) and, unless --no-results-md, the table into
+# bench/RESULTS.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/common.sh
-bench_args 2,13 "$@"
+bench_args 2,14 "$@"
 
 if [[ $QUICK == 1 ]]; then SITES=4; ROUNDS=3; INNER=5; NOISES="1"; else SITES=8; ROUNDS=6; INNER=10; NOISES="0.01 0.1 1"; fi
 CLIP=${CLIP:-5}

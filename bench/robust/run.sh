@@ -19,12 +19,12 @@
 # every attack in both settings (30 runs, about 35 minutes on 2 idle cores: 30-45 s a 4-site
 # run, 45-70 s an 8-site one). --quick: 4 sites with 1 Byzantine, 3 rounds x 5 steps, the
 # default setting only, sign-flip and scale (3 runs, about a minute).
-# Writes bench/results/robust.json (or --out) and, unless --no-results-md, the table into
-# bench/RESULTS.md.
+# Writes bench/results/robust.json (--quick: robust-quick.json; or --out) and, unless
+# --no-results-md, the table into bench/RESULTS.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/common.sh
-bench_args 2,16 "$@"
+bench_args 2,23 "$@"
 
 if [[ $QUICK == 1 ]]; then
   GRID="4:1"; ROUNDS=3; INNER=5; ATTACKS="sign-flip scale"; SETTINGS="default"

@@ -150,6 +150,10 @@ TEST(BadInput, NodeCoordinatorAddressIsCheckedUpFront) {
                  "--coordinator 127.0.0.1:99999: the port must be a number in 1-65535");
   expect_refused(dir, node("127.0.0.1:0"),
                  "--coordinator 127.0.0.1:0: the port must be a number in 1-65535");
+  // A distillation flag without --teacher was ignored without a word.
+  auto with_tau = node("127.0.0.1:7070");
+  with_tau.insert(with_tau.end(), {"--tau", "2"});
+  expect_refused(dir, with_tau, "--tau is a distillation setting and needs --teacher HOST:PORT");
 }
 
 // --tls with --insecure: plaintext used to win silently (and the dashboard went away).
@@ -405,6 +409,9 @@ TEST(BadInput, HelpListsEveryCommandAndFlag) {
   EXPECT_NE(node.output.find("--role"), std::string::npos) << node.output;
   const RunResult ca = run_atoll({"ca", "--help"}, dir / "ca.log", 60s);
   EXPECT_NE(ca.output.find("[--role node|admin|server]"), std::string::npos) << ca.output;
+  const RunResult ca_show = run_atoll({"ca", "show", "--help"}, dir / "ca-show.log", 60s);
+  EXPECT_EQ(ca_show.exit_code, 0) << ca_show.output;  // it said "--cert is required"
+  EXPECT_NE(ca_show.output.find("--cert VALUE"), std::string::npos) << ca_show.output;
   // Flags a variant refuses are not in its help (in-process sites have no --insecure; a LoRA run
   // takes no --config, --init-from or --baseline), and are refused in one line when given.
   struct Variant {

@@ -279,7 +279,17 @@ TEST(Simulate, AConfigFileRefusesFlagsAndExperimentsItCannotRunInOneLine) {
     std::vector<std::string> args;
     std::string line;
   };
+  // min_nodes above what the command runs: it said "--nodes 5000 is outside ... min_nodes = 5000".
+  const std::string crowd =
+      written(dir, "crowd.toml",
+              std::regex_replace(kSmallExperimentToml, std::regex("min_nodes = 2\nmax_nodes = 2\n"),
+                                 "min_nodes = 5000\nmax_nodes = 5000\n"));
   const std::vector<Case> cases = {
+      {{"--config", crowd},
+       "atoll simulate: " + crowd +
+           ": [diloco] min_nodes = 5000 sites, more than the 4096 this "
+           "command runs on one machine: lower min_nodes, or run atoll coordinator --config with "
+           "atoll node processes"},
       {{"--config", config, "--dim", "64"},
        "atoll simulate: --dim cannot be combined with --config: the experiment comes from " +
            config + "; set it there (docs/configuration.md)"},
@@ -287,9 +297,10 @@ TEST(Simulate, AConfigFileRefusesFlagsAndExperimentsItCannotRunInOneLine) {
        "atoll simulate: --nodes 3 is outside " + config +
            "'s [diloco] min_nodes = 2 .. max_nodes = 2: change --nodes or the config"},
       {{"--config", text},
-       "atoll simulate: " + text + ": [data] source = \"text\", tokenizer = \"bytes\": the sites "
-       "here divide Brown in bytes; for other data run atoll coordinator --config with atoll "
-       "node --data"},
+       "atoll simulate: " + text +
+           ": [data] source = \"text\", tokenizer = \"bytes\": the sites "
+           "here divide Brown in bytes; for other data run atoll coordinator --config with atoll "
+           "node --data"},
       {{"--config", dir / "missing.toml"}, "cannot open experiment config"},
   };
   for (const Case& c : cases) {
