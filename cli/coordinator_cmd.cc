@@ -415,16 +415,24 @@ std::optional<int> serve_ended_experiment(RunningCoordinator& rc, const Coordina
   return finished ? 0 : 1;
 }
 
-// The experiment the dashboard made live, left running when the last coordinator on this store
-// stopped ("" when none): serving the config's instead would strand it ("running", served by
-// nobody, its nodes sent away). One left running by another --config is paused instead: this
-// --config names the experiment to serve (ExperimentManager::left_running).
-StatusOr<std::string> left_running_from_dashboard(RunningCoordinator& rc, LogOutput& log) {
+// Serves again the experiment the dashboard made live and left running when the last coordinator
+// on this store stopped (returns whether there was one): serving the config's instead would
+// strand it ("running", served by nobody, its nodes sent away). One left running by another
+// --config is paused instead: this --config names the experiment to serve
+// (ExperimentManager::left_running).
+StatusOr<bool> serve_left_running_from_dashboard(RunningCoordinator& rc, LogOutput& log) {
   const std::string& served = rc.service->experiment_id();
   ATOLL_ASSIGN_OR_RETURN(auto left, rc.manager->left_running(served));
-  if (!left) return std::string();
-  if (left->made_live_from_api && rc.service->state() != coordinator::ExperimentState::kRunning)
-    return left->id;
+  if (!left) return false;
+  if (left->made_live_from_api && rc.service->state() != coordinator::ExperimentState::kRunning) {
+    log.info(format_line(
+        "experiment %s, started from the dashboard, was running when this "
+        "coordinator stopped: serving it again (the --config experiment %s "
+        "stays %s)",
+        left->id.c_str(), served.c_str(), coordinator::experiment_state_name(rc.service->state())));
+    ATOLL_RETURN_IF_ERROR(rc.manager->start(left->id));
+    return true;
+  }
   const std::string why = "this coordinator serves experiment " + served + " of its --config";
   ATOLL_RETURN_IF_ERROR(rc.manager->pause_left_running(left->id, why));
   log.write(
@@ -432,7 +440,7 @@ StatusOr<std::string> left_running_from_dashboard(RunningCoordinator& rc, LogOut
       format_line("experiment %s was running when the last coordinator on this store stopped; "
                   "paused, as %s (resume it from the dashboard or with its own --config)",
                   left->id.c_str(), why.c_str()));
-  return std::string();
+  return false;
 }
 
 // Lets nodes collect their STOP task and Leave before the server goes away: while a node is
@@ -549,16 +557,10 @@ int cmd_coordinator(const Args& args) {
                             },
                             /*answers_nodes=*/rc.server != nullptr);
   };
-  auto left_running = left_running_from_dashboard(rc, log);
-  if (!left_running.ok()) return log.fail(left_running.status().message());
-  if (const std::string& resumed = *left_running; !resumed.empty()) {
-    log.info(
-        format_line("experiment %s, started from the dashboard, was running when this "
-                    "coordinator stopped: serving it again (the --config experiment %s "
-                    "stays %s)",
-                    resumed.c_str(), rc.service->experiment_id().c_str(),
-                    coordinator::experiment_state_name(rc.service->state())));
-    if (Status s = rc.manager->start(resumed); !s.ok()) return log.fail(s.message());
+  auto served_left = serve_left_running_from_dashboard(rc, log);
+  if (!served_left.ok()) return log.fail(served_left.status().message());
+  if (*served_left) {
+    // The dashboard's experiment is live again; the --config one stays as it is.
   } else if (const auto state = rc.service->state();
              state == coordinator::ExperimentState::kFinished ||
              state == coordinator::ExperimentState::kFailed) {

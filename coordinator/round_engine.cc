@@ -520,7 +520,7 @@ std::optional<RoundEngine::Commit> RoundEngine::maybe_close_round_locked(Clock::
     if (pushed >= quorum) return prepare_commit_locked(now);
     restart_round_locked(
         "only " + std::to_string(pushed) + " of diloco.min_nodes = " + std::to_string(quorum) +
-        " updates arrived before the " + std::to_string(config_.diloco.round_deadline_s) +
+        " updates arrived before the " + shortest_decimal(config_.diloco.round_deadline_s) +
         " s deadline; raise diloco.round_deadline_s or lower diloco.min_nodes");
     return std::nullopt;
   }

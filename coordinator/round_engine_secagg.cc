@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "coordinator/round_engine.h"
+#include "kernels/core/number_text.h"
 
 namespace atl::coordinator {
 namespace pb = atoll_pb::v1;
@@ -37,7 +38,7 @@ std::optional<RoundEngine::Commit> RoundEngine::advance_secagg_locked(Clock::tim
       sa.advance(live, now >= round_.deadline, !round_.receiving.empty());
   if (failed) {
     restart_round_locked(*failed + " before the " +
-                         std::to_string(config_.diloco.round_deadline_s) +
+                         shortest_decimal(config_.diloco.round_deadline_s) +
                          " s deadline; the round starts again with new keys");
     return std::nullopt;
   }

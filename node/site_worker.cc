@@ -624,8 +624,9 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
     // its files, or joining late) trains from a fresh optimizer state, and says so.
     if (first_round_ && round > 0 && read_back_.empty())
       log("round " + std::to_string(round) +
-          ": starting without a saved round state (--state-dir): training on from a fresh "
-          "optimizer state, so later rounds differ from a run without the restart");
+          ": no saved round state (--state-dir) to continue from (a first join after round 0, "
+          "or a restart without its files): training from a fresh optimizer state; after a "
+          "restart, later rounds differ from a run without it");
     first_round_ = false;
     ATOLL_ASSIGN_OR_RETURN(const bool resumed, start_from_snapshot(cur));
     if (!resumed) {

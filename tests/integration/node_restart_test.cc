@@ -33,8 +33,8 @@ TEST(NodeRestart, RestartedWithoutSavedStateSaysItTrainsFromAFreshOptimizerState
   c.start_node("node-1", "brown:a");
   std::string node_log;
   auto m = wait_for_log(c.dir / "node-1.log",
-                        std::regex("round (\\d+): starting without a saved round state "
-                                   "\\(--state-dir\\): training on from a fresh optimizer state"),
+                        std::regex("round (\\d+): no saved round state \\(--state-dir\\) to "
+                                   "continue from .*: training from a fresh optimizer state"),
                         120s, &node_log);
   ASSERT_TRUE(m.has_value()) << node_log;
   EXPECT_GE(std::stoi((*m)[1].str()), 2) << node_log;
