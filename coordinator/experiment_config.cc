@@ -150,9 +150,15 @@ void apply_table(const toml::table& t, const Table& schema, std::string_view sou
         const size_t d = edit_distance(key, sk.name);
         if (d < best_d) best_d = d, best = sk.name;
       }
+      std::string best_table;  // a misspelled section ([dilocco]) at the top level
       if (schema.name.empty())
-        for (const auto& st : subtables) known += ", [" + st + "]";
+        for (const auto& st : subtables) {
+          known += ", [" + st + "]";
+          const size_t d = edit_distance(key, st);
+          if (d < best_d) best_d = d, best_table = st, best.clear();
+        }
       std::string msg = std::string(source) + ": unknown key " + prefix + key;
+      if (!best_table.empty()) msg += " (did you mean [" + best_table + "]?)";
       if (!best.empty()) msg += " (did you mean " + prefix + best + "?)";
       msg += "; known keys" + (schema.name.empty() ? std::string() : " in [" + schema.name + "]") +
              ": " + known;
@@ -803,7 +809,18 @@ StatusOr<ExperimentConfig> load_experiment_config(const std::string& path) {
     return InvalidArgument(text.status().message() +
                            " (--config takes the experiment's TOML file, at most 1 MiB)");
   const size_t slash = path.find_last_of('/');
-  return parse_experiment_config(*text, slash == std::string::npos ? path : path.substr(slash + 1));
+  ConfigCheck check =
+      check_experiment_config(*text, slash == std::string::npos ? path : path.substr(slash + 1));
+  if (check.errors.empty()) return std::move(check.config);
+  // Every error, one line each (as the API lists them), so that one edit fixes them all; the
+  // status keeps the first one's code.
+  constexpr size_t kMaxListed = 20;
+  std::string lines = check.errors.front().message();
+  for (size_t i = 1; i < check.errors.size() && i < kMaxListed; ++i)
+    lines += "\n" + check.errors[i].message();
+  if (check.errors.size() > kMaxListed)
+    lines += "\n(and " + std::to_string(check.errors.size() - kMaxListed) + " more)";
+  return Status(check.errors.front().code(), lines);
 }
 
 std::string toml_string(std::string_view text) {

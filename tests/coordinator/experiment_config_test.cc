@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+
+#include "tools/temp_dir.h"
 
 namespace atl::coordinator {
 namespace {
@@ -435,6 +438,27 @@ streaming_fragments = 0
   EXPECT_EQ(validate_experiment_config(c, "x").message(), errors[0].message());
   EXPECT_EQ(errors[0].message(), "x: train.beta1 = 1.5 must be in [0, 1)");
   EXPECT_EQ(errors[1].message(), "x: diloco.rounds = 0 must be >= 1");
+}
+
+// A file with several errors names every one, a line each (the command line said only the
+// first, the API all of them).
+TEST(ExperimentConfig, AMisspelledSectionIsSuggested) {
+  EXPECT_NE(error_of("[dilocco]\nrounds = 3\n")
+                .find("config.toml: unknown key dilocco (did you mean [diloco]?); known keys: "),
+            std::string::npos)
+      << error_of("[dilocco]\nrounds = 3\n");
+}
+
+TEST(ExperimentConfig, AFileWithSeveralErrorsNamesThemAll) {
+  testing::TempDir dir;
+  const std::string path = dir / "exp.toml";
+  std::ofstream(path) << "[diloco]\nouter_momentum = 1.5\nrounds = 0\n";
+  auto c = load_experiment_config(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(),
+            "exp.toml: diloco.rounds = 0 must be >= 1\n"
+            "exp.toml: diloco.outer_momentum = 1.5 must be in [0, 1)");
 }
 
 TEST(ExperimentConfig, MissingFileIsNotFound) {
