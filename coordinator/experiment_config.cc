@@ -172,20 +172,55 @@ void apply_table(const toml::table& t, const Table& schema, std::string_view sou
   }
 }
 
+// `ch` as it stands inside a TOML basic string: quote, backslash and control bytes escaped.
+void append_toml_char(std::string& o, char ch) {
+  switch (ch) {
+    case '"':
+      o += "\\\"";
+      break;
+    case '\\':
+      o += "\\\\";
+      break;
+    case '\b':
+      o += "\\b";
+      break;
+    case '\t':
+      o += "\\t";
+      break;
+    case '\n':
+      o += "\\n";
+      break;
+    case '\f':
+      o += "\\f";
+      break;
+    case '\r':
+      o += "\\r";
+      break;
+    default: {
+      // TOML forbids every other control character (NUL included) unescaped in a string.
+      const auto byte = static_cast<unsigned char>(ch);
+      if (byte < 0x20 || byte == 0x7f) {
+        char escaped[8];
+        std::snprintf(escaped, sizeof(escaped), "\\u%04X", byte);
+        o += escaped;
+      } else {
+        o += ch;
+      }
+    }
+  }
+}
+
 Status range_error(std::string_view source, const std::string& key, const std::string& value,
                    const std::string& rule) {
-  // A value from the file is echoed with its control bytes as \xNN (a NUL or an escape
-  // sequence would otherwise reach the terminal or cut the line).
+  // A value from the file is echoed with its control bytes escaped as TOML writes them (a NUL
+  // or an escape sequence would otherwise reach the terminal or cut the line).
   std::string shown;
   for (const char ch : value) {
     const auto byte = static_cast<unsigned char>(ch);
-    if (byte < 0x20 || byte == 0x7f) {
-      char hex[5];
-      std::snprintf(hex, sizeof(hex), "\\x%02x", byte);
-      shown += hex;
-    } else {
+    if (byte < 0x20 || byte == 0x7f)
+      append_toml_char(shown, ch);
+    else
       shown += ch;
-    }
   }
   return InvalidArgument(std::string(source) + ": " + key + " = " + shown + " " + rule);
 }
@@ -441,17 +476,19 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
                     "must be >= diloco.min_nodes = " + u(g.min_nodes)));
   // Upper bounds: a time is a count of nanoseconds in 64 bits (~292 years), and 1e10 s, meant
   // as "never", wrapped into the past (every node lost at once, every round restarted).
-  constexpr double kMaxWaitS = 30 * 86400.0, kMaxHeartbeatS = 3600.0;
+  // Lower: a heartbeat every 1e-300 s marked the node lost and rejoined thousands of times a
+  // second.
+  constexpr double kMaxWaitS = 30 * 86400.0, kMaxHeartbeatS = 3600.0, kMinHeartbeatS = 0.1;
   if (!(g.round_deadline_s > 0 && g.round_deadline_s <= kMaxWaitS))
     add(range_error(src, "diloco.round_deadline_s", d(g.round_deadline_s),
                     "must be > 0 and <= 2592000 seconds (30 days)"));
-  if (!(g.heartbeat_interval_s > 0 && g.heartbeat_interval_s <= kMaxHeartbeatS))
+  if (!(g.heartbeat_interval_s >= kMinHeartbeatS && g.heartbeat_interval_s <= kMaxHeartbeatS))
     add(range_error(src, "diloco.heartbeat_interval_s", d(g.heartbeat_interval_s),
-                    "must be > 0 and <= 3600 seconds"));
+                    "must be in [0.1, 3600] seconds"));
   if (g.lost_after_heartbeats < 2)
     add(range_error(src, "diloco.lost_after_heartbeats", u(g.lost_after_heartbeats),
                     "must be >= 2"));
-  else if (g.heartbeat_interval_s > 0 && g.heartbeat_interval_s <= kMaxHeartbeatS &&
+  else if (g.heartbeat_interval_s >= kMinHeartbeatS && g.heartbeat_interval_s <= kMaxHeartbeatS &&
            g.heartbeat_interval_s * g.lost_after_heartbeats > kMaxWaitS)
     add(range_error(src, "diloco.lost_after_heartbeats", u(g.lost_after_heartbeats),
                     "times diloco.heartbeat_interval_s = " + d(g.heartbeat_interval_s) +
@@ -825,42 +862,7 @@ StatusOr<ExperimentConfig> load_experiment_config(const std::string& path) {
 
 std::string toml_string(std::string_view text) {
   std::string o = "\"";
-  for (char ch : text) {
-    switch (ch) {
-      case '"':
-        o += "\\\"";
-        break;
-      case '\\':
-        o += "\\\\";
-        break;
-      case '\b':
-        o += "\\b";
-        break;
-      case '\t':
-        o += "\\t";
-        break;
-      case '\n':
-        o += "\\n";
-        break;
-      case '\f':
-        o += "\\f";
-        break;
-      case '\r':
-        o += "\\r";
-        break;
-      default: {
-        // TOML forbids every other control character (NUL included) unescaped in a string.
-        const auto byte = static_cast<unsigned char>(ch);
-        if (byte < 0x20 || byte == 0x7f) {
-          char escaped[8];
-          std::snprintf(escaped, sizeof(escaped), "\\u%04X", byte);
-          o += escaped;
-        } else {
-          o += ch;
-        }
-      }
-    }
-  }
+  for (char ch : text) append_toml_char(o, ch);
   return o + "\"";
 }
 

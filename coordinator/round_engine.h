@@ -138,6 +138,9 @@ class RoundEngine {
   // What to stream for θ of req.round() (the current round).
   StatusOr<PullPlan> pull(const std::string& node_id, const atoll_pb::v1::PullParamsRequest& req,
                           PullDigest digest = PullDigest::kUpFront);
+  // A new process of `node` joined (the service tells by its session id): a securely aggregated
+  // round in progress stops waiting for the old process's keys (SecAggRound::process_restarted).
+  void node_process_restarted(const std::string& node_id);
   // The pull of `round` reached the node: payload_bytes count as the round's bytes_down.
   void pull_delivered(const std::string& node_id, uint64_t round, uint64_t payload_bytes);
   // A push: begin_update screens the header (the node is then receiving, and the round waits

@@ -246,7 +246,9 @@ StatusOr<pb::Task> RoundEngine::next_task(const std::string& id, const pb::NextT
       now + std::chrono::milliseconds(std::min(req.wait_ms(), options_.max_wait_ms));
   NodeState& n = nodes_[id];
   ++n.polling;
-  const bool assigned_open = is_participant_locked(id) && !round_.updates.count(id);
+  // A site that departed a securely aggregated round is free for the next one.
+  const bool assigned_open = is_participant_locked(id) && !round_.updates.count(id) &&
+                             !(round_.secagg && round_.secagg->departed(id));
   if (!assigned_open) n.ready = true;
   maybe_start_round_locked(now);
 

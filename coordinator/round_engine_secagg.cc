@@ -69,6 +69,22 @@ std::optional<RoundEngine::Commit> RoundEngine::advance_secagg_locked(Clock::tim
   return c;
 }
 
+void RoundEngine::node_process_restarted(const std::string& id) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!round_.open || !round_.secagg || !is_participant_locked(id)) return;
+  round_.secagg->process_restarted(id);
+  if (round_.secagg->departed(id))
+    audit("secagg_departed", "round " + std::to_string(round_.round) + ": a new process of " + id +
+                                 " joined after the roster was fixed; it takes part from the next "
+                                 "round");
+  if (std::optional<Commit> job = advance_secagg_locked(Clock::now())) {
+    lk.unlock();
+    commit(std::move(*job));
+    return;
+  }
+  cv_.notify_all();
+}
+
 Status RoundEngine::unmask_into_updates(Commit& c) const {
   SecAggRound::Result& r = *c.secagg;
   std::vector<uint32_t> sum;

@@ -76,6 +76,16 @@ Status SecAggRound::advertise(const std::string& node, const pb::SecAggKeys& key
   return Status::Ok();
 }
 
+void SecAggRound::process_restarted(const std::string& node) {
+  if (!masking_) return;
+  if (stage_ == Stage::kAdvertise) {
+    advertised_.erase(node);
+    certificates_.erase(node);
+  } else {
+    departed_.insert(node);
+  }
+}
+
 Status SecAggRound::share(const std::string& node, const pb::SecAggShares& shares) {
   const uint32_t self = index_of(node);
   if (self == 0 || stage_ == Stage::kAdvertise)

@@ -58,6 +58,10 @@ class SecAggRound {
   // Whether `node` restarted after the roster was fixed (advertise): it cannot take part in
   // this round any more; the engine gives it no task until the next.
   bool departed(const std::string& node) const { return departed_.count(node) > 0; }
+  // A new process of `node` joined (its keys and shares died with the old one): before the
+  // roster is fixed its advertisement is forgotten (the new process advertises again); after,
+  // it has departed. Nothing with masking off (there are no keys).
+  void process_restarted(const std::string& node);
   // Whether `node` may push its masked input now (a member of U2 in kCollect).
   Status check_push(const std::string& node) const;
   // Adds a pushed input (numel words, little-endian) to the sum; `node` is then in U3.

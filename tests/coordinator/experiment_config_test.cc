@@ -619,7 +619,7 @@ TEST(ExperimentConfig, HugeModelSizesAndControlBytesGiveAReadableLine) {
                 .find("got -1e-09"),
             std::string::npos);
   const std::string named = error_of("name = \"a\\u0007b\"\n");
-  EXPECT_NE(named.find("name = \"a\\x07b\""), std::string::npos) << named;
+  EXPECT_NE(named.find("name = \"a\\u0007b\""), std::string::npos) << named;
   EXPECT_EQ(named.find('\a'), std::string::npos);
 }
 

@@ -46,9 +46,17 @@ uint64_t site_rounding_seed(size_t i) { return 1000 + i; }
 
 // What a site does: everything (kFull), stops after its masked push (kDropAfterPush), shares
 // keys and then leaves before pushing (kLeaveAfterSharing), takes its task and then says nothing
-// while staying a member (kSilent: a stopped process), or restarts, advertising new keys, after
-// the roster is fixed (kRestartAfterRoster).
-enum class Behaviour { kFull, kDropAfterPush, kLeaveAfterSharing, kSilent, kRestartAfterRoster };
+// while staying a member (kSilent: a stopped process), or restarts after the roster is fixed,
+// its new process known by its new keys (kRestartAfterRoster: in-process calls carry no process
+// id) or at its Join (kRejoinAfterRoster: what the service tells the engine over gRPC).
+enum class Behaviour {
+  kFull,
+  kDropAfterPush,
+  kLeaveAfterSharing,
+  kSilent,
+  kRestartAfterRoster,
+  kRejoinAfterRoster
+};
 
 struct RoundResult {
   std::string theta_fp;
@@ -57,15 +65,22 @@ struct RoundResult {
   std::vector<Status> site_status;
 };
 
+// The advertisement of a site's session keys for `round`.
+pb::SecAggKeys keys_of(const algorithms::secagg::SiteSession& session, uint64_t round,
+                       uint32_t wait_ms) {
+  pb::SecAggKeys keys;
+  keys.set_round(round);
+  keys.set_cipher_public(algorithms::secagg::key_bytes(session.keys().cipher_public));
+  keys.set_mask_public(algorithms::secagg::key_bytes(session.keys().mask_public));
+  keys.set_wait_ms(wait_ms);
+  return keys;
+}
+
 // Stages 1 and 2 of a site that then leaves the experiment without pushing.
 Status share_then_leave(node::CoordinatorClient& link, uint64_t round) {
   namespace sa = algorithms::secagg;
   ATOLL_ASSIGN_OR_RETURN(sa::SiteSession session, sa::SiteSession::start(round));
-  pb::SecAggKeys keys;
-  keys.set_round(round);
-  keys.set_cipher_public(sa::key_bytes(session.keys().cipher_public));
-  keys.set_mask_public(sa::key_bytes(session.keys().mask_public));
-  keys.set_wait_ms(5000);
+  const pb::SecAggKeys keys = keys_of(session, round, 5000);
   pb::SecAggRoster roster;
   do {
     ATOLL_ASSIGN_OR_RETURN(roster, link.advertise_keys(keys));
@@ -91,30 +106,33 @@ Status share_then_leave(node::CoordinatorClient& link, uint64_t round) {
 // Advertises a fresh session's keys once (no wait): what a site's process does first.
 StatusOr<pb::SecAggRoster> advertise_fresh_keys(node::CoordinatorClient& link, uint64_t round,
                                                 uint32_t wait_ms) {
-  namespace sa = algorithms::secagg;
-  ATOLL_ASSIGN_OR_RETURN(sa::SiteSession session, sa::SiteSession::start(round));
-  pb::SecAggKeys keys;
-  keys.set_round(round);
-  keys.set_cipher_public(sa::key_bytes(session.keys().cipher_public));
-  keys.set_mask_public(sa::key_bytes(session.keys().mask_public));
-  keys.set_wait_ms(wait_ms);
-  return link.advertise_keys(keys);
+  ATOLL_ASSIGN_OR_RETURN(algorithms::secagg::SiteSession session,
+                         algorithms::secagg::SiteSession::start(round));
+  return link.advertise_keys(keys_of(session, round, wait_ms));
 }
 
-// A site that restarts once the roster is fixed: its new keys are refused with the line that
-// says so, and it gets no task for this round (it waits for the next).
-Status restart_after_roster(node::CoordinatorClient& link, uint64_t round) {
+// A site that restarts once the roster is fixed: known as a new process at its join
+// (`rejoined`: the engine is told, as the service does) or else by its new keys, refused with
+// the line that says so. Either way it gets no task for this round, and is ready for the next.
+Status restart_after_roster(RoundEngine& engine, node::CoordinatorClient& link,
+                            const std::string& id, uint64_t round, bool rejoined) {
   for (;;) {  // the first process: until the roster is fixed with its keys
     ATOLL_ASSIGN_OR_RETURN(pb::SecAggRoster roster, advertise_fresh_keys(link, round, 5000));
     if (roster.complete()) break;
   }
-  auto again = advertise_fresh_keys(link, round, 0);  // the restarted process
-  if (again.ok() ||
-      again.status().message().find("takes part again from the next round") == std::string::npos)
-    return Internal("a restarted site's new keys: " + again.status().to_string());
+  if (rejoined) {
+    engine.node_process_restarted(id);
+  } else {
+    auto again = advertise_fresh_keys(link, round, 0);  // the restarted process
+    if (again.ok() ||
+        again.status().message().find("takes part again from the next round") == std::string::npos)
+      return Internal("a restarted site's new keys: " + again.status().to_string());
+  }
   ATOLL_ASSIGN_OR_RETURN(pb::Task task, link.next_task(0, 300));
   if (task.kind() != pb::Task::WAIT)
     return Internal("a restarted site was given task kind " + std::to_string(task.kind()));
+  for (const NodeSnapshot& n : engine.nodes())
+    if (n.node_id == id && !n.ready) return Internal("a departed site is not ready for a round");
   return Status::Ok();
 }
 
@@ -150,8 +168,10 @@ RoundResult run_round(const ExperimentConfig& cfg, const algorithms::ParamSet& i
       ATOLL_ASSIGN_OR_RETURN(pb::Task task, link.next_task(0, 10000));
       if (task.kind() != pb::Task::TRAIN) return Internal("expected a TRAIN task");
       if (behaviour[i] == Behaviour::kSilent) return Status::Ok();
-      if (behaviour[i] == Behaviour::kRestartAfterRoster)
-        return restart_after_roster(link, task.round());
+      if (behaviour[i] == Behaviour::kRestartAfterRoster ||
+          behaviour[i] == Behaviour::kRejoinAfterRoster)
+        return restart_after_roster(e, link, kSites[i], task.round(),
+                                    behaviour[i] == Behaviour::kRejoinAfterRoster);
       pb::SecAggSpec spec;
       spec.set_enabled(true);
       spec.set_clip_range(cfg.secagg.clip_range);
@@ -292,10 +312,7 @@ TEST(SecAggEngine, ARestartedSitesNewKeysReplaceItsOldOnesUntilTheRosterIsFixed)
   auto fresh_keys = [] {
     auto session = sa::SiteSession::start(0);
     EXPECT_TRUE(session.ok());
-    pb::SecAggKeys k;
-    k.set_cipher_public(sa::key_bytes(session->keys().cipher_public));
-    k.set_mask_public(sa::key_bytes(session->keys().mask_public));
-    return k;
+    return keys_of(*session, 0, 0);
   };
   const pb::SecAggKeys first = fresh_keys(), restarted = fresh_keys();
   ASSERT_TRUE(round.advertise("site-c", first).ok());
@@ -325,12 +342,15 @@ TEST(SecAggEngine, ASiteRestartedAfterTheRosterDoesNotStallTheRound) {
   const algorithms::ParamSet init = testing_util::toy_params(kNumel);
   const auto deltas = three_deltas();
   const ExperimentConfig cfg = secagg_config(true);
-  const RoundResult after = run_round(
-      cfg, init, deltas, {Behaviour::kFull, Behaviour::kFull, Behaviour::kRestartAfterRoster});
-  for (const Status& st : after.site_status) EXPECT_TRUE(st.ok()) << st.to_string();
-  EXPECT_EQ(after.theta, expected_theta(cfg, init, deltas, {0, 1}));
-  ASSERT_EQ(after.record.participants.size(), 3u);
-  EXPECT_FALSE(after.record.participants[2].pushed);
+  for (const Behaviour restarted :
+       {Behaviour::kRestartAfterRoster, Behaviour::kRejoinAfterRoster}) {
+    const RoundResult after =
+        run_round(cfg, init, deltas, {Behaviour::kFull, Behaviour::kFull, restarted});
+    for (const Status& st : after.site_status) EXPECT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(after.theta, expected_theta(cfg, init, deltas, {0, 1}));
+    ASSERT_EQ(after.record.participants.size(), 3u);
+    EXPECT_FALSE(after.record.participants[2].pushed);
+  }
 }
 
 TEST(SecAggEngine, ConfigRefusesWhatSecureAggregationCannotDo) {
