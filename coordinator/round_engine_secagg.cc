@@ -34,12 +34,17 @@ std::optional<RoundEngine::Commit> RoundEngine::advance_secagg_locked(Clock::tim
     auto it = nodes_.find(id);
     return it != nodes_.end() && it->second.status == NodeStatus::kActive;
   };
+  const bool deadline_passed = now >= round_.deadline;
   const std::optional<std::string> failed =
-      sa.advance(live, now >= round_.deadline, !round_.receiving.empty());
+      sa.advance(live, deadline_passed, !round_.receiving.empty());
   if (failed) {
-    restart_round_locked(*failed + " before the " +
-                         shortest_decimal(config_.diloco.round_deadline_s) +
-                         " s deadline; the round starts again with new keys");
+    // Before the deadline a stage fails only when the sites it waits for were lost or left.
+    restart_round_locked(
+        *failed +
+        (deadline_passed
+             ? " before the " + shortest_decimal(config_.diloco.round_deadline_s) + " s deadline"
+             : " (the others were lost or left)") +
+        "; the round starts again with new keys");
     return std::nullopt;
   }
   if (std::optional<std::string> note = sa.take_deadline_note()) {
