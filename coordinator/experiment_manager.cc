@@ -444,6 +444,10 @@ Status ExperimentManager::remove(const std::string& id) {
     std::lock_guard<std::mutex> totals_lk(totals_mu_);
     settled_totals_.erase(id);  // a new experiment may take the id
   }
+  {
+    std::lock_guard<std::mutex> fold_lk(fold_mu_);
+    folds_.erase(id);
+  }
   emit({id, "experiments", json::serialize(json::object{{"id", id}, {"event", "deleted"}})});
   return Status::Ok();
 }
@@ -483,21 +487,17 @@ StatusOr<std::vector<NodeView>> ExperimentManager::nodes(const std::string& id) 
       }
     }
   }
-  for (uint64_t r = 0; r < s.record.current_round; ++r) {
-    auto rec = store_.load_round(id, r);
-    if (!rec.ok()) continue;
-    for (const auto& p : rec->participants) {
-      auto it = views.find(p.node_id);
-      if (it == views.end()) continue;
-      NodeView& v = it->second;
-      if (p.pushed) ++v.rounds;
-      v.tokens = add_saturating(v.tokens, p.tokens);  // records written before the cap
-      v.bytes_up += p.bytes_up;
-      v.bytes_down += p.bytes_down;
-    }
-    for (const auto& [node, bytes] : rec->late_bytes_down) {
+  {
+    std::lock_guard<std::mutex> lk(fold_mu_);
+    RecordFold& fold = folds_[id];
+    fold_records_locked(id, s, fold);
+    for (const auto& [node, t] : fold.totals) {
       auto it = views.find(node);
-      if (it != views.end()) it->second.bytes_down += bytes;
+      if (it == views.end()) continue;
+      it->second.rounds = t.rounds;
+      it->second.tokens = t.tokens;
+      it->second.bytes_up = t.bytes_up;
+      it->second.bytes_down = t.bytes_down;
     }
   }
   std::vector<NodeView> out;
@@ -535,28 +535,17 @@ StatusOr<MetricSeries> ExperimentManager::metrics(const std::string& id,
   m.total_rounds = s.record.current_round;
   m.bucket = (m.total_rounds + max_points - 1) / max_points;
   if (m.bucket < 1) m.bucket = 1;
-  const double param_bytes = static_cast<double>(s.record.numel) * 4.0;
-  // Inner steps of one round: H, or H/P in Streaming DiLoCo (a round syncs one fragment).
-  const double steps = s.config.diloco.steps_per_round();
-  for (uint64_t r = 0; r < s.record.current_round; ++r) {
-    auto rec = store_.load_round(id, r);
-    if (!rec.ok()) continue;
-    const double x = static_cast<double>(r + 1);
-    double pushed = 0;
-    for (const auto& p : rec->participants) {
-      if (!p.pushed) continue;
-      pushed += 1;
-      m.per_node["loss"][p.node_id].push_back({x, p.loss});
-      m.per_node["bytes_up"][p.node_id].push_back({x, static_cast<double>(p.bytes_up)});
-    }
-    m.global["mean_loss"].push_back({x, rec->mean_loss});
-    m.global["tokens"].push_back({x, static_cast<double>(rec->tokens)});
-    m.global["bytes"].push_back(
-        {x, static_cast<double>(rec->bytes_up + rec->bytes_down + late_bytes_down_total(*rec))});
-    // A ring all-reduce of the fp32 gradient every inner step: 2(N−1)·P·4 bytes in total.
-    m.global["ddp_bytes"].push_back({x, steps * 2.0 * std::max(0.0, pushed - 1) * param_bytes});
-    m.global["duration_s"].push_back({x, rec->duration_s});
+  {
+    std::lock_guard<std::mutex> lk(fold_mu_);
+    RecordFold& fold = folds_[id];
+    fold_records_locked(id, s, fold);
+    for (const auto& [name, series] : fold.global) m.global[name] = downsample(series, m.bucket);
+    for (const auto& [metric, nodes] : fold.per_node)
+      for (const auto& [node, series] : nodes)
+        m.per_node[metric][node] = downsample(series, m.bucket);
   }
+  // The nodes' and the coordinator's reports (a few per round), read each time.
+  MetricSeries reported;
   ATOLL_ASSIGN_OR_RETURN(std::vector<std::string> reports, store_.list_metrics(id));
   std::map<std::string, std::map<double, double>> coord;  // name → round → value (latest wins)
   for (const auto& text : reports) {
@@ -571,22 +560,55 @@ StatusOr<MetricSeries> ExperimentManager::metrics(const std::string& id,
         coord[std::string(kv.key())][r] = val;
       } else if (kv.key() == "tokens_per_s" || kv.key() == "site_val_bpb" ||
                  kv.key() == "teacher_bytes_per_token") {
-        m.per_node[std::string(kv.key())][n].push_back({r + 1, val});
+        reported.per_node[std::string(kv.key())][n].push_back({r + 1, val});
       }
     }
   }
   for (auto& [name, byround] : coord) {
-    Series& out = m.global[name];
+    Series& out = reported.global[name];
     for (const auto& [r, v] : byround) out.push_back({r, v});
   }
-  for (auto& [name, series] : m.global) series = downsample(series, m.bucket);
-  for (auto& [metric, nodes] : m.per_node)
+  for (auto& [name, series] : reported.global) m.global[name] = downsample(series, m.bucket);
+  for (auto& [metric, nodes] : reported.per_node)
     for (auto& [node, series] : nodes) {
       std::sort(series.begin(), series.end(),
                 [](const SeriesPoint& a, const SeriesPoint& b) { return a.round < b.round; });
-      series = downsample(series, m.bucket);
+      m.per_node[metric][node] = downsample(series, m.bucket);
     }
   return m;
+}
+
+void ExperimentManager::fold_records_locked(const std::string& id, const ExperimentSummary& s,
+                                            RecordFold& fold) const {
+  const double param_bytes = static_cast<double>(s.record.numel) * 4.0;
+  // Inner steps of one round: H, or H/P in Streaming DiLoCo (a round syncs one fragment).
+  const double steps = s.config.diloco.steps_per_round();
+  for (; fold.rounds < s.record.current_round; ++fold.rounds) {
+    auto rec = store_.load_round(id, fold.rounds);
+    if (rec.status().code() == StatusCode::kNotFound) continue;
+    if (!rec.ok()) break;  // read again at the next request
+    const double x = static_cast<double>(fold.rounds + 1);
+    double pushed = 0;
+    for (const auto& p : rec->participants) {
+      RecordFold::NodeTotals& t = fold.totals[p.node_id];
+      t.tokens = add_saturating(t.tokens, p.tokens);  // records written before the cap
+      t.bytes_up += p.bytes_up;
+      t.bytes_down += p.bytes_down;
+      if (!p.pushed) continue;
+      ++t.rounds;
+      pushed += 1;
+      fold.per_node["loss"][p.node_id].push_back({x, p.loss});
+      fold.per_node["bytes_up"][p.node_id].push_back({x, static_cast<double>(p.bytes_up)});
+    }
+    for (const auto& [node, bytes] : rec->late_bytes_down) fold.totals[node].bytes_down += bytes;
+    fold.global["mean_loss"].push_back({x, rec->mean_loss});
+    fold.global["tokens"].push_back({x, static_cast<double>(rec->tokens)});
+    fold.global["bytes"].push_back(
+        {x, static_cast<double>(rec->bytes_up + rec->bytes_down + late_bytes_down_total(*rec))});
+    // A ring all-reduce of the fp32 gradient every inner step: 2(N−1)·P·4 bytes in total.
+    fold.global["ddp_bytes"].push_back({x, steps * 2.0 * std::max(0.0, pushed - 1) * param_bytes});
+    fold.global["duration_s"].push_back({x, rec->duration_s});
+  }
 }
 
 StatusOr<ExperimentTotals> ExperimentManager::totals(const std::string& id) const {

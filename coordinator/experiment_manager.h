@@ -229,6 +229,24 @@ class ExperimentManager {
   // (GET /api/experiments asks for every experiment's totals on every request).
   mutable std::mutex totals_mu_;
   mutable std::map<std::string, std::pair<uint64_t, ExperimentTotals>> settled_totals_;
+  // What the committed round records give the dashboard's series and node totals, folded in
+  // once per record: every open tab asks for both about once a second, and rereading every
+  // record took 0.5 s at 55k rounds. Full resolution (16 bytes a point: ~10 MB for 60k rounds
+  // of 3 nodes); downsampled per request. Records never change once committed.
+  struct RecordFold {
+    uint64_t rounds = 0;  // records [0, rounds) are in
+    std::map<std::string, Series> global;
+    std::map<std::string, std::map<std::string, Series>> per_node;
+    struct NodeTotals {
+      uint64_t rounds = 0, tokens = 0, bytes_up = 0, bytes_down = 0;
+    };
+    std::map<std::string, NodeTotals> totals;
+  };
+  // Folds the records of `id` up to `rounds` in (under fold_mu_; the caller holds it).
+  void fold_records_locked(const std::string& id, const ExperimentSummary& s,
+                           RecordFold& fold) const;
+  mutable std::mutex fold_mu_;
+  mutable std::map<std::string, RecordFold> folds_;
   std::mutex listeners_mu_;
   std::map<uint64_t, Listener> listeners_;
   uint64_t next_listener_ = 1;

@@ -541,6 +541,56 @@ TEST_F(HttpApiTest, DataParallelBytesCountTheStepsOfARound) {
   EXPECT_EQ(ddp[1].to_number<double>(), 2.0 * 2.0 * 2.0 * static_cast<double>(e->numel) * 4.0);
 }
 
+// The series and node totals fold each round record in once: rounds committed between two
+// requests are added to what the first one read, and nothing is counted twice.
+TEST_F(HttpApiTest, SeriesAndNodeTotalsFollowRoundsCommittedBetweenRequests) {
+  ASSERT_EQ(client_->send("POST", "/api/experiments", admin_, small_config("fold")).status, 201u);
+  auto e = store_->load_experiment("fold");
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  NodeRecord node;
+  node.node_id = "site-a";
+  node.state = "active";
+  ASSERT_TRUE(store_->put_node("fold", node).ok());
+  std::vector<float> theta(e->numel, 0.5f), momentum(e->numel, 0.0f);
+  auto commit = [&](uint64_t r, double loss) {
+    RoundRecord round;
+    round.round = r;
+    round.mean_loss = loss;
+    ParticipantRecord p;
+    p.node_id = "site-a";
+    p.pushed = true;
+    p.tokens = 100;
+    p.loss = loss;
+    p.bytes_up = 40;
+    round.participants.push_back(p);
+    round.bytes_up = 40;
+    e->current_round = r + 1;
+    ASSERT_TRUE(store_->commit_round(*e, round, theta, momentum).ok());
+  };
+  auto mean_loss = [&] {
+    const json::value m = client_->send("GET", "/api/experiments/fold/metrics", viewer_).json();
+    std::vector<double> out;
+    for (const auto& p : m.as_object().at("global").as_object().at("mean_loss").as_array())
+      out.push_back(p.as_array()[1].to_number<double>());
+    return out;
+  };
+  auto site_a = [&] {
+    const json::value v = client_->send("GET", "/api/experiments/fold/nodes", viewer_).json();
+    return v.as_object().at("nodes").as_array().at(0).as_object();
+  };
+  commit(0, 3.0);
+  EXPECT_EQ(mean_loss(), (std::vector<double>{3.0}));
+  EXPECT_EQ(site_a().at("bytes_up").as_int64(), 40);
+  commit(1, 2.5);
+  commit(2, 2.0);
+  EXPECT_EQ(mean_loss(), (std::vector<double>{3.0, 2.5, 2.0}));
+  EXPECT_EQ(mean_loss(), (std::vector<double>{3.0, 2.5, 2.0}));  // asked again: the same
+  const json::object a = site_a();
+  EXPECT_EQ(a.at("rounds").as_int64(), 3);
+  EXPECT_EQ(a.at("tokens").as_int64(), 300);
+  EXPECT_EQ(a.at("bytes_up").as_int64(), 120);
+}
+
 TEST_F(HttpApiTest, LiveExperimentIsDrivenThroughItsService) {
   auto cfg = parse_experiment_config(
       "name = \"live\"\n[model]\ndim = 16\nlayers = 1\nheads = 2\nffn_hidden = 32\nseq_len = 16\n",
