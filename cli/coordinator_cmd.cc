@@ -609,6 +609,10 @@ int cmd_coordinator(const Args& args) {
       return *st == coordinator::ExperimentState::kFinished ? 0 : 1;
     }
   }
+  // Pushes already streaming in may still complete rounds while the server drains: their lines
+  // come before "stopping" (they were committed, and a resumed run starts after them).
+  if (rc.server) rc.server->shutdown();
+  while (auto e = events.pop(std::chrono::milliseconds(100))) handle(*e);
   log.info(format_line("coordinator: stopping (state is in %s; start again to resume)",
                        l.store_dir.c_str()));
   return 0;

@@ -25,7 +25,8 @@ namespace {
 constexpr const char* kBytesHelp =
     "Payload bytes between the coordinator and its nodes: up = updates received, down = "
     "parameters sent.";
-constexpr const char* kNodesHelp = "Nodes of the live experiment by state.";
+constexpr const char* kNodesHelp =
+    "Nodes of the live experiment by state, as this coordinator process has seen them.";
 
 }  // namespace
 
@@ -48,7 +49,8 @@ CoordinatorMetrics::CoordinatorMetrics(const ExperimentManager* manager)
       nodes_lost_(registry_.gauge("atoll_nodes", kNodesHelp, {{"state", "lost"}})),
       nodes_left_(registry_.gauge("atoll_nodes", kNodesHelp, {{"state", "left"}})),
       round_duration_(registry_.histogram("atoll_round_duration_seconds",
-                                          "Committed rounds, from their start to the commit.",
+                                          "Committed rounds, from their start to their close (the "
+                                          "commit follows: atoll_round_commit_seconds).",
                                           round_duration_buckets())),
       push_duration_(registry_.histogram(
           "atoll_push_duration_seconds",

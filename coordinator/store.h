@@ -107,7 +107,7 @@ struct RoundRecord {
   // arrived (or the next one to close); per node id. No bytes_down holds them. Records written
   // before this field have none.
   std::map<std::string, uint64_t> late_bytes_down;
-  double duration_s = 0.0;           // round start to commit
+  double duration_s = 0.0;           // round start to its close (the commit follows)
   std::string base_fingerprint;      // θ_r
   std::string params_fingerprint;    // θ_{r+1}
   std::string momentum_fingerprint;  // momentum after this round's outer step
