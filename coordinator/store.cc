@@ -1,9 +1,12 @@
 #include "coordinator/store.h"
 
+#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/listener.h>
 #include <rocksdb/options.h>
+#include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -18,8 +21,6 @@
 #include <limits>
 #include <mutex>
 #include <shared_mutex>
-
-#include <unistd.h>
 
 #include "coordinator/blob_file.h"
 #include "coordinator/json_views.h"
@@ -487,6 +488,10 @@ Status Store::open_db() {
   // (compact_small_families), and this bound keeps a store of any history within a 1024
   // descriptor limit with room for the connections.
   db_opts.max_open_files = 256;
+  // Memory: RocksDB's defaults give every column family its own 32 MB block cache and 64 MB
+  // memtables, which a long run fills (the coordinator's RSS grew with every round read). One
+  // cache and one memtable budget for the whole store instead.
+  db_opts.db_write_buffer_size = 64 << 20;
   // The WAL holds everything the memtables do; closing after a failed write must not flush.
   db_opts.avoid_flush_during_shutdown = true;
   {
@@ -495,10 +500,15 @@ Status Store::open_db() {
     db_opts.info_log = std::make_shared<StoreLog>(dir_);
   }
   db_opts.listeners.push_back(std::make_shared<ManualRecoveryOnly>());
+  rocksdb::BlockBasedTableOptions table_opts;
+  table_opts.block_cache = rocksdb::NewLRUCache(16 << 20);  // shared by every family
+  const std::shared_ptr<rocksdb::TableFactory> tables(
+      rocksdb::NewBlockBasedTableFactory(table_opts));
   std::vector<rocksdb::ColumnFamilyDescriptor> descs;
   descs.emplace_back(rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions());
   for (const auto& n : column_family_names()) {
     rocksdb::ColumnFamilyOptions cf_opts;
+    cf_opts.table_factory = tables;
     if (n == "params" || n == "outer_state") {
       // θ blobs are large and incompressible; keep them out of the block cache churn.
       cf_opts.compression = rocksdb::kNoCompression;
