@@ -24,13 +24,10 @@ inline uint64_t unix_ms_now() {
 }
 
 using Clock = std::chrono::steady_clock;
-// A config's seconds (diloco.round_deadline_s, heartbeat_interval_s, ...) as a Clock duration;
-// beyond about 292 years of nanoseconds it saturates instead of overflowing (validation bounds
-// the keys far below that).
+// A config's seconds (diloco.round_deadline_s, heartbeat_interval_s, ...) as a Clock duration.
+// Nanoseconds in 64 bits hold ~292 years: validation bounds every such key to 30 days.
 inline Clock::duration duration_of_seconds(double s) {
-  constexpr double kMax = 9.0e9;  // seconds; Clock::duration::max() is ~9.22e9 s
-  return std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(s > kMax ? kMax : s));
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
 // a + b and a · b, saturating at 2^64 − 1 instead of wrapping: token counts come from the

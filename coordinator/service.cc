@@ -30,12 +30,15 @@ std::string session_of(const grpc::ServerContext& ctx) {
 
 }  // namespace
 
-void CoordinatorService::record_session(const grpc::ServerContext& ctx,
+bool CoordinatorService::record_session(const grpc::ServerContext& ctx,
                                         const std::string& node) const {
   const std::string session = session_of(ctx);
-  if (session.empty()) return;
+  if (session.empty()) return false;
   std::lock_guard<std::mutex> lock(sessions_mu_);
-  sessions_[node] = session;
+  std::string& known = sessions_[node];
+  const bool replaced = !known.empty() && known != session;
+  known = session;
+  return replaced;
 }
 
 Status CoordinatorService::check_session(const grpc::ServerContext& ctx,
@@ -117,21 +120,14 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* ctx, const pb::JoinRe
                                       pb::JoinResponse* resp) {
   auto id = caller(*ctx, &req->node_name());
   if (!id.ok()) return to_grpc(id.status());
-  // A join with another process id than the node's last one: the process restarted.
-  bool new_process = false;
-  if (const std::string session = session_of(*ctx); !session.empty()) {
-    std::lock_guard<std::mutex> lock(sessions_mu_);
-    auto known = sessions_.find(*id);
-    new_process = known != sessions_.end() && known->second != session;
-  }
   auto r = engine_->join(*id, *req);
   // The engine's OUT_OF_RANGE for Join is the diloco.max_nodes limit: gRPC's RESOURCE_EXHAUSTED
   // (which clients read back as OUT_OF_RANGE).
   if (!r.ok() && r.status().code() == StatusCode::kOutOfRange)
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, r.status().message());
   if (!r.ok()) return to_grpc(r.status());
-  record_session(*ctx, *id);
-  if (new_process) engine_->node_process_restarted(*id);
+  // A join with another process id than the node's last one: the process restarted.
+  if (record_session(*ctx, *id)) engine_->node_process_restarted(*id);
   *resp = std::move(*r);
   resp->set_bulk_port(bulk_port_.load());
   return grpc::Status::OK;

@@ -164,7 +164,8 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
   // "replaced by another process with the same name", which the older process stops on. A
   // process killed and started again joins at once, as before (docs/decisions.md). Calls
   // without the metadata (older nodes) are not checked.
-  void record_session(const grpc::ServerContext& ctx, const std::string& node) const;
+  // Returns whether it replaced another process's id: the node's process restarted.
+  bool record_session(const grpc::ServerContext& ctx, const std::string& node) const;
   Status check_session(const grpc::ServerContext& ctx, const std::string& node) const;
 
   // Receive buffers of finished pushes, reused by the next ones (an update is θ-sized; writing

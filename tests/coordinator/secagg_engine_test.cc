@@ -132,8 +132,9 @@ Status restart_after_roster(RoundEngine& engine, node::CoordinatorClient& link,
   if (task.kind() != pb::Task::WAIT)
     return Internal("a restarted site was given task kind " + std::to_string(task.kind()));
   for (const NodeSnapshot& n : engine.nodes())
-    if (n.node_id == id && !n.ready) return Internal("a departed site is not ready for a round");
-  return Status::Ok();
+    if (n.node_id == id)
+      return n.ready ? Status::Ok() : Internal("a departed site is not ready for a round");
+  return Internal("the restarted site is not among the engine's nodes");
 }
 
 // One round of `cfg` with the three sites pushing `deltas` through the secagg stages.
