@@ -75,6 +75,7 @@ LogLevel event_level(const coordinator::Event& e) {
   switch (e.kind) {
     case K::kUpdateRejected:
     case K::kNodeLost:
+    case K::kNodeRevoked:
     case K::kRoundRestarted:
     case K::kSecAggDeadline:
       return LogLevel::kWarn;
@@ -136,6 +137,10 @@ Flags coordinator_flags() {
             "off"},
            {"tls", true, "TLS directory with ca.crt and the server certificate", ""},
            {"server-name", true, "certificate name of this coordinator", "coordinator"},
+           {"crl", true,
+            "the CA's certificate revocation list (`atoll ca revoke` writes it); re-read when "
+            "it changes (default: ca.crl in --tls, when it is there)",
+            ""},
            {"insecure", false, "plaintext, no authentication (local development only)", ""},
            {"init-from", true,
             "a new experiment starts from this checkpoint's parameters (warm start; ignored "
@@ -282,6 +287,9 @@ StatusOr<CoordinatorSetup> read_setup(const Flags& flags) {
   l.server_name = flags.get_or("server-name", "coordinator");
   if (!l.insecure && l.tls_dir.empty())
     return InvalidArgument("--tls DIR is required (or --insecure for local development)");
+  l.crl_file = flags.get_or("crl", "");
+  if (l.insecure && !l.crl_file.empty())
+    return InvalidArgument("--crl needs TLS (certificates to revoke); drop it or --insecure");
   if (const std::string bulk = flags.get_or("bulk-listen", "off"); bulk != "off") {
     if (l.insecure)
       return InvalidArgument("--bulk-listen needs TLS; drop it or --insecure");
@@ -514,6 +522,7 @@ int cmd_coordinator(const Args& args) {
     l.refusal_sink = [&log](const std::string& line) {
       log.write(LogLevel::kWarn, line, std::nullopt, stderr);
     };
+  l.revocation_sink = [&log](const std::string& line) { log.write(LogLevel::kWarn, line); };
   auto running = launch_coordinator(l);
   if (!running.ok()) return log.fail(running.status().message());
   auto& rc = **running;

@@ -118,14 +118,16 @@ namespace {
 
 // Options for a service of experiment `experiment_id` whose updates use `update_codec`; its events
 // go to the manager and the metrics (and to `user`, when given).
-coordinator::ServiceOptions service_options(bool insecure, const std::string& experiment_id,
+coordinator::ServiceOptions service_options(const RunningCoordinator& rc, bool insecure,
+                                            const std::string& experiment_id,
                                             const std::string& update_codec,
-                                            coordinator::ExperimentManager* manager,
-                                            coordinator::CoordinatorMetrics* metrics,
                                             std::function<void(const coordinator::Event&)> user) {
   coordinator::ServiceOptions so;
   so.identity = insecure ? coordinator::IdentitySource::kInsecureNodeName
                          : coordinator::IdentitySource::kTlsCertificate;
+  so.revocations = rc.revocations;
+  coordinator::ExperimentManager* manager = rc.manager.get();
+  coordinator::CoordinatorMetrics* metrics = rc.metrics.get();
   so.metrics = metrics;
   so.on_event = [user = std::move(user), manager, metrics,
                  experiment_id](const coordinator::Event& e) {
@@ -153,6 +155,25 @@ coordinator::ServiceOptions service_options(bool insecure, const std::string& ex
         numel, kernels::cpu::num_threads());
   };
   return so;
+}
+
+// The revocation list of a TLS launch: --crl FILE (which must exist), else ca.crl in the TLS
+// directory when there is one; its lines go to revocation_sink (stderr by default).
+StatusOr<std::shared_ptr<transport::RevocationWatch>> open_revocations(const CoordinatorLaunch& l) {
+  const std::string path = l.crl_file.empty() ? transport::crl_path(l.tls_dir) : l.crl_file;
+  if (!l.crl_file.empty() && !std::filesystem::exists(path))
+    return NotFound("--crl " + path +
+                    " does not exist: give the ca.crl that `atoll ca revoke` wrote, or leave "
+                    "--crl out (ca.crl in --tls is used when it is there)");
+  ATOLL_ASSIGN_OR_RETURN(std::string ca_pem, read_file(transport::ca_cert_path(l.tls_dir)));
+  std::function<void(const std::string&)> sink = l.revocation_sink;
+  if (!sink) sink = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  ATOLL_ASSIGN_OR_RETURN(std::shared_ptr<transport::RevocationWatch> watch,
+                         transport::RevocationWatch::open(path, ca_pem, sink));
+  if (watch->number() > 0)
+    sink(path + ": list number " + std::to_string(watch->number()) + " in force, " +
+         std::to_string(watch->size()) + " certificate(s) revoked");
+  return watch;
 }
 
 }  // namespace
@@ -300,6 +321,9 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     if (!c.ok()) return InvalidArgument("train.codec: " + c.status().message());
   }
   ATOLL_RETURN_IF_ERROR(check_ports(l));
+  if (!l.insecure) {
+    ATOLL_ASSIGN_OR_RETURN(rc->revocations, open_revocations(l));
+  }
   std::error_code ec;
   std::filesystem::create_directories(l.store_dir, ec);
   if (ec) return IoError("cannot create store directory " + l.store_dir + ": " + ec.message());
@@ -347,8 +371,7 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
         std::unique_ptr<coordinator::CoordinatorService> svc,
         coordinator::CoordinatorService::open(
             *rcp->store, cfg, layout,
-            service_options(insecure, rec.id, cfg.train.codec, rcp->manager.get(),
-                            rcp->metrics.get(), on_other_event)));
+            service_options(*rcp, insecure, rec.id, cfg.train.codec, on_other_event)));
     return std::shared_ptr<coordinator::CoordinatorService>(std::move(svc));
   };
   rc->manager = std::make_unique<coordinator::ExperimentManager>(*rc->store, std::move(mo));
@@ -363,8 +386,7 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
   }
 
   coordinator::ServiceOptions so =
-      service_options(l.insecure, config.name, config.train.codec, rc->manager.get(),
-                      rc->metrics.get(), l.on_event);
+      service_options(*rc, l.insecure, config.name, config.train.codec, l.on_event);
   // The checkpoint the experiment starts from fixes the sites' tokenizer.
   if (rc->base) {
     ATOLL_ASSIGN_OR_RETURN(so.tokenizer, site_tokenizer_of(rc->base->meta.tokenizer,

@@ -20,6 +20,7 @@
 #include "node/base_model.h"
 #include "transport/metrics/http_exporter.h"
 #include "transport/tls/handshake_log.h"
+#include "transport/tls/revocation.h"
 
 namespace atl::cli {
 
@@ -72,6 +73,11 @@ struct CoordinatorLaunch {
   std::string metrics_listen;
   // Where each refused connection's one line goes (default: stderr).
   std::function<void(const std::string&)> refusal_sink;
+  // The CA's certificate revocation list (transport/tls/revocation.h): "" = tls_dir/ca.crl,
+  // used when it exists; a file named here must exist. Where the list's lines go (a new list
+  // in force, a change refused); default stderr.
+  std::string crl_file;
+  std::function<void(const std::string&)> revocation_sink;
   std::string node_modules;  // npm packages (chart.js); "" = found like web_root
   // Connection caps and timeouts of the gRPC port and of the dashboard (docs/coordinator.md,
   // docs/dashboard.md "Server limits").
@@ -111,6 +117,8 @@ Status resolve_lora_base(coordinator::ExperimentConfig& config,
 struct RunningCoordinator {
   // With TLS: each connection the gRPC server refuses is one clear line on stderr.
   std::unique_ptr<transport::HandshakeRefusalLog> refusals;
+  // With TLS: the revocation list every service checks node certificates against.
+  std::shared_ptr<transport::RevocationWatch> revocations;
   std::unique_ptr<coordinator::Store> store;
   // Prometheus metrics of every service of this process (read by the dashboard's /metrics and
   // by metrics_http).

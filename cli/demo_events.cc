@@ -35,7 +35,7 @@ std::optional<int> follow_demo_events(const std::string& cmd, EventQueue& events
     } else if (e->kind == K::kStore) {
       std::printf("%s\n", e->message.c_str());
     } else if (e->kind == K::kUpdateRejected || e->kind == K::kNodeLost ||
-               e->kind == K::kRoundRestarted) {
+               e->kind == K::kNodeRevoked || e->kind == K::kRoundRestarted) {
       std::printf("%s %s: %s\n", coordinator::event_kind_name(e->kind), e->node_id.c_str(),
                   e->message.c_str());
     }

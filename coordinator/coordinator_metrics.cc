@@ -48,6 +48,7 @@ CoordinatorMetrics::CoordinatorMetrics(const ExperimentManager* manager)
       nodes_active_(registry_.gauge("atoll_nodes", kNodesHelp, {{"state", "active"}})),
       nodes_lost_(registry_.gauge("atoll_nodes", kNodesHelp, {{"state", "lost"}})),
       nodes_left_(registry_.gauge("atoll_nodes", kNodesHelp, {{"state", "left"}})),
+      nodes_revoked_(registry_.gauge("atoll_nodes", kNodesHelp, {{"state", "revoked"}})),
       round_duration_(registry_.histogram("atoll_round_duration_seconds",
                                           "Committed rounds, from their start to their close (the "
                                           "commit follows: atoll_round_commit_seconds).",
@@ -253,15 +254,17 @@ void CoordinatorMetrics::collect_live() {
     return;
   }
   round_.set(static_cast<double>(live->current_round()));
-  double active = 0, lost = 0, left = 0;
+  double active = 0, lost = 0, left = 0, revoked = 0;
   for (const NodeSnapshot& n : live->nodes()) {
     if (n.status == "active") active += 1;
     if (n.status == "lost") lost += 1;
     if (n.status == "left") left += 1;
+    if (n.status == "revoked") revoked += 1;
   }
   nodes_active_.set(active);
   nodes_lost_.set(lost);
   nodes_left_.set(left);
+  nodes_revoked_.set(revoked);
   registry_.set_info(
       "atoll_experiment_info", "The live experiment (value 1).",
       {{"experiment", live->experiment_id()}, {"algorithm", live->engine().config().algorithm}});

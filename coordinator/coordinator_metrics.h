@@ -110,6 +110,7 @@ class CoordinatorMetrics {
   transport::metrics::Gauge& nodes_active_;
   transport::metrics::Gauge& nodes_lost_;
   transport::metrics::Gauge& nodes_left_;
+  transport::metrics::Gauge& nodes_revoked_;
   transport::metrics::Histogram& round_duration_;
   transport::metrics::Histogram& push_duration_;
   transport::metrics::Histogram& commit_duration_;

@@ -48,6 +48,7 @@ struct Event {
     kNodeJoined,
     kNodeLost,  // silent for lost_after_heartbeats × heartbeat_interval_s
     kNodeLeft,
+    kNodeRevoked,   // its certificate was revoked (message: which list, which serial)
     kRoundStarted,  // participants in `participants`
     kUpdateAccepted,
     kUpdateRejected,  // message: why (the status returned to the node)
@@ -102,7 +103,7 @@ const std::vector<const char*>& update_rejection_reasons();
 // A node as the coordinator sees it (for progress displays and the dashboard).
 struct NodeSnapshot {
   std::string node_id;
-  std::string status;  // "active", "lost", "left"
+  std::string status;  // "active", "lost", "left", "revoked"
   bool ready = false;  // waiting for a task
   // Latest heartbeat progress.
   uint64_t round = 0;

@@ -37,6 +37,8 @@ const char* node_event_name(Event::Kind k) {
       return "joined";
     case Event::Kind::kNodeLost:
       return "lost";
+    case Event::Kind::kNodeRevoked:
+      return "revoked";
     default:
       return "left";
   }
@@ -145,6 +147,7 @@ void ExperimentManager::on_event(const std::string& experiment, const Event& e) 
     case K::kNodeJoined:
     case K::kNodeLost:
     case K::kNodeLeft:
+    case K::kNodeRevoked:
       kind = "node";
       o["node_id"] = e.node_id;
       o["event"] = node_event_name(e.kind);

@@ -46,7 +46,7 @@ struct ExperimentSummary {
 
 struct NodeView {
   std::string node_id;
-  std::string status;  // "active", "lost", "left"
+  std::string status;  // "active", "lost", "left", "revoked"
   std::string device;
   double budget = 1.0;  // Hydra: its share of the full model's cost, from its join
   bool ready = false;

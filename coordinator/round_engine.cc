@@ -25,6 +25,8 @@ const char* event_kind_name(Event::Kind k) {
       return "node_lost";
     case Event::Kind::kNodeLeft:
       return "node_left";
+    case Event::Kind::kNodeRevoked:
+      return "node_revoked";
     case Event::Kind::kRoundStarted:
       return "round_started";
     case Event::Kind::kUpdateAccepted:
@@ -292,9 +294,10 @@ std::vector<NodeSnapshot> RoundEngine::nodes() const {
   for (const auto& [id, n] : nodes_) {
     NodeSnapshot s;
     s.node_id = id;
-    s.status = n.status == NodeStatus::kActive ? "active"
-               : n.status == NodeStatus::kLost ? "lost"
-                                               : "left";
+    s.status = n.status == NodeStatus::kActive    ? "active"
+               : n.status == NodeStatus::kLost    ? "lost"
+               : n.status == NodeStatus::kRevoked ? "revoked"
+                                                  : "left";
     s.ready = n.ready;
     s.round = n.progress.round();
     s.inner_step = n.progress.inner_step();

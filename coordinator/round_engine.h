@@ -158,6 +158,12 @@ class RoundEngine {
   Status report_metrics(const std::string& node_id, const atoll_pb::v1::MetricsReport& req);
   Status report_importance(const std::string& node_id, const atoll_pb::v1::ImportanceReport& req);
   Status leave(const std::string& node_id, const atoll_pb::v1::LeaveRequest& req);
+  // The node's certificate was revoked (`why`: which serial, which list): it stops being a
+  // member at once. When it already gave the open round anything (an update, a push under
+  // way, importance scores, or any stage of secure aggregation), the round starts again
+  // without it, so nothing it sent reaches θ. Audited and reported as kNodeRevoked. A node
+  // that is not an active member is left as it is.
+  void revoke_node(const std::string& node_id, const std::string& why);
 
   // ---- Secure aggregation ([secagg], coordinator/secagg_round.h). Each long-polls up to
   // min(req.wait_ms, max_wait_ms) for its stage to close; FAILED_PRECONDITION when the round is
@@ -176,9 +182,10 @@ class RoundEngine {
                                                         const atoll_pb::v1::SecAggReveal& req);
 
  private:
-  enum class NodeStatus { kActive, kLost, kLeft };
+  enum class NodeStatus { kActive, kLost, kLeft, kRevoked };
   struct NodeState {
     NodeStatus status = NodeStatus::kActive;
+    std::string revoked_why;  // kRevoked: the line its calls are refused with
     Clock::time_point last_seen;
     int polling = 0;     // next_task calls in flight: a polling node is alive
     // Pulls streaming to it (PullPlan::in_flight): alive too. On a slow link a heartbeat waits

@@ -57,6 +57,8 @@ Status RoundEngine::member_locked(const std::string& id, const std::string& expe
   if (stopping_) return Unavailable("coordinator is shutting down; reconnect later");
   ATOLL_RETURN_IF_ERROR(check_experiment(experiment_id));
   auto it = nodes_.find(id);
+  if (it != nodes_.end() && it->second.status == NodeStatus::kRevoked)
+    return PermissionDenied(it->second.revoked_why);
   if (it == nodes_.end() || it->second.status != NodeStatus::kActive)
     return NotFound("node '" + id + "' is not an active member of experiment '" + experiment_id_ +
                     "' (never joined, lost or left); Join again");
@@ -270,6 +272,10 @@ StatusOr<pb::Task> RoundEngine::next_task(const std::string& id, const pb::NextT
                           : "experiment failed: " + experiment_.failure);
       break;
     }
+    if (n.status == NodeStatus::kRevoked) {  // while this call waited
+      result = PermissionDenied(n.revoked_why);
+      break;
+    }
     if (n.status != NodeStatus::kActive) {
       task.set_kind(pb::Task::STOP);
       task.set_reason("node is no longer a member; Join again");
@@ -461,6 +467,39 @@ Status RoundEngine::report_importance(const std::string& id, const pb::Importanc
   }
   if (commit_job) commit(std::move(*commit_job));
   return Status::Ok();
+}
+
+void RoundEngine::revoke_node(const std::string& id, const std::string& why) {
+  std::optional<Commit> commit_job;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = nodes_.find(id);
+    if (it == nodes_.end() || it->second.status != NodeStatus::kActive) return;
+    NodeState& n = it->second;
+    n.status = NodeStatus::kRevoked;
+    n.revoked_why =
+        "the certificate of node '" + id + "' was revoked (" + why + "): it no longer takes part";
+    n.ready = false;
+    n.record.state = "revoked";
+    (void)store_.put_node(experiment_id_, n.record);
+    audit("node_revoked", id + ": " + why);
+    Event e{Event::Kind::kNodeRevoked};
+    e.round = experiment_.current_round;
+    e.node_id = id;
+    e.message = why;
+    emit(std::move(e));
+    const bool contributed = is_participant_locked(id) &&
+                             (round_.updates.count(id) > 0 || round_.receiving.count(id) > 0 ||
+                              round_.scores.count(id) > 0 || round_.secagg != nullptr);
+    if (contributed)
+      restart_round_locked("the certificate of node '" + id +
+                           "' was revoked: what it sent for round " + std::to_string(round_.round) +
+                           " is discarded, and the round starts again without it");
+    else
+      commit_job = maybe_close_round_locked(Clock::now());
+    cv_.notify_all();
+  }
+  if (commit_job) commit(std::move(*commit_job));
 }
 
 Status RoundEngine::leave(const std::string& id, const pb::LeaveRequest& req) {

@@ -65,12 +65,33 @@ StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::open(
   eo.payload_slack_bytes = options.payload_slack_bytes;
   ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<RoundEngine> engine,
                          RoundEngine::open(store, config, initial, std::move(eo)));
-  return std::unique_ptr<CoordinatorService>(
+  std::unique_ptr<CoordinatorService> service(
       new CoordinatorService(options.identity, std::move(engine), options.metrics,
-                             options.metrics_rate));
+                             options.metrics_rate, options.revocations));
+  if (service->revocations_)
+    service->revocation_listener_ = service->revocations_->add_listener(
+        [raw = service.get()](const std::vector<std::string>& serials) {
+          raw->certificates_revoked(serials);
+        });
+  return service;
 }
 
-CoordinatorService::~CoordinatorService() = default;
+CoordinatorService::~CoordinatorService() {
+  if (revocations_) revocations_->remove_listener(revocation_listener_);
+}
+
+void CoordinatorService::certificates_revoked(const std::vector<std::string>& serials) {
+  std::vector<std::pair<std::string, std::string>> dropped;  // node, serial
+  {
+    std::lock_guard<std::mutex> lock(serials_mu_);
+    for (const std::string& serial : serials)
+      for (const auto& [node, known] : serials_)
+        if (known == serial) dropped.emplace_back(node, serial);
+  }
+  for (const auto& [node, serial] : dropped)
+    engine_->revoke_node(node,
+                         "certificate serial " + serial + " revoked by " + revocations_->path());
+}
 
 StatusOr<std::string> CoordinatorService::caller(const grpc::ServerContext& ctx,
                                                  const std::string* join_name) const {
@@ -92,11 +113,21 @@ StatusOr<std::string> CoordinatorService::caller(const grpc::ServerContext& ctx,
   return name;
 }
 
-StatusOr<std::string> CoordinatorService::node_of_certificate(const transport::PeerIdentity& id) {
+StatusOr<std::string> CoordinatorService::node_of_certificate(
+    const transport::PeerIdentity& id) const {
   if (id.role != "node")
     return PermissionDenied("certificate '" + id.name + "' has role '" + id.role +
                             "'; nodes need a certificate issued with --role node");
   ATOLL_RETURN_IF_ERROR(check_node_name(id.name));
+  if (revocations_) {
+    // Remembered before the check: a list that arrives between the two either refuses this
+    // call or finds the serial here (certificates_revoked), never neither.
+    {
+      std::lock_guard<std::mutex> lock(serials_mu_);
+      serials_[id.name] = id.serial_hex;
+    }
+    ATOLL_RETURN_IF_ERROR(revocations_->check(id.name, id.serial_hex));
+  }
   return id.name;
 }
 

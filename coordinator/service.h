@@ -23,6 +23,7 @@
 #include "kernels/core/status.h"
 #include "transport/proto/atoll.grpc.pb.h"
 #include "transport/tls/credentials.h"
+#include "transport/tls/revocation.h"
 
 namespace atl::coordinator {
 
@@ -54,6 +55,10 @@ struct ServiceOptions {
   // ReportMetrics per node: a node reports once per round; beyond this it gets
   // RESOURCE_EXHAUSTED before anything is parsed or stored.
   RateLimit metrics_rate{.burst = 20.0, .per_second = 5.0};
+  // The CA's revocation list (mTLS only; null: none). Calls with a listed certificate are
+  // refused (PERMISSION_DENIED), and a node whose certificate a new list revokes is dropped
+  // from the experiment at once (RoundEngine::revoke_node).
+  std::shared_ptr<transport::RevocationWatch> revocations;
 };
 
 class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
@@ -144,14 +149,19 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
 
  private:
   CoordinatorService(IdentitySource identity, std::unique_ptr<RoundEngine> engine,
-                     CoordinatorMetrics* metrics, RateLimit metrics_rate)
+                     CoordinatorMetrics* metrics, RateLimit metrics_rate,
+                     std::shared_ptr<transport::RevocationWatch> revocations)
       : identity_(identity),
         engine_(std::move(engine)),
         metrics_(metrics),
-        metrics_limiter_(metrics_rate) {}
+        metrics_limiter_(metrics_rate),
+        revocations_(std::move(revocations)) {}
 
-  // The node a verified certificate names (role "node", a valid node name).
-  static StatusOr<std::string> node_of_certificate(const transport::PeerIdentity& id);
+  // The node a verified certificate names (role "node", a valid node name, not revoked).
+  // Remembers the certificate's serial under the node's name (serials_).
+  StatusOr<std::string> node_of_certificate(const transport::PeerIdentity& id) const;
+  // Drops every node whose last certificate is among `serials` (newly revoked).
+  void certificates_revoked(const std::vector<std::string>& serials);
   // Identity of the caller (see IdentitySource); `join_name` only for Join.
   StatusOr<std::string> caller(const grpc::ServerContext& ctx, const std::string* join_name) const;
   // The checks every call but Join makes before the engine sees it, in the order nodes get
@@ -184,6 +194,10 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
   std::atomic<uint32_t> bulk_port_{0};
   mutable std::mutex sessions_mu_;                       // guards sessions_
   mutable std::map<std::string, std::string> sessions_;  // node → its newest process's id
+  const std::shared_ptr<transport::RevocationWatch> revocations_;  // may be null
+  uint64_t revocation_listener_ = 0;
+  mutable std::mutex serials_mu_;                       // guards serials_
+  mutable std::map<std::string, std::string> serials_;  // node → serial of its last certificate
 };
 
 }  // namespace atl::coordinator

@@ -133,7 +133,7 @@ inline uint64_t late_bytes_down_total(const RoundRecord& r) {
 
 struct NodeRecord {
   std::string node_id;
-  std::string state;  // "active", "lost", "left"
+  std::string state;  // "active", "lost", "left", "revoked"
   std::string device;
   uint32_t threads = 0;
   double budget = 1.0;

@@ -1177,7 +1177,7 @@ function logEvent(kind, d) {
         `round ${k}${d.node_id ? ` · ${d.node_id}` : ''}: ${what}${d.message ? ` (${d.message})` : ''}`, null, kind);
     }
     case 'node':
-      return addLog(now, d.event === 'lost' ? 'warn' : 'info', `${d.node_id} ${d.event} (round ${k})`, null, kind);
+      return addLog(now, d.event === 'lost' || d.event === 'revoked' ? 'warn' : 'info', `${d.node_id} ${d.event} (round ${k})`, null, kind);
     case 'state':
       return addLog(now, d.state === 'failed' ? 'error' : 'info',
         `experiment ${d.state}${d.message ? `: ${d.message}` : ''}`, `state:${d.state}:${d.round}`, kind);

@@ -47,7 +47,7 @@ const std::string& openapi_json() {
           "seed": {"type": "integer"}, "model": {"type": "object"}, "train": {"type": "object"},
           "diloco": {"type": "object"}, "data": {"type": "object"}}},
       "Node": {"type": "object", "properties": {
-        "node_id": {"type": "string"}, "status": {"type": "string", "enum": ["active", "lost", "left"]},
+        "node_id": {"type": "string"}, "status": {"type": "string", "enum": ["active", "lost", "left", "revoked"]},
         "device": {"type": "string"}, "budget": {"type": "number", "description": "Hydra: the site's share of the full model's cost (1 = all of it)"},
         "ready": {"type": "boolean"},
         "round": {"type": "integer", "nullable": true, "description": "latest heartbeat's round while the experiment runs or is paused; null otherwise"},

@@ -411,6 +411,106 @@ TEST(RoundEngine, APullThatOutlivesItsRoundIsCountedInTheNextRecord) {
   EXPECT_EQ(late_bytes_down_total(*r1), slow_bytes);
 }
 
+// A node whose certificate is revoked after its update arrived: the round starts again without
+// it, and the commit is the aggregate of the other sites alone; a revoked node that had not
+// pushed only stops being waited for.
+TEST(RoundEngine, ARevokedNodesUpdateNeverReachesTheta) {
+  constexpr size_t kNumel = 2000;
+  ExperimentConfig cfg = engine_config("revoke", 3, 2);
+  cfg.diloco.start_wait_s = 5;  // every round starts with all live nodes, also on a slow machine
+  const algorithms::ParamSet init = testing_util::toy_params(kNumel);
+  std::mutex mu;
+  std::vector<std::string> revoked, restarts;
+  EngineOptions opt;
+  opt.on_event = [&](const Event& e) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (e.kind == Event::Kind::kNodeRevoked) revoked.push_back(e.node_id + ": " + e.message);
+    if (e.kind == Event::Kind::kRoundRestarted) restarts.push_back(e.message);
+  };
+  EngineFixture f(cfg, init, opt);
+  ASSERT_TRUE(f.engine);
+  ASSERT_TRUE(f.engine->start().ok());
+  f.join_and_get_tasks({"node-0", "node-1", "node-2"}, 0);
+  const pb::TensorHeader h = update_header(*f.engine, 0, kNumel, f.layout_fp, 1000);
+  for (const char* id : {"node-0", "node-1"}) {
+    ASSERT_TRUE(f.engine->begin_update(id, h).ok());
+    ASSERT_TRUE(f.engine->finish_update(id, h, node_delta_bytes(kNumel, id[5] - '0')).ok());
+  }
+  ASSERT_EQ(f.engine->current_round(), 0u);  // node-2 is still awaited
+
+  f.engine->revoke_node("node-1", "certificate serial 0A revoked by ca.crl");
+  f.engine->revoke_node("node-1", "again");  // no longer a member: nothing happens
+  EXPECT_EQ(f.engine->current_round(), 0u);
+  for (const NodeSnapshot& n : f.engine->nodes())
+    EXPECT_EQ(n.status, n.node_id == "node-1" ? "revoked" : "active") << n.node_id;
+  pb::NextTaskRequest poll;
+  poll.set_wait_ms(100);
+  const Status refused = f.engine->next_task("node-1", poll).status();
+  EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(refused.message(),
+            "the certificate of node 'node-1' was revoked (certificate serial 0A revoked by "
+            "ca.crl): it no longer takes part");
+
+  // The round starts again for node-0 and node-2, which both push.
+  const auto both_get_tasks = [&f](uint64_t round) {
+    std::vector<std::future<StatusOr<pb::Task>>> polls;
+    for (const char* id : {"node-0", "node-2"})
+      polls.push_back(std::async(std::launch::async, [&f, id] {
+        pb::NextTaskRequest req;
+        req.set_wait_ms(10000);
+        return f.engine->next_task(id, req);
+      }));
+    for (auto& p : polls) {
+      auto t = p.get();
+      ASSERT_TRUE(t.ok()) << t.status().to_string();
+      ASSERT_EQ(t->kind(), pb::Task::TRAIN) << t->reason();
+      EXPECT_EQ(t->round(), round);
+    }
+  };
+  ASSERT_NO_FATAL_FAILURE(both_get_tasks(0));
+  for (const char* id : {"node-0", "node-2"}) {
+    ASSERT_TRUE(f.engine->begin_update(id, h).ok()) << id;
+    ASSERT_TRUE(f.engine->finish_update(id, h, node_delta_bytes(kNumel, id[5] - '0')).ok());
+  }
+  ASSERT_EQ(f.engine->current_round(), 1u);
+
+  std::vector<float> theta = init.vec(), momentum(kNumel), agg(kNumel);
+  const std::vector<float> d0 = node_delta(kNumel, 0), d2 = node_delta(kNumel, 2);
+  ASSERT_TRUE(
+      algorithms::aggregate_pseudo_gradients({{"node-0", 1000, d0}, {"node-2", 1000, d2}}, agg)
+          .ok());
+  const algorithms::OuterNesterov outer(
+      {static_cast<float>(cfg.diloco.outer_lr), static_cast<float>(cfg.diloco.outer_momentum)});
+  ASSERT_TRUE(outer.step(theta, momentum, agg, /*first_step=*/true).ok());
+  EXPECT_EQ(f.engine->params(), theta);
+  auto rec = f.store->load_round("revoke", 0);
+  ASSERT_TRUE(rec.ok()) << rec.status().to_string();
+  ASSERT_EQ(rec->participants.size(), 2u);
+  EXPECT_EQ(rec->participants[0].node_id, "node-0");
+  EXPECT_EQ(rec->participants[1].node_id, "node-2");
+
+  // Round 1: node-2 is revoked before it pushes; node-0's update alone commits the round.
+  ASSERT_NO_FATAL_FAILURE(both_get_tasks(1));
+  const pb::TensorHeader h1 = update_header(*f.engine, 1, kNumel, f.layout_fp, 1000);
+  ASSERT_TRUE(f.engine->begin_update("node-0", h1).ok());
+  ASSERT_TRUE(f.engine->finish_update("node-0", h1, node_delta_bytes(kNumel, 0)).ok());
+  EXPECT_EQ(f.engine->current_round(), 1u);
+  f.engine->revoke_node("node-2", "certificate serial 0B revoked by ca.crl");
+  // node-2 had sent nothing: it is no longer waited for, and one update is below min_nodes = 2,
+  // so the round starts again as it does when a site is lost.
+  EXPECT_EQ(f.engine->current_round(), 1u);
+
+  f.engine.reset();  // drains the event thread
+  std::lock_guard<std::mutex> lk(mu);
+  EXPECT_EQ(revoked, (std::vector<std::string>{"node-1: certificate serial 0A revoked by ca.crl",
+                                               "node-2: certificate serial 0B revoked by ca.crl"}));
+  ASSERT_EQ(restarts.size(), 2u);
+  EXPECT_NE(restarts[0].find("the certificate of node 'node-1' was revoked"), std::string::npos)
+      << restarts[0];
+  EXPECT_NE(restarts[1].find("only 1 of diloco.min_nodes = 2 updates arrived"), std::string::npos)
+      << restarts[1];
+}
+
 TEST(RoundEngine, RefusesStrangersOtherExperimentsAndPayloadsWithoutAHeader) {
   constexpr size_t kNumel = 1000;
   const ExperimentConfig cfg = engine_config("refuse", 2, 2);

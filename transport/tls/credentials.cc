@@ -183,6 +183,7 @@ StatusOr<PeerIdentity> peer_identity_from_pem(const std::string& pem) {
   id.name = info->common_name;
   id.role = info->role;
   id.fingerprint = info->fingerprint_sha256;
+  id.serial_hex = info->serial_hex;
   id.certificate_pem = pem;
   return id;
 }

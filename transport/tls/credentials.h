@@ -68,6 +68,7 @@ struct PeerIdentity {
   std::string name;         // certificate CN
   std::string role;         // certificate OU: "node" / "admin" ("" if absent)
   std::string fingerprint;  // SHA-256 of the certificate (DER), hex
+  std::string serial_hex;   // the certificate's serial, upper-case hex (RevocationWatch::check)
   std::string certificate_pem;  // the certificate as presented in the handshake
 };
 
