@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "kernels/core/build_info.h"
 #include "kernels/core/heap_policy.h"
 #include "kernels/cpu/backend_info.h"
 
@@ -92,7 +93,10 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   if (!std::strcmp(argv[1], "--version")) {
-    std::printf("atoll 0.1.0\n%s\n", atl::kernels::cpu::backend_description().c_str());
+    const std::string date = atl::build_commit_date();
+    std::printf("atoll %s (commit %s%s)\n%s\n", atl::atoll_version(), atl::build_commit(),
+                date.empty() ? "" : (", " + date).c_str(),
+                atl::kernels::cpu::backend_description().c_str());
     return 0;
   }
   Args args(argv + 2, argv + argc);

@@ -7,6 +7,7 @@
 #include <iterator>
 
 #include "coordinator/round_engine.h"
+#include "kernels/core/build_info.h"
 
 namespace atl::coordinator {
 namespace pb = atoll_pb::v1;
@@ -53,6 +54,18 @@ Status RoundEngine::admits(const std::string& experiment_id) const {
   return check_experiment(experiment_id);
 }
 
+namespace {
+
+// A node's JoinRequest.client_version for the log: printable ASCII, at most 64 characters;
+// "an unnamed build" when it sends none.
+std::string printable_version(const std::string& sent) {
+  std::string out;
+  for (char c : sent.substr(0, 64)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  return out.empty() ? "an unnamed build" : out;
+}
+
+}  // namespace
+
 Status RoundEngine::member_locked(const std::string& id, const std::string& experiment_id) {
   if (stopping_) return Unavailable("coordinator is shutting down; reconnect later");
   ATOLL_RETURN_IF_ERROR(check_experiment(experiment_id));
@@ -72,6 +85,8 @@ Status RoundEngine::check_optimizer_capability(const std::string& id,
                                                const pb::Capabilities& caps) const {
   if (caps.optimizers_size() > 16)
     return InvalidArgument("capabilities.optimizers lists more than 16 names");
+  if (caps.features_size() > 16)
+    return InvalidArgument("capabilities.features lists more than 16 names");
   for (const std::string& name : caps.optimizers())
     if (name.size() > 32) return InvalidArgument("capabilities.optimizers has a name over 32 bytes");
   if (inner_optimizer(config_) == algorithms::InnerOptimizer::kAdamW) return Status::Ok();
@@ -121,11 +136,18 @@ StatusOr<pb::JoinResponse> RoundEngine::join(const std::string& id, const pb::Jo
   n.record.joined_unix_ms = unix_ms_now();
   n.record.last_seen_unix_ms = n.record.joined_unix_ms;
   ATOLL_RETURN_IF_ERROR(store_.put_node(experiment_id_, n.record));
-  audit(rejoin ? "node_rejoined" : "node_joined", id + " device " + n.record.device);
+  const std::string version = printable_version(req.client_version());
+  audit(rejoin ? "node_rejoined" : "node_joined",
+        id + " device " + n.record.device + " version " + version);
   Event e{Event::Kind::kNodeJoined};
   e.round = experiment_.current_round;
   e.node_id = id;
-  e.message = rejoin ? "rejoined" : "joined";
+  e.message = std::string(rejoin ? "rejoined" : "joined") + " (" + version + ")";
+  // Builds that differ may not understand each other's newer fields (docs/protocol.md,
+  // "Settings from a newer peer"): said at the join, where the operator looks first.
+  if (version != build_label())
+    e.message += "; this coordinator runs " + build_label() +
+                 ": run one build at every site (docs/coordinator.md, \"Upgrading\")";
   emit(std::move(e));
   pb::JoinResponse resp;
   fill_join_response(id, resp);

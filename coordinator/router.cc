@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "transport/bulk_lane.h"
+
 namespace atl::coordinator {
 
 namespace pb = atoll_pb::v1;
@@ -44,7 +46,7 @@ grpc::Status ServiceRouter::Join(grpc::ServerContext* ctx, const pb::JoinRequest
   std::shared_ptr<CoordinatorService> s;
   if (grpc::Status st = route("", &s); !st.ok()) return st;
   grpc::Status st = s->Join(ctx, req, resp);
-  if (st.ok()) resp->set_bulk_port(bulk_port_.load());
+  if (st.ok()) resp->set_bulk_port(transport::reads_bulk_lane(*req) ? bulk_port_.load() : 0);
   return st;
 }
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "transport/bulk_lane.h"
 #include "transport/grpc_status.h"
 #include "transport/tensor_stream.h"
 #include "transport/tls/credentials.h"
@@ -160,7 +161,7 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* ctx, const pb::JoinRe
   // A join with another process id than the node's last one: the process restarted.
   if (record_session(*ctx, *id)) engine_->node_process_restarted(*id);
   *resp = std::move(*r);
-  resp->set_bulk_port(bulk_port_.load());
+  resp->set_bulk_port(transport::reads_bulk_lane(*req) ? bulk_port_.load() : 0);
   return grpc::Status::OK;
 }
 

@@ -98,6 +98,9 @@ Status GrpcCoordinatorCalls::from_grpc(const grpc::Status& s, const char* rpc,
 Status GrpcCoordinatorCalls::join(const pb::JoinRequest& req, pb::JoinResponse* resp) {
   pb::JoinRequest named = req;
   if (named.node_name().empty()) named.set_node_name(options_.node_name);
+  // This client reads JoinResponse.bulk_port (below) when it has TLS, which the lane needs.
+  if (options_.tls.identity && !transport::reads_bulk_lane(named))
+    named.mutable_capabilities()->add_features(transport::kFeatureBulkLane);
   grpc::ClientContext ctx;
   prepare(ctx, options_.rpc_timeout);
   const grpc::Status s = stub_->Join(&ctx, named, resp);

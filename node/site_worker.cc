@@ -14,6 +14,7 @@
 #include "algorithms/data/dataset.h"
 #include "algorithms/diloco/outer.h"
 #include "algorithms/model/param_set.h"
+#include "kernels/core/build_info.h"
 #include "kernels/core/number_text.h"
 #include "kernels/core/sha256.h"
 #include "node/evaluate.h"
@@ -238,7 +239,7 @@ StatusOr<atoll_pb::v1::JoinResponse> SiteWorker::join() {
   req.mutable_capabilities()->set_threads(static_cast<uint32_t>(opt_.threads));
   for (const char* optimizer : {"adamw", "muon"}) req.mutable_capabilities()->add_optimizers(optimizer);
   req.set_budget(opt_.budget);
-  req.set_client_version("atoll 0.1.0");
+  req.set_client_version(build_label());
   req.mutable_data()->add_genres(data_spec_.to_string());
   // The coordinator refuses a site with fewer tokens than one of its sequences needs.
   req.mutable_data()->set_train_tokens(static_cast<uint64_t>(data_->train.size()));

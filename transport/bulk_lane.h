@@ -46,6 +46,17 @@
 
 namespace atl::transport {
 
+// A node that reads JoinResponse.bulk_port lists this in Capabilities.features; the
+// coordinator gives the lane's port to such nodes only (an older node refuses the field).
+inline constexpr char kFeatureBulkLane[] = "bulk_lane";
+
+// Whether a Join asks for the bulk lane (lists kFeatureBulkLane among its features).
+inline bool reads_bulk_lane(const atoll_pb::v1::JoinRequest& req) {
+  for (const std::string& f : req.capabilities().features())
+    if (f == kFeatureBulkLane) return true;
+  return false;
+}
+
 // What the lane's server asks of the coordinator (coordinator/bulk_handler.h). Called on the
 // connection's thread; `peer` is the verified client certificate.
 class BulkHandler {

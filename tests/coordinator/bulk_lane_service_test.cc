@@ -12,6 +12,7 @@
 #include "kernels/core/file_io.h"
 #include "service_harness.h"
 #include "transport/bulk_lane.h"
+#include "transport/channel.h"
 #include "transport/tls/ca.h"
 #include "transport/tls/openssl_util.h"
 
@@ -83,6 +84,23 @@ TEST(BulkLaneService, PullsAndPushesTakeTheLaneAndThetaIsTheGrpcRunsBitForBit) {
   auto joined = probe.join();
   ASSERT_TRUE(joined.ok()) << joined.status().to_string();
   EXPECT_EQ(joined->bulk_port(), static_cast<uint32_t>(lane.c->server->bulk_port()));
+  // A node built before the lane lists no such feature: it is not given the port, which it would
+  // refuse as an unknown field and stop on, and trains over gRPC instead.
+  {
+    auto tls = transport::client_credentials(lane.ca, "node-1", "coordinator");
+    ASSERT_TRUE(tls.ok()) << tls.status().to_string();
+    auto stub =
+        atoll_pb::v1::Coordinator::NewStub(transport::create_channel(lane.c->address(), *tls));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    atoll_pb::v1::JoinRequest older;
+    older.set_node_name("node-1");
+    atoll_pb::v1::JoinResponse answer;
+    const grpc::Status st = stub->Join(&ctx, older, &answer);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(answer.bulk_port(), 0u);
+    EXPECT_EQ(answer.node_id(), "node-1");
+  }
 
   EXPECT_TRUE(lane.run(2).empty());
   // Every pull and push of 3 rounds x 2 nodes went over the lane.

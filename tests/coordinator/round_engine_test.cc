@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "algorithms/diloco/outer.h"
+#include "kernels/core/build_info.h"
 #include "test_util.h"
 #include "transport/payload_digest.h"
 #include "transport/tensor_stream.h"
@@ -273,6 +274,25 @@ TEST(RoundEngine, OpeningAgainWithAnotherConfigNamesWhatDiffers) {
   later.diloco.heartbeat_interval_s = cfg.diloco.heartbeat_interval_s / 2;
   auto reopened = RoundEngine::open(*f.store, later, init, {});
   EXPECT_TRUE(reopened.ok()) << reopened.status().to_string();
+  reopened->reset();
+
+  // A store an earlier version wrote, whose config this version's bounds refuse (heartbeats of
+  // 0.05 s were accepted before): it is still compared, so the seed change is still refused.
+  auto record = f.store->load_experiment("again");
+  ASSERT_TRUE(record.ok()) << record.status().to_string();
+  const std::string key = "heartbeat_interval_s = ";
+  const size_t at = record->config_toml.find(key);
+  ASSERT_NE(at, std::string::npos) << record->config_toml;
+  record->config_toml.replace(at, record->config_toml.find('\n', at) - at, key + "0.05");
+  ASSERT_FALSE(check_experiment_config(record->config_toml).errors.empty());
+  ASSERT_TRUE(f.store->put_experiment(*record).ok());
+  ExperimentConfig reseeded = later;
+  reseeded.seed = cfg.seed + 1;
+  auto still = RoundEngine::open(*f.store, reseeded, init, {});
+  EXPECT_EQ(still.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(still.status().message().find("(seed " + std::to_string(cfg.seed) + " -> "),
+            std::string::npos)
+      << still.status().message();
 }
 
 TEST(RoundEngine, TwoNodesPushAndTheCommitIsTheDirectAggregateAndOuterStep) {
@@ -509,6 +529,32 @@ TEST(RoundEngine, ARevokedNodesUpdateNeverReachesTheta) {
       << restarts[0];
   EXPECT_NE(restarts[1].find("only 1 of diloco.min_nodes = 2 updates arrived"), std::string::npos)
       << restarts[1];
+}
+
+// Each join says which build the node runs; one that differs from the coordinator's is named
+// with the coordinator's own, where an operator mid-upgrade looks first.
+TEST(RoundEngine, AJoinNamesTheNodesBuildAndOneThatDiffers) {
+  std::mutex mu;
+  std::vector<std::string> joins;
+  EngineOptions opt;
+  opt.on_event = [&](const Event& e) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (e.kind == Event::Kind::kNodeJoined) joins.push_back(e.node_id + ": " + e.message);
+  };
+  EngineFixture f(engine_config("versions", 3, 1), testing_util::toy_params(100), opt);
+  ASSERT_TRUE(f.engine);
+  pb::JoinRequest same, older, unnamed;
+  same.set_client_version(build_label());
+  older.set_client_version("atoll 0.1.0\x01");
+  ASSERT_TRUE(f.engine->join("node-a", same).ok());
+  ASSERT_TRUE(f.engine->join("node-b", older).ok());
+  ASSERT_TRUE(f.engine->join("node-c", unnamed).ok());
+  f.engine.reset();  // drains the event thread
+  const std::string differs = "; this coordinator runs " + build_label() +
+                              ": run one build at every site (docs/coordinator.md, \"Upgrading\")";
+  EXPECT_EQ(joins, (std::vector<std::string>{"node-a: joined (" + build_label() + ")",
+                                             "node-b: joined (atoll 0.1.0?)" + differs,
+                                             "node-c: joined (an unnamed build)" + differs}));
 }
 
 TEST(RoundEngine, RefusesStrangersOtherExperimentsAndPayloadsWithoutAHeader) {
