@@ -1,9 +1,14 @@
 // SIGINT/SIGTERM → a stop flag that long-running commands poll (no work in the handler).
+// A process that has not stopped kStopGraceSeconds after the signal (stuck in a call to a
+// vanished peer, or in a library that does not return) prints one line and exits; a second
+// signal exits at once.
 #pragma once
 
 #include <atomic>
 
 namespace atl::cli {
+
+inline constexpr unsigned kStopGraceSeconds = 60;
 
 // Installs the handlers once and returns the flag they set.
 const std::atomic<bool>* install_stop_signals();

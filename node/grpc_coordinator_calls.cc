@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "transport/channel.h"
+#include "transport/stall_watchdog.h"
 #include "transport/tensor_stream.h"
 #include "transport/tls/tls_socket.h"
 
@@ -48,6 +49,13 @@ void GrpcCoordinatorCalls::prepare(grpc::ClientContext& ctx,
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
   if (!options_.node_name.empty()) ctx.AddMetadata(kNodeMetadata, options_.node_name);
   ctx.AddMetadata(kSessionMetadata, options_.session);
+}
+
+Status GrpcCoordinatorCalls::stalled(const char* rpc) const {
+  return Unavailable("coordinator at " + options_.target + ": nothing moved on " + rpc + " for " +
+                     std::to_string(options_.stall_timeout.count() / 1000) +
+                     " s (the link is down, or this machine's address changed); it is tried "
+                     "again");
 }
 
 Status GrpcCoordinatorCalls::from_grpc(const grpc::Status& s, const char* rpc,
@@ -128,7 +136,7 @@ Status GrpcCoordinatorCalls::join(const pb::JoinRequest& req, pb::JoinResponse* 
                 std::to_string(resp->bulk_port());
     bo.identity = options_.tls.identity;
     bo.server_name = options_.tls.server_name_override;
-    bo.answer_timeout = options_.stream_timeout;
+    bo.stall_timeout = options_.stall_timeout;  // its answer_timeout stays 300 s
     lane = std::make_shared<transport::BulkLaneClient>(std::move(bo));
   }
   std::lock_guard<std::mutex> lk(bulk_mu_);
@@ -197,14 +205,20 @@ Status GrpcCoordinatorCalls::pull_params(const pb::PullParamsRequest& req,
   transport::ChunkAssembler assembler(options_.max_param_bytes, std::move(*payload));
   pb::TensorChunk chunk;
   Status st;
-  while (reader->Read(&chunk)) {
-    if (st.ok()) st = assembler.add(chunk);
-    if (!st.ok()) {
-      ctx.TryCancel();
-      break;
+  grpc::Status gs;
+  {
+    transport::StallWatchdog watchdog(ctx, options_.stall_timeout);
+    while (reader->Read(&chunk)) {
+      watchdog.progress();
+      if (st.ok()) st = assembler.add(chunk);
+      if (!st.ok()) {
+        ctx.TryCancel();
+        break;
+      }
     }
+    gs = reader->Finish();
+    if (watchdog.fired()) return stalled("PullParams");
   }
-  const grpc::Status gs = reader->Finish();
   if (!st.ok())
     return Status(st.code(), "PullParams from " + options_.target + ": " + st.message());
   ATOLL_RETURN_IF_ERROR(from_grpc(gs, "PullParams", options_.stream_timeout));
@@ -245,10 +259,19 @@ Status GrpcCoordinatorCalls::push_update(const pb::TensorHeader& header,
   auto writer = stream_stub_->PushUpdate(&ctx, resp);
   // A failed Write means the server already answered (e.g. rejected the header): stop sending
   // and read its status from Finish().
-  Status st = transport::for_each_chunk(header, payload, [&](const pb::TensorChunk& c) -> Status {
-    if (!writer->Write(c)) return Unavailable("stream closed by the coordinator");
-    return Status::Ok();
-  });
+  Status st;
+  {
+    transport::StallWatchdog watchdog(ctx, options_.stall_timeout);
+    st = transport::for_each_chunk(header, payload, [&](const pb::TensorChunk& c) -> Status {
+      if (!writer->Write(c)) return Unavailable("stream closed by the coordinator");
+      watchdog.progress();
+      return Status::Ok();
+    });
+    if (watchdog.fired()) {
+      (void)writer->Finish();
+      return stalled("PushUpdate");
+    }
+  }
   writer->WritesDone();
   const double written = seconds_since(started);
   const grpc::Status gs = writer->Finish();

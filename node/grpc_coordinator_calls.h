@@ -33,7 +33,10 @@ struct ClientOptions {
   // own, drawn once per process.
   std::string session;
   std::chrono::milliseconds rpc_timeout{10000};      // unary calls (+ wait_ms for NextTask)
-  std::chrono::milliseconds stream_timeout{300000};  // PullParams / PushUpdate of a whole θ
+  // PullParams / PushUpdate of a whole θ: at most this long in all (6 h: 1 GB at 400 kbit/s),
+  // and cancelled as soon as no chunk moved for stall_timeout (a vanished peer, a link down).
+  std::chrono::milliseconds stream_timeout{6 * 3600 * 1000};
+  std::chrono::milliseconds stall_timeout{60000};
   uint64_t max_param_bytes = uint64_t{4} << 30;      // refuse a θ announced larger than this
   // Where the calls' own notices go (the bulk lane given up for gRPC); empty = stderr.
   std::function<void(const std::string&)> log;
@@ -81,6 +84,8 @@ class GrpcCoordinatorCalls final : public CoordinatorCalls {
  private:
   void prepare(grpc::ClientContext& ctx, std::chrono::milliseconds timeout) const;
   Status from_grpc(const grpc::Status& s, const char* rpc, std::chrono::milliseconds timeout) const;
+  // UNAVAILABLE for a stream the StallWatchdog cancelled (the caller retries, joining again).
+  Status stalled(const char* rpc) const;
 
   ClientOptions options_;
   mutable std::mutex transfer_mu_;  // guards transfers_: pulls and pushes run on several threads

@@ -17,6 +17,29 @@
 #include "transport/host_port.h"
 
 namespace atl::transport {
+namespace {
+
+// A peer that vanished (its address changed, its link is down for good) must not hold a
+// connection, a stream handler or the server's shutdown for TCP's ~15 minutes of
+// retransmissions: data unacknowledged for kDeadPeerTimeoutSeconds aborts the connection
+// (TCP_USER_TIMEOUT; a slow but live link acknowledges within seconds), and an idle one is
+// probed after 30 s, every 10 s, 3 times. See docs/protocol.md, "Ports and reconnects".
+constexpr int kDeadPeerTimeoutSeconds = 60;
+
+void set_dead_peer_timeouts(int fd) {
+  const int on = 1, idle_s = 30, interval_s = 10, probes = 3;
+  const unsigned user_timeout_ms = kDeadPeerTimeoutSeconds * 1000;
+  (void)::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s));
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s));
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
+}
+
+}  // namespace
+}  // namespace atl::transport
+
+namespace atl::transport {
 
 namespace {
 
@@ -206,6 +229,7 @@ void CappedListener::accept_one(int listener_fd) {
     }
     const int one = 1;
     (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    set_dead_peer_timeouts(fd);
     handed_[admission.id] = {fd, socket_inode(fd)};
     if (hand_over_) {
       hand_over_(fd);  // the bulk lane owns fd from here

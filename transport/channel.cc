@@ -27,6 +27,13 @@ void apply_server_limits(grpc::ServerBuilder& builder, const ServerLimits& limit
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
                              static_cast<int>(limits.max_connection_idle.count()));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams);
+  // Nodes ping their control connection every kKeepaliveTimeMs, also while only a long-poll is
+  // open: allowed, where gRPC's default (one ping per 5 minutes without data) would answer
+  // them with GOAWAY.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             kKeepaliveTimeMs / 2);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   grpc::ResourceQuota quota("atoll-server");
   quota.SetMaxThreads(limits.max_threads);
   builder.SetResourceQuota(quota);
@@ -97,6 +104,17 @@ std::shared_ptr<grpc::Channel> create_channel(const std::string& target, const C
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kReconnectInitialBackoffMs);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kReconnectMaxBackoffMs);
+  if (connection.empty()) {
+    // The control connection (heartbeats, long-polls, Join) carries little data, so a ping's
+    // answer is not queued behind megabytes: one unanswered for kKeepaliveTimeoutMs means the
+    // connection is dead (the node's address changed, the link went down), and calls reconnect
+    // instead of waiting on it until their deadlines. Stream connections are not pinged (an
+    // answer may wait behind θ on a slow link); their calls have a stall timeout instead.
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  }
   if (!tls.insecure && !tls.server_name_override.empty()) {
     args.SetSslTargetNameOverride(tls.server_name_override);
   }

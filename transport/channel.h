@@ -59,6 +59,10 @@ Status check_can_listen(const std::string& listen, const std::string& flag);
 // nodes came back 16 s after a coordinator restarted in 0.5 s (docs/decisions.md, "Reconnects").
 inline constexpr int kReconnectInitialBackoffMs = 100;
 inline constexpr int kReconnectMaxBackoffMs = 1000;
+// HTTP/2 keepalive of a client's control connection (create_channel without a `connection`):
+// a ping every 20 s, the connection closed when one is not answered within 20 s.
+inline constexpr int kKeepaliveTimeMs = 20000;
+inline constexpr int kKeepaliveTimeoutMs = 20000;
 
 // A channel to `target` ("host:port") with the message bounds, the reconnect backoff above and,
 // when set, the TLS server name override. Does not connect yet (gRPC connects lazily).

@@ -101,6 +101,34 @@ TEST(BadInput, ADashboardWithoutItsPagesIsSaidAtStart) {
   EXPECT_EQ(p->wait_for(30s), std::optional<int>(0));
 }
 
+// Two stop signals: the second one means "now". The coordinator is stopped (SIGSTOP) while both
+// arrive, so both are pending when it runs again; its graceful stop exits 0, this path 128 + the
+// second signal's number, with one line.
+TEST(BadInput, ASecondStopSignalExitsAtOnce) {
+  TempDir dir;
+  const std::string tls = dir / "tls";
+  issue_cli_ca(dir, tls, {});
+  const std::string config = write_config(dir, "exp.toml", "[diloco]\nrounds = 1\n");
+  auto p = node::Subprocess::spawn(
+      {ATOLL_BINARY, "coordinator", "--config", config, "--store", dir / "store", "--tls", tls,
+       "--listen", "127.0.0.1:0", "--http", "off"},
+      dir / "coordinator.log");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  std::string log;
+  ASSERT_TRUE(
+      wait_for_log(dir / "coordinator.log", std::regex("on 127\\.0\\.0\\.1:\\d+"), 60s, &log))
+      << log;
+  p->signal(SIGSTOP);
+  p->signal(SIGTERM);
+  p->signal(SIGINT);
+  p->signal(SIGCONT);
+  const std::optional<int> code = p->wait_for(30s);
+  log = read_text(dir / "coordinator.log");
+  ASSERT_TRUE(code.has_value()) << log;
+  EXPECT_TRUE(*code == 128 + SIGTERM || *code == 128 + SIGINT) << *code << "\n" << log;
+  EXPECT_NE(log.find("atoll: second stop signal; exiting now"), std::string::npos) << log;
+}
+
 TEST(BadInput, CoordinatorListenAddressesAreCheckedBeforeAnythingIsCreated) {
   TempDir dir;
   const std::string config = write_config(dir, "exp.toml", "[diloco]\nrounds = 1\n");

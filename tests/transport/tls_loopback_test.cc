@@ -16,17 +16,19 @@
 #include <memory>
 #include <mutex>
 #include <regex>
+#include <thread>
 #include <vector>
 
 #include "kernels/core/crc32c.h"
 #include "kernels/core/file_io.h"
 #include "kernels/core/sha256.h"
 #include "tests/transport/test_cas.h"
+#include "tools/temp_dir.h"
 #include "transport/channel.h"
 #include "transport/grpc_status.h"
 #include "transport/proto/atoll.grpc.pb.h"
 #include "transport/proto/atoll.pb.h"
-#include "tools/temp_dir.h"
+#include "transport/stall_watchdog.h"
 #include "transport/tensor_stream.h"
 #include "transport/tls/ca.h"
 #include "transport/tls/credentials.h"
@@ -41,6 +43,7 @@ using atl::testing::TempDir;
 namespace pb = atoll_pb::v1;
 
 constexpr auto kRpcDeadline = std::chrono::seconds(10);
+constexpr uint64_t kStallingRound = 999999;  // TestCoordinator::PullParams stops sending
 
 std::string deterministic_payload(size_t n) {
   std::string s(n, '\0');
@@ -61,8 +64,15 @@ class TestCoordinator final : public pb::Coordinator::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status PullParams(grpc::ServerContext*, const pb::PullParamsRequest* req,
+  grpc::Status PullParams(grpc::ServerContext* ctx, const pb::PullParamsRequest* req,
                           grpc::ServerWriter<pb::TensorChunk>* writer) override {
+    if (req->round() == kStallingRound) {  // one chunk, then nothing until the client cancels
+      pb::TensorChunk first;
+      first.mutable_header()->set_round(req->round());
+      writer->Write(first);
+      while (!ctx->IsCancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return grpc::Status::CANCELLED;
+    }
     const std::string payload = deterministic_payload(req->round() * 1024);
     pb::TensorHeader header;
     header.set_round(req->round());
@@ -208,6 +218,30 @@ TEST_F(TlsLoopback, NodeCertificateIdentityReachesTheServer) {
   ASSERT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(resp.node_id(), "node-1");  // from the certificate, not from the request
   EXPECT_EQ(resp.experiment_id(), "node");
+}
+
+// A stream that stops moving is cancelled by its StallWatchdog long before its deadline.
+TEST_F(TlsLoopback, AStalledStreamIsCancelledByItsWatchdog) {
+  auto tls = client_credentials(ca_, "node-1", "coord");
+  ASSERT_TRUE(tls.ok()) << tls.status().to_string();
+  auto stub = pb::Coordinator::NewStub(create_channel(server_->target(), *tls, "streams"));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
+  pb::PullParamsRequest req;
+  req.set_round(kStallingRound);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto reader = stub->PullParams(&ctx, req);
+  StallWatchdog watchdog(ctx, std::chrono::milliseconds(300));
+  pb::TensorChunk chunk;
+  ASSERT_TRUE(reader->Read(&chunk));
+  watchdog.progress();
+  EXPECT_FALSE(watchdog.fired());
+  EXPECT_FALSE(reader->Read(&chunk));  // returns once the watchdog cancels the call
+  EXPECT_TRUE(watchdog.fired());
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(waited, std::chrono::milliseconds(300));
+  EXPECT_LT(waited, kRpcDeadline);
 }
 
 TEST_F(TlsLoopback, AdminRoleAndLocalhostSan) {
