@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -104,7 +105,20 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[1], c.name) != 0) continue;
     if (c.private_files) ::umask(077);
     if (c.stream_heap) atl::use_stream_heap_policy();
-    return c.run(args);
+    // Output reaches a log file line by line (as on a terminal): a process killed mid-run used to
+    // lose every line still in stdio's 4 KiB buffer ("checkpoint: ..." lines included).
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
+    try {
+      return c.run(args);
+    } catch (const std::bad_alloc&) {
+      // A size no check caught (a model or buffer larger than this machine's memory, or than a
+      // ulimit -v / cgroup allows): one line instead of "terminate called ... std::bad_alloc".
+      std::fprintf(stderr,
+                   "atoll %s: out of memory: a model, batch or buffer needs more memory than this "
+                   "process may use (see `free -h` and `ulimit -v`); make it smaller\n",
+                   c.name);
+      return 1;
+    }
   }
   std::fprintf(stderr, "atoll: unknown command '%s' (run `atoll --help` for the list)\n", argv[1]);
   return 2;

@@ -303,6 +303,13 @@ StatusOr<TrainSetup> make_train_setup(const Flags& flags, const node::LoadedChec
         " ids but the model's vocabulary is " + std::to_string(setup.model.vocab));
   ATOLL_RETURN_IF_ERROR(algorithms::validate(setup.model));
   ATOLL_RETURN_IF_ERROR(algorithms::validate(setup.trainer, setup.model));
+  // The bound a config file's [model] meets (coordinator::check_model_size), for the flags.
+  if (const uint64_t numel = algorithms::make_layout(setup.model).numel();
+      numel > coordinator::kMaxParams)
+    return InvalidArgument(
+        "the model has " + std::to_string(numel) + " parameters, more than the " +
+        std::to_string(coordinator::kMaxParams) + " Atoll trains: reduce --dim, --layers or --ffn" +
+        (setup.model.moe_experts > 0 ? ", or the experts (--moe-experts, --moe-hidden)" : ""));
   ATOLL_RETURN_IF_ERROR(
       algorithms::data::check_sampling(setup.site.train, setup.trainer.batch, setup.trainer.seq));
   // Validation reads whole windows: a validation set shorter than one aborted in the sampler
