@@ -546,39 +546,56 @@ StatusOr<MetricSeries> ExperimentManager::metrics(const std::string& id,
     for (const auto& [metric, nodes] : fold.per_node)
       for (const auto& [node, series] : nodes)
         m.per_node[metric][node] = downsample(series, m.bucket);
+    // The nodes' and the coordinator's reports (a few per round).
+    ATOLL_RETURN_IF_ERROR(fold_reports_locked(id, fold));
+    for (const auto& [name, byround] : fold.coordinator_reports) {
+      Series series;
+      series.reserve(byround.size());
+      for (const auto& [r, v] : byround) series.push_back({r, v});
+      m.global[name] = downsample(series, m.bucket);
+    }
+    for (const auto& [metric, nodes] : fold.node_reports)
+      for (const auto& [node, series] : nodes)
+        m.per_node[metric][node] = downsample(series, m.bucket);
   }
-  // The nodes' and the coordinator's reports (a few per round), read each time.
-  MetricSeries reported;
-  ATOLL_ASSIGN_OR_RETURN(std::vector<std::string> reports, store_.list_metrics(id));
-  std::map<std::string, std::map<double, double>> coord;  // name → round → value (latest wins)
-  for (const auto& text : reports) {
-    const auto report = parse_metrics_report(text);
-    if (!report) continue;
-    const double r = report->round;
-    const std::string& n = report->node;
-    for (const auto& kv : report->metrics()) {
-      if (!kv.value().is_number()) continue;
-      const double val = kv.value().to_number<double>();
-      if (n == kCoordinatorNode) {
-        coord[std::string(kv.key())][r] = val;
-      } else if (kv.key() == "tokens_per_s" || kv.key() == "site_val_bpb" ||
-                 kv.key() == "teacher_bytes_per_token") {
-        reported.per_node[std::string(kv.key())][n].push_back({r + 1, val});
+  return m;
+}
+
+Status ExperimentManager::fold_reports_locked(const std::string& id, RecordFold& fold) const {
+  ATOLL_ASSIGN_OR_RETURN(std::vector<std::string> reporters, store_.metrics_reporters(id));
+  for (const std::string& reporter : reporters) {
+    std::string& cursor = fold.report_cursor[reporter];
+    ATOLL_ASSIGN_OR_RETURN(auto rows, store_.list_metrics_after(id, reporter, cursor));
+    for (const auto& [key, text] : rows) {
+      cursor = key;
+      const auto report = parse_metrics_report(text);
+      if (!report) continue;
+      const double r = report->round;
+      const std::string& n = report->node;
+      for (const auto& kv : report->metrics()) {
+        if (!kv.value().is_number()) continue;
+        const double val = kv.value().to_number<double>();
+        if (n == kCoordinatorNode) {
+          fold.coordinator_reports[std::string(kv.key())][r] = val;
+        } else if (kv.key() == "tokens_per_s" || kv.key() == "site_val_bpb" ||
+                   kv.key() == "teacher_bytes_per_token") {
+          Series& series = fold.node_reports[std::string(kv.key())][n];
+          // Key order is round order for one node; a report of an earlier round stored later
+          // (it cannot be, but the store is not trusted for it) is put in its place.
+          const SeriesPoint p{r + 1, val};
+          if (series.empty() || series.back().round <= p.round)
+            series.push_back(p);
+          else
+            series.insert(std::upper_bound(series.begin(), series.end(), p,
+                                           [](const SeriesPoint& a, const SeriesPoint& b) {
+                                             return a.round < b.round;
+                                           }),
+                          p);
+        }
       }
     }
   }
-  for (auto& [name, byround] : coord) {
-    Series& out = reported.global[name];
-    for (const auto& [r, v] : byround) out.push_back({r, v});
-  }
-  for (auto& [name, series] : reported.global) m.global[name] = downsample(series, m.bucket);
-  for (auto& [metric, nodes] : reported.per_node)
-    for (auto& [node, series] : nodes) {
-      std::sort(series.begin(), series.end(),
-                [](const SeriesPoint& a, const SeriesPoint& b) { return a.round < b.round; });
-      m.per_node[metric][node] = downsample(series, m.bucket);
-    }
-  return m;
+  return Status::Ok();
 }
 
 void ExperimentManager::fold_records_locked(const std::string& id, const ExperimentSummary& s,

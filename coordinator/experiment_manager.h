@@ -241,10 +241,19 @@ class ExperimentManager {
       uint64_t rounds = 0, tokens = 0, bytes_up = 0, bytes_down = 0;
     };
     std::map<std::string, NodeTotals> totals;
+    // The metrics reports read so far: per reporting node the store key of its last one, the
+    // coordinator's values (name → round → value, the latest report of a round wins) and the
+    // nodes' (metric → node → points in round order).
+    std::map<std::string, std::string> report_cursor;
+    std::map<std::string, std::map<double, double>> coordinator_reports;
+    std::map<std::string, std::map<std::string, Series>> node_reports;
   };
   // Folds the records of `id` up to `rounds` in (under fold_mu_; the caller holds it).
   void fold_records_locked(const std::string& id, const ExperimentSummary& s,
                            RecordFold& fold) const;
+  // Reads the metrics reports stored since the last call into `fold` (each report once: a
+  // request costs the new reports, not all of them).
+  Status fold_reports_locked(const std::string& id, RecordFold& fold) const;
   mutable std::mutex fold_mu_;
   mutable std::map<std::string, RecordFold> folds_;
   std::mutex listeners_mu_;

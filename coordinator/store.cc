@@ -1017,6 +1017,47 @@ StatusOr<std::vector<std::string>> Store::list_metrics(const std::string& experi
   return scan_prefix(kMetrics, experiment_id + "/" + (node_id.empty() ? "" : node_id + "/"));
 }
 
+StatusOr<std::vector<std::pair<std::string, std::string>>> Store::list_metrics_after(
+    const std::string& experiment_id, const std::string& node_id,
+    const std::string& after_key) const {
+  const std::string prefix = experiment_id + "/" + node_id + "/";
+  std::shared_lock<std::shared_mutex> lk(db_mu_);
+  if (!db_) return not_open("scan metrics");
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cfs_[kMetrics].get()));
+  std::vector<std::pair<std::string, std::string>> out;
+  it->Seek(after_key.empty() ? prefix : after_key);
+  if (!after_key.empty() && it->Valid() && it->key() == after_key) it->Next();
+  for (; it->Valid() && it->key().starts_with(prefix); it->Next())
+    out.emplace_back(it->key().ToString(), it->value().ToString());
+  ATOLL_RETURN_IF_ERROR(from_rocks(it->status(), "scan metrics"));
+  return out;
+}
+
+StatusOr<std::vector<std::string>> Store::metrics_reporters(
+    const std::string& experiment_id) const {
+  const std::string prefix = experiment_id + "/";
+  std::shared_lock<std::shared_mutex> lk(db_mu_);
+  if (!db_) return not_open("scan metrics");
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), cfs_[kMetrics].get()));
+  std::vector<std::string> out;
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);) {
+    const std::string rest = it->key().ToString().substr(prefix.size());
+    const size_t slash = rest.find('/');
+    if (slash == std::string::npos) {  // not a report key: step over it
+      it->Next();
+      continue;
+    }
+    out.push_back(rest.substr(0, slash));
+    // Past every key of this node: '0' sorts right after '/'.
+    it->Seek(prefix + out.back() + "0");
+  }
+  ATOLL_RETURN_IF_ERROR(from_rocks(it->status(), "scan metrics"));
+  return out;
+}
+
 Status Store::append_audit(const std::string& experiment_id, const std::string& event,
                            const std::string& detail) {
   const uint64_t t = now_unix_ms();

@@ -232,6 +232,14 @@ class Store {
   // Every report of the experiment, or only `node_id`'s when given (a prefix scan either way).
   StatusOr<std::vector<std::string>> list_metrics(const std::string& experiment_id,
                                                   const std::string& node_id = "") const;
+  // `node_id`'s reports stored under keys after `after_key` ("" = all), as (key, report) in key
+  // order (round, then arrival): a reader that keeps the last key it read per node
+  // (ExperimentManager::metrics) reads each report once.
+  StatusOr<std::vector<std::pair<std::string, std::string>>> list_metrics_after(
+      const std::string& experiment_id, const std::string& node_id,
+      const std::string& after_key) const;
+  // The node ids that have reports (one seek per node, however many reports each has).
+  StatusOr<std::vector<std::string>> metrics_reporters(const std::string& experiment_id) const;
   Status append_audit(const std::string& experiment_id, const std::string& event,
                       const std::string& detail);
   StatusOr<std::vector<std::string>> list_audit(const std::string& experiment_id) const;

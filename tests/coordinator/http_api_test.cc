@@ -468,6 +468,28 @@ TEST_F(HttpApiTest, NodeAddressAndSiteValidationBpb) {
   EXPECT_FALSE(per_node.contains("loss")) << m.body;
   EXPECT_FALSE(per_node.contains("teacher_bytes_per_token")) << m.body;
 
+  // Reports stored after a request are read by the next one, each once (the series are kept
+  // between requests): a second node, site-a's next round, and the coordinator's evaluation.
+  ASSERT_TRUE(store_
+                  ->put_metrics("exp1", "site-a", 1,
+                                R"({"node":"site-a","round":1,"metrics":{"site_val_bpb":4.0}})")
+                  .ok());
+  ASSERT_TRUE(store_
+                  ->put_metrics("exp1", "site-a-2", 0,
+                                R"({"node":"site-a-2","round":0,"metrics":{"site_val_bpb":5.5}})")
+                  .ok());
+  for (int request = 0; request < 2; ++request) {
+    Reply again = client_->send("GET", "/api/experiments/exp1/metrics", viewer_);
+    ASSERT_EQ(again.status, 200u) << again.body;
+    const json::value body = again.json();
+    const json::object& sites =
+        body.as_object().at("per_node").as_object().at("site_val_bpb").as_object();
+    ASSERT_EQ(sites.at("site-a").as_array().size(), 2u) << again.body;
+    EXPECT_EQ(sites.at("site-a").as_array()[1].as_array()[1].to_number<double>(), 4.0);
+    ASSERT_EQ(sites.at("site-a-2").as_array().size(), 1u) << again.body;
+    EXPECT_EQ(sites.at("site-a-2").as_array()[0].as_array()[1].to_number<double>(), 5.5);
+  }
+
   // The list's totals: the coordinator's latest and lowest validation bpb (null before any),
   // and no start or duration before a round is committed.
   auto listed = [&] {
