@@ -61,6 +61,24 @@ int ca_revoke_cmd(const Args& rest) {
   return 0;
 }
 
+// "REVOKED on DATE (FILE)" when a ca.crl beside the certificate (or in the CA directory above a
+// revoked/ copy), signed by the ca.crt beside it, lists `serial`; "" otherwise.
+std::string revocation_note(const std::string& cert_file, const std::string& serial) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::absolute(fs::path(cert_file)).parent_path();
+  for (const fs::path& d : {dir, dir.parent_path()}) {
+    auto crl = read_file((d / "ca.crl").string());
+    auto ca = read_file((d / "ca.crt").string());
+    if (!crl.ok() || !ca.ok()) continue;
+    auto list = transport::parse_revocation_list(*crl, *ca, (d / "ca.crl").string());
+    if (!list.ok()) continue;
+    auto it = list->revoked.find(serial);
+    if (it != list->revoked.end())
+      return "REVOKED on " + utc_text(it->second) + " (" + (d / "ca.crl").string() + ")";
+  }
+  return "";
+}
+
 int ca_show_crl(const std::string& crl, const std::string& ca_flag) {
   const std::string ca =
       ca_flag.empty() ? (std::filesystem::path(crl).parent_path() / "ca.crt").string() : ca_flag;
@@ -179,9 +197,11 @@ int cmd_ca(const Args& args) {
     // Whether it is valid now: an expired or not yet valid certificate is refused in every
     // handshake, which is usually why one is looked at.
     const int64_t now = static_cast<int64_t>(std::time(nullptr));
-    const char* validity = now < info->not_before_unix  ? "NOT YET VALID"
-                           : now > info->not_after_unix ? "EXPIRED"
-                                                        : "valid now";
+    const std::string revoked = revocation_note(*cert, info->serial_hex);
+    const char* validity = !revoked.empty()              ? revoked.c_str()
+                           : now < info->not_before_unix ? "NOT YET VALID"
+                           : now > info->not_after_unix  ? "EXPIRED"
+                                                         : "valid now";
     std::printf(
         "subject:   %s\nissuer:    %s\nrole:      %s\nserial:    %s\nnot-before: %s\n"
         "expires:   %s\nvalidity:  %s\nsha256:    %s\n",

@@ -1,5 +1,6 @@
 #include "cli/signals.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -26,12 +27,28 @@ extern "C" void on_stop_grace_passed(int) {
   ::_exit(128 + g_stop_signal.load());
 }
 
+// When the first stop signal came (CLOCK_MONOTONIC, seconds): a SIGTERM repeated within about a
+// second is the same request delivered twice (coreutils `timeout` signals the child and then
+// its process group), not an impatient user, who presses Ctrl-C (SIGINT) again.
+std::atomic<int64_t> g_first_stop_s{0};
+
+int64_t monotonic_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);  // async-signal-safe
+  return static_cast<int64_t>(t.tv_sec);
+}
+
 extern "C" void on_stop_signal(int signal_number) {
-  if (g_stop.exchange(true)) {  // the second one: the user means now
-    say("atoll: second stop signal; exiting now\n");
+  if (g_stop.load()) {
+    if (signal_number == SIGTERM && g_stop_signal.load() == SIGTERM &&
+        monotonic_seconds() - g_first_stop_s.load() < 2)
+      return;                                         // the same request again
+    say("atoll: second stop signal; exiting now\n");  // the user means now
     ::_exit(128 + signal_number);
   }
+  g_first_stop_s.store(monotonic_seconds());
   g_stop_signal.store(signal_number);
+  g_stop.store(true);
   ::alarm(kStopGraceSeconds);
 }
 

@@ -1,7 +1,7 @@
 // SIGINT/SIGTERM → a stop flag that long-running commands poll (no work in the handler).
 // A process that has not stopped kStopGraceSeconds after the signal (stuck in a call to a
 // vanished peer, or in a library that does not return) prints one line and exits; a second
-// signal exits at once.
+// signal exits at once (a SIGTERM repeated within about a second counts as the first one).
 #pragma once
 
 #include <atomic>

@@ -42,6 +42,11 @@ StatusOr<transport::BulkHandler::Pull> CoordinatorBulkHandler::pull(
   return out;
 }
 
+Status CoordinatorBulkHandler::still_admitted(const transport::PeerIdentity& peer) {
+  std::shared_ptr<CoordinatorService> s = current_();
+  return s ? s->certificate_admitted(peer) : Status::Ok();
+}
+
 void CoordinatorBulkHandler::pull_sent(const transport::PeerIdentity&, const Pull& pull) {
   const auto* t = static_cast<const Transfer*>(pull.keep_alive.get());
   t->service->pull_sent(t->node, t->plan);

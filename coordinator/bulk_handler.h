@@ -20,6 +20,7 @@ class CoordinatorBulkHandler final : public transport::BulkHandler {
   StatusOr<Pull> pull(const transport::PeerIdentity& peer,
                       const atoll_pb::v1::PullParamsRequest& request) override;
   void pull_sent(const transport::PeerIdentity& peer, const Pull& pull) override;
+  Status still_admitted(const transport::PeerIdentity& peer) override;
   StatusOr<PushAdmission> begin_push(const transport::PeerIdentity& peer,
                                      const atoll_pb::v1::TensorHeader& header) override;
   void abort_push(const std::shared_ptr<void>& session, const atoll_pb::v1::TensorHeader& header,

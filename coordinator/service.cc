@@ -81,6 +81,10 @@ CoordinatorService::~CoordinatorService() {
   if (revocations_) revocations_->remove_listener(revocation_listener_);
 }
 
+Status CoordinatorService::certificate_admitted(const transport::PeerIdentity& peer) const {
+  return revocations_ ? revocations_->check(peer.name, peer.serial_hex) : Status::Ok();
+}
+
 void CoordinatorService::certificates_revoked(const std::vector<std::string>& serials) {
   std::vector<std::pair<std::string, std::string>> dropped;  // node, serial
   {
@@ -260,9 +264,13 @@ grpc::Status CoordinatorService::PullParams(grpc::ServerContext* ctx,
   if (!id.ok()) return to_grpc(id.status());
   auto plan = plan_pull(*id, *req, PullDigest::kUpFront);  // in the first chunk's header
   if (!plan.ok()) return to_grpc(plan.status());
+  const auto peer = identity_ == IdentitySource::kTlsCertificate
+                        ? transport::peer_identity(*ctx)
+                        : StatusOr<transport::PeerIdentity>(transport::PeerIdentity{});
   Status st = transport::for_each_chunk(
       plan->header, plan->payload, [&](const pb::TensorChunk& c) -> Status {
         if (ctx->IsCancelled()) return Unavailable("PullParams cancelled by the node");
+        if (peer.ok()) ATOLL_RETURN_IF_ERROR(certificate_admitted(*peer));  // revoked meanwhile
         if (!writer->Write(c)) return Unavailable("node '" + *id + "' went away during PullParams");
         return Status::Ok();
       });
@@ -288,8 +296,14 @@ grpc::Status CoordinatorService::PushUpdate(grpc::ServerContext* ctx,
   if (!buffer.ok()) return to_grpc(buffer.status());
   transport::ChunkAssembler assembler(max_push_bytes(h), std::move(*buffer));
   Status st = assembler.add(first);
+  const auto peer = identity_ == IdentitySource::kTlsCertificate
+                        ? transport::peer_identity(*ctx)
+                        : StatusOr<transport::PeerIdentity>(transport::PeerIdentity{});
   pb::TensorChunk chunk;
-  while (st.ok() && reader->Read(&chunk)) st = assembler.add(chunk);
+  while (st.ok() && reader->Read(&chunk)) {
+    st = assembler.add(chunk);
+    if (st.ok() && peer.ok()) st = certificate_admitted(*peer);  // revoked meanwhile
+  }
   if (st.ok() && ctx->IsCancelled()) st = Unavailable("PushUpdate cancelled by the node");
   if (st.ok()) st = assembler.finish();
   if (!st.ok()) {

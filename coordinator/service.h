@@ -118,6 +118,9 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
   // (shutting down, experiment id, role); PermissionDenied in --insecure mode.
   StatusOr<std::string> bulk_node(const transport::PeerIdentity& peer,
                                   const std::string& experiment_id) const;
+  // OK unless the certificate was revoked (asked again while a transfer runs, so that a
+  // revocation cuts a pull or push in flight).
+  Status certificate_admitted(const transport::PeerIdentity& peer) const;
 
   // ---- gRPC (see atoll.proto) ----
   grpc::Status Join(grpc::ServerContext* ctx, const atoll_pb::v1::JoinRequest* req,

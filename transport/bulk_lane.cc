@@ -132,23 +132,37 @@ bool read_by(SSL* ssl, char* data, size_t n, Clock::time_point deadline) {
 
 // A payload and its trailer, the payload's XXH3-128 (hashed on the way unless `digest` is
 // already known: kPayloadDigestBytes bytes, or empty).
+// What a client's transfer asks between its segments: nothing stops it.
+Status always_admitted() {
+  return Status::Ok();
+}
+
+// `admitted` is asked between every kAdmissionCheckBytes.
 Status send_payload(SSL* ssl, std::string_view payload, const std::string& digest,
-                    std::chrono::milliseconds stall, const std::string& what) {
-  if (digest.size() == kPayloadDigestBytes) {
-    ATOLL_RETURN_IF_ERROR(write_all(ssl, payload, stall, what));
-    return write_all(ssl, digest, stall, what);
-  }
+                    std::chrono::milliseconds stall, const std::string& what,
+                    const std::function<Status()>& admitted = always_admitted) {
+  const bool known = digest.size() == kPayloadDigestBytes;
   PayloadHasher hasher;
-  ATOLL_RETURN_IF_ERROR(write_all(ssl, payload, stall, what, &hasher));
-  return write_all(ssl, hasher.finish(), stall, what);
+  for (size_t off = 0; off < payload.size(); off += kAdmissionCheckBytes) {
+    if (off > 0) ATOLL_RETURN_IF_ERROR(admitted());
+    ATOLL_RETURN_IF_ERROR(write_all(ssl, payload.substr(off, kAdmissionCheckBytes), stall, what,
+                                    known ? nullptr : &hasher));
+  }
+  return write_all(ssl, known ? digest : hasher.finish(), stall, what);
 }
 
 // `payload->size()` bytes into *payload, hashed as they land, then the trailer: DataLoss when
 // they differ. Returns the digest in *digest.
 Status receive_payload(SSL* ssl, std::string* payload, std::chrono::milliseconds stall,
-                       const std::string& what, std::string* digest) {
+                       const std::string& what, std::string* digest,
+                       const std::function<Status()>& admitted = always_admitted) {
   PayloadHasher hasher;
-  ATOLL_RETURN_IF_ERROR(read_all(ssl, payload->data(), payload->size(), stall, what, &hasher));
+  for (size_t off = 0; off < payload->size(); off += kAdmissionCheckBytes) {
+    if (off > 0) ATOLL_RETURN_IF_ERROR(admitted());
+    ATOLL_RETURN_IF_ERROR(read_all(ssl, payload->data() + off,
+                                   std::min(kAdmissionCheckBytes, payload->size() - off), stall,
+                                   what, &hasher));
+  }
   char trailer[kPayloadDigestBytes];
   ATOLL_RETURN_IF_ERROR(read_all(ssl, trailer, sizeof(trailer), stall, what));
   *digest = hasher.finish();
@@ -285,6 +299,9 @@ void BulkLaneServer::serve(uint64_t id, int fd) {
     tls_socket::set_io_timeout(fd, stall);
     if (st.ok() && !peer.ok()) st = peer.status();
     StatusOr<BulkRequest> request = st.ok() ? decode_bulk_request(op, body) : st;
+    const std::function<Status()> admitted = [this, &peer] {
+      return handler_.still_admitted(*peer);
+    };
     if (!request.ok()) {
       reply(request.status());
     } else if (request->op == kBulkPull) {
@@ -296,7 +313,7 @@ void BulkLaneServer::serve(uint64_t id, int fd) {
         const std::string reply_head =
             bulk_frame(kBulkReplyMagic, 0, pull->header.SerializeAsString());
         if (write_all(s, reply_head, stall, "pull").ok() &&
-            send_payload(s, pull->payload, digest, stall, "pull").ok()) {
+            send_payload(s, pull->payload, digest, stall, "pull", admitted).ok()) {
           pulls_sent_.fetch_add(1);
           handler_.pull_sent(*peer, *pull);
         }
@@ -318,7 +335,8 @@ void BulkLaneServer::serve(uint64_t id, int fd) {
         Status got = write_all(s, bulk_frame(kBulkReplyMagic, 0, {}), stall, "push go-ahead");
         std::string digest;
         if (got.ok())
-          got = receive_payload(s, &payload, stall, "push of node '" + peer->name + "'", &digest);
+          got = receive_payload(s, &payload, stall, "push of node '" + peer->name + "'", &digest,
+                                admitted);
         if (!got.ok()) {
           handler_.abort_push(admission->session, header, got);
           reply(got);

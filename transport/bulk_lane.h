@@ -88,7 +88,13 @@ class BulkHandler {
   virtual StatusOr<atoll_pb::v1::PushUpdateResponse> finish_push(
       const std::shared_ptr<void>& session, const atoll_pb::v1::TensorHeader& header,
       std::string payload, std::chrono::steady_clock::time_point began) = 0;
+  // Asked every kAdmissionCheckBytes of a transfer: an error (a certificate revoked since the
+  // transfer began) cuts the connection there.
+  virtual Status still_admitted(const PeerIdentity& /*peer*/) { return Status::Ok(); }
 };
+
+// Bytes of a payload between two BulkHandler::still_admitted checks.
+inline constexpr size_t kAdmissionCheckBytes = size_t{4} << 20;
 
 struct BulkLaneOptions {
   std::string listen;  // HOST:PORT (port 0: a free one, see port())

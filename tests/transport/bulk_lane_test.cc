@@ -103,10 +103,18 @@ class RecordingHandler final : public BulkHandler {
     return r;
   }
 
+  Status still_admitted(const PeerIdentity& peer) override {
+    admission_checks.fetch_add(1);
+    return revoked.load() ? PermissionDenied("'" + peer.name + "' was revoked by the test")
+                          : Status::Ok();
+  }
+
   std::mutex mu;
   std::vector<std::string> callers, began, pushed;
   std::vector<Status> aborts;
   std::atomic<int> pulls_sent{0};
+  std::atomic<int> admission_checks{0};
+  std::atomic<bool> revoked{false};
 };
 
 class BulkLane : public ::testing::Test {
@@ -278,6 +286,33 @@ TEST_F(BulkLane, PullAndPushCarryTheBytesAndTheCertificateNamesTheCaller) {
   EXPECT_EQ(server_->pulls_sent(), 1u);
   EXPECT_EQ(server_->pushes_received(), 3u);
   EXPECT_TRUE(handler_.aborts.empty());
+}
+
+// A transfer asks the handler every 4 MiB whether its caller may go on: a certificate revoked
+// while it runs cuts it there, and a cut push is aborted, never delivered.
+TEST_F(BulkLane, ATransferStopsWhenItsCallerIsNoLongerAdmitted) {
+  BulkLaneClient c = client();
+  const std::string small = handler_.pull_payload;
+  handler_.pull_payload = deterministic_payload(9 << 20);
+  pb::PullParamsRequest req;
+  pb::TensorHeader h;
+  std::string payload;
+  bool reached = false;
+  ASSERT_TRUE(c.pull(req, 64 << 20, &h, &payload, &reached).ok());  // admitted: 2 checks
+  EXPECT_EQ(handler_.admission_checks.load(), 2);
+  handler_.revoked = true;
+  EXPECT_FALSE(c.pull(req, 64 << 20, &h, &payload, &reached).ok());
+  EXPECT_EQ(handler_.pulls_sent.load(), 1);
+  const std::string update = deterministic_payload(9 << 20, 5);
+  pb::PushUpdateResponse resp;
+  EXPECT_FALSE(c.push(push_header(update.size()), update, &resp, &reached).ok());
+  handler_.revoked = false;
+  handler_.pull_payload = small;
+  std::lock_guard<std::mutex> lk(handler_.mu);
+  EXPECT_TRUE(handler_.pushed.empty());
+  ASSERT_EQ(handler_.aborts.size(), 1u);
+  EXPECT_EQ(handler_.aborts[0].code(), StatusCode::kPermissionDenied)
+      << handler_.aborts[0].to_string();
 }
 
 TEST_F(BulkLane, RefusalsTravelWithTheirCodeAndARefusedPushSendsNoPayload) {

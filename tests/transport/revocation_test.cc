@@ -60,12 +60,20 @@ TEST(Revocation, RevokeByNameWritesASignedListAndMovesThePairAside) {
   ASSERT_TRUE(ca_issue(ca, "node-1", Role::kNode).ok());
   EXPECT_NE(serial_of(cert_path(ca, "node-1")), serial1);
 
-  // By file, then by serial: each a new list number; the same serial twice changes nothing.
-  auto second = ca_revoke(ca, {.cert_file = cert_path(ca, "node-2")});
+  // By file, then by serial: each a new list number; the same serial twice changes nothing. A
+  // copy of the certificate elsewhere leaves the pair in the CA directory as it is; the file in
+  // the CA directory itself moves aside as with --name.
+  fs::copy_file(cert_path(ca, "node-2"), tmp.path() + "/node-2-copy.crt");
+  auto second = ca_revoke(ca, {.cert_file = tmp.path() + "/node-2-copy.crt"});
   ASSERT_TRUE(second.ok()) << second.status().to_string();
   EXPECT_EQ(second->number, 2u);
   EXPECT_EQ(second->listed, 2u);
-  EXPECT_TRUE(fs::exists(cert_path(ca, "node-2")));  // only --name moves files
+  EXPECT_TRUE(fs::exists(cert_path(ca, "node-2")));
+  EXPECT_TRUE(second->moved_to.empty());
+  auto in_dir = ca_revoke(ca, {.cert_file = cert_path(ca, "node-2")});
+  ASSERT_TRUE(in_dir.ok()) << in_dir.status().to_string();
+  EXPECT_TRUE(in_dir->already);
+  EXPECT_FALSE(fs::exists(cert_path(ca, "node-2")));
   const std::string before = read(crl_path(ca));
   auto again = ca_revoke(ca, {.serial_hex = "0x" + serial2});
   ASSERT_TRUE(again.ok()) << again.status().to_string();
@@ -83,6 +91,21 @@ TEST(Revocation, RevokeByNameWritesASignedListAndMovesThePairAside) {
   // Another CA's certificate is not this list's to check.
   auto foreign = parse_revocation_list(read(crl_path(ca)), read(ca_cert_path(other)), "ca.crl");
   EXPECT_EQ(foreign.status().code(), StatusCode::kInvalidArgument);
+
+  // A ca.crl deleted by mistake is not silently started again (it would un-revoke node-1 and
+  // node-2): the copy in revoked/ is named, and restoring it works.
+  EXPECT_EQ(read(crl_path(revoked_dir(ca))), read(crl_path(ca)));
+  fs::remove(crl_path(ca));
+  ASSERT_TRUE(ca_issue(ca, "node-3", Role::kNode).ok());
+  Status missing = ca_revoke(ca, {.name = "node-3"}).status();
+  EXPECT_EQ(missing.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(contains(missing.message(), "a new list would un-revoke")) << missing.message();
+  EXPECT_TRUE(fs::exists(cert_path(ca, "node-3")));
+  fs::copy_file(crl_path(revoked_dir(ca)), crl_path(ca));
+  auto third = ca_revoke(ca, {.name = "node-3"});
+  ASSERT_TRUE(third.ok()) << third.status().to_string();
+  EXPECT_EQ(third->number, 3u);
+  EXPECT_EQ(third->listed, 3u);
 }
 
 TEST(Revocation, RevokeRefusesWhatIsNotThisCasToRevoke) {

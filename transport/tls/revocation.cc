@@ -275,6 +275,7 @@ StatusOr<RevokeResult> ca_revoke(const std::string& dir, const RevokeTarget& tar
 
   RevocationList list;
   const std::string file = crl_path(dir);
+  const std::string backup = crl_path(revoked_dir(dir));
   auto existing = read_file_bounded(file, kMaxCrlBytes);
   if (existing.ok()) {
     auto ca_pem = certificate_to_pem(ca.cert.get());
@@ -282,6 +283,14 @@ StatusOr<RevokeResult> ca_revoke(const std::string& dir, const RevokeTarget& tar
     ATOLL_ASSIGN_OR_RETURN(list, parse_revocation_list(*existing, *ca_pem, file));
   } else if (existing.status().code() != StatusCode::kNotFound) {
     return existing.status();
+  } else if (fs::exists(backup)) {
+    // A list was written here before: starting a new one would let its certificates back in
+    // (a coordinator that read the old one keeps it, one started afresh would not).
+    return FailedPrecondition(file + " is missing, but " + backup +
+                              " shows a list was written here before: restore it (`cp " + backup +
+                              " " + file +
+                              "`) and revoke again; a new list would un-revoke "
+                              "every certificate it holds");
   }
   const time_t now = std::time(nullptr);
   result.already = list.contains(result.serial_hex);
@@ -295,11 +304,23 @@ StatusOr<RevokeResult> ca_revoke(const std::string& dir, const RevokeTarget& tar
                     fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
                         fs::perms::others_read,
                     fs::perm_options::replace, ec);
+    // A copy in revoked/: a ca.crl deleted by mistake is then noticed (above) and restored.
+    fs::create_directories(revoked_dir(dir), ec);
+    fs::permissions(revoked_dir(dir), fs::perms::owner_all, fs::perm_options::replace, ec);
+    ATOLL_RETURN_IF_ERROR(write_file_atomic(backup, pem));
   }
   result.number = list.number;
   result.listed = list.revoked.size();
-  if (!target.name.empty()) {
-    ATOLL_ASSIGN_OR_RETURN(result.moved_to, move_revoked_pair(dir, target.name, result.serial_hex));
+  // The pair issued here under that name (--name, or --cert naming the file in dir) moves aside.
+  std::error_code ec;
+  const bool pair_here =
+      !target.name.empty() ||
+      (!target.cert_file.empty() && !result.name.empty() && validate_cert_name(result.name).ok() &&
+       fs::equivalent(target.cert_file, cert_path(dir, result.name), ec));
+  if (pair_here) {
+    ATOLL_ASSIGN_OR_RETURN(
+        result.moved_to,
+        move_revoked_pair(dir, target.name.empty() ? result.name : target.name, result.serial_hex));
   }
   return result;
 }

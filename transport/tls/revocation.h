@@ -66,9 +66,11 @@ struct RevokeResult {
 };
 
 // Adds the target to dir/ca.crl (created on first use; written atomically, mode 0644: a CRL is
-// public), signed with dir/ca.key. A certificate the CA did not sign, an unreadable target, a
-// ca.crl that this CA did not sign, and a serial that is not hex are refused with the fix. With
-// --name, dir/<name>.crt and .key move to dir/revoked/<name>-<serial>.crt/.key.
+// public), signed with dir/ca.key, and a copy to dir/revoked/ca.crl. A certificate the CA did not
+// sign, an unreadable target, a ca.crl that this CA did not sign, a serial that is not hex, and a
+// missing ca.crl where revoked/ca.crl shows there was one are refused with the fix. The pair
+// issued in dir under the certificate's name (--name, or --cert naming it) moves to
+// dir/revoked/<name>-<serial>.crt/.key.
 StatusOr<RevokeResult> ca_revoke(const std::string& dir, const RevokeTarget& target);
 
 // The list in one file, re-read when the file changes. Thread-safe.
