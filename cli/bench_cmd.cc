@@ -41,10 +41,13 @@ int bench_train(const Args& args) {
         "\"ffn\":%d,\"seq\":%d,\"batch\":%d,\"vocab\":%d,\"threads\":%d,\"steps\":%lld,"
         "\"step_ms\":%.3f,\"step_ms_mean\":%.3f,\"tokens_per_s\":%.1f,\"gflops\":%.2f,\"sgemm_"
         "gflops\":%.2f,"
-        "\"fraction_of_sgemm\":%.3f}\n",
+        "\"fraction_of_sgemm\":%.3f,\"precision\":\"%s\",\"moe_experts\":%d,\"moe_top_k\":%d,"
+        "\"moe_hidden\":%d}\n",
         t->params, model.layers, model.dim, model.heads, model.ffn_hidden, trainer.seq,
         trainer.batch, model.vocab, t->threads, static_cast<long long>(*steps), t->step_ms,
-        t->step_ms_mean, t->tokens_per_s, t->gflops, peak, t->gflops / peak);
+        t->step_ms_mean, t->tokens_per_s, t->gflops, peak, t->gflops / peak,
+        algorithms::precision_name(trainer.precision), model.moe_experts,
+        model.moe_experts > 0 ? model.moe_top_k : 0, model.moe_hidden);
   } else {
     std::printf(
         "params %zu | step %.1f ms | %.0f tokens/s | %.2f GFLOP/s | sgemm %.2f GFLOP/s "

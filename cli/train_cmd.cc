@@ -194,13 +194,29 @@ void print_train_banner(const TrainSetup& setup, RunParams& rp, int64_t total_st
                 rp.lora.alpha, algorithms::lora_targets_csv(rp.lora).c_str(),
                 format_count(static_cast<double>(params.numel())).c_str(),
                 format_count(static_cast<double>(rp.model->numel())).c_str());
+  // The recipe a run's numbers belong to: the precision, and the experts when there are any.
+  const algorithms::ModelConfig& m = setup.model;
+  std::string recipe = m.moe_experts > 0 ? ", MoE E=" + std::to_string(m.moe_experts) +
+                                               " K=" + std::to_string(m.moe_top_k) + " every " +
+                                               std::to_string(m.moe_every) + " layer(s)"
+                                         : "";
+  // nvfp4 keeps its last blocks in bf16: on a shallow model that can be all of them.
+  if (setup.trainer.precision == algorithms::Precision::kNvfp4) {
+    const int tail = algorithms::nvfp4_bf16_tail_layers(m.layers);
+    recipe = (tail >= m.layers ? " (every block in bf16 at " + std::to_string(m.layers) +
+                                     " layer(s): this trains as bf16)"
+                               : " (last " + std::to_string(tail) + " of " +
+                                     std::to_string(m.layers) + " blocks in bf16)") +
+             recipe;
+  }
   std::printf(
       "atoll train: %s params, data %s (%s train / %s val tokens), tokenizer %s, "
-      "B=%d T=%d, steps %" PRId64 "%s\n",
+      "B=%d T=%d, %s%s, steps %" PRId64 "%s\n",
       format_count(static_cast<double>(params.numel())).c_str(), setup.data_spec.c_str(),
       format_count(static_cast<double>(setup.site.train.size())).c_str(),
       format_count(static_cast<double>(setup.site.validation.size())).c_str(),
-      setup.tokenizer_name.c_str(), setup.trainer.batch, setup.trainer.seq, total_steps,
+      setup.tokenizer_name.c_str(), setup.trainer.batch, setup.trainer.seq,
+      algorithms::precision_name(setup.trainer.precision), recipe.c_str(), total_steps,
       resumed_at ? (" (resuming at step " + std::to_string(*resumed_at) + ")").c_str() : "");
   std::fflush(stdout);
 }
