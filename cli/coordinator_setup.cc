@@ -321,7 +321,8 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     if (!c.ok()) return InvalidArgument("train.codec: " + c.status().message());
   }
   ATOLL_RETURN_IF_ERROR(check_ports(l));
-  if (!l.insecure) {
+  // Only a served coordinator has callers to refuse (in-process sites have no certificates).
+  if (!l.insecure && !l.listen.empty()) {
     ATOLL_ASSIGN_OR_RETURN(rc->revocations, open_revocations(l));
   }
   std::error_code ec;

@@ -88,6 +88,12 @@ void print_usage(FILE* out) {
 int main(int argc, char** argv) {
   using namespace atl::cli;
   atl::kernels::cpu::use_feature_blas_kernels(argv);  // may restart the process (backend_info.h)
+  // So may this; it refuses a limit in which nothing fits (OpenBLAS would spin for ever).
+  if (const atl::Status fits = atl::kernels::cpu::fit_blas_threads_to_address_limit(argv);
+      !fits.ok()) {
+    std::fprintf(stderr, "atoll: %s\n", fits.message().c_str());
+    return 1;
+  }
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     print_usage(argc < 2 ? stderr : stdout);

@@ -268,12 +268,14 @@ grpc::Status CoordinatorService::PullParams(grpc::ServerContext* ctx,
                         ? transport::peer_identity(*ctx)
                         : StatusOr<transport::PeerIdentity>(transport::PeerIdentity{});
   Status st = transport::for_each_chunk(
-      plan->header, plan->payload, [&](const pb::TensorChunk& c) -> Status {
+      plan->header, plan->payload,
+      [&](const pb::TensorChunk& c) -> Status {
         if (ctx->IsCancelled()) return Unavailable("PullParams cancelled by the node");
         if (peer.ok()) ATOLL_RETURN_IF_ERROR(certificate_admitted(*peer));  // revoked meanwhile
         if (!writer->Write(c)) return Unavailable("node '" + *id + "' went away during PullParams");
         return Status::Ok();
-      });
+      },
+      transport::kStreamChunkBytes);
   if (!st.ok()) return to_grpc(st);
   pull_sent(*id, *plan);
   return grpc::Status::OK;

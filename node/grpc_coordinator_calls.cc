@@ -262,11 +262,14 @@ Status GrpcCoordinatorCalls::push_update(const pb::TensorHeader& header,
   Status st;
   {
     transport::StallWatchdog watchdog(ctx, options_.stall_timeout);
-    st = transport::for_each_chunk(header, payload, [&](const pb::TensorChunk& c) -> Status {
-      if (!writer->Write(c)) return Unavailable("stream closed by the coordinator");
-      watchdog.progress();
-      return Status::Ok();
-    });
+    st = transport::for_each_chunk(
+        header, payload,
+        [&](const pb::TensorChunk& c) -> Status {
+          if (!writer->Write(c)) return Unavailable("stream closed by the coordinator");
+          watchdog.progress();
+          return Status::Ok();
+        },
+        transport::kStreamChunkBytes);
     if (watchdog.fired()) {
       (void)writer->Finish();
       return stalled("PushUpdate");

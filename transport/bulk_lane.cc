@@ -51,9 +51,16 @@ std::string io_failure(SSL* ssl, int rc, std::chrono::milliseconds stall) {
 // records, while it is in cache.
 constexpr size_t kHashedWriteBytes = 256 << 10;
 
+// Where a piece of a payload lies in it, for messages: `before` bytes precede it, of `total`
+// (0: the piece is the whole).
+struct PieceOf {
+  size_t before = 0;
+  size_t total = 0;
+};
+
 // Writes all of `data`; with a hasher, hashes it as it goes.
 Status write_all(SSL* ssl, std::string_view data, std::chrono::milliseconds stall,
-                 const std::string& what, PayloadHasher* hasher = nullptr) {
+                 const std::string& what, PayloadHasher* hasher = nullptr, PieceOf of = {}) {
   size_t done = 0;
   while (done < data.size()) {
     size_t wrote = 0;
@@ -66,9 +73,9 @@ Status write_all(SSL* ssl, std::string_view data, std::chrono::milliseconds stal
     // Without SSL_MODE_ENABLE_PARTIAL_WRITE a successful write wrote the whole piece.
     if (rc == 1 && wrote != piece) rc = 0;
     if (rc != 1)
-      return Unavailable(what + ": sending failed after " + std::to_string(done) + " of " +
-                         std::to_string(data.size()) + " bytes (" + io_failure(ssl, rc, stall) +
-                         ")");
+      return Unavailable(what + ": sending failed after " + std::to_string(of.before + done) +
+                         " of " + std::to_string(of.total ? of.total : data.size()) + " bytes (" +
+                         io_failure(ssl, rc, stall) + ")");
     done += wrote;
   }
   return Status::Ok();
@@ -76,7 +83,7 @@ Status write_all(SSL* ssl, std::string_view data, std::chrono::milliseconds stal
 
 // Reads exactly `n` bytes; with a hasher, hashes each piece as it lands (while in cache).
 Status read_all(SSL* ssl, char* data, size_t n, std::chrono::milliseconds stall,
-                const std::string& what, PayloadHasher* hasher = nullptr) {
+                const std::string& what, PayloadHasher* hasher = nullptr, PieceOf of = {}) {
   size_t done = 0;
   while (done < n) {
     size_t got = 0;
@@ -84,8 +91,9 @@ Status read_all(SSL* ssl, char* data, size_t n, std::chrono::milliseconds stall,
     errno = 0;
     const int rc = SSL_read_ex(ssl, data + done, n - done, &got);
     if (rc != 1)
-      return Unavailable(what + ": the connection ended after " + std::to_string(done) + " of " +
-                         std::to_string(n) + " bytes (" + io_failure(ssl, rc, stall) + ")");
+      return Unavailable(what + ": the connection ended after " + std::to_string(of.before + done) +
+                         " of " + std::to_string(of.total ? of.total : n) + " bytes (" +
+                         io_failure(ssl, rc, stall) + ")");
     if (hasher) hasher->update(data + done, got);
     done += got;
   }
@@ -130,23 +138,34 @@ bool read_by(SSL* ssl, char* data, size_t n, Clock::time_point deadline) {
   return true;
 }
 
-// A payload and its trailer, the payload's XXH3-128 (hashed on the way unless `digest` is
-// already known: kPayloadDigestBytes bytes, or empty).
 // What a client's transfer asks between its segments: nothing stops it.
 Status always_admitted() {
   return Status::Ok();
 }
 
-// `admitted` is asked between every kAdmissionCheckBytes.
+// `admitted`'s verdict; when it refuses, the connection is reset on close (SO_LINGER 0), so the
+// bytes still queued in the kernel for the peer are dropped instead of delivered.
+Status still_admitted(SSL* ssl, const std::function<Status()>& admitted) {
+  Status st = admitted();
+  if (!st.ok()) {
+    const linger reset{1, 0};
+    (void)::setsockopt(SSL_get_fd(ssl), SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+  }
+  return st;
+}
+
+// A payload and its trailer, the payload's XXH3-128 (hashed on the way unless `digest` is
+// already known: kPayloadDigestBytes bytes, or empty). `admitted` is asked between every
+// kAdmissionCheckBytes.
 Status send_payload(SSL* ssl, std::string_view payload, const std::string& digest,
                     std::chrono::milliseconds stall, const std::string& what,
                     const std::function<Status()>& admitted = always_admitted) {
   const bool known = digest.size() == kPayloadDigestBytes;
   PayloadHasher hasher;
   for (size_t off = 0; off < payload.size(); off += kAdmissionCheckBytes) {
-    if (off > 0) ATOLL_RETURN_IF_ERROR(admitted());
+    if (off > 0) ATOLL_RETURN_IF_ERROR(still_admitted(ssl, admitted));
     ATOLL_RETURN_IF_ERROR(write_all(ssl, payload.substr(off, kAdmissionCheckBytes), stall, what,
-                                    known ? nullptr : &hasher));
+                                    known ? nullptr : &hasher, {off, payload.size()}));
   }
   return write_all(ssl, known ? digest : hasher.finish(), stall, what);
 }
@@ -158,10 +177,10 @@ Status receive_payload(SSL* ssl, std::string* payload, std::chrono::milliseconds
                        const std::function<Status()>& admitted = always_admitted) {
   PayloadHasher hasher;
   for (size_t off = 0; off < payload->size(); off += kAdmissionCheckBytes) {
-    if (off > 0) ATOLL_RETURN_IF_ERROR(admitted());
+    if (off > 0) ATOLL_RETURN_IF_ERROR(still_admitted(ssl, admitted));
     ATOLL_RETURN_IF_ERROR(read_all(ssl, payload->data() + off,
                                    std::min(kAdmissionCheckBytes, payload->size() - off), stall,
-                                   what, &hasher));
+                                   what, &hasher, {off, payload->size()}));
   }
   char trailer[kPayloadDigestBytes];
   ATOLL_RETURN_IF_ERROR(read_all(ssl, trailer, sizeof(trailer), stall, what));

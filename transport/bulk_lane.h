@@ -93,8 +93,8 @@ class BulkHandler {
   virtual Status still_admitted(const PeerIdentity& /*peer*/) { return Status::Ok(); }
 };
 
-// Bytes of a payload between two BulkHandler::still_admitted checks.
-inline constexpr size_t kAdmissionCheckBytes = size_t{4} << 20;
+// Bytes of a payload between two BulkHandler::still_admitted checks (21 s at 100 kbit/s).
+inline constexpr size_t kAdmissionCheckBytes = size_t{256} << 10;
 
 struct BulkLaneOptions {
   std::string listen;  // HOST:PORT (port 0: a free one, see port())

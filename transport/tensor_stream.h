@@ -21,6 +21,11 @@ namespace atl::transport {
 // 2: the payload check is XXH3-128 (payload_xxh3); 1 carried a SHA-256 (payload_sha256).
 inline constexpr uint32_t kWireVersion = 2;
 inline constexpr size_t kMaxChunkBytes = size_t{1} << 20;  // data bytes per TensorChunk
+// What gRPC's PullParams / PushUpdate streams send per chunk: small enough that a chunk moves
+// within the streams' 60 s stall bound down to 35 kbit/s (a 1 MiB chunk took 84 s at 100 kbit/s,
+// so a slow pull was cut as stalled while bytes flowed), and that a revoked caller's transfer
+// stops within one of them. Receivers take any size up to kMaxChunkBytes.
+inline constexpr size_t kStreamChunkBytes = size_t{256} << 10;
 
 // Calls `sink` once per chunk, in order. Fills header.wire_version, payload_bytes and, unless
 // the caller set it, payload_xxh3 (the caller sets the rest). A sender that already knows the

@@ -335,6 +335,9 @@ struct HttpServer::Impl {
     beast::error_code ec;
     const tcp::endpoint peer = socket.remote_endpoint(ec);
     if (ec) return;  // already gone
+    // Small answers go out at once: with Nagle's algorithm a reply written in two pieces (TLS
+    // record, then the rest) waited for the browser's delayed ACK, about 40 ms each.
+    socket.set_option(tcp::no_delay(true), ec);
     net::ip::address address = peer.address();
     if (address.is_v6() && address.to_v6().is_v4_mapped())
       address = net::ip::make_address_v4(net::ip::v4_mapped, address.to_v6());

@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "kernels/core/status.h"
+
 namespace atl::kernels::cpu {
 
 // The CPU, the kernels OpenBLAS picked for it at start-up, and the vector instructions this
@@ -26,6 +28,17 @@ std::string cpuinfo_field(const std::string& key);
 // stderr, and the process goes on with the generic kernels). Call it first in main(), before
 // any thread is started. A user's own OPENBLAS_CORETYPE is always kept.
 void use_feature_blas_kernels(char** argv);
+
+// OpenBLAS maps a buffer of kOpenBlasBufferBytes for each of its threads; under an address-space
+// limit (ulimit -v, RLIMIT_AS) those buffers do not fit in, it retries the allocation for ever
+// and the process spins without a word. When such a limit is set and OPENBLAS_NUM_THREADS is not,
+// this caps OpenBLAS's threads to the buffers that fit beside what the process maps now plus
+// kAddressReserveBytes, and re-executes the process as use_feature_blas_kernels does (one line on
+// stderr says so); FailedPrecondition, naming the limit to set, when not even one fits. Call it
+// right after use_feature_blas_kernels.
+inline constexpr size_t kOpenBlasBufferBytes = size_t{128} << 20;
+inline constexpr size_t kAddressReserveBytes = size_t{256} << 20;
+Status fit_blas_threads_to_address_limit(char** argv);
 
 // The kernel set use_feature_blas_kernels would ask OpenBLAS for on a CPU whose /proc/cpuinfo
 // "flags" line is `flags` (space-separated), or "" when it has none of them (no AVX).

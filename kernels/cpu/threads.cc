@@ -2,8 +2,10 @@
 #include <cblas.h>
 #include <omp.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -92,6 +94,42 @@ void use_feature_blas_kernels(char** argv) {
                "OPENBLAS_CORETYPE=%s yourself to train faster)\n",
                kernels.c_str(), std::strerror(errno), kernels.c_str());
   ::unsetenv("OPENBLAS_CORETYPE");
+}
+
+Status fit_blas_threads_to_address_limit(char** argv) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return Status::Ok();
+  // What the process maps now (VmSize, kB): libraries, stacks, the heap so far.
+  uint64_t mapped = 0;
+  {
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("VmSize:", 0) == 0)
+        mapped = std::strtoull(line.c_str() + 7, nullptr, 10) << 10;
+  }
+  const uint64_t need_one = mapped + kAddressReserveBytes + kOpenBlasBufferBytes;
+  if (limit.rlim_cur < need_one)
+    return FailedPrecondition(
+        "the address-space limit (ulimit -v) is " + std::to_string(limit.rlim_cur >> 20) +
+        " MB, but this process maps " + std::to_string(mapped >> 20) +
+        " MB before it starts and its BLAS needs " + std::to_string(kOpenBlasBufferBytes >> 20) +
+        " MB per thread: raise it to at least " + std::to_string((need_one >> 20) + 1) +
+        " MB (ulimit -v " + std::to_string(((need_one >> 20) + 1) << 10) + "), or remove it");
+  if (const char* set = std::getenv("OPENBLAS_NUM_THREADS"); set != nullptr && *set != '\0')
+    return Status::Ok();
+  const int fit =
+      static_cast<int>((limit.rlim_cur - mapped - kAddressReserveBytes) / kOpenBlasBufferBytes);
+  const int threads = openblas_get_num_threads();
+  if (threads <= fit) return Status::Ok();
+  std::fprintf(stderr,
+               "atoll: the address-space limit (ulimit -v) is %llu MB; OpenBLAS keeps a %zu MB "
+               "buffer per thread, so it runs %d of its %d threads\n",
+               static_cast<unsigned long long>(limit.rlim_cur >> 20), kOpenBlasBufferBytes >> 20,
+               fit, threads);
+  ::setenv("OPENBLAS_NUM_THREADS", std::to_string(fit).c_str(), 1);
+  ::execv("/proc/self/exe", argv);
+  ::unsetenv("OPENBLAS_NUM_THREADS");  // the exec failed: go on as before
+  return Status::Ok();
 }
 
 namespace detail {

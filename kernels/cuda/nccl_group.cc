@@ -5,6 +5,7 @@
 #include "kernels/cuda/devices.h"
 
 #if defined(ATOLL_HAVE_NCCL)
+#include <dlfcn.h>
 #include <nccl.h>
 #endif
 
@@ -13,10 +14,66 @@ namespace atl::kernels::cuda {
 #if defined(ATOLL_HAVE_NCCL)
 
 namespace {
+
+#define ATOLL_NCCL_STRINGIFY_VALUE(x) #x
+#define ATOLL_NCCL_STRINGIFY(x) ATOLL_NCCL_STRINGIFY_VALUE(x)
+constexpr const char* kNcclSoname = "libnccl.so." ATOLL_NCCL_STRINGIFY(NCCL_MAJOR);
+
+// The NCCL functions Atoll calls, from the library loaded on first use (like cuBLASLt,
+// kernels/cuda/cublaslt_library.h): each with the C function's exact type.
+struct Nccl {
+  decltype(&::ncclCommInitAll) CommInitAll = nullptr;
+  decltype(&::ncclCommDestroy) CommDestroy = nullptr;
+  decltype(&::ncclAllReduce) AllReduce = nullptr;
+  decltype(&::ncclGroupStart) GroupStart = nullptr;
+  decltype(&::ncclGroupEnd) GroupEnd = nullptr;
+  decltype(&::ncclGetErrorString) GetErrorString = nullptr;
+  Status status = Status::Ok();
+};
+
+template <typename Fn>
+bool resolve(void* lib, const char* name, Fn& slot, std::string& why) {
+  slot = reinterpret_cast<Fn>(dlsym(lib, name));
+  if (slot != nullptr) return true;
+  why = std::string("it has no ") + name;
+  return false;
+}
+
+Nccl load_nccl_once() {
+  Nccl t;
+  void* lib = dlopen(kNcclSoname, RTLD_NOW | RTLD_LOCAL);
+  const std::string first_error = lib == nullptr ? dlerror() : "";
+  if (lib == nullptr) {
+    const std::string path = std::string(ATOLL_NCCL_LIBRARY_DIR) + "/" + kNcclSoname;
+    lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  }
+  if (lib == nullptr) {
+    t.status = Unavailable(std::string("cannot load ") + kNcclSoname + " (" + first_error +
+                           "): install NCCL or put its directory on LD_LIBRARY_PATH, or pass "
+                           "one device");
+    return t;
+  }
+  std::string why;
+  const bool all = resolve(lib, "ncclCommInitAll", t.CommInitAll, why) &&
+                   resolve(lib, "ncclCommDestroy", t.CommDestroy, why) &&
+                   resolve(lib, "ncclAllReduce", t.AllReduce, why) &&
+                   resolve(lib, "ncclGroupStart", t.GroupStart, why) &&
+                   resolve(lib, "ncclGroupEnd", t.GroupEnd, why) &&
+                   resolve(lib, "ncclGetErrorString", t.GetErrorString, why);
+  if (!all) t.status = Unavailable(std::string(kNcclSoname) + " cannot be used: " + why);
+  return t;
+}
+
+const Nccl& nccl() {
+  static const Nccl once = load_nccl_once();
+  return once;
+}
+
 Status check_nccl(ncclResult_t r, const char* what) {
   if (r == ncclSuccess) return Status::Ok();
-  return Internal(std::string("NCCL error in ") + what + ": " + ncclGetErrorString(r));
+  return Internal(std::string("NCCL error in ") + what + ": " + nccl().GetErrorString(r));
 }
+
 }  // namespace
 
 bool nccl_available() {
@@ -25,6 +82,7 @@ bool nccl_available() {
 
 StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::create(const std::vector<int>& devices) {
   if (devices.empty()) return InvalidArgument("NcclGroup: no devices given");
+  ATOLL_RETURN_IF_ERROR(nccl().status);
   std::unique_ptr<NcclGroup> g(new NcclGroup());
   for (int d : devices) {
     ATOLL_ASSIGN_OR_RETURN(auto ctx, Context::create(d));
@@ -32,7 +90,7 @@ StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::create(const std::vector<int>& d
   }
   std::vector<ncclComm_t> comms(devices.size(), nullptr);
   ATOLL_RETURN_IF_ERROR(
-      check_nccl(ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()),
+      check_nccl(nccl().CommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()),
                  "ncclCommInitAll"));
   for (ncclComm_t c : comms) g->comms_.push_back(c);
   return g;
@@ -40,7 +98,7 @@ StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::create(const std::vector<int>& d
 
 NcclGroup::~NcclGroup() {
   for (void* c : comms_) {
-    if (c != nullptr) (void)ncclCommDestroy(static_cast<ncclComm_t>(c));
+    if (c != nullptr) (void)nccl().CommDestroy(static_cast<ncclComm_t>(c));
   }
 }
 
@@ -50,17 +108,17 @@ Status NcclGroup::all_reduce(const std::vector<float*>& bufs, size_t n, bool mea
                            std::to_string(contexts_.size()) + " devices");
   }
   if (n == 0) return Status::Ok();
-  ATOLL_RETURN_IF_ERROR(check_nccl(ncclGroupStart(), "ncclGroupStart"));
+  ATOLL_RETURN_IF_ERROR(check_nccl(nccl().GroupStart(), "ncclGroupStart"));
   Status first;
   for (size_t r = 0; r < bufs.size(); ++r) {
     const Status st =
-        check_nccl(ncclAllReduce(bufs[r], bufs[r], n, ncclFloat32, mean ? ncclAvg : ncclSum,
-                                 static_cast<ncclComm_t>(comms_[r]), contexts_[r]->stream()),
+        check_nccl(nccl().AllReduce(bufs[r], bufs[r], n, ncclFloat32, mean ? ncclAvg : ncclSum,
+                                    static_cast<ncclComm_t>(comms_[r]), contexts_[r]->stream()),
                    "ncclAllReduce");
     if (!st.ok() && first.ok()) first = st;
   }
   // The group must be closed even after an error, or NCCL stays inside it.
-  const Status end = check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+  const Status end = check_nccl(nccl().GroupEnd(), "ncclGroupEnd");
   ATOLL_RETURN_IF_ERROR(first);
   return end;
 }

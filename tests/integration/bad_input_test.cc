@@ -101,6 +101,32 @@ TEST(BadInput, ADashboardWithoutItsPagesIsSaidAtStart) {
   EXPECT_EQ(p->wait_for(30s), std::optional<int>(0));
 }
 
+// Under an address-space limit (ulimit -v) OpenBLAS's per-thread buffers do not fit in, the
+// process used to spin for ever without a line; now it says what limit it needs, and under one
+// that fits two threads' buffers but not more it runs with fewer BLAS threads.
+TEST(BadInput, AnAddressSpaceLimitTooSmallForBlasIsNamed) {
+  TempDir dir;
+  auto under = [&](int kilobytes, const std::string& log) {
+    auto p = node::Subprocess::spawn(
+        {"/bin/sh", "-c",
+         "ulimit -v " + std::to_string(kilobytes) + " && exec " + ATOLL_BINARY + " --version"},
+        dir / log);
+    EXPECT_TRUE(p.ok());
+    if (!p.ok()) return std::make_pair(-1, std::string());
+    const std::optional<int> code = p->wait_for(60s);
+    return std::make_pair(code.value_or(-1), read_text(dir / log));
+  };
+  const auto [refused, why] = under(300000, "small.log");
+  EXPECT_EQ(refused, 1) << why;
+  EXPECT_NE(why.find("atoll: the address-space limit (ulimit -v) is 292 MB, but this process maps"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("raise it to at least"), std::string::npos) << why;
+  const auto [ran, text] = under(2000000, "fits.log");
+  EXPECT_EQ(ran, 0) << text;
+  EXPECT_NE(text.find("atoll 0.1.0 (commit "), std::string::npos) << text;
+}
+
 // Two stop signals: the second one means "now". The coordinator is stopped (SIGSTOP) while both
 // arrive, so both are pending when it runs again; its graceful stop exits 0, this path 128 + the
 // second signal's number, with one line.

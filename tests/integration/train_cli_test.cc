@@ -656,16 +656,18 @@ TEST(TrainCli, TokenFilesGiveBitsPerByteOnlyWithTheirTokenizer) {
 namespace atl::testing {
 namespace {
 
-// `atoll --version` names what, besides the code and the config, decides the bits of a run: the
-// CPU, OpenBLAS's kernels for it and the vector instructions of the build (a benchmark row
-// records it, so that a row that moves can be told from a host that changed).
+// `atoll --version` names what, besides the config, decides the bits of a run: the commit it was
+// built from, the CPU, OpenBLAS's kernels for it and the vector instructions of the build (a
+// benchmark row records it, so that a row that moves can be told from a host that changed).
 TEST(VersionCli, NamesTheCpuTheBlasKernelsAndTheBuildsVectorInstructions) {
   TempDir dir;
   auto r = run_atoll({"--version"}, dir / "version.log");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(std::regex_search(
-      r.output, std::regex("^atoll \\d+\\.\\d+\\.\\d+\ncpu [^;\n]+; OpenBLAS kernels [A-Za-z0-9]+; "
-                           "compiled for (AVX-512|AVX2|AVX|SSE2)\n$")))
+      r.output,
+      std::regex("^atoll \\d+\\.\\d+\\.\\d+ \\(commit ([0-9a-f]{7,}(-modified)?|unknown)"
+                 "(, \\d{4}-\\d{2}-\\d{2})?\\)\ncpu [^;\n]+; OpenBLAS kernels [A-Za-z0-9]+; "
+                 "compiled for (AVX-512|AVX2|AVX|SSE2)\n$")))
       << r.output;
 }
 
