@@ -812,17 +812,9 @@ void RoundEngine::check_lost_locked(Clock::time_point now) {
         (round_.open && round_.receiving.count(id)))
       continue;
     if (now - n.last_seen <= lost_timeout_) continue;
-    n.status = NodeStatus::kLost;
-    n.ready = false;
-    n.record.state = "lost";
-    (void)store_.put_node(experiment_id_, n.record);
-    audit("node_lost", id);
-    Event e{Event::Kind::kNodeLost};
-    e.round = experiment_.current_round;
-    e.node_id = id;
-    e.message =
-        "no heartbeat for " + std::to_string(config_.diloco.lost_after_heartbeats) + " intervals";
-    emit(std::move(e));
+    end_membership_locked(
+        id, NodeStatus::kLost,
+        "no heartbeat for " + std::to_string(config_.diloco.lost_after_heartbeats) + " intervals");
   }
 }
 

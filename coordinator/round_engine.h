@@ -257,6 +257,10 @@ class RoundEngine {
   void restart_round_locked(const std::string& why);
   void finish_scoring_locked();
   void check_lost_locked(Clock::time_point now);
+  // The node stops being a member (lost, left or revoked; `why` says so in the event and the
+  // audit log): its state is stored and the event emitted. The caller closes or restarts the
+  // round.
+  void end_membership_locked(const std::string& id, NodeStatus status, const std::string& why);
   // The state in memory, then in the store; a store that refuses it blocks (below).
   void set_state_locked(ExperimentState s, const std::string& why);
   // The store refused a write: one kStore line (the first time), and a running experiment is

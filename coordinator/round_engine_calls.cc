@@ -491,25 +491,33 @@ Status RoundEngine::report_importance(const std::string& id, const pb::Importanc
   return Status::Ok();
 }
 
+void RoundEngine::end_membership_locked(const std::string& id, NodeStatus status,
+                                        const std::string& why) {
+  NodeState& n = nodes_[id];
+  n.status = status;
+  n.ready = false;
+  const bool lost = status == NodeStatus::kLost, revoked = status == NodeStatus::kRevoked;
+  n.record.state = lost ? "lost" : revoked ? "revoked" : "left";
+  (void)store_.put_node(experiment_id_, n.record);
+  audit(lost ? "node_lost" : revoked ? "node_revoked" : "node_left", lost ? id : id + ": " + why);
+  Event e{lost      ? Event::Kind::kNodeLost
+          : revoked ? Event::Kind::kNodeRevoked
+                    : Event::Kind::kNodeLeft};
+  e.round = experiment_.current_round;
+  e.node_id = id;
+  e.message = why;
+  emit(std::move(e));
+}
+
 void RoundEngine::revoke_node(const std::string& id, const std::string& why) {
   std::optional<Commit> commit_job;
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = nodes_.find(id);
     if (it == nodes_.end() || it->second.status != NodeStatus::kActive) return;
-    NodeState& n = it->second;
-    n.status = NodeStatus::kRevoked;
-    n.revoked_why =
+    it->second.revoked_why =
         "the certificate of node '" + id + "' was revoked (" + why + "): it no longer takes part";
-    n.ready = false;
-    n.record.state = "revoked";
-    (void)store_.put_node(experiment_id_, n.record);
-    audit("node_revoked", id + ": " + why);
-    Event e{Event::Kind::kNodeRevoked};
-    e.round = experiment_.current_round;
-    e.node_id = id;
-    e.message = why;
-    emit(std::move(e));
+    end_membership_locked(id, NodeStatus::kRevoked, why);
     const bool contributed = is_participant_locked(id) &&
                              (round_.updates.count(id) > 0 || round_.receiving.count(id) > 0 ||
                               round_.scores.count(id) > 0 || round_.secagg != nullptr);
@@ -529,18 +537,7 @@ Status RoundEngine::leave(const std::string& id, const pb::LeaveRequest& req) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     ATOLL_RETURN_IF_ERROR(member_locked(id, req.experiment_id()));
-    NodeState& n = nodes_[id];
-    n.status = NodeStatus::kLeft;
-    n.ready = false;
-    n.record.state = "left";
-    (void)store_.put_node(experiment_id_, n.record);
-    const std::string reason = req.reason().substr(0, 200);
-    audit("node_left", id + ": " + reason);
-    Event e{Event::Kind::kNodeLeft};
-    e.round = experiment_.current_round;
-    e.node_id = id;
-    e.message = reason;
-    emit(std::move(e));
+    end_membership_locked(id, NodeStatus::kLeft, req.reason().substr(0, 200));
     commit_job = maybe_close_round_locked(Clock::now());
     cv_.notify_all();
   }

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <string>
 
+#include "kernels/cuda/shared_library.h"
+
 namespace atl::kernels::cuda {
 
 namespace {
@@ -20,24 +22,13 @@ struct Loaded {
   Status status = Status::Ok();
 };
 
-// `fn` resolved from `lib` into `slot`; false (and a reason in `why`) when it is missing.
-template <typename Fn>
-bool resolve(void* lib, const char* name, Fn& slot, std::string& why) {
-  slot = reinterpret_cast<Fn>(dlsym(lib, name));
-  if (slot != nullptr) return true;
-  why = std::string("it has no ") + name;
-  return false;
-}
-
 Loaded load_once() {
   Loaded out;
-  void* lib = dlopen(kSoname, RTLD_NOW | RTLD_LOCAL);
-  std::string first_error = lib == nullptr ? dlerror() : "";
+  std::string first_error;
 #ifdef ATOLL_CUDA_LIBRARY_DIR
-  if (lib == nullptr) {
-    const std::string path = std::string(ATOLL_CUDA_LIBRARY_DIR) + "/" + kSoname;
-    lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  }
+  void* lib = open_shared_library(kSoname, ATOLL_CUDA_LIBRARY_DIR, &first_error);
+#else
+  void* lib = open_shared_library(kSoname, nullptr, &first_error);
 #endif
   if (lib == nullptr) {
     out.status = Unavailable(std::string("CUDA: cannot load ") + kSoname + " (" + first_error +
@@ -48,22 +39,22 @@ Loaded load_once() {
   }
   CublasLt& t = out.table;
   std::string why;
-  const bool all = resolve(lib, "cublasLtCreate", t.Create, why) &&
-                   resolve(lib, "cublasLtDestroy", t.Destroy, why) &&
-                   resolve(lib, "cublasLtGetStatusName", t.GetStatusName, why) &&
-                   resolve(lib, "cublasLtGetStatusString", t.GetStatusString, why) &&
-                   resolve(lib, "cublasLtMatmulDescCreate", t.MatmulDescCreate, why) &&
-                   resolve(lib, "cublasLtMatmulDescDestroy", t.MatmulDescDestroy, why) &&
-                   resolve(lib, "cublasLtMatmulDescSetAttribute", t.MatmulDescSetAttribute, why) &&
-                   resolve(lib, "cublasLtMatrixLayoutCreate", t.MatrixLayoutCreate, why) &&
-                   resolve(lib, "cublasLtMatrixLayoutDestroy", t.MatrixLayoutDestroy, why) &&
-                   resolve(lib, "cublasLtMatmulPreferenceCreate", t.MatmulPreferenceCreate, why) &&
-                   resolve(lib, "cublasLtMatmulPreferenceDestroy", t.MatmulPreferenceDestroy,
-                           why) &&
-                   resolve(lib, "cublasLtMatmulPreferenceSetAttribute",
-                           t.MatmulPreferenceSetAttribute, why) &&
-                   resolve(lib, "cublasLtMatmulAlgoGetHeuristic", t.MatmulAlgoGetHeuristic, why) &&
-                   resolve(lib, "cublasLtMatmul", t.Matmul, why);
+  const bool all =
+      resolve_symbol(lib, "cublasLtCreate", t.Create, &why) &&
+      resolve_symbol(lib, "cublasLtDestroy", t.Destroy, &why) &&
+      resolve_symbol(lib, "cublasLtGetStatusName", t.GetStatusName, &why) &&
+      resolve_symbol(lib, "cublasLtGetStatusString", t.GetStatusString, &why) &&
+      resolve_symbol(lib, "cublasLtMatmulDescCreate", t.MatmulDescCreate, &why) &&
+      resolve_symbol(lib, "cublasLtMatmulDescDestroy", t.MatmulDescDestroy, &why) &&
+      resolve_symbol(lib, "cublasLtMatmulDescSetAttribute", t.MatmulDescSetAttribute, &why) &&
+      resolve_symbol(lib, "cublasLtMatrixLayoutCreate", t.MatrixLayoutCreate, &why) &&
+      resolve_symbol(lib, "cublasLtMatrixLayoutDestroy", t.MatrixLayoutDestroy, &why) &&
+      resolve_symbol(lib, "cublasLtMatmulPreferenceCreate", t.MatmulPreferenceCreate, &why) &&
+      resolve_symbol(lib, "cublasLtMatmulPreferenceDestroy", t.MatmulPreferenceDestroy, &why) &&
+      resolve_symbol(lib, "cublasLtMatmulPreferenceSetAttribute", t.MatmulPreferenceSetAttribute,
+                     &why) &&
+      resolve_symbol(lib, "cublasLtMatmulAlgoGetHeuristic", t.MatmulAlgoGetHeuristic, &why) &&
+      resolve_symbol(lib, "cublasLtMatmul", t.Matmul, &why);
   // The library stays loaded for the process's life (its handles outlive any one context).
   if (!all) out.status = Unavailable(std::string("CUDA: ") + kSoname + " cannot be used: " + why);
   return out;

@@ -5,8 +5,9 @@
 #include "kernels/cuda/devices.h"
 
 #if defined(ATOLL_HAVE_NCCL)
-#include <dlfcn.h>
 #include <nccl.h>
+
+#include "kernels/cuda/shared_library.h"
 #endif
 
 namespace atl::kernels::cuda {
@@ -31,22 +32,10 @@ struct Nccl {
   Status status = Status::Ok();
 };
 
-template <typename Fn>
-bool resolve(void* lib, const char* name, Fn& slot, std::string& why) {
-  slot = reinterpret_cast<Fn>(dlsym(lib, name));
-  if (slot != nullptr) return true;
-  why = std::string("it has no ") + name;
-  return false;
-}
-
 Nccl load_nccl_once() {
   Nccl t;
-  void* lib = dlopen(kNcclSoname, RTLD_NOW | RTLD_LOCAL);
-  const std::string first_error = lib == nullptr ? dlerror() : "";
-  if (lib == nullptr) {
-    const std::string path = std::string(ATOLL_NCCL_LIBRARY_DIR) + "/" + kNcclSoname;
-    lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  }
+  std::string first_error;
+  void* lib = open_shared_library(kNcclSoname, ATOLL_NCCL_LIBRARY_DIR, &first_error);
   if (lib == nullptr) {
     t.status = Unavailable(std::string("cannot load ") + kNcclSoname + " (" + first_error +
                            "): install NCCL or put its directory on LD_LIBRARY_PATH, or pass "
@@ -54,12 +43,12 @@ Nccl load_nccl_once() {
     return t;
   }
   std::string why;
-  const bool all = resolve(lib, "ncclCommInitAll", t.CommInitAll, why) &&
-                   resolve(lib, "ncclCommDestroy", t.CommDestroy, why) &&
-                   resolve(lib, "ncclAllReduce", t.AllReduce, why) &&
-                   resolve(lib, "ncclGroupStart", t.GroupStart, why) &&
-                   resolve(lib, "ncclGroupEnd", t.GroupEnd, why) &&
-                   resolve(lib, "ncclGetErrorString", t.GetErrorString, why);
+  const bool all = resolve_symbol(lib, "ncclCommInitAll", t.CommInitAll, &why) &&
+                   resolve_symbol(lib, "ncclCommDestroy", t.CommDestroy, &why) &&
+                   resolve_symbol(lib, "ncclAllReduce", t.AllReduce, &why) &&
+                   resolve_symbol(lib, "ncclGroupStart", t.GroupStart, &why) &&
+                   resolve_symbol(lib, "ncclGroupEnd", t.GroupEnd, &why) &&
+                   resolve_symbol(lib, "ncclGetErrorString", t.GetErrorString, &why);
   if (!all) t.status = Unavailable(std::string(kNcclSoname) + " cannot be used: " + why);
   return t;
 }
