@@ -494,6 +494,10 @@ Status Store::open_db() {
   db_opts.db_write_buffer_size = 64 << 20;
   // The WAL holds everything the memtables do; closing after a failed write must not flush.
   db_opts.avoid_flush_during_shutdown = true;
+  // No preallocation: on a full disk a new WAL file (a reopen after a failed write creates one)
+  // would reserve the space just freed, and the store waited for room it had taken itself (the
+  // full-disk test failed so, now and then, under load).
+  db_opts.allow_fallocate = false;
   {
     std::error_code ec;
     std::filesystem::create_directories(dir_, ec);  // for the log; Open reports what fails
