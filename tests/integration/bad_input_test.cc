@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "node/data_source.h"
@@ -145,6 +146,15 @@ TEST(BadInput, ASecondStopSignalExitsAtOnce) {
       wait_for_log(dir / "coordinator.log", std::regex("on 127\\.0\\.0\\.1:\\d+"), 60s, &log))
       << log;
   p->signal(SIGSTOP);
+  // Stopped for certain (state T) before the two signals, so that both are pending together: a
+  // thread still running on the other core could otherwise take the first and finish stopping.
+  const auto stopped = [pid = p->pid()] {
+    std::string stat = read_text("/proc/" + std::to_string(pid) + "/stat");
+    const size_t paren = stat.rfind(')');
+    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T';
+  };
+  for (int i = 0; i < 500 && !stopped(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(stopped());
   p->signal(SIGTERM);
   p->signal(SIGINT);
   p->signal(SIGCONT);
