@@ -726,6 +726,7 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
   }
   root = std::move(r).table();
 #endif
+  check.parsed = true;
   ExperimentConfig& c = check.config;
   const std::vector<std::string> subtables = {"model",  "train",   "diloco", "hydra", "data",
                                               "robust", "privacy", "secagg", "lora"};

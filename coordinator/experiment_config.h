@@ -327,6 +327,7 @@ StatusOr<ExperimentConfig> parse_experiment_config(std::string_view toml_text,
 struct ConfigCheck {
   ExperimentConfig config;
   std::vector<Status> errors;
+  bool parsed = false;  // the text was TOML (config holds every value that could be read)
 };
 ConfigCheck check_experiment_config(std::string_view toml_text,
                                     std::string_view source = "config.toml");

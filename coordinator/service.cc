@@ -85,6 +85,14 @@ Status CoordinatorService::certificate_admitted(const transport::PeerIdentity& p
   return revocations_ ? revocations_->check(peer.name, peer.serial_hex) : Status::Ok();
 }
 
+std::function<Status()> CoordinatorService::stream_admission(const grpc::ServerContext& ctx) const {
+  if (!revocations_ || identity_ != IdentitySource::kTlsCertificate)
+    return [] { return Status::Ok(); };
+  auto peer = transport::peer_identity(ctx);
+  if (!peer.ok()) return [st = peer.status()] { return st; };
+  return [this, peer = std::move(*peer)] { return certificate_admitted(peer); };
+}
+
 void CoordinatorService::certificates_revoked(const std::vector<std::string>& serials) {
   std::vector<std::pair<std::string, std::string>> dropped;  // node, serial
   {
@@ -264,14 +272,12 @@ grpc::Status CoordinatorService::PullParams(grpc::ServerContext* ctx,
   if (!id.ok()) return to_grpc(id.status());
   auto plan = plan_pull(*id, *req, PullDigest::kUpFront);  // in the first chunk's header
   if (!plan.ok()) return to_grpc(plan.status());
-  const auto peer = identity_ == IdentitySource::kTlsCertificate
-                        ? transport::peer_identity(*ctx)
-                        : StatusOr<transport::PeerIdentity>(transport::PeerIdentity{});
+  const std::function<Status()> admitted = stream_admission(*ctx);
   Status st = transport::for_each_chunk(
       plan->header, plan->payload,
       [&](const pb::TensorChunk& c) -> Status {
         if (ctx->IsCancelled()) return Unavailable("PullParams cancelled by the node");
-        if (peer.ok()) ATOLL_RETURN_IF_ERROR(certificate_admitted(*peer));  // revoked meanwhile
+        ATOLL_RETURN_IF_ERROR(admitted());  // revoked meanwhile
         if (!writer->Write(c)) return Unavailable("node '" + *id + "' went away during PullParams");
         return Status::Ok();
       },
@@ -298,13 +304,11 @@ grpc::Status CoordinatorService::PushUpdate(grpc::ServerContext* ctx,
   if (!buffer.ok()) return to_grpc(buffer.status());
   transport::ChunkAssembler assembler(max_push_bytes(h), std::move(*buffer));
   Status st = assembler.add(first);
-  const auto peer = identity_ == IdentitySource::kTlsCertificate
-                        ? transport::peer_identity(*ctx)
-                        : StatusOr<transport::PeerIdentity>(transport::PeerIdentity{});
+  const std::function<Status()> admitted = stream_admission(*ctx);
   pb::TensorChunk chunk;
   while (st.ok() && reader->Read(&chunk)) {
     st = assembler.add(chunk);
-    if (st.ok() && peer.ok()) st = certificate_admitted(*peer);  // revoked meanwhile
+    if (st.ok()) st = admitted();  // revoked meanwhile
   }
   if (st.ok() && ctx->IsCancelled()) st = Unavailable("PushUpdate cancelled by the node");
   if (st.ok()) st = assembler.finish();

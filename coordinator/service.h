@@ -121,6 +121,9 @@ class CoordinatorService final : public atoll_pb::v1::Coordinator::Service {
   // OK unless the certificate was revoked (asked again while a transfer runs, so that a
   // revocation cuts a pull or push in flight).
   Status certificate_admitted(const transport::PeerIdentity& peer) const;
+  // certificate_admitted for the caller of a gRPC stream, asked between its chunks; always OK
+  // without a revocation list (the certificate is then not even read).
+  std::function<Status()> stream_admission(const grpc::ServerContext& ctx) const;
 
   // ---- gRPC (see atoll.proto) ----
   grpc::Status Join(grpc::ServerContext* ctx, const atoll_pb::v1::JoinRequest* req,

@@ -35,13 +35,24 @@ std::string read(const std::string& path) {
   return text.ok() ? *text : "";
 }
 
-TEST(Revocation, RevokeByNameWritesASignedListAndMovesThePairAside) {
+// The test CAs (tests/transport/test_cas.h) and a second node, node-2, with both nodes' serials.
+struct Cas {
   TempDir tmp;
-  const std::string ca = tmp.sub("ca"), other = tmp.sub("other");
-  ASSERT_NO_FATAL_FAILURE(testing::issue_test_cas(ca, other));
-  ASSERT_TRUE(ca_issue(ca, "node-2", Role::kNode).ok());
-  const std::string serial1 = serial_of(cert_path(ca, "node-1"));
-  const std::string serial2 = serial_of(cert_path(ca, "node-2"));
+  std::string ca = tmp.sub("ca"), other = tmp.sub("other"), serial1, serial2;
+  void issue() {
+    ASSERT_NO_FATAL_FAILURE(testing::issue_test_cas(ca, other));
+    ASSERT_TRUE(ca_issue(ca, "node-2", Role::kNode).ok());
+    serial1 = serial_of(cert_path(ca, "node-1"));
+    serial2 = serial_of(cert_path(ca, "node-2"));
+  }
+};
+
+TEST(Revocation, RevokeByNameWritesASignedListAndMovesThePairAside) {
+  Cas cas;
+  ASSERT_NO_FATAL_FAILURE(cas.issue());
+  const std::string &ca = cas.ca, &other = cas.other, &serial1 = cas.serial1,
+                    &serial2 = cas.serial2;
+  TempDir& tmp = cas.tmp;
 
   auto first = ca_revoke(ca, {.name = "node-1"});
   ASSERT_TRUE(first.ok()) << first.status().to_string();
@@ -140,12 +151,10 @@ TEST(Revocation, RevokeRefusesWhatIsNotThisCasToRevoke) {
 }
 
 TEST(Revocation, AWatchRefusesListedCertificatesAndFollowsTheFile) {
-  TempDir tmp;
-  const std::string ca = tmp.sub("ca"), other = tmp.sub("other");
-  ASSERT_NO_FATAL_FAILURE(testing::issue_test_cas(ca, other));
-  ASSERT_TRUE(ca_issue(ca, "node-2", Role::kNode).ok());
-  const std::string serial1 = serial_of(cert_path(ca, "node-1"));
-  const std::string serial2 = serial_of(cert_path(ca, "node-2"));
+  Cas cas;
+  ASSERT_NO_FATAL_FAILURE(cas.issue());
+  const std::string &ca = cas.ca, &other = cas.other, &serial1 = cas.serial1,
+                    &serial2 = cas.serial2;
   std::mutex mu;
   std::vector<std::string> notes, heard;
   auto watch = RevocationWatch::open(
