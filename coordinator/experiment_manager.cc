@@ -17,20 +17,6 @@ namespace json = boost::json;
 
 namespace {
 
-// Averages whole buckets of `bucket` consecutive points (x and y alike).
-Series downsample(const Series& s, uint64_t bucket) {
-  if (bucket <= 1) return s;
-  Series out;
-  out.reserve(s.size() / bucket + 1);
-  for (size_t i = 0; i < s.size(); i += bucket) {
-    const size_t e = std::min(s.size(), i + static_cast<size_t>(bucket));
-    double x = 0, y = 0;
-    for (size_t j = i; j < e; ++j) x += s[j].round, y += s[j].value;
-    out.push_back({x / static_cast<double>(e - i), y / static_cast<double>(e - i)});
-  }
-  return out;
-}
-
 const char* node_event_name(Event::Kind k) {
   switch (k) {
     case Event::Kind::kNodeJoined:
@@ -533,30 +519,28 @@ StatusOr<std::vector<RoundRecord>> ExperimentManager::rounds(const std::string& 
 StatusOr<MetricSeries> ExperimentManager::metrics(const std::string& id,
                                                   uint32_t max_points) const {
   ATOLL_ASSIGN_OR_RETURN(ExperimentSummary s, get(id));
-  max_points = std::max<uint32_t>(max_points, 2);
+  max_points = std::clamp<uint32_t>(max_points, 2, kMaxSeriesPoints);
   MetricSeries m;
   m.total_rounds = s.record.current_round;
-  m.bucket = (m.total_rounds + max_points - 1) / max_points;
-  if (m.bucket < 1) m.bucket = 1;
   {
     std::lock_guard<std::mutex> lk(fold_mu_);
     RecordFold& fold = folds_[id];
     fold_records_locked(id, s, fold);
-    for (const auto& [name, series] : fold.global) m.global[name] = downsample(series, m.bucket);
+    // The dashboard sums "bytes" and "ddp_bytes" as bucket × each point's mean, which is exact
+    // when the bucket splits none of the kept points of the per-round series.
+    uint64_t stride = 1;
+    for (const auto& [name, series] : fold.global) stride = std::max(stride, series.stride());
+    const uint64_t wanted = std::max<uint64_t>(1, (m.total_rounds + max_points - 1) / max_points);
+    m.bucket = (wanted + stride - 1) / stride * stride;
+    for (const auto& [name, series] : fold.global) m.global[name] = series.bucketed(m.bucket);
     for (const auto& [metric, nodes] : fold.per_node)
-      for (const auto& [node, series] : nodes)
-        m.per_node[metric][node] = downsample(series, m.bucket);
+      for (const auto& [node, series] : nodes) m.per_node[metric][node] = series.bucketed(m.bucket);
     // The nodes' and the coordinator's reports (a few per round).
     ATOLL_RETURN_IF_ERROR(fold_reports_locked(id, fold));
-    for (const auto& [name, byround] : fold.coordinator_reports) {
-      Series series;
-      series.reserve(byround.size());
-      for (const auto& [r, v] : byround) series.push_back({r, v});
-      m.global[name] = downsample(series, m.bucket);
-    }
+    for (const auto& [name, series] : fold.coordinator_reports)
+      m.global[name] = series.bucketed(m.bucket);
     for (const auto& [metric, nodes] : fold.node_reports)
-      for (const auto& [node, series] : nodes)
-        m.per_node[metric][node] = downsample(series, m.bucket);
+      for (const auto& [node, series] : nodes) m.per_node[metric][node] = series.bucketed(m.bucket);
   }
   return m;
 }
@@ -576,21 +560,17 @@ Status ExperimentManager::fold_reports_locked(const std::string& id, RecordFold&
         if (!kv.value().is_number()) continue;
         const double val = kv.value().to_number<double>();
         if (n == kCoordinatorNode) {
-          fold.coordinator_reports[std::string(kv.key())][r] = val;
+          fold.coordinator_reports[std::string(kv.key())].add(r, val);
+          // x = 0 is the initial parameters': no result of the run, so not its final or best.
+          if (kv.key() == "val_bpb" && r != 0) {
+            if (r >= fold.final_val_bpb_round)
+              fold.final_val_bpb_round = r, fold.final_val_bpb = val;
+            if (!fold.best_val_bpb || val < *fold.best_val_bpb) fold.best_val_bpb = val;
+          }
         } else if (kv.key() == "tokens_per_s" || kv.key() == "site_val_bpb" ||
                    kv.key() == "teacher_bytes_per_token") {
-          Series& series = fold.node_reports[std::string(kv.key())][n];
-          // Key order is round order for one node; a report of an earlier round stored later
-          // (it cannot be, but the store is not trusted for it) is put in its place.
-          const SeriesPoint p{r + 1, val};
-          if (series.empty() || series.back().round <= p.round)
-            series.push_back(p);
-          else
-            series.insert(std::upper_bound(series.begin(), series.end(), p,
-                                           [](const SeriesPoint& a, const SeriesPoint& b) {
-                                             return a.round < b.round;
-                                           }),
-                          p);
+          // x = rounds completed: a report of round r comes after r + 1 rounds.
+          fold.node_reports[std::string(kv.key())][n].add(r + 1, val);
         }
       }
     }
@@ -617,17 +597,17 @@ void ExperimentManager::fold_records_locked(const std::string& id, const Experim
       if (!p.pushed) continue;
       ++t.rounds;
       pushed += 1;
-      fold.per_node["loss"][p.node_id].push_back({x, p.loss});
-      fold.per_node["bytes_up"][p.node_id].push_back({x, static_cast<double>(p.bytes_up)});
+      fold.per_node["loss"][p.node_id].add(x, p.loss);
+      fold.per_node["bytes_up"][p.node_id].add(x, static_cast<double>(p.bytes_up));
     }
     for (const auto& [node, bytes] : rec->late_bytes_down) fold.totals[node].bytes_down += bytes;
-    fold.global["mean_loss"].push_back({x, rec->mean_loss});
-    fold.global["tokens"].push_back({x, static_cast<double>(rec->tokens)});
-    fold.global["bytes"].push_back(
-        {x, static_cast<double>(rec->bytes_up + rec->bytes_down + late_bytes_down_total(*rec))});
+    fold.global["mean_loss"].add(x, rec->mean_loss);
+    fold.global["tokens"].add(x, static_cast<double>(rec->tokens));
+    fold.global["bytes"].add(
+        x, static_cast<double>(rec->bytes_up + rec->bytes_down + late_bytes_down_total(*rec)));
     // A ring all-reduce of the fp32 gradient every inner step: 2(N−1)·P·4 bytes in total.
-    fold.global["ddp_bytes"].push_back({x, steps * 2.0 * std::max(0.0, pushed - 1) * param_bytes});
-    fold.global["duration_s"].push_back({x, rec->duration_s});
+    fold.global["ddp_bytes"].add(x, steps * 2.0 * std::max(0.0, pushed - 1) * param_bytes);
+    fold.global["duration_s"].add(x, rec->duration_s);
   }
 }
 
@@ -652,20 +632,13 @@ StatusOr<ExperimentTotals> ExperimentManager::totals(const std::string& id) cons
                                              static_cast<uint64_t>(1000.0 * first->duration_s));
     if (last.ok()) t.last_commit_unix_ms = last->committed_unix_ms;
   }
-  // Only the coordinator's own reports (one per evaluated round), not every node's.
-  ATOLL_ASSIGN_OR_RETURN(std::vector<std::string> reports,
-                         store_.list_metrics(id, kCoordinatorNode));
-  double final_round = -1;
-  for (const auto& text : reports) {
-    const auto report = parse_metrics_report(text);
-    if (!report || report->node != kCoordinatorNode) continue;
-    const auto* bpb = report->metrics().if_contains("val_bpb");
-    if (!bpb || !bpb->is_number()) continue;
-    const double r = report->round, val = bpb->to_number<double>();
-    // x = 0 is the initial parameters': no result of the run, so not its final or best bpb.
-    if (r == 0) continue;
-    if (r >= final_round) final_round = r, t.final_val_bpb = val;
-    if (!t.best_val_bpb || val < *t.best_val_bpb) t.best_val_bpb = val;
+  {
+    // The reports folded so far plus those stored since (each report is read once).
+    std::lock_guard<std::mutex> lk(fold_mu_);
+    RecordFold& fold = folds_[id];
+    ATOLL_RETURN_IF_ERROR(fold_reports_locked(id, fold));
+    t.final_val_bpb = fold.final_val_bpb;
+    t.best_val_bpb = fold.best_val_bpb;
   }
   if (settled) {
     std::lock_guard<std::mutex> lk(totals_mu_);

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "coordinator/experiment_config.h"
+#include "coordinator/folded_series.h"
 #include "coordinator/router.h"
 #include "coordinator/service.h"
 #include "coordinator/store.h"
@@ -75,13 +76,6 @@ struct ExperimentTotals {
   uint64_t started_unix_ms = 0;         // the first round's start (commit − duration); 0: none
   uint64_t last_commit_unix_ms = 0;     // the latest round's commit; 0: none
 };
-
-// x = rounds completed (0 = the initial parameters), y = the value.
-struct SeriesPoint {
-  double round = 0;
-  double value = 0;
-};
-using Series = std::vector<SeriesPoint>;
 
 struct MetricSeries {
   uint64_t total_rounds = 0;  // committed rounds
@@ -231,22 +225,26 @@ class ExperimentManager {
   mutable std::map<std::string, std::pair<uint64_t, ExperimentTotals>> settled_totals_;
   // What the committed round records give the dashboard's series and node totals, folded in
   // once per record: every open tab asks for both about once a second, and rereading every
-  // record took 0.5 s at 55k rounds. Full resolution (16 bytes a point: ~10 MB for 60k rounds
-  // of 3 nodes); downsampled per request. Records never change once committed.
+  // record took 0.5 s at 55k rounds. Each series is kept in bounded memory (FoldedSeries: at
+  // most 120 kB, however many rounds) and bucketed per request. Records never change once
+  // committed.
   struct RecordFold {
     uint64_t rounds = 0;  // records [0, rounds) are in
-    std::map<std::string, Series> global;
-    std::map<std::string, std::map<std::string, Series>> per_node;
+    std::map<std::string, FoldedSeries> global;  // one value per committed round
+    std::map<std::string, std::map<std::string, FoldedSeries>> per_node;
     struct NodeTotals {
       uint64_t rounds = 0, tokens = 0, bytes_up = 0, bytes_down = 0;
     };
     std::map<std::string, NodeTotals> totals;
     // The metrics reports read so far: per reporting node the store key of its last one, the
-    // coordinator's values (name → round → value, the latest report of a round wins) and the
-    // nodes' (metric → node → points in round order).
+    // coordinator's values (name → series; the latest report of a round wins) and the nodes'
+    // (metric → node → series), and the validation bpb of the coordinator's last evaluated
+    // round and its best (round 0, the initial parameters, is neither).
     std::map<std::string, std::string> report_cursor;
-    std::map<std::string, std::map<double, double>> coordinator_reports;
-    std::map<std::string, std::map<std::string, Series>> node_reports;
+    std::map<std::string, FoldedSeries> coordinator_reports;
+    std::map<std::string, std::map<std::string, FoldedSeries>> node_reports;
+    double final_val_bpb_round = -1;
+    std::optional<double> final_val_bpb, best_val_bpb;
   };
   // Folds the records of `id` up to `rounds` in (under fold_mu_; the caller holds it).
   void fold_records_locked(const std::string& id, const ExperimentSummary& s,
