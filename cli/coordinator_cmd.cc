@@ -550,6 +550,13 @@ int cmd_coordinator(const Args& args) {
                   " (index.html is missing), so its pages answer 404 while the API works: give "
                   "--web DIR with the dashboard's files (web/ of the source tree)",
               std::nullopt, stderr);
+  else if (rc.http && !std::filesystem::exists(rc.chart_library))
+    log.write(LogLevel::kWarn,
+              "dashboard: no chart library at " + rc.chart_library +
+                  ", so its pages show no charts: copy node_modules/chart.js/dist of the source "
+                  "tree (after `npm ci`) to node_modules/chart.js/dist beside the --web "
+                  "directory",
+              std::nullopt, stderr);
   if (rc.metrics_http) say("metrics: " + rc.metrics_http->url() + " (plain HTTP, no token)");
   const auto* stop = install_stop_signals();
   EventHandler handle(rc, evaluator.get(), log, where);

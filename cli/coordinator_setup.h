@@ -139,6 +139,7 @@ struct RunningCoordinator {
   std::shared_ptr<const node::BaseModel> base;  // the LoRA base (null without [lora])
   std::string store_dir;  // the launch's store directory
   std::string web_root;   // where the dashboard's pages are served from ("" without a dashboard)
+  std::string chart_library;  // the chart library's file the pages load ("" without a dashboard)
   // Metrics listener, dashboard, gRPC server, services, manager, metrics, router, store,
   // refusal log.
   ~RunningCoordinator();

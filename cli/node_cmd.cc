@@ -246,6 +246,11 @@ int cmd_node(const Args& args) {
                              s.code() == StatusCode::kFailedPrecondition ||
                              s.code() == StatusCode::kUnauthenticated;
   if (!s.ok()) return log.fail(s.message(), setup_refused ? 2 : 1);
+  // Stopped by SIGTERM or SIGINT before the experiment ended (after its Leave): 128 + the
+  // signal, as a process the signal killed, so that a supervisor brings the site back — a
+  // Kubernetes Job counts exit 0 of a drained pod as the site done for good. 0 is "the
+  // experiment is over".
+  if (o.stop->load()) return stopped_exit_code();
   return 0;
 }
 

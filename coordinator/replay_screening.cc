@@ -1,8 +1,10 @@
 // Replay detection in the commit's screening (update_screening.h): each update's count sketch
 // against its node's last accepted one, and the screening memory committed with each round.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
 #include "algorithms/diloco/replay.h"
 #include "coordinator/update_screening.h"
@@ -74,30 +76,50 @@ ReplayMemory screen_replays(PendingUpdates& updates, const ReplayMemory& previou
                             ScreenOutcome& screened) {
   ReplayMemory sketched;
   if (!(min_cosine > 0)) return sketched;
-  for (auto it = updates.begin(); it != updates.end();) {
-    const PendingUpdate& u = it->second;
+  // Each update's cosine to its node's previous accepted one (nodes with one of the same layout).
+  std::map<std::string, double> cosines;
+  for (const auto& [id, u] : updates) {
     ReplayEntry entry{update_layout_key(u, range), algorithms::replay_sketch(u.delta, u.indices)};
-    auto prev = previous.find(it->first);
+    auto prev = previous.find(id);
     if (prev != previous.end() && prev->second.layout == entry.layout) {
       // A bit-for-bit equal sketch is cosine 1 exactly (replay_cosine = 1: exact repeats only).
       const bool zero = algorithms::sketch_cosine(entry.sketch, entry.sketch) == 0.0;
-      const double cosine = !zero && entry.sketch == prev->second.sketch
-                                ? 1.0
-                                : algorithms::sketch_cosine(entry.sketch, prev->second.sketch);
-      if (cosine >= min_cosine) {
-        ScreenedUpdate& s = screened.by_node[it->first];
-        s.norm = algorithms::l2_norm(u.delta);
-        s.action = algorithms::ScreenAction::kDropped;
-        s.reason = "replay";
-        s.why = "dropped: replay: cosine " + cosine_text(cosine) +
-                " to its previous accepted update >= robust.replay_cosine " +
-                cosine_text(min_cosine);
-        it = updates.erase(it);
+      cosines[id] = !zero && entry.sketch == prev->second.sketch
+                        ? 1.0
+                        : algorithms::sketch_cosine(entry.sketch, prev->second.sketch);
+    }
+    sketched[id] = std::move(entry);
+  }
+  for (auto it = updates.begin(); it != updates.end();) {
+    auto c = cosines.find(it->first);
+    if (c == cosines.end() || c->second < min_cosine) {
+      ++it;
+      continue;
+    }
+    // Where the round's other sites are as close to their own previous updates (a tiny model,
+    // or one inner step: updates of nearly fixed direction), closeness is no sign of a replay:
+    // one is also kReplayCloserThanTheRound times closer than their median, measured as 1 − cos.
+    // An exact repeat (1 − cos = 0) always is.
+    std::vector<double> others;
+    for (const auto& [id, cosine] : cosines)
+      if (id != it->first) others.push_back(1.0 - cosine);
+    if (!others.empty()) {
+      std::nth_element(others.begin(), others.begin() + others.size() / 2, others.end());
+      const double typical = others[others.size() / 2];
+      if (1.0 - c->second > typical / kReplayCloserThanTheRound) {
+        ++it;
         continue;
       }
     }
-    sketched[it->first] = std::move(entry);
-    ++it;
+    const PendingUpdate& u = it->second;
+    ScreenedUpdate& s = screened.by_node[it->first];
+    s.norm = algorithms::l2_norm(u.delta);
+    s.action = algorithms::ScreenAction::kDropped;
+    s.reason = "replay";
+    s.why = "dropped: replay: cosine " + cosine_text(c->second) +
+            " to its previous accepted update >= robust.replay_cosine " + cosine_text(min_cosine);
+    sketched.erase(it->first);
+    it = updates.erase(it);
   }
   return sketched;
 }

@@ -55,9 +55,12 @@ using ReplayMemory = std::map<std::string, ReplayEntry>;
 uint64_t update_layout_key(const PendingUpdate& update, algorithms::compress::UpdateRange range);
 
 // Drops (erases) every update whose sketch has cosine ≥ min_cosine to its node's entry in
-// `previous` of the same layout, recording it in `screened` as dropped for "replay". Returns the
-// entries (layout and sketch) of the updates left, for remember_accepted. min_cosine ≤ 0: no
-// update is compared or sketched (returns nothing).
+// `previous` of the same layout and is also kReplayCloserThanTheRound times closer to it than
+// the round's other updates are to theirs (median of 1 − cos; an exact repeat always is),
+// recording it in `screened` as dropped for "replay". Returns the entries (layout and sketch) of
+// the updates left, for remember_accepted. min_cosine ≤ 0: no update is compared or sketched
+// (returns nothing).
+inline constexpr double kReplayCloserThanTheRound = 10;
 ReplayMemory screen_replays(PendingUpdates& updates, const ReplayMemory& previous,
                             double min_cosine, algorithms::compress::UpdateRange range,
                             ScreenOutcome& screened);

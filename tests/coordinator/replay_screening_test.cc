@@ -89,6 +89,52 @@ TEST(ReplayScreening, NearRepeatsAboveTheThresholdAreDroppedHonestCorrelationIsK
   EXPECT_TRUE(s2.by_node.empty());
 }
 
+// A tiny model or one inner step: every honest site's update is within cosine 0.99 of its
+// previous one. 4–10% of honest updates were dropped as replays (64 sites, 2,712 parameters).
+// Judged against the round's other sites, they are kept; repeats still are not.
+TEST(ReplayScreening, UpdatesAsCloseAsTheRoundsOthersAreKeptRepeatsAreNot) {
+  const size_t n = 20000;
+  std::vector<std::vector<float>> before;
+  PendingUpdates r0;
+  for (int i = 0; i < 4; ++i) {
+    before.push_back(normal_vector(n, 10 + i));
+    r0["node-" + std::to_string(i)] = update_of(before.back());
+  }
+  ScreenOutcome s0;
+  const ReplayMemory m0 = commit(r0, {}, 0.99, s0);
+  // Each site's next update: cosine about 0.995 to its previous one.
+  auto next_of = [&](int i, float noise_share, int seed) {
+    std::vector<float> v = before[i];
+    const std::vector<float> noise = normal_vector(n, seed);
+    for (size_t j = 0; j < n; ++j) v[j] += noise_share * noise[j];
+    return v;
+  };
+  PendingUpdates honest;
+  for (int i = 0; i < 4; ++i)
+    honest["node-" + std::to_string(i)] = update_of(next_of(i, 0.1f, 20 + i));
+  ScreenOutcome s1;
+  commit(honest, m0, 0.99, s1);
+  EXPECT_EQ(honest.size(), 4u);
+  EXPECT_TRUE(s1.by_node.empty());
+  // Among them, an exact repeat and a lossy re-encoding of one (cosine ≈ 0.99995) are dropped.
+  PendingUpdates attacked;
+  attacked["node-0"] = update_of(before[0]);
+  attacked["node-1"] = update_of(next_of(1, 0.01f, 31));
+  attacked["node-2"] = update_of(next_of(2, 0.1f, 32));
+  attacked["node-3"] = update_of(next_of(3, 0.1f, 33));
+  ScreenOutcome s2;
+  commit(attacked, m0, 0.99, s2);
+  EXPECT_EQ(attacked.size(), 2u);
+  EXPECT_EQ(s2.by_node.count("node-0"), 1u);
+  EXPECT_EQ(s2.by_node.count("node-1"), 1u);
+  // Every site repeating: all dropped (an exact repeat needs no comparison).
+  PendingUpdates all_repeat;
+  for (int i = 0; i < 4; ++i) all_repeat["node-" + std::to_string(i)] = update_of(before[i]);
+  ScreenOutcome s3;
+  commit(all_repeat, m0, 0.99, s3);
+  EXPECT_TRUE(all_repeat.empty());
+}
+
 TEST(ReplayScreening, OffOtherLayoutsZeroUpdatesAndExactOnly) {
   const std::vector<float> a = normal_vector(20000, 6);
   ScreenOutcome s;

@@ -374,7 +374,8 @@ TEST(DilocoStreaming, TwoFragmentsWithOverlapCompleteDeterministically) {
     EXPECT_EQ(runs[0][r].sha, runs[1][r].sha) << "round " << r;
 }
 
-// SIGTERM makes a node leave cleanly: exit code 0 and a Leave seen by the coordinator.
+// SIGTERM makes a node leave cleanly: a Leave seen by the coordinator, and exit code 143 (128 +
+// SIGTERM: the site stopped before its experiment ended, for a supervisor to bring back).
 TEST(DilocoProcesses, SigtermMakesANodeLeaveCleanly) {
   Cluster c;
   c.make_ca({"node-1", "node-2"});
@@ -390,7 +391,7 @@ TEST(DilocoProcesses, SigtermMakesANodeLeaveCleanly) {
   c.nodes[1].signal(SIGTERM);
   auto code = c.nodes[1].wait_for(30s);
   ASSERT_TRUE(code.has_value()) << read_text(c.dir / "node-2.log");
-  EXPECT_EQ(*code, 0) << read_text(c.dir / "node-2.log");
+  EXPECT_EQ(*code, 128 + SIGTERM) << read_text(c.dir / "node-2.log");
   ASSERT_TRUE(wait_for_log(c.dir / "coordinator.log", std::regex("node_left node-2"), 30s, &text))
       << text;
   // The other node keeps training: more rounds commit after the leave.
@@ -404,7 +405,7 @@ TEST(DilocoProcesses, SigtermMakesANodeLeaveCleanly) {
   c.nodes[0].signal(SIGTERM);
   auto code0 = c.nodes[0].wait_for(30s);
   ASSERT_TRUE(code0.has_value());
-  EXPECT_EQ(*code0, 0);
+  EXPECT_EQ(*code0, 128 + SIGTERM);
 }
 
 // A site's text directory of `files` documents, named so that the held-out split by name would

@@ -641,5 +641,59 @@ TEST(MetricsProcesses, FailuresAreJsonLinesAndBadFlagsOneLine) {
             "atoll node: --metrics nowhere: expected HOST:PORT, e.g. 10.0.0.5:9464\n");
 }
 
+// Installed away from the source tree (a unit's --web /usr/local/share/atoll/web), the dashboard
+// served its pages but answered 404 for the chart library and said nothing. The library beside
+// the pages' directory is served now, and a missing one is named at start.
+TEST(MetricsProcesses, TheChartLibraryBesideTheDashboardsPagesIsServedAndAMissingOneIsNamed) {
+  TempDir dir;
+  const std::string tls = dir / "tls";
+  issue_cli_ca(dir, tls, {});
+  // A copy of the binary: next to it there is no source tree to find web/ or node_modules/ in.
+  std::filesystem::create_directories(dir / "bin");
+  std::filesystem::copy_file(ATOLL_BINARY, dir / "bin/atoll");
+  std::filesystem::permissions(dir / "bin/atoll", std::filesystem::perms::owner_all);
+  std::filesystem::create_directories(dir / "share/web");
+  std::ofstream(dir / "share/web/index.html") << "<!doctype html><title>Atoll</title>";
+  std::ofstream(dir / "exp.toml") << config_toml();
+  auto start = [&](const std::string& store, const std::string& log) {
+    return node::Subprocess::spawn(
+        {"/bin/sh", "-c",
+         "cd " + dir.path() + " && exec " + dir / "bin/atoll" +
+             " coordinator --config exp.toml --store " + store + " --tls " + tls +
+             " --listen 127.0.0.1:0 --http 127.0.0.1:0 --web " + dir / "share/web/"},
+        dir / log);
+  };
+  auto missing = start(dir / "store1", "missing.log");
+  ASSERT_TRUE(missing.ok()) << missing.status().to_string();
+  std::string text;
+  EXPECT_TRUE(wait_for_log(dir / "missing.log",
+                           std::regex("dashboard: no chart library at "
+                                      "node_modules/chart\\.js/dist/chart\\.umd\\.js, so its "
+                                      "pages show no charts"),
+                           60s, &text))
+      << text;
+  missing->signal(SIGTERM);
+  EXPECT_EQ(missing->wait_for(30s), std::optional<int>(0));
+
+  std::filesystem::create_directories(dir / "share/node_modules/chart.js/dist");
+  const std::string library = "/* the chart library */";
+  std::ofstream(dir / "share/node_modules/chart.js/dist/chart.umd.js") << library;
+  auto beside = start(dir / "store2", "beside.log");
+  ASSERT_TRUE(beside.ok()) << beside.status().to_string();
+  auto port = wait_for_log(dir / "beside.log",
+                           std::regex("dashboard: https://127\\.0\\.0\\.1:(\\d+)/"), 60s, &text);
+  ASSERT_TRUE(port.has_value()) << text;
+  std::string token = read_text(dir / "store2/admin-token");
+  while (!token.empty() && token.back() == '\n') token.pop_back();
+  const Reply chart = https_request(transport::ca_cert_path(tls), std::stoi((*port)[1].str()),
+                                    bhttp::verb::get, "/vendor/chartjs/chart.umd.js", token);
+  EXPECT_EQ(chart.status, 200u) << chart.body;
+  EXPECT_EQ(chart.body, library);
+  beside->signal(SIGTERM);
+  EXPECT_EQ(beside->wait_for(30s), std::optional<int>(0));
+  EXPECT_EQ(read_text(dir / "beside.log").find("no chart library"), std::string::npos)
+      << read_text(dir / "beside.log");
+}
+
 }  // namespace
 }  // namespace atl::testing

@@ -217,7 +217,7 @@ TEST(CoordinatorRestart, NodesAreBackWithinSecondsOfARestart) {
   for (auto& n : c.nodes) {
     auto code = n.wait_for(30s);
     ASSERT_TRUE(code.has_value());
-    EXPECT_EQ(*code, 0);
+    EXPECT_EQ(*code, 128 + SIGTERM);
   }
   c.coordinator.signal(SIGTERM);
   EXPECT_TRUE(c.coordinator.wait_for(30s).has_value());
@@ -277,7 +277,7 @@ TEST(NodeGiveUp, GivesUpAtTheConfiguredTimeSayingHowLong) {
               m[1].str().c_str());
 }
 
-// SIGTERM while the coordinator is down: the node exits at once (≤ 1 s), with exit code 0 and a
+// SIGTERM while the coordinator is down: the node exits at once (≤ 1 s), with exit code 143 and a
 // line saying it stopped on request.
 TEST(NodeStop, SigtermWhileTheCoordinatorIsDownExitsAtOnce) {
   Cluster c;
@@ -302,7 +302,7 @@ TEST(NodeStop, SigtermWhileTheCoordinatorIsDownExitsAtOnce) {
   const std::string out = read_text(c.dir / "node-1.log");
   ASSERT_TRUE(code.has_value()) << out;
   std::printf("SIGTERM while the coordinator was down: exited after %.2f s\n", took);
-  EXPECT_EQ(*code, 0) << out;
+  EXPECT_EQ(*code, 128 + SIGTERM) << out;
   EXPECT_LE(took, 1.0) << out;
   EXPECT_TRUE(std::regex_search(
       out, std::regex("stopped on request while the coordinator at " + c.address +
