@@ -404,6 +404,9 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     coordinator::ServerOptions srv;
     srv.listen = l.listen;
     srv.limits = l.grpc_limits;
+    srv.refusal_log = l.refusal_sink ? l.refusal_sink : [](const std::string& line) {
+      std::fprintf(stderr, "%s\n", line.c_str());
+    };
     if (l.insecure) {
       srv.credentials = transport::insecure_server_credentials();
     } else {

@@ -71,7 +71,8 @@ struct CoordinatorLaunch {
   // Plain-HTTP `GET /metrics` for scrapers (no authentication: a private address); "" = none.
   // The dashboard's HTTPS port serves the same text to viewer tokens either way.
   std::string metrics_listen;
-  // Where each refused connection's one line goes (default: stderr).
+  // Where each refused connection's one line goes (default: stderr): a handshake refused, and
+  // connections closed at a cap (at most one line per 10 s a port).
   std::function<void(const std::string&)> refusal_sink;
   // The CA's certificate revocation list (transport/tls/revocation.h): "" = tls_dir/ca.crl,
   // used when it exists; a file named here must exist. Where the list's lines go (a new list

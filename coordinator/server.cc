@@ -46,6 +46,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start_with(
   s->port_ = s->listener_->port();
   grpc::ServerBuilder builder;
   s->listener_->attach(builder, options.credentials);
+  if (options.refusal_log) s->listener_->set_refusal_log(options.refusal_log);
   builder.RegisterService(&service);
   transport::apply_server_limits(builder, options.limits);
   s->server_ = builder.BuildAndStart();
@@ -61,6 +62,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::start_with(
     bo.handshake_timeout = options.limits.handshake_timeout;
     bo.caps = options.limits.caps;
     bo.caps.evict_idle = false;
+    bo.refusal_log = options.refusal_log;
     ATOLL_ASSIGN_OR_RETURN(s->bulk_, transport::BulkLaneServer::start(bo, *s->bulk_handler_));
   }
   s->address_ = options.listen.substr(0, colon) + ":" + std::to_string(s->port_);

@@ -40,6 +40,9 @@ struct ServerOptions {
   // timeout and connection caps of `limits`.
   std::string bulk_listen;
   transport::TlsIdentity bulk_tls;
+  // Lines about connections closed at a cap of `limits` (at most one per 10 s a port); empty =
+  // none.
+  std::function<void(const std::string&)> refusal_log;
 };
 
 class CoordinatorServer {

@@ -34,7 +34,7 @@ double Reconnect::unreachable_s() const {
 void Reconnect::reached() {
   if (since_) {
     char line[160];
-    std::snprintf(line, sizeof(line), "coordinator at %s reachable after %.1f s",
+    std::snprintf(line, sizeof(line), "%s at %s reachable after %.1f s", options_.subject.c_str(),
                   options_.coordinator.c_str(), unreachable_s());
     log(line);
   }
@@ -56,8 +56,8 @@ Status Reconnect::pause(const Status& failure) {
   if (down >= options_.give_up_after_s) {
     char head[200];
     std::snprintf(head, sizeof(head),
-                  "coordinator %s for %.1f s (--give-up-after %g s), giving up; last failure: ",
-                  how, down, options_.give_up_after_s);
+                  "%s %s for %.1f s (--give-up-after %g s), giving up; last failure: ",
+                  options_.subject.c_str(), how, down, options_.give_up_after_s);
     return Unavailable(head + failure.message());
   }
   // The attempt after the pause happens by the give-up deadline, so that the node gives up at
@@ -88,7 +88,11 @@ Status Reconnect::pause(const Status& failure) {
   while (!stopping()) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
     if (left.count() <= 0) break;
-    if (link_.wait_for_link(std::min(left, std::chrono::milliseconds(100)))) break;
+    const auto slice = std::min(left, std::chrono::milliseconds(100));
+    if (!options_.wake_on_link)
+      std::this_thread::sleep_for(slice);
+    else if (link_.wait_for_link(slice))
+      break;
   }
   return stopping() ? failure : Status::Ok();
 }

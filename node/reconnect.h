@@ -52,6 +52,12 @@ struct ReconnectOptions {
   BackoffOptions backoff;
   // At most this often a line for an outage that goes on with the same failure (seconds).
   double repeat_log_after_s = 10;
+  // What is out of reach, in lines: "coordinator" (its calls), or "the coordinator's stream
+  // connection" (θ pulls and update pushes, on a connection of their own).
+  std::string subject = "coordinator";
+  // A pause ends early when the node's call connection is up (wait_for_link). Not for streams:
+  // their connection can be refused while the calls' is up.
+  bool wake_on_link = true;
 };
 
 class Reconnect {

@@ -64,6 +64,16 @@ ReconnectOptions reconnect_options(const SiteWorkerOptions& o) {
   return r;
 }
 
+// θ pulls: a connection of their own, which can fail while the calls' works (refused at the
+// coordinator's per-address cap). Without a pause a pull failing at once was retried at once,
+// ~200–900 lines a second, and the node never gave up since its calls were answered.
+ReconnectOptions transfer_reconnect_options(const SiteWorkerOptions& o) {
+  ReconnectOptions r = reconnect_options(o);
+  r.subject = "the coordinator's stream connection";
+  r.wake_on_link = false;
+  return r;
+}
+
 // A node is set up for one experiment (model, optimizer, codec); when the coordinator now
 // serves another one (the dashboard switched the live experiment), stop with a clear line
 // rather than train the wrong model.
@@ -128,7 +138,10 @@ enum class Flow { kContinue, kStop };       // after a round
 class SiteWorker {
  public:
   SiteWorker(CoordinatorClient& link, const SiteWorkerOptions& options)
-      : link_(link), opt_(options), reconnect_(link, reconnect_options(options)) {}
+      : link_(link),
+        opt_(options),
+        reconnect_(link, reconnect_options(options)),
+        pulls_(link, transfer_reconnect_options(options)) {}
   Status run();
 
  private:
@@ -190,6 +203,7 @@ class SiteWorker {
   uint64_t last_done_ = 0;
   bool have_done_ = false;
   Reconnect reconnect_;  // the backoff and the clock of an outage, shared by every call
+  Reconnect pulls_;      // the same for θ pulls that fail while calls are answered
   // Streaming DiLoCo: the next task, obtained by the exchange; whether θ and θ_local continue
   // from it (warm); the inner steps of that task already trained during the overlap.
   std::optional<Task> next_;
@@ -615,9 +629,16 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
       auto pulled = theta_->pull(link_, cur);
       if (!pulled.ok()) {
         if (superseded(pulled.status())) return pulled.status();
-        log("pull of round " + std::to_string(round) + " failed: " + pulled.status().message());
+        // Logged by the pause (an unchanged failure at most every 10 s), which gives up after
+        // --give-up-after seconds without a pull.
+        const Status paused = pulls_.pause(Status(
+            pulled.status().code(),
+            "pull of round " + std::to_string(round) + " failed: " + pulled.status().message()));
+        if (stopping()) return Flow::kStop;
+        ATOLL_RETURN_IF_ERROR(paused);
         return Flow::kContinue;
       }
+      pulls_.reached();
       ATOLL_RETURN_IF_ERROR(adopt(*pulled));
     }
     // States read back from --state-dir say for themselves what the first round starts from

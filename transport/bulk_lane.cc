@@ -256,6 +256,7 @@ StatusOr<std::unique_ptr<BulkLaneServer>> BulkLaneServer::start(BulkLaneOptions 
   ATOLL_ASSIGN_OR_RETURN(s->listener_,
                          CappedListener::bind(options.listen, options.caps, "--bulk-listen"));
   s->listener_->attach([raw = s.get()](int fd) { raw->hand_over(fd); });
+  if (options.refusal_log) s->listener_->set_refusal_log(options.refusal_log);
   s->listener_->start();
   return s;
 }

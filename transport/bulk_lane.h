@@ -102,6 +102,8 @@ struct BulkLaneOptions {
   std::chrono::milliseconds handshake_timeout{10000};  // TLS handshake and the request frame
   std::chrono::milliseconds stall_timeout{60000};      // no byte moved for this long: closed
   ConnectionCaps caps{.max_connections = 256, .max_per_address = 32, .evict_idle = false};
+  // Lines about connections closed at a cap (CappedListener::set_refusal_log); empty = none.
+  std::function<void(const std::string&)> refusal_log;
 };
 
 class BulkLaneServer {

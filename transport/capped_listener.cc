@@ -118,7 +118,7 @@ StatusOr<std::unique_ptr<CappedListener>> CappedListener::bind(const std::string
   ATOLL_RETURN_IF_ERROR(check_can_listen(listen, flag));
   const std::string& host = hp.host;
   const int port = hp.port;
-  std::unique_ptr<CappedListener> l(new CappedListener(caps));
+  std::unique_ptr<CappedListener> l(new CappedListener(caps, flag));
   const bool wildcard = host == "0.0.0.0" || host == "::";
   if (wildcard) {
     // Like gRPC: one dual-stack IPv6 socket, or IPv4 alone on a machine without IPv6.
@@ -224,6 +224,7 @@ void CappedListener::accept_one(int listener_fd) {
     const auto admission = table_.admit(address, nullptr);
     if (admission.id == 0) {
       ++refused_;
+      say_refused(address);
       ::close(fd);
       continue;
     }
@@ -240,6 +241,27 @@ void CappedListener::accept_one(int listener_fd) {
     p.fd = fd;
     acceptor_->HandleNewConnection(&p);  // gRPC owns fd from here
   }
+}
+
+void CappedListener::say_refused(const std::string& address) {
+  ++refused_unsaid_;
+  if (!refusal_log_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (last_refusal_line_ && now - *last_refusal_line_ < std::chrono::seconds(10)) return;
+  const ConnectionCaps& caps = table_.caps();
+  const bool per_address = table_.size() < caps.max_connections;
+  std::string line = "connection from " + address + " to " + flag_ + " closed at accept: ";
+  line += per_address ? "the " + std::to_string(caps.max_per_address) +
+                            " connections allowed from one address are open (a node holds 2; "
+                            "more nodes behind one address need a higher "
+                            "--max-connections-per-address)"
+                      : "all " + std::to_string(caps.max_connections) +
+                            " connections allowed are open (--max-connections)";
+  if (last_refusal_line_)
+    line += "; " + std::to_string(refused_unsaid_) + " closed so since the last such line";
+  refusal_log_(line);
+  refused_unsaid_ = 0;
+  last_refusal_line_ = now;
 }
 
 void CappedListener::sweep() {

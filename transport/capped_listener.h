@@ -16,11 +16,13 @@
 #include <grpcpp/server_builder.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,9 +61,17 @@ class CappedListener {
   size_t open_connections();
   // Connections closed at once because a cap was reached, since the start.
   uint64_t refused_connections() const { return refused_.load(); }
+  // Where to say that connections are closed at a cap: the first one at once, then at most one
+  // line per 10 s with the count since the previous line (the metrics count every one). Set
+  // before start().
+  void set_refusal_log(std::function<void(const std::string&)> log) {
+    refusal_log_ = std::move(log);
+  }
 
  private:
-  CappedListener(ConnectionCaps caps) : table_(caps) {}
+  CappedListener(ConnectionCaps caps, std::string flag) : table_(caps), flag_(std::move(flag)) {}
+  // One line about the refusal of a connection from `address` (accept thread, under mu_).
+  void say_refused(const std::string& address);
   void accept_loop();
   void accept_one(int listener_fd);
   // Forgets the handed-over connections gRPC has closed.
@@ -82,6 +92,10 @@ class CappedListener {
   std::map<ConnectionTable::Id, HandedOver> handed_;
   std::atomic<uint64_t> refused_{0};
   bool stopped_ = false;
+  std::string flag_;  // the listen option, for lines
+  std::function<void(const std::string&)> refusal_log_;
+  uint64_t refused_unsaid_ = 0;  // refusals since the last line
+  std::optional<std::chrono::steady_clock::time_point> last_refusal_line_;
 };
 
 }  // namespace atl::transport

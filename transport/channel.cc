@@ -211,7 +211,9 @@ Status explain_call_error(const grpc::Status& status, const std::string& target,
         return Unavailable(who + " closed the connection before answering (" + what +
                            "); it probably requires TLS (drop --insecure and pass --tls DIR)");
       return Unavailable(
-          who + " not reachable (the connection was cut during the TLS handshake: " + what + ")");
+          who + " not reachable (the connection was cut during the TLS handshake: " + what +
+          "; a coordinator at its connection cap closes new connections so, and "
+          "says so in its log)");
     case LinkFailure::kServerCertificate:
       return Unauthenticated(who + " presents a certificate this node does not accept: it was " +
                              "not issued by this experiment's CA (ca.crt in the TLS directory), " +

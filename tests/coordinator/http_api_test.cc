@@ -696,7 +696,8 @@ TEST_F(HttpApiTest, StartingAStoredExperimentMakesItLive) {
                                           .credentials = transport::insecure_server_credentials(),
                                           .limits = {},
                                           .bulk_listen = "",
-                                          .bulk_tls = {}});
+                                          .bulk_tls = {},
+                                          .refusal_log = {}});
   ASSERT_TRUE(grpc.ok()) << grpc.status().to_string();
   grpc_ = std::move(grpc).value();
 

@@ -92,7 +92,8 @@ struct Coordinator {
                       .credentials = creds ? creds : transport::insecure_server_credentials(),
                       .limits = limits,
                       .bulk_listen = bulk_tls ? "127.0.0.1:0" : "",
-                      .bulk_tls = bulk_tls ? *bulk_tls : transport::TlsIdentity{}});
+                      .bulk_tls = bulk_tls ? *bulk_tls : transport::TlsIdentity{},
+                      .refusal_log = {}});
     EXPECT_TRUE(srv.ok()) << srv.status().to_string();
     if (!srv.ok()) return nullptr;
     c->server = std::move(*srv);

@@ -310,5 +310,46 @@ TEST(NodeStop, SigtermWhileTheCoordinatorIsDownExitsAtOnce) {
       << out;
 }
 
+// A node whose calls are answered but whose stream connection is refused (the coordinator's
+// per-address cap is full: 64 nodes behind one address, then one more) retried its θ pull at
+// once, 200–900 log lines a second, and never gave up. Its pulls now back off like its calls,
+// an unchanged failure is logged at most every 10 s, it gives up after --give-up-after, and the
+// coordinator says why it closes the connections.
+TEST(NodeStop, APullRefusedWhileCallsAreAnsweredBacksOffAndGivesUp) {
+  Cluster c;
+  c.make_ca({"node-1"});
+  c.start_coordinator(config_toml(100000, 1, 60), "127.0.0.1:0", "coordinator.log",
+                      {"--max-connections-per-address", "1"});
+  if (::testing::Test::HasFatalFailure()) return;
+  const auto t0 = Clock::now();
+  node::Subprocess n = start_node_at(c, "node-1", c.address, 6);
+  auto code = n.wait_for(60s);
+  const double took = seconds_since(t0);
+  const std::string out = read_text(c.dir / "node-1.log");
+  ASSERT_TRUE(code.has_value()) << "the node never gave up:\n" << out;
+  EXPECT_EQ(*code, 1) << out;
+  EXPECT_LT(took, 40.0) << out;
+  EXPECT_TRUE(std::regex_search(
+      out,
+      std::regex("the coordinator's stream connection unreachable for [0-9.]+ s "
+                 "\\(--give-up-after 6 s\\), giving up; last failure: pull of round 0 failed")))
+      << out;
+  // The first failure, then the same one again at most every 10 s (not hundreds a second).
+  size_t lines = 0;
+  for (size_t at = out.find("pull of round 0 failed"); at != std::string::npos;
+       at = out.find("pull of round 0 failed", at + 1))
+    ++lines;
+  EXPECT_GE(lines, 1u) << out;
+  EXPECT_LE(lines, 3u) << out;
+  EXPECT_NE(out.find("a coordinator at its connection cap closes new connections so"),
+            std::string::npos)
+      << out;
+  const std::string coordinator_log = read_text(c.dir / "coordinator.log");
+  EXPECT_NE(coordinator_log.find("to --listen closed at accept: the 1 connections allowed from "
+                                 "one address are open"),
+            std::string::npos)
+      << coordinator_log;
+}
+
 }  // namespace
 }  // namespace atl::testing

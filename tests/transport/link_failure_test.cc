@@ -72,7 +72,8 @@ TEST(LinkFailure, ClassifiesGrpcMessages) {
   EXPECT_EQ(cut.code(), StatusCode::kUnavailable);
   EXPECT_EQ(cut.message(),
             "coordinator at 127.0.0.1:7443 not reachable (the connection was cut during the TLS "
-            "handshake: Socket closed)");
+            "handshake: Socket closed; a coordinator at its connection cap closes new connections "
+            "so, and says so in its log)");
   const Status lost = explain_call_error(unavailable("Socket closed"), "127.0.0.1:7443", tls,
                                          "coordinator at 127.0.0.1:7443");
   EXPECT_EQ(lost.message(), "connection to coordinator at 127.0.0.1:7443 lost (Socket closed)");
