@@ -38,8 +38,9 @@ std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
         "seed, split) are refused beside it",
         ""},
        {"nodes", true,
-        "sites (1 to " + std::to_string(max_sites) + "; with --config: the config's "
-        "diloco.min_nodes)",
+        "sites (1 to " + std::to_string(max_sites) +
+            "; with --config: the config's "
+            "diloco.min_nodes)",
         "4"},
        {"rounds", true, "DiLoCo rounds R", "8"},
        {"inner-steps", true, "inner steps per round H", "25"},
@@ -66,8 +67,7 @@ std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
         "global (best global θ of any round), personal (also its own θ_local)",
         "auto"},
        {"codec", true,
-        "pseudo-gradient codec: none, bf16, int8, int4:256+zstd, topk:0.02+int4, ...",
-        kDemoCodec},
+        "pseudo-gradient codec: none, bf16, int8, int4:256+zstd, topk:0.02+int4, ...", kDemoCodec},
        {"fragments", true, "Streaming DiLoCo fragments P (1 = plain DiLoCo)", "1"},
        {"overlap", true, "Streaming DiLoCo: inner steps overlapping each sync (tau)", "0"},
        {"merge-alpha", true, "Streaming DiLoCo: weight of the local fragment in the merge", "0.5"},
@@ -86,6 +86,11 @@ std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
         "0"},
        {"dp-noise", true, "differential privacy: noise multiplier z (std z*clip/sites)", "0"},
        {"dp-delta", true, "differential privacy: delta of the reported (epsilon, delta)", "1e-5"},
+       {"dp-noise-key", true,
+        "differential privacy: the noise's key, seed (from --seed: the same noise on every run, "
+        "as a simulation wants) or secret (a random key kept in the run's store, as "
+        "privacy.noise_key in a config file)",
+        "seed"},
        {"screen", true,
         "robust screening of each update's norm: drop, clip or off (docs/configuration.md)",
         "drop"},
@@ -101,6 +106,10 @@ std::vector<FlagSpec> demo_experiment_flags(int64_t max_sites) {
         "the run's recent updates did (0 = off)",
         "0.05"},
        {"aggregator", true, "mean, clipped-mean, trimmed-mean, median or krum", "mean"},
+       {"trim-fraction", true,
+        "trimmed-mean: share of the updates cut at each end per element, floor(share x sites) "
+        "of them (Flower's FedTrimmedAvg beta)",
+        "0.2"},
        {"seed", true, "experiment seed", "1234"},
        {"dim", true, "model width", "128"},
        {"layers", true, "transformer blocks", "4"},
@@ -167,8 +176,12 @@ Status read_privacy_flags(const Flags& flags, coordinator::ExperimentConfig& cfg
   ATOLL_ASSIGN_OR_RETURN(cfg.privacy.noise_multiplier,
                          flags.get_double("dp-noise", 0, 0, coordinator::kMaxNoiseMultiplier));
   ATOLL_ASSIGN_OR_RETURN(cfg.privacy.delta, flags.get_double("dp-delta", 1e-5, 1e-300, 0.999999));
+  cfg.privacy.noise_key = flags.get_or("dp-noise-key", "seed");
+  if (cfg.privacy.noise_key != "seed" && cfg.privacy.noise_key != "secret")
+    return InvalidArgument("--dp-noise-key must be seed or secret, not " +
+                           cfg.privacy.noise_key.substr(0, 64));
   if (!(cfg.privacy.clip_norm > 0)) {
-    for (const char* name : {"dp-noise", "dp-delta"})
+    for (const char* name : {"dp-noise", "dp-delta", "dp-noise-key"})
       if (flags.has(name))
         return InvalidArgument(std::string("--") + name +
                                " needs --dp-clip C > 0: differential privacy is off without it");
@@ -212,6 +225,10 @@ Status read_robust_flags(const Flags& flags, coordinator::ExperimentConfig& cfg)
                              "unweighted mean of clipped updates; drop one of them");
     cfg.robust.aggregator = *aggregator;
   }
+  ATOLL_ASSIGN_OR_RETURN(cfg.robust.trim_fraction,
+                         flags.get_double("trim-fraction", defaults.trim_fraction, 0, 0.499999));
+  if (flags.has("trim-fraction") && cfg.robust.aggregator != "trimmed-mean")
+    return InvalidArgument("--trim-fraction needs --aggregator trimmed-mean");
   return Status::Ok();
 }
 

@@ -1,5 +1,6 @@
 #include "coordinator/experiment_config.h"
 
+#include <openssl/rand.h>
 #include <toml++/toml.h>
 
 #include <charconv>
@@ -249,6 +250,11 @@ std::vector<Status> privacy_errors(const ExperimentConfig& c, std::string_view s
   if (!(pv.target_epsilon >= 0 && std::isfinite(pv.target_epsilon)))
     add(range_error(src, "privacy.target_epsilon", d(pv.target_epsilon),
                     "must be finite and >= 0 (0 = no budget)"));
+  if (pv.noise_key != "secret" && pv.noise_key != "seed")
+    add(range_error(src, "privacy.noise_key", "\"" + pv.noise_key.substr(0, 64) + "\"",
+                    "must be \"secret\" (a random key kept in the store) or \"seed\" (from the "
+                    "experiment seed: the same noise on every run, removable by anyone who "
+                    "knows the seed)"));
   if (!errors.empty()) return errors;
   if (!(pv.clip_norm > 0)) {
     if (pv.noise_multiplier > 0 || pv.target_epsilon > 0)
@@ -611,6 +617,23 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
     add(range_error(src, "robust.clip_multiple", d(rb.clip_multiple), "must be > 0"));
   if (!(rb.trim_fraction >= 0 && rb.trim_fraction < 0.5))
     add(range_error(src, "robust.trim_fraction", d(rb.trim_fraction), "must be in [0, 0.5)"));
+  // ⌊β·k⌋ values are cut at each end of k (Flower's FedTrimmedAvg): with fewer than 1/β updates
+  // none is, and the "trimmed" mean is the plain one. Every round has at least min_nodes.
+  else if (aggregator.ok() && *aggregator == algorithms::AggregatorKind::kTrimmedMean &&
+           !c.is_hydra() &&
+           std::floor(rb.trim_fraction * static_cast<double>(c.diloco.min_nodes)) < 1) {
+    const uint64_t needed =
+        rb.trim_fraction > 0 ? static_cast<uint64_t>(std::ceil(1.0 / rb.trim_fraction)) : 0;
+    std::string fix = rb.trim_fraction > 0
+                          ? "raise diloco.min_nodes to at least " + std::to_string(needed)
+                          : "use a trim_fraction > 0, or aggregator = \"mean\"";
+    if (rb.trim_fraction > 0 && c.diloco.min_nodes >= 3)
+      fix += ", or trim_fraction to at least 1/" + u(c.diloco.min_nodes);
+    add(range_error(src, "robust.trim_fraction", d(rb.trim_fraction),
+                    "cuts nothing from a round of diloco.min_nodes = " + u(c.diloco.min_nodes) +
+                        " updates (floor(trim_fraction x " + u(c.diloco.min_nodes) +
+                        ") = 0: such rounds would be a plain mean); " + fix));
+  }
   if (rb.krum_keep < 1)
     add(range_error(src, "robust.krum_keep", u(rb.krum_keep),
                     "must be >= 1 (1 = Krum, more = Multi-Krum)"));
@@ -807,7 +830,8 @@ ConfigCheck check_experiment_config(std::string_view text, std::string_view sour
        {{"clip_norm", f64(&c.privacy.clip_norm)},
         {"noise_multiplier", f64(&c.privacy.noise_multiplier)},
         {"delta", f64(&c.privacy.delta)},
-        {"target_epsilon", f64(&c.privacy.target_epsilon)}}},
+        {"target_epsilon", f64(&c.privacy.target_epsilon)},
+        {"noise_key", str(&c.privacy.noise_key)}}},
       {"secagg",
        {{"enabled", boolean(&c.secagg.enabled)},
         {"clip_range", f64(&c.secagg.clip_range)},
@@ -946,6 +970,7 @@ std::string to_toml(const ExperimentConfig& c, bool every_key) {
     << "\n\n[privacy]\nclip_norm = " << f(c.privacy.clip_norm)
     << "\nnoise_multiplier = " << f(c.privacy.noise_multiplier)
     << "\ndelta = " << f(c.privacy.delta) << "\ntarget_epsilon = " << f(c.privacy.target_epsilon)
+    << "\nnoise_key = " << q(c.privacy.noise_key)
     << "\n\n[secagg]\nenabled = " << (c.secagg.enabled ? "true" : "false")
     << "\nclip_range = " << f(c.secagg.clip_range)
     << "\nquantization_range = " << c.secagg.quantization_range
@@ -1161,6 +1186,15 @@ std::vector<std::string> ignored_settings(const ExperimentConfig& cfg) {
            "secagg.enabled = false (set it to true to aggregate securely; docs/coordinator.md, "
            "\"Secure aggregation\")");
   return lines;
+}
+
+StatusOr<uint64_t> new_privacy_noise_key(const ExperimentConfig& config) {
+  uint64_t key = 0;
+  if (!(config.privacy.clip_norm > 0) || config.privacy.noise_key != "secret") return key;
+  while (key == 0)
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(&key), sizeof(key)) != 1)
+      return Internal("cannot draw the privacy noise's secret key (OpenSSL RAND_bytes failed)");
+  return key;
 }
 
 }  // namespace atl::coordinator

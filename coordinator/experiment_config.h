@@ -128,7 +128,8 @@
 //                              # "median" or "krum" (not with Hydra)
 //   clip_multiple = 1.0        # > 0, clipped-mean: each Δ scaled to ≤ clip_multiple × the
 //                              # (lower) median norm
-//   trim_fraction = 0.1        # in [0, 0.5), trimmed-mean: share cut at each end per element
+//   trim_fraction = 0.2        # in [0, 0.5), trimmed-mean: ⌊trim_fraction × k⌋ of k cut at each
+//                              # end per element; refused when that is 0 for min_nodes updates
 //   krum_byzantine = 1         # ≥ 0, krum: f, Byzantine sites tolerated
 //   krum_keep = 1              # ≥ 1, krum: 1 = Krum, m > 1 = Multi-Krum (mean of the m best)
 //
@@ -141,6 +142,10 @@
 //   delta = 1e-5               # δ in (0, 1) of the reported (ε, δ)
 //   target_epsilon = 0.0       # ≥ 0: a config whose diloco.rounds would exceed it is refused
 //                              # (0 = no budget)
+//   noise_key = "secret"       # "secret": the noise's key is drawn at random when the
+//                              # experiment is created and kept in the store only; "seed": derived
+//                              # from the experiment seed (the same noise on every run; anyone who
+//                              # knows the seed can remove it: simulations only)
 //
 //   [secagg]                   # secure aggregation (docs/coordinator.md): the coordinator
 //                              # learns only the sum of the sites' quantized updates
@@ -266,7 +271,7 @@ struct RobustSection {
   double stale_margin = 0.05;
   std::string aggregator = "mean";
   double clip_multiple = 1.0;
-  double trim_fraction = 0.1;
+  double trim_fraction = 0.2;  // Flower's FedTrimmedAvg default
   uint32_t krum_byzantine = 1;
   uint32_t krum_keep = 1;
 };
@@ -276,6 +281,7 @@ struct PrivacySection {
   double noise_multiplier = 0.0;
   double delta = 1e-5;
   double target_epsilon = 0.0;
+  std::string noise_key = "secret";  // "secret" or "seed"
 };
 
 struct SecAggSection {
@@ -316,6 +322,11 @@ struct ExperimentConfig {
     return p != "exact" && p != "sparse-delta" && p != "full" && p != "bf16";
   }
 };
+
+// The differential privacy noise's key for a new experiment of `config`: with [privacy] on and
+// noise_key = "secret", 64 random bits (never 0) from OpenSSL's generator, for the experiment
+// record; else 0 (the noise is keyed by the seed).
+StatusOr<uint64_t> new_privacy_noise_key(const ExperimentConfig& config);
 
 // Parses and validates. `source` names the file in messages ("config.toml: ...").
 StatusOr<ExperimentConfig> parse_experiment_config(std::string_view toml_text,

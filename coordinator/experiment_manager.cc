@@ -257,6 +257,7 @@ StatusOr<ExperimentSummary> ExperimentManager::create(const ExperimentConfig& re
                                                   : stored.errors.front().message()) +
                            "); send its strings as UTF-8 text");
   e.created_unix_ms = unix_ms_now();
+  ATOLL_ASSIGN_OR_RETURN(e.privacy_noise_key, new_privacy_noise_key(config));
   ATOLL_RETURN_IF_ERROR(store_.create_experiment(e, theta0.vec()));
   (void)store_.append_audit(e.id, "create", "created from the API");
   emit({e.id, "experiments", json::serialize(json::object{{"id", e.id}, {"event", "created"}})});

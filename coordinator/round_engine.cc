@@ -128,8 +128,16 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
           "); use another experiment name or store");
     resumed = std::move(st);
   }
-  ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<RoundStrategy> strategy,
-                         make_round_strategy(config, initial.layout()));
+  // [privacy] noise_key = "secret": a key drawn once, at creation, and kept in the store only
+  // (the seed is no secret: viewers read the config, checkpoints carry it). Experiments created
+  // before it was kept, and noise_key = "seed", have none: the noise is keyed by the seed.
+  uint64_t noise_key = resumed ? resumed->experiment.privacy_noise_key : 0;
+  if (!resumed) {
+    ATOLL_ASSIGN_OR_RETURN(noise_key, new_privacy_noise_key(config));
+  }
+  ATOLL_ASSIGN_OR_RETURN(
+      std::unique_ptr<RoundStrategy> strategy,
+      make_round_strategy(config, initial.layout(), noise_key != 0 ? noise_key : config.seed));
   // What the later rounds depend on, as committed with the current round (a store written
   // before it was kept has none: Hydra then selects again).
   if (resumed && resumed->strategy_state)
@@ -144,6 +152,7 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
     e.numel = initial.numel();
     e.config_toml = to_toml(config);
     e.created_unix_ms = unix_ms_now();
+    e.privacy_noise_key = noise_key;
     ATOLL_RETURN_IF_ERROR(store.create_experiment(e, initial.vec()));
     resumed = CommittedState{std::move(e), initial.vec(), std::nullopt,
                              std::nullopt, std::nullopt,  std::nullopt};

@@ -17,13 +17,13 @@ class DilocoStrategy final : public RoundStrategy {
  public:
   // fragments: Streaming DiLoCo's P fragments of θ; empty in plain DiLoCo.
   DilocoStrategy(const ExperimentConfig& config, size_t numel,
-                 std::vector<algorithms::FragmentRange> fragments)
+                 std::vector<algorithms::FragmentRange> fragments, uint64_t noise_key)
       : diloco_(config.diloco),
         numel_(numel),
         fragments_(std::move(fragments)),
         aggregator_(aggregator_options(config)),
         privacy_(privacy_options(config)),
-        seed_(config.seed),
+        noise_key_(noise_key),
         outer_({static_cast<float>(config.diloco.outer_lr),
                 static_cast<float>(config.diloco.outer_momentum)}) {}
 
@@ -85,14 +85,14 @@ class DilocoStrategy final : public RoundStrategy {
     const algorithms::FragmentRange frag = fragment_of(round);
     std::vector<algorithms::Update> ups;  // std::map order: sorted node ids
     // Differential privacy: equal weights (the updates arrive clipped to privacy.clip_norm),
-    // then noise of std z·C/n on the mean, keyed by (seed, round, θ element).
+    // then noise of std z·C/n on the mean, keyed by (noise key, round, θ element).
     const bool private_mean = privacy_.enabled();
     for (const auto& [id, u] : updates) ups.push_back({id, private_mean ? 1 : u.tokens, u.delta});
     std::vector<float> delta(frag.numel);
     ATOLL_RETURN_IF_ERROR(algorithms::aggregate_robust(ups, aggregator_, delta));
     if (private_mean)
       algorithms::add_privacy_noise(delta, algorithms::privacy_noise_stddev(privacy_, ups.size()),
-                                    seed_, round, frag.offset);
+                                    noise_key_, round, frag.offset);
     // A fragment's momentum buffer starts at its first sync (round < P), as PyTorch's does.
     const bool first_step =
         fragments_.empty() ? !has_momentum : round < diloco_.streaming_fragments;
@@ -118,14 +118,15 @@ class DilocoStrategy final : public RoundStrategy {
   const std::vector<algorithms::FragmentRange> fragments_;
   const algorithms::AggregatorOptions aggregator_;  // robust.aggregator and its parameters
   const algorithms::PrivacyOptions privacy_;        // [privacy]: clip_norm > 0 = DP mean
-  const uint64_t seed_;                             // the experiment seed (noise key)
+  const uint64_t noise_key_;  // the privacy noise's key (secret, or the experiment seed)
   const algorithms::OuterNesterov outer_;
 };
 
 }  // namespace
 
-StatusOr<std::unique_ptr<RoundStrategy>> make_diloco_strategy(
-    const ExperimentConfig& config, const algorithms::ParamLayout& layout) {
+StatusOr<std::unique_ptr<RoundStrategy>> make_diloco_strategy(const ExperimentConfig& config,
+                                                              const algorithms::ParamLayout& layout,
+                                                              uint64_t noise_key) {
   std::vector<algorithms::FragmentRange> fragments;
   if (config.diloco.streaming()) {
     auto frags = algorithms::fragment_ranges(layout, config.diloco.streaming_fragments);
@@ -136,13 +137,14 @@ StatusOr<std::unique_ptr<RoundStrategy>> make_diloco_strategy(
     fragments = std::move(*frags);
   }
   return std::unique_ptr<RoundStrategy>(
-      new DilocoStrategy(config, layout.numel(), std::move(fragments)));
+      new DilocoStrategy(config, layout.numel(), std::move(fragments), noise_key));
 }
 
-StatusOr<std::unique_ptr<RoundStrategy>> make_round_strategy(
-    const ExperimentConfig& config, const algorithms::ParamLayout& layout) {
-  if (config.is_hydra()) return make_hydra_strategy(config, layout);
-  return make_diloco_strategy(config, layout);
+StatusOr<std::unique_ptr<RoundStrategy>> make_round_strategy(const ExperimentConfig& config,
+                                                             const algorithms::ParamLayout& layout,
+                                                             uint64_t noise_key) {
+  if (config.is_hydra()) return make_hydra_strategy(config, layout);  // no [privacy] with Hydra
+  return make_diloco_strategy(config, layout, noise_key);
 }
 
 }  // namespace atl::coordinator

@@ -119,10 +119,14 @@ class RoundStrategy {
 //   DiLoCo, plain or streaming (coordinator/round_strategy.cc); InvalidArgument when the layout
 //     cannot be cut into diloco.streaming_fragments fragments;
 //   Hydra (coordinator/hydra_strategy.cc).
+// `noise_key` keys the differential privacy noise ([privacy]; the experiment's secret key, or its
+// seed with privacy.noise_key = "seed").
 StatusOr<std::unique_ptr<RoundStrategy>> make_round_strategy(const ExperimentConfig& config,
-                                                             const algorithms::ParamLayout& layout);
-StatusOr<std::unique_ptr<RoundStrategy>> make_diloco_strategy(
-    const ExperimentConfig& config, const algorithms::ParamLayout& layout);
+                                                             const algorithms::ParamLayout& layout,
+                                                             uint64_t noise_key);
+StatusOr<std::unique_ptr<RoundStrategy>> make_diloco_strategy(const ExperimentConfig& config,
+                                                              const algorithms::ParamLayout& layout,
+                                                              uint64_t noise_key);
 std::unique_ptr<RoundStrategy> make_hydra_strategy(const ExperimentConfig& config,
                                                    const algorithms::ParamLayout& layout);
 

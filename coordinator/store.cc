@@ -15,6 +15,7 @@
 #include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -204,6 +205,11 @@ std::string experiment_to_json(const ExperimentRecord& e) {
     o["site_tokenizer"] = {{"name", e.site_tokenizer->name},
                            {"sha256", e.site_tokenizer->sha256},
                            {"source", e.site_tokenizer->source}};
+  if (e.privacy_noise_key != 0) {
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016" PRIx64, e.privacy_noise_key);
+    o["privacy_noise_key"] = hex;
+  }
   return json::serialize(o);
 }
 
@@ -227,6 +233,14 @@ StatusOr<ExperimentRecord> experiment_from_json(const std::string& text, const s
     Reader tr{&t.get_object(), what + " site_tokenizer", {}};
     e.site_tokenizer = SiteTokenizer{tr.str("name"), tr.str("sha256"), tr.str("source")};
     if (!tr.err.ok()) return tr.err;
+  }
+  if (r.has("privacy_noise_key")) {  // only experiments with a secret noise key have one
+    const std::string hex = r.str("privacy_noise_key");
+    char* end = nullptr;
+    e.privacy_noise_key = std::strtoull(hex.c_str(), &end, 16);
+    if (hex.size() != 16 || end != hex.c_str() + 16 || e.privacy_noise_key == 0)
+      return DataLoss("store: " + what +
+                      " is corrupt (field 'privacy_noise_key' is not 16 hex digits)");
   }
   if (!r.err.ok()) return r.err;
   auto st = parse_experiment_state(state);

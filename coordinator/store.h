@@ -76,6 +76,10 @@ struct ExperimentRecord {
   // The sites' tokenizer once the launch or the first site set it; kept so that a restarted
   // coordinator goes on refusing sites that tokenize otherwise. Unset: not known yet.
   std::optional<SiteTokenizer> site_tokenizer;
+  // The differential privacy noise's Philox key with [privacy] noise_key = "secret": drawn at
+  // random at creation, kept here only (the store is 0600; the API and checkpoints never carry
+  // it). 0 = none: the noise is keyed by the experiment seed.
+  uint64_t privacy_noise_key = 0;
 };
 
 struct ParticipantRecord {

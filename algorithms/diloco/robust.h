@@ -43,7 +43,7 @@ StatusOr<AggregatorKind> parse_aggregator(const std::string& name);
 struct AggregatorOptions {
   AggregatorKind kind = AggregatorKind::kMean;
   double clip_multiple = 1.0;   // clipped-mean: > 0
-  double trim_fraction = 0.1;   // trimmed-mean: β in [0, 0.5)
+  double trim_fraction = 0.2;   // trimmed-mean: β in [0, 0.5) (Flower's default)
   uint32_t krum_byzantine = 1;  // krum: f, the Byzantine sites it tolerates
   uint32_t krum_keep = 1;       // krum: m ≥ 1 (1 = Krum, > 1 = Multi-Krum)
 };

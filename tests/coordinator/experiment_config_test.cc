@@ -115,7 +115,7 @@ TEST(ExperimentConfig, RobustSectionDefaultsParseRoundTripAndErrors) {
       "[robust]\nscreen = \"drop\"\nnorm_multiple = 4\nmax_norm = 1e3\nreplay_cosine = "
       "0.95\naggregator = "
       "\"trimmed-mean\"\ntrim_fraction = 0.25\nclip_multiple = 2.0\nkrum_byzantine = 2\n"
-      "krum_keep = 3\nstale_margin = 0.2\n");
+      "krum_keep = 3\nstale_margin = 0.2\n[diloco]\nmin_nodes = 5\nmax_nodes = 8\n");
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(screen_options(*c).mode, algorithms::ScreenMode::kDrop);
   EXPECT_DOUBLE_EQ(screen_options(*c).max_norm, 1e3);
@@ -157,6 +157,18 @@ TEST(ExperimentConfig, RobustSectionDefaultsParseRoundTripAndErrors) {
                       "updates a round, and diloco.max_nodes = 4 allows fewer"),
             std::string::npos);
   EXPECT_EQ(error_of("[diloco]\nmax_nodes = 5\n[robust]\naggregator = \"krum\"\n"), "OK");
+  // A trimmed mean that cuts nothing from a round of min_nodes updates (⌊0.2 × 4⌋ = 0) was
+  // silently the plain mean: refused with what would cut one.
+  EXPECT_NE(error_of("[diloco]\nmin_nodes = 4\n[robust]\naggregator = \"trimmed-mean\"\n")
+                .find("robust.trim_fraction = 0.2 cuts nothing from a round of "
+                      "diloco.min_nodes = 4 updates (floor(trim_fraction x 4) = 0: such rounds "
+                      "would be a plain mean); raise diloco.min_nodes to at least 5, or "
+                      "trim_fraction to at least 1/4"),
+            std::string::npos);
+  EXPECT_EQ(error_of("[diloco]\nmin_nodes = 5\n[robust]\naggregator = \"trimmed-mean\"\n"), "OK");
+  EXPECT_EQ(error_of("[diloco]\nmin_nodes = 4\n[robust]\naggregator = \"trimmed-mean\"\n"
+                     "trim_fraction = 0.25\n"),
+            "OK");
   EXPECT_NE(error_of("algorithm = \"hydra\"\n[robust]\naggregator = \"krum\"\n")
                 .find("cannot be used with algorithm = \"hydra\""),
             std::string::npos);

@@ -6,13 +6,16 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/json.hpp>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <future>
 
 #include "algorithms/diloco/outer.h"
 #include "algorithms/diloco/robust.h"
 #include "coordinator/experiment_config.h"
+#include "coordinator/json_views.h"
 #include "coordinator/round_engine.h"
 #include "kernels/core/philox.h"
 #include "test_util.h"
@@ -275,6 +278,7 @@ struct PrivateRun {
   std::string theta_fp;
   std::vector<float> theta;
   RoundRecord record;
+  ExperimentRecord experiment;  // as stored after the round
 };
 
 // One round of `cfg` with three nodes pushing `deltas` (tokens 1000, 2000, 3000) on a fresh
@@ -324,6 +328,15 @@ PrivateRun run_private_round(const ExperimentConfig& cfg, const algorithms::Para
   EXPECT_TRUE(rec.ok()) << rec.status().to_string();
   if (rec.ok()) out.record = *rec;
   engine->reset();
+  auto stored = (*store)->load_experiment(cfg.name);
+  EXPECT_TRUE(stored.ok()) << stored.status().to_string();
+  if (stored.ok()) out.experiment = *stored;
+  // A restarted coordinator reads the same key back: the next rounds' noise goes on as before.
+  auto reopened = RoundEngine::open(**store, cfg, init, {});
+  EXPECT_TRUE(reopened.ok()) << reopened.status().to_string();
+  if (reopened.ok()) {
+    EXPECT_EQ((*reopened)->params_fingerprint(), out.theta_fp);
+  }
   return out;
 }
 
@@ -336,6 +349,7 @@ TEST(Privacy, EngineCommitsClippedUnweightedNoisyMeanTheSameBitsTwice) {
   cfg.privacy.clip_norm = 0.5;
   cfg.privacy.noise_multiplier = 0.8;
   cfg.privacy.delta = 1e-5;
+  cfg.privacy.noise_key = "seed";  // the same noise on every run (a simulation's choice)
   ASSERT_TRUE(validate_experiment_config(cfg, "test").ok());
   const algorithms::ParamSet init = testing_util::toy_params(kNumel);
   // Site b's norm (~55) is far over the clip; a's (~0.055) under it; c's (~1.6) over it.
@@ -379,6 +393,50 @@ TEST(Privacy, EngineCommitsClippedUnweightedNoisyMeanTheSameBitsTwice) {
     EXPECT_EQ(p.norm, 0.0) << p.node_id;
     EXPECT_EQ(p.screen, "") << p.node_id;
   }
+  EXPECT_EQ(first.experiment.privacy_noise_key, 0u);  // "seed": none kept
+}
+
+// The noise was keyed by the experiment seed only, which viewers read in the config and every
+// checkpoint carries: anyone could compute it and take it off θ (to 1.2e-7). By default the key
+// is drawn at random when the experiment is created and kept in the store alone.
+TEST(Privacy, TheDefaultNoiseKeyIsSecretKeptInTheStoreAndNotTheSeed) {
+  constexpr size_t kNumel = 3000;
+  ExperimentConfig cfg = testing_util::small_config("dp-secret", 2, 3);
+  cfg.diloco.round_deadline_s = 60;
+  cfg.diloco.lost_after_heartbeats = 10;
+  cfg.robust.screen = "off";
+  cfg.privacy.clip_norm = 0.5;
+  cfg.privacy.noise_multiplier = 0.8;
+  ASSERT_EQ(cfg.privacy.noise_key, "secret");
+  ASSERT_TRUE(validate_experiment_config(cfg, "test").ok());
+  const algorithms::ParamSet init = testing_util::toy_params(kNumel);
+  const std::vector<std::vector<float>> deltas = {random_vector(kNumel, 0.001, 1),
+                                                  random_vector(kNumel, 1.0, 2),
+                                                  random_vector(kNumel, 0.03, 3)};
+  const PrivateRun a = run_private_round(cfg, init, deltas);
+  const PrivateRun b = run_private_round(cfg, init, deltas);
+  ASSERT_FALSE(a.theta.empty());
+  EXPECT_NE(a.experiment.privacy_noise_key, 0u);
+  EXPECT_NE(a.experiment.privacy_noise_key, b.experiment.privacy_noise_key);
+  EXPECT_NE(a.theta_fp, b.theta_fp) << "two experiments with the same seed drew the same noise";
+  ExperimentConfig seeded = cfg;
+  seeded.privacy.noise_key = "seed";
+  EXPECT_NE(run_private_round(seeded, init, deltas).theta_fp, a.theta_fp);
+  // The key is nowhere a viewer or a checkpoint's holder sees it: not in the config text nor in
+  // the API's view of the experiment.
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx",
+                static_cast<unsigned long long>(a.experiment.privacy_noise_key));
+  EXPECT_EQ(a.experiment.config_toml.find(hex), std::string::npos);
+  EXPECT_NE(a.experiment.config_toml.find("noise_key = \"secret\""), std::string::npos);
+  ExperimentSummary summary;
+  summary.record = a.experiment;
+  EXPECT_EQ(boost::json::serialize(to_json(summary)).find(hex), std::string::npos);
+  // A bad value is refused with what it may be.
+  ExperimentConfig bad = cfg;
+  bad.privacy.noise_key = "public";
+  const Status refused = validate_experiment_config(bad, "test");
+  EXPECT_NE(refused.message().find("privacy.noise_key"), std::string::npos) << refused.to_string();
 }
 
 }  // namespace
