@@ -474,6 +474,26 @@ void wait_for_nodes_to_leave(const coordinator::CoordinatorService& ended,
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
 }
 
+// Without its pages the dashboard answers every page with 404 (the API still works), without its
+// chart library it draws no chart: said once, as a coordinator installed away from the source
+// tree found them.
+void warn_missing_dashboard_files(const RunningCoordinator& rc, LogOutput& log) {
+  if (!rc.http) return;
+  if (!std::filesystem::exists(std::filesystem::path(rc.web_root) / "index.html"))
+    log.write(LogLevel::kWarn,
+              "dashboard: no pages in " + rc.web_root +
+                  " (index.html is missing), so its pages answer 404 while the API works: give "
+                  "--web DIR with the dashboard's files (web/ of the source tree)",
+              std::nullopt, stderr);
+  else if (!std::filesystem::exists(rc.chart_library))
+    log.write(LogLevel::kWarn,
+              "dashboard: no chart library at " + rc.chart_library +
+                  ", so its pages show no charts: copy node_modules/chart.js/dist of the source "
+                  "tree (after `npm ci`) to node_modules/chart.js/dist beside the --web "
+                  "directory",
+              std::nullopt, stderr);
+}
+
 }  // namespace
 
 int cmd_coordinator(const Args& args) {
@@ -542,21 +562,7 @@ int cmd_coordinator(const Args& args) {
   // `atoll token create` while no coordinator runs).
   if (Status st = announce_dashboard(rc, "bootstrap", /*always=*/false, say); !st.ok())
     return log.fail(st.message());
-  // Without its pages the dashboard answers every page with 404 (the API still works): said
-  // once, as a coordinator run away from the source tree without --web found it.
-  if (rc.http && !std::filesystem::exists(std::filesystem::path(rc.web_root) / "index.html"))
-    log.write(LogLevel::kWarn,
-              "dashboard: no pages in " + rc.web_root +
-                  " (index.html is missing), so its pages answer 404 while the API works: give "
-                  "--web DIR with the dashboard's files (web/ of the source tree)",
-              std::nullopt, stderr);
-  else if (rc.http && !std::filesystem::exists(rc.chart_library))
-    log.write(LogLevel::kWarn,
-              "dashboard: no chart library at " + rc.chart_library +
-                  ", so its pages show no charts: copy node_modules/chart.js/dist of the source "
-                  "tree (after `npm ci`) to node_modules/chart.js/dist beside the --web "
-                  "directory",
-              std::nullopt, stderr);
+  warn_missing_dashboard_files(rc, log);
   if (rc.metrics_http) say("metrics: " + rc.metrics_http->url() + " (plain HTTP, no token)");
   const auto* stop = install_stop_signals();
   EventHandler handle(rc, evaluator.get(), log, where);

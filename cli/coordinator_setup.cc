@@ -99,6 +99,17 @@ Status provision_dev_ca(const std::string& tls_dir, const std::vector<std::strin
   return Status::Ok();
 }
 
+std::string npm_packages_dir(const CoordinatorLaunch& l) {
+  if (!l.node_modules.empty()) return l.node_modules;
+  if (!l.web_root.empty()) {
+    std::filesystem::path pages = std::filesystem::path(l.web_root).lexically_normal();
+    if (pages.filename().empty()) pages = pages.parent_path();  // "web/" names web
+    const auto beside = pages.parent_path() / "node_modules";
+    if (std::filesystem::is_directory(beside / "chart.js" / "dist")) return beside.string();
+  }
+  return find_tree_dir("node_modules");
+}
+
 std::string find_tree_dir(const std::string& relative) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -431,16 +442,7 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     ho.limits = l.http_limits;
     const std::string web = l.web_root.empty() ? find_tree_dir("web") : l.web_root;
     rc->web_root = web;
-    // The npm packages (Chart.js) beside the pages' directory when --web named one (a copy of
-    // web/ and node_modules/chart.js/dist installed together), else found like web/.
-    std::string npm = l.node_modules;
-    if (npm.empty() && !l.web_root.empty()) {
-      std::filesystem::path pages = std::filesystem::path(l.web_root).lexically_normal();
-      if (pages.filename().empty()) pages = pages.parent_path();  // "web/" names web
-      const auto beside = pages.parent_path() / "node_modules";
-      if (std::filesystem::is_directory(beside / "chart.js" / "dist")) npm = beside.string();
-    }
-    if (npm.empty()) npm = find_tree_dir("node_modules");
+    const std::string npm = npm_packages_dir(l);
     ho.mounts = {{"/", web}, {"/vendor/chartjs/", npm + "/chart.js/dist"}};
     rc->chart_library = npm + "/chart.js/dist/chart.umd.js";
     ho.metrics = [m = rc->metrics.get()] { return m->render(); };

@@ -154,6 +154,10 @@ Status write_final_checkpoint(const RunningCoordinator& rc, const std::string& i
 // A directory of the source tree (web, node_modules): in the working directory, else next to
 // the binary's build directory. Returns `relative` unchanged when neither exists.
 std::string find_tree_dir(const std::string& relative);
+// The npm packages (Chart.js) for the dashboard: --node-modules's, else node_modules beside the
+// pages' directory when --web named one (web/ and node_modules/chart.js/dist installed
+// together), else found like web/.
+std::string npm_packages_dir(const CoordinatorLaunch& l);
 
 // Opens (or resumes) the experiment and starts serving; the experiment is not started yet.
 StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const CoordinatorLaunch& launch);

@@ -189,7 +189,14 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
     }
   }
   eng->remember_version_locked(eng->experiment_.current_round, eng->experiment_.params_fingerprint);
-  // Previously known nodes are remembered (for audit) but must join again to take part.
+  // Previously known nodes must join again to take part; those active when the previous process
+  // stopped keep their seats for the time they have to come back before they would count as
+  // lost anyway.
+  if (auto known = store.list_nodes(config.name); known.ok()) {
+    const auto until = Clock::now() + eng->lost_timeout_;
+    for (const NodeRecord& n : *known)
+      if (n.state == "active") eng->seats_kept_[n.node_id] = until;
+  }
   eng->round_.round = eng->experiment_.current_round;
   eng->audit("open", "round " + std::to_string(eng->experiment_.current_round) + " state " +
                          experiment_state_name(eng->experiment_.state));

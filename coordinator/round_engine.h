@@ -357,6 +357,10 @@ class RoundEngine {
   // Replay and stale-update detection: the screening memory as committed (never null).
   std::shared_ptr<const ScreeningMemory> screening_;
   std::map<std::string, NodeState> nodes_;  // sorted by node id
+  // The nodes active when the previous coordinator process stopped, and until when their seats
+  // (at diloco.max_nodes) are kept for them: a restart must not give a member's seat to a site
+  // that was waiting outside (it did, and the member gave up). Guarded by mu_.
+  std::map<std::string, Clock::time_point> seats_kept_;
   // What every site reads its data with: the launch's (options_.tokenizer) or the first joiner's.
   std::optional<SiteTokenizer> site_tokenizer_;
   Round round_;

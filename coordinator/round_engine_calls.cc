@@ -118,12 +118,29 @@ StatusOr<pb::JoinResponse> RoundEngine::join(const std::string& id, const pb::Jo
   if (stopping_) return Unavailable("coordinator is shutting down; reconnect later");
   ATOLL_RETURN_IF_ERROR(strategy_->check_budget(id, budget));
   ATOLL_RETURN_IF_ERROR(check_site_tokenizer_locked(id, req.data()));
+  const auto now = Clock::now();
   size_t active = 0;
   for (const auto& [nid, n] : nodes_) active += (n.status == NodeStatus::kActive && nid != id);
-  if (active >= config_.diloco.max_nodes)
-    return OutOfRange("experiment '" + experiment_id_ + "' already has diloco.max_nodes = " +
-                      std::to_string(config_.diloco.max_nodes) + " nodes");
-  const auto now = Clock::now();
+  // Seats kept for the nodes active before a coordinator restart that are not back yet.
+  size_t kept = 0;
+  for (auto it = seats_kept_.begin(); it != seats_kept_.end();) {
+    if (it->second <= now) {
+      it = seats_kept_.erase(it);
+      continue;
+    }
+    auto n = nodes_.find(it->first);
+    kept += it->first != id && (n == nodes_.end() || n->second.status != NodeStatus::kActive);
+    ++it;
+  }
+  if (active + kept >= config_.diloco.max_nodes)
+    return OutOfRange(
+        "experiment '" + experiment_id_ +
+        "' already has diloco.max_nodes = " + std::to_string(config_.diloco.max_nodes) + " nodes" +
+        (kept == 0 ? std::string()
+                   : " (" + std::to_string(kept) +
+                         " of the seats are kept for its nodes of before the coordinator "
+                         "restarted, until they are back or lost_after_heartbeats × "
+                         "heartbeat_interval_s have passed)"));
   NodeState& n = nodes_[id];
   const bool rejoin = !n.record.node_id.empty();
   n.status = NodeStatus::kActive;

@@ -635,7 +635,12 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
             pulled.status().code(),
             "pull of round " + std::to_string(round) + " failed: " + pulled.status().message()));
         if (stopping()) return Flow::kStop;
-        ATOLL_RETURN_IF_ERROR(paused);
+        if (!paused.ok()) {
+          // Its calls are answered: the coordinator hears that it goes, and stops waiting for
+          // its updates at once rather than at the round's deadline.
+          (void)link_.leave("gave up: " + paused.message());
+          return paused;
+        }
         return Flow::kContinue;
       }
       pulls_.reached();

@@ -557,6 +557,42 @@ TEST(RoundEngine, AJoinNamesTheNodesBuildAndOneThatDiffers) {
                                              "node-c: joined (an unnamed build)" + differs}));
 }
 
+// 64 members and 2 sites waiting outside max_nodes: after a coordinator restart the outsiders
+// took 2 seats in the reconnect race, and two members, refused, gave up for good. The members
+// active at the stop keep their seats until they are back or would count as lost anyway.
+TEST(RoundEngine, MembersKeepTheirSeatsAcrossACoordinatorRestart) {
+  ExperimentConfig cfg = engine_config("seats", 3, 1);
+  cfg.diloco.max_nodes = 2;
+  cfg.diloco.heartbeat_interval_s = 0.2;
+  cfg.diloco.lost_after_heartbeats = 3;  // seats kept 0.6 s
+  const algorithms::ParamSet init = testing_util::toy_params(100);
+  EngineFixture f(cfg, init);
+  ASSERT_TRUE(f.engine);
+  ASSERT_TRUE(f.engine->join("member-a", {}).ok());
+  ASSERT_TRUE(f.engine->join("member-b", {}).ok());
+  EXPECT_EQ(f.engine->join("outsider", {}).status().code(), StatusCode::kOutOfRange);
+  f.engine.reset();  // the coordinator stops; its members are still active in the store
+  auto reopened = RoundEngine::open(*f.store, cfg, init, {});
+  ASSERT_TRUE(reopened.ok()) << reopened.status().to_string();
+  RoundEngine& e = **reopened;
+  const auto outsider = e.join("outsider", {});
+  EXPECT_EQ(outsider.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(outsider.status().message().find(
+                "already has diloco.max_nodes = 2 nodes (2 of the seats are kept for its nodes "
+                "of before the coordinator restarted"),
+            std::string::npos)
+      << outsider.status().message();
+  EXPECT_TRUE(e.join("member-a", {}).ok());
+  EXPECT_EQ(e.join("outsider", {}).status().code(), StatusCode::kOutOfRange);  // b's seat
+  // member-b does not come back: its seat is free once lost_after_heartbeats intervals passed.
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  ASSERT_TRUE(e.join("member-a", {}).ok());  // lost meanwhile without heartbeats: back again
+  const auto later = e.join("outsider", {});
+  EXPECT_TRUE(later.ok()) << later.status().to_string();
+  EXPECT_EQ(e.join("member-b", {}).status().code(), StatusCode::kOutOfRange);
+  reopened->reset();
+}
+
 TEST(RoundEngine, RefusesStrangersOtherExperimentsAndPayloadsWithoutAHeader) {
   constexpr size_t kNumel = 1000;
   const ExperimentConfig cfg = engine_config("refuse", 2, 2);
