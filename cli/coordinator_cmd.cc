@@ -544,7 +544,7 @@ int cmd_coordinator(const Args& args) {
     };
   l.revocation_sink = [&log](const std::string& line) { log.write(LogLevel::kWarn, line); };
   auto running = launch_coordinator(l);
-  if (!running.ok()) return log.fail(running.status().message());
+  if (!running.ok()) return log.fail(running.status().message(), exit_code_for(running.status()));
   auto& rc = **running;
   where.set(rc.service->experiment_id(), rc.service->current_round());
   const std::string bulk = rc.server->bulk_port() != 0

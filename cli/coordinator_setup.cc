@@ -444,7 +444,8 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     rc->web_root = web;
     const std::string npm = npm_packages_dir(l);
     ho.mounts = {{"/", web}, {"/vendor/chartjs/", npm + "/chart.js/dist"}};
-    rc->chart_library = npm + "/chart.js/dist/chart.umd.js";
+    rc->chart_library =
+        std::filesystem::absolute(npm + "/chart.js/dist/chart.umd.js").lexically_normal().string();
     ho.metrics = [m = rc->metrics.get()] { return m->render(); };
     ATOLL_ASSIGN_OR_RETURN(rc->http,
                            coordinator::http::HttpServer::start(*rc->manager, *rc->store, ho));

@@ -241,10 +241,11 @@ int cmd_node(const Args& args) {
   Status s = node::run_node(o);
   // Refusals of this site's setup (its data, the experiment it cannot run, a certificate verdict
   // of either side's handshake: the wrong ca.crt, a revoked or foreign node certificate) are
-  // fixed by starting it differently: exit code 2, like a bad flag. Anything else is 1.
-  const bool setup_refused = s.code() == StatusCode::kInvalidArgument ||
-                             s.code() == StatusCode::kFailedPrecondition ||
-                             s.code() == StatusCode::kUnauthenticated;
+  // fixed by starting it differently: exit code 2, like a bad flag, which supervisors do not
+  // restart (a revoked certificate restarted every 10 s for ever). Anything else is 1.
+  const bool setup_refused =
+      s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kFailedPrecondition ||
+      s.code() == StatusCode::kUnauthenticated || s.code() == StatusCode::kPermissionDenied;
   if (!s.ok()) return log.fail(s.message(), setup_refused ? 2 : 1);
   // Stopped by SIGTERM or SIGINT before the experiment ended (after its Leave): 128 + the
   // signal, as a process the signal killed, so that a supervisor brings the site back — a

@@ -50,6 +50,10 @@ extern "C" void on_stop_signal(int signal_number) {
   g_stop_signal.store(signal_number);
   g_stop.store(true);
   ::alarm(kStopGraceSeconds);
+  // Ctrl-C at a terminal: the stop may wait for a step or a transfer, so say what happens (a
+  // SIGTERM comes from a supervisor, whose process logs its own stop line).
+  if (signal_number == SIGINT)
+    say("atoll: stopping (the current step or transfer ends first); Ctrl-C again exits at once\n");
 }
 
 }  // namespace

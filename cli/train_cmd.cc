@@ -135,6 +135,8 @@ class StepProgress {
     const algorithms::StepStats& st = *t.stats;
     window_tokens_ += st.tokens;
     window_loss_ += st.loss;
+    window_balance_ += st.router_balance;
+    window_z_ += st.router_z;
     ++window_steps_;
     const int64_t done = t.step + 1;
     if (done % every_ != 0 && !last) return;
@@ -143,9 +145,15 @@ class StepProgress {
     const double elapsed = std::chrono::duration<double>(now - start_).count();
     const double eta =
         (elapsed / static_cast<double>(done - first_)) * static_cast<double>(total_ - done);
-    std::printf("step %6" PRId64 "/%" PRId64 " | loss %.4f | lr %.2e | grad %.3f | %s tok/s | "
+    // MoE: the router's health over the window (balance 1 = even load over the experts).
+    char router[96] = "";
+    if (window_balance_ > 0)
+      std::snprintf(router, sizeof(router), " | router balance %.3f z %.3f",
+                    window_balance_ / window_steps_, window_z_ / window_steps_);
+    std::printf("step %6" PRId64 "/%" PRId64
+                " | loss %.4f | lr %.2e | grad %.3f%s | %s tok/s | "
                 "ETA %s\n",
-                done, total_, window_loss_ / window_steps_, st.lr, st.grad_norm,
+                done, total_, window_loss_ / window_steps_, st.lr, st.grad_norm, router,
                 format_count(dt > 0 ? window_tokens_ / dt : 0).c_str(),
                 format_duration(eta).c_str());
     std::printf("batch %" PRId64 " sha256 %s\n", t.step,
@@ -154,6 +162,8 @@ class StepProgress {
     window_start_ = now;
     window_tokens_ = 0;
     window_loss_ = 0;
+    window_balance_ = 0;
+    window_z_ = 0;
     window_steps_ = 0;
   }
 
@@ -163,6 +173,7 @@ class StepProgress {
   Clock::time_point start_ = Clock::now(), window_start_ = start_;
   int64_t window_tokens_ = 0;
   double window_loss_ = 0;
+  double window_balance_ = 0, window_z_ = 0;  // MoE router losses summed over the window
   int window_steps_ = 0;
 };
 

@@ -107,6 +107,12 @@ Status apply_model_flags(const Flags& flags, algorithms::ModelConfig& m,
       if (flags.has(name))
         return InvalidArgument(std::string("--") + name +
                                " needs --moe-experts E > 0: a dense model has no experts");
+  // Every layer MoE (moe_every 1): no dense FFN is left for --ffn to size.
+  if (moe_e > 0 && moe_every == 1 && flags.has("ffn"))
+    return InvalidArgument(
+        "--ffn sizes the dense FFN, and with --moe-every 1 every layer is an MoE layer: size the "
+        "experts with --moe-hidden (and the shared expert with --moe-shared), or give "
+        "--moe-every 2 or more for dense layers between");
   m.moe_experts = static_cast<int>(moe_e);
   m.moe_top_k = static_cast<int>(moe_k);
   m.moe_hidden = static_cast<int>(moe_h);

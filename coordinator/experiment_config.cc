@@ -627,8 +627,10 @@ std::vector<Status> experiment_config_errors(const ExperimentConfig& c, std::str
     std::string fix = rb.trim_fraction > 0
                           ? "raise diloco.min_nodes to at least " + std::to_string(needed)
                           : "use a trim_fraction > 0, or aggregator = \"mean\"";
+    // 1/min_nodes rounded up to 4 decimals (0.3334 for 3: floor(0.3334 × 3) = 1).
     if (rb.trim_fraction > 0 && c.diloco.min_nodes >= 3)
-      fix += ", or trim_fraction to at least 1/" + u(c.diloco.min_nodes);
+      fix += ", or trim_fraction to at least " +
+             d(std::ceil(1e4 / static_cast<double>(c.diloco.min_nodes)) / 1e4);
     add(range_error(src, "robust.trim_fraction", d(rb.trim_fraction),
                     "cuts nothing from a round of diloco.min_nodes = " + u(c.diloco.min_nodes) +
                         " updates (floor(trim_fraction x " + u(c.diloco.min_nodes) +
@@ -1008,9 +1010,21 @@ std::vector<std::pair<std::string, std::string>> toml_entries(const std::string&
 
 std::vector<std::string> config_changes(const ExperimentConfig& stored,
                                         const ExperimentConfig& given) {
+  // robust.trim_fraction too: a trimmed mean created with a fraction that cut nothing (0.1, the
+  // default before rounds that trim nothing were refused) can go on with one that cuts.
   static const std::set<std::string> kMayChange = {
       "diloco.round_deadline_s", "diloco.heartbeat_interval_s", "diloco.lost_after_heartbeats",
-      "diloco.start_wait_s",     "diloco.keep_params",          "lora.base"};
+      "diloco.start_wait_s",     "diloco.keep_params",          "lora.base",
+      "robust.trim_fraction"};
+  // A key that means nothing under either config is not compared: a changed default of an
+  // aggregator's parameter must not stop every experiment that uses another aggregator.
+  const auto applies = [](const std::string& key, const ExperimentConfig& c) {
+    if (key == "robust.clip_multiple") return c.robust.aggregator == "clipped-mean";
+    if (key == "robust.krum_byzantine" || key == "robust.krum_keep")
+      return c.robust.aggregator == "krum";
+    if (key == "privacy.noise_key") return c.privacy.clip_norm > 0;
+    return true;
+  };
   // Every key written, so that a key one config leaves at its default (and to_toml omits) reads
   // as the value it means, e.g. `hydra.forward_share_power 2.0 -> 0.0`.
   const auto before = toml_entries(to_toml(stored, /*every_key=*/true));
@@ -1019,7 +1033,8 @@ std::vector<std::string> config_changes(const ExperimentConfig& stored,
   std::vector<std::string> changes;
   for (size_t i = 0; i < before.size() && i < after.size(); ++i) {
     const auto& [key, was] = before[i];
-    if (!kMayChange.count(key) && after[i].second != was)
+    if (!kMayChange.count(key) && after[i].second != was &&
+        (applies(key, stored) || applies(key, given)))
       changes.push_back(key + " " + was + " -> " + after[i].second);
   }
   return changes;

@@ -103,6 +103,13 @@ ReplayMemory screen_replays(PendingUpdates& updates, const ReplayMemory& previou
     std::vector<double> others;
     for (const auto& [id, cosine] : cosines)
       if (id != it->first) others.push_back(1.0 - cosine);
+    // Alone in its round (one site, or the only one with a previous update of this layout):
+    // nothing to judge closeness against, so only an exact repeat is dropped (a single honest
+    // site's updates were dropped in 10 of 2,300 rounds).
+    if (others.empty() && c->second < 1.0) {
+      ++it;
+      continue;
+    }
     if (!others.empty()) {
       std::nth_element(others.begin(), others.begin() + others.size() / 2, others.end());
       const double typical = others[others.size() / 2];

@@ -162,8 +162,11 @@ class RoundEngine {
   // member at once. When it already gave the open round anything (an update, a push under
   // way, importance scores, or any stage of secure aggregation), the round starts again
   // without it, so nothing it sent reaches θ. Audited and reported as kNodeRevoked. A node
-  // that is not an active member is left as it is.
-  void revoke_node(const std::string& node_id, const std::string& why);
+  // that is not an active member is left as it is. `refusal`: what the node's calls get from
+  // then on, one of them already waiting included ("" = a line made of `why`); the service
+  // gives the revocation list's own line, the one a new call of that certificate gets.
+  void revoke_node(const std::string& node_id, const std::string& why,
+                   const std::string& refusal = "");
 
   // ---- Secure aggregation ([secagg], coordinator/secagg_round.h). Each long-polls up to
   // min(req.wait_ms, max_wait_ms) for its stage to close; FAILED_PRECONDITION when the round is

@@ -526,14 +526,17 @@ void RoundEngine::end_membership_locked(const std::string& id, NodeStatus status
   emit(std::move(e));
 }
 
-void RoundEngine::revoke_node(const std::string& id, const std::string& why) {
+void RoundEngine::revoke_node(const std::string& id, const std::string& why,
+                              const std::string& refusal) {
   std::optional<Commit> commit_job;
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = nodes_.find(id);
     if (it == nodes_.end() || it->second.status != NodeStatus::kActive) return;
-    it->second.revoked_why =
-        "the certificate of node '" + id + "' was revoked (" + why + "): it no longer takes part";
+    it->second.revoked_why = !refusal.empty()
+                                 ? refusal
+                                 : "the certificate of node '" + id + "' was revoked (" + why +
+                                       "): it no longer takes part";
     end_membership_locked(id, NodeStatus::kRevoked, why);
     const bool contributed = is_participant_locked(id) &&
                              (round_.updates.count(id) > 0 || round_.receiving.count(id) > 0 ||

@@ -64,6 +64,11 @@ std::string protection_summary(const ExperimentConfig& config) {
       std::snprintf(text, sizeof(text), ", budget epsilon %g", p.target_epsilon);
       line += text;
     }
+    // "seed": anyone who knows the seed can compute the noise (docs/configuration.md).
+    line += p.noise_key == "seed"
+                ? ", noise keyed by the seed (reproducible; NOT private against whoever knows "
+                  "the seed)"
+                : ", noise keyed by a secret in the store";
   }
   const SecAggSection& s = config.secagg;
   if (s.enabled) {

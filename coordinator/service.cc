@@ -101,9 +101,11 @@ void CoordinatorService::certificates_revoked(const std::vector<std::string>& se
       for (const auto& [node, known] : serials_)
         if (known == serial) dropped.emplace_back(node, serial);
   }
+  // A call already under way (a long-poll) gets the same line as the certificate's next call.
   for (const auto& [node, serial] : dropped)
     engine_->revoke_node(node,
-                         "certificate serial " + serial + " revoked by " + revocations_->path());
+                         "certificate serial " + serial + " revoked by " + revocations_->path(),
+                         revocations_->check(node, serial).message());
 }
 
 StatusOr<std::string> CoordinatorService::caller(const grpc::ServerContext& ctx,

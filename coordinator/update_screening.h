@@ -56,7 +56,8 @@ uint64_t update_layout_key(const PendingUpdate& update, algorithms::compress::Up
 
 // Drops (erases) every update whose sketch has cosine ≥ min_cosine to its node's entry in
 // `previous` of the same layout and is also kReplayCloserThanTheRound times closer to it than
-// the round's other updates are to theirs (median of 1 − cos; an exact repeat always is),
+// the round's other updates are to theirs (median of 1 − cos; an exact repeat always is; with
+// no other update to compare, only an exact repeat is dropped),
 // recording it in `screened` as dropped for "replay". Returns the entries (layout and sketch) of
 // the updates left, for remember_accepted. min_cosine ≤ 0: no update is compared or sketched
 // (returns nothing).

@@ -204,6 +204,7 @@ class SiteWorker {
   bool have_done_ = false;
   Reconnect reconnect_;  // the backoff and the clock of an outage, shared by every call
   Reconnect pulls_;      // the same for θ pulls that fail while calls are answered
+  Status paused_after_failed_pull(Clock::time_point began, const Status& failure);
   // Streaming DiLoCo: the next task, obtained by the exchange; whether θ and θ_local continue
   // from it (warm); the inner steps of that task already trained during the overlap.
   std::optional<Task> next_;
@@ -508,6 +509,22 @@ Status SiteWorker::run() {
   return Status::Ok();
 }
 
+// A θ pull that failed: the pause before the next try (logged by it, an unchanged failure at
+// most every 10 s), or, after --give-up-after seconds without a pull, the end with a Leave: the
+// node's calls are answered, so the coordinator hears that it goes and stops waiting for its
+// updates at once rather than at the round's deadline. A pull that ran kPullMadeProgressS or
+// more before it failed moved θ for that long (fast failures are refusals): it restarts the
+// clock, so a slow link whose long pulls are cut now and then is not given up on.
+Status SiteWorker::paused_after_failed_pull(Clock::time_point began, const Status& failure) {
+  constexpr double kPullMadeProgressS = 5;
+  if (std::chrono::duration<double>(Clock::now() - began).count() >= kPullMadeProgressS)
+    pulls_.reached();
+  const Status paused = pulls_.pause(failure);
+  if (stopping() || paused.ok()) return Status::Ok();
+  (void)link_.leave("gave up: " + paused.message());
+  return paused;
+}
+
 // Tasks until a STOP task or a stop request.
 Status SiteWorker::serve() {
   while (!stopping()) {
@@ -605,11 +622,15 @@ Status SiteWorker::adopt(PulledParams& pulled) {
 // Hydra's SCORE task: importance of θ_r on this site's data; scores only leave the site.
 Status SiteWorker::score(const Task& task) {
   if (!theta_->holds(task.params_fingerprint())) {
+    const auto began = Clock::now();
     auto pulled = theta_->pull(link_, task);
     if (!pulled.ok()) {
-      log("pull for scoring failed: " + pulled.status().message());
-      return Status::Ok();
+      if (superseded(pulled.status())) return pulled.status();
+      return paused_after_failed_pull(
+          began,
+          Status(pulled.status().code(), "pull for scoring failed: " + pulled.status().message()));
     }
+    pulls_.reached();
     ATOLL_RETURN_IF_ERROR(adopt(*pulled));
   }
   ATOLL_ASSIGN_OR_RETURN(const auto report,
@@ -626,22 +647,14 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
   const uint64_t round = cur.round();
   if (!warm_) {
     if (!theta_->holds(cur.params_fingerprint())) {
+      const auto began = Clock::now();
       auto pulled = theta_->pull(link_, cur);
       if (!pulled.ok()) {
         if (superseded(pulled.status())) return pulled.status();
-        // Logged by the pause (an unchanged failure at most every 10 s), which gives up after
-        // --give-up-after seconds without a pull.
-        const Status paused = pulls_.pause(Status(
-            pulled.status().code(),
-            "pull of round " + std::to_string(round) + " failed: " + pulled.status().message()));
-        if (stopping()) return Flow::kStop;
-        if (!paused.ok()) {
-          // Its calls are answered: the coordinator hears that it goes, and stops waiting for
-          // its updates at once rather than at the round's deadline.
-          (void)link_.leave("gave up: " + paused.message());
-          return paused;
-        }
-        return Flow::kContinue;
+        ATOLL_RETURN_IF_ERROR(paused_after_failed_pull(
+            began, Status(pulled.status().code(), "pull of round " + std::to_string(round) +
+                                                      " failed: " + pulled.status().message())));
+        return stopping() ? Flow::kStop : Flow::kContinue;
       }
       pulls_.reached();
       ATOLL_RETURN_IF_ERROR(adopt(*pulled));

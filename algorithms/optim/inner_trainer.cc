@@ -70,6 +70,7 @@ InnerTrainer::InnerTrainer(const ModelConfig& model, const TrainerConfig& train)
   Status st = validate(train, model);
   if (!st.ok()) internal_error("InnerTrainer: " + st.message());
   model_.set_precision(train.precision, train.precision_seed);
+  for (int l = 0; l < model.layers; ++l) moe_layers_ += is_moe_layer(model, l);
 }
 
 void InnerTrainer::attach_lora(const LoraConfig& lora, std::shared_ptr<const ParamSet> base) {
@@ -94,6 +95,10 @@ StepStats InnerTrainer::step(ParamSet& params, const int32_t* tokens, int64_t gl
   StepStats s;
   model_.gemm().begin_step(static_cast<uint64_t>(global_step));
   s.loss = model_.forward(params, inputs_.data(), targets_.data(), B, T);
+  if (moe_layers_ > 0) {
+    s.router_balance = model_.balance_loss_sum() / moe_layers_;
+    s.router_z = model_.z_loss_sum() / moe_layers_;
+  }
   model_.backward(params, grads_);
   s.grad_norm = ops::global_norm(grads_.data(), grads_.numel());
   if (tcfg_.grad_clip > 0)

@@ -46,6 +46,11 @@ struct StepStats {
   double grad_norm = 0;  // global L2 norm before clipping
   double lr = 0;         // learning rate used for this step
   int64_t tokens = 0;    // target tokens in the batch (B·T)
+  // MoE models: the router's load balance L_aux and z-loss L_z, each the mean over the MoE
+  // layers (unscaled; docs/moe.md): balance 1 = the tokens spread evenly over the experts, E =
+  // one expert takes them all. 0 for a dense model.
+  double router_balance = 0;
+  double router_z = 0;
 };
 
 class InnerTrainer {
@@ -80,6 +85,7 @@ class InnerTrainer {
 
   TrainerConfig tcfg_;
   Llama model_;
+  int moe_layers_ = 0;  // layers whose FFN is an MoE layer (is_moe_layer)
   ParamSet grads_;
   AdamW adamw_;
   std::vector<int32_t> inputs_, targets_;  // (rows, seq)

@@ -348,7 +348,7 @@ Response Api::handle_api(const Request& req, const std::string& path,
                          json::object{{"total", total}, {"from", *from}, {"rounds", std::move(a)}});
   }
   if (what == "metrics") {
-    auto max_points = query_uint(q, "max_points", 500, 2, 5000);
+    auto max_points = query_uint(q, "max_points", 500, 2, kMaxSeriesPoints);
     if (!max_points.ok()) return fail(max_points.status());
     auto series = manager_.metrics(id, static_cast<uint32_t>(*max_points));
     if (!series.ok()) return fail(series.status());

@@ -163,7 +163,7 @@ TEST(ExperimentConfig, RobustSectionDefaultsParseRoundTripAndErrors) {
                 .find("robust.trim_fraction = 0.2 cuts nothing from a round of "
                       "diloco.min_nodes = 4 updates (floor(trim_fraction x 4) = 0: such rounds "
                       "would be a plain mean); raise diloco.min_nodes to at least 5, or "
-                      "trim_fraction to at least 1/4"),
+                      "trim_fraction to at least 0.25"),
             std::string::npos);
   EXPECT_EQ(error_of("[diloco]\nmin_nodes = 5\n[robust]\naggregator = \"trimmed-mean\"\n"), "OK");
   EXPECT_EQ(error_of("[diloco]\nmin_nodes = 4\n[robust]\naggregator = \"trimmed-mean\"\n"

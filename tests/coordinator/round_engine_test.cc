@@ -295,6 +295,31 @@ TEST(RoundEngine, OpeningAgainWithAnotherConfigNamesWhatDiffers) {
       << still.status().message();
 }
 
+// trim_fraction's default went from 0.1 to 0.2, and every experiment stored before was refused
+// at its restart ("robust.trim_fraction 0.1 -> 0.2") whatever its aggregator. An aggregator's
+// parameter is compared only where that aggregator is used; the trim itself may change.
+TEST(RoundEngine, ParametersOfAnUnusedAggregatorDoNotStopARestart) {
+  ExperimentConfig cfg = engine_config("defaults", 3, 1);
+  cfg.robust.trim_fraction = 0.1;  // as an older build stored it
+  cfg.robust.krum_keep = 2;
+  const algorithms::ParamSet init = testing_util::toy_params(100);
+  EngineFixture f(cfg, init);
+  ASSERT_TRUE(f.engine);
+  f.engine.reset();
+  ExperimentConfig now = cfg;
+  now.robust.trim_fraction = 0.2;
+  now.robust.krum_keep = 1;
+  auto reopened = RoundEngine::open(*f.store, now, init, {});
+  EXPECT_TRUE(reopened.ok()) << reopened.status().to_string();
+  reopened->reset();
+  EXPECT_EQ(config_changes(cfg, now), std::vector<std::string>{});
+  ExperimentConfig krum = cfg;
+  krum.robust.aggregator = "krum";
+  ExperimentConfig krum_now = krum;
+  krum_now.robust.krum_keep = 1;
+  EXPECT_EQ(config_changes(krum, krum_now), std::vector<std::string>{"robust.krum_keep 2 -> 1"});
+}
+
 TEST(RoundEngine, TwoNodesPushAndTheCommitIsTheDirectAggregateAndOuterStep) {
   constexpr size_t kNumel = 4000;
   const ExperimentConfig cfg = engine_config("engine", 3, 2);

@@ -63,7 +63,13 @@ TEST(ProtectionSummary, NamesEveryProtectionThatIsOn) {
   c.privacy.target_epsilon = 8;
   EXPECT_EQ(protection_summary(c),
             "screening off, aggregator mean; differential privacy: clip 1, noise multiplier 1.1, "
-            "delta 1e-05, budget epsilon 8");
+            "delta 1e-05, budget epsilon 8, noise keyed by a secret in the store");
+  c.privacy.noise_key = "seed";
+  EXPECT_NE(protection_summary(c).find(
+                ", noise keyed by the seed (reproducible; NOT private against whoever knows the "
+                "seed)"),
+            std::string::npos)
+      << protection_summary(c);
   c.privacy = PrivacySection{};
   c.secagg.enabled = true;
   c.secagg.threshold = 3;

@@ -165,6 +165,31 @@ TEST(BadInput, ASecondStopSignalExitsAtOnce) {
   EXPECT_NE(log.find("atoll: second stop signal; exiting now"), std::string::npos) << log;
 }
 
+// The first Ctrl-C said nothing while a node finished its inner step, or a coordinator its
+// commit: it says that the process is stopping and how to exit at once.
+TEST(BadInput, TheFirstCtrlCSaysTheProcessIsStopping) {
+  TempDir dir;
+  const std::string tls = dir / "tls";
+  issue_cli_ca(dir, tls, {});
+  const std::string config = write_config(dir, "exp.toml", "[diloco]\nrounds = 1\n");
+  auto p = node::Subprocess::spawn(
+      {ATOLL_BINARY, "coordinator", "--config", config, "--store", dir / "store", "--tls", tls,
+       "--listen", "127.0.0.1:0", "--http", "off"},
+      dir / "coordinator.log");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  std::string log;
+  ASSERT_TRUE(
+      wait_for_log(dir / "coordinator.log", std::regex("on 127\\.0\\.0\\.1:\\d+"), 60s, &log))
+      << log;
+  p->signal(SIGINT);
+  EXPECT_EQ(p->wait_for(30s), std::optional<int>(0));
+  log = read_text(dir / "coordinator.log");
+  EXPECT_NE(log.find("atoll: stopping (the current step or transfer ends first); Ctrl-C again "
+                     "exits at once"),
+            std::string::npos)
+      << log;
+}
+
 TEST(BadInput, CoordinatorListenAddressesAreCheckedBeforeAnythingIsCreated) {
   TempDir dir;
   const std::string config = write_config(dir, "exp.toml", "[diloco]\nrounds = 1\n");

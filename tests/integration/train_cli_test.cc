@@ -159,6 +159,30 @@ TEST(TrainCli, SameSeedSameBitsDifferentSeedDifferentBits) {
   EXPECT_NE(final_sha(a.output), final_sha(c.output));
 }
 
+// MoE router health was reported nowhere: the progress line of an MoE model carries the router's
+// load balance (1 = even over the experts, E = one takes all) and z-loss, means over its MoE
+// layers; a dense model's line has neither.
+TEST(TrainCli, AnMoeModelsProgressLineSaysHowItsRouterBalances) {
+  TempDir dir;
+  auto moe = run_atoll(train_args({"--steps", "4", "--moe-experts", "4", "--moe-hidden", "16",
+                                   "--moe-every", "2", "--out", dir / "moe"}),
+                       dir / "moe.log");
+  ASSERT_EQ(moe.exit_code, 0) << moe.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      moe.output, m,
+      std::regex("step +2/4 \\| loss [0-9.]+ \\| lr [0-9.e+-]+ \\| grad [0-9.]+ \\| router "
+                 "balance ([0-9.]+) z ([0-9.]+) \\|")))
+      << moe.output;
+  const double balance = std::stod(m[1].str()), z = std::stod(m[2].str());
+  EXPECT_GT(balance, 0.5) << moe.output;
+  EXPECT_LE(balance, 4.0) << moe.output;
+  EXPECT_GT(z, 0.0) << moe.output;
+  auto dense = run_atoll(train_args({"--steps", "2", "--out", dir / "dense"}), dir / "dense.log");
+  ASSERT_EQ(dense.exit_code, 0) << dense.output;
+  EXPECT_EQ(dense.output.find("router"), std::string::npos) << dense.output;
+}
+
 TEST(TrainCli, LossDecreasesAndValidationIsReportedInBitsPerByte) {
   TempDir dir;
   auto r = run_atoll(
@@ -249,6 +273,8 @@ TEST(TrainCli, BadFlagsAndConfigsGiveOneClearLineAndExitCode2) {
            " holds 2 validation tokens, fewer than one window of seq_len + 1 = 257: add documents"},
       {{"train", "--moe-hidden", "16"},
        "--moe-hidden needs --moe-experts E > 0: a dense model has no experts"},
+      {{"train", "--moe-experts", "4", "--moe-hidden", "16", "--ffn", "64"},
+       "--ffn sizes the dense FFN, and with --moe-every 1 every layer is an MoE layer"},
       {{"train", "--steps", "3", "--stop-after", "4"},
        "--stop-after 4 is past the run's last step 3 (lower it, or raise --steps)"},
       {{"train", "--steps"}, "flag --steps needs a value"},

@@ -3,9 +3,12 @@
 #include <grpc/support/log.h>
 
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 namespace atl::transport {
@@ -113,9 +116,46 @@ void route_client(gpr_log_func_args* args) {
   pass_through(args);
 }
 
+// Clients that hang up or stall mid-handshake, said at most once per kRefusalRepeatS per kind
+// (the line without the client's address), the next line counting those left out: a port
+// probe, a scanner or a flood gave one line per connection (12 a minute from a Kubernetes TCP
+// probe). Certificate verdicts stay one line each. Under g_mu.
+constexpr double kRefusalRepeatS = 10;
+struct RefusalsOfAKind {
+  std::chrono::steady_clock::time_point said;
+  uint64_t unsaid = 0;
+};
+std::map<std::string, RefusalsOfAKind> g_refusals;
+
+// The line to print for `line` now, or nullopt while its kind was said less than
+// kRefusalRepeatS ago.
+std::optional<std::string> rate_limited(const std::string& line) {
+  if (line.find("the client hung up during the TLS handshake") == std::string::npos &&
+      line.find("did not complete the TLS handshake in time") == std::string::npos)
+    return line;
+  const size_t colon = line.find(": ");
+  const std::string kind = colon == std::string::npos ? line : line.substr(colon + 2);
+  const auto now = std::chrono::steady_clock::now();
+  auto [it, first] = g_refusals.try_emplace(kind);
+  RefusalsOfAKind& r = it->second;
+  if (!first && std::chrono::duration<double>(now - r.said).count() < kRefusalRepeatS) {
+    ++r.unsaid;
+    return std::nullopt;
+  }
+  std::string out = line;
+  if (r.unsaid > 0)
+    out += " (" + std::to_string(r.unsaid) + " more like it since this was last said)";
+  r.said = now;
+  r.unsaid = 0;
+  if (g_refusals.size() > 64) g_refusals.clear();  // kinds are few; names in lines are not
+  return out;
+}
+
 void classify(gpr_log_func_args* args) {
-  if (auto line = explain_handshake_failure(args->message)) {
+  if (auto explained = explain_handshake_failure(args->message)) {
     std::lock_guard<std::mutex> lock(g_mu);
+    const std::optional<std::string> line = rate_limited(*explained);
+    if (!line) return;
     if (g_sink != nullptr && *g_sink) {
       (*g_sink)(*line);
     } else {
