@@ -22,6 +22,7 @@
 #include "algorithms/compress/wire.h"
 #include "algorithms/diloco/robust.h"
 #include "service_harness.h"
+#include "tests/tools/loopback_socket.h"
 #include "transport/channel.h"
 #include "transport/tls/ca.h"
 
@@ -558,20 +559,7 @@ TEST(HostileSite, MetricsFloodIsRefusedAndTheStoreStaysBounded) {
   EXPECT_EQ(stored->size() - stored_before, 5u);  // node-1's 4 and node-2's 1
 }
 
-// A TCP connection to 127.0.0.1:port, or -1.
-int connect_loopback(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+using ::atl::testing::connect_loopback;
 
 // True once the peer closed `fd` (EOF or reset) before `deadline`.
 bool closed_by_peer(int fd, Clock::time_point deadline) {
@@ -611,28 +599,6 @@ TEST(HostileSite, IdleHalfOpenConnectionsAreDroppedWithinTheHandshakeTimeout) {
   // Not closed at once: it is the handshake timeout at work, not a refused connection.
   EXPECT_GT(secs, 5.0);
   for (int fd : fds) ::close(fd);
-}
-
-// A TCP connection to 127.0.0.1:port from the loopback address `source` (any of 127/8), or -1.
-int connect_loopback_from(int port, const char* source) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_in from{};
-  from.sin_family = AF_INET;
-  ::inet_pton(AF_INET, source, &from.sin_addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
 }
 
 // How many of `fds` the peer has closed by `deadline`: each is waited for until then, and
@@ -761,10 +727,8 @@ TEST(HostileSite, PerAddressCapLimitsOneAddressOnly) {
   TlsCoordinator t(testing::small_config("per-address", 1, 1), 1, limits);
   ASSERT_TRUE(t.c);
   std::vector<int> from2, from3;
-  for (int i = 0; i < 10; ++i)
-    from2.push_back(connect_loopback_from(t.c->server->port(), "127.0.0.2"));
-  for (int i = 0; i < 3; ++i)
-    from3.push_back(connect_loopback_from(t.c->server->port(), "127.0.0.3"));
+  for (int i = 0; i < 10; ++i) from2.push_back(connect_loopback(t.c->server->port(), "127.0.0.2"));
+  for (int i = 0; i < 3; ++i) from3.push_back(connect_loopback(t.c->server->port(), "127.0.0.3"));
   for (int fd : from2) ASSERT_GE(fd, 0) << "connect failed: " << std::strerror(errno);
   for (int fd : from3) ASSERT_GE(fd, 0) << "connect failed: " << std::strerror(errno);
   const auto soon = Clock::now() + 1s;

@@ -340,22 +340,33 @@ PrivateRun run_private_round(const ExperimentConfig& cfg, const algorithms::Para
   return out;
 }
 
-TEST(Privacy, EngineCommitsClippedUnweightedNoisyMeanTheSameBitsTwice) {
-  constexpr size_t kNumel = 3000;
-  ExperimentConfig cfg = testing_util::small_config("dp", 2, 3);
+// Three sites' updates of `numel` values: a's norm (~0.001·√numel) under the clip of
+// private_config, b's (~√numel) far over it, c's (~0.03·√numel) over it.
+std::vector<std::vector<float>> three_sites_deltas(size_t numel) {
+  return {random_vector(numel, 0.001, 1), random_vector(numel, 1.0, 2),
+          random_vector(numel, 0.03, 3)};
+}
+
+// Two rounds of three sites with [privacy] clip 0.5 and z = 0.8 (the default noise key).
+ExperimentConfig private_config(const std::string& name) {
+  ExperimentConfig cfg = testing_util::small_config(name, 2, 3);
   cfg.diloco.round_deadline_s = 60;
   cfg.diloco.lost_after_heartbeats = 10;
   cfg.robust.screen = "off";
   cfg.privacy.clip_norm = 0.5;
   cfg.privacy.noise_multiplier = 0.8;
   cfg.privacy.delta = 1e-5;
+  return cfg;
+}
+
+TEST(Privacy, EngineCommitsClippedUnweightedNoisyMeanTheSameBitsTwice) {
+  constexpr size_t kNumel = 3000;
+  ExperimentConfig cfg = private_config("dp");
   cfg.privacy.noise_key = "seed";  // the same noise on every run (a simulation's choice)
   ASSERT_TRUE(validate_experiment_config(cfg, "test").ok());
   const algorithms::ParamSet init = testing_util::toy_params(kNumel);
   // Site b's norm (~55) is far over the clip; a's (~0.055) under it; c's (~1.6) over it.
-  const std::vector<std::vector<float>> deltas = {random_vector(kNumel, 0.001, 1),
-                                                  random_vector(kNumel, 1.0, 2),
-                                                  random_vector(kNumel, 0.03, 3)};
+  const std::vector<std::vector<float>> deltas = three_sites_deltas(kNumel);
 
   const PrivateRun first = run_private_round(cfg, init, deltas);
   const PrivateRun second = run_private_round(cfg, init, deltas);
@@ -401,18 +412,11 @@ TEST(Privacy, EngineCommitsClippedUnweightedNoisyMeanTheSameBitsTwice) {
 // is drawn at random when the experiment is created and kept in the store alone.
 TEST(Privacy, TheDefaultNoiseKeyIsSecretKeptInTheStoreAndNotTheSeed) {
   constexpr size_t kNumel = 3000;
-  ExperimentConfig cfg = testing_util::small_config("dp-secret", 2, 3);
-  cfg.diloco.round_deadline_s = 60;
-  cfg.diloco.lost_after_heartbeats = 10;
-  cfg.robust.screen = "off";
-  cfg.privacy.clip_norm = 0.5;
-  cfg.privacy.noise_multiplier = 0.8;
+  const ExperimentConfig cfg = private_config("dp-secret");
   ASSERT_EQ(cfg.privacy.noise_key, "secret");
   ASSERT_TRUE(validate_experiment_config(cfg, "test").ok());
   const algorithms::ParamSet init = testing_util::toy_params(kNumel);
-  const std::vector<std::vector<float>> deltas = {random_vector(kNumel, 0.001, 1),
-                                                  random_vector(kNumel, 1.0, 2),
-                                                  random_vector(kNumel, 0.03, 3)};
+  const std::vector<std::vector<float>> deltas = three_sites_deltas(kNumel);
   const PrivateRun a = run_private_round(cfg, init, deltas);
   const PrivateRun b = run_private_round(cfg, init, deltas);
   ASSERT_FALSE(a.theta.empty());

@@ -128,11 +128,9 @@ TEST(BadInput, AnAddressSpaceLimitTooSmallForBlasIsNamed) {
   EXPECT_NE(text.find("atoll 0.1.0 (commit "), std::string::npos) << text;
 }
 
-// Two stop signals: the second one means "now". The coordinator is stopped (SIGSTOP) while both
-// arrive, so both are pending when it runs again; its graceful stop exits 0, this path 128 + the
-// second signal's number, with one line.
-TEST(BadInput, ASecondStopSignalExitsAtOnce) {
-  TempDir dir;
+// A coordinator of a one-round experiment without a dashboard, listening (its log in
+// dir/coordinator.log); nullopt, with a test failure, when it did not start.
+std::optional<node::Subprocess> listening_coordinator(const TempDir& dir) {
   const std::string tls = dir / "tls";
   issue_cli_ca(dir, tls, {});
   const std::string config = write_config(dir, "exp.toml", "[diloco]\nrounds = 1\n");
@@ -140,11 +138,25 @@ TEST(BadInput, ASecondStopSignalExitsAtOnce) {
       {ATOLL_BINARY, "coordinator", "--config", config, "--store", dir / "store", "--tls", tls,
        "--listen", "127.0.0.1:0", "--http", "off"},
       dir / "coordinator.log");
-  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_TRUE(p.ok()) << p.status().to_string();
+  if (!p.ok()) return std::nullopt;
   std::string log;
-  ASSERT_TRUE(
-      wait_for_log(dir / "coordinator.log", std::regex("on 127\\.0\\.0\\.1:\\d+"), 60s, &log))
-      << log;
+  const bool listening =
+      wait_for_log(dir / "coordinator.log", std::regex("on 127\\.0\\.0\\.1:\\d+"), 60s, &log)
+          .has_value();
+  EXPECT_TRUE(listening) << log;
+  if (!listening) return std::nullopt;
+  return std::move(p).value();
+}
+
+// Two stop signals: the second one means "now". The coordinator is stopped (SIGSTOP) while both
+// arrive, so both are pending when it runs again; its graceful stop exits 0, this path 128 + the
+// second signal's number, with one line.
+TEST(BadInput, ASecondStopSignalExitsAtOnce) {
+  TempDir dir;
+  auto p = listening_coordinator(dir);
+  ASSERT_TRUE(p.has_value());
+  std::string log;
   p->signal(SIGSTOP);
   // Stopped for certain (state T) before the two signals, so that both are pending together: a
   // thread still running on the other core could otherwise take the first and finish stopping.
@@ -169,21 +181,11 @@ TEST(BadInput, ASecondStopSignalExitsAtOnce) {
 // commit: it says that the process is stopping and how to exit at once.
 TEST(BadInput, TheFirstCtrlCSaysTheProcessIsStopping) {
   TempDir dir;
-  const std::string tls = dir / "tls";
-  issue_cli_ca(dir, tls, {});
-  const std::string config = write_config(dir, "exp.toml", "[diloco]\nrounds = 1\n");
-  auto p = node::Subprocess::spawn(
-      {ATOLL_BINARY, "coordinator", "--config", config, "--store", dir / "store", "--tls", tls,
-       "--listen", "127.0.0.1:0", "--http", "off"},
-      dir / "coordinator.log");
-  ASSERT_TRUE(p.ok()) << p.status().to_string();
-  std::string log;
-  ASSERT_TRUE(
-      wait_for_log(dir / "coordinator.log", std::regex("on 127\\.0\\.0\\.1:\\d+"), 60s, &log))
-      << log;
+  auto p = listening_coordinator(dir);
+  ASSERT_TRUE(p.has_value());
   p->signal(SIGINT);
   EXPECT_EQ(p->wait_for(30s), std::optional<int>(0));
-  log = read_text(dir / "coordinator.log");
+  const std::string log = read_text(dir / "coordinator.log");
   EXPECT_NE(log.find("atoll: stopping (the current step or transfer ends first); Ctrl-C again "
                      "exits at once"),
             std::string::npos)

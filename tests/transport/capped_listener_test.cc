@@ -1,10 +1,7 @@
 // CappedListener: connections over a cap are closed at accept, and said so in the log.
 #include "transport/capped_listener.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,23 +9,14 @@
 #include <thread>
 #include <vector>
 
+#include "tests/tools/loopback_socket.h"
+
 namespace atl::transport {
 namespace {
 
 using namespace std::chrono_literals;
 
-int connect_to(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+using ::atl::testing::connect_loopback;
 
 // 64 nodes behind one address fill the default cap of 128; the 65th's connections were closed
 // with no line at all, and the node blamed the TLS handshake.
@@ -51,7 +39,7 @@ TEST(CappedListener, ConnectionsOverTheCapAreSaidOnceInTenSecondsWithTheirCount)
   });
   listener.start();
   std::vector<int> clients;
-  for (int i = 0; i < 4; ++i) clients.push_back(connect_to(listener.port()));
+  for (int i = 0; i < 4; ++i) clients.push_back(connect_loopback(listener.port()));
   for (int fd : clients) ASSERT_GE(fd, 0);
   const auto until = std::chrono::steady_clock::now() + 5s;
   while (listener.refused_connections() < 3 && std::chrono::steady_clock::now() < until)
