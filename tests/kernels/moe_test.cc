@@ -4,6 +4,8 @@
 // Inputs are random but seeded; top-k gaps are far above the FD step, so no selection flips.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "kernel_test_util.h"
@@ -49,6 +51,30 @@ TEST(MoeGradCheck, TopK) {
     expect_grad_matches(renorm ? "topk renormalized dscores" : "topk dscores", scores, ds, loss);
     loss();
     EXPECT_EQ(idx, idx0) << "selection changed under the FD steps: near-tie in the inputs";
+  }
+}
+
+// Past 64 experts (a bit per expert, not a scan of the taken ids), and past 4096 (on the heap):
+// the K highest scores in descending order, ties to the lower id, as a stable sort gives them.
+TEST(MoeRouting, TopKOfManyExpertsIsTheStableSortsFirstK) {
+  for (const auto& [E, K] : std::vector<std::pair<int, int>>{{200, 50}, {256, 256}, {4100, 9}}) {
+    const int N = 5;
+    std::vector<double> s = random_vec<double>(size_t(N) * E, 11, 0.0, 1.0);
+    for (int e = 0; e < E; e += 7) s[size_t(e)] = 0.5;  // ties in row 0
+    std::vector<int32_t> idx(size_t(N) * K);
+    std::vector<double> w(idx.size());
+    moe_topk_forward(idx.data(), w.data(), s.data(), N, E, K, false);
+    for (int n = 0; n < N; ++n) {
+      std::vector<int32_t> order(static_cast<size_t>(E));
+      for (int e = 0; e < E; ++e) order[size_t(e)] = e;
+      const double* row = s.data() + size_t(n) * E;
+      std::stable_sort(order.begin(), order.end(),
+                       [row](int32_t a, int32_t b) { return row[a] > row[b]; });
+      for (int k = 0; k < K; ++k) {
+        ASSERT_EQ(idx[size_t(n) * K + k], order[size_t(k)]) << "E " << E << " row " << n;
+        EXPECT_EQ(w[size_t(n) * K + k], row[order[size_t(k)]]);
+      }
+    }
   }
 }
 
