@@ -555,7 +555,8 @@ int cmd_coordinator(const Args& args) {
                        l.insecure ? "INSECURE plaintext" : "TLS 1.3, mTLS", bulk.c_str(),
                        rc.service->current_round(),
                        rc.service->params_fingerprint().substr(0, 16).c_str()));
-  say(coordinator::protection_summary(l.config));
+  // As the experiment runs (a store created before privacy.noise_key keeps the seed's noise).
+  say(coordinator::protection_summary(rc.service->engine().config()));
   for (const std::string& line : coordinator::ignored_settings(l.config))
     log.write(LogLevel::kWarn, line);
   // First start of a store: bootstrap one admin token (later ones: POST /api/tokens, or

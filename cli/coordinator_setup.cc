@@ -99,12 +99,21 @@ Status provision_dev_ca(const std::string& tls_dir, const std::vector<std::strin
   return Status::Ok();
 }
 
+namespace {
+
+// node_modules beside the pages' directory `web_root` (DIR/../node_modules).
+std::filesystem::path node_modules_beside(const std::string& web_root) {
+  std::filesystem::path pages = std::filesystem::path(web_root).lexically_normal();
+  if (pages.filename().empty()) pages = pages.parent_path();  // "web/" names web
+  return pages.parent_path() / "node_modules";
+}
+
+}  // namespace
+
 std::string npm_packages_dir(const CoordinatorLaunch& l) {
   if (!l.node_modules.empty()) return l.node_modules;
   if (!l.web_root.empty()) {
-    std::filesystem::path pages = std::filesystem::path(l.web_root).lexically_normal();
-    if (pages.filename().empty()) pages = pages.parent_path();  // "web/" names web
-    const auto beside = pages.parent_path() / "node_modules";
+    const auto beside = node_modules_beside(l.web_root);
     if (std::filesystem::is_directory(beside / "chart.js" / "dist")) return beside.string();
   }
   return find_tree_dir("node_modules");
@@ -444,8 +453,11 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     rc->web_root = web;
     const std::string npm = npm_packages_dir(l);
     ho.mounts = {{"/", web}, {"/vendor/chartjs/", npm + "/chart.js/dist"}};
-    rc->chart_library =
-        std::filesystem::absolute(npm + "/chart.js/dist/chart.umd.js").lexically_normal().string();
+    // Where a missing library is looked for: beside --web's pages when given (where it goes).
+    std::filesystem::path library = npm + "/chart.js/dist/chart.umd.js";
+    if (!std::filesystem::exists(library) && !l.web_root.empty() && l.node_modules.empty())
+      library = node_modules_beside(l.web_root) / "chart.js" / "dist" / "chart.umd.js";
+    rc->chart_library = std::filesystem::absolute(library).lexically_normal().string();
     ho.metrics = [m = rc->metrics.get()] { return m->render(); };
     ATOLL_ASSIGN_OR_RETURN(rc->http,
                            coordinator::http::HttpServer::start(*rc->manager, *rc->store, ho));

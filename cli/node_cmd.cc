@@ -10,6 +10,7 @@
 #include "cli/log_output.h"
 #include "cli/signals.h"
 #include "kernels/core/sha256.h"
+#include "kernels/cpu/backend_info.h"
 #include "node/base_model.h"
 #include "node/gpu_trainer.h"
 #include "node/node_runner.h"
@@ -227,6 +228,13 @@ int cmd_node(const Args& args) {
       return log.fail(s.message(), exit_code_for(s));
   }
   if (Status s = claim_state_dir(o); !s.ok()) return log.fail(s.message(), 2);
+  if (!o.state_dir.empty())
+    if (auto other = node::note_state_dir_host(o.state_dir, kernels::cpu::backend_description()))
+      log.write(LogLevel::kWarn,
+                "--state-dir " + o.state_dir + " was written on another host (" + *other +
+                    "; this one: " + kernels::cpu::backend_description() +
+                    "): the rounds it resumes go on, but not bit for bit as an uninterrupted run "
+                    "(docs/coordinator.md, \"On one host\")");
   std::unique_ptr<transport::metrics::HttpExporter> exporter;
   if (auto listen = flags.get("metrics")) {
     auto started =

@@ -1009,7 +1009,7 @@ std::vector<std::pair<std::string, std::string>> toml_entries(const std::string&
 }  // namespace
 
 std::vector<std::string> config_changes(const ExperimentConfig& stored,
-                                        const ExperimentConfig& given) {
+                                        const ExperimentConfig& given, bool every_key) {
   // robust.trim_fraction too: a trimmed mean created with a fraction that cut nothing (0.1, the
   // default before rounds that trim nothing were refused) can go on with one that cuts.
   static const std::set<std::string> kMayChange = {
@@ -1033,8 +1033,8 @@ std::vector<std::string> config_changes(const ExperimentConfig& stored,
   std::vector<std::string> changes;
   for (size_t i = 0; i < before.size() && i < after.size(); ++i) {
     const auto& [key, was] = before[i];
-    if (!kMayChange.count(key) && after[i].second != was &&
-        (applies(key, stored) || applies(key, given)))
+    if (after[i].second != was &&
+        (every_key || (!kMayChange.count(key) && (applies(key, stored) || applies(key, given)))))
       changes.push_back(key + " " + was + " -> " + after[i].second);
   }
   return changes;

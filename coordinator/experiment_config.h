@@ -405,8 +405,11 @@ std::string toml_string(std::string_view text);
 // "int8"`; a key that to_toml leaves out at its default reads as that default (`2.0 -> 0.0`,
 // never "not set"). Keys that may change between two starts are left out: the timing of rounds and
 // heartbeats, how many θ versions are kept, and where the LoRA base file lies (its fingerprint
-// is compared). They change no committed θ; every other key does, or may.
+// is compared), robust.trim_fraction, and keys that neither config uses (an aggregator's
+// parameters under another aggregator, the privacy noise key without privacy). They change no
+// committed θ, or may change across a restart; every other key does, or may. every_key: all
+// the differences, those too.
 std::vector<std::string> config_changes(const ExperimentConfig& stored,
-                                        const ExperimentConfig& given);
+                                        const ExperimentConfig& given, bool every_key = false);
 
 }  // namespace atl::coordinator

@@ -64,13 +64,21 @@ namespace {
 // the experiment it was: a different seed, codec or schedule would continue its committed θ as
 // another run, with nothing to say so. Stored configs that no longer parse (written by another
 // version) are not compared.
+// Whether the stored config was written by a build that knew privacy.noise_key.
+bool written_with_noise_key(const ExperimentRecord& stored) {
+  return stored.config_toml.find("\nnoise_key = ") != std::string::npos;
+}
+
 Status check_same_config(const ExperimentRecord& stored, const ExperimentConfig& given) {
   // A stored config this version finds fault with (a bound added since it was written) is
   // still compared on every value it holds: tighter validation after an upgrade must not turn
   // the check off. Only a config that is not TOML at all is not compared.
-  const ConfigCheck created =
+  ConfigCheck created =
       check_experiment_config(stored.config_toml, "stored config of '" + stored.id + "'");
   if (!created.parsed) return Status::Ok();
+  // Written before privacy.noise_key existed: its noise is keyed by the seed whatever the key
+  // says now (open() keeps it so), and a config may say either.
+  if (!written_with_noise_key(stored)) created.config.privacy.noise_key = given.privacy.noise_key;
   const std::vector<std::string> changes = config_changes(created.config, given);
   if (changes.empty()) return Status::Ok();
   constexpr size_t kShown = 4;
@@ -157,8 +165,35 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
     resumed = CommittedState{std::move(e), initial.vec(), std::nullopt,
                              std::nullopt, std::nullopt,  std::nullopt};
   }
+  // The config as it runs: an experiment created before the noise had a key of its own keeps
+  // the seed's noise, and says so (its log line and API view name the key actually used).
+  ExperimentConfig running = config;
+  if (running.privacy.clip_norm > 0 && noise_key == 0) running.privacy.noise_key = "seed";
+  // A restart may change what may change (deadlines, lora.base, trim_fraction) and what the
+  // experiment does not use: the record then holds the config this process runs, which the
+  // API shows and checkpoints are built from (an old stored config may no longer validate).
+  // A store from before privacy.noise_key stays without it, so that a later start can still
+  // tell (check_same_config).
+  std::string running_toml = to_toml(running);
+  const bool keyless = existing.ok() && !written_with_noise_key(resumed->experiment);
+  if (keyless) {
+    const size_t at = running_toml.find("\nnoise_key = ");
+    if (at != std::string::npos) running_toml.erase(at, running_toml.find('\n', at + 1) - at);
+  }
+  if (existing.ok() && resumed->experiment.config_toml != running_toml) {
+    const ConfigCheck before = check_experiment_config(resumed->experiment.config_toml);
+    std::string what;
+    for (const std::string& change : config_changes(before.config, running, /*every_key=*/true))
+      if (!keyless || change.rfind("privacy.noise_key", 0) != 0)
+        what += (what.empty() ? "" : ", ") + change;
+    resumed->experiment.config_toml = running_toml;
+    ATOLL_RETURN_IF_ERROR(store.put_experiment(resumed->experiment));
+    (void)store.append_audit(config.name, "config",
+                             "started with " + (what.empty() ? "the same values" : what) +
+                                 "; the record holds this config now");
+  }
   std::unique_ptr<RoundEngine> eng(
-      new RoundEngine(store, config, std::move(options), std::move(strategy), std::move(policy)));
+      new RoundEngine(store, running, std::move(options), std::move(strategy), std::move(policy)));
   eng->experiment_ = std::move(resumed->experiment);
   // The launch's tokenizer, else the one the store kept from before a restart.
   if (!eng->site_tokenizer_) eng->site_tokenizer_ = eng->experiment_.site_tokenizer;

@@ -38,6 +38,20 @@ Status claim_state_dir(const std::string& dir, const std::string& identity) {
   return Status::Ok();
 }
 
+std::optional<std::string> note_state_dir_host(const std::string& dir, const std::string& host) {
+  const std::string path = (std::filesystem::path(dir) / "host").string();
+  auto recorded = read_file_bounded(path, 4096);
+  std::optional<std::string> was;
+  if (recorded.ok()) {
+    std::string text = *recorded;
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    if (text == host) return std::nullopt;
+    was = text;
+  }
+  (void)write_file_atomic(path, host + "\n");  // best effort: it only informs
+  return was;
+}
+
 namespace {
 
 namespace fs = std::filesystem;

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "kernels/core/status.h"
@@ -42,6 +43,13 @@ namespace atl::node {
 // --data and a SHA-256 of its training tokens), written on first use; a directory that records
 // other data is refused, since a state resumed over other data is not the uninterrupted run.
 Status claim_state_dir(const std::string& dir, const std::string& identity);
+
+// The host a --state-dir's states were written on: the directory's file "host" records `host`
+// (kernels::cpu::backend_description(): the CPU, OpenBLAS's kernels and the build's vector
+// width, what decides the bits besides the code). When it recorded another one, that host is
+// returned and the file now names this one: a node resumed there continues its rounds, but
+// not bit for bit as the uninterrupted run (docs/coordinator.md, "On one host").
+std::optional<std::string> note_state_dir_host(const std::string& dir, const std::string& host);
 
 // Whose state a file holds: a file written for another experiment, node or model is not used.
 struct RoundStateOwner {

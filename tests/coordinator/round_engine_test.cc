@@ -313,6 +313,17 @@ TEST(RoundEngine, ParametersOfAnUnusedAggregatorDoNotStopARestart) {
   EXPECT_TRUE(reopened.ok()) << reopened.status().to_string();
   reopened->reset();
   EXPECT_EQ(config_changes(cfg, now), std::vector<std::string>{});
+  // The record holds the config that runs now (the API shows it, checkpoints are built from it),
+  // and the audit log says what changed.
+  auto record = f.store->load_experiment("defaults");
+  ASSERT_TRUE(record.ok());
+  EXPECT_EQ(record->config_toml, to_toml(now));
+  auto audit = f.store->list_audit("defaults");
+  ASSERT_TRUE(audit.ok());
+  bool said = false;
+  for (const std::string& line : *audit)
+    said |= line.find("robust.trim_fraction 0.1 -> 0.2") != std::string::npos;
+  EXPECT_TRUE(said);
   ExperimentConfig krum = cfg;
   krum.robust.aggregator = "krum";
   ExperimentConfig krum_now = krum;
@@ -616,6 +627,35 @@ TEST(RoundEngine, MembersKeepTheirSeatsAcrossACoordinatorRestart) {
   EXPECT_TRUE(later.ok()) << later.status().to_string();
   EXPECT_EQ(e.join("member-b", {}).status().code(), StatusCode::kOutOfRange);
   reopened->reset();
+}
+
+// A [privacy] experiment stored before privacy.noise_key existed: its noise stays keyed by the
+// seed, the engine says so (its config, which the log line and the API show), and a config file
+// may say either key.
+TEST(RoundEngine, AStoreFromBeforeTheNoiseKeyKeepsTheSeedsNoiseAndSaysSo) {
+  ExperimentConfig cfg = engine_config("old-dp", 3, 1);
+  cfg.robust.screen = "off";
+  cfg.privacy.clip_norm = 0.5;
+  cfg.privacy.noise_multiplier = 1.0;
+  cfg.privacy.noise_key = "seed";  // what the old build did, with no key in the record
+  const algorithms::ParamSet init = testing_util::toy_params(100);
+  EngineFixture f(cfg, init);
+  ASSERT_TRUE(f.engine);
+  f.engine.reset();
+  auto record = f.store->load_experiment("old-dp");
+  ASSERT_TRUE(record.ok());
+  const size_t at = record->config_toml.find("\nnoise_key = ");
+  ASSERT_NE(at, std::string::npos);
+  record->config_toml.erase(at, record->config_toml.find('\n', at + 1) - at);
+  ASSERT_TRUE(f.store->put_experiment(*record).ok());
+  for (const char* key : {"secret", "seed", "secret"}) {
+    ExperimentConfig given = cfg;
+    given.privacy.noise_key = key;
+    auto e = RoundEngine::open(*f.store, given, init, {});
+    ASSERT_TRUE(e.ok()) << key << ": " << e.status().to_string();
+    EXPECT_EQ((*e)->config().privacy.noise_key, "seed") << key;
+    e->reset();
+  }
 }
 
 TEST(RoundEngine, RefusesStrangersOtherExperimentsAndPayloadsWithoutAHeader) {

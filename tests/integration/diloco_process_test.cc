@@ -116,7 +116,7 @@ TEST(DilocoProcesses, ForeignCaAndPlaintextNodesAreRefused) {
                            std::regex("refused a connection: the client's certificate was not "
                                       "issued by this experiment's CA|refused a connection from "
                                       "127\\.0\\.0\\.1:\\d+: the client hung up during the "
-                                      "TLS handshake, most likely because it does not trust this "
+                                      "TLS handshake: a node does when it does not trust this "
                                       "coordinator's certificate"),
                            10s, &clog))
       << clog;

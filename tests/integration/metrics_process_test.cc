@@ -667,7 +667,7 @@ TEST(MetricsProcesses, TheChartLibraryBesideTheDashboardsPagesIsServedAndAMissin
   ASSERT_TRUE(missing.ok()) << missing.status().to_string();
   std::string text;
   EXPECT_TRUE(wait_for_log(dir / "missing.log",
-                           std::regex("dashboard: no chart library at /\\S*"
+                           std::regex("dashboard: no chart library at /\\S*share/"
                                       "node_modules/chart\\.js/dist/chart\\.umd\\.js, so its "
                                       "pages show no charts"),
                            60s, &text))

@@ -199,6 +199,18 @@ TEST(RoundStateFile, StreamingStateKeepsThetaLocalAndItsFragments) {
   EXPECT_EQ(*x, *y);
 }
 
+// A node resumed from --state-dir on a host whose OpenBLAS kernels differ went on with other
+// bits and said nothing: the directory records its host, and another one is named.
+TEST(RoundStateFile, TheStateDirRecordsItsHostAndNamesAnotherOne) {
+  TempStateDir dir;
+  const std::string here = "cpu X; OpenBLAS kernels SkylakeX; compiled for AVX-512";
+  EXPECT_EQ(note_state_dir_host(dir.str(), here), std::nullopt);  // first use: recorded
+  EXPECT_EQ(note_state_dir_host(dir.str(), here), std::nullopt);
+  const std::string there = "cpu X; OpenBLAS kernels Haswell; compiled for AVX-512";
+  EXPECT_EQ(note_state_dir_host(dir.str(), there), std::optional<std::string>(here));
+  EXPECT_EQ(note_state_dir_host(dir.str(), there), std::nullopt);  // said once, now recorded
+}
+
 TEST(RoundStateFile, KeepsTheTwoNewestRoundsAndSkipsOtherOwners) {
   Site s(small_join());
   ASSERT_TRUE(s.inner && s.sync);

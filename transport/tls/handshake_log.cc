@@ -180,9 +180,9 @@ std::optional<std::string> explain_handshake_failure(std::string_view m) {
     const std::string from = peer.empty() ? head : "refused a connection from " + peer + ": ";
     if (has(m, "Socket closed") || has(m, "Connection reset") || has(m, "Broken pipe"))
       return from +
-             "the client hung up during the TLS handshake, most likely because it does not "
-             "trust this coordinator's certificate (its ca.crt is from another experiment); give "
-             "the node this experiment's ca.crt";
+             "the client hung up during the TLS handshake: a node does when it does not trust "
+             "this coordinator's certificate (its ca.crt is from another experiment: give it "
+             "this experiment's ca.crt); port probes and scanners do too";
     if (has(m, "timed out") || has(m, "Deadline") || has(m, "deadline"))
       return from + "the client did not complete the TLS handshake in time";
     return std::nullopt;  // e.g. shutdown: not a refusal
