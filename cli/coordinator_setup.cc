@@ -110,6 +110,14 @@ std::filesystem::path node_modules_beside(const std::string& web_root) {
 
 }  // namespace
 
+std::string chart_library_path(const CoordinatorLaunch& l, const std::string& npm) {
+  // Where a missing library is looked for: beside --web's pages when given (where it goes).
+  std::filesystem::path library = npm + "/chart.js/dist/chart.umd.js";
+  if (!std::filesystem::exists(library) && !l.web_root.empty() && l.node_modules.empty())
+    library = node_modules_beside(l.web_root) / "chart.js" / "dist" / "chart.umd.js";
+  return std::filesystem::absolute(library).lexically_normal().string();
+}
+
 std::string npm_packages_dir(const CoordinatorLaunch& l) {
   if (!l.node_modules.empty()) return l.node_modules;
   if (!l.web_root.empty()) {
@@ -453,11 +461,7 @@ StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const Coordinat
     rc->web_root = web;
     const std::string npm = npm_packages_dir(l);
     ho.mounts = {{"/", web}, {"/vendor/chartjs/", npm + "/chart.js/dist"}};
-    // Where a missing library is looked for: beside --web's pages when given (where it goes).
-    std::filesystem::path library = npm + "/chart.js/dist/chart.umd.js";
-    if (!std::filesystem::exists(library) && !l.web_root.empty() && l.node_modules.empty())
-      library = node_modules_beside(l.web_root) / "chart.js" / "dist" / "chart.umd.js";
-    rc->chart_library = std::filesystem::absolute(library).lexically_normal().string();
+    rc->chart_library = chart_library_path(l, npm);
     ho.metrics = [m = rc->metrics.get()] { return m->render(); };
     ATOLL_ASSIGN_OR_RETURN(rc->http,
                            coordinator::http::HttpServer::start(*rc->manager, *rc->store, ho));

@@ -158,6 +158,9 @@ std::string find_tree_dir(const std::string& relative);
 // pages' directory when --web named one (web/ and node_modules/chart.js/dist installed
 // together), else found like web/.
 std::string npm_packages_dir(const CoordinatorLaunch& l);
+// The chart library's file under `npm` (npm_packages_dir), absolute; when it is missing and
+// --web named the pages' directory, the file beside it, where the library goes.
+std::string chart_library_path(const CoordinatorLaunch& l, const std::string& npm);
 
 // Opens (or resumes) the experiment and starts serving; the experiment is not started yet.
 StatusOr<std::unique_ptr<RunningCoordinator>> launch_coordinator(const CoordinatorLaunch& launch);

@@ -38,10 +38,17 @@ int64_t monotonic_seconds() {
   return static_cast<int64_t>(t.tv_sec);
 }
 
+// The first stop signal's number, claimed by one handler alone (0: none yet). Two signals
+// pending together may run their handlers at once on two threads: a plain flag let both take
+// themselves for the first, and "now" became a graceful stop.
+std::atomic<int> g_first_signal{0};
+
 extern "C" void on_stop_signal(int signal_number) {
-  if (g_stop.load()) {
-    if (signal_number == SIGTERM && g_stop_signal.load() == SIGTERM &&
-        monotonic_seconds() - g_first_stop_s.load() < 2)
+  int first = 0;
+  if (!g_first_signal.compare_exchange_strong(first, signal_number)) {
+    const int64_t first_s = g_first_stop_s.load();  // 0 while the first handler has not set it
+    if (signal_number == SIGTERM && first == SIGTERM &&
+        (first_s == 0 || monotonic_seconds() - first_s < 2))
       return;                                         // the same request again
     say("atoll: second stop signal; exiting now\n");  // the user means now
     ::_exit(128 + signal_number);
@@ -61,7 +68,12 @@ extern "C" void on_stop_signal(int signal_number) {
 const std::atomic<bool>* install_stop_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
+  // Both stop signals wait while either's handler runs: a SIGINT landing inside the SIGTERM
+  // handler before it set the flag was taken for a first signal, and the two pending together
+  // ended in a graceful stop instead of "now".
   sigemptyset(&sa.sa_mask);
+  sigaddset(&sa.sa_mask, SIGINT);
+  sigaddset(&sa.sa_mask, SIGTERM);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   struct sigaction grace {};

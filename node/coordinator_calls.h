@@ -79,6 +79,9 @@ class CoordinatorCalls {
   // Totals since construction, safe to read from any thread; a transport without a wire (in
   // memory) reports zeros.
   virtual TransferTotals transfer_totals() const { return {}; }
+  // Closes this transport's connections; the next call opens new ones. Only while no other
+  // thread uses this object (a site waiting for a seat before its first Join). Default: none.
+  virtual void drop_connections() {}
 };
 
 }  // namespace atl::node

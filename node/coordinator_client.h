@@ -106,6 +106,8 @@ class CoordinatorClient {
   bool wait_for_link(std::chrono::milliseconds max_wait) { return calls_->wait_for_link(max_wait); }
   // The transport's wire time so far (CoordinatorCalls::transfer_totals).
   TransferTotals transfer_totals() const { return calls_->transfer_totals(); }
+  // CoordinatorCalls::drop_connections (no other thread may use this client meanwhile).
+  void drop_connections() { calls_->drop_connections(); }
 
   // The experiment the last Join answered for ("" before one): what the calls name.
   std::string current_experiment_id() const;

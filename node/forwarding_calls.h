@@ -67,6 +67,7 @@ class ForwardingCalls : public CoordinatorCalls {
     return inner_->wait_for_link(max_wait);
   }
   TransferTotals transfer_totals() const override { return inner_->transfer_totals(); }
+  void drop_connections() override { inner_->drop_connections(); }
 
  protected:
   CoordinatorCalls& inner() { return *inner_; }

@@ -44,6 +44,15 @@ GrpcCoordinatorCalls::GrpcCoordinatorCalls(ClientOptions options)
   if (options_.session.empty()) options_.session = process_session();
 }
 
+void GrpcCoordinatorCalls::drop_connections() {
+  stub_.reset();
+  stream_stub_.reset();
+  channel_ = transport::create_channel(options_.target, options_.tls);
+  stub_ = pb::Coordinator::NewStub(channel_);
+  stream_channel_ = transport::create_channel(options_.target, options_.tls, "streams");
+  stream_stub_ = pb::Coordinator::NewStub(stream_channel_);
+}
+
 void GrpcCoordinatorCalls::prepare(grpc::ClientContext& ctx,
                                    std::chrono::milliseconds timeout) const {
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
@@ -275,9 +284,18 @@ Status GrpcCoordinatorCalls::push_update(const pb::TensorHeader& header,
       return stalled("PushUpdate");
     }
   }
-  writer->WritesDone();
   const double written = seconds_since(started);
-  const grpc::Status gs = writer->Finish();
+  grpc::Status gs;
+  {
+    transport::StallWatchdog answer(ctx, options_.answer_timeout);
+    writer->WritesDone();
+    gs = writer->Finish();
+    if (answer.fired())
+      return Unavailable("coordinator at " + options_.target + ": no answer to PushUpdate " +
+                         std::to_string(options_.answer_timeout.count() / 1000) +
+                         " s after its last byte (the link stopped carrying answers); it is "
+                         "tried again");
+  }
   ATOLL_RETURN_IF_ERROR(from_grpc(gs, "PushUpdate", options_.stream_timeout));
   if (st.ok()) {
     const double call = seconds_since(started);

@@ -37,6 +37,10 @@ struct ClientOptions {
   // and cancelled as soon as no chunk moved for stall_timeout (a vanished peer, a link down).
   std::chrono::milliseconds stream_timeout{6 * 3600 * 1000};
   std::chrono::milliseconds stall_timeout{60000};
+  // PushUpdate's answer after its last chunk: at most this long (screening, aggregation and a
+  // commit the update completed come first: 7–17 s for 51.7M parameters). Without a bound a
+  // connection that stopped carrying answers held the node silent for as long as stream_timeout.
+  std::chrono::milliseconds answer_timeout{600000};
   uint64_t max_param_bytes = uint64_t{4} << 30;      // refuse a θ announced larger than this
   // Where the calls' own notices go (the bulk lane given up for gRPC); empty = stderr.
   std::function<void(const std::string&)> log;
@@ -80,6 +84,8 @@ class GrpcCoordinatorCalls final : public CoordinatorCalls {
   // kept nodes 16 s away from a coordinator restarted in 0.5 s).
   bool wait_for_link(std::chrono::milliseconds max_wait) override;
   TransferTotals transfer_totals() const override;
+  // New channels (and stubs) in place of the old ones, whose connections close.
+  void drop_connections() override;
 
  private:
   void prepare(grpc::ClientContext& ctx, std::chrono::milliseconds timeout) const;

@@ -270,6 +270,12 @@ StatusOr<atoll_pb::v1::JoinResponse> SiteWorker::join() {
       return r;
     }
     if (!retryable(r.status())) return r;
+    // The experiment has its diloco.max_nodes: a site that never joined waits for a seat without
+    // holding a connection (behind one address the sites waiting so took the places a member
+    // needs to come back after a coordinator restart). Nothing else uses the link yet.
+    // (RESOURCE_EXHAUSTED on the wire, which reaches here as UNAVAILABLE: told by its line.)
+    if (!heart_ && r.status().message().find("already has diloco.max_nodes") != std::string::npos)
+      link_.drop_connections();
     ATOLL_RETURN_IF_ERROR(reconnect_.pause(r.status()));
   }
 }

@@ -355,5 +355,43 @@ TEST(NodeStop, APullRefusedWhileCallsAreAnsweredBacksOffAndGivesUp) {
       << coordinator_log;
 }
 
+// A site refused at diloco.max_nodes held a connection while it retried: behind one address the
+// sites waiting so took the places a member needs to come back (with the per-address cap at
+// 2 × max_nodes, members were locked out in 3 of 3 coordinator restarts). It waits without one.
+TEST(NodeStop, ASiteWaitingForASeatHoldsNoConnection) {
+  Cluster c;
+  c.make_ca({"member", "outsider", "outsider-2"});
+  // Places for the member's two connections and one more: the first outsider can ask for a
+  // seat (and be refused), the second waits for a place.
+  c.start_coordinator(
+      config_toml(100000, 1, 60, 42, /*lost_after_heartbeats=*/30) + "max_nodes = 1\n",
+      "127.0.0.1:0", "coordinator.log", {"--max-connections-per-address", "3"});
+  if (::testing::Test::HasFatalFailure()) return;
+  c.nodes.push_back(start_node_at(c, "member", c.address, 60));
+  std::string text;
+  ASSERT_TRUE(wait_for_log(c.dir / "coordinator.log", std::regex("round 1 committed"), 60s, &text))
+      << text;
+  c.nodes.push_back(start_node_at(c, "outsider", c.address, 60));
+  ASSERT_TRUE(wait_for_log(c.dir / "outsider.log",
+                           std::regex("already has diloco\\.max_nodes = 1 nodes"), 60s, &text))
+      << text;
+  c.nodes.push_back(start_node_at(c, "outsider-2", c.address, 60));
+  // The member's process dies and a new one comes back under its name: it needs both places.
+  c.nodes[0].signal(SIGKILL);
+  ASSERT_TRUE(c.nodes[0].wait_for(10s).has_value());
+  const size_t before = read_text(c.dir / "coordinator.log").size();
+  c.nodes[0] = start_node_at(c, "member", c.address, 60);
+  bool trained = false;
+  for (int i = 0; i < 300 && !trained; ++i) {
+    std::this_thread::sleep_for(100ms);
+    const std::string log = read_text(c.dir / "coordinator.log");
+    trained = std::regex_search(log.substr(before),
+                                std::regex("node_joined member[^]*round \\d+ committed"));
+  }
+  EXPECT_TRUE(trained) << read_text(c.dir / "coordinator.log").substr(before) << "\n"
+                       << read_text(c.dir / "member.log");
+  EXPECT_TRUE(c.nodes[0].running()) << read_text(c.dir / "member.log");
+}
+
 }  // namespace
 }  // namespace atl::testing
