@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/progress.h"
+#include "cli/signals.h"
 #include "cli/train_setup.h"
 #include "coordinator/experiment_config.h"
 #include "kernels/cpu/ops.h"
@@ -234,6 +235,17 @@ void print_train_banner(const TrainSetup& setup, RunParams& rp, int64_t total_st
 
 namespace {
 
+// "<how> after step S of T: continue with atoll train ... --resume CKPT": the same settings again
+// (the checkpoint fixes the model, seed and tokenizer, not the batch, learning rate or data).
+void print_resume_line(const char* how, int64_t step, int64_t total_steps, const Flags& flags,
+                       const std::string& ckpt_path) {
+  const std::string again = flags.retyped({"stop-after", "resume", "tokenizer", "base", "seed"});
+  std::printf("%s after step %" PRId64 " of %" PRId64
+              ": continue with atoll train%s%s --resume %s\n",
+              how, step, total_steps, again.empty() ? "" : " ", again.c_str(), ckpt_path.c_str());
+  std::fflush(stdout);
+}
+
 // --stop-after N (0: none) on a run of steps (start, total_steps]: past the last step, or at or
 // before the step a resumed checkpoint is at, it would stop nowhere.
 Status check_stop_after(int64_t stop_after, int64_t start, int64_t total_steps) {
@@ -360,6 +372,10 @@ int cmd_train(const Args& args) {
   // Steps [start, end): the whole schedule, or up to --stop-after (then a checkpoint to resume).
   const int64_t end = *stop_after > 0 ? *stop_after : total_steps;
   StepProgress progress(start, total_steps, *log_every);
+  // SIGINT/SIGTERM: the step under way ends, a checkpoint is written, and the process exits
+  // 128 + the signal with the command that resumes (it was killed at once, checkpoint lost).
+  const std::atomic<bool>* stop = install_stop_signals();
+  int64_t stopped_at = -1;
   simulate::TrainOnDataOptions o;
   o.data_seed = setup.seed;
   o.first_step = start;
@@ -373,20 +389,19 @@ int cmd_train(const Args& args) {
           node::validation_figure(validation(trainer, params, setup, *eval_tokens)).c_str());
       std::fflush(stdout);
     }
-    if ((*ckpt_every > 0 && done % *ckpt_every == 0) || done == end) return save(done);
-    return Status::Ok();
+    const bool stopping = stop->load() && done < end;
+    if ((*ckpt_every > 0 && done % *ckpt_every == 0) || done == end || stopping)
+      ATOLL_RETURN_IF_ERROR(save(done));
+    if (!stopping) return Status::Ok();
+    stopped_at = done;
+    return Aborted("stopped on request");
   };
-  if (Status s = simulate::train_on_data(trainer, params, setup.site.train, o); !s.ok())
-    return fail("train", s.message());
-  if (end < total_steps) {
-    // The same settings again: the checkpoint fixes the model, seed and tokenizer, not the batch,
-    // learning rate or data.
-    const std::string again = flags.retyped({"stop-after", "resume", "tokenizer", "base", "seed"});
-    std::printf("stopped after step %" PRId64 " of %" PRId64
-                ": continue with atoll train%s%s "
-                "--resume %s\n",
-                end, total_steps, again.empty() ? "" : " ", again.c_str(), ckpt_path.c_str());
+  if (Status s = simulate::train_on_data(trainer, params, setup.site.train, o); !s.ok()) {
+    if (stopped_at < 0) return fail("train", s.message());
+    print_resume_line("stopped on request", stopped_at, total_steps, flags, ckpt_path);
+    return stopped_exit_code();
   }
+  if (end < total_steps) print_resume_line("stopped", end, total_steps, flags, ckpt_path);
   std::printf("final sha256 %s\n", params.fingerprint().c_str());
   if (*sample_n > 0) {
     std::vector<int32_t> prompt = setup.site.tokenizer->encode("The ");

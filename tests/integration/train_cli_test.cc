@@ -1,4 +1,6 @@
 // `atoll train` as a user runs it: a real process, real Brown data, real checkpoint files.
+#include <signal.h>
+
 #include <algorithm>
 #include <fstream>
 #include <limits>
@@ -9,11 +11,14 @@
 #include "algorithms/model/llama.h"
 #include "node/checkpoint.h"
 #include "node/data_source.h"
+#include "node/subprocess.h"
 #include "tests/integration/cli_test_util.h"
 #include "tests/tools/hf_dir.h"
 
 namespace atl::testing {
 namespace {
+
+using namespace std::chrono_literals;
 
 // A model small enough that 12 steps take a second or two on one core.
 const std::vector<std::string> kSmall = {
@@ -181,6 +186,29 @@ TEST(TrainCli, AnMoeModelsProgressLineSaysHowItsRouterBalances) {
   auto dense = run_atoll(train_args({"--steps", "2", "--out", dir / "dense"}), dir / "dense.log");
   ASSERT_EQ(dense.exit_code, 0) << dense.output;
   EXPECT_EQ(dense.output.find("router"), std::string::npos) << dense.output;
+}
+
+// Ctrl-C killed `atoll train` at once: no line, and the steps since its last checkpoint lost. The
+// step under way ends, a checkpoint is written, and the line says how to resume.
+TEST(TrainCli, CtrlCWritesACheckpointAndSaysHowToResume) {
+  TempDir dir;
+  std::vector<std::string> argv = train_args({"--steps", "100000", "--out", dir / "run"});
+  argv.insert(argv.begin(), ATOLL_BINARY);
+  auto p = node::Subprocess::spawn(argv, dir / "train.log");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  std::string log;
+  ASSERT_TRUE(wait_for_log(dir / "train.log", std::regex("step +4/100000"), 60s, &log)) << log;
+  p->signal(SIGINT);
+  EXPECT_EQ(p->wait_for(60s), std::optional<int>(128 + SIGINT));
+  log = read_text(dir / "train.log");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      log, m,
+      std::regex("stopped on request after step (\\d+) of 100000: continue with atoll train "
+                 "[^\\n]*--resume (\\S+)")))
+      << log;
+  EXPECT_TRUE(std::filesystem::exists(m[2].str())) << log;
+  EXPECT_NE(log.find("checkpoint: "), std::string::npos) << log;
 }
 
 TEST(TrainCli, LossDecreasesAndValidationIsReportedInBitsPerByte) {
@@ -681,6 +709,8 @@ TEST(TrainCli, TokenFilesGiveBitsPerByteOnlyWithTheirTokenizer) {
 
 namespace atl::testing {
 namespace {
+
+using namespace std::chrono_literals;
 
 // `atoll --version` names what, besides the config, decides the bits of a run: the commit it was
 // built from, the CPU, OpenBLAS's kernels for it and the vector instructions of the build (a
