@@ -60,15 +60,15 @@ const std::vector<const char*>& update_rejection_reasons() {
 
 namespace {
 
-// An experiment started again (after a crash, a stop, or the same command run twice) must be
-// the experiment it was: a different seed, codec or schedule would continue its committed θ as
-// another run, with nothing to say so. Stored configs that no longer parse (written by another
-// version) are not compared.
 // Whether the stored config was written by a build that knew privacy.noise_key.
 bool written_with_noise_key(const ExperimentRecord& stored) {
   return stored.config_toml.find("\nnoise_key = ") != std::string::npos;
 }
 
+// An experiment started again (after a crash, a stop, or the same command run twice) must be
+// the experiment it was: a different seed, codec or schedule would continue its committed θ as
+// another run, with nothing to say so. Stored configs that no longer parse (written by another
+// version) are not compared.
 Status check_same_config(const ExperimentRecord& stored, const ExperimentConfig& given) {
   // A stored config this version finds fault with (a bound added since it was written) is
   // still compared on every value it holds: tighter validation after an upgrade must not turn
