@@ -293,8 +293,8 @@ Status GrpcCoordinatorCalls::push_update(const pb::TensorHeader& header,
     if (answer.fired())
       return Unavailable("coordinator at " + options_.target + ": no answer to PushUpdate " +
                          std::to_string(options_.answer_timeout.count() / 1000) +
-                         " s after its last byte (the link stopped carrying answers); it is "
-                         "tried again");
+                         " s after its last byte (the link stopped carrying answers; the update "
+                         "may have arrived and counted); going on with the next round");
   }
   ATOLL_RETURN_IF_ERROR(from_grpc(gs, "PushUpdate", options_.stream_timeout));
   if (st.ok()) {

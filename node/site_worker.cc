@@ -713,9 +713,14 @@ StatusOr<Flow> SiteWorker::train_round(const Task& cur) {
   if (flow == Flow::kStop) return Flow::kStop;
   if (!sent.ok()) {
     if (superseded(sent.status())) return sent.status();
-    // UNAVAILABLE: the coordinator could not be reached, nothing refused the update.
+    // UNAVAILABLE: the coordinator could not be reached, nothing refused the update (or its
+    // answer never came: then it may have arrived, and the line says so).
+    const bool unanswered =
+        sent.status().message().find("no answer to PushUpdate") != std::string::npos;
     log("update for round " + std::to_string(round) +
-        (sent.status().code() == StatusCode::kUnavailable ? " not delivered: " : " refused: ") +
+        (unanswered                                         ? " sent, unanswered: "
+         : sent.status().code() == StatusCode::kUnavailable ? " not delivered: "
+                                                            : " refused: ") +
         sent.status().message());
     next_.reset();
     return Flow::kContinue;
