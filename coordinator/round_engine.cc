@@ -60,9 +60,12 @@ const std::vector<const char*>& update_rejection_reasons() {
 
 namespace {
 
+// privacy.noise_key's line in a config's TOML (to_toml); a build before the key wrote none.
+constexpr std::string_view kNoiseKeyLine = "\nnoise_key = ";
+
 // Whether the stored config was written by a build that knew privacy.noise_key.
 bool written_with_noise_key(const ExperimentRecord& stored) {
-  return stored.config_toml.find("\nnoise_key = ") != std::string::npos;
+  return stored.config_toml.find(kNoiseKeyLine) != std::string::npos;
 }
 
 // An experiment started again (after a crash, a stop, or the same command run twice) must be
@@ -177,7 +180,7 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::open(Store& store,
   std::string running_toml = to_toml(running);
   const bool keyless = existing.ok() && !written_with_noise_key(resumed->experiment);
   if (keyless) {
-    const size_t at = running_toml.find("\nnoise_key = ");
+    const size_t at = running_toml.find(kNoiseKeyLine);
     if (at != std::string::npos) running_toml.erase(at, running_toml.find('\n', at + 1) - at);
   }
   if (existing.ok() && resumed->experiment.config_toml != running_toml) {
